@@ -1,0 +1,15 @@
+#include "core/threads.h"
+
+#include <omp.h>
+
+namespace mt {
+
+void set_compute_threads(int n) {
+  omp_set_dynamic(0);
+  omp_set_max_active_levels(1);
+  omp_set_num_threads(n < 1 ? 1 : n);
+}
+
+int compute_threads() { return omp_get_max_threads(); }
+
+}  // namespace mt

@@ -1,0 +1,21 @@
+// Causal multi-head self-attention core (after the QKV projection, before c_proj).
+// qkv rows are [q | k | v], each C wide; head h uses columns h*hd .. (h+1)*hd-1 of each
+// (hd = C / NH). Under tensor parallelism C and NH are the rank's local share.
+#pragma once
+
+#include <cstddef>
+
+namespace mt {
+
+// out (B, T, C) = concat_h softmax_causal(q_h k_h^T / sqrt(hd)) v_h
+// att (B, NH, T, T) keeps the softmax probabilities for backward (upper triangle is 0).
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+
+// dqkv (B, T, 3C) += gradient from dout (B, T, C). scratch holds
+// attention_backward_scratch_floats(B, T, C, NH) floats owned by the caller (no allocation
+// inside the step loop).
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH);
+size_t attention_backward_scratch_floats(int B, int T, int C, int NH);
+
+}  // namespace mt

@@ -1,0 +1,19 @@
+// LayerNorm over the last dim (biased variance, eps 1e-5), forward / backward pair.
+// Backward accumulates (+=); the weight half is separately callable (deferred W).
+#pragma once
+
+namespace mt {
+
+// out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
+
+// dinp (N, C) += d/dinp, from dout (N, C) and the saved statistics.
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* mean, const float* rstd, int N, int C);
+
+// dweight (C) += sum_n dout * xhat;  dbias (C) += sum_n dout.
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int N, int C);
+
+}  // namespace mt
