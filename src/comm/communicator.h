@@ -109,4 +109,8 @@ class Communicator {
 enum class P2PKind : uint8_t { activation = 1, gradient = 2, header = 3, user = 4 };
 int make_p2p_tag(P2PKind kind, int chunk, int microbatch);
 
+// Group name used in messages: kind and member global ranks, runs of three or more
+// consecutive ranks shortened ("dp[1,3]", "world[0..7]", "tp[4..7]").
+std::string group_name(const std::string& kind, const std::vector<int>& members);
+
 }  // namespace mt

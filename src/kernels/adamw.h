@@ -1,6 +1,11 @@
-// AdamW step, bit-for-bit the arithmetic order of torch.optim.AdamW (PyTorch 1.13,
-// single-tensor path): p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
-// p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps).
+// AdamW step, bit-for-bit the arithmetic of torch.optim.AdamW (PyTorch 1.13, single-tensor
+// path, CPU, float tensors):
+//   p *= float(1 - lr*wd);  m = fma(g, float(1-b1), m*float(b1));
+//   v = v*float(b2) + float(1-b2)*g*g;
+//   p += (float(-lr/bc1) * m) / (sqrt(v) / float(sqrt(bc2)) + float(eps))
+// with bc1 = 1 - b1^t, bc2 = 1 - b2^t. The scalar expressions are evaluated in double, as
+// Python does with its floats, and rounded to float where torch casts the scalar to the
+// tensor's dtype; that is why the hyperparameters are doubles (0.9f would give different bits).
 #pragma once
 
 #include <cstddef>
@@ -8,7 +13,7 @@
 namespace mt {
 
 struct AdamWParams {
-  float lr, beta1, beta2, eps, weight_decay;
+  double lr, beta1, beta2, eps, weight_decay;
   int step;  // 1-based update count (bias correction)
 };
 

@@ -11,7 +11,8 @@ void gelu_forward(float* out, const float* inp, size_t n);
 // dinp (n) += gelu'(inp) * dout.  dinp may alias dout (then it is overwritten, not accumulated).
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 
-// Fused: pre (N, OC) += bias (OC) broadcast over rows, then out = gelu(pre). Keeps pre for backward.
+// Fused: pre (N, OC) += bias (OC) broadcast over rows, then out = gelu(pre). Keeps pre for
+// backward.
 void bias_gelu_forward(float* out, float* pre, const float* bias, int N, int OC);
 
 }  // namespace mt

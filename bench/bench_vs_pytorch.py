@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""meshtrain vs PyTorch: the same GPT, the same init and batches, trained by both.
+
+For each config and thread count it prints the median step time (warm-up steps
+excluded), tokens/s, the speed ratio, and meshtrain's model-FLOPs utilisation against the
+single-precision GEMM peak that this script measures itself (a small C++ probe compiled
+here that calls oneDNN's dnnl_sgemm, the call meshtrain's matmuls make, on square
+1024/2048 and on the model's own GEMM shapes; the best GFLOP/s wins).
+
+PyTorch (Debian's 1.13, /usr/bin/python3) runs tests/reference/gpt_torch.py with
+torch.set_num_threads(threads) and OPENBLAS_CORETYPE=SKYLAKEX; it is tried with
+OPENBLAS_NUM_THREADS=1 and =threads, and the faster is reported (and named). (Unset
+would let OpenBLAS's own pool use every core, i.e. 2 cores in a "1 thread" run.) Debian's
+python3-torch links libblas.so.3, which is whatever BLAS the alternatives system selects:
+with only libblas3 installed that is the netlib reference BLAS (~2.6 GFLOP/s per core
+here), which would make any comparison meaningless. So when the system BLAS is not
+OpenBLAS, pass --torch-blas-dir DIR (a directory holding OpenBLAS's libblas.so.3;
+bench_vs_pytorch.sh extracts libopenblas0-pthread's there without installing it) and
+PyTorch is also run with LD_LIBRARY_PATH=DIR; the best of all settings is reported.
+
+Model FLOPs per token = 6 * (parameters without wpe) + 12 * layers * seq * dim
+(forward + backward; attention counted over the full T x T), as meshtrain's own `mfu`.
+
+Usage: bench/bench_vs_pytorch.py [--meshtrain BIN] [--configs a,b] [--threads 1,2]
+                                 [--steps 15] [--warmup-steps 3] [--write-docs FILE]
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+import gpt_torch as ref  # noqa: E402
+
+TORCH_PY = "/usr/bin/python3"
+CONFIGS = {  # name: (layers, dim, heads, seq, batch, vocab)
+    "a": (4, 256, 8, 128, 8, 256),
+    "b": (6, 512, 8, 128, 8, 256),
+}
+
+PROBE_SRC = r"""
+#include <oneapi/dnnl/dnnl.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+// argv: M N K transb seconds -> prints best GFLOP/s of C = A @ B(^T)
+int main(int argc, char** argv) {
+  long M = atol(argv[1]), N = atol(argv[2]), K = atol(argv[3]);
+  char tb = argv[4][0];
+  double budget = atof(argv[5]), best = 0;
+  std::vector<float> a(M * K, 0.5f), b(K * N, 0.25f), c(M * N, 0.f);
+  auto now = [] { return std::chrono::duration<double>(
+      std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  long ldb = tb == 'T' ? K : N;
+  dnnl_sgemm('N', tb, M, N, K, 1.f, a.data(), K, b.data(), ldb, 0.f, c.data(), N);
+  double t_end = now() + budget;
+  do {
+    double t0 = now();
+    dnnl_sgemm('N', tb, M, N, K, 1.f, a.data(), K, b.data(), ldb, 0.f, c.data(), N);
+    double g = 2.0 * M * N * K / (now() - t0) * 1e-9;
+    if (g > best) best = g;
+  } while (now() < t_end);
+  printf("%.3f\n", best);
+}
+"""
+
+
+def build_probe(d):
+    src, exe = os.path.join(d, "sgemm_probe.cpp"), os.path.join(d, "sgemm_probe")
+    with open(src, "w") as f:
+        f.write(PROBE_SRC)
+    subprocess.run(["g++", "-O2", "-std=c++17", src, "-o", exe, "-ldnnl"], check=True)
+    return exe
+
+
+def sgemm_peak(probe, threads, cfg):
+    """Best GFLOP/s of dnnl_sgemm at `threads` over square and model-shaped GEMMs."""
+    L, C, H, T, B, V = cfg
+    N = B * T
+    shapes = [(1024, 1024, 1024, "N"), (2048, 2048, 2048, "N"),
+              (N, 3 * C, C, "T"), (N, 4 * C, C, "T"), (N, C, 4 * C, "T")]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    best = 0.0
+    for m, n, k, tb in shapes:
+        out = subprocess.run([probe, str(m), str(n), str(k), tb, "0.6"], env=env, check=True,
+                             stdout=subprocess.PIPE, text=True).stdout
+        best = max(best, float(out))
+    return best
+
+
+def meshtrain_peak(meshtrain, threads):
+    """`meshtrain bench gemm`: the peak meshtrain's own `mfu` divides by (None if absent)."""
+    p = subprocess.run([meshtrain, "bench", "gemm", "--threads", str(threads)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    m = re.search(r"sgemm peak: ([0-9.]+) GFLOP/s", p.stdout)
+    return float(m.group(1)) if p.returncode == 0 and m else None
+
+
+def system_blas():
+    return os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+
+
+def torch_settings(blas_dir, threads):
+    """(label, env) pairs for PyTorch: each BLAS library x OPENBLAS_NUM_THREADS 1 / threads."""
+    base = dict(os.environ, OPENBLAS_CORETYPE="SKYLAKEX")
+    base.pop("OPENBLAS_NUM_THREADS", None)
+    base.pop("LD_LIBRARY_PATH", None)
+    libs = [("system " + os.path.basename(os.path.dirname(system_blas())), None)]
+    if blas_dir:
+        # netlib's reference BLAS is never PyTorch's best and takes minutes per config.
+        if "openblas" not in system_blas():
+            libs = []
+        libs.append(("OpenBLAS via LD_LIBRARY_PATH", blas_dir))
+    out = []
+    for lib_label, d in libs:
+        is_openblas = "openblas" in (d or system_blas())
+        for nt in sorted({1, threads}) if is_openblas else (threads,):
+            env = dict(base, OPENBLAS_NUM_THREADS=str(nt))
+            if d:
+                env["LD_LIBRARY_PATH"] = d
+            out.append((f"{lib_label}, OPENBLAS_NUM_THREADS={nt}", env))
+    return out
+
+
+def flops_per_token(cfg):
+    L, C, H, T, B, V = cfg
+    params = V * C + L * (12 * C * C + 13 * C) + 2 * C  # without wpe (T*C)
+    return 6.0 * params + 12.0 * L * T * C
+
+
+def train_flags(cfg, threads, steps, data, init):
+    L, C, H, T, B, V = cfg
+    return ["--layers", str(L), "--dim", str(C), "--heads", str(H), "--seq", str(T),
+            "--vocab", str(V), "--batch", str(B), "--microbatches", "1", "--steps", str(steps),
+            "--lr", "6e-4", "--min-lr", "6e-5", "--warmup", "2", "--lr-schedule", "cosine",
+            "--weight-decay", "0.1", "--grad-clip", "1.0", "--threads", str(threads),
+            "--data", data, "--init-from", init]
+
+
+def run_metrics(cmd, env, metrics):
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.exit(f"command failed ({p.returncode}): {shlex.join(cmd)}\n{p.stdout[-3000:]}")
+    with open(metrics) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    return [r for r in recs if "event" not in r]
+
+
+def median_step(recs, warmup):
+    return statistics.median(r["step_time_s"] for r in recs[warmup:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--meshtrain", default=os.path.join(ROOT, "build", "meshtrain"))
+    ap.add_argument("--configs", default="a,b")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--warmup-steps", type=int, default=3, help="excluded from the median")
+    ap.add_argument("--write-docs", help="write the results table (markdown) into this file")
+    ap.add_argument("--torch-blas-dir", help="directory with OpenBLAS's libblas.so.3 for PyTorch")
+    a = ap.parse_args()
+    if a.steps <= a.warmup_steps:
+        ap.error("--steps must exceed --warmup-steps")
+
+    d = tempfile.mkdtemp(prefix="mt_bench_")
+    probe = build_probe(d)
+    data = os.path.join(d, "train.bin")
+    import numpy as np
+    ref.write_shard(data, np.random.default_rng(0).integers(0, 256, 1_000_000))
+    rows = []
+    for name in a.configs.split(","):
+        cfg = CONFIGS[name]
+        L, C, H, T, B, V = cfg
+        model = ref.GPT(L, C, H, T, V)
+        ref.init_weights(model, 1)
+        init = os.path.join(d, f"init_{name}.safetensors")
+        ref.save_safetensors(init, model.named_arrays())
+        for th in (int(t) for t in a.threads.split(",")):
+            flags = train_flags(cfg, th, a.steps, data, init)
+            mt_metrics = os.path.join(d, "mt.jsonl")
+            mt = run_metrics([a.meshtrain, "train"] + flags + ["--metrics", mt_metrics],
+                             dict(os.environ), mt_metrics)
+            t_mt = median_step(mt, a.warmup_steps)
+            mt_mfu = statistics.median(r.get("mfu", 0.0) for r in mt[a.warmup_steps:])
+            torch_runs, losses = {}, {}
+            for label, env in torch_settings(a.torch_blas_dir, th):
+                tm = os.path.join(d, "torch.jsonl")
+                recs = run_metrics([TORCH_PY, os.path.join(ROOT, "tests", "reference", "gpt_torch.py"),
+                                    "train"] + flags + ["--metrics", tm], env, tm)
+                torch_runs[label] = median_step(recs, a.warmup_steps)
+                losses[label] = recs[-1]["loss"]
+                print(f"  {name}/{th}t PyTorch [{label}]: {torch_runs[label] * 1e3:.1f} ms/step",
+                      flush=True)
+            best = min(torch_runs, key=torch_runs.get)
+            t_pt = torch_runs[best]
+            probe_peak = sgemm_peak(probe, th, cfg)
+            mt_peak = meshtrain_peak(a.meshtrain, th)
+            peak = mt_peak or probe_peak
+            tok = B * T
+            mfu = flops_per_token(cfg) * tok / t_mt / (peak * 1e9)
+            row = dict(config=name, shape=f"{L}L d{C} h{H} T{T} B{B} V{V}", threads=th,
+                       mt_ms=t_mt * 1e3, mt_tps=tok / t_mt, pt_ms=t_pt * 1e3, pt_tps=tok / t_pt,
+                       ratio=t_pt / t_mt, pt_setting=best,
+                       pt_all={k: round(v * 1e3, 1) for k, v in torch_runs.items()},
+                       peak=peak, probe_peak=probe_peak, mt_peak=mt_peak, mfu=mfu,
+                       mt_mfu=mt_mfu, loss_mt=mt[-1]["loss"], loss_pt=losses[best])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    table = render(rows, a)
+    print(table)
+    if a.write_docs:
+        with open(a.write_docs, "w") as f:
+            f.write(table)
+
+
+def render(rows, a):
+    lines = ["| config | threads | meshtrain ms/step | meshtrain tok/s | PyTorch ms/step (best) | "
+             "PyTorch tok/s | speedup | sgemm peak GFLOP/s (bench gemm / probe) | "
+             "MFU vs peak | meshtrain `mfu` |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mp = f"{r['mt_peak']:.1f}" if r["mt_peak"] else "n/a"
+        lines.append(
+            f"| {r['config']}: {r['shape']} | {r['threads']} | {r['mt_ms']:.1f} | {r['mt_tps']:.0f} | "
+            f"{r['pt_ms']:.1f} | {r['pt_tps']:.0f} | **{r['ratio']:.2f}x** | {mp} / "
+            f"{r['probe_peak']:.1f} | {100 * r['mfu']:.1f}% | {100 * r['mt_mfu']:.1f}% |")
+    lines.append("")
+    lines.append("PyTorch settings tried (median ms/step; the best is in the table):")
+    lines.append("")
+    for r in rows:
+        lines.append(f"- {r['config']}/{r['threads']} thread(s): " + "; ".join(
+            f"{k}: {v} ms" for k, v in r["pt_all"].items()))
+    lines.append("")
+    lines.append(f"Median over steps {a.warmup_steps + 1}..{a.steps} (first {a.warmup_steps} "
+                 "excluded). Final-step loss of each run, as a sanity check that both trained "
+                 "the same model: " + ", ".join(
+                     f"{r['config']}/{r['threads']}t {r['loss_mt']:.4f} vs {r['loss_pt']:.4f}"
+                     for r in rows))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

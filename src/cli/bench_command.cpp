@@ -1,0 +1,40 @@
+// `meshtrain bench comm|gemm`: measurements a user runs to know their machine.
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "comm/bench_comm.h"
+#include "kernels/gemm_peak.h"
+
+namespace mt {
+
+CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
+  CLI::App* bench = app.add_subcommand("bench", "micro-benchmarks (communication, GEMM peak)");
+  bench->require_subcommand(1);
+  auto c = std::make_shared<CommBenchOptions>();
+  CLI::App* comm = bench->add_subcommand(
+      "comm", "collective bandwidth table (nccl-tests style: bytes, time, algbw, busbw)");
+  comm->add_option("--backend", c->backend, "local|mpi")->capture_default_str();
+  comm->add_option("--ranks", c->ranks, "ranks (local backend; MPI takes the launcher's)")
+      ->capture_default_str();
+  comm->add_option("--op", c->op, "all_reduce|reduce_scatter|all_gather|all_to_all|broadcast")
+      ->capture_default_str();
+  comm->add_option("--min-bytes", c->min_bytes, "smallest message")->capture_default_str();
+  comm->add_option("--max-bytes", c->max_bytes, "largest message")->capture_default_str();
+  comm->add_option("--iters", c->iters, "timed repeats per size (median reported)")
+      ->capture_default_str();
+  auto threads = std::make_shared<int>(1);
+  CLI::App* gemm = bench->add_subcommand("gemm", "measured sgemm peak (the MFU denominator)");
+  gemm->add_option("--threads", *threads, "threads")->capture_default_str();
+  return [=]() -> int {
+    if (comm->parsed()) return run_comm_bench(*c, argc, argv, std::cout);
+    if (gemm->parsed()) {
+      double g = measure_sgemm_peak_gflops(*threads, 2.0);
+      std::cout << "sgemm peak: " << g << " GFLOP/s with " << *threads << " thread(s)\n";
+      return 0;
+    }
+    return 2;
+  };
+}
+
+}  // namespace mt

@@ -1,0 +1,67 @@
+#include "cli/cli.h"
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace mt {
+
+namespace {
+
+int report(const char* what, int code) {
+  std::fprintf(stderr, "meshtrain: error: %s\n", what);
+  return code;
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  CLI::App app{"meshtrain: train GPT models across many workers (data, tensor, pipeline and "
+               "expert parallelism), ranks as threads or MPI processes.",
+               "meshtrain"};
+  app.set_version_flag("--version", std::string("meshtrain ") + MESHTRAIN_VERSION);
+  app.require_subcommand(1);
+  app.footer(
+      "Run 'meshtrain COMMAND --help' for the flags of a command.\n"
+      "Exit codes: 0 success, 2 bad usage/config/input, 1 failure while running.");
+  CommandRunner train = add_train_command(app, &argc, &argv);
+  CommandRunner sample = add_sample_command(app);
+  CommandRunner bench = add_bench_command(app, &argc, &argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    if (msg.empty()) msg = "bad command line";
+    std::fprintf(stderr, "meshtrain: error: %s (see 'meshtrain --help')\n", msg.c_str());
+    return 2;
+  } catch (const UsageError& e) {
+    return report(e.what(), 2);
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) {
+      if (sub->get_name() == "train") return train();
+      if (sub->get_name() == "sample") return sample();
+      if (sub->get_name() == "bench") return bench();
+    }
+    return report("no command given (see 'meshtrain --help')", 2);
+  } catch (const UsageError& e) {
+    return report(e.what(), 2);
+  } catch (const RuntimeError& e) {
+    return report(e.what(), 1);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory", 1);
+  } catch (const std::exception& e) {
+    return report(e.what(), 1);
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,16 @@
+// The subcommands of `meshtrain`. Each adds itself to the app and returns the function to
+// run when it was selected (which returns the exit code).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace mt {
+
+using CommandRunner = std::function<int()>;
+
+CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv);
+CommandRunner add_sample_command(CLI::App& app);
+CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv);
+
+}  // namespace mt

@@ -1,0 +1,69 @@
+// `meshtrain sample`: generate text from a checkpoint or a weights file.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "model/gpt.h"
+#include "model/sampler.h"
+#include "train/checkpoint.h"
+#include "train/tokenizer.h"
+
+namespace mt {
+
+namespace {
+
+struct SampleArgs {
+  std::string load, init_from, prompt = "\n";
+  int tokens = 200, threads = 1, top_k = 0;
+  float temperature = 0.8f;
+  uint64_t seed = 1337;
+};
+
+int run_sample(const SampleArgs& a) {
+  MT_REQUIRE(a.load.empty() != a.init_from.empty(),
+             "give exactly one of --load DIR or --init-from FILE");
+  MT_REQUIRE(a.tokens >= 0, "--tokens must be >= 0");
+  MT_REQUIRE(a.temperature >= 0, "--temperature must be >= 0 (0 = greedy)");
+  const std::string weights = a.load.empty() ? a.init_from : a.load + "/model.safetensors";
+  ModelConfig cfg = model_config_from_file(weights, ModelConfig{});
+  cfg.validate();
+  MT_REQUIRE(cfg.vocab <= ByteTokenizer::kVocabSize, weights, " has a vocabulary of ", cfg.vocab,
+             "; sample decodes byte-level (256) models only");
+  set_compute_threads(a.threads);
+  GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
+  import_weights(weights, model);
+  SampleOptions so;
+  so.tokens = a.tokens;
+  so.temperature = a.temperature;
+  so.top_k = a.top_k;
+  so.seed = a.seed;
+  std::fputs(a.prompt.c_str(), stdout);
+  sample(model, ByteTokenizer::encode(a.prompt), so, [](int t) {
+    std::fputs(ByteTokenizer::decode_token(t).c_str(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputs("\n", stdout);
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner add_sample_command(CLI::App& app) {
+  auto a = std::make_shared<SampleArgs>();
+  CLI::App* cmd = app.add_subcommand("sample", "generate text from trained weights");
+  cmd->add_option("--load", a->load, "checkpoint directory written by train --save");
+  cmd->add_option("--init-from", a->init_from, "weights file (safetensors) e.g. from --export");
+  cmd->add_option("--prompt", a->prompt, "text to continue")->capture_default_str();
+  cmd->add_option("--tokens", a->tokens, "tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "softmax temperature (0 = greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "compute threads")->capture_default_str();
+  return [a] { return run_sample(*a); };
+}
+
+}  // namespace mt

@@ -1,0 +1,137 @@
+// `meshtrain train`: flags and config file -> TrainOptions -> ranks -> train_rank.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/flag_set.h"
+#include "cli/train_setup.h"
+#include "core/error.h"
+
+namespace mt {
+
+namespace {
+
+// The TOML file must be applied before the flags are registered, so that --help shows the
+// file's values as defaults and flags given on the command line override them.
+std::string find_config_arg(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) return argv[i + 1];
+    if (std::strncmp(argv[i], "--config=", 9) == 0) return argv[i] + 9;
+  }
+  return "";
+}
+
+void define_train_flags(FlagSet& f, TrainOptions& o) {
+  ModelConfig& m = o.model;
+  f.add("model", "layers", &m.layers, "transformer blocks");
+  f.add("model", "dim", &m.dim, "model width C");
+  f.add("model", "heads", &m.heads, "attention heads (must divide --dim)");
+  f.add("model", "seq", &m.seq, "context length T (rows of the position table)");
+  f.add("model", "vocab", &m.vocab,
+        "vocabulary size (default: 256, or max token id + 1 of the data / the --init-from file)");
+  f.add("model", "experts", &m.experts, "mixture-of-experts experts per MoE layer (0 = dense)");
+  f.add("model", "topk", &m.topk, "experts per token (MoE)");
+  f.add("model", "capacity-factor", &m.capacity_factor, "MoE capacity factor (0 = dropless)");
+  f.add("model", "aux-loss-coef", &m.aux_loss_coef, "MoE load-balancing loss coefficient");
+  f.add("model", "moe-every", &m.moe_every, "every k-th block is MoE");
+  f.add("model", "router-bias-update", &m.router_bias_update,
+        "aux-loss-free balancing bias step gamma (0 = off)");
+
+  ParallelOptions& p = o.parallel;
+  f.add("parallel", "dp", &p.dp,
+        "data-parallel replicas: each trains on 1/dp of the global batch, gradients are "
+        "averaged in a synchronous all-reduce");
+  f.add("parallel", "tp", &p.tp, "tensor-parallel ranks (split matmuls)");
+  f.add("parallel", "pp", &p.pp, "pipeline stages");
+  f.add("parallel", "ep", &p.ep, "expert-parallel ranks (divides --dp)");
+  f.add("parallel", "microbatches", &p.microbatches,
+        "microbatches per step per replica (gradient accumulation; --batch must be divisible "
+        "by dp * microbatches)");
+  f.add("parallel", "schedule", &p.schedule, "pipeline schedule: gpipe|1f1b|interleaved|zb-h1");
+  f.add("parallel", "virtual-stages", &p.virtual_stages, "model chunks per pipeline rank");
+  f.add("parallel", "zero", &p.zero,
+        "ZeRO stage over the dp group: 0 none, 1 optimizer state sharded, 2 + gradients, "
+        "3 + parameters");
+  f.add_bool("parallel", "sequence-parallel", &p.sequence_parallel,
+             "shard LayerNorm/residual regions along the sequence (with --tp)");
+  f.add("parallel", "bucket-mb", &p.bucket_mb, "gradient all-reduce bucket size in MB");
+
+  OptimOptions& t = o.optim;
+  f.add("train", "steps", &t.steps, "optimizer steps");
+  f.add("train", "batch", &t.batch, "global batch size in sequences");
+  f.add("train", "lr", &t.lr, "peak learning rate");
+  f.add("train", "min-lr", &t.min_lr, "final learning rate of the cosine schedule");
+  f.add("train", "warmup", &t.warmup, "linear warmup updates");
+  f.add("train", "lr-schedule", &t.lr_schedule, "constant|cosine");
+  f.add("train", "weight-decay", &t.weight_decay, "AdamW decoupled weight decay (2-D tensors)");
+  f.add("train", "grad-clip", &t.grad_clip, "clip gradients to this global L2 norm (0 = off)");
+  f.add("train", "beta1", &t.beta1, "AdamW beta1");
+  f.add("train", "beta2", &t.beta2, "AdamW beta2");
+  f.add("train", "eps", &t.eps, "AdamW epsilon");
+  f.add("train", "seed", &t.seed, "seed of the initialisation and of sampling");
+  f.add("train", "threads", &t.threads, "compute threads per rank");
+  f.add("train", "eval-every", &t.eval_every,
+        "validation loss every N steps and at the end (0 = never)");
+  f.add("train", "eval-batches", &t.eval_batches, "global batches per validation");
+
+  IoOptions& io = o.io;
+  f.add("data", "data", &io.data,
+        "training token shard (llm.c format); default: the embedded fortunes corpus");
+  f.add("data", "val-data", &io.val_data, "validation token shard");
+  f.add("io", "init-from", &io.init_from, "initial weights (safetensors, nanoGPT names)");
+  f.add("io", "export", &io.export_path, "write final weights to this safetensors file");
+  f.add("io", "save", &io.save, "checkpoint directory to write (resumable state)");
+  f.add("io", "save-every", &io.save_every, "also save every N steps (0 = only at the end)");
+  f.add("io", "load", &io.load, "checkpoint directory to resume from");
+  f.add("io", "metrics", &io.metrics, "JSONL metrics file (one record per step)");
+  f.add("io", "trace", &io.trace, "Chrome/Perfetto trace file (JSON)");
+  f.add("io", "sample-tokens", &io.sample_tokens,
+        "print a generated sample of N tokens at the end (0 = none)");
+  f.add("io", "prompt", &io.sample_prompt, "prompt of the final sample");
+  f.add_bool("io", "quiet", &io.quiet, "no progress output");
+
+  EngineOptions& e = o.engine;
+  f.add("engine", "backend", &e.backend,
+        "local: ranks are threads of this process; mpi: one rank per MPI process (mpirun)");
+  f.add("engine", "timeout", &e.timeout_s,
+        "seconds a collective may wait before the run aborts naming the missing ranks");
+}
+
+}  // namespace
+
+CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
+  auto opts = std::make_shared<TrainOptions>();
+  auto flags = std::make_shared<FlagSet>();
+  auto print_config = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("train", "train a GPT (see also CONTRACTS: flags)");
+  const bool is_train = *argc > 1 && std::strcmp((*argv)[1], "train") == 0;
+  define_train_flags(*flags, *opts);
+  std::string config = is_train ? find_config_arg(*argc, *argv) : "";
+  // A bad config file is reported when the command runs, as a usage error.
+  auto config_error = std::make_shared<std::string>();
+  if (!config.empty()) {
+    try {
+      flags->load_toml(config);
+    } catch (const UsageError& e) {
+      *config_error = e.what();
+    }
+  }
+  cmd->add_option("--config", "TOML file with [model] [parallel] [train] [data] [io] [engine] "
+                              "sections; flags override it");
+  cmd->add_flag("--print-config", *print_config, "print the resolved configuration as TOML and exit");
+  flags->register_cli(*cmd);
+  return [=]() {
+    if (!config_error->empty()) throw UsageError(*config_error);
+    opts->vocab_given = flags->given("vocab");
+    opts->seq_given = flags->given("seq");
+    if (*print_config) {
+      std::printf("%s", flags->to_toml().c_str());
+      return 0;
+    }
+    return run_training(*opts, argc, argv);
+  };
+}
+
+}  // namespace mt

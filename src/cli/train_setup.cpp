@@ -1,0 +1,116 @@
+#include "cli/train_setup.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "comm/world.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "kernels/gemm_peak.h"
+#include "train/checkpoint.h"
+#include "train/corpus.h"
+#include "train/data_loader.h"
+#include "train/trainer.h"
+
+namespace mt {
+
+namespace {
+
+bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (v == a) return true;
+  return false;
+}
+
+}  // namespace
+
+void resolve_train_options(TrainOptions& o) {
+  OptimOptions& t = o.optim;
+  ParallelOptions& p = o.parallel;
+  MT_REQUIRE(t.steps >= 0, "--steps must be >= 0 (got ", t.steps, ")");
+  MT_REQUIRE(t.batch >= 1, "--batch must be >= 1 (got ", t.batch, ")");
+  MT_REQUIRE(t.lr > 0, "--lr must be > 0 (got ", t.lr, ")");
+  MT_REQUIRE(t.min_lr >= 0, "--min-lr must be >= 0 (got ", t.min_lr, ")");
+  MT_REQUIRE(t.warmup >= 0, "--warmup must be >= 0 (got ", t.warmup, ")");
+  MT_REQUIRE(one_of(t.lr_schedule, {"constant", "cosine"}), "--lr-schedule must be constant or "
+             "cosine (got '", t.lr_schedule, "')");
+  MT_REQUIRE(t.weight_decay >= 0, "--weight-decay must be >= 0");
+  MT_REQUIRE(t.grad_clip >= 0, "--grad-clip must be >= 0 (0 disables clipping)");
+  MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1,
+             "--beta1 and --beta2 must be in [0, 1)");
+  MT_REQUIRE(t.eps > 0, "--eps must be > 0");
+  MT_REQUIRE(t.threads >= 1 && t.threads <= 256, "--threads must be in 1..256 (got ", t.threads,
+             ")");
+  MT_REQUIRE(t.eval_every >= 0 && t.eval_batches >= 1,
+             "--eval-every must be >= 0 and --eval-batches >= 1");
+  for (auto [name, v] : {std::pair{"--dp", p.dp}, {"--tp", p.tp}, {"--pp", p.pp}, {"--ep", p.ep},
+                         {"--microbatches", p.microbatches}, {"--virtual-stages", p.virtual_stages}})
+    MT_REQUIRE(v >= 1, name, " must be >= 1 (got ", v, ")");
+  MT_REQUIRE(p.zero >= 0 && p.zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", p.zero, ")");
+  MT_REQUIRE(one_of(p.schedule, {"gpipe", "1f1b", "interleaved", "zb-h1"}),
+             "--schedule must be gpipe, 1f1b, interleaved or zb-h1 (got '", p.schedule, "')");
+  MT_REQUIRE(p.bucket_mb > 0, "--bucket-mb must be > 0");
+  MT_REQUIRE(t.batch % (p.dp * p.microbatches) == 0, "--batch ", t.batch,
+             " must be divisible by --dp x --microbatches = ", p.dp * p.microbatches,
+             " (each replica's microbatches must be equal)");
+  MT_REQUIRE(one_of(o.engine.backend, {"local", "mpi"}), "--backend must be local or mpi (got '",
+             o.engine.backend, "')");
+  MT_REQUIRE(o.engine.timeout_s > 0, "--timeout must be > 0 seconds");
+  MT_REQUIRE(o.io.save_every >= 0, "--save-every must be >= 0");
+  MT_REQUIRE(o.io.sample_tokens >= 0, "--sample-tokens must be >= 0");
+
+  // Data: the embedded corpus unless the user brings shards.
+  if (o.io.data.empty()) {
+    CorpusFiles c = prepare_fortunes_corpus(default_corpus_dir());
+    o.io.data = c.train_path;
+    if (o.io.val_data.empty()) o.io.val_data = c.val_path;
+  }
+  // Model shape from an init file: the file decides; conflicting flags are errors.
+  if (!o.io.init_from.empty()) {
+    ModelConfig f = model_config_from_file(o.io.init_from, o.model);
+    MT_REQUIRE(!o.seq_given || o.model.seq <= f.seq, "--seq ", o.model.seq,
+               " is longer than the position table of ", o.io.init_from, " (", f.seq, " rows)");
+    MT_REQUIRE(!o.seq_given || o.model.seq == f.seq, "--seq ", o.model.seq, " differs from the ",
+               f.seq, " positions of ", o.io.init_from, "; drop --seq to use the file's");
+    MT_REQUIRE(!o.vocab_given || o.model.vocab == f.vocab, "--vocab ", o.model.vocab,
+               " differs from the ", f.vocab, " rows of transformer.wte.weight in ",
+               o.io.init_from);
+    o.model = f;
+    o.vocab_given = true;
+  }
+  if (!o.vocab_given) {
+    // Byte-level by default; GPT-2-tokenized shards bring larger ids.
+    TokenShard shard(o.io.data);
+    o.model.vocab = std::max(256, shard.max_token_id() + 1);
+  }
+  o.model.validate();
+}
+
+int run_training(TrainOptions o, int* argc, char*** argv) {
+  const bool mpi = o.engine.backend == "mpi";
+  // Under MPI every process parses; only rank 0 should print, which run_mpi arranges.
+  resolve_train_options(o);
+  RunInfo info;
+  info.t0 = now_seconds();
+  // One short measurement of what a core can do, the denominator of MFU.
+  info.peak_gflops_per_thread = measure_sgemm_peak_gflops(1, 0.3);
+  WorldOptions wo;
+  wo.timeout_s = o.engine.timeout_s;
+  const char* check = std::getenv("MESHTRAIN_CHECK_COLLECTIVES");
+  wo.check_collectives = check && std::string(check) == "1";
+  auto body = [&](CommWorld& world) {
+    MT_REQUIRE(world.size() == o.parallel.world(), "the layout needs --pp x --dp x --tp = ",
+               o.parallel.world(), " ranks but the ", world.backend_name(), " world has ",
+               world.size(), mpi ? " (set mpirun -np to match)" : "");
+    train_rank(o, world, info);
+  };
+  if (mpi)
+    run_mpi(argc, argv, wo, body);
+  else
+    run_local(o.parallel.world(), wo, body);
+  return 0;
+}
+
+}  // namespace mt

@@ -1,0 +1,73 @@
+// Work handles of the local backend.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "comm/communicator.h"
+#include "comm/local/group_state.h"
+#include "comm/local/local_communicator.h"
+#include "comm/local/op_queue.h"
+
+namespace mt::local {
+
+// Outcome of one queued collective; error is written before the queue marks it done.
+struct OpStatus {
+  std::exception_ptr error;
+};
+
+// A queued collective: complete when its queue ticket has run.
+class CollectiveWork final : public Work::Impl {
+ public:
+  CollectiveWork(std::shared_ptr<OpQueue> q, uint64_t ticket, std::shared_ptr<OpStatus> st,
+                 std::shared_ptr<LocalCommunicator::Stats> stats)
+      : q_(std::move(q)), ticket_(ticket), st_(std::move(st)), stats_(std::move(stats)) {}
+  bool test() override;
+  void wait() override;
+
+ private:
+  std::shared_ptr<OpQueue> q_;
+  uint64_t ticket_;
+  std::shared_ptr<OpStatus> st_;
+  std::shared_ptr<LocalCommunicator::Stats> stats_;
+};
+
+// A send or receive: complete when matched and copied, and once every collective issued
+// before it on the same communicator has completed (calls complete in issue order).
+class P2PWork final : public Work::Impl {
+ public:
+  using Key = std::tuple<int, int, int>;  // mailbox channel (src, dst, tag)
+  P2PWork(std::shared_ptr<GroupState> g, std::shared_ptr<P2POp> op, Key key, bool is_send,
+          int global_rank, std::shared_ptr<OpQueue> q, uint64_t prior_ticket,
+          std::shared_ptr<LocalCommunicator::Stats> stats, std::string where, std::string missing)
+      : g_(std::move(g)),
+        op_(std::move(op)),
+        key_(key),
+        is_send_(is_send),
+        global_rank_(global_rank),
+        q_(std::move(q)),
+        prior_(prior_ticket),
+        stats_(std::move(stats)),
+        where_(std::move(where)),
+        missing_(std::move(missing)) {}
+  bool test() override;
+  void wait() override;
+
+ private:
+  void fail(const std::string& why);  // withdraws the request, records, throws
+
+  std::shared_ptr<GroupState> g_;
+  std::shared_ptr<P2POp> op_;
+  Key key_;
+  bool is_send_;
+  int global_rank_;
+  std::shared_ptr<OpQueue> q_;
+  uint64_t prior_;
+  std::shared_ptr<LocalCommunicator::Stats> stats_;
+  std::string where_;    // "rank 3: recv #2 from rank 1 (tag 0x1000005) on group pp[1,5]"
+  std::string missing_;  // "rank 1 did not send"
+};
+
+}  // namespace mt::local

@@ -1,0 +1,83 @@
+// The local backend's CommWorld and run_local: n ranks as threads of this process.
+#include <thread>
+
+#include "comm/local/group_state.h"
+#include "comm/local/local_communicator.h"
+#include "comm/local/local_job.h"
+#include "comm/world.h"
+#include "core/error.h"
+
+namespace mt {
+
+namespace local {
+
+class LocalWorld final : public CommWorld {
+ public:
+  LocalWorld(LocalJob& job, int rank) : job_(job), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return job_.size(); }
+  const char* backend_name() const override { return "local"; }
+  const WorldOptions& options() const override { return job_.options(); }
+
+  std::shared_ptr<Communicator> world() override {
+    if (!world_) world_ = std::make_shared<LocalCommunicator>(job_.world_group(), rank_);
+    return world_;
+  }
+
+  std::shared_ptr<Communicator> make_group(const std::vector<int>& members,
+                                           const std::string& kind) override {
+    return std::make_shared<LocalCommunicator>(
+        job_.join_group(rank_, group_calls_++, members, kind), rank_);
+  }
+
+  void abort(const std::string& why) override {
+    job_.fail(rank_, std::make_exception_ptr(RuntimeError(str("rank ", rank_, ": ", why))));
+  }
+
+ private:
+  LocalJob& job_;
+  int rank_;
+  uint64_t group_calls_ = 0;
+  std::shared_ptr<Communicator> world_;
+};
+
+// The failure as the caller of run_local sees it: it names the rank unless it already
+// does; a UsageError keeps its type (exit code 2) and its plain message.
+[[noreturn]] void rethrow_root_cause(const LocalJob& job) {
+  const std::string prefix = str("rank ", job.failed_rank(), ": ");
+  try {
+    std::rethrow_exception(job.failure());
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    if (what.rfind("rank ", 0) == 0 && dynamic_cast<const RuntimeError*>(&e)) throw;
+    throw RuntimeError(prefix + what);
+  } catch (...) {
+    throw RuntimeError(prefix + "unknown exception");
+  }
+}
+
+}  // namespace local
+
+void run_local(int n, const WorldOptions& opts, const RankMain& fn) {
+  MT_REQUIRE(n >= 1, "the local backend needs at least 1 rank (got ", n, ")");
+  local::LocalJob job(n, opts);
+  std::vector<std::thread> ranks;
+  ranks.reserve(n);
+  for (int r = 0; r < n; ++r) {
+    ranks.emplace_back([&job, &fn, r] {
+      try {
+        local::LocalWorld world(job, r);
+        fn(world);
+      } catch (...) {
+        job.fail(r, std::current_exception(), local::LocalJob::FailKind::rank_exit);
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  if (job.failed()) local::rethrow_root_cause(job);
+}
+
+}  // namespace mt

@@ -1,0 +1,174 @@
+#include "core/atomic_file.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace mt {
+namespace {
+
+[[noreturn]] void throw_errno(const std::string& what, const std::string& path, int err) {
+  throw RuntimeError(str(what, " ", path, ": ", std::strerror(err)));
+}
+
+// The directory holding `path` ("." for a bare file name): the one whose entry the
+// rename changes, and so the one to fsync.
+std::string parent_dir(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+// Removes a trailing '/' so "ckpt/" and "ckpt" name the same sibling temporaries.
+std::string strip_trailing_slash(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+void fsync_tree(const fs::path& root) {
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (entry.is_regular_file() || entry.is_directory()) fsync_path(entry.path().string());
+  }
+  fsync_path(root.string());
+}
+
+}  // namespace
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_errno("cannot open for fsync", path, errno);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw_errno("cannot fsync", path, err);
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  std::string pattern = path_ + ".tmp-XXXXXX";
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd_ < 0) throw_errno("cannot create temporary file for", path_, errno);
+  temp_path_ = name.data();
+  // mkstemp creates 0600; a published file should get the usual umask-based mode.
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd_, 0666 & ~mask);
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) discard();
+}
+
+void AtomicFile::discard() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  MT_CHECK(fd_ >= 0 && !committed_, "write to a closed AtomicFile ", path_);
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      discard();
+      throw_errno("cannot write", path_, err);
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  MT_CHECK(fd_ >= 0 && !committed_, "commit of a closed AtomicFile ", path_);
+  int err = 0;
+  if (::fsync(fd_) != 0) err = errno;
+  if (::close(fd_) != 0 && err == 0) err = errno;
+  fd_ = -1;
+  if (err) {
+    discard();
+    throw_errno("cannot write", path_, err);
+  }
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    err = errno;
+    discard();
+    throw_errno("cannot rename temporary file onto", path_, err);
+  }
+  committed_ = true;
+  fsync_path(parent_dir(path_));
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t bytes) {
+  AtomicFile file(path);
+  file.write(data, bytes);
+  file.commit();
+}
+
+void publish_dir_atomic(const std::string& dir_arg,
+                        const std::function<void(const std::string& temp_dir)>& fill) {
+  const std::string dir = strip_trailing_slash(dir_arg);
+  std::error_code ec;
+  auto status = fs::symlink_status(dir, ec);
+  const bool exists = fs::exists(status);
+  if (exists && !fs::is_directory(status))
+    throw UsageError(str(dir, " exists and is not a directory; refusing to replace it"));
+
+  std::string pattern = dir + ".tmp-XXXXXX";
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  if (!::mkdtemp(name.data())) throw_errno("cannot create temporary directory for", dir, errno);
+  const std::string temp = name.data();
+  // mkdtemp creates 0700; give the published directory the usual umask-based mode.
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::chmod(temp.c_str(), 0777 & ~mask);
+
+  // What to delete at the end: the temporary on failure, the previous copy on success.
+  std::string leftover = temp;
+  try {
+    fill(temp);
+    fsync_tree(temp);
+    if (!exists) {
+      if (::rename(temp.c_str(), dir.c_str()) != 0) throw_errno("cannot publish", dir, errno);
+    } else if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
+      if (errno != EINVAL && errno != ENOSYS) throw_errno("cannot publish", dir, errno);
+      // No RENAME_EXCHANGE on this filesystem: park the old copy under a unique name
+      // (a rename onto an empty directory replaces it), then move the new one in.
+      std::string old_pattern = dir + ".old-XXXXXX";
+      std::vector<char> old_name(old_pattern.begin(), old_pattern.end());
+      old_name.push_back('\0');
+      if (!::mkdtemp(old_name.data())) throw_errno("cannot create temporary for", dir, errno);
+      if (::rename(dir.c_str(), old_name.data()) != 0) {
+        int err = errno;
+        ::rmdir(old_name.data());
+        throw_errno("cannot move aside", dir, err);
+      }
+      if (::rename(temp.c_str(), dir.c_str()) != 0) {
+        int err = errno;
+        ::rename(old_name.data(), dir.c_str());  // put the old copy back
+        throw_errno("cannot publish", dir, err);
+      }
+      leftover = old_name.data();
+    }
+    // After RENAME_EXCHANGE, `temp` names the previous directory, which is the leftover.
+  } catch (...) {
+    fs::remove_all(temp, ec);
+    throw;
+  }
+  fsync_path(parent_dir(dir));
+  fs::remove_all(leftover, ec);
+}
+
+}  // namespace mt

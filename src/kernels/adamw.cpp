@@ -1,0 +1,92 @@
+#include "kernels/adamw.h"
+
+#include <omp.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include <cmath>
+
+namespace mt {
+
+namespace {
+
+struct AdamWScalars {
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, bc2_sqrt, eps;
+};
+
+// One element, in torch's order. torch's add_(g, alpha) and addcmul_ end in a fused
+// multiply-add (checked against torch 1.13 on AVX2, vector body and scalar tail alike);
+// every other step rounds separately.
+inline void adamw_one(float& param, float g, float& m, float& v, const AdamWScalars& s) {
+  float mi = __builtin_fmaf(g, s.one_minus_beta1, m * s.beta1);
+  float vi = __builtin_fmaf(s.one_minus_beta2 * g, g, v * s.beta2);
+  float denom = __builtin_sqrtf(vi) / s.bc2_sqrt + s.eps;
+  param = param * s.decay + (s.neg_step_size * mi) / denom;
+  m = mi;
+  v = vi;
+}
+
+// Bitwise agreement with torch needs exact control of rounding: GCC would otherwise fuse
+// p * decay + update into one FMA (torch rounds p * decay first); the attribute does not
+// reach OpenMP's outlined bodies, hence this per-thread chunk function. The AVX-512 body
+// spells the same operations out because sqrt's errno handling (no -fno-math-errno here)
+// keeps GCC from vectorising the plain loop, which then costs more than the memory traffic.
+// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on _mm512_sqrt_ps under this attribute.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+[[gnu::optimize("fp-contract=off"), gnu::noinline]] void adamw_chunk(float* param,
+                                                                     const float* grad, float* m,
+                                                                     float* v, size_t lo, size_t hi,
+                                                                     const AdamWScalars& s) {
+  size_t i = lo;
+#if defined(__AVX512F__)
+  const __m512 decay = _mm512_set1_ps(s.decay), beta1 = _mm512_set1_ps(s.beta1),
+               omb1 = _mm512_set1_ps(s.one_minus_beta1), beta2 = _mm512_set1_ps(s.beta2),
+               omb2 = _mm512_set1_ps(s.one_minus_beta2), nss = _mm512_set1_ps(s.neg_step_size),
+               bc2 = _mm512_set1_ps(s.bc2_sqrt), eps = _mm512_set1_ps(s.eps);
+  for (; i + 16 <= hi; i += 16) {
+    __m512 g = _mm512_loadu_ps(grad + i);
+    __m512 mi = _mm512_fmadd_ps(g, omb1, _mm512_mul_ps(_mm512_loadu_ps(m + i), beta1));
+    __m512 vi =
+        _mm512_fmadd_ps(_mm512_mul_ps(omb2, g), g, _mm512_mul_ps(_mm512_loadu_ps(v + i), beta2));
+    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
+    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(param + i), decay);
+    p = _mm512_add_ps(p, _mm512_div_ps(_mm512_mul_ps(nss, mi), denom));
+    _mm512_storeu_ps(param + i, p);
+    _mm512_storeu_ps(m + i, mi);
+    _mm512_storeu_ps(v + i, vi);
+  }
+#endif
+  for (; i < hi; i++) adamw_one(param[i], grad[i], m[i], v[i], s);
+}
+#pragma GCC diagnostic pop
+
+}  // namespace
+
+void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
+                  const AdamWParams& hp) {
+  // Scalars exactly as torch derives them from Python floats (see adamw.h).
+  const double bias_correction1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
+  const double bias_correction2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
+  const AdamWScalars s{static_cast<float>(1.0 - hp.lr * hp.weight_decay),
+                       static_cast<float>(hp.beta1),
+                       static_cast<float>(1.0 - hp.beta1),
+                       static_cast<float>(hp.beta2),
+                       static_cast<float>(1.0 - hp.beta2),
+                       static_cast<float>(-(hp.lr / bias_correction1)),
+                       static_cast<float>(std::sqrt(bias_correction2)),
+                       static_cast<float>(hp.eps)};
+#pragma omp parallel
+  {
+    // Contiguous, 16-float aligned chunks per thread.
+    size_t nt = static_cast<size_t>(omp_get_num_threads());
+    size_t per = (n + nt - 1) / nt;
+    per = (per + 15) / 16 * 16;
+    size_t lo = per * static_cast<size_t>(omp_get_thread_num());
+    size_t hi = lo + per < n ? lo + per : n;
+    if (lo < hi) adamw_chunk(param, grad, m, v, lo, hi, s);
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,55 @@
+// Naive twins of the kernels (same signatures, namespace mt::ref): plain loops accumulating
+// in double, written for obviousness, not speed. Tests compare the fast kernels with these
+// and check these against finite differences.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/adamw.h"
+
+namespace mt::ref {
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC);
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
+                           int OC);
+void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int N, int C, int OC);
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+           const float* B, int ldb, float beta, float* C, int ldc);
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* mean, const float* rstd, int N, int C);
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int N, int C);
+
+void gelu_forward(float* out, const float* inp, size_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+void bias_gelu_forward(float* out, float* pre, const float* bias, int N, int OC);
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH);
+
+void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V,
+                          int ldv);
+void crossentropy_forward_backward(float* losses, float* logits, const int* targets, float dloss,
+                                   int N, int V, int ldv);
+
+void embedding_forward(float* out, const int* idx, const float* wte, const float* wpe, int B, int T,
+                       int C, int vocab_start, int vocab_rows);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx, int B, int T,
+                        int C, int vocab_start, int vocab_rows);
+
+// Same float arithmetic as torch (the order is the specification), one element at a time.
+void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
+                  const AdamWParams& hp);
+
+double sum_squares(const float* x, size_t n);
+bool all_finite(const float* x, size_t n);
+void scale_inplace(float* x, size_t n, float s);
+void add_inplace(float* y, const float* x, size_t n);
+
+}  // namespace mt::ref

@@ -1,0 +1,72 @@
+// One pre-LayerNorm transformer block (CONTRACTS.md §1):
+//   x_mid = x_in + c_proj(attention(c_attn(ln_1(x_in))))
+//   x_out = x_mid + mlp.c_proj(gelu(mlp.c_fc(ln_2(x_mid))))
+//
+// Tensor parallelism (Megatron): c_attn and mlp.c_fc are split by output columns (each
+// rank owns whole heads), attn.c_proj and mlp.c_proj by input rows. The communication is
+// one all-reduce per sub-block in forward (after the row-parallel matmul, before its bias)
+// and one in backward (of the LayerNorm-output gradient, the adjoint of handing the same
+// input to every column shard). With tp = 1 both are skipped.
+//
+// Backward is split: backward_input (B) produces dx_in and keeps the intermediate
+// gradients in the slot; backward_weight (W) turns them into weight gradients later.
+#pragma once
+
+#include "comm/communicator.h"
+#include "model/activation_pool.h"
+#include "model/config.h"
+#include "model/linear.h"
+#include "model/param_table.h"
+
+namespace mt {
+
+struct TensorParallelShard {
+  int rank = 0, size = 1;
+  Communicator* comm = nullptr;  // null when size == 1
+};
+
+class Block {
+ public:
+  // Registers the block's parameters in `table` (sharded over tp) and reserves its
+  // activation buffers in `layout` for microbatches of up to max_b sequences.
+  Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
+        ParamTable& table, SlotLayout& layout);
+
+  void bind(float* params, float* grads);
+
+  // x_out (b, T, C) = block(x_in (b, T, C)); x_in must stay untouched until backward_weight.
+  void forward(float* slot, const float* x_in, float* x_out, int b, int T);
+  // dx_in (b, T, C) = gradient w.r.t. x_in, from dx_out (b, T, C). Overwrites dx_in.
+  // scratch: attention backward scratch of attention_scratch_floats() floats.
+  void backward_input(float* slot, const float* x_in, const float* dx_out, float* dx_in,
+                      float* scratch, int b, int T);
+  // Weight gradients (+=) from the gradients backward_input kept in the slot.
+  void backward_weight(float* slot, const float* x_in, const float* dx_out, int b, int T);
+
+  size_t attention_scratch_floats() const;
+
+ private:
+  struct Norm {
+    const ParamInfo *w_info, *b_info;
+    const float *w, *b;
+    float *dw, *db;
+  };
+  void all_reduce_tp(float* x, size_t n);
+
+  int C_, max_b_, Cl_, Hl_, NHl_, T_;  // model dim, local attention width/hidden/heads
+  TensorParallelShard tp_;
+  Norm ln1_{}, ln2_{};
+  Linear qkv_, attn_proj_, fc_, mlp_proj_;
+  // Offsets of this block's buffers within a slot. N = b*T rows.
+  struct {
+    size_t ln1_out, ln1_mean, ln1_rstd;  // (N,C) (N) (N)
+    size_t qkv, att, att_out;            // (N,3Cl) (b,NHl,T,T) (N,Cl)
+    size_t x_mid;                        // (N,C)
+    size_t ln2_out, ln2_mean, ln2_rstd;  // (N,C) (N) (N)
+    size_t fc_pre, fc_out;               // (N,Hl) (N,Hl)
+    // gradients kept for the W pass
+    size_t d_fc, d_ln2, dx_mid, d_att_out, d_qkv, d_ln1;  // (N,Hl) (N,C) (N,C) (N,Cl) (N,3Cl) (N,C)
+  } off_{};
+};
+
+}  // namespace mt

@@ -1,0 +1,44 @@
+#include "model/config.h"
+
+#include "core/error.h"
+
+namespace mt {
+
+void ModelConfig::validate() const {
+  MT_REQUIRE(layers >= 1, "--layers must be >= 1 (got ", layers, ")");
+  MT_REQUIRE(dim >= 1, "--dim must be >= 1 (got ", dim, ")");
+  MT_REQUIRE(heads >= 1, "--heads must be >= 1 (got ", heads, ")");
+  MT_REQUIRE(seq >= 1, "--seq must be >= 1 (got ", seq, ")");
+  MT_REQUIRE(vocab >= 2 && vocab <= 65536, "--vocab must be in 2..65536 (got ", vocab, ")");
+  MT_REQUIRE(dim % heads == 0, "--heads ", heads, " does not divide --dim ", dim,
+             " (each head needs dim/heads columns)");
+  MT_REQUIRE(experts >= 0, "--experts must be >= 0 (got ", experts, ")");
+  if (experts > 0) {
+    MT_REQUIRE(topk >= 1 && topk <= experts, "--topk must be in 1..--experts (got ", topk, ")");
+    MT_REQUIRE(moe_every >= 1, "--moe-every must be >= 1 (got ", moe_every, ")");
+    MT_REQUIRE(capacity_factor >= 0, "--capacity-factor must be >= 0 (got ", capacity_factor,
+               ")");
+  }
+}
+
+int64_t ModelConfig::num_params() const {
+  int64_t C = dim;
+  int64_t per_block = 2 * 2 * C                  // ln_1, ln_2
+                      + 3 * C * C + 3 * C        // c_attn
+                      + C * C + C                // attn c_proj
+                      + 4 * C * C + 4 * C        // c_fc
+                      + 4 * C * C + C;           // mlp c_proj
+  return int64_t(vocab) * C + int64_t(seq) * C + layers * per_block + 2 * C;
+}
+
+double ModelConfig::flops_per_token() const {
+  double n = double(num_params() - int64_t(seq) * dim);
+  return 6.0 * n + 12.0 * layers * seq * dim;
+}
+
+std::string ModelConfig::describe() const {
+  return str("GPT ", layers, "L ", dim, "d ", heads, "h seq ", seq, " vocab ", vocab, " (",
+             num_params() / 1e6, "M params)");
+}
+
+}  // namespace mt

@@ -1,0 +1,35 @@
+// GPT model hyper-parameters (CONTRACTS.md §1) and their validation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mt {
+
+struct ModelConfig {
+  int layers = 4;
+  int dim = 128;
+  int heads = 4;
+  int seq = 128;     // context length T (and rows of the position table)
+  int vocab = 256;   // byte-level by default
+  // Mixture of experts (0 = dense). Math in CONTRACTS.md §1, MoE variant.
+  int experts = 0;
+  int topk = 2;
+  int moe_every = 1;
+  float capacity_factor = 0;
+  float aux_loss_coef = 0.01f;
+  float router_bias_update = 0;
+
+  int head_dim() const { return dim / heads; }
+  int hidden() const { return 4 * dim; }
+  // Throws UsageError naming the flag and what is allowed.
+  void validate() const;
+  // Parameters of the global model (tied embedding counted once).
+  int64_t num_params() const;
+  // Model FLOPs per token for one training step (forward + backward), as nanoGPT/PaLM count
+  // them: 6 per parameter (excluding the position table) plus 12*L*T*C for attention.
+  double flops_per_token() const;
+  std::string describe() const;
+};
+
+}  // namespace mt

@@ -1,0 +1,48 @@
+#include "model/gpt.h"
+
+#include "core/error.h"
+
+namespace mt {
+
+GPT::GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks,
+         const TensorParallelShard& tp, int max_b)
+    : cfg_(cfg) {
+  cfg.validate();
+  for (const ChunkSpec& spec : chunks)
+    chunks_.push_back(std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_));
+  params_.resize(table_.total());
+  grads_.resize(table_.total());
+  for (auto& c : chunks_) c->bind(params_.data(), grads_.data());
+}
+
+std::vector<ChunkSpec> GPT::whole_model(const ModelConfig& cfg) {
+  return {ChunkSpec{0, cfg.layers, true, true}};
+}
+
+double GPT::train_microbatch(const int* tokens, const int* targets, int b, int T, float dloss) {
+  MT_CHECK(chunks_.size() == 1 && chunks_[0]->spec().has_embedding && chunks_[0]->spec().has_head);
+  ModelChunk& c = *chunks_[0];
+  int slot = c.pool().acquire();
+  double loss = c.forward(slot, tokens, targets, b, T, dloss);
+  c.backward_input(slot, b, T);
+  c.backward_weight(slot, b, T);
+  c.pool().release(slot);
+  return loss;
+}
+
+double GPT::eval_microbatch(const int* tokens, const int* targets, int b, int T) {
+  MT_CHECK(chunks_.size() == 1 && chunks_[0]->spec().has_embedding && chunks_[0]->spec().has_head);
+  ModelChunk& c = *chunks_[0];
+  int slot = c.pool().acquire();
+  double loss = c.forward(slot, tokens, targets, b, T, 0.f);
+  c.pool().release(slot);
+  return loss;
+}
+
+size_t GPT::activation_peak_bytes() const {
+  size_t total = 0;
+  for (const auto& c : chunks_) total += c->pool().peak_bytes();
+  return total;
+}
+
+}  // namespace mt

@@ -1,0 +1,49 @@
+// The model as one rank holds it: the parameter table, the three arenas it describes
+// (parameters, gradients; optimizer moments live with the optimizer), and the chunks of
+// layers this rank runs. One worker holds a single chunk with every layer.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/arena.h"
+#include "model/model_chunk.h"
+#include "model/param_table.h"
+
+namespace mt {
+
+class GPT {
+ public:
+  // max_b: the largest microbatch (in sequences) a forward will see.
+  GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks, const TensorParallelShard& tp,
+      int max_b);
+  // The whole model in one chunk (one worker, or pure data parallelism).
+  static std::vector<ChunkSpec> whole_model(const ModelConfig& cfg);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamTable& table() const { return table_; }
+  Arena& params() { return params_; }
+  Arena& grads() { return grads_; }
+  ModelChunk& chunk(int i) { return *chunks_[i]; }
+  int num_chunks() const { return int(chunks_.size()); }
+
+  // Deterministic init (CONTRACTS.md §1), a function of (seed, name, element) only.
+  void init(uint64_t seed) { table_.init(params_.data(), seed); }
+  void zero_grads() { grads_.zero(); }
+
+  // Single-chunk conveniences: forward + backward (B then W) of one microbatch, returning
+  // the summed token loss; gradients accumulate (+=) into grads().
+  double train_microbatch(const int* tokens, const int* targets, int b, int T, float dloss);
+  double eval_microbatch(const int* tokens, const int* targets, int b, int T);
+
+  // Peak bytes of activation slots over all chunks.
+  size_t activation_peak_bytes() const;
+
+ private:
+  ModelConfig cfg_;
+  ParamTable table_;
+  std::vector<std::unique_ptr<ModelChunk>> chunks_;
+  Arena params_, grads_;
+};
+
+}  // namespace mt

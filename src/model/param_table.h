@@ -1,0 +1,71 @@
+// The parameter table: every tensor a rank holds, by its global name (CONTRACTS.md §4),
+// its global shape, how the rank's local piece maps into it, and where the piece lives in
+// the rank's flat arenas (parameters, gradients and optimizer moments share the offsets).
+//
+// Init, checkpoints, clipping and the equivalence tests all go through the global view,
+// so changing the parallel layout never changes the model.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mt {
+
+// How a local tensor relates to the global one. The local tensor is the concatenation,
+// along dimension `dim`, of global slices [start, start + len) in the order listed.
+// Rows of a block that lie beyond the global extent are padding (e.g. a vocabulary padded
+// to a multiple of tp): zero-initialised, never written to a file.
+// dim == -1: replicated (local == global).
+struct ShardSpec {
+  struct Block {
+    int64_t start, len;
+  };
+  int dim = -1;
+  std::vector<Block> blocks;
+  bool replicated() const { return dim < 0; }
+};
+
+enum class InitKind : uint8_t { normal, zeros, ones };
+
+struct ParamInfo {
+  std::string name;                   // global name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> global_shape;  // PyTorch (out, in) layout
+  std::vector<int64_t> local_shape;
+  ShardSpec shard;
+  size_t offset = 0;  // in the rank's arenas (floats)
+  size_t numel = 0;   // local element count
+  InitKind init = InitKind::normal;
+  float init_std = 0.02f;
+  // AdamW weight decay applies to tensors with 2 or more dims (CONTRACTS.md §2).
+  bool decay() const { return global_shape.size() >= 2; }
+  int64_t global_numel() const;
+  // Calls fn(local_index, global_index) for each local element that maps to a real
+  // global element (padding is skipped), in local order.
+  void for_each_element(const std::function<void(size_t, int64_t)>& fn) const;
+};
+
+class ParamTable {
+ public:
+  // Appends a tensor; offsets are assigned in order, each aligned to 16 floats (64 bytes).
+  ParamInfo& add(std::string name, std::vector<int64_t> global_shape, InitKind init,
+                 float init_std = 0.02f, ShardSpec shard = {});
+  const ParamInfo* find(const std::string& name) const;
+  const ParamInfo& at(const std::string& name) const;
+  // A deque, so the references add() returns stay valid as the table grows.
+  const std::deque<ParamInfo>& entries() const { return entries_; }
+  size_t total() const { return total_; }  // arena size in floats (with alignment gaps)
+  size_t numel() const;                    // sum of local element counts
+
+  // Deterministic init: element g of tensor `name` gets a value depending only on
+  // (seed, name, g) — identical on every layout.
+  void init(float* arena, uint64_t seed) const;
+
+ private:
+  std::deque<ParamInfo> entries_;
+  size_t total_ = 0;
+};
+
+}  // namespace mt

@@ -1,0 +1,67 @@
+// The device mesh: a pure function from the parallel sizes and a rank to that rank's
+// coordinates and the member lists of its groups (CONTRACTS.md §7). No I/O, no state.
+//
+// world = pp * dp * tp; tp varies fastest, then dp, then pp (Megatron's tp-dp-pp order):
+//   rank = (pp_idx * dp + dp_idx) * tp + tp_idx
+// Expert parallelism splits the dp axis: ep divides dp, an ep group is ep consecutive dp
+// indices with the same (pp, tp); ep_group = dp_idx / ep, ep_rank = dp_idx % ep. The
+// "expert replica" group joins the dp ranks holding the same experts (same ep_rank, same
+// pp and tp, one per ep group): expert gradients are averaged across it, not across dp.
+//
+// Worked example, pp=2 dp=2 tp=2 ep=2 (8 ranks):
+//   rank  pp dp tp  | tp group  dp group  pp group  ep group  ep replica
+//     0    0  0  0  | [0,1]     [0,2]     [0,4]     [0,2]     [0]
+//     1    0  0  1  | [0,1]     [1,3]     [1,5]     [1,3]     [1]
+//     2    0  1  0  | [2,3]     [0,2]     [2,6]     [0,2]     [2]
+//     3    0  1  1  | [2,3]     [1,3]     [3,7]     [1,3]     [3]
+//     4    1  0  0  | [4,5]     [4,6]     [0,4]     [4,6]     [4]
+//     5    1  0  1  | [4,5]     [5,7]     [1,5]     [5,7]     [5]
+//     6    1  1  0  | [6,7]     [4,6]     [2,6]     [4,6]     [6]
+//     7    1  1  1  | [6,7]     [5,7]     [3,7]     [5,7]     [7]
+// With ep=1 instead, every ep group is a single rank and the ep replica group equals the
+// dp group (each rank holds all experts, averaged over dp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mt {
+
+struct MeshShape {
+  int pp = 1, dp = 1, tp = 1, ep = 1;
+};
+
+struct MeshCoord {
+  int pp = 0, dp = 0, tp = 0;
+  int ep_group = 0;  // dp / ep: which expert-parallel group along dp
+  int ep_rank = 0;   // dp % ep: position inside it (which slice of the experts it holds)
+};
+
+enum class GroupKind { world, dp, tp, pp, ep, ep_replica };
+const char* group_kind_name(GroupKind k);
+
+class Mesh {
+ public:
+  // Throws UsageError (message without the "meshtrain: error:" prefix) when a size is < 1,
+  // pp*dp*tp != world_size, or ep does not divide dp.
+  Mesh(const MeshShape& shape, int world_size);
+
+  const MeshShape& shape() const { return shape_; }
+  int world_size() const { return world_size_; }
+
+  MeshCoord coord(int rank) const;
+  int rank_of(int pp, int dp, int tp) const;
+
+  // Global ranks (ascending) of the group of kind k that contains rank.
+  std::vector<int> members(GroupKind k, int rank) const;
+  // Every group of kind k (a partition of the world), ordered by their first member.
+  std::vector<std::vector<int>> all_groups(GroupKind k) const;
+
+ private:
+  void check_rank(int rank) const;
+
+  MeshShape shape_;
+  int world_size_;
+};
+
+}  // namespace mt

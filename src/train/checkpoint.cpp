@@ -1,0 +1,151 @@
+#include "train/checkpoint.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "train/optimizer.h"
+#include "train/safetensors.h"
+
+namespace mt {
+
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
+  return {{"format", "meshtrain"},        {"layers", std::to_string(c.layers)},
+          {"dim", std::to_string(c.dim)}, {"heads", std::to_string(c.heads)},
+          {"seq", std::to_string(c.seq)}, {"vocab", std::to_string(c.vocab)}};
+}
+
+// Tensors of `arena` (laid out by the table) under their global names plus `suffix`.
+// Whole-model ranks hold every tensor unsharded, so local data is the global tensor.
+std::vector<SafetensorsTensor> global_tensors(const ParamTable& table, const float* arena,
+                                              const std::string& suffix,
+                                              std::vector<std::string>& names) {
+  names.clear();
+  for (const ParamInfo& p : table.entries()) {
+    MT_CHECK(p.shard.replicated(), "export of sharded tensor ", p.name, " needs a gather");
+    names.push_back(p.name + suffix);
+  }
+  std::vector<SafetensorsTensor> out;
+  size_t i = 0;
+  for (const ParamInfo& p : table.entries())
+    out.push_back({names[i++], p.global_shape, arena + p.offset});
+  return out;
+}
+
+void write_arena(const std::string& path, const ParamTable& table, const float* arena,
+                 const std::string& suffix, const std::map<std::string, std::string>& meta) {
+  std::vector<std::string> names;
+  auto tensors = global_tensors(table, arena, suffix, names);
+  write_safetensors(path, tensors, meta);
+}
+
+// Fills this rank's local elements of every tensor from the file's global tensors.
+void read_arena(const SafetensorsFile& f, const ParamTable& table, float* arena,
+                const std::string& suffix) {
+  std::vector<float> global;
+  for (const ParamInfo& p : table.entries()) {
+    const std::string name = p.name + suffix;
+    f.expect_shape(name, p.global_shape);
+    global.resize(size_t(p.global_numel()));
+    f.read(name, global.data(), global.size());
+    float* dst = arena + p.offset;
+    p.for_each_element([&](size_t l, int64_t g) { dst[l] = global[size_t(g)]; });
+  }
+}
+
+}  // namespace
+
+ModelConfig model_config_from_file(const std::string& path, const ModelConfig& base) {
+  SafetensorsFile f(path);
+  ModelConfig c = base;
+  const auto& wte = f.tensor("transformer.wte.weight").shape;
+  const auto& wpe = f.tensor("transformer.wpe.weight").shape;
+  MT_REQUIRE(wte.size() == 2 && wpe.size() == 2 && wte[1] == wpe[1], path,
+             ": transformer.wte.weight ", shape_str(wte), " and transformer.wpe.weight ",
+             shape_str(wpe), " are not [V, C] and [T, C] tables of one width");
+  c.vocab = int(wte[0]);
+  c.dim = int(wte[1]);
+  c.seq = int(wpe[0]);
+  int layers = 0;
+  while (f.contains("transformer.h." + std::to_string(layers) + ".ln_1.weight")) ++layers;
+  MT_REQUIRE(layers > 0, path, ": no transformer blocks (transformer.h.0.*) in the file");
+  c.layers = layers;
+  auto it = f.metadata().find("heads");
+  if (it != f.metadata().end()) c.heads = std::stoi(it->second);
+  return c;
+}
+
+void export_weights(const std::string& path, const GPT& model) {
+  write_arena(path, model.table(), const_cast<GPT&>(model).params().data(), "",
+              config_metadata(model.config()));
+}
+
+void import_weights(const std::string& path, GPT& model) {
+  SafetensorsFile f(path);
+  read_arena(f, model.table(), model.params().data(), "");
+}
+
+void save_checkpoint(const std::string& dir, const GPT& model, const AdamW& opt,
+                     const TrainState& state) {
+  MT_CHECK(opt.begin() == 0 && opt.end() == model.table().total(),
+           "sharded optimizer state needs a gather before saving");
+  GPT& m = const_cast<GPT&>(model);
+  AdamW& o = const_cast<AdamW&>(opt);
+  publish_dir_atomic(dir, [&](const std::string& tmp) {
+    auto meta = config_metadata(model.config());
+    write_arena(tmp + "/model.safetensors", model.table(), m.params().data(), "", meta);
+    // The optimizer file holds both moments under suffixed names.
+    std::vector<std::string> n1, n2;
+    auto t1 = global_tensors(model.table(), o.exp_avg().data(), ".exp_avg", n1);
+    auto t2 = global_tensors(model.table(), o.exp_avg_sq().data(), ".exp_avg_sq", n2);
+    t1.insert(t1.end(), t2.begin(), t2.end());
+    write_safetensors(tmp + "/optimizer.safetensors", t1, meta);
+    nlohmann::json j = {{"format_version", kFormatVersion},
+                        {"step", state.step},
+                        {"data_position", state.data_position},
+                        {"seed", state.seed},
+                        {"model", config_metadata(model.config())}};
+    write_file_atomic(tmp + "/state.json", j.dump(2) + "\n");
+  });
+}
+
+TrainState load_checkpoint(const std::string& dir, GPT& model, AdamW& opt) {
+  MT_CHECK(opt.begin() == 0 && opt.end() == model.table().total(),
+           "sharded optimizer state needs a scatter after loading");
+  const std::string state_path = dir + "/state.json";
+  std::ifstream in(state_path);
+  MT_REQUIRE(in.good(), "--load ", dir, ": ", state_path,
+             " is missing (not a meshtrain checkpoint directory?)");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw UsageError(str("--load ", dir, ": state.json is not valid JSON (", e.what(), ")"));
+  }
+  TrainState s;
+  try {
+    MT_REQUIRE(j.at("format_version").get<int>() == kFormatVersion, "--load ", dir,
+               ": unsupported checkpoint format_version ", j.at("format_version").dump());
+    s.step = j.at("step").get<int>();
+    s.data_position = j.at("data_position").get<int64_t>();
+    s.seed = j.at("seed").get<uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(str("--load ", dir, ": state.json is incomplete (", e.what(), ")"));
+  }
+  MT_REQUIRE(s.step >= 0 && s.data_position >= 0, "--load ", dir,
+             ": state.json holds a negative step or data position");
+  SafetensorsFile weights(dir + "/model.safetensors");
+  read_arena(weights, model.table(), model.params().data(), "");
+  SafetensorsFile moments(dir + "/optimizer.safetensors");
+  read_arena(moments, model.table(), opt.exp_avg().data(), ".exp_avg");
+  read_arena(moments, model.table(), opt.exp_avg_sq().data(), ".exp_avg_sq");
+  return s;
+}
+
+}  // namespace mt

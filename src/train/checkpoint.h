@@ -1,0 +1,42 @@
+// Weights and training state on disk, always in the global view (CONTRACTS.md §4): a file
+// never depends on the parallel layout that wrote it, so any layout can load it.
+//
+//   --export FILE / --init-from FILE : model weights as fp32 safetensors (nanoGPT names)
+//   --save DIR / --load DIR          : resumable state, published atomically:
+//       DIR/model.safetensors      weights
+//       DIR/optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq"
+//       DIR/state.json             step, data position, seed, model config, format
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+#include "model/gpt.h"
+
+namespace mt {
+
+class AdamW;
+
+struct TrainState {
+  int step = 0;               // optimizer updates completed
+  int64_t data_position = 0;  // loader position for the next batch
+  uint64_t seed = 0;
+};
+
+// Reads the model shape recorded in a weights file (vocab, seq, dim, layers, heads) so the
+// CLI can take defaults from it. Heads are taken from metadata when present.
+ModelConfig model_config_from_file(const std::string& path, const ModelConfig& base);
+
+// Writes the weights this rank holds (whole model, one worker or replicated data parallel).
+void export_weights(const std::string& path, const GPT& model);
+// Loads every parameter this rank holds from the file; names and global shapes must match.
+void import_weights(const std::string& path, GPT& model);
+
+void save_checkpoint(const std::string& dir, const GPT& model, const AdamW& opt,
+                     const TrainState& state);
+// Validates the directory (every file present and well-formed, shapes matching this
+// model) and restores weights, moments and state. Throws UsageError when corrupt.
+TrainState load_checkpoint(const std::string& dir, GPT& model, AdamW& opt);
+
+}  // namespace mt

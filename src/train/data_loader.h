@@ -1,0 +1,70 @@
+// Sequential batches from one token shard, in the order of CONTRACTS.md §3, so that every
+// parallel layout trains on exactly the tokens one worker would see.
+//
+// A global batch is B sequences of T inputs plus T targets (the inputs shifted by one):
+//   sequence s of the batch (0 <= s < B) reads tokens[pos + s*T .. pos + s*T + T]
+//   (T+1 tokens: inputs are the first T, targets the last T), then pos += B*T.
+// When pos + B*T + 1 > ntok the batch would read past the end, so pos returns to 0
+// first (llm.c's sequential loader; the tail of the shard is skipped, not wrapped).
+//
+// Slicing: data-parallel rank d owns sequences d*B/dp .. (d+1)*B/dp - 1 of each global
+// batch; its microbatch j is the j-th run of b = B/(dp*M) consecutive sequences of that.
+//
+// Worked example (ntok = 20, B = 2, T = 4, dp = 1, M = 1): batch 0 reads tokens 0..8
+// (inputs 0..3 | 4..7), pos = 8; batch 1 reads 8..16, pos = 16; batch 2 would need
+// tokens 16..24 (24 > 20), so pos = 0 and it equals batch 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/token_shard.h"
+
+namespace mt {
+
+class DataLoader {
+ public:
+  // B: global batch in sequences; T: sequence length. Throws UsageError when B is not
+  // divisible by dp_size * microbatches or the shard holds fewer than B*T + 1 tokens.
+  DataLoader(const std::string& path, int B, int T, int dp_size = 1, int dp_rank = 0,
+             int microbatches = 1);
+
+  // Loads the next global batch (this rank's slice of it) and advances the position.
+  void next_batch();
+
+  // This rank's microbatch j of the last loaded batch, each (b, T) int32, b = B/(dp*M).
+  const int32_t* inputs(int j) const;
+  const int32_t* targets(int j) const;
+
+  // Token offset where the next batch starts (before the wrap check). Save it in a
+  // checkpoint; set_position() on resume reproduces the same batch sequence.
+  int64_t position() const { return position_; }
+  void set_position(int64_t position);
+  void reset() { position_ = 0; }
+
+  // Throws UsageError when the shard holds an id >= vocab. Scans the shard once.
+  void require_vocab(int vocab) const;
+  int max_token_id() const { return shard_.max_token_id(); }
+
+  int64_t num_tokens() const { return shard_.size(); }
+  // Batches before the position returns to 0: floor((ntok - 1) / (B*T)).
+  int64_t batches_per_epoch() const { return (shard_.size() - 1) / tokens_per_batch(); }
+  int64_t tokens_per_batch() const { return static_cast<int64_t>(B_) * T_; }
+  int micro_batch_size() const { return b_; }
+  int microbatches() const { return M_; }
+  int seq_len() const { return T_; }
+  const std::string& path() const { return shard_.path(); }
+
+ private:
+  TokenShard shard_;
+  int B_, T_, dp_size_, dp_rank_, M_, b_;
+  int64_t position_ = 0;
+  std::vector<int32_t> inputs_;   // (M, b, T)
+  std::vector<int32_t> targets_;  // (M, b, T)
+};
+
+// For callers that hold only a path: the same check as DataLoader::require_vocab.
+void require_shard_vocab(const std::string& path, int vocab);
+
+}  // namespace mt

@@ -1,0 +1,264 @@
+#include "train/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace mt {
+
+// Tensor bytes and the header length are little-endian on disk and copied with memcpy.
+static_assert(std::endian::native == std::endian::little, "meshtrain assumes a little-endian host");
+
+namespace {
+
+constexpr const char* kMetadataKey = "__metadata__";
+// The reference implementation rejects headers above 100 MB; so do we, rather than
+// trying to allocate whatever 8 garbage bytes claim.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// Element sizes of the dtypes the format defines; any other name is a corrupt header.
+int dtype_bytes(const std::string& dtype) {
+  static const std::map<std::string, int> sizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
+  auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+int64_t checked_numel(const TensorShape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && n > std::numeric_limits<int64_t>::max() / d)) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string shape_str(const TensorShape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void write_safetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  // ordered_json keeps the header in file order, which makes it readable with `head -c`.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  uint64_t offset = 0;
+  for (const SafetensorsTensor& t : tensors) {
+    MT_REQUIRE(t.name != kMetadataKey && !header.contains(t.name), "cannot write ", path,
+               ": tensor name ", t.name, " is duplicated or reserved");
+    int64_t numel = checked_numel(t.shape);
+    MT_CHECK(numel >= 0, "tensor ", t.name, " has invalid shape ", shape_str(t.shape));
+    MT_CHECK(numel == 0 || t.data != nullptr, "tensor ", t.name, " has no data");
+    uint64_t bytes = static_cast<uint64_t>(numel) * sizeof(float);
+    header[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string json = header.dump();
+  // Pad with spaces (allowed by the format) so the data section starts 8-byte aligned.
+  json.append((8 - json.size() % 8) % 8, ' ');
+  const uint64_t n = json.size();
+
+  AtomicFile file(path);
+  file.write(&n, sizeof(n));
+  file.write(json.data(), json.size());
+  for (const SafetensorsTensor& t : tensors)
+    file.write(t.data, static_cast<size_t>(checked_numel(t.shape)) * sizeof(float));
+  file.commit();
+}
+
+SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
+  auto fail = [&](const std::string& msg) -> void {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    throw UsageError(str(path_, ": ", msg));
+  };
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) {
+    int err = errno;
+    fail(err == ENOENT ? std::string("no such file") : str("cannot open: ", std::strerror(err)));
+  }
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) fail("not a regular file");
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  uint64_t n = 0;
+  if (file_bytes < 8 || ::pread(fd_, &n, 8, 0) != 8)
+    fail(str("is ", file_bytes, " bytes, too small for a safetensors file"));
+  if (n > file_bytes - 8 || n > kMaxHeaderBytes)
+    fail(str("header length ", n, " does not fit in the file (", file_bytes,
+             " bytes): truncated, or not a safetensors file"));
+  std::string json_text(n, '\0');
+  if (::pread(fd_, json_text.data(), n, 8) != static_cast<ssize_t>(n))
+    fail(str("cannot read the header: ", std::strerror(errno)));
+  data_start_ = 8 + n;
+  const uint64_t data_bytes = file_bytes - data_start_;
+
+  // nlohmann keeps the last of duplicate keys; a duplicated tensor name is corruption.
+  std::set<std::string> seen;
+  std::string duplicate;
+  auto on_event = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+    }
+    return true;
+  };
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(json_text, on_event);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(str("corrupt header (not valid JSON): ", e.what()));
+  }
+  if (!header.is_object()) fail("corrupt header: not a JSON object");
+  if (!duplicate.empty()) fail(str("corrupt header: tensor ", duplicate, " appears twice"));
+
+  for (const auto& [name, value] : header.items()) {
+    if (name == kMetadataKey) {
+      if (!value.is_object()) fail("corrupt header: __metadata__ is not an object");
+      for (const auto& [k, v] : value.items()) {
+        if (!v.is_string()) fail(str("corrupt header: __metadata__ value ", k, " is not a string"));
+        metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = str("tensor ", name, " ");
+    if (!value.is_object() || !value.contains("dtype") || !value["dtype"].is_string() ||
+        !value.contains("shape") || !value["shape"].is_array() || !value.contains("data_offsets") ||
+        !value["data_offsets"].is_array())
+      fail(where + "needs \"dtype\", \"shape\" and \"data_offsets\"");
+    Entry e;
+    e.name = name;
+    e.dtype = value["dtype"].get<std::string>();
+    const int elem = dtype_bytes(e.dtype);
+    if (elem == 0) fail(str(where, "has unknown dtype ", e.dtype));
+    for (const auto& d : value["shape"]) {
+      if (!d.is_number_unsigned()) fail(where + "has a shape entry that is not a size");
+      e.shape.push_back(d.get<int64_t>());
+    }
+    const auto& off = value["data_offsets"];
+    if (off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      fail(where + "needs data_offsets [begin, end]");
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+    e.numel = checked_numel(e.shape);
+    if (e.numel < 0) fail(str(where, "has an invalid shape ", shape_str(e.shape)));
+    if (e.begin > e.end || e.end > data_bytes)
+      fail(str(where, "has data_offsets [", e.begin, ", ", e.end, "] outside the ", data_bytes,
+               "-byte data section"));
+    if (e.end - e.begin != static_cast<uint64_t>(e.numel) * elem)
+      fail(str(where, "has ", e.end - e.begin, " bytes but shape ", shape_str(e.shape), " of ",
+               e.dtype, " needs ", static_cast<uint64_t>(e.numel) * elem));
+    entries_.push_back(std::move(e));
+  }
+  std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) {
+    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+  });
+  for (size_t i = 1; i < entries_.size(); ++i) {
+    const Entry& a = entries_[i - 1];
+    const Entry& b = entries_[i];
+    if (b.begin < a.end)
+      fail(str("tensors ", a.name, " and ", b.name, " overlap (bytes [", a.begin, ", ", a.end,
+               ") and [", b.begin, ", ", b.end, "))"));
+  }
+  for (size_t i = 0; i < entries_.size(); ++i) index_[entries_[i].name] = i;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
+    : path_(std::move(o.path_)),
+      fd_(std::exchange(o.fd_, -1)),
+      data_start_(o.data_start_),
+      entries_(std::move(o.entries_)),
+      index_(std::move(o.index_)),
+      metadata_(std::move(o.metadata_)) {}
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
+  std::swap(path_, o.path_);
+  std::swap(fd_, o.fd_);
+  std::swap(data_start_, o.data_start_);
+  std::swap(entries_, o.entries_);
+  std::swap(index_, o.index_);
+  std::swap(metadata_, o.metadata_);
+  return *this;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (const Entry& e : entries_) out.push_back(e.name);
+  return out;
+}
+
+const SafetensorsFile::Entry& SafetensorsFile::tensor(const std::string& name) const {
+  auto it = index_.find(name);
+  MT_REQUIRE(it != index_.end(), path_, ": tensor ", name, " is missing");
+  return entries_[it->second];
+}
+
+const SafetensorsFile::Entry& SafetensorsFile::f32_tensor(const std::string& name) const {
+  const Entry& e = tensor(name);
+  MT_REQUIRE(e.dtype == "F32", path_, ": tensor ", name, " has dtype ", e.dtype,
+             " but meshtrain reads F32 only (convert it with torch: tensor.float())");
+  return e;
+}
+
+void SafetensorsFile::expect_shape(const std::string& name, const TensorShape& shape) const {
+  const Entry& e = f32_tensor(name);
+  MT_REQUIRE(e.shape == shape, path_, ": tensor ", name, " has shape ", shape_str(e.shape),
+             " but the model needs ", shape_str(shape));
+}
+
+void SafetensorsFile::read_range(const std::string& name, size_t first, size_t count,
+                                 float* out) const {
+  const Entry& e = f32_tensor(name);
+  MT_CHECK(first <= static_cast<size_t>(e.numel) && count <= e.numel - first, "read of [", first,
+           ", ", first + count, ") from tensor ", name, " of ", e.numel, " elements");
+  char* dst = reinterpret_cast<char*>(out);
+  size_t bytes = count * sizeof(float);
+  uint64_t at = data_start_ + e.begin + first * sizeof(float);
+  while (bytes > 0) {
+    ssize_t got = ::pread(fd_, dst, bytes, static_cast<off_t>(at));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      throw RuntimeError(str(path_, ": cannot read tensor ", name, ": ",
+                             got == 0 ? "file shrank while reading" : std::strerror(errno)));
+    dst += got;
+    at += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+}
+
+void SafetensorsFile::read(const std::string& name, float* out, size_t count) const {
+  const Entry& e = f32_tensor(name);
+  MT_CHECK(count == static_cast<size_t>(e.numel), "tensor ", name, " has ", e.numel,
+           " elements, caller expected ", count);
+  read_range(name, 0, count, out);
+}
+
+std::vector<float> SafetensorsFile::read(const std::string& name) const {
+  std::vector<float> out(static_cast<size_t>(f32_tensor(name).numel));
+  read_range(name, 0, out.size(), out.data());
+  return out;
+}
+
+}  // namespace mt

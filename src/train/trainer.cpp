@@ -1,0 +1,206 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "comm/fault.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "kernels/reduce.h"
+#include "model/gpt.h"
+#include "model/sampler.h"
+#include "parallel/parallel_context.h"
+#include "train/checkpoint.h"
+#include "train/data_loader.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+#include "train/progress.h"
+#include "train/tokenizer.h"
+#include "train/trace.h"
+
+namespace mt {
+
+namespace {
+
+// Mean cross-entropy over `batches` global batches of `loader` (from its start).
+double evaluate(GPT& model, DataLoader& loader, int batches, const ParallelContext& ctx) {
+  loader.reset();
+  const int b = loader.micro_batch_size(), T = loader.seq_len();
+  double sum = 0;
+  for (int k = 0; k < batches; ++k) {
+    loader.next_batch();
+    for (int j = 0; j < loader.microbatches(); ++j)
+      sum += model.eval_microbatch(loader.inputs(j), loader.targets(j), b, T);
+  }
+  float total = float(sum);
+  if (ctx.dp->size() > 1) ctx.dp->all_reduce(&total, &total, 1, DType::f32, ReduceOp::sum).wait();
+  return double(total) / (double(batches) * loader.tokens_per_batch());
+}
+
+void print_sample(GPT& model, const TrainOptions& o, Progress& progress) {
+  if (model.config().vocab > ByteTokenizer::kVocabSize) {
+    progress.line("(sample skipped: the model's vocabulary is not byte-level)");
+    return;
+  }
+  SampleOptions so;
+  so.tokens = o.io.sample_tokens;
+  so.seed = o.optim.seed;
+  auto prompt = ByteTokenizer::encode(o.io.sample_prompt);
+  auto out = sample(model, prompt, so);
+  std::vector<int> generated(out.begin() + long(prompt.size()), out.end());
+  progress.line("---- sample (" + std::to_string(so.tokens) + " tokens, temperature 0.8) ----");
+  progress.line(o.io.sample_prompt + ByteTokenizer::decode(generated));
+  progress.line("----");
+}
+
+}  // namespace
+
+TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
+  const ParallelOptions& par = o.parallel;
+  MT_REQUIRE(par.tp == 1, "--tp ", par.tp,
+             " is not supported yet (tensor parallelism is in progress)");
+  MT_REQUIRE(par.pp == 1, "--pp ", par.pp,
+             " is not supported yet (pipeline parallelism is in progress)");
+  MT_REQUIRE(par.ep == 1 && o.model.experts == 0,
+             "mixture of experts (--experts/--ep) is not supported yet");
+  ParallelContext ctx = make_parallel_context(world, MeshShape{par.pp, par.dp, par.tp, par.ep});
+  set_compute_threads(o.optim.threads);
+  const bool lead = world.rank() == 0;
+  const FaultSpec fault = fault_spec_from_env();
+
+  const ModelConfig& cfg = o.model;
+  const int B = o.optim.batch, T = cfg.seq, M = par.microbatches;
+  DataLoader train(o.io.data, B, T, par.dp, ctx.coord.dp, M);
+  train.require_vocab(cfg.vocab);
+  std::optional<DataLoader> val;
+  if (!o.io.val_data.empty()) {
+    val.emplace(o.io.val_data, B, T, par.dp, ctx.coord.dp, M);
+    val->require_vocab(cfg.vocab);
+  }
+  const int b = train.micro_batch_size();
+
+  GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, b);
+  if (!o.io.init_from.empty())
+    import_weights(o.io.init_from, model);
+  else
+    model.init(o.optim.seed);
+  AdamWConfig acfg{o.optim.beta1, o.optim.beta2, o.optim.eps, o.optim.weight_decay};
+  AdamW opt(model.table(), acfg, 0, model.table().total());
+
+  int start = 0;
+  if (!o.io.load.empty()) {
+    TrainState st = load_checkpoint(o.io.load, model, opt);
+    MT_REQUIRE(st.step <= o.optim.steps, "--load ", o.io.load, " is at step ", st.step,
+               ", beyond --steps ", o.optim.steps);
+    start = st.step;
+    train.set_position(st.data_position);
+  }
+
+  LrSchedule sched{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps};
+  MetricsWriter metrics(lead ? o.io.metrics : "");
+  Progress progress(!lead || o.io.quiet);
+  Trace trace(!o.io.trace.empty(), world.rank(), info.t0);
+  if (lead)
+    progress.line(str("meshtrain: ", cfg.describe(), " | dp ", par.dp, " | batch ", B, "x", T,
+                      " | ", M, " microbatch(es) | ", o.optim.steps, " steps | backend ",
+                      world.backend_name()));
+
+  const float dloss = float(1.0 / (double(B) * T));  // mean over the global batch
+  const size_t nparam = model.table().total();
+  const double peak = info.peak_gflops_per_thread * 1e9 * o.optim.threads * world.size();
+  TrainSummary summary;
+
+  for (int u = start; u < o.optim.steps; ++u) {
+    const int step = u + 1;
+    maybe_inject_fault(fault, world.rank(), step, world);
+    Stopwatch sw;
+    const double t_step = now_seconds();
+    const double lr = sched.at(u);
+    train.next_batch();
+    model.zero_grads();
+    double loss_sum = 0;
+    for (int j = 0; j < M; ++j) {
+      Trace::Span span(trace, "F+B mb" + std::to_string(j), "compute");
+      loss_sum += model.train_microbatch(train.inputs(j), train.targets(j), b, T, dloss);
+    }
+    float loss_f = float(loss_sum);
+    if (par.dp > 1) {
+      Trace::Span span(trace, "all_reduce grads", "comm");
+      ctx.dp
+          ->all_reduce(model.grads().data(), model.grads().data(), nparam, DType::f32,
+                       ReduceOp::sum)
+          .wait();
+      ctx.dp->all_reduce(&loss_f, &loss_f, 1, DType::f32, ReduceOp::sum).wait();
+    }
+    const double loss = double(loss_f) / (double(B) * T);
+    const double norm = std::sqrt(sum_squares(model.grads().data(), nparam));
+    if (!std::isfinite(norm) || !std::isfinite(loss))
+      throw RuntimeError(str("step ", step, ": non-finite ",
+                             std::isfinite(loss) ? "gradient" : "loss", " (loss ", loss,
+                             ", grad norm ", norm, "); try a lower --lr or a --grad-clip"));
+    if (o.optim.grad_clip > 0) {
+      // torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
+      const double coef = std::min(1.0, o.optim.grad_clip / (norm + 1e-6));
+      if (coef < 1.0) scale_inplace(model.grads().data(), nparam, float(coef));
+    }
+    {
+      Trace::Span span(trace, "optimizer", "compute");
+      opt.update(model.params().data(), model.grads().data(), lr, step);
+    }
+    const double dt = sw.elapsed();
+    trace.add("step " + std::to_string(step), "step", t_step, now_seconds());
+    const double tps = double(B) * T / dt;
+    const double mfu = peak > 0 ? cfg.flops_per_token() * tps / peak : 0;
+    summary.losses.push_back(loss);
+    nlohmann::json rec = {{"step", step},      {"loss", loss},      {"lr", lr},
+                          {"grad_norm", norm}, {"step_time_s", dt}, {"tokens_per_s", tps},
+                          {"mfu", mfu}};
+    const bool eval_now =
+        val && o.optim.eval_every > 0 && (step % o.optim.eval_every == 0 || step == o.optim.steps);
+    if (eval_now) {
+      const double vl = evaluate(model, *val, o.optim.eval_batches, ctx);
+      rec["val_loss"] = vl;
+      summary.final_val_loss = vl;
+      if (lead) progress.line(str("step ", step, ": val_loss ", vl));
+    }
+    metrics.write(rec);
+    progress.step({step, o.optim.steps, loss, lr, norm, dt, tps, mfu});
+
+    if (u == start) {
+      // Memory record of every rank, gathered to rank 0 (CONTRACTS.md §6).
+      const int n = world.size();
+      std::vector<int64_t> mem(4 * size_t(n), 0);
+      int64_t* mine = mem.data() + 4 * world.rank();
+      mine[0] = int64_t(model.params().bytes());
+      mine[1] = int64_t(model.grads().bytes());
+      mine[2] = int64_t(opt.state_bytes());
+      mine[3] = int64_t(model.activation_peak_bytes());
+      ctx.world->all_reduce(mem.data(), mem.data(), mem.size(), DType::i64, ReduceOp::sum).wait();
+      for (int r = 0; r < n; ++r)
+        metrics.write({{"event", "memory"},
+                       {"rank", r},
+                       {"params_bytes", mem[4 * r]},
+                       {"grads_bytes", mem[4 * r + 1]},
+                       {"optimizer_bytes", mem[4 * r + 2]},
+                       {"activations_peak_bytes", mem[4 * r + 3]}});
+    }
+    if (!o.io.save.empty() && o.io.save_every > 0 && step % o.io.save_every == 0 &&
+        step != o.optim.steps && lead)
+      save_checkpoint(o.io.save, model, opt, {step, train.position(), o.optim.seed});
+  }
+  progress.finish();
+
+  if (lead && !o.io.save.empty())
+    save_checkpoint(o.io.save, model, opt, {o.optim.steps, train.position(), o.optim.seed});
+  if (lead && !o.io.export_path.empty()) export_weights(o.io.export_path, model);
+  if (!o.io.trace.empty()) trace.write(*ctx.world, o.io.trace);
+  if (lead && o.io.sample_tokens > 0) print_sample(model, o, progress);
+  ctx.world->barrier().wait();
+  return summary;
+}
+
+}  // namespace mt

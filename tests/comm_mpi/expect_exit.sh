@@ -1,0 +1,19 @@
+#!/bin/sh
+# expect_exit.sh CODE PATTERN SECONDS cmd...: runs cmd with a time limit and passes only if
+# it exits with CODE and its stderr matches PATTERN (grep -E). A hang fails as exit 124.
+code=$1 pattern=$2 limit=$3
+shift 3
+err=$(mktemp)
+timeout -k 5 "$limit" "$@" 2>"$err" >/dev/null
+rc=$?
+cat "$err" >&2
+if [ "$rc" -ne "$code" ]; then
+  echo "expect_exit: exit code $rc, expected $code" >&2
+  rm -f "$err"; exit 1
+fi
+if ! grep -Eq "$pattern" "$err"; then
+  echo "expect_exit: stderr does not match '$pattern'" >&2
+  rm -f "$err"; exit 1
+fi
+rm -f "$err"
+echo "expect_exit: exit $rc and stderr matched '$pattern'"

@@ -1,0 +1,92 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/arena.h"
+#include "model/gpt.h"
+#include "model/param_table.h"
+
+namespace mt {
+namespace {
+
+TEST(ParamTable, OffsetsAreAlignedAndDisjoint) {
+  ParamTable t;
+  t.add("a", {3, 5}, InitKind::normal);
+  t.add("b", {7}, InitKind::zeros);
+  t.add("c", {2, 2, 2}, InitKind::ones);
+  size_t end = 0;
+  for (const auto& p : t.entries()) {
+    EXPECT_EQ(p.offset % 16, 0u) << p.name;
+    EXPECT_GE(p.offset, end) << p.name;
+    end = p.offset + p.numel;
+  }
+  EXPECT_EQ(t.numel(), 15u + 7u + 8u);
+  EXPECT_GE(t.total(), end);
+}
+
+TEST(ParamTable, ShardedElementsMapIntoTheGlobalTensor) {
+  // A [6, 2] tensor whose local piece is rows {1} and {4, 5} (and one padding row 6).
+  ParamTable t;
+  const ParamInfo& p =
+      t.add("w", {6, 2}, InitKind::normal, 0.02f, ShardSpec{0, {{1, 1}, {4, 3}}});
+  EXPECT_EQ(p.local_shape, (std::vector<int64_t>{4, 2}));
+  std::vector<std::pair<size_t, int64_t>> seen;
+  p.for_each_element([&](size_t l, int64_t g) { seen.push_back({l, g}); });
+  std::vector<std::pair<size_t, int64_t>> want = {{0, 2}, {1, 3}, {2, 8}, {3, 9}, {4, 10}, {5, 11}};
+  EXPECT_EQ(seen, want);  // local rows 3 (global row 6) is padding: skipped
+}
+
+TEST(ParamTable, ColumnShardMapsEveryRow) {
+  ParamTable t;
+  const ParamInfo& p = t.add("w", {2, 4}, InitKind::normal, 0.02f, ShardSpec{1, {{2, 2}}});
+  std::vector<int64_t> g;
+  p.for_each_element([&](size_t, int64_t gi) { g.push_back(gi); });
+  EXPECT_EQ(g, (std::vector<int64_t>{2, 3, 6, 7}));
+}
+
+TEST(ParamTable, InitDependsOnlyOnSeedNameAndGlobalIndex) {
+  // The same tensor, whole and split into two column shards, gets the same values.
+  ParamTable whole, left, right;
+  whole.add("w", {3, 4}, InitKind::normal);
+  left.add("w", {3, 4}, InitKind::normal, 0.02f, ShardSpec{1, {{0, 2}}});
+  right.add("w", {3, 4}, InitKind::normal, 0.02f, ShardSpec{1, {{2, 2}}});
+  Arena a(whole.total()), l(left.total()), r(right.total());
+  whole.init(a.data(), 7);
+  left.init(l.data(), 7);
+  right.init(r.data(), 7);
+  for (int row = 0; row < 3; ++row)
+    for (int c = 0; c < 4; ++c) {
+      float want = a.data()[row * 4 + c];
+      float got = c < 2 ? l.data()[row * 2 + c] : r.data()[row * 2 + c - 2];
+      EXPECT_EQ(want, got);
+    }
+  Arena b(whole.total());
+  whole.init(b.data(), 8);
+  EXPECT_NE(a.data()[0], b.data()[0]);  // the seed matters
+}
+
+TEST(ParamTable, InitStatisticsFollowNanoGPT) {
+  ModelConfig cfg;
+  cfg.layers = 2, cfg.dim = 64, cfg.heads = 4, cfg.seq = 16, cfg.vocab = 256;
+  GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
+  model.init(1);
+  auto stddev = [&](const std::string& name) {
+    const ParamInfo& p = model.table().at(name);
+    const float* x = model.params().data() + p.offset;
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < p.numel; ++i) s += x[i], s2 += double(x[i]) * x[i];
+    double m = s / p.numel;
+    return std::sqrt(s2 / p.numel - m * m);
+  };
+  EXPECT_NEAR(stddev("transformer.wte.weight"), 0.02, 0.002);
+  EXPECT_NEAR(stddev("transformer.h.1.mlp.c_fc.weight"), 0.02, 0.002);
+  EXPECT_NEAR(stddev("transformer.h.0.mlp.c_proj.weight"), 0.02 / std::sqrt(4.0), 0.001);
+  const ParamInfo& ln = model.table().at("transformer.h.0.ln_1.weight");
+  EXPECT_EQ(model.params().data()[ln.offset], 1.0f);
+  const ParamInfo& bias = model.table().at("transformer.h.0.attn.c_attn.bias");
+  EXPECT_EQ(model.params().data()[bias.offset], 0.0f);
+  EXPECT_EQ(int64_t(model.table().numel()), cfg.num_params());
+}
+
+}  // namespace
+}  // namespace mt

@@ -1,0 +1,21 @@
+# PyTorch reference tests (tests/reference/): the whole model against Debian's
+# python3-torch on the same weights and batches. Debian's interpreter on purpose: a
+# pyenv/venv python3 earlier on PATH usually has no torch.
+set(MESHTRAIN_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with torch for the reference tests")
+set(reference_dir ${CMAKE_CURRENT_SOURCE_DIR}/reference)
+
+# The reference itself against an independent numpy reading of the contract (no binary).
+add_test(NAME reference.selftest
+         COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/selftest_reference.py)
+
+# One ctest entry per case, so a failure names the configuration that broke.
+foreach(case l1_v256_clip l3_v2048_mb2 l2_h8_const_wrap l2_seq_lt_positions)
+  add_test(NAME reference.vs_torch.${case}
+           COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/test_vs_torch.py
+                   $<TARGET_FILE:meshtrain> --case ${case})
+endforeach()
+
+set_tests_properties(reference.selftest PROPERTIES LABELS reference TIMEOUT 120)
+set_tests_properties(reference.vs_torch.l1_v256_clip reference.vs_torch.l3_v2048_mb2
+                     reference.vs_torch.l2_h8_const_wrap reference.vs_torch.l2_seq_lt_positions
+                     PROPERTIES LABELS reference TIMEOUT 300)

@@ -1,0 +1,233 @@
+#!/usr/bin/python3
+"""Whole model vs PyTorch: meshtrain and the PyTorch reference (gpt_torch.py) train from
+the same safetensors init on the same token shard with the same flags; afterwards
+
+  - every step's loss agrees within 1e-5 relative,
+  - lr agrees within 1e-6 relative and grad_norm (before clipping) within 1e-4 relative,
+  - every exported parameter agrees within 1e-4 relative: |mt - ref| / |ref| (L2 norms).
+
+One exception: the key third of each attn.c_attn.bias. Adding a constant to every key
+adds q.b to all scores of a query row, which the softmax ignores, so that gradient is 0
+in exact math and pure rounding noise in float32; AdamW divides noise by its own RMS and
+moves those entries by ~lr per step in directions no two implementations share (float64
+against float32 PyTorch already differs there by ~5e-4 relative). The key bias has no
+effect on the loss, so it is excluded from the norm comparison and only checked for
+being bounded (|b_k| <= 3 * sum of lr).
+
+Usage: test_vs_torch.py MESHTRAIN [--case NAME ...] [--list] [--keep DIR]
+                                  [--meshtrain-args "--dp 2 ..."] [--init-seed S]
+Exits 1 with a diff table on mismatch, 2 on a harness error (meshtrain failed to run).
+Timing keys are never compared.
+"""
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gpt_torch as ref  # noqa: E402
+
+LOSS_RTOL, LR_RTOL, NORM_RTOL, PARAM_RTOL = 1e-5, 1e-6, 1e-4, 1e-4
+
+# Each case: model/train flags shared verbatim by both sides, plus how to build the data
+# ("text": this directory's reference source as bytes; "markov": a noisy deterministic
+# chain over the whole vocabulary) and an
+# optional larger position table in the init file (seq < position table).
+COMMON = ["--steps", "10", "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8", "--seed", "1"]
+CASES = {
+    # 1 layer, byte vocab, warmup + cosine, clipping active.
+    "l1_v256_clip": dict(
+        flags=["--layers", "1", "--dim", "32", "--heads", "2", "--seq", "32", "--vocab", "256",
+               "--batch", "4", "--microbatches", "1", "--lr", "1e-3", "--min-lr", "1e-4",
+               "--warmup", "3", "--lr-schedule", "cosine", "--weight-decay", "0.1",
+               "--grad-clip", "0.5", "--threads", "1"],
+        data="text", must_clip=True),
+    # Several layers, 4 heads, vocab 2048, 2 microbatches, 2 threads.
+    "l3_v2048_mb2": dict(
+        flags=["--layers", "3", "--dim", "64", "--heads", "4", "--seq", "32", "--vocab", "2048",
+               "--batch", "8", "--microbatches", "2", "--lr", "1e-3", "--min-lr", "0",
+               "--warmup", "2", "--lr-schedule", "cosine", "--weight-decay", "0.1",
+               "--grad-clip", "1.0", "--threads", "2"],
+        data="markov"),
+    # --seq 16 with a 48-row position table in the init file: rows 16..47 get no gradient
+    # but are kept, decayed (weight decay applies to the whole tensor) and exported.
+    "l2_seq_lt_positions": dict(
+        flags=["--layers", "2", "--dim", "32", "--heads", "4", "--seq", "16", "--vocab", "256",
+               "--batch", "4", "--microbatches", "1", "--lr", "1e-3", "--min-lr", "1e-4",
+               "--warmup", "1", "--lr-schedule", "cosine", "--weight-decay", "0.1",
+               "--grad-clip", "1.0", "--threads", "1"],
+        data="text", positions=48),
+    # Constant LR without warmup or clipping, 8 heads of 16, data wrapping around twice.
+    "l2_h8_const_wrap": dict(
+        flags=["--layers", "2", "--dim", "128", "--heads", "8", "--seq", "64", "--vocab", "256",
+               "--batch", "4", "--microbatches", "1", "--lr", "3e-4", "--min-lr", "0",
+               "--warmup", "0", "--lr-schedule", "constant", "--weight-decay", "0.0",
+               "--grad-clip", "0", "--threads", "1"],
+        data="text", data_tokens=4 * 64 * 4 + 100),
+}
+
+
+def flag(flags, name):
+    return flags[flags.index(name) + 1]
+
+
+def make_inputs(case, d, init_seed):
+    f = case["flags"]
+    L, C, H, T, V = (int(flag(f, n)) for n in ("--layers", "--dim", "--heads", "--seq", "--vocab"))
+    model = ref.GPT(L, C, H, T, V, positions=case.get("positions"))
+    ref.init_weights(model, seed=init_seed)
+    init = os.path.join(d, "init.safetensors")
+    ref.save_safetensors(init, model.named_arrays())
+    if case["data"] == "text":
+        with open(os.path.join(HERE, "gpt_torch.py"), "rb") as fh:
+            toks = np.frombuffer(fh.read(), dtype=np.uint8).astype(np.int64)
+    else:
+        # A learnable stream over the whole vocabulary (mostly t -> 7t+3 mod V, 20% noise).
+        # Uniform random tokens would make the true gradient near zero, i.e. sums of
+        # cancelling terms whose float32 rounding Adam then amplifies: a fair test needs
+        # gradients that carry signal.
+        rng = np.random.default_rng(5)
+        toks = np.empty(50_000, np.int64)
+        toks[0] = 1
+        noise = rng.random(len(toks)) < 0.2
+        rand = rng.integers(0, V, len(toks))
+        for i in range(1, len(toks)):
+            toks[i] = rand[i] if noise[i] else (7 * toks[i - 1] + 3) % V
+    toks = toks[:case.get("data_tokens", len(toks))]
+    data = os.path.join(d, "train.bin")
+    ref.write_shard(data, toks)
+    return init, data
+
+
+def read_metrics(path):
+    recs = []
+    with open(path) as fh:
+        for line in fh:
+            if line.strip():
+                r = json.loads(line)
+                if "event" not in r:
+                    recs.append(r)
+    return recs
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def compare(name, case, mt_recs, ref_recs, mt_w, ref_w):
+    bad = []
+    steps = int(flag(COMMON, "--steps"))
+    if [r.get("step") for r in mt_recs] != list(range(1, steps + 1)):
+        bad.append(f"metrics steps are {[r.get('step') for r in mt_recs]}, want 1..{steps}")
+    print(f"[{name}] per-step metrics (meshtrain vs torch, relative differences)")
+    print(f"{'step':>4} {'loss mt':>12} {'loss torch':>12} {'rel':>9} {'lr rel':>9} "
+          f"{'norm mt':>10} {'norm torch':>10} {'rel':>9}")
+    for m, r in zip(mt_recs, ref_recs):
+        dl, dlr, dn = rel(m["loss"], r["loss"]), rel(m["lr"], r["lr"]), rel(m["grad_norm"], r["grad_norm"])
+        flags = ("L" if dl > LOSS_RTOL else "") + ("R" if dlr > LR_RTOL else "") + ("N" if dn > NORM_RTOL else "")
+        print(f"{r['step']:>4} {m['loss']:>12.7f} {r['loss']:>12.7f} {dl:>9.2e} {dlr:>9.2e} "
+              f"{m['grad_norm']:>10.6f} {r['grad_norm']:>10.6f} {dn:>9.2e} {flags}")
+        if flags:
+            bad.append(f"step {r['step']}: " + ", ".join(
+                {"L": f"loss rel {dl:.2e} > {LOSS_RTOL}", "R": f"lr {m['lr']} vs {r['lr']}",
+                 "N": f"grad_norm rel {dn:.2e} > {NORM_RTOL}"}[c] for c in flags))
+    if case.get("must_clip") and not any(r["grad_norm"] > float(flag(case["flags"], "--grad-clip")) for r in ref_recs):
+        bad.append("case meant to exercise clipping, but no step's grad_norm exceeded --grad-clip")
+
+    missing, extra = sorted(set(ref_w) - set(mt_w)), sorted(set(mt_w) - set(ref_w))
+    if missing or extra:
+        bad.append(f"exported tensor names differ: missing {missing}, unexpected {extra}")
+    rows = []
+    for n in ref_w:
+        if n not in mt_w:
+            continue
+        if mt_w[n].shape != ref_w[n].shape:
+            bad.append(f"{n}: exported shape {mt_w[n].shape}, want {ref_w[n].shape}")
+            continue
+        a, b = mt_w[n].astype(np.float64), ref_w[n].astype(np.float64)
+        if n.endswith("attn.c_attn.bias"):
+            C = a.shape[0] // 3
+            bound = 3 * sum(r["lr"] for r in ref_recs)
+            kmax = np.abs(a[C:2 * C]).max()
+            if not kmax <= bound:
+                bad.append(f"{n}: key bias reached {kmax:.2e}, more than noise allows ({bound:.2e})")
+            a, b = np.delete(a, np.s_[C:2 * C]), np.delete(b, np.s_[C:2 * C])
+        e = np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+        rows.append((e, n, np.abs(a - b).max()))
+    rows.sort(reverse=True)
+    print(f"[{name}] parameters after {steps} steps, worst first (rel = |mt-ref|/|ref|)")
+    for i, (e, n, mx) in enumerate(rows):
+        if i < 6 or e > PARAM_RTOL:
+            print(f"  {e:9.2e} {mx:9.2e} {n}{'  <-- over ' + str(PARAM_RTOL) if e > PARAM_RTOL else ''}")
+        if e > PARAM_RTOL:
+            bad.append(f"{n}: parameter rel diff {e:.2e} > {PARAM_RTOL}")
+    return bad
+
+
+def run_case(name, case, meshtrain, extra, keep, init_seed):
+    d = keep or tempfile.mkdtemp(prefix=f"mt_ref_{name}_")
+    os.makedirs(d, exist_ok=True)
+    init, data = make_inputs(case, d, init_seed)
+    flags = COMMON + case["flags"] + ["--data", data, "--init-from", init]
+    mt_out, mt_metrics = os.path.join(d, "mt.safetensors"), os.path.join(d, "mt.jsonl")
+    cmd = [meshtrain, "train"] + flags + ["--export", mt_out, "--metrics", mt_metrics] + extra
+    print(f"[{name}] $ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0:
+        print(p.stdout[-4000:])
+        print(f"[{name}] HARNESS ERROR: meshtrain exited with {p.returncode}")
+        return None
+
+    args = ref.train_parser(argparse.ArgumentParser()).parse_args(flags)
+    model, ref_recs = ref.train(args)
+    ref.save_safetensors(os.path.join(d, "torch.safetensors"), model.named_arrays())
+    with open(os.path.join(d, "torch.jsonl"), "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in ref_recs)
+    try:
+        mt_recs, mt_w = read_metrics(mt_metrics), ref.load_safetensors(mt_out)
+    except (OSError, ValueError) as e:
+        print(f"[{name}] HARNESS ERROR: cannot read meshtrain output: {e}")
+        return None
+    bad = compare(name, case, mt_recs, ref_recs, mt_w, model.named_arrays())
+    if bad:
+        print(f"[{name}] FAILED ({len(bad)} problems; files kept in {d}):")
+        for b in bad[:30]:
+            print("   " + b)
+    else:
+        print(f"[{name}] PASSED")
+        if not keep:
+            shutil.rmtree(d, ignore_errors=True)
+    return not bad
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("meshtrain", nargs="?")
+    ap.add_argument("--case", action="append", choices=sorted(CASES))
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--keep", help="write the files of (one) case into this directory")
+    ap.add_argument("--meshtrain-args", default="", help="extra flags for meshtrain only (layouts)")
+    ap.add_argument("--init-seed", type=int, default=1234, help="seed of the shared init file")
+    a = ap.parse_args()
+    if a.list:
+        print("\n".join(CASES))
+        return 0
+    if not a.meshtrain:
+        ap.error("the meshtrain binary is required")
+    results = {n: run_case(n, CASES[n], a.meshtrain, shlex.split(a.meshtrain_args), a.keep,
+                          a.init_seed)
+               for n in (a.case or CASES)}
+    if any(r is None for r in results.values()):
+        return 2
+    return 0 if all(results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
