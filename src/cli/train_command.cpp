@@ -106,6 +106,8 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
   auto flags = std::make_shared<FlagSet>();
   auto print_config = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("train", "train a GPT (see also CONTRACTS: flags)");
+  // Repeating a flag overrides the earlier value, as users of shell scripts expect.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   const bool is_train = *argc > 1 && std::strcmp((*argv)[1], "train") == 0;
   define_train_flags(*flags, *opts);
   std::string config = is_train ? find_config_arg(*argc, *argv) : "";

@@ -15,6 +15,17 @@ GPT::GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks,
   for (auto& c : chunks_) c->bind(params_.data(), grads_.data());
 }
 
+void GPT::release_arenas() {
+  params_.release();
+  grads_.release();
+}
+
+void GPT::restore_arenas() {
+  params_.resize(table_.total());
+  grads_.resize(table_.total());
+  for (auto& c : chunks_) c->bind(params_.data(), grads_.data());
+}
+
 std::vector<ChunkSpec> GPT::whole_model(const ModelConfig& cfg) {
   return {ChunkSpec{0, cfg.layers, true, true}};
 }
@@ -24,8 +35,7 @@ double GPT::train_microbatch(const int* tokens, const int* targets, int b, int T
   ModelChunk& c = *chunks_[0];
   int slot = c.pool().acquire();
   double loss = c.forward(slot, tokens, targets, b, T, dloss);
-  c.backward_input(slot, b, T);
-  c.backward_weight(slot, b, T);
+  c.backward(slot, b, T);
   c.pool().release(slot);
   return loss;
 }

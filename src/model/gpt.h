@@ -30,6 +30,11 @@ class GPT {
   // Deterministic init (CONTRACTS.md §1), a function of (seed, name, element) only.
   void init(uint64_t seed) { table_.init(params_.data(), seed); }
   void zero_grads() { grads_.zero(); }
+  // A data-parallel engine that keeps parameters and gradients in its own (sharded)
+  // storage frees the model's arenas and binds the chunks itself...
+  void release_arenas();
+  // ...and gives them back (full size, zeroed, every chunk bound to them) at the end.
+  void restore_arenas();
 
   // Single-chunk conveniences: forward + backward (B then W) of one microbatch, returning
   // the summed token loss; gradients accumulate (+=) into grads().

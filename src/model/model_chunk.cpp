@@ -5,15 +5,34 @@
 
 namespace mt {
 
+namespace {
+
+// Arena range of the table entries added since `first` (empty: the current end).
+std::pair<size_t, size_t> range_since(const ParamTable& table, size_t first) {
+  const auto& e = table.entries();
+  if (first == e.size()) return {table.total(), table.total()};
+  const ParamInfo& last = e.back();
+  return {e[first].offset, last.offset + (last.numel + 15) / 16 * 16};
+}
+
+}  // namespace
+
 ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec,
                        const TensorParallelShard& tp, int max_b, ParamTable& table)
     : cfg_(cfg), spec_(spec) {
   SlotLayout layout;
   const size_t N = size_t(max_b) * cfg.seq;
+  // The edge unit (embedding, ln_f, tied wte) is registered first so that its tensors are
+  // contiguous in the arena: ZeRO shards and gathers each unit as one range.
+  size_t first = table.entries().size();
   if (spec.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg, table);
-  for (int l = spec.first_layer; l < spec.last_layer; ++l)
-    blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, layout));
   if (spec.has_head) head_ = std::make_unique<LMHead>(cfg, max_b, table, layout);
+  unit_range_.push_back(range_since(table, first));
+  for (int l = spec.first_layer; l < spec.last_layer; ++l) {
+    first = table.entries().size();
+    blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, layout));
+    unit_range_.push_back(range_since(table, first));
+  }
   for (int i = 0; i <= nblocks(); ++i) {
     x_off_.push_back(layout.reserve(N * cfg.dim));
     dx_off_.push_back(layout.reserve(N * cfg.dim));
@@ -27,9 +46,16 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec,
 }
 
 void ModelChunk::bind(float* params, float* grads) {
-  if (embedding_) embedding_->bind(params, grads);
-  for (auto& blk : blocks_) blk->bind(params, grads);
-  if (head_) head_->bind(params, grads);
+  for (int u = 0; u < num_units(); ++u) bind_unit(u, params, grads);
+}
+
+void ModelChunk::bind_unit(int unit, float* params, float* grads) {
+  if (unit == 0) {
+    if (embedding_) embedding_->bind(params, grads);
+    if (head_) head_->bind(params, grads);
+  } else {
+    blocks_[unit - 1]->bind(params, grads);
+  }
 }
 
 double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, int T,
@@ -37,15 +63,28 @@ double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, 
   const size_t N = size_t(b) * T;
   float* s = pool_->base(slot);
   int* saved = tokens(slot);
+  const int n = nblocks();
   if (embedding_) {
+    before_use(0, n > 0 ? 1 : -1);
     std::memcpy(saved, tok, N * sizeof(int));
     embedding_->forward(x(slot, 0), saved, b, T);
   }
-  for (int i = 0; i < nblocks(); ++i) blocks_[i]->forward(s, x(slot, i), x(slot, i + 1), b, T);
-  if (!head_) return 0.0;
+  for (int i = 0; i < n; ++i) {
+    before_use(1 + i, i + 1 < n ? 2 + i : (head_ ? 0 : -1));
+    blocks_[i]->forward(s, x(slot, i), x(slot, i + 1), b, T);
+    after_use(1 + i);
+  }
+  if (!head_) {
+    if (embedding_) after_use(0);
+    return 0.0;
+  }
+  // In training the head's backward follows at once, so the edge unit stays in use.
+  before_use(0, dloss != 0.f && n > 0 ? n : -1);
   int* saved_targets = targets ? saved + N : nullptr;
   if (targets) std::memcpy(saved_targets, targets, N * sizeof(int));
-  return head_->forward(s, x(slot, nblocks()), saved_targets, b, T, dloss);
+  const double loss = head_->forward(s, x(slot, nblocks()), saved_targets, b, T, dloss);
+  if (dloss == 0.f) after_use(0);
+  return loss;
 }
 
 void ModelChunk::backward_input(int slot, int b, int T) {
@@ -62,6 +101,35 @@ void ModelChunk::backward_weight(int slot, int b, int T) {
   for (int i = nblocks() - 1; i >= 0; --i)
     blocks_[i]->backward_weight(s, x(slot, i), dx(slot, i + 1), b, T);
   if (embedding_) embedding_->backward_weight(dx(slot, 0), tokens(slot), b, T);
+}
+
+void ModelChunk::backward(int slot, int b, int T) {
+  float* s = pool_->base(slot);
+  const int n = nblocks();
+  if (head_) {
+    before_use(0, n > 0 ? n : -1);
+    head_->backward_input(s, x(slot, n), dx(slot, n), b, T);
+    before_grads(0);
+    head_->backward_weight(s, x(slot, n), b, T);
+  }
+  for (int i = n - 1; i >= 0; --i) {
+    before_use(1 + i, i > 0 ? i : -1);
+    blocks_[i]->backward_input(s, x(slot, i), dx(slot, i + 1), dx(slot, i),
+                               attention_scratch_.data(), b, T);
+    after_use(1 + i);
+    // W needs no weights, only the slot's activations and gradients.
+    before_grads(1 + i);
+    blocks_[i]->backward_weight(s, x(slot, i), dx(slot, i + 1), b, T);
+    grads_final(1 + i);
+  }
+  if (embedding_) {
+    before_grads(0);
+    embedding_->backward_weight(dx(slot, 0), tokens(slot), b, T);
+  }
+  if (head_ || embedding_) {
+    after_use(0);
+    grads_final(0);
+  }
 }
 
 }  // namespace mt

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/arena.h"
@@ -20,6 +21,24 @@
 #include "model/lm_head.h"
 
 namespace mt {
+
+// What a data-parallel engine is told while a chunk runs, per *unit*: unit 0 holds the
+// chunk's edge parameters (embedding, final LayerNorm and the tied head: one unit because
+// the head and the embedding share wte), unit 1 + i holds block i of the chunk. Units run
+// forward 0, 1..n, 0 and backward 0, n..1, 0, so ZeRO-3 can gather a unit just before it
+// is used and a bucketed reducer can launch as soon as a unit's gradients are final.
+class ChunkHooks {
+ public:
+  virtual ~ChunkHooks() = default;
+  // The unit's parameters are needed now; next_unit (-1: none) is the next one to run.
+  virtual void before_use(int unit, int next_unit) = 0;
+  // The unit's parameters are not needed again until the next before_use.
+  virtual void after_use(int unit) = 0;
+  // The unit is about to accumulate (+=) weight gradients.
+  virtual void before_grads(int unit) = 0;
+  // The unit's weight gradients of this microbatch are complete.
+  virtual void grads_final(int unit) = 0;
+};
 
 struct ChunkSpec {
   int first_layer = 0, last_layer = 0;  // blocks [first, last)
@@ -31,6 +50,16 @@ class ModelChunk {
   ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
              int max_b, ParamTable& table);
   void bind(float* params, float* grads);
+
+  // Rebinds one unit (see ChunkHooks) to other storage: its tensors are read at
+  // params + info.offset and accumulate into grads + info.offset.
+  void bind_unit(int unit, float* params, float* grads);
+  int num_units() const { return 1 + nblocks(); }
+  // Arena range [lo, hi) (floats, table offsets) of a unit's parameters; units are
+  // disjoint and ordered (unit 0 lowest), each one contiguous.
+  std::pair<size_t, size_t> unit_range(int unit) const { return unit_range_[unit]; }
+  // Null: no hooks (the default).
+  void set_hooks(ChunkHooks* hooks) { hooks_ = hooks; }
 
   ActivationPool& pool() { return *pool_; }
   const ChunkSpec& spec() const { return spec_; }
@@ -51,6 +80,10 @@ class ModelChunk {
   double forward(int slot, const int* tokens, const int* targets, int b, int T, float dloss);
   void backward_input(int slot, int b, int T);
   void backward_weight(int slot, int b, int T);
+  // backward_input and backward_weight interleaved layer by layer (B then W of the head,
+  // then of each block, last first): the same arithmetic in the same order per gradient,
+  // but each unit's gradients are final early, so their reduction overlaps the rest.
+  void backward(int slot, int b, int T);
   // Last forward's logits (b*T, V) (evaluation / sampling; forward with dloss == 0).
   const float* logits(int slot) { return head_->logits(pool_->base(slot)); }
 
@@ -60,8 +93,23 @@ class ModelChunk {
   float* dx(int slot, int i) { return pool_->base(slot) + dx_off_[i]; }
   int* tokens(int slot) { return reinterpret_cast<int*>(pool_->base(slot) + tokens_off_); }
 
+  void before_use(int unit, int next) {
+    if (hooks_) hooks_->before_use(unit, next);
+  }
+  void after_use(int unit) {
+    if (hooks_) hooks_->after_use(unit);
+  }
+  void before_grads(int unit) {
+    if (hooks_) hooks_->before_grads(unit);
+  }
+  void grads_final(int unit) {
+    if (hooks_) hooks_->grads_final(unit);
+  }
+
   ModelConfig cfg_;
   ChunkSpec spec_;
+  ChunkHooks* hooks_ = nullptr;
+  std::vector<std::pair<size_t, size_t>> unit_range_;
   std::unique_ptr<EmbeddingLayer> embedding_;
   std::vector<std::unique_ptr<Block>> blocks_;
   std::unique_ptr<LMHead> head_;

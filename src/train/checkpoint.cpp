@@ -6,7 +6,6 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "train/optimizer.h"
 #include "train/safetensors.h"
 
 namespace mt {
@@ -82,42 +81,45 @@ ModelConfig model_config_from_file(const std::string& path, const ModelConfig& b
 }
 
 void export_weights(const std::string& path, const GPT& model) {
-  write_arena(path, model.table(), const_cast<GPT&>(model).params().data(), "",
-              config_metadata(model.config()));
+  export_weights(path, model.table(), model.config(), const_cast<GPT&>(model).params().data());
+}
+
+void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
+                    const float* params) {
+  write_arena(path, table, params, "", config_metadata(cfg));
 }
 
 void import_weights(const std::string& path, GPT& model) {
-  SafetensorsFile f(path);
-  read_arena(f, model.table(), model.params().data(), "");
+  import_weights(path, model.table(), model.params().data());
 }
 
-void save_checkpoint(const std::string& dir, const GPT& model, const AdamW& opt,
-                     const TrainState& state) {
-  MT_CHECK(opt.begin() == 0 && opt.end() == model.table().total(),
-           "sharded optimizer state needs a gather before saving");
-  GPT& m = const_cast<GPT&>(model);
-  AdamW& o = const_cast<AdamW&>(opt);
+void import_weights(const std::string& path, const ParamTable& table, float* params) {
+  SafetensorsFile f(path);
+  read_arena(f, table, params, "");
+}
+
+void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
+                     const GlobalState& g, const TrainState& state) {
   publish_dir_atomic(dir, [&](const std::string& tmp) {
-    auto meta = config_metadata(model.config());
-    write_arena(tmp + "/model.safetensors", model.table(), m.params().data(), "", meta);
+    auto meta = config_metadata(cfg);
+    write_arena(tmp + "/model.safetensors", table, g.params, "", meta);
     // The optimizer file holds both moments under suffixed names.
     std::vector<std::string> n1, n2;
-    auto t1 = global_tensors(model.table(), o.exp_avg().data(), ".exp_avg", n1);
-    auto t2 = global_tensors(model.table(), o.exp_avg_sq().data(), ".exp_avg_sq", n2);
+    auto t1 = global_tensors(table, g.exp_avg, ".exp_avg", n1);
+    auto t2 = global_tensors(table, g.exp_avg_sq, ".exp_avg_sq", n2);
     t1.insert(t1.end(), t2.begin(), t2.end());
     write_safetensors(tmp + "/optimizer.safetensors", t1, meta);
     nlohmann::json j = {{"format_version", kFormatVersion},
                         {"step", state.step},
                         {"data_position", state.data_position},
                         {"seed", state.seed},
-                        {"model", config_metadata(model.config())}};
+                        {"model", config_metadata(cfg)}};
     write_file_atomic(tmp + "/state.json", j.dump(2) + "\n");
   });
 }
 
-TrainState load_checkpoint(const std::string& dir, GPT& model, AdamW& opt) {
-  MT_CHECK(opt.begin() == 0 && opt.end() == model.table().total(),
-           "sharded optimizer state needs a scatter after loading");
+TrainState load_checkpoint(const std::string& dir, const ParamTable& table,
+                           const GlobalState& g) {
   const std::string state_path = dir + "/state.json";
   std::ifstream in(state_path);
   MT_REQUIRE(in.good(), "--load ", dir, ": ", state_path,
@@ -141,10 +143,10 @@ TrainState load_checkpoint(const std::string& dir, GPT& model, AdamW& opt) {
   MT_REQUIRE(s.step >= 0 && s.data_position >= 0, "--load ", dir,
              ": state.json holds a negative step or data position");
   SafetensorsFile weights(dir + "/model.safetensors");
-  read_arena(weights, model.table(), model.params().data(), "");
+  read_arena(weights, table, g.params, "");
   SafetensorsFile moments(dir + "/optimizer.safetensors");
-  read_arena(moments, model.table(), opt.exp_avg().data(), ".exp_avg");
-  read_arena(moments, model.table(), opt.exp_avg_sq().data(), ".exp_avg_sq");
+  read_arena(moments, table, g.exp_avg, ".exp_avg");
+  read_arena(moments, table, g.exp_avg_sq, ".exp_avg_sq");
   return s;
 }
 

@@ -16,8 +16,6 @@
 
 namespace mt {
 
-class AdamW;
-
 struct TrainState {
   int step = 0;               // optimizer updates completed
   int64_t data_position = 0;  // loader position for the next batch
@@ -28,15 +26,29 @@ struct TrainState {
 // CLI can take defaults from it. Heads are taken from metadata when present.
 ModelConfig model_config_from_file(const std::string& path, const ModelConfig& base);
 
-// Writes the weights this rank holds (whole model, one worker or replicated data parallel).
+// Model state in the global view: parameters and both AdamW moments, each a buffer in
+// table layout (table().total() floats, the parameter table's offsets). Whatever the
+// layout that trains, the trainer assembles this view before writing and distributes it
+// after reading, so a file never depends on the layout.
+struct GlobalState {
+  float* params = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+};
+
+// Writes the weights this rank holds (whole model, unsharded).
 void export_weights(const std::string& path, const GPT& model);
+void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
+                    const float* params);
 // Loads every parameter this rank holds from the file; names and global shapes must match.
 void import_weights(const std::string& path, GPT& model);
+void import_weights(const std::string& path, const ParamTable& table, float* params);
 
-void save_checkpoint(const std::string& dir, const GPT& model, const AdamW& opt,
-                     const TrainState& state);
+void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
+                     const GlobalState& g, const TrainState& state);
 // Validates the directory (every file present and well-formed, shapes matching this
 // model) and restores weights, moments and state. Throws UsageError when corrupt.
-TrainState load_checkpoint(const std::string& dir, GPT& model, AdamW& opt);
+TrainState load_checkpoint(const std::string& dir, const ParamTable& table,
+                           const GlobalState& g);
 
 }  // namespace mt

@@ -1,21 +1,33 @@
 #include "train/optimizer.h"
 
-#include <algorithm>
-
 #include "kernels/adamw.h"
 
 namespace mt {
 
-AdamW::AdamW(const ParamTable& table, const AdamWConfig& cfg, size_t begin, size_t end)
-    : table_(table), cfg_(cfg), begin_(begin), end_(end), m_(end - begin), v_(end - begin) {}
+AdamW::AdamW(const AdamWConfig& cfg, std::vector<OptimPiece> pieces)
+    : cfg_(cfg), pieces_(std::move(pieces)) {
+  size_t total = 0;
+  for (const OptimPiece& p : pieces_) {
+    moment_off_.push_back(total);
+    total += p.n;
+  }
+  m_.resize(total);
+  v_.resize(total);
+}
+
+std::vector<OptimPiece> AdamW::whole_table(const ParamTable& table) {
+  std::vector<OptimPiece> out;
+  for (const ParamInfo& p : table.entries())
+    out.push_back({p.offset, p.offset, p.offset, p.numel, p.decay()});
+  return out;
+}
 
 void AdamW::update(float* params, const float* grads, double lr, int step) {
-  for (const ParamInfo& p : table_.entries()) {
-    const size_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);
-    if (lo >= hi) continue;
-    AdamWParams hp{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, p.decay() ? cfg_.weight_decay : 0.0, step};
-    adamw_update(params + lo, grads + lo, m_.data() + (lo - begin_), v_.data() + (lo - begin_),
-                 hi - lo, hp);
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const OptimPiece& p = pieces_[i];
+    AdamWParams hp{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, p.decay ? cfg_.weight_decay : 0.0, step};
+    adamw_update(params + p.param_off, grads + p.grad_off, m_.data() + moment_off_[i],
+                 v_.data() + moment_off_[i], p.n, hp);
   }
 }
 

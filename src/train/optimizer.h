@@ -1,10 +1,11 @@
-// AdamW over a contiguous range [begin, end) of the flat parameter arena (CONTRACTS.md §2).
-// One worker owns the whole arena; under ZeRO each data-parallel rank owns one shard of it
-// and keeps moments only for that shard. The parameter table decides, per tensor, whether
-// weight decay applies; alignment gaps between tensors are skipped.
+// AdamW (CONTRACTS.md §2) over the pieces of the parameter arena this rank updates. One
+// worker, or plain data parallelism, updates every element; under ZeRO each data-parallel
+// rank updates only its shard and keeps moments only for it. Moments are stored densely,
+// piece after piece, so their size is exactly the number of updated elements.
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "core/arena.h"
 #include "model/param_table.h"
@@ -15,24 +16,34 @@ struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
 
+// A run of n elements of one tensor: where its parameters and gradients are in the
+// buffers passed to update(), and where it sits in the table (global-view) layout.
+struct OptimPiece {
+  size_t table_off, param_off, grad_off, n;
+  bool decay;  // weight decay applies (tensors with 2 or more dims)
+};
+
 class AdamW {
  public:
-  AdamW(const ParamTable& table, const AdamWConfig& cfg, size_t begin, size_t end);
+  AdamW(const AdamWConfig& cfg, std::vector<OptimPiece> pieces);
+  // Every tensor of the table, parameters and gradients in table layout (one worker).
+  static std::vector<OptimPiece> whole_table(const ParamTable& table);
+
   // One update with learning rate lr; `step` is the 1-based update count.
-  // params and grads point at the start of the full arenas (same offsets as the table).
   void update(float* params, const float* grads, double lr, int step);
 
   Arena& exp_avg() { return m_; }
   Arena& exp_avg_sq() { return v_; }
-  size_t begin() const { return begin_; }
-  size_t end() const { return end_; }
+  const std::vector<OptimPiece>& pieces() const { return pieces_; }
+  // Offset of piece i's moments in exp_avg() / exp_avg_sq().
+  size_t moment_off(size_t i) const { return moment_off_[i]; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
 
  private:
-  const ParamTable& table_;
   AdamWConfig cfg_;
-  size_t begin_, end_;
-  Arena m_, v_;  // moments of [begin, end)
+  std::vector<OptimPiece> pieces_;
+  std::vector<size_t> moment_off_;
+  Arena m_, v_;
 };
 
 }  // namespace mt

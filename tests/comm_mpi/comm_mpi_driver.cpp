@@ -292,6 +292,8 @@ int main(int argc, char** argv) {
       mt::fault(w);
     else if (mode == "mismatch")
       mt::mismatch(w);
+    else if (mode == "mismatch-a2a")
+      mt::mismatch_a2a(w);
     else if (mode == "timeout")
       mt::timeout(w);
     else if (mode == "usage-all")

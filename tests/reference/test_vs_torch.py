@@ -34,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gpt_torch as ref  # noqa: E402
 
+NOISE = 0.2  # share of random tokens in the "markov" stream
 LOSS_RTOL, LR_RTOL, NORM_RTOL, PARAM_RTOL = 1e-5, 1e-6, 1e-4, 1e-4
 
 # Each case: model/train flags shared verbatim by both sides, plus how to build the data
@@ -96,7 +97,7 @@ def make_inputs(case, d, init_seed):
         rng = np.random.default_rng(5)
         toks = np.empty(50_000, np.int64)
         toks[0] = 1
-        noise = rng.random(len(toks)) < 0.2
+        noise = rng.random(len(toks)) < NOISE
         rand = rng.integers(0, V, len(toks))
         for i in range(1, len(toks)):
             toks[i] = rand[i] if noise[i] else (7 * toks[i - 1] + 3) % V

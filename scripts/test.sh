@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Quick start, command two: install what is missing, build, and run the whole test suite:
+#   1. the Release build and every test (ctest: unit tests, PyTorch reference, equivalence
+#      sweeps, MPI launches);
+#   2. ThreadSanitizer on the communication tests (ranks are threads);
+#   3. AddressSanitizer + UBSan on the unit tests of the lower layers.
+# MESHTRAIN_FULL_TESTS=1 widens the equivalence sweeps; MESHTRAIN_SKIP_SANITIZERS=1 skips 2-3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+JOBS=$(nproc)
+
+echo "== release build and tests"
+scripts/build.sh
+(cd build && ctest --output-on-failure -j "$JOBS" --timeout 900)
+
+if [ "${MESHTRAIN_SKIP_SANITIZERS:-0}" != "1" ]; then
+  echo "== ThreadSanitizer: communication tests"
+  BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo CMAKE_ARGS="-DMESHTRAIN_SANITIZE=thread" \
+    scripts/build.sh --target test_comm
+  # OpenMP's runtime is not TSan-instrumented; the comm layer does not use it.
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/test_comm
+
+  echo "== AddressSanitizer + UBSan: unit tests"
+  BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo CMAKE_ARGS="-DMESHTRAIN_SANITIZE=address" \
+    scripts/build.sh --target test_core test_kernels test_model test_train
+  for t in test_core test_kernels test_model test_train; do
+    ASAN_OPTIONS="detect_leaks=1" build-asan/tests/$t --gtest_brief=1
+  done
+fi
+echo "== all tests passed"

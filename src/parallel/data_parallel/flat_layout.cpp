@@ -1,0 +1,82 @@
+#include "parallel/data_parallel/flat_layout.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace mt {
+
+FlatLayout::FlatLayout(const ParamTable& table,
+                       const std::vector<std::pair<size_t, size_t>>& unit_ranges, int dp,
+                       int dp_rank, size_t bucket_floats, bool one_unit_per_bucket)
+    : table_(table), dp_(dp), rank_(dp_rank) {
+  MT_CHECK(dp >= 1 && dp_rank >= 0 && dp_rank < dp && !unit_ranges.empty());
+  const size_t quantum = size_t(dp) * 16;
+  size_t prev_hi = 0;
+  for (auto [lo, hi] : unit_ranges) {
+    MT_CHECK(lo >= prev_hi && hi >= lo, "units must be ascending and disjoint");
+    prev_hi = hi;
+    FlatUnit u;
+    u.lo = lo;
+    u.hi = hi;
+    u.flat = flat_size_;
+    u.padded = (hi - lo + quantum - 1) / quantum * quantum;
+    flat_size_ += u.padded;
+    units_.push_back(u);
+  }
+  // Backward order: blocks last to first, then the edge unit on its own.
+  const int n = int(units_.size());
+  auto open_bucket = [&](int u) {
+    FlatBucket b;
+    b.units = {u};
+    b.flat_lo = units_[u].flat;
+    b.flat_hi = units_[u].flat + units_[u].padded;
+    buckets_.push_back(b);
+  };
+  for (int u = n - 1; u >= 1; --u) {
+    FlatBucket* cur = buckets_.empty() ? nullptr : &buckets_.back();
+    if (cur && !one_unit_per_bucket && cur->size() + units_[u].padded <= bucket_floats) {
+      cur->units.push_back(u);
+      cur->flat_lo = units_[u].flat;  // descending units: the bucket grows downwards
+    } else {
+      open_bucket(u);
+    }
+  }
+  open_bucket(0);
+  size_t shard_off = 0;
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    FlatBucket& b = buckets_[k];
+    b.chunk = b.size() / size_t(dp);
+    b.shard_off = shard_off;
+    shard_off += b.chunk;
+    for (int u : b.units) units_[u].bucket = int(k);
+  }
+}
+
+size_t FlatLayout::max_bucket() const {
+  size_t m = 0;
+  for (const auto& b : buckets_) m = std::max(m, b.size());
+  return m;
+}
+
+std::vector<FlatPiece> FlatLayout::pieces(bool owned_only) const {
+  std::vector<FlatPiece> out;
+  for (const ParamInfo& p : table_.entries()) {
+    int u = 0;
+    while (u < int(units_.size()) && !(p.offset >= units_[u].lo && p.offset < units_[u].hi)) ++u;
+    MT_CHECK(u < int(units_.size()), "parameter ", p.name, " lies in no unit");
+    const FlatBucket& b = buckets_[units_[u].bucket];
+    const size_t f0 = flat_of(u, p.offset), f1 = f0 + p.numel;
+    size_t lo = f0, hi = f1;
+    if (owned_only) {
+      lo = std::max(f0, b.owned_lo(rank_));
+      hi = std::min(f1, b.owned_lo(rank_) + b.chunk);
+    }
+    if (lo >= hi) continue;
+    out.push_back({p.offset + (lo - f0), lo, b.shard_off + (lo - b.owned_lo(rank_)), hi - lo,
+                   p.decay()});
+  }
+  return out;
+}
+
+}  // namespace mt

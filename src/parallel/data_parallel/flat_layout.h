@@ -1,0 +1,77 @@
+// Where every parameter lives once data parallelism pads and shards the flat arena.
+//
+// The model's arena (table offsets) is cut into *units* (ModelChunk: the edge unit holding
+// wte/wpe/ln_f, then one unit per block). Each unit is copied into the *flat* space padded
+// to a multiple of dp*16 floats, so that any run of whole units splits into dp equal,
+// cache-line aligned chunks, however uneven the real sizes are.
+//
+// *Buckets* are runs of consecutive units in backward order (last block first, the edge
+// unit always alone and last, since the tied wte is final only after the embedding's W
+// pass), filled up to the bucket size; with ZeRO-3 every unit is its own bucket (the
+// gather granularity). Rank r owns chunk r of every bucket: the reduce-scatter of a
+// bucket leaves each rank exactly its chunk, and its *shard* is the concatenation of its
+// chunks in bucket order (bucket k's chunk at shard offset shard_off).
+//
+// Worked example, dp = 2, units of 100 (edge), 300 and 300 floats, one unit per bucket:
+//   flat:  edge [0, 128)  block0 [128, 448)  block1 [448, 768)
+//   buckets (backward order): 0 = block1, 1 = block0, 2 = edge; chunks 160, 160, 64
+//   rank 1 owns flat [608, 768) [288, 448) [64, 128) at shard offsets 0, 160, 320.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "model/param_table.h"
+
+namespace mt {
+
+struct FlatUnit {
+  size_t lo = 0, hi = 0;        // arena range (table offsets)
+  size_t flat = 0, padded = 0;  // flat offset and padded length
+  int bucket = -1;
+};
+
+struct FlatBucket {
+  std::vector<int> units;       // in backward order
+  size_t flat_lo = 0, flat_hi = 0;
+  size_t chunk = 0;             // (flat_hi - flat_lo) / dp
+  size_t shard_off = 0;         // of this rank's chunk in its shard
+  size_t size() const { return flat_hi - flat_lo; }
+  size_t owned_lo(int r) const { return flat_lo + size_t(r) * chunk; }
+};
+
+// One run of a tensor's elements that a rank updates: its position in the table layout,
+// in the flat space, and in the rank's shard (only meaningful for owned pieces).
+struct FlatPiece {
+  size_t table_off, flat_off, shard_off, n;
+  bool decay;
+};
+
+class FlatLayout {
+ public:
+  // unit_ranges: arena ranges of the units, ascending and disjoint. bucket_floats: the
+  // bucket size; one_unit_per_bucket for ZeRO-3.
+  FlatLayout(const ParamTable& table, const std::vector<std::pair<size_t, size_t>>& unit_ranges,
+             int dp, int dp_rank, size_t bucket_floats, bool one_unit_per_bucket);
+
+  int dp() const { return dp_; }
+  size_t flat_size() const { return flat_size_; }
+  size_t shard_size() const { return flat_size_ / size_t(dp_); }
+  const std::vector<FlatUnit>& units() const { return units_; }
+  const std::vector<FlatBucket>& buckets() const { return buckets_; }
+  size_t max_bucket() const;
+  // Pieces of every real element (owned_only = false) or of this rank's chunks only.
+  std::vector<FlatPiece> pieces(bool owned_only) const;
+  // Flat offset of a table offset inside unit u.
+  size_t flat_of(int u, size_t table_off) const { return units_[u].flat + table_off - units_[u].lo; }
+
+ private:
+  const ParamTable& table_;
+  int dp_, rank_;
+  size_t flat_size_ = 0;
+  std::vector<FlatUnit> units_;
+  std::vector<FlatBucket> buckets_;
+};
+
+}  // namespace mt

@@ -1,0 +1,50 @@
+// Runs the built meshtrain binary as a user would and captures what it printed.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace mt::testing {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh directory under the system temp dir, removed at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "meshtrain-test-XXXXXX").string();
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+// args are passed through the shell (quote them yourself when they hold spaces).
+inline RunResult run_meshtrain(const std::string& args, const std::string& cwd = "") {
+  TempDir io;
+  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(MESHTRAIN_BIN) +
+                    " " + args + " >" + (io / "out") + " 2>" + (io / "err") + " </dev/null";
+  int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(io / "out");
+  r.err = slurp(io / "err");
+  return r;
+}
+
+}  // namespace mt::testing

@@ -1,0 +1,189 @@
+// Bad input gets one clear line on stderr ("meshtrain: error: ...") and exit code 2, and
+// nothing is left half-written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "run_binary.h"
+#include "train/safetensors.h"
+#include "train/token_shard.h"
+
+namespace mt {
+namespace {
+
+using testing::run_meshtrain;
+using testing::TempDir;
+
+// A small model and a tiny data shard, so a run that should start does so in a second.
+struct Fixture {
+  TempDir dir;
+  std::string data = dir / "train.bin";
+  std::string tiny = " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 2 --quiet ";
+  Fixture() {
+    std::vector<int> tokens;
+    for (int i = 0; i < 400; ++i) tokens.push_back((i * 7) % 256);
+    write_token_shard(data, tokens);
+  }
+  std::string base() const { return "train" + tiny + "--data " + data; }
+};
+
+void expect_usage_error(const testing::RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << "stderr: " << r.err;
+  EXPECT_EQ(r.err.rfind("meshtrain: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+  // One line.
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(BadInput, UnknownFlag) {
+  Fixture f;
+  expect_usage_error(run_meshtrain(f.base() + " --no-such-flag 3"), "no-such-flag");
+}
+
+TEST(BadInput, HeadsMustDivideDim) {
+  Fixture f;
+  expect_usage_error(run_meshtrain(f.base() + " --heads 3"), "--heads 3 does not divide --dim 16");
+}
+
+TEST(BadInput, ZeroAndNegativeSizes) {
+  Fixture f;
+  expect_usage_error(run_meshtrain(f.base() + " --layers 0"), "--layers must be >= 1");
+  expect_usage_error(run_meshtrain(f.base() + " --batch -1"), "--batch must be >= 1");
+  expect_usage_error(run_meshtrain(f.base() + " --dp 0"), "--dp must be >= 1");
+  expect_usage_error(run_meshtrain(f.base() + " --lr 0"), "--lr must be > 0");
+}
+
+TEST(BadInput, BatchMustSplitOverReplicasAndMicrobatches) {
+  Fixture f;
+  expect_usage_error(run_meshtrain(f.base() + " --batch 3 --microbatches 2"),
+                     "--batch 3 must be divisible");
+}
+
+TEST(BadInput, BadChoices) {
+  Fixture f;
+  expect_usage_error(run_meshtrain(f.base() + " --lr-schedule linear"), "--lr-schedule");
+  expect_usage_error(run_meshtrain(f.base() + " --backend nccl"), "--backend");
+  expect_usage_error(run_meshtrain(f.base() + " --zero 4"), "--zero");
+}
+
+TEST(BadInput, MissingTruncatedAndWrongMagicData) {
+  Fixture f;
+  expect_usage_error(run_meshtrain("train" + f.tiny + "--data " + (f.dir / "nope.bin")),
+                     "nope.bin");
+  // Truncated: drop the last byte.
+  std::filesystem::copy_file(f.data, f.dir / "short.bin");
+  std::filesystem::resize_file(f.dir / "short.bin", std::filesystem::file_size(f.data) - 1);
+  expect_usage_error(run_meshtrain("train" + f.tiny + "--data " + (f.dir / "short.bin")),
+                     "short.bin");
+  // Wrong magic.
+  std::filesystem::copy_file(f.data, f.dir / "magic.bin");
+  {
+    std::fstream io(f.dir / "magic.bin", std::ios::in | std::ios::out | std::ios::binary);
+    int32_t bad = 12345;
+    io.write(reinterpret_cast<const char*>(&bad), 4);
+  }
+  expect_usage_error(run_meshtrain("train" + f.tiny + "--data " + (f.dir / "magic.bin")),
+                     "magic");
+}
+
+TEST(BadInput, DataTooSmallForOneBatch) {
+  Fixture f;
+  expect_usage_error(run_meshtrain(f.base() + " --batch 64"), "train.bin");
+}
+
+TEST(BadInput, InitFromMismatchedFiles) {
+  Fixture f;
+  const std::string good = f.dir / "w.safetensors";
+  auto r = run_meshtrain(f.base() + " --steps 0 --export " + good);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // --seq longer than the file's position table.
+  expect_usage_error(run_meshtrain("train --quiet --batch 2 --steps 1 --data " + f.data +
+                                   " --init-from " + good + " --seq 16"),
+                     "longer than the position table");
+  // A tensor missing: rewrite the file without ln_f.bias.
+  {
+    SafetensorsFile in(good);
+    std::vector<std::vector<float>> keep;
+    std::vector<SafetensorsTensor> tensors;
+    std::vector<std::string> names = in.names();
+    for (const auto& n : names) {
+      if (n == "transformer.ln_f.bias") continue;
+      keep.push_back(in.read(n));
+    }
+    size_t k = 0;
+    for (const auto& n : names) {
+      if (n == "transformer.ln_f.bias") continue;
+      tensors.push_back({n, in.tensor(n).shape, keep[k++].data()});
+    }
+    write_safetensors(f.dir / "missing.safetensors", tensors);
+  }
+  expect_usage_error(run_meshtrain("train --quiet --batch 2 --steps 1 --heads 2 --data " + f.data +
+                                   " --init-from " + (f.dir / "missing.safetensors")),
+                     "transformer.ln_f.bias");
+  // A mis-shaped tensor.
+  {
+    SafetensorsFile in(good);
+    std::vector<std::vector<float>> keep;
+    std::vector<SafetensorsTensor> tensors;
+    for (const auto& n : in.names()) keep.push_back(in.read(n));
+    size_t k = 0;
+    for (const auto& n : in.names()) {
+      TensorShape shape = in.tensor(n).shape;
+      if (n == "transformer.h.0.mlp.c_fc.bias") shape = {int64_t(keep[k].size() / 2), 2};
+      tensors.push_back({n, shape, keep[k++].data()});
+    }
+    write_safetensors(f.dir / "shape.safetensors", tensors);
+  }
+  expect_usage_error(run_meshtrain("train --quiet --batch 2 --steps 1 --heads 2 --data " + f.data +
+                                   " --init-from " + (f.dir / "shape.safetensors")),
+                     "transformer.h.0.mlp.c_fc.bias");
+}
+
+TEST(BadInput, CorruptLoadDirectory) {
+  Fixture f;
+  const std::string ck = f.dir / "ck";
+  auto r = run_meshtrain(f.base() + " --save " + ck);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Not a checkpoint at all.
+  expect_usage_error(run_meshtrain(f.base() + " --load " + (f.dir / "nothing")), "--load");
+  // state.json garbled.
+  {
+    std::ofstream out(ck + "/state.json");
+    out << "{ not json";
+  }
+  expect_usage_error(run_meshtrain(f.base() + " --steps 4 --load " + ck), "state.json");
+  // Weights truncated.
+  r = run_meshtrain(f.base() + " --save " + ck);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::filesystem::resize_file(ck + "/model.safetensors", 100);
+  expect_usage_error(run_meshtrain(f.base() + " --steps 4 --load " + ck), "model.safetensors");
+}
+
+TEST(BadInput, ConfigFileErrors) {
+  Fixture f;
+  {
+    std::ofstream out(f.dir / "bad.toml");
+    out << "[model]\nlayerz = 3\n";
+  }
+  expect_usage_error(run_meshtrain(f.base() + " --config " + (f.dir / "bad.toml")), "layerz");
+  {
+    std::ofstream out(f.dir / "type.toml");
+    out << "[train]\nlr = \"fast\"\n";
+  }
+  expect_usage_error(run_meshtrain(f.base() + " --config " + (f.dir / "type.toml")), "lr");
+}
+
+TEST(BadInput, NothingHalfWrittenOnFailure) {
+  Fixture f;
+  const std::string out = f.dir / "never.safetensors";
+  auto r = run_meshtrain(f.base() + " --heads 3 --export " + out);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  for (const auto& e : std::filesystem::directory_iterator(f.dir.path))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+}  // namespace
+}  // namespace mt

@@ -1,0 +1,159 @@
+// End-to-end behaviour of `meshtrain train` that users and scripts rely on.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "run_binary.h"
+#include "train/token_shard.h"
+
+namespace mt {
+namespace {
+
+using testing::run_meshtrain;
+using testing::slurp;
+using testing::TempDir;
+
+std::vector<nlohmann::json> step_records(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(slurp(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) {
+      auto j = nlohmann::json::parse(line);
+      if (!j.contains("event")) out.push_back(j);
+    }
+  return out;
+}
+
+struct Data {
+  TempDir dir;
+  std::string path = dir / "train.bin";
+  Data() {
+    std::vector<int> tokens;
+    for (int i = 0; i < 5000; ++i) tokens.push_back((i * i + 3 * i) % 97);
+    write_token_shard(path, tokens);
+  }
+};
+
+const char* kSmall = " --layers 2 --dim 32 --heads 4 --seq 16 --batch 4 --quiet ";
+
+TEST(TrainCommand, MetricsHaveTheContractKeys) {
+  Data d;
+  auto r = run_meshtrain(std::string("train") + kSmall + "--steps 3 --data " + d.path +
+                         " --metrics " + (d.dir / "m.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto recs = step_records(d.dir / "m.jsonl");
+  ASSERT_EQ(recs.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(recs[i]["step"], i + 1);
+    for (const char* k : {"loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "mfu"})
+      EXPECT_TRUE(recs[i].contains(k)) << k;
+  }
+  // A memory record per rank.
+  EXPECT_NE(slurp(d.dir / "m.jsonl").find("\"event\":\"memory\""), std::string::npos);
+}
+
+TEST(TrainCommand, SameCommandTwiceIsBitwiseIdentical) {
+  Data d;
+  std::string args = std::string("train") + kSmall + "--steps 5 --microbatches 2 --data " + d.path;
+  auto a = run_meshtrain(args + " --metrics " + (d.dir / "a.jsonl"));
+  auto b = run_meshtrain(args + " --metrics " + (d.dir / "b.jsonl"));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  auto ra = step_records(d.dir / "a.jsonl"), rb = step_records(d.dir / "b.jsonl");
+  ASSERT_EQ(ra.size(), 5u);
+  ASSERT_EQ(rb.size(), 5u);
+  for (size_t i = 0; i < ra.size(); ++i) {
+    EXPECT_EQ(ra[i]["loss"].get<double>(), rb[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(ra[i]["grad_norm"].get<double>(), rb[i]["grad_norm"].get<double>());
+  }
+}
+
+TEST(TrainCommand, ResumeGivesTheSameLossesAsNotStopping) {
+  Data d;
+  // A constant schedule so a 3-step run and the first 3 steps of a 6-step run agree.
+  std::string args = std::string("train") + kSmall + "--lr-schedule constant --data " + d.path;
+  auto full = run_meshtrain(args + " --steps 6 --metrics " + (d.dir / "full.jsonl"));
+  auto first = run_meshtrain(args + " --steps 3 --save " + (d.dir / "ck") + " --metrics " +
+                             (d.dir / "first.jsonl"));
+  auto second = run_meshtrain(args + " --steps 6 --load " + (d.dir / "ck") + " --metrics " +
+                              (d.dir / "second.jsonl"));
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  auto rf = step_records(d.dir / "full.jsonl");
+  auto r1 = step_records(d.dir / "first.jsonl");
+  auto r2 = step_records(d.dir / "second.jsonl");
+  ASSERT_EQ(r1.size(), 3u);
+  ASSERT_EQ(r2.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r1[i]["loss"].get<double>(), rf[i]["loss"].get<double>());
+    EXPECT_EQ(r2[i]["step"], i + 4);
+    EXPECT_EQ(r2[i]["loss"].get<double>(), rf[i + 3]["loss"].get<double>()) << "step " << i + 4;
+  }
+}
+
+TEST(TrainCommand, ConfigFileAndFlagOverride) {
+  Data d;
+  {
+    std::ofstream out(d.dir / "c.toml");
+    out << "[model]\nlayers = 3\ndim = 32\nheads = 4\n[train]\nlr = 0.002\nsteps = 9\n";
+  }
+  auto r = run_meshtrain("train --config " + (d.dir / "c.toml") + " --steps 4 --print-config");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("layers = 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lr = 0.002"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("steps = 4"), std::string::npos) << r.out;  // the flag wins
+}
+
+TEST(TrainCommand, HelpDocumentsEveryContractFlag) {
+  auto r = run_meshtrain("train --help");
+  ASSERT_EQ(r.exit_code, 0);
+  for (const char* flag :
+       {"--layers", "--dim", "--heads", "--seq", "--vocab", "--experts", "--topk",
+        "--capacity-factor", "--aux-loss-coef", "--moe-every", "--router-bias-update", "--dp",
+        "--tp", "--pp", "--ep", "--microbatches", "--schedule", "--virtual-stages", "--zero",
+        "--sequence-parallel", "--steps", "--batch", "--lr", "--min-lr", "--warmup",
+        "--lr-schedule", "--weight-decay", "--grad-clip", "--beta1", "--beta2", "--eps", "--seed",
+        "--threads", "--eval-every", "--eval-batches", "--data", "--val-data", "--init-from",
+        "--export", "--save", "--save-every", "--load", "--metrics", "--trace", "--backend",
+        "--timeout", "--config", "--print-config"})
+    EXPECT_NE(r.out.find(std::string(flag) + " "), std::string::npos) << flag;
+}
+
+TEST(TrainCommand, VersionAndTopLevelHelp) {
+  auto v = run_meshtrain("--version");
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_NE(v.out.find("meshtrain "), std::string::npos);
+  auto h = run_meshtrain("--help");
+  EXPECT_EQ(h.exit_code, 0);
+  for (const char* cmd : {"train", "sample", "bench"}) EXPECT_NE(h.out.find(cmd), std::string::npos);
+}
+
+TEST(TrainCommand, ExportThenSampleRoundTrip) {
+  Data d;
+  const std::string w = d.dir / "w.safetensors";
+  auto r = run_meshtrain(std::string("train") + kSmall + "--steps 2 --data " + d.path +
+                         " --export " + w);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto s = run_meshtrain("sample --init-from " + w + " --prompt hello --tokens 20");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_EQ(s.out.rfind("hello", 0), 0u);
+  EXPECT_GE(s.out.size(), 5u + 20u);
+}
+
+TEST(TrainCommand, TraceIsChromeJson) {
+  Data d;
+  auto r = run_meshtrain(std::string("train") + kSmall + "--steps 2 --data " + d.path +
+                         " --trace " + (d.dir / "t.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(slurp(d.dir / "t.json"));
+  ASSERT_TRUE(j.contains("traceEvents"));
+  EXPECT_GT(j["traceEvents"].size(), 2u);
+}
+
+}  // namespace
+}  // namespace mt
