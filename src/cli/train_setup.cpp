@@ -72,12 +72,13 @@ void resolve_train_options(TrainOptions& o) {
     ModelConfig f = model_config_from_file(o.io.init_from, o.model);
     MT_REQUIRE(!o.seq_given || o.model.seq <= f.seq, "--seq ", o.model.seq,
                " is longer than the position table of ", o.io.init_from, " (", f.seq, " rows)");
-    MT_REQUIRE(!o.seq_given || o.model.seq == f.seq, "--seq ", o.model.seq, " differs from the ",
-               f.seq, " positions of ", o.io.init_from, "; drop --seq to use the file's");
     MT_REQUIRE(!o.vocab_given || o.model.vocab == f.vocab, "--vocab ", o.model.vocab,
                " differs from the ", f.vocab, " rows of transformer.wte.weight in ",
                o.io.init_from);
+    const int seq = o.seq_given ? o.model.seq : f.seq;
     o.model = f;
+    o.model.positions = f.seq;  // keep the whole table; the run uses its first seq rows
+    o.model.seq = seq;
     o.vocab_given = true;
   }
   if (!o.vocab_given) {

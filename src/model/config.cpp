@@ -9,6 +9,8 @@ void ModelConfig::validate() const {
   MT_REQUIRE(dim >= 1, "--dim must be >= 1 (got ", dim, ")");
   MT_REQUIRE(heads >= 1, "--heads must be >= 1 (got ", heads, ")");
   MT_REQUIRE(seq >= 1, "--seq must be >= 1 (got ", seq, ")");
+  MT_REQUIRE(position_rows() >= seq, "--seq ", seq, " is longer than the position table (",
+             position_rows(), " rows)");
   MT_REQUIRE(vocab >= 2 && vocab <= 65536, "--vocab must be in 2..65536 (got ", vocab, ")");
   MT_REQUIRE(dim % heads == 0, "--heads ", heads, " does not divide --dim ", dim,
              " (each head needs dim/heads columns)");
@@ -28,11 +30,11 @@ int64_t ModelConfig::num_params() const {
                       + C * C + C                // attn c_proj
                       + 4 * C * C + 4 * C        // c_fc
                       + 4 * C * C + C;           // mlp c_proj
-  return int64_t(vocab) * C + int64_t(seq) * C + layers * per_block + 2 * C;
+  return int64_t(vocab) * C + int64_t(position_rows()) * C + layers * per_block + 2 * C;
 }
 
 double ModelConfig::flops_per_token() const {
-  double n = double(num_params() - int64_t(seq) * dim);
+  double n = double(num_params() - int64_t(position_rows()) * dim);
   return 6.0 * n + 12.0 * layers * seq * dim;
 }
 

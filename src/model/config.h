@@ -10,7 +10,10 @@ struct ModelConfig {
   int layers = 4;
   int dim = 128;
   int heads = 4;
-  int seq = 128;     // context length T (and rows of the position table)
+  int seq = 128;     // context length T
+  // Rows of the position table; 0 means seq. An --init-from file may hold more rows than
+  // the run uses (nanoGPT's block size): the first seq rows are used, all are kept.
+  int positions = 0;
   int vocab = 256;   // byte-level by default
   // Mixture of experts (0 = dense). Math in CONTRACTS.md §1, MoE variant.
   int experts = 0;
@@ -21,6 +24,7 @@ struct ModelConfig {
   float router_bias_update = 0;
 
   int head_dim() const { return dim / heads; }
+  int position_rows() const { return positions > 0 ? positions : seq; }
   int hidden() const { return 4 * dim; }
   // Throws UsageError naming the flag and what is allowed.
   void validate() const;

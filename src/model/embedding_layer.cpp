@@ -8,7 +8,7 @@ EmbeddingLayer::EmbeddingLayer(const ModelConfig& cfg, ParamTable& table)
     : C_(cfg.dim), V_(cfg.vocab) {
   const ParamInfo* wte = table.find("transformer.wte.weight");
   wte_info_ = wte ? wte : &table.add("transformer.wte.weight", {V_, C_}, InitKind::normal);
-  wpe_info_ = &table.add("transformer.wpe.weight", {cfg.seq, C_}, InitKind::normal);
+  wpe_info_ = &table.add("transformer.wpe.weight", {cfg.position_rows(), C_}, InitKind::normal);
 }
 
 void EmbeddingLayer::bind(float* params, float* grads) {
