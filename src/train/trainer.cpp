@@ -12,6 +12,7 @@
 #include "kernels/reduce.h"
 #include "model/gpt.h"
 #include "model/sampler.h"
+#include "parallel/data_parallel/data_parallel.h"
 #include "parallel/parallel_context.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
@@ -27,7 +28,7 @@ namespace mt {
 namespace {
 
 // Mean cross-entropy over `batches` global batches of `loader` (from its start).
-double evaluate(GPT& model, DataLoader& loader, int batches, const ParallelContext& ctx) {
+double evaluate(GPT& model, DataLoader& loader, int batches, DataParallel& dp) {
   loader.reset();
   const int b = loader.micro_batch_size(), T = loader.seq_len();
   double sum = 0;
@@ -36,9 +37,9 @@ double evaluate(GPT& model, DataLoader& loader, int batches, const ParallelConte
     for (int j = 0; j < loader.microbatches(); ++j)
       sum += model.eval_microbatch(loader.inputs(j), loader.targets(j), b, T);
   }
-  float total = float(sum);
-  if (ctx.dp->size() > 1) ctx.dp->all_reduce(&total, &total, 1, DType::f32, ReduceOp::sum).wait();
-  return double(total) / (double(batches) * loader.tokens_per_batch());
+  const double total = dp.sum_over(sum);
+  dp.release_params();
+  return total / (double(batches) * loader.tokens_per_batch());
 }
 
 void print_sample(GPT& model, const TrainOptions& o, Progress& progress) {
@@ -88,14 +89,36 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     import_weights(o.io.init_from, model);
   else
     model.init(o.optim.seed);
+  DataParallel dp(model, ctx.dp, par.zero, par.bucket_mb);
   AdamWConfig acfg{o.optim.beta1, o.optim.beta2, o.optim.eps, o.optim.weight_decay};
-  AdamW opt(model.table(), acfg, 0, model.table().total());
+  std::vector<OptimPiece> pieces;
+  for (const UpdatePiece& p : dp.update_pieces())
+    pieces.push_back({p.table_off, p.param_off, p.grad_off, p.n, p.decay});
+  AdamW opt(acfg, std::move(pieces));
+  const ParamTable& table = model.table();
+
+  // Checkpoints hold the global view: assemble it (collective) before writing, and
+  // distribute it after reading, so any layout can load what any other one saved.
+  auto save = [&](int step) {
+    std::vector<float> p(table.total()), m(table.total()), v(table.total());
+    dp.gather_params(p.data());
+    dp.gather_dense(opt.exp_avg().data(), m.data());
+    dp.gather_dense(opt.exp_avg_sq().data(), v.data());
+    if (lead)
+      save_checkpoint(o.io.save, table, cfg, {p.data(), m.data(), v.data()},
+                      {step, train.position(), o.optim.seed});
+    ctx.world->barrier().wait();  // the directory is complete when every rank goes on
+  };
 
   int start = 0;
   if (!o.io.load.empty()) {
-    TrainState st = load_checkpoint(o.io.load, model, opt);
+    std::vector<float> p(table.total()), m(table.total()), v(table.total());
+    TrainState st = load_checkpoint(o.io.load, table, {p.data(), m.data(), v.data()});
     MT_REQUIRE(st.step <= o.optim.steps, "--load ", o.io.load, " is at step ", st.step,
                ", beyond --steps ", o.optim.steps);
+    dp.load_params(p.data());
+    dp.scatter_dense(m.data(), opt.exp_avg().data());
+    dp.scatter_dense(v.data(), opt.exp_avg_sq().data());
     start = st.step;
     train.set_position(st.data_position);
   }
@@ -110,7 +133,6 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
                       world.backend_name()));
 
   const float dloss = float(1.0 / (double(B) * T));  // mean over the global batch
-  const size_t nparam = model.table().total();
   const double peak = info.peak_gflops_per_thread * 1e9 * o.optim.threads * world.size();
   TrainSummary summary;
 
@@ -121,23 +143,20 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     const double t_step = now_seconds();
     const double lr = sched.at(u);
     train.next_batch();
-    model.zero_grads();
+    const uint64_t bytes0 = ctx.dp->stats().bytes_sent;
+    dp.begin_step();
     double loss_sum = 0;
     for (int j = 0; j < M; ++j) {
       Trace::Span span(trace, "F+B mb" + std::to_string(j), "compute");
+      dp.begin_microbatch(j == M - 1);
       loss_sum += model.train_microbatch(train.inputs(j), train.targets(j), b, T, dloss);
     }
-    float loss_f = float(loss_sum);
-    if (par.dp > 1) {
-      Trace::Span span(trace, "all_reduce grads", "comm");
-      ctx.dp
-          ->all_reduce(model.grads().data(), model.grads().data(), nparam, DType::f32,
-                       ReduceOp::sum)
-          .wait();
-      ctx.dp->all_reduce(&loss_f, &loss_f, 1, DType::f32, ReduceOp::sum).wait();
+    {
+      Trace::Span span(trace, "wait grad buckets", "comm");
+      dp.finish_gradients();
     }
-    const double loss = double(loss_f) / (double(B) * T);
-    const double norm = std::sqrt(sum_squares(model.grads().data(), nparam));
+    const double loss = dp.sum_over(loss_sum) / (double(B) * T);
+    const double norm = std::sqrt(dp.grad_sum_squares());
     if (!std::isfinite(norm) || !std::isfinite(loss))
       throw RuntimeError(str("step ", step, ": non-finite ",
                              std::isfinite(loss) ? "gradient" : "loss", " (loss ", loss,
@@ -145,12 +164,15 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     if (o.optim.grad_clip > 0) {
       // torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
       const double coef = std::min(1.0, o.optim.grad_clip / (norm + 1e-6));
-      if (coef < 1.0) scale_inplace(model.grads().data(), nparam, float(coef));
+      if (coef < 1.0) dp.scale_grads(float(coef));
     }
     {
       Trace::Span span(trace, "optimizer", "compute");
-      opt.update(model.params().data(), model.grads().data(), lr, step);
+      opt.update(dp.param_storage(), dp.grad_storage(), lr, step);
+      dp.after_optimizer();
     }
+    const double exposed = dp.take_exposed_seconds();
+    const uint64_t comm_bytes = ctx.dp->stats().bytes_sent - bytes0;
     const double dt = sw.elapsed();
     trace.add("step " + std::to_string(step), "step", t_step, now_seconds());
     const double tps = double(B) * T / dt;
@@ -158,11 +180,12 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     summary.losses.push_back(loss);
     nlohmann::json rec = {{"step", step},      {"loss", loss},      {"lr", lr},
                           {"grad_norm", norm}, {"step_time_s", dt}, {"tokens_per_s", tps},
-                          {"mfu", mfu}};
+                          {"mfu", mfu}, {"comm_exposed_s", exposed},
+                          {"comm_bytes", comm_bytes}};
     const bool eval_now =
         val && o.optim.eval_every > 0 && (step % o.optim.eval_every == 0 || step == o.optim.steps);
     if (eval_now) {
-      const double vl = evaluate(model, *val, o.optim.eval_batches, ctx);
+      const double vl = evaluate(model, *val, o.optim.eval_batches, dp);
       rec["val_loss"] = vl;
       summary.final_val_loss = vl;
       if (lead) progress.line(str("step ", step, ": val_loss ", vl));
@@ -173,29 +196,45 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     if (u == start) {
       // Memory record of every rank, gathered to rank 0 (CONTRACTS.md §6).
       const int n = world.size();
-      std::vector<int64_t> mem(4 * size_t(n), 0);
-      int64_t* mine = mem.data() + 4 * world.rank();
-      mine[0] = int64_t(model.params().bytes());
-      mine[1] = int64_t(model.grads().bytes());
+      constexpr int kFields = 6;
+      std::vector<int64_t> mem(kFields * size_t(n), 0);
+      int64_t* mine = mem.data() + kFields * world.rank();
+      const DataParallelMemory dm = dp.memory();
+      mine[0] = int64_t(dm.params_bytes);
+      mine[1] = int64_t(dm.grads_bytes);
       mine[2] = int64_t(opt.state_bytes());
       mine[3] = int64_t(model.activation_peak_bytes());
+      mine[4] = int64_t(dm.param_buffer_bytes);
+      mine[5] = int64_t(dm.grad_buffer_bytes);
       ctx.world->all_reduce(mem.data(), mem.data(), mem.size(), DType::i64, ReduceOp::sum).wait();
-      for (int r = 0; r < n; ++r)
+      for (int r = 0; r < n; ++r) {
+        const int64_t* f = mem.data() + kFields * r;
         metrics.write({{"event", "memory"},
                        {"rank", r},
-                       {"params_bytes", mem[4 * r]},
-                       {"grads_bytes", mem[4 * r + 1]},
-                       {"optimizer_bytes", mem[4 * r + 2]},
-                       {"activations_peak_bytes", mem[4 * r + 3]}});
+                       {"params_bytes", f[0]},
+                       {"grads_bytes", f[1]},
+                       {"optimizer_bytes", f[2]},
+                       {"activations_peak_bytes", f[3]},
+                       {"gather_buffer_bytes", f[4]},
+                       {"grad_buffer_bytes", f[5]}});
+      }
+      if (lead) {
+        const double mib = 1.0 / (1024 * 1024);
+        progress.line(str("memory per rank (rank 0, zero ", par.zero, ", dp ", par.dp,
+                          "): params ", mine[0] * mib, " MiB, grads ", mine[1] * mib,
+                          " MiB, optimizer ", mine[2] * mib, " MiB, activations ",
+                          mine[3] * mib, " MiB"));
+      }
     }
     if (!o.io.save.empty() && o.io.save_every > 0 && step % o.io.save_every == 0 &&
-        step != o.optim.steps && lead)
-      save_checkpoint(o.io.save, model, opt, {step, train.position(), o.optim.seed});
+        step != o.optim.steps)
+      save(step);
   }
   progress.finish();
 
-  if (lead && !o.io.save.empty())
-    save_checkpoint(o.io.save, model, opt, {o.optim.steps, train.position(), o.optim.seed});
+  if (!o.io.save.empty()) save(o.optim.steps);
+  // Export and sampling read the model's own arenas: gather the global weights into them.
+  dp.restore_model();
   if (lead && !o.io.export_path.empty()) export_weights(o.io.export_path, model);
   if (!o.io.trace.empty()) trace.write(*ctx.world, o.io.trace);
   if (lead && o.io.sample_tokens > 0) print_sample(model, o, progress);

@@ -122,7 +122,11 @@ void check_all_to_all(Communicator& c, size_t count, bool in_place) {
 // tags, not arrival order, must decide which buffer gets which.
 void check_send_recv(Communicator& c, size_t count) {
   const int n = c.size(), r = c.rank();
-  if (n == 1) return;
+  std::vector<float> mine(count, 5.0f), back(count);
+  Work self_recv = c.recv(back.data(), count, DType::f32, r, make_p2p_tag(P2PKind::user, 0, 1));
+  c.send(mine.data(), count, DType::f32, r, make_p2p_tag(P2PKind::user, 0, 1)).wait();
+  self_recv.wait();
+  expect_eq(back, mine, str(c.name(), " send to self"));
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   const int tag_a = make_p2p_tag(P2PKind::activation, 1, 7);
   const int tag_g = make_p2p_tag(P2PKind::gradient, 1, 7);
@@ -144,10 +148,15 @@ void check_stats(Communicator& c) {
   c.reset_stats();
   std::vector<float> buf(1000, 1.0f);
   c.all_reduce(std::span<float>(buf), ReduceOp::sum).wait();
-  const uint64_t n = c.size(), want = 2 * (n - 1) * 4000 / n;
+  // A ring exchange of 10 floats: a send counts its payload, a receive nothing.
+  const int next = (c.rank() + 1) % c.size(), prev = (c.rank() + c.size() - 1) % c.size();
+  Work r = c.recv(buf.data(), 10, DType::f32, prev, 0);
+  c.send(buf.data() + 10, 10, DType::f32, next, 0).wait();
+  r.wait();
+  const uint64_t n = c.size(), want = 2 * (n - 1) * 4000 / n + (n > 1 ? 40 : 0);
   CommStats s = c.stats();
-  MT_CHECK(s.bytes_sent == want && s.calls == 1, c.name(), " stats: ", s.bytes_sent, " bytes in ",
-           s.calls, " calls, expected ", want, " in 1");
+  MT_CHECK(s.bytes_sent == want && s.calls == 3, c.name(), " stats: ", s.bytes_sent, " bytes in ",
+           s.calls, " calls, expected ", want, " in 3");
 }
 
 void run_suite(Communicator& c, bool quick) {

@@ -38,30 +38,33 @@ char* at(void* p, size_t elems, size_t elem) {
 
 }  // namespace
 
-// All-reduce = reduce-scatter + all-gather on the peers' buffers:
-//   phase 1..2: member r reduces chunk r of every member's send buffer into chunk r of its
-//               own recv buffer (all members in parallel, each on its own chunk);
-//   phase 2..3: member r copies chunk i of member i's recv buffer into its own, i != r.
-// In place (recv == send) is safe: in the first half member r writes only chunk r of its
-// buffer, which nobody else reads then; the second half starts after everybody finished
-// reading send buffers, and reads only chunks their owners no longer write.
+// All-reduce = reduce-scatter + all-gather on the peers' buffers, fused into one pass:
+// member r reduces chunk r (a 64-byte-aligned 1/n slice) of every member's send buffer and
+// writes the result straight into chunk r of every member's recv buffer; all members work
+// in parallel, each on its own chunk. Fusing the gather into the reduction (push instead
+// of a second phase that pulls) saves a full read of the result and one synchronisation:
+// per rank the memory traffic is n reads and n writes of a 1/n chunk. In place is safe:
+// chunk r of any buffer is touched only by member r, and each tile is read from every
+// source before it is written.
+//
+// Buffers much larger than the last-level cache are written with non-temporal stores:
+// the result would be evicted before anyone reads it anyway.
 void LocalCommunicator::run_all_reduce(const CollDesc& d, uint64_t seq) {
+  constexpr size_t kStreamBytes = size_t(16) << 20;
   const int n = size();
   const size_t elem = dtype_size(d.dtype);
   const Chunking ch = chunking(d.count, n, elem);
   const size_t b = ch.begin(me_), len = ch.end(me_) - b;
+  if (len == 0) return;
   std::vector<const void*> srcs(n);
-  for (int i = 0; i < n; ++i) srcs[i] = at(peer(i, seq).send, b, elem);
-  if (len > 0) reduce_any(at(d.recv, b, elem), srcs.data(), n, len, d.dtype, d.reduce);
-  arrive(seq, 2);
-  wait_phase(d, seq, 2);
-  for (int k = 1; k < n; ++k) {
-    const int i = (me_ + k) % n;  // start at different owners to spread the reads
-    const size_t ib = ch.begin(i), ilen = ch.end(i) - ib;
-    if (ilen > 0) std::memcpy(at(d.recv, ib, elem), at(peer(i, seq).recv, ib, elem), ilen * elem);
+  std::vector<void*> dsts(n);
+  for (int k = 0; k < n; ++k) {
+    const int i = (me_ + k) % n;  // staggered, so members do not all write one buffer at once
+    dsts[k] = at(peer(i, seq).recv, b, elem);
   }
-  arrive(seq, 3);
-  wait_phase(d, seq, 3);
+  for (int i = 0; i < n; ++i) srcs[i] = at(peer(i, seq).send, b, elem);
+  reduce_any(dsts.data(), n, srcs.data(), n, len, d.dtype, d.reduce,
+             d.count * elem >= kStreamBytes);
 }
 
 // Member r reduces block r of every send buffer into its recv buffer. recv may be block r
@@ -71,7 +74,8 @@ void LocalCommunicator::run_reduce_scatter(const CollDesc& d, uint64_t seq) {
   const size_t elem = dtype_size(d.dtype);
   std::vector<const void*> srcs(n);
   for (int i = 0; i < n; ++i) srcs[i] = at(peer(i, seq).send, d.count * me_, elem);
-  if (d.count > 0) reduce_any(d.recv, srcs.data(), n, d.count, d.dtype, d.reduce);
+  void* dst = d.recv;
+  if (d.count > 0) reduce_any(&dst, 1, srcs.data(), n, d.count, d.dtype, d.reduce, false);
 }
 
 // Member r copies every member's send buffer into block i of its recv buffer. When send is

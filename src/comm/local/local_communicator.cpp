@@ -245,7 +245,7 @@ void LocalCommunicator::execute(const CollDesc& d, uint64_t seq) {
       return;  // descriptors are double-buffered: no closing phase
     case OpCode::all_reduce:
       run_all_reduce(d, seq);
-      return;  // has its own middle phase
+      break;
     case OpCode::reduce_scatter:
       run_reduce_scatter(d, seq);
       break;

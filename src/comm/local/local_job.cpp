@@ -25,8 +25,8 @@ LocalJob::LocalJob(int size, const WorldOptions& opts) : size_(size), opts_(opts
   // Spinning only pays when every rank has a core; otherwise it steals the core of the
   // rank being waited for. The world's progress threads mostly sleep, so count ranks.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  policy_.spin_polls = static_cast<unsigned>(size) <= cores ? 20000 : 0;
-  policy_.yield_polls = static_cast<unsigned>(size) <= cores ? 200 : 32;
+  policy_.spin_polls = static_cast<unsigned>(size) <= cores ? 2000 : 0;  // ~100 us
+  policy_.yield_polls = static_cast<unsigned>(size) <= cores ? 100 : 32;
   std::vector<int> all(size);
   for (int r = 0; r < size; ++r) all[r] = r;
   world_ = std::make_shared<GroupState>(*this, all, group_name("world", all));

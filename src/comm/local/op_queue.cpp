@@ -48,9 +48,16 @@ void OpQueue::wait(uint64_t ticket) {
 
 void OpQueue::progress_loop() {
   std::unique_lock lock(mu_);
+  bool idle = true;
   for (;;) {
+    if (idle && !tasks_.empty() && !stopping_) {
+      idle = false;
+      work_cv_.wait_for(lock, kGrace);  // a waiting caller may take the task meanwhile
+      continue;
+    }
     if (run_head(lock)) continue;
     if (stopping_ && tasks_.empty() && !running_) return;
+    idle = true;
     work_cv_.wait(lock);
   }
 }

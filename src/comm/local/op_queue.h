@@ -8,9 +8,13 @@
 //
 // A rank that waits on a call not yet started runs the queue head itself instead of waking
 // the progress thread and sleeping ("caller steals"): a blocking call then costs no thread
-// hand-off. Either way the tasks run one at a time, in issue order.
+// hand-off. To leave the caller that chance, the progress thread, woken from idle, gives a
+// new task kGrace before taking it (a call that is waited on at once never pays a hand-off;
+// one that is left to progress in the background starts kGrace later). Either way the
+// tasks run one at a time, in issue order.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,7 +30,7 @@ class OpQueue {
  public:
   using Task = std::function<void()>;  // must not throw (a task records its own failure)
 
-  explicit OpQueue(const WaitPolicy& policy) : policy_(policy) {}
+  explicit OpQueue(const WaitPolicy& policy) : policy_{0, policy.yield_polls} {}
   ~OpQueue() { stop(); }
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
@@ -46,7 +50,8 @@ class OpQueue {
   bool run_head(std::unique_lock<std::mutex>& lock);  // false when nothing is runnable
   void progress_loop();
 
-  WaitPolicy policy_;
+  static constexpr std::chrono::microseconds kGrace{50};
+  WaitPolicy policy_;  // for waits on completion: never spin, the executor needs the core
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
   std::deque<Task> tasks_;

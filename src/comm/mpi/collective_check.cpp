@@ -37,8 +37,8 @@ constexpr int kFields = 5;
 std::string describe(const CollectiveCall& c) {
   std::string s = str(kind_name(c.kind), "(");
   if (c.kind == CollectiveKind::barrier) return s + ")";
-  if (c.count >= 0) s += str(c.count, " x ");
-  if (c.dtype >= 0) s += dtype_name(static_cast<DType>(c.dtype));
+  if (c.count >= 0) s += str("count ", c.count, ", ");
+  s += dtype_name(static_cast<DType>(c.dtype));
   if (c.op >= 0) s += str(", ", reduce_op_name(static_cast<ReduceOp>(c.op)));
   if (c.root >= 0) s += str(", root ", c.root);
   return s + ")";
@@ -60,10 +60,9 @@ void check_collective(const std::shared_ptr<MpiGroup>& group, const CollectiveCa
     if (std::equal(theirs, theirs + kFields, mine)) continue;
     CollectiveCall other{static_cast<CollectiveKind>(theirs[0]), theirs[1], theirs[2], theirs[3],
                          theirs[4]};
-    throw RuntimeError(str(what, " on group ", group->name,
-                           ": ranks called different collectives: rank ", group->world_rank,
-                           " called ", describe(call), ", rank ", group->members[r], " called ",
-                           describe(other)));
+    throw RuntimeError(str(what, " on group ", group->name, ": mismatched collective: rank ",
+                           group->world_rank, " called ", describe(call), " but rank ",
+                           group->members[r], " called ", describe(other)));
   }
 }
 

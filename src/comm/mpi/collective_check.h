@@ -32,7 +32,7 @@ struct CollectiveCall {
   int64_t root = -1;  // broadcast root or -1
 };
 
-// "all_reduce(1000 x f32, sum)"
+// "all_reduce(count 1000, f32, sum)", as the local backend writes it
 std::string describe(const CollectiveCall& call);
 
 // Throws RuntimeError on the first rank whose call differs from this rank's.

@@ -92,7 +92,7 @@ Work MpiCommunicator::finish_collective(std::shared_ptr<MpiWork> work, uint64_t 
 
 Work MpiCommunicator::all_reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op) {
   MT_CHECK(op != ReduceOp::avg || t == DType::f32, "avg needs f32, got ", dtype_name(t));
-  const uint64_t seq = ++group_->collective_seq;
+  const uint64_t seq = group_->collective_seq++;
   if (group_->opts.check_collectives)
     check_collective(group_,
                      {CollectiveKind::all_reduce, static_cast<int64_t>(count),
@@ -119,9 +119,10 @@ Work MpiCommunicator::all_reduce(const void* send, void* recv, size_t count, DTy
 Work MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType t,
                                      ReduceOp op) {
   MT_CHECK(op != ReduceOp::avg || t == DType::f32, "avg needs f32, got ", dtype_name(t));
-  MT_CHECK(recv_count <= kMaxCount, "reduce_scatter of ", recv_count,
-           " elements per rank: the MPI backend supports at most INT_MAX");
-  const uint64_t seq = ++group_->collective_seq;
+  // Open MPI computes the full count (size() * recv_count) as an int.
+  MT_CHECK(recv_count <= kMaxCount / static_cast<size_t>(size()), "reduce_scatter of ", recv_count,
+           " elements per rank: the MPI backend supports at most INT_MAX in all");
+  const uint64_t seq = group_->collective_seq++;
   if (group_->opts.check_collectives)
     check_collective(group_,
                      {CollectiveKind::reduce_scatter, static_cast<int64_t>(recv_count),
@@ -161,7 +162,7 @@ Work MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_c
 Work MpiCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType t) {
   MT_CHECK(send_count <= kMaxCount / static_cast<size_t>(size()), "all_gather of ", send_count,
            " elements per rank: the MPI backend supports at most INT_MAX in all");
-  const uint64_t seq = ++group_->collective_seq;
+  const uint64_t seq = group_->collective_seq++;
   if (group_->opts.check_collectives)
     check_collective(group_,
                      {CollectiveKind::all_gather, static_cast<int64_t>(send_count),
@@ -181,7 +182,7 @@ Work MpiCommunicator::all_gather(const void* send, void* recv, size_t send_count
 
 Work MpiCommunicator::broadcast(void* buf, size_t count, DType t, int root) {
   MT_CHECK(root >= 0 && root < size(), "broadcast root ", root, " on group ", name());
-  const uint64_t seq = ++group_->collective_seq;
+  const uint64_t seq = group_->collective_seq++;
   if (group_->opts.check_collectives)
     check_collective(
         group_,
@@ -205,7 +206,7 @@ Work MpiCommunicator::all_to_all_v(const void* send, const size_t* send_counts, 
                                    const size_t* recv_counts, DType t) {
   const int n = size();
   const bool in_place = send == recv;
-  const uint64_t seq = ++group_->collective_seq;
+  const uint64_t seq = group_->collective_seq++;
   if (group_->opts.check_collectives) {
     check_collective(group_, {CollectiveKind::all_to_all_v, -1, static_cast<int64_t>(t), -1, -1},
                      seq);
@@ -242,7 +243,7 @@ Work MpiCommunicator::all_to_all_v(const void* send, const size_t* send_counts, 
 }
 
 Work MpiCommunicator::barrier() {
-  const uint64_t seq = ++group_->collective_seq;
+  const uint64_t seq = group_->collective_seq++;
   if (group_->opts.check_collectives)
     check_collective(group_, {CollectiveKind::barrier, 0, -1, -1, -1}, seq);
   auto work = start_collective(str("barrier #", seq));
@@ -254,15 +255,19 @@ Work MpiCommunicator::barrier() {
 
 std::shared_ptr<MpiWork> MpiCommunicator::start_p2p(const char* op, const char* dir, int peer,
                                                     int tag, size_t count, DType t) {
-  MT_CHECK(peer >= 0 && peer < size() && peer != rank(), op, " ", dir, " rank ", peer, " on group ",
-           name(), " (this rank is ", rank(), ")");
+  MT_CHECK(peer >= 0 && peer < size(), op, " ", dir, " rank ", peer, " on group ", name());
   MT_CHECK(tag >= 0 && tag <= group_->tag_ub, op, " tag ", tag, " outside MPI's range 0..",
            group_->tag_ub);
-  const uint64_t seq = ++group_->p2p_seq;
+  const uint64_t seq = group_->p2p_seq++;
   group_->calls += 1;
-  return std::make_shared<MpiWork>(
-      group_, str(op, " #", seq, " (", count, " x ", dtype_name(t), ") ", dir, " rank ",
-                  global_rank(peer), " tag ", tag));
+  auto work =
+      std::make_shared<MpiWork>(group_, str(op, " #", seq, " (", count, " x ", dtype_name(t), ") ",
+                                            dir, " rank ", global_rank(peer), " tag ", tag));
+  // Completes after the collectives issued before it (as in the local backend), but later
+  // collectives do not wait for it: a pipeline posts receives long before they match.
+  std::lock_guard lock(group_->order_mutex);
+  work->previous = group_->last_collective.lock();
+  return work;
 }
 
 Work MpiCommunicator::send(const void* buf, size_t count, DType t, int peer, int tag) {
@@ -274,7 +279,7 @@ Work MpiCommunicator::send(const void* buf, size_t count, DType t, int peer, int
                            &work->requests.back()),
                  "send to ", peer, " on group ", name());
   });
-  group_->bytes_sent += count * es;
+  if (peer != rank()) group_->bytes_sent += count * es;
   return Work(std::move(work));
 }
 

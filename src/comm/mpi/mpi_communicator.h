@@ -14,8 +14,9 @@
 //
 // Ordering: MPI matches collectives on one communicator in issue order; each collective's
 // Work also waits for the previous one, so completion is observed in issue order too.
-// Point-to-point calls are ordered per (peer, tag) by MPI's non-overtaking rule and are not
-// chained to collectives (a pipeline posts receives early). Different communicators are
+// Point-to-point calls are ordered per (peer, tag) by MPI's non-overtaking rule; they
+// complete after the collectives issued before them, but collectives never wait for them
+// (a pipeline posts receives early). Different communicators are
 // independent MPI communicators under MPI_THREAD_MULTIPLE, so they never block each other.
 //
 // Counts above INT_MAX (MPI's count type) are split into several operations for

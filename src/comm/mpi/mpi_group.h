@@ -27,7 +27,8 @@ struct MpiGroup {
   int tag_ub = 0;  // largest tag MPI accepts
   WorldOptions opts;
 
-  // Sequence numbers start at 1 so messages read "#1" for the first call.
+  // Sequence numbers count the calls issued before this one (the first is #0), as in the
+  // local backend.
   std::atomic<uint64_t> collective_seq{0};
   std::atomic<uint64_t> p2p_seq{0};
   std::atomic<uint64_t> bytes_sent{0};

@@ -12,8 +12,8 @@ namespace mt {
 namespace {
 
 // Poll pacing: MPI only progresses inside MPI calls, so the first 10 ms spin like MPI_Wait
-// (yielding this early lets a busy machine take the core for a whole time slice, which
-// made 1 MiB all-reduces 10x slower under load); up to 200 ms we yield between polls
+// (yielding after 1 ms let a loaded machine take the core for whole time slices and made
+// 1 MiB all-reduces several times slower); up to 200 ms we yield between polls
 // (oversubscribed runs); beyond that the wait is long and sleeping costs nothing.
 class Backoff {
  public:

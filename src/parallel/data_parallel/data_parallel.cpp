@@ -1,0 +1,359 @@
+#include "parallel/data_parallel/data_parallel.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "kernels/reduce.h"
+
+namespace mt {
+
+namespace {
+
+std::vector<std::pair<size_t, size_t>> unit_ranges(ModelChunk& c) {
+  std::vector<std::pair<size_t, size_t>> r;
+  for (int u = 0; u < c.num_units(); ++u) r.push_back(c.unit_range(u));
+  return r;
+}
+
+size_t bucket_floats(double mb) { return size_t(mb * 1024 * 1024 / sizeof(float)); }
+
+}  // namespace
+
+DataParallel::DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zero,
+                           double bucket_mb)
+    : model_(model),
+      chunk_(model.chunk(0)),
+      dp_(std::move(dp)),
+      zero_(zero),
+      rank_(dp_->rank()),
+      size_(dp_->size()),
+      layout_(model.table(), unit_ranges(model.chunk(0)), dp_->size(), dp_->rank(),
+              bucket_floats(bucket_mb), zero == 3) {
+  MT_CHECK(model.num_chunks() == 1, "data parallelism runs one chunk per rank");
+  MT_CHECK(zero >= 0 && zero <= 3);
+  const size_t nb = layout_.buckets().size(), nu = layout_.units().size();
+  params_.resize(zero_ == 3 ? layout_.shard_size() : layout_.flat_size());
+  if (zero_ < 2) {
+    grads_.resize(layout_.flat_size());
+  } else {
+    grad_shard_.resize(layout_.shard_size());
+    // Open at once: the edge bucket (whole backward), the current one, one in flight.
+    for (int i = 0; i < 3; ++i) pool_.emplace_back(layout_.max_bucket());
+    pool_bucket_.assign(pool_.size(), -1);
+  }
+  if (zero_ == 3) {
+    size_t block_max = 0;
+    for (size_t u = 1; u < nu; ++u) block_max = std::max(block_max, layout_.units()[u].padded);
+    edge_.buf.resize(layout_.units()[0].padded);
+    for (auto& s : slots_) s.buf.resize(block_max);
+  }
+  bucket_pool_.assign(nb, -1);
+  bucket_done_.assign(nb, 0);
+  for (const FlatPiece& p : layout_.pieces(/*owned_only=*/zero_ > 0))
+    update_.push_back({p.table_off, zero_ == 3 ? p.shard_off : p.flat_off,
+                       zero_ >= 2 ? p.shard_off : p.flat_off, p.n, p.decay});
+  load_params(model.params().data());
+  model.release_arenas();
+  pbase_.assign(nu, nullptr);
+  gbase_.assign(nu, nullptr);
+  for (size_t u = 0; u < nu; ++u) {
+    const FlatUnit& fu = layout_.units()[u];
+    // Stage 3 binds parameters when a unit is gathered; until then both point at the
+    // unit's own flat position or, lacking one, at its gradient (never read then).
+    if (zero_ < 3) pbase_[u] = params_.data() + fu.flat - fu.lo;
+    if (zero_ < 2) gbase_[u] = grads_.data() + fu.flat - fu.lo;
+    if (!pbase_[u]) pbase_[u] = gbase_[u] ? gbase_[u] : pool_[0].data() - fu.lo;
+    if (!gbase_[u]) gbase_[u] = pbase_[u];
+    bind(int(u));
+  }
+  chunk_.set_hooks(this);
+}
+
+DataParallel::~DataParallel() {
+  chunk_.set_hooks(nullptr);
+  // Never leave a collective writing into freed buffers.
+  try {
+    while (!inflight_.empty()) reclaim_oldest();
+    release_params();
+  } catch (...) {
+  }
+}
+
+// ---- global view ----------------------------------------------------------------------
+
+void DataParallel::load_params(const float* global) {
+  if (zero_ < 3) {
+    for (const FlatUnit& u : layout_.units())
+      std::memcpy(params_.data() + u.flat, global + u.lo, (u.hi - u.lo) * sizeof(float));
+  } else {
+    for (const UpdatePiece& p : update_)
+      std::memcpy(params_.data() + p.param_off, global + p.table_off, p.n * sizeof(float));
+  }
+  release_params();
+}
+
+void DataParallel::gather_params(float* global) {
+  if (zero_ < 3) {
+    for (const FlatUnit& u : layout_.units())
+      std::memcpy(global + u.lo, params_.data() + u.flat, (u.hi - u.lo) * sizeof(float));
+    return;
+  }
+  // Each element is owned by exactly one rank: a sum of one value and zeros is exact.
+  const size_t total = model_.table().total();
+  std::memset(global, 0, total * sizeof(float));
+  for (const UpdatePiece& p : update_)
+    std::memcpy(global + p.table_off, params_.data() + p.param_off, p.n * sizeof(float));
+  wait(dp_->all_reduce(global, global, total, DType::f32, ReduceOp::sum));
+}
+
+void DataParallel::gather_dense(const float* dense, float* global) {
+  const size_t total = model_.table().total();
+  std::memset(global, 0, total * sizeof(float));
+  size_t off = 0;
+  for (const UpdatePiece& p : update_) {
+    std::memcpy(global + p.table_off, dense + off, p.n * sizeof(float));
+    off += p.n;
+  }
+  if (zero_ > 0 && size_ > 1)
+    wait(dp_->all_reduce(global, global, total, DType::f32, ReduceOp::sum));
+}
+
+void DataParallel::scatter_dense(const float* global, float* dense) const {
+  size_t off = 0;
+  for (const UpdatePiece& p : update_) {
+    std::memcpy(dense + off, global + p.table_off, p.n * sizeof(float));
+    off += p.n;
+  }
+}
+
+void DataParallel::restore_model() {
+  model_.restore_arenas();
+  gather_params(model_.params().data());
+  chunk_.set_hooks(nullptr);
+}
+
+// ---- one step -------------------------------------------------------------------------
+
+void DataParallel::begin_step() {
+  if (zero_ < 2)
+    grads_.zero();
+  else
+    grad_shard_.zero();
+}
+
+void DataParallel::begin_microbatch(bool last) { last_microbatch_ = last; }
+
+void DataParallel::finish_gradients() {
+  while (!inflight_.empty()) reclaim_oldest();
+}
+
+double DataParallel::grad_sum_squares() {
+  // Stage 0 holds the reduced gradients everywhere; otherwise each rank adds its chunks.
+  const float* g = grad_storage();
+  double local = 0;
+  for (const UpdatePiece& p : update_) local += sum_squares(g + p.grad_off, p.n);
+  return zero_ == 0 ? local : sum_over(local);
+}
+
+void DataParallel::scale_grads(float s) {
+  float* g = grad_storage();
+  for (const UpdatePiece& p : update_) scale_inplace(g + p.grad_off, p.n, s);
+}
+
+void DataParallel::after_optimizer() {
+  if (zero_ == 1 || zero_ == 2) {
+    std::vector<Work> works;
+    if (size_ > 1)
+      for (const FlatBucket& b : layout_.buckets())
+        works.push_back(dp_->all_gather(params_.data() + b.owned_lo(rank_),
+                                        params_.data() + b.flat_lo, b.chunk, DType::f32));
+    for (Work& w : works) wait(w);
+  }
+  release_params();
+}
+
+void DataParallel::release_params() {
+  if (zero_ < 3) return;
+  for (GatherSlot* s : {&edge_, &slots_[0], &slots_[1]}) {
+    wait(s->work);
+    s->work = Work();
+    s->unit = -1;
+    s->in_use = false;
+  }
+}
+
+double DataParallel::sum_over(double x) {
+  if (size_ == 1) return x;
+  // No f64 reduction in the interface: gather the bytes and add in rank order.
+  std::vector<double> all(size_t(size_), 0.0);
+  wait(dp_->all_gather(&x, all.data(), sizeof(double), DType::u8));
+  double s = 0;
+  for (double v : all) s += v;
+  return s;
+}
+
+double DataParallel::take_exposed_seconds() {
+  const double e = exposed_;
+  exposed_ = 0;
+  return e;
+}
+
+DataParallelMemory DataParallel::memory() const {
+  DataParallelMemory m;
+  for (const Arena* a : {&edge_.buf, &slots_[0].buf, &slots_[1].buf})
+    m.param_buffer_bytes += a->bytes();
+  for (const Arena& a : pool_) m.grad_buffer_bytes += a.bytes();
+  m.params_bytes = params_.bytes() + m.param_buffer_bytes;
+  m.grads_bytes = grads_.bytes() + grad_shard_.bytes() + m.grad_buffer_bytes;
+  return m;
+}
+
+// ---- communication helpers ------------------------------------------------------------
+
+void DataParallel::wait(Work w) {
+  if (w.test()) return;
+  const double t0 = now_seconds();
+  w.wait();
+  exposed_ += now_seconds() - t0;
+}
+
+// Open MPI advances nonblocking collectives only inside MPI calls: testing the pending
+// ones between layers keeps them moving while backward computes.
+void DataParallel::poll() {
+  for (InFlight& f : inflight_) f.work.test();
+  if (zero_ == 3)
+    for (GatherSlot* s : {&edge_, &slots_[0], &slots_[1]}) s->work.test();
+}
+
+void DataParallel::bind(int unit) { chunk_.bind_unit(unit, pbase_[unit], gbase_[unit]); }
+
+void DataParallel::launch(int k) {
+  const FlatBucket& b = layout_.buckets()[k];
+  bucket_done_[k] = 0;
+  if (zero_ < 2) {
+    if (size_ == 1) return;
+    float* g = grads_.data() + b.flat_lo;
+    Work w = zero_ == 0 ? dp_->all_reduce(g, g, b.size(), DType::f32, ReduceOp::sum)
+                        : dp_->reduce_scatter(g, grads_.data() + b.owned_lo(rank_), b.chunk,
+                                              DType::f32, ReduceOp::sum);
+    inflight_.push_back({k, -1, std::move(w)});
+    return;
+  }
+  const int i = bucket_pool_[k];
+  MT_CHECK(i >= 0, "bucket ", k, " launched without a gradient buffer");
+  bucket_pool_[k] = -1;
+  float* buf = pool_[i].data();
+  Work w;
+  if (size_ > 1)
+    w = dp_->reduce_scatter(buf, buf + size_t(rank_) * b.chunk, b.chunk, DType::f32,
+                            ReduceOp::sum);
+  inflight_.push_back({k, i, std::move(w)});
+}
+
+void DataParallel::reclaim_oldest() {
+  InFlight f = std::move(inflight_.front());
+  inflight_.pop_front();
+  wait(std::move(f.work));
+  if (f.pool < 0) return;
+  const FlatBucket& b = layout_.buckets()[f.bucket];
+  add_inplace(grad_shard_.data() + b.shard_off, pool_[f.pool].data() + size_t(rank_) * b.chunk,
+              b.chunk);
+  pool_bucket_[f.pool] = -1;
+}
+
+int DataParallel::acquire_pool() {
+  for (;;) {
+    for (size_t i = 0; i < pool_.size(); ++i)
+      if (pool_bucket_[i] < 0) return int(i);
+    MT_CHECK(!inflight_.empty(), "no free gradient bucket buffer");
+    reclaim_oldest();
+  }
+}
+
+// ---- hooks ----------------------------------------------------------------------------
+
+void DataParallel::before_use(int unit, int next_unit) {
+  poll();
+  if (zero_ < 3) return;
+  ensure_gathered(unit);
+  pbase_[unit] = gathered(unit) - layout_.units()[unit].lo;
+  bind(unit);
+  // Prefetch: start the next unit's gather now so it arrives while this one computes.
+  if (next_unit == 0 && edge_.unit < 0) {
+    issue_gather(0);
+  } else if (next_unit > 0 && !find_slot(next_unit)) {
+    for (GatherSlot& s : slots_)
+      if (!s.in_use) {
+        issue_gather(next_unit);
+        break;
+      }
+  }
+}
+
+void DataParallel::after_use(int unit) {
+  // The buffer may be reused from now on; its contents stay valid until then, so the last
+  // block's forward gather also serves its backward.
+  if (zero_ == 3 && unit > 0)
+    if (GatherSlot* s = find_slot(unit)) s->in_use = false;
+}
+
+void DataParallel::before_grads(int unit) {
+  poll();
+  if (zero_ < 2) return;
+  const FlatUnit& u = layout_.units()[unit];
+  const int k = u.bucket;
+  if (bucket_pool_[k] < 0) {
+    const int i = acquire_pool();
+    pool_bucket_[i] = k;
+    bucket_pool_[k] = i;
+    std::memset(pool_[i].data(), 0, layout_.buckets()[k].size() * sizeof(float));
+  }
+  gbase_[unit] = pool_[bucket_pool_[k]].data() + (u.flat - layout_.buckets()[k].flat_lo) - u.lo;
+  bind(unit);
+}
+
+void DataParallel::grads_final(int unit) {
+  if (zero_ < 2 && !last_microbatch_) return;  // accumulate locally; reduce once
+  const int k = layout_.units()[unit].bucket;
+  if (++bucket_done_[k] == int(layout_.buckets()[k].units.size())) launch(k);
+}
+
+// ---- ZeRO-3 gathers -------------------------------------------------------------------
+
+DataParallel::GatherSlot* DataParallel::find_slot(int unit) {
+  if (unit == 0) return edge_.unit == 0 ? &edge_ : nullptr;
+  for (GatherSlot& s : slots_)
+    if (s.unit == unit) return &s;
+  return nullptr;
+}
+
+DataParallel::GatherSlot* DataParallel::issue_gather(int unit) {
+  GatherSlot* s = &edge_;
+  if (unit > 0) {
+    s = nullptr;
+    for (GatherSlot& c : slots_)
+      if (!c.in_use && (!s || c.unit < 0)) s = &c;  // prefer an empty slot
+    MT_CHECK(s != nullptr, "no free ZeRO-3 gather buffer for unit ", unit);
+  }
+  wait(std::move(s->work));  // the buffer must be idle before it is overwritten
+  const FlatBucket& b = layout_.buckets()[layout_.units()[unit].bucket];
+  s->unit = unit;
+  s->work = size_ > 1 ? dp_->all_gather(params_.data() + b.shard_off, s->buf.data(), b.chunk,
+                                        DType::f32)
+                      : Work();
+  if (size_ == 1) std::memcpy(s->buf.data(), params_.data() + b.shard_off, b.chunk * 4);
+  return s;
+}
+
+void DataParallel::ensure_gathered(int unit) {
+  GatherSlot* s = find_slot(unit);
+  if (!s) s = issue_gather(unit);
+  wait(std::move(s->work));
+  s->work = Work();
+  s->in_use = true;
+}
+
+float* DataParallel::gathered(int unit) { return find_slot(unit)->buf.data(); }
+
+}  // namespace mt

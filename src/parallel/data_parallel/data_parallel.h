@@ -1,0 +1,141 @@
+// Synchronous data parallelism with ZeRO stages 0-3 for one rank (both backends).
+//
+// The engine takes over the model's parameter and gradient storage, lays it out in the
+// padded flat space of FlatLayout and drives the reductions from the model's unit hooks:
+//
+//   stage | parameters           | gradients                  | optimizer state
+//   0     | full (flat)          | full; all-reduce / bucket  | full
+//   1     | full                 | full; reduce-scatter       | own chunks
+//   2     | full                 | own chunks + bucket pool   | own chunks
+//   3     | own chunks + gather  | own chunks + bucket pool   | own chunks
+//
+// Buckets are launched asynchronously on the dp communicator as soon as their last unit's
+// gradients are final, so the reduction overlaps the rest of backward; the compute thread
+// only waits (exposed time) where it needs a result. Stages 0-1 reduce once, after the
+// last microbatch; stages 2-3 hold no full gradient buffer, so each microbatch's bucket
+// is reduce-scattered and added to the shard (DeepSpeed's behaviour). Stages 1-2 all-gather
+// the updated parameters after the optimizer; stage 3 gathers each unit just before its
+// forward and backward into one of two rotating buffers (the edge unit has its own, held
+// through the step since the tied head needs it at both ends), prefetching the next unit.
+//
+// Every collective is issued in the same order on every rank (the hooks run in a fixed
+// order), and reductions sum in rank order, so runs are bitwise reproducible.
+#pragma once
+
+#include <array>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/arena.h"
+#include "model/gpt.h"
+#include "parallel/data_parallel/flat_layout.h"
+
+namespace mt {
+
+struct UpdatePiece {
+  size_t table_off, param_off, grad_off, n;
+  bool decay;
+};
+
+struct DataParallelMemory {
+  size_t params_bytes = 0, grads_bytes = 0;  // everything held, buffers included
+  size_t param_buffer_bytes = 0;             // ZeRO-3 gather buffers (part of params_bytes)
+  size_t grad_buffer_bytes = 0;              // ZeRO-2/3 bucket pool (part of grads_bytes)
+};
+
+class DataParallel final : public ChunkHooks {
+ public:
+  // Takes the model's current (table-layout) parameters, frees its arenas and installs
+  // itself as the hooks of its single chunk. bucket_mb: bucket size in MiB.
+  DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zero, double bucket_mb);
+  ~DataParallel() override;
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  const FlatLayout& layout() const { return layout_; }
+  int zero() const { return zero_; }
+
+  // --- global view (table layout, table().total() floats); all collective over dp ---
+  void load_params(const float* global);
+  void gather_params(float* global);
+  // The runs of elements this rank updates, with their offsets in param_storage() and
+  // grad_storage(): every element at stage 0, its own chunks otherwise.
+  const std::vector<UpdatePiece>& update_pieces() const { return update_; }
+  // Per-element state stored densely in update_pieces() order (the optimizer moments) to
+  // and from the global view.
+  void gather_dense(const float* dense, float* global);
+  void scatter_dense(const float* global, float* dense) const;
+  // Puts the global parameters back into the model's own arenas and removes the hooks
+  // (end of training: export, sampling).
+  void restore_model();
+
+  // --- one step ---
+  void begin_step();                 // zero gradients
+  void begin_microbatch(bool last);  // stages 0-1 reduce only after the last one
+  void finish_gradients();           // waits for every bucket
+  // Sum of squared gradients over the whole model, each parameter counted once.
+  double grad_sum_squares();
+  void scale_grads(float s);
+  float* param_storage() { return params_.data(); }
+  float* grad_storage() { return zero_ >= 2 ? grad_shard_.data() : grads_.data(); }
+  void after_optimizer();  // stages 1-2: all-gather the updated chunks
+  // Stage 3: drops gathered units (after evaluation; parameters change at every step).
+  void release_params();
+  // Sum of x over the dp group, added in rank order (deterministic, double precision).
+  double sum_over(double x);
+
+  // Seconds the compute thread spent blocked on dp communication since the last call.
+  double take_exposed_seconds();
+  DataParallelMemory memory() const;
+
+  // ChunkHooks
+  void before_use(int unit, int next_unit) override;
+  void after_use(int unit) override;
+  void before_grads(int unit) override;
+  void grads_final(int unit) override;
+
+ private:
+  struct InFlight {
+    int bucket, pool;  // pool < 0: reduced in place in grads_
+    Work work;
+  };
+  struct GatherSlot {
+    int unit = -1;  // unit whose parameters the buffer holds (or is receiving)
+    bool in_use = false;
+    Work work;
+    Arena buf;
+  };
+  void wait(Work w);
+  void poll();
+  void bind(int unit);
+  void launch(int bucket);
+  void reclaim_oldest();
+  int acquire_pool();
+  // Stage 3
+  GatherSlot* find_slot(int unit);
+  GatherSlot* issue_gather(int unit);
+  void ensure_gathered(int unit);
+  float* gathered(int unit);
+
+  GPT& model_;
+  ModelChunk& chunk_;
+  std::shared_ptr<Communicator> dp_;
+  int zero_, rank_, size_;
+  FlatLayout layout_;
+  Arena params_;  // flat (stages 0-2) or shard (stage 3)
+  Arena grads_;   // flat (stages 0-1)
+  Arena grad_shard_;
+  std::vector<Arena> pool_;  // stages 2-3: bucket gradient buffers
+  std::vector<int> pool_bucket_, bucket_pool_, bucket_done_;
+  std::deque<InFlight> inflight_;
+  GatherSlot edge_;
+  std::array<GatherSlot, 2> slots_;
+  std::vector<float*> pbase_, gbase_;  // current binding of each unit
+  std::vector<UpdatePiece> update_;
+  bool last_microbatch_ = true;
+  double exposed_ = 0;
+};
+
+}  // namespace mt
