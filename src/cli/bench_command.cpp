@@ -21,8 +21,14 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
       ->capture_default_str();
   comm->add_option("--min-bytes", c->min_bytes, "smallest message")->capture_default_str();
   comm->add_option("--max-bytes", c->max_bytes, "largest message")->capture_default_str();
-  comm->add_option("--iters", c->iters, "timed repeats per size (median reported)")
+  comm->add_option("--iters", c->iters, "calls per timed repeat")->capture_default_str();
+  comm->add_option("--repeats", c->repeats, "timed repeats per size (the median is reported)")
       ->capture_default_str();
+  comm->add_flag("--memcpy", c->memcpy_baseline,
+                 "also time a single-thread memcpy of each size (the bandwidth reference)");
+  auto out_of_place = std::make_shared<bool>(false);
+  comm->add_flag("--out-of-place", *out_of_place, "separate send and receive buffers");
+  comm->callback([c, out_of_place] { c->in_place = !*out_of_place; });
   auto threads = std::make_shared<int>(1);
   CLI::App* gemm = bench->add_subcommand("gemm", "measured sgemm peak (the MFU denominator)");
   gemm->add_option("--threads", *threads, "threads")->capture_default_str();

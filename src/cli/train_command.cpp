@@ -41,8 +41,8 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
 
   ParallelOptions& p = o.parallel;
   f.add("parallel", "dp", &p.dp,
-        "data-parallel replicas: each trains on 1/dp of the global batch, gradients are "
-        "averaged in a synchronous all-reduce");
+        "data-parallel replicas: each trains on 1/dp of the global batch (same tokens and "
+        "losses as one worker); gradients are averaged in buckets reduced during backward");
   f.add("parallel", "tp", &p.tp, "tensor-parallel ranks (split matmuls)");
   f.add("parallel", "pp", &p.pp, "pipeline stages");
   f.add("parallel", "ep", &p.ep, "expert-parallel ranks (divides --dp)");
@@ -52,11 +52,14 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
   f.add("parallel", "schedule", &p.schedule, "pipeline schedule: gpipe|1f1b|interleaved|zb-h1");
   f.add("parallel", "virtual-stages", &p.virtual_stages, "model chunks per pipeline rank");
   f.add("parallel", "zero", &p.zero,
-        "ZeRO stage over the dp group: 0 none, 1 optimizer state sharded, 2 + gradients, "
-        "3 + parameters");
+        "ZeRO stage over the dp group (model state per rank, N = dp, P = parameters): "
+        "0 none (16P bytes), 1 AdamW moments sharded (8P + 8P/N), 2 + gradients sharded "
+        "(4P + 12P/N), 3 + parameters sharded, each layer gathered when used (16P/N)");
   f.add_bool("parallel", "sequence-parallel", &p.sequence_parallel,
              "shard LayerNorm/residual regions along the sequence (with --tp)");
-  f.add("parallel", "bucket-mb", &p.bucket_mb, "gradient all-reduce bucket size in MB");
+  f.add("parallel", "bucket-mb", &p.bucket_mb,
+        "gradient bucket size in MiB: layers' gradients are grouped, last layer first, and "
+        "each bucket is reduced as soon as backward has finished it (ZeRO-3: one per layer)");
 
   OptimOptions& t = o.optim;
   f.add("train", "steps", &t.steps, "optimizer steps");

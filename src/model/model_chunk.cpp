@@ -17,8 +17,8 @@ std::pair<size_t, size_t> range_since(const ParamTable& table, size_t first) {
 
 }  // namespace
 
-ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec,
-                       const TensorParallelShard& tp, int max_b, ParamTable& table)
+ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
+                       int max_b, ParamTable& table)
     : cfg_(cfg), spec_(spec) {
   SlotLayout layout;
   const size_t N = size_t(max_b) * cfg.seq;

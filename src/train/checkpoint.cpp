@@ -118,8 +118,7 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
   });
 }
 
-TrainState load_checkpoint(const std::string& dir, const ParamTable& table,
-                           const GlobalState& g) {
+TrainState load_checkpoint(const std::string& dir, const ParamTable& table, const GlobalState& g) {
   const std::string state_path = dir + "/state.json";
   std::ifstream in(state_path);
   MT_REQUIRE(in.good(), "--load ", dir, ": ", state_path,

@@ -48,7 +48,6 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
                      const GlobalState& g, const TrainState& state);
 // Validates the directory (every file present and well-formed, shapes matching this
 // model) and restores weights, moments and state. Throws UsageError when corrupt.
-TrainState load_checkpoint(const std::string& dir, const ParamTable& table,
-                           const GlobalState& g);
+TrainState load_checkpoint(const std::string& dir, const ParamTable& table, const GlobalState& g);
 
 }  // namespace mt

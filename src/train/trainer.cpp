@@ -178,9 +178,14 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     const double tps = double(B) * T / dt;
     const double mfu = peak > 0 ? cfg.flops_per_token() * tps / peak : 0;
     summary.losses.push_back(loss);
-    nlohmann::json rec = {{"step", step},      {"loss", loss},      {"lr", lr},
-                          {"grad_norm", norm}, {"step_time_s", dt}, {"tokens_per_s", tps},
-                          {"mfu", mfu}, {"comm_exposed_s", exposed},
+    nlohmann::json rec = {{"step", step},
+                          {"loss", loss},
+                          {"lr", lr},
+                          {"grad_norm", norm},
+                          {"step_time_s", dt},
+                          {"tokens_per_s", tps},
+                          {"mfu", mfu},
+                          {"comm_exposed_s", exposed},
                           {"comm_bytes", comm_bytes}};
     const bool eval_now =
         val && o.optim.eval_every > 0 && (step % o.optim.eval_every == 0 || step == o.optim.steps);
@@ -219,11 +224,14 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
                        {"grad_buffer_bytes", f[5]}});
       }
       if (lead) {
-        const double mib = 1.0 / (1024 * 1024);
-        progress.line(str("memory per rank (rank 0, zero ", par.zero, ", dp ", par.dp,
-                          "): params ", mine[0] * mib, " MiB, grads ", mine[1] * mib,
-                          " MiB, optimizer ", mine[2] * mib, " MiB, activations ",
-                          mine[3] * mib, " MiB"));
+        auto mib = [](int64_t bytes) {
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / (1024 * 1024));
+          return std::string(buf);
+        };
+        progress.line(str("memory per rank (rank 0, dp ", par.dp, ", zero ", par.zero, "): params ",
+                          mib(mine[0]), ", grads ", mib(mine[1]), ", optimizer ", mib(mine[2]),
+                          ", activations ", mib(mine[3])));
       }
     }
     if (!o.io.save.empty() && o.io.save_every > 0 && step % o.io.save_every == 0 &&

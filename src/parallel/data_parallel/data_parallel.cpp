@@ -1,5 +1,6 @@
 #include "parallel/data_parallel/data_parallel.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -16,12 +17,13 @@ std::vector<std::pair<size_t, size_t>> unit_ranges(ModelChunk& c) {
   return r;
 }
 
-size_t bucket_floats(double mb) { return size_t(mb * 1024 * 1024 / sizeof(float)); }
+size_t bucket_floats(double mb) {
+  return size_t(mb * 1024 * 1024 / sizeof(float));
+}
 
 }  // namespace
 
-DataParallel::DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zero,
-                           double bucket_mb)
+DataParallel::DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zero, double bucket_mb)
     : model_(model),
       chunk_(model.chunk(0)),
       dp_(std::move(dp)),
@@ -38,8 +40,13 @@ DataParallel::DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zer
     grads_.resize(layout_.flat_size());
   } else {
     grad_shard_.resize(layout_.shard_size());
-    // Open at once: the edge bucket (whole backward), the current one, one in flight.
-    for (int i = 0; i < 3; ++i) pool_.emplace_back(layout_.max_bucket());
+    // Buffer 0 holds the edge bucket, open through the whole backward (the tied wte is
+    // final only after the embedding); two more take turns: one filling, one in flight.
+    size_t block_bucket = 0;
+    for (size_t k = 0; k + 1 < nb; ++k)
+      block_bucket = std::max(block_bucket, layout_.buckets()[k].size());
+    pool_.emplace_back(layout_.buckets().back().size());
+    for (int i = 0; i < 2; ++i) pool_.emplace_back(block_bucket);
     pool_bucket_.assign(pool_.size(), -1);
   }
   if (zero_ == 3) {
@@ -142,7 +149,9 @@ void DataParallel::begin_step() {
     grad_shard_.zero();
 }
 
-void DataParallel::begin_microbatch(bool last) { last_microbatch_ = last; }
+void DataParallel::begin_microbatch(bool last) {
+  last_microbatch_ = last;
+}
 
 void DataParallel::finish_gradients() {
   while (!inflight_.empty()) reclaim_oldest();
@@ -226,7 +235,9 @@ void DataParallel::poll() {
     for (GatherSlot* s : {&edge_, &slots_[0], &slots_[1]}) s->work.test();
 }
 
-void DataParallel::bind(int unit) { chunk_.bind_unit(unit, pbase_[unit], gbase_[unit]); }
+void DataParallel::bind(int unit) {
+  chunk_.bind_unit(unit, pbase_[unit], gbase_[unit]);
+}
 
 void DataParallel::launch(int k) {
   const FlatBucket& b = layout_.buckets()[k];
@@ -246,8 +257,7 @@ void DataParallel::launch(int k) {
   float* buf = pool_[i].data();
   Work w;
   if (size_ > 1)
-    w = dp_->reduce_scatter(buf, buf + size_t(rank_) * b.chunk, b.chunk, DType::f32,
-                            ReduceOp::sum);
+    w = dp_->reduce_scatter(buf, buf + size_t(rank_) * b.chunk, b.chunk, DType::f32, ReduceOp::sum);
   inflight_.push_back({k, i, std::move(w)});
 }
 
@@ -262,9 +272,10 @@ void DataParallel::reclaim_oldest() {
   pool_bucket_[f.pool] = -1;
 }
 
-int DataParallel::acquire_pool() {
+int DataParallel::acquire_pool(int bucket) {
+  const bool edge = bucket + 1 == int(layout_.buckets().size());
   for (;;) {
-    for (size_t i = 0; i < pool_.size(); ++i)
+    for (size_t i = edge ? 0 : 1; i < (edge ? 1 : pool_.size()); ++i)
       if (pool_bucket_[i] < 0) return int(i);
     MT_CHECK(!inflight_.empty(), "no free gradient bucket buffer");
     reclaim_oldest();
@@ -304,7 +315,7 @@ void DataParallel::before_grads(int unit) {
   const FlatUnit& u = layout_.units()[unit];
   const int k = u.bucket;
   if (bucket_pool_[k] < 0) {
-    const int i = acquire_pool();
+    const int i = acquire_pool(k);
     pool_bucket_[i] = k;
     bucket_pool_[k] = i;
     std::memset(pool_[i].data(), 0, layout_.buckets()[k].size() * sizeof(float));
@@ -339,9 +350,9 @@ DataParallel::GatherSlot* DataParallel::issue_gather(int unit) {
   wait(std::move(s->work));  // the buffer must be idle before it is overwritten
   const FlatBucket& b = layout_.buckets()[layout_.units()[unit].bucket];
   s->unit = unit;
-  s->work = size_ > 1 ? dp_->all_gather(params_.data() + b.shard_off, s->buf.data(), b.chunk,
-                                        DType::f32)
-                      : Work();
+  s->work = size_ > 1
+                ? dp_->all_gather(params_.data() + b.shard_off, s->buf.data(), b.chunk, DType::f32)
+                : Work();
   if (size_ == 1) std::memcpy(s->buf.data(), params_.data() + b.shard_off, b.chunk * 4);
   return s;
 }
@@ -354,6 +365,8 @@ void DataParallel::ensure_gathered(int unit) {
   s->in_use = true;
 }
 
-float* DataParallel::gathered(int unit) { return find_slot(unit)->buf.data(); }
+float* DataParallel::gathered(int unit) {
+  return find_slot(unit)->buf.data();
+}
 
 }  // namespace mt

@@ -112,7 +112,7 @@ class DataParallel final : public ChunkHooks {
   void bind(int unit);
   void launch(int bucket);
   void reclaim_oldest();
-  int acquire_pool();
+  int acquire_pool(int bucket);
   // Stage 3
   GatherSlot* find_slot(int unit);
   GatherSlot* issue_gather(int unit);

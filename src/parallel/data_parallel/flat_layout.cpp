@@ -73,8 +73,8 @@ std::vector<FlatPiece> FlatLayout::pieces(bool owned_only) const {
       hi = std::min(f1, b.owned_lo(rank_) + b.chunk);
     }
     if (lo >= hi) continue;
-    out.push_back({p.offset + (lo - f0), lo, b.shard_off + (lo - b.owned_lo(rank_)), hi - lo,
-                   p.decay()});
+    out.push_back(
+        {p.offset + (lo - f0), lo, b.shard_off + (lo - b.owned_lo(rank_)), hi - lo, p.decay()});
   }
   return out;
 }

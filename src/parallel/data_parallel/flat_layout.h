@@ -33,10 +33,10 @@ struct FlatUnit {
 };
 
 struct FlatBucket {
-  std::vector<int> units;       // in backward order
+  std::vector<int> units;  // in backward order
   size_t flat_lo = 0, flat_hi = 0;
-  size_t chunk = 0;             // (flat_hi - flat_lo) / dp
-  size_t shard_off = 0;         // of this rank's chunk in its shard
+  size_t chunk = 0;      // (flat_hi - flat_lo) / dp
+  size_t shard_off = 0;  // of this rank's chunk in its shard
   size_t size() const { return flat_hi - flat_lo; }
   size_t owned_lo(int r) const { return flat_lo + size_t(r) * chunk; }
 };
@@ -64,7 +64,9 @@ class FlatLayout {
   // Pieces of every real element (owned_only = false) or of this rank's chunks only.
   std::vector<FlatPiece> pieces(bool owned_only) const;
   // Flat offset of a table offset inside unit u.
-  size_t flat_of(int u, size_t table_off) const { return units_[u].flat + table_off - units_[u].lo; }
+  size_t flat_of(int u, size_t table_off) const {
+    return units_[u].flat + table_off - units_[u].lo;
+  }
 
  private:
   const ParamTable& table_;

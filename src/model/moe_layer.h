@@ -1,0 +1,128 @@
+// Mixture-of-experts MLP (CONTRACTS.md §1, MoE variant), the drop-in for a Block's dense
+// MLP: y (N, C) = sum over the token's kept choices of gate * expert_e(h), where h (N, C)
+// is ln_2's output and the caller adds y to the residual. Each expert is the dense MLP
+// (c_fc, tanh GELU, c_proj) with its own weights.
+//
+// One forward, for N tokens of this rank's microbatch (one aux/capacity group):
+//   router: logits = h @ router.weight^T, softmax, top-k, gates, aux loss (model/router.h)
+//   plan:   capacity drops and the stable sort by expert (model/moe_permutation.h)
+//   dispatch: rows to the ep ranks owning their experts (TokenExchange; skipped at ep = 1)
+//   experts: per local expert one GEMM pair over its contiguous rows
+//   combine: results back to their rank, then gate-weighted sum per token
+// Backward mirrors it: the gate gradients (dy . expert output) feed the router with the aux
+// term; gate * dy goes to the experts by the same dispatch, their input gradients come
+// back by the same combine. backward_input (B) leaves in the slot what backward_weight (W)
+// needs, so W does no communication.
+//
+// Expert parallelism: ep rank r holds experts r*E/ep .. (r+1)*E/ep - 1 and registers only
+// those (global names). Gradient reduction rule for the data-parallel reducer: expert
+// tensors (is_expert_param) are summed over ParallelContext::ep_replica, every other
+// tensor of the layer over ParallelContext::dp; both then take the dense tensors' factor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "model/activation_pool.h"
+#include "model/config.h"
+#include "model/linear.h"
+#include "model/param_table.h"
+#include "model/token_exchange.h"
+
+namespace mt {
+
+struct ExpertParallelShard {
+  int rank = 0, size = 1;
+  TokenExchange* exchange = nullptr;  // null when size == 1
+};
+
+// Routing statistics accumulated over the forwards since reset (the trainer resets at the
+// start of a step). Counts are this rank's tokens only: sum them over dp for the step.
+struct MoeStats {
+  std::vector<int64_t> load;      // (E) kept assignments per expert, after capacity drops
+  std::vector<int64_t> selected;  // (E) assignments per expert before drops (bias update)
+  int64_t assignments = 0;        // tokens * k routed
+  int64_t dropped = 0;            // assignments dropped by capacity
+  double aux_sum = 0;             // sum over groups (forwards) of the group's aux loss
+  int64_t groups = 0;
+  void reset();
+};
+
+// True for the tensors of transformer.h.{i}.mlp.experts.{e}.* (reduce over ep_replica).
+bool is_expert_param(const std::string& name);
+
+class MoeLayer {
+ public:
+  // Registers the router and this rank's experts in `table` and reserves the per-microbatch
+  // buffers in `layout` for up to max_tokens tokens (b*T) per forward.
+  MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard& ep, int max_tokens,
+           ParamTable& table, SlotLayout& layout);
+
+  void bind(float* params, float* grads);
+
+  // y (N, C) = moe(h (N, C)); y is overwritten. h must stay untouched until backward_weight.
+  // Every rank of the ep group must call it for the same microbatches in the same order.
+  void forward(float* slot, const float* h, float* y, int N);
+  // dh (N, C) = gradient w.r.t. h from dy (N, C), experts and router paths, plus the aux
+  // loss gradient (scaled by aux_grad_scale). Overwrites dh. Collective over ep.
+  void backward_input(float* slot, const float* h, const float* dy, float* dh, int N);
+  // Router and local expert weight gradients (+=). No communication.
+  void backward_weight(float* slot, const float* h, int N);
+
+  // The factor that turns one group's aux-loss gradient into the step's: the trainer sums
+  // gradients over microbatches and dp ranks, and aux_loss is the mean over the G = dp *
+  // microbatches groups, so pass 1/G (equivalently N_group / (global B*T), the CE scale
+  // times the group's token count). Default 1 (a single group).
+  void set_aux_grad_scale(float s) { aux_grad_scale_ = s; }
+  // Off during evaluation so routing statistics cover training forwards only.
+  void set_record_stats(bool on) { record_stats_ = on; }
+  const MoeStats& stats() const { return stats_; }
+  void reset_stats() { stats_.reset(); }
+
+  // Aux-loss-free balancing state (E): added to the probs for selection only. Not a
+  // parameter (no gradient, no optimizer): checkpoint it next to the optimizer state, e.g.
+  // as "transformer.h.{i}.mlp.router.expert_bias" [E]. Must be identical on every rank.
+  std::vector<float>& router_bias() { return bias_; }
+  // After the optimizer step: bias_e += gamma * sign(mean(load) - load_e), where load is
+  // the step's `selected` counts summed over the dp group (so every rank applies the same
+  // update). No-op when --router-bias-update is 0.
+  void update_router_bias(const int64_t* load);
+
+  int experts() const { return E_; }
+  int first_local_expert() const { return e0_; }
+  int local_experts() const { return El_; }
+
+ private:
+  // Rows and offsets of each local expert in expert-major order, from recv_counts.
+  void expert_rows(const int32_t* recv_counts);
+  void experts_forward(float* s, float* y_rows);
+  void experts_backward_input(float* s, float* dx_rows);
+  // Sends rows (send_rows[d] to rank d) and waits; recv gets recv_rows[s] from rank s.
+  void exchange(const float* send, const int32_t* send_rows, float* recv, const int32_t* recv_rows);
+
+  int C_, H_, E_, k_, El_, e0_, ep_size_, max_tokens_, max_rows_;
+  float capacity_factor_, alpha_, gamma_;
+  float aux_grad_scale_ = 1.0f;
+  bool record_stats_ = true;
+  TokenExchange* exchange_ = nullptr;
+  Linear router_;
+  std::vector<Linear> fc_, proj_;  // per local expert
+  std::vector<float> bias_;
+  MoeStats stats_;
+  // Per-call scratch (not per microbatch), sized once: two row buffers, gate gradients,
+  // per-rank row counts and per-expert row offsets.
+  Arena rows_a_, rows_b_, dgates_;
+  std::vector<int32_t> send_rows_, recv_rows_, exp_rows_, exp_off_;
+  // Offsets in a slot. N = max tokens, M = N*k local assignments, R = rows an expert rank
+  // can receive (ep * N * min(k, E/ep)). int32 buffers share the float slot (same size).
+  struct {
+    size_t probs, experts, gates, row_of, row_token, counts, recv_counts, f;  // (N,E) (N,k)..
+    size_t x_rows, fc_pre, fc_out, y_perm;  // (R,C) (R,H) (R,H) (M,C)
+    size_t dy_rows, d_fc, dlogits;          // (R,C) (R,H) (N,E): kept for W
+    size_t n_rows;                          // 1 int: rows of this microbatch's experts
+  } off_{};
+};
+
+}  // namespace mt

@@ -1,0 +1,133 @@
+#include "model/moe_permutation.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+
+namespace mt {
+
+int expert_capacity(int N, int E, int k, float capacity_factor) {
+  if (capacity_factor <= 0) return 0;
+  return int(std::ceil(double(N) * k * double(capacity_factor) / E));
+}
+
+int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
+                  int N, int E, int k, int capacity) {
+  const size_t A = size_t(N) * k;
+  for (int e = 0; e < E; ++e) counts[e] = 0;
+  // Pass 1, token-major: decide drops. row_of temporarily holds the kept expert or -1.
+  for (size_t a = 0; a < A; ++a) {
+    const int32_t e = experts[a];
+    const bool keep = capacity <= 0 || counts[e] < capacity;
+    row_of[a] = keep ? e : -1;
+    counts[e] += keep;
+  }
+  // Pass 2: a counting sort by expert; walking token-major again keeps token order stable.
+  // counts[e] serves as the cursor (the start of e's rows) and is restored after.
+  int32_t M = 0;
+  for (int e = 0; e < E; ++e) {
+    const int32_t c = counts[e];
+    counts[e] = M;
+    M += c;
+  }
+  for (size_t a = 0; a < A; ++a) {
+    if (row_of[a] < 0) continue;
+    const int32_t p = counts[row_of[a]]++;
+    row_of[a] = p;
+    row_token[p] = int32_t(a / k);
+  }
+  for (int e = E - 1; e > 0; --e) counts[e] -= counts[e - 1];
+  return M;
+}
+
+void gather_rows(float* dst, const float* src, const int32_t* index, int M, int C) {
+#pragma omp parallel for schedule(static)
+  for (int p = 0; p < M; ++p)
+    std::memcpy(dst + size_t(p) * C, src + size_t(index[p]) * C, size_t(C) * sizeof(float));
+}
+
+void gather_rows_scaled(float* dst, const float* src, const int32_t* row_of, const float* gates,
+                        int N, int k, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* s = src + size_t(n) * C;
+    for (int j = 0; j < k; ++j) {
+      const int32_t p = row_of[size_t(n) * k + j];
+      if (p < 0) continue;
+      const float g = gates[size_t(n) * k + j];
+      float* d = dst + size_t(p) * C;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) d[c] = g * s[c];
+    }
+  }
+}
+
+void combine_rows(float* y, const float* rows, const int32_t* row_of, const float* gates, int N,
+                  int k, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* out = y + size_t(n) * C;
+    std::memset(out, 0, size_t(C) * sizeof(float));
+    for (int j = 0; j < k; ++j) {
+      const int32_t p = row_of[size_t(n) * k + j];
+      if (p < 0) continue;
+      const float g = gates[size_t(n) * k + j];
+      const float* r = rows + size_t(p) * C;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) out[c] += g * r[c];
+    }
+  }
+}
+
+void combine_rows_backward_gates(float* dgates, const float* dy, const float* rows,
+                                 const int32_t* row_of, int N, int k, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* d = dy + size_t(n) * C;
+    for (int j = 0; j < k; ++j) {
+      const int32_t p = row_of[size_t(n) * k + j];
+      float acc = 0;
+      if (p >= 0) {
+        const float* r = rows + size_t(p) * C;
+#pragma omp simd reduction(+ : acc)
+        for (int c = 0; c < C; ++c) acc += d[c] * r[c];
+      }
+      dgates[size_t(n) * k + j] = acc;
+    }
+  }
+}
+
+void scatter_add_rows(float* dh, const float* rows, const int32_t* row_of, int N, int k, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* out = dh + size_t(n) * C;
+    std::memset(out, 0, size_t(C) * sizeof(float));
+    for (int j = 0; j < k; ++j) {
+      const int32_t p = row_of[size_t(n) * k + j];
+      if (p < 0) continue;
+      const float* r = rows + size_t(p) * C;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) out[c] += r[c];
+    }
+  }
+}
+
+void regroup_blocks(float* dst, const float* src, const int32_t* counts, int S, int B, int C,
+                    bool to_expert_major) {
+  // Walk blocks in expert-major order, tracking the block's offset in that order; its
+  // source-major offset is the start of source s plus the blocks of s before b. S*B is the
+  // number of experts, so the quadratic offset search is negligible next to the copies.
+  size_t em = 0;
+  for (int b = 0; b < B; ++b) {
+    for (int s = 0; s < S; ++s) {
+      size_t sm = 0;
+      for (int i = 0; i < s * B + b; ++i) sm += size_t(counts[i]);
+      const size_t rows = size_t(counts[s * B + b]);
+      const size_t from = to_expert_major ? sm : em, to = to_expert_major ? em : sm;
+      if (rows) std::memcpy(dst + to * C, src + from * C, rows * C * sizeof(float));
+      em += rows;
+    }
+  }
+}
+
+}  // namespace mt

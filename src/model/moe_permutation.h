@@ -1,0 +1,49 @@
+// Local token permutation of a mixture-of-experts layer, kept apart from the communication
+// (model/token_exchange.h) so the two can be scheduled independently.
+//
+// Assignments are the (token, choice) pairs of the router, choice 0 being the highest
+// score. Capacity drops walk them token-major — (0,0), (0,1), .., (0,k-1), (1,0), .. — and
+// drop an assignment when its expert already holds `capacity` earlier ones. The kept ones
+// are then laid out sorted by expert, stably (token order inside an expert), so each
+// expert's rows are contiguous and one GEMM per expert covers them. Because the experts
+// owned by ep rank d are the consecutive range d*E/ep.., the same order is also grouped by
+// destination rank, ready for the all-to-all.
+#pragma once
+
+#include <cstdint>
+
+namespace mt {
+
+// From experts (N, k): counts (E) kept rows per expert, row_of (N, k) the row of each
+// assignment in the expert-sorted order (-1 when dropped), row_token (M) the token of each
+// row. capacity <= 0 means dropless. Returns M, the number of kept assignments.
+int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
+                  int N, int E, int k, int capacity);
+
+// Capacity of one expert for one group of N tokens (CONTRACTS.md §1): ceil(N * k * F / E),
+// F taken at its float value; 0 (dropless) when F is 0.
+int expert_capacity(int N, int E, int k, float capacity_factor);
+
+// dst (M, C): row p = src[index[p]].
+void gather_rows(float* dst, const float* src, const int32_t* index, int M, int C);
+// dst (M, C): row p = scale[p'] * src[index[p]], where p' is the assignment of row p.
+// Used to send gate-weighted output gradients to the experts.
+void gather_rows_scaled(float* dst, const float* src, const int32_t* row_of, const float* gates,
+                        int N, int k, int C);
+// y (N, C) = sum over kept choices of gates[n, j] * rows[row_of[n, j]] (overwrites y; a
+// token whose choices were all dropped gets 0).
+void combine_rows(float* y, const float* rows, const int32_t* row_of, const float* gates, int N,
+                  int k, int C);
+// dgates (N, k) = dy[n] . rows[row_of[n, j]] (0 for dropped choices).
+void combine_rows_backward_gates(float* dgates, const float* dy, const float* rows,
+                                 const int32_t* row_of, int N, int k, int C);
+// dh (N, C) = sum over kept choices of rows[row_of[n, j]] (overwrites dh).
+void scatter_add_rows(float* dh, const float* rows, const int32_t* row_of, int N, int k, int C);
+
+// Regroups blocks of rows between source-major and expert-major order on the expert's
+// rank. counts[s * B + b] is the row count of block (s, b): source rank s, local expert b.
+// to_expert_major: src is ordered (s, b) and dst (b, s); otherwise the reverse.
+void regroup_blocks(float* dst, const float* src, const int32_t* counts, int S, int B, int C,
+                    bool to_expert_major);
+
+}  // namespace mt

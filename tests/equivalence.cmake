@@ -1,0 +1,61 @@
+# Layout equivalence (tests/equivalence/equivalence.py): the binary under data-parallel
+# layouts against one worker at the same global batch. The fast default covers every ZeRO
+# stage, dp 2 and 4, microbatches 1 and 2, clipping, uneven shards, MPI, resume and memory;
+# MESHTRAIN_FULL_TESTS=1 adds the whole dp x zero x microbatches matrix.
+# numpy is all the harness needs; Debian's interpreter has it.
+set(MT_EQUIV /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/equivalence/equivalence.py)
+set(MT_EQUIV_BIN $<TARGET_FILE:meshtrain>)
+# 2 layers, dim 64, seq 32: about a second per run. A clip of 0.5 is active at every step.
+set(MT_EQUIV_BASE "--layers 2 --dim 64 --heads 4 --seq 32 --batch 8 --steps 10 --lr-schedule constant --grad-clip 0.5")
+# Uneven: vocab 250 (wte 16000 floats) and dim 40 make units that dp 4 does not divide.
+set(MT_EQUIV_UNEVEN "--layers 1 --dim 40 --heads 4 --seq 16 --vocab 257 --batch 12 --steps 10 --lr-schedule constant --grad-clip 0.05")
+
+add_test(NAME equivalence.dp_zero_fast
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE} --repeat
+                 --layout "--dp 2 --zero 0" --layout "--dp 2 --zero 1 --microbatches 2"
+                 --layout "--dp 4 --zero 2" --layout "--dp 4 --zero 3 --microbatches 2"
+                 --layout "--dp 2 --zero 3 --bucket-mb 0.05")
+add_test(NAME equivalence.dp_uneven_shards
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_UNEVEN}
+                 --layout "--dp 4 --zero 1" --layout "--dp 2 --zero 2 --microbatches 2"
+                 --layout "--dp 4 --zero 3" --layout "--dp 3 --zero 3 --microbatches 2")
+add_test(NAME equivalence.dp_resume_across_layouts
+         COMMAND ${MT_EQUIV} resume --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE}
+                 --pair "--dp 4 --zero 3|" --pair "|--dp 4 --zero 3"
+                 --pair "--dp 2 --zero 1 --microbatches 2|--dp 4 --zero 2")
+add_test(NAME equivalence.dp_memory_formulas
+         COMMAND ${MT_EQUIV} memory --bin ${MT_EQUIV_BIN}
+                 --base "--layers 4 --dim 128 --heads 4 --seq 32 --batch 8 --steps 1 --bucket-mb 0.3"
+                 --layout "--dp 4 --zero 0" --layout "--dp 4 --zero 1" --layout "--dp 4 --zero 2"
+                 --layout "--dp 4 --zero 3" --layout "--dp 2 --zero 3")
+set_tests_properties(equivalence.dp_zero_fast equivalence.dp_uneven_shards
+                     equivalence.dp_resume_across_layouts equivalence.dp_memory_formulas
+                     PROPERTIES LABELS equivalence TIMEOUT 300)
+
+# The same binary as MPI processes: one rank per process, world size from mpirun.
+set(MT_EQUIV_MPIRUN "${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --bind-to none")
+add_test(NAME equivalence.dp_mpi_np2
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE}
+                 --launcher "${MT_EQUIV_MPIRUN} -np 2 {bin}"
+                 --layout "--backend mpi --dp 2 --zero 0 --bucket-mb 0.05"
+                 --layout "--backend mpi --dp 2 --zero 2 --microbatches 2")
+add_test(NAME equivalence.dp_mpi_np4
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE}
+                 --launcher "${MT_EQUIV_MPIRUN} -np 4 {bin}"
+                 --layout "--backend mpi --dp 4 --zero 3" --layout "--backend mpi --dp 4 --zero 1")
+set_tests_properties(equivalence.dp_mpi_np2 equivalence.dp_mpi_np4
+                     PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300)
+
+if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
+  set(full_layouts)
+  foreach(dp 2 4)
+    foreach(zero 0 1 2 3)
+      foreach(mb 1 2)
+        list(APPEND full_layouts --layout "--dp ${dp} --zero ${zero} --microbatches ${mb}")
+      endforeach()
+    endforeach()
+  endforeach()
+  add_test(NAME equivalence.dp_full_matrix
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE} ${full_layouts})
+  set_tests_properties(equivalence.dp_full_matrix PROPERTIES LABELS equivalence TIMEOUT 900)
+endif()

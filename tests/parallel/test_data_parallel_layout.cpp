@@ -1,0 +1,86 @@
+// FlatLayout: padding, buckets in backward order, and shard ownership (each element of
+// every tensor updated by exactly one rank, shards equal however uneven the units are).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "parallel/data_parallel/flat_layout.h"
+
+namespace mt {
+namespace {
+
+// The worked example of flat_layout.h: units of 100, 300 and 300 floats.
+ParamTable example_table() {
+  ParamTable t;
+  t.add("edge", {100}, InitKind::zeros);     // [0, 112) with alignment
+  t.add("b0.w", {10, 30}, InitKind::zeros);  // [112, 412) -> unit [112, 416)
+  t.add("b1.w", {10, 30}, InitKind::zeros);  // [416, 716) -> unit [416, 720)
+  return t;
+}
+
+std::vector<std::pair<size_t, size_t>> units_of(const ParamTable& t) {
+  std::vector<std::pair<size_t, size_t>> u;
+  for (const auto& p : t.entries()) u.push_back({p.offset, p.offset + (p.numel + 15) / 16 * 16});
+  return u;
+}
+
+TEST(FlatLayout, WorkedExample) {
+  ParamTable t = example_table();
+  FlatLayout l(t, units_of(t), /*dp=*/2, /*rank=*/1, /*bucket=*/1, /*one_unit=*/true);
+  ASSERT_EQ(l.buckets().size(), 3u);
+  EXPECT_EQ(l.units()[0].padded, 128u);
+  EXPECT_EQ(l.units()[1].flat, 128u);
+  EXPECT_EQ(l.units()[1].padded, 320u);
+  EXPECT_EQ(l.buckets()[0].units, std::vector<int>{2});  // last block first
+  EXPECT_EQ(l.buckets()[2].units, std::vector<int>{0});  // edge unit last
+  EXPECT_EQ(l.buckets()[0].owned_lo(1), 448u + 160u);
+  EXPECT_EQ(l.buckets()[2].shard_off, 320u);
+  EXPECT_EQ(l.shard_size(), 384u);
+}
+
+TEST(FlatLayout, BucketsGroupBlocksButNeverTheEdgeUnit) {
+  ParamTable t = example_table();
+  FlatLayout l(t, units_of(t), 2, 0, /*bucket=*/10000, false);
+  ASSERT_EQ(l.buckets().size(), 2u);
+  EXPECT_EQ(l.buckets()[0].units, (std::vector<int>{2, 1}));
+  EXPECT_EQ(l.buckets()[0].flat_lo, 128u);
+  EXPECT_EQ(l.buckets()[0].flat_hi, 768u);
+}
+
+// Every real element is owned by exactly one rank, at distinct shard positions.
+TEST(FlatLayout, OwnedPiecesPartitionEveryTensor) {
+  for (int dp : {1, 2, 3, 4, 7}) {
+    for (bool one : {true, false}) {
+      ParamTable t;
+      t.add("wte", {37, 5}, InitKind::zeros);
+      t.add("h.0.a", {13}, InitKind::zeros);
+      t.add("h.0.b", {3, 41}, InitKind::zeros);
+      t.add("h.1.a", {99}, InitKind::zeros);
+      std::vector<std::pair<size_t, size_t>> units = {{0, t.at("h.0.a").offset},
+                                                      {t.at("h.0.a").offset, t.at("h.1.a").offset},
+                                                      {t.at("h.1.a").offset, t.total()}};
+      std::vector<int> owners(t.total(), 0);
+      size_t shard = 0;
+      for (int r = 0; r < dp; ++r) {
+        FlatLayout l(t, units, dp, r, /*bucket=*/64, one);
+        if (r == 0) shard = l.shard_size();
+        EXPECT_EQ(l.shard_size(), shard) << "shards must be equal";
+        EXPECT_EQ(l.flat_size() % (size_t(dp) * 16), 0u);
+        std::vector<bool> used(l.shard_size(), false);
+        for (const FlatPiece& p : l.pieces(true))
+          for (size_t i = 0; i < p.n; ++i) {
+            ++owners[p.table_off + i];
+            ASSERT_LT(p.shard_off + i, used.size());
+            EXPECT_FALSE(used[p.shard_off + i]);
+            used[p.shard_off + i] = true;
+          }
+      }
+      for (const auto& p : t.entries())
+        for (size_t i = 0; i < p.numel; ++i)
+          EXPECT_EQ(owners[p.offset + i], 1) << p.name << "[" << i << "] dp " << dp;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mt
