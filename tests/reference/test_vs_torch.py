@@ -52,7 +52,7 @@ CASES = {
         data="text", must_clip=True),
     # Several layers, 4 heads, vocab 2048, 2 microbatches, 2 threads.
     "l3_v2048_mb2": dict(
-        flags=["--layers", "3", "--dim", "64", "--heads", "4", "--seq", "32", "--vocab", "2048",
+        flags=["--layers", "3", "--dim", "128", "--heads", "4", "--seq", "32", "--vocab", "2048",
                "--batch", "8", "--microbatches", "2", "--lr", "1e-3", "--min-lr", "0",
                "--warmup", "2", "--lr-schedule", "cosine", "--weight-decay", "0.1",
                "--grad-clip", "1.0", "--threads", "2"],
