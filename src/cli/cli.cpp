@@ -30,6 +30,7 @@ int cli_main(int argc, char** argv) {
   CommandRunner train = add_train_command(app, &argc, &argv);
   CommandRunner sample = add_sample_command(app);
   CommandRunner bench = add_bench_command(app, &argc, &argv);
+  CommandRunner schedule = add_schedule_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -51,6 +52,7 @@ int cli_main(int argc, char** argv) {
       if (sub->get_name() == "train") return train();
       if (sub->get_name() == "sample") return sample();
       if (sub->get_name() == "bench") return bench();
+      if (sub->get_name() == "schedule") return schedule();
     }
     return report("no command given (see 'meshtrain --help')", 2);
   } catch (const UsageError& e) {

@@ -12,5 +12,6 @@ using CommandRunner = std::function<int()>;
 CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv);
 CommandRunner add_sample_command(CLI::App& app);
 CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv);
+CommandRunner add_schedule_command(CLI::App& app);
 
 }  // namespace mt

@@ -1,0 +1,108 @@
+// The pipeline schedule IR: a schedule is data. For each stage (pp rank) it is the ordered
+// list of actions that rank executes; an executor walks its own list, a validator proves the
+// lists complete and deadlock-free, a simulator times them, a renderer draws them.
+//
+// Model chunks. With v virtual stages the model is cut into p*v chunks; model chunk k lives
+// on stage k % p as its local chunk k / p (so local chunk c of stage s holds model chunk
+// c*p + s, Megatron's interleaving). Without interleaving v = 1 and chunk is always 0.
+//
+// Actions (mb = microbatch 0..m-1, chunk = the LOCAL chunk on this stage, 0..v-1):
+//   F(mb, chunk)   forward of that chunk
+//   B(mb, chunk)   backward w.r.t. the chunk's input ("input gradient"). When the schedule's
+//                  split_backward is false, B is the whole backward (input and weight
+//                  gradients, B+W fused) and no W actions appear.
+//   W(mb, chunk)   backward w.r.t. the chunk's weights (split_backward only)
+//   SEND_ACT / RECV_ACT    the activation leaving model chunk k for k+1 (peer = other stage)
+//   SEND_GRAD / RECV_GRAD  the gradient leaving model chunk k for k-1
+// For SEND_* the chunk is the local chunk that produced the tensor; for RECV_* the local
+// chunk that will consume it. A message is identified by message_key(); every send has
+// exactly one matching receive. Transfers between chunks on the same stage (p = 1) are
+// local and have no send/recv.
+//
+// Execution semantics the validator and simulator model (and an executor must provide):
+// sends are asynchronous (buffered: a send never waits for its receiver), a receive blocks
+// until its matching message has arrived; messages are matched by key, not arrival order.
+// Each RECV is placed immediately before the action that consumes it; an executor may post
+// it earlier (irecv) to overlap the transfer with compute.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mt {
+
+enum class ActionKind { F, B, W, SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD };
+
+const char* action_kind_name(ActionKind k);
+inline bool is_compute(ActionKind k) {
+  return k == ActionKind::F || k == ActionKind::B || k == ActionKind::W;
+}
+inline bool is_send(ActionKind k) {
+  return k == ActionKind::SEND_ACT || k == ActionKind::SEND_GRAD;
+}
+inline bool is_recv(ActionKind k) {
+  return k == ActionKind::RECV_ACT || k == ActionKind::RECV_GRAD;
+}
+
+struct Action {
+  ActionKind kind = ActionKind::F;
+  int microbatch = 0;
+  int chunk = 0;  // local chunk on the executing stage
+  int peer = -1;  // the other stage of a send/recv; -1 for compute
+  bool operator==(const Action&) const = default;
+};
+
+// e.g. "F3", "B3.1" (chunk 1), "SEND_ACT(3.0->2)"
+std::string to_string(const Action& a);
+
+struct Schedule {
+  std::string name;
+  int stages = 1;        // p
+  int microbatches = 1;  // m
+  int chunks = 1;        // v, local chunks (virtual stages) per stage
+  bool split_backward = false;
+  std::vector<std::vector<Action>> actions;  // actions[stage], in execution order
+
+  int model_chunks() const { return stages * chunks; }
+  int model_chunk(int stage, int chunk) const { return chunk * stages + stage; }
+  int stage_of(int model_chunk) const { return model_chunk % stages; }
+  int local_chunk_of(int model_chunk) const { return model_chunk / stages; }
+};
+
+// Identifies the tensor a send/recv carries: (is_grad, microbatch, destination model chunk).
+struct MessageKey {
+  bool grad = false;
+  int microbatch = 0;
+  int dest_model_chunk = 0;
+  auto operator<=>(const MessageKey&) const = default;
+};
+MessageKey message_key(const Schedule& s, int stage, const Action& a);
+
+// The generators: pure functions of (p, m[, v]); each throws UsageError for sizes < 1.
+Schedule schedule_gpipe(int stages, int microbatches);
+Schedule schedule_1f1b(int stages, int microbatches);
+Schedule schedule_interleaved(int stages, int microbatches, int virtual_stages);
+Schedule schedule_zb_h1(int stages, int microbatches);
+
+// By name: gpipe | 1f1b | interleaved | zb-h1. virtual_stages must be 1 except for
+// interleaved, which needs >= 2 and microbatches % stages == 0. UsageError on bad input,
+// naming the flag to change (--pp, --microbatches, --schedule, --virtual-stages).
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages);
+const std::vector<std::string>& schedule_names();
+
+// Appends a compute action together with the transfers around it: the receive of its
+// input before it and the send of its output after it (only across stages). The
+// generators are written in terms of these, so their phases read as F/B/W only.
+class ScheduleBuilder {
+ public:
+  ScheduleBuilder(std::string name, int stages, int microbatches, int chunks, bool split);
+  void forward(int stage, int mb, int chunk);
+  void backward(int stage, int mb, int chunk);  // B (input grad, or full backward if fused)
+  void weight(int stage, int mb, int chunk);    // W
+  Schedule take() { return std::move(s_); }
+
+ private:
+  Schedule s_;
+};
+
+}  // namespace mt
