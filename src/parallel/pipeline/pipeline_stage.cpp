@@ -1,0 +1,48 @@
+#include "parallel/pipeline/pipeline_stage.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "parallel/pipeline/schedule_simulator.h"
+#include "parallel/pipeline/stage_partition.h"
+
+namespace mt {
+
+std::vector<int> resolve_stage_layers(const ModelConfig& cfg, int pp, int virtual_stages,
+                                      const std::string& stage_layers) {
+  const int chunks = pp * virtual_stages;
+  if (!stage_layers.empty()) return parse_stage_layers(stage_layers, cfg.layers, chunks);
+  return partition_layers(cfg.layers, chunks, partition_cost_model(cfg.dim, cfg.seq, cfg.vocab));
+}
+
+double theoretical_bubble(const Schedule& s) {
+  const double closed = closed_form_bubble(s.name, s.stages, s.microbatches, s.chunks);
+  return closed >= 0 ? closed : simulate_schedule(s, OpCosts{}).bubble();
+}
+
+std::vector<double> gather_doubles(Communicator& group, double x) {
+  // Communicators carry no f64: the doubles travel as their bytes.
+  std::vector<double> all(size_t(group.size()));
+  group.all_gather(&x, all.data(), sizeof(double), DType::u8).wait();
+  return all;
+}
+
+double sum_in_rank_order(Communicator& group, double x) {
+  double sum = 0;
+  for (double v : gather_doubles(group, x)) sum += v;
+  return sum;
+}
+
+float* tied_embedding_grad(DataParallel& dp, const ParamTable& table, size_t* count) {
+  const ParamInfo* wte = table.find("transformer.wte.weight");
+  *count = wte ? wte->numel : 0;
+  if (!wte) return nullptr;
+  MT_CHECK(dp.zero() == 0, "the tied embedding sum across stages needs --zero 0");
+  // The edge unit (unit 0) holds wte; the flat layout moves units, not their insides.
+  const FlatUnit& edge = dp.layout().units()[0];
+  MT_CHECK(wte->offset >= edge.lo && wte->offset + wte->numel <= edge.hi,
+           "transformer.wte.weight outside the edge unit");
+  return dp.grad_storage() + edge.flat + (wte->offset - edge.lo);
+}
+
+}  // namespace mt

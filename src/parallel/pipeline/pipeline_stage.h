@@ -1,0 +1,37 @@
+// What the trainer needs around the executor when --pp > 1, kept here so the training
+// loop stays short: the layer split, the schedule's theoretical bubble, exact sums of
+// doubles across a group, and where the tied embedding's gradient lives once data
+// parallelism owns the gradient storage.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/config.h"
+#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace mt {
+
+// Blocks per model chunk (pp * v entries): --stage-layers when given (UsageError naming it
+// otherwise), else partition_layers() with the FLOP cost model of stage_partition.h.
+std::vector<int> resolve_stage_layers(const ModelConfig& cfg, int pp, int virtual_stages,
+                                      const std::string& stage_layers);
+
+// The bubble the schedule would have with F = B = W: the closed form where one exists
+// ((p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1)), else the simulator's (zb-h1).
+double theoretical_bubble(const Schedule& s);
+
+// Every rank's x, in group rank order (identical vector on every rank; collective).
+std::vector<double> gather_doubles(Communicator& group, double x);
+// Their sum, added in rank order: bitwise the same on every rank.
+double sum_in_rank_order(Communicator& group, double x);
+
+// The gradient of transformer.wte.weight (this rank's piece: count floats) inside the
+// engine's gradient storage. Needs ZeRO 0, where that storage is the whole reduced
+// gradient in the flat layout; null when this rank holds no wte.
+float* tied_embedding_grad(DataParallel& dp, const ParamTable& table, size_t* count);
+
+}  // namespace mt

@@ -1,0 +1,24 @@
+#include "parallel/pipeline/tied_embedding.h"
+
+#include <vector>
+
+#include "core/error.h"
+
+namespace mt {
+
+void sum_tied_embedding_grad(Communicator& pp, float* grad, size_t count) {
+  const int p = pp.size(), me = pp.rank();
+  if (p == 1) return;
+  MT_CHECK(me == 0 || me == p - 1, "only the first and the last stage hold the tied embedding");
+  const int peer = me == 0 ? p - 1 : 0;
+  // Its own tag kind and chunk value, apart from every activation/gradient message.
+  const int tag = make_p2p_tag(P2PKind::user, 255, 0);
+  std::vector<float> theirs(count);
+  Work sent = pp.send(grad, count, DType::f32, peer, tag);
+  Work got = pp.recv(theirs.data(), count, DType::f32, peer, tag);
+  got.wait();
+  sent.wait();  // grad is read by the send until it completes
+  for (size_t i = 0; i < count; ++i) grad[i] += theirs[i];
+}
+
+}  // namespace mt

@@ -1,0 +1,19 @@
+// The tied token embedding under pipeline parallelism. transformer.wte.weight is used by
+// the embedding (model chunk 0, first stage) and by the LM head (last model chunk, last
+// stage); with pp > 1 both stages hold a copy. Each copy gets only its own part of the
+// gradient, so the two parts are summed and both stages apply the same update: the copies
+// start identical (init and checkpoints depend only on the name) and stay identical.
+#pragma once
+
+#include <cstddef>
+
+#include "comm/communicator.h"
+
+namespace mt {
+
+// Exchanges `grad` (count floats) between pp ranks 0 and size-1 and leaves the sum in both
+// (bitwise equal: a + b == b + a). Only those two ranks call it; no-op when pp has one rank.
+// Call it after the last microbatch's backward, before clipping.
+void sum_tied_embedding_grad(Communicator& pp, float* grad, size_t count);
+
+}  // namespace mt
