@@ -5,6 +5,17 @@
 #include <bit>
 #include <cstdint>
 
+#if defined(__AVX512F__)
+// GCC 12 reports the self-initialised _mm512_undefined_ps() inside its own intrinsics
+// (shuffles, max, scalef, ...) as uninitialised (GCC bug 105593); silence that header only.
+// Kernels include immintrin.h through here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
 namespace mt {
 
 // exp(x) to about 1 ulp (Cephes' expf polynomial after Cody-Waite range reduction).
@@ -28,5 +39,28 @@ inline float exp_vec(float x) {
   int32_t e = (static_cast<int32_t>(n) + 127) << 23;
   return p * std::bit_cast<float>(e);
 }
+
+#if defined(__AVX512F__)
+// exp_vec on 16 lanes for the hand-vectorised kernels: the same reduction and polynomial,
+// with fused multiply-adds (so it may differ from exp_vec in the last bit) and the 2^n
+// scale by vscalefps, which is exact for the integral n used here.
+inline __m512 exp_vec512(__m512 x) {
+  // vmaxps/vminps return the second operand when either is NaN: x second keeps NaN a NaN.
+  x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x);
+  x = _mm512_min_ps(_mm512_set1_ps(88.0f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+#endif
 
 }  // namespace mt

@@ -231,6 +231,13 @@ std::vector<KernelCase> make_cases() {
   cases.push_back(attention_case(1, 70, 24, 2));
   cases.push_back(attention_case(2, 128, 64, 4));
   cases.push_back(attention_case(1, 130, 8, 1));  // crosses the 128-row causal block
+  // Head dims of the AVX-512 kernels (16/32/64/128), T off the 8-row and 32-key tiles.
+  cases.push_back(attention_case(1, 1, 32, 2));
+  cases.push_back(attention_case(2, 37, 64, 2));
+  cases.push_back(attention_case(1, 45, 128, 2));
+  cases.push_back(attention_case(1, 19, 128, 1));
+  cases.push_back(attention_case(1, 67, 256, 4));
+  cases.push_back(attention_case(1, 133, 64, 2));  // crosses the 128-query dk/dv block
   cases.push_back(crossentropy_case(1, 1, 1));
   cases.push_back(crossentropy_case(1, 5, 5));
   cases.push_back(crossentropy_case(7, 33, 40));

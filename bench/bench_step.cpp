@@ -1,0 +1,370 @@
+// One worker's whole training step, in-process: zero grads, forward + backward of one
+// microbatch (GPT::train_microbatch's path through ModelChunk), gradient norm and AdamW,
+// for the issue's model configs at 1 and 2 threads. Reports the median time of each phase
+// (and the fastest step), tokens/s and MFU as the trainer computes it (model FLOPs/s over the
+// 1-thread sgemm peak times the thread count, measured in the same run).
+//
+// The per-kernel table re-issues one block's kernel calls (and the embedding, head and
+// optimizer calls) with the model's shapes on separate buffers, timing each call, so the
+// step time can be attributed; "sum" next to the measured step shows what it covers.
+//
+//   bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] [--no-kernels] [--cpu]
+#include <omp.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/threads.h"
+#include "core/timer.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/crossentropy.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/gemm_peak.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
+#include "model/gpt.h"
+
+namespace {
+
+struct BenchConfig {
+  char name;
+  int layers, dim, heads, seq, batch, vocab;
+};
+const BenchConfig kConfigs[] = {{'a', 4, 256, 8, 128, 8, 256}, {'b', 6, 512, 8, 128, 8, 256}};
+
+struct Options {
+  bool quick = false, kernels = true, cpu = false;
+  int steps = 10;
+  std::vector<int> threads = {1, 2};
+  std::string configs = "ab";
+};
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> out;
+  for (const char* p = s; *p;) {
+    out.push_back(std::atoi(p));
+    while (*p && *p != ',') p++;
+    if (*p == ',') p++;
+  }
+  return out;
+}
+
+std::vector<float> filled(size_t n, float scale, uint32_t seed = 12345) {
+  std::vector<float> v(n);
+  for (float& f : v) {
+    seed = seed * 1664525u + 1013904223u;
+    f = scale * (static_cast<float>(seed >> 8) / 16777216.0f - 0.5f);
+  }
+  return v;
+}
+
+// Wall time, or (--cpu) this process's CPU time divided by the thread count: on a loaded
+// machine the latter leaves out the time slices other processes took (at 2 threads it also
+// counts OpenMP barrier spinning, so it is only a rough guide there).
+struct Clock {
+  bool cpu = false;
+  int threads = 1;
+  double now() const {
+    if (!cpu) return mt::now_seconds();
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec)) / threads;
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Fastest of 5 short batches, seconds per call (1 batch in --quick mode): the least
+// disturbed by other processes on a shared machine.
+double time_call(const std::function<void()>& fn, bool quick, const Clock& clock) {
+  fn();  // warm-up: page faults, oneDNN kernel generation
+  std::vector<double> per_call;
+  for (int b = 0; b < (quick ? 1 : 5); b++) {
+    const double start = clock.now();
+    int calls = 0;
+    do {
+      fn();
+      calls++;
+    } while (clock.now() - start < (quick ? 0.001 : 0.02));
+    per_call.push_back((clock.now() - start) / calls);
+  }
+  return *std::min_element(per_call.begin(), per_call.end());
+}
+
+struct Phases {
+  double zero = 0, fwd = 0, bwd = 0, optim = 0, total = 0, best = 0;
+};
+
+mt::ModelConfig model_config(const BenchConfig& bc) {
+  mt::ModelConfig cfg;
+  cfg.layers = bc.layers, cfg.dim = bc.dim, cfg.heads = bc.heads;
+  cfg.seq = bc.seq, cfg.vocab = bc.vocab;
+  return cfg;
+}
+
+// The step as the trainer runs it for one worker and one microbatch: zero the gradients,
+// forward + backward, global gradient norm, AdamW over the whole arena.
+Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock) {
+  const mt::ModelConfig cfg = model_config(bc);
+  const int B = bc.batch, T = bc.seq, N = B * T;
+  mt::GPT model(cfg, mt::GPT::whole_model(cfg), mt::TensorParallelShard{}, B);
+  model.init(1234);
+  std::vector<int> tokens(N), targets(N);
+  for (int n = 0; n < N; n++)
+    tokens[n] = (n * 37 + 11) % bc.vocab, targets[n] = (n * 53 + 5) % bc.vocab;
+  const size_t P = model.table().total();
+  std::vector<float> m(P, 0.0f), v(P, 0.0f);
+  mt::ModelChunk& chunk = model.chunk(0);
+  std::vector<double> zero, fwd, bwd, optim, total;
+  for (int step = 0; step < steps + 2; step++) {  // 2 warm-up steps
+    const double start = clock.now();
+    auto elapsed = [&] { return clock.now() - start; };
+    model.zero_grads();
+    const double t0 = elapsed();
+    const int slot = chunk.pool().acquire();
+    chunk.forward(slot, tokens.data(), targets.data(), B, T, 1.0f / N);
+    const double t1 = elapsed();
+    chunk.backward(slot, B, T);
+    chunk.pool().release(slot);
+    const double t2 = elapsed();
+    const double norm = std::sqrt(mt::sum_squares(model.grads().data(), P));
+    if (norm > 1.0) mt::scale_inplace(model.grads().data(), P, float(1.0 / norm));
+    mt::AdamWParams hp{1e-4, 0.9, 0.95, 1e-8, 0.1, step + 1};
+    mt::adamw_update(model.params().data(), model.grads().data(), m.data(), v.data(), P, hp);
+    const double t3 = elapsed();
+    if (step < 2) continue;
+    zero.push_back(t0), fwd.push_back(t1 - t0), bwd.push_back(t2 - t1);
+    optim.push_back(t3 - t2), total.push_back(t3);
+  }
+  return {median(zero),  median(fwd),   median(bwd),
+          median(optim), median(total), *std::min_element(total.begin(), total.end())};
+}
+
+struct KernelCall {
+  std::string name;
+  int count;     // calls per step
+  double flops;  // per call; 0 for memory-bound kernels
+  std::function<void()> fn;
+};
+
+// One block's kernel calls (as block.cpp issues them), plus the embedding, head and
+// optimizer, with their per-step multiplicity. Buffers are separate from the model's.
+struct KernelBench {
+  explicit KernelBench(const BenchConfig& bc) : bc_(bc) {
+    const int C = bc.dim, H = 4 * C, N = bc.batch * bc.seq, V = bc.vocab;
+    const size_t big = size_t(N) * std::max(H, V);
+    x = filled(big, 1.0f, 1), y = filled(big, 1.0f, 2), dy = filled(big, 0.1f, 3);
+    dx = filled(big, 0.0f, 4), qkv = filled(size_t(N) * 3 * C, 1.0f, 5);
+    dqkv = filled(size_t(N) * 3 * C, 0.0f, 6);
+    w = filled(size_t(H) * std::max(C, V), 0.02f, 7), dw = filled(w.size(), 0.0f, 8);
+    bias = filled(size_t(H), 0.02f, 9), dbias = filled(size_t(H), 0.0f, 10);
+    att = filled(size_t(bc.batch) * bc.heads * bc.seq * bc.seq, 0.0f, 11);
+    scratch.resize(mt::attention_backward_scratch_floats(bc.batch, bc.seq, C, bc.heads));
+    wpe = filled(size_t(bc.seq) * C, 0.02f, 15), dwpe = filled(wpe.size(), 0.0f, 16);
+    zeroed.resize(size_t(N) * (H + 5 * C));
+    mean.resize(N), rstd.resize(N), losses.resize(N), idx.resize(N);
+    for (int n = 0; n < N; n++) idx[n] = (n * 7) % V;
+    logits = filled(size_t(N) * V, 4.0f, 12);
+    P = mt::GPT(model_config(bc), mt::GPT::whole_model(model_config(bc)), mt::TensorParallelShard{},
+                1)
+            .table()
+            .total();
+    p = filled(P, 0.02f, 13), g = filled(P, 0.001f, 14), m.assign(P, 0.0f), v.assign(P, 0.0f);
+    // The attention forward fills att with valid probabilities for the backward.
+    mt::attention_forward(y.data(), att.data(), qkv.data(), bc.batch, bc.seq, C, bc.heads);
+  }
+
+  std::vector<KernelCall> calls() {
+    const int C = bc_.dim, H = 4 * C, N = bc_.batch * bc_.seq, V = bc_.vocab, L = bc_.layers;
+    const int B = bc_.batch, T = bc_.seq, NH = bc_.heads;
+    const double Nd = N;
+    auto mm = [&](const char* name, int in, int out, bool b) -> std::vector<KernelCall> {
+      const double f = 2.0 * Nd * in * out;
+      std::string n = name;
+      return {
+          {n + " fwd", L, f,
+           [=, this] {
+             mt::matmul_forward(y.data(), x.data(), w.data(), b ? bias.data() : nullptr, N, in,
+                                out);
+           }},
+          {n + " bwd_input", L, f,
+           [=, this] { mt::matmul_backward_input(dx.data(), dy.data(), w.data(), N, in, out); }},
+          {n + " bwd_weight", L, f, [=, this] {
+             mt::matmul_backward_weight(dw.data(), dbias.data(), dy.data(), x.data(), N, in, out);
+           }}};
+    };
+    std::vector<KernelCall> out;
+    for (auto& v : {mm("qkv", C, 3 * C, true), mm("attn_proj", C, C, true), mm("fc", C, H, false),
+                    mm("mlp_proj", H, C, true)})
+      out.insert(out.end(), v.begin(), v.end());
+    // Full (non-causal) attention FLOPs, as MFU counts them: 4 T^2 C forward, 8 T^2 C backward.
+    const double af = 4.0 * B * double(T) * T * C;
+    out.push_back({"attention fwd", L, af, [=, this] {
+                     mt::attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
+                   }});
+    out.push_back({"attention bwd", L, 2 * af, [=, this] {
+                     mt::attention_backward(dqkv.data(), scratch.data(), dy.data(), qkv.data(),
+                                            att.data(), B, T, C, NH);
+                   }});
+    out.push_back({"layernorm fwd", 2 * L + 1, 0, [=, this] {
+                     mt::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                           bias.data(), N, C);
+                   }});
+    out.push_back({"layernorm bwd_input", 2 * L + 1, 0, [=, this] {
+                     mt::layernorm_backward_input(dx.data(), dy.data(), x.data(), w.data(),
+                                                  mean.data(), rstd.data(), N, C);
+                   }});
+    out.push_back({"layernorm bwd_weight", 2 * L + 1, 0, [=, this] {
+                     mt::layernorm_backward_weight(dw.data(), dbias.data(), dy.data(), x.data(),
+                                                   mean.data(), rstd.data(), N, C);
+                   }});
+    out.push_back({"bias_gelu fwd", L, 0,
+                   [=, this] { mt::bias_gelu_forward(y.data(), dx.data(), bias.data(), N, H); }});
+    out.push_back({"gelu bwd", L, 0, [=, this] {
+                     mt::gelu_backward(dx.data(), x.data(), dy.data(), size_t(N) * H);
+                   }});
+    out.push_back({"residual add", 2 * L, 0,
+                   [=, this] { mt::add_inplace(y.data(), x.data(), size_t(N) * C); }});
+    // block.cpp's backward zeroes d_fc, d_ln2, d_att_out, d_qkv, d_ln1 and copies the
+    // residual gradient twice; the head zeroes two (N, C) buffers.
+    out.push_back({"memset/memcpy (block bwd)", L, 0, [=, this] {
+                     std::memset(zeroed.data(), 0, zeroed.size() * sizeof(float));
+                     std::memcpy(y.data(), x.data(), size_t(N) * 2 * C * sizeof(float));
+                   }});
+    out.push_back({"lm_head fwd", 1, 2.0 * Nd * C * V, [=, this] {
+                     mt::matmul_forward(logits.data(), x.data(), w.data(), nullptr, N, C, V);
+                   }});
+    out.push_back({"lm_head bwd_input", 1, 2.0 * Nd * C * V, [=, this] {
+                     mt::matmul_backward_input(dx.data(), logits.data(), w.data(), N, C, V);
+                   }});
+    out.push_back({"lm_head bwd_weight", 1, 2.0 * Nd * C * V, [=, this] {
+                     mt::matmul_backward_weight(dw.data(), nullptr, logits.data(), x.data(), N, C,
+                                                V);
+                   }});
+    out.push_back({"crossentropy fwd+bwd", 1, 0, [=, this] {
+                     mt::crossentropy_forward_backward(losses.data(), logits.data(), idx.data(),
+                                                       1.0f / N, N, V, V);
+                   }});
+    out.push_back({"embedding fwd", 1, 0, [=, this] {
+                     mt::embedding_forward(y.data(), idx.data(), w.data(), wpe.data(), B, T, C, 0,
+                                           V);
+                   }});
+    out.push_back({"embedding bwd", 1, 0, [=, this] {
+                     mt::embedding_backward(dw.data(), dwpe.data(), dy.data(), idx.data(), B, T, C,
+                                            0, V);
+                   }});
+    out.push_back({"zero grads", 1, 0, [=, this] { std::memset(g.data(), 0, P * sizeof(float)); }});
+    out.push_back({"grad norm", 1, 0, [=, this] { (void)mt::sum_squares(g.data(), P); }});
+    out.push_back({"adamw", 1, 0, [=, this] {
+                     mt::adamw_update(p.data(), g.data(), m.data(), v.data(), P,
+                                      mt::AdamWParams{1e-4, 0.9, 0.95, 1e-8, 0.1, 1});
+                   }});
+    return out;
+  }
+
+  BenchConfig bc_;
+  std::vector<float> x, y, dy, dx, qkv, dqkv, w, dw, bias, dbias, att, scratch, mean, rstd, losses,
+      logits, p, g, m, v, wpe, dwpe, zeroed;
+  std::vector<int> idx;
+  size_t P = 0;
+};
+
+// measure_sgemm_peak_gflops's GEMMs (1024^3 and 2048^3 through mt::sgemm, best of several)
+// timed by CPU time, for --cpu runs.
+double cpu_time_peak(bool quick) {
+  mt::set_compute_threads(1);
+  const Clock clock{true, 1};
+  double best = 0;
+  for (int n : {1024, 2048}) {
+    std::vector<float> a = filled(size_t(n) * n, 1.0f, 1), b = filled(size_t(n) * n, 1.0f, 2);
+    std::vector<float> c(size_t(n) * n);
+    for (int rep = 0; rep < (quick ? 1 : n == 1024 ? 8 : 3); rep++) {
+      const double t0 = clock.now();
+      mt::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      best = std::max(best, 2.0 * n * n * double(n) / (clock.now() - t0) * 1e-9);
+    }
+  }
+  return best;
+}
+
+void bench_config(const BenchConfig& bc, int threads, double peak1, const Options& opt) {
+  mt::set_compute_threads(threads);
+  const mt::ModelConfig cfg = model_config(bc);
+  const double peak = peak1 * threads;  // the trainer's MFU denominator (GFLOP/s)
+  const double tokens = double(bc.batch) * bc.seq;
+  const Clock clock{opt.cpu, threads};
+  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock);
+  const double flops = cfg.flops_per_token() * tokens;
+  std::printf(
+      "config %c (L=%d C=%d NH=%d T=%d B=%d V=%d), %d thread%s: step %.2f ms (zero %.2f, fwd "
+      "%.2f, bwd %.2f, norm+adamw %.2f) | %.0f tok/s | MFU %.1f%% | best step %.2f ms, MFU "
+      "%.1f%% (peak %.1f GFLOP/s)\n",
+      bc.name, bc.layers, bc.dim, bc.heads, bc.seq, bc.batch, bc.vocab, threads,
+      threads > 1 ? "s" : "", ph.total * 1e3, ph.zero * 1e3, ph.fwd * 1e3, ph.bwd * 1e3,
+      ph.optim * 1e3, tokens / ph.total, 100 * flops / ph.total * 1e-9 / peak, ph.best * 1e3,
+      100 * flops / ph.best * 1e-9 / peak, peak);
+  if (!opt.kernels) return;
+  KernelBench kb(bc);
+  double sum = 0;
+  std::vector<std::pair<KernelCall, double>> rows;
+  for (KernelCall& k : kb.calls()) {
+    const double t = time_call(k.fn, opt.quick, clock) * k.count;
+    sum += t;
+    rows.emplace_back(std::move(k), t);
+  }
+  for (const auto& [k, t] : rows) {
+    std::printf("  %-26s x%-3d %8.3f ms %5.1f%%", k.name.c_str(), k.count, t * 1e3, 100 * t / sum);
+    if (k.flops > 0)
+      std::printf(" %7.1f GFLOP/s %4.0f%% of peak", k.flops * k.count / t * 1e-9,
+                  100 * k.flops * k.count / t * 1e-9 / peak);
+    std::printf("\n");
+  }
+  std::printf("  %-31s %8.3f ms (measured step %.3f ms)\n", "sum of kernels", sum * 1e3,
+              ph.total * 1e3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; i++) {
+    if (!std::strcmp(argv[i], "--quick"))
+      opt.quick = true;
+    else if (!std::strcmp(argv[i], "--cpu"))
+      opt.cpu = true;
+    else if (!std::strcmp(argv[i], "--no-kernels"))
+      opt.kernels = false;
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      opt.threads = parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      opt.steps = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--configs") && i + 1 < argc)
+      opt.configs = argv[++i];
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] "
+                   "[--no-kernels] [--cpu]\n");
+      return 2;
+    }
+  }
+  const double peak1 =
+      opt.cpu ? cpu_time_peak(opt.quick) : mt::measure_sgemm_peak_gflops(1, opt.quick ? 0.05 : 1.0);
+  std::printf("sgemm peak, 1 thread: %.1f GFLOP/s (%s time)\n", peak1, opt.cpu ? "CPU" : "wall");
+  for (int threads : opt.threads)
+    for (const BenchConfig& bc : kConfigs)
+      if (opt.configs.find(bc.name) != std::string::npos) bench_config(bc, threads, peak1, opt);
+  return 0;
+}

@@ -1,0 +1,331 @@
+#include "kernels/attention_avx512.h"
+
+#if defined(__AVX512F__)
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/vec_math.h"  // exp_vec512 and <immintrin.h>
+#endif
+
+namespace mt {
+
+#if defined(__AVX512F__)
+// Why not dnnl_sgemm per (batch, head): at T = 128 and hd = 32..64 each product is only a
+// few hundred thousand FLOPs, the per-call cost is a large share of that, and splitting a
+// call for causal skipping made it slower; that path ran at 27-50 % of the sgemm peak
+// (config a, bench_step), these kernels at 80-100 % (counting full T x T FLOPs).
+//
+// Two register-blocked micro-kernels do all six products of forward and backward:
+//  - scores_tile: S[r][0:32] = alpha * x[r] . y[j0 + 0:32] for 8 query rows against a block
+//    of 32 keys transposed into yt (hd, 32), so every step is one broadcast of x[r][d] times
+//    two vectors of yt[d] (16 accumulators). Only blocks on or below the diagonal run.
+//  - rows_tile: c[r][0:hd] (+)= sum_k a(r, k) b[k][0:hd], with a addressed by strides so the
+//    same code multiplies by P (dq, out) and by P^T (dk, dv); k stops at the diagonal.
+// Causal skipping comes from the loop bounds: the (T, T) work is about halved.
+namespace {
+
+constexpr int kKeyBlock = 32;     // keys per transposed block: two vectors wide
+constexpr int kScoreRows = 8;     // 8 rows x 2 vectors = 16 accumulators
+constexpr int kQueryBlock = 128;  // query rows per pass of the dk / dv products
+
+inline __mmask16 tail_mask(int n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// rows_tile's row count per head dim: R rows x hd/16 vectors stay within ~24 accumulators.
+template <int HD>
+constexpr int rows_per_tile() {
+  return HD <= 32 ? 8 : HD == 64 ? 6 : 3;
+}
+
+// In-register transpose of the 16x16 block r[0..15] (rows) into columns.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+    r[i + 1] =
+        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+    r[i + 2] = _mm512_castpd_ps(
+        _mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    r[i + 3] = _mm512_castpd_ps(
+        _mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+  }
+  // r[4g + c] now holds, in 128-bit lane L, column 4L + c of rows 4g .. 4g+3; the two lane
+  // shuffles below gather each column's four lanes into one register.
+  for (int i = 0; i < 16; i += 8) {
+    for (int c = 0; c < 4; c++) {
+      t[i + c] = _mm512_shuffle_f32x4(r[i + c], r[i + 4 + c], 0x88);
+      t[i + 4 + c] = _mm512_shuffle_f32x4(r[i + c], r[i + 4 + c], 0xdd);
+    }
+  }
+  for (int c = 0; c < 8; c++) {
+    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+  }
+}
+
+// yt (HD, 32) = rows y[0 .. n-1] (row stride ldy) transposed; columns n..31 are zero.
+template <int HD>
+void transpose_block(float* yt, const float* y, int ldy, int n) {
+  for (int half = 0; half < 2; half++) {
+    for (int d0 = 0; d0 < HD; d0 += 16) {
+      __m512 r[16];
+      for (int j = 0; j < 16; j++) {
+        const int row = half * 16 + j;
+        r[j] = row < n ? _mm512_loadu_ps(y + size_t(row) * ldy + d0) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (int c = 0; c < 16; c++) _mm512_store_ps(yt + (d0 + c) * kKeyBlock + half * 16, r[c]);
+    }
+  }
+}
+
+template <int HD, int R>
+void scores_tile(float* s, int lds, const float* x, int ldx, const float* yt, float alpha,
+                 __mmask16 m0, __mmask16 m1) {
+  __m512 acc0[R], acc1[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  for (int d = 0; d < HD; d++) {
+    const __m512 y0 = _mm512_load_ps(yt + d * kKeyBlock);
+    const __m512 y1 = _mm512_load_ps(yt + d * kKeyBlock + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      const __m512 xb = _mm512_set1_ps(x[size_t(r) * ldx + d]);
+      acc0[r] = _mm512_fmadd_ps(xb, y0, acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(xb, y1, acc1[r]);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+  if ((m0 & m1) == 0xFFFF) {  // full block: plain stores (masked stores are slow on Zen 4)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      _mm512_storeu_ps(s + size_t(r) * lds, _mm512_mul_ps(acc0[r], va));
+      _mm512_storeu_ps(s + size_t(r) * lds + 16, _mm512_mul_ps(acc1[r], va));
+    }
+    return;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) {
+    _mm512_mask_storeu_ps(s + size_t(r) * lds, m0, _mm512_mul_ps(acc0[r], va));
+    _mm512_mask_storeu_ps(s + size_t(r) * lds + 16, m1, _mm512_mul_ps(acc1[r], va));
+  }
+}
+
+// scores_tile for the last rows < kScoreRows rows.
+template <int HD, int R>
+void scores_tail(int rows, float* s, int lds, const float* x, int ldx, const float* yt, float alpha,
+                 __mmask16 m0, __mmask16 m1) {
+  if constexpr (R > 0) {
+    if (rows == R)
+      scores_tile<HD, R>(s, lds, x, ldx, yt, alpha, m0, m1);
+    else
+      scores_tail<HD, R - 1>(rows, s, lds, x, ldx, yt, alpha, m0, m1);
+  }
+}
+
+// s (T, T), row stride T, on and below the diagonal = alpha * x y^T; x, y are (T, HD).
+// Entries above the diagonal inside a diagonal block are written too (the callers overwrite
+// them); blocks entirely above the diagonal are left untouched.
+template <int HD>
+void causal_scores(float* s, const float* x, int ldx, const float* y, int ldy, int T, float alpha) {
+  alignas(64) float yt[HD * kKeyBlock];
+  for (int j0 = 0; j0 < T; j0 += kKeyBlock) {
+    const int n = std::min(kKeyBlock, T - j0);
+    transpose_block<HD>(yt, y + size_t(j0) * ldy, ldy, n);
+    const __mmask16 m0 = tail_mask(n), m1 = tail_mask(n - 16);
+    int i0 = j0;  // query rows before j0 see none of these keys
+    for (; i0 + kScoreRows <= T; i0 += kScoreRows)
+      scores_tile<HD, kScoreRows>(s + size_t(i0) * T + j0, T, x + size_t(i0) * ldx, ldx, yt, alpha,
+                                  m0, m1);
+    if (i0 < T)
+      scores_tail<HD, kScoreRows - 1>(T - i0, s + size_t(i0) * T + j0, T, x + size_t(i0) * ldx, ldx,
+                                      yt, alpha, m0, m1);
+  }
+}
+
+template <int HD, int R>
+void rows_tile(float* c, int ldc, bool accumulate, const float* a, int ars, int aks, const float* b,
+               int ldb, int k0, int k1) {
+  constexpr int NV = HD / 16;
+  __m512 acc[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+  for (int k = k0; k < k1; k++) {
+    __m512 bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(b + size_t(k) * ldb + 16 * v);
+    const float* ak = a + size_t(k) * aks;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      const __m512 ab = _mm512_set1_ps(ak[size_t(r) * ars]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(ab, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) {
+      float* cp = c + size_t(r) * ldc + 16 * v;
+      _mm512_storeu_ps(cp, accumulate ? _mm512_add_ps(_mm512_loadu_ps(cp), acc[r][v]) : acc[r][v]);
+    }
+  }
+}
+
+// rows_tile for any row count 1..R.
+template <int HD, int R>
+void rows_any(int rows, float* c, int ldc, bool accumulate, const float* a, int ars, int aks,
+              const float* b, int ldb, int k0, int k1) {
+  if constexpr (R > 0) {
+    if (rows == R)
+      rows_tile<HD, R>(c, ldc, accumulate, a, ars, aks, b, ldb, k0, k1);
+    else
+      rows_any<HD, R - 1>(rows, c, ldc, accumulate, a, ars, aks, b, ldb, k0, k1);
+  }
+}
+
+// row[0..i] = softmax(row[0..i]); row[i+1 .. T-1] = 0.
+void softmax_causal_row(float* row, int i, int T) {
+  const int n = i + 1, nfull = n & ~15;
+  const __mmask16 mt = tail_mask(n - nfull);
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < nfull; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(row + j));
+  vmax = _mm512_mask_max_ps(vmax, mt, vmax, _mm512_maskz_loadu_ps(mt, row + nfull));
+  const __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int j = 0; j < nfull; j += 16) {
+    const __m512 e = exp_vec512(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm));
+    _mm512_storeu_ps(row + j, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  const __m512 et = exp_vec512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mt, row + nfull), vm));
+  vsum = _mm512_mask_add_ps(vsum, mt, vsum, et);
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+  for (int j = 0; j < nfull; j += 16)
+    _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inv));
+  _mm512_mask_storeu_ps(row + nfull, mt, _mm512_mul_ps(et, inv));
+  std::memset(row + n, 0, sizeof(float) * size_t(T - n));
+}
+
+// Softmax backward of row i with the forward's scale folded in:
+// d[j] = scale * p[j] * (d[j] - sum_k p[k] d[k]) for j <= i; d[i+1 .. T-1] = 0.
+void softmax_backward_row(float* d, const float* p, int i, int T, float scale) {
+  const int n = i + 1, nfull = n & ~15;
+  const __mmask16 mt = tail_mask(n - nfull);
+  __m512 vdot = _mm512_setzero_ps();
+  for (int j = 0; j < nfull; j += 16)
+    vdot = _mm512_fmadd_ps(_mm512_loadu_ps(p + j), _mm512_loadu_ps(d + j), vdot);
+  vdot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mt, p + nfull), _mm512_maskz_loadu_ps(mt, d + nfull),
+                         vdot);
+  const __m512 dot = _mm512_set1_ps(_mm512_reduce_add_ps(vdot));
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int j = 0; j < nfull; j += 16) {
+    const __m512 sp = _mm512_mul_ps(vs, _mm512_loadu_ps(p + j));
+    _mm512_storeu_ps(d + j, _mm512_mul_ps(sp, _mm512_sub_ps(_mm512_loadu_ps(d + j), dot)));
+  }
+  const __m512 sp = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(mt, p + nfull));
+  _mm512_mask_storeu_ps(
+      d + nfull, mt, _mm512_mul_ps(sp, _mm512_sub_ps(_mm512_maskz_loadu_ps(mt, d + nfull), dot)));
+  std::memset(d + n, 0, sizeof(float) * size_t(T - n));
+}
+
+template <int HD>
+void forward_head(const AttentionHead& h, float* out, int ldo, float* att) {
+  const int T = h.T;
+  causal_scores<HD>(att, h.q, h.ld, h.k, h.ld, T, h.scale);
+  // Softmax a tile of rows while they are in L1, then out[i0:i1] = P[i0:i1, 0:i1] v[0:i1].
+  constexpr int R = rows_per_tile<HD>();
+  for (int i0 = 0; i0 < T; i0 += R) {
+    const int rows = std::min(R, T - i0);
+    for (int i = i0; i < i0 + rows; i++) softmax_causal_row(att + size_t(i) * T, i, T);
+    rows_any<HD, R>(rows, out + size_t(i0) * ldo, ldo, false, att + size_t(i0) * T, T, 1, h.v, h.ld,
+                    0, i0 + rows);
+  }
+}
+
+template <int HD>
+void backward_head(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
+                   const float* dout, int lddo, const float* att, float* da) {
+  const int T = h.T;
+  constexpr int R = rows_per_tile<HD>();
+  // dP = dout v^T on and below the diagonal.
+  causal_scores<HD>(da, dout, lddo, h.v, h.ld, T, 1.0f);
+  // dS (softmax backward, in place), then dq[i0:i1] += dS[i0:i1, 0:i1] k[0:i1].
+  for (int i0 = 0; i0 < T; i0 += R) {
+    const int rows = std::min(R, T - i0);
+    for (int i = i0; i < i0 + rows; i++)
+      softmax_backward_row(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale);
+    rows_any<HD, R>(rows, dq + size_t(i0) * ldd, ldd, true, da + size_t(i0) * T, T, 1, h.k, h.ld, 0,
+                    i0 + rows);
+  }
+  // Key / value rows j0.. receive from query rows i >= j0: dk += dS^T q, dv += P^T dout.
+  // A key tile reads a narrow column strip of dS and P down all its query rows; taking the
+  // query rows kQueryBlock at a time keeps those rows in L2 across the key tiles at long T
+  // (at T = 1024 the unblocked loop ran 10 % slower than the sgemm path).
+  for (int r0 = 0; r0 < T; r0 += kQueryBlock) {
+    const int r1 = std::min(T, r0 + kQueryBlock);
+    for (int j0 = 0; j0 < r1; j0 += R) {
+      const int rows = std::min(R, T - j0), k0 = std::max(j0, r0);
+      rows_any<HD, R>(rows, dk + size_t(j0) * ldd, ldd, true, da + j0, 1, T, h.q, h.ld, k0, r1);
+      rows_any<HD, R>(rows, dv + size_t(j0) * ldd, ldd, true, att + j0, 1, T, dout, lddo, k0, r1);
+    }
+  }
+}
+
+}  // namespace
+
+bool attention_avx512_supports(int hd) {
+  return hd == 16 || hd == 32 || hd == 64 || hd == 128;
+}
+
+void attention_head_forward_avx512(const AttentionHead& h, float* out, int ldo, float* att) {
+  switch (h.hd) {
+    case 16:
+      return forward_head<16>(h, out, ldo, att);
+    case 32:
+      return forward_head<32>(h, out, ldo, att);
+    case 64:
+      return forward_head<64>(h, out, ldo, att);
+    case 128:
+      return forward_head<128>(h, out, ldo, att);
+  }
+  MT_CHECK(false, "attention_head_forward_avx512: unsupported head dim ", h.hd);
+}
+
+void attention_head_backward_avx512(const AttentionHead& h, float* dq, float* dk, float* dv,
+                                    int ldd, const float* dout, int lddo, const float* att,
+                                    float* datt) {
+  switch (h.hd) {
+    case 16:
+      return backward_head<16>(h, dq, dk, dv, ldd, dout, lddo, att, datt);
+    case 32:
+      return backward_head<32>(h, dq, dk, dv, ldd, dout, lddo, att, datt);
+    case 64:
+      return backward_head<64>(h, dq, dk, dv, ldd, dout, lddo, att, datt);
+    case 128:
+      return backward_head<128>(h, dq, dk, dv, ldd, dout, lddo, att, datt);
+  }
+  MT_CHECK(false, "attention_head_backward_avx512: unsupported head dim ", h.hd);
+}
+
+#else  // no AVX-512: attention.cpp uses its sgemm path for every head dim
+
+bool attention_avx512_supports(int) {
+  return false;
+}
+void attention_head_forward_avx512(const AttentionHead&, float*, int, float*) {}
+void attention_head_backward_avx512(const AttentionHead&, float*, float*, float*, int, const float*,
+                                    int, const float*, float*) {}
+
+#endif
+
+}  // namespace mt
