@@ -7,7 +7,7 @@ set(MT_EQUIV /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/equivalence/equivalenc
 set(MT_EQUIV_BIN $<TARGET_FILE:meshtrain>)
 # 2 layers, dim 64, seq 32: about a second per run. A clip of 0.5 is active at every step.
 set(MT_EQUIV_BASE "--layers 2 --dim 64 --heads 4 --seq 32 --batch 8 --steps 10 --lr-schedule constant --grad-clip 0.5")
-# Uneven: vocab 250 (wte 16000 floats) and dim 40 make units that dp 4 does not divide.
+# Uneven: vocab 257 (wte 10280 floats) and dim 40 make units that dp 4 does not divide.
 set(MT_EQUIV_UNEVEN "--layers 1 --dim 40 --heads 4 --seq 16 --vocab 257 --batch 12 --steps 10 --lr-schedule constant --grad-clip 0.05")
 
 add_test(NAME equivalence.dp_zero_fast
@@ -58,4 +58,48 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   add_test(NAME equivalence.dp_full_matrix
            COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE} ${full_layouts})
   set_tests_properties(equivalence.dp_full_matrix PROPERTIES LABELS equivalence TIMEOUT 900)
+endif()
+
+# Tensor parallelism (docs/tensor_parallel.md) against one worker: tp 2 and 4, with and
+# without sequence parallelism, a vocabulary tp divides (256) and one it does not (257:
+# padded internally, never in a file), dp x tp meshes with ZeRO, resharding checkpoints
+# (saved under tp 4, loaded under tp 1 and 2) and a subset as MPI processes.
+add_test(NAME equivalence.tp_fast
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE} --repeat
+                 --layout "--tp 2" --layout "--tp 4" --layout "--tp 2 --sequence-parallel"
+                 --layout "--tp 4 --sequence-parallel" --layout "--dp 2 --tp 2 --zero 1")
+add_test(NAME equivalence.tp_uneven_vocab
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_UNEVEN}
+                 --layout "--tp 2" --layout "--tp 4 --sequence-parallel"
+                 --layout "--dp 2 --tp 2 --zero 1 --sequence-parallel"
+                 --layout "--dp 2 --tp 2 --zero 3 --microbatches 2")
+add_test(NAME equivalence.tp_resume_resharding
+         COMMAND ${MT_EQUIV} resume --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_UNEVEN}
+                 --pair "--tp 4|" --pair "--tp 4|--tp 2 --sequence-parallel"
+                 --pair "--dp 2 --tp 2 --zero 1|--tp 4 --zero 2")
+set_tests_properties(equivalence.tp_fast equivalence.tp_uneven_vocab
+                     equivalence.tp_resume_resharding
+                     PROPERTIES LABELS "equivalence;tp" TIMEOUT 300)
+add_test(NAME equivalence.tp_mpi_np2
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_UNEVEN}
+                 --launcher "${MT_EQUIV_MPIRUN} -np 2 {bin}"
+                 --layout "--backend mpi --tp 2" --layout "--backend mpi --tp 2 --sequence-parallel")
+add_test(NAME equivalence.tp_mpi_np4
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE}
+                 --launcher "${MT_EQUIV_MPIRUN} -np 4 {bin}"
+                 --layout "--backend mpi --dp 2 --tp 2 --zero 1 --sequence-parallel")
+set_tests_properties(equivalence.tp_mpi_np2 equivalence.tp_mpi_np4
+                     PROPERTIES LABELS "equivalence;tp;mpi" TIMEOUT 300)
+if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
+  set(tp_layouts)
+  foreach(tp 2 4)
+    foreach(sp "" "--sequence-parallel")
+      foreach(zero 0 1 2 3)
+        list(APPEND tp_layouts --layout "--dp 2 --tp ${tp} ${sp} --zero ${zero}")
+      endforeach()
+    endforeach()
+  endforeach()
+  add_test(NAME equivalence.tp_full_matrix
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_UNEVEN} ${tp_layouts})
+  set_tests_properties(equivalence.tp_full_matrix PROPERTIES LABELS "equivalence;tp" TIMEOUT 900)
 endif()

@@ -43,7 +43,10 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
   f.add("parallel", "dp", &p.dp,
         "data-parallel replicas: each trains on 1/dp of the global batch (same tokens and "
         "losses as one worker); gradients are averaged in buckets reduced during backward");
-  f.add("parallel", "tp", &p.tp, "tensor-parallel ranks (split matmuls)");
+  f.add("parallel", "tp", &p.tp,
+        "tensor-parallel ranks (Megatron): attention heads and the MLP split over tp (must "
+        "divide --heads), the tied embedding/LM head split by vocabulary rows (padded to a "
+        "multiple of tp, never in a file); world = dp x tp, tp ranks adjacent");
   f.add("parallel", "pp", &p.pp, "pipeline stages");
   f.add("parallel", "ep", &p.ep, "expert-parallel ranks (divides --dp)");
   f.add("parallel", "microbatches", &p.microbatches,
@@ -51,12 +54,17 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
         "by dp * microbatches)");
   f.add("parallel", "schedule", &p.schedule, "pipeline schedule: gpipe|1f1b|interleaved|zb-h1");
   f.add("parallel", "virtual-stages", &p.virtual_stages, "model chunks per pipeline rank");
+  f.add("parallel", "stage-layers", &p.stage_layers,
+        "blocks per pipeline model chunk, e.g. 3,4,4,3 (pp x virtual-stages counts summing to "
+        "--layers); default: balanced by compute, the head counted on the last chunk");
   f.add("parallel", "zero", &p.zero,
         "ZeRO stage over the dp group (model state per rank, N = dp, P = parameters): "
         "0 none (16P bytes), 1 AdamW moments sharded (8P + 8P/N), 2 + gradients sharded "
         "(4P + 12P/N), 3 + parameters sharded, each layer gathered when used (16P/N)");
   f.add_bool("parallel", "sequence-parallel", &p.sequence_parallel,
-             "shard LayerNorm/residual regions along the sequence (with --tp)");
+             "with --tp > 1: LayerNorms and residuals run on 1/tp of each microbatch's tokens "
+             "(all-reduces become all-gathers + reduce-scatters; less activation memory); "
+             "batch/(dp x microbatches) x seq must be divisible by tp");
   f.add("parallel", "bucket-mb", &p.bucket_mb,
         "gradient bucket size in MiB: layers' gradients are grouped, last layer first, and "
         "each bucket is reduced as soon as backward has finished it (ZeRO-3: one per layer)");

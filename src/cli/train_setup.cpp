@@ -34,8 +34,10 @@ void resolve_train_options(TrainOptions& o) {
   MT_REQUIRE(t.lr > 0, "--lr must be > 0 (got ", t.lr, ")");
   MT_REQUIRE(t.min_lr >= 0, "--min-lr must be >= 0 (got ", t.min_lr, ")");
   MT_REQUIRE(t.warmup >= 0, "--warmup must be >= 0 (got ", t.warmup, ")");
-  MT_REQUIRE(one_of(t.lr_schedule, {"constant", "cosine"}), "--lr-schedule must be constant or "
-             "cosine (got '", t.lr_schedule, "')");
+  MT_REQUIRE(one_of(t.lr_schedule, {"constant", "cosine"}),
+             "--lr-schedule must be constant or "
+             "cosine (got '",
+             t.lr_schedule, "')");
   MT_REQUIRE(t.weight_decay >= 0, "--weight-decay must be >= 0");
   MT_REQUIRE(t.grad_clip >= 0, "--grad-clip must be >= 0 (0 disables clipping)");
   MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1,
@@ -45,8 +47,12 @@ void resolve_train_options(TrainOptions& o) {
              ")");
   MT_REQUIRE(t.eval_every >= 0 && t.eval_batches >= 1,
              "--eval-every must be >= 0 and --eval-batches >= 1");
-  for (auto [name, v] : {std::pair{"--dp", p.dp}, {"--tp", p.tp}, {"--pp", p.pp}, {"--ep", p.ep},
-                         {"--microbatches", p.microbatches}, {"--virtual-stages", p.virtual_stages}})
+  for (auto [name, v] : {std::pair{"--dp", p.dp},
+                         {"--tp", p.tp},
+                         {"--pp", p.pp},
+                         {"--ep", p.ep},
+                         {"--microbatches", p.microbatches},
+                         {"--virtual-stages", p.virtual_stages}})
     MT_REQUIRE(v >= 1, name, " must be >= 1 (got ", v, ")");
   MT_REQUIRE(p.zero >= 0 && p.zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", p.zero, ")");
   MT_REQUIRE(one_of(p.schedule, {"gpipe", "1f1b", "interleaved", "zb-h1"}),
@@ -55,6 +61,15 @@ void resolve_train_options(TrainOptions& o) {
   MT_REQUIRE(t.batch % (p.dp * p.microbatches) == 0, "--batch ", t.batch,
              " must be divisible by --dp x --microbatches = ", p.dp * p.microbatches,
              " (each replica's microbatches must be equal)");
+  if (p.tp > 1) {
+    MT_REQUIRE(o.model.heads % p.tp == 0, "--tp ", p.tp, " does not divide --heads ", o.model.heads,
+               " (each attention head must live on one rank)");
+    // Sequence parallelism splits each microbatch's b*T token rows evenly over tp.
+    const int rows = t.batch / (p.dp * p.microbatches) * o.model.seq;
+    MT_REQUIRE(!p.sequence_parallel || rows % p.tp == 0, "--sequence-parallel needs the ", rows,
+               " token rows of a microbatch (batch / (dp x microbatches) x seq) divisible by --tp ",
+               p.tp);
+  }
   MT_REQUIRE(one_of(o.engine.backend, {"local", "mpi"}), "--backend must be local or mpi (got '",
              o.engine.backend, "')");
   MT_REQUIRE(o.engine.timeout_s > 0, "--timeout must be > 0 seconds");
@@ -102,9 +117,10 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
   const char* check = std::getenv("MESHTRAIN_CHECK_COLLECTIVES");
   wo.check_collectives = check && std::string(check) == "1";
   auto body = [&](CommWorld& world) {
-    MT_REQUIRE(world.size() == o.parallel.world(), "the layout needs --pp x --dp x --tp = ",
-               o.parallel.world(), " ranks but the ", world.backend_name(), " world has ",
-               world.size(), mpi ? " (set mpirun -np to match)" : "");
+    MT_REQUIRE(world.size() == o.parallel.world(),
+               "the layout needs --pp x --dp x --tp = ", o.parallel.world(), " ranks but the ",
+               world.backend_name(), " world has ", world.size(),
+               mpi ? " (set mpirun -np to match)" : "");
     train_rank(o, world, info);
   };
   if (mpi)

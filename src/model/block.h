@@ -3,10 +3,20 @@
 //   x_out = x_mid + mlp.c_proj(gelu(mlp.c_fc(ln_2(x_mid))))
 //
 // Tensor parallelism (Megatron): c_attn and mlp.c_fc are split by output columns (each
-// rank owns whole heads), attn.c_proj and mlp.c_proj by input rows. The communication is
-// one all-reduce per sub-block in forward (after the row-parallel matmul, before its bias)
-// and one in backward (of the LayerNorm-output gradient, the adjoint of handing the same
-// input to every column shard). With tp = 1 both are skipped.
+// rank owns whole heads), attn.c_proj and mlp.c_proj by input rows. Each sub-block is
+// entered through CopyToTensorParallel and left through ReduceFromTensorParallel
+// (parallel/tensor_parallel/mappings.h): one all-reduce in forward (after the row-parallel
+// matmul, before its bias, so the bias counts once) and one in backward (of the LayerNorm
+// output gradient). With tp = 1 both are skipped.
+//
+// Sequence parallelism replaces the pair by GatherFromSequenceParallel and
+// ScatterToSequenceParallel: LayerNorms, residuals and biases run on this rank's b*T/t
+// token rows, the all-reduce becomes an all-gather before the column-parallel matmul and a
+// reduce-scatter after the row-parallel one. Like Megatron, only the local rows of the
+// LayerNorm outputs are kept: the W pass gathers them again, and gathers the output
+// gradients again too (they are kept local, not gathered), so no (b*T, C) buffer of the
+// replicated width lives in the slot. The LayerNorm weight gradients are then partial sums
+// over tp (ParamInfo::tp_partial_grad); the trainer sums them once per step.
 //
 // Backward is split: backward_input (B) produces dx_in and keeps the intermediate
 // gradients in the slot; backward_weight (W) turns them into weight gradients later.
@@ -22,7 +32,8 @@ namespace mt {
 
 struct TensorParallelShard {
   int rank = 0, size = 1;
-  Communicator* comm = nullptr;  // null when size == 1
+  Communicator* comm = nullptr;    // null when size == 1
+  bool sequence_parallel = false;  // only meaningful with size > 1
 };
 
 class Block {
@@ -33,8 +44,12 @@ class Block {
         ParamTable& table, SlotLayout& layout);
 
   void bind(float* params, float* grads);
+  // (max_b*T, C) floats the block may use during any of its calls (sequence parallelism:
+  // gathered inputs and partial outputs); shared by every block of a chunk.
+  void set_scratch(float* scratch) { scratch_ = scratch; }
 
   // x_out (b, T, C) = block(x_in (b, T, C)); x_in must stay untouched until backward_weight.
+  // Under sequence parallelism x_in, x_out, dx_in and dx_out hold this rank's b*T/t rows.
   void forward(float* slot, const float* x_in, float* x_out, int b, int T);
   // dx_in (b, T, C) = gradient w.r.t. x_in, from dx_out (b, T, C). Overwrites dx_in.
   // scratch: attention backward scratch of attention_scratch_floats() floats.
@@ -51,21 +66,29 @@ class Block {
     const float *w, *b;
     float *dw, *db;
   };
-  void all_reduce_tp(float* x, size_t n);
+  int rows(int b, int T) const;  // token rows of the residual stream on this rank
+  const float* column_input(const float* ln_out, int Nl);
+  void column_grad(float* d_ln, const Linear& layer, const float* dy, int N, int Nl);
+  void row_output(float* y, const Linear& proj, const float* x, int N, int Nl);
+  const float* row_grad(const float* dy_local, int Nl);
 
   int C_, max_b_, Cl_, Hl_, NHl_, T_;  // model dim, local attention width/hidden/heads
   TensorParallelShard tp_;
+  bool sp_ = false;
+  float* scratch_ = nullptr;
   Norm ln1_{}, ln2_{};
   Linear qkv_, attn_proj_, fc_, mlp_proj_;
-  // Offsets of this block's buffers within a slot. N = b*T rows.
+  // Offsets of this block's buffers within a slot. N = b*T rows; Nl = N, or N/t under
+  // sequence parallelism.
   struct {
-    size_t ln1_out, ln1_mean, ln1_rstd;  // (N,C) (N) (N)
+    size_t ln1_out, ln1_mean, ln1_rstd;  // (Nl,C) (Nl) (Nl)
     size_t qkv, att, att_out;            // (N,3Cl) (b,NHl,T,T) (N,Cl)
-    size_t x_mid;                        // (N,C)
-    size_t ln2_out, ln2_mean, ln2_rstd;  // (N,C) (N) (N)
+    size_t x_mid;                        // (Nl,C)
+    size_t ln2_out, ln2_mean, ln2_rstd;  // (Nl,C) (Nl) (Nl)
     size_t fc_pre, fc_out;               // (N,Hl) (N,Hl)
     // gradients kept for the W pass
-    size_t d_fc, d_ln2, dx_mid, d_att_out, d_qkv, d_ln1;  // (N,Hl) (N,C) (N,C) (N,Cl) (N,3Cl) (N,C)
+    size_t d_fc, d_ln2, dx_mid, d_att_out, d_qkv,
+        d_ln1;  // (N,Hl) (Nl,C) (Nl,C) (N,Cl) (N,3Cl) (Nl,C)
   } off_{};
 };
 

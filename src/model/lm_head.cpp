@@ -2,25 +2,36 @@
 
 #include <cstring>
 
-#include "kernels/crossentropy.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "model/embedding_layer.h"
+#include "parallel/tensor_parallel/mappings.h"
 
 namespace mt {
 
-LMHead::LMHead(const ModelConfig& cfg, int max_b, ParamTable& table, SlotLayout& layout)
-    : C_(cfg.dim), V_(cfg.vocab) {
-  const ParamInfo* wte = table.find("transformer.wte.weight");
-  wte_info_ = wte ? wte : &table.add("transformer.wte.weight", {V_, C_}, InitKind::normal);
-  lnf_w_info_ = &table.add("transformer.ln_f.weight", {C_}, InitKind::ones);
-  lnf_b_info_ = &table.add("transformer.ln_f.bias", {C_}, InitKind::zeros);
-  const size_t N = size_t(max_b) * cfg.seq;
-  off_.lnf_out = layout.reserve(N * C_);
-  off_.mean = layout.reserve(N);
-  off_.rstd = layout.reserve(N);
-  off_.logits = layout.reserve(N * V_);
+LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b, ParamTable& table,
+               SlotLayout& layout)
+    : C_(cfg.dim),
+      V_(cfg.vocab),
+      tp_(tp),
+      sp_(tp.size > 1 && tp.sequence_parallel),
+      shard_(tp::vocab_shard(cfg.vocab, tp.size, tp.rank)) {
+  wte_info_ = &register_token_table(cfg, tp, table);
+  ParamInfo& w = table.add("transformer.ln_f.weight", {C_}, InitKind::ones);
+  ParamInfo& bias = table.add("transformer.ln_f.bias", {C_}, InitKind::zeros);
+  // Under sequence parallelism ln_f sees only this rank's rows: its gradients are partial.
+  w.tp_partial_grad = bias.tp_partial_grad = sp_;
+  lnf_w_info_ = &w;
+  lnf_b_info_ = &bias;
+  const size_t N = size_t(max_b) * cfg.seq, Nl = sp_ ? N / tp.size : N;
+  off_.lnf_out = layout.reserve(Nl * C_);
+  off_.mean = layout.reserve(Nl);
+  off_.rstd = layout.reserve(Nl);
+  off_.lnf_full = sp_ ? layout.reserve(N * C_) : off_.lnf_out;
+  off_.logits = layout.reserve(N * size_t(shard_.rows));
   off_.losses = layout.reserve(N);
-  off_.d_lnf = layout.reserve(N * C_);
+  off_.ce_stats = layout.reserve(3 * N);
+  off_.d_lnf = layout.reserve(Nl * C_);
 }
 
 void LMHead::bind(float* params, float* grads) {
@@ -32,19 +43,20 @@ void LMHead::bind(float* params, float* grads) {
   dwte_ = grads + wte_info_->offset;
 }
 
-double LMHead::forward(float* s, const float* x_in, const int* targets, int b, int T,
-                       float dloss) {
-  const int N = b * T;
-  float* lnf_out = s + off_.lnf_out;
+double LMHead::forward(float* s, const float* x_in, const int* targets, int b, int T, float dloss) {
+  const int N = b * T, Nl = rows(b, T), Vl = shard_.rows;
+  float* lnf_full = s + off_.lnf_full;
   float* logits = s + off_.logits;
   float* losses = s + off_.losses;
-  layernorm_forward(lnf_out, s + off_.mean, s + off_.rstd, x_in, lnf_w_, lnf_b_, N, C_);
-  matmul_forward(logits, lnf_out, wte_, nullptr, N, C_, V_);  // (N, V) = lnf_out @ wte^T
-  if (!targets) return 0.0;
-  if (dloss != 0.f)
-    crossentropy_forward_backward(losses, logits, targets, dloss, N, V_, V_);
+  layernorm_forward(s + off_.lnf_out, s + off_.mean, s + off_.rstd, x_in, lnf_w_, lnf_b_, Nl, C_);
+  if (sp_)
+    tp::GatherFromSequenceParallel::forward(tp_.comm, s + off_.lnf_out, lnf_full, size_t(Nl) * C_);
   else
-    crossentropy_forward(losses, logits, targets, N, V_, V_);
+    tp::CopyToTensorParallel::forward();
+  matmul_forward(logits, lnf_full, wte_, nullptr, N, C_, Vl);  // (N, Vl) = lnf @ wte_shard^T
+  if (!targets) return 0.0;
+  tp::vocab_parallel_crossentropy(losses, logits, targets, dloss, N, shard_, tp_.comm,
+                                  s + off_.ce_stats);
   // Summed in double and in a fixed order so the result is deterministic.
   double sum = 0;
   for (int n = 0; n < N; ++n) sum += losses[n];
@@ -52,19 +64,25 @@ double LMHead::forward(float* s, const float* x_in, const int* targets, int b, i
 }
 
 void LMHead::backward_input(float* s, const float* x_in, float* dx_in, int b, int T) {
-  const int N = b * T;
+  const int N = b * T, Nl = rows(b, T);
   float* d_lnf = s + off_.d_lnf;
-  std::memset(d_lnf, 0, size_t(N) * C_ * sizeof(float));
-  matmul_backward_input(d_lnf, s + off_.logits, wte_, N, C_, V_);
-  std::memset(dx_in, 0, size_t(N) * C_ * sizeof(float));
-  layernorm_backward_input(dx_in, d_lnf, x_in, lnf_w_, s + off_.mean, s + off_.rstd, N, C_);
+  // Each rank's product covers only its vocabulary columns: a partial sum over tp.
+  float* d_full = sp_ ? scratch_ : d_lnf;
+  std::memset(d_full, 0, size_t(N) * C_ * sizeof(float));
+  matmul_backward_input(d_full, s + off_.logits, wte_, N, C_, shard_.rows);
+  if (sp_)
+    tp::GatherFromSequenceParallel::backward(tp_.comm, d_full, d_lnf, size_t(Nl) * C_);
+  else
+    tp::CopyToTensorParallel::backward(tp_.comm, d_lnf, size_t(N) * C_);
+  std::memset(dx_in, 0, size_t(Nl) * C_ * sizeof(float));
+  layernorm_backward_input(dx_in, d_lnf, x_in, lnf_w_, s + off_.mean, s + off_.rstd, Nl, C_);
 }
 
 void LMHead::backward_weight(float* s, const float* x_in, int b, int T) {
-  const int N = b * T;
-  matmul_backward_weight(dwte_, nullptr, s + off_.logits, s + off_.lnf_out, N, C_, V_);
+  const int N = b * T, Nl = rows(b, T);
+  matmul_backward_weight(dwte_, nullptr, s + off_.logits, s + off_.lnf_full, N, C_, shard_.rows);
   layernorm_backward_weight(dlnf_w_, dlnf_b_, s + off_.d_lnf, x_in, s + off_.mean, s + off_.rstd,
-                            N, C_);
+                            Nl, C_);
 }
 
 }  // namespace mt

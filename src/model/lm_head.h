@@ -1,11 +1,19 @@
 // Final LayerNorm, tied LM head and mean cross-entropy (last pipeline stage).
 // The loss gradient is produced in the forward pass (fused softmax-cross-entropy writes
 // dlogits over the logits), since nothing after the loss can change it.
+//
+// Tensor parallelism: the head is a column-parallel layer over the vocabulary (each rank
+// multiplies by its rows of wte) and the loss is the vocabulary-parallel cross-entropy
+// (vocab_parallel.h): the full logits exist on no rank. The LayerNorm output enters
+// through CopyToTensorParallel (or, under sequence parallelism, GatherFromSequenceParallel:
+// ln_f runs on this rank's rows only and its output is gathered and kept for the W pass).
 #pragma once
 
 #include "model/activation_pool.h"
+#include "model/block.h"
 #include "model/config.h"
 #include "model/param_table.h"
+#include "parallel/tensor_parallel/vocab_parallel.h"
 
 namespace mt {
 
@@ -13,10 +21,14 @@ class LMHead {
  public:
   // Registers transformer.ln_f.*; uses transformer.wte.weight (registers it when the
   // embedding lives on another stage: both stages then hold a copy).
-  LMHead(const ModelConfig& cfg, int max_b, ParamTable& table, SlotLayout& layout);
+  LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b, ParamTable& table,
+         SlotLayout& layout);
   void bind(float* params, float* grads);
+  // (b*T, C) floats the head may use between calls (sequence parallelism).
+  void set_scratch(float* scratch) { scratch_ = scratch; }
 
-  // Returns the sum of per-token cross-entropies of targets (b, T) given x_in (b, T, C).
+  // Returns the sum of per-token cross-entropies of targets (b, T) given x_in (b, T, C)
+  // (this rank's rows under sequence parallelism; the sum is over all b*T tokens).
   // With dloss != 0 the slot keeps dlogits = dloss * (softmax - onehot) for backward.
   double forward(float* slot, const float* x_in, const int* targets, int b, int T, float dloss);
   // dx_in (b, T, C) = gradient w.r.t. x_in (overwrites).
@@ -24,16 +36,23 @@ class LMHead {
   // dwte, dln_f += (the W pass).
   void backward_weight(float* slot, const float* x_in, int b, int T);
   // logits (b*T, V) of the last forward, before the gradient overwrote them (sampling uses
-  // forward with dloss == 0).
+  // forward with dloss == 0). Under tensor parallelism: this rank's vocabulary columns.
   const float* logits(float* slot) const { return slot + off_.logits; }
 
  private:
+  int rows(int b, int T) const { return b * T / (sp_ ? tp_.size : 1); }
+
   int C_, V_;
+  TensorParallelShard tp_;
+  bool sp_;
+  tp::VocabShard shard_;
+  float* scratch_ = nullptr;
   const ParamInfo *lnf_w_info_, *lnf_b_info_, *wte_info_;
   const float *lnf_w_ = nullptr, *lnf_b_ = nullptr, *wte_ = nullptr;
   float *dlnf_w_ = nullptr, *dlnf_b_ = nullptr, *dwte_ = nullptr;
   struct {
-    size_t lnf_out, mean, rstd, logits, losses, d_lnf;  // (N,C) (N) (N) (N,V) (N) (N,C)
+    // (Nl,C) (Nl) (Nl) (N,C) (N,Vl) (N) (3N) (Nl,C); Nl = N, or N/t under sequence parallelism
+    size_t lnf_out, mean, rstd, lnf_full, logits, losses, ce_stats, d_lnf;
   } off_{};
 };
 

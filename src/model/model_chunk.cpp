@@ -21,21 +21,23 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
                        int max_b, ParamTable& table)
     : cfg_(cfg), spec_(spec) {
   SlotLayout layout;
-  const size_t N = size_t(max_b) * cfg.seq;
+  const bool sp = tp.size > 1 && tp.sequence_parallel;
+  const size_t N = size_t(max_b) * cfg.seq, Nl = sp ? N / tp.size : N;
   // The edge unit (embedding, ln_f, tied wte) is registered first so that its tensors are
   // contiguous in the arena: ZeRO shards and gathers each unit as one range.
   size_t first = table.entries().size();
-  if (spec.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg, table);
-  if (spec.has_head) head_ = std::make_unique<LMHead>(cfg, max_b, table, layout);
+  if (spec.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg, tp, table);
+  if (spec.has_head) head_ = std::make_unique<LMHead>(cfg, tp, max_b, table, layout);
   unit_range_.push_back(range_since(table, first));
   for (int l = spec.first_layer; l < spec.last_layer; ++l) {
     first = table.entries().size();
     blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, layout));
     unit_range_.push_back(range_since(table, first));
   }
+  // The residual stream between blocks: this rank's rows of it under sequence parallelism.
   for (int i = 0; i <= nblocks(); ++i) {
-    x_off_.push_back(layout.reserve(N * cfg.dim));
-    dx_off_.push_back(layout.reserve(N * cfg.dim));
+    x_off_.push_back(layout.reserve(Nl * cfg.dim));
+    dx_off_.push_back(layout.reserve(Nl * cfg.dim));
   }
   static_assert(sizeof(int) == sizeof(float));
   tokens_off_ = layout.reserve(2 * N);  // tokens then targets, as int32
@@ -43,6 +45,13 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
   size_t scratch = 0;
   for (auto& blk : blocks_) scratch = std::max(scratch, blk->attention_scratch_floats());
   attention_scratch_.resize(scratch);
+  // One (N, C) buffer for the gathered inputs and partial outputs of sequence parallelism:
+  // every use ends before the next begins, so all layers share it.
+  if (sp) {
+    sp_scratch_.resize(N * cfg.dim);
+    for (auto& blk : blocks_) blk->set_scratch(sp_scratch_.data());
+    if (head_) head_->set_scratch(sp_scratch_.data());
+  }
 }
 
 void ModelChunk::bind(float* params, float* grads) {
@@ -67,7 +76,7 @@ double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, 
   if (embedding_) {
     before_use(0, n > 0 ? 1 : -1);
     std::memcpy(saved, tok, N * sizeof(int));
-    embedding_->forward(x(slot, 0), saved, b, T);
+    embedding_->forward(x(slot, 0), saved, b, T, sp_scratch_.data());
   }
   for (int i = 0; i < n; ++i) {
     before_use(1 + i, i + 1 < n ? 2 + i : (head_ ? 0 : -1));
@@ -100,7 +109,7 @@ void ModelChunk::backward_weight(int slot, int b, int T) {
   if (head_) head_->backward_weight(s, x(slot, nblocks()), b, T);
   for (int i = nblocks() - 1; i >= 0; --i)
     blocks_[i]->backward_weight(s, x(slot, i), dx(slot, i + 1), b, T);
-  if (embedding_) embedding_->backward_weight(dx(slot, 0), tokens(slot), b, T);
+  if (embedding_) embedding_->backward_weight(dx(slot, 0), tokens(slot), b, T, sp_scratch_.data());
 }
 
 void ModelChunk::backward(int slot, int b, int T) {
@@ -124,7 +133,7 @@ void ModelChunk::backward(int slot, int b, int T) {
   }
   if (embedding_) {
     before_grads(0);
-    embedding_->backward_weight(dx(slot, 0), tokens(slot), b, T);
+    embedding_->backward_weight(dx(slot, 0), tokens(slot), b, T, sp_scratch_.data());
   }
   if (head_ || embedding_) {
     after_use(0);

@@ -8,6 +8,7 @@
 //   x[0]  : chunk input — embedding output, or the activation received from the previous stage
 //   x[i+1]: output of block i                         (b, T, C) each
 //   dx[i] : gradient w.r.t. x[i]; dx[n] is received from the next stage (or made by the head)
+// Under sequence parallelism (tp = t) each of these holds this rank's b*T/t token rows.
 #pragma once
 
 #include <memory>
@@ -115,6 +116,7 @@ class ModelChunk {
   std::unique_ptr<LMHead> head_;
   std::unique_ptr<ActivationPool> pool_;
   Arena attention_scratch_;  // shared by all blocks: one backward runs at a time
+  Arena sp_scratch_;         // (N, C), sequence parallelism only; shared likewise
   std::vector<size_t> x_off_, dx_off_;
   size_t tokens_off_ = 0;
 };

@@ -39,6 +39,9 @@ struct ParamInfo {
   size_t numel = 0;   // local element count
   InitKind init = InitKind::normal;
   float init_std = 0.02f;
+  // Replicated over tp, but each rank's gradient covers only its rows of the sequence
+  // (sequence parallelism: LayerNorm parameters): the gradients must be summed over tp.
+  bool tp_partial_grad = false;
   // AdamW weight decay applies to tensors with 2 or more dims (CONTRACTS.md §2).
   bool decay() const { return global_shape.size() >= 2; }
   int64_t global_numel() const;

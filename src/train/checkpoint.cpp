@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -20,27 +21,28 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
           {"seq", std::to_string(c.seq)}, {"vocab", std::to_string(c.vocab)}};
 }
 
-// Tensors of `arena` (laid out by the table) under their global names plus `suffix`.
-// Whole-model ranks hold every tensor unsharded, so local data is the global tensor.
-std::vector<SafetensorsTensor> global_tensors(const ParamTable& table, const float* arena,
+// The global tensors under their global names plus `suffix`.
+std::vector<SafetensorsTensor> global_tensors(const ParamTable& table, const GlobalTensors& g,
                                               const std::string& suffix,
                                               std::vector<std::string>& names) {
+  MT_CHECK(g.size() == table.entries().size(), "global view of ", g.size(),
+           " tensors for a table of ", table.entries().size());
   names.clear();
-  for (const ParamInfo& p : table.entries()) {
-    MT_CHECK(p.shard.replicated(), "export of sharded tensor ", p.name, " needs a gather");
-    names.push_back(p.name + suffix);
-  }
+  for (const ParamInfo& p : table.entries()) names.push_back(p.name + suffix);
   std::vector<SafetensorsTensor> out;
   size_t i = 0;
-  for (const ParamInfo& p : table.entries())
-    out.push_back({names[i++], p.global_shape, arena + p.offset});
+  for (const ParamInfo& p : table.entries()) {
+    MT_CHECK(int64_t(g[i].size()) == p.global_numel(), p.name, ": global view has the wrong size");
+    out.push_back({names[i], p.global_shape, g[i].data()});
+    ++i;
+  }
   return out;
 }
 
-void write_arena(const std::string& path, const ParamTable& table, const float* arena,
+void write_arena(const std::string& path, const ParamTable& table, const GlobalTensors& g,
                  const std::string& suffix, const std::map<std::string, std::string>& meta) {
   std::vector<std::string> names;
-  auto tensors = global_tensors(table, arena, suffix, names);
+  auto tensors = global_tensors(table, g, suffix, names);
   write_safetensors(path, tensors, meta);
 }
 
@@ -59,6 +61,35 @@ void read_arena(const SafetensorsFile& f, const ParamTable& table, float* arena,
 }
 
 }  // namespace
+
+GlobalTensors assemble_global(const ParamTable& table, const float* arena, Communicator* tp) {
+  const bool split = tp != nullptr && tp->size() > 1;
+  GlobalTensors out;
+  std::vector<float> packed;  // the split tensors, one after the other, for one all-reduce
+  for (const ParamInfo& p : table.entries()) {
+    out.emplace_back(size_t(p.global_numel()), 0.f);
+    std::vector<float>& g = out.back();
+    const float* src = arena + p.offset;
+    if (p.shard.replicated()) {
+      std::copy(src, src + p.numel, g.begin());
+      continue;
+    }
+    MT_CHECK(split, p.name, " is split over tensor parallelism: assembling it needs the tp group");
+    const size_t base = packed.size();
+    packed.resize(base + g.size(), 0.f);
+    p.for_each_element([&](size_t l, int64_t e) { packed[base + size_t(e)] = src[l]; });
+  }
+  if (packed.empty()) return out;
+  tp->all_reduce(packed.data(), packed.data(), packed.size(), DType::f32, ReduceOp::sum).wait();
+  size_t off = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (table.entries()[i].shard.replicated()) continue;
+    std::copy(packed.begin() + long(off), packed.begin() + long(off + out[i].size()),
+              out[i].begin());
+    off += out[i].size();
+  }
+  return out;
+}
 
 ModelConfig model_config_from_file(const std::string& path, const ModelConfig& base) {
   SafetensorsFile f(path);
@@ -86,6 +117,11 @@ void export_weights(const std::string& path, const GPT& model) {
 
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
                     const float* params) {
+  export_weights(path, table, cfg, assemble_global(table, params, nullptr));
+}
+
+void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
+                    const GlobalTensors& params) {
   write_arena(path, table, params, "", config_metadata(cfg));
 }
 
@@ -100,13 +136,21 @@ void import_weights(const std::string& path, const ParamTable& table, float* par
 
 void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                      const GlobalState& g, const TrainState& state) {
+  save_checkpoint(dir, table, cfg, assemble_global(table, g.params, nullptr),
+                  assemble_global(table, g.exp_avg, nullptr),
+                  assemble_global(table, g.exp_avg_sq, nullptr), state);
+}
+
+void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
+                     const GlobalTensors& params, const GlobalTensors& exp_avg,
+                     const GlobalTensors& exp_avg_sq, const TrainState& state) {
   publish_dir_atomic(dir, [&](const std::string& tmp) {
     auto meta = config_metadata(cfg);
-    write_arena(tmp + "/model.safetensors", table, g.params, "", meta);
+    write_arena(tmp + "/model.safetensors", table, params, "", meta);
     // The optimizer file holds both moments under suffixed names.
     std::vector<std::string> n1, n2;
-    auto t1 = global_tensors(table, g.exp_avg, ".exp_avg", n1);
-    auto t2 = global_tensors(table, g.exp_avg_sq, ".exp_avg_sq", n2);
+    auto t1 = global_tensors(table, exp_avg, ".exp_avg", n1);
+    auto t2 = global_tensors(table, exp_avg_sq, ".exp_avg_sq", n2);
     t1.insert(t1.end(), t2.begin(), t2.end());
     write_safetensors(tmp + "/optimizer.safetensors", t1, meta);
     nlohmann::json j = {{"format_version", kFormatVersion},

@@ -10,6 +10,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "comm/communicator.h"
 
 #include "model/config.h"
 #include "model/gpt.h"
@@ -36,18 +39,35 @@ struct GlobalState {
   float* exp_avg_sq = nullptr;
 };
 
+// One arena in the global view: tensor i of the table (table order) at its global shape,
+// without any padding. This is what files hold.
+using GlobalTensors = std::vector<std::vector<float>>;
+
+// Assembles the global tensors from the local pieces of a table-layout arena. Tensors split
+// over tensor parallelism are summed over the tp group from the pieces each rank holds
+// (each element has one owner, so the sum is exact): collective over tp, every rank gets
+// the result. tp null or of one rank: every tensor must be whole on this rank.
+GlobalTensors assemble_global(const ParamTable& table, const float* arena, Communicator* tp);
+
 // Writes the weights this rank holds (whole model, unsharded).
 void export_weights(const std::string& path, const GPT& model);
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
                     const float* params);
+void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
+                    const GlobalTensors& params);
 // Loads every parameter this rank holds from the file; names and global shapes must match.
 void import_weights(const std::string& path, GPT& model);
 void import_weights(const std::string& path, const ParamTable& table, float* params);
 
 void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                      const GlobalState& g, const TrainState& state);
+void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
+                     const GlobalTensors& params, const GlobalTensors& exp_avg,
+                     const GlobalTensors& exp_avg_sq, const TrainState& state);
 // Validates the directory (every file present and well-formed, shapes matching this
 // model) and restores weights, moments and state. Throws UsageError when corrupt.
+// Loading reshards by itself: each rank takes its elements of the global tensors through
+// the table's shard specs (padding rows are left as they are: zero in a fresh buffer).
 TrainState load_checkpoint(const std::string& dir, const ParamTable& table, const GlobalState& g);
 
 }  // namespace mt

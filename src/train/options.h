@@ -14,6 +14,7 @@ struct ParallelOptions {
   int microbatches = 1;
   std::string schedule = "1f1b";
   int virtual_stages = 1;
+  std::string stage_layers;  // --stage-layers 3,4,4,3; empty: partition_layers()
   int zero = 0;
   bool sequence_parallel = false;
   double bucket_mb = 25;  // gradient bucket size for the data-parallel reducer

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -42,6 +43,7 @@ double evaluate(GPT& model, DataLoader& loader, int batches, DataParallel& dp) {
   return total / (double(batches) * loader.tokens_per_batch());
 }
 
+// model: a whole, unsharded model (one worker's layout).
 void print_sample(GPT& model, const TrainOptions& o, Progress& progress) {
   if (model.config().vocab > ByteTokenizer::kVocabSize) {
     progress.line("(sample skipped: the model's vocabulary is not byte-level)");
@@ -62,8 +64,6 @@ void print_sample(GPT& model, const TrainOptions& o, Progress& progress) {
 
 TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
   const ParallelOptions& par = o.parallel;
-  MT_REQUIRE(par.tp == 1, "--tp ", par.tp,
-             " is not supported yet (tensor parallelism is in progress)");
   MT_REQUIRE(par.pp == 1, "--pp ", par.pp,
              " is not supported yet (pipeline parallelism is in progress)");
   MT_REQUIRE(par.ep == 1 && o.model.experts == 0,
@@ -84,7 +84,9 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   }
   const int b = train.micro_batch_size();
 
-  GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, b);
+  const bool sp = par.sequence_parallel && par.tp > 1;
+  Communicator* tp_comm = par.tp > 1 ? ctx.tp.get() : nullptr;
+  GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{ctx.coord.tp, par.tp, tp_comm, sp}, b);
   if (!o.io.init_from.empty())
     import_weights(o.io.init_from, model);
   else
@@ -99,14 +101,17 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
 
   // Checkpoints hold the global view: assemble it (collective) before writing, and
   // distribute it after reading, so any layout can load what any other one saved.
+  // Gathered over dp first (this rank's tensors, table layout), then over tp (global tensors).
   auto save = [&](int step) {
     std::vector<float> p(table.total()), m(table.total()), v(table.total());
     dp.gather_params(p.data());
     dp.gather_dense(opt.exp_avg().data(), m.data());
     dp.gather_dense(opt.exp_avg_sq().data(), v.data());
+    const GlobalTensors gp = assemble_global(table, p.data(), tp_comm);
+    const GlobalTensors gm = assemble_global(table, m.data(), tp_comm);
+    const GlobalTensors gv = assemble_global(table, v.data(), tp_comm);
     if (lead)
-      save_checkpoint(o.io.save, table, cfg, {p.data(), m.data(), v.data()},
-                      {step, train.position(), o.optim.seed});
+      save_checkpoint(o.io.save, table, cfg, gp, gm, gv, {step, train.position(), o.optim.seed});
     ctx.world->barrier().wait();  // the directory is complete when every rank goes on
   };
 
@@ -128,8 +133,9 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   Progress progress(!lead || o.io.quiet);
   Trace trace(!o.io.trace.empty(), world.rank(), info.t0);
   if (lead)
-    progress.line(str("meshtrain: ", cfg.describe(), " | dp ", par.dp, " | batch ", B, "x", T,
-                      " | ", M, " microbatch(es) | ", o.optim.steps, " steps | backend ",
+    progress.line(str("meshtrain: ", cfg.describe(), " | dp ", par.dp, " | tp ", par.tp,
+                      sp ? " (sequence parallel)" : "", " | batch ", B, "x", T, " | ", M,
+                      " microbatch(es) | ", o.optim.steps, " steps | backend ",
                       world.backend_name()));
 
   const float dloss = float(1.0 / (double(B) * T));  // mean over the global batch
@@ -143,7 +149,7 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     const double t_step = now_seconds();
     const double lr = sched.at(u);
     train.next_batch();
-    const uint64_t bytes0 = ctx.dp->stats().bytes_sent;
+    const CommStats dp0 = ctx.dp->stats(), tp0 = ctx.tp->stats();
     dp.begin_step();
     double loss_sum = 0;
     for (int j = 0; j < M; ++j) {
@@ -154,9 +160,12 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     {
       Trace::Span span(trace, "wait grad buckets", "comm");
       dp.finish_gradients();
+      // LayerNorm gradients under sequence parallelism cover this rank's rows only.
+      if (sp) dp.reduce_tp_partial_grads(tp_comm);
     }
     const double loss = dp.sum_over(loss_sum) / (double(B) * T);
-    const double norm = std::sqrt(dp.grad_sum_squares());
+    // Each parameter counted once: tp-split tensors add up over tp, replicated ones do not.
+    const double norm = std::sqrt(dp.grad_sum_squares(tp_comm));
     if (!std::isfinite(norm) || !std::isfinite(loss))
       throw RuntimeError(str("step ", step, ": non-finite ",
                              std::isfinite(loss) ? "gradient" : "loss", " (loss ", loss,
@@ -172,7 +181,9 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
       dp.after_optimizer();
     }
     const double exposed = dp.take_exposed_seconds();
-    const uint64_t comm_bytes = ctx.dp->stats().bytes_sent - bytes0;
+    const CommStats dp1 = ctx.dp->stats(), tp1 = ctx.tp->stats();
+    const uint64_t tp_bytes = tp1.bytes_sent - tp0.bytes_sent;
+    const uint64_t comm_bytes = dp1.bytes_sent - dp0.bytes_sent + tp_bytes;
     const double dt = sw.elapsed();
     trace.add("step " + std::to_string(step), "step", t_step, now_seconds());
     const double tps = double(B) * T / dt;
@@ -187,6 +198,11 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
                           {"mfu", mfu},
                           {"comm_exposed_s", exposed},
                           {"comm_bytes", comm_bytes}};
+    if (par.tp > 1) {
+      rec["tp_comm_bytes"] = tp_bytes;
+      rec["tp_comm_calls"] = tp1.calls - tp0.calls;
+      rec["tp_comm_wait_s"] = tp1.wait_seconds - tp0.wait_seconds;
+    }
     const bool eval_now =
         val && o.optim.eval_every > 0 && (step % o.optim.eval_every == 0 || step == o.optim.steps);
     if (eval_now) {
@@ -229,9 +245,9 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
           std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / (1024 * 1024));
           return std::string(buf);
         };
-        progress.line(str("memory per rank (rank 0, dp ", par.dp, ", zero ", par.zero, "): params ",
-                          mib(mine[0]), ", grads ", mib(mine[1]), ", optimizer ", mib(mine[2]),
-                          ", activations ", mib(mine[3])));
+        progress.line(str("memory per rank (rank 0, dp ", par.dp, ", tp ", par.tp, sp ? " sp" : "",
+                          ", zero ", par.zero, "): params ", mib(mine[0]), ", grads ", mib(mine[1]),
+                          ", optimizer ", mib(mine[2]), ", activations ", mib(mine[3])));
       }
     }
     if (!o.io.save.empty() && o.io.save_every > 0 && step % o.io.save_every == 0 &&
@@ -241,11 +257,26 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   progress.finish();
 
   if (!o.io.save.empty()) save(o.optim.steps);
-  // Export and sampling read the model's own arenas: gather the global weights into them.
+  // Export and sampling read the model's own arenas: gather the global weights into them,
+  // then (tensor parallelism) the global tensors out of every tp rank's pieces.
   dp.restore_model();
-  if (lead && !o.io.export_path.empty()) export_weights(o.io.export_path, model);
+  const bool sample_now = o.io.sample_tokens > 0;
+  if (!o.io.export_path.empty() || (sample_now && tp_comm)) {
+    const GlobalTensors global = assemble_global(table, model.params().data(), tp_comm);
+    if (lead && !o.io.export_path.empty()) export_weights(o.io.export_path, table, cfg, global);
+    if (lead && sample_now && tp_comm) {
+      // Sampling wants whole logit rows: run it on an unsharded copy of the model.
+      GPT whole(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
+      for (size_t i = 0; i < global.size(); ++i) {
+        const ParamInfo& p = whole.table().entries()[i];
+        MT_CHECK(p.name == table.entries()[i].name, "tables differ at ", p.name);
+        std::copy(global[i].begin(), global[i].end(), whole.params().data() + p.offset);
+      }
+      print_sample(whole, o, progress);
+    }
+  }
   if (!o.io.trace.empty()) trace.write(*ctx.world, o.io.trace);
-  if (lead && o.io.sample_tokens > 0) print_sample(model, o, progress);
+  if (lead && sample_now && !tp_comm) print_sample(model, o, progress);
   ctx.world->barrier().wait();
   return summary;
 }

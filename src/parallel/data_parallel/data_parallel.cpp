@@ -21,6 +21,24 @@ size_t bucket_floats(double mb) {
   return size_t(mb * 1024 * 1024 / sizeof(float));
 }
 
+// Sum of x over the group, added in rank order so every rank gets the same double.
+double sum_in_rank_order(Communicator& c, double x) {
+  if (c.size() == 1) return x;
+  // No f64 reduction in the interface: gather the bytes and add in rank order.
+  std::vector<double> all(size_t(c.size()), 0.0);
+  c.all_gather(&x, all.data(), sizeof(double), DType::u8).wait();
+  double s = 0;
+  for (double v : all) s += v;
+  return s;
+}
+
+const ParamInfo* tensor_at(const ParamTable& table, size_t table_off) {
+  for (const ParamInfo& p : table.entries())
+    if (table_off >= p.offset && table_off < p.offset + p.numel) return &p;
+  MT_CHECK(false, "no tensor at arena offset ", table_off);
+  return nullptr;
+}
+
 }  // namespace
 
 DataParallel::DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zero, double bucket_mb)
@@ -57,9 +75,11 @@ DataParallel::DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zer
   }
   bucket_pool_.assign(nb, -1);
   bucket_done_.assign(nb, 0);
-  for (const FlatPiece& p : layout_.pieces(/*owned_only=*/zero_ > 0))
+  for (const FlatPiece& p : layout_.pieces(/*owned_only=*/zero_ > 0)) {
     update_.push_back({p.table_off, zero_ == 3 ? p.shard_off : p.flat_off,
                        zero_ >= 2 ? p.shard_off : p.flat_off, p.n, p.decay});
+    update_param_.push_back(tensor_at(model.table(), p.table_off));
+  }
   load_params(model.params().data());
   model.release_arenas();
   pbase_.assign(nu, nullptr);
@@ -157,12 +177,38 @@ void DataParallel::finish_gradients() {
   while (!inflight_.empty()) reclaim_oldest();
 }
 
-double DataParallel::grad_sum_squares() {
+double DataParallel::grad_sum_squares(Communicator* tp) {
   // Stage 0 holds the reduced gradients everywhere; otherwise each rank adds its chunks.
   const float* g = grad_storage();
-  double local = 0;
-  for (const UpdatePiece& p : update_) local += sum_squares(g + p.grad_off, p.n);
-  return zero_ == 0 ? local : sum_over(local);
+  double split = 0, replicated = 0;
+  for (size_t i = 0; i < update_.size(); ++i) {
+    const UpdatePiece& p = update_[i];
+    (update_param_[i]->shard.replicated() ? replicated : split) += sum_squares(g + p.grad_off, p.n);
+  }
+  if (!tp || tp->size() == 1) return zero_ == 0 ? split + replicated : sum_over(split + replicated);
+  if (zero_ > 0) {
+    split = sum_over(split);
+    replicated = sum_over(replicated);
+  }
+  return sum_in_rank_order(*tp, split) + replicated;
+}
+
+void DataParallel::reduce_tp_partial_grads(Communicator* tp) {
+  if (!tp || tp->size() == 1) return;
+  float* g = grad_storage();
+  std::vector<float> packed;
+  for (size_t i = 0; i < update_.size(); ++i)
+    if (update_param_[i]->tp_partial_grad)
+      packed.insert(packed.end(), g + update_[i].grad_off, g + update_[i].grad_off + update_[i].n);
+  if (packed.empty()) return;
+  // Every tp rank of this dp index has the same table shape, hence the same pieces.
+  wait(tp->all_reduce(packed.data(), packed.data(), packed.size(), DType::f32, ReduceOp::sum));
+  size_t off = 0;
+  for (size_t i = 0; i < update_.size(); ++i)
+    if (update_param_[i]->tp_partial_grad) {
+      std::memcpy(g + update_[i].grad_off, packed.data() + off, update_[i].n * sizeof(float));
+      off += update_[i].n;
+    }
 }
 
 void DataParallel::scale_grads(float s) {
@@ -193,12 +239,9 @@ void DataParallel::release_params() {
 }
 
 double DataParallel::sum_over(double x) {
-  if (size_ == 1) return x;
-  // No f64 reduction in the interface: gather the bytes and add in rank order.
-  std::vector<double> all(size_t(size_), 0.0);
-  wait(dp_->all_gather(&x, all.data(), sizeof(double), DType::u8));
-  double s = 0;
-  for (double v : all) s += v;
+  const double t0 = now_seconds();
+  const double s = sum_in_rank_order(*dp_, x);
+  if (size_ > 1) exposed_ += now_seconds() - t0;
   return s;
 }
 

@@ -75,8 +75,14 @@ class DataParallel final : public ChunkHooks {
   void begin_step();                 // zero gradients
   void begin_microbatch(bool last);  // stages 0-1 reduce only after the last one
   void finish_gradients();           // waits for every bucket
-  // Sum of squared gradients over the whole model, each parameter counted once.
-  double grad_sum_squares();
+  // Sum of squared gradients over the whole model, each parameter counted once. With a
+  // tensor-parallel group (tp, null or of one rank: none) the tensors split over tp add up
+  // over it, and the replicated ones, identical on every tp rank, count once.
+  double grad_sum_squares(Communicator* tp = nullptr);
+  // Sums over tp, on the pieces this rank updates, the gradients that each tp rank holds
+  // only partially (ParamInfo::tp_partial_grad: LayerNorms under sequence parallelism).
+  // Collective over tp; a no-op when no tensor has such gradients.
+  void reduce_tp_partial_grads(Communicator* tp);
   void scale_grads(float s);
   float* param_storage() { return params_.data(); }
   float* grad_storage() { return zero_ >= 2 ? grad_shard_.data() : grads_.data(); }
@@ -134,6 +140,7 @@ class DataParallel final : public ChunkHooks {
   std::array<GatherSlot, 2> slots_;
   std::vector<float*> pbase_, gbase_;  // current binding of each unit
   std::vector<UpdatePiece> update_;
+  std::vector<const ParamInfo*> update_param_;  // the tensor of each update piece
   bool last_microbatch_ = true;
   double exposed_ = 0;
 };
