@@ -8,6 +8,8 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_partition.h"
 #include "kernels/gemm_peak.h"
 #include "train/checkpoint.h"
 #include "train/corpus.h"
@@ -102,6 +104,12 @@ void resolve_train_options(TrainOptions& o) {
     o.model.vocab = std::max(256, shard.max_token_id() + 1);
   }
   o.model.validate();
+  if (p.pp > 1) {
+    // Surface schedule and --stage-layers mistakes before any rank starts.
+    make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages);
+    if (!p.stage_layers.empty())
+      parse_stage_layers(p.stage_layers, o.model.layers, p.pp * p.virtual_stages);
+  }
 }
 
 int run_training(TrainOptions o, int* argc, char*** argv) {

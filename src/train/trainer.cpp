@@ -15,6 +15,10 @@
 #include "model/sampler.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/parallel_context.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/pipeline_stage.h"
+#include "parallel/pipeline/stage_chunks.h"
+#include "parallel/pipeline/tied_embedding.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
 #include "train/lr_schedule.h"
@@ -64,8 +68,19 @@ void print_sample(GPT& model, const TrainOptions& o, Progress& progress) {
 
 TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
   const ParallelOptions& par = o.parallel;
-  MT_REQUIRE(par.pp == 1, "--pp ", par.pp,
-             " is not supported yet (pipeline parallelism is in progress)");
+  if (par.pp > 1) {
+    // What the pipeline path does not compose with yet (docs/pipeline.md, "Executor").
+    MT_REQUIRE(par.virtual_stages == 1, "--virtual-stages ", par.virtual_stages,
+               " is not supported by the trainer yet (data parallelism runs one chunk per rank)");
+    MT_REQUIRE(par.zero == 0, "--pp ", par.pp, " needs --zero 0 for now (the tied embedding "
+               "gradient is summed across stages after the data-parallel reduction)");
+    MT_REQUIRE(par.schedule != "zb-h1" || par.dp == 1, "--schedule zb-h1 needs --dp 1 for now "
+               "(the split backward does not call the data-parallel hooks)");
+    MT_REQUIRE(o.io.init_from.empty() && o.io.load.empty() && o.io.save.empty() &&
+                   o.io.export_path.empty() && o.optim.eval_every == 0 && o.io.sample_tokens == 0,
+               "--pp ", par.pp, " does not support --init-from, --load, --save, --export, "
+               "--eval-every or --sample-tokens yet");
+  }
   MT_REQUIRE(par.ep == 1 && o.model.experts == 0,
              "mixture of experts (--experts/--ep) is not supported yet");
   ParallelContext ctx = make_parallel_context(world, MeshShape{par.pp, par.dp, par.tp, par.ep});
@@ -86,7 +101,12 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
 
   const bool sp = par.sequence_parallel && par.tp > 1;
   Communicator* tp_comm = par.tp > 1 ? ctx.tp.get() : nullptr;
-  GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{ctx.coord.tp, par.tp, tp_comm, sp}, b);
+  std::vector<ChunkSpec> chunks = GPT::whole_model(cfg);
+  if (par.pp > 1)
+    chunks = stage_chunk_specs(
+        resolve_stage_layers(cfg, par.pp, par.virtual_stages, par.stage_layers), par.pp,
+        ctx.coord.pp);
+  GPT model(cfg, chunks, TensorParallelShard{ctx.coord.tp, par.tp, tp_comm, sp}, b);
   if (!o.io.init_from.empty())
     import_weights(o.io.init_from, model);
   else
@@ -98,6 +118,21 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     pieces.push_back({p.table_off, p.param_off, p.grad_off, p.n, p.decay});
   AdamW opt(acfg, std::move(pieces));
   const ParamTable& table = model.table();
+
+  // Pipeline: this stage's schedule runs every microbatch; only the last stage has a loss.
+  std::unique_ptr<PipelineExecutor> pipe;
+  double bubble_theory = 0, bubble_sum = 0;
+  if (par.pp > 1) {
+    std::vector<ModelChunk*> mine;
+    for (int c = 0; c < model.num_chunks(); ++c) mine.push_back(&model.chunk(c));
+    Schedule s = make_schedule(par.schedule, par.pp, M, par.virtual_stages);
+    bubble_theory = theoretical_bubble(s);
+    pipe = std::make_unique<PipelineExecutor>(std::move(s), ctx.coord.pp, mine, *ctx.pp,
+                                              PipelineShape{b, T, cfg.dim, sp ? par.tp : 1});
+    // Data parallelism reduces once, when the last microbatch's weight gradients are done.
+    pipe->set_before_weight_grads([&](int mb, int) { dp.begin_microbatch(mb == M - 1); });
+  }
+  const bool tied_here = pipe && (ctx.first_stage() || ctx.last_stage());
 
   // Checkpoints hold the global view: assemble it (collective) before writing, and
   // distribute it after reading, so any layout can load what any other one saved.
@@ -134,7 +169,8 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   Trace trace(!o.io.trace.empty(), world.rank(), info.t0);
   if (lead)
     progress.line(str("meshtrain: ", cfg.describe(), " | dp ", par.dp, " | tp ", par.tp,
-                      sp ? " (sequence parallel)" : "", " | batch ", B, "x", T, " | ", M,
+                      sp ? " (sequence parallel)" : "", " | pp ", par.pp,
+                      par.pp > 1 ? " (" + par.schedule + ")" : "", " | batch ", B, "x", T, " | ", M,
                       " microbatch(es) | ", o.optim.steps, " steps | backend ",
                       world.backend_name()));
 
@@ -151,21 +187,46 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     train.next_batch();
     const CommStats dp0 = ctx.dp->stats(), tp0 = ctx.tp->stats();
     dp.begin_step();
-    double loss_sum = 0;
-    for (int j = 0; j < M; ++j) {
-      Trace::Span span(trace, "F+B mb" + std::to_string(j), "compute");
-      dp.begin_microbatch(j == M - 1);
-      loss_sum += model.train_microbatch(train.inputs(j), train.targets(j), b, T, dloss);
+    double loss_sum = 0, bubble = 0;
+    if (pipe) {
+      PipelineEventSink sink;
+      if (trace.enabled())
+        sink = [&](const std::string& name, const char* cat, double begin, double end) {
+          trace.add(name, cat, begin, end);
+        };
+      const PipelineStepStats ps = pipe->run(train.inputs(0), train.targets(0), dloss, sink);
+      loss_sum = ps.loss_sum;
+      bubble = ps.bubble();
+    } else {
+      for (int j = 0; j < M; ++j) {
+        Trace::Span span(trace, "F+B mb" + std::to_string(j), "compute");
+        dp.begin_microbatch(j == M - 1);
+        loss_sum += model.train_microbatch(train.inputs(j), train.targets(j), b, T, dloss);
+      }
     }
+    size_t tied_n = 0;
+    float* tied_grad = tied_here ? tied_embedding_grad(dp, table, &tied_n) : nullptr;
     {
       Trace::Span span(trace, "wait grad buckets", "comm");
       dp.finish_gradients();
       // LayerNorm gradients under sequence parallelism cover this rank's rows only.
       if (sp) dp.reduce_tp_partial_grads(tp_comm);
+      // Both copies of the tied wte get the sum of the embedding's and the head's parts.
+      if (tied_here) sum_tied_embedding_grad(*ctx.pp, tied_grad, tied_n);
     }
-    const double loss = dp.sum_over(loss_sum) / (double(B) * T);
+    double loss = dp.sum_over(loss_sum) / (double(B) * T);
     // Each parameter counted once: tp-split tensors add up over tp, replicated ones do not.
-    const double norm = std::sqrt(dp.grad_sum_squares(tp_comm));
+    double sq = dp.grad_sum_squares(tp_comm);
+    if (pipe) {
+      loss = sum_in_rank_order(*ctx.pp, loss);  // only the last stage's is not 0
+      // The last stage's wte is a copy of the first stage's: count it once.
+      if (tied_here && ctx.last_stage()) {
+        const double own = sum_squares(tied_grad, tied_n);
+        sq -= par.tp > 1 ? sum_in_rank_order(*ctx.tp, own) : own;
+      }
+      sq = sum_in_rank_order(*ctx.pp, sq);
+    }
+    const double norm = std::sqrt(sq);
     if (!std::isfinite(norm) || !std::isfinite(loss))
       throw RuntimeError(str("step ", step, ": non-finite ",
                              std::isfinite(loss) ? "gradient" : "loss", " (loss ", loss,
@@ -198,6 +259,17 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
                           {"mfu", mfu},
                           {"comm_exposed_s", exposed},
                           {"comm_bytes", comm_bytes}};
+    if (pipe) {
+      // Idle / step time of the schedule, averaged over every rank (CONTRACTS.md §6).
+      double mean = 0;
+      for (double x : gather_doubles(*ctx.world, bubble)) mean += x / world.size();
+      rec["bubble"] = mean;
+      rec["bubble_theory"] = bubble_theory;
+      if (u > start || o.optim.steps - start == 1) bubble_sum += mean;  // step 1 warms up
+      if (lead && u == start)
+        progress.line(str("step ", step, ": pipeline bubble ", mean * 100, "% (theory ",
+                          bubble_theory * 100, "%)"));
+    }
     if (par.tp > 1) {
       rec["tp_comm_bytes"] = tp_bytes;
       rec["tp_comm_calls"] = tp1.calls - tp0.calls;
@@ -255,6 +327,12 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
       save(step);
   }
   progress.finish();
+  if (pipe && lead) {
+    const int counted = std::max(1, o.optim.steps - start - 1);
+    progress.line(str("pipeline bubble (", par.schedule, ", pp ", par.pp, ", ", M,
+                      " microbatches): measured ", 100 * bubble_sum / counted,
+                      "% (mean over steps after the first), theory ", 100 * bubble_theory, "%"));
+  }
 
   if (!o.io.save.empty()) save(o.optim.steps);
   // Export and sampling read the model's own arenas: gather the global weights into them,

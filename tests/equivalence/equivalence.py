@@ -26,13 +26,15 @@ import tempfile
 import numpy as np
 
 
-def run(args, layout, workdir, tag, extra, launch=True):
+def run(args, layout, workdir, tag, extra, launch=True, export_weights=True):
     """Runs one training job; returns (losses per step, metrics records, export path).
     The launcher applies to the layouts under test, never to the reference."""
     metrics = os.path.join(workdir, tag + ".jsonl")
     export = os.path.join(workdir, tag + ".safetensors")
     flags = shlex.split(args.base) + shlex.split(layout) + extra
-    flags += ["--metrics", metrics, "--export", export, "--quiet"]
+    flags += ["--metrics", metrics, "--quiet"]
+    if export_weights:
+        flags += ["--export", export]
     cmd = [args.bin, "train"] + flags
     if args.launcher and launch:
         cmd = shlex.split(args.launcher.replace("{bin}", args.bin)) + ["train"] + flags
@@ -106,13 +108,16 @@ def cmd_compare(args, workdir):
     print(f"reference [{args.reference}]: {len(ref)} steps, final loss {ref[max(ref)]:.6f}")
     bad = 0
     for i, layout in enumerate(args.layout):
-        got, _, got_w = run(args, layout, workdir, f"l{i}", [])
+        got, _, got_w = run(args, layout, workdir, f"l{i}", [],
+                            export_weights=not args.losses_only)
         worst = max(rel(got.get(s, float("nan")), ref[s]) for s in ref)
         print(f"layout [{layout}]: worst loss rel {worst:.2e}")
         bad += check_losses(ref, got, args.loss_rtol, layout)
-        bad += check_weights(ref_w, got_w, args.weight_rtol, layout)
+        if not args.losses_only:
+            bad += check_weights(ref_w, got_w, args.weight_rtol, layout)
         if args.repeat and i == 0:
-            again, _, _ = run(args, layout, workdir, f"l{i}_again", [])
+            again, _, _ = run(args, layout, workdir, f"l{i}_again", [],
+                              export_weights=not args.losses_only)
             if again != got:
                 print(f"FAIL [{layout}]: a second identical run gave different losses")
                 bad += 1
@@ -184,6 +189,8 @@ def main():
     ap.add_argument("--loss-rtol", type=float, default=1e-5)
     ap.add_argument("--weight-rtol", type=float, default=1e-4)
     ap.add_argument("--repeat", action="store_true", help="also check determinism")
+    ap.add_argument("--losses-only", action="store_true",
+                    help="compare per-step losses only (layouts that cannot export yet)")
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="mt_equiv_") as workdir:
