@@ -8,9 +8,9 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "kernels/gemm_peak.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_partition.h"
-#include "kernels/gemm_peak.h"
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
@@ -72,6 +72,15 @@ void resolve_train_options(TrainOptions& o) {
                " token rows of a microbatch (batch / (dp x microbatches) x seq) divisible by --tp ",
                p.tp);
   }
+  if (p.ep > 1) {
+    // ep consecutive dp ranks share the experts of one layer (CONTRACTS.md §7).
+    MT_REQUIRE(o.model.experts > 0, "--ep ", p.ep, " needs --experts > 0");
+    MT_REQUIRE(p.dp % p.ep == 0, "--ep ", p.ep, " must divide --dp ", p.dp);
+    MT_REQUIRE(o.model.experts % p.ep == 0, "--ep ", p.ep, " must divide --experts ",
+               o.model.experts);
+  }
+  MT_REQUIRE(o.model.experts == 0 || p.tp == 1,
+             "--experts needs --tp 1 for now (the experts are not split over tp)");
   MT_REQUIRE(one_of(o.engine.backend, {"local", "mpi"}), "--backend must be local or mpi (got '",
              o.engine.backend, "')");
   MT_REQUIRE(o.engine.timeout_s > 0, "--timeout must be > 0 seconds");

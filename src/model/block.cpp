@@ -30,7 +30,7 @@ void add_bias_rows(float* y, const float* bias, int N, int C) {
 }  // namespace
 
 Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
-             ParamTable& table, SlotLayout& layout)
+             ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep)
     : C_(cfg.dim), max_b_(max_b), tp_(tp), sp_(tp.size > 1 && tp.sequence_parallel) {
   MT_REQUIRE(cfg.heads % tp.size == 0, "--tp ", tp.size, " does not divide --heads ", cfg.heads,
              " (each attention head must live on one rank)");
@@ -66,11 +66,19 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
   attn_proj_.bias_info = &table.add(p + "attn.c_proj.bias", {C}, InitKind::zeros);
   ln2_.w_info = norm_param("ln_2.weight", InitKind::ones);
   ln2_.b_info = norm_param("ln_2.bias", InitKind::zeros);
-  fc_.weight_info = &table.add(p + "mlp.c_fc.weight", {H, C}, InitKind::normal, 0.02f, fc_rows);
-  fc_.bias_info = &table.add(p + "mlp.c_fc.bias", {H}, InitKind::zeros, 0, fc_rows);
-  mlp_proj_.weight_info =
-      &table.add(p + "mlp.c_proj.weight", {C, H}, InitKind::normal, proj_std, mlp_cols);
-  mlp_proj_.bias_info = &table.add(p + "mlp.c_proj.bias", {C}, InitKind::zeros);
+  const bool moe = is_moe_layer(cfg, layer);
+  // The experts are whole dense MLPs; splitting them over tp is not implemented.
+  MT_REQUIRE(!moe || tp.size == 1, "mixture-of-experts blocks need --tp 1 (got --tp ", tp.size,
+             ")");
+  if (moe) {
+    moe_ = std::make_unique<MoeLayer>(layer, cfg, ep, max_b * cfg.seq, table, layout);
+  } else {
+    fc_.weight_info = &table.add(p + "mlp.c_fc.weight", {H, C}, InitKind::normal, 0.02f, fc_rows);
+    fc_.bias_info = &table.add(p + "mlp.c_fc.bias", {H}, InitKind::zeros, 0, fc_rows);
+    mlp_proj_.weight_info =
+        &table.add(p + "mlp.c_proj.weight", {C, H}, InitKind::normal, proj_std, mlp_cols);
+    mlp_proj_.bias_info = &table.add(p + "mlp.c_proj.bias", {C}, InitKind::zeros);
+  }
   qkv_.in = C_, qkv_.out = 3 * Cl_;
   attn_proj_.in = Cl_, attn_proj_.out = C_;
   fc_.in = C_, fc_.out = Hl_;
@@ -87,9 +95,10 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
   off_.ln2_out = layout.reserve(Nl * C_);
   off_.ln2_mean = layout.reserve(Nl);
   off_.ln2_rstd = layout.reserve(Nl);
-  off_.fc_pre = layout.reserve(N * Hl_);
-  off_.fc_out = layout.reserve(N * Hl_);
-  off_.d_fc = layout.reserve(N * Hl_);
+  const size_t nh = moe ? 0 : N * Hl_;  // the experts keep their own buffers
+  off_.fc_pre = layout.reserve(nh);
+  off_.fc_out = layout.reserve(nh);
+  off_.d_fc = layout.reserve(nh);
   off_.d_ln2 = layout.reserve(Nl * C_);
   off_.dx_mid = layout.reserve(Nl * C_);
   off_.d_att_out = layout.reserve(N * Cl_);
@@ -104,7 +113,11 @@ void Block::bind(float* params, float* grads) {
     n->dw = grads + n->w_info->offset;
     n->db = grads + n->b_info->offset;
   }
-  for (Linear* l : {&qkv_, &attn_proj_, &fc_, &mlp_proj_}) l->bind(params, grads);
+  for (Linear* l : {&qkv_, &attn_proj_}) l->bind(params, grads);
+  if (moe_)
+    moe_->bind(params, grads);
+  else
+    for (Linear* l : {&fc_, &mlp_proj_}) l->bind(params, grads);
 }
 
 size_t Block::attention_scratch_floats() const {
@@ -188,6 +201,11 @@ void Block::forward(float* s, const float* x_in, float* x_out, int b, int T) {
   add_inplace(x_mid, x_in, nc);
 
   layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
+  if (moe_) {
+    moe_->forward(s, ln2_out, x_out, N);  // tp == 1: Nl == N
+    add_inplace(x_out, x_mid, nc);
+    return;
+  }
   fc_.forward(fc_pre, column_input(ln2_out, Nl), N, /*with_bias=*/false);
   bias_gelu_forward(fc_out, fc_pre, fc_.b, N, Hl_);
   row_output(x_out, mlp_proj_, fc_out, N, Nl);
@@ -205,11 +223,15 @@ void Block::backward_input(float* s, const float* x_in, const float* dx_out, flo
   float* d_qkv = s + off_.d_qkv;
   float* d_ln1 = s + off_.d_ln1;
 
-  // MLP: d_fc = gelu'(fc_pre) * (dx_out @ W_proj), then back through c_fc to ln_2's output.
-  std::memset(d_fc, 0, size_t(N) * Hl_ * sizeof(float));
-  mlp_proj_.backward_input(d_fc, row_grad(dx_out, Nl), N);
-  gelu_backward(d_fc, s + off_.fc_pre, d_fc, size_t(N) * Hl_);
-  column_grad(d_ln2, fc_, d_fc, N, Nl);
+  if (moe_) {
+    moe_->backward_input(s, s + off_.ln2_out, dx_out, d_ln2, N);  // overwrites d_ln2
+  } else {
+    // MLP: d_fc = gelu'(fc_pre) * (dx_out @ W_proj), then back through c_fc to ln_2's output.
+    std::memset(d_fc, 0, size_t(N) * Hl_ * sizeof(float));
+    mlp_proj_.backward_input(d_fc, row_grad(dx_out, Nl), N);
+    gelu_backward(d_fc, s + off_.fc_pre, d_fc, size_t(N) * Hl_);
+    column_grad(d_ln2, fc_, d_fc, N, Nl);
+  }
   std::memcpy(dx_mid, dx_out, nc * sizeof(float));  // residual path
   layernorm_backward_input(dx_mid, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
                            s + off_.ln2_rstd, Nl, C_);
@@ -230,8 +252,12 @@ void Block::backward_weight(float* s, const float* x_in, const float* dx_out, in
   const int N = b * T, Nl = rows(b, T);
   // Under sequence parallelism row_grad and column_input gather again what the slot keeps
   // only locally. The row-parallel biases see the whole gradient: identical on every rank.
-  mlp_proj_.backward_weight(row_grad(dx_out, Nl), s + off_.fc_out, N);
-  fc_.backward_weight(s + off_.d_fc, column_input(s + off_.ln2_out, Nl), N);
+  if (moe_) {
+    moe_->backward_weight(s, s + off_.ln2_out, N);
+  } else {
+    mlp_proj_.backward_weight(row_grad(dx_out, Nl), s + off_.fc_out, N);
+    fc_.backward_weight(s + off_.d_fc, column_input(s + off_.ln2_out, Nl), N);
+  }
   layernorm_backward_weight(ln2_.dw, ln2_.db, s + off_.d_ln2, s + off_.x_mid, s + off_.ln2_mean,
                             s + off_.ln2_rstd, Nl, C_);
   attn_proj_.backward_weight(row_grad(s + off_.dx_mid, Nl), s + off_.att_out, N);

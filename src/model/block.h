@@ -22,10 +22,13 @@
 // gradients in the slot; backward_weight (W) turns them into weight gradients later.
 #pragma once
 
+#include <memory>
+
 #include "comm/communicator.h"
 #include "model/activation_pool.h"
 #include "model/config.h"
 #include "model/linear.h"
+#include "model/moe_layer.h"
 #include "model/param_table.h"
 
 namespace mt {
@@ -36,12 +39,20 @@ struct TensorParallelShard {
   bool sequence_parallel = false;  // only meaningful with size > 1
 };
 
+// Block i's MLP is a mixture of experts when --experts > 0 and (i + 1) % --moe-every == 0:
+// every block for moe_every 1, the second, fourth, ... for 2 (the last block of each group).
+inline bool is_moe_layer(const ModelConfig& cfg, int layer) {
+  return cfg.experts > 0 && (layer + 1) % cfg.moe_every == 0;
+}
+
 class Block {
  public:
   // Registers the block's parameters in `table` (sharded over tp) and reserves its
   // activation buffers in `layout` for microbatches of up to max_b sequences.
+  // A block whose MLP is a mixture of experts (is_moe_layer) holds a MoeLayer instead of
+  // mlp.c_fc/c_proj; ep says which experts this rank owns (docs/moe.md).
   Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
-        ParamTable& table, SlotLayout& layout);
+        ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep = {});
 
   void bind(float* params, float* grads);
   // (max_b*T, C) floats the block may use during any of its calls (sequence parallelism:
@@ -59,6 +70,8 @@ class Block {
   void backward_weight(float* slot, const float* x_in, const float* dx_out, int b, int T);
 
   size_t attention_scratch_floats() const;
+  // Null for a dense block.
+  MoeLayer* moe() { return moe_.get(); }
 
  private:
   struct Norm {
@@ -77,7 +90,8 @@ class Block {
   bool sp_ = false;
   float* scratch_ = nullptr;
   Norm ln1_{}, ln2_{};
-  Linear qkv_, attn_proj_, fc_, mlp_proj_;
+  Linear qkv_, attn_proj_, fc_, mlp_proj_;  // fc_, mlp_proj_ unused in an MoE block
+  std::unique_ptr<MoeLayer> moe_;
   // Offsets of this block's buffers within a slot. N = b*T rows; Nl = N, or N/t under
   // sequence parallelism.
   struct {

@@ -5,14 +5,21 @@
 namespace mt {
 
 GPT::GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks,
-         const TensorParallelShard& tp, int max_b)
+         const TensorParallelShard& tp, int max_b, const ExpertParallelShard& ep)
     : cfg_(cfg) {
   cfg.validate();
   for (const ChunkSpec& spec : chunks)
-    chunks_.push_back(std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_));
+    chunks_.push_back(std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_, ep));
   params_.resize(table_.total());
   grads_.resize(table_.total());
   for (auto& c : chunks_) c->bind(params_.data(), grads_.data());
+}
+
+std::vector<MoeLayer*> GPT::moe_layers() {
+  std::vector<MoeLayer*> out;
+  for (auto& c : chunks_)
+    for (MoeLayer* m : c->moe_layers()) out.push_back(m);
+  return out;
 }
 
 void GPT::release_arenas() {

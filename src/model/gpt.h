@@ -16,7 +16,7 @@ class GPT {
  public:
   // max_b: the largest microbatch (in sequences) a forward will see.
   GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks, const TensorParallelShard& tp,
-      int max_b);
+      int max_b, const ExpertParallelShard& ep = {});
   // The whole model in one chunk (one worker, or pure data parallelism).
   static std::vector<ChunkSpec> whole_model(const ModelConfig& cfg);
 
@@ -26,6 +26,8 @@ class GPT {
   Arena& grads() { return grads_; }
   ModelChunk& chunk(int i) { return *chunks_[i]; }
   int num_chunks() const { return int(chunks_.size()); }
+  // Every mixture-of-experts layer this rank holds, in layer order.
+  std::vector<MoeLayer*> moe_layers();
 
   // Deterministic init (CONTRACTS.md §1), a function of (seed, name, element) only.
   void init(uint64_t seed) { table_.init(params_.data(), seed); }

@@ -18,7 +18,7 @@ std::pair<size_t, size_t> range_since(const ParamTable& table, size_t first) {
 }  // namespace
 
 ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
-                       int max_b, ParamTable& table)
+                       int max_b, ParamTable& table, const ExpertParallelShard& ep)
     : cfg_(cfg), spec_(spec) {
   SlotLayout layout;
   const bool sp = tp.size > 1 && tp.sequence_parallel;
@@ -31,7 +31,7 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
   unit_range_.push_back(range_since(table, first));
   for (int l = spec.first_layer; l < spec.last_layer; ++l) {
     first = table.entries().size();
-    blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, layout));
+    blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, layout, ep));
     unit_range_.push_back(range_since(table, first));
   }
   // The residual stream between blocks: this rank's rows of it under sequence parallelism.
@@ -52,6 +52,13 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
     for (auto& blk : blocks_) blk->set_scratch(sp_scratch_.data());
     if (head_) head_->set_scratch(sp_scratch_.data());
   }
+}
+
+std::vector<MoeLayer*> ModelChunk::moe_layers() {
+  std::vector<MoeLayer*> out;
+  for (auto& blk : blocks_)
+    if (blk->moe()) out.push_back(blk->moe());
+  return out;
 }
 
 void ModelChunk::bind(float* params, float* grads) {

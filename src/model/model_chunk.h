@@ -49,7 +49,7 @@ struct ChunkSpec {
 class ModelChunk {
  public:
   ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
-             int max_b, ParamTable& table);
+             int max_b, ParamTable& table, const ExpertParallelShard& ep = {});
   void bind(float* params, float* grads);
 
   // Rebinds one unit (see ChunkHooks) to other storage: its tensors are read at
@@ -63,6 +63,8 @@ class ModelChunk {
   void set_hooks(ChunkHooks* hooks) { hooks_ = hooks; }
 
   ActivationPool& pool() { return *pool_; }
+  // The mixture-of-experts layers of this chunk's blocks, first block first.
+  std::vector<MoeLayer*> moe_layers();
   const ChunkSpec& spec() const { return spec_; }
 
   // Where a received activation must be written before forward (non-first chunks).

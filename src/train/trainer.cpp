@@ -14,6 +14,8 @@
 #include "model/gpt.h"
 #include "model/sampler.h"
 #include "parallel/data_parallel/data_parallel.h"
+#include "parallel/expert_parallel/router_balance.h"
+#include "parallel/expert_parallel/token_dispatcher.h"
 #include "parallel/parallel_context.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/pipeline_stage.h"
@@ -72,17 +74,37 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     // What the pipeline path does not compose with yet (docs/pipeline.md, "Executor").
     MT_REQUIRE(par.virtual_stages == 1, "--virtual-stages ", par.virtual_stages,
                " is not supported by the trainer yet (data parallelism runs one chunk per rank)");
-    MT_REQUIRE(par.zero == 0, "--pp ", par.pp, " needs --zero 0 for now (the tied embedding "
+    MT_REQUIRE(par.zero == 0, "--pp ", par.pp,
+               " needs --zero 0 for now (the tied embedding "
                "gradient is summed across stages after the data-parallel reduction)");
-    MT_REQUIRE(par.schedule != "zb-h1" || par.dp == 1, "--schedule zb-h1 needs --dp 1 for now "
+    MT_REQUIRE(par.schedule != "zb-h1" || par.dp == 1,
+               "--schedule zb-h1 needs --dp 1 for now "
                "(the split backward does not call the data-parallel hooks)");
     MT_REQUIRE(o.io.init_from.empty() && o.io.load.empty() && o.io.save.empty() &&
                    o.io.export_path.empty() && o.optim.eval_every == 0 && o.io.sample_tokens == 0,
-               "--pp ", par.pp, " does not support --init-from, --load, --save, --export, "
+               "--pp ", par.pp,
+               " does not support --init-from, --load, --save, --export, "
                "--eval-every or --sample-tokens yet");
   }
-  MT_REQUIRE(par.ep == 1 && o.model.experts == 0,
-             "mixture of experts (--experts/--ep) is not supported yet");
+  // Mixture of experts: what the trainer composes with so far (docs/moe.md, "Integration").
+  if (par.ep > 1) {
+    // Expert parallelism: the experts' gradients take their own reduction (stage 0 only),
+    // and nothing assembles the global view of the experts yet.
+    MT_REQUIRE(par.zero == 0, "--ep ", par.ep, " needs --zero 0 for now (got --zero ", par.zero,
+               ")");
+    MT_REQUIRE(o.io.init_from.empty() && o.io.load.empty() && o.io.save.empty() &&
+                   o.io.export_path.empty() && o.io.sample_tokens == 0,
+               "--ep ", par.ep,
+               " does not support --init-from, --load, --save, --export or "
+               "--sample-tokens yet (the experts are not gathered from their owners)");
+  }
+  if (o.model.experts > 0) {
+    MT_REQUIRE(par.tp == 1, "--experts needs --tp 1 for now (got --tp ", par.tp, ")");
+    MT_REQUIRE(par.pp == 1, "--experts needs --pp 1 for now (got --pp ", par.pp, ")");
+    // The bias is optimizer-like state that checkpoints do not hold yet.
+    MT_REQUIRE(o.model.router_bias_update == 0 || (o.io.save.empty() && o.io.load.empty()),
+               "--router-bias-update does not support --save/--load yet");
+  }
   ParallelContext ctx = make_parallel_context(world, MeshShape{par.pp, par.dp, par.tp, par.ep});
   set_compute_threads(o.optim.threads);
   const bool lead = world.rank() == 0;
@@ -103,15 +125,27 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   Communicator* tp_comm = par.tp > 1 ? ctx.tp.get() : nullptr;
   std::vector<ChunkSpec> chunks = GPT::whole_model(cfg);
   if (par.pp > 1)
-    chunks = stage_chunk_specs(
-        resolve_stage_layers(cfg, par.pp, par.virtual_stages, par.stage_layers), par.pp,
-        ctx.coord.pp);
-  GPT model(cfg, chunks, TensorParallelShard{ctx.coord.tp, par.tp, tp_comm, sp}, b);
+    chunks =
+        stage_chunk_specs(resolve_stage_layers(cfg, par.pp, par.virtual_stages, par.stage_layers),
+                          par.pp, ctx.coord.pp);
+  // One token exchange per rank, shared by every MoE layer (one exchange in flight at a time).
+  std::unique_ptr<TokenDispatcher> dispatcher;
+  if (par.ep > 1) dispatcher = std::make_unique<TokenDispatcher>(ctx.ep);
+  GPT model(cfg, chunks, TensorParallelShard{ctx.coord.tp, par.tp, tp_comm, sp}, b,
+            ExpertParallelShard{ctx.coord.ep_rank, par.ep, dispatcher.get()});
   if (!o.io.init_from.empty())
     import_weights(o.io.init_from, model);
   else
     model.init(o.optim.seed);
   DataParallel dp(model, ctx.dp, par.zero, par.bucket_mb);
+  if (par.ep > 1) dp.set_expert_groups(ctx.ep, ctx.ep_replica);
+  // Each of the dp x microbatches groups contributes its aux loss gradient with weight 1/G,
+  // so the differentiated aux term is the reported mean over groups (docs/moe.md).
+  const std::vector<MoeLayer*> moe = model.moe_layers();
+  for (MoeLayer* m : moe) m->set_aux_grad_scale(1.0f / float(par.dp * M));
+  auto record_moe_stats = [&](bool on) {
+    for (MoeLayer* m : moe) m->set_record_stats(on);
+  };
   AdamWConfig acfg{o.optim.beta1, o.optim.beta2, o.optim.eps, o.optim.weight_decay};
   std::vector<OptimPiece> pieces;
   for (const UpdatePiece& p : dp.update_pieces())
@@ -167,6 +201,17 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   MetricsWriter metrics(lead ? o.io.metrics : "");
   Progress progress(!lead || o.io.quiet);
   Trace trace(!o.io.trace.empty(), world.rank(), info.t0);
+  // Per MoE layer (pp == 1: every layer is here; layer i is block (i+1)*moe_every - 1).
+  std::vector<MoeStepMetrics> moe_last;  // the last step's, for the load summary
+  auto print_moe_summary = [&](int step) {
+    for (size_t i = 0; i < moe_last.size(); ++i) {
+      const auto& load = moe_last[i].expert_load;
+      const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+      progress.line(str("step ", step, ": moe block ", (i + 1) * cfg.moe_every - 1,
+                        " tokens/expert min ", *lo, " max ", *hi, ", dropped ",
+                        100 * moe_last[i].dropped_frac, "%, aux ", moe_last[i].aux_loss));
+    }
+  };
   if (lead)
     progress.line(str("meshtrain: ", cfg.describe(), " | dp ", par.dp, " | tp ", par.tp,
                       sp ? " (sequence parallel)" : "", " | pp ", par.pp,
@@ -187,6 +232,7 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     train.next_batch();
     const CommStats dp0 = ctx.dp->stats(), tp0 = ctx.tp->stats();
     dp.begin_step();
+    for (MoeLayer* m : moe) m->reset_stats();
     double loss_sum = 0, bubble = 0;
     if (pipe) {
       PipelineEventSink sink;
@@ -240,6 +286,8 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
       Trace::Span span(trace, "optimizer", "compute");
       opt.update(dp.param_storage(), dp.grad_storage(), lr, step);
       dp.after_optimizer();
+      if (cfg.router_bias_update > 0)
+        for (MoeLayer* m : moe) update_router_bias(*m, ctx.dp.get());
     }
     const double exposed = dp.take_exposed_seconds();
     const CommStats dp1 = ctx.dp->stats(), tp1 = ctx.tp->stats();
@@ -275,13 +323,31 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
       rec["tp_comm_calls"] = tp1.calls - tp0.calls;
       rec["tp_comm_wait_s"] = tp1.wait_seconds - tp0.wait_seconds;
     }
+    if (!moe.empty()) {
+      // Summed over dp; aux_loss summed over layers, dropped_frac over all assignments.
+      moe_last.clear();
+      double aux = 0, dropped = 0;
+      nlohmann::json loads = nlohmann::json::array();
+      for (MoeLayer* m : moe) {
+        moe_last.push_back(reduce_moe_metrics(*m, ctx.dp.get()));
+        aux += moe_last.back().aux_loss;
+        dropped += moe_last.back().dropped_frac / double(moe.size());
+        loads.push_back(moe_last.back().expert_load);
+      }
+      rec["aux_loss"] = aux;
+      rec["dropped_frac"] = dropped;
+      rec["expert_load"] = loads;
+    }
     const bool eval_now =
         val && o.optim.eval_every > 0 && (step % o.optim.eval_every == 0 || step == o.optim.steps);
     if (eval_now) {
+      record_moe_stats(false);  // routing statistics cover training forwards only
       const double vl = evaluate(model, *val, o.optim.eval_batches, dp);
+      record_moe_stats(true);
       rec["val_loss"] = vl;
       summary.final_val_loss = vl;
       if (lead) progress.line(str("step ", step, ": val_loss ", vl));
+      if (lead) print_moe_summary(step);
     }
     metrics.write(rec);
     progress.step({step, o.optim.steps, loss, lr, norm, dt, tps, mfu});
@@ -327,6 +393,8 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
       save(step);
   }
   progress.finish();
+  if (lead && !(val && o.optim.eval_every > 0)) print_moe_summary(o.optim.steps);
+  record_moe_stats(false);  // sampling forwards
   if (pipe && lead) {
     const int counted = std::max(1, o.optim.steps - start - 1);
     progress.line(str("pipeline bubble (", par.schedule, ", pp ", par.pp, ", ", M,

@@ -157,3 +157,26 @@ TEST(TrainCommand, TraceIsChromeJson) {
 
 }  // namespace
 }  // namespace mt
+
+namespace mt {
+namespace {
+
+// A short real run on the embedded fortunes corpus: the validation loss must fall well below
+// ln(256) = 5.55, the loss of a model that knows nothing about bytes.
+TEST(TrainCommand, LearnsTheEmbeddedCorpus) {
+  TempDir d;
+  auto r = run_meshtrain(
+      "train --layers 2 --dim 128 --heads 4 --seq 64 --batch 16 --steps 120 --lr 0.003 "
+      "--min-lr 0.0003 --warmup 10 "
+      "--eval-every 120 --eval-batches 4 --quiet --metrics " + (d / "m.jsonl"),
+      d.path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  double val = -1;
+  for (const auto& rec : step_records(d / "m.jsonl"))
+    if (rec.contains("val_loss")) val = rec["val_loss"].get<double>();
+  ASSERT_GT(val, 0) << "no val_loss in the metrics";
+  EXPECT_LT(val, 3.0) << "validation loss " << val << " is not well below ln(256) = 5.55";
+}
+
+}  // namespace
+}  // namespace mt

@@ -97,6 +97,34 @@ DataParallel::DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zer
   chunk_.set_hooks(this);
 }
 
+void DataParallel::set_expert_groups(std::shared_ptr<Communicator> ep,
+                                     std::shared_ptr<Communicator> ep_replica) {
+  MT_REQUIRE(zero_ == 0, "--ep > 1 needs --zero 0 for now (got --zero ", zero_, ")");
+  ep_ = std::move(ep);
+  ep_replica_ = std::move(ep_replica);
+  expert_ranges_.clear();
+  size_t total = 0;
+  for (size_t i = 0; i < update_.size(); ++i)
+    if (is_expert_param(update_param_[i]->name)) {
+      expert_ranges_.push_back({update_[i].grad_off, update_[i].n});
+      total += update_[i].n;
+    }
+  expert_saved_.assign(total, 0.f);
+}
+
+// Restores the expert gradients the dp all-reduce mixed up and sums them over ep_replica.
+void DataParallel::reduce_expert_grads() {
+  if (expert_ranges_.empty()) return;
+  if (ep_replica_ && ep_replica_->size() > 1)
+    wait(ep_replica_->all_reduce(expert_saved_.data(), expert_saved_.data(), expert_saved_.size(),
+                                 DType::f32, ReduceOp::sum));
+  size_t off = 0;
+  for (auto [flat, n] : expert_ranges_) {
+    std::memcpy(grads_.data() + flat, expert_saved_.data() + off, n * sizeof(float));
+    off += n;
+  }
+}
+
 DataParallel::~DataParallel() {
   chunk_.set_hooks(nullptr);
   // Never leave a collective writing into freed buffers.
@@ -175,6 +203,7 @@ void DataParallel::begin_microbatch(bool last) {
 
 void DataParallel::finish_gradients() {
   while (!inflight_.empty()) reclaim_oldest();
+  reduce_expert_grads();
 }
 
 double DataParallel::grad_sum_squares(Communicator* tp) {
@@ -184,6 +213,13 @@ double DataParallel::grad_sum_squares(Communicator* tp) {
   for (size_t i = 0; i < update_.size(); ++i) {
     const UpdatePiece& p = update_[i];
     (update_param_[i]->shard.replicated() ? replicated : split) += sum_squares(g + p.grad_off, p.n);
+  }
+  if (!expert_ranges_.empty()) {
+    // Each ep rank holds different experts, each once (stage 0, tp 1): add them over ep.
+    double experts = 0;
+    for (auto [flat, n] : expert_ranges_) experts += sum_squares(g + flat, n);
+    replicated -= experts;
+    return split + replicated + (ep_ ? sum_in_rank_order(*ep_, experts) : experts);
   }
   if (!tp || tp->size() == 1) return zero_ == 0 ? split + replicated : sum_over(split + replicated);
   if (zero_ > 0) {
@@ -288,6 +324,14 @@ void DataParallel::launch(int k) {
   if (zero_ < 2) {
     if (size_ == 1) return;
     float* g = grads_.data() + b.flat_lo;
+    // Expert parallelism: keep this bucket's local expert gradients (another dp rank's
+    // same offsets hold other experts) for reduce_expert_grads.
+    size_t off = 0;
+    for (auto [flat, n] : expert_ranges_) {
+      if (flat >= b.flat_lo && flat < b.flat_lo + b.size())
+        std::memcpy(expert_saved_.data() + off, grads_.data() + flat, n * sizeof(float));
+      off += n;
+    }
     Work w = zero_ == 0 ? dp_->all_reduce(g, g, b.size(), DType::f32, ReduceOp::sum)
                         : dp_->reduce_scatter(g, grads_.data() + b.owned_lo(rank_), b.chunk,
                                               DType::f32, ReduceOp::sum);

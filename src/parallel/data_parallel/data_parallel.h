@@ -50,6 +50,13 @@ class DataParallel final : public ChunkHooks {
   // Takes the model's current (table-layout) parameters, frees its arenas and installs
   // itself as the hooks of its single chunk. bucket_mb: bucket size in MiB.
   DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zero, double bucket_mb);
+  // Expert parallelism (docs/moe.md): the experts' gradients (is_expert_param) are summed
+  // over ep_replica, the dp ranks holding the same experts, instead of over dp, and
+  // counted once per expert (over ep) by grad_sum_squares. Stage 0 only; call before the
+  // first step. Every dp rank's table has the same shape (E/ep experts each), so the flat
+  // layouts line up and the dp all-reduce only has to leave the expert ranges alone.
+  void set_expert_groups(std::shared_ptr<Communicator> ep,
+                         std::shared_ptr<Communicator> ep_replica);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -115,6 +122,7 @@ class DataParallel final : public ChunkHooks {
   };
   void wait(Work w);
   void poll();
+  void reduce_expert_grads();
   void bind(int unit);
   void launch(int bucket);
   void reclaim_oldest();
@@ -142,6 +150,11 @@ class DataParallel final : public ChunkHooks {
   std::vector<UpdatePiece> update_;
   std::vector<const ParamInfo*> update_param_;  // the tensor of each update piece
   bool last_microbatch_ = true;
+  // Expert parallelism: flat ranges of the expert tensors, a copy of their local gradients
+  // taken before the dp all-reduce overwrites them, and the two groups.
+  std::vector<std::pair<size_t, size_t>> expert_ranges_;  // (flat offset, n)
+  std::vector<float> expert_saved_;                       // packed in expert_ranges_ order
+  std::shared_ptr<Communicator> ep_, ep_replica_;
   double exposed_ = 0;
 };
 
