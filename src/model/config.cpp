@@ -23,18 +23,33 @@ void ModelConfig::validate() const {
   }
 }
 
+namespace {
+
+// Parameters of one block other than its MLP, and of one dense MLP (= one expert).
+int64_t attention_params(int64_t C) { return 2 * 2 * C + 3 * C * C + 3 * C + C * C + C; }
+int64_t mlp_params(int64_t C) { return 4 * C * C + 4 * C + 4 * C * C + C; }
+
+}  // namespace
+
+int64_t ModelConfig::moe_layers() const {
+  if (experts <= 0) return 0;
+  int64_t n = 0;
+  for (int i = 0; i < layers; ++i) n += (i + 1) % moe_every == 0;  // as is_moe_layer
+  return n;
+}
+
 int64_t ModelConfig::num_params() const {
-  int64_t C = dim;
-  int64_t per_block = 2 * 2 * C                  // ln_1, ln_2
-                      + 3 * C * C + 3 * C        // c_attn
-                      + C * C + C                // attn c_proj
-                      + 4 * C * C + 4 * C        // c_fc
-                      + 4 * C * C + C;           // mlp c_proj
-  return int64_t(vocab) * C + int64_t(position_rows()) * C + layers * per_block + 2 * C;
+  const int64_t C = dim, moe = moe_layers();
+  const int64_t blocks = layers * attention_params(C) + (layers - moe) * mlp_params(C) +
+                         moe * (experts * mlp_params(C) + experts * C);  // + router
+  return int64_t(vocab) * C + int64_t(position_rows()) * C + blocks + 2 * C;
 }
 
 double ModelConfig::flops_per_token() const {
-  double n = double(num_params() - int64_t(position_rows()) * dim);
+  // Active parameters: a MoE layer runs its router and topk experts per token.
+  const int64_t C = dim, moe = moe_layers();
+  const int64_t inactive = moe * (experts - topk) * mlp_params(C);
+  double n = double(num_params() - inactive - int64_t(position_rows()) * dim);
   return 6.0 * n + 12.0 * layers * seq * dim;
 }
 

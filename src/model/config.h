@@ -28,10 +28,13 @@ struct ModelConfig {
   int hidden() const { return 4 * dim; }
   // Throws UsageError naming the flag and what is allowed.
   void validate() const;
-  // Parameters of the global model (tied embedding counted once).
+  // Blocks whose MLP is a mixture of experts (block i when (i+1) % moe_every == 0).
+  int64_t moe_layers() const;
+  // Parameters of the global model (tied embedding counted once, every expert counted).
   int64_t num_params() const;
   // Model FLOPs per token for one training step (forward + backward), as nanoGPT/PaLM count
-  // them: 6 per parameter (excluding the position table) plus 12*L*T*C for attention.
+  // them: 6 per active parameter (excluding the position table; a MoE layer's active
+  // experts are topk of them) plus 12*L*T*C for attention.
   double flops_per_token() const;
   std::string describe() const;
 };

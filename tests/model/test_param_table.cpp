@@ -90,3 +90,24 @@ TEST(ParamTable, InitStatisticsFollowNanoGPT) {
 
 }  // namespace
 }  // namespace mt
+
+namespace mt {
+namespace {
+
+TEST(ParamTable, MoeParameterCountMatchesTheConfigFormula) {
+  ModelConfig cfg;
+  cfg.layers = 4, cfg.dim = 32, cfg.heads = 4, cfg.seq = 16, cfg.vocab = 256;
+  cfg.experts = 4, cfg.topk = 2, cfg.moe_every = 2;
+  GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
+  EXPECT_EQ(cfg.moe_layers(), 2);
+  EXPECT_EQ(int64_t(model.table().numel()), cfg.num_params());
+  ModelConfig dense = cfg;
+  dense.experts = 0;
+  // Active FLOPs: each of the 2 MoE layers runs two expert MLPs (one more than dense) and
+  // its router [E, C].
+  const double mlp = 8.0 * 32 * 32 + 5 * 32;
+  EXPECT_NEAR(cfg.flops_per_token() - dense.flops_per_token(), 6.0 * 2 * (mlp + 4 * 32), 1e-6);
+}
+
+}  // namespace
+}  // namespace mt
