@@ -19,8 +19,8 @@ using moe_test::Harness;
 TEST(MoeRouter, TopKTiesGoToTheLowerIndexAndBiasOnlySelects) {
   // Row 0: experts 1 and 3 tie for first, 0 and 2 for third.
   const float probs[2 * 4] = {0.2f, 0.3f, 0.2f, 0.3f, 0.1f, 0.2f, 0.3f, 0.4f};
-  int32_t ex[2 * 2];
-  float g[2 * 2];
+  int32_t ex[2 * 3];  // room for the k = 3 call below
+  float g[2 * 3];
   router_top_k(ex, g, probs, nullptr, 2, 4, 2);
   EXPECT_EQ(ex[0], 1);
   EXPECT_EQ(ex[1], 3);
@@ -238,7 +238,10 @@ TEST(MoeBalance, AuxLossRebalances) {
       t.m.params.data()[wr.offset + i] -= 0.5f * t.m.grads.data()[wr.offset + i];
   }
   const double after = t.imbalance();
-  EXPECT_LT(after, 2.0) << "from " << before;
+  // Routing is piecewise constant, so the exact trajectory depends on rounding (-O2 and -O3
+  // builds land at different imbalances); the claim is that the aux loss falls and the
+  // imbalance measurably with it.
+  EXPECT_LT(after, before - 0.5) << "from " << before;
   EXPECT_LT(t.m.layer->stats().aux_sum, aux_before);
 }
 
