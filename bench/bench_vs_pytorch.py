@@ -22,7 +22,8 @@ Model FLOPs per token = 6 * (parameters without wpe) + 12 * layers * seq * dim
 (forward + backward; attention counted over the full T x T), as meshtrain's own `mfu`.
 
 Usage: bench/bench_vs_pytorch.py [--meshtrain BIN] [--configs a,b] [--threads 1,2]
-                                 [--steps 15] [--warmup-steps 3] [--write-docs FILE]
+                                 [--steps 15] [--warmup-steps 3] [--repeats 2]
+                                 [--torch-blas-dir DIR] [--write-docs FILE]
 """
 import argparse
 import json
@@ -108,7 +109,9 @@ def system_blas():
 
 
 def torch_settings(blas_dir, threads):
-    """(label, env) pairs for PyTorch: each BLAS library x OPENBLAS_NUM_THREADS 1 / threads."""
+    """(label, env, torch threads) for PyTorch: each BLAS library x OPENBLAS_NUM_THREADS
+    1 / threads, plus torch.set_num_threads(1) on more cores (PyTorch 1.13 is often
+    slower with 2 threads than with 1 here; its best setting is what we compare with)."""
     base = dict(os.environ, OPENBLAS_CORETYPE="SKYLAKEX")
     base.pop("OPENBLAS_NUM_THREADS", None)
     base.pop("LD_LIBRARY_PATH", None)
@@ -125,7 +128,9 @@ def torch_settings(blas_dir, threads):
             env = dict(base, OPENBLAS_NUM_THREADS=str(nt))
             if d:
                 env["LD_LIBRARY_PATH"] = d
-            out.append((f"{lib_label}, OPENBLAS_NUM_THREADS={nt}", env))
+            out.append((f"{lib_label}, OPENBLAS_NUM_THREADS={nt}", env, threads))
+            if threads > 1 and nt == 1:
+                out.append((f"{lib_label}, OPENBLAS_NUM_THREADS=1, torch threads 1", env, 1))
     return out
 
 
@@ -164,6 +169,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--warmup-steps", type=int, default=3, help="excluded from the median")
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each program; best median kept")
     ap.add_argument("--write-docs", help="write the results table (markdown) into this file")
     ap.add_argument("--torch-blas-dir", help="directory with OpenBLAS's libblas.so.3 for PyTorch")
     a = ap.parse_args()
@@ -185,27 +191,36 @@ def main():
         ref.save_safetensors(init, model.named_arrays())
         for th in (int(t) for t in a.threads.split(",")):
             flags = train_flags(cfg, th, a.steps, data, init)
-            mt_metrics = os.path.join(d, "mt.jsonl")
-            mt = run_metrics([a.meshtrain, "train"] + flags + ["--metrics", mt_metrics],
-                             dict(os.environ), mt_metrics)
-            t_mt = median_step(mt, a.warmup_steps)
+            mt_metrics, tm = os.path.join(d, "mt.jsonl"), os.path.join(d, "torch.jsonl")
+            mt_cmd = [a.meshtrain, "train"] + flags + ["--metrics", mt_metrics]
+            pt_cmd = [TORCH_PY, os.path.join(ROOT, "tests", "reference", "gpt_torch.py"),
+                      "train"] + flags + ["--metrics", tm]  # a later --threads wins
+            # Repeats alternate the two programs and keep each one's best median, so a
+            # burst of load from elsewhere penalises neither side systematically.
+            t_mt, torch_runs, losses = float("inf"), {}, {}
+            for rep in range(a.repeats):
+                recs = run_metrics(mt_cmd, dict(os.environ), mt_metrics)
+                if median_step(recs, a.warmup_steps) < t_mt:
+                    t_mt, mt = median_step(recs, a.warmup_steps), recs
+                print(f"  {name}/{th}t meshtrain (run {rep + 1}): "
+                      f"{median_step(recs, a.warmup_steps) * 1e3:.1f} ms/step", flush=True)
+                for label, env, pt_threads in torch_settings(a.torch_blas_dir, th):
+                    recs = run_metrics(pt_cmd + ["--threads", str(pt_threads)], env, tm)
+                    t = median_step(recs, a.warmup_steps)
+                    torch_runs[label] = min(torch_runs.get(label, float("inf")), t)
+                    losses[label] = recs[-1]["loss"]
+                    print(f"  {name}/{th}t PyTorch [{label}] (run {rep + 1}): {t * 1e3:.1f} ms/step",
+                          flush=True)
             mt_mfu = statistics.median(r.get("mfu", 0.0) for r in mt[a.warmup_steps:])
-            torch_runs, losses = {}, {}
-            for label, env in torch_settings(a.torch_blas_dir, th):
-                tm = os.path.join(d, "torch.jsonl")
-                recs = run_metrics([TORCH_PY, os.path.join(ROOT, "tests", "reference", "gpt_torch.py"),
-                                    "train"] + flags + ["--metrics", tm], env, tm)
-                torch_runs[label] = median_step(recs, a.warmup_steps)
-                losses[label] = recs[-1]["loss"]
-                print(f"  {name}/{th}t PyTorch [{label}]: {torch_runs[label] * 1e3:.1f} ms/step",
-                      flush=True)
             best = min(torch_runs, key=torch_runs.get)
             t_pt = torch_runs[best]
             probe_peak = sgemm_peak(probe, th, cfg)
             mt_peak = meshtrain_peak(a.meshtrain, th)
-            peak = mt_peak or probe_peak
+            # A peak is what the hardware can sustain: load from elsewhere only ever lowers
+            # a measurement, so the higher of the two is the better estimate.
+            peak = max(mt_peak or 0.0, probe_peak)
             tok = B * T
-            mfu = flops_per_token(cfg) * tok / t_mt / (peak * 1e9)
+            mfu = flops_per_token(cfg) * tok / t_mt / (peak * 1e9)  # vs the better peak
             row = dict(config=name, shape=f"{L}L d{C} h{H} T{T} B{B} V{V}", threads=th,
                        mt_ms=t_mt * 1e3, mt_tps=tok / t_mt, pt_ms=t_pt * 1e3, pt_tps=tok / t_pt,
                        ratio=t_pt / t_mt, pt_setting=best,
@@ -239,9 +254,10 @@ def render(rows, a):
         lines.append(f"- {r['config']}/{r['threads']} thread(s): " + "; ".join(
             f"{k}: {v} ms" for k, v in r["pt_all"].items()))
     lines.append("")
-    lines.append(f"Median over steps {a.warmup_steps + 1}..{a.steps} (first {a.warmup_steps} "
-                 "excluded). Final-step loss of each run, as a sanity check that both trained "
-                 "the same model: " + ", ".join(
+    lines.append(f"Median step time over steps {a.warmup_steps + 1}..{a.steps} (first "
+                 f"{a.warmup_steps} excluded), best of {a.repeats} alternating runs per program. "
+                 "Final-step loss of each run, as a sanity check that both trained the same "
+                 "model: " + ", ".join(
                      f"{r['config']}/{r['threads']}t {r['loss_mt']:.4f} vs {r['loss_pt']:.4f}"
                      for r in rows))
     return "\n".join(lines) + "\n"
