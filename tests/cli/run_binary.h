@@ -9,6 +9,8 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "test_util/temp_dir.h"
+
 namespace mt::testing {
 
 struct RunResult {
@@ -23,16 +25,7 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-// A fresh directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "meshtrain-test-XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using test_util::TempDir;
 
 // args are passed through the shell (quote them yourself when they hold spaces).
 inline RunResult run_meshtrain(const std::string& args, const std::string& cwd = "") {

@@ -1,6 +1,8 @@
 #include "core/atomic_file.h"
 
 #include <gtest/gtest.h>
+
+#include "test_util/temp_dir.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,18 +16,7 @@ namespace fs = std::filesystem;
 namespace mt {
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("mt-atomic-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using test_util::TempDir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -44,7 +44,8 @@ def main():
         ap.add_argument("--" + f, type=int, default=v)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    d = tempfile.mkdtemp(prefix="mt_diag_")
+    tmp = tempfile.TemporaryDirectory(prefix="mt_diag_")
+    d = tmp.name
     model = ref.GPT(a.layers, a.dim, a.heads, a.seq, a.vocab)
     ref.init_weights(model, 3)
     W0 = model.named_arrays()

@@ -187,6 +187,7 @@ def run_case(name, case, meshtrain, extra, keep, init_seed):
         return None
 
     args = ref.train_parser(argparse.ArgumentParser()).parse_args(flags)
+    args.threads = 1  # --threads is for meshtrain; PyTorch on 2 busy cores is far slower
     model, ref_recs = ref.train(args)
     ref.save_safetensors(os.path.join(d, "torch.safetensors"), model.named_arrays())
     with open(os.path.join(d, "torch.jsonl"), "w") as fh:

@@ -1,6 +1,8 @@
 #include "train/data_loader.h"
 
 #include <gtest/gtest.h>
+
+#include "test_util/temp_dir.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,18 +15,7 @@ namespace fs = std::filesystem;
 namespace mt {
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("mt-loader-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using test_util::TempDir;
 
 // A shard whose token i has value i: every expected batch below is then readable as
 // token offsets.

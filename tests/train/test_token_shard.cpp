@@ -1,6 +1,8 @@
 #include "train/token_shard.h"
 
 #include <gtest/gtest.h>
+
+#include "test_util/temp_dir.h"
 #include <unistd.h>
 
 #include <cstring>
@@ -14,18 +16,7 @@ namespace fs = std::filesystem;
 namespace mt {
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("mt-shard-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using test_util::TempDir;
 
 // Writes a shard by hand (not through write_token_shard) so bad headers can be made.
 void write_raw(const std::string& path, int32_t magic, int32_t version, int32_t ntok,
