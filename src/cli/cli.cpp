@@ -19,9 +19,10 @@ int report(const char* what, int code) {
 }  // namespace
 
 int cli_main(int argc, char** argv) {
-  CLI::App app{"meshtrain: train GPT models across many workers (data, tensor, pipeline and "
-               "expert parallelism), ranks as threads or MPI processes.",
-               "meshtrain"};
+  CLI::App app{
+      "meshtrain: train GPT models across many workers (data, tensor, pipeline and "
+      "expert parallelism), ranks as threads or MPI processes.",
+      "meshtrain"};
   app.set_version_flag("--version", std::string("meshtrain ") + MESHTRAIN_VERSION);
   app.require_subcommand(1);
   app.footer(

@@ -1,8 +1,8 @@
 #include "cli/flag_set.h"
 
+#include <toml++/toml.h>
 #include <cstdint>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "core/error.h"
 

@@ -131,9 +131,11 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
       *config_error = e.what();
     }
   }
-  cmd->add_option("--config", "TOML file with [model] [parallel] [train] [data] [io] [engine] "
-                              "sections; flags override it");
-  cmd->add_flag("--print-config", *print_config, "print the resolved configuration as TOML and exit");
+  cmd->add_option("--config",
+                  "TOML file with [model] [parallel] [train] [data] [io] [engine] "
+                  "sections; flags override it");
+  cmd->add_flag("--print-config", *print_config,
+                "print the resolved configuration as TOML and exit");
   flags->register_cli(*cmd);
   return [=]() {
     if (!config_error->empty()) throw UsageError(*config_error);

@@ -15,8 +15,8 @@
 namespace mt {
 
 struct WorldOptions {
-  double timeout_s = 300;           // a wait longer than this fails the run (--timeout)
-  bool check_collectives = false;   // MESHTRAIN_CHECK_COLLECTIVES=1: verify op/count agreement
+  double timeout_s = 300;          // a wait longer than this fails the run (--timeout)
+  bool check_collectives = false;  // MESHTRAIN_CHECK_COLLECTIVES=1: verify op/count agreement
 };
 
 class CommWorld {

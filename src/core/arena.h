@@ -17,7 +17,8 @@ class Arena {
   ~Arena() { std::free(data_); }
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
-  Arena(Arena&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  Arena(Arena&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   Arena& operator=(Arena&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);

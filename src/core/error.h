@@ -30,15 +30,15 @@ struct RuntimeError : std::runtime_error {
 }  // namespace mt
 
 // MT_CHECK guards internal invariants (a failure is a bug or a runtime fault -> exit 1).
-#define MT_CHECK(cond, ...)                                                               \
-  do {                                                                                    \
-    if (!(cond))                                                                          \
-      throw ::mt::RuntimeError(::mt::str(__FILE__, ":", __LINE__, ": check failed: " #cond \
-                                         " ", ##__VA_ARGS__));                            \
+#define MT_CHECK(cond, ...)                                                                 \
+  do {                                                                                      \
+    if (!(cond))                                                                            \
+      throw ::mt::RuntimeError(                                                             \
+          ::mt::str(__FILE__, ":", __LINE__, ": check failed: " #cond " ", ##__VA_ARGS__)); \
   } while (0)
 
 // MT_REQUIRE validates user input (a failure is the user's to fix -> exit 2).
-#define MT_REQUIRE(cond, ...)                                 \
-  do {                                                        \
+#define MT_REQUIRE(cond, ...)                                    \
+  do {                                                           \
     if (!(cond)) throw ::mt::UsageError(::mt::str(__VA_ARGS__)); \
   } while (0)

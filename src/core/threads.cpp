@@ -10,6 +10,8 @@ void set_compute_threads(int n) {
   omp_set_num_threads(n < 1 ? 1 : n);
 }
 
-int compute_threads() { return omp_get_max_threads(); }
+int compute_threads() {
+  return omp_get_max_threads();
+}
 
 }  // namespace mt

@@ -18,16 +18,19 @@ void ModelConfig::validate() const {
   if (experts > 0) {
     MT_REQUIRE(topk >= 1 && topk <= experts, "--topk must be in 1..--experts (got ", topk, ")");
     MT_REQUIRE(moe_every >= 1, "--moe-every must be >= 1 (got ", moe_every, ")");
-    MT_REQUIRE(capacity_factor >= 0, "--capacity-factor must be >= 0 (got ", capacity_factor,
-               ")");
+    MT_REQUIRE(capacity_factor >= 0, "--capacity-factor must be >= 0 (got ", capacity_factor, ")");
   }
 }
 
 namespace {
 
 // Parameters of one block other than its MLP, and of one dense MLP (= one expert).
-int64_t attention_params(int64_t C) { return 2 * 2 * C + 3 * C * C + 3 * C + C * C + C; }
-int64_t mlp_params(int64_t C) { return 4 * C * C + 4 * C + 4 * C * C + C; }
+int64_t attention_params(int64_t C) {
+  return 2 * 2 * C + 3 * C * C + 3 * C + C * C + C;
+}
+int64_t mlp_params(int64_t C) {
+  return 4 * C * C + 4 * C + 4 * C * C + C;
+}
 
 }  // namespace
 

@@ -10,11 +10,11 @@ struct ModelConfig {
   int layers = 4;
   int dim = 128;
   int heads = 4;
-  int seq = 128;     // context length T
+  int seq = 128;  // context length T
   // Rows of the position table; 0 means seq. An --init-from file may hold more rows than
   // the run uses (nanoGPT's block size): the first seq rows are used, all are kept.
   int positions = 0;
-  int vocab = 256;   // byte-level by default
+  int vocab = 256;  // byte-level by default
   // Mixture of experts (0 = dense). Math in CONTRACTS.md §1, MoE variant.
   int experts = 0;
   int topk = 2;

@@ -83,8 +83,12 @@ void ParamTable::init(float* arena, uint64_t seed) const {
     const uint64_t stream = hash_name(p.name);
     p.for_each_element([&](size_t l, int64_t g) {
       switch (p.init) {
-        case InitKind::zeros: dst[l] = 0.f; break;
-        case InitKind::ones: dst[l] = 1.f; break;
+        case InitKind::zeros:
+          dst[l] = 0.f;
+          break;
+        case InitKind::ones:
+          dst[l] = 1.f;
+          break;
         case InitKind::normal:
           dst[l] = float(p.init_std * normal01(seed, stream, uint64_t(g)));
           break;

@@ -11,9 +11,9 @@
 namespace mt {
 
 struct SampleOptions {
-  int tokens = 200;           // new tokens to generate
-  float temperature = 0.8f;   // 0 = greedy
-  int top_k = 0;              // 0 = whole vocabulary
+  int tokens = 200;          // new tokens to generate
+  float temperature = 0.8f;  // 0 = greedy
+  int top_k = 0;             // 0 = whole vocabulary
   uint64_t seed = 1337;
 };
 

@@ -1,13 +1,13 @@
 // Runs the built meshtrain binary as a user would and captures what it printed.
 #pragma once
 
+#include <sys/wait.h>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 
 #include "test_util/temp_dir.h"
 
@@ -30,8 +30,8 @@ using test_util::TempDir;
 // args are passed through the shell (quote them yourself when they hold spaces).
 inline RunResult run_meshtrain(const std::string& args, const std::string& cwd = "") {
   TempDir io;
-  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(MESHTRAIN_BIN) +
-                    " " + args + " >" + (io / "out") + " 2>" + (io / "err") + " </dev/null";
+  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(MESHTRAIN_BIN) + " " +
+                    args + " >" + (io / "out") + " 2>" + (io / "err") + " </dev/null";
   int status = std::system(cmd.c_str());
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -84,8 +84,7 @@ TEST(BadInput, MissingTruncatedAndWrongMagicData) {
     int32_t bad = 12345;
     io.write(reinterpret_cast<const char*>(&bad), 4);
   }
-  expect_usage_error(run_meshtrain("train" + f.tiny + "--data " + (f.dir / "magic.bin")),
-                     "magic");
+  expect_usage_error(run_meshtrain("train" + f.tiny + "--data " + (f.dir / "magic.bin")), "magic");
 }
 
 TEST(BadInput, DataTooSmallForOneBatch) {

@@ -112,15 +112,54 @@ TEST(TrainCommand, ConfigFileAndFlagOverride) {
 TEST(TrainCommand, HelpDocumentsEveryContractFlag) {
   auto r = run_meshtrain("train --help");
   ASSERT_EQ(r.exit_code, 0);
-  for (const char* flag :
-       {"--layers", "--dim", "--heads", "--seq", "--vocab", "--experts", "--topk",
-        "--capacity-factor", "--aux-loss-coef", "--moe-every", "--router-bias-update", "--dp",
-        "--tp", "--pp", "--ep", "--microbatches", "--schedule", "--virtual-stages", "--zero",
-        "--sequence-parallel", "--steps", "--batch", "--lr", "--min-lr", "--warmup",
-        "--lr-schedule", "--weight-decay", "--grad-clip", "--beta1", "--beta2", "--eps", "--seed",
-        "--threads", "--eval-every", "--eval-batches", "--data", "--val-data", "--init-from",
-        "--export", "--save", "--save-every", "--load", "--metrics", "--trace", "--backend",
-        "--timeout", "--config", "--print-config"})
+  for (const char* flag : {"--layers",
+                           "--dim",
+                           "--heads",
+                           "--seq",
+                           "--vocab",
+                           "--experts",
+                           "--topk",
+                           "--capacity-factor",
+                           "--aux-loss-coef",
+                           "--moe-every",
+                           "--router-bias-update",
+                           "--dp",
+                           "--tp",
+                           "--pp",
+                           "--ep",
+                           "--microbatches",
+                           "--schedule",
+                           "--virtual-stages",
+                           "--zero",
+                           "--sequence-parallel",
+                           "--steps",
+                           "--batch",
+                           "--lr",
+                           "--min-lr",
+                           "--warmup",
+                           "--lr-schedule",
+                           "--weight-decay",
+                           "--grad-clip",
+                           "--beta1",
+                           "--beta2",
+                           "--eps",
+                           "--seed",
+                           "--threads",
+                           "--eval-every",
+                           "--eval-batches",
+                           "--data",
+                           "--val-data",
+                           "--init-from",
+                           "--export",
+                           "--save",
+                           "--save-every",
+                           "--load",
+                           "--metrics",
+                           "--trace",
+                           "--backend",
+                           "--timeout",
+                           "--config",
+                           "--print-config"})
     EXPECT_NE(r.out.find(std::string(flag) + " "), std::string::npos) << flag;
 }
 
@@ -130,7 +169,8 @@ TEST(TrainCommand, VersionAndTopLevelHelp) {
   EXPECT_NE(v.out.find("meshtrain "), std::string::npos);
   auto h = run_meshtrain("--help");
   EXPECT_EQ(h.exit_code, 0);
-  for (const char* cmd : {"train", "sample", "bench"}) EXPECT_NE(h.out.find(cmd), std::string::npos);
+  for (const char* cmd : {"train", "sample", "bench"})
+    EXPECT_NE(h.out.find(cmd), std::string::npos);
 }
 
 TEST(TrainCommand, ExportThenSampleRoundTrip) {
@@ -168,7 +208,8 @@ TEST(TrainCommand, LearnsTheEmbeddedCorpus) {
   auto r = run_meshtrain(
       "train --layers 2 --dim 128 --heads 4 --seq 64 --batch 16 --steps 120 --lr 0.003 "
       "--min-lr 0.0003 --warmup 10 "
-      "--eval-every 120 --eval-batches 4 --quiet --metrics " + (d / "m.jsonl"),
+      "--eval-every 120 --eval-batches 4 --quiet --metrics " +
+          (d / "m.jsonl"),
       d.path.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   double val = -1;

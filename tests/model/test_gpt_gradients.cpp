@@ -25,8 +25,7 @@ struct Tiny {
 };
 
 double mean_loss(GPT& m, const Tiny& t) {
-  return m.eval_microbatch(t.tokens.data(), t.targets.data(), t.b, t.cfg.seq) /
-         (t.b * t.cfg.seq);
+  return m.eval_microbatch(t.tokens.data(), t.targets.data(), t.b, t.cfg.seq) / (t.b * t.cfg.seq);
 }
 
 TEST(GPTGradients, MatchFiniteDifferences) {
@@ -37,8 +36,7 @@ TEST(GPTGradients, MatchFiniteDifferences) {
   float* p = m.params().data();
   for (size_t i = 0; i < m.table().total(); ++i) p[i] += float(0.3 * normal01(9, 9, i));
   m.zero_grads();
-  m.train_microbatch(t.tokens.data(), t.targets.data(), t.b, t.cfg.seq,
-                     1.0f / (t.b * t.cfg.seq));
+  m.train_microbatch(t.tokens.data(), t.targets.data(), t.b, t.cfg.seq, 1.0f / (t.b * t.cfg.seq));
   const float* g = m.grads().data();
   int checked = 0;
   for (const ParamInfo& info : m.table().entries()) {

@@ -27,8 +27,7 @@ TEST(ParamTable, OffsetsAreAlignedAndDisjoint) {
 TEST(ParamTable, ShardedElementsMapIntoTheGlobalTensor) {
   // A [6, 2] tensor whose local piece is rows {1} and {4, 5} (and one padding row 6).
   ParamTable t;
-  const ParamInfo& p =
-      t.add("w", {6, 2}, InitKind::normal, 0.02f, ShardSpec{0, {{1, 1}, {4, 3}}});
+  const ParamInfo& p = t.add("w", {6, 2}, InitKind::normal, 0.02f, ShardSpec{0, {{1, 1}, {4, 3}}});
   EXPECT_EQ(p.local_shape, (std::vector<int64_t>{4, 2}));
   std::vector<std::pair<size_t, int64_t>> seen;
   p.for_each_element([&](size_t l, int64_t g) { seen.push_back({l, g}); });

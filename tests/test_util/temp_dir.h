@@ -12,8 +12,7 @@ namespace mt::test_util {
 struct TempDir {
   std::filesystem::path path;
   TempDir() {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "meshtrain-test-XXXXXX").string();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "meshtrain-test-XXXXXX").string();
     path = mkdtemp(tmpl.data());
   }
   ~TempDir() {

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "test_util/temp_dir.h"
 #include <unistd.h>
+#include "test_util/temp_dir.h"
 
 #include <algorithm>
 #include <filesystem>
