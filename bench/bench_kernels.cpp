@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/timer.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
@@ -32,25 +33,9 @@ struct Options {
   std::vector<int> dims = {256, 512};
 };
 
-std::vector<int> parse_list(const char* s) {
-  std::vector<int> out;
-  for (const char* p = s; *p;) {
-    out.push_back(std::atoi(p));
-    while (*p && *p != ',') p++;
-    if (*p == ',') p++;
-  }
-  return out;
-}
+using mt::bench::parse_list;
 
-std::vector<float> filled(size_t n, float scale) {
-  std::vector<float> v(n);
-  uint32_t x = 12345;
-  for (float& f : v) {
-    x = x * 1664525u + 1013904223u;
-    f = scale * (static_cast<float>(x >> 8) / 16777216.0f - 0.5f);
-  }
-  return v;
-}
+using mt::bench::filled;
 
 // Median seconds per call over 5 batches, each long enough to be timed reliably.
 double time_call(const std::function<void()>& fn, bool quick) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/threads.h"
+#include "bench_util.h"
 #include "core/timer.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
@@ -49,24 +50,9 @@ struct Options {
   std::string configs = "ab";
 };
 
-std::vector<int> parse_list(const char* s) {
-  std::vector<int> out;
-  for (const char* p = s; *p;) {
-    out.push_back(std::atoi(p));
-    while (*p && *p != ',') p++;
-    if (*p == ',') p++;
-  }
-  return out;
-}
+using mt::bench::parse_list;
 
-std::vector<float> filled(size_t n, float scale, uint32_t seed = 12345) {
-  std::vector<float> v(n);
-  for (float& f : v) {
-    seed = seed * 1664525u + 1013904223u;
-    f = scale * (static_cast<float>(seed >> 8) / 16777216.0f - 0.5f);
-  }
-  return v;
-}
+using mt::bench::filled;
 
 // Wall time, or (--cpu) this process's CPU time divided by the thread count: on a loaded
 // machine the latter leaves out the time slices other processes took (at 2 threads it also
