@@ -1,11 +1,22 @@
-// The MoE layer's forward + backward (B and W) against the dense MLP with the same active
-// parameters (hidden k * 4C: k experts' worth), on one rank; then dp = 2 on the local
-// backend at ep = 1 and ep = 2, with the all-to-all bytes against the formula (each routed
-// token's C floats go to its expert's rank and back, in forward and in backward, when that
-// rank is another one).
+// Mixture of experts against the dense model with the same ACTIVE parameters, and expert
+// parallelism's cost (docs/moe.md, "Benchmark").
 //
-//   bench_moe [--quick] [--dim 256] [--tokens 1024] [--experts 8] [--topk 2] [--iters 10]
-//             [--threads 1]
+// Equal active parameters: an MoE layer runs k experts per token, each the dense MLP
+// (hidden 4C), so its per-token MLP FLOPs equal a dense MLP of hidden k*4C. Rows:
+//   layer  dense MLP, hidden 4C          (the dense GPT's MLP: half the MoE's active FLOPs at k=2)
+//   layer  dense MLP, hidden k*4C        (equal active parameters: the fair comparison)
+//   layer  MoE E, k, dropless, ep=1      (router + permutation + k experts' GEMMs)
+//   model  dense GPT / MoE GPT           forward + backward of whole models (the GPT's dense
+//                                        MLP has hidden 4C: its active params are printed)
+//   dp=2   the MoE layer on 2 local ranks, 1 thread each, at ep=1 and ep=2 (experts split)
+// and, for ep=2, the all-to-all bytes per iteration measured by the ep communicator against
+// the formula: every routed (token, choice) whose expert lives on the other rank crosses 4
+// times (dispatch and combine in forward, their adjoints in backward), C floats each, plus
+// the counts exchange (E/ep int32 to each other rank per forward). A mismatch exits 1.
+//
+//   bench_moe [--quick] [--dim 256] [--tokens 1024] [--seq 128] [--layers 2] [--experts 8]
+//             [--topk 2] [--steps 10] [--warmup 1] [--threads 1]
+// Timings are medians over --steps after --warmup untimed iterations.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +31,7 @@
 #include "core/timer.h"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
+#include "model/gpt.h"
 #include "model/moe_layer.h"
 #include "parallel/expert_parallel/token_dispatcher.h"
 #include "parallel/parallel_context.h"
@@ -29,7 +41,8 @@ namespace {
 using namespace mt;
 
 struct Options {
-  int dim = 256, tokens = 1024, experts = 8, topk = 2, iters = 10, threads = 1;
+  int dim = 256, tokens = 1024, seq = 128, layers = 2, experts = 8, topk = 2;
+  int steps = 10, warmup = 1, threads = 1;
 };
 
 double median(std::vector<double> v) {
@@ -41,6 +54,17 @@ std::vector<float> randn(size_t n, uint64_t stream) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = float(normal01(1, stream, i));
   return v;
+}
+
+double time_it(const Options& o, const std::function<void()>& fn) {
+  for (int i = 0; i < o.warmup; ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < o.steps; ++i) {
+    Stopwatch sw;
+    fn();
+    t.push_back(sw.elapsed());
+  }
+  return median(t);
 }
 
 struct MoeRun {
@@ -68,25 +92,14 @@ struct MoeRun {
   }
 };
 
-double time_it(int iters, const std::function<void()>& fn) {
-  fn();  // warm-up
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    Stopwatch sw;
-    fn();
-    t.push_back(sw.elapsed());
-  }
-  return median(t);
-}
-
 // Dense MLP with hidden Hd: the same kernel calls as Block's MLP.
-double dense_seconds(int N, int C, int Hd, int iters) {
+double dense_seconds(const Options& o, int N, int C, int Hd) {
   std::vector<float> x = randn(size_t(N) * C, 7), dy = randn(size_t(N) * C, 8);
   std::vector<float> w1 = randn(size_t(Hd) * C, 9), b1(Hd), w2 = randn(size_t(C) * Hd, 10), b2(C);
   std::vector<float> dw1(w1.size()), db1(Hd), dw2(w2.size()), db2(C);
   std::vector<float> pre(size_t(N) * Hd), act(pre.size()), dact(pre.size()), y(x.size()),
       dx(x.size());
-  return time_it(iters, [&] {
+  return time_it(o, [&] {
     matmul_forward(pre.data(), x.data(), w1.data(), nullptr, N, C, Hd);
     bias_gelu_forward(act.data(), pre.data(), b1.data(), N, Hd);
     matmul_forward(y.data(), act.data(), w2.data(), b2.data(), N, Hd, C);
@@ -100,6 +113,31 @@ double dense_seconds(int N, int C, int Hd, int iters) {
   });
 }
 
+// One worker's forward + backward of a whole GPT on N tokens (N / seq sequences).
+double model_seconds(const Options& o, const ModelConfig& cfg, int N) {
+  const int b = std::max(1, N / cfg.seq), T = cfg.seq;
+  GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, b);
+  model.init(1);
+  std::vector<int> tokens(size_t(b) * T + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 7919) % size_t(cfg.vocab));
+  const float dloss = 1.0f / float(b * T);
+  return time_it(o, [&] {
+    model.zero_grads();
+    model.train_microbatch(tokens.data(), tokens.data() + 1, b, T, dloss);
+  });
+}
+
+// Active parameters per token (what flops_per_token counts, 6 FLOPs each).
+double active_params(const ModelConfig& cfg) {
+  return (cfg.flops_per_token() - 12.0 * cfg.layers * cfg.seq * cfg.dim) / 6.0;
+}
+
+void row(const char* kind, const std::string& what, double seconds, double tokens,
+         const std::string& note) {
+  std::printf("  %-6s %-40s %9.2f %11.0f  %s\n", kind, what.c_str(), 1e3 * seconds,
+              tokens / seconds, note.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,17 +146,23 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
     if (a == "--quick")
-      o.dim = 64, o.tokens = 128, o.iters = 2;
+      o.dim = 64, o.tokens = 128, o.seq = 32, o.steps = 2;
     else if (a == "--dim")
       o.dim = next();
     else if (a == "--tokens")
       o.tokens = next();
+    else if (a == "--seq")
+      o.seq = next();
+    else if (a == "--layers")
+      o.layers = next();
     else if (a == "--experts")
       o.experts = next();
     else if (a == "--topk")
       o.topk = next();
-    else if (a == "--iters")
-      o.iters = next();
+    else if (a == "--steps" || a == "--iters")
+      o.steps = next();
+    else if (a == "--warmup")
+      o.warmup = next();
     else if (a == "--threads")
       o.threads = next();
     else {
@@ -126,22 +170,48 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (o.steps < 1 || o.warmup < 0 || o.tokens < o.seq || o.experts % 2 != 0) {
+    std::fprintf(stderr,
+                 "bench_moe: need --steps >= 1, --warmup >= 0, --tokens >= --seq and "
+                 "an even --experts (ep = 2)\n");
+    return 2;
+  }
   ModelConfig cfg;
-  cfg.dim = o.dim, cfg.experts = o.experts, cfg.topk = o.topk, cfg.capacity_factor = 0;
-  const int N = o.tokens, C = o.dim;
-  std::printf("MoE layer fwd+bwd: N=%d tokens, C=%d, E=%d, k=%d, dropless, %d thread(s)\n", N, C,
-              o.experts, o.topk, o.threads);
+  cfg.dim = o.dim, cfg.seq = o.seq, cfg.layers = o.layers, cfg.heads = std::max(1, o.dim / 64);
+  cfg.experts = o.experts, cfg.topk = o.topk, cfg.capacity_factor = 0;
+  ModelConfig dense = cfg;
+  dense.experts = 0;
+  const int N = o.tokens, C = o.dim, k = o.topk;
+  std::printf(
+      "bench_moe: N=%d tokens/iter, C=%d, E=%d, k=%d, dropless, %d thread(s), median of "
+      "%d after %d warm-up\n",
+      N, C, o.experts, k, o.threads, o.steps, o.warmup);
+  std::printf("  %-6s %-40s %9s %11s  %s\n", "level", "config", "ms/iter", "tokens/s", "note");
 
   set_compute_threads(o.threads);
+  const double t_dense1 = dense_seconds(o, N, C, cfg.hidden());
+  const double t_densek = dense_seconds(o, N, C, k * cfg.hidden());
   MoeRun one(cfg, {}, N, 1);
-  const double t_moe = time_it(o.iters, [&] { one.step(N); });
-  const double t_dense = dense_seconds(N, C, o.topk * cfg.hidden(), o.iters);
-  std::printf("  %-34s %8.2f ms  %10.0f tok/s\n", "MoE (ep=1)", 1e3 * t_moe, N / t_moe);
-  std::printf("  %-34s %8.2f ms  %10.0f tok/s\n", "dense MLP, hidden k*4C", 1e3 * t_dense,
-              N / t_dense);
-  std::printf("  MoE / dense tokens/s: %.2f\n", t_dense / t_moe);
+  const double t_moe = time_it(o, [&] { one.step(N); });
+  row("layer", "dense MLP, hidden 4C", t_dense1, N, "1/k of the MoE's active params");
+  row("layer", "dense MLP, hidden k*4C", t_densek, N, "equal active params");
+  row("layer", "MoE, ep=1", t_moe, N,
+      str("tokens/s vs equal-active dense: x", double(int(100 * t_densek / t_moe)) / 100));
+  const double t_model_dense = model_seconds(o, dense, N);
+  const double t_model_moe = model_seconds(o, cfg, N);
+  auto mparams = [](const ModelConfig& c) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3fM active of %.3fM params", active_params(c) / 1e6,
+                  double(c.num_params()) / 1e6);
+    return std::string(buf);
+  };
+  row("model", "dense GPT " + std::to_string(o.layers) + "L (MLP 4C)", t_model_dense, N,
+      mparams(dense));
+  row("model", "MoE GPT " + std::to_string(o.layers) + "L (every block)", t_model_moe, N,
+      mparams(cfg));
 
   // dp = 2 on the local backend, one compute thread per rank, ep = 1 vs ep = 2.
+  bool bytes_ok = true;
   for (int ep : {1, 2}) {
     double t = 0;
     uint64_t bytes = 0, formula = 0;
@@ -155,37 +225,43 @@ int main(int argc, char** argv) {
         ctx.dp->barrier().wait();
         r.step(N);
       };
-      step();
+      for (int i = 0; i < std::max(1, o.warmup); ++i) step();
       ctx.ep->reset_stats();
+      r.layer->reset_stats();
       std::vector<double> ts;
-      for (int i = 0; i < o.iters; ++i) {
+      for (int i = 0; i < o.steps; ++i) {
         Stopwatch sw;
         step();
         ts.push_back(sw.elapsed());
       }
-      // Rows this rank routes to the other rank's experts per forward (same input every
-      // iteration). Each such row crosses twice in forward (dispatch, combine) and twice in
-      // backward; summed over both ranks that is the formula (counts exchange excluded).
+      // Rows this rank routed to the other rank's experts over the timed iterations.
       const MoeStats& st = r.layer->stats();
       int64_t remote = 0;
       for (int e = 0; e < o.experts; ++e)
         if (e / (o.experts / ep) != ctx.coord.ep_rank) remote += st.load[e];
-      remote /= st.groups;
-      int64_t totals[2] = {remote, int64_t(ctx.ep->stats().bytes_sent / uint64_t(o.iters))};
+      int64_t totals[2] = {remote, int64_t(ctx.ep->stats().bytes_sent)};
       ctx.dp->all_reduce(totals, totals, 2, DType::i64, ReduceOp::sum).wait();
       if (ctx.rank == 0) {
         t = median(ts);
-        bytes = uint64_t(totals[1]);
-        formula = uint64_t(4 * totals[0] * C * sizeof(float));
+        bytes = uint64_t(totals[1]) / uint64_t(o.steps);
+        const int64_t counts = int64_t(ep) * (ep - 1) * (o.experts / ep) * 4 * o.steps;
+        formula = uint64_t(4 * totals[0] * C * int64_t(sizeof(float)) + counts) / uint64_t(o.steps);
         for (const ParamInfo& p : r.table.entries())
           if (is_expert_param(p.name)) expert_floats += p.numel;
       }
     });
-    std::printf(
-        "  dp=2 ep=%d: %8.2f ms/iter per rank  %10.0f tok/s (both ranks)  expert params"
-        " per rank %.2f MB  a2a bytes/iter (both ranks) %llu, formula 4*remote_rows*C*4 = %llu\n",
-        ep, 1e3 * t, 2 * N / t, expert_floats * 4e-6, (unsigned long long)bytes,
-        (unsigned long long)formula);
+    const std::string what = "MoE, dp=2 ep=" + std::to_string(ep) + " (2 ranks, 1 thread each)";
+    char note[64];
+    std::snprintf(note, sizeof note, "expert params/rank %.2f MB", double(expert_floats) * 4e-6);
+    row("dp=2", what, t, 2.0 * N, note);
+    if (ep > 1) {
+      std::printf(
+          "         all-to-all bytes/iter (both ranks): measured %llu, formula "
+          "4*remote_rows*C*4 + counts = %llu%s\n",
+          (unsigned long long)bytes, (unsigned long long)formula,
+          bytes == formula ? "" : "  MISMATCH");
+      bytes_ok = bytes_ok && bytes == formula;
+    }
   }
-  return 0;
+  return bytes_ok ? 0 : 1;
 }

@@ -104,26 +104,61 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   set_tests_properties(equivalence.tp_full_matrix PROPERTIES LABELS "equivalence;tp" TIMEOUT 900)
 endif()
 
-# Pipeline parallelism: per-step losses against one worker. Losses only for now: an export
-# under --pp needs the stages' tensors gathered to one rank, which is not built yet.
+# Pipeline parallelism: per-step losses and exported weights (gathered from the stages to
+# rank 0) against one worker.
+# pp {2,4} x every schedule (interleaved: 2 virtual stages) x microbatches {pp, 2pp}, uneven
+# --stage-layers, and pp composed with dp (ZeRO 0-3, zb-h1 and interleaved under dp 2) and
+# tp (the 3-D mesh). About 30 runs of a second each.
+set(MT_PP_LAYOUTS)
+foreach(pp 2 4)
+  math(EXPR pp2 "2 * ${pp}")
+  foreach(mb ${pp} ${pp2})
+    foreach(sched gpipe 1f1b zb-h1)
+      list(APPEND MT_PP_LAYOUTS --layout "--pp ${pp} --microbatches ${mb} --schedule ${sched}")
+    endforeach()
+    list(APPEND MT_PP_LAYOUTS
+         --layout "--pp ${pp} --microbatches ${mb} --schedule interleaved --virtual-stages 2")
+  endforeach()
+endforeach()
 add_test(NAME equivalence.pp_schedules
-         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --losses-only --repeat
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --repeat
                  --base "--layers 4 --dim 64 --heads 4 --seq 32 --batch 8 --steps 10 --lr-schedule constant --grad-clip 0.5"
-                 --layout "--pp 2 --microbatches 2 --schedule gpipe"
-                 --layout "--pp 2 --microbatches 4 --schedule 1f1b"
-                 --layout "--pp 2 --microbatches 4 --schedule zb-h1"
-                 --layout "--pp 4 --microbatches 4 --schedule 1f1b"
-                 --layout "--pp 4 --microbatches 8 --schedule zb-h1"
+                 ${MT_PP_LAYOUTS}
                  --layout "--pp 4 --microbatches 8 --schedule gpipe --stage-layers 2,1,1,0"
+                 --layout "--pp 2 --microbatches 4 --schedule interleaved --virtual-stages 2 --stage-layers 2,1,0,1"
                  --layout "--dp 2 --pp 2 --microbatches 2 --schedule 1f1b"
-                 --layout "--dp 2 --pp 2 --tp 2 --microbatches 2 --schedule 1f1b")
+                 --layout "--dp 2 --pp 2 --microbatches 2 --schedule 1f1b --zero 1"
+                 --layout "--dp 2 --pp 2 --microbatches 4 --schedule gpipe --zero 2"
+                 --layout "--dp 2 --pp 2 --microbatches 2 --schedule 1f1b --zero 3"
+                 --layout "--dp 2 --pp 4 --microbatches 4 --schedule 1f1b --zero 1"
+                 --layout "--dp 2 --pp 2 --microbatches 4 --schedule zb-h1"
+                 --layout "--dp 2 --pp 2 --microbatches 4 --schedule zb-h1 --zero 2"
+                 --layout "--dp 2 --pp 2 --microbatches 2 --schedule interleaved --virtual-stages 2"
+                 --layout "--dp 2 --pp 2 --microbatches 4 --schedule interleaved --virtual-stages 2 --zero 1"
+                 --layout "--dp 2 --pp 2 --tp 2 --microbatches 2 --schedule 1f1b"
+                 --layout "--dp 2 --pp 2 --tp 2 --microbatches 2 --schedule 1f1b --zero 1")
 add_test(NAME equivalence.pp_mpi_np2
-         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --losses-only
-                 --base "--layers 2 --dim 64 --heads 4 --seq 32 --batch 8 --steps 10 --lr-schedule constant"
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN}
+                 --base "--layers 2 --dim 64 --heads 4 --seq 32 --batch 8 --steps 10 --lr-schedule constant --eval-every 5 --eval-batches 1"
                  --launcher "${MT_EQUIV_MPIRUN} -np 2 {bin}"
                  --layout "--backend mpi --pp 2 --microbatches 4 --schedule 1f1b"
                  --layout "--backend mpi --pp 2 --microbatches 4 --schedule zb-h1")
-set_tests_properties(equivalence.pp_schedules PROPERTIES LABELS "equivalence;pp" TIMEOUT 300)
+# The global view under pp: checkpoints saved under pp resume under one worker and other
+# meshes (and the reverse); --eval-every reports one worker's val_loss (a forward-only pass
+# through the stages) and the final sample is one worker's, text for text.
+add_test(NAME equivalence.pp_resume
+         COMMAND ${MT_EQUIV} resume --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE}
+                 --pair "--pp 2 --microbatches 2 --schedule 1f1b|"
+                 --pair "|--pp 2 --microbatches 4 --schedule zb-h1"
+                 --pair "--dp 2 --pp 2 --tp 2 --microbatches 2|--pp 4 --microbatches 4 --schedule gpipe")
+add_test(NAME equivalence.pp_eval_sample
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --sample 32
+                 --base "--layers 4 --dim 64 --heads 4 --seq 32 --batch 8 --steps 4 --lr-schedule constant --eval-every 2 --eval-batches 2"
+                 --layout "--pp 2 --microbatches 2"
+                 --layout "--pp 2 --microbatches 4 --schedule interleaved --virtual-stages 2"
+                 --layout "--dp 2 --pp 2 --tp 2 --sequence-parallel --microbatches 2")
+set_tests_properties(equivalence.pp_schedules equivalence.pp_resume equivalence.pp_eval_sample
+                     PROPERTIES LABELS "equivalence;pp" TIMEOUT 300)
 set_tests_properties(equivalence.pp_mpi_np2 PROPERTIES LABELS "equivalence;pp;mpi" TIMEOUT 300)
 
 # Mixture of experts (docs/moe.md). The aux loss and the capacity are per group (one
@@ -143,22 +178,44 @@ add_test(NAME equivalence.moe_dp_capacity
 add_test(NAME equivalence.moe_resume
          COMMAND ${MT_EQUIV} resume --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_MOE}
                  --reference "--microbatches 2" --pair "--dp 2 --zero 1|--microbatches 2")
-# Expert parallelism (stage 0 only; losses only: --export under --ep is refused until the
-# experts are gathered from their owners). dp 4 x ep 2 exercises the ep_replica reduction.
+# Expert parallelism (ZeRO 0-2; exports gather the experts from their owners to rank 0).
+# dp 4 x ep 2 exercises the ep_replica reduction;
+# under ZeRO 1-2 the experts must also survive the parameter all-gather over dp.
 add_test(NAME equivalence.moe_ep
-         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --losses-only --repeat
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --repeat
                  --base "${MT_EQUIV_MOE} --capacity-factor 1.25"
                  --reference "--microbatches 4"
                  --layout "--dp 4 --ep 4" --layout "--dp 4 --ep 2"
-                 --layout "--dp 2 --ep 2 --microbatches 2")
+                 --layout "--dp 2 --ep 2 --microbatches 2"
+                 --layout "--dp 2 --ep 2 --zero 1 --microbatches 2" --layout "--dp 4 --ep 2 --zero 1"
+                 --layout "--dp 4 --ep 2 --zero 2" --layout "--dp 4 --ep 4 --zero 2")
 add_test(NAME equivalence.moe_ep_dropless
-         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --losses-only
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN}
                  --base ${MT_EQUIV_MOE} --reference "--microbatches 2" --layout "--dp 2 --ep 2")
 add_test(NAME equivalence.moe_ep_mpi_np2
-         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --losses-only --base ${MT_EQUIV_MOE}
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_MOE}
                  --reference "--microbatches 2" --launcher "${MT_EQUIV_MPIRUN} -np 2 {bin}"
                  --layout "--backend mpi --dp 2 --ep 2")
-set_tests_properties(equivalence.moe_ep equivalence.moe_ep_dropless
+# Checkpoints across ep layouts (both directions, two MoE groups each), the router biases
+# of --router-bias-update through a save/load (they steer expert selection: a resume
+# without them diverges), and --init-from under ep and pp: every layout starts from the
+# weights of 3 one-worker steps and must continue as one worker does, down to the final
+# sample (drawn on rank 0 from the gathered model, router biases included).
+add_test(NAME equivalence.moe_ep_resume
+         COMMAND ${MT_EQUIV} resume --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_MOE}
+                 --reference "--microbatches 2"
+                 --pair "--dp 2 --ep 2|--microbatches 2" --pair "--microbatches 2|--dp 2 --ep 2")
+add_test(NAME equivalence.moe_router_bias_resume
+         COMMAND ${MT_EQUIV} resume --bin ${MT_EQUIV_BIN}
+                 --base "${MT_EQUIV_MOE} --router-bias-update 0.01" --reference "--microbatches 2"
+                 --pair "--dp 2 --ep 2|--microbatches 2" --pair "--microbatches 2|--microbatches 2"
+                 --pair "--pp 2 --dp 2 --ep 2|--microbatches 2")
+add_test(NAME equivalence.moe_init_from
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --init-steps 3 --sample 32
+                 --base "${MT_EQUIV_MOE} --router-bias-update 0.01" --reference "--microbatches 2"
+                 --layout "--dp 2 --ep 2" --layout "--pp 2 --microbatches 2")
+set_tests_properties(equivalence.moe_ep equivalence.moe_ep_dropless equivalence.moe_ep_resume
+                     equivalence.moe_router_bias_resume equivalence.moe_init_from
                      PROPERTIES LABELS "equivalence;moe" TIMEOUT 300)
 set_tests_properties(equivalence.moe_ep_mpi_np2 PROPERTIES LABELS "equivalence;moe;mpi" TIMEOUT 300)
 # Metrics sanity: every step reports aux_loss > 0 and, per MoE layer, expert_load summing
@@ -189,3 +246,35 @@ add_test(NAME equivalence.moe_metrics
 set_tests_properties(equivalence.moe_dp_dropless equivalence.moe_dp_capacity
                      equivalence.moe_resume equivalence.moe_metrics
                      PROPERTIES LABELS "equivalence;moe" TIMEOUT 300)
+# MoE blocks inside pipeline stages: 4 blocks over 2 (or 4) stages, capacity drops, and an
+# aux coefficient large enough that a wrong aux gradient scale (it must stay 1/(dp x
+# microbatches) whatever order the schedule runs the microbatches in) moves the losses
+# by ~1e-4. Every schedule that runs MoE backward split (zb-h1) or fused; ep's all-to-alls
+# inside a stage. Losses only (no --export under --pp yet).
+set(MT_EQUIV_MOE_PP "${MT_EQUIV_BASE} --layers 4 --experts 4 --topk 2 --capacity-factor 1.25 --aux-loss-coef 0.1")
+add_test(NAME equivalence.moe_pp
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --losses-only --repeat
+                 --base ${MT_EQUIV_MOE_PP} --reference "--microbatches 4"
+                 --layout "--pp 2 --dp 2 --ep 2 --microbatches 2 --schedule 1f1b"
+                 --layout "--pp 2 --dp 2 --ep 2 --microbatches 2 --schedule gpipe"
+                 --layout "--pp 2 --dp 2 --microbatches 2"
+                 --layout "--pp 2 --microbatches 4 --schedule 1f1b"
+                 --layout "--pp 2 --microbatches 4 --schedule gpipe"
+                 --layout "--pp 2 --microbatches 4 --schedule zb-h1"
+                 --layout "--pp 4 --microbatches 4 --schedule zb-h1")
+# The stages' routing metrics gathered to rank 0: every MoE block, in order, as one worker.
+add_test(NAME equivalence.moe_pp_metrics
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/equivalence/moe_metrics_compare.py
+                 --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_MOE_PP} --reference "--microbatches 4"
+                 --blocks 4 --layout "--pp 2 --dp 2 --ep 2 --microbatches 2"
+                 --layout "--pp 2 --microbatches 4 --schedule zb-h1"
+                 --layout "--pp 4 --microbatches 4 --moe-every 1")
+add_test(NAME equivalence.moe_pp_mpi_np4
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --losses-only
+                 --base ${MT_EQUIV_MOE_PP} --reference "--microbatches 4"
+                 --launcher "${MT_EQUIV_MPIRUN} -np 4 {bin}"
+                 --layout "--backend mpi --pp 2 --dp 2 --ep 2 --microbatches 2")
+set_tests_properties(equivalence.moe_pp equivalence.moe_pp_metrics
+                     PROPERTIES LABELS "equivalence;moe;pp" TIMEOUT 300)
+set_tests_properties(equivalence.moe_pp_mpi_np4
+                     PROPERTIES LABELS "equivalence;moe;pp;mpi" TIMEOUT 300)

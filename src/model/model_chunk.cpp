@@ -103,20 +103,42 @@ double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, 
   return loss;
 }
 
+// The split backward calls the hooks as the fused one does, so a data-parallel engine sees
+// the same unit order: B reads the weights (before_use / after_use), W only accumulates
+// (before_grads / grads_final; it needs no weights, only the slot's activations).
 void ModelChunk::backward_input(int slot, int b, int T) {
   float* s = pool_->base(slot);
-  if (head_) head_->backward_input(s, x(slot, nblocks()), dx(slot, nblocks()), b, T);
-  for (int i = nblocks() - 1; i >= 0; --i)
+  const int n = nblocks();
+  if (head_) {
+    before_use(0, n > 0 ? n : -1);
+    head_->backward_input(s, x(slot, n), dx(slot, n), b, T);
+  }
+  for (int i = n - 1; i >= 0; --i) {
+    before_use(1 + i, i > 0 ? i : -1);
     blocks_[i]->backward_input(s, x(slot, i), dx(slot, i + 1), dx(slot, i),
                                attention_scratch_.data(), b, T);
+    after_use(1 + i);
+  }
+  if (head_ || embedding_) after_use(0);
 }
 
 void ModelChunk::backward_weight(int slot, int b, int T) {
   float* s = pool_->base(slot);
-  if (head_) head_->backward_weight(s, x(slot, nblocks()), b, T);
-  for (int i = nblocks() - 1; i >= 0; --i)
+  const int n = nblocks();
+  if (head_) {
+    before_grads(0);
+    head_->backward_weight(s, x(slot, n), b, T);
+  }
+  for (int i = n - 1; i >= 0; --i) {
+    before_grads(1 + i);
     blocks_[i]->backward_weight(s, x(slot, i), dx(slot, i + 1), b, T);
-  if (embedding_) embedding_->backward_weight(dx(slot, 0), tokens(slot), b, T, sp_scratch_.data());
+    grads_final(1 + i);
+  }
+  if (embedding_) {
+    before_grads(0);
+    embedding_->backward_weight(dx(slot, 0), tokens(slot), b, T, sp_scratch_.data());
+  }
+  if (head_ || embedding_) grads_final(0);
 }
 
 void ModelChunk::backward(int slot, int b, int T) {

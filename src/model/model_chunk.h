@@ -81,6 +81,9 @@ class ModelChunk {
   // Returns the summed token loss (last chunk; 0 otherwise). dloss scales the loss
   // gradient (1 / global token count); 0 means evaluation only.
   double forward(int slot, const int* tokens, const int* targets, int b, int T, float dloss);
+  // The split backward (zero-bubble schedules): B reads the weights and produces the
+  // input gradient, W accumulates the weight gradients; both call the hooks in the fused
+  // backward's unit order (before_use/after_use in B, before_grads/grads_final in W).
   void backward_input(int slot, int b, int T);
   void backward_weight(int slot, int b, int T);
   // backward_input and backward_weight interleaved layer by layer (B then W of the head,

@@ -24,7 +24,8 @@ bool is_expert_param(const std::string& name) {
 
 MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard& ep, int max_tokens,
                    ParamTable& table, SlotLayout& layout)
-    : C_(cfg.dim),
+    : layer_(layer),
+      C_(cfg.dim),
       H_(cfg.hidden()),
       E_(cfg.experts),
       k_(cfg.topk),

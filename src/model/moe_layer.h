@@ -90,6 +90,8 @@ class MoeLayer {
   // update). No-op when --router-bias-update is 0.
   void update_router_bias(const int64_t* load);
 
+  // Global block index of this layer (transformer.h.{layer}).
+  int layer() const { return layer_; }
   int experts() const { return E_; }
   int first_local_expert() const { return e0_; }
   int local_experts() const { return El_; }
@@ -102,7 +104,7 @@ class MoeLayer {
   // Sends rows (send_rows[d] to rank d) and waits; recv gets recv_rows[s] from rank s.
   void exchange(const float* send, const int32_t* send_rows, float* recv, const int32_t* recv_rows);
 
-  int C_, H_, E_, k_, El_, e0_, ep_size_, max_tokens_, max_rows_;
+  int layer_, C_, H_, E_, k_, El_, e0_, ep_size_, max_tokens_, max_rows_;
   float capacity_factor_, alpha_, gamma_;
   float aux_grad_scale_ = 1.0f;
   bool record_stats_ = true;

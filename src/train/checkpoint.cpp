@@ -143,7 +143,8 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
 
 void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                      const GlobalTensors& params, const GlobalTensors& exp_avg,
-                     const GlobalTensors& exp_avg_sq, const TrainState& state) {
+                     const GlobalTensors& exp_avg_sq, const TrainState& state,
+                     const std::vector<NamedTensor>& optimizer_extra) {
   publish_dir_atomic(dir, [&](const std::string& tmp) {
     auto meta = config_metadata(cfg);
     write_arena(tmp + "/model.safetensors", table, params, "", meta);
@@ -152,6 +153,8 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
     auto t1 = global_tensors(table, exp_avg, ".exp_avg", n1);
     auto t2 = global_tensors(table, exp_avg_sq, ".exp_avg_sq", n2);
     t1.insert(t1.end(), t2.begin(), t2.end());
+    for (const NamedTensor& e : optimizer_extra)
+      t1.push_back({e.name, {int64_t(e.data.size())}, e.data.data()});
     write_safetensors(tmp + "/optimizer.safetensors", t1, meta);
     nlohmann::json j = {{"format_version", kFormatVersion},
                         {"step", state.step},
@@ -191,6 +194,30 @@ TrainState load_checkpoint(const std::string& dir, const ParamTable& table, cons
   read_arena(moments, table, g.exp_avg, ".exp_avg");
   read_arena(moments, table, g.exp_avg_sq, ".exp_avg_sq");
   return s;
+}
+
+std::string router_bias_name(const std::string& router_weight_name) {
+  const std::string weight = ".weight";
+  MT_CHECK(router_weight_name.ends_with(".router" + weight), router_weight_name,
+           " is not a router weight");
+  return router_weight_name.substr(0, router_weight_name.size() - weight.size()) + ".expert_bias";
+}
+
+void load_router_biases(const std::string& dir, const ParamTable& table,
+                        const std::vector<MoeLayer*>& moe) {
+  if (moe.empty()) return;
+  SafetensorsFile f(dir + "/optimizer.safetensors");
+  size_t i = 0;
+  for (const ParamInfo& p : table.entries()) {
+    if (!p.name.ends_with(".mlp.router.weight")) continue;
+    MT_CHECK(i < moe.size(), "more routers in the table than MoE layers");
+    std::vector<float>& bias = moe[i++]->router_bias();
+    const std::string name = router_bias_name(p.name);
+    if (!f.contains(name)) continue;
+    f.expect_shape(name, {int64_t(bias.size())});
+    f.read(name, bias.data(), bias.size());
+  }
+  MT_CHECK(i == moe.size(), "the table holds ", i, " routers for ", moe.size(), " MoE layers");
 }
 
 }  // namespace mt

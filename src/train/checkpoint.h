@@ -4,7 +4,8 @@
 //   --export FILE / --init-from FILE : model weights as fp32 safetensors (nanoGPT names)
 //   --save DIR / --load DIR          : resumable state, published atomically:
 //       DIR/model.safetensors      weights
-//       DIR/optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq"
+//       DIR/optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq", and per MoE layer
+//                                  "transformer.h.{i}.mlp.router.expert_bias" [E]
 //       DIR/state.json             step, data position, seed, model config, format
 #pragma once
 
@@ -43,6 +44,17 @@ struct GlobalState {
 // without any padding. This is what files hold.
 using GlobalTensors = std::vector<std::vector<float>>;
 
+// State outside the parameter table, written under its own name as a 1-D tensor.
+struct NamedTensor {
+  std::string name;
+  std::vector<float> data;
+};
+
+// The aux-loss-free balancing bias of the MoE layer whose router is `router_weight_name`
+// ("transformer.h.{i}.mlp.router.weight" -> "transformer.h.{i}.mlp.router.expert_bias").
+// Optimizer-like state: it lives in optimizer.safetensors.
+std::string router_bias_name(const std::string& router_weight_name);
+
 // Assembles the global tensors from the local pieces of a table-layout arena. Tensors split
 // over tensor parallelism are summed over the tp group from the pieces each rank holds
 // (each element has one owner, so the sum is exact): collective over tp, every rank gets
@@ -63,11 +75,17 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
                      const GlobalState& g, const TrainState& state);
 void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                      const GlobalTensors& params, const GlobalTensors& exp_avg,
-                     const GlobalTensors& exp_avg_sq, const TrainState& state);
+                     const GlobalTensors& exp_avg_sq, const TrainState& state,
+                     const std::vector<NamedTensor>& optimizer_extra = {});
 // Validates the directory (every file present and well-formed, shapes matching this
 // model) and restores weights, moments and state. Throws UsageError when corrupt.
 // Loading reshards by itself: each rank takes its elements of the global tensors through
 // the table's shard specs (padding rows are left as they are: zero in a fresh buffer).
 TrainState load_checkpoint(const std::string& dir, const ParamTable& table, const GlobalState& g);
+// Restores the router bias of every MoE layer this rank holds (moe: in table order) from
+// DIR/optimizer.safetensors. A checkpoint without them (written before biases were
+// saved) leaves the biases as they are (zero at the start).
+void load_router_biases(const std::string& dir, const ParamTable& table,
+                        const std::vector<MoeLayer*>& moe);
 
 }  // namespace mt

@@ -23,8 +23,10 @@
 #include "parallel/pipeline/tied_embedding.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
+#include "train/global_view.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/moe_metrics.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
 #include "train/tokenizer.h"
@@ -34,17 +36,25 @@ namespace mt {
 
 namespace {
 
-// Mean cross-entropy over `batches` global batches of `loader` (from its start).
-double evaluate(GPT& model, DataLoader& loader, int batches, DataParallel& dp) {
+// Mean cross-entropy over `batches` global batches of `loader` (from its start). Under a
+// pipeline (pipe, pp non-null) the stages run the forwards; the last stage's sum is summed
+// over pp so that every rank returns the same value.
+double evaluate(GPT& model, DataLoader& loader, int batches, DataParallel& dp,
+                PipelineExecutor* pipe = nullptr, Communicator* pp = nullptr) {
   loader.reset();
   const int b = loader.micro_batch_size(), T = loader.seq_len();
   double sum = 0;
   for (int k = 0; k < batches; ++k) {
     loader.next_batch();
+    if (pipe) {
+      sum += pipe->evaluate(loader.inputs(0), loader.targets(0));
+      continue;
+    }
     for (int j = 0; j < loader.microbatches(); ++j)
       sum += model.eval_microbatch(loader.inputs(j), loader.targets(j), b, T);
   }
-  const double total = dp.sum_over(sum);
+  double total = dp.sum_over(sum);
+  if (pp) total = sum_in_rank_order(*pp, total);
   dp.release_params();
   return total / (double(batches) * loader.tokens_per_batch());
 }
@@ -72,38 +82,21 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   const ParallelOptions& par = o.parallel;
   if (par.pp > 1) {
     // What the pipeline path does not compose with yet (docs/pipeline.md, "Executor").
-    MT_REQUIRE(par.virtual_stages == 1, "--virtual-stages ", par.virtual_stages,
-               " is not supported by the trainer yet (data parallelism runs one chunk per rank)");
-    MT_REQUIRE(par.zero == 0, "--pp ", par.pp,
-               " needs --zero 0 for now (the tied embedding "
-               "gradient is summed across stages after the data-parallel reduction)");
-    MT_REQUIRE(par.schedule != "zb-h1" || par.dp == 1,
-               "--schedule zb-h1 needs --dp 1 for now "
-               "(the split backward does not call the data-parallel hooks)");
-    MT_REQUIRE(o.io.init_from.empty() && o.io.load.empty() && o.io.save.empty() &&
-                   o.io.export_path.empty() && o.optim.eval_every == 0 && o.io.sample_tokens == 0,
-               "--pp ", par.pp,
-               " does not support --init-from, --load, --save, --export, "
-               "--eval-every or --sample-tokens yet");
+    // ZeRO 2-3 keep one edge-unit buffer per rank, and a rank of an interleaved stage
+    // holds several chunks (docs/data_parallel.md, "With pipelines and experts").
+    MT_REQUIRE(par.virtual_stages == 1 || par.zero <= 1, "--virtual-stages ", par.virtual_stages,
+               " supports --zero 0 or 1 (got --zero ", par.zero, ")");
   }
   // Mixture of experts: what the trainer composes with so far (docs/moe.md, "Integration").
   if (par.ep > 1) {
-    // Expert parallelism: the experts' gradients take their own reduction (stage 0 only),
-    // and nothing assembles the global view of the experts yet.
-    MT_REQUIRE(par.zero == 0, "--ep ", par.ep, " needs --zero 0 for now (got --zero ", par.zero,
-               ")");
-    MT_REQUIRE(o.io.init_from.empty() && o.io.load.empty() && o.io.save.empty() &&
-                   o.io.export_path.empty() && o.io.sample_tokens == 0,
-               "--ep ", par.ep,
-               " does not support --init-from, --load, --save, --export or "
-               "--sample-tokens yet (the experts are not gathered from their owners)");
+    // Expert parallelism: the experts' gradients take their own reduction and are updated
+    // in full by their owners (ZeRO 0-2).
+    MT_REQUIRE(par.zero <= 2, "--ep ", par.ep,
+               " supports --zero 0, 1 or 2 (got --zero 3: its parameter gathers over dp "
+               "would mix different ranks' experts)");
   }
   if (o.model.experts > 0) {
     MT_REQUIRE(par.tp == 1, "--experts needs --tp 1 for now (got --tp ", par.tp, ")");
-    MT_REQUIRE(par.pp == 1, "--experts needs --pp 1 for now (got --pp ", par.pp, ")");
-    // The bias is optimizer-like state that checkpoints do not hold yet.
-    MT_REQUIRE(o.model.router_bias_update == 0 || (o.io.save.empty() && o.io.load.empty()),
-               "--router-bias-update does not support --save/--load yet");
   }
   ParallelContext ctx = make_parallel_context(world, MeshShape{par.pp, par.dp, par.tp, par.ep});
   set_compute_threads(o.optim.threads);
@@ -143,9 +136,8 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   // so the differentiated aux term is the reported mean over groups (docs/moe.md).
   const std::vector<MoeLayer*> moe = model.moe_layers();
   for (MoeLayer* m : moe) m->set_aux_grad_scale(1.0f / float(par.dp * M));
-  auto record_moe_stats = [&](bool on) {
-    for (MoeLayer* m : moe) m->set_record_stats(on);
-  };
+  // Routing metrics of the whole model: summed over dp, gathered from the stages over pp.
+  MoeMetrics moe_metrics(cfg, moe, ctx.dp.get(), par.pp > 1 ? ctx.pp.get() : nullptr);
   AdamWConfig acfg{o.optim.beta1, o.optim.beta2, o.optim.eps, o.optim.weight_decay};
   std::vector<OptimPiece> pieces;
   for (const UpdatePiece& p : dp.update_pieces())
@@ -164,23 +156,33 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     pipe = std::make_unique<PipelineExecutor>(std::move(s), ctx.coord.pp, mine, *ctx.pp,
                                               PipelineShape{b, T, cfg.dim, sp ? par.tp : 1});
     // Data parallelism reduces once, when the last microbatch's weight gradients are done.
-    pipe->set_before_weight_grads([&](int mb, int) { dp.begin_microbatch(mb == M - 1); });
+    // Per chunk: with interleaving one chunk's last backward precedes another's earlier ones.
+    pipe->set_before_weight_grads([&](int mb, int c) { dp.begin_microbatch(mb == M - 1, c); });
   }
   const bool tied_here = pipe && (ctx.first_stage() || ctx.last_stage());
 
   // Checkpoints hold the global view: assemble it (collective) before writing, and
   // distribute it after reading, so any layout can load what any other one saved.
-  // Gathered over dp first (this rank's tensors, table layout), then over tp (global tensors).
+  // Gathered over dp first (this rank's tensors, table layout), then over tp (global tensors),
+  // then from the stages and expert owners to rank 0 (train/global_view.h).
+  std::optional<GlobalView> view;
+  if (!o.io.save.empty() || !o.io.export_path.empty() || o.io.sample_tokens > 0)
+    view.emplace(cfg, table, moe, *ctx.world);
   auto save = [&](int step) {
-    std::vector<float> p(table.total()), m(table.total()), v(table.total());
-    dp.gather_params(p.data());
-    dp.gather_dense(opt.exp_avg().data(), m.data());
-    dp.gather_dense(opt.exp_avg_sq().data(), v.data());
-    const GlobalTensors gp = assemble_global(table, p.data(), tp_comm);
-    const GlobalTensors gm = assemble_global(table, m.data(), tp_comm);
-    const GlobalTensors gv = assemble_global(table, v.data(), tp_comm);
+    GlobalTensors gp, gm, gv;
+    {
+      std::vector<float> buf(table.total());
+      dp.gather_params(buf.data());
+      gp = view->to_lead(assemble_global(table, buf.data(), tp_comm));
+      dp.gather_dense(opt.exp_avg().data(), buf.data());
+      gm = view->to_lead(assemble_global(table, buf.data(), tp_comm));
+      dp.gather_dense(opt.exp_avg_sq().data(), buf.data());
+      gv = view->to_lead(assemble_global(table, buf.data(), tp_comm));
+    }
+    const std::vector<NamedTensor> biases = view->router_biases_to_lead();
     if (lead)
-      save_checkpoint(o.io.save, table, cfg, gp, gm, gv, {step, train.position(), o.optim.seed});
+      save_checkpoint(o.io.save, view->whole(), cfg, gp, gm, gv,
+                      {step, train.position(), o.optim.seed}, biases);
     ctx.world->barrier().wait();  // the directory is complete when every rank goes on
   };
 
@@ -193,6 +195,7 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     dp.load_params(p.data());
     dp.scatter_dense(m.data(), opt.exp_avg().data());
     dp.scatter_dense(v.data(), opt.exp_avg_sq().data());
+    load_router_biases(o.io.load, table, moe);
     start = st.step;
     train.set_position(st.data_position);
   }
@@ -201,16 +204,8 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   MetricsWriter metrics(lead ? o.io.metrics : "");
   Progress progress(!lead || o.io.quiet);
   Trace trace(!o.io.trace.empty(), world.rank(), info.t0);
-  // Per MoE layer (pp == 1: every layer is here; layer i is block (i+1)*moe_every - 1).
-  std::vector<MoeStepMetrics> moe_last;  // the last step's, for the load summary
   auto print_moe_summary = [&](int step) {
-    for (size_t i = 0; i < moe_last.size(); ++i) {
-      const auto& load = moe_last[i].expert_load;
-      const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
-      progress.line(str("step ", step, ": moe block ", (i + 1) * cfg.moe_every - 1,
-                        " tokens/expert min ", *lo, " max ", *hi, ", dropped ",
-                        100 * moe_last[i].dropped_frac, "%, aux ", moe_last[i].aux_loss));
-    }
+    for (const std::string& line : moe_metrics.summary(step)) progress.line(line);
   };
   if (lead)
     progress.line(str("meshtrain: ", cfg.describe(), " | dp ", par.dp, " | tp ", par.tp,
@@ -232,7 +227,7 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     train.next_batch();
     const CommStats dp0 = ctx.dp->stats(), tp0 = ctx.tp->stats();
     dp.begin_step();
-    for (MoeLayer* m : moe) m->reset_stats();
+    moe_metrics.begin_step();
     double loss_sum = 0, bubble = 0;
     if (pipe) {
       PipelineEventSink sink;
@@ -250,15 +245,14 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
         loss_sum += model.train_microbatch(train.inputs(j), train.targets(j), b, T, dloss);
       }
     }
-    size_t tied_n = 0;
-    float* tied_grad = tied_here ? tied_embedding_grad(dp, table, &tied_n) : nullptr;
+    std::vector<float> tied_grad;  // the tied wte's full gradient, summed over both stages
     {
       Trace::Span span(trace, "wait grad buckets", "comm");
       dp.finish_gradients();
       // LayerNorm gradients under sequence parallelism cover this rank's rows only.
       if (sp) dp.reduce_tp_partial_grads(tp_comm);
       // Both copies of the tied wte get the sum of the embedding's and the head's parts.
-      if (tied_here) sum_tied_embedding_grad(*ctx.pp, tied_grad, tied_n);
+      if (tied_here) sum_tied_embedding_grad(*ctx.pp, dp, table, tied_grad);
     }
     double loss = dp.sum_over(loss_sum) / (double(B) * T);
     // Each parameter counted once: tp-split tensors add up over tp, replicated ones do not.
@@ -267,7 +261,7 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
       loss = sum_in_rank_order(*ctx.pp, loss);  // only the last stage's is not 0
       // The last stage's wte is a copy of the first stage's: count it once.
       if (tied_here && ctx.last_stage()) {
-        const double own = sum_squares(tied_grad, tied_n);
+        const double own = sum_squares(tied_grad.data(), tied_grad.size());
         sq -= par.tp > 1 ? sum_in_rank_order(*ctx.tp, own) : own;
       }
       sq = sum_in_rank_order(*ctx.pp, sq);
@@ -323,27 +317,15 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
       rec["tp_comm_calls"] = tp1.calls - tp0.calls;
       rec["tp_comm_wait_s"] = tp1.wait_seconds - tp0.wait_seconds;
     }
-    if (!moe.empty()) {
-      // Summed over dp; aux_loss summed over layers, dropped_frac over all assignments.
-      moe_last.clear();
-      double aux = 0, dropped = 0;
-      nlohmann::json loads = nlohmann::json::array();
-      for (MoeLayer* m : moe) {
-        moe_last.push_back(reduce_moe_metrics(*m, ctx.dp.get()));
-        aux += moe_last.back().aux_loss;
-        dropped += moe_last.back().dropped_frac / double(moe.size());
-        loads.push_back(moe_last.back().expert_load);
-      }
-      rec["aux_loss"] = aux;
-      rec["dropped_frac"] = dropped;
-      rec["expert_load"] = loads;
-    }
+    moe_metrics.reduce();  // collective: every rank, every step
+    moe_metrics.add_to(rec);
     const bool eval_now =
         val && o.optim.eval_every > 0 && (step % o.optim.eval_every == 0 || step == o.optim.steps);
     if (eval_now) {
-      record_moe_stats(false);  // routing statistics cover training forwards only
-      const double vl = evaluate(model, *val, o.optim.eval_batches, dp);
-      record_moe_stats(true);
+      moe_metrics.set_recording(false);  // routing statistics cover training forwards only
+      const double vl = evaluate(model, *val, o.optim.eval_batches, dp, pipe.get(),
+                                 pipe ? ctx.pp.get() : nullptr);
+      moe_metrics.set_recording(true);
       rec["val_loss"] = vl;
       summary.final_val_loss = vl;
       if (lead) progress.line(str("step ", step, ": val_loss ", vl));
@@ -394,7 +376,7 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   }
   progress.finish();
   if (lead && !(val && o.optim.eval_every > 0)) print_moe_summary(o.optim.steps);
-  record_moe_stats(false);  // sampling forwards
+  moe_metrics.set_recording(false);  // sampling forwards
   if (pipe && lead) {
     const int counted = std::max(1, o.optim.steps - start - 1);
     progress.line(str("pipeline bubble (", par.schedule, ", pp ", par.pp, ", ", M,
@@ -404,25 +386,34 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
 
   if (!o.io.save.empty()) save(o.optim.steps);
   // Export and sampling read the model's own arenas: gather the global weights into them,
-  // then (tensor parallelism) the global tensors out of every tp rank's pieces.
+  // then (tensor parallelism) the global tensors out of every tp rank's pieces, then the
+  // whole model from the stages and the experts' owners to rank 0.
   dp.restore_model();
   const bool sample_now = o.io.sample_tokens > 0;
-  if (!o.io.export_path.empty() || (sample_now && tp_comm)) {
-    const GlobalTensors global = assemble_global(table, model.params().data(), tp_comm);
-    if (lead && !o.io.export_path.empty()) export_weights(o.io.export_path, table, cfg, global);
-    if (lead && sample_now && tp_comm) {
-      // Sampling wants whole logit rows: run it on an unsharded copy of the model.
+  // Rank 0's own model is whole only without tp, pp and ep; otherwise sample on a copy.
+  const bool sample_copy = sample_now && (tp_comm || pipe || par.ep > 1);
+  if (!o.io.export_path.empty() || sample_copy) {
+    const GlobalTensors global =
+        view->to_lead(assemble_global(table, model.params().data(), tp_comm));
+    std::vector<NamedTensor> biases;
+    if (sample_copy) biases = view->router_biases_to_lead();  // they steer expert selection
+    if (lead && !o.io.export_path.empty())
+      export_weights(o.io.export_path, view->whole(), cfg, global);
+    if (lead && sample_copy) {
+      // Sampling wants whole logit rows and every block: run it on an unsharded copy.
       GPT whole(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
       for (size_t i = 0; i < global.size(); ++i) {
         const ParamInfo& p = whole.table().entries()[i];
-        MT_CHECK(p.name == table.entries()[i].name, "tables differ at ", p.name);
+        MT_CHECK(p.name == view->whole().entries()[i].name, "tables differ at ", p.name);
         std::copy(global[i].begin(), global[i].end(), whole.params().data() + p.offset);
       }
+      const std::vector<MoeLayer*> whole_moe = whole.moe_layers();
+      for (size_t i = 0; i < biases.size(); ++i) whole_moe[i]->router_bias() = biases[i].data;
       print_sample(whole, o, progress);
     }
   }
   if (!o.io.trace.empty()) trace.write(*ctx.world, o.io.trace);
-  if (lead && sample_now && !tp_comm) print_sample(model, o, progress);
+  if (lead && sample_now && !sample_copy) print_sample(model, o, progress);
   ctx.world->barrier().wait();
   return summary;
 }

@@ -8,6 +8,10 @@ optionally with a launcher prefix ("mpirun -np 4 ... {bin} train --backend mpi")
   compare  per-step losses (metrics JSONL) within --loss-rtol and exported weights
            (safetensors, per-tensor relative L2 error) within --weight-rtol of the reference
            run; --repeat also checks the first layout twice for bitwise-identical losses.
+           Validation losses (val_loss, when the base asks for --eval-every) are compared
+           like the losses; --sample N also compares the final N-token sample, text for text;
+           --init-steps K first trains K steps on one worker and exports the weights, and
+           every run then starts from them (--init-from).
   resume   a run saved at step K under one layout, resumed under another, continues with the
            losses of the uninterrupted reference run.
   memory   the {"event": "memory"} records against the ZeRO model-state formulas.
@@ -32,20 +36,39 @@ def run(args, layout, workdir, tag, extra, launch=True, export_weights=True):
     metrics = os.path.join(workdir, tag + ".jsonl")
     export = os.path.join(workdir, tag + ".safetensors")
     flags = shlex.split(args.base) + shlex.split(layout) + extra
-    flags += ["--metrics", metrics, "--quiet"]
+    flags += ["--metrics", metrics]
+    # The sample is printed by the progress output, which --quiet silences.
+    flags += ["--sample-tokens", str(args.sample)] if args.sample else ["--quiet"]
     if export_weights:
         flags += ["--export", export]
     cmd = [args.bin, "train"] + flags
     if args.launcher and launch:
         cmd = shlex.split(args.launcher.replace("{bin}", args.bin)) + ["train"] + flags
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="backslashreplace", env=env,
+                       timeout=args.timeout)
     if p.returncode != 0:
         print(f"FAIL [{layout}]: exit {p.returncode}\n  cmd: {shlex.join(cmd)}\n{p.stderr[-2000:]}")
         sys.exit(1)
     records = [json.loads(line) for line in open(metrics)]
     losses = {r["step"]: r["loss"] for r in records if "step" in r and "loss" in r}
+    if args.sample:
+        run.last_sample = sample_text(p.stdout)
     return losses, records, export
+
+
+def sample_text(stdout):
+    """The text between the '---- sample' line and the closing '----' line."""
+    lines = stdout.split("\n")
+    begin = [i for i, line in enumerate(lines) if line.startswith("---- sample")]
+    if not begin:
+        return None
+    end = lines.index("----", begin[-1] + 1)
+    return "\n".join(lines[begin[-1] + 1:end])
+
+
+def val_losses(records):
+    return {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
 
 
 def read_safetensors(path):
@@ -104,15 +127,32 @@ def check_weights(ref_path, got_path, rtol, layout):
 
 
 def cmd_compare(args, workdir):
-    ref, _, ref_w = run(args, args.reference, workdir, "ref", [], launch=False)
+    if args.init_steps:
+        _, _, init = run(args, "", workdir, "init", ["--steps", str(args.init_steps)],
+                         launch=False)
+        args.base += " --init-from " + shlex.quote(init)
+    ref, ref_records, ref_w = run(args, args.reference, workdir, "ref", [], launch=False)
+    ref_val, ref_sample = val_losses(ref_records), getattr(run, "last_sample", None)
     print(f"reference [{args.reference}]: {len(ref)} steps, final loss {ref[max(ref)]:.6f}")
+    if args.sample and ref_sample is None:
+        print("FAIL [reference]: printed no sample")
+        return 1
     bad = 0
     for i, layout in enumerate(args.layout):
-        got, _, got_w = run(args, layout, workdir, f"l{i}", [],
-                            export_weights=not args.losses_only)
+        got, records, got_w = run(args, layout, workdir, f"l{i}", [],
+                                  export_weights=not args.losses_only)
         worst = max(rel(got.get(s, float("nan")), ref[s]) for s in ref)
         print(f"layout [{layout}]: worst loss rel {worst:.2e}")
         bad += check_losses(ref, got, args.loss_rtol, layout)
+        if ref_val:
+            print(f"  val_loss at steps {sorted(ref_val)}")
+            bad += check_losses(ref_val, val_losses(records), args.loss_rtol, layout + " val_loss")
+        if args.sample:
+            if run.last_sample != ref_sample:
+                print(f"FAIL [{layout}]: sample {run.last_sample!r} vs reference {ref_sample!r}")
+                bad += 1
+            else:
+                print(f"  sample: identical ({len(ref_sample)} characters)")
         if not args.losses_only:
             bad += check_weights(ref_w, got_w, args.weight_rtol, layout)
         if args.repeat and i == 0:
@@ -191,6 +231,10 @@ def main():
     ap.add_argument("--repeat", action="store_true", help="also check determinism")
     ap.add_argument("--losses-only", action="store_true",
                     help="compare per-step losses only (layouts that cannot export yet)")
+    ap.add_argument("--sample", type=int, default=0,
+                    help="compare: also compare the final sample of this many tokens")
+    ap.add_argument("--init-steps", type=int, default=0,
+                    help="compare: start every run from the weights of K one-worker steps")
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="mt_equiv_") as workdir:

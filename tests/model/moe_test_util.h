@@ -54,13 +54,14 @@ struct Harness {
   Arena params, grads;
   std::vector<std::unique_ptr<Arena>> slots;
 
+  // layer_index: the block index (tensor names transformer.h.{layer_index}.mlp.*).
   Harness(const ModelConfig& cfg, const ExpertParallelShard& ep, int max_tokens, int nslots = 1,
-          uint64_t seed = 7)
+          uint64_t seed = 7, int layer_index = 0)
       : saved_threads(compute_threads()) {
     // One thread: the test shapes are tiny, and OpenMP barriers on a loaded 2-core machine
     // cost more than the work.
     set_compute_threads(1);
-    layer = std::make_unique<MoeLayer>(0, cfg, ep, max_tokens, table, layout);
+    layer = std::make_unique<MoeLayer>(layer_index, cfg, ep, max_tokens, table, layout);
     params.resize(table.total());
     grads.resize(table.total());
     fill_params(table, params.data(), seed);

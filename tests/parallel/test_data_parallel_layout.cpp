@@ -47,6 +47,31 @@ TEST(FlatLayout, BucketsGroupBlocksButNeverTheEdgeUnit) {
   EXPECT_EQ(l.buckets()[0].flat_hi, 768u);
 }
 
+// Two chunks (an interleaved stage): buckets follow each chunk's own backward order and
+// never hold units of both, whatever the bucket size; an empty edge unit (a middle chunk)
+// still gets its own bucket.
+TEST(FlatLayout, BucketsNeverSpanChunks) {
+  ParamTable t;
+  t.add("c0.edge", {100}, InitKind::zeros);
+  t.add("c0.b0", {10, 30}, InitKind::zeros);
+  t.add("c1.b0", {10, 30}, InitKind::zeros);
+  t.add("c1.b1", {10, 30}, InitKind::zeros);
+  std::vector<std::pair<size_t, size_t>> units = units_of(t);
+  // Chunk 1 holds no edge tensors: its unit 0 is empty, where its blocks begin.
+  const size_t c1 = t.at("c1.b0").offset;
+  units.insert(units.begin() + 2, {c1, c1});
+  FlatLayout l(t, units, 2, 0, /*bucket=*/1 << 20, false, /*units_per_chunk=*/{2, 3});
+  ASSERT_EQ(l.buckets().size(), 4u);
+  EXPECT_EQ(l.buckets()[0].units, std::vector<int>{1});
+  EXPECT_EQ(l.buckets()[1].units, std::vector<int>{0});
+  EXPECT_EQ(l.buckets()[2].units, (std::vector<int>{4, 3}));
+  EXPECT_EQ(l.buckets()[3].units, std::vector<int>{2});
+  EXPECT_EQ(l.buckets()[3].size(), 0u);
+  size_t covered = 0;
+  for (const FlatPiece& p : l.pieces(false)) covered += p.n;
+  EXPECT_EQ(covered, 100u + 3 * 300u);
+}
+
 // Every real element is owned by exactly one rank, at distinct shard positions.
 TEST(FlatLayout, OwnedPiecesPartitionEveryTensor) {
   for (int dp : {1, 2, 3, 4, 7}) {

@@ -11,10 +11,18 @@ namespace mt {
 
 namespace {
 
-std::vector<std::pair<size_t, size_t>> unit_ranges(ModelChunk& c) {
+// Every chunk's units, chunk 0's first (the chunks registered their tensors in order).
+std::vector<std::pair<size_t, size_t>> unit_ranges(GPT& m) {
   std::vector<std::pair<size_t, size_t>> r;
-  for (int u = 0; u < c.num_units(); ++u) r.push_back(c.unit_range(u));
+  for (int c = 0; c < m.num_chunks(); ++c)
+    for (int u = 0; u < m.chunk(c).num_units(); ++u) r.push_back(m.chunk(c).unit_range(u));
   return r;
+}
+
+std::vector<int> units_per_chunk(GPT& m) {
+  std::vector<int> n;
+  for (int c = 0; c < m.num_chunks(); ++c) n.push_back(m.chunk(c).num_units());
+  return n;
 }
 
 size_t bucket_floats(double mb) {
@@ -41,17 +49,39 @@ const ParamInfo* tensor_at(const ParamTable& table, size_t table_off) {
 
 }  // namespace
 
+// Forwards one chunk's hooks to the engine with the chunk's units renumbered globally.
+class DataParallel::ChunkAdapter final : public ChunkHooks {
+ public:
+  ChunkAdapter(DataParallel& dp, int base) : dp_(dp), base_(base) {}
+  void before_use(int unit, int next) override {
+    dp_.before_use(base_ + unit, next < 0 ? -1 : base_ + next);
+  }
+  void after_use(int unit) override { dp_.after_use(base_ + unit); }
+  void before_grads(int unit) override { dp_.before_grads(base_ + unit); }
+  void grads_final(int unit) override { dp_.grads_final(base_ + unit); }
+
+ private:
+  DataParallel& dp_;
+  int base_;
+};
+
 DataParallel::DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zero, double bucket_mb)
     : model_(model),
-      chunk_(model.chunk(0)),
       dp_(std::move(dp)),
       zero_(zero),
       rank_(dp_->rank()),
       size_(dp_->size()),
-      layout_(model.table(), unit_ranges(model.chunk(0)), dp_->size(), dp_->rank(),
-              bucket_floats(bucket_mb), zero == 3) {
-  MT_CHECK(model.num_chunks() == 1, "data parallelism runs one chunk per rank");
+      layout_(model.table(), unit_ranges(model), dp_->size(), dp_->rank(), bucket_floats(bucket_mb),
+              zero == 3, units_per_chunk(model)) {
   MT_CHECK(zero >= 0 && zero <= 3);
+  // ZeRO-2/3 keep one gradient (and gather) buffer for "the" edge unit, open through the
+  // whole backward of a chunk: several chunks would need one each.
+  MT_CHECK(model.num_chunks() == 1 || zero < 2, "ZeRO ", zero, " runs one chunk per rank");
+  for (int c = 0; c < model.num_chunks(); ++c) {
+    unit_base_.push_back(int(unit_chunk_.size()));
+    unit_chunk_.insert(unit_chunk_.end(), size_t(model.chunk(c).num_units()), c);
+  }
+  last_microbatch_.assign(size_t(model.num_chunks()), 1);
   const size_t nb = layout_.buckets().size(), nu = layout_.units().size();
   params_.resize(zero_ == 3 ? layout_.shard_size() : layout_.flat_size());
   if (zero_ < 2) {
@@ -94,28 +124,60 @@ DataParallel::DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zer
     if (!gbase_[u]) gbase_[u] = pbase_[u];
     bind(int(u));
   }
-  chunk_.set_hooks(this);
+  for (int c = 0; c < model.num_chunks(); ++c) {
+    adapters_.push_back(std::make_unique<ChunkAdapter>(*this, unit_base_[size_t(c)]));
+    model.chunk(c).set_hooks(adapters_.back().get());
+  }
 }
 
 void DataParallel::set_expert_groups(std::shared_ptr<Communicator> ep,
                                      std::shared_ptr<Communicator> ep_replica) {
-  MT_REQUIRE(zero_ == 0, "--ep > 1 needs --zero 0 for now (got --zero ", zero_, ")");
+  MT_REQUIRE(zero_ < 3,
+             "--ep > 1 supports --zero 0, 1 or 2 (got --zero 3: its parameter "
+             "gathers over dp would mix the experts of different ranks)");
   ep_ = std::move(ep);
   ep_replica_ = std::move(ep_replica);
+  // The experts are updated in full by every rank: its own pieces of the other tensors,
+  // every piece of its experts (the same flat offsets hold other experts elsewhere).
+  std::vector<UpdatePiece> update;
+  std::vector<const ParamInfo*> param;
+  std::vector<char> expert;
+  for (bool experts : {false, true})
+    for (const FlatPiece& p : layout_.pieces(/*owned_only=*/zero_ > 0 && !experts)) {
+      const ParamInfo* info = tensor_at(model_.table(), p.table_off);
+      if (is_expert_param(info->name) != experts) continue;
+      update.push_back(
+          {p.table_off, p.flat_off, zero_ >= 2 ? p.shard_off : p.flat_off, p.n, p.decay});
+      param.push_back(info);
+      expert.push_back(experts);
+    }
+  update_ = std::move(update);
+  update_param_ = std::move(param);
+  update_expert_ = std::move(expert);
   expert_ranges_.clear();
   size_t total = 0;
   for (size_t i = 0; i < update_.size(); ++i)
-    if (is_expert_param(update_param_[i]->name)) {
-      expert_ranges_.push_back({update_[i].grad_off, update_[i].n});
+    if (update_expert_[i]) {
+      expert_ranges_.push_back({update_[i].param_off, update_[i].n});
+      // Stage 2: the experts' gradients live after the shard, packed.
+      if (zero_ == 2) update_[i].grad_off = layout_.shard_size() + total;
       total += update_[i].n;
     }
   expert_saved_.assign(total, 0.f);
+  if (zero_ == 2) grad_shard_.resize(layout_.shard_size() + total);
 }
 
-// Restores the expert gradients the dp all-reduce mixed up and sums them over ep_replica.
+// Restores the expert gradients the dp reduction mixed up and sums them over ep_replica.
 void DataParallel::reduce_expert_grads() {
   if (expert_ranges_.empty()) return;
-  if (ep_replica_ && ep_replica_->size() > 1)
+  const bool replicas = ep_replica_ && ep_replica_->size() > 1;
+  if (zero_ == 2) {
+    float* g = grad_shard_.data() + layout_.shard_size();
+    if (replicas)
+      wait(ep_replica_->all_reduce(g, g, expert_saved_.size(), DType::f32, ReduceOp::sum));
+    return;
+  }
+  if (replicas)
     wait(ep_replica_->all_reduce(expert_saved_.data(), expert_saved_.data(), expert_saved_.size(),
                                  DType::f32, ReduceOp::sum));
   size_t off = 0;
@@ -126,7 +188,7 @@ void DataParallel::reduce_expert_grads() {
 }
 
 DataParallel::~DataParallel() {
-  chunk_.set_hooks(nullptr);
+  for (int c = 0; c < model_.num_chunks(); ++c) model_.chunk(c).set_hooks(nullptr);
   // Never leave a collective writing into freed buffers.
   try {
     while (!inflight_.empty()) reclaim_oldest();
@@ -165,13 +227,18 @@ void DataParallel::gather_params(float* global) {
 void DataParallel::gather_dense(const float* dense, float* global) {
   const size_t total = model_.table().total();
   std::memset(global, 0, total * sizeof(float));
-  size_t off = 0;
-  for (const UpdatePiece& p : update_) {
-    std::memcpy(global + p.table_off, dense + off, p.n * sizeof(float));
-    off += p.n;
+  // Experts after the sum: every rank holds all of its own, and other ranks' differ.
+  for (bool experts : {false, true}) {
+    size_t off = 0;
+    for (size_t i = 0; i < update_.size(); ++i) {
+      const UpdatePiece& p = update_[i];
+      if (is_expert_piece(i) == experts)
+        std::memcpy(global + p.table_off, dense + off, p.n * sizeof(float));
+      off += p.n;
+    }
+    if (!experts && zero_ > 0 && size_ > 1)
+      wait(dp_->all_reduce(global, global, total, DType::f32, ReduceOp::sum));
   }
-  if (zero_ > 0 && size_ > 1)
-    wait(dp_->all_reduce(global, global, total, DType::f32, ReduceOp::sum));
 }
 
 void DataParallel::scatter_dense(const float* global, float* dense) const {
@@ -185,7 +252,7 @@ void DataParallel::scatter_dense(const float* global, float* dense) const {
 void DataParallel::restore_model() {
   model_.restore_arenas();
   gather_params(model_.params().data());
-  chunk_.set_hooks(nullptr);
+  for (int c = 0; c < model_.num_chunks(); ++c) model_.chunk(c).set_hooks(nullptr);
 }
 
 // ---- one step -------------------------------------------------------------------------
@@ -197,8 +264,8 @@ void DataParallel::begin_step() {
     grad_shard_.zero();
 }
 
-void DataParallel::begin_microbatch(bool last) {
-  last_microbatch_ = last;
+void DataParallel::begin_microbatch(bool last, int chunk) {
+  last_microbatch_.at(size_t(chunk)) = last;
 }
 
 void DataParallel::finish_gradients() {
@@ -206,20 +273,38 @@ void DataParallel::finish_gradients() {
   reduce_expert_grads();
 }
 
+void DataParallel::read_grad(const ParamInfo& t, float* out) {
+  const bool everything_here = zero_ == 0 || size_ == 1;
+  if (!everything_here) std::memset(out, 0, t.numel * sizeof(float));
+  const float* g = grad_storage();
+  for (const UpdatePiece& p : update_)
+    if (p.table_off >= t.offset && p.table_off < t.offset + t.numel)
+      std::memcpy(out + (p.table_off - t.offset), g + p.grad_off, p.n * sizeof(float));
+  if (!everything_here) wait(dp_->all_reduce(out, out, t.numel, DType::f32, ReduceOp::sum));
+}
+
+void DataParallel::write_grad(const ParamInfo& t, const float* in) {
+  float* g = grad_storage();
+  for (const UpdatePiece& p : update_)
+    if (p.table_off >= t.offset && p.table_off < t.offset + t.numel)
+      std::memcpy(g + p.grad_off, in + (p.table_off - t.offset), p.n * sizeof(float));
+}
+
 double DataParallel::grad_sum_squares(Communicator* tp) {
   // Stage 0 holds the reduced gradients everywhere; otherwise each rank adds its chunks.
   const float* g = grad_storage();
-  double split = 0, replicated = 0;
+  double split = 0, replicated = 0, experts = 0;
   for (size_t i = 0; i < update_.size(); ++i) {
     const UpdatePiece& p = update_[i];
-    (update_param_[i]->shard.replicated() ? replicated : split) += sum_squares(g + p.grad_off, p.n);
+    (is_expert_piece(i)                     ? experts
+     : update_param_[i]->shard.replicated() ? replicated
+                                            : split) += sum_squares(g + p.grad_off, p.n);
   }
   if (!expert_ranges_.empty()) {
-    // Each ep rank holds different experts, each once (stage 0, tp 1): add them over ep.
-    double experts = 0;
-    for (auto [flat, n] : expert_ranges_) experts += sum_squares(g + flat, n);
-    replicated -= experts;
-    return split + replicated + (ep_ ? sum_in_rank_order(*ep_, experts) : experts);
+    // Each ep rank holds its experts in full, other ep ranks others (tp 1): add them over
+    // ep; the rest is split over dp by ZeRO (stages 1-2) or whole everywhere (stage 0).
+    const double rest = zero_ == 0 ? split + replicated : sum_over(split + replicated);
+    return rest + (ep_ ? sum_in_rank_order(*ep_, experts) : experts);
   }
   if (!tp || tp->size() == 1) return zero_ == 0 ? split + replicated : sum_over(split + replicated);
   if (zero_ > 0) {
@@ -253,13 +338,24 @@ void DataParallel::scale_grads(float s) {
 }
 
 void DataParallel::after_optimizer() {
-  if (zero_ == 1 || zero_ == 2) {
+  if ((zero_ == 1 || zero_ == 2) && size_ > 1) {
+    // The gather would bring other ranks' experts into this rank's expert ranges: keep
+    // this rank's (updated in full here) aside and put them back.
+    size_t off = 0;
+    for (auto [flat, n] : expert_ranges_) {
+      std::memcpy(expert_saved_.data() + off, params_.data() + flat, n * sizeof(float));
+      off += n;
+    }
     std::vector<Work> works;
-    if (size_ > 1)
-      for (const FlatBucket& b : layout_.buckets())
-        works.push_back(dp_->all_gather(params_.data() + b.owned_lo(rank_),
-                                        params_.data() + b.flat_lo, b.chunk, DType::f32));
+    for (const FlatBucket& b : layout_.buckets())
+      works.push_back(dp_->all_gather(params_.data() + b.owned_lo(rank_),
+                                      params_.data() + b.flat_lo, b.chunk, DType::f32));
     for (Work& w : works) wait(w);
+    off = 0;
+    for (auto [flat, n] : expert_ranges_) {
+      std::memcpy(params_.data() + flat, expert_saved_.data() + off, n * sizeof(float));
+      off += n;
+    }
   }
   release_params();
 }
@@ -315,7 +411,8 @@ void DataParallel::poll() {
 }
 
 void DataParallel::bind(int unit) {
-  chunk_.bind_unit(unit, pbase_[unit], gbase_[unit]);
+  const int c = unit_chunk_[size_t(unit)];
+  model_.chunk(c).bind_unit(unit - unit_base_[size_t(c)], pbase_[unit], gbase_[unit]);
 }
 
 void DataParallel::launch(int k) {
@@ -342,6 +439,15 @@ void DataParallel::launch(int k) {
   MT_CHECK(i >= 0, "bucket ", k, " launched without a gradient buffer");
   bucket_pool_[k] = -1;
   float* buf = pool_[i].data();
+  // Expert parallelism: this microbatch's local expert gradients go to their own slot
+  // after the shard before the reduce-scatter sums other ranks' experts into them.
+  float* expert_grads = grad_shard_.data() + layout_.shard_size();
+  size_t off = 0;
+  for (auto [flat, n] : expert_ranges_) {
+    if (flat >= b.flat_lo && flat < b.flat_hi)
+      add_inplace(expert_grads + off, buf + (flat - b.flat_lo), n);
+    off += n;
+  }
   Work w;
   if (size_ > 1)
     w = dp_->reduce_scatter(buf, buf + size_t(rank_) * b.chunk, b.chunk, DType::f32, ReduceOp::sum);
@@ -412,7 +518,8 @@ void DataParallel::before_grads(int unit) {
 }
 
 void DataParallel::grads_final(int unit) {
-  if (zero_ < 2 && !last_microbatch_) return;  // accumulate locally; reduce once
+  // Stages 0-1 accumulate locally and reduce once, after the chunk's last microbatch.
+  if (zero_ < 2 && !last_microbatch_[size_t(unit_chunk_[size_t(unit)])]) return;
   const int k = layout_.units()[unit].bucket;
   if (++bucket_done_[k] == int(layout_.buckets()[k].units.size())) launch(k);
 }

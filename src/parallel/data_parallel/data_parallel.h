@@ -20,6 +20,11 @@
 //
 // Every collective is issued in the same order on every rank (the hooks run in a fixed
 // order), and reductions sum in rank order, so runs are bitwise reproducible.
+//
+// Several chunks per rank (interleaved pipelines, stages 0-1 only): every chunk's units get
+// global unit numbers (chunk 0's first), each chunk gets its own hook adapter, buckets never
+// span chunks, and "last microbatch" is tracked per chunk, since one chunk's last backward
+// may run before another chunk's earlier ones.
 #pragma once
 
 #include <array>
@@ -45,19 +50,23 @@ struct DataParallelMemory {
   size_t grad_buffer_bytes = 0;              // ZeRO-2/3 bucket pool (part of grads_bytes)
 };
 
-class DataParallel final : public ChunkHooks {
+class DataParallel final {
  public:
   // Takes the model's current (table-layout) parameters, frees its arenas and installs
-  // itself as the hooks of its single chunk. bucket_mb: bucket size in MiB.
+  // hooks on each of its chunks. bucket_mb: bucket size in MiB. More than one chunk needs
+  // zero 0 or 1.
   DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zero, double bucket_mb);
   // Expert parallelism (docs/moe.md): the experts' gradients (is_expert_param) are summed
   // over ep_replica, the dp ranks holding the same experts, instead of over dp, and
-  // counted once per expert (over ep) by grad_sum_squares. Stage 0 only; call before the
-  // first step. Every dp rank's table has the same shape (E/ep experts each), so the flat
-  // layouts line up and the dp all-reduce only has to leave the expert ranges alone.
+  // counted once per expert (over ep) by grad_sum_squares. Stages 0-2; call before the
+  // first step and before update_pieces() is read. Every dp rank's table has the same
+  // shape (E/ep experts each), so the flat layouts line up, but the same offsets hold
+  // different experts on the ranks of an ep group: the dp reductions leave the expert
+  // ranges alone, every rank updates its experts in full (ZeRO does not shard them; their
+  // optimizer state stays on the rank), and the post-optimizer all-gather keeps them.
   void set_expert_groups(std::shared_ptr<Communicator> ep,
                          std::shared_ptr<Communicator> ep_replica);
-  ~DataParallel() override;
+  ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
@@ -68,10 +77,11 @@ class DataParallel final : public ChunkHooks {
   void load_params(const float* global);
   void gather_params(float* global);
   // The runs of elements this rank updates, with their offsets in param_storage() and
-  // grad_storage(): every element at stage 0, its own chunks otherwise.
+  // grad_storage(): every element at stage 0, its own chunks otherwise (plus, under
+  // expert parallelism, every element of its experts).
   const std::vector<UpdatePiece>& update_pieces() const { return update_; }
   // Per-element state stored densely in update_pieces() order (the optimizer moments) to
-  // and from the global view.
+  // and from the global view (this rank's table; its own experts under ep).
   void gather_dense(const float* dense, float* global);
   void scatter_dense(const float* global, float* dense) const;
   // Puts the global parameters back into the model's own arenas and removes the hooks
@@ -79,9 +89,17 @@ class DataParallel final : public ChunkHooks {
   void restore_model();
 
   // --- one step ---
-  void begin_step();                 // zero gradients
-  void begin_microbatch(bool last);  // stages 0-1 reduce only after the last one
-  void finish_gradients();           // waits for every bucket
+  void begin_step();  // zero gradients
+  // Stages 0-1 reduce a chunk's gradients only after its last microbatch.
+  void begin_microbatch(bool last, int chunk = 0);
+  void finish_gradients();  // waits for every bucket
+  // After finish_gradients: the dp-reduced gradient of one tensor of the table (numel
+  // floats, table layout), identical on every dp rank. Collective over dp unless zero is
+  // 0 (each element has one owner after the reduce-scatter: the owners' pieces are summed
+  // with zeros, which is exact). write_grad puts such a tensor back into the pieces this
+  // rank updates (the tied embedding's sum across pipeline stages).
+  void read_grad(const ParamInfo& tensor, float* out);
+  void write_grad(const ParamInfo& tensor, const float* in);
   // Sum of squared gradients over the whole model, each parameter counted once. With a
   // tensor-parallel group (tp, null or of one rank: none) the tensors split over tp add up
   // over it, and the replicated ones, identical on every tp rank, count once.
@@ -103,13 +121,14 @@ class DataParallel final : public ChunkHooks {
   double take_exposed_seconds();
   DataParallelMemory memory() const;
 
-  // ChunkHooks
-  void before_use(int unit, int next_unit) override;
-  void after_use(int unit) override;
-  void before_grads(int unit) override;
-  void grads_final(int unit) override;
-
  private:
+  class ChunkAdapter;
+  // The hooks of every chunk, with units numbered globally (unit_base_[chunk] + unit).
+  void before_use(int unit, int next_unit);
+  void after_use(int unit);
+  void before_grads(int unit);
+  void grads_final(int unit);
+
   struct InFlight {
     int bucket, pool;  // pool < 0: reduced in place in grads_
     Work work;
@@ -122,6 +141,7 @@ class DataParallel final : public ChunkHooks {
   };
   void wait(Work w);
   void poll();
+  bool is_expert_piece(size_t i) const { return i < update_expert_.size() && update_expert_[i]; }
   void reduce_expert_grads();
   void bind(int unit);
   void launch(int bucket);
@@ -134,7 +154,8 @@ class DataParallel final : public ChunkHooks {
   float* gathered(int unit);
 
   GPT& model_;
-  ModelChunk& chunk_;
+  std::vector<std::unique_ptr<ChunkAdapter>> adapters_;  // one per chunk
+  std::vector<int> unit_base_, unit_chunk_;  // first global unit of a chunk; chunk of a unit
   std::shared_ptr<Communicator> dp_;
   int zero_, rank_, size_;
   FlatLayout layout_;
@@ -149,11 +170,13 @@ class DataParallel final : public ChunkHooks {
   std::vector<float*> pbase_, gbase_;  // current binding of each unit
   std::vector<UpdatePiece> update_;
   std::vector<const ParamInfo*> update_param_;  // the tensor of each update piece
-  bool last_microbatch_ = true;
+  std::vector<char> last_microbatch_;           // per chunk
   // Expert parallelism: flat ranges of the expert tensors, a copy of their local gradients
-  // taken before the dp all-reduce overwrites them, and the two groups.
+  // taken before the dp reduction overwrites them (stages 0-1) or their gradient slot at
+  // the end of the shard (stage 2: grad_shard_ + shard_size()), and the two groups.
   std::vector<std::pair<size_t, size_t>> expert_ranges_;  // (flat offset, n)
   std::vector<float> expert_saved_;                       // packed in expert_ranges_ order
+  std::vector<char> update_expert_;                       // per update piece
   std::shared_ptr<Communicator> ep_, ep_replica_;
   double exposed_ = 0;
 };

@@ -8,7 +8,8 @@ namespace mt {
 
 FlatLayout::FlatLayout(const ParamTable& table,
                        const std::vector<std::pair<size_t, size_t>>& unit_ranges, int dp,
-                       int dp_rank, size_t bucket_floats, bool one_unit_per_bucket)
+                       int dp_rank, size_t bucket_floats, bool one_unit_per_bucket,
+                       const std::vector<int>& units_per_chunk)
     : table_(table), dp_(dp), rank_(dp_rank) {
   MT_CHECK(dp >= 1 && dp_rank >= 0 && dp_rank < dp && !unit_ranges.empty());
   const size_t quantum = size_t(dp) * 16;
@@ -24,8 +25,8 @@ FlatLayout::FlatLayout(const ParamTable& table,
     flat_size_ += u.padded;
     units_.push_back(u);
   }
-  // Backward order: blocks last to first, then the edge unit on its own.
-  const int n = int(units_.size());
+  std::vector<int> per_chunk = units_per_chunk;
+  if (per_chunk.empty()) per_chunk = {int(units_.size())};
   auto open_bucket = [&](int u) {
     FlatBucket b;
     b.units = {u};
@@ -33,16 +34,25 @@ FlatLayout::FlatLayout(const ParamTable& table,
     b.flat_hi = units_[u].flat + units_[u].padded;
     buckets_.push_back(b);
   };
-  for (int u = n - 1; u >= 1; --u) {
-    FlatBucket* cur = buckets_.empty() ? nullptr : &buckets_.back();
-    if (cur && !one_unit_per_bucket && cur->size() + units_[u].padded <= bucket_floats) {
-      cur->units.push_back(u);
-      cur->flat_lo = units_[u].flat;  // descending units: the bucket grows downwards
-    } else {
-      open_bucket(u);
+  int first = 0;
+  for (int count : per_chunk) {
+    MT_CHECK(count >= 1, "a chunk has at least its edge unit");
+    // Backward order: blocks last to first, then the edge unit on its own.
+    const size_t chunk_buckets = buckets_.size();
+    for (int u = first + count - 1; u >= first + 1; --u) {
+      FlatBucket* cur = buckets_.size() > chunk_buckets ? &buckets_.back() : nullptr;
+      if (cur && !one_unit_per_bucket && cur->size() + units_[u].padded <= bucket_floats) {
+        cur->units.push_back(u);
+        cur->flat_lo = units_[u].flat;  // descending units: the bucket grows downwards
+      } else {
+        open_bucket(u);
+      }
     }
+    open_bucket(first);
+    first += count;
   }
-  open_bucket(0);
+  MT_CHECK(first == int(units_.size()), "units_per_chunk covers ", first, " of ", units_.size(),
+           " units");
   size_t shard_off = 0;
   for (size_t k = 0; k < buckets_.size(); ++k) {
     FlatBucket& b = buckets_[k];

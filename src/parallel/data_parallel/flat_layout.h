@@ -1,13 +1,15 @@
 // Where every parameter lives once data parallelism pads and shards the flat arena.
 //
 // The model's arena (table offsets) is cut into *units* (ModelChunk: the edge unit holding
-// wte/wpe/ln_f, then one unit per block). Each unit is copied into the *flat* space padded
-// to a multiple of dp*16 floats, so that any run of whole units splits into dp equal,
-// cache-line aligned chunks, however uneven the real sizes are.
+// wte/wpe/ln_f, then one unit per block; with several chunks per rank, as interleaved
+// pipelines hold, each chunk's units follow the previous chunk's). Each unit is copied into the
+// *flat* space padded to a multiple of dp*16 floats, so that any run of whole units splits into dp
+// equal, cache-line aligned chunks, however uneven the real sizes are.
 //
 // *Buckets* are runs of consecutive units in backward order (last block first, the edge
 // unit always alone and last, since the tied wte is final only after the embedding's W
-// pass), filled up to the bucket size; with ZeRO-3 every unit is its own bucket (the
+// pass), filled up to the bucket size, never across chunks (each chunk's backward runs on
+// its own, in an order the schedule decides); with ZeRO-3 every unit is its own bucket (the
 // gather granularity). Rank r owns chunk r of every bucket: the reduce-scatter of a
 // bucket leaves each rank exactly its chunk, and its *shard* is the concatenation of its
 // chunks in bucket order (bucket k's chunk at shard offset shard_off).
@@ -51,9 +53,12 @@ struct FlatPiece {
 class FlatLayout {
  public:
   // unit_ranges: arena ranges of the units, ascending and disjoint. bucket_floats: the
-  // bucket size; one_unit_per_bucket for ZeRO-3.
+  // bucket size; one_unit_per_bucket for ZeRO-3. units_per_chunk: how many consecutive
+  // units each chunk has (its edge unit first); empty: one chunk holding every unit.
+  // Buckets come chunk by chunk, each chunk's in its backward order.
   FlatLayout(const ParamTable& table, const std::vector<std::pair<size_t, size_t>>& unit_ranges,
-             int dp, int dp_rank, size_t bucket_floats, bool one_unit_per_bucket);
+             int dp, int dp_rank, size_t bucket_floats, bool one_unit_per_bucket,
+             const std::vector<int>& units_per_chunk = {});
 
   int dp() const { return dp_; }
   size_t flat_size() const { return flat_size_; }

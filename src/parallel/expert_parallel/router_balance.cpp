@@ -20,14 +20,21 @@ MoeStepMetrics reduce_moe_metrics(const MoeLayer& layer, Communicator* dp) {
   double aux = st.aux_sum;
   if (dp && dp->size() > 1) {
     dp->all_reduce(v.data(), v.data(), v.size(), DType::i64, ReduceOp::sum).wait();
-    float aux_f = float(aux);
-    dp->all_reduce(&aux_f, &aux_f, 1, DType::f32, ReduceOp::sum).wait();
-    aux = aux_f;
+    // Communicators carry no f64: the doubles travel as bytes and are added in rank order,
+    // so every rank (and every layout) gets the same sum to the last bit.
+    std::vector<double> all(size_t(dp->size()));
+    dp->all_gather(&aux, all.data(), sizeof(double), DType::u8).wait();
+    aux = 0;
+    for (double x : all) aux += x;
   }
   MoeStepMetrics m;
   m.expert_load.assign(v.begin(), v.begin() + E);
-  m.dropped_frac = v[E] > 0 ? double(v[E + 1]) / double(v[E]) : 0.0;
-  m.aux_loss = v[E + 2] > 0 ? aux / double(v[E + 2]) : 0.0;
+  m.assignments = v[E];
+  m.dropped = v[E + 1];
+  m.groups = v[E + 2];
+  m.aux_sum = aux;
+  m.dropped_frac = m.assignments > 0 ? double(m.dropped) / double(m.assignments) : 0.0;
+  m.aux_loss = m.groups > 0 ? aux / double(m.groups) : 0.0;
   return m;
 }
 

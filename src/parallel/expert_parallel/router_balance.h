@@ -18,8 +18,12 @@ void update_router_bias(MoeLayer& layer, Communicator* dp);
 // One layer's routing metrics for the step, summed over dp (collective over dp).
 struct MoeStepMetrics {
   std::vector<int64_t> expert_load;  // kept (after drops) tokens per expert
-  double dropped_frac = 0;           // dropped / routed assignments
-  double aux_loss = 0;               // mean over the groups (dp ranks x microbatches)
+  int64_t assignments = 0;           // routed (token, choice) pairs, before drops
+  int64_t dropped = 0;               // of which dropped by capacity
+  int64_t groups = 0;                // forwards (dp ranks x microbatches)
+  double aux_sum = 0;                // sum over the groups of their aux loss
+  double dropped_frac = 0;           // dropped / assignments
+  double aux_loss = 0;               // mean over the groups
 };
 MoeStepMetrics reduce_moe_metrics(const MoeLayer& layer, Communicator* dp);
 

@@ -317,4 +317,49 @@ PipelineStepStats PipelineExecutor::run(const int* tokens, const int* targets, f
   return st;
 }
 
+double PipelineExecutor::evaluate(const int* tokens, const int* targets) {
+  const int last = s_.model_chunks() - 1;
+  const int b = shape_.b, T = shape_.T;
+  const size_t mb_tokens = size_t(b) * T, n = shape_.floats();
+  double loss = 0;
+  std::vector<Work> sends;
+  std::vector<int> send_buffers;
+  int carried = -1;  // output of the previous model chunk when it ran on this stage (p = 1)
+  for (int mb = 0; mb < s_.microbatches; ++mb) {
+    for (int k = 0; k <= last; ++k) {
+      if (s_.stage_of(k) != stage_) continue;
+      ModelChunk& chunk = *chunks_[size_t(s_.local_chunk_of(k))];
+      const int slot = chunk.pool().acquire();
+      if (k > 0 && carried >= 0) {
+        std::memcpy(chunk.input(slot), buffers_[carried].data(), n * sizeof(float));
+        release_buffer(carried);
+        carried = -1;
+      } else if (k > 0) {
+        pp_.recv(chunk.input(slot), n, DType::f32, s_.stage_of(k - 1),
+                 make_p2p_tag(P2PKind::user, k, mb))
+            .wait();
+      }
+      const int* tok = k == 0 ? tokens + mb * mb_tokens : nullptr;
+      const int* tgt = k == last ? targets + mb * mb_tokens : nullptr;
+      loss += chunk.forward(slot, tok, tgt, b, T, 0.f);
+      if (k < last) {
+        // Copied out so the slot is free for the next microbatch while the send runs.
+        const int buf = acquire_buffer();
+        std::memcpy(buffers_[buf].data(), chunk.output(slot), n * sizeof(float));
+        if (s_.stage_of(k + 1) == stage_) {
+          carried = buf;
+        } else {
+          sends.push_back(pp_.send(buffers_[buf].data(), n, DType::f32, s_.stage_of(k + 1),
+                                   make_p2p_tag(P2PKind::user, k + 1, mb)));
+          send_buffers.push_back(buf);
+        }
+      }
+      chunk.pool().release(slot);
+    }
+  }
+  for (Work& w : sends) w.wait();
+  for (int buf : send_buffers) release_buffer(buf);
+  return loss;
+}
+
 }  // namespace mt

@@ -94,6 +94,15 @@ class PipelineExecutor {
   PipelineStepStats run(const int* tokens, const int* targets, float dloss,
                         const PipelineEventSink& sink = {});
 
+  // Forward only (evaluation): every microbatch through every model chunk, no gradients.
+  // The order is microbatch by microbatch, model chunk by model chunk, so each receive
+  // waits only for work that comes earlier in that order on some stage: no schedule
+  // needed, and nothing deadlocks. Activations travel as payloads without headers, tagged
+  // P2PKind::user (destination model chunk, microbatch), apart from run()'s messages.
+  // tokens, targets: as for run(). Returns the summed token cross-entropy on the stage
+  // holding the head (0 elsewhere). Every stage of the pp group must call it.
+  double evaluate(const int* tokens, const int* targets);
+
  private:
   struct Recv;
   struct Send;

@@ -33,16 +33,4 @@ double sum_in_rank_order(Communicator& group, double x) {
   return sum;
 }
 
-float* tied_embedding_grad(DataParallel& dp, const ParamTable& table, size_t* count) {
-  const ParamInfo* wte = table.find("transformer.wte.weight");
-  *count = wte ? wte->numel : 0;
-  if (!wte) return nullptr;
-  MT_CHECK(dp.zero() == 0, "the tied embedding sum across stages needs --zero 0");
-  // The edge unit (unit 0) holds wte; the flat layout moves units, not their insides.
-  const FlatUnit& edge = dp.layout().units()[0];
-  MT_CHECK(wte->offset >= edge.lo && wte->offset + wte->numel <= edge.hi,
-           "transformer.wte.weight outside the edge unit");
-  return dp.grad_storage() + edge.flat + (wte->offset - edge.lo);
-}
-
 }  // namespace mt

@@ -1,7 +1,6 @@
 // What the trainer needs around the executor when --pp > 1, kept here so the training
-// loop stays short: the layer split, the schedule's theoretical bubble, exact sums of
-// doubles across a group, and where the tied embedding's gradient lives once data
-// parallelism owns the gradient storage.
+// loop stays short: the layer split, the schedule's theoretical bubble and exact sums of
+// doubles across a group (the tied embedding's sum is in tied_embedding.h).
 #pragma once
 
 #include <cstddef>
@@ -10,7 +9,6 @@
 
 #include "comm/communicator.h"
 #include "model/config.h"
-#include "parallel/data_parallel/data_parallel.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace mt {
@@ -28,10 +26,5 @@ double theoretical_bubble(const Schedule& s);
 std::vector<double> gather_doubles(Communicator& group, double x);
 // Their sum, added in rank order: bitwise the same on every rank.
 double sum_in_rank_order(Communicator& group, double x);
-
-// The gradient of transformer.wte.weight (this rank's piece: count floats) inside the
-// engine's gradient storage. Needs ZeRO 0, where that storage is the whole reduced
-// gradient in the flat layout; null when this rank holds no wte.
-float* tied_embedding_grad(DataParallel& dp, const ParamTable& table, size_t* count);
 
 }  // namespace mt

@@ -21,4 +21,15 @@ void sum_tied_embedding_grad(Communicator& pp, float* grad, size_t count) {
   for (size_t i = 0; i < count; ++i) grad[i] += theirs[i];
 }
 
+void sum_tied_embedding_grad(Communicator& pp, DataParallel& dp, const ParamTable& table,
+                             std::vector<float>& full) {
+  const ParamInfo* wte = table.find("transformer.wte.weight");
+  full.clear();
+  if (!wte) return;
+  full.resize(wte->numel);
+  dp.read_grad(*wte, full.data());
+  sum_tied_embedding_grad(pp, full.data(), full.size());
+  dp.write_grad(*wte, full.data());
+}
+
 }  // namespace mt

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/data_parallel/data_parallel.h"
 
 namespace mt {
 
@@ -15,5 +17,15 @@ namespace mt {
 // (bitwise equal: a + b == b + a). Only those two ranks call it; no-op when pp has one rank.
 // Call it after the last microbatch's backward, before clipping.
 void sum_tied_embedding_grad(Communicator& pp, float* grad, size_t count);
+
+// The same once data parallelism owns the gradients (any ZeRO stage; the two stages' flat
+// layouts differ): reads this stage's dp-reduced wte gradient (DataParallel::read_grad,
+// collective over dp unless ZeRO 0), sums it with the other stage's and writes the sum
+// back into the pieces this rank updates, so both copies get the same update. full
+// receives the summed tensor (this rank's wte, every element), e.g. to count it once in
+// the gradient norm. Call after finish_gradients, on the first and the last stage only;
+// leaves full empty when the table has no wte.
+void sum_tied_embedding_grad(Communicator& pp, DataParallel& dp, const ParamTable& table,
+                             std::vector<float>& full);
 
 }  // namespace mt
