@@ -4,11 +4,12 @@
 // and gpipe, the simulator's value for zb-h1. Then the simulator's bubble for larger pp
 // using the measured per-op costs F, B, W.
 //
-//   bench_pp [--quick] [--steps N] [--dim C] [--seq T] [--layers L]
+//   bench_pp [--quick] [--steps N] [--dim C] [--seq T] [--layers L] [--vocab V]
 //
 // The machine is shared: take the median over steps, and read differences of a few
 // percent as noise.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,12 +30,13 @@ namespace mt {
 namespace {
 
 struct Options {
-  int steps = 7, warmup = 2, dim = 256, seq = 64, layers = 4, b = 2;
+  int steps = 7, warmup = 2, dim = 256, seq = 128, layers = 8, b = 2, vocab = 64;
   bool quick = false;
 };
 
 struct Measured {
   double bubble = 0;           // median over steps of the mean over ranks
+  double imbalance = 0;        // median over steps of |busy0 - busy1| / window
   double F = 0, B = 0, W = 0;  // mean seconds per op (B includes W when fused)
 };
 
@@ -46,13 +48,13 @@ double median(std::vector<double> v) {
 Measured run(const Options& o, const std::string& schedule, int m) {
   const int p = 2;
   ModelConfig cfg;
-  cfg.layers = o.layers, cfg.dim = o.dim, cfg.heads = 4, cfg.seq = o.seq, cfg.vocab = 256;
+  cfg.layers = o.layers, cfg.dim = o.dim, cfg.heads = 4, cfg.seq = o.seq, cfg.vocab = o.vocab;
   std::vector<int> tokens(size_t(m) * o.b * o.seq), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
     tokens[i] = int(uniform01(1, 1, i) * cfg.vocab);
     targets[i] = int(uniform01(1, 2, i) * cfg.vocab);
   }
-  std::vector<std::vector<double>> bubbles(p);
+  std::vector<std::vector<double>> busy(p), span(p);  // per rank, per recorded step
   std::vector<double> op_sum(3 * p, 0), op_count(3 * p, 0);
   run_local(p, WorldOptions{}, [&](CommWorld& w) {
     set_compute_threads(1);
@@ -78,13 +80,18 @@ Measured run(const Options& o, const std::string& schedule, int m) {
       model.zero_grads();
       ctx.world->barrier().wait();  // start together, as after an optimizer step
       const PipelineStepStats st = ex.run(tokens.data(), targets.data(), dloss, sink);
-      if (record) bubbles[s].push_back(st.bubble());
+      if (record) busy[s].push_back(st.busy_seconds), span[s].push_back(st.step_seconds);
     }
   });
   Measured r;
-  std::vector<double> per_step;
-  for (size_t i = 0; i < bubbles[0].size(); ++i)
-    per_step.push_back((bubbles[0][i] + bubbles[1][i]) / 2);
+  std::vector<double> per_step, imbalance;
+  // As the trainer measures it (pipeline_bubble): idle against the slowest rank's step.
+  for (size_t i = 0; i < busy[0].size(); ++i) {
+    const double window = std::max(span[0][i], span[1][i]);
+    per_step.push_back(1 - (busy[0][i] + busy[1][i]) / (2 * window));
+    imbalance.push_back(std::abs(busy[0][i] - busy[1][i]) / window);
+  }
+  r.imbalance = median(imbalance);
   r.bubble = median(per_step);
   auto mean_op = [&](int k) {
     const double n = op_count[k] + op_count[3 + k];
@@ -109,9 +116,12 @@ int main_impl(int argc, char** argv) {
       o.seq = next();
     else if (a == "--layers")
       o.layers = next();
+    else if (a == "--vocab")
+      o.vocab = next();
     else {
-      std::fprintf(stderr,
-                   "usage: bench_pp [--quick] [--steps N] [--dim C] [--seq T] [--layers L]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_pp [--quick] [--steps N] [--dim C] [--seq T] [--layers L] [--vocab V]\n");
       return 2;
     }
   }
@@ -119,7 +129,8 @@ int main_impl(int argc, char** argv) {
       "pp 2 (threads, 1 compute thread each), layers %d, dim %d, seq %d, b %d, "
       "median of %d steps\n",
       o.layers, o.dim, o.seq, o.b, o.steps);
-  std::printf("%-7s %4s %10s %10s %9s\n", "sched", "m", "measured", "theory", "rel.err");
+  std::printf("%-7s %4s %10s %10s %9s %10s\n", "sched", "m", "measured", "theory", "rel.err",
+              "imbalance");
   const std::vector<int> ms = o.quick ? std::vector<int>{4} : std::vector<int>{4, 8, 16};
   Measured costs;
   for (int m : ms) {
@@ -127,8 +138,8 @@ int main_impl(int argc, char** argv) {
     for (const std::string sched : {"1f1b", "zb-h1"}) {
       const Measured r = run(o, sched, m);
       const double theory = theoretical_bubble(make_schedule(sched, 2, m, 1));
-      std::printf("%-7s %4d %9.1f%% %9.1f%% %8.1f%%", sched.c_str(), m, 100 * r.bubble,
-                  100 * theory, 100 * (r.bubble - theory) / theory);
+      std::printf("%-7s %4d %9.1f%% %9.1f%% %8.1f%% %9.1f%%", sched.c_str(), m, 100 * r.bubble,
+                  100 * theory, 100 * (r.bubble - theory) / theory, 100 * r.imbalance);
       if (sched == "1f1b") {
         one_f_one_b = r.bubble;
         std::printf("\n");

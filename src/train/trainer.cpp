@@ -228,16 +228,16 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     const CommStats dp0 = ctx.dp->stats(), tp0 = ctx.tp->stats();
     dp.begin_step();
     moe_metrics.begin_step();
-    double loss_sum = 0, bubble = 0;
+    double loss_sum = 0;
+    PipelineStepStats ps;
     if (pipe) {
       PipelineEventSink sink;
       if (trace.enabled())
         sink = [&](const std::string& name, const char* cat, double begin, double end) {
           trace.add(name, cat, begin, end);
         };
-      const PipelineStepStats ps = pipe->run(train.inputs(0), train.targets(0), dloss, sink);
+      ps = pipe->run(train.inputs(0), train.targets(0), dloss, sink);
       loss_sum = ps.loss_sum;
-      bubble = ps.bubble();
     } else {
       for (int j = 0; j < M; ++j) {
         Trace::Span span(trace, "F+B mb" + std::to_string(j), "compute");
@@ -303,8 +303,7 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
                           {"comm_bytes", comm_bytes}};
     if (pipe) {
       // Idle / step time of the schedule, averaged over every rank (CONTRACTS.md §6).
-      double mean = 0;
-      for (double x : gather_doubles(*ctx.world, bubble)) mean += x / world.size();
+      const double mean = pipeline_bubble(*ctx.world, ps.busy_seconds, ps.step_seconds);
       rec["bubble"] = mean;
       rec["bubble_theory"] = bubble_theory;
       if (u > start || o.optim.steps - start == 1) bubble_sum += mean;  // step 1 warms up

@@ -1,5 +1,7 @@
 #include "parallel/pipeline/pipeline_stage.h"
 
+#include <algorithm>
+
 #include <cstring>
 
 #include "core/error.h"
@@ -31,6 +33,16 @@ double sum_in_rank_order(Communicator& group, double x) {
   double sum = 0;
   for (double v : gather_doubles(group, x)) sum += v;
   return sum;
+}
+
+double pipeline_bubble(Communicator& group, double busy_seconds, double step_seconds) {
+  const std::vector<double> busy = gather_doubles(group, busy_seconds);
+  const std::vector<double> step = gather_doubles(group, step_seconds);
+  const double window = *std::max_element(step.begin(), step.end());
+  if (window <= 0) return 0;
+  double mean = 0;
+  for (double b : busy) mean += (1 - b / window) / double(busy.size());
+  return mean;
 }
 
 }  // namespace mt

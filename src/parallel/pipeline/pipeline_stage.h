@@ -22,6 +22,12 @@ std::vector<int> resolve_stage_layers(const ModelConfig& cfg, int pp, int virtua
 // ((p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1)), else the simulator's (zb-h1).
 double theoretical_bubble(const Schedule& s);
 
+// The measured bubble of one step, averaged over the group's ranks: each rank's idle time
+// against the pipeline's step time, which is the slowest rank's (a stage that finishes
+// its last backward early waits for the others before the optimizer step, as the
+// theory's makespan assumes). Collective over group.
+double pipeline_bubble(Communicator& group, double busy_seconds, double step_seconds);
+
 // Every rank's x, in group rank order (identical vector on every rank; collective).
 std::vector<double> gather_doubles(Communicator& group, double x);
 // Their sum, added in rank order: bitwise the same on every rank.
