@@ -250,12 +250,13 @@ set_tests_properties(equivalence.moe_dp_dropless equivalence.moe_dp_capacity
 # aux coefficient large enough that a wrong aux gradient scale (it must stay 1/(dp x
 # microbatches) whatever order the schedule runs the microbatches in) moves the losses
 # by ~1e-4. Every schedule that runs MoE backward split (zb-h1) or fused; ep's all-to-alls
-# inside a stage. Losses only (no --export under --pp yet).
+# inside a stage, zb-h1 with ep and ZeRO 1. Losses and exported weights.
 set(MT_EQUIV_MOE_PP "${MT_EQUIV_BASE} --layers 4 --experts 4 --topk 2 --capacity-factor 1.25 --aux-loss-coef 0.1")
 add_test(NAME equivalence.moe_pp
-         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --losses-only --repeat
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --repeat
                  --base ${MT_EQUIV_MOE_PP} --reference "--microbatches 4"
                  --layout "--pp 2 --dp 2 --ep 2 --microbatches 2 --schedule 1f1b"
+                 --layout "--pp 2 --dp 2 --ep 2 --microbatches 2 --schedule zb-h1 --zero 1"
                  --layout "--pp 2 --dp 2 --ep 2 --microbatches 2 --schedule gpipe"
                  --layout "--pp 2 --dp 2 --microbatches 2"
                  --layout "--pp 2 --microbatches 4 --schedule 1f1b"
@@ -270,7 +271,7 @@ add_test(NAME equivalence.moe_pp_metrics
                  --layout "--pp 2 --microbatches 4 --schedule zb-h1"
                  --layout "--pp 4 --microbatches 4 --moe-every 1")
 add_test(NAME equivalence.moe_pp_mpi_np4
-         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --losses-only
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN}
                  --base ${MT_EQUIV_MOE_PP} --reference "--microbatches 4"
                  --launcher "${MT_EQUIV_MPIRUN} -np 4 {bin}"
                  --layout "--backend mpi --pp 2 --dp 2 --ep 2 --microbatches 2")
