@@ -336,7 +336,7 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     if (u == start) {
       // Memory record of every rank, gathered to rank 0 (CONTRACTS.md §6).
       const int n = world.size();
-      constexpr int kFields = 6;
+      constexpr int kFields = 7;
       std::vector<int64_t> mem(kFields * size_t(n), 0);
       int64_t* mine = mem.data() + kFields * world.rank();
       const DataParallelMemory dm = dp.memory();
@@ -346,6 +346,9 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
       mine[3] = int64_t(model.activation_peak_bytes());
       mine[4] = int64_t(dm.param_buffer_bytes);
       mine[5] = int64_t(dm.grad_buffer_bytes);
+      // Microbatches holding activations at once: the schedule's in-flight peak under pp
+      // (1f1b: stages - stage, gpipe: all), one otherwise.
+      mine[6] = pipe ? ps.peak_in_flight : 1;
       ctx.world->all_reduce(mem.data(), mem.data(), mem.size(), DType::i64, ReduceOp::sum).wait();
       for (int r = 0; r < n; ++r) {
         const int64_t* f = mem.data() + kFields * r;
@@ -356,7 +359,8 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
                        {"optimizer_bytes", f[2]},
                        {"activations_peak_bytes", f[3]},
                        {"gather_buffer_bytes", f[4]},
-                       {"grad_buffer_bytes", f[5]}});
+                       {"grad_buffer_bytes", f[5]},
+                       {"microbatches_in_flight_peak", f[6]}});
       }
       if (lead) {
         auto mib = [](int64_t bytes) {
@@ -366,7 +370,8 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
         };
         progress.line(str("memory per rank (rank 0, dp ", par.dp, ", tp ", par.tp, sp ? " sp" : "",
                           ", zero ", par.zero, "): params ", mib(mine[0]), ", grads ", mib(mine[1]),
-                          ", optimizer ", mib(mine[2]), ", activations ", mib(mine[3])));
+                          ", optimizer ", mib(mine[2]), ", activations ", mib(mine[3]),
+                          pipe ? str(" (", mine[6], " microbatches in flight)") : ""));
       }
     }
     if (!o.io.save.empty() && o.io.save_every > 0 && step % o.io.save_every == 0 &&

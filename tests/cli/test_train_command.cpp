@@ -56,6 +56,32 @@ TEST(TrainCommand, MetricsHaveTheContractKeys) {
   EXPECT_NE(slurp(d.dir / "m.jsonl").find("\"event\":\"memory\""), std::string::npos);
 }
 
+// Under --pp: bubble and its theory every step, and each rank's activation peak in
+// microbatches as the schedule implies (gpipe holds all m; 1f1b stage s holds p - s).
+TEST(TrainCommand, PipelineMetricsAndInFlightPeak) {
+  Data d;
+  for (const std::string sched : {"gpipe", "1f1b"}) {
+    const std::string m = d.dir / (sched + ".jsonl");
+    auto r = run_meshtrain(std::string("train") + kSmall + "--steps 2 --pp 2 --microbatches 4 " +
+                           "--schedule " + sched + " --data " + d.path + " --metrics " + m);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const auto& rec : step_records(m)) {
+      EXPECT_GE(rec["bubble"].get<double>(), 0.0);
+      EXPECT_LT(rec["bubble"].get<double>(), 1.0);
+      EXPECT_NEAR(rec["bubble_theory"].get<double>(), 1.0 / 5.0, 1e-12);  // (p-1)/(m+p-1)
+    }
+    std::istringstream in(slurp(m));
+    std::string line;
+    std::vector<int> peak;
+    while (std::getline(in, line))
+      if (line.find("\"memory\"") != std::string::npos)
+        peak.push_back(nlohmann::json::parse(line)["microbatches_in_flight_peak"].get<int>());
+    const std::vector<int> want =
+        sched == "gpipe" ? std::vector<int>{4, 4} : std::vector<int>{2, 1};
+    EXPECT_EQ(peak, want) << sched;
+  }
+}
+
 TEST(TrainCommand, SameCommandTwiceIsBitwiseIdentical) {
   Data d;
   std::string args = std::string("train") + kSmall + "--steps 5 --microbatches 2 --data " + d.path;
