@@ -58,7 +58,8 @@ struct RankResult {
   std::vector<float> out, dx;  // this rank's rows (all rows without sequence parallelism)
   double loss = 0;
   std::map<std::string, std::vector<float>> grads;  // global shape, zeros off this rank
-  std::map<std::string, const ParamInfo*> info;
+  // A copy: the rank's table dies with its thread, before the results are compared.
+  std::map<std::string, ParamInfo> info;
   uint64_t bytes[3] = {0, 0, 0};  // tp traffic of forward, B, W
   bool padding_grads_zero = true;
 };
@@ -68,7 +69,7 @@ void collect_grads(const ParamTable& table, const float* grads, RankResult& r) {
     std::vector<float>& g = r.grads[p.name];
     g.assign(size_t(p.global_numel()), 0.f);
     p.for_each_element([&](size_t l, int64_t e) { g[size_t(e)] = grads[p.offset + l]; });
-    r.info[p.name] = &p;
+    r.info[p.name] = p;
   }
 }
 
@@ -102,7 +103,7 @@ std::vector<RankResult> run_tp(int t, bool sp, Fn fn) {
 // assembled from their owners, partial ones summed, replicated ones identical everywhere.
 void expect_grads_match(const std::vector<RankResult>& ranks, const RankResult& twin, double tol) {
   for (const auto& [name, want] : twin.grads) {
-    const ParamInfo& info = *ranks[0].info.at(name);
+    const ParamInfo& info = ranks[0].info.at(name);
     std::vector<float> got(want.size(), 0.f);
     for (const RankResult& r : ranks) {
       const std::vector<float>& g = r.grads.at(name);

@@ -124,9 +124,13 @@ void P2PWork::wait() {
   stats_->wait_seconds.fetch_add(sw.elapsed(), std::memory_order_relaxed);
 }
 
-void P2PWork::fail(const std::string& why) {
-  // Withdraw the request so a late peer cannot write into a buffer the caller may free;
-  // if it is already matched, the copy in flight finishes first.
+P2PWork::~P2PWork() {
+  if (!withdrawn_ && op_->status.load() == 0) withdraw();
+}
+
+void P2PWork::withdraw() {
+  if (withdrawn_) return;
+  withdrawn_ = true;
   bool withdrawn = false;
   {
     std::lock_guard lock(g_->mailbox.mu);
@@ -141,6 +145,11 @@ void P2PWork::fail(const std::string& why) {
   }
   if (!withdrawn)
     while (op_->status.load() == 0) std::this_thread::yield();
+}
+
+void P2PWork::fail(const std::string& why) {
+  // Withdraw the request so a late peer cannot write into a buffer the caller may free.
+  withdraw();
   auto error = std::make_exception_ptr(RuntimeError(where_ + ": " + why));
   g_->job.fail(global_rank_, error);
   std::rethrow_exception(error);

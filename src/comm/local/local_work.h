@@ -52,10 +52,16 @@ class P2PWork final : public Work::Impl {
         stats_(std::move(stats)),
         where_(std::move(where)),
         missing_(std::move(missing)) {}
+  // A request abandoned before it completed (its owner unwinding from an error) is
+  // withdrawn, so a late peer can never write into or read from a freed buffer.
+  ~P2PWork() override;
   bool test() override;
   void wait() override;
 
  private:
+  // Takes the request out of the mailbox, or, if a peer already matched it, waits for the
+  // copy in flight to finish. After it returns the buffer is no longer touched.
+  void withdraw();
   void fail(const std::string& why);  // withdraws the request, records, throws
 
   std::shared_ptr<GroupState> g_;
@@ -66,8 +72,9 @@ class P2PWork final : public Work::Impl {
   std::shared_ptr<OpQueue> q_;
   uint64_t prior_;
   std::shared_ptr<LocalCommunicator::Stats> stats_;
-  std::string where_;    // "rank 3: recv #2 from rank 1 (tag 0x1000005) on group pp[1,5]"
-  std::string missing_;  // "rank 1 did not send"
+  std::string where_;       // "rank 3: recv #2 from rank 1 (tag 0x1000005) on group pp[1,5]"
+  std::string missing_;     // "rank 1 did not send"
+  bool withdrawn_ = false;  // withdraw() ran: the mailbox no longer holds the request
 };
 
 }  // namespace mt::local
