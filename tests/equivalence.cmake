@@ -135,6 +135,8 @@ add_test(NAME equivalence.pp_schedules
                  --layout "--dp 2 --pp 2 --microbatches 4 --schedule zb-h1 --zero 2"
                  --layout "--dp 2 --pp 2 --microbatches 2 --schedule interleaved --virtual-stages 2"
                  --layout "--dp 2 --pp 2 --microbatches 4 --schedule interleaved --virtual-stages 2 --zero 1"
+                 --layout "--dp 2 --pp 2 --microbatches 2 --schedule interleaved --virtual-stages 2 --zero 2"
+                 --layout "--dp 2 --pp 2 --microbatches 4 --schedule interleaved --virtual-stages 2 --zero 3"
                  --layout "--dp 2 --pp 2 --tp 2 --microbatches 2 --schedule 1f1b"
                  --layout "--dp 2 --pp 2 --tp 2 --microbatches 2 --schedule 1f1b --zero 1")
 add_test(NAME equivalence.pp_mpi_np2

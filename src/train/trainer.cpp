@@ -80,13 +80,6 @@ void print_sample(GPT& model, const TrainOptions& o, Progress& progress) {
 
 TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
   const ParallelOptions& par = o.parallel;
-  if (par.pp > 1) {
-    // What the pipeline path does not compose with yet (docs/pipeline.md, "Executor").
-    // ZeRO 2-3 keep one edge-unit buffer per rank, and a rank of an interleaved stage
-    // holds several chunks (docs/data_parallel.md, "With pipelines and experts").
-    MT_REQUIRE(par.virtual_stages == 1 || par.zero <= 1, "--virtual-stages ", par.virtual_stages,
-               " supports --zero 0 or 1 (got --zero ", par.zero, ")");
-  }
   // Mixture of experts: what the trainer composes with so far (docs/moe.md, "Integration").
   if (par.ep > 1) {
     // Expert parallelism: the experts' gradients take their own reduction and are updated

@@ -174,6 +174,17 @@ TEST(PipelineWithDataParallel, InterleavedChunks) {
   check_dp_pp({1, 4, "interleaved", 4, 0, /*v=*/2});  // 8 chunks of 4 layers: empty chunks
 }
 
+// ZeRO 2-3 with several chunks per rank: each chunk's edge bucket takes the shared edge
+// buffer in turn (stage 2), and each chunk with an edge unit has its own gather buffer
+// while the block buffers serve every chunk (stage 3).
+TEST(PipelineWithDataParallel, InterleavedChunksZero23) {
+  for (int zero : {2, 3}) {
+    check_dp_pp({2, 2, "interleaved", 2, zero, /*v=*/2});
+    check_dp_pp({2, 2, "interleaved", 4, zero, /*v=*/2});
+    check_dp_pp({2, 4, "interleaved", 4, zero, /*v=*/2});  // empty chunks, middle stages
+  }
+}
+
 TEST(PipelineStage, TheoreticalBubbleAndSums) {
   EXPECT_NEAR(theoretical_bubble(make_schedule("1f1b", 4, 8, 1)), 3.0 / 11, 1e-12);
   EXPECT_NEAR(theoretical_bubble(make_schedule("interleaved", 4, 8, 2)), 3.0 / 19, 1e-12);

@@ -74,33 +74,38 @@ DataParallel::DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zer
       layout_(model.table(), unit_ranges(model), dp_->size(), dp_->rank(), bucket_floats(bucket_mb),
               zero == 3, units_per_chunk(model)) {
   MT_CHECK(zero >= 0 && zero <= 3);
-  // ZeRO-2/3 keep one gradient (and gather) buffer for "the" edge unit, open through the
-  // whole backward of a chunk: several chunks would need one each.
-  MT_CHECK(model.num_chunks() == 1 || zero < 2, "ZeRO ", zero, " runs one chunk per rank");
   for (int c = 0; c < model.num_chunks(); ++c) {
     unit_base_.push_back(int(unit_chunk_.size()));
     unit_chunk_.insert(unit_chunk_.end(), size_t(model.chunk(c).num_units()), c);
   }
   last_microbatch_.assign(size_t(model.num_chunks()), 1);
   const size_t nb = layout_.buckets().size(), nu = layout_.units().size();
+  edge_bucket_.assign(nb, 0);
+  for (int base : unit_base_) edge_bucket_[size_t(layout_.units()[size_t(base)].bucket)] = 1;
   params_.resize(zero_ == 3 ? layout_.shard_size() : layout_.flat_size());
   if (zero_ < 2) {
     grads_.resize(layout_.flat_size());
   } else {
     grad_shard_.resize(layout_.shard_size());
-    // Buffer 0 holds the edge bucket, open through the whole backward (the tied wte is
-    // final only after the embedding); two more take turns: one filling, one in flight.
-    size_t block_bucket = 0;
-    for (size_t k = 0; k + 1 < nb; ++k)
-      block_bucket = std::max(block_bucket, layout_.buckets()[k].size());
-    pool_.emplace_back(layout_.buckets().back().size());
+    // Buffer 0 holds a chunk's edge bucket, open through the chunk's whole backward (the
+    // tied wte is final only after the embedding); two more take turns: one filling, one
+    // in flight. Only one chunk's backward runs at a time, so the chunks share them.
+    size_t edge_bucket = 0, block_bucket = 0;
+    for (size_t k = 0; k < nb; ++k) {
+      size_t& m = edge_bucket_[k] ? edge_bucket : block_bucket;
+      m = std::max(m, layout_.buckets()[k].size());
+    }
+    pool_.emplace_back(edge_bucket);
     for (int i = 0; i < 2; ++i) pool_.emplace_back(block_bucket);
     pool_bucket_.assign(pool_.size(), -1);
   }
   if (zero_ == 3) {
     size_t block_max = 0;
-    for (size_t u = 1; u < nu; ++u) block_max = std::max(block_max, layout_.units()[u].padded);
-    edge_.buf.resize(layout_.units()[0].padded);
+    for (size_t u = 0; u < nu; ++u)
+      if (!is_edge(int(u))) block_max = std::max(block_max, layout_.units()[u].padded);
+    edges_.resize(size_t(model.num_chunks()));
+    for (size_t c = 0; c < edges_.size(); ++c)
+      if (size_t n = layout_.units()[size_t(unit_base_[c])].padded) edges_[c].buf.resize(n);
     for (auto& s : slots_) s.buf.resize(block_max);
   }
   bucket_pool_.assign(nb, -1);
@@ -362,12 +367,14 @@ void DataParallel::after_optimizer() {
 
 void DataParallel::release_params() {
   if (zero_ < 3) return;
-  for (GatherSlot* s : {&edge_, &slots_[0], &slots_[1]}) {
-    wait(s->work);
-    s->work = Work();
-    s->unit = -1;
-    s->in_use = false;
-  }
+  auto reset = [&](GatherSlot& s) {
+    wait(s.work);
+    s.work = Work();
+    s.unit = -1;
+    s.in_use = false;
+  };
+  for (GatherSlot& s : edges_) reset(s);
+  for (GatherSlot& s : slots_) reset(s);
 }
 
 double DataParallel::sum_over(double x) {
@@ -385,8 +392,8 @@ double DataParallel::take_exposed_seconds() {
 
 DataParallelMemory DataParallel::memory() const {
   DataParallelMemory m;
-  for (const Arena* a : {&edge_.buf, &slots_[0].buf, &slots_[1].buf})
-    m.param_buffer_bytes += a->bytes();
+  for (const GatherSlot& s : edges_) m.param_buffer_bytes += s.buf.bytes();
+  for (const GatherSlot& s : slots_) m.param_buffer_bytes += s.buf.bytes();
   for (const Arena& a : pool_) m.grad_buffer_bytes += a.bytes();
   m.params_bytes = params_.bytes() + m.param_buffer_bytes;
   m.grads_bytes = grads_.bytes() + grad_shard_.bytes() + m.grad_buffer_bytes;
@@ -406,8 +413,10 @@ void DataParallel::wait(Work w) {
 // ones between layers keeps them moving while backward computes.
 void DataParallel::poll() {
   for (InFlight& f : inflight_) f.work.test();
-  if (zero_ == 3)
-    for (GatherSlot* s : {&edge_, &slots_[0], &slots_[1]}) s->work.test();
+  if (zero_ == 3) {
+    for (GatherSlot& s : edges_) s.work.test();
+    for (GatherSlot& s : slots_) s.work.test();
+  }
 }
 
 void DataParallel::bind(int unit) {
@@ -466,7 +475,7 @@ void DataParallel::reclaim_oldest() {
 }
 
 int DataParallel::acquire_pool(int bucket) {
-  const bool edge = bucket + 1 == int(layout_.buckets().size());
+  const bool edge = edge_bucket_[size_t(bucket)];
   for (;;) {
     for (size_t i = edge ? 0 : 1; i < (edge ? 1 : pool_.size()); ++i)
       if (pool_bucket_[i] < 0) return int(i);
@@ -484,9 +493,10 @@ void DataParallel::before_use(int unit, int next_unit) {
   pbase_[unit] = gathered(unit) - layout_.units()[unit].lo;
   bind(unit);
   // Prefetch: start the next unit's gather now so it arrives while this one computes.
-  if (next_unit == 0 && edge_.unit < 0) {
-    issue_gather(0);
-  } else if (next_unit > 0 && !find_slot(next_unit)) {
+  if (next_unit < 0) return;
+  if (is_edge(next_unit)) {
+    if (!find_slot(next_unit)) issue_gather(next_unit);
+  } else if (!find_slot(next_unit)) {
     for (GatherSlot& s : slots_)
       if (!s.in_use) {
         issue_gather(next_unit);
@@ -498,7 +508,7 @@ void DataParallel::before_use(int unit, int next_unit) {
 void DataParallel::after_use(int unit) {
   // The buffer may be reused from now on; its contents stay valid until then, so the last
   // block's forward gather also serves its backward.
-  if (zero_ == 3 && unit > 0)
+  if (zero_ == 3 && !is_edge(unit))
     if (GatherSlot* s = find_slot(unit)) s->in_use = false;
 }
 
@@ -527,15 +537,18 @@ void DataParallel::grads_final(int unit) {
 // ---- ZeRO-3 gathers -------------------------------------------------------------------
 
 DataParallel::GatherSlot* DataParallel::find_slot(int unit) {
-  if (unit == 0) return edge_.unit == 0 ? &edge_ : nullptr;
+  if (is_edge(unit)) {
+    GatherSlot& e = edges_[size_t(unit_chunk_[size_t(unit)])];
+    return e.unit == unit ? &e : nullptr;
+  }
   for (GatherSlot& s : slots_)
     if (s.unit == unit) return &s;
   return nullptr;
 }
 
 DataParallel::GatherSlot* DataParallel::issue_gather(int unit) {
-  GatherSlot* s = &edge_;
-  if (unit > 0) {
+  GatherSlot* s = &edges_[size_t(unit_chunk_[size_t(unit)])];
+  if (!is_edge(unit)) {
     s = nullptr;
     for (GatherSlot& c : slots_)
       if (!c.in_use && (!s || c.unit < 0)) s = &c;  // prefer an empty slot

@@ -15,16 +15,22 @@
 // last microbatch; stages 2-3 hold no full gradient buffer, so each microbatch's bucket
 // is reduce-scattered and added to the shard (DeepSpeed's behaviour). Stages 1-2 all-gather
 // the updated parameters after the optimizer; stage 3 gathers each unit just before its
-// forward and backward into one of two rotating buffers (the edge unit has its own, held
-// through the step since the tied head needs it at both ends), prefetching the next unit.
+// forward and backward into one of two rotating buffers (each chunk's edge unit has its
+// own, held through the step since the tied head needs it at both ends), prefetching the
+// next unit of the same chunk.
 //
 // Every collective is issued in the same order on every rank (the hooks run in a fixed
 // order), and reductions sum in rank order, so runs are bitwise reproducible.
 //
-// Several chunks per rank (interleaved pipelines, stages 0-1 only): every chunk's units get
+// Several chunks per rank (interleaved pipelines, all stages): every chunk's units get
 // global unit numbers (chunk 0's first), each chunk gets its own hook adapter, buckets never
 // span chunks, and "last microbatch" is tracked per chunk, since one chunk's last backward
-// may run before another chunk's earlier ones.
+// may run before another chunk's earlier ones. Each backward (or W pass) call opens and
+// closes all of its chunk's buckets, so one edge-bucket buffer (sized for the largest
+// chunk edge) and two block-bucket buffers still suffice; ZeRO-3 keeps one edge gather
+// buffer per chunk with a non-empty edge unit (at most two per rank: embedding and head)
+// and the two block buffers, which hold any chunk's unit (parameters do not change within
+// a step, so a gathered unit stays valid until its buffer is reused).
 #pragma once
 
 #include <array>
@@ -53,8 +59,7 @@ struct DataParallelMemory {
 class DataParallel final {
  public:
   // Takes the model's current (table-layout) parameters, frees its arenas and installs
-  // hooks on each of its chunks. bucket_mb: bucket size in MiB. More than one chunk needs
-  // zero 0 or 1.
+  // hooks on each of its chunks. bucket_mb: bucket size in MiB.
   DataParallel(GPT& model, std::shared_ptr<Communicator> dp, int zero, double bucket_mb);
   // Expert parallelism (docs/moe.md): the experts' gradients (is_expert_param) are summed
   // over ep_replica, the dp ranks holding the same experts, instead of over dp, and
@@ -146,6 +151,8 @@ class DataParallel final {
   void bind(int unit);
   void launch(int bucket);
   void reclaim_oldest();
+  // A chunk's unit 0 (embedding, ln_f and the tied head; empty on middle chunks).
+  bool is_edge(int unit) const { return unit == unit_base_[size_t(unit_chunk_[size_t(unit)])]; }
   int acquire_pool(int bucket);
   // Stage 3
   GatherSlot* find_slot(int unit);
@@ -164,8 +171,9 @@ class DataParallel final {
   Arena grad_shard_;
   std::vector<Arena> pool_;  // stages 2-3: bucket gradient buffers
   std::vector<int> pool_bucket_, bucket_pool_, bucket_done_;
+  std::vector<char> edge_bucket_;  // per bucket: holds a chunk's edge unit (pool_[0])
   std::deque<InFlight> inflight_;
-  GatherSlot edge_;
+  std::vector<GatherSlot> edges_;  // per chunk (a buffer only for non-empty edge units)
   std::array<GatherSlot, 2> slots_;
   std::vector<float*> pbase_, gbase_;  // current binding of each unit
   std::vector<UpdatePiece> update_;
