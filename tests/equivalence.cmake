@@ -1,7 +1,7 @@
 # Layout equivalence (tests/equivalence/equivalence.py): the binary under data-parallel
 # layouts against one worker at the same global batch. The fast default covers every ZeRO
 # stage, dp 2 and 4, microbatches 1 and 2, clipping, uneven shards, MPI, resume and memory;
-# MESHTRAIN_FULL_TESTS=1 adds the whole dp x zero x microbatches matrix.
+# MESHTRAIN_FULL_TESTS=1 adds the full matrices (dp x zero x microbatches, tp, pp, moe).
 # numpy is all the harness needs; Debian's interpreter has it.
 set(MT_EQUIV /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/equivalence/equivalence.py)
 set(MT_EQUIV_BIN $<TARGET_FILE:meshtrain>)
@@ -162,6 +162,30 @@ add_test(NAME equivalence.pp_eval_sample
 set_tests_properties(equivalence.pp_schedules equivalence.pp_resume equivalence.pp_eval_sample
                      PROPERTIES LABELS "equivalence;pp" TIMEOUT 300)
 set_tests_properties(equivalence.pp_mpi_np2 PROPERTIES LABELS "equivalence;pp;mpi" TIMEOUT 300)
+if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
+  # pp {2,4} x every schedule x microbatches {pp, 2pp} x ZeRO 0-3 at dp 2 (interleaved v 2).
+  set(pp_layouts)
+  foreach(pp 2 4)
+    math(EXPR pp2 "2 * ${pp}")
+    foreach(sched gpipe 1f1b zb-h1 interleaved)
+      set(v "")
+      if(sched STREQUAL "interleaved")
+        set(v "--virtual-stages 2")
+      endif()
+      foreach(mb ${pp} ${pp2})
+        foreach(zero 0 1 2 3)
+          list(APPEND pp_layouts --layout
+               "--dp 2 --pp ${pp} --schedule ${sched} ${v} --microbatches ${mb} --zero ${zero}")
+        endforeach()
+      endforeach()
+    endforeach()
+  endforeach()
+  add_test(NAME equivalence.pp_full_matrix
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN}
+                   --base "--layers 8 --dim 64 --heads 4 --seq 32 --batch 16 --steps 6 --lr-schedule constant --grad-clip 0.5"
+                   ${pp_layouts})
+  set_tests_properties(equivalence.pp_full_matrix PROPERTIES LABELS "equivalence;pp" TIMEOUT 1800)
+endif()
 
 # Mixture of experts (docs/moe.md). The aux loss and the capacity are per group (one
 # microbatch on one dp rank), so a reference must split the batch into the same groups:
@@ -281,3 +305,29 @@ set_tests_properties(equivalence.moe_pp equivalence.moe_pp_metrics
                      PROPERTIES LABELS "equivalence;moe;pp" TIMEOUT 300)
 set_tests_properties(equivalence.moe_pp_mpi_np4
                      PROPERTIES LABELS "equivalence;moe;pp;mpi" TIMEOUT 300)
+if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
+  # ep {2,4} x ZeRO 0-2 without pp, and pp 2 x dp 2 x ep 2 x every schedule x ZeRO 0-2,
+  # dropless and with capacity drops; reference: one worker with the same 4 groups.
+  foreach(cap 0 1.25)
+    set(moe_layouts)
+    foreach(zero 0 1 2)
+      foreach(ep 2 4)
+        list(APPEND moe_layouts --layout "--dp 4 --ep ${ep} --zero ${zero}")
+      endforeach()
+      foreach(sched gpipe 1f1b zb-h1 interleaved)
+        set(v "")
+        if(sched STREQUAL "interleaved")
+          set(v "--virtual-stages 2")
+        endif()
+        list(APPEND moe_layouts --layout
+             "--pp 2 --dp 2 --ep 2 --microbatches 2 --schedule ${sched} ${v} --zero ${zero}")
+      endforeach()
+    endforeach()
+    add_test(NAME equivalence.moe_full_matrix_cap${cap}
+             COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN}
+                     --base "${MT_EQUIV_MOE_PP} --capacity-factor ${cap}" --reference "--microbatches 4"
+                     ${moe_layouts})
+    set_tests_properties(equivalence.moe_full_matrix_cap${cap}
+                         PROPERTIES LABELS "equivalence;moe" TIMEOUT 1800)
+  endforeach()
+endif()
