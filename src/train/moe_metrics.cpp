@@ -63,8 +63,7 @@ void MoeMetrics::reduce() {
     m.dropped = c[E_ + 1];
     m.groups = c[E_ + 2];
     m.aux_sum = aux[i];
-    m.dropped_frac = m.assignments > 0 ? double(m.dropped) / double(m.assignments) : 0.0;
-    m.aux_loss = m.groups > 0 ? m.aux_sum / double(m.groups) : 0.0;
+    derive_moe_rates(m);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/rank_order_sum.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "kernels/reduce.h"
@@ -27,17 +28,6 @@ std::vector<int> units_per_chunk(GPT& m) {
 
 size_t bucket_floats(double mb) {
   return size_t(mb * 1024 * 1024 / sizeof(float));
-}
-
-// Sum of x over the group, added in rank order so every rank gets the same double.
-double sum_in_rank_order(Communicator& c, double x) {
-  if (c.size() == 1) return x;
-  // No f64 reduction in the interface: gather the bytes and add in rank order.
-  std::vector<double> all(size_t(c.size()), 0.0);
-  c.all_gather(&x, all.data(), sizeof(double), DType::u8).wait();
-  double s = 0;
-  for (double v : all) s += v;
-  return s;
 }
 
 const ParamInfo* tensor_at(const ParamTable& table, size_t table_off) {

@@ -1,5 +1,7 @@
 #include "parallel/expert_parallel/router_balance.h"
 
+#include "comm/rank_order_sum.h"
+
 namespace mt {
 
 void update_router_bias(MoeLayer& layer, Communicator* dp) {
@@ -20,12 +22,7 @@ MoeStepMetrics reduce_moe_metrics(const MoeLayer& layer, Communicator* dp) {
   double aux = st.aux_sum;
   if (dp && dp->size() > 1) {
     dp->all_reduce(v.data(), v.data(), v.size(), DType::i64, ReduceOp::sum).wait();
-    // Communicators carry no f64: the doubles travel as bytes and are added in rank order,
-    // so every rank (and every layout) gets the same sum to the last bit.
-    std::vector<double> all(size_t(dp->size()));
-    dp->all_gather(&aux, all.data(), sizeof(double), DType::u8).wait();
-    aux = 0;
-    for (double x : all) aux += x;
+    aux = sum_in_rank_order(*dp, aux);  // the same double on every rank and layout
   }
   MoeStepMetrics m;
   m.expert_load.assign(v.begin(), v.begin() + E);
@@ -33,9 +30,13 @@ MoeStepMetrics reduce_moe_metrics(const MoeLayer& layer, Communicator* dp) {
   m.dropped = v[E + 1];
   m.groups = v[E + 2];
   m.aux_sum = aux;
-  m.dropped_frac = m.assignments > 0 ? double(m.dropped) / double(m.assignments) : 0.0;
-  m.aux_loss = m.groups > 0 ? aux / double(m.groups) : 0.0;
+  derive_moe_rates(m);
   return m;
+}
+
+void derive_moe_rates(MoeStepMetrics& m) {
+  m.dropped_frac = m.assignments > 0 ? double(m.dropped) / double(m.assignments) : 0.0;
+  m.aux_loss = m.groups > 0 ? m.aux_sum / double(m.groups) : 0.0;
 }
 
 }  // namespace mt

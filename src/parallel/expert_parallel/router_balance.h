@@ -26,5 +26,7 @@ struct MoeStepMetrics {
   double aux_loss = 0;               // mean over the groups
 };
 MoeStepMetrics reduce_moe_metrics(const MoeLayer& layer, Communicator* dp);
+// Sets dropped_frac and aux_loss from the summed counts and aux_sum.
+void derive_moe_rates(MoeStepMetrics& m);
 
 }  // namespace mt

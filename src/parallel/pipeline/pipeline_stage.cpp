@@ -22,19 +22,6 @@ double theoretical_bubble(const Schedule& s) {
   return closed >= 0 ? closed : simulate_schedule(s, OpCosts{}).bubble();
 }
 
-std::vector<double> gather_doubles(Communicator& group, double x) {
-  // Communicators carry no f64: the doubles travel as their bytes.
-  std::vector<double> all(size_t(group.size()));
-  group.all_gather(&x, all.data(), sizeof(double), DType::u8).wait();
-  return all;
-}
-
-double sum_in_rank_order(Communicator& group, double x) {
-  double sum = 0;
-  for (double v : gather_doubles(group, x)) sum += v;
-  return sum;
-}
-
 double pipeline_bubble(Communicator& group, double busy_seconds, double step_seconds) {
   const std::vector<double> busy = gather_doubles(group, busy_seconds);
   const std::vector<double> step = gather_doubles(group, step_seconds);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/rank_order_sum.h"
 #include "model/config.h"
 #include "parallel/pipeline/schedule.h"
 
@@ -27,10 +28,5 @@ double theoretical_bubble(const Schedule& s);
 // its last backward early waits for the others before the optimizer step, as the
 // theory's makespan assumes). Collective over group.
 double pipeline_bubble(Communicator& group, double busy_seconds, double step_seconds);
-
-// Every rank's x, in group rank order (identical vector on every rank; collective).
-std::vector<double> gather_doubles(Communicator& group, double x);
-// Their sum, added in rank order: bitwise the same on every rank.
-double sum_in_rank_order(Communicator& group, double x);
 
 }  // namespace mt
