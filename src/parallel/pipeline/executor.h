@@ -54,8 +54,7 @@ struct PipelineStepStats {
   double busy_seconds = 0;  // inside F, B, W
   double wait_seconds = 0;  // blocked in receives and in the final wait for sends
   int peak_in_flight = 0;   // (microbatch, chunk) pairs holding activation slots at once
-  double idle_seconds() const { return step_seconds - busy_seconds; }
-  double bubble() const { return step_seconds > 0 ? idle_seconds() / step_seconds : 0; }
+  // The bubble needs every rank's step: pipeline_bubble (pipeline_stage.h).
 };
 
 // Receives each action as it ends: name as in PyTorch's pipelining traces, with the
