@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "comm/bench_comm.h"
+#include "core/threads.h"
 #include "kernels/gemm_peak.h"
 
 namespace mt {
@@ -35,6 +36,7 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
   return [=]() -> int {
     if (comm->parsed()) return run_comm_bench(*c, argc, argv, std::cout);
     if (gemm->parsed()) {
+      require_thread_count("--threads", *threads);
       double g = measure_sgemm_peak_gflops(*threads, 2.0);
       std::cout << "sgemm peak: " << g << " GFLOP/s with " << *threads << " thread(s)\n";
       return 0;

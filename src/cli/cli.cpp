@@ -6,13 +6,18 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/launcher.h"
 
 namespace mt {
 
 namespace {
 
+// Under a launcher every process parses the same command line and finds the same usage
+// error: only the first process prints it, so the user reads it once.
+bool prints_usage_errors() { return launcher_from_env().rank == 0; }
+
 int report(const char* what, int code) {
-  std::fprintf(stderr, "meshtrain: error: %s\n", what);
+  if (code != 2 || prints_usage_errors()) std::fprintf(stderr, "meshtrain: error: %s\n", what);
   return code;
 }
 
@@ -43,8 +48,7 @@ int cli_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     if (msg.empty()) msg = "bad command line";
-    std::fprintf(stderr, "meshtrain: error: %s (see 'meshtrain --help')\n", msg.c_str());
-    return 2;
+    return report((msg + " (see 'meshtrain --help')").c_str(), 2);
   } catch (const UsageError& e) {
     return report(e.what(), 2);
   }

@@ -1,6 +1,7 @@
 #include "cli/flag_set.h"
 
 #include <toml++/toml.h>
+#include <cmath>
 #include <cstdint>
 #include <sstream>
 
@@ -58,7 +59,7 @@ void assign_from_toml(const toml::node& node, T* target, const std::string& wher
 
 template <typename T>
 void FlagSet::add(const char* section, const char* name, T* target, std::string help) {
-  Flag f{section, name, std::move(help), {}, {}, {}, nullptr, false};
+  Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
   const std::string flag = std::string("--") + name;
   const std::string h = f.help;
   f.add_cli = [flag, target, h](CLI::App& app) {
@@ -68,6 +69,7 @@ void FlagSet::add(const char* section, const char* name, T* target, std::string 
     assign_from_toml(*static_cast<const toml::node*>(node), target, where);
   };
   f.toml_value = [target] { return toml_literal(*target); };
+  if constexpr (std::is_floating_point_v<T>) f.finite = [target] { return std::isfinite(*target); };
   flags_.push_back(std::move(f));
 }
 
@@ -78,7 +80,7 @@ template void FlagSet::add<uint64_t>(const char*, const char*, uint64_t*, std::s
 template void FlagSet::add<std::string>(const char*, const char*, std::string*, std::string);
 
 void FlagSet::add_bool(const char* section, const char* name, bool* target, std::string help) {
-  Flag f{section, name, std::move(help), {}, {}, {}, nullptr, false};
+  Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
   const std::string flag = std::string("--") + name;
   const std::string h = f.help;
   f.add_cli = [flag, target, h](CLI::App& app) { return app.add_flag(flag, *target, h); };
@@ -97,6 +99,12 @@ bool FlagSet::given(const std::string& name) const {
   for (const Flag& f : flags_)
     if (f.name == name) return f.in_file || (f.option && f.option->count() > 0);
   return false;
+}
+
+void FlagSet::require_finite() const {
+  for (const Flag& f : flags_)
+    MT_REQUIRE(!f.finite || f.finite(), "--", f.name, " must be a finite number (got ",
+               f.toml_value(), ")");
 }
 
 void FlagSet::load_toml(const std::string& path) {

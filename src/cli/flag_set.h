@@ -26,6 +26,9 @@ class FlagSet {
   std::string to_toml() const;
   // True when the flag was set on the command line (after parsing) or in the config file.
   bool given(const std::string& name) const;
+  // Throws UsageError for a floating-point flag holding inf or nan (CLI11 and TOML both
+  // parse them as numbers): no range check downstream can be trusted with them.
+  void require_finite() const;
 
  private:
   struct Flag {
@@ -33,6 +36,7 @@ class FlagSet {
     std::function<CLI::Option*(CLI::App&)> add_cli;
     std::function<void(const void* toml_node, const std::string& where)> set_from_toml;
     std::function<std::string()> toml_value;
+    std::function<bool()> finite;  // floating-point flags only
     CLI::Option* option = nullptr;
     bool in_file = false;
   };

@@ -1,4 +1,5 @@
 // `meshtrain sample`: generate text from a checkpoint or a weights file.
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -25,7 +26,10 @@ int run_sample(const SampleArgs& a) {
   MT_REQUIRE(a.load.empty() != a.init_from.empty(),
              "give exactly one of --load DIR or --init-from FILE");
   MT_REQUIRE(a.tokens >= 0, "--tokens must be >= 0");
-  MT_REQUIRE(a.temperature >= 0, "--temperature must be >= 0 (0 = greedy)");
+  MT_REQUIRE(std::isfinite(a.temperature) && a.temperature >= 0,
+             "--temperature must be a finite number >= 0 (0 = greedy; got ", a.temperature, ")");
+  MT_REQUIRE(a.top_k >= 0, "--top-k must be >= 0 (0 = all tokens)");
+  require_thread_count("--threads", a.threads);
   const std::string weights = a.load.empty() ? a.init_from : a.load + "/model.safetensors";
   ModelConfig cfg = model_config_from_file(weights, ModelConfig{});
   cfg.validate();

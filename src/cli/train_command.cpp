@@ -3,22 +3,42 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/flag_set.h"
 #include "cli/train_setup.h"
 #include "core/error.h"
+#include "core/file_checks.h"
 
 namespace mt {
 
 namespace {
 
 // The TOML file must be applied before the flags are registered, so that --help shows the
-// file's values as defaults and flags given on the command line override them.
-std::string find_config_arg(int argc, char** argv) {
+// file's values as defaults and flags given on the command line override them. Every
+// occurrence is returned: a second one would otherwise be ignored without a word.
+std::vector<std::string> find_config_args(int argc, char** argv) {
+  std::vector<std::string> found;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) return argv[i + 1];
-    if (std::strncmp(argv[i], "--config=", 9) == 0) return argv[i] + 9;
+    if (std::strcmp(argv[i], "--config") == 0) found.push_back(i + 1 < argc ? argv[i + 1] : "");
+    if (std::strncmp(argv[i], "--config=", 9) == 0) found.push_back(argv[i] + 9);
+  }
+  return found;
+}
+
+// Applies the one --config file; a problem becomes the message of a UsageError raised
+// when the command runs (--help still works with a bad file).
+std::string apply_config(const std::vector<std::string>& configs, FlagSet& flags) {
+  if (configs.empty()) return "";
+  if (configs.size() > 1)
+    return str("--config is given ", configs.size(),
+               " times; give one file (flags on the command line override its values)");
+  try {
+    require_input_file("--config", configs[0]);
+    flags.load_toml(configs[0]);
+  } catch (const UsageError& e) {
+    return e.what();
   }
   return "";
 }
@@ -121,16 +141,11 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   const bool is_train = *argc > 1 && std::strcmp((*argv)[1], "train") == 0;
   define_train_flags(*flags, *opts);
-  std::string config = is_train ? find_config_arg(*argc, *argv) : "";
+  const std::vector<std::string> configs =
+      is_train ? find_config_args(*argc, *argv) : std::vector<std::string>{};
   // A bad config file is reported when the command runs, as a usage error.
-  auto config_error = std::make_shared<std::string>();
-  if (!config.empty()) {
-    try {
-      flags->load_toml(config);
-    } catch (const UsageError& e) {
-      *config_error = e.what();
-    }
-  }
+  auto config_error = std::make_shared<std::string>(apply_config(configs, *flags));
+  if (configs.size() == 1) opts->io.config = configs[0];
   cmd->add_option("--config",
                   "TOML file with [model] [parallel] [train] [data] [io] [engine] "
                   "sections; flags override it");
@@ -139,6 +154,7 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
   flags->register_cli(*cmd);
   return [=]() {
     if (!config_error->empty()) throw UsageError(*config_error);
+    flags->require_finite();
     opts->vocab_given = flags->given("vocab");
     opts->seq_given = flags->given("seq");
     if (*print_config) {

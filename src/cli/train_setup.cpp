@@ -4,9 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
+#include "comm/fault.h"
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/launcher.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "kernels/gemm_peak.h"
 #include "parallel/pipeline/schedule.h"
@@ -14,6 +18,8 @@
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
+#include "train/path_checks.h"
+#include "train/save_lock.h"
 #include "train/trainer.h"
 
 namespace mt {
@@ -26,11 +32,35 @@ bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
   return false;
 }
 
+// A launcher that started several processes of a local-backend run would make each of
+// them run the whole job alone, all writing the same files.
+void check_launcher(const TrainOptions& o) {
+  const LauncherInfo l = launcher_from_env();
+  MT_REQUIRE(o.engine.backend == "mpi" || l.size <= 1, "this process is one of ", l.size,
+             " started by ", l.name,
+             " (mpirun), but --backend is local: each process would run the whole job alone and "
+             "write the same files; add --backend mpi (one rank per process) or run meshtrain "
+             "without mpirun");
+}
+
+// MESHTRAIN_FAULT must name a rank and a step the run has, or a chaos test would pass
+// without injecting anything. start: the step a --load resumes after.
+void check_fault_spec(const TrainOptions& o, int start) {
+  const FaultSpec f = fault_spec_from_env();
+  if (!f.enabled()) return;
+  MT_REQUIRE(f.rank < o.parallel.world(), "MESHTRAIN_FAULT names rank ", f.rank,
+             " but the run has ranks 0..", o.parallel.world() - 1);
+  MT_REQUIRE(f.step > start && f.step <= o.optim.steps, "MESHTRAIN_FAULT names step ", f.step,
+             " but the run takes steps ", start + 1, "..", o.optim.steps,
+             " (steps count from 1; it would never fire)");
+}
+
 }  // namespace
 
 void resolve_train_options(TrainOptions& o) {
   OptimOptions& t = o.optim;
   ParallelOptions& p = o.parallel;
+  check_launcher(o);
   MT_REQUIRE(t.steps >= 0, "--steps must be >= 0 (got ", t.steps, ")");
   MT_REQUIRE(t.batch >= 1, "--batch must be >= 1 (got ", t.batch, ")");
   MT_REQUIRE(t.lr > 0, "--lr must be > 0 (got ", t.lr, ")");
@@ -45,8 +75,7 @@ void resolve_train_options(TrainOptions& o) {
   MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1,
              "--beta1 and --beta2 must be in [0, 1)");
   MT_REQUIRE(t.eps > 0, "--eps must be > 0");
-  MT_REQUIRE(t.threads >= 1 && t.threads <= 256, "--threads must be in 1..256 (got ", t.threads,
-             ")");
+  require_thread_count("--threads", t.threads);
   MT_REQUIRE(t.eval_every >= 0 && t.eval_batches >= 1,
              "--eval-every must be >= 0 and --eval-batches >= 1");
   for (auto [name, v] : {std::pair{"--dp", p.dp},
@@ -85,6 +114,12 @@ void resolve_train_options(TrainOptions& o) {
              o.engine.backend, "')");
   MT_REQUIRE(o.engine.timeout_s > 0, "--timeout must be > 0 seconds");
   MT_REQUIRE(o.io.save_every >= 0, "--save-every must be >= 0");
+  MT_REQUIRE(o.io.load.empty() || o.io.init_from.empty(),
+             "give one of --load DIR (resume a run: weights, optimizer state, step) or "
+             "--init-from FILE (start from weights), not both");
+  MT_REQUIRE(o.engine.backend == "mpi" || p.world() <= kMaxLocalRanks, "--pp x --dp x --tp = ",
+             p.world(), " ranks is more than the ", kMaxLocalRanks,
+             " threads one process runs (--backend local); use --backend mpi");
   MT_REQUIRE(o.io.sample_tokens >= 0, "--sample-tokens must be >= 0");
 
   // Data: the embedded corpus unless the user brings shards.
@@ -93,6 +128,15 @@ void resolve_train_options(TrainOptions& o) {
     o.io.data = c.train_path;
     if (o.io.val_data.empty()) o.io.val_data = c.val_path;
   }
+  // Every path, before any file is opened for its contents (a FIFO would block the open).
+  resolve_save_path(o.io);
+  const PathCheckReport paths = check_run_paths(o);
+  if (!o.io.load.empty() && !paths.checkpoint_verified && !o.io.quiet)
+    std::fprintf(stderr,
+                 "meshtrain: warning: --load %s has no checksums (written before they were "
+                 "recorded); its files cannot be verified\n",
+                 o.io.load.c_str());
+  check_fault_spec(o, o.io.load.empty() ? 0 : read_train_state(o.io.load).step);
   // Model shape from an init file: the file decides; conflicting flags are errors.
   if (!o.io.init_from.empty()) {
     ModelConfig f = model_config_from_file(o.io.init_from, o.model);
@@ -125,6 +169,14 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
   const bool mpi = o.engine.backend == "mpi";
   // Under MPI every process parses; only rank 0 should print, which run_mpi arranges.
   resolve_train_options(o);
+  // One writer per --save directory, held until the run ends (train/save_lock.h). Under
+  // MPI only the process of global rank 0 writes checkpoints, so only it locks.
+  std::optional<SaveDirLock> save_lock;
+  if (!o.io.save.empty() && (!mpi || launcher_from_env().rank == 0)) {
+    save_lock.emplace(o.io.save);
+    for (const std::string& t : save_lock->remove_stale_temporaries())
+      if (!o.io.quiet) std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
+  }
   RunInfo info;
   info.t0 = now_seconds();
   // One short measurement of what a core can do, the denominator of MFU.

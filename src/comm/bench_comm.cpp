@@ -157,7 +157,8 @@ int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostr
     }
   };
   if (o.backend == "local") {
-    MT_REQUIRE(o.ranks >= 1, "--ranks must be at least 1");
+    MT_REQUIRE(o.ranks >= 1 && o.ranks <= kMaxLocalRanks, "--ranks must be in 1..", kMaxLocalRanks,
+               " on the local backend (got ", o.ranks, ")");
     run_local(o.ranks, wopts, body);
   } else {
     run_mpi(argc, argv, wopts, body);

@@ -44,6 +44,9 @@ using RankMain = std::function<void(CommWorld&)>;
 // others are woken with an error naming it, and run_local rethrows the first failure
 // (a UsageError stays a UsageError) as seen by the failing rank.
 void run_local(int n, const WorldOptions& opts, const RankMain& fn);
+// Ranks one process may run as threads: beyond this a typo (--ranks 100000) would start
+// threads until the process dies; larger worlds belong on the MPI backend.
+constexpr int kMaxLocalRanks = 1024;
 
 // Runs fn as this process's rank of MPI_COMM_WORLD (initialises MPI with
 // MPI_THREAD_MULTIPLE, finalises it after). A failure on this rank prints one line naming

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace fs = std::filesystem;
@@ -78,6 +79,8 @@ void AtomicFile::discard() noexcept {
 void AtomicFile::write(const void* data, size_t bytes) {
   MT_CHECK(fd_ >= 0 && !committed_, "write to a closed AtomicFile ", path_);
   const char* p = static_cast<const char*>(data);
+  digest_.crc32c = crc32c_update(digest_.crc32c, data, bytes);
+  digest_.bytes += bytes;
   while (bytes > 0) {
     ssize_t n = ::write(fd_, p, bytes);
     if (n < 0 && errno == EINTR) continue;
@@ -110,10 +113,11 @@ void AtomicFile::commit() {
   fsync_path(parent_dir(path_));
 }
 
-void write_file_atomic(const std::string& path, const void* data, size_t bytes) {
+FileDigest write_file_atomic(const std::string& path, const void* data, size_t bytes) {
   AtomicFile file(path);
   file.write(data, bytes);
   file.commit();
+  return file.digest();
 }
 
 void publish_dir_atomic(const std::string& dir_arg,

@@ -18,11 +18,18 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
 
 namespace mt {
+
+// Size and CRC-32C of everything written to a file (core/crc32c.h), for manifests.
+struct FileDigest {
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
 
 // Streams bytes into a temporary file; commit() publishes it under the final path.
 // Destroying an uncommitted AtomicFile removes the temporary (the target is untouched).
@@ -39,6 +46,9 @@ class AtomicFile {
 
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_path_; }
+  // Of the bytes written so far: computed as they stream past, so a manifest costs no
+  // second read of the file.
+  const FileDigest& digest() const { return digest_; }
 
  private:
   void discard() noexcept;
@@ -47,12 +57,13 @@ class AtomicFile {
   std::string temp_path_;
   int fd_ = -1;
   bool committed_ = false;
+  FileDigest digest_;
 };
 
 // Writes the whole of `data` to `path` atomically.
-void write_file_atomic(const std::string& path, const void* data, size_t bytes);
-inline void write_file_atomic(const std::string& path, std::string_view data) {
-  write_file_atomic(path, data.data(), data.size());
+FileDigest write_file_atomic(const std::string& path, const void* data, size_t bytes);
+inline FileDigest write_file_atomic(const std::string& path, std::string_view data) {
+  return write_file_atomic(path, data.data(), data.size());
 }
 
 // Creates a temporary sibling of `dir`, calls fill(temp_dir) to populate it (plain

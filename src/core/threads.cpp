@@ -1,8 +1,15 @@
 #include "core/threads.h"
 
+#include "core/error.h"
+
 #include <omp.h>
 
 namespace mt {
+
+void require_thread_count(const char* flag, int n) {
+  MT_REQUIRE(n >= 1 && n <= kMaxComputeThreads, flag, " must be in 1..", kMaxComputeThreads,
+             " (got ", n, ")");
+}
 
 void set_compute_threads(int n) {
   omp_set_dynamic(0);

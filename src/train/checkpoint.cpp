@@ -1,12 +1,23 @@
 #include "train/checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 #include "core/atomic_file.h"
+#include "core/crc32c.h"
 #include "core/error.h"
+#include "core/file_checks.h"
+#include "kernels/reduce.h"
 #include "train/safetensors.h"
 
 namespace mt {
@@ -14,6 +25,74 @@ namespace mt {
 namespace {
 
 constexpr int kFormatVersion = 1;
+constexpr const char* kStateFile = "state.json";
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+// Every entry a checkpoint directory may hold. A save replaces the directory whole, so a
+// directory holding anything else is not ours to replace (docs/checkpoints.md).
+const std::set<std::string>& checkpoint_entries() {
+  static const std::set<std::string> names = {kStateFile, kModelFile, kOptimizerFile};
+  return names;
+}
+
+// Reads an integer field of state.json and checks its range: nlohmann's get<int>() would
+// wrap 4294967301 to 5 without a word.
+int64_t state_int(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi,
+                  const std::string& where) {
+  MT_REQUIRE(j.contains(key), where, ": state.json has no \"", key, "\"");
+  const nlohmann::json& v = j.at(key);
+  MT_REQUIRE(v.is_number_integer(), where, ": state.json \"", key, "\" is ", v.dump(),
+             ", not an integer");
+  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(hi)
+                                               : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  MT_REQUIRE(in_range, where, ": state.json \"", key, "\" is ", v.dump(), ", outside ", lo, "..",
+             hi);
+  return v.is_number_unsigned() ? int64_t(v.get<uint64_t>()) : v.get<int64_t>();
+}
+
+nlohmann::json read_state_json(const std::string& dir) {
+  const std::string where = "--load " + dir;
+  const std::string path = dir + "/" + kStateFile;
+  MT_REQUIRE(file_id(path).has_value(), where, ": ", path,
+             " is missing (not a meshtrain checkpoint directory?)");
+  require_input_file(where + ":", path);
+  std::ifstream in(path);
+  MT_REQUIRE(in.good(), where, ": cannot read ", path);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw UsageError(str(where, ": state.json is not valid JSON (", e.what(), ")"));
+  }
+  MT_REQUIRE(j.is_object(), where, ": state.json is not a JSON object");
+  return j;
+}
+
+// Size and CRC-32C of a whole file, read in large pieces.
+FileDigest digest_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw UsageError(str(path, ": cannot open (", std::strerror(errno), ")"));
+  std::vector<char> buf(size_t(4) << 20);
+  FileDigest d;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw RuntimeError(str(path, ": cannot read (", std::strerror(err), ")"));
+    }
+    if (n == 0) break;
+    d.crc32c = crc32c_update(d.crc32c, buf.data(), size_t(n));
+    d.bytes += uint64_t(n);
+  }
+  ::close(fd);
+  return d;
+}
+
+nlohmann::json manifest_entry(const FileDigest& d) {
+  return {{"bytes", d.bytes}, {"crc32c", crc32c_hex(d.crc32c)}};
+}
 
 std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   return {{"format", "meshtrain"},        {"layers", std::to_string(c.layers)},
@@ -39,11 +118,11 @@ std::vector<SafetensorsTensor> global_tensors(const ParamTable& table, const Glo
   return out;
 }
 
-void write_arena(const std::string& path, const ParamTable& table, const GlobalTensors& g,
-                 const std::string& suffix, const std::map<std::string, std::string>& meta) {
+FileDigest write_arena(const std::string& path, const ParamTable& table, const GlobalTensors& g,
+                       const std::string& suffix, const std::map<std::string, std::string>& meta) {
   std::vector<std::string> names;
   auto tensors = global_tensors(table, g, suffix, names);
-  write_safetensors(path, tensors, meta);
+  return write_safetensors(path, tensors, meta);
 }
 
 // Fills this rank's local elements of every tensor from the file's global tensors.
@@ -55,6 +134,10 @@ void read_arena(const SafetensorsFile& f, const ParamTable& table, float* arena,
     f.expect_shape(name, p.global_shape);
     global.resize(size_t(p.global_numel()));
     f.read(name, global.data(), global.size());
+    // NaN or Inf would otherwise surface steps later as a "divergence" (or as garbage text
+    // from sample): name the file and tensor now.
+    MT_REQUIRE(all_finite(global.data(), global.size()), f.path(), ": tensor ", name,
+               " holds NaN or Inf values; the file is damaged or the run that wrote it diverged");
     float* dst = arena + p.offset;
     p.for_each_element([&](size_t l, int64_t g) { dst[l] = global[size_t(g)]; });
   }
@@ -145,9 +228,15 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
                      const GlobalTensors& params, const GlobalTensors& exp_avg,
                      const GlobalTensors& exp_avg_sq, const TrainState& state,
                      const std::vector<NamedTensor>& optimizer_extra) {
+  // A save replaces the directory whole: re-check, at the moment of replacing it, that
+  // nothing but a checkpoint is there (the run checked at its start; a user may have put a
+  // file there since).
+  const std::string conflict = checkpoint_dir_conflict(dir);
+  if (!conflict.empty())
+    throw RuntimeError(str("not saving the checkpoint of step ", state.step, ": ", conflict));
   publish_dir_atomic(dir, [&](const std::string& tmp) {
     auto meta = config_metadata(cfg);
-    write_arena(tmp + "/model.safetensors", table, params, "", meta);
+    const FileDigest model = write_arena(tmp + "/" + kModelFile, table, params, "", meta);
     // The optimizer file holds both moments under suffixed names.
     std::vector<std::string> n1, n2;
     auto t1 = global_tensors(table, exp_avg, ".exp_avg", n1);
@@ -155,42 +244,103 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
     t1.insert(t1.end(), t2.begin(), t2.end());
     for (const NamedTensor& e : optimizer_extra)
       t1.push_back({e.name, {int64_t(e.data.size())}, e.data.data()});
-    write_safetensors(tmp + "/optimizer.safetensors", t1, meta);
+    const FileDigest optimizer = write_safetensors(tmp + "/" + kOptimizerFile, t1, meta);
+    // The manifest: a load verifies every byte of both files against it before trusting them.
     nlohmann::json j = {{"format_version", kFormatVersion},
                         {"step", state.step},
                         {"data_position", state.data_position},
                         {"seed", state.seed},
-                        {"model", config_metadata(cfg)}};
-    write_file_atomic(tmp + "/state.json", j.dump(2) + "\n");
+                        {"model", config_metadata(cfg)},
+                        {"files",
+                         {{kModelFile, manifest_entry(model)},
+                          {kOptimizerFile, manifest_entry(optimizer)}}}};
+    write_file_atomic(tmp + "/" + kStateFile, j.dump(2) + "\n");
   });
 }
 
-TrainState load_checkpoint(const std::string& dir, const ParamTable& table, const GlobalState& g) {
-  const std::string state_path = dir + "/state.json";
-  std::ifstream in(state_path);
-  MT_REQUIRE(in.good(), "--load ", dir, ": ", state_path,
-             " is missing (not a meshtrain checkpoint directory?)");
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const std::exception& e) {
-    throw UsageError(str("--load ", dir, ": state.json is not valid JSON (", e.what(), ")"));
-  }
+namespace {
+
+TrainState parse_train_state(const nlohmann::json& j, const std::string& where) {
+  const int64_t version = state_int(j, "format_version", 0, INT_MAX, where);
+  MT_REQUIRE(version == kFormatVersion, where, ": unsupported checkpoint format_version ",
+             version, " (this meshtrain reads ", kFormatVersion, ")");
   TrainState s;
-  try {
-    MT_REQUIRE(j.at("format_version").get<int>() == kFormatVersion, "--load ", dir,
-               ": unsupported checkpoint format_version ", j.at("format_version").dump());
-    s.step = j.at("step").get<int>();
-    s.data_position = j.at("data_position").get<int64_t>();
-    s.seed = j.at("seed").get<uint64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(str("--load ", dir, ": state.json is incomplete (", e.what(), ")"));
+  s.step = int(state_int(j, "step", 0, INT_MAX, where));
+  s.data_position = state_int(j, "data_position", 0, INT64_MAX, where);
+  MT_REQUIRE(j.contains("seed") && j["seed"].is_number_unsigned(), where,
+             ": state.json \"seed\" is missing or not a non-negative integer");
+  s.seed = j["seed"].get<uint64_t>();
+  return s;
+}
+
+}  // namespace
+
+TrainState read_train_state(const std::string& dir) {
+  return parse_train_state(read_state_json(dir), "--load " + dir);
+}
+
+CheckpointVerification verify_checkpoint(const std::string& dir) {
+  const std::string where = "--load " + dir;
+  require_input_dir("--load", dir);
+  const nlohmann::json j = read_state_json(dir);
+  parse_train_state(j, where);
+  CheckpointVerification out;
+  const nlohmann::json* files = j.contains("files") ? &j["files"] : nullptr;
+  MT_REQUIRE(!files || files->is_object(), where, ": state.json \"files\" is not an object");
+  for (const char* name : {kModelFile, kOptimizerFile}) {
+    const std::string path = dir + "/" + name;
+    require_input_file(where + ":", path);
+    if (!files) continue;
+    MT_REQUIRE(files->contains(name) && (*files)[name].is_object(), where,
+               ": state.json lists no checksum for ", name);
+    const nlohmann::json& e = (*files)[name];
+    MT_REQUIRE(e.contains("bytes") && e["bytes"].is_number_unsigned() && e.contains("crc32c") &&
+                   e["crc32c"].is_string(),
+               where, ": state.json's entry for ", name, " needs \"bytes\" and \"crc32c\"");
+    const FileDigest d = digest_file(path);
+    MT_REQUIRE(d.bytes == e["bytes"].get<uint64_t>(), where, ": ", name, " is ", d.bytes,
+               " bytes but the checkpoint recorded ", e["bytes"].get<uint64_t>(),
+               " (truncated or replaced); resume from another checkpoint");
+    MT_REQUIRE(crc32c_hex(d.crc32c) == e["crc32c"].get<std::string>(), where, ": ", name,
+               " fails its checksum (crc32c ", crc32c_hex(d.crc32c), ", recorded ",
+               e["crc32c"].get<std::string>(),
+               "): the file is damaged; resume from another checkpoint");
+    out.bytes_verified += d.bytes;
   }
-  MT_REQUIRE(s.step >= 0 && s.data_position >= 0, "--load ", dir,
-             ": state.json holds a negative step or data position");
-  SafetensorsFile weights(dir + "/model.safetensors");
+  out.verified = files != nullptr;
+  return out;
+}
+
+std::string checkpoint_dir_conflict(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";  // nothing there (or not a directory: checked apart)
+  std::vector<std::string> foreign;
+  bool has_state = false, empty = true;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    empty = false;
+    const std::string name = e.path().filename().string();
+    if (name == kStateFile) has_state = true;
+    if (!checkpoint_entries().count(name) || !e.is_regular_file()) foreign.push_back(name);
+  }
+  if (ec) return str(dir, " cannot be listed (", ec.message(), ")");
+  if (empty) return "";
+  std::sort(foreign.begin(), foreign.end());
+  if (foreign.empty() && has_state) return "";
+  std::string what;
+  for (size_t i = 0; i < foreign.size() && i < 3; ++i) what += (i ? ", " : "") + foreign[i];
+  if (foreign.size() > 3) what += str(" and ", foreign.size() - 3, " more");
+  if (foreign.empty()) what = "checkpoint files without state.json";
+  return str(dir, " holds ", what,
+             ", not a meshtrain checkpoint; a save replaces the whole directory, so give an "
+             "empty or new directory (or a checkpoint directory)");
+}
+
+TrainState load_checkpoint(const std::string& dir, const ParamTable& table, const GlobalState& g) {
+  const TrainState s = read_train_state(dir);
+  SafetensorsFile weights(dir + "/" + kModelFile);
   read_arena(weights, table, g.params, "");
-  SafetensorsFile moments(dir + "/optimizer.safetensors");
+  SafetensorsFile moments(dir + "/" + kOptimizerFile);
   read_arena(moments, table, g.exp_avg, ".exp_avg");
   read_arena(moments, table, g.exp_avg_sq, ".exp_avg_sq");
   return s;
@@ -206,7 +356,7 @@ std::string router_bias_name(const std::string& router_weight_name) {
 void load_router_biases(const std::string& dir, const ParamTable& table,
                         const std::vector<MoeLayer*>& moe) {
   if (moe.empty()) return;
-  SafetensorsFile f(dir + "/optimizer.safetensors");
+  SafetensorsFile f(dir + "/" + kOptimizerFile);
   size_t i = 0;
   for (const ParamInfo& p : table.entries()) {
     if (!p.name.ends_with(".mlp.router.weight")) continue;

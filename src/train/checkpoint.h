@@ -77,8 +77,28 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
                      const GlobalTensors& params, const GlobalTensors& exp_avg,
                      const GlobalTensors& exp_avg_sq, const TrainState& state,
                      const std::vector<NamedTensor>& optimizer_extra = {});
+// The state.json of a checkpoint directory, every integer range-checked. Throws UsageError
+// naming the field when missing, malformed or out of range.
+TrainState read_train_state(const std::string& dir);
+
+// Checks a checkpoint before anything is loaded from it: state.json well-formed, both
+// tensor files present and regular, and each file's size and CRC-32C equal to what
+// state.json recorded when it was written (a flipped bit fails here, not silently in
+// training). Checkpoints written before the manifest existed have no checksums: they pass
+// with verified = false. Throws UsageError naming the file.
+struct CheckpointVerification {
+  bool verified = false;  // checksums present and matching
+  uint64_t bytes_verified = 0;
+};
+CheckpointVerification verify_checkpoint(const std::string& dir);
+
+// Empty when `dir` may be replaced by a save: missing, empty, or a meshtrain checkpoint
+// (state.json and only checkpoint files). Otherwise one sentence naming what is in the way.
+std::string checkpoint_dir_conflict(const std::string& dir);
+
 // Validates the directory (every file present and well-formed, shapes matching this
-// model) and restores weights, moments and state. Throws UsageError when corrupt.
+// model, every value finite) and restores weights, moments and state. Throws UsageError
+// when corrupt. Checksums are verify_checkpoint's job (once, before any rank starts).
 // Loading reshards by itself: each rank takes its elements of the global tensors through
 // the table's shard specs (padding rows are left as they are: zero in a fresh buffer).
 TrainState load_checkpoint(const std::string& dir, const ParamTable& table, const GlobalState& g);

@@ -1,6 +1,7 @@
 #include "train/optimizer.h"
 
 #include "kernels/adamw.h"
+#include "kernels/reduce.h"
 
 namespace mt {
 
@@ -20,6 +21,12 @@ std::vector<OptimPiece> AdamW::whole_table(const ParamTable& table) {
   for (const ParamInfo& p : table.entries())
     out.push_back({p.offset, p.offset, p.offset, p.numel, p.decay()});
   return out;
+}
+
+bool AdamW::state_finite(const float* params) const {
+  for (const OptimPiece& p : pieces_)
+    if (!all_finite(params + p.param_off, p.n)) return false;
+  return all_finite(m_.data(), m_.size()) && all_finite(v_.data(), v_.size());
 }
 
 void AdamW::update(float* params, const float* grads, double lr, int step) {

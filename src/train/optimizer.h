@@ -32,6 +32,11 @@ class AdamW {
   // One update with learning rate lr; `step` is the 1-based update count.
   void update(float* params, const float* grads, double lr, int step);
 
+  // True when every element this rank updates, and both its moments, are finite: checked
+  // after each update, because a non-finite update (an lr of 1e38, an overflowing moment)
+  // must stop the run before a save or export writes it.
+  bool state_finite(const float* params) const;
+
   Arena& exp_avg() { return m_; }
   Arena& exp_avg_sq() { return v_; }
   const std::vector<OptimPiece>& pieces() const { return pieces_; }

@@ -36,6 +36,7 @@ struct OptimOptions {
 };
 
 struct IoOptions {
+  std::string config;  // the --config file, if any (an input like the others)
   std::string data, val_data;
   std::string init_from, export_path;
   std::string save, load;

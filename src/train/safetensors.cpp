@@ -55,7 +55,7 @@ std::string shape_str(const TensorShape& shape) {
   return s + "]";
 }
 
-void write_safetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
+FileDigest write_safetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
                        const std::map<std::string, std::string>& metadata) {
   // ordered_json keeps the header in file order, which makes it readable with `head -c`.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -83,6 +83,7 @@ void write_safetensors(const std::string& path, std::span<const SafetensorsTenso
   for (const SafetensorsTensor& t : tensors)
     file.write(t.data, static_cast<size_t>(checked_numel(t.shape)) * sizeof(float));
   file.commit();
+  return file.digest();
 }
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
@@ -91,7 +92,9 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     fd_ = -1;
     throw UsageError(str(path_, ": ", msg));
   };
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; the
+  // fstat below then rejects it. It changes nothing for a regular file.
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) {
     int err = errno;
     fail(err == ENOENT ? std::string("no such file") : str("cannot open: ", std::strerror(err)));

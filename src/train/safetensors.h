@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
+
 namespace mt {
 
 using TensorShape = std::vector<int64_t>;
@@ -31,9 +33,9 @@ struct SafetensorsTensor {
   const float* data = nullptr;
 };
 
-// Writes atomically, tensors laid out in the order given. Throws UsageError for a
-// duplicate or reserved name.
-void write_safetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
+// Writes atomically, tensors laid out in the order given; returns the file's size and
+// checksum. Throws UsageError for a duplicate or reserved name.
+FileDigest write_safetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 class SafetensorsFile {

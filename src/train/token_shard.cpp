@@ -43,7 +43,9 @@ void write_shard(const std::string& path, const uint16_t* tokens, size_t ntok) {
 // Opens `path` and checks the header against the file size; returns ntok. The fd is
 // left open for the caller (closed on error).
 int64_t open_and_validate(const std::string& path, int& fd_out, size_t& file_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO would otherwise block this open until a writer appears; the fstat
+  // below rejects it. It changes nothing for a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) throw UsageError(str("data file ", path, " does not exist"));

@@ -272,6 +272,14 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     {
       Trace::Span span(trace, "optimizer", "compute");
       opt.update(dp.param_storage(), dp.grad_storage(), lr, step);
+      // Each rank checks what it updated; the ranks agree before anyone goes on, so a
+      // poisoned update ends every rank here, before a save or an export can write it.
+      int64_t poisoned = opt.state_finite(dp.param_storage()) ? 0 : 1;
+      ctx.world->all_reduce(&poisoned, &poisoned, 1, DType::i64, ReduceOp::max).wait();
+      if (poisoned)
+        throw RuntimeError(str("step ", step,
+                               ": non-finite weights after the update; not saving (the last "
+                               "checkpoint written stays the newest; try a lower --lr)"));
       dp.after_optimizer();
       if (cfg.router_bias_update > 0)
         for (MoeLayer* m : moe) update_router_bias(*m, ctx.dp.get());

@@ -8,21 +8,12 @@
 #include "comm/mpi/mpi_check.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/mpi_work.h"
+#include "core/launcher.h"
 #include "core/timer.h"
 
 namespace mt {
 
-int launcher_local_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
-                          "PMIX_LOCAL_RANK", "SLURM_LOCALID", "MV2_COMM_WORLD_LOCAL_RANK"}) {
-    const char* v = std::getenv(var);
-    if (!v || !*v) continue;
-    char* end = nullptr;
-    long r = std::strtol(v, &end, 10);
-    if (*end == '\0' && r >= 0) return static_cast<int>(r);
-  }
-  return -1;
-}
+int launcher_local_rank() { return launcher_from_env().local_rank; }
 
 MpiWorld::MpiWorld(const WorldOptions& opts) : opts_(opts) {
   MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "world rank");

@@ -18,9 +18,8 @@
 
 namespace mt {
 
-// The node-local rank from the launcher (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
-// PMI_LOCAL_RANK / PMIX_LOCAL_RANK, SLURM_LOCALID, MV2_COMM_WORLD_LOCAL_RANK, first set
-// wins), or -1 when no launcher says.
+// The node-local rank from the launcher's environment (core/launcher.h), or -1 when no
+// launcher says.
 int launcher_local_rank();
 
 class MpiWorld : public CommWorld {

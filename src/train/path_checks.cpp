@@ -1,0 +1,111 @@
+#include "train/path_checks.h"
+
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "core/error.h"
+#include "core/file_checks.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace mt {
+
+namespace {
+
+struct NamedPath {
+  std::string flag, path;
+};
+
+// Where a path would be written, for comparing outputs that do not exist yet.
+std::string absolute_form(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? path : p.string();
+}
+
+std::vector<NamedPath> input_files(const TrainOptions& o) {
+  std::vector<NamedPath> in;
+  auto add = [&](const char* flag, const std::string& path) {
+    if (!path.empty()) in.push_back({flag, path});
+  };
+  add("--config", o.io.config);
+  add("--data", o.io.data);
+  add("--val-data", o.io.val_data);
+  add("--init-from", o.io.init_from);
+  if (!o.io.load.empty())
+    for (const char* f : {"state.json", "model.safetensors", "optimizer.safetensors"})
+      in.push_back({"--load", o.io.load + "/" + f});
+  return in;
+}
+
+std::vector<NamedPath> output_files(const TrainOptions& o) {
+  std::vector<NamedPath> out;
+  if (!o.io.metrics.empty()) out.push_back({"--metrics", o.io.metrics});
+  if (!o.io.export_path.empty()) out.push_back({"--export", o.io.export_path});
+  if (!o.io.trace.empty()) out.push_back({"--trace", o.io.trace});
+  return out;
+}
+
+void check_inputs(const TrainOptions& o) {
+  for (const NamedPath& in : input_files(o))
+    if (in.flag != "--load") require_input_file(in.flag, in.path);
+}
+
+void check_outputs_apart(const std::vector<NamedPath>& outs, const std::vector<NamedPath>& ins) {
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const std::optional<FileId> id = file_id(outs[i].path);
+    for (const NamedPath& in : ins)
+      MT_REQUIRE(!id || id != file_id(in.path), outs[i].flag, " ", outs[i].path,
+                 " is the same file as ", in.flag, " ", in.path,
+                 "; writing it would destroy the input: give another path");
+    for (size_t k = 0; k < i; ++k)
+      MT_REQUIRE(absolute_form(outs[i].path) != absolute_form(outs[k].path) &&
+                     (!id || id != file_id(outs[k].path)),
+                 outs[i].flag, " and ", outs[k].flag, " both name ", outs[i].path,
+                 "; give each output its own file");
+  }
+}
+
+void check_save_dir(const TrainOptions& o, const std::vector<NamedPath>& outs) {
+  const std::string& save = o.io.save;
+  require_output_dir("--save", save);
+  const std::string conflict = checkpoint_dir_conflict(save);
+  MT_REQUIRE(conflict.empty(), "--save ", conflict);
+  // Each save replaces the directory whole: a file written inside it would vanish.
+  const std::string root = absolute_form(save) + "/";
+  for (const NamedPath& out : outs)
+    MT_REQUIRE(absolute_form(out.path).rfind(root, 0) != 0, out.flag, " ", out.path,
+               " is inside --save ", save, ", which every save replaces whole; write it elsewhere");
+}
+
+}  // namespace
+
+void resolve_save_path(IoOptions& io) {
+  if (io.save.empty()) return;
+  while (io.save.size() > 1 && io.save.back() == '/') io.save.pop_back();
+  // An existing directory: follow links and drop "." and "..", so the swap's temporary is
+  // made beside the real directory and the rename never meets a link or ".".
+  std::error_code ec;
+  const fs::path target = fs::canonical(io.save, ec);
+  if (!ec) io.save = target.string();
+}
+
+PathCheckReport check_run_paths(const TrainOptions& o) {
+  PathCheckReport report;
+  check_inputs(o);
+  if (!o.io.load.empty()) {
+    const CheckpointVerification v = verify_checkpoint(o.io.load);
+    report.checkpoint_verified = v.verified;
+    report.checkpoint_bytes_verified = v.bytes_verified;
+  }
+  const std::vector<NamedPath> outs = output_files(o);
+  for (const NamedPath& out : outs)
+    require_output_file(out.flag, out.path, /*allow_device=*/out.flag == "--metrics");
+  check_outputs_apart(outs, input_files(o));
+  if (!o.io.save.empty()) check_save_dir(o, outs);
+  return report;
+}
+
+}  // namespace mt
