@@ -14,7 +14,9 @@ namespace {
 
 // Under a launcher every process parses the same command line and finds the same usage
 // error: only the first process prints it, so the user reads it once.
-bool prints_usage_errors() { return launcher_from_env().rank == 0; }
+bool prints_usage_errors() {
+  return launcher_from_env().rank == 0;
+}
 
 int report(const char* what, int code) {
   if (code != 2 || prints_usage_errors()) std::fprintf(stderr, "meshtrain: error: %s\n", what);

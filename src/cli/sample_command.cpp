@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_checks.h"
 #include "core/threads.h"
 #include "model/gpt.h"
 #include "model/sampler.h"
@@ -30,6 +31,9 @@ int run_sample(const SampleArgs& a) {
              "--temperature must be a finite number >= 0 (0 = greedy; got ", a.temperature, ")");
   MT_REQUIRE(a.top_k >= 0, "--top-k must be >= 0 (0 = all tokens)");
   require_thread_count("--threads", a.threads);
+  // The inputs are checked as train checks them: regular files, a checkpoint verified.
+  if (a.load.empty()) require_input_file("--init-from", a.init_from);
+  if (!a.load.empty()) verify_checkpoint(a.load);
   const std::string weights = a.load.empty() ? a.init_from : a.load + "/model.safetensors";
   ModelConfig cfg = model_config_from_file(weights, ModelConfig{});
   cfg.validate();

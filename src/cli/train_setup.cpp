@@ -117,8 +117,8 @@ void resolve_train_options(TrainOptions& o) {
   MT_REQUIRE(o.io.load.empty() || o.io.init_from.empty(),
              "give one of --load DIR (resume a run: weights, optimizer state, step) or "
              "--init-from FILE (start from weights), not both");
-  MT_REQUIRE(o.engine.backend == "mpi" || p.world() <= kMaxLocalRanks, "--pp x --dp x --tp = ",
-             p.world(), " ranks is more than the ", kMaxLocalRanks,
+  MT_REQUIRE(o.engine.backend == "mpi" || p.world() <= kMaxLocalRanks,
+             "--pp x --dp x --tp = ", p.world(), " ranks is more than the ", kMaxLocalRanks,
              " threads one process runs (--backend local); use --backend mpi");
   MT_REQUIRE(o.io.sample_tokens >= 0, "--sample-tokens must be >= 0");
 
@@ -175,7 +175,8 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
   if (!o.io.save.empty() && (!mpi || launcher_from_env().rank == 0)) {
     save_lock.emplace(o.io.save);
     for (const std::string& t : save_lock->remove_stale_temporaries())
-      if (!o.io.quiet) std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
+      if (!o.io.quiet)
+        std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
   }
   RunInfo info;
   info.t0 = now_seconds();

@@ -23,7 +23,9 @@ std::string type_of(mode_t mode) {
 }
 
 // stat through symlinks; false with errno set when nothing usable is there.
-bool stat_path(const std::string& path, struct stat& st) { return ::stat(path.c_str(), &st) == 0; }
+bool stat_path(const std::string& path, struct stat& st) {
+  return ::stat(path.c_str(), &st) == 0;
+}
 
 std::string strip_slashes(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();

@@ -246,14 +246,14 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
       t1.push_back({e.name, {int64_t(e.data.size())}, e.data.data()});
     const FileDigest optimizer = write_safetensors(tmp + "/" + kOptimizerFile, t1, meta);
     // The manifest: a load verifies every byte of both files against it before trusting them.
-    nlohmann::json j = {{"format_version", kFormatVersion},
-                        {"step", state.step},
-                        {"data_position", state.data_position},
-                        {"seed", state.seed},
-                        {"model", config_metadata(cfg)},
-                        {"files",
-                         {{kModelFile, manifest_entry(model)},
-                          {kOptimizerFile, manifest_entry(optimizer)}}}};
+    nlohmann::json j = {
+        {"format_version", kFormatVersion},
+        {"step", state.step},
+        {"data_position", state.data_position},
+        {"seed", state.seed},
+        {"model", config_metadata(cfg)},
+        {"files",
+         {{kModelFile, manifest_entry(model)}, {kOptimizerFile, manifest_entry(optimizer)}}}};
     write_file_atomic(tmp + "/" + kStateFile, j.dump(2) + "\n");
   });
 }
@@ -262,8 +262,8 @@ namespace {
 
 TrainState parse_train_state(const nlohmann::json& j, const std::string& where) {
   const int64_t version = state_int(j, "format_version", 0, INT_MAX, where);
-  MT_REQUIRE(version == kFormatVersion, where, ": unsupported checkpoint format_version ",
-             version, " (this meshtrain reads ", kFormatVersion, ")");
+  MT_REQUIRE(version == kFormatVersion, where, ": unsupported checkpoint format_version ", version,
+             " (this meshtrain reads ", kFormatVersion, ")");
   TrainState s;
   s.step = int(state_int(j, "step", 0, INT_MAX, where));
   s.data_position = state_int(j, "data_position", 0, INT64_MAX, where);

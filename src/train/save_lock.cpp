@@ -65,11 +65,13 @@ SaveDirLock::SaveDirLock(const std::string& dir)
       const int err = errno;
       const std::string holder = read_holder(fd);
       ::close(fd);
-      MT_REQUIRE(err != EWOULDBLOCK, "--save ", dir_, " is being written by another run (",
-                 holder, "); wait for it to finish or give another --save directory");
-      throw UsageError(str("--save ", dir_, ": cannot lock ", path_, " (", std::strerror(err), ")"));
+      MT_REQUIRE(err != EWOULDBLOCK, "--save ", dir_, " is being written by another run (", holder,
+                 "); wait for it to finish or give another --save directory");
+      throw UsageError(
+          str("--save ", dir_, ": cannot lock ", path_, " (", std::strerror(err), ")"));
     }
-    struct stat held {}, named {};
+    struct stat held {
+    }, named{};
     if (::fstat(fd, &held) == 0 && ::stat(path_.c_str(), &named) == 0 &&
         held.st_ino == named.st_ino && held.st_dev == named.st_dev) {
       fd_ = fd;

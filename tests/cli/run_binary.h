@@ -27,17 +27,23 @@ inline std::string slurp(const std::string& path) {
 
 using test_util::TempDir;
 
-// args are passed through the shell (quote them yourself when they hold spaces).
-inline RunResult run_meshtrain(const std::string& args, const std::string& cwd = "") {
+// Runs a shell command line (quote its words yourself) with stdin closed, capturing stdout
+// and stderr.
+inline RunResult run_command(const std::string& command, const std::string& cwd = "") {
   TempDir io;
-  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(MESHTRAIN_BIN) + " " +
-                    args + " >" + (io / "out") + " 2>" + (io / "err") + " </dev/null";
+  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + command + " >" + (io / "out") +
+                    " 2>" + (io / "err") + " </dev/null";
   int status = std::system(cmd.c_str());
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = slurp(io / "out");
   r.err = slurp(io / "err");
   return r;
+}
+
+// args are passed through the shell (quote them yourself when they hold spaces).
+inline RunResult run_meshtrain(const std::string& args, const std::string& cwd = "") {
+  return run_command(std::string(MESHTRAIN_BIN) + " " + args, cwd);
 }
 
 }  // namespace mt::testing

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <vector>
 
+#include "cli_fixture.h"
 #include "run_binary.h"
 #include "train/safetensors.h"
 #include "train/token_shard.h"
@@ -13,29 +14,10 @@
 namespace mt {
 namespace {
 
+using testing::expect_usage_error;
+using testing::Fixture;
 using testing::run_meshtrain;
 using testing::TempDir;
-
-// A small model and a tiny data shard, so a run that should start does so in a second.
-struct Fixture {
-  TempDir dir;
-  std::string data = dir / "train.bin";
-  std::string tiny = " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 2 --quiet ";
-  Fixture() {
-    std::vector<int> tokens;
-    for (int i = 0; i < 400; ++i) tokens.push_back((i * 7) % 256);
-    write_token_shard(data, tokens);
-  }
-  std::string base() const { return "train" + tiny + "--data " + data; }
-};
-
-void expect_usage_error(const testing::RunResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 2) << "stderr: " << r.err;
-  EXPECT_EQ(r.err.rfind("meshtrain: error: ", 0), 0u) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-  // One line.
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
 
 TEST(BadInput, UnknownFlag) {
   Fixture f;
