@@ -199,7 +199,7 @@ MemoryEstimate estimate_stage(const TrainOptions& o, int stage) {
   if (par.pp > 1 && wte > 0) e.workspace_bytes += 2 * wte * kFloat;
   if (par.pp > 1) e.workspace_bytes += 2 * in_flight * boundary * kFloat;
   e.workspace_bytes += 2 * int64_t(M) * N * int64_t(sizeof(int));
-  e.startup_bytes = 2 * table * kFloat;
+  e.model_arenas_bytes = 2 * table * kFloat;
   return e;
 }
 
@@ -250,9 +250,7 @@ std::string memory_refusal(const TrainOptions& o, const MemoryEstimate& e, int r
                       part("optimizer", e.optimizer_bytes) +
                       part("activations", e.activations_bytes) + part("buffers", e.buffers_bytes) +
                       part("workspace", e.workspace_bytes);
-  const bool startup = e.startup_peak() > e.total();
-  if (startup)
-    parts += str(", at startup also the model's own copy ", amount(double(e.startup_bytes), gib));
+  parts += part("model copy at start and end", e.model_arenas_bytes);
   std::string msg =
       str("the run needs about ", human(need), " (", ranks, ranks == 1 ? " rank x " : " ranks x ",
           human(per_rank), par.pp > 1 ? str(" on pipeline stage ", e.pp_stage) : std::string(),
@@ -260,12 +258,12 @@ std::string memory_refusal(const TrainOptions& o, const MemoryEstimate& e, int r
           limit_from_env ? "MESHTRAIN_MEMORY_LIMIT_BYTES allows " : "this machine has ",
           human(available_bytes), limit_from_env ? "" : " available", "; try ");
   // The remedy follows what dominates.
-  const int64_t state = e.params_bytes + e.grads_bytes + e.optimizer_bytes + e.buffers_bytes +
-                        (startup ? e.startup_bytes : 0);
+  const int64_t state =
+      e.params_bytes + e.grads_bytes + e.optimizer_bytes + e.buffers_bytes + e.model_arenas_bytes;
   std::vector<std::string> tips;
   const int b = o.optim.batch / (par.dp * par.microbatches);
   if (state >= e.activations_bytes) {
-    if (par.dp > 1 && par.zero < 3 && !startup)
+    if (par.dp > 1 && par.zero < 3)
       tips.push_back(par.zero < 2 ? "--zero 2 or 3 (shards optimizer state and gradients over dp)"
                                   : "--zero 3 (also shards the parameters over dp)");
     tips.push_back("more --pp or --tp (splits the model)");

@@ -25,9 +25,11 @@
 //   * workspace, outside the memory record: the attention-backward scratch, the sequence-
 //     parallel (N, C) buffer, the MoE row buffers, pipeline transfer buffers, the tied
 //     embedding's gradient exchange and the data loader's token batch.
-//   * startup: GPT allocates table-layout parameters and gradients before DataParallel
-//     copies them into its own layout and frees them, so for a moment both exist; with
-//     ZeRO 3 over a large dp that moment, not the steady state, is the peak.
+//   * the model's own arenas: GPT allocates table-layout parameters and gradients before
+//     DataParallel copies them into its layout and frees them, and restore_model allocates
+//     both again at the end of training (for export and sampling) while everything else
+//     is still held. That end, not the steady state, is the peak; with ZeRO 3 over a large
+//     dp these full-size arenas dwarf the shards.
 // Stages differ (the embedding, the head, the 1f1b in-flight count), so the estimate is the
 // largest stage's; tp and dp ranks of a stage hold the same sizes.
 #pragma once
@@ -48,9 +50,9 @@ struct MemoryEstimate {
   int64_t activations_bytes = 0;  // activation slots at the in-flight peak
   int64_t buffers_bytes = 0;      // ZeRO-3 gather buffers + ZeRO-2/3 gradient bucket pool
   // Not in the record.
-  int64_t workspace_bytes = 0;  // scratch arenas, transfer buffers, token batch
-  int64_t startup_bytes = 0;    // the model's own arenas, alive until DataParallel frees them
-  int pp_stage = 0;             // the stage this estimate describes (the largest)
+  int64_t workspace_bytes = 0;     // scratch arenas, transfer buffers, token batch
+  int64_t model_arenas_bytes = 0;  // GPT's table-layout arenas (at startup and at the end)
+  int pp_stage = 0;                // the stage this estimate describes (the largest)
 
   // Steady state during training.
   int64_t total() const {
@@ -59,12 +61,8 @@ struct MemoryEstimate {
   }
   // What the memory record reports (params + grads + optimizer + activations).
   int64_t recorded() const { return total() - workspace_bytes; }
-  // Startup: the model's arenas next to DataParallel's storage, before the optimizer and
-  // the activation slots exist.
-  int64_t startup_peak() const {
-    return params_bytes + grads_bytes + buffers_bytes + workspace_bytes + startup_bytes;
-  }
-  int64_t peak() const { return total() > startup_peak() ? total() : startup_peak(); }
+  // The end of training: the steady state plus the restored model arenas.
+  int64_t peak() const { return total() + model_arenas_bytes; }
 };
 
 // The largest per-rank estimate over the pipeline stages. UsageError for layouts the

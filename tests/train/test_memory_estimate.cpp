@@ -227,7 +227,7 @@ TEST(MemoryEstimate, CheckThrowsUsageErrorUnderTheLimit) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(what.find("2 ranks x "), std::string::npos) << what;
-  EXPECT_NE(what.find("try more --microbatches"), std::string::npos) << what;
+  EXPECT_NE(what.find("try --zero 2 or 3"), std::string::npos) << what;
   EXPECT_LT(s, 0.1);
   ::setenv("MESHTRAIN_MEMORY_LIMIT_BYTES", "1000000000000", 1);
   EXPECT_NO_THROW(check_memory_fits(o));
