@@ -14,6 +14,7 @@
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
+#include "train/memory_estimate.h"
 #include "train/trainer.h"
 
 namespace mt {
@@ -125,6 +126,7 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
   const bool mpi = o.engine.backend == "mpi";
   // Under MPI every process parses; only rank 0 should print, which run_mpi arranges.
   resolve_train_options(o);
+  check_memory_fits(o);  // before any rank allocates: a refusal with figures, not an OOM kill
   RunInfo info;
   info.t0 = now_seconds();
   // One short measurement of what a core can do, the denominator of MFU.
