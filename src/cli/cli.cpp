@@ -67,7 +67,7 @@ int cli_main(int argc, char** argv) {
   } catch (const RuntimeError& e) {
     return report(e.what(), 1);
   } catch (const std::bad_alloc&) {
-    return report("out of memory", 1);
+    return report("out of memory (std::bad_alloc)", 1);
   } catch (const std::exception& e) {
     return report(e.what(), 1);
   }

@@ -18,6 +18,7 @@
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
+#include "train/memory_estimate.h"
 #include "train/path_checks.h"
 #include "train/save_lock.h"
 #include "train/trainer.h"
@@ -169,6 +170,7 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
   const bool mpi = o.engine.backend == "mpi";
   // Under MPI every process parses; only rank 0 should print, which run_mpi arranges.
   resolve_train_options(o);
+  check_memory_fits(o);  // before any rank allocates: a refusal with figures, not an OOM kill
   // One writer per --save directory, held until the run ends (train/save_lock.h). Under
   // MPI only the process of global rank 0 writes checkpoints, so only it locks.
   std::optional<SaveDirLock> save_lock;

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <utility>
+
+#include "core/error.h"
 
 namespace mt {
 
@@ -26,16 +28,19 @@ class Arena {
   }
 
   // Discards the old contents; the new storage is zeroed.
+  // Throws RuntimeError with the size when the memory is not there (the caller's rank and
+  // the run's memory estimate put it in context; a bare std::bad_alloc says nothing).
   void resize(size_t count) {
     std::free(data_);
     data_ = nullptr;
-    size_ = count;
+    size_ = 0;
     if (count == 0) return;
     // 64-byte alignment: one cache line, and what AVX-512 loads prefer.
     size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
     data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!data_) throw std::bad_alloc();
+    if (!data_) throw_out_of_memory(bytes);
     std::memset(data_, 0, bytes);
+    size_ = count;
   }
   void zero() {
     if (size_) std::memset(data_, 0, size_ * sizeof(float));
@@ -48,6 +53,14 @@ class Arena {
   size_t bytes() const { return size_ * sizeof(float); }
 
  private:
+  [[noreturn]] static void throw_out_of_memory(size_t bytes) {
+    char size[32];
+    std::snprintf(size, sizeof size, bytes >= (size_t(1) << 30) ? "%.2f GiB" : "%.1f MiB",
+                  double(bytes) / double(bytes >= (size_t(1) << 30) ? 1 << 30 : 1 << 20));
+    throw RuntimeError(str("out of memory: cannot allocate ", size, " (an arena of ",
+                           bytes / sizeof(float), " floats)"));
+  }
+
   float* data_ = nullptr;
   size_t size_ = 0;
 };

@@ -1,4 +1,5 @@
 // The local backend's CommWorld and run_local: n ranks as threads of this process.
+#include <new>
 #include <thread>
 
 #include "comm/local/group_state.h"
@@ -50,6 +51,9 @@ class LocalWorld final : public CommWorld {
     std::rethrow_exception(job.failure());
   } catch (const UsageError&) {
     throw;
+  } catch (const std::bad_alloc&) {
+    // An allocation without a size (a std::vector, a library); Arena says how much.
+    throw RuntimeError(prefix + "out of memory (std::bad_alloc)");
   } catch (const std::exception& e) {
     const std::string what = e.what();
     if (what.rfind("rank ", 0) == 0 && dynamic_cast<const RuntimeError*>(&e)) throw;

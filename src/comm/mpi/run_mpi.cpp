@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 
 #include "comm/mpi/mpi_world.h"
 #include "comm/world.h"
@@ -68,6 +69,8 @@ void run_mpi(int* argc, char*** argv, const WorldOptions& options, const RankMai
   } catch (const UsageError& e) {
     status = 2;
     usage = e.what();
+  } catch (const std::bad_alloc&) {
+    die(rank, "out of memory (std::bad_alloc)", 1);
   } catch (const std::exception& e) {
     die(rank, e.what(), 1);
   } catch (...) {

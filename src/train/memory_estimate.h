@@ -1,0 +1,85 @@
+// What one rank of a training run will hold in memory, computed from the options before
+// any rank starts, so that a run too large for the machine is refused with figures and a
+// remedy (exit 2) instead of dying in std::bad_alloc or, where the kernel overcommits, at
+// the hands of the OOM killer with no message at all.
+//
+// The estimate mirrors what the code allocates rather than a textbook formula, because the
+// differences matter at the sizes where the check decides:
+//   * parameters: each tensor rounded up to 16 floats (ParamTable); under tp the vocabulary
+//     is padded to a multiple of tp and the matrices split; each rank holds its pipeline
+//     stage's chunks (resolve_stage_layers) and E/ep experts per MoE layer. The tied wte
+//     lives on the first and the last stage.
+//   * data parallelism (DataParallel): every unit (edge unit, then one per block) is padded
+//     to dp*16 floats in the flat space. ZeRO 0 holds flat parameters and gradients, 1 the
+//     same, 2 a gradient shard (flat/dp) plus a bucket pool (the largest edge bucket and two
+//     of the largest block buckets, buckets filled greedily to --bucket-mb in backward
+//     order), 3 a parameter shard as well plus gather buffers (each chunk's edge unit and
+//     two of the largest block unit). Under ep the experts' gradients are copied aside
+//     (and, at ZeRO 2, kept whole after the shard).
+//   * AdamW: two moments of every element this rank updates: all real elements at ZeRO 0,
+//     its 1/dp of them at ZeRO >= 1, plus its experts whole under ep.
+//   * activations: one slot per microbatch in flight (SlotLayout, each buffer rounded to 16
+//     floats) of the microbatch b = batch / (dp * microbatches). In flight: 1 without pp;
+//     under pp the schedule's own action list decides (gpipe: all m, 1f1b: pp - stage),
+//     counted per local chunk, since every chunk has its own pool.
+//   * workspace, outside the memory record: the attention-backward scratch, the sequence-
+//     parallel (N, C) buffer, the MoE row buffers, pipeline transfer buffers, the tied
+//     embedding's gradient exchange and the data loader's token batch.
+//   * the model's own arenas: GPT allocates table-layout parameters and gradients before
+//     DataParallel copies them into its layout and frees them, and restore_model allocates
+//     both again at the end of training (for export and sampling) while everything else
+//     is still held. That end, not the steady state, is the peak; with ZeRO 3 over a large
+//     dp these full-size arenas dwarf the shards.
+// Stages differ (the embedding, the head, the 1f1b in-flight count), so the estimate is the
+// largest stage's; tp and dp ranks of a stage hold the same sizes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "train/options.h"
+
+namespace mt {
+
+struct MemoryEstimate {
+  // The parts the trainer's memory record measures (its params_bytes and grads_bytes
+  // include the buffers, which are listed separately here).
+  int64_t params_bytes = 0;       // parameters held (flat, or the ZeRO-3 shard)
+  int64_t grads_bytes = 0;        // gradients held (flat, or the ZeRO-2/3 shard)
+  int64_t optimizer_bytes = 0;    // AdamW moments
+  int64_t activations_bytes = 0;  // activation slots at the in-flight peak
+  int64_t buffers_bytes = 0;      // ZeRO-3 gather buffers + ZeRO-2/3 gradient bucket pool
+  // Not in the record.
+  int64_t workspace_bytes = 0;     // scratch arenas, transfer buffers, token batch
+  int64_t model_arenas_bytes = 0;  // GPT's table-layout arenas (at startup and at the end)
+  int pp_stage = 0;                // the stage this estimate describes (the largest)
+
+  // Steady state during training.
+  int64_t total() const {
+    return params_bytes + grads_bytes + optimizer_bytes + activations_bytes + buffers_bytes +
+           workspace_bytes;
+  }
+  // What the memory record reports (params + grads + optimizer + activations).
+  int64_t recorded() const { return total() - workspace_bytes; }
+  // The end of training: the steady state plus the restored model arenas.
+  int64_t peak() const { return total() + model_arenas_bytes; }
+};
+
+// The largest per-rank estimate over the pipeline stages. UsageError for layouts the
+// trainer would refuse as well (e.g. a batch not divisible by dp x microbatches).
+MemoryEstimate estimate_rank_memory(const TrainOptions& o);
+
+// Ranks sharing this machine's memory: every rank for the local backend (threads of one
+// process), the launcher's processes on this host under --backend mpi (else 1).
+int ranks_on_this_host(const TrainOptions& o);
+
+// The one-line refusal, or "" when ranks x estimate fits into available_bytes.
+std::string memory_refusal(const TrainOptions& o, const MemoryEstimate& e, int ranks,
+                           int64_t available_bytes, bool limit_from_env);
+
+// Throws UsageError (exit 2) when the ranks on this host would need more memory than is
+// available: MESHTRAIN_MEMORY_LIMIT_BYTES when set (a cap, and how tests pin the figure),
+// else available_memory_bytes(). Does nothing when neither is known.
+void check_memory_fits(const TrainOptions& o);
+
+}  // namespace mt

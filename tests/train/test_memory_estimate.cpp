@@ -1,0 +1,304 @@
+// The up-front memory estimate against the trainer's own memory record, layout by layout,
+// and the refusal it drives.
+#include "train/memory_estimate.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/run_binary.h"
+#include "comm/world.h"
+#include "core/arena.h"
+#include "core/error.h"
+#include "core/system_memory.h"
+#include "core/timer.h"
+#include "test_util/temp_dir.h"
+#include "train/token_shard.h"
+#include "train/trainer.h"
+
+namespace mt {
+namespace {
+
+using test_util::TempDir;
+
+// A small model whose parameters and activations are both large enough to matter.
+TrainOptions small_run(const TempDir& dir) {
+  TrainOptions o;
+  o.model.layers = 4;
+  o.model.dim = 64;
+  o.model.heads = 4;
+  o.model.seq = 32;
+  o.model.vocab = 256;
+  o.optim.batch = 8;
+  o.optim.steps = 1;
+  o.io.quiet = true;
+  o.io.data = dir / "train.bin";
+  o.io.metrics = dir / "metrics.jsonl";
+  std::vector<int> tokens(8 * 33 * 2);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int(i * 7919 % 256);
+  write_token_shard(o.io.data, tokens);
+  return o;
+}
+
+struct Measured {
+  int64_t recorded = 0;  // max over ranks of params + grads + optimizer + activations
+  int64_t params = 0, grads = 0, optimizer = 0, activations = 0;
+};
+
+// Trains one step in this process and reads back the per-rank memory records.
+Measured measure(const TrainOptions& o) {
+  RunInfo info;
+  info.peak_gflops_per_thread = 1;
+  info.t0 = now_seconds();
+  run_local(o.parallel.world(), WorldOptions{}, [&](CommWorld& w) { train_rank(o, w, info); });
+  std::ifstream in(o.io.metrics);
+  Measured m;
+  int records = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("event", "") != "memory") continue;
+    ++records;
+    const int64_t p = j["params_bytes"], g = j["grads_bytes"], opt = j["optimizer_bytes"],
+                  a = j["activations_peak_bytes"];
+    if (p + g + opt + a > m.recorded) m = {p + g + opt + a, p, g, opt, a};
+  }
+  EXPECT_EQ(records, o.parallel.world());
+  return m;
+}
+
+struct Layout {
+  const char* name;
+  void (*apply)(TrainOptions&);
+};
+
+double mib(int64_t b) {
+  return double(b) / (1024 * 1024);
+}
+
+// Tolerance on the recorded total. The estimate mirrors the allocations and matched every
+// layout here to the byte; only the optimizer's owned share (real elements / dp) is approximate.
+constexpr double kTolerance = 0.05;
+
+TEST(MemoryEstimate, MatchesTheMemoryRecord) {
+  const std::vector<Layout> layouts = {
+      {"one worker", [](TrainOptions&) {}},
+      {"dp 2 zero 0", [](TrainOptions& o) { o.parallel.dp = 2; }},
+      {"dp 2 zero 1",
+       [](TrainOptions& o) {
+         o.parallel.dp = 2;
+         o.parallel.zero = 1;
+       }},
+      {"dp 2 zero 2",
+       [](TrainOptions& o) {
+         o.parallel.dp = 2;
+         o.parallel.zero = 2;
+       }},
+      {"dp 2 zero 2 bucket 0.1",
+       [](TrainOptions& o) {
+         o.parallel.dp = 2;
+         o.parallel.zero = 2;
+         o.parallel.bucket_mb = 0.1;
+       }},
+      {"dp 2 zero 3",
+       [](TrainOptions& o) {
+         o.parallel.dp = 2;
+         o.parallel.zero = 3;
+       }},
+      {"tp 2", [](TrainOptions& o) { o.parallel.tp = 2; }},
+      {"tp 2 sp",
+       [](TrainOptions& o) {
+         o.parallel.tp = 2;
+         o.parallel.sequence_parallel = true;
+       }},
+      {"pp 2 m 4 1f1b",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2;
+         o.parallel.microbatches = 4;
+       }},
+      {"pp 2 m 4 gpipe",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2;
+         o.parallel.microbatches = 4;
+         o.parallel.schedule = "gpipe";
+       }},
+      {"pp 2 v 2 interleaved m 4",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2;
+         o.parallel.virtual_stages = 2;
+         o.parallel.microbatches = 4;
+         o.parallel.schedule = "interleaved";
+       }},
+      {"pp 2 m 4 zb-h1 dp 2 zero 3",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2;
+         o.parallel.microbatches = 4;
+         o.parallel.schedule = "zb-h1";
+         o.parallel.dp = 2;
+         o.parallel.zero = 3;
+       }},
+      {"experts 4 ep 2 dp 2",
+       [](TrainOptions& o) {
+         o.model.experts = 4;
+         o.parallel.ep = 2;
+         o.parallel.dp = 2;
+       }},
+      {"experts 4 ep 2 dp 2 zero 2",
+       [](TrainOptions& o) {
+         o.model.experts = 4;
+         o.parallel.ep = 2;
+         o.parallel.dp = 2;
+         o.parallel.zero = 2;
+       }},
+  };
+  std::printf("%-28s %10s %10s %8s  (MiB; estimate params/grads/opt/act/buffers)\n", "layout",
+              "measured", "estimate", "error");
+  for (const Layout& l : layouts) {
+    TempDir dir;
+    TrainOptions o = small_run(dir);
+    l.apply(o);
+    const MemoryEstimate e = estimate_rank_memory(o);
+    const Measured m = measure(o);
+    const double err = double(e.recorded() - m.recorded) / double(m.recorded);
+    std::printf(
+        "%-28s %10.3f %10.3f %+7.2f%%  (%.3f/%.3f/%.3f/%.3f/%.3f; measured %.3f/%.3f/%.3f/%.3f)\n",
+        l.name, mib(m.recorded), mib(e.recorded()), 100 * err, mib(e.params_bytes),
+        mib(e.grads_bytes), mib(e.optimizer_bytes), mib(e.activations_bytes), mib(e.buffers_bytes),
+        mib(m.params), mib(m.grads), mib(m.optimizer), mib(m.activations));
+    EXPECT_LE(std::abs(err), kTolerance) << l.name;
+  }
+}
+
+TEST(MemoryEstimate, ZeroStagesShrinkTheModelState) {
+  TempDir dir;
+  TrainOptions o = small_run(dir);
+  o.parallel.dp = 4;
+  int64_t prev = -1;
+  for (int z = 0; z <= 3; ++z) {
+    o.parallel.zero = z;
+    const MemoryEstimate e = estimate_rank_memory(o);
+    const int64_t state = e.params_bytes + e.grads_bytes + e.optimizer_bytes;
+    if (prev >= 0) {
+      EXPECT_LT(state, prev) << "zero " << z;
+    }
+    prev = state;
+  }
+}
+
+TEST(MemoryEstimate, RefusalNamesFiguresAndARemedy) {
+  TempDir dir;
+  TrainOptions o = small_run(dir);
+  o.parallel.dp = 4;
+  const MemoryEstimate e = estimate_rank_memory(o);
+  EXPECT_EQ(memory_refusal(o, e, 4, 4 * e.peak(), false), "");
+  const std::string msg = memory_refusal(o, e, 4, 1000000, false);
+  EXPECT_NE(msg.find("the run needs about "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("4 ranks x "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("this machine has 0.95 MiB available"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--zero 2 or 3"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+  // Activations dominate: the remedy is about them.
+  o.parallel.dp = 1;
+  o.optim.batch = 64;
+  o.model.seq = 32;
+  const std::string act = memory_refusal(o, estimate_rank_memory(o), 1, 1000000, true);
+  EXPECT_NE(act.find("more --microbatches"), std::string::npos) << act;
+  EXPECT_NE(act.find("MESHTRAIN_MEMORY_LIMIT_BYTES allows"), std::string::npos) << act;
+}
+
+TEST(MemoryEstimate, CheckThrowsUsageErrorUnderTheLimit) {
+  TempDir dir;
+  TrainOptions o = small_run(dir);
+  o.parallel.dp = 2;
+  o.parallel.zero = 1;
+  ::setenv("MESHTRAIN_MEMORY_LIMIT_BYTES", "1000000", 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    check_memory_fits(o);
+  } catch (const UsageError& e) {
+    what = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(what.find("2 ranks x "), std::string::npos) << what;
+  EXPECT_NE(what.find("try --zero 2 or 3"), std::string::npos) << what;
+  EXPECT_LT(s, 0.1);
+  ::setenv("MESHTRAIN_MEMORY_LIMIT_BYTES", "1000000000000", 1);
+  EXPECT_NO_THROW(check_memory_fits(o));
+  ::setenv("MESHTRAIN_MEMORY_LIMIT_BYTES", "lots", 1);
+  EXPECT_THROW(check_memory_fits(o), UsageError);
+  ::unsetenv("MESHTRAIN_MEMORY_LIMIT_BYTES");
+  // The machine's own figure: a small run fits.
+  EXPECT_GT(available_memory_bytes(), 0);
+  EXPECT_NO_THROW(check_memory_fits(o));
+}
+
+TEST(MemoryEstimate, MpiCountsTheProcessesOnThisHost) {
+  TempDir dir;
+  TrainOptions o = small_run(dir);
+  o.parallel.dp = 8;
+  EXPECT_EQ(ranks_on_this_host(o), 8);
+  o.engine.backend = "mpi";
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  ::unsetenv("MPI_LOCALNRANKS");
+  EXPECT_EQ(ranks_on_this_host(o), 1);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  EXPECT_EQ(ranks_on_this_host(o), 4);
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+}
+
+// The binary refuses before any rank starts: one line, exit 2, well under a second.
+TEST(MemoryEstimate, BinaryRefusesUnderTheLimit) {
+  const std::string run =
+      "train --layers 4 --dim 64 --heads 4 --seq 32 --vocab 256 --batch 8 --steps 1 --dp 4 "
+      "--quiet";
+  auto timed = [&](testing::RunResult& r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    r = testing::run_meshtrain(run);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  testing::RunResult fits, refused;
+  const double fits_s = timed(fits);  // the machine's own figure: a small run goes ahead
+  EXPECT_EQ(fits.exit_code, 0) << fits.err;
+  ::setenv("MESHTRAIN_MEMORY_LIMIT_BYTES", "1000000", 1);
+  const double refused_s = timed(refused);
+  ::unsetenv("MESHTRAIN_MEMORY_LIMIT_BYTES");
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_EQ(refused.err.rfind("meshtrain: error: the run needs about ", 0), 0u) << refused.err;
+  EXPECT_NE(refused.err.find("4 ranks x "), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("; try "), std::string::npos) << refused.err;
+  EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+  std::printf("refused in %.3f s (the one-step run took %.3f s): %s", refused_s, fits_s,
+              refused.err.c_str());
+  EXPECT_LT(refused_s, 1.0);
+}
+
+// An allocation that fails anyway says so, with the size where it is known.
+TEST(MemoryEstimate, OutOfMemoryMessages) {
+  try {
+    Arena huge(size_t(1) << 60);
+    FAIL() << "allocated 4 EiB";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory: cannot allocate 4294967296.00 GiB"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    run_local(2, WorldOptions{}, [](CommWorld& w) {
+      if (w.rank() == 1) throw std::bad_alloc();
+    });
+    FAIL() << "no failure";
+  } catch (const RuntimeError& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 1: out of memory (std::bad_alloc)");
+  }
+}
+
+}  // namespace
+}  // namespace mt
