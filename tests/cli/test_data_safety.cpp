@@ -335,6 +335,27 @@ TEST(DataSafety, OneThreadRangeForEveryCommand) {
   expect_usage_error(run_meshtrain(f.base() + " --dp 2048 --batch 2048"), "--backend mpi");
 }
 
+// Defect 12: running out of memory was "rank 0: std::bad_alloc", or the OOM killer's
+// silence. The per-rank estimate (train/memory_estimate.h) refuses first, with figures.
+TEST(DataSafety, ARunThatCannotFitIsRefusedWithFigures) {
+  Fixture f;
+  const std::string run = f.base() + " --layers 4 --dim 64 --heads 4 --seq 32 --batch 8 --dp 4";
+  RunResult fits, refused;
+  const double fits_s = seconds_of([&] { return run_meshtrain(run); }, &fits);
+  EXPECT_EQ(fits.exit_code, 0) << fits.err;  // the machine's own figure: it fits
+  const double refused_s = seconds_of(
+      [&] {
+        return run_command("MESHTRAIN_MEMORY_LIMIT_BYTES=1000000 " + std::string(MESHTRAIN_BIN) +
+                           " " + run);
+      },
+      &refused);
+  expect_usage_error(refused, "the run needs about ");
+  EXPECT_NE(refused.err.find("4 ranks x "), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("; try "), std::string::npos) << refused.err;
+  std::printf("refused in %.3f s (the run took %.3f s)\n", refused_s, fits_s);
+  EXPECT_LT(refused_s, 2.0);
+}
+
 // Defect 16: inputs that were ignored without a word.
 TEST(DataSafety, IgnoredInputsAreErrors) {
   Fixture f;

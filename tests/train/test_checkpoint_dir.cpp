@@ -1,0 +1,88 @@
+// The checkpoint directory rules (train/checkpoint.h, train/save_lock.h): a save replaces
+// only a checkpoint, re-checked when it replaces it; one writer at a time; what a load
+// verifies.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "model/gpt.h"
+#include "test_util/temp_dir.h"
+#include "train/checkpoint.h"
+#include "train/save_lock.h"
+
+namespace fs = std::filesystem;
+
+namespace mt {
+namespace {
+
+using test_util::TempDir;
+
+struct TinyModel {
+  ModelConfig cfg;
+  std::unique_ptr<GPT> model;
+  std::vector<float> m, v;
+  TinyModel() {
+    cfg.layers = 1;
+    cfg.dim = 8;
+    cfg.heads = 2;
+    cfg.seq = 4;
+    cfg.vocab = 16;
+    model = std::make_unique<GPT>(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
+    model->init(1);
+    m.assign(model->table().total(), 0.f);
+    v.assign(model->table().total(), 0.f);
+  }
+  void save(const std::string& dir, int step) {
+    save_checkpoint(dir, model->table(), cfg, {model->params().data(), m.data(), v.data()},
+                    {step, 0, 1});
+  }
+};
+
+TEST(CheckpointDir, ConflictNamesWhatIsInTheWay) {
+  TempDir t;
+  EXPECT_EQ(checkpoint_dir_conflict(t / "missing"), "");
+  fs::create_directory(t / "empty");
+  EXPECT_EQ(checkpoint_dir_conflict(t / "empty"), "");
+  TinyModel tiny;
+  tiny.save(t / "ck", 1);
+  EXPECT_EQ(checkpoint_dir_conflict(t / "ck"), "");
+  std::ofstream(t / "ck/NOTES.txt") << "mine";
+  EXPECT_NE(checkpoint_dir_conflict(t / "ck").find("NOTES.txt"), std::string::npos);
+  fs::create_directory(t / "partial");
+  std::ofstream(t / "partial/model.safetensors") << "x";  // no state.json: not provably ours
+  EXPECT_NE(checkpoint_dir_conflict(t / "partial"), "");
+}
+
+// The run checked the directory at its start; a file put there since is not deleted by
+// the save that would replace it.
+TEST(CheckpointDir, SaveRechecksWhenItReplaces) {
+  TempDir t;
+  TinyModel tiny;
+  const std::string ck = t / "ck";
+  tiny.save(ck, 1);
+  std::ofstream(ck + "/NOTES.txt") << "mine";
+  EXPECT_THROW(tiny.save(ck, 2), RuntimeError);
+  EXPECT_TRUE(fs::exists(ck + "/NOTES.txt"));
+  EXPECT_EQ(read_train_state(ck).step, 1);
+  fs::remove(ck + "/NOTES.txt");
+  tiny.save(ck, 2);
+  EXPECT_EQ(read_train_state(ck).step, 2);
+  EXPECT_TRUE(verify_checkpoint(ck).verified);
+}
+
+TEST(CheckpointDir, OneLockHolderAtATime) {
+  TempDir t;
+  const std::string ck = t / "ck";
+  {
+    SaveDirLock first(ck);
+    EXPECT_THROW(SaveDirLock second(ck), UsageError);
+    EXPECT_TRUE(fs::exists(ck + ".lock"));
+  }
+  EXPECT_FALSE(fs::exists(ck + ".lock"));
+  SaveDirLock again(ck);  // released with its holder
+}
+
+}  // namespace
+}  // namespace mt
