@@ -108,6 +108,9 @@ void resolve_train_options(TrainOptions& o) {
     MT_REQUIRE(p.dp % p.ep == 0, "--ep ", p.ep, " must divide --dp ", p.dp);
     MT_REQUIRE(o.model.experts % p.ep == 0, "--ep ", p.ep, " must divide --experts ",
                o.model.experts);
+    MT_REQUIRE(p.zero <= 2, "--ep ", p.ep,
+               " supports --zero 0, 1 or 2 (got --zero 3: its parameter gathers over dp "
+               "would mix different ranks' experts)");
   }
   MT_REQUIRE(o.model.experts == 0 || p.tp == 1,
              "--experts needs --tp 1 for now (the experts are not split over tp)");

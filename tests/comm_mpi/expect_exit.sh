@@ -1,6 +1,8 @@
 #!/bin/sh
 # expect_exit.sh CODE PATTERN SECONDS cmd...: runs cmd with a time limit and passes only if
 # it exits with CODE and its stderr matches PATTERN (grep -E). A hang fails as exit 124.
+# With EXPECT_ERROR_LINES=N set, stderr must also hold exactly N "meshtrain: error:" lines
+# (a usage error under mpirun is printed once, not once per process).
 code=$1 pattern=$2 limit=$3
 shift 3
 err=$(mktemp)
@@ -14,6 +16,13 @@ fi
 if ! grep -Eq "$pattern" "$err"; then
   echo "expect_exit: stderr does not match '$pattern'" >&2
   rm -f "$err"; exit 1
+fi
+if [ -n "${EXPECT_ERROR_LINES:-}" ]; then
+  lines=$(grep -c '^meshtrain: error:' "$err")
+  if [ "$lines" -ne "$EXPECT_ERROR_LINES" ]; then
+    echo "expect_exit: $lines 'meshtrain: error:' lines, expected $EXPECT_ERROR_LINES" >&2
+    rm -f "$err"; exit 1
+  fi
 fi
 rm -f "$err"
 echo "expect_exit: exit $rc and stderr matched '$pattern'"
