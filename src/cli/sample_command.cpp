@@ -19,6 +19,7 @@ namespace {
 struct SampleArgs {
   std::string load, init_from, prompt = "\n";
   int tokens = 200, threads = 1, top_k = 0;
+  int experts_topk = 0;  // experts per token of a mixture-of-experts model (0 = the file's)
   float temperature = 0.8f;
   uint64_t seed = 1337;
 };
@@ -35,13 +36,22 @@ int run_sample(const SampleArgs& a) {
   if (a.load.empty()) require_input_file("--init-from", a.init_from);
   if (!a.load.empty()) verify_checkpoint(a.load);
   const std::string weights = a.load.empty() ? a.init_from : a.load + "/model.safetensors";
-  ModelConfig cfg = model_config_from_file(weights, ModelConfig{});
+  MT_REQUIRE(a.experts_topk >= 0, "--topk must be >= 0 (0 = from the file)");
+  ModelConfig base;
+  base.topk = a.experts_topk;
+  ModelConfig cfg = model_config_from_file(weights, base);
+  if (a.experts_topk > 0) cfg.topk = a.experts_topk;
+  // The biases a checkpoint holds steer expert selection; a layer adds them only when
+  // bias updates are on (any positive rate: sampling never updates them). Zero biases
+  // select as no biases would.
+  if (cfg.experts > 0 && !a.load.empty()) cfg.router_bias_update = 1;
   cfg.validate();
   MT_REQUIRE(cfg.vocab <= ByteTokenizer::kVocabSize, weights, " has a vocabulary of ", cfg.vocab,
              "; sample decodes byte-level (256) models only");
   set_compute_threads(a.threads);
   GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
   import_weights(weights, model);
+  if (!a.load.empty()) load_router_biases(a.load, model.table(), model.moe_layers());
   SampleOptions so;
   so.tokens = a.tokens;
   so.temperature = a.temperature;
@@ -68,6 +78,9 @@ CommandRunner add_sample_command(CLI::App& app) {
   cmd->add_option("--temperature", a->temperature, "softmax temperature (0 = greedy)")
       ->capture_default_str();
   cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--topk", a->experts_topk,
+                  "experts per token of a mixture-of-experts model (0 = from the file)")
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--threads", a->threads, "compute threads")->capture_default_str();

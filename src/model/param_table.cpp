@@ -38,7 +38,7 @@ void ParamInfo::for_each_element(const std::function<void(size_t, int64_t)>& fn)
 
 ParamInfo& ParamTable::add(std::string name, std::vector<int64_t> global_shape, InitKind init,
                            float init_std, ShardSpec shard) {
-  MT_CHECK(find(name) == nullptr, "duplicate parameter ", name);
+  MT_CHECK(!index_.contains(name), "duplicate parameter ", name);
   ParamInfo p;
   p.name = std::move(name);
   p.global_shape = global_shape;
@@ -56,13 +56,13 @@ ParamInfo& ParamTable::add(std::string name, std::vector<int64_t> global_shape, 
   p.init_std = init_std;
   total_ += (p.numel + 15) / 16 * 16;
   entries_.push_back(std::move(p));
+  index_.emplace(entries_.back().name, entries_.size() - 1);
   return entries_.back();
 }
 
 const ParamInfo* ParamTable::find(const std::string& name) const {
-  for (const auto& p : entries_)
-    if (p.name == name) return &p;
-  return nullptr;
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 const ParamInfo& ParamTable::at(const std::string& name) const {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace mt {
@@ -52,7 +53,8 @@ struct ParamInfo {
 
 class ParamTable {
  public:
-  // Appends a tensor; offsets are assigned in order, each aligned to 16 floats (64 bytes).
+  // Appends a tensor; offsets are assigned in order, each aligned to 16 floats (64 bytes),
+  // so entries() is sorted by offset.
   ParamInfo& add(std::string name, std::vector<int64_t> global_shape, InitKind init,
                  float init_std = 0.02f, ShardSpec shard = {});
   const ParamInfo* find(const std::string& name) const;
@@ -68,6 +70,9 @@ class ParamTable {
 
  private:
   std::deque<ParamInfo> entries_;
+  // Name -> position in entries_: a model of many layers has hundreds of thousands of
+  // tensors, and a linear find() made building the table quadratic.
+  std::unordered_map<std::string, size_t> index_;
   size_t total_ = 0;
 };
 

@@ -5,12 +5,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <system_error>
 #include <vector>
 
 #include "core/atomic_file.h"
@@ -94,10 +98,60 @@ nlohmann::json manifest_entry(const FileDigest& d) {
   return {{"bytes", d.bytes}, {"crc32c", crc32c_hex(d.crc32c)}};
 }
 
+// Shortest text that reads back as the same float.
+std::string float_str(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  MT_CHECK(r.ec == std::errc(), "cannot format ", v);
+  return std::string(buf, r.ptr);
+}
+
 std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
-  return {{"format", "meshtrain"},        {"layers", std::to_string(c.layers)},
-          {"dim", std::to_string(c.dim)}, {"heads", std::to_string(c.heads)},
-          {"seq", std::to_string(c.seq)}, {"vocab", std::to_string(c.vocab)}};
+  std::map<std::string, std::string> m = {
+      {"format", "meshtrain"},        {"layers", std::to_string(c.layers)},
+      {"dim", std::to_string(c.dim)}, {"heads", std::to_string(c.heads)},
+      {"seq", std::to_string(c.seq)}, {"vocab", std::to_string(c.vocab)}};
+  if (c.experts > 0) {
+    // The tensors give the experts and the MoE blocks; top-k and the capacity factor (its
+    // drops apply whenever the layer runs, sampling included) only live here.
+    m["experts"] = std::to_string(c.experts);
+    m["topk"] = std::to_string(c.topk);
+    m["moe_every"] = std::to_string(c.moe_every);
+    m["capacity_factor"] = float_str(c.capacity_factor);
+  }
+  return m;
+}
+
+// Metadata value `key` of `f` as a positive int; nullopt when absent.
+std::optional<int> metadata_int(const SafetensorsFile& f, const std::string& key) {
+  const auto it = f.metadata().find(key);
+  if (it == f.metadata().end()) return std::nullopt;
+  const std::string& v = it->second;
+  int n = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), n);
+  MT_REQUIRE(r.ec == std::errc() && r.ptr == v.data() + v.size() && n > 0, f.path(),
+             ": metadata \"", key, "\" is \"", v, "\", not a positive integer");
+  return n;
+}
+
+// Metadata value `key` of `f` as a finite float >= 0; nullopt when absent.
+std::optional<float> metadata_float(const SafetensorsFile& f, const std::string& key) {
+  const auto it = f.metadata().find(key);
+  if (it == f.metadata().end()) return std::nullopt;
+  const std::string& v = it->second;
+  float x = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  MT_REQUIRE(r.ec == std::errc() && r.ptr == v.data() + v.size() && std::isfinite(x) && x >= 0,
+             f.path(), ": metadata \"", key, "\" is \"", v, "\", not a number >= 0");
+  return x;
+}
+
+// "transformer.h.{i}.mlp.router.weight" and friends.
+std::string block_tensor(int i, const std::string& rest) {
+  return "transformer.h." + std::to_string(i) + "." + rest;
+}
+std::string expert_tensor(int i, int e) {
+  return block_tensor(i, "mlp.experts." + std::to_string(e) + ".c_fc.weight");
 }
 
 // The global tensors under their global names plus `suffix`.
@@ -189,8 +243,44 @@ ModelConfig model_config_from_file(const std::string& path, const ModelConfig& b
   while (f.contains("transformer.h." + std::to_string(layers) + ".ln_1.weight")) ++layers;
   MT_REQUIRE(layers > 0, path, ": no transformer blocks (transformer.h.0.*) in the file");
   c.layers = layers;
-  auto it = f.metadata().find("heads");
-  if (it != f.metadata().end()) c.heads = std::stoi(it->second);
+  if (auto heads = metadata_int(f, "heads")) c.heads = *heads;
+
+  // Mixture of experts: block i has a router when (i + 1) % moe_every == 0
+  // (ModelConfig::moe_layers), each with the same number of experts.
+  int first_moe = 0;
+  while (first_moe < layers && !f.contains(block_tensor(first_moe, "mlp.router.weight")))
+    ++first_moe;
+  if (first_moe == layers) {
+    c.experts = 0;
+    return c;
+  }
+  int experts = 0;
+  while (f.contains(expert_tensor(first_moe, experts))) ++experts;
+  MT_REQUIRE(experts > 0, path, ": ", block_tensor(first_moe, "mlp.router.weight"),
+             " but no experts (", expert_tensor(first_moe, 0), ")");
+  const int moe_every = first_moe + 1;
+  for (int i = 0; i < layers; ++i) {
+    const bool moe = (i + 1) % moe_every == 0;
+    MT_REQUIRE(f.contains(block_tensor(i, "mlp.router.weight")) == moe, path,
+               ": the first mixture-of-experts block is ", first_moe, " (every ", moe_every,
+               ") but block ", i, (moe ? " has no" : " has a"), " router");
+    MT_REQUIRE(!moe || (f.contains(expert_tensor(i, experts - 1)) &&
+                        !f.contains(expert_tensor(i, experts))),
+               path, ": block ", first_moe, " has ", experts, " experts but block ", i,
+               " has a different number");
+  }
+  c.experts = experts;
+  c.moe_every = moe_every;
+  if (auto cf = metadata_float(f, "capacity_factor")) c.capacity_factor = *cf;
+  if (auto topk = metadata_int(f, "topk")) {
+    MT_REQUIRE(*topk <= experts, path, ": metadata \"topk\" is ", *topk, " but the file has ",
+               experts, " experts");
+    c.topk = *topk;
+  } else {
+    // Files written before top-k was recorded: the caller's value, if it has one.
+    MT_REQUIRE(base.topk > 0, path, " is a mixture-of-experts model (", experts,
+               " experts) without top-k in its metadata: give --topk K");
+  }
   return c;
 }
 

@@ -7,6 +7,8 @@
 //       DIR/optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq", and per MoE layer
 //                                  "transformer.h.{i}.mlp.router.expert_bias" [E]
 //       DIR/state.json             step, data position, seed, model config, format
+// Both safetensors files carry the model config as metadata (layers, dim, heads, seq, vocab;
+// experts, topk, moe_every, capacity_factor for a mixture-of-experts model).
 #pragma once
 
 #include <cstdint>
@@ -26,8 +28,12 @@ struct TrainState {
   uint64_t seed = 0;
 };
 
-// Reads the model shape recorded in a weights file (vocab, seq, dim, layers, heads) so the
-// CLI can take defaults from it. Heads are taken from metadata when present.
+// Reads the model shape recorded in a weights file so the CLI can take defaults from it:
+// vocab, seq, dim and layers from the tensors; experts and moe_every from the tensors of a
+// mixture-of-experts file (0 experts for a dense one); heads, topk and capacity_factor from
+// the metadata when present, else base's. Everything else is base's. Throws UsageError for
+// metadata that is not a positive number, or for a mixture-of-experts file without top-k
+// in its metadata when base.topk is not positive ("give --topk K").
 ModelConfig model_config_from_file(const std::string& path, const ModelConfig& base);
 
 // Model state in the global view: parameters and both AdamW moments, each a buffer in

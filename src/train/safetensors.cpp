@@ -10,7 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <unordered_set>
 #include <utility>
 
 #include "core/atomic_file.h"
@@ -27,6 +27,37 @@ constexpr const char* kMetadataKey = "__metadata__";
 // The reference implementation rejects headers above 100 MB; so do we, rather than
 // trying to allocate whatever 8 garbage bytes claim.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// The first key that appears twice in the top-level object of `json` (valid JSON), or "".
+// A SAX pass: nlohmann's parse callback, which could also see the keys, rescans the parent
+// object after each nested object, which is quadratic in the number of tensors.
+std::string first_duplicate_top_level_key(const std::string& json) {
+  struct KeyScan : nlohmann::json_sax<nlohmann::json> {
+    int depth = 0;
+    std::unordered_set<std::string> seen;
+    std::string duplicate;
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override { return ++depth, true; }
+    bool end_object() override { return --depth, true; }
+    bool start_array(std::size_t) override { return ++depth, true; }
+    bool end_array() override { return --depth, true; }
+    bool key(string_t& k) override {
+      if (depth == 1 && !seen.insert(k).second && duplicate.empty()) duplicate = k;
+      return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+      return false;
+    }
+  } scan;
+  nlohmann::json::sax_parse(json, &scan);
+  return scan.duplicate;
+}
 
 // Element sizes of the dtypes the format defines; any other name is a corrupt header.
 int dtype_bytes(const std::string& dtype) {
@@ -57,22 +88,28 @@ std::string shape_str(const TensorShape& shape) {
 
 FileDigest write_safetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
                        const std::map<std::string, std::string>& metadata) {
-  // ordered_json keeps the header in file order, which makes it readable with `head -c`.
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  // The header in file order, which makes it readable with `head -c`. It is written entry
+  // by entry: an ordered_json object looks keys up linearly, which made files of many
+  // tensors quadratic to write.
+  std::string json = "{";
+  if (!metadata.empty())
+    json += nlohmann::json(kMetadataKey).dump() + ":" + nlohmann::ordered_json(metadata).dump();
+  std::unordered_set<std::string> names;
   uint64_t offset = 0;
   for (const SafetensorsTensor& t : tensors) {
-    MT_REQUIRE(t.name != kMetadataKey && !header.contains(t.name), "cannot write ", path,
+    MT_REQUIRE(t.name != kMetadataKey && names.insert(t.name).second, "cannot write ", path,
                ": tensor name ", t.name, " is duplicated or reserved");
     int64_t numel = checked_numel(t.shape);
     MT_CHECK(numel >= 0, "tensor ", t.name, " has invalid shape ", shape_str(t.shape));
     MT_CHECK(numel == 0 || t.data != nullptr, "tensor ", t.name, " has no data");
     uint64_t bytes = static_cast<uint64_t>(numel) * sizeof(float);
-    header[t.name] = {
+    const nlohmann::ordered_json entry = {
         {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    if (json.size() > 1) json += ',';
+    json += nlohmann::json(t.name).dump() + ":" + entry.dump();
     offset += bytes;
   }
-  std::string json = header.dump();
+  json += '}';
   // Pad with spaces (allowed by the format) so the data section starts 8-byte aligned.
   json.append((8 - json.size() % 8) % 8, ' ');
   const uint64_t n = json.size();
@@ -115,22 +152,14 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   const uint64_t data_bytes = file_bytes - data_start_;
 
   // nlohmann keeps the last of duplicate keys; a duplicated tensor name is corruption.
-  std::set<std::string> seen;
-  std::string duplicate;
-  auto on_event = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
-    }
-    return true;
-  };
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(json_text, on_event);
+    header = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(str("corrupt header (not valid JSON): ", e.what()));
   }
   if (!header.is_object()) fail("corrupt header: not a JSON object");
+  const std::string duplicate = first_duplicate_top_level_key(json_text);
   if (!duplicate.empty()) fail(str("corrupt header: tensor ", duplicate, " appears twice"));
 
   for (const auto& [name, value] : header.items()) {

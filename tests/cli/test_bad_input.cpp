@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <vector>
 
 #include "cli_fixture.h"
@@ -120,6 +122,88 @@ TEST(BadInput, InitFromMismatchedFiles) {
   expect_usage_error(run_meshtrain("train --quiet --batch 2 --steps 1 --heads 2 --data " + f.data +
                                    " --init-from " + (f.dir / "shape.safetensors")),
                      "transformer.h.0.mlp.c_fc.bias");
+}
+
+// Copies the weights file `in` to `out` with metadata `meta`, leaving out the tensors
+// `drop` names.
+void rewrite_weights(const std::string& in, const std::string& out,
+                     const std::map<std::string, std::string>& meta,
+                     const std::function<bool(const std::string&)>& drop = {}) {
+  SafetensorsFile f(in);
+  std::vector<std::vector<float>> keep;
+  std::vector<SafetensorsTensor> tensors;
+  for (const auto& n : f.names())
+    if (!drop || !drop(n)) keep.push_back(f.read(n));
+  size_t k = 0;
+  for (const auto& n : f.names())
+    if (!drop || !drop(n)) tensors.push_back({n, f.tensor(n).shape, keep[k++].data()});
+  write_safetensors(out, tensors, meta);
+}
+
+TEST(BadInput, MetadataThatIsNotAPositiveInteger) {
+  Fixture f;
+  const std::string good = f.dir / "w.safetensors";
+  ASSERT_EQ(run_meshtrain(f.base() + " --steps 0 --export " + good).exit_code, 0);
+  const auto meta = SafetensorsFile(good).metadata();
+  int i = 0;
+  for (const std::string bad : {"abc", "99999999999", "0", "-2", "2x", ""}) {
+    const std::string path = f.dir / ("bad" + std::to_string(i++) + ".safetensors");
+    auto m = meta;
+    m["heads"] = bad;
+    rewrite_weights(good, path, m);
+    const std::string want =
+        path + ": metadata \"heads\" is \"" + bad + "\", not a positive integer";
+    expect_usage_error(run_meshtrain("train --quiet --batch 2 --steps 1 --data " + f.data +
+                                     " --init-from " + path),
+                       want);
+    expect_usage_error(run_meshtrain("sample --tokens 2 --init-from " + path), want);
+  }
+}
+
+TEST(BadInput, MixtureOfExpertsFileWithoutTopk) {
+  Fixture f;
+  const std::string moe = f.dir / "moe.safetensors";
+  ASSERT_EQ(run_meshtrain("train --layers 2 --dim 16 --heads 2 --seq 8 --batch 2 --steps 0 "
+                          "--quiet --experts 4 --topk 2 --data " +
+                          f.data + " --export " + moe)
+                .exit_code,
+            0);
+  // As written before top-k was recorded: no experts, topk, moe_every, capacity_factor.
+  const std::string old = f.dir / "old.safetensors";
+  auto meta = SafetensorsFile(moe).metadata();
+  for (const char* k : {"experts", "topk", "moe_every", "capacity_factor"})
+    ASSERT_EQ(meta.erase(k), 1u) << k;
+  rewrite_weights(moe, old, meta);
+  expect_usage_error(run_meshtrain("sample --tokens 2 --init-from " + old),
+                     old +
+                         " is a mixture-of-experts model (4 experts) without top-k in its "
+                         "metadata: give --topk K");
+  auto s = run_meshtrain("sample --tokens 2 --topk 2 --init-from " + old);
+  EXPECT_EQ(s.exit_code, 0) << s.err;
+  // train has a top-k of its own (the flag or its default).
+  auto t = run_meshtrain("train --quiet --batch 2 --steps 1 --topk 1 --data " + f.data +
+                         " --init-from " + old);
+  EXPECT_EQ(t.exit_code, 0) << t.err;
+
+  // Bad top-k metadata, and routers that do not follow one --moe-every.
+  auto m = SafetensorsFile(moe).metadata();
+  m["topk"] = "two";
+  rewrite_weights(moe, f.dir / "topk.safetensors", m);
+  expect_usage_error(run_meshtrain("sample --tokens 2 --init-from " + (f.dir / "topk.safetensors")),
+                     "metadata \"topk\" is \"two\", not a positive integer");
+  m["topk"] = "5";
+  rewrite_weights(moe, f.dir / "topk5.safetensors", m);
+  expect_usage_error(
+      run_meshtrain("sample --tokens 2 --init-from " + (f.dir / "topk5.safetensors")),
+      "metadata \"topk\" is 5 but the file has 4 experts");
+  const std::string holes = f.dir / "holes.safetensors";
+  rewrite_weights(moe, holes, SafetensorsFile(moe).metadata(), [](const std::string& n) {
+    return n.starts_with("transformer.h.1.mlp.router.");
+  });
+  expect_usage_error(run_meshtrain("sample --tokens 2 --init-from " + holes),
+                     holes +
+                         ": the first mixture-of-experts block is 0 (every 1) but block 1 "
+                         "has no router");
 }
 
 TEST(BadInput, CorruptLoadDirectory) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "run_binary.h"
+#include "train/safetensors.h"
 #include "train/token_shard.h"
 
 namespace mt {
@@ -209,6 +210,44 @@ TEST(TrainCommand, ExportThenSampleRoundTrip) {
   ASSERT_EQ(s.exit_code, 0) << s.err;
   EXPECT_EQ(s.out.rfind("hello", 0), 0u);
   EXPECT_GE(s.out.size(), 5u + 20u);
+}
+
+// A mixture-of-experts model samples from its checkpoint and from its exported weights:
+// the file records what the tensors do not say (top-k, the capacity factor), and a
+// checkpoint's router biases come back with it.
+TEST(TrainCommand, MixtureOfExpertsSamplesFromCheckpointAndExport) {
+  Data d;
+  const std::string ck = d.dir / "ck", w = d.dir / "moe.safetensors";
+  auto r = run_meshtrain(
+      "train --layers 2 --dim 16 --heads 2 --seq 8 --batch 2 --steps 2 --experts 4 --topk 2 "
+      "--router-bias-update 0.01 --quiet --data " +
+      d.path + " --save " + ck + " --export " + w);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto meta = SafetensorsFile(w).metadata();
+  EXPECT_EQ(meta.at("experts"), "4");
+  EXPECT_EQ(meta.at("topk"), "2");
+  EXPECT_EQ(meta.at("moe_every"), "1");
+  EXPECT_EQ(meta.at("capacity_factor"), "0");
+  for (const std::string& from : {"--load " + ck, "--init-from " + w}) {
+    auto s = run_meshtrain("sample " + from + " --prompt hi --tokens 5");
+    ASSERT_EQ(s.exit_code, 0) << from << ": " << s.err;
+    EXPECT_EQ(s.out.rfind("hi", 0), 0u) << s.out;
+    EXPECT_GE(s.out.size(), 2u + 5u) << s.out;
+  }
+  // The file decides the shape: no --experts needed to continue from it.
+  auto t =
+      run_meshtrain("train --quiet --batch 2 --steps 1 --data " + d.path + " --init-from " + w);
+  EXPECT_EQ(t.exit_code, 0) << t.err;
+  // Blocks 1 and 3 of 4: --moe-every comes back from where the routers are.
+  const std::string w2 = d.dir / "every2.safetensors";
+  r = run_meshtrain(
+      "train --layers 4 --dim 16 --heads 2 --seq 8 --batch 2 --steps 1 --experts 2 --topk 1 "
+      "--moe-every 2 --capacity-factor 1.25 --quiet --data " +
+      d.path + " --export " + w2);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(SafetensorsFile(w2).metadata().at("capacity_factor"), "1.25");
+  auto s = run_meshtrain("sample --init-from " + w2 + " --tokens 5");
+  EXPECT_EQ(s.exit_code, 0) << s.err;
 }
 
 TEST(TrainCommand, TraceIsChromeJson) {

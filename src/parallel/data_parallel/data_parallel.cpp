@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "comm/rank_order_sum.h"
 #include "core/error.h"
@@ -30,11 +31,15 @@ size_t bucket_floats(double mb) {
   return size_t(mb * 1024 * 1024 / sizeof(float));
 }
 
+// Entries are in ascending offset order: a binary search, since this runs once per piece
+// (a linear scan made a model of many layers quadratic to set up).
 const ParamInfo* tensor_at(const ParamTable& table, size_t table_off) {
-  for (const ParamInfo& p : table.entries())
-    if (table_off >= p.offset && table_off < p.offset + p.numel) return &p;
-  MT_CHECK(false, "no tensor at arena offset ", table_off);
-  return nullptr;
+  const auto& e = table.entries();
+  auto it = std::upper_bound(e.begin(), e.end(), table_off,
+                             [](size_t off, const ParamInfo& p) { return off < p.offset; });
+  MT_CHECK(it != e.begin() && table_off < std::prev(it)->offset + std::prev(it)->numel,
+           "no tensor at arena offset ", table_off);
+  return &*std::prev(it);
 }
 
 }  // namespace

@@ -72,9 +72,11 @@ size_t FlatLayout::max_bucket() const {
 std::vector<FlatPiece> FlatLayout::pieces(bool owned_only) const {
   std::vector<FlatPiece> out;
   for (const ParamInfo& p : table_.entries()) {
-    int u = 0;
-    while (u < int(units_.size()) && !(p.offset >= units_[u].lo && p.offset < units_[u].hi)) ++u;
-    MT_CHECK(u < int(units_.size()), "parameter ", p.name, " lies in no unit");
+    // Units are ascending and disjoint: the last one starting at or before the tensor.
+    const auto next = std::upper_bound(units_.begin(), units_.end(), p.offset,
+                                       [](size_t off, const FlatUnit& fu) { return off < fu.lo; });
+    const int u = int(next - units_.begin()) - 1;
+    MT_CHECK(u >= 0 && p.offset < units_[u].hi, "parameter ", p.name, " lies in no unit");
     const FlatBucket& b = buckets_[units_[u].bucket];
     const size_t f0 = flat_of(u, p.offset), f1 = f0 + p.numel;
     size_t lo = f0, hi = f1;
