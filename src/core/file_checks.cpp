@@ -69,32 +69,33 @@ std::string parent_directory(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-void require_input_file(const std::string& flag, const std::string& path) {
-  MT_REQUIRE(!path.empty(), flag, " needs a file name (got an empty path)");
+namespace {
+
+// An existing input of the wanted kind (through symlinks) that this process may read.
+void require_input(const std::string& flag, const std::string& path, bool directory) {
+  const char* noun = directory ? "directory" : "file";
+  MT_REQUIRE(!path.empty(), flag, " needs a ", noun, " name (got an empty path)");
   struct stat st {};
   if (!stat_path(path, st)) {
     const int err = errno;
     MT_REQUIRE(err != ENOENT, flag, " ", path, " does not exist");
     throw UsageError(str(flag, " ", path, ": cannot open (", std::strerror(err), ")"));
   }
-  MT_REQUIRE(S_ISREG(st.st_mode), flag, " ", path, " is ", type_of(st.st_mode),
-             "; give a regular file");
-  MT_REQUIRE(::access(path.c_str(), R_OK) == 0, flag, " ", path, " is not readable (",
-             std::strerror(errno), ")");
+  const bool kind_ok = directory ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
+  MT_REQUIRE(kind_ok, flag, " ", path, " is ", type_of(st.st_mode), "; give a ",
+             directory ? "directory" : "regular file");
+  MT_REQUIRE(::access(path.c_str(), directory ? R_OK | X_OK : R_OK) == 0, flag, " ", path,
+             " is not readable (", std::strerror(errno), ")");
+}
+
+}  // namespace
+
+void require_input_file(const std::string& flag, const std::string& path) {
+  require_input(flag, path, /*directory=*/false);
 }
 
 void require_input_dir(const std::string& flag, const std::string& path) {
-  MT_REQUIRE(!path.empty(), flag, " needs a directory name (got an empty path)");
-  struct stat st {};
-  if (!stat_path(path, st)) {
-    const int err = errno;
-    MT_REQUIRE(err != ENOENT, flag, " ", path, " does not exist");
-    throw UsageError(str(flag, " ", path, ": cannot open (", std::strerror(err), ")"));
-  }
-  MT_REQUIRE(S_ISDIR(st.st_mode), flag, " ", path, " is ", type_of(st.st_mode),
-             "; give a directory");
-  MT_REQUIRE(::access(path.c_str(), R_OK | X_OK) == 0, flag, " ", path, " is not readable (",
-             std::strerror(errno), ")");
+  require_input(flag, path, /*directory=*/true);
 }
 
 void require_output_file(const std::string& flag, const std::string& path, bool allow_device) {
