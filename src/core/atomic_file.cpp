@@ -12,6 +12,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/file_checks.h"
 
 namespace fs = std::filesystem;
 
@@ -20,19 +21,6 @@ namespace {
 
 [[noreturn]] void throw_errno(const std::string& what, const std::string& path, int err) {
   throw RuntimeError(str(what, " ", path, ": ", std::strerror(err)));
-}
-
-// The directory holding `path` ("." for a bare file name): the one whose entry the
-// rename changes, and so the one to fsync.
-std::string parent_dir(const std::string& path) {
-  fs::path parent = fs::path(path).parent_path();
-  return parent.empty() ? std::string(".") : parent.string();
-}
-
-// Removes a trailing '/' so "ckpt/" and "ckpt" name the same sibling temporaries.
-std::string strip_trailing_slash(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
 }
 
 void fsync_tree(const fs::path& root) {
@@ -110,7 +98,7 @@ void AtomicFile::commit() {
     throw_errno("cannot rename temporary file onto", path_, err);
   }
   committed_ = true;
-  fsync_path(parent_dir(path_));
+  fsync_path(parent_directory(path_));
 }
 
 FileDigest write_file_atomic(const std::string& path, const void* data, size_t bytes) {
@@ -122,7 +110,7 @@ FileDigest write_file_atomic(const std::string& path, const void* data, size_t b
 
 void publish_dir_atomic(const std::string& dir_arg,
                         const std::function<void(const std::string& temp_dir)>& fill) {
-  const std::string dir = strip_trailing_slash(dir_arg);
+  const std::string dir = strip_trailing_slashes(dir_arg);
   std::error_code ec;
   auto status = fs::symlink_status(dir, ec);
   const bool exists = fs::exists(status);
@@ -171,7 +159,7 @@ void publish_dir_atomic(const std::string& dir_arg,
     fs::remove_all(temp, ec);
     throw;
   }
-  fsync_path(parent_dir(dir));
+  fsync_path(parent_directory(dir));
   fs::remove_all(leftover, ec);
 }
 

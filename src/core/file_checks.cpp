@@ -27,11 +27,6 @@ bool stat_path(const std::string& path, struct stat& st) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-std::string strip_slashes(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
-
 void require_missing_is_absence(const std::string& flag, const std::string& path, int err) {
   // ENOENT / ENOTDIR: nothing there, which an output may be. Anything else (EACCES on a
   // directory of the path, ELOOP) means we could not look.
@@ -64,8 +59,13 @@ std::string describe_file_type(const std::string& path) {
   return type_of(st.st_mode);
 }
 
+std::string strip_trailing_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
 std::string parent_directory(const std::string& path) {
-  std::filesystem::path parent = std::filesystem::path(strip_slashes(path)).parent_path();
+  std::filesystem::path parent = std::filesystem::path(strip_trailing_slashes(path)).parent_path();
   return parent.empty() ? std::string(".") : parent.string();
 }
 

@@ -42,5 +42,7 @@ void require_output_dir(const std::string& flag, const std::string& path);
 
 // The directory holding `path` ("." for a bare name), after removing trailing slashes.
 std::string parent_directory(const std::string& path);
+// "ckpt/" -> "ckpt" ("/" stays), so one directory has one name for its siblings.
+std::string strip_trailing_slashes(std::string path);
 
 }  // namespace mt

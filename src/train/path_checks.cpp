@@ -84,7 +84,7 @@ void check_save_dir(const TrainOptions& o, const std::vector<NamedPath>& outs) {
 
 void resolve_save_path(IoOptions& io) {
   if (io.save.empty()) return;
-  while (io.save.size() > 1 && io.save.back() == '/') io.save.pop_back();
+  io.save = strip_trailing_slashes(io.save);
   // An existing directory: follow links and drop "." and "..", so the swap's temporary is
   // made beside the real directory and the rename never meets a link or ".".
   std::error_code ec;

@@ -11,17 +11,13 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/file_checks.h"
 
 namespace fs = std::filesystem;
 
 namespace mt {
 
 namespace {
-
-std::string strip_trailing_slash(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
 
 std::string read_holder(int fd) {
   char buf[256] = {};
@@ -53,7 +49,7 @@ bool is_temporary_of(const std::string& name, const std::string& base) {
 }  // namespace
 
 SaveDirLock::SaveDirLock(const std::string& dir)
-    : dir_(strip_trailing_slash(dir)), path_(dir_ + ".lock") {
+    : dir_(strip_trailing_slashes(dir)), path_(dir_ + ".lock") {
   // Retry while the file we locked is not the one at the path (its holder removed it
   // between our open and our flock).
   for (int attempt = 0; attempt < 100; ++attempt) {
