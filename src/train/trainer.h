@@ -1,20 +1,15 @@
-// The training loop one rank runs (the same code on both backends). Per step: load the
-// rank's slice of the global batch, forward + backward every microbatch, reduce gradients
-// over data-parallel replicas, check finiteness, clip by the global norm, AdamW, then
-// metrics, progress, evaluation and checkpoints.
+// The training loop one rank runs (the same code on both backends): build the session,
+// then per step train_step (step.h), evaluation, metrics and progress, checkpoints; at the
+// end the final checkpoint, --export, the sample and the trace.
 #pragma once
 
 #include <vector>
 
 #include "comm/world.h"
 #include "train/options.h"
+#include "train/session.h"
 
 namespace mt {
-
-struct RunInfo {
-  double peak_gflops_per_thread = 0;  // measured sgemm peak, for MFU
-  double t0 = 0;                      // job start (steady clock), for traces
-};
 
 struct TrainSummary {
   std::vector<double> losses;  // per step (rank 0)

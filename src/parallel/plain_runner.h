@@ -1,0 +1,25 @@
+// The plain microbatch loop: every microbatch forward + backward in turn on this rank's
+// whole chunk list (no pipeline). Used by one worker and by dp, tp and ep layouts.
+#pragma once
+
+#include "model/gpt.h"
+#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/microbatch_runner.h"
+
+namespace mt {
+
+class PlainRunner final : public MicrobatchRunner {
+ public:
+  // microbatches m of b sequences of T tokens each.
+  PlainRunner(GPT& model, DataParallel& dp, int microbatches, int b, int T);
+  MicrobatchStats run(const int* tokens, const int* targets, float dloss,
+                      const SpanSink& sink) override;
+  double evaluate(const int* tokens, const int* targets) override;
+
+ private:
+  GPT& model_;
+  DataParallel& dp_;
+  int m_, b_, T_;
+};
+
+}  // namespace mt

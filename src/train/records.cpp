@@ -1,0 +1,81 @@
+#include "train/records.h"
+
+#include <iterator>
+
+namespace mt {
+
+namespace {
+
+MemoryRecord own_memory(Session& s, const MicrobatchStats& st) {
+  const DataParallelMemory dm = s.dp.memory();
+  MemoryRecord m;
+  m.params_bytes = int64_t(dm.params_bytes);
+  m.grads_bytes = int64_t(dm.grads_bytes);
+  m.optimizer_bytes = int64_t(s.opt.state_bytes());
+  m.activations_peak_bytes = int64_t(s.model.activation_peak_bytes());
+  m.gather_buffer_bytes = int64_t(dm.param_buffer_bytes);
+  m.grad_buffer_bytes = int64_t(dm.grad_buffer_bytes);
+  m.microbatches_in_flight_peak = s.pipelined() ? st.peak_in_flight : 1;
+  return m;
+}
+
+}  // namespace
+
+std::vector<MemoryRecord> gather_memory_records(Session& s, const MicrobatchStats& first_step) {
+  constexpr int64_t MemoryRecord::*kFields[] = {&MemoryRecord::params_bytes,
+                                                &MemoryRecord::grads_bytes,
+                                                &MemoryRecord::optimizer_bytes,
+                                                &MemoryRecord::activations_peak_bytes,
+                                                &MemoryRecord::gather_buffer_bytes,
+                                                &MemoryRecord::grad_buffer_bytes,
+                                                &MemoryRecord::microbatches_in_flight_peak};
+  constexpr size_t kN = std::size(kFields);
+  // Each rank fills its own row; a sum over the world leaves every row on every rank.
+  const size_t ranks = size_t(s.ctx.world_size);
+  std::vector<int64_t> rows(kN * ranks, 0);
+  const MemoryRecord mine = own_memory(s, first_step);
+  for (size_t f = 0; f < kN; ++f) rows[kN * size_t(s.ctx.rank) + f] = mine.*kFields[f];
+  s.ctx.world->all_reduce(rows.data(), rows.data(), rows.size(), DType::i64, ReduceOp::sum).wait();
+  std::vector<MemoryRecord> all(ranks);
+  for (size_t r = 0; r < ranks; ++r)
+    for (size_t f = 0; f < kN; ++f) all[r].*kFields[f] = rows[kN * r + f];
+  return all;
+}
+
+nlohmann::json to_json(const StepRecord& r, const MoeMetrics& moe) {
+  nlohmann::json j = {{"step", r.step},
+                      {"loss", r.loss},
+                      {"lr", r.lr},
+                      {"grad_norm", r.grad_norm},
+                      {"step_time_s", r.step_time_s},
+                      {"tokens_per_s", r.tokens_per_s},
+                      {"mfu", r.mfu},
+                      {"comm_exposed_s", r.comm_exposed_s},
+                      {"comm_bytes", r.comm_bytes}};
+  if (r.bubble) {
+    j["bubble"] = r.bubble->measured;
+    j["bubble_theory"] = r.bubble->theory;
+  }
+  if (r.tp) {
+    j["tp_comm_bytes"] = r.tp->bytes;
+    j["tp_comm_calls"] = r.tp->calls;
+    j["tp_comm_wait_s"] = r.tp->wait_s;
+  }
+  moe.add_to(j);
+  if (r.val_loss) j["val_loss"] = *r.val_loss;
+  return j;
+}
+
+nlohmann::json to_json(int rank, const MemoryRecord& m) {
+  return {{"event", "memory"},
+          {"rank", rank},
+          {"params_bytes", m.params_bytes},
+          {"grads_bytes", m.grads_bytes},
+          {"optimizer_bytes", m.optimizer_bytes},
+          {"activations_peak_bytes", m.activations_peak_bytes},
+          {"gather_buffer_bytes", m.gather_buffer_bytes},
+          {"grad_buffer_bytes", m.grad_buffer_bytes},
+          {"microbatches_in_flight_peak", m.microbatches_in_flight_peak}};
+}
+
+}  // namespace mt

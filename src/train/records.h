@@ -1,0 +1,31 @@
+// The metrics file's records (CONTRACTS.md §6) as structs with named fields, and their JSON.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "train/session.h"
+#include "train/step.h"
+
+namespace mt {
+
+// What one rank holds, after its first step.
+struct MemoryRecord {
+  int64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
+  int64_t activations_peak_bytes = 0;
+  int64_t gather_buffer_bytes = 0;  // ZeRO-3 gather buffers (part of params_bytes)
+  int64_t grad_buffer_bytes = 0;    // ZeRO-2/3 bucket pool (part of grads_bytes)
+  // Microbatches holding activations at once: the schedule's in-flight peak under pp
+  // (1f1b: stages - stage, gpipe: all), one otherwise.
+  int64_t microbatches_in_flight_peak = 0;
+};
+
+// Every rank's record, in rank order, on every rank. Collective over the world.
+std::vector<MemoryRecord> gather_memory_records(Session& s, const MicrobatchStats& first_step);
+
+// The per-step record, with the routing metrics of the step's last MoeMetrics::reduce.
+nlohmann::json to_json(const StepRecord& r, const MoeMetrics& moe);
+nlohmann::json to_json(int rank, const MemoryRecord& m);
+
+}  // namespace mt

@@ -1,0 +1,85 @@
+#include "train/run_log.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace mt {
+
+namespace {
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / (1024 * 1024));
+  return buf;
+}
+
+}  // namespace
+
+RunLog::RunLog(const Session& s)
+    : s_(s),
+      metrics_(s.lead() ? s.opts.io.metrics : ""),
+      progress_(!s.lead() || s.opts.io.quiet),
+      first_step_(s.start_step + 1) {}
+
+void RunLog::line(const std::string& text) {
+  if (s_.lead()) progress_.line(text);
+}
+
+void RunLog::start(const std::string& backend) {
+  const TrainOptions& o = s_.opts;
+  const ParallelOptions& par = o.parallel;
+  line(str("meshtrain: ", o.model.describe(), " | dp ", par.dp, " | tp ", par.tp,
+           s_.sequence_parallel() ? " (sequence parallel)" : "", " | pp ", par.pp,
+           par.pp > 1 ? " (" + par.schedule + ")" : "", " | batch ", o.optim.batch, "x",
+           o.model.seq, " | ", par.microbatches, " microbatch(es) | ", o.optim.steps,
+           " steps | backend ", backend));
+}
+
+void RunLog::moe_summary(int step) {
+  for (const std::string& l : s_.moe_metrics.summary(step)) line(l);
+}
+
+void RunLog::step(const StepRecord& r) {
+  const int steps = s_.opts.optim.steps;
+  if (r.bubble) {
+    // Step 1 warms up; it counts only when it is the run's only step.
+    if (r.step > first_step_ || steps - s_.start_step == 1) bubble_sum_ += r.bubble->measured;
+    if (r.step == first_step_)
+      line(str("step ", r.step, ": pipeline bubble ", r.bubble->measured * 100, "% (theory ",
+               r.bubble->theory * 100, "%)"));
+  }
+  if (r.val_loss) {
+    line(str("step ", r.step, ": val_loss ", *r.val_loss));
+    moe_summary(r.step);
+  }
+  metrics_.write(to_json(r, s_.moe_metrics));
+  progress_.step({r.step, steps, r.loss, r.lr, r.grad_norm, r.step_time_s, r.tokens_per_s, r.mfu});
+}
+
+void RunLog::memory(const std::vector<MemoryRecord>& records) {
+  for (size_t r = 0; r < records.size(); ++r) metrics_.write(to_json(int(r), records[r]));
+  const MemoryRecord& m = records[0];
+  const ParallelOptions& par = s_.opts.parallel;
+  line(str(
+      "memory per rank (rank 0, dp ", par.dp, ", tp ", par.tp, s_.sequence_parallel() ? " sp" : "",
+      ", zero ", par.zero, "): params ", mib(m.params_bytes), ", grads ", mib(m.grads_bytes),
+      ", optimizer ", mib(m.optimizer_bytes), ", activations ", mib(m.activations_peak_bytes),
+      s_.pipelined() ? str(" (", m.microbatches_in_flight_peak, " microbatches in flight)") : ""));
+}
+
+void RunLog::finish() {
+  const TrainOptions& o = s_.opts;
+  progress_.finish();
+  if (!(s_.val && o.optim.eval_every > 0)) moe_summary(o.optim.steps);
+  if (s_.pipelined()) {
+    const int counted = std::max(1, o.optim.steps - s_.start_step - 1);
+    line(str("pipeline bubble (", o.parallel.schedule, ", pp ", o.parallel.pp, ", ",
+             o.parallel.microbatches, " microbatches): measured ", 100 * bubble_sum_ / counted,
+             "% (mean over steps after the first), theory ", 100 * s_.runner->bubble_theory(),
+             "%"));
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,42 @@
+// What a run tells the outside world, from global rank 0: the start-up line, per-step
+// metrics (JSONL, CONTRACTS.md §6) and progress, evaluation and routing summaries, the
+// memory records after the first step and the pipeline bubble at the end. Other ranks
+// hold a silent one.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "train/metrics.h"
+#include "train/progress.h"
+#include "train/records.h"
+#include "train/session.h"
+#include "train/step.h"
+
+namespace mt {
+
+class RunLog {
+ public:
+  explicit RunLog(const Session& s);
+
+  void start(const std::string& backend);
+  // After each step (val_loss set on evaluation steps).
+  void step(const StepRecord& r);
+  // After the first step: every rank's record (gather_memory_records).
+  void memory(const std::vector<MemoryRecord>& records);
+  // After the last step.
+  void finish();
+  // A line that must stay on screen (rank 0 only).
+  void line(const std::string& text);
+
+ private:
+  void moe_summary(int step);
+
+  const Session& s_;
+  MetricsWriter metrics_;
+  Progress progress_;
+  int first_step_;  // the first step this run takes (after a --load)
+  double bubble_sum_ = 0;
+};
+
+}  // namespace mt

@@ -1,0 +1,123 @@
+#include "train/session.h"
+
+#include "core/threads.h"
+#include "parallel/pipeline/pipeline_runner.h"
+#include "parallel/pipeline/pipeline_stage.h"
+#include "parallel/pipeline/stage_chunks.h"
+#include "parallel/plain_runner.h"
+#include "train/checkpoint.h"
+
+namespace mt {
+
+namespace {
+
+ParallelContext make_context(CommWorld& world, const ParallelOptions& p) {
+  return make_parallel_context(world, MeshShape{p.pp, p.dp, p.tp, p.ep});
+}
+
+// This rank's dp slice of every global batch, in microbatches.
+DataLoader make_loader(const std::string& path, const TrainOptions& o, const ParallelContext& ctx) {
+  const ParallelOptions& p = o.parallel;
+  DataLoader loader(path, o.optim.batch, o.model.seq, p.dp, ctx.coord.dp, p.microbatches);
+  loader.require_vocab(o.model.vocab);
+  return loader;
+}
+
+std::optional<DataLoader> make_val_loader(const TrainOptions& o, const ParallelContext& ctx) {
+  if (o.io.val_data.empty()) return std::nullopt;
+  return make_loader(o.io.val_data, o, ctx);
+}
+
+// The model chunks this rank holds: the whole model, or its pipeline stage's chunks.
+std::vector<ChunkSpec> chunk_specs(const TrainOptions& o, const ParallelContext& ctx) {
+  const ParallelOptions& p = o.parallel;
+  if (p.pp == 1) return GPT::whole_model(o.model);
+  return stage_chunk_specs(resolve_stage_layers(o.model, p.pp, p.virtual_stages, p.stage_layers),
+                           p.pp, ctx.coord.pp);
+}
+
+TensorParallelShard tp_shard(const TrainOptions& o, const ParallelContext& ctx) {
+  const bool sp = o.parallel.sequence_parallel && o.parallel.tp > 1;
+  return TensorParallelShard{ctx.coord.tp, o.parallel.tp,
+                             o.parallel.tp > 1 ? ctx.tp.get() : nullptr, sp};
+}
+
+std::unique_ptr<TokenDispatcher> make_dispatcher(const ParallelOptions& p,
+                                                 const ParallelContext& ctx) {
+  if (p.ep == 1) return nullptr;
+  return std::make_unique<TokenDispatcher>(ctx.ep);
+}
+
+// Initial weights: --init-from's, else drawn from the seed (the same model in every
+// layout). Data parallelism takes the model over with them.
+GPT& with_initial_weights(GPT& model, const TrainOptions& o) {
+  if (!o.io.init_from.empty())
+    import_weights(o.io.init_from, model);
+  else
+    model.init(o.optim.seed);
+  return model;
+}
+
+DataParallel& with_expert_groups(DataParallel& dp, const ParallelContext& ctx, int ep) {
+  if (ep > 1) dp.set_expert_groups(ctx.ep, ctx.ep_replica);
+  return dp;
+}
+
+// Each of the dp x microbatches groups contributes its aux loss gradient with weight 1/G,
+// so the differentiated aux term is the reported mean over groups (docs/moe.md).
+std::vector<MoeLayer*> moe_layers(GPT& model, const ParallelOptions& p) {
+  std::vector<MoeLayer*> moe = model.moe_layers();
+  for (MoeLayer* m : moe) m->set_aux_grad_scale(1.0f / float(p.dp * p.microbatches));
+  return moe;
+}
+
+AdamW make_optimizer(const OptimOptions& t, const DataParallel& dp) {
+  std::vector<OptimPiece> pieces;
+  for (const UpdatePiece& p : dp.update_pieces())
+    pieces.push_back({p.table_off, p.param_off, p.grad_off, p.n, p.decay});
+  return AdamW(AdamWConfig{t.beta1, t.beta2, t.eps, t.weight_decay}, std::move(pieces));
+}
+
+std::unique_ptr<MicrobatchRunner> make_runner(const TrainOptions& o, const ParallelContext& ctx,
+                                              GPT& model, DataParallel& dp, int b) {
+  const ParallelOptions& p = o.parallel;
+  if (p.pp == 1) return std::make_unique<PlainRunner>(model, dp, p.microbatches, b, o.model.seq);
+  const bool sp = p.sequence_parallel && p.tp > 1;
+  return std::make_unique<PipelineRunner>(
+      model, dp, ctx, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages),
+      PipelineShape{b, o.model.seq, o.model.dim, sp ? p.tp : 1});
+}
+
+}  // namespace
+
+Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
+    : opts(o),
+      info(run),
+      ctx(make_context(world, o.parallel)),
+      train(make_loader(o.io.data, o, ctx)),
+      val(make_val_loader(o, ctx)),
+      dispatcher(make_dispatcher(o.parallel, ctx)),
+      model(o.model, chunk_specs(o, ctx), tp_shard(o, ctx), train.micro_batch_size(),
+            ExpertParallelShard{ctx.coord.ep_rank, o.parallel.ep, dispatcher.get()}),
+      dp(with_initial_weights(model, o), ctx.dp, o.parallel.zero, o.parallel.bucket_mb),
+      moe(moe_layers(model, o.parallel)),
+      moe_metrics(o.model, moe, ctx.dp.get(), o.parallel.pp > 1 ? ctx.pp.get() : nullptr),
+      opt(make_optimizer(o.optim, with_expert_groups(dp, ctx, o.parallel.ep))),
+      runner(make_runner(o, ctx, model, dp, train.micro_batch_size())),
+      lr{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps} {
+  // Checkpoints, exports and the sample hold the global view: assemble it (collective).
+  if (!o.io.save.empty() || !o.io.export_path.empty() || o.io.sample_tokens > 0)
+    view.emplace(o.model, model.table(), moe, *ctx.world);
+}
+
+double Session::peak_flops() const {
+  return info.peak_gflops_per_thread * 1e9 * opts.optim.threads * ctx.world_size;
+}
+
+std::unique_ptr<Session> build_session(const TrainOptions& opts, CommWorld& world,
+                                       const RunInfo& info) {
+  set_compute_threads(opts.optim.threads);
+  return std::make_unique<Session>(opts, world, info);
+}
+
+}  // namespace mt

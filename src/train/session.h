@@ -1,0 +1,72 @@
+// Everything one rank needs to train, built once and owned in one place: the rank's place
+// in the mesh and its communicators, the data loaders, the model (this rank's chunks and
+// shards), data parallelism, the optimizer, the microbatch runner (plain loop or pipeline),
+// the routing metrics and, when a run writes files, the global view. train_step (step.h)
+// runs one optimizer step on it; session_io.h saves, loads and exports it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "comm/world.h"
+#include "model/gpt.h"
+#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/expert_parallel/token_dispatcher.h"
+#include "parallel/microbatch_runner.h"
+#include "parallel/parallel_context.h"
+#include "train/data_loader.h"
+#include "train/global_view.h"
+#include "train/lr_schedule.h"
+#include "train/moe_metrics.h"
+#include "train/optimizer.h"
+#include "train/options.h"
+
+namespace mt {
+
+struct RunInfo {
+  double peak_gflops_per_thread = 0;  // measured sgemm peak, for MFU
+  double t0 = 0;                      // job start (steady clock), for traces
+};
+
+// Members are declared in build order: each one is built from those above it, and they
+// are destroyed in reverse (the runner and data parallelism before the model they hook).
+class Session {
+ public:
+  // Collective over world (communicator groups, global view). The options must have passed
+  // validate_train_options; what this constructor still checks is data against the model
+  // (token ids within the vocabulary).
+  Session(const TrainOptions& opts, CommWorld& world, const RunInfo& info);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const TrainOptions opts;
+  const RunInfo info;
+  ParallelContext ctx;
+  DataLoader train;
+  std::optional<DataLoader> val;
+  std::unique_ptr<TokenDispatcher> dispatcher;  // expert parallelism: one exchange per rank
+  GPT model;
+  DataParallel dp;
+  std::vector<MoeLayer*> moe;  // this rank's MoE layers, table order
+  MoeMetrics moe_metrics;
+  AdamW opt;
+  std::unique_ptr<MicrobatchRunner> runner;
+  LrSchedule lr;
+  // The whole model gathered to rank 0, for --save, --export and the sample.
+  std::optional<GlobalView> view;
+  int start_step = 0;  // updates already done (a --load resumes after them)
+
+  bool lead() const { return ctx.rank == 0; }
+  bool pipelined() const { return opts.parallel.pp > 1; }
+  bool sequence_parallel() const { return opts.parallel.sequence_parallel && opts.parallel.tp > 1; }
+  // The tensor-parallel group, null without tensor parallelism.
+  Communicator* tp() const { return opts.parallel.tp > 1 ? ctx.tp.get() : nullptr; }
+  // Model FLOPs per second the world could do at its measured sgemm peak.
+  double peak_flops() const;
+};
+
+std::unique_ptr<Session> build_session(const TrainOptions& opts, CommWorld& world,
+                                       const RunInfo& info);
+
+}  // namespace mt

@@ -1,0 +1,134 @@
+#include "train/step.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "parallel/expert_parallel/router_balance.h"
+
+namespace mt {
+
+namespace {
+
+SpanSink trace_sink(Trace& trace) {
+  if (!trace.enabled()) return {};
+  return [&trace](const std::string& name, const char* cat, double begin, double end) {
+    trace.add(name, cat, begin, end);
+  };
+}
+
+MicrobatchStats forward_backward(Session& s, Trace& trace) {
+  const int B = s.opts.optim.batch, T = s.opts.model.seq;
+  const float dloss = float(1.0 / (double(B) * T));  // mean over the global batch
+  s.dp.begin_step();
+  s.moe_metrics.begin_step();
+  return s.runner->run(s.train.inputs(0), s.train.targets(0), dloss, trace_sink(trace));
+}
+
+// Returns the sum of squares of the gradient copies to leave out of the norm.
+double finish_gradients(Session& s, Trace& trace) {
+  Trace::Span span(trace, "wait grad buckets", "comm");
+  s.dp.finish_gradients();
+  // LayerNorm gradients under sequence parallelism cover this rank's rows only.
+  if (s.sequence_parallel()) s.dp.reduce_tp_partial_grads(s.tp());
+  return s.runner->finish_gradients();
+}
+
+struct LossAndNorm {
+  double loss, norm;
+};
+
+// The global batch's mean loss and the gradient norm, each parameter counted once.
+LossAndNorm loss_and_norm(Session& s, double loss_sum, double copies_sq) {
+  const double tokens = double(s.opts.optim.batch) * s.opts.model.seq;
+  const double loss = s.runner->sum_over_group(s.dp.sum_over(loss_sum) / tokens);
+  const double sq = s.runner->sum_over_group(s.dp.grad_sum_squares(s.tp()) - copies_sq);
+  return {loss, std::sqrt(sq)};
+}
+
+void check_finite(int step, const LossAndNorm& ln) {
+  if (std::isfinite(ln.norm) && std::isfinite(ln.loss)) return;
+  throw RuntimeError(str("step ", step, ": non-finite ",
+                         std::isfinite(ln.loss) ? "gradient" : "loss", " (loss ", ln.loss,
+                         ", grad norm ", ln.norm, "); try a lower --lr or a --grad-clip"));
+}
+
+void clip(Session& s, double norm) {
+  const double max_norm = s.opts.optim.grad_clip;
+  if (max_norm <= 0) return;
+  // torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
+  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  if (coef < 1.0) s.dp.scale_grads(float(coef));
+}
+
+void optimizer_step(Session& s, int step, double lr, Trace& trace) {
+  Trace::Span span(trace, "optimizer", "compute");
+  s.opt.update(s.dp.param_storage(), s.dp.grad_storage(), lr, step);
+  // Each rank checks what it updated; the ranks agree before anyone goes on, so a
+  // poisoned update ends every rank here, before a save or an export can write it.
+  int64_t poisoned = s.opt.state_finite(s.dp.param_storage()) ? 0 : 1;
+  s.ctx.world->all_reduce(&poisoned, &poisoned, 1, DType::i64, ReduceOp::max).wait();
+  if (poisoned)
+    throw RuntimeError(str("step ", step,
+                           ": non-finite weights after the update; not saving (the last "
+                           "checkpoint written stays the newest; try a lower --lr)"));
+  s.dp.after_optimizer();
+  if (s.opts.model.router_bias_update > 0)
+    for (MoeLayer* m : s.moe) update_router_bias(*m, s.ctx.dp.get());
+}
+
+struct CommCounters {
+  CommStats dp, tp;
+};
+
+CommCounters comm_counters(const Session& s) {
+  return {s.ctx.dp->stats(), s.ctx.tp->stats()};
+}
+
+void add_comm(StepRecord& r, Session& s, const CommCounters& before) {
+  const CommCounters after = comm_counters(s);
+  const uint64_t tp_bytes = after.tp.bytes_sent - before.tp.bytes_sent;
+  r.comm_exposed_s = s.dp.take_exposed_seconds();
+  r.comm_bytes = after.dp.bytes_sent - before.dp.bytes_sent + tp_bytes;
+  if (s.opts.parallel.tp > 1)
+    r.tp = TensorParallelComm{tp_bytes, after.tp.calls - before.tp.calls,
+                              after.tp.wait_seconds - before.tp.wait_seconds};
+}
+
+void add_rates(StepRecord& r, const Session& s) {
+  const double peak = s.peak_flops();
+  r.tokens_per_s = double(s.opts.optim.batch) * s.opts.model.seq / r.step_time_s;
+  r.mfu = peak > 0 ? s.opts.model.flops_per_token() * r.tokens_per_s / peak : 0;
+}
+
+}  // namespace
+
+StepRecord train_step(Session& s, int step, Trace& trace) {
+  StepRecord r;
+  r.step = step;
+  const double t_step = now_seconds();
+  r.lr = s.lr.at(step - 1);
+  s.train.next_batch();
+  const CommCounters before = comm_counters(s);
+
+  r.microbatches = forward_backward(s, trace);
+  const double copies_sq = finish_gradients(s, trace);
+  const LossAndNorm ln = loss_and_norm(s, r.microbatches.loss_sum, copies_sq);
+  check_finite(step, ln);
+  clip(s, ln.norm);
+  optimizer_step(s, step, r.lr, trace);
+
+  r.loss = ln.loss;
+  r.grad_norm = ln.norm;
+  add_comm(r, s, before);
+  r.step_time_s = now_seconds() - t_step;
+  trace.add("step " + std::to_string(step), "step", t_step, now_seconds());
+  add_rates(r, s);
+  // Collective, every rank and every step: the bubble over the world, routing over dp/pp.
+  r.bubble = s.runner->bubble(r.microbatches);
+  s.moe_metrics.reduce();
+  return r;
+}
+
+}  // namespace mt

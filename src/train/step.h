@@ -1,0 +1,42 @@
+// One optimizer step on a session, as a short sequence of named phases:
+//   load batch -> forward + backward over the microbatches (the runner) -> finish gradients
+//   (data-parallel reduction, sequence-parallel partial sums, the runner's copies) -> loss
+//   and global norm -> finite check -> clip -> optimizer step (+ post-update finite check,
+//   ZeRO all-gather, router bias balancing) -> the step's record.
+// Every rank calls it with the same step; the record is the same on every rank apart from
+// timings.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "parallel/microbatch_runner.h"
+#include "train/session.h"
+#include "train/trace.h"
+
+namespace mt {
+
+// Bytes, calls and wait time of the tensor-parallel group during one step.
+struct TensorParallelComm {
+  uint64_t bytes = 0, calls = 0;
+  double wait_s = 0;
+};
+
+// One record per optimizer step (CONTRACTS.md §6); metrics_record() (records.h) writes it.
+struct StepRecord {
+  int step = 0;  // 1 = the first update
+  double loss = 0, lr = 0, grad_norm = 0;
+  double step_time_s = 0, tokens_per_s = 0, mfu = 0;
+  double comm_exposed_s = 0;  // the compute thread blocked on data-parallel communication
+  uint64_t comm_bytes = 0;    // sent on the dp and tp groups
+  std::optional<TensorParallelComm> tp;  // with tensor parallelism
+  std::optional<BubbleMeasure> bubble;   // with a pipeline
+  std::optional<double> val_loss;        // on evaluation steps (set by the trainer)
+  MicrobatchStats microbatches;          // what the runner reported
+};
+
+// step: 1-based; the learning rate is the schedule's at step - 1. Throws RuntimeError on a
+// non-finite loss, gradient or update (on every rank, before anything is written).
+StepRecord train_step(Session& s, int step, Trace& trace);
+
+}  // namespace mt
