@@ -1,5 +1,5 @@
-// One worker's whole training step, in-process: zero grads, forward + backward of one
-// microbatch (GPT::train_microbatch's path through ModelChunk), gradient norm and AdamW,
+// One worker's whole training step, in-process: the trainer's train_step on a one-worker
+// session (load the batch, forward + backward, gradient norm, clipping, AdamW),
 // for the model configs at 1 and 2 threads. Reports the median time of each phase
 // (and the fastest step), tokens/s and MFU as the trainer computes it (model FLOPs/s over the
 // 1-thread sgemm peak times the thread count, measured in the same run).
@@ -17,12 +17,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "core/threads.h"
 #include "bench_util.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
@@ -34,6 +35,9 @@
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 #include "model/gpt.h"
+#include "train/session.h"
+#include "train/step.h"
+#include "train/token_shard.h"
 
 namespace {
 
@@ -91,7 +95,7 @@ double time_call(const std::function<void()>& fn, bool quick, const Clock& clock
 }
 
 struct Phases {
-  double zero = 0, fwd = 0, bwd = 0, optim = 0, total = 0, best = 0;
+  double fb = 0, grads = 0, norm = 0, optim = 0, total = 0, best = 0;
 };
 
 mt::ModelConfig model_config(const BenchConfig& bc) {
@@ -101,41 +105,45 @@ mt::ModelConfig model_config(const BenchConfig& bc) {
   return cfg;
 }
 
-// The step as the trainer runs it for one worker and one microbatch: zero the gradients,
-// forward + backward, global gradient norm, AdamW over the whole arena.
-Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock) {
-  const mt::ModelConfig cfg = model_config(bc);
-  const int B = bc.batch, T = bc.seq, N = B * T;
-  mt::GPT model(cfg, mt::GPT::whole_model(cfg), mt::TensorParallelShard{}, B);
-  model.init(1234);
-  std::vector<int> tokens(N), targets(N);
-  for (int n = 0; n < N; n++)
-    tokens[n] = (n * 37 + 11) % bc.vocab, targets[n] = (n * 53 + 5) % bc.vocab;
-  const size_t P = model.table().total();
-  std::vector<float> m(P, 0.0f), v(P, 0.0f);
-  mt::ModelChunk& chunk = model.chunk(0);
-  std::vector<double> zero, fwd, bwd, optim, total;
-  for (int step = 0; step < steps + 2; step++) {  // 2 warm-up steps
-    const double start = clock.now();
-    auto elapsed = [&] { return clock.now() - start; };
-    model.zero_grads();
-    const double t0 = elapsed();
-    const int slot = chunk.pool().acquire();
-    chunk.forward(slot, tokens.data(), targets.data(), B, T, 1.0f / N);
-    const double t1 = elapsed();
-    chunk.backward(slot, B, T);
-    chunk.pool().release(slot);
-    const double t2 = elapsed();
-    const double norm = std::sqrt(mt::sum_squares(model.grads().data(), P));
-    if (norm > 1.0) mt::scale_inplace(model.grads().data(), P, float(1.0 / norm));
-    mt::AdamWParams hp{1e-4, 0.9, 0.95, 1e-8, 0.1, step + 1};
-    mt::adamw_update(model.params().data(), model.grads().data(), m.data(), v.data(), P, hp);
-    const double t3 = elapsed();
-    if (step < 2) continue;
-    zero.push_back(t0), fwd.push_back(t1 - t0), bwd.push_back(t2 - t1);
-    optim.push_back(t3 - t2), total.push_back(t3);
-  }
-  return {median(zero),  median(fwd),   median(bwd),
+// A token shard the session reads (the step loads its batch from it, as in training).
+std::string write_bench_shard(const BenchConfig& bc) {
+  char tmpl[] = "/tmp/meshtrain-bench-step-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::vector<int> tokens(size_t(bc.batch) * bc.seq * 4 + 1);
+  for (size_t n = 0; n < tokens.size(); n++) tokens[n] = int((n * 37 + 11) % size_t(bc.vocab));
+  mt::write_token_shard(dir + "/train.bin", tokens);
+  return dir;
+}
+
+// The trainer's own step (train_step) on a one-worker session: load the batch, forward +
+// backward, gradient norm, clipping, AdamW and its finite check. Phase times are the
+// step's own (wall clock); the total is on the bench clock.
+Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock, int threads) {
+  const std::string dir = write_bench_shard(bc);
+  mt::TrainOptions o;
+  o.model = model_config(bc);
+  o.io.data = dir + "/train.bin";
+  o.optim.batch = bc.batch;
+  o.optim.steps = steps + 2;  // 2 warm-up steps
+  o.optim.lr = 1e-4;
+  o.optim.threads = threads;
+  o.optim.seed = 1234;
+  std::vector<double> fb, grads, norm, optim, total;
+  mt::run_local(1, mt::WorldOptions{}, [&](mt::CommWorld& w) {
+    std::unique_ptr<mt::Session> s = mt::build_session(o, w, mt::RunInfo{});
+    mt::Trace trace(false, 0, 0);
+    for (int step = 1; step <= o.optim.steps; step++) {
+      const double start = clock.now();
+      const mt::StepRecord r = mt::train_step(*s, step, trace);
+      const double t = clock.now() - start;
+      if (step <= 2) continue;
+      fb.push_back(r.phases.forward_backward), grads.push_back(r.phases.gradients);
+      norm.push_back(r.phases.norm_and_clip), optim.push_back(r.phases.optimizer);
+      total.push_back(t);
+    }
+  });
+  std::filesystem::remove_all(dir);
+  return {median(fb),    median(grads), median(norm),
           median(optim), median(total), *std::min_element(total.begin(), total.end())};
 }
 
@@ -292,14 +300,14 @@ void bench_config(const BenchConfig& bc, int threads, double peak1, const Option
   const double peak = peak1 * threads;  // the trainer's MFU denominator (GFLOP/s)
   const double tokens = double(bc.batch) * bc.seq;
   const Clock clock{opt.cpu, threads};
-  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock);
+  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock, threads);
   const double flops = cfg.flops_per_token() * tokens;
   std::printf(
-      "config %c (L=%d C=%d NH=%d T=%d B=%d V=%d), %d thread%s: step %.2f ms (zero %.2f, fwd "
-      "%.2f, bwd %.2f, norm+adamw %.2f) | %.0f tok/s | MFU %.1f%% | best step %.2f ms, MFU "
-      "%.1f%% (peak %.1f GFLOP/s)\n",
+      "config %c (L=%d C=%d NH=%d T=%d B=%d V=%d), %d thread%s: step %.2f ms (fwd+bwd %.2f, "
+      "grads %.2f, norm+clip %.2f, adamw %.2f) | %.0f tok/s | MFU %.1f%% | best step %.2f ms, "
+      "MFU %.1f%% (peak %.1f GFLOP/s)\n",
       bc.name, bc.layers, bc.dim, bc.heads, bc.seq, bc.batch, bc.vocab, threads,
-      threads > 1 ? "s" : "", ph.total * 1e3, ph.zero * 1e3, ph.fwd * 1e3, ph.bwd * 1e3,
+      threads > 1 ? "s" : "", ph.total * 1e3, ph.fb * 1e3, ph.grads * 1e3, ph.norm * 1e3,
       ph.optim * 1e3, tokens / ph.total, 100 * flops / ph.total * 1e-9 / peak, ph.best * 1e3,
       100 * flops / ph.best * 1e-9 / peak, peak);
   if (!opt.kernels) return;

@@ -112,12 +112,22 @@ StepRecord train_step(Session& s, int step, Trace& trace) {
   s.train.next_batch();
   const CommCounters before = comm_counters(s);
 
+  double t = now_seconds();
+  auto phase_end = [&t](double& seconds) {
+    const double now = now_seconds();
+    seconds = now - t;
+    t = now;
+  };
   r.microbatches = forward_backward(s, trace);
+  phase_end(r.phases.forward_backward);
   const double copies_sq = finish_gradients(s, trace);
+  phase_end(r.phases.gradients);
   const LossAndNorm ln = loss_and_norm(s, r.microbatches.loss_sum, copies_sq);
   check_finite(step, ln);
   clip(s, ln.norm);
+  phase_end(r.phases.norm_and_clip);
   optimizer_step(s, step, r.lr, trace);
+  phase_end(r.phases.optimizer);
 
   r.loss = ln.loss;
   r.grad_norm = ln.norm;

@@ -22,6 +22,14 @@ struct TensorParallelComm {
   double wait_s = 0;
 };
 
+// Wall seconds of the step's phases (benches break a step down with them).
+struct StepPhases {
+  double forward_backward = 0;  // the runner: every microbatch's forward and backward
+  double gradients = 0;         // waiting for the reduction, partial sums, the runner's copies
+  double norm_and_clip = 0;     // loss and global norm (collective), finite check, clipping
+  double optimizer = 0;         // AdamW, the post-update finite check, ZeRO gathers, router bias
+};
+
 // One record per optimizer step (CONTRACTS.md §6); metrics_record() (records.h) writes it.
 struct StepRecord {
   int step = 0;  // 1 = the first update
@@ -33,6 +41,7 @@ struct StepRecord {
   std::optional<BubbleMeasure> bubble;   // with a pipeline
   std::optional<double> val_loss;        // on evaluation steps (set by the trainer)
   MicrobatchStats microbatches;          // what the runner reported
+  StepPhases phases;
 };
 
 // step: 1-based; the learning rate is the schedule's at step - 1. Throws RuntimeError on a
