@@ -1,7 +1,7 @@
-// Weights and training state on disk, always in the global view (CONTRACTS.md §4): a file
-// never depends on the parallel layout that wrote it, so any layout can load it.
+// Training state on disk, always in the global view (CONTRACTS.md §4): a checkpoint never
+// depends on the parallel layout that wrote it, so any layout can load it. (Single weights
+// files, --export and --init-from, are weights_file.h's.)
 //
-//   --export FILE / --init-from FILE : model weights as fp32 safetensors (nanoGPT names)
 //   --save DIR / --load DIR          : resumable state, published atomically:
 //       DIR/model.safetensors      weights
 //       DIR/optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq", and per MoE layer
@@ -19,6 +19,7 @@
 
 #include "model/config.h"
 #include "model/gpt.h"
+#include "train/weights_file.h"
 
 namespace mt {
 
@@ -27,14 +28,6 @@ struct TrainState {
   int64_t data_position = 0;  // loader position for the next batch
   uint64_t seed = 0;
 };
-
-// Reads the model shape recorded in a weights file so the CLI can take defaults from it:
-// vocab, seq, dim and layers from the tensors; experts and moe_every from the tensors of a
-// mixture-of-experts file (0 experts for a dense one); heads, topk and capacity_factor from
-// the metadata when present, else base's. Everything else is base's. Throws UsageError for
-// metadata that is not a positive number, or for a mixture-of-experts file without top-k
-// in its metadata when base.topk is not positive ("give --topk K").
-ModelConfig model_config_from_file(const std::string& path, const ModelConfig& base);
 
 // Model state in the global view: parameters and both AdamW moments, each a buffer in
 // table layout (table().total() floats, the parameter table's offsets). Whatever the
@@ -46,39 +39,11 @@ struct GlobalState {
   float* exp_avg_sq = nullptr;
 };
 
-// One arena in the global view: tensor i of the table (table order) at its global shape,
-// without any padding. This is what files hold.
-using GlobalTensors = std::vector<std::vector<float>>;
-
-// State outside the parameter table, written under its own name as a 1-D tensor.
-struct NamedTensor {
-  std::string name;
-  std::vector<float> data;
-};
-
 // The aux-loss-free balancing bias of the MoE layer whose router is `router_weight_name`
 // ("transformer.h.{i}.mlp.router.weight" -> "transformer.h.{i}.mlp.router.expert_bias").
 // Optimizer-like state: it lives in optimizer.safetensors.
 std::string router_bias_name(const std::string& router_weight_name);
 
-// Assembles the global tensors from the local pieces of a table-layout arena. Tensors split
-// over tensor parallelism are summed over the tp group from the pieces each rank holds
-// (each element has one owner, so the sum is exact): collective over tp, every rank gets
-// the result. tp null or of one rank: every tensor must be whole on this rank.
-GlobalTensors assemble_global(const ParamTable& table, const float* arena, Communicator* tp);
-
-// Writes the weights this rank holds (whole model, unsharded).
-void export_weights(const std::string& path, const GPT& model);
-void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
-                    const float* params);
-void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
-                    const GlobalTensors& params);
-// Loads every parameter this rank holds from the file; names and global shapes must match.
-void import_weights(const std::string& path, GPT& model);
-void import_weights(const std::string& path, const ParamTable& table, float* params);
-
-void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
-                     const GlobalState& g, const TrainState& state);
 void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                      const GlobalTensors& params, const GlobalTensors& exp_avg,
                      const GlobalTensors& exp_avg_sq, const TrainState& state,

@@ -87,7 +87,7 @@ std::string shape_str(const TensorShape& shape) {
 }
 
 FileDigest write_safetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                             const std::map<std::string, std::string>& metadata) {
   // The header in file order, which makes it readable with `head -c`. It is written entry
   // by entry: an ordered_json object looks keys up linearly, which made files of many
   // tensors quadratic to write.
@@ -124,11 +124,20 @@ FileDigest write_safetensors(const std::string& path, std::span<const Safetensor
 }
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
-  auto fail = [&](const std::string& msg) -> void {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-    throw UsageError(str(path_, ": ", msg));
-  };
+  const uint64_t file_bytes = open_regular_file();
+  const std::string json_text = read_header(file_bytes);
+  parse_header(json_text, file_bytes - data_start_);
+  check_disjoint();
+  for (size_t i = 0; i < entries_.size(); ++i) index_[entries_[i].name] = i;
+}
+
+void SafetensorsFile::fail(const std::string& msg) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  throw UsageError(str(path_, ": ", msg));
+}
+
+uint64_t SafetensorsFile::open_regular_file() {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; the
   // fstat below then rejects it. It changes nothing for a regular file.
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -138,7 +147,11 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   }
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) fail("not a regular file");
-  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+// The 8-byte little-endian header length N, then N bytes of JSON; data starts at 8 + N.
+std::string SafetensorsFile::read_header(uint64_t file_bytes) {
   uint64_t n = 0;
   if (file_bytes < 8 || ::pread(fd_, &n, 8, 0) != 8)
     fail(str("is ", file_bytes, " bytes, too small for a safetensors file"));
@@ -149,8 +162,10 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   if (::pread(fd_, json_text.data(), n, 8) != static_cast<ssize_t>(n))
     fail(str("cannot read the header: ", std::strerror(errno)));
   data_start_ = 8 + n;
-  const uint64_t data_bytes = file_bytes - data_start_;
+  return json_text;
+}
 
+void SafetensorsFile::parse_header(const std::string& json_text, uint64_t data_bytes) {
   // nlohmann keeps the last of duplicate keys; a duplicated tensor name is corruption.
   nlohmann::json header;
   try {
@@ -163,43 +178,52 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   if (!duplicate.empty()) fail(str("corrupt header: tensor ", duplicate, " appears twice"));
 
   for (const auto& [name, value] : header.items()) {
-    if (name == kMetadataKey) {
-      if (!value.is_object()) fail("corrupt header: __metadata__ is not an object");
-      for (const auto& [k, v] : value.items()) {
-        if (!v.is_string()) fail(str("corrupt header: __metadata__ value ", k, " is not a string"));
-        metadata_[k] = v.get<std::string>();
-      }
+    if (name != kMetadataKey) {
+      entries_.push_back(parse_entry(name, value, data_bytes));
       continue;
     }
-    const std::string where = str("tensor ", name, " ");
-    if (!value.is_object() || !value.contains("dtype") || !value["dtype"].is_string() ||
-        !value.contains("shape") || !value["shape"].is_array() || !value.contains("data_offsets") ||
-        !value["data_offsets"].is_array())
-      fail(where + "needs \"dtype\", \"shape\" and \"data_offsets\"");
-    Entry e;
-    e.name = name;
-    e.dtype = value["dtype"].get<std::string>();
-    const int elem = dtype_bytes(e.dtype);
-    if (elem == 0) fail(str(where, "has unknown dtype ", e.dtype));
-    for (const auto& d : value["shape"]) {
-      if (!d.is_number_unsigned()) fail(where + "has a shape entry that is not a size");
-      e.shape.push_back(d.get<int64_t>());
+    if (!value.is_object()) fail("corrupt header: __metadata__ is not an object");
+    for (const auto& [k, v] : value.items()) {
+      if (!v.is_string()) fail(str("corrupt header: __metadata__ value ", k, " is not a string"));
+      metadata_[k] = v.get<std::string>();
     }
-    const auto& off = value["data_offsets"];
-    if (off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      fail(where + "needs data_offsets [begin, end]");
-    e.begin = off[0].get<uint64_t>();
-    e.end = off[1].get<uint64_t>();
-    e.numel = checked_numel(e.shape);
-    if (e.numel < 0) fail(str(where, "has an invalid shape ", shape_str(e.shape)));
-    if (e.begin > e.end || e.end > data_bytes)
-      fail(str(where, "has data_offsets [", e.begin, ", ", e.end, "] outside the ", data_bytes,
-               "-byte data section"));
-    if (e.end - e.begin != static_cast<uint64_t>(e.numel) * elem)
-      fail(str(where, "has ", e.end - e.begin, " bytes but shape ", shape_str(e.shape), " of ",
-               e.dtype, " needs ", static_cast<uint64_t>(e.numel) * elem));
-    entries_.push_back(std::move(e));
   }
+}
+
+SafetensorsFile::Entry SafetensorsFile::parse_entry(const std::string& name,
+                                                    const nlohmann::json& value,
+                                                    uint64_t data_bytes) {
+  const std::string where = str("tensor ", name, " ");
+  if (!value.is_object() || !value.contains("dtype") || !value["dtype"].is_string() ||
+      !value.contains("shape") || !value["shape"].is_array() || !value.contains("data_offsets") ||
+      !value["data_offsets"].is_array())
+    fail(where + "needs \"dtype\", \"shape\" and \"data_offsets\"");
+  Entry e;
+  e.name = name;
+  e.dtype = value["dtype"].get<std::string>();
+  const int elem = dtype_bytes(e.dtype);
+  if (elem == 0) fail(str(where, "has unknown dtype ", e.dtype));
+  for (const auto& d : value["shape"]) {
+    if (!d.is_number_unsigned()) fail(where + "has a shape entry that is not a size");
+    e.shape.push_back(d.get<int64_t>());
+  }
+  const auto& off = value["data_offsets"];
+  if (off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    fail(where + "needs data_offsets [begin, end]");
+  e.begin = off[0].get<uint64_t>();
+  e.end = off[1].get<uint64_t>();
+  e.numel = checked_numel(e.shape);
+  if (e.numel < 0) fail(str(where, "has an invalid shape ", shape_str(e.shape)));
+  if (e.begin > e.end || e.end > data_bytes)
+    fail(str(where, "has data_offsets [", e.begin, ", ", e.end, "] outside the ", data_bytes,
+             "-byte data section"));
+  if (e.end - e.begin != static_cast<uint64_t>(e.numel) * elem)
+    fail(str(where, "has ", e.end - e.begin, " bytes but shape ", shape_str(e.shape), " of ",
+             e.dtype, " needs ", static_cast<uint64_t>(e.numel) * elem));
+  return e;
+}
+
+void SafetensorsFile::check_disjoint() {
   std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) {
     return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
   });
@@ -210,7 +234,6 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
       fail(str("tensors ", a.name, " and ", b.name, " overlap (bytes [", a.begin, ", ", a.end,
                ") and [", b.begin, ", ", b.end, "))"));
   }
-  for (size_t i = 0; i < entries_.size(); ++i) index_[entries_[i].name] = i;
 }
 
 SafetensorsFile::~SafetensorsFile() {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,7 +37,7 @@ struct SafetensorsTensor {
 // Writes atomically, tensors laid out in the order given; returns the file's size and
 // checksum. Throws UsageError for a duplicate or reserved name.
 FileDigest write_safetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                             const std::map<std::string, std::string>& metadata = {});
 
 class SafetensorsFile {
  public:
@@ -74,6 +75,14 @@ class SafetensorsFile {
 
  private:
   const Entry& f32_tensor(const std::string& name) const;
+  // The constructor's phases; each throws UsageError naming the file (and closes it: the
+  // destructor does not run for a constructor that throws).
+  [[noreturn]] void fail(const std::string& msg);
+  uint64_t open_regular_file();  // returns its size in bytes
+  std::string read_header(uint64_t file_bytes);
+  void parse_header(const std::string& json_text, uint64_t data_bytes);
+  Entry parse_entry(const std::string& name, const nlohmann::json& value, uint64_t data_bytes);
+  void check_disjoint();
 
   std::string path_;
   int fd_ = -1;

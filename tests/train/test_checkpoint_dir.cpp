@@ -35,7 +35,9 @@ struct TinyModel {
     v.assign(model->table().total(), 0.f);
   }
   void save(const std::string& dir, int step) {
-    save_checkpoint(dir, model->table(), cfg, {model->params().data(), m.data(), v.data()},
+    const ParamTable& t = model->table();
+    save_checkpoint(dir, t, cfg, assemble_global(t, model->params().data(), nullptr),
+                    assemble_global(t, m.data(), nullptr), assemble_global(t, v.data(), nullptr),
                     {step, 0, 1});
   }
 };

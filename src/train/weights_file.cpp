@@ -1,0 +1,221 @@
+#include "train/weights_file.h"
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+#include <system_error>
+
+#include "core/error.h"
+#include "kernels/reduce.h"
+
+namespace mt {
+
+namespace {
+
+// Shortest text that reads back as the same float.
+std::string float_str(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  MT_CHECK(r.ec == std::errc(), "cannot format ", v);
+  return std::string(buf, r.ptr);
+}
+
+// Metadata value `key` of `f` as a positive int; nullopt when absent.
+std::optional<int> metadata_int(const SafetensorsFile& f, const std::string& key) {
+  const auto it = f.metadata().find(key);
+  if (it == f.metadata().end()) return std::nullopt;
+  const std::string& v = it->second;
+  int n = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), n);
+  MT_REQUIRE(r.ec == std::errc() && r.ptr == v.data() + v.size() && n > 0, f.path(),
+             ": metadata \"", key, "\" is \"", v, "\", not a positive integer");
+  return n;
+}
+
+// Metadata value `key` of `f` as a finite float >= 0; nullopt when absent.
+std::optional<float> metadata_float(const SafetensorsFile& f, const std::string& key) {
+  const auto it = f.metadata().find(key);
+  if (it == f.metadata().end()) return std::nullopt;
+  const std::string& v = it->second;
+  float x = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  MT_REQUIRE(r.ec == std::errc() && r.ptr == v.data() + v.size() && std::isfinite(x) && x >= 0,
+             f.path(), ": metadata \"", key, "\" is \"", v, "\", not a number >= 0");
+  return x;
+}
+
+// "transformer.h.{i}.mlp.router.weight" and friends.
+std::string block_tensor(int i, const std::string& rest) {
+  return "transformer.h." + std::to_string(i) + "." + rest;
+}
+std::string expert_tensor(int i, int e) {
+  return block_tensor(i, "mlp.experts." + std::to_string(e) + ".c_fc.weight");
+}
+
+}  // namespace
+
+std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
+  std::map<std::string, std::string> m = {
+      {"format", "meshtrain"},        {"layers", std::to_string(c.layers)},
+      {"dim", std::to_string(c.dim)}, {"heads", std::to_string(c.heads)},
+      {"seq", std::to_string(c.seq)}, {"vocab", std::to_string(c.vocab)}};
+  if (c.experts > 0) {
+    // The tensors give the experts and the MoE blocks; top-k and the capacity factor (its
+    // drops apply whenever the layer runs, sampling included) only live here.
+    m["experts"] = std::to_string(c.experts);
+    m["topk"] = std::to_string(c.topk);
+    m["moe_every"] = std::to_string(c.moe_every);
+    m["capacity_factor"] = float_str(c.capacity_factor);
+  }
+  return m;
+}
+
+// The global tensors under their global names plus `suffix`.
+std::vector<SafetensorsTensor> global_tensors(const ParamTable& table, const GlobalTensors& g,
+                                              const std::string& suffix,
+                                              std::vector<std::string>& names) {
+  MT_CHECK(g.size() == table.entries().size(), "global view of ", g.size(),
+           " tensors for a table of ", table.entries().size());
+  names.clear();
+  for (const ParamInfo& p : table.entries()) names.push_back(p.name + suffix);
+  std::vector<SafetensorsTensor> out;
+  size_t i = 0;
+  for (const ParamInfo& p : table.entries()) {
+    MT_CHECK(int64_t(g[i].size()) == p.global_numel(), p.name, ": global view has the wrong size");
+    out.push_back({names[i], p.global_shape, g[i].data()});
+    ++i;
+  }
+  return out;
+}
+
+FileDigest write_global_tensors(const std::string& path, const ParamTable& table,
+                                const GlobalTensors& g, const std::string& suffix,
+                                const std::map<std::string, std::string>& meta) {
+  std::vector<std::string> names;
+  auto tensors = global_tensors(table, g, suffix, names);
+  return write_safetensors(path, tensors, meta);
+}
+
+// Fills this rank's local elements of every tensor from the file's global tensors.
+void read_local_elements(const SafetensorsFile& f, const ParamTable& table, float* arena,
+                         const std::string& suffix) {
+  std::vector<float> global;
+  for (const ParamInfo& p : table.entries()) {
+    const std::string name = p.name + suffix;
+    f.expect_shape(name, p.global_shape);
+    global.resize(size_t(p.global_numel()));
+    f.read(name, global.data(), global.size());
+    // NaN or Inf would otherwise surface steps later as a "divergence" (or as garbage text
+    // from sample): name the file and tensor now.
+    MT_REQUIRE(all_finite(global.data(), global.size()), f.path(), ": tensor ", name,
+               " holds NaN or Inf values; the file is damaged or the run that wrote it diverged");
+    float* dst = arena + p.offset;
+    p.for_each_element([&](size_t l, int64_t g) { dst[l] = global[size_t(g)]; });
+  }
+}
+
+GlobalTensors assemble_global(const ParamTable& table, const float* arena, Communicator* tp) {
+  const bool split = tp != nullptr && tp->size() > 1;
+  GlobalTensors out;
+  std::vector<float> packed;  // the split tensors, one after the other, for one all-reduce
+  for (const ParamInfo& p : table.entries()) {
+    out.emplace_back(size_t(p.global_numel()), 0.f);
+    std::vector<float>& g = out.back();
+    const float* src = arena + p.offset;
+    if (p.shard.replicated()) {
+      std::copy(src, src + p.numel, g.begin());
+      continue;
+    }
+    MT_CHECK(split, p.name, " is split over tensor parallelism: assembling it needs the tp group");
+    const size_t base = packed.size();
+    packed.resize(base + g.size(), 0.f);
+    p.for_each_element([&](size_t l, int64_t e) { packed[base + size_t(e)] = src[l]; });
+  }
+  if (packed.empty()) return out;
+  tp->all_reduce(packed.data(), packed.data(), packed.size(), DType::f32, ReduceOp::sum).wait();
+  size_t off = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (table.entries()[i].shard.replicated()) continue;
+    std::copy(packed.begin() + long(off), packed.begin() + long(off + out[i].size()),
+              out[i].begin());
+    off += out[i].size();
+  }
+  return out;
+}
+
+ModelConfig model_config_from_file(const std::string& path, const ModelConfig& base) {
+  SafetensorsFile f(path);
+  ModelConfig c = base;
+  const auto& wte = f.tensor("transformer.wte.weight").shape;
+  const auto& wpe = f.tensor("transformer.wpe.weight").shape;
+  MT_REQUIRE(wte.size() == 2 && wpe.size() == 2 && wte[1] == wpe[1], path,
+             ": transformer.wte.weight ", shape_str(wte), " and transformer.wpe.weight ",
+             shape_str(wpe), " are not [V, C] and [T, C] tables of one width");
+  c.vocab = int(wte[0]);
+  c.dim = int(wte[1]);
+  c.seq = int(wpe[0]);
+  int layers = 0;
+  while (f.contains("transformer.h." + std::to_string(layers) + ".ln_1.weight")) ++layers;
+  MT_REQUIRE(layers > 0, path, ": no transformer blocks (transformer.h.0.*) in the file");
+  c.layers = layers;
+  if (auto heads = metadata_int(f, "heads")) c.heads = *heads;
+
+  // Mixture of experts: block i has a router when (i + 1) % moe_every == 0
+  // (ModelConfig::moe_layers), each with the same number of experts.
+  int first_moe = 0;
+  while (first_moe < layers && !f.contains(block_tensor(first_moe, "mlp.router.weight")))
+    ++first_moe;
+  if (first_moe == layers) {
+    c.experts = 0;
+    return c;
+  }
+  int experts = 0;
+  while (f.contains(expert_tensor(first_moe, experts))) ++experts;
+  MT_REQUIRE(experts > 0, path, ": ", block_tensor(first_moe, "mlp.router.weight"),
+             " but no experts (", expert_tensor(first_moe, 0), ")");
+  const int moe_every = first_moe + 1;
+  for (int i = 0; i < layers; ++i) {
+    const bool moe = (i + 1) % moe_every == 0;
+    MT_REQUIRE(f.contains(block_tensor(i, "mlp.router.weight")) == moe, path,
+               ": the first mixture-of-experts block is ", first_moe, " (every ", moe_every,
+               ") but block ", i, (moe ? " has no" : " has a"), " router");
+    MT_REQUIRE(!moe || (f.contains(expert_tensor(i, experts - 1)) &&
+                        !f.contains(expert_tensor(i, experts))),
+               path, ": block ", first_moe, " has ", experts, " experts but block ", i,
+               " has a different number");
+  }
+  c.experts = experts;
+  c.moe_every = moe_every;
+  if (auto cf = metadata_float(f, "capacity_factor")) c.capacity_factor = *cf;
+  if (auto topk = metadata_int(f, "topk")) {
+    MT_REQUIRE(*topk <= experts, path, ": metadata \"topk\" is ", *topk, " but the file has ",
+               experts, " experts");
+    c.topk = *topk;
+  } else {
+    // Files written before top-k was recorded: the caller's value, if it has one.
+    MT_REQUIRE(base.topk > 0, path, " is a mixture-of-experts model (", experts,
+               " experts) without top-k in its metadata: give --topk K");
+  }
+  return c;
+}
+
+void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
+                    const float* params) {
+  export_weights(path, table, cfg, assemble_global(table, params, nullptr));
+}
+
+void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
+                    const GlobalTensors& params) {
+  write_global_tensors(path, table, params, "", config_metadata(cfg));
+}
+
+void import_weights(const std::string& path, GPT& model) {
+  import_weights(path, model.table(), model.params().data());
+}
+
+void import_weights(const std::string& path, const ParamTable& table, float* params) {
+  SafetensorsFile f(path);
+  read_local_elements(f, table, params, "");
+}
+
+}  // namespace mt
