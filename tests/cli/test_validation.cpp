@@ -1,7 +1,10 @@
 // One bad-input case per rule of validate_train_options (train/validate_options.h), run
 // through the binary: exit 2, one "meshtrain: error:" line naming the flag, and no rank
-// started. The runs are not --quiet, so a rank that started would have printed the
-// "meshtrain: GPT ..." banner on stdout; a refused run prints nothing there.
+// started. Two witnesses of the last: the runs are not --quiet, so a rank that started
+// would have printed the "meshtrain: GPT ..." banner on stdout; and the test holds the lock
+// of the run's --save directory, which run_training takes after the validation and before
+// the ranks, so a run that got past the validation fails on the lock with another message
+// (a rule firing inside a rank could otherwise print the very same line).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,6 +12,7 @@
 
 #include "cli_fixture.h"
 #include "run_binary.h"
+#include "train/save_lock.h"
 
 namespace mt {
 namespace {
@@ -23,6 +27,13 @@ using testing::RunResult;
 std::string loud_base(const Fixture& f) {
   return "train --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 2 --data " + f.data;
 }
+
+// The tiny model saving to a directory whose lock this test holds.
+struct LockedFixture : Fixture {
+  std::string held = dir / "held";
+  SaveDirLock lock{held};
+  std::string base() const { return loud_base(*this) + " --save " + held; }
+};
 
 // As if this process were one of `size` started by Open MPI's mpirun: the launcher's size
 // is read from the environment before MPI is initialised, so no MPI is needed to test it.
@@ -115,53 +126,57 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-TEST(Validation, AGoodRunStartsItsRanks) {
-  // The control for "no rank started": the same command line, unchanged, prints the banner.
-  Fixture f;
+TEST(Validation, AGoodRunReachesTheLockAndTheRanks) {
+  // The controls for both witnesses: the same command line, unchanged, stops at the held
+  // lock, and without --save starts its ranks and prints the banner.
+  LockedFixture f;
+  expect_usage_error(run_meshtrain(f.base()),
+                     "--save " + f.held + " is being written by another run");
   const RunResult r = run_meshtrain(loud_base(f) + " --steps 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("meshtrain: GPT"), std::string::npos) << r.out;
 }
 
 TEST(Validation, EveryRuleRefusesBeforeAnyRankStarts) {
-  Fixture f;
+  LockedFixture f;
   for (const Case& c : cases())
-    expect_refused_before_ranks(run_meshtrain(loud_base(f) + " " + c.flags), c.needle, c.flags);
+    expect_refused_before_ranks(run_meshtrain(f.base() + " " + c.flags), c.needle, c.flags);
 }
 
 TEST(Validation, LauncherSizeIsCheckedBeforeMpiStarts) {
-  Fixture f;
+  LockedFixture f;
   // A local-backend run started as several processes.
-  expect_refused_before_ranks(run_as_launched(2, loud_base(f)),
+  expect_refused_before_ranks(run_as_launched(2, f.base()),
                               "this process is one of 2 started by Open MPI (mpirun), but "
                               "--backend is local",
                               "local backend under mpirun");
   // An MPI run whose layout is not the launched world: found before MPI_Init, not after.
-  expect_refused_before_ranks(run_as_launched(2, loud_base(f) + " --backend mpi --dp 4 --batch 4"),
+  expect_refused_before_ranks(run_as_launched(2, f.base() + " --backend mpi --dp 4 --batch 4"),
                               "the layout needs --pp x --dp x --tp = 4 ranks but Open MPI "
                               "started 2 processes (set mpirun -np 4 or change the layout)",
                               "mpi world mismatch");
   // Under a launcher only its rank 0 prints a usage error; the others exit 2 silently.
   const RunResult other =
       run_command("OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 " + std::string(MESHTRAIN_BIN) +
-                  " " + loud_base(f) + " --backend mpi --dp 4 --batch 4");
+                  " " + f.base() + " --backend mpi --dp 4 --batch 4");
   EXPECT_EQ(other.exit_code, 2) << other.err;
   EXPECT_EQ(other.err, "");
   EXPECT_EQ(other.out, "");
 }
 
 TEST(Validation, InputRulesRefuseBeforeAnyRankStarts) {
-  Fixture f;
+  LockedFixture f;
   const std::string ck = f.dir / "ck", weights = f.dir / "w.safetensors";
-  const RunResult made = run_meshtrain(f.base() + " --save " + ck + " --export " + weights);
+  const RunResult made =
+      run_meshtrain(f.Fixture::base() + " --save " + ck + " --export " + weights);
   ASSERT_EQ(made.exit_code, 0) << made.err;
   expect_refused_before_ranks(
-      run_meshtrain(loud_base(f) + " --steps 4 --load " + ck + " --init-from " + weights),
+      run_meshtrain(f.base() + " --steps 4 --load " + ck + " --init-from " + weights),
       "give one of --load DIR (resume a run: weights, optimizer state, step) or --init-from "
       "FILE (start from weights), not both",
       "--load and --init-from");
   // Read from the checkpoint before the ranks start (it was found while loading, inside them).
-  expect_refused_before_ranks(run_meshtrain(loud_base(f) + " --steps 1 --load " + ck),
+  expect_refused_before_ranks(run_meshtrain(f.base() + " --steps 1 --load " + ck),
                               "--load " + ck + " is at step 2, beyond --steps 1",
                               "--load beyond --steps");
 }
