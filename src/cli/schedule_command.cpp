@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/schedule_report.h"
 
 namespace mt {
@@ -12,7 +13,8 @@ CommandRunner add_schedule_command(CLI::App& app) {
   auto a = std::make_shared<ScheduleArgs>();
   CLI::App* cmd = app.add_subcommand(
       "schedule", "print a pipeline schedule (ASCII timeline, bubble, optional SVG)");
-  cmd->add_option("--schedule", a->schedule, "gpipe|1f1b|interleaved|zb-h1")->capture_default_str();
+  cmd->add_option("--schedule", a->schedule, schedule_names_joined("|", "|"))
+      ->capture_default_str();
   cmd->add_option("--pp", a->pp, "pipeline stages")->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches, "microbatches per step")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include "cli/train_setup.h"
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace mt {
 
@@ -72,7 +73,8 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
   f.add("parallel", "microbatches", &p.microbatches,
         "microbatches per step per replica (gradient accumulation; --batch must be divisible "
         "by dp * microbatches)");
-  f.add("parallel", "schedule", &p.schedule, "pipeline schedule: gpipe|1f1b|interleaved|zb-h1");
+  f.add("parallel", "schedule", &p.schedule,
+        "pipeline schedule: " + schedule_names_joined("|", "|"));
   f.add("parallel", "virtual-stages", &p.virtual_stages, "model chunks per pipeline rank");
   f.add("parallel", "stage-layers", &p.stage_layers,
         "blocks per pipeline model chunk, e.g. 3,4,4,3 (pp x virtual-stages counts summing to "

@@ -1,14 +1,14 @@
 // Turns parsed TrainOptions into a run: fills defaults that depend on files (the embedded
-// corpus, the vocabulary of the data, the shape of an --init-from file), validates
-// everything a user can get wrong, measures the sgemm peak for MFU, and launches the ranks
-// on the chosen backend.
+// corpus, the vocabulary of the data, the shape of an --init-from file), checks the paths,
+// then applies every rule of the options (train/validate_options.h), measures the sgemm
+// peak for MFU, and launches the ranks on the chosen backend.
 #pragma once
 
 #include "train/options.h"
 
 namespace mt {
 
-// Resolves and validates in place; throws UsageError with the flag to change.
+// Resolves in place, then validates; throws UsageError with the flag to change.
 void resolve_train_options(TrainOptions& o);
 // Returns the exit code.
 int run_training(TrainOptions o, int* argc, char*** argv);

@@ -1,5 +1,7 @@
 #include "parallel/pipeline/schedule.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace mt {
@@ -94,18 +96,40 @@ const std::vector<std::string>& schedule_names() {
   return names;
 }
 
-Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages) {
+std::string schedule_names_joined(const std::string& sep, const std::string& last_sep) {
+  const std::vector<std::string>& names = schedule_names();
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? last_sep : sep) + names[i];
+  return out;
+}
+
+void check_schedule_name(const std::string& name) {
+  const std::vector<std::string>& names = schedule_names();
+  MT_REQUIRE(std::find(names.begin(), names.end(), name) != names.end(), "unknown --schedule '",
+             name, "' (expected ", schedule_names_joined(", ", " or "), ")");
+}
+
+void check_schedule_args(const std::string& name, int stages, int microbatches,
+                         int virtual_stages) {
+  check_schedule_name(name);
   MT_REQUIRE(stages >= 1, "--pp must be >= 1 (got ", stages, ")");
   MT_REQUIRE(microbatches >= 1, "--microbatches must be >= 1 (got ", microbatches, ")");
   if (name == "interleaved") {
     MT_REQUIRE(virtual_stages >= 2, "--schedule interleaved needs --virtual-stages >= 2 (got ",
                virtual_stages, ")");
-    return schedule_interleaved(stages, microbatches, virtual_stages);
+    MT_REQUIRE(microbatches % stages == 0, "--schedule interleaved needs --microbatches (",
+               microbatches, ") to be a multiple of --pp (", stages,
+               "): microbatches go through the chunks in groups of pp");
+  } else {
+    MT_REQUIRE(virtual_stages == 1, "--virtual-stages ", virtual_stages,
+               " applies only to --schedule interleaved (", name, " uses 1)");
   }
-  const bool known = name == "gpipe" || name == "1f1b" || name == "zb-h1";
-  MT_REQUIRE(known, "unknown --schedule '", name, "' (expected gpipe, 1f1b, interleaved or zb-h1)");
-  MT_REQUIRE(virtual_stages == 1, "--virtual-stages ", virtual_stages,
-             " applies only to --schedule interleaved (", name, " uses 1)");
+}
+
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages) {
+  check_schedule_args(name, stages, microbatches, virtual_stages);
+  if (name == "interleaved") return schedule_interleaved(stages, microbatches, virtual_stages);
   if (name == "gpipe") return schedule_gpipe(stages, microbatches);
   if (name == "1f1b") return schedule_1f1b(stages, microbatches);
   return schedule_zb_h1(stages, microbatches);

@@ -84,11 +84,21 @@ Schedule schedule_1f1b(int stages, int microbatches);
 Schedule schedule_interleaved(int stages, int microbatches, int virtual_stages);
 Schedule schedule_zb_h1(int stages, int microbatches);
 
-// By name: gpipe | 1f1b | interleaved | zb-h1. virtual_stages must be 1 except for
-// interleaved, which needs >= 2 and microbatches % stages == 0. UsageError on bad input,
-// naming the flag to change (--pp, --microbatches, --schedule, --virtual-stages).
-Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages);
+// The one list of schedule names (gpipe, 1f1b, interleaved, zb-h1), in the order messages
+// and --help show them.
 const std::vector<std::string>& schedule_names();
+// The names joined for a message or help text: ("|", "|") gives "gpipe|1f1b|interleaved|zb-h1",
+// (", ", " or ") gives "gpipe, 1f1b, interleaved or zb-h1".
+std::string schedule_names_joined(const std::string& sep, const std::string& last_sep);
+// UsageError unless name is one of schedule_names().
+void check_schedule_name(const std::string& name);
+// The rules make_schedule applies, without building anything, so that they can be checked
+// before any rank starts: a known name, sizes >= 1, virtual_stages 1 except for interleaved,
+// which needs >= 2 and microbatches % stages == 0. UsageError naming the flag to change
+// (--pp, --microbatches, --schedule, --virtual-stages).
+void check_schedule_args(const std::string& name, int stages, int microbatches, int virtual_stages);
+// By name; check_schedule_args first.
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages);
 
 // Appends a compute action together with the transfers around it: the receive of its
 // input before it and the send of its output after it (only across stages). The

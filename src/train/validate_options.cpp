@@ -1,0 +1,147 @@
+#include "train/validate_options.h"
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "comm/world.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_partition.h"
+
+namespace mt {
+
+namespace {
+
+bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (v == a) return true;
+  return false;
+}
+
+// How the ranks are started: by this process as threads, or one per launched process.
+void validate_engine(const TrainOptions& o, const LauncherInfo& launcher) {
+  const EngineOptions& e = o.engine;
+  MT_REQUIRE(one_of(e.backend, {"local", "mpi"}), "--backend must be local or mpi (got '",
+             e.backend, "')");
+  // A launcher that started several processes of a local-backend run would make each of
+  // them run the whole job alone, all writing the same files.
+  MT_REQUIRE(e.backend == "mpi" || launcher.size <= 1, "this process is one of ", launcher.size,
+             " started by ", launcher.name,
+             " (mpirun), but --backend is local: each process would run the whole job alone and "
+             "write the same files; add --backend mpi (one rank per process) or run meshtrain "
+             "without mpirun");
+  MT_REQUIRE(e.timeout_s > 0, "--timeout must be > 0 seconds");
+}
+
+// The model's own shape rules live with the model (the sample command applies them too).
+void validate_model(const TrainOptions& o) {
+  o.model.validate();
+}
+
+void validate_optimizer(const OptimOptions& t) {
+  MT_REQUIRE(t.steps >= 0, "--steps must be >= 0 (got ", t.steps, ")");
+  MT_REQUIRE(t.batch >= 1, "--batch must be >= 1 (got ", t.batch, ")");
+  MT_REQUIRE(t.lr > 0, "--lr must be > 0 (got ", t.lr, ")");
+  MT_REQUIRE(t.min_lr >= 0, "--min-lr must be >= 0 (got ", t.min_lr, ")");
+  MT_REQUIRE(t.warmup >= 0, "--warmup must be >= 0 (got ", t.warmup, ")");
+  MT_REQUIRE(one_of(t.lr_schedule, {"constant", "cosine"}),
+             "--lr-schedule must be constant or cosine (got '", t.lr_schedule, "')");
+  MT_REQUIRE(t.weight_decay >= 0, "--weight-decay must be >= 0");
+  MT_REQUIRE(t.grad_clip >= 0, "--grad-clip must be >= 0 (0 disables clipping)");
+  MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1,
+             "--beta1 and --beta2 must be in [0, 1)");
+  MT_REQUIRE(t.eps > 0, "--eps must be > 0");
+  require_thread_count("--threads", t.threads);
+  MT_REQUIRE(t.eval_every >= 0 && t.eval_batches >= 1,
+             "--eval-every must be >= 0 and --eval-batches >= 1");
+}
+
+// The rank grid and how the batch and the model divide over it.
+void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
+  const ParallelOptions& p = o.parallel;
+  const int batch = o.optim.batch;
+  for (auto [name, v] : {std::pair{"--dp", p.dp},
+                         {"--tp", p.tp},
+                         {"--pp", p.pp},
+                         {"--ep", p.ep},
+                         {"--microbatches", p.microbatches},
+                         {"--virtual-stages", p.virtual_stages}})
+    MT_REQUIRE(v >= 1, name, " must be >= 1 (got ", v, ")");
+  MT_REQUIRE(p.zero >= 0 && p.zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", p.zero, ")");
+  MT_REQUIRE(p.bucket_mb > 0, "--bucket-mb must be > 0");
+  const long world = static_cast<long>(p.pp) * p.dp * p.tp;
+  MT_REQUIRE(o.engine.backend == "mpi" || world <= kMaxLocalRanks, "--pp x --dp x --tp = ", world,
+             " ranks is more than the ", kMaxLocalRanks,
+             " threads one process runs (--backend local); use --backend mpi");
+  // Under a launcher the world is the processes it started (CONTRACTS.md §7: one rank per
+  // process), known here from its environment before MPI is initialised.
+  MT_REQUIRE(o.engine.backend != "mpi" || !launcher.launched() || launcher.size == world,
+             "the layout needs --pp x --dp x --tp = ", world, " ranks but ", launcher.name,
+             " started ", launcher.size, " processes (set mpirun -np ", world,
+             " or change the layout)");
+  MT_REQUIRE(batch % (p.dp * p.microbatches) == 0, "--batch ", batch,
+             " must be divisible by --dp x --microbatches = ", p.dp * p.microbatches,
+             " (each replica's microbatches must be equal)");
+  if (p.tp > 1) {
+    MT_REQUIRE(o.model.heads % p.tp == 0, "--tp ", p.tp, " does not divide --heads ", o.model.heads,
+               " (each attention head must live on one rank)");
+    // Sequence parallelism splits each microbatch's b*T token rows evenly over tp.
+    const int rows = batch / (p.dp * p.microbatches) * o.model.seq;
+    MT_REQUIRE(!p.sequence_parallel || rows % p.tp == 0, "--sequence-parallel needs the ", rows,
+               " token rows of a microbatch (batch / (dp x microbatches) x seq) divisible by --tp ",
+               p.tp);
+  }
+}
+
+// What mixture-of-experts layers compose with so far (docs/moe.md, "Integration").
+void validate_experts(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  const int experts = o.model.experts;
+  if (p.ep > 1) {
+    // ep consecutive dp ranks share the experts of one layer (CONTRACTS.md §7).
+    MT_REQUIRE(experts > 0, "--ep ", p.ep, " needs --experts > 0");
+    MT_REQUIRE(p.dp % p.ep == 0, "--ep ", p.ep, " must divide --dp ", p.dp);
+    MT_REQUIRE(experts % p.ep == 0, "--ep ", p.ep, " must divide --experts ", experts);
+    // The experts' gradients take their own reduction and are updated in full by their
+    // owners, which ZeRO 3's parameter gathers over dp would break.
+    MT_REQUIRE(p.zero <= 2, "--ep ", p.ep,
+               " supports --zero 0, 1 or 2 (got --zero 3: its parameter gathers over dp "
+               "would mix different ranks' experts)");
+  }
+  MT_REQUIRE(experts == 0 || p.tp == 1,
+             "--experts needs --tp 1 for now (the experts are not split over tp)");
+}
+
+// The schedule and the cut of the model into chunks; both matter only with --pp > 1.
+void validate_pipeline(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  check_schedule_name(p.schedule);
+  if (p.pp == 1) return;
+  check_schedule_args(p.schedule, p.pp, p.microbatches, p.virtual_stages);
+  if (!p.stage_layers.empty())
+    parse_stage_layers(p.stage_layers, o.model.layers, p.pp * p.virtual_stages);
+}
+
+void validate_io(const IoOptions& io) {
+  MT_REQUIRE(io.save_every >= 0, "--save-every must be >= 0");
+  MT_REQUIRE(io.load.empty() || io.init_from.empty(),
+             "give one of --load DIR (resume a run: weights, optimizer state, step) or "
+             "--init-from FILE (start from weights), not both");
+  MT_REQUIRE(io.sample_tokens >= 0, "--sample-tokens must be >= 0");
+}
+
+}  // namespace
+
+void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher) {
+  validate_engine(o, launcher);
+  validate_model(o);
+  validate_optimizer(o.optim);
+  validate_layout(o, launcher);
+  validate_experts(o);
+  validate_pipeline(o);
+  validate_io(o.io);
+}
+
+}  // namespace mt

@@ -1,0 +1,153 @@
+// validate_train_options as a pure function: the defaults pass, each broken rule is one
+// UsageError naming the flag, and the launcher's size is compared with the layout.
+#include "train/validate_options.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace mt {
+namespace {
+
+// The message of the UsageError validate_train_options throws, or "" if it passes.
+std::string usage_error(const TrainOptions& o, const LauncherInfo& launcher = {}) {
+  try {
+    validate_train_options(o, launcher);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+LauncherInfo open_mpi(int size) {
+  LauncherInfo l;
+  l.name = "Open MPI";
+  l.size = size;
+  return l;
+}
+
+TEST(ValidateOptions, DefaultsAndCommonLayoutsPass) {
+  EXPECT_EQ(usage_error(TrainOptions{}), "");
+  TrainOptions o;
+  o.parallel.dp = 2;
+  o.parallel.tp = 2;
+  o.parallel.pp = 2;
+  o.parallel.microbatches = 4;
+  o.parallel.schedule = "interleaved";
+  o.parallel.virtual_stages = 2;
+  o.parallel.stage_layers = "1,1,1,1";
+  EXPECT_EQ(usage_error(o), "");
+  TrainOptions moe;
+  moe.model.experts = 4;
+  moe.parallel.dp = 2;
+  moe.parallel.ep = 2;
+  moe.parallel.zero = 2;
+  EXPECT_EQ(usage_error(moe), "");
+  // pp 1 never builds a schedule, so its pipeline-only sizes are not looked at.
+  TrainOptions no_pipe;
+  no_pipe.parallel.schedule = "interleaved";
+  EXPECT_EQ(usage_error(no_pipe), "");
+}
+
+struct BadCase {
+  const char* what;
+  std::function<void(TrainOptions&)> change;
+  std::string message;  // a part of the expected message
+};
+
+TEST(ValidateOptions, EachBrokenRuleIsAUsageErrorNamingTheFlag) {
+  const std::vector<BadCase> cases = {
+      {"backend", [](TrainOptions& o) { o.engine.backend = "nccl"; }, "--backend must be"},
+      {"timeout", [](TrainOptions& o) { o.engine.timeout_s = 0; }, "--timeout must be > 0"},
+      {"layers", [](TrainOptions& o) { o.model.layers = 0; }, "--layers must be >= 1"},
+      {"positions",
+       [](TrainOptions& o) {
+         o.model.positions = 64;
+         o.model.seq = 128;
+       },
+       "--seq 128 is longer than the position table (64 rows)"},
+      {"heads | dim", [](TrainOptions& o) { o.model.heads = 3; }, "--heads 3 does not divide"},
+      {"topk", [](TrainOptions& o) { o.model.experts = 2, o.model.topk = 3; }, "--topk must be"},
+      {"lr", [](TrainOptions& o) { o.optim.lr = 0; }, "--lr must be > 0"},
+      {"lr schedule", [](TrainOptions& o) { o.optim.lr_schedule = "linear"; }, "--lr-schedule"},
+      {"threads", [](TrainOptions& o) { o.optim.threads = 0; }, "--threads must be in 1.."},
+      {"dp", [](TrainOptions& o) { o.parallel.dp = 0; }, "--dp must be >= 1 (got 0)"},
+      {"zero", [](TrainOptions& o) { o.parallel.zero = 4; }, "--zero must be 0, 1, 2 or 3"},
+      {"local world", [](TrainOptions& o) { o.parallel.dp = 2048; }, "is more than the 1024"},
+      {"batch split", [](TrainOptions& o) { o.parallel.microbatches = 3; },
+       "--batch 8 must be divisible by --dp x --microbatches = 3"},
+      {"tp | heads", [](TrainOptions& o) { o.parallel.tp = 8; }, "--tp 8 does not divide --heads"},
+      {"sequence parallel",
+       [](TrainOptions& o) {
+         o.parallel.tp = 2, o.parallel.sequence_parallel = true;
+         o.optim.batch = 1, o.model.seq = 7, o.model.heads = 2;
+       },
+       "--sequence-parallel needs the 7 token rows"},
+      {"ep needs experts", [](TrainOptions& o) { o.parallel.dp = 2, o.parallel.ep = 2; },
+       "--ep 2 needs --experts > 0"},
+      {"ep | dp", [](TrainOptions& o) { o.model.experts = 4, o.parallel.ep = 2; },
+       "--ep 2 must divide --dp 1"},
+      {"ep | experts",
+       [](TrainOptions& o) { o.model.experts = 3, o.parallel.dp = 2, o.parallel.ep = 2; },
+       "--ep 2 must divide --experts 3"},
+      {"ep with zero 3",
+       [](TrainOptions& o) {
+         o.model.experts = 4, o.parallel.dp = 2, o.parallel.ep = 2, o.parallel.zero = 3;
+       },
+       "supports --zero 0, 1 or 2"},
+      {"experts with tp", [](TrainOptions& o) { o.model.experts = 4, o.parallel.tp = 2; },
+       "--experts needs --tp 1"},
+      {"schedule name", [](TrainOptions& o) { o.parallel.schedule = "2f2b"; },
+       "unknown --schedule '2f2b' (expected gpipe, 1f1b, interleaved or zb-h1)"},
+      {"interleaved chunks",
+       [](TrainOptions& o) { o.parallel.pp = 2, o.parallel.schedule = "interleaved"; },
+       "--schedule interleaved needs --virtual-stages >= 2"},
+      {"interleaved microbatches",
+       [](TrainOptions& o) {
+         o.parallel.pp = 4, o.parallel.schedule = "interleaved", o.parallel.virtual_stages = 2;
+         o.parallel.microbatches = 2;
+       },
+       "needs --microbatches (2) to be a multiple of --pp (4)"},
+      {"virtual stages without interleaved",
+       [](TrainOptions& o) { o.parallel.pp = 2, o.parallel.virtual_stages = 2; },
+       "--virtual-stages 2 applies only to --schedule interleaved"},
+      {"stage layers", [](TrainOptions& o) { o.parallel.pp = 2, o.parallel.stage_layers = "1,2"; },
+       "--stage-layers '1,2' sums to 3, not --layers (4)"},
+      {"save every", [](TrainOptions& o) { o.io.save_every = -1; }, "--save-every must be >= 0"},
+      {"load and init", [](TrainOptions& o) { o.io.load = "ck", o.io.init_from = "w.safetensors"; },
+       "give one of --load DIR"},
+  };
+  for (const BadCase& c : cases) {
+    TrainOptions o;
+    c.change(o);
+    const std::string msg = usage_error(o);
+    EXPECT_NE(msg.find(c.message), std::string::npos)
+        << c.what << ": expected '" << c.message << "' in '" << msg << "'";
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << c.what << ": " << msg;
+  }
+}
+
+TEST(ValidateOptions, LauncherSizeMustMatchTheWorld) {
+  TrainOptions o;
+  // Several processes of a local-backend run would each run the whole job.
+  EXPECT_NE(usage_error(o, open_mpi(2)).find("is one of 2 started by Open MPI"), std::string::npos);
+  o.engine.backend = "mpi";
+  EXPECT_EQ(usage_error(o, open_mpi(1)), "");
+  EXPECT_EQ(usage_error(o), "");  // no launcher known: the MPI world decides later
+  o.parallel.dp = 2;
+  EXPECT_EQ(usage_error(o, open_mpi(2)), "");
+  EXPECT_EQ(usage_error(o, open_mpi(4)),
+            "the layout needs --pp x --dp x --tp = 2 ranks but Open MPI started 4 processes (set "
+            "mpirun -np 2 or change the layout)");
+  // Beyond one process's threads is fine with one rank per process.
+  o.parallel.dp = 2048;
+  o.optim.batch = 2048;
+  EXPECT_EQ(usage_error(o, open_mpi(2048)), "");
+}
+
+}  // namespace
+}  // namespace mt
