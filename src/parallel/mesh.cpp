@@ -25,15 +25,13 @@ const char* group_kind_name(GroupKind k) {
 }
 
 Mesh::Mesh(const MeshShape& s, int world_size) : shape_(s), world_size_(world_size) {
-  MT_REQUIRE(s.pp >= 1, "--pp must be at least 1 (got ", s.pp, ")");
-  MT_REQUIRE(s.dp >= 1, "--dp must be at least 1 (got ", s.dp, ")");
-  MT_REQUIRE(s.tp >= 1, "--tp must be at least 1 (got ", s.tp, ")");
-  MT_REQUIRE(s.ep >= 1, "--ep must be at least 1 (got ", s.ep, ")");
-  MT_REQUIRE(static_cast<long>(s.pp) * s.dp * s.tp == world_size, "--pp ", s.pp, " x --dp ", s.dp,
-             " x --tp ", s.tp, " = ", static_cast<long>(s.pp) * s.dp * s.tp,
-             " ranks, but the world has ", world_size);
-  MT_REQUIRE(s.dp % s.ep == 0, "--ep ", s.ep, " must divide --dp ", s.dp,
-             " (expert-parallel groups are made of data-parallel ranks)");
+  // Internal invariants: the user-facing rules are validate_train_options' (before any rank).
+  MT_CHECK(s.pp >= 1 && s.dp >= 1 && s.tp >= 1 && s.ep >= 1, "mesh ", s.pp, "x", s.dp, "x", s.tp,
+           " ep ", s.ep);
+  MT_CHECK(static_cast<long>(s.pp) * s.dp * s.tp == world_size, "--pp ", s.pp, " x --dp ", s.dp,
+           " x --tp ", s.tp, " = ", static_cast<long>(s.pp) * s.dp * s.tp,
+           " ranks, but the world has ", world_size);
+  MT_CHECK(s.dp % s.ep == 0, "--ep ", s.ep, " must divide --dp ", s.dp);
 }
 
 void Mesh::check_rank(int rank) const {

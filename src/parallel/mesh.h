@@ -42,8 +42,9 @@ const char* group_kind_name(GroupKind k);
 
 class Mesh {
  public:
-  // Throws UsageError (message without the "meshtrain: error:" prefix) when a size is < 1,
-  // pp*dp*tp != world_size, or ep does not divide dp.
+  // Throws RuntimeError (an internal invariant: validate_train_options refuses such layouts
+  // before any rank starts) when a size is < 1, pp*dp*tp != world_size, or ep does not
+  // divide dp.
   Mesh(const MeshShape& shape, int world_size);
 
   const MeshShape& shape() const { return shape_; }

@@ -30,7 +30,8 @@ struct ParallelContext {
   int next_stage() const { return last_stage() ? -1 : coord.pp + 1; }
 };
 
-// Validates the shape against the world (UsageError) and creates the groups, in the fixed
+// Checks the shape against the world (RuntimeError: validate_train_options has checked it
+// before any rank started) and creates the groups, in the fixed
 // order dp, tp, pp, ep, ep_replica (make_group is collective: every rank calls it in the
 // same order). Every rank of the world must call this.
 ParallelContext make_parallel_context(CommWorld& world, const MeshShape& shape);

@@ -34,12 +34,13 @@ TEST(ParallelContext, GroupsMatchTheMesh) {
   });
 }
 
-TEST(ParallelContext, WrongShapeIsUsageError) {
+// A wrong shape never reaches a rank (validate_train_options); here it is an internal error.
+TEST(ParallelContext, WrongShapeIsAnInternalError) {
   EXPECT_THROW(run_local(4, WorldOptions{},
                          [](CommWorld& w) {
                            make_parallel_context(w, MeshShape{1, 3, 1, 1});
                          }),
-               UsageError);
+               RuntimeError);
 }
 
 }  // namespace
