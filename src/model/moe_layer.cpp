@@ -6,8 +6,8 @@
 
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
-#include "model/moe_permutation.h"
-#include "model/router.h"
+#include "kernels/router.h"
+#include "kernels/token_permutation.h"
 
 namespace mt {
 

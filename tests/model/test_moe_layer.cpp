@@ -7,9 +7,9 @@
 #include <cmath>
 #include <numeric>
 
-#include "model/moe_permutation.h"
+#include "kernels/router.h"
+#include "kernels/token_permutation.h"
 #include "model/moe_test_util.h"
-#include "model/router.h"
 
 namespace mt {
 namespace {
