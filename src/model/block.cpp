@@ -22,8 +22,9 @@ ShardSpec rows_of(int64_t start, int64_t len) {
 Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
              ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep)
     : C_(cfg.dim), max_b_(max_b), tp_(tp), sp_(tp.splits_sequence()) {
-  MT_REQUIRE(cfg.heads % tp.size == 0, "--tp ", tp.size, " does not divide --heads ", cfg.heads,
-             " (each attention head must live on one rank)");
+  // The user-facing rules (--tp divides --heads, MoE needs --tp 1) are checked with the
+  // options before any rank starts; here they are invariants.
+  MT_CHECK(cfg.heads % tp.size == 0, "tp ", tp.size, " does not divide heads ", cfg.heads);
   T_ = cfg.seq;
   NHl_ = cfg.heads / tp.size;
   Cl_ = NHl_ * cfg.head_dim();
@@ -57,8 +58,7 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
   ln2_.b_info = norm_param("ln_2.bias", InitKind::zeros);
   const bool moe = is_moe_layer(cfg, layer);
   // The experts are whole dense MLPs; splitting them over tp is not implemented.
-  MT_REQUIRE(!moe || tp.size == 1, "mixture-of-experts blocks need --tp 1 (got --tp ", tp.size,
-             ")");
+  MT_CHECK(!moe || tp.size == 1, "a mixture-of-experts block with tp ", tp.size);
   if (moe) {
     moe_ = std::make_unique<MoeLayer>(layer, cfg, ep, max_b * cfg.seq, table, layout);
   } else {
