@@ -8,7 +8,6 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/reduce.h"
-#include "parallel/tensor_parallel/mappings.h"
 
 namespace mt {
 
@@ -18,22 +17,14 @@ ShardSpec rows_of(int64_t start, int64_t len) {
   return {0, {{start, len}}};
 }
 
-// y (N, C) += bias (C) on every row.
-void add_bias_rows(float* y, const float* bias, int N, int C) {
-#pragma omp parallel for
-  for (int n = 0; n < N; ++n) {
-    float* row = y + size_t(n) * C;
-    for (int c = 0; c < C; ++c) row[c] += bias[c];
-  }
-}
-
 }  // namespace
 
 Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
              ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep)
-    : C_(cfg.dim), max_b_(max_b), tp_(tp), sp_(tp.size > 1 && tp.sequence_parallel) {
-  MT_REQUIRE(cfg.heads % tp.size == 0, "--tp ", tp.size, " does not divide --heads ", cfg.heads,
-             " (each attention head must live on one rank)");
+    : C_(cfg.dim), max_b_(max_b), tp_(tp), sp_(tp.splits_sequence()) {
+  // The user-facing rules (--tp divides --heads, MoE needs --tp 1) are checked with the
+  // options before any rank starts; here they are invariants.
+  MT_CHECK(cfg.heads % tp.size == 0, "tp ", tp.size, " does not divide heads ", cfg.heads);
   T_ = cfg.seq;
   NHl_ = cfg.heads / tp.size;
   Cl_ = NHl_ * cfg.head_dim();
@@ -58,31 +49,29 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
   };
   ln1_.w_info = norm_param("ln_1.weight", InitKind::ones);
   ln1_.b_info = norm_param("ln_1.bias", InitKind::zeros);
-  qkv_.weight_info =
-      &table.add(p + "attn.c_attn.weight", {3 * C, C}, InitKind::normal, 0.02f, qkv_rows);
-  qkv_.bias_info = &table.add(p + "attn.c_attn.bias", {3 * C}, InitKind::zeros, 0, qkv_rows);
-  attn_proj_.weight_info =
+  qkv_p_.w = &table.add(p + "attn.c_attn.weight", {3 * C, C}, InitKind::normal, 0.02f, qkv_rows);
+  qkv_p_.b = &table.add(p + "attn.c_attn.bias", {3 * C}, InitKind::zeros, 0, qkv_rows);
+  attn_proj_p_.w =
       &table.add(p + "attn.c_proj.weight", {C, C}, InitKind::normal, proj_std, attn_cols);
-  attn_proj_.bias_info = &table.add(p + "attn.c_proj.bias", {C}, InitKind::zeros);
+  attn_proj_p_.b = &table.add(p + "attn.c_proj.bias", {C}, InitKind::zeros);
   ln2_.w_info = norm_param("ln_2.weight", InitKind::ones);
   ln2_.b_info = norm_param("ln_2.bias", InitKind::zeros);
   const bool moe = is_moe_layer(cfg, layer);
   // The experts are whole dense MLPs; splitting them over tp is not implemented.
-  MT_REQUIRE(!moe || tp.size == 1, "mixture-of-experts blocks need --tp 1 (got --tp ", tp.size,
-             ")");
+  MT_CHECK(!moe || tp.size == 1, "a mixture-of-experts block with tp ", tp.size);
   if (moe) {
     moe_ = std::make_unique<MoeLayer>(layer, cfg, ep, max_b * cfg.seq, table, layout);
   } else {
-    fc_.weight_info = &table.add(p + "mlp.c_fc.weight", {H, C}, InitKind::normal, 0.02f, fc_rows);
-    fc_.bias_info = &table.add(p + "mlp.c_fc.bias", {H}, InitKind::zeros, 0, fc_rows);
-    mlp_proj_.weight_info =
+    fc_p_.w = &table.add(p + "mlp.c_fc.weight", {H, C}, InitKind::normal, 0.02f, fc_rows);
+    fc_p_.b = &table.add(p + "mlp.c_fc.bias", {H}, InitKind::zeros, 0, fc_rows);
+    mlp_proj_p_.w =
         &table.add(p + "mlp.c_proj.weight", {C, H}, InitKind::normal, proj_std, mlp_cols);
-    mlp_proj_.bias_info = &table.add(p + "mlp.c_proj.bias", {C}, InitKind::zeros);
+    mlp_proj_p_.b = &table.add(p + "mlp.c_proj.bias", {C}, InitKind::zeros);
   }
-  qkv_.in = C_, qkv_.out = 3 * Cl_;
-  attn_proj_.in = Cl_, attn_proj_.out = C_;
-  fc_.in = C_, fc_.out = Hl_;
-  mlp_proj_.in = Hl_, mlp_proj_.out = C_;
+  qkv_ = tp::ColumnParallelLinear(tp, C_, 3 * Cl_);
+  attn_proj_ = tp::RowParallelLinear(tp, Cl_, C_);
+  fc_ = tp::ColumnParallelLinear(tp, C_, Hl_);
+  mlp_proj_ = tp::RowParallelLinear(tp, Hl_, C_);
 
   const size_t N = size_t(max_b) * T_, Nl = sp_ ? N / tp.size : N;
   off_.ln1_out = layout.reserve(Nl * C_);
@@ -113,11 +102,18 @@ void Block::bind(float* params, float* grads) {
     n->dw = grads + n->w_info->offset;
     n->db = grads + n->b_info->offset;
   }
-  for (Linear* l : {&qkv_, &attn_proj_}) l->bind(params, grads);
-  if (moe_)
+  auto bind_linear = [&](auto& layer, const LinearParams& p) {
+    layer.bind(params + p.w->offset, params + p.b->offset, grads + p.w->offset,
+               grads + p.b->offset);
+  };
+  bind_linear(qkv_, qkv_p_);
+  bind_linear(attn_proj_, attn_proj_p_);
+  if (moe_) {
     moe_->bind(params, grads);
-  else
-    for (Linear* l : {&fc_, &mlp_proj_}) l->bind(params, grads);
+  } else {
+    bind_linear(fc_, fc_p_);
+    bind_linear(mlp_proj_, mlp_proj_p_);
+  }
 }
 
 size_t Block::attention_scratch_floats() const {
@@ -129,56 +125,6 @@ int Block::rows(int b, int T) const {
   MT_CHECK(b * T % tp_.size == 0, "sequence parallelism needs b*T = ", b * T,
            " token rows divisible by tp ", tp_.size);
   return b * T / tp_.size;
-}
-
-// ---- the four communication points of a sub-block ---------------------------------------
-
-// The whole (N, C) input of a column-parallel layer, from this rank's LayerNorm output.
-const float* Block::column_input(const float* ln_out, int Nl) {
-  if (!sp_) {
-    tp::CopyToTensorParallel::forward();
-    return ln_out;
-  }
-  tp::GatherFromSequenceParallel::forward(tp_.comm, ln_out, scratch_, size_t(Nl) * C_);
-  return scratch_;
-}
-
-// d_ln (Nl, C) = gradient w.r.t. the LayerNorm output, from the column-parallel layer's
-// output gradient dy (N, out): this rank's product covers only its columns, a partial sum.
-void Block::column_grad(float* d_ln, const Linear& layer, const float* dy, int N, int Nl) {
-  float* full = sp_ ? scratch_ : d_ln;
-  std::memset(full, 0, size_t(N) * C_ * sizeof(float));
-  layer.backward_input(full, dy, N);
-  if (sp_)
-    tp::GatherFromSequenceParallel::backward(tp_.comm, full, d_ln, size_t(Nl) * C_);
-  else
-    tp::CopyToTensorParallel::backward(tp_.comm, d_ln, size_t(N) * C_);
-}
-
-// y (Nl, C) = rows of this rank of (sum over tp of x (N, in) @ W^T) + bias. The partial
-// sums are reduced before the (replicated) bias is added, so it is not counted tp times.
-void Block::row_output(float* y, const Linear& proj, const float* x, int N, int Nl) {
-  if (tp_.size == 1) {
-    proj.forward(y, x, N);
-    return;
-  }
-  float* partial = sp_ ? scratch_ : y;
-  proj.forward(partial, x, N, /*with_bias=*/false);
-  if (sp_)
-    tp::ScatterToSequenceParallel::forward(tp_.comm, partial, y, size_t(Nl) * C_);
-  else
-    tp::ReduceFromTensorParallel::forward(tp_.comm, y, size_t(N) * C_);
-  add_bias_rows(y, proj.b, Nl, C_);
-}
-
-// The whole (N, C) gradient of a row-parallel layer's output, from this rank's rows.
-const float* Block::row_grad(const float* dy_local, int Nl) {
-  if (!sp_) {
-    tp::ReduceFromTensorParallel::backward();
-    return dy_local;
-  }
-  tp::ScatterToSequenceParallel::backward(tp_.comm, dy_local, scratch_, size_t(Nl) * C_);
-  return scratch_;
 }
 
 // ---- forward / backward ------------------------------------------------------------------
@@ -195,9 +141,9 @@ void Block::forward(float* s, const float* x_in, float* x_out, int b, int T) {
   float* fc_out = s + off_.fc_out;
 
   layernorm_forward(ln1_out, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
-  qkv_.forward(qkv, column_input(ln1_out, Nl), N);
+  qkv_.forward(qkv, ln1_out, N, scratch_);
   attention_forward(att_out, s + off_.att, qkv, b, T, Cl_, NHl_);
-  row_output(x_mid, attn_proj_, att_out, N, Nl);
+  attn_proj_.forward(x_mid, att_out, N, scratch_);
   add_inplace(x_mid, x_in, nc);
 
   layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
@@ -206,9 +152,9 @@ void Block::forward(float* s, const float* x_in, float* x_out, int b, int T) {
     add_inplace(x_out, x_mid, nc);
     return;
   }
-  fc_.forward(fc_pre, column_input(ln2_out, Nl), N, /*with_bias=*/false);
-  bias_gelu_forward(fc_out, fc_pre, fc_.b, N, Hl_);
-  row_output(x_out, mlp_proj_, fc_out, N, Nl);
+  fc_.forward(fc_pre, ln2_out, N, scratch_, /*with_bias=*/false);
+  bias_gelu_forward(fc_out, fc_pre, fc_.bias(), N, Hl_);
+  mlp_proj_.forward(x_out, fc_out, N, scratch_);
   add_inplace(x_out, x_mid, nc);
 }
 
@@ -227,21 +173,19 @@ void Block::backward_input(float* s, const float* x_in, const float* dx_out, flo
     moe_->backward_input(s, s + off_.ln2_out, dx_out, d_ln2, N);  // overwrites d_ln2
   } else {
     // MLP: d_fc = gelu'(fc_pre) * (dx_out @ W_proj), then back through c_fc to ln_2's output.
-    std::memset(d_fc, 0, size_t(N) * Hl_ * sizeof(float));
-    mlp_proj_.backward_input(d_fc, row_grad(dx_out, Nl), N);
+    mlp_proj_.backward_input(d_fc, dx_out, N, scratch_);
     gelu_backward(d_fc, s + off_.fc_pre, d_fc, size_t(N) * Hl_);
-    column_grad(d_ln2, fc_, d_fc, N, Nl);
+    fc_.backward_input(d_ln2, d_fc, N, scratch_);
   }
   std::memcpy(dx_mid, dx_out, nc * sizeof(float));  // residual path
   layernorm_backward_input(dx_mid, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
                            s + off_.ln2_rstd, Nl, C_);
 
   // Attention.
-  std::memset(d_att_out, 0, size_t(N) * Cl_ * sizeof(float));
-  attn_proj_.backward_input(d_att_out, row_grad(dx_mid, Nl), N);
+  attn_proj_.backward_input(d_att_out, dx_mid, N, scratch_);
   std::memset(d_qkv, 0, size_t(N) * 3 * Cl_ * sizeof(float));
   attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, s + off_.att, b, T, Cl_, NHl_);
-  column_grad(d_ln1, qkv_, d_qkv, N, Nl);
+  qkv_.backward_input(d_ln1, d_qkv, N, scratch_);
   // dx_in must not alias anything read below; the x_in statistics are in the slot.
   std::memcpy(dx_in, dx_mid, nc * sizeof(float));  // residual path
   layernorm_backward_input(dx_in, d_ln1, x_in, ln1_.w, s + off_.ln1_mean, s + off_.ln1_rstd, Nl,
@@ -250,18 +194,18 @@ void Block::backward_input(float* s, const float* x_in, const float* dx_out, flo
 
 void Block::backward_weight(float* s, const float* x_in, const float* dx_out, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
-  // Under sequence parallelism row_grad and column_input gather again what the slot keeps
-  // only locally. The row-parallel biases see the whole gradient: identical on every rank.
+  // Under sequence parallelism the linears gather again what the slot keeps only locally. The
+  // row-parallel biases see the whole gradient: identical on every rank.
   if (moe_) {
     moe_->backward_weight(s, s + off_.ln2_out, N);
   } else {
-    mlp_proj_.backward_weight(row_grad(dx_out, Nl), s + off_.fc_out, N);
-    fc_.backward_weight(s + off_.d_fc, column_input(s + off_.ln2_out, Nl), N);
+    mlp_proj_.backward_weight(dx_out, s + off_.fc_out, N, scratch_);
+    fc_.backward_weight(s + off_.d_fc, s + off_.ln2_out, N, scratch_);
   }
   layernorm_backward_weight(ln2_.dw, ln2_.db, s + off_.d_ln2, s + off_.x_mid, s + off_.ln2_mean,
                             s + off_.ln2_rstd, Nl, C_);
-  attn_proj_.backward_weight(row_grad(s + off_.dx_mid, Nl), s + off_.att_out, N);
-  qkv_.backward_weight(s + off_.d_qkv, column_input(s + off_.ln1_out, Nl), N);
+  attn_proj_.backward_weight(s + off_.dx_mid, s + off_.att_out, N, scratch_);
+  qkv_.backward_weight(s + off_.d_qkv, s + off_.ln1_out, N, scratch_);
   layernorm_backward_weight(ln1_.dw, ln1_.db, s + off_.d_ln1, x_in, s + off_.ln1_mean,
                             s + off_.ln1_rstd, Nl, C_);
 }

@@ -2,21 +2,20 @@
 //   x_mid = x_in + c_proj(attention(c_attn(ln_1(x_in))))
 //   x_out = x_mid + mlp.c_proj(gelu(mlp.c_fc(ln_2(x_mid))))
 //
-// Tensor parallelism (Megatron): c_attn and mlp.c_fc are split by output columns (each
-// rank owns whole heads), attn.c_proj and mlp.c_proj by input rows. Each sub-block is
-// entered through CopyToTensorParallel and left through ReduceFromTensorParallel
-// (parallel/tensor_parallel/mappings.h): one all-reduce in forward (after the row-parallel
+// Tensor parallelism (Megatron): c_attn and mlp.c_fc are column-parallel layers (split by
+// output columns; each rank owns whole heads), attn.c_proj and mlp.c_proj row-parallel ones
+// (split by input rows): parallel/tensor_parallel/{column,row}_parallel_linear.h, which
+// hold the communication. Per sub-block one all-reduce in forward (after the row-parallel
 // matmul, before its bias, so the bias counts once) and one in backward (of the LayerNorm
 // output gradient). With tp = 1 both are skipped.
 //
-// Sequence parallelism replaces the pair by GatherFromSequenceParallel and
-// ScatterToSequenceParallel: LayerNorms, residuals and biases run on this rank's b*T/t
-// token rows, the all-reduce becomes an all-gather before the column-parallel matmul and a
-// reduce-scatter after the row-parallel one. Like Megatron, only the local rows of the
-// LayerNorm outputs are kept: the W pass gathers them again, and gathers the output
-// gradients again too (they are kept local, not gathered), so no (b*T, C) buffer of the
-// replicated width lives in the slot. The LayerNorm weight gradients are then partial sums
-// over tp (ParamInfo::tp_partial_grad); the trainer sums them once per step.
+// Sequence parallelism replaces them by an all-gather before the column-parallel matmul and
+// a reduce-scatter after the row-parallel one: LayerNorms, residuals and biases run on this
+// rank's b*T/t token rows. Like Megatron, only the local rows of the LayerNorm outputs are
+// kept: the W pass gathers them again, and gathers the output gradients again too (they
+// are kept local, not gathered), so no (b*T, C) buffer of the replicated width lives in the
+// slot. The LayerNorm weight gradients are then partial sums over tp
+// (ParamInfo::tp_partial_grad); the trainer sums them once per step.
 //
 // Backward is split: backward_input (B) produces dx_in and keeps the intermediate
 // gradients in the slot; backward_weight (W) turns them into weight gradients later.
@@ -24,20 +23,15 @@
 
 #include <memory>
 
-#include "comm/communicator.h"
 #include "model/activation_pool.h"
 #include "model/config.h"
-#include "model/linear.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
+#include "parallel/tensor_parallel/column_parallel_linear.h"
+#include "parallel/tensor_parallel/row_parallel_linear.h"
+#include "parallel/tensor_parallel/tensor_parallel_shard.h"
 
 namespace mt {
-
-struct TensorParallelShard {
-  int rank = 0, size = 1;
-  Communicator* comm = nullptr;    // null when size == 1
-  bool sequence_parallel = false;  // only meaningful with size > 1
-};
 
 // Block i's MLP is a mixture of experts when --experts > 0 and (i + 1) % --moe-every == 0:
 // every block for moe_every 1, the second, fourth, ... for 2 (the last block of each group).
@@ -79,18 +73,19 @@ class Block {
     const float *w, *b;
     float *dw, *db;
   };
+  struct LinearParams {  // a linear layer's entries in the parameter table
+    const ParamInfo *w = nullptr, *b = nullptr;
+  };
   int rows(int b, int T) const;  // token rows of the residual stream on this rank
-  const float* column_input(const float* ln_out, int Nl);
-  void column_grad(float* d_ln, const Linear& layer, const float* dy, int N, int Nl);
-  void row_output(float* y, const Linear& proj, const float* x, int N, int Nl);
-  const float* row_grad(const float* dy_local, int Nl);
 
   int C_, max_b_, Cl_, Hl_, NHl_, T_;  // model dim, local attention width/hidden/heads
   TensorParallelShard tp_;
   bool sp_ = false;
   float* scratch_ = nullptr;
   Norm ln1_{}, ln2_{};
-  Linear qkv_, attn_proj_, fc_, mlp_proj_;  // fc_, mlp_proj_ unused in an MoE block
+  LinearParams qkv_p_, attn_proj_p_, fc_p_, mlp_proj_p_;  // fc, mlp_proj unused in an MoE block
+  tp::ColumnParallelLinear qkv_, fc_;
+  tp::RowParallelLinear attn_proj_, mlp_proj_;
   std::unique_ptr<MoeLayer> moe_;
   // Offsets of this block's buffers within a slot. N = b*T rows; Nl = N, or N/t under
   // sequence parallelism.

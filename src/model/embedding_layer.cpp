@@ -1,8 +1,5 @@
 #include "model/embedding_layer.h"
 
-#include "kernels/embedding.h"
-#include "parallel/tensor_parallel/mappings.h"
-
 namespace mt {
 
 const ParamInfo& register_token_table(const ModelConfig& cfg, const TensorParallelShard& tp,
@@ -18,46 +15,24 @@ const ParamInfo& register_token_table(const ModelConfig& cfg, const TensorParall
 
 EmbeddingLayer::EmbeddingLayer(const ModelConfig& cfg, const TensorParallelShard& tp,
                                ParamTable& table)
-    : C_(cfg.dim), V_(cfg.vocab), tp_(tp), shard_(tp::vocab_shard(cfg.vocab, tp.size, tp.rank)) {
+    : lookup_(tp, cfg.vocab, cfg.dim) {
   wte_info_ = &register_token_table(cfg, tp, table);
-  wpe_info_ = &table.add("transformer.wpe.weight", {cfg.position_rows(), C_}, InitKind::normal);
+  wpe_info_ =
+      &table.add("transformer.wpe.weight", {cfg.position_rows(), cfg.dim}, InitKind::normal);
 }
 
 void EmbeddingLayer::bind(float* params, float* grads) {
-  wte_ = params + wte_info_->offset;
-  wpe_ = params + wpe_info_->offset;
-  dwte_ = grads + wte_info_->offset;
-  dwpe_ = grads + wpe_info_->offset;
+  lookup_.bind(params + wte_info_->offset, params + wpe_info_->offset, grads + wte_info_->offset,
+               grads + wpe_info_->offset);
 }
 
 void EmbeddingLayer::forward(float* x_out, const int* tokens, int b, int T, float* scratch) const {
-  if (tp_.size == 1) {
-    embedding_forward(x_out, tokens, wte_, wpe_, b, T, C_, 0, V_);
-    return;
-  }
-  // Each id lives on one rank and wpe is added on rank 0 only: the sum adds exact zeros,
-  // so the result is bitwise the one-worker wte[id] + wpe[t].
-  const size_t N = size_t(b) * T;
-  float* partial = tp_.sequence_parallel ? scratch : x_out;
-  embedding_forward(partial, tokens, wte_, tp_.rank == 0 ? wpe_ : nullptr, b, T, C_, shard_.start,
-                    shard_.rows);
-  if (tp_.sequence_parallel)
-    tp::ScatterToSequenceParallel::forward(tp_.comm, partial, x_out, N * C_ / tp_.size);
-  else
-    tp::ReduceFromTensorParallel::forward(tp_.comm, x_out, N * C_);
+  lookup_.forward(x_out, tokens, b, T, scratch);
 }
 
 void EmbeddingLayer::backward_weight(const float* dx_out, const int* tokens, int b, int T,
                                      float* scratch) const {
-  const float* d = dx_out;
-  if (tp_.size > 1 && tp_.sequence_parallel) {
-    const size_t N = size_t(b) * T;
-    tp::ScatterToSequenceParallel::backward(tp_.comm, dx_out, scratch, N * C_ / tp_.size);
-    d = scratch;
-  }
-  // The gradient is the whole (b, T, C) on every rank: dwpe comes out identical everywhere.
-  embedding_backward(dwte_, dwpe_, d, tokens, b, T, C_, shard_.start,
-                     tp_.size == 1 ? V_ : shard_.rows);
+  lookup_.backward_weight(dx_out, tokens, b, T, scratch);
 }
 
 }  // namespace mt

@@ -2,18 +2,15 @@
 // head (tied weights, CONTRACTS.md §1); the embedding has no input gradient, only weight
 // gradients, which it computes in the W pass.
 //
-// Tensor parallelism: the token table is split by vocabulary rows (vocab_parallel.h);
-// each rank looks up the ids it holds (0 for the others) and the partial rows are summed:
-// an all-reduce, or under sequence parallelism a reduce-scatter that leaves each rank its
-// rows of the sequence. The position table is replicated; rank 0 alone adds it, so the
-// sum holds it once. The W pass sees the whole (gathered, under sequence parallelism)
-// output gradient, so every rank computes the same position-table gradient.
+// This layer owns the parameter-table entries; the tensor-parallel lookup (the token
+// table split by vocabulary rows, the partial rows summed over tp) is
+// parallel/tensor_parallel/vocab_parallel_embedding.h.
 #pragma once
 
 #include "model/block.h"
 #include "model/config.h"
 #include "model/param_table.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
+#include "parallel/tensor_parallel/vocab_parallel_embedding.h"
 
 namespace mt {
 
@@ -36,12 +33,8 @@ class EmbeddingLayer {
   const ParamInfo* wte_info() const { return wte_info_; }
 
  private:
-  int C_, V_;
-  TensorParallelShard tp_;
-  tp::VocabShard shard_;
+  tp::VocabParallelEmbedding lookup_;
   const ParamInfo *wte_info_, *wpe_info_;
-  const float *wte_ = nullptr, *wpe_ = nullptr;
-  float *dwte_ = nullptr, *dwpe_ = nullptr;
 };
 
 }  // namespace mt

@@ -3,9 +3,8 @@
 #include <cstring>
 
 #include "kernels/layernorm.h"
-#include "kernels/matmul.h"
 #include "model/embedding_layer.h"
-#include "parallel/tensor_parallel/mappings.h"
+#include "parallel/tensor_parallel/vocab_parallel_cross_entropy.h"
 
 namespace mt {
 
@@ -15,7 +14,8 @@ LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
       V_(cfg.vocab),
       tp_(tp),
       sp_(tp.size > 1 && tp.sequence_parallel),
-      shard_(tp::vocab_shard(cfg.vocab, tp.size, tp.rank)) {
+      shard_(tp::vocab_shard(cfg.vocab, tp.size, tp.rank)),
+      head_(tp, cfg.dim, shard_.rows) {
   wte_info_ = &register_token_table(cfg, tp, table);
   ParamInfo& w = table.add("transformer.ln_f.weight", {C_}, InitKind::ones);
   ParamInfo& bias = table.add("transformer.ln_f.bias", {C_}, InitKind::zeros);
@@ -37,23 +37,18 @@ LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
 void LMHead::bind(float* params, float* grads) {
   lnf_w_ = params + lnf_w_info_->offset;
   lnf_b_ = params + lnf_b_info_->offset;
-  wte_ = params + wte_info_->offset;
   dlnf_w_ = grads + lnf_w_info_->offset;
   dlnf_b_ = grads + lnf_b_info_->offset;
-  dwte_ = grads + wte_info_->offset;
+  head_.bind(params + wte_info_->offset, nullptr, grads + wte_info_->offset, nullptr);
 }
 
 double LMHead::forward(float* s, const float* x_in, const int* targets, int b, int T, float dloss) {
-  const int N = b * T, Nl = rows(b, T), Vl = shard_.rows;
-  float* lnf_full = s + off_.lnf_full;
+  const int N = b * T, Nl = rows(b, T);
   float* logits = s + off_.logits;
   float* losses = s + off_.losses;
   layernorm_forward(s + off_.lnf_out, s + off_.mean, s + off_.rstd, x_in, lnf_w_, lnf_b_, Nl, C_);
-  if (sp_)
-    tp::GatherFromSequenceParallel::forward(tp_.comm, s + off_.lnf_out, lnf_full, size_t(Nl) * C_);
-  else
-    tp::CopyToTensorParallel::forward();
-  matmul_forward(logits, lnf_full, wte_, nullptr, N, C_, Vl);  // (N, Vl) = lnf @ wte_shard^T
+  // (N, Vl) = lnf @ wte_shard^T; under sequence parallelism lnf is gathered into lnf_full.
+  head_.forward(logits, s + off_.lnf_out, N, s + off_.lnf_full);
   if (!targets) return 0.0;
   tp::vocab_parallel_crossentropy(losses, logits, targets, dloss, N, shard_, tp_.comm,
                                   s + off_.ce_stats);
@@ -66,21 +61,14 @@ double LMHead::forward(float* s, const float* x_in, const int* targets, int b, i
 void LMHead::backward_input(float* s, const float* x_in, float* dx_in, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
   float* d_lnf = s + off_.d_lnf;
-  // Each rank's product covers only its vocabulary columns: a partial sum over tp.
-  float* d_full = sp_ ? scratch_ : d_lnf;
-  std::memset(d_full, 0, size_t(N) * C_ * sizeof(float));
-  matmul_backward_input(d_full, s + off_.logits, wte_, N, C_, shard_.rows);
-  if (sp_)
-    tp::GatherFromSequenceParallel::backward(tp_.comm, d_full, d_lnf, size_t(Nl) * C_);
-  else
-    tp::CopyToTensorParallel::backward(tp_.comm, d_lnf, size_t(N) * C_);
+  head_.backward_input(d_lnf, s + off_.logits, N, scratch_);
   std::memset(dx_in, 0, size_t(Nl) * C_ * sizeof(float));
   layernorm_backward_input(dx_in, d_lnf, x_in, lnf_w_, s + off_.mean, s + off_.rstd, Nl, C_);
 }
 
 void LMHead::backward_weight(float* s, const float* x_in, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
-  matmul_backward_weight(dwte_, nullptr, s + off_.logits, s + off_.lnf_full, N, C_, shard_.rows);
+  head_.backward_weight_gathered(s + off_.logits, s + off_.lnf_full, N);
   layernorm_backward_weight(dlnf_w_, dlnf_b_, s + off_.d_lnf, x_in, s + off_.mean, s + off_.rstd,
                             Nl, C_);
 }

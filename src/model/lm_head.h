@@ -2,17 +2,19 @@
 // The loss gradient is produced in the forward pass (fused softmax-cross-entropy writes
 // dlogits over the logits), since nothing after the loss can change it.
 //
-// Tensor parallelism: the head is a column-parallel layer over the vocabulary (each rank
-// multiplies by its rows of wte) and the loss is the vocabulary-parallel cross-entropy
-// (vocab_parallel.h): the full logits exist on no rank. The LayerNorm output enters
-// through CopyToTensorParallel (or, under sequence parallelism, GatherFromSequenceParallel:
-// ln_f runs on this rank's rows only and its output is gathered and kept for the W pass).
+// Tensor parallelism: the head is a column-parallel layer over the vocabulary
+// (parallel/tensor_parallel/column_parallel_linear.h: each rank multiplies by its rows of
+// wte) and the loss is the vocabulary-parallel cross-entropy
+// (vocab_parallel_cross_entropy.h): the full logits exist on no rank. Under sequence
+// parallelism ln_f runs on this rank's rows only and its output is gathered into the slot
+// and kept for the W pass.
 #pragma once
 
 #include "model/activation_pool.h"
 #include "model/block.h"
 #include "model/config.h"
 #include "model/param_table.h"
+#include "parallel/tensor_parallel/column_parallel_linear.h"
 #include "parallel/tensor_parallel/vocab_parallel.h"
 
 namespace mt {
@@ -47,9 +49,10 @@ class LMHead {
   bool sp_;
   tp::VocabShard shard_;
   float* scratch_ = nullptr;
+  tp::ColumnParallelLinear head_;  // (N, C) -> (N, Vl) logits, the tied wte rows, no bias
   const ParamInfo *lnf_w_info_, *lnf_b_info_, *wte_info_;
-  const float *lnf_w_ = nullptr, *lnf_b_ = nullptr, *wte_ = nullptr;
-  float *dlnf_w_ = nullptr, *dlnf_b_ = nullptr, *dwte_ = nullptr;
+  const float *lnf_w_ = nullptr, *lnf_b_ = nullptr;
+  float *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
   struct {
     // (Nl,C) (Nl) (Nl) (N,C) (N,Vl) (N) (3N) (Nl,C); Nl = N, or N/t under sequence parallelism
     size_t lnf_out, mean, rstd, lnf_full, logits, losses, ce_stats, d_lnf;

@@ -6,8 +6,8 @@
 
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
-#include "model/moe_permutation.h"
-#include "model/router.h"
+#include "kernels/router.h"
+#include "kernels/token_permutation.h"
 
 namespace mt {
 
@@ -35,9 +35,10 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
       alpha_(cfg.aux_loss_coef),
       gamma_(cfg.router_bias_update),
       exchange_(ep.exchange) {
-  MT_REQUIRE(E_ >= 1 && k_ >= 1 && k_ <= E_, "--topk ", k_, " must be in 1..--experts ", E_);
-  MT_REQUIRE(E_ % ep.size == 0, "--ep ", ep.size, " does not divide --experts ", E_,
-             " (each ep rank holds E/ep experts)");
+  // The user-facing rules (--topk in 1..--experts, --ep divides --experts) are checked with
+  // the options before any rank starts; here they are invariants.
+  MT_CHECK(E_ >= 1 && k_ >= 1 && k_ <= E_, "topk ", k_, " outside 1..experts ", E_);
+  MT_CHECK(E_ % ep.size == 0, "ep ", ep.size, " does not divide experts ", E_);
   MT_CHECK(ep.size == 1 ||
                (ep.exchange && ep.exchange->size() == ep.size && ep.exchange->rank() == ep.rank),
            "expert parallelism needs a TokenExchange over the ep group");

@@ -4,8 +4,8 @@
 // (c_fc, tanh GELU, c_proj) with its own weights.
 //
 // One forward, for N tokens of this rank's microbatch (one aux/capacity group):
-//   router: logits = h @ router.weight^T, softmax, top-k, gates, aux loss (model/router.h)
-//   plan:   capacity drops and the stable sort by expert (model/moe_permutation.h)
+//   router: logits = h @ router.weight^T, softmax, top-k, gates, aux loss (kernels/router.h)
+//   plan:   capacity drops and the stable sort by expert (kernels/token_permutation.h)
 //   dispatch: rows to the ep ranks owning their experts (TokenExchange; skipped at ep = 1)
 //   experts: per local expert one GEMM pair over its contiguous rows
 //   combine: results back to their rank, then gate-weighted sum per token

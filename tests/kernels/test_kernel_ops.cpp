@@ -1,10 +1,13 @@
 // Every kernel through the one harness (kernel_harness.h), over shapes chosen to hit the
 // edges: single rows, sizes that are not multiples of the vector width, one head, T = 1,
-// row blocks of the causal attention split mid-way, padded vocabulary rows.
+// row blocks of the causal attention split mid-way, padded vocabulary rows, one expert,
+// k = E, capacity drops, empty expert blocks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <random>
 
 #include "core/error.h"
 #include "kernels/attention.h"
@@ -15,6 +18,8 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/reference/reference.h"
+#include "kernels/router.h"
+#include "kernels/token_permutation.h"
 
 namespace mt::test {
 namespace {
@@ -202,6 +207,149 @@ KernelCase embedding_case(int B, int T, int C, int V, int vocab_start, int vocab
   return kc;
 }
 
+// Router logits whose entries within a row are at least 0.3 apart, so the finite-difference
+// steps (about 0.01) never change which experts a token picks.
+Buf separated_logits(int N, int E, unsigned seed) {
+  Buf l = random_normal(size_t(N) * E, seed, 0.05f);
+  std::vector<int> perm(E);
+  for (int n = 0; n < N; ++n) {
+    for (int e = 0; e < E; ++e) perm[e] = e;
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(seed + n));
+    for (int e = 0; e < E; ++e) l[size_t(n) * E + e] += 0.4f * (perm[e] - E / 2);
+  }
+  return l;
+}
+
+// The router from logits to gates and aux loss. Output 0 is the gates (N, k) followed by
+// the aux loss, so L = sum(gates * dgates) + aux * aux_scale and the backward, given
+// dout = (dgates, aux_scale), is dL/dlogits: the gate path through the renormalisation and
+// the softmax plus the aux term (whose f is piecewise constant, so finite differences see
+// the same derivative).
+KernelCase router_case(int N, int E, int k, bool with_bias) {
+  KernelCase kc;
+  kc.name = str("router_N", N, "_E", E, "_k", k, with_bias ? "_bias" : "");
+  kc.inputs = {separated_logits(N, E, 30), random_normal(with_bias ? E : 0, 31, 0.02f)};
+  const size_t A = size_t(N) * k;
+  // (N*k + 1) gates and aux, (N, E) probs, (N, k) experts as floats, (E) f
+  kc.output_sizes = {A + 1, size_t(N) * E, A, size_t(E)};
+  const float alpha = 0.3f;
+  kc.forward = [=](Impl impl, const Bufs& in, Bufs& out) {
+    std::vector<int32_t> experts(A);
+    const float* bias = with_bias ? in[1].data() : nullptr;
+    MT_DISPATCH(impl, router_softmax, out[1].data(), in[0].data(), N, E);
+    MT_DISPATCH(impl, router_top_k, experts.data(), out[0].data(), out[1].data(), bias, N, E, k);
+    out[0][A] = float(MT_DISPATCH(impl, router_aux_loss, out[3].data(), out[1].data(),
+                                  experts.data(), N, E, k, alpha));
+    for (size_t a = 0; a < A; ++a) out[2][a] = float(experts[a]);
+  };
+  kc.backwards.push_back({"backward",
+                          {0},
+                          false,
+                          [=](Impl impl, const Bufs&, const Bufs& out, const Buf& dout, Bufs& din) {
+                            std::vector<int32_t> experts(out[2].begin(), out[2].end());
+                            MT_DISPATCH(impl, router_backward, din[0].data(), dout.data(),
+                                        out[1].data(), experts.data(), out[0].data(), out[3].data(),
+                                        alpha, dout[A], N, E, k);
+                          }});
+  kc.fd_step = 1e-3;
+  return kc;
+}
+
+// A dispatch plan for the permutation cases: experts (N, k) distinct per token.
+struct Plan {
+  int M = 0;
+  std::vector<int32_t> counts, row_of, row_token;
+};
+
+std::shared_ptr<Plan> make_plan(int N, int E, int k, int capacity, unsigned seed) {
+  std::vector<int32_t> experts(size_t(N) * k);
+  std::vector<int> perm(E);
+  for (int n = 0; n < N; ++n) {
+    for (int e = 0; e < E; ++e) perm[e] = e;
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(seed + n));
+    for (int j = 0; j < k; ++j) experts[size_t(n) * k + j] = perm[j];
+  }
+  auto p = std::make_shared<Plan>();
+  p->counts.resize(E), p->row_of.resize(experts.size()), p->row_token.resize(experts.size());
+  p->M = plan_dispatch(p->counts.data(), p->row_of.data(), p->row_token.data(), experts.data(), N,
+                       E, k, capacity);
+  return p;
+}
+
+// Permute: rows (M, C) = h[row_token]; its adjoint is the scatter-add over a token's kept
+// choices (overwriting).
+KernelCase permute_case(int N, int E, int k, int C, int capacity) {
+  KernelCase kc;
+  kc.name = str("permute_N", N, "_E", E, "_k", k, "_C", C, "_cap", capacity);
+  auto plan = make_plan(N, E, k, capacity, 40);
+  kc.inputs = {random_normal(size_t(N) * C, 41)};
+  kc.output_sizes = {size_t(plan->M) * C};
+  kc.forward = [=](Impl impl, const Bufs& in, Bufs& out) {
+    MT_DISPATCH(impl, gather_rows, out[0].data(), in[0].data(), plan->row_token.data(), plan->M, C);
+  };
+  kc.backwards.push_back({"scatter_add",
+                          {0},
+                          false,
+                          [=](Impl impl, const Bufs&, const Bufs&, const Buf& dout, Bufs& din) {
+                            MT_DISPATCH(impl, scatter_add_rows, din[0].data(), dout.data(),
+                                        plan->row_of.data(), N, k, C);
+                          }});
+  return kc;
+}
+
+// Unpermute: y (N, C) = sum over kept choices of gate * rows[row_of]; the adjoints are the
+// gate-scaled gather (to the rows) and the dot products (to the gates).
+KernelCase unpermute_case(int N, int E, int k, int C, int capacity) {
+  KernelCase kc;
+  kc.name = str("unpermute_N", N, "_E", E, "_k", k, "_C", C, "_cap", capacity);
+  auto plan = make_plan(N, E, k, capacity, 42);
+  kc.inputs = {random_normal(size_t(plan->M) * C, 43), random_normal(size_t(N) * k, 44)};
+  kc.output_sizes = {size_t(N) * C};
+  kc.forward = [=](Impl impl, const Bufs& in, Bufs& out) {
+    MT_DISPATCH(impl, combine_rows, out[0].data(), in[0].data(), plan->row_of.data(), in[1].data(),
+                N, k, C);
+  };
+  kc.backwards.push_back({"to_rows",
+                          {0},
+                          false,
+                          [=](Impl impl, const Bufs& in, const Bufs&, const Buf& dout, Bufs& din) {
+                            MT_DISPATCH(impl, gather_rows_scaled, din[0].data(), dout.data(),
+                                        plan->row_of.data(), in[1].data(), N, k, C);
+                          }});
+  kc.backwards.push_back({"to_gates",
+                          {1},
+                          false,
+                          [=](Impl impl, const Bufs& in, const Bufs&, const Buf& dout, Bufs& din) {
+                            MT_DISPATCH(impl, combine_rows_backward_gates, din[1].data(),
+                                        dout.data(), in[0].data(), plan->row_of.data(), N, k, C);
+                          }});
+  return kc;
+}
+
+// Regrouping S sources x B local experts from source-major to expert-major order; the
+// reverse regrouping is its adjoint. Some blocks are empty.
+KernelCase regroup_case(int S, int B, int C) {
+  KernelCase kc;
+  kc.name = str("regroup_S", S, "_B", B, "_C", C);
+  std::vector<int> r = random_ints(size_t(S) * B, 45, 0, 3);
+  auto counts = std::make_shared<std::vector<int32_t>>(r.begin(), r.end());
+  size_t rows = 0;
+  for (int32_t c : *counts) rows += size_t(c);
+  kc.inputs = {random_normal(rows * C, 46)};
+  kc.output_sizes = {rows * C};
+  kc.forward = [=](Impl impl, const Bufs& in, Bufs& out) {
+    MT_DISPATCH(impl, regroup_blocks, out[0].data(), in[0].data(), counts->data(), S, B, C, true);
+  };
+  kc.backwards.push_back({"to_source_major",
+                          {0},
+                          false,
+                          [=](Impl impl, const Bufs&, const Bufs&, const Buf& dout, Bufs& din) {
+                            MT_DISPATCH(impl, regroup_blocks, din[0].data(), dout.data(),
+                                        counts->data(), S, B, C, false);
+                          }});
+  return kc;
+}
+
 std::vector<KernelCase> make_cases() {
   std::vector<KernelCase> cases;
   for (bool bias : {true, false}) {
@@ -246,6 +394,21 @@ std::vector<KernelCase> make_cases() {
   cases.push_back(embedding_case(2, 7, 19, 11, 0, 11, true));
   cases.push_back(embedding_case(2, 7, 19, 11, 4, 4, true));
   cases.push_back(embedding_case(3, 4, 8, 6, 0, 6, false));
+  cases.push_back(router_case(1, 1, 1, false));
+  cases.push_back(router_case(5, 4, 1, false));
+  cases.push_back(router_case(7, 4, 2, false));
+  cases.push_back(router_case(7, 6, 2, true));
+  cases.push_back(router_case(3, 5, 5, false));  // k = E
+  cases.push_back(router_case(16, 8, 3, true));
+  cases.push_back(permute_case(1, 1, 1, 3, 0));
+  cases.push_back(permute_case(9, 4, 2, 17, 0));
+  cases.push_back(permute_case(9, 4, 2, 17, 3));  // capacity drops
+  cases.push_back(unpermute_case(1, 1, 1, 3, 0));
+  cases.push_back(unpermute_case(9, 4, 2, 17, 0));
+  cases.push_back(unpermute_case(12, 3, 3, 8, 5));  // k = E, with drops
+  cases.push_back(regroup_case(1, 1, 4));
+  cases.push_back(regroup_case(3, 2, 5));
+  cases.push_back(regroup_case(4, 3, 16));
   return cases;
 }
 

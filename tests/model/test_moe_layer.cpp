@@ -1,61 +1,20 @@
-// The MoE layer on one rank: routing rules, drop order, finite-difference gradients
-// (experts, router through the gates and the aux loss, input), load accounting, slot
-// independence, and both balancing mechanisms on a deliberately imbalanced router.
+// The MoE layer on one rank: finite-difference gradients (experts, router through the gates
+// and the aux loss, input), load accounting, slot independence, and both balancing
+// mechanisms on a deliberately imbalanced router. The routing rules and the drop order are
+// kernel tests (tests/kernels/test_moe_kernels.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-#include "model/moe_permutation.h"
+#include "kernels/token_permutation.h"
 #include "model/moe_test_util.h"
-#include "model/router.h"
 
 namespace mt {
 namespace {
 
 using moe_test::Harness;
-
-TEST(MoeRouter, TopKTiesGoToTheLowerIndexAndBiasOnlySelects) {
-  // Row 0: experts 1 and 3 tie for first, 0 and 2 for third.
-  const float probs[2 * 4] = {0.2f, 0.3f, 0.2f, 0.3f, 0.1f, 0.2f, 0.3f, 0.4f};
-  int32_t ex[2 * 3];  // room for the k = 3 call below
-  float g[2 * 3];
-  router_top_k(ex, g, probs, nullptr, 2, 4, 2);
-  EXPECT_EQ(ex[0], 1);
-  EXPECT_EQ(ex[1], 3);
-  EXPECT_EQ(ex[2], 3);
-  EXPECT_EQ(ex[3], 2);
-  EXPECT_FLOAT_EQ(g[0] + g[1], 1.0f);
-  EXPECT_FLOAT_EQ(g[2], 0.4f / 0.7f);
-  router_top_k(ex, g, probs, nullptr, 2, 4, 3);  // third place: tie 0 vs 2 -> 0
-  EXPECT_EQ(ex[2], 0);
-  // The bias moves expert 0 to the front of row 1; its gate stays the unbiased prob (k=1).
-  const float bias[4] = {0.5f, 0, 0, 0};
-  router_top_k(ex, g, probs, bias, 2, 4, 1);
-  EXPECT_EQ(ex[0], 0);
-  EXPECT_EQ(ex[1], 0);
-  EXPECT_FLOAT_EQ(g[1], 0.1f);
-}
-
-TEST(MoePermutation, DropsTokenMajorAndSortsStably) {
-  // 4 tokens, k = 2, 3 experts, capacity 2. Token-major order of (token, choice):
-  // (0:0,1) (1:0,2) (2:0,1) (3:2,0) -> expert 0 keeps (0,0),(1,0); drops (2,0),(3,1).
-  const int32_t experts[8] = {0, 1, 0, 2, 0, 1, 2, 0};
-  int32_t counts[3], row_of[8], row_token[8];
-  const int M = plan_dispatch(counts, row_of, row_token, experts, 4, 3, 2, 2);
-  EXPECT_EQ(M, 6);
-  EXPECT_EQ(counts[0], 2);
-  EXPECT_EQ(counts[1], 2);
-  EXPECT_EQ(counts[2], 2);
-  const int32_t want_row_of[8] = {0, 2, 1, 4, -1, 3, 5, -1};
-  const int32_t want_token[6] = {0, 1, 0, 2, 1, 3};
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(row_of[i], want_row_of[i]) << i;
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(row_token[i], want_token[i]) << i;
-  EXPECT_EQ(expert_capacity(24, 4, 2, 0.75f), 9);
-  EXPECT_EQ(expert_capacity(10, 4, 1, 1.0f), 3);
-  EXPECT_EQ(expert_capacity(10, 4, 1, 0), 0);
-}
 
 // loss = sum(y * R) + aux_scale * aux, in double.
 double loss_of(Harness& m, const std::vector<float>& h, const std::vector<float>& R, int N,

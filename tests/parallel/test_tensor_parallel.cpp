@@ -1,11 +1,12 @@
 // Tensor-parallel layers against their unsharded twins (tp = 1, no communication): the
-// transformer block (column- and row-parallel linears), the vocabulary-parallel embedding
-// and the vocabulary-parallel LM head + cross-entropy, each with and without sequence
-// parallelism, checked in forward, in the input-gradient half (B) and in the
+// transformer block, a bare column-parallel -> row-parallel pair, the vocabulary-parallel
+// embedding and the vocabulary-parallel LM head + cross-entropy, each with and without
+// sequence parallelism, checked in forward, in the input-gradient half (B) and in the
 // weight-gradient half (W). The communication regions are checked to be adjoint pairs, and
 // the bytes each layer moves are checked against the Megatron formulas.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -17,7 +18,9 @@
 #include "model/block.h"
 #include "model/embedding_layer.h"
 #include "model/lm_head.h"
+#include "parallel/tensor_parallel/column_parallel_linear.h"
 #include "parallel/tensor_parallel/mappings.h"
+#include "parallel/tensor_parallel/row_parallel_linear.h"
 #include "parallel/tensor_parallel/vocab_parallel.h"
 
 namespace mt {
@@ -272,6 +275,77 @@ TEST_P(TensorParallelLayer, HeadAndLossMatchUnshardedTwin) {
     EXPECT_TRUE(ranks[r].padding_grads_zero) << "rank " << r;
   }
   expect_grads_match(ranks, twin, 1e-5);
+}
+
+// ---- column-parallel -> row-parallel pair ------------------------------------------------
+
+// The Megatron MLP shape without the nonlinearity: h = x @ W1^T + b1 (column-parallel,
+// W1 (H, C) split by rows), y = h @ W2^T + b2 (row-parallel, W2 (C, H) split by columns),
+// against the same two layers on one worker, in forward, B and W.
+TEST_P(TensorParallelLayer, ColumnThenRowMatchesUnshardedTwin) {
+  const auto [t, sp] = GetParam();
+  const int N = 16, C = 12, H = 20, Hl = H / t;
+  const std::vector<float> x = random_vec(size_t(N) * C, 11), dy = random_vec(size_t(N) * C, 12);
+  const std::vector<float> w1 = random_vec(size_t(H) * C, 13, 0.3f), b1 = random_vec(H, 14);
+  const std::vector<float> w2 = random_vec(size_t(C) * H, 15, 0.3f), b2 = random_vec(C, 16);
+
+  auto body = [&](const TensorParallelShard& tp, RankResult& r) {
+    const int h = tp.size == 1 ? H : Hl, h0 = tp.rank * h;
+    const int Nl = tp.splits_sequence() ? N / tp.size : N,
+              n0 = tp.splits_sequence() ? tp.rank * Nl : 0;
+    // This rank's slices: rows [h0, h0 + h) of W1 and b1, columns [h0, h0 + h) of W2.
+    std::vector<float> w1l(w1.begin() + long(h0) * C, w1.begin() + long(h0 + h) * C);
+    std::vector<float> b1l(b1.begin() + h0, b1.begin() + h0 + h), w2l(size_t(C) * h);
+    for (int o = 0; o < C; ++o)
+      for (int i = 0; i < h; ++i) w2l[size_t(o) * h + i] = w2[size_t(o) * H + h0 + i];
+    std::vector<float> dw1(w1l.size()), db1(h), dw2(w2l.size()), db2(C);
+    tp::ColumnParallelLinear col(tp, C, h);
+    tp::RowParallelLinear row(tp, h, C);
+    col.bind(w1l.data(), b1l.data(), dw1.data(), db1.data());
+    row.bind(w2l.data(), b2.data(), dw2.data(), db2.data());
+
+    std::vector<float> scratch(size_t(N) * std::max(C, H)), hid(size_t(N) * h), dh(hid.size());
+    const std::vector<float> xl = rows_of(x, size_t(n0), size_t(Nl), C);
+    const std::vector<float> dyl = rows_of(dy, size_t(n0), size_t(Nl), C);
+    r.out.resize(size_t(Nl) * C), r.dx.resize(size_t(Nl) * C);
+    col.forward(hid.data(), xl.data(), N, scratch.data());
+    row.forward(r.out.data(), hid.data(), N, scratch.data());
+    row.backward_input(dh.data(), dyl.data(), N, scratch.data());
+    col.backward_input(r.dx.data(), dh.data(), N, scratch.data());
+    row.backward_weight(dyl.data(), hid.data(), N, scratch.data());
+    col.backward_weight(dh.data(), xl.data(), N, scratch.data());
+
+    // Gradients in the global shape, zeros off this rank (b2 is replicated).
+    auto& g1 = r.grads["w1"];
+    g1.assign(w1.size(), 0.f);
+    std::copy(dw1.begin(), dw1.end(), g1.begin() + long(h0) * C);
+    auto& gb1 = r.grads["b1"];
+    gb1.assign(b1.size(), 0.f);
+    std::copy(db1.begin(), db1.end(), gb1.begin() + h0);
+    auto& g2 = r.grads["w2"];
+    g2.assign(w2.size(), 0.f);
+    for (int o = 0; o < C; ++o)
+      for (int i = 0; i < h; ++i) g2[size_t(o) * H + h0 + i] = dw2[size_t(o) * h + i];
+    r.grads["b2"] = db2;
+  };
+  const RankResult twin = run_tp(1, false, body)[0];
+  const std::vector<RankResult> ranks = run_tp(t, sp, body);
+  const size_t Nl = sp ? N / t : N;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const size_t n0 = sp ? r * Nl : 0;
+    const auto want_y = rows_of(twin.out, n0, Nl, C), want_dx = rows_of(twin.dx, n0, Nl, C);
+    EXPECT_LT(rel_err(ranks[r].out.data(), want_y.data(), want_y.size()), 1e-5) << "rank " << r;
+    EXPECT_LT(rel_err(ranks[r].dx.data(), want_dx.data(), want_dx.size()), 1e-5) << "rank " << r;
+    EXPECT_EQ(ranks[r].grads.at("b2"), ranks[0].grads.at("b2")) << "replicated bias, rank " << r;
+  }
+  for (const char* name : {"w1", "b1", "w2"}) {
+    std::vector<float> got(twin.grads.at(name).size(), 0.f);
+    for (const RankResult& r : ranks)
+      for (size_t i = 0; i < got.size(); ++i) got[i] += r.grads.at(name)[i];
+    EXPECT_LT(rel_err(got.data(), twin.grads.at(name).data(), got.size()), 1e-5) << name;
+  }
+  const auto& db2 = twin.grads.at("b2");
+  EXPECT_LT(rel_err(ranks[0].grads.at("b2").data(), db2.data(), db2.size()), 1e-5) << "b2";
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelLayer,

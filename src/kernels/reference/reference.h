@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/adamw.h"
 
@@ -42,6 +43,28 @@ void embedding_forward(float* out, const int* idx, const float* wte, const float
                        int C, int vocab_start, int vocab_rows);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx, int B, int T,
                         int C, int vocab_start, int vocab_rows);
+
+void router_softmax(float* probs, const float* logits, int N, int E);
+void router_top_k(int32_t* experts, float* gates, const float* probs, const float* bias, int N,
+                  int E, int k);
+double router_aux_loss(float* f, const float* probs, const int32_t* experts, int N, int E, int k,
+                       float alpha);
+void router_backward(float* dlogits, const float* dgates, const float* probs,
+                     const int32_t* experts, const float* gates, const float* f, float alpha,
+                     float aux_scale, int N, int E, int k);
+
+int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
+                  int N, int E, int k, int capacity);
+void gather_rows(float* dst, const float* src, const int32_t* index, int M, int C);
+void gather_rows_scaled(float* dst, const float* src, const int32_t* row_of, const float* gates,
+                        int N, int k, int C);
+void combine_rows(float* y, const float* rows, const int32_t* row_of, const float* gates, int N,
+                  int k, int C);
+void combine_rows_backward_gates(float* dgates, const float* dy, const float* rows,
+                                 const int32_t* row_of, int N, int k, int C);
+void scatter_add_rows(float* dh, const float* rows, const int32_t* row_of, int N, int k, int C);
+void regroup_blocks(float* dst, const float* src, const int32_t* counts, int S, int B, int C,
+                    bool to_expert_major);
 
 // Same float arithmetic as torch (the order is the specification), one element at a time.
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,

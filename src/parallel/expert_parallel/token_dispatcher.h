@@ -5,7 +5,7 @@
 //   1. counts: an all-to-all-v of E/ep int32 per peer — how many rows this rank sends to
 //      each of the peer's local experts; each rank learns what it will receive.
 //   2. payload: an all-to-all-v of the rows, already grouped by destination rank (and by
-//      expert inside it) by the local permutation (model/moe_permutation.h).
+//      expert inside it) by the local permutation (kernels/token_permutation.h).
 // Combine sends the expert outputs back with the count arrays swapped; the counts of step 1
 // are kept in the microbatch's slot, so combine and both backward exchanges need no
 // further count exchange.

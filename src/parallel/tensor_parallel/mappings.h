@@ -13,9 +13,10 @@
 // holds rows [r*N/t, (r+1)*N/t) of the N = b*T token rows of a (N, C) activation (the
 // microbatch's tokens in (b, T) order, so the gathered buffer is the ordinary (b, T, C)).
 //
-// Header-only on purpose: model/ (below parallel/ in the link order) calls these, and they
-// need nothing but the Communicator interface. A null communicator, or a group of one,
-// makes every region the identity (copies where input and output differ).
+// The layers of this folder (column_parallel_linear.h, row_parallel_linear.h,
+// vocab_parallel_embedding.h, vocab_parallel_cross_entropy.h) are built from these regions;
+// model/ uses the layers. A null communicator, or a group of one, makes every region the
+// identity (copies where input and output differ).
 #pragma once
 
 #include <cstddef>

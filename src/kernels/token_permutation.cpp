@@ -1,4 +1,4 @@
-#include "model/moe_permutation.h"
+#include "kernels/token_permutation.h"
 
 #include <cmath>
 #include <cstddef>

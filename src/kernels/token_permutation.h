@@ -1,5 +1,7 @@
-// Local token permutation of a mixture-of-experts layer, kept apart from the communication
-// (model/token_exchange.h) so the two can be scheduled independently.
+// Local token permutation of a mixture-of-experts layer (permute to expert-sorted rows,
+// unpermute with the gates, scatter-add back), kept apart from the communication
+// (model/token_exchange.h) so the two can be scheduled independently. Naive twins:
+// kernels/reference/.
 //
 // Assignments are the (token, choice) pairs of the router, choice 0 being the highest
 // score. Capacity drops walk them token-major — (0,0), (0,1), .., (0,k-1), (1,0), .. — and

@@ -1,6 +1,6 @@
 // The mixture-of-experts router (CONTRACTS.md §1, MoE variant) as plain forward/backward
 // functions on buffers; the layer (model/moe_layer.h) owns the router weight and runs its
-// matmul. N tokens, E experts, k choices per token.
+// matmul. N tokens, E experts, k choices per token. Naive twins: kernels/reference/.
 //
 //   probs = softmax(logits) over E
 //   choices: the k experts with the largest probs[e] + bias[e], in descending order of

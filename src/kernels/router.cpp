@@ -1,4 +1,4 @@
-#include "model/router.h"
+#include "kernels/router.h"
 
 #include <cmath>
 #include <cstddef>

@@ -1,0 +1,48 @@
+// Row-parallel linear (Megatron): W (out, in) split by input columns over tp, so each rank
+// multiplies its `in` slice of the input (the column-parallel layer's output) and holds a
+// partial sum of y. The output leaves through ReduceFromTensorParallel (all-reduce forward,
+// identity on the gradient), or under sequence parallelism through
+// ScatterToSequenceParallel (reduce-scatter of the token rows forward, all-gather of the
+// output gradient). mappings.h has the pairs. The bias is replicated: it is added after
+// the reduction so it counts once, and every rank computes the same bias gradient.
+//
+// N is the microbatch's b*T token rows; Nl = N, or N/t under sequence parallelism, is what
+// this rank holds outside the parallel region. Backward is split in B (backward_input) and
+// W (backward_weight) so zero-bubble schedules can defer W.
+#pragma once
+
+#include "parallel/tensor_parallel/tensor_parallel_shard.h"
+
+namespace mt::tp {
+
+class RowParallelLinear {
+ public:
+  RowParallelLinear() = default;
+  // in: this rank's input columns; out: the whole output width.
+  RowParallelLinear(const TensorParallelShard& tp, int in, int out);
+  // w (out, in), b (out) or null, and their gradients (same shapes).
+  void bind(const float* w, const float* b, float* dw, float* db);
+
+  int in() const { return in_; }
+  int out() const { return out_; }
+
+  // y (Nl, out) = this rank's rows of (sum over tp of x (N, in) @ w^T) + b.
+  // scratch: (N, out), the partial sums under sequence parallelism.
+  void forward(float* y, const float* x, int N, float* scratch) const;
+  // dx (N, in) = dy_full (N, out) @ w (overwrites), where dy_full is dy (Nl, out) gathered
+  // into scratch (N, out) under sequence parallelism, and dy itself otherwise.
+  void backward_input(float* dx, const float* dy, int N, float* scratch) const;
+  // dw += dy_full^T @ x; db += sum of dy_full's rows; dy gathered again into scratch.
+  void backward_weight(const float* dy, const float* x, int N, float* scratch) const;
+
+ private:
+  const float* full_output_grad(const float* dy, int N, float* scratch) const;
+
+  Communicator* comm_ = nullptr;
+  bool sp_ = false;
+  int tp_size_ = 1, in_ = 0, out_ = 0;
+  const float *w_ = nullptr, *b_ = nullptr;
+  float *dw_ = nullptr, *db_ = nullptr;
+};
+
+}  // namespace mt::tp

@@ -1,0 +1,91 @@
+// The routing rules of the MoE kernels (kernels/router.h, kernels/token_permutation.h),
+// checked on the fast kernels and on their reference twins alike: top-k order and ties,
+// the bias selecting without changing the gates, capacity drops in token-major order and
+// the stable sort by expert. Fast vs reference on random data and the gradients are in
+// test_kernel_ops.cpp. Also: the dispatch plan of both twins agrees on random routings.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/kernel_harness.h"
+#include "kernels/reference/reference.h"
+#include "kernels/router.h"
+#include "kernels/token_permutation.h"
+
+namespace mt {
+namespace {
+
+class MoeRouting : public ::testing::TestWithParam<bool> {};  // true: the reference twin
+
+#define MT_TWIN(fn, ...) (GetParam() ? ::mt::ref::fn(__VA_ARGS__) : ::mt::fn(__VA_ARGS__))
+
+TEST_P(MoeRouting, TopKTiesGoToTheLowerIndexAndBiasOnlySelects) {
+  // Row 0: experts 1 and 3 tie for first, 0 and 2 for third.
+  const float probs[2 * 4] = {0.2f, 0.3f, 0.2f, 0.3f, 0.1f, 0.2f, 0.3f, 0.4f};
+  int32_t ex[2 * 3];  // room for the k = 3 call below
+  float g[2 * 3];
+  MT_TWIN(router_top_k, ex, g, probs, nullptr, 2, 4, 2);
+  EXPECT_EQ(ex[0], 1);
+  EXPECT_EQ(ex[1], 3);
+  EXPECT_EQ(ex[2], 3);
+  EXPECT_EQ(ex[3], 2);
+  EXPECT_FLOAT_EQ(g[0] + g[1], 1.0f);
+  EXPECT_FLOAT_EQ(g[2], 0.4f / 0.7f);
+  MT_TWIN(router_top_k, ex, g, probs, nullptr, 2, 4, 3);  // third place: tie 0 vs 2 -> 0
+  EXPECT_EQ(ex[2], 0);
+  // The bias moves expert 0 to the front of row 1; its gate stays the unbiased prob (k=1).
+  const float bias[4] = {0.5f, 0, 0, 0};
+  MT_TWIN(router_top_k, ex, g, probs, bias, 2, 4, 1);
+  EXPECT_EQ(ex[0], 0);
+  EXPECT_EQ(ex[1], 0);
+  EXPECT_FLOAT_EQ(g[1], 0.1f);
+}
+
+TEST_P(MoeRouting, DropsTokenMajorAndSortsStably) {
+  // 4 tokens, k = 2, 3 experts, capacity 2. Token-major order of (token, choice):
+  // (0:0,1) (1:0,2) (2:0,1) (3:2,0) -> expert 0 keeps (0,0),(1,0); drops (2,0),(3,1).
+  const int32_t experts[8] = {0, 1, 0, 2, 0, 1, 2, 0};
+  int32_t counts[3], row_of[8], row_token[8];
+  const int M = MT_TWIN(plan_dispatch, counts, row_of, row_token, experts, 4, 3, 2, 2);
+  EXPECT_EQ(M, 6);
+  EXPECT_EQ(counts[0], 2);
+  EXPECT_EQ(counts[1], 2);
+  EXPECT_EQ(counts[2], 2);
+  const int32_t want_row_of[8] = {0, 2, 1, 4, -1, 3, 5, -1};
+  const int32_t want_token[6] = {0, 1, 0, 2, 1, 3};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(row_of[i], want_row_of[i]) << i;
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(row_token[i], want_token[i]) << i;
+}
+
+TEST(MoeCapacity, CeilOfTheFairShare) {
+  EXPECT_EQ(expert_capacity(24, 4, 2, 0.75f), 9);
+  EXPECT_EQ(expert_capacity(10, 4, 1, 1.0f), 3);
+  EXPECT_EQ(expert_capacity(10, 4, 1, 0), 0);
+}
+
+TEST(MoePlan, FastMatchesReference) {
+  for (int capacity : {0, 1, 3, 7})
+    for (int k : {1, 2, 4}) {
+      const int N = 37, E = 5;
+      std::vector<int> r = test::random_ints(size_t(N) * k, 60 + k, 0, E - 1);
+      std::vector<int32_t> experts(r.begin(), r.end());  // repeats within a token allowed
+      std::vector<int32_t> c1(E), c2(E), o1(r.size()), o2(r.size()), t1(r.size()), t2(r.size());
+      const int m1 =
+          plan_dispatch(c1.data(), o1.data(), t1.data(), experts.data(), N, E, k, capacity);
+      const int m2 =
+          ref::plan_dispatch(c2.data(), o2.data(), t2.data(), experts.data(), N, E, k, capacity);
+      ASSERT_EQ(m1, m2) << "capacity " << capacity << " k " << k;
+      EXPECT_EQ(c1, c2);
+      EXPECT_EQ(o1, o2);
+      t1.resize(m1), t2.resize(m2);
+      EXPECT_EQ(t1, t2);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Twins, MoeRouting, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "reference" : "fast";
+                         });
+
+}  // namespace
+}  // namespace mt
