@@ -16,6 +16,7 @@
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/expert_parallel/router_balance.h"
 #include "parallel/expert_parallel/token_dispatcher.h"
+#include "parallel/grad_norm.h"
 #include "parallel/parallel_context.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/pipeline_stage.h"
@@ -123,8 +124,7 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     import_weights(o.io.init_from, model);
   else
     model.init(o.optim.seed);
-  DataParallel dp(model, ctx.dp, par.zero, par.bucket_mb);
-  if (par.ep > 1) dp.set_expert_groups(ctx.ep, ctx.ep_replica);
+  DataParallel dp(model, {ctx.dp, par.zero, par.bucket_mb, ctx.ep, ctx.ep_replica});
   // Each of the dp x microbatches groups contributes its aux loss gradient with weight 1/G,
   // so the differentiated aux term is the reported mean over groups (docs/moe.md).
   const std::vector<MoeLayer*> moe = model.moe_layers();
@@ -148,9 +148,6 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     bubble_theory = theoretical_bubble(s);
     pipe = std::make_unique<PipelineExecutor>(std::move(s), ctx.coord.pp, mine, *ctx.pp,
                                               PipelineShape{b, T, cfg.dim, sp ? par.tp : 1});
-    // Data parallelism reduces once, when the last microbatch's weight gradients are done.
-    // Per chunk: with interleaving one chunk's last backward precedes another's earlier ones.
-    pipe->set_before_weight_grads([&](int mb, int c) { dp.begin_microbatch(mb == M - 1, c); });
   }
   const bool tied_here = pipe && (ctx.first_stage() || ctx.last_stage());
 
@@ -219,7 +216,7 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     const double lr = sched.at(u);
     train.next_batch();
     const CommStats dp0 = ctx.dp->stats(), tp0 = ctx.tp->stats();
-    dp.begin_step();
+    dp.begin_step(M);
     moe_metrics.begin_step();
     double loss_sum = 0;
     PipelineStepStats ps;
@@ -234,7 +231,6 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
     } else {
       for (int j = 0; j < M; ++j) {
         Trace::Span span(trace, "F+B mb" + std::to_string(j), "compute");
-        dp.begin_microbatch(j == M - 1);
         loss_sum += model.train_microbatch(train.inputs(j), train.targets(j), b, T, dloss);
       }
     }
@@ -248,17 +244,10 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
       if (tied_here) sum_tied_embedding_grad(*ctx.pp, dp, table, tied_grad);
     }
     double loss = dp.sum_over(loss_sum) / (double(B) * T);
-    // Each parameter counted once: tp-split tensors add up over tp, replicated ones do not.
-    double sq = dp.grad_sum_squares(tp_comm);
-    if (pipe) {
-      loss = sum_in_rank_order(*ctx.pp, loss);  // only the last stage's is not 0
-      // The last stage's wte is a copy of the first stage's: count it once.
-      if (tied_here && ctx.last_stage()) {
-        const double own = sum_squares(tied_grad.data(), tied_grad.size());
-        sq -= par.tp > 1 ? sum_in_rank_order(*ctx.tp, own) : own;
-      }
-      sq = sum_in_rank_order(*ctx.pp, sq);
-    }
+    // Each parameter counted once (the last stage's wte is a copy of the first stage's).
+    const double sq = global_grad_sum_squares(dp, {tp_comm, ctx.pp.get()},
+                                              tied_embedding_copy(*ctx.pp, tied_grad));
+    if (pipe) loss = sum_in_rank_order(*ctx.pp, loss);  // only the last stage's is not 0
     const double norm = std::sqrt(sq);
     if (!std::isfinite(norm) || !std::isfinite(loss))
       throw RuntimeError(str("step ", step, ": non-finite ",

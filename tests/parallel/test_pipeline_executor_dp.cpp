@@ -19,6 +19,7 @@
 #include "kernels/reduce.h"
 #include "model/gpt.h"
 #include "parallel/data_parallel/data_parallel.h"
+#include "parallel/grad_norm.h"
 #include "parallel/parallel_context.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/pipeline_stage.h"
@@ -77,13 +78,12 @@ void check_dp_pp(const Layout& l) {
               TensorParallelShard{}, kB);
     model.init(3);
     // A small bucket: several buckets per chunk, so reductions overlap backward.
-    DataParallel dp(model, ctx.dp, l.zero, /*bucket_mb=*/0.001);
+    DataParallel dp(model, {.dp = ctx.dp, .zero = l.zero, .bucket_mb = 0.001});
     std::vector<ModelChunk*> chunks;
     for (int c = 0; c < model.num_chunks(); ++c) chunks.push_back(&model.chunk(c));
     PipelineExecutor ex(make_schedule(l.schedule, pp, m, l.v), stage, chunks, *ctx.pp,
                         PipelineShape{kB, T, cfg.dim});
-    ex.set_before_weight_grads([&](int mb, int c) { dp.begin_microbatch(mb == m - 1, c); });
-    dp.begin_step();
+    dp.begin_step(m);
     const size_t slice = size_t(ctx.coord.dp) * m * kB * T;
     const PipelineStepStats st = ex.run(tokens.data() + slice, targets.data() + slice, dloss);
     dp.finish_gradients();
@@ -92,9 +92,8 @@ void check_dp_pp(const Layout& l) {
     if (tied) sum_tied_embedding_grad(*ctx.pp, dp, model.table(), wte);
     Result& r = out[size_t(w.rank())];
     r.loss = sum_in_rank_order(*ctx.pp, dp.sum_over(st.loss_sum) / (double(seqs) * T));
-    double sq = dp.grad_sum_squares(nullptr);
-    if (tied && ctx.last_stage()) sq -= sum_squares(wte.data(), wte.size());
-    r.norm_sq = sum_in_rank_order(*ctx.pp, sq);
+    r.norm_sq =
+        global_grad_sum_squares(dp, {nullptr, ctx.pp.get()}, tied_embedding_copy(*ctx.pp, wte));
     // Every tensor's reduced gradient, by name (collective over dp, in table order).
     for (const ParamInfo& info : model.table().entries()) {
       std::vector<float> g(info.numel);
