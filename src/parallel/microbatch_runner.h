@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace mt {
@@ -49,9 +50,10 @@ class MicrobatchRunner {
 
   // After the data-parallel reduction: combine gradients that several ranks of the runner's
   // group hold as copies of one tensor, so that every copy gets the same update (a
-  // pipeline's tied embedding). Returns the sum of squares of the gradient elements this
-  // rank holds as a copy counted on another rank (to leave out of the global norm).
-  virtual double finish_gradients() { return 0; }
+  // pipeline's tied embedding). Returns this rank's gradient elements that are a copy of
+  // ones counted on another rank, for the global norm to leave out (grad_norm.h); valid
+  // until the next call.
+  virtual std::span<const float> finish_gradients() { return {}; }
 
   // A value whose parts lie on several ranks of the runner's group (a loss, a norm) summed
   // over it; the identity for the plain loop. Collective over the group.

@@ -6,8 +6,8 @@
 
 namespace mt {
 
-PlainRunner::PlainRunner(GPT& model, DataParallel& dp, int microbatches, int b, int T)
-    : model_(model), dp_(dp), m_(microbatches), b_(b), T_(T) {}
+PlainRunner::PlainRunner(GPT& model, int microbatches, int b, int T)
+    : model_(model), m_(microbatches), b_(b), T_(T) {}
 
 MicrobatchStats PlainRunner::run(const int* tokens, const int* targets, float dloss,
                                  const SpanSink& sink) {
@@ -16,7 +16,6 @@ MicrobatchStats PlainRunner::run(const int* tokens, const int* targets, float dl
   const size_t rows = size_t(b_) * T_;
   for (int j = 0; j < m_; ++j) {
     const double begin = now_seconds();
-    dp_.begin_microbatch(j == m_ - 1);
     st.loss_sum += model_.train_microbatch(tokens + j * rows, targets + j * rows, b_, T_, dloss);
     if (sink) sink("F+B mb" + std::to_string(j), "compute", begin, now_seconds());
   }

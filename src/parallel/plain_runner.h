@@ -3,7 +3,6 @@
 #pragma once
 
 #include "model/gpt.h"
-#include "parallel/data_parallel/data_parallel.h"
 #include "parallel/microbatch_runner.h"
 
 namespace mt {
@@ -11,14 +10,13 @@ namespace mt {
 class PlainRunner final : public MicrobatchRunner {
  public:
   // microbatches m of b sequences of T tokens each.
-  PlainRunner(GPT& model, DataParallel& dp, int microbatches, int b, int T);
+  PlainRunner(GPT& model, int microbatches, int b, int T);
   MicrobatchStats run(const int* tokens, const int* targets, float dloss,
                       const SpanSink& sink) override;
   double evaluate(const int* tokens, const int* targets) override;
 
  private:
   GPT& model_;
-  DataParallel& dp_;
   int m_, b_, T_;
 };
 

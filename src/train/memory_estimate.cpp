@@ -152,6 +152,7 @@ MemoryEstimate estimate_stage(const TrainOptions& o, int stage) {
   const int64_t bucket_floats = int64_t(par.bucket_mb * 1024 * 1024 / sizeof(float));
   int64_t table = 0, flat = 0, real = 0, expert_real = 0, wte = 0;
   int64_t edge_bucket = 0, block_bucket = 0, block_unit = 0, edge_gather = 0, in_flight = 0;
+  int block_buffers = 0;  // ZeRO 2-3: two when some chunk has two block buckets, else one
   for (size_t k = 0; k < chunks.size(); ++k) {
     const ChunkShape& c = chunks[k];
     table += c.edge_unit;
@@ -159,17 +160,21 @@ MemoryEstimate estimate_stage(const TrainOptions& o, int stage) {
     edge_bucket = std::max(edge_bucket, padded(c.edge_unit, dp));
     edge_gather += padded(c.edge_unit, dp);
     int64_t open = -1;  // the chunk's current bucket (backward order: last block first)
+    int buckets = 0;
     for (auto u = c.block_units.rbegin(); u != c.block_units.rend(); ++u) {
       const int64_t p = padded(*u, dp);
       table += *u;
       flat += p;
       block_unit = std::max(block_unit, p);
-      if (open >= 0 && par.zero != 3 && open + p <= bucket_floats)
+      if (open >= 0 && par.zero != 3 && open + p <= bucket_floats) {
         open += p;
-      else
+      } else {
         open = p;
+        ++buckets;
+      }
       block_bucket = std::max(block_bucket, open);
     }
+    block_buffers = std::max(block_buffers, std::min(buckets, 2));
     real += c.real;
     expert_real += c.expert_real;
     wte += c.wte;
@@ -182,7 +187,7 @@ MemoryEstimate estimate_stage(const TrainOptions& o, int stage) {
   e.params_bytes = (par.zero == 3 ? shard : flat) * kFloat;
   e.grads_bytes = (par.zero >= 2 ? shard : flat) * kFloat;
   if (ep && par.zero == 2) e.grads_bytes += expert_real * kFloat;  // kept whole after the shard
-  if (par.zero >= 2) e.buffers_bytes += (edge_bucket + 2 * block_bucket) * kFloat;
+  if (par.zero >= 2) e.buffers_bytes += (edge_bucket + block_buffers * block_bucket) * kFloat;
   if (par.zero == 3) e.buffers_bytes += (edge_gather + 2 * block_unit) * kFloat;
   // AdamW: every real element at ZeRO 0, this rank's 1/dp at ZeRO >= 1 (experts whole
   // under ep: the ranks of an ep group hold different experts at the same offsets).

@@ -12,10 +12,10 @@
 //   * data parallelism (DataParallel): every unit (edge unit, then one per block) is padded
 //     to dp*16 floats in the flat space. ZeRO 0 holds flat parameters and gradients, 1 the
 //     same, 2 a gradient shard (flat/dp) plus a bucket pool (the largest edge bucket and two
-//     of the largest block buckets, buckets filled greedily to --bucket-mb in backward
-//     order), 3 a parameter shard as well plus gather buffers (each chunk's edge unit and
-//     two of the largest block unit). Under ep the experts' gradients are copied aside
-//     (and, at ZeRO 2, kept whole after the shard).
+//     of the largest block buckets, one when no chunk has two; buckets filled greedily to
+//     --bucket-mb in backward order), 3 a parameter shard as well plus gather buffers (each chunk's
+//     edge unit and two of the largest block unit). Under ep the experts' gradients are copied
+//     aside (and, at ZeRO 2, kept whole after the shard).
 //   * AdamW: two moments of every element this rank updates: all real elements at ZeRO 0,
 //     its 1/dp of them at ZeRO >= 1, plus its experts whole under ep.
 //   * activations: one slot per microbatch in flight (SlotLayout, each buffer rounded to 16

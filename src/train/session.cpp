@@ -58,11 +58,6 @@ GPT& with_initial_weights(GPT& model, const TrainOptions& o) {
   return model;
 }
 
-DataParallel& with_expert_groups(DataParallel& dp, const ParallelContext& ctx, int ep) {
-  if (ep > 1) dp.set_expert_groups(ctx.ep, ctx.ep_replica);
-  return dp;
-}
-
 // Each of the dp x microbatches groups contributes its aux loss gradient with weight 1/G,
 // so the differentiated aux term is the reported mean over groups (docs/moe.md).
 std::vector<MoeLayer*> moe_layers(GPT& model, const ParallelOptions& p) {
@@ -81,7 +76,7 @@ AdamW make_optimizer(const OptimOptions& t, const DataParallel& dp) {
 std::unique_ptr<MicrobatchRunner> make_runner(const TrainOptions& o, const ParallelContext& ctx,
                                               GPT& model, DataParallel& dp, int b) {
   const ParallelOptions& p = o.parallel;
-  if (p.pp == 1) return std::make_unique<PlainRunner>(model, dp, p.microbatches, b, o.model.seq);
+  if (p.pp == 1) return std::make_unique<PlainRunner>(model, p.microbatches, b, o.model.seq);
   const bool sp = p.sequence_parallel && p.tp > 1;
   return std::make_unique<PipelineRunner>(
       model, dp, ctx, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages),
@@ -99,10 +94,12 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       dispatcher(make_dispatcher(o.parallel, ctx)),
       model(o.model, chunk_specs(o, ctx), tp_shard(o, ctx), train.micro_batch_size(),
             ExpertParallelShard{ctx.coord.ep_rank, o.parallel.ep, dispatcher.get()}),
-      dp(with_initial_weights(model, o), ctx.dp, o.parallel.zero, o.parallel.bucket_mb),
+      dp(with_initial_weights(model, o),
+         DataParallelOptions{ctx.dp, o.parallel.zero, o.parallel.bucket_mb, ctx.ep,
+                             ctx.ep_replica}),
       moe(moe_layers(model, o.parallel)),
       moe_metrics(o.model, moe, ctx.dp.get(), o.parallel.pp > 1 ? ctx.pp.get() : nullptr),
-      opt(make_optimizer(o.optim, with_expert_groups(dp, ctx, o.parallel.ep))),
+      opt(make_optimizer(o.optim, dp)),
       runner(make_runner(o, ctx, model, dp, train.micro_batch_size())),
       lr{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps} {
   // Checkpoints, exports and the sample hold the global view: assemble it (collective).

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "parallel/expert_parallel/router_balance.h"
+#include "parallel/grad_norm.h"
 
 namespace mt {
 
@@ -21,13 +22,13 @@ SpanSink trace_sink(Trace& trace) {
 MicrobatchStats forward_backward(Session& s, Trace& trace) {
   const int B = s.opts.optim.batch, T = s.opts.model.seq;
   const float dloss = float(1.0 / (double(B) * T));  // mean over the global batch
-  s.dp.begin_step();
+  s.dp.begin_step(s.opts.parallel.microbatches);
   s.moe_metrics.begin_step();
   return s.runner->run(s.train.inputs(0), s.train.targets(0), dloss, trace_sink(trace));
 }
 
-// Returns the sum of squares of the gradient copies to leave out of the norm.
-double finish_gradients(Session& s, Trace& trace) {
+// Returns the gradient copies to leave out of the norm.
+std::span<const float> finish_gradients(Session& s, Trace& trace) {
   Trace::Span span(trace, "wait grad buckets", "comm");
   s.dp.finish_gradients();
   // LayerNorm gradients under sequence parallelism cover this rank's rows only.
@@ -40,10 +41,11 @@ struct LossAndNorm {
 };
 
 // The global batch's mean loss and the gradient norm, each parameter counted once.
-LossAndNorm loss_and_norm(Session& s, double loss_sum, double copies_sq) {
+LossAndNorm loss_and_norm(Session& s, double loss_sum, std::span<const float> copies) {
   const double tokens = double(s.opts.optim.batch) * s.opts.model.seq;
   const double loss = s.runner->sum_over_group(s.dp.sum_over(loss_sum) / tokens);
-  const double sq = s.runner->sum_over_group(s.dp.grad_sum_squares(s.tp()) - copies_sq);
+  Communicator* pp = s.pipelined() ? s.ctx.pp.get() : nullptr;
+  const double sq = global_grad_sum_squares(s.dp, {s.tp(), pp}, copies);
   return {loss, std::sqrt(sq)};
 }
 
@@ -120,9 +122,9 @@ StepRecord train_step(Session& s, int step, Trace& trace) {
   };
   r.microbatches = forward_backward(s, trace);
   phase_end(r.phases.forward_backward);
-  const double copies_sq = finish_gradients(s, trace);
+  const std::span<const float> copies = finish_gradients(s, trace);
   phase_end(r.phases.gradients);
-  const LossAndNorm ln = loss_and_norm(s, r.microbatches.loss_sum, copies_sq);
+  const LossAndNorm ln = loss_and_norm(s, r.microbatches.loss_sum, copies);
   check_finite(step, ln);
   clip(s, ln.norm);
   phase_end(r.phases.norm_and_clip);

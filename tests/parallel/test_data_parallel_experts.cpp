@@ -31,8 +31,7 @@ void check_experts_stay_on_their_ranks(int dp_size, int ep, int zero) {
     // The initial weights of this rank's table (its own experts), kept before dp takes them.
     const std::vector<float> init(model.params().data(),
                                   model.params().data() + model.table().total());
-    DataParallel dp(model, ctx.dp, zero, /*bucket_mb=*/0.001);
-    dp.set_expert_groups(ctx.ep, ctx.ep_replica);
+    DataParallel dp(model, {ctx.dp, zero, /*bucket_mb=*/0.001, ctx.ep, ctx.ep_replica});
     const ParamTable& table = model.table();
 
     // Every expert element is updated here; every other one by exactly one dp rank (ZeRO 0:
@@ -112,8 +111,8 @@ TEST(DataParallelExperts, RefusesZero3) {
     GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 2,
               ExpertParallelShard{ctx.coord.ep_rank, 2, &dispatcher});
     model.init(3);
-    DataParallel dp(model, ctx.dp, 3, 0.001);
-    EXPECT_THROW(dp.set_expert_groups(ctx.ep, ctx.ep_replica), UsageError);
+    // The user-facing rule is validated before ranks start: here an internal check.
+    EXPECT_THROW(DataParallel(model, {ctx.dp, 3, 0.001, ctx.ep, ctx.ep_replica}), RuntimeError);
   });
 }
 

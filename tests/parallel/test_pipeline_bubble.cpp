@@ -4,8 +4,10 @@
 
 #include <vector>
 
+#include "comm/rank_order_sum.h"
 #include "comm/world.h"
 #include "parallel/pipeline/pipeline_stage.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace mt {
 namespace {
@@ -26,6 +28,16 @@ TEST(PipelineBubble, OneRankAndZeroStep) {
   run_local(1, WorldOptions{}, [&](CommWorld& w) {
     EXPECT_DOUBLE_EQ(pipeline_bubble(*w.world(), 3.0, 4.0), 0.25);
     EXPECT_DOUBLE_EQ(pipeline_bubble(*w.world(), 0.0, 0.0), 0.0);
+  });
+}
+
+TEST(PipelineStage, TheoreticalBubbleAndSums) {
+  EXPECT_NEAR(theoretical_bubble(make_schedule("1f1b", 4, 8, 1)), 3.0 / 11, 1e-12);
+  EXPECT_NEAR(theoretical_bubble(make_schedule("interleaved", 4, 8, 2)), 3.0 / 19, 1e-12);
+  EXPECT_NEAR(theoretical_bubble(make_schedule("zb-h1", 4, 8, 1)), 1.0 / 9, 1e-12);
+  run_local(3, WorldOptions{}, [](CommWorld& w) {
+    const double x = 0.1 * (w.rank() + 1);
+    EXPECT_EQ(sum_in_rank_order(*w.world(), x), (0.1 + 0.2) + 0.30000000000000004);
   });
 }
 

@@ -37,6 +37,10 @@ FlatLayout::FlatLayout(const ParamTable& table,
   int first = 0;
   for (int count : per_chunk) {
     MT_CHECK(count >= 1, "a chunk has at least its edge unit");
+    MT_CHECK(first + count <= int(units_.size()), "units_per_chunk covers more than ",
+             units_.size(), " units");
+    chunk_first_.push_back(first);
+    for (int u = first; u < first + count; ++u) units_[size_t(u)].chunk = num_chunks() - 1;
     // Backward order: blocks last to first, then the edge unit on its own.
     const size_t chunk_buckets = buckets_.size();
     for (int u = first + count - 1; u >= first + 1; --u) {

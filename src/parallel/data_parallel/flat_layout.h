@@ -32,6 +32,7 @@ struct FlatUnit {
   size_t lo = 0, hi = 0;        // arena range (table offsets)
   size_t flat = 0, padded = 0;  // flat offset and padded length
   int bucket = -1;
+  int chunk = 0;  // the model chunk holding the unit
 };
 
 struct FlatBucket {
@@ -66,6 +67,11 @@ class FlatLayout {
   const std::vector<FlatUnit>& units() const { return units_; }
   const std::vector<FlatBucket>& buckets() const { return buckets_; }
   size_t max_bucket() const;
+  int num_chunks() const { return int(chunk_first_.size()); }
+  // Global number of a chunk's unit 0, the edge unit (embedding, ln_f and the tied head;
+  // empty on middle chunks).
+  int first_unit(int chunk) const { return chunk_first_[size_t(chunk)]; }
+  bool is_edge(int u) const { return u == first_unit(units_[size_t(u)].chunk); }
   // Pieces of every real element (owned_only = false) or of this rank's chunks only.
   std::vector<FlatPiece> pieces(bool owned_only) const;
   // Flat offset of a table offset inside unit u.
@@ -79,6 +85,7 @@ class FlatLayout {
   size_t flat_size_ = 0;
   std::vector<FlatUnit> units_;
   std::vector<FlatBucket> buckets_;
+  std::vector<int> chunk_first_;
 };
 
 }  // namespace mt

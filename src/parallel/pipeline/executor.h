@@ -78,8 +78,8 @@ class PipelineExecutor {
   // How many compute actions ahead receives are posted (0: only when reached).
   void set_recv_lookahead(int n) { lookahead_ = n; }
   // Called just before an action that accumulates weight gradients of (microbatch, local
-  // chunk): the fused B, or W. A data-parallel engine that reduces once, after the last
-  // microbatch, learns here which backward is the last (DataParallel::begin_microbatch).
+  // chunk): the fused B, or W (tests check each pair gets exactly one). DataParallel needs
+  // no such call: it counts the passes in its hooks (DataParallel::begin_step).
   void set_before_weight_grads(std::function<void(int mb, int chunk)> fn) {
     before_weight_grads_ = std::move(fn);
   }

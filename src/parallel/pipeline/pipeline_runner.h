@@ -24,7 +24,7 @@ class PipelineRunner final : public MicrobatchRunner {
   MicrobatchStats run(const int* tokens, const int* targets, float dloss,
                       const SpanSink& sink) override;
   double evaluate(const int* tokens, const int* targets) override;
-  double finish_gradients() override;
+  std::span<const float> finish_gradients() override;
   double sum_over_group(double x) override;
   std::optional<BubbleMeasure> bubble(const MicrobatchStats& st) override;
   double bubble_theory() const override { return bubble_theory_; }
@@ -35,6 +35,7 @@ class PipelineRunner final : public MicrobatchRunner {
   const ParallelContext& ctx_;
   double bubble_theory_;
   std::unique_ptr<PipelineExecutor> executor_;
+  std::vector<float> tied_grad_;  // the tied wte's summed gradient (first and last stage)
 };
 
 }  // namespace mt

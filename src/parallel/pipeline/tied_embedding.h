@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -27,5 +28,10 @@ void sum_tied_embedding_grad(Communicator& pp, float* grad, size_t count);
 // leaves full empty when the table has no wte.
 void sum_tied_embedding_grad(Communicator& pp, DataParallel& dp, const ParamTable& table,
                              std::vector<float>& full);
+
+// The part of `full` (the summed tensor above) that the gradient norm counts on another
+// stage: all of it on the last stage, whose wte is a copy of the first stage's; nothing
+// elsewhere (global_grad_sum_squares's counted_elsewhere).
+std::span<const float> tied_embedding_copy(const Communicator& pp, const std::vector<float>& full);
 
 }  // namespace mt

@@ -1,0 +1,113 @@
+#include "parallel/data_parallel/param_gathers.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace mt {
+
+ParamGathers::ParamGathers(const FlatLayout& layout, Communicator& dp, const float* shard,
+                           ExposedTime& exposed)
+    : layout_(layout), dp_(dp), shard_(shard), exposed_(exposed) {
+  size_t block_max = 0;
+  for (size_t u = 0; u < layout_.units().size(); ++u)
+    if (!layout_.is_edge(int(u))) block_max = std::max(block_max, layout_.units()[u].padded);
+  edges_.resize(size_t(layout_.num_chunks()));
+  for (size_t c = 0; c < edges_.size(); ++c)
+    if (size_t n = layout_.units()[size_t(layout_.first_unit(int(c)))].padded)
+      edges_[c].buf.resize(n);
+  for (Slot& s : blocks_) s.buf.resize(block_max);
+}
+
+ParamGathers::~ParamGathers() {
+  // Never leave a collective writing into freed buffers.
+  try {
+    drop_all();
+  } catch (...) {
+  }
+}
+
+float* ParamGathers::use(int unit, int next_unit) {
+  Slot* s = find(unit);
+  if (!s) s = issue(unit);
+  exposed_.wait(std::move(s->work));
+  s->work = Work();
+  s->in_use = true;
+  float* params = s->buf.data();
+  // Prefetch: start the next unit's gather now so it arrives while this one computes.
+  if (next_unit >= 0 && !find(next_unit)) {
+    if (layout_.is_edge(next_unit)) {
+      issue(next_unit);
+    } else {
+      for (Slot& b : blocks_)
+        if (!b.in_use) {
+          issue(next_unit);
+          break;
+        }
+    }
+  }
+  return params;
+}
+
+void ParamGathers::release(int unit) {
+  // The buffer may be reused from now on; its contents stay valid until then, so the last
+  // block's forward gather also serves its backward.
+  if (!layout_.is_edge(unit))
+    if (Slot* s = find(unit)) s->in_use = false;
+}
+
+void ParamGathers::drop_all() {
+  auto reset = [&](Slot& s) {
+    exposed_.wait(s.work);
+    s.work = Work();
+    s.unit = -1;
+    s.in_use = false;
+  };
+  for (Slot& s : edges_) reset(s);
+  for (Slot& s : blocks_) reset(s);
+}
+
+void ParamGathers::poll() {
+  for (Slot& s : edges_) s.work.test();
+  for (Slot& s : blocks_) s.work.test();
+}
+
+size_t ParamGathers::bytes() const {
+  size_t n = 0;
+  for (const Slot& s : edges_) n += s.buf.bytes();
+  for (const Slot& s : blocks_) n += s.buf.bytes();
+  return n;
+}
+
+ParamGathers::Slot* ParamGathers::find(int unit) {
+  if (layout_.is_edge(unit)) {
+    Slot& e = edges_[size_t(layout_.units()[size_t(unit)].chunk)];
+    return e.unit == unit ? &e : nullptr;
+  }
+  for (Slot& s : blocks_)
+    if (s.unit == unit) return &s;
+  return nullptr;
+}
+
+ParamGathers::Slot* ParamGathers::issue(int unit) {
+  Slot* s = &edges_[size_t(layout_.units()[size_t(unit)].chunk)];
+  if (!layout_.is_edge(unit)) {
+    s = nullptr;
+    for (Slot& c : blocks_)
+      if (!c.in_use && (!s || c.unit < 0)) s = &c;  // prefer an empty buffer
+    MT_CHECK(s != nullptr, "no free ZeRO-3 gather buffer for unit ", unit);
+  }
+  exposed_.wait(std::move(s->work));  // the buffer must be idle before it is overwritten
+  const FlatBucket& b = layout_.buckets()[size_t(layout_.units()[size_t(unit)].bucket)];
+  s->unit = unit;
+  if (dp_.size() > 1) {
+    s->work = dp_.all_gather(shard_ + b.shard_off, s->buf.data(), b.chunk, DType::f32);
+  } else {
+    s->work = Work();
+    std::memcpy(s->buf.data(), shard_ + b.shard_off, b.chunk * sizeof(float));
+  }
+  return s;
+}
+
+}  // namespace mt
