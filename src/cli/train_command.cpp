@@ -44,8 +44,8 @@ std::string apply_config(const std::vector<std::string>& configs, FlagSet& flags
   return "";
 }
 
-void define_train_flags(FlagSet& f, TrainOptions& o) {
-  ModelConfig& m = o.model;
+// One function per group of --help and of the config file's tables.
+void define_model_flags(FlagSet& f, ModelConfig& m) {
   f.add("model", "layers", &m.layers, "transformer blocks");
   f.add("model", "dim", &m.dim, "model width C");
   f.add("model", "heads", &m.heads, "attention heads (must divide --dim)");
@@ -59,8 +59,9 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
   f.add("model", "moe-every", &m.moe_every, "every k-th block is MoE");
   f.add("model", "router-bias-update", &m.router_bias_update,
         "aux-loss-free balancing bias step gamma (0 = off)");
+}
 
-  ParallelOptions& p = o.parallel;
+void define_parallel_flags(FlagSet& f, ParallelOptions& p) {
   f.add("parallel", "dp", &p.dp,
         "data-parallel replicas: each trains on 1/dp of the global batch (same tokens and "
         "losses as one worker); gradients are averaged in buckets reduced during backward");
@@ -90,8 +91,9 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
   f.add("parallel", "bucket-mb", &p.bucket_mb,
         "gradient bucket size in MiB: layers' gradients are grouped, last layer first, and "
         "each bucket is reduced as soon as backward has finished it (ZeRO-3: one per layer)");
+}
 
-  OptimOptions& t = o.optim;
+void define_optim_flags(FlagSet& f, OptimOptions& t) {
   f.add("train", "steps", &t.steps, "optimizer steps");
   f.add("train", "batch", &t.batch, "global batch size in sequences");
   f.add("train", "lr", &t.lr, "peak learning rate");
@@ -108,8 +110,9 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
   f.add("train", "eval-every", &t.eval_every,
         "validation loss every N steps and at the end (0 = never)");
   f.add("train", "eval-batches", &t.eval_batches, "global batches per validation");
+}
 
-  IoOptions& io = o.io;
+void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("data", "data", &io.data,
         "training token shard (llm.c format); default: the embedded fortunes corpus");
   f.add("data", "val-data", &io.val_data, "validation token shard");
@@ -124,12 +127,21 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
         "print a generated sample of N tokens at the end (0 = none)");
   f.add("io", "prompt", &io.sample_prompt, "prompt of the final sample");
   f.add_bool("io", "quiet", &io.quiet, "no progress output");
+}
 
-  EngineOptions& e = o.engine;
+void define_engine_flags(FlagSet& f, EngineOptions& e) {
   f.add("engine", "backend", &e.backend,
         "local: ranks are threads of this process; mpi: one rank per MPI process (mpirun)");
   f.add("engine", "timeout", &e.timeout_s,
         "seconds a collective may wait before the run aborts naming the missing ranks");
+}
+
+void define_train_flags(FlagSet& f, TrainOptions& o) {
+  define_model_flags(f, o.model);
+  define_parallel_flags(f, o.parallel);
+  define_optim_flags(f, o.optim);
+  define_io_flags(f, o.io);
+  define_engine_flags(f, o.engine);
 }
 
 }  // namespace
