@@ -53,12 +53,6 @@ std::optional<FileId> file_id(const std::string& path) {
   return FileId{st.st_dev, st.st_ino};
 }
 
-std::string describe_file_type(const std::string& path) {
-  struct stat st {};
-  if (!stat_path(path, st)) return "missing";
-  return type_of(st.st_mode);
-}
-
 std::string strip_trailing_slashes(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   return path;

@@ -24,9 +24,6 @@ struct FileId {
 // The id of what `path` names (following symlinks), or nullopt when nothing is there.
 std::optional<FileId> file_id(const std::string& path);
 
-// "a directory", "a FIFO (named pipe)", "a socket", "a device", "a regular file"
-std::string describe_file_type(const std::string& path);
-
 // `path` names a regular file (through symlinks) that this process may read.
 void require_input_file(const std::string& flag, const std::string& path);
 // `path` names a directory (through symlinks) that this process may read.

@@ -14,7 +14,6 @@ class Stopwatch {
  public:
   Stopwatch() : start_(now_seconds()) {}
   double elapsed() const { return now_seconds() - start_; }
-  void reset() { start_ = now_seconds(); }
 
  private:
   double start_;

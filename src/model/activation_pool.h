@@ -54,10 +54,8 @@ class ActivationPool {
   }
   float* base(int id) { return slots_[id]->data(); }
   size_t slot_bytes() const { return slot_floats_ * sizeof(float); }
-  int live() const { return live_; }
   int peak_slots() const { return peak_; }
   size_t peak_bytes() const { return size_t(peak_) * slot_bytes(); }
-  size_t allocated_bytes() const { return slots_.size() * slot_bytes(); }
 
  private:
   size_t slot_floats_;

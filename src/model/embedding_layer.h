@@ -30,8 +30,6 @@ class EmbeddingLayer {
   // dwte, dwpe += from dx_out (b, T, C) (this rank's rows under sequence parallelism).
   void backward_weight(const float* dx_out, const int* tokens, int b, int T, float* scratch) const;
 
-  const ParamInfo* wte_info() const { return wte_info_; }
-
  private:
   tp::VocabParallelEmbedding lookup_;
   const ParamInfo *wte_info_, *wpe_info_;

@@ -38,7 +38,8 @@ class GPT {
   // ...and gives them back (full size, zeroed, every chunk bound to them) at the end.
   void restore_arenas();
 
-  // Single-chunk conveniences: forward + backward (B then W) of one microbatch, returning
+  // Single-chunk conveniences: forward + the fused backward (ModelChunk::backward) of one
+  // microbatch, returning
   // the summed token loss; gradients accumulate (+=) into grads().
   double train_microbatch(const int* tokens, const int* targets, int b, int T, float dloss);
   double eval_microbatch(const int* tokens, const int* targets, int b, int T);

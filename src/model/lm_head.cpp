@@ -11,7 +11,6 @@ namespace mt {
 LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b, ParamTable& table,
                SlotLayout& layout)
     : C_(cfg.dim),
-      V_(cfg.vocab),
       tp_(tp),
       sp_(tp.size > 1 && tp.sequence_parallel),
       shard_(tp::vocab_shard(cfg.vocab, tp.size, tp.rank)),

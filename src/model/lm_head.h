@@ -44,7 +44,7 @@ class LMHead {
  private:
   int rows(int b, int T) const { return b * T / (sp_ ? tp_.size : 1); }
 
-  int C_, V_;
+  int C_;
   TensorParallelShard tp_;
   bool sp_;
   tp::VocabShard shard_;

@@ -93,7 +93,6 @@ class MoeLayer {
   // Global block index of this layer (transformer.h.{layer}).
   int layer() const { return layer_; }
   int experts() const { return E_; }
-  int first_local_expert() const { return e0_; }
   int local_experts() const { return El_; }
 
  private:

@@ -47,9 +47,6 @@ class Mesh {
   // divide dp.
   Mesh(const MeshShape& shape, int world_size);
 
-  const MeshShape& shape() const { return shape_; }
-  int world_size() const { return world_size_; }
-
   MeshCoord coord(int rank) const;
   int rank_of(int pp, int dp, int tp) const;
 

@@ -25,8 +25,7 @@ struct ParallelContext {
 
   bool first_stage() const { return coord.pp == 0; }
   bool last_stage() const { return coord.pp == shape.pp - 1; }
-  // pp-group ranks of the neighbouring stages (-1 at the ends).
-  int prev_stage() const { return coord.pp - 1; }
+  // pp-group rank of the next stage (-1 on the last).
   int next_stage() const { return last_stage() ? -1 : coord.pp + 1; }
 };
 

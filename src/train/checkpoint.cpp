@@ -5,14 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <climits>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <set>
 #include <system_error>
 #include <vector>
@@ -21,7 +18,6 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_checks.h"
-#include "kernels/reduce.h"
 #include "train/safetensors.h"
 
 namespace mt {

@@ -15,8 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-
 #include "model/config.h"
 #include "model/gpt.h"
 #include "train/weights_file.h"
@@ -29,10 +27,9 @@ struct TrainState {
   uint64_t seed = 0;
 };
 
-// Model state in the global view: parameters and both AdamW moments, each a buffer in
-// table layout (table().total() floats, the parameter table's offsets). Whatever the
-// layout that trains, the trainer assembles this view before writing and distributes it
-// after reading, so a file never depends on the layout.
+// Where load_checkpoint puts the state it reads: parameters and both AdamW moments, each a
+// buffer in this rank's table layout (table().total() floats, the parameter table's
+// offsets), filled with this rank's elements of the global tensors.
 struct GlobalState {
   float* params = nullptr;
   float* exp_avg = nullptr;

@@ -47,13 +47,10 @@ class DataLoader {
   void require_vocab(int vocab) const;
   int max_token_id() const { return shard_.max_token_id(); }
 
-  int64_t num_tokens() const { return shard_.size(); }
   // Batches before the position returns to 0: floor((ntok - 1) / (B*T)).
   int64_t batches_per_epoch() const { return (shard_.size() - 1) / tokens_per_batch(); }
   int64_t tokens_per_batch() const { return static_cast<int64_t>(B_) * T_; }
   int micro_batch_size() const { return b_; }
-  int microbatches() const { return M_; }
-  int seq_len() const { return T_; }
   const std::string& path() const { return shard_.path(); }
 
  private:

@@ -17,7 +17,6 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   void write(const nlohmann::json& record);
-  bool enabled() const { return file_ != nullptr; }
 
  private:
   std::FILE* file_ = nullptr;

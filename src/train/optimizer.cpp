@@ -16,13 +16,6 @@ AdamW::AdamW(const AdamWConfig& cfg, std::vector<OptimPiece> pieces)
   v_.resize(total);
 }
 
-std::vector<OptimPiece> AdamW::whole_table(const ParamTable& table) {
-  std::vector<OptimPiece> out;
-  for (const ParamInfo& p : table.entries())
-    out.push_back({p.offset, p.offset, p.offset, p.numel, p.decay()});
-  return out;
-}
-
 bool AdamW::state_finite(const float* params) const {
   for (const OptimPiece& p : pieces_)
     if (!all_finite(params + p.param_off, p.n)) return false;

@@ -26,8 +26,6 @@ struct OptimPiece {
 class AdamW {
  public:
   AdamW(const AdamWConfig& cfg, std::vector<OptimPiece> pieces);
-  // Every tensor of the table, parameters and gradients in table layout (one worker).
-  static std::vector<OptimPiece> whole_table(const ParamTable& table);
 
   // One update with learning rate lr; `step` is the 1-based update count.
   void update(float* params, const float* grads, double lr, int step);
@@ -40,8 +38,6 @@ class AdamW {
   Arena& exp_avg() { return m_; }
   Arena& exp_avg_sq() { return v_; }
   const std::vector<OptimPiece>& pieces() const { return pieces_; }
-  // Offset of piece i's moments in exp_avg() / exp_avg_sq().
-  size_t moment_off(size_t i) const { return moment_off_[i]; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
 
  private:

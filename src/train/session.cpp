@@ -5,7 +5,7 @@
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/pipeline/stage_chunks.h"
 #include "parallel/plain_runner.h"
-#include "train/checkpoint.h"
+#include "train/weights_file.h"
 
 namespace mt {
 

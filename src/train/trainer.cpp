@@ -24,21 +24,19 @@ bool save_step(const Session& s, int step) {
 
 }  // namespace
 
-TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
+void train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
   std::unique_ptr<Session> session = build_session(o, world, info);
   Session& s = *session;
   load_session(s);
   const FaultSpec fault = fault_spec_from_env();
   RunLog log(s);
   Trace trace(!o.io.trace.empty(), world.rank(), info.t0);
-  TrainSummary summary;
   log.start(world.backend_name());
 
   for (int step = s.start_step + 1; step <= o.optim.steps; ++step) {
     maybe_inject_fault(fault, world.rank(), step, world);
     StepRecord r = train_step(s, step, trace);
-    summary.losses.push_back(r.loss);
-    if (eval_step(s, step)) summary.final_val_loss = *(r.val_loss = evaluate(s));
+    if (eval_step(s, step)) r.val_loss = evaluate(s);
     log.step(r);
     if (step == s.start_step + 1) log.memory(gather_memory_records(s, r.microbatches));
     if (save_step(s, step)) save_session(s, step);
@@ -49,7 +47,6 @@ TrainSummary train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& 
   write_final_outputs(s, [&](const std::string& l) { log.line(l); });
   if (!o.io.trace.empty()) trace.write(*s.ctx.world, o.io.trace);
   s.ctx.world->barrier().wait();
-  return summary;
 }
 
 }  // namespace mt

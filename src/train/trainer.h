@@ -3,20 +3,13 @@
 // end the final checkpoint, --export, the sample and the trace.
 #pragma once
 
-#include <vector>
-
 #include "comm/world.h"
 #include "train/options.h"
 #include "train/session.h"
 
 namespace mt {
 
-struct TrainSummary {
-  std::vector<double> losses;  // per step (rank 0)
-  double final_val_loss = -1;
-};
-
 // Runs on every rank; rank 0 writes metrics, traces, exports and prints.
-TrainSummary train_rank(const TrainOptions& opts, CommWorld& world, const RunInfo& info);
+void train_rank(const TrainOptions& opts, CommWorld& world, const RunInfo& info);
 
 }  // namespace mt

@@ -201,11 +201,6 @@ ModelConfig model_config_from_file(const std::string& path, const ModelConfig& b
 }
 
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
-                    const float* params) {
-  export_weights(path, table, cfg, assemble_global(table, params, nullptr));
-}
-
-void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
                     const GlobalTensors& params) {
   write_global_tensors(path, table, params, "", config_metadata(cfg));
 }

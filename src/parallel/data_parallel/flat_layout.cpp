@@ -67,12 +67,6 @@ FlatLayout::FlatLayout(const ParamTable& table,
   }
 }
 
-size_t FlatLayout::max_bucket() const {
-  size_t m = 0;
-  for (const auto& b : buckets_) m = std::max(m, b.size());
-  return m;
-}
-
 std::vector<FlatPiece> FlatLayout::pieces(bool owned_only) const {
   std::vector<FlatPiece> out;
   for (const ParamInfo& p : table_.entries()) {

@@ -61,12 +61,10 @@ class FlatLayout {
              int dp, int dp_rank, size_t bucket_floats, bool one_unit_per_bucket,
              const std::vector<int>& units_per_chunk = {});
 
-  int dp() const { return dp_; }
   size_t flat_size() const { return flat_size_; }
   size_t shard_size() const { return flat_size_ / size_t(dp_); }
   const std::vector<FlatUnit>& units() const { return units_; }
   const std::vector<FlatBucket>& buckets() const { return buckets_; }
-  size_t max_bucket() const;
   int num_chunks() const { return int(chunk_first_.size()); }
   // Global number of a chunk's unit 0, the edge unit (embedding, ln_f and the tied head;
   // empty on middle chunks).
@@ -74,12 +72,13 @@ class FlatLayout {
   bool is_edge(int u) const { return u == first_unit(units_[size_t(u)].chunk); }
   // Pieces of every real element (owned_only = false) or of this rank's chunks only.
   std::vector<FlatPiece> pieces(bool owned_only) const;
+
+ private:
   // Flat offset of a table offset inside unit u.
   size_t flat_of(int u, size_t table_off) const {
     return units_[u].flat + table_off - units_[u].lo;
   }
 
- private:
   const ParamTable& table_;
   int dp_, rank_;
   size_t flat_size_ = 0;

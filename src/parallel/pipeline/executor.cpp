@@ -176,7 +176,6 @@ void PipelineExecutor::wait_receive(size_t index) {
                            pp_.global_rank(a.peer), ") but its header says ", describe(r.header)));
   r.payload_work.wait();
   const double t1 = now_seconds();
-  wait_ += t1 - t0;
   r.posted = false;
   int& slot = inbox_[box(r.key.grad, a.microbatch, a.chunk)];
   MT_CHECK(slot < 0, "second arrival of ", to_string(a));
@@ -248,7 +247,6 @@ PipelineStepStats PipelineExecutor::run(const int* tokens, const int* targets, f
   sink_ = &sink;
   PipelineStepStats st;
   live_ = peak_ = 0;
-  wait_ = 0;
   const int last = s_.model_chunks() - 1;
   const int b = shape_.b, T = shape_.T;
   const size_t mb_tokens = size_t(b) * T;
@@ -304,11 +302,8 @@ PipelineStepStats PipelineExecutor::run(const int* tokens, const int* targets, f
     emit(event_name(a.kind, k, mb), "compute", t0, t1);
     reap_sends(false);
   }
-  const double t_drain = now_seconds();
   reap_sends(true);
-  wait_ += now_seconds() - t_drain;
   st.step_seconds = now_seconds() - t_begin;
-  st.wait_seconds = wait_;
   st.peak_in_flight = peak_;
   MT_CHECK(live_ == 0, "stage ", stage_, ": ", live_, " activation slots left after the step");
   for (size_t i = 0; i < inbox_.size(); ++i)

@@ -52,7 +52,6 @@ struct PipelineStepStats {
   double loss_sum = 0;      // summed token cross-entropy (last stage; 0 elsewhere)
   double step_seconds = 0;  // first action to the last send completed
   double busy_seconds = 0;  // inside F, B, W
-  double wait_seconds = 0;  // blocked in receives and in the final wait for sends
   int peak_in_flight = 0;   // (microbatch, chunk) pairs holding activation slots at once
   // The bubble needs every rank's step: pipeline_bubble (pipeline_stage.h).
 };
@@ -83,7 +82,6 @@ class PipelineExecutor {
   void set_before_weight_grads(std::function<void(int mb, int chunk)> fn) {
     before_weight_grads_ = std::move(fn);
   }
-  const Schedule& schedule() const { return s_; }
 
   // Runs every action of this stage once. tokens and targets hold the rank's m
   // microbatches, (m * b, T) int32 each, microbatch j at row j * b; only the first stage
@@ -138,7 +136,6 @@ class PipelineExecutor {
   std::vector<std::unique_ptr<Send>> sends_;  // issued, not yet known complete
   size_t post_cursor_ = 0;
   int live_ = 0, peak_ = 0;
-  double wait_ = 0;
 
   // Landing and send buffers, reused across steps.
   std::vector<Arena> buffers_;

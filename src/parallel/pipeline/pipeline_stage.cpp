@@ -2,9 +2,7 @@
 
 #include <algorithm>
 
-#include <cstring>
-
-#include "core/error.h"
+#include "comm/rank_order_sum.h"
 #include "parallel/pipeline/schedule_simulator.h"
 #include "parallel/pipeline/stage_partition.h"
 

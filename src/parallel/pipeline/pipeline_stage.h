@@ -1,14 +1,12 @@
-// What the trainer needs around the executor when --pp > 1, kept here so the training
-// loop stays short: the layer split, the schedule's theoretical bubble and exact sums of
-// doubles across a group (the tied embedding's sum is in tied_embedding.h).
+// Layer split and bubble helpers around the executor (the session, the pipeline runner and
+// the memory estimate use them): the blocks per model chunk, the schedule's theoretical
+// bubble and the measured one over a group.
 #pragma once
 
-#include <cstddef>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/rank_order_sum.h"
 #include "model/config.h"
 #include "parallel/pipeline/schedule.h"
 

@@ -21,8 +21,6 @@ class ColumnParallelLinear {
   // w (out, in), b (out) or null, and their gradients (same shapes).
   void bind(const float* w, const float* b, float* dw, float* db);
 
-  int in() const { return in_; }
-  int out() const { return out_; }
   const float* bias() const { return b_; }
 
   // y (N, out) = x_full (N, in) @ w^T + b (bias skipped when with_bias is false), where

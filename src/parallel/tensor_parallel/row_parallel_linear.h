@@ -23,9 +23,6 @@ class RowParallelLinear {
   // w (out, in), b (out) or null, and their gradients (same shapes).
   void bind(const float* w, const float* b, float* dw, float* db);
 
-  int in() const { return in_; }
-  int out() const { return out_; }
-
   // y (Nl, out) = this rank's rows of (sum over tp of x (N, in) @ w^T) + b.
   // scratch: (N, out), the partial sums under sequence parallelism.
   void forward(float* y, const float* x, int N, float* scratch) const;

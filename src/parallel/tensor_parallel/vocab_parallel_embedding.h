@@ -18,7 +18,6 @@ class VocabParallelEmbedding {
   // wte (shard.rows, C) this rank's rows of the token table, wpe (T', C) the position
   // table, and their gradients.
   void bind(const float* wte, const float* wpe, float* dwte, float* dwpe);
-  const VocabShard& shard() const { return shard_; }
 
   // x_out (b, T, C) = wte[tokens] + wpe[0..T-1]; under sequence parallelism x_out holds this
   // rank's b*T/t rows. scratch: (b*T, C) floats (sequence parallelism only).
