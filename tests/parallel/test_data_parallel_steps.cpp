@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/parallel_context.h"
+#include "test_util/rel_diff.h"
 
 namespace mt {
 namespace {
@@ -72,12 +73,8 @@ void check_counts_passes(int zero) {
       std::vector<float> g(info.numel);
       dp.read_grad(info, g.data());
       const float* want = ref.grads().data() + info.offset;
-      double diff = 0, scale = 1e-12;
-      for (size_t i = 0; i < g.size(); ++i) {
-        diff = std::max(diff, std::fabs(double(g[i]) - want[i]));
-        scale = std::max(scale, std::fabs(double(want[i])));
-      }
-      EXPECT_LE(diff / scale, 1e-5) << info.name << " on rank " << w.rank();
+      EXPECT_LE(test_util::max_rel_diff(g.data(), want, g.size()), 1e-5)
+          << info.name << " on rank " << w.rank();
     }
     dp.release_params();
   });

@@ -23,6 +23,7 @@
 #include "parallel/pipeline/stage_chunks.h"
 #include "parallel/pipeline/stage_partition.h"
 #include "parallel/pipeline/tied_embedding.h"
+#include "test_util/rel_diff.h"
 
 namespace mt {
 namespace {
@@ -140,14 +141,8 @@ std::vector<StageResult> run_pipeline(const Case& c, const ModelConfig& cfg, con
   return out;
 }
 
-// Largest |a - b| relative to the largest |b| of the tensor.
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 1e-12;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(double(b[i])));
-  }
-  return diff / scale;
+  return test_util::max_rel_diff(a.data(), b.data(), b.size());
 }
 
 void check_case(const Case& c) {

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "test_util/rel_diff.h"
 #include "test_util/temp_dir.h"
 #include "train/session.h"
 #include "train/step.h"
@@ -73,12 +74,7 @@ std::vector<RankResult> run_step(const TrainOptions& o) {
 }
 
 double max_rel_diff(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, scale = 1e-12;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff = std::max(diff, std::fabs(double(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(double(want[i])));
-  }
-  return diff / scale;
+  return test_util::max_rel_diff(got.data(), want.data(), want.size());
 }
 
 void check_layout(const std::string& data, const Layout& l) {
