@@ -1,3 +1,7 @@
 #include "cli/cli.h"
+#include "core/omp_wait.h"
 
-int main(int argc, char** argv) { return mt::cli_main(argc, argv); }
+int main(int argc, char** argv) {
+  mt::reexec_with_omp_wait_default(argv);  // before OpenMP's first region (core/omp_wait.h)
+  return mt::cli_main(argc, argv);
+}

@@ -107,6 +107,10 @@ void define_optim_flags(FlagSet& f, OptimOptions& t) {
   f.add("train", "eps", &t.eps, "AdamW epsilon");
   f.add("train", "seed", &t.seed, "seed of the initialisation and of sampling");
   f.add("train", "threads", &t.threads, "compute threads per rank");
+  f.add("train", "peak-gflops", &t.peak_gflops,
+        "sgemm peak of one thread in GFLOP/s, the denominator of the mfu metric (e.g. from "
+        "'meshtrain bench gemm' on a quiet machine); 0 = measure at start-up (best of short "
+        "single-thread sgemms)");
   f.add("train", "eval-every", &t.eval_every,
         "validation loss every N steps and at the end (0 = never)");
   f.add("train", "eval-batches", &t.eval_batches, "global batches per validation");

@@ -97,8 +97,10 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
   }
   RunInfo info;
   info.t0 = now_seconds();
-  // One short measurement of what a core can do, the denominator of MFU.
-  info.peak_gflops_per_thread = measure_sgemm_peak_gflops(1, 0.3);
+  // The denominator of MFU: the user's figure, else what one core can do, measured now
+  // (the best of many short sgemms, kernels/gemm_peak.h).
+  info.peak_gflops_per_thread =
+      o.optim.peak_gflops > 0 ? o.optim.peak_gflops : measure_sgemm_peak_gflops(1, 0.3);
   WorldOptions wo;
   wo.timeout_s = o.engine.timeout_s;
   const char* check = std::getenv("MESHTRAIN_CHECK_COLLECTIVES");

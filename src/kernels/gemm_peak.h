@@ -1,13 +1,16 @@
 // Achievable single-precision GEMM throughput of this machine through the same GEMM path
-// the model uses (mt::sgemm). The trainer divides model FLOP/s by it for MFU, and the
-// kernel benchmark reports every kernel against it.
+// the model uses (mt::sgemm). The trainer divides model FLOP/s by it for MFU (unless
+// --peak-gflops gives the figure), and the kernel benchmark reports every kernel against it.
 #pragma once
 
 namespace mt {
 
-// Runs square-ish GEMMs (large enough to reach steady state, M = N = K = 1024 and 2048)
-// on `threads` OpenMP threads for about seconds_budget in total and returns the best
-// GFLOP/s seen. Does not change the calling thread's OpenMP setting on return.
+// Times square GEMMs of M = N = K = 512, 1024 and 2048, each size repeatedly for a third of
+// seconds_budget, on `threads` OpenMP threads, and returns the best GFLOP/s of any one run
+// (the least disturbed by other load). A size whose one warm-up plus one timed run would
+// not fit its third (at the rate seen so far) is skipped, so a short budget (the trainer's
+// 0.3 s) is many short runs and stays short. Does not change the calling thread's OpenMP
+// setting on return.
 double measure_sgemm_peak_gflops(int threads, double seconds_budget);
 
 }  // namespace mt

@@ -31,6 +31,8 @@ struct OptimOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   uint64_t seed = 1337;
   int threads = 1;  // compute threads per rank
+  // Per-thread sgemm peak in GFLOP/s, the denominator of mfu; 0: measured at start-up.
+  double peak_gflops = 0;
   int eval_every = 0;
   int eval_batches = 4;
 };

@@ -1,5 +1,6 @@
 #include "train/validate_options.h"
 
+#include <cmath>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -54,6 +55,10 @@ void validate_optimizer(const OptimOptions& t) {
              "--beta1 and --beta2 must be in [0, 1)");
   MT_REQUIRE(t.eps > 0, "--eps must be > 0");
   require_thread_count("--threads", t.threads);
+  // 0 is the default (measure), so that a --print-config file reads back as it was written.
+  MT_REQUIRE(std::isfinite(t.peak_gflops) && t.peak_gflops >= 0,
+             "--peak-gflops must be > 0 (GFLOP/s per thread), or 0 to measure at start-up (got ",
+             t.peak_gflops, ")");
   MT_REQUIRE(t.eval_every >= 0 && t.eval_batches >= 1,
              "--eval-every must be >= 0 and --eval-batches >= 1");
 }

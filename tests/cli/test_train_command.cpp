@@ -57,6 +57,24 @@ TEST(TrainCommand, MetricsHaveTheContractKeys) {
   EXPECT_NE(slurp(d.dir / "m.jsonl").find("\"event\":\"memory\""), std::string::npos);
 }
 
+// --peak-gflops is the denominator of mfu: mfu x peak / tokens_per_s is the model's FLOPs
+// per token over the threads, the same figure whatever peak is given.
+TEST(TrainCommand, PeakGflopsIsTheMfuDenominator) {
+  Data d;
+  std::vector<double> per_token;
+  for (const char* peak : {"2", "50"}) {
+    const std::string m = d.dir / (std::string("m") + peak + ".jsonl");
+    auto r = run_meshtrain(std::string("train") + kSmall + "--steps 2 --threads 2 --data " +
+                           d.path + " --metrics " + m + " --peak-gflops " + peak);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const auto& rec : step_records(m))
+      per_token.push_back(rec["mfu"].get<double>() * std::stod(peak) /
+                          rec["tokens_per_s"].get<double>());
+  }
+  ASSERT_EQ(per_token.size(), 4u);
+  for (double x : per_token) EXPECT_NEAR(x / per_token[0], 1.0, 1e-6);
+}
+
 // Under --pp: bubble and its theory every step, and each rank's activation peak in
 // microbatches as the schedule implies (gpipe holds all m; 1f1b stage s holds p - s).
 TEST(TrainCommand, PipelineMetricsAndInFlightPeak) {
@@ -172,6 +190,7 @@ TEST(TrainCommand, HelpDocumentsEveryContractFlag) {
                            "--eps",
                            "--seed",
                            "--threads",
+                           "--peak-gflops",
                            "--eval-every",
                            "--eval-batches",
                            "--data",

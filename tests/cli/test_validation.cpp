@@ -84,6 +84,8 @@ const std::vector<Case>& cases() {
       {"--beta2 -0.5", "--beta1 and --beta2 must be in [0, 1)"},
       {"--eps 0", "--eps must be > 0"},
       {"--threads 0", "--threads must be in 1.."},
+      {"--peak-gflops -5", "--peak-gflops must be > 0 (GFLOP/s per thread), or 0 to measure"},
+      {"--peak-gflops inf", "--peak-gflops must be a finite number"},
       {"--eval-every -1", "--eval-every must be >= 0 and --eval-batches >= 1"},
       {"--eval-batches 0", "--eval-every must be >= 0 and --eval-batches >= 1"},
       // layout and divisibility

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@ LauncherInfo open_mpi(int size) {
 
 TEST(ValidateOptions, DefaultsAndCommonLayoutsPass) {
   EXPECT_EQ(usage_error(TrainOptions{}), "");
+  TrainOptions given_peak;  // --peak-gflops skips the start-up measurement
+  given_peak.optim.peak_gflops = 95.5;
+  EXPECT_EQ(usage_error(given_peak), "");
   TrainOptions o;
   o.parallel.dp = 2;
   o.parallel.tp = 2;
@@ -75,6 +79,10 @@ TEST(ValidateOptions, EachBrokenRuleIsAUsageErrorNamingTheFlag) {
       {"lr", [](TrainOptions& o) { o.optim.lr = 0; }, "--lr must be > 0"},
       {"lr schedule", [](TrainOptions& o) { o.optim.lr_schedule = "linear"; }, "--lr-schedule"},
       {"threads", [](TrainOptions& o) { o.optim.threads = 0; }, "--threads must be in 1.."},
+      {"peak gflops", [](TrainOptions& o) { o.optim.peak_gflops = -1; },
+       "--peak-gflops must be > 0 (GFLOP/s per thread), or 0 to measure at start-up (got -1)"},
+      {"peak gflops nan", [](TrainOptions& o) { o.optim.peak_gflops = std::nan(""); },
+       "--peak-gflops must be > 0"},
       {"dp", [](TrainOptions& o) { o.parallel.dp = 0; }, "--dp must be >= 1 (got 0)"},
       {"zero", [](TrainOptions& o) { o.parallel.zero = 4; }, "--zero must be 0, 1, 2 or 3"},
       {"local world", [](TrainOptions& o) { o.parallel.dp = 2048; }, "is more than the 1024"},
