@@ -9,6 +9,15 @@
 //   x[i+1]: output of block i                         (b, T, C) each
 //   dx[i] : gradient w.r.t. x[i]; dx[n] is received from the next stage (or made by the head)
 // Under sequence parallelism (tp = t) each of these holds this rank's b*T/t token rows.
+//
+// Full recomputation (Recompute::full, docs/recomputation.md): the slot keeps only x, dx,
+// the tokens and the head's buffers. Every block's own buffers live in one block-sized
+// scratch shared by the chunk's blocks: forward writes them there (each block overwrites
+// the previous one's), and each block's backward first runs the block's forward again
+// into it from x[i], then its B and, at once, its W (the scratch is the next block's after
+// that). So with the split backward the blocks' W run inside backward_input (hooks in the
+// fused order: before_use, B, after_use, before_grads, W, grads_final); backward_weight
+// keeps the head's and the embedding's W.
 #pragma once
 
 #include <memory>
@@ -49,7 +58,8 @@ struct ChunkSpec {
 class ModelChunk {
  public:
   ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
-             int max_b, ParamTable& table, const ExpertParallelShard& ep = {});
+             int max_b, ParamTable& table, const ExpertParallelShard& ep = {},
+             Recompute recompute = Recompute::none);
   void bind(float* params, float* grads);
 
   // Rebinds one unit (see ChunkHooks) to other storage: its tensors are read at
@@ -98,6 +108,11 @@ class ModelChunk {
   float* x(int slot, int i) { return pool_->base(slot) + x_off_[i]; }
   float* dx(int slot, int i) { return pool_->base(slot) + dx_off_[i]; }
   int* tokens(int slot) { return reinterpret_cast<int*>(pool_->base(slot) + tokens_off_); }
+  // Where the blocks' buffers are: the slot, or under full recomputation the block scratch.
+  float* block_base(int slot) { return full_ ? block_scratch_.data() : pool_->base(slot); }
+  // Full recomputation: block i's forward again, into the block scratch (x_out: dx[i],
+  // which its B overwrites).
+  void recompute_block(int slot, int i, int b, int T);
 
   void before_use(int unit, int next) {
     if (hooks_) hooks_->before_use(unit, next);
@@ -115,6 +130,7 @@ class ModelChunk {
   ModelConfig cfg_;
   ChunkSpec spec_;
   ChunkHooks* hooks_ = nullptr;
+  bool full_ = false;  // Recompute::full
   std::vector<std::pair<size_t, size_t>> unit_range_;
   std::unique_ptr<EmbeddingLayer> embedding_;
   std::vector<std::unique_ptr<Block>> blocks_;
@@ -122,6 +138,8 @@ class ModelChunk {
   std::unique_ptr<ActivationPool> pool_;
   Arena attention_scratch_;  // shared by all blocks: one backward runs at a time
   Arena sp_scratch_;         // (N, C), sequence parallelism only; shared likewise
+  Arena probs_scratch_;      // (b, NHl, T, T), selective recomputation only; shared likewise
+  Arena block_scratch_;      // one block's buffers, full recomputation only; shared likewise
   std::vector<size_t> x_off_, dx_off_;
   size_t tokens_off_ = 0;
 };

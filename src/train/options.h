@@ -33,6 +33,7 @@ struct OptimOptions {
   int threads = 1;  // compute threads per rank
   int eval_every = 0;
   int eval_batches = 4;
+  std::string recompute = "none";  // none|selective|full (model/recompute.h)
 };
 
 struct IoOptions {
