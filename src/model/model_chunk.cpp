@@ -52,10 +52,18 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
   probs_scratch_.resize(probs);
   for (auto& blk : blocks_) blk->set_attention_probs_scratch(probs_scratch_.data());
   // The residual stream between blocks: this rank's rows of it under sequence parallelism.
+  // Full recomputation runs each block's W right after its B, so the gradients between the
+  // blocks, dx[1..n-1], are dead once the block below has read them: two buffers outside
+  // the slot, alternating, hold them. dx[0] (the embedding's W, the previous stage) and
+  // dx[n] (received, or the head's) stay in the slot.
   for (int i = 0; i <= nblocks(); ++i) {
     x_off_.push_back(layout.reserve(Nl * cfg.dim));
-    dx_off_.push_back(layout.reserve(Nl * cfg.dim));
+    const bool between = full_ && i > 0 && i < nblocks();
+    dx_off_.push_back(between ? 0 : layout.reserve(Nl * cfg.dim));
   }
+  residual_grad_stride_ = (Nl * cfg.dim + 15) / 16 * 16;
+  if (full_)
+    residual_grads_.resize(size_t(std::clamp(nblocks() - 1, 0, 2)) * residual_grad_stride_);
   static_assert(sizeof(int) == sizeof(float));
   tokens_off_ = layout.reserve(2 * N);  // tokens then targets, as int32
   pool_ = std::make_unique<ActivationPool>(layout.total());

@@ -17,7 +17,9 @@
 // into it from x[i], then its B and, at once, its W (the scratch is the next block's after
 // that). So with the split backward the blocks' W run inside backward_input (hooks in the
 // fused order: before_use, B, after_use, before_grads, W, grads_final); backward_weight
-// keeps the head's and the embedding's W.
+// keeps the head's and the embedding's W. The gradients between the blocks (dx[1..n-1])
+// are then dead as soon as the block below has read them: they alternate between two
+// buffers outside the slot.
 #pragma once
 
 #include <memory>
@@ -106,7 +108,11 @@ class ModelChunk {
  private:
   int nblocks() const { return int(blocks_.size()); }
   float* x(int slot, int i) { return pool_->base(slot) + x_off_[i]; }
-  float* dx(int slot, int i) { return pool_->base(slot) + dx_off_[i]; }
+  float* dx(int slot, int i) {
+    if (full_ && i > 0 && i < nblocks())
+      return residual_grads_.data() + size_t((i - 1) % 2) * residual_grad_stride_;
+    return pool_->base(slot) + dx_off_[i];
+  }
   int* tokens(int slot) { return reinterpret_cast<int*>(pool_->base(slot) + tokens_off_); }
   // Where the blocks' buffers are: the slot, or under full recomputation the block scratch.
   float* block_base(int slot) { return full_ ? block_scratch_.data() : pool_->base(slot); }
@@ -140,6 +146,8 @@ class ModelChunk {
   Arena sp_scratch_;         // (N, C), sequence parallelism only; shared likewise
   Arena probs_scratch_;      // (b, NHl, T, T), selective recomputation only; shared likewise
   Arena block_scratch_;      // one block's buffers, full recomputation only; shared likewise
+  Arena residual_grads_;     // full recomputation: dx[1..n-1], two alternating buffers
+  size_t residual_grad_stride_ = 0;
   std::vector<size_t> x_off_, dx_off_;
   size_t tokens_off_ = 0;
 };

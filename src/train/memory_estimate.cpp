@@ -117,7 +117,10 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
   // model_chunk.cpp: the recomputation scratch, one per chunk.
   c.workspace += block_scratch;
   if (selective && nblocks > 0) c.workspace += probs;
-  c.slot += int64_t(nblocks + 1) * 2 * a16(Nl * C) + a16(2 * N);  // x, dx; tokens + targets
+  // x, dx; tokens + targets. Full recomputation: dx[1..n-1] in two buffers outside the slot.
+  const int64_t between = full ? std::max(nblocks - 1, 0) : 0;
+  c.slot += int64_t(nblocks + 1) * 2 * a16(Nl * C) - between * a16(Nl * C) + a16(2 * N);
+  c.workspace += std::min<int64_t>(between, 2) * a16(Nl * C);
   if (nblocks > 0) c.workspace += int64_t(attention_backward_scratch_floats(s.b, cfg.seq, Cl, NHl));
   if (s.sp) c.workspace += N * C;
   return c;

@@ -116,6 +116,16 @@ TEST_F(Recompute, PipelineZeroBubble) {
   check(o);
 }
 
+// One block per stage (middle stages hold neither embedding nor head), and two chunks per
+// rank.
+TEST_F(Recompute, DeepAndInterleavedPipelines) {
+  TrainOptions o = base();
+  o.parallel.pp = 4, o.parallel.microbatches = 4;
+  check(o);
+  o.parallel.pp = 2, o.parallel.schedule = "interleaved", o.parallel.virtual_stages = 2;
+  check(o);
+}
+
 TEST_F(Recompute, ExpertParallelSelective) {
   TrainOptions o = base();
   o.model.experts = 4;
