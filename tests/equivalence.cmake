@@ -46,6 +46,29 @@ add_test(NAME equivalence.dp_mpi_np4
 set_tests_properties(equivalence.dp_mpi_np2 equivalence.dp_mpi_np4
                      PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300)
 
+# --recompute selective|full against none in the same layout: bitwise (tolerances 0) losses
+# and exported weights (docs/recomputation.md). The gtest (tests/train/test_recompute.cpp)
+# covers more layouts in-process; these drive the binary, the flag and MPI.
+set(MT_EQUIV_EXACT --loss-rtol 0 --weight-rtol 0)
+add_test(NAME equivalence.recompute_tp_sp
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE} ${MT_EQUIV_EXACT}
+                 --reference "--tp 2 --sequence-parallel"
+                 --layout "--tp 2 --sequence-parallel --recompute selective"
+                 --layout "--tp 2 --sequence-parallel --recompute full")
+add_test(NAME equivalence.recompute_pp_zb_h1_zero3
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE} ${MT_EQUIV_EXACT}
+                 --reference "--pp 2 --schedule zb-h1 --microbatches 4 --dp 2 --zero 3"
+                 --layout "--pp 2 --schedule zb-h1 --microbatches 4 --dp 2 --zero 3 --recompute selective"
+                 --layout "--pp 2 --schedule zb-h1 --microbatches 4 --dp 2 --zero 3 --recompute full")
+add_test(NAME equivalence.recompute_mpi_np2
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE} ${MT_EQUIV_EXACT}
+                 --reference "--dp 2 --zero 3" --launcher "${MT_EQUIV_MPIRUN} -np 2 {bin}"
+                 --layout "--backend mpi --dp 2 --zero 3 --recompute full"
+                 --layout "--backend mpi --dp 2 --zero 3 --recompute selective")
+set_tests_properties(equivalence.recompute_tp_sp equivalence.recompute_pp_zb_h1_zero3
+                     PROPERTIES LABELS equivalence TIMEOUT 300)
+set_tests_properties(equivalence.recompute_mpi_np2 PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300)
+
 if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   set(full_layouts)
   foreach(dp 2 4)

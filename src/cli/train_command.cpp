@@ -114,6 +114,11 @@ void define_optim_flags(FlagSet& f, OptimOptions& t) {
   f.add("train", "eval-every", &t.eval_every,
         "validation loss every N steps and at the end (0 = never)");
   f.add("train", "eval-batches", &t.eval_batches, "global batches per validation");
+  f.add("train", "recompute", &t.recompute,
+        "activation recomputation: none (keep everything), selective (recompute the "
+        "attention core's softmax probabilities in backward: no (b, heads, seq, seq) per "
+        "layer per microbatch) or full (keep each block's input only and re-run the block's "
+        "forward in its backward; not with --experts); exact, same losses and weights");
 }
 
 void define_io_flags(FlagSet& f, IoOptions& io) {

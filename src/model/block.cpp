@@ -20,8 +20,13 @@ ShardSpec rows_of(int64_t start, int64_t len) {
 }  // namespace
 
 Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
-             ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep)
-    : C_(cfg.dim), max_b_(max_b), tp_(tp), sp_(tp.splits_sequence()) {
+             ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep,
+             Recompute recompute)
+    : C_(cfg.dim),
+      max_b_(max_b),
+      tp_(tp),
+      sp_(tp.splits_sequence()),
+      recompute_attention_(recompute == Recompute::selective) {
   // The user-facing rules (--tp divides --heads, MoE needs --tp 1) are checked with the
   // options before any rank starts; here they are invariants.
   MT_CHECK(cfg.heads % tp.size == 0, "tp ", tp.size, " does not divide heads ", cfg.heads);
@@ -78,7 +83,7 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
   off_.ln1_mean = layout.reserve(Nl);
   off_.ln1_rstd = layout.reserve(Nl);
   off_.qkv = layout.reserve(N * 3 * Cl_);
-  off_.att = layout.reserve(size_t(max_b) * NHl_ * T_ * T_);
+  if (!recompute_attention_) off_.att = layout.reserve(size_t(max_b) * NHl_ * T_ * T_);
   off_.att_out = layout.reserve(N * Cl_);
   off_.x_mid = layout.reserve(Nl * C_);
   off_.ln2_out = layout.reserve(Nl * C_);
@@ -120,6 +125,10 @@ size_t Block::attention_scratch_floats() const {
   return attention_backward_scratch_floats(max_b_, T_, Cl_, NHl_);
 }
 
+size_t Block::attention_probs_scratch_floats() const {
+  return recompute_attention_ ? size_t(max_b_) * NHl_ * T_ * T_ : 0;
+}
+
 int Block::rows(int b, int T) const {
   if (!sp_) return b * T;
   MT_CHECK(b * T % tp_.size == 0, "sequence parallelism needs b*T = ", b * T,
@@ -139,10 +148,11 @@ void Block::forward(float* s, const float* x_in, float* x_out, int b, int T) {
   float* ln2_out = s + off_.ln2_out;
   float* fc_pre = s + off_.fc_pre;
   float* fc_out = s + off_.fc_out;
+  float* att = recompute_attention_ ? probs_scratch_ : s + off_.att;
 
   layernorm_forward(ln1_out, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
   qkv_.forward(qkv, ln1_out, N, scratch_);
-  attention_forward(att_out, s + off_.att, qkv, b, T, Cl_, NHl_);
+  attention_forward(att_out, att, qkv, b, T, Cl_, NHl_);
   attn_proj_.forward(x_mid, att_out, N, scratch_);
   add_inplace(x_mid, x_in, nc);
 
@@ -181,10 +191,16 @@ void Block::backward_input(float* s, const float* x_in, const float* dx_out, flo
   layernorm_backward_input(dx_mid, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
                            s + off_.ln2_rstd, Nl, C_);
 
-  // Attention.
+  // Attention. Selective recomputation: the probabilities again, from the kept qkv. The
+  // recomputed output (equal to the kept att_out) lands in d_att_out, overwritten next.
+  float* att = s + off_.att;
+  if (recompute_attention_) {
+    att = probs_scratch_;
+    attention_forward(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
+  }
   attn_proj_.backward_input(d_att_out, dx_mid, N, scratch_);
   std::memset(d_qkv, 0, size_t(N) * 3 * Cl_ * sizeof(float));
-  attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, s + off_.att, b, T, Cl_, NHl_);
+  attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
   qkv_.backward_input(d_ln1, d_qkv, N, scratch_);
   // dx_in must not alias anything read below; the x_in statistics are in the slot.
   std::memcpy(dx_in, dx_mid, nc * sizeof(float));  // residual path

@@ -19,6 +19,12 @@
 //
 // Backward is split: backward_input (B) produces dx_in and keeps the intermediate
 // gradients in the slot; backward_weight (W) turns them into weight gradients later.
+//
+// With Recompute::selective the attention probabilities (b, NHl, T, T) are not in the slot:
+// forward writes them to chunk-wide scratch and B recomputes them there from the kept qkv
+// (the same kernel on the same input: bitwise the same). W never reads them. Full
+// recomputation is the chunk's business (model_chunk.h): the block is unchanged, its
+// "slot" is then scratch.
 #pragma once
 
 #include <memory>
@@ -27,6 +33,7 @@
 #include "model/config.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
+#include "model/recompute.h"
 #include "parallel/tensor_parallel/column_parallel_linear.h"
 #include "parallel/tensor_parallel/row_parallel_linear.h"
 #include "parallel/tensor_parallel/tensor_parallel_shard.h"
@@ -45,13 +52,20 @@ class Block {
   // activation buffers in `layout` for microbatches of up to max_b sequences.
   // A block whose MLP is a mixture of experts (is_moe_layer) holds a MoeLayer instead of
   // mlp.c_fc/c_proj; ep says which experts this rank owns (docs/moe.md).
+  // recompute: only Recompute::selective changes the block (full is handled by the chunk).
   Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
-        ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep = {});
+        ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep = {},
+        Recompute recompute = Recompute::none);
 
   void bind(float* params, float* grads);
   // (max_b*T, C) floats the block may use during any of its calls (sequence parallelism:
   // gathered inputs and partial outputs); shared by every block of a chunk.
   void set_scratch(float* scratch) { scratch_ = scratch; }
+  // Selective recomputation: floats of the (max_b, NHl, T, T) probabilities buffer the
+  // block needs outside the slot (0 otherwise), and that buffer (shared by the chunk's
+  // blocks: forward and B of one block at a time).
+  size_t attention_probs_scratch_floats() const;
+  void set_attention_probs_scratch(float* probs) { probs_scratch_ = probs; }
 
   // x_out (b, T, C) = block(x_in (b, T, C)); x_in must stay untouched until backward_weight.
   // Under sequence parallelism x_in, x_out, dx_in and dx_out hold this rank's b*T/t rows.
@@ -81,7 +95,9 @@ class Block {
   int C_, max_b_, Cl_, Hl_, NHl_, T_;  // model dim, local attention width/hidden/heads
   TensorParallelShard tp_;
   bool sp_ = false;
+  bool recompute_attention_ = false;  // Recompute::selective
   float* scratch_ = nullptr;
+  float* probs_scratch_ = nullptr;
   Norm ln1_{}, ln2_{};
   LinearParams qkv_p_, attn_proj_p_, fc_p_, mlp_proj_p_;  // fc, mlp_proj unused in an MoE block
   tp::ColumnParallelLinear qkv_, fc_;
@@ -91,7 +107,7 @@ class Block {
   // sequence parallelism.
   struct {
     size_t ln1_out, ln1_mean, ln1_rstd;  // (Nl,C) (Nl) (Nl)
-    size_t qkv, att, att_out;            // (N,3Cl) (b,NHl,T,T) (N,Cl)
+    size_t qkv, att, att_out;            // (N,3Cl) (b,NHl,T,T) (N,Cl); att: none/full only
     size_t x_mid;                        // (Nl,C)
     size_t ln2_out, ln2_mean, ln2_rstd;  // (Nl,C) (Nl) (Nl)
     size_t fc_pre, fc_out;               // (N,Hl) (N,Hl)

@@ -5,11 +5,12 @@
 namespace mt {
 
 GPT::GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks,
-         const TensorParallelShard& tp, int max_b, const ExpertParallelShard& ep)
+         const TensorParallelShard& tp, int max_b, const ExpertParallelShard& ep,
+         Recompute recompute)
     : cfg_(cfg) {
   cfg.validate();
   for (const ChunkSpec& spec : chunks)
-    chunks_.push_back(std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_, ep));
+    chunks_.push_back(std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_, ep, recompute));
   params_.resize(table_.total());
   grads_.resize(table_.total());
   for (auto& c : chunks_) c->bind(params_.data(), grads_.data());

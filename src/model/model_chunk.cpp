@@ -18,8 +18,12 @@ std::pair<size_t, size_t> range_since(const ParamTable& table, size_t first) {
 }  // namespace
 
 ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
-                       int max_b, ParamTable& table, const ExpertParallelShard& ep)
-    : cfg_(cfg), spec_(spec) {
+                       int max_b, ParamTable& table, const ExpertParallelShard& ep,
+                       Recompute recompute)
+    : cfg_(cfg), spec_(spec), full_(recompute == Recompute::full) {
+  // Re-running a mixture-of-experts forward would route, count and exchange tokens a
+  // second time; validate_options refuses --recompute full with --experts.
+  MT_CHECK(!full_ || cfg.experts == 0, "full recomputation of mixture-of-experts blocks");
   SlotLayout layout;
   const bool sp = tp.size > 1 && tp.sequence_parallel;
   const size_t N = size_t(max_b) * cfg.seq, Nl = sp ? N / tp.size : N;
@@ -29,16 +33,37 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
   if (spec.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg, tp, table);
   if (spec.has_head) head_ = std::make_unique<LMHead>(cfg, tp, max_b, table, layout);
   unit_range_.push_back(range_since(table, first));
+  size_t block_floats = 0;
   for (int l = spec.first_layer; l < spec.last_layer; ++l) {
     first = table.entries().size();
-    blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, layout, ep));
+    if (full_) {
+      // Each block's buffers from offset 0 of the block scratch.
+      SlotLayout block_layout;
+      blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, block_layout, ep));
+      block_floats = std::max(block_floats, block_layout.total());
+    } else {
+      blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, layout, ep, recompute));
+    }
     unit_range_.push_back(range_since(table, first));
   }
+  block_scratch_.resize(block_floats);
+  size_t probs = 0;
+  for (auto& blk : blocks_) probs = std::max(probs, blk->attention_probs_scratch_floats());
+  probs_scratch_.resize(probs);
+  for (auto& blk : blocks_) blk->set_attention_probs_scratch(probs_scratch_.data());
   // The residual stream between blocks: this rank's rows of it under sequence parallelism.
+  // Full recomputation runs each block's W right after its B, so the gradients between the
+  // blocks, dx[1..n-1], are dead once the block below has read them: two buffers outside
+  // the slot, alternating, hold them. dx[0] (the embedding's W, the previous stage) and
+  // dx[n] (received, or the head's) stay in the slot.
   for (int i = 0; i <= nblocks(); ++i) {
     x_off_.push_back(layout.reserve(Nl * cfg.dim));
-    dx_off_.push_back(layout.reserve(Nl * cfg.dim));
+    const bool between = full_ && i > 0 && i < nblocks();
+    dx_off_.push_back(between ? 0 : layout.reserve(Nl * cfg.dim));
   }
+  residual_grad_stride_ = (Nl * cfg.dim + 15) / 16 * 16;
+  if (full_)
+    residual_grads_.resize(size_t(std::clamp(nblocks() - 1, 0, 2)) * residual_grad_stride_);
   static_assert(sizeof(int) == sizeof(float));
   tokens_off_ = layout.reserve(2 * N);  // tokens then targets, as int32
   pool_ = std::make_unique<ActivationPool>(layout.total());
@@ -87,7 +112,7 @@ double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, 
   }
   for (int i = 0; i < n; ++i) {
     before_use(1 + i, i + 1 < n ? 2 + i : (head_ ? 0 : -1));
-    blocks_[i]->forward(s, x(slot, i), x(slot, i + 1), b, T);
+    blocks_[i]->forward(block_base(slot), x(slot, i), x(slot, i + 1), b, T);
     after_use(1 + i);
   }
   if (!head_) {
@@ -103,6 +128,10 @@ double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, 
   return loss;
 }
 
+void ModelChunk::recompute_block(int slot, int i, int b, int T) {
+  blocks_[i]->forward(block_scratch_.data(), x(slot, i), dx(slot, i), b, T);
+}
+
 // The split backward calls the hooks as the fused one does, so a data-parallel engine sees
 // the same unit order: B reads the weights (before_use / after_use), W only accumulates
 // (before_grads / grads_final; it needs no weights, only the slot's activations).
@@ -115,9 +144,15 @@ void ModelChunk::backward_input(int slot, int b, int T) {
   }
   for (int i = n - 1; i >= 0; --i) {
     before_use(1 + i, i > 0 ? i : -1);
-    blocks_[i]->backward_input(s, x(slot, i), dx(slot, i + 1), dx(slot, i),
+    if (full_) recompute_block(slot, i, b, T);
+    blocks_[i]->backward_input(block_base(slot), x(slot, i), dx(slot, i + 1), dx(slot, i),
                                attention_scratch_.data(), b, T);
     after_use(1 + i);
+    if (full_) {  // the recomputed buffers are the next block's scratch: W now
+      before_grads(1 + i);
+      blocks_[i]->backward_weight(block_base(slot), x(slot, i), dx(slot, i + 1), b, T);
+      grads_final(1 + i);
+    }
   }
   if (head_ || embedding_) after_use(0);
 }
@@ -129,7 +164,7 @@ void ModelChunk::backward_weight(int slot, int b, int T) {
     before_grads(0);
     head_->backward_weight(s, x(slot, n), b, T);
   }
-  for (int i = n - 1; i >= 0; --i) {
+  for (int i = n - 1; i >= 0 && !full_; --i) {  // full: done in backward_input
     before_grads(1 + i);
     blocks_[i]->backward_weight(s, x(slot, i), dx(slot, i + 1), b, T);
     grads_final(1 + i);
@@ -150,14 +185,16 @@ void ModelChunk::backward(int slot, int b, int T) {
     before_grads(0);
     head_->backward_weight(s, x(slot, n), b, T);
   }
+  float* bs = block_base(slot);
   for (int i = n - 1; i >= 0; --i) {
     before_use(1 + i, i > 0 ? i : -1);
-    blocks_[i]->backward_input(s, x(slot, i), dx(slot, i + 1), dx(slot, i),
+    if (full_) recompute_block(slot, i, b, T);
+    blocks_[i]->backward_input(bs, x(slot, i), dx(slot, i + 1), dx(slot, i),
                                attention_scratch_.data(), b, T);
     after_use(1 + i);
     // W needs no weights, only the slot's activations and gradients.
     before_grads(1 + i);
-    blocks_[i]->backward_weight(s, x(slot, i), dx(slot, i + 1), b, T);
+    blocks_[i]->backward_weight(bs, x(slot, i), dx(slot, i + 1), b, T);
     grads_final(1 + i);
   }
   if (embedding_) {

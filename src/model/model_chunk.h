@@ -9,6 +9,17 @@
 //   x[i+1]: output of block i                         (b, T, C) each
 //   dx[i] : gradient w.r.t. x[i]; dx[n] is received from the next stage (or made by the head)
 // Under sequence parallelism (tp = t) each of these holds this rank's b*T/t token rows.
+//
+// Full recomputation (Recompute::full, docs/recomputation.md): the slot keeps only x, dx,
+// the tokens and the head's buffers. Every block's own buffers live in one block-sized
+// scratch shared by the chunk's blocks: forward writes them there (each block overwrites
+// the previous one's), and each block's backward first runs the block's forward again
+// into it from x[i], then its B and, at once, its W (the scratch is the next block's after
+// that). So with the split backward the blocks' W run inside backward_input (hooks in the
+// fused order: before_use, B, after_use, before_grads, W, grads_final); backward_weight
+// keeps the head's and the embedding's W. The gradients between the blocks (dx[1..n-1])
+// are then dead as soon as the block below has read them: they alternate between two
+// buffers outside the slot.
 #pragma once
 
 #include <memory>
@@ -49,7 +60,8 @@ struct ChunkSpec {
 class ModelChunk {
  public:
   ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
-             int max_b, ParamTable& table, const ExpertParallelShard& ep = {});
+             int max_b, ParamTable& table, const ExpertParallelShard& ep = {},
+             Recompute recompute = Recompute::none);
   void bind(float* params, float* grads);
 
   // Rebinds one unit (see ChunkHooks) to other storage: its tensors are read at
@@ -96,8 +108,17 @@ class ModelChunk {
  private:
   int nblocks() const { return int(blocks_.size()); }
   float* x(int slot, int i) { return pool_->base(slot) + x_off_[i]; }
-  float* dx(int slot, int i) { return pool_->base(slot) + dx_off_[i]; }
+  float* dx(int slot, int i) {
+    if (full_ && i > 0 && i < nblocks())
+      return residual_grads_.data() + size_t((i - 1) % 2) * residual_grad_stride_;
+    return pool_->base(slot) + dx_off_[i];
+  }
   int* tokens(int slot) { return reinterpret_cast<int*>(pool_->base(slot) + tokens_off_); }
+  // Where the blocks' buffers are: the slot, or under full recomputation the block scratch.
+  float* block_base(int slot) { return full_ ? block_scratch_.data() : pool_->base(slot); }
+  // Full recomputation: block i's forward again, into the block scratch (x_out: dx[i],
+  // which its B overwrites).
+  void recompute_block(int slot, int i, int b, int T);
 
   void before_use(int unit, int next) {
     if (hooks_) hooks_->before_use(unit, next);
@@ -115,6 +136,7 @@ class ModelChunk {
   ModelConfig cfg_;
   ChunkSpec spec_;
   ChunkHooks* hooks_ = nullptr;
+  bool full_ = false;  // Recompute::full
   std::vector<std::pair<size_t, size_t>> unit_range_;
   std::unique_ptr<EmbeddingLayer> embedding_;
   std::vector<std::unique_ptr<Block>> blocks_;
@@ -122,6 +144,10 @@ class ModelChunk {
   std::unique_ptr<ActivationPool> pool_;
   Arena attention_scratch_;  // shared by all blocks: one backward runs at a time
   Arena sp_scratch_;         // (N, C), sequence parallelism only; shared likewise
+  Arena probs_scratch_;      // (b, NHl, T, T), selective recomputation only; shared likewise
+  Arena block_scratch_;      // one block's buffers, full recomputation only; shared likewise
+  Arena residual_grads_;     // full recomputation: dx[1..n-1], two alternating buffers
+  size_t residual_grad_stride_ = 0;
   std::vector<size_t> x_off_, dx_off_;
   size_t tokens_off_ = 0;
 };

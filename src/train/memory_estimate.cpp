@@ -10,6 +10,7 @@
 #include "kernels/attention.h"
 #include "model/block.h"
 #include "model/gpt.h"
+#include "model/recompute.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_chunks.h"
@@ -41,6 +42,7 @@ struct Shape {
   const ModelConfig& cfg;
   int tp, ep, b;  // b: microbatch size in sequences
   bool sp;
+  Recompute recompute;
 };
 
 ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_registered) {
@@ -74,8 +76,12 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
         2 * a16(Nl * C) + 2 * a16(Nl) + (s.sp ? a16(N * C) : 0) + a16(N * Vl) + a16(N) + a16(3 * N);
   }
   const int nblocks = spec.last_layer - spec.first_layer;
+  const bool full = s.recompute == Recompute::full;
+  const bool selective = s.recompute == Recompute::selective;
+  const int64_t probs = int64_t(s.b) * NHl * T * T;  // attention probabilities
+  int64_t block_scratch = 0;  // full: the largest block's buffers, outside the slots
   for (int l = spec.first_layer; l < spec.last_layer; ++l) {
-    int64_t unit = 0;
+    int64_t unit = 0, block = 0;                   // block: the block's buffers (floats)
     param(C, unit), param(C, unit);                // ln_1
     param(3 * Cl * C, unit), param(3 * Cl, unit);  // c_attn
     param(C * Cl, unit), param(C, unit);           // attn.c_proj
@@ -91,7 +97,7 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
       c.expert_real += c.real - before;
       // moe_layer.cpp: dropless worst case R = ep * N * min(k, El) rows per rank.
       const int64_t M = N * cfg.topk, R = int64_t(s.ep) * N * std::min<int64_t>(cfg.topk, El);
-      c.slot +=
+      block +=
           2 * a16(N * E) + 4 * a16(M) + 3 * a16(E) + 2 * a16(R * C) + 3 * a16(R * H) + a16(M * C);
       c.workspace += 2 * std::max(M, R) * C + M;  // rows_a_, rows_b_, dgates_
     } else {
@@ -99,12 +105,22 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
       param(C * Hl, unit), param(C, unit);   // mlp.c_proj
     }
     c.block_units.push_back(unit);
-    // block.cpp's reservations, in order.
+    // block.cpp's reservations, in order (selective: no probabilities).
     const int64_t nh = moe ? 0 : N * Hl;
-    c.slot += 6 * a16(Nl * C) + 4 * a16(Nl) + 2 * a16(N * 3 * Cl) + 2 * a16(N * Cl) +
-              a16(int64_t(s.b) * NHl * T * T) + 3 * a16(nh);
+    block += 6 * a16(Nl * C) + 4 * a16(Nl) + 2 * a16(N * 3 * Cl) + 2 * a16(N * Cl) +
+             (selective ? 0 : a16(probs)) + 3 * a16(nh);
+    if (full)
+      block_scratch = std::max(block_scratch, block);
+    else
+      c.slot += block;
   }
-  c.slot += int64_t(nblocks + 1) * 2 * a16(Nl * C) + a16(2 * N);  // x, dx; tokens + targets
+  // model_chunk.cpp: the recomputation scratch, one per chunk.
+  c.workspace += block_scratch;
+  if (selective && nblocks > 0) c.workspace += probs;
+  // x, dx; tokens + targets. Full recomputation: dx[1..n-1] in two buffers outside the slot.
+  const int64_t between = full ? std::max(nblocks - 1, 0) : 0;
+  c.slot += int64_t(nblocks + 1) * 2 * a16(Nl * C) - between * a16(Nl * C) + a16(2 * N);
+  c.workspace += std::min<int64_t>(between, 2) * a16(Nl * C);
   if (nblocks > 0) c.workspace += int64_t(attention_backward_scratch_floats(s.b, cfg.seq, Cl, NHl));
   if (s.sp) c.workspace += N * C;
   return c;
@@ -133,8 +149,12 @@ MemoryEstimate estimate_stage(const TrainOptions& o, int stage) {
   const int dp = par.dp, M = par.microbatches;
   MT_REQUIRE(o.optim.batch % (dp * M) == 0, "--batch ", o.optim.batch,
              " must be divisible by --dp x --microbatches = ", dp * M);
-  const Shape shape{cfg, par.tp, par.ep, o.optim.batch / (dp * M),
-                    par.sequence_parallel && par.tp > 1};
+  Recompute recompute = Recompute::none;
+  MT_REQUIRE(parse_recompute(o.optim.recompute, &recompute),
+             "--recompute must be none, selective or full (got '", o.optim.recompute, "')");
+  const Shape shape{
+      cfg,      par.tp, par.ep, o.optim.batch / (dp * M), par.sequence_parallel && par.tp > 1,
+      recompute};
   std::vector<ChunkSpec> specs = GPT::whole_model(cfg);
   std::vector<int> slots = {1};
   if (par.pp > 1) {

@@ -35,6 +35,7 @@ struct OptimOptions {
   double peak_gflops = 0;
   int eval_every = 0;
   int eval_batches = 4;
+  std::string recompute = "none";  // none|selective|full (model/recompute.h)
 };
 
 struct IoOptions {

@@ -33,8 +33,9 @@ void RunLog::start(const std::string& backend) {
   line(str("meshtrain: ", o.model.describe(), " | dp ", par.dp, " | tp ", par.tp,
            s_.sequence_parallel() ? " (sequence parallel)" : "", " | pp ", par.pp,
            par.pp > 1 ? " (" + par.schedule + ")" : "", " | batch ", o.optim.batch, "x",
-           o.model.seq, " | ", par.microbatches, " microbatch(es) | ", o.optim.steps,
-           " steps | backend ", backend));
+           o.model.seq, " | ", par.microbatches, " microbatch(es) | ",
+           o.optim.recompute != "none" ? "recompute " + o.optim.recompute + " | " : "",
+           o.optim.steps, " steps | backend ", backend));
 }
 
 void RunLog::moe_summary(int step) {

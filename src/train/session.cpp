@@ -1,6 +1,7 @@
 #include "train/session.h"
 
 #include "core/threads.h"
+#include "model/recompute.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/pipeline/stage_chunks.h"
@@ -26,6 +27,12 @@ DataLoader make_loader(const std::string& path, const TrainOptions& o, const Par
 std::optional<DataLoader> make_val_loader(const TrainOptions& o, const ParallelContext& ctx) {
   if (o.io.val_data.empty()) return std::nullopt;
   return make_loader(o.io.val_data, o, ctx);
+}
+
+Recompute recompute_mode(const OptimOptions& t) {
+  Recompute r = Recompute::none;
+  MT_CHECK(parse_recompute(t.recompute, &r), "--recompute ", t.recompute, " (validated first)");
+  return r;
 }
 
 // The model chunks this rank holds: the whole model, or its pipeline stage's chunks.
@@ -93,7 +100,8 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       val(make_val_loader(o, ctx)),
       dispatcher(make_dispatcher(o.parallel, ctx)),
       model(o.model, chunk_specs(o, ctx), tp_shard(o, ctx), train.micro_batch_size(),
-            ExpertParallelShard{ctx.coord.ep_rank, o.parallel.ep, dispatcher.get()}),
+            ExpertParallelShard{ctx.coord.ep_rank, o.parallel.ep, dispatcher.get()},
+            recompute_mode(o.optim)),
       dp(with_initial_weights(model, o),
          DataParallelOptions{ctx.dp, o.parallel.zero, o.parallel.bucket_mb, ctx.ep,
                              ctx.ep_replica}),

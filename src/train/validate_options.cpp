@@ -8,6 +8,7 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "model/recompute.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_partition.h"
 
@@ -54,6 +55,9 @@ void validate_optimizer(const OptimOptions& t) {
   MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1,
              "--beta1 and --beta2 must be in [0, 1)");
   MT_REQUIRE(t.eps > 0, "--eps must be > 0");
+  Recompute r;
+  MT_REQUIRE(parse_recompute(t.recompute, &r), "--recompute must be none, selective or full (got '",
+             t.recompute, "')");
   require_thread_count("--threads", t.threads);
   // 0 is the default (measure), so that a --print-config file reads back as it was written.
   MT_REQUIRE(std::isfinite(t.peak_gflops) && t.peak_gflops >= 0,
@@ -117,6 +121,11 @@ void validate_experts(const TrainOptions& o) {
   }
   MT_REQUIRE(experts == 0 || p.tp == 1,
              "--experts needs --tp 1 for now (the experts are not split over tp)");
+  // Re-running a MoE block's forward would route and exchange its tokens again and count
+  // the routing statistics and the aux loss twice (docs/recomputation.md).
+  MT_REQUIRE(experts == 0 || o.optim.recompute != "full",
+             "--recompute full does not support --experts (re-running the routing would count "
+             "the aux loss and expert load twice); use --recompute selective");
 }
 
 // The schedule and the cut of the model into chunks; both matter only with --pp > 1.

@@ -152,6 +152,18 @@ TEST(TrainCommand, ConfigFileAndFlagOverride) {
   EXPECT_NE(r.out.find("layers = 3"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("lr = 0.002"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("steps = 4"), std::string::npos) << r.out;  // the flag wins
+  EXPECT_NE(r.out.find("recompute = 'none'"), std::string::npos) << r.out;
+  // The TOML key, and the flag over it.
+  {
+    std::ofstream out(d.dir / "r.toml");
+    out << "[train]\nrecompute = \"full\"\n";
+  }
+  r = run_meshtrain("train --config " + (d.dir / "r.toml") + " --print-config");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("recompute = 'full'"), std::string::npos) << r.out;
+  r = run_meshtrain("train --config " + (d.dir / "r.toml") +
+                    " --recompute selective --print-config");
+  EXPECT_NE(r.out.find("recompute = 'selective'"), std::string::npos) << r.out;
 }
 
 TEST(TrainCommand, HelpDocumentsEveryContractFlag) {
@@ -193,6 +205,7 @@ TEST(TrainCommand, HelpDocumentsEveryContractFlag) {
                            "--peak-gflops",
                            "--eval-every",
                            "--eval-batches",
+                           "--recompute",
                            "--data",
                            "--val-data",
                            "--init-from",

@@ -78,6 +78,8 @@ const std::vector<Case>& cases() {
       {"--min-lr -1", "--min-lr must be >= 0"},
       {"--warmup -1", "--warmup must be >= 0"},
       {"--lr-schedule linear", "--lr-schedule must be constant or cosine (got 'linear')"},
+      {"--recompute attention", "--recompute must be none, selective or full (got 'attention')"},
+      {"--experts 4 --recompute full", "--recompute full does not support --experts"},
       {"--weight-decay -1", "--weight-decay must be >= 0"},
       {"--grad-clip -1", "--grad-clip must be >= 0"},
       {"--beta1 1", "--beta1 and --beta2 must be in [0, 1)"},

@@ -156,6 +156,46 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.parallel.dp = 2;
          o.parallel.zero = 2;
        }},
+      // --recompute: the slot shrinks, the recomputation scratch is workspace.
+      {"recompute selective", [](TrainOptions& o) { o.optim.recompute = "selective"; }},
+      {"recompute full", [](TrainOptions& o) { o.optim.recompute = "full"; }},
+      {"tp 2 sp selective",
+       [](TrainOptions& o) {
+         o.parallel.tp = 2;
+         o.parallel.sequence_parallel = true;
+         o.optim.recompute = "selective";
+       }},
+      {"tp 2 sp full",
+       [](TrainOptions& o) {
+         o.parallel.tp = 2;
+         o.parallel.sequence_parallel = true;
+         o.optim.recompute = "full";
+       }},
+      {"pp 2 m 4 zb-h1 zero 3 sel",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2;
+         o.parallel.microbatches = 4;
+         o.parallel.schedule = "zb-h1";
+         o.parallel.dp = 2;
+         o.parallel.zero = 3;
+         o.optim.recompute = "selective";
+       }},
+      {"pp 2 m 4 zb-h1 zero 3 full",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2;
+         o.parallel.microbatches = 4;
+         o.parallel.schedule = "zb-h1";
+         o.parallel.dp = 2;
+         o.parallel.zero = 3;
+         o.optim.recompute = "full";
+       }},
+      {"experts 4 ep 2 dp 2 selective",
+       [](TrainOptions& o) {
+         o.model.experts = 4;
+         o.parallel.ep = 2;
+         o.parallel.dp = 2;
+         o.optim.recompute = "selective";
+       }},
   };
   std::printf("%-28s %10s %10s %8s  (MiB; estimate params/grads/opt/act/buffers)\n", "layout",
               "measured", "estimate", "error");
@@ -172,6 +212,8 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
         mib(e.grads_bytes), mib(e.optimizer_bytes), mib(e.activations_bytes), mib(e.buffers_bytes),
         mib(m.params), mib(m.grads), mib(m.optimizer), mib(m.activations));
     EXPECT_LE(std::abs(err), kTolerance) << l.name;
+    // The activation slots are mirrored exactly.
+    EXPECT_EQ(e.activations_bytes, m.activations) << l.name;
   }
 }
 

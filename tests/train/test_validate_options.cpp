@@ -51,6 +51,12 @@ TEST(ValidateOptions, DefaultsAndCommonLayoutsPass) {
   moe.parallel.ep = 2;
   moe.parallel.zero = 2;
   EXPECT_EQ(usage_error(moe), "");
+  moe.optim.recompute = "selective";
+  EXPECT_EQ(usage_error(moe), "");
+  for (const char* mode : {"none", "selective", "full"}) {
+    o.optim.recompute = mode;
+    EXPECT_EQ(usage_error(o), "") << mode;
+  }
   // pp 1 never builds a schedule, so its pipeline-only sizes are not looked at.
   TrainOptions no_pipe;
   no_pipe.parallel.schedule = "interleaved";
@@ -109,6 +115,11 @@ TEST(ValidateOptions, EachBrokenRuleIsAUsageErrorNamingTheFlag) {
        "supports --zero 0, 1 or 2"},
       {"experts with tp", [](TrainOptions& o) { o.model.experts = 4, o.parallel.tp = 2; },
        "--experts needs --tp 1"},
+      {"recompute value", [](TrainOptions& o) { o.optim.recompute = "some"; },
+       "--recompute must be none, selective or full (got 'some')"},
+      {"full recompute with experts",
+       [](TrainOptions& o) { o.model.experts = 4, o.optim.recompute = "full"; },
+       "--recompute full does not support --experts"},
       {"schedule name", [](TrainOptions& o) { o.parallel.schedule = "2f2b"; },
        "unknown --schedule '2f2b' (expected gpipe, 1f1b, interleaved or zb-h1)"},
       {"interleaved chunks",

@@ -1,0 +1,137 @@
+// --recompute selective and full against none, layout by layout: recomputation runs the
+// same kernels on the same inputs in the same order, so in fp32 every step's loss and
+// gradient norm and every weight after the updates must be bitwise the same (==, no
+// tolerance). Full recomputation with --experts is refused (validate_options), so the MoE
+// layout checks selective only.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "test_util/temp_dir.h"
+#include "train/session.h"
+#include "train/step.h"
+#include "train/token_shard.h"
+#include "train/validate_options.h"
+
+namespace mt {
+namespace {
+
+constexpr int kSteps = 3;
+
+struct RankRun {
+  std::vector<double> losses, norms;
+  std::map<std::string, std::vector<float>> params;
+};
+
+// kSteps steps on every rank; each rank's per-step figures and final weights by name.
+std::vector<RankRun> train(const TrainOptions& o) {
+  std::vector<RankRun> out(size_t(o.parallel.world()));
+  run_local(o.parallel.world(), WorldOptions{}, [&](CommWorld& w) {
+    std::unique_ptr<Session> s = build_session(o, w, RunInfo{});
+    Trace trace(false, w.rank(), 0);
+    RankRun& run = out[size_t(w.rank())];
+    for (int step = 1; step <= kSteps; ++step) {
+      const StepRecord r = train_step(*s, step, trace);
+      run.losses.push_back(r.loss);
+      run.norms.push_back(r.grad_norm);
+    }
+    std::vector<float> params(s->model.table().total());
+    s->dp.gather_params(params.data());
+    for (const ParamInfo& info : s->model.table().entries())
+      run.params[info.name].assign(params.begin() + long(info.offset),
+                                   params.begin() + long(info.offset + info.numel));
+  });
+  return out;
+}
+
+class Recompute : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test_util::TempDir;
+    std::vector<int> tokens(8192);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int(uniform01(7, 1, i) * 37);
+    write_token_shard(*dir_ / "train.bin", tokens);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // hd 16: the AVX-512 attention kernels where the build has them.
+  static TrainOptions base() {
+    TrainOptions o;
+    o.model.layers = 4, o.model.dim = 32, o.model.heads = 2, o.model.seq = 16;
+    o.model.vocab = 37, o.model.positions = o.model.seq;
+    o.io.data = *dir_ / "train.bin";
+    o.optim.batch = 8;
+    o.optim.steps = kSteps;
+    o.optim.lr_schedule = "constant";
+    o.parallel.microbatches = 2;
+    o.parallel.bucket_mb = 0.001;  // several buckets per chunk
+    return o;
+  }
+
+  static void check(TrainOptions o, std::vector<std::string> modes = {"selective", "full"}) {
+    validate_train_options(o);
+    const std::vector<RankRun> ref = train(o);
+    for (const std::string& mode : modes) {
+      SCOPED_TRACE("--recompute " + mode);
+      o.optim.recompute = mode;
+      validate_train_options(o);
+      const std::vector<RankRun> got = train(o);
+      ASSERT_EQ(got.size(), ref.size());
+      for (size_t rank = 0; rank < got.size(); ++rank) {
+        EXPECT_EQ(got[rank].losses, ref[rank].losses) << "rank " << rank;
+        EXPECT_EQ(got[rank].norms, ref[rank].norms) << "rank " << rank;
+        ASSERT_EQ(got[rank].params.size(), ref[rank].params.size());
+        for (const auto& [name, w] : ref[rank].params)
+          EXPECT_TRUE(got[rank].params.at(name) == w) << name << ", rank " << rank;
+      }
+    }
+  }
+  static test_util::TempDir* dir_;
+};
+test_util::TempDir* Recompute::dir_ = nullptr;
+
+TEST_F(Recompute, OneWorker) {
+  check(base());
+}
+
+TEST_F(Recompute, DataParallelZero3) {
+  TrainOptions o = base();
+  o.parallel.dp = 2, o.parallel.zero = 3;
+  check(o);
+}
+
+TEST_F(Recompute, TensorParallelWithSequenceParallel) {
+  TrainOptions o = base();
+  o.parallel.tp = 2, o.parallel.sequence_parallel = true;
+  check(o);
+}
+
+TEST_F(Recompute, PipelineZeroBubble) {
+  TrainOptions o = base();
+  o.parallel.pp = 2, o.parallel.schedule = "zb-h1", o.parallel.microbatches = 4;
+  check(o);
+}
+
+// One block per stage (middle stages hold neither embedding nor head), and two chunks per
+// rank.
+TEST_F(Recompute, DeepAndInterleavedPipelines) {
+  TrainOptions o = base();
+  o.parallel.pp = 4, o.parallel.microbatches = 4;
+  check(o);
+  o.parallel.pp = 2, o.parallel.schedule = "interleaved", o.parallel.virtual_stages = 2;
+  check(o);
+}
+
+TEST_F(Recompute, ExpertParallelSelective) {
+  TrainOptions o = base();
+  o.model.experts = 4;
+  o.parallel.dp = 2, o.parallel.ep = 2;
+  check(o, {"selective"});
+}
+
+}  // namespace
+}  // namespace mt
