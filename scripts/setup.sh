@@ -3,7 +3,8 @@
 # it skips apt entirely when everything is already present.
 set -euo pipefail
 PKGS=(build-essential cmake libdnnl-dev libopenmpi-dev openmpi-bin libgtest-dev
-      libcli11-dev libtomlplusplus-dev nlohmann-json3-dev python3-torch python3-numpy fortunes)
+      libcli11-dev libtomlplusplus-dev nlohmann-json3-dev python3-torch python3-numpy fortunes
+      universal-ctags)  # universal-ctags: scripts/code_size.py
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
