@@ -10,11 +10,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/rng.h"
 #include "test_util/temp_dir.h"
 #include "train/session.h"
+#include "train/session_tensors.h"
 #include "train/step.h"
-#include "train/token_shard.h"
 #include "train/validate_options.h"
 
 namespace mt {
@@ -24,7 +23,7 @@ constexpr int kSteps = 3;
 
 struct RankRun {
   std::vector<double> losses, norms;
-  std::map<std::string, std::vector<float>> params;
+  test_util::TensorsByName params;
 };
 
 // kSteps steps on every rank; each rank's per-step figures and final weights by name.
@@ -39,11 +38,7 @@ std::vector<RankRun> train(const TrainOptions& o) {
       run.losses.push_back(r.loss);
       run.norms.push_back(r.grad_norm);
     }
-    std::vector<float> params(s->model.table().total());
-    s->dp.gather_params(params.data());
-    for (const ParamInfo& info : s->model.table().entries())
-      run.params[info.name].assign(params.begin() + long(info.offset),
-                                   params.begin() + long(info.offset + info.numel));
+    run.params = test_util::params_by_name(*s);
   });
   return out;
 }
@@ -52,9 +47,7 @@ class Recompute : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test_util::TempDir;
-    std::vector<int> tokens(8192);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int(uniform01(7, 1, i) * 37);
-    write_token_shard(*dir_ / "train.bin", tokens);
+    test_util::write_random_shard(*dir_ / "train.bin", 8192, 37, 7);
   }
   static void TearDownTestSuite() { delete dir_; }
 

@@ -12,12 +12,11 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/rng.h"
 #include "test_util/rel_diff.h"
 #include "test_util/temp_dir.h"
 #include "train/session.h"
+#include "train/session_tensors.h"
 #include "train/step.h"
-#include "train/token_shard.h"
 
 namespace mt {
 namespace {
@@ -32,7 +31,7 @@ struct Layout {
 
 struct RankResult {
   double loss = 0, norm = 0;
-  std::map<std::string, std::vector<float>> grads, params;
+  test_util::TensorsByName grads, params;
 };
 
 TrainOptions options(const std::string& data, const Layout& l) {
@@ -60,15 +59,8 @@ std::vector<RankResult> run_step(const TrainOptions& o) {
     const StepRecord r = train_step(*s, 1, trace);
     RankResult& res = out[size_t(w.rank())];
     res.loss = r.loss, res.norm = r.grad_norm;
-    std::vector<float> params(s->model.table().total());
-    s->dp.gather_params(params.data());
-    for (const ParamInfo& info : s->model.table().entries()) {
-      std::vector<float> g(info.numel);
-      s->dp.read_grad(info, g.data());
-      res.grads[info.name] = std::move(g);
-      res.params[info.name].assign(params.begin() + long(info.offset),
-                                   params.begin() + long(info.offset + info.numel));
-    }
+    res.params = test_util::params_by_name(*s);
+    res.grads = test_util::grads_by_name(*s);
   });
   return out;
 }
@@ -106,9 +98,7 @@ class TrainStep : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test_util::TempDir;
-    std::vector<int> tokens(4096);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int(uniform01(5, 1, i) * 19);
-    write_token_shard(*dir_ / "train.bin", tokens);
+    test_util::write_random_shard(*dir_ / "train.bin", 4096, 19, 5);
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string data() { return *dir_ / "train.bin"; }

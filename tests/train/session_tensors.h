@@ -1,0 +1,48 @@
+// What the session-level tests (test_train_step, test_recompute) read back from a rank's
+// session, and the random token shard they train on.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "train/session.h"
+#include "train/token_shard.h"
+
+namespace mt::test_util {
+
+using TensorsByName = std::map<std::string, std::vector<float>>;
+
+// Every weight of the rank's table by name (each tensor of a dp replica is whole after the
+// gather). Collective over dp (ZeRO 3).
+inline TensorsByName params_by_name(Session& s) {
+  std::vector<float> params(s.model.table().total());
+  s.dp.gather_params(params.data());
+  TensorsByName out;
+  for (const ParamInfo& info : s.model.table().entries())
+    out[info.name].assign(params.begin() + long(info.offset),
+                          params.begin() + long(info.offset + info.numel));
+  return out;
+}
+
+// Every tensor's dp-reduced gradient by name. Collective over dp (ZeRO >= 1).
+inline TensorsByName grads_by_name(Session& s) {
+  TensorsByName out;
+  for (const ParamInfo& info : s.model.table().entries()) {
+    std::vector<float> g(info.numel);
+    s.dp.read_grad(info, g.data());
+    out[info.name] = std::move(g);
+  }
+  return out;
+}
+
+// n tokens drawn uniformly from [0, vocab) with the counter-based RNG (stream 1 of seed).
+inline void write_random_shard(const std::string& path, size_t n, int vocab, uint64_t seed) {
+  std::vector<int> tokens(n);
+  for (size_t i = 0; i < n; ++i) tokens[i] = int(uniform01(seed, 1, i) * vocab);
+  write_token_shard(path, tokens);
+}
+
+}  // namespace mt::test_util
