@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -131,17 +132,26 @@ TEST(ParamTable, FindsByNameAndRejectsDuplicates) {
 
 // Registering a tensor used to scan the whole table for its name, so building a model of
 // many small layers was quadratic: 6000 layers (72k tensors) took about 11 s, 10000 layers
-// most of a minute. Now it is linear: about 0.1 s here, with room for a slow machine.
-TEST(ParamTable, ManyLayersBuildInLinearTime) {
+// most of a minute. A ratio, not a time, so a loaded machine does not fail it: building
+// twice the layers must take well under the 4x a quadratic build would (linear: 2x).
+double seconds_to_build(int layers) {
   ModelConfig cfg;
-  cfg.layers = 6000, cfg.dim = 8, cfg.heads = 1, cfg.seq = 8, cfg.vocab = 256;
-  const auto t0 = std::chrono::steady_clock::now();
-  GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(model.table().entries().size(), size_t(2 + 12 * cfg.layers + 2));
-  EXPECT_EQ(model.table().at("transformer.h.5999.mlp.c_proj.bias").global_shape,
-            (std::vector<int64_t>{8}));
-  EXPECT_LT(s, 2.0) << "building a " << cfg.layers << "-layer model took " << s << " s";
+  cfg.layers = layers, cfg.dim = 8, cfg.heads = 1, cfg.seq = 8, cfg.vocab = 256;
+  double best = 1e30;
+  for (int round = 0; round < 3; ++round) {  // best of 3: a preempted round does not count
+    const auto t0 = std::chrono::steady_clock::now();
+    GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+    EXPECT_EQ(model.table().entries().size(), size_t(2 + 12 * cfg.layers + 2));
+  }
+  return best;
+}
+
+TEST(ParamTable, ManyLayersBuildInLinearTime) {
+  const double small = seconds_to_build(1500), large = seconds_to_build(3000);
+  EXPECT_LT(large / small, 3.0) << "1500 layers: " << small << " s, 3000 layers: " << large
+                                << " s";
 }
 
 }  // namespace

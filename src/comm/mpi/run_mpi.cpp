@@ -78,12 +78,14 @@ void run_mpi(int* argc, char*** argv, const WorldOptions& options, const RankMai
   }
   if (!world) die(rank, usage, 2);
 
-  // A usage error waits only briefly for the others (see the top of the file).
-  const double wait_s = status == 2 ? std::min(10.0, opts.timeout_s / 2) : opts.timeout_s;
+  // A usage error waits only briefly for the others (see the top of the file). A rank that
+  // finished waits twice the collective timeout: a rank stuck in a collective then reports
+  // first, naming the op and the missing ranks, instead of this generic line racing it.
+  const double wait_s = status == 2 ? std::min(10.0, opts.timeout_s / 2) : 2 * opts.timeout_s;
   int worst = 0, best = 0;
   if (!world->agree_on_exit(status, wait_s, &worst, &best)) {
     if (status == 2) die(rank, usage, 2);
-    die(rank, str("finished, but not every rank reached the end within ", opts.timeout_s, " s"), 1);
+    die(rank, str("finished, but not every rank reached the end within ", wait_s, " s"), 1);
   }
   if (status == 2 && best == 2 && rank == 0)
     std::fprintf(stderr, "meshtrain: error: %s\n", usage.c_str());
