@@ -23,6 +23,18 @@ int report(const char* what, int code) {
   return code;
 }
 
+// CLI11 reports a word that names no command as "A subcommand is required"; CONTRACTS.md §5
+// asks for an error that names it. Empty when argv[1] is a flag or a known command.
+std::string unknown_command(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  std::string known;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() == argv[1]) return "";
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+  }
+  return str("unknown command '", argv[1], "' (commands: ", known, "; see 'meshtrain --help')");
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -39,6 +51,8 @@ int cli_main(int argc, char** argv) {
   CommandRunner sample = add_sample_command(app);
   CommandRunner bench = add_bench_command(app, &argc, &argv);
   CommandRunner schedule = add_schedule_command(app);
+  if (const std::string unknown = unknown_command(app, argc, argv); !unknown.empty())
+    return report(unknown.c_str(), 2);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -26,6 +26,10 @@ TEST(BadInput, UnknownFlag) {
   expect_usage_error(run_meshtrain(f.base() + " --no-such-flag 3"), "no-such-flag");
 }
 
+TEST(BadInput, UnknownCommandIsNamed) {
+  expect_usage_error(run_meshtrain("tarin --steps 3"), "unknown command 'tarin'");
+}
+
 TEST(BadInput, HeadsMustDivideDim) {
   Fixture f;
   expect_usage_error(run_meshtrain(f.base() + " --heads 3"), "--heads 3 does not divide --dim 16");
