@@ -8,7 +8,13 @@
 // optimizer calls) with the model's shapes on separate buffers, timing each call, so the
 // step time can be attributed; "sum" next to the measured step shows what it covers.
 //
+// --precision fp32,bf16 runs each precision in turn, --rounds R times over (alternating, so a
+// change of load hits both alike), MFU of bf16 against the bf16 GEMM peak measured in the
+// same run, and ends with the bf16/fp32 tokens/s ratio per config and thread count (median
+// of the rounds). The kernel table is the fp32 kernels'.
+//
 //   bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] [--no-kernels] [--cpu]
+//              [--precision fp32,bf16] [--rounds 1]
 #include <omp.h>
 #include <time.h>
 
@@ -23,6 +29,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "core/error.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "kernels/adamw.h"
@@ -33,6 +40,7 @@
 #include "kernels/gemm_peak.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/reduce.h"
 #include "model/gpt.h"
 #include "train/session.h"
@@ -52,6 +60,8 @@ struct Options {
   int steps = 10;
   std::vector<int> threads = {1, 2};
   std::string configs = "ab";
+  std::vector<std::string> precisions = {"fp32"};
+  int rounds = 1;
 };
 
 using mt::bench::parse_list;
@@ -118,7 +128,8 @@ std::string write_bench_shard(const BenchConfig& bc) {
 // The trainer's own step (train_step) on a one-worker session: load the batch, forward +
 // backward, gradient norm, clipping, AdamW and its finite check. Phase times are the
 // step's own (wall clock); the total is on the bench clock.
-Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock, int threads) {
+Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock, int threads,
+                  const std::string& precision) {
   const std::string dir = write_bench_shard(bc);
   mt::TrainOptions o;
   o.model = model_config(bc);
@@ -128,6 +139,7 @@ Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock, int thre
   o.optim.lr = 1e-4;
   o.optim.threads = threads;
   o.optim.seed = 1234;
+  o.optim.precision = precision;
   std::vector<double> fb, grads, norm, optim, total;
   mt::run_local(1, mt::WorldOptions{}, [&](mt::CommWorld& w) {
     std::unique_ptr<mt::Session> s = mt::build_session(o, w, mt::RunInfo{});
@@ -294,23 +306,26 @@ double cpu_time_peak(bool quick) {
   return best;
 }
 
-void bench_config(const BenchConfig& bc, int threads, double peak1, const Options& opt) {
+// Returns the tokens/s of the median step.
+double bench_config(const BenchConfig& bc, int threads, double peak1, const Options& opt,
+                    const std::string& precision) {
   mt::set_compute_threads(threads);
   const mt::ModelConfig cfg = model_config(bc);
   const double peak = peak1 * threads;  // the trainer's MFU denominator (GFLOP/s)
   const double tokens = double(bc.batch) * bc.seq;
   const Clock clock{opt.cpu, threads};
-  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock, threads);
+  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock, threads, precision);
   const double flops = cfg.flops_per_token() * tokens;
   std::printf(
-      "config %c (L=%d C=%d NH=%d T=%d B=%d V=%d), %d thread%s: step %.2f ms (fwd+bwd %.2f, "
+      "%s config %c (L=%d C=%d NH=%d T=%d B=%d V=%d), %d thread%s: step %.2f ms (fwd+bwd %.2f, "
       "grads %.2f, norm+clip %.2f, adamw %.2f) | %.0f tok/s | MFU %.1f%% | best step %.2f ms, "
       "MFU %.1f%% (peak %.1f GFLOP/s)\n",
-      bc.name, bc.layers, bc.dim, bc.heads, bc.seq, bc.batch, bc.vocab, threads,
+      precision.c_str(), bc.name, bc.layers, bc.dim, bc.heads, bc.seq, bc.batch, bc.vocab, threads,
       threads > 1 ? "s" : "", ph.total * 1e3, ph.fb * 1e3, ph.grads * 1e3, ph.norm * 1e3,
       ph.optim * 1e3, tokens / ph.total, 100 * flops / ph.total * 1e-9 / peak, ph.best * 1e3,
       100 * flops / ph.best * 1e-9 / peak, peak);
-  if (!opt.kernels) return;
+  std::fflush(stdout);
+  if (!opt.kernels || precision != "fp32") return tokens / ph.total;
   KernelBench kb(bc);
   double sum = 0;
   std::vector<std::pair<KernelCall, double>> rows;
@@ -328,6 +343,7 @@ void bench_config(const BenchConfig& bc, int threads, double peak1, const Option
   }
   std::printf("  %-31s %8.3f ms (measured step %.3f ms)\n", "sum of kernels", sum * 1e3,
               ph.total * 1e3);
+  return tokens / ph.total;
 }
 
 }  // namespace
@@ -347,18 +363,66 @@ int main(int argc, char** argv) {
       opt.steps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--configs") && i + 1 < argc)
       opt.configs = argv[++i];
-    else {
+    else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
+      opt.rounds = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--precision") && i + 1 < argc) {
+      opt.precisions.clear();
+      for (std::string list = argv[++i]; !list.empty();) {
+        const size_t comma = list.find(',');
+        opt.precisions.push_back(list.substr(0, comma));
+        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+      }
+      for (const std::string& p : opt.precisions)
+        if (p != "fp32" && p != "bf16") {
+          std::fprintf(stderr, "bench_step: --precision takes fp32 and/or bf16 (got '%s')\n",
+                       p.c_str());
+          return 2;
+        }
+    } else {
       std::fprintf(stderr,
                    "usage: bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] "
-                   "[--no-kernels] [--cpu]\n");
+                   "[--no-kernels] [--cpu] [--precision fp32,bf16] [--rounds R]\n");
       return 2;
     }
   }
   const double peak1 =
       opt.cpu ? cpu_time_peak(opt.quick) : mt::measure_sgemm_peak_gflops(1, opt.quick ? 0.05 : 1.0);
   std::printf("sgemm peak, 1 thread: %.1f GFLOP/s (%s time)\n", peak1, opt.cpu ? "CPU" : "wall");
+  const bool bf16 =
+      std::find(opt.precisions.begin(), opt.precisions.end(), "bf16") != opt.precisions.end();
+  if (bf16 && !mt::bf16_matmul_supported()) {
+    std::fprintf(stderr, "bench_step: this CPU has no oneDNN bf16 matmul\n");
+    return 2;
+  }
+  // MFU of a bf16 run is against the bf16 GEMM peak (wall time; --cpu does not apply).
+  const double peak_bf16 = bf16 ? mt::measure_bf16_gemm_peak_gflops(1, opt.quick ? 0.05 : 1.0) : 0;
+  if (bf16)
+    std::printf("bf16 GEMM peak, 1 thread: %.1f GFLOP/s (oneDNN %s)\n", peak_bf16,
+                mt::matmul_bf16_isa().c_str());
+  std::fflush(stdout);
+  std::vector<std::string> summary;
   for (int threads : opt.threads)
-    for (const BenchConfig& bc : kConfigs)
-      if (opt.configs.find(bc.name) != std::string::npos) bench_config(bc, threads, peak1, opt);
+    for (const BenchConfig& bc : kConfigs) {
+      if (opt.configs.find(bc.name) == std::string::npos) continue;
+      std::vector<std::vector<double>> tps(opt.precisions.size());
+      for (int round = 0; round < opt.rounds; round++)
+        for (size_t p = 0; p < opt.precisions.size(); p++) {
+          const double peak = opt.precisions[p] == "bf16" ? peak_bf16 : peak1;
+          tps[p].push_back(bench_config(bc, threads, peak, opt, opt.precisions[p]));
+        }
+      std::string line = mt::str("config ", bc.name, ", ", threads, " thread(s), median of ",
+                                 opt.rounds, " round(s):");
+      for (size_t p = 0; p < opt.precisions.size(); p++)
+        line += mt::str(" ", opt.precisions[p], " ", int(median(tps[p])), " tok/s");
+      if (opt.precisions.size() == 2) {
+        // Per round too: the two runs of a round saw about the same load.
+        line += mt::str(" | ", opt.precisions[1], "/", opt.precisions[0], " ",
+                        median(tps[1]) / median(tps[0]), "x (rounds:");
+        for (int r = 0; r < opt.rounds; r++) line += mt::str(" ", tps[1][r] / tps[0][r]);
+        line += ")";
+      }
+      summary.push_back(line);
+    }
+  for (const std::string& l : summary) std::printf("%s\n", l.c_str());
   return 0;
 }

@@ -206,6 +206,8 @@ TEST(TrainCommand, HelpDocumentsEveryContractFlag) {
                            "--eval-every",
                            "--eval-batches",
                            "--recompute",
+                           "--precision",
+                           "--export-dtype",
                            "--data",
                            "--val-data",
                            "--init-from",
