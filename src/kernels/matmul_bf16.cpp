@@ -118,9 +118,9 @@ void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const 
 }
 
 void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weight, int N, int C,
-                                int OC) {
-  // A = dout (N, OC), B = weight (OC, C), both row-major; dinp += A @ B.
-  GemmShape s{N, C, OC, OC, 1, C, 1, false, true, omp_get_max_threads()};
+                                int OC, bool accumulate) {
+  // A = dout (N, OC), B = weight (OC, C), both row-major; dinp (+)= A @ B.
+  GemmShape s{N, C, OC, OC, 1, C, 1, false, accumulate, omp_get_max_threads()};
   gemm(s, dout, weight, nullptr, dinp);
 }
 

@@ -15,9 +15,11 @@ namespace mt {
 void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
                          int C, int OC);
 
-// dinp (N, C) += dout (N, OC) @ weight (OC, C)
+// dinp (N, C) += dout (N, OC) @ weight (OC, C); with accumulate false, dinp = (overwrites:
+// the tensor-parallel layers' partial sums start from nothing, and a memset plus reading
+// dinp back would cost as much memory traffic as the conversions of a block).
 void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weight, int N, int C,
-                                int OC);
+                                int OC, bool accumulate = true);
 
 // dweight (OC, C) += dout^T (OC, N) @ inp (N, C);  dbias (OC) += column sums of dout (fp32
 // sums of the bf16 values). dbias may be null.

@@ -215,6 +215,12 @@ TEST_P(Bf16Matmul, MatchesFp32TwinsWithinTheRoundingBounds) {
     for (size_t i = 0; i < s.size(); ++i) sr[i] += std::fabs(dx_in[i]), s[i] += std::fabs(dx_in[i]);
     worst = std::max(worst, check_bound("backward_input vs reference", got, ref, sr, ref_rel_in));
     check_bound("backward_input vs fp32", got, f32, s, fp32_rel_k(OC));
+    // Overwriting: whatever dinp held is gone, and the result is the product alone, equal to
+    // accumulating onto zeros.
+    Buf over(dx_in.size(), std::numeric_limits<float>::quiet_NaN()), zero_acc(dx_in.size(), 0.0f);
+    matmul_bf16_backward_input(over.data(), dy16.data(), w16.data(), N, C, OC, false);
+    matmul_bf16_backward_input(zero_acc.data(), dy16.data(), w16.data(), N, C, OC);
+    EXPECT_EQ(normalised_error(over, zero_acc), 0.0);
   }
   // backward_weight: dw += dy^T @ x, db += column sums of dy.
   {

@@ -75,8 +75,7 @@ void ColumnParallelLinear::forward_bf16(float* y, const bf16* x16, int N, bf16* 
 void ColumnParallelLinear::backward_input_bf16(float* dx, const bf16* dy16, int N,
                                                float* scratch) const {
   float* full = sp_ ? scratch : dx;  // (N, in), fp32: the gradient reductions stay fp32
-  std::memset(full, 0, size_t(N) * in_ * sizeof(float));
-  matmul_bf16_backward_input(full, dy16, w16_->get(w_), N, in_, out_);
+  matmul_bf16_backward_input(full, dy16, w16_->get(w_), N, in_, out_, /*accumulate=*/false);
   finish_input_grad(dx, full, N);
 }
 

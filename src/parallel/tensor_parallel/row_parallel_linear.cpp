@@ -98,9 +98,8 @@ const bf16* RowParallelLinear::full_output_grad_bf16(const float* dy, int N, flo
 
 void RowParallelLinear::backward_input_bf16(float* dx, const float* dy, int N, float* scratch,
                                             bf16* dy16) const {
-  std::memset(dx, 0, size_t(N) * in_ * sizeof(float));
   matmul_bf16_backward_input(dx, full_output_grad_bf16(dy, N, scratch, dy16), w16_->get(w_), N, in_,
-                             out_);
+                             out_, /*accumulate=*/false);
 }
 
 void RowParallelLinear::backward_weight_bf16(const float* dy, const bf16* x16, int N,
