@@ -169,7 +169,9 @@ struct KernelCall {
 // One block's kernel calls (as block.cpp issues them), plus the embedding, head and
 // optimizer, with their per-step multiplicity. Buffers are separate from the model's.
 struct KernelBench {
-  explicit KernelBench(const BenchConfig& bc) : bc_(bc) {
+  // bf16: the linear layers' GEMMs as --precision bf16 runs them (bf16 operands, and the
+  // conversions the layers add), the rest as in fp32.
+  KernelBench(const BenchConfig& bc, bool bf16) : bc_(bc), bf16_(bf16) {
     const int C = bc.dim, H = 4 * C, N = bc.batch * bc.seq, V = bc.vocab;
     const size_t big = size_t(N) * std::max(H, V);
     x = filled(big, 1.0f, 1), y = filled(big, 1.0f, 2), dy = filled(big, 0.1f, 3);
@@ -189,6 +191,9 @@ struct KernelBench {
             .table()
             .total();
     p = filled(P, 0.02f, 13), g = filled(P, 0.001f, 14), m.assign(P, 0.0f), v.assign(P, 0.0f);
+    x16.resize(big), dy16.resize(big), w16.resize(w.size());
+    mt::to_bf16(x16.data(), x.data(), big), mt::to_bf16(dy16.data(), dy.data(), big);
+    mt::to_bf16(w16.data(), w.data(), w.size());
     // The attention forward fills att with valid probabilities for the backward.
     mt::attention_forward(y.data(), att.data(), qkv.data(), bc.batch, bc.seq, C, bc.heads);
   }
@@ -200,6 +205,21 @@ struct KernelBench {
     auto mm = [&](const char* name, int in, int out, bool b) -> std::vector<KernelCall> {
       const double f = 2.0 * Nd * in * out;
       std::string n = name;
+      if (bf16_)
+        return {{n + " fwd bf16", L, f,
+                 [=, this] {
+                   mt::matmul_bf16_forward(y.data(), x16.data(), w16.data(),
+                                           b ? bias.data() : nullptr, N, in, out);
+                 }},
+                {n + " bwd_input bf16", L, f,
+                 [=, this] {
+                   mt::matmul_bf16_backward_input(dx.data(), dy16.data(), w16.data(), N, in, out,
+                                                  false);
+                 }},
+                {n + " bwd_weight bf16", L, f, [=, this] {
+                   mt::matmul_bf16_backward_weight(dw.data(), dbias.data(), dy16.data(),
+                                                   x16.data(), N, in, out);
+                 }}};
       return {
           {n + " fwd", L, f,
            [=, this] {
@@ -250,6 +270,20 @@ struct KernelBench {
                      std::memset(zeroed.data(), 0, zeroed.size() * sizeof(float));
                      std::memcpy(y.data(), x.data(), size_t(N) * 2 * C * sizeof(float));
                    }});
+    if (bf16_) {
+      // Per block the layers round 9 N C values (ln_1, attention out, ln_2, GELU out, d_fc,
+      // d_qkv, and the two row-parallel output gradients twice: B and W) and one weight
+      // conversion per step of each matrix (12 C^2 per block).
+      const size_t nc = size_t(N) * C;  // the buffers hold 4 N C (H = 4C)
+      out.push_back({"bf16 conversions (block)", L, 0, [=, this] {
+                       mt::to_bf16(x16.data(), y.data(), 4 * nc);
+                       mt::to_bf16(x16.data(), y.data(), 4 * nc);
+                       mt::to_bf16(x16.data(), y.data(), nc);
+                     }});
+      out.push_back({"bf16 weight copies (4 C^2)", 3 * L, 0, [=, this] {
+                       mt::to_bf16(w16.data(), w.data(), size_t(4) * C * C);
+                     }});
+    }
     out.push_back({"lm_head fwd", 1, 2.0 * Nd * C * V, [=, this] {
                      mt::matmul_forward(logits.data(), x.data(), w.data(), nullptr, N, C, V);
                    }});
@@ -282,6 +316,8 @@ struct KernelBench {
   }
 
   BenchConfig bc_;
+  bool bf16_ = false;
+  std::vector<mt::bf16> x16, dy16, w16;
   std::vector<float> x, y, dy, dx, qkv, dqkv, w, dw, bias, dbias, att, scratch, mean, rstd, losses,
       logits, p, g, m, v, wpe, dwpe, zeroed;
   std::vector<int> idx;
@@ -325,8 +361,8 @@ double bench_config(const BenchConfig& bc, int threads, double peak1, const Opti
       ph.optim * 1e3, tokens / ph.total, 100 * flops / ph.total * 1e-9 / peak, ph.best * 1e3,
       100 * flops / ph.best * 1e-9 / peak, peak);
   std::fflush(stdout);
-  if (!opt.kernels || precision != "fp32") return tokens / ph.total;
-  KernelBench kb(bc);
+  if (!opt.kernels) return tokens / ph.total;
+  KernelBench kb(bc, precision == "bf16");
   double sum = 0;
   std::vector<std::pair<KernelCall, double>> rows;
   for (KernelCall& k : kb.calls()) {
