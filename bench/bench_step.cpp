@@ -8,7 +8,13 @@
 // optimizer calls) with the model's shapes on separate buffers, timing each call, so the
 // step time can be attributed; "sum" next to the measured step shows what it covers.
 //
+// --precision fp32,bf16 runs each precision in turn, --rounds R times over (alternating, so a
+// change of load hits both alike), MFU of bf16 against the bf16 GEMM peak measured in the
+// same run, and ends with the bf16/fp32 tokens/s ratio per config and thread count (median
+// of the rounds). The kernel table is the fp32 kernels'.
+//
 //   bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] [--no-kernels] [--cpu]
+//              [--precision fp32,bf16] [--rounds 1]
 #include <omp.h>
 #include <time.h>
 
@@ -23,6 +29,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "core/error.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "kernels/adamw.h"
@@ -33,6 +40,7 @@
 #include "kernels/gemm_peak.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/reduce.h"
 #include "model/gpt.h"
 #include "train/session.h"
@@ -52,6 +60,8 @@ struct Options {
   int steps = 10;
   std::vector<int> threads = {1, 2};
   std::string configs = "ab";
+  std::vector<std::string> precisions = {"fp32"};
+  int rounds = 1;
 };
 
 using mt::bench::parse_list;
@@ -118,7 +128,8 @@ std::string write_bench_shard(const BenchConfig& bc) {
 // The trainer's own step (train_step) on a one-worker session: load the batch, forward +
 // backward, gradient norm, clipping, AdamW and its finite check. Phase times are the
 // step's own (wall clock); the total is on the bench clock.
-Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock, int threads) {
+Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock, int threads,
+                  const std::string& precision) {
   const std::string dir = write_bench_shard(bc);
   mt::TrainOptions o;
   o.model = model_config(bc);
@@ -128,6 +139,7 @@ Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock, int thre
   o.optim.lr = 1e-4;
   o.optim.threads = threads;
   o.optim.seed = 1234;
+  o.optim.precision = precision;
   std::vector<double> fb, grads, norm, optim, total;
   mt::run_local(1, mt::WorldOptions{}, [&](mt::CommWorld& w) {
     std::unique_ptr<mt::Session> s = mt::build_session(o, w, mt::RunInfo{});
@@ -157,7 +169,9 @@ struct KernelCall {
 // One block's kernel calls (as block.cpp issues them), plus the embedding, head and
 // optimizer, with their per-step multiplicity. Buffers are separate from the model's.
 struct KernelBench {
-  explicit KernelBench(const BenchConfig& bc) : bc_(bc) {
+  // bf16: the linear layers' GEMMs as --precision bf16 runs them (bf16 operands, and the
+  // conversions the layers add), the rest as in fp32.
+  KernelBench(const BenchConfig& bc, bool bf16) : bc_(bc), bf16_(bf16) {
     const int C = bc.dim, H = 4 * C, N = bc.batch * bc.seq, V = bc.vocab;
     const size_t big = size_t(N) * std::max(H, V);
     x = filled(big, 1.0f, 1), y = filled(big, 1.0f, 2), dy = filled(big, 0.1f, 3);
@@ -177,6 +191,9 @@ struct KernelBench {
             .table()
             .total();
     p = filled(P, 0.02f, 13), g = filled(P, 0.001f, 14), m.assign(P, 0.0f), v.assign(P, 0.0f);
+    x16.resize(big), dy16.resize(big), w16.resize(w.size());
+    mt::to_bf16(x16.data(), x.data(), big), mt::to_bf16(dy16.data(), dy.data(), big);
+    mt::to_bf16(w16.data(), w.data(), w.size());
     // The attention forward fills att with valid probabilities for the backward.
     mt::attention_forward(y.data(), att.data(), qkv.data(), bc.batch, bc.seq, C, bc.heads);
   }
@@ -188,6 +205,21 @@ struct KernelBench {
     auto mm = [&](const char* name, int in, int out, bool b) -> std::vector<KernelCall> {
       const double f = 2.0 * Nd * in * out;
       std::string n = name;
+      if (bf16_)
+        return {{n + " fwd bf16", L, f,
+                 [=, this] {
+                   mt::matmul_bf16_forward(y.data(), x16.data(), w16.data(),
+                                           b ? bias.data() : nullptr, N, in, out);
+                 }},
+                {n + " bwd_input bf16", L, f,
+                 [=, this] {
+                   mt::matmul_bf16_backward_input(dx.data(), dy16.data(), w16.data(), N, in, out,
+                                                  false);
+                 }},
+                {n + " bwd_weight bf16", L, f, [=, this] {
+                   mt::matmul_bf16_backward_weight(dw.data(), dbias.data(), dy16.data(),
+                                                   x16.data(), N, in, out);
+                 }}};
       return {
           {n + " fwd", L, f,
            [=, this] {
@@ -238,6 +270,20 @@ struct KernelBench {
                      std::memset(zeroed.data(), 0, zeroed.size() * sizeof(float));
                      std::memcpy(y.data(), x.data(), size_t(N) * 2 * C * sizeof(float));
                    }});
+    if (bf16_) {
+      // Per block the layers round 9 N C values (ln_1, attention out, ln_2, GELU out, d_fc,
+      // d_qkv, and the two row-parallel output gradients twice: B and W) and one weight
+      // conversion per step of each matrix (12 C^2 per block).
+      const size_t nc = size_t(N) * C;  // the buffers hold 4 N C (H = 4C)
+      out.push_back({"bf16 conversions (block)", L, 0, [=, this] {
+                       mt::to_bf16(x16.data(), y.data(), 4 * nc);
+                       mt::to_bf16(x16.data(), y.data(), 4 * nc);
+                       mt::to_bf16(x16.data(), y.data(), nc);
+                     }});
+      out.push_back({"bf16 weight copies (4 C^2)", 3 * L, 0, [=, this] {
+                       mt::to_bf16(w16.data(), w.data(), size_t(4) * C * C);
+                     }});
+    }
     out.push_back({"lm_head fwd", 1, 2.0 * Nd * C * V, [=, this] {
                      mt::matmul_forward(logits.data(), x.data(), w.data(), nullptr, N, C, V);
                    }});
@@ -270,6 +316,8 @@ struct KernelBench {
   }
 
   BenchConfig bc_;
+  bool bf16_ = false;
+  std::vector<mt::bf16> x16, dy16, w16;
   std::vector<float> x, y, dy, dx, qkv, dqkv, w, dw, bias, dbias, att, scratch, mean, rstd, losses,
       logits, p, g, m, v, wpe, dwpe, zeroed;
   std::vector<int> idx;
@@ -294,24 +342,27 @@ double cpu_time_peak(bool quick) {
   return best;
 }
 
-void bench_config(const BenchConfig& bc, int threads, double peak1, const Options& opt) {
+// Returns the tokens/s of the median step.
+double bench_config(const BenchConfig& bc, int threads, double peak1, const Options& opt,
+                    const std::string& precision) {
   mt::set_compute_threads(threads);
   const mt::ModelConfig cfg = model_config(bc);
   const double peak = peak1 * threads;  // the trainer's MFU denominator (GFLOP/s)
   const double tokens = double(bc.batch) * bc.seq;
   const Clock clock{opt.cpu, threads};
-  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock, threads);
+  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock, threads, precision);
   const double flops = cfg.flops_per_token() * tokens;
   std::printf(
-      "config %c (L=%d C=%d NH=%d T=%d B=%d V=%d), %d thread%s: step %.2f ms (fwd+bwd %.2f, "
+      "%s config %c (L=%d C=%d NH=%d T=%d B=%d V=%d), %d thread%s: step %.2f ms (fwd+bwd %.2f, "
       "grads %.2f, norm+clip %.2f, adamw %.2f) | %.0f tok/s | MFU %.1f%% | best step %.2f ms, "
       "MFU %.1f%% (peak %.1f GFLOP/s)\n",
-      bc.name, bc.layers, bc.dim, bc.heads, bc.seq, bc.batch, bc.vocab, threads,
+      precision.c_str(), bc.name, bc.layers, bc.dim, bc.heads, bc.seq, bc.batch, bc.vocab, threads,
       threads > 1 ? "s" : "", ph.total * 1e3, ph.fb * 1e3, ph.grads * 1e3, ph.norm * 1e3,
       ph.optim * 1e3, tokens / ph.total, 100 * flops / ph.total * 1e-9 / peak, ph.best * 1e3,
       100 * flops / ph.best * 1e-9 / peak, peak);
-  if (!opt.kernels) return;
-  KernelBench kb(bc);
+  std::fflush(stdout);
+  if (!opt.kernels) return tokens / ph.total;
+  KernelBench kb(bc, precision == "bf16");
   double sum = 0;
   std::vector<std::pair<KernelCall, double>> rows;
   for (KernelCall& k : kb.calls()) {
@@ -328,6 +379,7 @@ void bench_config(const BenchConfig& bc, int threads, double peak1, const Option
   }
   std::printf("  %-31s %8.3f ms (measured step %.3f ms)\n", "sum of kernels", sum * 1e3,
               ph.total * 1e3);
+  return tokens / ph.total;
 }
 
 }  // namespace
@@ -347,18 +399,66 @@ int main(int argc, char** argv) {
       opt.steps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--configs") && i + 1 < argc)
       opt.configs = argv[++i];
-    else {
+    else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
+      opt.rounds = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--precision") && i + 1 < argc) {
+      opt.precisions.clear();
+      for (std::string list = argv[++i]; !list.empty();) {
+        const size_t comma = list.find(',');
+        opt.precisions.push_back(list.substr(0, comma));
+        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+      }
+      for (const std::string& p : opt.precisions)
+        if (p != "fp32" && p != "bf16") {
+          std::fprintf(stderr, "bench_step: --precision takes fp32 and/or bf16 (got '%s')\n",
+                       p.c_str());
+          return 2;
+        }
+    } else {
       std::fprintf(stderr,
                    "usage: bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] "
-                   "[--no-kernels] [--cpu]\n");
+                   "[--no-kernels] [--cpu] [--precision fp32,bf16] [--rounds R]\n");
       return 2;
     }
   }
   const double peak1 =
       opt.cpu ? cpu_time_peak(opt.quick) : mt::measure_sgemm_peak_gflops(1, opt.quick ? 0.05 : 1.0);
   std::printf("sgemm peak, 1 thread: %.1f GFLOP/s (%s time)\n", peak1, opt.cpu ? "CPU" : "wall");
+  const bool bf16 =
+      std::find(opt.precisions.begin(), opt.precisions.end(), "bf16") != opt.precisions.end();
+  if (bf16 && !mt::bf16_matmul_supported()) {
+    std::fprintf(stderr, "bench_step: this CPU has no oneDNN bf16 matmul\n");
+    return 2;
+  }
+  // MFU of a bf16 run is against the bf16 GEMM peak (wall time; --cpu does not apply).
+  const double peak_bf16 = bf16 ? mt::measure_bf16_gemm_peak_gflops(1, opt.quick ? 0.05 : 1.0) : 0;
+  if (bf16)
+    std::printf("bf16 GEMM peak, 1 thread: %.1f GFLOP/s (oneDNN %s)\n", peak_bf16,
+                mt::matmul_bf16_isa().c_str());
+  std::fflush(stdout);
+  std::vector<std::string> summary;
   for (int threads : opt.threads)
-    for (const BenchConfig& bc : kConfigs)
-      if (opt.configs.find(bc.name) != std::string::npos) bench_config(bc, threads, peak1, opt);
+    for (const BenchConfig& bc : kConfigs) {
+      if (opt.configs.find(bc.name) == std::string::npos) continue;
+      std::vector<std::vector<double>> tps(opt.precisions.size());
+      for (int round = 0; round < opt.rounds; round++)
+        for (size_t p = 0; p < opt.precisions.size(); p++) {
+          const double peak = opt.precisions[p] == "bf16" ? peak_bf16 : peak1;
+          tps[p].push_back(bench_config(bc, threads, peak, opt, opt.precisions[p]));
+        }
+      std::string line = mt::str("config ", bc.name, ", ", threads, " thread(s), median of ",
+                                 opt.rounds, " round(s):");
+      for (size_t p = 0; p < opt.precisions.size(); p++)
+        line += mt::str(" ", opt.precisions[p], " ", int(median(tps[p])), " tok/s");
+      if (opt.precisions.size() == 2) {
+        // Per round too: the two runs of a round saw about the same load.
+        line += mt::str(" | ", opt.precisions[1], "/", opt.precisions[0], " ",
+                        median(tps[1]) / median(tps[0]), "x (rounds:");
+        for (int r = 0; r < opt.rounds; r++) line += mt::str(" ", tps[1][r] / tps[0][r]);
+        line += ")";
+      }
+      summary.push_back(line);
+    }
+  for (const std::string& l : summary) std::printf("%s\n", l.c_str());
   return 0;
 }

@@ -21,9 +21,15 @@ PyTorch is also run with LD_LIBRARY_PATH=DIR; the best of all settings is report
 Model FLOPs per token = 6 * (parameters without wpe) + 12 * layers * seq * dim
 (forward + backward; attention counted over the full T x T), as meshtrain's own `mfu`.
 
+--precision bf16 runs meshtrain with --precision bf16 (its `mfu` is then against the bf16
+GEMM peak); --torch-precision fp32,bf16 runs PyTorch in fp32 and under
+torch.autocast("cpu", dtype=torch.bfloat16) and reports meshtrain against each (the
+best setting of each precision).
+
 Usage: bench/bench_vs_pytorch.py [--meshtrain BIN] [--configs a,b] [--threads 1,2]
                                  [--steps 15] [--warmup-steps 3] [--repeats 2]
                                  [--torch-blas-dir DIR] [--write-docs FILE]
+                                 [--precision fp32|bf16] [--torch-precision fp32,bf16]
 """
 import argparse
 import json
@@ -172,6 +178,10 @@ def main():
     ap.add_argument("--repeats", type=int, default=2, help="runs of each program; best median kept")
     ap.add_argument("--write-docs", help="write the results table (markdown) into this file")
     ap.add_argument("--torch-blas-dir", help="directory with OpenBLAS's libblas.so.3 for PyTorch")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="meshtrain's --precision")
+    ap.add_argument("--torch-precision", default="fp32",
+                    help="PyTorch runs: fp32 and/or bf16 (autocast), comma-separated")
     a = ap.parse_args()
     if a.steps <= a.warmup_steps:
         ap.error("--steps must exceed --warmup-steps")
@@ -192,7 +202,8 @@ def main():
         for th in (int(t) for t in a.threads.split(",")):
             flags = train_flags(cfg, th, a.steps, data, init)
             mt_metrics, tm = os.path.join(d, "mt.jsonl"), os.path.join(d, "torch.jsonl")
-            mt_cmd = [a.meshtrain, "train"] + flags + ["--metrics", mt_metrics]
+            mt_cmd = [a.meshtrain, "train"] + flags + ["--metrics", mt_metrics,
+                                                        "--precision", a.precision]
             pt_cmd = [TORCH_PY, os.path.join(ROOT, "tests", "reference", "gpt_torch.py"),
                       "train"] + flags + ["--metrics", tm]  # a later --threads wins
             # Repeats alternate the two programs and keep each one's best median, so a
@@ -204,8 +215,12 @@ def main():
                     t_mt, mt = median_step(recs, a.warmup_steps), recs
                 print(f"  {name}/{th}t meshtrain (run {rep + 1}): "
                       f"{median_step(recs, a.warmup_steps) * 1e3:.1f} ms/step", flush=True)
-                for label, env, pt_threads in torch_settings(a.torch_blas_dir, th):
-                    recs = run_metrics(pt_cmd + ["--threads", str(pt_threads)], env, tm)
+                for tprec, (label, env, pt_threads) in (
+                        (tp, s) for tp in a.torch_precision.split(",")
+                        for s in torch_settings(a.torch_blas_dir, th)):
+                    label = f"{tprec}: {label}"
+                    recs = run_metrics(pt_cmd + ["--threads", str(pt_threads), "--precision", tprec],
+                                       env, tm)
                     t = median_step(recs, a.warmup_steps)
                     torch_runs[label] = min(torch_runs.get(label, float("inf")), t)
                     losses[label] = recs[-1]["loss"]
@@ -214,6 +229,12 @@ def main():
             mt_mfu = statistics.median(r.get("mfu", 0.0) for r in mt[a.warmup_steps:])
             best = min(torch_runs, key=torch_runs.get)
             t_pt = torch_runs[best]
+            # The best setting of each PyTorch precision, and meshtrain's speed-up over it.
+            by_precision = {}
+            for tprec in a.torch_precision.split(","):
+                runs = {k: v for k, v in torch_runs.items() if k.startswith(tprec + ":")}
+                k = min(runs, key=runs.get)
+                by_precision[tprec] = dict(setting=k, ms=runs[k] * 1e3, ratio=runs[k] / t_mt)
             probe_peak = sgemm_peak(probe, th, cfg)
             mt_peak = meshtrain_peak(a.meshtrain, th)
             # A peak is what the hardware can sustain: load from elsewhere only ever lowers
@@ -226,7 +247,8 @@ def main():
                        ratio=t_pt / t_mt, pt_setting=best,
                        pt_all={k: round(v * 1e3, 1) for k, v in torch_runs.items()},
                        peak=peak, probe_peak=probe_peak, mt_peak=mt_peak, mfu=mfu,
-                       mt_mfu=mt_mfu, loss_mt=mt[-1]["loss"], loss_pt=losses[best])
+                       mt_mfu=mt_mfu, loss_mt=mt[-1]["loss"], loss_pt=losses[best],
+                       mt_precision=a.precision, torch_by_precision=by_precision)
             rows.append(row)
             print(json.dumps(row), flush=True)
     table = render(rows, a)
@@ -247,6 +269,14 @@ def render(rows, a):
             f"| {r['config']}: {r['shape']} | {r['threads']} | {r['mt_ms']:.1f} | {r['mt_tps']:.0f} | "
             f"{r['pt_ms']:.1f} | {r['pt_tps']:.0f} | **{r['ratio']:.2f}x** | {mp} / "
             f"{r['probe_peak']:.1f} | {100 * r['mfu']:.1f}% | {100 * r['mt_mfu']:.1f}% |")
+    lines.append("")
+    lines.append(f"meshtrain ran with --precision {rows[0]['mt_precision'] if rows else '?'}; "
+                 "against each PyTorch precision's best setting:")
+    lines.append("")
+    for r in rows:
+        lines.append(f"- {r['config']}/{r['threads']} thread(s): " + "; ".join(
+            f"PyTorch {p} {v['ms']:.1f} ms/step -> meshtrain {v['ratio']:.2f}x"
+            for p, v in r["torch_by_precision"].items()))
     lines.append("")
     lines.append("PyTorch settings tried (median ms/step; the best is in the table):")
     lines.append("")

@@ -119,6 +119,10 @@ void define_optim_flags(FlagSet& f, OptimOptions& t) {
         "attention core's softmax probabilities in backward: no (b, heads, seq, seq) per "
         "layer per microbatch) or full (keep each block's input only and re-run the block's "
         "forward in its backward; not with --experts); exact, same losses and weights");
+  f.add("train", "precision", &t.precision,
+        "fp32, or bf16: the linear layers multiply bf16 weights and inputs with fp32 "
+        "accumulation (oneDNN; AVX512-BF16 or AMX), master weights, optimizer, gradients, "
+        "LayerNorm, attention and loss stay fp32 (docs/precision.md)");
 }
 
 void define_io_flags(FlagSet& f, IoOptions& io) {
@@ -127,6 +131,8 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("data", "val-data", &io.val_data, "validation token shard");
   f.add("io", "init-from", &io.init_from, "initial weights (safetensors, nanoGPT names)");
   f.add("io", "export", &io.export_path, "write final weights to this safetensors file");
+  f.add("io", "export-dtype", &io.export_dtype,
+        "fp32 or bf16: dtype of the --export file (bf16 halves it; checkpoints stay fp32)");
   f.add("io", "save", &io.save, "checkpoint directory to write (resumable state)");
   f.add("io", "save-every", &io.save_every, "also save every N steps (0 = only at the end)");
   f.add("io", "load", &io.load, "checkpoint directory to resume from");

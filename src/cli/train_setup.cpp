@@ -12,6 +12,7 @@
 #include "core/launcher.h"
 #include "core/timer.h"
 #include "kernels/gemm_peak.h"
+#include "kernels/matmul_bf16.h"
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
@@ -99,8 +100,12 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
   info.t0 = now_seconds();
   // The denominator of MFU: the user's figure, else what one core can do, measured now
   // (the best of many short sgemms, kernels/gemm_peak.h).
-  info.peak_gflops_per_thread =
-      o.optim.peak_gflops > 0 ? o.optim.peak_gflops : measure_sgemm_peak_gflops(1, 0.3);
+  // Under --precision bf16 the peak is the bf16 GEMM's, which the model's GEMMs run at.
+  const bool bf16 = o.optim.precision == "bf16";
+  info.peak_gflops_per_thread = o.optim.peak_gflops > 0 ? o.optim.peak_gflops
+                                : bf16                  ? measure_bf16_gemm_peak_gflops(1, 0.3)
+                                                        : measure_sgemm_peak_gflops(1, 0.3);
+  if (bf16) info.gemm_isa = matmul_bf16_isa();
   WorldOptions wo;
   wo.timeout_s = o.engine.timeout_s;
   const char* check = std::getenv("MESHTRAIN_CHECK_COLLECTIVES");

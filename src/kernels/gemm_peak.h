@@ -13,4 +13,9 @@ namespace mt {
 // setting on return.
 double measure_sgemm_peak_gflops(int threads, double seconds_budget);
 
+// The same for the bf16 GEMM the linear layers use under --precision bf16
+// (matmul_bf16_forward: bf16 inputs, fp32 accumulation and output), the MFU denominator of
+// a bf16 run. Needs bf16_matmul_supported().
+double measure_bf16_gemm_peak_gflops(int threads, double seconds_budget);
+
 }  // namespace mt

@@ -24,6 +24,8 @@ class SlotLayout {
     total_ += (count + 15) / 16 * 16;
     return off;
   }
+  // Reserves `count` bf16 values (half as many floats); offset in floats, aligned the same.
+  size_t reserve_bf16(size_t count) { return reserve((count + 1) / 2); }
   size_t total() const { return total_; }
 
  private:

@@ -1,10 +1,12 @@
 #include "model/block.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "kernels/attention.h"
+#include "kernels/bf16.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/reduce.h"
@@ -21,12 +23,13 @@ ShardSpec rows_of(int64_t start, int64_t len) {
 
 Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
              ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep,
-             Recompute recompute)
+             Recompute recompute, const uint64_t* bf16_version)
     : C_(cfg.dim),
       max_b_(max_b),
       tp_(tp),
       sp_(tp.splits_sequence()),
-      recompute_attention_(recompute == Recompute::selective) {
+      recompute_attention_(recompute == Recompute::selective),
+      bf16_(bf16_version != nullptr) {
   // The user-facing rules (--tp divides --heads, MoE needs --tp 1) are checked with the
   // options before any rank starts; here they are invariants.
   MT_CHECK(cfg.heads % tp.size == 0, "tp ", tp.size, " does not divide heads ", cfg.heads);
@@ -78,26 +81,58 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
   fc_ = tp::ColumnParallelLinear(tp, C_, Hl_);
   mlp_proj_ = tp::RowParallelLinear(tp, Hl_, C_);
 
+  if (bf16_) {
+    qkv_.enable_bf16(bf16_version);
+    attn_proj_.enable_bf16(bf16_version);
+    if (!moe) {  // the experts stay fp32 (docs/precision.md)
+      fc_.enable_bf16(bf16_version);
+      mlp_proj_.enable_bf16(bf16_version);
+    }
+  }
+
+  // Buffers only a GEMM reads are bf16 under --precision bf16 (block.h).
+  auto gemm_only = [&](size_t count) {
+    return bf16_ ? layout.reserve_bf16(count) : layout.reserve(count);
+  };
   const size_t N = size_t(max_b) * T_, Nl = sp_ ? N / tp.size : N;
-  off_.ln1_out = layout.reserve(Nl * C_);
+  off_.ln1_out = gemm_only(Nl * C_);
   off_.ln1_mean = layout.reserve(Nl);
   off_.ln1_rstd = layout.reserve(Nl);
   off_.qkv = layout.reserve(N * 3 * Cl_);
   if (!recompute_attention_) off_.att = layout.reserve(size_t(max_b) * NHl_ * T_ * T_);
-  off_.att_out = layout.reserve(N * Cl_);
+  off_.att_out = gemm_only(N * Cl_);
   off_.x_mid = layout.reserve(Nl * C_);
-  off_.ln2_out = layout.reserve(Nl * C_);
+  off_.ln2_out = moe ? layout.reserve(Nl * C_) : gemm_only(Nl * C_);  // the experts read fp32
   off_.ln2_mean = layout.reserve(Nl);
   off_.ln2_rstd = layout.reserve(Nl);
   const size_t nh = moe ? 0 : N * Hl_;  // the experts keep their own buffers
   off_.fc_pre = layout.reserve(nh);
-  off_.fc_out = layout.reserve(nh);
-  off_.d_fc = layout.reserve(nh);
+  off_.fc_out = gemm_only(nh);
+  off_.d_fc = gemm_only(nh);
   off_.d_ln2 = layout.reserve(Nl * C_);
   off_.dx_mid = layout.reserve(Nl * C_);
   off_.d_att_out = layout.reserve(N * Cl_);
-  off_.d_qkv = layout.reserve(N * 3 * Cl_);
+  off_.d_qkv = gemm_only(N * 3 * Cl_);
   off_.d_ln1 = layout.reserve(Nl * C_);
+}
+
+size_t Block::bf16_stage_floats() const {
+  // fp32 results before rounding: LayerNorm outputs (Nl, C), the attention output (N, Cl),
+  // the GELU output and its gradient (N, Hl), the attention's input gradient (N, 3Cl).
+  if (!bf16_) return 0;
+  const size_t N = size_t(max_b_) * T_;
+  return N * std::max({size_t(C_), size_t(3 * Cl_), size_t(Hl_)});
+}
+
+size_t Block::bf16_gather_values() const {
+  // Gathered inputs of the column-parallel linears (N, C) and the row-parallel linears'
+  // rounded output gradients (N, C).
+  return bf16_ ? size_t(max_b_) * T_ * C_ : 0;
+}
+
+size_t Block::bf16_weight_bytes() const {
+  return qkv_.bf16_weight_bytes() + attn_proj_.bf16_weight_bytes() + fc_.bf16_weight_bytes() +
+         mlp_proj_.bf16_weight_bytes();
 }
 
 void Block::bind(float* params, float* grads) {
@@ -139,6 +174,7 @@ int Block::rows(int b, int T) const {
 // ---- forward / backward ------------------------------------------------------------------
 
 void Block::forward(float* s, const float* x_in, float* x_out, int b, int T) {
+  if (bf16_) return forward_bf16(s, x_in, x_out, b, T);
   const int N = b * T, Nl = rows(b, T);
   const size_t nc = size_t(Nl) * C_;  // one residual-stream buffer on this rank
   float* ln1_out = s + off_.ln1_out;
@@ -170,6 +206,7 @@ void Block::forward(float* s, const float* x_in, float* x_out, int b, int T) {
 
 void Block::backward_input(float* s, const float* x_in, const float* dx_out, float* dx_in,
                            float* scratch, int b, int T) {
+  if (bf16_) return backward_input_bf16(s, x_in, dx_out, dx_in, scratch, b, T);
   const int N = b * T, Nl = rows(b, T);
   const size_t nc = size_t(Nl) * C_;
   float* d_fc = s + off_.d_fc;
@@ -209,6 +246,7 @@ void Block::backward_input(float* s, const float* x_in, const float* dx_out, flo
 }
 
 void Block::backward_weight(float* s, const float* x_in, const float* dx_out, int b, int T) {
+  if (bf16_) return backward_weight_bf16(s, x_in, dx_out, b, T);
   const int N = b * T, Nl = rows(b, T);
   // Under sequence parallelism the linears gather again what the slot keeps only locally. The
   // row-parallel biases see the whole gradient: identical on every rank.
@@ -222,6 +260,94 @@ void Block::backward_weight(float* s, const float* x_in, const float* dx_out, in
                             s + off_.ln2_rstd, Nl, C_);
   attn_proj_.backward_weight(s + off_.dx_mid, s + off_.att_out, N, scratch_);
   qkv_.backward_weight(s + off_.d_qkv, s + off_.ln1_out, N, scratch_);
+  layernorm_backward_weight(ln1_.dw, ln1_.db, s + off_.d_ln1, x_in, s + off_.ln1_mean,
+                            s + off_.ln1_rstd, Nl, C_);
+}
+
+// ---- --precision bf16 ------------------------------------------------------------------
+// The same steps as above; each fp32 result that only a GEMM reads goes through stage_ and
+// is rounded into its bf16 slot buffer once, where B and W both find it.
+
+void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T) {
+  const int N = b * T, Nl = rows(b, T);
+  const size_t nc = size_t(Nl) * C_;
+  float* qkv = s + off_.qkv;
+  float* x_mid = s + off_.x_mid;
+  float* att = recompute_attention_ ? probs_scratch_ : s + off_.att;
+
+  layernorm_forward(stage_, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
+  to_bf16(h16(s, off_.ln1_out), stage_, nc);
+  qkv_.forward_bf16(qkv, h16(s, off_.ln1_out), N, g16_);
+  attention_forward(stage_, att, qkv, b, T, Cl_, NHl_);
+  to_bf16(h16(s, off_.att_out), stage_, size_t(N) * Cl_);
+  attn_proj_.forward_bf16(x_mid, h16(s, off_.att_out), N, scratch_);
+  add_inplace(x_mid, x_in, nc);
+
+  if (moe_) {  // the experts run in fp32 from an fp32 ln2_out
+    float* ln2_out = s + off_.ln2_out;
+    layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
+    moe_->forward(s, ln2_out, x_out, N);
+    add_inplace(x_out, x_mid, nc);
+    return;
+  }
+  layernorm_forward(stage_, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
+  to_bf16(h16(s, off_.ln2_out), stage_, nc);
+  float* fc_pre = s + off_.fc_pre;
+  fc_.forward_bf16(fc_pre, h16(s, off_.ln2_out), N, g16_, /*with_bias=*/false);
+  bias_gelu_forward(stage_, fc_pre, fc_.bias(), N, Hl_);
+  to_bf16(h16(s, off_.fc_out), stage_, size_t(N) * Hl_);
+  mlp_proj_.forward_bf16(x_out, h16(s, off_.fc_out), N, scratch_);
+  add_inplace(x_out, x_mid, nc);
+}
+
+void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out, float* dx_in,
+                                float* scratch, int b, int T) {
+  const int N = b * T, Nl = rows(b, T);
+  const size_t nc = size_t(Nl) * C_;
+  float* d_ln2 = s + off_.d_ln2;
+  float* dx_mid = s + off_.dx_mid;
+  float* d_att_out = s + off_.d_att_out;
+  float* d_ln1 = s + off_.d_ln1;
+
+  if (moe_) {
+    moe_->backward_input(s, s + off_.ln2_out, dx_out, d_ln2, N);
+  } else {
+    mlp_proj_.backward_input_bf16(stage_, dx_out, N, scratch_, g16_);
+    gelu_backward(stage_, s + off_.fc_pre, stage_, size_t(N) * Hl_);
+    to_bf16(h16(s, off_.d_fc), stage_, size_t(N) * Hl_);
+    fc_.backward_input_bf16(d_ln2, h16(s, off_.d_fc), N, scratch_);
+  }
+  std::memcpy(dx_mid, dx_out, nc * sizeof(float));
+  layernorm_backward_input(dx_mid, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
+                           s + off_.ln2_rstd, Nl, C_);
+
+  float* att = s + off_.att;
+  if (recompute_attention_) {
+    att = probs_scratch_;
+    attention_forward(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
+  }
+  attn_proj_.backward_input_bf16(d_att_out, dx_mid, N, scratch_, g16_);
+  std::memset(stage_, 0, size_t(N) * 3 * Cl_ * sizeof(float));
+  attention_backward(stage_, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
+  to_bf16(h16(s, off_.d_qkv), stage_, size_t(N) * 3 * Cl_);
+  qkv_.backward_input_bf16(d_ln1, h16(s, off_.d_qkv), N, scratch_);
+  std::memcpy(dx_in, dx_mid, nc * sizeof(float));
+  layernorm_backward_input(dx_in, d_ln1, x_in, ln1_.w, s + off_.ln1_mean, s + off_.ln1_rstd, Nl,
+                           C_);
+}
+
+void Block::backward_weight_bf16(float* s, const float* x_in, const float* dx_out, int b, int T) {
+  const int N = b * T, Nl = rows(b, T);
+  if (moe_) {
+    moe_->backward_weight(s, s + off_.ln2_out, N);
+  } else {
+    mlp_proj_.backward_weight_bf16(dx_out, h16(s, off_.fc_out), N, scratch_, g16_);
+    fc_.backward_weight_bf16(h16(s, off_.d_fc), h16(s, off_.ln2_out), N, g16_);
+  }
+  layernorm_backward_weight(ln2_.dw, ln2_.db, s + off_.d_ln2, s + off_.x_mid, s + off_.ln2_mean,
+                            s + off_.ln2_rstd, Nl, C_);
+  attn_proj_.backward_weight_bf16(s + off_.dx_mid, h16(s, off_.att_out), N, scratch_, g16_);
+  qkv_.backward_weight_bf16(h16(s, off_.d_qkv), h16(s, off_.ln1_out), N, g16_);
   layernorm_backward_weight(ln1_.dw, ln1_.db, s + off_.d_ln1, x_in, s + off_.ln1_mean,
                             s + off_.ln1_rstd, Nl, C_);
 }

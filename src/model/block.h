@@ -25,6 +25,14 @@
 // (the same kernel on the same input: bitwise the same). W never reads them. Full
 // recomputation is the chunk's business (model_chunk.h): the block is unchanged, its
 // "slot" is then scratch.
+//
+// --precision bf16 (bf16_version non-null; docs/precision.md): the four linears multiply
+// bf16 copies of their weights (refreshed when *bf16_version moves). What the slot keeps
+// only for a GEMM is kept in bf16 instead of fp32: ln1_out, att_out, ln2_out and fc_out
+// (the W pass's inputs) and d_qkv, d_fc (the B and W passes' output gradients). The
+// residual stream, LayerNorm statistics, qkv and the probabilities (attention runs in
+// fp32), fc_pre (GELU's input) and the gradients the LayerNorms read stay fp32. An MoE
+// block keeps ln2_out in fp32: the experts run in fp32.
 #pragma once
 
 #include <memory>
@@ -55,9 +63,16 @@ class Block {
   // recompute: only Recompute::selective changes the block (full is handled by the chunk).
   Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
         ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep = {},
-        Recompute recompute = Recompute::none);
+        Recompute recompute = Recompute::none, const uint64_t* bf16_version = nullptr);
 
   void bind(float* params, float* grads);
+  // --precision bf16: stage (bf16_stage_floats() fp32) receives fp32 results before they are
+  // rounded into the slot; g16 (bf16_gather_values() bf16) holds gathered or rounded GEMM
+  // operands during one call. Both shared by every block (and the head) of a chunk.
+  void set_bf16_scratch(float* stage, bf16* g16) { stage_ = stage, g16_ = g16; }
+  size_t bf16_stage_floats() const;
+  size_t bf16_gather_values() const;
+  size_t bf16_weight_bytes() const;
   // (max_b*T, C) floats the block may use during any of its calls (sequence parallelism:
   // gathered inputs and partial outputs); shared by every block of a chunk.
   void set_scratch(float* scratch) { scratch_ = scratch; }
@@ -91,11 +106,19 @@ class Block {
     const ParamInfo *w = nullptr, *b = nullptr;
   };
   int rows(int b, int T) const;  // token rows of the residual stream on this rank
+  void forward_bf16(float* slot, const float* x_in, float* x_out, int b, int T);
+  void backward_input_bf16(float* slot, const float* x_in, const float* dx_out, float* dx_in,
+                           float* scratch, int b, int T);
+  void backward_weight_bf16(float* slot, const float* x_in, const float* dx_out, int b, int T);
+  static bf16* h16(float* slot, size_t off) { return reinterpret_cast<bf16*>(slot + off); }
 
   int C_, max_b_, Cl_, Hl_, NHl_, T_;  // model dim, local attention width/hidden/heads
   TensorParallelShard tp_;
   bool sp_ = false;
   bool recompute_attention_ = false;  // Recompute::selective
+  bool bf16_ = false;                 // --precision bf16
+  float* stage_ = nullptr;
+  bf16* g16_ = nullptr;
   float* scratch_ = nullptr;
   float* probs_scratch_ = nullptr;
   Norm ln1_{}, ln2_{};
@@ -104,7 +127,8 @@ class Block {
   tp::RowParallelLinear attn_proj_, mlp_proj_;
   std::unique_ptr<MoeLayer> moe_;
   // Offsets of this block's buffers within a slot. N = b*T rows; Nl = N, or N/t under
-  // sequence parallelism.
+  // sequence parallelism. Under bf16, ln1_out, att_out, fc_out, d_fc, d_qkv (and ln2_out
+  // in a dense block) hold bf16 values, the same counts in half the floats.
   struct {
     size_t ln1_out, ln1_mean, ln1_rstd;  // (Nl,C) (Nl) (Nl)
     size_t qkv, att, att_out;            // (N,3Cl) (b,NHl,T,T) (N,Cl); att: none/full only

@@ -6,11 +6,13 @@ namespace mt {
 
 GPT::GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks,
          const TensorParallelShard& tp, int max_b, const ExpertParallelShard& ep,
-         Recompute recompute)
-    : cfg_(cfg) {
+         Recompute recompute, Precision precision)
+    : cfg_(cfg), precision_(precision) {
   cfg.validate();
+  const uint64_t* bf16_version = precision == Precision::bf16 ? weights_version_.get() : nullptr;
   for (const ChunkSpec& spec : chunks)
-    chunks_.push_back(std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_, ep, recompute));
+    chunks_.push_back(
+        std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_, ep, recompute, bf16_version));
   params_.resize(table_.total());
   grads_.resize(table_.total());
   for (auto& c : chunks_) c->bind(params_.data(), grads_.data());
@@ -55,6 +57,12 @@ double GPT::eval_microbatch(const int* tokens, const int* targets, int b, int T)
   double loss = c.forward(slot, tokens, targets, b, T, 0.f);
   c.pool().release(slot);
   return loss;
+}
+
+size_t GPT::bf16_weight_bytes() const {
+  size_t total = 0;
+  for (const auto& c : chunks_) total += c->bf16_weight_bytes();
+  return total;
 }
 
 size_t GPT::activation_peak_bytes() const {

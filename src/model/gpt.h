@@ -9,6 +9,7 @@
 #include "core/arena.h"
 #include "model/model_chunk.h"
 #include "model/param_table.h"
+#include "model/precision.h"
 
 namespace mt {
 
@@ -16,7 +17,8 @@ class GPT {
  public:
   // max_b: the largest microbatch (in sequences) a forward will see.
   GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks, const TensorParallelShard& tp,
-      int max_b, const ExpertParallelShard& ep = {}, Recompute recompute = Recompute::none);
+      int max_b, const ExpertParallelShard& ep = {}, Recompute recompute = Recompute::none,
+      Precision precision = Precision::fp32);
   // The whole model in one chunk (one worker, or pure data parallelism).
   static std::vector<ChunkSpec> whole_model(const ModelConfig& cfg);
 
@@ -44,11 +46,21 @@ class GPT {
   double train_microbatch(const int* tokens, const int* targets, int b, int T, float dloss);
   double eval_microbatch(const int* tokens, const int* targets, int b, int T);
 
+  // --precision bf16: the linears' bf16 weight copies are converted again at their next use.
+  // Call after the weights may have changed (an optimizer step, a load) and before running
+  // the model; train_step, evaluate and the tests that drive the model directly do.
+  void weights_changed() { ++*weights_version_; }
+  Precision precision() const { return precision_; }
+  size_t bf16_weight_bytes() const;
+
   // Peak bytes of activation slots over all chunks.
   size_t activation_peak_bytes() const;
 
  private:
   ModelConfig cfg_;
+  Precision precision_;
+  // Heap-held so the layers' pointer to it survives a move of the GPT.
+  std::unique_ptr<uint64_t> weights_version_ = std::make_unique<uint64_t>(0);
   ParamTable table_;
   std::vector<std::unique_ptr<ModelChunk>> chunks_;
   Arena params_, grads_;

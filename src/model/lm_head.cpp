@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/bf16.h"
 #include "kernels/layernorm.h"
 #include "model/embedding_layer.h"
 #include "parallel/tensor_parallel/vocab_parallel_cross_entropy.h"
@@ -9,8 +10,10 @@
 namespace mt {
 
 LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b, ParamTable& table,
-               SlotLayout& layout)
+               SlotLayout& layout, const uint64_t* bf16_version)
     : C_(cfg.dim),
+      max_n_(max_b * cfg.seq),
+      bf16_(bf16_version != nullptr),
       tp_(tp),
       sp_(tp.size > 1 && tp.sequence_parallel),
       shard_(tp::vocab_shard(cfg.vocab, tp.size, tp.rank)),
@@ -22,11 +25,16 @@ LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
   w.tp_partial_grad = bias.tp_partial_grad = sp_;
   lnf_w_info_ = &w;
   lnf_b_info_ = &bias;
+  if (bf16_) head_.enable_bf16(bf16_version);
+  // ln_f's output is read only by the head's GEMMs: bf16 under --precision bf16.
+  auto gemm_only = [&](size_t count) {
+    return bf16_ ? layout.reserve_bf16(count) : layout.reserve(count);
+  };
   const size_t N = size_t(max_b) * cfg.seq, Nl = sp_ ? N / tp.size : N;
-  off_.lnf_out = layout.reserve(Nl * C_);
+  off_.lnf_out = gemm_only(Nl * C_);
   off_.mean = layout.reserve(Nl);
   off_.rstd = layout.reserve(Nl);
-  off_.lnf_full = sp_ ? layout.reserve(N * C_) : off_.lnf_out;
+  off_.lnf_full = sp_ ? gemm_only(N * C_) : off_.lnf_out;
   off_.logits = layout.reserve(N * size_t(shard_.rows));
   off_.losses = layout.reserve(N);
   off_.ce_stats = layout.reserve(3 * N);
@@ -41,13 +49,27 @@ void LMHead::bind(float* params, float* grads) {
   head_.bind(params + wte_info_->offset, nullptr, grads + wte_info_->offset, nullptr);
 }
 
+size_t LMHead::bf16_stage_floats() const {
+  return bf16_ ? size_t(max_n_) * C_ : 0;  // ln_f's fp32 output before rounding
+}
+
+size_t LMHead::bf16_gather_values() const {
+  return bf16_ ? size_t(max_n_) * shard_.rows : 0;  // dlogits rounded for B and W
+}
+
 double LMHead::forward(float* s, const float* x_in, const int* targets, int b, int T, float dloss) {
   const int N = b * T, Nl = rows(b, T);
   float* logits = s + off_.logits;
   float* losses = s + off_.losses;
-  layernorm_forward(s + off_.lnf_out, s + off_.mean, s + off_.rstd, x_in, lnf_w_, lnf_b_, Nl, C_);
-  // (N, Vl) = lnf @ wte_shard^T; under sequence parallelism lnf is gathered into lnf_full.
-  head_.forward(logits, s + off_.lnf_out, N, s + off_.lnf_full);
+  if (bf16_) {
+    layernorm_forward(stage_, s + off_.mean, s + off_.rstd, x_in, lnf_w_, lnf_b_, Nl, C_);
+    to_bf16(h16(s, off_.lnf_out), stage_, size_t(Nl) * C_);
+    head_.forward_bf16(logits, h16(s, off_.lnf_out), N, h16(s, off_.lnf_full));
+  } else {
+    layernorm_forward(s + off_.lnf_out, s + off_.mean, s + off_.rstd, x_in, lnf_w_, lnf_b_, Nl, C_);
+    // (N, Vl) = lnf @ wte_shard^T; under sequence parallelism lnf is gathered into lnf_full.
+    head_.forward(logits, s + off_.lnf_out, N, s + off_.lnf_full);
+  }
   if (!targets) return 0.0;
   tp::vocab_parallel_crossentropy(losses, logits, targets, dloss, N, shard_, tp_.comm,
                                   s + off_.ce_stats);
@@ -60,14 +82,24 @@ double LMHead::forward(float* s, const float* x_in, const int* targets, int b, i
 void LMHead::backward_input(float* s, const float* x_in, float* dx_in, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
   float* d_lnf = s + off_.d_lnf;
-  head_.backward_input(d_lnf, s + off_.logits, N, scratch_);
+  if (bf16_) {
+    to_bf16(g16_, s + off_.logits, size_t(N) * shard_.rows);
+    head_.backward_input_bf16(d_lnf, g16_, N, scratch_);
+  } else {
+    head_.backward_input(d_lnf, s + off_.logits, N, scratch_);
+  }
   std::memset(dx_in, 0, size_t(Nl) * C_ * sizeof(float));
   layernorm_backward_input(dx_in, d_lnf, x_in, lnf_w_, s + off_.mean, s + off_.rstd, Nl, C_);
 }
 
 void LMHead::backward_weight(float* s, const float* x_in, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
-  head_.backward_weight_gathered(s + off_.logits, s + off_.lnf_full, N);
+  if (bf16_) {
+    to_bf16(g16_, s + off_.logits, size_t(N) * shard_.rows);
+    head_.backward_weight_gathered_bf16(g16_, h16(s, off_.lnf_full), N);
+  } else {
+    head_.backward_weight_gathered(s + off_.logits, s + off_.lnf_full, N);
+  }
   layernorm_backward_weight(dlnf_w_, dlnf_b_, s + off_.d_lnf, x_in, s + off_.mean, s + off_.rstd,
                             Nl, C_);
 }

@@ -8,6 +8,10 @@
 // (vocab_parallel_cross_entropy.h): the full logits exist on no rank. Under sequence
 // parallelism ln_f runs on this rank's rows only and its output is gathered into the slot
 // and kept for the W pass.
+//
+// --precision bf16 (bf16_version non-null): the head multiplies a bf16 copy of its wte rows;
+// ln_f's output is kept (and gathered) in bf16; the logits, the loss and dlogits stay fp32,
+// and dlogits is rounded to bf16 in the chunk's gather scratch by B and again by W.
 #pragma once
 
 #include "model/activation_pool.h"
@@ -24,8 +28,14 @@ class LMHead {
   // Registers transformer.ln_f.*; uses transformer.wte.weight (registers it when the
   // embedding lives on another stage: both stages then hold a copy).
   LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b, ParamTable& table,
-         SlotLayout& layout);
+         SlotLayout& layout, const uint64_t* bf16_version = nullptr);
   void bind(float* params, float* grads);
+  // --precision bf16: the chunk's shared fp32 stage and bf16 gather scratch (block.h), and
+  // the sizes the head needs of them.
+  void set_bf16_scratch(float* stage, bf16* g16) { stage_ = stage, g16_ = g16; }
+  size_t bf16_stage_floats() const;
+  size_t bf16_gather_values() const;
+  size_t bf16_weight_bytes() const { return head_.bf16_weight_bytes(); }
   // (b*T, C) floats the head may use between calls (sequence parallelism).
   void set_scratch(float* scratch) { scratch_ = scratch; }
 
@@ -44,7 +54,12 @@ class LMHead {
  private:
   int rows(int b, int T) const { return b * T / (sp_ ? tp_.size : 1); }
 
-  int C_;
+  bf16* h16(float* slot, size_t off) const { return reinterpret_cast<bf16*>(slot + off); }
+
+  int C_, max_n_;
+  bool bf16_;
+  float* stage_ = nullptr;
+  bf16* g16_ = nullptr;
   TensorParallelShard tp_;
   bool sp_;
   tp::VocabShard shard_;
@@ -54,7 +69,8 @@ class LMHead {
   const float *lnf_w_ = nullptr, *lnf_b_ = nullptr;
   float *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
   struct {
-    // (Nl,C) (Nl) (Nl) (N,C) (N,Vl) (N) (3N) (Nl,C); Nl = N, or N/t under sequence parallelism
+    // (Nl,C) (Nl) (Nl) (N,C) (N,Vl) (N) (3N) (Nl,C); Nl = N, or N/t under sequence parallelism.
+    // lnf_out and lnf_full hold bf16 under --precision bf16.
     size_t lnf_out, mean, rstd, lnf_full, logits, losses, ce_stats, d_lnf;
   } off_{};
 };

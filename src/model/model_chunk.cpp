@@ -19,7 +19,7 @@ std::pair<size_t, size_t> range_since(const ParamTable& table, size_t first) {
 
 ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
                        int max_b, ParamTable& table, const ExpertParallelShard& ep,
-                       Recompute recompute)
+                       Recompute recompute, const uint64_t* bf16_version)
     : cfg_(cfg), spec_(spec), full_(recompute == Recompute::full) {
   // Re-running a mixture-of-experts forward would route, count and exchange tokens a
   // second time; validate_options refuses --recompute full with --experts.
@@ -31,7 +31,7 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
   // contiguous in the arena: ZeRO shards and gathers each unit as one range.
   size_t first = table.entries().size();
   if (spec.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg, tp, table);
-  if (spec.has_head) head_ = std::make_unique<LMHead>(cfg, tp, max_b, table, layout);
+  if (spec.has_head) head_ = std::make_unique<LMHead>(cfg, tp, max_b, table, layout, bf16_version);
   unit_range_.push_back(range_since(table, first));
   size_t block_floats = 0;
   for (int l = spec.first_layer; l < spec.last_layer; ++l) {
@@ -39,10 +39,12 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
     if (full_) {
       // Each block's buffers from offset 0 of the block scratch.
       SlotLayout block_layout;
-      blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, block_layout, ep));
+      blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, block_layout, ep,
+                                                Recompute::none, bf16_version));
       block_floats = std::max(block_floats, block_layout.total());
     } else {
-      blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, layout, ep, recompute));
+      blocks_.push_back(
+          std::make_unique<Block>(l, cfg, tp, max_b, table, layout, ep, recompute, bf16_version));
     }
     unit_range_.push_back(range_since(table, first));
   }
@@ -77,6 +79,25 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
     for (auto& blk : blocks_) blk->set_scratch(sp_scratch_.data());
     if (head_) head_->set_scratch(sp_scratch_.data());
   }
+  if (bf16_version) {
+    size_t stage = head_ ? head_->bf16_stage_floats() : 0;
+    size_t gather = head_ ? head_->bf16_gather_values() : 0;
+    for (auto& blk : blocks_) {
+      stage = std::max(stage, blk->bf16_stage_floats());
+      gather = std::max(gather, blk->bf16_gather_values());
+    }
+    bf16_stage_.resize(stage);
+    bf16_gather_.resize((gather + 1) / 2);
+    bf16* g16 = reinterpret_cast<bf16*>(bf16_gather_.data());
+    for (auto& blk : blocks_) blk->set_bf16_scratch(bf16_stage_.data(), g16);
+    if (head_) head_->set_bf16_scratch(bf16_stage_.data(), g16);
+  }
+}
+
+size_t ModelChunk::bf16_weight_bytes() const {
+  size_t bytes = head_ ? head_->bf16_weight_bytes() : 0;
+  for (const auto& blk : blocks_) bytes += blk->bf16_weight_bytes();
+  return bytes;
 }
 
 std::vector<MoeLayer*> ModelChunk::moe_layers() {

@@ -20,6 +20,10 @@
 // keeps the head's and the embedding's W. The gradients between the blocks (dx[1..n-1])
 // are then dead as soon as the block below has read them: they alternate between two
 // buffers outside the slot.
+//
+// --precision bf16 (bf16_version non-null, docs/precision.md): the blocks and the head keep
+// their GEMM-only buffers in bf16 (block.h); two workspaces shared by all of them hold fp32
+// results before rounding and the bf16 operands of one call.
 #pragma once
 
 #include <memory>
@@ -61,7 +65,7 @@ class ModelChunk {
  public:
   ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
              int max_b, ParamTable& table, const ExpertParallelShard& ep = {},
-             Recompute recompute = Recompute::none);
+             Recompute recompute = Recompute::none, const uint64_t* bf16_version = nullptr);
   void bind(float* params, float* grads);
 
   // Rebinds one unit (see ChunkHooks) to other storage: its tensors are read at
@@ -78,6 +82,8 @@ class ModelChunk {
   // The mixture-of-experts layers of this chunk's blocks, first block first.
   std::vector<MoeLayer*> moe_layers();
   const ChunkSpec& spec() const { return spec_; }
+  // --precision bf16: bytes of the bf16 weight copies this chunk's linears hold.
+  size_t bf16_weight_bytes() const;
 
   // Where a received activation must be written before forward (non-first chunks).
   float* input(int slot) { return x(slot, 0); }
@@ -147,6 +153,8 @@ class ModelChunk {
   Arena probs_scratch_;      // (b, NHl, T, T), selective recomputation only; shared likewise
   Arena block_scratch_;      // one block's buffers, full recomputation only; shared likewise
   Arena residual_grads_;     // full recomputation: dx[1..n-1], two alternating buffers
+  Arena bf16_stage_;         // --precision bf16: fp32 results before rounding; shared likewise
+  Arena bf16_gather_;        // --precision bf16: bf16 GEMM operands of one call; shared likewise
   size_t residual_grad_stride_ = 0;
   std::vector<size_t> x_off_, dx_off_;
   size_t tokens_off_ = 0;

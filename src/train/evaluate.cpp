@@ -10,6 +10,7 @@ double evaluate(Session& s) {
   const int batches = s.opts.optim.eval_batches;
   s.moe_metrics.set_recording(false);
   loader.reset();
+  s.model.weights_changed();  // the step before changed them
   double sum = 0;
   for (int k = 0; k < batches; ++k) {
     loader.next_batch();

@@ -27,6 +27,11 @@ int64_t a16(int64_t n) {
   return (n + 15) / 16 * 16;
 }
 
+// SlotLayout::reserve_bf16: n bf16 values in (n + 1) / 2 floats, then rounded as above.
+int64_t h16(int64_t n) {
+  return a16((n + 1) / 2);
+}
+
 // The sizes one rank's chunk registers, in floats.
 struct ChunkShape {
   int64_t edge_unit = 0;             // embedding + ln_f + tied wte (aligned, as in the table)
@@ -36,6 +41,7 @@ struct ChunkShape {
   int64_t slot = 0;                  // activation slot floats
   int64_t wte = 0;                   // wte elements on this chunk (0: none)
   int64_t workspace = 0;             // scratch arenas outside the slots
+  int64_t bf16_weights = 0;          // --precision bf16: the linears' bf16 copies (values)
 };
 
 struct Shape {
@@ -43,6 +49,7 @@ struct Shape {
   int tp, ep, b;  // b: microbatch size in sequences
   bool sp;
   Recompute recompute;
+  bool bf16 = false;  // --precision bf16
 };
 
 ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_registered) {
@@ -71,9 +78,12 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
     wte();
     param(C, c.edge_unit);
     param(C, c.edge_unit);
-    // lm_head.cpp: lnf_out, mean, rstd, [lnf_full], logits, losses, ce_stats, d_lnf
-    c.slot +=
-        2 * a16(Nl * C) + 2 * a16(Nl) + (s.sp ? a16(N * C) : 0) + a16(N * Vl) + a16(N) + a16(3 * N);
+    // lm_head.cpp: lnf_out, mean, rstd, [lnf_full], logits, losses, ce_stats, d_lnf;
+    // under bf16 lnf_out and lnf_full are bf16.
+    auto gemm_only = [&](int64_t n) { return s.bf16 ? h16(n) : a16(n); };
+    c.slot += gemm_only(Nl * C) + a16(Nl * C) + 2 * a16(Nl) + (s.sp ? gemm_only(N * C) : 0) +
+              a16(N * Vl) + a16(N) + a16(3 * N);
+    if (s.bf16) c.bf16_weights += Vl * C;
   }
   const int nblocks = spec.last_layer - spec.first_layer;
   const bool full = s.recompute == Recompute::full;
@@ -105,10 +115,18 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
       param(C * Hl, unit), param(C, unit);   // mlp.c_proj
     }
     c.block_units.push_back(unit);
-    // block.cpp's reservations, in order (selective: no probabilities).
+    // block.cpp's reservations, in order (selective: no probabilities). Under bf16 the
+    // GEMM-only buffers are bf16: ln1_out, att_out, ln2_out (dense), fc_out, d_fc, d_qkv.
     const int64_t nh = moe ? 0 : N * Hl;
-    block += 6 * a16(Nl * C) + 4 * a16(Nl) + 2 * a16(N * 3 * Cl) + 2 * a16(N * Cl) +
-             (selective ? 0 : a16(probs)) + 3 * a16(nh);
+    if (!s.bf16) {
+      block += 6 * a16(Nl * C) + 4 * a16(Nl) + 2 * a16(N * 3 * Cl) + 2 * a16(N * Cl) +
+               (selective ? 0 : a16(probs)) + 3 * a16(nh);
+    } else {
+      block += (moe ? 5 : 4) * a16(Nl * C) + (moe ? 1 : 2) * h16(Nl * C) + 4 * a16(Nl) +
+               a16(N * 3 * Cl) + h16(N * 3 * Cl) + a16(N * Cl) + h16(N * Cl) +
+               (selective ? 0 : a16(probs)) + a16(nh) + 2 * h16(nh);
+      c.bf16_weights += 3 * Cl * C + C * Cl + (moe ? 0 : 2 * Hl * C);
+    }
     if (full)
       block_scratch = std::max(block_scratch, block);
     else
@@ -123,6 +141,12 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
   c.workspace += std::min<int64_t>(between, 2) * a16(Nl * C);
   if (nblocks > 0) c.workspace += int64_t(attention_backward_scratch_floats(s.b, cfg.seq, Cl, NHl));
   if (s.sp) c.workspace += N * C;
+  if (s.bf16) {  // model_chunk.cpp: the fp32 stage and the bf16 gather scratch
+    const int64_t blocks = nblocks > 0 ? N * std::max({C, 3 * Cl, Hl}) : 0;
+    const int64_t head = spec.has_head ? N * C : 0;
+    const int64_t gather = std::max(nblocks > 0 ? N * C : 0, spec.has_head ? N * Vl : 0);
+    c.workspace += std::max(blocks, head) + (gather + 1) / 2;
+  }
   return c;
 }
 
@@ -152,9 +176,13 @@ MemoryEstimate estimate_stage(const TrainOptions& o, int stage) {
   Recompute recompute = Recompute::none;
   MT_REQUIRE(parse_recompute(o.optim.recompute, &recompute),
              "--recompute must be none, selective or full (got '", o.optim.recompute, "')");
-  const Shape shape{
-      cfg,      par.tp, par.ep, o.optim.batch / (dp * M), par.sequence_parallel && par.tp > 1,
-      recompute};
+  const Shape shape{cfg,
+                    par.tp,
+                    par.ep,
+                    o.optim.batch / (dp * M),
+                    par.sequence_parallel && par.tp > 1,
+                    recompute,
+                    o.optim.precision == "bf16"};
   std::vector<ChunkSpec> specs = GPT::whole_model(cfg);
   std::vector<int> slots = {1};
   if (par.pp > 1) {
@@ -200,6 +228,7 @@ MemoryEstimate estimate_stage(const TrainOptions& o, int stage) {
     wte += c.wte;
     e.activations_bytes += int64_t(slots[k]) * c.slot * kFloat;
     e.workspace_bytes += c.workspace * kFloat;
+    e.bf16_weight_bytes += c.bf16_weights * int64_t(sizeof(uint16_t));
     in_flight += slots[k];
   }
   const int64_t shard = flat / dp;

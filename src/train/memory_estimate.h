@@ -51,16 +51,17 @@ struct MemoryEstimate {
   int64_t buffers_bytes = 0;      // ZeRO-3 gather buffers + ZeRO-2/3 gradient bucket pool
   // Not in the record.
   int64_t workspace_bytes = 0;     // scratch arenas, transfer buffers, token batch
+  int64_t bf16_weight_bytes = 0;   // --precision bf16: the linears' bf16 weight copies
   int64_t model_arenas_bytes = 0;  // GPT's table-layout arenas (at startup and at the end)
   int pp_stage = 0;                // the stage this estimate describes (the largest)
 
   // Steady state during training.
   int64_t total() const {
     return params_bytes + grads_bytes + optimizer_bytes + activations_bytes + buffers_bytes +
-           workspace_bytes;
+           workspace_bytes + bf16_weight_bytes;
   }
   // What the memory record reports (params + grads + optimizer + activations).
-  int64_t recorded() const { return total() - workspace_bytes; }
+  int64_t recorded() const { return total() - workspace_bytes - bf16_weight_bytes; }
   // The end of training: the steady state plus the restored model arenas.
   int64_t peak() const { return total() + model_arenas_bytes; }
 };

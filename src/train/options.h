@@ -36,12 +36,14 @@ struct OptimOptions {
   int eval_every = 0;
   int eval_batches = 4;
   std::string recompute = "none";  // none|selective|full (model/recompute.h)
+  std::string precision = "fp32";  // fp32|bf16 (model/precision.h, docs/precision.md)
 };
 
 struct IoOptions {
   std::string config;  // the --config file, if any (an input like the others)
   std::string data, val_data;
   std::string init_from, export_path;
+  std::string export_dtype = "fp32";  // fp32|bf16: the --export file's dtype
   std::string save, load;
   int save_every = 0;
   std::string metrics, trace;

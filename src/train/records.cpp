@@ -16,6 +16,7 @@ MemoryRecord own_memory(Session& s, const MicrobatchStats& st) {
   m.gather_buffer_bytes = int64_t(dm.param_buffer_bytes);
   m.grad_buffer_bytes = int64_t(dm.grad_buffer_bytes);
   m.microbatches_in_flight_peak = s.pipelined() ? st.peak_in_flight : 1;
+  m.bf16_weight_bytes = int64_t(s.model.bf16_weight_bytes());
   return m;
 }
 
@@ -28,7 +29,8 @@ std::vector<MemoryRecord> gather_memory_records(Session& s, const MicrobatchStat
                                                 &MemoryRecord::activations_peak_bytes,
                                                 &MemoryRecord::gather_buffer_bytes,
                                                 &MemoryRecord::grad_buffer_bytes,
-                                                &MemoryRecord::microbatches_in_flight_peak};
+                                                &MemoryRecord::microbatches_in_flight_peak,
+                                                &MemoryRecord::bf16_weight_bytes};
   constexpr size_t kN = std::size(kFields);
   // Each rank fills its own row; a sum over the world leaves every row on every rank.
   const size_t ranks = size_t(s.ctx.world_size);
@@ -37,8 +39,11 @@ std::vector<MemoryRecord> gather_memory_records(Session& s, const MicrobatchStat
   for (size_t f = 0; f < kN; ++f) rows[kN * size_t(s.ctx.rank) + f] = mine.*kFields[f];
   s.ctx.world->all_reduce(rows.data(), rows.data(), rows.size(), DType::i64, ReduceOp::sum).wait();
   std::vector<MemoryRecord> all(ranks);
-  for (size_t r = 0; r < ranks; ++r)
+  for (size_t r = 0; r < ranks; ++r) {
     for (size_t f = 0; f < kN; ++f) all[r].*kFields[f] = rows[kN * r + f];
+    all[r].precision = s.opts.optim.precision;
+    all[r].gemm_isa = s.info.gemm_isa;
+  }
   return all;
 }
 
@@ -67,15 +72,22 @@ nlohmann::json to_json(const StepRecord& r, const MoeMetrics& moe) {
 }
 
 nlohmann::json to_json(int rank, const MemoryRecord& m) {
-  return {{"event", "memory"},
-          {"rank", rank},
-          {"params_bytes", m.params_bytes},
-          {"grads_bytes", m.grads_bytes},
-          {"optimizer_bytes", m.optimizer_bytes},
-          {"activations_peak_bytes", m.activations_peak_bytes},
-          {"gather_buffer_bytes", m.gather_buffer_bytes},
-          {"grad_buffer_bytes", m.grad_buffer_bytes},
-          {"microbatches_in_flight_peak", m.microbatches_in_flight_peak}};
+  nlohmann::json j = {{"event", "memory"},
+                      {"rank", rank},
+                      {"params_bytes", m.params_bytes},
+                      {"grads_bytes", m.grads_bytes},
+                      {"optimizer_bytes", m.optimizer_bytes},
+                      {"activations_peak_bytes", m.activations_peak_bytes},
+                      {"gather_buffer_bytes", m.gather_buffer_bytes},
+                      {"grad_buffer_bytes", m.grad_buffer_bytes},
+                      {"microbatches_in_flight_peak", m.microbatches_in_flight_peak}};
+  // Only a bf16 run adds its keys: an fp32 record is what it was before the flag existed.
+  if (m.precision != "fp32") {
+    j["precision"] = m.precision;
+    j["bf16_weight_bytes"] = m.bf16_weight_bytes;
+    j["gemm_isa"] = m.gemm_isa;
+  }
+  return j;
 }
 
 }  // namespace mt

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "train/session.h"
@@ -19,6 +20,10 @@ struct MemoryRecord {
   // Microbatches holding activations at once: the schedule's in-flight peak under pp
   // (1f1b: stages - stage, gpipe: all), one otherwise.
   int64_t microbatches_in_flight_peak = 0;
+  // --precision bf16: the linears' bf16 weight copies (not part of params_bytes), and what
+  // every rank shares: the precision and oneDNN's bf16 matmul implementation.
+  int64_t bf16_weight_bytes = 0;
+  std::string precision = "fp32", gemm_isa;
 };
 
 // Every rank's record, in rank order, on every rank. Collective over the world.

@@ -35,6 +35,7 @@ void RunLog::start(const std::string& backend) {
            par.pp > 1 ? " (" + par.schedule + ")" : "", " | batch ", o.optim.batch, "x",
            o.model.seq, " | ", par.microbatches, " microbatch(es) | ",
            o.optim.recompute != "none" ? "recompute " + o.optim.recompute + " | " : "",
+           o.optim.precision != "fp32" ? o.optim.precision + " (" + s_.info.gemm_isa + ") | " : "",
            o.optim.steps, " steps | backend ", backend));
 }
 

@@ -12,9 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "kernels/bf16.h"
 
 namespace mt {
 
@@ -87,7 +89,8 @@ std::string shape_str(const TensorShape& shape) {
 }
 
 FileDigest write_safetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
-                             const std::map<std::string, std::string>& metadata) {
+                             const std::map<std::string, std::string>& metadata, bool as_bf16) {
+  const size_t elem = as_bf16 ? sizeof(bf16) : sizeof(float);
   // The header in file order, which makes it readable with `head -c`. It is written entry
   // by entry: an ordered_json object looks keys up linearly, which made files of many
   // tensors quadratic to write.
@@ -102,9 +105,10 @@ FileDigest write_safetensors(const std::string& path, std::span<const Safetensor
     int64_t numel = checked_numel(t.shape);
     MT_CHECK(numel >= 0, "tensor ", t.name, " has invalid shape ", shape_str(t.shape));
     MT_CHECK(numel == 0 || t.data != nullptr, "tensor ", t.name, " has no data");
-    uint64_t bytes = static_cast<uint64_t>(numel) * sizeof(float);
-    const nlohmann::ordered_json entry = {
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    uint64_t bytes = static_cast<uint64_t>(numel) * elem;
+    const nlohmann::ordered_json entry = {{"dtype", as_bf16 ? "BF16" : "F32"},
+                                          {"shape", t.shape},
+                                          {"data_offsets", {offset, offset + bytes}}};
     if (json.size() > 1) json += ',';
     json += nlohmann::json(t.name).dump() + ":" + entry.dump();
     offset += bytes;
@@ -117,8 +121,17 @@ FileDigest write_safetensors(const std::string& path, std::span<const Safetensor
   AtomicFile file(path);
   file.write(&n, sizeof(n));
   file.write(json.data(), json.size());
-  for (const SafetensorsTensor& t : tensors)
-    file.write(t.data, static_cast<size_t>(checked_numel(t.shape)) * sizeof(float));
+  std::vector<bf16> rounded;
+  for (const SafetensorsTensor& t : tensors) {
+    const size_t numel = static_cast<size_t>(checked_numel(t.shape));
+    if (!as_bf16) {
+      file.write(t.data, numel * sizeof(float));
+      continue;
+    }
+    rounded.resize(numel);  // round to nearest even, as torch's .bfloat16()
+    to_bf16(rounded.data(), t.data, numel);
+    file.write(rounded.data(), numel * sizeof(bf16));
+  }
   file.commit();
   return file.digest();
 }
@@ -272,8 +285,10 @@ const SafetensorsFile::Entry& SafetensorsFile::tensor(const std::string& name) c
 
 const SafetensorsFile::Entry& SafetensorsFile::f32_tensor(const std::string& name) const {
   const Entry& e = tensor(name);
-  MT_REQUIRE(e.dtype == "F32", path_, ": tensor ", name, " has dtype ", e.dtype,
-             " but meshtrain reads F32 only (convert it with torch: tensor.float())");
+  MT_REQUIRE(e.dtype == "F32" || e.dtype == "BF16", path_, ": tensor ", name, " has dtype ",
+             e.dtype,
+             " but meshtrain reads F32 and BF16 only (convert it with torch: "
+             "tensor.float())");
   return e;
 }
 
@@ -288,9 +303,13 @@ void SafetensorsFile::read_range(const std::string& name, size_t first, size_t c
   const Entry& e = f32_tensor(name);
   MT_CHECK(first <= static_cast<size_t>(e.numel) && count <= e.numel - first, "read of [", first,
            ", ", first + count, ") from tensor ", name, " of ", e.numel, " elements");
-  char* dst = reinterpret_cast<char*>(out);
-  size_t bytes = count * sizeof(float);
-  uint64_t at = data_start_ + e.begin + first * sizeof(float);
+  // A BF16 tensor (--export-dtype bf16) is read into a staging copy and widened (exactly).
+  const bool half = e.dtype == "BF16";
+  const size_t elem = half ? sizeof(bf16) : sizeof(float);
+  std::vector<bf16> staged(half ? count : 0);
+  char* dst = half ? reinterpret_cast<char*>(staged.data()) : reinterpret_cast<char*>(out);
+  size_t bytes = count * elem;
+  uint64_t at = data_start_ + e.begin + first * elem;
   while (bytes > 0) {
     ssize_t got = ::pread(fd_, dst, bytes, static_cast<off_t>(at));
     if (got < 0 && errno == EINTR) continue;
@@ -301,6 +320,7 @@ void SafetensorsFile::read_range(const std::string& name, size_t first, size_t c
     at += static_cast<uint64_t>(got);
     bytes -= static_cast<size_t>(got);
   }
+  if (half) from_bf16(out, staged.data(), count);
 }
 
 void SafetensorsFile::read(const std::string& name, float* out, size_t count) const {

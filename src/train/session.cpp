@@ -1,6 +1,7 @@
 #include "train/session.h"
 
 #include "core/threads.h"
+#include "model/precision.h"
 #include "model/recompute.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/pipeline/pipeline_stage.h"
@@ -33,6 +34,12 @@ Recompute recompute_mode(const OptimOptions& t) {
   Recompute r = Recompute::none;
   MT_CHECK(parse_recompute(t.recompute, &r), "--recompute ", t.recompute, " (validated first)");
   return r;
+}
+
+Precision precision_mode(const OptimOptions& t) {
+  Precision p = Precision::fp32;
+  MT_CHECK(parse_precision(t.precision, &p), "--precision ", t.precision, " (validated first)");
+  return p;
 }
 
 // The model chunks this rank holds: the whole model, or its pipeline stage's chunks.
@@ -101,7 +108,7 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       dispatcher(make_dispatcher(o.parallel, ctx)),
       model(o.model, chunk_specs(o, ctx), tp_shard(o, ctx), train.micro_batch_size(),
             ExpertParallelShard{ctx.coord.ep_rank, o.parallel.ep, dispatcher.get()},
-            recompute_mode(o.optim)),
+            recompute_mode(o.optim), precision_mode(o.optim)),
       dp(with_initial_weights(model, o),
          DataParallelOptions{ctx.dp, o.parallel.zero, o.parallel.bucket_mb, ctx.ep,
                              ctx.ep_replica}),

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "comm/world.h"
@@ -26,6 +27,8 @@ namespace mt {
 
 struct RunInfo {
   double peak_gflops_per_thread = 0;  // measured sgemm peak, for MFU
+  // (under --precision bf16: the bf16 GEMM peak, the rate the model's GEMMs can reach)
+  std::string gemm_isa;               // --precision bf16: oneDNN's bf16 matmul implementation
   double t0 = 0;                      // job start (steady clock), for traces
 };
 

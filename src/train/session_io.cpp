@@ -101,7 +101,8 @@ void write_final_outputs(Session& s, const std::function<void(const std::string&
     std::vector<NamedTensor> biases;
     if (sample_copy) biases = s.view->router_biases_to_lead();  // they steer expert selection
     if (s.lead() && !o.io.export_path.empty())
-      export_weights(o.io.export_path, s.view->whole(), o.model, global);
+      export_weights(o.io.export_path, s.view->whole(), o.model, global,
+                     o.io.export_dtype == "bf16");
     if (s.lead() && sample_copy) sample_on_whole_copy(s, global, biases, line);
   }
   if (s.lead() && sample_now && !sample_copy) print_sample(s.model, o, line);

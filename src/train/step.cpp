@@ -22,6 +22,7 @@ SpanSink trace_sink(Trace& trace) {
 MicrobatchStats forward_backward(Session& s, Trace& trace) {
   const int B = s.opts.optim.batch, T = s.opts.model.seq;
   const float dloss = float(1.0 / (double(B) * T));  // mean over the global batch
+  s.model.weights_changed();  // bf16 copies: converted once, at their first use this step
   s.dp.begin_step(s.opts.parallel.microbatches);
   s.moe_metrics.begin_step();
   return s.runner->run(s.train.inputs(0), s.train.targets(0), dloss, trace_sink(trace));

@@ -8,6 +8,8 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "kernels/matmul_bf16.h"
+#include "model/precision.h"
 #include "model/recompute.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_partition.h"
@@ -58,6 +60,12 @@ void validate_optimizer(const OptimOptions& t) {
   Recompute r;
   MT_REQUIRE(parse_recompute(t.recompute, &r), "--recompute must be none, selective or full (got '",
              t.recompute, "')");
+  Precision precision;
+  MT_REQUIRE(parse_precision(t.precision, &precision), "--precision must be fp32 or bf16 (got '",
+             t.precision, "')");
+  MT_REQUIRE(precision == Precision::fp32 || bf16_matmul_supported(),
+             "--precision bf16 needs a CPU on which oneDNN runs bf16 matmuls (AVX512 or newer); "
+             "this one has none: use --precision fp32");
   require_thread_count("--threads", t.threads);
   // 0 is the default (measure), so that a --print-config file reads back as it was written.
   MT_REQUIRE(std::isfinite(t.peak_gflops) && t.peak_gflops >= 0,
@@ -140,6 +148,8 @@ void validate_pipeline(const TrainOptions& o) {
 
 void validate_io(const IoOptions& io) {
   MT_REQUIRE(io.save_every >= 0, "--save-every must be >= 0");
+  MT_REQUIRE(one_of(io.export_dtype, {"fp32", "bf16"}),
+             "--export-dtype must be fp32 or bf16 (got '", io.export_dtype, "')");
   MT_REQUIRE(io.load.empty() || io.init_from.empty(),
              "give one of --load DIR (resume a run: weights, optimizer state, step) or "
              "--init-from FILE (start from weights), not both");

@@ -201,8 +201,10 @@ ModelConfig model_config_from_file(const std::string& path, const ModelConfig& b
 }
 
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
-                    const GlobalTensors& params) {
-  write_global_tensors(path, table, params, "", config_metadata(cfg));
+                    const GlobalTensors& params, bool as_bf16) {
+  std::vector<std::string> names;
+  auto tensors = global_tensors(table, params, "", names);
+  write_safetensors(path, tensors, config_metadata(cfg), as_bf16);
 }
 
 void import_weights(const std::string& path, GPT& model) {

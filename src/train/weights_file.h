@@ -41,9 +41,11 @@ ModelConfig model_config_from_file(const std::string& path, const ModelConfig& b
 // the result. tp null or of one rank: every tensor must be whole on this rank.
 GlobalTensors assemble_global(const ParamTable& table, const float* arena, Communicator* tp);
 
-// Writes the whole model's global tensors (table: the whole model's, GlobalView::whole()).
+// Writes the whole model's global tensors (table: the whole model's, GlobalView::whole()),
+// in F32, or with as_bf16 (--export-dtype bf16) rounded to BF16: half the file, for inference
+// or PyTorch users; checkpoints (--save) stay fp32 whatever this says.
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
-                    const GlobalTensors& params);
+                    const GlobalTensors& params, bool as_bf16 = false);
 // Loads every parameter this rank holds from the file; names and global shapes must match.
 void import_weights(const std::string& path, GPT& model);
 void import_weights(const std::string& path, const ParamTable& table, float* params);

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/matmul_bf16.h"
 #include "run_binary.h"
 #include "train/safetensors.h"
 #include "train/token_shard.h"
@@ -98,6 +99,40 @@ TEST(TrainCommand, PipelineMetricsAndInFlightPeak) {
     const std::vector<int> want =
         sched == "gpipe" ? std::vector<int>{4, 4} : std::vector<int>{2, 1};
     EXPECT_EQ(peak, want) << sched;
+  }
+}
+
+// --precision bf16: the start line names oneDNN's bf16 kernel, the memory record gains
+// precision, gemm_isa and bf16_weight_bytes (an fp32 record is as before, without them).
+TEST(TrainCommand, Bf16RunNamesItsGemmIsaAndWeightCopies) {
+  Data d;
+  if (!mt::bf16_matmul_supported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
+  const std::string m = d.dir / "bf16.jsonl", f = d.dir / "fp32.jsonl";
+  auto r = run_meshtrain("train --layers 2 --dim 32 --heads 4 --seq 16 --batch 4 --vocab 256 --steps 2 "
+                         "--precision bf16 --data " + d.path + " --metrics " + m);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string isa = mt::matmul_bf16_isa();
+  EXPECT_NE(r.out.find("bf16 (" + isa + ")"), std::string::npos) << r.out;
+  auto q = run_meshtrain(std::string("train") + kSmall + "--steps 2 --data " + d.path +
+                         " --metrics " + f);
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  for (const std::string& path : {m, f}) {
+    std::istringstream in(slurp(path));
+    int records = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"memory\"") == std::string::npos) continue;
+      ++records;
+      const auto j = nlohmann::json::parse(line);
+      if (path == f) {
+        EXPECT_FALSE(j.contains("precision") || j.contains("gemm_isa")) << line;
+        continue;
+      }
+      EXPECT_EQ(j["precision"], "bf16");
+      EXPECT_EQ(j["gemm_isa"], isa);
+      // 2 blocks x 12 C^2 + the tied head's V x C, two bytes each.
+      EXPECT_EQ(j["bf16_weight_bytes"].get<int64_t>(), 2 * (2 * 12 * 32 * 32 + 256 * 32));
+    }
+    EXPECT_EQ(records, 1) << path;
   }
 }
 
@@ -206,6 +241,8 @@ TEST(TrainCommand, HelpDocumentsEveryContractFlag) {
                            "--eval-every",
                            "--eval-batches",
                            "--recompute",
+                           "--precision",
+                           "--export-dtype",
                            "--data",
                            "--val-data",
                            "--init-from",

@@ -80,6 +80,8 @@ const std::vector<Case>& cases() {
       {"--lr-schedule linear", "--lr-schedule must be constant or cosine (got 'linear')"},
       {"--recompute attention", "--recompute must be none, selective or full (got 'attention')"},
       {"--experts 4 --recompute full", "--recompute full does not support --experts"},
+      {"--precision fp16", "--precision must be fp32 or bf16 (got 'fp16')"},
+      {"--export-dtype f16", "--export-dtype must be fp32 or bf16 (got 'f16')"},
       {"--weight-decay -1", "--weight-decay must be >= 0"},
       {"--grad-clip -1", "--grad-clip must be >= 0"},
       {"--beta1 1", "--beta1 and --beta2 must be in [0, 1)"},

@@ -276,9 +276,14 @@ def train_step(model, opt, loader, u, args):
     mb = B // M
     opt.zero_grad(set_to_none=False)
     loss_sum = 0.0
+    # --precision bf16: PyTorch's own mixed precision, CPU autocast to bf16 (the reference
+    # of meshtrain's bf16). Only the forward runs under autocast, as its docs prescribe;
+    # the parameters, their gradients and AdamW stay fp32.
+    bf16 = getattr(args, "precision", "fp32") == "bf16"
     for j in range(M):
-        loss = model(x[j * mb:(j + 1) * mb], y[j * mb:(j + 1) * mb]) / M
-        loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(x[j * mb:(j + 1) * mb], y[j * mb:(j + 1) * mb]) / M
+        loss.float().backward()
         loss_sum += loss.item()
     grads = [p.grad for p in model.parameters()]
     norm = torch.norm(torch.stack([torch.norm(g.detach(), 2.0) for g in grads]), 2.0)
@@ -366,6 +371,7 @@ def train_parser(p):
     p.add_argument("--beta2", type=float, default=0.95)
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--data", required=True)
     p.add_argument("--val-data")
     p.add_argument("--eval-every", type=int, default=0)

@@ -14,6 +14,12 @@ against float32 PyTorch already differs there by ~5e-4 relative). The key bias h
 effect on the loss, so it is excluded from the norm comparison and only checked for
 being bounded (|b_k| <= 3 * sum of lr).
 
+bf16 cases (--precision bf16 against torch.autocast("cpu", dtype=torch.bfloat16) on the
+same weights and data) have their own tolerances, set per case (BF16_TOLERANCES says why),
+and one more check that they can fail: at step 1 (same weights, same batch) meshtrain
+bf16's grad_norm must be closer to autocast's than meshtrain fp32's is, i.e. the test
+sees the precision at all.
+
 Usage: test_vs_torch.py MESHTRAIN [--case NAME ...] [--list] [--keep DIR]
                                   [--meshtrain-args "--dp 2 ..."] [--init-seed S]
 Exits 1 with a diff table on mismatch, 2 on a harness error (meshtrain failed to run).
@@ -36,6 +42,21 @@ import gpt_torch as ref  # noqa: E402
 
 NOISE = 0.2  # share of random tokens in the "markov" stream
 LOSS_RTOL, LR_RTOL, NORM_RTOL, PARAM_RTOL = 1e-5, 1e-6, 1e-4, 1e-4
+
+# bf16 against autocast. Both round the GEMM inputs to bf16 (relative error up to
+# u = 2^-8 per operand) and accumulate in fp32, but autocast also runs the attention
+# products, the softmax and GELU in bf16 where meshtrain keeps fp32, so the two are two
+# different bf16 models, each within a few u of the fp32 one. The loss is a mean over
+# B*T tokens, so per-element rounding averages out: 1e-2 relative (the issue's figure,
+# ~2.5u) leaves a wide margin over the ~1e-4 seen. The gradient norm and the weights are
+# not averaged: rounding moves each gradient element by up to ~u relative and AdamW
+# turns small gradients' noise into lr-sized steps, so the matrices after 10 steps are
+# held to 5e-2 relative (L2; measured <= 1.8e-2) and the norm to 2e-2 (measured <= 1.1e-3).
+# 1-D tensors (biases from 0, LayerNorms from 1 and 0) get 0.2: a bias is only ~10 Adam
+# steps from zero, so one step taken the other way on a sign-noisy gradient element is a
+# large share of its norm (measured <= 7.8e-2, max |diff| 1.9e-3 against lr 1e-3).
+BF16_TOLERANCES = dict(loss_rtol=1e-2, norm_rtol=2e-2, param_rtol=5e-2, param_rtol_1d=0.2,
+                       discriminate=True)
 
 # Each case: model/train flags shared verbatim by both sides, plus how to build the data
 # ("text": this directory's reference source as bytes; "markov": a noisy deterministic
@@ -72,6 +93,20 @@ CASES = {
                "--warmup", "0", "--lr-schedule", "constant", "--weight-decay", "0.0",
                "--grad-clip", "0", "--threads", "1"],
         data="text", data_tokens=4 * 64 * 4 + 100),
+    # bf16 (see BF16_TOLERANCES): the byte-level case of 2 layers, and the vocab-2048 case
+    # with 2 microbatches and 2 threads.
+    "l2_bf16": dict(
+        flags=["--layers", "2", "--dim", "64", "--heads", "4", "--seq", "32", "--vocab", "256",
+               "--batch", "4", "--microbatches", "1", "--lr", "1e-3", "--min-lr", "1e-4",
+               "--warmup", "2", "--lr-schedule", "cosine", "--weight-decay", "0.1",
+               "--grad-clip", "1.0", "--threads", "1", "--precision", "bf16"],
+        data="text", **BF16_TOLERANCES),
+    "l3_v2048_bf16": dict(
+        flags=["--layers", "3", "--dim", "128", "--heads", "4", "--seq", "32", "--vocab", "2048",
+               "--batch", "8", "--microbatches", "2", "--lr", "1e-3", "--min-lr", "0",
+               "--warmup", "2", "--lr-schedule", "cosine", "--weight-decay", "0.1",
+               "--grad-clip", "1.0", "--threads", "2", "--precision", "bf16"],
+        data="markov", **BF16_TOLERANCES),
 }
 
 
@@ -124,6 +159,9 @@ def rel(a, b):
 
 def compare(name, case, mt_recs, ref_recs, mt_w, ref_w):
     bad = []
+    LOSS_RTOL = case.get("loss_rtol", globals()["LOSS_RTOL"])
+    NORM_RTOL = case.get("norm_rtol", globals()["NORM_RTOL"])
+    PARAM_RTOL = case.get("param_rtol", globals()["PARAM_RTOL"])
     steps = int(flag(COMMON, "--steps"))
     if [r.get("step") for r in mt_recs] != list(range(1, steps + 1)):
         bad.append(f"metrics steps are {[r.get('step') for r in mt_recs]}, want 1..{steps}")
@@ -161,15 +199,38 @@ def compare(name, case, mt_recs, ref_recs, mt_w, ref_w):
                 bad.append(f"{n}: key bias reached {kmax:.2e}, more than noise allows ({bound:.2e})")
             a, b = np.delete(a, np.s_[C:2 * C]), np.delete(b, np.s_[C:2 * C])
         e = np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
-        rows.append((e, n, np.abs(a - b).max()))
+        tol = PARAM_RTOL if mt_w[n].ndim >= 2 else case.get("param_rtol_1d", PARAM_RTOL)
+        rows.append((e, n, np.abs(a - b).max(), tol))
     rows.sort(reverse=True)
     print(f"[{name}] parameters after {steps} steps, worst first (rel = |mt-ref|/|ref|)")
-    for i, (e, n, mx) in enumerate(rows):
-        if i < 6 or e > PARAM_RTOL:
-            print(f"  {e:9.2e} {mx:9.2e} {n}{'  <-- over ' + str(PARAM_RTOL) if e > PARAM_RTOL else ''}")
-        if e > PARAM_RTOL:
-            bad.append(f"{n}: parameter rel diff {e:.2e} > {PARAM_RTOL}")
+    for i, (e, n, mx, tol) in enumerate(rows):
+        if i < 6 or e > tol:
+            print(f"  {e:9.2e} {mx:9.2e} {n}{'  <-- over ' + str(tol) if e > tol else ''}")
+        if e > tol:
+            bad.append(f"{n}: parameter rel diff {e:.2e} > {tol}")
     return bad
+
+
+def discriminate(name, cmd, mt_recs, ref_recs, d):
+    """meshtrain fp32 on the same inputs: its step-1 grad_norm must be further from
+    autocast's than meshtrain bf16's, or the bf16 tolerances could not tell the two apart."""
+    fp32_metrics = os.path.join(d, "mt_fp32.jsonl")
+    i = cmd.index("--precision")
+    fcmd = cmd[:i] + cmd[i + 2:]
+    fcmd[fcmd.index("--metrics") + 1] = fp32_metrics
+    fcmd[fcmd.index("--export") + 1] = os.path.join(d, "mt_fp32.safetensors")
+    p = subprocess.run(fcmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0:
+        return [f"meshtrain fp32 run failed ({p.returncode}): {p.stdout[-500:]}"]
+    f32 = read_metrics(fp32_metrics)
+    t = ref_recs[0]["grad_norm"]
+    e_bf16, e_fp32 = rel(mt_recs[0]["grad_norm"], t), rel(f32[0]["grad_norm"], t)
+    print(f"[{name}] step-1 grad_norm vs autocast: meshtrain bf16 {e_bf16:.2e}, "
+          f"meshtrain fp32 {e_fp32:.2e}")
+    if not e_bf16 < e_fp32:
+        return [f"step-1 grad_norm: bf16 ({e_bf16:.2e}) is not closer to autocast than fp32 "
+                f"({e_fp32:.2e}): the bf16 path looks like fp32"]
+    return []
 
 
 def run_case(name, case, meshtrain, extra, keep, init_seed):
@@ -198,6 +259,8 @@ def run_case(name, case, meshtrain, extra, keep, init_seed):
         print(f"[{name}] HARNESS ERROR: cannot read meshtrain output: {e}")
         return None
     bad = compare(name, case, mt_recs, ref_recs, mt_w, model.named_arrays())
+    if case.get("discriminate"):
+        bad += discriminate(name, cmd, mt_recs, ref_recs, d)
     if bad:
         print(f"[{name}] FAILED ({len(bad)} problems; files kept in {d}):")
         for b in bad[:30]:

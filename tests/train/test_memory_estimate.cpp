@@ -50,6 +50,7 @@ TrainOptions small_run(const TempDir& dir) {
 struct Measured {
   int64_t recorded = 0;  // max over ranks of params + grads + optimizer + activations
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0;
+  int64_t bf16_weights = 0;  // --precision bf16 only
 };
 
 // Trains one step in this process and reads back the per-rank memory records.
@@ -67,7 +68,8 @@ Measured measure(const TrainOptions& o) {
     ++records;
     const int64_t p = j["params_bytes"], g = j["grads_bytes"], opt = j["optimizer_bytes"],
                   a = j["activations_peak_bytes"];
-    if (p + g + opt + a > m.recorded) m = {p + g + opt + a, p, g, opt, a};
+    if (p + g + opt + a > m.recorded)
+      m = {p + g + opt + a, p, g, opt, a, j.value("bf16_weight_bytes", int64_t(0))};
   }
   EXPECT_EQ(records, o.parallel.world());
   return m;
@@ -196,6 +198,35 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.parallel.dp = 2;
          o.optim.recompute = "selective";
        }},
+      {"bf16", [](TrainOptions& o) { o.optim.precision = "bf16"; }},
+      {"bf16 tp 2 sp selective",
+       [](TrainOptions& o) {
+         o.optim.precision = "bf16";
+         o.parallel.tp = 2;
+         o.parallel.sequence_parallel = true;
+         o.optim.recompute = "selective";
+       }},
+      {"bf16 full",
+       [](TrainOptions& o) {
+         o.optim.precision = "bf16";
+         o.optim.recompute = "full";
+       }},
+      {"bf16 pp 2 m 4 zb-h1 zero 3",
+       [](TrainOptions& o) {
+         o.optim.precision = "bf16";
+         o.parallel.pp = 2;
+         o.parallel.microbatches = 4;
+         o.parallel.schedule = "zb-h1";
+         o.parallel.dp = 2;
+         o.parallel.zero = 3;
+       }},
+      {"bf16 experts 4 ep 2 dp 2",
+       [](TrainOptions& o) {
+         o.optim.precision = "bf16";
+         o.model.experts = 4;
+         o.parallel.ep = 2;
+         o.parallel.dp = 2;
+       }},
   };
   std::printf("%-28s %10s %10s %8s  (MiB; estimate params/grads/opt/act/buffers)\n", "layout",
               "measured", "estimate", "error");
@@ -214,6 +245,9 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
     EXPECT_LE(std::abs(err), kTolerance) << l.name;
     // The activation slots are mirrored exactly.
     EXPECT_EQ(e.activations_bytes, m.activations) << l.name;
+    if (o.parallel.pp == 1) {
+      EXPECT_EQ(e.bf16_weight_bytes, m.bf16_weights) << l.name;
+    }
   }
 }
 

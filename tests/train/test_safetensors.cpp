@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "kernels/bf16.h"
 
 namespace fs = std::filesystem;
 
@@ -209,19 +210,39 @@ TEST(Safetensors, ShapeAndNameErrorsNameFileAndTensor) {
   EXPECT_THROW(f.read("transformer.h.0.ln_1.weight", v.data(), 127), RuntimeError);
 }
 
+TEST(Safetensors, Bf16FilesRoundToNearestEvenAndReadBackWidened) {
+  // --export-dtype bf16: every tensor BF16, half the bytes; reading widens exactly.
+  TempDir tmp;
+  const std::string path = tmp / "bf16.safetensors";
+  const std::vector<float> a = {1.0f, 1.00390625f, -3.14159f, 1e-40f, 65504.0f};
+  const std::vector<float> b = {0.1f, 0.2f, 0.3f};
+  const std::vector<SafetensorsTensor> tensors = {{"a", {5}, a.data()}, {"b", {3}, b.data()}};
+  write_safetensors(path, tensors, {}, /*as_bf16=*/true);
+  SafetensorsFile f(path);
+  EXPECT_EQ(f.tensor("a").dtype, "BF16");
+  EXPECT_EQ(f.tensor("a").end - f.tensor("a").begin, 10u);
+  std::vector<float> ra = a;
+  round_to_bf16(ra.data(), ra.size());
+  EXPECT_EQ(f.read("a"), ra);
+  std::vector<float> part(2);
+  f.read_range("a", 2, 2, part.data());  // a tensor-parallel rank's range
+  EXPECT_EQ(part, std::vector<float>(ra.begin() + 2, ra.begin() + 4));
+  EXPECT_EQ(f.read("b")[0], bf16_to_float(float_to_bf16(0.1f)));
+}
+
 TEST(Safetensors, WrongDtypeNamesTensor) {
   TempDir tmp;
-  std::string path = tmp / "bf16.safetensors";
+  std::string path = tmp / "f16.safetensors";
   write_raw(path,
             R"({"ok":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-            R"("w":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]}})",
+            R"("w":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}})",
             8);
-  SafetensorsFile f(path);  // opening is fine: only the BF16 tensor is unusable
+  SafetensorsFile f(path);  // opening is fine: only the F16 tensor is unusable
   EXPECT_EQ(f.read("ok").size(), 1u);
   EXPECT_EQ(usage_message([&] { f.read("w"); }),
             path +
-                ": tensor w has dtype BF16 but meshtrain reads F32 only (convert it with torch: "
-                "tensor.float())");
+                ": tensor w has dtype F16 but meshtrain reads F32 and BF16 only (convert it with "
+                "torch: tensor.float())");
   EXPECT_THROW(f.expect_shape("w", {2}), UsageError);
   write_raw(path, R"({"w":{"dtype":"F31","shape":[2],"data_offsets":[0,8]}})", 8);
   EXPECT_CONTAINS(open_error(path), "tensor w has unknown dtype F31");

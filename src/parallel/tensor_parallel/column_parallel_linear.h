@@ -9,6 +9,10 @@
 // W (backward_weight) so zero-bubble schedules can defer W.
 #pragma once
 
+#include <memory>
+
+#include "kernels/bf16.h"
+#include "parallel/tensor_parallel/bf16_weight.h"
 #include "parallel/tensor_parallel/tensor_parallel_shard.h"
 
 namespace mt::tp {
@@ -22,6 +26,20 @@ class ColumnParallelLinear {
   void bind(const float* w, const float* b, float* dw, float* db);
 
   const float* bias() const { return b_; }
+
+  // --precision bf16 (docs/precision.md): the GEMMs read a bf16 copy of w, refreshed when
+  // *version moves (bf16_weight.h). Enables the *_bf16 calls below.
+  void enable_bf16(const uint64_t* version);
+  size_t bf16_weight_bytes() const { return w16_ ? w16_->bytes() : 0; }
+
+  // The bf16 twins of the calls above: the input x16 and the output gradient dy16 are bf16
+  // (kept so by the caller), y and dx fp32. Under sequence parallelism x16 (Nl, in) is
+  // gathered in bf16 into gathered16 (N, in).
+  void forward_bf16(float* y, const bf16* x16, int N, bf16* gathered16,
+                    bool with_bias = true) const;
+  void backward_input_bf16(float* dx, const bf16* dy16, int N, float* scratch) const;
+  void backward_weight_bf16(const bf16* dy16, const bf16* x16, int N, bf16* gathered16) const;
+  void backward_weight_gathered_bf16(const bf16* dy16, const bf16* x16_full, int N) const;
 
   // y (N, out) = x_full (N, in) @ w^T + b (bias skipped when with_bias is false), where
   // x_full is x (Nl, in) gathered into `gathered` (N, in) under sequence parallelism, and x
@@ -39,12 +57,16 @@ class ColumnParallelLinear {
 
  private:
   const float* full_input(const float* x, int N, float* gathered) const;
+  const bf16* full_input_bf16(const bf16* x16, int N, bf16* gathered16) const;
+  // dx (Nl, in) from this rank's partial full (N, in) (the adjoint of the input region).
+  void finish_input_grad(float* dx, float* full, int N) const;
 
   Communicator* comm_ = nullptr;
   bool sp_ = false;
   int tp_size_ = 1, in_ = 0, out_ = 0;
   const float *w_ = nullptr, *b_ = nullptr;
   float *dw_ = nullptr, *db_ = nullptr;
+  std::shared_ptr<Bf16Weight> w16_;  // --precision bf16 only
 };
 
 }  // namespace mt::tp

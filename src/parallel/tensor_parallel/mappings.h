@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "comm/communicator.h"
@@ -41,6 +42,15 @@ inline void all_gather_rows(Communicator* c, const float* local, float* full, si
     c->all_gather(local, full, n, DType::f32).wait();
   else if (full != local)
     std::memcpy(full, local, n * sizeof(float));
+}
+
+// The same for bf16 rows (--precision bf16 gathers the GEMM inputs in bf16, half the
+// bytes): moved as bytes, nothing is summed.
+inline void all_gather_rows(Communicator* c, const uint16_t* local, uint16_t* full, size_t n) {
+  if (active(c))
+    c->all_gather(local, full, n * sizeof(uint16_t), DType::u8).wait();
+  else if (full != local)
+    std::memcpy(full, local, n * sizeof(uint16_t));
 }
 
 // local (n) = chunk `rank` of the group sum of full (t * n).

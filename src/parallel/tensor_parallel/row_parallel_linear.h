@@ -11,6 +11,10 @@
 // W (backward_weight) so zero-bubble schedules can defer W.
 #pragma once
 
+#include <memory>
+
+#include "kernels/bf16.h"
+#include "parallel/tensor_parallel/bf16_weight.h"
 #include "parallel/tensor_parallel/tensor_parallel_shard.h"
 
 namespace mt::tp {
@@ -23,6 +27,19 @@ class RowParallelLinear {
   // w (out, in), b (out) or null, and their gradients (same shapes).
   void bind(const float* w, const float* b, float* dw, float* db);
 
+  // --precision bf16 (docs/precision.md): the GEMMs read a bf16 copy of w, refreshed when
+  // *version moves (bf16_weight.h). Enables the *_bf16 calls below.
+  void enable_bf16(const uint64_t* version);
+  size_t bf16_weight_bytes() const { return w16_ ? w16_->bytes() : 0; }
+  // The bf16 twins: the input x16 (N, in) is bf16 (kept so by the caller); y and the output
+  // gradient dy stay fp32 (the residual stream). dy is rounded to bf16 into dy16 (N, out)
+  // for the GEMMs; under sequence parallelism this rank's rows are rounded first and the
+  // gather moves bf16 (scratch holds the local rows).
+  void forward_bf16(float* y, const bf16* x16, int N, float* scratch) const;
+  void backward_input_bf16(float* dx, const float* dy, int N, float* scratch, bf16* dy16) const;
+  void backward_weight_bf16(const float* dy, const bf16* x16, int N, float* scratch,
+                            bf16* dy16) const;
+
   // y (Nl, out) = this rank's rows of (sum over tp of x (N, in) @ w^T) + b.
   // scratch: (N, out), the partial sums under sequence parallelism.
   void forward(float* y, const float* x, int N, float* scratch) const;
@@ -34,12 +51,16 @@ class RowParallelLinear {
 
  private:
   const float* full_output_grad(const float* dy, int N, float* scratch) const;
+  const bf16* full_output_grad_bf16(const float* dy, int N, float* scratch, bf16* dy16) const;
+  // y (Nl, out) from this rank's partial sums (N, out) (in y, or scratch under SP) + bias.
+  void finish_output(float* y, float* partial, int N) const;
 
   Communicator* comm_ = nullptr;
   bool sp_ = false;
   int tp_size_ = 1, in_ = 0, out_ = 0;
   const float *w_ = nullptr, *b_ = nullptr;
   float *dw_ = nullptr, *db_ = nullptr;
+  std::shared_ptr<Bf16Weight> w16_;  // --precision bf16 only
 };
 
 }  // namespace mt::tp

@@ -1,0 +1,45 @@
+// bfloat16 storage: the top 16 bits of an IEEE fp32 (sign, 8-bit exponent, 7 stored
+// significand bits), so conversion to fp32 is exact and from fp32 is one rounding.
+// meshtrain keeps bf16 only as a storage and GEMM-input format (--precision bf16,
+// docs/precision.md); arithmetic is fp32.
+//
+// Rounding is to nearest, ties to even, exactly as PyTorch's c10::BFloat16
+// (round_to_nearest_even): the same fp32 input gives the same bits, so the PyTorch autocast
+// comparison sees the same rounded weights. NaN becomes the quiet NaN 0x7FC0 (as torch,
+// sign dropped); infinities stay infinities; a finite value past the largest bf16 rounds
+// to infinity. Denormals are kept (rounded like any other value), unlike the hardware
+// VCVTNEPS2BF16, which flushes them to zero: that is why this is not the intrinsic.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace mt {
+
+using bf16 = std::uint16_t;  // raw bits; never do arithmetic on it
+
+inline bf16 float_to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN
+  // Adding 0x7FFF plus the lowest kept bit rounds the dropped 16 bits to nearest, ties to
+  // the even kept value; a carry into the exponent is the correct rounding up.
+  return bf16((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline float bf16_to_float(bf16 h) {
+  std::uint32_t u = std::uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// out (n) = bf16(in (n)). Vectorised; threaded with OpenMP when n is large.
+void to_bf16(bf16* out, const float* in, size_t n);
+// out (n) = float(in (n)), exact.
+void from_bf16(float* out, const bf16* in, size_t n);
+// x (n) = float(bf16(x)) in place: what a bf16 round trip leaves (tests, reference twins).
+void round_to_bf16(float* x, size_t n);
+
+}  // namespace mt

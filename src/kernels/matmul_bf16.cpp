@@ -1,0 +1,165 @@
+#include "kernels/matmul_bf16.h"
+
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+
+namespace mt {
+
+namespace {
+
+using dnnl::memory;
+
+// One GEMM C (M, N) [+]= A (M, K) @ B (K, N) [+ bias (N)], A and B bf16 with any row/column
+// strides, C fp32 row-major. The three linear-layer products are this with different
+// strides (a transposed operand is a stride swap, no copy).
+struct GemmShape {
+  int64_t M, N, K;
+  int64_t a_rs, a_cs, b_rs, b_cs;  // row and column strides of A and B, in elements
+  bool bias, accumulate;
+  int threads;  // the primitive is built for the team size it will run with
+  auto key() const { return std::tie(M, N, K, a_rs, a_cs, b_rs, b_cs, bias, accumulate, threads); }
+  bool operator<(const GemmShape& o) const { return key() < o.key(); }
+};
+
+struct Gemm {
+  dnnl::matmul prim;
+  memory::desc a, b, bias, c;
+  std::vector<uint8_t> scratchpad;  // user-managed: never shared with another thread
+  std::string impl;
+};
+
+// Primitive creation costs far more than a small GEMM, so primitives are kept per shape.
+// The cache is per thread: in the local backend every rank is a thread calling this, and
+// a per-thread cache needs no lock and never shares a scratchpad. The thread count is part
+// of the key because oneDNN sizes a primitive's work split for the team it was built with.
+struct Context {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<GemmShape, Gemm> cache;
+};
+
+Context& context() {
+  thread_local Context ctx;
+  return ctx;
+}
+
+Gemm make_gemm(Context& ctx, const GemmShape& s) {
+  Gemm g;
+  g.a = memory::desc({s.M, s.K}, memory::data_type::bf16, {s.a_rs, s.a_cs});
+  g.b = memory::desc({s.K, s.N}, memory::data_type::bf16, {s.b_rs, s.b_cs});
+  g.c = memory::desc({s.M, s.N}, memory::data_type::f32, {s.N, 1});
+  if (s.bias) g.bias = memory::desc({1, s.N}, memory::data_type::f32, {s.N, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (s.accumulate) {  // C += A @ B: the sum post-op adds the old fp32 C
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  auto desc =
+      s.bias ? dnnl::matmul::desc(g.a, g.b, g.bias, g.c) : dnnl::matmul::desc(g.a, g.b, g.c);
+  dnnl::matmul::primitive_desc pd(desc, attr, ctx.engine);
+  g.impl = pd.impl_info_str();
+  g.scratchpad.resize(pd.scratchpad_desc().get_size());
+  g.prim = dnnl::matmul(pd);
+  return g;
+}
+
+void gemm(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C) {
+  if (shape.M == 0 || shape.N == 0) return;
+  if (shape.K == 0) {  // an empty product: C = bias (or C unchanged when accumulating)
+    for (int64_t m = 0; m < shape.M; ++m)
+      for (int64_t n = 0; n < shape.N; ++n) {
+        float& c = C[m * shape.N + n];
+        c = (shape.accumulate ? c : 0.0f) + (bias ? bias[n] : 0.0f);
+      }
+    return;
+  }
+  Context& ctx = context();
+  auto it = ctx.cache.find(shape);
+  if (it == ctx.cache.end()) {
+    try {
+      it = ctx.cache.emplace(shape, make_gemm(ctx, shape)).first;
+    } catch (const dnnl::error& e) {
+      MT_CHECK(false, "oneDNN bf16 matmul (M=", shape.M, " N=", shape.N, " K=", shape.K,
+               ") could not be created: ", e.what());
+    }
+  }
+  Gemm& g = it->second;
+  // oneDNN takes non-const handles; it only reads A, B and the bias.
+  memory a(g.a, ctx.engine, const_cast<bf16*>(A));
+  memory b(g.b, ctx.engine, const_cast<bf16*>(B));
+  memory c(g.c, ctx.engine, C);
+  memory pad(memory::desc({int64_t(g.scratchpad.size())}, memory::data_type::u8, {1}), ctx.engine,
+             g.scratchpad.data());
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(g.bias, ctx.engine, const_cast<float*>(bias)));
+  g.prim.execute(ctx.stream, args);
+  ctx.stream.wait();
+}
+
+}  // namespace
+
+void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
+                         int C, int OC) {
+  // A = inp (N, C) row-major; B = weight^T (C, OC): weight (OC, C) read column-wise.
+  GemmShape s{N, OC, C, C, 1, 1, C, bias != nullptr, false, omp_get_max_threads()};
+  gemm(s, inp, weight, bias, out);
+}
+
+void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weight, int N, int C,
+                                int OC, bool accumulate) {
+  // A = dout (N, OC), B = weight (OC, C), both row-major; dinp (+)= A @ B.
+  GemmShape s{N, C, OC, OC, 1, C, 1, false, accumulate, omp_get_max_threads()};
+  gemm(s, dout, weight, nullptr, dinp);
+}
+
+void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                                 int N, int C, int OC) {
+  // A = dout^T (OC, N): dout (N, OC) read column-wise; B = inp (N, C); dweight += A @ B.
+  GemmShape s{OC, C, N, 1, OC, C, 1, false, true, omp_get_max_threads()};
+  gemm(s, dout, inp, nullptr, dweight);
+  if (!dbias) return;
+  // Column sums in fp32, a block of columns per thread (as matmul_backward_weight): no two
+  // threads write one dbias entry, and the order of the sum does not depend on the team.
+  constexpr int kBlock = 64;
+  const int nblocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    const int o0 = blk * kBlock, o1 = o0 + kBlock < OC ? o0 + kBlock : OC;
+    float acc[kBlock] = {};
+    for (int n = 0; n < N; n++) {
+      const bf16* row = dout + size_t(n) * OC;
+#pragma omp simd
+      for (int o = o0; o < o1; o++) acc[o - o0] += bf16_to_float(row[o]);
+    }
+    for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
+  }
+}
+
+bool bf16_matmul_supported() {
+  return matmul_bf16_isa() != "unsupported";
+}
+
+std::string matmul_bf16_isa() {
+  // The forward shape of a d256 linear; the backward shapes pick the same kernel family.
+  try {
+    Context& ctx = context();
+    GemmShape s{128, 256, 256, 256, 1, 1, 256, false, false, 1};
+    return make_gemm(ctx, s).impl;
+  } catch (const dnnl::error&) {
+    return "unsupported";
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,291 @@
+// bf16 conversion and the bf16 matmul against their fp32 twins.
+//
+// Bounds (u = 2^-8, the unit roundoff of bf16's 8-bit significand (7 stored) under
+// round-to-nearest;
+// e = 2^-24, fp32's; for an output element, S = sum over k of |a_k b_k|, the products of
+// the *unrounded* inputs):
+//   - vs the double reference on the same bf16-rounded inputs: |err| <= (K + 1) e S'
+//     (S' over the rounded inputs). The products of two bf16 values are exact in fp32, so
+//     what is left is fp32 accumulation of K terms (+1 for the += of the backward calls):
+//     the standard gamma_K bound. A kernel that accumulated in bf16 would be off by ~u
+//     per addition, 2^16 times this for K = 1, and fails it.
+//   - vs the fp32 kernel on the unrounded inputs: |err| <= (2u + u^2 + 2 (K + 1) e) S.
+//     Rounding both factors changes each product by at most (2u + u^2) of it; each side
+//     adds its own fp32 accumulation error.
+// Both are per element and worst case, so they hold for any data, not just on average.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/bf16.h"
+#include "kernels/kernel_harness.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
+#include "kernels/reference/reference.h"
+
+namespace mt::test {
+namespace {
+
+constexpr double kU = 1.0 / 256;         // bf16 unit roundoff, 2^-8
+constexpr double kE = 1.0 / 16777216.0;  // fp32 unit roundoff, 2^-24
+
+float bits_to_float(uint32_t u) {
+  return std::bit_cast<float>(u);
+}
+
+// ---- conversion ----------------------------------------------------------------------------
+
+TEST(Bf16Conversion, RoundsToNearestEvenAsTorch) {
+  // Expected bits follow c10::BFloat16's round_to_nearest_even.
+  struct Case {
+    uint32_t in;
+    uint16_t out;
+  } cases[] = {
+      {0x3F800000, 0x3F80},  // 1.0 exact
+      {0x3F808000, 0x3F80},  // 1 + 2^-8: a tie, to the even 0x3F80
+      {0x3F818000, 0x3F82},  // a tie above an odd value: up to the even 0x3F82
+      {0x3F808001, 0x3F81},  // just above the tie: up
+      {0x3F807FFF, 0x3F80},  // just below: down
+      {0xBF808001, 0xBF81},  // negative: magnitude rounds the same way
+      {0x7F7FFFFF, 0x7F80},  // the largest float rounds to +inf
+      {0x7F800000, 0x7F80},  // +inf
+      {0xFF800000, 0xFF80},  // -inf
+      {0x7FC00000, 0x7FC0},  // quiet NaN
+      {0xFFC00001, 0x7FC0},  // negative NaN with payload: torch's canonical NaN
+      {0x7F800001, 0x7FC0},  // signalling NaN whose payload would round to inf: still NaN
+      {0x00018000, 0x0002},  // a denormal tie, odd below: up (no flush to zero)
+      {0x00008000, 0x0000},  // a denormal tie, even below: down to +0
+      {0x80000000, 0x8000},  // -0 keeps its sign
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(float_to_bf16(bits_to_float(c.in)), c.out) << std::hex << "input 0x" << c.in;
+  }
+}
+
+TEST(Bf16Conversion, IsTheNearestBf16OfRandomFloats) {
+  // For finite inputs the result is the nearer of the two bf16 neighbours (ties: even).
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200000; ++i) {
+    // Finite and positive, below the last bf16 binade's top (where rounding up is to inf,
+    // checked in RoundsToNearestEvenAsTorch).
+    const uint32_t u = rng() & 0x7FFFFFFFu;
+    if (u >= 0x7F7F0000u) continue;
+    const float f = bits_to_float(u);
+    const uint16_t got = float_to_bf16(f);
+    const double lo = bf16_to_float(uint16_t(u >> 16)), hi = bf16_to_float(uint16_t((u >> 16) + 1));
+    const double dlo = double(f) - lo, dhi = hi - double(f);
+    const uint16_t want = dlo < dhi ? uint16_t(u >> 16)
+                          : dhi < dlo
+                              ? uint16_t((u >> 16) + 1)
+                              : ((u >> 16) % 2 == 0 ? uint16_t(u >> 16) : uint16_t((u >> 16) + 1));
+    ASSERT_EQ(got, want) << std::hex << "input 0x" << u;
+  }
+}
+
+TEST(Bf16Conversion, ArrayKernelsMatchTheScalarRule) {
+  // Large enough for the threaded path, odd length for the vector tail, specials mixed in.
+  const size_t n = (size_t(1) << 17) + 13;
+  Buf x = random_normal(n, 11, 3.0f);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  x[6] = std::numeric_limits<float>::infinity();
+  x[7] = -0.0f;
+  x[8] = bits_to_float(0x00018000);
+  x[n - 1] = bits_to_float(0x3F808000);
+  std::vector<bf16> h(n);
+  to_bf16(h.data(), x.data(), n);
+  Buf back(n), rounded = x;
+  from_bf16(back.data(), h.data(), n);
+  round_to_bf16(rounded.data(), n);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(h[i], float_to_bf16(x[i])) << "element " << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), uint32_t(h[i]) << 16) << "element " << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(rounded[i]), std::bit_cast<uint32_t>(back[i]));
+  }
+  // Rounding is idempotent: a bf16 value converts back to itself.
+  std::vector<bf16> again(n);
+  to_bf16(again.data(), back.data(), n);
+  EXPECT_EQ(again, h);
+}
+
+// ---- matmul ----------------------------------------------------------------------------
+
+struct Shape {
+  int N, C, OC;
+};
+
+std::vector<bf16> to_bf16_vec(const Buf& x) {
+  std::vector<bf16> h(x.size());
+  to_bf16(h.data(), x.data(), x.size());
+  return h;
+}
+
+Buf rounded(const Buf& x) {
+  Buf r = x;
+  round_to_bf16(r.data(), r.size());
+  return r;
+}
+
+// The per-element scale S of C (M, N) = op(A) (M, K) @ op(B) (K, N): sum |a||b|, with
+// a(m, k) and b(k, n) given as functions.
+template <typename FA, typename FB>
+std::vector<double> abs_products(int M, int N, int K, FA a, FB b) {
+  std::vector<double> s(size_t(M) * N, 0.0);
+  for (int m = 0; m < M; ++m)
+    for (int k = 0; k < K; ++k) {
+      const double am = std::fabs(a(m, k));
+      if (am == 0) continue;
+      for (int n = 0; n < N; ++n) s[size_t(m) * N + n] += am * std::fabs(b(k, n));
+    }
+  return s;
+}
+
+// Checks |got - want| <= rel * scale (+ a denormal-sized floor) per element; returns the
+// largest ratio err / (rel * scale) for the log.
+double check_bound(const char* what, const Buf& got, const Buf& want,
+                   const std::vector<double>& scale, double rel) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - double(want[i]));
+    const double bound = rel * scale[i] + 1e-30;
+    worst = std::max(worst, err / bound);
+    if (err > bound) {
+      ADD_FAILURE() << what << ": element " << i << " off by " << err << " > bound " << bound
+                    << " (got " << got[i] << ", want " << want[i] << ")";
+      return worst;
+    }
+  }
+  return worst;
+}
+
+class Bf16Matmul : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(Bf16Matmul, MatchesFp32TwinsWithinTheRoundingBounds) {
+  const auto [N, C, OC] = GetParam();
+  const Buf x = random_normal(size_t(N) * C, 1), w = random_normal(size_t(OC) * C, 2, 0.3f),
+            bias = random_normal(OC, 3), dy = random_normal(size_t(N) * OC, 4),
+            acc_in = random_normal(size_t(OC) * C, 5), dx_in = random_normal(size_t(N) * C, 6),
+            db_in = random_normal(OC, 7);
+  const std::vector<bf16> x16 = to_bf16_vec(x), w16 = to_bf16_vec(w), dy16 = to_bf16_vec(dy);
+  const Buf xr = rounded(x), wr = rounded(w), dyr = rounded(dy);
+  const double ref_rel_fwd = (C + 1) * kE, ref_rel_in = (OC + 1) * kE, ref_rel_w = (N + 1) * kE;
+  auto fp32_rel_k = [](int K) { return 2 * kU + kU * kU + 2 * (K + 1) * kE; };
+  double worst = 0;
+
+  // forward: out = x @ w^T + bias.
+  {
+    Buf got(size_t(N) * OC), ref(got.size()), f32(got.size());
+    matmul_bf16_forward(got.data(), x16.data(), w16.data(), bias.data(), N, C, OC);
+    ref::matmul_forward(ref.data(), xr.data(), wr.data(), bias.data(), N, C, OC);
+    matmul_forward(f32.data(), x.data(), w.data(), bias.data(), N, C, OC);
+    // The bias joins the sum as one more term of size |bias|.
+    auto sr = abs_products(
+        N, OC, C, [&](int m, int k) { return xr[size_t(m) * C + k]; },
+        [&](int k, int n) { return wr[size_t(n) * C + k]; });
+    auto s = abs_products(
+        N, OC, C, [&](int m, int k) { return x[size_t(m) * C + k]; },
+        [&](int k, int n) { return w[size_t(n) * C + k]; });
+    for (int m = 0; m < N; ++m)
+      for (int o = 0; o < OC; ++o) {
+        sr[size_t(m) * OC + o] += std::fabs(bias[o]);
+        s[size_t(m) * OC + o] += std::fabs(bias[o]);
+      }
+    worst = std::max(worst, check_bound("forward vs reference", got, ref, sr, ref_rel_fwd));
+    check_bound("forward vs fp32", got, f32, s, fp32_rel_k(C));
+  }
+  // backward_input: dx += dy @ w.
+  {
+    Buf got = dx_in, ref = dx_in, f32 = dx_in;
+    matmul_bf16_backward_input(got.data(), dy16.data(), w16.data(), N, C, OC);
+    ref::matmul_backward_input(ref.data(), dyr.data(), wr.data(), N, C, OC);
+    matmul_backward_input(f32.data(), dy.data(), w.data(), N, C, OC);
+    auto sr = abs_products(
+        N, C, OC, [&](int m, int k) { return dyr[size_t(m) * OC + k]; },
+        [&](int k, int n) { return wr[size_t(k) * C + n]; });
+    auto s = abs_products(
+        N, C, OC, [&](int m, int k) { return dy[size_t(m) * OC + k]; },
+        [&](int k, int n) { return w[size_t(k) * C + n]; });
+    for (size_t i = 0; i < s.size(); ++i) sr[i] += std::fabs(dx_in[i]), s[i] += std::fabs(dx_in[i]);
+    worst = std::max(worst, check_bound("backward_input vs reference", got, ref, sr, ref_rel_in));
+    check_bound("backward_input vs fp32", got, f32, s, fp32_rel_k(OC));
+    // Overwriting: whatever dinp held is gone, and the result is the product alone, equal to
+    // accumulating onto zeros.
+    Buf over(dx_in.size(), std::numeric_limits<float>::quiet_NaN()), zero_acc(dx_in.size(), 0.0f);
+    matmul_bf16_backward_input(over.data(), dy16.data(), w16.data(), N, C, OC, false);
+    matmul_bf16_backward_input(zero_acc.data(), dy16.data(), w16.data(), N, C, OC);
+    EXPECT_EQ(normalised_error(over, zero_acc), 0.0);
+  }
+  // backward_weight: dw += dy^T @ x, db += column sums of dy.
+  {
+    Buf got = acc_in, ref = acc_in, f32 = acc_in;
+    Buf gdb = db_in, rdb = db_in, fdb = db_in;
+    matmul_bf16_backward_weight(got.data(), gdb.data(), dy16.data(), x16.data(), N, C, OC);
+    ref::matmul_backward_weight(ref.data(), rdb.data(), dyr.data(), xr.data(), N, C, OC);
+    matmul_backward_weight(f32.data(), fdb.data(), dy.data(), x.data(), N, C, OC);
+    auto sr = abs_products(
+        OC, C, N, [&](int m, int k) { return dyr[size_t(k) * OC + m]; },
+        [&](int k, int n) { return xr[size_t(k) * C + n]; });
+    auto s = abs_products(
+        OC, C, N, [&](int m, int k) { return dy[size_t(k) * OC + m]; },
+        [&](int k, int n) { return x[size_t(k) * C + n]; });
+    for (size_t i = 0; i < s.size(); ++i)
+      sr[i] += std::fabs(acc_in[i]), s[i] += std::fabs(acc_in[i]);
+    worst = std::max(worst, check_bound("backward_weight vs reference", got, ref, sr, ref_rel_w));
+    check_bound("backward_weight vs fp32", got, f32, s, fp32_rel_k(N));
+    // The bias gradient: N bf16 values summed in fp32 (one "product" per term, exact).
+    auto br = abs_products(
+        OC, 1, N, [&](int m, int k) { return dyr[size_t(k) * OC + m]; },
+        [](int, int) { return 1.0; });
+    auto b = abs_products(
+        OC, 1, N, [&](int m, int k) { return dy[size_t(k) * OC + m]; },
+        [](int, int) { return 1.0; });
+    for (int o = 0; o < OC; ++o) br[o] += std::fabs(db_in[o]), b[o] += std::fabs(db_in[o]);
+    worst = std::max(worst, check_bound("dbias vs reference", gdb, rdb, br, ref_rel_w));
+    check_bound("dbias vs fp32", gdb, fdb, b, kU + 2 * (N + 1) * kE);
+  }
+  RecordProperty("worst_ratio_to_reference_bound", std::to_string(worst));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Matmul,
+                         ::testing::Values(Shape{1, 1, 1}, Shape{1, 7, 3}, Shape{5, 17, 9},
+                                           Shape{33, 64, 48}, Shape{7, 3, 1000},
+                                           Shape{128, 256, 768}, Shape{64, 768, 256},
+                                           Shape{64, 512, 2048}),
+                         [](const auto& info) {
+                           const Shape& s = info.param;
+                           return str("N", s.N, "_C", s.C, "_OC", s.OC);
+                         });
+
+TEST(Bf16Matmul, SameResultWithOneAndTwoThreads) {
+  // Determinism across team sizes is not promised by oneDNN; what is promised here is that
+  // a primitive built for one team size is not reused for another (the cache key).
+  const int N = 64, C = 96, OC = 80;
+  const std::vector<bf16> x = to_bf16_vec(random_normal(size_t(N) * C, 1)),
+                          w = to_bf16_vec(random_normal(size_t(OC) * C, 2));
+  Buf one(size_t(N) * OC), two(one.size()), ref(one.size());
+  ref::matmul_forward(ref.data(), rounded(random_normal(size_t(N) * C, 1)).data(),
+                      rounded(random_normal(size_t(OC) * C, 2)).data(), nullptr, N, C, OC);
+  omp_set_num_threads(1);
+  matmul_bf16_forward(one.data(), x.data(), w.data(), nullptr, N, C, OC);
+  omp_set_num_threads(2);
+  matmul_bf16_forward(two.data(), x.data(), w.data(), nullptr, N, C, OC);
+  omp_set_num_threads(1);
+  EXPECT_LT(normalised_error(one, ref), 1e-5);
+  EXPECT_LT(normalised_error(two, ref), 1e-5);
+}
+
+TEST(Bf16Matmul, NamesTheIsaOneDnnPicked) {
+  if (!bf16_matmul_supported()) GTEST_SKIP() << "no bf16 matmul on this CPU";
+  const std::string isa = matmul_bf16_isa();
+  EXPECT_NE(isa.find("avx512"), std::string::npos) << isa;
+}
+
+}  // namespace
+}  // namespace mt::test
