@@ -39,6 +39,7 @@ int cli_main(int argc, char** argv) {
   CommandRunner sample = add_sample_command(app);
   CommandRunner bench = add_bench_command(app, &argc, &argv);
   CommandRunner schedule = add_schedule_command(app);
+  CommandRunner plan = add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -60,6 +61,7 @@ int cli_main(int argc, char** argv) {
       if (sub->get_name() == "sample") return sample();
       if (sub->get_name() == "bench") return bench();
       if (sub->get_name() == "schedule") return schedule();
+      if (sub->get_name() == "plan") return plan();
     }
     return report("no command given (see 'meshtrain --help')", 2);
   } catch (const UsageError& e) {

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Closed loop on this machine: the planner's predicted step time against meshtrain's
+measured one, for many layouts from one calibration.
+
+Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate-seconds S]
+       [--steps N] [--brute-force]
+
+1. `meshtrain plan --calibrate` writes OUT_DIR/local.toml (skipped when it exists).
+2. For each layout: `meshtrain plan --hardware local` with every knob fixed (one candidate)
+   gives the prediction; `meshtrain train` with the same layout for N steps gives the
+   measurement (median step_time_s of the steps after the first two).
+3. --brute-force: every valid 4-rank layout is measured and the planner's first choice is
+   compared with the best measured one.
+The load average is printed before and after: on a shared machine a high load makes the
+measurement, not the model, the larger error.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+MODEL = ["--layers", "4", "--dim", "128", "--heads", "4", "--seq", "64", "--vocab", "256",
+         "--batch", "16"]
+
+# name, ranks, knobs
+LAYOUTS = [
+    ("1 rank", 1, dict(dp=1, tp=1, pp=1, mb=16)),
+    ("1 rank mb4", 1, dict(dp=1, tp=1, pp=1, mb=4)),
+    ("1 rank selective", 1, dict(dp=1, tp=1, pp=1, mb=16, recompute="selective")),
+    ("1 rank full", 1, dict(dp=1, tp=1, pp=1, mb=16, recompute="full")),
+    ("dp2 z0", 2, dict(dp=2, tp=1, pp=1, mb=8)),
+    ("dp2 z1", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=1)),
+    ("dp2 z2", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=2)),
+    ("dp2 z3", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=3)),
+    ("tp2", 2, dict(dp=1, tp=2, pp=1, mb=16)),
+    ("tp2 sp", 2, dict(dp=1, tp=2, pp=1, mb=16, sp=True)),
+    ("pp2 1f1b m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="1f1b")),
+    ("pp2 gpipe m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="gpipe")),
+    ("pp2 zb-h1 m8", 2, dict(dp=1, tp=1, pp=2, mb=2, schedule="zb-h1")),
+    ("pp2 interleaved v2 m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="interleaved", v=2)),
+    ("moe ep2 dp2", 2, dict(dp=2, tp=1, pp=1, mb=8, ep=2, experts=4)),
+    ("dp2 tp2", 4, dict(dp=2, tp=2, pp=1, mb=8)),
+]
+
+
+def knob_args(k, plan):
+    a = ["--dp", str(k["dp"]), "--tp", str(k["tp"]), "--pp", str(k["pp"]),
+         "--zero", str(k.get("zero", 0)), "--recompute", k.get("recompute", "none")]
+    if k.get("ep", 1) > 1:
+        a += ["--ep", str(k["ep"])]
+    if k.get("experts"):
+        a += ["--experts", str(k["experts"])]
+    if k["pp"] > 1 or plan:
+        a += ["--schedule", k.get("schedule", "1f1b"), "--virtual-stages", str(k.get("v", 1))]
+    if plan:
+        a += ["--micro-batch", str(k["mb"]), "--ep", str(k.get("ep", 1)),
+              "--sequence-parallel=" + ("true" if k.get("sp") else "false")]
+    else:
+        a += ["--microbatches", str(16 // (k["dp"] * k["mb"]))]
+        if k.get("sp"):
+            a += ["--sequence-parallel"]
+    return a
+
+
+def loadavg():
+    return os.getloadavg()[0]
+
+
+def predict(binary, profile, ranks, k):
+    p = subprocess.run([binary, "plan", "--hardware", "local", "--profile", profile, "--ranks",
+                        str(ranks), "--json", "--top", "1"] + MODEL + knob_args(k, True),
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    return json.loads(p.stdout)["candidates"][0]["predicted"]["step_time_s"]
+
+
+def measure(binary, out, ranks, k, steps):
+    metrics = os.path.join(out, "m.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    p = subprocess.run([binary, "train", "--steps", str(steps), "--quiet", "--metrics", metrics,
+                        "--lr-schedule", "constant"] + MODEL + knob_args(k, False),
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    times = []
+    with open(metrics) as f:
+        for line in f:
+            j = json.loads(line)
+            if "step_time_s" in j:
+                times.append(j["step_time_s"])
+    return statistics.median(times[2:] if len(times) > 4 else times)
+
+
+def main():
+    binary, out = sys.argv[1], sys.argv[2]
+    seconds = sys.argv[sys.argv.index("--calibrate-seconds") + 1] \
+        if "--calibrate-seconds" in sys.argv else "30"
+    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 8
+    os.makedirs(out, exist_ok=True)
+    profile = os.path.join(out, "local.toml")
+    if not os.path.exists(profile):
+        subprocess.run([binary, "plan", "--calibrate", "--calibrate-seconds", seconds,
+                        "--profile", profile], check=True)
+    load0 = loadavg()
+    rows, errs = [], []
+    for name, ranks, k in LAYOUTS:
+        pred = predict(binary, profile, ranks, k)
+        meas = measure(binary, out, ranks, k, steps)
+        err = pred / meas - 1
+        errs.append(abs(err))
+        rows.append((name, ranks, pred, meas, err))
+        print(f"{name:24} ranks {ranks}  predicted {pred * 1e3:8.1f} ms  measured "
+              f"{meas * 1e3:8.1f} ms  error {err:+.1%}", flush=True)
+    load1 = loadavg()
+    print(f"mean |error| {statistics.mean(errs):.1%}, max {max(errs):.1%} over {len(errs)} "
+          f"layouts (goal: mean <= 10%, max <= 20%); load average {load0:.2f} -> {load1:.2f}")
+    with open(os.path.join(out, "closed_loop.json"), "w") as f:
+        json.dump({"rows": rows, "load": [load0, load1]}, f)
+
+
+if __name__ == "__main__":
+    main()

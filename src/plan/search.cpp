@@ -1,0 +1,197 @@
+#include "plan/search.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iterator>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/error.h"
+#include "plan/model_flops.h"
+
+namespace mt::plan {
+
+namespace {
+
+std::vector<int> divisors(int n, int limit) {
+  std::vector<int> d;
+  for (int i = 1; i <= n && i <= limit; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+template <typename T>
+std::vector<T> choices(const std::optional<T>& fixed, std::vector<T> all) {
+  if (fixed) return {*fixed};
+  return all;
+}
+
+using ScheduleKey = std::tuple<std::string, int, int, int>;
+
+const Schedule& cached_schedule(std::map<ScheduleKey, Schedule>& cache, const Layout& l,
+                                int microbatches) {
+  const ScheduleKey key{l.schedule, l.pp, microbatches, l.virtual_stages};
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    Schedule s;
+    if (l.pp > 1) s = make_schedule(l.schedule, l.pp, microbatches, l.virtual_stages);
+    it = cache.emplace(key, std::move(s)).first;
+  }
+  return it->second;
+}
+
+void fill_rates(const PlanRequest& r, Candidate& c) {
+  const double flops = model_flops_per_step(r.model, r.batch);
+  c.tokens_per_s = double(r.batch) * r.model.seq / c.time.step_s;
+  c.model_tflops_per_device = flops / c.time.step_s / c.layout.world() / 1e12;
+  const double peak = r.hardware.local ? peak_flops(r.hardware, c.layout.precision) * r.threads
+                                       : peak_flops(r.hardware, c.layout.precision);
+  c.mfu = c.model_tflops_per_device * 1e12 / peak;
+}
+
+// The remedy for the smallest footprint that did not fit: what dominates it, and the
+// knobs that shrink that part (only those the user left open or could raise).
+std::string remedy(const PlanRequest& r, const Candidate& c) {
+  const PlannedMemory& m = c.memory;
+  const int64_t state = m.params + m.grads + m.optimizer + m.buffers;
+  if (state >= m.activations)
+    return str("model state dominates (", m.params + m.grads + m.optimizer,
+               " bytes of parameters, gradients and optimizer state): more --gpus, --zero 3, "
+               "or larger --tp/--pp",
+               r.zero ? " (--zero is fixed)" : "");
+  return str("activations dominate (", m.activations,
+             " bytes): --recompute full, --micro-batch 1, --sequence-parallel with --tp > 1, "
+             "or a smaller --batch/--seq",
+             r.recompute ? " (--recompute is fixed)" : "");
+}
+
+}  // namespace
+
+Candidate evaluate(const PlanRequest& r, const Layout& l) {
+  validate_candidate(r, l);
+  std::map<ScheduleKey, Schedule> cache;
+  const Schedule& s = cached_schedule(cache, l, r.batch / (l.dp * l.micro_batch));
+  Candidate c;
+  c.layout = l;
+  c.memory = planned_memory(r, l, s);
+  c.fits = c.memory.total() <= usable_bytes_per_rank(r);
+  c.time = predict_time(r, l, s);
+  fill_rates(r, c);
+  return c;
+}
+
+SearchResult search_layouts(const PlanRequest& r, size_t keep) {
+  const ModelConfig& m = r.model;
+  const int n = r.devices;
+  SearchResult out;
+  std::map<ScheduleKey, Schedule> cache;
+  std::string first_error;
+  Candidate smallest;
+  bool any_valid = false;
+  std::multiset<double> best;  // the keep shortest step times so far
+  std::vector<std::string> precisions = {"fp32"};
+  if (!r.hardware.local && r.hardware.peak_bf16 > 0) precisions.push_back("bf16");
+  std::vector<std::string> recomputes = {"none", "selective"};
+  if (m.experts == 0) recomputes.push_back("full");
+  for (int tp : choices(r.tp, divisors(n, n)))
+    for (int pp : choices(r.pp, divisors(n / std::max(tp, 1), m.layers))) {
+      if (tp < 1 || pp < 1 || n % (tp * pp) != 0) {
+        if (r.tp && r.pp) {
+          first_error = str("--tp ", tp, " x --pp ", pp, " does not divide --gpus ", n);
+        }
+        continue;
+      }
+      const int dp_all = n / (tp * pp);
+      for (int dp : choices(r.dp, std::vector<int>{dp_all})) {
+        std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
+        if (pp > 1) {
+          schedules = {{"1f1b", 1}, {"gpipe", 1}, {"zb-h1", 1}};
+          for (int v : {2, 3, 4, 6, 8})
+            if (pp * v <= m.layers) schedules.push_back({"interleaved", v});
+        }
+        if (r.schedule || r.virtual_stages) {
+          std::vector<std::pair<std::string, int>> kept;
+          for (auto& [sname, v] : schedules)
+            if ((!r.schedule || *r.schedule == sname) &&
+                (!r.virtual_stages || *r.virtual_stages == v))
+              kept.push_back({sname, v});
+          if (kept.empty())
+            kept.push_back({r.schedule.value_or("1f1b"), r.virtual_stages.value_or(1)});
+          schedules = kept;
+        }
+        const int per_replica = dp > 0 && r.batch % dp == 0 ? r.batch / dp : 1;
+        std::vector<int> mbs = divisors(per_replica, 64);
+        std::vector<int> eps = {1};
+        if (m.experts > 0 && dp > 0) {
+          eps.clear();
+          for (int e : divisors(dp, dp))
+            if (m.experts % e == 0) eps.push_back(e);
+        }
+        for (int ep : choices(r.ep, eps))
+          for (int zero :
+               choices(r.zero, dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}))
+            for (bool sp : choices(r.sequence_parallel, tp > 1 ? std::vector<bool>{false, true}
+                                                               : std::vector<bool>{false}))
+              for (const std::string& rc : choices(r.recompute, recomputes))
+                for (int b : choices(r.micro_batch, mbs))
+                  for (auto& [sname, v] : schedules)
+                    for (const std::string& prec : choices(r.precision, precisions)) {
+                      Layout l{dp, tp, pp, v, ep, zero, sp, rc, b, sname, prec};
+                      if (r.microbatches && r.batch / (dp * b) != *r.microbatches) continue;
+                      ++out.considered;
+                      try {
+                        validate_candidate(r, l);
+                      } catch (const UsageError& e) {
+                        if (first_error.empty()) first_error = e.what();
+                        continue;
+                      }
+                      ++out.valid;
+                      const Schedule& s = cached_schedule(cache, l, r.batch / (dp * b));
+                      Candidate c;
+                      c.layout = l;
+                      c.memory = planned_memory(r, l, s);
+                      c.fits = c.memory.total() <= usable_bytes_per_rank(r);
+                      if (!any_valid || c.memory.total() < smallest.memory.total()) smallest = c;
+                      any_valid = true;
+                      if (!c.fits) continue;
+                      ++out.fit;
+                      const double limit = best.size() < keep ? 1e300 : *std::prev(best.end());
+                      c.time = predict_time(r, l, s, limit);
+                      if (c.time.pruned) {
+                        ++out.pruned;
+                        continue;
+                      }
+                      best.insert(c.time.step_s);
+                      if (best.size() > keep) best.erase(std::prev(best.end()));
+                      fill_rates(r, c);
+                      out.candidates.push_back(std::move(c));
+                    }
+      }
+    }
+  if (!any_valid) {
+    MT_REQUIRE(!first_error.empty(), "no layout of ", n, " devices to consider");
+    throw UsageError(first_error);
+  }
+  if (out.candidates.empty()) {
+    const double gib = 1024.0 * 1024 * 1024;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", double(smallest.memory.total()) / gib);
+    char cap[64];
+    std::snprintf(cap, sizeof cap, "%.2f GiB", double(usable_bytes_per_rank(r)) / gib);
+    throw UsageError(str("no layout fits in memory: the smallest footprint is ", buf,
+                         " per device (dp ", smallest.layout.dp, " tp ", smallest.layout.tp, " pp ",
+                         smallest.layout.pp, " zero ", smallest.layout.zero, " recompute ",
+                         smallest.layout.recompute, " micro-batch ", smallest.layout.micro_batch,
+                         ") against ", cap, " usable; ", remedy(r, smallest)));
+  }
+  std::stable_sort(out.candidates.begin(), out.candidates.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     if (a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
+                     return a.memory.total() < b.memory.total();
+                   });
+  if (out.candidates.size() > keep) out.candidates.resize(keep);
+  return out;
+}
+
+}  // namespace mt::plan

@@ -1,0 +1,94 @@
+// `meshtrain plan` as a user runs it: the table, the JSON schema, bad input (one line,
+// exit 2), --calibrate into a profile that --hardware local and train --auto-layout read.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_binary.h"
+
+namespace mt {
+namespace {
+
+using testing::run_meshtrain;
+using testing::TempDir;
+
+const char* kSmall = "--layers 4 --dim 64 --heads 4 --seq 32 --vocab 256 --batch 8";
+
+TEST(PlanCommand, JsonHasTheIssuesSchemaBestFirst) {
+  const auto r = run_meshtrain(std::string("plan ") + kSmall +
+                               " --hardware a100-80gb --gpus 8 --json --top 5");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& list = j.at("candidates");
+  ASSERT_EQ(list.size(), 5u);
+  double prev = 0;
+  for (const auto& c : list) {
+    for (const char* k : {"dp", "tp", "pp", "virtual_stages", "ep", "zero", "sequence_parallel",
+                          "recompute", "micro_batch", "schedule", "precision"})
+      EXPECT_TRUE(c.at("layout").contains(k)) << k;
+    const auto& p = c.at("predicted");
+    for (const char* k :
+         {"step_time_s", "tokens_per_s", "model_tflops_per_device", "mfu", "bubble", "fits"})
+      EXPECT_TRUE(p.contains(k)) << k;
+    for (const char* k : {"params", "grads", "optimizer", "activations", "buffers", "total"})
+      EXPECT_TRUE(p.at("memory_bytes").contains(k)) << k;
+    EXPECT_TRUE(p.at("fits").get<bool>());
+    EXPECT_GE(p.at("step_time_s").get<double>(), prev);
+    prev = p.at("step_time_s").get<double>();
+  }
+}
+
+TEST(PlanCommand, TableAndExplain) {
+  const auto r = run_meshtrain(std::string("plan ") + kSmall +
+                               " --hardware h100-80gb --gpus 4 --tp 2 --explain --top 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("run #1: mpirun -np 4 meshtrain train"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("assumptions:"), std::string::npos);
+  EXPECT_NE(r.out.find("#1 vs #2"), std::string::npos);
+  EXPECT_NE(r.out.find("H100 SXM datasheet"), std::string::npos);
+}
+
+TEST(PlanCommand, BadInputIsOneLineExit2) {
+  for (const std::string args :
+       {" --hardware tpu --gpus 8", " --hardware a100-80gb --gpus 8 --tp 3",
+        " --hardware a100-80gb --gpus 8 --dp 3", " --hardware a100-80gb",
+        " --hardware a100-80gb --gpus 8 --precision fp8",
+        " --hardware a100-80gb --gpus 8 --bucket-mb nan",
+        " --hardware local --gpus 2 --profile /nonexistent/profile.toml",
+        " --hardware a100-80gb --gpus 8 --layers 96 --dim 12288 --heads 96 --seq 2048"}) {
+    const auto r = run_meshtrain(std::string("plan ") + kSmall + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("meshtrain: error: ", 0), 0u) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+}
+
+TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
+  TempDir dir;
+  const std::string profile = dir / "local.toml";
+  const auto c = run_meshtrain("plan --calibrate --calibrate-seconds 2 --profile " + profile);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("wrote " + profile), std::string::npos) << c.out;
+  const auto p = run_meshtrain(std::string("plan ") + kSmall +
+                               " --hardware local --ranks 2 --profile " + profile + " --json");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const auto j = nlohmann::json::parse(p.out);
+  EXPECT_EQ(j.at("candidates").at(0).at("layout").at("precision"), "fp32");
+  // bf16 is not planned locally (this engine trains in fp32).
+  const auto b = run_meshtrain(std::string("plan ") + kSmall + " --hardware local --ranks 2 " +
+                               "--precision bf16 --profile " + profile);
+  EXPECT_EQ(b.exit_code, 2);
+  const auto a =
+      testing::run_command("MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
+                           " train --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 "
+                           "--steps 1 --auto-layout --ranks 2 --tp 1");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("meshtrain: auto-layout: dp "), std::string::npos) << a.out;
+  // --ranks without --auto-layout is a usage error.
+  const auto u = run_meshtrain("train --steps 1 --ranks 2");
+  EXPECT_EQ(u.exit_code, 2) << u.err;
+}
+
+}  // namespace
+}  // namespace mt
