@@ -17,7 +17,10 @@
 #include "core/error.h"
 #include "core/system_memory.h"
 #include "core/timer.h"
+#include "kernels/attention.h"
+#include "kernels/gelu.h"
 #include "kernels/gemm_peak.h"
+#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 
 namespace mt::plan {
@@ -146,6 +149,30 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
     });
     h.memory_bw = 12.0 * double(n) / t;
   }
+  // The engine's attention kernel (B 4, T 128, C 128, 4 heads: the shapes of small runs)
+  // and its pointwise passes (GELU, LayerNorm over 1 Mi elements), one thread.
+  {
+    const int B = 4, T = 128, C = 128, NH = 4;
+    std::vector<float> qkv(size_t(B) * T * 3 * C, 0.01f), out(size_t(B) * T * C);
+    std::vector<float> att(size_t(B) * NH * T * T), dout(out.size(), 0.01f), dqkv(qkv.size());
+    std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH));
+    const double flops = 4.0 * B * T * T * C;
+    h.attention_fwd_flops = flops / best_time(0.05 * seconds, [&] {
+                              attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+                            });
+    h.attention_bwd_flops = 2 * flops / best_time(0.05 * seconds, [&] {
+                              attention_backward(dqkv.data(), scratch.data(), dout.data(),
+                                                 qkv.data(), att.data(), B, T, C, NH);
+                            });
+    const int N = 2048, D = 512;
+    std::vector<float> x(size_t(N) * D, 0.3f), y(x.size()), mean(N), rstd(N), w(D, 1), bias(D);
+    const double gelu =
+        best_time(0.03 * seconds, [&] { gelu_forward(y.data(), x.data(), x.size()); });
+    const double ln = best_time(0.03 * seconds, [&] {
+      layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, D);
+    });
+    h.pointwise_s = std::max(gelu, ln) / double(x.size());
+  }
   omp_set_num_threads(saved);
   // The local backend between two rank threads: busbw of a 16 MiB all-reduce
   // (2(n-1)/n = 1 for two ranks), the latency of a one-float all-reduce (2 log2 n = 2
@@ -160,14 +187,17 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   h.p2p_bw_inter = h.p2p_bw_intra;
   h.peak_bf16 = 0;
   const double load_after = load_average();
-  char line[256];
+  char line[512];
   std::snprintf(line, sizeof line,
                 "measured by meshtrain plan --calibrate in %.1f s, load average %.2f -> %.2f, "
                 "%d cores",
                 now_seconds() - t_start, load_before, load_after, h.cores);
-  h.sources = {line, "peak_fp32: best single-thread sgemm (engine GEMM path) of 512..2048 squares",
+  h.sources = {line,
+               "peak_fp32: best single-thread sgemm (engine GEMM path) of 512..2048 squares",
                "gemm_half_dim: from a 1024x1024x64 sgemm's rate",
                "memory_bw: one thread streaming y += x over 32 MiB",
+               "attention_*: the engine's attention kernel, B 4 T 128 C 128 NH 4, one thread",
+               "pointwise_s: the slower of GELU and LayerNorm forward per element, one thread",
                "intra_*: local backend, two rank threads, 16 MiB all-reduce / send, 4 B "
                "all-reduce latency"};
   std::error_code ec;
@@ -179,10 +209,13 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   out.close();
   MT_REQUIRE(out.good(), "cannot write the profile to ", path);
   std::snprintf(line, sizeof line,
-                "sgemm %.1f GFLOP/s per thread (half-rate dim %.0f), stream %.2f GB/s, "
-                "overhead %.1f us, all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s\n",
-                h.peak_fp32 / 1e9, h.gemm_half_dim, h.memory_bw / 1e9, h.kernel_overhead_s * 1e6,
-                h.intra_busbw / 1e9, h.intra_latency_s * 1e6, h.p2p_bw_intra / 1e9);
+                "sgemm %.1f GFLOP/s per thread (half-rate dim %.0f), attention %.1f/%.1f "
+                "GFLOP/s, pointwise %.2f ns/element, stream %.2f GB/s, overhead %.1f us, "
+                "all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s\n",
+                h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9,
+                h.attention_bwd_flops / 1e9, h.pointwise_s * 1e9, h.memory_bw / 1e9,
+                h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9, h.intra_latency_s * 1e6,
+                h.p2p_bw_intra / 1e9);
   log << line << h.sources[0] << "\nwrote " << path << "\n";
   return h;
 }

@@ -20,6 +20,9 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
     const double share = busy > cores ? cores / busy : 1.0;
     r.peak = r.peak * threads * share;
     r.memory_bw = h.memory_bw * threads * share;
+    r.attention_fwd = h.attention_fwd_flops * threads * share;
+    r.attention_bwd = h.attention_bwd_flops * threads * share;
+    r.pointwise_s = h.pointwise_s / (threads * share);
   }
   return r;
 }
@@ -37,6 +40,10 @@ double gemm_seconds(const ComputeRates& r, double M, double N, double K, double 
 
 double stream_seconds(const ComputeRates& r, double bytes, int kernels) {
   return bytes / r.memory_bw + kernels * r.overhead_s;
+}
+
+double pointwise_seconds(const ComputeRates& r, double elements, double bytes, int kernels) {
+  return std::max(bytes / r.memory_bw, elements * r.pointwise_s) + kernels * r.overhead_s;
 }
 
 GroupSpan group_span(const HardwareProfile& h, int size, int stride) {

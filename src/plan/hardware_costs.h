@@ -21,6 +21,8 @@ struct ComputeRates {
   double peak = 0;        // GEMM peak per rank, FLOP/s
   double memory_bw = 0;   // per rank, bytes/s
   double overhead_s = 0;  // per kernel
+  // Local: per-rank attention rates and seconds per pointwise element (0: not measured).
+  double attention_fwd = 0, attention_bwd = 0, pointwise_s = 0;
 };
 
 // Per-rank rates for a precision; local ranks share the machine's cores and memory
@@ -32,6 +34,9 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
 double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,
                     double count = 1);
 double stream_seconds(const ComputeRates& r, double bytes, int kernels = 1);
+// A pointwise pass over `elements` moving `bytes`: the slower of streaming and, where
+// calibrated, the per-element compute (tanh, exp, normalisation).
+double pointwise_seconds(const ComputeRates& r, double elements, double bytes, int kernels = 1);
 
 enum class Collective { all_reduce, all_gather, reduce_scatter, all_to_all };
 

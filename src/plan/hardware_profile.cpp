@@ -105,11 +105,27 @@ HardwareProfile load_profile(const std::string& path) {
   }
   const toml::table* t = doc["hardware"].as_table();
   MT_REQUIRE(t, path, ": no [hardware] table");
-  static const std::vector<std::string> known = {
-      "name",         "local",           "devices_per_node", "memory_bytes",    "peak_fp32",
-      "peak_bf16",    "gemm_efficiency", "gemm_half_dim",    "memory_bw",       "kernel_overhead_s",
-      "intra_busbw",  "intra_latency_s", "inter_busbw",      "inter_latency_s", "p2p_bw_intra",
-      "p2p_bw_inter", "cores",           "sources"};
+  static const std::vector<std::string> known = {"name",
+                                                 "local",
+                                                 "devices_per_node",
+                                                 "memory_bytes",
+                                                 "peak_fp32",
+                                                 "peak_bf16",
+                                                 "gemm_efficiency",
+                                                 "gemm_half_dim",
+                                                 "memory_bw",
+                                                 "kernel_overhead_s",
+                                                 "intra_busbw",
+                                                 "intra_latency_s",
+                                                 "inter_busbw",
+                                                 "inter_latency_s",
+                                                 "p2p_bw_intra",
+                                                 "p2p_bw_inter",
+                                                 "cores",
+                                                 "sources",
+                                                 "attention_fwd_flops",
+                                                 "attention_bwd_flops",
+                                                 "pointwise_s"};
   for (auto&& [k, v] : *t) {
     (void)v;
     bool ok = false;
@@ -134,6 +150,9 @@ HardwareProfile load_profile(const std::string& path) {
   read(*t, "inter_latency_s", h.inter_latency_s, path);
   read(*t, "p2p_bw_intra", h.p2p_bw_intra, path);
   read(*t, "p2p_bw_inter", h.p2p_bw_inter, path);
+  read(*t, "attention_fwd_flops", h.attention_fwd_flops, path);
+  read(*t, "attention_bwd_flops", h.attention_bwd_flops, path);
+  read(*t, "pointwise_s", h.pointwise_s, path);
   if (const toml::array* s = (*t)["sources"].as_array())
     for (auto&& n : *s)
       if (auto v = n.value<std::string>()) h.sources.push_back(*v);
@@ -171,7 +190,10 @@ std::string profile_to_toml(const HardwareProfile& h) {
                       {"inter_busbw", h.inter_busbw},
                       {"inter_latency_s", h.inter_latency_s},
                       {"p2p_bw_intra", h.p2p_bw_intra},
-                      {"p2p_bw_inter", h.p2p_bw_inter}})
+                      {"p2p_bw_inter", h.p2p_bw_inter},
+                      {"attention_fwd_flops", h.attention_fwd_flops},
+                      {"attention_bwd_flops", h.attention_bwd_flops},
+                      {"pointwise_s", h.pointwise_s}})
     o << k << " = " << std::scientific << v << std::defaultfloat << "\n";
   o << "sources = [";
   for (size_t i = 0; i < h.sources.size(); ++i) {

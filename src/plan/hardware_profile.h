@@ -30,7 +30,12 @@ struct HardwareProfile {
   double intra_busbw = 0, intra_latency_s = 0;
   double inter_busbw = 0, inter_latency_s = 0;
   double p2p_bw_intra = 0, p2p_bw_inter = 0;  // point-to-point (pipeline sends), bytes/s
-  // Local only: compute threads per rank the calibration measured with, and cores.
+  // Local only (0 = not measured: the GEMM and streaming formulas apply). The engine's
+  // attention core is its own kernel, not a GEMM: its measured rate, FLOP/s per thread
+  // (4 B T^2 C forward, twice that backward, causal mask not halved). Pointwise passes
+  // (GELU's tanh, LayerNorm) are compute-bound on a CPU: seconds per element per thread.
+  double attention_fwd_flops = 0, attention_bwd_flops = 0;
+  double pointwise_s = 0;
   int cores = 0;
   std::vector<std::string> sources;  // one line per constant, printed by --explain
 };

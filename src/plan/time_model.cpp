@@ -45,19 +45,26 @@ BlockCosts block_costs(const Context& c, int layer) {
   double w = gemm(3 * h / t, h, N) + gemm(h, h / t, N);  // weight gradients
   // Attention core: (b * a / t) heads of QK^T (s x s x hd) and PV (s x hd x s), softmax.
   const double heads = b * a / t;
-  const double core =
-      gemm(s, s, hd, heads) + gemm(s, hd, s, heads) + stream_seconds(R, 2 * heads * s * s * e, 2);
+  double core = gemm(s, s, hd, heads) + gemm(s, hd, s, heads) +
+                pointwise_seconds(R, heads * s * s, 2 * heads * s * s * e, 2);
+  double core_bwd = 2 * core;  // dP, dV, then dQ, dK; softmax backward
+  if (R.attention_fwd > 0 && R.attention_bwd > 0) {
+    // The engine's own attention kernel, as calibrated (4 b s^2 h/t FLOPs forward).
+    const double flops = 4 * b * s * s * h / t;
+    core = flops / R.attention_fwd + R.overhead_s;
+    core_bwd = 2 * flops / R.attention_bwd + R.overhead_s;
+  }
   f += core;
-  bwd += 2 * core;  // dP, dV, then dQ, dK; softmax backward
+  bwd += core_bwd;
   // LayerNorms, residual adds (on Nl rows under SP), bias + GELU.
-  const double ln = stream_seconds(R, 2 * Nl * h * e, 1);
+  const double ln = pointwise_seconds(R, Nl * h, 2 * Nl * h * e, 1);
   const double residual = stream_seconds(R, 3 * Nl * h * e, 1);
   f += 2 * ln + 2 * residual;
   bwd += 2 * 2 * ln + 2 * residual;
   const bool moe = is_moe_layer(m, layer);
   double mlp_f = 0, mlp_b = 0, mlp_w = 0;
   if (!moe) {
-    const double gelu = stream_seconds(R, 2 * N * 4 * h / t * e, 1);
+    const double gelu = pointwise_seconds(R, N * 4 * h / t, 2 * N * 4 * h / t * e, 1);
     mlp_f = gemm(N, 4 * h / t, h) + gemm(N, h, 4 * h / t) + gelu;
     mlp_b = mlp_f + gelu;
     mlp_w = gemm(4 * h / t, h, N) + gemm(h, 4 * h / t, N);
@@ -65,7 +72,8 @@ BlockCosts block_costs(const Context& c, int layer) {
     // Router, then the rank's E/ep experts on the rows routed to them (balanced: every
     // rank receives N * topk rows in total), GELU MLPs of the dense shape.
     const double E = m.experts, local = E / c.l.ep, rows = N * m.topk / local;
-    const double gelu = stream_seconds(R, 2 * N * m.topk * 4 * h * e, int(local));
+    const double gelu =
+        pointwise_seconds(R, N * m.topk * 4 * h, 2 * N * m.topk * 4 * h * e, int(local));
     mlp_f = gemm(N, E, h) + gemm(rows, 4 * h, h, local) + gemm(rows, h, 4 * h, local) + gelu +
             stream_seconds(R, 4 * N * m.topk * h * e, 4);  // permute / combine
     mlp_b = mlp_f + gelu;
@@ -153,6 +161,7 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         sc.weight += k.weight;
         sc.tp_comm += k.tp_comm;
         sc.ep_comm += k.ep_comm;
+        sc.recompute += k.recompute;
         sc.params += block_params(m, layer, l, &sc.expert_params);
         ++sc.blocks;
       }
@@ -170,8 +179,8 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         // ln_f, the logits GEMM against the (vocab-parallel) tied embedding, the
         // cross-entropy over N x V/tp logits, and their backward.
         const double logits = gemm_seconds(c.rates, N, Vl, h, e);
-        const double ce = stream_seconds(c.rates, 3 * N * Vl * e, 3);
-        const double ln = stream_seconds(c.rates, 2 * N * h * e, 1);
+        const double ce = pointwise_seconds(c.rates, N * Vl, 3 * N * Vl * e, 3);
+        const double ln = pointwise_seconds(c.rates, N * h, 2 * N * h * e, 1);
         sc.forward += logits + ce + ln;
         sc.backward += logits + ce + 2 * ln;
         sc.weight += gemm_seconds(c.rates, Vl, h, N, e);
@@ -278,20 +287,7 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
     opt = std::max(opt, stream_seconds(c.rates, updated * 32, 2));
   }
   // Recomputation on the slowest stage (reported; already inside the backward costs).
-  if (l.recompute != "none") {
-    const Context cc = make_context(r, l);
-    double most = 0;
-    for (const StageCosts& sc : p.stages) most = std::max(most, sc.forward);
-    recompute = (l.recompute == "full" ? 1.0 : 0.0) * most * mb;
-    if (l.recompute == "selective") {
-      const double b = l.micro_batch, s = m.seq, hd = double(m.dim) / m.heads;
-      const double heads = b * m.heads / l.tp;
-      const double core = gemm_seconds(cc.rates, s, s, hd, cc.e, heads) +
-                          gemm_seconds(cc.rates, s, hd, s, cc.e, heads) +
-                          stream_seconds(cc.rates, 2 * heads * s * s * cc.e, 2);
-      recompute = core * double(m.layers) / l.pp * mb;
-    }
-  }
+  for (const StageCosts& sc : p.stages) recompute = std::max(recompute, sc.recompute * mb);
   // Gradient-norm all-reduce over the world and the loss all-reduce: latency-bound.
   const GroupSpan world = group_span(r.hardware, l.world(), 1);
   const double small = 2 * collective_seconds(r.hardware, Collective::all_reduce, 8, world);

@@ -20,6 +20,7 @@ namespace mt::plan {
 struct StageCosts {
   double forward = 0, backward = 0, weight = 0;  // one microbatch, the whole stage
   double tp_comm = 0, ep_comm = 0;               // exposed, included above
+  double recompute = 0;                          // repeated forward work, inside backward
   double params = 0;                             // parameters on the stage's ranks (per rank)
   double expert_params = 0;
   int blocks = 0;  // transformer blocks on the stage
