@@ -111,6 +111,41 @@ def measure(binary, out, ranks, k, steps):
     return wall, per_step / min(ranks, os.cpu_count() or 1)
 
 
+def layout_knobs(lay):
+    k = dict(dp=lay["dp"], tp=lay["tp"], pp=lay["pp"], mb=lay["micro_batch"],
+             zero=lay["zero"], recompute=lay["recompute"], sp=lay["sequence_parallel"],
+             schedule=lay["schedule"], v=lay["virtual_stages"], ep=lay["ep"])
+    return k
+
+
+def brute_force(binary, out, profile, steps):
+    """Every layout of a 4-rank world (ZeRO 0, no recomputation, to keep the count small)
+    measured; where does the planner's first choice land?"""
+    p = subprocess.run([binary, "plan", "--hardware", "local", "--profile", profile, "--ranks",
+                        "4", "--zero", "0", "--recompute", "none", "--json", "--top", "100000"]
+                       + MODEL, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    cands = json.loads(p.stdout)["candidates"]
+    load0 = loadavg()
+    results = []
+    for i, c in enumerate(cands):
+        k = layout_knobs(c["layout"])
+        wall, cpu = measure(binary, out, 4, k, steps)
+        results.append((i, c["predicted"]["step_time_s"], wall, cpu, k))
+        print(f"#{i + 1:3d} {k}  predicted {c['predicted']['step_time_s'] * 1e3:7.1f} ms  wall "
+              f"{wall * 1e3:7.1f}  cpu-est {cpu * 1e3:7.1f}", flush=True)
+    load1 = loadavg()
+    for label, idx in (("wall", 2), ("cpu-time estimate", 3)):
+        best = min(results, key=lambda r: r[idx])
+        first = results[0]
+        rank = sorted(r[idx] for r in results).index(first[idx]) + 1
+        print(f"{label}: planner's #1 measured {first[idx] * 1e3:.1f} ms (rank {rank} of "
+              f"{len(results)} measured); best measured {best[idx] * 1e3:.1f} ms (planner's "
+              f"#{best[0] + 1}); first choice {first[idx] / best[idx] - 1:+.1%} (goal <= 5%)")
+    print(f"load average {load0:.2f} -> {load1:.2f} on {os.cpu_count()} cores")
+
+
 def main():
     binary, out = sys.argv[1], sys.argv[2]
     seconds = sys.argv[sys.argv.index("--calibrate-seconds") + 1] \
@@ -121,6 +156,9 @@ def main():
     if not os.path.exists(profile):
         subprocess.run([binary, "plan", "--calibrate", "--calibrate-seconds", seconds,
                         "--profile", profile], check=True)
+    if "--brute-force" in sys.argv:
+        brute_force(binary, out, profile, steps)
+        return
     load0 = loadavg()
     rows, cpu_rows, errs, cpu_errs = [], [], [], []
     for name, ranks, k in LAYOUTS:

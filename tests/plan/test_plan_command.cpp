@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/run_binary.h"
@@ -62,6 +63,36 @@ TEST(PlanCommand, BadInputIsOneLineExit2) {
     EXPECT_EQ(r.err.rfind("meshtrain: error: ", 0), 0u) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
   }
+}
+
+TEST(PlanCommand, HardwareFileReplacesThePreset) {
+  TempDir dir;
+  const std::string file = dir / "hw.toml";
+  {
+    std::ofstream f(file);
+    f << "[hardware]\nname = \"slow-cluster\"\ndevices_per_node = 4\nmemory_bytes = 1e11\n"
+         "peak_fp32 = 1e13\npeak_bf16 = 2e13\nmemory_bw = 1e12\nintra_busbw = 1e11\n"
+         "inter_busbw = 1e9\np2p_bw_intra = 1e11\n";
+  }
+  // Large enough that compute, not per-kernel overheads, decides.
+  const std::string model =
+      "--layers 8 --dim 1024 --heads 16 --seq 512 --vocab 1024 --batch 64 --precision bf16";
+  const auto r =
+      run_meshtrain("plan " + model + " --hardware-file " + file + " --gpus 8 --json --top 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double slow = nlohmann::json::parse(r.out)["candidates"][0]["predicted"]["step_time_s"];
+  const auto a = run_meshtrain("plan " + model + " --hardware a100-80gb --gpus 8 --json --top 1");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_GT(slow, nlohmann::json::parse(a.out)["candidates"][0]["predicted"]["step_time_s"]);
+  // An unknown key and a missing rate are one line, exit 2.
+  {
+    std::ofstream f(file, std::ios::app);
+    f << "tensor_cores = 4\n";
+  }
+  const auto u =
+      run_meshtrain(std::string("plan ") + kSmall + " --hardware-file " + file + " --gpus 8");
+  EXPECT_EQ(u.exit_code, 2);
+  EXPECT_NE(u.err.find("unknown key [hardware] tensor_cores"), std::string::npos) << u.err;
 }
 
 TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
