@@ -56,7 +56,7 @@ void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s,
   for (int i = 0; i < n; ++i) largest = std::max(largest, s.candidates[size_t(i)].memory.total());
   g_unit = largest < (int64_t(1) << 30) ? 1024.0 * 1024 : 1024.0 * 1024 * 1024;
   const char* unit = largest < (int64_t(1) << 30) ? "MiB" : "GiB";
-  std::snprintf(line, sizeof line, "%-3s %-46s %10s %11s %7s %6s %7s %22s %8s %20s\n", "#",
+  std::snprintf(line, sizeof line, "%-3s %-58s %10s %11s %7s %6s %7s %22s %8s %20s\n", "#",
                 "layout", "step", "tokens/s", "TFLOP/s", "MFU", "bubble",
                 (std::string(unit) + " p/g/o/act/buf").c_str(), unit, "exposed tp/dp/ep");
   out << line;
@@ -69,7 +69,7 @@ void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s,
     const std::string exposed =
         ms(c.time.tp_exposed_s) + "/" + ms(c.time.dp_exposed_s) + "/" + ms(c.time.ep_exposed_s);
     std::snprintf(line, sizeof line,
-                  "%-3d %-46s %10s %11.0f %7.1f %5.1f%% %6.1f%% %22s %8.2f %20s\n", i + 1,
+                  "%-3d %-58s %10s %11.0f %7.1f %5.1f%% %6.1f%% %22s %8.2f %20s\n", i + 1,
                   layout_name(c.layout).c_str(), ms(c.time.step_s).c_str(), c.tokens_per_s,
                   c.model_tflops_per_device, 100 * c.mfu, 100 * c.time.bubble, parts.c_str(),
                   gib(mm.total()), exposed.c_str());
