@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "parallel/pipeline/schedule_simulator.h"
+#include "plan/hardware_costs.h"
 #include "plan/model_flops.h"
 #include "plan/search.h"
 #include "plan_test_util.h"
@@ -143,6 +144,42 @@ TEST(PlanSearch, BadInputIsOneLine) {
       << msg;
   EXPECT_NE(msg.find("model state dominates"), std::string::npos) << msg;
   for (const std::string& m : {msg}) EXPECT_EQ(m.find('\n'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mt::plan
+
+namespace mt::plan {
+namespace {
+
+// Groups sit where the mesh puts them (tp innermost, then dp, then pp; 8 GPUs a node), and
+// a group across nodes is slower than the same group inside one.
+TEST(PlanCosts, GroupsArePlacedAsTheMeshPlacesThem) {
+  const HardwareProfile h = preset_profile("a100-80gb");
+  const GroupSpan tp8 = group_span(h, 8, 1);
+  EXPECT_EQ(tp8.nodes, 1);
+  const GroupSpan dp16_under_tp8 = group_span(h, 16, 8);  // one member per node
+  EXPECT_EQ(dp16_under_tp8.per_node, 1);
+  EXPECT_EQ(dp16_under_tp8.nodes, 16);
+  const GroupSpan dp16_under_tp2 = group_span(h, 16, 2);  // four per node
+  EXPECT_EQ(dp16_under_tp2.per_node, 4);
+  EXPECT_EQ(dp16_under_tp2.nodes, 4);
+  const double bytes = 1e9;
+  const double inside = collective_seconds(h, Collective::all_reduce, bytes, tp8);
+  const double one_nic = collective_seconds(h, Collective::all_reduce, bytes, dp16_under_tp8);
+  const double four_nics = collective_seconds(h, Collective::all_reduce, bytes, dp16_under_tp2);
+  EXPECT_LT(inside, four_nics);
+  EXPECT_LT(four_nics, one_nic);
+  // nccl-tests' bus bandwidth: all-reduce moves 2(n-1)/n of the buffer, all-gather (n-1)/n.
+  const double ag = collective_seconds(h, Collective::all_gather, bytes, tp8);
+  EXPECT_NEAR((inside - 6 * h.intra_latency_s) / (ag - 6 * h.intra_latency_s), 2.0, 1e-9);
+  // A small GEMM dimension lowers the rate; a skinny GEMM is bandwidth-bound.
+  ComputeRates r = compute_rates(h, "bf16", 8, 1);
+  const double big = gemm_seconds(r, 8192, 8192, 8192, 2);
+  EXPECT_NEAR(2.0 * 8192 * 8192 * 8192 / (big - r.overhead_s),
+              h.peak_bf16 * h.gemm_efficiency * 8192 / (8192 + h.gemm_half_dim), 1e6);
+  const double skinny = gemm_seconds(r, 8192, 8192, 1, 2);
+  EXPECT_NEAR(skinny - r.overhead_s, (8192.0 * 8192 + 2 * 8192) * 2 / r.memory_bw, 1e-12);
 }
 
 }  // namespace
