@@ -81,96 +81,104 @@ Candidate evaluate(const PlanRequest& r, const Layout& l) {
   return c;
 }
 
-SearchResult search_layouts(const PlanRequest& r, size_t keep) {
+// Every combination of the knobs left open (the fixed ones as given), in a fixed order.
+// Divisibility beyond dp x tp x pp = devices is left to validate_candidate, so that the
+// rules stay train's.
+std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
   const ModelConfig& m = r.model;
   const int n = r.devices;
+  for (auto [name, v] : {std::pair{"--tp", r.tp}, {"--pp", r.pp}, {"--dp", r.dp}})
+    MT_REQUIRE(!v || n % *v == 0, name, " ", *v, " does not divide ",
+               r.hardware.local ? "--ranks " : "--gpus ", n);
+  std::vector<std::string> precisions = {"fp32"};
+  if (!r.hardware.local && r.hardware.peak_bf16 > 0) precisions.push_back("bf16");
+  std::vector<std::string> recomputes = {"none", "selective"};
+  if (m.experts == 0) recomputes.push_back("full");
+  std::vector<Layout> out;
+  for (int tp : choices(r.tp, divisors(n, n)))
+    for (int pp : choices(r.pp, divisors(n / tp, std::max(m.layers, 1)))) {
+      if ((n / tp) % pp != 0) continue;
+      const int dp = n / (tp * pp);
+      if (r.dp && *r.dp != dp) continue;
+      // (schedule, virtual stages): without pp the schedule is not used.
+      std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
+      if (pp > 1) {
+        schedules = {{"1f1b", 1}, {"gpipe", 1}, {"zb-h1", 1}};
+        for (int v : {2, 3, 4, 6, 8})
+          if (pp * v <= m.layers) schedules.push_back({"interleaved", v});
+      }
+      if (r.schedule || r.virtual_stages) {
+        std::erase_if(schedules, [&](const auto& sv) {
+          return (r.schedule && *r.schedule != sv.first) ||
+                 (r.virtual_stages && *r.virtual_stages != sv.second);
+        });
+        // A fixed pair outside the list is still tried: validation says what is wrong.
+        if (schedules.empty())
+          schedules.push_back({r.schedule.value_or("1f1b"), r.virtual_stages.value_or(1)});
+      }
+      const std::vector<int> mbs = divisors(r.batch % dp == 0 ? r.batch / dp : 1, 64);
+      std::vector<int> eps = {1};
+      if (m.experts > 0) {
+        eps.clear();
+        for (int e : divisors(dp, dp))
+          if (m.experts % e == 0) eps.push_back(e);
+      }
+      const std::vector<int> zeros = dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
+      const std::vector<bool> sps =
+          tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+      for (int ep : choices(r.ep, eps))
+        for (int zero : choices(r.zero, zeros))
+          for (bool sp : choices(r.sequence_parallel, sps))
+            for (const std::string& rc : choices(r.recompute, recomputes))
+              for (int b : choices(r.micro_batch, mbs))
+                for (const auto& [sname, v] : schedules)
+                  for (const std::string& prec : choices(r.precision, precisions)) {
+                    if (r.microbatches && r.batch / (dp * b) != *r.microbatches) continue;
+                    out.push_back({dp, tp, pp, v, ep, zero, sp, rc, b, sname, prec});
+                  }
+    }
+  return out;
+}
+
+SearchResult search_layouts(const PlanRequest& r, size_t keep) {
   SearchResult out;
   std::map<ScheduleKey, Schedule> cache;
   std::string first_error;
   Candidate smallest;
   bool any_valid = false;
   std::multiset<double> best;  // the keep shortest step times so far
-  std::vector<std::string> precisions = {"fp32"};
-  if (!r.hardware.local && r.hardware.peak_bf16 > 0) precisions.push_back("bf16");
-  std::vector<std::string> recomputes = {"none", "selective"};
-  if (m.experts == 0) recomputes.push_back("full");
-  for (int tp : choices(r.tp, divisors(n, n)))
-    for (int pp : choices(r.pp, divisors(n / std::max(tp, 1), m.layers))) {
-      if (tp < 1 || pp < 1 || n % (tp * pp) != 0) {
-        if (r.tp && r.pp) {
-          first_error = str("--tp ", tp, " x --pp ", pp, " does not divide --gpus ", n);
-        }
-        continue;
-      }
-      const int dp_all = n / (tp * pp);
-      for (int dp : choices(r.dp, std::vector<int>{dp_all})) {
-        std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
-        if (pp > 1) {
-          schedules = {{"1f1b", 1}, {"gpipe", 1}, {"zb-h1", 1}};
-          for (int v : {2, 3, 4, 6, 8})
-            if (pp * v <= m.layers) schedules.push_back({"interleaved", v});
-        }
-        if (r.schedule || r.virtual_stages) {
-          std::vector<std::pair<std::string, int>> kept;
-          for (auto& [sname, v] : schedules)
-            if ((!r.schedule || *r.schedule == sname) &&
-                (!r.virtual_stages || *r.virtual_stages == v))
-              kept.push_back({sname, v});
-          if (kept.empty())
-            kept.push_back({r.schedule.value_or("1f1b"), r.virtual_stages.value_or(1)});
-          schedules = kept;
-        }
-        const int per_replica = dp > 0 && r.batch % dp == 0 ? r.batch / dp : 1;
-        std::vector<int> mbs = divisors(per_replica, 64);
-        std::vector<int> eps = {1};
-        if (m.experts > 0 && dp > 0) {
-          eps.clear();
-          for (int e : divisors(dp, dp))
-            if (m.experts % e == 0) eps.push_back(e);
-        }
-        for (int ep : choices(r.ep, eps))
-          for (int zero :
-               choices(r.zero, dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}))
-            for (bool sp : choices(r.sequence_parallel, tp > 1 ? std::vector<bool>{false, true}
-                                                               : std::vector<bool>{false}))
-              for (const std::string& rc : choices(r.recompute, recomputes))
-                for (int b : choices(r.micro_batch, mbs))
-                  for (auto& [sname, v] : schedules)
-                    for (const std::string& prec : choices(r.precision, precisions)) {
-                      Layout l{dp, tp, pp, v, ep, zero, sp, rc, b, sname, prec};
-                      if (r.microbatches && r.batch / (dp * b) != *r.microbatches) continue;
-                      ++out.considered;
-                      try {
-                        validate_candidate(r, l);
-                      } catch (const UsageError& e) {
-                        if (first_error.empty()) first_error = e.what();
-                        continue;
-                      }
-                      ++out.valid;
-                      const Schedule& s = cached_schedule(cache, l, r.batch / (dp * b));
-                      Candidate c;
-                      c.layout = l;
-                      c.memory = planned_memory(r, l, s);
-                      c.fits = c.memory.total() <= usable_bytes_per_rank(r);
-                      if (!any_valid || c.memory.total() < smallest.memory.total()) smallest = c;
-                      any_valid = true;
-                      if (!c.fits) continue;
-                      ++out.fit;
-                      const double limit = best.size() < keep ? 1e300 : *std::prev(best.end());
-                      c.time = predict_time(r, l, s, limit);
-                      if (c.time.pruned) {
-                        ++out.pruned;
-                        continue;
-                      }
-                      best.insert(c.time.step_s);
-                      if (best.size() > keep) best.erase(std::prev(best.end()));
-                      fill_rates(r, c);
-                      out.candidates.push_back(std::move(c));
-                    }
-      }
+  for (const Layout& l : enumerate_layouts(r)) {
+    ++out.considered;
+    try {
+      validate_candidate(r, l);
+    } catch (const UsageError& e) {
+      if (first_error.empty()) first_error = e.what();
+      continue;
     }
+    ++out.valid;
+    const Schedule& s = cached_schedule(cache, l, r.batch / (l.dp * l.micro_batch));
+    Candidate c;
+    c.layout = l;
+    c.memory = planned_memory(r, l, s);
+    c.fits = c.memory.total() <= usable_bytes_per_rank(r);
+    if (!any_valid || c.memory.total() < smallest.memory.total()) smallest = c;
+    any_valid = true;
+    if (!c.fits) continue;
+    ++out.fit;
+    const double limit = best.size() < keep ? 1e300 : *std::prev(best.end());
+    c.time = predict_time(r, l, s, limit);
+    if (c.time.pruned) {
+      ++out.pruned;
+      continue;
+    }
+    best.insert(c.time.step_s);
+    if (best.size() > keep) best.erase(std::prev(best.end()));
+    fill_rates(r, c);
+    out.candidates.push_back(std::move(c));
+  }
   if (!any_valid) {
-    MT_REQUIRE(!first_error.empty(), "no layout of ", n, " devices to consider");
+    MT_REQUIRE(!first_error.empty(), "no layout of ", r.devices,
+               " devices has the fixed knobs (--dp x --tp x --pp must be the device count)");
     throw UsageError(first_error);
   }
   if (out.candidates.empty()) {

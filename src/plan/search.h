@@ -36,6 +36,11 @@ struct SearchResult {
 // keeps (and simulates) every fitting layout.
 SearchResult search_layouts(const PlanRequest& r, size_t keep = size_t(-1));
 
+// Every combination of the open knobs (the fixed ones as given) with dp x tp x pp equal
+// to the devices; not yet validated. UsageError when a fixed tp, pp or dp cannot divide
+// the devices.
+std::vector<Layout> enumerate_layouts(const PlanRequest& r);
+
 // Predicts one layout (validated; fits is computed, not required).
 Candidate evaluate(const PlanRequest& r, const Layout& l);
 

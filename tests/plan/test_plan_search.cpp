@@ -132,7 +132,12 @@ TEST(PlanSearch, BadInputIsOneLine) {
   r.tp.reset();
   r.dp = 3;  // 3 does not divide 8 devices
   msg = usage_error(r);
-  EXPECT_NE(msg.find("--gpus is 8"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--dp 3 does not divide --gpus 8"), std::string::npos) << msg;
+  r.dp = 2;
+  r.tp = 2;
+  r.pp = 4;  // 16 ranks, not 8
+  msg = usage_error(r);
+  EXPECT_NE(msg.find("no layout of 8 devices has the fixed knobs"), std::string::npos) << msg;
   // Nothing fits: a model far larger than 8 GPUs.
   PlanRequest big = small_request(8);
   big.hardware = preset_profile("a100-80gb");
