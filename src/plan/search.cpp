@@ -54,16 +54,32 @@ void fill_rates(const PlanRequest& r, Candidate& c) {
 // knobs that shrink that part (only those the user left open or could raise).
 std::string remedy(const PlanRequest& r, const Candidate& c) {
   const PlannedMemory& m = c.memory;
+  const Layout& l = c.layout;
   const int64_t state = m.params + m.grads + m.optimizer + m.buffers;
-  if (state >= m.activations)
-    return str("model state dominates (", m.params + m.grads + m.optimizer,
-               " bytes of parameters, gradients and optimizer state): more --gpus, --zero 3, "
-               "or larger --tp/--pp",
-               r.zero ? " (--zero is fixed)" : "");
-  return str("activations dominate (", m.activations,
-             " bytes): --recompute full, --micro-batch 1, --sequence-parallel with --tp > 1, "
-             "or a smaller --batch/--seq",
-             r.recompute ? " (--recompute is fixed)" : "");
+  std::vector<std::string> tips;
+  // Only knobs that would change the smallest layout; a fixed one is named as fixed.
+  auto tip = [&](bool applies, bool fixed, const std::string& what) {
+    if (applies) tips.push_back(what + (fixed ? " (fixed by you)" : ""));
+  };
+  std::string what;
+  if (state >= m.activations) {
+    what = str("model state dominates (", m.params + m.grads + m.optimizer + m.buffers,
+               " bytes of parameters, gradients, optimizer state and buffers)");
+    tip(l.zero < 3 && l.dp > 1, r.zero.has_value(), "--zero 3");
+    tip(true, r.tp.has_value() || r.pp.has_value(), "larger --tp or --pp");
+    tip(true, false, "more --gpus");
+  } else {
+    what = str("activations dominate (", m.activations, " bytes)");
+    tip(l.recompute != "full" && r.model.experts == 0, r.recompute.has_value(), "--recompute full");
+    tip(l.micro_batch > 1, r.micro_batch.has_value(), "a smaller --micro-batch");
+    tip(l.tp > 1 && !l.sequence_parallel, r.sequence_parallel.has_value(), "--sequence-parallel");
+    tip(true, r.tp.has_value() || r.pp.has_value(), "larger --tp or --pp");
+    tip(true, false, "a smaller --batch or --seq");
+  }
+  std::string list;
+  for (size_t i = 0; i < tips.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == tips.size() ? ", or " : ", ") + tips[i];
+  return what + ": try " + list;
 }
 
 }  // namespace
