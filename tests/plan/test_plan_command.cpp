@@ -106,6 +106,12 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
   ASSERT_EQ(p.exit_code, 0) << p.err;
   const auto j = nlohmann::json::parse(p.out);
   EXPECT_EQ(j.at("candidates").at(0).at("layout").at("precision"), "fp32");
+  // The printed command trains that layout.
+  std::string command = j.at("candidates").at(0).at("command");
+  ASSERT_EQ(command.rfind("meshtrain train ", 0), 0u) << command;
+  const auto run =
+      testing::run_command(std::string(MESHTRAIN_BIN) + command.substr(9) + " --steps 1 --quiet");
+  EXPECT_EQ(run.exit_code, 0) << command << ": " << run.err;
   // bf16 is not planned locally (this engine trains in fp32).
   const auto b = run_meshtrain(std::string("plan ") + kSmall + " --hardware local --ranks 2 " +
                                "--precision bf16 --profile " + profile);
@@ -116,6 +122,7 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
                            "--steps 1 --auto-layout --ranks 2 --tp 1");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.out.find("meshtrain: auto-layout: dp "), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find(" tp 1 "), std::string::npos) << a.out;  // --tp 1 stayed fixed
   // --ranks without --auto-layout is a usage error.
   const auto u = run_meshtrain("train --steps 1 --ranks 2");
   EXPECT_EQ(u.exit_code, 2) << u.err;
