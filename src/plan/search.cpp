@@ -84,19 +84,6 @@ std::string remedy(const PlanRequest& r, const Candidate& c) {
 
 }  // namespace
 
-Candidate evaluate(const PlanRequest& r, const Layout& l) {
-  validate_candidate(r, l);
-  std::map<ScheduleKey, Schedule> cache;
-  const Schedule& s = cached_schedule(cache, l, r.batch / (l.dp * l.micro_batch));
-  Candidate c;
-  c.layout = l;
-  c.memory = planned_memory(r, l, s);
-  c.fits = c.memory.total() <= usable_bytes_per_rank(r);
-  c.time = predict_time(r, l, s);
-  fill_rates(r, c);
-  return c;
-}
-
 // Every combination of the knobs left open (the fixed ones as given), in a fixed order.
 // Divisibility beyond dp x tp x pp = devices is left to validate_candidate, so that the
 // rules stay train's.

@@ -41,7 +41,4 @@ SearchResult search_layouts(const PlanRequest& r, size_t keep = size_t(-1));
 // the devices.
 std::vector<Layout> enumerate_layouts(const PlanRequest& r);
 
-// Predicts one layout (validated; fits is computed, not required).
-Candidate evaluate(const PlanRequest& r, const Layout& l);
-
 }  // namespace mt::plan
