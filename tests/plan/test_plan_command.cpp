@@ -50,6 +50,21 @@ TEST(PlanCommand, TableAndExplain) {
   EXPECT_NE(r.out.find("H100 SXM datasheet"), std::string::npos);
 }
 
+TEST(PlanCommand, ConfigFileGivesTheModelAndFlagsOverrideIt) {
+  TempDir dir;
+  const std::string file = dir / "c.toml";
+  {
+    std::ofstream f(file);
+    f << "[model]\nlayers = 2\ndim = 64\nheads = 4\nseq = 32\nvocab = 256\n"
+         "[train]\nbatch = 8\n";
+  }
+  const auto r =
+      run_meshtrain("plan --config " + file + " --heads 8 --hardware a100-80gb --gpus 2 --top 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("GPT 2L 64d 8h seq 32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("batch 8 x seq 32"), std::string::npos) << r.out;
+}
+
 TEST(PlanCommand, BadInputIsOneLineExit2) {
   for (const std::string args :
        {" --hardware tpu --gpus 8", " --hardware a100-80gb --gpus 8 --tp 3",
