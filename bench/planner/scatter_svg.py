@@ -2,6 +2,7 @@
 """Draws predicted vs measured step time (closed_loop.py's closed_loop.json) as an SVG.
 
 Usage: python3 bench/planner/scatter_svg.py OUT_DIR/closed_loop.json docs/img/planner_scatter.svg
+       [--cpu]   (the CPU-time estimate instead of the wall time)
 """
 import json
 import sys
@@ -9,7 +10,8 @@ import sys
 
 def main():
     data = json.load(open(sys.argv[1]))
-    rows = data["rows"]  # [name, ranks, predicted_s, measured_s, error]
+    cpu = "--cpu" in sys.argv
+    rows = data["cpu_rows" if cpu else "rows"]  # [name, ranks, predicted_s, measured_s, error]
     hi = max(max(r[2], r[3]) for r in rows) * 1.1e3
     W, H, M = 520, 520, 60
     sx = lambda v: M + v / hi * (W - 2 * M)
@@ -28,7 +30,8 @@ def main():
         v = hi * i / 5
         out.append(f'<text x="{sx(v)}" y="{H - M + 15}" text-anchor="middle">{v:.0f}</text>')
         out.append(f'<text x="{M - 5}" y="{sy(v) + 4}" text-anchor="end">{v:.0f}</text>')
-    out.append(f'<text x="{W / 2}" y="{H - 20}" text-anchor="middle">measured step time (ms)</text>')
+    what = "CPU-time estimate" if cpu else "measured wall"
+    out.append(f'<text x="{W / 2}" y="{H - 20}" text-anchor="middle">{what} step time (ms)</text>')
     out.append(f'<text x="15" y="{H / 2}" text-anchor="middle" transform="rotate(-90 15 {H / 2})">'
                'predicted step time (ms)</text>')
     for name, ranks, pred, meas, err in rows:
@@ -37,8 +40,13 @@ def main():
                    f'{err:+.1%}</title></circle>')
         out.append(f'<text x="{x + 6:.1f}" y="{y - 4:.1f}" font-size="9">{name}</text>')
     load = data.get("load", [0, 0])
-    out.append(f'<text x="{M}" y="20">meshtrain plan --hardware local vs measured '
+    cores = data.get("cores", 2)
+    valid = max(load) <= cores
+    out.append(f'<text x="{M}" y="20">meshtrain plan --hardware local vs {what} '
                f'(load {load[0]:.1f} -> {load[1]:.1f}); bands: 10%, 20%</text>')
+    if not valid:
+        out.append(f'<text x="{M}" y="36" fill="#c00">NOT VALID: load above the {cores} '
+                   'cores while measuring</text>')
     out.append("</svg>")
     open(sys.argv[2], "w").write("\n".join(out) + "\n")
 
