@@ -180,7 +180,8 @@ def main():
           + ("  NOT VALID: load above the core count" if max(load0, load1) > (os.cpu_count() or 1)
              else ""))
     with open(os.path.join(out, "closed_loop.json"), "w") as f:
-        json.dump({"rows": rows, "cpu_rows": cpu_rows, "load": [load0, load1]}, f)
+        json.dump({"rows": rows, "cpu_rows": cpu_rows, "load": [load0, load1],
+                   "cores": os.cpu_count()}, f)
 
 
 if __name__ == "__main__":
