@@ -20,7 +20,7 @@ namespace {
 struct PlanArgs {
   ModelConfig model;
   int batch = 8;
-  std::string hardware, hardware_file, profile;
+  std::string hardware, hardware_file, profile, backend = "local";
   int gpus = 0, ranks = 0, threads = 1, top = 10;
   double bucket_mb = 25;
   int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0;
@@ -74,7 +74,8 @@ plan::PlanRequest make_request(PlanArgs& a) {
     r.hardware = plan::load_profile(a.hardware_file);
   } else if (a.hardware == "local") {
     const std::string path = a.profile.empty() ? plan::default_local_profile_path() : a.profile;
-    r.hardware = plan::load_local_profile(path);
+    r.hardware = plan::for_backend(plan::load_local_profile(path), a.backend);
+    r.backend = a.backend;
   } else {
     r.hardware = plan::preset_profile(a.hardware);
   }
@@ -156,6 +157,10 @@ CommandRunner add_plan_command(CLI::App& app) {
                   "default $XDG_CACHE_HOME/meshtrain/hardware-local.toml)");
   cmd->add_option("--gpus", a->gpus, "devices (GPUs, or ranks for --hardware local)");
   cmd->add_option("--ranks", a->ranks, "ranks (same as --gpus)");
+  cmd->add_option("--backend", a->backend,
+                  "local: ranks as threads; mpi: one process per rank (--hardware local: "
+                  "which calibrated links the run uses)")
+      ->capture_default_str();
   cmd->add_option("--threads", a->threads, "compute threads per rank (local)")
       ->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb, "gradient bucket size in MiB")

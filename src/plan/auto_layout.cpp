@@ -34,7 +34,8 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   PlanRequest r;
   r.model = o.model;
   r.batch = o.optim.batch;
-  r.hardware = load_local_profile(profile_path);
+  r.hardware = for_backend(load_local_profile(profile_path), o.engine.backend);
+  r.backend = o.engine.backend;
   r.devices = p.ranks;
   r.threads = o.optim.threads;
   r.bucket_mb = p.bucket_mb;

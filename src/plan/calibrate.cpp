@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <ostream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "comm/world.h"
@@ -88,6 +90,30 @@ double comm_time(size_t count, int iters, bool p2p) {
     per_rank[size_t(comm->rank())] = times[times.size() / 2];
   });
   return std::max(per_rank[0], per_rank[1]);
+}
+
+// busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
+// processes of this machine, started by mpirun; {0, 0} when that does not work here (no
+// mpirun, no permission): the profile then has no MPI figures.
+std::pair<double, double> mpi_bench(const std::string& op, size_t bytes) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return {0, 0};
+  exe[n] = '\0';
+  const std::string cmd = str("mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 '",
+                              exe, "' bench comm --backend mpi --op ", op, " --min-bytes ", bytes,
+                              " --max-bytes ", bytes, " 2>/dev/null");
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {0, 0};
+  double size = 0, count = 0, us = 0, algbw = 0, busbw = 0;
+  char line[512];
+  bool found = false;
+  while (std::fgets(line, sizeof line, pipe))
+    if (line[0] != '#' &&
+        std::sscanf(line, "%lf %lf %lf %lf %lf", &size, &count, &us, &algbw, &busbw) == 5)
+      found = true;
+  if (pclose(pipe) != 0 || !found) return {0, 0};
+  return {busbw * 1e9, us * 1e-6};
 }
 
 }  // namespace
@@ -185,6 +211,19 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   h.inter_busbw = h.intra_busbw;
   h.inter_latency_s = h.intra_latency_s;
   h.p2p_bw_inter = h.p2p_bw_intra;
+  // The MPI backend (two processes): 16 MiB all-reduce busbw, a 4-byte all-reduce's time as
+  // its latency (2 steps), a 16 MiB broadcast (one send between two ranks) as p2p.
+  const auto [mpi_bw, mpi_big_s] = mpi_bench("all_reduce", size_t(16) << 20);
+  const auto [mpi_small_bw, mpi_small_s] = mpi_bench("all_reduce", 4);
+  const auto [mpi_p2p, mpi_p2p_s] = mpi_bench("broadcast", size_t(16) << 20);
+  (void)mpi_big_s, (void)mpi_small_bw, (void)mpi_p2p_s;
+  if (mpi_bw > 0 && mpi_p2p > 0 && mpi_small_s > 0) {
+    h.mpi_busbw = mpi_bw;
+    h.mpi_latency_s = mpi_small_s / 2;
+    h.mpi_p2p_bw = mpi_p2p;
+  } else {
+    log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here)\n";
+  }
   h.peak_bf16 = 0;
   const double load_after = load_average();
   char line[512];
@@ -199,7 +238,9 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
                "attention_*: the engine's attention kernel, B 4 T 128 C 128 NH 4, one thread",
                "pointwise_s: the slower of GELU and LayerNorm forward per element, one thread",
                "intra_*: local backend, two rank threads, 16 MiB all-reduce / send, 4 B "
-               "all-reduce latency"};
+               "all-reduce latency",
+               "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
+               "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
   std::error_code ec;
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
@@ -211,11 +252,12 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   std::snprintf(line, sizeof line,
                 "sgemm %.1f GFLOP/s per thread (half-rate dim %.0f), attention %.1f/%.1f "
                 "GFLOP/s, pointwise %.2f ns/element, stream %.2f GB/s, overhead %.1f us, "
-                "all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s\n",
+                "all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s; MPI busbw %.2f "
+                "GB/s, latency %.1f us, p2p %.2f GB/s\n",
                 h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9,
                 h.attention_bwd_flops / 1e9, h.pointwise_s * 1e9, h.memory_bw / 1e9,
                 h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9, h.intra_latency_s * 1e6,
-                h.p2p_bw_intra / 1e9);
+                h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6, h.mpi_p2p_bw / 1e9);
   log << line << h.sources[0] << "\nwrote " << path << "\n";
   return h;
 }

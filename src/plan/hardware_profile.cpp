@@ -125,7 +125,10 @@ HardwareProfile load_profile(const std::string& path) {
                                                  "sources",
                                                  "attention_fwd_flops",
                                                  "attention_bwd_flops",
-                                                 "pointwise_s"};
+                                                 "pointwise_s",
+                                                 "mpi_busbw",
+                                                 "mpi_latency_s",
+                                                 "mpi_p2p_bw"};
   for (auto&& [k, v] : *t) {
     (void)v;
     bool ok = false;
@@ -153,6 +156,9 @@ HardwareProfile load_profile(const std::string& path) {
   read(*t, "attention_fwd_flops", h.attention_fwd_flops, path);
   read(*t, "attention_bwd_flops", h.attention_bwd_flops, path);
   read(*t, "pointwise_s", h.pointwise_s, path);
+  read(*t, "mpi_busbw", h.mpi_busbw, path);
+  read(*t, "mpi_latency_s", h.mpi_latency_s, path);
+  read(*t, "mpi_p2p_bw", h.mpi_p2p_bw, path);
   if (const toml::array* s = (*t)["sources"].as_array())
     for (auto&& n : *s)
       if (auto v = n.value<std::string>()) h.sources.push_back(*v);
@@ -193,7 +199,10 @@ std::string profile_to_toml(const HardwareProfile& h) {
                       {"p2p_bw_inter", h.p2p_bw_inter},
                       {"attention_fwd_flops", h.attention_fwd_flops},
                       {"attention_bwd_flops", h.attention_bwd_flops},
-                      {"pointwise_s", h.pointwise_s}})
+                      {"pointwise_s", h.pointwise_s},
+                      {"mpi_busbw", h.mpi_busbw},
+                      {"mpi_latency_s", h.mpi_latency_s},
+                      {"mpi_p2p_bw", h.mpi_p2p_bw}})
     o << k << " = " << std::scientific << v << std::defaultfloat << "\n";
   o << "sources = [";
   for (size_t i = 0; i < h.sources.size(); ++i) {
@@ -204,6 +213,20 @@ std::string profile_to_toml(const HardwareProfile& h) {
   }
   o << "]\n";
   return o.str();
+}
+
+HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend) {
+  MT_REQUIRE(backend == "local" || backend == "mpi", "--backend must be local or mpi (got '",
+             backend, "')");
+  if (!h.local || backend == "local") return h;
+  MT_REQUIRE(h.mpi_busbw > 0 && h.mpi_p2p_bw > 0, "the local profile has no MPI figures (",
+             "'meshtrain plan --calibrate' measures them where mpirun works)");
+  HardwareProfile m = h;
+  m.name = h.name + " (mpi)";
+  m.intra_busbw = m.inter_busbw = h.mpi_busbw;
+  m.intra_latency_s = m.inter_latency_s = h.mpi_latency_s;
+  m.p2p_bw_intra = m.p2p_bw_inter = h.mpi_p2p_bw;
+  return m;
 }
 
 double peak_flops(const HardwareProfile& h, const std::string& precision) {

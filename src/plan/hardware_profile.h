@@ -36,6 +36,8 @@ struct HardwareProfile {
   // (GELU's tanh, LayerNorm) are compute-bound on a CPU: seconds per element per thread.
   double attention_fwd_flops = 0, attention_bwd_flops = 0;
   double pointwise_s = 0;
+  // Local only: the MPI backend between two processes of this machine (0 = not measured).
+  double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
   int cores = 0;
   std::vector<std::string> sources;  // one line per constant, printed by --explain
 };
@@ -49,6 +51,11 @@ const std::vector<std::string>& preset_names();
 HardwareProfile load_profile(const std::string& path);
 // The same fields as TOML (what --calibrate stores).
 std::string profile_to_toml(const HardwareProfile& h);
+
+// The profile a run on `backend` ("local" | "mpi") sees: for a local profile under mpi,
+// the MPI figures replace the threads backend's link figures (UsageError when the profile
+// has none). GPU presets ignore the backend.
+HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend);
 
 // The peak for a precision ("fp32" | "bf16").
 double peak_flops(const HardwareProfile& h, const std::string& precision);

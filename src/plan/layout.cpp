@@ -41,7 +41,7 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   o.parallel.bucket_mb = r.bucket_mb;
   const int per_replica = l.dp * l.micro_batch;
   o.parallel.microbatches = per_replica > 0 ? r.batch / per_replica : 0;
-  o.engine.backend = r.hardware.local ? "local" : "mpi";
+  o.engine.backend = r.hardware.local ? r.backend : "mpi";
   o.vocab_given = o.seq_given = true;
   // The default partition, spelled out (the same blocks per chunk train would choose), so
   // that the memory estimate does not partition again for every candidate.
@@ -93,6 +93,7 @@ std::string train_command(const PlanRequest& r, const Layout& l) {
   if (l.precision != "fp32") c += str(" --precision ", l.precision);
   if (r.hardware.local) {
     if (r.threads > 1) c += str(" --threads ", r.threads);
+    if (r.backend == "mpi") c = str("mpirun -np ", l.world(), " ", c, " --backend mpi");
   } else {
     c = str("mpirun -np ", l.world(), " ", c, " --backend mpi");
   }

@@ -30,8 +30,9 @@ struct PlanRequest {
   ModelConfig model;
   int batch = 8;  // global batch, sequences
   HardwareProfile hardware;
-  int devices = 1;  // --gpus (GPU presets) or --ranks (local)
-  int threads = 1;  // compute threads per rank (local)
+  int devices = 1;                // --gpus (GPU presets) or --ranks (local)
+  int threads = 1;                // compute threads per rank (local)
+  std::string backend = "local";  // local hardware: the backend the run will use
   double bucket_mb = 25;
   std::optional<int> dp, tp, pp, virtual_stages, ep, zero, micro_batch;
   std::optional<bool> sequence_parallel;

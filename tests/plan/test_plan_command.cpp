@@ -127,6 +127,18 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
   const auto run =
       testing::run_command(std::string(MESHTRAIN_BIN) + command.substr(9) + " --steps 1 --quiet");
   EXPECT_EQ(run.exit_code, 0) << command << ": " << run.err;
+  // --backend mpi plans with the MPI figures, when the calibration could measure them.
+  const bool has_mpi = testing::slurp(profile).find("mpi_busbw = 0.0") == std::string::npos;
+  const auto m = run_meshtrain(std::string("plan ") + kSmall + " --hardware local --ranks 2 " +
+                               "--backend mpi --json --profile " + profile);
+  if (has_mpi) {
+    ASSERT_EQ(m.exit_code, 0) << m.err;
+    const std::string cmd = nlohmann::json::parse(m.out)["candidates"][0]["command"];
+    EXPECT_EQ(cmd.rfind("mpirun -np 2 meshtrain train ", 0), 0u) << cmd;
+  } else {
+    EXPECT_EQ(m.exit_code, 2);
+    EXPECT_NE(m.err.find("no MPI figures"), std::string::npos) << m.err;
+  }
   // bf16 is not planned locally (this engine trains in fp32).
   const auto b = run_meshtrain(std::string("plan ") + kSmall + " --hardware local --ranks 2 " +
                                "--precision bf16 --profile " + profile);
