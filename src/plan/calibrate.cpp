@@ -94,15 +94,16 @@ double comm_time(size_t count, int iters, bool p2p) {
 
 // busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
 // processes of this machine, started by mpirun; {0, 0} when that does not work here (no
-// mpirun, no permission): the profile then has no MPI figures.
+// mpirun, no permission, or it hangs past 60 s): the profile then has no MPI figures.
 std::pair<double, double> mpi_bench(const std::string& op, size_t bytes) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return {0, 0};
   exe[n] = '\0';
-  const std::string cmd = str("mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 '",
-                              exe, "' bench comm --backend mpi --op ", op, " --min-bytes ", bytes,
-                              " --max-bytes ", bytes, " 2>/dev/null");
+  const std::string cmd =
+      str("timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 '", exe,
+          "' bench comm --backend mpi --op ", op, " --min-bytes ", bytes, " --max-bytes ", bytes,
+          " 2>/dev/null");
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return {0, 0};
   double size = 0, count = 0, us = 0, algbw = 0, busbw = 0;
