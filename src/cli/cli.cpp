@@ -51,6 +51,7 @@ int cli_main(int argc, char** argv) {
   CommandRunner sample = add_sample_command(app);
   CommandRunner bench = add_bench_command(app, &argc, &argv);
   CommandRunner schedule = add_schedule_command(app);
+  CommandRunner plan = add_plan_command(app);
   if (const std::string unknown = unknown_command(app, argc, argv); !unknown.empty())
     return report(unknown.c_str(), 2);
   try {
@@ -74,6 +75,7 @@ int cli_main(int argc, char** argv) {
       if (sub->get_name() == "sample") return sample();
       if (sub->get_name() == "bench") return bench();
       if (sub->get_name() == "schedule") return schedule();
+      if (sub->get_name() == "plan") return plan();
     }
     return report("no command given (see 'meshtrain --help')", 2);
   } catch (const UsageError& e) {

@@ -91,6 +91,10 @@ void define_parallel_flags(FlagSet& f, ParallelOptions& p) {
   f.add("parallel", "bucket-mb", &p.bucket_mb,
         "gradient bucket size in MiB: layers' gradients are grouped, last layer first, and "
         "each bucket is reduced as soon as backward has finished it (ZeRO-3: one per layer)");
+  f.add_bool("parallel", "auto-layout", &p.auto_layout,
+             "let the planner choose the layout knobs not given here for --ranks ranks, from "
+             "the local profile of 'meshtrain plan --calibrate' (prints its choice and why)");
+  f.add("parallel", "ranks", &p.ranks, "ranks to lay out with --auto-layout");
 }
 
 void define_optim_flags(FlagSet& f, OptimOptions& t) {
@@ -186,6 +190,11 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
     flags->require_finite();
     opts->vocab_given = flags->given("vocab");
     opts->seq_given = flags->given("seq");
+    MT_REQUIRE(opts->parallel.ranks == 0 || opts->parallel.auto_layout,
+               "--ranks is for --auto-layout (else the layout's dp x tp x pp is the world)");
+    for (const char* k : {"dp", "tp", "pp", "ep", "zero", "sequence-parallel", "schedule",
+                          "virtual-stages", "microbatches", "recompute"})
+      if (flags->given(k)) opts->parallel.fixed.push_back(k);
     if (*print_config) {
       std::printf("%s", flags->to_toml().c_str());
       return 0;

@@ -13,6 +13,8 @@
 #include "core/timer.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/matmul_bf16.h"
+#include "plan/auto_layout.h"
+#include "plan/calibrate.h"
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
@@ -75,7 +77,12 @@ void resolve_train_options(TrainOptions& o) {
     TokenShard shard(o.io.data);
     o.model.vocab = std::max(256, shard.max_token_id() + 1);
   }
-  // The shape is final: every rule of the options, before any rank starts.
+  // The shape is final: the planner may choose the layout, then every rule of the options,
+  // before any rank starts.
+  if (o.parallel.auto_layout) {
+    const std::string why = plan::apply_auto_layout(o, plan::default_local_profile_path());
+    if (!o.io.quiet) std::printf("meshtrain: %s\n", why.c_str());
+  }
   validate_train_options(o, launcher_from_env());
   MT_REQUIRE(start <= o.optim.steps, "--load ", o.io.load, " is at step ", start,
              ", beyond --steps ", o.optim.steps);

@@ -167,7 +167,7 @@ int64_t padded(int64_t n, int dp) {
   return (n + q - 1) / q * q;
 }
 
-MemoryEstimate estimate_stage(const TrainOptions& o, int stage) {
+MemoryEstimate estimate_stage(const TrainOptions& o, int stage, const Schedule* schedule) {
   const ParallelOptions& par = o.parallel;
   const ModelConfig& cfg = o.model;
   const int dp = par.dp, M = par.microbatches;
@@ -188,7 +188,7 @@ MemoryEstimate estimate_stage(const TrainOptions& o, int stage) {
   if (par.pp > 1) {
     specs = stage_chunk_specs(
         resolve_stage_layers(cfg, par.pp, par.virtual_stages, par.stage_layers), par.pp, stage);
-    slots = peak_slots(make_schedule(par.schedule, par.pp, M, par.virtual_stages), stage);
+    slots = peak_slots(*schedule, stage);
   }
   bool wte_registered = false;
   std::vector<ChunkShape> chunks;
@@ -271,9 +271,16 @@ std::string human(int64_t bytes) {
 }  // namespace
 
 MemoryEstimate estimate_rank_memory(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  if (p.pp == 1) return estimate_rank_memory(o, Schedule{});
+  return estimate_rank_memory(
+      o, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages));
+}
+
+MemoryEstimate estimate_rank_memory(const TrainOptions& o, const Schedule& schedule) {
   MemoryEstimate best;
   for (int s = 0; s < o.parallel.pp; ++s) {
-    const MemoryEstimate e = estimate_stage(o, s);
+    const MemoryEstimate e = estimate_stage(o, s, &schedule);
     if (s == 0 || e.peak() > best.peak()) best = e;
   }
   return best;

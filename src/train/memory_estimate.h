@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <string>
 
+#include "parallel/pipeline/schedule.h"
 #include "train/options.h"
 
 namespace mt {
@@ -69,6 +70,10 @@ struct MemoryEstimate {
 // The largest per-rank estimate over the pipeline stages. UsageError for layouts the
 // trainer would refuse as well (e.g. a batch not divisible by dp x microbatches).
 MemoryEstimate estimate_rank_memory(const TrainOptions& o);
+// The same with the pipeline schedule already built (make_schedule of o's pp, microbatches,
+// schedule and virtual stages; ignored without pp): the planner estimates thousands of
+// layouts that share a few schedules.
+MemoryEstimate estimate_rank_memory(const TrainOptions& o, const Schedule& schedule);
 
 // Ranks sharing this machine's memory: every rank for the local backend (threads of one
 // process), the launcher's processes on this host under --backend mpi (else 1).

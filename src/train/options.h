@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 
@@ -18,6 +19,11 @@ struct ParallelOptions {
   int zero = 0;
   bool sequence_parallel = false;
   double bucket_mb = 25;  // gradient bucket size for the data-parallel reducer
+  // --auto-layout --ranks N: the planner (plan/auto_layout.h) sets the layout knobs not in
+  // `fixed` (the flag names the user gave, filled by the CLI) before validation.
+  bool auto_layout = false;
+  int ranks = 0;
+  std::vector<std::string> fixed;
   int world() const { return dp * tp * pp; }
 };
 

@@ -34,7 +34,12 @@ double Timeline::bubble() const {
 // Replays the stages round-robin, each as far as it can go; the times do not depend on the
 // replay order because a stage only ever waits for one specific message.
 Timeline simulate_schedule(const Schedule& s, const OpCosts& costs) {
+  return simulate_schedule(s, std::vector<OpCosts>(size_t(std::max(s.stages, 0)), costs));
+}
+
+Timeline simulate_schedule(const Schedule& s, const std::vector<OpCosts>& stage_costs) {
   MT_CHECK(static_cast<int>(s.actions.size()) == s.stages);
+  MT_CHECK(static_cast<int>(stage_costs.size()) == s.stages);
   Timeline t;
   t.stages.resize(s.stages);
   t.busy.assign(s.stages, 0.0);
@@ -45,6 +50,7 @@ Timeline simulate_schedule(const Schedule& s, const OpCosts& costs) {
     progress = false;
     for (int st = 0; st < s.stages; ++st) {
       const auto& list = s.actions[st];
+      const OpCosts& costs = stage_costs[size_t(st)];
       for (; pc[st] < list.size(); ++pc[st]) {
         const Action& a = list[pc[st]];
         double start = clock[st], end = start;

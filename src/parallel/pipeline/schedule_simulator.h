@@ -39,6 +39,10 @@ struct Timeline {
 };
 
 Timeline simulate_schedule(const Schedule& s, const OpCosts& costs);
+// Each stage with its own costs (costs[stage]; a send's latency is its sender's), so that
+// uneven stages (the head on the last one, more blocks on some) show in the makespan.
+// The planner times its candidates with this.
+Timeline simulate_schedule(const Schedule& s, const std::vector<OpCosts>& costs);
 
 // The bubble of an equal-cost run (F = B = W) where a closed form is known, else -1:
 //   gpipe, 1f1b:  (p-1)/(m+p-1)      interleaved: (p-1)/(v*m+p-1)

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Closed loop on this machine: the planner's predicted step time against meshtrain's
+measured one, for many layouts from one calibration.
+
+Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate-seconds S]
+       [--steps N] [--brute-force]
+
+1. `meshtrain plan --calibrate` writes OUT_DIR/local.toml (skipped when it exists).
+2. For each layout: `meshtrain plan --hardware local` with every knob fixed (one candidate)
+   gives the prediction; `meshtrain train` with the same layout for N steps gives the
+   measurement (median step_time_s of the steps after the first two).
+3. --brute-force: every valid 4-rank layout is measured and the planner's first choice is
+   compared with the best measured one.
+The load average is printed before and after: on a shared machine a high load makes the
+measurement, not the model, the larger error.
+"""
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+
+MODEL = ["--layers", "4", "--dim", "128", "--heads", "4", "--seq", "64", "--vocab", "256",
+         "--batch", "16"]
+
+# name, ranks, knobs
+LAYOUTS = [
+    ("1 rank", 1, dict(dp=1, tp=1, pp=1, mb=16)),
+    ("1 rank mb4", 1, dict(dp=1, tp=1, pp=1, mb=4)),
+    ("1 rank selective", 1, dict(dp=1, tp=1, pp=1, mb=16, recompute="selective")),
+    ("1 rank full", 1, dict(dp=1, tp=1, pp=1, mb=16, recompute="full")),
+    ("dp2 z0", 2, dict(dp=2, tp=1, pp=1, mb=8)),
+    ("dp2 z1", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=1)),
+    ("dp2 z2", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=2)),
+    ("dp2 z3", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=3)),
+    ("tp2", 2, dict(dp=1, tp=2, pp=1, mb=16)),
+    ("tp2 sp", 2, dict(dp=1, tp=2, pp=1, mb=16, sp=True)),
+    ("pp2 1f1b m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="1f1b")),
+    ("pp2 gpipe m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="gpipe")),
+    ("pp2 zb-h1 m8", 2, dict(dp=1, tp=1, pp=2, mb=2, schedule="zb-h1")),
+    ("pp2 interleaved v2 m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="interleaved", v=2)),
+    ("moe ep2 dp2", 2, dict(dp=2, tp=1, pp=1, mb=8, ep=2, experts=4)),
+    ("dp2 tp2", 4, dict(dp=2, tp=2, pp=1, mb=8)),
+]
+
+
+def knob_args(k, plan):
+    a = ["--dp", str(k["dp"]), "--tp", str(k["tp"]), "--pp", str(k["pp"]),
+         "--zero", str(k.get("zero", 0)), "--recompute", k.get("recompute", "none")]
+    if k.get("ep", 1) > 1:
+        a += ["--ep", str(k["ep"])]
+    if k.get("experts"):
+        a += ["--experts", str(k["experts"])]
+    if k["pp"] > 1 or plan:
+        a += ["--schedule", k.get("schedule", "1f1b"), "--virtual-stages", str(k.get("v", 1))]
+    if plan:
+        a += ["--micro-batch", str(k["mb"]), "--ep", str(k.get("ep", 1)),
+              "--sequence-parallel=" + ("true" if k.get("sp") else "false")]
+    else:
+        a += ["--microbatches", str(16 // (k["dp"] * k["mb"]))]
+        if k.get("sp"):
+            a += ["--sequence-parallel"]
+    return a
+
+
+def loadavg():
+    return os.getloadavg()[0]
+
+
+def predict(binary, profile, ranks, k):
+    p = subprocess.run([binary, "plan", "--hardware", "local", "--profile", profile, "--ranks",
+                        str(ranks), "--json", "--top", "1"] + MODEL + knob_args(k, True),
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    return json.loads(p.stdout)["candidates"][0]["predicted"]["step_time_s"]
+
+
+def run_train(binary, out, k, steps):
+    """Returns (median step_time_s after the first two steps, CPU seconds of the process)."""
+    metrics = os.path.join(out, "m.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.run([binary, "train", "--steps", str(steps), "--quiet", "--metrics", metrics,
+                        "--lr-schedule", "constant", "--peak-gflops", "100"] + MODEL +
+                       knob_args(k, False), capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    times = []
+    with open(metrics) as f:
+        for line in f:
+            j = json.loads(line)
+            if "step_time_s" in j:
+                times.append(j["step_time_s"])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return statistics.median(times[2:] if len(times) > 4 else times), cpu
+
+
+def measure(binary, out, ranks, k, steps):
+    """Wall: the median step time the engine records. CPU: the process's CPU seconds per
+    step (the difference of a run of `steps` and one of 2 steps, so start-up cancels),
+    divided by the threads that can run at once (min(ranks, cores)): what the step would
+    take if the machine were idle and every rank kept a core busy (comm waits spin). On a
+    loaded machine wall time measures the load; the CPU estimate much less so."""
+    wall, cpu_long = run_train(binary, out, k, steps)
+    _, cpu_short = run_train(binary, out, k, 2)
+    per_step = max(cpu_long - cpu_short, 0) / (steps - 2)
+    return wall, per_step / min(ranks, os.cpu_count() or 1)
+
+
+def layout_knobs(lay):
+    k = dict(dp=lay["dp"], tp=lay["tp"], pp=lay["pp"], mb=lay["micro_batch"],
+             zero=lay["zero"], recompute=lay["recompute"], sp=lay["sequence_parallel"],
+             schedule=lay["schedule"], v=lay["virtual_stages"], ep=lay["ep"])
+    return k
+
+
+def brute_force(binary, out, profile, steps):
+    """Every layout of a 4-rank world (ZeRO 0, no recomputation, to keep the count small)
+    measured; where does the planner's first choice land?"""
+    p = subprocess.run([binary, "plan", "--hardware", "local", "--profile", profile, "--ranks",
+                        "4", "--zero", "0", "--recompute", "none", "--json", "--top", "100000"]
+                       + MODEL, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    cands = json.loads(p.stdout)["candidates"]
+    load0 = loadavg()
+    results = []
+    for i, c in enumerate(cands):
+        k = layout_knobs(c["layout"])
+        wall, cpu = measure(binary, out, 4, k, steps)
+        results.append((i, c["predicted"]["step_time_s"], wall, cpu, k))
+        print(f"#{i + 1:3d} {k}  predicted {c['predicted']['step_time_s'] * 1e3:7.1f} ms  wall "
+              f"{wall * 1e3:7.1f}  cpu-est {cpu * 1e3:7.1f}", flush=True)
+    load1 = loadavg()
+    for label, idx in (("wall", 2), ("cpu-time estimate", 3)):
+        best = min(results, key=lambda r: r[idx])
+        first = results[0]
+        rank = sorted(r[idx] for r in results).index(first[idx]) + 1
+        print(f"{label}: planner's #1 measured {first[idx] * 1e3:.1f} ms (rank {rank} of "
+              f"{len(results)} measured); best measured {best[idx] * 1e3:.1f} ms (planner's "
+              f"#{best[0] + 1}); first choice {first[idx] / best[idx] - 1:+.1%} (goal <= 5%)")
+    print(f"load average {load0:.2f} -> {load1:.2f} on {os.cpu_count()} cores")
+
+
+def main():
+    binary, out = sys.argv[1], sys.argv[2]
+    seconds = sys.argv[sys.argv.index("--calibrate-seconds") + 1] \
+        if "--calibrate-seconds" in sys.argv else "30"
+    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 8
+    os.makedirs(out, exist_ok=True)
+    profile = os.path.join(out, "local.toml")
+    if not os.path.exists(profile):
+        subprocess.run([binary, "plan", "--calibrate", "--calibrate-seconds", seconds,
+                        "--profile", profile], check=True)
+    if "--brute-force" in sys.argv:
+        brute_force(binary, out, profile, steps)
+        return
+    load0 = loadavg()
+    rows, cpu_rows, errs, cpu_errs = [], [], [], []
+    for name, ranks, k in LAYOUTS:
+        pred = predict(binary, profile, ranks, k)
+        wall, cpu = measure(binary, out, ranks, k, steps)
+        err, cerr = pred / wall - 1, pred / cpu - 1
+        errs.append(abs(err))
+        cpu_errs.append(abs(cerr))
+        rows.append((name, ranks, pred, wall, err))
+        cpu_rows.append((name, ranks, pred, cpu, cerr))
+        print(f"{name:24} ranks {ranks}  predicted {pred * 1e3:8.1f} ms  measured wall "
+              f"{wall * 1e3:8.1f} ms ({err:+.1%})  cpu-time estimate {cpu * 1e3:8.1f} ms "
+              f"({cerr:+.1%})", flush=True)
+    load1 = loadavg()
+    print(f"wall: mean |error| {statistics.mean(errs):.1%}, max {max(errs):.1%}; cpu-time "
+          f"estimate: mean {statistics.mean(cpu_errs):.1%}, max {max(cpu_errs):.1%}; over "
+          f"{len(errs)} layouts (goal: mean <= 10%, max <= 20%); load average {load0:.2f} -> "
+          f"{load1:.2f} on {os.cpu_count()} cores"
+          + ("  NOT VALID: load above the core count" if max(load0, load1) > (os.cpu_count() or 1)
+             else ""))
+    with open(os.path.join(out, "closed_loop.json"), "w") as f:
+        json.dump({"rows": rows, "cpu_rows": cpu_rows, "load": [load0, load1],
+                   "cores": os.cpu_count()}, f)
+
+
+if __name__ == "__main__":
+    main()

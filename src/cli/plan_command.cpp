@@ -1,0 +1,192 @@
+// `meshtrain plan`: parses the model, batch, hardware and any fixed layout knobs into a
+// PlanRequest and prints what plan/ predicts; `--calibrate` measures this machine into a
+// local hardware profile. The logic lives in src/plan/.
+#include <toml++/toml.h>
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "plan/calibrate.h"
+#include "plan/plan_report.h"
+
+namespace mt {
+
+namespace {
+
+struct PlanArgs {
+  ModelConfig model;
+  int batch = 8;
+  std::string hardware, hardware_file, profile, backend = "local";
+  int gpus = 0, ranks = 0, threads = 1, top = 10;
+  double bucket_mb = 25;
+  int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0;
+  std::string recompute, schedule, precision;
+  bool json = false, explain = false, calibrate = false;
+  double calibrate_seconds = 60;
+  CLI::Option *dp_o, *tp_o, *pp_o, *v_o, *ep_o, *zero_o, *mb_o, *sp_o, *rc_o, *sched_o, *prec_o;
+  bool sp = false;
+  std::string config;
+  CLI::App* cmd = nullptr;
+};
+
+// --config FILE.toml: the [model] table and [train] batch of a train config file, for
+// every one of them not given as a flag (flags override the file, as in train).
+void apply_config(PlanArgs& a) {
+  if (a.config.empty()) return;
+  toml::table doc;
+  try {
+    doc = toml::parse_file(a.config);
+  } catch (const toml::parse_error& e) {
+    throw UsageError(str("cannot read --config ", a.config, ": ", e.description()));
+  }
+  ModelConfig& m = a.model;
+  const std::pair<const char*, int*> ints[] = {{"layers", &m.layers}, {"dim", &m.dim},
+                                               {"heads", &m.heads},   {"seq", &m.seq},
+                                               {"vocab", &m.vocab},   {"experts", &m.experts},
+                                               {"topk", &m.topk},     {"moe-every", &m.moe_every}};
+  for (auto [name, target] : ints) {
+    if (a.cmd->get_option(str("--", name))->count() > 0) continue;
+    if (auto v = doc["model"][name].value<int64_t>()) *target = int(*v);
+  }
+  if (a.cmd->get_option("--batch")->count() == 0)
+    if (auto v = doc["train"]["batch"].value<int64_t>()) a.batch = int(*v);
+}
+
+template <typename T>
+std::optional<T> given(CLI::Option* o, const T& v) {
+  return o->count() > 0 ? std::optional<T>(v) : std::nullopt;
+}
+
+plan::PlanRequest make_request(PlanArgs& a) {
+  apply_config(a);
+  plan::PlanRequest r;
+  r.model = a.model;
+  r.model.validate();
+  MT_REQUIRE(a.batch >= 1, "--batch must be >= 1 (got ", a.batch, ")");
+  r.batch = a.batch;
+  MT_REQUIRE(a.hardware.empty() != a.hardware_file.empty() || a.hardware == "local",
+             "give --hardware NAME (a100-80gb, h100-80gb, local) or --hardware-file FILE.toml");
+  if (!a.hardware_file.empty()) {
+    r.hardware = plan::load_profile(a.hardware_file);
+  } else if (a.hardware == "local") {
+    const std::string path = a.profile.empty() ? plan::default_local_profile_path() : a.profile;
+    r.hardware = plan::for_backend(plan::load_local_profile(path), a.backend);
+    r.backend = a.backend;
+  } else {
+    r.hardware = plan::preset_profile(a.hardware);
+  }
+  r.devices = a.gpus > 0 ? a.gpus : a.ranks;
+  MT_REQUIRE(r.devices >= 1,
+             r.hardware.local ? "--ranks N (or --gpus N) is required" : "--gpus N is required");
+  MT_REQUIRE(std::isfinite(a.bucket_mb) && a.bucket_mb > 0, "--bucket-mb must be > 0");
+  MT_REQUIRE(a.threads >= 1, "--threads must be >= 1");
+  MT_REQUIRE(a.top >= 1, "--top must be >= 1");
+  r.threads = a.threads;
+  r.bucket_mb = a.bucket_mb;
+  r.dp = given(a.dp_o, a.dp);
+  r.tp = given(a.tp_o, a.tp);
+  r.pp = given(a.pp_o, a.pp);
+  r.virtual_stages = given(a.v_o, a.virtual_stages);
+  r.ep = given(a.ep_o, a.ep);
+  r.zero = given(a.zero_o, a.zero);
+  r.micro_batch = given(a.mb_o, a.micro_batch);
+  r.sequence_parallel = given(a.sp_o, a.sp);
+  r.recompute = given(a.rc_o, a.recompute);
+  r.schedule = given(a.sched_o, a.schedule);
+  r.precision = given(a.prec_o, a.precision);
+  for (auto [name, v] : {std::pair{"--dp", r.dp},
+                         {"--tp", r.tp},
+                         {"--pp", r.pp},
+                         {"--virtual-stages", r.virtual_stages},
+                         {"--ep", r.ep},
+                         {"--micro-batch", r.micro_batch}})
+    MT_REQUIRE(!v || *v >= 1, name, " must be >= 1 (got ", *v, ")");
+  return r;
+}
+
+int run_plan(PlanArgs& a) {
+  if (a.calibrate) {
+    MT_REQUIRE(std::isfinite(a.calibrate_seconds) && a.calibrate_seconds > 0,
+               "--calibrate-seconds must be > 0");
+    const std::string path = a.profile.empty() ? plan::default_local_profile_path() : a.profile;
+    plan::calibrate_local(path, a.calibrate_seconds, std::cout);
+    return 0;
+  }
+  const plan::PlanRequest r = make_request(a);
+  const plan::SearchResult s = plan::search_layouts(r, size_t(std::max(a.top, 2)));
+  if (a.json) {
+    std::cout << plan::plan_json(r, s, a.top);
+    return 0;
+  }
+  plan::print_table(std::cout, r, s, a.top);
+  if (a.explain) plan::print_explain(std::cout, r, s, a.top);
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner add_plan_command(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan",
+      "choose the layout: search the parallel layouts for a model, batch and hardware, "
+      "predict step time and memory per device (docs/planner.md)");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  a->cmd = cmd;
+  ModelConfig& m = a->model;
+  cmd->add_option("--config", a->config,
+                  "a train config file: its [model] table and [train] batch (flags override)");
+  cmd->add_option("--layers", m.layers, "transformer blocks")->capture_default_str();
+  cmd->add_option("--dim", m.dim, "model width")->capture_default_str();
+  cmd->add_option("--heads", m.heads, "attention heads")->capture_default_str();
+  cmd->add_option("--seq", m.seq, "sequence length")->capture_default_str();
+  cmd->add_option("--vocab", m.vocab, "vocabulary size")->capture_default_str();
+  cmd->add_option("--experts", m.experts, "experts per MoE layer (0 = dense)")
+      ->capture_default_str();
+  cmd->add_option("--topk", m.topk, "experts per token")->capture_default_str();
+  cmd->add_option("--moe-every", m.moe_every, "every k-th block is MoE")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "global batch in sequences")->capture_default_str();
+  cmd->add_option("--hardware", a->hardware, "a100-80gb | h100-80gb | local (calibrated)");
+  cmd->add_option("--hardware-file", a->hardware_file, "a TOML hardware profile");
+  cmd->add_option("--profile", a->profile,
+                  "the local profile file (--calibrate writes it, --hardware local reads it; "
+                  "default $XDG_CACHE_HOME/meshtrain/hardware-local.toml)");
+  cmd->add_option("--gpus", a->gpus, "devices (GPUs, or ranks for --hardware local)");
+  cmd->add_option("--ranks", a->ranks, "ranks (same as --gpus)");
+  cmd->add_option("--backend", a->backend,
+                  "local: ranks as threads; mpi: one process per rank (--hardware local: "
+                  "which calibrated links the run uses)")
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "compute threads per rank (local)")
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", a->bucket_mb, "gradient bucket size in MiB")
+      ->capture_default_str();
+  a->dp_o = cmd->add_option("--dp", a->dp, "fix data parallelism (else searched)");
+  a->tp_o = cmd->add_option("--tp", a->tp, "fix tensor parallelism");
+  a->pp_o = cmd->add_option("--pp", a->pp, "fix pipeline stages");
+  a->v_o = cmd->add_option("--virtual-stages", a->virtual_stages, "fix chunks per stage");
+  a->ep_o = cmd->add_option("--ep", a->ep, "fix expert parallelism");
+  a->zero_o = cmd->add_option("--zero", a->zero, "fix the ZeRO stage");
+  a->sp_o = cmd->add_flag("--sequence-parallel{true}", a->sp,
+                          "fix sequence parallelism (--sequence-parallel=false to forbid it)");
+  a->rc_o = cmd->add_option("--recompute", a->recompute, "fix none|selective|full");
+  a->mb_o = cmd->add_option("--micro-batch", a->micro_batch, "fix sequences per microbatch");
+  a->sched_o = cmd->add_option("--schedule", a->schedule, "fix the pipeline schedule");
+  a->prec_o = cmd->add_option("--precision", a->precision,
+                              "fix fp32|bf16 (bf16: GPU presets only, modelled)");
+  cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();
+  cmd->add_flag("--json", a->json, "print {\"candidates\": [...]} (best first)");
+  cmd->add_flag("--explain", a->explain, "print every assumption and the breakdown");
+  cmd->add_flag("--calibrate", a->calibrate,
+                "measure this machine (GEMMs, memory-bound kernels, collectives) into the "
+                "local profile");
+  cmd->add_option("--calibrate-seconds", a->calibrate_seconds, "time budget of --calibrate")
+      ->capture_default_str();
+  return [a]() { return run_plan(*a); };
+}
+
+}  // namespace mt

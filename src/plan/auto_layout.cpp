@@ -1,0 +1,79 @@
+#include "plan/auto_layout.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "plan/calibrate.h"
+#include "plan/search.h"
+
+namespace mt::plan {
+
+namespace {
+
+bool is_fixed(const TrainOptions& o, const char* name) {
+  const auto& f = o.parallel.fixed;
+  return std::find(f.begin(), f.end(), name) != f.end();
+}
+
+std::string describe(const Layout& l, int batch) {
+  return str("dp ", l.dp, " tp ", l.tp, " pp ", l.pp,
+             l.pp > 1 ? str(" ", l.schedule,
+                            l.virtual_stages > 1 ? str(" v", l.virtual_stages) : std::string())
+                      : std::string(),
+             l.ep > 1 ? str(" ep ", l.ep) : std::string(), " zero ", l.zero,
+             l.sequence_parallel ? " sp" : "", " recompute ", l.recompute, " microbatches ",
+             batch / (l.dp * l.micro_batch));
+}
+
+}  // namespace
+
+std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) {
+  ParallelOptions& p = o.parallel;
+  MT_REQUIRE(p.ranks >= 1, "--auto-layout needs --ranks N (the ranks to lay out)");
+  PlanRequest r;
+  r.model = o.model;
+  r.batch = o.optim.batch;
+  r.hardware = for_backend(load_local_profile(profile_path), o.engine.backend);
+  r.backend = o.engine.backend;
+  r.devices = p.ranks;
+  r.threads = o.optim.threads;
+  r.bucket_mb = p.bucket_mb;
+  if (is_fixed(o, "dp")) r.dp = p.dp;
+  if (is_fixed(o, "tp")) r.tp = p.tp;
+  if (is_fixed(o, "pp")) r.pp = p.pp;
+  if (is_fixed(o, "ep")) r.ep = p.ep;
+  if (is_fixed(o, "zero")) r.zero = p.zero;
+  if (is_fixed(o, "sequence-parallel")) r.sequence_parallel = p.sequence_parallel;
+  if (is_fixed(o, "schedule")) r.schedule = p.schedule;
+  if (is_fixed(o, "virtual-stages")) r.virtual_stages = p.virtual_stages;
+  if (is_fixed(o, "recompute")) r.recompute = o.optim.recompute;
+  if (is_fixed(o, "microbatches")) r.microbatches = p.microbatches;
+  const SearchResult s = search_layouts(r, 2);
+  const Candidate& best = s.candidates.front();
+  const Layout& l = best.layout;
+  p.dp = l.dp;
+  p.tp = l.tp;
+  p.pp = l.pp;
+  p.ep = l.ep;
+  p.zero = l.zero;
+  p.sequence_parallel = l.sequence_parallel;
+  p.schedule = l.schedule;
+  p.virtual_stages = l.virtual_stages;
+  p.microbatches = o.optim.batch / (l.dp * l.micro_batch);
+  o.optim.recompute = l.recompute;
+  char line[160];
+  std::snprintf(line, sizeof line, " (predicted %.1f ms/step, %.1f MiB per rank",
+                best.time.step_s * 1e3, double(best.memory.total()) / (1 << 20));
+  std::string why = str("auto-layout: ", describe(l, r.batch), line);
+  if (s.candidates.size() > 1) {
+    const Candidate& next = s.candidates[1];
+    std::snprintf(line, sizeof line, "; %.1f%% faster than the next, ",
+                  100 * (next.time.step_s / best.time.step_s - 1));
+    why += line + describe(next.layout, r.batch);
+  }
+  why += str("; ", s.fit, " of ", s.valid, " valid layouts fit; profile ", profile_path, ")");
+  return why;
+}
+
+}  // namespace mt::plan

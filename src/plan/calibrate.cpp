@@ -1,0 +1,266 @@
+#include "plan/calibrate.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <unistd.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "comm/world.h"
+#include "core/error.h"
+#include "core/system_memory.h"
+#include "core/timer.h"
+#include "kernels/attention.h"
+#include "kernels/gelu.h"
+#include "kernels/gemm_peak.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+namespace mt::plan {
+
+namespace {
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(CPU_COUNT(&set), 1);
+  return std::max(int(std::thread::hardware_concurrency()), 1);
+}
+
+double load_average() {
+  double l[1] = {0};
+  return getloadavg(l, 1) == 1 ? l[0] : -1;
+}
+
+// Best time of fn over repeats within `seconds` (the least disturbed by other load).
+template <typename Fn>
+double best_time(double seconds, Fn fn) {
+  fn();  // warm-up
+  double best = 1e30;
+  const double t_end = now_seconds() + seconds;
+  int runs = 0;
+  do {
+    const double t0 = now_seconds();
+    fn();
+    best = std::min(best, now_seconds() - t0);
+    ++runs;
+  } while (now_seconds() < t_end || runs < 3);
+  return best;
+}
+
+double gemm_rate(int M, int N, int K, double seconds) {
+  std::vector<float> a(size_t(M) * K, 0.5f), b(size_t(K) * N, 0.25f), c(size_t(M) * N, 0);
+  const double t = best_time(seconds, [&] {
+    sgemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+  });
+  return 2.0 * M * N * K / t;
+}
+
+// Median time of `iters` all-reduces of `count` floats (or send/recv pairs when p2p)
+// between two rank threads of the local backend.
+double comm_time(size_t count, int iters, bool p2p) {
+  std::vector<double> per_rank(2, 0);
+  run_local(2, WorldOptions{}, [&](CommWorld& w) {
+    auto comm = w.world();
+    std::vector<float> buf(std::max<size_t>(count, 1), 1.0f);
+    std::vector<double> times;
+    for (int i = 0; i < iters + 2; ++i) {
+      comm->barrier().wait();
+      const double t0 = now_seconds();
+      if (p2p) {
+        if (comm->rank() == 0)
+          comm->send(buf.data(), count, DType::f32, 1, 7).wait();
+        else
+          comm->recv(buf.data(), count, DType::f32, 0, 7).wait();
+      } else {
+        comm->all_reduce(buf.data(), buf.data(), count, DType::f32, ReduceOp::sum).wait();
+      }
+      if (i >= 2) times.push_back(now_seconds() - t0);
+    }
+    std::sort(times.begin(), times.end());
+    per_rank[size_t(comm->rank())] = times[times.size() / 2];
+  });
+  return std::max(per_rank[0], per_rank[1]);
+}
+
+// busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
+// processes of this machine, started by mpirun; {0, 0} when that does not work here (no
+// mpirun, no permission, or it hangs past 60 s): the profile then has no MPI figures.
+std::pair<double, double> mpi_bench(const std::string& op, size_t bytes) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return {0, 0};
+  exe[n] = '\0';
+  const std::string cmd =
+      str("timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 '", exe,
+          "' bench comm --backend mpi --op ", op, " --min-bytes ", bytes, " --max-bytes ", bytes,
+          " 2>/dev/null");
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {0, 0};
+  double size = 0, count = 0, us = 0, algbw = 0, busbw = 0;
+  char line[512];
+  bool found = false;
+  while (std::fgets(line, sizeof line, pipe))
+    if (line[0] != '#' &&
+        std::sscanf(line, "%lf %lf %lf %lf %lf", &size, &count, &us, &algbw, &busbw) == 5)
+      found = true;
+  if (pclose(pipe) != 0 || !found) return {0, 0};
+  return {busbw * 1e9, us * 1e-6};
+}
+
+}  // namespace
+
+std::string default_local_profile_path() {
+  if (const char* p = std::getenv("MESHTRAIN_PROFILE"); p && *p) return p;
+  std::filesystem::path base(".");
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    base = x;
+  else if (const char* h = std::getenv("HOME"); h && *h)
+    base = std::filesystem::path(h) / ".cache";
+  return (base / "meshtrain" / "hardware-local.toml").string();
+}
+
+HardwareProfile load_local_profile(const std::string& path) {
+  MT_REQUIRE(std::filesystem::exists(path), "no local hardware profile at ", path,
+             "; run 'meshtrain plan --calibrate' first (or give --profile FILE)");
+  HardwareProfile h = load_profile(path);
+  MT_REQUIRE(h.local, path, " is not a local profile (local = true); it describes '", h.name, "'");
+  return h;
+}
+
+HardwareProfile calibrate_local(const std::string& path, double seconds, std::ostream& log) {
+  const double t_start = now_seconds();
+  const double load_before = load_average();
+  HardwareProfile h;
+  h.name = "local";
+  h.local = true;
+  h.devices_per_node = 1 << 20;  // one shared-memory machine
+  h.cores = usable_cores();
+  const int64_t avail = available_memory_bytes();
+  h.memory_bytes = avail > 0 ? double(avail) : 8.0 * (1 << 30);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  // GEMM: the best square sgemm of one thread is the peak (efficiency 1 by definition);
+  // a K = 64 GEMM gives the small-dimension penalty d/(d + half).
+  h.peak_fp32 = measure_sgemm_peak_gflops(1, 0.3 * seconds) * 1e9;
+  h.gemm_efficiency = 1;
+  const double d = 64;
+  const double small = gemm_rate(1024, 1024, int(d), 0.1 * seconds);
+  h.gemm_half_dim = std::max(0.0, d * (h.peak_fp32 / small - 1));
+  // Per-call overhead: a 16^3 GEMM is all overhead.
+  {
+    std::vector<float> a(256, 1), b(256, 1), c(256, 0);
+    h.kernel_overhead_s = best_time(0.02 * seconds,
+                                    [&] {
+                                      for (int i = 0; i < 100; ++i)
+                                        sgemm(false, false, 16, 16, 16, 1.0f, a.data(), 16,
+                                              b.data(), 16, 0.0f, c.data(), 16);
+                                    }) /
+                          100;
+  }
+  // Memory-bound: y += x over 32 MiB arrays, 12 bytes moved per element.
+  {
+    const size_t n = size_t(8) << 20;
+    std::vector<float> x(n, 1.0f), y(n, 2.0f);
+    const double t = best_time(0.1 * seconds, [&] {
+      for (size_t i = 0; i < n; ++i) y[i] += x[i];
+    });
+    h.memory_bw = 12.0 * double(n) / t;
+  }
+  // The engine's attention kernel (B 4, T 128, C 128, 4 heads: the shapes of small runs)
+  // and its pointwise passes (GELU, LayerNorm over 1 Mi elements), one thread.
+  {
+    const int B = 4, T = 128, C = 128, NH = 4;
+    std::vector<float> qkv(size_t(B) * T * 3 * C, 0.01f), out(size_t(B) * T * C);
+    std::vector<float> att(size_t(B) * NH * T * T), dout(out.size(), 0.01f), dqkv(qkv.size());
+    std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH));
+    const double flops = 4.0 * B * T * T * C;
+    h.attention_fwd_flops = flops / best_time(0.05 * seconds, [&] {
+                              attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+                            });
+    h.attention_bwd_flops = 2 * flops / best_time(0.05 * seconds, [&] {
+                              attention_backward(dqkv.data(), scratch.data(), dout.data(),
+                                                 qkv.data(), att.data(), B, T, C, NH);
+                            });
+    const int N = 2048, D = 512;
+    std::vector<float> x(size_t(N) * D, 0.3f), y(x.size()), mean(N), rstd(N), w(D, 1), bias(D);
+    const double gelu =
+        best_time(0.03 * seconds, [&] { gelu_forward(y.data(), x.data(), x.size()); });
+    const double ln = best_time(0.03 * seconds, [&] {
+      layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, D);
+    });
+    h.pointwise_s = std::max(gelu, ln) / double(x.size());
+  }
+  omp_set_num_threads(saved);
+  // The local backend between two rank threads: busbw of a 16 MiB all-reduce
+  // (2(n-1)/n = 1 for two ranks), the latency of a one-float all-reduce (2 log2 n = 2
+  // steps), a 16 MiB send.
+  const size_t big = size_t(4) << 20;
+  const int iters = std::max(3, int(seconds / 4));
+  h.intra_busbw = 4.0 * double(big) / comm_time(big, iters, false);
+  h.intra_latency_s = comm_time(1, 4 * iters, false) / 2;
+  h.p2p_bw_intra = 4.0 * double(big) / comm_time(big, iters, true);
+  h.inter_busbw = h.intra_busbw;
+  h.inter_latency_s = h.intra_latency_s;
+  h.p2p_bw_inter = h.p2p_bw_intra;
+  // The MPI backend (two processes): 16 MiB all-reduce busbw, a 4-byte all-reduce's time as
+  // its latency (2 steps), a 16 MiB broadcast (one send between two ranks) as p2p.
+  const auto [mpi_bw, mpi_big_s] = mpi_bench("all_reduce", size_t(16) << 20);
+  const auto [mpi_small_bw, mpi_small_s] = mpi_bench("all_reduce", 4);
+  const auto [mpi_p2p, mpi_p2p_s] = mpi_bench("broadcast", size_t(16) << 20);
+  (void)mpi_big_s, (void)mpi_small_bw, (void)mpi_p2p_s;
+  if (mpi_bw > 0 && mpi_p2p > 0 && mpi_small_s > 0) {
+    h.mpi_busbw = mpi_bw;
+    h.mpi_latency_s = mpi_small_s / 2;
+    h.mpi_p2p_bw = mpi_p2p;
+  } else {
+    log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here)\n";
+  }
+  h.peak_bf16 = 0;
+  const double load_after = load_average();
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "measured by meshtrain plan --calibrate in %.1f s, load average %.2f -> %.2f, "
+                "%d cores",
+                now_seconds() - t_start, load_before, load_after, h.cores);
+  h.sources = {line,
+               "peak_fp32: best single-thread sgemm (engine GEMM path) of 512..2048 squares",
+               "gemm_half_dim: from a 1024x1024x64 sgemm's rate",
+               "memory_bw: one thread streaming y += x over 32 MiB",
+               "attention_*: the engine's attention kernel, B 4 T 128 C 128 NH 4, one thread",
+               "pointwise_s: the slower of GELU and LayerNorm forward per element, one thread",
+               "intra_*: local backend, two rank threads, 16 MiB all-reduce / send, 4 B "
+               "all-reduce latency",
+               "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
+               "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  std::ofstream out(path);
+  MT_REQUIRE(out.good(), "cannot write the profile to ", path);
+  out << profile_to_toml(h);
+  out.close();
+  MT_REQUIRE(out.good(), "cannot write the profile to ", path);
+  std::snprintf(line, sizeof line,
+                "sgemm %.1f GFLOP/s per thread (half-rate dim %.0f), attention %.1f/%.1f "
+                "GFLOP/s, pointwise %.2f ns/element, stream %.2f GB/s, overhead %.1f us, "
+                "all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s; MPI busbw %.2f "
+                "GB/s, latency %.1f us, p2p %.2f GB/s\n",
+                h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9,
+                h.attention_bwd_flops / 1e9, h.pointwise_s * 1e9, h.memory_bw / 1e9,
+                h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9, h.intra_latency_s * 1e6,
+                h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6, h.mpi_p2p_bw / 1e9);
+  log << line << h.sources[0] << "\nwrote " << path << "\n";
+  return h;
+}
+
+}  // namespace mt::plan

@@ -1,0 +1,26 @@
+// `meshtrain plan --calibrate`: measures this machine through the engine's own kernels and
+// communicators and stores a local hardware profile, which `--hardware local` and
+// `train --auto-layout` read. Measured: the single-thread sgemm peak (the engine's GEMM
+// path) and how a small GEMM dimension lowers it, a memory-bound pass's bandwidth, the
+// per-call overhead of a tiny GEMM, and the local backend's all-reduce bus bandwidth,
+// latency and point-to-point bandwidth between two rank threads. bf16 is not measured
+// (this engine computes in fp32), so local plans are fp32.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+
+#include "plan/hardware_profile.h"
+
+namespace mt::plan {
+
+// $MESHTRAIN_PROFILE, else $XDG_CACHE_HOME (or ~/.cache)/meshtrain/hardware-local.toml.
+std::string default_local_profile_path();
+
+// UsageError naming the path and `meshtrain plan --calibrate` when there is none.
+HardwareProfile load_local_profile(const std::string& path);
+
+// Measures for about `seconds` in total and writes the profile to path (directories made).
+HardwareProfile calibrate_local(const std::string& path, double seconds, std::ostream& log);
+
+}  // namespace mt::plan

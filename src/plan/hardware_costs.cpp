@@ -1,0 +1,83 @@
+#include "plan/hardware_costs.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mt::plan {
+
+ComputeRates compute_rates(const HardwareProfile& h, const std::string& precision, int ranks,
+                           int threads) {
+  ComputeRates r;
+  r.hw = &h;
+  r.peak = peak_flops(h, precision);
+  r.memory_bw = h.memory_bw;
+  r.overhead_s = h.kernel_overhead_s;
+  if (h.local) {
+    // Calibrated per thread (GEMM peak and streaming bandwidth of one thread); threads
+    // beyond the calibrated cores time-share them.
+    const double busy = double(ranks) * threads;
+    const double cores = std::max(h.cores, 1);
+    const double share = busy > cores ? cores / busy : 1.0;
+    r.peak = r.peak * threads * share;
+    r.memory_bw = h.memory_bw * threads * share;
+    r.attention_fwd = h.attention_fwd_flops * threads * share;
+    r.attention_bwd = h.attention_bwd_flops * threads * share;
+    r.pointwise_s = h.pointwise_s / (threads * share);
+  }
+  return r;
+}
+
+double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,
+                    double count) {
+  if (M <= 0 || N <= 0 || K <= 0 || count <= 0) return 0;
+  const HardwareProfile& h = *r.hw;
+  const double d = std::min({M, N, K});
+  const double eff = h.gemm_efficiency * d / (d + h.gemm_half_dim);
+  const double compute = count * 2 * M * N * K / (r.peak * eff);
+  const double traffic = count * (M * K + K * N + M * N) * elem_bytes / r.memory_bw;
+  return std::max(compute, traffic) + r.overhead_s;
+}
+
+double stream_seconds(const ComputeRates& r, double bytes, int kernels) {
+  return bytes / r.memory_bw + kernels * r.overhead_s;
+}
+
+double pointwise_seconds(const ComputeRates& r, double elements, double bytes, int kernels) {
+  return std::max(bytes / r.memory_bw, elements * r.pointwise_s) + kernels * r.overhead_s;
+}
+
+GroupSpan group_span(const HardwareProfile& h, int size, int stride) {
+  GroupSpan g;
+  g.size = size;
+  if (h.local || size <= 1) {
+    g.per_node = size;
+    return g;
+  }
+  const int per_node_ranks = h.devices_per_node;
+  // Members stride apart: a node of devices_per_node consecutive ranks holds
+  // devices_per_node / stride of them (at least one).
+  g.per_node = std::clamp(per_node_ranks / std::max(stride, 1), 1, size);
+  g.nodes = (size + g.per_node - 1) / g.per_node;
+  return g;
+}
+
+double collective_seconds(const HardwareProfile& h, Collective op, double bytes,
+                          const GroupSpan& g) {
+  const int n = g.size;
+  if (n <= 1 || bytes <= 0) return 0;
+  const double factor = op == Collective::all_reduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
+  double busbw = h.intra_busbw, latency = h.intra_latency_s;
+  if (g.nodes > 1) {
+    busbw = std::min(h.intra_busbw, g.per_node * h.inter_busbw);
+    latency = h.inter_latency_s;
+  }
+  const double steps = 2 * std::ceil(std::log2(double(n)));
+  return latency * steps + bytes * factor / busbw;
+}
+
+double p2p_seconds(const HardwareProfile& h, double bytes, bool across_nodes) {
+  if (across_nodes) return h.inter_latency_s + bytes / h.p2p_bw_inter;
+  return h.intra_latency_s + bytes / h.p2p_bw_intra;
+}
+
+}  // namespace mt::plan

@@ -1,0 +1,55 @@
+// The cost formulas the time model composes, each one line over a HardwareProfile
+// (NCCL's tuning.cc style: a table of constants, one formula):
+//   GEMM (M x N x K):  max(2MNK / (peak * eff * d/(d + d_half)), bytes / memory_bw) + overhead,
+//                      d = min(M, N, K) (roofline with a small-tile penalty)
+//   memory-bound op:   bytes / memory_bw + overhead
+//   collective:        latency * steps + bytes * factor / busbw, factor = nccl-tests' busbw
+//                      factor (all-reduce 2(n-1)/n, all-gather / reduce-scatter / all-to-all
+//                      (n-1)/n); busbw within one node, or min(node busbw, members per node x
+//                      per-NIC busbw) across nodes; steps = 2 log2 n (tree/ring latency term)
+//   point-to-point:    latency + bytes / p2p bandwidth (NVLink or one NIC)
+// Groups are placed as the mesh places them (CONTRACTS.md §7: tp fastest, then dp, then
+// pp), devices_per_node consecutive ranks per node.
+#pragma once
+
+#include "plan/hardware_profile.h"
+
+namespace mt::plan {
+
+struct ComputeRates {
+  const HardwareProfile* hw = nullptr;
+  double peak = 0;        // GEMM peak per rank, FLOP/s
+  double memory_bw = 0;   // per rank, bytes/s
+  double overhead_s = 0;  // per kernel
+  // Local: per-rank attention rates and seconds per pointwise element (0: not measured).
+  double attention_fwd = 0, attention_bwd = 0, pointwise_s = 0;
+};
+
+// Per-rank rates for a precision; local ranks share the machine's cores and memory
+// bandwidth (ranks x threads over the calibrated cores slows every rank down).
+ComputeRates compute_rates(const HardwareProfile& h, const std::string& precision, int ranks,
+                           int threads);
+
+// `count` independent GEMMs of the same shape (a batched GEMM: one overhead).
+double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,
+                    double count = 1);
+double stream_seconds(const ComputeRates& r, double bytes, int kernels = 1);
+// A pointwise pass over `elements` moving `bytes`: the slower of streaming and, where
+// calibrated, the per-element compute (tanh, exp, normalisation).
+double pointwise_seconds(const ComputeRates& r, double elements, double bytes, int kernels = 1);
+
+enum class Collective { all_reduce, all_gather, reduce_scatter, all_to_all };
+
+// Where a group's members sit: size, members per node, nodes.
+struct GroupSpan {
+  int size = 1, per_node = 1, nodes = 1;
+};
+// stride: rank distance between consecutive members (tp 1, dp tp, ep tp).
+GroupSpan group_span(const HardwareProfile& h, int size, int stride);
+
+// bytes: the per-rank buffer (all_gather: the gathered result) as nccl-tests count it.
+double collective_seconds(const HardwareProfile& h, Collective op, double bytes,
+                          const GroupSpan& g);
+double p2p_seconds(const HardwareProfile& h, double bytes, bool across_nodes);
+
+}  // namespace mt::plan

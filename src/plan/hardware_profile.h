@@ -1,0 +1,63 @@
+// What the planner knows about a machine: compute rates, memory, and the links between
+// devices. A profile is a table of constants (docs/planner.md gives the source of each);
+// the cost formulas live in hardware_costs.h. Presets describe NVIDIA DGX-style nodes
+// (8 GPUs joined by NVSwitch, one InfiniBand NIC per GPU); "local" is this machine as
+// measured by `meshtrain plan --calibrate` (ranks are threads or processes on its cores).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mt::plan {
+
+struct HardwareProfile {
+  std::string name;
+  bool local = false;  // meshtrain's own CPU engine (calibrated), not a GPU preset
+  int devices_per_node = 8;
+  double memory_bytes = 0;  // per device (local: the memory all ranks share)
+  // Dense matrix-multiply peaks per device, FLOP/s. fp32 on a GPU means TF32 tensor cores
+  // (what cuBLAS uses for fp32 GEMMs with TF32 allowed); bf16 is twice that on A100/H100.
+  double peak_fp32 = 0, peak_bf16 = 0;
+  // Fraction of the peak a large, well-shaped GEMM reaches (cuBLAS / oneDNN measurements).
+  double gemm_efficiency = 1;
+  // A GEMM whose smallest dimension is d runs at efficiency * d / (d + gemm_half_dim):
+  // small tiles waste the machine (tile quantisation, too few thread blocks/threads).
+  double gemm_half_dim = 0;
+  double memory_bw = 0;          // bytes/s a memory-bound kernel streams per device
+  double kernel_overhead_s = 0;  // per kernel launch / OpenMP region
+  // Collective bus bandwidth (nccl-tests' busbw, bytes/s per rank) and latency per call,
+  // within a node and across nodes (the latter per NIC, i.e. per GPU).
+  double intra_busbw = 0, intra_latency_s = 0;
+  double inter_busbw = 0, inter_latency_s = 0;
+  double p2p_bw_intra = 0, p2p_bw_inter = 0;  // point-to-point (pipeline sends), bytes/s
+  // Local only (0 = not measured: the GEMM and streaming formulas apply). The engine's
+  // attention core is its own kernel, not a GEMM: its measured rate, FLOP/s per thread
+  // (4 B T^2 C forward, twice that backward, causal mask not halved). Pointwise passes
+  // (GELU's tanh, LayerNorm) are compute-bound on a CPU: seconds per element per thread.
+  double attention_fwd_flops = 0, attention_bwd_flops = 0;
+  double pointwise_s = 0;
+  // Local only: the MPI backend between two processes of this machine (0 = not measured).
+  double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
+  int cores = 0;
+  std::vector<std::string> sources;  // one line per constant, printed by --explain
+};
+
+// "a100-80gb", "h100-80gb"; UsageError naming the known ones otherwise.
+HardwareProfile preset_profile(const std::string& name);
+const std::vector<std::string>& preset_names();
+
+// A TOML profile ([hardware] with the field names above); UsageError on a missing file,
+// unknown key, wrong type or non-positive rate.
+HardwareProfile load_profile(const std::string& path);
+// The same fields as TOML (what --calibrate stores).
+std::string profile_to_toml(const HardwareProfile& h);
+
+// The profile a run on `backend` ("local" | "mpi") sees: for a local profile under mpi,
+// the MPI figures replace the threads backend's link figures (UsageError when the profile
+// has none). GPU presets ignore the backend.
+HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend);
+
+// The peak for a precision ("fp32" | "bf16").
+double peak_flops(const HardwareProfile& h, const std::string& precision);
+
+}  // namespace mt::plan

@@ -1,0 +1,103 @@
+#include "plan/layout.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/error.h"
+#include "parallel/pipeline/pipeline_stage.h"
+#include "train/validate_options.h"
+
+namespace mt::plan {
+
+const std::vector<int>& default_stage_layers(const ModelConfig& m, int pp, int virtual_stages) {
+  // A memo of a pure function: the search asks for the same few partitions for tens of
+  // thousands of candidates, and partition_layers is quadratic in the chunks.
+  using Key = std::tuple<int, int, int, int, int, int, int, int>;
+  static std::mutex mu;
+  static std::map<Key, std::vector<int>> memo;
+  const Key key{m.layers, m.dim, m.seq, m.vocab, m.experts, m.moe_every, pp, virtual_stages};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = memo.find(key);
+  if (it == memo.end())
+    it = memo.emplace(key, resolve_stage_layers(m, pp, virtual_stages, "")).first;
+  return it->second;
+}
+
+TrainOptions train_options(const PlanRequest& r, const Layout& l) {
+  TrainOptions o;
+  o.model = r.model;
+  o.optim.batch = r.batch;
+  o.optim.recompute = l.recompute;
+  o.optim.threads = r.hardware.local ? r.threads : 1;
+  o.parallel.dp = l.dp;
+  o.parallel.tp = l.tp;
+  o.parallel.pp = l.pp;
+  o.parallel.ep = l.ep;
+  o.parallel.zero = l.zero;
+  o.parallel.sequence_parallel = l.sequence_parallel;
+  o.parallel.schedule = l.schedule;
+  o.parallel.virtual_stages = l.virtual_stages;
+  o.parallel.bucket_mb = r.bucket_mb;
+  const int per_replica = l.dp * l.micro_batch;
+  o.parallel.microbatches = per_replica > 0 ? r.batch / per_replica : 0;
+  o.engine.backend = r.hardware.local ? r.backend : "mpi";
+  o.vocab_given = o.seq_given = true;
+  // The default partition, spelled out (the same blocks per chunk train would choose), so
+  // that the memory estimate does not partition again for every candidate.
+  if (l.pp > 1 && l.virtual_stages >= 1 && l.pp * l.virtual_stages <= r.model.layers) {
+    std::string spec;
+    for (int n : default_stage_layers(r.model, l.pp, l.virtual_stages)) {
+      if (!spec.empty()) spec += ',';
+      spec += std::to_string(n);
+    }
+    o.parallel.stage_layers = spec;
+  }
+  return o;
+}
+
+void validate_candidate(const PlanRequest& r, const Layout& l) {
+  MT_REQUIRE(l.micro_batch >= 1, "--micro-batch must be >= 1 (got ", l.micro_batch, ")");
+  MT_REQUIRE(l.dp >= 1, "--dp must be >= 1 (got ", l.dp, ")");
+  MT_REQUIRE(l.world() == r.devices, "--dp x --tp x --pp = ", l.world(), " but ",
+             r.hardware.local ? "--ranks is " : "--gpus is ", r.devices);
+  MT_REQUIRE(r.batch % (l.dp * l.micro_batch) == 0, "--batch ", r.batch,
+             " must be divisible by --dp x --micro-batch = ", l.dp * l.micro_batch);
+  MT_REQUIRE(l.precision == "fp32" || l.precision == "bf16",
+             "--precision must be fp32 or bf16 (got '", l.precision, "')");
+  // The engine in this tree computes in fp32 only; bf16 is modelled for GPU presets
+  // (tensor-core rate, 2-byte activations), never predicted for local runs.
+  MT_REQUIRE(l.precision == "fp32" || !r.hardware.local,
+             "--precision bf16 is not planned for --hardware local yet (the calibration measures fp32 kernels only)");
+  MT_REQUIRE(l.precision == "fp32" || r.hardware.peak_bf16 > 0, "hardware '", r.hardware.name,
+             "' has no bf16 rate");
+  TrainOptions o = train_options(r, l);
+  validate_train_options(o);
+}
+
+std::string train_command(const PlanRequest& r, const Layout& l) {
+  const ModelConfig& m = r.model;
+  std::string c = str("meshtrain train --layers ", m.layers, " --dim ", m.dim, " --heads ", m.heads,
+                      " --seq ", m.seq, " --vocab ", m.vocab);
+  if (m.experts > 0)
+    c += str(" --experts ", m.experts, " --topk ", m.topk,
+             m.moe_every != 1 ? str(" --moe-every ", m.moe_every) : std::string());
+  c += str(" --batch ", r.batch, " --dp ", l.dp, " --tp ", l.tp, " --pp ", l.pp);
+  if (l.ep > 1) c += str(" --ep ", l.ep);
+  c += str(" --microbatches ", r.batch / (l.dp * l.micro_batch));
+  if (l.pp > 1) c += str(" --schedule ", l.schedule);
+  if (l.virtual_stages > 1) c += str(" --virtual-stages ", l.virtual_stages);
+  if (l.zero > 0) c += str(" --zero ", l.zero);
+  if (l.sequence_parallel) c += " --sequence-parallel";
+  if (l.recompute != "none") c += str(" --recompute ", l.recompute);
+  if (l.precision != "fp32") c += str(" --precision ", l.precision);
+  if (r.hardware.local) {
+    if (r.threads > 1) c += str(" --threads ", r.threads);
+    if (r.backend == "mpi") c = str("mpirun -np ", l.world(), " ", c, " --backend mpi");
+  } else {
+    c = str("mpirun -np ", l.world(), " ", c, " --backend mpi");
+  }
+  return c;
+}
+
+}  // namespace mt::plan

@@ -1,0 +1,57 @@
+// A planner candidate (one setting of every layout knob) and the request it answers; the
+// bridge to `meshtrain train`'s options, so that a candidate is valid exactly when train
+// would accept it (train/validate_options.h is the one set of rules).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "plan/hardware_profile.h"
+#include "train/options.h"
+
+namespace mt::plan {
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1, virtual_stages = 1, ep = 1, zero = 0;
+  bool sequence_parallel = false;
+  std::string recompute = "none";
+  int micro_batch = 1;  // sequences per microbatch (train's --microbatches = batch/(dp*this))
+  std::string schedule = "1f1b";
+  std::string precision = "fp32";
+  int world() const { return dp * tp * pp; }
+  bool operator==(const Layout&) const = default;
+};
+
+// What the user asked for: the model, the global batch, the machine, and the knobs they
+// fixed (unset = searched).
+struct PlanRequest {
+  ModelConfig model;
+  int batch = 8;  // global batch, sequences
+  HardwareProfile hardware;
+  int devices = 1;                // --gpus (GPU presets) or --ranks (local)
+  int threads = 1;                // compute threads per rank (local)
+  std::string backend = "local";  // local hardware: the backend the run will use
+  double bucket_mb = 25;
+  std::optional<int> dp, tp, pp, virtual_stages, ep, zero, micro_batch;
+  std::optional<bool> sequence_parallel;
+  std::optional<std::string> recompute, schedule, precision;
+  std::optional<int> microbatches;  // train's --microbatches (auto-layout), a filter
+};
+
+// The `meshtrain train` options of a candidate (model, batch, layout; --backend mpi on GPU
+// presets, where the world is not limited to one process's threads).
+TrainOptions train_options(const PlanRequest& r, const Layout& l);
+
+// resolve_stage_layers(m, pp, v, "") (train's default partition), memoised.
+const std::vector<int>& default_stage_layers(const ModelConfig& m, int pp, int virtual_stages);
+
+// UsageError (one line naming the flag) unless the candidate is a layout train accepts for
+// this model and batch and the precision is one the planner can model on this hardware.
+void validate_candidate(const PlanRequest& r, const Layout& l);
+
+// The `meshtrain train` command line for a candidate.
+std::string train_command(const PlanRequest& r, const Layout& l);
+
+}  // namespace mt::plan

@@ -1,0 +1,33 @@
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include "train/memory_estimate.h"
+
+namespace mt::plan {
+
+PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedule& schedule) {
+  const MemoryEstimate e = estimate_rank_memory(train_options(r, l), schedule);
+  PlannedMemory m;
+  m.pp_stage = e.pp_stage;
+  m.params = e.params_bytes;
+  m.grads = e.grads_bytes;
+  m.optimizer = e.optimizer_bytes;
+  m.activations = e.activations_bytes;
+  m.buffers = e.buffers_bytes + e.workspace_bytes;
+  if (r.hardware.local) {
+    m.buffers += e.model_arenas_bytes;
+  } else if (l.precision == "bf16") {
+    m.activations /= 2;
+    if (l.zero < 3) m.params += e.params_bytes / 2;  // bf16 copy of the fp32 weights
+    m.buffers -= e.workspace_bytes / 2;
+  }
+  return m;
+}
+
+int64_t usable_bytes_per_rank(const PlanRequest& r) {
+  if (r.hardware.local) return int64_t(r.hardware.memory_bytes) / std::max(r.devices, 1);
+  return int64_t(r.hardware.memory_bytes) - kGpuReserveBytes;
+}
+
+}  // namespace mt::plan

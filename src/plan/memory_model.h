@@ -1,0 +1,37 @@
+// Memory per device of a candidate. The planner does not keep a second memory formula:
+// it asks the engine's own estimate (train/memory_estimate.h), which mirrors what the
+// trainer allocates and which the trainer's memory records match (tests/plan checks that
+// for every kind of layout). That estimate describes meshtrain's fp32 engine, so:
+//   * local hardware: every part as the engine holds it, plus the model arenas the engine
+//     re-allocates at the end of training (its real peak), counted in buffers.
+//   * GPU presets: the same parts, without those end-of-run arenas (a GPU engine restores
+//     the model to host memory) and, for --precision bf16 (modelled, not in this engine
+//     yet), with 2-byte activations (half the fp32 slots) and a bf16 copy of the weights
+//     the rank holds whole (2 bytes per parameter beside the fp32 master, as Megatron's
+//     mixed precision keeps). The device's reserve (CUDA context, library workspaces)
+//     is subtracted from its capacity in fits().
+#pragma once
+
+#include <cstdint>
+
+#include "parallel/pipeline/schedule.h"
+#include "plan/layout.h"
+
+namespace mt::plan {
+
+struct PlannedMemory {
+  int64_t params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
+  int pp_stage = 0;  // the stage with the largest footprint
+  int64_t total() const { return params + grads + optimizer + activations + buffers; }
+};
+
+// schedule: make_schedule of the layout's pp, microbatches, schedule, virtual stages (any
+// Schedule without pp), passed in because the search shares it between candidates.
+PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedule& schedule);
+
+// Bytes a device offers to one rank: a GPU's capacity less kGpuReserveBytes; locally the
+// machine's memory shared by every rank.
+int64_t usable_bytes_per_rank(const PlanRequest& r);
+constexpr int64_t kGpuReserveBytes = int64_t(3) << 30;
+
+}  // namespace mt::plan

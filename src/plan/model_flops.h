@@ -1,0 +1,26 @@
+// Model FLOPs of one training step, as Korthikanti et al. 2022 ("Reducing Activation
+// Recomputation in Large Transformer Models"), Appendix A, count them for a dense GPT:
+//   72 * B * L * s * h^2 * (1 + s / (6h) + V / (12 h L))     per iteration,
+// i.e. forward 24 B s h^2 + 4 B s^2 h per layer (every GEMM 2 FLOPs per multiply-add,
+// the attention score and value GEMMs counted in full, not halved for the causal mask)
+// plus 2 B s h V for the logits, times 3 for forward + backward. Recomputation is not
+// counted (these are model FLOPs, the numerator of MFU); LayerNorm, softmax, GELU and the
+// optimizer are not counted either.
+//
+// MoE (our extension, same conventions): a MoE layer replaces the MLP's 16 B s h^2 forward
+// by the router (2 B s h E) plus topk expert MLPs per token (topk * 16 B s h^2), every
+// token counted for all of its topk choices (dropless; tokens a capacity drops would skip
+// are still counted, so MFU does not rise when tokens are dropped).
+#pragma once
+
+#include "model/config.h"
+
+namespace mt::plan {
+
+// FLOPs of one optimizer step over `batch` sequences of cfg.seq tokens.
+double model_flops_per_step(const ModelConfig& cfg, int batch);
+
+// The closed form above for a dense model (the tests check the general count against it).
+double korthikanti_flops(double B, double L, double s, double h, double V);
+
+}  // namespace mt::plan

@@ -1,0 +1,344 @@
+#include "plan/time_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/block.h"
+#include "parallel/pipeline/pipeline_stage.h"
+#include "parallel/pipeline/schedule_simulator.h"
+#include "parallel/pipeline/stage_chunks.h"
+#include "parallel/tensor_parallel/vocab_parallel.h"
+#include "plan/hardware_costs.h"
+
+namespace mt::plan {
+
+namespace {
+
+// One block's costs for one microbatch of b sequences.
+struct BlockCosts {
+  double forward = 0, backward = 0, weight = 0;
+  double tp_comm = 0, ep_comm = 0;  // per direction pair (forward + backward), in the above
+  double recompute = 0;             // forward work repeated in the backward
+};
+
+struct Context {
+  const PlanRequest& r;
+  const Layout& l;
+  ComputeRates rates;
+  double e = 4;  // bytes per activation element
+  GroupSpan tp, dp, ep;
+};
+
+BlockCosts block_costs(const Context& c, int layer) {
+  const ModelConfig& m = c.r.model;
+  const double b = c.l.micro_batch, s = m.seq, h = m.dim, a = m.heads, t = c.l.tp;
+  const double N = b * s, Nl = c.l.sequence_parallel ? N / t : N, hd = h / a, e = c.e;
+  const ComputeRates& R = c.rates;
+  auto gemm = [&](double M, double Nn, double K, double count = 1) {
+    return gemm_seconds(R, M, Nn, K, e, count);
+  };
+  BlockCosts k;
+  // Attention: qkv and output projection (column-, then row-parallel).
+  double f = gemm(N, 3 * h / t, h) + gemm(N, h, h / t);
+  double bwd = f;                                        // input gradients: same shapes
+  double w = gemm(3 * h / t, h, N) + gemm(h, h / t, N);  // weight gradients
+  // Attention core: (b * a / t) heads of QK^T (s x s x hd) and PV (s x hd x s), softmax.
+  const double heads = b * a / t;
+  double core = gemm(s, s, hd, heads) + gemm(s, hd, s, heads) +
+                pointwise_seconds(R, heads * s * s, 2 * heads * s * s * e, 2);
+  double core_bwd = 2 * core;  // dP, dV, then dQ, dK; softmax backward
+  if (R.attention_fwd > 0 && R.attention_bwd > 0) {
+    // The engine's own attention kernel, as calibrated (4 b s^2 h/t FLOPs forward).
+    const double flops = 4 * b * s * s * h / t;
+    core = flops / R.attention_fwd + R.overhead_s;
+    core_bwd = 2 * flops / R.attention_bwd + R.overhead_s;
+  }
+  f += core;
+  bwd += core_bwd;
+  // LayerNorms, residual adds (on Nl rows under SP), bias + GELU.
+  const double ln = pointwise_seconds(R, Nl * h, 2 * Nl * h * e, 1);
+  const double residual = stream_seconds(R, 3 * Nl * h * e, 1);
+  f += 2 * ln + 2 * residual;
+  bwd += 2 * 2 * ln + 2 * residual;
+  const bool moe = is_moe_layer(m, layer);
+  double mlp_f = 0, mlp_b = 0, mlp_w = 0;
+  if (!moe) {
+    const double gelu = pointwise_seconds(R, N * 4 * h / t, 2 * N * 4 * h / t * e, 1);
+    mlp_f = gemm(N, 4 * h / t, h) + gemm(N, h, 4 * h / t) + gelu;
+    mlp_b = mlp_f + gelu;
+    mlp_w = gemm(4 * h / t, h, N) + gemm(h, 4 * h / t, N);
+  } else {
+    // Router, then the rank's E/ep experts on the rows routed to them (balanced: every
+    // rank receives N * topk rows in total), GELU MLPs of the dense shape.
+    const double E = m.experts, local = E / c.l.ep, rows = N * m.topk / local;
+    const double gelu =
+        pointwise_seconds(R, N * m.topk * 4 * h, 2 * N * m.topk * 4 * h * e, int(local));
+    mlp_f = gemm(N, E, h) + gemm(rows, 4 * h, h, local) + gemm(rows, h, 4 * h, local) + gelu +
+            stream_seconds(R, 4 * N * m.topk * h * e, 4);  // permute / combine
+    mlp_b = mlp_f + gelu;
+    mlp_w = gemm(4 * h, h, rows, local) + gemm(h, 4 * h, rows, local) + gemm(E, h, N);
+    if (c.l.ep > 1) {
+      // dispatch + combine in forward, their adjoints in backward.
+      k.ep_comm = 4 * collective_seconds(*R.hw, Collective::all_to_all, N * m.topk * h * e, c.ep);
+    }
+  }
+  f += mlp_f;
+  bwd += mlp_b;
+  w += mlp_w;
+  if (t > 1) {
+    // Megatron: two all-reduces of (N, h) per block in forward and two in backward; with
+    // SP an all-gather + reduce-scatter pair in their place (the same bytes on the wire).
+    const double bytes = N * h * e;
+    const double one =
+        c.l.sequence_parallel
+            ? 0.5 * (collective_seconds(*R.hw, Collective::all_gather, bytes, c.tp) +
+                     collective_seconds(*R.hw, Collective::reduce_scatter, bytes, c.tp))
+            : collective_seconds(*R.hw, Collective::all_reduce, bytes, c.tp);
+    k.tp_comm = 4 * one;
+    f += 2 * one;
+    bwd += 2 * one;
+  }
+  f += k.ep_comm / 2;
+  bwd += k.ep_comm / 2;
+  if (c.l.recompute == "selective") k.recompute = core;
+  if (c.l.recompute == "full") k.recompute = f;
+  bwd += k.recompute;
+  k.forward = f;
+  k.backward = bwd;
+  k.weight = w;
+  return k;
+}
+
+Context make_context(const PlanRequest& r, const Layout& l) {
+  Context c{r,
+            l,
+            compute_rates(r.hardware, l.precision, l.world(), r.threads),
+            l.precision == "bf16" ? 2.0 : 4.0,
+            {},
+            {},
+            {}};
+  c.tp = group_span(r.hardware, l.tp, 1);
+  c.dp = group_span(r.hardware, l.dp, l.tp);
+  c.ep = group_span(r.hardware, l.ep, l.tp);
+  return c;
+}
+
+// Parameters of one block on one rank (tp-split matrices, replicated LayerNorms and biases).
+double block_params(const ModelConfig& m, int layer, const Layout& l, double* experts) {
+  const double h = m.dim, t = l.tp;
+  double p = 4 * h + 4 * h * h / t + 3 * h / t + h;  // ln_1, ln_2, attention
+  if (is_moe_layer(m, layer)) {
+    const double ex = double(m.experts) / l.ep * (8 * h * h + 5 * h);
+    *experts += ex;
+    p += m.experts * h + ex;
+  } else {
+    p += 8 * h * h / t + 4 * h / t + h;
+  }
+  return p;
+}
+
+}  // namespace
+
+std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
+  const Context c = make_context(r, l);
+  const ModelConfig& m = r.model;
+  std::vector<int> per_chunk = {m.layers};
+  std::vector<ChunkSpec> whole = {{0, m.layers, true, true}};
+  if (l.pp > 1) per_chunk = default_stage_layers(m, l.pp, l.virtual_stages);
+  std::vector<StageCosts> out(size_t(l.pp));
+  const double b = l.micro_batch, N = b * m.seq, h = m.dim, t = l.tp, e = c.e;
+  const double Vl = double(tp::padded_vocab(m.vocab, l.tp)) / l.tp;
+  for (int st = 0; st < l.pp; ++st) {
+    StageCosts& sc = out[size_t(st)];
+    const std::vector<ChunkSpec> specs = l.pp > 1 ? stage_chunk_specs(per_chunk, l.pp, st) : whole;
+    bool wte = false;
+    for (const ChunkSpec& spec : specs) {
+      for (int layer = spec.first_layer; layer < spec.last_layer; ++layer) {
+        const BlockCosts k = block_costs(c, layer);
+        sc.forward += k.forward;
+        sc.backward += k.backward;
+        sc.weight += k.weight;
+        sc.tp_comm += k.tp_comm;
+        sc.ep_comm += k.ep_comm;
+        sc.recompute += k.recompute;
+        sc.params += block_params(m, layer, l, &sc.expert_params);
+        ++sc.blocks;
+      }
+      if (spec.has_embedding) {
+        sc.forward += stream_seconds(c.rates, 3 * N * h * e, 2);
+        sc.backward += stream_seconds(c.rates, 3 * N * h * e, 2);
+        sc.params += double(m.seq) * h;
+        if (!wte) sc.params += Vl * h, wte = true;
+        if (t > 1) {
+          const double ar = collective_seconds(r.hardware, Collective::all_reduce, N * h * e, c.tp);
+          sc.forward += ar, sc.tp_comm += ar;
+        }
+      }
+      if (spec.has_head) {
+        // ln_f, the logits GEMM against the (vocab-parallel) tied embedding, the
+        // cross-entropy over N x V/tp logits, and their backward.
+        const double logits = gemm_seconds(c.rates, N, Vl, h, e);
+        const double ce = pointwise_seconds(c.rates, N * Vl, 3 * N * Vl * e, 3);
+        const double ln = pointwise_seconds(c.rates, N * h, 2 * N * h * e, 1);
+        sc.forward += logits + ce + ln;
+        sc.backward += logits + ce + 2 * ln;
+        sc.weight += gemm_seconds(c.rates, Vl, h, N, e);
+        sc.params += 2 * h;
+        if (!wte) sc.params += Vl * h, wte = true;
+        if (t > 1) {
+          // vocab-parallel cross-entropy: max, sum and target logit reduced over tp.
+          const double small =
+              3 * collective_seconds(r.hardware, Collective::all_reduce, N * 4, c.tp);
+          sc.forward += small, sc.tp_comm += small;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule& schedule,
+                           double give_up_above) {
+  const Context c = make_context(r, l);
+  const ModelConfig& m = r.model;
+  PredictedTime p;
+  p.stages = stage_costs(r, l);
+  const int mb = r.batch / (l.dp * l.micro_batch);
+  const double N = double(l.micro_batch) * m.seq, h = m.dim;
+  // ZeRO 3: every block's parameters are gathered before its forward and again before its
+  // backward, per microbatch, and its gradient reduce-scattered; prefetch overlaps that
+  // with compute, so only what exceeds the compute of the same pass is exposed.
+  if (l.zero == 3 && l.dp > 1) {
+    for (StageCosts& sc : p.stages) {
+      // One gather (and one reduce-scatter) per block, as the engine does: each pays the
+      // collective's latency.
+      const double units = std::max(sc.blocks, 1), bytes = sc.params * 4 / units;
+      const double gather =
+          units * collective_seconds(r.hardware, Collective::all_gather, bytes, c.dp);
+      const double scatter =
+          units * collective_seconds(r.hardware, Collective::reduce_scatter, bytes, c.dp);
+      const double overlap = r.hardware.local ? 0.0 : 1.0;
+      const double fwd = std::max(0.0, gather - overlap * sc.forward);
+      const double bwd = std::max(0.0, gather + scatter - overlap * (sc.backward + sc.weight));
+      sc.forward += fwd;
+      sc.backward += bwd;
+      p.zero3_exposed_s = std::max(p.zero3_exposed_s, (fwd + bwd) * mb);
+    }
+  }
+  double bound = 0;
+  for (const StageCosts& sc : p.stages)
+    bound = std::max(bound, mb * (sc.forward + sc.backward + sc.weight));
+  if (bound > give_up_above) {
+    p.pruned = true;
+    p.step_s = bound;
+    return p;
+  }
+  // Pipeline: the simulator with each stage's costs per local chunk.
+  const double boundary = N * h * c.e / (l.sequence_parallel ? l.tp : 1);
+  const bool across = !r.hardware.local && l.tp * l.dp * l.pp > r.hardware.devices_per_node;
+  p.pp_p2p_s = l.pp > 1 ? p2p_seconds(r.hardware, boundary, across) : 0;
+  if (l.pp > 1) {
+    std::vector<OpCosts> costs;
+    for (const StageCosts& sc : p.stages) {
+      const double v = l.virtual_stages;
+      costs.push_back({sc.forward / v, sc.backward / v, sc.weight / v, p.pp_p2p_s});
+    }
+    const Timeline tl = simulate_schedule(schedule, costs);
+    MT_CHECK(!tl.deadlocked);
+    p.pipeline_s = tl.makespan;
+    p.bubble = tl.bubble();
+  } else {
+    const StageCosts& sc = p.stages[0];
+    p.pipeline_s = mb * (sc.forward + sc.backward + sc.weight);
+  }
+  // The slowest stage decides what follows the pipeline.
+  double dp_exposed = 0, opt = 0, tp_exp = 0, ep_exp = 0, recompute = 0;
+  for (int st = 0; st < l.pp; ++st) {
+    const StageCosts& sc = p.stages[size_t(st)];
+    tp_exp = std::max(tp_exp, sc.tp_comm * mb);
+    ep_exp = std::max(ep_exp, sc.ep_comm * mb);
+    // Gradient reduction over dp in fp32 (experts over dp / ep), bucketed and started as
+    // backward produces the buckets: it overlaps the last microbatch's backward (the
+    // earlier ones only accumulate). The local backend's collectives run on the ranks'
+    // own cores, so nothing overlaps there. ZeRO 1/2: reduce-scatter + all-gather of the
+    // updated parameters (the same bytes as an all-reduce; the gather after the step is
+    // exposed); ZeRO 3 reduces per microbatch above.
+    double reduce = 0, after = 0;
+    const double dense = (sc.params - sc.expert_params) * 4, experts = sc.expert_params * 4;
+    const int expert_dp = l.dp / l.ep;
+    const GroupSpan edp = group_span(r.hardware, expert_dp, l.tp * l.ep);
+    if (l.dp > 1 && l.zero < 3) {
+      if (l.zero == 0) {
+        reduce = collective_seconds(r.hardware, Collective::all_reduce, dense, c.dp);
+      } else {
+        reduce = collective_seconds(r.hardware, Collective::reduce_scatter, dense, c.dp);
+        after = collective_seconds(r.hardware, Collective::all_gather, dense, c.dp);
+      }
+    }
+    if (expert_dp > 1 && l.zero < 3)
+      reduce += collective_seconds(r.hardware, Collective::all_reduce, experts, edp);
+    const double window = r.hardware.local ? 0.0 : sc.backward + sc.weight;
+    dp_exposed = std::max(dp_exposed, std::max(0.0, reduce - window) + after);
+    // AdamW over the elements this rank updates, plus the gradient-norm pass:
+    // ~32 bytes per element streamed (param, grad, two moments read; param, moments written).
+    const double updated =
+        l.zero > 0 ? (sc.params - sc.expert_params) / l.dp + sc.expert_params : sc.params;
+    opt = std::max(opt, stream_seconds(c.rates, updated * 32, 2));
+  }
+  // Recomputation on the slowest stage (reported; already inside the backward costs).
+  for (const StageCosts& sc : p.stages) recompute = std::max(recompute, sc.recompute * mb);
+  // Gradient-norm all-reduce over the world and the loss all-reduce: latency-bound.
+  const GroupSpan world = group_span(r.hardware, l.world(), 1);
+  const double small = 2 * collective_seconds(r.hardware, Collective::all_reduce, 8, world);
+  p.tp_exposed_s = tp_exp;
+  p.ep_exposed_s = ep_exp;
+  p.dp_exposed_s = dp_exposed;
+  p.optimizer_s = opt + small;
+  p.recompute_s = recompute;
+  p.step_s = p.pipeline_s + dp_exposed + p.optimizer_s;
+  return p;
+}
+
+std::vector<std::string> time_assumptions(const PlanRequest& r) {
+  std::vector<std::string> a = {
+      "per block and microbatch: qkv, projection and two MLP GEMMs (tp-split), the attention "
+      "core as batched GEMMs over b*heads/tp, LayerNorm/residual/GELU/softmax as memory-bound "
+      "passes; backward = input-gradient GEMMs (B) + weight-gradient GEMMs (W), attention "
+      "core backward 2x its forward",
+      "model FLOPs (MFU numerator): Korthikanti et al. 2022 App. A, recomputation not counted",
+      "tensor parallel: 2 all-reduces forward + 2 backward per block of (b*s, h) activations "
+      "(SP: all-gather + reduce-scatter pairs, same bytes); not overlapped with compute",
+      "pipeline: the engine's schedule simulator with each stage's F/B/W costs (its blocks, "
+      "the embedding on the first, ln_f + logits + cross-entropy on the last); p2p transfer "
+      "of (b*s, h) [/tp under SP] as the send->receive latency; interleaved: a stage's cost "
+      "split evenly over its chunks",
+      "recompute: selective repeats the attention core's forward in backward, full the whole "
+      "block's forward (with its tp communication)",
+      "MoE: router GEMM, balanced routing (N*topk rows over the rank's E/ep experts), two "
+      "all-to-alls forward and two backward over ep; not overlapped",
+      "ZeRO 3: parameter all-gather before forward and backward and gradient reduce-scatter "
+      "per microbatch, prefetched: only what exceeds that pass's compute is exposed",
+      "AdamW and the gradient-norm pass: 32 bytes streamed per updated element; plus two "
+      "latency-bound world all-reduces (grad norm, loss)"};
+  if (r.hardware.local) {
+    a.push_back(
+        "local backend: collectives are computed by the ranks' own threads on shared memory, "
+        "so no communication overlaps compute; ranks x threads beyond the calibrated cores "
+        "time-share them");
+  } else {
+    a.push_back(
+        "data parallel: fp32 gradients reduced in buckets during the last microbatch's "
+        "backward (overlapped with its B+W; the rest is exposed), ZeRO 1/2 reduce-scatter "
+        "then an exposed all-gather of the updated parameters");
+    a.push_back(
+        "placement: tp innermost within a node, then dp, then pp (CONTRACTS.md §7); a group "
+        "spanning nodes gets min(NVLink busbw, members per node x NIC busbw)");
+    a.push_back(
+        "memory: the engine's own estimate (fp32 master weights, fp32 grads, AdamW moments); "
+        "bf16 halves activations and adds a 2-byte weight copy; 3 GiB per GPU reserved");
+  }
+  return a;
+}
+
+}  // namespace mt::plan

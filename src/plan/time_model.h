@@ -1,0 +1,52 @@
+// Step time of a candidate. Per pipeline stage, the forward (F), input-gradient (B) and
+// weight-gradient (W) time of one microbatch is summed from its blocks' GEMMs (hardware
+// costs), memory-bound ops (LayerNorm, GELU, softmax, residuals, cross-entropy) and its
+// exposed tensor-/expert-parallel communication; the engine's own schedule simulator
+// (parallel/pipeline/schedule_simulator.h) then plays the schedule with these per-stage
+// costs, so the bubble, uneven stages and the p2p latency come from the same code that
+// draws the schedules. After the pipeline: the data-parallel gradient reduction (minus
+// the part overlapped with the last microbatch's backward), the ZeRO gathers and the
+// AdamW step. Every assumption is listed by time_assumptions() (printed by --explain).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "parallel/pipeline/schedule.h"
+#include "plan/layout.h"
+
+namespace mt::plan {
+
+struct StageCosts {
+  double forward = 0, backward = 0, weight = 0;  // one microbatch, the whole stage
+  double tp_comm = 0, ep_comm = 0;               // exposed, included above
+  double recompute = 0;                          // repeated forward work, inside backward
+  double params = 0;                             // parameters on the stage's ranks (per rank)
+  double expert_params = 0;
+  int blocks = 0;  // transformer blocks on the stage
+};
+
+struct PredictedTime {
+  double step_s = 0;
+  double pipeline_s = 0;  // the simulator's makespan (or m x (F+B+W) without pp)
+  double bubble = 0;      // the simulator's idle fraction
+  double tp_exposed_s = 0, ep_exposed_s = 0, dp_exposed_s = 0, pp_p2p_s = 0;
+  double zero3_exposed_s = 0, optimizer_s = 0;
+  double recompute_s = 0;  // extra forward work in the backward (slowest stage)
+  std::vector<StageCosts> stages;
+  bool pruned = false;
+};
+
+// Per-stage costs of one microbatch (exposed so tests can check the simulator's use).
+std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l);
+
+// give_up_above: when the slowest stage's compute alone (microbatches x (F+B+W), a lower
+// bound of any schedule) exceeds it, returns at once with pruned set and step_s = that
+// bound (the search skips the simulation of layouts that cannot enter its top list).
+PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule& schedule,
+                           double give_up_above = 1e300);
+
+// One line per modelling assumption, for --explain.
+std::vector<std::string> time_assumptions(const PlanRequest& r);
+
+}  // namespace mt::plan

@@ -1,0 +1,88 @@
+// Shared setup of the planner tests: a small model, a synthetic local profile, and a real
+// one-step run of the engine whose memory records the planner must reproduce.
+#pragma once
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comm/world.h"
+#include "core/timer.h"
+#include "plan/layout.h"
+#include "test_util/temp_dir.h"
+#include "train/token_shard.h"
+#include "train/trainer.h"
+
+namespace mt::plan::testing {
+
+// A profile with round figures (no calibration needed): the memory model does not use the
+// rates, the time model's structure does not depend on them.
+inline HardwareProfile synthetic_local() {
+  HardwareProfile h;
+  h.name = "test-local";
+  h.local = true;
+  h.devices_per_node = 1 << 20;
+  h.cores = 64;
+  h.memory_bytes = 64.0 * (1 << 30);
+  h.peak_fp32 = 50e9;
+  h.gemm_efficiency = 1;
+  h.gemm_half_dim = 32;
+  h.memory_bw = 10e9;
+  h.kernel_overhead_s = 2e-6;
+  h.intra_busbw = h.inter_busbw = 5e9;
+  h.intra_latency_s = h.inter_latency_s = 5e-6;
+  h.p2p_bw_intra = h.p2p_bw_inter = 5e9;
+  return h;
+}
+
+inline PlanRequest small_request(int devices) {
+  PlanRequest r;
+  r.model.layers = 4;
+  r.model.dim = 64;
+  r.model.heads = 4;
+  r.model.seq = 32;
+  r.model.vocab = 256;
+  r.batch = 8;
+  r.hardware = synthetic_local();
+  r.devices = devices;
+  return r;
+}
+
+struct Record {
+  int64_t params = 0, grads = 0, optimizer = 0, activations = 0;
+  int64_t gather_buffers = 0, grad_buffers = 0;
+  int64_t sum() const { return params + grads + optimizer + activations; }
+};
+
+// Trains one step of the layout in this process; the largest memory record over ranks.
+inline Record run_and_record(const TrainOptions& base, const test_util::TempDir& dir) {
+  TrainOptions o = base;
+  o.optim.steps = 1;
+  o.io.quiet = true;
+  o.io.data = dir / "train.bin";
+  o.io.metrics = dir / "metrics.jsonl";
+  std::vector<int> tokens(size_t(o.optim.batch) * (o.model.seq + 1) * 2);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int(i * 7919 % o.model.vocab);
+  write_token_shard(o.io.data, tokens);
+  RunInfo info;
+  info.peak_gflops_per_thread = 1;
+  info.t0 = now_seconds();
+  run_local(o.parallel.world(), WorldOptions{}, [&](CommWorld& w) { train_rank(o, w, info); });
+  std::ifstream in(o.io.metrics);
+  Record best;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("event", "") != "memory") continue;
+    Record r{j["params_bytes"],
+             j["grads_bytes"],
+             j["optimizer_bytes"],
+             j["activations_peak_bytes"],
+             j.value("gather_buffer_bytes", int64_t(0)),
+             j.value("grad_buffer_bytes", int64_t(0))};
+    if (r.sum() > best.sum()) best = r;
+  }
+  return best;
+}
+
+}  // namespace mt::plan::testing
