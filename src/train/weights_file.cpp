@@ -201,8 +201,11 @@ ModelConfig model_config_from_file(const std::string& path, const ModelConfig& b
 }
 
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
-                    const GlobalTensors& params) {
-  write_global_tensors(path, table, params, "", config_metadata(cfg));
+                    const GlobalTensors& params,
+                    const std::map<std::string, std::string>& extra_metadata) {
+  auto meta = config_metadata(cfg);
+  meta.insert(extra_metadata.begin(), extra_metadata.end());
+  write_global_tensors(path, table, params, "", meta);
 }
 
 void import_weights(const std::string& path, GPT& model) {

@@ -42,8 +42,10 @@ ModelConfig model_config_from_file(const std::string& path, const ModelConfig& b
 GlobalTensors assemble_global(const ParamTable& table, const float* arena, Communicator* tp);
 
 // Writes the whole model's global tensors (table: the whole model's, GlobalView::whole()).
+// extra_metadata: more metadata entries (the tokenizer record, train/tokenizer.h).
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
-                    const GlobalTensors& params);
+                    const GlobalTensors& params,
+                    const std::map<std::string, std::string>& extra_metadata = {});
 // Loads every parameter this rank holds from the file; names and global shapes must match.
 void import_weights(const std::string& path, GPT& model);
 void import_weights(const std::string& path, const ParamTable& table, float* params);
