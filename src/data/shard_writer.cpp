@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -10,6 +11,10 @@
 namespace mt {
 
 namespace {
+
+// Tokens buffered before they go to the shard file: memory stays this small whatever
+// --shard-tokens is.
+constexpr size_t kChunkTokens = size_t(1) << 20;
 
 std::string shard_name(const std::string& name, size_t index) {
   char buf[32];
@@ -35,13 +40,17 @@ SplitWriter::SplitWriter(std::string dir, std::string name, int64_t shard_tokens
 
 SplitWriter::~SplitWriter() {
   if (docs_) std::fclose(docs_);
+  if (shard_) std::fclose(shard_);  // an unfinished split: its directory is discarded
 }
 
 void SplitWriter::append(std::span<const int> ids) {
   for (int id : ids) {
     MT_CHECK(id >= 0 && id <= 65535, "token id ", id, " does not fit a uint16 shard");
+    if (!shard_) open_shard();
     buffer_.push_back(uint16_t(id));
-    if (int64_t(buffer_.size()) == shard_tokens_) flush_shard();
+    ++in_shard_;
+    if (buffer_.size() == kChunkTokens) write_buffer();
+    if (in_shard_ == shard_tokens_) close_shard();
   }
 }
 
@@ -56,32 +65,41 @@ void SplitWriter::add_document(std::span<const int> content, std::span<const int
   ++documents_;
 }
 
-void SplitWriter::flush_shard() {
-  // Plain writes: the whole dataset directory is fsynced and published at once
-  // (core/atomic_file.h, publish_dir_atomic).
-  const std::string name = shard_name(name_, shards_.size());
-  const std::string path = dir_ + "/" + name;
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw RuntimeError(str("cannot create ", path, ": ", std::strerror(errno)));
-  std::vector<int32_t> header(kTokenShardHeaderInts, 0);
-  header[0] = kTokenShardMagic;
-  header[1] = kTokenShardVersion;
-  header[2] = int32_t(buffer_.size());
-  try {
-    write_all(f, header.data(), kTokenShardHeaderBytes, path);
-    write_all(f, buffer_.data(), buffer_.size() * sizeof(uint16_t), path);
-  } catch (...) {
-    std::fclose(f);
-    throw;
-  }
-  if (std::fclose(f) != 0)
-    throw RuntimeError(str("cannot write ", path, ": ", std::strerror(errno)));
-  shards_.push_back(name);
+// Plain writes: the whole dataset directory is fsynced and published at once
+// (core/atomic_file.h, publish_dir_atomic). The header's token count is known when the
+// shard closes, so a zero header goes first and is overwritten then.
+void SplitWriter::open_shard() {
+  shard_path_ = dir_ + "/" + shard_name(name_, shards_.size());
+  shard_ = std::fopen(shard_path_.c_str(), "wb");
+  if (!shard_) throw RuntimeError(str("cannot create ", shard_path_, ": ", std::strerror(errno)));
+  const std::vector<int32_t> zeros(kTokenShardHeaderInts, 0);
+  write_all(shard_, zeros.data(), kTokenShardHeaderBytes, shard_path_);
+  in_shard_ = 0;
+}
+
+void SplitWriter::write_buffer() {
+  write_all(shard_, buffer_.data(), buffer_.size() * sizeof(uint16_t), shard_path_);
   buffer_.clear();
 }
 
+void SplitWriter::close_shard() {
+  write_buffer();
+  std::vector<int32_t> header(kTokenShardHeaderInts, 0);
+  header[0] = kTokenShardMagic;
+  header[1] = kTokenShardVersion;
+  header[2] = int32_t(in_shard_);
+  if (std::fseek(shard_, 0, SEEK_SET) != 0)
+    throw RuntimeError(str("cannot write ", shard_path_, ": ", std::strerror(errno)));
+  write_all(shard_, header.data(), kTokenShardHeaderBytes, shard_path_);
+  const int rc = std::fclose(shard_);
+  shard_ = nullptr;
+  if (rc != 0) throw RuntimeError(str("cannot write ", shard_path_, ": ", std::strerror(errno)));
+  shards_.push_back(std::filesystem::path(shard_path_).filename().string());
+}
+
 void SplitWriter::finish() {
-  if (!buffer_.empty() || shards_.empty()) flush_shard();
+  if (!shard_ && shards_.empty()) open_shard();  // an empty split still has its shard
+  if (shard_) close_shard();
   if (docs_) {
     const int rc = std::fclose(docs_);
     docs_ = nullptr;

@@ -1,8 +1,8 @@
-// One split (train or val) of a dataset as it is written: tokens go into llm.c shards of at
-// most `shard_tokens` each (NAME_000000.bin, NAME_000001.bin, ...), so memory holds one
-// shard's worth whatever the corpus size, and every document's place is appended to
-// NAME.docs: two little-endian uint64 per document, the offset of its first token in the
-// split (counted over all its shards) and its token count, the end-of-document tokens not
+// One split (train or val) of a dataset as it is written: tokens stream into llm.c shards of
+// at most `shard_tokens` each (NAME_000000.bin, NAME_000001.bin, ...) through a 2 MiB
+// buffer, so memory stays small whatever the corpus or shard size, and every document's place is
+// appended to NAME.docs: two little-endian uint64 per document, the offset of its first token in
+// the split (counted over all its shards) and its token count, the end-of-document tokens not
 // included. The trainer reads the shards as one stream; the index lets a reader cut the
 // stream back into the exact documents.
 #pragma once
@@ -35,11 +35,16 @@ class SplitWriter {
 
  private:
   void append(std::span<const int> ids);
-  void flush_shard();
+  void open_shard();
+  void write_buffer();
+  void close_shard();
 
   std::string dir_, name_;
   int64_t shard_tokens_;
-  std::vector<uint16_t> buffer_;
+  std::vector<uint16_t> buffer_;  // tokens not yet written to the open shard
+  std::FILE* shard_ = nullptr;    // the shard being written
+  std::string shard_path_;
+  int64_t in_shard_ = 0;  // tokens in it so far
   std::vector<std::string> shards_;
   std::FILE* docs_ = nullptr;
   int64_t tokens_ = 0, documents_ = 0;
