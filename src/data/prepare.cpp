@@ -142,6 +142,11 @@ Dataset prepare_dataset(const PrepareOptions& o,
   // A given model is checked before anything is read or written.
   if (!is_builtin_kind(o.tokenizer)) load_sentencepiece_tokenizer(o.tokenizer);
 
+  // The dataset's parent may not exist yet (data/ in a fresh checkout).
+  const fs::path parent = fs::absolute(o.out).parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw RuntimeError(str("cannot create ", parent.string(), ": ", ec.message()));
   publish_dir_atomic(o.out, [&](const std::string& tmp) {
     DocumentReader reader(sources, rule, o.separator);
     auto report = [&](const char* phase, int64_t docs, int64_t tokens) {

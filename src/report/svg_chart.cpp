@@ -115,10 +115,21 @@ std::string svg_line_chart(const std::string& id, const ChartAxes& a,
       if (!std::isfinite(x) || !std::isfinite(y) || (a.log_y && y <= 0)) continue;
       x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
+  // Legend entries flow into rows above the plot, which starts below the last row.
+  std::vector<std::pair<double, double>> legend_at;  // per series with points
+  double lx = kLeft, ly = 32;
+  for (const ChartSeries& s : series) {
+    if (s.points.empty()) continue;
+    const double width = 28 + 6.2 * double(s.label.size());
+    if (lx > kLeft && lx + width > kWidth - kRight) lx = kLeft, ly += 14;
+    legend_at.push_back({lx, ly});
+    lx += width;
+  }
+  const double top = kTop + (ly - 32);
   std::ostringstream os;
   open_svg(os, id, a);
   if (!(x1 >= x0)) {
-    os << "<text x=\"" << kLeft << "\" y=\"" << kTop + 20
+    os << "<text x=\"" << kLeft << "\" y=\"" << top + 20
        << "\" class=\"axis\">no data</text>\n</svg>\n";
     return os.str();
   }
@@ -131,12 +142,12 @@ std::string svg_line_chart(const std::string& id, const ChartAxes& a,
     const double pad = (y1 - y0) * 0.05;
     y0 -= pad, y1 += pad;
   }
-  const double w = kWidth - kLeft - kRight, h = kHeight - kTop - kBottom;
+  const double w = kWidth - kLeft - kRight, h = kHeight - top - kBottom;
   auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * w; };
   auto py = [&](double y) {
     const double f = a.log_y ? (std::log(y) - std::log(y0)) / (std::log(y1) - std::log(y0))
                              : (y - y0) / (y1 - y0);
-    return kTop + h - f * h;
+    return top + h - f * h;
   };
   // Grid and ticks.
   for (double t : a.log_y ? log_ticks(y0, y1) : nice_ticks(y0, y1, 5))
@@ -145,16 +156,17 @@ std::string svg_line_chart(const std::string& id, const ChartAxes& a,
        << fmt(py(t) + 4) << "\" class=\"tick\" text-anchor=\"end\">" << short_number(t)
        << "</text>\n";
   for (double t : nice_ticks(x0, x1, 6))
-    os << "<line x1=\"" << fmt(px(t)) << "\" x2=\"" << fmt(px(t)) << "\" y1=\"" << kTop + h
-       << "\" y2=\"" << kTop + h + 4 << "\" class=\"frame\"/><text x=\"" << fmt(px(t)) << "\" y=\""
-       << kTop + h + 16 << "\" class=\"tick\" text-anchor=\"middle\">" << short_number(t)
+    os << "<line x1=\"" << fmt(px(t)) << "\" x2=\"" << fmt(px(t)) << "\" y1=\"" << top + h
+       << "\" y2=\"" << top + h + 4 << "\" class=\"frame\"/><text x=\"" << fmt(px(t)) << "\" y=\""
+       << top + h + 16 << "\" class=\"tick\" text-anchor=\"middle\">" << short_number(t)
        << "</text>\n";
-  os << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << w << "\" height=\"" << h
+  os << "<rect x=\"" << kLeft << "\" y=\"" << top << "\" width=\"" << w << "\" height=\"" << h
      << "\" class=\"frame\" fill=\"none\"/>\n";
   // Series, then the legend above the plot.
-  double legend_x = kLeft;
+  size_t shown = 0;
   for (const ChartSeries& s : series) {
     if (s.points.empty()) continue;
+    const auto [legend_x, legend_y] = legend_at[shown++];
     os << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"1.6\""
        << (s.dashed ? " stroke-dasharray=\"5,3\"" : "") << " points=\"";
     for (auto [x, y] : s.points)
@@ -167,11 +179,11 @@ std::string svg_line_chart(const std::string& id, const ChartAxes& a,
           os << "<circle cx=\"" << fmt(px(x)) << "\" cy=\"" << fmt(py(y)) << "\" r=\"2.5\" fill=\""
              << s.color << "\"><title>" << html_escape(s.label) << ": " << short_number(x) << ", "
              << short_number(y) << "</title></circle>\n";
-    os << "<line x1=\"" << fmt(legend_x) << "\" x2=\"" << fmt(legend_x + 16)
-       << "\" y1=\"32\" y2=\"32\" stroke=\"" << s.color << "\" stroke-width=\"2\""
-       << (s.dashed ? " stroke-dasharray=\"4,2\"" : "") << "/><text x=\"" << fmt(legend_x + 20)
-       << "\" y=\"36\" class=\"legend\">" << html_escape(s.label) << "</text>\n";
-    legend_x += 28 + 6.2 * double(s.label.size());
+    os << "<line x1=\"" << fmt(legend_x) << "\" x2=\"" << fmt(legend_x + 16) << "\" y1=\""
+       << fmt(legend_y) << "\" y2=\"" << fmt(legend_y) << "\" stroke=\"" << s.color
+       << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"4,2\"" : "") << "/><text x=\""
+       << fmt(legend_x + 20) << "\" y=\"" << fmt(legend_y + 4) << "\" class=\"legend\">"
+       << html_escape(s.label) << "</text>\n";
   }
   os << "</svg>\n";
   return os.str();

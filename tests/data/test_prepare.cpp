@@ -182,7 +182,7 @@ TEST(Prepare, ReplacesAnEarlierDatasetAtomically) {
   PrepareOptions o;
   o.inputs = {dir / "one.txt"};
   o.val_fraction = 0;
-  o.out = dir / "ds";
+  o.out = dir / "new/parents/ds";  // created
   prepare_dataset(o);
   test_data::write_file(dir / "one.txt", "second\n");
   const Dataset d = prepare_dataset(o);

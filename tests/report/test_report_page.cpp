@@ -164,8 +164,9 @@ TEST(ReportPage, RendersEveryChartInHeadlessChromium) {
   write_rich_run(dir / "b.jsonl", 0.2);
   const std::string page = std::filesystem::absolute(dir / "page.html");
   write_report_page({dir / "a.jsonl", dir / "b.jsonl"}, page);
-  // The screenshot is the test's artifact, beside the test binary's working directory.
-  const std::string shot = std::filesystem::absolute("report_page.png");
+  // The screenshot is the test's artifact: build/report_page.png, beside the binary.
+  const std::string shot =
+      (std::filesystem::path(MESHTRAIN_BIN).parent_path() / "report_page.png").string();
   const BrowserRun r = open_in_browser(browser, page, shot);
   ASSERT_EQ(r.exit_code, 0) << r.log;
   EXPECT_EQ(r.log.find("Uncaught"), std::string::npos) << r.log;
