@@ -81,9 +81,14 @@ TEST(PrepareCommand, TokenizerMismatchesAreRefused) {
                 .exit_code,
             0);
   ASSERT_EQ(run_meshtrain(std::string("train") + kTiny + "--data " + bytes + " --export " +
-                          (dir / "bytes.safetensors"))
+                          (dir / "bytes.safetensors") + " --save " + (dir / "ck"))
                 .exit_code,
             0);
+  // A checkpoint records it too: resuming on BPE ids is refused, sampling from it decodes.
+  expect_usage_error(run_meshtrain(std::string("train") + kTiny + "--steps 6 --data " + bpe +
+                                   " --vocab 256 --load " + (dir / "ck")),
+                     "trained on ids of tokenizer byte");
+  EXPECT_EQ(run_meshtrain("sample --load " + (dir / "ck") + " --tokens 5").exit_code, 0);
   // Weights of the byte tokenizer continued on BPE ids: other text, refused.
   expect_usage_error(run_meshtrain(std::string("train") + kTiny + "--data " + bpe +
                                    " --vocab 256 --init-from " + (dir / "bytes.safetensors")),
