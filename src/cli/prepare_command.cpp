@@ -99,7 +99,7 @@ CommandRunner add_prepare_command(CLI::App& app) {
   cmd->add_option("--tokenizer-sample-mb", o.tokenizer_sample_mb,
                   "MB of text (the first documents) a bpe/unigram tokenizer trains on")
       ->capture_default_str();
-  cmd->add_option("--threads", o.threads, "threads of SentencePiece training")
+  cmd->add_option("--threads", o.threads, "threads of SentencePiece training and encoding")
       ->capture_default_str();
   cmd->add_flag("--skip-binary", o.skip_binary,
                 "leave binary files inside directories out (else they are refused)");

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -203,21 +204,61 @@ Dataset prepare_dataset(const PrepareOptions& o,
     std::unique_ptr<SplitWriter> val;
     if (o.val_fraction > 0) val = std::make_unique<SplitWriter>(tmp, "val", o.shard_tokens);
     uint64_t index = 0, content_bytes = 0;
-    std::vector<int> ids;
-    auto add = [&](const std::string& doc) {
-      ids.clear();
-      tok->encode(doc, ids);
+    auto add = [&](const std::string& doc, const std::vector<int>& ids) {
       SplitWriter& w = val && is_validation_document(index, o.seed, o.val_fraction) ? *val : train;
       w.add_document(ids, end_ids, doc.size() + marker.size());
       content_bytes += doc.size();
       if (++index % 1024 == 0)
         report("encoding", int64_t(index), train.tokens() + (val ? val->tokens() : 0));
     };
-    for (const std::string& d : sample) add(d);
+    // SentencePiece encodes on one thread: documents go in batches of about 4 MB to
+    // --threads threads (encode is const), and are written in input order, so the output
+    // does not depend on the thread count. Bytes need no help.
+    const size_t threads = tok->kind() == "byte" ? 1 : size_t(std::max(1, o.threads));
+    std::vector<std::string> batch;
+    std::vector<std::vector<int>> batch_ids;
+    size_t batch_bytes = 0;
+    auto flush = [&] {
+      batch_ids.resize(batch.size());
+      std::vector<std::exception_ptr> errors(threads);
+      auto work = [&](size_t t) {
+        try {
+          for (size_t i = t; i < batch.size(); i += threads) {
+            batch_ids[i].clear();
+            tok->encode(batch[i], batch_ids[i]);
+          }
+        } catch (...) {
+          errors[t] = std::current_exception();
+        }
+      };
+      std::vector<std::thread> pool;
+      for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
+      work(0);
+      for (std::thread& th : pool) th.join();
+      for (const auto& e : errors)
+        if (e) std::rethrow_exception(e);
+      for (size_t i = 0; i < batch.size(); ++i) add(batch[i], batch_ids[i]);
+      batch.clear();
+      batch_bytes = 0;
+    };
+    std::vector<int> ids;
+    auto push = [&](std::string&& doc) {
+      if (threads == 1) {  // straight through: memory stays one document
+        ids.clear();
+        tok->encode(doc, ids);
+        add(doc, ids);
+        return;
+      }
+      batch_bytes += doc.size();
+      batch.push_back(std::move(doc));
+      if (batch_bytes >= o.encode_batch_bytes || batch.size() >= 65536) flush();
+    };
+    for (std::string& d : sample) push(std::move(d));
     sample.clear();
     sample.shrink_to_fit();
     std::string doc;
-    while (reader.next(doc)) add(doc);
+    while (reader.next(doc)) push(std::move(doc));
+    flush();
     report("encoding", int64_t(index), train.tokens() + (val ? val->tokens() : 0));
     MT_REQUIRE(content_bytes > 0, "the corpus is empty (", index,
                " documents, 0 bytes of text): nothing to prepare");

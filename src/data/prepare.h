@@ -38,8 +38,9 @@ struct PrepareOptions {
   uint64_t seed = 1337;
   int64_t shard_tokens = 100'000'000;
   double tokenizer_sample_mb = 16;  // text the tokenizer trains on (the first documents)
-  int threads = 2;                  // SentencePiece training
-  bool skip_binary = false;         // leave binary files inside directories out
+  int threads = 2;                  // SentencePiece training and encoding
+  size_t encode_batch_bytes = size_t(4) << 20;  // text encoded on the threads at once
+  bool skip_binary = false;                     // leave binary files inside directories out
 };
 
 struct PrepareProgress {

@@ -102,6 +102,31 @@ TEST(Prepare, GivenModelIsCopiedAndRecorded) {
   EXPECT_EQ(read_bytes(a.train.shards[0]), read_bytes(b.train.shards[0]));
 }
 
+TEST(Prepare, OutputDoesNotDependOnTheThreadCount) {
+  TempDir dir;
+  PrepareOptions o;
+  std::vector<std::string> docs;
+  for (int k = 0; k < 4; ++k)
+    for (const std::string& d : awkward_documents(true)) docs.push_back(d);
+  o.encode_batch_bytes = 2000;  // several batches of this small corpus
+  o.inputs = write_corpus(dir, docs, "separator");
+  o.documents = "separator";
+  o.tokenizer = "bpe";
+  o.vocab_size = 400;
+  o.threads = 1;
+  o.out = dir / "one";
+  const Dataset one = prepare_dataset(o);
+  o.tokenizer = one.tokenizer.file;
+  o.threads = 3;
+  o.out = dir / "three";
+  const Dataset three = prepare_dataset(o);
+  ASSERT_EQ(one.train.shards.size(), three.train.shards.size());
+  for (size_t i = 0; i < one.train.shards.size(); ++i)
+    EXPECT_EQ(read_bytes(one.train.shards[i]), read_bytes(three.train.shards[i]));
+  EXPECT_EQ(read_bytes(one.val.shards[0]), read_bytes(three.val.shards[0]));
+  EXPECT_EQ(read_bytes(one.train.docs), read_bytes(three.train.docs));
+}
+
 TEST(Prepare, SplitIsDeterministicAndFollowsTheSeed) {
   TempDir dir;
   PrepareOptions o;
