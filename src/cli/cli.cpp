@@ -52,6 +52,8 @@ int cli_main(int argc, char** argv) {
   CommandRunner bench = add_bench_command(app, &argc, &argv);
   CommandRunner schedule = add_schedule_command(app);
   CommandRunner plan = add_plan_command(app);
+  CommandRunner prepare = add_prepare_command(app);
+  CommandRunner report_cmd = add_report_command(app);
   if (const std::string unknown = unknown_command(app, argc, argv); !unknown.empty())
     return report(unknown.c_str(), 2);
   try {
@@ -76,6 +78,8 @@ int cli_main(int argc, char** argv) {
       if (sub->get_name() == "bench") return bench();
       if (sub->get_name() == "schedule") return schedule();
       if (sub->get_name() == "plan") return plan();
+      if (sub->get_name() == "prepare") return prepare();
+      if (sub->get_name() == "report") return report_cmd();
     }
     return report("no command given (see 'meshtrain --help')", 2);
   } catch (const UsageError& e) {

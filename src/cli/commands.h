@@ -14,5 +14,7 @@ CommandRunner add_sample_command(CLI::App& app);
 CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv);
 CommandRunner add_schedule_command(CLI::App& app);
 CommandRunner add_plan_command(CLI::App& app);
+CommandRunner add_prepare_command(CLI::App& app);
+CommandRunner add_report_command(CLI::App& app);
 
 }  // namespace mt

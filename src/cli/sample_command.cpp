@@ -2,6 +2,8 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <span>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -18,6 +20,7 @@ namespace {
 
 struct SampleArgs {
   std::string load, init_from, prompt = "\n";
+  std::string tokenizer;  // a .model file standing in for the recorded one (it moved)
   int tokens = 200, threads = 1, top_k = 0;
   int experts_topk = 0;  // experts per token of a mixture-of-experts model (0 = the file's)
   float temperature = 0.8f;
@@ -46,8 +49,22 @@ int run_sample(const SampleArgs& a) {
   // select as no biases would.
   if (cfg.experts > 0 && !a.load.empty()) cfg.router_bias_update = 1;
   cfg.validate();
-  MT_REQUIRE(cfg.vocab <= ByteTokenizer::kVocabSize, weights, " has a vocabulary of ", cfg.vocab,
-             "; sample decodes byte-level (256) models only");
+  // The tokenizer the weights were trained with (its record in the file's metadata).
+  std::optional<TokenizerRecord> record = weights_tokenizer(weights);
+  if (!a.tokenizer.empty()) {
+    MT_REQUIRE(record, weights, " records no tokenizer; --tokenizer can only stand in for a "
+               "recorded one");
+    const TokenizerRecord given = record_tokenizer_file(record->kind, a.tokenizer);
+    MT_REQUIRE(same_tokenizer(given, *record), "--tokenizer ", a.tokenizer, " is not the one ",
+               weights, " was trained with (", record->describe(), "): its CRC-32C differs");
+    record = given;
+  }
+  const std::unique_ptr<Tokenizer> tok = tokenizer_for(record, cfg.vocab);
+  MT_REQUIRE(tok, weights, " has a vocabulary of ", cfg.vocab,
+             " and records no tokenizer; sample decodes byte-level (256) models and models "
+             "trained on a dataset of meshtrain prepare");
+  MT_REQUIRE(tok->vocab_size() <= cfg.vocab, "the tokenizer of ", weights, " has ",
+             tok->vocab_size(), " pieces but the model only ", cfg.vocab, " rows");
   set_compute_threads(a.threads);
   GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
   import_weights(weights, model);
@@ -58,8 +75,9 @@ int run_sample(const SampleArgs& a) {
   so.top_k = a.top_k;
   so.seed = a.seed;
   std::fputs(a.prompt.c_str(), stdout);
-  sample(model, ByteTokenizer::encode(a.prompt), so, [](int t) {
-    std::fputs(ByteTokenizer::decode_token(t).c_str(), stdout);
+  sample(model, tok->encode(a.prompt), so, [&](int t) {
+    const std::string text = tok->decode(std::span<const int>(&t, 1));
+    std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   });
   std::fputs("\n", stdout);
@@ -83,6 +101,8 @@ CommandRunner add_sample_command(CLI::App& app) {
                   "experts per token of a mixture-of-experts model (0 = from the file)")
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "the tokenizer .model file, when the one the weights record has moved");
   cmd->add_option("--threads", a->threads, "compute threads")->capture_default_str();
   return [a] { return run_sample(*a); };
 }

@@ -131,8 +131,10 @@ void define_optim_flags(FlagSet& f, OptimOptions& t) {
 
 void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("data", "data", &io.data,
-        "training token shard (llm.c format); default: the embedded fortunes corpus");
-  f.add("data", "val-data", &io.val_data, "validation token shard");
+        "training token shard (llm.c format) or dataset directory (meshtrain prepare); "
+        "default: the embedded fortunes corpus");
+  f.add("data", "val-data", &io.val_data,
+        "validation token shard or dataset directory (default: --data DIR's validation split)");
   f.add("io", "init-from", &io.init_from, "initial weights (safetensors, nanoGPT names)");
   f.add("io", "export", &io.export_path, "write final weights to this safetensors file");
   f.add("io", "export-dtype", &io.export_dtype,
@@ -142,6 +144,9 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("io", "load", &io.load, "checkpoint directory to resume from");
   f.add("io", "metrics", &io.metrics, "JSONL metrics file (one record per step)");
   f.add("io", "trace", &io.trace, "Chrome/Perfetto trace file (JSON)");
+  f.add("io", "report-every", &io.report_every,
+        "rewrite the report page beside --metrics (its .html) every N steps and at the end "
+        "(0 = only at the end)");
   f.add("io", "sample-tokens", &io.sample_tokens,
         "print a generated sample of N tokens at the end (0 = none)");
   f.add("io", "prompt", &io.sample_prompt, "prompt of the final sample");

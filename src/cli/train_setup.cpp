@@ -18,6 +18,7 @@
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
+#include "train/dataset_inputs.h"
 #include "train/memory_estimate.h"
 #include "train/path_checks.h"
 #include "train/save_lock.h"
@@ -47,8 +48,14 @@ void resolve_train_options(TrainOptions& o) {
   if (o.io.data.empty()) {
     CorpusFiles c = prepare_fortunes_corpus(default_corpus_dir());
     o.io.data = c.train_path;
-    if (o.io.val_data.empty()) o.io.val_data = c.val_path;
+    o.io.tokenizer = TokenizerRecord{};  // byte-level: one token is one byte of text
+    o.io.data_bytes_per_token = 1;
+    if (o.io.val_data.empty()) {
+      o.io.val_data = c.val_path;
+      o.io.val_bytes_per_token = 1;
+    }
   }
+  resolve_dataset_inputs(o);  // --data DIR: a dataset of meshtrain prepare
   // Every path, before any file is opened for its contents (a FIFO would block the open).
   resolve_save_path(o.io);
   const PathCheckReport paths = check_run_paths(o);
@@ -57,6 +64,7 @@ void resolve_train_options(TrainOptions& o) {
                  "meshtrain: warning: --load %s has no checksums (written before they were "
                  "recorded); its files cannot be verified\n",
                  o.io.load.c_str());
+  check_weights_tokenizer(o);
   const int start = o.io.load.empty() ? 0 : read_train_state(o.io.load).step;
   // Model shape from an init file: the file decides; conflicting flags are errors.
   if (!o.io.init_from.empty()) {
@@ -74,8 +82,9 @@ void resolve_train_options(TrainOptions& o) {
   }
   if (!o.vocab_given) {
     // Byte-level by default; GPT-2-tokenized shards bring larger ids.
-    TokenShard shard(o.io.data);
-    o.model.vocab = std::max(256, shard.max_token_id() + 1);
+    int max_id = TokenShard(o.io.data).max_token_id();
+    for (const std::string& p : o.io.data_shards) max_id = std::max(max_id, TokenShard(p).max_token_id());
+    o.model.vocab = std::max(256, max_id + 1);
   }
   // The shape is final: the planner may choose the layout, then every rule of the options,
   // before any rank starts.

@@ -99,7 +99,8 @@ nlohmann::json manifest_entry(const FileDigest& d) {
 void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                      const GlobalTensors& params, const GlobalTensors& exp_avg,
                      const GlobalTensors& exp_avg_sq, const TrainState& state,
-                     const std::vector<NamedTensor>& optimizer_extra) {
+                     const std::vector<NamedTensor>& optimizer_extra,
+                     const std::map<std::string, std::string>& extra_metadata) {
   // A save replaces the directory whole: re-check, at the moment of replacing it, that
   // nothing but a checkpoint is there (the run checked at its start; a user may have put a
   // file there since).
@@ -108,6 +109,7 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
     throw RuntimeError(str("not saving the checkpoint of step ", state.step, ": ", conflict));
   publish_dir_atomic(dir, [&](const std::string& tmp) {
     auto meta = config_metadata(cfg);
+    meta.insert(extra_metadata.begin(), extra_metadata.end());  // the tokenizer record
     const FileDigest model = write_global_tensors(tmp + "/" + kModelFile, table, params, "", meta);
     // The optimizer file holds both moments under suffixed names.
     std::vector<std::string> n1, n2;

@@ -44,7 +44,8 @@ std::string router_bias_name(const std::string& router_weight_name);
 void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                      const GlobalTensors& params, const GlobalTensors& exp_avg,
                      const GlobalTensors& exp_avg_sq, const TrainState& state,
-                     const std::vector<NamedTensor>& optimizer_extra = {});
+                     const std::vector<NamedTensor>& optimizer_extra = {},
+                     const std::map<std::string, std::string>& extra_metadata = {});
 // The state.json of a checkpoint directory, every integer range-checked. Throws UsageError
 // naming the field when missing, malformed or out of range.
 TrainState read_train_state(const std::string& dir);

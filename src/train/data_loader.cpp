@@ -1,5 +1,7 @@
 #include "train/data_loader.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace mt {
@@ -15,7 +17,18 @@ void check_vocab(const std::string& path, int max_id, int vocab) {
 
 DataLoader::DataLoader(const std::string& path, int B, int T, int dp_size, int dp_rank,
                        int microbatches)
-    : shard_(path), B_(B), T_(T), dp_size_(dp_size), dp_rank_(dp_rank), M_(microbatches) {
+    : DataLoader(std::vector<std::string>{path}, B, T, dp_size, dp_rank, microbatches) {}
+
+DataLoader::DataLoader(const std::vector<std::string>& paths, int B, int T, int dp_size,
+                       int dp_rank, int microbatches)
+    : B_(B), T_(T), dp_size_(dp_size), dp_rank_(dp_rank), M_(microbatches) {
+  MT_CHECK(!paths.empty(), "a data loader needs a shard");
+  for (const std::string& p : paths) {
+    shards_.emplace_back(p);
+    starts_.push_back(size_);
+    size_ += shards_.back().size();
+  }
+  const std::string& path = paths.front();
   MT_REQUIRE(B > 0 && T > 0, "batch (", B, ") and sequence length (", T, ") must be positive");
   MT_REQUIRE(dp_size > 0 && microbatches > 0, "dp (", dp_size, ") and microbatches (", microbatches,
              ") must be positive");
@@ -25,27 +38,49 @@ DataLoader::DataLoader(const std::string& path, int B, int T, int dp_size, int d
              dp_size * microbatches);
   b_ = B / (dp_size * microbatches);
   const int64_t need = tokens_per_batch() + 1;
-  MT_REQUIRE(shard_.size() >= need, "data file ", path, " holds ", shard_.size(),
+  MT_REQUIRE(size_ >= need, "data file ", path, paths.size() > 1 ? " and the rest of its dataset" : "", " holds ", size_,
              " tokens, fewer than one batch needs (batch * seq + 1 = ", B, " * ", T,
              " + 1 = ", need, ")");
   inputs_.resize(static_cast<size_t>(M_) * b_ * T_);
   targets_.resize(inputs_.size());
+  window_.resize(size_t(T_) + 1);
+}
+
+void DataLoader::copy_tokens(int64_t pos, int64_t n, int32_t* out) const {
+  // The shard holding pos: the last whose start is <= pos.
+  size_t k = size_t(std::upper_bound(starts_.begin(), starts_.end(), pos) - starts_.begin()) - 1;
+  while (n > 0) {
+    const TokenShard& sh = shards_[k];
+    const int64_t off = pos - starts_[k];
+    const int64_t take = std::min(n, sh.size() - off);
+    const uint16_t* src = sh.tokens() + off;
+    for (int64_t i = 0; i < take; ++i) out[i] = src[i];
+    out += take;
+    pos += take;
+    n -= take;
+    ++k;
+  }
+}
+
+int DataLoader::max_token_id() const {
+  int m = -1;
+  for (const TokenShard& s : shards_) m = std::max(m, s.max_token_id());
+  return m;
 }
 
 void DataLoader::next_batch() {
-  if (position_ + tokens_per_batch() + 1 > shard_.size()) position_ = 0;
-  const uint16_t* tok = shard_.tokens();
+  if (position_ + tokens_per_batch() + 1 > size_) position_ = 0;
   // This rank's sequences are one consecutive run, so its microbatches (m, i) laid out
   // back to back are simply sequences first_seq + m*b + i.
   const int64_t first_seq = static_cast<int64_t>(dp_rank_) * (B_ / dp_size_);
   const int64_t nseq = static_cast<int64_t>(M_) * b_;
   for (int64_t r = 0; r < nseq; ++r) {
-    const uint16_t* src = tok + position_ + (first_seq + r) * T_;
+    copy_tokens(position_ + (first_seq + r) * T_, T_ + 1, window_.data());
     int32_t* in = inputs_.data() + r * T_;
     int32_t* tg = targets_.data() + r * T_;
     for (int t = 0; t < T_; ++t) {
-      in[t] = src[t];
-      tg[t] = src[t + 1];
+      in[t] = window_[size_t(t)];
+      tg[t] = window_[size_t(t) + 1];
     }
   }
   position_ += tokens_per_batch();
@@ -62,14 +97,14 @@ const int32_t* DataLoader::targets(int j) const {
 }
 
 void DataLoader::set_position(int64_t position) {
-  MT_REQUIRE(position >= 0 && position <= shard_.size(), "data position ", position,
-             " is outside data file ", shard_.path(), " (", shard_.size(),
+  MT_REQUIRE(position >= 0 && position <= size_, "data position ", position,
+             " is outside data file ", path(), " (", size_,
              " tokens); was the checkpoint made with a different data file?");
   position_ = position;
 }
 
 void DataLoader::require_vocab(int vocab) const {
-  check_vocab(shard_.path(), shard_.max_token_id(), vocab);
+  for (const TokenShard& s : shards_) check_vocab(s.path(), s.max_token_id(), vocab);
 }
 
 void require_shard_vocab(const std::string& path, int vocab) {

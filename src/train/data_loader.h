@@ -7,6 +7,9 @@
 // When pos + B*T + 1 > ntok the batch would read past the end, so pos returns to 0
 // first (llm.c's sequential loader; the tail of the shard is skipped, not wrapped).
 //
+// Several shards (a dataset of `meshtrain prepare`) are read as one stream: their tokens
+// back to back, in the given order, positions counted over all of them.
+//
 // Slicing: data-parallel rank d owns sequences d*B/dp .. (d+1)*B/dp - 1 of each global
 // batch; its microbatch j is the j-th run of b = B/(dp*M) consecutive sequences of that.
 //
@@ -29,6 +32,8 @@ class DataLoader {
   // divisible by dp_size * microbatches or the shard holds fewer than B*T + 1 tokens.
   DataLoader(const std::string& path, int B, int T, int dp_size = 1, int dp_rank = 0,
              int microbatches = 1);
+  DataLoader(const std::vector<std::string>& paths, int B, int T, int dp_size = 1,
+             int dp_rank = 0, int microbatches = 1);
 
   // Loads the next global batch (this rank's slice of it) and advances the position.
   void next_batch();
@@ -45,16 +50,22 @@ class DataLoader {
 
   // Throws UsageError when the shard holds an id >= vocab. Scans the shard once.
   void require_vocab(int vocab) const;
-  int max_token_id() const { return shard_.max_token_id(); }
+  int max_token_id() const;
 
   // Batches before the position returns to 0: floor((ntok - 1) / (B*T)).
-  int64_t batches_per_epoch() const { return (shard_.size() - 1) / tokens_per_batch(); }
+  int64_t batches_per_epoch() const { return (size_ - 1) / tokens_per_batch(); }
   int64_t tokens_per_batch() const { return static_cast<int64_t>(B_) * T_; }
   int micro_batch_size() const { return b_; }
-  const std::string& path() const { return shard_.path(); }
+  const std::string& path() const { return shards_.front().path(); }
 
  private:
-  TokenShard shard_;
+  // Copies n tokens starting at stream position pos (across shard boundaries).
+  void copy_tokens(int64_t pos, int64_t n, int32_t* out) const;
+
+  std::vector<TokenShard> shards_;
+  std::vector<int64_t> starts_;  // stream position of each shard's first token
+  int64_t size_ = 0;             // tokens in all shards
+  std::vector<int32_t> window_;  // one sequence's T+1 tokens
   int B_, T_, dp_size_, dp_rank_, M_, b_;
   int64_t position_ = 0;
   std::vector<int32_t> inputs_;   // (M, b, T)

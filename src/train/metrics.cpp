@@ -1,5 +1,7 @@
 #include "train/metrics.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -23,6 +25,11 @@ void MetricsWriter::write(const nlohmann::json& record) {
   const std::string line = record.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     throw RuntimeError(str("--metrics ", path_, ": write failed (", std::strerror(errno), ")"));
+}
+
+bool MetricsWriter::is_regular_file() const {
+  struct stat st {};
+  return file_ && ::fstat(::fileno(file_), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 }  // namespace mt

@@ -17,6 +17,8 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   void write(const nlohmann::json& record);
+  // False for a device or pipe (--metrics /dev/null): no companion files beside those.
+  bool is_regular_file() const;
 
  private:
   std::FILE* file_ = nullptr;

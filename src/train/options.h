@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
 #include "model/config.h"
 
 namespace mt {
@@ -56,6 +58,14 @@ struct IoOptions {
   int sample_tokens = 0;  // print a sample of this many tokens at the end (0: none)
   std::string sample_prompt = "\n";
   bool quiet = false;
+  // Set from a dataset directory (--data DIR, meshtrain prepare; train/dataset_inputs.h):
+  // every shard of each split, read as one stream, and the bytes of text one token stands
+  // for (0: unknown, e.g. shards made elsewhere).
+  std::vector<std::string> data_shards, val_shards;
+  double data_bytes_per_token = 0, val_bytes_per_token = 0;
+  // What the data's ids mean; none: unknown (shards made elsewhere, ids above 255).
+  std::optional<TokenizerRecord> tokenizer;
+  int report_every = 100;  // the report page beside --metrics, every N steps (0: at the end)
 };
 
 struct EngineOptions {

@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "report/report_page.h"
+#include "train/weights_file.h"
 
 namespace mt {
 
@@ -37,6 +39,46 @@ void RunLog::start(const std::string& backend) {
            o.optim.recompute != "none" ? "recompute " + o.optim.recompute + " | " : "",
            o.optim.precision != "fp32" ? o.optim.precision + " (" + s_.info.gemm_isa + ") | " : "",
            o.optim.steps, " steps | backend ", backend));
+  metrics_.write(run_record(backend));
+}
+
+// The run's description as the metrics file's first record: what the report page shows in
+// its configuration table and needs to draw (the schedule for pp > 1).
+nlohmann::json RunLog::run_record(const std::string& backend) const {
+  const TrainOptions& o = s_.opts;
+  const ParallelOptions& p = o.parallel;
+  nlohmann::json model;
+  for (const auto& [k, v] : config_metadata(o.model))
+    if (k != "format") model[k] = v;
+  nlohmann::json j = {
+      {"event", "run"},
+      {"model", model},
+      {"layout",
+       {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"ep", p.ep}, {"zero", p.zero},
+        {"microbatches", p.microbatches}, {"schedule", p.schedule},
+        {"virtual_stages", p.virtual_stages}, {"sequence_parallel", s_.sequence_parallel()},
+        {"world", p.world()}}},
+      {"train",
+       {{"steps", o.optim.steps}, {"batch", o.optim.batch}, {"lr", o.optim.lr},
+        {"min_lr", o.optim.min_lr}, {"warmup", o.optim.warmup},
+        {"lr_schedule", o.optim.lr_schedule}, {"weight_decay", o.optim.weight_decay},
+        {"grad_clip", o.optim.grad_clip}, {"seed", o.optim.seed}, {"threads", o.optim.threads},
+        {"recompute", o.optim.recompute}}},
+      {"data", o.io.data},
+      {"backend", backend}};
+  if (o.io.tokenizer) j["tokenizer"] = to_json(*o.io.tokenizer);
+  if (o.io.data_bytes_per_token > 0) j["data_bytes_per_token"] = o.io.data_bytes_per_token;
+  if (o.io.val_bytes_per_token > 0) j["val_bytes_per_token"] = o.io.val_bytes_per_token;
+  return j;
+}
+
+void RunLog::write_report(bool last) {
+  const IoOptions& io = s_.opts.io;
+  if (!s_.lead() || io.metrics.empty() || !metrics_.is_regular_file()) return;
+  const int every = io.report_every;
+  if (!last && (every == 0 || ++steps_since_report_ < every)) return;
+  steps_since_report_ = 0;
+  write_report_page({io.metrics}, report_path_for(io.metrics));
 }
 
 void RunLog::moe_summary(int step) {
@@ -53,10 +95,22 @@ void RunLog::step(const StepRecord& r) {
                r.bubble->theory * 100, "%)"));
   }
   if (r.val_loss) {
-    line(str("step ", r.step, ": val_loss ", *r.val_loss));
+    line(str("step ", r.step, ": val_loss ", *r.val_loss,
+             s_.opts.io.val_bytes_per_token > 0
+                 ? str(" (", *r.val_loss / s_.opts.io.val_bytes_per_token, " per byte)")
+                 : ""));
     moe_summary(r.step);
   }
-  metrics_.write(to_json(r, s_.moe_metrics));
+  nlohmann::json j = to_json(r, s_.moe_metrics);
+  // Per byte of text, so tokenizers compare: a token of an 8k BPE stands for ~4 bytes.
+  const IoOptions& io = s_.opts.io;
+  if (io.data_bytes_per_token > 0) j["loss_per_byte"] = r.loss / io.data_bytes_per_token;
+  if (r.val_loss && io.val_bytes_per_token > 0) {
+    j["val_loss_per_byte"] = *r.val_loss / io.val_bytes_per_token;
+    j["val_bytes_per_token"] = io.val_bytes_per_token;
+  }
+  metrics_.write(j);
+  write_report(false);
   progress_.step({r.step, steps, r.loss, r.lr, r.grad_norm, r.step_time_s, r.tokens_per_s, r.mfu});
 }
 
@@ -74,6 +128,7 @@ void RunLog::memory(const std::vector<MemoryRecord>& records) {
 void RunLog::finish() {
   const TrainOptions& o = s_.opts;
   progress_.finish();
+  write_report(true);
   if (!(s_.val && o.optim.eval_every > 0)) moe_summary(o.optim.steps);
   if (s_.pipelined()) {
     const int counted = std::max(1, o.optim.steps - s_.start_step - 1);

@@ -31,12 +31,16 @@ class RunLog {
 
  private:
   void moe_summary(int step);
+  nlohmann::json run_record(const std::string& backend) const;
+  // The report page beside --metrics: every --report-every steps, and when `last`.
+  void write_report(bool last);
 
   const Session& s_;
   MetricsWriter metrics_;
   Progress progress_;
   int first_step_;  // the first step this run takes (after a --load)
   double bubble_sum_ = 0;
+  int steps_since_report_ = 0;
 };
 
 }  // namespace mt

@@ -18,16 +18,19 @@ ParallelContext make_context(CommWorld& world, const ParallelOptions& p) {
 }
 
 // This rank's dp slice of every global batch, in microbatches.
-DataLoader make_loader(const std::string& path, const TrainOptions& o, const ParallelContext& ctx) {
+DataLoader make_loader(const std::string& path, const std::vector<std::string>& shards,
+                       const TrainOptions& o, const ParallelContext& ctx) {
   const ParallelOptions& p = o.parallel;
-  DataLoader loader(path, o.optim.batch, o.model.seq, p.dp, ctx.coord.dp, p.microbatches);
+  // shards: a dataset's split (all its shards as one stream); empty: the one file `path`.
+  DataLoader loader(shards.empty() ? std::vector<std::string>{path} : shards, o.optim.batch,
+                    o.model.seq, p.dp, ctx.coord.dp, p.microbatches);
   loader.require_vocab(o.model.vocab);
   return loader;
 }
 
 std::optional<DataLoader> make_val_loader(const TrainOptions& o, const ParallelContext& ctx) {
   if (o.io.val_data.empty()) return std::nullopt;
-  return make_loader(o.io.val_data, o, ctx);
+  return make_loader(o.io.val_data, o.io.val_shards, o, ctx);
 }
 
 Recompute recompute_mode(const OptimOptions& t) {
@@ -103,7 +106,7 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
     : opts(o),
       info(run),
       ctx(make_context(world, o.parallel)),
-      train(make_loader(o.io.data, o, ctx)),
+      train(make_loader(o.io.data, o.io.data_shards, o, ctx)),
       val(make_val_loader(o, ctx)),
       dispatcher(make_dispatcher(o.parallel, ctx)),
       model(o.model, chunk_specs(o, ctx), tp_shard(o, ctx), train.micro_batch_size(),

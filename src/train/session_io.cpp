@@ -20,18 +20,21 @@ GlobalTensors lead_tensors(Session& s, const float* table_layout) {
 // model: a whole, unsharded model (one worker's layout).
 void print_sample(GPT& model, const TrainOptions& o,
                   const std::function<void(const std::string&)>& line) {
-  if (model.config().vocab > ByteTokenizer::kVocabSize) {
-    line("(sample skipped: the model's vocabulary is not byte-level)");
+  // The data's tokenizer (checked before the run started), else bytes for a byte vocabulary.
+  const std::unique_ptr<Tokenizer> tok = tokenizer_for(o.io.tokenizer, model.config().vocab);
+  if (!tok) {
+    line("(sample skipped: the data's tokenizer is unknown and the vocabulary is not byte-level)");
     return;
   }
   SampleOptions so;
   so.tokens = o.io.sample_tokens;
   so.seed = o.optim.seed;
-  auto prompt = ByteTokenizer::encode(o.io.sample_prompt);
+  auto prompt = tok->encode(o.io.sample_prompt);
   auto out = sample(model, prompt, so);
   std::vector<int> generated(out.begin() + long(prompt.size()), out.end());
-  line("---- sample (" + std::to_string(so.tokens) + " tokens, temperature 0.8) ----");
-  line(o.io.sample_prompt + ByteTokenizer::decode(generated));
+  line("---- sample (" + std::to_string(so.tokens) + " tokens, " + tok->kind() +
+       " tokenizer, temperature 0.8) ----");
+  line(o.io.sample_prompt + tok->decode(generated));
   line("----");
 }
 
@@ -68,7 +71,8 @@ void save_session(Session& s, int step) {
   const std::vector<NamedTensor> biases = s.view->router_biases_to_lead();
   if (s.lead())
     save_checkpoint(s.opts.io.save, s.view->whole(), s.opts.model, gp, gm, gv,
-                    {step, s.train.position(), s.opts.optim.seed}, biases);
+                    {step, s.train.position(), s.opts.optim.seed}, biases,
+                    tokenizer_metadata(s.opts.io.tokenizer));
   s.ctx.world->barrier().wait();  // the directory is complete when every rank goes on
 }
 
@@ -102,7 +106,7 @@ void write_final_outputs(Session& s, const std::function<void(const std::string&
     if (sample_copy) biases = s.view->router_biases_to_lead();  // they steer expert selection
     if (s.lead() && !o.io.export_path.empty())
       export_weights(o.io.export_path, s.view->whole(), o.model, global,
-                     o.io.export_dtype == "bf16");
+                     o.io.export_dtype == "bf16", tokenizer_metadata(o.io.tokenizer));
     if (s.lead() && sample_copy) sample_on_whole_copy(s, global, biases, line);
   }
   if (s.lead() && sample_now && !sample_copy) print_sample(s.model, o, line);

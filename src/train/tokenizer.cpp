@@ -1,6 +1,7 @@
 #include "train/tokenizer.h"
 
 #include "core/error.h"
+#include "train/safetensors.h"
 
 namespace mt {
 
@@ -20,6 +21,30 @@ std::string ByteTokenizer::decode(std::span<const int> tokens) {
     text[i] = static_cast<char>(static_cast<unsigned char>(t));
   }
   return text;
+}
+
+std::map<std::string, std::string> tokenizer_metadata(const std::optional<TokenizerRecord>& r) {
+  if (!r) return {};
+  return {{"tokenizer", to_json(*r).dump()}};
+}
+
+std::optional<TokenizerRecord> weights_tokenizer(const std::string& weights_path) {
+  SafetensorsFile f(weights_path);
+  const auto it = f.metadata().find("tokenizer");
+  if (it == f.metadata().end()) return std::nullopt;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(it->second);
+  } catch (const std::exception& e) {
+    throw UsageError(str(weights_path, " has a malformed tokenizer record: ", e.what()));
+  }
+  return tokenizer_record_from_json(j, weights_path);
+}
+
+std::unique_ptr<Tokenizer> tokenizer_for(const std::optional<TokenizerRecord>& r, int vocab) {
+  if (r) return load_tokenizer(*r);
+  if (vocab <= ByteTokenizer::kVocabSize) return make_byte_tokenizer();
+  return nullptr;
 }
 
 }  // namespace mt

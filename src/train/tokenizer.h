@@ -4,10 +4,15 @@
 // byte tokenizer cannot decode those (ids above 255).
 #pragma once
 
+#include <map>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "data/tokenizer.h"
 
 namespace mt {
 
@@ -20,5 +25,18 @@ class ByteTokenizer {
   static std::string decode(std::span<const int> tokens);
   static std::string decode_token(int token) { return decode(std::span<const int>(&token, 1)); }
 };
+
+// The tokenizer travels with the weights: exports and checkpoints carry its record as the
+// safetensors metadata entry "tokenizer" (its JSON: kind, file, crc32c).
+std::map<std::string, std::string> tokenizer_metadata(const std::optional<TokenizerRecord>& r);
+// The record a weights file carries; nullopt for a file written without one (before
+// tokenizers were recorded, or by another tool). Throws UsageError for a malformed one.
+std::optional<TokenizerRecord> weights_tokenizer(const std::string& weights_path);
+
+// The tokenizer to turn a model's ids into text: the record's when there is one, else the
+// byte tokenizer for a vocabulary of at most 256; null when nothing can decode (ids of a
+// tokenizer meshtrain does not know, e.g. GPT-2 shards). Throws UsageError when the
+// record's file is missing or changed.
+std::unique_ptr<Tokenizer> tokenizer_for(const std::optional<TokenizerRecord>& r, int vocab);
 
 }  // namespace mt

@@ -150,6 +150,7 @@ void validate_io(const IoOptions& io) {
   MT_REQUIRE(io.save_every >= 0, "--save-every must be >= 0");
   MT_REQUIRE(one_of(io.export_dtype, {"fp32", "bf16"}),
              "--export-dtype must be fp32 or bf16 (got '", io.export_dtype, "')");
+  MT_REQUIRE(io.report_every >= 0, "--report-every must be >= 0");
   MT_REQUIRE(io.load.empty() || io.init_from.empty(),
              "give one of --load DIR (resume a run: weights, optimizer state, step) or "
              "--init-from FILE (start from weights), not both");

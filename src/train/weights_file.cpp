@@ -201,10 +201,13 @@ ModelConfig model_config_from_file(const std::string& path, const ModelConfig& b
 }
 
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
-                    const GlobalTensors& params, bool as_bf16) {
+                    const GlobalTensors& params, bool as_bf16,
+                    const std::map<std::string, std::string>& extra_metadata) {
+  auto meta = config_metadata(cfg);
+  meta.insert(extra_metadata.begin(), extra_metadata.end());
   std::vector<std::string> names;
   auto tensors = global_tensors(table, params, "", names);
-  write_safetensors(path, tensors, config_metadata(cfg), as_bf16);
+  write_safetensors(path, tensors, meta, as_bf16);
 }
 
 void import_weights(const std::string& path, GPT& model) {

@@ -44,8 +44,10 @@ GlobalTensors assemble_global(const ParamTable& table, const float* arena, Commu
 // Writes the whole model's global tensors (table: the whole model's, GlobalView::whole()),
 // in F32, or with as_bf16 (--export-dtype bf16) rounded to BF16: half the file, for inference
 // or PyTorch users; checkpoints (--save) stay fp32 whatever this says.
+// extra_metadata: more metadata entries (the tokenizer record, train/tokenizer.h).
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
-                    const GlobalTensors& params, bool as_bf16 = false);
+                    const GlobalTensors& params, bool as_bf16 = false,
+                    const std::map<std::string, std::string>& extra_metadata = {});
 // Loads every parameter this rank holds from the file; names and global shapes must match.
 void import_weights(const std::string& path, GPT& model);
 void import_weights(const std::string& path, const ParamTable& table, float* params);

@@ -1,0 +1,81 @@
+// `meshtrain prepare`: text in, a dataset directory out (docs/data.md, "Preparing your own
+// text"):
+//   DIR/manifest.json        what was done: tokenizer record, rule, seed, split figures
+//   DIR/tokenizer.model      the SentencePiece model (not for the byte tokenizer)
+//   DIR/train_000000.bin ... llm.c token shards of at most --shard-tokens each
+//   DIR/train.docs           where each document starts (data/shard_writer.h)
+//   DIR/val_000000.bin, DIR/val.docs  the same for validation (when --val-fraction > 0)
+// Each document is followed by the tokens of an end marker: the separator line for the
+// separator rule (the fortune-file format), a newline otherwise, so a model learns where
+// documents end and a decoded shard reads like the input.
+//
+// Split: document i (0-based, in input order) goes to validation when a counter-based
+// uniform draw u(seed, i) < val_fraction, so the split depends only on the seed and the
+// document's index, not on sizes or the order of work. Memory: one shard buffer per split
+// plus the tokenizer's training sample, whatever the corpus size.
+//
+// The directory is filled under a temporary name and renamed into place when complete
+// (core/atomic_file.h): a failure leaves no dataset, or the previous one untouched.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace mt {
+
+struct PrepareOptions {
+  std::vector<std::string> inputs;  // files, directories, "-" (stdin)
+  std::string out;
+  std::string tokenizer = "byte";  // byte | bpe | unigram | PATH.model
+  int vocab_size = 8192;           // bpe / unigram
+  std::string documents = "file";  // file | separator | blank
+  std::string separator = "%";
+  double val_fraction = 0.1;
+  uint64_t seed = 1337;
+  int64_t shard_tokens = 100'000'000;
+  double tokenizer_sample_mb = 16;  // text the tokenizer trains on (the first documents)
+  int threads = 2;                  // SentencePiece training and encoding
+  size_t encode_batch_bytes = size_t(4) << 20;  // text encoded on the threads at once
+  bool skip_binary = false;                     // leave binary files inside directories out
+};
+
+struct PrepareProgress {
+  const char* phase;                 // "sampling", "training tokenizer", "encoding"
+  uint64_t bytes_read, total_bytes;  // total 0: unknown (stdin)
+  int64_t documents, tokens;
+};
+
+struct DatasetSplit {
+  std::vector<std::string> shards;  // paths
+  std::string docs;                 // path of the document index
+  int64_t tokens = 0, documents = 0;
+  uint64_t bytes = 0;
+  double bytes_per_token() const { return tokens ? double(bytes) / double(tokens) : 0; }
+};
+
+struct Dataset {
+  std::string dir;
+  int skipped_binary = 0;     // files --skip-binary left out (this run of prepare only)
+  TokenizerRecord tokenizer;  // file absolute
+  std::string rule, separator;
+  DatasetSplit train, val;  // val.shards empty without validation
+};
+
+// Checks every option and input, then writes the dataset. Throws UsageError for bad
+// options or input (nothing is written), RuntimeError for I/O failures.
+Dataset prepare_dataset(const PrepareOptions& o,
+                        const std::function<void(const PrepareProgress&)>& progress = {});
+
+// True when `dir` holds a manifest.json written by prepare.
+bool is_dataset_dir(const std::string& dir);
+// Reads and checks a dataset's manifest (shards present with their recorded sizes).
+Dataset read_dataset(const std::string& dir);
+
+// Whether document `index` goes to validation.
+bool is_validation_document(uint64_t index, uint64_t seed, double val_fraction);
+
+}  // namespace mt

@@ -1,0 +1,66 @@
+// Tokenizers of `meshtrain prepare`, the trainer's sample and `meshtrain sample`: byte-level
+// (id = byte value, vocabulary 256) and SentencePiece models (BPE or unigram). Every one
+// round-trips any byte string exactly, valid UTF-8 or not: decode(encode(s)) == s.
+//
+// A tokenizer is named in datasets, exports and checkpoints by a TokenizerRecord: its kind,
+// its model file (none for bytes) and the file's CRC-32C, so a run can refuse data made
+// with another tokenizer than the weights it continues.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mt {
+
+// Ids of a token shard are uint16; a larger vocabulary could not be stored.
+inline constexpr int kMaxShardVocab = 65535;
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // "byte", "bpe" or "unigram".
+  virtual std::string kind() const = 0;
+  virtual int vocab_size() const = 0;
+  // Appends the ids of `text` to `out`.
+  virtual void encode(std::string_view text, std::vector<int>& out) const = 0;
+  // The exact bytes; throws UsageError for an id outside the vocabulary.
+  virtual std::string decode(std::span<const int> ids) const = 0;
+
+  std::vector<int> encode(std::string_view text) const {
+    std::vector<int> out;
+    encode(text, out);
+    return out;
+  }
+};
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+
+struct TokenizerRecord {
+  std::string kind = "byte";
+  std::string file;     // absolute path of the model file; empty for bytes
+  uint32_t crc32c = 0;  // of the model file; 0 for bytes
+
+  bool operator==(const TokenizerRecord&) const = default;
+  // "byte", or "bpe /abs/tokenizer.model (crc32c 1a2b3c4d)"
+  std::string describe() const;
+};
+
+nlohmann::json to_json(const TokenizerRecord& r);
+// Throws UsageError naming `where` for a malformed record.
+TokenizerRecord tokenizer_record_from_json(const nlohmann::json& j, const std::string& where);
+
+// The record of a model file as it is now (reads it for the checksum).
+TokenizerRecord record_tokenizer_file(const std::string& kind, const std::string& file);
+
+// Loads what the record names, checking the file's checksum (UsageError when it changed).
+std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerRecord& r);
+
+// The same tokenizer? Kind and checksum decide; the file may have moved.
+bool same_tokenizer(const TokenizerRecord& a, const TokenizerRecord& b);
+
+}  // namespace mt

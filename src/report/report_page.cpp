@@ -1,0 +1,424 @@
+#include "report/report_page.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/schedule_render.h"
+#include "parallel/pipeline/schedule_simulator.h"
+#include "report/svg_chart.h"
+
+namespace fs = std::filesystem;
+
+namespace mt {
+
+namespace {
+
+// Colour-blind-safe (Okabe-Ito), one per run.
+const std::vector<std::string> kRunColors = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                             "#E69F00", "#56B4E9", "#000000", "#F0E442"};
+const std::vector<std::string> kMemoryColors = {"#0072B2", "#E69F00", "#009E73", "#CC79A7"};
+// A long run keeps its page small: at most this many points per series.
+constexpr size_t kMaxPoints = 1500;
+
+const std::string& color_of(size_t run) {
+  return kRunColors[run % kRunColors.size()];
+}
+
+bool has(const nlohmann::json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_number();
+}
+
+// (step, record[key]) for the records that have it, thinned evenly to kMaxPoints.
+std::vector<std::pair<double, double>> series_of(const RunMetrics& r, const char* key,
+                                                 double scale = 1, const char* x_key = "step") {
+  std::vector<std::pair<double, double>> pts;
+  double elapsed = 0;
+  for (const auto& s : r.steps) {
+    if (has(s, "step_time_s")) elapsed += s["step_time_s"].get<double>();
+    if (!has(s, key)) continue;
+    const double x = std::string(x_key) == "time" ? elapsed : s["step"].get<double>();
+    pts.push_back({x, s[key].get<double>() * scale});
+  }
+  if (pts.size() > kMaxPoints) {
+    std::vector<std::pair<double, double>> thin;
+    const double stride = double(pts.size()) / kMaxPoints;
+    for (size_t i = 0; i < kMaxPoints; ++i) thin.push_back(pts[size_t(double(i) * stride)]);
+    thin.push_back(pts.back());
+    pts = std::move(thin);
+  }
+  return pts;
+}
+
+bool any_run_has(const std::vector<RunMetrics>& runs, const char* key) {
+  for (const auto& r : runs)
+    for (const auto& s : r.steps)
+      if (s.contains(key)) return true;
+  return false;
+}
+
+struct Section {
+  std::string title, note, body;
+};
+
+// One chart of `key` (and optionally a sparse companion such as val_loss) for every run.
+std::string metric_chart(const std::vector<RunMetrics>& runs, const std::string& id,
+                         const ChartAxes& axes, const char* key, const char* companion = nullptr,
+                         double scale = 1, const char* x_key = "step") {
+  std::vector<ChartSeries> series;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const std::string name = runs.size() > 1 ? runs[i].name + " " : "";
+    series.push_back({name + key, color_of(i), series_of(runs[i], key, scale, x_key)});
+    if (companion)
+      series.push_back(
+          {name + companion, color_of(i), series_of(runs[i], companion, scale, x_key), true, true});
+  }
+  return svg_line_chart(id, axes, series);
+}
+
+std::string memory_chart(const std::vector<RunMetrics>& runs) {
+  std::vector<BarGroup> groups;
+  const double mib = 1024.0 * 1024.0;
+  for (size_t i = 0; i < runs.size(); ++i)
+    for (const auto& m : runs[i].memory) {
+      BarGroup g;
+      g.label = (runs.size() > 1 ? "run " + std::to_string(i + 1) + " " : "") + "rank " +
+                std::to_string(m.value("rank", 0));
+      for (const char* k :
+           {"params_bytes", "grads_bytes", "optimizer_bytes", "activations_peak_bytes"}) {
+        std::string name = k;
+        name = name.substr(0, name.find("_bytes"));
+        g.parts.push_back({name, m.value(k, 0.0) / mib});
+      }
+      groups.push_back(std::move(g));
+    }
+  return svg_stacked_bars("chart-memory", {"Memory by kind per rank (after step 1)", "", "MiB"},
+                          groups, kMemoryColors);
+}
+
+// One heat map per run and MoE layer: tokens routed to each expert, step by step.
+std::vector<std::string> moe_heat_maps(const std::vector<RunMetrics>& runs) {
+  std::vector<std::string> maps;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    size_t layers = 0;
+    for (const auto& s : runs[i].steps)
+      if (s.contains("expert_load") && s["expert_load"].is_array())
+        layers = std::max(layers, s["expert_load"].size());
+    for (size_t l = 0; l < layers; ++l) {
+      std::vector<std::vector<double>> columns;
+      std::vector<double> xs;
+      for (const auto& s : runs[i].steps) {
+        if (!s.contains("expert_load") || s["expert_load"].size() <= l) continue;
+        std::vector<double> col;
+        for (const auto& v : s["expert_load"][l])
+          col.push_back(v.is_number() ? v.get<double>() : 0);
+        columns.push_back(std::move(col));
+        xs.push_back(s["step"].get<double>());
+      }
+      if (columns.size() > 300) {  // thin to keep cells visible and the page small
+        std::vector<std::vector<double>> c2;
+        std::vector<double> x2;
+        const double stride = double(columns.size()) / 300;
+        for (size_t k = 0; k < 300; ++k) {
+          c2.push_back(columns[size_t(double(k) * stride)]);
+          x2.push_back(xs[size_t(double(k) * stride)]);
+        }
+        columns = std::move(c2), xs = std::move(x2);
+      }
+      maps.push_back(svg_heat_map("chart-moe-load-" + std::to_string(i) + "-" + std::to_string(l),
+                                  {(runs.size() > 1 ? runs[i].name + ": " : "") + "MoE layer " +
+                                       std::to_string(l) + " tokens per expert",
+                                   "step", ""},
+                                  columns, xs, "expert"));
+    }
+  }
+  return maps;
+}
+
+std::string schedule_picture(const RunMetrics& r, size_t index) {
+  const nlohmann::json& l =
+      r.run.is_object() ? r.run.value("layout", nlohmann::json()) : nlohmann::json();
+  if (!l.is_object() || l.value("pp", 1) <= 1) return "";
+  try {
+    const std::string name = l.value("schedule", "1f1b");
+    const int v = name == "interleaved" ? std::max(2, l.value("virtual_stages", 2)) : 1;
+    const Schedule s = make_schedule(name, l.value("pp", 1), l.value("microbatches", 1), v);
+    const Timeline t = simulate_schedule(s, OpCosts{});
+    std::ostringstream os;
+    render_svg(s, t,
+               name + ", pp " + std::to_string(s.stages) + ", " + std::to_string(s.microbatches) +
+                   " microbatches (F = B = W)",
+               os);
+    std::string svg = os.str();
+    const size_t at = svg.find("<svg");
+    if (at == std::string::npos) return "";
+    svg = svg.substr(at);
+    return "<div class=\"schedule\" id=\"chart-schedule-" + std::to_string(index) + "\">" + svg +
+           "</div>\n";
+  } catch (const std::exception& e) {
+    return "<p>schedule of " + html_escape(r.name) + " not drawn: " + html_escape(e.what()) +
+           "</p>\n";
+  }
+}
+
+// "a.b" -> printable value, for the configuration table.
+void flatten(const nlohmann::json& j, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) {
+      if (k == "event") continue;
+      flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+    }
+  } else if (j.is_string()) {
+    out[prefix] = j.get<std::string>();
+  } else if (j.is_number_float()) {
+    out[prefix] = short_number(j.get<double>());
+  } else {
+    out[prefix] = j.dump();
+  }
+}
+
+std::map<std::string, std::string> summary_of(const RunMetrics& r) {
+  std::map<std::string, std::string> m;
+  flatten(r.run, "", m);
+  m["result.steps recorded"] = std::to_string(r.steps.size());
+  auto last = [&](const char* key) -> std::optional<double> {
+    for (auto it = r.steps.rbegin(); it != r.steps.rend(); ++it)
+      if (has(*it, key)) return (*it)[key].get<double>();
+    return std::nullopt;
+  };
+  for (const char* k : {"loss", "val_loss", "loss_per_byte", "val_loss_per_byte"})
+    if (auto v = last(k)) m[std::string("result.last ") + k] = short_number(*v);
+  double tps = 0, secs = 0;
+  int n = 0;
+  for (const auto& s : r.steps) {
+    if (has(s, "step_time_s")) secs += s["step_time_s"].get<double>();
+    if (has(s, "tokens_per_s") && s.value("step", 0) > 1)
+      tps += s["tokens_per_s"].get<double>(), ++n;
+  }
+  if (n) m["result.mean tokens/s (after step 1)"] = short_number(tps / n);
+  m["result.training time (s)"] = short_number(secs);
+  return m;
+}
+
+std::string config_table(const std::vector<RunMetrics>& runs) {
+  std::vector<std::map<std::string, std::string>> rows;
+  std::set<std::string> keys;
+  for (const auto& r : runs) {
+    rows.push_back(summary_of(r));
+    for (const auto& [k, v] : rows.back()) keys.insert(k);
+  }
+  std::ostringstream os;
+  os << "<table id=\"config\"><thead><tr><th>setting</th>";
+  for (size_t i = 0; i < runs.size(); ++i)
+    os << "<th><span class=\"swatch\" style=\"background:" << color_of(i) << "\"></span>"
+       << html_escape(runs[i].name) << "</th>";
+  os << "</tr></thead><tbody>\n";
+  for (const std::string& k : keys) {
+    std::set<std::string> values;
+    for (const auto& row : rows) values.insert(row.count(k) ? row.at(k) : "");
+    const bool differs = runs.size() > 1 && values.size() > 1 && k.rfind("result.", 0) != 0;
+    os << "<tr" << (differs ? " class=\"differs\"" : "") << "><td>" << html_escape(k) << "</td>";
+    for (const auto& row : rows)
+      os << "<td>" << html_escape(row.count(k) ? row.at(k) : "") << "</td>";
+    os << "</tr>\n";
+  }
+  os << "</tbody></table>\n";
+  return os.str();
+}
+
+const char* kStyle = R"(
+body { font-family: sans-serif; margin: 24px; color: #222; background: #f6f6f4; }
+h1 { font-size: 20px; margin-bottom: 4px; }
+p.sub { color: #555; margin-top: 0; }
+.grid-charts { display: flex; flex-wrap: wrap; gap: 14px; }
+section { background: #fff; border: 1px solid #ddd; padding: 8px; }
+section h2 { font-size: 14px; margin: 2px 0 6px; }
+section p.note { font-size: 12px; color: #555; margin: 4px 0 0; max-width: 620px; }
+svg .title { font-size: 13px; font-weight: bold; }
+svg .axis { font-size: 11px; fill: #444; }
+svg .tick { font-size: 10px; fill: #555; }
+svg .legend { font-size: 11px; fill: #222; }
+svg .grid { stroke: #e6e6e6; }
+svg .frame { stroke: #888; }
+table { border-collapse: collapse; font-size: 12px; background: #fff; margin-top: 14px; }
+td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
+tr.differs td { background: #fff3c4; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+.schedule svg { max-width: 100%; height: auto; }
+)";
+
+}  // namespace
+
+std::string metrics_file_of(const std::string& run) {
+  std::error_code ec;
+  if (fs::is_directory(run, ec)) return (fs::path(run) / "metrics.jsonl").string();
+  return run;
+}
+
+std::string report_path_for(const std::string& metrics_path) {
+  fs::path p(metrics_path);
+  p.replace_extension(".html");
+  return p.string();
+}
+
+RunMetrics read_run_metrics(const std::string& run) {
+  const std::string path = metrics_file_of(run);
+  std::ifstream in(path);
+  MT_REQUIRE(in, "cannot read metrics file ", path,
+             fs::is_directory(run) ? " (a run directory must hold metrics.jsonl)" : "");
+  RunMetrics r;
+  r.name = run;
+  std::string line;
+  int bad = 0;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception&) {
+      ++bad;  // a line being written right now; anything else is reported below
+      continue;
+    }
+    if (!j.is_object()) continue;
+    const std::string event = j.value("event", "");
+    if (event == "run")
+      r.run = j;
+    else if (event == "memory")
+      r.memory.push_back(j);
+    else if (j.contains("step") && j["step"].is_number())
+      r.steps.push_back(j);
+  }
+  MT_REQUIRE(!r.steps.empty(), path, " holds no metrics records (",
+             bad ? std::to_string(bad) + " lines are not JSON" : "no step records",
+             "); give a --metrics file of meshtrain train");
+  return r;
+}
+
+namespace {
+
+// Legends stay short: the fewest trailing path components that tell the runs apart
+// ("a.jsonl", or "fortunes/metrics.jsonl" when every run's file is metrics.jsonl).
+std::vector<RunMetrics> with_short_names(std::vector<RunMetrics> runs) {
+  for (int depth = 1; depth <= 8; ++depth) {
+    std::vector<std::string> names;
+    for (const RunMetrics& r : runs) {
+      fs::path p = fs::path(metrics_file_of(r.name)).lexically_normal(), tail;
+      std::vector<fs::path> parts(p.begin(), p.end());
+      for (size_t k = parts.size() > size_t(depth) ? parts.size() - size_t(depth) : 0;
+           k < parts.size(); ++k)
+        tail /= parts[k];
+      names.push_back(tail.string());
+    }
+    if (std::set<std::string>(names.begin(), names.end()).size() == names.size() ||
+        depth == 8) {
+      for (size_t i = 0; i < runs.size(); ++i) runs[i].name = names[i];
+      return runs;
+    }
+  }
+  return runs;
+}
+
+}  // namespace
+
+std::string render_report_page(const std::vector<RunMetrics>& runs_in) {
+  const std::vector<RunMetrics> runs = with_short_names(runs_in);
+  std::vector<Section> sections;
+  auto add = [&](const std::string& title, const std::string& note, const std::string& body) {
+    sections.push_back({title, note, body});
+  };
+  add("Loss per token",
+      "Training loss every step (solid), validation loss on eval steps (dashed, dots).",
+      metric_chart(runs, "chart-loss", {"Loss per token", "step", "nats / token"}, "loss",
+                   "val_loss"));
+  if (any_run_has(runs, "loss_per_byte"))
+    add("Loss per byte",
+        "Loss divided by the bytes of text per token of each split: comparable across tokenizers.",
+        metric_chart(runs, "chart-loss-per-byte", {"Loss per byte", "step", "nats / byte"},
+                     "loss_per_byte", "val_loss_per_byte"));
+  const bool per_byte = any_run_has(runs, "val_loss_per_byte");
+  if (any_run_has(runs, "val_loss"))
+    add("Validation loss against training time",
+        "Cumulative step time on the x axis: which run is better after the same time.",
+        metric_chart(runs, "chart-val-time",
+                     {per_byte ? "Validation loss per byte vs time" : "Validation loss vs time",
+                      "training time (s)", per_byte ? "nats / byte" : "nats / token"},
+                     per_byte ? "val_loss_per_byte" : "val_loss", nullptr, 1, "time"));
+  add("Learning rate", "", metric_chart(runs, "chart-lr", {"Learning rate", "step", "lr"}, "lr"));
+  add("Gradient norm", "Global L2 norm before clipping (log scale).",
+      metric_chart(runs, "chart-grad-norm", {"Gradient norm", "step", "L2 norm", true},
+                   "grad_norm"));
+  add("Throughput", "",
+      metric_chart(runs, "chart-tokens-per-s", {"Tokens per second", "step", "tokens/s"},
+                   "tokens_per_s"));
+  add("MFU", "Model FLOPs per second over the sgemm peak of the run's threads.",
+      metric_chart(runs, "chart-mfu", {"MFU", "step", "%"}, "mfu", nullptr, 100));
+  if (std::any_of(runs.begin(), runs.end(), [](const RunMetrics& r) { return !r.memory.empty(); }))
+    add("Memory", "Parameters, gradients, optimizer state and peak activations of each rank.",
+        memory_chart(runs));
+  if (any_run_has(runs, "bubble"))
+    add("Pipeline bubble", "Measured idle share of the step, averaged over ranks.",
+        metric_chart(runs, "chart-bubble", {"Pipeline bubble", "step", "% of step"}, "bubble",
+                     nullptr, 100));
+  if (any_run_has(runs, "comm_exposed_s"))
+    add("Exposed communication", "Time rank 0 waited on communication that compute did not hide.",
+        metric_chart(runs, "chart-comm", {"Exposed communication", "step", "ms"}, "comm_exposed_s",
+                     nullptr, 1000));
+  for (const std::string& m : moe_heat_maps(runs))
+    add("MoE expert load", "Tokens routed to each expert per step (darker: more).", m);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const std::string pic = schedule_picture(runs[i], i);
+    if (!pic.empty())
+      add("Pipeline schedule" + (runs.size() > 1 ? ": " + runs[i].name : ""),
+          "The run's schedule as simulated with equal costs (meshtrain schedule --svg).", pic);
+  }
+
+  std::ostringstream os;
+  os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+     << "<title>meshtrain report</title>\n<style>" << kStyle << "</style></head>\n<body>\n"
+     << "<h1>meshtrain report</h1>\n<p class=\"sub\">";
+  for (size_t i = 0; i < runs.size(); ++i)
+    os << (i ? " &middot; " : "") << "<span class=\"swatch\" style=\"background:" << color_of(i)
+       << "\"></span>" << html_escape(runs[i].name) << " (" << runs[i].steps.size() << " steps)";
+  os << "</p>\n<div class=\"grid-charts\">\n";
+  for (const Section& s : sections) {
+    os << "<section><h2>" << html_escape(s.title) << "</h2>\n" << s.body;
+    if (!s.note.empty()) os << "<p class=\"note\">" << html_escape(s.note) << "</p>";
+    os << "</section>\n";
+  }
+  os << "</div>\n<h2>Configuration</h2>\n"
+     << config_table(runs)
+     // The only script: it records how many charts rendered, so a headless browser test can
+     // tell a page that drew from one that failed. The page needs no script to be read.
+     << "<script>document.body.dataset.charts = "
+        "document.querySelectorAll('svg.chart, .schedule svg').length;</script>\n"
+     << "</body></html>\n";
+  return os.str();
+}
+
+void write_report_page(const std::vector<std::string>& runs, const std::string& out) {
+  MT_REQUIRE(!runs.empty(), "give at least one run: a metrics file or a run directory");
+  std::error_code ec;
+  const fs::path out_abs = fs::weakly_canonical(fs::absolute(out), ec);
+  std::vector<RunMetrics> loaded;
+  for (const std::string& r : runs) {
+    const fs::path in_abs = fs::weakly_canonical(fs::absolute(metrics_file_of(r)), ec);
+    MT_REQUIRE(in_abs != out_abs, "--out ", out, " is the metrics file of run ", r,
+               "; writing the page would destroy it");
+    loaded.push_back(read_run_metrics(r));
+  }
+  write_file_atomic(out, render_report_page(loaded));
+}
+
+}  // namespace mt

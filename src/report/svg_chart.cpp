@@ -1,0 +1,291 @@
+#include "report/svg_chart.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+
+namespace mt {
+
+namespace {
+
+constexpr double kWidth = 620, kHeight = 300;
+constexpr double kLeft = 64, kRight = 16, kTop = 44, kBottom = 42;
+
+std::vector<double> nice_ticks(double lo, double hi, int want) {
+  const double span = hi - lo;
+  double step = std::pow(10, std::floor(std::log10(span / want)));
+  const double ratio = span / want / step;
+  if (ratio >= 7.5)
+    step *= 10;
+  else if (ratio >= 3.5)
+    step *= 5;
+  else if (ratio >= 1.5)
+    step *= 2;
+  std::vector<double> t;
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+    t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  return t;
+}
+
+// Round values (1, 2, 5 x 10^k) inside [lo, hi], both > 0.
+std::vector<double> log_ticks(double lo, double hi) {
+  std::vector<double> t;
+  for (int e = int(std::floor(std::log10(lo))); e <= int(std::ceil(std::log10(hi))); ++e)
+    for (double m : {1.0, 2.0, 5.0}) {
+      const double v = m * std::pow(10, e);
+      if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) t.push_back(v);
+    }
+  if (t.size() > 7) {  // a wide range: powers of ten only
+    std::vector<double> p;
+    for (double v : t)
+      if (std::abs(std::log10(v) - std::round(std::log10(v))) < 1e-9) p.push_back(v);
+    t = p;
+  }
+  return t;
+}
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+void open_svg(std::ostringstream& os, const std::string& id, const ChartAxes& a) {
+  os << "<svg class=\"chart\" id=\"" << html_escape(id)
+     << "\" xmlns=\"http://www.w3.org/2000/svg\" "
+     << "viewBox=\"0 0 " << kWidth << " " << kHeight << "\" width=\"" << kWidth << "\" height=\""
+     << kHeight << "\" role=\"img\" aria-label=\"" << html_escape(a.title) << "\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n"
+     << "<text x=\"" << kLeft << "\" y=\"18\" class=\"title\">" << html_escape(a.title)
+     << "</text>\n";
+  if (!a.x_label.empty())
+    os << "<text x=\"" << fmt(kLeft + (kWidth - kLeft - kRight) / 2) << "\" y=\"" << kHeight - 6
+       << "\" class=\"axis\" text-anchor=\"middle\">" << html_escape(a.x_label) << "</text>\n";
+  if (!a.y_label.empty())
+    os << "<text transform=\"translate(14," << fmt(kTop + (kHeight - kTop - kBottom) / 2)
+       << ") rotate(-90)\" class=\"axis\" text-anchor=\"middle\">" << html_escape(a.y_label)
+       << "</text>\n";
+}
+
+}  // namespace
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string short_number(double v) {
+  char buf[32];
+  if (v != 0 && (std::abs(v) >= 1e6 || std::abs(v) < 1e-3))
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+std::string svg_line_chart(const std::string& id, const ChartAxes& a,
+                           const std::vector<ChartSeries>& series) {
+  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  for (const ChartSeries& s : series)
+    for (auto [x, y] : s.points) {
+      if (!std::isfinite(x) || !std::isfinite(y) || (a.log_y && y <= 0)) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  // Legend entries flow into rows above the plot, which starts below the last row.
+  std::vector<std::pair<double, double>> legend_at;  // per series with points
+  double lx = kLeft, ly = 32;
+  for (const ChartSeries& s : series) {
+    if (s.points.empty()) continue;
+    const double width = 28 + 6.2 * double(s.label.size());
+    if (lx > kLeft && lx + width > kWidth - kRight) lx = kLeft, ly += 14;
+    legend_at.push_back({lx, ly});
+    lx += width;
+  }
+  const double top = kTop + (ly - 32);
+  std::ostringstream os;
+  open_svg(os, id, a);
+  if (!(x1 >= x0)) {
+    os << "<text x=\"" << kLeft << "\" y=\"" << top + 20
+       << "\" class=\"axis\">no data</text>\n</svg>\n";
+    return os.str();
+  }
+  if (x1 == x0) x0 -= 1, x1 += 1;
+  if (a.log_y) {
+    if (y1 <= y0 * 1.0001) y0 /= 2, y1 *= 2;
+  } else {
+    if (y1 == y0)
+      y0 -= std::max(1e-9, std::abs(y0) * 0.1), y1 += std::max(1e-9, std::abs(y1) * 0.1);
+    const double pad = (y1 - y0) * 0.05;
+    y0 -= pad, y1 += pad;
+  }
+  const double w = kWidth - kLeft - kRight, h = kHeight - top - kBottom;
+  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * w; };
+  auto py = [&](double y) {
+    const double f = a.log_y ? (std::log(y) - std::log(y0)) / (std::log(y1) - std::log(y0))
+                             : (y - y0) / (y1 - y0);
+    return top + h - f * h;
+  };
+  // Grid and ticks.
+  for (double t : a.log_y ? log_ticks(y0, y1) : nice_ticks(y0, y1, 5))
+    os << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft + w << "\" y1=\"" << fmt(py(t))
+       << "\" y2=\"" << fmt(py(t)) << "\" class=\"grid\"/><text x=\"" << kLeft - 4 << "\" y=\""
+       << fmt(py(t) + 4) << "\" class=\"tick\" text-anchor=\"end\">" << short_number(t)
+       << "</text>\n";
+  for (double t : nice_ticks(x0, x1, 6))
+    os << "<line x1=\"" << fmt(px(t)) << "\" x2=\"" << fmt(px(t)) << "\" y1=\"" << top + h
+       << "\" y2=\"" << top + h + 4 << "\" class=\"frame\"/><text x=\"" << fmt(px(t)) << "\" y=\""
+       << top + h + 16 << "\" class=\"tick\" text-anchor=\"middle\">" << short_number(t)
+       << "</text>\n";
+  os << "<rect x=\"" << kLeft << "\" y=\"" << top << "\" width=\"" << w << "\" height=\"" << h
+     << "\" class=\"frame\" fill=\"none\"/>\n";
+  // Series, then the legend above the plot.
+  size_t shown = 0;
+  for (const ChartSeries& s : series) {
+    if (s.points.empty()) continue;
+    const auto [legend_x, legend_y] = legend_at[shown++];
+    os << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"1.6\""
+       << (s.dashed ? " stroke-dasharray=\"5,3\"" : "") << " points=\"";
+    for (auto [x, y] : s.points)
+      if (std::isfinite(x) && std::isfinite(y) && (!a.log_y || y > 0))
+        os << fmt(px(x)) << "," << fmt(py(y)) << " ";
+    os << "\"><title>" << html_escape(s.label) << "</title></polyline>\n";
+    if (s.markers)
+      for (auto [x, y] : s.points)
+        if (std::isfinite(x) && std::isfinite(y) && (!a.log_y || y > 0))
+          os << "<circle cx=\"" << fmt(px(x)) << "\" cy=\"" << fmt(py(y)) << "\" r=\"2.5\" fill=\""
+             << s.color << "\"><title>" << html_escape(s.label) << ": " << short_number(x) << ", "
+             << short_number(y) << "</title></circle>\n";
+    os << "<line x1=\"" << fmt(legend_x) << "\" x2=\"" << fmt(legend_x + 16) << "\" y1=\""
+       << fmt(legend_y) << "\" y2=\"" << fmt(legend_y) << "\" stroke=\"" << s.color
+       << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"4,2\"" : "") << "/><text x=\""
+       << fmt(legend_x + 20) << "\" y=\"" << fmt(legend_y + 4) << "\" class=\"legend\">"
+       << html_escape(s.label) << "</text>\n";
+  }
+  os << "</svg>\n";
+  return os.str();
+}
+
+std::string svg_stacked_bars(const std::string& id, const ChartAxes& a,
+                             const std::vector<BarGroup>& groups,
+                             const std::vector<std::string>& colors) {
+  std::ostringstream os;
+  open_svg(os, id, a);
+  double top = 0;
+  for (const BarGroup& g : groups) {
+    double sum = 0;
+    for (const auto& p : g.parts) sum += p.second;
+    top = std::max(top, sum);
+  }
+  if (groups.empty() || top <= 0) {
+    os << "<text x=\"" << kLeft << "\" y=\"" << kTop + 20
+       << "\" class=\"axis\">no data</text>\n</svg>\n";
+    return os.str();
+  }
+  const double w = kWidth - kLeft - kRight, h = kHeight - kTop - kBottom;
+  top *= 1.05;
+  auto py = [&](double v) { return kTop + h - v / top * h; };
+  for (double t : nice_ticks(0, top, 5))
+    os << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft + w << "\" y1=\"" << fmt(py(t))
+       << "\" y2=\"" << fmt(py(t)) << "\" class=\"grid\"/><text x=\"" << kLeft - 4 << "\" y=\""
+       << fmt(py(t) + 4) << "\" class=\"tick\" text-anchor=\"end\">" << short_number(t)
+       << "</text>\n";
+  const double slot = w / double(groups.size());
+  const double bar = std::min(48.0, slot * 0.7);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const double x = kLeft + slot * (double(i) + 0.5) - bar / 2;
+    double base = 0;
+    for (size_t k = 0; k < groups[i].parts.size(); ++k) {
+      const auto& [name, v] = groups[i].parts[k];
+      os << "<rect x=\"" << fmt(x) << "\" y=\"" << fmt(py(base + v)) << "\" width=\"" << fmt(bar)
+         << "\" height=\"" << fmt(py(base) - py(base + v)) << "\" fill=\""
+         << colors[k % colors.size()] << "\"><title>" << html_escape(groups[i].label) << ": "
+         << html_escape(name) << " " << short_number(v) << "</title></rect>\n";
+      base += v;
+    }
+    os << "<text x=\"" << fmt(x + bar / 2) << "\" y=\"" << kTop + h + 14
+       << "\" class=\"tick\" text-anchor=\"middle\">" << html_escape(groups[i].label)
+       << "</text>\n";
+  }
+  double legend_x = kLeft;
+  for (size_t k = 0; k < groups[0].parts.size(); ++k) {
+    os << "<rect x=\"" << fmt(legend_x) << "\" y=\"26\" width=\"12\" height=\"10\" fill=\""
+       << colors[k % colors.size()] << "\"/><text x=\"" << fmt(legend_x + 16)
+       << "\" y=\"36\" class=\"legend\">" << html_escape(groups[0].parts[k].first) << "</text>\n";
+    legend_x += 26 + 6.2 * double(groups[0].parts[k].first.size());
+  }
+  os << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << w << "\" height=\"" << h
+     << "\" class=\"frame\" fill=\"none\"/>\n</svg>\n";
+  return os.str();
+}
+
+std::string svg_heat_map(const std::string& id, const ChartAxes& a,
+                         const std::vector<std::vector<double>>& columns,
+                         const std::vector<double>& column_x, const std::string& row_label) {
+  std::ostringstream os;
+  open_svg(os, id, a);
+  size_t rows = 0;
+  double hi = 0;
+  for (const auto& c : columns) {
+    rows = std::max(rows, c.size());
+    for (double v : c) hi = std::max(hi, v);
+  }
+  if (columns.empty() || rows == 0 || hi <= 0) {
+    os << "<text x=\"" << kLeft << "\" y=\"" << kTop + 20
+       << "\" class=\"axis\">no data</text>\n</svg>\n";
+    return os.str();
+  }
+  const double w = kWidth - kLeft - kRight, h = kHeight - kTop - kBottom;
+  const double cw = w / double(columns.size()), ch = h / double(rows);
+  for (size_t c = 0; c < columns.size(); ++c)
+    for (size_t r = 0; r < columns[c].size(); ++r) {
+      // White (no tokens) to dark blue (the busiest expert of the whole run).
+      const double f = std::clamp(columns[c][r] / hi, 0.0, 1.0);
+      const int red = int(255 - f * (255 - 8)), green = int(255 - f * (255 - 48)),
+                blue = int(255 - f * (255 - 107));
+      os << "<rect x=\"" << fmt(kLeft + cw * double(c)) << "\" y=\"" << fmt(kTop + ch * double(r))
+         << "\" width=\"" << fmt(cw + 0.3) << "\" height=\"" << fmt(ch + 0.3) << "\" fill=\"rgb("
+         << red << "," << green << "," << blue << ")\"><title>step " << short_number(column_x[c])
+         << ", " << html_escape(row_label) << " " << r << ": " << short_number(columns[c][r])
+         << "</title></rect>\n";
+    }
+  const size_t label_every = std::max<size_t>(1, rows / 8);
+  for (size_t r = 0; r < rows; r += label_every)
+    os << "<text x=\"" << kLeft - 4 << "\" y=\"" << fmt(kTop + ch * (double(r) + 0.5) + 4)
+       << "\" class=\"tick\" text-anchor=\"end\">" << html_escape(row_label) << " " << r
+       << "</text>\n";
+  const size_t col_every = std::max<size_t>(1, columns.size() / 6);
+  for (size_t c = 0; c < columns.size(); c += col_every)
+    os << "<text x=\"" << fmt(kLeft + cw * (double(c) + 0.5)) << "\" y=\"" << kTop + h + 16
+       << "\" class=\"tick\" text-anchor=\"middle\">" << short_number(column_x[c]) << "</text>\n";
+  os << "<text x=\"" << kWidth - kRight << "\" y=\"36\" class=\"legend\" text-anchor=\"end\">"
+     << "darkest = " << short_number(hi) << " tokens</text>\n";
+  os << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << w << "\" height=\"" << h
+     << "\" class=\"frame\" fill=\"none\"/>\n</svg>\n";
+  return os.str();
+}
+
+}  // namespace mt

@@ -1,0 +1,222 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "data/prepare.h"
+#include "data/token_shard.h"
+#include "prepare_fixture.h"
+
+namespace mt {
+namespace {
+
+using test_data::awkward_documents;
+using test_data::decoded_documents;
+using test_data::write_corpus;
+using test_util::TempDir;
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Prepares `docs` under `rule` and checks that train and val decode to exactly the
+// documents the seeded split assigns them, in input order.
+Dataset expect_round_trip(const TempDir& dir, const std::vector<std::string>& docs,
+                          const std::string& rule, PrepareOptions o) {
+  o.inputs = write_corpus(dir, docs, rule);
+  o.out = dir / "ds";
+  o.documents = rule;
+  const Dataset d = prepare_dataset(o);
+  std::vector<std::string> want_train, want_val;
+  for (size_t i = 0; i < docs.size(); ++i)
+    (is_validation_document(i, o.seed, o.val_fraction) ? want_val : want_train).push_back(docs[i]);
+  auto tok = load_tokenizer(d.tokenizer);
+  EXPECT_EQ(decoded_documents(d.train, *tok), want_train) << rule << " " << o.tokenizer;
+  EXPECT_EQ(decoded_documents(d.val, *tok), want_val) << rule << " " << o.tokenizer;
+  EXPECT_EQ(d.train.documents, int64_t(want_train.size()));
+  // The split streams are the documents each followed by the end marker.
+  const std::string marker = rule == "separator" ? "%\n" : "\n";
+  std::string stream;
+  for (const std::string& s : want_train) stream += s + marker;
+  std::vector<int> all;
+  for (const std::string& p : d.train.shards)
+    for (uint16_t t : read_token_shard(p)) all.push_back(t);
+  EXPECT_EQ(tok->decode(all), stream);
+  EXPECT_EQ(d.train.bytes, stream.size());
+  return d;
+}
+
+TEST(Prepare, ByteLevelRoundTripsEveryRule) {
+  PrepareOptions o;
+  o.val_fraction = 0.2;
+  o.shard_tokens = 97;  // many shards, documents across shard boundaries
+  for (const std::string rule : {"file", "separator", "blank"}) {
+    TempDir dir;
+    const Dataset d = expect_round_trip(dir, awkward_documents(rule != "blank"), rule, o);
+    EXPECT_GT(d.train.shards.size(), 5u);
+    EXPECT_EQ(d.tokenizer.kind, "byte");
+  }
+}
+
+TEST(Prepare, BpeRoundTripsInvalidUtf8AndEmptyDocuments) {
+  PrepareOptions o;
+  o.tokenizer = "bpe";
+  o.vocab_size = 600;
+  o.val_fraction = 0.25;
+  o.shard_tokens = 200;
+  TempDir dir;
+  const Dataset d = expect_round_trip(dir, awkward_documents(true), "separator", o);
+  EXPECT_EQ(d.tokenizer.kind, "bpe");
+  auto tok = load_tokenizer(d.tokenizer);
+  EXPECT_GT(tok->vocab_size(), 259);
+  EXPECT_LE(tok->vocab_size(), 600);
+  // Subwords, not bytes: the English documents take fewer tokens than bytes.
+  EXPECT_GT(d.train.bytes_per_token(), 1.5);
+}
+
+TEST(Prepare, UnigramRoundTrips) {
+  PrepareOptions o;
+  o.tokenizer = "unigram";
+  o.vocab_size = 320;
+  TempDir dir;
+  expect_round_trip(dir, awkward_documents(true), "file", o);
+}
+
+TEST(Prepare, GivenModelIsCopiedAndRecorded) {
+  TempDir dir;
+  PrepareOptions o;
+  o.inputs = write_corpus(dir, awkward_documents(false), "blank");
+  o.documents = "blank";
+  o.tokenizer = "unigram";
+  o.vocab_size = 340;
+  o.out = dir / "first";
+  const Dataset a = prepare_dataset(o);
+  o.tokenizer = a.tokenizer.file;
+  o.out = dir / "second";
+  const Dataset b = prepare_dataset(o);
+  EXPECT_EQ(b.tokenizer.kind, "unigram");
+  EXPECT_EQ(b.tokenizer.crc32c, a.tokenizer.crc32c);
+  EXPECT_NE(b.tokenizer.file, a.tokenizer.file);  // the dataset holds its own copy
+  EXPECT_EQ(read_bytes(a.train.shards[0]), read_bytes(b.train.shards[0]));
+}
+
+TEST(Prepare, OutputDoesNotDependOnTheThreadCount) {
+  TempDir dir;
+  PrepareOptions o;
+  std::vector<std::string> docs;
+  for (int k = 0; k < 4; ++k)
+    for (const std::string& d : awkward_documents(true)) docs.push_back(d);
+  o.encode_batch_bytes = 2000;  // several batches of this small corpus
+  o.inputs = write_corpus(dir, docs, "separator");
+  o.documents = "separator";
+  o.tokenizer = "bpe";
+  o.vocab_size = 400;
+  o.threads = 1;
+  o.out = dir / "one";
+  const Dataset one = prepare_dataset(o);
+  o.tokenizer = one.tokenizer.file;
+  o.threads = 3;
+  o.out = dir / "three";
+  const Dataset three = prepare_dataset(o);
+  ASSERT_EQ(one.train.shards.size(), three.train.shards.size());
+  for (size_t i = 0; i < one.train.shards.size(); ++i)
+    EXPECT_EQ(read_bytes(one.train.shards[i]), read_bytes(three.train.shards[i]));
+  EXPECT_EQ(read_bytes(one.val.shards[0]), read_bytes(three.val.shards[0]));
+  EXPECT_EQ(read_bytes(one.train.docs), read_bytes(three.train.docs));
+}
+
+TEST(Prepare, SplitIsDeterministicAndFollowsTheSeed) {
+  TempDir dir;
+  PrepareOptions o;
+  o.inputs = write_corpus(dir, awkward_documents(true), "separator");
+  o.documents = "separator";
+  o.val_fraction = 0.3;
+  o.out = dir / "a";
+  const Dataset a = prepare_dataset(o);
+  o.out = dir / "b";
+  const Dataset b = prepare_dataset(o);
+  o.seed += 1;
+  o.out = dir / "c";
+  const Dataset c = prepare_dataset(o);
+  EXPECT_EQ(read_bytes(a.train.shards[0]), read_bytes(b.train.shards[0]));
+  EXPECT_EQ(read_bytes(a.val.shards[0]), read_bytes(b.val.shards[0]));
+  EXPECT_EQ(read_bytes(a.dir + "/manifest.json"), read_bytes(b.dir + "/manifest.json"));
+  EXPECT_NE(read_bytes(a.val.shards[0]), read_bytes(c.val.shards[0]));
+  // About the fraction asked for (46 documents: 0.3 is 14).
+  EXPECT_GE(a.val.documents, 6);
+  EXPECT_LE(a.val.documents, 24);
+}
+
+TEST(Prepare, BadInputIsRefusedAndNothingIsWritten) {
+  TempDir dir;
+  test_data::write_file(dir / "text.txt", "some text\n");
+  test_data::write_file(dir / "binary.bin", std::string("\x7f"
+                                                        "ELF\0\0\0",
+                                                        7));
+  test_data::write_file(dir / "empty.txt", "");
+  test_data::write_file(dir / "late_nul.txt", std::string(70000, 'a') + '\0' + "tail\n");
+  std::filesystem::create_directories(dir / "not_a_dataset");
+  test_data::write_file(dir / "not_a_dataset/keep.txt", "mine\n");
+  auto refuses = [&](PrepareOptions o, const std::string& says) {
+    if (o.out.empty()) o.out = dir / "out";
+    if (o.inputs.empty()) o.inputs = {dir / "text.txt"};
+    o.val_fraction = 0;
+    try {
+      prepare_dataset(o);
+      ADD_FAILURE() << "accepted; expected: " << says;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+  };
+  PrepareOptions o;
+  o.inputs = {dir / "binary.bin"};
+  refuses(o, "NUL byte at offset 4");
+  o.inputs = {dir / "late_nul.txt"};  // past the probe: found while streaming
+  refuses(o, "NUL byte at offset 70000");
+  o.inputs = {dir / "nosuch.txt"};
+  refuses(o, "does not exist");
+  o.inputs = {dir / "empty.txt"};
+  refuses(o, "the corpus is empty");
+  o.inputs = {};
+  o.tokenizer = "bpe";
+  o.vocab_size = 70000;
+  refuses(o, "at most 65535");
+  o.vocab_size = 100;
+  refuses(o, "too small");
+  o.tokenizer = dir / "text.txt";  // not a SentencePiece model
+  refuses(o, "cannot load SentencePiece model");
+  o = {};
+  o.out = dir / "not_a_dataset";
+  refuses(o, "not a dataset");
+  EXPECT_TRUE(std::filesystem::exists(dir / "not_a_dataset/keep.txt"));
+  if (::geteuid() != 0) {  // root reads everything
+    test_data::write_file(dir / "locked.txt", "x\n");
+    std::filesystem::permissions(dir / "locked.txt", std::filesystem::perms::none);
+    o = {};
+    o.inputs = {dir / "locked.txt"};
+    refuses(o, "cannot read");
+  }
+}
+
+TEST(Prepare, ReplacesAnEarlierDatasetAtomically) {
+  TempDir dir;
+  test_data::write_file(dir / "one.txt", "first version\n");
+  PrepareOptions o;
+  o.inputs = {dir / "one.txt"};
+  o.val_fraction = 0;
+  o.out = dir / "new/parents/ds";  // created
+  prepare_dataset(o);
+  test_data::write_file(dir / "one.txt", "second\n");
+  const Dataset d = prepare_dataset(o);
+  EXPECT_EQ(d.train.tokens, 8);
+  // A failing run leaves the previous dataset as it was.
+  test_data::write_file(dir / "one.txt", "");
+  EXPECT_THROW(prepare_dataset(o), UsageError);
+  EXPECT_EQ(read_dataset(o.out).train.tokens, 8);
+}
+
+}  // namespace
+}  // namespace mt

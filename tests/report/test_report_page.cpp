@@ -1,0 +1,191 @@
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "core/error.h"
+#include "report/report_page.h"
+#include "report/svg_chart.h"
+#include "test_util/temp_dir.h"
+
+namespace mt {
+namespace {
+
+using test_util::TempDir;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// A metrics file with everything a page can draw: a pp 2 x dp 2 run with MoE (bubble,
+// exposed comm, expert load per layer, per-byte losses, memory of 4 ranks).
+void write_rich_run(const std::string& path, double offset) {
+  std::ofstream out(path);
+  nlohmann::json run = {{"event", "run"},
+                        {"model", {{"layers", "2"}, {"dim", "32"}, {"experts", "4"}}},
+                        {"layout",
+                         {{"dp", 2},
+                          {"tp", 1},
+                          {"pp", 2},
+                          {"ep", 2},
+                          {"microbatches", 4},
+                          {"schedule", "1f1b"},
+                          {"virtual_stages", 1},
+                          {"world", 4}}},
+                        {"train", {{"steps", 40}, {"lr", 0.003 + offset}}},
+                        {"tokenizer", {{"kind", "byte"}}}};
+  out << run.dump() << "\n";
+  for (int step = 1; step <= 40; ++step) {
+    nlohmann::json j = {
+        {"step", step},
+        {"loss", 5.5 / std::sqrt(step) + offset},
+        {"loss_per_byte", 5.5 / std::sqrt(step) / 3.5 + offset},
+        {"lr", 0.003 * std::min(1.0, step / 10.0)},
+        {"grad_norm", 4.0 / step + 0.1},
+        {"step_time_s", 0.05},
+        {"tokens_per_s", 20000 + 100 * step},
+        {"mfu", 0.3},
+        {"bubble", 0.2},
+        {"comm_exposed_s", 0.004},
+        {"expert_load", {{10 + step, 20, 30 - step % 7, 40}, {25, 25, 25 + step % 3, 25}}}};
+    if (step % 10 == 0) {
+      j["val_loss"] = 5.7 / std::sqrt(step) + offset;
+      j["val_loss_per_byte"] = 5.7 / std::sqrt(step) / 3.5 + offset;
+      j["val_bytes_per_token"] = 3.5;
+    }
+    out << j.dump() << "\n";
+    if (step == 1)
+      for (int r = 0; r < 4; ++r)
+        out << nlohmann::json({{"event", "memory"},
+                               {"rank", r},
+                               {"params_bytes", 1 << 20},
+                               {"grads_bytes", 1 << 20},
+                               {"optimizer_bytes", 2 << 20},
+                               {"activations_peak_bytes", (3 + r) << 20}})
+                   .dump()
+            << "\n";
+  }
+  out << "{\"step\": 41, \"loss\": 1.";  // a line being written right now
+}
+
+const char* kCharts[] = {"chart-loss",         "chart-loss-per-byte",
+                         "chart-val-time",     "chart-lr",
+                         "chart-grad-norm",    "chart-tokens-per-s",
+                         "chart-mfu",          "chart-memory",
+                         "chart-bubble",       "chart-comm",
+                         "chart-moe-load-0-0", "chart-moe-load-0-1",
+                         "chart-schedule-0",   "config"};
+
+TEST(ReportPage, HasEveryChartForARunWithTheData) {
+  TempDir dir;
+  write_rich_run(dir / "a.jsonl", 0);
+  write_rich_run(dir / "b.jsonl", 0.2);
+  write_report_page({dir / "a.jsonl", dir / "b.jsonl"}, dir / "page.html");
+  const std::string page = slurp(dir / "page.html");
+  for (const char* id : kCharts)
+    EXPECT_NE(page.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
+  EXPECT_NE(page.find("chart-moe-load-1-1"), std::string::npos);  // the second run's too
+  EXPECT_NE(page.find("class=\"differs\""), std::string::npos);   // lr and loss differ
+  EXPECT_EQ(page.find("src="), std::string::npos);                // nothing fetched
+  // Forty steps of the first run, not the cut-short 41st.
+  EXPECT_EQ(read_run_metrics(dir / "a.jsonl").steps.size(), 40u);
+}
+
+TEST(ReportPage, BadInputExitsTwo) {
+  TempDir dir;
+  write_rich_run(dir / "a.jsonl", 0);
+  EXPECT_THROW(write_report_page({dir / "a.jsonl"}, dir / "a.jsonl"), UsageError);
+  std::ofstream(dir / "empty.jsonl") << "";
+  EXPECT_THROW(read_run_metrics(dir / "empty.jsonl"), UsageError);
+  EXPECT_THROW(read_run_metrics(dir / "missing.jsonl"), UsageError);
+  std::filesystem::create_directories(dir / "run");
+  std::filesystem::copy_file(dir / "a.jsonl", dir / "run/metrics.jsonl");
+  EXPECT_EQ(read_run_metrics(dir / "run").steps.size(), 40u);  // a run directory
+}
+
+TEST(SvgChart, TicksAndEscaping) {
+  EXPECT_EQ(html_escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+  EXPECT_EQ(short_number(0.00301), "0.00301");
+  EXPECT_EQ(short_number(12345.6), "1.235e+04");
+  const std::string svg =
+      svg_line_chart("x", {"t", "step", "y", true}, {{"s", "#000", {{1, 0.1}, {2, 1}, {3, 10}}}});
+  // Round ticks on a log axis.
+  for (const char* t : {">0.1<", ">1<", ">10<"}) EXPECT_NE(svg.find(t), std::string::npos) << t;
+}
+
+// --- the page in a real browser -------------------------------------------------------
+
+std::string chromium() {
+  for (const char* c : {"chromium", "chromium-browser", "google-chrome"}) {
+    const std::string cmd = std::string("command -v ") + c + " >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) == 0) return c;
+  }
+  return "";
+}
+
+struct BrowserRun {
+  int exit_code;
+  std::string dom, log;
+};
+
+// Loads the page headless; the DOM after scripts ran, and the browser's log (console
+// messages included).
+BrowserRun open_in_browser(const std::string& browser, const std::string& page,
+                           const std::string& screenshot = "") {
+  TempDir io;
+  const std::string common = "timeout 120 " + browser +
+                             " --headless --no-sandbox --disable-gpu --no-first-run "
+                             "--disable-dev-shm-usage --enable-logging=stderr --v=0 "
+                             "--user-data-dir=" +
+                             (io / "profile") + " ";
+  const std::string cmd =
+      common + "--dump-dom 'file://" + page + "' >" + (io / "dom") + " 2>" + (io / "log");
+  const int status = std::system(cmd.c_str());
+  if (!screenshot.empty()) {
+    const std::string shot =
+        common + "--hide-scrollbars --window-size=1360,2600 --screenshot=" + screenshot +
+        " 'file://" + page + "' >/dev/null 2>&1";
+    EXPECT_EQ(std::system(shot.c_str()), 0) << shot;
+  }
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(io / "dom"), slurp(io / "log")};
+}
+
+TEST(ReportPage, RendersEveryChartInHeadlessChromium) {
+  const std::string browser = chromium();
+  if (browser.empty()) GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs it)";
+  TempDir dir;
+  write_rich_run(dir / "a.jsonl", 0);
+  write_rich_run(dir / "b.jsonl", 0.2);
+  const std::string page = std::filesystem::absolute(dir / "page.html");
+  write_report_page({dir / "a.jsonl", dir / "b.jsonl"}, page);
+  // The screenshot is the test's artifact: build/report_page.png, beside the binary.
+  const std::string shot =
+      (std::filesystem::path(MESHTRAIN_BIN).parent_path() / "report_page.png").string();
+  const BrowserRun r = open_in_browser(browser, page, shot);
+  ASSERT_EQ(r.exit_code, 0) << r.log;
+  EXPECT_EQ(r.log.find("Uncaught"), std::string::npos) << r.log;
+  // The page's script counted the charts the browser built: every svg chart rendered.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.dom, m, std::regex("data-charts=\"(\\d+)\"")))
+      << r.dom.substr(0, 400);
+  EXPECT_GE(std::stoi(m[1].str()), 15);
+  for (const char* id : kCharts)
+    EXPECT_NE(r.dom.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
+  EXPECT_GT(std::filesystem::file_size(shot), 20000u);
+
+  // The check can fail: a page whose script breaks is caught.
+  std::ofstream(dir / "broken.html") << "<!DOCTYPE html><html><body><script>no_such_function();"
+                                        "</script></body></html>";
+  const BrowserRun broken =
+      open_in_browser(browser, std::filesystem::absolute(dir / "broken.html"));
+  EXPECT_NE(broken.log.find("Uncaught"), std::string::npos) << broken.log;
+}
+
+}  // namespace
+}  // namespace mt
