@@ -39,6 +39,8 @@ int cli_main(int argc, char** argv) {
   CommandRunner sample = add_sample_command(app);
   CommandRunner bench = add_bench_command(app, &argc, &argv);
   CommandRunner schedule = add_schedule_command(app);
+  CommandRunner checkpoint = add_checkpoint_command(app);
+  CommandRunner export_cmd = add_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -60,6 +62,8 @@ int cli_main(int argc, char** argv) {
       if (sub->get_name() == "sample") return sample();
       if (sub->get_name() == "bench") return bench();
       if (sub->get_name() == "schedule") return schedule();
+      if (sub->get_name() == "checkpoint") return checkpoint();
+      if (sub->get_name() == "export") return export_cmd();
     }
     return report("no command given (see 'meshtrain --help')", 2);
   } catch (const UsageError& e) {

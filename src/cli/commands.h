@@ -13,5 +13,7 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv);
 CommandRunner add_sample_command(CLI::App& app);
 CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv);
 CommandRunner add_schedule_command(CLI::App& app);
+CommandRunner add_checkpoint_command(CLI::App& app);
+CommandRunner add_export_command(CLI::App& app);
 
 }  // namespace mt

@@ -48,11 +48,18 @@ struct IoOptions {
   int sample_tokens = 0;  // print a sample of this many tokens at the end (0: none)
   std::string sample_prompt = "\n";
   bool quiet = false;
+  // Checkpoints at scale (docs/checkpoints.md): "global" (one directory, rank 0 writes) or
+  // "sharded" (every rank writes what it owns into --save DIR/step_NNNNNN).
+  std::string checkpoint_format = "global";
+  int keep_checkpoints = 0;  // sharded: keep the K newest complete checkpoints (0: all)
+  std::string resume;        // "auto": --load the newest valid checkpoint under --save
+  bool save_sync = false;    // sharded: write on the training thread (no background writer)
 };
 
 struct EngineOptions {
   std::string backend = "local";
   double timeout_s = 300;
+  int max_restarts = 0;  // local backend: restart the job from its newest checkpoint
 };
 
 struct TrainOptions {
