@@ -77,15 +77,16 @@ void resolve_train_options(TrainOptions& o) {
   resolve_save_path(o.io);
   if (o.io.resume == "auto") {
     // Validated with the rest below; the choice needs only --save.
-    MT_REQUIRE(!o.io.save.empty(), "--resume auto looks for checkpoints under --save DIR: give --save");
+    MT_REQUIRE(!o.io.save.empty(),
+               "--resume auto looks for checkpoints under --save DIR: give --save");
     MT_REQUIRE(o.io.load.empty() && o.io.init_from.empty(),
                "--resume auto chooses the checkpoint itself: drop --load / --init-from");
     o.io.load = newest_checkpoint(o);
     o.io.resume.clear();
     if (!o.io.quiet && launcher_from_env().rank == 0)
-      std::printf("meshtrain: --resume auto: %s\n",
-                  o.io.load.empty() ? "no checkpoint yet, starting fresh"
-                                    : ("resuming from " + o.io.load).c_str());
+      std::printf("meshtrain: --resume auto: %s\n", o.io.load.empty()
+                                                        ? "no checkpoint yet, starting fresh"
+                                                        : ("resuming from " + o.io.load).c_str());
   }
   const PathCheckReport paths = check_run_paths(o);
   if (!o.io.load.empty() && !paths.checkpoint_verified && !o.io.quiet)

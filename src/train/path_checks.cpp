@@ -43,8 +43,7 @@ std::vector<NamedPath> input_files(const TrainOptions& o) {
     for (const auto& e : fs::directory_iterator(o.io.load, ec))
       if (e.path().filename().string().starts_with("rank_"))
         in.push_back({"--load", e.path().string()});
-  }
-  else if (!o.io.load.empty())
+  } else if (!o.io.load.empty())
     for (const char* f : {"state.json", "model.safetensors", "optimizer.safetensors"})
       in.push_back({"--load", o.io.load + "/" + f});
   return in;

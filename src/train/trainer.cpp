@@ -1,9 +1,9 @@
 #include "train/trainer.h"
 
 #include "comm/fault.h"
+#include "train/checkpoint/checkpoint_dir.h"
 #include "train/evaluate.h"
 #include "train/run_log.h"
-#include "train/checkpoint/checkpoint_dir.h"
 #include "train/session_checkpoint.h"
 #include "train/session_io.h"
 #include "train/step.h"
