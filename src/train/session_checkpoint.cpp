@@ -168,6 +168,9 @@ ShardedCheckpointer::ShardedCheckpointer(Session& s, CommWorld& world) : s_(s) {
       off += p.elements;
     }
   staged_floats_ = off;
+  // Allocated and touched now: faulting in a shard-sized buffer inside the first save
+  // would stall that step.
+  staging_.assign(staged_floats_, 0.f);
   if (s.lead()) {
     bias_names_ = router_bias_names(s.view->whole());
     for (const std::string& t : remove_interrupted_saves(s.opts.io.save))
@@ -230,7 +233,10 @@ void ShardedCheckpointer::save(int step) {
     throw_if_failed(job());
   else
     writer_.start(std::move(job));
-  stall_s_ += now_seconds() - t0;
+  const double stall = now_seconds() - t0;
+  stall_s_ += stall;
+  longest_stall_s_ = std::max(longest_stall_s_, stall);
+  ++saves_;
 }
 
 }  // namespace mt

@@ -42,6 +42,8 @@ class ShardedCheckpointer {
   // Seconds the training thread spent in save() (staging, waiting, and writing when
   // --save-sync), summed over the run.
   double stall_seconds() const { return stall_s_; }
+  double longest_stall_seconds() const { return longest_stall_s_; }
+  int saves() const { return saves_; }
 
  private:
   struct Piece;
@@ -60,7 +62,8 @@ class ShardedCheckpointer {
   std::vector<ManifestSegment> segments_;  // of the staged data (file index unset)
   std::vector<std::string> bias_names_;    // rank 0: the whole model's router biases
   BackgroundWriter writer_;
-  double stall_s_ = 0;
+  double stall_s_ = 0, longest_stall_s_ = 0;
+  int saves_ = 0;
 };
 
 // Restores --load DIR (a sharded checkpoint) into the session: weights, both moments,

@@ -57,7 +57,8 @@ void train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
     sharded->save(o.optim.steps);
     sharded->finish();
     if (!o.io.quiet)
-      log.line(str("checkpoint saves held training for ", sharded->stall_seconds(), " s in total"));
+      log.line(str("checkpoint saves held training for ", sharded->stall_seconds(), " s in total (",
+                   sharded->saves(), " saves, longest ", sharded->longest_stall_seconds(), " s)"));
   } else if (!o.io.save.empty()) {
     save_session(s, o.optim.steps);
   }
