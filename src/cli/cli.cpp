@@ -54,6 +54,8 @@ int cli_main(int argc, char** argv) {
   CommandRunner plan = add_plan_command(app);
   CommandRunner prepare = add_prepare_command(app);
   CommandRunner report_cmd = add_report_command(app);
+  CommandRunner checkpoint = add_checkpoint_command(app);
+  CommandRunner export_cmd = add_export_command(app);
   if (const std::string unknown = unknown_command(app, argc, argv); !unknown.empty())
     return report(unknown.c_str(), 2);
   try {
@@ -80,6 +82,8 @@ int cli_main(int argc, char** argv) {
       if (sub->get_name() == "plan") return plan();
       if (sub->get_name() == "prepare") return prepare();
       if (sub->get_name() == "report") return report_cmd();
+      if (sub->get_name() == "checkpoint") return checkpoint();
+      if (sub->get_name() == "export") return export_cmd();
     }
     return report("no command given (see 'meshtrain --help')", 2);
   } catch (const UsageError& e) {

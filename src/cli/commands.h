@@ -16,5 +16,7 @@ CommandRunner add_schedule_command(CLI::App& app);
 CommandRunner add_plan_command(CLI::App& app);
 CommandRunner add_prepare_command(CLI::App& app);
 CommandRunner add_report_command(CLI::App& app);
+CommandRunner add_checkpoint_command(CLI::App& app);
+CommandRunner add_export_command(CLI::App& app);
 
 }  // namespace mt

@@ -142,6 +142,17 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("io", "save", &io.save, "checkpoint directory to write (resumable state)");
   f.add("io", "save-every", &io.save_every, "also save every N steps (0 = only at the end)");
   f.add("io", "load", &io.load, "checkpoint directory to resume from");
+  f.add("io", "checkpoint-format", &io.checkpoint_format,
+        "global: --save DIR is one checkpoint, gathered to and written by rank 0; sharded: "
+        "every rank writes what it owns into DIR/step_NNNNNN in parallel, with a manifest "
+        "(docs/checkpoints.md)");
+  f.add("io", "keep-checkpoints", &io.keep_checkpoints,
+        "sharded: keep the K newest complete checkpoints under --save (0 = keep all)");
+  f.add("io", "resume", &io.resume,
+        "auto: resume from the newest valid checkpoint under --save (skipping damaged ones), "
+        "or start fresh when there is none");
+  f.add_bool("io", "save-sync", &io.save_sync,
+             "sharded: write checkpoints on the training thread instead of in the background");
   f.add("io", "metrics", &io.metrics, "JSONL metrics file (one record per step)");
   f.add("io", "trace", &io.trace, "Chrome/Perfetto trace file (JSON)");
   f.add("io", "report-every", &io.report_every,
@@ -158,6 +169,9 @@ void define_engine_flags(FlagSet& f, EngineOptions& e) {
         "local: ranks are threads of this process; mpi: one rank per MPI process (mpirun)");
   f.add("engine", "timeout", &e.timeout_s,
         "seconds a collective may wait before the run aborts naming the missing ranks");
+  f.add("engine", "max-restarts", &e.max_restarts,
+        "local backend: after a rank failure or hang, restart the job from the newest "
+        "checkpoint under --save up to N times (mpirun: scripts/mpirun_supervisor.sh)");
 }
 
 void define_train_flags(FlagSet& f, TrainOptions& o) {

@@ -16,6 +16,7 @@
 #include "plan/auto_layout.h"
 #include "plan/calibrate.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint_dir.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
 #include "train/dataset_inputs.h"
@@ -41,6 +42,32 @@ void check_fault_spec(const TrainOptions& o, int start) {
              " (steps count from 1; it would never fire)");
 }
 
+void warn(const TrainOptions& o, const std::string& text) {
+  if (!o.io.quiet && launcher_from_env().rank == 0)
+    std::fprintf(stderr, "meshtrain: warning: %s\n", text.c_str());
+}
+
+// The newest complete checkpoint under --save that verifies ("" when none): --resume auto
+// and the restarts of --max-restarts.
+std::string newest_checkpoint(const TrainOptions& o) {
+  const std::string& dir = o.io.save;
+  if (!std::filesystem::is_directory(dir)) return "";
+  if (o.io.checkpoint_format == "sharded")
+    return newest_valid_checkpoint(dir, [&](const std::string& why) { warn(o, why); });
+  if (!std::filesystem::exists(dir + "/state.json")) return "";
+  try {
+    verify_checkpoint(dir);
+    return dir;
+  } catch (const std::exception& e) {
+    warn(o, str("skipping ", dir, ": ", e.what()));
+    return "";
+  }
+}
+
+int checkpoint_step(const std::string& dir) {
+  return loads_sharded(dir) ? read_manifest(dir).step : read_train_state(dir).step;
+}
+
 }  // namespace
 
 void resolve_train_options(TrainOptions& o) {
@@ -58,6 +85,19 @@ void resolve_train_options(TrainOptions& o) {
   resolve_dataset_inputs(o);  // --data DIR: a dataset of meshtrain prepare
   // Every path, before any file is opened for its contents (a FIFO would block the open).
   resolve_save_path(o.io);
+  if (o.io.resume == "auto") {
+    // Validated with the rest below; the choice needs only --save.
+    MT_REQUIRE(!o.io.save.empty(),
+               "--resume auto looks for checkpoints under --save DIR: give --save");
+    MT_REQUIRE(o.io.load.empty() && o.io.init_from.empty(),
+               "--resume auto chooses the checkpoint itself: drop --load / --init-from");
+    o.io.load = newest_checkpoint(o);
+    o.io.resume.clear();
+    if (!o.io.quiet && launcher_from_env().rank == 0)
+      std::printf("meshtrain: --resume auto: %s\n", o.io.load.empty()
+                                                        ? "no checkpoint yet, starting fresh"
+                                                        : ("resuming from " + o.io.load).c_str());
+  }
   const PathCheckReport paths = check_run_paths(o);
   if (!o.io.load.empty() && !paths.checkpoint_verified && !o.io.quiet)
     std::fprintf(stderr,
@@ -65,7 +105,7 @@ void resolve_train_options(TrainOptions& o) {
                  "recorded); its files cannot be verified\n",
                  o.io.load.c_str());
   check_weights_tokenizer(o);
-  const int start = o.io.load.empty() ? 0 : read_train_state(o.io.load).step;
+  const int start = o.io.load.empty() ? 0 : checkpoint_step(o.io.load);
   // Model shape from an init file: the file decides; conflicting flags are errors.
   if (!o.io.init_from.empty()) {
     ModelConfig f = model_config_from_file(o.io.init_from, o.model);
@@ -93,6 +133,9 @@ void resolve_train_options(TrainOptions& o) {
     if (!o.io.quiet) std::printf("meshtrain: %s\n", why.c_str());
   }
   validate_train_options(o, launcher_from_env());
+  // A sharded checkpoint records its model: a mismatch is found here, before any rank.
+  if (!o.io.load.empty() && loads_sharded(o.io.load))
+    require_same_model(read_manifest(o.io.load), o.model, "--load " + o.io.load);
   MT_REQUIRE(start <= o.optim.steps, "--load ", o.io.load, " is at step ", start,
              ", beyond --steps ", o.optim.steps);
   check_fault_spec(o, start);
@@ -111,6 +154,14 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
     for (const std::string& t : save_lock->remove_stale_temporaries())
       if (!o.io.quiet)
         std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
+  }
+  // Sharded saves write step directories into --save DIR: it must exist before rank 0 makes
+  // the first one (checked writable above).
+  if (!o.io.save.empty() && o.io.checkpoint_format == "sharded" &&
+      (!mpi || launcher_from_env().rank == 0)) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.io.save, ec);
+    MT_REQUIRE(!ec, "--save ", o.io.save, ": cannot create (", ec.message(), ")");
   }
   RunInfo info;
   info.t0 = now_seconds();
@@ -135,11 +186,30 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
                mpi ? " (set mpirun -np to match)" : "");
     train_rank(o, world, info);
   };
-  if (mpi)
+  if (mpi) {
     run_mpi(argc, argv, wo, body);
-  else
-    run_local(o.parallel.world(), wo, body);
-  return 0;
+    return 0;
+  }
+  const std::string first_load = o.io.load;
+  for (int restart = 0;; ++restart) {
+    try {
+      run_local(o.parallel.world(), wo, body);
+      return 0;
+    } catch (const RuntimeError& e) {
+      if (restart >= o.engine.max_restarts) throw;
+      // Every rank thread has been joined: the job is gone, its files closed. Come back
+      // from the newest complete checkpoint (a background save in flight at the failure
+      // never became one), or from where this run started when none was written yet.
+      std::fprintf(stderr, "meshtrain: %s\n", e.what());
+      const std::string from = newest_checkpoint(o);
+      o.io.load = from.empty() ? first_load : from;
+      std::fprintf(stderr, "meshtrain: restart %d of %d, from %s\n", restart + 1,
+                   o.engine.max_restarts, o.io.load.empty() ? "the start" : o.io.load.c_str());
+      // An injected fault (CONTRACTS.md §8) models one crash: the restarted job runs
+      // without it, as a relaunched process would not inherit the chaos test's setting.
+      ::unsetenv("MESHTRAIN_FAULT");
+    }
+  }
 }
 
 }  // namespace mt

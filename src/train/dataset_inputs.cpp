@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "data/prepare.h"
+#include "train/checkpoint/manifest.h"
+#include "train/path_checks.h"
 #include "train/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -67,13 +69,17 @@ void resolve_dataset_inputs(TrainOptions& o) {
 void check_weights_tokenizer(const TrainOptions& o) {
   if (!o.io.tokenizer) return;
   auto check = [&](const char* flag, const std::string& path, const std::string& weights) {
-    const std::optional<TokenizerRecord> w = weights_tokenizer(weights);
+    const std::optional<TokenizerRecord> w =
+        weights.empty()
+            ? metadata_tokenizer(read_manifest(path).metadata, path + "/" + kManifestFile)
+            : weights_tokenizer(weights);
     MT_REQUIRE(!w || same_tokenizer(*w, *o.io.tokenizer), flag, " ", path,
                " was trained on ids of tokenizer ", w ? w->describe() : "", " but the data is ",
                o.io.tokenizer->describe(), "; the ids would mean different text");
   };
   if (!o.io.init_from.empty()) check("--init-from", o.io.init_from, o.io.init_from);
-  if (!o.io.load.empty()) check("--load", o.io.load, o.io.load + "/model.safetensors");
+  if (!o.io.load.empty())  // a sharded checkpoint records it in its manifest
+    check("--load", o.io.load, loads_sharded(o.io.load) ? "" : o.io.load + "/model.safetensors");
 }
 
 }  // namespace mt

@@ -66,11 +66,18 @@ struct IoOptions {
   // What the data's ids mean; none: unknown (shards made elsewhere, ids above 255).
   std::optional<TokenizerRecord> tokenizer;
   int report_every = 100;  // the report page beside --metrics, every N steps (0: at the end)
+  // Checkpoints at scale (docs/checkpoints.md): "global" (one directory, rank 0 writes) or
+  // "sharded" (every rank writes what it owns into --save DIR/step_NNNNNN).
+  std::string checkpoint_format = "global";
+  int keep_checkpoints = 0;  // sharded: keep the K newest complete checkpoints (0: all)
+  std::string resume;        // "auto": --load the newest valid checkpoint under --save
+  bool save_sync = false;    // sharded: write on the training thread (no background writer)
 };
 
 struct EngineOptions {
   std::string backend = "local";
   double timeout_s = 300;
+  int max_restarts = 0;  // local backend: restart the job from its newest checkpoint
 };
 
 struct TrainOptions {

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/file_checks.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -34,7 +35,15 @@ std::vector<NamedPath> input_files(const TrainOptions& o) {
   add("--data", o.io.data);
   add("--val-data", o.io.val_data);
   add("--init-from", o.io.init_from);
-  if (!o.io.load.empty())
+  if (!o.io.load.empty() && loads_sharded(o.io.load)) {
+    in.push_back({"--load", o.io.load + "/" + kManifestFile});
+    // The shards are inputs too (an output over one would destroy the checkpoint); their
+    // checks are verify_shards's.
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(o.io.load, ec))
+      if (e.path().filename().string().starts_with("rank_"))
+        in.push_back({"--load", e.path().string()});
+  } else if (!o.io.load.empty())
     for (const char* f : {"state.json", "model.safetensors", "optimizer.safetensors"})
       in.push_back({"--load", o.io.load + "/" + f});
   return in;
@@ -71,6 +80,13 @@ void check_outputs_apart(const std::vector<NamedPath>& outs, const std::vector<N
 void check_save_dir(const TrainOptions& o, const std::vector<NamedPath>& outs) {
   const std::string& save = o.io.save;
   require_output_dir("--save", save);
+  // Sharded: DIR holds step_NNNNNN directories and is never replaced whole, so other files
+  // in it are safe; only a global checkpoint there would be confusing.
+  if (o.io.checkpoint_format == "sharded") {
+    MT_REQUIRE(!file_id(save + "/state.json").has_value(), "--save ", save,
+               " holds a global checkpoint; give sharded checkpoints their own directory");
+    return;
+  }
   const std::string conflict = checkpoint_dir_conflict(save);
   MT_REQUIRE(conflict.empty(), "--save ", conflict);
   // Each save replaces the directory whole: a file written inside it would vanish.
@@ -81,6 +97,12 @@ void check_save_dir(const TrainOptions& o, const std::vector<NamedPath>& outs) {
 }
 
 }  // namespace
+
+bool loads_sharded(const std::string& dir) {
+  bool tmp = false;
+  const std::string name = fs::path(strip_trailing_slashes(dir)).filename().string();
+  return is_sharded_checkpoint(dir) || parse_step_dir_name(name, &tmp) >= 0;
+}
 
 void resolve_save_path(IoOptions& io) {
   if (io.save.empty()) return;
@@ -95,7 +117,11 @@ void resolve_save_path(IoOptions& io) {
 PathCheckReport check_run_paths(const TrainOptions& o) {
   PathCheckReport report;
   check_inputs(o);
-  if (!o.io.load.empty()) {
+  if (!o.io.load.empty() && loads_sharded(o.io.load)) {
+    const ShardedVerification v = verify_sharded_checkpoint(o.io.load);
+    report.checkpoint_verified = true;
+    report.checkpoint_bytes_verified = v.bytes_verified;
+  } else if (!o.io.load.empty()) {
     const CheckpointVerification v = verify_checkpoint(o.io.load);
     report.checkpoint_verified = v.verified;
     report.checkpoint_bytes_verified = v.bytes_verified;

@@ -6,6 +6,8 @@
 // found in milliseconds instead of after the last step.
 #pragma once
 
+#include <string>
+
 #include "train/options.h"
 
 namespace mt {
@@ -18,6 +20,10 @@ struct PathCheckReport {
   bool checkpoint_verified = false;  // --load's checksums present and matching
   uint64_t checkpoint_bytes_verified = 0;
 };
+
+// --load DIR names a sharded checkpoint (a manifest, or a step_NNNNNN[.tmp] name: the
+// sharded checks then say what is wrong with it).
+bool loads_sharded(const std::string& dir);
 
 // Throws UsageError naming the flag, the path and what to change.
 PathCheckReport check_run_paths(const TrainOptions& o);

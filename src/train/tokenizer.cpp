@@ -30,15 +30,20 @@ std::map<std::string, std::string> tokenizer_metadata(const std::optional<Tokeni
 
 std::optional<TokenizerRecord> weights_tokenizer(const std::string& weights_path) {
   SafetensorsFile f(weights_path);
-  const auto it = f.metadata().find("tokenizer");
-  if (it == f.metadata().end()) return std::nullopt;
+  return metadata_tokenizer(f.metadata(), weights_path);
+}
+
+std::optional<TokenizerRecord> metadata_tokenizer(const std::map<std::string, std::string>& meta,
+                                                  const std::string& where) {
+  const auto it = meta.find("tokenizer");
+  if (it == meta.end()) return std::nullopt;
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(it->second);
   } catch (const std::exception& e) {
-    throw UsageError(str(weights_path, " has a malformed tokenizer record: ", e.what()));
+    throw UsageError(str(where, " has a malformed tokenizer record: ", e.what()));
   }
-  return tokenizer_record_from_json(j, weights_path);
+  return tokenizer_record_from_json(j, where);
 }
 
 std::unique_ptr<Tokenizer> tokenizer_for(const std::optional<TokenizerRecord>& r, int vocab) {

@@ -32,6 +32,10 @@ std::map<std::string, std::string> tokenizer_metadata(const std::optional<Tokeni
 // The record a weights file carries; nullopt for a file written without one (before
 // tokenizers were recorded, or by another tool). Throws UsageError for a malformed one.
 std::optional<TokenizerRecord> weights_tokenizer(const std::string& weights_path);
+// The same from metadata entries already read (a sharded checkpoint's manifest); `where`
+// names their file in errors.
+std::optional<TokenizerRecord> metadata_tokenizer(const std::map<std::string, std::string>& meta,
+                                                  const std::string& where);
 
 // The tokenizer to turn a model's ids into text: the record's when there is one, else the
 // byte tokenizer for a vocabulary of at most 256; null when nothing can decode (ids of a

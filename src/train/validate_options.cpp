@@ -157,6 +157,33 @@ void validate_io(const IoOptions& io) {
   MT_REQUIRE(io.sample_tokens >= 0, "--sample-tokens must be >= 0");
 }
 
+// Checkpoint format, retention, resume and restarts (docs/checkpoints.md).
+void validate_checkpoints(const TrainOptions& o) {
+  const IoOptions& io = o.io;
+  MT_REQUIRE(one_of(io.checkpoint_format, {"global", "sharded"}),
+             "--checkpoint-format must be global or sharded (got '", io.checkpoint_format, "')");
+  const bool sharded = io.checkpoint_format == "sharded";
+  MT_REQUIRE(io.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0");
+  MT_REQUIRE(io.keep_checkpoints == 0 || (sharded && !io.save.empty()),
+             "--keep-checkpoints applies to --checkpoint-format sharded with --save DIR (a "
+             "global --save keeps one checkpoint)");
+  MT_REQUIRE(!io.save_sync || sharded,
+             "--save-sync applies to --checkpoint-format sharded (global saves are synchronous)");
+  MT_REQUIRE(io.resume.empty() || io.resume == "auto", "--resume must be auto (got '", io.resume,
+             "')");
+  MT_REQUIRE(io.resume.empty() || !io.save.empty(),
+             "--resume auto looks for checkpoints under --save DIR: give --save");
+  MT_REQUIRE(io.resume.empty() || (io.load.empty() && io.init_from.empty()),
+             "--resume auto chooses the checkpoint itself: drop --load / --init-from");
+  MT_REQUIRE(o.engine.max_restarts >= 0, "--max-restarts must be >= 0");
+  MT_REQUIRE(o.engine.max_restarts == 0 || o.engine.backend == "local",
+             "--max-restarts restarts the ranks of this process (--backend local); under mpirun "
+             "wrap the command in scripts/mpirun_supervisor.sh");
+  MT_REQUIRE(o.engine.max_restarts == 0 || !io.save.empty(),
+             "--max-restarts resumes from the newest checkpoint under --save DIR: give --save "
+             "(and --save-every N)");
+}
+
 }  // namespace
 
 void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher) {
@@ -167,6 +194,7 @@ void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher)
   validate_experts(o);
   validate_pipeline(o);
   validate_io(o.io);
+  validate_checkpoints(o);
 }
 
 }  // namespace mt

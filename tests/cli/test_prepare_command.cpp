@@ -68,6 +68,15 @@ TEST(PrepareCommand, StdinToBpeDatasetThenTrainSampleAndReport) {
                      "is not the one");
 }
 
+// The one step_NNNNNN directory a sharded --save wrote under `save`.
+std::string newest_checkpoint_dir(const std::string& save) {
+  std::string newest;
+  for (const auto& e : std::filesystem::directory_iterator(save))
+    if (e.path().filename().string().rfind("step_", 0) == 0 && e.path().string() > newest)
+      newest = e.path().string();
+  return newest;
+}
+
 TEST(PrepareCommand, TokenizerMismatchesAreRefused) {
   TempDir dir;
   write(dir / "corpus.txt", corpus_text());
@@ -89,6 +98,21 @@ TEST(PrepareCommand, TokenizerMismatchesAreRefused) {
                                    " --vocab 256 --load " + (dir / "ck")),
                      "trained on ids of tokenizer byte");
   EXPECT_EQ(run_meshtrain("sample --load " + (dir / "ck") + " --tokens 5").exit_code, 0);
+  // A sharded checkpoint records it in its manifest, and its consolidated export carries it.
+  ASSERT_EQ(run_meshtrain(std::string("train") + kTiny + "--data " + bytes +
+                          " --checkpoint-format sharded --save " + (dir / "sharded"))
+                .exit_code,
+            0);
+  const std::string newest = newest_checkpoint_dir(dir / "sharded");
+  expect_usage_error(run_meshtrain(std::string("train") + kTiny + "--steps 6 --data " + bpe +
+                                   " --vocab 256 --load " + newest),
+                     "trained on ids of tokenizer byte");
+  ASSERT_EQ(run_meshtrain("export --from " + newest + " --to " + (dir / "from_shards.safetensors"))
+                .exit_code,
+            0);
+  expect_usage_error(run_meshtrain(std::string("train") + kTiny + "--data " + bpe +
+                                   " --vocab 256 --init-from " + (dir / "from_shards.safetensors")),
+                     "trained on ids of tokenizer byte");
   // Weights of the byte tokenizer continued on BPE ids: other text, refused.
   expect_usage_error(run_meshtrain(std::string("train") + kTiny + "--data " + bpe +
                                    " --vocab 256 --init-from " + (dir / "bytes.safetensors")),

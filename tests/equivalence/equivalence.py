@@ -14,6 +14,11 @@ optionally with a launcher prefix ("mpirun -np 4 ... {bin} train --backend mpi")
            every run then starts from them (--init-from).
   resume   a run saved at step K under one layout, resumed under another, continues with the
            losses of the uninterrupted reference run.
+  reshard  sharded checkpoints (--checkpoint-format sharded): a run saved at step K under one
+           layout; `meshtrain export --from` of its step directory equals the saver's own
+           --export exactly; the run resumed under another layout continues with the losses
+           and weights of the uninterrupted reference run (tolerance 0 for a same-layout pair
+           against a reference of that layout: bit-exact resume).
   memory   the {"event": "memory"} records against the ZeRO model-state formulas.
 
 Exit status 0 on success, 1 on any mismatch (with a line naming layout, step and values).
@@ -181,6 +186,35 @@ def cmd_resume(args, workdir):
     return bad
 
 
+def cmd_reshard(args, workdir):
+    ref, _, ref_w = run(args, args.reference, workdir, "ref", [], launch=False)
+    bad = 0
+    for i, pair in enumerate(args.pair):
+        saver, loader = pair.split("|")
+        ckpt = os.path.join(workdir, f"sharded{i}")
+        step_dir = os.path.join(ckpt, "step_%06d" % args.save_at)
+        _, _, saved_w = run(args, saver, workdir, f"rsave{i}",
+                            ["--steps", str(args.save_at), "--checkpoint-format", "sharded",
+                             "--save", ckpt])
+        exported = os.path.join(workdir, f"rexport{i}.safetensors")
+        p = subprocess.run([args.bin, "export", "--from", step_dir, "--to", exported],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"FAIL [{saver}]: export --from exit {p.returncode}: {p.stderr[-500:]}")
+            bad += 1
+            continue
+        a, b = read_safetensors(saved_w), read_safetensors(exported)
+        if sorted(a) != sorted(b) or any(not np.array_equal(a[n], b[n]) for n in a):
+            print(f"FAIL [{saver}]: export --from differs from the saver's own export")
+            bad += 1
+        got, _, got_w = run(args, loader, workdir, f"rload{i}", ["--load", step_dir])
+        print(f"sharded save [{saver}] at step {args.save_at} -> load [{loader}]")
+        bad += check_losses(ref, got, args.loss_rtol, f"{saver} -> {loader}",
+                            first_step=args.save_at + 1)
+        bad += check_weights(ref_w, got_w, args.weight_rtol, f"{saver} -> {loader}")
+    return bad
+
+
 def cmd_memory(args, workdir):
     bad = 0
     for i, layout in enumerate(args.layout):
@@ -218,7 +252,7 @@ def cmd_memory(args, workdir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["compare", "resume", "memory"])
+    ap.add_argument("mode", choices=["compare", "resume", "reshard", "memory"])
     ap.add_argument("--bin", required=True, help="the meshtrain binary")
     ap.add_argument("--base", default="", help="flags shared by every run (model, batch, steps)")
     ap.add_argument("--reference", default="", help="flags of the reference layout (default: one worker)")
@@ -238,7 +272,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="mt_equiv_") as workdir:
-        bad = {"compare": cmd_compare, "resume": cmd_resume, "memory": cmd_memory}[args.mode](args, workdir)
+        bad = {"compare": cmd_compare, "resume": cmd_resume, "reshard": cmd_reshard,
+               "memory": cmd_memory}[args.mode](args, workdir)
     print("OK" if bad == 0 else f"{bad} mismatch(es)")
     return 1 if bad else 0
 

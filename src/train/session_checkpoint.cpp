@@ -1,0 +1,419 @@
+#include "train/session_checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "model/moe_layer.h"
+#include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/shard_reader.h"
+#include "train/global_view.h"
+#include "train/safetensors.h"
+#include "train/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace mt {
+
+namespace {
+
+using json = nlohmann::json;
+
+const char* const kMomentSuffixes[] = {".exp_avg", ".exp_avg_sq"};
+
+// Point-to-point tag of the writer's reports to rank 0 (its own communicator: no other
+// traffic shares it).
+int report_tag() {
+  return make_p2p_tag(P2PKind::user, 253, 0);
+}
+
+const ParamInfo& tensor_at(const ParamTable& table, size_t table_off) {
+  const auto& e = table.entries();
+  auto it = std::upper_bound(e.begin(), e.end(), table_off,
+                             [](size_t off, const ParamInfo& p) { return off < p.offset; });
+  MT_CHECK(it != e.begin() && table_off < std::prev(it)->offset + std::prev(it)->numel,
+           "no tensor at arena offset ", table_off);
+  return *std::prev(it);
+}
+
+// The deduplication rule of session_checkpoint.h.
+bool writes(const ParamInfo& p, const Session& s) {
+  const ParallelOptions& par = s.opts.parallel;
+  if (p.shard.replicated() && s.ctx.coord.tp != 0) return false;
+  if (s.ctx.coord.pp != 0 && p.name == "transformer.wte.weight") return false;
+  if (par.ep > 1 && is_expert_param(p.name))
+    return !s.ctx.ep_replica || s.ctx.ep_replica->rank() == 0;
+  if (par.zero == 0) return s.ctx.coord.dp == 0;
+  return true;
+}
+
+std::string layout_text(const ParallelOptions& p) {
+  return str("dp ", p.dp, " zero ", p.zero, " tp ", p.tp, p.sequence_parallel ? " sp" : "", " pp ",
+             p.pp, " virtual-stages ", p.virtual_stages, " ep ", p.ep);
+}
+
+std::string rank_file_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank_%05d.bin", rank);
+  return buf;
+}
+
+std::vector<std::string> gather_to_root(Communicator& c, const std::string& mine) {
+  int64_t n = int64_t(mine.size());
+  std::vector<int64_t> sizes(size_t(c.size()));
+  c.all_gather(&n, sizes.data(), 1, DType::i64).wait();
+  std::vector<std::string> out;
+  if (c.rank() != 0) {
+    if (n > 0) c.send(mine.data(), size_t(n), DType::u8, 0, report_tag()).wait();
+    return out;
+  }
+  out.resize(size_t(c.size()));
+  out[0] = mine;
+  std::vector<Work> pending;
+  for (int r = 1; r < c.size(); ++r) {
+    out[size_t(r)].resize(size_t(sizes[size_t(r)]));
+    if (sizes[size_t(r)] > 0)
+      pending.push_back(
+          c.recv(out[size_t(r)].data(), size_t(sizes[size_t(r)]), DType::u8, r, report_tag()));
+  }
+  for (Work& w : pending) w.wait();
+  return out;
+}
+
+std::string broadcast_from_root(Communicator& c, std::string s) {
+  int64_t n = int64_t(s.size());
+  c.broadcast(&n, 1, DType::i64, 0).wait();
+  s.resize(size_t(n));
+  if (n > 0) c.broadcast(s.data(), size_t(n), DType::u8, 0).wait();
+  return s;
+}
+
+json runs_json(const std::vector<StridedRun>& runs) {
+  json a = json::array();
+  for (const StridedRun& r : runs) a.push_back({r.start, r.len, r.count, r.stride});
+  return a;
+}
+
+std::vector<StridedRun> runs_from(const json& a) {
+  std::vector<StridedRun> out;
+  for (const json& r : a)
+    out.push_back(
+        {r[0].get<int64_t>(), r[1].get<int64_t>(), r[2].get<int64_t>(), r[3].get<int64_t>()});
+  return out;
+}
+
+// An existing directory of ours may be replaced; anything else stays and fails the save.
+void clear_step_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) return;
+  bool ours = fs::is_directory(fs::symlink_status(dir, ec));
+  if (ours)
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string n = e.path().filename().string();
+      ours = ours && e.is_regular_file() &&
+             (n == kManifestFile || (n.starts_with("rank_") && n.ends_with(".bin")));
+    }
+  if (!ours)
+    throw RuntimeError(str("not saving: ", dir, " exists and is not a meshtrain checkpoint"));
+  fs::remove_all(dir, ec);
+  if (ec) throw RuntimeError(str("cannot remove ", dir, ": ", ec.message()));
+}
+
+}  // namespace
+
+// The elements of one update piece this rank writes: their stretches within the piece
+// (offset from the piece's start, length; padding left out) and their global indices.
+struct ShardedCheckpointer::Piece {
+  std::string name;
+  size_t param_off = 0, dense_off = 0;
+  std::vector<std::pair<size_t, size_t>> stretches;
+  std::vector<StridedRun> runs;
+  size_t elements = 0;
+};
+
+ShardedCheckpointer::ShardedCheckpointer(Session& s, CommWorld& world) : s_(s) {
+  std::vector<int> all(size_t(world.size()));
+  for (int r = 0; r < world.size(); ++r) all[size_t(r)] = r;
+  comm_ = world.make_group(all, "checkpoint");
+  const ParamTable& table = s.model.table();
+  size_t dense = 0;
+  for (const UpdatePiece& u : s.dp.update_pieces()) {
+    const ParamInfo& p = tensor_at(table, u.table_off);
+    const size_t lo = u.table_off - p.offset;
+    Piece piece;
+    piece.name = p.name;
+    piece.param_off = u.param_off;
+    piece.dense_off = dense;
+    dense += u.n;
+    if (!writes(p, s)) continue;
+    RunBuilder rb;
+    map_local_range(p, lo, lo + u.n, [&](size_t l, int64_t g, int64_t n) {
+      piece.stretches.push_back({l - lo, size_t(n)});
+      rb.add(g, n);
+    });
+    if (rb.elements() == 0) continue;  // padding only
+    piece.runs = rb.runs();
+    piece.elements = size_t(rb.elements());
+    pieces_.push_back(std::move(piece));
+  }
+  size_t off = 0;
+  for (const Piece& p : pieces_)
+    for (const std::string& suffix :
+         {std::string(), std::string(kMomentSuffixes[0]), std::string(kMomentSuffixes[1])}) {
+      segments_.push_back({p.name + suffix, 0, off * sizeof(float), p.runs});
+      off += p.elements;
+    }
+  staged_floats_ = off;
+  // Allocated and touched now: faulting in a shard-sized buffer inside the first save
+  // would stall that step.
+  staging_.assign(staged_floats_, 0.f);
+  if (s.lead()) {
+    bias_names_ = router_bias_names(s.view->whole());
+    for (const std::string& t : remove_interrupted_saves(s.opts.io.save))
+      if (!s.opts.io.quiet)
+        std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
+  }
+}
+
+ShardedCheckpointer::~ShardedCheckpointer() {
+  writer_.wait();
+}
+
+void ShardedCheckpointer::throw_if_failed(const std::string& result) {
+  if (!result.empty()) throw RuntimeError(result);
+}
+
+void ShardedCheckpointer::check() {
+  if (writer_.busy() && writer_.finished()) throw_if_failed(writer_.wait());
+}
+
+void ShardedCheckpointer::finish() {
+  throw_if_failed(writer_.wait());
+}
+
+void ShardedCheckpointer::save(int step) {
+  const double t0 = now_seconds();
+  throw_if_failed(writer_.wait());  // the staging buffer is free again
+  // Router biases are a few floats per MoE layer: rank 0 gathers them and writes them.
+  const std::vector<NamedTensor> biases = s_.view->router_biases_to_lead();
+  size_t bias_floats = 0;
+  for (const NamedTensor& b : biases) bias_floats += b.data.size();
+  staging_.resize(staged_floats_ + bias_floats);
+  float* out = staging_.data();
+  const float* params = s_.dp.param_storage();
+  const float* moments[] = {s_.opt.exp_avg().data(), s_.opt.exp_avg_sq().data()};
+  for (const Piece& p : pieces_) {
+    for (int which = 0; which < 3; ++which) {
+      const float* src = which == 0 ? params + p.param_off : moments[which - 1] + p.dense_off;
+      for (const auto& [rel, n] : p.stretches) {
+        std::copy(src + rel, src + rel + n, out);
+        out += n;
+      }
+    }
+  }
+  std::vector<ManifestSegment> segments = segments_;
+  for (const NamedTensor& b : biases) {
+    segments.push_back({b.name,
+                        0,
+                        uint64_t(out - staging_.data()) * sizeof(float),
+                        {{0, int64_t(b.data.size()), 1, 0}}});
+    out = std::copy(b.data.begin(), b.data.end(), out);
+  }
+  const std::string root = s_.opts.io.save;
+  const std::string final_dir = root + "/" + step_dir_name(step);
+  const int64_t position = s_.train.position();
+  auto job = [this, step, position, segments = std::move(segments), root, final_dir]() {
+    return write_job(step, position, segments, final_dir + ".tmp", final_dir);
+  };
+  if (s_.opts.io.save_sync)
+    throw_if_failed(job());
+  else
+    writer_.start(std::move(job));
+  const double stall = now_seconds() - t0;
+  stall_s_ += stall;
+  longest_stall_s_ = std::max(longest_stall_s_, stall);
+  ++saves_;
+}
+
+}  // namespace mt
+
+namespace mt {
+
+// Runs on the writer thread (or the training thread with --save-sync), on every rank, over
+// the writer's own communicator. Every rank takes part in every exchange whatever failed,
+// so a failure on one rank never leaves another waiting.
+std::string ShardedCheckpointer::write_job(int step, int64_t data_position,
+                                           const std::vector<ManifestSegment>& segments,
+                                           const std::string& tmp, const std::string& final_dir) {
+  Communicator& c = *comm_;
+  std::string error;
+  int32_t ready = 1;
+  if (c.rank() == 0) {
+    try {
+      clear_step_dir(tmp);
+      std::error_code ec;
+      fs::create_directories(tmp, ec);
+      if (ec) throw RuntimeError(str("cannot create ", tmp, ": ", ec.message()));
+    } catch (const std::exception& e) {
+      error = str("rank 0: ", e.what());
+      ready = 0;
+    }
+  }
+  c.broadcast(&ready, 1, DType::i32, 0).wait();
+  json report = {{"error", error}};
+  if (ready) {
+    try {
+      const ManifestFile f = write_shard_file(tmp + "/" + rank_file_name(s_.ctx.rank),
+                                              staging_.data(), staging_.size());
+      json crcs = json::array();
+      for (uint32_t x : f.block_crc32c) crcs.push_back(x);
+      json segs = json::array();
+      for (const ManifestSegment& seg : segments)
+        segs.push_back({seg.tensor, seg.offset, runs_json(seg.runs)});
+      report = {
+          {"error", ""}, {"name", f.name}, {"bytes", f.bytes}, {"crc", crcs}, {"segments", segs}};
+    } catch (const std::exception& e) {
+      report["error"] = str("rank ", s_.ctx.rank, ": ", e.what());
+    }
+  }
+  const std::vector<std::string> reports = gather_to_root(c, report.dump());
+  std::string result;
+  if (c.rank() == 0) {
+    try {
+      result = publish(step, data_position, reports, tmp, final_dir);
+    } catch (const std::exception& e) {
+      result = str("rank 0: ", e.what());
+    }
+    if (!result.empty()) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      result += str("; the checkpoint of step ", step,
+                    " was not published (the checkpoints before it are intact)");
+    }
+  }
+  return broadcast_from_root(c, result);
+}
+
+// Rank 0: the manifest from every rank's report, then the directory into place.
+std::string ShardedCheckpointer::publish(int step, int64_t data_position,
+                                         const std::vector<std::string>& reports,
+                                         const std::string& tmp, const std::string& final_dir) {
+  Manifest m;
+  m.step = step;
+  m.data_position = data_position;
+  m.seed = s_.opts.optim.seed;
+  m.model = s_.opts.model;
+  m.layout = layout_text(s_.opts.parallel);
+  m.metadata = tokenizer_metadata(s_.opts.io.tokenizer);
+  for (const ParamInfo& p : s_.view->whole().entries()) {
+    m.tensors.push_back({p.name, p.global_shape});
+    for (const char* suffix : kMomentSuffixes)
+      m.tensors.push_back({p.name + suffix, p.global_shape});
+  }
+  for (const std::string& b : bias_names_)
+    m.tensors.push_back({b, {int64_t(s_.opts.model.experts)}});
+  for (const std::string& text : reports) {
+    const json r = json::parse(text);
+    if (!r["error"].get<std::string>().empty()) return r["error"].get<std::string>();
+  }
+  for (const std::string& text : reports) {
+    const json r = json::parse(text);
+    ManifestFile f;
+    f.name = r["name"].get<std::string>();
+    f.bytes = r["bytes"].get<uint64_t>();
+    for (const json& x : r["crc"]) f.block_crc32c.push_back(x.get<uint32_t>());
+    const int file = int(m.files.size());
+    m.files.push_back(std::move(f));
+    for (const json& seg : r["segments"])
+      m.segments.push_back(
+          {seg[0].get<std::string>(), file, seg[1].get<uint64_t>(), runs_from(seg[2])});
+  }
+  // A rule of session_checkpoint.h that missed or doubled an element fails here, before
+  // anything is published.
+  check_manifest_coverage(m, "the checkpoint of step " + std::to_string(step));
+  write_file_atomic(tmp + "/" + kManifestFile, manifest_json(m).dump() + "\n");
+  fsync_path(tmp);
+  clear_step_dir(final_dir);  // a re-save of the same step (after a resume from an older one)
+  std::error_code ec;
+  fs::rename(tmp, final_dir, ec);
+  if (ec) throw RuntimeError(str("cannot rename ", tmp, " to ", final_dir, ": ", ec.message()));
+  fsync_path(s_.opts.io.save);
+  if (s_.opts.io.keep_checkpoints > 0)
+    prune_checkpoints(s_.opts.io.save, s_.opts.io.keep_checkpoints);
+  return "";
+}
+
+void load_sharded_session(Session& s) {
+  const std::string& dir = s.opts.io.load;
+  const std::string where = "--load " + dir;
+  // Every block was verified before the ranks started; the reader rechecks the blocks it
+  // reads (a file could change in between).
+  const Manifest m = read_manifest(dir);
+  require_same_model(m, s.opts.model, where);
+  MT_REQUIRE(m.step <= s.opts.optim.steps, where, " is at step ", m.step, ", beyond --steps ",
+             s.opts.optim.steps);
+  ShardReader reader(dir, m);
+  const ParamTable& table = s.model.table();
+  auto require_tensor = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    const ManifestTensor* t = reader.tensor(name);
+    MT_REQUIRE(t, where, "/", kManifestFile, ": the checkpoint has no tensor ", name,
+               " (a checkpoint of another model)");
+    MT_REQUIRE(t->shape == shape, where, "/", kManifestFile, ": tensor ", name, " is ",
+               shape_str(t->shape), ", this model's is ", shape_str(shape));
+  };
+  for (const ParamInfo& p : table.entries()) {
+    require_tensor(p.name, p.global_shape);
+    for (const char* suffix : kMomentSuffixes) require_tensor(p.name + suffix, p.global_shape);
+  }
+  // Local elements [lo, hi) of p from the checkpoint's tensor `name` into dst (local lo).
+  auto read_range = [&](const ParamInfo& p, const std::string& name, size_t lo, size_t hi,
+                        float* dst) {
+    map_local_range(p, lo, hi, [&](size_t l, int64_t g, int64_t n) {
+      float* d = dst + (l - lo);
+      reader.read(name, g, n, d);
+      for (int64_t i = 0; i < n; ++i)
+        MT_REQUIRE(std::isfinite(d[i]), where, ": tensor ", name, " element ", g + i, " is ", d[i],
+                   " (not finite): the checkpoint holds a diverged state");
+    });
+  };
+  if (s.opts.parallel.zero < 3) {
+    std::vector<float> local(table.total(), 0.f);  // this rank's replica, which it holds anyway
+    for (const ParamInfo& p : table.entries())
+      read_range(p, p.name, 0, p.numel, local.data() + p.offset);
+    s.dp.load_params(local.data());
+  } else {
+    float* shard = s.dp.param_storage();
+    for (const UpdatePiece& u : s.dp.update_pieces()) {
+      const ParamInfo& p = tensor_at(table, u.table_off);
+      const size_t lo = u.table_off - p.offset;
+      read_range(p, p.name, lo, lo + u.n, shard + u.param_off);
+    }
+    s.dp.release_params();
+  }
+  float* moments[] = {s.opt.exp_avg().data(), s.opt.exp_avg_sq().data()};
+  for (int k = 0; k < 2; ++k) {
+    size_t dense = 0;
+    for (const UpdatePiece& u : s.dp.update_pieces()) {
+      const ParamInfo& p = tensor_at(table, u.table_off);
+      const size_t lo = u.table_off - p.offset;
+      read_range(p, p.name + kMomentSuffixes[k], lo, lo + u.n, moments[k] + dense);
+      dense += u.n;
+    }
+  }
+  const std::vector<std::string> bias_names = router_bias_names(table);
+  MT_CHECK(bias_names.size() == s.moe.size(), "routers vs MoE layers");
+  for (size_t i = 0; i < bias_names.size(); ++i) {
+    std::vector<float>& bias = s.moe[i]->router_bias();
+    require_tensor(bias_names[i], {int64_t(bias.size())});
+    reader.read(bias_names[i], 0, int64_t(bias.size()), bias.data());
+  }
+  s.start_step = m.step;
+  s.train.set_position(m.data_position);
+}
+
+}  // namespace mt
