@@ -18,6 +18,9 @@ struct ParallelOptions {
   int zero = 0;
   bool sequence_parallel = false;
   double bucket_mb = 25;  // gradient bucket size for the data-parallel reducer
+  // every-step | local:H | diloco:H (parallel/data_parallel/replica_sync.h)
+  std::string dp_sync = "every-step";
+  double outer_lr = 0.7, outer_momentum = 0.9;  // diloco's outer Nesterov step
   int world() const { return dp * tp * pp; }
 };
 
@@ -53,6 +56,9 @@ struct IoOptions {
 struct EngineOptions {
   std::string backend = "local";
   double timeout_s = 300;
+  // Ranks each MPI process runs as threads (--backend mpi; 1: one rank per process). K > 1 is
+  // the hybrid world (comm/hybrid/): process p runs world ranks p*K .. p*K+K-1.
+  int ranks_per_process = 1;
 };
 
 struct TrainOptions {

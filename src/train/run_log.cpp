@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "parallel/process_layout.h"
 
 namespace mt {
 
@@ -35,7 +36,13 @@ void RunLog::start(const std::string& backend) {
            par.pp > 1 ? " (" + par.schedule + ")" : "", " | batch ", o.optim.batch, "x",
            o.model.seq, " | ", par.microbatches, " microbatch(es) | ",
            o.optim.recompute != "none" ? "recompute " + o.optim.recompute + " | " : "",
-           o.optim.steps, " steps | backend ", backend));
+           o.optim.steps, " steps | backend ", backend,
+           o.engine.ranks_per_process > 1 ? str(" (", o.engine.ranks_per_process, " ranks per process)")
+                                          : std::string(),
+           par.dp_sync != "every-step" ? " | dp-sync " + par.dp_sync : std::string()));
+  // The hybrid world: where each kind of group communicates (--print-layout has it all).
+  if (o.engine.ranks_per_process > 1)
+    line(summarize_process_layout({par.pp, par.dp, par.tp, par.ep}, o.engine.ranks_per_process));
 }
 
 void RunLog::moe_summary(int step) {
