@@ -46,8 +46,10 @@ case "$mode" in
         args=(--hosts 2 --slots 2 -- -np 4 "$bin" bench comm --backend mpi)
       fi
       echo "== $case"
-      mh "${args[@]}" --min-bytes 1048576 --max-bytes 67108864 --iters 5 --repeats 3 |
-        awk '/^ *[0-9]/ && ($1==1048576 || $1==16777216 || $1==67108864)'
+      for bytes in 1048576 16777216 67108864; do
+        mh "${args[@]}" --min-bytes $bytes --max-bytes $bytes --iters 3 --repeats 3 |
+          awk '/^ *[0-9]/'
+      done
     done ;;
   train)
     m="$out/flat.jsonl"

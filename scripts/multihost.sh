@@ -20,7 +20,9 @@
 # ssh; the agent maps an address to its namespace and runs the command there with
 # `ip netns exec`. Each namespace gets its own TMPDIR: the namespaces share one hostname,
 # and Open MPI names its session directory and shared-memory segments after the hostname,
-# so without it two "hosts" would collide on the same files.
+# so without it two "hosts" would collide on the same files (the shared-memory transport's
+# segments, in /dev/shm by default, are moved there too: two processes per namespace
+# otherwise crash in mca_btl_vader_poll_handle_frag).
 # Latency cannot be added: this kernel has no sch_netem (docs/multihost.md).
 set -euo pipefail
 
@@ -95,7 +97,8 @@ cat >"$agent" <<AGENT
 while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
 host=\$1; shift
 i=\$(( \${host##*.} - 1 ))
-exec ip netns exec "${prefix}n\$i" env TMPDIR="$work/tmp\$i" /bin/sh -c "\$*"
+exec ip netns exec "${prefix}n\$i" env TMPDIR="$work/tmp\$i" \\
+  OMPI_MCA_btl_vader_backing_directory="$work/tmp\$i" /bin/sh -c "\$*"
 AGENT
 chmod +x "$agent"
 
