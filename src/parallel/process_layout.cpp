@@ -114,7 +114,8 @@ std::string summarize_process_layout(const MeshShape& shape, int k) {
   const std::vector<GroupLayout> groups = process_layout(shape, k);
   std::string out = str("hybrid: ", world_of(shape) / k, " processes x ", k, " ranks");
   for (GroupKind kind : kKinds) {
-    if (kind == GroupKind::world) continue;
+    // Without expert parallelism the expert-replica groups are the dp groups.
+    if (kind == GroupKind::world || (kind == GroupKind::ep_replica && shape.ep == 1)) continue;
     // Usually every group of a kind runs alike; where not, each way is listed once.
     std::string ways;
     for (const GroupLayout& g : groups) {
