@@ -108,6 +108,31 @@ TEST_F(ReplicaSyncRuns, LocalStepsDriftThenTheAverageMakesReplicasIdentical) {
   EXPECT_EQ(diloco[0][1], diloco[1][1]);
 }
 
+// The synchronisation is the plain mean of the replicas' weights: after one local step,
+// a ReplicaSync due at step 2 replaces each replica's weights by (w0 + w1) / 2, bitwise.
+TEST_F(ReplicaSyncRuns, SynchronisingAveragesTheReplicasWeights) {
+  const TrainOptions o = options(2, 8, 100, "local:100");  // step 1 is local
+  std::vector<test_util::TensorsByName> before(2), after(2);
+  run_local(2, WorldOptions{}, [&](CommWorld& w) {
+    std::unique_ptr<Session> s = build_session(o, w, RunInfo{});
+    Trace trace(false, w.rank(), 0);
+    train_step(*s, 1, trace);
+    before[size_t(w.rank())] = test_util::params_by_name(*s);
+    ReplicaSync sync({DpSync::Kind::local, 2}, 0.7, 0.9, /*last_step=*/2);
+    EXPECT_FALSE(sync.after_step(s->dp, 1));  // a local step: nothing to do
+    EXPECT_TRUE(sync.after_step(s->dp, 2));
+    after[size_t(w.rank())] = test_util::params_by_name(*s);
+  });
+  ASSERT_NE(before[0], before[1]);
+  for (const auto& [name, w0] : before[0]) {
+    const std::vector<float>& w1 = before[1].at(name);
+    std::vector<float> mean(w0.size());
+    for (size_t i = 0; i < w0.size(); ++i) mean[i] = (w0[i] + w1[i]) / 2.0f;
+    EXPECT_EQ(after[0].at(name), mean) << name;
+    EXPECT_EQ(after[1].at(name), mean) << name;
+  }
+}
+
 TEST_F(ReplicaSyncRuns, LocalOneIsEveryStepBitwise) {
   const auto sync = run(options(2, 8, 3, "every-step"));
   const auto local1 = run(options(2, 8, 3, "local:1"));
