@@ -18,6 +18,10 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
   comm->add_option("--backend", c->backend, "local|mpi")->capture_default_str();
   comm->add_option("--ranks", c->ranks, "ranks (local backend; MPI takes the launcher's)")
       ->capture_default_str();
+  comm->add_option("--ranks-per-process", c->ranks_per_process,
+                   "mpi: ranks each process runs as threads (hybrid world, hierarchical "
+                   "collectives; 1 = flat MPI)")
+      ->capture_default_str();
   comm->add_option("--op", c->op, "all_reduce|reduce_scatter|all_gather|all_to_all|broadcast")
       ->capture_default_str();
   comm->add_option("--min-bytes", c->min_bytes, "smallest message")->capture_default_str();

@@ -95,6 +95,12 @@ void define_parallel_flags(FlagSet& f, ParallelOptions& p) {
              "let the planner choose the layout knobs not given here for --ranks ranks, from "
              "the local profile of 'meshtrain plan --calibrate' (prints its choice and why)");
   f.add("parallel", "ranks", &p.ranks, "ranks to lay out with --auto-layout");
+  f.add("parallel", "dp-sync", &p.dp_sync,
+        "every-step (synchronous dp) | local:H (local SGD: replicas step on their own "
+        "gradients, every H-th step is synchronous and the weights are averaged) | diloco:H "
+        "(H local steps, then an outer Nesterov step on the averaged change); --zero 0");
+  f.add("parallel", "outer-lr", &p.outer_lr, "diloco: outer learning rate");
+  f.add("parallel", "outer-momentum", &p.outer_momentum, "diloco: outer Nesterov momentum");
 }
 
 void define_optim_flags(FlagSet& f, OptimOptions& t) {
@@ -172,6 +178,9 @@ void define_engine_flags(FlagSet& f, EngineOptions& e) {
   f.add("engine", "max-restarts", &e.max_restarts,
         "local backend: after a rank failure or hang, restart the job from the newest "
         "checkpoint under --save up to N times (mpirun: scripts/mpirun_supervisor.sh)");
+  f.add("engine", "ranks-per-process", &e.ranks_per_process,
+        "with --backend mpi: ranks each MPI process runs as threads (hybrid world; tp groups "
+        "stay inside a process when tp divides it)");
 }
 
 void define_train_flags(FlagSet& f, TrainOptions& o) {
@@ -188,6 +197,7 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
   auto opts = std::make_shared<TrainOptions>();
   auto flags = std::make_shared<FlagSet>();
   auto print_config = std::make_shared<bool>(false);
+  auto print_layout = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("train", "train a GPT (see also CONTRACTS: flags)");
   // Repeating a flag overrides the earlier value, as users of shell scripts expect.
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -203,6 +213,9 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
                   "sections; flags override it");
   cmd->add_flag("--print-config", *print_config,
                 "print the resolved configuration as TOML and exit");
+  cmd->add_flag("--print-layout", *print_layout,
+                "print which processes run which ranks and where each group communicates "
+                "(--ranks-per-process), then exit");
   flags->register_cli(*cmd);
   return [=]() {
     if (!config_error->empty()) throw UsageError(*config_error);
@@ -216,6 +229,10 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
       if (flags->given(k)) opts->parallel.fixed.push_back(k);
     if (*print_config) {
       std::printf("%s", flags->to_toml().c_str());
+      return 0;
+    }
+    if (*print_layout) {
+      std::printf("%s", describe_train_layout(*opts).c_str());
       return 0;
     }
     return run_training(*opts, argc, argv);

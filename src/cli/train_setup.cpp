@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "comm/fault.h"
+#include "comm/hybrid/run_hybrid.h"
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/launcher.h"
@@ -15,6 +16,7 @@
 #include "kernels/matmul_bf16.h"
 #include "plan/auto_layout.h"
 #include "plan/calibrate.h"
+#include "parallel/process_layout.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/corpus.h"
@@ -141,6 +143,12 @@ void resolve_train_options(TrainOptions& o) {
   check_fault_spec(o, start);
 }
 
+std::string describe_train_layout(const TrainOptions& o) {
+  validate_train_options(o, launcher_from_env());
+  const ParallelOptions& p = o.parallel;
+  return describe_process_layout({p.pp, p.dp, p.tp, p.ep}, o.engine.ranks_per_process);
+}
+
 int run_training(TrainOptions o, int* argc, char*** argv) {
   const bool mpi = o.engine.backend == "mpi";
   // Under MPI every process parses; only rank 0 should print, which run_mpi arranges.
@@ -183,11 +191,14 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
     MT_REQUIRE(world.size() == o.parallel.world(),
                "the layout needs --pp x --dp x --tp = ", o.parallel.world(), " ranks but the ",
                world.backend_name(), " world has ", world.size(),
-               mpi ? " (set mpirun -np to match)" : "");
+               mpi ? " (set mpirun -np x --ranks-per-process to match)" : "");
     train_rank(o, world, info);
   };
   if (mpi) {
-    run_mpi(argc, argv, wo, body);
+    if (o.engine.ranks_per_process > 1)
+      run_hybrid(argc, argv, o.engine.ranks_per_process, wo, body);
+    else
+      run_mpi(argc, argv, wo, body);
     return 0;
   }
   const std::string first_load = o.io.load;

@@ -7,6 +7,7 @@
 #include <ostream>
 #include <vector>
 
+#include "comm/hybrid/run_hybrid.h"
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -121,6 +122,10 @@ int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostr
   MT_REQUIRE(o.backend == "local" || o.backend == "mpi", "--backend must be local or mpi");
   MT_REQUIRE(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes,
              "need 4 <= --min-bytes <= --max-bytes");
+  MT_REQUIRE(o.ranks_per_process >= 1 && o.ranks_per_process <= kMaxLocalRanks,
+             "--ranks-per-process must be in 1..", kMaxLocalRanks);
+  MT_REQUIRE(o.ranks_per_process == 1 || o.backend == "mpi",
+             "--ranks-per-process needs --backend mpi");
   MT_REQUIRE(o.iters >= 1 && o.repeats >= 1, "--iters and --repeats must be at least 1");
   WorldOptions wopts;
   wopts.timeout_s = o.timeout_s;
@@ -132,7 +137,9 @@ int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostr
     const bool printer = w.rank() == 0;
     if (printer) {
       out << "# meshtrain bench comm: " << o.op << ", backend " << w.backend_name() << ", " << n
-          << " ranks, float32, " << (o.in_place ? "in place" : "out of place")
+          << " ranks";
+      if (o.ranks_per_process > 1) out << " (" << o.ranks_per_process << " per process)";
+      out << ", float32, " << (o.in_place ? "in place" : "out of place")
           << ", time = median of " << o.repeats << " x " << o.iters << " calls\n"
           << "# busbw = algbw * " << std::setprecision(3) << bus_factor(o.op, n) << "\n"
           << std::setw(12) << "bytes" << std::setw(12) << "count" << std::setw(12) << "time(us)"
@@ -160,6 +167,8 @@ int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostr
     MT_REQUIRE(o.ranks >= 1 && o.ranks <= kMaxLocalRanks, "--ranks must be in 1..", kMaxLocalRanks,
                " on the local backend (got ", o.ranks, ")");
     run_local(o.ranks, wopts, body);
+  } else if (o.ranks_per_process > 1) {
+    run_hybrid(argc, argv, o.ranks_per_process, wopts, body);
   } else {
     run_mpi(argc, argv, wopts, body);
   }

@@ -11,6 +11,7 @@ namespace mt {
 struct CommBenchOptions {
   std::string backend = "local";  // "local" or "mpi" (ranks = MPI world size)
   int ranks = 2;                  // local backend only
+  int ranks_per_process = 1;      // mpi: > 1 is the hybrid world (hierarchical collectives)
   std::string op = "all_reduce";  // all_reduce|reduce_scatter|all_gather|all_to_all|broadcast
   size_t min_bytes = 1 << 20;     // per-rank buffer size (all_gather: the gathered size)
   size_t max_bytes = 64 << 20;    // sizes double from min to max

@@ -44,7 +44,9 @@ FaultSpec fault_spec_from_env() {
 void maybe_inject_fault(const FaultSpec& spec, int global_rank, int step, CommWorld& world) {
   if (!spec.enabled() || spec.rank != global_rank || spec.step != step) return;
   const std::string msg = str("rank ", global_rank, ": injected fault at step ", step);
-  if (std::strcmp(world.backend_name(), "local") == 0) throw RuntimeError(msg);
+  // Threads of a process (local, hybrid): throw, so the job stops the process's other ranks
+  // and names this one.
+  if (std::strcmp(world.backend_name(), "mpi") != 0) throw RuntimeError(msg);
   std::cerr << "meshtrain: error: " << msg << std::endl;
   std::exit(1);
 }

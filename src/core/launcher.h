@@ -3,6 +3,7 @@
 // use it: which process of how many this is, and how many share this host.
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace mt {
@@ -18,7 +19,14 @@ struct LauncherInfo {
 
 // Reads the first launcher whose variables are set, in the order Open MPI
 // (OMPI_COMM_WORLD_*), PMIx (PMIX_RANK), PMI (PMI_RANK / PMI_SIZE), MVAPICH
-// (MV2_COMM_WORLD_*), Slurm (SLURM_PROCID / SLURM_NTASKS). Malformed values are ignored.
+// (MV2_COMM_WORLD_*), Slurm (an srun step: SLURM_STEP_ID set; SLURM_PROCID, SLURM_LOCALID,
+// SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE with SLURM_NODEID). Malformed values are
+// ignored. A Slurm batch script outside srun is not a launch of several processes.
 LauncherInfo launcher_from_env();
+// The same, reading variables through env (unit tests).
+LauncherInfo launcher_from(const std::function<const char*(const char*)>& env);
+// Tasks on node `node` from Slurm's compressed list ("2(x3),1" -> 2 on nodes 0-2, 1 on 3);
+// -1 when malformed or beyond the list.
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node);
 
 }  // namespace mt

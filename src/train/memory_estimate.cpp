@@ -292,9 +292,9 @@ int ranks_on_this_host(const TrainOptions& o) {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
     if (const char* v = std::getenv(var)) {
       const int n = std::atoi(v);
-      if (n >= 1) return n;
+      if (n >= 1) return n * o.engine.ranks_per_process;
     }
-  return 1;
+  return o.engine.ranks_per_process;
 }
 
 std::string memory_refusal(const TrainOptions& o, const MemoryEstimate& e, int ranks,

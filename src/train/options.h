@@ -26,6 +26,9 @@ struct ParallelOptions {
   bool auto_layout = false;
   int ranks = 0;
   std::vector<std::string> fixed;
+  // every-step | local:H | diloco:H (parallel/data_parallel/replica_sync.h)
+  std::string dp_sync = "every-step";
+  double outer_lr = 0.7, outer_momentum = 0.9;  // diloco's outer Nesterov step
   int world() const { return dp * tp * pp; }
 };
 
@@ -78,6 +81,9 @@ struct EngineOptions {
   std::string backend = "local";
   double timeout_s = 300;
   int max_restarts = 0;  // local backend: restart the job from its newest checkpoint
+  // Ranks each MPI process runs as threads (--backend mpi; 1: one rank per process). K > 1 is
+  // the hybrid world (comm/hybrid/): process p runs world ranks p*K .. p*K+K-1.
+  int ranks_per_process = 1;
 };
 
 struct TrainOptions {

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "report/report_page.h"
 #include "train/weights_file.h"
+#include "parallel/process_layout.h"
 
 namespace mt {
 
@@ -38,7 +39,13 @@ void RunLog::start(const std::string& backend) {
            o.model.seq, " | ", par.microbatches, " microbatch(es) | ",
            o.optim.recompute != "none" ? "recompute " + o.optim.recompute + " | " : "",
            o.optim.precision != "fp32" ? o.optim.precision + " (" + s_.info.gemm_isa + ") | " : "",
-           o.optim.steps, " steps | backend ", backend));
+           o.optim.steps, " steps | backend ", backend,
+           o.engine.ranks_per_process > 1 ? str(" (", o.engine.ranks_per_process, " ranks per process)")
+                                          : std::string(),
+           par.dp_sync != "every-step" ? " | dp-sync " + par.dp_sync : std::string()));
+  // The hybrid world: where each kind of group communicates (--print-layout has it all).
+  if (o.engine.ranks_per_process > 1)
+    line(summarize_process_layout({par.pp, par.dp, par.tp, par.ep}, o.engine.ranks_per_process));
   metrics_.write(run_record(backend));
 }
 
@@ -57,13 +64,14 @@ nlohmann::json RunLog::run_record(const std::string& backend) const {
        {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"ep", p.ep}, {"zero", p.zero},
         {"microbatches", p.microbatches}, {"schedule", p.schedule},
         {"virtual_stages", p.virtual_stages}, {"sequence_parallel", s_.sequence_parallel()},
-        {"world", p.world()}}},
+        {"world", p.world()}, {"ranks_per_process", o.engine.ranks_per_process},
+        {"dp_sync", p.dp_sync}}},
       {"train",
        {{"steps", o.optim.steps}, {"batch", o.optim.batch}, {"lr", o.optim.lr},
         {"min_lr", o.optim.min_lr}, {"warmup", o.optim.warmup},
         {"lr_schedule", o.optim.lr_schedule}, {"weight_decay", o.optim.weight_decay},
         {"grad_clip", o.optim.grad_clip}, {"seed", o.optim.seed}, {"threads", o.optim.threads},
-        {"recompute", o.optim.recompute}}},
+        {"recompute", o.optim.recompute}, {"precision", o.optim.precision}}},
       {"data", o.io.data},
       {"backend", backend}};
   if (o.io.tokenizer) j["tokenizer"] = to_json(*o.io.tokenizer);

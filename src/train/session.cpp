@@ -90,6 +90,12 @@ AdamW make_optimizer(const OptimOptions& t, const DataParallel& dp) {
   return AdamW(AdamWConfig{t.beta1, t.beta2, t.eps, t.weight_decay}, std::move(pieces));
 }
 
+DpSync dp_sync_of(const TrainOptions& o) {
+  DpSync d;
+  MT_CHECK(parse_dp_sync(o.parallel.dp_sync, &d), "--dp-sync ", o.parallel.dp_sync);
+  return d;
+}
+
 std::unique_ptr<MicrobatchRunner> make_runner(const TrainOptions& o, const ParallelContext& ctx,
                                               GPT& model, DataParallel& dp, int b) {
   const ParallelOptions& p = o.parallel;
@@ -119,7 +125,8 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       moe_metrics(o.model, moe, ctx.dp.get(), o.parallel.pp > 1 ? ctx.pp.get() : nullptr),
       opt(make_optimizer(o.optim, dp)),
       runner(make_runner(o, ctx, model, dp, train.micro_batch_size())),
-      lr{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps} {
+      lr{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps},
+      replica_sync(dp_sync_of(o), o.parallel.outer_lr, o.parallel.outer_momentum, o.optim.steps) {
   // Checkpoints, exports and the sample hold the global view: assemble it (collective).
   if (!o.io.save.empty() || !o.io.export_path.empty() || o.io.sample_tokens > 0)
     view.emplace(o.model, model.table(), moe, *ctx.world);

@@ -13,6 +13,7 @@
 #include "comm/world.h"
 #include "model/gpt.h"
 #include "parallel/data_parallel/data_parallel.h"
+#include "parallel/data_parallel/replica_sync.h"
 #include "parallel/expert_parallel/token_dispatcher.h"
 #include "parallel/microbatch_runner.h"
 #include "parallel/parallel_context.h"
@@ -56,6 +57,7 @@ class Session {
   AdamW opt;
   std::unique_ptr<MicrobatchRunner> runner;
   LrSchedule lr;
+  ReplicaSync replica_sync;  // --dp-sync
   // The whole model gathered to rank 0, for --save, --export and the sample.
   std::optional<GlobalView> view;
   int start_step = 0;  // updates already done (a --load resumes after them)

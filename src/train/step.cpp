@@ -121,20 +121,27 @@ StepRecord train_step(Session& s, int step, Trace& trace) {
     seconds = now - t;
     t = now;
   };
+  s.replica_sync.before_step(s.dp, step);
   r.microbatches = forward_backward(s, trace);
   phase_end(r.phases.forward_backward);
   const std::span<const float> copies = finish_gradients(s, trace);
+  s.replica_sync.local_gradients(s.dp, step);
   phase_end(r.phases.gradients);
   const LossAndNorm ln = loss_and_norm(s, r.microbatches.loss_sum, copies);
   check_finite(step, ln);
   clip(s, ln.norm);
   phase_end(r.phases.norm_and_clip);
   optimizer_step(s, step, r.lr, trace);
+  // --dp-sync: the replicas' weights averaged when due, all of it exposed communication.
+  const double t_sync = now_seconds();
+  const bool synced = s.replica_sync.after_step(s.dp, step);
+  const double sync_seconds = synced ? now_seconds() - t_sync : 0;
   phase_end(r.phases.optimizer);
 
   r.loss = ln.loss;
   r.grad_norm = ln.norm;
   add_comm(r, s, before);
+  r.comm_exposed_s += sync_seconds;
   r.step_time_s = now_seconds() - t_step;
   trace.add("step " + std::to_string(step), "step", t_step, now_seconds());
   add_rates(r, s);

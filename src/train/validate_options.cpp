@@ -11,7 +11,9 @@
 #include "kernels/matmul_bf16.h"
 #include "model/precision.h"
 #include "model/recompute.h"
+#include "parallel/data_parallel/replica_sync.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/process_layout.h"
 #include "parallel/pipeline/stage_partition.h"
 
 namespace mt {
@@ -37,6 +39,12 @@ void validate_engine(const TrainOptions& o, const LauncherInfo& launcher) {
              "write the same files; add --backend mpi (one rank per process) or run meshtrain "
              "without mpirun");
   MT_REQUIRE(e.timeout_s > 0, "--timeout must be > 0 seconds");
+  MT_REQUIRE(e.ranks_per_process >= 1 && e.ranks_per_process <= kMaxLocalRanks,
+             "--ranks-per-process must be in 1..", kMaxLocalRanks, " (got ", e.ranks_per_process,
+             ")");
+  MT_REQUIRE(e.ranks_per_process == 1 || e.backend == "mpi", "--ranks-per-process ",
+             e.ranks_per_process,
+             " needs --backend mpi (with --backend local every rank is a thread already)");
 }
 
 // The model's own shape rules live with the model (the sample command applies them too).
@@ -92,12 +100,17 @@ void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
   MT_REQUIRE(o.engine.backend == "mpi" || world <= kMaxLocalRanks, "--pp x --dp x --tp = ", world,
              " ranks is more than the ", kMaxLocalRanks,
              " threads one process runs (--backend local); use --backend mpi");
-  // Under a launcher the world is the processes it started (CONTRACTS.md §7: one rank per
-  // process), known here from its environment before MPI is initialised.
-  MT_REQUIRE(o.engine.backend != "mpi" || !launcher.launched() || launcher.size == world,
+  // Under a launcher the world is the processes it started times the ranks each runs
+  // (CONTRACTS.md §7: one rank per process unless --ranks-per-process), known here from its
+  // environment before MPI is initialised.
+  const int k = o.engine.ranks_per_process;
+  MT_REQUIRE(world % k == 0, "--ranks-per-process ", k, " does not divide the ", world,
+             " ranks of the layout (--pp x --dp x --tp)");
+  MT_REQUIRE(o.engine.backend != "mpi" || !launcher.launched() || long(launcher.size) * k == world,
              "the layout needs --pp x --dp x --tp = ", world, " ranks but ", launcher.name,
-             " started ", launcher.size, " processes (set mpirun -np ", world,
-             " or change the layout)");
+             " started ", launcher.size, " processes", k > 1 ? str(" x ", k, " ranks each") : "",
+             " (set mpirun -np ", world / k, " or change the layout)");
+
   MT_REQUIRE(batch % (p.dp * p.microbatches) == 0, "--batch ", batch,
              " must be divisible by --dp x --microbatches = ", p.dp * p.microbatches,
              " (each replica's microbatches must be equal)");
@@ -184,6 +197,23 @@ void validate_checkpoints(const TrainOptions& o) {
              "(and --save-every N)");
 }
 
+// --dp-sync (parallel/data_parallel/replica_sync.h): what local SGD / DiLoCo compose with.
+void validate_dp_sync(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  DpSync d;
+  MT_REQUIRE(parse_dp_sync(p.dp_sync, &d),
+             "--dp-sync must be every-step, local:H or diloco:H with H >= 1 (got '", p.dp_sync,
+             "')");
+  MT_REQUIRE(p.outer_lr > 0 && p.outer_momentum >= 0 && p.outer_momentum < 1,
+             "--outer-lr must be > 0 and --outer-momentum in [0, 1)");
+  if (d.kind == DpSync::Kind::every_step) return;
+  // The replicas' own weights and moments live whole on each of them.
+  MT_REQUIRE(p.zero == 0, "--dp-sync ", p.dp_sync, " needs --zero 0 (got --zero ", p.zero, ")");
+  MT_REQUIRE(o.model.experts == 0, "--dp-sync ", p.dp_sync, " does not support --experts yet");
+  MT_REQUIRE(o.io.save.empty() && o.io.load.empty(), "--dp-sync ", p.dp_sync,
+             " does not support --save/--load yet (the anchor and outer momentum are not saved)");
+}
+
 }  // namespace
 
 void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher) {
@@ -192,7 +222,12 @@ void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher)
   validate_optimizer(o.optim);
   validate_layout(o, launcher);
   validate_experts(o);
+  // After the expert rules: the mesh behind it needs ep to divide dp.
+  if (o.engine.ranks_per_process > 1)
+    validate_process_layout({o.parallel.pp, o.parallel.dp, o.parallel.tp, o.parallel.ep},
+                            o.engine.ranks_per_process);
   validate_pipeline(o);
+  validate_dp_sync(o);
   validate_io(o.io);
   validate_checkpoints(o);
 }

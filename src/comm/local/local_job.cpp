@@ -21,14 +21,15 @@ std::string what_of(const std::exception_ptr& e) {
 
 }  // namespace
 
-LocalJob::LocalJob(int size, const WorldOptions& opts) : size_(size), opts_(opts) {
+LocalJob::LocalJob(int size, const WorldOptions& opts, int rank_base)
+    : size_(size), rank_base_(rank_base), opts_(opts) {
   // Spinning only pays when every rank has a core; otherwise it steals the core of the
   // rank being waited for. The world's progress threads mostly sleep, so count ranks.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   policy_.spin_polls = static_cast<unsigned>(size) <= cores ? 2000 : 0;  // ~100 us
   policy_.yield_polls = static_cast<unsigned>(size) <= cores ? 100 : 32;
   std::vector<int> all(size);
-  for (int r = 0; r < size; ++r) all[r] = r;
+  for (int r = 0; r < size; ++r) all[r] = rank_base + r;
   world_ = std::make_shared<GroupState>(*this, all, group_name("world", all));
   all_groups_.push_back(world_);
 }
@@ -83,8 +84,9 @@ std::shared_ptr<GroupState> LocalJob::join_group(int rank, uint64_t call_index,
   MT_CHECK(!members.empty(), "rank ", rank, ": make_group(", kind, ") with no members");
   bool has_me = false;
   for (size_t i = 0; i < members.size(); ++i) {
-    MT_CHECK(members[i] >= 0 && members[i] < size_, "rank ", rank, ": make_group(", kind,
-             "): member ", members[i], " outside world of ", size_);
+    MT_CHECK(members[i] >= rank_base_ && members[i] < rank_base_ + size_, "rank ", rank,
+             ": make_group(", kind, "): member ", members[i], " outside ranks ", rank_base_, "..",
+             rank_base_ + size_ - 1, " of this process");
     MT_CHECK(i == 0 || members[i] > members[i - 1], "rank ", rank, ": make_group(", kind,
              "): members must be ascending and distinct");
     has_me |= members[i] == rank;

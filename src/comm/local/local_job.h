@@ -20,10 +20,14 @@ struct GroupState;
 
 class LocalJob {
  public:
-  LocalJob(int size, const WorldOptions& opts);
+  // rank_base: the world rank of this job's first thread. 0 for run_local; a hybrid world's
+  // process p runs world ranks p*K .. p*K+K-1, so that messages and group names use the
+  // ranks the user knows.
+  LocalJob(int size, const WorldOptions& opts, int rank_base = 0);
   ~LocalJob();
 
   int size() const { return size_; }
+  int rank_base() const { return rank_base_; }
   const WorldOptions& options() const { return opts_; }
   const WaitPolicy& wait_policy() const { return policy_; }
   const std::shared_ptr<GroupState>& world_group() const { return world_; }
@@ -48,6 +52,7 @@ class LocalJob {
 
  private:
   int size_;
+  int rank_base_;
   WorldOptions opts_;
   WaitPolicy policy_;
   std::shared_ptr<GroupState> world_;

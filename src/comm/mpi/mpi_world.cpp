@@ -113,6 +113,25 @@ std::shared_ptr<Communicator> MpiWorld::make_group(const std::vector<int>& membe
   return std::make_shared<MpiCommunicator>(new_group(comm, members, name));
 }
 
+std::shared_ptr<MpiGroup> MpiWorld::split(int color, int key, const std::vector<int>& members,
+                                          const std::string& name, int world_rank) {
+  MPI_Request req;
+  MT_MPI_CHECK(MPI_Ibarrier(control_->comm, &req), "split for ", name);
+  mpi_wait_with_timeout(control_, &req, "split for " + name);
+  MPI_Comm comm = MPI_COMM_NULL;
+  MT_MPI_CHECK(MPI_Comm_split(control_->comm, color < 0 ? MPI_UNDEFINED : color, key, &comm),
+               "split for ", name);
+  if (comm == MPI_COMM_NULL) return nullptr;
+  own(comm);
+  int n = 0;
+  MT_MPI_CHECK(MPI_Comm_size(comm, &n), "split for ", name);
+  MT_CHECK(n == static_cast<int>(members.size()), "split for ", name, ": ", n,
+           " processes joined, expected ", members.size());
+  auto g = new_group(comm, members, name);
+  g->world_rank = world_rank;
+  return g;
+}
+
 void MpiWorld::abort(const std::string& why) {
   std::fprintf(stderr, "meshtrain: error: rank %d: %s\n", rank_, why.c_str());
   std::fflush(stderr);

@@ -42,6 +42,14 @@ class MpiWorld : public CommWorld {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
 
+  // A communicator from a split of the process-wide control communicator, for worlds built
+  // on this one (comm/hybrid). Collective over every process, called by one thread of each,
+  // in the same order. color < 0: this process joins no communicator in this split (returns
+  // nullptr). key orders the ranks; members are the world ranks the new communicator's ranks
+  // stand for (its rank i is members[i]), world_rank the rank its messages name.
+  std::shared_ptr<MpiGroup> split(int color, int key, const std::vector<int>& members,
+                                  const std::string& name, int world_rank);
+
   // End of run: every rank reports its status (0 ok, 2 usage error) and learns the worst
   // and the best. Returns false if not all ranks reported within wait_s.
   bool agree_on_exit(int status, double wait_s, int* worst, int* best);

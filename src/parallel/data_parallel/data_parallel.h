@@ -122,6 +122,9 @@ class DataParallel final {
   // Collective over tp; a no-op when no tensor has such gradients.
   void reduce_tp_partial_grads(Communicator* tp);
   void scale_grads(float s);
+  // --dp-sync (replica_sync.h): the next steps' gradients stay this replica's own.
+  void set_local_gradients(bool local) { grads_.set_local(local); }
+  Communicator& dp_group() { return *dp_; }
   float* param_storage() { return params_.data(); }
   float* grad_storage() { return grads_.storage(); }
   void after_optimizer();  // stages 1-2: all-gather the updated chunks

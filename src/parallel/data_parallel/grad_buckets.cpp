@@ -116,7 +116,7 @@ void GradBuckets::launch(int k) {
   const FlatBucket& b = layout_.buckets()[size_t(k)];
   bucket_done_[size_t(k)] = 0;
   if (zero_ < 2) {
-    if (size_ == 1) return;
+    if (size_ == 1 || local_) return;
     float* g = flat_.data() + b.flat_lo;
     // Another dp rank's same offsets hold other experts: keep this rank's local ones.
     experts_.save_grads(flat_.data(), b.flat_lo, b.flat_lo + b.size());

@@ -61,6 +61,9 @@ class GradBuckets {
   void finish();
   // Tests the reductions in flight (Open MPI progresses only inside MPI calls).
   void poll();
+  // Local steps (--dp-sync local:H / diloco:H, ZeRO 0): the gradients stay this rank's own
+  // (no dp reduction) until set back to false.
+  void set_local(bool local) { local_ = local; }
 
   // A buffer for bindings that are never read (ZeRO-3 units before their first use).
   float* scratch() { return zero_ >= 2 ? pool_[0].data() : flat_.data(); }
@@ -73,6 +76,7 @@ class GradBuckets {
     Work work;
   };
   void launch(int bucket);
+  bool local_ = false;
   void reclaim_oldest();
   int acquire_pool(int bucket);
 
