@@ -79,7 +79,10 @@ std::string metric_chart(const std::vector<RunMetrics>& runs, const std::string&
   std::vector<ChartSeries> series;
   for (size_t i = 0; i < runs.size(); ++i) {
     const std::string name = runs.size() > 1 ? runs[i].name + " " : "";
-    series.push_back({name + key, color_of(i), series_of(runs[i], key, scale, x_key)});
+    // Validation metrics exist on eval steps only: dots, so a lone point still shows.
+    const bool sparse = std::string(key).rfind("val_", 0) == 0;
+    series.push_back(
+        {name + key, color_of(i), series_of(runs[i], key, scale, x_key), false, sparse});
     if (companion)
       series.push_back(
           {name + companion, color_of(i), series_of(runs[i], companion, scale, x_key), true, true});
