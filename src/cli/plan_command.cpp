@@ -82,7 +82,8 @@ plan::PlanRequest make_request(PlanArgs& a) {
   r.devices = a.gpus > 0 ? a.gpus : a.ranks;
   MT_REQUIRE(r.devices >= 1,
              r.hardware.local ? "--ranks N (or --gpus N) is required" : "--gpus N is required");
-  MT_REQUIRE(std::isfinite(a.bucket_mb) && a.bucket_mb > 0, "--bucket-mb must be > 0");
+  MT_REQUIRE(std::isfinite(a.bucket_mb) && a.bucket_mb > 0,
+             "--bucket-mb must be a finite number > 0 (got ", a.bucket_mb, ")");
   MT_REQUIRE(a.threads >= 1, "--threads must be >= 1");
   MT_REQUIRE(a.top >= 1, "--top must be >= 1");
   r.threads = a.threads;
@@ -109,9 +110,10 @@ plan::PlanRequest make_request(PlanArgs& a) {
 }
 
 int run_plan(PlanArgs& a) {
+  // Checked with or without --calibrate: a value given is never silently ignored as bad.
+  MT_REQUIRE(std::isfinite(a.calibrate_seconds) && a.calibrate_seconds > 0,
+             "--calibrate-seconds must be a finite number > 0 (got ", a.calibrate_seconds, ")");
   if (a.calibrate) {
-    MT_REQUIRE(std::isfinite(a.calibrate_seconds) && a.calibrate_seconds > 0,
-               "--calibrate-seconds must be > 0");
     const std::string path = a.profile.empty() ? plan::default_local_profile_path() : a.profile;
     plan::calibrate_local(path, a.calibrate_seconds, std::cout);
     return 0;
