@@ -19,6 +19,16 @@ ShardSpec rows_of(int64_t start, int64_t len) {
   return {0, {{start, len}}};
 }
 
+// Backward through `x + sublayer(layernorm(x))` once the sublayer's gradient d_ln is known:
+// dx = dx_out (the residual path) + layernorm's input gradient. (Nl, C) each; the same in
+// fp32 and bf16, where only the sublayer differs.
+void residual_layernorm_backward(float* dx, const float* dx_out, const float* d_ln, const float* x,
+                                 const float* w, const float* mean, const float* rstd, int Nl,
+                                 int C) {
+  std::memcpy(dx, dx_out, size_t(Nl) * C * sizeof(float));
+  layernorm_backward_input(dx, d_ln, x, w, mean, rstd, Nl, C);
+}
+
 }  // namespace
 
 Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
@@ -208,7 +218,6 @@ void Block::backward_input(float* s, const float* x_in, const float* dx_out, flo
                            float* scratch, int b, int T) {
   if (bf16_) return backward_input_bf16(s, x_in, dx_out, dx_in, scratch, b, T);
   const int N = b * T, Nl = rows(b, T);
-  const size_t nc = size_t(Nl) * C_;
   float* d_fc = s + off_.d_fc;
   float* d_ln2 = s + off_.d_ln2;
   float* dx_mid = s + off_.dx_mid;
@@ -224,9 +233,8 @@ void Block::backward_input(float* s, const float* x_in, const float* dx_out, flo
     gelu_backward(d_fc, s + off_.fc_pre, d_fc, size_t(N) * Hl_);
     fc_.backward_input(d_ln2, d_fc, N, scratch_);
   }
-  std::memcpy(dx_mid, dx_out, nc * sizeof(float));  // residual path
-  layernorm_backward_input(dx_mid, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
-                           s + off_.ln2_rstd, Nl, C_);
+  residual_layernorm_backward(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
+                              s + off_.ln2_rstd, Nl, C_);
 
   // Attention. Selective recomputation: the probabilities again, from the kept qkv. The
   // recomputed output (equal to the kept att_out) lands in d_att_out, overwritten next.
@@ -240,9 +248,8 @@ void Block::backward_input(float* s, const float* x_in, const float* dx_out, flo
   attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
   qkv_.backward_input(d_ln1, d_qkv, N, scratch_);
   // dx_in must not alias anything read below; the x_in statistics are in the slot.
-  std::memcpy(dx_in, dx_mid, nc * sizeof(float));  // residual path
-  layernorm_backward_input(dx_in, d_ln1, x_in, ln1_.w, s + off_.ln1_mean, s + off_.ln1_rstd, Nl,
-                           C_);
+  residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,
+                              s + off_.ln1_rstd, Nl, C_);
 }
 
 void Block::backward_weight(float* s, const float* x_in, const float* dx_out, int b, int T) {
@@ -303,7 +310,6 @@ void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T
 void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out, float* dx_in,
                                 float* scratch, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
-  const size_t nc = size_t(Nl) * C_;
   float* d_ln2 = s + off_.d_ln2;
   float* dx_mid = s + off_.dx_mid;
   float* d_att_out = s + off_.d_att_out;
@@ -317,9 +323,8 @@ void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out
     to_bf16(h16(s, off_.d_fc), stage_, size_t(N) * Hl_);
     fc_.backward_input_bf16(d_ln2, h16(s, off_.d_fc), N, scratch_);
   }
-  std::memcpy(dx_mid, dx_out, nc * sizeof(float));
-  layernorm_backward_input(dx_mid, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
-                           s + off_.ln2_rstd, Nl, C_);
+  residual_layernorm_backward(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
+                              s + off_.ln2_rstd, Nl, C_);
 
   float* att = s + off_.att;
   if (recompute_attention_) {
@@ -331,9 +336,8 @@ void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out
   attention_backward(stage_, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
   to_bf16(h16(s, off_.d_qkv), stage_, size_t(N) * 3 * Cl_);
   qkv_.backward_input_bf16(d_ln1, h16(s, off_.d_qkv), N, scratch_);
-  std::memcpy(dx_in, dx_mid, nc * sizeof(float));
-  layernorm_backward_input(dx_in, d_ln1, x_in, ln1_.w, s + off_.ln1_mean, s + off_.ln1_rstd, Nl,
-                           C_);
+  residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,
+                              s + off_.ln1_rstd, Nl, C_);
 }
 
 void Block::backward_weight_bf16(float* s, const float* x_in, const float* dx_out, int b, int T) {
