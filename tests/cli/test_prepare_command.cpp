@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "cli_fixture.h"
+#include "train/checkpoint/checkpoint_dir.h"
 
 namespace mt::testing {
 namespace {
@@ -68,15 +69,6 @@ TEST(PrepareCommand, StdinToBpeDatasetThenTrainSampleAndReport) {
                      "is not the one");
 }
 
-// The one step_NNNNNN directory a sharded --save wrote under `save`.
-std::string newest_checkpoint_dir(const std::string& save) {
-  std::string newest;
-  for (const auto& e : std::filesystem::directory_iterator(save))
-    if (e.path().filename().string().rfind("step_", 0) == 0 && e.path().string() > newest)
-      newest = e.path().string();
-  return newest;
-}
-
 TEST(PrepareCommand, TokenizerMismatchesAreRefused) {
   TempDir dir;
   write(dir / "corpus.txt", corpus_text());
@@ -103,7 +95,7 @@ TEST(PrepareCommand, TokenizerMismatchesAreRefused) {
                           " --checkpoint-format sharded --save " + (dir / "sharded"))
                 .exit_code,
             0);
-  const std::string newest = newest_checkpoint_dir(dir / "sharded");
+  const std::string newest = dir / "sharded" + "/" + step_dir_name(4);  // kTiny: --steps 4
   expect_usage_error(run_meshtrain(std::string("train") + kTiny + "--steps 6 --data " + bpe +
                                    " --vocab 256 --load " + newest),
                      "trained on ids of tokenizer byte");

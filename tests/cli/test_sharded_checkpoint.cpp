@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cli_fixture.h"
+#include "train/checkpoint/checkpoint_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -32,9 +33,7 @@ using testing::slurp;
 const std::string kSharded = " --checkpoint-format sharded ";
 
 std::string step_dir(const std::string& root, int step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "/step_%06d", step);
-  return root + buf;
+  return root + "/" + step_dir_name(step);
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "train/options.h"
 #include "train/session.h"
 #include "train/token_shard.h"
 
@@ -36,6 +37,20 @@ inline TensorsByName grads_by_name(Session& s) {
     out[info.name] = std::move(g);
   }
   return out;
+}
+
+// The session tests' model: 4 layers of dim 32 (head dim 16: the AVX-512 attention kernels
+// where the build has them), vocabulary 37, batch 8 in 2 microbatches, constant lr.
+inline TrainOptions tiny_session_options(const std::string& data, int steps) {
+  TrainOptions o;
+  o.model.layers = 4, o.model.dim = 32, o.model.heads = 2, o.model.seq = 16;
+  o.model.vocab = 37, o.model.positions = o.model.seq;
+  o.io.data = data;
+  o.optim.batch = 8;
+  o.optim.steps = steps;
+  o.optim.lr_schedule = "constant";
+  o.parallel.microbatches = 2;
+  return o;
 }
 
 // n tokens drawn uniformly from [0, vocab) with the counter-based RNG (stream 1 of seed).

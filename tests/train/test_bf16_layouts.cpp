@@ -109,15 +109,8 @@ class Bf16Layouts : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
 
   static TrainOptions base() {
-    TrainOptions o;
-    o.model.layers = 4, o.model.dim = 32, o.model.heads = 2, o.model.seq = 16;
-    o.model.vocab = 37, o.model.positions = o.model.seq;
-    o.io.data = *dir_ / "train.bin";
-    o.optim.batch = 8;
-    o.optim.steps = kSteps;
-    o.optim.lr_schedule = "constant";
+    TrainOptions o = test_util::tiny_session_options(*dir_ / "train.bin", kSteps);
     o.optim.precision = "bf16";
-    o.parallel.microbatches = 2;
     o.parallel.bucket_mb = 0.001;
     return o;
   }

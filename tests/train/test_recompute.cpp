@@ -51,16 +51,8 @@ class Recompute : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  // hd 16: the AVX-512 attention kernels where the build has them.
   static TrainOptions base() {
-    TrainOptions o;
-    o.model.layers = 4, o.model.dim = 32, o.model.heads = 2, o.model.seq = 16;
-    o.model.vocab = 37, o.model.positions = o.model.seq;
-    o.io.data = *dir_ / "train.bin";
-    o.optim.batch = 8;
-    o.optim.steps = kSteps;
-    o.optim.lr_schedule = "constant";
-    o.parallel.microbatches = 2;
+    TrainOptions o = test_util::tiny_session_options(*dir_ / "train.bin", kSteps);
     o.parallel.bucket_mb = 0.001;  // several buckets per chunk
     return o;
   }
