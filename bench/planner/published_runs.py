@@ -59,6 +59,8 @@ def main():
                 "--seq", str(SEQ), "--vocab", str(VOCAB), "--batch", str(batch),
                 "--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--zero", "0",
                 "--precision", "bf16", "--json", "--top", "1"]
+        # The software behind each run (schedules, dp overlap, dropout, loss, optimizer).
+        args += ["--software", "megatron-lm-2021" if src == "N21" else "megatron-lm-2022"]
         if src == "N21":
             args += ["--recompute", "full", "--sequence-parallel=false"]
             published_s = n21_flops(batch, layers, h) / (gpus * pub * 1e12)
