@@ -33,7 +33,9 @@ HardwareProfile a100() {
   h.intra_latency_s = 8e-6;
   h.inter_busbw = 23e9;  // per GPU/NIC: HDR InfiniBand 200 Gb/s = 25 GB/s, ~92% achieved
   h.inter_latency_s = 15e-6;
-  h.p2p_bw_intra = 240e9;  // 300 GB/s per direction, ~80% achieved
+  // nccl-tests sendrecv_perf on 8 A100 NVLink GPUs: 189 GB/s at 256 MiB, 195 GB/s at 1 GiB
+  // (li-plus/playground cuda/nccl.md) of the 300 GB/s per direction.
+  h.p2p_bw_intra = 195e9;
   h.p2p_bw_inter = 23e9;
   h.sources = {
       "peak: A100 datasheet, 312 TFLOP/s BF16 dense, 156 TF32 dense (fp32 = TF32 tensor cores)",
@@ -42,7 +44,8 @@ HardwareProfile a100() {
       "NVLink: all-reduce busbw 230 GB/s within a node (nccl-tests on DGX A100)",
       "InfiniBand: HDR 200 Gb/s per GPU, 23 GB/s achieved; a group spanning nodes gets "
       "min(NVLink busbw, members per node x 23 GB/s) (one NIC rail per GPU)",
-      "latency per collective step: 8 us NVLink, 15 us InfiniBand (nccl-tests small sizes)"};
+      "latency per collective step: 8 us NVLink, 15 us InfiniBand (nccl-tests small sizes)",
+      "p2p within a node: 195 GB/s (nccl-tests sendrecv_perf, 8 A100 NVLink, 1 GiB)"};
   software_meshtrain(h);
   return h;
 }

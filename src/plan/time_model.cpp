@@ -101,6 +101,13 @@ BlockCosts block_costs(const Context& c, int layer) {
   f += mlp_f;
   bwd += mlp_b;
   w += mlp_w;
+  if (!R.hw->local) {
+    // Bias gradients: each linear's output gradient summed over its rows, a memory-bound
+    // read (qkv and fc1 column-parallel: 3h/t and 4h/t wide; proj and fc2: h wide on the
+    // rank's rows). Megatron computes them as grad_output.sum(0) in the backward.
+    const double cols = 3 * h / t + (moe ? 0.0 : 4 * h / t);
+    w += stream_seconds(R, (N * cols + 2 * Nl * h) * e, moe ? 3 : 4);
+  }
   if (t > 1) {
     // Megatron: two all-reduces of (N, h) per block in forward and two in backward; with
     // SP an all-gather + reduce-scatter pair in their place (the same bytes on the wire).
@@ -387,6 +394,8 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
       "passes; backward = input-gradient GEMMs (B) + weight-gradient GEMMs (W), attention "
       "core backward 2x its forward",
       "model FLOPs (MFU numerator): Korthikanti et al. 2022 App. A, recomputation not counted",
+      "GPU: each linear's bias gradient is a memory-bound pass over its output gradient "
+      "(in W)",
       "tensor parallel: 2 all-reduces forward + 2 backward per block of (b*s, h) activations "
       "(SP: all-gather + reduce-scatter pairs, same bytes); not overlapped with compute",
       "pipeline: the engine's schedule simulator with each stage's F/B/W costs (its blocks, "
