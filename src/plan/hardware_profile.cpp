@@ -27,6 +27,7 @@ HardwareProfile a100() {
   h.peak_bf16 = 312e12;  // BF16 tensor core, dense (A100 datasheet)
   h.gemm_efficiency = 0.80;
   h.gemm_half_dim = 128;
+  h.sms = 108;                  // A100 SXM: 108 SMs (A100 datasheet / architecture whitepaper)
   h.memory_bw = 0.85 * 2039e9;  // HBM2e 2,039 GB/s (datasheet) x STREAM-like efficiency
   h.kernel_overhead_s = 4e-6;
   h.intra_busbw = 230e9;  // nccl-tests all_reduce busbw on one DGX A100 (NVLink 3, 600 GB/s bidir.)
@@ -40,6 +41,8 @@ HardwareProfile a100() {
   h.sources = {
       "peak: A100 datasheet, 312 TFLOP/s BF16 dense, 156 TF32 dense (fp32 = TF32 tensor cores)",
       "GEMM: 80% of peak for large GEMMs (cuBLAS), efficiency x d/(d+128) for smallest dim d",
+      "GEMM waves: 256x128 output tiles, one per SM, 108 SMs (NVIDIA Matrix Multiplication "
+      "Background guide, wave quantization; A100 datasheet): a partial last wave idles SMs",
       "HBM: 2,039 GB/s datasheet x 0.85 achievable (stream-type kernels)",
       "NVLink: all-reduce busbw 230 GB/s within a node (nccl-tests on DGX A100)",
       "InfiniBand: HDR 200 Gb/s per GPU, 23 GB/s achieved; a group spanning nodes gets "
@@ -59,6 +62,7 @@ HardwareProfile h100() {
   h.peak_bf16 = 989e12;    // BF16 tensor core, dense (H100 SXM datasheet)
   h.gemm_efficiency = 0.75;
   h.gemm_half_dim = 192;
+  h.sms = 132;                  // H100 SXM5: 132 SMs (H100 datasheet / architecture whitepaper)
   h.memory_bw = 0.85 * 3350e9;  // HBM3 3.35 TB/s (datasheet)
   h.kernel_overhead_s = 4e-6;
   h.intra_busbw = 370e9;  // nccl-tests all_reduce busbw on one DGX H100 (NVLink 4, 900 GB/s bidir.)
@@ -70,6 +74,7 @@ HardwareProfile h100() {
   h.sources = {
       "peak: H100 SXM datasheet, 989 TFLOP/s BF16 dense, 494.5 TF32 dense",
       "GEMM: 75% of peak for large GEMMs (cuBLAS), efficiency x d/(d+192) for smallest dim d",
+      "GEMM waves: 256x128 output tiles, one per SM, 132 SMs (H100 SXM5)",
       "HBM: 3.35 TB/s datasheet x 0.85 achievable",
       "NVLink: all-reduce busbw 370 GB/s within a node (nccl-tests on DGX H100, no NVLS)",
       "InfiniBand: NDR 400 Gb/s per GPU, 45 GB/s achieved; spanning groups as for A100",
@@ -222,6 +227,7 @@ HardwareProfile load_profile(const std::string& path) {
                                                  "peak_bf16",
                                                  "gemm_efficiency",
                                                  "gemm_half_dim",
+                                                 "sms",
                                                  "memory_bw",
                                                  "kernel_overhead_s",
                                                  "intra_busbw",
@@ -265,6 +271,7 @@ HardwareProfile load_profile(const std::string& path) {
   read(*t, "peak_bf16", h.peak_bf16, path);
   read(*t, "gemm_efficiency", h.gemm_efficiency, path);
   read(*t, "gemm_half_dim", h.gemm_half_dim, path);
+  read(*t, "sms", h.sms, path);
   read(*t, "memory_bw", h.memory_bw, path);
   read(*t, "kernel_overhead_s", h.kernel_overhead_s, path);
   read(*t, "intra_busbw", h.intra_busbw, path);
@@ -306,6 +313,7 @@ HardwareProfile load_profile(const std::string& path) {
                         {"p2p_bw_intra", h.p2p_bw_intra}})
     MT_REQUIRE(std::isfinite(v) && v > 0, path, ": [hardware] ", key, " must be > 0");
   MT_REQUIRE(h.devices_per_node >= 1, path, ": [hardware] devices_per_node must be >= 1");
+  MT_REQUIRE(std::isfinite(h.sms) && h.sms >= 0, path, ": [hardware] sms must be >= 0");
   MT_REQUIRE(h.gemm_efficiency > 0 && h.gemm_efficiency <= 1, path,
              ": [hardware] gemm_efficiency must be in (0, 1]");
   if (h.peak_bf16 <= 0) h.peak_bf16 = 0;  // no bf16 measured: bf16 not offered
@@ -326,6 +334,7 @@ std::string profile_to_toml(const HardwareProfile& h) {
                       {"peak_bf16", h.peak_bf16},
                       {"gemm_efficiency", h.gemm_efficiency},
                       {"gemm_half_dim", h.gemm_half_dim},
+                      {"sms", h.sms},
                       {"memory_bw", h.memory_bw},
                       {"kernel_overhead_s", h.kernel_overhead_s},
                       {"intra_busbw", h.intra_busbw},

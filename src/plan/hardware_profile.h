@@ -23,6 +23,8 @@ struct HardwareProfile {
   // A GEMM whose smallest dimension is d runs at efficiency * d / (d + gemm_half_dim):
   // small tiles waste the machine (tile quantisation, too few thread blocks/threads).
   double gemm_half_dim = 0;
+  // Streaming multiprocessors (GPU datasheets; 0 = no wave quantisation, e.g. local CPUs).
+  double sms = 0;
   double memory_bw = 0;          // bytes/s a memory-bound kernel streams per device
   double kernel_overhead_s = 0;  // per kernel launch / OpenMP region
   // Collective bus bandwidth (nccl-tests' busbw, bytes/s per rank) and latency per call,
