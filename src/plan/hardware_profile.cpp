@@ -97,6 +97,7 @@ void software_meshtrain(HardwareProfile& h) {
   h.even_chunks = false;
   h.grad_accum_pass = false;
   h.tp_backward_overlap = false;
+  h.max_zero = 3;
   h.schedules.clear();
   h.software_sources = {
       "software meshtrain: fp32 gradients reduced in buckets as the last microbatch's "
@@ -136,6 +137,9 @@ void software_megatron(HardwareProfile& h, bool fp16_grads, const std::string& n
   h.grad_accum_pass = fp16_grads;
   h.tp_backward_overlap = !fp16_grads;
   h.schedules = {"1f1b", "interleaved"};
+  // The papers' runs use no ZeRO (Megatron's own optimizer keeps full fp32 state per dp
+  // rank in these versions; the later distributed optimizer is not modelled).
+  h.max_zero = 0;
   h.software_sources = {
       "software " + name +
           ": megatron/training.py train_step(): gradients all-reduced over "
@@ -155,7 +159,8 @@ void software_megatron(HardwareProfile& h, bool fp16_grads, const std::string& n
           (fp16_grads ? "54" : "50") +
           " bytes per element (zero grads, [fp16->fp32 grads], unscale, norm, Adam, copy)",
       "schedules: 1f1b and interleaved only (schedules.py of that version); interleaved "
-      "needs layers divisible by pp x v and microbatches divisible by pp (its assertions)",
+      "needs layers divisible by pp x v and microbatches divisible by pp (its assertions); "
+      "no ZeRO (max_zero 0)",
       fp16_grads
           ? "gradient accumulation: megatron/model/distributed.py param hook "
             "main_grad.add_(grad) per parameter per microbatch (read the 16-bit grad, read + "
@@ -254,7 +259,8 @@ HardwareProfile load_profile(const std::string& path) {
                                                  "p2p_scatter_gather",
                                                  "even_chunks",
                                                  "grad_accum_pass",
-                                                 "tp_backward_overlap"};
+                                                 "tp_backward_overlap",
+                                                 "max_zero"};
   for (auto&& [k, v] : *t) {
     (void)v;
     bool ok = false;
@@ -299,6 +305,8 @@ HardwareProfile load_profile(const std::string& path) {
   h.even_chunks = (*t)["even_chunks"].value_or(h.even_chunks);
   h.grad_accum_pass = (*t)["grad_accum_pass"].value_or(h.grad_accum_pass);
   h.tp_backward_overlap = (*t)["tp_backward_overlap"].value_or(h.tp_backward_overlap);
+  h.max_zero = int((*t)["max_zero"].value_or(int64_t(h.max_zero)));
+  MT_REQUIRE(h.max_zero >= 0 && h.max_zero <= 3, path, ": [hardware] max_zero must be 0-3");
   MT_REQUIRE(h.dp_overlap >= 0 && h.dp_overlap <= 1, path,
              ": [hardware] dp_overlap must be in [0, 1]");
   MT_REQUIRE(h.grad_reduce_bytes > 0 && h.optimizer_bytes > 0, path,
@@ -362,7 +370,8 @@ std::string profile_to_toml(const HardwareProfile& h) {
       << "\np2p_scatter_gather = " << (h.p2p_scatter_gather ? "true" : "false")
       << "\neven_chunks = " << (h.even_chunks ? "true" : "false")
       << "\ngrad_accum_pass = " << (h.grad_accum_pass ? "true" : "false")
-      << "\ntp_backward_overlap = " << (h.tp_backward_overlap ? "true" : "false") << "\n";
+      << "\ntp_backward_overlap = " << (h.tp_backward_overlap ? "true" : "false")
+      << "\nmax_zero = " << h.max_zero << "\n";
   }
   o << "sources = [";
   for (size_t i = 0; i < h.sources.size(); ++i) {

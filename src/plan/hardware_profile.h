@@ -69,6 +69,7 @@ struct HardwareProfile {
   // The tp collectives of a column-parallel linear's backward run under its GEMMs
   // (Megatron-LM 2022's async tensor-parallel communication).
   bool tp_backward_overlap = false;
+  int max_zero = 3;  // the highest ZeRO stage the software has
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;
   std::vector<std::string> software_sources;  // printed by --explain

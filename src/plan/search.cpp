@@ -132,7 +132,9 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
         for (int e : divisors(dp, dp))
           if (m.experts % e == 0) eps.push_back(e);
       }
-      const std::vector<int> zeros = dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
+      std::vector<int> zeros = dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
+      if (!r.hardware.local)  // the software's ZeRO stages (Megatron-LM 2021/2022: none)
+        std::erase_if(zeros, [&](int z) { return z > r.hardware.max_zero; });
       const std::vector<bool> sps =
           tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
       for (int ep : choices(r.ep, eps))

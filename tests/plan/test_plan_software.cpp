@@ -120,6 +120,7 @@ TEST(PlanSoftware, SearchKeepsToTheSoftwaresSchedules) {
   bool interleaved = false;
   for (const Layout& l : all) {
     EXPECT_TRUE(l.schedule == "1f1b" || l.schedule == "interleaved") << l.schedule;
+    EXPECT_EQ(l.zero, 0);
     if (l.schedule != "interleaved") continue;
     interleaved = true;
     EXPECT_EQ(r.model.layers % (l.pp * l.virtual_stages), 0) << l.virtual_stages;
