@@ -54,6 +54,15 @@ BlockCosts block_costs(const Context& c, int layer) {
     core = flops / R.attention_fwd + R.overhead_s;
     core_bwd = 2 * flops / R.attention_bwd + R.overhead_s;
   }
+  const HardwareProfile& hw = *R.hw;
+  if (hw.dropout && !hw.local) {
+    // Dropout on the attention probabilities (a separate pass after the fused softmax:
+    // read, write and a 1-byte mask per element; its backward reads the gradient and the
+    // mask and writes). Part of the core, so selective recomputation repeats it too.
+    const double elems = heads * s * s, bytes = elems * (2 * e + 1);
+    core += pointwise_seconds(R, elems, bytes, 1);
+    core_bwd += pointwise_seconds(R, elems, bytes, 1);
+  }
   f += core;
   bwd += core_bwd;
   // LayerNorms, residual adds (on Nl rows under SP), bias + GELU.
@@ -61,6 +70,12 @@ BlockCosts block_costs(const Context& c, int layer) {
   const double residual = stream_seconds(R, 3 * Nl * h * e, 1);
   f += 2 * ln + 2 * residual;
   bwd += 2 * 2 * ln + 2 * residual;
+  if (hw.dropout && !hw.local) {
+    // The fused bias-dropout-add of both residual branches also writes (forward) and
+    // reads (backward) a 1-byte mask per element.
+    f += 2 * stream_seconds(R, Nl * h, 0);
+    bwd += 2 * stream_seconds(R, Nl * h, 0);
+  }
   const bool moe = is_moe_layer(m, layer);
   double mlp_f = 0, mlp_b = 0, mlp_w = 0;
   if (!moe) {
@@ -86,18 +101,46 @@ BlockCosts block_costs(const Context& c, int layer) {
   f += mlp_f;
   bwd += mlp_b;
   w += mlp_w;
+  if (!R.hw->local) {
+    // Bias gradients: each linear's output gradient summed over its rows, a memory-bound
+    // read (qkv and fc1 column-parallel: 3h/t and 4h/t wide; proj and fc2: h wide on the
+    // rank's rows). Megatron computes them as grad_output.sum(0) in the backward.
+    const double cols = 3 * h / t + (moe ? 0.0 : 4 * h / t);
+    w += stream_seconds(R, (N * cols + 2 * Nl * h) * e, moe ? 3 : 4);
+  }
   if (t > 1) {
     // Megatron: two all-reduces of (N, h) per block in forward and two in backward; with
     // SP an all-gather + reduce-scatter pair in their place (the same bytes on the wire).
     const double bytes = N * h * e;
+    // On GPUs the pair costs what the all-reduce it replaces costs (nccl-tests: an
+    // all-reduce moves what a reduce-scatter + all-gather of the same buffer move). The
+    // local path keeps its earlier half-pair figure (not re-checked against the engine).
+    const double sp_pair = R.hw->local ? 0.5 : 1.0;
     const double one =
         c.l.sequence_parallel
-            ? 0.5 * (collective_seconds(*R.hw, Collective::all_gather, bytes, c.tp) +
-                     collective_seconds(*R.hw, Collective::reduce_scatter, bytes, c.tp))
+            ? sp_pair * (collective_seconds(*R.hw, Collective::all_gather, bytes, c.tp) +
+                         collective_seconds(*R.hw, Collective::reduce_scatter, bytes, c.tp))
             : collective_seconds(*R.hw, Collective::all_reduce, bytes, c.tp);
-    k.tp_comm = 4 * one;
+    double bwd_comm = 2 * one;
+    if (!R.hw->local && R.hw->tp_backward_overlap) {
+      // Megatron-LM 2022 (LinearWithGradAccumulationAndAsyncCommunication): in a
+      // column-parallel linear's backward (qkv, fc1) the input's all-gather (SP) runs under
+      // the input-gradient GEMM and the input gradient's reduce-scatter (SP) / all-reduce
+      // runs under the weight-gradient GEMM; only what exceeds them is exposed. Under SP
+      // the row-parallel layers' backward all-gathers (of the output gradient) stay exposed.
+      std::vector<std::pair<double, double>> cols = {
+          {gemm(N, 3 * h / t, h), gemm(3 * h / t, h, N)}};
+      if (!moe) cols.push_back({gemm(N, 4 * h / t, h), gemm(4 * h / t, h, N)});
+      const double half = one / 2;  // one all-gather or one reduce-scatter
+      bwd_comm = c.l.sequence_parallel ? 2 * half : 0;
+      for (const auto& [dgrad, wgrad] : cols)
+        bwd_comm += c.l.sequence_parallel
+                        ? std::max(0.0, half - dgrad) + std::max(0.0, half - wgrad)
+                        : std::max(0.0, one - wgrad);
+    }
+    k.tp_comm = 2 * one + bwd_comm;
     f += 2 * one;
-    bwd += 2 * one;
+    bwd += bwd_comm;
   }
   f += k.ep_comm / 2;
   bwd += k.ep_comm / 2;
@@ -147,6 +190,7 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
   std::vector<ChunkSpec> whole = {{0, m.layers, true, true}};
   if (l.pp > 1) per_chunk = default_stage_layers(m, l.pp, l.virtual_stages);
   std::vector<StageCosts> out(size_t(l.pp));
+  const bool accum_pass = r.hardware.grad_accum_pass && !r.hardware.local;  // Megatron 2021
   const double b = l.micro_batch, N = b * m.seq, h = m.dim, t = l.tp, e = c.e;
   const double Vl = double(tp::padded_vocab(m.vocab, l.tp)) / l.tp;
   for (int st = 0; st < l.pp; ++st) {
@@ -162,8 +206,13 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         sc.tp_comm += k.tp_comm;
         sc.ep_comm += k.ep_comm;
         sc.recompute += k.recompute;
-        sc.params += block_params(m, layer, l, &sc.expert_params);
+        const double bp = block_params(m, layer, l, &sc.expert_params);
+        sc.params += bp;
         ++sc.blocks;
+        // The gradient-accumulation pass after each weight gradient (Megatron's DDP hook):
+        // read the 16-bit gradient, read and write the reduction buffer.
+        if (accum_pass)
+          sc.weight += stream_seconds(c.rates, bp * (e + 2 * r.hardware.grad_reduce_bytes), 0);
       }
       if (spec.has_embedding) {
         sc.forward += stream_seconds(c.rates, 3 * N * h * e, 2);
@@ -179,10 +228,17 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         // ln_f, the logits GEMM against the (vocab-parallel) tied embedding, the
         // cross-entropy over N x V/tp logits, and their backward.
         const double logits = gemm_seconds(c.rates, N, Vl, h, e);
-        const double ce = pointwise_seconds(c.rates, N * Vl, 3 * N * Vl * e, 3);
+        double ce = pointwise_seconds(c.rates, N * Vl, 3 * N * Vl * e, 3), ce_bwd = ce;
+        if (r.hardware.fp32_cross_entropy && !r.hardware.local) {
+          // Megatron: output.float() (read e, write 4), then max (4), subtract (8), exp
+          // (8), sum (4), divide (8) per logit; backward: scale the saved softmax (8) and
+          // cast the gradient back (4 + e).
+          ce = pointwise_seconds(c.rates, N * Vl, N * Vl * (e + 4 + 32), 6);
+          ce_bwd = pointwise_seconds(c.rates, N * Vl, N * Vl * (12 + e), 2);
+        }
         const double ln = pointwise_seconds(c.rates, N * h, 2 * N * h * e, 1);
         sc.forward += logits + ce + ln;
-        sc.backward += logits + ce + 2 * ln;
+        sc.backward += logits + ce_bwd + 2 * ln;
         sc.weight += gemm_seconds(c.rates, Vl, h, N, e);
         sc.params += 2 * h;
         if (!wte) sc.params += Vl * h, wte = true;
@@ -238,11 +294,26 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   const double boundary = N * h * c.e / (l.sequence_parallel ? l.tp : 1);
   const bool across = !r.hardware.local && l.tp * l.dp * l.pp > r.hardware.devices_per_node;
   p.pp_p2p_s = l.pp > 1 ? p2p_seconds(r.hardware, boundary, across) : 0;
+  const bool gpu = !r.hardware.local;
+  if (gpu && l.pp > 1 && r.hardware.p2p_scatter_gather && l.tp > 1 && !l.sequence_parallel) {
+    // Megatron's scatter/gather: each tp rank sends 1/tp of the boundary over its own
+    // link, the receiver all-gathers it over tp (NVLink).
+    p.pp_p2p_s = p2p_seconds(r.hardware, boundary / l.tp, across) +
+                 collective_seconds(r.hardware, Collective::all_gather, boundary, c.tp);
+  }
+  // Blocking p2p (Megatron: batch_isend_irecv, wait, cuda.synchronize): every chunk's
+  // forward and backward also pays the transfer on its own timeline; the data is there
+  // when the sender's op ends (no separate latency).
+  const bool blocking = gpu && r.hardware.p2p_blocking;
   if (l.pp > 1) {
     std::vector<OpCosts> costs;
     for (const StageCosts& sc : p.stages) {
       const double v = l.virtual_stages;
-      costs.push_back({sc.forward / v, sc.backward / v, sc.weight / v, p.pp_p2p_s});
+      if (blocking)
+        costs.push_back(
+            {sc.forward / v + p.pp_p2p_s, sc.backward / v + p.pp_p2p_s, sc.weight / v, 0.0});
+      else
+        costs.push_back({sc.forward / v, sc.backward / v, sc.weight / v, p.pp_p2p_s});
     }
     const Timeline tl = simulate_schedule(schedule, costs);
     MT_CHECK(!tl.deadlocked);
@@ -265,7 +336,9 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
     // updated parameters (the same bytes as an all-reduce; the gather after the step is
     // exposed); ZeRO 3 reduces per microbatch above.
     double reduce = 0, after = 0;
-    const double dense = (sc.params - sc.expert_params) * 4, experts = sc.expert_params * 4;
+    // Bytes per reduced gradient element: fp32 unless the software reduces 16-bit buffers.
+    const double gb = r.hardware.local ? 4.0 : r.hardware.grad_reduce_bytes;
+    const double dense = (sc.params - sc.expert_params) * gb, experts = sc.expert_params * gb;
     const int expert_dp = l.dp / l.ep;
     const GroupSpan edp = group_span(r.hardware, expert_dp, l.tp * l.ep);
     if (l.dp > 1 && l.zero < 3) {
@@ -278,13 +351,27 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
     }
     if (expert_dp > 1 && l.zero < 3)
       reduce += collective_seconds(r.hardware, Collective::all_reduce, experts, edp);
-    const double window = r.hardware.local ? 0.0 : sc.backward + sc.weight;
+    // dp_overlap: the fraction of the reduction the software runs under the last
+    // microbatch's backward (Megatron-LM before --overlap-grad-reduce: none).
+    const double window =
+        r.hardware.local ? 0.0 : r.hardware.dp_overlap * (sc.backward + sc.weight);
     dp_exposed = std::max(dp_exposed, std::max(0.0, reduce - window) + after);
     // AdamW over the elements this rank updates, plus the gradient-norm pass:
-    // ~32 bytes per element streamed (param, grad, two moments read; param, moments written).
+    // ~32 bytes per element streamed (param, grad, two moments read; param, moments
+    // written); on GPUs the software profile's count (Megatron's fp16 optimizer: 50-54).
     const double updated =
         l.zero > 0 ? (sc.params - sc.expert_params) / l.dp + sc.expert_params : sc.params;
-    opt = std::max(opt, stream_seconds(c.rates, updated * 32, 2));
+    const double per_elem = r.hardware.local ? 32.0 : r.hardware.optimizer_bytes;
+    opt = std::max(opt, stream_seconds(c.rates, updated * per_elem, 2));
+  }
+  if (!r.hardware.local && l.pp > 1) {
+    // The tied embedding: its gradient is summed between the first and the last stage
+    // (V/tp x h per rank) after the pipeline and before the optimizer, on the critical
+    // path (every rank waits for it at the gradient-norm all-reduce).
+    const double Vl = double(tp::padded_vocab(m.vocab, l.tp)) / l.tp;
+    const GroupSpan ends = group_span(r.hardware, 2, l.tp * l.dp * (l.pp - 1));
+    dp_exposed += collective_seconds(r.hardware, Collective::all_reduce,
+                                     Vl * h * r.hardware.grad_reduce_bytes, ends);
   }
   // Recomputation on the slowest stage (reported; already inside the backward costs).
   for (const StageCosts& sc : p.stages) recompute = std::max(recompute, sc.recompute * mb);
@@ -307,6 +394,8 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
       "passes; backward = input-gradient GEMMs (B) + weight-gradient GEMMs (W), attention "
       "core backward 2x its forward",
       "model FLOPs (MFU numerator): Korthikanti et al. 2022 App. A, recomputation not counted",
+      "GPU: each linear's bias gradient is a memory-bound pass over its output gradient "
+      "(in W)",
       "tensor parallel: 2 all-reduces forward + 2 backward per block of (b*s, h) activations "
       "(SP: all-gather + reduce-scatter pairs, same bytes); not overlapped with compute",
       "pipeline: the engine's schedule simulator with each stage's F/B/W costs (its blocks, "
@@ -328,9 +417,25 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
         "time-share them");
   } else {
     a.push_back(
-        "data parallel: fp32 gradients reduced in buckets during the last microbatch's "
-        "backward (overlapped with its B+W; the rest is exposed), ZeRO 1/2 reduce-scatter "
-        "then an exposed all-gather of the updated parameters");
+        "data parallel: gradients (grad_reduce_bytes per element) reduced in buckets; "
+        "dp_overlap of the reduction may hide under the last microbatch's B+W, the rest is "
+        "exposed; ZeRO 1/2 reduce-scatter then an exposed all-gather of the updated "
+        "parameters; with pp the tied embedding's gradient all-reduce between first and "
+        "last stage follows, exposed (counted in dp exposed)");
+    const HardwareProfile& hw = r.hardware;
+    a.push_back(str("pipeline p2p: ",
+                    hw.p2p_blocking ? "blocking (each chunk's F and B pay "
+                                      "the transfer)"
+                                    : "asynchronous (the transfer is the send->receive latency)",
+                    hw.p2p_scatter_gather ? "; scatter/gather over tp (1/tp per link, then an "
+                                            "all-gather over NVLink)"
+                                          : ""));
+    a.push_back(str("software ", hw.software, ": dp_overlap ", hw.dp_overlap,
+                    ", grad_reduce_bytes ", hw.grad_reduce_bytes, ", dropout ",
+                    hw.dropout ? "yes" : "no", ", fp32 cross-entropy ",
+                    hw.fp32_cross_entropy ? "yes" : "no", ", optimizer ", hw.optimizer_bytes,
+                    " bytes/element"));
+    for (const std::string& line : hw.software_sources) a.push_back(line);
     a.push_back(
         "placement: tp innermost within a node, then dp, then pp (CONTRACTS.md §7); a group "
         "spanning nodes gets min(NVLink busbw, members per node x NIC busbw)");
