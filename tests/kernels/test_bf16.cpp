@@ -281,6 +281,19 @@ TEST(Bf16Matmul, SameResultWithOneAndTwoThreads) {
   EXPECT_LT(normalised_error(two, ref), 1e-5);
 }
 
+TEST(Bf16Transpose, MovesEveryElementToItsMirroredPlace) {
+  // Sizes with and without full 16 x 16 register blocks and both kinds of edge.
+  for (auto [rows, cols] : {std::pair{1, 1}, {16, 16}, {37, 50}, {1, 40}, {33, 17}, {64, 48}}) {
+    std::vector<bf16> src(size_t(rows) * cols), dst(src.size());
+    for (size_t i = 0; i < src.size(); ++i) src[i] = bf16(i * 2654435761u >> 16);
+    bf16_transpose(dst.data(), src.data(), rows, cols);
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j)
+        ASSERT_EQ(dst[size_t(j) * rows + i], src[size_t(i) * cols + j])
+            << rows << "x" << cols << " at " << i << "," << j;
+  }
+}
+
 TEST(Bf16Matmul, NamesTheIsaOneDnnPicked) {
   if (!bf16_matmul_supported()) GTEST_SKIP() << "no bf16 matmul on this CPU";
   const std::string isa = matmul_bf16_isa();
