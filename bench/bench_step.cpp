@@ -238,13 +238,23 @@ struct KernelBench {
       out.insert(out.end(), v.begin(), v.end());
     // Full (non-causal) attention FLOPs, as MFU counts them: 4 T^2 C forward, 8 T^2 C backward.
     const double af = 4.0 * B * double(T) * T * C;
-    out.push_back({"attention fwd", L, af, [=, this] {
-                     mt::attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
-                   }});
-    out.push_back({"attention bwd", L, 2 * af, [=, this] {
-                     mt::attention_backward(dqkv.data(), scratch.data(), dy.data(), qkv.data(),
-                                            att.data(), B, T, C, NH);
-                   }});
+    if (bf16_) {  // the bf16 products (kernels/attention.h), as --precision bf16 runs them
+      out.push_back({"attention fwd bf16", L, af, [=, this] {
+                       mt::attention_forward_bf16(y.data(), att.data(), qkv.data(), B, T, C, NH);
+                     }});
+      out.push_back({"attention bwd bf16", L, 2 * af, [=, this] {
+                       mt::attention_backward_bf16(dqkv.data(), scratch.data(), dy.data(),
+                                                   qkv.data(), att.data(), B, T, C, NH);
+                     }});
+    } else {
+      out.push_back({"attention fwd", L, af, [=, this] {
+                       mt::attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
+                     }});
+      out.push_back({"attention bwd", L, 2 * af, [=, this] {
+                       mt::attention_backward(dqkv.data(), scratch.data(), dy.data(), qkv.data(),
+                                              att.data(), B, T, C, NH);
+                     }});
+    }
     out.push_back({"layernorm fwd", 2 * L + 1, 0, [=, this] {
                      mt::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
                                            bias.data(), N, C);

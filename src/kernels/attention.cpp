@@ -147,4 +147,42 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   }
 }
 
+bool attention_bf16_supported(int C, int NH) {
+  return NH > 0 && C % NH == 0 && attention_bf16_avx512_supports(C / NH);
+}
+
+void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  if (!attention_bf16_supported(C, NH)) return attention_forward(out, att, qkv, B, T, C, NH);
+  const int hd = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
+      float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
+      float* o = out + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
+      attention_head_forward_bf16(hv, o, C, a);
+    }
+  }
+}
+
+void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                             const float* att, int B, int T, int C, int NH) {
+  if (!attention_bf16_supported(C, NH))
+    return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  const int hd = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
+      float* dq = dqkv + static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd;
+      const float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
+      float* da = scratch + (static_cast<size_t>(b) * NH + h) * T * T;
+      const float* dout_h = dout + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
+      attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da);
+    }
+  }
+}
+
 }  // namespace mt

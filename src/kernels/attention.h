@@ -18,4 +18,14 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         const float* att, int B, int T, int C, int NH);
 size_t attention_backward_scratch_floats(int B, int T, int C, int NH);
 
+// --precision bf16 (docs/precision.md): the same contract, with the products QK^T, P V and
+// their backward products taking bf16 operands and accumulating in fp32 (AVX512-BF16 dot
+// products), as PyTorch's CPU autocast runs bmm; scores, softmax and its backward stay fp32.
+// Where the CPU lacks AVX512-BF16 or the head dim is not 16, 32, 64 or 128 these are the fp32
+// kernels above (attention_bf16_supported says which).
+void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                             const float* att, int B, int T, int C, int NH);
+bool attention_bf16_supported(int C, int NH);
+
 }  // namespace mt

@@ -28,4 +28,17 @@ void attention_head_backward_avx512(const AttentionHead& h, float* dq, float* dk
                                     int ldd, const float* dout, int lddo, const float* att,
                                     float* datt);
 
+// --precision bf16's attention core (docs/precision.md): the same six products with bf16
+// operands (q, k, v, dout, the probabilities and their gradient, rounded to nearest even by
+// the CPU's conversion instructions) and fp32 accumulation through AVX512-BF16 dot products;
+// the scores, softmax and its backward stay fp32. True when this build and this CPU run them
+// for this head dim (16, 32, 64 or 128); otherwise the caller uses the fp32
+// kernels above.
+bool attention_bf16_avx512_supports(int hd);
+
+// As attention_head_forward_avx512 / attention_head_backward_avx512, with bf16 products.
+void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att);
+void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
+                                  const float* dout, int lddo, const float* att, float* datt);
+
 }  // namespace mt

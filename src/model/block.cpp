@@ -273,7 +273,9 @@ void Block::backward_weight(float* s, const float* x_in, const float* dx_out, in
 
 // ---- --precision bf16 ------------------------------------------------------------------
 // The same steps as above; each fp32 result that only a GEMM reads goes through stage_ and
-// is rounded into its bf16 slot buffer once, where B and W both find it.
+// is rounded into its bf16 slot buffer once, where B and W both find it. The attention core
+// multiplies in bf16 too (kernels/attention.h); the recomputation under selective calls the
+// same bf16 forward, so its probabilities are the forward's bit for bit.
 
 void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
@@ -285,7 +287,7 @@ void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T
   layernorm_forward(stage_, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
   to_bf16(h16(s, off_.ln1_out), stage_, nc);
   qkv_.forward_bf16(qkv, h16(s, off_.ln1_out), N, g16_);
-  attention_forward(stage_, att, qkv, b, T, Cl_, NHl_);
+  attention_forward_bf16(stage_, att, qkv, b, T, Cl_, NHl_);
   to_bf16(h16(s, off_.att_out), stage_, size_t(N) * Cl_);
   attn_proj_.forward_bf16(x_mid, h16(s, off_.att_out), N, scratch_);
   add_inplace(x_mid, x_in, nc);
@@ -329,11 +331,11 @@ void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out
   float* att = s + off_.att;
   if (recompute_attention_) {
     att = probs_scratch_;
-    attention_forward(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
+    attention_forward_bf16(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
   }
   attn_proj_.backward_input_bf16(d_att_out, dx_mid, N, scratch_, g16_);
   std::memset(stage_, 0, size_t(N) * 3 * Cl_ * sizeof(float));
-  attention_backward(stage_, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
+  attention_backward_bf16(stage_, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
   to_bf16(h16(s, off_.d_qkv), stage_, size_t(N) * 3 * Cl_);
   qkv_.backward_input_bf16(d_ln1, h16(s, off_.d_qkv), N, scratch_);
   residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,
