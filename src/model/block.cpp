@@ -303,8 +303,7 @@ void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T
   to_bf16(h16(s, off_.ln2_out), stage_, nc);
   float* fc_pre = s + off_.fc_pre;
   fc_.forward_bf16(fc_pre, h16(s, off_.ln2_out), N, g16_, /*with_bias=*/false);
-  bias_gelu_forward(stage_, fc_pre, fc_.bias(), N, Hl_);
-  to_bf16(h16(s, off_.fc_out), stage_, size_t(N) * Hl_);
+  bias_gelu_forward_bf16(h16(s, off_.fc_out), fc_pre, fc_.bias(), N, Hl_);
   mlp_proj_.forward_bf16(x_out, h16(s, off_.fc_out), N, scratch_);
   add_inplace(x_out, x_mid, nc);
 }
@@ -321,8 +320,7 @@ void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out
     moe_->backward_input(s, s + off_.ln2_out, dx_out, d_ln2, N);
   } else {
     mlp_proj_.backward_input_bf16(stage_, dx_out, N, scratch_, g16_);
-    gelu_backward(stage_, s + off_.fc_pre, stage_, size_t(N) * Hl_);
-    to_bf16(h16(s, off_.d_fc), stage_, size_t(N) * Hl_);
+    gelu_backward_bf16(h16(s, off_.d_fc), s + off_.fc_pre, stage_, size_t(N) * Hl_);
     fc_.backward_input_bf16(d_ln2, h16(s, off_.d_fc), N, scratch_);
   }
   residual_layernorm_backward(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,

@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
+#include "kernels/gelu.h"
 #include "kernels/kernel_harness.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
@@ -442,6 +443,31 @@ TEST(Bf16Attention, SameResultWithOneAndTwoThreads) {
   EXPECT_EQ(normalised_error(o1, o2), 0.0);
   EXPECT_EQ(normalised_error(a1, a2), 0.0);
   EXPECT_EQ(normalised_error(d1, d2), 0.0);
+}
+
+TEST(Bf16Gelu, FusedKernelsEqualGeluThenRounding) {
+  // Bitwise: the block's bf16 path may use either form and stay what it was. Rows with
+  // and without a 16-wide tail; values from denormal-sized to large, and a NaN.
+  for (auto [N, OC] : {std::pair{3, 37}, {4, 64}, {1, 5}}) {
+    const size_t n = size_t(N) * OC;
+    Buf pre = random_normal(n, 41, 3.0f), bias = random_normal(OC, 42), dout = random_normal(n, 43);
+    pre[0] = 1e-39f, pre[1] = -30.0f, pre[2] = 80.0f, dout[1] = 1e-38f;
+    if (n > 4) pre[4] = std::numeric_limits<float>::quiet_NaN();
+    Buf pre32 = pre, pre16 = pre, out32(n), d32(n);
+    bias_gelu_forward(out32.data(), pre32.data(), bias.data(), N, OC);
+    std::vector<bf16> out16(n), want(n);
+    bias_gelu_forward_bf16(out16.data(), pre16.data(), bias.data(), N, OC);
+    to_bf16(want.data(), out32.data(), n);
+    EXPECT_EQ(out16, want) << N << "x" << OC;
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(pre16[i]), std::bit_cast<uint32_t>(pre32[i]));
+    Buf d = dout;
+    gelu_backward(d.data(), pre32.data(), d.data(), n);
+    std::vector<bf16> d16(n);
+    gelu_backward_bf16(d16.data(), pre32.data(), dout.data(), n);
+    to_bf16(want.data(), d.data(), n);
+    EXPECT_EQ(d16, want) << N << "x" << OC;
+  }
 }
 
 TEST(Bf16Matmul, NamesTheIsaOneDnnPicked) {
