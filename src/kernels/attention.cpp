@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/attention_avx512.h"
 #include "kernels/matmul.h"
@@ -167,9 +168,11 @@ void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int
 }
 
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                             const float* att, int B, int T, int C, int NH) {
-  if (!attention_bf16_supported(C, NH))
+                             const float* att, int B, int T, int C, int NH, bool accumulate) {
+  if (!attention_bf16_supported(C, NH)) {
+    if (!accumulate) std::memset(dqkv, 0, sizeof(float) * size_t(B) * T * 3 * C);
     return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  }
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 #pragma omp parallel for collapse(2) schedule(static)
@@ -180,7 +183,8 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
       const float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
       float* da = scratch + (static_cast<size_t>(b) * NH + h) * T * T;
       const float* dout_h = dout + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
-      attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da);
+      attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da,
+                                   accumulate);
     }
   }
 }

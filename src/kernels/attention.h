@@ -24,8 +24,10 @@ size_t attention_backward_scratch_floats(int B, int T, int C, int NH);
 // Where the CPU lacks AVX512-BF16 or the head dim is not 16, 32, 64 or 128 these are the fp32
 // kernels above (attention_bf16_supported says which).
 void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// accumulate false: dqkv = the gradient (overwritten; the block's fp32 stage needs no memset
+// before it).
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                             const float* att, int B, int T, int C, int NH);
+                             const float* att, int B, int T, int C, int NH, bool accumulate = true);
 bool attention_bf16_supported(int C, int NH);
 
 }  // namespace mt

@@ -585,7 +585,7 @@ MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, float* out, int ld
 template <int HD>
 MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, float* dq, float* dk, float* dv,
                                        int ldd, const float* dout, int lddo, const float* att,
-                                       float* da) {
+                                       float* da, bool accumulate) {
   const int T = h.T, Tp = round_up(T, kKeyBlock), lda = Tp / 2;
   constexpr int R = rows_per_tile<HD>();
   Bf16Scratch& sc = bf16_scratch();
@@ -604,7 +604,8 @@ MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, float* dq, float*
     for (int i = i0; i < kend; i++)
       softmax_backward_row(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale);
     pack_prob_rows(dsr, lda, da + size_t(i0) * T, T, rows, T, round_up(kend, 32));
-    rows_any_bf16<HD, R>(rows, dq + size_t(i0) * ldd, ldd, true, dsr, lda, kp, 0, (kend + 1) / 2);
+    rows_any_bf16<HD, R>(rows, dq + size_t(i0) * ldd, ldd, accumulate, dsr, lda, kp, 0,
+                         (kend + 1) / 2);  // each dq row is written once
   }
   // dk += dS^T q and dv += P^T dout, the reduction over query rows in pairs.
   u32* dst = Bf16Scratch::sized(sc.t1, size_t(Tp) * lda);
@@ -619,10 +620,13 @@ MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, float* dq, float*
     for (int j0 = 0; j0 < r1; j0 += R) {
       // Query rows before j0 contribute zeros; starting the pairs at an even row may take
       // one such row.
+      // A key tile is first written by the query block it starts in (j0 >= r0); rows of it
+      // past r1 get exact zeros there (their query rows are all above the diagonal).
       const int rows = std::min(R, T - j0), kp0 = std::max(j0, r0) / 2;
-      rows_any_bf16<HD, R>(rows, dk + size_t(j0) * ldd, ldd, true, dst + size_t(j0) * lda, lda, qp,
+      const bool acc = accumulate || j0 < r0;
+      rows_any_bf16<HD, R>(rows, dk + size_t(j0) * ldd, ldd, acc, dst + size_t(j0) * lda, lda, qp,
                            kp0, kp1);
-      rows_any_bf16<HD, R>(rows, dv + size_t(j0) * ldd, ldd, true, pt + size_t(j0) * lda, lda, dop,
+      rows_any_bf16<HD, R>(rows, dv + size_t(j0) * ldd, ldd, acc, pt + size_t(j0) * lda, lda, dop,
                            kp0, kp1);
     }
   }
@@ -654,16 +658,17 @@ void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, fl
 }
 
 void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
-                                  const float* dout, int lddo, const float* att, float* datt) {
+                                  const float* dout, int lddo, const float* att, float* datt,
+                                  bool accumulate) {
   switch (h.hd) {
     case 16:
-      return backward_head_bf16<16>(h, dq, dk, dv, ldd, dout, lddo, att, datt);
+      return backward_head_bf16<16>(h, dq, dk, dv, ldd, dout, lddo, att, datt, accumulate);
     case 32:
-      return backward_head_bf16<32>(h, dq, dk, dv, ldd, dout, lddo, att, datt);
+      return backward_head_bf16<32>(h, dq, dk, dv, ldd, dout, lddo, att, datt, accumulate);
     case 64:
-      return backward_head_bf16<64>(h, dq, dk, dv, ldd, dout, lddo, att, datt);
+      return backward_head_bf16<64>(h, dq, dk, dv, ldd, dout, lddo, att, datt, accumulate);
     case 128:
-      return backward_head_bf16<128>(h, dq, dk, dv, ldd, dout, lddo, att, datt);
+      return backward_head_bf16<128>(h, dq, dk, dv, ldd, dout, lddo, att, datt, accumulate);
   }
   MT_CHECK(false, "attention_head_backward_bf16: unsupported head dim ", h.hd);
 }
@@ -681,7 +686,7 @@ bool attention_bf16_avx512_supports(int) {
 }
 void attention_head_forward_bf16(const AttentionHead&, float*, int, float*) {}
 void attention_head_backward_bf16(const AttentionHead&, float*, float*, float*, int, const float*,
-                                  int, const float*, float*) {}
+                                  int, const float*, float*, bool) {}
 
 #endif
 

@@ -38,7 +38,9 @@ bool attention_bf16_avx512_supports(int hd);
 
 // As attention_head_forward_avx512 / attention_head_backward_avx512, with bf16 products.
 void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att);
+// accumulate false overwrites dq, dk, dv instead of adding to them.
 void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
-                                  const float* dout, int lddo, const float* att, float* datt);
+                                  const float* dout, int lddo, const float* att, float* datt,
+                                  bool accumulate);
 
 }  // namespace mt

@@ -284,8 +284,8 @@ void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T
   float* x_mid = s + off_.x_mid;
   float* att = recompute_attention_ ? probs_scratch_ : s + off_.att;
 
-  layernorm_forward(stage_, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
-  to_bf16(h16(s, off_.ln1_out), stage_, nc);
+  layernorm_forward_bf16(h16(s, off_.ln1_out), s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w,
+                         ln1_.b, Nl, C_);
   qkv_.forward_bf16(qkv, h16(s, off_.ln1_out), N, g16_);
   attention_forward_bf16(stage_, att, qkv, b, T, Cl_, NHl_);
   to_bf16(h16(s, off_.att_out), stage_, size_t(N) * Cl_);
@@ -299,8 +299,8 @@ void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T
     add_inplace(x_out, x_mid, nc);
     return;
   }
-  layernorm_forward(stage_, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
-  to_bf16(h16(s, off_.ln2_out), stage_, nc);
+  layernorm_forward_bf16(h16(s, off_.ln2_out), s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w,
+                         ln2_.b, Nl, C_);
   float* fc_pre = s + off_.fc_pre;
   fc_.forward_bf16(fc_pre, h16(s, off_.ln2_out), N, g16_, /*with_bias=*/false);
   bias_gelu_forward_bf16(h16(s, off_.fc_out), fc_pre, fc_.bias(), N, Hl_);
@@ -332,8 +332,8 @@ void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out
     attention_forward_bf16(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
   }
   attn_proj_.backward_input_bf16(d_att_out, dx_mid, N, scratch_, g16_);
-  std::memset(stage_, 0, size_t(N) * 3 * Cl_ * sizeof(float));
-  attention_backward_bf16(stage_, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
+  attention_backward_bf16(stage_, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_,
+                          /*accumulate=*/false);
   to_bf16(h16(s, off_.d_qkv), stage_, size_t(N) * 3 * Cl_);
   qkv_.backward_input_bf16(d_ln1, h16(s, off_.d_qkv), N, scratch_);
   residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,

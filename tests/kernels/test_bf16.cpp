@@ -28,6 +28,7 @@
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "kernels/gelu.h"
+#include "kernels/layernorm.h"
 #include "kernels/kernel_harness.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
@@ -341,6 +342,14 @@ TEST_P(Bf16Attention, MatchesFp32TwinWithinThePropagatedBound) {
   attention_backward_bf16(d16.data(), scratch.data(), g.data(), qkv.data(), att32.data(), B, T, C,
                           NH);
   attention_backward(d32.data(), scratch.data(), g.data(), qkv.data(), att32.data(), B, T, C, NH);
+  {  // Overwriting: whatever dqkv held is gone, equal to accumulating onto zeros.
+    Buf over(qkv.size(), std::numeric_limits<float>::quiet_NaN()), zero_acc(qkv.size(), 0.0f);
+    attention_backward_bf16(over.data(), scratch.data(), g.data(), qkv.data(), att32.data(), B, T,
+                            C, NH, /*accumulate=*/false);
+    attention_backward_bf16(zero_acc.data(), scratch.data(), g.data(), qkv.data(), att32.data(), B,
+                            T, C, NH);
+    EXPECT_EQ(normalised_error(over, zero_acc), 0.0);
+  }
   if (!attention_bf16_supported(C, NH)) {  // fp32 kernels, bit for bit
     EXPECT_EQ(normalised_error(out16, out32), 0.0);
     EXPECT_EQ(normalised_error(att16, att32), 0.0);
@@ -467,6 +476,27 @@ TEST(Bf16Gelu, FusedKernelsEqualGeluThenRounding) {
     gelu_backward_bf16(d16.data(), pre32.data(), dout.data(), n);
     to_bf16(want.data(), d.data(), n);
     EXPECT_EQ(d16, want) << N << "x" << OC;
+  }
+}
+
+TEST(Bf16LayerNorm, FusedForwardEqualsLayerNormThenRounding) {
+  // Bitwise, statistics included; row widths with and without a vector tail, rows with a
+  // large mean and one with a NaN.
+  for (auto [N, C] : {std::pair{5, 37}, {3, 512}, {2, 1}}) {
+    const size_t n = size_t(N) * C;
+    Buf x = random_normal(n, 51, 2.0f), w = random_normal(C, 52), b = random_normal(C, 53);
+    for (int c = 0; c < C; ++c) x[c] += 1000.0f;
+    if (N > 2) x[size_t(2) * C] = std::numeric_limits<float>::quiet_NaN();
+    Buf y(n), m32(N), r32(N), m16(N), r16(N);
+    layernorm_forward(y.data(), m32.data(), r32.data(), x.data(), w.data(), b.data(), N, C);
+    std::vector<bf16> got(n), want(n);
+    layernorm_forward_bf16(got.data(), m16.data(), r16.data(), x.data(), w.data(), b.data(), N, C);
+    to_bf16(want.data(), y.data(), n);
+    EXPECT_EQ(got, want) << N << "x" << C;
+    for (int i = 0; i < N; ++i) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(m16[i]), std::bit_cast<uint32_t>(m32[i]));
+      EXPECT_EQ(std::bit_cast<uint32_t>(r16[i]), std::bit_cast<uint32_t>(r32[i]));
+    }
   }
 }
 
