@@ -220,6 +220,8 @@ void softmax_causal_row(float* row, int i, int T) {
 
 // Softmax backward of row i with the forward's scale folded in:
 // d[j] = scale * p[j] * (d[j] - sum_k p[k] d[k]) for j <= i; d[i+1 .. T-1] = 0.
+// kZeroTail false leaves d[i+1 ..] as it was (the bf16 backward reads only up to i).
+template <bool kZeroTail = true>
 void softmax_backward_row(float* d, const float* p, int i, int T, float scale) {
   const int n = i + 1, nfull = n & ~15;
   const __mmask16 mt = tail_mask(n - nfull);
@@ -237,7 +239,7 @@ void softmax_backward_row(float* d, const float* p, int i, int T, float scale) {
   const __m512 sp = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(mt, p + nfull));
   _mm512_mask_storeu_ps(
       d + nfull, mt, _mm512_mul_ps(sp, _mm512_sub_ps(_mm512_maskz_loadu_ps(mt, d + nfull), dot)));
-  std::memset(d + n, 0, sizeof(float) * size_t(T - n));
+  if constexpr (kZeroTail) std::memset(d + n, 0, sizeof(float) * size_t(T - n));
 }
 
 template <int HD>
@@ -427,29 +429,34 @@ MT_BF16_TARGET void pack_interleaved(u32* b, const float* y, int ldy, int T, int
   }
 }
 
-// dst row r (Tp / 2 pairs) = src row r (T floats) for columns [0, cols), zero past T; cols
-// is rounded up to 32.
-MT_BF16_TARGET void pack_prob_rows(u32* dst, int ldd, const float* src, int lds, int rows, int T,
+// dst row r (Tp / 2 pairs) = src row r, which is query row i0 + r, for columns [0, cols)
+// (cols a multiple of 32): columns past the diagonal read as zero, whatever src holds there.
+MT_BF16_TARGET void pack_prob_rows(u32* dst, int ldd, const float* src, int lds, int rows, int i0,
                                    int cols) {
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c += 32) {
       const float* s = src + size_t(r) * lds + c;
-      const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(T - c), s);
-      const __m512 hi = _mm512_maskz_loadu_ps(tail_mask(T - c - 16), s + 16);
+      const int n = i0 + r + 1 - c;  // valid columns from c on
+      const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(n), s);
+      const __m512 hi = _mm512_maskz_loadu_ps(tail_mask(n - 16), s + 16);
       _mm512_storeu_si512(dst + size_t(r) * ldd + c / 2, pairs32(lo, hi));
     }
 }
 
-// dst (Tp, Tp) bf16 = src (T, T)^T, zero past T: row j of dst is column j of src, so the
-// key-side products (dk, dv) read their reduction index (query rows) in pairs.
+// dst (Tp, Tp) bf16 = the lower triangle of src (T, T), transposed: row j of dst is column
+// j of src, so the key-side products (dk, dv) read their reduction index (query rows) in
+// pairs. Entries above src's diagonal read as zero, whatever src holds there; blocks of dst
+// more than 16 columns left of its diagonal are not written (nothing reads them: a key
+// tile starts its query rows at most one row before its first key).
 MT_BF16_TARGET void pack_transposed(u32* dst, const float* src, int T, int Tp) {
   uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
   for (int i0 = 0; i0 < Tp; i0 += 16)
     for (int j0 = 0; j0 < Tp; j0 += 16) {
+      if (i0 + 32 <= j0) continue;
       __m512 r[16];
-      const __mmask16 m = tail_mask(T - j0);
       for (int i = 0; i < 16; i++)
-        r[i] = i0 + i < T ? _mm512_maskz_loadu_ps(m, src + size_t(i0 + i) * T + j0)
+        r[i] = i0 + i < T ? _mm512_maskz_loadu_ps(tail_mask(std::min(T, i0 + i + 1) - j0),
+                                                  src + size_t(i0 + i) * T + j0)
                           : _mm512_setzero_ps();
       transpose16(r);
       for (int c = 0; c < 16; c++)
@@ -577,7 +584,7 @@ MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, float* out, int ld
   for (int i0 = 0; i0 < T; i0 += R) {
     const int rows = std::min(R, T - i0), kend = i0 + rows;  // keys 0 .. kend-1
     for (int i = i0; i < kend; i++) softmax_causal_row(att + size_t(i) * T, i, T);
-    pack_prob_rows(pr, lda, att + size_t(i0) * T, T, rows, T, round_up(kend, 32));
+    pack_prob_rows(pr, lda, att + size_t(i0) * T, T, rows, i0, round_up(kend, 32));
     rows_any_bf16<HD, R>(rows, out + size_t(i0) * ldo, ldo, false, pr, lda, vp, 0, (kend + 1) / 2);
   }
 }
@@ -602,8 +609,8 @@ MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, float* dq, float*
   for (int i0 = 0; i0 < T; i0 += R) {
     const int rows = std::min(R, T - i0), kend = i0 + rows;
     for (int i = i0; i < kend; i++)
-      softmax_backward_row(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale);
-    pack_prob_rows(dsr, lda, da + size_t(i0) * T, T, rows, T, round_up(kend, 32));
+      softmax_backward_row<false>(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale);
+    pack_prob_rows(dsr, lda, da + size_t(i0) * T, T, rows, i0, round_up(kend, 32));
     rows_any_bf16<HD, R>(rows, dq + size_t(i0) * ldd, ldd, accumulate, dsr, lda, kp, 0,
                          (kend + 1) / 2);  // each dq row is written once
   }
