@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -379,6 +380,19 @@ MT_BF16_TARGET inline __m512i row_pairs(const float* s) {
     return _mm512_zextsi256_si512(bf16x16(_mm512_loadu_ps(s)));
 }
 
+// 16 floats -> 16 bf16 with float_to_bf16's rule (nearest even, NaN -> 0x7FC0, denormals
+// kept): a bf16 result written here equals to_bf16 of the fp32 one.
+inline __m256i round_bf16x16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
+  return _mm512_cvtepi32_epi16(r);
+}
+
 // x (T, HD / 2) pairs = rows of src (row stride ld).
 template <int HD>
 MT_BF16_TARGET void pack_rows(u32* x, const float* src, int ld, int T) {
@@ -526,8 +540,8 @@ MT_BF16_TARGET void causal_scores_bf16(float* s, const u32* x, const u32* yt, in
 }
 
 // c[r][0:HD] (+)= sum over pairs kp in [kp0, kp1) of a[r][kp] . b[kp][0:HD].
-template <int HD, int R>
-MT_BF16_TARGET void rows_tile_bf16(float* c, int ldc, bool accumulate, const u32* a, int lda,
+template <int HD, int R, typename OutT>
+MT_BF16_TARGET void rows_tile_bf16(OutT* c, int ldc, bool accumulate, const u32* a, int lda,
                                    const u32* b, int kp0, int kp1) {
   constexpr int NV = HD / 16;
   __m512 acc[R][NV];
@@ -551,14 +565,18 @@ MT_BF16_TARGET void rows_tile_bf16(float* c, int ldc, bool accumulate, const u32
   for (int r = 0; r < R; r++) {
 #pragma GCC unroll 8
     for (int v = 0; v < NV; v++) {
-      float* cp = c + size_t(r) * ldc + 16 * v;
-      _mm512_storeu_ps(cp, accumulate ? _mm512_add_ps(_mm512_loadu_ps(cp), acc[r][v]) : acc[r][v]);
+      OutT* cp = c + size_t(r) * ldc + 16 * v;
+      if constexpr (std::is_same_v<OutT, float>)
+        _mm512_storeu_ps(cp,
+                         accumulate ? _mm512_add_ps(_mm512_loadu_ps(cp), acc[r][v]) : acc[r][v]);
+      else  // bf16 out (overwrite only): to_bf16's rounding
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(cp), round_bf16x16(acc[r][v]));
     }
   }
 }
 
-template <int HD, int R>
-MT_BF16_TARGET void rows_any_bf16(int rows, float* c, int ldc, bool accumulate, const u32* a,
+template <int HD, int R, typename OutT>
+MT_BF16_TARGET void rows_any_bf16(int rows, OutT* c, int ldc, bool accumulate, const u32* a,
                                   int lda, const u32* b, int kp0, int kp1) {
   if constexpr (R > 0) {
     if (rows == R)
@@ -568,8 +586,8 @@ MT_BF16_TARGET void rows_any_bf16(int rows, float* c, int ldc, bool accumulate, 
   }
 }
 
-template <int HD>
-MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, float* out, int ldo, float* att) {
+template <int HD, typename OutT>
+MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, OutT* out, int ldo, float* att) {
   const int T = h.T, Tp = round_up(T, kKeyBlock), lda = Tp / 2;
   constexpr int R = rows_per_tile<HD>();
   Bf16Scratch& sc = bf16_scratch();
@@ -589,8 +607,8 @@ MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, float* out, int ld
   }
 }
 
-template <int HD>
-MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, float* dq, float* dk, float* dv,
+template <int HD, typename OutT>
+MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv,
                                        int ldd, const float* dout, int lddo, const float* att,
                                        float* da, bool accumulate) {
   const int T = h.T, Tp = round_up(T, kKeyBlock), lda = Tp / 2;
@@ -622,8 +640,8 @@ MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, float* dq, float*
   u32* dop = kp;  // k's pairs are done with
   pack_interleaved<HD>(qp, h.q, h.ld, T, Tp);
   pack_interleaved<HD>(dop, dout, lddo, T, Tp);
-  for (int r0 = 0; r0 < T; r0 += kQueryBlock) {
-    const int r1 = std::min(T, r0 + kQueryBlock), kp1 = (r1 + 1) / 2;
+  for (int r0 = 0; r0 < T; r0 += kAttentionBf16DirectMaxT) {
+    const int r1 = std::min(T, r0 + kAttentionBf16DirectMaxT), kp1 = (r1 + 1) / 2;
     for (int j0 = 0; j0 < r1; j0 += R) {
       // Query rows before j0 contribute zeros; starting the pairs at an even row may take
       // one such row.
@@ -650,7 +668,8 @@ bool attention_bf16_avx512_supports(int hd) {
   return (hd == 16 || hd == 32 || hd == 64 || hd == 128) && cpu_has_avx512_bf16();
 }
 
-void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att) {
+template <typename OutT>
+void head_forward_bf16(const AttentionHead& h, OutT* out, int ldo, float* att) {
   switch (h.hd) {
     case 16:
       return forward_head_bf16<16>(h, out, ldo, att);
@@ -664,9 +683,18 @@ void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, fl
   MT_CHECK(false, "attention_head_forward_bf16: unsupported head dim ", h.hd);
 }
 
-void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
-                                  const float* dout, int lddo, const float* att, float* datt,
-                                  bool accumulate) {
+void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att) {
+  head_forward_bf16(h, out, ldo, att);
+}
+
+void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, float* att) {
+  head_forward_bf16(h, out, ldo, att);
+}
+
+template <typename OutT>
+void head_backward_bf16(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv, int ldd,
+                        const float* dout, int lddo, const float* att, float* datt,
+                        bool accumulate) {
   switch (h.hd) {
     case 16:
       return backward_head_bf16<16>(h, dq, dk, dv, ldd, dout, lddo, att, datt, accumulate);
@@ -678,6 +706,20 @@ void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, 
       return backward_head_bf16<128>(h, dq, dk, dv, ldd, dout, lddo, att, datt, accumulate);
   }
   MT_CHECK(false, "attention_head_backward_bf16: unsupported head dim ", h.hd);
+}
+
+void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
+                                  const float* dout, int lddo, const float* att, float* datt,
+                                  bool accumulate) {
+  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, datt, accumulate);
+}
+
+void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf16* dv, int ldd,
+                                  const float* dout, int lddo, const float* att, float* datt) {
+  // Each gradient row is written once only while one query block covers all of T.
+  MT_CHECK(h.T <= kAttentionBf16DirectMaxT, "attention_head_backward_bf16: T ", h.T, " > ",
+           kAttentionBf16DirectMaxT);
+  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, datt, false);
 }
 
 #else  // no AVX-512: attention.cpp uses its sgemm path for every head dim
@@ -692,8 +734,11 @@ bool attention_bf16_avx512_supports(int) {
   return false;
 }
 void attention_head_forward_bf16(const AttentionHead&, float*, int, float*) {}
+void attention_head_forward_bf16(const AttentionHead&, bf16*, int, float*) {}
 void attention_head_backward_bf16(const AttentionHead&, float*, float*, float*, int, const float*,
                                   int, const float*, float*, bool) {}
+void attention_head_backward_bf16(const AttentionHead&, bf16*, bf16*, bf16*, int, const float*,
+                                  int, const float*, float*) {}
 
 #endif
 

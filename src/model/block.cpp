@@ -287,8 +287,7 @@ void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T
   layernorm_forward_bf16(h16(s, off_.ln1_out), s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w,
                          ln1_.b, Nl, C_);
   qkv_.forward_bf16(qkv, h16(s, off_.ln1_out), N, g16_);
-  attention_forward_bf16(stage_, att, qkv, b, T, Cl_, NHl_);
-  to_bf16(h16(s, off_.att_out), stage_, size_t(N) * Cl_);
+  attention_forward_bf16_out16(h16(s, off_.att_out), stage_, att, qkv, b, T, Cl_, NHl_);
   attn_proj_.forward_bf16(x_mid, h16(s, off_.att_out), N, scratch_);
   add_inplace(x_mid, x_in, nc);
 
@@ -332,9 +331,8 @@ void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out
     attention_forward_bf16(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
   }
   attn_proj_.backward_input_bf16(d_att_out, dx_mid, N, scratch_, g16_);
-  attention_backward_bf16(stage_, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_,
-                          /*accumulate=*/false);
-  to_bf16(h16(s, off_.d_qkv), stage_, size_t(N) * 3 * Cl_);
+  attention_backward_bf16_out16(h16(s, off_.d_qkv), stage_, scratch, d_att_out, s + off_.qkv, att,
+                                b, T, Cl_, NHl_);
   qkv_.backward_input_bf16(d_ln1, h16(s, off_.d_qkv), N, scratch_);
   residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,
                               s + off_.ln1_rstd, Nl, C_);

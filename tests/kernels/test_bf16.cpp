@@ -350,6 +350,22 @@ TEST_P(Bf16Attention, MatchesFp32TwinWithinThePropagatedBound) {
                             T, C, NH);
     EXPECT_EQ(normalised_error(over, zero_acc), 0.0);
   }
+  {  // The bf16-output forms: bitwise to_bf16 of the fp32-output ones, on every path
+     // (direct, T > 128, fp32 fallback).
+    std::vector<bf16> o16(out16.size()), want_o(out16.size()), d16b(qkv.size()), want_d(qkv.size());
+    Buf stage(qkv.size(), std::numeric_limits<float>::quiet_NaN()), att_b(att16.size());
+    attention_forward_bf16_out16(o16.data(), stage.data(), att_b.data(), qkv.data(), B, T, C, NH);
+    to_bf16(want_o.data(), out16.data(), out16.size());
+    EXPECT_EQ(o16, want_o);
+    EXPECT_EQ(normalised_error(att_b, att16), 0.0);
+    Buf over(qkv.size());
+    attention_backward_bf16(over.data(), scratch.data(), g.data(), qkv.data(), att32.data(), B, T,
+                            C, NH, /*accumulate=*/false);
+    to_bf16(want_d.data(), over.data(), over.size());
+    attention_backward_bf16_out16(d16b.data(), stage.data(), scratch.data(), g.data(), qkv.data(),
+                                  att32.data(), B, T, C, NH);
+    EXPECT_EQ(d16b, want_d);
+  }
   if (!attention_bf16_supported(C, NH)) {  // fp32 kernels, bit for bit
     EXPECT_EQ(normalised_error(out16, out32), 0.0);
     EXPECT_EQ(normalised_error(att16, att32), 0.0);
