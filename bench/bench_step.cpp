@@ -275,9 +275,8 @@ struct KernelBench {
                        mt::gelu_backward_bf16(dy16.data(), x.data(), dy.data(), size_t(N) * H);
                      }});
     } else {
-      out.push_back({"bias_gelu fwd", L, 0, [=, this] {
-                       mt::bias_gelu_forward(y.data(), dx.data(), bias.data(), N, H);
-                     }});
+      out.push_back({"bias_gelu fwd", L, 0,
+                     [=, this] { mt::bias_gelu_forward(y.data(), dx.data(), bias.data(), N, H); }});
       out.push_back({"gelu bwd", L, 0, [=, this] {
                        mt::gelu_backward(dx.data(), x.data(), dy.data(), size_t(N) * H);
                      }});

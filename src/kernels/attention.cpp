@@ -183,8 +183,7 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
       const float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
       float* da = scratch + (static_cast<size_t>(b) * NH + h) * T * T;
       const float* dout_h = dout + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
-      attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da,
-                                   accumulate);
+      attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da, accumulate);
     }
   }
 }

@@ -322,7 +322,6 @@ void attention_head_backward_avx512(const AttentionHead& h, float* dq, float* dk
   MT_CHECK(false, "attention_head_backward_avx512: unsupported head dim ", h.hd);
 }
 
-
 // ---- bf16 products (--precision bf16) ----------------------------------------------------
 //
 // The same tiling as above with _mm512_dpbf16_ps, which multiplies pairs of bf16 values and
@@ -423,7 +422,8 @@ MT_BF16_TARGET void pack_key_blocks(u32* yt, const float* y, int ldy, int T) {
         }
         transpose16(r);  // 32-bit lanes: moves pairs whole
         for (int c = 0; c < std::min(16, HD / 2); c++)
-          _mm512_storeu_si512(blk + (d0 / 2 + c) * kKeyBlock + half * 16, _mm512_castps_si512(r[c]));
+          _mm512_storeu_si512(blk + (d0 / 2 + c) * kKeyBlock + half * 16,
+                              _mm512_castps_si512(r[c]));
       }
   }
 }
@@ -737,8 +737,8 @@ void attention_head_forward_bf16(const AttentionHead&, float*, int, float*) {}
 void attention_head_forward_bf16(const AttentionHead&, bf16*, int, float*) {}
 void attention_head_backward_bf16(const AttentionHead&, float*, float*, float*, int, const float*,
                                   int, const float*, float*, bool) {}
-void attention_head_backward_bf16(const AttentionHead&, bf16*, bf16*, bf16*, int, const float*,
-                                  int, const float*, float*) {}
+void attention_head_backward_bf16(const AttentionHead&, bf16*, bf16*, bf16*, int, const float*, int,
+                                  const float*, float*) {}
 
 #endif
 

@@ -28,8 +28,8 @@
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "kernels/gelu.h"
-#include "kernels/layernorm.h"
 #include "kernels/kernel_harness.h"
+#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
 #include "kernels/reference/reference.h"
@@ -330,8 +330,8 @@ TEST_P(Bf16Attention, MatchesFp32TwinWithinThePropagatedBound) {
   const auto [B, T, C, NH] = GetParam();
   const int hd = C / NH;
   const double scale = 1.0 / std::sqrt(double(hd));
-  const Buf qkv = random_normal(size_t(B) * T * 3 * C, 21), g = random_normal(size_t(B) * T * C, 22),
-            dqkv_in = random_normal(qkv.size(), 23, 0.1f);
+  const Buf qkv = random_normal(size_t(B) * T * 3 * C, 21),
+            g = random_normal(size_t(B) * T * C, 22), dqkv_in = random_normal(qkv.size(), 23, 0.1f);
   Buf out16(size_t(B) * T * C), out32(out16.size());
   Buf att16(size_t(B) * NH * T * T), att32(att16.size());
   attention_forward_bf16(out16.data(), att16.data(), qkv.data(), B, T, C, NH);
@@ -455,7 +455,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Attention,
 TEST(Bf16Attention, SameResultWithOneAndTwoThreads) {
   // Heads are independent and each runs on one thread: the team size cannot change a bit.
   const int B = 2, T = 40, C = 128, NH = 2;
-  const Buf qkv = random_normal(size_t(B) * T * 3 * C, 31), g = random_normal(size_t(B) * T * C, 32);
+  const Buf qkv = random_normal(size_t(B) * T * 3 * C, 31),
+            g = random_normal(size_t(B) * T * C, 32);
   Buf o1(size_t(B) * T * C), o2(o1.size()), a1(size_t(B) * NH * T * T), a2(a1.size());
   Buf d1(qkv.size(), 0.0f), d2(qkv.size(), 0.0f), scratch(a1.size());
   omp_set_num_threads(1);
