@@ -68,6 +68,14 @@ inline __m256i round_bf16x16(__m512 v) {
   r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
   return _mm512_cvtepi32_epi16(r);
 }
+
+// The first n (< 16) of 16 bf16 values; through memory rather than a masked 16-bit store,
+// which needs AVX512BW.
+inline void store_bf16_tail(bf16* dst, size_t n, __m256i v) {
+  alignas(32) bf16 tmp[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), v);
+  for (size_t i = 0; i < n; ++i) dst[i] = tmp[i];
+}
 #endif
 }  // namespace
 
@@ -164,7 +172,7 @@ void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int
       const __m512 v =
           _mm512_add_ps(_mm512_maskz_loadu_ps(m, p + c), _mm512_maskz_loadu_ps(m, bias + c));
       _mm512_mask_storeu_ps(p + c, m, v);
-      _mm256_mask_storeu_epi16(o + c, m, round_bf16x16(gelu16(v)));
+      store_bf16_tail(o + c, OC - c, round_bf16x16(gelu16(v)));
     }
 #else
     for (int c = 0; c < OC; c++) {
@@ -190,7 +198,7 @@ void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, size_t 
     const size_t o = size_t(16 * vecs);
     const __m512 g = _mm512_mul_ps(gelu_grad16(_mm512_maskz_loadu_ps(m, inp + o)),
                                    _mm512_maskz_loadu_ps(m, dout + o));
-    _mm256_mask_storeu_epi16(dinp + o, m, round_bf16x16(g));
+    store_bf16_tail(dinp + o, size_t(count - 16 * vecs), round_bf16x16(g));
   }
 #else
 #pragma omp parallel for schedule(static)
