@@ -11,7 +11,7 @@
 // --precision fp32,bf16 runs each precision in turn, --rounds R times over (alternating, so a
 // change of load hits both alike), MFU of bf16 against the bf16 GEMM peak measured in the
 // same run, and ends with the bf16/fp32 tokens/s ratio per config and thread count (median
-// of the rounds). The kernel table is the fp32 kernels'.
+// of the rounds). With bf16 the kernel table shows the bf16 GEMMs, attention and GELU.
 //
 //   bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] [--no-kernels] [--cpu]
 //              [--precision fp32,bf16] [--rounds 1]
@@ -238,13 +238,23 @@ struct KernelBench {
       out.insert(out.end(), v.begin(), v.end());
     // Full (non-causal) attention FLOPs, as MFU counts them: 4 T^2 C forward, 8 T^2 C backward.
     const double af = 4.0 * B * double(T) * T * C;
-    out.push_back({"attention fwd", L, af, [=, this] {
-                     mt::attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
-                   }});
-    out.push_back({"attention bwd", L, 2 * af, [=, this] {
-                     mt::attention_backward(dqkv.data(), scratch.data(), dy.data(), qkv.data(),
-                                            att.data(), B, T, C, NH);
-                   }});
+    if (bf16_) {  // the bf16 products (kernels/attention.h), as --precision bf16 runs them
+      out.push_back({"attention fwd bf16", L, af, [=, this] {
+                       mt::attention_forward_bf16(y.data(), att.data(), qkv.data(), B, T, C, NH);
+                     }});
+      out.push_back({"attention bwd bf16", L, 2 * af, [=, this] {
+                       mt::attention_backward_bf16(dqkv.data(), scratch.data(), dy.data(),
+                                                   qkv.data(), att.data(), B, T, C, NH);
+                     }});
+    } else {
+      out.push_back({"attention fwd", L, af, [=, this] {
+                       mt::attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
+                     }});
+      out.push_back({"attention bwd", L, 2 * af, [=, this] {
+                       mt::attention_backward(dqkv.data(), scratch.data(), dy.data(), qkv.data(),
+                                              att.data(), B, T, C, NH);
+                     }});
+    }
     out.push_back({"layernorm fwd", 2 * L + 1, 0, [=, this] {
                      mt::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
                                            bias.data(), N, C);
@@ -257,11 +267,20 @@ struct KernelBench {
                      mt::layernorm_backward_weight(dw.data(), dbias.data(), dy.data(), x.data(),
                                                    mean.data(), rstd.data(), N, C);
                    }});
-    out.push_back({"bias_gelu fwd", L, 0,
-                   [=, this] { mt::bias_gelu_forward(y.data(), dx.data(), bias.data(), N, H); }});
-    out.push_back({"gelu bwd", L, 0, [=, this] {
-                     mt::gelu_backward(dx.data(), x.data(), dy.data(), size_t(N) * H);
-                   }});
+    if (bf16_) {  // the GELU kernels write the bf16 GEMM inputs themselves
+      out.push_back({"bias_gelu fwd bf16", L, 0, [=, this] {
+                       mt::bias_gelu_forward_bf16(x16.data(), dx.data(), bias.data(), N, H);
+                     }});
+      out.push_back({"gelu bwd bf16", L, 0, [=, this] {
+                       mt::gelu_backward_bf16(dy16.data(), x.data(), dy.data(), size_t(N) * H);
+                     }});
+    } else {
+      out.push_back({"bias_gelu fwd", L, 0,
+                     [=, this] { mt::bias_gelu_forward(y.data(), dx.data(), bias.data(), N, H); }});
+      out.push_back({"gelu bwd", L, 0, [=, this] {
+                       mt::gelu_backward(dx.data(), x.data(), dy.data(), size_t(N) * H);
+                     }});
+    }
     out.push_back({"residual add", 2 * L, 0,
                    [=, this] { mt::add_inplace(y.data(), x.data(), size_t(N) * C); }});
     // block.cpp's backward zeroes d_fc, d_ln2, d_att_out, d_qkv, d_ln1 and copies the
@@ -271,14 +290,15 @@ struct KernelBench {
                      std::memcpy(y.data(), x.data(), size_t(N) * 2 * C * sizeof(float));
                    }});
     if (bf16_) {
-      // Per block the layers round 9 N C values (ln_1, attention out, ln_2, GELU out, d_fc,
-      // d_qkv, and the two row-parallel output gradients twice: B and W) and one weight
-      // conversion per step of each matrix (12 C^2 per block).
+      // Per block the layers round 10 N C values (ln_1, attention out, ln_2, d_qkv (3 N C),
+      // and the two row-parallel output gradients twice: B and W; GELU's output and
+      // gradient are rounded by the GELU kernels above) and one weight conversion per step
+      // of each matrix (12 C^2 per block).
       const size_t nc = size_t(N) * C;  // the buffers hold 4 N C (H = 4C)
       out.push_back({"bf16 conversions (block)", L, 0, [=, this] {
                        mt::to_bf16(x16.data(), y.data(), 4 * nc);
                        mt::to_bf16(x16.data(), y.data(), 4 * nc);
-                       mt::to_bf16(x16.data(), y.data(), nc);
+                       mt::to_bf16(x16.data(), y.data(), 2 * nc);
                      }});
       out.push_back({"bf16 weight copies (4 C^2)", 3 * L, 0, [=, this] {
                        mt::to_bf16(w16.data(), w.data(), size_t(4) * C * C);

@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/attention_avx512.h"
 #include "kernels/matmul.h"
@@ -143,6 +144,87 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         attention_head_backward_avx512(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da);
       else
         backward_head_sgemm(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da);
+    }
+  }
+}
+
+bool attention_bf16_supported(int C, int NH) {
+  return NH > 0 && C % NH == 0 && attention_bf16_avx512_supports(C / NH);
+}
+
+void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  if (!attention_bf16_supported(C, NH)) return attention_forward(out, att, qkv, B, T, C, NH);
+  const int hd = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
+      float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
+      float* o = out + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
+      attention_head_forward_bf16(hv, o, C, a);
+    }
+  }
+}
+
+void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                             const float* att, int B, int T, int C, int NH, bool accumulate) {
+  if (!attention_bf16_supported(C, NH)) {
+    if (!accumulate) std::memset(dqkv, 0, sizeof(float) * size_t(B) * T * 3 * C);
+    return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  }
+  const int hd = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
+      float* dq = dqkv + static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd;
+      const float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
+      float* da = scratch + (static_cast<size_t>(b) * NH + h) * T * T;
+      const float* dout_h = dout + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
+      attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da, accumulate);
+    }
+  }
+}
+
+void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const float* qkv, int B,
+                                  int T, int C, int NH) {
+  if (!attention_bf16_supported(C, NH)) {
+    attention_forward(stage, att, qkv, B, T, C, NH);
+    return to_bf16(out16, stage, size_t(B) * T * C);
+  }
+  const int hd = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
+      float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
+      bf16* o = out16 + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
+      attention_head_forward_bf16(hv, o, C, a);
+    }
+  }
+}
+
+void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, const float* dout,
+                                   const float* qkv, const float* att, int B, int T, int C,
+                                   int NH) {
+  if (!attention_bf16_supported(C, NH) || T > kAttentionBf16DirectMaxT) {
+    attention_backward_bf16(stage, scratch, dout, qkv, att, B, T, C, NH, /*accumulate=*/false);
+    return to_bf16(dqkv16, stage, size_t(B) * T * 3 * C);
+  }
+  const int hd = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
+      bf16* dq = dqkv16 + static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd;
+      const float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
+      float* da = scratch + (static_cast<size_t>(b) * NH + h) * T * T;
+      const float* dout_h = dout + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
+      attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da);
     }
   }
 }

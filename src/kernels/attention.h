@@ -5,6 +5,8 @@
 
 #include <cstddef>
 
+#include "kernels/bf16.h"
+
 namespace mt {
 
 // out (B, T, C) = concat_h softmax_causal(q_h k_h^T / sqrt(hd)) v_h
@@ -17,5 +19,26 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH);
 size_t attention_backward_scratch_floats(int B, int T, int C, int NH);
+
+// --precision bf16 (docs/precision.md): the same contract, with the products QK^T, P V and
+// their backward products taking bf16 operands and accumulating in fp32 (AVX512-BF16 dot
+// products), as PyTorch's CPU autocast runs bmm; scores, softmax and its backward stay fp32.
+// Where the CPU lacks AVX512-BF16 or the head dim is not 16, 32, 64 or 128 these are the fp32
+// kernels above (attention_bf16_supported says which).
+void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// accumulate false: dqkv = the gradient (overwritten; the block's fp32 stage needs no memset
+// before it).
+void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                             const float* att, int B, int T, int C, int NH, bool accumulate = true);
+bool attention_bf16_supported(int C, int NH);
+
+// The bf16 block's forms: the result rounded to bf16 as it is stored (bitwise to_bf16 of the
+// fp32-output forms above), out16 (B, T, C) and dqkv16 (B, T, 3C) overwritten. Where the bf16
+// kernels cannot write it directly (no AVX512-BF16, another head dim, or, for the backward,
+// T > 128) the fp32 result goes through stage (as many floats as the output) first.
+void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const float* qkv, int B,
+                                  int T, int C, int NH);
+void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, const float* dout,
+                                   const float* qkv, const float* att, int B, int T, int C, int NH);
 
 }  // namespace mt

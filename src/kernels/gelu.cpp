@@ -55,6 +55,27 @@ inline __m512 gelu_grad16(__m512 x) {
 inline __mmask16 tail_mask(long long n) {
   return __mmask16((1u << n) - 1);
 }
+
+// 16 floats -> 16 bf16 with float_to_bf16's rule (nearest even, NaN -> 0x7FC0, denormals
+// kept), so the fused kernels equal to_bf16 bit for bit.
+inline __m256i round_bf16x16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// The first n (< 16) of 16 bf16 values; through memory rather than a masked 16-bit store,
+// which needs AVX512BW.
+inline void store_bf16_tail(bf16* dst, size_t n, __m256i v) {
+  alignas(32) bf16 tmp[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), v);
+  for (size_t i = 0; i < n; ++i) dst[i] = tmp[i];
+}
 #endif
 }  // namespace
 
@@ -133,6 +154,56 @@ void bias_gelu_forward(float* out, float* pre, const float* bias, int N, int OC)
     }
 #endif
   }
+}
+
+void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int OC) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < N; r++) {
+    float* p = pre + static_cast<size_t>(r) * OC;
+    bf16* o = out + static_cast<size_t>(r) * OC;
+#if defined(__AVX512F__)
+    int c = 0;
+    for (; c + 16 <= OC; c += 16) {
+      const __m512 v = _mm512_add_ps(_mm512_loadu_ps(p + c), _mm512_loadu_ps(bias + c));
+      _mm512_storeu_ps(p + c, v);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + c), round_bf16x16(gelu16(v)));
+    }
+    if (const __mmask16 m = tail_mask(OC - c)) {
+      const __m512 v =
+          _mm512_add_ps(_mm512_maskz_loadu_ps(m, p + c), _mm512_maskz_loadu_ps(m, bias + c));
+      _mm512_mask_storeu_ps(p + c, m, v);
+      store_bf16_tail(o + c, OC - c, round_bf16x16(gelu16(v)));
+    }
+#else
+    for (int c = 0; c < OC; c++) {
+      float v = p[c] + bias[c];
+      p[c] = v;
+      o[c] = float_to_bf16(gelu_one(v));
+    }
+#endif
+  }
+}
+
+void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, size_t n) {
+  long long count = static_cast<long long>(n);
+#if defined(__AVX512F__)
+  const long long vecs = count / 16;
+#pragma omp parallel for schedule(static)
+  for (long long b = 0; b < vecs; b++) {
+    const __m512 g =
+        _mm512_mul_ps(gelu_grad16(_mm512_loadu_ps(inp + 16 * b)), _mm512_loadu_ps(dout + 16 * b));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dinp + 16 * b), round_bf16x16(g));
+  }
+  if (const __mmask16 m = tail_mask(count - 16 * vecs)) {
+    const size_t o = size_t(16 * vecs);
+    const __m512 g = _mm512_mul_ps(gelu_grad16(_mm512_maskz_loadu_ps(m, inp + o)),
+                                   _mm512_maskz_loadu_ps(m, dout + o));
+    store_bf16_tail(dinp + o, size_t(count - 16 * vecs), round_bf16x16(g));
+  }
+#else
+#pragma omp parallel for schedule(static)
+  for (long long i = 0; i < count; i++) dinp[i] = float_to_bf16(gelu_grad(inp[i]) * dout[i]);
+#endif
 }
 
 }  // namespace mt

@@ -3,6 +3,8 @@
 
 #include <cstddef>
 
+#include "kernels/bf16.h"
+
 namespace mt {
 
 // out (n) = gelu(inp (n)). out may alias inp only if the caller keeps no need for inp.
@@ -14,5 +16,11 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 // Fused: pre (N, OC) += bias (OC) broadcast over rows, then out = gelu(pre). Keeps pre for
 // backward.
 void bias_gelu_forward(float* out, float* pre, const float* bias, int N, int OC);
+
+// --precision bf16: the same results rounded to bf16 as they are stored (bitwise
+// to_bf16(bias_gelu_forward's out) and to_bf16(gelu_backward's overwritten dinp)), so the
+// block writes its bf16 GEMM inputs without an fp32 round trip through memory.
+void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int OC);
+void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, size_t n);
 
 }  // namespace mt

@@ -1,7 +1,9 @@
 #include "kernels/layernorm.h"
 
+#include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 namespace mt {
 
@@ -30,6 +32,37 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     float s = 1.0f / std::sqrt(sq / C + kEps);
 #pragma omp simd
     for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int N, int C) {
+  // layernorm_forward's loops, term for term (the same sums in the same order give the same
+  // statistics), with the output rounded as float_to_bf16 does, written branch-free so it
+  // vectorises.
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* x = inp + static_cast<size_t>(n) * C;
+    bf16* y = out + static_cast<size_t>(n) * C;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < C; c++) sum += x[c];
+    float m = sum / C;
+    float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+    for (int c = 0; c < C; c++) {
+      float d = x[c] - m;
+      sq += d * d;
+    }
+    float s = 1.0f / std::sqrt(sq / C + kEps);
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      const uint32_t u = std::bit_cast<uint32_t>((x[c] - m) * s * weight[c] + bias[c]);
+      const uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+      y[c] = (u & 0x7FFFFFFFu) > 0x7F800000u ? bf16(0x7FC0) : bf16(r);
+    }
     mean[n] = m;
     rstd[n] = s;
   }

@@ -2,11 +2,19 @@
 // Backward accumulates (+=); the weight half is separately callable (deferred W).
 #pragma once
 
+#include "kernels/bf16.h"
+
 namespace mt {
 
 // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C);
+
+// --precision bf16: out rounded to bf16 as it is stored, bitwise to_bf16 of
+// layernorm_forward's out (the statistics are the same fp32 ones), so the block writes its
+// bf16 GEMM input without an fp32 round trip through memory.
+void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int N, int C);
 
 // dinp (N, C) += d/dinp, from dout (N, C) and the saved statistics.
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,

@@ -5,6 +5,7 @@
 // Same shapes and accumulation rules as kernels/matmul.h: backward functions accumulate (+=).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/bf16.h"
@@ -25,6 +26,9 @@ void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weigh
 // sums of the bf16 values). dbias may be null.
 void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                                  int N, int C, int OC);
+
+// dst (cols, rows) = src (rows, cols)^T, row-major both (any sizes).
+void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols);
 
 // Whether this CPU runs oneDNN's bf16 matmul at all (it needs AVX512 at least; oneDNN 2.6
 // has no bf16 path for AVX2 machines). Checked before any rank starts.

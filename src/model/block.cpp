@@ -273,7 +273,9 @@ void Block::backward_weight(float* s, const float* x_in, const float* dx_out, in
 
 // ---- --precision bf16 ------------------------------------------------------------------
 // The same steps as above; each fp32 result that only a GEMM reads goes through stage_ and
-// is rounded into its bf16 slot buffer once, where B and W both find it.
+// is rounded into its bf16 slot buffer once, where B and W both find it. The attention core
+// multiplies in bf16 too (kernels/attention.h); the recomputation under selective calls the
+// same bf16 forward, so its probabilities are the forward's bit for bit.
 
 void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
@@ -282,11 +284,10 @@ void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T
   float* x_mid = s + off_.x_mid;
   float* att = recompute_attention_ ? probs_scratch_ : s + off_.att;
 
-  layernorm_forward(stage_, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
-  to_bf16(h16(s, off_.ln1_out), stage_, nc);
+  layernorm_forward_bf16(h16(s, off_.ln1_out), s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w,
+                         ln1_.b, Nl, C_);
   qkv_.forward_bf16(qkv, h16(s, off_.ln1_out), N, g16_);
-  attention_forward(stage_, att, qkv, b, T, Cl_, NHl_);
-  to_bf16(h16(s, off_.att_out), stage_, size_t(N) * Cl_);
+  attention_forward_bf16_out16(h16(s, off_.att_out), stage_, att, qkv, b, T, Cl_, NHl_);
   attn_proj_.forward_bf16(x_mid, h16(s, off_.att_out), N, scratch_);
   add_inplace(x_mid, x_in, nc);
 
@@ -297,12 +298,11 @@ void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T
     add_inplace(x_out, x_mid, nc);
     return;
   }
-  layernorm_forward(stage_, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
-  to_bf16(h16(s, off_.ln2_out), stage_, nc);
+  layernorm_forward_bf16(h16(s, off_.ln2_out), s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w,
+                         ln2_.b, Nl, C_);
   float* fc_pre = s + off_.fc_pre;
   fc_.forward_bf16(fc_pre, h16(s, off_.ln2_out), N, g16_, /*with_bias=*/false);
-  bias_gelu_forward(stage_, fc_pre, fc_.bias(), N, Hl_);
-  to_bf16(h16(s, off_.fc_out), stage_, size_t(N) * Hl_);
+  bias_gelu_forward_bf16(h16(s, off_.fc_out), fc_pre, fc_.bias(), N, Hl_);
   mlp_proj_.forward_bf16(x_out, h16(s, off_.fc_out), N, scratch_);
   add_inplace(x_out, x_mid, nc);
 }
@@ -319,8 +319,7 @@ void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out
     moe_->backward_input(s, s + off_.ln2_out, dx_out, d_ln2, N);
   } else {
     mlp_proj_.backward_input_bf16(stage_, dx_out, N, scratch_, g16_);
-    gelu_backward(stage_, s + off_.fc_pre, stage_, size_t(N) * Hl_);
-    to_bf16(h16(s, off_.d_fc), stage_, size_t(N) * Hl_);
+    gelu_backward_bf16(h16(s, off_.d_fc), s + off_.fc_pre, stage_, size_t(N) * Hl_);
     fc_.backward_input_bf16(d_ln2, h16(s, off_.d_fc), N, scratch_);
   }
   residual_layernorm_backward(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
@@ -329,12 +328,11 @@ void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out
   float* att = s + off_.att;
   if (recompute_attention_) {
     att = probs_scratch_;
-    attention_forward(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
+    attention_forward_bf16(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
   }
   attn_proj_.backward_input_bf16(d_att_out, dx_mid, N, scratch_, g16_);
-  std::memset(stage_, 0, size_t(N) * 3 * Cl_ * sizeof(float));
-  attention_backward(stage_, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
-  to_bf16(h16(s, off_.d_qkv), stage_, size_t(N) * 3 * Cl_);
+  attention_backward_bf16_out16(h16(s, off_.d_qkv), stage_, scratch, d_att_out, s + off_.qkv, att,
+                                b, T, Cl_, NHl_);
   qkv_.backward_input_bf16(d_ln1, h16(s, off_.d_qkv), N, scratch_);
   residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,
                               s + off_.ln1_rstd, Nl, C_);

@@ -25,8 +25,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/attention.h"
 #include "kernels/bf16.h"
+#include "kernels/gelu.h"
 #include "kernels/kernel_harness.h"
+#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
 #include "kernels/reference/reference.h"
@@ -279,6 +282,239 @@ TEST(Bf16Matmul, SameResultWithOneAndTwoThreads) {
   omp_set_num_threads(1);
   EXPECT_LT(normalised_error(one, ref), 1e-5);
   EXPECT_LT(normalised_error(two, ref), 1e-5);
+}
+
+TEST(Bf16Transpose, MovesEveryElementToItsMirroredPlace) {
+  // Sizes with and without full 16 x 16 register blocks and both kinds of edge.
+  for (auto [rows, cols] : {std::pair{1, 1}, {16, 16}, {37, 50}, {1, 40}, {33, 17}, {64, 48}}) {
+    std::vector<bf16> src(size_t(rows) * cols), dst(src.size());
+    for (size_t i = 0; i < src.size(); ++i) src[i] = bf16(i * 2654435761u >> 16);
+    bf16_transpose(dst.data(), src.data(), rows, cols);
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j)
+        ASSERT_EQ(dst[size_t(j) * rows + i], src[size_t(i) * cols + j])
+            << rows << "x" << cols << " at " << i << "," << j;
+  }
+}
+
+// ---- attention core ------------------------------------------------------------------------
+//
+// attention_{forward,backward}_bf16 against the fp32 kernels on the same unrounded inputs.
+// The bound per element is the matmul bound above carried through the softmax (first order
+// in u and e; the products of two error terms are ~u^2 of the result and are covered by the
+// (1 + u)^2 factors), with hd the head dim, p the probabilities and sums over the causal
+// range:
+//   scores: |dS_ij| <= eS_ij = (2u + u^2 + 2 (hd + 1) e) scale sum_d |q_id k_jd|
+//   softmax: moving every score of row i by <= m_i = max_j eS_ij moves p_ij by a factor in
+//     [e^-2m_i, e^2m_i] (numerator and normaliser), so |dp_ij| <= d_i p_ij with
+//     d_i = e^(2 m_i) - 1 + 2 sm, sm = (T + 16) e for each side's fp32 softmax;
+//   out_id: sum_j p_ij |v_jd| ((1 + d_i)(1 + u)^2 - 1 + 2 (T + 1) e): p and v are rounded.
+// Backward, both kernels given the same probabilities and output gradient g:
+//   dP_ij = sum_d g_id v_jd: e1_ij = (2u + u^2 + 2 (hd + 1) e) sum_d |g_id v_jd|
+//   D_i = sum_j p_ij dP_ij: eD_i = sum_j p_ij e1_ij + 2 (T + 1) e sum_j p_ij |dP_ij|
+//   dS_ij = scale p_ij (dP_ij - D_i): eS_ij = scale p_ij (e1_ij + eD_i) + 4 e |dS_ij|
+//   dq_id = sum_j dS_ij k_jd (rounded both): sum_j (eS_ij (1 + u)^2 + ((1 + u)^2 - 1 +
+//     2 (T + 1) e) |dS_ij|) |k_jd|, and dk likewise with q; dv_jd = sum_i p_ij g_id:
+//     ((1 + u)^2 - 1 + 2 (T + 1) e) sum_i p_ij |g_id|. The += onto the incoming gradient
+//     adds 2 e of it.
+// The test also asserts the bf16 result differs from fp32 by more than fp32 rounding could
+// (the products really are bf16), and that unsupported head dims are the fp32 kernel exactly.
+
+struct AttnShape {
+  int B, T, C, NH;
+};
+
+class Bf16Attention : public ::testing::TestWithParam<AttnShape> {};
+
+TEST_P(Bf16Attention, MatchesFp32TwinWithinThePropagatedBound) {
+  const auto [B, T, C, NH] = GetParam();
+  const int hd = C / NH;
+  const double scale = 1.0 / std::sqrt(double(hd));
+  const Buf qkv = random_normal(size_t(B) * T * 3 * C, 21),
+            g = random_normal(size_t(B) * T * C, 22), dqkv_in = random_normal(qkv.size(), 23, 0.1f);
+  Buf out16(size_t(B) * T * C), out32(out16.size());
+  Buf att16(size_t(B) * NH * T * T), att32(att16.size());
+  attention_forward_bf16(out16.data(), att16.data(), qkv.data(), B, T, C, NH);
+  attention_forward(out32.data(), att32.data(), qkv.data(), B, T, C, NH);
+  Buf scratch(attention_backward_scratch_floats(B, T, C, NH));
+  Buf d16 = dqkv_in, d32 = dqkv_in;
+  // Both backward calls read the fp32 forward's probabilities: the bound is the backward's own.
+  attention_backward_bf16(d16.data(), scratch.data(), g.data(), qkv.data(), att32.data(), B, T, C,
+                          NH);
+  attention_backward(d32.data(), scratch.data(), g.data(), qkv.data(), att32.data(), B, T, C, NH);
+  {  // Overwriting: whatever dqkv held is gone, equal to accumulating onto zeros.
+    Buf over(qkv.size(), std::numeric_limits<float>::quiet_NaN()), zero_acc(qkv.size(), 0.0f);
+    attention_backward_bf16(over.data(), scratch.data(), g.data(), qkv.data(), att32.data(), B, T,
+                            C, NH, /*accumulate=*/false);
+    attention_backward_bf16(zero_acc.data(), scratch.data(), g.data(), qkv.data(), att32.data(), B,
+                            T, C, NH);
+    EXPECT_EQ(normalised_error(over, zero_acc), 0.0);
+  }
+  {  // The bf16-output forms: bitwise to_bf16 of the fp32-output ones, on every path
+     // (direct, T > 128, fp32 fallback).
+    std::vector<bf16> o16(out16.size()), want_o(out16.size()), d16b(qkv.size()), want_d(qkv.size());
+    Buf stage(qkv.size(), std::numeric_limits<float>::quiet_NaN()), att_b(att16.size());
+    attention_forward_bf16_out16(o16.data(), stage.data(), att_b.data(), qkv.data(), B, T, C, NH);
+    to_bf16(want_o.data(), out16.data(), out16.size());
+    EXPECT_EQ(o16, want_o);
+    EXPECT_EQ(normalised_error(att_b, att16), 0.0);
+    Buf over(qkv.size());
+    attention_backward_bf16(over.data(), scratch.data(), g.data(), qkv.data(), att32.data(), B, T,
+                            C, NH, /*accumulate=*/false);
+    to_bf16(want_d.data(), over.data(), over.size());
+    attention_backward_bf16_out16(d16b.data(), stage.data(), scratch.data(), g.data(), qkv.data(),
+                                  att32.data(), B, T, C, NH);
+    EXPECT_EQ(d16b, want_d);
+  }
+  if (!attention_bf16_supported(C, NH)) {  // fp32 kernels, bit for bit
+    EXPECT_EQ(normalised_error(out16, out32), 0.0);
+    EXPECT_EQ(normalised_error(att16, att32), 0.0);
+    EXPECT_EQ(normalised_error(d16, d32), 0.0);
+    return;
+  }
+  const double ka = 2 * kU + kU * kU + 2 * (hd + 1) * kE, r2 = (1 + kU) * (1 + kU) - 1;
+  const double acc = 2 * (T + 1) * kE, sm = (T + 16) * kE;
+  std::vector<double> out_b(out16.size(), 0.0), d_b(d16.size(), 0.0);
+  for (size_t i = 0; i < d_b.size(); ++i) d_b[i] = 2 * kE * std::fabs(dqkv_in[i]);
+  auto at = [&](const Buf& x, int b, int t, int col) {
+    return double(x[(size_t(b) * T + t) * 3 * C + col]);
+  };
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const int qo = h * hd, ko = C + h * hd, vo = 2 * C + h * hd;
+      const float* p = att32.data() + (size_t(b) * NH + h) * T * T;
+      for (int i = 0; i < T; ++i) {
+        std::vector<double> e1(i + 1), dP(i + 1), dS(i + 1), eS(i + 1);
+        double m = 0;
+        for (int j = 0; j <= i; ++j) {
+          double aqk = 0, agv = 0, gv = 0;
+          for (int d = 0; d < hd; ++d) {
+            aqk += std::fabs(at(qkv, b, i, qo + d) * at(qkv, b, j, ko + d));
+            const double gd = g[(size_t(b) * T + i) * C + h * hd + d];
+            gv += gd * at(qkv, b, j, vo + d);
+            agv += std::fabs(gd * at(qkv, b, j, vo + d));
+          }
+          m = std::max(m, ka * scale * aqk);
+          dP[j] = gv, e1[j] = ka * agv;
+        }
+        const double di = std::exp(2 * m) - 1 + 2 * sm;
+        double D = 0, eD = 0, aD = 0;
+        for (int j = 0; j <= i; ++j) {
+          D += p[size_t(i) * T + j] * dP[j];
+          eD += p[size_t(i) * T + j] * e1[j];
+          aD += p[size_t(i) * T + j] * std::fabs(dP[j]);
+        }
+        eD += acc * aD;
+        for (int j = 0; j <= i; ++j) {
+          const double pij = p[size_t(i) * T + j];
+          dS[j] = scale * pij * (dP[j] - D);
+          eS[j] = scale * pij * (e1[j] + eD) + 4 * kE * std::fabs(dS[j]);
+        }
+        for (int d = 0; d < hd; ++d) {
+          double fo = 0, fq = 0;
+          for (int j = 0; j <= i; ++j) {
+            const double pij = p[size_t(i) * T + j];
+            fo += pij * std::fabs(at(qkv, b, j, vo + d));
+            const double cs = eS[j] * (1 + kU) * (1 + kU) + (r2 + acc) * std::fabs(dS[j]);
+            fq += cs * std::fabs(at(qkv, b, j, ko + d));
+            // Query row i's share of key row j's gradients.
+            d_b[(size_t(b) * T + j) * 3 * C + ko + d] += cs * std::fabs(at(qkv, b, i, qo + d));
+            d_b[(size_t(b) * T + j) * 3 * C + vo + d] +=
+                (r2 + acc) * pij * std::fabs(double(g[(size_t(b) * T + i) * C + h * hd + d]));
+          }
+          out_b[(size_t(b) * T + i) * C + h * hd + d] =
+              fo * ((1 + di) * (1 + kU) * (1 + kU) - 1 + acc);
+          d_b[(size_t(b) * T + i) * 3 * C + qo + d] += fq;
+        }
+      }
+    }
+  const double wf = check_bound("forward vs fp32", out16, out32, out_b, 1.0);
+  const double wb = check_bound("backward vs fp32", d16, d32, d_b, 1.0);
+  RecordProperty("worst_ratio_forward", std::to_string(wf));
+  RecordProperty("worst_ratio_backward", std::to_string(wb));
+  // Not fp32 in disguise: fp32 rounding alone stays near 1e-6 of the values.
+  EXPECT_GT(normalised_error(out16, out32), 2e-4);
+  EXPECT_GT(normalised_error(d16, d32), 2e-4);
+  // The probabilities are fp32 softmax of slightly different scores: close, zero above the
+  // diagonal exactly.
+  for (int bh = 0; bh < B * NH; ++bh)
+    for (int i = 0; i < T; ++i)
+      for (int j = i + 1; j < T; ++j) ASSERT_EQ(att16[(size_t(bh) * T + i) * T + j], 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Attention,
+                         ::testing::Values(AttnShape{1, 1, 32, 1}, AttnShape{2, 37, 64, 2},
+                                           AttnShape{1, 70, 64, 1}, AttnShape{2, 128, 256, 4},
+                                           AttnShape{1, 45, 256, 2}, AttnShape{1, 133, 128, 1},
+                                           AttnShape{1, 33, 32, 2}, AttnShape{1, 19, 96, 2}),
+                         [](const auto& info) {
+                           const AttnShape& s = info.param;
+                           return str("B", s.B, "_T", s.T, "_C", s.C, "_NH", s.NH);
+                         });
+
+TEST(Bf16Attention, SameResultWithOneAndTwoThreads) {
+  // Heads are independent and each runs on one thread: the team size cannot change a bit.
+  const int B = 2, T = 40, C = 128, NH = 2;
+  const Buf qkv = random_normal(size_t(B) * T * 3 * C, 31),
+            g = random_normal(size_t(B) * T * C, 32);
+  Buf o1(size_t(B) * T * C), o2(o1.size()), a1(size_t(B) * NH * T * T), a2(a1.size());
+  Buf d1(qkv.size(), 0.0f), d2(qkv.size(), 0.0f), scratch(a1.size());
+  omp_set_num_threads(1);
+  attention_forward_bf16(o1.data(), a1.data(), qkv.data(), B, T, C, NH);
+  attention_backward_bf16(d1.data(), scratch.data(), g.data(), qkv.data(), a1.data(), B, T, C, NH);
+  omp_set_num_threads(2);
+  attention_forward_bf16(o2.data(), a2.data(), qkv.data(), B, T, C, NH);
+  attention_backward_bf16(d2.data(), scratch.data(), g.data(), qkv.data(), a2.data(), B, T, C, NH);
+  omp_set_num_threads(1);
+  EXPECT_EQ(normalised_error(o1, o2), 0.0);
+  EXPECT_EQ(normalised_error(a1, a2), 0.0);
+  EXPECT_EQ(normalised_error(d1, d2), 0.0);
+}
+
+TEST(Bf16Gelu, FusedKernelsEqualGeluThenRounding) {
+  // Bitwise: the block's bf16 path may use either form and stay what it was. Rows with
+  // and without a 16-wide tail; values from denormal-sized to large, and a NaN.
+  for (auto [N, OC] : {std::pair{3, 37}, {4, 64}, {1, 5}}) {
+    const size_t n = size_t(N) * OC;
+    Buf pre = random_normal(n, 41, 3.0f), bias = random_normal(OC, 42), dout = random_normal(n, 43);
+    pre[0] = 1e-39f, pre[1] = -30.0f, pre[2] = 80.0f, dout[1] = 1e-38f;
+    if (n > 4) pre[4] = std::numeric_limits<float>::quiet_NaN();
+    Buf pre32 = pre, pre16 = pre, out32(n), d32(n);
+    bias_gelu_forward(out32.data(), pre32.data(), bias.data(), N, OC);
+    std::vector<bf16> out16(n), want(n);
+    bias_gelu_forward_bf16(out16.data(), pre16.data(), bias.data(), N, OC);
+    to_bf16(want.data(), out32.data(), n);
+    EXPECT_EQ(out16, want) << N << "x" << OC;
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(pre16[i]), std::bit_cast<uint32_t>(pre32[i]));
+    Buf d = dout;
+    gelu_backward(d.data(), pre32.data(), d.data(), n);
+    std::vector<bf16> d16(n);
+    gelu_backward_bf16(d16.data(), pre32.data(), dout.data(), n);
+    to_bf16(want.data(), d.data(), n);
+    EXPECT_EQ(d16, want) << N << "x" << OC;
+  }
+}
+
+TEST(Bf16LayerNorm, FusedForwardEqualsLayerNormThenRounding) {
+  // Bitwise, statistics included; row widths with and without a vector tail, rows with a
+  // large mean and one with a NaN.
+  for (auto [N, C] : {std::pair{5, 37}, {3, 512}, {2, 1}}) {
+    const size_t n = size_t(N) * C;
+    Buf x = random_normal(n, 51, 2.0f), w = random_normal(C, 52), b = random_normal(C, 53);
+    for (int c = 0; c < C; ++c) x[c] += 1000.0f;
+    if (N > 2) x[size_t(2) * C] = std::numeric_limits<float>::quiet_NaN();
+    Buf y(n), m32(N), r32(N), m16(N), r16(N);
+    layernorm_forward(y.data(), m32.data(), r32.data(), x.data(), w.data(), b.data(), N, C);
+    std::vector<bf16> got(n), want(n);
+    layernorm_forward_bf16(got.data(), m16.data(), r16.data(), x.data(), w.data(), b.data(), N, C);
+    to_bf16(want.data(), y.data(), n);
+    EXPECT_EQ(got, want) << N << "x" << C;
+    for (int i = 0; i < N; ++i) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(m16[i]), std::bit_cast<uint32_t>(m32[i]));
+      EXPECT_EQ(std::bit_cast<uint32_t>(r16[i]), std::bit_cast<uint32_t>(r32[i]));
+    }
+  }
 }
 
 TEST(Bf16Matmul, NamesTheIsaOneDnnPicked) {

@@ -43,9 +43,9 @@ import gpt_torch as ref  # noqa: E402
 NOISE = 0.2  # share of random tokens in the "markov" stream
 LOSS_RTOL, LR_RTOL, NORM_RTOL, PARAM_RTOL = 1e-5, 1e-6, 1e-4, 1e-4
 
-# bf16 against autocast. Both round the GEMM inputs to bf16 (relative error up to
-# u = 2^-8 per operand) and accumulate in fp32, but autocast also runs the attention
-# products, the softmax and GELU in bf16 where meshtrain keeps fp32, so the two are two
+# bf16 against autocast. Both round the GEMM and attention-product inputs to bf16
+# (relative error up to u = 2^-8 per operand) and accumulate in fp32, but autocast also
+# runs the softmax and GELU in bf16 where meshtrain keeps fp32, so the two are two
 # different bf16 models, each within a few u of the fp32 one. The loss is a mean over
 # B*T tokens, so per-element rounding averages out: 1e-2 relative (the figure,
 # ~2.5u) leaves a wide margin over the ~1e-4 seen. The gradient norm and the weights are
