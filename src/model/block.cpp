@@ -94,7 +94,7 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
   if (bf16_) {
     qkv_.enable_bf16(bf16_version);
     attn_proj_.enable_bf16(bf16_version);
-    if (!moe) {  // the experts stay fp32 (docs/precision.md)
+    if (!moe) {  // an MoE block's MLP is its experts, with bf16 copies of their own (moe_layer.h)
       fc_.enable_bf16(bf16_version);
       mlp_proj_.enable_bf16(bf16_version);
     }
@@ -112,7 +112,7 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
   if (!recompute_attention_) off_.att = layout.reserve(size_t(max_b) * NHl_ * T_ * T_);
   off_.att_out = gemm_only(N * Cl_);
   off_.x_mid = layout.reserve(Nl * C_);
-  off_.ln2_out = moe ? layout.reserve(Nl * C_) : gemm_only(Nl * C_);  // the experts read fp32
+  off_.ln2_out = moe ? layout.reserve(Nl * C_) : gemm_only(Nl * C_);  // the router reads fp32
   off_.ln2_mean = layout.reserve(Nl);
   off_.ln2_rstd = layout.reserve(Nl);
   const size_t nh = moe ? 0 : N * Hl_;  // the experts keep their own buffers
@@ -291,7 +291,7 @@ void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T
   attn_proj_.forward_bf16(x_mid, h16(s, off_.att_out), N, scratch_);
   add_inplace(x_mid, x_in, nc);
 
-  if (moe_) {  // the experts run in fp32 from an fp32 ln2_out
+  if (moe_) {  // the router reads an fp32 ln2_out; the experts round their rows themselves
     float* ln2_out = s + off_.ln2_out;
     layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
     moe_->forward(s, ln2_out, x_out, N);

@@ -30,9 +30,10 @@
 // bf16 copies of their weights (refreshed when *bf16_version moves). What the slot keeps
 // only for a GEMM is kept in bf16 instead of fp32: ln1_out, att_out, ln2_out and fc_out
 // (the W pass's inputs) and d_qkv, d_fc (the B and W passes' output gradients). The
-// residual stream, LayerNorm statistics, qkv and the probabilities (attention runs in
-// fp32), fc_pre (GELU's input) and the gradients the LayerNorms read stay fp32. An MoE
-// block keeps ln2_out in fp32: the experts run in fp32.
+// residual stream, LayerNorm statistics, qkv and the probabilities (the attention core
+// multiplies bf16-rounded operands but keeps scores and softmax in fp32), fc_pre (GELU's
+// input) and the gradients the LayerNorms read stay fp32. An MoE block keeps ln2_out in
+// fp32: the router reads it (the experts keep their own bf16 rows, moe_layer.h).
 #pragma once
 
 #include <memory>
