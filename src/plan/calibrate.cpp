@@ -12,6 +12,7 @@
 #include <fstream>
 #include <ostream>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,10 +21,12 @@
 #include "core/system_memory.h"
 #include "core/timer.h"
 #include "kernels/attention.h"
+#include "kernels/bf16.h"
 #include "kernels/gelu.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
 
 namespace mt::plan {
 
@@ -63,6 +66,37 @@ double gemm_rate(int M, int N, int K, double seconds) {
     sgemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
   });
   return 2.0 * M * N * K / t;
+}
+
+// matmul_bf16_forward of an (M, K) input by an (N, K) weight: the linear layers' bf16 GEMM.
+double bf16_gemm_rate(int M, int N, int K, double seconds) {
+  std::vector<bf16> a(size_t(M) * K, float_to_bf16(0.5f)), b(size_t(N) * K, float_to_bf16(0.25f));
+  std::vector<float> c(size_t(M) * N, 0);
+  const double t = best_time(
+      seconds, [&] { matmul_bf16_forward(c.data(), a.data(), b.data(), nullptr, M, K, N); });
+  return 2.0 * M * N * K / t;
+}
+
+// The attention core a run of `precision` computes, forward and backward FLOP/s of one
+// thread (4 B T^2 C forward, twice that backward). The engine's attention is the same fp32
+// kernel under both precisions (docs/precision.md: bf16 rounds only the linears' GEMM
+// inputs), so both call attention_forward/backward; when the engine gains a bf16 attention
+// entry point, "bf16" calls it here and nothing else changes.
+std::pair<double, double> attention_rates(const std::string& precision, double seconds) {
+  (void)precision;  // one fp32 kernel for both today
+  const int B = 4, T = 128, C = 128, NH = 4;
+  std::vector<float> qkv(size_t(B) * T * 3 * C, 0.01f), out(size_t(B) * T * C);
+  std::vector<float> att(size_t(B) * NH * T * T), dout(out.size(), 0.01f), dqkv(qkv.size());
+  std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH));
+  const double flops = 4.0 * B * T * T * C;
+  const double fwd = flops / best_time(0.5 * seconds, [&] {
+                       attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+                     });
+  const double bwd = 2 * flops / best_time(0.5 * seconds, [&] {
+                       attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                                          att.data(), B, T, C, NH);
+                     });
+  return {fwd, bwd};
 }
 
 // Median time of `iters` all-reduces of `count` floats (or send/recv pairs when p2p)
@@ -179,18 +213,7 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   // The engine's attention kernel (B 4, T 128, C 128, 4 heads: the shapes of small runs)
   // and its pointwise passes (GELU, LayerNorm over 1 Mi elements), one thread.
   {
-    const int B = 4, T = 128, C = 128, NH = 4;
-    std::vector<float> qkv(size_t(B) * T * 3 * C, 0.01f), out(size_t(B) * T * C);
-    std::vector<float> att(size_t(B) * NH * T * T), dout(out.size(), 0.01f), dqkv(qkv.size());
-    std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH));
-    const double flops = 4.0 * B * T * T * C;
-    h.attention_fwd_flops = flops / best_time(0.05 * seconds, [&] {
-                              attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-                            });
-    h.attention_bwd_flops = 2 * flops / best_time(0.05 * seconds, [&] {
-                              attention_backward(dqkv.data(), scratch.data(), dout.data(),
-                                                 qkv.data(), att.data(), B, T, C, NH);
-                            });
+    std::tie(h.attention_fwd_flops, h.attention_bwd_flops) = attention_rates("fp32", 0.1 * seconds);
     const int N = 2048, D = 512;
     std::vector<float> x(size_t(N) * D, 0.3f), y(x.size()), mean(N), rstd(N), w(D, 1), bias(D);
     const double gelu =
@@ -199,6 +222,38 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, D);
     });
     h.pointwise_s = std::max(gelu, ln) / double(x.size());
+  }
+  // --precision bf16 (where oneDNN has a bf16 matmul here): the bf16 GEMM's one-thread peak,
+  // its small-dimension penalty (1024 x 1024 x 64) and per-call overhead (16^3), rounding
+  // to bf16 per element (2 Mi floats: a block's activations or a weight matrix, mostly out
+  // of the L2), and the attention core of a bf16 run.
+  if (bf16_matmul_supported()) {
+    h.peak_bf16 = measure_bf16_gemm_peak_gflops(1, 0.15 * seconds) * 1e9;
+    const double small16 = bf16_gemm_rate(1024, 1024, int(d), 0.05 * seconds);
+    h.gemm_half_dim_bf16 = std::max(0.0, d * (h.peak_bf16 / small16 - 1));
+    {
+      std::vector<bf16> a(256, 0x3F80), b(256, 0x3F80);
+      std::vector<float> c(256, 0);
+      h.bf16_overhead_s = best_time(0.02 * seconds,
+                                    [&] {
+                                      for (int i = 0; i < 100; ++i)
+                                        matmul_bf16_forward(c.data(), a.data(), b.data(), nullptr,
+                                                            16, 16, 16);
+                                    }) /
+                          100;
+    }
+    {
+      const size_t n = size_t(2) << 20;
+      std::vector<float> x(n, 0.3f);
+      std::vector<bf16> y(n);
+      h.bf16_convert_s =
+          best_time(0.03 * seconds, [&] { to_bf16(y.data(), x.data(), n); }) / double(n);
+    }
+    std::tie(h.attention_bf16_fwd_flops, h.attention_bf16_bwd_flops) =
+        attention_rates("bf16", 0.1 * seconds);
+  } else {
+    h.peak_bf16 = 0;
+    log << "bf16 not measured (oneDNN has no bf16 matmul on this CPU): local plans are fp32\n";
   }
   omp_set_num_threads(saved);
   // The local backend between two rank threads: busbw of a 16 MiB all-reduce
@@ -225,7 +280,6 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   } else {
     log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here)\n";
   }
-  h.peak_bf16 = 0;
   const double load_after = load_average();
   char line[512];
   std::snprintf(line, sizeof line,
@@ -240,6 +294,10 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
                "pointwise_s: the slower of GELU and LayerNorm forward per element, one thread",
                "intra_*: local backend, two rank threads, 16 MiB all-reduce / send, 4 B "
                "all-reduce latency",
+               "peak_bf16: best single-thread bf16 GEMM (oneDNN matmul_bf16_forward) of "
+               "512..2048 squares; gemm_half_dim_bf16 from 1024x1024x64, bf16_overhead_s a 16^3 "
+               "call, bf16_convert_s to_bf16 of 2 Mi floats per element",
+               "attention_bf16_*: the attention core of a bf16 run (the engine's fp32 kernel)",
                "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
                "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
   std::error_code ec;
@@ -254,11 +312,16 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
                 "sgemm %.1f GFLOP/s per thread (half-rate dim %.0f), attention %.1f/%.1f "
                 "GFLOP/s, pointwise %.2f ns/element, stream %.2f GB/s, overhead %.1f us, "
                 "all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s; MPI busbw %.2f "
-                "GB/s, latency %.1f us, p2p %.2f GB/s\n",
+                "GB/s, latency %.1f us, p2p %.2f GB/s; bf16 GEMM %.1f GFLOP/s (half-rate dim "
+                "%.0f, overhead %.1f us), to_bf16 %.3f ns/element, bf16-run attention %.1f/%.1f "
+                "GFLOP/s\n",
                 h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9,
                 h.attention_bwd_flops / 1e9, h.pointwise_s * 1e9, h.memory_bw / 1e9,
                 h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9, h.intra_latency_s * 1e6,
-                h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6, h.mpi_p2p_bw / 1e9);
+                h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6, h.mpi_p2p_bw / 1e9,
+                h.peak_bf16 / 1e9, h.gemm_half_dim_bf16, h.bf16_overhead_s * 1e6,
+                h.bf16_convert_s * 1e9, h.attention_bf16_fwd_flops / 1e9,
+                h.attention_bf16_bwd_flops / 1e9);
   log << line << h.sources[0] << "\nwrote " << path << "\n";
   return h;
 }

@@ -128,7 +128,12 @@ HardwareProfile load_profile(const std::string& path) {
                                                  "pointwise_s",
                                                  "mpi_busbw",
                                                  "mpi_latency_s",
-                                                 "mpi_p2p_bw"};
+                                                 "mpi_p2p_bw",
+                                                 "gemm_half_dim_bf16",
+                                                 "bf16_overhead_s",
+                                                 "bf16_convert_s",
+                                                 "attention_bf16_fwd_flops",
+                                                 "attention_bf16_bwd_flops"};
   for (auto&& [k, v] : *t) {
     (void)v;
     bool ok = false;
@@ -159,6 +164,11 @@ HardwareProfile load_profile(const std::string& path) {
   read(*t, "mpi_busbw", h.mpi_busbw, path);
   read(*t, "mpi_latency_s", h.mpi_latency_s, path);
   read(*t, "mpi_p2p_bw", h.mpi_p2p_bw, path);
+  read(*t, "gemm_half_dim_bf16", h.gemm_half_dim_bf16, path);
+  read(*t, "bf16_overhead_s", h.bf16_overhead_s, path);
+  read(*t, "bf16_convert_s", h.bf16_convert_s, path);
+  read(*t, "attention_bf16_fwd_flops", h.attention_bf16_fwd_flops, path);
+  read(*t, "attention_bf16_bwd_flops", h.attention_bf16_bwd_flops, path);
   if (const toml::array* s = (*t)["sources"].as_array())
     for (auto&& n : *s)
       if (auto v = n.value<std::string>()) h.sources.push_back(*v);
@@ -202,7 +212,12 @@ std::string profile_to_toml(const HardwareProfile& h) {
                       {"pointwise_s", h.pointwise_s},
                       {"mpi_busbw", h.mpi_busbw},
                       {"mpi_latency_s", h.mpi_latency_s},
-                      {"mpi_p2p_bw", h.mpi_p2p_bw}})
+                      {"mpi_p2p_bw", h.mpi_p2p_bw},
+                      {"gemm_half_dim_bf16", h.gemm_half_dim_bf16},
+                      {"bf16_overhead_s", h.bf16_overhead_s},
+                      {"bf16_convert_s", h.bf16_convert_s},
+                      {"attention_bf16_fwd_flops", h.attention_bf16_fwd_flops},
+                      {"attention_bf16_bwd_flops", h.attention_bf16_bwd_flops}})
     o << k << " = " << std::scientific << v << std::defaultfloat << "\n";
   o << "sources = [";
   for (size_t i = 0; i < h.sources.size(); ++i) {
@@ -231,6 +246,11 @@ HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend
 
 double peak_flops(const HardwareProfile& h, const std::string& precision) {
   return precision == "bf16" ? h.peak_bf16 : h.peak_fp32;
+}
+
+bool has_local_bf16(const HardwareProfile& h) {
+  return h.peak_bf16 > 0 && h.bf16_convert_s > 0 && h.attention_bf16_fwd_flops > 0 &&
+         h.attention_bf16_bwd_flops > 0;
 }
 
 }  // namespace mt::plan

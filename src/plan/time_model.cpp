@@ -28,7 +28,47 @@ struct Context {
   ComputeRates rates;
   double e = 4;  // bytes per activation element
   GroupSpan tp, dp, ep;
+  // Local hardware: the fp32 rates (the MoE experts stay fp32 under bf16) and whether the
+  // engine's bf16 path runs (its GEMMs, conversions and bf16 gathers).
+  ComputeRates rates32;
+  bool local_bf16 = false;
 };
+
+// A GEMM of the precision's linear layers: locally the calibrated GEMM path (sgemm or
+// oneDNN's bf16 matmul), on GPUs the preset's roofline.
+double linear_gemm(const Context& c, const ComputeRates& R, double M, double N, double K,
+                   double count = 1) {
+  if (c.r.hardware.local) return local_gemm_seconds(R, M, N, K, count);
+  return gemm_seconds(R, M, N, K, c.e, count);
+}
+
+// Local: a block's tensor-parallel communication per microbatch, as the engine's linears
+// issue it (parallel/tensor_parallel/*_linear.cpp). Without SP: two all-reduces of (N, h)
+// in forward (row-parallel outputs) and two in backward (column-parallel input
+// gradients). With SP: forward all-gathers the two column inputs and reduce-scatters the
+// two row outputs; backward all-gathers the two row output gradients and reduce-scatters
+// the two column input gradients; the weight pass gathers all four again. The gathers
+// move bf16 under --precision bf16, the reductions stay fp32. {forward, backward, weight}.
+struct TpComm {
+  double forward = 0, backward = 0, weight = 0;
+};
+TpComm local_tp_comm(const Context& c) {
+  const double N = double(c.l.micro_batch) * c.r.model.seq, h = c.r.model.dim;
+  const HardwareProfile& hw = c.r.hardware;
+  TpComm t;
+  if (c.l.tp <= 1) return t;
+  if (!c.l.sequence_parallel) {
+    const double ar = collective_seconds(hw, Collective::all_reduce, N * h * 4, c.tp);
+    t.forward = t.backward = 2 * ar;
+    return t;
+  }
+  const double gather_bytes = N * h * (c.local_bf16 ? 2 : 4);
+  const double ag = collective_seconds(hw, Collective::all_gather, gather_bytes, c.tp);
+  const double rs = collective_seconds(hw, Collective::reduce_scatter, N * h * 4, c.tp);
+  t.forward = t.backward = 2 * (ag + rs);
+  t.weight = 4 * ag;
+  return t;
+}
 
 BlockCosts block_costs(const Context& c, int layer) {
   const ModelConfig& m = c.r.model;
@@ -36,7 +76,12 @@ BlockCosts block_costs(const Context& c, int layer) {
   const double N = b * s, Nl = c.l.sequence_parallel ? N / t : N, hd = h / a, e = c.e;
   const ComputeRates& R = c.rates;
   auto gemm = [&](double M, double Nn, double K, double count = 1) {
-    return gemm_seconds(R, M, Nn, K, e, count);
+    return linear_gemm(c, R, M, Nn, K, count);
+  };
+  // The MoE experts and router: fp32 GEMMs even under bf16 locally (docs/precision.md).
+  const ComputeRates& RE = c.local_bf16 ? c.rates32 : R;
+  auto expert_gemm = [&](double M, double Nn, double K, double count = 1) {
+    return linear_gemm(c, RE, M, Nn, K, count);
   };
   BlockCosts k;
   // Attention: qkv and output projection (column-, then row-parallel).
@@ -74,10 +119,12 @@ BlockCosts block_costs(const Context& c, int layer) {
     const double E = m.experts, local = E / c.l.ep, rows = N * m.topk / local;
     const double gelu =
         pointwise_seconds(R, N * m.topk * 4 * h, 2 * N * m.topk * 4 * h * e, int(local));
-    mlp_f = gemm(N, E, h) + gemm(rows, 4 * h, h, local) + gemm(rows, h, 4 * h, local) + gelu +
+    mlp_f = expert_gemm(N, E, h) + expert_gemm(rows, 4 * h, h, local) +
+            expert_gemm(rows, h, 4 * h, local) + gelu +
             stream_seconds(R, 4 * N * m.topk * h * e, 4);  // permute / combine
     mlp_b = mlp_f + gelu;
-    mlp_w = gemm(4 * h, h, rows, local) + gemm(h, 4 * h, rows, local) + gemm(E, h, N);
+    mlp_w = expert_gemm(4 * h, h, rows, local) + expert_gemm(h, 4 * h, rows, local) +
+            expert_gemm(E, h, N);
     if (c.l.ep > 1) {
       // dispatch + combine in forward, their adjoints in backward.
       k.ep_comm = 4 * collective_seconds(*R.hw, Collective::all_to_all, N * m.topk * h * e, c.ep);
@@ -86,7 +133,30 @@ BlockCosts block_costs(const Context& c, int layer) {
   f += mlp_f;
   bwd += mlp_b;
   w += mlp_w;
-  if (t > 1) {
+  if (c.local_bf16) {
+    // The engine's bf16 block (model/block.cpp, row_parallel_linear.cpp): every GEMM input
+    // kept for backward is rounded once: forward ln1_out, ln2_out (Nl h each), att_out
+    // (N h/t), fc_out (4 N h/t); backward the two row-parallel output gradients (Nl h
+    // each), d_fc (4 N h/t) and d_qkv (3 N h/t); the weight pass rounds the row-parallel
+    // output gradients again. An MoE block rounds only its attention's.
+    const double per_t = N * h / t;
+    if (!moe) {
+      f += local_convert_seconds(R, 2 * Nl * h + 5 * per_t, 4);
+      bwd += local_convert_seconds(R, 2 * Nl * h + 7 * per_t, 4);
+      w += local_convert_seconds(R, 2 * Nl * h, 2);
+    } else {
+      f += local_convert_seconds(R, Nl * h + per_t, 2);
+      bwd += local_convert_seconds(R, Nl * h + 3 * per_t, 2);
+      w += local_convert_seconds(R, Nl * h, 1);
+    }
+  }
+  if (t > 1 && c.r.hardware.local) {
+    const TpComm tc = local_tp_comm(c);
+    k.tp_comm = tc.forward + tc.backward + tc.weight;
+    f += tc.forward;
+    bwd += tc.backward;
+    w += tc.weight;
+  } else if (t > 1) {
     // Megatron: two all-reduces of (N, h) per block in forward and two in backward; with
     // SP an all-gather + reduce-scatter pair in their place (the same bytes on the wire).
     const double bytes = N * h * e;
@@ -111,13 +181,19 @@ BlockCosts block_costs(const Context& c, int layer) {
 }
 
 Context make_context(const PlanRequest& r, const Layout& l) {
+  // Locally bf16 rounds only the GEMM inputs: activations, reductions and pointwise passes
+  // stay fp32 (4 bytes); the GEMM path's own operand bytes are in the rates.
+  const bool local = r.hardware.local;
   Context c{r,
             l,
             compute_rates(r.hardware, l.precision, l.world(), r.threads),
-            l.precision == "bf16" ? 2.0 : 4.0,
+            l.precision == "bf16" && !local ? 2.0 : 4.0,
             {},
             {},
-            {}};
+            {},
+            {},
+            local && l.precision == "bf16"};
+  if (local) c.rates32 = compute_rates(r.hardware, "fp32", l.world(), r.threads);
   c.tp = group_span(r.hardware, l.tp, 1);
   c.dp = group_span(r.hardware, l.dp, l.tp);
   c.ep = group_span(r.hardware, l.ep, l.tp);
@@ -163,6 +239,7 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         sc.ep_comm += k.ep_comm;
         sc.recompute += k.recompute;
         sc.params += block_params(m, layer, l, &sc.expert_params);
+        sc.linear_weights += (is_moe_layer(m, layer) ? 4 : 12) * h * h / t;
         ++sc.blocks;
       }
       if (spec.has_embedding) {
@@ -170,7 +247,13 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         sc.backward += stream_seconds(c.rates, 3 * N * h * e, 2);
         sc.params += double(m.seq) * h;
         if (!wte) sc.params += Vl * h, wte = true;
-        if (t > 1) {
+        if (t > 1 && r.hardware.local && l.sequence_parallel) {
+          // vocab_parallel_embedding.cpp under SP: reduce-scatter forward, all-gather back.
+          const double rs =
+              collective_seconds(r.hardware, Collective::reduce_scatter, N * h * 4, c.tp);
+          const double ag = collective_seconds(r.hardware, Collective::all_gather, N * h * 4, c.tp);
+          sc.forward += rs, sc.backward += ag, sc.tp_comm += rs + ag;
+        } else if (t > 1) {
           const double ar = collective_seconds(r.hardware, Collective::all_reduce, N * h * e, c.tp);
           sc.forward += ar, sc.tp_comm += ar;
         }
@@ -178,14 +261,38 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
       if (spec.has_head) {
         // ln_f, the logits GEMM against the (vocab-parallel) tied embedding, the
         // cross-entropy over N x V/tp logits, and their backward.
-        const double logits = gemm_seconds(c.rates, N, Vl, h, e);
+        const double logits = linear_gemm(c, c.rates, N, Vl, h);
         const double ce = pointwise_seconds(c.rates, N * Vl, 3 * N * Vl * e, 3);
         const double ln = pointwise_seconds(c.rates, N * h, 2 * N * h * e, 1);
         sc.forward += logits + ce + ln;
         sc.backward += logits + ce + 2 * ln;
-        sc.weight += gemm_seconds(c.rates, Vl, h, N, e);
+        sc.weight += linear_gemm(c, c.rates, Vl, h, N);
+        if (c.local_bf16) {
+          // lm_head.cpp: ln_f's output rounded in forward, dlogits in B and again in W.
+          const double Nl = l.sequence_parallel ? N / t : N;
+          sc.forward += local_convert_seconds(c.rates, Nl * h);
+          sc.backward += local_convert_seconds(c.rates, N * Vl);
+          sc.weight += local_convert_seconds(c.rates, N * Vl);
+        }
         sc.params += 2 * h;
         if (!wte) sc.params += Vl * h, wte = true;
+        sc.linear_weights += Vl * h;
+        if (t > 1 && r.hardware.local) {
+          // The head is a column-parallel linear: its input gradient is all-reduced (SP:
+          // ln_f's output all-gathered in forward, the gradient reduce-scattered).
+          const double ge = c.local_bf16 ? 2 : 4;
+          if (l.sequence_parallel) {
+            const double ag =
+                collective_seconds(r.hardware, Collective::all_gather, N * h * ge, c.tp);
+            const double rs =
+                collective_seconds(r.hardware, Collective::reduce_scatter, N * h * 4, c.tp);
+            sc.forward += ag, sc.backward += rs, sc.tp_comm += ag + rs;
+          } else {
+            const double ar =
+                collective_seconds(r.hardware, Collective::all_reduce, N * h * 4, c.tp);
+            sc.backward += ar, sc.tp_comm += ar;
+          }
+        }
         if (t > 1) {
           // vocab-parallel cross-entropy: max, sum and target logit reduced over tp.
           const double small =
@@ -296,7 +403,14 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   p.dp_exposed_s = dp_exposed;
   p.optimizer_s = opt + small;
   p.recompute_s = recompute;
-  p.step_s = p.pipeline_s + dp_exposed + p.optimizer_s;
+  if (c.local_bf16) {
+    // Each linear's bf16 weight copy is rounded at its first use after the weights change
+    // (parallel/tensor_parallel/bf16_weight.h): once per step, on the slowest stage's cores.
+    for (const StageCosts& sc : p.stages)
+      p.bf16_weights_s = std::max(p.bf16_weights_s,
+                                  local_convert_seconds(c.rates, sc.linear_weights, 4 * sc.blocks + 1));
+  }
+  p.step_s = p.pipeline_s + dp_exposed + p.optimizer_s + p.bf16_weights_s;
   return p;
 }
 
@@ -325,7 +439,14 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
     a.push_back(
         "local backend: collectives are computed by the ranks' own threads on shared memory, "
         "so no communication overlaps compute; ranks x threads beyond the calibrated cores "
-        "time-share them");
+        "time-share them; tp communication as the engine's linears issue it (SP: the weight "
+        "pass gathers its inputs and output gradients again)");
+    a.push_back(
+        "local bf16: the linears' GEMMs on oneDNN's bf16 matmul (calibrated peak, penalty, "
+        "overhead), attention core as calibrated for a bf16 run, every GEMM input kept for "
+        "backward rounded to bf16 once (output gradients of row-parallel linears once per "
+        "pass), weight copies rounded once per step; MoE experts, LayerNorm, GELU, softmax, "
+        "reductions and AdamW stay fp32");
   } else {
     a.push_back(
         "data parallel: fp32 gradients reduced in buckets during the last microbatch's "

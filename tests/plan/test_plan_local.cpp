@@ -1,0 +1,98 @@
+// The local time model's bf16 and tensor-parallel terms against the engine's own calls:
+// the elements a bf16 step rounds to bf16 (model/block.cpp, lm_head.cpp,
+// row_parallel_linear.cpp, bf16_weight.h) and the collectives the tp linears issue.
+#include <gtest/gtest.h>
+
+#include "plan/hardware_costs.h"
+#include "plan/time_model.h"
+#include "plan_test_util.h"
+
+namespace mt::plan {
+namespace {
+
+using testing::small_request;
+
+double step(const PlanRequest& r, const Layout& l) {
+  const Schedule none;
+  return predict_time(r, l, none).step_s;
+}
+
+// Raising the seconds per rounded element by d raises the step by d x the elements the
+// engine rounds per step: per block and microbatch 2 N h + 5 N h (forward: ln1_out, ln2_out;
+// att_out, fc_out), 2 N h + 7 N h (backward: the two row-parallel output gradients; d_fc,
+// d_qkv), 2 N h (the weight pass rounds those output gradients again); the head N h
+// (ln_f's output) and 2 N V (dlogits for B and W); the weight copies 12 h^2 per block and
+// V h for the tied head, once per step.
+TEST(PlanLocal, Bf16RoundsWhatTheEngineRounds) {
+  PlanRequest r = small_request(1);
+  Layout l;
+  l.micro_batch = 4;  // two microbatches
+  l.precision = "bf16";
+  const double before = step(r, l);
+  const double d = 1e-9;
+  r.hardware.bf16_convert_s += d;
+  const double after = step(r, l);
+  const double L = r.model.layers, h = r.model.dim, V = r.model.vocab;
+  const double N = double(l.micro_batch) * r.model.seq, m = r.batch / l.micro_batch;
+  const double per_microbatch = L * (7 + 9 + 2) * N * h + N * h + 2 * N * V;
+  const double elements = m * per_microbatch + L * 12 * h * h + V * h;
+  EXPECT_NEAR((after - before) / d, elements, elements * 1e-6);
+  // fp32 rounds nothing.
+  Layout f = l;
+  f.precision = "fp32";
+  const double f0 = step(r, f);
+  r.hardware.bf16_convert_s += d;
+  EXPECT_EQ(step(r, f), f0);
+}
+
+// bf16 runs the linears on the bf16 GEMM path: a faster bf16 peak makes the step faster,
+// the fp32 step does not move; the MoE experts stay on the fp32 GEMMs.
+TEST(PlanLocal, Bf16LinearsUseTheBf16GemmAndExpertsStayFp32) {
+  PlanRequest r = small_request(1);
+  Layout l;
+  l.micro_batch = 8;
+  l.precision = "bf16";
+  const double slow = step(r, l);
+  r.hardware.peak_bf16 *= 2;
+  EXPECT_LT(step(r, l), slow);
+  PlanRequest moe = small_request(1);
+  moe.model.experts = 4;
+  Layout e = l;
+  const std::vector<StageCosts> a = stage_costs(moe, e);
+  moe.hardware.peak_fp32 *= 2;  // the experts' rate
+  const std::vector<StageCosts> b = stage_costs(moe, e);
+  EXPECT_LT(b[0].forward, a[0].forward);
+}
+
+// Locally tp communicates as the linears do: without SP two all-reduces of (N, h) forward
+// and two backward per block; with SP two all-gathers + two reduce-scatters in each of
+// forward and backward and four all-gathers in the weight pass (bf16: the linears' gathers
+// move 2-byte elements).
+TEST(PlanLocal, TensorParallelCommunicationIsTheLinears) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (bool sp : {false, true}) {
+      PlanRequest r = small_request(2);
+      Layout l;
+      l.tp = 2, l.micro_batch = 8, l.sequence_parallel = sp, l.precision = precision;
+      const std::vector<StageCosts> s = stage_costs(r, l);
+      const double N = 8.0 * r.model.seq, h = r.model.dim;
+      const GroupSpan g = group_span(r.hardware, 2, 1);
+      const double ge = std::string(precision) == "bf16" ? 2 : 4;
+      const double ar = collective_seconds(r.hardware, Collective::all_reduce, N * h * 4, g);
+      const double ag = collective_seconds(r.hardware, Collective::all_gather, N * h * ge, g);
+      const double rs = collective_seconds(r.hardware, Collective::reduce_scatter, N * h * 4, g);
+      const double small = 3 * collective_seconds(r.hardware, Collective::all_reduce, N * 4, g);
+      // Blocks, the embedding (SP: reduce-scatter, all-gather back, fp32), the head's input
+      // and its gradient, the loss's statistics.
+      const double ag32 = collective_seconds(r.hardware, Collective::all_gather, N * h * 4, g);
+      const double blocks = r.model.layers * (sp ? 4 * ag + 4 * rs + 4 * ag : 4 * ar);
+      const double embedding = sp ? rs + ag32 : ar;
+      const double head = sp ? ag + rs : ar;
+      EXPECT_NEAR(s[0].tp_comm, blocks + embedding + head + small, 1e-12)
+          << precision << " sp " << sp;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mt::plan
