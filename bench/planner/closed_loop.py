@@ -3,7 +3,7 @@
 measured one, for many layouts from one calibration.
 
 Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate-seconds S]
-       [--steps N] [--brute-force]
+       [--steps N] [--brute-force] [--model medium|tiny] [--only NAME,NAME]
 
 1. `meshtrain plan --calibrate` writes OUT_DIR/local.toml (skipped when it exists).
 2. For each layout: `meshtrain plan --hardware local` with every knob fixed (one candidate)
@@ -21,28 +21,69 @@ import statistics
 import subprocess
 import sys
 
-MODEL = ["--layers", "4", "--dim", "128", "--heads", "4", "--seq", "64", "--vocab", "256",
-         "--batch", "16"]
+# The default model is large enough that the GEMMs dominate a step (4 layers, d 256, T 128:
+# ~70% of a one-rank fp32 step in the linears), as in real runs; --model tiny is the
+# 4-layer d128 T64 model of the first closed loop, where per-step overheads dominate.
+MODELS = {
+    "medium": ["--layers", "4", "--dim", "256", "--heads", "8", "--seq", "128", "--vocab",
+               "256", "--batch", "8"],
+    "tiny": ["--layers", "4", "--dim", "128", "--heads", "4", "--seq", "64", "--vocab", "256",
+             "--batch", "16"],
+}
+MODEL = MODELS["medium"]
 
-# name, ranks, knobs
+
+def batch():
+    return int(MODEL[MODEL.index("--batch") + 1])
+
+
+def _lay(name, ranks, **k):
+    k.setdefault("dp", 1)
+    k.setdefault("tp", 1)
+    k.setdefault("pp", 1)
+    return (name, ranks, k)
+
+
+# name, ranks, knobs; mb is sequences per microbatch as a fraction of the batch per replica
+# (mb_div: batch / dp / mb_div), so the list works for any --batch.
 LAYOUTS = [
-    ("1 rank", 1, dict(dp=1, tp=1, pp=1, mb=16)),
-    ("1 rank mb4", 1, dict(dp=1, tp=1, pp=1, mb=4)),
-    ("1 rank selective", 1, dict(dp=1, tp=1, pp=1, mb=16, recompute="selective")),
-    ("1 rank full", 1, dict(dp=1, tp=1, pp=1, mb=16, recompute="full")),
-    ("dp2 z0", 2, dict(dp=2, tp=1, pp=1, mb=8)),
-    ("dp2 z1", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=1)),
-    ("dp2 z2", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=2)),
-    ("dp2 z3", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=3)),
-    ("tp2", 2, dict(dp=1, tp=2, pp=1, mb=16)),
-    ("tp2 sp", 2, dict(dp=1, tp=2, pp=1, mb=16, sp=True)),
-    ("pp2 1f1b m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="1f1b")),
-    ("pp2 gpipe m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="gpipe")),
-    ("pp2 zb-h1 m8", 2, dict(dp=1, tp=1, pp=2, mb=2, schedule="zb-h1")),
-    ("pp2 interleaved v2 m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="interleaved", v=2)),
-    ("moe ep2 dp2", 2, dict(dp=2, tp=1, pp=1, mb=8, ep=2, experts=4)),
-    ("dp2 tp2", 4, dict(dp=2, tp=2, pp=1, mb=8)),
+    _lay("1 rank", 1, mb_div=1),
+    _lay("1 rank m4", 1, mb_div=4),
+    _lay("1 rank selective", 1, mb_div=1, recompute="selective"),
+    _lay("1 rank full", 1, mb_div=1, recompute="full"),
+    _lay("dp2 z0", 2, dp=2, mb_div=1),
+    _lay("dp2 z1", 2, dp=2, mb_div=1, zero=1),
+    _lay("dp2 z2 m2", 2, dp=2, mb_div=2, zero=2),
+    _lay("dp2 z3", 2, dp=2, mb_div=1, zero=3),
+    _lay("tp2", 2, tp=2, mb_div=1),
+    _lay("tp2 sp", 2, tp=2, mb_div=1, sp=True),
+    _lay("tp2 sp selective", 2, tp=2, mb_div=1, sp=True, recompute="selective"),
+    _lay("pp2 1f1b m4", 2, pp=2, mb_div=4, schedule="1f1b"),
+    _lay("pp2 gpipe m4", 2, pp=2, mb_div=4, schedule="gpipe"),
+    _lay("pp2 zb-h1 m8", 2, pp=2, mb_div=8, schedule="zb-h1"),
+    _lay("pp2 interleaved v2 m4", 2, pp=2, mb_div=4, schedule="interleaved", v=2),
+    _lay("moe ep2 dp2", 2, dp=2, mb_div=1, ep=2, experts=4),
+    _lay("dp2 tp2", 4, dp=2, tp=2, mb_div=1),
+    _lay("dp2 pp2 m4", 4, dp=2, pp=2, mb_div=4),
+    _lay("bf16 1 rank", 1, mb_div=1, precision="bf16"),
+    _lay("bf16 1 rank m4", 1, mb_div=4, precision="bf16"),
+    _lay("bf16 1 rank selective", 1, mb_div=1, recompute="selective", precision="bf16"),
+    _lay("bf16 1 rank full", 1, mb_div=1, recompute="full", precision="bf16"),
+    _lay("bf16 dp2 z0", 2, dp=2, mb_div=1, precision="bf16"),
+    _lay("bf16 dp2 z3", 2, dp=2, mb_div=1, zero=3, precision="bf16"),
+    _lay("bf16 tp2 sp", 2, tp=2, mb_div=1, sp=True, precision="bf16"),
+    _lay("bf16 pp2 1f1b m4", 2, pp=2, mb_div=4, schedule="1f1b", precision="bf16"),
+    _lay("bf16 moe ep2 dp2", 2, dp=2, mb_div=1, ep=2, experts=4, precision="bf16"),
+    _lay("bf16 dp2 tp2", 4, dp=2, tp=2, mb_div=1, precision="bf16"),
 ]
+
+
+def resolve(k):
+    """Fills mb (sequences per microbatch) from mb_div for the model's batch."""
+    k = dict(k)
+    if "mb" not in k:
+        k["mb"] = batch() // (k["dp"] * k.pop("mb_div", 1))
+    return k
 
 
 def knob_args(k, plan):
@@ -54,11 +95,12 @@ def knob_args(k, plan):
         a += ["--experts", str(k["experts"])]
     if k["pp"] > 1 or plan:
         a += ["--schedule", k.get("schedule", "1f1b"), "--virtual-stages", str(k.get("v", 1))]
+    a += ["--precision", k.get("precision", "fp32")]
     if plan:
         a += ["--micro-batch", str(k["mb"]), "--ep", str(k.get("ep", 1)),
               "--sequence-parallel=" + ("true" if k.get("sp") else "false")]
     else:
-        a += ["--microbatches", str(16 // (k["dp"] * k["mb"]))]
+        a += ["--microbatches", str(batch() // (k["dp"] * k["mb"]))]
         if k.get("sp"):
             a += ["--sequence-parallel"]
     return a
@@ -114,7 +156,8 @@ def measure(binary, out, ranks, k, steps):
 def layout_knobs(lay):
     k = dict(dp=lay["dp"], tp=lay["tp"], pp=lay["pp"], mb=lay["micro_batch"],
              zero=lay["zero"], recompute=lay["recompute"], sp=lay["sequence_parallel"],
-             schedule=lay["schedule"], v=lay["virtual_stages"], ep=lay["ep"])
+             schedule=lay["schedule"], v=lay["virtual_stages"], ep=lay["ep"],
+             precision=lay["precision"])
     return k
 
 
@@ -147,7 +190,11 @@ def brute_force(binary, out, profile, steps):
 
 
 def main():
+    global MODEL
     binary, out = sys.argv[1], sys.argv[2]
+    if "--model" in sys.argv:
+        MODEL = MODELS[sys.argv[sys.argv.index("--model") + 1]]
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     seconds = sys.argv[sys.argv.index("--calibrate-seconds") + 1] \
         if "--calibrate-seconds" in sys.argv else "30"
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 8
@@ -162,6 +209,9 @@ def main():
     load0 = loadavg()
     rows, cpu_rows, errs, cpu_errs = [], [], [], []
     for name, ranks, k in LAYOUTS:
+        if only and not any(o == name for o in only):
+            continue
+        k = resolve(k)
         pred = predict(binary, profile, ranks, k)
         wall, cpu = measure(binary, out, ranks, k, steps)
         err, cerr = pred / wall - 1, pred / cpu - 1

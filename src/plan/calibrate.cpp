@@ -77,6 +77,37 @@ double bf16_gemm_rate(int M, int N, int K, double seconds) {
   return 2.0 * M * N * K / t;
 }
 
+// The linear layer's backward GEMMs against its forward, same shape (a 1024-row microbatch,
+// 512 -> 1024 features): {input-gradient time / forward time, weight-gradient time /
+// forward time}. The weight gradient reads its first operand transposed and accumulates
+// (docs/precision.md: 72-86% of the bf16 peak where the forward reaches ~90%).
+std::pair<double, double> backward_ratios(bool bf16_path, double seconds) {
+  const int N = 1024, C = 512, OC = 1024;
+  std::vector<float> x(size_t(N) * C, 0.1f), w(size_t(OC) * C, 0.1f), y(size_t(N) * OC, 0.1f);
+  std::vector<float> dx(x.size()), dw(w.size());
+  std::vector<bf16> x16(x.size(), 0x3DCD), w16(w.size(), 0x3DCD), y16(y.size(), 0x3DCD);
+  const double s = seconds / 3;
+  double fwd, in, wt;
+  if (bf16_path) {
+    fwd = best_time(s, [&] {
+      matmul_bf16_forward(y.data(), x16.data(), w16.data(), nullptr, N, C, OC);
+    });
+    in = best_time(s, [&] {
+      matmul_bf16_backward_input(dx.data(), y16.data(), w16.data(), N, C, OC, false);
+    });
+    wt = best_time(s, [&] {
+      matmul_bf16_backward_weight(dw.data(), nullptr, y16.data(), x16.data(), N, C, OC);
+    });
+  } else {
+    fwd = best_time(s, [&] { matmul_forward(y.data(), x.data(), w.data(), nullptr, N, C, OC); });
+    in = best_time(s, [&] { matmul_backward_input(dx.data(), y.data(), w.data(), N, C, OC); });
+    wt = best_time(s, [&] {
+      matmul_backward_weight(dw.data(), nullptr, y.data(), x.data(), N, C, OC);
+    });
+  }
+  return {in / fwd, wt / fwd};
+}
+
 // The attention core a run of `precision` computes, forward and backward FLOP/s of one
 // thread (4 B T^2 C forward, twice that backward). The engine's attention is the same fp32
 // kernel under both precisions (docs/precision.md: bf16 rounds only the linears' GEMM
@@ -101,9 +132,9 @@ std::pair<double, double> attention_rates(const std::string& precision, double s
 
 // Median time of `iters` all-reduces of `count` floats (or send/recv pairs when p2p)
 // between two rank threads of the local backend.
-double comm_time(size_t count, int iters, bool p2p) {
-  std::vector<double> per_rank(2, 0);
-  run_local(2, WorldOptions{}, [&](CommWorld& w) {
+double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
+  std::vector<double> per_rank(size_t(ranks), 0);
+  run_local(ranks, WorldOptions{}, [&](CommWorld& w) {
     auto comm = w.world();
     std::vector<float> buf(std::max<size_t>(count, 1), 1.0f);
     std::vector<double> times;
@@ -123,7 +154,7 @@ double comm_time(size_t count, int iters, bool p2p) {
     std::sort(times.begin(), times.end());
     per_rank[size_t(comm->rank())] = times[times.size() / 2];
   });
-  return std::max(per_rank[0], per_rank[1]);
+  return *std::max_element(per_rank.begin(), per_rank.end());
 }
 
 // busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
@@ -190,6 +221,7 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   const double d = 64;
   const double small = gemm_rate(1024, 1024, int(d), 0.1 * seconds);
   h.gemm_half_dim = std::max(0.0, d * (h.peak_fp32 / small - 1));
+  std::tie(h.gemm_input_grad_ratio, h.gemm_weight_grad_ratio) = backward_ratios(false, 0.06 * seconds);
   // Per-call overhead: a 16^3 GEMM is all overhead.
   {
     std::vector<float> a(256, 1), b(256, 1), c(256, 0);
@@ -231,6 +263,8 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
     h.peak_bf16 = measure_bf16_gemm_peak_gflops(1, 0.15 * seconds) * 1e9;
     const double small16 = bf16_gemm_rate(1024, 1024, int(d), 0.05 * seconds);
     h.gemm_half_dim_bf16 = std::max(0.0, d * (h.peak_bf16 / small16 - 1));
+    std::tie(h.gemm_input_grad_ratio_bf16, h.gemm_weight_grad_ratio_bf16) =
+        backward_ratios(true, 0.06 * seconds);
     {
       std::vector<bf16> a(256, 0x3F80), b(256, 0x3F80);
       std::vector<float> c(256, 0);
@@ -264,6 +298,11 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   h.intra_busbw = 4.0 * double(big) / comm_time(big, iters, false);
   h.intra_latency_s = comm_time(1, 4 * iters, false) / 2;
   h.p2p_bw_intra = 4.0 * double(big) / comm_time(big, iters, true);
+  // More rank threads than cores: the local backend's waiters yield and then block
+  // (comm/local/doorbell.h), so a collective waits for its peers to be scheduled: the
+  // latency of a one-float all-reduce over 2 x cores ranks.
+  h.oversubscribed_latency_s =
+      comm_time(1, 4 * iters, false, 2 * h.cores) / (2 * std::ceil(std::log2(2.0 * h.cores)));
   h.inter_busbw = h.intra_busbw;
   h.inter_latency_s = h.intra_latency_s;
   h.p2p_bw_inter = h.p2p_bw_intra;
@@ -298,6 +337,10 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
                "512..2048 squares; gemm_half_dim_bf16 from 1024x1024x64, bf16_overhead_s a 16^3 "
                "call, bf16_convert_s to_bf16 of 2 Mi floats per element",
                "attention_bf16_*: the attention core of a bf16 run (the engine's fp32 kernel)",
+               "gemm_*_grad_ratio*: the linear layer's input-/weight-gradient GEMM time over its "
+               "forward's, 1024 x 512 -> 1024, fp32 and bf16",
+               "oversubscribed_latency_s: a 4-byte all-reduce over 2 x cores rank threads / "
+               "(2 log2 ranks)",
                "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
                "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
   std::error_code ec;
@@ -314,14 +357,17 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
                 "all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s; MPI busbw %.2f "
                 "GB/s, latency %.1f us, p2p %.2f GB/s; bf16 GEMM %.1f GFLOP/s (half-rate dim "
                 "%.0f, overhead %.1f us), to_bf16 %.3f ns/element, bf16-run attention %.1f/%.1f "
-                "GFLOP/s\n",
+                "GFLOP/s; backward/forward GEMM time fp32 %.2f/%.2f, bf16 %.2f/%.2f; "
+                "oversubscribed latency %.1f us\n",
                 h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9,
                 h.attention_bwd_flops / 1e9, h.pointwise_s * 1e9, h.memory_bw / 1e9,
                 h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9, h.intra_latency_s * 1e6,
                 h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6, h.mpi_p2p_bw / 1e9,
                 h.peak_bf16 / 1e9, h.gemm_half_dim_bf16, h.bf16_overhead_s * 1e6,
                 h.bf16_convert_s * 1e9, h.attention_bf16_fwd_flops / 1e9,
-                h.attention_bf16_bwd_flops / 1e9);
+                h.attention_bf16_bwd_flops / 1e9, h.gemm_input_grad_ratio,
+                h.gemm_weight_grad_ratio, h.gemm_input_grad_ratio_bf16,
+                h.gemm_weight_grad_ratio_bf16, h.oversubscribed_latency_s * 1e6);
   log << line << h.sources[0] << "\nwrote " << path << "\n";
   return h;
 }

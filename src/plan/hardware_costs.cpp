@@ -25,7 +25,12 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
     r.pointwise_s = h.pointwise_s / (threads * share);
     r.gemm_half_dim = h.gemm_half_dim;
     r.gemm_overhead_s = h.kernel_overhead_s;
+    auto ratio = [](double v) { return v > 0 ? v : 1.0; };
+    r.input_grad_ratio = ratio(h.gemm_input_grad_ratio);
+    r.weight_grad_ratio = ratio(h.gemm_weight_grad_ratio);
     if (precision == "bf16") {
+      r.input_grad_ratio = ratio(h.gemm_input_grad_ratio_bf16);
+      r.weight_grad_ratio = ratio(h.gemm_weight_grad_ratio_bf16);
       // The linears' oneDNN bf16 matmul; the attention core of a bf16 run as calibrated.
       r.gemm_half_dim = h.gemm_half_dim_bf16;
       r.gemm_overhead_s = h.bf16_overhead_s;

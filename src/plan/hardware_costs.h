@@ -27,6 +27,9 @@ struct ComputeRates {
   // small-dimension penalty, per-call overhead and operand bytes; seconds per element of
   // fp32 -> bf16 rounding (bf16 only).
   double gemm_half_dim = 0, gemm_overhead_s = 0, gemm_elem_bytes = 4, convert_s = 0;
+  // The linear layer's input-/weight-gradient GEMM time over its forward's (local,
+  // calibrated per precision; 1 elsewhere).
+  double input_grad_ratio = 1, weight_grad_ratio = 1;
 };
 
 // Per-rank rates for a precision; local ranks share the machine's cores and memory

@@ -133,7 +133,12 @@ HardwareProfile load_profile(const std::string& path) {
                                                  "bf16_overhead_s",
                                                  "bf16_convert_s",
                                                  "attention_bf16_fwd_flops",
-                                                 "attention_bf16_bwd_flops"};
+                                                 "attention_bf16_bwd_flops",
+                                                 "gemm_input_grad_ratio",
+                                                 "gemm_weight_grad_ratio",
+                                                 "gemm_input_grad_ratio_bf16",
+                                                 "gemm_weight_grad_ratio_bf16",
+                                                 "oversubscribed_latency_s"};
   for (auto&& [k, v] : *t) {
     (void)v;
     bool ok = false;
@@ -169,6 +174,11 @@ HardwareProfile load_profile(const std::string& path) {
   read(*t, "bf16_convert_s", h.bf16_convert_s, path);
   read(*t, "attention_bf16_fwd_flops", h.attention_bf16_fwd_flops, path);
   read(*t, "attention_bf16_bwd_flops", h.attention_bf16_bwd_flops, path);
+  read(*t, "gemm_input_grad_ratio", h.gemm_input_grad_ratio, path);
+  read(*t, "gemm_weight_grad_ratio", h.gemm_weight_grad_ratio, path);
+  read(*t, "gemm_input_grad_ratio_bf16", h.gemm_input_grad_ratio_bf16, path);
+  read(*t, "gemm_weight_grad_ratio_bf16", h.gemm_weight_grad_ratio_bf16, path);
+  read(*t, "oversubscribed_latency_s", h.oversubscribed_latency_s, path);
   if (const toml::array* s = (*t)["sources"].as_array())
     for (auto&& n : *s)
       if (auto v = n.value<std::string>()) h.sources.push_back(*v);
@@ -217,7 +227,12 @@ std::string profile_to_toml(const HardwareProfile& h) {
                       {"bf16_overhead_s", h.bf16_overhead_s},
                       {"bf16_convert_s", h.bf16_convert_s},
                       {"attention_bf16_fwd_flops", h.attention_bf16_fwd_flops},
-                      {"attention_bf16_bwd_flops", h.attention_bf16_bwd_flops}})
+                      {"attention_bf16_bwd_flops", h.attention_bf16_bwd_flops},
+                      {"gemm_input_grad_ratio", h.gemm_input_grad_ratio},
+                      {"gemm_weight_grad_ratio", h.gemm_weight_grad_ratio},
+                      {"gemm_input_grad_ratio_bf16", h.gemm_input_grad_ratio_bf16},
+                      {"gemm_weight_grad_ratio_bf16", h.gemm_weight_grad_ratio_bf16},
+                      {"oversubscribed_latency_s", h.oversubscribed_latency_s}})
     o << k << " = " << std::scientific << v << std::defaultfloat << "\n";
   o << "sources = [";
   for (size_t i = 0; i < h.sources.size(); ++i) {

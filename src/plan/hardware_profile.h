@@ -43,6 +43,13 @@ struct HardwareProfile {
   // bf16 run uses, FLOP/s per thread as above.
   double gemm_half_dim_bf16 = 0, bf16_overhead_s = 0, bf16_convert_s = 0;
   double attention_bf16_fwd_flops = 0, attention_bf16_bwd_flops = 0;
+  // Local only (0 = not measured: the backward GEMMs cost what the forward does): the
+  // linear layer's input- and weight-gradient GEMM time over its forward's, per precision.
+  double gemm_input_grad_ratio = 0, gemm_weight_grad_ratio = 0;
+  double gemm_input_grad_ratio_bf16 = 0, gemm_weight_grad_ratio_bf16 = 0;
+  // Local only (0 = not measured: intra_latency_s): the latency per collective step when
+  // more rank threads than cores share the machine (waiters block and wait to be woken).
+  double oversubscribed_latency_s = 0;
   // Local only: the MPI backend between two processes of this machine (0 = not measured).
   double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
   int cores = 0;

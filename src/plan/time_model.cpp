@@ -86,8 +86,11 @@ BlockCosts block_costs(const Context& c, int layer) {
   BlockCosts k;
   // Attention: qkv and output projection (column-, then row-parallel).
   double f = gemm(N, 3 * h / t, h) + gemm(N, h, h / t);
-  double bwd = f;                                        // input gradients: same shapes
-  double w = gemm(3 * h / t, h, N) + gemm(h, h / t, N);  // weight gradients
+  // Input gradients: the same shapes; locally times the calibrated backward/forward ratio
+  // of the GEMM path (1 on GPUs and for profiles without it).
+  const double rin = R.input_grad_ratio, rw = R.weight_grad_ratio;
+  double bwd = f * rin;
+  double w = (gemm(3 * h / t, h, N) + gemm(h, h / t, N)) * rw;  // weight gradients
   // Attention core: (b * a / t) heads of QK^T (s x s x hd) and PV (s x hd x s), softmax.
   const double heads = b * a / t;
   double core = gemm(s, s, hd, heads) + gemm(s, hd, s, heads) +
@@ -110,9 +113,10 @@ BlockCosts block_costs(const Context& c, int layer) {
   double mlp_f = 0, mlp_b = 0, mlp_w = 0;
   if (!moe) {
     const double gelu = pointwise_seconds(R, N * 4 * h / t, 2 * N * 4 * h / t * e, 1);
-    mlp_f = gemm(N, 4 * h / t, h) + gemm(N, h, 4 * h / t) + gelu;
-    mlp_b = mlp_f + gelu;
-    mlp_w = gemm(4 * h / t, h, N) + gemm(h, 4 * h / t, N);
+    const double mlp_gemms = gemm(N, 4 * h / t, h) + gemm(N, h, 4 * h / t);
+    mlp_f = mlp_gemms + gelu;
+    mlp_b = mlp_gemms * rin + 2 * gelu;
+    mlp_w = (gemm(4 * h / t, h, N) + gemm(h, 4 * h / t, N)) * rw;
   } else {
     // Router, then the rank's E/ep experts on the rows routed to them (balanced: every
     // rank receives N * topk rows in total), GELU MLPs of the dense shape.
@@ -265,8 +269,8 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         const double ce = pointwise_seconds(c.rates, N * Vl, 3 * N * Vl * e, 3);
         const double ln = pointwise_seconds(c.rates, N * h, 2 * N * h * e, 1);
         sc.forward += logits + ce + ln;
-        sc.backward += logits + ce + 2 * ln;
-        sc.weight += linear_gemm(c, c.rates, Vl, h, N);
+        sc.backward += logits * c.rates.input_grad_ratio + ce + 2 * ln;
+        sc.weight += linear_gemm(c, c.rates, Vl, h, N) * c.rates.weight_grad_ratio;
         if (c.local_bf16) {
           // lm_head.cpp: ln_f's output rounded in forward, dlogits in B and again in W.
           const double Nl = l.sequence_parallel ? N / t : N;
@@ -307,6 +311,16 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
 
 PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule& schedule,
                            double give_up_above) {
+  const HardwareProfile& hw = r.hardware;
+  if (hw.local && r.backend == "local" && hw.oversubscribed_latency_s > 0 &&
+      double(l.world()) * r.threads > hw.cores && hw.intra_latency_s != hw.oversubscribed_latency_s) {
+    // More rank threads than cores: a waiting rank blocks until a peer that was not
+    // running arrives (comm/local/doorbell.h), so every collective and send pays the
+    // calibrated oversubscribed latency instead of the spinning one.
+    PlanRequest o = r;
+    o.hardware.intra_latency_s = o.hardware.inter_latency_s = hw.oversubscribed_latency_s;
+    return predict_time(o, l, schedule, give_up_above);
+  }
   const Context c = make_context(r, l);
   const ModelConfig& m = r.model;
   PredictedTime p;
@@ -391,13 +405,18 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
     // ~32 bytes per element streamed (param, grad, two moments read; param, moments written).
     const double updated =
         l.zero > 0 ? (sc.params - sc.expert_params) / l.dp + sc.expert_params : sc.params;
-    opt = std::max(opt, stream_seconds(c.rates, updated * 32, 2));
+    // Locally the step also checks the updated parameters and moments for finiteness (12
+    // bytes read), reads the gradients for the norm (4) and zeroes them (4 written): 52.
+    const double bytes = r.hardware.local ? 52 : 32;
+    opt = std::max(opt, stream_seconds(c.rates, updated * bytes, r.hardware.local ? 4 : 2));
   }
   // Recomputation on the slowest stage (reported; already inside the backward costs).
   for (const StageCosts& sc : p.stages) recompute = std::max(recompute, sc.recompute * mb);
   // Gradient-norm all-reduce over the world and the loss all-reduce: latency-bound.
   const GroupSpan world = group_span(r.hardware, l.world(), 1);
-  const double small = 2 * collective_seconds(r.hardware, Collective::all_reduce, 8, world);
+  // (Locally a third: the ranks agree that the update left every weight finite.)
+  const double small = (r.hardware.local ? 3 : 2) *
+                       collective_seconds(r.hardware, Collective::all_reduce, 8, world);
   p.tp_exposed_s = tp_exp;
   p.ep_exposed_s = ep_exp;
   p.dp_exposed_s = dp_exposed;
