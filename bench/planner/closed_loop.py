@@ -16,10 +16,10 @@ measurement, not the model, the larger error.
 """
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
+import time
 
 # The default model is large enough that the GEMMs dominate a step (4 layers, d 256, T 128:
 # ~70% of a one-rank fp32 step in the linears), as in real runs; --model tiny is the
@@ -119,37 +119,56 @@ def predict(binary, profile, ranks, k):
     return json.loads(p.stdout)["candidates"][0]["predicted"]["step_time_s"]
 
 
-def run_train(binary, out, k, steps):
-    """Returns (median step_time_s after the first two steps, CPU seconds of the process)."""
+def proc_cpu_seconds(pid):
+    """CPU seconds (user + system, all threads) the running process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def step_lines(path):
+    try:
+        with open(path) as f:
+            return [json.loads(l) for l in f if '"step_time_s"' in l]
+    except (OSError, ValueError):
+        return []
+
+
+def measure(binary, out, ranks, k, steps, skip=2):
+    """One run of `steps` steps. Wall: the median step_time_s the engine records after the
+    first `skip` (warm-up: page faults, oneDNN primitive creation). CPU: the process's CPU
+    seconds (every rank thread) between the moment step `skip` is written to the metrics
+    file and the moment the last step is (both read from /proc while it runs, so start-up
+    and teardown are left out), per step, divided by the threads that can run at once
+    (min(ranks, cores)): what a step would take on an idle machine with every rank busy.
+    On a loaded machine wall time measures the load; the CPU estimate much less so (it
+    still grows with cache and memory-bandwidth contention)."""
     metrics = os.path.join(out, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run([binary, "train", "--steps", str(steps), "--quiet", "--metrics", metrics,
-                        "--lr-schedule", "constant", "--peak-gflops", "100"] + MODEL +
-                       knob_args(k, False), capture_output=True, text=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.Popen([binary, "train", "--steps", str(steps), "--quiet", "--metrics",
+                          metrics, "--lr-schedule", "constant", "--peak-gflops", "100"] + MODEL +
+                         knob_args(k, False), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    c0 = c1 = None
+    while p.poll() is None:
+        n = len(step_lines(metrics))
+        try:
+            if c0 is None and n >= skip:
+                c0 = (proc_cpu_seconds(p.pid), n)
+            if c1 is None and n >= steps:
+                c1 = (proc_cpu_seconds(p.pid), n)
+        except OSError:
+            break
+        time.sleep(0.002)
+    err = p.communicate()[1]
     if p.returncode != 0:
-        raise SystemExit(p.stderr)
-    times = []
-    with open(metrics) as f:
-        for line in f:
-            j = json.loads(line)
-            if "step_time_s" in j:
-                times.append(j["step_time_s"])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return statistics.median(times[2:] if len(times) > 4 else times), cpu
-
-
-def measure(binary, out, ranks, k, steps):
-    """Wall: the median step time the engine records. CPU: the process's CPU seconds per
-    step (the difference of a run of `steps` and one of 2 steps, so start-up cancels),
-    divided by the threads that can run at once (min(ranks, cores)): what the step would
-    take if the machine were idle and every rank kept a core busy (comm waits spin). On a
-    loaded machine wall time measures the load; the CPU estimate much less so."""
-    wall, cpu_long = run_train(binary, out, k, steps)
-    _, cpu_short = run_train(binary, out, k, 2)
-    per_step = max(cpu_long - cpu_short, 0) / (steps - 2)
+        raise SystemExit(err)
+    times = [j["step_time_s"] for j in step_lines(metrics)]
+    wall = statistics.median(times[skip:] if len(times) > skip else times)
+    if c0 is None or c1 is None or c1[1] <= c0[1]:
+        return wall, float("nan")
+    per_step = (c1[0] - c0[0]) / (c1[1] - c0[1])
     return wall, per_step / min(ranks, os.cpu_count() or 1)
 
 
@@ -197,7 +216,7 @@ def main():
     only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     seconds = sys.argv[sys.argv.index("--calibrate-seconds") + 1] \
         if "--calibrate-seconds" in sys.argv else "30"
-    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 8
+    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 10
     os.makedirs(out, exist_ok=True)
     profile = os.path.join(out, "local.toml")
     if not os.path.exists(profile):

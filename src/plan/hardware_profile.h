@@ -44,7 +44,8 @@ struct HardwareProfile {
   double gemm_half_dim_bf16 = 0, bf16_overhead_s = 0, bf16_convert_s = 0;
   double attention_bf16_fwd_flops = 0, attention_bf16_bwd_flops = 0;
   // Local only (0 = not measured: the backward GEMMs cost what the forward does): the
-  // linear layer's input- and weight-gradient GEMM time over its forward's, per precision.
+  // linear layer's input- and weight-gradient GEMM time over the time the GEMM formula
+  // gives the same shape at the peak (its forward), per precision.
   double gemm_input_grad_ratio = 0, gemm_weight_grad_ratio = 0;
   double gemm_input_grad_ratio_bf16 = 0, gemm_weight_grad_ratio_bf16 = 0;
   // Local only (0 = not measured: intra_latency_s): the latency per collective step when
