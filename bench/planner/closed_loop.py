@@ -248,6 +248,18 @@ def main():
           f"{load1:.2f} on {os.cpu_count()} cores"
           + ("  NOT VALID: load above the core count" if max(load0, load1) > (os.cpu_count() or 1)
              else ""))
+    # Against the one-rank layout of the same precision: a load that slows every run alike
+    # (the other processes' share of the cores, their cache and memory traffic) cancels, so
+    # on a loaded machine this shows the model's errors between layouts.
+    ones = {r[0].startswith("bf16"): r for r in cpu_rows if r[0] in ("1 rank", "bf16 1 rank")}
+    rel = []
+    for name, ranks, pred, cpu, _ in cpu_rows:
+        one = ones.get(name.startswith("bf16"))
+        if one and name != one[0]:
+            rel.append(abs((pred / one[2]) / (cpu / one[3]) - 1))
+    if rel:
+        print(f"cpu-time estimate relative to one rank of the same precision: mean |error| "
+              f"{statistics.mean(rel):.1%}, max {max(rel):.1%} over {len(rel)} layouts")
     with open(os.path.join(out, "closed_loop.json"), "w") as f:
         json.dump({"rows": rows, "cpu_rows": cpu_rows, "load": [load0, load1],
                    "cores": os.cpu_count()}, f)
