@@ -115,17 +115,15 @@ std::pair<double, double> backward_ratios_of(bool bf16_path, double peak, double
   const double s = seconds / 2, fwd = 2.0 * N * C * OC / peak;
   double in, wt;
   if (bf16_path) {
-    in = best_time(s, [&] {
-      matmul_bf16_backward_input(dx.data(), y16.data(), w16.data(), N, C, OC, false);
-    });
+    in = best_time(
+        s, [&] { matmul_bf16_backward_input(dx.data(), y16.data(), w16.data(), N, C, OC, false); });
     wt = best_time(s, [&] {
       matmul_bf16_backward_weight(dw.data(), nullptr, y16.data(), x16.data(), N, C, OC);
     });
   } else {
     in = best_time(s, [&] { matmul_backward_input(dx.data(), y.data(), w.data(), N, C, OC); });
-    wt = best_time(s, [&] {
-      matmul_backward_weight(dw.data(), nullptr, y.data(), x.data(), N, C, OC);
-    });
+    wt = best_time(
+        s, [&] { matmul_backward_weight(dw.data(), nullptr, y.data(), x.data(), N, C, OC); });
   }
   return {in / fwd, wt / fwd};
 }
@@ -255,7 +253,8 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   const double d = 64;
   const double small = gemm_rate(1024, 1024, int(d), 0.1 * seconds);
   h.gemm_half_dim = std::max(0.0, d * (h.peak_fp32 / small - 1));
-  std::tie(h.gemm_input_grad_ratio, h.gemm_weight_grad_ratio) = backward_ratios(false, h.peak_fp32, 0.06 * seconds);
+  std::tie(h.gemm_input_grad_ratio, h.gemm_weight_grad_ratio) =
+      backward_ratios(false, h.peak_fp32, 0.06 * seconds);
   // Per-call overhead: a 16^3 GEMM is all overhead.
   {
     std::vector<float> a(256, 1), b(256, 1), c(256, 0);
@@ -302,13 +301,13 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
     {
       std::vector<bf16> a(256, 0x3F80), b(256, 0x3F80);
       std::vector<float> c(256, 0);
-      h.bf16_overhead_s = best_time(0.02 * seconds,
-                                    [&] {
-                                      for (int i = 0; i < 100; ++i)
-                                        matmul_bf16_forward(c.data(), a.data(), b.data(), nullptr,
-                                                            16, 16, 16);
-                                    }) /
-                          100;
+      h.bf16_overhead_s =
+          best_time(0.02 * seconds,
+                    [&] {
+                      for (int i = 0; i < 100; ++i)
+                        matmul_bf16_forward(c.data(), a.data(), b.data(), nullptr, 16, 16, 16);
+                    }) /
+          100;
     }
     {
       const size_t n = size_t(2) << 20;
@@ -359,25 +358,26 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
                 "measured by meshtrain plan --calibrate in %.1f s, load average %.2f -> %.2f, "
                 "%d cores",
                 now_seconds() - t_start, load_before, load_after, h.cores);
-  h.sources = {line,
-               "peak_fp32: best single-thread sgemm (engine GEMM path) of 512..2048 squares",
-               "gemm_half_dim: from a 1024x1024x64 sgemm's rate",
-               "memory_bw: one thread streaming y += x over 32 MiB",
-               "attention_*: the engine's attention kernel, B 8 T 128 C 256 NH 8, one thread, caches "
-               "emptied before each call",
-               "pointwise_s: the slower of GELU and LayerNorm forward per element, one thread",
-               "intra_*: local backend, two rank threads, 16 MiB all-reduce / send, 4 B "
-               "all-reduce latency",
-               "peak_bf16: best single-thread bf16 GEMM (oneDNN matmul_bf16_forward) of "
-               "512..2048 squares; gemm_half_dim_bf16 from 1024x1024x64, bf16_overhead_s a 16^3 "
-               "call, bf16_convert_s to_bf16 of 2 Mi floats per element",
-               "attention_bf16_*: the attention core of a bf16 run (the engine's fp32 kernel)",
-               "gemm_*_grad_ratio*: the linear layer's input-/weight-gradient GEMM time over 2MNK / "
-               "peak, mean of 1024 x 512 -> 1024 and 1024 x 1024 -> 256, fp32 and bf16",
-               "oversubscribed_latency_s: a 4-byte all-reduce over 2 x cores rank threads / "
-               "(2 log2 ranks)",
-               "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
-               "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
+  h.sources = {
+      line,
+      "peak_fp32: best single-thread sgemm (engine GEMM path) of 512..2048 squares",
+      "gemm_half_dim: from a 1024x1024x64 sgemm's rate",
+      "memory_bw: one thread streaming y += x over 32 MiB",
+      "attention_*: the engine's attention kernel, B 8 T 128 C 256 NH 8, one thread, caches "
+      "emptied before each call",
+      "pointwise_s: the slower of GELU and LayerNorm forward per element, one thread",
+      "intra_*: local backend, two rank threads, 16 MiB all-reduce / send, 4 B "
+      "all-reduce latency",
+      "peak_bf16: best single-thread bf16 GEMM (oneDNN matmul_bf16_forward) of "
+      "512..2048 squares; gemm_half_dim_bf16 from 1024x1024x64, bf16_overhead_s a 16^3 "
+      "call, bf16_convert_s to_bf16 of 2 Mi floats per element",
+      "attention_bf16_*: the attention core of a bf16 run (the engine's fp32 kernel)",
+      "gemm_*_grad_ratio*: the linear layer's input-/weight-gradient GEMM time over 2MNK / "
+      "peak, mean of 1024 x 512 -> 1024 and 1024 x 1024 -> 256, fp32 and bf16",
+      "oversubscribed_latency_s: a 4-byte all-reduce over 2 x cores rank threads / "
+      "(2 log2 ranks)",
+      "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
+      "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
   std::error_code ec;
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
@@ -386,23 +386,22 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   out << profile_to_toml(h);
   out.close();
   MT_REQUIRE(out.good(), "cannot write the profile to ", path);
-  std::snprintf(line, sizeof line,
-                "sgemm %.1f GFLOP/s per thread (half-rate dim %.0f), attention %.1f/%.1f "
-                "GFLOP/s, pointwise %.2f ns/element, stream %.2f GB/s, overhead %.1f us, "
-                "all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s; MPI busbw %.2f "
-                "GB/s, latency %.1f us, p2p %.2f GB/s; bf16 GEMM %.1f GFLOP/s (half-rate dim "
-                "%.0f, overhead %.1f us), to_bf16 %.3f ns/element, bf16-run attention %.1f/%.1f "
-                "GFLOP/s; backward GEMM time over the peak's fp32 %.2f/%.2f, bf16 %.2f/%.2f; "
-                "oversubscribed latency %.1f us\n",
-                h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9,
-                h.attention_bwd_flops / 1e9, h.pointwise_s * 1e9, h.memory_bw / 1e9,
-                h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9, h.intra_latency_s * 1e6,
-                h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6, h.mpi_p2p_bw / 1e9,
-                h.peak_bf16 / 1e9, h.gemm_half_dim_bf16, h.bf16_overhead_s * 1e6,
-                h.bf16_convert_s * 1e9, h.attention_bf16_fwd_flops / 1e9,
-                h.attention_bf16_bwd_flops / 1e9, h.gemm_input_grad_ratio,
-                h.gemm_weight_grad_ratio, h.gemm_input_grad_ratio_bf16,
-                h.gemm_weight_grad_ratio_bf16, h.oversubscribed_latency_s * 1e6);
+  std::snprintf(
+      line, sizeof line,
+      "sgemm %.1f GFLOP/s per thread (half-rate dim %.0f), attention %.1f/%.1f "
+      "GFLOP/s, pointwise %.2f ns/element, stream %.2f GB/s, overhead %.1f us, "
+      "all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s; MPI busbw %.2f "
+      "GB/s, latency %.1f us, p2p %.2f GB/s; bf16 GEMM %.1f GFLOP/s (half-rate dim "
+      "%.0f, overhead %.1f us), to_bf16 %.3f ns/element, bf16-run attention %.1f/%.1f "
+      "GFLOP/s; backward GEMM time over the peak's fp32 %.2f/%.2f, bf16 %.2f/%.2f; "
+      "oversubscribed latency %.1f us\n",
+      h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9, h.attention_bwd_flops / 1e9,
+      h.pointwise_s * 1e9, h.memory_bw / 1e9, h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9,
+      h.intra_latency_s * 1e6, h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6,
+      h.mpi_p2p_bw / 1e9, h.peak_bf16 / 1e9, h.gemm_half_dim_bf16, h.bf16_overhead_s * 1e6,
+      h.bf16_convert_s * 1e9, h.attention_bf16_fwd_flops / 1e9, h.attention_bf16_bwd_flops / 1e9,
+      h.gemm_input_grad_ratio, h.gemm_weight_grad_ratio, h.gemm_input_grad_ratio_bf16,
+      h.gemm_weight_grad_ratio_bf16, h.oversubscribed_latency_s * 1e6);
   log << line << h.sources[0] << "\nwrote " << path << "\n";
   return h;
 }

@@ -313,7 +313,8 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
                            double give_up_above) {
   const HardwareProfile& hw = r.hardware;
   if (hw.local && r.backend == "local" && hw.oversubscribed_latency_s > 0 &&
-      double(l.world()) * r.threads > hw.cores && hw.intra_latency_s != hw.oversubscribed_latency_s) {
+      double(l.world()) * r.threads > hw.cores &&
+      hw.intra_latency_s != hw.oversubscribed_latency_s) {
     // More rank threads than cores: a waiting rank blocks until a peer that was not
     // running arrives (comm/local/doorbell.h), so every collective and send pays the
     // calibrated oversubscribed latency instead of the spinning one.
@@ -415,8 +416,8 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   // Gradient-norm all-reduce over the world and the loss all-reduce: latency-bound.
   const GroupSpan world = group_span(r.hardware, l.world(), 1);
   // (Locally a third: the ranks agree that the update left every weight finite.)
-  const double small = (r.hardware.local ? 3 : 2) *
-                       collective_seconds(r.hardware, Collective::all_reduce, 8, world);
+  const double small =
+      (r.hardware.local ? 3 : 2) * collective_seconds(r.hardware, Collective::all_reduce, 8, world);
   p.tp_exposed_s = tp_exp;
   p.ep_exposed_s = ep_exp;
   p.dp_exposed_s = dp_exposed;
@@ -426,8 +427,8 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
     // Each linear's bf16 weight copy is rounded at its first use after the weights change
     // (parallel/tensor_parallel/bf16_weight.h): once per step, on the slowest stage's cores.
     for (const StageCosts& sc : p.stages)
-      p.bf16_weights_s = std::max(p.bf16_weights_s,
-                                  local_convert_seconds(c.rates, sc.linear_weights, 4 * sc.blocks + 1));
+      p.bf16_weights_s = std::max(
+          p.bf16_weights_s, local_convert_seconds(c.rates, sc.linear_weights, 4 * sc.blocks + 1));
   }
   p.step_s = p.pipeline_s + dp_exposed + p.optimizer_s + p.bf16_weights_s;
   return p;

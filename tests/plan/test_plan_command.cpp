@@ -180,8 +180,8 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
   EXPECT_NE(old.err.find("meshtrain plan --calibrate"), std::string::npos) << old.err;
   EXPECT_EQ(std::count(old.err.begin(), old.err.end(), '\n'), 1) << old.err;
   // The old profile still plans fp32.
-  EXPECT_EQ(run_meshtrain(std::string("plan ") + kSmall +
-                          " --hardware local --ranks 2 --profile " + (dir / "old.toml"))
+  EXPECT_EQ(run_meshtrain(std::string("plan ") + kSmall + " --hardware local --ranks 2 --profile " +
+                          (dir / "old.toml"))
                 .exit_code,
             0);
   const auto a =

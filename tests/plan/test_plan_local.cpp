@@ -101,7 +101,6 @@ TEST(PlanLocal, TensorParallelCommunicationIsTheLinears) {
   }
 }
 
-
 // Diagnostic, not a check (run with --gtest_also_run_disabled_tests): the linear layers'
 // GEMMs of a model (MT_PLAN_DIM, MT_PLAN_ROWS; default d 256, 1024 rows) timed in thread
 // CPU time on one thread, fp32 and bf16, forward / input-gradient / weight-gradient, against
@@ -136,25 +135,29 @@ TEST(PlanLocal, DISABLED_GemmShapesAgainstTheProfile) {
       std::vector<float> x(size_t(N) * in, 0.1f), w(size_t(out) * in, 0.1f),
           y(size_t(N) * out, 0.1f), dw(w.size()), dx(x.size());
       std::vector<bf16> x16(x.size(), 0x3F80), w16(w.size(), 0x3F80), y16(y.size(), 0x3F80);
-      const double fwd = b16 ? best([&] {
-        matmul_bf16_forward(y.data(), x16.data(), w16.data(), nullptr, N, in, out);
-      })
-                             : best([&] { matmul_forward(y.data(), x.data(), w.data(), nullptr, N, in, out); });
-      const double bin = b16 ? best([&] {
-        matmul_bf16_backward_input(dx.data(), y16.data(), w16.data(), N, in, out);
-      })
-                             : best([&] { matmul_backward_input(dx.data(), y.data(), w.data(), N, in, out); });
-      const double bw = b16 ? best([&] {
-        matmul_bf16_backward_weight(dw.data(), nullptr, y16.data(), x16.data(), N, in, out);
-      })
-                            : best([&] {
-                                matmul_backward_weight(dw.data(), nullptr, y.data(), x.data(), N, in, out);
-                              });
+      const double fwd =
+          b16 ? best([&] {
+            matmul_bf16_forward(y.data(), x16.data(), w16.data(), nullptr, N, in, out);
+          })
+              : best([&] { matmul_forward(y.data(), x.data(), w.data(), nullptr, N, in, out); });
+      const double bin =
+          b16 ? best([&] {
+            matmul_bf16_backward_input(dx.data(), y16.data(), w16.data(), N, in, out);
+          })
+              : best([&] { matmul_backward_input(dx.data(), y.data(), w.data(), N, in, out); });
+      const double bw =
+          b16 ? best([&] {
+            matmul_bf16_backward_weight(dw.data(), nullptr, y16.data(), x16.data(), N, in, out);
+          })
+              : best([&] {
+                  matmul_backward_weight(dw.data(), nullptr, y.data(), x.data(), N, in, out);
+                });
       const double model = local_gemm_seconds(R, N, out, in);
-      std::printf("%s %-9s N %d in %d out %d: fwd %.3f bwd_in %.3f bwd_w %.3f ms, model %.3f ms "
-                  "(measured/model %.2f %.2f %.2f)\n",
-                  precision, name, N, in, out, fwd * 1e3, bin * 1e3, bw * 1e3, model * 1e3,
-                  fwd / model, bin / model, bw / model);
+      std::printf(
+          "%s %-9s N %d in %d out %d: fwd %.3f bwd_in %.3f bwd_w %.3f ms, model %.3f ms "
+          "(measured/model %.2f %.2f %.2f)\n",
+          precision, name, N, in, out, fwd * 1e3, bin * 1e3, bw * 1e3, model * 1e3, fwd / model,
+          bin / model, bw / model);
     }
   }
 }
