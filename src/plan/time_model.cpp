@@ -322,6 +322,25 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
     o.hardware.intra_latency_s = o.hardware.inter_latency_s = hw.oversubscribed_latency_s;
     return predict_time(o, l, schedule, give_up_above);
   }
+  if (hw.local && hw.cores > 0 && double(l.world()) * r.threads > hw.cores) {
+    // More rank threads than cores time-share them. Work and span: the step takes at least
+    // the schedule's makespan with every rank at full speed (a rank that waits, in a
+    // pipeline bubble or for a peer, blocks and leaves its core to one that can run: a pp 4
+    // pipeline of one microbatch on 2 cores runs its stages one after another at full
+    // speed), and at least the CPU work of all ranks spread over the cores (dp 4 on 2 cores:
+    // twice one rank's time).
+    PlanRequest u = r;
+    u.hardware.cores = l.world() * r.threads;
+    PredictedTime p = predict_time(u, l, schedule, give_up_above);
+    if (p.pruned) return p;
+    const int mb = r.batch / (l.dp * l.micro_batch);
+    double work = 0;  // seconds of one thread-team per rank, summed over ranks
+    for (const StageCosts& sc : p.stages)
+      work += double(l.dp) * l.tp * mb * (sc.forward + sc.backward + sc.weight);
+    work += l.world() * (p.dp_exposed_s + p.optimizer_s + p.bf16_weights_s);
+    p.step_s = std::max(p.step_s, work * r.threads / hw.cores);
+    return p;
+  }
   const Context c = make_context(r, l);
   const ModelConfig& m = r.model;
   PredictedTime p;
@@ -459,7 +478,8 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
     a.push_back(
         "local backend: collectives are computed by the ranks' own threads on shared memory, "
         "so no communication overlaps compute; ranks x threads beyond the calibrated cores "
-        "time-share them; tp communication as the engine's linears issue it (SP: the weight "
+        "time-share them: the step is the larger of the full-speed schedule and all ranks' "
+        "work over the cores, and collectives pay the oversubscribed latency; tp communication as the engine's linears issue it (SP: the weight "
         "pass gathers its inputs and output gradients again)");
     a.push_back(
         "local bf16: the linears' GEMMs on oneDNN's bf16 matmul (calibrated peak, penalty, "

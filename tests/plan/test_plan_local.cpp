@@ -10,6 +10,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
+#include "parallel/pipeline/schedule.h"
 #include "plan/hardware_costs.h"
 #include "plan/time_model.h"
 #include "plan_test_util.h"
@@ -99,6 +100,25 @@ TEST(PlanLocal, TensorParallelCommunicationIsTheLinears) {
           << precision << " sp " << sp;
     }
   }
+}
+
+// Four ranks on two cores: a rank that waits leaves its core to another. A pipeline of one
+// microbatch runs its stages one at a time at full speed (the step is the full-speed
+// makespan), four data-parallel ranks all compute at once (twice the four-core step).
+TEST(PlanLocal, RanksBeyondTheCoresTimeShareByWorkAndSpan) {
+  PlanRequest r = small_request(4);
+  PlanRequest wide = r;
+  r.hardware.cores = 2;
+  wide.hardware.cores = 4;
+  Layout pp;
+  pp.pp = 4, pp.micro_batch = 8;  // one microbatch
+  const Schedule s = make_schedule("1f1b", 4, 1, 1);
+  EXPECT_DOUBLE_EQ(predict_time(r, pp, s).step_s, predict_time(wide, pp, s).step_s);
+  Layout dp;
+  dp.dp = 4, dp.micro_batch = 2;
+  const PredictedTime two = predict_time(r, dp, Schedule{}),
+                      four = predict_time(wide, dp, Schedule{});
+  EXPECT_NEAR(two.step_s, 2 * four.step_s, 1e-12);
 }
 
 // Diagnostic, not a check (run with --gtest_also_run_disabled_tests): the linear layers'
