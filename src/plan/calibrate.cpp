@@ -162,6 +162,38 @@ std::pair<double, double> attention_rates(const std::string& precision, double s
   return {fwd, bwd};
 }
 
+// How much a core slows when every core computes: `n` threads each running 512^3 sgemms for
+// the same window, their total rate over n x one thread's rate alone (1: independent cores;
+// less where vCPUs share a physical core, its caches or its memory bandwidth, as the ranks
+// of a dp 2 run do).
+double parallel_efficiency(int n, double seconds) {
+  if (n <= 1) return 1;
+  auto run = [&](int threads) {
+    std::vector<double> flops(size_t(threads), 0);
+    std::vector<std::thread> pool;
+    const double t_end = now_seconds() + seconds / 6;
+    const double t0 = now_seconds();
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        omp_set_num_threads(1);
+        const int m = 512;
+        std::vector<float> a(size_t(m) * m, 0.5f), b(a.size(), 0.25f), c(a.size(), 0);
+        do {
+          sgemm(false, false, m, m, m, 1.0f, a.data(), m, b.data(), m, 0.0f, c.data(), m);
+          flops[size_t(t)] += 2.0 * m * m * m;
+        } while (now_seconds() < t_end);
+      });
+    for (auto& th : pool) th.join();
+    double total = 0;
+    for (double f : flops) total += f;
+    return total / (now_seconds() - t0);
+  };
+  // The best of three windows each, as best_time keeps the least disturbed run.
+  double one = 0, all = 0;
+  for (int i = 0; i < 3; ++i) one = std::max(one, run(1)), all = std::max(all, run(n));
+  return std::clamp(all / (n * one), 0.05, 1.0);
+}
+
 // Median time of `iters` all-reduces of `count` floats (or send/recv pairs when p2p)
 // between two rank threads of the local backend.
 double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
@@ -204,7 +236,7 @@ std::pair<double, double> mpi_bench(const std::string& op, size_t bytes) {
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return {0, 0};
   double size = 0, count = 0, us = 0, algbw = 0, busbw = 0;
-  char line[512];
+  char line[1024];
   bool found = false;
   while (std::fgets(line, sizeof line, pipe))
     if (line[0] != '#' &&
@@ -250,6 +282,7 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   // a K = 64 GEMM gives the small-dimension penalty d/(d + half).
   h.peak_fp32 = measure_sgemm_peak_gflops(1, 0.3 * seconds) * 1e9;
   h.gemm_efficiency = 1;
+  h.parallel_efficiency = parallel_efficiency(h.cores, 0.06 * seconds);
   const double d = 64;
   const double small = gemm_rate(1024, 1024, int(d), 0.1 * seconds);
   h.gemm_half_dim = std::max(0.0, d * (h.peak_fp32 / small - 1));
@@ -353,7 +386,7 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
     log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here)\n";
   }
   const double load_after = load_average();
-  char line[512];
+  char line[1024];
   std::snprintf(line, sizeof line,
                 "measured by meshtrain plan --calibrate in %.1f s, load average %.2f -> %.2f, "
                 "%d cores",
@@ -376,6 +409,7 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "peak, mean of 1024 x 512 -> 1024 and 1024 x 1024 -> 256, fp32 and bf16",
       "oversubscribed_latency_s: a 4-byte all-reduce over 2 x cores rank threads / "
       "(2 log2 ranks)",
+      "parallel_efficiency: sgemm rate of every core at once over cores x one core's",
       "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
       "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
   std::error_code ec;
@@ -394,14 +428,14 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "GB/s, latency %.1f us, p2p %.2f GB/s; bf16 GEMM %.1f GFLOP/s (half-rate dim "
       "%.0f, overhead %.1f us), to_bf16 %.3f ns/element, bf16-run attention %.1f/%.1f "
       "GFLOP/s; backward GEMM time over the peak's fp32 %.2f/%.2f, bf16 %.2f/%.2f; "
-      "oversubscribed latency %.1f us\n",
+      "oversubscribed latency %.1f us; all cores at %.0f%% of one core's rate each\n",
       h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9, h.attention_bwd_flops / 1e9,
       h.pointwise_s * 1e9, h.memory_bw / 1e9, h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9,
       h.intra_latency_s * 1e6, h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6,
       h.mpi_p2p_bw / 1e9, h.peak_bf16 / 1e9, h.gemm_half_dim_bf16, h.bf16_overhead_s * 1e6,
       h.bf16_convert_s * 1e9, h.attention_bf16_fwd_flops / 1e9, h.attention_bf16_bwd_flops / 1e9,
       h.gemm_input_grad_ratio, h.gemm_weight_grad_ratio, h.gemm_input_grad_ratio_bf16,
-      h.gemm_weight_grad_ratio_bf16, h.oversubscribed_latency_s * 1e6);
+      h.gemm_weight_grad_ratio_bf16, h.oversubscribed_latency_s * 1e6, 100 * h.parallel_efficiency);
   log << line << h.sources[0] << "\nwrote " << path << "\n";
   return h;
 }

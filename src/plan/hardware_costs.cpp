@@ -17,7 +17,11 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
     // beyond the calibrated cores time-share them.
     const double busy = double(ranks) * threads;
     const double cores = std::max(h.cores, 1);
-    const double share = busy > cores ? cores / busy : 1.0;
+    double share = busy > cores ? cores / busy : 1.0;
+    // Cores computing together slow each other (calibrated parallel_efficiency at all
+    // cores busy, linear in the busy cores from 1 at one).
+    if (h.parallel_efficiency > 0 && cores > 1)
+      share *= 1 - (1 - h.parallel_efficiency) * (std::min(busy, cores) - 1) / (cores - 1);
     r.peak = r.peak * threads * share;
     r.memory_bw = h.memory_bw * threads * share;
     r.attention_fwd = h.attention_fwd_flops * threads * share;

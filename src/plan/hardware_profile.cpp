@@ -138,7 +138,8 @@ HardwareProfile load_profile(const std::string& path) {
                                                  "gemm_weight_grad_ratio",
                                                  "gemm_input_grad_ratio_bf16",
                                                  "gemm_weight_grad_ratio_bf16",
-                                                 "oversubscribed_latency_s"};
+                                                 "oversubscribed_latency_s",
+                                                 "parallel_efficiency"};
   for (auto&& [k, v] : *t) {
     (void)v;
     bool ok = false;
@@ -179,6 +180,7 @@ HardwareProfile load_profile(const std::string& path) {
   read(*t, "gemm_input_grad_ratio_bf16", h.gemm_input_grad_ratio_bf16, path);
   read(*t, "gemm_weight_grad_ratio_bf16", h.gemm_weight_grad_ratio_bf16, path);
   read(*t, "oversubscribed_latency_s", h.oversubscribed_latency_s, path);
+  read(*t, "parallel_efficiency", h.parallel_efficiency, path);
   if (const toml::array* s = (*t)["sources"].as_array())
     for (auto&& n : *s)
       if (auto v = n.value<std::string>()) h.sources.push_back(*v);
@@ -232,7 +234,8 @@ std::string profile_to_toml(const HardwareProfile& h) {
                       {"gemm_weight_grad_ratio", h.gemm_weight_grad_ratio},
                       {"gemm_input_grad_ratio_bf16", h.gemm_input_grad_ratio_bf16},
                       {"gemm_weight_grad_ratio_bf16", h.gemm_weight_grad_ratio_bf16},
-                      {"oversubscribed_latency_s", h.oversubscribed_latency_s}})
+                      {"oversubscribed_latency_s", h.oversubscribed_latency_s},
+                      {"parallel_efficiency", h.parallel_efficiency}})
     o << k << " = " << std::scientific << v << std::defaultfloat << "\n";
   o << "sources = [";
   for (size_t i = 0; i < h.sources.size(); ++i) {

@@ -51,6 +51,10 @@ struct HardwareProfile {
   // Local only (0 = not measured: intra_latency_s): the latency per collective step when
   // more rank threads than cores share the machine (waiters block and wait to be woken).
   double oversubscribed_latency_s = 0;
+  // Local only (0 = not measured: 1): each core's compute rate when every core computes, over
+  // its rate alone (shared physical cores, caches, memory bandwidth); k busy cores of n run
+  // at 1 - (1 - this) (k - 1) / (n - 1).
+  double parallel_efficiency = 0;
   // Local only: the MPI backend between two processes of this machine (0 = not measured).
   double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
   int cores = 0;
