@@ -386,6 +386,10 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
     log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here)\n";
   }
   const double load_after = load_average();
+  if (std::max(load_before, load_after) > 0.5 * h.cores)
+    log << "warning: the machine was busy (load average " << load_before << " -> " << load_after
+        << " on " << h.cores << " cores): the figures measure that load too, "
+        << "parallel_efficiency above all; calibrate on a quiet machine\n";
   char line[1024];
   std::snprintf(line, sizeof line,
                 "measured by meshtrain plan --calibrate in %.1f s, load average %.2f -> %.2f, "
