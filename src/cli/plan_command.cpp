@@ -21,6 +21,7 @@ struct PlanArgs {
   ModelConfig model;
   int batch = 8;
   std::string hardware, hardware_file, profile, backend = "local";
+  std::string software;  // GPU software profile (empty: the hardware's own, meshtrain)
   int gpus = 0, ranks = 0, threads = 1, top = 10;
   double bucket_mb = 25;
   int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0;
@@ -78,6 +79,12 @@ plan::PlanRequest make_request(PlanArgs& a) {
     r.backend = a.backend;
   } else {
     r.hardware = plan::preset_profile(a.hardware);
+  }
+  if (!a.software.empty()) {
+    MT_REQUIRE(!r.hardware.local,
+               "--software applies to GPU hardware (the local profile is "
+               "meshtrain's own engine, as calibrated)");
+    plan::apply_software(r.hardware, a.software);
   }
   r.devices = a.gpus > 0 ? a.gpus : a.ranks;
   MT_REQUIRE(r.devices >= 1,
@@ -154,6 +161,9 @@ CommandRunner add_plan_command(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "global batch in sequences")->capture_default_str();
   cmd->add_option("--hardware", a->hardware, "a100-80gb | h100-80gb | local (calibrated)");
   cmd->add_option("--hardware-file", a->hardware_file, "a TOML hardware profile");
+  cmd->add_option("--software", a->software,
+                  "GPU training software the plan models: meshtrain (default), "
+                  "megatron-lm-2021, megatron-lm-2022 (docs/planner.md)");
   cmd->add_option("--profile", a->profile,
                   "the local profile file (--calibrate writes it, --hardware local reads it; "
                   "default $XDG_CACHE_HOME/meshtrain/hardware-local.toml)");

@@ -6,6 +6,8 @@
 #endif
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 namespace mt {
 
@@ -27,6 +29,15 @@ inline void adamw_one(float& param, float g, float& m, float& v, const AdamWScal
   v = vi;
 }
 
+// Inf and NaN are the floats whose exponent bits are all ones: a bit test (as all_finite
+// does) rather than std::isfinite, which -ffinite-math style assumptions may fold away.
+constexpr uint32_t kExponent = 0x7f800000u;
+inline uint32_t nonfinite_bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return (bits & kExponent) == kExponent;
+}
+
 // Bitwise agreement with torch needs exact control of rounding: GCC would otherwise fuse
 // p * decay + update into one FMA (torch rounds p * decay first); the attribute does not
 // reach OpenMP's outlined bodies, hence this per-thread chunk function. The AVX-512 body
@@ -35,16 +46,26 @@ inline void adamw_one(float& param, float g, float& m, float& v, const AdamWScal
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on _mm512_sqrt_ps under this attribute.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-[[gnu::optimize("fp-contract=off"), gnu::noinline]] void adamw_chunk(float* param,
+// Returns true when any element it wrote is non-finite.
+[[gnu::optimize("fp-contract=off"), gnu::noinline]] bool adamw_chunk(float* param,
                                                                      const float* grad, float* m,
                                                                      float* v, size_t lo, size_t hi,
                                                                      const AdamWScalars& s) {
   size_t i = lo;
+  uint32_t bad = 0;
 #if defined(__AVX512F__)
   const __m512 decay = _mm512_set1_ps(s.decay), beta1 = _mm512_set1_ps(s.beta1),
                omb1 = _mm512_set1_ps(s.one_minus_beta1), beta2 = _mm512_set1_ps(s.beta2),
                omb2 = _mm512_set1_ps(s.one_minus_beta2), nss = _mm512_set1_ps(s.neg_step_size),
                bc2 = _mm512_set1_ps(s.bc2_sqrt), eps = _mm512_set1_ps(s.eps);
+  // Lanes whose exponent is all ones in p, m or v, OR-ed over the chunk: three integer
+  // compares on values already in registers, no extra memory traffic (the loop is bound by
+  // its seven streams of loads and stores). Integer ops cannot change the update's bits.
+  const __m512i exponent = _mm512_set1_epi32(static_cast<int>(kExponent));
+  auto nonfinite = [&](__m512 x) {
+    return _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(x), exponent), exponent);
+  };
+  __mmask16 bad_lanes = 0;
   for (; i + 16 <= hi; i += 16) {
     __m512 g = _mm512_loadu_ps(grad + i);
     __m512 mi = _mm512_fmadd_ps(g, omb1, _mm512_mul_ps(_mm512_loadu_ps(m + i), beta1));
@@ -56,15 +77,21 @@ inline void adamw_one(float& param, float g, float& m, float& v, const AdamWScal
     _mm512_storeu_ps(param + i, p);
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
+    bad_lanes = static_cast<__mmask16>(bad_lanes | nonfinite(p) | nonfinite(mi) | nonfinite(vi));
   }
+  bad = bad_lanes != 0;
 #endif
-  for (; i < hi; i++) adamw_one(param[i], grad[i], m[i], v[i], s);
+  for (; i < hi; i++) {
+    adamw_one(param[i], grad[i], m[i], v[i], s);
+    bad |= nonfinite_bits(param[i]) | nonfinite_bits(m[i]) | nonfinite_bits(v[i]);
+  }
+  return bad != 0;
 }
 #pragma GCC diagnostic pop
 
 }  // namespace
 
-void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
+bool adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
                   const AdamWParams& hp) {
   // Scalars exactly as torch derives them from Python floats (see adamw.h).
   const double bias_correction1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
@@ -77,7 +104,8 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
                        static_cast<float>(-(hp.lr / bias_correction1)),
                        static_cast<float>(std::sqrt(bias_correction2)),
                        static_cast<float>(hp.eps)};
-#pragma omp parallel
+  int bad = 0;
+#pragma omp parallel reduction(| : bad)
   {
     // Contiguous, 16-float aligned chunks per thread.
     size_t nt = static_cast<size_t>(omp_get_num_threads());
@@ -85,8 +113,9 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
     per = (per + 15) / 16 * 16;
     size_t lo = per * static_cast<size_t>(omp_get_thread_num());
     size_t hi = lo + per < n ? lo + per : n;
-    if (lo < hi) adamw_chunk(param, grad, m, v, lo, hi, s);
+    if (lo < hi) bad |= adamw_chunk(param, grad, m, v, lo, hi, s);
   }
+  return bad == 0;
 }
 
 }  // namespace mt

@@ -17,7 +17,10 @@ struct AdamWParams {
   int step;  // 1-based update count (bias correction)
 };
 
-void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
+// Returns whether every updated param, m and v element is finite (no inf, no NaN). The
+// check rides on the update's own stores (their exponent bits), so the trainer's guard
+// against a poisoned update (train/step.cpp) costs no second pass over the state.
+bool adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
                   const AdamWParams& hp);
 
 }  // namespace mt

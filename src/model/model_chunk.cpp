@@ -34,17 +34,20 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
   if (spec.has_head) head_ = std::make_unique<LMHead>(cfg, tp, max_b, table, layout, bf16_version);
   unit_range_.push_back(range_since(table, first));
   size_t block_floats = 0;
+  // The MoE layers learn the bf16 weight version through the shard the Block hands them.
+  ExpertParallelShard moe_ep = ep;
+  moe_ep.bf16_version = bf16_version;
   for (int l = spec.first_layer; l < spec.last_layer; ++l) {
     first = table.entries().size();
     if (full_) {
       // Each block's buffers from offset 0 of the block scratch.
       SlotLayout block_layout;
-      blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, block_layout, ep,
+      blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, block_layout, moe_ep,
                                                 Recompute::none, bf16_version));
       block_floats = std::max(block_floats, block_layout.total());
     } else {
-      blocks_.push_back(
-          std::make_unique<Block>(l, cfg, tp, max_b, table, layout, ep, recompute, bf16_version));
+      blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, layout, moe_ep, recompute,
+                                                bf16_version));
     }
     unit_range_.push_back(range_since(table, first));
   }
@@ -85,18 +88,24 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
     for (auto& blk : blocks_) {
       stage = std::max(stage, blk->bf16_stage_floats());
       gather = std::max(gather, blk->bf16_gather_values());
+      if (blk->moe()) stage = std::max(stage, blk->moe()->bf16_stage_floats());
     }
     bf16_stage_.resize(stage);
     bf16_gather_.resize((gather + 1) / 2);
     bf16* g16 = reinterpret_cast<bf16*>(bf16_gather_.data());
-    for (auto& blk : blocks_) blk->set_bf16_scratch(bf16_stage_.data(), g16);
+    for (auto& blk : blocks_) {
+      blk->set_bf16_scratch(bf16_stage_.data(), g16);
+      // The Block's own uses of the stage end before it calls its MoE layer.
+      if (blk->moe()) blk->moe()->set_bf16_stage(bf16_stage_.data());
+    }
     if (head_) head_->set_bf16_scratch(bf16_stage_.data(), g16);
   }
 }
 
 size_t ModelChunk::bf16_weight_bytes() const {
   size_t bytes = head_ ? head_->bf16_weight_bytes() : 0;
-  for (const auto& blk : blocks_) bytes += blk->bf16_weight_bytes();
+  for (const auto& blk : blocks_)
+    bytes += blk->bf16_weight_bytes() + (blk->moe() ? blk->moe()->bf16_weight_bytes() : 0);
   return bytes;
 }
 

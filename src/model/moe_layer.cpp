@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/bf16.h"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/router.h"
 #include "kernels/token_permutation.h"
 
@@ -34,7 +36,8 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
       capacity_factor_(cfg.capacity_factor),
       alpha_(cfg.aux_loss_coef),
       gamma_(cfg.router_bias_update),
-      exchange_(ep.exchange) {
+      exchange_(ep.exchange),
+      bf16_(ep.bf16_version != nullptr) {
   // The user-facing rules (--topk in 1..--experts, --ep divides --experts) are checked with
   // the options before any rank starts; here they are invariants.
   MT_CHECK(E_ >= 1 && k_ >= 1 && k_ <= E_, "topk ", k_, " outside 1..experts ", E_);
@@ -77,12 +80,16 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
   off_.counts = layout.reserve(E_);
   off_.recv_counts = layout.reserve(E_);
   off_.f = layout.reserve(E_);
-  off_.x_rows = layout.reserve(R * C_);
+  // Under bf16 the buffers only a GEMM reads are bf16 (moe_layer.h).
+  auto gemm_only = [&](size_t count) {
+    return bf16_ ? layout.reserve_bf16(count) : layout.reserve(count);
+  };
+  off_.x_rows = gemm_only(R * C_);
   off_.fc_pre = layout.reserve(R * H_);
-  off_.fc_out = layout.reserve(R * H_);
+  off_.fc_out = gemm_only(R * H_);
   off_.y_perm = layout.reserve(M * C_);
-  off_.dy_rows = layout.reserve(R * C_);
-  off_.d_fc = layout.reserve(R * H_);
+  off_.dy_rows = gemm_only(R * C_);
+  off_.d_fc = gemm_only(R * H_);
   off_.dlogits = layout.reserve(N * E_);
   rows_a_.resize(std::max(M, R) * C_);
   rows_b_.resize(std::max(M, R) * C_);
@@ -91,6 +98,25 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
   recv_rows_.assign(ep.size, 0);
   exp_rows_.assign(El_, 0);
   exp_off_.assign(El_ + 1, 0);
+  if (bf16_) {
+    for (int le = 0; le < El_; ++le) {
+      fc16_.emplace_back(H * C, ep.bf16_version);
+      proj16_.emplace_back(C * H, ep.bf16_version);
+    }
+    chunk_rows_ = bf16_chunk_rows(max_tokens_);
+    const size_t width = size_t(std::max(C_, H_));
+    pad_.resize(2 * kRowQuantum * width);  // fp32 (q, width), then 2 x bf16 (q, width)
+  }
+}
+
+size_t MoeLayer::bf16_stage_floats() const {
+  return bf16_ ? size_t(chunk_rows_) * H_ : 0;
+}
+
+size_t MoeLayer::bf16_weight_bytes() const {
+  size_t bytes = 0;
+  for (int le = 0; le < El_ && bf16_; ++le) bytes += fc16_[le].bytes() + proj16_[le].bytes();
+  return bytes;
 }
 
 void MoeLayer::bind(float* params, float* grads) {
@@ -104,6 +130,9 @@ void MoeLayer::bind(float* params, float* grads) {
 namespace {
 int32_t* ints(float* s, size_t off) {
   return reinterpret_cast<int32_t*>(s + off);
+}
+bf16* h16(float* s, size_t off) {
+  return reinterpret_cast<bf16*>(s + off);
 }
 }  // namespace
 
@@ -155,6 +184,115 @@ void MoeLayer::experts_backward_input(float* s, float* dx_rows) {
   }
 }
 
+// ---- --precision bf16 ------------------------------------------------------------------
+
+template <typename F>
+void MoeLayer::for_row_chunks(int rows, F&& f) const {
+  int r0 = 0;
+  for (int size = chunk_rows_; size >= kRowQuantum; size /= 2)
+    for (; rows - r0 >= size; r0 += size) f(r0, size);
+  if (r0 < rows) f(r0, rows - r0);
+}
+
+template <typename Gemm>
+void MoeLayer::rows_gemm(float* y, const bf16* a, int rb, int in, int out, Gemm&& gemm) {
+  if (rb >= kRowQuantum) return gemm(y, a, rb);
+  // The rows are independent: zero rows pad the operand, their results are dropped.
+  const size_t q = kRowQuantum, width = size_t(std::max(C_, H_));
+  float* y_pad = pad_.data();
+  bf16* a_pad = h16(pad_.data(), q * width);
+  std::memcpy(a_pad, a, size_t(rb) * in * sizeof(bf16));
+  std::memset(a_pad + size_t(rb) * in, 0, (q - rb) * in * sizeof(bf16));
+  gemm(y_pad, a_pad, kRowQuantum);
+  std::memcpy(y, y_pad, size_t(rb) * out * sizeof(float));
+}
+
+void MoeLayer::weight_gemm(float* dw, float* db, const bf16* dout, const bf16* inp, int rows,
+                           int in, int out) {
+  const size_t q = kRowQuantum, width = size_t(std::max(C_, H_));
+  for_row_chunks(rows, [&](int r0, int rb) {
+    const bf16* d = dout + size_t(r0) * out;
+    const bf16* x = inp + size_t(r0) * in;
+    if (rb < kRowQuantum) {  // zero rows add nothing to dw and db
+      bf16* d_pad = h16(pad_.data(), q * width);
+      bf16* x_pad = d_pad + q * width;
+      std::memcpy(d_pad, d, size_t(rb) * out * sizeof(bf16));
+      std::memset(d_pad + size_t(rb) * out, 0, (q - rb) * out * sizeof(bf16));
+      std::memcpy(x_pad, x, size_t(rb) * in * sizeof(bf16));
+      std::memset(x_pad + size_t(rb) * in, 0, (q - rb) * in * sizeof(bf16));
+      d = d_pad, x = x_pad, rb = kRowQuantum;
+    }
+    matmul_bf16_backward_weight(dw, db, d, x, rb, in, out);
+  });
+}
+
+// Per chunk of an expert's rows: fc (fp32 out, kept for GELU's backward), bias + GELU into
+// the stage, rounded into fc_out, then c_proj with its bias.
+void MoeLayer::experts_forward_bf16(float* s, float* y_rows) {
+  MT_CHECK(stage_ != nullptr, "MoE layer ", layer_, ": no bf16 stage set");
+  const bf16* x = h16(s, off_.x_rows);
+  float* fc_pre = s + off_.fc_pre;
+  bf16* fc_out = h16(s, off_.fc_out);
+  for (int le = 0; le < El_; ++le) {
+    const int rows = exp_rows_[le];
+    if (rows == 0) continue;
+    const bf16* w_fc = fc16_[le].get(fc_[le].w);
+    const bf16* w_proj = proj16_[le].get(proj_[le].w);
+    const float* b_proj = proj_[le].b;
+    for_row_chunks(rows, [&](int r0, int rb) {
+      const size_t r = size_t(exp_off_[le]) + r0;
+      rows_gemm(fc_pre + r * H_, x + r * C_, rb, C_, H_, [&](float* y, const bf16* a, int m) {
+        matmul_bf16_forward(y, a, w_fc, nullptr, m, C_, H_);
+      });
+      bias_gelu_forward(stage_, fc_pre + r * H_, fc_[le].b, rb, H_);
+      to_bf16(fc_out + r * H_, stage_, size_t(rb) * H_);
+      rows_gemm(y_rows + r * C_, fc_out + r * H_, rb, H_, C_, [&](float* y, const bf16* a, int m) {
+        matmul_bf16_forward(y, a, w_proj, b_proj, m, H_, C_);
+      });
+    });
+  }
+}
+
+// Per chunk: c_proj's input gradient into the stage, through GELU's backward, rounded into
+// d_fc (W reads it too), then fc's input gradient. Every row belongs to an expert, so the
+// overwriting GEMMs leave nothing to clear.
+void MoeLayer::experts_backward_input_bf16(float* s, float* dx_rows) {
+  const bf16* dy = h16(s, off_.dy_rows);
+  const float* fc_pre = s + off_.fc_pre;
+  bf16* d_fc = h16(s, off_.d_fc);
+  for (int le = 0; le < El_; ++le) {
+    const int rows = exp_rows_[le];
+    if (rows == 0) continue;
+    const bf16* w_fc = fc16_[le].get(fc_[le].w);
+    const bf16* w_proj = proj16_[le].get(proj_[le].w);
+    for_row_chunks(rows, [&](int r0, int rb) {
+      const size_t r = size_t(exp_off_[le]) + r0;
+      rows_gemm(stage_, dy + r * C_, rb, C_, H_, [&](float* y, const bf16* a, int m) {
+        matmul_bf16_backward_input(y, a, w_proj, m, H_, C_, /*accumulate=*/false);
+      });
+      gelu_backward(stage_, fc_pre + r * H_, stage_, size_t(rb) * H_);
+      to_bf16(d_fc + r * H_, stage_, size_t(rb) * H_);
+      rows_gemm(dx_rows + r * C_, d_fc + r * H_, rb, H_, C_, [&](float* y, const bf16* a, int m) {
+        matmul_bf16_backward_input(y, a, w_fc, m, C_, H_, /*accumulate=*/false);
+      });
+    });
+  }
+}
+
+void MoeLayer::experts_backward_weight_bf16(float* s) {
+  const bf16* x = h16(s, off_.x_rows);
+  const bf16* fc_out = h16(s, off_.fc_out);
+  const bf16* dy = h16(s, off_.dy_rows);
+  const bf16* d_fc = h16(s, off_.d_fc);
+  for (int le = 0; le < El_; ++le) {
+    const int rows = exp_rows_[le];
+    const size_t o = size_t(exp_off_[le]);
+    if (rows == 0) continue;
+    weight_gemm(proj_[le].dw, proj_[le].db, dy + o * C_, fc_out + o * H_, rows, H_, C_);
+    weight_gemm(fc_[le].dw, fc_[le].db, d_fc + o * H_, x + o * C_, rows, C_, H_);
+  }
+}
+
 void MoeLayer::forward(float* s, const float* h, float* y, int N) {
   MT_CHECK(N <= max_tokens_, "MoE layer got ", N, " tokens, sized for ", max_tokens_);
   float* probs = s + off_.probs;
@@ -186,8 +324,14 @@ void MoeLayer::forward(float* s, const float* h, float* y, int N) {
     // Local: the expert-sorted order is already expert-major; no copies beyond the gather.
     std::memcpy(recv_counts, counts, size_t(E_) * sizeof(int32_t));
     expert_rows(recv_counts);
-    gather_rows(s + off_.x_rows, h, row_token, M, C_);
-    experts_forward(s, y_perm);
+    if (bf16_) {  // gathered in fp32, rounded once into the slot
+      gather_rows(rows_a_.data(), h, row_token, M, C_);
+      to_bf16(h16(s, off_.x_rows), rows_a_.data(), size_t(M) * C_);
+      experts_forward_bf16(s, y_perm);
+    } else {
+      gather_rows(s + off_.x_rows, h, row_token, M, C_);
+      experts_forward(s, y_perm);
+    }
   } else {
     float* a = rows_a_.data();
     float* b = rows_b_.data();
@@ -200,8 +344,15 @@ void MoeLayer::forward(float* s, const float* h, float* y, int N) {
         recv_rows_[d] += recv_counts[d * El_ + le];
       }
     exchange(a, send_rows_.data(), b, recv_rows_.data());  // dispatch
-    regroup_blocks(s + off_.x_rows, b, recv_counts, ep_size_, El_, C_, true);
-    experts_forward(s, a);
+    // The dispatch moves fp32 rows; bf16 rounds them after (the same values either way).
+    if (bf16_) {
+      regroup_blocks(a, b, recv_counts, ep_size_, El_, C_, true);
+      to_bf16(h16(s, off_.x_rows), a, size_t(exp_off_[El_]) * C_);
+      experts_forward_bf16(s, a);
+    } else {
+      regroup_blocks(s + off_.x_rows, b, recv_counts, ep_size_, El_, C_, true);
+      experts_forward(s, a);
+    }
     regroup_blocks(b, a, recv_counts, ep_size_, El_, C_, false);
     exchange(b, recv_rows_.data(), y_perm, send_rows_.data());  // combine
   }
@@ -221,8 +372,14 @@ void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* 
   combine_rows_backward_gates(dgates, dy, s + off_.y_perm, row_of, N, k_, C_);
   expert_rows(recv_counts);
   if (ep_size_ == 1) {
-    gather_rows_scaled(s + off_.dy_rows, dy, row_of, gates, N, k_, C_);
-    experts_backward_input(s, a);
+    if (bf16_) {
+      gather_rows_scaled(b, dy, row_of, gates, N, k_, C_);
+      to_bf16(h16(s, off_.dy_rows), b, size_t(exp_off_[El_]) * C_);
+      experts_backward_input_bf16(s, a);
+    } else {
+      gather_rows_scaled(s + off_.dy_rows, dy, row_of, gates, N, k_, C_);
+      experts_backward_input(s, a);
+    }
     scatter_add_rows(dh, a, row_of, N, k_, C_);
   } else {
     for (int d = 0; d < ep_size_; ++d)
@@ -232,8 +389,14 @@ void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* 
       }
     gather_rows_scaled(a, dy, row_of, gates, N, k_, C_);
     exchange(a, send_rows_.data(), b, recv_rows_.data());  // adjoint of combine
-    regroup_blocks(s + off_.dy_rows, b, recv_counts, ep_size_, El_, C_, true);
-    experts_backward_input(s, a);
+    if (bf16_) {
+      regroup_blocks(a, b, recv_counts, ep_size_, El_, C_, true);
+      to_bf16(h16(s, off_.dy_rows), a, size_t(exp_off_[El_]) * C_);
+      experts_backward_input_bf16(s, a);
+    } else {
+      regroup_blocks(s + off_.dy_rows, b, recv_counts, ep_size_, El_, C_, true);
+      experts_backward_input(s, a);
+    }
     regroup_blocks(b, a, recv_counts, ep_size_, El_, C_, false);
     exchange(b, recv_rows_.data(), a, send_rows_.data());  // adjoint of dispatch
     scatter_add_rows(dh, a, row_of, N, k_, C_);
@@ -247,6 +410,11 @@ void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* 
 
 void MoeLayer::backward_weight(float* s, const float* h, int N) {
   expert_rows(ints(s, off_.recv_counts));
+  if (bf16_) {
+    experts_backward_weight_bf16(s);
+    router_.backward_weight(s + off_.dlogits, h, N);
+    return;
+  }
   for (int le = 0; le < El_; ++le) {
     const int rows = exp_rows_[le];
     const size_t o = size_t(exp_off_[le]);

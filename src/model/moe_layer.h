@@ -18,6 +18,15 @@
 // those (global names). Gradient reduction rule for the data-parallel reducer: expert
 // tensors (is_expert_param) are summed over ParallelContext::ep_replica, every other
 // tensor of the layer over ParallelContext::dp; both then take the dense tensors' factor.
+//
+// --precision bf16 (ExpertParallelShard::bf16_version non-null; docs/precision.md): the
+// experts' GEMMs multiply bf16 copies of their weights (converted once per change of the
+// weights, tp/bf16_weight.h) by bf16 inputs with fp32 accumulation, and the slot keeps
+// what only a GEMM reads in bf16, as the dense MLP does: x_rows, fc_out, dy_rows, d_fc.
+// fc_pre (GELU's input), the expert outputs y_perm (the gates' gradient reads them), the
+// router (GEMM, softmax, top-k, aux loss), all gradients and the ep exchanges stay fp32.
+// The router stays fp32 because a routing decision is a comparison: a bf16-rounded logit
+// flips near-ties between experts, and a flipped choice changes a token's whole output.
 #pragma once
 
 #include <cstdint>
@@ -30,12 +39,16 @@
 #include "model/linear.h"
 #include "model/param_table.h"
 #include "model/token_exchange.h"
+#include "parallel/tensor_parallel/bf16_weight.h"
 
 namespace mt {
 
 struct ExpertParallelShard {
   int rank = 0, size = 1;
   TokenExchange* exchange = nullptr;  // null when size == 1
+  // --precision bf16: the model's weight version (GPT::weights_changed); null for fp32.
+  // Carried here because the Block passes this struct to the layer unchanged.
+  const uint64_t* bf16_version = nullptr;
 };
 
 // Routing statistics accumulated over the forwards since reset (the trainer resets at the
@@ -90,6 +103,25 @@ class MoeLayer {
   // update). No-op when --router-bias-update is 0.
   void update_router_bias(const int64_t* load);
 
+  // --precision bf16: the fp32 stage the experts round their GELU outputs and gradients
+  // through, bf16_stage_floats() floats, shared with the other layers of the chunk (every
+  // use ends inside one call). Must be set before the first forward.
+  size_t bf16_stage_floats() const;
+  void set_bf16_stage(float* stage) { stage_ = stage; }
+  // Bytes of the local experts' bf16 weight copies (0 in fp32).
+  size_t bf16_weight_bytes() const;
+  // oneDNN builds (and its per-thread cache keeps) one primitive per GEMM shape, and an
+  // expert's row count changes with every microbatch's routing: under bf16 the experts'
+  // GEMMs run over chunks of kRowQuantum * 2^j rows, at most bf16_chunk_rows(max_tokens),
+  // plus one zero-padded to kRowQuantum, so the shapes stay a handful per layer instead of
+  // one per distinct load. The stage holds one chunk: bf16_chunk_rows x H floats.
+  static constexpr int kRowQuantum = 64;
+  static int bf16_chunk_rows(int max_tokens) {
+    int rows = kRowQuantum;
+    while (rows * 2 <= max_tokens) rows *= 2;
+    return rows;
+  }
+
   // Global block index of this layer (transformer.h.{layer}).
   int layer() const { return layer_; }
   int experts() const { return E_; }
@@ -100,6 +132,21 @@ class MoeLayer {
   void expert_rows(const int32_t* recv_counts);
   void experts_forward(float* s, float* y_rows);
   void experts_backward_input(float* s, float* dx_rows);
+  // --precision bf16 twins of the two above (x_rows, dy_rows already rounded in the slot).
+  void experts_forward_bf16(float* s, float* y_rows);
+  void experts_backward_input_bf16(float* s, float* dx_rows);
+  void experts_backward_weight_bf16(float* s);
+  // Calls f(r0, rb) over [0, rows) in chunks of kRowQuantum * 2^j rows (largest first, at
+  // most chunk_rows_) and a last one of fewer than kRowQuantum rows.
+  template <typename F>
+  void for_row_chunks(int rows, F&& f) const;
+  // y (rb, out) = gemm(a (rb, in)) for a chunk of for_row_chunks; a chunk under
+  // kRowQuantum rows runs as kRowQuantum rows through the zero-padded pad_ buffers.
+  template <typename Gemm>
+  void rows_gemm(float* y, const bf16* a, int rb, int in, int out, Gemm&& gemm);
+  // dw += dout^T @ inp, db += column sums of dout, over rows in the same chunks.
+  void weight_gemm(float* dw, float* db, const bf16* dout, const bf16* inp, int rows, int in,
+                   int out);
   // Sends rows (send_rows[d] to rank d) and waits; recv gets recv_rows[s] from rank s.
   void exchange(const float* send, const int32_t* send_rows, float* recv, const int32_t* recv_rows);
 
@@ -116,6 +163,13 @@ class MoeLayer {
   // per-rank row counts and per-expert row offsets.
   Arena rows_a_, rows_b_, dgates_;
   std::vector<int32_t> send_rows_, recv_rows_, exp_rows_, exp_off_;
+  // --precision bf16.
+  bool bf16_ = false;
+  std::vector<tp::Bf16Weight> fc16_, proj16_;  // per local expert
+  float* stage_ = nullptr;                     // chunk_rows_ x H, shared (set_bf16_stage)
+  int chunk_rows_ = 0;                         // largest chunk: kRowQuantum * 2^j
+  // kRowQuantum x max(C, H) each: an fp32 output, then two bf16 operands.
+  Arena pad_;
   // Offsets in a slot. N = max tokens, M = N*k local assignments, R = rows an expert rank
   // can receive (ep * N * min(k, E/ep)). int32 buffers share the float slot (same size).
   struct {

@@ -66,7 +66,18 @@ double gemm_seconds(const ComputeRates& r, double M, double N, double K, double 
   if (M <= 0 || N <= 0 || K <= 0 || count <= 0) return 0;
   const HardwareProfile& h = *r.hw;
   const double d = std::min({M, N, K});
-  const double eff = h.gemm_efficiency * d / (d + h.gemm_half_dim);
+  double eff = h.gemm_efficiency * d / (d + h.gemm_half_dim);
+  if (h.sms > 0) {
+    // Wave quantisation (NVIDIA, Matrix Multiplication Background guide, 3.2): the output
+    // is cut into 256x128 tiles (either orientation), one per SM at a time; a last, partial
+    // wave leaves SMs idle. The better orientation is taken.
+    double best = 0;
+    for (auto [tm, tn] : {std::pair{256.0, 128.0}, {128.0, 256.0}}) {
+      const double tiles = std::ceil(M / tm) * std::ceil(N / tn) * count;
+      best = std::max(best, tiles / (std::ceil(tiles / h.sms) * h.sms));
+    }
+    eff *= best;
+  }
   const double compute = count * 2 * M * N * K / (r.peak * eff);
   const double traffic = count * (M * K + K * N + M * N) * elem_bytes / r.memory_bw;
   return std::max(compute, traffic) + r.overhead_s;

@@ -23,6 +23,8 @@ struct HardwareProfile {
   // A GEMM whose smallest dimension is d runs at efficiency * d / (d + gemm_half_dim):
   // small tiles waste the machine (tile quantisation, too few thread blocks/threads).
   double gemm_half_dim = 0;
+  // Streaming multiprocessors (GPU datasheets; 0 = no wave quantisation, e.g. local CPUs).
+  double sms = 0;
   double memory_bw = 0;          // bytes/s a memory-bound kernel streams per device
   double kernel_overhead_s = 0;  // per kernel launch / OpenMP region
   // Collective bus bandwidth (nccl-tests' busbw, bytes/s per rank) and latency per call,
@@ -59,7 +61,43 @@ struct HardwareProfile {
   double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
   int cores = 0;
   std::vector<std::string> sources;  // one line per constant, printed by --explain
+  // GPU presets: how the training software the plan is for behaves (docs/planner.md,
+  // "Software profiles"; `meshtrain plan --software NAME`). The defaults are meshtrain's
+  // own engine as the GPU model assumes it; "megatron-lm-2021" / "megatron-lm-2022" are
+  // the Megatron-LM versions behind the published runs. Local profiles ignore them.
+  std::string software = "meshtrain";
+  // Fraction of the data-parallel gradient reduction that may run under the last
+  // microbatch's backward (1: bucketed and overlapped; 0: reduced after the pipeline).
+  double dp_overlap = 1;
+  double grad_reduce_bytes = 4;  // bytes per gradient element reduced over dp
+  // Dropout on the attention probabilities and the two residual branches (PyTorch's
+  // dropout writes a 1-byte mask; the probabilities' dropout is a separate pass).
+  bool dropout = false;
+  // The logits cast to fp32 before a multi-pass vocab-parallel cross-entropy.
+  bool fp32_cross_entropy = false;
+  double optimizer_bytes = 32;  // bytes streamed per updated element by the optimizer step
+  // Pipeline sends: blocking (the stage waits for its transfer) and split over the tp ranks
+  // (each sends 1/tp of the boundary, the receivers all-gather it).
+  bool p2p_blocking = false, p2p_scatter_gather = false;
+  // Interleaved only with equal chunks and microbatches divisible by pp (Megatron-LM).
+  bool even_chunks = false;
+  // Per microbatch, each parameter's gradient is produced in a fresh 16-bit tensor and then
+  // added into the reduction buffer (Megatron's DDP hook: main_grad.add_(grad)); meshtrain
+  // accumulates in the weight-gradient GEMM itself.
+  bool grad_accum_pass = false;
+  // The tp collectives of a column-parallel linear's backward run under its GEMMs
+  // (Megatron-LM 2022's async tensor-parallel communication).
+  bool tp_backward_overlap = false;
+  int max_zero = 3;  // the highest ZeRO stage the software has
+  // Pipeline schedules the software has ("" = every schedule the engine has).
+  std::vector<std::string> schedules;
+  std::vector<std::string> software_sources;  // printed by --explain
 };
+
+// The software behaviour fields for NAME ("meshtrain", "megatron-lm-2021",
+// "megatron-lm-2022"); UsageError naming the known ones otherwise.
+void apply_software(HardwareProfile& h, const std::string& name);
+const std::vector<std::string>& software_names();
 
 // "a100-80gb", "h100-80gb"; UsageError naming the known ones otherwise.
 HardwareProfile preset_profile(const std::string& name);

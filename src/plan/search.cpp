@@ -110,6 +110,12 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
         for (int v : {2, 3, 4, 6, 8})
           if (pp * v <= m.layers) schedules.push_back({"interleaved", v});
       }
+      // Only the schedules the software profile has (Megatron-LM 2021/2022: no zb-h1).
+      if (!r.hardware.local && !r.hardware.schedules.empty())
+        std::erase_if(schedules, [&](const auto& sv) {
+          return std::find(r.hardware.schedules.begin(), r.hardware.schedules.end(), sv.first) ==
+                 r.hardware.schedules.end();
+        });
       if (r.schedule || r.virtual_stages) {
         std::erase_if(schedules, [&](const auto& sv) {
           return (r.schedule && *r.schedule != sv.first) ||
@@ -126,7 +132,9 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
         for (int e : divisors(dp, dp))
           if (m.experts % e == 0) eps.push_back(e);
       }
-      const std::vector<int> zeros = dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
+      std::vector<int> zeros = dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
+      if (!r.hardware.local)  // the software's ZeRO stages (Megatron-LM 2021/2022: none)
+        std::erase_if(zeros, [&](int z) { return z > r.hardware.max_zero; });
       const std::vector<bool> sps =
           tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
       for (int ep : choices(r.ep, eps))
@@ -137,6 +145,11 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
                 for (const auto& [sname, v] : schedules)
                   for (const std::string& prec : choices(r.precision, precisions)) {
                     if (r.microbatches && r.batch / (dp * b) != *r.microbatches) continue;
+                    // Megatron-LM's interleaved schedule: equal chunks (layers divisible
+                    // by pp x v) and microbatches divisible by pp (its own assertions).
+                    if (!r.hardware.local && r.hardware.even_chunks && sname == "interleaved" &&
+                        (m.layers % (pp * v) != 0 || (r.batch / (dp * b)) % pp != 0))
+                      continue;
                     out.push_back({dp, tp, pp, v, ep, zero, sp, rc, b, sname, prec});
                   }
     }

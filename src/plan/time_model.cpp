@@ -28,7 +28,7 @@ struct Context {
   ComputeRates rates;
   double e = 4;  // bytes per activation element
   GroupSpan tp, dp, ep;
-  // Local hardware: the fp32 rates (the MoE experts stay fp32 under bf16) and whether the
+  // Local hardware: the fp32 rates (the MoE router stays fp32 under bf16) and whether the
   // engine's bf16 path runs (its GEMMs, conversions and bf16 gathers).
   ComputeRates rates32;
   bool local_bf16 = false;
@@ -78,10 +78,12 @@ BlockCosts block_costs(const Context& c, int layer) {
   auto gemm = [&](double M, double Nn, double K, double count = 1) {
     return linear_gemm(c, R, M, Nn, K, count);
   };
-  // The MoE experts and router: fp32 GEMMs even under bf16 locally (docs/precision.md).
-  const ComputeRates& RE = c.local_bf16 ? c.rates32 : R;
+  // The MoE router stays an fp32 GEMM under bf16 locally; the experts' MLPs are bf16
+  // (docs/precision.md).
+  const ComputeRates& RR = c.local_bf16 ? c.rates32 : R;
+  auto router_gemm = [&](double M, double Nn, double K) { return linear_gemm(c, RR, M, Nn, K); };
   auto expert_gemm = [&](double M, double Nn, double K, double count = 1) {
-    return linear_gemm(c, RE, M, Nn, K, count);
+    return linear_gemm(c, R, M, Nn, K, count);
   };
   BlockCosts k;
   // Attention: qkv and output projection (column-, then row-parallel).
@@ -102,6 +104,15 @@ BlockCosts block_costs(const Context& c, int layer) {
     core = flops / R.attention_fwd + R.overhead_s;
     core_bwd = 2 * flops / R.attention_bwd + R.overhead_s;
   }
+  const HardwareProfile& hw = *R.hw;
+  if (hw.dropout && !hw.local) {
+    // Dropout on the attention probabilities (a separate pass after the fused softmax:
+    // read, write and a 1-byte mask per element; its backward reads the gradient and the
+    // mask and writes). Part of the core, so selective recomputation repeats it too.
+    const double elems = heads * s * s, bytes = elems * (2 * e + 1);
+    core += pointwise_seconds(R, elems, bytes, 1);
+    core_bwd += pointwise_seconds(R, elems, bytes, 1);
+  }
   f += core;
   bwd += core_bwd;
   // LayerNorms, residual adds (on Nl rows under SP), bias + GELU.
@@ -109,6 +120,12 @@ BlockCosts block_costs(const Context& c, int layer) {
   const double residual = stream_seconds(R, 3 * Nl * h * e, 1);
   f += 2 * ln + 2 * residual;
   bwd += 2 * 2 * ln + 2 * residual;
+  if (hw.dropout && !hw.local) {
+    // The fused bias-dropout-add of both residual branches also writes (forward) and
+    // reads (backward) a 1-byte mask per element.
+    f += 2 * stream_seconds(R, Nl * h, 0);
+    bwd += 2 * stream_seconds(R, Nl * h, 0);
+  }
   const bool moe = is_moe_layer(m, layer);
   double mlp_f = 0, mlp_b = 0, mlp_w = 0;
   if (!moe) {
@@ -123,12 +140,12 @@ BlockCosts block_costs(const Context& c, int layer) {
     const double E = m.experts, local = E / c.l.ep, rows = N * m.topk / local;
     const double gelu =
         pointwise_seconds(R, N * m.topk * 4 * h, 2 * N * m.topk * 4 * h * e, int(local));
-    mlp_f = expert_gemm(N, E, h) + expert_gemm(rows, 4 * h, h, local) +
+    mlp_f = router_gemm(N, E, h) + expert_gemm(rows, 4 * h, h, local) +
             expert_gemm(rows, h, 4 * h, local) + gelu +
             stream_seconds(R, 4 * N * m.topk * h * e, 4);  // permute / combine
     mlp_b = mlp_f + gelu;
     mlp_w = expert_gemm(4 * h, h, rows, local) + expert_gemm(h, 4 * h, rows, local) +
-            expert_gemm(E, h, N);
+            router_gemm(E, h, N);
     if (c.l.ep > 1) {
       // dispatch + combine in forward, their adjoints in backward.
       k.ep_comm = 4 * collective_seconds(*R.hw, Collective::all_to_all, N * m.topk * h * e, c.ep);
@@ -142,17 +159,27 @@ BlockCosts block_costs(const Context& c, int layer) {
     // kept for backward is rounded once: forward ln1_out, ln2_out (Nl h each), att_out
     // (N h/t), fc_out (4 N h/t); backward the two row-parallel output gradients (Nl h
     // each), d_fc (4 N h/t) and d_qkv (3 N h/t); the weight pass rounds the row-parallel
-    // output gradients again. An MoE block rounds only its attention's.
+    // output gradients again. An MoE block rounds its attention's and, for its experts
+    // (moe_layer.cpp), the dispatched rows and GELU outputs (N topk h, 4 N topk h) forward
+    // and their gradients (the same) backward.
     const double per_t = N * h / t;
     if (!moe) {
       f += local_convert_seconds(R, 2 * Nl * h + 5 * per_t, 4);
       bwd += local_convert_seconds(R, 2 * Nl * h + 7 * per_t, 4);
       w += local_convert_seconds(R, 2 * Nl * h, 2);
     } else {
-      f += local_convert_seconds(R, Nl * h + per_t, 2);
-      bwd += local_convert_seconds(R, Nl * h + 3 * per_t, 2);
+      const double rows = N * m.topk * h;
+      f += local_convert_seconds(R, Nl * h + per_t + 5 * rows, 4);
+      bwd += local_convert_seconds(R, Nl * h + 3 * per_t + 5 * rows, 4);
       w += local_convert_seconds(R, Nl * h, 1);
     }
+  }
+  if (!R.hw->local) {
+    // Bias gradients: each linear's output gradient summed over its rows, a memory-bound
+    // read (qkv and fc1 column-parallel: 3h/t and 4h/t wide; proj and fc2: h wide on the
+    // rank's rows). Megatron computes them as grad_output.sum(0) in the backward.
+    const double cols = 3 * h / t + (moe ? 0.0 : 4 * h / t);
+    w += stream_seconds(R, (N * cols + 2 * Nl * h) * e, moe ? 3 : 4);
   }
   if (t > 1 && c.r.hardware.local) {
     const TpComm tc = local_tp_comm(c);
@@ -164,14 +191,35 @@ BlockCosts block_costs(const Context& c, int layer) {
     // Megatron: two all-reduces of (N, h) per block in forward and two in backward; with
     // SP an all-gather + reduce-scatter pair in their place (the same bytes on the wire).
     const double bytes = N * h * e;
+    // On GPUs the pair costs what the all-reduce it replaces costs (nccl-tests: an
+    // all-reduce moves what a reduce-scatter + all-gather of the same buffer move). The
+    // local path keeps its earlier half-pair figure (not re-checked against the engine).
+    const double sp_pair = R.hw->local ? 0.5 : 1.0;
     const double one =
         c.l.sequence_parallel
-            ? 0.5 * (collective_seconds(*R.hw, Collective::all_gather, bytes, c.tp) +
-                     collective_seconds(*R.hw, Collective::reduce_scatter, bytes, c.tp))
+            ? sp_pair * (collective_seconds(*R.hw, Collective::all_gather, bytes, c.tp) +
+                         collective_seconds(*R.hw, Collective::reduce_scatter, bytes, c.tp))
             : collective_seconds(*R.hw, Collective::all_reduce, bytes, c.tp);
-    k.tp_comm = 4 * one;
+    double bwd_comm = 2 * one;
+    if (!R.hw->local && R.hw->tp_backward_overlap) {
+      // Megatron-LM 2022 (LinearWithGradAccumulationAndAsyncCommunication): in a
+      // column-parallel linear's backward (qkv, fc1) the input's all-gather (SP) runs under
+      // the input-gradient GEMM and the input gradient's reduce-scatter (SP) / all-reduce
+      // runs under the weight-gradient GEMM; only what exceeds them is exposed. Under SP
+      // the row-parallel layers' backward all-gathers (of the output gradient) stay exposed.
+      std::vector<std::pair<double, double>> cols = {
+          {gemm(N, 3 * h / t, h), gemm(3 * h / t, h, N)}};
+      if (!moe) cols.push_back({gemm(N, 4 * h / t, h), gemm(4 * h / t, h, N)});
+      const double half = one / 2;  // one all-gather or one reduce-scatter
+      bwd_comm = c.l.sequence_parallel ? 2 * half : 0;
+      for (const auto& [dgrad, wgrad] : cols)
+        bwd_comm += c.l.sequence_parallel
+                        ? std::max(0.0, half - dgrad) + std::max(0.0, half - wgrad)
+                        : std::max(0.0, one - wgrad);
+    }
+    k.tp_comm = 2 * one + bwd_comm;
     f += 2 * one;
-    bwd += 2 * one;
+    bwd += bwd_comm;
   }
   f += k.ep_comm / 2;
   bwd += k.ep_comm / 2;
@@ -227,6 +275,7 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
   std::vector<ChunkSpec> whole = {{0, m.layers, true, true}};
   if (l.pp > 1) per_chunk = default_stage_layers(m, l.pp, l.virtual_stages);
   std::vector<StageCosts> out(size_t(l.pp));
+  const bool accum_pass = r.hardware.grad_accum_pass && !r.hardware.local;  // Megatron 2021
   const double b = l.micro_batch, N = b * m.seq, h = m.dim, t = l.tp, e = c.e;
   const double Vl = double(tp::padded_vocab(m.vocab, l.tp)) / l.tp;
   for (int st = 0; st < l.pp; ++st) {
@@ -242,9 +291,18 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         sc.tp_comm += k.tp_comm;
         sc.ep_comm += k.ep_comm;
         sc.recompute += k.recompute;
-        sc.params += block_params(m, layer, l, &sc.expert_params);
-        sc.linear_weights += (is_moe_layer(m, layer) ? 4 : 12) * h * h / t;
+        const double bp = block_params(m, layer, l, &sc.expert_params);
+        sc.params += bp;
+        // bf16 weight copies: attention (4 h^2/t) and the MLP (8 h^2/t) or the rank's
+        // experts (E/ep x 8 h^2).
+        sc.linear_weights +=
+            4 * h * h / t +
+            (is_moe_layer(m, layer) ? double(m.experts) / l.ep * 8 * h * h : 8 * h * h / t);
         ++sc.blocks;
+        // The gradient-accumulation pass after each weight gradient (Megatron's DDP hook):
+        // read the 16-bit gradient, read and write the reduction buffer.
+        if (accum_pass)
+          sc.weight += stream_seconds(c.rates, bp * (e + 2 * r.hardware.grad_reduce_bytes), 0);
       }
       if (spec.has_embedding) {
         sc.forward += stream_seconds(c.rates, 3 * N * h * e, 2);
@@ -266,10 +324,17 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         // ln_f, the logits GEMM against the (vocab-parallel) tied embedding, the
         // cross-entropy over N x V/tp logits, and their backward.
         const double logits = linear_gemm(c, c.rates, N, Vl, h);
-        const double ce = pointwise_seconds(c.rates, N * Vl, 3 * N * Vl * e, 3);
+        double ce = pointwise_seconds(c.rates, N * Vl, 3 * N * Vl * e, 3), ce_bwd = ce;
+        if (r.hardware.fp32_cross_entropy && !r.hardware.local) {
+          // Megatron: output.float() (read e, write 4), then max (4), subtract (8), exp
+          // (8), sum (4), divide (8) per logit; backward: scale the saved softmax (8) and
+          // cast the gradient back (4 + e).
+          ce = pointwise_seconds(c.rates, N * Vl, N * Vl * (e + 4 + 32), 6);
+          ce_bwd = pointwise_seconds(c.rates, N * Vl, N * Vl * (12 + e), 2);
+        }
         const double ln = pointwise_seconds(c.rates, N * h, 2 * N * h * e, 1);
         sc.forward += logits + ce + ln;
-        sc.backward += logits * c.rates.input_grad_ratio + ce + 2 * ln;
+        sc.backward += logits * c.rates.input_grad_ratio + ce_bwd + 2 * ln;
         sc.weight += linear_gemm(c, c.rates, Vl, h, N) * c.rates.weight_grad_ratio;
         if (c.local_bf16) {
           // lm_head.cpp: ln_f's output rounded in forward, dlogits in B and again in W.
@@ -379,11 +444,26 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   const double boundary = N * h * c.e / (l.sequence_parallel ? l.tp : 1);
   const bool across = !r.hardware.local && l.tp * l.dp * l.pp > r.hardware.devices_per_node;
   p.pp_p2p_s = l.pp > 1 ? p2p_seconds(r.hardware, boundary, across) : 0;
+  const bool gpu = !r.hardware.local;
+  if (gpu && l.pp > 1 && r.hardware.p2p_scatter_gather && l.tp > 1 && !l.sequence_parallel) {
+    // Megatron's scatter/gather: each tp rank sends 1/tp of the boundary over its own
+    // link, the receiver all-gathers it over tp (NVLink).
+    p.pp_p2p_s = p2p_seconds(r.hardware, boundary / l.tp, across) +
+                 collective_seconds(r.hardware, Collective::all_gather, boundary, c.tp);
+  }
+  // Blocking p2p (Megatron: batch_isend_irecv, wait, cuda.synchronize): every chunk's
+  // forward and backward also pays the transfer on its own timeline; the data is there
+  // when the sender's op ends (no separate latency).
+  const bool blocking = gpu && r.hardware.p2p_blocking;
   if (l.pp > 1) {
     std::vector<OpCosts> costs;
     for (const StageCosts& sc : p.stages) {
       const double v = l.virtual_stages;
-      costs.push_back({sc.forward / v, sc.backward / v, sc.weight / v, p.pp_p2p_s});
+      if (blocking)
+        costs.push_back(
+            {sc.forward / v + p.pp_p2p_s, sc.backward / v + p.pp_p2p_s, sc.weight / v, 0.0});
+      else
+        costs.push_back({sc.forward / v, sc.backward / v, sc.weight / v, p.pp_p2p_s});
     }
     const Timeline tl = simulate_schedule(schedule, costs);
     MT_CHECK(!tl.deadlocked);
@@ -406,7 +486,9 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
     // updated parameters (the same bytes as an all-reduce; the gather after the step is
     // exposed); ZeRO 3 reduces per microbatch above.
     double reduce = 0, after = 0;
-    const double dense = (sc.params - sc.expert_params) * 4, experts = sc.expert_params * 4;
+    // Bytes per reduced gradient element: fp32 unless the software reduces 16-bit buffers.
+    const double gb = r.hardware.local ? 4.0 : r.hardware.grad_reduce_bytes;
+    const double dense = (sc.params - sc.expert_params) * gb, experts = sc.expert_params * gb;
     const int expert_dp = l.dp / l.ep;
     const GroupSpan edp = group_span(r.hardware, expert_dp, l.tp * l.ep);
     if (l.dp > 1 && l.zero < 3) {
@@ -419,16 +501,29 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
     }
     if (expert_dp > 1 && l.zero < 3)
       reduce += collective_seconds(r.hardware, Collective::all_reduce, experts, edp);
-    const double window = r.hardware.local ? 0.0 : sc.backward + sc.weight;
+    // dp_overlap: the fraction of the reduction the software runs under the last
+    // microbatch's backward (Megatron-LM before --overlap-grad-reduce: none).
+    const double window =
+        r.hardware.local ? 0.0 : r.hardware.dp_overlap * (sc.backward + sc.weight);
     dp_exposed = std::max(dp_exposed, std::max(0.0, reduce - window) + after);
     // AdamW over the elements this rank updates, plus the gradient-norm pass:
-    // ~32 bytes per element streamed (param, grad, two moments read; param, moments written).
+    // ~32 bytes per element streamed (param, grad, two moments read; param, moments
+    // written); on GPUs the software profile's count (Megatron's fp16 optimizer: 50-54).
     const double updated =
         l.zero > 0 ? (sc.params - sc.expert_params) / l.dp + sc.expert_params : sc.params;
     // Locally the step also checks the updated parameters and moments for finiteness (12
     // bytes read), reads the gradients for the norm (4) and zeroes them (4 written): 52.
-    const double bytes = r.hardware.local ? 52 : 32;
-    opt = std::max(opt, stream_seconds(c.rates, updated * bytes, r.hardware.local ? 4 : 2));
+    const double per_elem = r.hardware.local ? 52.0 : r.hardware.optimizer_bytes;
+    opt = std::max(opt, stream_seconds(c.rates, updated * per_elem, r.hardware.local ? 4 : 2));
+  }
+  if (!r.hardware.local && l.pp > 1) {
+    // The tied embedding: its gradient is summed between the first and the last stage
+    // (V/tp x h per rank) after the pipeline and before the optimizer, on the critical
+    // path (every rank waits for it at the gradient-norm all-reduce).
+    const double Vl = double(tp::padded_vocab(m.vocab, l.tp)) / l.tp;
+    const GroupSpan ends = group_span(r.hardware, 2, l.tp * l.dp * (l.pp - 1));
+    dp_exposed += collective_seconds(r.hardware, Collective::all_reduce,
+                                     Vl * h * r.hardware.grad_reduce_bytes, ends);
   }
   // Recomputation on the slowest stage (reported; already inside the backward costs).
   for (const StageCosts& sc : p.stages) recompute = std::max(recompute, sc.recompute * mb);
@@ -460,6 +555,8 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
       "passes; backward = input-gradient GEMMs (B) + weight-gradient GEMMs (W), attention "
       "core backward 2x its forward",
       "model FLOPs (MFU numerator): Korthikanti et al. 2022 App. A, recomputation not counted",
+      "GPU: each linear's bias gradient is a memory-bound pass over its output gradient "
+      "(in W)",
       "tensor parallel: 2 all-reduces forward + 2 backward per block of (b*s, h) activations "
       "(SP: all-gather + reduce-scatter pairs, same bytes); not overlapped with compute",
       "pipeline: the engine's schedule simulator with each stage's F/B/W costs (its blocks, "
@@ -479,19 +576,36 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
         "local backend: collectives are computed by the ranks' own threads on shared memory, "
         "so no communication overlaps compute; ranks x threads beyond the calibrated cores "
         "time-share them: the step is the larger of the full-speed schedule and all ranks' "
-        "work over the cores, and collectives pay the oversubscribed latency; tp communication as the engine's linears issue it (SP: the weight "
+        "work over the cores, and collectives pay the oversubscribed latency; tp communication as "
+        "the engine's linears issue it (SP: the weight "
         "pass gathers its inputs and output gradients again)");
     a.push_back(
         "local bf16: the linears' GEMMs on oneDNN's bf16 matmul (calibrated peak, penalty, "
         "overhead), attention core as calibrated for a bf16 run, every GEMM input kept for "
         "backward rounded to bf16 once (output gradients of row-parallel linears once per "
-        "pass), weight copies rounded once per step; MoE experts, LayerNorm, GELU, softmax, "
+        "pass), weight copies rounded once per step; MoE router, LayerNorm, GELU, softmax, "
         "reductions and AdamW stay fp32");
   } else {
     a.push_back(
-        "data parallel: fp32 gradients reduced in buckets during the last microbatch's "
-        "backward (overlapped with its B+W; the rest is exposed), ZeRO 1/2 reduce-scatter "
-        "then an exposed all-gather of the updated parameters");
+        "data parallel: gradients (grad_reduce_bytes per element) reduced in buckets; "
+        "dp_overlap of the reduction may hide under the last microbatch's B+W, the rest is "
+        "exposed; ZeRO 1/2 reduce-scatter then an exposed all-gather of the updated "
+        "parameters; with pp the tied embedding's gradient all-reduce between first and "
+        "last stage follows, exposed (counted in dp exposed)");
+    const HardwareProfile& hw = r.hardware;
+    a.push_back(str("pipeline p2p: ",
+                    hw.p2p_blocking ? "blocking (each chunk's F and B pay "
+                                      "the transfer)"
+                                    : "asynchronous (the transfer is the send->receive latency)",
+                    hw.p2p_scatter_gather ? "; scatter/gather over tp (1/tp per link, then an "
+                                            "all-gather over NVLink)"
+                                          : ""));
+    a.push_back(str("software ", hw.software, ": dp_overlap ", hw.dp_overlap,
+                    ", grad_reduce_bytes ", hw.grad_reduce_bytes, ", dropout ",
+                    hw.dropout ? "yes" : "no", ", fp32 cross-entropy ",
+                    hw.fp32_cross_entropy ? "yes" : "no", ", optimizer ", hw.optimizer_bytes,
+                    " bytes/element"));
+    for (const std::string& line : hw.software_sources) a.push_back(line);
     a.push_back(
         "placement: tp innermost within a node, then dp, then pp (CONTRACTS.md §7); a group "
         "spanning nodes gets min(NVLink busbw, members per node x NIC busbw)");

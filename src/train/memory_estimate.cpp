@@ -10,6 +10,7 @@
 #include "kernels/attention.h"
 #include "model/block.h"
 #include "model/gpt.h"
+#include "model/moe_layer.h"
 #include "model/recompute.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/pipeline/schedule.h"
@@ -90,6 +91,7 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
   const bool selective = s.recompute == Recompute::selective;
   const int64_t probs = int64_t(s.b) * NHl * T * T;  // attention probabilities
   int64_t block_scratch = 0;  // full: the largest block's buffers, outside the slots
+  int64_t moe_stage = 0;      // bf16: the experts' share of the chunk's fp32 stage
   for (int l = spec.first_layer; l < spec.last_layer; ++l) {
     int64_t unit = 0, block = 0;                   // block: the block's buffers (floats)
     param(C, unit), param(C, unit);                // ln_1
@@ -105,11 +107,18 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
         param(H * C, unit), param(H, unit), param(C * H, unit), param(C, unit);
       }
       c.expert_real += c.real - before;
-      // moe_layer.cpp: dropless worst case R = ep * N * min(k, El) rows per rank.
+      // moe_layer.cpp: dropless worst case R = ep * N * min(k, El) rows per rank. Under
+      // bf16 x_rows, dy_rows (R, C) and fc_out, d_fc (R, H) are bf16; fc_pre stays fp32.
       const int64_t M = N * cfg.topk, R = int64_t(s.ep) * N * std::min<int64_t>(cfg.topk, El);
-      block +=
-          2 * a16(N * E) + 4 * a16(M) + 3 * a16(E) + 2 * a16(R * C) + 3 * a16(R * H) + a16(M * C);
+      block += 2 * a16(N * E) + 4 * a16(M) + 3 * a16(E) + a16(M * C) + a16(R * H) +
+               (s.bf16 ? 2 * h16(R * C) + 2 * h16(R * H) : 2 * a16(R * C) + 2 * a16(R * H));
       c.workspace += 2 * std::max(M, R) * C + M;  // rows_a_, rows_b_, dgates_
+      if (s.bf16) {
+        c.bf16_weights += El * 2 * H * C;
+        // pad_, and the stage the experts share with the chunk's other layers
+        c.workspace += 2 * MoeLayer::kRowQuantum * std::max(C, H);
+        moe_stage = std::max(moe_stage, MoeLayer::bf16_chunk_rows(int(N)) * H);
+      }
     } else {
       param(Hl * C, unit), param(Hl, unit);  // c_fc
       param(C * Hl, unit), param(C, unit);   // mlp.c_proj
@@ -125,7 +134,7 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
       block += (moe ? 5 : 4) * a16(Nl * C) + (moe ? 1 : 2) * h16(Nl * C) + 4 * a16(Nl) +
                a16(N * 3 * Cl) + h16(N * 3 * Cl) + a16(N * Cl) + h16(N * Cl) +
                (selective ? 0 : a16(probs)) + a16(nh) + 2 * h16(nh);
-      c.bf16_weights += 3 * Cl * C + C * Cl + (moe ? 0 : 2 * Hl * C);
+      c.bf16_weights += 3 * Cl * C + C * Cl + (moe ? 0 : 2 * Hl * C);  // experts: above
     }
     if (full)
       block_scratch = std::max(block_scratch, block);
@@ -142,7 +151,7 @@ ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_register
   if (nblocks > 0) c.workspace += int64_t(attention_backward_scratch_floats(s.b, cfg.seq, Cl, NHl));
   if (s.sp) c.workspace += N * C;
   if (s.bf16) {  // model_chunk.cpp: the fp32 stage and the bf16 gather scratch
-    const int64_t blocks = nblocks > 0 ? N * std::max({C, 3 * Cl, Hl}) : 0;
+    const int64_t blocks = nblocks > 0 ? std::max(N * std::max({C, 3 * Cl, Hl}), moe_stage) : 0;
     const int64_t head = spec.has_head ? N * C : 0;
     const int64_t gather = std::max(nblocks > 0 ? N * C : 0, spec.has_head ? N * Vl : 0);
     c.workspace += std::max(blocks, head) + (gather + 1) / 2;

@@ -1,7 +1,6 @@
 #include "train/optimizer.h"
 
 #include "kernels/adamw.h"
-#include "kernels/reduce.h"
 
 namespace mt {
 
@@ -16,19 +15,17 @@ AdamW::AdamW(const AdamWConfig& cfg, std::vector<OptimPiece> pieces)
   v_.resize(total);
 }
 
-bool AdamW::state_finite(const float* params) const {
-  for (const OptimPiece& p : pieces_)
-    if (!all_finite(params + p.param_off, p.n)) return false;
-  return all_finite(m_.data(), m_.size()) && all_finite(v_.data(), v_.size());
-}
-
-void AdamW::update(float* params, const float* grads, double lr, int step) {
+bool AdamW::update(float* params, const float* grads, double lr, int step) {
+  bool finite = true;
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const OptimPiece& p = pieces_[i];
     AdamWParams hp{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, p.decay ? cfg_.weight_decay : 0.0, step};
-    adamw_update(params + p.param_off, grads + p.grad_off, m_.data() + moment_off_[i],
-                 v_.data() + moment_off_[i], p.n, hp);
+    // Every piece is updated even after a non-finite one: the ranks agree on stopping
+    // afterwards, and no rank's state is read again once one reports a poisoned update.
+    finite &= adamw_update(params + p.param_off, grads + p.grad_off, m_.data() + moment_off_[i],
+                           v_.data() + moment_off_[i], p.n, hp);
   }
+  return finite;
 }
 
 }  // namespace mt

@@ -27,13 +27,12 @@ class AdamW {
  public:
   AdamW(const AdamWConfig& cfg, std::vector<OptimPiece> pieces);
 
-  // One update with learning rate lr; `step` is the 1-based update count.
-  void update(float* params, const float* grads, double lr, int step);
-
-  // True when every element this rank updates, and both its moments, are finite: checked
-  // after each update, because a non-finite update (an lr of 1e38, an overflowing moment)
-  // must stop the run before a save or export writes it.
-  bool state_finite(const float* params) const;
+  // One update with learning rate lr; `step` is the 1-based update count. Returns true
+  // when every element this rank updated, and both its moments, came out finite: the
+  // caller stops the run otherwise, because a non-finite update (an lr of 1e38, an
+  // overflowing moment) must never reach a save or an export. The check is fused into the
+  // update kernel's stores (kernels/adamw.h) rather than a second pass over the state.
+  [[nodiscard]] bool update(float* params, const float* grads, double lr, int step);
 
   Arena& exp_avg() { return m_; }
   Arena& exp_avg_sq() { return v_; }

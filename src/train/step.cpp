@@ -67,10 +67,11 @@ void clip(Session& s, double norm) {
 
 void optimizer_step(Session& s, int step, double lr, Trace& trace) {
   Trace::Span span(trace, "optimizer", "compute");
-  s.opt.update(s.dp.param_storage(), s.dp.grad_storage(), lr, step);
-  // Each rank checks what it updated; the ranks agree before anyone goes on, so a
-  // poisoned update ends every rank here, before a save or an export can write it.
-  int64_t poisoned = s.opt.state_finite(s.dp.param_storage()) ? 0 : 1;
+  // Each rank checks what it updated (the update reports it); the ranks agree before
+  // anyone goes on, so a poisoned update ends every rank here, before a save or an export
+  // can write it.
+  const bool finite = s.opt.update(s.dp.param_storage(), s.dp.grad_storage(), lr, step);
+  int64_t poisoned = finite ? 0 : 1;
   s.ctx.world->all_reduce(&poisoned, &poisoned, 1, DType::i64, ReduceOp::max).wait();
   if (poisoned)
     throw RuntimeError(str("step ", step,

@@ -4,16 +4,19 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "core/error.h"
 #include "kernels/adamw.h"
 #include "kernels/kernel_harness.h"
+#include "kernels/reduce.h"
 #include "kernels/reference/reference.h"
 
 namespace mt::test {
@@ -117,6 +120,48 @@ TEST(AdamW, MatchesTorchBitwise) {
   }
   std::filesystem::remove(in_path);
   std::filesystem::remove(out_path);
+}
+
+// The finiteness flag fused into the update (train/step.cpp stops the run on it) must say
+// exactly what a separate all_finite pass over param, m and v would: a non-finite value
+// reaching any of the three, in the AVX-512 body or the scalar tail, on either thread's
+// chunk, turns it false; a clean update leaves it true. The update's bits stay the
+// reference's (FastEqualsTranscribedReferenceBitwise) whatever the flag.
+TEST(AdamW, ReportsNonFiniteStateLikeASeparatePass) {
+  const size_t n = 1003;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const AdamWParams hp{3e-3, 0.9, 0.95, 1e-8, 0.1, 1};
+  int saved = omp_get_max_threads();
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    // 0, 17: first thread's vector body; 600: the second thread's (1 thread: still body);
+    // 1001: the scalar tail.
+    for (size_t pos : {size_t(0), size_t(17), size_t(600), size_t(1001)}) {
+      // Which array is poisoned before the update: grad (reaches m, v and param), param
+      // (stays non-finite), m or v (stay non-finite); or none, with an update that
+      // overflows param alone at pos, or none at all (clean).
+      for (int what = 0; what < 6; what++) {
+        Buf p = random_normal(n, 50), g = random_normal(n, 51, 0.05f), m(n), v(n);
+        AdamWParams h = hp;
+        const float bad = what % 2 ? nan : inf;
+        if (what == 0) g[pos] = bad;
+        if (what == 1) p[pos] = bad;
+        if (what == 2) m[pos] = bad;
+        if (what == 3) v[pos] = -inf;
+        if (what == 4) {  // decay factor 1 - lr * wd = 2: only the largest float overflows
+          p[pos] = std::numeric_limits<float>::max();
+          h.weight_decay = -1.0 / h.lr;
+        }
+        const bool finite = adamw_update(p.data(), g.data(), m.data(), v.data(), n, h);
+        const bool separate =
+            all_finite(p.data(), n) && all_finite(m.data(), n) && all_finite(v.data(), n);
+        EXPECT_EQ(finite, separate) << threads << " threads, pos " << pos << ", case " << what;
+        EXPECT_EQ(finite, what == 5) << threads << " threads, pos " << pos << ", case " << what;
+      }
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 }  // namespace

@@ -53,6 +53,7 @@ struct Harness {
   std::unique_ptr<MoeLayer> layer;
   Arena params, grads;
   std::vector<std::unique_ptr<Arena>> slots;
+  Arena stage;  // --precision bf16 (ep.bf16_version set): the layer's fp32 stage
 
   // layer_index: the block index (tensor names transformer.h.{layer_index}.mlp.*).
   Harness(const ModelConfig& cfg, const ExpertParallelShard& ep, int max_tokens, int nslots = 1,
@@ -66,6 +67,10 @@ struct Harness {
     grads.resize(table.total());
     fill_params(table, params.data(), seed);
     layer->bind(params.data(), grads.data());
+    if (ep.bf16_version) {
+      stage.resize(layer->bf16_stage_floats());
+      layer->set_bf16_stage(stage.data());
+    }
     for (int i = 0; i < nslots; ++i) slots.push_back(std::make_unique<Arena>(layout.total()));
   }
   ~Harness() { set_compute_threads(saved_threads); }

@@ -6,7 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/token_permutation.h"
 #include "model/moe_test_util.h"
@@ -138,6 +142,64 @@ TEST(MoeLayer, MicrobatchSlotsAreIndependent) {
   }
   for (size_t i = 0; i < a.table.total(); ++i)
     ASSERT_NEAR(a.grads.data()[i], b.grads.data()[i], 1e-5 + 1e-5 * std::fabs(b.grads.data()[i]));
+}
+
+// Relative L2 difference of a against b.
+double rel_l2(const float* a, const float* b, size_t n) {
+  double d = 0, r = 0;
+  for (size_t i = 0; i < n; ++i) {
+    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    r += double(b[i]) * b[i];
+  }
+  return std::sqrt(d / std::max(r, 1e-300));
+}
+
+// --precision bf16: the experts multiply bf16-rounded weights and inputs with fp32
+// accumulation; the router stays fp32. Against the fp32 layer on the same weights and input:
+//   - routing is identical (the router reads the same fp32 h with the same fp32 weights);
+//   - y, dh and every gradient differ, by more than fp32 rounding could (1e-5 relative L2:
+//     the fp32 layer agrees with itself bitwise) and by no more than bf16 rounding does:
+//     each GEMM operand is rounded to 8 significant bits (relative error <= 2^-9 per element),
+//     so a product is off by ~2^-9 relative in L2 (errors of random sign), and y, dh and the
+//     gradients go through two or three such GEMMs and GELU: a few 2^-9 ~ 1e-2. Bound 3e-2.
+// N = 24 runs every GEMM on zero-padded 64-row chunks; N = 300 (dropless top-2: ~150 rows
+// an expert) on 128- and 64-row chunks plus a padded remainder (moe_layer.h).
+TEST(MoeLayer, Bf16ExpertsStayWithinBf16RoundingOfFp32) {
+  const int C = 32, E = 4;
+  const ModelConfig cfg = moe_test::config(C, E, 2, 0.0f);
+  for (int N : {24, 300}) {
+    SCOPED_TRACE("N " + std::to_string(N));
+    uint64_t version = 1;
+    ExpertParallelShard ep16;
+    ep16.bf16_version = &version;
+    Harness f(cfg, {}, N), b(cfg, ep16, N);
+    EXPECT_EQ(f.layer->bf16_weight_bytes(), 0u);
+    EXPECT_EQ(b.layer->bf16_weight_bytes(), size_t(E) * 2 * cfg.hidden() * C * sizeof(bf16));
+    std::vector<float> h = moe_test::random_vec(size_t(N) * C, 5, 1);
+    std::vector<float> dy = moe_test::random_vec(size_t(N) * C, 5, 2);
+    std::vector<float> yf(h.size()), yb(h.size()), dhf(h.size()), dhb(h.size());
+    for (Harness* m : {&f, &b}) {
+      const bool bf = m == &b;
+      m->layer->forward(m->slot(), h.data(), (bf ? yb : yf).data(), N);
+      m->layer->backward_input(m->slot(), h.data(), dy.data(), (bf ? dhb : dhf).data(), N);
+      m->layer->backward_weight(m->slot(), h.data(), N);
+    }
+    EXPECT_EQ(f.layer->stats().load, b.layer->stats().load);
+    EXPECT_EQ(f.layer->stats().dropped, 0);
+    std::vector<std::pair<std::string, double>> errs = {
+        {"y", rel_l2(yb.data(), yf.data(), yf.size())},
+        {"dh", rel_l2(dhb.data(), dhf.data(), dhf.size())}};
+    for (const ParamInfo& p : f.table.entries())
+      errs.push_back({p.name, rel_l2(b.grad(p.name), f.grad(p.name), p.numel)});
+    for (const auto& [what, err] : errs) {
+      EXPECT_GT(err, 1e-5) << what;
+      EXPECT_LT(err, 3e-2) << what;
+    }
+    double worst = 0;
+    for (size_t i = 2; i < errs.size(); ++i) worst = std::max(worst, errs[i].second);
+    std::printf("N %d: y %.2e  dh %.2e  worst gradient %.2e\n", N, errs[0].second, errs[1].second,
+                worst);
+  }
 }
 
 // A router that sends every token to expert 0 first: feature 0 of h is ~3 for all tokens

@@ -53,9 +53,9 @@ TEST(PlanLocal, Bf16RoundsWhatTheEngineRounds) {
   EXPECT_EQ(step(r, f), f0);
 }
 
-// bf16 runs the linears on the bf16 GEMM path: a faster bf16 peak makes the step faster,
-// the fp32 step does not move; the MoE experts stay on the fp32 GEMMs.
-TEST(PlanLocal, Bf16LinearsUseTheBf16GemmAndExpertsStayFp32) {
+// bf16 runs the linears and the MoE experts on the bf16 GEMM path: a faster bf16 peak makes
+// the step faster; the MoE router stays an fp32 GEMM.
+TEST(PlanLocal, Bf16LinearsAndExpertsUseTheBf16GemmTheRouterFp32) {
   PlanRequest r = small_request(1);
   Layout l;
   l.micro_batch = 8;
@@ -65,11 +65,13 @@ TEST(PlanLocal, Bf16LinearsUseTheBf16GemmAndExpertsStayFp32) {
   EXPECT_LT(step(r, l), slow);
   PlanRequest moe = small_request(1);
   moe.model.experts = 4;
-  Layout e = l;
-  const std::vector<StageCosts> a = stage_costs(moe, e);
-  moe.hardware.peak_fp32 *= 2;  // the experts' rate
-  const std::vector<StageCosts> b = stage_costs(moe, e);
-  EXPECT_LT(b[0].forward, a[0].forward);
+  const double a = stage_costs(moe, l)[0].forward;
+  moe.hardware.peak_fp32 *= 2;  // the router's rate
+  const double b = stage_costs(moe, l)[0].forward;
+  moe.hardware.peak_bf16 *= 2;  // the experts' (and attention linears') rate
+  const double c = stage_costs(moe, l)[0].forward;
+  EXPECT_LT(b, a);
+  EXPECT_LT(c, b);
 }
 
 // Locally tp communicates as the linears do: without SP two all-reduces of (N, h) forward

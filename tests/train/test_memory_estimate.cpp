@@ -227,6 +227,15 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.parallel.ep = 2;
          o.parallel.dp = 2;
        }},
+      // One worker: an expert receives up to N = 256 rows, so its GEMMs run over chunks of
+      // 256, 128 and 64 rows and a zero-padded remainder (moe_layer.h).
+      {"bf16 experts 4 every 2 sel",
+       [](TrainOptions& o) {
+         o.optim.precision = "bf16";
+         o.model.experts = 4;
+         o.model.moe_every = 2;
+         o.optim.recompute = "selective";
+       }},
   };
   std::printf("%-28s %10s %10s %8s  (MiB; estimate params/grads/opt/act/buffers)\n", "layout",
               "measured", "estimate", "error");
@@ -248,6 +257,24 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
     if (o.parallel.pp == 1) {
       EXPECT_EQ(e.bf16_weight_bytes, m.bf16_weights) << l.name;
     }
+  }
+}
+
+// --precision bf16 converts the experts' weights too: the record's bf16_weight_bytes is the
+// dense model's plus, per MoE block, the local experts' c_fc and c_proj in place of the
+// dense MLP's (bf16, 2 bytes a value).
+TEST(MemoryEstimate, Bf16WeightBytesIncludeTheExperts) {
+  for (int ep : {1, 2}) {
+    TempDir dense_dir, moe_dir;
+    TrainOptions dense = small_run(dense_dir), moe = small_run(moe_dir);
+    dense.optim.precision = moe.optim.precision = "bf16";
+    dense.parallel.dp = moe.parallel.dp = ep;
+    moe.model.experts = 4, moe.model.moe_every = 2, moe.parallel.ep = ep;
+    const int64_t C = moe.model.dim, H = moe.model.hidden(), local = 4 / ep;
+    const int64_t moe_blocks = moe.model.layers / 2;
+    const int64_t want =
+        measure(dense).bf16_weights + moe_blocks * (local - 1) * 2 * H * C * int64_t(2);
+    EXPECT_EQ(measure(moe).bf16_weights, want) << "ep " << ep;
   }
 }
 

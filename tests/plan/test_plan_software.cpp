@@ -1,0 +1,178 @@
+// Software profiles on GPU hardware (--software): what the training software does is an
+// explicit field, each one changes the prediction the way its source says, the search keeps
+// to the software's schedules, and --explain / bad input say so.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "cli/run_binary.h"
+#include "core/error.h"
+#include "parallel/pipeline/schedule_simulator.h"
+#include "plan/hardware_costs.h"
+#include "plan/search.h"
+#include "plan/time_model.h"
+
+namespace mt::plan {
+namespace {
+
+// A 1.3B-class GPT on a100-80gb (large enough that the modelled costs are not overheads).
+PlanRequest gpu_request(int devices, const std::string& software) {
+  PlanRequest r;
+  r.model.layers = 8;
+  r.model.dim = 2048;
+  r.model.heads = 16;
+  r.model.seq = 2048;
+  r.model.vocab = 51200;
+  r.batch = 32;
+  r.hardware = preset_profile("a100-80gb");
+  apply_software(r.hardware, software);
+  r.devices = devices;
+  return r;
+}
+
+Layout layout(int dp, int tp, int pp, int micro_batch, const std::string& schedule = "1f1b",
+              int v = 1) {
+  Layout l;
+  l.dp = dp, l.tp = tp, l.pp = pp, l.micro_batch = micro_batch;
+  l.schedule = schedule, l.virtual_stages = v, l.precision = "bf16";
+  return l;
+}
+
+PredictedTime predict(const PlanRequest& r, const Layout& l) {
+  validate_candidate(r, l);
+  const Schedule s =
+      make_schedule(l.schedule, l.pp, r.batch / (l.dp * l.micro_batch), l.virtual_stages);
+  return predict_time(r, l, s);
+}
+
+TEST(PlanSoftware, ProfilesAreExplicitFields) {
+  const HardwareProfile a = preset_profile("a100-80gb");
+  EXPECT_EQ(a.software, "meshtrain");
+  EXPECT_EQ(a.dp_overlap, 1);
+  EXPECT_FALSE(a.dropout || a.fp32_cross_entropy || a.p2p_blocking || a.grad_accum_pass);
+  EXPECT_TRUE(a.schedules.empty());
+  HardwareProfile m = a;
+  apply_software(m, "megatron-lm-2021");
+  EXPECT_EQ(m.dp_overlap, 0);
+  EXPECT_EQ(m.grad_reduce_bytes, 2);  // fp16 buffers (no --accumulate-allreduce-grads-in-fp32)
+  EXPECT_TRUE(m.dropout && m.fp32_cross_entropy && m.p2p_blocking && m.p2p_scatter_gather);
+  EXPECT_TRUE(m.grad_accum_pass && !m.tp_backward_overlap && m.even_chunks);
+  EXPECT_EQ(m.schedules, (std::vector<std::string>{"1f1b", "interleaved"}));
+  apply_software(m, "megatron-lm-2022");
+  EXPECT_EQ(m.grad_reduce_bytes, 4);  // bf16 forces fp32 reduction
+  EXPECT_TRUE(!m.grad_accum_pass && m.tp_backward_overlap);
+  EXPECT_FALSE(m.software_sources.empty());
+  apply_software(m, "meshtrain");
+  EXPECT_EQ(m.dp_overlap, 1);
+  EXPECT_FALSE(m.dropout);
+  EXPECT_THROW(apply_software(m, "deepspeed"), UsageError);
+}
+
+TEST(PlanSoftware, DpReductionAfterThePipelineIsExposedInFull) {
+  // dp 4, one microbatch per replica: meshtrain hides the reduction under the backward,
+  // Megatron 2021 reduces the whole 16-bit buffer after it.
+  const Layout l = layout(4, 1, 1, 8);
+  const PredictedTime mesh = predict(gpu_request(4, "meshtrain"), l);
+  EXPECT_EQ(mesh.dp_exposed_s, 0);
+  PlanRequest r = gpu_request(4, "megatron-lm-2021");
+  const PredictedTime meg = predict(r, l);
+  const std::vector<StageCosts> sc = stage_costs(r, l);
+  const double full = collective_seconds(r.hardware, Collective::all_reduce, sc[0].params * 2,
+                                         group_span(r.hardware, 4, 1));
+  EXPECT_DOUBLE_EQ(meg.dp_exposed_s, full);
+  // Dropout, the fp32 loss and the gradient-accumulation pass make every pass slower.
+  const std::vector<StageCosts> ms = stage_costs(gpu_request(4, "meshtrain"), l);
+  EXPECT_GT(sc[0].forward, ms[0].forward);
+  EXPECT_GT(sc[0].backward, ms[0].backward);
+  EXPECT_GT(sc[0].weight, ms[0].weight);
+  EXPECT_GT(meg.optimizer_s, mesh.optimizer_s);  // 54 vs 32 bytes per element
+  EXPECT_GT(meg.step_s, mesh.step_s);
+}
+
+TEST(PlanSoftware, BlockingP2pIsPaidByEveryChunkAndTheTiedEmbeddingIsReduced) {
+  PlanRequest r = gpu_request(16, "megatron-lm-2021");
+  const Layout l = layout(2, 4, 2, 2, "interleaved", 2);
+  const PredictedTime t = predict(r, l);
+  // The simulator plays each chunk's F and B with the transfer added, no latency.
+  const Schedule s = make_schedule("interleaved", 2, r.batch / (2 * 2), 2);
+  std::vector<OpCosts> costs;
+  for (const StageCosts& c : stage_costs(r, l))
+    costs.push_back({c.forward / 2 + t.pp_p2p_s, c.backward / 2 + t.pp_p2p_s, c.weight / 2, 0});
+  EXPECT_DOUBLE_EQ(t.pipeline_s, simulate_schedule(s, costs).makespan);
+  // Scatter/gather: 1/tp of the boundary per link, then an all-gather over tp.
+  const double boundary = 2.0 * 2048 * 2048 * 2;
+  EXPECT_DOUBLE_EQ(t.pp_p2p_s, p2p_seconds(r.hardware, boundary / 4, true) +
+                                   collective_seconds(r.hardware, Collective::all_gather, boundary,
+                                                      group_span(r.hardware, 4, 1)));
+  // The dp reduction (no overlap) plus the tied embedding's all-reduce over the two ends.
+  const double vocab_slice = 51200.0 / 4 * 2048 * 2;
+  EXPECT_GT(t.dp_exposed_s, collective_seconds(r.hardware, Collective::all_reduce, vocab_slice,
+                                               group_span(r.hardware, 2, 4 * 2)));
+}
+
+TEST(PlanSoftware, SearchKeepsToTheSoftwaresSchedules) {
+  PlanRequest r = gpu_request(8, "megatron-lm-2021");
+  r.pp = 2;
+  r.tp = 2;
+  const std::vector<Layout> all = enumerate_layouts(r);
+  ASSERT_FALSE(all.empty());
+  bool interleaved = false;
+  for (const Layout& l : all) {
+    EXPECT_TRUE(l.schedule == "1f1b" || l.schedule == "interleaved") << l.schedule;
+    EXPECT_EQ(l.zero, 0);
+    if (l.schedule != "interleaved") continue;
+    interleaved = true;
+    EXPECT_EQ(r.model.layers % (l.pp * l.virtual_stages), 0) << l.virtual_stages;
+    EXPECT_EQ((r.batch / (l.dp * l.micro_batch)) % l.pp, 0) << l.micro_batch;
+  }
+  EXPECT_TRUE(interleaved);
+  r.hardware = preset_profile("a100-80gb");  // meshtrain: every schedule, uneven chunks too
+  const std::vector<Layout> mesh = enumerate_layouts(r);
+  EXPECT_TRUE(
+      std::any_of(mesh.begin(), mesh.end(), [](const Layout& l) { return l.schedule == "zb-h1"; }));
+  EXPECT_GT(mesh.size(), all.size());
+}
+
+TEST(PlanSoftware, CommandFileAndBadInput) {
+  using mt::testing::run_meshtrain;
+  const std::string model = "plan --layers 4 --dim 256 --heads 4 --seq 256 --vocab 1024 --batch 16";
+  const auto e = run_meshtrain(model +
+                               " --hardware a100-80gb --gpus 8 --software megatron-lm-2021 "
+                               "--top 1 --explain");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_NE(e.out.find("software megatron-lm-2021: dp_overlap 0"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("pipeline p2p: blocking"), std::string::npos) << e.out;
+  for (const std::string args : {" --hardware a100-80gb --gpus 8 --software deepspeed",
+                                 " --hardware local --ranks 2 --software megatron-lm-2021"}) {
+    const auto r = run_meshtrain(model + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("meshtrain: error: ", 0), 0u) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+  // A hardware file names a software profile and overrides one of its fields.
+  mt::testing::TempDir dir;
+  const std::string file = dir / "hw.toml";
+  {
+    std::ofstream f(file);
+    f << "[hardware]\nname = \"a100-megatron\"\nmemory_bytes = 8e10\npeak_fp32 = 1.56e14\n"
+         "peak_bf16 = 3.12e14\nmemory_bw = 1.7e12\nintra_busbw = 2.3e11\ninter_busbw = 2.3e10\n"
+         "p2p_bw_intra = 2.4e11\nsoftware = \"megatron-lm-2022\"\ndp_overlap = 0.5\n";
+  }
+  const HardwareProfile h = load_profile(file);
+  EXPECT_EQ(h.software, "megatron-lm-2022");
+  EXPECT_EQ(h.dp_overlap, 0.5);
+  EXPECT_TRUE(h.dropout);
+  // ... and round-trips through the TOML writer.
+  {
+    std::ofstream f(file);
+    f << profile_to_toml(h);
+  }
+  const HardwareProfile back = load_profile(file);
+  EXPECT_EQ(back.software, "megatron-lm-2022");
+  EXPECT_EQ(back.dp_overlap, 0.5);
+  EXPECT_EQ(back.tp_backward_overlap, h.tp_backward_overlap);
+}
+
+}  // namespace
+}  // namespace mt::plan
