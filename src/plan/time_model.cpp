@@ -580,7 +580,8 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
         "the engine's linears issue it (SP: the weight "
         "pass gathers its inputs and output gradients again)");
     a.push_back(
-        "local bf16: the linears' GEMMs on oneDNN's bf16 matmul (calibrated peak, penalty, "
+        "local bf16: the linears' and MoE experts' GEMMs on oneDNN's bf16 matmul (calibrated "
+        "peak, penalty, "
         "overhead), attention core as calibrated for a bf16 run, every GEMM input kept for "
         "backward rounded to bf16 once (output gradients of row-parallel linears once per "
         "pass), weight copies rounded once per step; MoE router, LayerNorm, GELU, softmax, "
