@@ -3,7 +3,7 @@
 measured one, for many layouts from one calibration.
 
 Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate-seconds S]
-       [--steps N] [--brute-force]
+       [--steps N] [--brute-force] [--model medium|tiny] [--only NAME,NAME]
 
 1. `meshtrain plan --calibrate` writes OUT_DIR/local.toml (skipped when it exists).
 2. For each layout: `meshtrain plan --hardware local` with every knob fixed (one candidate)
@@ -16,33 +16,74 @@ measurement, not the model, the larger error.
 """
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
+import time
 
-MODEL = ["--layers", "4", "--dim", "128", "--heads", "4", "--seq", "64", "--vocab", "256",
-         "--batch", "16"]
+# The default model is large enough that the GEMMs dominate a step (4 layers, d 256, T 128:
+# ~70% of a one-rank fp32 step in the linears), as in real runs; --model tiny is the
+# 4-layer d128 T64 model of the first closed loop, where per-step overheads dominate.
+MODELS = {
+    "medium": ["--layers", "4", "--dim", "256", "--heads", "8", "--seq", "128", "--vocab",
+               "256", "--batch", "8"],
+    "tiny": ["--layers", "4", "--dim", "128", "--heads", "4", "--seq", "64", "--vocab", "256",
+             "--batch", "16"],
+}
+MODEL = MODELS["medium"]
 
-# name, ranks, knobs
+
+def batch():
+    return int(MODEL[MODEL.index("--batch") + 1])
+
+
+def _lay(name, ranks, **k):
+    k.setdefault("dp", 1)
+    k.setdefault("tp", 1)
+    k.setdefault("pp", 1)
+    return (name, ranks, k)
+
+
+# name, ranks, knobs; mb is sequences per microbatch as a fraction of the batch per replica
+# (mb_div: batch / dp / mb_div), so the list works for any --batch.
 LAYOUTS = [
-    ("1 rank", 1, dict(dp=1, tp=1, pp=1, mb=16)),
-    ("1 rank mb4", 1, dict(dp=1, tp=1, pp=1, mb=4)),
-    ("1 rank selective", 1, dict(dp=1, tp=1, pp=1, mb=16, recompute="selective")),
-    ("1 rank full", 1, dict(dp=1, tp=1, pp=1, mb=16, recompute="full")),
-    ("dp2 z0", 2, dict(dp=2, tp=1, pp=1, mb=8)),
-    ("dp2 z1", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=1)),
-    ("dp2 z2", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=2)),
-    ("dp2 z3", 2, dict(dp=2, tp=1, pp=1, mb=8, zero=3)),
-    ("tp2", 2, dict(dp=1, tp=2, pp=1, mb=16)),
-    ("tp2 sp", 2, dict(dp=1, tp=2, pp=1, mb=16, sp=True)),
-    ("pp2 1f1b m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="1f1b")),
-    ("pp2 gpipe m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="gpipe")),
-    ("pp2 zb-h1 m8", 2, dict(dp=1, tp=1, pp=2, mb=2, schedule="zb-h1")),
-    ("pp2 interleaved v2 m4", 2, dict(dp=1, tp=1, pp=2, mb=4, schedule="interleaved", v=2)),
-    ("moe ep2 dp2", 2, dict(dp=2, tp=1, pp=1, mb=8, ep=2, experts=4)),
-    ("dp2 tp2", 4, dict(dp=2, tp=2, pp=1, mb=8)),
+    _lay("1 rank", 1, mb_div=1),
+    _lay("1 rank m4", 1, mb_div=4),
+    _lay("1 rank selective", 1, mb_div=1, recompute="selective"),
+    _lay("1 rank full", 1, mb_div=1, recompute="full"),
+    _lay("dp2 z0", 2, dp=2, mb_div=1),
+    _lay("dp2 z1", 2, dp=2, mb_div=1, zero=1),
+    _lay("dp2 z2 m2", 2, dp=2, mb_div=2, zero=2),
+    _lay("dp2 z3", 2, dp=2, mb_div=1, zero=3),
+    _lay("tp2", 2, tp=2, mb_div=1),
+    _lay("tp2 sp", 2, tp=2, mb_div=1, sp=True),
+    _lay("tp2 sp selective", 2, tp=2, mb_div=1, sp=True, recompute="selective"),
+    _lay("pp2 1f1b m4", 2, pp=2, mb_div=4, schedule="1f1b"),
+    _lay("pp2 gpipe m4", 2, pp=2, mb_div=4, schedule="gpipe"),
+    _lay("pp2 zb-h1 m8", 2, pp=2, mb_div=8, schedule="zb-h1"),
+    _lay("pp2 interleaved v2 m4", 2, pp=2, mb_div=4, schedule="interleaved", v=2),
+    _lay("moe ep2 dp2", 2, dp=2, mb_div=1, ep=2, experts=4),
+    _lay("dp2 tp2", 4, dp=2, tp=2, mb_div=1),
+    _lay("dp2 pp2 m4", 4, dp=2, pp=2, mb_div=4),
+    _lay("bf16 1 rank", 1, mb_div=1, precision="bf16"),
+    _lay("bf16 1 rank m4", 1, mb_div=4, precision="bf16"),
+    _lay("bf16 1 rank selective", 1, mb_div=1, recompute="selective", precision="bf16"),
+    _lay("bf16 1 rank full", 1, mb_div=1, recompute="full", precision="bf16"),
+    _lay("bf16 dp2 z0", 2, dp=2, mb_div=1, precision="bf16"),
+    _lay("bf16 dp2 z3", 2, dp=2, mb_div=1, zero=3, precision="bf16"),
+    _lay("bf16 tp2 sp", 2, tp=2, mb_div=1, sp=True, precision="bf16"),
+    _lay("bf16 pp2 1f1b m4", 2, pp=2, mb_div=4, schedule="1f1b", precision="bf16"),
+    _lay("bf16 moe ep2 dp2", 2, dp=2, mb_div=1, ep=2, experts=4, precision="bf16"),
+    _lay("bf16 dp2 tp2", 4, dp=2, tp=2, mb_div=1, precision="bf16"),
 ]
+
+
+def resolve(k):
+    """Fills mb (sequences per microbatch) from mb_div for the model's batch."""
+    k = dict(k)
+    if "mb" not in k:
+        k["mb"] = batch() // (k["dp"] * k.pop("mb_div", 1))
+    return k
 
 
 def knob_args(k, plan):
@@ -54,11 +95,12 @@ def knob_args(k, plan):
         a += ["--experts", str(k["experts"])]
     if k["pp"] > 1 or plan:
         a += ["--schedule", k.get("schedule", "1f1b"), "--virtual-stages", str(k.get("v", 1))]
+    a += ["--precision", k.get("precision", "fp32")]
     if plan:
         a += ["--micro-batch", str(k["mb"]), "--ep", str(k.get("ep", 1)),
               "--sequence-parallel=" + ("true" if k.get("sp") else "false")]
     else:
-        a += ["--microbatches", str(16 // (k["dp"] * k["mb"]))]
+        a += ["--microbatches", str(batch() // (k["dp"] * k["mb"]))]
         if k.get("sp"):
             a += ["--sequence-parallel"]
     return a
@@ -77,44 +119,64 @@ def predict(binary, profile, ranks, k):
     return json.loads(p.stdout)["candidates"][0]["predicted"]["step_time_s"]
 
 
-def run_train(binary, out, k, steps):
-    """Returns (median step_time_s after the first two steps, CPU seconds of the process)."""
+def proc_cpu_seconds(pid):
+    """CPU seconds (user + system, all threads) the running process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def step_lines(path):
+    try:
+        with open(path) as f:
+            return [json.loads(l) for l in f if '"step_time_s"' in l]
+    except (OSError, ValueError):
+        return []
+
+
+def measure(binary, out, ranks, k, steps, skip=2):
+    """One run of `steps` steps. Wall: the median step_time_s the engine records after the
+    first `skip` (warm-up: page faults, oneDNN primitive creation). CPU: the process's CPU
+    seconds (every rank thread) between the moment step `skip` is written to the metrics
+    file and the moment the last step is (both read from /proc while it runs, so start-up
+    and teardown are left out), per step, divided by the threads that can run at once
+    (min(ranks, cores)): what a step would take on an idle machine with every rank busy.
+    On a loaded machine wall time measures the load; the CPU estimate much less so (it
+    still grows with cache and memory-bandwidth contention)."""
     metrics = os.path.join(out, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run([binary, "train", "--steps", str(steps), "--quiet", "--metrics", metrics,
-                        "--lr-schedule", "constant", "--peak-gflops", "100"] + MODEL +
-                       knob_args(k, False), capture_output=True, text=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.Popen([binary, "train", "--steps", str(steps), "--quiet", "--metrics",
+                          metrics, "--lr-schedule", "constant", "--peak-gflops", "100"] + MODEL +
+                         knob_args(k, False), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    c0 = c1 = None
+    while p.poll() is None:
+        n = len(step_lines(metrics))
+        try:
+            if c0 is None and n >= skip:
+                c0 = (proc_cpu_seconds(p.pid), n)
+            if c1 is None and n >= steps:
+                c1 = (proc_cpu_seconds(p.pid), n)
+        except OSError:
+            break
+        time.sleep(0.002)
+    err = p.communicate()[1]
     if p.returncode != 0:
-        raise SystemExit(p.stderr)
-    times = []
-    with open(metrics) as f:
-        for line in f:
-            j = json.loads(line)
-            if "step_time_s" in j:
-                times.append(j["step_time_s"])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return statistics.median(times[2:] if len(times) > 4 else times), cpu
-
-
-def measure(binary, out, ranks, k, steps):
-    """Wall: the median step time the engine records. CPU: the process's CPU seconds per
-    step (the difference of a run of `steps` and one of 2 steps, so start-up cancels),
-    divided by the threads that can run at once (min(ranks, cores)): what the step would
-    take if the machine were idle and every rank kept a core busy (comm waits spin). On a
-    loaded machine wall time measures the load; the CPU estimate much less so."""
-    wall, cpu_long = run_train(binary, out, k, steps)
-    _, cpu_short = run_train(binary, out, k, 2)
-    per_step = max(cpu_long - cpu_short, 0) / (steps - 2)
+        raise SystemExit(err)
+    times = [j["step_time_s"] for j in step_lines(metrics)]
+    wall = statistics.median(times[skip:] if len(times) > skip else times)
+    if c0 is None or c1 is None or c1[1] <= c0[1]:
+        return wall, float("nan")
+    per_step = (c1[0] - c0[0]) / (c1[1] - c0[1])
     return wall, per_step / min(ranks, os.cpu_count() or 1)
 
 
 def layout_knobs(lay):
     k = dict(dp=lay["dp"], tp=lay["tp"], pp=lay["pp"], mb=lay["micro_batch"],
              zero=lay["zero"], recompute=lay["recompute"], sp=lay["sequence_parallel"],
-             schedule=lay["schedule"], v=lay["virtual_stages"], ep=lay["ep"])
+             schedule=lay["schedule"], v=lay["virtual_stages"], ep=lay["ep"],
+             precision=lay["precision"])
     return k
 
 
@@ -147,10 +209,14 @@ def brute_force(binary, out, profile, steps):
 
 
 def main():
+    global MODEL
     binary, out = sys.argv[1], sys.argv[2]
+    if "--model" in sys.argv:
+        MODEL = MODELS[sys.argv[sys.argv.index("--model") + 1]]
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     seconds = sys.argv[sys.argv.index("--calibrate-seconds") + 1] \
         if "--calibrate-seconds" in sys.argv else "30"
-    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 8
+    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 10
     os.makedirs(out, exist_ok=True)
     profile = os.path.join(out, "local.toml")
     if not os.path.exists(profile):
@@ -162,6 +228,9 @@ def main():
     load0 = loadavg()
     rows, cpu_rows, errs, cpu_errs = [], [], [], []
     for name, ranks, k in LAYOUTS:
+        if only and not any(o == name for o in only):
+            continue
+        k = resolve(k)
         pred = predict(binary, profile, ranks, k)
         wall, cpu = measure(binary, out, ranks, k, steps)
         err, cerr = pred / wall - 1, pred / cpu - 1
@@ -179,6 +248,18 @@ def main():
           f"{load1:.2f} on {os.cpu_count()} cores"
           + ("  NOT VALID: load above the core count" if max(load0, load1) > (os.cpu_count() or 1)
              else ""))
+    # Against the one-rank layout of the same precision: a load that slows every run alike
+    # (the other processes' share of the cores, their cache and memory traffic) cancels, so
+    # on a loaded machine this shows the model's errors between layouts.
+    ones = {r[0].startswith("bf16"): r for r in cpu_rows if r[0] in ("1 rank", "bf16 1 rank")}
+    rel = []
+    for name, ranks, pred, cpu, _ in cpu_rows:
+        one = ones.get(name.startswith("bf16"))
+        if one and name != one[0]:
+            rel.append(abs((pred / one[2]) / (cpu / one[3]) - 1))
+    if rel:
+        print(f"cpu-time estimate relative to one rank of the same precision: mean |error| "
+              f"{statistics.mean(rel):.1%}, max {max(rel):.1%} over {len(rel)} layouts")
     with open(os.path.join(out, "closed_loop.json"), "w") as f:
         json.dump({"rows": rows, "cpu_rows": cpu_rows, "load": [load0, load1],
                    "cores": os.cpu_count()}, f)

@@ -189,7 +189,7 @@ CommandRunner add_plan_command(CLI::App& app) {
   a->mb_o = cmd->add_option("--micro-batch", a->micro_batch, "fix sequences per microbatch");
   a->sched_o = cmd->add_option("--schedule", a->schedule, "fix the pipeline schedule");
   a->prec_o = cmd->add_option("--precision", a->precision,
-                              "fix fp32|bf16 (bf16: GPU presets only, modelled)");
+                              "fix fp32|bf16 (GPU presets: searched; local: fp32 unless given, bf16 needs a calibrated profile)");
   cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "print {\"candidates\": [...]} (best first)");
   cmd->add_flag("--explain", a->explain, "print every assumption and the breakdown");

@@ -23,7 +23,7 @@ std::string describe(const Layout& l, int batch) {
                       : std::string(),
              l.ep > 1 ? str(" ep ", l.ep) : std::string(), " zero ", l.zero,
              l.sequence_parallel ? " sp" : "", " recompute ", l.recompute, " microbatches ",
-             batch / (l.dp * l.micro_batch));
+             batch / (l.dp * l.micro_batch), l.precision != "fp32" ? " " + l.precision : "");
 }
 
 }  // namespace
@@ -49,6 +49,9 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   if (is_fixed(o, "virtual-stages")) r.virtual_stages = p.virtual_stages;
   if (is_fixed(o, "recompute")) r.recompute = o.optim.recompute;
   if (is_fixed(o, "microbatches")) r.microbatches = p.microbatches;
+  // Precision changes the numbers a run computes, so it is the user's choice, never
+  // searched: the layout is planned for the precision the run will use.
+  r.precision = o.optim.precision;
   const SearchResult s = search_layouts(r, 2);
   const Candidate& best = s.candidates.front();
   const Layout& l = best.layout;

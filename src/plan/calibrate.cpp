@@ -12,6 +12,7 @@
 #include <fstream>
 #include <ostream>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,10 +21,12 @@
 #include "core/system_memory.h"
 #include "core/timer.h"
 #include "kernels/attention.h"
+#include "kernels/bf16.h"
 #include "kernels/gelu.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
 
 namespace mt::plan {
 
@@ -57,6 +60,29 @@ double best_time(double seconds, Fn fn) {
   return best;
 }
 
+// The same, with the caches emptied of fn's data before each timed call (64 MiB streamed
+// through): a kernel inside a training step finds its inputs in memory, written by the
+// layers before it, not in the cache from its own previous call.
+template <typename Fn>
+double best_time_cold(double seconds, Fn fn) {
+  static std::vector<float> evict(size_t(16) << 20, 1.0f);
+  volatile float sink = 0;
+  fn();
+  double best = 1e30;
+  const double t_end = now_seconds() + seconds;
+  int runs = 0;
+  do {
+    float acc = 0;
+    for (size_t i = 0; i < evict.size(); i += 16) acc += (evict[i] += 1.0f);
+    sink = sink + acc;
+    const double t0 = now_seconds();
+    fn();
+    best = std::min(best, now_seconds() - t0);
+    ++runs;
+  } while (now_seconds() < t_end || runs < 3);
+  return best;
+}
+
 double gemm_rate(int M, int N, int K, double seconds) {
   std::vector<float> a(size_t(M) * K, 0.5f), b(size_t(K) * N, 0.25f), c(size_t(M) * N, 0);
   const double t = best_time(seconds, [&] {
@@ -65,11 +91,114 @@ double gemm_rate(int M, int N, int K, double seconds) {
   return 2.0 * M * N * K / t;
 }
 
+// matmul_bf16_forward of an (M, K) input by an (N, K) weight: the linear layers' bf16 GEMM.
+double bf16_gemm_rate(int M, int N, int K, double seconds) {
+  std::vector<bf16> a(size_t(M) * K, float_to_bf16(0.5f)), b(size_t(N) * K, float_to_bf16(0.25f));
+  std::vector<float> c(size_t(M) * N, 0);
+  const double t = best_time(
+      seconds, [&] { matmul_bf16_forward(c.data(), a.data(), b.data(), nullptr, M, K, N); });
+  return 2.0 * M * N * K / t;
+}
+
+// The linear layer's backward GEMMs against the forward the model assumes for the same
+// shape (2 N C OC FLOPs at the calibrated peak `peak`): {input-gradient time, weight-gradient
+// time} over it. The weight gradient reads its first operand transposed and accumulates
+// (docs/precision.md: 72-86% of the bf16 peak where the forward reaches ~90%). Against the
+// peak rather than a measured forward of the shape: an isolated fp32 forward of some shapes
+// runs far below its rate inside the model (sgemm's transposed-B path), which would
+// distort the ratio.
+std::pair<double, double> backward_ratios_of(bool bf16_path, double peak, double seconds, int N,
+                                             int C, int OC) {
+  std::vector<float> x(size_t(N) * C, 0.1f), w(size_t(OC) * C, 0.1f), y(size_t(N) * OC, 0.1f);
+  std::vector<float> dx(x.size()), dw(w.size());
+  std::vector<bf16> x16(x.size(), 0x3DCD), w16(w.size(), 0x3DCD), y16(y.size(), 0x3DCD);
+  const double s = seconds / 2, fwd = 2.0 * N * C * OC / peak;
+  double in, wt;
+  if (bf16_path) {
+    in = best_time(
+        s, [&] { matmul_bf16_backward_input(dx.data(), y16.data(), w16.data(), N, C, OC, false); });
+    wt = best_time(s, [&] {
+      matmul_bf16_backward_weight(dw.data(), nullptr, y16.data(), x16.data(), N, C, OC);
+    });
+  } else {
+    in = best_time(s, [&] { matmul_backward_input(dx.data(), y.data(), w.data(), N, C, OC); });
+    wt = best_time(
+        s, [&] { matmul_backward_weight(dw.data(), nullptr, y.data(), x.data(), N, C, OC); });
+  }
+  return {in / fwd, wt / fwd};
+}
+
+// The mean over the block's two kinds of linear: widening (1024 x 512 -> 1024, as qkv and
+// fc) and narrowing (1024 x 1024 -> 256, as the projections), whose backward passes differ.
+std::pair<double, double> backward_ratios(bool bf16_path, double peak, double seconds) {
+  const auto [in1, w1] = backward_ratios_of(bf16_path, peak, seconds / 2, 1024, 512, 1024);
+  const auto [in2, w2] = backward_ratios_of(bf16_path, peak, seconds / 2, 1024, 1024, 256);
+  return {(in1 + in2) / 2, (w1 + w2) / 2};
+}
+
+// The attention core a run of `precision` computes, forward and backward FLOP/s of one
+// thread (4 B T^2 C forward, twice that backward). The engine's attention is the same fp32
+// kernel under both precisions (docs/precision.md: bf16 rounds only the linears' GEMM
+// inputs), so both call attention_forward/backward; when the engine gains a bf16 attention
+// entry point, "bf16" calls it here and nothing else changes.
+std::pair<double, double> attention_rates(const std::string& precision, double seconds) {
+  (void)precision;  // one fp32 kernel for both today
+  // A block of a small run (8 sequences of 128, 8 heads of 32): its 4 MiB of probabilities
+  // spill out of L2 as a real microbatch's do; a smaller shape flatters the backward.
+  const int B = 8, T = 128, C = 256, NH = 8;
+  std::vector<float> qkv(size_t(B) * T * 3 * C, 0.01f), out(size_t(B) * T * C);
+  std::vector<float> att(size_t(B) * NH * T * T), dout(out.size(), 0.01f), dqkv(qkv.size());
+  std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH));
+  const double flops = 4.0 * B * T * T * C;
+  // Cold caches: in a step the probabilities written by the forward are read back by the
+  // backward only after the rest of the model has run.
+  const double fwd = flops / best_time_cold(0.5 * seconds, [&] {
+                       attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+                     });
+  const double bwd = 2 * flops / best_time_cold(0.5 * seconds, [&] {
+                       attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                                          att.data(), B, T, C, NH);
+                     });
+  return {fwd, bwd};
+}
+
+// How much a core slows when every core computes: `n` threads each running 512^3 sgemms for
+// the same window, their total rate over n x one thread's rate alone (1: independent cores;
+// less where vCPUs share a physical core, its caches or its memory bandwidth, as the ranks
+// of a dp 2 run do).
+double parallel_efficiency(int n, double seconds) {
+  if (n <= 1) return 1;
+  auto run = [&](int threads) {
+    std::vector<double> flops(size_t(threads), 0);
+    std::vector<std::thread> pool;
+    const double t_end = now_seconds() + seconds / 6;
+    const double t0 = now_seconds();
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        omp_set_num_threads(1);
+        const int m = 512;
+        std::vector<float> a(size_t(m) * m, 0.5f), b(a.size(), 0.25f), c(a.size(), 0);
+        do {
+          sgemm(false, false, m, m, m, 1.0f, a.data(), m, b.data(), m, 0.0f, c.data(), m);
+          flops[size_t(t)] += 2.0 * m * m * m;
+        } while (now_seconds() < t_end);
+      });
+    for (auto& th : pool) th.join();
+    double total = 0;
+    for (double f : flops) total += f;
+    return total / (now_seconds() - t0);
+  };
+  // The best of three windows each, as best_time keeps the least disturbed run.
+  double one = 0, all = 0;
+  for (int i = 0; i < 3; ++i) one = std::max(one, run(1)), all = std::max(all, run(n));
+  return std::clamp(all / (n * one), 0.05, 1.0);
+}
+
 // Median time of `iters` all-reduces of `count` floats (or send/recv pairs when p2p)
 // between two rank threads of the local backend.
-double comm_time(size_t count, int iters, bool p2p) {
-  std::vector<double> per_rank(2, 0);
-  run_local(2, WorldOptions{}, [&](CommWorld& w) {
+double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
+  std::vector<double> per_rank(size_t(ranks), 0);
+  run_local(ranks, WorldOptions{}, [&](CommWorld& w) {
     auto comm = w.world();
     std::vector<float> buf(std::max<size_t>(count, 1), 1.0f);
     std::vector<double> times;
@@ -89,7 +218,7 @@ double comm_time(size_t count, int iters, bool p2p) {
     std::sort(times.begin(), times.end());
     per_rank[size_t(comm->rank())] = times[times.size() / 2];
   });
-  return std::max(per_rank[0], per_rank[1]);
+  return *std::max_element(per_rank.begin(), per_rank.end());
 }
 
 // busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
@@ -107,7 +236,7 @@ std::pair<double, double> mpi_bench(const std::string& op, size_t bytes) {
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return {0, 0};
   double size = 0, count = 0, us = 0, algbw = 0, busbw = 0;
-  char line[512];
+  char line[1024];
   bool found = false;
   while (std::fgets(line, sizeof line, pipe))
     if (line[0] != '#' &&
@@ -153,9 +282,12 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   // a K = 64 GEMM gives the small-dimension penalty d/(d + half).
   h.peak_fp32 = measure_sgemm_peak_gflops(1, 0.3 * seconds) * 1e9;
   h.gemm_efficiency = 1;
+  h.parallel_efficiency = parallel_efficiency(h.cores, 0.06 * seconds);
   const double d = 64;
   const double small = gemm_rate(1024, 1024, int(d), 0.1 * seconds);
   h.gemm_half_dim = std::max(0.0, d * (h.peak_fp32 / small - 1));
+  std::tie(h.gemm_input_grad_ratio, h.gemm_weight_grad_ratio) =
+      backward_ratios(false, h.peak_fp32, 0.06 * seconds);
   // Per-call overhead: a 16^3 GEMM is all overhead.
   {
     std::vector<float> a(256, 1), b(256, 1), c(256, 0);
@@ -176,21 +308,10 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
     });
     h.memory_bw = 12.0 * double(n) / t;
   }
-  // The engine's attention kernel (B 4, T 128, C 128, 4 heads: the shapes of small runs)
+  // The engine's attention kernel (B 8, T 128, C 256, 8 heads: the shapes of small runs)
   // and its pointwise passes (GELU, LayerNorm over 1 Mi elements), one thread.
   {
-    const int B = 4, T = 128, C = 128, NH = 4;
-    std::vector<float> qkv(size_t(B) * T * 3 * C, 0.01f), out(size_t(B) * T * C);
-    std::vector<float> att(size_t(B) * NH * T * T), dout(out.size(), 0.01f), dqkv(qkv.size());
-    std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH));
-    const double flops = 4.0 * B * T * T * C;
-    h.attention_fwd_flops = flops / best_time(0.05 * seconds, [&] {
-                              attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-                            });
-    h.attention_bwd_flops = 2 * flops / best_time(0.05 * seconds, [&] {
-                              attention_backward(dqkv.data(), scratch.data(), dout.data(),
-                                                 qkv.data(), att.data(), B, T, C, NH);
-                            });
+    std::tie(h.attention_fwd_flops, h.attention_bwd_flops) = attention_rates("fp32", 0.1 * seconds);
     const int N = 2048, D = 512;
     std::vector<float> x(size_t(N) * D, 0.3f), y(x.size()), mean(N), rstd(N), w(D, 1), bias(D);
     const double gelu =
@@ -199,6 +320,40 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, D);
     });
     h.pointwise_s = std::max(gelu, ln) / double(x.size());
+  }
+  // --precision bf16 (where oneDNN has a bf16 matmul here): the bf16 GEMM's one-thread peak,
+  // its small-dimension penalty (1024 x 1024 x 64) and per-call overhead (16^3), rounding
+  // to bf16 per element (2 Mi floats: a block's activations or a weight matrix, mostly out
+  // of the L2), and the attention core of a bf16 run.
+  if (bf16_matmul_supported()) {
+    h.peak_bf16 = measure_bf16_gemm_peak_gflops(1, 0.15 * seconds) * 1e9;
+    const double small16 = bf16_gemm_rate(1024, 1024, int(d), 0.05 * seconds);
+    h.gemm_half_dim_bf16 = std::max(0.0, d * (h.peak_bf16 / small16 - 1));
+    std::tie(h.gemm_input_grad_ratio_bf16, h.gemm_weight_grad_ratio_bf16) =
+        backward_ratios(true, h.peak_bf16, 0.06 * seconds);
+    {
+      std::vector<bf16> a(256, 0x3F80), b(256, 0x3F80);
+      std::vector<float> c(256, 0);
+      h.bf16_overhead_s =
+          best_time(0.02 * seconds,
+                    [&] {
+                      for (int i = 0; i < 100; ++i)
+                        matmul_bf16_forward(c.data(), a.data(), b.data(), nullptr, 16, 16, 16);
+                    }) /
+          100;
+    }
+    {
+      const size_t n = size_t(2) << 20;
+      std::vector<float> x(n, 0.3f);
+      std::vector<bf16> y(n);
+      h.bf16_convert_s =
+          best_time(0.03 * seconds, [&] { to_bf16(y.data(), x.data(), n); }) / double(n);
+    }
+    std::tie(h.attention_bf16_fwd_flops, h.attention_bf16_bwd_flops) =
+        attention_rates("bf16", 0.1 * seconds);
+  } else {
+    h.peak_bf16 = 0;
+    log << "bf16 not measured (oneDNN has no bf16 matmul on this CPU): local plans are fp32\n";
   }
   omp_set_num_threads(saved);
   // The local backend between two rank threads: busbw of a 16 MiB all-reduce
@@ -209,6 +364,11 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   h.intra_busbw = 4.0 * double(big) / comm_time(big, iters, false);
   h.intra_latency_s = comm_time(1, 4 * iters, false) / 2;
   h.p2p_bw_intra = 4.0 * double(big) / comm_time(big, iters, true);
+  // More rank threads than cores: the local backend's waiters yield and then block
+  // (comm/local/doorbell.h), so a collective waits for its peers to be scheduled: the
+  // latency of a one-float all-reduce over 2 x cores ranks.
+  h.oversubscribed_latency_s =
+      comm_time(1, 4 * iters, false, 2 * h.cores) / (2 * std::ceil(std::log2(2.0 * h.cores)));
   h.inter_busbw = h.intra_busbw;
   h.inter_latency_s = h.intra_latency_s;
   h.p2p_bw_inter = h.p2p_bw_intra;
@@ -225,23 +385,37 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   } else {
     log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here)\n";
   }
-  h.peak_bf16 = 0;
   const double load_after = load_average();
-  char line[512];
+  if (std::max(load_before, load_after) > 0.5 * h.cores)
+    log << "warning: the machine was busy (load average " << load_before << " -> " << load_after
+        << " on " << h.cores << " cores): the figures measure that load too, "
+        << "parallel_efficiency above all; calibrate on a quiet machine\n";
+  char line[1024];
   std::snprintf(line, sizeof line,
                 "measured by meshtrain plan --calibrate in %.1f s, load average %.2f -> %.2f, "
                 "%d cores",
                 now_seconds() - t_start, load_before, load_after, h.cores);
-  h.sources = {line,
-               "peak_fp32: best single-thread sgemm (engine GEMM path) of 512..2048 squares",
-               "gemm_half_dim: from a 1024x1024x64 sgemm's rate",
-               "memory_bw: one thread streaming y += x over 32 MiB",
-               "attention_*: the engine's attention kernel, B 4 T 128 C 128 NH 4, one thread",
-               "pointwise_s: the slower of GELU and LayerNorm forward per element, one thread",
-               "intra_*: local backend, two rank threads, 16 MiB all-reduce / send, 4 B "
-               "all-reduce latency",
-               "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
-               "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
+  h.sources = {
+      line,
+      "peak_fp32: best single-thread sgemm (engine GEMM path) of 512..2048 squares",
+      "gemm_half_dim: from a 1024x1024x64 sgemm's rate",
+      "memory_bw: one thread streaming y += x over 32 MiB",
+      "attention_*: the engine's attention kernel, B 8 T 128 C 256 NH 8, one thread, caches "
+      "emptied before each call",
+      "pointwise_s: the slower of GELU and LayerNorm forward per element, one thread",
+      "intra_*: local backend, two rank threads, 16 MiB all-reduce / send, 4 B "
+      "all-reduce latency",
+      "peak_bf16: best single-thread bf16 GEMM (oneDNN matmul_bf16_forward) of "
+      "512..2048 squares; gemm_half_dim_bf16 from 1024x1024x64, bf16_overhead_s a 16^3 "
+      "call, bf16_convert_s to_bf16 of 2 Mi floats per element",
+      "attention_bf16_*: the attention core of a bf16 run (the engine's fp32 kernel)",
+      "gemm_*_grad_ratio*: the linear layer's input-/weight-gradient GEMM time over 2MNK / "
+      "peak, mean of 1024 x 512 -> 1024 and 1024 x 1024 -> 256, fp32 and bf16",
+      "oversubscribed_latency_s: a 4-byte all-reduce over 2 x cores rank threads / "
+      "(2 log2 ranks)",
+      "parallel_efficiency: sgemm rate of every core at once over cores x one core's",
+      "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
+      "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
   std::error_code ec;
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
@@ -250,15 +424,22 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   out << profile_to_toml(h);
   out.close();
   MT_REQUIRE(out.good(), "cannot write the profile to ", path);
-  std::snprintf(line, sizeof line,
-                "sgemm %.1f GFLOP/s per thread (half-rate dim %.0f), attention %.1f/%.1f "
-                "GFLOP/s, pointwise %.2f ns/element, stream %.2f GB/s, overhead %.1f us, "
-                "all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s; MPI busbw %.2f "
-                "GB/s, latency %.1f us, p2p %.2f GB/s\n",
-                h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9,
-                h.attention_bwd_flops / 1e9, h.pointwise_s * 1e9, h.memory_bw / 1e9,
-                h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9, h.intra_latency_s * 1e6,
-                h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6, h.mpi_p2p_bw / 1e9);
+  std::snprintf(
+      line, sizeof line,
+      "sgemm %.1f GFLOP/s per thread (half-rate dim %.0f), attention %.1f/%.1f "
+      "GFLOP/s, pointwise %.2f ns/element, stream %.2f GB/s, overhead %.1f us, "
+      "all-reduce busbw %.2f GB/s, latency %.1f us, p2p %.2f GB/s; MPI busbw %.2f "
+      "GB/s, latency %.1f us, p2p %.2f GB/s; bf16 GEMM %.1f GFLOP/s (half-rate dim "
+      "%.0f, overhead %.1f us), to_bf16 %.3f ns/element, bf16-run attention %.1f/%.1f "
+      "GFLOP/s; backward GEMM time over the peak's fp32 %.2f/%.2f, bf16 %.2f/%.2f; "
+      "oversubscribed latency %.1f us; all cores at %.0f%% of one core's rate each\n",
+      h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9, h.attention_bwd_flops / 1e9,
+      h.pointwise_s * 1e9, h.memory_bw / 1e9, h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9,
+      h.intra_latency_s * 1e6, h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6,
+      h.mpi_p2p_bw / 1e9, h.peak_bf16 / 1e9, h.gemm_half_dim_bf16, h.bf16_overhead_s * 1e6,
+      h.bf16_convert_s * 1e9, h.attention_bf16_fwd_flops / 1e9, h.attention_bf16_bwd_flops / 1e9,
+      h.gemm_input_grad_ratio, h.gemm_weight_grad_ratio, h.gemm_input_grad_ratio_bf16,
+      h.gemm_weight_grad_ratio_bf16, h.oversubscribed_latency_s * 1e6, 100 * h.parallel_efficiency);
   log << line << h.sources[0] << "\nwrote " << path << "\n";
   return h;
 }

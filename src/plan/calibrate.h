@@ -3,8 +3,9 @@
 // `train --auto-layout` read. Measured: the single-thread sgemm peak (the engine's GEMM
 // path) and how a small GEMM dimension lowers it, a memory-bound pass's bandwidth, the
 // per-call overhead of a tiny GEMM, and the local backend's all-reduce bus bandwidth,
-// latency and point-to-point bandwidth between two rank threads. bf16 is not measured
-// (this engine computes in fp32), so local plans are fp32.
+// latency and point-to-point bandwidth between two rank threads; for --precision bf16 the
+// bf16 GEMM (peak, small-dimension penalty, overhead), the fp32 -> bf16 rounding and the
+// attention core a bf16 run uses.
 #pragma once
 
 #include <iosfwd>

@@ -17,14 +17,48 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
     // beyond the calibrated cores time-share them.
     const double busy = double(ranks) * threads;
     const double cores = std::max(h.cores, 1);
-    const double share = busy > cores ? cores / busy : 1.0;
+    double share = busy > cores ? cores / busy : 1.0;
+    // Cores computing together slow each other (calibrated parallel_efficiency at all
+    // cores busy, linear in the busy cores from 1 at one).
+    if (h.parallel_efficiency > 0 && cores > 1)
+      share *= 1 - (1 - h.parallel_efficiency) * (std::min(busy, cores) - 1) / (cores - 1);
     r.peak = r.peak * threads * share;
     r.memory_bw = h.memory_bw * threads * share;
     r.attention_fwd = h.attention_fwd_flops * threads * share;
     r.attention_bwd = h.attention_bwd_flops * threads * share;
     r.pointwise_s = h.pointwise_s / (threads * share);
+    r.gemm_half_dim = h.gemm_half_dim;
+    r.gemm_overhead_s = h.kernel_overhead_s;
+    auto ratio = [](double v) { return v > 0 ? v : 1.0; };
+    r.input_grad_ratio = ratio(h.gemm_input_grad_ratio);
+    r.weight_grad_ratio = ratio(h.gemm_weight_grad_ratio);
+    if (precision == "bf16") {
+      r.input_grad_ratio = ratio(h.gemm_input_grad_ratio_bf16);
+      r.weight_grad_ratio = ratio(h.gemm_weight_grad_ratio_bf16);
+      // The linears' oneDNN bf16 matmul; the attention core of a bf16 run as calibrated.
+      r.gemm_half_dim = h.gemm_half_dim_bf16;
+      r.gemm_overhead_s = h.bf16_overhead_s;
+      r.gemm_elem_bytes = 2;
+      r.attention_fwd = h.attention_bf16_fwd_flops * threads * share;
+      r.attention_bwd = h.attention_bf16_bwd_flops * threads * share;
+      r.convert_s = h.bf16_convert_s / (threads * share);
+    }
   }
   return r;
+}
+
+double local_gemm_seconds(const ComputeRates& r, double M, double N, double K, double count) {
+  if (M <= 0 || N <= 0 || K <= 0 || count <= 0) return 0;
+  const double d = std::min({M, N, K});
+  const double eff = r.hw->gemm_efficiency * d / (d + r.gemm_half_dim);
+  const double compute = count * 2 * M * N * K / (r.peak * eff);
+  const double traffic = count * (M * K + K * N + M * N) * r.gemm_elem_bytes / r.memory_bw;
+  return std::max(compute, traffic) + count * r.gemm_overhead_s;
+}
+
+double local_convert_seconds(const ComputeRates& r, double elements, int calls) {
+  if (elements <= 0) return 0;
+  return elements * r.convert_s + calls * r.overhead_s;
 }
 
 double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,

@@ -23,6 +23,13 @@ struct ComputeRates {
   double overhead_s = 0;  // per kernel
   // Local: per-rank attention rates and seconds per pointwise element (0: not measured).
   double attention_fwd = 0, attention_bwd = 0, pointwise_s = 0;
+  // Local: the GEMM path of the precision (sgemm, or oneDNN's bf16 matmul): its
+  // small-dimension penalty, per-call overhead and operand bytes; seconds per element of
+  // fp32 -> bf16 rounding (bf16 only).
+  double gemm_half_dim = 0, gemm_overhead_s = 0, gemm_elem_bytes = 4, convert_s = 0;
+  // The linear layer's input-/weight-gradient GEMM time over its forward's (local,
+  // calibrated per precision; 1 elsewhere).
+  double input_grad_ratio = 1, weight_grad_ratio = 1;
 };
 
 // Per-rank rates for a precision; local ranks share the machine's cores and memory
@@ -34,6 +41,11 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
 double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,
                     double count = 1);
 double stream_seconds(const ComputeRates& r, double bytes, int kernels = 1);
+// Local hardware: `count` GEMMs on the precision's GEMM path (the formula above with that
+// path's calibrated penalty and overhead).
+double local_gemm_seconds(const ComputeRates& r, double M, double N, double K, double count = 1);
+// Local bf16: rounding `elements` fp32 values to bf16 in `calls` to_bf16 calls.
+double local_convert_seconds(const ComputeRates& r, double elements, int calls = 1);
 // A pointwise pass over `elements` moving `bytes`: the slower of streaming and, where
 // calibrated, the per-element compute (tanh, exp, normalisation).
 double pointwise_seconds(const ComputeRates& r, double elements, double bytes, int kernels = 1);

@@ -249,6 +249,17 @@ HardwareProfile load_profile(const std::string& path) {
                                                  "mpi_busbw",
                                                  "mpi_latency_s",
                                                  "mpi_p2p_bw",
+                                                 "gemm_half_dim_bf16",
+                                                 "bf16_overhead_s",
+                                                 "bf16_convert_s",
+                                                 "attention_bf16_fwd_flops",
+                                                 "attention_bf16_bwd_flops",
+                                                 "gemm_input_grad_ratio",
+                                                 "gemm_weight_grad_ratio",
+                                                 "gemm_input_grad_ratio_bf16",
+                                                 "gemm_weight_grad_ratio_bf16",
+                                                 "oversubscribed_latency_s",
+                                                 "parallel_efficiency",
                                                  "software",
                                                  "dp_overlap",
                                                  "grad_reduce_bytes",
@@ -292,6 +303,17 @@ HardwareProfile load_profile(const std::string& path) {
   read(*t, "mpi_busbw", h.mpi_busbw, path);
   read(*t, "mpi_latency_s", h.mpi_latency_s, path);
   read(*t, "mpi_p2p_bw", h.mpi_p2p_bw, path);
+  read(*t, "gemm_half_dim_bf16", h.gemm_half_dim_bf16, path);
+  read(*t, "bf16_overhead_s", h.bf16_overhead_s, path);
+  read(*t, "bf16_convert_s", h.bf16_convert_s, path);
+  read(*t, "attention_bf16_fwd_flops", h.attention_bf16_fwd_flops, path);
+  read(*t, "attention_bf16_bwd_flops", h.attention_bf16_bwd_flops, path);
+  read(*t, "gemm_input_grad_ratio", h.gemm_input_grad_ratio, path);
+  read(*t, "gemm_weight_grad_ratio", h.gemm_weight_grad_ratio, path);
+  read(*t, "gemm_input_grad_ratio_bf16", h.gemm_input_grad_ratio_bf16, path);
+  read(*t, "gemm_weight_grad_ratio_bf16", h.gemm_weight_grad_ratio_bf16, path);
+  read(*t, "oversubscribed_latency_s", h.oversubscribed_latency_s, path);
+  read(*t, "parallel_efficiency", h.parallel_efficiency, path);
   // Software behaviour: a named software profile first, single fields override it.
   software_meshtrain(h);
   if (auto sw = (*t)["software"].value<std::string>()) apply_software(h, *sw);
@@ -356,7 +378,18 @@ std::string profile_to_toml(const HardwareProfile& h) {
                       {"pointwise_s", h.pointwise_s},
                       {"mpi_busbw", h.mpi_busbw},
                       {"mpi_latency_s", h.mpi_latency_s},
-                      {"mpi_p2p_bw", h.mpi_p2p_bw}})
+                      {"mpi_p2p_bw", h.mpi_p2p_bw},
+                      {"gemm_half_dim_bf16", h.gemm_half_dim_bf16},
+                      {"bf16_overhead_s", h.bf16_overhead_s},
+                      {"bf16_convert_s", h.bf16_convert_s},
+                      {"attention_bf16_fwd_flops", h.attention_bf16_fwd_flops},
+                      {"attention_bf16_bwd_flops", h.attention_bf16_bwd_flops},
+                      {"gemm_input_grad_ratio", h.gemm_input_grad_ratio},
+                      {"gemm_weight_grad_ratio", h.gemm_weight_grad_ratio},
+                      {"gemm_input_grad_ratio_bf16", h.gemm_input_grad_ratio_bf16},
+                      {"gemm_weight_grad_ratio_bf16", h.gemm_weight_grad_ratio_bf16},
+                      {"oversubscribed_latency_s", h.oversubscribed_latency_s},
+                      {"parallel_efficiency", h.parallel_efficiency}})
     o << k << " = " << std::scientific << v << std::defaultfloat << "\n";
   if (!h.local) {
     o << "software = \"" << h.software << "\"\n";
@@ -400,6 +433,11 @@ HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend
 
 double peak_flops(const HardwareProfile& h, const std::string& precision) {
   return precision == "bf16" ? h.peak_bf16 : h.peak_fp32;
+}
+
+bool has_local_bf16(const HardwareProfile& h) {
+  return h.peak_bf16 > 0 && h.bf16_convert_s > 0 && h.attention_bf16_fwd_flops > 0 &&
+         h.attention_bf16_bwd_flops > 0;
 }
 
 }  // namespace mt::plan

@@ -38,6 +38,25 @@ struct HardwareProfile {
   // (GELU's tanh, LayerNorm) are compute-bound on a CPU: seconds per element per thread.
   double attention_fwd_flops = 0, attention_bwd_flops = 0;
   double pointwise_s = 0;
+  // Local only, --precision bf16 (0 = not measured; bf16 is then refused for local plans):
+  // the bf16 GEMM (oneDNN, kernels/matmul_bf16.h) has its own small-dimension penalty and
+  // per-call overhead (peak_bf16 above is its one-thread peak); rounding fp32 to bf16
+  // (kernels/bf16.h to_bf16) costs seconds per element per thread; the attention core a
+  // bf16 run uses, FLOP/s per thread as above.
+  double gemm_half_dim_bf16 = 0, bf16_overhead_s = 0, bf16_convert_s = 0;
+  double attention_bf16_fwd_flops = 0, attention_bf16_bwd_flops = 0;
+  // Local only (0 = not measured: the backward GEMMs cost what the forward does): the
+  // linear layer's input- and weight-gradient GEMM time over the time the GEMM formula
+  // gives the same shape at the peak (its forward), per precision.
+  double gemm_input_grad_ratio = 0, gemm_weight_grad_ratio = 0;
+  double gemm_input_grad_ratio_bf16 = 0, gemm_weight_grad_ratio_bf16 = 0;
+  // Local only (0 = not measured: intra_latency_s): the latency per collective step when
+  // more rank threads than cores share the machine (waiters block and wait to be woken).
+  double oversubscribed_latency_s = 0;
+  // Local only (0 = not measured: 1): each core's compute rate when every core computes, over
+  // its rate alone (shared physical cores, caches, memory bandwidth); k busy cores of n run
+  // at 1 - (1 - this) (k - 1) / (n - 1).
+  double parallel_efficiency = 0;
   // Local only: the MPI backend between two processes of this machine (0 = not measured).
   double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
   int cores = 0;
@@ -97,5 +116,9 @@ HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend
 
 // The peak for a precision ("fp32" | "bf16").
 double peak_flops(const HardwareProfile& h, const std::string& precision);
+
+// Local profiles: whether --calibrate measured every figure a bf16 plan needs (profiles
+// written before bf16 was calibrated have none of them).
+bool has_local_bf16(const HardwareProfile& h);
 
 }  // namespace mt::plan

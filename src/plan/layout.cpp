@@ -30,6 +30,9 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   o.optim.batch = r.batch;
   o.optim.recompute = l.recompute;
   o.optim.threads = r.hardware.local ? r.threads : 1;
+  // Locally the engine's own bf16 memory (bf16 slots, weight copies) is what a run holds;
+  // GPU presets model bf16 memory in memory_model.cpp from the fp32 estimate.
+  if (r.hardware.local) o.optim.precision = l.precision;
   o.parallel.dp = l.dp;
   o.parallel.tp = l.tp;
   o.parallel.pp = l.pp;
@@ -65,10 +68,12 @@ void validate_candidate(const PlanRequest& r, const Layout& l) {
              " must be divisible by --dp x --micro-batch = ", l.dp * l.micro_batch);
   MT_REQUIRE(l.precision == "fp32" || l.precision == "bf16",
              "--precision must be fp32 or bf16 (got '", l.precision, "')");
-  // The engine in this tree computes in fp32 only; bf16 is modelled for GPU presets
-  // (tensor-core rate, 2-byte activations), never predicted for local runs.
-  MT_REQUIRE(l.precision == "fp32" || !r.hardware.local,
-             "--precision bf16 is not planned for --hardware local yet (the calibration measures fp32 kernels only)");
+  // Local bf16 needs the calibrated bf16 GEMM, conversion and attention figures; a profile
+  // written before they were measured has none.
+  MT_REQUIRE(l.precision == "fp32" || !r.hardware.local || has_local_bf16(r.hardware),
+             "--precision bf16: the local hardware profile has no bf16 figures (written before "
+             "they were calibrated, or this CPU has no bf16 matmul); run 'meshtrain plan "
+             "--calibrate' to measure them");
   MT_REQUIRE(l.precision == "fp32" || r.hardware.peak_bf16 > 0, "hardware '", r.hardware.name,
              "' has no bf16 rate");
   TrainOptions o = train_options(r, l);

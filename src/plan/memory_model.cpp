@@ -16,6 +16,9 @@ PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedu
   m.activations = e.activations_bytes;
   m.buffers = e.buffers_bytes + e.workspace_bytes;
   if (r.hardware.local) {
+    // bf16 runs: the estimate already has the bf16 activation slots (train_options sets
+    // the precision locally); the linears' bf16 weight copies sit beside the parameters.
+    m.params += e.bf16_weight_bytes;
     m.buffers += e.model_arenas_bytes;
   } else if (l.precision == "bf16") {
     m.activations /= 2;

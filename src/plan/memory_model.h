@@ -3,7 +3,9 @@
 // trainer allocates and which the trainer's memory records match (tests/plan checks that
 // for every kind of layout). That estimate describes meshtrain's fp32 engine, so:
 //   * local hardware: every part as the engine holds it, plus the model arenas the engine
-//     re-allocates at the end of training (its real peak), counted in buffers.
+//     re-allocates at the end of training (its real peak), counted in buffers; under
+//     --precision bf16 the engine's own bf16 estimate (bf16 activation slots) and its
+//     linears' bf16 weight copies, counted in params.
 //   * GPU presets: the same parts, without those end-of-run arenas (a GPU engine restores
 //     the model to host memory) and, for --precision bf16 (modelled, not in this engine
 //     yet), with 2-byte activations (half the fp32 slots) and a bf16 copy of the weights

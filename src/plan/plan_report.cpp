@@ -142,9 +142,11 @@ void print_explain(std::ostream& out, const PlanRequest& r, const SearchResult& 
         << " = pipeline " << ms(t.pipeline_s) << " (bubble " << fmt("%.1f%%", 100 * t.bubble)
         << ", slowest stage per microbatch F " << ms(fmax) << " B " << ms(bmax) << " W " << ms(wmax)
         << ", p2p " << ms(t.pp_p2p_s) << " per message) + dp exposed " << ms(t.dp_exposed_s)
-        << " + optimizer " << ms(t.optimizer_s) << "; inside: tp comm " << ms(t.tp_exposed_s)
-        << ", ep comm " << ms(t.ep_exposed_s) << ", zero-3 exposed " << ms(t.zero3_exposed_s)
-        << ", recompute " << ms(t.recompute_s) << "; memory stage " << c.memory.pp_stage << "\n";
+        << " + optimizer " << ms(t.optimizer_s)
+        << (t.bf16_weights_s > 0 ? " + bf16 weight copies " + ms(t.bf16_weights_s) : "")
+        << "; inside: tp comm " << ms(t.tp_exposed_s) << ", ep comm " << ms(t.ep_exposed_s)
+        << ", zero-3 exposed " << ms(t.zero3_exposed_s) << ", recompute " << ms(t.recompute_s)
+        << "; memory stage " << c.memory.pp_stage << "\n";
   }
   if (n >= 2) {
     const Candidate& a = s.candidates[0];

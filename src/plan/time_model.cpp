@@ -28,7 +28,47 @@ struct Context {
   ComputeRates rates;
   double e = 4;  // bytes per activation element
   GroupSpan tp, dp, ep;
+  // Local hardware: the fp32 rates (the MoE router stays fp32 under bf16) and whether the
+  // engine's bf16 path runs (its GEMMs, conversions and bf16 gathers).
+  ComputeRates rates32;
+  bool local_bf16 = false;
 };
+
+// A GEMM of the precision's linear layers: locally the calibrated GEMM path (sgemm or
+// oneDNN's bf16 matmul), on GPUs the preset's roofline.
+double linear_gemm(const Context& c, const ComputeRates& R, double M, double N, double K,
+                   double count = 1) {
+  if (c.r.hardware.local) return local_gemm_seconds(R, M, N, K, count);
+  return gemm_seconds(R, M, N, K, c.e, count);
+}
+
+// Local: a block's tensor-parallel communication per microbatch, as the engine's linears
+// issue it (parallel/tensor_parallel/*_linear.cpp). Without SP: two all-reduces of (N, h)
+// in forward (row-parallel outputs) and two in backward (column-parallel input
+// gradients). With SP: forward all-gathers the two column inputs and reduce-scatters the
+// two row outputs; backward all-gathers the two row output gradients and reduce-scatters
+// the two column input gradients; the weight pass gathers all four again. The gathers
+// move bf16 under --precision bf16, the reductions stay fp32. {forward, backward, weight}.
+struct TpComm {
+  double forward = 0, backward = 0, weight = 0;
+};
+TpComm local_tp_comm(const Context& c) {
+  const double N = double(c.l.micro_batch) * c.r.model.seq, h = c.r.model.dim;
+  const HardwareProfile& hw = c.r.hardware;
+  TpComm t;
+  if (c.l.tp <= 1) return t;
+  if (!c.l.sequence_parallel) {
+    const double ar = collective_seconds(hw, Collective::all_reduce, N * h * 4, c.tp);
+    t.forward = t.backward = 2 * ar;
+    return t;
+  }
+  const double gather_bytes = N * h * (c.local_bf16 ? 2 : 4);
+  const double ag = collective_seconds(hw, Collective::all_gather, gather_bytes, c.tp);
+  const double rs = collective_seconds(hw, Collective::reduce_scatter, N * h * 4, c.tp);
+  t.forward = t.backward = 2 * (ag + rs);
+  t.weight = 4 * ag;
+  return t;
+}
 
 BlockCosts block_costs(const Context& c, int layer) {
   const ModelConfig& m = c.r.model;
@@ -36,13 +76,23 @@ BlockCosts block_costs(const Context& c, int layer) {
   const double N = b * s, Nl = c.l.sequence_parallel ? N / t : N, hd = h / a, e = c.e;
   const ComputeRates& R = c.rates;
   auto gemm = [&](double M, double Nn, double K, double count = 1) {
-    return gemm_seconds(R, M, Nn, K, e, count);
+    return linear_gemm(c, R, M, Nn, K, count);
+  };
+  // The MoE router stays an fp32 GEMM under bf16 locally; the experts' MLPs are bf16
+  // (docs/precision.md).
+  const ComputeRates& RR = c.local_bf16 ? c.rates32 : R;
+  auto router_gemm = [&](double M, double Nn, double K) { return linear_gemm(c, RR, M, Nn, K); };
+  auto expert_gemm = [&](double M, double Nn, double K, double count = 1) {
+    return linear_gemm(c, R, M, Nn, K, count);
   };
   BlockCosts k;
   // Attention: qkv and output projection (column-, then row-parallel).
   double f = gemm(N, 3 * h / t, h) + gemm(N, h, h / t);
-  double bwd = f;                                        // input gradients: same shapes
-  double w = gemm(3 * h / t, h, N) + gemm(h, h / t, N);  // weight gradients
+  // Input gradients: the same shapes; locally times the calibrated backward/forward ratio
+  // of the GEMM path (1 on GPUs and for profiles without it).
+  const double rin = R.input_grad_ratio, rw = R.weight_grad_ratio;
+  double bwd = f * rin;
+  double w = (gemm(3 * h / t, h, N) + gemm(h, h / t, N)) * rw;  // weight gradients
   // Attention core: (b * a / t) heads of QK^T (s x s x hd) and PV (s x hd x s), softmax.
   const double heads = b * a / t;
   double core = gemm(s, s, hd, heads) + gemm(s, hd, s, heads) +
@@ -80,19 +130,22 @@ BlockCosts block_costs(const Context& c, int layer) {
   double mlp_f = 0, mlp_b = 0, mlp_w = 0;
   if (!moe) {
     const double gelu = pointwise_seconds(R, N * 4 * h / t, 2 * N * 4 * h / t * e, 1);
-    mlp_f = gemm(N, 4 * h / t, h) + gemm(N, h, 4 * h / t) + gelu;
-    mlp_b = mlp_f + gelu;
-    mlp_w = gemm(4 * h / t, h, N) + gemm(h, 4 * h / t, N);
+    const double mlp_gemms = gemm(N, 4 * h / t, h) + gemm(N, h, 4 * h / t);
+    mlp_f = mlp_gemms + gelu;
+    mlp_b = mlp_gemms * rin + 2 * gelu;
+    mlp_w = (gemm(4 * h / t, h, N) + gemm(h, 4 * h / t, N)) * rw;
   } else {
     // Router, then the rank's E/ep experts on the rows routed to them (balanced: every
     // rank receives N * topk rows in total), GELU MLPs of the dense shape.
     const double E = m.experts, local = E / c.l.ep, rows = N * m.topk / local;
     const double gelu =
         pointwise_seconds(R, N * m.topk * 4 * h, 2 * N * m.topk * 4 * h * e, int(local));
-    mlp_f = gemm(N, E, h) + gemm(rows, 4 * h, h, local) + gemm(rows, h, 4 * h, local) + gelu +
+    mlp_f = router_gemm(N, E, h) + expert_gemm(rows, 4 * h, h, local) +
+            expert_gemm(rows, h, 4 * h, local) + gelu +
             stream_seconds(R, 4 * N * m.topk * h * e, 4);  // permute / combine
     mlp_b = mlp_f + gelu;
-    mlp_w = gemm(4 * h, h, rows, local) + gemm(h, 4 * h, rows, local) + gemm(E, h, N);
+    mlp_w = expert_gemm(4 * h, h, rows, local) + expert_gemm(h, 4 * h, rows, local) +
+            router_gemm(E, h, N);
     if (c.l.ep > 1) {
       // dispatch + combine in forward, their adjoints in backward.
       k.ep_comm = 4 * collective_seconds(*R.hw, Collective::all_to_all, N * m.topk * h * e, c.ep);
@@ -101,6 +154,26 @@ BlockCosts block_costs(const Context& c, int layer) {
   f += mlp_f;
   bwd += mlp_b;
   w += mlp_w;
+  if (c.local_bf16) {
+    // The engine's bf16 block (model/block.cpp, row_parallel_linear.cpp): every GEMM input
+    // kept for backward is rounded once: forward ln1_out, ln2_out (Nl h each), att_out
+    // (N h/t), fc_out (4 N h/t); backward the two row-parallel output gradients (Nl h
+    // each), d_fc (4 N h/t) and d_qkv (3 N h/t); the weight pass rounds the row-parallel
+    // output gradients again. An MoE block rounds its attention's and, for its experts
+    // (moe_layer.cpp), the dispatched rows and GELU outputs (N topk h, 4 N topk h) forward
+    // and their gradients (the same) backward.
+    const double per_t = N * h / t;
+    if (!moe) {
+      f += local_convert_seconds(R, 2 * Nl * h + 5 * per_t, 4);
+      bwd += local_convert_seconds(R, 2 * Nl * h + 7 * per_t, 4);
+      w += local_convert_seconds(R, 2 * Nl * h, 2);
+    } else {
+      const double rows = N * m.topk * h;
+      f += local_convert_seconds(R, Nl * h + per_t + 5 * rows, 4);
+      bwd += local_convert_seconds(R, Nl * h + 3 * per_t + 5 * rows, 4);
+      w += local_convert_seconds(R, Nl * h, 1);
+    }
+  }
   if (!R.hw->local) {
     // Bias gradients: each linear's output gradient summed over its rows, a memory-bound
     // read (qkv and fc1 column-parallel: 3h/t and 4h/t wide; proj and fc2: h wide on the
@@ -108,7 +181,13 @@ BlockCosts block_costs(const Context& c, int layer) {
     const double cols = 3 * h / t + (moe ? 0.0 : 4 * h / t);
     w += stream_seconds(R, (N * cols + 2 * Nl * h) * e, moe ? 3 : 4);
   }
-  if (t > 1) {
+  if (t > 1 && c.r.hardware.local) {
+    const TpComm tc = local_tp_comm(c);
+    k.tp_comm = tc.forward + tc.backward + tc.weight;
+    f += tc.forward;
+    bwd += tc.backward;
+    w += tc.weight;
+  } else if (t > 1) {
     // Megatron: two all-reduces of (N, h) per block in forward and two in backward; with
     // SP an all-gather + reduce-scatter pair in their place (the same bytes on the wire).
     const double bytes = N * h * e;
@@ -154,13 +233,19 @@ BlockCosts block_costs(const Context& c, int layer) {
 }
 
 Context make_context(const PlanRequest& r, const Layout& l) {
+  // Locally bf16 rounds only the GEMM inputs: activations, reductions and pointwise passes
+  // stay fp32 (4 bytes); the GEMM path's own operand bytes are in the rates.
+  const bool local = r.hardware.local;
   Context c{r,
             l,
             compute_rates(r.hardware, l.precision, l.world(), r.threads),
-            l.precision == "bf16" ? 2.0 : 4.0,
+            l.precision == "bf16" && !local ? 2.0 : 4.0,
             {},
             {},
-            {}};
+            {},
+            {},
+            local && l.precision == "bf16"};
+  if (local) c.rates32 = compute_rates(r.hardware, "fp32", l.world(), r.threads);
   c.tp = group_span(r.hardware, l.tp, 1);
   c.dp = group_span(r.hardware, l.dp, l.tp);
   c.ep = group_span(r.hardware, l.ep, l.tp);
@@ -208,6 +293,11 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         sc.recompute += k.recompute;
         const double bp = block_params(m, layer, l, &sc.expert_params);
         sc.params += bp;
+        // bf16 weight copies: attention (4 h^2/t) and the MLP (8 h^2/t) or the rank's
+        // experts (E/ep x 8 h^2).
+        sc.linear_weights +=
+            4 * h * h / t +
+            (is_moe_layer(m, layer) ? double(m.experts) / l.ep * 8 * h * h : 8 * h * h / t);
         ++sc.blocks;
         // The gradient-accumulation pass after each weight gradient (Megatron's DDP hook):
         // read the 16-bit gradient, read and write the reduction buffer.
@@ -219,7 +309,13 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         sc.backward += stream_seconds(c.rates, 3 * N * h * e, 2);
         sc.params += double(m.seq) * h;
         if (!wte) sc.params += Vl * h, wte = true;
-        if (t > 1) {
+        if (t > 1 && r.hardware.local && l.sequence_parallel) {
+          // vocab_parallel_embedding.cpp under SP: reduce-scatter forward, all-gather back.
+          const double rs =
+              collective_seconds(r.hardware, Collective::reduce_scatter, N * h * 4, c.tp);
+          const double ag = collective_seconds(r.hardware, Collective::all_gather, N * h * 4, c.tp);
+          sc.forward += rs, sc.backward += ag, sc.tp_comm += rs + ag;
+        } else if (t > 1) {
           const double ar = collective_seconds(r.hardware, Collective::all_reduce, N * h * e, c.tp);
           sc.forward += ar, sc.tp_comm += ar;
         }
@@ -227,7 +323,7 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
       if (spec.has_head) {
         // ln_f, the logits GEMM against the (vocab-parallel) tied embedding, the
         // cross-entropy over N x V/tp logits, and their backward.
-        const double logits = gemm_seconds(c.rates, N, Vl, h, e);
+        const double logits = linear_gemm(c, c.rates, N, Vl, h);
         double ce = pointwise_seconds(c.rates, N * Vl, 3 * N * Vl * e, 3), ce_bwd = ce;
         if (r.hardware.fp32_cross_entropy && !r.hardware.local) {
           // Megatron: output.float() (read e, write 4), then max (4), subtract (8), exp
@@ -238,10 +334,34 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         }
         const double ln = pointwise_seconds(c.rates, N * h, 2 * N * h * e, 1);
         sc.forward += logits + ce + ln;
-        sc.backward += logits + ce_bwd + 2 * ln;
-        sc.weight += gemm_seconds(c.rates, Vl, h, N, e);
+        sc.backward += logits * c.rates.input_grad_ratio + ce_bwd + 2 * ln;
+        sc.weight += linear_gemm(c, c.rates, Vl, h, N) * c.rates.weight_grad_ratio;
+        if (c.local_bf16) {
+          // lm_head.cpp: ln_f's output rounded in forward, dlogits in B and again in W.
+          const double Nl = l.sequence_parallel ? N / t : N;
+          sc.forward += local_convert_seconds(c.rates, Nl * h);
+          sc.backward += local_convert_seconds(c.rates, N * Vl);
+          sc.weight += local_convert_seconds(c.rates, N * Vl);
+        }
         sc.params += 2 * h;
         if (!wte) sc.params += Vl * h, wte = true;
+        sc.linear_weights += Vl * h;
+        if (t > 1 && r.hardware.local) {
+          // The head is a column-parallel linear: its input gradient is all-reduced (SP:
+          // ln_f's output all-gathered in forward, the gradient reduce-scattered).
+          const double ge = c.local_bf16 ? 2 : 4;
+          if (l.sequence_parallel) {
+            const double ag =
+                collective_seconds(r.hardware, Collective::all_gather, N * h * ge, c.tp);
+            const double rs =
+                collective_seconds(r.hardware, Collective::reduce_scatter, N * h * 4, c.tp);
+            sc.forward += ag, sc.backward += rs, sc.tp_comm += ag + rs;
+          } else {
+            const double ar =
+                collective_seconds(r.hardware, Collective::all_reduce, N * h * 4, c.tp);
+            sc.backward += ar, sc.tp_comm += ar;
+          }
+        }
         if (t > 1) {
           // vocab-parallel cross-entropy: max, sum and target logit reduced over tp.
           const double small =
@@ -256,6 +376,36 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
 
 PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule& schedule,
                            double give_up_above) {
+  const HardwareProfile& hw = r.hardware;
+  if (hw.local && r.backend == "local" && hw.oversubscribed_latency_s > 0 &&
+      double(l.world()) * r.threads > hw.cores &&
+      hw.intra_latency_s != hw.oversubscribed_latency_s) {
+    // More rank threads than cores: a waiting rank blocks until a peer that was not
+    // running arrives (comm/local/doorbell.h), so every collective and send pays the
+    // calibrated oversubscribed latency instead of the spinning one.
+    PlanRequest o = r;
+    o.hardware.intra_latency_s = o.hardware.inter_latency_s = hw.oversubscribed_latency_s;
+    return predict_time(o, l, schedule, give_up_above);
+  }
+  if (hw.local && hw.cores > 0 && double(l.world()) * r.threads > hw.cores) {
+    // More rank threads than cores time-share them. Work and span: the step takes at least
+    // the schedule's makespan with every rank at full speed (a rank that waits, in a
+    // pipeline bubble or for a peer, blocks and leaves its core to one that can run: a pp 4
+    // pipeline of one microbatch on 2 cores runs its stages one after another at full
+    // speed), and at least the CPU work of all ranks spread over the cores (dp 4 on 2 cores:
+    // twice one rank's time).
+    PlanRequest u = r;
+    u.hardware.cores = l.world() * r.threads;
+    PredictedTime p = predict_time(u, l, schedule, give_up_above);
+    if (p.pruned) return p;
+    const int mb = r.batch / (l.dp * l.micro_batch);
+    double work = 0;  // seconds of one thread-team per rank, summed over ranks
+    for (const StageCosts& sc : p.stages)
+      work += double(l.dp) * l.tp * mb * (sc.forward + sc.backward + sc.weight);
+    work += l.world() * (p.dp_exposed_s + p.optimizer_s + p.bf16_weights_s);
+    p.step_s = std::max(p.step_s, work * r.threads / hw.cores);
+    return p;
+  }
   const Context c = make_context(r, l);
   const ModelConfig& m = r.model;
   PredictedTime p;
@@ -361,8 +511,10 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
     // written); on GPUs the software profile's count (Megatron's fp16 optimizer: 50-54).
     const double updated =
         l.zero > 0 ? (sc.params - sc.expert_params) / l.dp + sc.expert_params : sc.params;
-    const double per_elem = r.hardware.local ? 32.0 : r.hardware.optimizer_bytes;
-    opt = std::max(opt, stream_seconds(c.rates, updated * per_elem, 2));
+    // Locally the step also checks the updated parameters and moments for finiteness (12
+    // bytes read), reads the gradients for the norm (4) and zeroes them (4 written): 52.
+    const double per_elem = r.hardware.local ? 52.0 : r.hardware.optimizer_bytes;
+    opt = std::max(opt, stream_seconds(c.rates, updated * per_elem, r.hardware.local ? 4 : 2));
   }
   if (!r.hardware.local && l.pp > 1) {
     // The tied embedding: its gradient is summed between the first and the last stage
@@ -377,13 +529,22 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   for (const StageCosts& sc : p.stages) recompute = std::max(recompute, sc.recompute * mb);
   // Gradient-norm all-reduce over the world and the loss all-reduce: latency-bound.
   const GroupSpan world = group_span(r.hardware, l.world(), 1);
-  const double small = 2 * collective_seconds(r.hardware, Collective::all_reduce, 8, world);
+  // (Locally a third: the ranks agree that the update left every weight finite.)
+  const double small =
+      (r.hardware.local ? 3 : 2) * collective_seconds(r.hardware, Collective::all_reduce, 8, world);
   p.tp_exposed_s = tp_exp;
   p.ep_exposed_s = ep_exp;
   p.dp_exposed_s = dp_exposed;
   p.optimizer_s = opt + small;
   p.recompute_s = recompute;
-  p.step_s = p.pipeline_s + dp_exposed + p.optimizer_s;
+  if (c.local_bf16) {
+    // Each linear's bf16 weight copy is rounded at its first use after the weights change
+    // (parallel/tensor_parallel/bf16_weight.h): once per step, on the slowest stage's cores.
+    for (const StageCosts& sc : p.stages)
+      p.bf16_weights_s = std::max(
+          p.bf16_weights_s, local_convert_seconds(c.rates, sc.linear_weights, 4 * sc.blocks + 1));
+  }
+  p.step_s = p.pipeline_s + dp_exposed + p.optimizer_s + p.bf16_weights_s;
   return p;
 }
 
@@ -414,7 +575,17 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
     a.push_back(
         "local backend: collectives are computed by the ranks' own threads on shared memory, "
         "so no communication overlaps compute; ranks x threads beyond the calibrated cores "
-        "time-share them");
+        "time-share them: the step is the larger of the full-speed schedule and all ranks' "
+        "work over the cores, and collectives pay the oversubscribed latency; tp communication as "
+        "the engine's linears issue it (SP: the weight "
+        "pass gathers its inputs and output gradients again)");
+    a.push_back(
+        "local bf16: the linears' and MoE experts' GEMMs on oneDNN's bf16 matmul (calibrated "
+        "peak, penalty, "
+        "overhead), attention core as calibrated for a bf16 run, every GEMM input kept for "
+        "backward rounded to bf16 once (output gradients of row-parallel linears once per "
+        "pass), weight copies rounded once per step; MoE router, LayerNorm, GELU, softmax, "
+        "reductions and AdamW stay fp32");
   } else {
     a.push_back(
         "data parallel: gradients (grad_reduce_bytes per element) reduced in buckets; "

@@ -24,6 +24,7 @@ struct StageCosts {
   double params = 0;                             // parameters on the stage's ranks (per rank)
   double expert_params = 0;
   int blocks = 0;  // transformer blocks on the stage
+  double linear_weights = 0;  // elements of the linears' weights (local bf16: rounded per step)
 };
 
 struct PredictedTime {
@@ -33,6 +34,7 @@ struct PredictedTime {
   double tp_exposed_s = 0, ep_exposed_s = 0, dp_exposed_s = 0, pp_p2p_s = 0;
   double zero3_exposed_s = 0, optimizer_s = 0;
   double recompute_s = 0;  // extra forward work in the backward (slowest stage)
+  double bf16_weights_s = 0;  // local bf16: rounding the weight copies, once per step
   std::vector<StageCosts> stages;
   bool pruned = false;
 };

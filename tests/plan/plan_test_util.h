@@ -33,6 +33,11 @@ inline HardwareProfile synthetic_local() {
   h.intra_busbw = h.inter_busbw = 5e9;
   h.intra_latency_s = h.inter_latency_s = 5e-6;
   h.p2p_bw_intra = h.p2p_bw_inter = 5e9;
+  h.peak_bf16 = 100e9;  // --precision bf16
+  h.gemm_half_dim_bf16 = 48;
+  h.bf16_overhead_s = 4e-6;
+  h.bf16_convert_s = 0.1e-9;
+  h.attention_bf16_fwd_flops = h.attention_bf16_bwd_flops = 20e9;
   return h;
 }
 
@@ -52,6 +57,7 @@ inline PlanRequest small_request(int devices) {
 struct Record {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0;
   int64_t gather_buffers = 0, grad_buffers = 0;
+  int64_t bf16_weights = 0;  // --precision bf16: the linears' bf16 copies (not in sum())
   int64_t sum() const { return params + grads + optimizer + activations; }
 };
 
@@ -79,7 +85,8 @@ inline Record run_and_record(const TrainOptions& base, const test_util::TempDir&
              j["optimizer_bytes"],
              j["activations_peak_bytes"],
              j.value("gather_buffer_bytes", int64_t(0)),
-             j.value("grad_buffer_bytes", int64_t(0))};
+             j.value("grad_buffer_bytes", int64_t(0)),
+             j.value("bf16_weight_bytes", int64_t(0))};
     if (r.sum() > best.sum()) best = r;
   }
   return best;

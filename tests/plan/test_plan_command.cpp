@@ -141,10 +141,49 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
     EXPECT_EQ(m.exit_code, 2);
     EXPECT_NE(m.err.find("no MPI figures"), std::string::npos) << m.err;
   }
-  // bf16 is not planned locally yet (the calibration measures fp32 kernels only).
+  // bf16 is planned locally from the calibrated bf16 figures (where oneDNN has a bf16
+  // matmul), and the printed command trains it; a profile without them (written before
+  // bf16 was calibrated) is refused with one line naming --calibrate.
+  const bool has_bf16 = testing::slurp(profile).find("peak_bf16 = 0.0") == std::string::npos;
   const auto b = run_meshtrain(std::string("plan ") + kSmall + " --hardware local --ranks 2 " +
-                               "--precision bf16 --profile " + profile);
-  EXPECT_EQ(b.exit_code, 2);
+                               "--precision bf16 --json --profile " + profile);
+  if (has_bf16) {
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    const auto bj = nlohmann::json::parse(b.out)["candidates"][0];
+    EXPECT_EQ(bj["layout"]["precision"], "bf16");
+    const std::string bcmd = bj["command"];
+    EXPECT_NE(bcmd.find(" --precision bf16"), std::string::npos) << bcmd;
+    const auto brun =
+        testing::run_command(std::string(MESHTRAIN_BIN) + bcmd.substr(9) + " --steps 1 --quiet");
+    EXPECT_EQ(brun.exit_code, 0) << bcmd << ": " << brun.err;
+    // auto-layout plans for the precision the run uses (never searched).
+    const auto ab =
+        testing::run_command("MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
+                             " train --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 "
+                             "--steps 1 --auto-layout --ranks 2 --precision bf16");
+    ASSERT_EQ(ab.exit_code, 0) << ab.err;
+    EXPECT_NE(ab.out.find(" bf16 (predicted"), std::string::npos) << ab.out;
+  }
+  {
+    // The profile as it was before bf16 was calibrated: no bf16 keys, peak_bf16 0.
+    std::ifstream in(profile);
+    std::ofstream out(dir / "old.toml");
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("bf16") != std::string::npos && line.rfind("sources", 0) != 0) continue;
+      out << line << "\n";
+    }
+  }
+  const auto old = run_meshtrain(std::string("plan ") + kSmall + " --hardware local --ranks 2 " +
+                                 "--precision bf16 --profile " + (dir / "old.toml"));
+  EXPECT_EQ(old.exit_code, 2);
+  EXPECT_NE(old.err.find("no bf16 figures"), std::string::npos) << old.err;
+  EXPECT_NE(old.err.find("meshtrain plan --calibrate"), std::string::npos) << old.err;
+  EXPECT_EQ(std::count(old.err.begin(), old.err.end(), '\n'), 1) << old.err;
+  // The old profile still plans fp32.
+  EXPECT_EQ(run_meshtrain(std::string("plan ") + kSmall + " --hardware local --ranks 2 --profile " +
+                          (dir / "old.toml"))
+                .exit_code,
+            0);
   const auto a =
       testing::run_command("MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
                            " train --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 "

@@ -1,10 +1,11 @@
 // The planner's memory per device against the engine's memory records of real one-step
 // runs, layout by layout (ZeRO 0-3, tp with and without SP, the four pipeline schedules,
-// MoE expert parallelism, recomputation).
+// MoE expert parallelism, recomputation, fp32 and bf16).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
+#include "kernels/matmul_bf16.h"
 #include "parallel/pipeline/schedule.h"
 #include "plan/memory_model.h"
 #include "plan_test_util.h"
@@ -35,6 +36,10 @@ TEST(PlanMemory, MatchesTheMemoryRecordsOfRealRuns) {
     l.micro_batch = mb, l.schedule = sched, l.virtual_stages = v, l.ep = ep;
     return l;
   };
+  auto bf16 = [](Layout l) {
+    l.precision = "bf16";
+    return l;
+  };
   const std::vector<Case> cases = {
       {"one rank", L(1, 1, 1, 0, false, "none", 8)},
       {"dp2 zero0", L(2, 1, 1, 0, false, "none", 4)},
@@ -53,10 +58,21 @@ TEST(PlanMemory, MatchesTheMemoryRecordsOfRealRuns) {
       {"recompute full", L(1, 1, 1, 0, false, "full", 8)},
       {"tp2 sp full", L(1, 2, 1, 0, true, "full", 8)},
       {"pp2 1f1b dp2 zero1 selective", L(2, 1, 2, 1, false, "selective", 1)},
+      // --precision bf16: bf16 activation slots and the linears' bf16 weight copies.
+      {"bf16 one rank", bf16(L(1, 1, 1, 0, false, "none", 8))},
+      {"bf16 dp2 zero3", bf16(L(2, 1, 1, 3, false, "none", 4))},
+      {"bf16 tp2 sp selective", bf16(L(1, 2, 1, 0, true, "selective", 8))},
+      {"bf16 pp2 1f1b m4", bf16(L(1, 1, 2, 0, false, "none", 2))},
+      {"bf16 full", bf16(L(1, 1, 1, 0, false, "full", 8))},
+      {"bf16 moe ep2 dp2 zero2", bf16(L(2, 1, 1, 2, false, "none", 4, "1f1b", 1, 2)), 4},
   };
   std::printf("%-30s %12s %12s %12s %12s\n", "layout", "act planned", "act record", "state+buf pl",
               "state record");
   for (const Case& c : cases) {
+    if (c.layout.precision == "bf16" && !bf16_matmul_supported()) {
+      std::printf("%-30s skipped: no bf16 matmul on this CPU\n", c.name);
+      continue;
+    }
     PlanRequest r = small_request(c.layout.world());
     r.model.experts = c.experts;
     validate_candidate(r, c.layout);
@@ -68,13 +84,18 @@ TEST(PlanMemory, MatchesTheMemoryRecordsOfRealRuns) {
     // The record's params and grads include the ZeRO gather buffers and gradient bucket
     // pool, which the planner lists as buffers (with the workspace and, locally, the
     // model arenas the engine re-allocates at the end of a run).
-    const int64_t state_planned = m.params + m.grads + m.optimizer + e.buffers_bytes;
+    const int64_t state_planned =
+        m.params + m.grads + m.optimizer + e.buffers_bytes - rec.bf16_weights;
     const int64_t state_record = rec.params + rec.grads + rec.optimizer;
     std::printf("%-30s %12lld %12lld %12lld %12lld\n", c.name, (long long)m.activations,
                 (long long)rec.activations, (long long)state_planned, (long long)state_record);
-    // Every part equal to the byte.
+    // Every part equal to the byte (the planner counts the bf16 weight copies, which the
+    // record lists apart, in params).
     EXPECT_EQ(m.activations, rec.activations) << c.name;
-    EXPECT_EQ(m.params + m.grads + e.buffers_bytes, rec.params + rec.grads) << c.name;
+    EXPECT_EQ(m.params + m.grads + e.buffers_bytes - rec.bf16_weights, rec.params + rec.grads)
+        << c.name;
+    EXPECT_EQ(e.bf16_weight_bytes, rec.bf16_weights) << c.name;
+    EXPECT_EQ(rec.bf16_weights > 0, c.layout.precision == "bf16") << c.name;
     EXPECT_EQ(m.optimizer, rec.optimizer) << c.name;
     // The planner's total is the engine's peak: what train's own memory check refuses on.
     EXPECT_EQ(m.total(), e.peak()) << c.name;

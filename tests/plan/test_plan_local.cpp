@@ -1,0 +1,187 @@
+// The local time model's bf16 and tensor-parallel terms against the engine's own calls:
+// the elements a bf16 step rounds to bf16 (model/block.cpp, lm_head.cpp,
+// row_parallel_linear.cpp, bf16_weight.h) and the collectives the tp linears issue.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <tuple>
+
+#include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
+#include "parallel/pipeline/schedule.h"
+#include "plan/hardware_costs.h"
+#include "plan/time_model.h"
+#include "plan_test_util.h"
+
+namespace mt::plan {
+namespace {
+
+using testing::small_request;
+
+double step(const PlanRequest& r, const Layout& l) {
+  const Schedule none;
+  return predict_time(r, l, none).step_s;
+}
+
+// Raising the seconds per rounded element by d raises the step by d x the elements the
+// engine rounds per step: per block and microbatch 2 N h + 5 N h (forward: ln1_out, ln2_out;
+// att_out, fc_out), 2 N h + 7 N h (backward: the two row-parallel output gradients; d_fc,
+// d_qkv), 2 N h (the weight pass rounds those output gradients again); the head N h
+// (ln_f's output) and 2 N V (dlogits for B and W); the weight copies 12 h^2 per block and
+// V h for the tied head, once per step.
+TEST(PlanLocal, Bf16RoundsWhatTheEngineRounds) {
+  PlanRequest r = small_request(1);
+  Layout l;
+  l.micro_batch = 4;  // two microbatches
+  l.precision = "bf16";
+  const double before = step(r, l);
+  const double d = 1e-9;
+  r.hardware.bf16_convert_s += d;
+  const double after = step(r, l);
+  const double L = r.model.layers, h = r.model.dim, V = r.model.vocab;
+  const double N = double(l.micro_batch) * r.model.seq, m = r.batch / l.micro_batch;
+  const double per_microbatch = L * (7 + 9 + 2) * N * h + N * h + 2 * N * V;
+  const double elements = m * per_microbatch + L * 12 * h * h + V * h;
+  EXPECT_NEAR((after - before) / d, elements, elements * 1e-6);
+  // fp32 rounds nothing.
+  Layout f = l;
+  f.precision = "fp32";
+  const double f0 = step(r, f);
+  r.hardware.bf16_convert_s += d;
+  EXPECT_EQ(step(r, f), f0);
+}
+
+// bf16 runs the linears and the MoE experts on the bf16 GEMM path: a faster bf16 peak makes
+// the step faster; the MoE router stays an fp32 GEMM.
+TEST(PlanLocal, Bf16LinearsAndExpertsUseTheBf16GemmTheRouterFp32) {
+  PlanRequest r = small_request(1);
+  Layout l;
+  l.micro_batch = 8;
+  l.precision = "bf16";
+  const double slow = step(r, l);
+  r.hardware.peak_bf16 *= 2;
+  EXPECT_LT(step(r, l), slow);
+  PlanRequest moe = small_request(1);
+  moe.model.experts = 4;
+  const double a = stage_costs(moe, l)[0].forward;
+  moe.hardware.peak_fp32 *= 2;  // the router's rate
+  const double b = stage_costs(moe, l)[0].forward;
+  moe.hardware.peak_bf16 *= 2;  // the experts' (and attention linears') rate
+  const double c = stage_costs(moe, l)[0].forward;
+  EXPECT_LT(b, a);
+  EXPECT_LT(c, b);
+}
+
+// Locally tp communicates as the linears do: without SP two all-reduces of (N, h) forward
+// and two backward per block; with SP two all-gathers + two reduce-scatters in each of
+// forward and backward and four all-gathers in the weight pass (bf16: the linears' gathers
+// move 2-byte elements).
+TEST(PlanLocal, TensorParallelCommunicationIsTheLinears) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (bool sp : {false, true}) {
+      PlanRequest r = small_request(2);
+      Layout l;
+      l.tp = 2, l.micro_batch = 8, l.sequence_parallel = sp, l.precision = precision;
+      const std::vector<StageCosts> s = stage_costs(r, l);
+      const double N = 8.0 * r.model.seq, h = r.model.dim;
+      const GroupSpan g = group_span(r.hardware, 2, 1);
+      const double ge = std::string(precision) == "bf16" ? 2 : 4;
+      const double ar = collective_seconds(r.hardware, Collective::all_reduce, N * h * 4, g);
+      const double ag = collective_seconds(r.hardware, Collective::all_gather, N * h * ge, g);
+      const double rs = collective_seconds(r.hardware, Collective::reduce_scatter, N * h * 4, g);
+      const double small = 3 * collective_seconds(r.hardware, Collective::all_reduce, N * 4, g);
+      // Blocks, the embedding (SP: reduce-scatter, all-gather back, fp32), the head's input
+      // and its gradient, the loss's statistics.
+      const double ag32 = collective_seconds(r.hardware, Collective::all_gather, N * h * 4, g);
+      const double blocks = r.model.layers * (sp ? 4 * ag + 4 * rs + 4 * ag : 4 * ar);
+      const double embedding = sp ? rs + ag32 : ar;
+      const double head = sp ? ag + rs : ar;
+      EXPECT_NEAR(s[0].tp_comm, blocks + embedding + head + small, 1e-12)
+          << precision << " sp " << sp;
+    }
+  }
+}
+
+// Four ranks on two cores: a rank that waits leaves its core to another. A pipeline of one
+// microbatch runs its stages one at a time at full speed (the step is the full-speed
+// makespan), four data-parallel ranks all compute at once (twice the four-core step).
+TEST(PlanLocal, RanksBeyondTheCoresTimeShareByWorkAndSpan) {
+  PlanRequest r = small_request(4);
+  PlanRequest wide = r;
+  r.hardware.cores = 2;
+  wide.hardware.cores = 4;
+  Layout pp;
+  pp.pp = 4, pp.micro_batch = 8;  // one microbatch
+  const Schedule s = make_schedule("1f1b", 4, 1, 1);
+  EXPECT_DOUBLE_EQ(predict_time(r, pp, s).step_s, predict_time(wide, pp, s).step_s);
+  Layout dp;
+  dp.dp = 4, dp.micro_batch = 2;
+  const PredictedTime two = predict_time(r, dp, Schedule{}),
+                      four = predict_time(wide, dp, Schedule{});
+  EXPECT_NEAR(two.step_s, 2 * four.step_s, 1e-12);
+}
+
+// Diagnostic, not a check (run with --gtest_also_run_disabled_tests): the linear layers'
+// GEMMs of a model (MT_PLAN_DIM, MT_PLAN_ROWS; default d 256, 1024 rows) timed in thread
+// CPU time on one thread, fp32 and bf16, forward / input-gradient / weight-gradient, against
+// the local model's GEMM formula for a calibrated profile ($MESHTRAIN_PROFILE).
+TEST(PlanLocal, DISABLED_GemmShapesAgainstTheProfile) {
+  const char* prof = std::getenv("MESHTRAIN_PROFILE");
+  if (!prof) GTEST_SKIP() << "set MESHTRAIN_PROFILE to a calibrated profile";
+  const HardwareProfile h = load_profile(prof);
+  const int C = std::getenv("MT_PLAN_DIM") ? std::atoi(std::getenv("MT_PLAN_DIM")) : 256;
+  const int N = std::getenv("MT_PLAN_ROWS") ? std::atoi(std::getenv("MT_PLAN_ROWS")) : 1024;
+  omp_set_num_threads(1);
+  auto cpu_now = [] {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+  };
+  auto best = [&](auto fn) {
+    fn();
+    double b = 1e30;
+    for (int i = 0; i < 7; ++i) {
+      const double t0 = cpu_now();
+      fn();
+      b = std::min(b, cpu_now() - t0);
+    }
+    return b;
+  };
+  for (const char* precision : {"fp32", "bf16"}) {
+    const ComputeRates R = compute_rates(h, precision, 1, 1);
+    const bool b16 = std::string(precision) == "bf16";
+    for (auto [name, in, out] : {std::tuple{"qkv", C, 3 * C}, std::tuple{"proj", C, C},
+                                 std::tuple{"fc", C, 4 * C}, std::tuple{"mlp_proj", 4 * C, C}}) {
+      std::vector<float> x(size_t(N) * in, 0.1f), w(size_t(out) * in, 0.1f),
+          y(size_t(N) * out, 0.1f), dw(w.size()), dx(x.size());
+      std::vector<bf16> x16(x.size(), 0x3F80), w16(w.size(), 0x3F80), y16(y.size(), 0x3F80);
+      const double fwd =
+          b16 ? best([&] {
+            matmul_bf16_forward(y.data(), x16.data(), w16.data(), nullptr, N, in, out);
+          })
+              : best([&] { matmul_forward(y.data(), x.data(), w.data(), nullptr, N, in, out); });
+      const double bin =
+          b16 ? best([&] {
+            matmul_bf16_backward_input(dx.data(), y16.data(), w16.data(), N, in, out);
+          })
+              : best([&] { matmul_backward_input(dx.data(), y.data(), w.data(), N, in, out); });
+      const double bw =
+          b16 ? best([&] {
+            matmul_bf16_backward_weight(dw.data(), nullptr, y16.data(), x16.data(), N, in, out);
+          })
+              : best([&] {
+                  matmul_backward_weight(dw.data(), nullptr, y.data(), x.data(), N, in, out);
+                });
+      const double model = local_gemm_seconds(R, N, out, in);
+      std::printf(
+          "%s %-9s N %d in %d out %d: fwd %.3f bwd_in %.3f bwd_w %.3f ms, model %.3f ms "
+          "(measured/model %.2f %.2f %.2f)\n",
+          precision, name, N, in, out, fwd * 1e3, bin * 1e3, bw * 1e3, model * 1e3, fwd / model,
+          bin / model, bw / model);
+    }
+  }
+}
+}  // namespace
+}  // namespace mt::plan
