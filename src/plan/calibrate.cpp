@@ -142,22 +142,33 @@ std::pair<double, double> backward_ratios(bool bf16_path, double peak, double se
 // inputs), so both call attention_forward/backward; when the engine gains a bf16 attention
 // entry point, "bf16" calls it here and nothing else changes.
 std::pair<double, double> attention_rates(const std::string& precision, double seconds) {
-  (void)precision;  // one fp32 kernel for both today
   // A block of a small run (8 sequences of 128, 8 heads of 32): its 4 MiB of probabilities
   // spill out of L2 as a real microbatch's do; a smaller shape flatters the backward.
   const int B = 8, T = 128, C = 256, NH = 8;
   std::vector<float> qkv(size_t(B) * T * 3 * C, 0.01f), out(size_t(B) * T * C);
   std::vector<float> att(size_t(B) * NH * T * T), dout(out.size(), 0.01f), dqkv(qkv.size());
   std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH));
+  // The bf16 block's own calls: bf16 products, results rounded into its bf16 slot buffers.
+  std::vector<bf16> out16(out.size()), dqkv16(dqkv.size());
+  const bool bf16_run = precision == "bf16";
   const double flops = 4.0 * B * T * T * C;
   // Cold caches: in a step the probabilities written by the forward are read back by the
   // backward only after the rest of the model has run.
   const double fwd = flops / best_time_cold(0.5 * seconds, [&] {
-                       attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+                       if (bf16_run)
+                         attention_forward_bf16_out16(out16.data(), out.data(), att.data(),
+                                                      qkv.data(), B, T, C, NH);
+                       else
+                         attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
                      });
   const double bwd = 2 * flops / best_time_cold(0.5 * seconds, [&] {
-                       attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                                          att.data(), B, T, C, NH);
+                       if (bf16_run)
+                         attention_backward_bf16_out16(dqkv16.data(), dqkv.data(), scratch.data(),
+                                                       dout.data(), qkv.data(), att.data(), B, T,
+                                                       C, NH);
+                       else
+                         attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                                            att.data(), B, T, C, NH);
                      });
   return {fwd, bwd};
 }
@@ -408,7 +419,7 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "peak_bf16: best single-thread bf16 GEMM (oneDNN matmul_bf16_forward) of "
       "512..2048 squares; gemm_half_dim_bf16 from 1024x1024x64, bf16_overhead_s a 16^3 "
       "call, bf16_convert_s to_bf16 of 2 Mi floats per element",
-      "attention_bf16_*: the attention core of a bf16 run (the engine's fp32 kernel)",
+      "attention_bf16_*: the attention core of a bf16 run (the bf16 block's kernels)",
       "gemm_*_grad_ratio*: the linear layer's input-/weight-gradient GEMM time over 2MNK / "
       "peak, mean of 1024 x 512 -> 1024 and 1024 x 1024 -> 256, fp32 and bf16",
       "oversubscribed_latency_s: a 4-byte all-reduce over 2 x cores rank threads / "
