@@ -191,15 +191,13 @@ BlockCosts block_costs(const Context& c, int layer) {
     // Megatron: two all-reduces of (N, h) per block in forward and two in backward; with
     // SP an all-gather + reduce-scatter pair in their place (the same bytes on the wire).
     const double bytes = N * h * e;
-    // On GPUs the pair costs what the all-reduce it replaces costs (nccl-tests: an
-    // all-reduce moves what a reduce-scatter + all-gather of the same buffer move). The
-    // local path keeps its earlier half-pair figure (not re-checked against the engine).
-    const double sp_pair = R.hw->local ? 0.5 : 1.0;
-    const double one =
-        c.l.sequence_parallel
-            ? sp_pair * (collective_seconds(*R.hw, Collective::all_gather, bytes, c.tp) +
-                         collective_seconds(*R.hw, Collective::reduce_scatter, bytes, c.tp))
-            : collective_seconds(*R.hw, Collective::all_reduce, bytes, c.tp);
+    // The pair costs what the all-reduce it replaces costs (nccl-tests: an all-reduce moves
+    // what a reduce-scatter + all-gather of the same buffer move). Local runs take the
+    // branch above (local_tp_comm: what the engine's linears send).
+    const double one = c.l.sequence_parallel
+                           ? (collective_seconds(*R.hw, Collective::all_gather, bytes, c.tp) +
+                              collective_seconds(*R.hw, Collective::reduce_scatter, bytes, c.tp))
+                           : collective_seconds(*R.hw, Collective::all_reduce, bytes, c.tp);
     double bwd_comm = 2 * one;
     if (!R.hw->local && R.hw->tp_backward_overlap) {
       // Megatron-LM 2022 (LinearWithGradAccumulationAndAsyncCommunication): in a
