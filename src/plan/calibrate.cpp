@@ -1,5 +1,7 @@
 #include "plan/calibrate.h"
 
+#include <nlohmann/json.hpp>
+
 #include <omp.h>
 #include <sched.h>
 
@@ -27,6 +29,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
+#include "plan/search.h"
 
 namespace mt::plan {
 
@@ -161,15 +164,15 @@ std::pair<double, double> attention_rates(const std::string& precision, double s
                        else
                          attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
                      });
-  const double bwd = 2 * flops / best_time_cold(0.5 * seconds, [&] {
-                       if (bf16_run)
-                         attention_backward_bf16_out16(dqkv16.data(), dqkv.data(), scratch.data(),
-                                                       dout.data(), qkv.data(), att.data(), B, T,
-                                                       C, NH);
-                       else
-                         attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                                            att.data(), B, T, C, NH);
-                     });
+  const double bwd =
+      2 * flops / best_time_cold(0.5 * seconds, [&] {
+        if (bf16_run)
+          attention_backward_bf16_out16(dqkv16.data(), dqkv.data(), scratch.data(), dout.data(),
+                                        qkv.data(), att.data(), B, T, C, NH);
+        else
+          attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T,
+                             C, NH);
+      });
   return {fwd, bwd};
 }
 
@@ -257,6 +260,61 @@ std::pair<double, double> mpi_bench(const std::string& op, size_t bytes) {
   return {busbw * 1e9, us * 1e-6};
 }
 
+// The reference step (HardwareProfile::step_factor_*): one rank, one thread, 4L d256 T128
+// B8, 8 steps of `meshtrain train` in a child process; the median step_time_s of steps 3-8
+// over the step the profile's kernel figures give the same layout. 0 when the run fails.
+double reference_step_factor(const HardwareProfile& h, const std::string& precision,
+                             std::ostream& log) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return 0;
+  exe[n] = '\0';
+  char dir_template[] = "/tmp/meshtrain-calibrate-XXXXXX";
+  if (!mkdtemp(dir_template)) return 0;
+  const std::string dir = dir_template, metrics = dir + "/m.jsonl";
+  const std::string cmd =
+      str("cd '", dir, "' && timeout 120 '", exe,
+          "' train --layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8 --threads 1 "
+          "--steps 8 --lr-schedule constant --peak-gflops 100 --quiet --precision ",
+          precision, " --metrics '", metrics, "' >/dev/null 2>&1");
+  std::vector<double> times;
+  if (std::system(cmd.c_str()) == 0) {
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("step_time_s") && j.contains("step") &&
+          j["step"].get<int>() > 2)
+        times.push_back(j["step_time_s"].get<double>());
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (times.empty()) {
+    log << "reference step (" << precision << ") not measured: '" << exe
+        << " train' did not run here\n";
+    return 0;
+  }
+  std::sort(times.begin(), times.end());
+  const double measured = times[times.size() / 2];
+  PlanRequest r;
+  r.model.layers = 4, r.model.dim = 256, r.model.heads = 8, r.model.seq = 128;
+  r.model.vocab = 256;
+  r.batch = 8;
+  r.hardware = h;
+  r.hardware.step_factor_fp32 = r.hardware.step_factor_bf16 = 0;
+  r.devices = 1;
+  r.dp = r.tp = r.pp = r.virtual_stages = r.ep = 1;
+  r.zero = 0, r.micro_batch = 8, r.sequence_parallel = false;
+  r.recompute = "none", r.schedule = "1f1b", r.precision = precision;
+  double predicted = 0;
+  try {
+    const SearchResult found = search_layouts(r, 1);
+    if (!found.candidates.empty()) predicted = found.candidates[0].time.step_s;
+  } catch (const std::exception& e) {
+    log << "reference step (" << precision << ") not predicted: " << e.what() << "\n";
+  }
+  return predicted > 0 ? std::clamp(measured / predicted, 0.5, 3.0) : 0;
+}
 }  // namespace
 
 std::string default_local_profile_path() {
@@ -396,6 +454,8 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   } else {
     log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here)\n";
   }
+  h.step_factor_fp32 = reference_step_factor(h, "fp32", log);
+  if (h.peak_bf16 > 0) h.step_factor_bf16 = reference_step_factor(h, "bf16", log);
   const double load_after = load_average();
   if (std::max(load_before, load_after) > 0.5 * h.cores)
     log << "warning: the machine was busy (load average " << load_before << " -> " << load_after
@@ -425,6 +485,9 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "oversubscribed_latency_s: a 4-byte all-reduce over 2 x cores rank threads / "
       "(2 log2 ranks)",
       "parallel_efficiency: sgemm rate of every core at once over cores x one core's",
+      "step_factor_*: a real one-rank step (meshtrain train, 4L d256 T128 B8, one thread, "
+      "median of steps 3-8) over this profile's prediction for it, per precision; scales "
+      "every local compute cost",
       "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
       "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
   std::error_code ec;
@@ -443,14 +506,16 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "GB/s, latency %.1f us, p2p %.2f GB/s; bf16 GEMM %.1f GFLOP/s (half-rate dim "
       "%.0f, overhead %.1f us), to_bf16 %.3f ns/element, bf16-run attention %.1f/%.1f "
       "GFLOP/s; backward GEMM time over the peak's fp32 %.2f/%.2f, bf16 %.2f/%.2f; "
-      "oversubscribed latency %.1f us; all cores at %.0f%% of one core's rate each\n",
+      "oversubscribed latency %.1f us; all cores at %.0f%% of one core's rate each; a real "
+      "step %.2fx (fp32) / %.2fx (bf16) its kernels\n",
       h.peak_fp32 / 1e9, h.gemm_half_dim, h.attention_fwd_flops / 1e9, h.attention_bwd_flops / 1e9,
       h.pointwise_s * 1e9, h.memory_bw / 1e9, h.kernel_overhead_s * 1e6, h.intra_busbw / 1e9,
       h.intra_latency_s * 1e6, h.p2p_bw_intra / 1e9, h.mpi_busbw / 1e9, h.mpi_latency_s * 1e6,
       h.mpi_p2p_bw / 1e9, h.peak_bf16 / 1e9, h.gemm_half_dim_bf16, h.bf16_overhead_s * 1e6,
       h.bf16_convert_s * 1e9, h.attention_bf16_fwd_flops / 1e9, h.attention_bf16_bwd_flops / 1e9,
       h.gemm_input_grad_ratio, h.gemm_weight_grad_ratio, h.gemm_input_grad_ratio_bf16,
-      h.gemm_weight_grad_ratio_bf16, h.oversubscribed_latency_s * 1e6, 100 * h.parallel_efficiency);
+      h.gemm_weight_grad_ratio_bf16, h.oversubscribed_latency_s * 1e6, 100 * h.parallel_efficiency,
+      h.step_factor_fp32, h.step_factor_bf16);
   log << line << h.sources[0] << "\nwrote " << path << "\n";
   return h;
 }

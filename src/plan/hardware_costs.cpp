@@ -22,6 +22,9 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
     // cores busy, linear in the busy cores from 1 at one).
     if (h.parallel_efficiency > 0 && cores > 1)
       share *= 1 - (1 - h.parallel_efficiency) * (std::min(busy, cores) - 1) / (cores - 1);
+    // What a real step costs beyond its kernels' calibrated best (calibrate.cpp).
+    const double step = precision == "bf16" ? h.step_factor_bf16 : h.step_factor_fp32;
+    if (step > 0) share /= step;
     r.peak = r.peak * threads * share;
     r.memory_bw = h.memory_bw * threads * share;
     r.attention_fwd = h.attention_fwd_flops * threads * share;

@@ -260,6 +260,8 @@ HardwareProfile load_profile(const std::string& path) {
                                                  "gemm_weight_grad_ratio_bf16",
                                                  "oversubscribed_latency_s",
                                                  "parallel_efficiency",
+                                                 "step_factor_fp32",
+                                                 "step_factor_bf16",
                                                  "software",
                                                  "dp_overlap",
                                                  "grad_reduce_bytes",
@@ -314,6 +316,8 @@ HardwareProfile load_profile(const std::string& path) {
   read(*t, "gemm_weight_grad_ratio_bf16", h.gemm_weight_grad_ratio_bf16, path);
   read(*t, "oversubscribed_latency_s", h.oversubscribed_latency_s, path);
   read(*t, "parallel_efficiency", h.parallel_efficiency, path);
+  read(*t, "step_factor_fp32", h.step_factor_fp32, path);
+  read(*t, "step_factor_bf16", h.step_factor_bf16, path);
   // Software behaviour: a named software profile first, single fields override it.
   software_meshtrain(h);
   if (auto sw = (*t)["software"].value<std::string>()) apply_software(h, *sw);
@@ -389,7 +393,9 @@ std::string profile_to_toml(const HardwareProfile& h) {
                       {"gemm_input_grad_ratio_bf16", h.gemm_input_grad_ratio_bf16},
                       {"gemm_weight_grad_ratio_bf16", h.gemm_weight_grad_ratio_bf16},
                       {"oversubscribed_latency_s", h.oversubscribed_latency_s},
-                      {"parallel_efficiency", h.parallel_efficiency}})
+                      {"parallel_efficiency", h.parallel_efficiency},
+                      {"step_factor_fp32", h.step_factor_fp32},
+                      {"step_factor_bf16", h.step_factor_bf16}})
     o << k << " = " << std::scientific << v << std::defaultfloat << "\n";
   if (!h.local) {
     o << "software = \"" << h.software << "\"\n";

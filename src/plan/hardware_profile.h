@@ -57,6 +57,12 @@ struct HardwareProfile {
   // its rate alone (shared physical cores, caches, memory bandwidth); k busy cores of n run
   // at 1 - (1 - this) (k - 1) / (n - 1).
   double parallel_efficiency = 0;
+  // Local only (0 = not measured: 1): a real one-rank `meshtrain train` step of a reference
+  // model (4L d256 T128 B8) over the step this profile's kernel figures predict for it, per
+  // precision: the per-step work no kernel figure holds (page faults, zeroing, the host's
+  // variation between a kernel's best run and a step's median). Every local compute cost
+  // is scaled by it.
+  double step_factor_fp32 = 0, step_factor_bf16 = 0;
   // Local only: the MPI backend between two processes of this machine (0 = not measured).
   double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
   int cores = 0;

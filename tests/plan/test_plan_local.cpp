@@ -74,6 +74,23 @@ TEST(PlanLocal, Bf16LinearsAndExpertsUseTheBf16GemmTheRouterFp32) {
   EXPECT_LT(c, b);
 }
 
+// The calibrated reference step scales every compute cost of its precision (a one-rank step
+// with no communication: exactly the factor), and only that precision's.
+TEST(PlanLocal, StepFactorScalesTheComputeOfItsPrecision) {
+  PlanRequest r = small_request(1);
+  Layout l;
+  l.micro_batch = 8;
+  const double fp32 = step(r, l);
+  Layout b = l;
+  b.precision = "bf16";
+  const double bf16 = step(r, b);
+  r.hardware.step_factor_fp32 = 1.25;
+  // Kernel overheads are per call, not scaled: the step grows by a little less than 25%.
+  EXPECT_GT(step(r, l), 1.2 * fp32);
+  EXPECT_LE(step(r, l), 1.25 * fp32 * (1 + 1e-12));
+  EXPECT_EQ(step(r, b), bf16);
+}
+
 // Locally tp communicates as the linears do: without SP two all-reduces of (N, h) forward
 // and two backward per block; with SP two all-gathers + two reduce-scatters in each of
 // forward and backward and four all-gathers in the weight pass (bf16: the linears' gathers
