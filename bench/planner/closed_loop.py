@@ -248,6 +248,14 @@ def main():
           f"{load1:.2f} on {os.cpu_count()} cores"
           + ("  NOT VALID: load above the core count" if max(load0, load1) > (os.cpu_count() or 1)
              else ""))
+    # The calibration's reference step measured the "1 rank" layouts' model and shape itself
+    # (step_factor_*): the error over the other layouts is the model's between layouts.
+    others = [(e, n) for e, (n, *_rest) in zip(errs, rows) if n not in ("1 rank", "bf16 1 rank")]
+    if others and len(others) < len(errs):
+        worst = max(others)
+        print(f"wall, without the calibration's two reference layouts: mean |error| "
+              f"{statistics.mean(e for e, _ in others):.1%}, max {worst[0]:.1%} ({worst[1]}) "
+              f"over {len(others)} layouts")
     # Against the one-rank layout of the same precision: a load that slows every run alike
     # (the other processes' share of the cores, their cache and memory traffic) cancels, so
     # on a loaded machine this shows the model's errors between layouts.
