@@ -9,27 +9,37 @@ namespace mt {
 
 namespace {
 constexpr float kEps = 1e-5f;
+
+struct RowStats {
+  float mean, rstd;
+};
+
+// One row's mean and reciprocal standard deviation. Two passes over the row (mean, then
+// centred variance) rather than E[x^2] - E[x]^2, which cancels badly for rows with a large
+// mean. Shared by the fp32 and bf16-output forward, so their statistics are the same bits.
+inline RowStats row_stats(const float* x, int C) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int c = 0; c < C; c++) sum += x[c];
+  const float m = sum / C;
+  float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+  for (int c = 0; c < C; c++) {
+    float d = x[c] - m;
+    sq += d * d;
+  }
+  return {m, 1.0f / std::sqrt(sq / C + kEps)};
 }
+}  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C) {
-  // inp, out are (N, C); mean, rstd are (N). Two passes over the row (mean, then centred
-  // variance) rather than E[x^2] - E[x]^2, which cancels badly for rows with a large mean.
+  // inp, out are (N, C); mean, rstd are (N).
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* x = inp + static_cast<size_t>(n) * C;
     float* y = out + static_cast<size_t>(n) * C;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int c = 0; c < C; c++) sum += x[c];
-    float m = sum / C;
-    float sq = 0.0f;
-#pragma omp simd reduction(+ : sq)
-    for (int c = 0; c < C; c++) {
-      float d = x[c] - m;
-      sq += d * d;
-    }
-    float s = 1.0f / std::sqrt(sq / C + kEps);
+    const auto [m, s] = row_stats(x, C);
 #pragma omp simd
     for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
     mean[n] = m;
@@ -39,24 +49,13 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int N, int C) {
-  // layernorm_forward's loops, term for term (the same sums in the same order give the same
-  // statistics), with the output rounded as float_to_bf16 does, written branch-free so it
-  // vectorises.
+  // layernorm_forward's statistics and output expression, with the output rounded as
+  // float_to_bf16 does, written branch-free so it vectorises.
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* x = inp + static_cast<size_t>(n) * C;
     bf16* y = out + static_cast<size_t>(n) * C;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int c = 0; c < C; c++) sum += x[c];
-    float m = sum / C;
-    float sq = 0.0f;
-#pragma omp simd reduction(+ : sq)
-    for (int c = 0; c < C; c++) {
-      float d = x[c] - m;
-      sq += d * d;
-    }
-    float s = 1.0f / std::sqrt(sq / C + kEps);
+    const auto [m, s] = row_stats(x, C);
 #pragma omp simd
     for (int c = 0; c < C; c++) {
       const uint32_t u = std::bit_cast<uint32_t>((x[c] - m) * s * weight[c] + bias[c]);
