@@ -28,6 +28,29 @@ AttentionHead head_view(const float* qkv, int b, int h, int T, int C, int hd, fl
   return {base, base + C, base + 2 * C, 3 * C, T, hd, scale};
 }
 
+// Where one (batch, head) pair's slices start: `row` in the (B, T, C) tensors (out, dout),
+// `qkv` in the (B, T, 3C) ones (dqkv), `att` in the (B, NH, T, T) ones (probabilities,
+// scratch).
+struct HeadOffsets {
+  size_t row, qkv, att;
+};
+
+// fn(head view, offsets) for every (batch, head) pair, the pairs split over OpenMP.
+template <class Fn>
+void for_each_head(const float* qkv, int B, int T, int C, int NH, Fn fn) {
+  const int hd = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      const HeadOffsets o{static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd,
+                          static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd,
+                          (static_cast<size_t>(b) * NH + h) * T * T};
+      fn(head_view(qkv, b, h, T, C, hd, scale), o);
+    }
+  }
+}
+
 // Row i of a (T, T) block: causal softmax in place over columns 0..i, zeros after.
 void softmax_causal_row(float* row, int i, int T) {
   float m = row[0];
@@ -104,21 +127,13 @@ void backward_head_sgemm(const AttentionHead& hv, float* dq, float* dk, float* d
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   // qkv is (B, T, 3C), out is (B, T, C), att is (B, NH, T, T).
-  const int hd = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const bool fast = attention_avx512_supports(hd);
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
-      float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
-      float* o = out + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
-      if (fast)
-        attention_head_forward_avx512(hv, o, C, a);
-      else
-        forward_head_sgemm(hv, o, C, a);
-    }
-  }
+  const bool fast = attention_avx512_supports(C / NH);
+  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    if (fast)
+      attention_head_forward_avx512(hv, out + o.row, C, att + o.att);
+    else
+      forward_head_sgemm(hv, out + o.row, C, att + o.att);
+  });
 }
 
 size_t attention_backward_scratch_floats(int B, int T, int /*C*/, int NH) {
@@ -129,23 +144,16 @@ size_t attention_backward_scratch_floats(int B, int T, int /*C*/, int NH) {
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH) {
   // dqkv, qkv are (B, T, 3C); dout is (B, T, C); att, scratch are (B, NH, T, T).
-  const int hd = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const bool fast = attention_avx512_supports(hd);
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
-      float* dq = dqkv + static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd;
-      const float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
-      float* da = scratch + (static_cast<size_t>(b) * NH + h) * T * T;
-      const float* dout_h = dout + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
-      if (fast)
-        attention_head_backward_avx512(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da);
-      else
-        backward_head_sgemm(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da);
-    }
-  }
+  const bool fast = attention_avx512_supports(C / NH);
+  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    float* dq = dqkv + o.qkv;
+    if (fast)
+      attention_head_backward_avx512(hv, dq, dq + C, dq + 2 * C, 3 * C, dout + o.row, C,
+                                     att + o.att, scratch + o.att);
+    else
+      backward_head_sgemm(hv, dq, dq + C, dq + 2 * C, 3 * C, dout + o.row, C, att + o.att,
+                          scratch + o.att);
+  });
 }
 
 bool attention_bf16_supported(int C, int NH) {
@@ -154,17 +162,9 @@ bool attention_bf16_supported(int C, int NH) {
 
 void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   if (!attention_bf16_supported(C, NH)) return attention_forward(out, att, qkv, B, T, C, NH);
-  const int hd = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
-      float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
-      float* o = out + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
-      attention_head_forward_bf16(hv, o, C, a);
-    }
-  }
+  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    attention_head_forward_bf16(hv, out + o.row, C, att + o.att);
+  });
 }
 
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -173,19 +173,11 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
     if (!accumulate) std::memset(dqkv, 0, sizeof(float) * size_t(B) * T * 3 * C);
     return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
   }
-  const int hd = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
-      float* dq = dqkv + static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd;
-      const float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
-      float* da = scratch + (static_cast<size_t>(b) * NH + h) * T * T;
-      const float* dout_h = dout + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
-      attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da, accumulate);
-    }
-  }
+  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    float* dq = dqkv + o.qkv;
+    attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout + o.row, C, att + o.att,
+                                 scratch + o.att, accumulate);
+  });
 }
 
 void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const float* qkv, int B,
@@ -194,17 +186,9 @@ void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const f
     attention_forward(stage, att, qkv, B, T, C, NH);
     return to_bf16(out16, stage, size_t(B) * T * C);
   }
-  const int hd = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
-      float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
-      bf16* o = out16 + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
-      attention_head_forward_bf16(hv, o, C, a);
-    }
-  }
+  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    attention_head_forward_bf16(hv, out16 + o.row, C, att + o.att);
+  });
 }
 
 void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, const float* dout,
@@ -214,19 +198,11 @@ void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, c
     attention_backward_bf16(stage, scratch, dout, qkv, att, B, T, C, NH, /*accumulate=*/false);
     return to_bf16(dqkv16, stage, size_t(B) * T * 3 * C);
   }
-  const int hd = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      const AttentionHead hv = head_view(qkv, b, h, T, C, hd, scale);
-      bf16* dq = dqkv16 + static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd;
-      const float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
-      float* da = scratch + (static_cast<size_t>(b) * NH + h) * T * T;
-      const float* dout_h = dout + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd;
-      attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout_h, C, a, da);
-    }
-  }
+  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    bf16* dq = dqkv16 + o.qkv;
+    attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout + o.row, C, att + o.att,
+                                 scratch + o.att);
+  });
 }
 
 }  // namespace mt
