@@ -379,19 +379,6 @@ MT_BF16_TARGET inline __m512i row_pairs(const float* s) {
     return _mm512_zextsi256_si512(bf16x16(_mm512_loadu_ps(s)));
 }
 
-// 16 floats -> 16 bf16 with float_to_bf16's rule (nearest even, NaN -> 0x7FC0, denormals
-// kept): a bf16 result written here equals to_bf16 of the fp32 one.
-inline __m256i round_bf16x16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r =
-      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
-                                                _mm512_set1_epi32(0x7F800000));
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(r);
-}
-
 // x (T, HD / 2) pairs = rows of src (row stride ld).
 template <int HD>
 MT_BF16_TARGET void pack_rows(u32* x, const float* src, int ld, int T) {

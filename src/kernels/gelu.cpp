@@ -56,19 +56,6 @@ inline __mmask16 tail_mask(long long n) {
   return __mmask16((1u << n) - 1);
 }
 
-// 16 floats -> 16 bf16 with float_to_bf16's rule (nearest even, NaN -> 0x7FC0, denormals
-// kept), so the fused kernels equal to_bf16 bit for bit.
-inline __m256i round_bf16x16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r =
-      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
-                                                _mm512_set1_epi32(0x7F800000));
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(r);
-}
-
 // The first n (< 16) of 16 bf16 values; through memory rather than a masked 16-bit store,
 // which needs AVX512BW.
 inline void store_bf16_tail(bf16* dst, size_t n, __m256i v) {
