@@ -122,7 +122,15 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, std::vector<Mod
   outbox_.assign(2 * slot_.size(), -1);
 }
 
-PipelineExecutor::~PipelineExecutor() = default;
+PipelineExecutor::~PipelineExecutor() {
+  // Posted receives and unfinished sends point into buffers_, which as a later member would
+  // be freed first. A rank that fails mid-schedule unwinds through here while its peer may
+  // still deliver into a posted receive (ASan caught a write into the freed buffer in
+  // PipelineExecutor.MismatchedHeaderIsAClearError): dropping the Works first withdraws them
+  // from the communicator, or waits for a delivery already under way.
+  recvs_.clear();
+  sends_.clear();
+}
 
 int PipelineExecutor::acquire_buffer() {
   if (free_buffers_.empty()) {
