@@ -47,20 +47,27 @@ double load_average() {
   return getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
-// Best time of fn over repeats within `seconds` (the least disturbed by other load).
-template <typename Fn>
-double best_time(double seconds, Fn fn) {
+// Best time of fn over repeats within `seconds` (the least disturbed by other load);
+// before(), untimed, runs ahead of each timed call.
+template <typename Fn, typename Before>
+double best_time_after(double seconds, Fn fn, Before before) {
   fn();  // warm-up
   double best = 1e30;
   const double t_end = now_seconds() + seconds;
   int runs = 0;
   do {
+    before();
     const double t0 = now_seconds();
     fn();
     best = std::min(best, now_seconds() - t0);
     ++runs;
   } while (now_seconds() < t_end || runs < 3);
   return best;
+}
+
+template <typename Fn>
+double best_time(double seconds, Fn fn) {
+  return best_time_after(seconds, fn, [] {});
 }
 
 // The same, with the caches emptied of fn's data before each timed call (64 MiB streamed
@@ -70,20 +77,11 @@ template <typename Fn>
 double best_time_cold(double seconds, Fn fn) {
   static std::vector<float> evict(size_t(16) << 20, 1.0f);
   volatile float sink = 0;
-  fn();
-  double best = 1e30;
-  const double t_end = now_seconds() + seconds;
-  int runs = 0;
-  do {
+  return best_time_after(seconds, fn, [&] {
     float acc = 0;
     for (size_t i = 0; i < evict.size(); i += 16) acc += (evict[i] += 1.0f);
     sink = sink + acc;
-    const double t0 = now_seconds();
-    fn();
-    best = std::min(best, now_seconds() - t0);
-    ++runs;
-  } while (now_seconds() < t_end || runs < 3);
-  return best;
+  });
 }
 
 double gemm_rate(int M, int N, int K, double seconds) {
