@@ -89,6 +89,29 @@ void transpose_block(float* yt, const float* y, int ldy, int n) {
   }
 }
 
+// R rows of a 32-key score tile, acc times alpha, into s (row stride lds); m0, m1 mask the
+// two 16-key halves. Shared by the fp32 and bf16 score tiles; always inlined so the
+// accumulators stay in registers.
+template <int R>
+[[gnu::always_inline]] inline void store_scores(float* s, int lds, const __m512* acc0,
+                                                const __m512* acc1, float alpha, __mmask16 m0,
+                                                __mmask16 m1) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  if ((m0 & m1) == 0xFFFF) {  // full block: plain stores (masked stores are slow on Zen 4)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      _mm512_storeu_ps(s + size_t(r) * lds, _mm512_mul_ps(acc0[r], va));
+      _mm512_storeu_ps(s + size_t(r) * lds + 16, _mm512_mul_ps(acc1[r], va));
+    }
+    return;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) {
+    _mm512_mask_storeu_ps(s + size_t(r) * lds, m0, _mm512_mul_ps(acc0[r], va));
+    _mm512_mask_storeu_ps(s + size_t(r) * lds + 16, m1, _mm512_mul_ps(acc1[r], va));
+  }
+}
+
 template <int HD, int R>
 void scores_tile(float* s, int lds, const float* x, int ldx, const float* yt, float alpha,
                  __mmask16 m0, __mmask16 m1) {
@@ -105,20 +128,7 @@ void scores_tile(float* s, int lds, const float* x, int ldx, const float* yt, fl
       acc1[r] = _mm512_fmadd_ps(xb, y1, acc1[r]);
     }
   }
-  const __m512 va = _mm512_set1_ps(alpha);
-  if ((m0 & m1) == 0xFFFF) {  // full block: plain stores (masked stores are slow on Zen 4)
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-      _mm512_storeu_ps(s + size_t(r) * lds, _mm512_mul_ps(acc0[r], va));
-      _mm512_storeu_ps(s + size_t(r) * lds + 16, _mm512_mul_ps(acc1[r], va));
-    }
-    return;
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; r++) {
-    _mm512_mask_storeu_ps(s + size_t(r) * lds, m0, _mm512_mul_ps(acc0[r], va));
-    _mm512_mask_storeu_ps(s + size_t(r) * lds + 16, m1, _mm512_mul_ps(acc1[r], va));
-  }
+  store_scores<R>(s, lds, acc0, acc1, alpha, m0, m1);
 }
 
 // scores_tile for the last rows < kScoreRows rows.
@@ -482,20 +492,7 @@ MT_BF16_TARGET void scores_tile_bf16(float* s, int lds, const u32* x, const u32*
       acc1[r] = _mm512_dpbf16_ps(acc1[r], xb, y1);
     }
   }
-  const __m512 va = _mm512_set1_ps(alpha);
-  if ((m0 & m1) == 0xFFFF) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-      _mm512_storeu_ps(s + size_t(r) * lds, _mm512_mul_ps(acc0[r], va));
-      _mm512_storeu_ps(s + size_t(r) * lds + 16, _mm512_mul_ps(acc1[r], va));
-    }
-    return;
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; r++) {
-    _mm512_mask_storeu_ps(s + size_t(r) * lds, m0, _mm512_mul_ps(acc0[r], va));
-    _mm512_mask_storeu_ps(s + size_t(r) * lds + 16, m1, _mm512_mul_ps(acc1[r], va));
-  }
+  store_scores<R>(s, lds, acc0, acc1, alpha, m0, m1);
 }
 
 template <int HD, int R>
