@@ -1,17 +1,80 @@
 #include "train/metrics.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 
 namespace mt {
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+namespace {
+
+bool is_regular(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Whether a line of an earlier run's file stays when a run resumes after step `resumed_after`.
+// A line that is not JSON stays as it is (nothing of the user's is dropped unread), except
+// a torn last line, the record a crash cut off mid-write.
+bool keep_line(const std::string& line, bool torn, int resumed_after) {
+  if (line.empty()) return false;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const std::exception&) {
+    return !torn;
+  }
+  if (!j.is_object()) return true;
+  if (j.value("event", "") == "memory") return false;
+  const auto step = j.find("step");
+  return step == j.end() || !step->is_number() || step->get<double>() <= resumed_after;
+}
+
+// Rewrites `path` with the lines an earlier run left that stay (keep_line), through a
+// temporary beside it and a rename, so a failure here never leaves half a file.
+void keep_records_up_to(const std::string& path, int resumed_after) {
+  std::ifstream in(path, std::ios::binary);
+  MT_REQUIRE(in.good(), "--metrics ", path, ": cannot read it to continue it (",
+             std::strerror(errno), ")");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string kept;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find('\n', begin);
+    const bool torn = end == std::string::npos;
+    if (torn) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    if (keep_line(line, torn, resumed_after)) kept += line + "\n";
+    begin = end + 1;
+  }
+  const std::string tmp = path + ".continue.tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  MT_REQUIRE(f != nullptr, "--metrics ", path, ": cannot write ", tmp, " (", std::strerror(errno),
+             ")");
+  const bool ok = std::fwrite(kept.data(), 1, kept.size(), f) == kept.size() &&
+                  std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int err = errno;
+  std::fclose(f);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
+    std::remove(tmp.c_str());
+    throw RuntimeError(
+        str("--metrics ", path, ": cannot continue the file (", std::strerror(e), ")"));
+  }
+}
+
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path, int resumed_after) : path_(path) {
   if (path.empty()) return;
-  file_ = std::fopen(path.c_str(), "w");
+  const bool continues = resumed_after > 0 && is_regular(path);
+  if (continues) keep_records_up_to(path, resumed_after);
+  file_ = std::fopen(path.c_str(), continues ? "a" : "w");
   MT_REQUIRE(file_ != nullptr, "--metrics ", path, ": cannot open for writing (",
              std::strerror(errno), ")");
 }

@@ -11,8 +11,12 @@ namespace mt {
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  // Empty path: a writer that drops everything.
-  explicit MetricsWriter(const std::string& path);
+  // Empty path: a writer that drops everything. A run that starts from a checkpoint taken
+  // after step `resumed_after` > 0 continues the file instead of starting it over: the
+  // records of steps <= resumed_after stay (the curve before the restart), the step records
+  // after it go (those steps are about to be taken again), and so do the old memory
+  // records (the new run writes its own); the kept lines are swapped in atomically.
+  explicit MetricsWriter(const std::string& path, int resumed_after = 0);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

@@ -22,7 +22,7 @@ std::string mib(int64_t bytes) {
 
 RunLog::RunLog(const Session& s)
     : s_(s),
-      metrics_(s.lead() ? s.opts.io.metrics : ""),
+      metrics_(s.lead() ? s.opts.io.metrics : "", s.start_step),
       progress_(!s.lead() || s.opts.io.quiet),
       first_step_(s.start_step + 1) {}
 

@@ -286,27 +286,50 @@ TEST(ShardedCheckpoint, KilledDuringSavesLeavesOnlyCompleteCheckpoints) {
   }
 }
 
-// MESHTRAIN_FAULT at a random step with --save-every 5 --max-restarts 2: the job completes
-// and its final weights equal an uninterrupted run's, bit for bit.
+// The (step, loss) of every step record of a metrics file, in file order.
+std::vector<std::pair<int, double>> step_losses(const std::string& path) {
+  std::vector<std::pair<int, double>> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("step") && j.contains("loss")) out.emplace_back(j["step"], j["loss"]);
+  }
+  return out;
+}
+
+// MESHTRAIN_FAULT at a random step after the first checkpoint, with --save-every 5
+// --max-restarts 2: the job completes,
+// its final weights equal an uninterrupted run's, bit for bit, and so does its metrics file's
+// curve: every step once, in order, with the uninterrupted run's loss (the records of the
+// steps taken again after the restart replace the failed attempt's; a restart used to start
+// the file over, losing every step before the checkpoint).
 TEST(ShardedCheckpoint, MaxRestartsEndsBitwiseEqualToAnUninterruptedRun) {
   Fixture f;
   std::mt19937 rng(std::random_device{}());
-  const int fault_step = 2 + int(rng() % 11);  // 2..12 of 12
+  // 6..12 of 12: after the checkpoint of step 5, so every draw restarts from a checkpoint.
+  const int fault_step = 6 + int(rng() % 7);
   const std::string layout = " --dp 2 --zero 1 --steps 12 ";
   const std::string whole = f.dir / "whole.safetensors",
                     restarted = f.dir / "restarted.safetensors";
-  ASSERT_EQ(run_meshtrain(f.base() + layout + " --export " + whole).exit_code, 0);
+  const std::string whole_metrics = f.dir / "whole.jsonl";
+  ASSERT_EQ(run_meshtrain(f.base() + layout + " --export " + whole + " --metrics " + whole_metrics)
+                .exit_code,
+            0);
+  const auto curve = step_losses(whole_metrics);
+  ASSERT_EQ(curve.size(), 12u);
   for (const std::string& format : {kSharded, std::string(" ")}) {
     const std::string root = f.dir / (format == kSharded ? "sharded" : "global");
-    const RunResult r =
-        run_command("MESHTRAIN_FAULT=rank:1:step:" + std::to_string(fault_step) + " " +
-                    MESHTRAIN_BIN + " " + f.base() + layout + format +
-                    " --save-every 5 --max-restarts 2 --save " + root + " --export " + restarted);
+    const std::string metrics = root + ".jsonl";
+    const RunResult r = run_command("MESHTRAIN_FAULT=rank:1:step:" + std::to_string(fault_step) +
+                                    " " + MESHTRAIN_BIN + " " + f.base() + layout + format +
+                                    " --save-every 5 --max-restarts 2 --save " + root +
+                                    " --export " + restarted + " --metrics " + metrics);
     ASSERT_EQ(r.exit_code, 0) << "fault at step " << fault_step << ": " << r.err;
     EXPECT_NE(r.err.find("injected fault at step " + std::to_string(fault_step)), std::string::npos)
         << r.err;
     EXPECT_NE(r.err.find("restart 1 of 2"), std::string::npos) << r.err;
     EXPECT_TRUE(slurp(restarted) == slurp(whole)) << "fault at step " << fault_step << format;
+    EXPECT_EQ(step_losses(metrics), curve) << "fault at step " << fault_step << format;
   }
 }
 
