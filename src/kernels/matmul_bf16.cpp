@@ -77,7 +77,7 @@ Gemm make_gemm(Context& ctx, const GemmShape& s) {
   return g;
 }
 
-void gemm(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C) {
+void gemm_exact(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C) {
   if (shape.M == 0 || shape.N == 0) return;
   if (shape.K == 0) {  // an empty product: C = bias (or C unchanged when accumulating)
     for (int64_t m = 0; m < shape.M; ++m)
@@ -109,6 +109,31 @@ void gemm(const GemmShape& shape, const bf16* A, const bf16* B, const float* bia
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(g.bias, ctx.engine, const_cast<float*>(bias)));
   g.prim.execute(ctx.stream, args);
   ctx.stream.wait();
+}
+
+// Rows of C depend only on their rows of A, so a GEMM may run as several over row ranges.
+// It does, so that the primitives cached per shape stay few: M = 64 q + r runs as the exact
+// 64 q rows plus r in power-of-two pieces (at most 6), and M <= 16 as itself. Training's
+// row counts (b x T) are nearly always multiples of 64 and run as one call; the sampler,
+// whose window grows a token at a time, made one primitive per length (500 tokens of a
+// 2-layer model: 4.1 s and 289 MB against fp32's 1.8 s and 104 MB).
+void gemm(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C) {
+  constexpr int64_t kRowBlock = 64, kSmallRows = 16;
+  if (shape.M <= kSmallRows || shape.M % kRowBlock == 0) return gemm_exact(shape, A, B, bias, C);
+  int64_t m0 = 0;
+  const auto rows = [&](int64_t m) {
+    GemmShape part = shape;
+    part.M = m;
+    gemm_exact(part, A + m0 * shape.a_rs, B, bias, C + m0 * shape.N);
+    m0 += m;
+  };
+  if (shape.M >= kRowBlock) rows(shape.M / kRowBlock * kRowBlock);
+  for (int64_t piece = kRowBlock / 2; piece >= 1; piece /= 2)
+    if ((shape.M - m0) >= piece) rows(piece);
+}
+
+size_t cached_primitives() {
+  return context().cache.size();
 }
 
 // dst (cols, rows) = src (rows, cols)^T, 16-bit elements. 16 x 16 blocks go through
@@ -215,6 +240,10 @@ void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout,
     }
     for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
   }
+}
+
+size_t matmul_bf16_cached_primitives() {
+  return cached_primitives();
 }
 
 bool bf16_matmul_supported() {

@@ -30,6 +30,10 @@ void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout,
 // dst (cols, rows) = src (rows, cols)^T, row-major both (any sizes).
 void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols);
 
+// How many oneDNN primitives this thread keeps (one per GEMM shape it has run). Bounded per
+// family of shapes: row counts run as at most 64-row multiples plus power-of-two pieces.
+size_t matmul_bf16_cached_primitives();
+
 // Whether this CPU runs oneDNN's bf16 matmul at all (it needs AVX512 at least; oneDNN 2.6
 // has no bf16 path for AVX2 machines). Checked before any rank starts.
 bool bf16_matmul_supported();

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -282,6 +283,31 @@ TEST(Bf16Matmul, SameResultWithOneAndTwoThreads) {
   omp_set_num_threads(1);
   EXPECT_LT(normalised_error(one, ref), 1e-5);
   EXPECT_LT(normalised_error(two, ref), 1e-5);
+}
+
+// A window growing one row at a time (the sampler) used to build one oneDNN primitive per
+// row count. Now a row count runs as 64-row multiples plus power-of-two pieces, so 1..300
+// rows need a few dozen primitives, and each row of the result is the same bits whichever
+// pieces it ran in (a row of C depends only on its row of A): checked against 1-row calls.
+TEST(Bf16Matmul, GrowingRowCountsShareFewPrimitivesAndTheSameBits) {
+  const int C = 2048, OC = 80, kMaxRows = 300;
+  const std::vector<bf16> x = to_bf16_vec(random_normal(size_t(kMaxRows) * C, 3)),
+                          w = to_bf16_vec(random_normal(size_t(OC) * C, 4));
+  const std::vector<float> bias = random_normal(OC, 5);
+  std::vector<float> by_row(size_t(kMaxRows) * OC);
+  for (int r = 0; r < kMaxRows; ++r)
+    matmul_bf16_forward(by_row.data() + size_t(r) * OC, x.data() + size_t(r) * C, w.data(),
+                        bias.data(), 1, C, OC);
+  const size_t before = matmul_bf16_cached_primitives();
+  std::vector<float> out(size_t(kMaxRows) * OC);
+  for (int rows = 1; rows <= kMaxRows; ++rows) {
+    matmul_bf16_forward(out.data(), x.data(), w.data(), bias.data(), rows, C, OC);
+    ASSERT_TRUE(std::equal(out.begin(), out.begin() + size_t(rows) * OC, by_row.begin()))
+        << rows << " rows";
+  }
+  // Exact: 2..16 rows (15, the 1-row shape was built above) and 64, 128, 192, 256 rows; the
+  // pieces of 32 rows (and 16 and below, already there). K = 2048: the K blocking too.
+  EXPECT_LE(matmul_bf16_cached_primitives() - before, 20u);
 }
 
 TEST(Bf16Transpose, MovesEveryElementToItsMirroredPlace) {
