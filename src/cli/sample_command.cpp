@@ -12,6 +12,7 @@
 #include "model/gpt.h"
 #include "model/sampler.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint_dir.h"
 #include "train/tokenizer.h"
 
 namespace mt {
@@ -27,6 +28,21 @@ struct SampleArgs {
   uint64_t seed = 1337;
 };
 
+// sample reads the global format (DIR/model.safetensors). A sharded checkpoint, or a --save
+// root of them, gets the two commands that sample from it instead of "state.json is missing".
+void refuse_sharded_checkpoint(const std::string& dir) {
+  std::string step = dir;
+  if (!is_sharded_checkpoint(dir)) {
+    const std::vector<std::string> under = complete_checkpoints(dir);
+    if (under.empty()) return;
+    step = under.front();
+  }
+  MT_REQUIRE(false, "--load ", dir, " is ",
+             step == dir ? "a sharded checkpoint" : "a directory of sharded checkpoints",
+             "; sample reads the global format: run `meshtrain export --from ", step,
+             " --to model.safetensors`, then `meshtrain sample --init-from model.safetensors`");
+}
+
 int run_sample(const SampleArgs& a) {
   MT_REQUIRE(a.load.empty() != a.init_from.empty(),
              "give exactly one of --load DIR or --init-from FILE");
@@ -37,6 +53,7 @@ int run_sample(const SampleArgs& a) {
   require_thread_count("--threads", a.threads);
   // The inputs are checked as train checks them: regular files, a checkpoint verified.
   if (a.load.empty()) require_input_file("--init-from", a.init_from);
+  if (!a.load.empty()) refuse_sharded_checkpoint(a.load);
   if (!a.load.empty()) verify_checkpoint(a.load);
   const std::string weights = a.load.empty() ? a.init_from : a.load + "/model.safetensors";
   MT_REQUIRE(a.experts_topk >= 0, "--topk must be >= 0 (0 = from the file)");
@@ -52,7 +69,8 @@ int run_sample(const SampleArgs& a) {
   // The tokenizer the weights were trained with (its record in the file's metadata).
   std::optional<TokenizerRecord> record = weights_tokenizer(weights);
   if (!a.tokenizer.empty()) {
-    MT_REQUIRE(record, weights, " records no tokenizer; --tokenizer can only stand in for a "
+    MT_REQUIRE(record, weights,
+               " records no tokenizer; --tokenizer can only stand in for a "
                "recorded one");
     const TokenizerRecord given = record_tokenizer_file(record->kind, a.tokenizer);
     MT_REQUIRE(same_tokenizer(given, *record), "--tokenizer ", a.tokenizer, " is not the one ",

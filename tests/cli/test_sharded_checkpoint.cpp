@@ -172,6 +172,24 @@ TEST(ShardedCheckpoint, ExportRefusesToWriteIntoTheCheckpoint) {
   EXPECT_EQ(slurp(d + "/rank_00001.bin"), before);
 }
 
+// sample reads the global format; given a sharded checkpoint (or the --save root of them)
+// it says how to sample from it, naming the newest step, and the advice works.
+TEST(ShardedCheckpoint, SampleNamesTheExportThatReadsIt) {
+  Saved s;
+  const std::string newest = step_dir(s.root, 2);
+  expect_usage_error(run_meshtrain("sample --tokens 4 --load " + newest),
+                     "is a sharded checkpoint; sample reads the global format: run `meshtrain "
+                     "export --from " +
+                         newest);
+  expect_usage_error(run_meshtrain("sample --tokens 4 --load " + s.root),
+                     "is a directory of sharded checkpoints");
+  expect_usage_error(run_meshtrain("sample --tokens 4 --load " + s.root), "--from " + newest);
+  const std::string file = s.dir / "model.safetensors";
+  ASSERT_EQ(run_meshtrain("export --from " + newest + " --to " + file).exit_code, 0);
+  const RunResult r = run_meshtrain("sample --tokens 4 --init-from " + file);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST(ShardedCheckpoint, ResumeAutoSkipsADamagedNewest) {
   Fixture f;
   const std::string whole = f.dir / "whole.safetensors", resumed = f.dir / "resumed.safetensors";
