@@ -10,6 +10,7 @@
 #include "comm/hybrid/run_hybrid.h"
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/system_memory.h"
 #include "core/timer.h"
 
 namespace mt {
@@ -122,6 +123,20 @@ int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostr
   MT_REQUIRE(o.backend == "local" || o.backend == "mpi", "--backend must be local or mpi");
   MT_REQUIRE(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes,
              "need 4 <= --min-bytes <= --max-bytes");
+  MT_REQUIRE(o.backend != "local" || (o.ranks >= 1 && o.ranks <= kMaxLocalRanks),
+             "--ranks must be in 1..", kMaxLocalRanks, " on the local backend (got ", o.ranks, ")");
+  // Each rank holds two buffers of the largest size; refuse what this process cannot hold
+  // (a --max-bytes of -1 read as 2^64 - 1 used to double its way into the OOM killer).
+  const int ranks_here = o.backend == "local" ? o.ranks : o.ranks_per_process;
+  const int64_t available = available_memory_bytes();
+  const double needed = 2.0 * double(o.max_bytes) * ranks_here;
+  MT_REQUIRE(o.max_bytes <= (size_t(1) << 50) && (available < 0 || needed <= double(available)),
+             "--max-bytes ", o.max_bytes, " needs ", int64_t(needed / double(1 << 20)), " MiB for ",
+             ranks_here, " rank(s) here (two buffers each), more than ",
+             available < 0
+                 ? "a bench should ask for"
+                 : "this machine has available (" + std::to_string(available >> 20) + " MiB)",
+             "; give a smaller --max-bytes");
   MT_REQUIRE(o.ranks_per_process >= 1 && o.ranks_per_process <= kMaxLocalRanks,
              "--ranks-per-process must be in 1..", kMaxLocalRanks);
   MT_REQUIRE(o.ranks_per_process == 1 || o.backend == "mpi",
@@ -139,8 +154,8 @@ int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostr
       out << "# meshtrain bench comm: " << o.op << ", backend " << w.backend_name() << ", " << n
           << " ranks";
       if (o.ranks_per_process > 1) out << " (" << o.ranks_per_process << " per process)";
-      out << ", float32, " << (o.in_place ? "in place" : "out of place")
-          << ", time = median of " << o.repeats << " x " << o.iters << " calls\n"
+      out << ", float32, " << (o.in_place ? "in place" : "out of place") << ", time = median of "
+          << o.repeats << " x " << o.iters << " calls\n"
           << "# busbw = algbw * " << std::setprecision(3) << bus_factor(o.op, n) << "\n"
           << std::setw(12) << "bytes" << std::setw(12) << "count" << std::setw(12) << "time(us)"
           << std::setw(12) << "algbw(GB/s)" << std::setw(12) << "busbw(GB/s)"
@@ -164,8 +179,6 @@ int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostr
     }
   };
   if (o.backend == "local") {
-    MT_REQUIRE(o.ranks >= 1 && o.ranks <= kMaxLocalRanks, "--ranks must be in 1..", kMaxLocalRanks,
-               " on the local backend (got ", o.ranks, ")");
     run_local(o.ranks, wopts, body);
   } else if (o.ranks_per_process > 1) {
     run_hybrid(argc, argv, o.ranks_per_process, wopts, body);

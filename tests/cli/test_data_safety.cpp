@@ -337,6 +337,10 @@ TEST(DataSafety, OneThreadRangeForEveryCommand) {
     expect_usage_error(run_meshtrain(f.base() + " --threads " + n), "--threads must be in 1..256");
   }
   expect_usage_error(run_meshtrain("bench comm --ranks 100000"), "--ranks must be in 1..1024");
+  // -1 read as 2^64 - 1: the sizes doubled until the OOM killer (found by a flag sweep).
+  expect_usage_error(run_meshtrain("bench comm --max-bytes -1"), "give a smaller --max-bytes");
+  expect_usage_error(run_meshtrain("bench comm --max-bytes 100000000000000"),
+                     "more than this machine has available");
   expect_usage_error(run_meshtrain(f.base() + " --dp 2048 --batch 2048"), "--backend mpi");
 }
 

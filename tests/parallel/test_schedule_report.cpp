@@ -50,6 +50,21 @@ TEST(ScheduleReport, ShowsTheClosedFormAndHonoursCosts) {
   EXPECT_NE(out.find("B0-----"), std::string::npos) << out;  // spans 3 cells
 }
 
+// A latency of 1e12 cost units made the text timeline 4e12 cells (minutes of output, found
+// by a flag sweep). Past 4096 cells it is not drawn; the figures still are.
+TEST(ScheduleReport, ALatencyFarBeyondTheCostsSkipsTheTextTimeline) {
+  ScheduleArgs a;
+  a.pp = 2;
+  a.microbatches = 4;
+  a.latency = 1e12;
+  const std::string out = run(a);
+  EXPECT_NE(out.find("(timeline not drawn: "), std::string::npos) << out;
+  EXPECT_EQ(count(out, "\nstage "), 0) << out;
+  EXPECT_NE(out.find("\nbubble: 100.0%"), std::string::npos) << out;
+  a.latency = 1000;  // 4015 cells: still drawn
+  EXPECT_EQ(count(run(a), "\nstage "), 2);
+}
+
 TEST(ScheduleReport, InterleavedDefaultsToTwoChunks) {
   ScheduleArgs a;
   a.schedule = "interleaved";

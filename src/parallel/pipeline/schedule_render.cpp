@@ -47,6 +47,15 @@ void render_ascii(const Schedule& s, const Timeline& t, std::ostream& os) {
   for (const auto& list : s.actions)
     for (const Action& a : list)
       if (is_compute(a.kind)) cell = std::max(cell, label(s, a).size() + 1);
+  // A row is one cell per quantum; costs and latency many orders apart would make it
+  // billions of cells (--latency 1e12 printed for minutes). Past a screenful of screens the
+  // picture says nothing: say so, and let the figures below and --svg speak.
+  constexpr double kMaxCells = 4096;
+  if (t.makespan / q > kMaxCells) {
+    os << "(timeline not drawn: " << t.makespan / q << " cells of " << q
+       << " time units; the costs and the latency are too far apart for text)\n";
+    return;
+  }
   const long cells = std::lround(t.makespan / q);
   for (int st = 0; st < s.stages; ++st) {
     std::string row;
