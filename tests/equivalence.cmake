@@ -354,3 +354,12 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
                          PROPERTIES LABELS "equivalence;moe" TIMEOUT 1800)
   endforeach()
 endif()
+
+# Random layouts against one worker (tests/equivalence_random.py): 100 draws of model,
+# precision and layout knobs, each compared step by step with one worker.
+if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
+  add_test(NAME equivalence.random_layouts
+           COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/equivalence_random.py
+                   $<TARGET_FILE:meshtrain> ${CMAKE_CURRENT_BINARY_DIR}/equivalence_random 2026 100)
+  set_tests_properties(equivalence.random_layouts PROPERTIES TIMEOUT 3000 LABELS "equivalence;full")
+endif()
