@@ -362,11 +362,10 @@ double moe_load_spread(std::ostream& log) {
   return sum / count;
 }
 
-// The reference step (HardwareProfile::step_factor_*): one rank, one thread, 4L d256 T128
-// B8, 8 steps of `meshtrain train` in a child process; the median step_time_s of steps 3-8
-// over the step the profile's kernel figures give the same layout. 0 when the run fails.
-double reference_step_factor(const HardwareProfile& h, const std::string& precision,
-                             std::ostream& log) {
+// The reference step: one rank, one thread, 4L d256 T128 B8 in `microbatches` microbatches,
+// 8 steps of `meshtrain train` in a child process; the median step_time_s of steps 3-8. 0
+// when the run fails.
+double reference_step_seconds(const std::string& precision, int microbatches, std::ostream& log) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return 0;
@@ -374,11 +373,11 @@ double reference_step_factor(const HardwareProfile& h, const std::string& precis
   char dir_template[] = "/tmp/meshtrain-calibrate-XXXXXX";
   if (!mkdtemp(dir_template)) return 0;
   const std::string dir = dir_template, metrics = dir + "/m.jsonl";
-  const std::string cmd =
-      str("cd '", dir, "' && timeout 120 '", exe,
-          "' train --layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8 --threads 1 "
-          "--steps 8 --lr-schedule constant --peak-gflops 100 --quiet --precision ",
-          precision, " --metrics '", metrics, "' >/dev/null 2>&1");
+  const std::string cmd = str(
+      "cd '", dir, "' && timeout 120 '", exe,
+      "' train --layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8 --threads 1 "
+      "--steps 8 --lr-schedule constant --peak-gflops 100 --quiet --precision ",
+      precision, " --microbatches ", microbatches, " --metrics '", metrics, "' >/dev/null 2>&1");
   std::vector<double> times;
   if (std::system(cmd.c_str()) == 0) {
     std::ifstream in(metrics);
@@ -397,25 +396,56 @@ double reference_step_factor(const HardwareProfile& h, const std::string& precis
     return 0;
   }
   std::sort(times.begin(), times.end());
-  const double measured = times[times.size() / 2];
+  return times[times.size() / 2];
+}
+
+// What `h` predicts for the reference step (0 when it cannot).
+double reference_step_predicted(const HardwareProfile& h, const std::string& precision,
+                                int microbatches, std::ostream& log) {
   PlanRequest r;
   r.model.layers = 4, r.model.dim = 256, r.model.heads = 8, r.model.seq = 128;
   r.model.vocab = 256;
   r.batch = 8;
   r.hardware = h;
-  r.hardware.step_factor_fp32 = r.hardware.step_factor_bf16 = 0;
   r.devices = 1;
   r.dp = r.tp = r.pp = r.virtual_stages = r.ep = 1;
-  r.zero = 0, r.micro_batch = 8, r.sequence_parallel = false;
+  r.zero = 0, r.micro_batch = 8 / microbatches, r.sequence_parallel = false;
   r.recompute = "none", r.schedule = "1f1b", r.precision = precision;
-  double predicted = 0;
   try {
     const SearchResult found = search_layouts(r, 1);
-    if (!found.candidates.empty()) predicted = found.candidates[0].time.step_s;
+    if (!found.candidates.empty()) return found.candidates[0].time.step_s;
   } catch (const std::exception& e) {
     log << "reference step (" << precision << ") not predicted: " << e.what() << "\n";
   }
+  return 0;
+}
+
+// HardwareProfile::step_factor_*: the reference step in one microbatch over what the
+// profile's kernel figures (without a step factor) predict for it.
+double reference_step_factor(const HardwareProfile& h, const std::string& precision,
+                             std::ostream& log) {
+  const double measured = reference_step_seconds(precision, 1, log);
+  HardwareProfile g = h;
+  g.step_factor_fp32 = g.step_factor_bf16 = 0;
+  g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
+  const double predicted = measured > 0 ? reference_step_predicted(g, precision, 1, log) : 0;
   return predicted > 0 ? std::clamp(measured / predicted, 0.5, 3.0) : 0;
+}
+
+// HardwareProfile::microbatch_weight_s*: the reference step in 8 microbatches of one
+// sequence, less what the profile (with its step factor, without this term) predicts for
+// it, per extra microbatch and linear weight element (4 blocks x 12 h^2 + the tied head V h).
+double microbatch_weight_cost(const HardwareProfile& h, const std::string& precision,
+                              std::ostream& log) {
+  const double measured = reference_step_seconds(precision, 8, log);
+  HardwareProfile g = h;
+  g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
+  const double predicted = measured > 0 ? reference_step_predicted(g, precision, 8, log) : 0;
+  if (predicted <= 0) return 0;
+  const double weights = 4 * 12.0 * 256 * 256 + 256.0 * 256;
+  // A small floor keeps the figure "measured" (0 means absent) where the model already
+  // covers the microbatches.
+  return std::max(measured - predicted, 1e-3 * measured) / (7 * weights);
 }
 }  // namespace
 
@@ -568,6 +598,8 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   h.moe_load_cv = moe_load_spread(log);
   h.step_factor_fp32 = reference_step_factor(h, "fp32", log);
   if (h.peak_bf16 > 0) h.step_factor_bf16 = reference_step_factor(h, "bf16", log);
+  if (h.step_factor_fp32 > 0) h.microbatch_weight_s = microbatch_weight_cost(h, "fp32", log);
+  if (h.step_factor_bf16 > 0) h.microbatch_weight_s_bf16 = microbatch_weight_cost(h, "bf16", log);
   const double load_after = load_average();
   if (std::max(load_before, load_after) > 0.5 * h.cores)
     log << "warning: the machine was busy (load average " << load_before << " -> " << load_after
@@ -600,6 +632,12 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "step_factor_*: a real one-rank step (meshtrain train, 4L d256 T128 B8, one thread, "
       "median of steps 3-8) over this profile's prediction for it, per precision; scales "
       "every local compute cost",
+      "microbatch_weight_s*: the same step in 8 microbatches of one sequence less this "
+      "profile's prediction for it, per extra microbatch and linear weight element",
+      "moe_*_s*: the engine's MoE layer (N 1024, C 256, 4 experts top-2, one thread, caches "
+      "emptied) per pass less the planner's GEMM time for its router and experts, per expert "
+      "hidden element; moe_load_cv: per-expert load spread of meshtrain train --experts 4 "
+      "(4L d256 T128 B8), steps 3-10",
       "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
       "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
   std::error_code ec;

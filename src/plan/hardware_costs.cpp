@@ -52,6 +52,9 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
     r.moe_fwd_s = (bf ? h.moe_fwd_s_bf16 : h.moe_fwd_s) / (threads * share);
     r.moe_bwd_s = (bf ? h.moe_bwd_s_bf16 : h.moe_bwd_s) / (threads * share);
     r.moe_wgt_s = (bf ? h.moe_wgt_s_bf16 : h.moe_wgt_s) / (threads * share);
+    // Measured inside a real step: the step factor is already in it.
+    r.microbatch_weight_s = (bf ? h.microbatch_weight_s_bf16 : h.microbatch_weight_s) /
+                            (threads * share * (step > 0 ? step : 1.0));
   }
   return r;
 }

@@ -262,6 +262,8 @@ HardwareProfile load_profile(const std::string& path) {
                                                  "parallel_efficiency",
                                                  "step_factor_fp32",
                                                  "step_factor_bf16",
+                                                 "microbatch_weight_s",
+                                                 "microbatch_weight_s_bf16",
                                                  "moe_fwd_s",
                                                  "moe_bwd_s",
                                                  "moe_wgt_s",
@@ -325,6 +327,8 @@ HardwareProfile load_profile(const std::string& path) {
   read(*t, "parallel_efficiency", h.parallel_efficiency, path);
   read(*t, "step_factor_fp32", h.step_factor_fp32, path);
   read(*t, "step_factor_bf16", h.step_factor_bf16, path);
+  read(*t, "microbatch_weight_s", h.microbatch_weight_s, path);
+  read(*t, "microbatch_weight_s_bf16", h.microbatch_weight_s_bf16, path);
   read(*t, "moe_fwd_s", h.moe_fwd_s, path);
   read(*t, "moe_bwd_s", h.moe_bwd_s, path);
   read(*t, "moe_wgt_s", h.moe_wgt_s, path);
@@ -410,6 +414,8 @@ std::string profile_to_toml(const HardwareProfile& h) {
                       {"parallel_efficiency", h.parallel_efficiency},
                       {"step_factor_fp32", h.step_factor_fp32},
                       {"step_factor_bf16", h.step_factor_bf16},
+                      {"microbatch_weight_s", h.microbatch_weight_s},
+                      {"microbatch_weight_s_bf16", h.microbatch_weight_s_bf16},
                       {"moe_fwd_s", h.moe_fwd_s},
                       {"moe_bwd_s", h.moe_bwd_s},
                       {"moe_wgt_s", h.moe_wgt_s},

@@ -63,6 +63,12 @@ struct HardwareProfile {
   // variation between a kernel's best run and a step's median). Every local compute cost
   // is scaled by it.
   double step_factor_fp32 = 0, step_factor_bf16 = 0;
+  // Local only (0 = not measured: nothing): what each microbatch costs a real step beyond
+  // the kernels above, per element of the linears' weights on the rank (the reference step
+  // in 8 microbatches of one sequence against its prediction; under bf16 perf puts the
+  // difference in oneDNN's GEMM code and to_bf16, work that grows with the weights each
+  // call touches), per precision.
+  double microbatch_weight_s = 0, microbatch_weight_s_bf16 = 0;
   // Local only (0 = not measured: the MoE layer's non-GEMM work is modelled as streams): the
   // engine's MoE layer (model/moe_layer.cpp) timed per pass (forward, backward_input,
   // backward_weight) at one shape, less the time the planner's GEMM formula gives its

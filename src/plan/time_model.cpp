@@ -423,6 +423,12 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         }
       }
     }
+    if (r.hardware.local && c.rates.microbatch_weight_s > 0) {
+      // What a real step pays per microbatch and weight element beyond its kernels
+      // (calibrated), spread over the three passes that each use every weight once.
+      const double mw = sc.linear_weights * c.rates.microbatch_weight_s;
+      sc.forward += mw / 3, sc.backward += mw / 3, sc.weight += mw / 3;
+    }
   }
   return out;
 }
@@ -683,8 +689,9 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
       "split evenly over its chunks",
       "recompute: selective repeats the attention core's forward in backward, full the whole "
       "block's forward (with its tp communication)",
-      "MoE: router GEMM, balanced routing (N*topk rows over the rank's E/ep experts), two "
-      "all-to-alls forward and two backward over ep; not overlapped",
+      "MoE (GPU, and local profiles without MoE figures): router GEMM, balanced routing "
+      "(N*topk rows over the rank's E/ep experts), two all-to-alls forward and two backward "
+      "over ep; not overlapped",
       "ZeRO 3: parameter all-gather before forward and backward and gradient reduce-scatter "
       "per microbatch, prefetched: only what exceeds that pass's compute is exposed",
       "AdamW and the gradient-norm pass: 32 bytes streamed per updated element; plus two "

@@ -184,11 +184,13 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
                           (dir / "old.toml"))
                 .exit_code,
             0);
-  // The calibration measures the MoE layer's rest per hidden element and the router's load
-  // spread; MoE plans use them, and a profile without them (written before) still plans MoE.
+  // The calibration measures the MoE layer's rest per hidden element, the router's load
+  // spread and the per-microbatch cost; MoE plans use them, and a profile without the MoE
+  // figures (written before) still plans MoE.
   {
     const std::string text = testing::slurp(profile);
-    for (const char* key : {"moe_fwd_s = ", "moe_bwd_s = ", "moe_wgt_s = ", "moe_load_cv = "}) {
+    for (const char* key : {"moe_fwd_s = ", "moe_bwd_s = ", "moe_wgt_s = ", "moe_load_cv = ",
+                            "microbatch_weight_s = "}) {
       const size_t at = text.find(key);
       ASSERT_NE(at, std::string::npos) << key;
       EXPECT_GT(std::stod(text.substr(at + std::string(key).size())), 0) << key;

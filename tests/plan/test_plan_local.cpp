@@ -93,6 +93,28 @@ TEST(PlanLocal, StepFactorScalesTheComputeOfItsPrecision) {
   EXPECT_EQ(step(r, b), bf16);
 }
 
+// The calibrated per-microbatch cost: each microbatch pays it once per linear weight element
+// on the rank (12 h^2 per block, V h for the tied head), unscaled by the step factor (it was
+// measured inside a real step); fp32 and bf16 keep their own figure.
+TEST(PlanLocal, MicrobatchCostIsPerMicrobatchAndWeight) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    const bool bf16 = std::string(precision) == "bf16";
+    PlanRequest r = small_request(1);
+    r.hardware.step_factor_fp32 = r.hardware.step_factor_bf16 = 1.5;
+    Layout l;
+    l.micro_batch = 2;  // four microbatches
+    l.precision = precision;
+    const double before = step(r, l);
+    const double d = 1e-9;
+    (bf16 ? r.hardware.microbatch_weight_s_bf16 : r.hardware.microbatch_weight_s) = d;
+    const double h = r.model.dim, weights = r.model.layers * 12 * h * h + r.model.vocab * h;
+    EXPECT_NEAR((step(r, l) - before) / d, 4 * weights, 4 * weights * 1e-6) << precision;
+    // The other precision's figure does not apply.
+    (bf16 ? r.hardware.microbatch_weight_s : r.hardware.microbatch_weight_s_bf16) = 1e-6;
+    EXPECT_NEAR((step(r, l) - before) / d, 4 * weights, 4 * weights * 1e-6) << precision;
+  }
+}
+
 // Locally tp communicates as the linears do: without SP two all-reduces of (N, h) forward
 // and two backward per block; with SP two all-gathers + two reduce-scatters in each of
 // forward and backward and four all-gathers in the weight pass (bf16: the linears' gathers
