@@ -420,32 +420,32 @@ double reference_step_predicted(const HardwareProfile& h, const std::string& pre
   return 0;
 }
 
-// HardwareProfile::step_factor_*: the reference step in one microbatch over what the
-// profile's kernel figures (without a step factor) predict for it.
-double reference_step_factor(const HardwareProfile& h, const std::string& precision,
-                             std::ostream& log) {
-  const double measured = reference_step_seconds(precision, 1, log);
+// HardwareProfile::step_factor_* and microbatch_weight_s*: the reference step measured in
+// one microbatch (M1) and in 8 microbatches of one sequence (M8), against what the profile's
+// kernel figures alone predict for them (K1, K8: no step factor, no per-microbatch cost).
+// The local model of a real step is F x kernels + microbatches x W x c (W: the linears'
+// weight elements, 4 x 12 h^2 + V h): two measurements, two unknowns,
+//   c = (M8 - M1 K8/K1) / (W (8 - K8/K1)),   F = (M1 - W c) / K1.
+// {F, c}; {0, 0} where a run fails, c 0 where M8 fails.
+std::pair<double, double> reference_step_figures(const HardwareProfile& h,
+                                                 const std::string& precision, std::ostream& log) {
   HardwareProfile g = h;
   g.step_factor_fp32 = g.step_factor_bf16 = 0;
   g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
-  const double predicted = measured > 0 ? reference_step_predicted(g, precision, 1, log) : 0;
-  return predicted > 0 ? std::clamp(measured / predicted, 0.5, 3.0) : 0;
-}
-
-// HardwareProfile::microbatch_weight_s*: the reference step in 8 microbatches of one
-// sequence, less what the profile (with its step factor, without this term) predicts for
-// it, per extra microbatch and linear weight element (4 blocks x 12 h^2 + the tied head V h).
-double microbatch_weight_cost(const HardwareProfile& h, const std::string& precision,
-                              std::ostream& log) {
-  const double measured = reference_step_seconds(precision, 8, log);
-  HardwareProfile g = h;
-  g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
-  const double predicted = measured > 0 ? reference_step_predicted(g, precision, 8, log) : 0;
-  if (predicted <= 0) return 0;
-  const double weights = 4 * 12.0 * 256 * 256 + 256.0 * 256;
-  // A small floor keeps the figure "measured" (0 means absent) where the model already
-  // covers the microbatches.
-  return std::max(measured - predicted, 1e-3 * measured) / (7 * weights);
+  const double m1 = reference_step_seconds(precision, 1, log);
+  const double k1 = m1 > 0 ? reference_step_predicted(g, precision, 1, log) : 0;
+  if (k1 <= 0) return {0, 0};
+  const double m8 = reference_step_seconds(precision, 8, log);
+  const double k8 = m8 > 0 ? reference_step_predicted(g, precision, 8, log) : 0;
+  const double W = 4 * 12.0 * 256 * 256 + 256.0 * 256;
+  double c = 0;
+  if (k8 > 0) {
+    const double r = k8 / k1;
+    // A small floor keeps the figure "measured" (0 means absent) where the kernels already
+    // account for the microbatches.
+    c = std::max((m8 - m1 * r) / (W * (8 - r)), 1e-3 * m1 / (8 * W));
+  }
+  return {std::clamp((m1 - W * c) / k1, 0.5, 3.0), c};
 }
 }  // namespace
 
@@ -596,10 +596,10 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   }
   omp_set_num_threads(saved);
   h.moe_load_cv = moe_load_spread(log);
-  h.step_factor_fp32 = reference_step_factor(h, "fp32", log);
-  if (h.peak_bf16 > 0) h.step_factor_bf16 = reference_step_factor(h, "bf16", log);
-  if (h.step_factor_fp32 > 0) h.microbatch_weight_s = microbatch_weight_cost(h, "fp32", log);
-  if (h.step_factor_bf16 > 0) h.microbatch_weight_s_bf16 = microbatch_weight_cost(h, "bf16", log);
+  std::tie(h.step_factor_fp32, h.microbatch_weight_s) = reference_step_figures(h, "fp32", log);
+  if (h.peak_bf16 > 0)
+    std::tie(h.step_factor_bf16, h.microbatch_weight_s_bf16) =
+        reference_step_figures(h, "bf16", log);
   const double load_after = load_average();
   if (std::max(load_before, load_after) > 0.5 * h.cores)
     log << "warning: the machine was busy (load average " << load_before << " -> " << load_after
@@ -629,11 +629,11 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "oversubscribed_latency_s: a 4-byte all-reduce over 2 x cores rank threads / "
       "(2 log2 ranks)",
       "parallel_efficiency: sgemm rate of every core at once over cores x one core's",
-      "step_factor_*: a real one-rank step (meshtrain train, 4L d256 T128 B8, one thread, "
-      "median of steps 3-8) over this profile's prediction for it, per precision; scales "
-      "every local compute cost",
-      "microbatch_weight_s*: the same step in 8 microbatches of one sequence less this "
-      "profile's prediction for it, per extra microbatch and linear weight element",
+      "step_factor_*, microbatch_weight_s*: a real one-rank step (meshtrain train, 4L d256 "
+      "T128 B8, one thread, median of steps 3-8) in one and in 8 microbatches, per "
+      "precision, against this profile's kernel prediction K for each: step = factor x K + "
+      "microbatches x linear weights x microbatch_weight_s, solved for both; the factor "
+      "scales every local compute cost",
       "moe_*_s*: the engine's MoE layer (N 1024, C 256, 4 experts top-2, one thread, caches "
       "emptied) per pass less the planner's GEMM time for its router and experts, per expert "
       "hidden element; moe_load_cv: per-expert load spread of meshtrain train --experts 4 "

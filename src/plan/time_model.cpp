@@ -425,11 +425,9 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
     }
     if (r.hardware.local && c.rates.microbatch_weight_s > 0) {
       // What a real step pays per microbatch and weight element beyond its kernels
-      // (calibrated against one microbatch, whose cost the step factor holds: so for every
-      // microbatch after the first), spread over the three passes that each use every
-      // weight once; per microbatch here, (m - 1) / m of it.
-      const double m = double(r.batch) / (l.dp * l.micro_batch);
-      const double mw = sc.linear_weights * c.rates.microbatch_weight_s * (m - 1) / m;
+      // (solved together with the step factor, calibrate.cpp), spread over the three
+      // passes that each use every weight once.
+      const double mw = sc.linear_weights * c.rates.microbatch_weight_s;
       sc.forward += mw / 3, sc.backward += mw / 3, sc.weight += mw / 3;
     }
   }
