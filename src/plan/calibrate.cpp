@@ -363,15 +363,16 @@ double moe_load_spread(std::ostream& log) {
 }
 
 // The reference step: one rank, one thread, 4L d256 T128 B8 in `microbatches` microbatches,
-// 8 steps of `meshtrain train` in a child process; the median step_time_s of steps 3-8. 0
-// when the run fails.
-double reference_step_seconds(const std::string& precision, int microbatches, std::ostream& log) {
+// 8 steps of `meshtrain train` in a child process; {the median, the least} step_time_s of
+// steps 3-8. {0, 0} when the run fails.
+std::pair<double, double> reference_step_seconds(const std::string& precision, int microbatches,
+                                                 std::ostream& log) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return 0;
+  if (n <= 0) return {0, 0};
   exe[n] = '\0';
   char dir_template[] = "/tmp/meshtrain-calibrate-XXXXXX";
-  if (!mkdtemp(dir_template)) return 0;
+  if (!mkdtemp(dir_template)) return {0, 0};
   const std::string dir = dir_template, metrics = dir + "/m.jsonl";
   const std::string cmd = str(
       "cd '", dir, "' && timeout 120 '", exe,
@@ -393,10 +394,10 @@ double reference_step_seconds(const std::string& precision, int microbatches, st
   if (times.empty()) {
     log << "reference step (" << precision << ") not measured: '" << exe
         << " train' did not run here\n";
-    return 0;
+    return {0, 0};
   }
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return {times[times.size() / 2], times[0]};
 }
 
 // What `h` predicts for the reference step (0 when it cannot).
@@ -421,21 +422,31 @@ double reference_step_predicted(const HardwareProfile& h, const std::string& pre
 }
 
 // HardwareProfile::step_factor_* and microbatch_weight_s*: the reference step measured in
-// one microbatch (M1) and in 8 microbatches of one sequence (M8), against what the profile's
-// kernel figures alone predict for them (K1, K8: no step factor, no per-microbatch cost).
-// The local model of a real step is F x kernels + microbatches x W x c (W: the linears'
+// one microbatch (M1, before and after M8) and in 8 microbatches of one sequence (M8), against what
+// the profile's kernel figures alone predict for them (K1, K8: no step factor, no per-microbatch
+// cost). The local model of a real step is F x kernels + microbatches x W x c (W: the linears'
 // weight elements, 4 x 12 h^2 + V h): two measurements, two unknowns,
-//   c = (M8 - M1 K8/K1) / (W (8 - K8/K1)),   F = (M1 - W c) / K1.
+//   c = (M8 - M1 K8/K1) / (W (8 - K8/K1)),   F = (M1 - W c) / K1,
+// c from each run's least step, F from the medians (below).
 // {F, c}; {0, 0} where a run fails, c 0 where M8 fails.
 std::pair<double, double> reference_step_figures(const HardwareProfile& h,
                                                  const std::string& precision, std::ostream& log) {
   HardwareProfile g = h;
   g.step_factor_fp32 = g.step_factor_bf16 = 0;
   g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
-  const double m1 = reference_step_seconds(precision, 1, log);
-  const double k1 = m1 > 0 ? reference_step_predicted(g, precision, 1, log) : 0;
+  const auto [m1a, least1a] = reference_step_seconds(precision, 1, log);
+  const double k1 = m1a > 0 ? reference_step_predicted(g, precision, 1, log) : 0;
   if (k1 <= 0) return {0, 0};
-  const double m8 = reference_step_seconds(precision, 8, log);
+  const auto [m8_median, m8] = reference_step_seconds(precision, 8, log);
+  (void)m8_median;
+  // The one-microbatch step again after the 8-microbatch one, averaged with the first: the
+  // host's speed drifts by up to ~15% within minutes (docs/planner.md), and c rests on the
+  // difference of the two layouts. c from the least step of each run (other processes'
+  // load adds to single steps, 134-193 ms within one fp32 run at load 2), the factor from
+  // the medians (what a step pays every time, page faults included).
+  const auto [m1b, least1b] = reference_step_seconds(precision, 1, log);
+  const double m1 = m1b > 0 ? (m1a + m1b) / 2 : m1a;
+  const double least1 = m1b > 0 ? (least1a + least1b) / 2 : least1a;
   const double k8 = m8 > 0 ? reference_step_predicted(g, precision, 8, log) : 0;
   const double W = 4 * 12.0 * 256 * 256 + 256.0 * 256;
   double c = 0;
@@ -443,7 +454,7 @@ std::pair<double, double> reference_step_figures(const HardwareProfile& h,
     const double r = k8 / k1;
     // A small floor keeps the figure "measured" (0 means absent) where the kernels already
     // account for the microbatches.
-    c = std::max((m8 - m1 * r) / (W * (8 - r)), 1e-3 * m1 / (8 * W));
+    c = std::max((m8 - least1 * r) / (W * (8 - r)), 1e-3 * m1 / (8 * W));
   }
   return {std::clamp((m1 - W * c) / k1, 0.5, 3.0), c};
 }
@@ -630,7 +641,8 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "(2 log2 ranks)",
       "parallel_efficiency: sgemm rate of every core at once over cores x one core's",
       "step_factor_*, microbatch_weight_s*: a real one-rank step (meshtrain train, 4L d256 "
-      "T128 B8, one thread, median of steps 3-8) in one and in 8 microbatches, per "
+      "T128 B8, one thread, median of steps 3-8) in one (before and after) and in 8 "
+      "microbatches, per "
       "precision, against this profile's kernel prediction K for each: step = factor x K + "
       "microbatches x linear weights x microbatch_weight_s, solved for both; the factor "
       "scales every local compute cost",
