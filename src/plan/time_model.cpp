@@ -713,6 +713,11 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
         "backward rounded to bf16 once (output gradients of row-parallel linears once per "
         "pass), weight copies rounded once per step; MoE router, LayerNorm, GELU, softmax, "
         "reductions and AdamW stay fp32");
+    if (r.hardware.microbatch_weight_s > 0 || r.hardware.microbatch_weight_s_bf16 > 0)
+      a.push_back(
+          "local: every microbatch also pays the calibrated per-microbatch cost for each linear "
+          "weight element on the rank (microbatch_weight_s*, solved with the step factor from "
+          "the reference step in 1 and 8 microbatches), a third in each of F, B and W");
     if (r.hardware.moe_fwd_s > 0)
       a.push_back(
           "local MoE: the fp32 router GEMMs, each local expert's GEMMs over its rows (bf16: over "
