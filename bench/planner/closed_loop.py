@@ -63,6 +63,7 @@ LAYOUTS = [
     _lay("pp2 zb-h1 m8", 2, pp=2, mb_div=8, schedule="zb-h1"),
     _lay("pp2 interleaved v2 m4", 2, pp=2, mb_div=4, schedule="interleaved", v=2),
     _lay("moe ep2 dp2", 2, dp=2, mb_div=1, ep=2, experts=4),
+    _lay("moe 1 rank", 1, mb_div=1, experts=4),
     _lay("dp2 tp2", 4, dp=2, tp=2, mb_div=1),
     _lay("dp2 pp2 m4", 4, dp=2, pp=2, mb_div=4),
     _lay("bf16 1 rank", 1, mb_div=1, precision="bf16"),
@@ -74,6 +75,7 @@ LAYOUTS = [
     _lay("bf16 tp2 sp", 2, tp=2, mb_div=1, sp=True, precision="bf16"),
     _lay("bf16 pp2 1f1b m4", 2, pp=2, mb_div=4, schedule="1f1b", precision="bf16"),
     _lay("bf16 moe ep2 dp2", 2, dp=2, mb_div=1, ep=2, experts=4, precision="bf16"),
+    _lay("bf16 moe 1 rank", 1, mb_div=1, experts=4, precision="bf16"),
     _lay("bf16 dp2 tp2", 4, dp=2, tp=2, mb_div=1, precision="bf16"),
 ]
 

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/system_memory.h"
 #include "core/timer.h"
 #include "kernels/attention.h"
@@ -29,6 +31,8 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
+#include "model/moe_layer.h"
+#include "plan/hardware_costs.h"
 #include "plan/search.h"
 
 namespace mt::plan {
@@ -258,11 +262,64 @@ std::pair<double, double> mpi_bench(const std::string& op, size_t bytes) {
   return {busbw * 1e9, us * 1e-6};
 }
 
-// The reference step (HardwareProfile::step_factor_*): one rank, one thread, 4L d256 T128
-// B8, 8 steps of `meshtrain train` in a child process; the median step_time_s of steps 3-8
-// over the step the profile's kernel figures give the same layout. 0 when the run fails.
-double reference_step_factor(const HardwareProfile& h, const std::string& precision,
-                             std::ostream& log) {
+// The engine's MoE layer (model/moe_layer.cpp) at the reference step's shape as an MoE
+// block (N 1024 tokens, C 256, 4 experts, top-2, one rank, one thread), timed per pass
+// (forward, backward_input, backward_weight; the best run of each), less what
+// local_moe_costs gives its router and expert GEMMs for the rows each expert received
+// (same calls, same bf16 chunks): what is left per expert hidden element (rows x 4C) is
+// {moe_fwd_s, moe_bwd_s, moe_wgt_s} of `h`'s GEMM figures (measured before this).
+// Weights are drawn as the engine initialises them (normal, std 0.02) and the input as
+// LayerNorm leaves it (unit variance), so the router spreads rows nearly evenly.
+std::array<double, 3> moe_layer_costs(const HardwareProfile& h, bool bf16, double seconds) {
+  ModelConfig cfg;
+  cfg.layers = 4, cfg.dim = 256, cfg.heads = 8, cfg.seq = 128, cfg.vocab = 256;
+  cfg.experts = 4, cfg.topk = 2;
+  const int N = 8 * cfg.seq, C = cfg.dim, H = cfg.hidden();
+  uint64_t version = 1;
+  ExpertParallelShard ep;
+  if (bf16) ep.bf16_version = &version;
+  ParamTable table;
+  SlotLayout layout;
+  MoeLayer layer(0, cfg, ep, N, table, layout);
+  std::vector<float> params(table.total()), grads(table.total(), 0), slot(layout.total());
+  std::vector<float> stage(std::max<size_t>(layer.bf16_stage_floats(), 1));
+  for (size_t i = 0; i < params.size(); ++i) params[i] = float(0.02 * normal01(11, 1, i));
+  layer.bind(params.data(), grads.data());
+  if (bf16) layer.set_bf16_stage(stage.data());
+  std::vector<float> x(size_t(N) * C), y(x.size()), dy(x.size()), dx(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float(normal01(11, 2, i)), dy[i] = float(1e-3 * normal01(11, 3, i));
+  // The rows each expert gets (the same input routes the same way every call).
+  layer.reset_stats();
+  layer.forward(slot.data(), x.data(), y.data(), N);
+  std::vector<double> rows;
+  for (const int64_t r : layer.stats().load) rows.push_back(double(r));
+  const double s = seconds / 3;
+  const double fwd = best_time_cold(s, [&] { layer.forward(slot.data(), x.data(), y.data(), N); });
+  const double bwd = best_time_cold(
+      s, [&] { layer.backward_input(slot.data(), x.data(), dy.data(), dx.data(), N); });
+  const double wgt = best_time_cold(s, [&] { layer.backward_weight(slot.data(), x.data(), N); });
+  HardwareProfile g = h;
+  g.step_factor_fp32 = g.step_factor_bf16 = 0;
+  g.moe_fwd_s = g.moe_bwd_s = g.moe_wgt_s = 0;
+  g.moe_fwd_s_bf16 = g.moe_bwd_s_bf16 = g.moe_wgt_s_bf16 = 0;
+  const ComputeRates R = compute_rates(g, bf16 ? "bf16" : "fp32", 1, 1);
+  const ComputeRates R32 = compute_rates(g, "fp32", 1, 1);
+  const MoeCosts gemms =
+      local_moe_costs(R, R32, rows, N, cfg.experts, C, H, bf16, MoeLayer::bf16_chunk_rows(N));
+  const double elems = double(N) * cfg.topk * H;
+  // A small floor keeps the figure "measured" (0 means absent) where the GEMM formula
+  // already exceeds the layer.
+  auto per = [&](double t, double model) { return std::max(t - model, 1e-3 * t) / elems; };
+  return {per(fwd, gemms.forward), per(bwd, gemms.backward), per(wgt, gemms.weight)};
+}
+
+// The spread of the engine's router (HardwareProfile::moe_load_cv): `meshtrain train` of
+// the reference model with 4 experts top-2 (every block MoE), one rank, 10 steps, in a
+// child process; the per-expert loads it records (expert_load, per block) of steps 3-10,
+// as the closed loop and a real run see them after the first steps: the mean over blocks
+// and steps of their coefficient of variation. 0 when the run fails.
+double moe_load_spread(std::ostream& log) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return 0;
@@ -273,8 +330,55 @@ double reference_step_factor(const HardwareProfile& h, const std::string& precis
   const std::string cmd =
       str("cd '", dir, "' && timeout 120 '", exe,
           "' train --layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8 --threads 1 "
-          "--steps 8 --lr-schedule constant --peak-gflops 100 --quiet --precision ",
-          precision, " --metrics '", metrics, "' >/dev/null 2>&1");
+          "--experts 4 --topk 2 --steps 10 --lr-schedule constant --peak-gflops 100 --quiet "
+          "--metrics '",
+          metrics, "' >/dev/null 2>&1");
+  double sum = 0;
+  int count = 0;
+  if (std::system(cmd.c_str()) == 0) {
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_object() || !j.contains("expert_load") || !j.contains("step") ||
+          j["step"].get<int>() <= 2)
+        continue;
+      for (const auto& block : j["expert_load"]) {
+        double mean = 0, var = 0;
+        for (const auto& v : block) mean += v.get<double>();
+        mean /= double(block.size());
+        for (const auto& v : block) var += (v.get<double>() - mean) * (v.get<double>() - mean);
+        if (mean <= 0) continue;
+        sum += std::sqrt(var / double(block.size())) / mean;
+        ++count;
+      }
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (count == 0) {
+    log << "MoE load spread not measured: '" << exe << " train --experts 4' did not run here\n";
+    return 0;
+  }
+  return sum / count;
+}
+
+// The reference step: one rank, one thread, 4L d256 T128 B8 in `microbatches` microbatches,
+// 8 steps of `meshtrain train` in a child process; {the median, the least} step_time_s of
+// steps 3-8. {0, 0} when the run fails.
+std::pair<double, double> reference_step_seconds(const std::string& precision, int microbatches,
+                                                 std::ostream& log) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return {0, 0};
+  exe[n] = '\0';
+  char dir_template[] = "/tmp/meshtrain-calibrate-XXXXXX";
+  if (!mkdtemp(dir_template)) return {0, 0};
+  const std::string dir = dir_template, metrics = dir + "/m.jsonl";
+  const std::string cmd = str(
+      "cd '", dir, "' && timeout 120 '", exe,
+      "' train --layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8 --threads 1 "
+      "--steps 8 --lr-schedule constant --peak-gflops 100 --quiet --precision ",
+      precision, " --microbatches ", microbatches, " --metrics '", metrics, "' >/dev/null 2>&1");
   std::vector<double> times;
   if (std::system(cmd.c_str()) == 0) {
     std::ifstream in(metrics);
@@ -290,28 +394,69 @@ double reference_step_factor(const HardwareProfile& h, const std::string& precis
   if (times.empty()) {
     log << "reference step (" << precision << ") not measured: '" << exe
         << " train' did not run here\n";
-    return 0;
+    return {0, 0};
   }
   std::sort(times.begin(), times.end());
-  const double measured = times[times.size() / 2];
+  return {times[times.size() / 2], times[0]};
+}
+
+// What `h` predicts for the reference step (0 when it cannot).
+double reference_step_predicted(const HardwareProfile& h, const std::string& precision,
+                                int microbatches, std::ostream& log) {
   PlanRequest r;
   r.model.layers = 4, r.model.dim = 256, r.model.heads = 8, r.model.seq = 128;
   r.model.vocab = 256;
   r.batch = 8;
   r.hardware = h;
-  r.hardware.step_factor_fp32 = r.hardware.step_factor_bf16 = 0;
   r.devices = 1;
   r.dp = r.tp = r.pp = r.virtual_stages = r.ep = 1;
-  r.zero = 0, r.micro_batch = 8, r.sequence_parallel = false;
+  r.zero = 0, r.micro_batch = 8 / microbatches, r.sequence_parallel = false;
   r.recompute = "none", r.schedule = "1f1b", r.precision = precision;
-  double predicted = 0;
   try {
     const SearchResult found = search_layouts(r, 1);
-    if (!found.candidates.empty()) predicted = found.candidates[0].time.step_s;
+    if (!found.candidates.empty()) return found.candidates[0].time.step_s;
   } catch (const std::exception& e) {
     log << "reference step (" << precision << ") not predicted: " << e.what() << "\n";
   }
-  return predicted > 0 ? std::clamp(measured / predicted, 0.5, 3.0) : 0;
+  return 0;
+}
+
+// HardwareProfile::step_factor_* and microbatch_weight_s*: the reference step measured in
+// one microbatch (M1, before and after M8) and in 8 microbatches of one sequence (M8), against what
+// the profile's kernel figures alone predict for them (K1, K8: no step factor, no per-microbatch
+// cost). The local model of a real step is F x kernels + microbatches x W x c (W: the linears'
+// weight elements, 4 x 12 h^2 + V h): two measurements, two unknowns,
+//   c = (M8 - M1 K8/K1) / (W (8 - K8/K1)),   F = (M1 - W c) / K1,
+// c from each run's least step, F from the medians (below).
+// {F, c}; {0, 0} where a run fails, c 0 where M8 fails.
+std::pair<double, double> reference_step_figures(const HardwareProfile& h,
+                                                 const std::string& precision, std::ostream& log) {
+  HardwareProfile g = h;
+  g.step_factor_fp32 = g.step_factor_bf16 = 0;
+  g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
+  const auto [m1a, least1a] = reference_step_seconds(precision, 1, log);
+  const double k1 = m1a > 0 ? reference_step_predicted(g, precision, 1, log) : 0;
+  if (k1 <= 0) return {0, 0};
+  const auto [m8_median, m8] = reference_step_seconds(precision, 8, log);
+  (void)m8_median;
+  // The one-microbatch step again after the 8-microbatch one, averaged with the first: the
+  // host's speed drifts by up to ~15% within minutes (docs/planner.md), and c rests on the
+  // difference of the two layouts. c from the least step of each run (other processes'
+  // load adds to single steps, 134-193 ms within one fp32 run at load 2), the factor from
+  // the medians (what a step pays every time, page faults included).
+  const auto [m1b, least1b] = reference_step_seconds(precision, 1, log);
+  const double m1 = m1b > 0 ? (m1a + m1b) / 2 : m1a;
+  const double least1 = m1b > 0 ? (least1a + least1b) / 2 : least1a;
+  const double k8 = m8 > 0 ? reference_step_predicted(g, precision, 8, log) : 0;
+  const double W = 4 * 12.0 * 256 * 256 + 256.0 * 256;
+  double c = 0;
+  if (k8 > 0) {
+    const double r = k8 / k1;
+    // A small floor keeps the figure "measured" (0 means absent) where the kernels already
+    // account for the microbatches.
+    c = std::max((m8 - least1 * r) / (W * (8 - r)), 1e-3 * m1 / (8 * W));
+  }
+  return {std::clamp((m1 - W * c) / k1, 0.5, 3.0), c};
 }
 }  // namespace
 
@@ -452,8 +597,20 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   } else {
     log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here)\n";
   }
-  h.step_factor_fp32 = reference_step_factor(h, "fp32", log);
-  if (h.peak_bf16 > 0) h.step_factor_bf16 = reference_step_factor(h, "bf16", log);
+  // The MoE layer beyond its GEMMs (one thread) and the router's load spread in training.
+  omp_set_num_threads(1);
+  const std::array<double, 3> moe32 = moe_layer_costs(h, false, 0.04 * seconds);
+  h.moe_fwd_s = moe32[0], h.moe_bwd_s = moe32[1], h.moe_wgt_s = moe32[2];
+  if (h.peak_bf16 > 0) {
+    const std::array<double, 3> moe16 = moe_layer_costs(h, true, 0.04 * seconds);
+    h.moe_fwd_s_bf16 = moe16[0], h.moe_bwd_s_bf16 = moe16[1], h.moe_wgt_s_bf16 = moe16[2];
+  }
+  omp_set_num_threads(saved);
+  h.moe_load_cv = moe_load_spread(log);
+  std::tie(h.step_factor_fp32, h.microbatch_weight_s) = reference_step_figures(h, "fp32", log);
+  if (h.peak_bf16 > 0)
+    std::tie(h.step_factor_bf16, h.microbatch_weight_s_bf16) =
+        reference_step_figures(h, "bf16", log);
   const double load_after = load_average();
   if (std::max(load_before, load_after) > 0.5 * h.cores)
     log << "warning: the machine was busy (load average " << load_before << " -> " << load_after
@@ -483,9 +640,16 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "oversubscribed_latency_s: a 4-byte all-reduce over 2 x cores rank threads / "
       "(2 log2 ranks)",
       "parallel_efficiency: sgemm rate of every core at once over cores x one core's",
-      "step_factor_*: a real one-rank step (meshtrain train, 4L d256 T128 B8, one thread, "
-      "median of steps 3-8) over this profile's prediction for it, per precision; scales "
-      "every local compute cost",
+      "step_factor_*, microbatch_weight_s*: a real one-rank step (meshtrain train, 4L d256 "
+      "T128 B8, one thread, median of steps 3-8) in one (before and after) and in 8 "
+      "microbatches, per "
+      "precision, against this profile's kernel prediction K for each: step = factor x K + "
+      "microbatches x linear weights x microbatch_weight_s, solved for both; the factor "
+      "scales every local compute cost",
+      "moe_*_s*: the engine's MoE layer (N 1024, C 256, 4 experts top-2, one thread, caches "
+      "emptied) per pass less the planner's GEMM time for its router and experts, per expert "
+      "hidden element; moe_load_cv: per-expert load spread of meshtrain train --experts 4 "
+      "(4L d256 T128 B8), steps 3-10",
       "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
       "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
   std::error_code ec;

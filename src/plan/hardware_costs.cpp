@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/moe_layer.h"
+
 namespace mt::plan {
 
 ComputeRates compute_rates(const HardwareProfile& h, const std::string& precision, int ranks,
@@ -46,6 +48,13 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
       r.attention_bwd = h.attention_bf16_bwd_flops * threads * share;
       r.convert_s = h.bf16_convert_s / (threads * share);
     }
+    const bool bf = precision == "bf16";
+    r.moe_fwd_s = (bf ? h.moe_fwd_s_bf16 : h.moe_fwd_s) / (threads * share);
+    r.moe_bwd_s = (bf ? h.moe_bwd_s_bf16 : h.moe_bwd_s) / (threads * share);
+    r.moe_wgt_s = (bf ? h.moe_wgt_s_bf16 : h.moe_wgt_s) / (threads * share);
+    // Measured inside a real step: the step factor is already in it.
+    r.microbatch_weight_s = (bf ? h.microbatch_weight_s_bf16 : h.microbatch_weight_s) /
+                            (threads * share * (step > 0 ? step : 1.0));
   }
   return r;
 }
@@ -62,6 +71,57 @@ double local_gemm_seconds(const ComputeRates& r, double M, double N, double K, d
 double local_convert_seconds(const ComputeRates& r, double elements, int calls) {
   if (elements <= 0) return 0;
   return elements * r.convert_s + calls * r.overhead_s;
+}
+
+MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
+                         const std::vector<double>& rows, double tokens, double E, double C,
+                         double H, bool bf16, int chunk_rows) {
+  MoeCosts m;
+  // Router (fp32 under both precisions, moe_layer.h).
+  m.forward = local_gemm_seconds(R32, tokens, E, C);
+  m.backward = m.forward * R32.input_grad_ratio;
+  m.weight = local_gemm_seconds(R32, E, C, tokens) * R32.weight_grad_ratio;
+  // One expert's GEMMs over `r` rows in one call.
+  auto expert = [&](double r) {
+    const double fwd = local_gemm_seconds(R, r, H, C) + local_gemm_seconds(R, r, C, H);
+    m.forward += fwd;
+    m.backward += fwd * R.input_grad_ratio;
+    m.weight +=
+        (local_gemm_seconds(R, H, C, r) + local_gemm_seconds(R, C, H, r)) * R.weight_grad_ratio;
+  };
+  const double q = MoeLayer::kRowQuantum;
+  double total = 0;
+  for (const double r : rows) {
+    if (r <= 0) continue;
+    total += r;
+    if (!bf16) {
+      expert(r);
+      continue;
+    }
+    // MoeLayer::for_row_chunks: the largest chunks first, then one under kRowQuantum rows,
+    // which rows_gemm / weight_gemm pad to kRowQuantum.
+    double left = r;
+    for (double size = chunk_rows; size >= q; size /= 2)
+      for (; left >= size; left -= size) expert(size);
+    if (left > 0) expert(q);
+  }
+  m.forward += total * H * R.moe_fwd_s;
+  m.backward += total * H * R.moe_bwd_s;
+  m.weight += total * H * R.moe_wgt_s;
+  return m;
+}
+
+double expected_max_normal(int g) {
+  if (g <= 1) return 0;
+  // E[max] = integral of x g phi(x) Phi(x)^(g-1) dx, trapezoids over [-10, 10].
+  const double step = 1e-3, pi = 3.14159265358979323846;
+  double sum = 0;
+  for (double x = -10; x <= 10; x += step) {
+    const double phi = std::exp(-0.5 * x * x) / std::sqrt(2 * pi);
+    const double Phi = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    sum += x * g * phi * std::pow(Phi, g - 1) * step;
+  }
+  return sum;
 }
 
 double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,

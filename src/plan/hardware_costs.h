@@ -30,6 +30,12 @@ struct ComputeRates {
   // The linear layer's input-/weight-gradient GEMM time over its forward's (local,
   // calibrated per precision; 1 elsewhere).
   double input_grad_ratio = 1, weight_grad_ratio = 1;
+  // Local: the MoE layer's work beyond its GEMMs, seconds per expert hidden element
+  // (rows x 4C) per rank, forward / backward_input / backward_weight (0: not calibrated).
+  double moe_fwd_s = 0, moe_bwd_s = 0, moe_wgt_s = 0;
+  // Local: seconds per microbatch and linear weight element a real step pays beyond its
+  // kernels (calibrated in a step, so not scaled by the step factor; 0: not calibrated).
+  double microbatch_weight_s = 0;
 };
 
 // Per-rank rates for a precision; local ranks share the machine's cores and memory
@@ -49,6 +55,25 @@ double local_convert_seconds(const ComputeRates& r, double elements, int calls =
 // A pointwise pass over `elements` moving `bytes`: the slower of streaming and, where
 // calibrated, the per-element compute (tanh, exp, normalisation).
 double pointwise_seconds(const ComputeRates& r, double elements, double bytes, int kernels = 1);
+
+// Local: one MoE layer's work for one microbatch as model/moe_layer.cpp does it, per pass.
+struct MoeCosts {
+  double forward = 0, backward = 0, weight = 0;
+};
+// `tokens` tokens routed by an (E, C) router; rows[e] the rows each local expert receives
+// (rows x (C -> H -> C) GELU MLPs). R: the experts' GEMM path (bf16: oneDNN over row chunks
+// of MoeLayer::kRowQuantum * 2^j rows, at most `chunk_rows`, a last partial chunk padded);
+// R32: the router's (always fp32). Router: forward (tokens, E, C), its input gradient of
+// the same shape, weight gradient (E, C, tokens); experts: fc (rows, H, C) and proj (rows,
+// C, H), input gradients of the same shapes, weight gradients (H, C, rows) and (C, H,
+// rows); backward GEMMs times the path's calibrated ratios; plus R's moe_*_s per hidden
+// element. Fractional rows (expected loads) run as their whole chunks and one padded chunk.
+MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
+                         const std::vector<double>& rows, double tokens, double E, double C,
+                         double H, bool bf16, int chunk_rows);
+// Expected maximum of g independent standard normal variables (0 for g <= 1), by
+// quadrature: the busiest of g ranks' loads.
+double expected_max_normal(int g);
 
 enum class Collective { all_reduce, all_gather, reduce_scatter, all_to_all };
 

@@ -262,6 +262,15 @@ HardwareProfile load_profile(const std::string& path) {
                                                  "parallel_efficiency",
                                                  "step_factor_fp32",
                                                  "step_factor_bf16",
+                                                 "microbatch_weight_s",
+                                                 "microbatch_weight_s_bf16",
+                                                 "moe_fwd_s",
+                                                 "moe_bwd_s",
+                                                 "moe_wgt_s",
+                                                 "moe_fwd_s_bf16",
+                                                 "moe_bwd_s_bf16",
+                                                 "moe_wgt_s_bf16",
+                                                 "moe_load_cv",
                                                  "software",
                                                  "dp_overlap",
                                                  "grad_reduce_bytes",
@@ -318,6 +327,15 @@ HardwareProfile load_profile(const std::string& path) {
   read(*t, "parallel_efficiency", h.parallel_efficiency, path);
   read(*t, "step_factor_fp32", h.step_factor_fp32, path);
   read(*t, "step_factor_bf16", h.step_factor_bf16, path);
+  read(*t, "microbatch_weight_s", h.microbatch_weight_s, path);
+  read(*t, "microbatch_weight_s_bf16", h.microbatch_weight_s_bf16, path);
+  read(*t, "moe_fwd_s", h.moe_fwd_s, path);
+  read(*t, "moe_bwd_s", h.moe_bwd_s, path);
+  read(*t, "moe_wgt_s", h.moe_wgt_s, path);
+  read(*t, "moe_fwd_s_bf16", h.moe_fwd_s_bf16, path);
+  read(*t, "moe_bwd_s_bf16", h.moe_bwd_s_bf16, path);
+  read(*t, "moe_wgt_s_bf16", h.moe_wgt_s_bf16, path);
+  read(*t, "moe_load_cv", h.moe_load_cv, path);
   // Software behaviour: a named software profile first, single fields override it.
   software_meshtrain(h);
   if (auto sw = (*t)["software"].value<std::string>()) apply_software(h, *sw);
@@ -395,7 +413,16 @@ std::string profile_to_toml(const HardwareProfile& h) {
                       {"oversubscribed_latency_s", h.oversubscribed_latency_s},
                       {"parallel_efficiency", h.parallel_efficiency},
                       {"step_factor_fp32", h.step_factor_fp32},
-                      {"step_factor_bf16", h.step_factor_bf16}})
+                      {"step_factor_bf16", h.step_factor_bf16},
+                      {"microbatch_weight_s", h.microbatch_weight_s},
+                      {"microbatch_weight_s_bf16", h.microbatch_weight_s_bf16},
+                      {"moe_fwd_s", h.moe_fwd_s},
+                      {"moe_bwd_s", h.moe_bwd_s},
+                      {"moe_wgt_s", h.moe_wgt_s},
+                      {"moe_fwd_s_bf16", h.moe_fwd_s_bf16},
+                      {"moe_bwd_s_bf16", h.moe_bwd_s_bf16},
+                      {"moe_wgt_s_bf16", h.moe_wgt_s_bf16},
+                      {"moe_load_cv", h.moe_load_cv}})
     o << k << " = " << std::scientific << v << std::defaultfloat << "\n";
   if (!h.local) {
     o << "software = \"" << h.software << "\"\n";

@@ -63,6 +63,26 @@ struct HardwareProfile {
   // variation between a kernel's best run and a step's median). Every local compute cost
   // is scaled by it.
   double step_factor_fp32 = 0, step_factor_bf16 = 0;
+  // Local only (0 = not measured: nothing): what each microbatch costs a real step beyond
+  // the kernels above, per element of the linears' weights on the rank (the reference step
+  // in 8 microbatches of one sequence against its prediction; under bf16 perf puts the
+  // difference in oneDNN's GEMM code and to_bf16, work that grows with the weights each
+  // call touches), per precision.
+  double microbatch_weight_s = 0, microbatch_weight_s_bf16 = 0;
+  // Local only (0 = not measured: the MoE layer's non-GEMM work is modelled as streams): the
+  // engine's MoE layer (model/moe_layer.cpp) timed per pass (forward, backward_input,
+  // backward_weight) at one shape, less the time the planner's GEMM formula gives its
+  // router and expert GEMMs (the same calls, rows and bf16 row chunks): seconds per element
+  // of the experts' hidden activations (rows x 4C) per thread, per precision. It holds the
+  // routing, the token permutations, GELU, the bf16 roundings, the zeroing of the backward's
+  // row buffers and the cache misses on the layer's fp32 intermediates.
+  double moe_fwd_s = 0, moe_bwd_s = 0, moe_wgt_s = 0;
+  double moe_fwd_s_bf16 = 0, moe_bwd_s_bf16 = 0, moe_wgt_s_bf16 = 0;
+  // Local only (0 = not measured: even routing): the coefficient of variation of the
+  // per-expert load (rows an expert receives over their mean, within one block and step)
+  // of the engine's router during a short training run (calibrate.cpp); expert parallelism
+  // waits for the busiest ep rank, whose expected load follows from it (time_model.cpp).
+  double moe_load_cv = 0;
   // Local only: the MPI backend between two processes of this machine (0 = not measured).
   double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
   int cores = 0;

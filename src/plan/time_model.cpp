@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 #include "model/block.h"
+#include "model/moe_layer.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/pipeline/schedule_simulator.h"
 #include "parallel/pipeline/stage_chunks.h"
@@ -12,6 +14,32 @@
 #include "plan/hardware_costs.h"
 
 namespace mt::plan {
+
+namespace {
+
+// Local: whether the profile has the MoE layer's calibrated costs for the precision (older
+// profiles keep the stream model below).
+bool moe_calibrated(const HardwareProfile& hw, bool bf16) {
+  return bf16 ? hw.moe_fwd_s_bf16 > 0 && hw.moe_bwd_s_bf16 > 0 && hw.moe_wgt_s_bf16 > 0
+              : hw.moe_fwd_s > 0 && hw.moe_bwd_s > 0 && hw.moe_wgt_s > 0;
+}
+
+}  // namespace
+
+double busiest_rank_load(const HardwareProfile& hw, const ModelConfig& m, int ep) {
+  if (ep <= 1 || hw.moe_load_cv <= 0 || m.experts <= 1) return 1;
+  // Per-expert loads x_e = mean (1 + cv_e), measured within a block's E experts, whose sum
+  // is fixed: as deviations from their mean, x_e = y_e - mean(y) for independent y_e of
+  // deviation sigma = cv sqrt(E / (E - 1)). A rank holds E/ep experts: its load's deviation
+  // is sigma sqrt(E/ep) over its mean E/ep; the busiest of the ep ranks (their sum fixed
+  // too, the common mean cancels) is expected at 1 + sigma / sqrt(E/ep) * E[max of ep
+  // standard normals].
+  const double E = m.experts, local = E / ep;
+  const double sigma = hw.moe_load_cv * std::sqrt(E / (E - 1));
+  const double busiest = 1 + sigma / std::sqrt(local) * expected_max_normal(ep);
+  // A rank receives at most min(topk, E/ep) rows per token of each of the ep ranks.
+  return std::min(busiest, ep * std::min(double(m.topk), local) / m.topk);
+}
 
 namespace {
 
@@ -32,6 +60,7 @@ struct Context {
   // engine's bf16 path runs (its GEMMs, conversions and bf16 gathers).
   ComputeRates rates32;
   bool local_bf16 = false;
+  double moe_busiest = 1;  // local: busiest_rank_load for the layout's ep
 };
 
 // A GEMM of the precision's linear layers: locally the calibrated GEMM path (sgemm or
@@ -134,6 +163,30 @@ BlockCosts block_costs(const Context& c, int layer) {
     mlp_f = mlp_gemms + gelu;
     mlp_b = mlp_gemms * rin + 2 * gelu;
     mlp_w = (gemm(4 * h / t, h, N) + gemm(h, 4 * h / t, N)) * rw;
+  } else if (hw.local && moe_calibrated(hw, c.local_bf16)) {
+    // The engine's MoE layer (model/moe_layer.cpp): the fp32 router, each local expert's
+    // GEMMs over its rows (bf16: over row chunks), the rest of the layer at its calibrated
+    // cost per hidden element (local_moe_costs). With expert parallelism every exchange
+    // waits for the busiest ep rank: its rows are the mean (N topk) times
+    // busiest_rank_load (the calibrated load spread), spread evenly over its experts.
+    const double E = m.experts, local = E / c.l.ep;
+    const double rows = N * m.topk * c.moe_busiest;
+    const MoeCosts mc =
+        local_moe_costs(R, RR, std::vector<double>(size_t(local), rows / local), N, E, h, 4 * h,
+                        c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)));
+    mlp_f = mc.forward;
+    mlp_b = mc.backward;
+    mlp_w = mc.weight;
+    if (c.l.ep > 1) {
+      // regroup_blocks twice each way (to expert-major after the dispatch, back before the
+      // combine; the same in backward): a read and a write of the rank's rows.
+      const double regroup = stream_seconds(R, 2 * rows * h * 4, 2);
+      mlp_f += regroup;
+      mlp_b += regroup;
+      // dispatch + combine in forward, their adjoints in backward: fp32 rows, the busiest
+      // rank's.
+      k.ep_comm = 4 * collective_seconds(hw, Collective::all_to_all, rows * h * 4, c.ep);
+    }
   } else {
     // Router, then the rank's E/ep experts on the rows routed to them (balanced: every
     // rank receives N * topk rows in total), GELU MLPs of the dense shape.
@@ -168,7 +221,8 @@ BlockCosts block_costs(const Context& c, int layer) {
       bwd += local_convert_seconds(R, 2 * Nl * h + 7 * per_t, 4);
       w += local_convert_seconds(R, 2 * Nl * h, 2);
     } else {
-      const double rows = N * m.topk * h;
+      // (Calibrated MoE layers hold their experts' roundings in moe_*_s_bf16.)
+      const double rows = moe_calibrated(*R.hw, true) ? 0.0 : N * m.topk * h;
       f += local_convert_seconds(R, Nl * h + per_t + 5 * rows, 4);
       bwd += local_convert_seconds(R, Nl * h + 3 * per_t + 5 * rows, 4);
       w += local_convert_seconds(R, Nl * h, 1);
@@ -244,6 +298,7 @@ Context make_context(const PlanRequest& r, const Layout& l) {
             {},
             local && l.precision == "bf16"};
   if (local) c.rates32 = compute_rates(r.hardware, "fp32", l.world(), r.threads);
+  if (local && r.model.experts > 0) c.moe_busiest = busiest_rank_load(r.hardware, r.model, l.ep);
   c.tp = group_span(r.hardware, l.tp, 1);
   c.dp = group_span(r.hardware, l.dp, l.tp);
   c.ep = group_span(r.hardware, l.ep, l.tp);
@@ -368,6 +423,13 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
         }
       }
     }
+    if (r.hardware.local && c.rates.microbatch_weight_s > 0) {
+      // What a real step pays per microbatch and weight element beyond its kernels
+      // (solved together with the step factor, calibrate.cpp), spread over the three
+      // passes that each use every weight once.
+      const double mw = sc.linear_weights * c.rates.microbatch_weight_s;
+      sc.forward += mw / 3, sc.backward += mw / 3, sc.weight += mw / 3;
+    }
   }
   return out;
 }
@@ -386,22 +448,30 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
     return predict_time(o, l, schedule, give_up_above);
   }
   if (hw.local && hw.cores > 0 && double(l.world()) * r.threads > hw.cores) {
-    // More rank threads than cores time-share them. Work and span: the step takes at least
-    // the schedule's makespan with every rank at full speed (a rank that waits, in a
-    // pipeline bubble or for a peer, blocks and leaves its core to one that can run: a pp 4
-    // pipeline of one microbatch on 2 cores runs its stages one after another at full
-    // speed), and at least the CPU work of all ranks spread over the cores (dp 4 on 2 cores:
-    // twice one rank's time).
+    // More rank threads than cores time-share them (processor sharing): the costs are those
+    // of every rank at full speed; a rank that waits, in a pipeline bubble or for a peer,
+    // blocks and leaves its core to one that can run. The pipeline is replayed with the
+    // computing stages sharing the cores (shared_cores_makespan: a pp 4 pipeline of one
+    // microbatch on 2 cores runs its stages one after another at full speed; 1f1b's warm-up
+    // and cool-down, where fewer stages compute than there are cores, waste the rest);
+    // without pp every rank computes throughout. What follows the pipeline (the dp
+    // reduction, the optimizer, the weight copies) runs on every rank at once.
     PlanRequest u = r;
     u.hardware.cores = l.world() * r.threads;
     PredictedTime p = predict_time(u, l, schedule, give_up_above);
     if (p.pruned) return p;
-    const int mb = r.batch / (l.dp * l.micro_batch);
-    double work = 0;  // seconds of one thread-team per rank, summed over ranks
-    for (const StageCosts& sc : p.stages)
-      work += double(l.dp) * l.tp * mb * (sc.forward + sc.backward + sc.weight);
-    work += l.world() * (p.dp_exposed_s + p.optimizer_s + p.bf16_weights_s);
-    p.step_s = std::max(p.step_s, work * r.threads / hw.cores);
+    const double slowdown = double(l.world()) * r.threads / hw.cores;
+    const double width = double(l.dp) * l.tp * r.threads;
+    double pipeline = p.pipeline_s * slowdown;
+    if (l.pp > 1) {
+      std::vector<OpCosts> costs;
+      for (const StageCosts& sc : p.stages) {
+        const double v = l.virtual_stages;
+        costs.push_back({sc.forward / v, sc.backward / v, sc.weight / v, p.pp_p2p_s});
+      }
+      pipeline = shared_cores_makespan(schedule, costs, width, hw.cores);
+    }
+    p.step_s = pipeline + (p.dp_exposed_s + p.optimizer_s + p.bf16_weights_s) * slowdown;
     return p;
   }
   const Context c = make_context(r, l);
@@ -546,6 +616,63 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   return p;
 }
 
+double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& costs, double width,
+                             double cores) {
+  MT_CHECK(int(s.actions.size()) == s.stages && int(costs.size()) == s.stages);
+  const size_t P = size_t(s.stages);
+  std::vector<size_t> pc(P, 0);
+  std::vector<double> left(P, -1);  // full-speed seconds left of the running action; -1: none
+  std::map<MessageKey, double> arrival;
+  double now = 0;
+  for (;;) {
+    // Every stage runs its sends and arrived receives and starts its next computation (until
+    // none can: a send may release a receive of a stage already passed).
+    double next_arrival = 1e300;
+    bool done = true;
+    for (bool progress = true; progress;) {
+      progress = false;
+      next_arrival = 1e300;
+      done = true;
+      for (size_t st = 0; st < P; ++st) {
+        const auto& list = s.actions[st];
+        for (; pc[st] < list.size() && left[st] < 0; ++pc[st]) {
+          const Action& a = list[pc[st]];
+          if (is_recv(a.kind)) {
+            auto it = arrival.find(message_key(s, int(st), a));
+            if (it == arrival.end()) break;
+            if (it->second > now) {
+              next_arrival = std::min(next_arrival, it->second);
+              break;
+            }
+          } else if (is_send(a.kind)) {
+            arrival.emplace(message_key(s, int(st), a), now + costs[st].latency);
+          } else {
+            left[st] = action_cost(s, a.kind, costs[st]);
+            progress = true;
+            break;
+          }
+          progress = true;
+        }
+        done = done && pc[st] == list.size();
+      }
+    }
+    if (done) return now;
+    int running = 0;
+    for (size_t st = 0; st < P; ++st) running += left[st] >= 0;
+    const double rate = running ? std::min(1.0, cores / (running * width)) : 1.0;
+    double dt = next_arrival - now;
+    for (size_t st = 0; st < P; ++st)
+      if (left[st] >= 0) dt = std::min(dt, left[st] / rate);
+    MT_CHECK(dt < 1e299, "shared_cores_makespan: the schedule deadlocks");
+    now += dt;
+    for (size_t st = 0; st < P; ++st) {
+      if (left[st] < 0) continue;
+      left[st] -= dt * rate;
+      if (left[st] <= 1e-15) left[st] = -1, ++pc[st];  // finished: on to its next action
+    }
+  }
+}
+
 std::vector<std::string> time_assumptions(const PlanRequest& r) {
   std::vector<std::string> a = {
       "per block and microbatch: qkv, projection and two MLP GEMMs (tp-split), the attention "
@@ -563,8 +690,9 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
       "split evenly over its chunks",
       "recompute: selective repeats the attention core's forward in backward, full the whole "
       "block's forward (with its tp communication)",
-      "MoE: router GEMM, balanced routing (N*topk rows over the rank's E/ep experts), two "
-      "all-to-alls forward and two backward over ep; not overlapped",
+      "MoE (GPU, and local profiles without MoE figures): router GEMM, balanced routing "
+      "(N*topk rows over the rank's E/ep experts), two all-to-alls forward and two backward "
+      "over ep; not overlapped",
       "ZeRO 3: parameter all-gather before forward and backward and gradient reduce-scatter "
       "per microbatch, prefetched: only what exceeds that pass's compute is exposed",
       "AdamW and the gradient-norm pass: 32 bytes streamed per updated element; plus two "
@@ -573,8 +701,9 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
     a.push_back(
         "local backend: collectives are computed by the ranks' own threads on shared memory, "
         "so no communication overlaps compute; ranks x threads beyond the calibrated cores "
-        "time-share them: the step is the larger of the full-speed schedule and all ranks' "
-        "work over the cores, and collectives pay the oversubscribed latency; tp communication as "
+        "time-share them: the pipeline is replayed with the computing stages sharing the "
+        "cores (processor sharing; a waiting rank blocks), what follows it runs on every "
+        "rank at once, and collectives pay the oversubscribed latency; tp communication as "
         "the engine's linears issue it (SP: the weight "
         "pass gathers its inputs and output gradients again)");
     a.push_back(
@@ -584,6 +713,18 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
         "backward rounded to bf16 once (output gradients of row-parallel linears once per "
         "pass), weight copies rounded once per step; MoE router, LayerNorm, GELU, softmax, "
         "reductions and AdamW stay fp32");
+    if (r.hardware.microbatch_weight_s > 0 || r.hardware.microbatch_weight_s_bf16 > 0)
+      a.push_back(
+          "local: every microbatch also pays the calibrated per-microbatch cost for each linear "
+          "weight element on the rank (microbatch_weight_s*, solved with the step factor from "
+          "the reference step in 1 and 8 microbatches), a third in each of F, B and W");
+    if (r.hardware.moe_fwd_s > 0)
+      a.push_back(
+          "local MoE: the fp32 router GEMMs, each local expert's GEMMs over its rows (bf16: over "
+          "the layer's row chunks of 64 x 2^j rows, the last padded to 64), the rest of the "
+          "layer (routing, permutations, GELU, roundings) at its calibrated cost per expert "
+          "hidden element; with ep the busiest rank's rows: N topk x (1 + cv sqrt(E/(E-1)) / "
+          "sqrt(E/ep) x E[max of ep normals]), cv the calibrated load spread");
   } else {
     a.push_back(
         "data parallel: gradients (grad_reduce_bytes per element) reduced in buckets; "

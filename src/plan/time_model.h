@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/schedule_simulator.h"
 #include "plan/layout.h"
 
 namespace mt::plan {
@@ -23,7 +24,7 @@ struct StageCosts {
   double recompute = 0;                          // repeated forward work, inside backward
   double params = 0;                             // parameters on the stage's ranks (per rank)
   double expert_params = 0;
-  int blocks = 0;  // transformer blocks on the stage
+  int blocks = 0;             // transformer blocks on the stage
   double linear_weights = 0;  // elements of the linears' weights (local bf16: rounded per step)
 };
 
@@ -33,11 +34,15 @@ struct PredictedTime {
   double bubble = 0;      // the simulator's idle fraction
   double tp_exposed_s = 0, ep_exposed_s = 0, dp_exposed_s = 0, pp_p2p_s = 0;
   double zero3_exposed_s = 0, optimizer_s = 0;
-  double recompute_s = 0;  // extra forward work in the backward (slowest stage)
+  double recompute_s = 0;     // extra forward work in the backward (slowest stage)
   double bf16_weights_s = 0;  // local bf16: rounding the weight copies, once per step
   std::vector<StageCosts> stages;
   bool pruned = false;
 };
+
+// Local: the busiest ep rank's expert rows over the mean rank's (1 for ep 1 or a profile
+// without moe_load_cv): the expected maximum under the calibrated per-expert load spread.
+double busiest_rank_load(const HardwareProfile& hw, const ModelConfig& m, int ep);
 
 // Per-stage costs of one microbatch (exposed so tests can check the simulator's use).
 std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l);
@@ -47,6 +52,15 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l);
 // bound (the search skips the simulation of layouts that cannot enter its top list).
 PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule& schedule,
                            double give_up_above = 1e300);
+
+// Local, more rank threads than cores: the schedule played as the simulator plays it
+// (every stage its actions in order, a receive waits for its message), except that the
+// stages computing at a moment share the cores: each of the n computing stages, `width`
+// threads each (its dp x tp ranks' threads), advances at min(1, cores / (n width)) of full
+// speed (processor sharing; a stage waiting for a message blocks and leaves its cores).
+// Returns the makespan.
+double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& costs, double width,
+                             double cores);
 
 // One line per modelling assumption, for --explain.
 std::vector<std::string> time_assumptions(const PlanRequest& r);

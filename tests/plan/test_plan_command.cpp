@@ -184,6 +184,30 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
                           (dir / "old.toml"))
                 .exit_code,
             0);
+  // The calibration measures the MoE layer's rest per hidden element, the router's load
+  // spread and the per-microbatch cost; MoE plans use them, and a profile without the MoE
+  // figures (written before) still plans MoE.
+  {
+    const std::string text = testing::slurp(profile);
+    for (const char* key : {"moe_fwd_s = ", "moe_bwd_s = ", "moe_wgt_s = ", "moe_load_cv = ",
+                            "microbatch_weight_s = "}) {
+      const size_t at = text.find(key);
+      ASSERT_NE(at, std::string::npos) << key;
+      EXPECT_GT(std::stod(text.substr(at + std::string(key).size())), 0) << key;
+    }
+    std::ifstream in(profile);
+    std::ofstream out(dir / "old_moe.toml");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("moe_", 0) != 0) out << line << "\n";
+  }
+  const std::string moe_plan = std::string("plan ") + kSmall +
+                               " --experts 4 --ep 2 --dp 2 --hardware local --ranks 2 --json "
+                               "--profile ";
+  for (const std::string& prof : {profile, dir / "old_moe.toml"}) {
+    const auto mp = run_meshtrain(moe_plan + prof);
+    ASSERT_EQ(mp.exit_code, 0) << prof << ": " << mp.err;
+    EXPECT_GT(nlohmann::json::parse(mp.out)["candidates"][0]["predicted"]["step_time_s"], 0);
+  }
   const auto a =
       testing::run_command("MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
                            " train --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 "

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/schedule_simulator.h"
 #include "plan/hardware_costs.h"
 #include "plan/time_model.h"
 #include "plan_test_util.h"
@@ -91,6 +93,34 @@ TEST(PlanLocal, StepFactorScalesTheComputeOfItsPrecision) {
   EXPECT_EQ(step(r, b), bf16);
 }
 
+// The calibrated per-microbatch cost: each microbatch pays it once per linear weight element
+// on the rank (12 h^2 per block, V h for the tied head), unscaled by the step factor (both
+// are solved from the same real steps); fp32 and bf16 keep their own figure.
+TEST(PlanLocal, MicrobatchCostIsPerMicrobatchAndWeight) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    const bool bf16 = std::string(precision) == "bf16";
+    PlanRequest r = small_request(1);
+    r.hardware.step_factor_fp32 = r.hardware.step_factor_bf16 = 1.5;
+    Layout l;
+    l.micro_batch = 2;  // four microbatches
+    l.precision = precision;
+    const double before = step(r, l);
+    const double d = 1e-9;
+    (bf16 ? r.hardware.microbatch_weight_s_bf16 : r.hardware.microbatch_weight_s) = d;
+    const double h = r.model.dim, weights = r.model.layers * 12 * h * h + r.model.vocab * h;
+    EXPECT_NEAR((step(r, l) - before) / d, 4 * weights, 4 * weights * 1e-6) << precision;
+    // The other precision's figure does not apply.
+    (bf16 ? r.hardware.microbatch_weight_s : r.hardware.microbatch_weight_s_bf16) = 1e-6;
+    EXPECT_NEAR((step(r, l) - before) / d, 4 * weights, 4 * weights * 1e-6) << precision;
+    // One microbatch pays it once.
+    Layout one = l;
+    one.micro_batch = 8;
+    const double d1 = step(r, one);
+    (bf16 ? r.hardware.microbatch_weight_s_bf16 : r.hardware.microbatch_weight_s) = 2 * d;
+    EXPECT_NEAR((step(r, one) - d1) / d, weights, weights * 1e-6) << precision;
+  }
+}
+
 // Locally tp communicates as the linears do: without SP two all-reduces of (N, h) forward
 // and two backward per block; with SP two all-gathers + two reduce-scatters in each of
 // forward and backward and four all-gathers in the weight pass (bf16: the linears' gathers
@@ -122,8 +152,9 @@ TEST(PlanLocal, TensorParallelCommunicationIsTheLinears) {
 }
 
 // Four ranks on two cores: a rank that waits leaves its core to another. A pipeline of one
-// microbatch runs its stages one at a time at full speed (the step is the full-speed
-// makespan), four data-parallel ranks all compute at once (twice the four-core step).
+// microbatch runs its stages one at a time at full speed (its pipeline time is the
+// full-speed makespan; the optimizer after it runs on all four ranks at once, at half
+// speed), four data-parallel ranks all compute at once (twice the four-core step).
 TEST(PlanLocal, RanksBeyondTheCoresTimeShareByWorkAndSpan) {
   PlanRequest r = small_request(4);
   PlanRequest wide = r;
@@ -132,12 +163,126 @@ TEST(PlanLocal, RanksBeyondTheCoresTimeShareByWorkAndSpan) {
   Layout pp;
   pp.pp = 4, pp.micro_batch = 8;  // one microbatch
   const Schedule s = make_schedule("1f1b", 4, 1, 1);
-  EXPECT_DOUBLE_EQ(predict_time(r, pp, s).step_s, predict_time(wide, pp, s).step_s);
+  const PredictedTime two_pp = predict_time(r, pp, s), four_pp = predict_time(wide, pp, s);
+  EXPECT_NEAR(two_pp.step_s, four_pp.pipeline_s + 2 * (four_pp.step_s - four_pp.pipeline_s), 1e-12);
   Layout dp;
   dp.dp = 4, dp.micro_batch = 2;
   const PredictedTime two = predict_time(r, dp, Schedule{}),
                       four = predict_time(wide, dp, Schedule{});
   EXPECT_NEAR(two.step_s, 2 * four.step_s, 1e-12);
+}
+
+// The shared-cores replay: with a core per stage thread it is the simulator's makespan; with
+// one core for one-thread stages it is all the work (a deadlock-free schedule always has a
+// stage that can compute, so the core never idles); in between, warm-up and cool-down
+// (fewer computing stages than cores) cost wall time that the work bound does not show.
+TEST(PlanLocal, SharedCoresReplayIsTheSimulatorOrTheWork) {
+  for (const char* name : {"gpipe", "1f1b", "zb-h1"}) {
+    const Schedule s = make_schedule(name, 4, 6, 1);
+    std::vector<OpCosts> costs;
+    double work = 0;
+    for (int st = 0; st < 4; ++st) {
+      costs.push_back({1.0 + 0.1 * st, 2.0, 0.5 + 0.2 * st, 0.0});
+      for (const Action& a : s.actions[size_t(st)]) work += action_cost(s, a.kind, costs.back());
+    }
+    EXPECT_NEAR(shared_cores_makespan(s, costs, 1, 4), simulate_schedule(s, costs).makespan, 1e-9)
+        << name;
+    EXPECT_NEAR(shared_cores_makespan(s, costs, 1, 1), work, 1e-9) << name;
+    const double two = shared_cores_makespan(s, costs, 1, 2);
+    EXPECT_GT(two, work / 2 + 1e-3) << name;
+    EXPECT_GE(two, simulate_schedule(s, costs).makespan - 1e-9) << name;
+  }
+}
+
+// The tie-break the work bound lacked: four pipeline stages on two cores, costs linear in the
+// microbatch (no per-call overheads, no small-GEMM penalty, no latency) so that every
+// microbatch count does the same work; more, smaller microbatches shorten the warm-up and
+// cool-down in which fewer stages than cores compute, and rank first.
+TEST(PlanLocal, OversubscribedPipelinesRankByTheirSharedCoresSpan) {
+  PlanRequest r = small_request(4);
+  r.hardware.cores = 2;
+  r.hardware.kernel_overhead_s = 0;
+  r.hardware.gemm_half_dim = 0;
+  r.hardware.intra_latency_s = r.hardware.inter_latency_s = 0;
+  r.hardware.p2p_bw_intra = r.hardware.p2p_bw_inter = 1e30;
+  double last = 1e30;
+  for (int mb : {8, 4, 2, 1}) {
+    Layout l;
+    l.pp = 4, l.micro_batch = mb;
+    const PredictedTime p = predict_time(r, l, make_schedule("1f1b", 4, 8 / mb, 1));
+    EXPECT_LT(p.step_s, last * (1 - 1e-6)) << "micro-batch " << mb;
+    last = p.step_s;
+  }
+}
+
+// The MoE layer's local cost is its parts: the fp32 router GEMMs, each expert's GEMMs over its
+// rows (bf16: over the layer's row chunks, the last one padded to 64 rows) and the
+// calibrated rest per hidden element.
+TEST(PlanLocal, MoeCostsAreTheRouterTheExpertGemmsAndTheCalibratedRest) {
+  HardwareProfile h = testing::synthetic_local();
+  h.moe_fwd_s = 1e-9, h.moe_bwd_s = 2e-9, h.moe_wgt_s = 3e-9;
+  h.moe_fwd_s_bf16 = 4e-9, h.moe_bwd_s_bf16 = 5e-9, h.moe_wgt_s_bf16 = 6e-9;
+  const double C = 64, H = 256, E = 4, tokens = 512;
+  const std::vector<double> rows = {300, 0, 130, 594};
+  for (const char* precision : {"fp32", "bf16"}) {
+    const bool bf16 = std::string(precision) == "bf16";
+    const ComputeRates R = compute_rates(h, precision, 1, 1), R32 = compute_rates(h, "fp32", 1, 1);
+    const MoeCosts m = local_moe_costs(R, R32, rows, tokens, E, C, H, bf16, 512);
+    auto g = [&](const ComputeRates& x, double a, double b, double c) {
+      return local_gemm_seconds(x, a, b, c);
+    };
+    double f = g(R32, tokens, E, C), b = f * R32.input_grad_ratio,
+           w = g(R32, E, C, tokens) * R32.weight_grad_ratio;
+    // fp32: one call per expert with rows; bf16: 300 = 256 + (44 -> 64); 130 = 128 + (2 ->
+    // 64); 594 = 512 + 64 + (18 -> 64).
+    const std::vector<std::vector<double>> calls =
+        bf16 ? std::vector<std::vector<double>>{{256, 64}, {}, {128, 64}, {512, 64, 64}}
+             : std::vector<std::vector<double>>{{300}, {}, {130}, {594}};
+    for (const auto& expert : calls)
+      for (const double r : expert) {
+        const double fwd = g(R, r, H, C) + g(R, r, C, H);
+        f += fwd, b += fwd * R.input_grad_ratio;
+        w += (g(R, H, C, r) + g(R, C, H, r)) * R.weight_grad_ratio;
+      }
+    const double elems = (300 + 130 + 594) * H;
+    f += elems * (bf16 ? 4e-9 : 1e-9), b += elems * (bf16 ? 5e-9 : 2e-9),
+        w += elems * (bf16 ? 6e-9 : 3e-9);
+    EXPECT_NEAR(m.forward, f, 1e-15) << precision;
+    EXPECT_NEAR(m.backward, b, 1e-15) << precision;
+    EXPECT_NEAR(m.weight, w, 1e-15) << precision;
+  }
+}
+
+// In a plan: every MoE block of every microbatch adds the calibrated rest over N topk rows x
+// 4h (the derivative is exact); with expert parallelism over the busiest rank's rows, the
+// expected maximum of ep normal loads from the calibrated spread, capped at all the rows a
+// rank can receive.
+TEST(PlanLocal, ExpertParallelWaitsForTheBusiestRank) {
+  EXPECT_NEAR(expected_max_normal(2), 1 / std::sqrt(M_PI), 1e-6);
+  EXPECT_NEAR(expected_max_normal(3), 1.5 / std::sqrt(M_PI), 1e-6);
+  EXPECT_EQ(expected_max_normal(1), 0);
+  PlanRequest r = small_request(2);
+  r.model.experts = 4, r.model.topk = 2;
+  r.hardware.moe_fwd_s = r.hardware.moe_bwd_s = r.hardware.moe_wgt_s = 1e-9;
+  r.hardware.moe_load_cv = 0.5;
+  const double busiest = 1 + 0.5 * std::sqrt(4.0 / 3) / std::sqrt(2.0) / std::sqrt(M_PI);
+  EXPECT_NEAR(busiest_rank_load(r.hardware, r.model, 2), busiest, 1e-6);
+  EXPECT_EQ(busiest_rank_load(r.hardware, r.model, 1), 1);
+  HardwareProfile wild = r.hardware;
+  wild.moe_load_cv = 10;
+  EXPECT_EQ(busiest_rank_load(wild, r.model, 2), 2);  // 2 of 2 choices, from both ranks
+  EXPECT_EQ(busiest_rank_load(wild, r.model, 4), 2);  // 1 of 2 choices, from 4 ranks
+  for (int ep : {1, 2}) {
+    Layout l;
+    l.dp = ep, l.ep = ep, l.micro_batch = 4;
+    const double before = stage_costs(r, l)[0].forward;
+    PlanRequest more = r;
+    more.hardware.moe_fwd_s += 1e-9;
+    const double after = stage_costs(more, l)[0].forward;
+    const double rows = 4.0 * r.model.seq * 2 * (ep > 1 ? busiest : 1);
+    const double elems = r.model.layers * rows * 4 * r.model.dim;
+    EXPECT_NEAR((after - before) / 1e-9, elems, elems * 1e-6) << "ep " << ep;
+  }
 }
 
 // Diagnostic, not a check (run with --gtest_also_run_disabled_tests): the linear layers'
