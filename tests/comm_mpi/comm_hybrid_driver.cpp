@@ -105,6 +105,14 @@ void timeout(CommWorld& w) {
   if (w.rank() != 1) w.world()->all_reduce(std::span<float>(buf), ReduceOp::sum).wait();
 }
 
+// Every rank thread of every process aborts at the same moment (after a barrier): Open MPI's
+// MPI_Abort returns to all callers but the first in a process, and the job ended with SIGABRT
+// (exit 134) where two ranks of one process timed out together. It must end with code 1.
+void abort_together(CommWorld& w) {
+  w.world()->barrier().wait();
+  w.abort("aborted together with the other ranks");
+}
+
 }  // namespace
 }  // namespace mt
 
@@ -125,6 +133,8 @@ int main(int argc, char** argv) {
       mt::fault(w);
     else if (mode == "timeout")
       mt::timeout(w);
+    else if (mode == "abort-together")
+      mt::abort_together(w);
     else if (mode == "usage-all")
       throw mt::UsageError("bad value for --dp: 3 does not divide 4");
     else

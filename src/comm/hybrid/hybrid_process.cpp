@@ -1,4 +1,5 @@
 #include "comm/hybrid/hybrid_process.h"
+#include "comm/mpi/mpi_abort.h"
 
 #include <mpi.h>
 
@@ -165,13 +166,10 @@ void HybridProcess::die(int world_rank) {
     while (!exited_[root - first_rank()].load() && watch.elapsed() < 10)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  std::lock_guard lock(die_mu_);  // one line: MPI_Abort below does not return
+  std::lock_guard lock(die_mu_);  // the root cause is read once its thread has reported
   int code = 1;
   const std::string line = root_cause_line(*job_, &code);
-  std::fprintf(stderr, "meshtrain: error: %s\n", line.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::abort();
+  mpi_abort_once(line, code);
 }
 
 HybridWorld::HybridWorld(HybridProcess& process, int world_rank)
@@ -188,10 +186,7 @@ std::shared_ptr<Communicator> HybridWorld::make_group(const std::vector<int>& me
 }
 
 void HybridWorld::abort(const std::string& why) {
-  std::fprintf(stderr, "meshtrain: error: rank %d: %s\n", rank_, why.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();
+  mpi_abort_once(str("rank ", rank_, ": ", why), 1);
 }
 
 }  // namespace mt::hybrid

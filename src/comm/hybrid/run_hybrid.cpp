@@ -20,6 +20,7 @@
 
 #include "comm/hybrid/hybrid_process.h"
 #include "comm/hybrid/run_hybrid.h"
+#include "comm/mpi/mpi_abort.h"
 #include "core/error.h"
 
 namespace mt {
@@ -27,10 +28,7 @@ namespace mt {
 namespace {
 
 [[noreturn]] void die_process(int process, const std::string& what, int code) {
-  std::fprintf(stderr, "meshtrain: error: process %d: %s\n", process, what.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::exit(code);
+  mpi_abort_once(str("process ", process, ": ", what), code);
 }
 
 bool env_flag(const char* name) {

@@ -1,4 +1,5 @@
 #include "comm/mpi/mpi_work.h"
+#include "comm/mpi/mpi_abort.h"
 
 #include <chrono>
 #include <cstdio>
@@ -32,10 +33,7 @@ class Backoff {
 };
 
 [[noreturn]] void abort_job(const std::string& line) {
-  std::fprintf(stderr, "meshtrain: error: %s\n", line.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();  // MPI_Abort does not return; this keeps the compiler and a broken MPI honest
+  mpi_abort_once(line, 1);
 }
 
 }  // namespace

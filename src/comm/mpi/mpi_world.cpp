@@ -1,4 +1,5 @@
 #include "comm/mpi/mpi_world.h"
+#include "comm/mpi/mpi_abort.h"
 
 #include <chrono>
 #include <cstdio>
@@ -13,7 +14,9 @@
 
 namespace mt {
 
-int launcher_local_rank() { return launcher_from_env().local_rank; }
+int launcher_local_rank() {
+  return launcher_from_env().local_rank;
+}
 
 MpiWorld::MpiWorld(const WorldOptions& opts) : opts_(opts) {
   MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "world rank");
@@ -133,10 +136,7 @@ std::shared_ptr<MpiGroup> MpiWorld::split(int color, int key, const std::vector<
 }
 
 void MpiWorld::abort(const std::string& why) {
-  std::fprintf(stderr, "meshtrain: error: rank %d: %s\n", rank_, why.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();
+  mpi_abort_once(str("rank ", rank_, ": ", why), 1);
 }
 
 bool MpiWorld::agree_on_exit(int status, double wait_s, int* worst, int* best) {

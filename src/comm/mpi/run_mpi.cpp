@@ -17,6 +17,7 @@
 #include <memory>
 #include <new>
 
+#include "comm/mpi/mpi_abort.h"
 #include "comm/mpi/mpi_world.h"
 #include "comm/world.h"
 #include "core/error.h"
@@ -26,10 +27,7 @@ namespace mt {
 namespace {
 
 [[noreturn]] void die(int rank, const std::string& what, int code) {
-  std::fprintf(stderr, "meshtrain: error: rank %d: %s\n", rank, what.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::exit(code);  // not reached: MPI_Abort does not return
+  mpi_abort_once(str("rank ", rank, ": ", what), code);
 }
 
 bool env_flag(const char* name) {
