@@ -10,7 +10,9 @@ Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate
    gives the prediction; `meshtrain train` with the same layout for N steps gives the
    measurement (median step_time_s of the steps after the first two).
 3. --brute-force: every valid 4-rank layout is measured and the planner's first choice is
-   compared with the best measured one.
+   compared with the best measured one; then the first choice and the 5 best measured are
+   run again, 3 interleaved rounds each, and compared by their medians (the best of many
+   single noisy runs is biased low).
 The load average is printed before and after: on a shared machine a high load makes the
 measurement, not the model, the larger error.
 """
@@ -208,6 +210,33 @@ def brute_force(binary, out, profile, steps):
               f"{len(results)} measured); best measured {best[idx] * 1e3:.1f} ms (planner's "
               f"#{best[0] + 1}); first choice {first[idx] / best[idx] - 1:+.1%} (goal <= 5%)")
     print(f"load average {load0:.2f} -> {load1:.2f} on {os.cpu_count()} cores")
+    remeasure_finalists(binary, out, results, steps)
+
+
+def remeasure_finalists(binary, out, results, steps, finalists=5, rounds=3):
+    """The best of 69 single noisy runs is biased low (a lucky run wins; here one layout
+    under three schedule names, the same work, measured 81-102 ms). So the planner's first
+    choice and the `finalists` best measured layouts are run again, `rounds` times each,
+    interleaved (a drift of the host hits them all alike), with at least 10 steps, and
+    compared by their medians over the rounds."""
+    best = sorted(results, key=lambda r: r[2])[:finalists]
+    chosen = [results[0]] + [r for r in best if r[0] != 0]
+    walls = {r[0]: [] for r in chosen}
+    load0 = loadavg()
+    for _ in range(rounds):
+        for r in chosen:
+            walls[r[0]].append(measure(binary, out, 4, r[4], max(steps, 10))[0])
+    load1 = loadavg()
+    medians = {i: statistics.median(w) for i, w in walls.items()}
+    for r in chosen:
+        print(f"finalist planner's #{r[0] + 1:<3d} {r[4]}  predicted {r[1] * 1e3:7.1f} ms  "
+              f"wall {' '.join(f'{w * 1e3:.1f}' for w in walls[r[0]])}  median "
+              f"{medians[r[0]] * 1e3:.1f}", flush=True)
+    top = min(medians, key=medians.get)
+    print(f"re-measured ({rounds} interleaved rounds of {max(steps, 10)} steps): planner's #1 "
+          f"{medians[0] * 1e3:.1f} ms, best finalist {medians[top] * 1e3:.1f} ms (planner's "
+          f"#{top + 1}); first choice {medians[0] / medians[top] - 1:+.1%} (goal <= 5%); "
+          f"load average {load0:.2f} -> {load1:.2f}")
 
 
 def main():
