@@ -111,25 +111,16 @@ void gemm_exact(const GemmShape& shape, const bf16* A, const bf16* B, const floa
   ctx.stream.wait();
 }
 
-// Rows of C depend only on their rows of A, so a GEMM may run as several over row ranges.
-// It does, so that the primitives cached per shape stay few: M = 64 q + r runs as the exact
-// 64 q rows plus r in power-of-two pieces (at most 6), and M <= 16 as itself. Training's
-// row counts (b x T) are nearly always multiples of 64 and run as one call; the sampler,
-// whose window grows a token at a time, made one primitive per length (500 tokens of a
-// 2-layer model: 4.1 s and 289 MB against fp32's 1.8 s and 104 MB).
+// Rows of C depend only on their rows of A, so a GEMM runs as one per piece of
+// matmul_bf16_row_pieces (few shapes, so few cached primitives).
 void gemm(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C) {
-  constexpr int64_t kRowBlock = 64, kSmallRows = 16;
-  if (shape.M <= kSmallRows || shape.M % kRowBlock == 0) return gemm_exact(shape, A, B, bias, C);
   int64_t m0 = 0;
-  const auto rows = [&](int64_t m) {
+  for (const int64_t m : matmul_bf16_row_pieces(shape.M)) {
     GemmShape part = shape;
     part.M = m;
     gemm_exact(part, A + m0 * shape.a_rs, B, bias, C + m0 * shape.N);
     m0 += m;
-  };
-  if (shape.M >= kRowBlock) rows(shape.M / kRowBlock * kRowBlock);
-  for (int64_t piece = kRowBlock / 2; piece >= 1; piece /= 2)
-    if ((shape.M - m0) >= piece) rows(piece);
+  }
 }
 
 size_t cached_primitives() {
@@ -240,6 +231,21 @@ void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout,
     }
     for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
   }
+}
+
+// M = 64 q + r runs as the exact 64 q rows plus r in power-of-two pieces (at most 6), and
+// M <= 16 as itself. Training's row counts (b x T) are nearly always multiples of 64 and run
+// as one call; the sampler, whose window grows a token at a time, made one primitive per
+// length (500 tokens of a 2-layer model: 4.1 s and 289 MB against fp32's 1.8 s and 104 MB).
+std::vector<int64_t> matmul_bf16_row_pieces(int64_t rows) {
+  constexpr int64_t kRowBlock = 64, kSmallRows = 16;
+  if (rows <= kSmallRows || rows % kRowBlock == 0) return {rows};
+  std::vector<int64_t> pieces;
+  if (rows >= kRowBlock) pieces.push_back(rows / kRowBlock * kRowBlock);
+  int64_t left = rows % kRowBlock;
+  for (int64_t piece = kRowBlock / 2; piece >= 1; piece /= 2)
+    if (left >= piece) pieces.push_back(piece), left -= piece;
+  return pieces;
 }
 
 size_t matmul_bf16_cached_primitives() {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/bf16.h"
 
@@ -29,6 +30,12 @@ void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout,
 
 // dst (cols, rows) = src (rows, cols)^T, row-major both (any sizes).
 void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols);
+
+// The row counts a GEMM of `rows` output rows runs as, in order (their sum is `rows`): the
+// forward and input-gradient GEMMs split their rows this way so that the shapes, and the
+// oneDNN primitives cached per shape, stay few per layer whatever the row count. A row of
+// the output is the same bits whichever piece it ran in.
+std::vector<int64_t> matmul_bf16_row_pieces(int64_t rows);
 
 // How many oneDNN primitives this thread keeps (one per GEMM shape it has run). Bounded per
 // family of shapes: row counts run as at most 64-row multiples plus power-of-two pieces.

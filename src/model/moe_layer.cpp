@@ -105,7 +105,7 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
     }
     chunk_rows_ = bf16_chunk_rows(max_tokens_);
     const size_t width = size_t(std::max(C_, H_));
-    pad_.resize(2 * kRowQuantum * width);  // fp32 (q, width), then 2 x bf16 (q, width)
+    pad_.resize(kRowQuantum * width);  // two bf16 (q, width) operands of weight_gemm
   }
 }
 
@@ -145,7 +145,16 @@ void MoeLayer::expert_rows(const int32_t* recv_counts) {
     exp_rows_[le] = r;
     exp_off_[le + 1] = exp_off_[le] + r;
   }
-  for (int d = 0; d < ep_size_; ++d) send_rows_[d] = recv_rows_[d] = 0;
+}
+
+void MoeLayer::rank_rows(const int32_t* counts, const int32_t* recv_counts) {
+  for (int d = 0; d < ep_size_; ++d) {
+    send_rows_[d] = recv_rows_[d] = 0;
+    for (int le = 0; le < El_; ++le) {
+      send_rows_[d] += counts[d * El_ + le];
+      recv_rows_[d] += recv_counts[d * El_ + le];
+    }
+  }
 }
 
 void MoeLayer::exchange(const float* send, const int32_t* send_rows, float* recv,
@@ -194,27 +203,16 @@ void MoeLayer::for_row_chunks(int rows, F&& f) const {
   if (r0 < rows) f(r0, rows - r0);
 }
 
-template <typename Gemm>
-void MoeLayer::rows_gemm(float* y, const bf16* a, int rb, int in, int out, Gemm&& gemm) {
-  if (rb >= kRowQuantum) return gemm(y, a, rb);
-  // The rows are independent: zero rows pad the operand, their results are dropped.
-  const size_t q = kRowQuantum, width = size_t(std::max(C_, H_));
-  float* y_pad = pad_.data();
-  bf16* a_pad = h16(pad_.data(), q * width);
-  std::memcpy(a_pad, a, size_t(rb) * in * sizeof(bf16));
-  std::memset(a_pad + size_t(rb) * in, 0, (q - rb) * in * sizeof(bf16));
-  gemm(y_pad, a_pad, kRowQuantum);
-  std::memcpy(y, y_pad, size_t(rb) * out * sizeof(float));
-}
-
 void MoeLayer::weight_gemm(float* dw, float* db, const bf16* dout, const bf16* inp, int rows,
                            int in, int out) {
   const size_t q = kRowQuantum, width = size_t(std::max(C_, H_));
   for_row_chunks(rows, [&](int r0, int rb) {
     const bf16* d = dout + size_t(r0) * out;
     const bf16* x = inp + size_t(r0) * in;
-    if (rb < kRowQuantum) {  // zero rows add nothing to dw and db
-      bf16* d_pad = h16(pad_.data(), q * width);
+    // The rows are the reduction here: a chunk under kRowQuantum rows runs as kRowQuantum
+    // (zero rows add nothing to dw and db) rather than as a new shape per row count.
+    if (rb < kRowQuantum) {
+      bf16* d_pad = h16(pad_.data(), 0);
       bf16* x_pad = d_pad + q * width;
       std::memcpy(d_pad, d, size_t(rb) * out * sizeof(bf16));
       std::memset(d_pad + size_t(rb) * out, 0, (q - rb) * out * sizeof(bf16));
@@ -241,14 +239,10 @@ void MoeLayer::experts_forward_bf16(float* s, float* y_rows) {
     const float* b_proj = proj_[le].b;
     for_row_chunks(rows, [&](int r0, int rb) {
       const size_t r = size_t(exp_off_[le]) + r0;
-      rows_gemm(fc_pre + r * H_, x + r * C_, rb, C_, H_, [&](float* y, const bf16* a, int m) {
-        matmul_bf16_forward(y, a, w_fc, nullptr, m, C_, H_);
-      });
+      matmul_bf16_forward(fc_pre + r * H_, x + r * C_, w_fc, nullptr, rb, C_, H_);
       bias_gelu_forward(stage_, fc_pre + r * H_, fc_[le].b, rb, H_);
       to_bf16(fc_out + r * H_, stage_, size_t(rb) * H_);
-      rows_gemm(y_rows + r * C_, fc_out + r * H_, rb, H_, C_, [&](float* y, const bf16* a, int m) {
-        matmul_bf16_forward(y, a, w_proj, b_proj, m, H_, C_);
-      });
+      matmul_bf16_forward(y_rows + r * C_, fc_out + r * H_, w_proj, b_proj, rb, H_, C_);
     });
   }
 }
@@ -267,14 +261,11 @@ void MoeLayer::experts_backward_input_bf16(float* s, float* dx_rows) {
     const bf16* w_proj = proj16_[le].get(proj_[le].w);
     for_row_chunks(rows, [&](int r0, int rb) {
       const size_t r = size_t(exp_off_[le]) + r0;
-      rows_gemm(stage_, dy + r * C_, rb, C_, H_, [&](float* y, const bf16* a, int m) {
-        matmul_bf16_backward_input(y, a, w_proj, m, H_, C_, /*accumulate=*/false);
-      });
+      matmul_bf16_backward_input(stage_, dy + r * C_, w_proj, rb, H_, C_, /*accumulate=*/false);
       gelu_backward(stage_, fc_pre + r * H_, stage_, size_t(rb) * H_);
       to_bf16(d_fc + r * H_, stage_, size_t(rb) * H_);
-      rows_gemm(dx_rows + r * C_, d_fc + r * H_, rb, H_, C_, [&](float* y, const bf16* a, int m) {
-        matmul_bf16_backward_input(y, a, w_fc, m, C_, H_, /*accumulate=*/false);
-      });
+      matmul_bf16_backward_input(dx_rows + r * C_, d_fc + r * H_, w_fc, rb, C_, H_,
+                                 /*accumulate=*/false);
     });
   }
 }
@@ -338,11 +329,7 @@ void MoeLayer::forward(float* s, const float* h, float* y, int N) {
     gather_rows(a, h, row_token, M, C_);
     exchange_->exchange_counts(counts, recv_counts, El_);
     expert_rows(recv_counts);
-    for (int d = 0; d < ep_size_; ++d)
-      for (int le = 0; le < El_; ++le) {
-        send_rows_[d] += counts[d * El_ + le];
-        recv_rows_[d] += recv_counts[d * El_ + le];
-      }
+    rank_rows(counts, recv_counts);
     exchange(a, send_rows_.data(), b, recv_rows_.data());  // dispatch
     // The dispatch moves fp32 rows; bf16 rounds them after (the same values either way).
     if (bf16_) {
@@ -382,11 +369,7 @@ void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* 
     }
     scatter_add_rows(dh, a, row_of, N, k_, C_);
   } else {
-    for (int d = 0; d < ep_size_; ++d)
-      for (int le = 0; le < El_; ++le) {
-        send_rows_[d] += counts[d * El_ + le];
-        recv_rows_[d] += recv_counts[d * El_ + le];
-      }
+    rank_rows(counts, recv_counts);
     gather_rows_scaled(a, dy, row_of, gates, N, k_, C_);
     exchange(a, send_rows_.data(), b, recv_rows_.data());  // adjoint of combine
     if (bf16_) {

@@ -113,8 +113,10 @@ class MoeLayer {
   // oneDNN builds (and its per-thread cache keeps) one primitive per GEMM shape, and an
   // expert's row count changes with every microbatch's routing: under bf16 the experts'
   // GEMMs run over chunks of kRowQuantum * 2^j rows, at most bf16_chunk_rows(max_tokens),
-  // plus one zero-padded to kRowQuantum, so the shapes stay a handful per layer instead of
-  // one per distinct load. The stage holds one chunk: bf16_chunk_rows x H floats.
+  // plus a last one of fewer rows, which the forward and input-gradient GEMMs split as
+  // matmul_bf16_row_pieces does and the weight-gradient GEMMs zero-pad to kRowQuantum, so
+  // the shapes stay a handful per layer instead of one per distinct load. The stage holds
+  // one chunk: bf16_chunk_rows x H floats.
   static constexpr int kRowQuantum = 64;
   static int bf16_chunk_rows(int max_tokens) {
     int rows = kRowQuantum;
@@ -130,6 +132,8 @@ class MoeLayer {
  private:
   // Rows and offsets of each local expert in expert-major order, from recv_counts.
   void expert_rows(const int32_t* recv_counts);
+  // Rows sent to and received from each ep rank (counts, recv_counts: (rank, local expert)).
+  void rank_rows(const int32_t* counts, const int32_t* recv_counts);
   void experts_forward(float* s, float* y_rows);
   void experts_backward_input(float* s, float* dx_rows);
   // --precision bf16 twins of the two above (x_rows, dy_rows already rounded in the slot).
@@ -140,11 +144,8 @@ class MoeLayer {
   // most chunk_rows_) and a last one of fewer than kRowQuantum rows.
   template <typename F>
   void for_row_chunks(int rows, F&& f) const;
-  // y (rb, out) = gemm(a (rb, in)) for a chunk of for_row_chunks; a chunk under
-  // kRowQuantum rows runs as kRowQuantum rows through the zero-padded pad_ buffers.
-  template <typename Gemm>
-  void rows_gemm(float* y, const bf16* a, int rb, int in, int out, Gemm&& gemm);
-  // dw += dout^T @ inp, db += column sums of dout, over rows in the same chunks.
+  // dw += dout^T @ inp, db += column sums of dout, over rows in the same chunks; a chunk
+  // under kRowQuantum rows runs as kRowQuantum rows through the zero-padded pad_ buffers.
   void weight_gemm(float* dw, float* db, const bf16* dout, const bf16* inp, int rows, int in,
                    int out);
   // Sends rows (send_rows[d] to rank d) and waits; recv gets recv_rows[s] from rank s.
@@ -168,7 +169,7 @@ class MoeLayer {
   std::vector<tp::Bf16Weight> fc16_, proj16_;  // per local expert
   float* stage_ = nullptr;                     // chunk_rows_ x H, shared (set_bf16_stage)
   int chunk_rows_ = 0;                         // largest chunk: kRowQuantum * 2^j
-  // kRowQuantum x max(C, H) each: an fp32 output, then two bf16 operands.
+  // Two bf16 operands of kRowQuantum x max(C, H) each (weight_gemm's padded chunk).
   Arena pad_;
   // Offsets in a slot. N = max tokens, M = N*k local assignments, R = rows an expert rank
   // can receive (ep * N * min(k, E/ep)). int32 buffers share the float slot (same size).

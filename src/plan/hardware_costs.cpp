@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/matmul_bf16.h"
 #include "model/moe_layer.h"
 
 namespace mt::plan {
@@ -85,11 +86,14 @@ MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
   m.forward = local_gemm_seconds(R32, tokens, E, C);
   m.backward = m.forward * R32.input_grad_ratio;
   m.weight = local_gemm_seconds(R32, E, C, tokens) * R32.weight_grad_ratio;
-  // One expert's GEMMs over `r` rows in one call.
-  auto expert = [&](double r) {
+  // One expert's forward and input-gradient GEMMs over `r` rows in one call, and its
+  // weight-gradient GEMMs.
+  auto rows_gemms = [&](double r) {
     const double fwd = local_gemm_seconds(R, r, H, C) + local_gemm_seconds(R, r, C, H);
     m.forward += fwd;
     m.backward += fwd * R.input_grad_ratio;
+  };
+  auto weight_gemms = [&](double r) {
     m.weight +=
         (local_gemm_seconds(R, H, C, r) + local_gemm_seconds(R, C, H, r)) * R.weight_grad_ratio;
   };
@@ -99,15 +103,18 @@ MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
     if (r <= 0) continue;
     total += r;
     if (!bf16) {
-      expert(r);
+      rows_gemms(r), weight_gemms(r);
       continue;
     }
     // MoeLayer::for_row_chunks: the largest chunks first, then one under kRowQuantum rows,
-    // which rows_gemm / weight_gemm pad to kRowQuantum.
+    // which the row GEMMs split as matmul_bf16 does and weight_gemm pads to kRowQuantum.
     double left = r;
     for (double size = chunk_rows; size >= q; size /= 2)
-      for (; left >= size; left -= size) expert(size);
-    if (left > 0) expert(q);
+      for (; left >= size; left -= size) rows_gemms(size), weight_gemms(size);
+    if (left <= 0) continue;
+    for (const int64_t piece : matmul_bf16_row_pieces(int64_t(std::ceil(left))))
+      rows_gemms(double(piece));
+    weight_gemms(q);
   }
   m.forward += total * H * R.moe_fwd_s;
   m.backward += total * H * R.moe_bwd_s;

@@ -62,12 +62,14 @@ struct MoeCosts {
 };
 // `tokens` tokens routed by an (E, C) router; rows[e] the rows each local expert receives
 // (rows x (C -> H -> C) GELU MLPs). R: the experts' GEMM path (bf16: oneDNN over row chunks
-// of MoeLayer::kRowQuantum * 2^j rows, at most `chunk_rows`, a last partial chunk padded);
+// of MoeLayer::kRowQuantum * 2^j rows, at most `chunk_rows`, and a last partial chunk, which
+// the row GEMMs split into matmul_bf16_row_pieces and the weight GEMMs pad to kRowQuantum);
 // R32: the router's (always fp32). Router: forward (tokens, E, C), its input gradient of
 // the same shape, weight gradient (E, C, tokens); experts: fc (rows, H, C) and proj (rows,
 // C, H), input gradients of the same shapes, weight gradients (H, C, rows) and (C, H,
 // rows); backward GEMMs times the path's calibrated ratios; plus R's moe_*_s per hidden
-// element. Fractional rows (expected loads) run as their whole chunks and one padded chunk.
+// element. Fractional rows (expected loads) run as their whole chunks and one partial chunk
+// of the rows left, rounded up.
 MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
                          const std::vector<double>& rows, double tokens, double E, double C,
                          double H, bool bf16, int chunk_rows);

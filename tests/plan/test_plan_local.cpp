@@ -232,8 +232,9 @@ TEST(PlanLocal, OversubscribedPipelinesRankByTheirSharedCoresSpan) {
 }
 
 // The MoE layer's local cost is its parts: the fp32 router GEMMs, each expert's GEMMs over its
-// rows (bf16: over the layer's row chunks, the last one padded to 64 rows) and the
-// calibrated rest per hidden element.
+// rows (bf16: over the layer's row chunks; the last one, under 64 rows, split into
+// matmul_bf16's row pieces for the forward and input-gradient GEMMs and padded to 64 rows
+// for the weight-gradient GEMMs) and the calibrated rest per hidden element.
 TEST(PlanLocal, MoeCostsAreTheRouterTheExpertGemmsAndTheCalibratedRest) {
   HardwareProfile h = testing::synthetic_local();
   h.moe_fwd_s = 1e-9, h.moe_bwd_s = 2e-9, h.moe_wgt_s = 3e-9;
@@ -249,17 +250,21 @@ TEST(PlanLocal, MoeCostsAreTheRouterTheExpertGemmsAndTheCalibratedRest) {
     };
     double f = g(R32, tokens, E, C), b = f * R32.input_grad_ratio,
            w = g(R32, E, C, tokens) * R32.weight_grad_ratio;
-    // fp32: one call per expert with rows; bf16: 300 = 256 + (44 -> 64); 130 = 128 + (2 ->
-    // 64); 594 = 512 + 64 + (18 -> 64).
-    const std::vector<std::vector<double>> calls =
-        bf16 ? std::vector<std::vector<double>>{{256, 64}, {}, {128, 64}, {512, 64, 64}}
-             : std::vector<std::vector<double>>{{300}, {}, {130}, {594}};
-    for (const auto& expert : calls)
+    // fp32: one call per expert with rows. bf16, forward and input gradient: 300 = 256 +
+    // (44 = 32 + 8 + 4); 130 = 128 + 2; 594 = 512 + 64 + (18 = 16 + 2). Weight gradient:
+    // 300 = 256 + (44 -> 64); 130 = 128 + (2 -> 64); 594 = 512 + 64 + (18 -> 64).
+    using Calls = std::vector<std::vector<double>>;
+    const Calls row_calls = bf16 ? Calls{{256, 32, 8, 4}, {}, {128, 2}, {512, 64, 16, 2}}
+                                 : Calls{{300}, {}, {130}, {594}};
+    const Calls weight_calls =
+        bf16 ? Calls{{256, 64}, {}, {128, 64}, {512, 64, 64}} : Calls{{300}, {}, {130}, {594}};
+    for (const auto& expert : row_calls)
       for (const double r : expert) {
         const double fwd = g(R, r, H, C) + g(R, r, C, H);
         f += fwd, b += fwd * R.input_grad_ratio;
-        w += (g(R, H, C, r) + g(R, C, H, r)) * R.weight_grad_ratio;
       }
+    for (const auto& expert : weight_calls)
+      for (const double r : expert) w += (g(R, H, C, r) + g(R, C, H, r)) * R.weight_grad_ratio;
     const double elems = (300 + 130 + 594) * H;
     f += elems * (bf16 ? 4e-9 : 1e-9), b += elems * (bf16 ? 5e-9 : 2e-9),
         w += elems * (bf16 ? 6e-9 : 3e-9);

@@ -228,7 +228,7 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.parallel.dp = 2;
        }},
       // One worker: an expert receives up to N = 256 rows, so its GEMMs run over chunks of
-      // 256, 128 and 64 rows and a zero-padded remainder (moe_layer.h).
+      // 256, 128 and 64 rows and a remainder, split or zero-padded (moe_layer.h).
       {"bf16 experts 4 every 2 sel",
        [](TrainOptions& o) {
          o.optim.precision = "bf16";
