@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -38,7 +39,11 @@ bool keep_line(const std::string& line, bool torn, int resumed_after) {
 
 // Rewrites `path` with the lines an earlier run left that stay (keep_line), through a
 // temporary beside it and a rename, so a failure here never leaves half a file.
-void keep_records_up_to(const std::string& path, int resumed_after) {
+void keep_records_up_to(const std::string& given, int resumed_after) {
+  // Through a link the file it names is rewritten (as writing it would), not the link.
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(given, ec);
+  const std::string path = ec ? given : real.string();
   std::ifstream in(path, std::ios::binary);
   MT_REQUIRE(in.good(), "--metrics ", path, ": cannot read it to continue it (",
              std::strerror(errno), ")");

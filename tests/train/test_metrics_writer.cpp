@@ -80,6 +80,21 @@ TEST(MetricsWriter, ResumingPastEveryRecordKeepsAllButTheTornLine) {
   EXPECT_EQ(kept.find("memory"), std::string::npos) << kept;
 }
 
+// --metrics through a symbolic link: the file it names is continued, the link stays a link.
+TEST(MetricsWriter, AResumedRunThroughALinkContinuesTheFileItNames) {
+  TempFile f("metrics_target.jsonl"), link("metrics_link.jsonl");
+  f.write(kEarlierRun);
+  fs::create_symlink(f.path, link.path);
+  {
+    MetricsWriter w(link.path.string(), /*resumed_after=*/1);
+    w.write({{"step", 2}});
+  }
+  EXPECT_TRUE(fs::is_symlink(link.path));
+  EXPECT_EQ(f.read(),
+            "{\"event\":\"run\",\"backend\":\"local\"}\n{\"step\":1,\"loss\":5.5}\n"
+            "a note the user added\n{\"step\":2}\n");
+}
+
 TEST(MetricsWriter, AResumedRunWithoutAFileStartsOne) {
   TempFile f("metrics_new.jsonl");
   {
