@@ -3,12 +3,13 @@
 measured one, for many layouts from one calibration.
 
 Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate-seconds S]
-       [--steps N] [--brute-force] [--model medium|tiny] [--only NAME,NAME]
+       [--steps N] [--rounds R] [--brute-force] [--model medium|tiny] [--only NAME,NAME]
 
 1. `meshtrain plan --calibrate` writes OUT_DIR/local.toml (skipped when it exists).
 2. For each layout: `meshtrain plan --hardware local` with every knob fixed (one candidate)
    gives the prediction; `meshtrain train` with the same layout for N steps gives the
-   measurement (median step_time_s of the steps after the first two).
+   measurement (median step_time_s of the steps after the first two). The layouts run in
+   R interleaved rounds (default 3), each layout's wall the median over its rounds.
 3. --brute-force: every valid 4-rank layout is measured and the planner's first choice is
    compared with the best measured one; then the first choice and the 5 best measured are
    run again, 3 interleaved rounds each, and compared by their medians (the best of many
@@ -256,22 +257,42 @@ def main():
     if "--brute-force" in sys.argv:
         brute_force(binary, out, profile, steps)
         return
+    rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
+    chosen = [(name, ranks, resolve(k)) for name, ranks, k in LAYOUTS
+              if not only or any(o == name for o in only)]
+    preds = {name: predict(binary, profile, ranks, k) for name, ranks, k in chosen}
     load0 = loadavg()
-    rows, cpu_rows, errs, cpu_errs = [], [], [], []
-    for name, ranks, k in LAYOUTS:
-        if only and not any(o == name for o in only):
-            continue
-        k = resolve(k)
-        pred = predict(binary, profile, ranks, k)
-        wall, cpu = measure(binary, out, ranks, k, steps)
+    # Every layout once per round, the rounds one after another: a drift of the host's speed
+    # (up to ~15% within minutes here) lands on every layout alike instead of on the few
+    # measured in a slow minute; each layout's figure is the median over the rounds.
+    walls = {name: [] for name, _, _ in chosen}
+    cpus = {name: [] for name, _, _ in chosen}
+    for rnd in range(rounds):
+        for name, ranks, k in chosen:
+            wall, cpu = measure(binary, out, ranks, k, steps)
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+            if rounds > 1:
+                print(f"  round {rnd + 1}/{rounds} {name:24} wall {wall * 1e3:8.1f} ms", flush=True)
+    rows, cpu_rows, errs, cpu_errs, spreads = [], [], [], [], []
+    for name, ranks, k in chosen:
+        pred = preds[name]
+        wall = statistics.median(walls[name])
+        finite = [c for c in cpus[name] if c == c]
+        cpu = statistics.median(finite) if finite else float("nan")
+        spreads.append(max(walls[name]) / min(walls[name]) - 1)
         err, cerr = pred / wall - 1, pred / cpu - 1
         errs.append(abs(err))
         cpu_errs.append(abs(cerr))
         rows.append((name, ranks, pred, wall, err))
         cpu_rows.append((name, ranks, pred, cpu, cerr))
+        each = " ".join(f"{w * 1e3:.1f}" for w in walls[name]) if rounds > 1 else ""
         print(f"{name:24} ranks {ranks}  predicted {pred * 1e3:8.1f} ms  measured wall "
               f"{wall * 1e3:8.1f} ms ({err:+.1%})  cpu-time estimate {cpu * 1e3:8.1f} ms "
-              f"({cerr:+.1%})", flush=True)
+              f"({cerr:+.1%})" + (f"  rounds {each}" if each else ""), flush=True)
+    if rounds > 1:
+        print(f"round-to-round spread of one layout's wall (max/min - 1): median "
+              f"{statistics.median(spreads):.1%}, max {max(spreads):.1%}")
     load1 = loadavg()
     print(f"wall: mean |error| {statistics.mean(errs):.1%}, max {max(errs):.1%}; cpu-time "
           f"estimate: mean {statistics.mean(cpu_errs):.1%}, max {max(cpu_errs):.1%}; over "
@@ -301,7 +322,7 @@ def main():
               f"{statistics.mean(rel):.1%}, max {max(rel):.1%} over {len(rel)} layouts")
     with open(os.path.join(out, "closed_loop.json"), "w") as f:
         json.dump({"rows": rows, "cpu_rows": cpu_rows, "load": [load0, load1],
-                   "cores": os.cpu_count()}, f)
+                   "cores": os.cpu_count(), "rounds": walls}, f)
 
 
 if __name__ == "__main__":

@@ -422,43 +422,68 @@ double reference_step_predicted(const HardwareProfile& h, const std::string& pre
 }
 
 // HardwareProfile::step_factor_* and microbatch_weight_s*: the reference step measured in
-// one microbatch (M1, before and after M8) and in 8 microbatches of one sequence (M8), against what
-// the profile's kernel figures alone predict for them (K1, K8: no step factor, no per-microbatch
-// cost). The local model of a real step is F x kernels + microbatches x W x c (W: the linears'
-// weight elements, 4 x 12 h^2 + V h): two measurements, two unknowns,
-//   c = (M8 - M1 K8/K1) / (W (8 - K8/K1)),   F = (M1 - W c) / K1,
-// c from each run's least step, F from the medians (below).
-// {F, c}; {0, 0} where a run fails, c 0 where M8 fails.
+// 1, 8, 2, 4 and again 1 microbatches (the host's speed drifts by up to ~15% within minutes,
+// docs/planner.md, so the one-microbatch step brackets the others), each against what the
+// profile's kernel figures alone predict for it (no step factor, no per-microbatch cost),
+// then fit_step_factor over all five. An earlier version solved the two unknowns from 1 and 8
+// microbatches alone; micro-batch 1 pays more per microbatch than the larger ones the
+// layouts use, and the closed loop's 4-microbatch runs read 11% slow from it.
+// {F, c}; {0, 0} where the one-microbatch run fails, c 0 where every other one does.
 std::pair<double, double> reference_step_figures(const HardwareProfile& h,
                                                  const std::string& precision, std::ostream& log) {
   HardwareProfile g = h;
   g.step_factor_fp32 = g.step_factor_bf16 = 0;
   g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
-  const auto [m1a, least1a] = reference_step_seconds(precision, 1, log);
-  const double k1 = m1a > 0 ? reference_step_predicted(g, precision, 1, log) : 0;
-  if (k1 <= 0) return {0, 0};
-  const auto [m8_median, m8] = reference_step_seconds(precision, 8, log);
-  (void)m8_median;
-  // The one-microbatch step again after the 8-microbatch one, averaged with the first: the
-  // host's speed drifts by up to ~15% within minutes (docs/planner.md), and c rests on the
-  // difference of the two layouts. c from the least step of each run (other processes'
-  // load adds to single steps, 134-193 ms within one fp32 run at load 2), the factor from
-  // the medians (what a step pays every time, page faults included).
-  const auto [m1b, least1b] = reference_step_seconds(precision, 1, log);
-  const double m1 = m1b > 0 ? (m1a + m1b) / 2 : m1a;
-  const double least1 = m1b > 0 ? (least1a + least1b) / 2 : least1a;
-  const double k8 = m8 > 0 ? reference_step_predicted(g, precision, 8, log) : 0;
-  const double W = 4 * 12.0 * 256 * 256 + 256.0 * 256;
-  double c = 0;
-  if (k8 > 0) {
-    const double r = k8 / k1;
-    // A small floor keeps the figure "measured" (0 means absent) where the kernels already
-    // account for the microbatches.
-    c = std::max((m8 - least1 * r) / (W * (8 - r)), 1e-3 * m1 / (8 * W));
+  std::vector<ReferenceStep> steps;
+  for (int m : {1, 8, 2, 4, 1}) {
+    const double measured = reference_step_seconds(precision, m, log).first;
+    const double kernels = measured > 0 ? reference_step_predicted(g, precision, m, log) : 0;
+    if (kernels > 0) steps.push_back({m, kernels, measured});
   }
-  return {std::clamp((m1 - W * c) / k1, 0.5, 3.0), c};
+  const bool one = std::any_of(steps.begin(), steps.end(),
+                               [](const ReferenceStep& r) { return r.microbatches == 1; });
+  if (!one) return {0, 0};
+  const double W = 4 * 12.0 * 256 * 256 + 256.0 * 256;
+  const bool several = std::any_of(steps.begin(), steps.end(),
+                                   [](const ReferenceStep& r) { return r.microbatches > 1; });
+  if (!several) {
+    double sum = 0;
+    for (const ReferenceStep& r : steps) sum += r.measured_s / r.kernels_s;
+    return {std::clamp(sum / double(steps.size()), 0.5, 3.0), 0.0};
+  }
+  return fit_step_factor(steps, W);
 }
 }  // namespace
+
+std::pair<double, double> fit_step_factor(const std::vector<ReferenceStep>& steps,
+                                          double weights) {
+  MT_CHECK(!steps.empty() && weights > 0, "fit_step_factor without reference steps");
+  // Relative residuals: (F a + c b - 1) with a = K/M, b = m W/M; the normal equations of
+  // two unknowns.
+  double aa = 0, ab = 0, bb = 0, a1 = 0, b1 = 0, least = steps[0].measured_s;
+  for (const ReferenceStep& r : steps) {
+    const double a = r.kernels_s / r.measured_s, b = r.microbatches * weights / r.measured_s;
+    aa += a * a, ab += a * b, bb += b * b, a1 += a, b1 += b;
+    least = std::min(least, r.measured_s);
+  }
+  // A small floor keeps the figure "measured" (0 means absent) where the kernels already
+  // account for the microbatches.
+  const double floor = 1e-3 * least / (8 * weights);
+  const double det = aa * bb - ab * ab;
+  double F = 0, c = -1;
+  if (det > 1e-12 * aa * bb) F = (a1 * bb - b1 * ab) / det, c = (aa * b1 - ab * a1) / det;
+  if (!(c >= floor)) {
+    // The fit wants no (or a negative) per-microbatch cost: the floor, and F for it.
+    c = floor;
+    double num = 0;
+    for (const ReferenceStep& r : steps) {
+      const double a = r.kernels_s / r.measured_s, b = r.microbatches * weights / r.measured_s;
+      num += a * (1 - b * c);
+    }
+    F = num / aa;
+  }
+  return {std::clamp(F, 0.5, 3.0), c};
+}
 
 std::string default_local_profile_path() {
   if (const char* p = std::getenv("MESHTRAIN_PROFILE"); p && *p) return p;
@@ -641,11 +666,10 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "(2 log2 ranks)",
       "parallel_efficiency: sgemm rate of every core at once over cores x one core's",
       "step_factor_*, microbatch_weight_s*: a real one-rank step (meshtrain train, 4L d256 "
-      "T128 B8, one thread, median of steps 3-8) in one (before and after) and in 8 "
-      "microbatches, per "
+      "T128 B8, one thread, median of steps 3-8) in 1, 8, 2, 4 and 1 microbatches, per "
       "precision, against this profile's kernel prediction K for each: step = factor x K + "
-      "microbatches x linear weights x microbatch_weight_s, solved for both; the factor "
-      "scales every local compute cost",
+      "microbatches x linear weights x microbatch_weight_s, fitted to the five by least "
+      "squares on the relative error; the factor scales every local compute cost",
       "moe_*_s*: the engine's MoE layer (N 1024, C 256, 4 experts top-2, one thread, caches "
       "emptied) per pass less the planner's GEMM time for its router and experts, per expert "
       "hidden element; moe_load_cv: per-expert load spread of meshtrain train --experts 4 "

@@ -10,6 +10,8 @@
 
 #include <iosfwd>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "plan/hardware_profile.h"
 
@@ -20,6 +22,20 @@ std::string default_local_profile_path();
 
 // UsageError naming the path and `meshtrain plan --calibrate` when there is none.
 HardwareProfile load_local_profile(const std::string& path);
+
+// One real step of the reference model in `microbatches` microbatches: what the profile's
+// kernel figures alone predict for it and the measured median.
+struct ReferenceStep {
+  int microbatches;
+  double kernels_s, measured_s;
+};
+
+// The local model of a real one-rank step, step = F x kernels + microbatches x W x c (W: the
+// linears' weight elements), fitted to several reference steps by least squares on the
+// relative error (each measurement counts alike, whatever its size). {F, c}; c is kept at or
+// above a small floor (0 reads as "not measured"), F within [0.5, 3].
+std::pair<double, double> fit_step_factor(const std::vector<ReferenceStep>& steps,
+                                          double weights);
 
 // Measures for about `seconds` in total and writes the profile to path (directories made).
 HardwareProfile calibrate_local(const std::string& path, double seconds, std::ostream& log);

@@ -13,6 +13,7 @@
 #include "kernels/matmul_bf16.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/schedule_simulator.h"
+#include "plan/calibrate.h"
 #include "plan/hardware_costs.h"
 #include "plan/time_model.h"
 #include "plan_test_util.h"
@@ -367,4 +368,35 @@ TEST(PlanLocal, DISABLED_GemmShapesAgainstTheProfile) {
   }
 }
 }  // namespace
+// The calibration's fit of the step factor and the per-microbatch cost: exact data gives
+// back the figures it was made from; measurements the kernels already explain give the floor.
+TEST(PlanLocal, StepFactorFitRecoversTheFiguresOfExactSteps) {
+  const double W = 1e6, F = 1.2, c = 2e-9;
+  std::vector<ReferenceStep> steps;
+  for (int m : {1, 8, 2, 4, 1}) {
+    const double kernels = 0.1 + 0.004 * m;  // smaller GEMMs cost a little more per row
+    steps.push_back({m, kernels, F * kernels + m * W * c});
+  }
+  const auto [f, cost] = fit_step_factor(steps, W);
+  EXPECT_NEAR(f, F, 1e-9);
+  EXPECT_NEAR(cost, c, 1e-15);
+  // 5% noise on one point moves the fit by less than the noise.
+  steps[1].measured_s *= 1.05;
+  const auto [f2, cost2] = fit_step_factor(steps, W);
+  EXPECT_LT(std::abs(f2 / F - 1), 0.05);
+  for (const ReferenceStep& r : steps)
+    EXPECT_LT(std::abs((f2 * r.kernels_s + r.microbatches * W * cost2) / r.measured_s - 1), 0.05);
+}
+
+TEST(PlanLocal, StepFactorFitFloorsANegativeMicrobatchCost) {
+  const double W = 1e6;
+  // Steps faster per microbatch than the kernels say: no per-microbatch cost to find.
+  std::vector<ReferenceStep> steps = {{1, 0.1, 0.12}, {8, 0.2, 0.21}, {4, 0.15, 0.17}};
+  const auto [f, cost] = fit_step_factor(steps, W);
+  EXPECT_GT(cost, 0);
+  EXPECT_LT(cost * 8 * W, 1e-2 * 0.12);
+  EXPECT_GT(f, 1.0);
+  EXPECT_LT(f, 1.2);
+}
+
 }  // namespace mt::plan
