@@ -41,12 +41,12 @@ def main():
         out.append(f'<text x="{x + 6:.1f}" y="{y - 4:.1f}" font-size="9">{name}</text>')
     load = data.get("load", [0, 0])
     cores = data.get("cores", 2)
-    valid = max(load) <= cores
+    valid = load[0] <= cores - 0.5  # the runs' own ranks raise the load after (closed_loop.py)
     out.append(f'<text x="{M}" y="20">meshtrain plan --hardware local vs {what} '
                f'(load {load[0]:.1f} -> {load[1]:.1f}); bands: 10%, 20%</text>')
     if not valid:
-        out.append(f'<text x="{M}" y="36" fill="#c00">NOT VALID: load above the {cores} '
-                   'cores while measuring</text>')
+        out.append(f'<text x="{M}" y="36" fill="#c00">NOT VALID: the machine was busy '
+                   'before the runs</text>')
     out.append("</svg>")
     open(sys.argv[2], "w").write("\n".join(out) + "\n")
 

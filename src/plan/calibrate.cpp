@@ -237,6 +237,41 @@ double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
   return *std::max_element(per_rank.begin(), per_rank.end());
 }
 
+// What one 4-byte all-reduce adds to a loop of `ranks` rank threads that compute between
+// collectives (a 128 x 256 x 384 sgemm each, one thread, about the work a tp layer of the
+// reference model does between two of its collectives): the loop with an all-reduce after
+// every GEMM less the same loop without, per iteration, the better of two runs each. With
+// more rank threads than cores the waiter that blocks waits for a peer that is queued behind
+// a computing rank; an idle ping-pong (comm_time) does not see that, and read 7-46 us per
+// step in calibrations here where the busy loop pays ~200 us per all-reduce.
+double busy_collective_seconds(int ranks) {
+  constexpr int kIters = 150;
+  auto loop = [&](bool with_collective) {
+    double best = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+      const double t0 = now_seconds();
+      run_local(ranks, WorldOptions{}, [&](CommWorld& w) {
+        omp_set_num_threads(1);
+        auto comm = w.world();
+        std::vector<float> a(128 * 256, 0.1f), b(384 * 256, 0.1f), c(128 * 384);
+        float x = 1;
+        comm->barrier().wait();
+        for (int i = 0; i < kIters; ++i) {
+          matmul_forward(c.data(), a.data(), b.data(), nullptr, 128, 256, 384);
+          if (with_collective)
+            comm->all_reduce(&x, &x, 1, DType::f32, ReduceOp::sum).wait();
+        }
+        comm->barrier().wait();
+      });
+      const double t = now_seconds() - t0;
+      best = rep == 0 ? t : std::min(best, t);
+    }
+    return best;
+  };
+  const double without = loop(false), with = loop(true);
+  return std::max(0.0, with - without) / kIters;
+}
+
 // busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
 // processes of this machine, started by mpirun; {0, 0} when that does not work here (no
 // mpirun, no permission, or it hangs past 60 s): the profile then has no MPI figures.
@@ -622,10 +657,11 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   h.intra_latency_s = comm_time(1, 4 * iters, false) / 2;
   h.p2p_bw_intra = 4.0 * double(big) / comm_time(big, iters, true);
   // More rank threads than cores: the local backend's waiters yield and then block
-  // (comm/local/doorbell.h), so a collective waits for its peers to be scheduled: the
-  // latency of a one-float all-reduce over 2 x cores ranks.
+  // (comm/local/doorbell.h), so a collective waits for its peers to be scheduled behind the
+  // ranks that compute: what a one-float all-reduce adds to busy ranks, 2 x cores of them,
+  // per step of the all-reduce (2 log2 ranks).
   h.oversubscribed_latency_s =
-      comm_time(1, 4 * iters, false, 2 * h.cores) / (2 * std::ceil(std::log2(2.0 * h.cores)));
+      busy_collective_seconds(2 * h.cores) / (2 * std::ceil(std::log2(2.0 * h.cores)));
   h.inter_busbw = h.intra_busbw;
   h.inter_latency_s = h.intra_latency_s;
   h.p2p_bw_inter = h.p2p_bw_intra;
@@ -682,8 +718,8 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "attention_bf16_*: the attention core of a bf16 run (the bf16 block's kernels)",
       "gemm_*_grad_ratio*: the linear layer's input-/weight-gradient GEMM time over 2MNK / "
       "peak, mean of 1024 x 512 -> 1024 and 1024 x 1024 -> 256, fp32 and bf16",
-      "oversubscribed_latency_s: a 4-byte all-reduce over 2 x cores rank threads / "
-      "(2 log2 ranks)",
+      "oversubscribed_latency_s: what a 4-byte all-reduce adds to 2 x cores rank threads "
+      "that each run a 128x256x384 sgemm between collectives, / (2 log2 ranks)",
       "parallel_efficiency: sgemm rate of every core at once over cores x one core's",
       "step_factor_*, microbatch_weight_s*: a real one-rank step (meshtrain train, 4L d256 "
       "T128 B8, one thread, median of steps 3-8) in 1, 8, 2 and 4 microbatches, the faster "
