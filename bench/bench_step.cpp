@@ -13,8 +13,11 @@
 // same run, and ends with the bf16/fp32 tokens/s ratio per config and thread count (median
 // of the rounds). With bf16 the kernel table shows the bf16 GEMMs, attention and GELU.
 //
+// --interleave (with two precisions): both sessions in one process, their steps alternating,
+// steps x rounds pairs; reports the median of the per-pair step-time ratios.
+//
 //   bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] [--no-kernels] [--cpu]
-//              [--precision fp32,bf16] [--rounds 1]
+//              [--precision fp32,bf16] [--rounds 1] [--interleave]
 #include <omp.h>
 #include <time.h>
 
@@ -62,6 +65,7 @@ struct Options {
   std::string configs = "ab";
   std::vector<std::string> precisions = {"fp32"};
   int rounds = 1;
+  bool interleave = false;
 };
 
 using mt::bench::parse_list;
@@ -362,6 +366,52 @@ double cpu_time_peak(bool quick) {
   return best;
 }
 
+// --interleave: one session per precision in one process, their steps alternating (the
+// order flipped every pair), so that a drift of the host's speed, which moves a whole
+// 10-second run by up to ~15% here, lands on both precisions of a pair alike. Returns the
+// per-pair ratios t(first precision) / t(second), after 2 warm-up steps of each.
+std::vector<double> interleaved_ratios(const BenchConfig& bc, int pairs, const Clock& clock,
+                                       int threads, const std::vector<std::string>& precisions,
+                                       std::vector<std::vector<double>>& times) {
+  mt::set_compute_threads(threads);
+  std::vector<std::string> dirs;
+  std::vector<mt::TrainOptions> opts;
+  for (const std::string& precision : precisions) {
+    dirs.push_back(write_bench_shard(bc));
+    mt::TrainOptions o;
+    o.model = model_config(bc);
+    o.io.data = dirs.back() + "/train.bin";
+    o.optim.batch = bc.batch;
+    o.optim.steps = pairs + 2;
+    o.optim.lr = 1e-4;
+    o.optim.threads = threads;
+    o.optim.seed = 1234;
+    o.optim.precision = precision;
+    opts.push_back(o);
+  }
+  std::vector<double> ratios;
+  times.assign(precisions.size(), {});
+  mt::run_local(1, mt::WorldOptions{}, [&](mt::CommWorld& w) {
+    std::vector<std::unique_ptr<mt::Session>> sessions;
+    for (const mt::TrainOptions& o : opts) sessions.push_back(mt::build_session(o, w, mt::RunInfo{}));
+    mt::Trace trace(false, 0, 0);
+    for (int step = 1; step <= pairs + 2; step++) {
+      double t[2] = {0, 0};
+      for (int k = 0; k < 2; k++) {
+        const int p = (step % 2 == 0) ? k : 1 - k;
+        const double start = clock.now();
+        mt::train_step(*sessions[p], step, trace);
+        t[p] = clock.now() - start;
+      }
+      if (step <= 2) continue;
+      times[0].push_back(t[0]), times[1].push_back(t[1]);
+      ratios.push_back(t[0] / t[1]);
+    }
+  });
+  for (const std::string& d : dirs) std::filesystem::remove_all(d);
+  return ratios;
+}
+
 // Returns the tokens/s of the median step.
 double bench_config(const BenchConfig& bc, int threads, double peak1, const Options& opt,
                     const std::string& precision) {
@@ -413,6 +463,8 @@ int main(int argc, char** argv) {
       opt.cpu = true;
     else if (!std::strcmp(argv[i], "--no-kernels"))
       opt.kernels = false;
+    else if (!std::strcmp(argv[i], "--interleave"))
+      opt.interleave = true;
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
       opt.threads = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
@@ -437,7 +489,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] "
-                   "[--no-kernels] [--cpu] [--precision fp32,bf16] [--rounds R]\n");
+                   "[--no-kernels] [--cpu] [--precision fp32,bf16] [--rounds R] [--interleave]\n");
       return 2;
     }
   }
@@ -460,6 +512,28 @@ int main(int argc, char** argv) {
   for (int threads : opt.threads)
     for (const BenchConfig& bc : kConfigs) {
       if (opt.configs.find(bc.name) == std::string::npos) continue;
+      if (opt.interleave) {
+        if (opt.precisions.size() != 2) {
+          std::fprintf(stderr, "bench_step: --interleave takes two precisions\n");
+          return 2;
+        }
+        std::vector<std::vector<double>> times;
+        const int pairs = opt.steps * opt.rounds;
+        const std::vector<double> r = interleaved_ratios(bc, pairs, Clock{opt.cpu, threads},
+                                                         threads, opt.precisions, times);
+        const double tokens = double(bc.batch) * bc.seq;
+        summary.push_back(mt::str(
+            "config ", bc.name, ", ", threads, " thread(s), ", pairs, " interleaved step pairs: ",
+            opt.precisions[0], " ", int(tokens / median(times[0])), " tok/s ", opt.precisions[1],
+            " ", int(tokens / median(times[1])), " tok/s | ", opt.precisions[0], "/",
+            opt.precisions[1], " step time: median of the pairs ", median(r),
+            "x, ratio of the medians ", median(times[0]) / median(times[1]), "x (pair ratios ",
+            *std::min_element(r.begin(), r.end()), "-", *std::max_element(r.begin(), r.end()),
+            ")"));
+        std::printf("%s\n", summary.back().c_str());
+        std::fflush(stdout);
+        continue;
+      }
       std::vector<std::vector<double>> tps(opt.precisions.size());
       for (int round = 0; round < opt.rounds; round++)
         for (size_t p = 0; p < opt.precisions.size(); p++) {
