@@ -458,14 +458,15 @@ double reference_step_predicted(const HardwareProfile& h, const std::string& pre
 }
 
 // HardwareProfile::step_factor_* and microbatch_weight_s*: the reference step measured in
-// 1, 8, 2 and 4 microbatches, twice over (the host's speed drifts by up to ~15% within
-// minutes, docs/planner.md), each against what the profile's kernel figures alone predict
+// 1, 8, 2 and 4 microbatches, `passes` times over (2 unless the calibration is short; the
+// host's speed drifts by up to ~15% within minutes, docs/planner.md), each against what the profile's kernel figures alone predict
 // for it (no step factor, no per-microbatch cost), then fit_step_factor over the four. An earlier version solved the two unknowns from 1 and 8
 // microbatches alone; micro-batch 1 pays more per microbatch than the larger ones the
 // layouts use, and the closed loop's 4-microbatch runs read 11% slow from it.
 // {F, c}; {0, 0} where the one-microbatch run fails, c 0 where every other one does.
 std::pair<double, double> reference_step_figures(const HardwareProfile& h,
-                                                 const std::string& precision, std::ostream& log) {
+                                                 const std::string& precision, int passes,
+                                                 std::ostream& log) {
   HardwareProfile g = h;
   g.step_factor_fp32 = g.step_factor_bf16 = 0;
   g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
@@ -475,7 +476,7 @@ std::pair<double, double> reference_step_figures(const HardwareProfile& h,
   // one microbatch), and five single runs left one such point in the fit.
   const std::array<int, 4> counts = {1, 8, 2, 4};
   std::array<double, 4> best{};
-  for (int pass = 0; pass < 2; ++pass)
+  for (int pass = 0; pass < passes; ++pass)
     for (size_t i = 0; i < counts.size(); ++i) {
       const double measured = reference_step_seconds(precision, counts[i], log).first;
       if (measured > 0 && (best[i] == 0 || measured < best[i])) best[i] = measured;
@@ -516,10 +517,10 @@ std::pair<double, double> reference_step_figures(const HardwareProfile& h,
 // real step also share the caches and the memory bandwidth in their pointwise passes and
 // meet at the gradient all-reduce, and every multi-rank layout of the closed loop read 5-14%
 // faster than measured with the sgemm figure. 0 where the run fails.
-double step_parallel_efficiency(const HardwareProfile& h, std::ostream& log) {
+double step_parallel_efficiency(const HardwareProfile& h, int passes, std::ostream& log) {
   if (h.cores < 2 || h.step_factor_fp32 <= 0) return 0;
   double measured = 0;
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < passes; ++pass) {
     const double m = reference_step_seconds("fp32", 1, log, 2).first;
     if (m > 0 && (measured == 0 || m < measured)) measured = m;
   }
@@ -726,11 +727,16 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   }
   omp_set_num_threads(saved);
   h.moe_load_cv = moe_load_spread(log);
-  std::tie(h.step_factor_fp32, h.microbatch_weight_s) = reference_step_figures(h, "fp32", log);
+  // The reference runs are a fixed cost (~2 s each): a short calibration (the tests' 2 s)
+  // runs each once, a real one twice and keeps the faster.
+  const int passes = seconds >= 10 ? 2 : 1;
+  std::tie(h.step_factor_fp32, h.microbatch_weight_s) =
+      reference_step_figures(h, "fp32", passes, log);
   if (h.peak_bf16 > 0)
     std::tie(h.step_factor_bf16, h.microbatch_weight_s_bf16) =
-        reference_step_figures(h, "bf16", log);
-  if (const double e = step_parallel_efficiency(h, log); e > 0) h.parallel_efficiency = e;
+        reference_step_figures(h, "bf16", passes, log);
+  if (const double e = step_parallel_efficiency(h, passes, log); e > 0)
+    h.parallel_efficiency = e;
   const double load_after = load_average();
   if (std::max(load_before, load_after) > 0.5 * h.cores)
     log << "warning: the machine was busy (load average " << load_before << " -> " << load_after
