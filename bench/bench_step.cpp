@@ -221,8 +221,8 @@ struct KernelBench {
                                                   false);
                  }},
                 {n + " bwd_weight bf16", L, f, [=, this] {
-                   mt::matmul_bf16_backward_weight(dw.data(), dbias.data(), dy16.data(),
-                                                   x16.data(), N, in, out);
+                   mt::matmul_bf16_backward_weight(dw.data(), dbias.data(), dy16.data(), x16.data(),
+                                                   N, in, out);
                  }}};
       return {
           {n + " fwd", L, f,
@@ -304,9 +304,8 @@ struct KernelBench {
                        mt::to_bf16(x16.data(), y.data(), 4 * nc);
                        mt::to_bf16(x16.data(), y.data(), 2 * nc);
                      }});
-      out.push_back({"bf16 weight copies (4 C^2)", 3 * L, 0, [=, this] {
-                       mt::to_bf16(w16.data(), w.data(), size_t(4) * C * C);
-                     }});
+      out.push_back({"bf16 weight copies (4 C^2)", 3 * L, 0,
+                     [=, this] { mt::to_bf16(w16.data(), w.data(), size_t(4) * C * C); }});
     }
     out.push_back({"lm_head fwd", 1, 2.0 * Nd * C * V, [=, this] {
                      mt::matmul_forward(logits.data(), x.data(), w.data(), nullptr, N, C, V);
@@ -393,7 +392,8 @@ std::vector<double> interleaved_ratios(const BenchConfig& bc, int pairs, const C
   times.assign(precisions.size(), {});
   mt::run_local(1, mt::WorldOptions{}, [&](mt::CommWorld& w) {
     std::vector<std::unique_ptr<mt::Session>> sessions;
-    for (const mt::TrainOptions& o : opts) sessions.push_back(mt::build_session(o, w, mt::RunInfo{}));
+    for (const mt::TrainOptions& o : opts)
+      sessions.push_back(mt::build_session(o, w, mt::RunInfo{}));
     mt::Trace trace(false, 0, 0);
     for (int step = 1; step <= pairs + 2; step++) {
       double t[2] = {0, 0};
@@ -519,17 +519,17 @@ int main(int argc, char** argv) {
         }
         std::vector<std::vector<double>> times;
         const int pairs = opt.steps * opt.rounds;
-        const std::vector<double> r = interleaved_ratios(bc, pairs, Clock{opt.cpu, threads},
-                                                         threads, opt.precisions, times);
+        const std::vector<double> r =
+            interleaved_ratios(bc, pairs, Clock{opt.cpu, threads}, threads, opt.precisions, times);
         const double tokens = double(bc.batch) * bc.seq;
         summary.push_back(mt::str(
-            "config ", bc.name, ", ", threads, " thread(s), ", pairs, " interleaved step pairs: ",
-            opt.precisions[0], " ", int(tokens / median(times[0])), " tok/s ", opt.precisions[1],
-            " ", int(tokens / median(times[1])), " tok/s | ", opt.precisions[0], "/",
-            opt.precisions[1], " step time: median of the pairs ", median(r),
-            "x, ratio of the medians ", median(times[0]) / median(times[1]), "x (pair ratios ",
-            *std::min_element(r.begin(), r.end()), "-", *std::max_element(r.begin(), r.end()),
-            ")"));
+            "config ", bc.name, ", ", threads, " thread(s), ", pairs,
+            " interleaved step pairs: ", opt.precisions[0], " ", int(tokens / median(times[0])),
+            " tok/s ", opt.precisions[1], " ", int(tokens / median(times[1])), " tok/s | ",
+            opt.precisions[0], "/", opt.precisions[1], " step time: median of the pairs ",
+            median(r), "x, ratio of the medians ", median(times[0]) / median(times[1]),
+            "x (pair ratios ", *std::min_element(r.begin(), r.end()), "-",
+            *std::max_element(r.begin(), r.end()), ")"));
         std::printf("%s\n", summary.back().c_str());
         std::fflush(stdout);
         continue;

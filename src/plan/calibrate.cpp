@@ -258,8 +258,7 @@ double busy_collective_seconds(int ranks) {
         comm->barrier().wait();
         for (int i = 0; i < kIters; ++i) {
           matmul_forward(c.data(), a.data(), b.data(), nullptr, 128, 256, 384);
-          if (with_collective)
-            comm->all_reduce(&x, &x, 1, DType::f32, ReduceOp::sum).wait();
+          if (with_collective) comm->all_reduce(&x, &x, 1, DType::f32, ReduceOp::sum).wait();
         }
         comm->barrier().wait();
       });
@@ -409,11 +408,12 @@ std::pair<double, double> reference_step_seconds(const std::string& precision, i
   char dir_template[] = "/tmp/meshtrain-calibrate-XXXXXX";
   if (!mkdtemp(dir_template)) return {0, 0};
   const std::string dir = dir_template, metrics = dir + "/m.jsonl";
-  const std::string cmd = str(
-      "cd '", dir, "' && timeout 120 '", exe,
-      "' train --layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8 --threads 1 "
-      "--steps 8 --lr-schedule constant --peak-gflops 100 --quiet --precision ",
-      precision, " --dp ", dp, " --microbatches ", microbatches, " --metrics '", metrics, "' >/dev/null 2>&1");
+  const std::string cmd =
+      str("cd '", dir, "' && timeout 120 '", exe,
+          "' train --layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8 --threads 1 "
+          "--steps 8 --lr-schedule constant --peak-gflops 100 --quiet --precision ",
+          precision, " --dp ", dp, " --microbatches ", microbatches, " --metrics '", metrics,
+          "' >/dev/null 2>&1");
   std::vector<double> times;
   if (std::system(cmd.c_str()) == 0) {
     std::ifstream in(metrics);
@@ -459,8 +459,9 @@ double reference_step_predicted(const HardwareProfile& h, const std::string& pre
 
 // HardwareProfile::step_factor_* and microbatch_weight_s*: the reference step measured in
 // 1, 8, 2 and 4 microbatches, `passes` times over (2 unless the calibration is short; the
-// host's speed drifts by up to ~15% within minutes, docs/planner.md), each against what the profile's kernel figures alone predict
-// for it (no step factor, no per-microbatch cost), then fit_step_factor over the four. An earlier version solved the two unknowns from 1 and 8
+// host's speed drifts by up to ~15% within minutes, docs/planner.md), each against what the
+// profile's kernel figures alone predict for it (no step factor, no per-microbatch cost), then
+// fit_step_factor over the four. An earlier version solved the two unknowns from 1 and 8
 // microbatches alone; micro-batch 1 pays more per microbatch than the larger ones the
 // layouts use, and the closed loop's 4-microbatch runs read 11% slow from it.
 // {F, c}; {0, 0} where the one-microbatch run fails, c 0 where every other one does.
@@ -541,16 +542,15 @@ double step_parallel_efficiency(const HardwareProfile& h, int passes, std::ostre
   std::snprintf(line, sizeof line,
                 "reference step (fp32, dp 2): measured %.1f ms, predicted %.1f ms at the sgemm "
                 "figure %.0f%%; parallel efficiency %.0f%%\n",
-                measured * 1e3, predicted(h.parallel_efficiency) * 1e3,
-                100 * h.parallel_efficiency, 100 * hi);
+                measured * 1e3, predicted(h.parallel_efficiency) * 1e3, 100 * h.parallel_efficiency,
+                100 * hi);
   log << line;
   return hi;
 }
 
 }  // namespace
 
-std::pair<double, double> fit_step_factor(const std::vector<ReferenceStep>& steps,
-                                          double weights) {
+std::pair<double, double> fit_step_factor(const std::vector<ReferenceStep>& steps, double weights) {
   MT_CHECK(!steps.empty() && weights > 0, "fit_step_factor without reference steps");
   // Relative residuals: (F a + c b - 1) with a = K/M, b = m W/M; the normal equations of
   // two unknowns.
@@ -735,8 +735,7 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   if (h.peak_bf16 > 0)
     std::tie(h.step_factor_bf16, h.microbatch_weight_s_bf16) =
         reference_step_figures(h, "bf16", passes, log);
-  if (const double e = step_parallel_efficiency(h, passes, log); e > 0)
-    h.parallel_efficiency = e;
+  if (const double e = step_parallel_efficiency(h, passes, log); e > 0) h.parallel_efficiency = e;
   const double load_after = load_average();
   if (std::max(load_before, load_after) > 0.5 * h.cores)
     log << "warning: the machine was busy (load average " << load_before << " -> " << load_after

@@ -34,8 +34,7 @@ struct ReferenceStep {
 // linears' weight elements), fitted to several reference steps by least squares on the
 // relative error (each measurement counts alike, whatever its size). {F, c}; c is kept at or
 // above a small floor (0 reads as "not measured"), F within [0.5, 3].
-std::pair<double, double> fit_step_factor(const std::vector<ReferenceStep>& steps,
-                                          double weights);
+std::pair<double, double> fit_step_factor(const std::vector<ReferenceStep>& steps, double weights);
 
 // Measures for about `seconds` in total and writes the profile to path (directories made).
 HardwareProfile calibrate_local(const std::string& path, double seconds, std::ostream& log);
