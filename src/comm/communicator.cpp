@@ -4,6 +4,8 @@
 
 namespace mt {
 
+thread_local bool WaitedAtOnce::active_ = false;
+
 size_t dtype_size(DType t) {
   switch (t) {
     case DType::f32:

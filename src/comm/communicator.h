@@ -72,6 +72,24 @@ struct CommStats {
   double wait_seconds = 0;  // time spent blocked inside Work::wait()
 };
 
+// A scope in which the calling thread waits on each call at once (the tensor-parallel
+// regions: `comm->all_reduce(...).wait()`). A backend that would wake a background progress
+// thread for every call may skip that wake-up: the local backend's caller runs the call
+// itself anyway (op_queue.h). On cores that are all computing, the wake-up costs context
+// switches; measured here, leaving it out made a tp2 step 5-12% faster. Nests; per thread.
+class WaitedAtOnce {
+ public:
+  WaitedAtOnce() : outer_(active_) { active_ = true; }
+  ~WaitedAtOnce() { active_ = outer_; }
+  WaitedAtOnce(const WaitedAtOnce&) = delete;
+  WaitedAtOnce& operator=(const WaitedAtOnce&) = delete;
+  static bool active() { return active_; }
+
+ private:
+  bool outer_;
+  static thread_local bool active_;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

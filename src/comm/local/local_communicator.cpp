@@ -113,19 +113,22 @@ Work LocalCommunicator::submit(const CollDesc& d, uint64_t bytes_sent) {
   stats_->bytes_sent.fetch_add(bytes_sent, std::memory_order_relaxed);
   const uint64_t seq = next_seq_++;
   auto status = std::make_shared<OpStatus>();
-  const uint64_t ticket = queue_->push([this, d, seq, status] {
-    try {
-      if (job_.failed())
-        throw RuntimeError(str(where(op_name(d.op), seq), ": stopped because rank ",
-                               job_.failed_rank(), " failed: ", job_.failure_message()));
-      execute(d, seq);
-    } catch (...) {
-      status->error = std::current_exception();
-      // A timeout or mismatch is this rank's failure: stop the others now rather than
-      // letting each of them time out in turn.
-      job_.fail(global_rank_, status->error);
-    }
-  });
+  const bool wake = !WaitedAtOnce::active();
+  const uint64_t ticket = queue_->push(
+      [this, d, seq, status] {
+        try {
+          if (job_.failed())
+            throw RuntimeError(str(where(op_name(d.op), seq), ": stopped because rank ",
+                                   job_.failed_rank(), " failed: ", job_.failure_message()));
+          execute(d, seq);
+        } catch (...) {
+          status->error = std::current_exception();
+          // A timeout or mismatch is this rank's failure: stop the others now rather than
+          // letting each of them time out in turn.
+          job_.fail(global_rank_, status->error);
+        }
+      },
+      wake);
   return Work(std::make_shared<CollectiveWork>(queue_, ticket, status, stats_));
 }
 

@@ -2,13 +2,13 @@
 
 namespace mt::local {
 
-uint64_t OpQueue::push(Task task) {
+uint64_t OpQueue::push(Task task, bool wake) {
   std::unique_lock lock(mu_);
   if (!worker_.joinable() && !stopping_) worker_ = std::thread([this] { progress_loop(); });
   tasks_.push_back(std::move(task));
   const uint64_t ticket = ++issued_;
   lock.unlock();
-  work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
   return ticket;
 }
 

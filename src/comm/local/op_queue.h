@@ -11,7 +11,10 @@
 // hand-off. To leave the caller that chance, the progress thread, woken from idle, gives a
 // new task kGrace before taking it (a call that is waited on at once never pays a hand-off;
 // one that is left to progress in the background starts kGrace later). Either way the
-// tasks run one at a time, in issue order.
+// tasks run one at a time, in issue order. A call pushed under WaitedAtOnce
+// (comm/communicator.h) does not wake the progress thread at all: on cores that are all
+// computing, that wake-up and the thread's return to sleep cost context switches on every
+// call.
 #pragma once
 
 #include <chrono>
@@ -35,8 +38,9 @@ class OpQueue {
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
 
-  // Appends a task; returns its ticket (1-based issue index).
-  uint64_t push(Task task);
+  // Appends a task; returns its ticket (1-based issue index). wake false: the caller will
+  // wait on it at once and run it itself, so the idle progress thread is not woken for it.
+  uint64_t push(Task task, bool wake = true);
   // Number of tasks pushed so far (the ticket of the latest one).
   uint64_t issued() const;
   bool done(uint64_t ticket) const { return completed_.load() >= ticket; }

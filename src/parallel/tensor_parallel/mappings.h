@@ -33,31 +33,36 @@ inline bool active(const Communicator* c) {
 
 // x (n) = sum over the group of x, in place.
 inline void all_reduce_sum(Communicator* c, float* x, size_t n) {
-  if (active(c)) c->all_reduce(x, x, n, DType::f32, ReduceOp::sum).wait();
+  if (!active(c)) return;
+  WaitedAtOnce at_once;
+  c->all_reduce(x, x, n, DType::f32, ReduceOp::sum).wait();
 }
 
 // full (t * n) = concatenation in rank order of every rank's local (n).
 inline void all_gather_rows(Communicator* c, const float* local, float* full, size_t n) {
-  if (active(c))
+  if (active(c)) {
+    WaitedAtOnce at_once;
     c->all_gather(local, full, n, DType::f32).wait();
-  else if (full != local)
+  } else if (full != local)
     std::memcpy(full, local, n * sizeof(float));
 }
 
 // The same for bf16 rows (--precision bf16 gathers the GEMM inputs in bf16, half the
 // bytes): moved as bytes, nothing is summed.
 inline void all_gather_rows(Communicator* c, const uint16_t* local, uint16_t* full, size_t n) {
-  if (active(c))
+  if (active(c)) {
+    WaitedAtOnce at_once;
     c->all_gather(local, full, n * sizeof(uint16_t), DType::u8).wait();
-  else if (full != local)
+  } else if (full != local)
     std::memcpy(full, local, n * sizeof(uint16_t));
 }
 
 // local (n) = chunk `rank` of the group sum of full (t * n).
 inline void reduce_scatter_rows(Communicator* c, const float* full, float* local, size_t n) {
-  if (active(c))
+  if (active(c)) {
+    WaitedAtOnce at_once;
     c->reduce_scatter(full, local, n, DType::f32, ReduceOp::sum).wait();
-  else if (full != local)
+  } else if (full != local)
     std::memcpy(local, full, n * sizeof(float));
 }
 

@@ -29,7 +29,10 @@ void vocab_parallel_crossentropy(float* losses, float* logits, const int* target
     for (int v = 0; v < real; ++v) mx = x[v] > mx ? x[v] : mx;
     m[n] = mx;
   }
-  c->all_reduce(m, m, size_t(N), DType::f32, ReduceOp::max).wait();
+  {
+    WaitedAtOnce at_once;
+    c->all_reduce(m, m, size_t(N), DType::f32, ReduceOp::max).wait();
+  }
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     float* x = logits + size_t(n) * V;
@@ -50,7 +53,10 @@ void vocab_parallel_crossentropy(float* losses, float* logits, const int* target
     }
     s[n] = sum;
   }
-  c->all_reduce(s, s, 2 * size_t(N), DType::f32, ReduceOp::sum).wait();
+  {
+    WaitedAtOnce at_once;
+    c->all_reduce(s, s, 2 * size_t(N), DType::f32, ReduceOp::sum).wait();
+  }
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     losses[n] = std::log(s[n]) + m[n] - xt[n];
