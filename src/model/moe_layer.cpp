@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "comm/communicator.h"
 #include "kernels/bf16.h"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
@@ -159,6 +160,7 @@ void MoeLayer::rank_rows(const int32_t* counts, const int32_t* recv_counts) {
 
 void MoeLayer::exchange(const float* send, const int32_t* send_rows, float* recv,
                         const int32_t* recv_rows) {
+  WaitedAtOnce at_once;  // no wake-up of the ep communicator's progress thread
   exchange_->exchange_rows(send, send_rows, recv, recv_rows, C_).wait();
 }
 

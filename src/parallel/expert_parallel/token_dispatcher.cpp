@@ -10,6 +10,7 @@ TokenDispatcher::TokenDispatcher(std::shared_ptr<Communicator> ep)
 void TokenDispatcher::exchange_counts(const int32_t* send_counts, int32_t* recv_counts,
                                       int per_rank) {
   for (int d = 0; d < size(); ++d) send_elems_[d] = recv_elems_[d] = size_t(per_rank);
+  WaitedAtOnce at_once;
   ep_->all_to_all_v(send_counts, send_elems_.data(), recv_counts, recv_elems_.data(), DType::i32)
       .wait();
 }
