@@ -129,21 +129,29 @@ std::string write_bench_shard(const BenchConfig& bc) {
   return dir;
 }
 
+// One worker's options for `steps` measured steps after 2 warm-up steps, on the bench shard
+// in `dir`.
+mt::TrainOptions bench_options(const BenchConfig& bc, const std::string& dir, int steps,
+                               int threads, const std::string& precision) {
+  mt::TrainOptions o;
+  o.model = model_config(bc);
+  o.io.data = dir + "/train.bin";
+  o.optim.batch = bc.batch;
+  o.optim.steps = steps + 2;
+  o.optim.lr = 1e-4;
+  o.optim.threads = threads;
+  o.optim.seed = 1234;
+  o.optim.precision = precision;
+  return o;
+}
+
 // The trainer's own step (train_step) on a one-worker session: load the batch, forward +
 // backward, gradient norm, clipping, AdamW and its finite check. Phase times are the
 // step's own (wall clock); the total is on the bench clock.
 Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock, int threads,
                   const std::string& precision) {
   const std::string dir = write_bench_shard(bc);
-  mt::TrainOptions o;
-  o.model = model_config(bc);
-  o.io.data = dir + "/train.bin";
-  o.optim.batch = bc.batch;
-  o.optim.steps = steps + 2;  // 2 warm-up steps
-  o.optim.lr = 1e-4;
-  o.optim.threads = threads;
-  o.optim.seed = 1234;
-  o.optim.precision = precision;
+  const mt::TrainOptions o = bench_options(bc, dir, steps, threads, precision);
   std::vector<double> fb, grads, norm, optim, total;
   mt::run_local(1, mt::WorldOptions{}, [&](mt::CommWorld& w) {
     std::unique_ptr<mt::Session> s = mt::build_session(o, w, mt::RunInfo{});
@@ -377,16 +385,7 @@ std::vector<double> interleaved_ratios(const BenchConfig& bc, int pairs, const C
   std::vector<mt::TrainOptions> opts;
   for (const std::string& precision : precisions) {
     dirs.push_back(write_bench_shard(bc));
-    mt::TrainOptions o;
-    o.model = model_config(bc);
-    o.io.data = dirs.back() + "/train.bin";
-    o.optim.batch = bc.batch;
-    o.optim.steps = pairs + 2;
-    o.optim.lr = 1e-4;
-    o.optim.threads = threads;
-    o.optim.seed = 1234;
-    o.optim.precision = precision;
-    opts.push_back(o);
+    opts.push_back(bench_options(bc, dirs.back(), pairs, threads, precision));
   }
   std::vector<double> ratios;
   times.assign(precisions.size(), {});

@@ -271,14 +271,51 @@ double busy_collective_seconds(int ranks) {
   return std::max(0.0, with - without) / kIters;
 }
 
+// This binary's path ("" when /proc is not there): the calibration runs it as a child.
+std::string own_executable() {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "";
+  exe[n] = '\0';
+  return exe;
+}
+
+// `meshtrain train` of the reference model (4L d256 T128 vocab 256, batch 8, one thread per
+// rank, constant LR) with `args` added, in a child process with its own temporary
+// directory: the metrics records of its steps after the first two (warm-up). Empty when the
+// run fails.
+std::vector<nlohmann::json> reference_train_steps(const std::string& args) {
+  const std::string exe = own_executable();
+  if (exe.empty()) return {};
+  char dir_template[] = "/tmp/meshtrain-calibrate-XXXXXX";
+  if (!mkdtemp(dir_template)) return {};
+  const std::string dir = dir_template, metrics = dir + "/m.jsonl";
+  const std::string cmd =
+      str("cd '", dir, "' && timeout 120 '", exe,
+          "' train --layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8 --threads 1 "
+          "--lr-schedule constant --peak-gflops 100 --quiet ",
+          args, " --metrics '", metrics, "' >/dev/null 2>&1");
+  std::vector<nlohmann::json> steps;
+  if (std::system(cmd.c_str()) == 0) {
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("step_time_s") && j.contains("step") &&
+          j["step"].get<int>() > 2)
+        steps.push_back(std::move(j));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return steps;
+}
+
 // busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
 // processes of this machine, started by mpirun; {0, 0} when that does not work here (no
 // mpirun, no permission, or it hangs past 60 s): the profile then has no MPI figures.
 std::pair<double, double> mpi_bench(const std::string& op, size_t bytes) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return {0, 0};
-  exe[n] = '\0';
+  const std::string exe = own_executable();
+  if (exe.empty()) return {0, 0};
   const std::string cmd =
       str("timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 '", exe,
           "' bench comm --backend mpi --op ", op, " --min-bytes ", bytes, " --max-bytes ", bytes,
@@ -354,85 +391,44 @@ std::array<double, 3> moe_layer_costs(const HardwareProfile& h, bool bf16, doubl
 // as the closed loop and a real run see them after the first steps: the mean over blocks
 // and steps of their coefficient of variation. 0 when the run fails.
 double moe_load_spread(std::ostream& log) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return 0;
-  exe[n] = '\0';
-  char dir_template[] = "/tmp/meshtrain-calibrate-XXXXXX";
-  if (!mkdtemp(dir_template)) return 0;
-  const std::string dir = dir_template, metrics = dir + "/m.jsonl";
-  const std::string cmd =
-      str("cd '", dir, "' && timeout 120 '", exe,
-          "' train --layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8 --threads 1 "
-          "--experts 4 --topk 2 --steps 10 --lr-schedule constant --peak-gflops 100 --quiet "
-          "--metrics '",
-          metrics, "' >/dev/null 2>&1");
   double sum = 0;
   int count = 0;
-  if (std::system(cmd.c_str()) == 0) {
-    std::ifstream in(metrics);
-    for (std::string line; std::getline(in, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_object() || !j.contains("expert_load") || !j.contains("step") ||
-          j["step"].get<int>() <= 2)
-        continue;
-      for (const auto& block : j["expert_load"]) {
-        double mean = 0, var = 0;
-        for (const auto& v : block) mean += v.get<double>();
-        mean /= double(block.size());
-        for (const auto& v : block) var += (v.get<double>() - mean) * (v.get<double>() - mean);
-        if (mean <= 0) continue;
-        sum += std::sqrt(var / double(block.size())) / mean;
-        ++count;
-      }
+  for (const nlohmann::json& j : reference_train_steps("--experts 4 --topk 2 --steps 10")) {
+    if (!j.contains("expert_load")) continue;
+    for (const auto& block : j["expert_load"]) {
+      double mean = 0, var = 0;
+      for (const auto& v : block) mean += v.get<double>();
+      mean /= double(block.size());
+      for (const auto& v : block) var += (v.get<double>() - mean) * (v.get<double>() - mean);
+      if (mean <= 0) continue;
+      sum += std::sqrt(var / double(block.size())) / mean;
+      ++count;
     }
   }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
   if (count == 0) {
-    log << "MoE load spread not measured: '" << exe << " train --experts 4' did not run here\n";
+    log << "MoE load spread not measured: '" << own_executable()
+        << " train --experts 4' did not run here\n";
     return 0;
   }
   return sum / count;
 }
 
-// The reference step: one rank, one thread, 4L d256 T128 B8 in `microbatches` microbatches,
-// 8 steps of `meshtrain train` in a child process; {the median, the least} step_time_s of
-// steps 3-8. {0, 0} when the run fails.
-std::pair<double, double> reference_step_seconds(const std::string& precision, int microbatches,
-                                                 std::ostream& log, int dp = 1) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return {0, 0};
-  exe[n] = '\0';
-  char dir_template[] = "/tmp/meshtrain-calibrate-XXXXXX";
-  if (!mkdtemp(dir_template)) return {0, 0};
-  const std::string dir = dir_template, metrics = dir + "/m.jsonl";
-  const std::string cmd =
-      str("cd '", dir, "' && timeout 120 '", exe,
-          "' train --layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8 --threads 1 "
-          "--steps 8 --lr-schedule constant --peak-gflops 100 --quiet --precision ",
-          precision, " --dp ", dp, " --microbatches ", microbatches, " --metrics '", metrics,
-          "' >/dev/null 2>&1");
+// The reference step: one rank (dp ranks), one thread each, 4L d256 T128 B8 in
+// `microbatches` microbatches, 8 steps of `meshtrain train` in a child process; the median
+// step_time_s of steps 3-8. 0 when the run fails.
+double reference_step_seconds(const std::string& precision, int microbatches, std::ostream& log,
+                              int dp = 1) {
   std::vector<double> times;
-  if (std::system(cmd.c_str()) == 0) {
-    std::ifstream in(metrics);
-    for (std::string line; std::getline(in, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("step_time_s") && j.contains("step") &&
-          j["step"].get<int>() > 2)
-        times.push_back(j["step_time_s"].get<double>());
-    }
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  for (const nlohmann::json& j : reference_train_steps(str(
+           "--steps 8 --precision ", precision, " --dp ", dp, " --microbatches ", microbatches)))
+    times.push_back(j["step_time_s"].get<double>());
   if (times.empty()) {
-    log << "reference step (" << precision << ") not measured: '" << exe
+    log << "reference step (" << precision << ") not measured: '" << own_executable()
         << " train' did not run here\n";
-    return {0, 0};
+    return 0;
   }
   std::sort(times.begin(), times.end());
-  return {times[times.size() / 2], times[0]};
+  return times[times.size() / 2];
 }
 
 // What `h` predicts for the reference step (0 when it cannot).
@@ -479,7 +475,7 @@ std::pair<double, double> reference_step_figures(const HardwareProfile& h,
   std::array<double, 4> best{};
   for (int pass = 0; pass < passes; ++pass)
     for (size_t i = 0; i < counts.size(); ++i) {
-      const double measured = reference_step_seconds(precision, counts[i], log).first;
+      const double measured = reference_step_seconds(precision, counts[i], log);
       if (measured > 0 && (best[i] == 0 || measured < best[i])) best[i] = measured;
     }
   std::vector<ReferenceStep> steps;
@@ -522,7 +518,7 @@ double step_parallel_efficiency(const HardwareProfile& h, int passes, std::ostre
   if (h.cores < 2 || h.step_factor_fp32 <= 0) return 0;
   double measured = 0;
   for (int pass = 0; pass < passes; ++pass) {
-    const double m = reference_step_seconds("fp32", 1, log, 2).first;
+    const double m = reference_step_seconds("fp32", 1, log, 2);
     if (m > 0 && (measured == 0 || m < measured)) measured = m;
   }
   if (measured <= 0) return 0;

@@ -64,8 +64,8 @@ struct HardwareProfile {
   // is scaled by it.
   double step_factor_fp32 = 0, step_factor_bf16 = 0;
   // Local only (0 = not measured: nothing): what each microbatch costs a real step beyond
-  // the kernels above, per element of the linears' weights on the rank (the reference step
-  // in 8 microbatches of one sequence against its prediction; under bf16 perf puts the
+  // the kernels above, per element of the linears' weights on the rank (fitted with the step
+  // factor to the reference step in 1, 2, 4 and 8 microbatches; under bf16 perf puts the
   // difference in oneDNN's GEMM code and to_bf16, work that grows with the weights each
   // call touches), per precision.
   double microbatch_weight_s = 0, microbatch_weight_s_bf16 = 0;

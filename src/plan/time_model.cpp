@@ -716,12 +716,13 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
     if (r.hardware.microbatch_weight_s > 0 || r.hardware.microbatch_weight_s_bf16 > 0)
       a.push_back(
           "local: every microbatch also pays the calibrated per-microbatch cost for each linear "
-          "weight element on the rank (microbatch_weight_s*, solved with the step factor from "
-          "the reference step in 1 and 8 microbatches), a third in each of F, B and W");
+          "weight element on the rank (microbatch_weight_s*, fitted with the step factor to "
+          "the reference step in 1, 2, 4 and 8 microbatches), a third in each of F, B and W");
     if (r.hardware.moe_fwd_s > 0)
       a.push_back(
           "local MoE: the fp32 router GEMMs, each local expert's GEMMs over its rows (bf16: over "
-          "the layer's row chunks of 64 x 2^j rows, the last padded to 64), the rest of the "
+          "the layer's row chunks of 64 x 2^j rows, the last split into matmul_bf16's row "
+          "pieces, padded to 64 for the weight gradients), the rest of the "
           "layer (routing, permutations, GELU, roundings) at its calibrated cost per expert "
           "hidden element; with ep the busiest rank's rows: N topk x (1 + cv sqrt(E/(E-1)) / "
           "sqrt(E/ep) x E[max of ep normals]), cv the calibrated load spread");
