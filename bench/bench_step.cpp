@@ -16,6 +16,10 @@
 // --interleave (with two precisions): both sessions in one process, their steps alternating,
 // steps x rounds pairs; reports the median of the per-pair step-time ratios.
 //
+// A precision may name the bf16 GEMM routine (kernels/matmul_bf16.h): bf16@primitive or
+// bf16@jit_gemm; plain bf16 takes this CPU's default. --precision bf16@primitive,bf16@jit_gemm
+// --interleave compares the two routines in one run.
+//
 //   bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] [--no-kernels] [--cpu]
 //              [--precision fp32,bf16] [--rounds 1] [--interleave]
 #include <omp.h>
@@ -28,6 +32,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +74,32 @@ struct Options {
 };
 
 using mt::bench::parse_list;
+
+// "bf16@jit_gemm" -> the precision ("bf16") and the GEMM routine it forces, if any.
+struct PrecisionSpec {
+  std::string precision;
+  std::optional<mt::Bf16GemmPath> path;
+};
+
+std::optional<PrecisionSpec> parse_precision(const std::string& spec) {
+  const size_t at = spec.find('@');
+  PrecisionSpec p{spec.substr(0, at), std::nullopt};
+  if (p.precision != "fp32" && p.precision != "bf16") return std::nullopt;
+  if (at == std::string::npos) return p;
+  const std::string path = spec.substr(at + 1);
+  if (p.precision != "bf16" || (path != "primitive" && path != "jit_gemm")) return std::nullopt;
+  p.path = path == "primitive" ? mt::Bf16GemmPath::primitive : mt::Bf16GemmPath::jit_gemm;
+  if (!mt::matmul_bf16_path_available(*p.path)) return std::nullopt;
+  return p;
+}
+
+// The routine a precision spec forces, for as long as this lives.
+struct UsePath {
+  explicit UsePath(const std::string& spec) {
+    if (const auto p = parse_precision(spec); p && p->path) use.emplace(*p->path);
+  }
+  std::optional<mt::ScopedBf16GemmPath> use;
+};
 
 using mt::bench::filled;
 
@@ -385,7 +416,8 @@ std::vector<double> interleaved_ratios(const BenchConfig& bc, int pairs, const C
   std::vector<mt::TrainOptions> opts;
   for (const std::string& precision : precisions) {
     dirs.push_back(write_bench_shard(bc));
-    opts.push_back(bench_options(bc, dirs.back(), pairs, threads, precision));
+    opts.push_back(
+        bench_options(bc, dirs.back(), pairs, threads, parse_precision(precision)->precision));
   }
   std::vector<double> ratios;
   times.assign(precisions.size(), {});
@@ -398,6 +430,7 @@ std::vector<double> interleaved_ratios(const BenchConfig& bc, int pairs, const C
       double t[2] = {0, 0};
       for (int k = 0; k < 2; k++) {
         const int p = (step % 2 == 0) ? k : 1 - k;
+        const UsePath use(precisions[size_t(p)]);
         const double start = clock.now();
         mt::train_step(*sessions[p], step, trace);
         t[p] = clock.now() - start;
@@ -419,7 +452,10 @@ double bench_config(const BenchConfig& bc, int threads, double peak1, const Opti
   const double peak = peak1 * threads;  // the trainer's MFU denominator (GFLOP/s)
   const double tokens = double(bc.batch) * bc.seq;
   const Clock clock{opt.cpu, threads};
-  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock, threads, precision);
+  const UsePath use(precision);
+  const bool bf16 = parse_precision(precision)->precision == "bf16";
+  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock, threads,
+                               parse_precision(precision)->precision);
   const double flops = cfg.flops_per_token() * tokens;
   std::printf(
       "%s config %c (L=%d C=%d NH=%d T=%d B=%d V=%d), %d thread%s: step %.2f ms (fwd+bwd %.2f, "
@@ -431,7 +467,7 @@ double bench_config(const BenchConfig& bc, int threads, double peak1, const Opti
       100 * flops / ph.best * 1e-9 / peak, peak);
   std::fflush(stdout);
   if (!opt.kernels) return tokens / ph.total;
-  KernelBench kb(bc, precision == "bf16");
+  KernelBench kb(bc, bf16);
   double sum = 0;
   std::vector<std::pair<KernelCall, double>> rows;
   for (KernelCall& k : kb.calls()) {
@@ -480,8 +516,10 @@ int main(int argc, char** argv) {
         list = comma == std::string::npos ? "" : list.substr(comma + 1);
       }
       for (const std::string& p : opt.precisions)
-        if (p != "fp32" && p != "bf16") {
-          std::fprintf(stderr, "bench_step: --precision takes fp32 and/or bf16 (got '%s')\n",
+        if (!parse_precision(p)) {
+          std::fprintf(stderr,
+                       "bench_step: --precision takes fp32, bf16, bf16@primitive or "
+                       "bf16@jit_gemm (one available here; got '%s')\n",
                        p.c_str());
           return 2;
         }
@@ -495,8 +533,8 @@ int main(int argc, char** argv) {
   const double peak1 =
       opt.cpu ? cpu_time_peak(opt.quick) : mt::measure_sgemm_peak_gflops(1, opt.quick ? 0.05 : 1.0);
   std::printf("sgemm peak, 1 thread: %.1f GFLOP/s (%s time)\n", peak1, opt.cpu ? "CPU" : "wall");
-  const bool bf16 =
-      std::find(opt.precisions.begin(), opt.precisions.end(), "bf16") != opt.precisions.end();
+  const bool bf16 = std::any_of(opt.precisions.begin(), opt.precisions.end(),
+                                [](const std::string& p) { return p.rfind("bf16", 0) == 0; });
   if (bf16 && !mt::bf16_matmul_supported()) {
     std::fprintf(stderr, "bench_step: this CPU has no oneDNN bf16 matmul\n");
     return 2;
@@ -536,7 +574,7 @@ int main(int argc, char** argv) {
       std::vector<std::vector<double>> tps(opt.precisions.size());
       for (int round = 0; round < opt.rounds; round++)
         for (size_t p = 0; p < opt.precisions.size(); p++) {
-          const double peak = opt.precisions[p] == "bf16" ? peak_bf16 : peak1;
+          const double peak = opt.precisions[p].rfind("bf16", 0) == 0 ? peak_bf16 : peak1;
           tps[p].push_back(bench_config(bc, threads, peak, opt, opt.precisions[p]));
         }
       std::string line = mt::str("config ", bc.name, ", ", threads, " thread(s), median of ",

@@ -1,7 +1,7 @@
 // The linear layer's forward / backward pair with bf16 GEMM inputs (--precision bf16,
-// docs/precision.md): oneDNN's matmul primitive multiplies bf16 operands, accumulates in
-// fp32 and writes fp32. oneDNN picks the instructions itself (AVX512-BF16 dot products, or
-// AMX tiles where the CPU has them); matmul_bf16_isa() says which it picked.
+// docs/precision.md): oneDNN multiplies bf16 operands, accumulates in fp32 and writes fp32.
+// Two oneDNN routines can run it (Bf16GemmPath); the default is picked from the CPU at run
+// time, and matmul_bf16_isa() names the kernel that runs.
 // Same shapes and accumulation rules as kernels/matmul.h: backward functions accumulate (+=).
 #pragma once
 
@@ -33,21 +33,53 @@ void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols);
 
 // The row counts a GEMM of `rows` output rows runs as, in order (their sum is `rows`): the
 // forward and input-gradient GEMMs split their rows this way so that the shapes, and the
-// oneDNN primitives cached per shape, stay few per layer whatever the row count. A row of
-// the output is the same bits whichever piece it ran in.
+// oneDNN primitives cached per shape, stay few per layer whatever the row count. On the
+// primitive path a row of the output is the same bits whichever piece it ran in. The
+// jit_gemm path splits the same way (so the planner's cost of a row count holds for both)
+// but its bits depend on the piece's size (1-row pieces run a gemv kernel).
 std::vector<int64_t> matmul_bf16_row_pieces(int64_t rows);
 
 // How many oneDNN primitives this thread keeps (one per GEMM shape it has run). Bounded per
 // family of shapes: row counts run as at most 64-row multiples plus power-of-two pieces.
 size_t matmul_bf16_cached_primitives();
 
+// The two oneDNN routines a bf16 GEMM can take:
+//  - primitive: the matmul primitive (brgemm kernels: AVX512-BF16 dot products, or AMX
+//    tiles where the CPU has them), one primitive cached per shape and thread;
+//  - jit_gemm: the gemm_bf16bf16f32 routine, the bf16 sibling of the sgemm the fp32 layers
+//    run (AVX512-BF16 dot products; no AMX). Faster than the primitive on AVX512-BF16
+//    without AMX (the default there), not exported in oneDNN's public headers, so it is
+//    found at run time and the primitive stays the fallback.
+// Both accumulate in fp32 and round nothing but their inputs, so the bounds in
+// tests/kernels/test_bf16.cpp hold for both; their bits differ (other summation orders).
+enum class Bf16GemmPath { primitive, jit_gemm };
+
+// The routine this CPU's GEMMs take by default, and the one they take now.
+Bf16GemmPath matmul_bf16_default_path();
+Bf16GemmPath matmul_bf16_path();
+bool matmul_bf16_path_available(Bf16GemmPath path);
+
+// Overrides the routine for the whole process while it lives (tests and bench_step compare
+// the two; training never sets it).
+class ScopedBf16GemmPath {
+ public:
+  explicit ScopedBf16GemmPath(Bf16GemmPath path);
+  ~ScopedBf16GemmPath();
+  ScopedBf16GemmPath(const ScopedBf16GemmPath&) = delete;
+  ScopedBf16GemmPath& operator=(const ScopedBf16GemmPath&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Whether this CPU runs oneDNN's bf16 matmul at all (it needs AVX512 at least; oneDNN 2.6
 // has no bf16 path for AVX2 machines). Checked before any rank starts.
 bool bf16_matmul_supported();
 
-// oneDNN's implementation name for a representative bf16 matmul on this machine, e.g.
-// "brg:avx512_core_bf16" or "brg:avx512_core_amx" (what DNNL_VERBOSE would print), or
-// "unsupported".
+// The kernel the bf16 GEMMs run on this machine: on the primitive path oneDNN's
+// implementation name for a representative matmul, e.g. "brg:avx512_core_bf16" or
+// "brg:avx512_core_amx" (what DNNL_VERBOSE would print); on the jit_gemm path
+// "gemm:jit:avx512_core_bf16"; or "unsupported".
 std::string matmul_bf16_isa();
 
 }  // namespace mt

@@ -169,10 +169,19 @@ double check_bound(const char* what, const Buf& got, const Buf& want,
   return worst;
 }
 
-class Bf16Matmul : public ::testing::TestWithParam<Shape> {};
+const char* path_name(Bf16GemmPath path) {
+  return path == Bf16GemmPath::primitive ? "primitive" : "jit_gemm";
+}
+
+// Both GEMM routines are held to the same bounds (matmul_bf16.h); a routine this machine
+// does not have is skipped.
+class Bf16Matmul : public ::testing::TestWithParam<std::tuple<Shape, Bf16GemmPath>> {};
 
 TEST_P(Bf16Matmul, MatchesFp32TwinsWithinTheRoundingBounds) {
-  const auto [N, C, OC] = GetParam();
+  const auto [shape, path] = GetParam();
+  if (!matmul_bf16_path_available(path)) GTEST_SKIP() << path_name(path) << " not available";
+  const ScopedBf16GemmPath use(path);
+  const auto [N, C, OC] = shape;
   const Buf x = random_normal(size_t(N) * C, 1), w = random_normal(size_t(OC) * C, 2, 0.3f),
             bias = random_normal(OC, 3), dy = random_normal(size_t(N) * OC, 4),
             acc_in = random_normal(size_t(OC) * C, 5), dx_in = random_normal(size_t(N) * C, 6),
@@ -257,39 +266,53 @@ TEST_P(Bf16Matmul, MatchesFp32TwinsWithinTheRoundingBounds) {
   RecordProperty("worst_ratio_to_reference_bound", std::to_string(worst));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Matmul,
-                         ::testing::Values(Shape{1, 1, 1}, Shape{1, 7, 3}, Shape{5, 17, 9},
-                                           Shape{33, 64, 48}, Shape{7, 3, 1000},
-                                           Shape{128, 256, 768}, Shape{64, 768, 256},
-                                           Shape{64, 512, 2048}),
-                         [](const auto& info) {
-                           const Shape& s = info.param;
-                           return str("N", s.N, "_C", s.C, "_OC", s.OC);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Bf16Matmul,
+    ::testing::Combine(::testing::Values(Shape{1, 1, 1}, Shape{1, 7, 3}, Shape{5, 17, 9},
+                                         Shape{33, 64, 48}, Shape{7, 3, 1000}, Shape{128, 256, 768},
+                                         Shape{64, 768, 256}, Shape{64, 512, 2048},
+                                         Shape{300, 96, 40}),
+                       ::testing::Values(Bf16GemmPath::primitive, Bf16GemmPath::jit_gemm)),
+    [](const auto& info) {
+      const Shape& s = std::get<0>(info.param);
+      return str("N", s.N, "_C", s.C, "_OC", s.OC, "_", path_name(std::get<1>(info.param)));
+    });
 
 TEST(Bf16Matmul, SameResultWithOneAndTwoThreads) {
   // Determinism across team sizes is not promised by oneDNN; what is promised here is that
-  // a primitive built for one team size is not reused for another (the cache key).
+  // a primitive built for one team size is not reused for another (the cache key), and that
+  // either routine gives the same bits for the same call.
   const int N = 64, C = 96, OC = 80;
   const std::vector<bf16> x = to_bf16_vec(random_normal(size_t(N) * C, 1)),
                           w = to_bf16_vec(random_normal(size_t(OC) * C, 2));
-  Buf one(size_t(N) * OC), two(one.size()), ref(one.size());
+  Buf ref(size_t(N) * OC);
   ref::matmul_forward(ref.data(), rounded(random_normal(size_t(N) * C, 1)).data(),
                       rounded(random_normal(size_t(OC) * C, 2)).data(), nullptr, N, C, OC);
-  omp_set_num_threads(1);
-  matmul_bf16_forward(one.data(), x.data(), w.data(), nullptr, N, C, OC);
-  omp_set_num_threads(2);
-  matmul_bf16_forward(two.data(), x.data(), w.data(), nullptr, N, C, OC);
-  omp_set_num_threads(1);
-  EXPECT_LT(normalised_error(one, ref), 1e-5);
-  EXPECT_LT(normalised_error(two, ref), 1e-5);
+  for (const Bf16GemmPath path : {Bf16GemmPath::primitive, Bf16GemmPath::jit_gemm}) {
+    if (!matmul_bf16_path_available(path)) continue;
+    SCOPED_TRACE(path_name(path));
+    const ScopedBf16GemmPath use(path);
+    Buf one(size_t(N) * OC), two(one.size()), again(one.size());
+    omp_set_num_threads(1);
+    matmul_bf16_forward(one.data(), x.data(), w.data(), nullptr, N, C, OC);
+    omp_set_num_threads(2);
+    matmul_bf16_forward(two.data(), x.data(), w.data(), nullptr, N, C, OC);
+    matmul_bf16_forward(again.data(), x.data(), w.data(), nullptr, N, C, OC);
+    omp_set_num_threads(1);
+    EXPECT_LT(normalised_error(one, ref), 1e-5);
+    EXPECT_LT(normalised_error(two, ref), 1e-5);
+    EXPECT_TRUE(std::equal(two.begin(), two.end(), again.begin()));
+  }
 }
 
 // A window growing one row at a time (the sampler) used to build one oneDNN primitive per
 // row count. Now a row count runs as 64-row multiples plus power-of-two pieces, so 1..300
 // rows need a few dozen primitives, and each row of the result is the same bits whichever
 // pieces it ran in (a row of C depends only on its row of A): checked against 1-row calls.
+// The primitive path's property: the jit_gemm path keeps no primitives, and a 1-row call
+// takes its gemv kernel (other bits, same bounds).
 TEST(Bf16Matmul, GrowingRowCountsShareFewPrimitivesAndTheSameBits) {
+  const ScopedBf16GemmPath use(Bf16GemmPath::primitive);
   const int C = 2048, OC = 80, kMaxRows = 300;
   const std::vector<bf16> x = to_bf16_vec(random_normal(size_t(kMaxRows) * C, 3)),
                           w = to_bf16_vec(random_normal(size_t(OC) * C, 4));
@@ -547,6 +570,13 @@ TEST(Bf16Matmul, NamesTheIsaOneDnnPicked) {
   if (!bf16_matmul_supported()) GTEST_SKIP() << "no bf16 matmul on this CPU";
   const std::string isa = matmul_bf16_isa();
   EXPECT_NE(isa.find("avx512"), std::string::npos) << isa;
+  // The name follows the routine: "brg:..." for the primitive, "gemm:jit:..." for the other.
+  const ScopedBf16GemmPath use(Bf16GemmPath::primitive);
+  EXPECT_EQ(matmul_bf16_isa().rfind("gemm:jit", 0), std::string::npos) << matmul_bf16_isa();
+  if (matmul_bf16_path_available(Bf16GemmPath::jit_gemm)) {
+    const ScopedBf16GemmPath jit(Bf16GemmPath::jit_gemm);
+    EXPECT_EQ(matmul_bf16_isa().rfind("gemm:jit", 0), 0u) << matmul_bf16_isa();
+  }
 }
 
 }  // namespace
