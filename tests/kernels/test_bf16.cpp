@@ -102,6 +102,12 @@ TEST(Bf16Conversion, ArrayKernelsMatchTheScalarRule) {
   x[6] = std::numeric_limits<float>::infinity();
   x[7] = -0.0f;
   x[8] = bits_to_float(0x00018000);
+  // One special per 16-lane vector too, so each takes the exact rule alone, and overflow in a
+  // vector of normal values (the conversion instruction's path where there is one).
+  x[20] = bits_to_float(0xFF800001);  // a negative signalling NaN with a payload
+  x[40] = bits_to_float(0x807FFFFF);  // a denormal that rounds to -FLT_MIN
+  x[60] = bits_to_float(0x7F7FFFFF);  // FLT_MAX: rounds up to infinity
+  x[61] = bits_to_float(0x7F7F8000);  // a tie at the top: to even (infinity)
   x[n - 1] = bits_to_float(0x3F808000);
   std::vector<bf16> h(n);
   to_bf16(h.data(), x.data(), n);
