@@ -14,13 +14,15 @@ namespace mt {
 namespace {
 
 struct AdamWScalars {
-  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, bc2_sqrt, eps;
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, bc2_sqrt, eps,
+      grad_scale;
 };
 
 // One element, in torch's order. torch's add_(g, alpha) and addcmul_ end in a fused
 // multiply-add (checked against torch 1.13 on AVX2, vector body and scalar tail alike);
 // every other step rounds separately.
 inline void adamw_one(float& param, float g, float& m, float& v, const AdamWScalars& s) {
+  g = g * s.grad_scale;
   float mi = __builtin_fmaf(g, s.one_minus_beta1, m * s.beta1);
   float vi = __builtin_fmaf(s.one_minus_beta2 * g, g, v * s.beta2);
   float denom = __builtin_sqrtf(vi) / s.bc2_sqrt + s.eps;
@@ -57,7 +59,8 @@ inline uint32_t nonfinite_bits(float x) {
   const __m512 decay = _mm512_set1_ps(s.decay), beta1 = _mm512_set1_ps(s.beta1),
                omb1 = _mm512_set1_ps(s.one_minus_beta1), beta2 = _mm512_set1_ps(s.beta2),
                omb2 = _mm512_set1_ps(s.one_minus_beta2), nss = _mm512_set1_ps(s.neg_step_size),
-               bc2 = _mm512_set1_ps(s.bc2_sqrt), eps = _mm512_set1_ps(s.eps);
+               bc2 = _mm512_set1_ps(s.bc2_sqrt), eps = _mm512_set1_ps(s.eps),
+               scale = _mm512_set1_ps(s.grad_scale);
   // Lanes whose exponent is all ones in p, m or v, OR-ed over the chunk: three integer
   // compares on values already in registers, no extra memory traffic (the loop is bound by
   // its seven streams of loads and stores). Integer ops cannot change the update's bits.
@@ -67,7 +70,7 @@ inline uint32_t nonfinite_bits(float x) {
   };
   __mmask16 bad_lanes = 0;
   for (; i + 16 <= hi; i += 16) {
-    __m512 g = _mm512_loadu_ps(grad + i);
+    __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), scale);
     __m512 mi = _mm512_fmadd_ps(g, omb1, _mm512_mul_ps(_mm512_loadu_ps(m + i), beta1));
     __m512 vi =
         _mm512_fmadd_ps(_mm512_mul_ps(omb2, g), g, _mm512_mul_ps(_mm512_loadu_ps(v + i), beta2));
@@ -103,7 +106,8 @@ bool adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
                        static_cast<float>(1.0 - hp.beta2),
                        static_cast<float>(-(hp.lr / bias_correction1)),
                        static_cast<float>(std::sqrt(bias_correction2)),
-                       static_cast<float>(hp.eps)};
+                       static_cast<float>(hp.eps),
+                       hp.grad_scale};
   int bad = 0;
 #pragma omp parallel reduction(| : bad)
   {

@@ -15,6 +15,11 @@ namespace mt {
 struct AdamWParams {
   double lr, beta1, beta2, eps, weight_decay;
   int step;  // 1-based update count (bias correction)
+  // The gradient-clipping coefficient, applied as the gradient is read: g = float(g * s)
+  // before anything else, the bits torch's clip_grad_norm_ (an in-place multiply) leaves in
+  // the gradient. Fused here because a separate pass over the gradients costs a read and a
+  // write of all of them; 1 leaves every gradient as it is (x * 1 is x).
+  float grad_scale = 1.0f;
 };
 
 // Returns whether every updated param, m and v element is finite (no inf, no NaN). The

@@ -32,7 +32,9 @@ class AdamW {
   // caller stops the run otherwise, because a non-finite update (an lr of 1e38, an
   // overflowing moment) must never reach a save or an export. The check is fused into the
   // update kernel's stores (kernels/adamw.h) rather than a second pass over the state.
-  [[nodiscard]] bool update(float* params, const float* grads, double lr, int step);
+  // grad_scale is the clipping coefficient, applied to each gradient as it is read.
+  [[nodiscard]] bool update(float* params, const float* grads, double lr, int step,
+                            float grad_scale = 1.0f);
 
   Arena& exp_avg() { return m_; }
   Arena& exp_avg_sq() { return v_; }

@@ -57,20 +57,22 @@ void check_finite(int step, const LossAndNorm& ln) {
                          ", grad norm ", ln.norm, "); try a lower --lr or a --grad-clip"));
 }
 
-void clip(Session& s, double norm) {
+// torch.nn.utils.clip_grad_norm_'s coefficient, min(1, clip / (norm + 1e-6)), as the float
+// the gradients are multiplied by. The optimizer applies it as it reads each gradient
+// (AdamWParams::grad_scale): the same bits as scaling the gradients in place first, without
+// the pass over them.
+float clip_coefficient(const Session& s, double norm) {
   const double max_norm = s.opts.optim.grad_clip;
-  if (max_norm <= 0) return;
-  // torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
-  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
-  if (coef < 1.0) s.dp.scale_grads(float(coef));
+  if (max_norm <= 0) return 1.0f;
+  return float(std::min(1.0, max_norm / (norm + 1e-6)));
 }
 
-void optimizer_step(Session& s, int step, double lr, Trace& trace) {
+void optimizer_step(Session& s, int step, double lr, float grad_scale, Trace& trace) {
   Trace::Span span(trace, "optimizer", "compute");
   // Each rank checks what it updated (the update reports it); the ranks agree before
   // anyone goes on, so a poisoned update ends every rank here, before a save or an export
   // can write it.
-  const bool finite = s.opt.update(s.dp.param_storage(), s.dp.grad_storage(), lr, step);
+  const bool finite = s.opt.update(s.dp.param_storage(), s.dp.grad_storage(), lr, step, grad_scale);
   int64_t poisoned = finite ? 0 : 1;
   s.ctx.world->all_reduce(&poisoned, &poisoned, 1, DType::i64, ReduceOp::max).wait();
   if (poisoned)
@@ -130,9 +132,9 @@ StepRecord train_step(Session& s, int step, Trace& trace) {
   phase_end(r.phases.gradients);
   const LossAndNorm ln = loss_and_norm(s, r.microbatches.loss_sum, copies);
   check_finite(step, ln);
-  clip(s, ln.norm);
+  const float clip = clip_coefficient(s, ln.norm);
   phase_end(r.phases.norm_and_clip);
-  optimizer_step(s, step, r.lr, trace);
+  optimizer_step(s, step, r.lr, clip, trace);
   // --dp-sync: the replicas' weights averaged when due, all of it exposed communication.
   const double t_sync = now_seconds();
   const bool synced = s.replica_sync.after_step(s.dp, step);

@@ -1,7 +1,8 @@
 // One optimizer step on a session, as a short sequence of named phases:
 //   load batch -> forward + backward over the microbatches (the runner) -> finish gradients
 //   (data-parallel reduction, sequence-parallel partial sums, the runner's copies) -> loss
-//   and global norm -> finite check -> clip -> optimizer step (+ post-update finite check,
+//   and global norm -> finite check -> clipping coefficient -> optimizer step (clipping applied
+//   as AdamW reads the gradients, + post-update finite check,
 //   ZeRO all-gather, router bias balancing) -> the step's record.
 // Every rank calls it with the same step; the record is the same on every rank apart from
 // timings.
@@ -26,7 +27,8 @@ struct TensorParallelComm {
 struct StepPhases {
   double forward_backward = 0;  // the runner: every microbatch's forward and backward
   double gradients = 0;         // waiting for the reduction, partial sums, the runner's copies
-  double norm_and_clip = 0;     // loss and global norm (collective), finite check, clipping
+  double norm_and_clip = 0;     // loss and global norm (collective), finite check (the clip
+                                // itself rides on AdamW's read of the gradients: optimizer)
   double optimizer = 0;         // AdamW, the post-update finite check, ZeRO gathers, router bias
 };
 
