@@ -333,15 +333,13 @@ struct KernelBench {
                      std::memcpy(y.data(), x.data(), size_t(N) * 2 * C * sizeof(float));
                    }});
     if (bf16_) {
-      // Per block the layers round 10 N C values (ln_1, attention out, ln_2, d_qkv (3 N C),
-      // and the two row-parallel output gradients twice: B and W; GELU's output and
-      // gradient are rounded by the GELU kernels above) and one weight conversion per step
-      // of each matrix (12 C^2 per block).
-      const size_t nc = size_t(N) * C;  // the buffers hold 4 N C (H = 4C)
+      // Per block to_bf16 rounds the two row-parallel output gradients (N C each) twice, for
+      // B and for W; every other bf16 GEMM input is rounded by the kernel that makes it
+      // (LayerNorm, attention, GELU above). And one weight conversion per step of each
+      // matrix (12 C^2 per block).
+      const size_t nc = size_t(N) * C;
       out.push_back({"bf16 conversions (block)", L, 0, [=, this] {
-                       mt::to_bf16(x16.data(), y.data(), 4 * nc);
-                       mt::to_bf16(x16.data(), y.data(), 4 * nc);
-                       mt::to_bf16(x16.data(), y.data(), 2 * nc);
+                       for (int k = 0; k < 4; ++k) mt::to_bf16(x16.data(), y.data(), nc);
                      }});
       out.push_back({"bf16 weight copies (4 C^2)", 3 * L, 0,
                      [=, this] { mt::to_bf16(w16.data(), w.data(), size_t(4) * C * C); }});
