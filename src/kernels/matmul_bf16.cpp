@@ -80,16 +80,19 @@ Gemm make_gemm(Context& ctx, const GemmShape& s) {
   return g;
 }
 
+// An empty product (K = 0): C = bias, or zeros, or C unchanged when accumulating. Neither
+// routine takes K = 0 (a leading dimension of 0 is invalid to the gemm routine).
+void gemm_empty(const GemmShape& shape, const float* bias, float* C) {
+  for (int64_t m = 0; m < shape.M; ++m)
+    for (int64_t n = 0; n < shape.N; ++n) {
+      float& c = C[m * shape.N + n];
+      c = (shape.accumulate ? c : 0.0f) + (bias ? bias[n] : 0.0f);
+    }
+}
+
 void gemm_exact(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C) {
   if (shape.M == 0 || shape.N == 0) return;
-  if (shape.K == 0) {  // an empty product: C = bias (or C unchanged when accumulating)
-    for (int64_t m = 0; m < shape.M; ++m)
-      for (int64_t n = 0; n < shape.N; ++n) {
-        float& c = C[m * shape.N + n];
-        c = (shape.accumulate ? c : 0.0f) + (bias ? bias[n] : 0.0f);
-      }
-    return;
-  }
+  if (shape.K == 0) return gemm_empty(shape, bias, C);
   Context& ctx = context();
   auto it = ctx.cache.find(shape);
   if (it == ctx.cache.end()) {
@@ -139,6 +142,7 @@ char trans_of(int64_t rs, int64_t cs) {
 
 void gemm_jit(const GemmShape& s, const bf16* A, const bf16* B, const float* bias, float* C) {
   if (s.M == 0 || s.N == 0) return;
+  if (s.K == 0) return gemm_empty(s, bias, C);
   const char ta = trans_of(s.a_rs, s.a_cs), tb = trans_of(s.b_rs, s.b_cs);
   const int64_t lda = std::max<int64_t>(ta == 'N' ? s.a_rs : s.a_cs, ta == 'N' ? s.K : s.M),
                 ldb = std::max<int64_t>(tb == 'N' ? s.b_rs : s.b_cs, tb == 'N' ? s.N : s.K);

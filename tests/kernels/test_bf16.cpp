@@ -284,6 +284,28 @@ INSTANTIATE_TEST_SUITE_P(
       return str("N", s.N, "_C", s.C, "_OC", s.OC, "_", path_name(std::get<1>(info.param)));
     });
 
+// Empty reductions: no input features (the forward is its bias, the input gradient zeros
+// when overwriting) and no tokens (the weight gradient keeps what it held).
+TEST(Bf16Matmul, EmptyProductsOnBothRoutines) {
+  for (const Bf16GemmPath path : {Bf16GemmPath::primitive, Bf16GemmPath::jit_gemm}) {
+    if (!matmul_bf16_path_available(path)) continue;
+    SCOPED_TRACE(path_name(path));
+    const ScopedBf16GemmPath use(path);
+    const int N = 3, OC = 5;
+    const Buf bias = random_normal(OC, 1);
+    Buf out(size_t(N) * OC, 7.0f);
+    const std::vector<bf16> none(1);
+    matmul_bf16_forward(out.data(), none.data(), none.data(), bias.data(), N, 0, OC);
+    for (int r = 0; r < N; ++r)
+      for (int o = 0; o < OC; ++o) EXPECT_EQ(out[size_t(r) * OC + o], bias[o]);
+    Buf dw = random_normal(size_t(OC) * 4, 2), db = random_normal(OC, 3);
+    const Buf dw0 = dw, db0 = db;
+    matmul_bf16_backward_weight(dw.data(), db.data(), none.data(), none.data(), 0, 4, OC);
+    EXPECT_EQ(dw, dw0);
+    EXPECT_EQ(db, db0);
+  }
+}
+
 TEST(Bf16Matmul, SameResultWithOneAndTwoThreads) {
   // Determinism across team sizes is not promised by oneDNN; what is promised here is that
   // a primitive built for one team size is not reused for another (the cache key), and that
