@@ -93,6 +93,11 @@ std::optional<PrecisionSpec> parse_precision(const std::string& spec) {
   return p;
 }
 
+// The precision of a spec main() has validated ("bf16@primitive" -> "bf16").
+std::string precision_of(const std::string& spec) {
+  return parse_precision(spec)->precision;
+}
+
 // The routine a precision spec forces, for as long as this lives.
 struct UsePath {
   explicit UsePath(const std::string& spec) {
@@ -414,8 +419,7 @@ std::vector<double> interleaved_ratios(const BenchConfig& bc, int pairs, const C
   std::vector<mt::TrainOptions> opts;
   for (const std::string& precision : precisions) {
     dirs.push_back(write_bench_shard(bc));
-    opts.push_back(
-        bench_options(bc, dirs.back(), pairs, threads, parse_precision(precision)->precision));
+    opts.push_back(bench_options(bc, dirs.back(), pairs, threads, precision_of(precision)));
   }
   std::vector<double> ratios;
   times.assign(precisions.size(), {});
@@ -451,9 +455,8 @@ double bench_config(const BenchConfig& bc, int threads, double peak1, const Opti
   const double tokens = double(bc.batch) * bc.seq;
   const Clock clock{opt.cpu, threads};
   const UsePath use(precision);
-  const bool bf16 = parse_precision(precision)->precision == "bf16";
-  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock, threads,
-                               parse_precision(precision)->precision);
+  const std::string base = precision_of(precision);
+  const Phases ph = time_steps(bc, opt.quick ? 1 : opt.steps, clock, threads, base);
   const double flops = cfg.flops_per_token() * tokens;
   std::printf(
       "%s config %c (L=%d C=%d NH=%d T=%d B=%d V=%d), %d thread%s: step %.2f ms (fwd+bwd %.2f, "
@@ -465,7 +468,7 @@ double bench_config(const BenchConfig& bc, int threads, double peak1, const Opti
       100 * flops / ph.best * 1e-9 / peak, peak);
   std::fflush(stdout);
   if (!opt.kernels) return tokens / ph.total;
-  KernelBench kb(bc, bf16);
+  KernelBench kb(bc, base == "bf16");
   double sum = 0;
   std::vector<std::pair<KernelCall, double>> rows;
   for (KernelCall& k : kb.calls()) {
@@ -532,7 +535,7 @@ int main(int argc, char** argv) {
       opt.cpu ? cpu_time_peak(opt.quick) : mt::measure_sgemm_peak_gflops(1, opt.quick ? 0.05 : 1.0);
   std::printf("sgemm peak, 1 thread: %.1f GFLOP/s (%s time)\n", peak1, opt.cpu ? "CPU" : "wall");
   const bool bf16 = std::any_of(opt.precisions.begin(), opt.precisions.end(),
-                                [](const std::string& p) { return p.rfind("bf16", 0) == 0; });
+                                [](const std::string& p) { return precision_of(p) == "bf16"; });
   if (bf16 && !mt::bf16_matmul_supported()) {
     std::fprintf(stderr, "bench_step: this CPU has no oneDNN bf16 matmul\n");
     return 2;
@@ -572,7 +575,7 @@ int main(int argc, char** argv) {
       std::vector<std::vector<double>> tps(opt.precisions.size());
       for (int round = 0; round < opt.rounds; round++)
         for (size_t p = 0; p < opt.precisions.size(); p++) {
-          const double peak = opt.precisions[p].rfind("bf16", 0) == 0 ? peak_bf16 : peak1;
+          const double peak = precision_of(opt.precisions[p]) == "bf16" ? peak_bf16 : peak1;
           tps[p].push_back(bench_config(bc, threads, peak, opt, opt.precisions[p]));
         }
       std::string line = mt::str("config ", bc.name, ", ", threads, " thread(s), median of ",

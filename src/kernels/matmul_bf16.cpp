@@ -135,15 +135,21 @@ GemmBf16Fn jit_gemm_fn() {
 
 // An operand with unit column stride is row-major ('N', leading dimension = row stride); one
 // with unit row stride is its transpose stored row-major ('T', leading dimension = column
-// stride).
-char trans_of(int64_t rs, int64_t cs) {
-  return cs == 1 && rs != 1 ? 'N' : (rs == 1 && cs != 1 ? 'T' : (cs == 1 ? 'N' : 'T'));
+// stride). GemmShape's operands always have one of the two.
+char trans_of(int64_t cs) {
+  return cs == 1 ? 'N' : 'T';
+}
+
+// Whether oneDNN's effective ISA here includes `isa` (its values are nested bit sets).
+bool cpu_has(dnnl::cpu_isa isa) {
+  const auto have = unsigned(dnnl::get_effective_cpu_isa()), want = unsigned(isa);
+  return (have & want) == want;
 }
 
 void gemm_jit(const GemmShape& s, const bf16* A, const bf16* B, const float* bias, float* C) {
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) return gemm_empty(s, bias, C);
-  const char ta = trans_of(s.a_rs, s.a_cs), tb = trans_of(s.b_rs, s.b_cs);
+  const char ta = trans_of(s.a_cs), tb = trans_of(s.b_cs);
   const int64_t lda = std::max<int64_t>(ta == 'N' ? s.a_rs : s.a_cs, ta == 'N' ? s.K : s.M),
                 ldb = std::max<int64_t>(tb == 'N' ? s.b_rs : s.b_cs, tb == 'N' ? s.N : s.K);
   // The bias goes in first and the GEMM accumulates onto it, as the fp32 matmul_forward
@@ -346,9 +352,7 @@ Bf16GemmPath matmul_bf16_path() {
 bool matmul_bf16_path_available(Bf16GemmPath path) {
   if (path == Bf16GemmPath::primitive) return true;
   // The routine needs AVX-512 (it emulates the dot products where AVX512-BF16 is missing).
-  const auto isa = unsigned(dnnl::get_effective_cpu_isa()),
-             core = unsigned(dnnl::cpu_isa::avx512_core);
-  return jit_gemm_fn() != nullptr && (isa & core) == core;
+  return jit_gemm_fn() != nullptr && cpu_has(dnnl::cpu_isa::avx512_core);
 }
 
 ScopedBf16GemmPath::ScopedBf16GemmPath(Bf16GemmPath path) : saved_(path_override.load()) {
@@ -363,9 +367,8 @@ ScopedBf16GemmPath::~ScopedBf16GemmPath() {
 std::string matmul_bf16_isa() {
   const std::string primitive = bf16_primitive_isa();
   if (matmul_bf16_path() == Bf16GemmPath::primitive || primitive == "unsupported") return primitive;
-  const auto isa = unsigned(dnnl::get_effective_cpu_isa());
-  const auto bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
-  return (isa & bf16) == bf16 ? "gemm:jit:avx512_core_bf16" : "gemm:jit:avx512_core";
+  return cpu_has(dnnl::cpu_isa::avx512_core_bf16) ? "gemm:jit:avx512_core_bf16"
+                                                  : "gemm:jit:avx512_core";
 }
 
 }  // namespace mt
