@@ -9,6 +9,7 @@
 
 #include "kernels/flash_attention.h"
 #include "kernels/kernel_harness.h"
+#include "kernels/reference/flash_attention_ref.h"
 #include "kernels/rope.h"
 
 namespace mt::test {
@@ -41,6 +42,16 @@ struct FlashProblem {
   bool rope = false, fused = false, portable = false;
   FlashPrecision precision = FlashPrecision::fp32;
 };
+
+inline FlashProblem problem(std::string name, int B, int H, int Hkv, int hd, std::vector<int> qpos,
+                            std::vector<int> kpos, bool rope, bool fused) {
+  FlashProblem p;
+  p.name = std::move(name);
+  p.B = B, p.H = H, p.Hkv = Hkv, p.hd = hd;
+  p.qpos = std::move(qpos), p.kpos = std::move(kpos);
+  p.rope = rope, p.fused = fused;
+  return p;
+}
 
 struct FlashSetup {
   FlashProblem p;
@@ -90,5 +101,42 @@ struct FlashSetup {
     return g;
   }
 };
+
+// The fast kernel or its reference twin on a setup's operands (scratch sized for the call).
+inline void run_forward(Impl impl, const FlashSetup& s, const Bufs& in, Buf& out, Buf& lse,
+                        bool accumulate = false) {
+  const FlashAttention a = s.args(in);
+  Buf scratch(impl == Impl::fast ? flash_attention_forward_scratch_floats(a) : 0);
+  MT_DISPATCH(impl, flash_attention_forward, out.data(), s.ldo(), lse.data(), a, accumulate,
+              scratch);
+}
+
+inline void run_backward(Impl impl, const FlashSetup& s, const Bufs& in, const Buf& out,
+                         const Buf& lse, const Buf& dout, Bufs& din) {
+  const FlashAttention a = s.args(in);
+  Buf D(size_t(s.p.B) * s.p.H * s.Tq()), scratch;
+  MT_DISPATCH(impl, flash_attention_backward_prep, D.data(), out.data(), s.ldo(), dout.data(),
+              s.ldo(), s.p.B, s.Tq(), s.p.H, s.p.hd);
+  if (impl == Impl::fast) scratch.resize(flash_attention_backward_scratch_floats(a));
+  MT_DISPATCH(impl, flash_attention_backward, s.grads(din), dout.data(), s.ldo(), lse.data(),
+              D.data(), a, scratch);
+}
+
+struct Result {
+  Buf out, lse;
+};
+
+inline Result forward_fast(const FlashSetup& s, const Bufs& in) {
+  Result r{Buf(s.out_size(), 0.0f), Buf(s.lse_size(), 0.0f)};
+  run_forward(Impl::fast, s, in, r.out, r.lse);
+  return r;
+}
+
+inline Bufs backward_fast(const FlashSetup& s, const Bufs& in, const Result& r, const Buf& dout) {
+  Bufs din;
+  for (const Buf& b : in) din.emplace_back(b.size(), 0.0f);
+  run_backward(Impl::fast, s, in, r.out, r.lse, dout, din);
+  return din;
+}
 
 }  // namespace mt::test
