@@ -43,8 +43,8 @@ KernelCase flash_case(const FlashProblem& p, bool finite_differences = true) {
   if (p.precision == FlashPrecision::bf16) {
     // A smoke bound only (every shape and mask on the bf16 path); the propagated elementwise
     // bound against fp32 is test_flash_attention_bf16.cpp's.
-    kc.fwd_tol = 0.05;
-    kc.bwd_tol = 0.05;
+    kc.fwd_tol = 0.02;
+    kc.bwd_tol = 0.02;
   }
   return kc;
 }
