@@ -14,8 +14,8 @@ void check_positions(const int* pos, int n, const RopeTable* rope, const char* w
   MT_CHECK(n == 0 || pos, "flash attention: ", what, " positions missing");
   for (int i = 0; i < n; i++) {
     MT_CHECK(pos[i] >= 0, "flash attention: ", what, " position ", pos[i], " is negative");
-    MT_CHECK(!rope || pos[i] < rope->positions(), "flash attention: ", what, " position ",
-             pos[i], " outside the RoPE table of ", rope->positions());
+    MT_CHECK(!rope || pos[i] < rope->positions(), "flash attention: ", what, " position ", pos[i],
+             " outside the RoPE table of ", rope->positions());
   }
 }
 
@@ -23,11 +23,11 @@ void check_operands(const FlashAttention& a) {
   MT_CHECK(a.B >= 0 && a.Tq >= 0 && a.Tk >= 0, "flash attention: negative shape");
   MT_CHECK(a.H > 0 && a.Hkv > 0 && a.H % a.Hkv == 0, "flash attention: ", a.H,
            " query heads are not groups of ", a.Hkv, " kv heads");
-  MT_CHECK(a.hd > 0 && a.hd % 2 == 0 && a.hd <= kFlashMaxHeadDim,
-           "flash attention: head dim ", a.hd, " is not even or exceeds ", kFlashMaxHeadDim);
-  MT_CHECK(a.ldq >= size_t(a.H) * a.hd && a.ldk >= size_t(a.Hkv) * a.hd &&
-               a.ldv >= size_t(a.Hkv) * a.hd,
-           "flash attention: a row stride is narrower than its heads");
+  MT_CHECK(a.hd > 0 && a.hd % 2 == 0 && a.hd <= kFlashMaxHeadDim, "flash attention: head dim ",
+           a.hd, " is not even or exceeds ", kFlashMaxHeadDim);
+  MT_CHECK(
+      a.ldq >= size_t(a.H) * a.hd && a.ldk >= size_t(a.Hkv) * a.hd && a.ldv >= size_t(a.Hkv) * a.hd,
+      "flash attention: a row stride is narrower than its heads");
   MT_CHECK(!a.rope || a.rope->half() * 2 == a.hd, "flash attention: RoPE table for head dim ",
            a.rope ? a.rope->half() * 2 : 0, ", not ", a.hd);
   check_positions(a.qpos, a.Tq, a.rope, "query");
@@ -90,9 +90,8 @@ void flash_attention_backward_prep(float* D, const float* out, size_t ldo, const
   }
 }
 
-void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo,
-                              const float* lse, const float* D, const FlashAttention& a,
-                              std::span<float> scratch) {
+void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
+                              const float* D, const FlashAttention& a, std::span<float> scratch) {
   check_operands(a);
   MT_CHECK(g.lddq >= size_t(a.H) * a.hd && g.lddk >= size_t(a.Hkv) * a.hd &&
                g.lddv >= size_t(a.Hkv) * a.hd && lddo >= size_t(a.H) * a.hd,

@@ -82,9 +82,8 @@ struct FlashGrads {
 // dq, dk, dv += the gradient of the keys in `a` (all of them, or a ring step's visiting
 // block) from dout (B * Tq rows, stride lddo) and the FINAL merged lse and D of the rows.
 // GQA sums a group's query heads into its kv head; with RoPE dq, dk leave un-rotated.
-void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo,
-                              const float* lse, const float* D, const FlashAttention& a,
-                              std::span<float> scratch);
+void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
+                              const float* D, const FlashAttention& a, std::span<float> scratch);
 
 // Which kernels a call with these operands runs: "avx512-fp32", "avx512-bf16" or "portable"
 // (any even head dim; also bf16 requests where the CPU or head dim has no AVX512-BF16 path,

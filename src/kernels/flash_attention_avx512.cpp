@@ -122,8 +122,14 @@ void keys_by_rows(float* c, const float* a, int qrows, const float* r, int) {
 
 template <int HD>
 const Tiles* table() {
-  static const Tiles t{"avx512-fp32",      false,       true,           pack_rows_fp32,
-                       pack_key_blocks_fp32, pack_reduction_fp32, scores<HD>, rows_by_keys<HD>,
+  static const Tiles t{"avx512-fp32",
+                       false,
+                       true,
+                       pack_rows_fp32,
+                       pack_key_blocks_fp32,
+                       pack_reduction_fp32,
+                       scores<HD>,
+                       rows_by_keys<HD>,
                        keys_by_rows<HD>};
   return &t;
 }
@@ -146,7 +152,9 @@ const Tiles* tiles_avx512_fp32(int hd) {
 
 #else  // no AVX-512 in this build: the portable loops run
 
-const Tiles* tiles_avx512_fp32(int) { return nullptr; }
+const Tiles* tiles_avx512_fp32(int) {
+  return nullptr;
+}
 
 #endif
 

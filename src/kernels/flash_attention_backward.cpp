@@ -21,15 +21,15 @@
 namespace mt::flash {
 namespace {
 
-constexpr int kKeyPanel = 8;        // key blocks whose dK, dV tiles a task keeps at once
-constexpr int kBackwardTasks = 4;   // fewest tasks wanted; below it a kv head's keys split
+constexpr int kKeyPanel = 8;       // key blocks whose dK, dV tiles a task keeps at once
+constexpr int kBackwardTasks = 4;  // fewest tasks wanted; below it a kv head's keys split
 
 struct BackwardLayout {
   int rf = 0, nkb = 0, nqb = 0, chunks = 1, Tqp = 0;
-  size_t rows = 0;                     // one packed operand of Tqp query rows
-  size_t qside = 0;                    // per (b, h): q rows, dout rows [, q and dout reduction]
-  size_t blocks = 0;                   // one packed operand of the key blocks
-  size_t kside = 0;                    // per (b, g): k blocks, v blocks, k reduction
+  size_t rows = 0;    // one packed operand of Tqp query rows
+  size_t qside = 0;   // per (b, h): q rows, dout rows [, q and dout reduction]
+  size_t blocks = 0;  // one packed operand of the key blocks
+  size_t kside = 0;   // per (b, g): k blocks, v blocks, k reduction
   size_t q_total = 0, k_total = 0, dq_total = 0;
   size_t tile = 0, panel = 0, worker = 0;  // per worker: dK, dV panels, S, dP tiles
 };
@@ -162,8 +162,10 @@ void flush_panel(const BackwardTask& T, const FlashGrads& g, const int* blocks,
       const size_t row = size_t(T.b) * a.Tk + size_t(blocks[p]) * kFlashKeyBlock + j;
       float* dkr = dK + (size_t(p) * kFlashKeyBlock + j) * hd;
       const float* dvr = dV + (size_t(p) * kFlashKeyBlock + j) * hd;
-      if (a.rope) rope_unrotate(dkr, a.rope->cos(keys[p].pos[j]), a.rope->sin(keys[p].pos[j]), hd / 2);
-      float *dk = g.dk + row * g.lddk + size_t(T.g) * hd, *dv = g.dv + row * g.lddv + size_t(T.g) * hd;
+      if (a.rope)
+        rope_unrotate(dkr, a.rope->cos(keys[p].pos[j]), a.rope->sin(keys[p].pos[j]), hd / 2);
+      float *dk = g.dk + row * g.lddk + size_t(T.g) * hd,
+            *dv = g.dv + row * g.lddv + size_t(T.g) * hd;
 #pragma omp simd
       for (int d = 0; d < hd; d++) dk[d] += dkr[d];
 #pragma omp simd
@@ -212,8 +214,8 @@ size_t backward_scratch_floats(const FlashAttention& a, const Tiles& t, int work
   return L.q_total + L.k_total + L.dq_total + size_t(workers) * L.worker;
 }
 
-void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
-              const float* D, const FlashAttention& a, float* scratch, const Tiles& t) {
+void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse, const float* D,
+              const FlashAttention& a, float* scratch, const Tiles& t) {
   const BackwardLayout L = backward_layout(a, t);
   float *qside = scratch, *kside = qside + L.q_total, *dq = kside + L.k_total;
   float* workers = dq + L.dq_total;

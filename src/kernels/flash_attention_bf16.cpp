@@ -39,7 +39,8 @@ void pack_rows(float* dst, const float* src, size_t ld, int rows, const int* pos
   float x[kFlashMaxHeadDim];
   for (int r = 0; r < rows; r++) {
     rotated_copy(x, src + size_t(r) * ld, pos[r], rope, hd);
-    for (int p = 0; p < hd / 2; p++) dst[size_t(r) * (hd / 2) + p] = pair_slot(x[2 * p], x[2 * p + 1]);
+    for (int p = 0; p < hd / 2; p++)
+      dst[size_t(r) * (hd / 2) + p] = pair_slot(x[2 * p], x[2 * p + 1]);
   }
 }
 
@@ -58,8 +59,8 @@ void pack_key_blocks(float* dst, const float* src, size_t ld, int rows, const in
   }
 }
 
-void pack_reduction(float* dst, const float* src, size_t ld, int rows, int padded,
-                    const int* pos, const RopeTable* rope, int hd) {
+void pack_reduction(float* dst, const float* src, size_t ld, int rows, int padded, const int* pos,
+                    const RopeTable* rope, int hd) {
   float x0[kFlashMaxHeadDim], x1[kFlashMaxHeadDim];
   auto row = [&](float* x, int r) {
     if (r < rows)
@@ -104,8 +105,7 @@ MT_FLASH_BF16 void scores_tile(float* s, const float* x, const float* blk, float
 }
 
 template <int HD, int R>
-MT_FLASH_BF16 void scores_rest(int rows, float* s, const float* x, const float* blk,
-                               float alpha) {
+MT_FLASH_BF16 void scores_rest(int rows, float* s, const float* x, const float* blk, float alpha) {
   if constexpr (R > 0) {
     if (rows == R) return scores_tile<HD, R>(s, x, blk, alpha);
     scores_rest<HD, R - 1>(rows, s, x, blk, alpha);
@@ -113,8 +113,7 @@ MT_FLASH_BF16 void scores_rest(int rows, float* s, const float* x, const float* 
 }
 
 template <int HD>
-MT_FLASH_BF16 void scores(float* s, const float* x, int rows, const float* blk, float alpha,
-                          int) {
+MT_FLASH_BF16 void scores(float* s, const float* x, int rows, const float* blk, float alpha, int) {
   constexpr int R = 8;
   int r = 0;
   for (; r + R <= rows; r += R) scores_tile<HD, R>(s + r * kB, x + r * (HD / 2), blk, alpha);
@@ -152,8 +151,8 @@ MT_FLASH_BF16 void rows_tile(float* c, size_t ldc, const float* a, size_t ars, s
 }
 
 template <int HD, int R>
-MT_FLASH_BF16 void rows_rest(int rows, float* c, size_t ldc, const float* a, size_t ars,
-                             size_t aks, const float* b, int n) {
+MT_FLASH_BF16 void rows_rest(int rows, float* c, size_t ldc, const float* a, size_t ars, size_t aks,
+                             const float* b, int n) {
   if constexpr (R > 0) {
     if (rows == R) return rows_tile<HD, R>(c, ldc, a, ars, aks, b, n);
     rows_rest<HD, R - 1>(rows, c, ldc, a, ars, aks, b, n);
@@ -194,8 +193,8 @@ MT_FLASH_BF16 void keys_by_rows(float* c, const float* a, int qrows, const float
   for (int i = 0; i < np; i++)
     for (int h = 0; h < kB; h += 16) {
       const __m512 x0 = _mm512_loadu_ps(a + 2 * i * kB + h);
-      const __m512 x1 = 2 * i + 1 < qrows ? _mm512_loadu_ps(a + (2 * i + 1) * kB + h)
-                                          : _mm512_setzero_ps();
+      const __m512 x1 =
+          2 * i + 1 < qrows ? _mm512_loadu_ps(a + (2 * i + 1) * kB + h) : _mm512_setzero_ps();
       const __m512i pairs = _mm512_or_si512(widened(x0), _mm512_slli_epi32(widened(x1), 16));
       _mm512_store_si512(at + i * kB + h, pairs);
     }
@@ -207,7 +206,7 @@ MT_FLASH_BF16 void keys_by_rows(float* c, const float* a, int qrows, const float
 
 template <int HD>
 const Tiles* table() {
-  static const Tiles t{"avx512-bf16",    true,       false,           pack_rows,
+  static const Tiles t{"avx512-bf16",   true,           false,      pack_rows,
                        pack_key_blocks, pack_reduction, scores<HD>, rows_by_keys<HD>,
                        keys_by_rows<HD>};
   return &t;
@@ -233,7 +232,9 @@ const Tiles* tiles_avx512_bf16(int hd) {
 
 #else  // no AVX-512 in this build: bf16 requests run the fp32 kernels
 
-const Tiles* tiles_avx512_bf16(int) { return nullptr; }
+const Tiles* tiles_avx512_bf16(int) {
+  return nullptr;
+}
 
 #endif
 

@@ -17,9 +17,9 @@ namespace {
 
 struct ForwardLayout {
   int rf = 0, nkb = 0;
-  size_t kt = 0, kv = 0;          // per (b, kv head): key blocks, then V's reduction rows
-  size_t q = 0, s = 0, o = 0;     // per worker: query tile, scores, output accumulator,
-  size_t worker = 0;              // then m, l and the rescale factors (kFlashQueryBlock each)
+  size_t kt = 0, kv = 0;       // per (b, kv head): key blocks, then V's reduction rows
+  size_t q = 0, s = 0, o = 0;  // per worker: query tile, scores, output accumulator,
+  size_t worker = 0;           // then m, l and the rescale factors (kFlashQueryBlock each)
 };
 
 ForwardLayout forward_layout(const FlashAttention& a, const Tiles& t) {
@@ -39,8 +39,8 @@ void pack_kv(float* kv, const FlashAttention& a, const Tiles& t, const ForwardLa
              int g) {
   const size_t row0 = size_t(b) * a.Tk, col = size_t(g) * a.hd;
   t.pack_key_blocks(kv, a.k + row0 * a.ldk + col, a.ldk, a.Tk, a.kpos, a.rope, a.hd);
-  t.pack_reduction(kv + L.kt, a.v + row0 * a.ldv + col, a.ldv, a.Tk, L.nkb * kFlashKeyBlock,
-                   a.kpos, nullptr, a.hd);
+  t.pack_reduction(kv + L.kt, a.v + row0 * a.ldv + col, a.ldv, a.Tk, L.nkb * kFlashKeyBlock, a.kpos,
+                   nullptr, a.hd);
 }
 
 // One row of the score tile: masked to its visible keys (kp null: all visible), replaced by
@@ -86,8 +86,7 @@ void softmax_step_row(float* s, const int* kp, int qp, float& m, float& l, float
 }
 
 // Writes (accumulate false) or merges (true) one row's o / l, lse m + log(l), into out, lse.
-void finish_row(float* out, float* lse, const float* o, float m, float l, bool accumulate,
-                int hd) {
+void finish_row(float* out, float* lse, const float* o, float m, float l, bool accumulate, int hd) {
   const float lse_new = l > 0.0f ? m + std::log(l) : -INFINITY;
   if (accumulate && lse_new == -INFINITY) return;  // no key seen here: the merge is a no-op
   if (!accumulate || *lse == -INFINITY) {

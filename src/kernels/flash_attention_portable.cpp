@@ -78,9 +78,9 @@ void keys_by_rows(float* c, const float* a, int qrows, const float* r, int hd) {
 }  // namespace
 
 const Tiles& tiles_portable() {
-  static const Tiles t{"portable",          false,  true,         pack_rows_fp32,
-                       pack_key_blocks_fp32, pack_reduction_fp32, scores, rows_by_keys,
-                       keys_by_rows};
+  static const Tiles t{
+      "portable",          false,  true,         pack_rows_fp32, pack_key_blocks_fp32,
+      pack_reduction_fp32, scores, rows_by_keys, keys_by_rows};
   return t;
 }
 

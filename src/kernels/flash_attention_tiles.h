@@ -46,7 +46,9 @@ struct Tiles {
   void (*keys_by_rows)(float* c, const float* a, int qrows, const float* r, int hd);
 };
 
-inline int row_floats(const Tiles& t, int hd) { return t.pairs ? hd / 2 : hd; }
+inline int row_floats(const Tiles& t, int hd) {
+  return t.pairs ? hd / 2 : hd;
+}
 
 // The table for this head dim, or null where this build / CPU has none.
 const Tiles* tiles_avx512_fp32(int hd);
@@ -67,7 +69,9 @@ inline void rotated_copy(float* dst, const float* src, int pos, const RopeTable*
   if (rope) rope_rotate(dst, rope->cos(pos), rope->sin(pos), hd / 2);
 }
 
-constexpr size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+constexpr size_t round_up(size_t x, size_t m) {
+  return (x + m - 1) / m * m;
+}
 
 // The kernels a call runs (flash_attention.cpp).
 const Tiles& select_tiles(const FlashAttention& a);
@@ -77,7 +81,7 @@ size_t forward_scratch_floats(const FlashAttention& a, const Tiles& t, int worke
 size_t backward_scratch_floats(const FlashAttention& a, const Tiles& t, int workers);
 void forward(float* out, size_t ldo, float* lse, const FlashAttention& a, bool accumulate,
              float* scratch, const Tiles& t);
-void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
-              const float* D, const FlashAttention& a, float* scratch, const Tiles& t);
+void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse, const float* D,
+              const FlashAttention& a, float* scratch, const Tiles& t);
 
 }  // namespace mt::flash

@@ -89,8 +89,9 @@ void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAtte
         }
         const double w_old = std::exp(old - mx), w_new = std::exp(lse_new - mx);
         for (int d = 0; d < a.hd; d++)
-          orow[d] = float(((w_old > 0 ? w_old * orow[d] : 0.0) + (w_new > 0 ? w_new * o[d] / sum : 0.0)) /
-                          (w_old + w_new));
+          orow[d] =
+              float(((w_old > 0 ? w_old * orow[d] : 0.0) + (w_new > 0 ? w_new * o[d] / sum : 0.0)) /
+                    (w_old + w_new));
         l = float(mx + std::log(w_old + w_new));
       }
 }
@@ -135,7 +136,8 @@ void flash_attention_backward(const FlashGrads& gr, const float* dout, size_t ld
           double dp = 0;
           for (int d = 0; d < hd; d++) dp += double(dy[d]) * v[d];
           const double ds = p * (dp - Di) * scale;
-          Vec &dkj = dk[(size_t(b) * a.Tk + j) * a.Hkv + g], &dvj = dv[(size_t(b) * a.Tk + j) * a.Hkv + g];
+          Vec &dkj = dk[(size_t(b) * a.Tk + j) * a.Hkv + g],
+              &dvj = dv[(size_t(b) * a.Tk + j) * a.Hkv + g];
           for (int d = 0; d < hd; d++) {
             dqi[d] += ds * k[d];
             dkj[d] += ds * q[d];

@@ -16,8 +16,7 @@ void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAtte
                              bool accumulate, std::span<float> scratch);
 void flash_attention_backward_prep(float* D, const float* out, size_t ldo, const float* dout,
                                    size_t lddo, int B, int Tq, int H, int hd);
-void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo,
-                              const float* lse, const float* D, const FlashAttention& a,
-                              std::span<float> scratch);
+void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
+                              const float* D, const FlashAttention& a, std::span<float> scratch);
 
 }  // namespace mt::ref
