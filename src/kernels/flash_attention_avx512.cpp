@@ -1,16 +1,13 @@
 // Flash attention's fp32 products, register-blocked for AVX-512 at head dims 16, 32, 64 and
-// 128 (the layouts are the portable packers': rows, (hd, 32) key blocks, rows again for the
-// reductions). Two micro-kernels, as in attention_avx512.cpp:
+// 128, in the portable layouts (rows, (hd, 32) key blocks, rows again for the reductions)
+// with vectorised packers. Two micro-kernels, as in attention_avx512.cpp:
 //  - scores_tile: 8 query rows x 32 keys, one broadcast of x[r][d] times the two vectors of
 //    the key block's row d (16 accumulators);
 //  - rows_tile: c[r][0:hd] += sum_k a(r, k) b[k][0:hd] with a addressed by strides, so the
 //    same code multiplies by P or dS (out, dq: rows by keys) and by their transposes (dv, dk:
 //    keys by rows); R rows x hd / 16 vectors stay within 24 accumulators.
+#include "kernels/flash_attention_simd.h"
 #include "kernels/flash_attention_tiles.h"
-
-#if defined(__AVX512F__)
-#include "kernels/vec_math.h"  // <immintrin.h>
-#endif
 
 namespace mt::flash {
 
@@ -18,6 +15,35 @@ namespace mt::flash {
 namespace {
 
 constexpr int kB = kFlashKeyBlock;
+constexpr int kAhead = 8;  // rows prefetched ahead by the packers
+
+// ---- packing: the portable layouts, vector loads, the transpose by scatter --------------
+
+template <int HD>
+void pack_rows(const PackRows& p) {
+  for (int r = 0; r < p.padded; r++) {
+    prefetch_ahead(p, r, kAhead);
+    for (int h = 0; h < p.heads; h++)
+      row_or_zero<HD>(p.dst + h * p.head_stride + size_t(r) * HD, p, r, h);
+  }
+}
+
+// 16 rows of a head at a time, rotated into x, transposed into the block's columns.
+template <int HD>
+void pack_key_blocks(const PackRows& p) {
+  alignas(64) float x[16 * HD];
+  for (int r0 = 0; r0 < p.padded; r0 += 16)
+    for (int h = 0; h < p.heads; h++) {
+      for (int j = 0; j < 16; j++) {
+        if (h == 0) prefetch_ahead(p, r0 + j, 16);
+        row_or_zero<HD>(x + j * HD, p, r0 + j, h);
+      }
+      const int j0 = r0 / kB * kB;
+      store_columns<HD>(p.dst + h * p.head_stride + size_t(j0) * HD, r0 - j0, x);
+    }
+}
+
+// ---- products ---------------------------------------------------------------------------
 
 template <int HD, int R>
 void scores_tile(float* s, const float* x, const float* blk, float alpha) {
@@ -122,14 +148,8 @@ void keys_by_rows(float* c, const float* a, int qrows, const float* r, int) {
 
 template <int HD>
 const Tiles* table() {
-  static const Tiles t{"avx512-fp32",
-                       false,
-                       true,
-                       pack_rows_fp32,
-                       pack_key_blocks_fp32,
-                       pack_reduction_fp32,
-                       scores<HD>,
-                       rows_by_keys<HD>,
+  static const Tiles t{"avx512-fp32",       false,         true,       pack_rows<HD>,
+                       pack_key_blocks<HD>, pack_rows<HD>, scores<HD>, rows_by_keys<HD>,
                        keys_by_rows<HD>};
   return &t;
 }

@@ -11,12 +11,13 @@
 // bits do not depend on the thread count.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/flash_attention_blocks.h"
+#include "kernels/flash_attention_rows.h"
 #include "kernels/flash_attention_tiles.h"
-#include "kernels/vec_math.h"
 
 namespace mt::flash {
 namespace {
@@ -70,41 +71,39 @@ QuerySide query_side(const float* base, const BackwardLayout& L, bool reduction_
   return {base, base + L.rows, base + 2 * L.rows, base + 3 * L.rows};
 }
 
-void pack_query_side(float* dst, const FlashAttention& a, const float* dout, size_t lddo,
-                     const Tiles& t, const BackwardLayout& L, int b, int h) {
-  const size_t row0 = size_t(b) * a.Tq, col = size_t(h) * a.hd;
-  const float *q = a.q + row0 * a.ldq + col, *dy = dout + row0 * lddo + col;
-  t.pack_rows(dst, q, a.ldq, a.Tq, a.qpos, a.rope, a.hd);
-  t.pack_rows(dst + L.rows, dy, lddo, a.Tq, a.qpos, nullptr, a.hd);
-  if (t.reduction_is_rows) return;
-  t.pack_reduction(dst + 2 * L.rows, q, a.ldq, a.Tq, L.Tqp, a.qpos, a.rope, a.hd);
-  t.pack_reduction(dst + 3 * L.rows, dy, lddo, a.Tq, L.Tqp, a.qpos, nullptr, a.hd);
-}
-
-void pack_key_side(float* dst, const FlashAttention& a, const Tiles& t, const BackwardLayout& L,
-                   int b, int g) {
-  const size_t row0 = size_t(b) * a.Tk, col = size_t(g) * a.hd;
-  const float *k = a.k + row0 * a.ldk + col, *v = a.v + row0 * a.ldv + col;
-  t.pack_key_blocks(dst, k, a.ldk, a.Tk, a.kpos, a.rope, a.hd);
-  t.pack_key_blocks(dst + L.blocks, v, a.ldv, a.Tk, a.kpos, nullptr, a.hd);
-  t.pack_reduction(dst + 2 * L.blocks, k, a.ldk, a.Tk, L.nkb * kFlashKeyBlock, a.kpos, a.rope,
-                   a.hd);
-}
-
-// A row of P = exp(s - lse) into s (0 where masked, or everywhere if the row saw no key at
-// all) and of dS = scale P (dP - D) into dp.
-void probs_row(float* s, float* dp, const int* kp, int qp, float lse, float D, float scale) {
-  if (lse == -INFINITY) {
-    std::memset(s, 0, sizeof(float) * kFlashKeyBlock);
-    std::memset(dp, 0, sizeof(float) * kFlashKeyBlock);
+// Packing run i of sequence b: kFlashKeyBlock query rows of every head (q, dout) or one key
+// block of every kv head (k, v).
+void pack_run(float* qside, float* kside, const FlashAttention& a, const float* dout, size_t lddo,
+              const Tiles& t, const BackwardLayout& L, int i) {
+  const int nqc = (a.Tq + kFlashKeyBlock - 1) / kFlashKeyBlock, b = i / (nqc + L.nkb);
+  const int c = i % (nqc + L.nkb);
+  if (c < nqc) {
+    const int r0 = c * kFlashKeyBlock, n = std::min(kFlashKeyBlock, a.Tq - r0);
+    const int padded = c == nqc - 1 ? L.Tqp - r0 : n;
+    const size_t row = size_t(b) * a.Tq + r0;
+    float* dst = qside + size_t(b) * a.H * L.qside + size_t(r0) * L.rf;
+    const PackRows q{dst, L.qside, a.q + row * a.ldq, a.ldq, n, padded,
+                     a.H, a.hd,    a.qpos + r0,       a.rope};
+    const PackRows dy{dst + L.rows, L.qside, dout + row * lddo, lddo,   n, padded,
+                      a.H,          a.hd,    a.qpos + r0,       nullptr};
+    t.pack_rows(q);
+    t.pack_rows(dy);
+    if (t.reduction_is_rows) return;
+    t.pack_reduction(
+        {q.dst + 2 * L.rows, q.head_stride, q.src, q.ld, n, padded, a.H, a.hd, q.pos, q.rope});
+    t.pack_reduction({dy.dst + 2 * L.rows, dy.head_stride, dy.src, dy.ld, n, padded, a.H, a.hd,
+                      dy.pos, nullptr});
     return;
   }
-#pragma omp simd
-  for (int j = 0; j < kFlashKeyBlock; j++) {
-    const float p = kp[j] <= qp ? exp_vec(s[j] - lse) : 0.0f;
-    s[j] = p;
-    dp[j] = scale * p * (dp[j] - D);
-  }
+  const int r0 = (c - nqc) * kFlashKeyBlock, n = std::min(kFlashKeyBlock, a.Tk - r0);
+  const size_t row = size_t(b) * a.Tk + r0;
+  float* dst = kside + size_t(b) * a.Hkv * L.kside + size_t(r0) * L.rf;
+  t.pack_key_blocks({dst, L.kside, a.k + row * a.ldk, a.ldk, n, kFlashKeyBlock, a.Hkv, a.hd,
+                     a.kpos + r0, a.rope});
+  t.pack_key_blocks({dst + L.blocks, L.kside, a.v + row * a.ldv, a.ldv, n, kFlashKeyBlock, a.Hkv,
+                     a.hd, a.kpos + r0, nullptr});
+  t.pack_reduction({dst + 2 * L.blocks, L.kside, a.k + row * a.ldk, a.ldk, n, kFlashKeyBlock, a.Hkv,
+                    a.hd, a.kpos + r0, a.rope});
 }
 
 // One task's view of the call: its (b, kv head), chunk, and the pointers derived from them.
@@ -220,12 +219,9 @@ void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* 
   float *qside = scratch, *kside = qside + L.q_total, *dq = kside + L.k_total;
   float* workers = dq + L.dq_total;
   // Phase 1: packing, and the dq partials zeroed.
+  const int runs = a.B * ((a.Tq + kFlashKeyBlock - 1) / kFlashKeyBlock + L.nkb);
 #pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < a.B * a.H; bh++)
-    pack_query_side(qside + size_t(bh) * L.qside, a, dout, lddo, t, L, bh / a.H, bh % a.H);
-#pragma omp parallel for schedule(static)
-  for (int bg = 0; bg < a.B * a.Hkv; bg++)
-    pack_key_side(kside + size_t(bg) * L.kside, a, t, L, bg / a.Hkv, bg % a.Hkv);
+  for (int i = 0; i < runs; i++) pack_run(qside, kside, a, dout, lddo, t, L, i);
   std::memset(dq, 0, sizeof(float) * L.dq_total);
   // Phase 2: tasks (b, kv head, chunk).
   const size_t chunk = size_t(a.B) * a.H * a.Tq * a.hd;

@@ -7,17 +7,14 @@
 //              pair (x[2i][d], x[2i + 1][d]) at [i][d];
 //   P, dS      per visit: rows as pairs along keys (P v, dS k) or, for the key-side
 //              products, pairs along queries at [i][key] (P^T dout, dS^T q).
-// Operands are rounded to nearest even (float_to_bf16 when packed per call; the CPU's
-// conversion, which flushes denormals, for P and dS); scores, softmax and every sum are fp32.
+// Operands are rounded to nearest even by the CPU's conversion (which flushes denormals);
+// scores, softmax and every sum are fp32.
 // Head dims 16, 32, 64, 128 where the CPU has AVX512-BF16; elsewhere the fp32 kernels run.
+#include "kernels/flash_attention_simd.h"
 #include "kernels/flash_attention_tiles.h"
 
 #if defined(__AVX512F__)
-#include <bit>
 #include <cstdint>
-
-#include "kernels/bf16.h"
-#include "kernels/vec_math.h"  // <immintrin.h>
 #endif
 
 namespace mt::flash {
@@ -29,49 +26,77 @@ namespace {
 
 constexpr int kB = kFlashKeyBlock;
 
-// Two floats rounded to bf16 as one 32-bit slot: lo in the low half.
-inline float pair_slot(float lo, float hi) {
-  return std::bit_cast<float>(uint32_t(float_to_bf16(lo)) | uint32_t(float_to_bf16(hi)) << 16);
+constexpr int kAhead = 4;  // rows prefetched ahead by the packers
+
+// 16 bf16 of x as the low halves of 16 32-bit lanes.
+MT_FLASH_BF16 inline __m512i widened(__m512 x) {
+  return _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
 }
 
-void pack_rows(float* dst, const float* src, size_t ld, int rows, const int* pos,
-               const RopeTable* rope, int hd) {
-  float x[kFlashMaxHeadDim];
-  for (int r = 0; r < rows; r++) {
-    rotated_copy(x, src + size_t(r) * ld, pos[r], rope, hd);
-    for (int p = 0; p < hd / 2; p++)
-      dst[size_t(r) * (hd / 2) + p] = pair_slot(x[2 * p], x[2 * p + 1]);
-  }
+// The pairs (x[2p], x[2p + 1]) of x[d .. d + 31] (HD 16: of x[0 .. 15], 8 pairs, zeros above).
+template <int HD>
+MT_FLASH_BF16 inline __m512i pairs_at(const float* x, int d) {
+  if constexpr (HD >= 32)
+    return reinterpret_cast<__m512i>(
+        _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + d + 16), _mm512_loadu_ps(x + d)));
+  else
+    return _mm512_zextsi256_si512(
+        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(x))));
 }
 
-void pack_key_blocks(float* dst, const float* src, size_t ld, int rows, const int* pos,
-                     const RopeTable* rope, int hd) {
-  float x[kFlashMaxHeadDim] = {};
-  for (int j0 = 0; j0 < rows; j0 += kB) {
-    float* blk = dst + size_t(j0) * (hd / 2);
-    for (int j = 0; j < kB; j++) {
-      if (j0 + j < rows)
-        rotated_copy(x, src + size_t(j0 + j) * ld, pos[j0 + j], rope, hd);
+template <int HD>
+MT_FLASH_BF16 void pack_rows(const PackRows& p) {
+  alignas(64) float x[HD];
+  for (int r = 0; r < p.padded; r++) {
+    prefetch_ahead(p, r, kAhead);
+    for (int h = 0; h < p.heads; h++) {
+      row_or_zero<HD>(x, p, r, h);
+      float* dst = p.dst + h * p.head_stride + size_t(r) * (HD / 2);
+      if constexpr (HD >= 32)
+        for (int d = 0; d < HD; d += 32) _mm512_storeu_si512(dst + d / 2, pairs_at<HD>(x, d));
       else
-        for (int d = 0; d < hd; d++) x[d] = 0.0f;
-      for (int p = 0; p < hd / 2; p++) blk[p * kB + j] = pair_slot(x[2 * p], x[2 * p + 1]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                            _mm512_castsi512_si256(pairs_at<HD>(x, 0)));
     }
   }
 }
 
-void pack_reduction(float* dst, const float* src, size_t ld, int rows, int padded, const int* pos,
-                    const RopeTable* rope, int hd) {
-  float x0[kFlashMaxHeadDim], x1[kFlashMaxHeadDim];
-  auto row = [&](float* x, int r) {
-    if (r < rows)
-      rotated_copy(x, src + size_t(r) * ld, pos[r], rope, hd);
-    else
-      for (int d = 0; d < hd; d++) x[d] = 0.0f;
-  };
-  for (int i = 0; i < padded / 2; i++) {
-    row(x0, 2 * i);
-    row(x1, 2 * i + 1);
-    for (int d = 0; d < hd; d++) dst[size_t(i) * hd + d] = pair_slot(x0[d], x1[d]);
+// 16 rows of a head at a time, as pairs, transposed into the block's columns.
+template <int HD>
+MT_FLASH_BF16 void pack_key_blocks(const PackRows& p) {
+  alignas(64) float x[HD], pairs[16 * (HD / 2)];
+  for (int r0 = 0; r0 < p.padded; r0 += 16)
+    for (int h = 0; h < p.heads; h++) {
+      for (int j = 0; j < 16; j++) {
+        if (h == 0) prefetch_ahead(p, r0 + j, 16);
+        row_or_zero<HD>(x, p, r0 + j, h);
+        float* dst = pairs + j * (HD / 2);
+        if constexpr (HD >= 32)
+          for (int d = 0; d < HD; d += 32) _mm512_storeu_si512(dst + d / 2, pairs_at<HD>(x, d));
+        else
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                              _mm512_castsi512_si256(pairs_at<HD>(x, 0)));
+      }
+      const int j0 = r0 / kB * kB;
+      store_columns<HD / 2>(p.dst + h * p.head_stride + size_t(j0) * (HD / 2), r0 - j0, pairs);
+    }
+}
+
+// Rows 2i and 2i + 1 of the run (an even row of the operand) interleaved element by element.
+template <int HD>
+MT_FLASH_BF16 void pack_reduction(const PackRows& p) {
+  alignas(64) float x0[HD], x1[HD];
+  for (int i = 0; i < p.padded / 2; i++) {
+    prefetch_ahead(p, 2 * i + 1, kAhead);
+    for (int h = 0; h < p.heads; h++) {
+      row_or_zero<HD>(x0, p, 2 * i, h);
+      row_or_zero<HD>(x1, p, 2 * i + 1, h);
+      float* dst = p.dst + h * p.head_stride + size_t(i) * HD;
+      for (int d = 0; d < HD; d += 16)
+        _mm512_storeu_si512(
+            dst + d, _mm512_or_si512(widened(_mm512_loadu_ps(x0 + d)),
+                                     _mm512_slli_epi32(widened(_mm512_loadu_ps(x1 + d)), 16)));
+    }
   }
 }
 
@@ -179,11 +204,6 @@ MT_FLASH_BF16 void rows_by_keys(float* c, size_t ldc, const float* a, int rows, 
   if (i < rows) rows_rest<HD, R - 1>(rows - i, c + i * ldc, ldc, ap + i * np, np, 1, r, np);
 }
 
-// 16 bf16 of x as the low halves of 16 32-bit lanes.
-MT_FLASH_BF16 inline __m512i widened(__m512 x) {
-  return _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
-}
-
 // c (32, HD) += a^T . r, a (qrows, 32), r the (qrows / 2 rounded up) query pairs of HD:
 // a's columns packed as pairs along queries, at[i][j] = (a[2i][j], a[2i + 1][j]).
 template <int HD>
@@ -206,8 +226,14 @@ MT_FLASH_BF16 void keys_by_rows(float* c, const float* a, int qrows, const float
 
 template <int HD>
 const Tiles* table() {
-  static const Tiles t{"avx512-bf16",   true,           false,      pack_rows,
-                       pack_key_blocks, pack_reduction, scores<HD>, rows_by_keys<HD>,
+  static const Tiles t{"avx512-bf16",
+                       true,
+                       false,
+                       pack_rows<HD>,
+                       pack_key_blocks<HD>,
+                       pack_reduction<HD>,
+                       scores<HD>,
+                       rows_by_keys<HD>,
                        keys_by_rows<HD>};
   return &t;
 }

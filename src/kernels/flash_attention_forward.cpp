@@ -1,88 +1,78 @@
 // Flash attention's forward driver (the algorithm is in flash_attention.h). Two phases:
-//   1. every (b, kv head)'s K (rotated) and V packed once into the products' layouts;
-//   2. tasks (b, kv head, query block, head of the group), heaviest query blocks first, each
-//      owning its rows of out and lse: its query tile packed (rotated), then for every key
-//      block that is not fully masked the scores, the online-softmax step and P V.
+//   1. pack: q (rotated) of every head, K (rotated) and V of every kv head, read row by row
+//      and written into the products' layouts, once per call;
+//   2. tasks (kv head, query block, head of the group), heaviest query blocks first, each
+//      owning its rows of out and lse: for every key block that is not fully masked, the
+//      scores of the rows that see it, the online-softmax step and P V.
+// Both run per sequence, so that its packed operands are still in L2 when the tasks read them
+// (packing all B first cost a third of the forward at B = 8, T = 128, in memory stalls).
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/flash_attention_blocks.h"
+#include "kernels/flash_attention_rows.h"
 #include "kernels/flash_attention_tiles.h"
-#include "kernels/vec_math.h"
 
 namespace mt::flash {
 namespace {
 
 struct ForwardLayout {
-  int rf = 0, nkb = 0;
-  size_t kt = 0, kv = 0;       // per (b, kv head): key blocks, then V's reduction rows
-  size_t q = 0, s = 0, o = 0;  // per worker: query tile, scores, output accumulator,
-  size_t worker = 0;           // then m, l and the rescale factors (kFlashQueryBlock each)
+  int rf = 0, nkb = 0, nqc = 0;
+  size_t qs = 0, kt = 0;       // one head's packed q rows; one kv head's key blocks
+  size_t q = 0, k = 0, v = 0;  // where the packed q, K blocks and V reduction rows start
+  size_t workers = 0;          // then per worker: scores, output accumulator, m, l, c
+  size_t s = 0, o = 0, worker = 0;
 };
 
 ForwardLayout forward_layout(const FlashAttention& a, const Tiles& t) {
   ForwardLayout L;
   L.rf = row_floats(t, a.hd);
   L.nkb = (a.Tk + kFlashKeyBlock - 1) / kFlashKeyBlock;
+  L.nqc = (a.Tq + kFlashKeyBlock - 1) / kFlashKeyBlock;  // packing runs of query rows
+  L.qs = round_up(size_t(a.Tq) * L.rf, 16);
   L.kt = round_up(size_t(L.nkb) * kFlashKeyBlock * L.rf, 16);
-  L.kv = 2 * L.kt;
-  L.q = round_up(size_t(kFlashQueryBlock) * L.rf, 16);
+  L.k = size_t(a.H) * L.qs;
+  L.v = L.k + size_t(a.Hkv) * L.kt;
+  L.workers = L.v + size_t(a.Hkv) * L.kt;
   L.s = size_t(kFlashQueryBlock) * kFlashKeyBlock;
   L.o = round_up(size_t(kFlashQueryBlock) * a.hd, 16);
-  L.worker = L.q + L.s + L.o + 3 * kFlashQueryBlock;
+  L.worker = L.s + L.o + 3 * kFlashQueryBlock;
   return L;
 }
 
-void pack_kv(float* kv, const FlashAttention& a, const Tiles& t, const ForwardLayout& L, int b,
-             int g) {
-  const size_t row0 = size_t(b) * a.Tk, col = size_t(g) * a.hd;
-  t.pack_key_blocks(kv, a.k + row0 * a.ldk + col, a.ldk, a.Tk, a.kpos, a.rope, a.hd);
-  t.pack_reduction(kv + L.kt, a.v + row0 * a.ldv + col, a.ldv, a.Tk, L.nkb * kFlashKeyBlock, a.kpos,
-                   nullptr, a.hd);
-}
-
-// One row of the score tile: masked to its visible keys (kp null: all visible), replaced by
-// exp(s - m_new) in place; m, l updated and c set to the factor exp(m_old - m_new) that
-// rescales the row's accumulator.
-void softmax_step_row(float* s, const int* kp, int qp, float& m, float& l, float& c) {
-  float mx = -INFINITY;
-  if (kp) {
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < kFlashKeyBlock; j++) {
-      const float v = kp[j] <= qp ? s[j] : -INFINITY;
-      mx = v > mx ? v : mx;
-    }
-  } else {
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < kFlashKeyBlock; j++) mx = s[j] > mx ? s[j] : mx;
-  }
-  if (mx == -INFINITY) {  // nothing visible in this block: P row 0, accumulator unchanged
-    std::memset(s, 0, sizeof(float) * kFlashKeyBlock);
-    c = 1.0f;
+// Packing run c of sequence b: kFlashKeyBlock query rows (every head) or one key block
+// (every kv head).
+void pack_run(float* scratch, const FlashAttention& a, const Tiles& t, const ForwardLayout& L,
+              int b, int c) {
+  if (c < L.nqc) {
+    const int r0 = c * kFlashKeyBlock, n = std::min(kFlashKeyBlock, a.Tq - r0);
+    t.pack_rows({scratch + size_t(r0) * L.rf, L.qs, a.q + (size_t(b) * a.Tq + r0) * a.ldq, a.ldq, n,
+                 n, a.H, a.hd, a.qpos + r0, a.rope});
     return;
   }
-  const float mnew = m > mx ? m : mx;
-  c = m == -INFINITY ? 1.0f : exp_vec(m - mnew);  // l and the accumulator are 0 before a key
-  float sum = 0.0f;
-  if (kp) {
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < kFlashKeyBlock; j++) {
-      const float p = kp[j] <= qp ? exp_vec(s[j] - mnew) : 0.0f;
-      s[j] = p;
-      sum += p;
-    }
-  } else {
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < kFlashKeyBlock; j++) {
-      const float p = exp_vec(s[j] - mnew);
-      s[j] = p;
-      sum += p;
-    }
-  }
-  l = l * c + sum;
-  m = mnew;
+  const int r0 = (c - L.nqc) * kFlashKeyBlock, n = std::min(kFlashKeyBlock, a.Tk - r0);
+  const size_t at = size_t(r0) * L.rf, row = size_t(b) * a.Tk + r0;
+  t.pack_key_blocks({scratch + L.k + at, L.kt, a.k + row * a.ldk, a.ldk, n, kFlashKeyBlock, a.Hkv,
+                     a.hd, a.kpos + r0, a.rope});
+  t.pack_reduction({scratch + L.v + at, L.kt, a.v + row * a.ldv, a.ldv, n, kFlashKeyBlock, a.Hkv,
+                    a.hd, a.kpos + r0, nullptr});
+}
+
+// The rows [begin, end) of a query block that see some key of a block (rows outside see
+// none: their statistics stay as they are).
+struct RowSpan {
+  int begin, end;
+};
+
+RowSpan rows_seeing(const KeyBlock& k, Visibility vis, const int* qpos, int rows) {
+  if (vis == Visibility::full) return {0, rows};
+  RowSpan span{rows, 0};
+  for (int r = 0; r < rows; r++)
+    if (qpos[r] >= k.kmin) span.begin = std::min(span.begin, r), span.end = r + 1;
+  return span;
 }
 
 // Writes (accumulate false) or merges (true) one row's o / l, lse m + log(l), into out, lse.
@@ -108,35 +98,37 @@ struct ForwardTask {
 };
 
 void forward_task(const ForwardTask& task, float* out, size_t ldo, float* lse,
-                  const FlashAttention& a, bool accumulate, const float* kv, float* w,
+                  const FlashAttention& a, bool accumulate, const float* scratch, float* w,
                   const Tiles& t, const ForwardLayout& L) {
-  const int hd = a.hd, i0 = task.qb * kFlashQueryBlock;
-  const int rows = a.Tq - i0 < kFlashQueryBlock ? a.Tq - i0 : kFlashQueryBlock;
+  const int hd = a.hd, i0 = task.qb * kFlashQueryBlock, g = task.h / (a.H / a.Hkv);
+  const int rows = std::min(kFlashQueryBlock, a.Tq - i0);
   const int* qpos = a.qpos + i0;
   const float scale = 1.0f / std::sqrt(float(hd));
-  float *qt = w, *s = w + L.q, *o = s + L.s, *m = o + L.o, *l = m + kFlashQueryBlock,
-        *c = l + kFlashQueryBlock;
-  // Set-up: the query tile rotated to its positions; empty running statistics.
-  t.pack_rows(qt, a.q + (size_t(task.b) * a.Tq + i0) * a.ldq + size_t(task.h) * hd, a.ldq, rows,
-              qpos, a.rope, hd);
+  const float* qt = scratch + size_t(task.h) * L.qs + size_t(i0) * L.rf;
+  const size_t kv = size_t(g) * L.kt;
+  float *s = w, *o = s + L.s, *m = o + L.o, *l = m + kFlashQueryBlock, *c = l + kFlashQueryBlock;
   const QueryRange qr = query_range(qpos, rows);
   for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
   std::memset(o, 0, sizeof(float) * size_t(rows) * hd);
-  // Key blocks: skip the masked, mask the straddling, run the visible plain.
+  // Key blocks: skip the masked, mask the straddling (and only its rows that see a key), run
+  // the visible plain.
   for (int kb = 0; kb < L.nkb; kb++) {
     const KeyBlock k = key_block(a.kpos, a.Tk, kb);
     const Visibility vis = visibility(k, qr);
     if (vis == Visibility::none) continue;
-    const size_t off = size_t(kb) * kFlashKeyBlock * L.rf;
-    t.scores(s, qt, rows, kv + off, scale, hd);
-    for (int r = 0; r < rows; r++) {
-      softmax_step_row(s + r * kFlashKeyBlock, vis == Visibility::full ? nullptr : k.pos, qpos[r],
-                       m[r], l[r], c[r]);
+    const RowSpan span = rows_seeing(k, vis, qpos, rows);
+    const int r0 = span.begin, n = span.end - span.begin;
+    if (n <= 0) continue;
+    const size_t off = kv + size_t(kb) * kFlashKeyBlock * L.rf;
+    t.scores(s, qt + size_t(r0) * L.rf, n, scratch + L.k + off, scale, hd);
+    for (int r = r0; r < span.end; r++) {
+      softmax_step_row(s + (r - r0) * kFlashKeyBlock, vis == Visibility::full ? nullptr : k.pos,
+                       qpos[r], m[r], l[r], c[r]);
       if (c[r] == 1.0f) continue;
 #pragma omp simd
       for (int d = 0; d < hd; d++) o[size_t(r) * hd + d] *= c[r];
     }
-    t.rows_by_keys(o, hd, s, rows, kv + L.kt + off, hd);
+    t.rows_by_keys(o + size_t(r0) * hd, hd, s, n, scratch + L.v + off, hd);
   }
   // Rows out: o / l, lse, merged when accumulating.
   for (int r = 0; r < rows; r++)
@@ -149,27 +141,27 @@ void forward_task(const ForwardTask& task, float* out, size_t ldo, float* lse,
 
 size_t forward_scratch_floats(const FlashAttention& a, const Tiles& t, int workers) {
   const ForwardLayout L = forward_layout(a, t);
-  return size_t(a.B) * a.Hkv * L.kv + size_t(workers) * L.worker;
+  return L.workers + size_t(workers) * L.worker;
 }
 
 void forward(float* out, size_t ldo, float* lse, const FlashAttention& a, bool accumulate,
              float* scratch, const Tiles& t) {
   const ForwardLayout L = forward_layout(a, t);
   const int G = a.H / a.Hkv, nqb = (a.Tq + kFlashQueryBlock - 1) / kFlashQueryBlock;
-  float* workers = scratch + size_t(a.B) * a.Hkv * L.kv;
-#pragma omp parallel for schedule(static)
-  for (int bg = 0; bg < a.B * a.Hkv; bg++)
-    pack_kv(scratch + size_t(bg) * L.kv, a, t, L, bg / a.Hkv, bg % a.Hkv);
-  // Tasks in flight together share a kv head (its K/V stay in cache); the last query blocks,
-  // which see the most keys, start first so the dynamic schedule ends evenly.
-  const long ntasks = long(a.B) * a.Hkv * nqb * G;
-#pragma omp parallel for schedule(dynamic)
-  for (long i = 0; i < ntasks; i++) {
-    const int hg = int(i % G), qb = nqb - 1 - int(i / G % nqb);
-    const int g = int(i / G / nqb % a.Hkv), b = int(i / G / nqb / a.Hkv);
-    forward_task({b, g * G + hg, qb}, out, ldo, lse, a, accumulate,
-                 scratch + (size_t(b) * a.Hkv + g) * L.kv,
-                 workers + size_t(omp_get_thread_num()) * L.worker, t, L);
+  for (int b = 0; b < a.B; b++) {
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+      for (int c = 0; c < L.nqc + L.nkb; c++) pack_run(scratch, a, t, L, b, c);
+      // Tasks in flight together share a kv head (its K/V stay in cache); the last query
+      // blocks, which see the most keys, start first so the dynamic schedule ends evenly.
+      float* w = scratch + L.workers + size_t(omp_get_thread_num()) * L.worker;
+#pragma omp for schedule(dynamic)
+      for (int i = 0; i < a.Hkv * nqb * G; i++) {
+        const int hg = i % G, qb = nqb - 1 - i / G % nqb, g = i / G / nqb;
+        forward_task({b, g * G + hg, qb}, out, ldo, lse, a, accumulate, scratch, w, t, L);
+      }
+    }
   }
 }
 

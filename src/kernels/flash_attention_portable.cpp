@@ -7,31 +7,30 @@
 
 namespace mt::flash {
 
-void pack_rows_fp32(float* dst, const float* src, size_t ld, int rows, const int* pos,
-                    const RopeTable* rope, int hd) {
-  for (int r = 0; r < rows; r++)
-    rotated_copy(dst + size_t(r) * hd, src + size_t(r) * ld, pos[r], rope, hd);
+void pack_rows_fp32(const PackRows& p) {
+  for (int r = 0; r < p.padded; r++)
+    for (int h = 0; h < p.heads; h++) {
+      float* dst = p.dst + h * p.head_stride + size_t(r) * p.hd;
+      if (r < p.rows)
+        rotated_copy(dst, p.src + r * p.ld + size_t(h) * p.hd, p.pos[r], p.rope, p.hd);
+      else
+        std::memset(dst, 0, sizeof(float) * p.hd);
+    }
 }
 
-void pack_key_blocks_fp32(float* dst, const float* src, size_t ld, int rows, const int* pos,
-                          const RopeTable* rope, int hd) {
+void pack_key_blocks_fp32(const PackRows& p) {
   float row[kFlashMaxHeadDim];
-  for (int j0 = 0; j0 < rows; j0 += kFlashKeyBlock) {
-    float* blk = dst + size_t(j0) * hd;  // (hd, 32)
-    for (int j = 0; j < kFlashKeyBlock; j++) {
-      if (j0 + j < rows)
-        rotated_copy(row, src + size_t(j0 + j) * ld, pos[j0 + j], rope, hd);
+  for (int r = 0; r < p.padded; r++) {
+    const int j0 = r / kFlashKeyBlock * kFlashKeyBlock, j = r - j0;
+    for (int h = 0; h < p.heads; h++) {
+      if (r < p.rows)
+        rotated_copy(row, p.src + r * p.ld + size_t(h) * p.hd, p.pos[r], p.rope, p.hd);
       else
-        std::memset(row, 0, sizeof(float) * hd);
-      for (int d = 0; d < hd; d++) blk[d * kFlashKeyBlock + j] = row[d];
+        std::memset(row, 0, sizeof(float) * p.hd);
+      float* blk = p.dst + h * p.head_stride + size_t(j0) * p.hd;  // (hd, 32)
+      for (int d = 0; d < p.hd; d++) blk[d * kFlashKeyBlock + j] = row[d];
     }
   }
-}
-
-void pack_reduction_fp32(float* dst, const float* src, size_t ld, int rows, int padded,
-                         const int* pos, const RopeTable* rope, int hd) {
-  pack_rows_fp32(dst, src, ld, rows, pos, rope, hd);
-  std::memset(dst + size_t(rows) * hd, 0, sizeof(float) * size_t(padded - rows) * hd);
 }
 
 namespace {
@@ -78,9 +77,8 @@ void keys_by_rows(float* c, const float* a, int qrows, const float* r, int hd) {
 }  // namespace
 
 const Tiles& tiles_portable() {
-  static const Tiles t{
-      "portable",          false,  true,         pack_rows_fp32, pack_key_blocks_fp32,
-      pack_reduction_fp32, scores, rows_by_keys, keys_by_rows};
+  static const Tiles t{"portable",     false,  true,         pack_rows_fp32, pack_key_blocks_fp32,
+                       pack_rows_fp32, scores, rows_by_keys, keys_by_rows};
   return t;
 }
 

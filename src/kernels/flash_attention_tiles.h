@@ -21,20 +21,30 @@
 
 namespace mt::flash {
 
+// A run of rows of a strided operand (q, k, v or dout rows of one sequence), every head of
+// each row, packed per head: reading the rows in order lets the hardware prefetch them
+// (the rows of a fused qkv output lie pages apart).
+struct PackRows {
+  float* dst;  // head h's operand at dst + h * head_stride, run row r at r * row_floats
+  size_t head_stride;
+  const float* src;  // run row r at src + r * ld, head h at column h * hd
+  size_t ld;
+  int rows, padded;  // rows read; rows written (zeros past `rows`)
+  int heads, hd;
+  const int* pos;         // positions of the run's rows
+  const RopeTable* rope;  // null: not rotated
+};
+
 struct Tiles {
   const char* name;
   bool pairs;              // bf16 pairs: row_floats = hd / 2 (else hd)
   bool reduction_is_rows;  // the reduction layout equals the rows layout (fp32): pack once
 
-  // dst (rows, row_floats) = src rows (stride ld), rotated to pos[r] when rope is set.
-  void (*pack_rows)(float* dst, const float* src, size_t ld, int rows, const int* pos,
-                    const RopeTable* rope, int hd);
-  // dst = ceil(rows / 32) key blocks of src's rows (rotated when rope), zero past `rows`.
-  void (*pack_key_blocks)(float* dst, const float* src, size_t ld, int rows, const int* pos,
-                          const RopeTable* rope, int hd);
-  // dst (padded, row_floats) in the reduction layout (padded even, >= rows), zero past `rows`.
-  void (*pack_reduction)(float* dst, const float* src, size_t ld, int rows, int padded,
-                         const int* pos, const RopeTable* rope, int hd);
+  // The three layouts above; key blocks need `padded` a multiple of kFlashKeyBlock and the
+  // reduction layout an even `padded`.
+  void (*pack_rows)(const PackRows& p);
+  void (*pack_key_blocks)(const PackRows& p);
+  void (*pack_reduction)(const PackRows& p);
   // s (rows, kFlashKeyBlock), row stride kFlashKeyBlock, = alpha * x . block^T; rows <=
   // kFlashQueryBlock.
   void (*scores)(float* s, const float* x, int rows, const float* block, float alpha, int hd);
@@ -56,12 +66,8 @@ const Tiles* tiles_avx512_bf16(int hd);
 const Tiles& tiles_portable();
 
 // Portable fp32 packers (the AVX-512 fp32 table shares the layouts).
-void pack_rows_fp32(float* dst, const float* src, size_t ld, int rows, const int* pos,
-                    const RopeTable* rope, int hd);
-void pack_key_blocks_fp32(float* dst, const float* src, size_t ld, int rows, const int* pos,
-                          const RopeTable* rope, int hd);
-void pack_reduction_fp32(float* dst, const float* src, size_t ld, int rows, int padded,
-                         const int* pos, const RopeTable* rope, int hd);
+void pack_rows_fp32(const PackRows& p);
+void pack_key_blocks_fp32(const PackRows& p);
 
 // One head vector of src rotated to position pos (when rope) into dst (hd floats).
 inline void rotated_copy(float* dst, const float* src, int pos, const RopeTable* rope, int hd) {
