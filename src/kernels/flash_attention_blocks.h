@@ -53,4 +53,21 @@ inline Visibility visibility(const KeyBlock& k, const QueryRange& q) {
   return Visibility::partial;
 }
 
+// The rows [begin, end) of a query block that see some key of a block (rows outside see
+// none: their statistics stay as they are).
+struct RowSpan {
+  int begin, end;
+};
+
+inline RowSpan rows_seeing(const KeyBlock& k, Visibility vis, const int* qpos, int rows) {
+  if (vis == Visibility::full) return {0, rows};
+  RowSpan span{rows, 0};
+  for (int r = 0; r < rows; r++)
+    if (qpos[r] >= k.kmin) {
+      span.begin = r < span.begin ? r : span.begin;
+      span.end = r + 1;
+    }
+  return span;
+}
+
 }  // namespace mt::flash

@@ -61,20 +61,6 @@ void pack_run(float* scratch, const FlashAttention& a, const Tiles& t, const For
                     a.hd, a.kpos + r0, nullptr});
 }
 
-// The rows [begin, end) of a query block that see some key of a block (rows outside see
-// none: their statistics stay as they are).
-struct RowSpan {
-  int begin, end;
-};
-
-RowSpan rows_seeing(const KeyBlock& k, Visibility vis, const int* qpos, int rows) {
-  if (vis == Visibility::full) return {0, rows};
-  RowSpan span{rows, 0};
-  for (int r = 0; r < rows; r++)
-    if (qpos[r] >= k.kmin) span.begin = std::min(span.begin, r), span.end = r + 1;
-  return span;
-}
-
 // Writes (accumulate false) or merges (true) one row's o / l, lse m + log(l), into out, lse.
 void finish_row(float* out, float* lse, const float* o, float m, float l, bool accumulate, int hd) {
   const float lse_new = l > 0.0f ? m + std::log(l) : -INFINITY;
