@@ -5,14 +5,16 @@
 // GQA's attention core <= 0.6x of MHA's time). GFLOP/s count the causal FLOPs every variant
 // needs (forward q k^T and P v over the lower triangle, backward twice that), not the
 // recomputation flash attention adds. Medians of rounds; the path each flash call ran is
-// printed.
+// printed. --cpu times with this process's CPU time divided by the thread count, which a
+// loaded machine disturbs far less than wall time (as bench_step --cpu).
 //
-//   bench_attention [--quick] [--threads 1,2] [--rounds 5]
+//   bench_attention [--quick] [--threads 1,2] [--rounds 5] [--cpu]
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,10 +27,18 @@
 namespace {
 
 struct Options {
-  bool quick = false;
+  bool quick = false, cpu = false;
   std::vector<int> threads = {1, 2};
   int rounds = 5;
 };
+
+// Seconds: wall, or (--cpu) process CPU time divided by the threads running.
+double now(const Options& o) {
+  if (!o.cpu) return mt::now_seconds();
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (ts.tv_sec + ts.tv_nsec * 1e-9) / omp_get_max_threads();
+}
 
 enum class Kind { gpt, gpt_bf16, flash, flash_bf16 };
 
@@ -55,18 +65,18 @@ struct Timing {
   std::string path;
 };
 
-// Median seconds of one call over `rounds` batches, each at least `batch_s` long.
-double median_seconds(const std::function<void()>& fn, int rounds, double batch_s) {
+// Median seconds of one call over o.rounds batches, each at least `batch_s` long.
+double median_seconds(const std::function<void()>& fn, const Options& o, double batch_s) {
   fn();  // warm-up: page faults, thread start
   std::vector<double> per_call;
-  for (int r = 0; r < rounds; r++) {
-    mt::Stopwatch sw;
+  for (int r = 0; r < o.rounds; r++) {
+    const double start = now(o);
     int calls = 0;
     do {
       fn();
       calls++;
-    } while (sw.elapsed() < batch_s);
-    per_call.push_back(sw.elapsed() / calls);
+    } while (now(o) - start < batch_s);
+    per_call.push_back((now(o) - start) / calls);
   }
   std::sort(per_call.begin(), per_call.end());
   return per_call[per_call.size() / 2];
@@ -87,7 +97,7 @@ Timing time_gpt(const Shape& s, bool bf16, const Options& o, double batch_s) {
         else
           mt::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.H);
       },
-      o.rounds, batch_s);
+      o, batch_s);
   t.bwd = median_seconds(
       [&] {
         if (bf16)
@@ -97,7 +107,7 @@ Timing time_gpt(const Shape& s, bool bf16, const Options& o, double batch_s) {
           mt::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(),
                                  s.B, s.T, C, s.H);
       },
-      o.rounds, batch_s);
+      o, batch_s);
   return t;
 }
 
@@ -122,7 +132,7 @@ Timing time_flash(const Shape& s, bool bf16, const Options& o, double batch_s) {
   Timing t;
   t.path = mt::flash_attention_path(a);
   t.fwd = median_seconds(
-      [&] { mt::flash_attention_forward(out.data(), C, lse.data(), a, false, scratch); }, o.rounds,
+      [&] { mt::flash_attention_forward(out.data(), C, lse.data(), a, false, scratch); }, o,
       batch_s);
   t.bwd = median_seconds(
       [&] {
@@ -130,7 +140,7 @@ Timing time_flash(const Shape& s, bool bf16, const Options& o, double batch_s) {
                                           s.hd);
         mt::flash_attention_backward(g, dout.data(), C, lse.data(), D.data(), a, scratch);
       },
-      o.rounds, batch_s);
+      o, batch_s);
   return t;
 }
 
@@ -188,18 +198,22 @@ int main(int argc, char** argv) {
       o.quick = true, o.rounds = 1;
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
       o.threads = mt::bench::parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--cpu"))
+      o.cpu = true;
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
       o.rounds = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: bench_attention [--quick] [--threads 1,2] [--rounds N]\n");
+      std::fprintf(stderr,
+                   "usage: bench_attention [--quick] [--threads 1,2] [--rounds N] [--cpu]\n");
       return 2;
     }
   }
   if (o.quick) o.threads = {1};
   for (int threads : o.threads) {
     omp_set_num_threads(threads);
-    std::printf("attention core, %d thread%s (forward, backward incl. D, medians of %d rounds)\n",
-                threads, threads == 1 ? "" : "s", o.rounds);
+    std::printf(
+        "attention core, %d thread%s (forward, backward incl. D; medians of %d rounds, %s time)\n",
+        threads, threads == 1 ? "" : "s", o.rounds, o.cpu ? "CPU" : "wall");
     bench(o);
   }
   return 0;
