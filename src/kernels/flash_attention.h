@@ -14,12 +14,13 @@
 //              skipped when its smallest kpos exceeds the query block's largest qpos, runs
 //              unmasked when its largest kpos is <= the smallest qpos, and is masked per element
 //              otherwise: this covers one worker (both 0..T-1) and every zigzag ring step.
-//   threads    forward tasks (b, query block, h) and backward tasks (b, kv head, key chunk) are
-//              fixed by the shape, never by the thread count, and each writes only rows it owns,
-//              so 1 and 2 threads give the same bits. Backward splits a kv head's key blocks into
-//              C chunks (round robin; C > 1 only when B * Hkv is small) with one dq partial each.
-//   memory     O(T): caller scratch (packed K/V, packed query side, C dq partials and per-thread
-//              tiles); never a (Tq, Tk) buffer.
+//   threads    per sequence b: pack, then tasks fixed by the shape, never by the thread
+//              count (forward: query block x query head; backward: kv head x key chunk), each
+//              writing only rows it owns, so 1 and 2 threads give the same bits. Backward
+//              splits a kv head's key blocks into C chunks (round robin; C > 1 only when Hkv <
+//              4) with one dq partial each, summed in order. Even B = 1, Hkv = 1 has tasks.
+//   memory     O(T): caller scratch of one sequence's packed q (and dout), K, V, the C dq
+//              partials and per-thread tiles; never a (Tq, Tk) buffer.
 //   merge      accumulate: (out, lse) already hold a softmax over other keys; the new block's
 //              (o, l) is merged in fp32 with log-sum-exp weights. lse = -inf marks "no key seen"
 //              (out 0), which a merge ignores: a ring step's fully masked rows are harmless.
