@@ -128,6 +128,12 @@ constexpr int rows_per_tile() {
   return HD <= 32 ? 8 : HD == 64 ? 6 : 3;
 }
 
+// The key-side products have 32 output rows: a count dividing 32, at 16 accumulators.
+template <int HD>
+constexpr int key_rows_per_tile() {
+  return HD <= 32 ? 8 : HD == 64 ? 4 : 2;
+}
+
 // c (rows, HD) += a (rows, 32) . r (32 rows of HD).
 template <int HD>
 void rows_by_keys(float* c, size_t ldc, const float* a, int rows, const float* r, int) {
@@ -140,7 +146,7 @@ void rows_by_keys(float* c, size_t ldc, const float* a, int rows, const float* r
 // c (32, HD) += a^T . r, a (qrows, 32), r (qrows, HD).
 template <int HD>
 void keys_by_rows(float* c, const float* a, int qrows, const float* r, int) {
-  constexpr int R = rows_per_tile<HD>();
+  constexpr int R = key_rows_per_tile<HD>();
   int j = 0;
   for (; j + R <= kB; j += R) rows_tile<HD, R>(c + j * HD, HD, a + j, 1, kB, r, qrows);
   if (j < kB) rows_rest<HD, R - 1>(kB - j, c + j * HD, HD, a + j, 1, kB, r, qrows);
