@@ -29,15 +29,24 @@ KernelCase flash_case(const FlashProblem& p, bool finite_differences = true) {
   KernelCase kc;
   kc.name = p.name + (p.precision == FlashPrecision::bf16 ? "_bf16" : "");
   kc.inputs = s->inputs(41);
-  kc.output_sizes = {s->out_size(), s->lse_size()};
+  // lse as two outputs the harness can compare: its finite values (0 for -inf) and which rows
+  // saw a key (a normalised error over -inf entries would be NaN, i.e. no check at all).
+  kc.output_sizes = {s->out_size(), s->lse_size(), s->lse_size()};
   kc.forward = [s](Impl impl, const Bufs& in, Bufs& out) {
     run_forward(impl, *s, in, out[0], out[1]);
+    for (size_t i = 0; i < out[1].size(); i++) {
+      out[2][i] = out[1][i] == -INFINITY ? 0.0f : 1.0f;
+      if (out[2][i] == 0.0f) out[1][i] = 0.0f;
+    }
   };
   std::vector<int> wrt = p.fused ? std::vector<int>{0} : std::vector<int>{0, 1};
   kc.backwards.push_back(
       {"backward", wrt, true,
        [s](Impl impl, const Bufs& in, const Bufs& out, const Buf& dout, Bufs& din) {
-         run_backward(impl, *s, in, out[0], out[1], dout, din);
+         Buf lse = out[1];
+         for (size_t i = 0; i < lse.size(); i++)
+           if (out[2][i] == 0.0f) lse[i] = -INFINITY;
+         run_backward(impl, *s, in, out[0], lse, dout, din);
        }});
   kc.finite_differences = finite_differences && p.precision == FlashPrecision::fp32;
   if (p.precision == FlashPrecision::bf16) {
