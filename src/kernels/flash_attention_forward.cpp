@@ -1,11 +1,11 @@
 // Flash attention's forward driver (the algorithm is in flash_attention.h). Two phases:
 //   1. pack: q (rotated) of every head, K (rotated) and V of every kv head, read row by row
-//      and written into the products' layouts, once per call;
+//      and written into the products' layouts;
 //   2. tasks (kv head, query block, head of the group), heaviest query blocks first, each
 //      owning its rows of out and lse: for every key block that is not fully masked, the
 //      scores of the rows that see it, the online-softmax step and P V.
-// Both run per sequence, so that its packed operands are still in L2 when the tasks read them
-// (packing all B first cost a third of the forward at B = 8, T = 128, in memory stalls).
+// Both run per sequence: its packed operands are still in L2 when the tasks read them, and
+// the scratch holds one sequence.
 #include <omp.h>
 
 #include <algorithm>
@@ -21,9 +21,9 @@ namespace {
 
 struct ForwardLayout {
   int rf = 0, nkb = 0, nqc = 0;
-  size_t qs = 0, kt = 0;       // one head's packed q rows; one kv head's key blocks
-  size_t q = 0, k = 0, v = 0;  // where the packed q, K blocks and V reduction rows start
-  size_t workers = 0;          // then per worker: scores, output accumulator, m, l, c
+  size_t qs = 0, kt = 0;  // one head's packed q rows; one kv head's key blocks
+  size_t k = 0, v = 0;    // where K blocks and V reduction rows start (q at 0)
+  size_t workers = 0;     // then per worker: scores, output accumulator, m, l, c
   size_t s = 0, o = 0, worker = 0;
 };
 
