@@ -8,6 +8,8 @@
 #include "core/file_checks.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_log.h"
+#include "train/checkpoint/retention.h"
 
 namespace fs = std::filesystem;
 
@@ -77,6 +79,27 @@ void check_outputs_apart(const std::vector<NamedPath>& outs, const std::vector<N
   }
 }
 
+// The step of the checkpoint --load names (verified already), 0 without one.
+int loaded_step(const IoOptions& io) {
+  if (io.load.empty()) return 0;
+  return loads_sharded(io.load) ? read_manifest(io.load).step : read_train_state(io.load).step;
+}
+
+// Every step folder the run will write into --save DIR is free or the run's own, found now
+// rather than at the save of that step (checkpoint/retention.h).
+void check_sharded_save_root(const TrainOptions& o) {
+  const std::string& root = o.io.save;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return;  // created empty by the run
+  std::string damage;
+  const CheckpointLog log = CheckpointLog::read(root, &damage);
+  const RunIdentity id = identify_run(log, root, o.io.load, o.io.resumed);
+  const int start = loaded_step(o.io), steps = o.optim.steps, every = o.io.save_every;
+  check_save_root(root, log, id, [&](int step) {
+    return step == steps || (every > 0 && step > start && step < steps && step % every == 0);
+  });
+}
+
 void check_save_dir(const TrainOptions& o, const std::vector<NamedPath>& outs) {
   const std::string& save = o.io.save;
   require_output_dir("--save", save);
@@ -85,6 +108,7 @@ void check_save_dir(const TrainOptions& o, const std::vector<NamedPath>& outs) {
   if (o.io.checkpoint_format == "sharded") {
     MT_REQUIRE(!file_id(save + "/state.json").has_value(), "--save ", save,
                " holds a global checkpoint; give sharded checkpoints their own directory");
+    check_sharded_save_root(o);
     return;
   }
   const std::string conflict = checkpoint_dir_conflict(save);
