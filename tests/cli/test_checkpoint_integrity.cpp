@@ -117,16 +117,10 @@ TEST(CheckpointIntegrity, CraftedManifestIntegersFailBeforeAnyAllocation) {
                        " checkpoint verify " + d);
   };
   const int64_t huge = int64_t(1) << 62;
-  // The count of a run (stride 0: the old bound start + len <= numel held).
-  edit_manifest(d, [&](json& m) {
-    for (json& seg : m["segments"])
-      for (json& run : seg["runs"])
-        if (run[2] == 1) {
-          run[2] = huge;
-          run[3] = 0;
-          return;
-        }
-  });
+  // A run of 2^62 intervals of 4 elements, 4 apart: (count - 1) * stride wraps to -4, so
+  // the old bound start + (count - 1) * stride + len <= numel held, and the coverage check
+  // expanded 2^62 intervals.
+  edit_manifest(d, [&](json& m) { m["segments"][0]["runs"][0] = {0, 4, huge, 4}; });
   expect_usage_error(verify_limited(), "outside");
   // A shape whose element count overflows int64.
   write_bytes(d + "/manifest.json", pristine);
