@@ -116,17 +116,13 @@ nlohmann::json manifest_entry(const FileDigest& d) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
-                     const GlobalTensors& params, const GlobalTensors& exp_avg,
-                     const GlobalTensors& exp_avg_sq, const TrainState& state,
-                     const std::vector<NamedTensor>& optimizer_extra,
-                     const std::map<std::string, std::string>& extra_metadata) {
-  // A save replaces the directory whole: re-check, at the moment of replacing it, that
-  // nothing but a checkpoint is there (the run checked at its start; a user may have put a
-  // file there since).
-  const std::string conflict = checkpoint_dir_conflict(dir);
-  if (!conflict.empty())
-    throw RuntimeError(str("not saving the checkpoint of step ", state.step, ": ", conflict));
+namespace {
+
+void publish(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
+             const GlobalTensors& params, const GlobalTensors& exp_avg,
+             const GlobalTensors& exp_avg_sq, const TrainState& state,
+             const std::vector<NamedTensor>& optimizer_extra,
+             const std::map<std::string, std::string>& extra_metadata) {
   publish_dir_atomic(dir, [&](const std::string& tmp) {
     auto meta = config_metadata(cfg);
     meta.insert(extra_metadata.begin(), extra_metadata.end());  // the tokenizer record
@@ -151,6 +147,28 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
     seal_json(j);
     write_file_atomic(tmp + "/" + kStateFile, j.dump(2) + "\n");
   });
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
+                     const GlobalTensors& params, const GlobalTensors& exp_avg,
+                     const GlobalTensors& exp_avg_sq, const TrainState& state,
+                     const std::vector<NamedTensor>& optimizer_extra,
+                     const std::map<std::string, std::string>& extra_metadata) {
+  // A save replaces the directory whole: re-check, at the moment of replacing it, that
+  // nothing but a checkpoint is there (the run checked at its start; a user may have put a
+  // file there since).
+  const std::string conflict = checkpoint_dir_conflict(dir);
+  if (!conflict.empty())
+    throw RuntimeError(str("not saving the checkpoint of step ", state.step, ": ", conflict));
+  try {
+    publish(dir, table, cfg, params, exp_avg, exp_avg_sq, state, optimizer_extra, extra_metadata);
+  } catch (const RuntimeError& e) {
+    // Name the checkpoint rather than the temporary the failure happened in.
+    throw RuntimeError(str("the checkpoint of step ", state.step, " was not saved to ", dir,
+                           " (the one there is intact): ", e.what()));
+  }
 }
 
 namespace {

@@ -340,13 +340,14 @@ std::string ShardedCheckpointer::publish(int step, int64_t data_position,
   check_manifest_coverage(m, "the checkpoint of step " + std::to_string(step));
   write_file_atomic(tmp + "/" + kManifestFile, manifest_json(m).dump() + "\n");
   fsync_path(tmp);
+  retention_->record(step_dir_name(step), step, tmp);
   std::error_code ec;
   fs::rename(tmp, final_dir, ec);  // before_save made room; a folder there now stops the rename
   if (ec) throw RuntimeError(str("cannot rename ", tmp, " to ", final_dir, ": ", ec.message()));
   unmark_temporary(final_dir);  // its temporary's marker, inert under the final name
   fsync_path(final_dir);
   fsync_path(s_.opts.io.save);
-  retention_->after_publish(step_dir_name(step), step);
+  retention_->after_publish(step_dir_name(step));
   return "";
 }
 

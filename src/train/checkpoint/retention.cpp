@@ -127,12 +127,14 @@ CheckpointRetention::Stamp CheckpointRetention::stamp_of(const std::string& path
   return s;
 }
 
-std::vector<std::string> CheckpointRetention::after_publish(const std::string& dir, int step) {
-  const std::string path = root_ + "/" + dir;
-  log_.add(dir, step, id_.run, manifest_crc_of(path));
-  // What the run wrote and checked as it wrote it counts as verified, until its files change.
-  verified_[dir] = stamp_of(path);
+void CheckpointRetention::record(const std::string& dir, int step, const std::string& temp_path) {
+  log_.add(dir, step, id_.run, manifest_crc_of(temp_path));
   log_.write(root_);
+}
+
+std::vector<std::string> CheckpointRetention::after_publish(const std::string& dir) {
+  // What the run wrote and checked as it wrote it counts as verified, until its files change.
+  verified_[dir] = stamp_of(root_ + "/" + dir);
   if (keep_ <= 0) return {};
   std::vector<std::string> deleted = prune(dir);
   if (!deleted.empty()) log_.write(root_);

@@ -55,9 +55,14 @@ class CheckpointRetention {
   // Before the save of `dir` (a step folder name): a folder of that name is the run's
   // (check_save_root) and is deleted; anything else there throws RuntimeError.
   void before_save(const std::string& dir);
-  // After `dir` (step `step`) was published: records it, then deletes the run's checkpoints
-  // beyond the K newest valid ones. Returns the deleted paths.
-  std::vector<std::string> after_publish(const std::string& dir, int step);
+  // Before `dir` (step `step`) is renamed into place from `temp_path` (its manifest
+  // written): records it in the log as this run's. Recorded first, so that a crash between
+  // the rename and the log's update cannot leave a checkpoint of the run that the log does
+  // not know (an entry whose folder never appeared is dropped later).
+  void record(const std::string& dir, int step, const std::string& temp_path);
+  // After `dir` was published: deletes the run's checkpoints beyond the K newest valid ones.
+  // Returns the deleted paths.
+  std::vector<std::string> after_publish(const std::string& dir);
 
  private:
   struct Stamp {
