@@ -146,6 +146,29 @@ TEST(CheckpointRetention, AResumedRunKnowsWhatItWroteBeforeTheRestart) {
   for (int s : {2, 5, 6}) EXPECT_TRUE(verifies(step_dir(root, s))) << s;
 }
 
+// The newest checkpoint of the run has a truncated manifest: --resume auto skips it, and the
+// run saves that step again in its place (the log says the folder is the run's), rather than
+// refusing it as a stranger's folder.
+TEST(CheckpointRetention, ARunReplacesItsOwnCheckpointWithABrokenManifest) {
+  Fixture f;
+  const std::string root = f.dir / "root";
+  ASSERT_EQ(
+      run_meshtrain(f.base() + kSharded + " --steps 3 --save-every 1 --save " + root).exit_code, 0);
+  std::ofstream(step_dir(root, 3) + "/manifest.json", std::ios::trunc) << "{";
+  const RunResult r =
+      run_meshtrain(f.base() + kSharded + " --steps 4 --save-every 1 --resume auto --save " + root);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("replacing " + step_dir(root, 3)), std::string::npos) << r.err;
+  for (int s : {1, 2, 3, 4}) EXPECT_TRUE(verifies(step_dir(root, s))) << s;
+  // Another run's folder with a broken manifest is not replaced: refused before training.
+  const std::string other = f.dir / "other";
+  fs::create_directories(other);
+  fs::copy(step_dir(root, 4), other + "/step_000002", fs::copy_options::recursive);
+  std::ofstream(other + "/step_000002/manifest.json", std::ios::trunc) << "{";
+  expect_usage_error(run_meshtrain(f.base() + kSharded + " --steps 2 --save " + other),
+                     "holds step_000002");
+}
+
 // Case A3: retention deleted a user's step_000001.tmp/ (it renamed the checkpoint onto it);
 // start-up clean-up deleted any step_NNNNNN.tmp holding checkpoint-like files.
 TEST(CheckpointRetention, AUsersTmpFolderIsNeverDeleted) {

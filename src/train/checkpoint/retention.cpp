@@ -24,15 +24,19 @@ std::string canonical_or_self(const std::string& path) {
   return ec ? path : p.string();
 }
 
-// Why a folder in the way of a save is not the run's to replace, as the rest of a sentence.
+// Why a folder in the way of a save is not the run's to replace, as the rest of a sentence
+// ("" when it is). The log proves the run made a folder of that name; its content must still
+// be nothing but checkpoint files. A damaged manifest does not make it a stranger's: it is
+// the damaged checkpoint --resume auto skipped.
 std::string in_the_way(const std::string& path, bool ours_by_log) {
+  if (ours_by_log && holds_only_checkpoint_files(path)) return "";
+  if (ours_by_log)
+    return "a checkpoint this run wrote that now holds other files too: move them or it";
   if (!is_meshtrain_checkpoint_dir(path))
     return "which is not a meshtrain checkpoint (a folder or file of yours?): move it";
-  if (!ours_by_log)
-    return "a checkpoint this run did not write (another run's, one written before "
-           "checkpoint_log.json existed, or one named by --load): resume that run with "
-           "--resume auto, or move it";
-  return "";
+  return "a checkpoint this run did not write (another run's, one written before "
+         "checkpoint_log.json existed, or one named by --load): resume that run with "
+         "--resume auto, or move it";
 }
 
 }  // namespace
