@@ -130,10 +130,18 @@ void Block::reserve_buffers(SlotLayout& layout, bool moe) {
 
 size_t Block::bf16_stage_floats() const {
   // fp32 results before rounding: LayerNorm outputs (Nl, C), the attention output (N, Cl),
-  // the GELU output and its gradient (N, Hl), the attention's input gradient (N, 3Cl).
+  // the GELU output and its gradient (N, Hl), the attention's input gradient (N, 3Cl); and
+  // the experts' chunks.
   if (!bf16_) return 0;
   const size_t N = size_t(max_b_) * T_;
-  return N * std::max({size_t(C_), size_t(3 * Cl_), size_t(Hl_)});
+  const size_t own = N * std::max({size_t(C_), size_t(3 * Cl_), size_t(Hl_)});
+  return moe_ ? std::max(own, moe_->bf16_stage_floats()) : own;
+}
+
+void Block::set_bf16_scratch(float* stage, bf16* g16) {
+  scratch_.stage = stage, scratch_.gather = g16;
+  // The block's own uses of the stage end before it calls its MoE layer.
+  if (moe_) moe_->set_bf16_stage(stage);
 }
 
 size_t Block::bf16_gather_values() const {
@@ -144,7 +152,7 @@ size_t Block::bf16_gather_values() const {
 
 size_t Block::bf16_weight_bytes() const {
   return qkv_.bf16_weight_bytes() + attn_proj_.bf16_weight_bytes() + fc_.bf16_weight_bytes() +
-         mlp_proj_.bf16_weight_bytes();
+         mlp_proj_.bf16_weight_bytes() + (moe_ ? moe_->bf16_weight_bytes() : 0);
 }
 
 void Block::bind(float* params, float* grads) {

@@ -70,8 +70,9 @@ class Block {
   void bind(float* params, float* grads);
   // --precision bf16: stage (bf16_stage_floats() fp32) receives fp32 results before they are
   // rounded into the slot; g16 (bf16_gather_values() bf16) holds gathered or rounded GEMM
-  // operands during one call. Both shared by every block (and the head) of a chunk.
-  void set_bf16_scratch(float* stage, bf16* g16) { scratch_.stage = stage, scratch_.gather = g16; }
+  // operands during one call. Both shared by every block (and the head) of a chunk, and the
+  // stage by the block's MoE layer. The weight bytes count the experts' copies too.
+  void set_bf16_scratch(float* stage, bf16* g16);
   size_t bf16_stage_floats() const;
   size_t bf16_gather_values() const;
   size_t bf16_weight_bytes() const;
