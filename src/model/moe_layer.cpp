@@ -30,13 +30,12 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
       capacity_factor_(cfg.capacity_factor),
       alpha_(cfg.aux_loss_coef),
       gamma_(cfg.router_bias_update),
-      exchange_(ep.size > 1 ? ep.exchange : &identity_) {
+      exchange_(ep.exchange ? ep.exchange : &identity_) {
   // The user-facing rules (--topk in 1..--experts, --ep divides --experts) are checked with
   // the options before any rank starts; here they are invariants.
   MT_CHECK(E_ >= 1 && k_ >= 1 && k_ <= E_, "topk ", k_, " outside 1..experts ", E_);
   MT_CHECK(E_ % ep.size == 0, "ep ", ep.size, " does not divide experts ", E_);
-  MT_CHECK(ep.size == 1 ||
-               (ep.exchange && ep.exchange->size() == ep.size && ep.exchange->rank() == ep.rank),
+  MT_CHECK(exchange_->size() == ep.size && exchange_->rank() == ep.rank,
            "expert parallelism needs a TokenExchange over the ep group");
   El_ = E_ / ep.size;
   const std::string p = "transformer.h." + std::to_string(layer) + ".mlp.";

@@ -48,7 +48,8 @@ namespace mt {
 
 struct ExpertParallelShard {
   int rank = 0, size = 1;
-  TokenExchange* exchange = nullptr;  // null when size == 1: the layer's IdentityExchange
+  // Over the ep group; null when size == 1, for the layer's own IdentityExchange.
+  TokenExchange* exchange = nullptr;
   // --precision bf16: the model's weight version (GPT::weights_changed); null for fp32.
   // Carried here because the Block passes this struct to the layer unchanged.
   const uint64_t* bf16_version = nullptr;
