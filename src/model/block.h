@@ -4,7 +4,7 @@
 //
 // Tensor parallelism (Megatron): c_attn and mlp.c_fc are column-parallel layers (split by
 // output columns; each rank owns whole heads), attn.c_proj and mlp.c_proj row-parallel ones
-// (split by input rows): parallel/tensor_parallel/{column,row}_parallel_linear.h, which
+// (split by input rows): tensor_parallel/{column,row}_parallel_linear.h, which
 // hold the communication. Per sub-block one all-reduce in forward (after the row-parallel
 // matmul, before its bias, so the bias counts once) and one in backward (of the LayerNorm
 // output gradient). With tp = 1 both are skipped.
@@ -44,9 +44,9 @@
 #include "model/param_table.h"
 #include "model/precision_ops.h"
 #include "model/recompute.h"
-#include "parallel/tensor_parallel/column_parallel_linear.h"
-#include "parallel/tensor_parallel/row_parallel_linear.h"
-#include "parallel/tensor_parallel/tensor_parallel_shard.h"
+#include "tensor_parallel/column_parallel_linear.h"
+#include "tensor_parallel/row_parallel_linear.h"
+#include "tensor_parallel/tensor_parallel_shard.h"
 
 namespace mt {
 

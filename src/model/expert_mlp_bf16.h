@@ -1,6 +1,6 @@
 // The GELU experts under --precision bf16 (expert_mlp.h, docs/precision.md): the GEMMs
 // multiply bf16 copies of the experts' weights (converted once per change of the weights,
-// tp/bf16_weight.h) by bf16 rows with fp32 accumulation, and the slot keeps what only a GEMM
+// kernels/bf16_weight.h) by bf16 rows with fp32 accumulation, and the slot keeps what only a GEMM
 // reads in bf16, as the dense MLP does: x_rows, fc_out, dy_rows, d_fc. fc_pre (GELU's input)
 // and all gradients stay fp32; the input and output-gradient rows arrive in fp32 (the
 // caller's scratch) and are rounded into the slot once.
@@ -19,7 +19,7 @@
 #include "core/arena.h"
 #include "kernels/bf16.h"
 #include "model/expert_mlp.h"
-#include "parallel/tensor_parallel/bf16_weight.h"
+#include "kernels/bf16_weight.h"
 
 namespace mt {
 
@@ -56,7 +56,7 @@ class Bf16GeluExperts final : public GeluExperts {
                    int out);
   static bf16* h16(float* s, size_t off) { return reinterpret_cast<bf16*>(s + off); }
 
-  std::vector<tp::Bf16Weight> fc16_, proj16_;  // per local expert
+  std::vector<Bf16Weight> fc16_, proj16_;  // per local expert
   float* stage_ = nullptr;                     // chunk_rows_ x H, shared (set_stage)
   int chunk_rows_ = 0;                         // largest chunk: kRowQuantum * 2^j
   // Two bf16 operands of kRowQuantum x max(C, H) each (weight_gemm's padded chunk).

@@ -5,7 +5,7 @@
 #include "kernels/layernorm.h"
 #include "model/embedding_layer.h"
 #include "model/precision_ops.h"
-#include "parallel/tensor_parallel/vocab_parallel_cross_entropy.h"
+#include "tensor_parallel/vocab_parallel_cross_entropy.h"
 
 namespace mt {
 

@@ -3,7 +3,7 @@
 // dlogits over the logits), since nothing after the loss can change it.
 //
 // Tensor parallelism: the head is a column-parallel layer over the vocabulary
-// (parallel/tensor_parallel/column_parallel_linear.h: each rank multiplies by its rows of
+// (tensor_parallel/column_parallel_linear.h: each rank multiplies by its rows of
 // wte) and the loss is the vocabulary-parallel cross-entropy
 // (vocab_parallel_cross_entropy.h): the full logits exist on no rank. Under sequence
 // parallelism ln_f runs on this rank's rows only and its output is gathered into the slot
@@ -19,8 +19,8 @@
 #include "model/config.h"
 #include "model/param_table.h"
 #include "model/precision_ops.h"
-#include "parallel/tensor_parallel/column_parallel_linear.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
+#include "tensor_parallel/column_parallel_linear.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt {
 

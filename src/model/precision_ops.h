@@ -22,8 +22,8 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "model/activation_pool.h"
-#include "parallel/tensor_parallel/column_parallel_linear.h"
-#include "parallel/tensor_parallel/row_parallel_linear.h"
+#include "tensor_parallel/column_parallel_linear.h"
+#include "tensor_parallel/row_parallel_linear.h"
 
 namespace mt {
 

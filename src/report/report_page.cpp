@@ -14,9 +14,9 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/pipeline/schedule_render.h"
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_render.h"
+#include "schedule/schedule_simulator.h"
 #include "report/svg_chart.h"
 
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 #include "model/precision.h"
 #include "model/recompute.h"
 #include "parallel/data_parallel/replica_sync.h"
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 #include "parallel/pipeline/stage_partition.h"
 #include "parallel/process_layout.h"
 

@@ -11,8 +11,8 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_simulator.h"
 #include "plan/calibrate.h"
 #include "plan/hardware_costs.h"
 #include "plan/time_model.h"

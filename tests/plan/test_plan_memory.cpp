@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "kernels/matmul_bf16.h"
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 #include "plan/memory_model.h"
 #include "plan_test_util.h"
 #include "train/memory_estimate.h"

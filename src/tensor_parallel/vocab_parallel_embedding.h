@@ -7,8 +7,8 @@
 // so every rank computes the same position-table gradient. There is no input gradient.
 #pragma once
 
-#include "parallel/tensor_parallel/tensor_parallel_shard.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
+#include "tensor_parallel/tensor_parallel_shard.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt::tp {
 

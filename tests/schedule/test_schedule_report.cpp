@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "parallel/pipeline/schedule_report.h"
+#include "schedule/schedule_report.h"
 
 namespace mt {
 namespace {

@@ -1,4 +1,4 @@
-#include "parallel/pipeline/schedule_report.h"
+#include "schedule/schedule_report.h"
 
 #include <cerrno>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "parallel/pipeline/schedule_render.h"
-#include "parallel/pipeline/schedule_validator.h"
+#include "schedule/schedule_render.h"
+#include "schedule/schedule_validator.h"
 
 namespace mt {
 

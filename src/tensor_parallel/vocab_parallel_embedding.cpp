@@ -1,9 +1,9 @@
-#include "parallel/tensor_parallel/vocab_parallel_embedding.h"
+#include "tensor_parallel/vocab_parallel_embedding.h"
 
 #include <cstddef>
 
 #include "kernels/embedding.h"
-#include "parallel/tensor_parallel/mappings.h"
+#include "tensor_parallel/mappings.h"
 
 namespace mt::tp {
 

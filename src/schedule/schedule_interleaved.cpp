@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 namespace mt {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 namespace mt {
 

@@ -1,4 +1,4 @@
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule_simulator.h"
 
 #include <algorithm>
 #include <map>

@@ -1,10 +1,10 @@
-#include "parallel/tensor_parallel/row_parallel_linear.h"
+#include "tensor_parallel/row_parallel_linear.h"
 
 #include <cstring>
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
-#include "parallel/tensor_parallel/mappings.h"
+#include "tensor_parallel/mappings.h"
 
 namespace mt::tp {
 

@@ -1,11 +1,11 @@
-#include "parallel/pipeline/schedule_validator.h"
+#include "schedule/schedule_validator.h"
 
 #include <algorithm>
 #include <map>
 #include <tuple>
 
 #include "core/error.h"
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule_simulator.h"
 
 namespace mt {
 

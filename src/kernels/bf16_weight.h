@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "kernels/bf16.h"
 
-namespace mt::tp {
+namespace mt {
 
 class Bf16Weight {
  public:
@@ -38,4 +38,4 @@ class Bf16Weight {
   uint64_t converted_ = ~uint64_t(0);  // no version yet
 };
 
-}  // namespace mt::tp
+}  // namespace mt

@@ -2,7 +2,7 @@
 // Backward is fused (B = input + weight gradient, split_backward = false): splitting it
 // buys nothing here because nothing is left to fill the gap with. Each stage holds all m
 // microbatches' activations at the turn, which is what 1F1B fixes.
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 namespace mt {
 

@@ -5,7 +5,7 @@
 #include <ostream>
 #include <string>
 
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule_simulator.h"
 
 namespace mt {
 

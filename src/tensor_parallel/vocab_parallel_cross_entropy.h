@@ -9,7 +9,7 @@
 #pragma once
 
 #include "comm/communicator.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt::tp {
 

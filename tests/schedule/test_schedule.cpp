@@ -7,9 +7,9 @@
 #include <string>
 
 #include "core/error.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/pipeline/schedule_simulator.h"
-#include "parallel/pipeline/schedule_validator.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_simulator.h"
+#include "schedule/schedule_validator.h"
 
 namespace mt {
 namespace {

@@ -5,7 +5,7 @@
 // Backward is fused (split_backward = false).
 #include <algorithm>
 
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 namespace mt {
 

@@ -1,4 +1,4 @@
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 #include <algorithm>
 

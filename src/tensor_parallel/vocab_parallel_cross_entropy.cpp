@@ -1,11 +1,11 @@
-#include "parallel/tensor_parallel/vocab_parallel_cross_entropy.h"
+#include "tensor_parallel/vocab_parallel_cross_entropy.h"
 
 #include <cmath>
 #include <cstddef>
 
 #include "kernels/crossentropy.h"
 #include "kernels/vec_math.h"
-#include "parallel/tensor_parallel/mappings.h"
+#include "tensor_parallel/mappings.h"
 
 namespace mt::tp {
 

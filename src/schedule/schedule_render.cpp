@@ -1,4 +1,4 @@
-#include "parallel/pipeline/schedule_render.h"
+#include "schedule/schedule_render.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,8 +12,8 @@
 #include <memory>
 
 #include "kernels/bf16.h"
-#include "parallel/tensor_parallel/bf16_weight.h"
-#include "parallel/tensor_parallel/tensor_parallel_shard.h"
+#include "kernels/bf16_weight.h"
+#include "tensor_parallel/tensor_parallel_shard.h"
 
 namespace mt::tp {
 

@@ -10,7 +10,7 @@
 // (p-1-s) warmup + 1 + s deferred = p microbatches, the same peak as 1F1B's stage 0.
 #include <algorithm>
 
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 namespace mt {
 

@@ -5,8 +5,8 @@
 #include <ostream>
 #include <string>
 
-#include "parallel/pipeline/schedule.h"
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_simulator.h"
 
 namespace mt {
 

@@ -1,4 +1,4 @@
-// The bf16 weight copies of --precision bf16 (parallel/tensor_parallel/bf16_weight.h):
+// The bf16 weight copies of --precision bf16 (kernels/bf16_weight.h):
 // converted at the first use after the model's weight version moves, and never otherwise,
 // so a step converts each weight once however many microbatches and uses it has.
 #include <gtest/gtest.h>
@@ -7,14 +7,14 @@
 #include <vector>
 
 #include "kernels/bf16.h"
-#include "parallel/tensor_parallel/bf16_weight.h"
+#include "kernels/bf16_weight.h"
 
 namespace mt {
 namespace {
 
 TEST(Bf16Copy, ConvertsOncePerChange) {
   uint64_t version = 0;
-  tp::Bf16Weight copy(3, &version);
+  Bf16Weight copy(3, &version);
   std::vector<float> w = {1.0f, -2.5f, 1.00390625f};  // the last one rounds (a tie, to even)
   const bf16* h = copy.get(w.data());
   EXPECT_EQ(h[0], float_to_bf16(1.0f));
