@@ -20,6 +20,8 @@ namespace mt {
 inline constexpr uint64_t kMaxJsonInputBytes = 64ull << 20;   // manifests, configs, profiles
 inline constexpr uint64_t kMaxTextInputBytes = 1ull << 30;    // metrics files, logs
 inline constexpr uint64_t kMaxModelFileBytes = 256ull << 20;  // tokenizer models
+// Inputs read in pieces, never whole (a corpus of prepare): any size.
+inline constexpr uint64_t kStreamedInputBytes = UINT64_MAX;
 
 // A read-only descriptor of a regular file, closed on destruction.
 class InputFile {

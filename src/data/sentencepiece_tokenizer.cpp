@@ -5,12 +5,13 @@
 
 #include <array>
 #include <cstdio>
-#include <fstream>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/utf8.h"
 
 namespace mt {
@@ -23,9 +24,14 @@ int proto_model_type(std::string_view proto);
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  explicit SentencePieceTokenizer(const std::string& file) : file_(file) {
-    const auto status = sp_.Load(file);
-    MT_REQUIRE(status.ok(), "cannot load SentencePiece model ", file, ": ", status.ToString());
+  SentencePieceTokenizer(const std::string& bytes, const std::string& file) : file_(file) {
+    // SentencePiece's status text is its own assertion ("[model_proto->ParseFromArray(...)]"):
+    // the user needs to know what the file is not.
+    MT_REQUIRE(!bytes.empty() && sp_.LoadFromSerializedProto(bytes).ok(), "tokenizer ", file,
+               " is not a SentencePiece model (",
+               bytes.empty() ? "it is empty" : "its bytes do not parse as one",
+               "); give the tokenizer.model of a dataset of meshtrain prepare, or another "
+               "SentencePiece .model file");
     vocab_ = sp_.GetPieceSize();
     MT_REQUIRE(vocab_ <= kMaxShardVocab, "SentencePiece model ", file, " has ", vocab_,
                " pieces; token shards store uint16 ids, at most ", kMaxShardVocab);
@@ -212,8 +218,14 @@ int proto_model_type(std::string_view proto) {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& file) {
-  return std::make_unique<SentencePieceTokenizer>(file);
+std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& file,
+                                                        const std::string& what) {
+  return sentencepiece_tokenizer_from_bytes(read_input_file(what, file, kMaxModelFileBytes), file);
+}
+
+std::unique_ptr<Tokenizer> sentencepiece_tokenizer_from_bytes(const std::string& bytes,
+                                                              const std::string& file) {
+  return std::make_unique<SentencePieceTokenizer>(bytes, file);
 }
 
 void train_sentencepiece(const SentencePieceTraining& t,
@@ -245,7 +257,14 @@ void train_sentencepiece(const SentencePieceTraining& t,
   };
   FunctionSentences sentences(next);
   std::string model;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences, &model);
+  sentencepiece::util::Status status;
+  try {
+    status = sentencepiece::SentencePieceTrainer::Train(args, &sentences, &model);
+  } catch (const std::system_error& e) {
+    throw RuntimeError(str("SentencePiece could not start its ", t.threads, " training threads (",
+                           e.what(),
+                           "): the process or user limit is lower; give a smaller --threads"));
+  }
   MT_REQUIRE(status.ok(), "SentencePiece could not train a ", t.kind, " model of ", t.vocab_size,
              " pieces: ", status.ToString());
   write_file_atomic(model_file, model);

@@ -6,10 +6,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mt {
 
@@ -32,22 +32,21 @@ bool keep_line(const std::string& line, bool torn, int resumed_after) {
     return !torn;
   }
   if (!j.is_object()) return true;
-  if (j.value("event", "") == "memory") return false;
+  const auto event = j.find("event");
+  if (event != j.end() && event->is_string() && event->get<std::string>() == "memory") return false;
   const auto step = j.find("step");
   return step == j.end() || !step->is_number() || step->get<double>() <= resumed_after;
 }
 
 // Rewrites `path` with the lines an earlier run left that stay (keep_line), through a
-// temporary beside it and a rename, so a failure here never leaves half a file.
+// temporary beside it and a rename (core/atomic_file.h), so a failure here never leaves half
+// a file and no name of the user's is borrowed for the temporary.
 void keep_records_up_to(const std::string& given, int resumed_after) {
   // Through a link the file it names is rewritten (as writing it would), not the link.
   std::error_code ec;
   const std::filesystem::path real = std::filesystem::canonical(given, ec);
   const std::string path = ec ? given : real.string();
-  std::ifstream in(path, std::ios::binary);
-  MT_REQUIRE(in.good(), "--metrics ", path, ": cannot read it to continue it (",
-             std::strerror(errno), ")");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_input_file("--metrics", path, kMaxTextInputBytes);
   std::string kept;
   for (size_t begin = 0; begin < text.size();) {
     size_t end = text.find('\n', begin);
@@ -57,20 +56,7 @@ void keep_records_up_to(const std::string& given, int resumed_after) {
     if (keep_line(line, torn, resumed_after)) kept += line + "\n";
     begin = end + 1;
   }
-  const std::string tmp = path + ".continue.tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  MT_REQUIRE(f != nullptr, "--metrics ", path, ": cannot write ", tmp, " (", std::strerror(errno),
-             ")");
-  const bool ok = std::fwrite(kept.data(), 1, kept.size(), f) == kept.size() &&
-                  std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  std::fclose(f);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = ok ? errno : err;
-    std::remove(tmp.c_str());
-    throw RuntimeError(
-        str("--metrics ", path, ": cannot continue the file (", std::strerror(e), ")"));
-  }
+  write_file_atomic(path, kept);
 }
 
 }  // namespace

@@ -40,8 +40,10 @@ std::optional<TokenizerRecord> metadata_tokenizer(const std::map<std::string, st
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(it->second);
-  } catch (const std::exception& e) {
-    throw UsageError(str(where, " has a malformed tokenizer record: ", e.what()));
+  } catch (const nlohmann::json::exception&) {
+    throw UsageError(str(where,
+                         " has a malformed tokenizer record: its metadata entry "
+                         "\"tokenizer\" is not JSON"));
   }
   return tokenizer_record_from_json(j, where);
 }

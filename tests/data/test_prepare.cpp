@@ -187,7 +187,7 @@ TEST(Prepare, BadInputIsRefusedAndNothingIsWritten) {
   o.vocab_size = 100;
   refuses(o, "too small");
   o.tokenizer = dir / "text.txt";  // not a SentencePiece model
-  refuses(o, "cannot load SentencePiece model");
+  refuses(o, "is not a SentencePiece model (its bytes do not parse as one)");
   o = {};
   o.out = dir / "not_a_dataset";
   refuses(o, "not a dataset");
@@ -197,7 +197,7 @@ TEST(Prepare, BadInputIsRefusedAndNothingIsWritten) {
     std::filesystem::permissions(dir / "locked.txt", std::filesystem::perms::none);
     o = {};
     o.inputs = {dir / "locked.txt"};
-    refuses(o, "cannot read");
+    refuses(o, "is not readable");
   }
 }
 
