@@ -21,7 +21,10 @@ using nlohmann::json;
 
 // What a value is, in a message: a number as written, anything else by its kind.
 std::string describe(const json& v) {
-  return v.is_number() ? v.dump() : std::string("a ") + v.type_name();
+  if (v.is_number()) return v.dump();
+  if (v.is_null()) return "null";
+  const std::string t = v.type_name();
+  return (t == "object" || t == "array" ? "an " : "a ") + t;
 }
 
 json parse_manifest(const std::string& path, bool* not_json = nullptr) {

@@ -99,24 +99,26 @@ std::vector<fs::path> files_below(const std::string& root, const OwnOutputTest& 
     pending.pop_back();
     std::error_code ec;
     fs::directory_iterator it(dir, ec);
+    // Readable first, so that an unreadable directory is named as such; then, below the
+    // root, whether it is an output of prepare.
+    if (!ec && dir != fs::path(root) && own_output && own_output(dir.string())) {
+      listing.skipped_outputs.push_back(dir.string());
+      continue;
+    }
     for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
       const fs::path& p = it->path();
       if (hidden(p)) continue;
       const fs::file_status st = it->symlink_status(ec);
       if (ec) break;
       if (fs::is_symlink(st)) continue;
-      if (fs::is_regular_file(st)) {
+      if (fs::is_regular_file(st))
         files.push_back(p);
-      } else if (fs::is_directory(st)) {
-        if (own_output && own_output(p.string()))
-          listing.skipped_outputs.push_back(p.string());
-        else
-          pending.push_back(p);
-      } else {
+      else if (fs::is_directory(st))
+        pending.push_back(p);
+      else
         throw UsageError(str("input ", p.string(), " is ", kind_of(st.type()), " inside ", root,
                              ": prepare reads regular files; move it out, or give the files "
                              "to read"));
-      }
     }
     MT_REQUIRE(!ec, "input directory ", dir.string(), " ", open_failure_reason(ec.value()),
                ": prepare reads every file below ", root,

@@ -46,9 +46,7 @@ uint32_t crc_of(const std::string& bytes) {
 std::string string_field(const nlohmann::json& j, const char* key, const std::string& where) {
   const auto it = j.find(key);
   MT_REQUIRE(it != j.end() && it->is_string(), where, " has a malformed tokenizer record: \"", key,
-             "\" ",
-             it == j.end() ? std::string("is missing") : std::string("is a ") + it->type_name(),
-             ", not a string");
+             "\" ", it == j.end() ? std::string("is missing") : std::string("is not a string"));
   return it->get<std::string>();
 }
 
@@ -82,8 +80,7 @@ nlohmann::json to_json(const TokenizerRecord& r) {
 }
 
 TokenizerRecord tokenizer_record_from_json(const nlohmann::json& j, const std::string& where) {
-  MT_REQUIRE(j.is_object(), where, " has a malformed tokenizer record: a JSON ", j.type_name(),
-             ", not an object");
+  MT_REQUIRE(j.is_object(), where, " has a malformed tokenizer record: it is not a JSON object");
   TokenizerRecord r;
   r.kind = string_field(j, "kind", where);
   if (j.contains("file")) {

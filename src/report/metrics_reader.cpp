@@ -24,6 +24,13 @@ constexpr const char* kStepNumbers[] = {"loss", "val_loss",  "loss_per_byte", "v
 constexpr const char* kMemoryNumbers[] = {"params_bytes", "grads_bytes", "optimizer_bytes",
                                           "activations_peak_bytes"};
 
+// What a JSON value is, for a message: "an array", "a string", "null".
+std::string kind_of(const nlohmann::json& v) {
+  if (v.is_null()) return "null";
+  const std::string t = v.type_name();
+  return (t == "object" || t == "array" ? "an " : "a ") + t;
+}
+
 // Number literals outside strings that overflow a double ("1e400", which nlohmann refuses)
 // become the strings "Infinity" / "-Infinity", which the page reads as such.
 std::string with_overflows_as_strings(const std::string& line) {
@@ -86,7 +93,7 @@ std::optional<double> numeric(const nlohmann::json& v, const std::string& at, co
     if (s == "-infinity" || s == "-inf") return -inf;
   }
   throw UsageError(str(at, ": \"", key, "\" is ",
-                       v.is_string() ? "the string " + v.dump() : std::string("a ") + v.type_name(),
+                       v.is_string() ? "the string " + v.dump() : kind_of(v),
                        ", not a number (numbers, null, \"NaN\", \"Infinity\" and \"-Infinity\" "
                        "are read)"));
 }
@@ -129,10 +136,9 @@ void check_memory_record(nlohmann::json& j, const std::string& at) {
 
 // Files one record into `r`; false when it is not a meshtrain record.
 bool add_record(nlohmann::json j, const std::string& at, RunMetrics& r) {
-  MT_REQUIRE(j.is_object(), at, " is a JSON ", j.type_name(),
-             ", not a record (a JSON object per line)");
+  MT_REQUIRE(j.is_object(), at, " is ", kind_of(j), ", not a record (a JSON object per line)");
   const auto event = j.find("event");
-  MT_REQUIRE(event == j.end() || event->is_string(), at, ": \"event\" is a ", event->type_name(),
+  MT_REQUIRE(event == j.end() || event->is_string(), at, ": \"event\" is ", kind_of(*event),
              ", not a string");
   const std::string kind = event == j.end() ? "" : event->get<std::string>();
   if (kind == "run") {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -36,6 +37,14 @@ bool has(const nlohmann::json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_number();
 }
 
+// v * scale for a chart in other units (%, ms): a finite value stays finite (1e308 * 100
+// lands at the largest double, the chart's edge, rather than vanishing as Inf).
+double scaled(double v, double scale) {
+  if (!std::isfinite(v)) return v;
+  const long double max = std::numeric_limits<double>::max();
+  return double(std::clamp(static_cast<long double>(v) * scale, -max, max));
+}
+
 // (step, record[key]) for the records that have it, thinned evenly to kMaxPoints.
 std::vector<std::pair<double, double>> series_of(const RunMetrics& r, const char* key,
                                                  double scale = 1, const char* x_key = "step") {
@@ -47,7 +56,7 @@ std::vector<std::pair<double, double>> series_of(const RunMetrics& r, const char
       elapsed += s["step_time_s"].get<double>();
     if (!has(s, key)) continue;
     const double x = std::string(x_key) == "time" ? elapsed : s["step"].get<double>();
-    pts.push_back({x, s[key].get<double>() * scale});
+    pts.push_back({x, scaled(s[key].get<double>(), scale)});
   }
   if (pts.size() > kMaxPoints) {
     std::vector<std::pair<double, double>> thin;

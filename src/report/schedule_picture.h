@@ -12,7 +12,7 @@
 
 namespace mt {
 
-inline constexpr int64_t kMaxScheduleCells = 4096;
+inline constexpr int64_t kMaxScheduleCells = 2048;
 inline constexpr int64_t kMaxScheduleRows = 64;  // stages x virtual stages
 
 struct SchedulePicture {

@@ -105,12 +105,12 @@ void RunLog::write_report(bool last) {
   // checkpoints or its export.
   const std::string page = report_path_for(io.metrics);
   try {
-    write_report_page({io.metrics}, page);
+    write_report_page({io.metrics}, page, "the report page");
     report_warned_ = false;
   } catch (const std::exception& e) {
     if (report_warned_ && !last) return;
     report_warned_ = true;
-    progress_.warning(str("the report page ", page, " was not written: ", e.what()));
+    progress_.warning(str("report page not written: ", e.what()));
   }
 }
 

@@ -218,5 +218,40 @@ TEST(Prepare, ReplacesAnEarlierDatasetAtomically) {
   EXPECT_EQ(read_dataset(o.out).train.tokens, 8);
 }
 
+// A crafted or damaged manifest is refused by field, in our words, before a shard is read:
+// the raw JSON-library text ("[json.exception.type_error.302] ...") told the user nothing.
+TEST(Prepare, CraftedManifestsAreRefusedByField) {
+  TempDir dir;
+  test_data::write_file(dir / "one.txt", "some text\n");
+  PrepareOptions o;
+  o.inputs = {dir / "one.txt"};
+  o.val_fraction = 0;
+  o.out = dir / "ds";
+  prepare_dataset(o);
+  const std::string manifest = read_bytes(dir / "ds/manifest.json");
+  const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> cases = {
+      {{"\"tokens\": 11", "\"tokens\": \"ten\""}, "\"tokens\" is a string, not an integer"},
+      {{"\"tokens\": 11", "\"tokens\": -10"}, "\"tokens\" is -10, not an integer >= 0"},
+      {{"\"train_000000.bin\"", "\"../../etc/passwd\""}, "is not the name of a file inside"},
+      {{"\"shards\": [", "\"shards\": 7, \"x\": ["}, "\"shards\" must be a non-empty array"},
+      {{"\"kind\": \"byte\"", "\"kind\": 1"}, "\"kind\" is not a string"},
+      {{"\"documents\": \"file\"", "\"documents\": \"lines\""}, "not file, separator or blank"},
+  };
+  for (const auto& [edit, says] : cases) {
+    std::string m = manifest;
+    const size_t at = m.find(edit.first);
+    ASSERT_NE(at, std::string::npos) << edit.first << " in " << manifest;
+    m.replace(at, edit.first.size(), edit.second);
+    test_data::write_file(dir / "ds/manifest.json", m);
+    try {
+      read_dataset(dir / "ds");
+      ADD_FAILURE() << "accepted " << edit.second;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("json.exception"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mt

@@ -95,6 +95,20 @@ TEST(MetricsWriter, AResumedRunThroughALinkContinuesTheFileItNames) {
             "a note the user added\n{\"step\":2}\n");
 }
 
+// The rewrite of a resumed file went through PATH.continue.tmp, a name the user may own.
+TEST(MetricsWriter, AResumedRunBorrowsNoNameOfTheUser) {
+  TempFile f("metrics_borrow.jsonl");
+  const fs::path users = f.path.string() + ".continue.tmp";
+  std::ofstream(users) << "the user's notes\n";
+  f.write(kEarlierRun);
+  { MetricsWriter w(f.path.string(), /*resumed_after=*/1); }
+  std::ifstream in(users);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), "the user's notes\n");
+  fs::remove(users);
+}
+
 TEST(MetricsWriter, AResumedRunWithoutAFileStartsOne) {
   TempFile f("metrics_new.jsonl");
   {
