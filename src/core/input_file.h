@@ -34,6 +34,8 @@ class InputFile {
   InputFile& operator=(const InputFile&) = delete;
 
   int fd() const { return fd_; }
+  // Hands the descriptor to the caller (to map or stream it), who then closes it.
+  int release();
   uint64_t size() const { return size_; }
   // The whole file (its size as fstat saw it at open; a file that shrinks meanwhile is an
   // I/O error, one that grows is read up to that size).

@@ -1,5 +1,6 @@
 #include "train/metrics.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,15 +60,41 @@ void keep_records_up_to(const std::string& given, int resumed_after) {
   write_file_atomic(path, kept);
 }
 
+// The metrics stream, opened without ever blocking: opening a FIFO for writing would wait
+// for a reader, forever; non-blocking, it fails at once (ENXIO) or opens and is refused
+// below. What is there must be a regular file or a character device (/dev/null): the stream
+// kind of output (core/file_checks.h, OutputUse::stream).
+std::FILE* open_stream(const std::string& path, bool append) {
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : O_TRUNC);
+  const int fd = ::open(path.c_str(), flags, 0666);
+  MT_REQUIRE(fd >= 0, "--metrics ", path,
+             errno == ENXIO ? std::string(" is a FIFO (named pipe)")
+                            : str(": cannot open for writing (", std::strerror(errno), ")"),
+             "; give a regular file (or a character device such as /dev/null)");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode))) {
+    ::close(fd);
+    throw UsageError(
+        str("--metrics ", path, " is not a regular file or a character device such as /dev/null"));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // writes wait as usual
+  std::FILE* f = ::fdopen(fd, append ? "a" : "w");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    throw RuntimeError(
+        str("--metrics ", path, ": cannot open for writing (", std::strerror(err), ")"));
+  }
+  return f;
+}
+
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path, int resumed_after) : path_(path) {
   if (path.empty()) return;
   const bool continues = resumed_after > 0 && is_regular(path);
   if (continues) keep_records_up_to(path, resumed_after);
-  file_ = std::fopen(path.c_str(), continues ? "a" : "w");
-  MT_REQUIRE(file_ != nullptr, "--metrics ", path, ": cannot open for writing (",
-             std::strerror(errno), ")");
+  file_ = open_stream(path, continues);
 }
 
 MetricsWriter::~MetricsWriter() {

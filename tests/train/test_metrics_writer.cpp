@@ -2,6 +2,7 @@
 #include "train/metrics.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -122,6 +123,13 @@ TEST(MetricsWriter, ADeviceIsWrittenAsItIs) {
   MetricsWriter w("/dev/null", /*resumed_after=*/3);
   EXPECT_FALSE(w.is_regular_file());
   EXPECT_NO_THROW(w.write({{"step", 4}}));
+}
+
+// Opening a FIFO for writing waited for a reader, forever.
+TEST(MetricsWriter, AFifoIsRefusedNotWaitedOn) {
+  TempFile f("metrics_fifo.jsonl");
+  ASSERT_EQ(::mkfifo(f.path.c_str(), 0600), 0);
+  EXPECT_THROW(MetricsWriter(f.path.string()), UsageError);
 }
 
 TEST(MetricsWriter, AnUnwritableDirectoryIsAnError) {
