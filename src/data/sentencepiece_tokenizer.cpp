@@ -216,6 +216,27 @@ int proto_model_type(std::string_view proto) {
   return int(type);
 }
 
+// SentencePiece's status text opens with its own assertion ("Internal: ./src/x.cc(580)
+// [condition] "), which tells a user nothing: the words after it are the reason, and the
+// common one, a vocabulary too small for the text's characters, is said in ours.
+std::string training_failure(const SentencePieceTraining& t, const std::string& status) {
+  std::string why = status;
+  const size_t assertion = why.find(") [");
+  const size_t reason = assertion == std::string::npos ? assertion : why.find("] ", assertion);
+  if (reason != std::string::npos) why = why.substr(reason + 2);
+  int asked = 0, needed = 0;
+  if (std::sscanf(why.c_str(), "Vocabulary size is smaller than required_chars. %d vs %d", &asked,
+                  &needed) == 2)
+    return str("--vocab-size ", t.vocab_size, " is too small for this text: its distinct ",
+               "characters, the byte pieces and the special pieces need at least ", needed,
+               " pieces",
+               needed <= kMaxShardVocab ? str("; give --vocab-size ", needed, " or more")
+                                        : str(", more than a token shard's ", kMaxShardVocab,
+                                              " ids; use --tokenizer byte for this text"));
+  return str("SentencePiece could not train a ", t.kind, " model of ", t.vocab_size,
+             " pieces: ", why);
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& file,
@@ -265,8 +286,7 @@ void train_sentencepiece(const SentencePieceTraining& t,
                            e.what(),
                            "): the process or user limit is lower; give a smaller --threads"));
   }
-  MT_REQUIRE(status.ok(), "SentencePiece could not train a ", t.kind, " model of ", t.vocab_size,
-             " pieces: ", status.ToString());
+  if (!status.ok()) throw UsageError(training_failure(t, status.ToString()));
   write_file_atomic(model_file, model);
 }
 

@@ -218,6 +218,39 @@ TEST(Prepare, ReplacesAnEarlierDatasetAtomically) {
   EXPECT_EQ(read_dataset(o.out).train.tokens, 8);
 }
 
+// SentencePiece's status text is its own assertion ("./src/trainer_interface.cc(580)
+// [(static_cast<int>(required_chars_.size() ..."); the user needs what is wrong and the fix.
+TEST(Prepare, SentencePieceFailuresAreSaidInOurWords) {
+  TempDir dir;
+  std::string text;  // 1500 distinct three-byte characters: more than 300 pieces can hold
+  for (int line = 0; line < 200; ++line) {
+    for (int i = 0; i < 60; ++i) {
+      const int c = 0x4E00 + (line * 61 + i * 7) % 1500;
+      text += char(0xE0 | (c >> 12));
+      text += char(0x80 | ((c >> 6) & 0x3F));
+      text += char(0x80 | (c & 0x3F));
+    }
+    text += "\n";
+  }
+  test_data::write_file(dir / "cjk.txt", text);
+  PrepareOptions o;
+  o.inputs = {dir / "cjk.txt"};
+  o.out = dir / "ds";
+  o.tokenizer = "bpe";
+  o.vocab_size = 300;
+  try {
+    prepare_dataset(o);
+    ADD_FAILURE() << "a 300-piece model of 1500 characters was accepted";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--vocab-size 300 is too small for this text"), std::string::npos) << what;
+    EXPECT_NE(what.find("give --vocab-size "), std::string::npos) << what;
+    EXPECT_EQ(what.find(".cc("), std::string::npos) << what;
+    EXPECT_EQ(what.find("required_chars_"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "ds"));
+}
+
 // A crafted or damaged manifest is refused by field, in our words, before a shard is read:
 // the raw JSON-library text ("[json.exception.type_error.302] ...") told the user nothing.
 TEST(Prepare, CraftedManifestsAreRefusedByField) {
