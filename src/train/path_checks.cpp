@@ -66,7 +66,7 @@ std::vector<NamedPath> output_files(const TrainOptions& o) {
   // Metrics are appended record by record: /dev/null is a fine place for them.
   if (!o.io.metrics.empty()) out.push_back({"--metrics", o.io.metrics, OutputUse::stream});
   if (const std::string page = report_page_of(o.io.metrics); !page.empty())
-    out.push_back({"the report page beside --metrics " + o.io.metrics + ",", page});
+    out.push_back({"the report page (beside --metrics " + o.io.metrics + ")", page});
   if (!o.io.export_path.empty()) out.push_back({"--export", o.io.export_path});
   if (!o.io.trace.empty()) out.push_back({"--trace", o.io.trace});
   return out;
