@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/json_depth.h"
 #include "data/token_shard.h"
 
 namespace fs = std::filesystem;
@@ -29,6 +30,13 @@ std::string describe(const json& v) {
 
 json parse_manifest(const std::string& path, bool* not_json = nullptr) {
   const std::string text = read_input_file("dataset manifest", path, kMaxJsonInputBytes);
+  if (json_nesting_depth(text) > kMaxJsonDepth) {  // not ours, whatever it is
+    if (!not_json)
+      throw UsageError(str(path, " nests deeper than ", kMaxJsonDepth,
+                           " levels; it is not a dataset manifest of meshtrain prepare"));
+    *not_json = true;
+    return json();
+  }
   try {
     return json::parse(text);
   } catch (const json::exception&) {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/json_depth.h"
 
 namespace fs = std::filesystem;
 
@@ -65,6 +66,8 @@ std::string with_overflows_as_strings(const std::string& line) {
 }
 
 nlohmann::json parse_line(const std::string& line, const std::string& at) {
+  MT_REQUIRE(json_nesting_depth(line) <= kMaxJsonDepth, at, " nests deeper than ", kMaxJsonDepth,
+             " levels; a metrics record is a flat object");
   try {
     return nlohmann::json::parse(line);
   } catch (const nlohmann::json::parse_error& e) {
@@ -135,7 +138,7 @@ void check_memory_record(nlohmann::json& j, const std::string& at) {
 }
 
 // Files one record into `r`; false when it is not a meshtrain record.
-bool add_record(nlohmann::json j, const std::string& at, RunMetrics& r) {
+bool add_record(nlohmann::json&& j, const std::string& at, RunMetrics& r) {
   MT_REQUIRE(j.is_object(), at, " is ", kind_of(j), ", not a record (a JSON object per line)");
   const auto event = j.find("event");
   MT_REQUIRE(event == j.end() || event->is_string(), at, ": \"event\" is ", kind_of(*event),

@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/json_depth.h"
 
 namespace mt {
 
@@ -26,6 +27,7 @@ bool is_regular(const std::string& path) {
 // a torn last line, the record a crash cut off mid-write.
 bool keep_line(const std::string& line, bool torn, int resumed_after) {
   if (line.empty()) return false;
+  if (json_nesting_depth(line) > kMaxJsonDepth) return !torn;  // not a record of ours: as is
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);

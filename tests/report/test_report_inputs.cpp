@@ -165,6 +165,15 @@ TEST(ReportInputs, CorruptRecordsAreNamedByLine) {
   EXPECT_EQ(read_run_metrics(dir / "torn.jsonl").steps.size(), 1u);
 }
 
+// 200,000 nested brackets: nlohmann copies values recursively, and the stack ran out.
+TEST(ReportInputs, DeeplyNestedRecordsAreRefusedNotCrashedOn) {
+  TempDir dir;
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  write_lines(dir / "m.jsonl", {R"({"step":1,"loss":2,"x":)" + deep + "}", R"({"step":2})"});
+  EXPECT_NE(usage_error_of([&] { read_run_metrics(dir / "m.jsonl"); }).find("line 1 nests deeper"),
+            std::string::npos);
+}
+
 TEST(ReportInputs, AFifoIsRefusedNotWaitedOn) {
   TempDir dir;
   ASSERT_EQ(::mkfifo((dir / "m.jsonl").c_str(), 0600), 0);
