@@ -13,6 +13,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "report/moe_load_maps.h"
 #include "report/schedule_picture.h"
 #include "report/svg_chart.h"
 
@@ -115,45 +116,6 @@ std::string memory_chart(const std::vector<RunMetrics>& runs) {
     }
   return svg_stacked_bars("chart-memory", {"Memory by kind per rank (after step 1)", "", "MiB"},
                           groups, kMemoryColors);
-}
-
-// One heat map per run and MoE layer: tokens routed to each expert, step by step.
-std::vector<std::string> moe_heat_maps(const std::vector<RunMetrics>& runs) {
-  std::vector<std::string> maps;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    size_t layers = 0;
-    for (const auto& s : runs[i].steps)
-      if (s.contains("expert_load") && s["expert_load"].is_array())
-        layers = std::max(layers, s["expert_load"].size());
-    for (size_t l = 0; l < layers; ++l) {
-      std::vector<std::vector<double>> columns;
-      std::vector<double> xs;
-      for (const auto& s : runs[i].steps) {
-        if (!s.contains("expert_load") || s["expert_load"].size() <= l) continue;
-        std::vector<double> col;
-        for (const auto& v : s["expert_load"][l])
-          col.push_back(v.is_number() ? v.get<double>() : 0);
-        columns.push_back(std::move(col));
-        xs.push_back(s["step"].get<double>());
-      }
-      if (columns.size() > 300) {  // thin to keep cells visible and the page small
-        std::vector<std::vector<double>> c2;
-        std::vector<double> x2;
-        const double stride = double(columns.size()) / 300;
-        for (size_t k = 0; k < 300; ++k) {
-          c2.push_back(columns[size_t(double(k) * stride)]);
-          x2.push_back(xs[size_t(double(k) * stride)]);
-        }
-        columns = std::move(c2), xs = std::move(x2);
-      }
-      maps.push_back(svg_heat_map("chart-moe-load-" + std::to_string(i) + "-" + std::to_string(l),
-                                  {(runs.size() > 1 ? runs[i].name + ": " : "") + "MoE layer " +
-                                       std::to_string(l) + " tokens per expert",
-                                   "step", ""},
-                                  columns, xs, "expert"));
-    }
-  }
-  return maps;
 }
 
 // "a.b" -> printable value, for the configuration table.
@@ -332,8 +294,7 @@ std::vector<Section> page_sections(const std::vector<RunMetrics>& runs) {
     add("Exposed communication", "Time rank 0 waited on communication that compute did not hide.",
         metric_chart(runs, "chart-comm", {"Exposed communication", "step", "ms"}, "comm_exposed_s",
                      nullptr, 1000));
-  for (const std::string& m : moe_heat_maps(runs))
-    add("MoE expert load", "Tokens routed to each expert per step (darker: more).", m);
+  for (const LoadMap& m : moe_load_maps(runs)) add("MoE expert load", m.note, m.svg);
   for (size_t i = 0; i < runs.size(); ++i) {
     const SchedulePicture pic = schedule_picture(runs[i].run, runs[i].name, i);
     if (!pic.body.empty())

@@ -215,7 +215,14 @@ std::string svg_stacked_bars(const std::string& id, const ChartAxes& a,
 
 std::string svg_heat_map(const std::string& id, const ChartAxes& a,
                          const std::vector<std::vector<double>>& columns,
-                         const std::vector<double>& column_x, const std::string& row_label) {
+                         const std::vector<double>& column_x, const std::string& row_label,
+                         size_t group) {
+  // "expert 3", or "expert 8-15" for a row that sums a group.
+  auto row_name = [&](size_t r) {
+    const std::string first = std::to_string(r * group);
+    return html_escape(row_label) + " " +
+           (group == 1 ? first : first + "-" + std::to_string((r + 1) * group - 1));
+  };
   std::ostringstream os;
   open_svg(os, id, a);
   // Shades scale to the largest finite count; a count that is not finite or not positive
@@ -244,14 +251,12 @@ std::string svg_heat_map(const std::string& id, const ChartAxes& a,
       os << "<rect x=\"" << fmt(kLeft + cw * double(c)) << "\" y=\"" << fmt(kTop + ch * double(r))
          << "\" width=\"" << fmt(cw + 0.3) << "\" height=\"" << fmt(ch + 0.3) << "\" fill=\"rgb("
          << red << "," << green << "," << blue << ")\"><title>step " << short_number(column_x[c])
-         << ", " << html_escape(row_label) << " " << r << ": " << short_number(columns[c][r])
-         << "</title></rect>\n";
+         << ", " << row_name(r) << ": " << short_number(columns[c][r]) << "</title></rect>\n";
     }
   const size_t label_every = std::max<size_t>(1, rows / 8);
   for (size_t r = 0; r < rows; r += label_every)
     os << "<text x=\"" << kLeft - 4 << "\" y=\"" << fmt(kTop + ch * (double(r) + 0.5) + 4)
-       << "\" class=\"tick\" text-anchor=\"end\">" << html_escape(row_label) << " " << r
-       << "</text>\n";
+       << "\" class=\"tick\" text-anchor=\"end\">" << row_name(r) << "</text>\n";
   const size_t col_every = std::max<size_t>(1, columns.size() / 6);
   for (size_t c = 0; c < columns.size(); c += col_every)
     os << "<text x=\"" << fmt(kLeft + cw * (double(c) + 0.5)) << "\" y=\"" << kTop + h + 16

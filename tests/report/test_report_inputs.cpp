@@ -134,6 +134,20 @@ TEST(ReportInputs, AScheduleOfAnySizeKeepsThePageSmall) {
   EXPECT_NE(wide.find("not drawn"), std::string::npos);
 }
 
+TEST(ReportInputs, MoeLoadOfAnySizeKeepsThePageSmall) {
+  TempDir dir;
+  std::string wide = R"({"step":1,"expert_load":[[)", many_layers = R"({"step":2,"expert_load":[)";
+  for (int e = 0; e < 100000; ++e) wide += (e ? ",1" : "1");
+  for (int l = 0; l < 2000; ++l) many_layers += (l ? ",[1]" : "[1]");
+  write_lines(dir / "m.jsonl", {wide + "]]}", many_layers + "]}"});
+  write_report_page({dir / "m.jsonl"}, dir / "m.html");
+  const std::string page = slurp(dir / "m.html");
+  EXPECT_LT(page.size(), 2u << 20);
+  EXPECT_NE(page.find("The 100000 experts are drawn in groups of 782"), std::string::npos);
+  EXPECT_NE(page.find("1984 more MoE layers"), std::string::npos);
+  EXPECT_NE(page.find("expert 0-781"), std::string::npos);
+}
+
 TEST(ReportInputs, ARunWithoutStepsHasAPageThatSaysSo) {
   TempDir dir;
   write_lines(dir / "m.jsonl", {R"({"event":"run","train":{"steps":0}})"});
