@@ -114,6 +114,21 @@ TEST(DataSafety, ReportPrepareAndSampleReadersRefuseFifos) {
     expect_usage_error(run_bounded(args), "FIFO");
 }
 
+// Writers in place waited on a FIFO forever; writers by rename replaced it.
+TEST(DataSafety, EveryWriterRefusesAFifo) {
+  Fixture f;
+  const std::string m = f.dir / "m.jsonl", fifo = f.dir / "fifo";
+  ASSERT_EQ(run_meshtrain(f.base() + " --metrics " + m).exit_code, 0);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& args :
+       {"schedule --pp 2 --microbatches 4 --svg " + fifo, "report " + m + " --out " + fifo,
+        f.base() + " --metrics " + fifo, f.base() + " --export " + fifo})
+    expect_usage_error(run_bounded(args), "FIFO");
+  struct stat st {};
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
 TEST(ReportCommand, OutIsCheckedBeforeAnythingIsRead) {
   Fixture f;
   const std::string m = f.dir / "m.jsonl";
