@@ -43,6 +43,8 @@ void fsync_path(const std::string& path) {
 }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  // The rename would replace a device, FIFO or socket with a regular file.
+  require_replaceable_file("output", path_);
   std::string pattern = path_ + ".tmp-XXXXXX";
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');

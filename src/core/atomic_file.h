@@ -35,6 +35,8 @@ struct FileDigest {
 
 // Streams bytes into a temporary file; commit() publishes it under the final path.
 // Destroying an uncommitted AtomicFile removes the temporary (the target is untouched).
+// Throws UsageError, before creating anything, when the path names something a rename must
+// not replace (a device, FIFO, socket or directory: core/file_checks.h).
 class AtomicFile {
  public:
   explicit AtomicFile(std::string path);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_checks.h"
 #include "schedule/schedule_render.h"
 #include "schedule/schedule_validator.h"
 
@@ -61,6 +62,8 @@ int run_schedule_command(const ScheduleArgs& a, std::ostream& os) {
   MT_REQUIRE(std::isfinite(a.latency) && a.latency >= 0, "--latency must be >= 0 (got ", a.latency,
              ")");
   costs.latency = a.latency;
+  // Written in place (a device such as /dev/stdout is fine); a FIFO would block the open.
+  if (!a.svg.empty()) require_output_file("--svg", a.svg, OutputUse::stream);
   const Schedule s = make_schedule(a.schedule, a.pp, a.microbatches, v);
   const ValidationReport r = validate_schedule(s);
   if (!r.ok()) throw RuntimeError(str("generated schedule is invalid:\n", r.summary()));

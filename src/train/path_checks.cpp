@@ -1,11 +1,14 @@
 #include "train/path_checks.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <optional>
 #include <vector>
 
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "report/report_page.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/checkpoint_log.h"
@@ -19,6 +22,7 @@ namespace {
 
 struct NamedPath {
   std::string flag, path;
+  OutputUse use = OutputUse::replaced;  // outputs only
 };
 
 // Where a path would be written, for comparing outputs that do not exist yet.
@@ -51,9 +55,20 @@ std::vector<NamedPath> input_files(const TrainOptions& o) {
   return in;
 }
 
+// The report page a run rewrites beside --metrics X.jsonl (X.html, report/report_page.h):
+// an output like the others, unless the metrics go to a device (no page then).
+std::string report_page_of(const std::string& metrics) {
+  struct stat st {};
+  if (metrics.empty() || (::stat(metrics.c_str(), &st) == 0 && S_ISCHR(st.st_mode))) return "";
+  return report_path_for(metrics);
+}
+
 std::vector<NamedPath> output_files(const TrainOptions& o) {
   std::vector<NamedPath> out;
-  if (!o.io.metrics.empty()) out.push_back({"--metrics", o.io.metrics});
+  // Metrics are appended record by record: /dev/null is a fine place for them.
+  if (!o.io.metrics.empty()) out.push_back({"--metrics", o.io.metrics, OutputUse::stream});
+  if (const std::string page = report_page_of(o.io.metrics); !page.empty())
+    out.push_back({"the report page (beside --metrics " + o.io.metrics + ")", page});
   if (!o.io.export_path.empty()) out.push_back({"--export", o.io.export_path});
   if (!o.io.trace.empty()) out.push_back({"--trace", o.io.trace});
   return out;
@@ -151,8 +166,7 @@ PathCheckReport check_run_paths(const TrainOptions& o) {
     report.checkpoint_bytes_verified = v.bytes_verified;
   }
   const std::vector<NamedPath> outs = output_files(o);
-  for (const NamedPath& out : outs)
-    require_output_file(out.flag, out.path, /*allow_device=*/out.flag == "--metrics");
+  for (const NamedPath& out : outs) require_output_file(out.flag, out.path, out.use);
   check_outputs_apart(outs, input_files(o));
   if (!o.io.save.empty()) check_save_dir(o, outs);
   return report;

@@ -1,6 +1,7 @@
 #include "train/tokenizer.h"
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "train/safetensors.h"
 
 namespace mt {
@@ -37,11 +38,15 @@ std::optional<TokenizerRecord> metadata_tokenizer(const std::map<std::string, st
                                                   const std::string& where) {
   const auto it = meta.find("tokenizer");
   if (it == meta.end()) return std::nullopt;
+  MT_REQUIRE(json_nesting_depth(it->second) <= kMaxJsonDepth, where,
+             " has a malformed tokenizer record: it nests deeper than ", kMaxJsonDepth, " levels");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(it->second);
-  } catch (const std::exception& e) {
-    throw UsageError(str(where, " has a malformed tokenizer record: ", e.what()));
+  } catch (const nlohmann::json::exception&) {
+    throw UsageError(str(where,
+                         " has a malformed tokenizer record: its metadata entry "
+                         "\"tokenizer\" is not JSON"));
   }
   return tokenizer_record_from_json(j, where);
 }
