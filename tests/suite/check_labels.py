@@ -54,7 +54,7 @@ def main():
           ", ".join(f"{label} {counts[label]}" for label in PRIMARY) + "; also " +
           ", ".join(f"{label} {n}" for label, n in sorted(counts.items()) if label not in PRIMARY))
     if not_built:
-        print("not built, so not checked: " + " ".join(not_built))
+        print("not built, so not checked: " + " ".join(sorted(set(not_built))))
     for p in problems:
         print("error: " + p)
     return 1 if problems else 0
