@@ -346,7 +346,7 @@ TEST(Bf16Matmul, SameResultWithOneAndTwoThreads) {
 // A window growing one row at a time (the sampler) used to build one oneDNN primitive per
 // row count. Now a row count runs as 64-row multiples plus power-of-two pieces, so 1..300
 // rows need a few dozen primitives. A row's bits depend on the kernel oneDNN runs its piece
-// on (docs/precision.md, "Row pieces"):
+// on (docs/precision.md, "Row pieces and bits"):
 //  - with AVX512-BF16 and without AMX every piece runs the brgemm kernel on AVX512-BF16 dot
 //    products (brg:avx512_core_bf16), summing K in one order, so a row is the same bits
 //    whichever piece it ran in: checked against 1-row calls;

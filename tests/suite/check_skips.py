@@ -15,8 +15,8 @@ import sys
 import xml.etree.ElementTree as ET
 
 # oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA, or DNNL_MAX_CPU_ISA) hides CPU features from the
-# engine; a skip under a cap is judged by what the engine saw. Each level and the first
-# /proc/cpuinfo flags it no longer hides.
+# engine, so a skip under a cap is judged by what the engine saw: the levels in order, and
+# the lowest level that shows a /proc/cpuinfo flag.
 ISA_LEVELS = ["SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI",
               "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "ALL"]
 
@@ -24,9 +24,10 @@ ISA_LEVELS = ["SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_V
 def level_of_flag(flag):
     if flag.startswith("amx"):
         return "AVX512_CORE_AMX"
-    return {"avx512_vnni": "AVX512_CORE_VNNI", "avx512_bf16": "AVX512_CORE_BF16",
-            "avx512_fp16": "AVX512_CORE_FP16"}.get(
-                flag, "AVX512_CORE" if flag.startswith("avx512") else "SSE41")
+    named = {"avx": "AVX", "avx2": "AVX2", "avx_vnni": "AVX2_VNNI",
+             "avx512_vnni": "AVX512_CORE_VNNI", "avx512_bf16": "AVX512_CORE_BF16",
+             "avx512_fp16": "AVX512_CORE_FP16"}
+    return named.get(flag, "AVX512_CORE" if flag.startswith("avx512") else "SSE41")
 
 
 def cpu_flags():
