@@ -6,24 +6,6 @@
 
 namespace mt {
 
-std::vector<int> ByteTokenizer::encode(std::string_view text) {
-  std::vector<int> tokens(text.size());
-  // Through unsigned char: bytes >= 0x80 must become 128..255, not negative ids.
-  for (size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<unsigned char>(text[i]);
-  return tokens;
-}
-
-std::string ByteTokenizer::decode(std::span<const int> tokens) {
-  std::string text(tokens.size(), '\0');
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    int t = tokens[i];
-    MT_REQUIRE(t >= 0 && t < kVocabSize, "token id ", t, " at position ", i,
-               " is not a byte; the byte tokenizer decodes ids 0..255 only");
-    text[i] = static_cast<char>(static_cast<unsigned char>(t));
-  }
-  return text;
-}
-
 std::map<std::string, std::string> tokenizer_metadata(const std::optional<TokenizerRecord>& r) {
   if (!r) return {};
   return {{"tokenizer", to_json(*r).dump()}};
@@ -53,7 +35,8 @@ std::optional<TokenizerRecord> metadata_tokenizer(const std::map<std::string, st
 
 std::unique_ptr<Tokenizer> tokenizer_for(const std::optional<TokenizerRecord>& r, int vocab) {
   if (r) return load_tokenizer(*r);
-  if (vocab <= ByteTokenizer::kVocabSize) return make_byte_tokenizer();
+  std::unique_ptr<Tokenizer> bytes = make_byte_tokenizer();
+  if (vocab <= bytes->vocab_size()) return bytes;
   return nullptr;
 }
 
