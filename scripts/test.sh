@@ -38,8 +38,8 @@ if [ "${MESHTRAIN_SKIP_SANITIZERS:-0}" != "1" ]; then
 
   echo "== AddressSanitizer + UBSan: unit tests"
   BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo CMAKE_ARGS="-DMESHTRAIN_SANITIZE=address" \
-    scripts/build.sh --target test_core test_kernels test_model test_train test_parallel test_data
-  for t in test_core test_kernels test_model test_train test_parallel test_data; do
+    scripts/build.sh --target test_core test_schedule test_kernels test_model test_train test_parallel test_data
+  for t in test_core test_schedule test_kernels test_model test_train test_parallel test_data; do
     ASAN_OPTIONS="detect_leaks=1" build-asan/tests/$t --gtest_brief=1 \
       --gtest_output=xml:build-asan/$t.xml
   done
