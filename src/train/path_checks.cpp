@@ -106,6 +106,8 @@ void check_sharded_save_root(const TrainOptions& o) {
   const std::string& root = o.io.save;
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return;  // created empty by the run
+  // The log is rewritten at every save; a special file in its place would fail that save.
+  require_output_file("--save", root + "/" + kCheckpointLogFile);
   std::string damage;
   const CheckpointLog log = CheckpointLog::read(root, &damage);
   const RunIdentity id = identify_run(log, root, o.io.load, o.io.resumed);
