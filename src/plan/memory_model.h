@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 #include "plan/layout.h"
 
 namespace mt::plan {

@@ -8,9 +8,9 @@
 #include "model/block.h"
 #include "model/moe_layer.h"
 #include "parallel/pipeline/pipeline_stage.h"
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule_simulator.h"
 #include "parallel/pipeline/stage_chunks.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
+#include "tensor_parallel/vocab_parallel.h"
 #include "plan/hardware_costs.h"
 
 namespace mt::plan {
@@ -72,7 +72,7 @@ double linear_gemm(const Context& c, const ComputeRates& R, double M, double N, 
 }
 
 // Local: a block's tensor-parallel communication per microbatch, as the engine's linears
-// issue it (parallel/tensor_parallel/*_linear.cpp). Without SP: two all-reduces of (N, h)
+// issue it (tensor_parallel/*_linear.cpp). Without SP: two all-reduces of (N, h)
 // in forward (row-parallel outputs) and two in backward (column-parallel input
 // gradients). With SP: forward all-gathers the two column inputs and reduce-scatters the
 // two row outputs; backward all-gathers the two row output gradients and reduce-scatters
@@ -607,7 +607,7 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   p.recompute_s = recompute;
   if (c.local_bf16) {
     // Each linear's bf16 weight copy is rounded at its first use after the weights change
-    // (parallel/tensor_parallel/bf16_weight.h): once per step, on the slowest stage's cores.
+    // (kernels/bf16_weight.h): once per step, on the slowest stage's cores.
     for (const StageCosts& sc : p.stages)
       p.bf16_weights_s = std::max(
           p.bf16_weights_s, local_convert_seconds(c.rates, sc.linear_weights, 4 * sc.blocks + 1));

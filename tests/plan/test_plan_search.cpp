@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule_simulator.h"
 #include "plan/hardware_costs.h"
 #include "plan/model_flops.h"
 #include "plan/search.h"

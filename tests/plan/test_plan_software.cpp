@@ -8,7 +8,7 @@
 
 #include "cli/run_binary.h"
 #include "core/error.h"
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule_simulator.h"
 #include "plan/hardware_costs.h"
 #include "plan/search.h"
 #include "plan/time_model.h"
