@@ -11,52 +11,63 @@ inline float sigmoid(float g) {
   return 1.0f / (1.0f + exp_vec(-g));
 }
 
-}  // namespace
-
-void swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) out[i] = gate[i] * sigmoid(gate[i]) * up[i];
-}
-
-void swiglu_forward_bf16(bf16* out, const float* gate, const float* up, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) out[i] = float_to_bf16_select(gate[i] * sigmoid(gate[i]) * up[i]);
-}
-
-namespace {
-
-// silu'(g) = s + g s (1 - s), s = sigmoid(g). dout is read before dgate is written, so
-// dgate may alias it (kOverwrite).
-template <bool kOverwrite>
-void swiglu_backward_impl(float* dgate, float* dup, const float* gate, const float* up,
-                          const float* dout, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    const float g = gate[i], s = sigmoid(g), d = dout[i];
-    const float dg = d * up[i] * (s + g * s * (1.0f - s));
-    dup[i] += d * (g * s);
-    dgate[i] = dg + (kOverwrite ? 0.0f : dgate[i]);
+// silu'(g) = s + g s (1 - s), s = sigmoid(g): row n's [dgate | dup] as fn(i, dgate, dup).
+template <class Store>
+void swiglu_backward_rows(const float* gu, const float* dout, int N, int F, Store store) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* g = gu + size_t(n) * 2 * F;
+    const float* d = dout + size_t(n) * F;
+#pragma omp simd
+    for (int i = 0; i < F; i++) {
+      const float s = sigmoid(g[i]);
+      store(size_t(n) * 2 * F + i, d[i] * g[F + i] * (s + g[i] * s * (1.0f - s)),
+            d[i] * (g[i] * s));
+    }
   }
 }
 
 }  // namespace
 
-void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up,
-                     const float* dout, size_t n) {
-  if (dgate == dout)
-    swiglu_backward_impl<true>(dgate, dup, gate, up, dout, n);
+void swiglu_forward(float* out, const float* gu, int N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* g = gu + size_t(n) * 2 * F;
+    float* o = out + size_t(n) * F;
+#pragma omp simd
+    for (int i = 0; i < F; i++) o[i] = g[i] * sigmoid(g[i]) * g[F + i];
+  }
+}
+
+void swiglu_forward_bf16(bf16* out, const float* gu, int N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* g = gu + size_t(n) * 2 * F;
+    bf16* o = out + size_t(n) * F;
+#pragma omp simd
+    for (int i = 0; i < F; i++) o[i] = float_to_bf16_select(g[i] * sigmoid(g[i]) * g[F + i]);
+  }
+}
+
+void swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int F,
+                     bool accumulate) {
+  if (accumulate)
+    swiglu_backward_rows(gu, dout, N, F, [=](size_t at, float dg, float du) {
+      dgu[at] += dg;
+      dgu[at + F] += du;
+    });
   else
-    swiglu_backward_impl<false>(dgate, dup, gate, up, dout, n);
+    swiglu_backward_rows(gu, dout, N, F, [=](size_t at, float dg, float du) {
+      dgu[at] = dg;
+      dgu[at + F] = du;
+    });
 }
 
-void swiglu_backward_bf16(bf16* dgate, bf16* dup, const float* gate, const float* up,
-                          const float* dout, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    const float g = gate[i], s = sigmoid(g), d = dout[i];
-    dgate[i] = float_to_bf16_select(d * up[i] * (s + g * s * (1.0f - s)));
-    dup[i] = float_to_bf16_select(d * (g * s));
-  }
+void swiglu_backward_bf16(bf16* dgu, const float* gu, const float* dout, int N, int F) {
+  swiglu_backward_rows(gu, dout, N, F, [=](size_t at, float dg, float du) {
+    dgu[at] = float_to_bf16_select(dg);
+    dgu[at + F] = float_to_bf16_select(du);
+  });
 }
 
 }  // namespace mt

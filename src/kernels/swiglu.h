@@ -1,6 +1,7 @@
 // SwiGLU's elementwise core (Llama's MLP, docs/contracts.md section 9):
 //   out = silu(gate) * up,  silu(g) = g * sigmoid(g),
-// where gate = h Wgate^T and up = h Wup^T come from two GEMMs; down_proj follows.
+// where each row of gu holds [gate (F) | up (F)]: the output of one fused GEMM by
+// [gate_proj; up_proj]. down_proj follows.
 #pragma once
 
 #include <cstddef>
@@ -9,19 +10,18 @@
 
 namespace mt {
 
-// out (n) = silu(gate (n)) * up (n).
-void swiglu_forward(float* out, const float* gate, const float* up, size_t n);
+// out (N, F) = silu(gu[:, :F]) * gu[:, F:], gu (N, 2F).
+void swiglu_forward(float* out, const float* gu, int N, int F);
 
-// dgate (n) += dout * up * silu'(gate);  dup (n) += dout * silu(gate).
-// dgate may alias dout (then it is overwritten, not accumulated; dup must not alias).
-void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up,
-                     const float* dout, size_t n);
+// dgu (N, 2F): [dout * up * silu'(gate) | dout * silu(gate)], added (accumulate) or
+// overwriting (the block's use: no memset first).
+void swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int F,
+                     bool accumulate = true);
 
 // --precision bf16: the same results rounded to bf16 as they are stored (bitwise to_bf16 of
-// swiglu_forward's out, and of swiglu_backward's overwritten dgate and dup), so a block writes
-// its bf16 GEMM operands without an fp32 round trip through memory.
-void swiglu_forward_bf16(bf16* out, const float* gate, const float* up, size_t n);
-void swiglu_backward_bf16(bf16* dgate, bf16* dup, const float* gate, const float* up,
-                          const float* dout, size_t n);
+// swiglu_forward's out and of swiglu_backward's overwritten dgu), so a block writes its bf16
+// GEMM operands without an fp32 round trip through memory.
+void swiglu_forward_bf16(bf16* out, const float* gu, int N, int F);
+void swiglu_backward_bf16(bf16* dgu, const float* gu, const float* dout, int N, int F);
 
 }  // namespace mt

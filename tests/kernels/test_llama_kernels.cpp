@@ -50,20 +50,20 @@ KernelCase rmsnorm_case(int N, int C, float offset) {
   return kc;
 }
 
-KernelCase swiglu_case(size_t n) {
+KernelCase swiglu_case(int N, int F) {
   KernelCase kc;
-  kc.name = str("swiglu_n", n);
-  kc.inputs = {random_normal(n, 23, 3.0f), random_normal(n, 24, 2.0f)};  // gate, up
-  kc.output_sizes = {n};
+  kc.name = str("swiglu_N", N, "_F", F);
+  kc.inputs = {random_normal(size_t(N) * 2 * F, 23, 3.0f)};  // rows of [gate | up]
+  kc.output_sizes = {size_t(N) * F};
   kc.forward = [=](Impl impl, const Bufs& in, Bufs& out) {
-    MT_DISPATCH(impl, swiglu_forward, out[0].data(), in[0].data(), in[1].data(), n);
+    MT_DISPATCH(impl, swiglu_forward, out[0].data(), in[0].data(), N, F);
   };
   kc.backwards.push_back({"backward",
-                          {0, 1},
+                          {0},
                           true,
                           [=](Impl impl, const Bufs& in, const Bufs&, const Buf& dout, Bufs& din) {
-                            MT_DISPATCH(impl, swiglu_backward, din[0].data(), din[1].data(),
-                                        in[0].data(), in[1].data(), dout.data(), n);
+                            MT_DISPATCH(impl, swiglu_backward, din[0].data(), in[0].data(),
+                                        dout.data(), N, F, true);
                           }});
   return kc;
 }
@@ -98,9 +98,9 @@ std::vector<KernelCase> make_cases() {
   cases.push_back(rmsnorm_case(7, 13, 3.0f));
   cases.push_back(rmsnorm_case(32, 256, 0.0f));
   cases.push_back(rmsnorm_case(3, 1000, -2.0f));
-  cases.push_back(swiglu_case(1));
-  cases.push_back(swiglu_case(17));
-  cases.push_back(swiglu_case(1000));
+  cases.push_back(swiglu_case(1, 1));
+  cases.push_back(swiglu_case(3, 17));
+  cases.push_back(swiglu_case(8, 300));
   cases.push_back(rope_case(1, 1, 1, 2, 0, false));
   cases.push_back(rope_case(6, 3, 2, 8, 5, false));
   cases.push_back(rope_case(16, 8, 3, 64, 0, true));
@@ -144,29 +144,30 @@ TEST(LlamaKernelsBf16, RmsnormOutputIsTheRoundedFp32Output) {
 }
 
 TEST(LlamaKernelsBf16, SwigluOutputsAreTheRoundedFp32Outputs) {
-  const size_t n = 1000;
-  Buf gate = random_normal(n, 33, 4.0f), up = random_normal(n, 34), dout = random_normal(n, 35);
-  gate[0] = 200.0f, gate[1] = -200.0f, gate[2] = 0.0f;  // sigmoid's saturated ends and its middle
-  Buf out(n), dgate(n), dup(n);
-  swiglu_forward(out.data(), gate.data(), up.data(), n);
-  swiglu_backward(dgate.data(), dup.data(), gate.data(), up.data(), dout.data(), n);
-  std::vector<bf16> out16(n), dgate16(n), dup16(n);
-  swiglu_forward_bf16(out16.data(), gate.data(), up.data(), n);
-  swiglu_backward_bf16(dgate16.data(), dup16.data(), gate.data(), up.data(), dout.data(), n);
+  const int N = 10, F = 100;
+  Buf gu = random_normal(size_t(N) * 2 * F, 33, 4.0f), dout = random_normal(size_t(N) * F, 35);
+  gu[0] = 200.0f, gu[1] = -200.0f, gu[2] = 0.0f;  // sigmoid's saturated ends and its middle
+  Buf out(size_t(N) * F), dgu(gu.size(), 7.0f);   // overwritten, whatever it held
+  swiglu_forward(out.data(), gu.data(), N, F);
+  swiglu_backward(dgu.data(), gu.data(), dout.data(), N, F, /*accumulate=*/false);
+  std::vector<bf16> out16(out.size()), dgu16(dgu.size());
+  swiglu_forward_bf16(out16.data(), gu.data(), N, F);
+  swiglu_backward_bf16(dgu16.data(), gu.data(), dout.data(), N, F);
   EXPECT_EQ(out16, rounded(out));
-  EXPECT_EQ(dgate16, rounded(dgate));
-  EXPECT_EQ(dup16, rounded(dup));
+  EXPECT_EQ(dgu16, rounded(dgu));
   EXPECT_LT(std::abs(out[1]), 1e-30f) << "silu(-200) is a tiny number, not NaN";
 }
 
-TEST(LlamaKernels, SwigluBackwardOverwritesWhenTheGateGradientAliasesDout) {
-  const size_t n = 50;
-  const Buf gate = random_normal(n, 36), up = random_normal(n, 37), dout = random_normal(n, 38);
-  Buf expect_dgate(n, 0.0f), expect_dup(n, 0.0f), aliased = dout, dup(n, 0.0f);
-  swiglu_backward(expect_dgate.data(), expect_dup.data(), gate.data(), up.data(), dout.data(), n);
-  swiglu_backward(aliased.data(), dup.data(), gate.data(), up.data(), aliased.data(), n);
-  EXPECT_EQ(aliased, expect_dgate);
-  EXPECT_EQ(dup, expect_dup);
+TEST(LlamaKernels, SwigluBackwardOverwritesOrAccumulates) {
+  const int N = 5, F = 10;
+  const Buf gu = random_normal(size_t(N) * 2 * F, 36), dout = random_normal(size_t(N) * F, 38);
+  Buf once(gu.size(), 0.0f), over(gu.size(), 5.0f), twice(gu.size(), 0.0f);
+  swiglu_backward(once.data(), gu.data(), dout.data(), N, F, true);
+  swiglu_backward(over.data(), gu.data(), dout.data(), N, F, false);
+  EXPECT_EQ(over, once);
+  swiglu_backward(twice.data(), gu.data(), dout.data(), N, F, true);
+  swiglu_backward(twice.data(), gu.data(), dout.data(), N, F, true);
+  for (size_t i = 0; i < gu.size(); i++) EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
 }
 
 TEST(RopeTable, HoldsTheContractsAnglesInFp32) {

@@ -49,18 +49,24 @@ void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp
   }
 }
 
-void swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
-  for (size_t i = 0; i < n; i++) out[i] = float(gate[i] * sigmoid(gate[i]) * up[i]);
+void swiglu_forward(float* out, const float* gu, int N, int F) {
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < F; i++) {
+      const double g = gu[size_t(n) * 2 * F + i], u = gu[size_t(n) * 2 * F + F + i];
+      out[size_t(n) * F + i] = float(g * sigmoid(g) * u);
+    }
 }
 
-void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up,
-                     const float* dout, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    const double g = gate[i], s = sigmoid(g), d = dout[i];
-    dup[i] += float(d * g * s);
-    const double dg = d * up[i] * (s + g * s * (1 - s));
-    dgate[i] = dgate == dout ? float(dg) : float(dgate[i] + dg);
-  }
+void swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int F,
+                     bool accumulate) {
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < F; i++) {
+      const size_t at = size_t(n) * 2 * F + i;
+      const double g = gu[at], u = gu[at + F], s = sigmoid(g), d = dout[size_t(n) * F + i];
+      const double dg = d * u * (s + g * s * (1 - s)), du = d * g * s;
+      dgu[at] = float(dg + (accumulate ? dgu[at] : 0.0));
+      dgu[at + F] = float(du + (accumulate ? dgu[at + F] : 0.0));
+    }
 }
 
 namespace {

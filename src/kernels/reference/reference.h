@@ -33,9 +33,9 @@ void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, co
                             const float* rstd, int N, int C);
 void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd,
                              int N, int C);
-void swiglu_forward(float* out, const float* gate, const float* up, size_t n);
-void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up,
-                     const float* dout, size_t n);
+void swiglu_forward(float* out, const float* gu, int N, int F);
+void swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int F,
+                     bool accumulate = true);
 void rope_forward(float* x, int rows, size_t row_stride, int heads, int T, const int* positions,
                   const RopeTable& table);
 void rope_backward(float* dx, int rows, size_t row_stride, int heads, int T, const int* positions,
