@@ -8,15 +8,16 @@
 
 #include "comm/fault.h"
 #include "comm/hybrid/run_hybrid.h"
+#include "comm/mpi/launch_agreement.h"
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/launcher.h"
 #include "core/timer.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/matmul_bf16.h"
+#include "parallel/process_layout.h"
 #include "plan/auto_layout.h"
 #include "plan/calibrate.h"
-#include "parallel/process_layout.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/corpus.h"
@@ -125,7 +126,8 @@ void resolve_train_options(TrainOptions& o) {
   if (!o.vocab_given) {
     // Byte-level by default; GPT-2-tokenized shards bring larger ids.
     int max_id = TokenShard(o.io.data).max_token_id();
-    for (const std::string& p : o.io.data_shards) max_id = std::max(max_id, TokenShard(p).max_token_id());
+    for (const std::string& p : o.io.data_shards)
+      max_id = std::max(max_id, TokenShard(p).max_token_id());
     o.model.vocab = std::max(256, max_id + 1);
   }
   // The shape is final: the planner may choose the layout, then every rule of the options,
@@ -149,17 +151,24 @@ std::string describe_train_layout(const TrainOptions& o) {
   return describe_process_layout({p.pp, p.dp, p.tp, p.ep}, o.engine.ranks_per_process);
 }
 
-int run_training(TrainOptions o, int* argc, char*** argv) {
+namespace {
+
+// Everything a run does before its ranks start: the options resolved and checked, the
+// memory estimate, the --save lock (held until the run ends), the MFU denominator.
+struct Launch {
+  std::optional<SaveDirLock> save_lock;
+  RunInfo info;
+};
+
+void prepare_launch(TrainOptions& o, Launch& launch) {
   const bool mpi = o.engine.backend == "mpi";
-  // Under MPI every process parses; only rank 0 should print, which run_mpi arranges.
   resolve_train_options(o);
   check_memory_fits(o);  // before any rank allocates: a refusal with figures, not an OOM kill
   // One writer per --save directory, held until the run ends (train/save_lock.h). Under
   // MPI only the process of global rank 0 writes checkpoints, so only it locks.
-  std::optional<SaveDirLock> save_lock;
   if (!o.io.save.empty() && (!mpi || launcher_from_env().rank == 0)) {
-    save_lock.emplace(o.io.save);
-    for (const std::string& t : save_lock->remove_stale_temporaries())
+    launch.save_lock.emplace(o.io.save);
+    for (const std::string& t : launch.save_lock->remove_stale_temporaries())
       if (!o.io.quiet)
         std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
   }
@@ -171,7 +180,7 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
     std::filesystem::create_directories(o.io.save, ec);
     MT_REQUIRE(!ec, "--save ", o.io.save, ": cannot create (", ec.message(), ")");
   }
-  RunInfo info;
+  RunInfo& info = launch.info;
   info.t0 = now_seconds();
   // The denominator of MFU: the user's figure, else what one core can do, measured now
   // (the best of many short sgemms, kernels/gemm_peak.h).
@@ -181,6 +190,24 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
                                 : bf16                  ? measure_bf16_gemm_peak_gflops(1, 0.3)
                                                         : measure_sgemm_peak_gflops(1, 0.3);
   if (bf16) info.gemm_isa = matmul_bf16_isa();
+}
+
+}  // namespace
+
+int run_training(TrainOptions o, int* argc, char*** argv) {
+  const bool mpi = o.engine.backend == "mpi";
+  Launch launch;
+  // Under mpirun every process prepares alone, and one may fail where another does not (its
+  // host's files, its memory): the processes agree in MPI on who prints, and exit together
+  // (comm/mpi/launch_agreement.h). Without MPI's help the error goes to cli_main's rule.
+  try {
+    prepare_launch(o, launch);
+  } catch (const UsageError& e) {
+    const LauncherInfo launcher = launcher_from_env();
+    if (mpi && launcher.size > 1) end_launch_with_usage_error(argc, argv, e.what(), launcher.size);
+    throw;
+  }
+  const RunInfo& info = launch.info;
   WorldOptions wo;
   wo.timeout_s = o.engine.timeout_s;
   const char* check = std::getenv("MESHTRAIN_CHECK_COLLECTIVES");
