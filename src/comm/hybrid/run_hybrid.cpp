@@ -22,6 +22,7 @@
 #include "comm/hybrid/run_hybrid.h"
 #include "comm/mpi/launch_agreement.h"
 #include "comm/mpi/mpi_abort.h"
+#include "comm/mpi/peer_watch.h"
 #include "core/error.h"
 
 namespace mt {
@@ -45,6 +46,9 @@ void run_hybrid(int* argc, char*** argv, int ranks_per_process, const WorldOptio
              "--ranks-per-process must be in 1..", kMaxLocalRanks, " (got ", ranks_per_process,
              ")");
   const int process = start_mpi(argc, argv);
+  // A process that dies is named by the others, with the ranks it ran
+  // (comm/mpi/peer_watch.h).
+  auto watch = std::make_unique<PeerWatch>(ranks_per_process);
 
   WorldOptions opts = options;
   opts.check_collectives |= env_flag("MESHTRAIN_CHECK_COLLECTIVES");
@@ -97,6 +101,7 @@ void run_hybrid(int* argc, char*** argv, int ranks_per_process, const WorldOptio
         process,
         str("finished, but not every process reached the end within ", opts.timeout_s, " s"), 1);
   }
+  watch.reset();  // every process reached the end
   if (mine == 2 && best == 2 && process == 0)
     std::fprintf(stderr, "meshtrain: error: %s\n", plain.c_str());
   else if (mine == 2 && best < 2)

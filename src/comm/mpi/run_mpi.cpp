@@ -22,6 +22,7 @@
 #include "comm/mpi/launch_agreement.h"
 #include "comm/mpi/mpi_abort.h"
 #include "comm/mpi/mpi_world.h"
+#include "comm/mpi/peer_watch.h"
 #include "comm/world.h"
 #include "core/error.h"
 
@@ -42,6 +43,8 @@ bool env_flag(const char* name) {
 
 void run_mpi(int* argc, char*** argv, const WorldOptions& options, const RankMain& fn) {
   const int rank = start_mpi(argc, argv);
+  // A process that dies is named by the others (comm/mpi/peer_watch.h).
+  auto watch = std::make_unique<PeerWatch>(1);
 
   WorldOptions opts = options;
   opts.check_collectives |= env_flag("MESHTRAIN_CHECK_COLLECTIVES");
@@ -73,6 +76,7 @@ void run_mpi(int* argc, char*** argv, const WorldOptions& options, const RankMai
     if (status == 2) die(rank, usage, 2);
     die(rank, str("finished, but not every rank reached the end within ", wait_s, " s"), 1);
   }
+  watch.reset();  // every rank reached the end
   if (status == 2 && best == 2 && rank == 0)
     std::fprintf(stderr, "meshtrain: error: %s\n", usage.c_str());
   else if (status == 2 && best < 2)
