@@ -67,6 +67,18 @@ std::string newest_checkpoint(const TrainOptions& o) {
   }
 }
 
+// Validation data and evaluations need each other; which data there is is known only now
+// (--data DIR may bring a validation split, the embedded corpus brings one).
+void check_validation_inputs(const TrainOptions& o, bool val_given, const std::string& data) {
+  MT_REQUIRE(!val_given || o.optim.eval_every > 0,
+             "--val-data has no effect without --eval-every N > 0 (validation runs only then): "
+             "give --eval-every N or drop --val-data");
+  MT_REQUIRE(o.optim.eval_every <= 0 || !o.io.val_data.empty(), "--eval-every ", o.optim.eval_every,
+             " needs validation data: give --val-data FILE|DIR, or --data DIR prepared with a "
+             "validation split (--data ",
+             data, " has none)");
+}
+
 int checkpoint_step(const std::string& dir) {
   return loads_sharded(dir) ? read_manifest(dir).step : read_train_state(dir).step;
 }
@@ -74,6 +86,8 @@ int checkpoint_step(const std::string& dir) {
 }  // namespace
 
 void resolve_train_options(TrainOptions& o) {
+  const bool val_given = !o.io.val_data.empty();
+  const std::string data_given = o.io.data;
   // Data: the embedded corpus unless the user brings shards.
   if (o.io.data.empty()) {
     CorpusFiles c = prepare_fortunes_corpus(default_corpus_dir());
@@ -86,6 +100,7 @@ void resolve_train_options(TrainOptions& o) {
     }
   }
   resolve_dataset_inputs(o);  // --data DIR: a dataset of meshtrain prepare
+  check_validation_inputs(o, val_given, data_given);
   // Every path, before any file is opened for its contents (a FIFO would block the open).
   resolve_save_path(o.io);
   if (o.io.resume == "auto") {
@@ -137,6 +152,7 @@ void resolve_train_options(TrainOptions& o) {
     if (!o.io.quiet) std::printf("meshtrain: %s\n", why.c_str());
   }
   validate_train_options(o, launcher_from_env());
+  for (const std::string& w : option_warnings(o)) warn(o, w);
   // A sharded checkpoint records its model: a mismatch is found here, before any rank.
   if (!o.io.load.empty() && loads_sharded(o.io.load))
     require_same_model(read_manifest(o.io.load), o.model, "--load " + o.io.load);

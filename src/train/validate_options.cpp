@@ -13,8 +13,8 @@
 #include "model/recompute.h"
 #include "parallel/data_parallel/replica_sync.h"
 #include "parallel/pipeline/schedule.h"
-#include "parallel/process_layout.h"
 #include "parallel/pipeline/stage_partition.h"
+#include "parallel/process_layout.h"
 
 namespace mt {
 
@@ -214,6 +214,59 @@ void validate_dp_sync(const TrainOptions& o) {
              " does not support --save/--load yet (the anchor and outer momentum are not saved)");
 }
 
+// Flags that configure something this run does not do are refused, so that no setting is
+// ignored without a word. A value equal to the default counts as not given (a
+// --print-config file, which lists every flag, reads back). A group of one (ZeRO or local
+// SGD over --dp 1, gradient buckets at --dp 1) still does what it says and is accepted.
+// One exception, a warning instead (option_warnings): --min-lr with a constant schedule.
+// Flags that need data (--val-data, --eval-every) are checked where the data is resolved
+// (cli/train_setup.cpp).
+void validate_dependencies(const TrainOptions& o) {
+  const TrainOptions d;
+  const IoOptions& io = o.io;
+  const OptimOptions& t = o.optim;
+  const ParallelOptions& p = o.parallel;
+  const ModelConfig& m = o.model;
+  DpSync sync;
+  const bool diloco = parse_dp_sync(p.dp_sync, &sync) && sync.kind == DpSync::Kind::diloco;
+  struct Needs {
+    bool set, missing;
+    const char *flag, *needs, *why = "";
+  };
+  const Needs rules[] = {
+      {io.save_sync, io.save.empty(), "--save-sync", "--save DIR"},
+      {io.save_every != d.io.save_every, io.save.empty(), "--save-every", "--save DIR"},
+      {io.checkpoint_format != d.io.checkpoint_format, io.save.empty(), "--checkpoint-format",
+       "--save DIR", " (--load reads either format)"},
+      {io.report_every != d.io.report_every, io.metrics.empty(), "--report-every", "--metrics FILE",
+       " (the page is written beside it)"},
+      {io.export_dtype != d.io.export_dtype, io.export_path.empty(), "--export-dtype",
+       "--export FILE"},
+      {io.sample_prompt != d.io.sample_prompt, io.sample_tokens == 0, "--prompt",
+       "--sample-tokens N > 0"},
+      {t.eval_batches != d.optim.eval_batches, t.eval_every == 0, "--eval-batches",
+       "--eval-every N > 0"},
+      {p.outer_lr != d.parallel.outer_lr, !diloco, "--outer-lr", "--dp-sync diloco:H"},
+      {p.outer_momentum != d.parallel.outer_momentum, !diloco, "--outer-momentum",
+       "--dp-sync diloco:H"},
+      {m.topk != d.model.topk, m.experts == 0, "--topk", "--experts E > 0"},
+      {m.moe_every != d.model.moe_every, m.experts == 0, "--moe-every", "--experts E > 0"},
+      {m.capacity_factor != d.model.capacity_factor, m.experts == 0, "--capacity-factor",
+       "--experts E > 0"},
+      {m.aux_loss_coef != d.model.aux_loss_coef, m.experts == 0, "--aux-loss-coef",
+       "--experts E > 0"},
+      {m.router_bias_update != d.model.router_bias_update, m.experts == 0, "--router-bias-update",
+       "--experts E > 0"},
+      {p.schedule != d.parallel.schedule, p.pp == 1, "--schedule", "--pp > 1"},
+      {p.virtual_stages != d.parallel.virtual_stages, p.pp == 1, "--virtual-stages", "--pp > 1"},
+      {!p.stage_layers.empty(), p.pp == 1, "--stage-layers", "--pp > 1"},
+      {p.sequence_parallel, p.tp == 1, "--sequence-parallel", "--tp > 1"},
+  };
+  for (const Needs& r : rules)
+    MT_REQUIRE(!r.set || !r.missing, r.flag, " has no effect without ", r.needs, r.why, ": give ",
+               r.needs, " or drop ", r.flag);
+}
+
 }  // namespace
 
 void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher) {
@@ -230,6 +283,17 @@ void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher)
   validate_dp_sync(o);
   validate_io(o.io);
   validate_checkpoints(o);
+  validate_dependencies(o);
+}
+
+std::vector<std::string> option_warnings(const TrainOptions& o) {
+  std::vector<std::string> out;
+  // Scripts (our PyTorch reference harness among them) pass the schedule's end point with
+  // either schedule; refusing it would break them for a setting that changes nothing.
+  if (o.optim.lr_schedule == "constant" && o.optim.min_lr != OptimOptions{}.min_lr)
+    out.push_back(str("--min-lr ", o.optim.min_lr,
+                      " has no effect with --lr-schedule constant (the rate stays --lr)"));
+  return out;
 }
 
 }  // namespace mt

@@ -172,6 +172,50 @@ TEST(Validation, LauncherSizeIsCheckedBeforeMpiStarts) {
   EXPECT_EQ(other.out, "");
 }
 
+// Issue #26: a flag that configures something the run does not do is refused before any
+// rank starts, naming the flag it needs (it used to be ignored without a word: --save-sync
+// without --save). No --save here, so the witness is the banner alone.
+TEST(Validation, FlagsWithoutWhatTheyConfigureRefuseBeforeAnyRankStarts) {
+  Fixture f;
+  const std::vector<Case> dependent = {
+      {"--checkpoint-format sharded --save-sync", "--save-sync has no effect without --save DIR"},
+      {"--save-every 1", "--save-every has no effect without --save DIR"},
+      {"--checkpoint-format sharded", "--checkpoint-format has no effect without --save DIR"},
+      {"--report-every 1", "--report-every has no effect without --metrics FILE"},
+      {"--export-dtype bf16", "--export-dtype has no effect without --export FILE"},
+      {"--prompt Once", "--prompt has no effect without --sample-tokens N > 0"},
+      {"--eval-batches 2", "--eval-batches has no effect without --eval-every N > 0"},
+      {"--dp 2 --outer-lr 0.5", "--outer-lr has no effect without --dp-sync diloco:H"},
+      {"--dp 2 --dp-sync local:2 --outer-momentum 0.5",
+       "--outer-momentum has no effect without --dp-sync diloco:H"},
+      {"--topk 1", "--topk has no effect without --experts E > 0"},
+      {"--aux-loss-coef 0.1", "--aux-loss-coef has no effect without --experts E > 0"},
+      {"--schedule gpipe", "--schedule has no effect without --pp > 1"},
+      {"--virtual-stages 2", "--virtual-stages has no effect without --pp > 1"},
+      {"--stage-layers 1", "--stage-layers has no effect without --pp > 1"},
+      {"--sequence-parallel", "--sequence-parallel has no effect without --tp > 1"},
+      // The data decides these two: the fixture's --data is one shard, with no validation
+      // split.
+      {"--val-data " + f.data, "--val-data has no effect without --eval-every N > 0"},
+      {"--eval-every 1", "--eval-every 1 needs validation data: give --val-data FILE|DIR"},
+  };
+  for (const Case& c : dependent)
+    expect_refused_before_ranks(run_meshtrain(loud_base(f) + " " + c.flags), c.needle, c.flags);
+  // With what they need, the same settings run.
+  const RunResult ok = run_meshtrain(f.base() + " --steps 1 --val-data " + f.data +
+                                     " --eval-every 1 --eval-batches 2");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  // --min-lr with the constant schedule changes nothing but is passed by scripts for either
+  // schedule: a warning, and the run goes on.
+  const RunResult warned =
+      run_meshtrain(loud_base(f) + " --steps 1 --lr-schedule constant --min-lr 0");
+  EXPECT_EQ(warned.exit_code, 0) << warned.err;
+  EXPECT_NE(warned.err.find("meshtrain: warning: --min-lr 0 has no effect with --lr-schedule "
+                            "constant"),
+            std::string::npos)
+      << warned.err;
+}
+
 TEST(Validation, InputRulesRefuseBeforeAnyRankStarts) {
   LockedFixture f;
   const std::string ck = f.dir / "ck", weights = f.dir / "w.safetensors";
