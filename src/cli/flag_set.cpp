@@ -1,8 +1,10 @@
 #include "cli/flag_set.h"
 
 #include <toml++/toml.h>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <sstream>
 
 #include "core/error.h"
@@ -10,6 +12,20 @@
 namespace mt {
 
 namespace {
+
+// An integral bound as text: the doubles of FlagRange hold every bound used exactly, up to
+// the uint64 maximum, which rounds up to 2^64.
+std::string integer_text(double v) {
+  if (v >= 18446744073709551615.0) return "18446744073709551615";
+  return std::to_string(static_cast<int64_t>(v));
+}
+
+std::string number_text(double v) {
+  std::ostringstream os;
+  os.precision(10);
+  os << v;
+  return os.str();
+}
 
 template <typename T>
 std::string toml_literal(const T& v) {
@@ -31,8 +47,37 @@ std::string toml_literal(const T& v) {
   }
 }
 
+// `text` (the command line's) as an integer of type T within `range`.
 template <typename T>
-void assign_from_toml(const toml::node& node, T* target, const std::string& where) {
+T parse_integer(const std::string& text, const std::string& flag, const FlagRange& range) {
+  using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+  Wide v = 0;
+  const char* end = text.data() + text.size();
+  // from_chars takes no '+'; a user may well type one.
+  const char* begin = text.data() + (text.size() > 1 && text[0] == '+' && text[1] != '-');
+  const auto [p, ec] = std::from_chars(begin, end, v);
+  // Too many digits for 64 bits is out of range too, not a malformed number.
+  MT_REQUIRE(ec == std::errc::result_out_of_range || (ec == std::errc() && p == end), flag,
+             " must be an integer in ", range.describe(true), " (got '", text, "')");
+  MT_REQUIRE(ec == std::errc() && range.contains(static_cast<double>(v)), flag, " must be in ",
+             range.describe(true), " (got ", text, ")");
+  return static_cast<T>(v);
+}
+
+template <typename T>
+void check_number(T v, const std::string& flag, const FlagRange& range) {
+  if constexpr (std::is_floating_point_v<T>) {
+    MT_REQUIRE(std::isfinite(v), flag, " must be a finite number (got ", v, ")");
+    MT_REQUIRE(range.contains(v), flag, " must be ", range.describe(false), " (got ", v, ")");
+  } else {
+    MT_REQUIRE(range.contains(static_cast<double>(v)), flag, " must be in ", range.describe(true),
+               " (got ", v, ")");
+  }
+}
+
+template <typename T>
+void assign_from_toml(const toml::node& node, T* target, const std::string& where,
+                      const FlagRange* range) {
   if constexpr (std::is_same_v<T, std::string>) {
     auto v = node.value<std::string>();
     MT_REQUIRE(v.has_value(), where, " must be a string");
@@ -44,40 +89,83 @@ void assign_from_toml(const toml::node& node, T* target, const std::string& wher
   } else if constexpr (std::is_floating_point_v<T>) {
     auto v = node.value<double>();  // accepts integers too
     MT_REQUIRE(v.has_value(), where, " must be a number");
-    *target = T(*v);
+    *target = T(*v);  // checked with the command line's values, by flag (check_values)
   } else {
     MT_REQUIRE(node.is_integer(), where, " must be an integer");
-    int64_t v = *node.value<int64_t>();
-    MT_REQUIRE(v >= int64_t(std::numeric_limits<T>::min()) &&
-                   uint64_t(v) <= uint64_t(std::numeric_limits<T>::max()),
-               where, " is out of range");
+    const int64_t v = *node.value<int64_t>();
+    MT_REQUIRE(v >= 0 || std::is_signed_v<T>, where, " must be in ", range->describe(true),
+               " (got ", v, ")");
+    check_number(v, where, *range);
     *target = T(v);
   }
 }
 
 }  // namespace
 
+std::string FlagRange::describe(bool integer) const {
+  if (integer) return integer_text(min) + ".." + integer_text(max);
+  if (min_exclusive) return "> " + number_text(min) + " and <= " + number_text(max);
+  return "between " + number_text(min) + " and " + number_text(max);
+}
+
 template <typename T>
 void FlagSet::add(const char* section, const char* name, T* target, std::string help) {
+  static_assert(!std::is_integral_v<T>, "an integer flag needs its range");
+  if constexpr (std::is_floating_point_v<T>) {
+    add(section, name, target, std::move(help), FlagRange{-HUGE_VAL, HUGE_VAL});
+  } else {
+    Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
+    const std::string flag = std::string("--") + name;
+    const std::string h = f.help;
+    f.add_cli = [flag, target, h](CLI::App& app) {
+      return app.add_option(flag, *target, h)->capture_default_str();
+    };
+    f.set_from_toml = [target](const void* node, const std::string& where) {
+      assign_from_toml(*static_cast<const toml::node*>(node), target, where, nullptr);
+    };
+    f.toml_value = [target] { return toml_literal(*target); };
+    flags_.push_back(std::move(f));
+  }
+}
+
+template <typename T>
+void FlagSet::add(const char* section, const char* name, T* target, std::string help,
+                  FlagRange range) {
+  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "a number");
   Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
   const std::string flag = std::string("--") + name;
   const std::string h = f.help;
-  f.add_cli = [flag, target, h](CLI::App& app) {
-    return app.add_option(flag, *target, h)->capture_default_str();
-  };
-  f.set_from_toml = [target](const void* node, const std::string& where) {
-    assign_from_toml(*static_cast<const toml::node*>(node), target, where);
+  if constexpr (std::is_integral_v<T>) {
+    // Read as text (see the header); shown and typed as an integer in --help.
+    auto text = std::make_shared<std::string>();
+    f.add_cli = [flag, target, h, text](CLI::App& app) {
+      *text = std::to_string(*target);
+      return app.add_option(flag, *text, h)->capture_default_str()->type_name("INT");
+    };
+    f.check = [flag, target, text, range](const CLI::Option* given) {
+      if (given && given->count() > 0) *target = parse_integer<T>(*text, flag, range);
+      check_number(*target, flag, range);
+    };
+  } else {
+    f.add_cli = [flag, target, h](CLI::App& app) {
+      return app.add_option(flag, *target, h)->capture_default_str();
+    };
+    f.check = [flag, target, range](const CLI::Option*) { check_number(*target, flag, range); };
+  }
+  f.set_from_toml = [target, range](const void* node, const std::string& where) {
+    assign_from_toml(*static_cast<const toml::node*>(node), target, where, &range);
   };
   f.toml_value = [target] { return toml_literal(*target); };
-  if constexpr (std::is_floating_point_v<T>) f.finite = [target] { return std::isfinite(*target); };
   flags_.push_back(std::move(f));
 }
 
-template void FlagSet::add<int>(const char*, const char*, int*, std::string);
 template void FlagSet::add<double>(const char*, const char*, double*, std::string);
 template void FlagSet::add<float>(const char*, const char*, float*, std::string);
-template void FlagSet::add<uint64_t>(const char*, const char*, uint64_t*, std::string);
 template void FlagSet::add<std::string>(const char*, const char*, std::string*, std::string);
+template void FlagSet::add<int>(const char*, const char*, int*, std::string, FlagRange);
+template void FlagSet::add<uint64_t>(const char*, const char*, uint64_t*, std::string, FlagRange);
+template void FlagSet::add<double>(const char*, const char*, double*, std::string, FlagRange);
+template void FlagSet::add<float>(const char*, const char*, float*, std::string, FlagRange);
 
 void FlagSet::add_bool(const char* section, const char* name, bool* target, std::string help) {
   Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
@@ -85,7 +173,7 @@ void FlagSet::add_bool(const char* section, const char* name, bool* target, std:
   const std::string h = f.help;
   f.add_cli = [flag, target, h](CLI::App& app) { return app.add_flag(flag, *target, h); };
   f.set_from_toml = [target](const void* node, const std::string& where) {
-    assign_from_toml(*static_cast<const toml::node*>(node), target, where);
+    assign_from_toml(*static_cast<const toml::node*>(node), target, where, nullptr);
   };
   f.toml_value = [target] { return toml_literal(*target); };
   flags_.push_back(std::move(f));
@@ -101,10 +189,9 @@ bool FlagSet::given(const std::string& name) const {
   return false;
 }
 
-void FlagSet::require_finite() const {
+void FlagSet::check_values() {
   for (const Flag& f : flags_)
-    MT_REQUIRE(!f.finite || f.finite(), "--", f.name, " must be a finite number (got ",
-               f.toml_value(), ")");
+    if (f.check) f.check(f.option);
 }
 
 void FlagSet::load_toml(const std::string& path) {
