@@ -79,6 +79,27 @@ void check_validation_inputs(const TrainOptions& o, bool val_given, const std::s
              data, " has none)");
 }
 
+// A stream of tokens (the training data; the validation data when the run evaluates) must
+// hold one global batch and ids below the vocabulary: found here, not by the ranks' loaders.
+void check_token_stream(const TrainOptions& o, const char* flag, const std::string& first,
+                        const std::vector<std::string>& shards) {
+  int64_t tokens = 0;
+  int max_id = -1;
+  for (const std::string& p : shards.empty() ? std::vector<std::string>{first} : shards) {
+    const TokenShard shard(p);
+    tokens += shard.size();
+    max_id = std::max(max_id, shard.max_token_id());
+  }
+  const int64_t need = int64_t(o.optim.batch) * o.model.seq + 1;
+  const std::string what =
+      str(flag, " ", first, shards.size() > 1 ? " (with its dataset's other shards)" : "");
+  MT_REQUIRE(tokens >= need, what, " holds ", tokens,
+             " tokens, fewer than one batch needs (--batch x --seq + 1 = ", o.optim.batch, " x ",
+             o.model.seq, " + 1 = ", need, ")");
+  MT_REQUIRE(max_id < o.model.vocab, what, " holds token id ", max_id, " but the model vocab is ",
+             o.model.vocab, " (--vocab, or the --init-from file's)");
+}
+
 int checkpoint_step(const std::string& dir) {
   return loads_sharded(dir) ? read_manifest(dir).step : read_train_state(dir).step;
 }
@@ -153,6 +174,8 @@ void resolve_train_options(TrainOptions& o) {
   }
   validate_train_options(o, launcher_from_env());
   for (const std::string& w : option_warnings(o)) warn(o, w);
+  check_token_stream(o, "--data", o.io.data, o.io.data_shards);
+  if (o.optim.eval_every > 0) check_token_stream(o, "--val-data", o.io.val_data, o.io.val_shards);
   // A sharded checkpoint records its model: a mismatch is found here, before any rank.
   if (!o.io.load.empty() && loads_sharded(o.io.load))
     require_same_model(read_manifest(o.io.load), o.model, "--load " + o.io.load);

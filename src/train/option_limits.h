@@ -30,7 +30,14 @@ constexpr double kMaxBucketMb = 1 << 20;  // 1 TiB
 constexpr double kMaxPeakGflops = 1e6;    // per thread
 // Hyper-parameters the kernels take as float: beyond this they become inf.
 constexpr double kMaxFloat = FLT_MAX;
-// Tokens of one microbatch of one replica (b x T rows): row counts and offsets are ints.
+// Tokens of one microbatch of one replica (b x T rows): row counts are ints in the kernels.
 constexpr int64_t kMaxMicrobatchTokens = (int64_t(1) << 31) - 1;
+// Elements of a model, or of one microbatch's activations of one block: counted in int64,
+// then multiplied by bytes, buffers and layers (2^50 is about 10^15, and leaves 2^13).
+constexpr double kMaxElements = double(int64_t(1) << 50);
+// The pipeline's message tags (comm/communicator.h, make_p2p_tag): 8 bits of chunk with
+// two tags per chunk, 16 bits of microbatch.
+constexpr int kMaxModelChunks = 128;
+constexpr int kMaxPipelineMicrobatches = 65536;
 
 }  // namespace mt::limits

@@ -13,6 +13,7 @@
 #include "cli_fixture.h"
 #include "run_binary.h"
 #include "train/save_lock.h"
+#include "train/token_shard.h"
 
 namespace mt {
 namespace {
@@ -170,6 +171,39 @@ TEST(Validation, LauncherSizeIsCheckedBeforeMpiStarts) {
   EXPECT_EQ(other.exit_code, 0) << other.err;
   EXPECT_EQ(other.err, "");
   EXPECT_EQ(other.out, "");
+}
+
+// Issue #26: rules that used to fire inside the ranks (exit 1 from an internal check, or a
+// usage error after the ranks had started and allocated) are found before them: the held
+// lock is the witness, taken after these checks and before any rank.
+TEST(Validation, RulesFoundInsideTheRanksAreFoundBeforeThem) {
+  LockedFixture f;
+  std::vector<int> few, wide;
+  for (int i = 0; i < 10; ++i) few.push_back(i);
+  for (int i = 0; i < 400; ++i) wide.push_back(i % 2 ? 300 : i % 256);
+  const std::string small_val = f.dir / "small_val.bin", wide_val = f.dir / "wide_val.bin";
+  write_token_shard(small_val, few);
+  write_token_shard(wide_val, wide);
+  const std::vector<Case> cases = {
+      // executor.cpp: "check failed: s_.model_chunks() <= 128" (exit 1)
+      {"--layers 130 --pp 2 --schedule interleaved --virtual-stages 65 --microbatches 2",
+       "--pp x --virtual-stages = 130 model chunks is more than the 128 a pipeline can address"},
+      // communicator.cpp: "check failed: microbatch < 65536" (exit 1)
+      {"--pp 2 --layers 2 --microbatches 65537 --batch 65537 --seq 1",
+       "--microbatches 65537 is more than the 65536 a pipeline (--pp > 1) can address"},
+      // token_permutation.cpp: a capacity beyond int (undefined behaviour)
+      {"--experts 4 --capacity-factor 3e38",
+       "--capacity-factor 3e+38 gives each expert a capacity"},
+      // The data loaders, inside the ranks.
+      {"--vocab 100", "--data " + f.data + " holds token id 255 but the model vocab is 100"},
+      {"--seq 256", "--data " + f.data + " holds 400 tokens, fewer than one batch needs"},
+      {"--eval-every 1 --val-data " + small_val,
+       "--val-data " + small_val + " holds 10 tokens, fewer than one batch needs"},
+      {"--eval-every 1 --val-data " + wide_val,
+       "--val-data " + wide_val + " holds token id 300 but the model vocab is 256"},
+  };
+  for (const Case& c : cases)
+    expect_refused_before_ranks(run_meshtrain(f.base() + " " + c.flags), c.needle, c.flags);
 }
 
 // Issue #26: a flag that configures something the run does not do is refused before any

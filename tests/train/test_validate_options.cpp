@@ -229,6 +229,57 @@ TEST(ValidateOptions, AFlagWithoutWhatItConfiguresIsRefused) {
   EXPECT_TRUE(option_warnings(TrainOptions{}).empty());
 }
 
+// Issue #26: what several flags imply together must fit what the engine counts with; these
+// were found inside the ranks (an internal check, exit 1) or not at all (an overflow).
+TEST(ValidateOptions, ProductsOfFlagsFitWhatTheEngineCounts) {
+  const std::vector<BadCase> cases = {
+      {"model chunks",
+       [](TrainOptions& o) {
+         o.model.layers = 130, o.parallel.pp = 2, o.parallel.schedule = "interleaved";
+         o.parallel.virtual_stages = 65, o.parallel.microbatches = 2;
+       },
+       "--pp x --virtual-stages = 130 model chunks is more than the 128"},
+      {"pipeline microbatches",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2, o.parallel.microbatches = 65537, o.optim.batch = 65537;
+       },
+       "--microbatches 65537 is more than the 65536 a pipeline"},
+      {"token rows", [](TrainOptions& o) { o.optim.batch = 1 << 20, o.model.seq = 1 << 20; },
+       "a microbatch of batch / (dp x microbatches) x seq = 1099511627776 token rows"},
+      {"parameters",
+       [](TrainOptions& o) {
+         o.model.dim = 65536, o.model.heads = 1, o.model.layers = 4096;
+         o.model.experts = 4096, o.model.topk = 1;
+       },
+       "parameters, more than the 1125899906842624 meshtrain can count"},
+      {"capacity", [](TrainOptions& o) { o.model.experts = 4, o.model.capacity_factor = 3e38f; },
+       "gives each expert a capacity of"},
+      {"world",
+       [](TrainOptions& o) {
+         o.engine.backend = "mpi", o.parallel.dp = 2048, o.parallel.tp = 1024;
+         o.model.heads = 1024, o.model.dim = 1024, o.optim.batch = 2048;
+       },
+       "--pp x --dp x --tp = 2097152 ranks is more than the 1048576 meshtrain supports"},
+  };
+  for (const BadCase& c : cases) {
+    TrainOptions o;
+    c.change(o);
+    const std::string msg = usage_error(o);
+    EXPECT_NE(msg.find(c.message), std::string::npos)
+        << c.what << ": expected '" << c.message << "' in '" << msg << "'";
+  }
+  // At the bounds, accepted: 128 chunks, 65536 microbatches, a capacity of every token.
+  TrainOptions edge;
+  edge.model.layers = 128, edge.parallel.pp = 2, edge.parallel.schedule = "interleaved";
+  edge.parallel.virtual_stages = 64, edge.parallel.microbatches = 2;
+  EXPECT_EQ(usage_error(edge), "");
+  edge.parallel.microbatches = 65536, edge.optim.batch = 65536;
+  EXPECT_EQ(usage_error(edge), "");
+  TrainOptions moe;
+  moe.model.experts = 4, moe.model.capacity_factor = 1e6f;
+  EXPECT_EQ(usage_error(moe), "");
+}
+
 TEST(ValidateOptions, LauncherSizeMustMatchTheWorld) {
   TrainOptions o;
   // Several processes of a local-backend run would each run the whole job.
