@@ -185,6 +185,10 @@ void validate_experts(const TrainOptions& o) {
                " supports --zero 0, 1 or 2 (got --zero 3: its parameter gathers over dp "
                "would mix different ranks' experts)");
   }
+  MT_REQUIRE(experts == 0 || o.model.moe_every <= o.model.layers, "--moe-every ", o.model.moe_every,
+             " with --layers ", o.model.layers,
+             " makes no block a mixture of experts (block i is one when (i + 1) % moe-every == "
+             "0), so --experts would have no effect: give --moe-every <= --layers");
   MT_REQUIRE(experts == 0 || p.tp == 1,
              "--experts needs --tp 1 for now (the experts are not split over tp)");
   // Re-running a MoE block's forward would route and exchange its tokens again and count

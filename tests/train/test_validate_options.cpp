@@ -252,6 +252,9 @@ TEST(ValidateOptions, ProductsOfFlagsFitWhatTheEngineCounts) {
          o.model.experts = 4096, o.model.topk = 1;
        },
        "parameters, more than the 1125899906842624 meshtrain can count"},
+      {"no MoE block",
+       [](TrainOptions& o) { o.model.experts = 4, o.model.layers = 2, o.model.moe_every = 3; },
+       "--moe-every 3 with --layers 2 makes no block a mixture of experts"},
       {"capacity", [](TrainOptions& o) { o.model.experts = 4, o.model.capacity_factor = 3e38f; },
        "gives each expert a capacity of"},
       {"world",
