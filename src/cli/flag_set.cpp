@@ -13,14 +13,13 @@ namespace mt {
 
 namespace {
 
-// An integral bound as text: the doubles of FlagRange hold every bound used exactly, up to
-// the uint64 maximum, which rounds up to 2^64.
-std::string integer_text(double v) {
-  if (v >= 18446744073709551615.0) return "18446744073709551615";
+// An integral bound as text (FlagRange holds it exactly).
+std::string integer_text(long double v) {
+  if (v > static_cast<long double>(INT64_MAX)) return std::to_string(static_cast<uint64_t>(v));
   return std::to_string(static_cast<int64_t>(v));
 }
 
-std::string number_text(double v) {
+std::string number_text(long double v) {
   std::ostringstream os;
   os.precision(10);
   os << v;
@@ -59,7 +58,7 @@ T parse_integer(const std::string& text, const std::string& flag, const FlagRang
   // Too many digits for 64 bits is out of range too, not a malformed number.
   MT_REQUIRE(ec == std::errc::result_out_of_range || (ec == std::errc() && p == end), flag,
              " must be an integer in ", range.describe(true), " (got '", text, "')");
-  MT_REQUIRE(ec == std::errc() && range.contains(static_cast<double>(v)), flag, " must be in ",
+  MT_REQUIRE(ec == std::errc() && range.contains(static_cast<long double>(v)), flag, " must be in ",
              range.describe(true), " (got ", text, ")");
   return static_cast<T>(v);
 }
@@ -70,8 +69,8 @@ void check_number(T v, const std::string& flag, const FlagRange& range) {
     MT_REQUIRE(std::isfinite(v), flag, " must be a finite number (got ", v, ")");
     MT_REQUIRE(range.contains(v), flag, " must be ", range.describe(false), " (got ", v, ")");
   } else {
-    MT_REQUIRE(range.contains(static_cast<double>(v)), flag, " must be in ", range.describe(true),
-               " (got ", v, ")");
+    MT_REQUIRE(range.contains(static_cast<long double>(v)), flag, " must be in ",
+               range.describe(true), " (got ", v, ")");
   }
 }
 
@@ -112,7 +111,7 @@ template <typename T>
 void FlagSet::add(const char* section, const char* name, T* target, std::string help) {
   static_assert(!std::is_integral_v<T>, "an integer flag needs its range");
   if constexpr (std::is_floating_point_v<T>) {
-    add(section, name, target, std::move(help), FlagRange{-HUGE_VAL, HUGE_VAL});
+    add(section, name, target, std::move(help), FlagRange{-HUGE_VALL, HUGE_VALL});
   } else {
     Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
     const std::string flag = std::string("--") + name;

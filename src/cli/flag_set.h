@@ -21,12 +21,13 @@
 namespace mt {
 
 // The values a numeric flag accepts: min..max, the minimum excluded when min_exclusive.
+// long double holds every int64 and uint64 bound exactly (64-bit mantissa on x86-64).
 struct FlagRange {
-  double min, max;
+  long double min, max;
   bool min_exclusive = false;
-  // "1..1048576" (integers), "> 0 and <= 1e+06" or "0..1" (floating point).
+  // "1..1048576" (integers), "> 0 and <= 1000000" or "between 0 and 1" (floating point).
   std::string describe(bool integer) const;
-  bool contains(double v) const { return (min_exclusive ? v > min : v >= min) && v <= max; }
+  bool contains(long double v) const { return (min_exclusive ? v > min : v >= min) && v <= max; }
 };
 
 class FlagSet {

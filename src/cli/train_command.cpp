@@ -132,8 +132,10 @@ void define_optim_flags(FlagSet& f, OptimOptions& t) {
   f.add("train", "beta1", &t.beta1, "AdamW beta1", {0, 1});
   f.add("train", "beta2", &t.beta2, "AdamW beta2", {0, 1});
   f.add("train", "eps", &t.eps, "AdamW epsilon", {0, kMaxFloat, true});
+  // A TOML integer is an int64: beyond it, --print-config would write what --config cannot
+  // read back.
   f.add("train", "seed", &t.seed, "seed of the initialisation and of sampling",
-        {0, 18446744073709551615.0});
+        {0, static_cast<long double>(INT64_MAX)});
   f.add("train", "threads", &t.threads, "compute threads per rank", {1, kMaxComputeThreads});
   f.add("train", "peak-gflops", &t.peak_gflops,
         "sgemm peak of one thread in GFLOP/s, the denominator of the mfu metric (e.g. from "

@@ -39,9 +39,12 @@ TEST(FlagRanges, TheExamplesOfTheIssueAreRefusedByNameWithTheRange) {
       {"--steps -1", "--steps must be in 0..1000000000 (got -1)"},
       {"--batch 1099511627776", "--batch must be in 1..1048576 (got 1099511627776)"},
       {"--timeout 1e30", "--timeout must be > 0 and <= 1000000 (got 1e+30)"},
-      // Used to wrap to 2^64-1, and to be read as a number of 2 billion layers (a hang) or
-      // of width 2^31 (an allocation failure inside the ranks).
-      {"--seed -1", "--seed must be an integer in 0..18446744073709551615 (got '-1')"},
+      // Used to wrap to 2^64-1 (which a --print-config file could not give back), and to be
+      // read as 2 billion layers (a hang) or a width of 2^31 (an allocation failure inside the
+      // ranks).
+      {"--seed -1", "--seed must be an integer in 0..9223372036854775807 (got '-1')"},
+      {"--seed 9223372036854775808",
+       "--seed must be in 0..9223372036854775807 (got 9223372036854775808)"},
       {"--layers 2000000000", "--layers must be in 1..4096 (got 2000000000)"},
       {"--dim 2000000000", "--dim must be in 1..65536 (got 2000000000)"},
       // A float hyper-parameter beyond float: inf in the kernels.
@@ -54,7 +57,7 @@ TEST(FlagRanges, TheExamplesOfTheIssueAreRefusedByNameWithTheRange) {
     expect_usage_error(run_meshtrain(f.base() + " " + flags), needle);
   }
   // In range, the same flags run (a leading '+' is an integer too).
-  const RunResult ok = run_meshtrain(f.base() + " --steps +1 --seed 18446744073709551615");
+  const RunResult ok = run_meshtrain(f.base() + " --steps +1 --seed 9223372036854775807");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
@@ -83,7 +86,7 @@ TEST(FlagRanges, AConfigFileIsHeldToTheSameRanges) {
   for (const auto& [toml, needle] : std::vector<std::pair<std::string, std::string>>{
            {"[train]\nbatch = 1099511627776\n",
             "[train] batch must be in 1..1048576 (got 1099511627776)"},
-           {"[train]\nseed = -1\n", "[train] seed must be in 0..18446744073709551615 (got -1)"},
+           {"[train]\nseed = -1\n", "[train] seed must be in 0..9223372036854775807 (got -1)"},
            {"[engine]\ntimeout = 1e30\n", "--timeout must be > 0 and <= 1000000 (got 1e+30)"},
        }) {
     std::ofstream(config) << toml;
