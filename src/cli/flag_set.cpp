@@ -1,9 +1,11 @@
 #include "cli/flag_set.h"
 
 #include <toml++/toml.h>
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <sstream>
 
@@ -29,9 +31,31 @@ std::string number_text(long double v) {
 template <typename T>
 std::string toml_literal(const T& v) {
   if constexpr (std::is_same_v<T, std::string>) {
-    std::ostringstream os;
-    os << toml::value<std::string>(v);
-    return os.str();
+    // A literal string where one can hold it, else a basic string with escapes. (toml++
+    // wrote "\n" as a multi-line literal whose first newline TOML trims: the default
+    // --prompt read back as "", and was then refused as a --prompt without --sample-tokens.)
+    const bool literal = std::none_of(v.begin(), v.end(), [](unsigned char c) {
+      return c == '\'' || (c < 0x20 && c != '\t') || c == 0x7f;
+    });
+    if (literal) return "'" + v + "'";
+    std::string out = "\"";
+    for (unsigned char c : v) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += char(c);
+      } else if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else if (c < 0x20 || c == 0x7f) {
+        char esc[8];
+        std::snprintf(esc, sizeof esc, "\\u%04x", c);
+        out += esc;
+      } else {
+        out += char(c);
+      }
+    }
+    return out + "\"";
   } else if constexpr (std::is_same_v<T, bool>) {
     return v ? "true" : "false";
   } else if constexpr (std::is_floating_point_v<T>) {

@@ -94,5 +94,24 @@ TEST(FlagRanges, AConfigFileIsHeldToTheSameRanges) {
   }
 }
 
+// The registry's third use: --print-config writes what --config reads back to the same
+// values, strings with newlines, quotes and backslashes included (the default --prompt, a
+// newline, used to come back empty, and the rules then refused it).
+TEST(FlagRanges, APrintedConfigReadsBackUnchanged) {
+  Fixture f;
+  const std::string printed = f.dir / "printed.toml";
+  const RunResult first = run_meshtrain(
+      "train --seed 9223372036854775807 --sample-tokens 2 --prompt 'a\"b\\c\td' --print-config");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  std::ofstream(printed) << first.out;
+  const RunResult again = run_meshtrain("train --config " + printed + " --print-config");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, first.out);
+  const RunResult defaults = run_meshtrain("train --print-config");
+  std::ofstream(printed) << defaults.out;
+  const RunResult run = run_meshtrain(f.base() + " --steps 1 --config " + printed);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+}
+
 }  // namespace
 }  // namespace mt
