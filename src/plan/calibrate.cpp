@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "comm/world.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/file_checks.h"
 #include "core/rng.h"
 #include "core/system_memory.h"
 #include "core/timer.h"
@@ -33,6 +35,7 @@
 #include "kernels/matmul_bf16.h"
 #include "model/moe_layer.h"
 #include "plan/hardware_costs.h"
+#include "plan/profile_fields.h"
 #include "plan/search.h"
 
 namespace mt::plan {
@@ -546,6 +549,20 @@ double step_parallel_efficiency(const HardwareProfile& h, int passes, std::ostre
 
 }  // namespace
 
+namespace {
+
+// The profile's place, checked before minutes of measuring: its directory made, and
+// whatever is there now a regular file (a FIFO, device or directory is refused; the
+// profile replaces a file atomically, core/atomic_file.h).
+void prepare_profile_output(const std::string& path) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  require_output_file("--profile", path);
+}
+
+}  // namespace
+
 std::pair<double, double> fit_step_factor(const std::vector<ReferenceStep>& steps, double weights) {
   MT_CHECK(!steps.empty() && weights > 0, "fit_step_factor without reference steps");
   // Relative residuals: (F a + c b - 1) with a = K/M, b = m W/M; the normal equations of
@@ -586,7 +603,9 @@ std::string default_local_profile_path() {
 }
 
 HardwareProfile load_local_profile(const std::string& path) {
-  MT_REQUIRE(std::filesystem::exists(path), "no local hardware profile at ", path,
+  std::error_code ec;
+  MT_REQUIRE(std::filesystem::exists(std::filesystem::symlink_status(path, ec)),
+             "no local hardware profile at ", path,
              "; run 'meshtrain plan --calibrate' first (or give --profile FILE)");
   HardwareProfile h = load_profile(path);
   MT_REQUIRE(h.local, path, " is not a local profile (local = true); it describes '", h.name, "'");
@@ -594,6 +613,7 @@ HardwareProfile load_local_profile(const std::string& path) {
 }
 
 HardwareProfile calibrate_local(const std::string& path, double seconds, std::ostream& log) {
+  prepare_profile_output(path);
   const double t_start = now_seconds();
   const double load_before = load_average();
   HardwareProfile h;
@@ -775,14 +795,9 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
       "(4L d256 T128 B8), steps 3-10",
       "mpi_*: meshtrain bench comm --backend mpi under mpirun -np 2: 16 MiB "
       "all-reduce busbw, 4 B all-reduce time / 2, 16 MiB broadcast busbw"};
-  std::error_code ec;
-  const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  std::ofstream out(path);
-  MT_REQUIRE(out.good(), "cannot write the profile to ", path);
-  out << profile_to_toml(h);
-  out.close();
-  MT_REQUIRE(out.good(), "cannot write the profile to ", path);
+  const std::string bad = profile_field_error(h);
+  if (!bad.empty()) throw RuntimeError(str("the calibration measured an invalid figure: ", bad));
+  write_file_atomic(path, profile_to_toml(h));
   std::snprintf(
       line, sizeof line,
       "sgemm %.1f GFLOP/s per thread (half-rate dim %.0f), attention %.1f/%.1f "

@@ -176,7 +176,7 @@ GroupSpan group_span(const HardwareProfile& h, int size, int stride) {
   // Members stride apart: a node of devices_per_node consecutive ranks holds
   // devices_per_node / stride of them (at least one).
   g.per_node = std::clamp(per_node_ranks / std::max(stride, 1), 1, size);
-  g.nodes = (size + g.per_node - 1) / g.per_node;
+  g.nodes = int((int64_t(size) + g.per_node - 1) / g.per_node);
   return g;
 }
 

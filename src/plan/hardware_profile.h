@@ -5,10 +5,14 @@
 // measured by `meshtrain plan --calibrate` (ranks are threads or processes on its cores).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace mt::plan {
+
+// What a GPU keeps for itself (CUDA context, library workspaces): not offered to a rank.
+constexpr int64_t kGpuReserveBytes = int64_t(3) << 30;
 
 struct HardwareProfile {
   std::string name;
@@ -129,8 +133,9 @@ const std::vector<std::string>& software_names();
 HardwareProfile preset_profile(const std::string& name);
 const std::vector<std::string>& preset_names();
 
-// A TOML profile ([hardware] with the field names above); UsageError on a missing file,
-// unknown key, wrong type or non-positive rate.
+// A TOML profile ([hardware] with the field names above, plan/profile_fields.h), read as a
+// user's input file (core/input_file.h: never blocks on a FIFO); UsageError on a missing or
+// special file, an unknown key, a wrong type or a value outside its range.
 HardwareProfile load_profile(const std::string& path);
 // The same fields as TOML (what --calibrate stores).
 std::string profile_to_toml(const HardwareProfile& h);

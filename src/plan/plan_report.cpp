@@ -49,7 +49,8 @@ void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s,
       << " (Korthikanti et al. 2022, App. A); " << s.considered << " combinations, " << s.valid
       << " valid, " << s.fit << " fit (" << s.pruned
       << " of them not simulated: their slowest stage alone is slower than #" << s.candidates.size()
-      << ")\n";
+      << ")" << (s.uncounted > 0 ? str("; ", s.uncounted, " too large to count (skipped)") : "")
+      << "\n";
   char line[512];
   const int n = std::min<int>(top, int(s.candidates.size()));
   int64_t largest = 0;

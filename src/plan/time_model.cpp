@@ -478,7 +478,7 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   const ModelConfig& m = r.model;
   PredictedTime p;
   p.stages = stage_costs(r, l);
-  const int mb = r.batch / (l.dp * l.micro_batch);
+  const int mb = microbatches(r, l);
   const double N = double(l.micro_batch) * m.seq, h = m.dim;
   // ZeRO 3: every block's parameters are gathered before its forward and again before its
   // backward, per microbatch, and its gradient reduce-scattered; prefetch overlaps that
