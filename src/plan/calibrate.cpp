@@ -37,6 +37,7 @@
 #include "plan/hardware_costs.h"
 #include "plan/profile_fields.h"
 #include "plan/search.h"
+#include "plan/software_profiles.h"
 
 namespace mt::plan {
 
@@ -619,6 +620,7 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
   HardwareProfile h;
   h.name = "local";
   h.local = true;
+  apply_software(h, kLocalSoftware);
   h.devices_per_node = 1 << 20;  // one shared-memory machine
   h.cores = usable_cores();
   const int64_t avail = available_memory_bytes();

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "plan/software_profiles.h"
 
 namespace mt::plan {
 
@@ -85,6 +87,10 @@ std::vector<ProfileField> make_fields() {
       {"dp_overlap", &H::dp_overlap, 0, 1},
       {"grad_reduce_bytes", &H::grad_reduce_bytes, 1e-3, 64},
       {"optimizer_bytes", &H::optimizer_bytes, 1e-3, 1e4},
+      {"optimizer_kernels", &H::optimizer_kernels, 1, 64},
+      {"world_all_reduces", &H::world_all_reduces, 0, 64},
+      {"zero3_overlap", &H::zero3_overlap, 0, 1},
+      {"tied_embedding_reduce", &H::tied_embedding_reduce},
       {"dropout", &H::dropout},
       {"fp32_cross_entropy", &H::fp32_cross_entropy},
       {"p2p_blocking", &H::p2p_blocking},
@@ -152,7 +158,30 @@ void read_sources(HardwareProfile& h, const toml::node& n, const std::string& wh
   }
 }
 
+const ProfileField& field(const std::string& key) {
+  for (const ProfileField& f : profile_fields())
+    if (key == f.key) return f;
+  throw std::logic_error("no hardware-profile field " + key);
+}
+
 }  // namespace
+
+void set_profile_field(HardwareProfile& h, const std::string& key, double value) {
+  const ProfileField& f = field(key);
+  if (auto* d = std::get_if<double H::*>(&f.member))
+    h.*(*d) = value;
+  else if (auto* i = std::get_if<int H::*>(&f.member))
+    h.*(*i) = int(value);
+  else
+    h.*std::get<bool H::*>(f.member) = value != 0;
+}
+
+double profile_field_value(const HardwareProfile& h, const std::string& key) {
+  const ProfileField& f = field(key);
+  if (auto* d = std::get_if<double H::*>(&f.member)) return h.*(*d);
+  if (auto* i = std::get_if<int H::*>(&f.member)) return h.*(*i);
+  return h.*std::get<bool H::*>(f.member) ? 1 : 0;
+}
 
 const std::vector<ProfileField>& profile_fields() {
   static const std::vector<ProfileField> fields = make_fields();
@@ -195,13 +224,16 @@ HardwareProfile parse_profile_toml(const std::string& text, const std::string& s
   }
   HardwareProfile h;
   h.name = "custom";
-  apply_software(h, "meshtrain");
-  // A named software profile first: the single fields below override it.
+  if (const toml::node* local = t->get("local")) read_field(h, field("local"), *local, source);
+  // The software first (a local profile's is the engine measured here): the single fields
+  // below override it.
+  std::string software = h.local ? kLocalSoftware : "meshtrain";
   if (const toml::node* sw = t->get("software")) {
     auto name = sw->value<std::string>();
     MT_REQUIRE(name, source, ": [hardware] software must be a string");
-    apply_software(h, *name);
+    software = *name;
   }
+  apply_software(h, software);
   for (const ProfileField& f : fields)
     if (const toml::node* n = t->get(f.key))
       read_field(h, f, *n, str(source, ": [hardware] ", f.key));

@@ -38,6 +38,10 @@ const std::vector<ProfileField>& profile_fields();
 // when every field is valid.
 std::string profile_field_error(const HardwareProfile& h);
 
+// A number, integer or boolean field (0 / 1) by key, as the software tables set them.
+void set_profile_field(HardwareProfile& h, const std::string& key, double value);
+double profile_field_value(const HardwareProfile& h, const std::string& key);
+
 // Parses TOML text (`source` names it in messages) into a profile. UsageError on an unknown
 // key, a wrong type, or a value outside its range.
 HardwareProfile parse_profile_toml(const std::string& text, const std::string& source);
