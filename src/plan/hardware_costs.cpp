@@ -25,7 +25,7 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
     // cores busy, linear in the busy cores from 1 at one).
     if (h.parallel_efficiency > 0 && cores > 1)
       share *= 1 - (1 - h.parallel_efficiency) * (std::min(busy, cores) - 1) / (cores - 1);
-    // What a real step costs beyond its kernels' calibrated best (calibrate.cpp).
+    // What a real step costs beyond its kernels' calibrated best (reference_steps.cpp).
     const double step = precision == "bf16" ? h.step_factor_bf16 : h.step_factor_fp32;
     if (step > 0) share /= step;
     r.peak = r.peak * threads * share;

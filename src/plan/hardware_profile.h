@@ -84,8 +84,9 @@ struct HardwareProfile {
   double moe_fwd_s_bf16 = 0, moe_bwd_s_bf16 = 0, moe_wgt_s_bf16 = 0;
   // Local only (0 = not measured: even routing): the coefficient of variation of the
   // per-expert load (rows an expert receives over their mean, within one block and step)
-  // of the engine's router during a short training run (calibrate.cpp); expert parallelism
-  // waits for the busiest ep rank, whose expected load follows from it (time_model.cpp).
+  // of the engine's router during a short training run (reference_steps.cpp); expert
+  // parallelism waits for the busiest ep rank, whose expected load follows from it
+  // (busiest_rank_load, local_costs.cpp).
   double moe_load_cv = 0;
   // Local only: the MPI backend between two processes of this machine (0 = not measured).
   double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;

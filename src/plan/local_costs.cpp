@@ -167,7 +167,7 @@ Passes after_block(const CostContext&, double) {
 }
 
 // What a real step pays per microbatch and linear weight element beyond its kernels
-// (solved together with the step factor, calibrate.cpp), spread over the three passes
+// (solved together with the step factor, reference_steps.cpp), spread over the three passes
 // that each use every weight once.
 Passes per_stage(const CostContext& c, double linear_weights) {
   const double mw = linear_weights * c.rates.microbatch_weight_s;
