@@ -77,7 +77,7 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   o.vocab_given = o.seq_given = true;
   // The default partition, spelled out (the same blocks per chunk train would choose), so
   // that the memory estimate does not partition again for every candidate.
-  if (l.pp > 1 && l.virtual_stages >= 1 && l.pp * l.virtual_stages <= r.model.layers) {
+  if (l.pp > 1 && l.virtual_stages >= 1 && int64_t(l.pp) * l.virtual_stages <= r.model.layers) {
     std::string spec;
     for (int n : default_stage_layers(r.model, l.pp, l.virtual_stages)) {
       if (!spec.empty()) spec += ',';

@@ -1,6 +1,7 @@
 #include "plan/memory_bounds.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace mt::plan {
 
@@ -57,32 +58,39 @@ LD upper_bytes(const PlanRequest& r, const Layout& l, LD slots) {
 
 }  // namespace
 
-MemoryBounds memory_bounds(const PlanRequest& r, const Layout& l, const Schedule& schedule) {
+MemoryBounds memory_lower_bound(const PlanRequest& r, const Layout& l) {
   const ModelConfig& m = r.model;
   const LD C = m.dim, H = 4 * LD(m.dim), El = LD(m.experts) / l.ep;
   const LD tp = l.tp, dp = l.dp, N = LD(l.micro_batch) * m.seq, M = microbatches(r, l);
   const LD Nl = l.sequence_parallel ? N / tp : N;
-  MemoryBounds out;
-  // Without pp one set of slots serves every microbatch. With pp, the schedule's live slots
-  // only when the bound with every microbatch live in every chunk is too large: counting
-  // them walks the whole schedule.
-  out.upper = upper_bytes(r, l, l.pp > 1 ? std::max<LD>(M, 1) * l.virtual_stages : 1);
-  if (out.upper > kMaxEstimateBytes && l.pp > 1)
-    out.upper = upper_bytes(r, l, live_slots(schedule));
-  // Lower, in bytes: some stage holds at least ceil(L / pp) blocks, each with its attention
-  // and MLP (or experts) weights split over tp (and over dp by ZeRO), and the residual stream
-  // of those blocks for one microbatch (once: full recomputation keeps one copy).
+  // Some stage holds at least ceil(L / pp) blocks, each with its attention and MLP (or
+  // experts) weights split over tp (and over dp by ZeRO), and the residual stream of those
+  // blocks for one microbatch (once: full recomputation keeps one copy).
   const LD stage_blocks = LD((int64_t(m.layers) + l.pp - 1) / l.pp);
   const bool moe_only = m.experts > 0 && m.moe_every == 1;
   const LD per_block = 4 * C * C / tp + (moe_only ? El * 2 * H * C : 2 * C * H / tp);
   const LD weights = stage_blocks * per_block;
   // GPU presets model bf16 activations (and the loader's share of the buffers) at half.
   const LD act = !r.hardware.local && l.precision == "bf16" ? 2 : 4;
+  MemoryBounds out;
+  out.upper = HUGE_VALL;
   out.params = 4 * weights / (l.zero == 3 ? dp : 1);
   out.grads = 4 * weights / (l.zero >= 2 ? dp : 1);
   out.optimizer = 8 * weights / (l.zero >= 1 ? dp : 1);
   out.activations = act * (stage_blocks + 1) * Nl * C;
   out.buffers = act * 2 * M * N;  // tokens and targets, int32
+  return out;
+}
+
+MemoryBounds memory_bounds(const PlanRequest& r, const Layout& l, const Schedule& schedule) {
+  MemoryBounds out = memory_lower_bound(r, l);
+  // Without pp one set of slots serves every microbatch. With pp, the schedule's live slots
+  // only when the bound with every microbatch live in every chunk is too large: counting
+  // them walks the whole schedule.
+  const LD M = microbatches(r, l);
+  out.upper = upper_bytes(r, l, l.pp > 1 ? std::max<LD>(M, 1) * l.virtual_stages : 1);
+  if (out.upper > kMaxEstimateBytes && l.pp > 1)
+    out.upper = upper_bytes(r, l, live_slots(schedule));
   return out;
 }
 

@@ -30,5 +30,7 @@ struct MemoryBounds {
 
 // schedule: the layout's (any Schedule without pp), as planned_memory receives it.
 MemoryBounds memory_bounds(const PlanRequest& r, const Layout& l, const Schedule& schedule);
+// The lower bound alone (no schedule needed; upper is infinite).
+MemoryBounds memory_lower_bound(const PlanRequest& r, const Layout& l);
 
 }  // namespace mt::plan

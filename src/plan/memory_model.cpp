@@ -7,8 +7,6 @@
 
 namespace mt::plan {
 
-namespace {
-
 PlannedMemory lower_bound_memory(const MemoryBounds& b) {
   auto bytes = [](long double v) { return int64_t(std::min(v, kMaxEstimateBytes)); };
   PlannedMemory m;
@@ -20,8 +18,6 @@ PlannedMemory lower_bound_memory(const MemoryBounds& b) {
   m.buffers = bytes(b.buffers);
   return m;
 }
-
-}  // namespace
 
 PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedule& schedule) {
   const MemoryBounds bounds = memory_bounds(r, l, schedule);

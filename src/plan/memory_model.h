@@ -36,6 +36,11 @@ struct PlannedMemory {
 // between candidates.
 PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedule& schedule);
 
+// A layout known only by its lower bound (memory_bounds.h): lower_bound set, each part at
+// most kMaxEstimateBytes.
+struct MemoryBounds;
+PlannedMemory lower_bound_memory(const MemoryBounds& b);
+
 // Bytes a device offers to one rank: a GPU's capacity less kGpuReserveBytes; locally the
 // machine's memory shared by every rank.
 int64_t usable_bytes_per_rank(const PlanRequest& r);
