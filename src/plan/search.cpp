@@ -197,8 +197,9 @@ namespace {
 double validation_work(double chunks) {
   return 64 + 16 * chunks;
 }
+// partition_layers sorts chunks x (layers + 1) candidate bottlenecks, then scans them.
 double partition_work(const PlanRequest& r, double chunks) {
-  return 2 * chunks * (double(r.model.layers) + chunks + 1);
+  return 64 * chunks * (double(r.model.layers) + chunks + 1);
 }
 // The local experts of the candidate's MoE blocks: the local time model costs each (the
 // GPU one streams them as one; the memory estimate's loop over them compiles to a product,
@@ -289,8 +290,11 @@ class Search {
     budget_.charge(time_work(r_, c.layout));
     const double limit = best_.size() < keep_ ? 1e300 : *std::prev(best_.end());
     c.time = predict_time(r_, c.layout, s, limit);
-    // The simulation, charged after it ran: at most one runs past the limit.
-    if (!c.time.pruned) budget_.charge(2 * 32 * actions(c.layout, microbatches(r_, c.layout)));
+    // The simulation (~850 ns per stage and microbatch here; locally also the shared-cores
+    // replay), charged after it ran: at most one runs past the limit.
+    if (!c.time.pruned)
+      budget_.charge((r_.hardware.local ? 2 : 1) * 256 *
+                     actions(c.layout, microbatches(r_, c.layout)));
     if (c.time.pruned) {
       ++out_.pruned;
       return;
