@@ -43,8 +43,8 @@ std::string ms(double s) {
 
 void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s, int top) {
   const ModelConfig& m = r.model;
-  out << "meshtrain plan: " << m.describe() << ", batch " << r.batch << " x seq " << m.seq << ", "
-      << r.devices << (r.hardware.local ? " ranks on " : " x ") << r.hardware.name << "\n"
+  out << "meshtrain plan: " << describe_model(m) << ", batch " << r.batch << " x seq " << m.seq
+      << ", " << r.devices << (r.hardware.local ? " ranks on " : " x ") << r.hardware.name << "\n"
       << "  model FLOPs per step " << fmt("%.4g", model_flops_per_step(m, r.batch))
       << " (Korthikanti et al. 2022, App. A); " << s.considered << " combinations, " << s.valid
       << " valid, " << s.fit << " fit (" << s.pruned

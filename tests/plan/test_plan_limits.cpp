@@ -13,6 +13,7 @@
 
 #include "cli/run_binary.h"
 #include "plan/memory_bounds.h"
+#include "plan/model_flops.h"
 #include "plan/profile_fields.h"
 #include "plan/search.h"
 #include "plan_test_util.h"
@@ -129,6 +130,21 @@ TEST(PlanLimits, HugeDeviceAndLayerCountsAnswerAtOnce) {
       "--hardware a100-80gb --gpus 8 --layers 2000000000 --dim 64 --heads 4 "
       "--seq 32 --vocab 256 --batch 8";
   expect_one_line_refusal(plan(deep), deep, "the layout search is too large to answer");
+}
+
+// The plan's header counts the parameters in floating point: a model the planner accepts may
+// have more than 2^63 of them (split over a billion devices).
+TEST(PlanLimits, TheHeaderCountsParametersWithoutWrapping) {
+  ModelConfig m = small_request(1).model;
+  EXPECT_EQ(model_params(m), double(m.num_params()));
+  EXPECT_EQ(describe_model(m), m.describe());
+  m.experts = 8;
+  EXPECT_EQ(model_params(m), double(m.num_params()));
+  m.experts = 0;
+  m.dim = m.heads = 1 << 25;
+  m.layers = 1024;
+  EXPECT_GT(model_params(m), 9.3e18);
+  EXPECT_EQ(describe_model(m).find('-'), std::string::npos) << describe_model(m);
 }
 
 TEST(PlanLimits, TheSearchStopsAtItsWorkBound) {
