@@ -2,6 +2,7 @@
 // arithmetic, device and layer counts that once crashed or ran without end, hardware files
 // with NaN, negative or out-of-type figures, and FIFOs named as input files. Each answers
 // with exit 2 and one line, or with a sane plan; none prints a wrapped or non-finite number.
+// The cases that run the binary are PlanCommand's (labelled binary in tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -44,7 +45,7 @@ void expect_one_line_refusal(const RunResult& r, const std::string& args, const 
       << args << ": a negative figure: " << r.err;
 }
 
-TEST(PlanLimits, SizesBeyondSixtyFourBitsDoNotFitAndNeverWrap) {
+TEST(PlanCommand, SizesBeyondSixtyFourBitsDoNotFitAndNeverWrap) {
   for (const std::string args :
        {"--hardware a100-80gb --gpus 8 --layers 4 --dim 64 --heads 4 --seq 2000000000 --vocab 256",
         "--hardware a100-80gb --gpus 8 --layers 4 --dim 500000000 --heads 4 --seq 32 --vocab 256",
@@ -110,7 +111,7 @@ TEST(PlanLimits, MemoryBoundsEncloseTheEstimate) {
   EXPECT_GT(checked, 500);
 }
 
-TEST(PlanLimits, HugeDeviceAndLayerCountsAnswerAtOnce) {
+TEST(PlanCommand, HugeDeviceAndLayerCountsAnswerAtOnce) {
   // 2^31 - 1 devices once divided by zero in the divisor loop (SIGFPE); 2e9 layers ran for
   // minutes. Both now answer at once: an error naming what to change, never a signal.
   for (const std::string& args : {"--hardware a100-80gb --gpus 2147483647" + kSmall,
@@ -210,7 +211,7 @@ TEST(PlanLimits, EveryHardwareFieldIsRangeChecked) {
   EXPECT_EQ(profile_field_error(testing::synthetic_local()), "");
 }
 
-TEST(PlanLimits, ABadHardwareFileIsOneLineExit2) {
+TEST(PlanCommand, ABadHardwareFileIsOneLineExit2) {
   TempDir dir;
   const std::string file = dir / "hw.toml";
   for (const std::string extra : {"peak_fp32 = nan", "memory_bw = -1", "max_zero = 4294967296"}) {
@@ -238,7 +239,7 @@ TEST(PlanLimits, ProfilesRoundTripThroughTheRegistry) {
   EXPECT_EQ(back.sources, std::vector<std::string>{"a 'quoted' line"});
 }
 
-TEST(PlanLimits, AConfigIntegerIsNeverNarrowed) {
+TEST(PlanCommand, AConfigIntegerIsNeverNarrowed) {
   TempDir dir;
   const std::string file = dir / "c.toml";
   std::ofstream(file) << "[model]\nlayers = 4294967300\ndim = 64\nheads = 4\nseq = 32\n";
@@ -249,7 +250,7 @@ TEST(PlanLimits, AConfigIntegerIsNeverNarrowed) {
 }
 
 // Each file a user names is read without blocking: a FIFO is refused by name at once.
-TEST(PlanLimits, AFifoIsRefusedNotWaitedOn) {
+TEST(PlanCommand, AFifoIsRefusedNotWaitedOn) {
   TempDir dir;
   const std::string fifo = dir / "pipe";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
