@@ -23,7 +23,7 @@
 #include "parallel/parallel_context.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/pipeline_stage.h"
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule_simulator.h"
 #include "parallel/pipeline/stage_chunks.h"
 
 namespace mt {

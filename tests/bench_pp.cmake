@@ -3,4 +3,4 @@
 add_executable(bench_pp ${CMAKE_SOURCE_DIR}/bench/bench_pp.cpp)
 target_link_libraries(bench_pp PRIVATE mt_parallel)
 add_test(NAME bench_pp_quick COMMAND bench_pp --quick)
-set_tests_properties(bench_pp_quick PROPERTIES TIMEOUT 120)
+set_tests_properties(bench_pp_quick PROPERTIES LABELS bench TIMEOUT 120)

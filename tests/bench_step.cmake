@@ -4,4 +4,4 @@
 add_executable(bench_step ${CMAKE_SOURCE_DIR}/bench/bench_step.cpp)
 target_link_libraries(bench_step PRIVATE mt_train)
 add_test(NAME bench_step_quick COMMAND bench_step --quick --configs a --threads 1)
-set_tests_properties(bench_step_quick PROPERTIES TIMEOUT 120)
+set_tests_properties(bench_step_quick PROPERTIES LABELS bench TIMEOUT 120)

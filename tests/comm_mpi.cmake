@@ -17,7 +17,7 @@ add_test(NAME comm_mpi_suite_np4 COMMAND ${MT_MPIRUN} -np 4 ${MT_DRIVER} suite)
 # The debug mode must not report agreeing calls as mismatched.
 add_test(NAME comm_mpi_suite_checked_np2 COMMAND ${MT_MPIRUN} -np 2 ${MT_DRIVER} suite --quick)
 set_tests_properties(comm_mpi_suite_np2 comm_mpi_suite_np4 comm_mpi_suite_checked_np2
-                     PROPERTIES TIMEOUT 120 ENVIRONMENT "${MT_MPI_ENV}")
+                     PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${MT_MPI_ENV}")
 set_property(TEST comm_mpi_suite_checked_np2 APPEND PROPERTY ENVIRONMENT
              MESHTRAIN_CHECK_COLLECTIVES=1)
 
@@ -43,6 +43,6 @@ add_test(NAME comm_mpi_usage_one
 set_tests_properties(comm_mpi_fault_rank_throws comm_mpi_fault_mismatch
                      comm_mpi_fault_mismatch_a2a comm_mpi_fault_timeout
                      comm_mpi_usage_all comm_mpi_usage_one
-                     PROPERTIES TIMEOUT 45 ENVIRONMENT "${MT_MPI_ENV}")
+                     PROPERTIES LABELS mpi TIMEOUT 45 ENVIRONMENT "${MT_MPI_ENV}")
 set_property(TEST comm_mpi_fault_mismatch comm_mpi_fault_mismatch_a2a APPEND PROPERTY ENVIRONMENT
              MESHTRAIN_CHECK_COLLECTIVES=1)

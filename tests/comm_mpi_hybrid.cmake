@@ -12,7 +12,7 @@ add_test(NAME comm_hybrid_suite_2x3 COMMAND ${MT_MPIRUN} -np 2 ${MT_HYBRID_DRIVE
 add_test(NAME comm_hybrid_suite_checked_2x2
          COMMAND ${MT_MPIRUN} -np 2 ${MT_HYBRID_DRIVER} 2 suite --quick)
 set_tests_properties(comm_hybrid_suite_2x2 comm_hybrid_suite_2x3 comm_hybrid_suite_checked_2x2
-                     PROPERTIES TIMEOUT 240 ENVIRONMENT "${MT_MPI_ENV}")
+                     PROPERTIES LABELS "mpi;hybrid" TIMEOUT 240 ENVIRONMENT "${MT_MPI_ENV}")
 set_property(TEST comm_hybrid_suite_checked_2x2 APPEND PROPERTY ENVIRONMENT
              MESHTRAIN_CHECK_COLLECTIVES=1)
 
@@ -32,7 +32,7 @@ add_test(NAME comm_hybrid_usage_all
                  ${MT_MPIRUN} -np 2 ${MT_HYBRID_DRIVER} 2 usage-all)
 set_tests_properties(comm_hybrid_fault_rank_throws comm_hybrid_fault_timeout comm_hybrid_abort_together
                      comm_hybrid_usage_all
-                     PROPERTIES TIMEOUT 150 ENVIRONMENT "${MT_MPI_ENV}")
+                     PROPERTIES LABELS "mpi;hybrid" TIMEOUT 150 ENVIRONMENT "${MT_MPI_ENV}")
 set_property(TEST comm_hybrid_usage_all APPEND PROPERTY ENVIRONMENT EXPECT_ERROR_LINES=1)
 # Every rank thread aborts at once: the process ends by MPI_Abort's code, never by SIGABRT
 # (a second MPI_Abort in a process returns, and std::abort after it ended comm_hybrid_fault_timeout
@@ -48,7 +48,7 @@ set(MT_HYBRID_TRAIN --backend mpi --ranks-per-process 2 --layers 1 --dim 32 --he
 add_test(NAME hybrid_print_layout
          COMMAND $<TARGET_FILE:meshtrain> train --backend mpi --ranks-per-process 2 --dp 2 --tp 2
                  --print-layout)
-set_tests_properties(hybrid_print_layout PROPERTIES PASS_REGULAR_EXPRESSION
+set_tests_properties(hybrid_print_layout PROPERTIES LABELS "binary;hybrid" PASS_REGULAR_EXPRESSION
   "2 processes x 2 ranks per process.*tp\\[0,1\\]  inside a process.*dp\\[0,2\\]  across processes \\(MPI\\)")
 add_test(NAME hybrid_train_fault
          COMMAND ${MT_EXPECT} 1 "meshtrain: error: rank 3: injected fault at step 2" 120
@@ -58,6 +58,6 @@ add_test(NAME hybrid_train_uneven_layout
          COMMAND ${MT_EXPECT} 2 "meshtrain: error: .*--ranks-per-process 3 puts different numbers of the members of dp\\[0,2,4\\]" 120
                  ${MT_MPIRUN} -np 2 $<TARGET_FILE:meshtrain> train ${MT_HYBRID_TRAIN}
                  --ranks-per-process 3 --dp 3 --tp 2 --batch 6)
-set_tests_properties(hybrid_train_fault hybrid_train_uneven_layout PROPERTIES TIMEOUT 150
+set_tests_properties(hybrid_train_fault hybrid_train_uneven_layout PROPERTIES LABELS "mpi;hybrid" TIMEOUT 150
                      ENVIRONMENT "${MT_MPI_ENV}")
 set_property(TEST hybrid_train_fault APPEND PROPERTY ENVIRONMENT MESHTRAIN_FAULT=rank:3:step:2)

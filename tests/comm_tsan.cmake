@@ -5,7 +5,7 @@
 if(MESHTRAIN_SANITIZE STREQUAL "thread")
   add_test(NAME comm_tsan COMMAND test_comm)
   set_tests_properties(comm_tsan PROPERTIES
-    LABELS tsan
+    LABELS "unit;tsan"
     ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1"
     TIMEOUT 900)
 endif()

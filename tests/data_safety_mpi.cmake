@@ -14,4 +14,4 @@ add_test(NAME cli_mpirun_usage_error_once
          COMMAND ${MT_EXPECT} 2 "^meshtrain: error: --lr must be a finite number" 60
                  ${MT_MPIRUN} -np 2 $<TARGET_FILE:meshtrain> train --backend mpi --lr inf)
 set_tests_properties(cli_mpirun_needs_backend_mpi cli_mpirun_usage_error_once
-                     PROPERTIES ENVIRONMENT "${MT_MPI_ENV};EXPECT_ERROR_LINES=1" TIMEOUT 90)
+                     PROPERTIES LABELS mpi ENVIRONMENT "${MT_MPI_ENV};EXPECT_ERROR_LINES=1" TIMEOUT 90)

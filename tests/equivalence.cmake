@@ -44,7 +44,7 @@ add_test(NAME equivalence.dp_mpi_np4
                  --launcher "${MT_EQUIV_MPIRUN} -np 4 {bin}"
                  --layout "--backend mpi --dp 4 --zero 3" --layout "--backend mpi --dp 4 --zero 1")
 set_tests_properties(equivalence.dp_mpi_np2 equivalence.dp_mpi_np4
-                     PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300)
+                     PROPERTIES LABELS mpi TIMEOUT 300)
 
 # --recompute selective|full against none in the same layout: bitwise (tolerances 0) losses
 # and exported weights (docs/recomputation.md). The gtest (tests/train/test_recompute.cpp)
@@ -67,7 +67,7 @@ add_test(NAME equivalence.recompute_mpi_np2
                  --layout "--backend mpi --dp 2 --zero 3 --recompute selective")
 set_tests_properties(equivalence.recompute_tp_sp equivalence.recompute_pp_zb_h1_zero3
                      PROPERTIES LABELS equivalence TIMEOUT 300)
-set_tests_properties(equivalence.recompute_mpi_np2 PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300)
+set_tests_properties(equivalence.recompute_mpi_np2 PROPERTIES LABELS mpi TIMEOUT 300)
 
 if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   set(full_layouts)
@@ -80,7 +80,7 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   endforeach()
   add_test(NAME equivalence.dp_full_matrix
            COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE} ${full_layouts})
-  set_tests_properties(equivalence.dp_full_matrix PROPERTIES LABELS equivalence TIMEOUT 900)
+  set_tests_properties(equivalence.dp_full_matrix PROPERTIES LABELS full TIMEOUT 900)
 endif()
 
 # Tensor parallelism (docs/tensor_parallel.md) against one worker: tp 2 and 4, with and
@@ -112,7 +112,7 @@ add_test(NAME equivalence.tp_mpi_np4
                  --launcher "${MT_EQUIV_MPIRUN} -np 4 {bin}"
                  --layout "--backend mpi --dp 2 --tp 2 --zero 1 --sequence-parallel")
 set_tests_properties(equivalence.tp_mpi_np2 equivalence.tp_mpi_np4
-                     PROPERTIES LABELS "equivalence;tp;mpi" TIMEOUT 300)
+                     PROPERTIES LABELS "mpi;tp" TIMEOUT 300)
 if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   set(tp_layouts)
   foreach(tp 2 4)
@@ -124,7 +124,7 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   endforeach()
   add_test(NAME equivalence.tp_full_matrix
            COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_UNEVEN} ${tp_layouts})
-  set_tests_properties(equivalence.tp_full_matrix PROPERTIES LABELS "equivalence;tp" TIMEOUT 900)
+  set_tests_properties(equivalence.tp_full_matrix PROPERTIES LABELS "full;tp" TIMEOUT 900)
 endif()
 
 # Pipeline parallelism: per-step losses and exported weights (gathered from the stages to
@@ -184,7 +184,7 @@ add_test(NAME equivalence.pp_eval_sample
                  --layout "--dp 2 --pp 2 --tp 2 --sequence-parallel --microbatches 2")
 set_tests_properties(equivalence.pp_schedules equivalence.pp_resume equivalence.pp_eval_sample
                      PROPERTIES LABELS "equivalence;pp" TIMEOUT 300)
-set_tests_properties(equivalence.pp_mpi_np2 PROPERTIES LABELS "equivalence;pp;mpi" TIMEOUT 300)
+set_tests_properties(equivalence.pp_mpi_np2 PROPERTIES LABELS "mpi;pp" TIMEOUT 300)
 if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   # pp {2,4} x every schedule x microbatches {pp, 2pp} x ZeRO 0-3 at dp 2 (interleaved v 2).
   set(pp_layouts)
@@ -207,7 +207,7 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
            COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN}
                    --base "--layers 8 --dim 64 --heads 4 --seq 32 --batch 16 --steps 6 --lr-schedule constant --grad-clip 0.5"
                    ${pp_layouts})
-  set_tests_properties(equivalence.pp_full_matrix PROPERTIES LABELS "equivalence;pp" TIMEOUT 1800)
+  set_tests_properties(equivalence.pp_full_matrix PROPERTIES LABELS "full;pp" TIMEOUT 1800)
 endif()
 
 # Mixture of experts (docs/moe.md). The aux loss and the capacity are per group (one
@@ -266,7 +266,7 @@ add_test(NAME equivalence.moe_init_from
 set_tests_properties(equivalence.moe_ep equivalence.moe_ep_dropless equivalence.moe_ep_resume
                      equivalence.moe_router_bias_resume equivalence.moe_init_from
                      PROPERTIES LABELS "equivalence;moe" TIMEOUT 300)
-set_tests_properties(equivalence.moe_ep_mpi_np2 PROPERTIES LABELS "equivalence;moe;mpi" TIMEOUT 300)
+set_tests_properties(equivalence.moe_ep_mpi_np2 PROPERTIES LABELS "mpi;moe" TIMEOUT 300)
 # Metrics sanity: every step reports aux_loss > 0 and, per MoE layer, expert_load summing
 # to tokens x k minus the drops that dropped_frac reports (capacity 1: some are dropped).
 file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/moe_metrics_check.py [=[
@@ -327,7 +327,7 @@ add_test(NAME equivalence.moe_pp_mpi_np4
 set_tests_properties(equivalence.moe_pp equivalence.moe_pp_metrics
                      PROPERTIES LABELS "equivalence;moe;pp" TIMEOUT 300)
 set_tests_properties(equivalence.moe_pp_mpi_np4
-                     PROPERTIES LABELS "equivalence;moe;pp;mpi" TIMEOUT 300)
+                     PROPERTIES LABELS "mpi;moe;pp" TIMEOUT 300)
 if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   # ep {2,4} x ZeRO 0-2 without pp, and pp 2 x dp 2 x ep 2 x every schedule x ZeRO 0-2,
   # dropless and with capacity drops; reference: one worker with the same 4 groups.
@@ -351,7 +351,7 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
                      --base "${MT_EQUIV_MOE_PP} --capacity-factor ${cap}" --reference "--microbatches 4"
                      ${moe_layouts})
     set_tests_properties(equivalence.moe_full_matrix_cap${cap}
-                         PROPERTIES LABELS "equivalence;moe" TIMEOUT 1800)
+                         PROPERTIES LABELS "full;moe" TIMEOUT 1800)
   endforeach()
 endif()
 
@@ -361,5 +361,5 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   add_test(NAME equivalence.random_layouts
            COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/equivalence_random.py
                    $<TARGET_FILE:meshtrain> ${CMAKE_CURRENT_BINARY_DIR}/equivalence_random 2026 100)
-  set_tests_properties(equivalence.random_layouts PROPERTIES TIMEOUT 3000 LABELS "equivalence;full")
+  set_tests_properties(equivalence.random_layouts PROPERTIES TIMEOUT 3000 LABELS full)
 endif()

@@ -24,4 +24,4 @@ add_test(NAME equivalence.hybrid_moe_ep
                  --launcher "${MT_EQUIV_HYBRID}"
                  --layout "${MT_HYB} --dp 4 --ep 4" --layout "${MT_HYB} --dp 4 --ep 2 --zero 1")
 set_tests_properties(equivalence.hybrid_dp4 equivalence.hybrid_tp_pp equivalence.hybrid_moe_ep
-                     PROPERTIES LABELS "equivalence;mpi;hybrid" TIMEOUT 300)
+                     PROPERTIES LABELS "mpi;hybrid" TIMEOUT 300)

@@ -41,4 +41,4 @@ add_test(NAME checkpoint_mpirun_supervisor
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/mpirun_supervisor_test.sh ${CMAKE_SOURCE_DIR}
                  $<TARGET_FILE:meshtrain> ${MT_MPIRUN})
 set_tests_properties(equivalence.checkpoint_reshard_mpi checkpoint_mpirun_supervisor
-                     PROPERTIES LABELS "equivalence;mpi;checkpoint" TIMEOUT 300)
+                     PROPERTIES LABELS "mpi;checkpoint" TIMEOUT 300)

@@ -16,4 +16,4 @@ add_test(NAME cli_mpirun_experts_need_tp1
          COMMAND ${MT_EXPECT} 2 "^meshtrain: error: --experts needs --tp 1 for now \\(the experts" 60
                  ${MT_MPIRUN} -np 2 $<TARGET_FILE:meshtrain> train --backend mpi --tp 2 --experts 4 --steps 1 --quiet)
 set_tests_properties(cli_mpirun_world_mismatch cli_mpirun_experts_need_tp1
-                     PROPERTIES ENVIRONMENT "${MT_MPI_ENV};EXPECT_ERROR_LINES=1" TIMEOUT 90)
+                     PROPERTIES LABELS mpi ENVIRONMENT "${MT_MPI_ENV};EXPECT_ERROR_LINES=1" TIMEOUT 90)

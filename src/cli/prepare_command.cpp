@@ -61,6 +61,11 @@ int run_prepare(PrepareArgs& a) {
                   (long long)s->documents, (long long)s->tokens, s->shards.size(),
                   s->shards.size() == 1 ? "" : "s", s->bytes_per_token());
     }
+    for (const std::string& dir : d.skipped_outputs)
+      std::printf(
+          "  left out %s: a dataset of meshtrain prepare (its manifest and shards are "
+          "not text)\n",
+          dir.c_str());
     if (d.skipped_binary)
       std::printf("  left out %d binary file%s (--skip-binary)\n", d.skipped_binary,
                   d.skipped_binary == 1 ? "" : "s");
@@ -82,8 +87,9 @@ CommandRunner add_prepare_command(CLI::App& app) {
   cmd->add_option("--tokenizer", o.tokenizer,
                   "byte, bpe or unigram (SentencePiece, trained on the text), or a .model file")
       ->capture_default_str();
-  cmd->add_option("--vocab-size", o.vocab_size, "pieces of a trained bpe/unigram tokenizer")
-      ->capture_default_str();
+  CLI::Option* vocab =
+      cmd->add_option("--vocab-size", o.vocab_size, "pieces of a trained bpe/unigram tokenizer");
+  vocab->capture_default_str();
   cmd->add_option("--documents", o.documents,
                   "where documents end: file (one per input), separator (a line holding "
                   "--separator), blank (blank lines)")
@@ -99,12 +105,15 @@ CommandRunner add_prepare_command(CLI::App& app) {
   cmd->add_option("--tokenizer-sample-mb", o.tokenizer_sample_mb,
                   "MB of text (the first documents) a bpe/unigram tokenizer trains on")
       ->capture_default_str();
-  cmd->add_option("--threads", o.threads, "threads of SentencePiece training and encoding")
+  cmd->add_option("--threads", o.threads, "threads of SentencePiece training and encoding (1..256)")
       ->capture_default_str();
   cmd->add_flag("--skip-binary", o.skip_binary,
                 "leave binary files inside directories out (else they are refused)");
   cmd->add_flag("--quiet", a->quiet, "no progress bar or summary");
-  return [a] { return run_prepare(*a); };
+  return [a, vocab] {
+    a->o.vocab_size_given = vocab->count() > 0;
+    return run_prepare(*a);
+  };
 }
 
 }  // namespace mt

@@ -21,7 +21,7 @@ int run_report(const ReportArgs& a) {
   const std::string out = !a.out.empty()       ? a.out
                           : a.runs.size() == 1 ? report_path_for(metrics_file_of(a.runs[0]))
                                                : "report.html";
-  write_report_page(a.runs, out);
+  write_report_page(a.runs, out, a.out.empty() ? "the report page" : "--out");
   std::printf("wrote %s\n", out.c_str());
   return 0;
 }

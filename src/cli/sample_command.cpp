@@ -72,7 +72,7 @@ int run_sample(const SampleArgs& a) {
     MT_REQUIRE(record, weights,
                " records no tokenizer; --tokenizer can only stand in for a "
                "recorded one");
-    const TokenizerRecord given = record_tokenizer_file(record->kind, a.tokenizer);
+    const TokenizerRecord given = record_tokenizer_file(record->kind, a.tokenizer, "--tokenizer");
     MT_REQUIRE(same_tokenizer(given, *record), "--tokenizer ", a.tokenizer, " is not the one ",
                weights, " was trained with (", record->describe(), "): its CRC-32C differs");
     record = given;

@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/pipeline/schedule_report.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_report.h"
 
 namespace mt {
 

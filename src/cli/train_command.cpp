@@ -10,7 +10,7 @@
 #include "cli/train_setup.h"
 #include "core/error.h"
 #include "core/file_checks.h"
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 namespace mt {
 

@@ -44,9 +44,10 @@ void check_fault_spec(const TrainOptions& o, int start) {
              " (steps count from 1; it would never fire)");
 }
 
-void warn(const TrainOptions& o, const std::string& text) {
-  if (!o.io.quiet && launcher_from_env().rank == 0)
-    std::fprintf(stderr, "meshtrain: warning: %s\n", text.c_str());
+// Warnings are about data (a damaged checkpoint skipped, a leftover kept): --quiet hides
+// progress, never these.
+void warn(const std::string& text) {
+  if (launcher_from_env().rank == 0) std::fprintf(stderr, "meshtrain: warning: %s\n", text.c_str());
 }
 
 // The newest complete checkpoint under --save that verifies ("" when none): --resume auto
@@ -55,13 +56,13 @@ std::string newest_checkpoint(const TrainOptions& o) {
   const std::string& dir = o.io.save;
   if (!std::filesystem::is_directory(dir)) return "";
   if (o.io.checkpoint_format == "sharded")
-    return newest_valid_checkpoint(dir, [&](const std::string& why) { warn(o, why); });
+    return newest_valid_checkpoint(dir, [](const std::string& why) { warn(why); });
   if (!std::filesystem::exists(dir + "/state.json")) return "";
   try {
     verify_checkpoint(dir);
     return dir;
   } catch (const std::exception& e) {
-    warn(o, str("skipping ", dir, ": ", e.what()));
+    warn(str("skipping ", dir, ": ", e.what()));
     return "";
   }
 }
@@ -94,6 +95,7 @@ void resolve_train_options(TrainOptions& o) {
     MT_REQUIRE(o.io.load.empty() && o.io.init_from.empty(),
                "--resume auto chooses the checkpoint itself: drop --load / --init-from");
     o.io.load = newest_checkpoint(o);
+    o.io.resumed = !o.io.load.empty();
     o.io.resume.clear();
     if (!o.io.quiet && launcher_from_env().rank == 0)
       std::printf("meshtrain: --resume auto: %s\n", o.io.load.empty()
@@ -159,9 +161,11 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
   std::optional<SaveDirLock> save_lock;
   if (!o.io.save.empty() && (!mpi || launcher_from_env().rank == 0)) {
     save_lock.emplace(o.io.save);
-    for (const std::string& t : save_lock->remove_stale_temporaries())
+    const StaleTemporaries stale = save_lock->remove_stale_temporaries();
+    for (const std::string& t : stale.removed)
       if (!o.io.quiet)
         std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
+    for (const std::string& why : stale.kept) warn(why);
   }
   // Sharded saves write step directories into --save DIR: it must exist before rank 0 makes
   // the first one (checked writable above).
@@ -202,6 +206,7 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
     return 0;
   }
   const std::string first_load = o.io.load;
+  const bool first_resumed = o.io.resumed;
   for (int restart = 0;; ++restart) {
     try {
       run_local(o.parallel.world(), wo, body);
@@ -214,6 +219,7 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
       std::fprintf(stderr, "meshtrain: %s\n", e.what());
       const std::string from = newest_checkpoint(o);
       o.io.load = from.empty() ? first_load : from;
+      o.io.resumed = from.empty() ? first_resumed : true;
       std::fprintf(stderr, "meshtrain: restart %d of %d, from %s\n", restart + 1,
                    o.engine.max_restarts, o.io.load.empty() ? "the start" : o.io.load.c_str());
       // An injected fault (CONTRACTS.md §8) models one crash: the restarted job runs

@@ -13,6 +13,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/temp_marker.h"
 
 namespace fs = std::filesystem;
 
@@ -42,6 +43,8 @@ void fsync_path(const std::string& path) {
 }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  // The rename would replace a device, FIFO or socket with a regular file.
+  require_replaceable_file("output", path_);
   std::string pattern = path_ + ".tmp-XXXXXX";
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
@@ -108,6 +111,51 @@ FileDigest write_file_atomic(const std::string& path, const void* data, size_t b
   return file.digest();
 }
 
+namespace {
+
+std::string make_temp_dir(const std::string& pattern_text, const std::string& dir) {
+  std::vector<char> name(pattern_text.begin(), pattern_text.end());
+  name.push_back('\0');
+  if (!::mkdtemp(name.data())) throw_errno("cannot create temporary directory for", dir, errno);
+  return name.data();
+}
+
+std::string base_name(const std::string& path) {
+  return fs::path(path).filename().string();
+}
+
+// Moves the existing `dir` aside and `temp` into its place. Returns the name the old copy
+// has now (marked as meshtrain's temporary before it got that name, so a crash leaves a
+// provable leftover). Throws with `dir` as it was (its inert marker aside).
+std::string swap_in(const std::string& temp, const std::string& dir) {
+  mark_temporary(dir, base_name(temp));  // the exchange gives the old copy temp's name
+  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) return temp;
+  if (errno != EINVAL && errno != ENOSYS) {
+    const int err = errno;
+    unmark_temporary(dir);
+    throw_errno("cannot publish", dir, err);
+  }
+  // No RENAME_EXCHANGE on this filesystem: park the old copy under a unique name (a rename
+  // onto an empty directory replaces it), then move the new one in.
+  const std::string old = make_temp_dir(dir + ".old-XXXXXX", dir);
+  mark_temporary(dir, base_name(old));
+  if (::rename(dir.c_str(), old.c_str()) != 0) {
+    const int err = errno;
+    ::rmdir(old.c_str());
+    unmark_temporary(dir);
+    throw_errno("cannot move aside", dir, err);
+  }
+  if (::rename(temp.c_str(), dir.c_str()) != 0) {
+    const int err = errno;
+    ::rename(old.c_str(), dir.c_str());  // put the old copy back
+    unmark_temporary(dir);
+    throw_errno("cannot publish", dir, err);
+  }
+  return old;
+}
+
+}  // namespace
+
 void publish_dir_atomic(const std::string& dir_arg,
                         const std::function<void(const std::string& temp_dir)>& fill) {
   const std::string dir = strip_trailing_slashes(dir_arg);
@@ -117,11 +165,7 @@ void publish_dir_atomic(const std::string& dir_arg,
   if (exists && !fs::is_directory(status))
     throw UsageError(str(dir, " exists and is not a directory; refusing to replace it"));
 
-  std::string pattern = dir + ".tmp-XXXXXX";
-  std::vector<char> name(pattern.begin(), pattern.end());
-  name.push_back('\0');
-  if (!::mkdtemp(name.data())) throw_errno("cannot create temporary directory for", dir, errno);
-  const std::string temp = name.data();
+  const std::string temp = make_temp_dir(dir + ".tmp-XXXXXX", dir);
   // mkdtemp creates 0700; give the published directory the usual umask-based mode.
   mode_t mask = ::umask(0);
   ::umask(mask);
@@ -130,35 +174,21 @@ void publish_dir_atomic(const std::string& dir_arg,
   // What to delete at the end: the temporary on failure, the previous copy on success.
   std::string leftover = temp;
   try {
+    mark_temporary(temp);  // before anything else is in it: a crash leaves a provable temporary
     fill(temp);
     fsync_tree(temp);
     if (!exists) {
       if (::rename(temp.c_str(), dir.c_str()) != 0) throw_errno("cannot publish", dir, errno);
-    } else if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
-      if (errno != EINVAL && errno != ENOSYS) throw_errno("cannot publish", dir, errno);
-      // No RENAME_EXCHANGE on this filesystem: park the old copy under a unique name
-      // (a rename onto an empty directory replaces it), then move the new one in.
-      std::string old_pattern = dir + ".old-XXXXXX";
-      std::vector<char> old_name(old_pattern.begin(), old_pattern.end());
-      old_name.push_back('\0');
-      if (!::mkdtemp(old_name.data())) throw_errno("cannot create temporary for", dir, errno);
-      if (::rename(dir.c_str(), old_name.data()) != 0) {
-        int err = errno;
-        ::rmdir(old_name.data());
-        throw_errno("cannot move aside", dir, err);
-      }
-      if (::rename(temp.c_str(), dir.c_str()) != 0) {
-        int err = errno;
-        ::rename(old_name.data(), dir.c_str());  // put the old copy back
-        throw_errno("cannot publish", dir, err);
-      }
-      leftover = old_name.data();
+    } else {
+      leftover = swap_in(temp, dir);
     }
-    // After RENAME_EXCHANGE, `temp` names the previous directory, which is the leftover.
   } catch (...) {
     fs::remove_all(temp, ec);
     throw;
   }
+  // The new directory carries its temporary's marker, inert under its new name: drop it.
+  unmark_temporary(dir);
+  fsync_path(dir);
   fsync_path(parent_directory(dir));
   fs::remove_all(leftover, ec);
 }

@@ -12,9 +12,11 @@
 // back to two renames (DIR -> DIR.old-XXXXXX, tmp -> DIR), leaving a short window in
 // which DIR is absent but DIR.old-XXXXXX still holds the previous complete copy.
 //
-// A crash can leave "*.tmp-XXXXXX" / "*.old-XXXXXX" siblings behind; they are never read
-// as data and may be deleted by hand. Failures throw RuntimeError naming the path and the
-// OS error, after removing whatever temporary they created.
+// Every temporary directory holds a marker (core/temp_marker.h) from the moment it exists
+// (the old copy: from just before it is renamed), so the "DIR.tmp-XXXXXX" / "DIR.old-XXXXXX"
+// a crash leaves behind are provably meshtrain's: SaveDirLock deletes those and nothing
+// else named alike. Failures throw RuntimeError naming the path and the OS error, after
+// removing whatever temporary they created.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +35,8 @@ struct FileDigest {
 
 // Streams bytes into a temporary file; commit() publishes it under the final path.
 // Destroying an uncommitted AtomicFile removes the temporary (the target is untouched).
+// Throws UsageError, before creating anything, when the path names something a rename must
+// not replace (a device, FIFO, socket or directory: core/file_checks.h).
 class AtomicFile {
  public:
   explicit AtomicFile(std::string path);

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mt {
 
@@ -27,18 +28,31 @@ bool stat_path(const std::string& path, struct stat& st) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-void require_missing_is_absence(const std::string& flag, const std::string& path, int err) {
-  // ENOENT / ENOTDIR: nothing there, which an output may be. Anything else (EACCES on a
-  // directory of the path, ELOOP) means we could not look.
-  MT_REQUIRE(err == ENOENT || err == ENOTDIR, flag, " ", path, ": cannot look at it (",
-             std::strerror(err), ")");
+// ENOENT / ENOTDIR: nothing there, which an output may be. Anything else (a symlink loop,
+// EACCES on a directory of the path) means we could not look, in the user's words.
+bool is_absence(int err) {
+  return err == ENOENT || err == ENOTDIR;
 }
 
-void require_writable_parent(const std::string& flag, const std::string& path) {
-  const std::string dir = parent_directory(path);
+void require_missing_is_absence(const std::string& flag, const std::string& path, int err) {
+  MT_REQUIRE(is_absence(err), flag, " ", path, " ", open_failure_reason(err));
+}
+
+// The directory an output goes into exists (or, with create_parents, its nearest existing
+// ancestor does) and is a writable directory.
+void require_writable_parent(const std::string& flag, const std::string& path,
+                             bool create_parents) {
+  std::string dir = parent_directory(path);
   struct stat st {};
-  MT_REQUIRE(stat_path(dir, st), flag, " ", path, ": directory ", dir,
-             " does not exist (create it first)");
+  bool found = stat_path(dir, st);
+  int err = found ? 0 : errno;
+  while (create_parents && !found && is_absence(err) && parent_directory(dir) != dir) {
+    dir = parent_directory(dir);
+    found = stat_path(dir, st);
+    err = found ? 0 : errno;
+  }
+  MT_REQUIRE(found, flag, " ", path, ": directory ", dir, " ", open_failure_reason(err),
+             err == ENOENT ? " (create it first)" : "");
   MT_REQUIRE(S_ISDIR(st.st_mode), flag, " ", path, ": ", dir, " is ", type_of(st.st_mode),
              ", not a directory");
   MT_REQUIRE(::access(dir.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": directory ", dir,
@@ -70,16 +84,12 @@ void require_input(const std::string& flag, const std::string& path, bool direct
   const char* noun = directory ? "directory" : "file";
   MT_REQUIRE(!path.empty(), flag, " needs a ", noun, " name (got an empty path)");
   struct stat st {};
-  if (!stat_path(path, st)) {
-    const int err = errno;
-    MT_REQUIRE(err != ENOENT, flag, " ", path, " does not exist");
-    throw UsageError(str(flag, " ", path, ": cannot open (", std::strerror(err), ")"));
-  }
+  MT_REQUIRE(stat_path(path, st), flag, " ", path, " ", open_failure_reason(errno));
   const bool kind_ok = directory ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
   MT_REQUIRE(kind_ok, flag, " ", path, " is ", type_of(st.st_mode), "; give a ",
              directory ? "directory" : "regular file");
-  MT_REQUIRE(::access(path.c_str(), directory ? R_OK | X_OK : R_OK) == 0, flag, " ", path,
-             " is not readable (", std::strerror(errno), ")");
+  MT_REQUIRE(::access(path.c_str(), directory ? R_OK | X_OK : R_OK) == 0, flag, " ", path, " ",
+             open_failure_reason(errno));
 }
 
 }  // namespace
@@ -92,20 +102,33 @@ void require_input_dir(const std::string& flag, const std::string& path) {
   require_input(flag, path, /*directory=*/true);
 }
 
-void require_output_file(const std::string& flag, const std::string& path, bool allow_device) {
+void require_replaceable_file(const std::string& flag, const std::string& path) {
+  struct stat st {};
+  if (!stat_path(path, st)) return require_missing_is_absence(flag, path, errno);
+  MT_REQUIRE(S_ISREG(st.st_mode), flag, " ", path, " is ", type_of(st.st_mode),
+             S_ISDIR(st.st_mode) ? "; give a file name to write"
+                                 : ", which writing it would replace with a regular file; give "
+                                   "the name of a regular file to write");
+}
+
+void require_output_file(const std::string& flag, const std::string& path, OutputUse use) {
   MT_REQUIRE(!path.empty(), flag, " needs a file name (got an empty path)");
   MT_REQUIRE(path.back() != '/', flag, " ", path, " names a directory; give a file name");
   struct stat st {};
-  if (stat_path(path, st)) {
-    const bool ok = S_ISREG(st.st_mode) || (allow_device && S_ISCHR(st.st_mode));
-    MT_REQUIRE(ok, flag, " ", path, " is ", type_of(st.st_mode), "; give a file name to write");
+  if (use == OutputUse::replaced) {
+    require_replaceable_file(flag, path);
+  } else if (stat_path(path, st)) {
+    // Written in place: a character device (/dev/null) takes the records and stays itself.
+    MT_REQUIRE(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode), flag, " ", path, " is ",
+               type_of(st.st_mode),
+               "; give a regular file (or a character device such as /dev/null)");
   } else {
     require_missing_is_absence(flag, path, errno);
   }
-  require_writable_parent(flag, path);
+  require_writable_parent(flag, path, /*create_parents=*/false);
 }
 
-void require_output_dir(const std::string& flag, const std::string& path) {
+void require_output_dir(const std::string& flag, const std::string& path, bool create_parents) {
   MT_REQUIRE(!path.empty(), flag, " needs a directory name (got an empty path)");
   struct stat st {};
   if (stat_path(path, st)) {
@@ -114,7 +137,7 @@ void require_output_dir(const std::string& flag, const std::string& path) {
   } else {
     require_missing_is_absence(flag, path, errno);
   }
-  require_writable_parent(flag, path);
+  require_writable_parent(flag, path, create_parents);
 }
 
 }  // namespace mt

@@ -28,14 +28,30 @@ std::optional<FileId> file_id(const std::string& path);
 void require_input_file(const std::string& flag, const std::string& path);
 // `path` names a directory (through symlinks) that this process may read.
 void require_input_dir(const std::string& flag, const std::string& path);
-// `path` can be created or replaced by this process: its directory exists and is writable,
-// and whatever is there now is a regular file (a character device such as /dev/null is
-// accepted when allow_device: streams like metrics may go there).
+// How an output reaches its path, which decides what may already be there:
+//   replaced: written to a temporary beside it and renamed over it (core/atomic_file.h).
+//             A rename over a device, FIFO or socket replaces that node with a regular file
+//             (as root, `--out /dev/null` would replace /dev/null), so only a regular file,
+//             or nothing, may be there.
+//   stream:   opened and written in place, record by record (--metrics). A character device
+//             such as /dev/null is a legitimate sink; a FIFO is not (opening it for writing
+//             blocks until a reader appears), nor a socket or a block device.
+enum class OutputUse { replaced, stream };
+
+// `path` can be written by this process: its directory exists and is writable, and
+// whatever is there now may be written as `use` says. The one check of every file a
+// command writes.
 void require_output_file(const std::string& flag, const std::string& path,
-                         bool allow_device = false);
-// `path` can be published as a directory: its parent exists and is writable, and whatever
-// is there now is a directory (through symlinks).
-void require_output_dir(const std::string& flag, const std::string& path);
+                         OutputUse use = OutputUse::replaced);
+// What is at `path` now (through symlinks) may be replaced by a rename: nothing, or a
+// regular file. The writers' own last check (AtomicFile), for paths no flag checked.
+void require_replaceable_file(const std::string& flag, const std::string& path);
+// `path` can be published as a directory: whatever is there now is a directory (through
+// symlinks), and its parent exists and is writable. With create_parents, missing parents
+// are allowed (the writer creates them): the nearest existing ancestor must then be a
+// writable directory.
+void require_output_dir(const std::string& flag, const std::string& path,
+                        bool create_parents = false);
 
 // The directory holding `path` ("." for a bare name), after removing trailing slashes.
 std::string parent_directory(const std::string& path);

@@ -68,6 +68,12 @@ InputFile::~InputFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+int InputFile::release() {
+  const int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
 std::string InputFile::read_all() const {
   std::string out(size_, '\0');
   uint64_t done = 0;

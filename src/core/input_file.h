@@ -20,6 +20,8 @@ namespace mt {
 inline constexpr uint64_t kMaxJsonInputBytes = 64ull << 20;   // manifests, configs, profiles
 inline constexpr uint64_t kMaxTextInputBytes = 1ull << 30;    // metrics files, logs
 inline constexpr uint64_t kMaxModelFileBytes = 256ull << 20;  // tokenizer models
+// Inputs read in pieces, never whole (a corpus of prepare): any size.
+inline constexpr uint64_t kStreamedInputBytes = UINT64_MAX;
 
 // A read-only descriptor of a regular file, closed on destruction.
 class InputFile {
@@ -32,6 +34,8 @@ class InputFile {
   InputFile& operator=(const InputFile&) = delete;
 
   int fd() const { return fd_; }
+  // Hands the descriptor to the caller (to map or stream it), who then closes it.
+  int release();
   uint64_t size() const { return size_; }
   // The whole file (its size as fstat saw it at open; a file that shrinks meanwhile is an
   // I/O error, one that grows is read up to that size).

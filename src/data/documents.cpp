@@ -1,14 +1,17 @@
 #include "data/documents.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace fs = std::filesystem;
 
@@ -18,22 +21,38 @@ namespace {
 
 constexpr size_t kBinaryProbeBytes = 64 << 10;
 
-// Throws UsageError for an unreadable file; returns false for a binary one when allowed.
-bool check_text_file(const std::string& path, bool binary_ok = false) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw UsageError(str("cannot read ", path, ": ", std::strerror(errno)));
+// The size of a text file, or nullopt for a binary one when binary_ok. Opened through
+// core/input_file.h: a FIFO put in place of a listed file is refused, not waited on.
+// Throws UsageError for an unreadable or binary file.
+std::optional<uint64_t> check_text_file(const std::string& path, bool binary_ok = false) {
+  const InputFile f("input", path, kStreamedInputBytes);
   std::vector<char> head(kBinaryProbeBytes);
-  const size_t n = std::fread(head.data(), 1, head.size(), f);
-  const bool failed = std::ferror(f);
-  std::fclose(f);
-  MT_REQUIRE(!failed, "cannot read ", path, ": ", std::strerror(errno));
-  const void* nul = std::memchr(head.data(), 0, n);
-  if (nul && binary_ok) return false;
+  ssize_t n = 0;
+  do {
+    n = ::pread(f.fd(), head.data(), head.size(), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) throw RuntimeError(str("cannot read ", path, ": ", std::strerror(errno)));
+  const void* nul = std::memchr(head.data(), 0, size_t(n));
+  if (nul && binary_ok) return std::nullopt;
   MT_REQUIRE(!nul, path, " is not text: it holds a NUL byte at offset ",
              static_cast<const char*>(nul) - head.data(),
              " (prepare reads text; invalid UTF-8 is kept, binary files are refused; "
              "--skip-binary leaves them out of directories)");
-  return true;
+  return f.size();
+}
+
+std::string kind_of(fs::file_type t) {
+  switch (t) {
+    case fs::file_type::fifo:
+      return "a FIFO (named pipe)";
+    case fs::file_type::socket:
+      return "a socket";
+    case fs::file_type::block:
+    case fs::file_type::character:
+      return "a device";
+    default:
+      return "not a regular file";
+  }
 }
 
 bool hidden(const fs::path& p) {
@@ -68,47 +87,79 @@ const char* document_rule_name(DocumentRule r) {
   return "?";
 }
 
-std::vector<CorpusSource> list_corpus_sources(const std::vector<std::string>& inputs,
-                                              bool skip_binary, int* skipped) {
+namespace {
+
+// Every regular file below `root`, in path order (see list_corpus_sources for what is left
+// out). An explicit stack: a deep tree costs memory, not the call stack.
+std::vector<fs::path> files_below(const std::string& root, const OwnOutputTest& own_output,
+                                  CorpusListing& listing) {
+  std::vector<fs::path> files, pending{fs::path(root)};
+  while (!pending.empty()) {
+    const fs::path dir = pending.back();
+    pending.pop_back();
+    std::error_code ec;
+    fs::directory_iterator it(dir, ec);
+    // Readable first, so that an unreadable directory is named as such; then, below the
+    // root, whether it is an output of prepare.
+    if (!ec && dir != fs::path(root) && own_output && own_output(dir.string())) {
+      listing.skipped_outputs.push_back(dir.string());
+      continue;
+    }
+    for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const fs::path& p = it->path();
+      if (hidden(p)) continue;
+      const fs::file_status st = it->symlink_status(ec);
+      if (ec) break;
+      if (fs::is_symlink(st)) continue;
+      if (fs::is_regular_file(st))
+        files.push_back(p);
+      else if (fs::is_directory(st))
+        pending.push_back(p);
+      else
+        throw UsageError(str("input ", p.string(), " is ", kind_of(st.type()), " inside ", root,
+                             ": prepare reads regular files; move it out, or give the files "
+                             "to read"));
+    }
+    MT_REQUIRE(!ec, "input directory ", dir.string(), " ", open_failure_reason(ec.value()),
+               ": prepare reads every file below ", root,
+               "; make it readable, or give the files to read");
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+CorpusListing list_corpus_sources(const std::vector<std::string>& inputs, bool skip_binary,
+                                  const OwnOutputTest& own_output) {
   MT_REQUIRE(!inputs.empty(), "give the text to prepare: files, directories or - for stdin");
-  std::vector<CorpusSource> out;
+  CorpusListing out;
   bool stdin_seen = false;
   for (const std::string& in : inputs) {
     if (in == "-") {
       MT_REQUIRE(!stdin_seen, "- (stdin) is given twice");
       stdin_seen = true;
-      out.push_back({"-", 0});
+      out.sources.push_back({"-", 0});
       continue;
     }
-    std::error_code ec;
-    const fs::file_status st = fs::status(in, ec);
-    MT_REQUIRE(!ec && fs::exists(st), "input ", in, " does not exist");
-    if (fs::is_directory(st)) {
-      std::vector<fs::path> files;
-      fs::recursive_directory_iterator it(in, fs::directory_options::skip_permission_denied, ec);
-      MT_REQUIRE(!ec, "cannot read directory ", in, ": ", ec.message());
-      for (auto end = fs::recursive_directory_iterator(); it != end; it.increment(ec)) {
-        MT_REQUIRE(!ec, "cannot read directory ", in, ": ", ec.message());
-        if (hidden(it->path())) {
-          if (it->is_directory()) it.disable_recursion_pending();
-          continue;
-        }
-        if (it->is_regular_file() && !it->is_symlink()) files.push_back(it->path());
-      }
-      std::sort(files.begin(), files.end());
-      for (const fs::path& p : files) {
-        if (!check_text_file(p.string(), skip_binary)) {
-          if (skipped) ++*skipped;
-          continue;
-        }
-        out.push_back({p.string(), uint64_t(fs::file_size(p, ec))});
+    struct stat st {};
+    MT_REQUIRE(::stat(in.c_str(), &st) == 0, "input ", in, " ", open_failure_reason(errno));
+    if (S_ISDIR(st.st_mode)) {
+      MT_REQUIRE(!own_output || !own_output(in), "input ", in,
+                 " is a dataset written by meshtrain prepare, not text; give the text it was "
+                 "made from");
+      for (const fs::path& p : files_below(in, own_output, out)) {
+        const std::optional<uint64_t> bytes = check_text_file(p.string(), skip_binary);
+        if (bytes)
+          out.sources.push_back({p.string(), *bytes});
+        else
+          ++out.skipped_binary;
       }
       continue;
     }
-    MT_REQUIRE(fs::is_regular_file(st), "input ", in,
+    MT_REQUIRE(S_ISREG(st.st_mode), "input ", in,
                " is not a regular file or directory (give - to read stdin)");
-    check_text_file(in);
-    out.push_back({in, uint64_t(fs::file_size(in, ec))});
+    out.sources.push_back({in, *check_text_file(in)});
   }
   return out;
 }
@@ -134,8 +185,20 @@ bool DocumentReader::open_next_source() {
   if (next_source_ >= sources_.size()) return false;
   const std::string& path = sources_[next_source_++].path;
   in_is_stdin_ = path == "-";
-  in_ = in_is_stdin_ ? stdin : std::fopen(path.c_str(), "rb");
-  if (!in_) throw UsageError(str("cannot read ", path, ": ", std::strerror(errno)));
+  if (in_is_stdin_) {
+    in_ = stdin;
+  } else {
+    // The one bounded reader opens it (no wait on a FIFO swapped in since the listing); the
+    // stream reads a duplicate of its descriptor.
+    const InputFile file("input", path, kStreamedInputBytes);
+    const int fd = ::dup(file.fd());
+    in_ = fd >= 0 ? ::fdopen(fd, "rb") : nullptr;
+    if (!in_) {
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      throw RuntimeError(str("cannot read ", path, ": ", std::strerror(err)));
+    }
+  }
   offset_ = 0;
   return true;
 }

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,13 +32,26 @@ struct CorpusSource {
   uint64_t bytes = 0;  // size of a file; 0 for stdin (unknown)
 };
 
+struct CorpusListing {
+  std::vector<CorpusSource> sources;
+  int skipped_binary = 0;                    // binary files left out (skip_binary)
+  std::vector<std::string> skipped_outputs;  // directories left out as prepare's own output
+};
+
+// Says whether a directory found inside an input directory is an output of prepare (a
+// dataset, or the directory being written), and so is left out, not read as text.
+using OwnOutputTest = std::function<bool(const std::string& dir)>;
+
 // Expands and checks the inputs before anything is written: every path exists and can be
 // read, no file begins with binary content (a NUL in its first 64 KiB), stdin at most once.
-// Symbolic links inside a directory are not followed (Debian's fortunes has a *.u8 link
-// beside every file). skip_binary: binary files found inside directories are left out and
-// counted in *skipped instead of refused. Throws UsageError naming the path.
-std::vector<CorpusSource> list_corpus_sources(const std::vector<std::string>& inputs,
-                                              bool skip_binary = false, int* skipped = nullptr);
+// Inside a directory: hidden names and symbolic links are left out (Debian's fortunes has
+// a *.u8 link beside every file), and so is every directory `own_output` recognises (each
+// listed in skipped_outputs); a subdirectory that cannot be read, or an entry that is
+// neither a file, a directory nor a link (a FIFO, a socket, a device), is an error naming
+// it, never skipped in silence. skip_binary: binary files found inside directories are left
+// out and counted instead of refused. Throws UsageError naming the path.
+CorpusListing list_corpus_sources(const std::vector<std::string>& inputs, bool skip_binary = false,
+                                  const OwnOutputTest& own_output = {});
 
 class DocumentReader {
  public:

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset_manifest.h"
 #include "data/tokenizer.h"
 
 namespace mt {
@@ -32,13 +33,14 @@ struct PrepareOptions {
   std::string out;
   std::string tokenizer = "byte";  // byte | bpe | unigram | PATH.model
   int vocab_size = 8192;           // bpe / unigram
+  bool vocab_size_given = false;   // --vocab-size on the command line (refused for byte / FILE)
   std::string documents = "file";  // file | separator | blank
   std::string separator = "%";
   double val_fraction = 0.1;
   uint64_t seed = 1337;
   int64_t shard_tokens = 100'000'000;
   double tokenizer_sample_mb = 16;  // text the tokenizer trains on (the first documents)
-  int threads = 2;                  // SentencePiece training and encoding
+  int threads = 2;                  // SentencePiece training and encoding, 1..256
   size_t encode_batch_bytes = size_t(4) << 20;  // text encoded on the threads at once
   bool skip_binary = false;                     // leave binary files inside directories out
 };
@@ -49,31 +51,10 @@ struct PrepareProgress {
   int64_t documents, tokens;
 };
 
-struct DatasetSplit {
-  std::vector<std::string> shards;  // paths
-  std::string docs;                 // path of the document index
-  int64_t tokens = 0, documents = 0;
-  uint64_t bytes = 0;
-  double bytes_per_token() const { return tokens ? double(bytes) / double(tokens) : 0; }
-};
-
-struct Dataset {
-  std::string dir;
-  int skipped_binary = 0;     // files --skip-binary left out (this run of prepare only)
-  TokenizerRecord tokenizer;  // file absolute
-  std::string rule, separator;
-  DatasetSplit train, val;  // val.shards empty without validation
-};
-
 // Checks every option and input, then writes the dataset. Throws UsageError for bad
 // options or input (nothing is written), RuntimeError for I/O failures.
 Dataset prepare_dataset(const PrepareOptions& o,
                         const std::function<void(const PrepareProgress&)>& progress = {});
-
-// True when `dir` holds a manifest.json written by prepare.
-bool is_dataset_dir(const std::string& dir);
-// Reads and checks a dataset's manifest (shards present with their recorded sizes).
-Dataset read_dataset(const std::string& dir);
 
 // Whether document `index` goes to validation.
 bool is_validation_document(uint64_t index, uint64_t seed, double val_fraction);

@@ -5,12 +5,13 @@
 
 #include <array>
 #include <cstdio>
-#include <fstream>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/utf8.h"
 
 namespace mt {
@@ -23,9 +24,14 @@ int proto_model_type(std::string_view proto);
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  explicit SentencePieceTokenizer(const std::string& file) : file_(file) {
-    const auto status = sp_.Load(file);
-    MT_REQUIRE(status.ok(), "cannot load SentencePiece model ", file, ": ", status.ToString());
+  SentencePieceTokenizer(const std::string& bytes, const std::string& file) : file_(file) {
+    // SentencePiece's status text is its own assertion ("[model_proto->ParseFromArray(...)]"):
+    // the user needs to know what the file is not.
+    MT_REQUIRE(!bytes.empty() && sp_.LoadFromSerializedProto(bytes).ok(), "tokenizer ", file,
+               " is not a SentencePiece model (",
+               bytes.empty() ? "it is empty" : "its bytes do not parse as one",
+               "); give the tokenizer.model of a dataset of meshtrain prepare, or another "
+               "SentencePiece .model file");
     vocab_ = sp_.GetPieceSize();
     MT_REQUIRE(vocab_ <= kMaxShardVocab, "SentencePiece model ", file, " has ", vocab_,
                " pieces; token shards store uint16 ids, at most ", kMaxShardVocab);
@@ -210,10 +216,37 @@ int proto_model_type(std::string_view proto) {
   return int(type);
 }
 
+// SentencePiece's status text opens with its own assertion ("Internal: ./src/x.cc(580)
+// [condition] "), which tells a user nothing: the words after it are the reason, and the
+// common one, a vocabulary too small for the text's characters, is said in ours.
+std::string training_failure(const SentencePieceTraining& t, const std::string& status) {
+  std::string why = status;
+  const size_t assertion = why.find(") [");
+  const size_t reason = assertion == std::string::npos ? assertion : why.find("] ", assertion);
+  if (reason != std::string::npos) why = why.substr(reason + 2);
+  int asked = 0, needed = 0;
+  if (std::sscanf(why.c_str(), "Vocabulary size is smaller than required_chars. %d vs %d", &asked,
+                  &needed) == 2)
+    return str("--vocab-size ", t.vocab_size, " is too small for this text: its distinct ",
+               "characters, the byte pieces and the special pieces need at least ", needed,
+               " pieces",
+               needed <= kMaxShardVocab ? str("; give --vocab-size ", needed, " or more")
+                                        : str(", more than a token shard's ", kMaxShardVocab,
+                                              " ids; use --tokenizer byte for this text"));
+  return str("SentencePiece could not train a ", t.kind, " model of ", t.vocab_size,
+             " pieces: ", why);
+}
+
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& file) {
-  return std::make_unique<SentencePieceTokenizer>(file);
+std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& file,
+                                                        const std::string& what) {
+  return sentencepiece_tokenizer_from_bytes(read_input_file(what, file, kMaxModelFileBytes), file);
+}
+
+std::unique_ptr<Tokenizer> sentencepiece_tokenizer_from_bytes(const std::string& bytes,
+                                                              const std::string& file) {
+  return std::make_unique<SentencePieceTokenizer>(bytes, file);
 }
 
 void train_sentencepiece(const SentencePieceTraining& t,
@@ -245,9 +278,15 @@ void train_sentencepiece(const SentencePieceTraining& t,
   };
   FunctionSentences sentences(next);
   std::string model;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences, &model);
-  MT_REQUIRE(status.ok(), "SentencePiece could not train a ", t.kind, " model of ", t.vocab_size,
-             " pieces: ", status.ToString());
+  sentencepiece::util::Status status;
+  try {
+    status = sentencepiece::SentencePieceTrainer::Train(args, &sentences, &model);
+  } catch (const std::system_error& e) {
+    throw RuntimeError(str("SentencePiece could not start its ", t.threads, " training threads (",
+                           e.what(),
+                           "): the process or user limit is lower; give a smaller --threads"));
+  }
+  if (!status.ok()) throw UsageError(training_failure(t, status.ToString()));
   write_file_atomic(model_file, model);
 }
 

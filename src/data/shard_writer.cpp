@@ -3,9 +3,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/token_shard.h"
 
 namespace mt {
@@ -115,12 +115,13 @@ std::vector<std::vector<int>> read_split_documents(const std::string& dir,
     std::vector<uint16_t> t = read_token_shard(dir + "/" + s);
     all.insert(all.end(), t.begin(), t.end());
   }
-  std::ifstream in(dir + "/" + docs_file, std::ios::binary);
-  MT_REQUIRE(in, "cannot read ", dir, "/", docs_file);
+  const std::string index =
+      read_input_file("document index", dir + "/" + docs_file, kStreamedInputBytes);
   std::vector<std::vector<int>> docs;
   uint64_t entry[2];
-  while (in.read(reinterpret_cast<char*>(entry), sizeof entry)) {
-    MT_REQUIRE(entry[0] + entry[1] <= all.size(), dir, "/", docs_file,
+  for (size_t at = 0; at + sizeof entry <= index.size(); at += sizeof entry) {
+    std::memcpy(entry, index.data() + at, sizeof entry);
+    MT_REQUIRE(entry[0] <= all.size() && entry[1] <= all.size() - entry[0], dir, "/", docs_file,
                " names tokens beyond its shards");
     docs.emplace_back(all.begin() + int64_t(entry[0]), all.begin() + int64_t(entry[0] + entry[1]));
   }

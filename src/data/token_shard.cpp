@@ -14,6 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mt {
 
@@ -41,27 +42,14 @@ void write_shard(const std::string& path, const uint16_t* tokens, size_t ntok) {
 }
 
 // Opens `path` and checks the header against the file size; returns ntok. The fd is
-// left open for the caller (closed on error).
+// left open for the caller (closed on error). Opened by the one bounded reader
+// (core/input_file.h): a FIFO is refused, never waited on.
 int64_t open_and_validate(const std::string& path, int& fd_out, size_t& file_bytes) {
-  // O_NONBLOCK: a FIFO would otherwise block this open until a writer appears; the fstat
-  // below rejects it. It changes nothing for a regular file.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT) throw UsageError(str("data file ", path, " does not exist"));
-    throw UsageError(str("cannot open data file ", path, ": ", std::strerror(err)));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw UsageError(str("data file ", path, " is not a regular file"));
-  }
-  const size_t bytes = static_cast<size_t>(st.st_size);
+  InputFile file("data file", path, kStreamedInputBytes);
+  const int fd = file.fd();
+  const size_t bytes = static_cast<size_t>(file.size());
   int32_t header[kTokenShardHeaderInts];
-  auto fail = [&](const std::string& msg) {
-    ::close(fd);
-    throw UsageError(str("data file ", path, " ", msg));
-  };
+  auto fail = [&](const std::string& msg) { throw UsageError(str("data file ", path, " ", msg)); };
   if (bytes < kTokenShardHeaderBytes)
     fail(str("is ", bytes, " bytes, too small for the ", kTokenShardHeaderBytes,
              "-byte token-shard header (truncated, or not an llm.c token shard)"));
@@ -80,7 +68,7 @@ int64_t open_and_validate(const std::string& path, int& fd_out, size_t& file_byt
   if (bytes != expect)
     fail(str("declares ", ntok, " tokens (expects ", expect, " bytes) but is ", bytes, " bytes",
              bytes < expect ? " (truncated?)" : ""));
-  fd_out = fd;
+  fd_out = file.release();
   file_bytes = bytes;
   return ntok;
 }

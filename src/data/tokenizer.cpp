@@ -2,10 +2,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/sentencepiece_tokenizer.h"
 
 namespace mt {
@@ -33,16 +33,30 @@ class ByteLevelTokenizer final : public Tokenizer {
   }
 };
 
-uint32_t file_crc32c(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  MT_REQUIRE(in, "cannot read tokenizer file ", file);
-  std::vector<char> buf(1 << 16);
-  uint32_t crc = 0;
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    crc = crc32c_update(crc, buf.data(), size_t(in.gcount()));
-  }
-  return crc;
+// The model file's bytes, through the one bounded reader (a FIFO is refused, not waited on).
+std::string model_bytes(const std::string& file, const std::string& what) {
+  return read_input_file(what, file, kMaxModelFileBytes);
+}
+
+uint32_t crc_of(const std::string& bytes) {
+  return crc32c_update(0, bytes.data(), bytes.size());
+}
+
+// A record's field as a string, or UsageError naming `where`.
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  const auto it = j.find(key);
+  MT_REQUIRE(it != j.end() && it->is_string(), where, " has a malformed tokenizer record: \"", key,
+             "\" ", it == j.end() ? std::string("is missing") : std::string("is not a string"));
+  return it->get<std::string>();
+}
+
+// "1a2b3c4d" (crc32c_hex) back to its value.
+uint32_t parse_crc(const std::string& hex, const std::string& where) {
+  MT_REQUIRE(!hex.empty() && hex.size() <= 8 &&
+                 hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos,
+             where, " has a malformed tokenizer record: crc32c '", hex,
+             "' is not 1 to 8 hexadecimal digits");
+  return uint32_t(std::stoul(hex, nullptr, 16));
 }
 
 }  // namespace
@@ -66,15 +80,12 @@ nlohmann::json to_json(const TokenizerRecord& r) {
 }
 
 TokenizerRecord tokenizer_record_from_json(const nlohmann::json& j, const std::string& where) {
+  MT_REQUIRE(j.is_object(), where, " has a malformed tokenizer record: it is not a JSON object");
   TokenizerRecord r;
-  try {
-    r.kind = j.at("kind").get<std::string>();
-    if (j.contains("file")) {
-      r.file = j.at("file").get<std::string>();
-      r.crc32c = uint32_t(std::stoul(j.at("crc32c").get<std::string>(), nullptr, 16));
-    }
-  } catch (const std::exception& e) {
-    throw UsageError(str(where, " has a malformed tokenizer record: ", e.what()));
+  r.kind = string_field(j, "kind", where);
+  if (j.contains("file")) {
+    r.file = string_field(j, "file", where);
+    r.crc32c = parse_crc(string_field(j, "crc32c", where), where);
   }
   MT_REQUIRE(r.kind == "byte" || r.kind == "bpe" || r.kind == "unigram", where,
              " names an unknown tokenizer kind '", r.kind, "'");
@@ -83,24 +94,27 @@ TokenizerRecord tokenizer_record_from_json(const nlohmann::json& j, const std::s
   return r;
 }
 
-TokenizerRecord record_tokenizer_file(const std::string& kind, const std::string& file) {
+TokenizerRecord record_tokenizer_file(const std::string& kind, const std::string& file,
+                                      const std::string& what) {
   TokenizerRecord r;
   r.kind = kind;
   if (kind == "byte") return r;
   std::error_code ec;
   r.file = std::filesystem::absolute(file, ec).lexically_normal().string();
   if (ec) r.file = file;
-  r.crc32c = file_crc32c(file);
+  r.crc32c = crc_of(model_bytes(file, what));
   return r;
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerRecord& r) {
   if (r.kind == "byte") return make_byte_tokenizer();
-  const uint32_t now = file_crc32c(r.file);
+  // One read: the bytes checked are the bytes loaded.
+  const std::string bytes = model_bytes(r.file, "tokenizer file");
+  const uint32_t now = crc_of(bytes);
   MT_REQUIRE(now == r.crc32c, "tokenizer file ", r.file, " has changed: its CRC-32C is ",
              crc32c_hex(now), " but ", crc32c_hex(r.crc32c),
              " was recorded; the ids would not mean what they meant");
-  auto t = load_sentencepiece_tokenizer(r.file);
+  auto t = sentencepiece_tokenizer_from_bytes(bytes, r.file);
   MT_REQUIRE(t->kind() == r.kind, "tokenizer file ", r.file, " holds a ", t->kind(),
              " model but the record says ", r.kind);
   return t;

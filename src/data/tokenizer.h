@@ -54,8 +54,10 @@ nlohmann::json to_json(const TokenizerRecord& r);
 // Throws UsageError naming `where` for a malformed record.
 TokenizerRecord tokenizer_record_from_json(const nlohmann::json& j, const std::string& where);
 
-// The record of a model file as it is now (reads it for the checksum).
-TokenizerRecord record_tokenizer_file(const std::string& kind, const std::string& file);
+// The record of a model file as it is now (reads it for the checksum, through
+// core/input_file.h; `what` names it in errors, e.g. the flag that gave it).
+TokenizerRecord record_tokenizer_file(const std::string& kind, const std::string& file,
+                                      const std::string& what = "tokenizer file");
 
 // Loads what the record names, checking the file's checksum (UsageError when it changed).
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerRecord& r);

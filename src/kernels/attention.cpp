@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/attention_avx512.h"
+#include "kernels/attention_bf16_avx512.h"
 #include "kernels/matmul.h"
 #include "kernels/vec_math.h"
 
@@ -23,17 +24,19 @@ namespace {
 
 constexpr int kRowBlock = 128;
 
-AttentionHead head_view(const float* qkv, int b, int h, int T, int C, int hd, float scale) {
-  const float* base = qkv + static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd;
-  return {base, base + C, base + 2 * C, 3 * C, T, hd, scale};
-}
-
-// Where one (batch, head) pair's slices start: `row` in the (B, T, C) tensors (out, dout),
-// `qkv` in the (B, T, 3C) ones (dqkv), `att` in the (B, NH, T, T) ones (probabilities,
-// scratch).
+// Where one (batch, head) pair's slices start: `row` in the (B, T, C) tensors (out, dout);
+// q, k, v in the (B, T, 3C) ones (qkv, dqkv), where head h reads its own K/V columns; `att`
+// in the (B, NH, T, T) ones (probabilities, scratch). The one place that maps a query head
+// to the K/V rows it reads.
 struct HeadOffsets {
-  size_t row, qkv, att;
+  size_t row, q, k, v, att;
 };
+
+HeadOffsets head_offsets(int b, int h, int T, int C, int NH, int hd) {
+  const size_t qkv_row = static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd;
+  return {static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd, qkv_row, qkv_row + C,
+          qkv_row + 2 * C, (static_cast<size_t>(b) * NH + h) * T * T};
+}
 
 // fn(head view, offsets) for every (batch, head) pair, the pairs split over OpenMP.
 template <class Fn>
@@ -43,10 +46,8 @@ void for_each_head(const float* qkv, int B, int T, int C, int NH, Fn fn) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
-      const HeadOffsets o{static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd,
-                          static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd,
-                          (static_cast<size_t>(b) * NH + h) * T * T};
-      fn(head_view(qkv, b, h, T, C, hd, scale), o);
+      const HeadOffsets o = head_offsets(b, h, T, C, NH, hd);
+      fn(AttentionHead{qkv + o.q, qkv + o.k, qkv + o.v, 3 * C, T, hd, scale}, o);
     }
   }
 }
@@ -146,13 +147,12 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   // dqkv, qkv are (B, T, 3C); dout is (B, T, C); att, scratch are (B, NH, T, T).
   const bool fast = attention_avx512_supports(C / NH);
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
-    float* dq = dqkv + o.qkv;
+    float *dq = dqkv + o.q, *dk = dqkv + o.k, *dv = dqkv + o.v;
     if (fast)
-      attention_head_backward_avx512(hv, dq, dq + C, dq + 2 * C, 3 * C, dout + o.row, C,
-                                     att + o.att, scratch + o.att);
+      attention_head_backward_avx512(hv, dq, dk, dv, 3 * C, dout + o.row, C, att + o.att,
+                                     scratch + o.att);
     else
-      backward_head_sgemm(hv, dq, dq + C, dq + 2 * C, 3 * C, dout + o.row, C, att + o.att,
-                          scratch + o.att);
+      backward_head_sgemm(hv, dq, dk, dv, 3 * C, dout + o.row, C, att + o.att, scratch + o.att);
   });
 }
 
@@ -174,9 +174,8 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
     return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
   }
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
-    float* dq = dqkv + o.qkv;
-    attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout + o.row, C, att + o.att,
-                                 scratch + o.att, accumulate);
+    attention_head_backward_bf16(hv, dqkv + o.q, dqkv + o.k, dqkv + o.v, 3 * C, dout + o.row, C,
+                                 att + o.att, scratch + o.att, accumulate);
   });
 }
 
@@ -199,9 +198,8 @@ void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, c
     return to_bf16(dqkv16, stage, size_t(B) * T * 3 * C);
   }
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
-    bf16* dq = dqkv16 + o.qkv;
-    attention_head_backward_bf16(hv, dq, dq + C, dq + 2 * C, 3 * C, dout + o.row, C, att + o.att,
-                                 scratch + o.att);
+    attention_head_backward_bf16(hv, dqkv16 + o.q, dqkv16 + o.k, dqkv16 + o.v, 3 * C, dout + o.row,
+                                 C, att + o.att, scratch + o.att);
   });
 }
 

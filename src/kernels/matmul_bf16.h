@@ -33,10 +33,12 @@ void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols);
 
 // The row counts a GEMM of `rows` output rows runs as, in order (their sum is `rows`): the
 // forward and input-gradient GEMMs split their rows this way so that the shapes, and the
-// oneDNN primitives cached per shape, stay few per layer whatever the row count. On the
-// primitive path a row of the output is the same bits whichever piece it ran in. The
-// jit_gemm path splits the same way (so the planner's cost of a row count holds for both)
-// but its bits depend on the piece's size (1-row pieces run a gemv kernel).
+// oneDNN primitives cached per shape, stay few per layer whatever the row count. Whether a
+// row's bits depend on its piece's size depends on the kernel oneDNN runs the piece on
+// (docs/precision.md, "Row pieces and bits"): not with AVX512-BF16 and without AMX; with
+// AMX, yes (small pieces run another kernel, and K is summed in chunks that follow the row
+// blocking); on the jit_gemm path, yes (1-row pieces run a gemv kernel). Both paths split
+// the same way, so the planner's cost of a row count holds for both.
 std::vector<int64_t> matmul_bf16_row_pieces(int64_t rows);
 
 // How many oneDNN primitives this thread keeps (one per GEMM shape it has run). Bounded per
@@ -78,7 +80,8 @@ bool bf16_matmul_supported();
 
 // The kernel the bf16 GEMMs run on this machine: on the primitive path oneDNN's
 // implementation name for a representative matmul, e.g. "brg:avx512_core_bf16" or
-// "brg:avx512_core_amx" (what DNNL_VERBOSE would print); on the jit_gemm path
+// "brg:avx512_core_amx_bf16" (what DNNL_VERBOSE would print; "gemm:jit" where the CPU has
+// AVX-512 but not AVX512-BF16); on the jit_gemm path
 // "gemm:jit:avx512_core_bf16"; or "unsupported".
 std::string matmul_bf16_isa();
 

@@ -6,10 +6,9 @@
 #include <string>
 
 #include "kernels/attention.h"
-#include "kernels/bf16.h"
-#include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/reduce.h"
+#include "model/precision_ops.h"
 
 namespace mt {
 
@@ -47,17 +46,40 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
   NHl_ = cfg.heads / tp.size;
   Cl_ = NHl_ * cfg.head_dim();
   Hl_ = cfg.hidden() / tp.size;
-  const int64_t C = C_, H = cfg.hidden(), r = tp.rank;
+  const bool moe = is_moe_layer(cfg, layer);
+  // The experts are whole dense MLPs; splitting them over tp is not implemented.
+  MT_CHECK(!moe || tp.size == 1, "a mixture-of-experts block with tp ", tp.size);
+  register_params(layer, cfg, moe, table);
+  if (moe) moe_ = std::make_unique<MoeLayer>(layer, cfg, ep, max_b * cfg.seq, table, layout);
+  qkv_ = tp::ColumnParallelLinear(tp, C_, 3 * Cl_);
+  attn_proj_ = tp::RowParallelLinear(tp, Cl_, C_);
+  fc_ = tp::ColumnParallelLinear(tp, C_, Hl_);
+  mlp_proj_ = tp::RowParallelLinear(tp, Hl_, C_);
+  if (bf16_) {
+    qkv_.enable_bf16(bf16_version);
+    attn_proj_.enable_bf16(bf16_version);
+    if (!moe) {  // an MoE block's MLP is its experts, with bf16 copies of their own (moe_layer.h)
+      fc_.enable_bf16(bf16_version);
+      mlp_proj_.enable_bf16(bf16_version);
+    }
+  }
+  reserve_buffers(layout, moe);
+}
+
+// In the order of the file format (CONTRACTS.md §4); an MoE block's MoeLayer registers its
+// router and experts after ln_2, where the dense MLP would be.
+void Block::register_params(int layer, const ModelConfig& cfg, bool moe, ParamTable& table) {
+  const int64_t C = C_, H = cfg.hidden(), r = tp_.rank;
+  const bool split = tp_.size > 1;
   const std::string p = "transformer.h." + std::to_string(layer) + ".";
   const float proj_std = 0.02f / std::sqrt(2.0f * cfg.layers);
-
   // Column-parallel QKV: this rank's heads are rows [r*Cl, (r+1)*Cl) of each of q, k, v.
-  ShardSpec qkv_rows =
-      tp.size == 1 ? ShardSpec{}
-                   : ShardSpec{0, {{r * Cl_, Cl_}, {C + r * Cl_, Cl_}, {2 * C + r * Cl_, Cl_}}};
-  ShardSpec attn_cols = tp.size == 1 ? ShardSpec{} : ShardSpec{1, {{r * Cl_, Cl_}}};
-  ShardSpec fc_rows = tp.size == 1 ? ShardSpec{} : rows_of(r * Hl_, Hl_);
-  ShardSpec mlp_cols = tp.size == 1 ? ShardSpec{} : ShardSpec{1, {{r * Hl_, Hl_}}};
+  const ShardSpec qkv_rows =
+      split ? ShardSpec{0, {{r * Cl_, Cl_}, {C + r * Cl_, Cl_}, {2 * C + r * Cl_, Cl_}}}
+            : ShardSpec{};
+  const ShardSpec attn_cols = split ? ShardSpec{1, {{r * Cl_, Cl_}}} : ShardSpec{};
+  const ShardSpec fc_rows = split ? rows_of(r * Hl_, Hl_) : ShardSpec{};
+  const ShardSpec mlp_cols = split ? ShardSpec{1, {{r * Hl_, Hl_}}} : ShardSpec{};
 
   // Under sequence parallelism a LayerNorm sees only this rank's rows: partial gradients.
   auto norm_param = [&](const std::string& name, InitKind init) {
@@ -74,42 +96,22 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
   attn_proj_p_.b = &table.add(p + "attn.c_proj.bias", {C}, InitKind::zeros);
   ln2_.w_info = norm_param("ln_2.weight", InitKind::ones);
   ln2_.b_info = norm_param("ln_2.bias", InitKind::zeros);
-  const bool moe = is_moe_layer(cfg, layer);
-  // The experts are whole dense MLPs; splitting them over tp is not implemented.
-  MT_CHECK(!moe || tp.size == 1, "a mixture-of-experts block with tp ", tp.size);
-  if (moe) {
-    moe_ = std::make_unique<MoeLayer>(layer, cfg, ep, max_b * cfg.seq, table, layout);
-  } else {
-    fc_p_.w = &table.add(p + "mlp.c_fc.weight", {H, C}, InitKind::normal, 0.02f, fc_rows);
-    fc_p_.b = &table.add(p + "mlp.c_fc.bias", {H}, InitKind::zeros, 0, fc_rows);
-    mlp_proj_p_.w =
-        &table.add(p + "mlp.c_proj.weight", {C, H}, InitKind::normal, proj_std, mlp_cols);
-    mlp_proj_p_.b = &table.add(p + "mlp.c_proj.bias", {C}, InitKind::zeros);
-  }
-  qkv_ = tp::ColumnParallelLinear(tp, C_, 3 * Cl_);
-  attn_proj_ = tp::RowParallelLinear(tp, Cl_, C_);
-  fc_ = tp::ColumnParallelLinear(tp, C_, Hl_);
-  mlp_proj_ = tp::RowParallelLinear(tp, Hl_, C_);
+  if (moe) return;
+  fc_p_.w = &table.add(p + "mlp.c_fc.weight", {H, C}, InitKind::normal, 0.02f, fc_rows);
+  fc_p_.b = &table.add(p + "mlp.c_fc.bias", {H}, InitKind::zeros, 0, fc_rows);
+  mlp_proj_p_.w = &table.add(p + "mlp.c_proj.weight", {C, H}, InitKind::normal, proj_std, mlp_cols);
+  mlp_proj_p_.b = &table.add(p + "mlp.c_proj.bias", {C}, InitKind::zeros);
+}
 
-  if (bf16_) {
-    qkv_.enable_bf16(bf16_version);
-    attn_proj_.enable_bf16(bf16_version);
-    if (!moe) {  // an MoE block's MLP is its experts, with bf16 copies of their own (moe_layer.h)
-      fc_.enable_bf16(bf16_version);
-      mlp_proj_.enable_bf16(bf16_version);
-    }
-  }
-
-  // Buffers only a GEMM reads are bf16 under --precision bf16 (block.h).
-  auto gemm_only = [&](size_t count) {
-    return bf16_ ? layout.reserve_bf16(count) : layout.reserve(count);
-  };
-  const size_t N = size_t(max_b) * T_, Nl = sp_ ? N / tp.size : N;
+// Buffers only a GEMM reads are bf16 under --precision bf16 (block.h).
+void Block::reserve_buffers(SlotLayout& layout, bool moe) {
+  auto gemm_only = [&](size_t count) { return reserve_gemm_operand(layout, count, bf16_); };
+  const size_t N = size_t(max_b_) * T_, Nl = sp_ ? N / tp_.size : N;
   off_.ln1_out = gemm_only(Nl * C_);
   off_.ln1_mean = layout.reserve(Nl);
   off_.ln1_rstd = layout.reserve(Nl);
   off_.qkv = layout.reserve(N * 3 * Cl_);
-  if (!recompute_attention_) off_.att = layout.reserve(size_t(max_b) * NHl_ * T_ * T_);
+  if (!recompute_attention_) off_.att = layout.reserve(size_t(max_b_) * NHl_ * T_ * T_);
   off_.att_out = gemm_only(N * Cl_);
   off_.x_mid = layout.reserve(Nl * C_);
   off_.ln2_out = moe ? layout.reserve(Nl * C_) : gemm_only(Nl * C_);  // the router reads fp32
@@ -128,10 +130,18 @@ Block::Block(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, i
 
 size_t Block::bf16_stage_floats() const {
   // fp32 results before rounding: LayerNorm outputs (Nl, C), the attention output (N, Cl),
-  // the GELU output and its gradient (N, Hl), the attention's input gradient (N, 3Cl).
+  // the GELU output and its gradient (N, Hl), the attention's input gradient (N, 3Cl); and
+  // the experts' chunks.
   if (!bf16_) return 0;
   const size_t N = size_t(max_b_) * T_;
-  return N * std::max({size_t(C_), size_t(3 * Cl_), size_t(Hl_)});
+  const size_t own = N * std::max({size_t(C_), size_t(3 * Cl_), size_t(Hl_)});
+  return moe_ ? std::max(own, moe_->bf16_stage_floats()) : own;
+}
+
+void Block::set_bf16_scratch(float* stage, bf16* g16) {
+  scratch_.stage = stage, scratch_.gather = g16;
+  // The block's own uses of the stage end before it calls its MoE layer.
+  if (moe_) moe_->set_bf16_stage(stage);
 }
 
 size_t Block::bf16_gather_values() const {
@@ -142,7 +152,7 @@ size_t Block::bf16_gather_values() const {
 
 size_t Block::bf16_weight_bytes() const {
   return qkv_.bf16_weight_bytes() + attn_proj_.bf16_weight_bytes() + fc_.bf16_weight_bytes() +
-         mlp_proj_.bf16_weight_bytes();
+         mlp_proj_.bf16_weight_bytes() + (moe_ ? moe_->bf16_weight_bytes() : 0);
 }
 
 void Block::bind(float* params, float* grads) {
@@ -182,56 +192,82 @@ int Block::rows(int b, int T) const {
 }
 
 // ---- forward / backward ------------------------------------------------------------------
+// One body per pass over the precision's ops (precision_ops.h): under bf16 each fp32 result
+// that only a GEMM reads is rounded into its bf16 slot buffer once, where B and W both find
+// it; the attention core multiplies in bf16 too (kernels/attention.h), and the
+// recomputation under selective calls the same bf16 forward, so its probabilities are the
+// forward's bit for bit.
 
 void Block::forward(float* s, const float* x_in, float* x_out, int b, int T) {
-  if (bf16_) return forward_bf16(s, x_in, x_out, b, T);
-  const int N = b * T, Nl = rows(b, T);
-  const size_t nc = size_t(Nl) * C_;  // one residual-stream buffer on this rank
-  float* ln1_out = s + off_.ln1_out;
-  float* qkv = s + off_.qkv;
-  float* att_out = s + off_.att_out;
-  float* x_mid = s + off_.x_mid;
-  float* ln2_out = s + off_.ln2_out;
-  float* fc_pre = s + off_.fc_pre;
-  float* fc_out = s + off_.fc_out;
-  float* att = recompute_attention_ ? probs_scratch_ : s + off_.att;
-
-  layernorm_forward(ln1_out, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
-  qkv_.forward(qkv, ln1_out, N, scratch_);
-  attention_forward(att_out, att, qkv, b, T, Cl_, NHl_);
-  attn_proj_.forward(x_mid, att_out, N, scratch_);
-  add_inplace(x_mid, x_in, nc);
-
-  layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
-  if (moe_) {
-    moe_->forward(s, ln2_out, x_out, N);  // tp == 1: Nl == N
-    add_inplace(x_out, x_mid, nc);
-    return;
-  }
-  fc_.forward(fc_pre, ln2_out, N, scratch_, /*with_bias=*/false);
-  bias_gelu_forward(fc_out, fc_pre, fc_.bias(), N, Hl_);
-  mlp_proj_.forward(x_out, fc_out, N, scratch_);
-  add_inplace(x_out, x_mid, nc);
+  with_precision_ops(bf16_, scratch_,
+                     [&](const auto& ops) { forward_with(ops, s, x_in, x_out, b, T); });
 }
 
 void Block::backward_input(float* s, const float* x_in, const float* dx_out, float* dx_in,
                            float* scratch, int b, int T) {
-  if (bf16_) return backward_input_bf16(s, x_in, dx_out, dx_in, scratch, b, T);
+  with_precision_ops(bf16_, scratch_, [&](const auto& ops) {
+    backward_input_with(ops, s, x_in, dx_out, dx_in, scratch, b, T);
+  });
+}
+
+void Block::backward_weight(float* s, const float* x_in, const float* dx_out, int b, int T) {
+  with_precision_ops(bf16_, scratch_,
+                     [&](const auto& ops) { backward_weight_with(ops, s, x_in, dx_out, b, T); });
+}
+
+template <class Ops>
+void Block::forward_with(const Ops& p, float* s, const float* x_in, float* x_out, int b, int T) {
+  using Act = typename Ops::Act;
   const int N = b * T, Nl = rows(b, T);
-  float* d_fc = s + off_.d_fc;
+  const size_t nc = size_t(Nl) * C_;  // one residual-stream buffer on this rank
+  Act* ln1_out = Ops::act(s, off_.ln1_out);
+  Act* att_out = Ops::act(s, off_.att_out);
+  float* qkv = s + off_.qkv;
+  float* x_mid = s + off_.x_mid;
+  float* att = recompute_attention_ ? probs_scratch_ : s + off_.att;
+
+  p.layernorm(ln1_out, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
+  p.forward(qkv_, qkv, ln1_out, N, p.gathered());
+  p.attention(att_out, att, qkv, b, T, Cl_, NHl_);
+  p.forward(attn_proj_, x_mid, att_out, N);
+  add_inplace(x_mid, x_in, nc);
+
+  if (moe_) {  // the router reads an fp32 ln2_out; the experts keep their own rows
+    float* ln2_out = s + off_.ln2_out;
+    layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
+    moe_->forward(s, ln2_out, x_out, N);  // tp == 1: Nl == N
+  } else {
+    Act* ln2_out = Ops::act(s, off_.ln2_out);
+    Act* fc_out = Ops::act(s, off_.fc_out);
+    float* fc_pre = s + off_.fc_pre;
+    p.layernorm(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
+    p.forward(fc_, fc_pre, ln2_out, N, p.gathered(), /*with_bias=*/false);
+    p.bias_gelu(fc_out, fc_pre, fc_.bias(), N, Hl_);
+    p.forward(mlp_proj_, x_out, fc_out, N);
+  }
+  add_inplace(x_out, x_mid, nc);
+}
+
+template <class Ops>
+void Block::backward_input_with(const Ops& p, float* s, const float* x_in, const float* dx_out,
+                                float* dx_in, float* scratch, int b, int T) {
+  using Act = typename Ops::Act;
+  const int N = b * T, Nl = rows(b, T);
   float* d_ln2 = s + off_.d_ln2;
   float* dx_mid = s + off_.dx_mid;
   float* d_att_out = s + off_.d_att_out;
-  float* d_qkv = s + off_.d_qkv;
+  Act* d_qkv = Ops::act(s, off_.d_qkv);
   float* d_ln1 = s + off_.d_ln1;
 
   if (moe_) {
     moe_->backward_input(s, s + off_.ln2_out, dx_out, d_ln2, N);  // overwrites d_ln2
   } else {
     // MLP: d_fc = gelu'(fc_pre) * (dx_out @ W_proj), then back through c_fc to ln_2's output.
-    mlp_proj_.backward_input(d_fc, dx_out, N, scratch_);
-    gelu_backward(d_fc, s + off_.fc_pre, d_fc, size_t(N) * Hl_);
-    fc_.backward_input(d_ln2, d_fc, N, scratch_);
+    Act* d_fc = Ops::act(s, off_.d_fc);
+    float* d_fc_fp32 = p.staged(d_fc);
+    p.backward_input(mlp_proj_, d_fc_fp32, dx_out, N);
+    p.gelu_backward(d_fc, s + off_.fc_pre, d_fc_fp32, size_t(N) * Hl_);
+    p.backward_input(fc_, d_ln2, d_fc, N);
   }
   residual_layernorm_backward(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
                               s + off_.ln2_rstd, Nl, C_);
@@ -241,115 +277,32 @@ void Block::backward_input(float* s, const float* x_in, const float* dx_out, flo
   float* att = s + off_.att;
   if (recompute_attention_) {
     att = probs_scratch_;
-    attention_forward(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
+    p.attention(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
   }
-  attn_proj_.backward_input(d_att_out, dx_mid, N, scratch_);
-  std::memset(d_qkv, 0, size_t(N) * 3 * Cl_ * sizeof(float));
-  attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
-  qkv_.backward_input(d_ln1, d_qkv, N, scratch_);
+  p.backward_input(attn_proj_, d_att_out, dx_mid, N);
+  p.attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
+  p.backward_input(qkv_, d_ln1, d_qkv, N);
   // dx_in must not alias anything read below; the x_in statistics are in the slot.
   residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,
                               s + off_.ln1_rstd, Nl, C_);
 }
 
-void Block::backward_weight(float* s, const float* x_in, const float* dx_out, int b, int T) {
-  if (bf16_) return backward_weight_bf16(s, x_in, dx_out, b, T);
+template <class Ops>
+void Block::backward_weight_with(const Ops& p, float* s, const float* x_in, const float* dx_out,
+                                 int b, int T) {
   const int N = b * T, Nl = rows(b, T);
   // Under sequence parallelism the linears gather again what the slot keeps only locally. The
   // row-parallel biases see the whole gradient: identical on every rank.
   if (moe_) {
     moe_->backward_weight(s, s + off_.ln2_out, N);
   } else {
-    mlp_proj_.backward_weight(dx_out, s + off_.fc_out, N, scratch_);
-    fc_.backward_weight(s + off_.d_fc, s + off_.ln2_out, N, scratch_);
+    p.backward_weight(mlp_proj_, dx_out, Ops::act(s, off_.fc_out), N);
+    p.backward_weight(fc_, Ops::act(s, off_.d_fc), Ops::act(s, off_.ln2_out), N);
   }
   layernorm_backward_weight(ln2_.dw, ln2_.db, s + off_.d_ln2, s + off_.x_mid, s + off_.ln2_mean,
                             s + off_.ln2_rstd, Nl, C_);
-  attn_proj_.backward_weight(s + off_.dx_mid, s + off_.att_out, N, scratch_);
-  qkv_.backward_weight(s + off_.d_qkv, s + off_.ln1_out, N, scratch_);
-  layernorm_backward_weight(ln1_.dw, ln1_.db, s + off_.d_ln1, x_in, s + off_.ln1_mean,
-                            s + off_.ln1_rstd, Nl, C_);
-}
-
-// ---- --precision bf16 ------------------------------------------------------------------
-// The same steps as above; each fp32 result that only a GEMM reads goes through stage_ and
-// is rounded into its bf16 slot buffer once, where B and W both find it. The attention core
-// multiplies in bf16 too (kernels/attention.h); the recomputation under selective calls the
-// same bf16 forward, so its probabilities are the forward's bit for bit.
-
-void Block::forward_bf16(float* s, const float* x_in, float* x_out, int b, int T) {
-  const int N = b * T, Nl = rows(b, T);
-  const size_t nc = size_t(Nl) * C_;
-  float* qkv = s + off_.qkv;
-  float* x_mid = s + off_.x_mid;
-  float* att = recompute_attention_ ? probs_scratch_ : s + off_.att;
-
-  layernorm_forward_bf16(h16(s, off_.ln1_out), s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w,
-                         ln1_.b, Nl, C_);
-  qkv_.forward_bf16(qkv, h16(s, off_.ln1_out), N, g16_);
-  attention_forward_bf16_out16(h16(s, off_.att_out), stage_, att, qkv, b, T, Cl_, NHl_);
-  attn_proj_.forward_bf16(x_mid, h16(s, off_.att_out), N, scratch_);
-  add_inplace(x_mid, x_in, nc);
-
-  if (moe_) {  // the router reads an fp32 ln2_out; the experts round their rows themselves
-    float* ln2_out = s + off_.ln2_out;
-    layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
-    moe_->forward(s, ln2_out, x_out, N);
-    add_inplace(x_out, x_mid, nc);
-    return;
-  }
-  layernorm_forward_bf16(h16(s, off_.ln2_out), s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w,
-                         ln2_.b, Nl, C_);
-  float* fc_pre = s + off_.fc_pre;
-  fc_.forward_bf16(fc_pre, h16(s, off_.ln2_out), N, g16_, /*with_bias=*/false);
-  bias_gelu_forward_bf16(h16(s, off_.fc_out), fc_pre, fc_.bias(), N, Hl_);
-  mlp_proj_.forward_bf16(x_out, h16(s, off_.fc_out), N, scratch_);
-  add_inplace(x_out, x_mid, nc);
-}
-
-void Block::backward_input_bf16(float* s, const float* x_in, const float* dx_out, float* dx_in,
-                                float* scratch, int b, int T) {
-  const int N = b * T, Nl = rows(b, T);
-  float* d_ln2 = s + off_.d_ln2;
-  float* dx_mid = s + off_.dx_mid;
-  float* d_att_out = s + off_.d_att_out;
-  float* d_ln1 = s + off_.d_ln1;
-
-  if (moe_) {
-    moe_->backward_input(s, s + off_.ln2_out, dx_out, d_ln2, N);
-  } else {
-    mlp_proj_.backward_input_bf16(stage_, dx_out, N, scratch_, g16_);
-    gelu_backward_bf16(h16(s, off_.d_fc), s + off_.fc_pre, stage_, size_t(N) * Hl_);
-    fc_.backward_input_bf16(d_ln2, h16(s, off_.d_fc), N, scratch_);
-  }
-  residual_layernorm_backward(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
-                              s + off_.ln2_rstd, Nl, C_);
-
-  float* att = s + off_.att;
-  if (recompute_attention_) {
-    att = probs_scratch_;
-    attention_forward_bf16(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
-  }
-  attn_proj_.backward_input_bf16(d_att_out, dx_mid, N, scratch_, g16_);
-  attention_backward_bf16_out16(h16(s, off_.d_qkv), stage_, scratch, d_att_out, s + off_.qkv, att,
-                                b, T, Cl_, NHl_);
-  qkv_.backward_input_bf16(d_ln1, h16(s, off_.d_qkv), N, scratch_);
-  residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,
-                              s + off_.ln1_rstd, Nl, C_);
-}
-
-void Block::backward_weight_bf16(float* s, const float* x_in, const float* dx_out, int b, int T) {
-  const int N = b * T, Nl = rows(b, T);
-  if (moe_) {
-    moe_->backward_weight(s, s + off_.ln2_out, N);
-  } else {
-    mlp_proj_.backward_weight_bf16(dx_out, h16(s, off_.fc_out), N, scratch_, g16_);
-    fc_.backward_weight_bf16(h16(s, off_.d_fc), h16(s, off_.ln2_out), N, g16_);
-  }
-  layernorm_backward_weight(ln2_.dw, ln2_.db, s + off_.d_ln2, s + off_.x_mid, s + off_.ln2_mean,
-                            s + off_.ln2_rstd, Nl, C_);
-  attn_proj_.backward_weight_bf16(s + off_.dx_mid, h16(s, off_.att_out), N, scratch_, g16_);
-  qkv_.backward_weight_bf16(h16(s, off_.d_qkv), h16(s, off_.ln1_out), N, g16_);
+  p.backward_weight(attn_proj_, s + off_.dx_mid, Ops::act(s, off_.att_out), N);
+  p.backward_weight(qkv_, Ops::act(s, off_.d_qkv), Ops::act(s, off_.ln1_out), N);
   layernorm_backward_weight(ln1_.dw, ln1_.db, s + off_.d_ln1, x_in, s + off_.ln1_mean,
                             s + off_.ln1_rstd, Nl, C_);
 }

@@ -4,7 +4,7 @@
 //
 // Tensor parallelism (Megatron): c_attn and mlp.c_fc are column-parallel layers (split by
 // output columns; each rank owns whole heads), attn.c_proj and mlp.c_proj row-parallel ones
-// (split by input rows): parallel/tensor_parallel/{column,row}_parallel_linear.h, which
+// (split by input rows): tensor_parallel/{column,row}_parallel_linear.h, which
 // hold the communication. Per sub-block one all-reduce in forward (after the row-parallel
 // matmul, before its bias, so the bias counts once) and one in backward (of the LayerNorm
 // output gradient). With tp = 1 both are skipped.
@@ -42,10 +42,11 @@
 #include "model/config.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
+#include "model/precision_ops.h"
 #include "model/recompute.h"
-#include "parallel/tensor_parallel/column_parallel_linear.h"
-#include "parallel/tensor_parallel/row_parallel_linear.h"
-#include "parallel/tensor_parallel/tensor_parallel_shard.h"
+#include "tensor_parallel/column_parallel_linear.h"
+#include "tensor_parallel/row_parallel_linear.h"
+#include "tensor_parallel/tensor_parallel_shard.h"
 
 namespace mt {
 
@@ -69,14 +70,15 @@ class Block {
   void bind(float* params, float* grads);
   // --precision bf16: stage (bf16_stage_floats() fp32) receives fp32 results before they are
   // rounded into the slot; g16 (bf16_gather_values() bf16) holds gathered or rounded GEMM
-  // operands during one call. Both shared by every block (and the head) of a chunk.
-  void set_bf16_scratch(float* stage, bf16* g16) { stage_ = stage, g16_ = g16; }
+  // operands during one call. Both shared by every block (and the head) of a chunk, and the
+  // stage by the block's MoE layer. The weight bytes count the experts' copies too.
+  void set_bf16_scratch(float* stage, bf16* g16);
   size_t bf16_stage_floats() const;
   size_t bf16_gather_values() const;
   size_t bf16_weight_bytes() const;
   // (max_b*T, C) floats the block may use during any of its calls (sequence parallelism:
   // gathered inputs and partial outputs); shared by every block of a chunk.
-  void set_scratch(float* scratch) { scratch_ = scratch; }
+  void set_scratch(float* scratch) { scratch_.scratch = scratch; }
   // Selective recomputation: floats of the (max_b, NHl, T, T) probabilities buffer the
   // block needs outside the slot (0 otherwise), and that buffer (shared by the chunk's
   // blocks: forward and B of one block at a time).
@@ -107,20 +109,24 @@ class Block {
     const ParamInfo *w = nullptr, *b = nullptr;
   };
   int rows(int b, int T) const;  // token rows of the residual stream on this rank
-  void forward_bf16(float* slot, const float* x_in, float* x_out, int b, int T);
-  void backward_input_bf16(float* slot, const float* x_in, const float* dx_out, float* dx_in,
-                           float* scratch, int b, int T);
-  void backward_weight_bf16(float* slot, const float* x_in, const float* dx_out, int b, int T);
-  static bf16* h16(float* slot, size_t off) { return reinterpret_cast<bf16*>(slot + off); }
+  void register_params(int layer, const ModelConfig& cfg, bool moe, ParamTable& table);
+  void reserve_buffers(SlotLayout& layout, bool moe);
+  // The passes, written once over the precision's ops (precision_ops.h: Fp32Ops, Bf16Ops).
+  template <class Ops>
+  void forward_with(const Ops& ops, float* slot, const float* x_in, float* x_out, int b, int T);
+  template <class Ops>
+  void backward_input_with(const Ops& ops, float* slot, const float* x_in, const float* dx_out,
+                           float* dx_in, float* scratch, int b, int T);
+  template <class Ops>
+  void backward_weight_with(const Ops& ops, float* slot, const float* x_in, const float* dx_out,
+                            int b, int T);
 
   int C_, max_b_, Cl_, Hl_, NHl_, T_;  // model dim, local attention width/hidden/heads
   TensorParallelShard tp_;
   bool sp_ = false;
   bool recompute_attention_ = false;  // Recompute::selective
   bool bf16_ = false;                 // --precision bf16
-  float* stage_ = nullptr;
-  bf16* g16_ = nullptr;
-  float* scratch_ = nullptr;
+  LayerScratch scratch_;              // the chunk's workspaces (set_scratch, set_bf16_scratch)
   float* probs_scratch_ = nullptr;
   Norm ln1_{}, ln2_{};
   LinearParams qkv_p_, attn_proj_p_, fc_p_, mlp_proj_p_;  // fc, mlp_proj unused in an MoE block

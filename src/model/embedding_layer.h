@@ -4,13 +4,13 @@
 //
 // This layer owns the parameter-table entries; the tensor-parallel lookup (the token
 // table split by vocabulary rows, the partial rows summed over tp) is
-// parallel/tensor_parallel/vocab_parallel_embedding.h.
+// tensor_parallel/vocab_parallel_embedding.h.
 #pragma once
 
 #include "model/block.h"
 #include "model/config.h"
 #include "model/param_table.h"
-#include "parallel/tensor_parallel/vocab_parallel_embedding.h"
+#include "tensor_parallel/vocab_parallel_embedding.h"
 
 namespace mt {
 

@@ -2,10 +2,10 @@
 
 #include <cstring>
 
-#include "kernels/bf16.h"
 #include "kernels/layernorm.h"
 #include "model/embedding_layer.h"
-#include "parallel/tensor_parallel/vocab_parallel_cross_entropy.h"
+#include "model/precision_ops.h"
+#include "tensor_parallel/vocab_parallel_cross_entropy.h"
 
 namespace mt {
 
@@ -27,9 +27,7 @@ LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
   lnf_b_info_ = &bias;
   if (bf16_) head_.enable_bf16(bf16_version);
   // ln_f's output is read only by the head's GEMMs: bf16 under --precision bf16.
-  auto gemm_only = [&](size_t count) {
-    return bf16_ ? layout.reserve_bf16(count) : layout.reserve(count);
-  };
+  auto gemm_only = [&](size_t count) { return reserve_gemm_operand(layout, count, bf16_); };
   const size_t N = size_t(max_b) * cfg.seq, Nl = sp_ ? N / tp.size : N;
   off_.lnf_out = gemm_only(Nl * C_);
   off_.mean = layout.reserve(Nl);
@@ -60,17 +58,17 @@ size_t LMHead::bf16_gather_values() const {
 double LMHead::forward(float* s, const float* x_in, const int* targets, int b, int T, float dloss) {
   const int N = b * T, Nl = rows(b, T);
   float* logits = s + off_.logits;
-  float* losses = s + off_.losses;
-  if (bf16_) {
-    layernorm_forward(stage_, s + off_.mean, s + off_.rstd, x_in, lnf_w_, lnf_b_, Nl, C_);
-    to_bf16(h16(s, off_.lnf_out), stage_, size_t(Nl) * C_);
-    head_.forward_bf16(logits, h16(s, off_.lnf_out), N, h16(s, off_.lnf_full));
-  } else {
-    layernorm_forward(s + off_.lnf_out, s + off_.mean, s + off_.rstd, x_in, lnf_w_, lnf_b_, Nl, C_);
-    // (N, Vl) = lnf @ wte_shard^T; under sequence parallelism lnf is gathered into lnf_full.
-    head_.forward(logits, s + off_.lnf_out, N, s + off_.lnf_full);
-  }
+  // ln_f's output through the stage under bf16 (rounded as it is kept), then (N, Vl) = lnf @
+  // wte_shard^T; under sequence parallelism lnf is gathered into lnf_full.
+  with_precision_ops(bf16_, scratch_, [&](const auto& p) {
+    auto* lnf_out = p.act(s, off_.lnf_out);
+    float* lnf = p.staged(lnf_out);
+    layernorm_forward(lnf, s + off_.mean, s + off_.rstd, x_in, lnf_w_, lnf_b_, Nl, C_);
+    p.keep(lnf_out, lnf, size_t(Nl) * C_);
+    p.forward(head_, logits, lnf_out, N, p.act(s, off_.lnf_full));
+  });
   if (!targets) return 0.0;
+  float* losses = s + off_.losses;
   tp::vocab_parallel_crossentropy(losses, logits, targets, dloss, N, shard_, tp_.comm,
                                   s + off_.ce_stats);
   // Summed in double and in a fixed order so the result is deterministic.
@@ -79,27 +77,23 @@ double LMHead::forward(float* s, const float* x_in, const int* targets, int b, i
   return sum;
 }
 
+// dlogits (in the logits' place) is fp32; bf16 rounds it for each GEMM that reads it.
 void LMHead::backward_input(float* s, const float* x_in, float* dx_in, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
   float* d_lnf = s + off_.d_lnf;
-  if (bf16_) {
-    to_bf16(g16_, s + off_.logits, size_t(N) * shard_.rows);
-    head_.backward_input_bf16(d_lnf, g16_, N, scratch_);
-  } else {
-    head_.backward_input(d_lnf, s + off_.logits, N, scratch_);
-  }
+  with_precision_ops(bf16_, scratch_, [&](const auto& p) {
+    p.backward_input(head_, d_lnf, p.operand(s + off_.logits, size_t(N) * shard_.rows), N);
+  });
   std::memset(dx_in, 0, size_t(Nl) * C_ * sizeof(float));
   layernorm_backward_input(dx_in, d_lnf, x_in, lnf_w_, s + off_.mean, s + off_.rstd, Nl, C_);
 }
 
 void LMHead::backward_weight(float* s, const float* x_in, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
-  if (bf16_) {
-    to_bf16(g16_, s + off_.logits, size_t(N) * shard_.rows);
-    head_.backward_weight_gathered_bf16(g16_, h16(s, off_.lnf_full), N);
-  } else {
-    head_.backward_weight_gathered(s + off_.logits, s + off_.lnf_full, N);
-  }
+  with_precision_ops(bf16_, scratch_, [&](const auto& p) {
+    const auto* dlogits = p.operand(s + off_.logits, size_t(N) * shard_.rows);
+    p.backward_weight_gathered(head_, dlogits, p.act(s, off_.lnf_full), N);
+  });
   layernorm_backward_weight(dlnf_w_, dlnf_b_, s + off_.d_lnf, x_in, s + off_.mean, s + off_.rstd,
                             Nl, C_);
 }

@@ -3,7 +3,7 @@
 // dlogits over the logits), since nothing after the loss can change it.
 //
 // Tensor parallelism: the head is a column-parallel layer over the vocabulary
-// (parallel/tensor_parallel/column_parallel_linear.h: each rank multiplies by its rows of
+// (tensor_parallel/column_parallel_linear.h: each rank multiplies by its rows of
 // wte) and the loss is the vocabulary-parallel cross-entropy
 // (vocab_parallel_cross_entropy.h): the full logits exist on no rank. Under sequence
 // parallelism ln_f runs on this rank's rows only and its output is gathered into the slot
@@ -18,8 +18,9 @@
 #include "model/block.h"
 #include "model/config.h"
 #include "model/param_table.h"
-#include "parallel/tensor_parallel/column_parallel_linear.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
+#include "model/precision_ops.h"
+#include "tensor_parallel/column_parallel_linear.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt {
 
@@ -32,12 +33,12 @@ class LMHead {
   void bind(float* params, float* grads);
   // --precision bf16: the chunk's shared fp32 stage and bf16 gather scratch (block.h), and
   // the sizes the head needs of them.
-  void set_bf16_scratch(float* stage, bf16* g16) { stage_ = stage, g16_ = g16; }
+  void set_bf16_scratch(float* stage, bf16* g16) { scratch_.stage = stage, scratch_.gather = g16; }
   size_t bf16_stage_floats() const;
   size_t bf16_gather_values() const;
   size_t bf16_weight_bytes() const { return head_.bf16_weight_bytes(); }
   // (b*T, C) floats the head may use between calls (sequence parallelism).
-  void set_scratch(float* scratch) { scratch_ = scratch; }
+  void set_scratch(float* scratch) { scratch_.scratch = scratch; }
 
   // Returns the sum of per-token cross-entropies of targets (b, T) given x_in (b, T, C)
   // (this rank's rows under sequence parallelism; the sum is over all b*T tokens).
@@ -54,16 +55,12 @@ class LMHead {
  private:
   int rows(int b, int T) const { return b * T / (sp_ ? tp_.size : 1); }
 
-  bf16* h16(float* slot, size_t off) const { return reinterpret_cast<bf16*>(slot + off); }
-
   int C_, max_n_;
   bool bf16_;
-  float* stage_ = nullptr;
-  bf16* g16_ = nullptr;
+  LayerScratch scratch_;  // the chunk's workspaces (set_scratch, set_bf16_scratch)
   TensorParallelShard tp_;
   bool sp_;
   tp::VocabShard shard_;
-  float* scratch_ = nullptr;
   tp::ColumnParallelLinear head_;  // (N, C) -> (N, Vl) logits, the tied wte rows, no bias
   const ParamInfo *lnf_w_info_, *lnf_b_info_, *wte_info_;
   const float *lnf_w_ = nullptr, *lnf_b_ = nullptr;

@@ -27,85 +27,95 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
   SlotLayout layout;
   const bool sp = tp.size > 1 && tp.sequence_parallel;
   const size_t N = size_t(max_b) * cfg.seq, Nl = sp ? N / tp.size : N;
+  build_layers(tp, max_b, table, layout, ep, recompute, bf16_version);
+  reserve_residual_stream(layout, N, Nl);
+  pool_ = std::make_unique<ActivationPool>(layout.total());
+  share_workspaces(N, sp, bf16_version != nullptr);
+}
+
+void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTable& table,
+                              SlotLayout& layout, const ExpertParallelShard& ep,
+                              Recompute recompute, const uint64_t* bf16_version) {
   // The edge unit (embedding, ln_f, tied wte) is registered first so that its tensors are
   // contiguous in the arena: ZeRO shards and gathers each unit as one range.
   size_t first = table.entries().size();
-  if (spec.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg, tp, table);
-  if (spec.has_head) head_ = std::make_unique<LMHead>(cfg, tp, max_b, table, layout, bf16_version);
+  if (spec_.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg_, tp, table);
+  if (spec_.has_head)
+    head_ = std::make_unique<LMHead>(cfg_, tp, max_b, table, layout, bf16_version);
   unit_range_.push_back(range_since(table, first));
   size_t block_floats = 0;
   // The MoE layers learn the bf16 weight version through the shard the Block hands them.
   ExpertParallelShard moe_ep = ep;
   moe_ep.bf16_version = bf16_version;
-  for (int l = spec.first_layer; l < spec.last_layer; ++l) {
+  for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
     first = table.entries().size();
     if (full_) {
       // Each block's buffers from offset 0 of the block scratch.
       SlotLayout block_layout;
-      blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, block_layout, moe_ep,
+      blocks_.push_back(std::make_unique<Block>(l, cfg_, tp, max_b, table, block_layout, moe_ep,
                                                 Recompute::none, bf16_version));
       block_floats = std::max(block_floats, block_layout.total());
     } else {
-      blocks_.push_back(std::make_unique<Block>(l, cfg, tp, max_b, table, layout, moe_ep, recompute,
-                                                bf16_version));
+      blocks_.push_back(std::make_unique<Block>(l, cfg_, tp, max_b, table, layout, moe_ep,
+                                                recompute, bf16_version));
     }
     unit_range_.push_back(range_since(table, first));
   }
   block_scratch_.resize(block_floats);
-  size_t probs = 0;
-  for (auto& blk : blocks_) probs = std::max(probs, blk->attention_probs_scratch_floats());
-  probs_scratch_.resize(probs);
-  for (auto& blk : blocks_) blk->set_attention_probs_scratch(probs_scratch_.data());
-  // The residual stream between blocks: this rank's rows of it under sequence parallelism.
-  // Full recomputation runs each block's W right after its B, so the gradients between the
-  // blocks, dx[1..n-1], are dead once the block below has read them: two buffers outside
-  // the slot, alternating, hold them. dx[0] (the embedding's W, the previous stage) and
-  // dx[n] (received, or the head's) stay in the slot.
+}
+
+// The residual stream between blocks: this rank's rows of it under sequence parallelism.
+// Full recomputation runs each block's W right after its B, so the gradients between the
+// blocks, dx[1..n-1], are dead once the block below has read them: two buffers outside
+// the slot, alternating, hold them. dx[0] (the embedding's W, the previous stage) and
+// dx[n] (received, or the head's) stay in the slot.
+void ModelChunk::reserve_residual_stream(SlotLayout& layout, size_t N, size_t Nl) {
   for (int i = 0; i <= nblocks(); ++i) {
-    x_off_.push_back(layout.reserve(Nl * cfg.dim));
+    x_off_.push_back(layout.reserve(Nl * cfg_.dim));
     const bool between = full_ && i > 0 && i < nblocks();
-    dx_off_.push_back(between ? 0 : layout.reserve(Nl * cfg.dim));
+    dx_off_.push_back(between ? 0 : layout.reserve(Nl * cfg_.dim));
   }
-  residual_grad_stride_ = (Nl * cfg.dim + 15) / 16 * 16;
+  residual_grad_stride_ = (Nl * cfg_.dim + 15) / 16 * 16;
   if (full_)
     residual_grads_.resize(size_t(std::clamp(nblocks() - 1, 0, 2)) * residual_grad_stride_);
   static_assert(sizeof(int) == sizeof(float));
   tokens_off_ = layout.reserve(2 * N);  // tokens then targets, as int32
-  pool_ = std::make_unique<ActivationPool>(layout.total());
-  size_t scratch = 0;
-  for (auto& blk : blocks_) scratch = std::max(scratch, blk->attention_scratch_floats());
+}
+
+// Workspaces every use of which ends inside one call of one layer: one of each kind, sized
+// for the largest user, shared by all the chunk's layers.
+void ModelChunk::share_workspaces(size_t N, bool sp, bool bf16_precision) {
+  size_t probs = 0, scratch = 0;
+  for (auto& blk : blocks_) {
+    probs = std::max(probs, blk->attention_probs_scratch_floats());
+    scratch = std::max(scratch, blk->attention_scratch_floats());
+  }
+  probs_scratch_.resize(probs);
+  for (auto& blk : blocks_) blk->set_attention_probs_scratch(probs_scratch_.data());
   attention_scratch_.resize(scratch);
-  // One (N, C) buffer for the gathered inputs and partial outputs of sequence parallelism:
-  // every use ends before the next begins, so all layers share it.
+  // One (N, C) buffer for the gathered inputs and partial outputs of sequence parallelism.
   if (sp) {
-    sp_scratch_.resize(N * cfg.dim);
+    sp_scratch_.resize(N * cfg_.dim);
     for (auto& blk : blocks_) blk->set_scratch(sp_scratch_.data());
     if (head_) head_->set_scratch(sp_scratch_.data());
   }
-  if (bf16_version) {
-    size_t stage = head_ ? head_->bf16_stage_floats() : 0;
-    size_t gather = head_ ? head_->bf16_gather_values() : 0;
-    for (auto& blk : blocks_) {
-      stage = std::max(stage, blk->bf16_stage_floats());
-      gather = std::max(gather, blk->bf16_gather_values());
-      if (blk->moe()) stage = std::max(stage, blk->moe()->bf16_stage_floats());
-    }
-    bf16_stage_.resize(stage);
-    bf16_gather_.resize((gather + 1) / 2);
-    bf16* g16 = reinterpret_cast<bf16*>(bf16_gather_.data());
-    for (auto& blk : blocks_) {
-      blk->set_bf16_scratch(bf16_stage_.data(), g16);
-      // The Block's own uses of the stage end before it calls its MoE layer.
-      if (blk->moe()) blk->moe()->set_bf16_stage(bf16_stage_.data());
-    }
-    if (head_) head_->set_bf16_scratch(bf16_stage_.data(), g16);
+  if (!bf16_precision) return;
+  size_t stage = head_ ? head_->bf16_stage_floats() : 0;
+  size_t gather = head_ ? head_->bf16_gather_values() : 0;
+  for (auto& blk : blocks_) {
+    stage = std::max(stage, blk->bf16_stage_floats());
+    gather = std::max(gather, blk->bf16_gather_values());
   }
+  bf16_stage_.resize(stage);
+  bf16_gather_.resize((gather + 1) / 2);
+  bf16* g16 = reinterpret_cast<bf16*>(bf16_gather_.data());
+  for (auto& blk : blocks_) blk->set_bf16_scratch(bf16_stage_.data(), g16);
+  if (head_) head_->set_bf16_scratch(bf16_stage_.data(), g16);
 }
 
 size_t ModelChunk::bf16_weight_bytes() const {
   size_t bytes = head_ ? head_->bf16_weight_bytes() : 0;
-  for (const auto& blk : blocks_)
-    bytes += blk->bf16_weight_bytes() + (blk->moe() ? blk->moe()->bf16_weight_bytes() : 0);
+  for (const auto& blk : blocks_) bytes += blk->bf16_weight_bytes();
   return bytes;
 }
 

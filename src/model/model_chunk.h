@@ -112,6 +112,13 @@ class ModelChunk {
   const float* logits(int slot) { return head_->logits(pool_->base(slot)); }
 
  private:
+  // The constructor's phases: the layers (parameters and slot buffers, in unit order), the
+  // residual stream and tokens in the slot, and the workspaces the layers share.
+  void build_layers(const TensorParallelShard& tp, int max_b, ParamTable& table, SlotLayout& layout,
+                    const ExpertParallelShard& ep, Recompute recompute,
+                    const uint64_t* bf16_version);
+  void reserve_residual_stream(SlotLayout& layout, size_t N, size_t Nl);
+  void share_workspaces(size_t N, bool sp, bool bf16_precision);
   int nblocks() const { return int(blocks_.size()); }
   float* x(int slot, int i) { return pool_->base(slot) + x_off_[i]; }
   float* dx(int slot, int i) {

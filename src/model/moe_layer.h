@@ -3,16 +3,19 @@
 // is ln_2's output and the caller adds y to the residual. Each expert is the dense MLP
 // (c_fc, tanh GELU, c_proj) with its own weights.
 //
-// One forward, for N tokens of this rank's microbatch (one aux/capacity group):
-//   router: logits = h @ router.weight^T, softmax, top-k, gates, aux loss (kernels/router.h)
-//   plan:   capacity drops and the stable sort by expert (kernels/token_permutation.h)
-//   dispatch: rows to the ep ranks owning their experts (TokenExchange; skipped at ep = 1)
-//   experts: per local expert one GEMM pair over its contiguous rows
-//   combine: results back to their rank, then gate-weighted sum per token
+// One forward, for N tokens of this rank's microbatch (one aux/capacity group), in phases:
+//   route:    logits = h @ router.weight^T, softmax, top-k, gates, aux loss
+//             (kernels/router.h); capacity drops and the stable sort by expert
+//             (kernels/token_permutation.h)
+//   dispatch: the rows to the ep ranks owning their experts, expert-major there
+//             (TokenExchange; at ep = 1 the IdentityExchange, where nothing moves)
+//   experts:  the local experts over their contiguous rows (ExpertMlp, expert_mlp.h)
+//   combine:  results back to their rank, then the gate-weighted sum per token
 // Backward mirrors it: the gate gradients (dy . expert output) feed the router with the aux
-// term; gate * dy goes to the experts by the same dispatch, their input gradients come
-// back by the same combine. backward_input (B) leaves in the slot what backward_weight (W)
-// needs, so W does no communication.
+// term; gate * dy goes to the experts by a dispatch, their input gradients come back by a
+// combine. backward_input (B) leaves in the slot what backward_weight (W) needs, so W does
+// no communication. Every pass runs the same calls at every ep and precision: the exchange
+// and the experts were chosen at construction.
 //
 // Expert parallelism: ep rank r holds experts r*E/ep .. (r+1)*E/ep - 1 and registers only
 // those (global names). Gradient reduction rule for the data-parallel reducer: expert
@@ -20,32 +23,33 @@
 // tensor of the layer over ParallelContext::dp; both then take the dense tensors' factor.
 //
 // --precision bf16 (ExpertParallelShard::bf16_version non-null; docs/precision.md): the
-// experts' GEMMs multiply bf16 copies of their weights (converted once per change of the
-// weights, tp/bf16_weight.h) by bf16 inputs with fp32 accumulation, and the slot keeps
-// what only a GEMM reads in bf16, as the dense MLP does: x_rows, fc_out, dy_rows, d_fc.
-// fc_pre (GELU's input), the expert outputs y_perm (the gates' gradient reads them), the
-// router (GEMM, softmax, top-k, aux loss), all gradients and the ep exchanges stay fp32.
-// The router stays fp32 because a routing decision is a comparison: a bf16-rounded logit
-// flips near-ties between experts, and a flipped choice changes a token's whole output.
+// experts are Bf16GeluExperts (expert_mlp_bf16.h). The router (GEMM, softmax, top-k, aux
+// loss), the experts' outputs y_perm (the gates' gradient reads them), all gradients and the
+// ep exchanges stay fp32. The router stays fp32 because a routing decision is a comparison:
+// a bf16-rounded logit flips near-ties between experts, and a flipped choice changes a
+// token's whole output.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
 #include "model/activation_pool.h"
 #include "model/config.h"
+#include "model/expert_mlp.h"
+#include "model/expert_mlp_bf16.h"
 #include "model/linear.h"
 #include "model/param_table.h"
 #include "model/token_exchange.h"
-#include "parallel/tensor_parallel/bf16_weight.h"
 
 namespace mt {
 
 struct ExpertParallelShard {
   int rank = 0, size = 1;
-  TokenExchange* exchange = nullptr;  // null when size == 1
+  // Over the ep group; null when size == 1, for the layer's own IdentityExchange.
+  TokenExchange* exchange = nullptr;
   // --precision bf16: the model's weight version (GPT::weights_changed); null for fp32.
   // Carried here because the Block passes this struct to the layer unchanged.
   const uint64_t* bf16_version = nullptr;
@@ -72,6 +76,9 @@ class MoeLayer {
   // buffers in `layout` for up to max_tokens tokens (b*T) per forward.
   MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard& ep, int max_tokens,
            ParamTable& table, SlotLayout& layout);
+  // Not copied or moved: at ep = 1 the layer's exchange is one of its own members.
+  MoeLayer(const MoeLayer&) = delete;
+  MoeLayer& operator=(const MoeLayer&) = delete;
 
   void bind(float* params, float* grads);
 
@@ -106,23 +113,14 @@ class MoeLayer {
   // --precision bf16: the fp32 stage the experts round their GELU outputs and gradients
   // through, bf16_stage_floats() floats, shared with the other layers of the chunk (every
   // use ends inside one call). Must be set before the first forward.
-  size_t bf16_stage_floats() const;
-  void set_bf16_stage(float* stage) { stage_ = stage; }
+  size_t bf16_stage_floats() const { return experts_->stage_floats(); }
+  void set_bf16_stage(float* stage) { experts_->set_stage(stage); }
   // Bytes of the local experts' bf16 weight copies (0 in fp32).
-  size_t bf16_weight_bytes() const;
-  // oneDNN builds (and its per-thread cache keeps) one primitive per GEMM shape, and an
-  // expert's row count changes with every microbatch's routing: under bf16 the experts'
-  // GEMMs run over chunks of kRowQuantum * 2^j rows, at most bf16_chunk_rows(max_tokens),
-  // plus a last one of fewer rows, which the forward and input-gradient GEMMs split as
-  // matmul_bf16_row_pieces does and the weight-gradient GEMMs zero-pad to kRowQuantum, so
-  // the shapes stay a handful per layer instead of one per distinct load. The stage holds
-  // one chunk: bf16_chunk_rows x H floats.
-  static constexpr int kRowQuantum = 64;
-  static int bf16_chunk_rows(int max_tokens) {
-    int rows = kRowQuantum;
-    while (rows * 2 <= max_tokens) rows *= 2;
-    return rows;
-  }
+  size_t bf16_weight_bytes() const { return experts_->weight_copy_bytes(); }
+  // The bf16 experts' row chunks (expert_mlp_bf16.h), which the planner and the memory
+  // estimate model.
+  static constexpr int kRowQuantum = Bf16GeluExperts::kRowQuantum;
+  static int bf16_chunk_rows(int max_tokens) { return Bf16GeluExperts::chunk_rows(max_tokens); }
 
   // Global block index of this layer (transformer.h.{layer}).
   int layer() const { return layer_; }
@@ -130,54 +128,36 @@ class MoeLayer {
   int local_experts() const { return El_; }
 
  private:
-  // Rows and offsets of each local expert in expert-major order, from recv_counts.
-  void expert_rows(const int32_t* recv_counts);
-  // Rows sent to and received from each ep rank (counts, recv_counts: (rank, local expert)).
-  void rank_rows(const int32_t* counts, const int32_t* recv_counts);
-  void experts_forward(float* s, float* y_rows);
-  void experts_backward_input(float* s, float* dx_rows);
-  // --precision bf16 twins of the two above (x_rows, dy_rows already rounded in the slot).
-  void experts_forward_bf16(float* s, float* y_rows);
-  void experts_backward_input_bf16(float* s, float* dx_rows);
-  void experts_backward_weight_bf16(float* s);
-  // Calls f(r0, rb) over [0, rows) in chunks of kRowQuantum * 2^j rows (largest first, at
-  // most chunk_rows_) and a last one of fewer than kRowQuantum rows.
-  template <typename F>
-  void for_row_chunks(int rows, F&& f) const;
-  // dw += dout^T @ inp, db += column sums of dout, over rows in the same chunks; a chunk
-  // under kRowQuantum rows runs as kRowQuantum rows through the zero-padded pad_ buffers.
-  void weight_gemm(float* dw, float* db, const bf16* dout, const bf16* inp, int rows, int in,
-                   int out);
-  // Sends rows (send_rows[d] to rank d) and waits; recv gets recv_rows[s] from rank s.
-  void exchange(const float* send, const int32_t* send_rows, float* recv, const int32_t* recv_rows);
+  // The route phase: router, top-k, aux loss, capacity plan and statistics; returns M, the
+  // kept assignments (the rows this rank sends).
+  int route(float* slot, const float* h, int N);
+  void record_stats(const int32_t* experts, const int32_t* counts, int N, int M, double aux);
+  ExchangeCounts exchange_counts(float* slot) const;
+  // Rows of each local expert in expert-major order, from recv_counts (rank, local expert).
+  ExpertGroups expert_groups(const int32_t* recv_counts);
 
-  int layer_, C_, H_, E_, k_, El_, e0_, ep_size_, max_tokens_, max_rows_;
+  int layer_, C_, E_, k_, El_, max_tokens_;
   float capacity_factor_, alpha_, gamma_;
   float aux_grad_scale_ = 1.0f;
   bool record_stats_ = true;
-  TokenExchange* exchange_ = nullptr;
+  IdentityExchange identity_;          // the exchange at ep = 1
+  TokenExchange* exchange_ = nullptr;  // identity_ or ExpertParallelShard::exchange
   Linear router_;
-  std::vector<Linear> fc_, proj_;  // per local expert
+  std::unique_ptr<ExpertMlp> experts_;
   std::vector<float> bias_;
   MoeStats stats_;
-  // Per-call scratch (not per microbatch), sized once: two row buffers, gate gradients,
-  // per-rank row counts and per-expert row offsets.
-  Arena rows_a_, rows_b_, dgates_;
-  std::vector<int32_t> send_rows_, recv_rows_, exp_rows_, exp_off_;
-  // --precision bf16.
-  bool bf16_ = false;
-  std::vector<tp::Bf16Weight> fc16_, proj16_;  // per local expert
-  float* stage_ = nullptr;                     // chunk_rows_ x H, shared (set_bf16_stage)
-  int chunk_rows_ = 0;                         // largest chunk: kRowQuantum * 2^j
-  // Two bf16 operands of kRowQuantum x max(C, H) each (weight_gemm's padded chunk).
-  Arena pad_;
-  // Offsets in a slot. N = max tokens, M = N*k local assignments, R = rows an expert rank
-  // can receive (ep * N * min(k, E/ep)). int32 buffers share the float slot (same size).
+  // Per-call scratch (not per microbatch), sized once: the working rows (the experts' input
+  // where their slot keeps another form, their outputs, the gradient rows), the exchange's
+  // staging rows, gate gradients, per-expert row offsets.
+  Arena rows_, staging_, dgates_;
+  std::vector<int32_t> expert_offset_;
+  // Offsets in a slot. N = max tokens, M = N*k local assignments. int32 buffers share the
+  // float slot (same size). The experts reserve their own rows (R of them: ep * N *
+  // min(k, E/ep), what one rank can receive).
   struct {
     size_t probs, experts, gates, row_of, row_token, counts, recv_counts, f;  // (N,E) (N,k)..
-    size_t x_rows, fc_pre, fc_out, y_perm;  // (R,C) (R,H) (R,H) (M,C)
-    size_t dy_rows, d_fc, dlogits;          // (R,C) (R,H) (N,E): kept for W
-    size_t n_rows;                          // 1 int: rows of this microbatch's experts
+    size_t y_perm;   // (M,C): the experts' outputs, expert-sorted, for the gates' gradient
+    size_t dlogits;  // (N,E): kept for W
   } off_{};
 };
 

@@ -36,6 +36,16 @@ void ParamInfo::for_each_element(const std::function<void(size_t, int64_t)>& fn)
   }
 }
 
+size_t ParamTable::NameHash::operator()(const std::string& name) const {
+  if (work) ++work->hashes;
+  return std::hash<std::string>{}(name);
+}
+
+bool ParamTable::NameEqual::operator()(const std::string& a, const std::string& b) const {
+  if (work) ++work->comparisons;
+  return a == b;
+}
+
 ParamInfo& ParamTable::add(std::string name, std::vector<int64_t> global_shape, InitKind init,
                            float init_std, ShardSpec shard) {
   MT_CHECK(!index_.contains(name), "duplicate parameter ", name);

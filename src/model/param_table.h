@@ -51,8 +51,17 @@ struct ParamInfo {
   void for_each_element(const std::function<void(size_t, int64_t)>& fn) const;
 };
 
+// The name work a table's index did: names hashed and names compared. A table counts only
+// when given somewhere to count (a test checks that each add and find costs a bounded
+// number of both, whatever the table's size).
+struct NameWork {
+  size_t hashes = 0, comparisons = 0;
+};
+
 class ParamTable {
  public:
+  explicit ParamTable(NameWork* work = nullptr) : index_(0, NameHash{work}, NameEqual{work}) {}
+
   // Appends a tensor; offsets are assigned in order, each aligned to 16 floats (64 bytes),
   // so entries() is sorted by offset.
   ParamInfo& add(std::string name, std::vector<int64_t> global_shape, InitKind init,
@@ -72,7 +81,17 @@ class ParamTable {
   std::deque<ParamInfo> entries_;
   // Name -> position in entries_: a model of many layers has hundreds of thousands of
   // tensors, and a linear find() made building the table quadratic.
-  std::unordered_map<std::string, size_t> index_;
+  // std::hash and == counted into a NameWork. Not noexcept, so that libstdc++ keeps each
+  // key's hash, as it does for std::hash, and compares names only when hashes are equal.
+  struct NameHash {
+    NameWork* work;
+    size_t operator()(const std::string& name) const;
+  };
+  struct NameEqual {
+    NameWork* work;
+    bool operator()(const std::string& a, const std::string& b) const;
+  };
+  std::unordered_map<std::string, size_t, NameHash, NameEqual> index_;
   size_t total_ = 0;
 };
 

@@ -1,17 +1,28 @@
-// The communication a mixture-of-experts layer needs under expert parallelism, as an
-// interface: model/ may not depend on parallel/, so the layer calls this and
-// parallel/expert_parallel/token_dispatcher.h implements it over the ep communicator.
+// How a mixture-of-experts layer's rows travel between the ranks of its expert-parallel
+// group, as an interface: model/ may not depend on parallel/, so the layer calls this and
+// parallel/expert_parallel/token_dispatcher.h implements it over the ep communicator. At
+// ep = 1 the layer runs the same calls on IdentityExchange (below), where nothing moves.
 //
-// Rows are token vectors of `width` floats. Dispatch (rows to the ranks owning their
-// experts) and combine (results back to the token's rank) are the same all-to-all-v with
-// the count arrays swapped; each is the other's adjoint in backward.
+// Rows are token vectors of `width` floats. A microbatch's rows leave the layer sorted by
+// expert (kernels/token_permutation.h), which is also grouped by destination rank, since
+// rank d owns the consecutive experts d*El .. (d+1)*El - 1. dispatch moves them to the
+// ranks owning their experts and leaves them expert-major there (local expert 0's rows
+// from source ranks 0, 1, .., then expert 1's, ..): the order the expert GEMMs read.
+// combine is its inverse. In backward each is the other's adjoint: the output gradients go
+// to the experts by a dispatch, the input gradients come back by a combine.
 #pragma once
 
 #include <cstdint>
-
-#include "comm/communicator.h"
+#include <cstring>
 
 namespace mt {
+
+// One microbatch's row counts per (rank, local expert), as exchange_counts leaves them.
+struct ExchangeCounts {
+  const int32_t* send;  // (ep, El): rows this rank sends to local expert i of rank d
+  const int32_t* recv;  // (ep, El): rows rank s sends to this rank's local expert i
+  int per_rank;         // El, local experts per rank
+};
 
 class TokenExchange {
  public:
@@ -19,16 +30,44 @@ class TokenExchange {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // send_counts[d * per_rank + i]: rows this rank sends for local expert i of rank d;
-  // recv_counts[s * per_rank + i]: rows rank s sends for this rank's local expert i.
-  // Blocking (the payload sizes depend on it).
+  // recv_counts from every rank's send_counts (layouts as ExchangeCounts). Blocking: the
+  // payload sizes depend on it.
   virtual void exchange_counts(const int32_t* send_counts, int32_t* recv_counts, int per_rank) = 0;
 
-  // send holds send_rows[d] rows for each rank d in rank order; recv gets recv_rows[s] rows
-  // from each rank s in rank order. Asynchronous: the buffers and count arrays must stay
-  // untouched until the Work completes; at most one exchange may be in flight.
-  virtual Work exchange_rows(const float* send, const int32_t* send_rows, float* recv,
-                             const int32_t* recv_rows, int width) = 0;
+  // dst (received rows, width), expert-major = the rows src (this rank's sent rows, width,
+  // expert-sorted) of every rank of the group, for this rank's experts. combine is the
+  // inverse: dst (this rank's rows, expert-sorted) from src (expert-major). dst may be src.
+  // staging holds as many rows as the larger side and is overwritten. Collective over the
+  // group, in the same order on every rank; blocking.
+  virtual void dispatch(float* dst, const float* src, float* staging, const ExchangeCounts& c,
+                        int width) = 0;
+  virtual void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
+                       int width) = 0;
+};
+
+// ep = 1: every expert is local and the expert-sorted order already is expert-major, so
+// dispatch and combine copy only when dst is not src.
+class IdentityExchange final : public TokenExchange {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void exchange_counts(const int32_t* send_counts, int32_t* recv_counts, int per_rank) override {
+    std::memcpy(recv_counts, send_counts, size_t(per_rank) * sizeof(int32_t));
+  }
+  void dispatch(float* dst, const float* src, float*, const ExchangeCounts& c, int width) override {
+    copy_rows(dst, src, c, width);
+  }
+  void combine(float* dst, const float* src, float*, const ExchangeCounts& c, int width) override {
+    copy_rows(dst, src, c, width);
+  }
+
+ private:
+  static void copy_rows(float* dst, const float* src, const ExchangeCounts& c, int width) {
+    if (dst == src) return;
+    size_t rows = 0;
+    for (int e = 0; e < c.per_rank; ++e) rows += size_t(c.send[e]);
+    std::memcpy(dst, src, rows * size_t(width) * sizeof(float));
+  }
 };
 
 }  // namespace mt

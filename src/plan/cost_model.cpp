@@ -1,7 +1,7 @@
 #include "plan/cost_model.h"
 
-#include "parallel/tensor_parallel/vocab_parallel.h"
 #include "plan/time_model.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt::plan {
 

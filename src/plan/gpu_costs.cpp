@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "model/block.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
 #include "plan/cost_model.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt::plan {
 

@@ -106,8 +106,9 @@ MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
       rows_gemms(r), weight_gemms(r);
       continue;
     }
-    // MoeLayer::for_row_chunks: the largest chunks first, then one under kRowQuantum rows,
-    // which the row GEMMs split as matmul_bf16 does and weight_gemm pads to kRowQuantum.
+    // Bf16GeluExperts::for_row_chunks (model/expert_mlp_bf16.h): the largest chunks first,
+    // then one under kRowQuantum rows, which the row GEMMs split as matmul_bf16 does and
+    // weight_gemm pads to kRowQuantum.
     double left = r;
     for (double size = chunk_rows; size >= q; size /= 2)
       for (; left >= size; left -= size) rows_gemms(size), weight_gemms(size);

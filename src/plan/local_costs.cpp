@@ -1,16 +1,16 @@
 // The local cost model: meshtrain's own engine on this machine, from the calibrated profile
 // (calibrate.h). Every term follows what the engine's code does: its attention kernel, its
 // MoE layer (model/moe_layer.cpp), the collectives its tensor-parallel linears issue
-// (parallel/tensor_parallel/*_linear.cpp), the bf16 roundings of its bf16 path
-// (model/block.cpp, row_parallel_linear.cpp, lm_head.cpp, bf16_weight.h).
+// (tensor_parallel/*_linear.cpp), the bf16 roundings of its bf16 path
+// (model/block.cpp, row_parallel_linear.cpp, lm_head.cpp, kernels/bf16_weight.h).
 #include <algorithm>
 #include <cmath>
 
 #include "model/block.h"
 #include "model/moe_layer.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
 #include "plan/cost_model.h"
 #include "plan/time_model.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt::plan {
 

@@ -13,8 +13,8 @@
 // planner can count; the search skips it and says how many it skipped.
 #pragma once
 
-#include "parallel/pipeline/schedule.h"
 #include "plan/layout.h"
+#include "schedule/schedule.h"
 
 namespace mt::plan {
 

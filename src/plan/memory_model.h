@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
-#include "parallel/pipeline/schedule.h"
 #include "plan/layout.h"
+#include "schedule/schedule.h"
 
 namespace mt::plan {
 

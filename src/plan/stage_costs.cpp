@@ -3,9 +3,9 @@
 // (parameters, linear weights) for the steps after the pipeline.
 #include "model/block.h"
 #include "parallel/pipeline/stage_chunks.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
 #include "plan/cost_model.h"
 #include "plan/time_model.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt::plan {
 

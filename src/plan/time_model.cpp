@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
 #include "plan/cost_model.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt::plan {
 

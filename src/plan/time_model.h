@@ -2,7 +2,7 @@
 // weight-gradient (W) time of one microbatch is summed from its blocks' GEMMs (hardware
 // costs), memory-bound ops (LayerNorm, GELU, softmax, residuals, cross-entropy) and its
 // exposed tensor-/expert-parallel communication; the engine's own schedule simulator
-// (parallel/pipeline/schedule_simulator.h) then plays the schedule with these per-stage
+// (schedule/schedule_simulator.h) then plays the schedule with these per-stage
 // costs, so the bubble, uneven stages and the p2p latency come from the same code that
 // draws the schedules. After the pipeline: the data-parallel gradient reduction (minus
 // the part overlapped with the last microbatch's backward), the ZeRO gathers and the
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "parallel/pipeline/schedule.h"
-#include "parallel/pipeline/schedule_simulator.h"
 #include "plan/layout.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_simulator.h"
 
 namespace mt::plan {
 

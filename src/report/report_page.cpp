@@ -1,12 +1,10 @@
 #include "report/report_page.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -14,9 +12,9 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/pipeline/schedule_render.h"
-#include "parallel/pipeline/schedule_simulator.h"
+#include "core/file_checks.h"
+#include "report/moe_load_maps.h"
+#include "report/schedule_picture.h"
 #include "report/svg_chart.h"
 
 namespace fs = std::filesystem;
@@ -40,16 +38,26 @@ bool has(const nlohmann::json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_number();
 }
 
+// v * scale for a chart in other units (%, ms): a finite value stays finite (1e308 * 100
+// lands at the largest double, the chart's edge, rather than vanishing as Inf).
+double scaled(double v, double scale) {
+  if (!std::isfinite(v)) return v;
+  const long double max = std::numeric_limits<double>::max();
+  return double(std::clamp(static_cast<long double>(v) * scale, -max, max));
+}
+
 // (step, record[key]) for the records that have it, thinned evenly to kMaxPoints.
 std::vector<std::pair<double, double>> series_of(const RunMetrics& r, const char* key,
                                                  double scale = 1, const char* x_key = "step") {
   std::vector<std::pair<double, double>> pts;
   double elapsed = 0;
   for (const auto& s : r.steps) {
-    if (has(s, "step_time_s")) elapsed += s["step_time_s"].get<double>();
+    // A step time that is not finite is left out of the clock, not allowed to stop it.
+    if (has(s, "step_time_s") && std::isfinite(s["step_time_s"].get<double>()))
+      elapsed += s["step_time_s"].get<double>();
     if (!has(s, key)) continue;
     const double x = std::string(x_key) == "time" ? elapsed : s["step"].get<double>();
-    pts.push_back({x, s[key].get<double>() * scale});
+    pts.push_back({x, scaled(s[key].get<double>(), scale)});
   }
   if (pts.size() > kMaxPoints) {
     std::vector<std::pair<double, double>> thin;
@@ -110,71 +118,6 @@ std::string memory_chart(const std::vector<RunMetrics>& runs) {
                           groups, kMemoryColors);
 }
 
-// One heat map per run and MoE layer: tokens routed to each expert, step by step.
-std::vector<std::string> moe_heat_maps(const std::vector<RunMetrics>& runs) {
-  std::vector<std::string> maps;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    size_t layers = 0;
-    for (const auto& s : runs[i].steps)
-      if (s.contains("expert_load") && s["expert_load"].is_array())
-        layers = std::max(layers, s["expert_load"].size());
-    for (size_t l = 0; l < layers; ++l) {
-      std::vector<std::vector<double>> columns;
-      std::vector<double> xs;
-      for (const auto& s : runs[i].steps) {
-        if (!s.contains("expert_load") || s["expert_load"].size() <= l) continue;
-        std::vector<double> col;
-        for (const auto& v : s["expert_load"][l])
-          col.push_back(v.is_number() ? v.get<double>() : 0);
-        columns.push_back(std::move(col));
-        xs.push_back(s["step"].get<double>());
-      }
-      if (columns.size() > 300) {  // thin to keep cells visible and the page small
-        std::vector<std::vector<double>> c2;
-        std::vector<double> x2;
-        const double stride = double(columns.size()) / 300;
-        for (size_t k = 0; k < 300; ++k) {
-          c2.push_back(columns[size_t(double(k) * stride)]);
-          x2.push_back(xs[size_t(double(k) * stride)]);
-        }
-        columns = std::move(c2), xs = std::move(x2);
-      }
-      maps.push_back(svg_heat_map("chart-moe-load-" + std::to_string(i) + "-" + std::to_string(l),
-                                  {(runs.size() > 1 ? runs[i].name + ": " : "") + "MoE layer " +
-                                       std::to_string(l) + " tokens per expert",
-                                   "step", ""},
-                                  columns, xs, "expert"));
-    }
-  }
-  return maps;
-}
-
-std::string schedule_picture(const RunMetrics& r, size_t index) {
-  const nlohmann::json& l =
-      r.run.is_object() ? r.run.value("layout", nlohmann::json()) : nlohmann::json();
-  if (!l.is_object() || l.value("pp", 1) <= 1) return "";
-  try {
-    const std::string name = l.value("schedule", "1f1b");
-    const int v = name == "interleaved" ? std::max(2, l.value("virtual_stages", 2)) : 1;
-    const Schedule s = make_schedule(name, l.value("pp", 1), l.value("microbatches", 1), v);
-    const Timeline t = simulate_schedule(s, OpCosts{});
-    std::ostringstream os;
-    render_svg(s, t,
-               name + ", pp " + std::to_string(s.stages) + ", " + std::to_string(s.microbatches) +
-                   " microbatches (F = B = W)",
-               os);
-    std::string svg = os.str();
-    const size_t at = svg.find("<svg");
-    if (at == std::string::npos) return "";
-    svg = svg.substr(at);
-    return "<div class=\"schedule\" id=\"chart-schedule-" + std::to_string(index) + "\">" + svg +
-           "</div>\n";
-  } catch (const std::exception& e) {
-    return "<p>schedule of " + html_escape(r.name) + " not drawn: " + html_escape(e.what()) +
-           "</p>\n";
-  }
-}
-
 // "a.b" -> printable value, for the configuration table.
 void flatten(const nlohmann::json& j, const std::string& prefix,
              std::map<std::string, std::string>& out) {
@@ -205,9 +148,12 @@ std::map<std::string, std::string> summary_of(const RunMetrics& r) {
     if (auto v = last(k)) m[std::string("result.last ") + k] = short_number(*v);
   double tps = 0, secs = 0;
   int n = 0;
+  auto finite = [](const nlohmann::json& s, const char* key) {
+    return has(s, key) && std::isfinite(s[key].get<double>());
+  };
   for (const auto& s : r.steps) {
-    if (has(s, "step_time_s")) secs += s["step_time_s"].get<double>();
-    if (has(s, "tokens_per_s") && s.value("step", 0) > 1)
+    if (finite(s, "step_time_s")) secs += s["step_time_s"].get<double>();
+    if (finite(s, "tokens_per_s") && s["step"].get<double>() > 1)
       tps += s["tokens_per_s"].get<double>(), ++n;
   }
   if (n) m["result.mean tokens/s (after step 1)"] = short_number(tps / n);
@@ -264,49 +210,10 @@ tr.differs td { background: #fff3c4; }
 
 }  // namespace
 
-std::string metrics_file_of(const std::string& run) {
-  std::error_code ec;
-  if (fs::is_directory(run, ec)) return (fs::path(run) / "metrics.jsonl").string();
-  return run;
-}
-
 std::string report_path_for(const std::string& metrics_path) {
   fs::path p(metrics_path);
   p.replace_extension(".html");
   return p.string();
-}
-
-RunMetrics read_run_metrics(const std::string& run) {
-  const std::string path = metrics_file_of(run);
-  std::ifstream in(path);
-  MT_REQUIRE(in, "cannot read metrics file ", path,
-             fs::is_directory(run) ? " (a run directory must hold metrics.jsonl)" : "");
-  RunMetrics r;
-  r.name = run;
-  std::string line;
-  int bad = 0;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.empty()) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception&) {
-      ++bad;  // a line being written right now; anything else is reported below
-      continue;
-    }
-    if (!j.is_object()) continue;
-    const std::string event = j.value("event", "");
-    if (event == "run")
-      r.run = j;
-    else if (event == "memory")
-      r.memory.push_back(j);
-    else if (j.contains("step") && j["step"].is_number())
-      r.steps.push_back(j);
-  }
-  MT_REQUIRE(!r.steps.empty(), path, " holds no metrics records (",
-             bad ? std::to_string(bad) + " lines are not JSON" : "no step records",
-             "); give a --metrics file of meshtrain train");
-  return r;
 }
 
 namespace {
@@ -324,8 +231,7 @@ std::vector<RunMetrics> with_short_names(std::vector<RunMetrics> runs) {
         tail /= parts[k];
       names.push_back(tail.string());
     }
-    if (std::set<std::string>(names.begin(), names.end()).size() == names.size() ||
-        depth == 8) {
+    if (std::set<std::string>(names.begin(), names.end()).size() == names.size() || depth == 8) {
       for (size_t i = 0; i < runs.size(); ++i) runs[i].name = names[i];
       return runs;
     }
@@ -335,9 +241,10 @@ std::vector<RunMetrics> with_short_names(std::vector<RunMetrics> runs) {
 
 }  // namespace
 
-std::string render_report_page(const std::vector<RunMetrics>& runs_in) {
-  const std::vector<RunMetrics> runs = with_short_names(runs_in);
-  std::vector<Section> sections;
+namespace {
+
+// The charts of the step records; none when no run has one.
+void add_step_charts(const std::vector<RunMetrics>& runs, std::vector<Section>& sections) {
   auto add = [&](const std::string& title, const std::string& note, const std::string& body) {
     sections.push_back({title, note, body});
   };
@@ -367,6 +274,15 @@ std::string render_report_page(const std::vector<RunMetrics>& runs_in) {
                    "tokens_per_s"));
   add("MFU", "Model FLOPs per second over the sgemm peak of the run's threads.",
       metric_chart(runs, "chart-mfu", {"MFU", "step", "%"}, "mfu", nullptr, 100));
+}
+
+std::vector<Section> page_sections(const std::vector<RunMetrics>& runs) {
+  std::vector<Section> sections;
+  auto add = [&](const std::string& title, const std::string& note, const std::string& body) {
+    sections.push_back({title, note, body});
+  };
+  if (std::any_of(runs.begin(), runs.end(), [](const RunMetrics& r) { return !r.steps.empty(); }))
+    add_step_charts(runs, sections);
   if (std::any_of(runs.begin(), runs.end(), [](const RunMetrics& r) { return !r.memory.empty(); }))
     add("Memory", "Parameters, gradients, optimizer state and peak activations of each rank.",
         memory_chart(runs));
@@ -378,15 +294,31 @@ std::string render_report_page(const std::vector<RunMetrics>& runs_in) {
     add("Exposed communication", "Time rank 0 waited on communication that compute did not hide.",
         metric_chart(runs, "chart-comm", {"Exposed communication", "step", "ms"}, "comm_exposed_s",
                      nullptr, 1000));
-  for (const std::string& m : moe_heat_maps(runs))
-    add("MoE expert load", "Tokens routed to each expert per step (darker: more).", m);
+  for (const LoadMap& m : moe_load_maps(runs)) add("MoE expert load", m.note, m.svg);
   for (size_t i = 0; i < runs.size(); ++i) {
-    const std::string pic = schedule_picture(runs[i], i);
-    if (!pic.empty())
-      add("Pipeline schedule" + (runs.size() > 1 ? ": " + runs[i].name : ""),
-          "The run's schedule as simulated with equal costs (meshtrain schedule --svg).", pic);
+    const SchedulePicture pic = schedule_picture(runs[i].run, runs[i].name, i);
+    if (!pic.body.empty())
+      add("Pipeline schedule" + (runs.size() > 1 ? ": " + runs[i].name : ""), pic.note, pic.body);
   }
+  return sections;
+}
 
+// Runs that recorded no step (train --steps 0, or resuming a run that had finished).
+std::string no_steps_note(const std::vector<RunMetrics>& runs) {
+  std::string names;
+  for (const RunMetrics& r : runs)
+    if (r.steps.empty()) names += (names.empty() ? "" : ", ") + r.name;
+  if (names.empty()) return "";
+  return "<p class=\"note\" id=\"no-steps\">No step records in " + html_escape(names) +
+         ": the run took no training step (--steps 0, or it resumed from a checkpoint at its "
+         "last step), so there is no curve to draw.</p>\n";
+}
+
+}  // namespace
+
+std::string render_report_page(const std::vector<RunMetrics>& runs_in) {
+  const std::vector<RunMetrics> runs = with_short_names(runs_in);
+  const std::vector<Section> sections = page_sections(runs);
   std::ostringstream os;
   os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
      << "<title>meshtrain report</title>\n<style>" << kStyle << "</style></head>\n<body>\n"
@@ -394,7 +326,7 @@ std::string render_report_page(const std::vector<RunMetrics>& runs_in) {
   for (size_t i = 0; i < runs.size(); ++i)
     os << (i ? " &middot; " : "") << "<span class=\"swatch\" style=\"background:" << color_of(i)
        << "\"></span>" << html_escape(runs[i].name) << " (" << runs[i].steps.size() << " steps)";
-  os << "</p>\n<div class=\"grid-charts\">\n";
+  os << "</p>\n" << no_steps_note(runs) << "<div class=\"grid-charts\">\n";
   for (const Section& s : sections) {
     os << "<section><h2>" << html_escape(s.title) << "</h2>\n" << s.body;
     if (!s.note.empty()) os << "<p class=\"note\">" << html_escape(s.note) << "</p>";
@@ -410,17 +342,24 @@ std::string render_report_page(const std::vector<RunMetrics>& runs_in) {
   return os.str();
 }
 
-void write_report_page(const std::vector<std::string>& runs, const std::string& out) {
+void write_report_page(const std::vector<std::string>& runs, const std::string& out,
+                       const std::string& out_flag) {
   MT_REQUIRE(!runs.empty(), "give at least one run: a metrics file or a run directory");
+  // Before anything is read: the page must not replace one of its inputs (by any name: a
+  // link or a hard link too), and `out` must be a place a page can be renamed onto.
   std::error_code ec;
   const fs::path out_abs = fs::weakly_canonical(fs::absolute(out), ec);
-  std::vector<RunMetrics> loaded;
+  const std::optional<FileId> out_id = file_id(out);
   for (const std::string& r : runs) {
-    const fs::path in_abs = fs::weakly_canonical(fs::absolute(metrics_file_of(r)), ec);
-    MT_REQUIRE(in_abs != out_abs, "--out ", out, " is the metrics file of run ", r,
-               "; writing the page would destroy it");
-    loaded.push_back(read_run_metrics(r));
+    const std::string in = metrics_file_of(r);
+    MT_REQUIRE(
+        fs::weakly_canonical(fs::absolute(in), ec) != out_abs && (!out_id || out_id != file_id(in)),
+        out_flag, " ", out, " is the metrics file of run ", r,
+        "; writing the page would destroy it");
   }
+  require_output_file(out_flag, out, OutputUse::replaced);
+  std::vector<RunMetrics> loaded;
+  for (const std::string& r : runs) loaded.push_back(read_run_metrics(r));
   write_file_atomic(out, render_report_page(loaded));
 }
 

@@ -12,33 +12,24 @@
 // run side by side, rows that differ highlighted. Runs are overlaid in one colour each.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "report/metrics_reader.h"
+
 namespace mt {
 
-struct RunMetrics {
-  std::string name;                    // shown in legends: the metrics path as given
-  nlohmann::json run;                  // the {"event": "run"} record (null for older files)
-  std::vector<nlohmann::json> steps;   // records with "step"
-  std::vector<nlohmann::json> memory;  // {"event": "memory"} records, by rank
-};
-
-// `path`: a metrics JSONL file, or a run directory holding metrics.jsonl. Throws
-// UsageError when it cannot be read or holds no metrics record. A last line cut short (a
-// run writing it right now) is skipped.
-RunMetrics read_run_metrics(const std::string& path);
-
+// A run without step records (train --steps 0) gets a page that says so, not an error.
 std::string render_report_page(const std::vector<RunMetrics>& runs);
 
-// The metrics file a RUN argument names (the file, or DIR/metrics.jsonl).
-std::string metrics_file_of(const std::string& run);
 // Beside the metrics file: "x/metrics.jsonl" -> "x/metrics.html".
 std::string report_path_for(const std::string& metrics_path);
 
-// Reads the runs and writes the page atomically. Throws UsageError when `out` is one of the
-// inputs (it would be destroyed).
-void write_report_page(const std::vector<std::string>& runs, const std::string& out);
+// Reads the runs and writes the page atomically to `out`, which passes the output check of
+// every writer first (core/file_checks.h: not a directory, device, FIFO or socket; its
+// directory exists), named `out_flag` in errors. Throws UsageError when `out` is one of the
+// inputs (it would be destroyed), before anything is read.
+void write_report_page(const std::vector<std::string>& runs, const std::string& out,
+                       const std::string& out_flag = "--out");
 
 }  // namespace mt

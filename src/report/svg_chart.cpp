@@ -6,45 +6,14 @@
 #include <limits>
 #include <sstream>
 
+#include "report/axis_scale.h"
+
 namespace mt {
 
 namespace {
 
 constexpr double kWidth = 620, kHeight = 300;
 constexpr double kLeft = 64, kRight = 16, kTop = 44, kBottom = 42;
-
-std::vector<double> nice_ticks(double lo, double hi, int want) {
-  const double span = hi - lo;
-  double step = std::pow(10, std::floor(std::log10(span / want)));
-  const double ratio = span / want / step;
-  if (ratio >= 7.5)
-    step *= 10;
-  else if (ratio >= 3.5)
-    step *= 5;
-  else if (ratio >= 1.5)
-    step *= 2;
-  std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
-    t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
-  return t;
-}
-
-// Round values (1, 2, 5 x 10^k) inside [lo, hi], both > 0.
-std::vector<double> log_ticks(double lo, double hi) {
-  std::vector<double> t;
-  for (int e = int(std::floor(std::log10(lo))); e <= int(std::ceil(std::log10(hi))); ++e)
-    for (double m : {1.0, 2.0, 5.0}) {
-      const double v = m * std::pow(10, e);
-      if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) t.push_back(v);
-    }
-  if (t.size() > 7) {  // a wide range: powers of ten only
-    std::vector<double> p;
-    for (double v : t)
-      if (std::abs(std::log10(v) - std::round(std::log10(v))) < 1e-9) p.push_back(v);
-    t = p;
-  }
-  return t;
-}
 
 std::string fmt(double v) {
   char buf[32];
@@ -107,12 +76,21 @@ std::string short_number(double v) {
   return buf;
 }
 
+namespace {
+
+// A point the chart can place: finite, and positive on a log axis.
+bool drawable(double x, double y, bool log_y) {
+  return std::isfinite(x) && std::isfinite(y) && (!log_y || y > 0);
+}
+
+}  // namespace
+
 std::string svg_line_chart(const std::string& id, const ChartAxes& a,
                            const std::vector<ChartSeries>& series) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const ChartSeries& s : series)
     for (auto [x, y] : s.points) {
-      if (!std::isfinite(x) || !std::isfinite(y) || (a.log_y && y <= 0)) continue;
+      if (!drawable(x, y, a.log_y)) continue;
       x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
   // Legend entries flow into rows above the plot, which starts below the last row.
@@ -133,29 +111,19 @@ std::string svg_line_chart(const std::string& id, const ChartAxes& a,
        << "\" class=\"axis\">no data</text>\n</svg>\n";
     return os.str();
   }
-  if (x1 == x0) x0 -= 1, x1 += 1;
-  if (a.log_y) {
-    if (y1 <= y0 * 1.0001) y0 /= 2, y1 *= 2;
-  } else {
-    if (y1 == y0)
-      y0 -= std::max(1e-9, std::abs(y0) * 0.1), y1 += std::max(1e-9, std::abs(y1) * 0.1);
-    const double pad = (y1 - y0) * 0.05;
-    y0 -= pad, y1 += pad;
-  }
+  if (x1 == x0) x0 -= 1, x1 += 1;  // one step: a unit either side
+  const AxisScale xs = AxisScale::linear(x0, x1, /*pad=*/false);
+  const AxisScale ys = a.log_y ? AxisScale::logarithmic(y0, y1) : AxisScale::linear(y0, y1, true);
   const double w = kWidth - kLeft - kRight, h = kHeight - top - kBottom;
-  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * w; };
-  auto py = [&](double y) {
-    const double f = a.log_y ? (std::log(y) - std::log(y0)) / (std::log(y1) - std::log(y0))
-                             : (y - y0) / (y1 - y0);
-    return top + h - f * h;
-  };
+  auto px = [&](double x) { return kLeft + xs.fraction(x) * w; };
+  auto py = [&](double y) { return top + h - ys.fraction(y) * h; };
   // Grid and ticks.
-  for (double t : a.log_y ? log_ticks(y0, y1) : nice_ticks(y0, y1, 5))
+  for (double t : ys.ticks(5))
     os << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft + w << "\" y1=\"" << fmt(py(t))
        << "\" y2=\"" << fmt(py(t)) << "\" class=\"grid\"/><text x=\"" << kLeft - 4 << "\" y=\""
        << fmt(py(t) + 4) << "\" class=\"tick\" text-anchor=\"end\">" << short_number(t)
        << "</text>\n";
-  for (double t : nice_ticks(x0, x1, 6))
+  for (double t : xs.ticks(6))
     os << "<line x1=\"" << fmt(px(t)) << "\" x2=\"" << fmt(px(t)) << "\" y1=\"" << top + h
        << "\" y2=\"" << top + h + 4 << "\" class=\"frame\"/><text x=\"" << fmt(px(t)) << "\" y=\""
        << top + h + 16 << "\" class=\"tick\" text-anchor=\"middle\">" << short_number(t)
@@ -170,12 +138,11 @@ std::string svg_line_chart(const std::string& id, const ChartAxes& a,
     os << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"1.6\""
        << (s.dashed ? " stroke-dasharray=\"5,3\"" : "") << " points=\"";
     for (auto [x, y] : s.points)
-      if (std::isfinite(x) && std::isfinite(y) && (!a.log_y || y > 0))
-        os << fmt(px(x)) << "," << fmt(py(y)) << " ";
+      if (drawable(x, y, a.log_y)) os << fmt(px(x)) << "," << fmt(py(y)) << " ";
     os << "\"><title>" << html_escape(s.label) << "</title></polyline>\n";
     if (s.markers)
       for (auto [x, y] : s.points)
-        if (std::isfinite(x) && std::isfinite(y) && (!a.log_y || y > 0))
+        if (drawable(x, y, a.log_y))
           os << "<circle cx=\"" << fmt(px(x)) << "\" cy=\"" << fmt(py(y)) << "\" r=\"2.5\" fill=\""
              << s.color << "\"><title>" << html_escape(s.label) << ": " << short_number(x) << ", "
              << short_number(y) << "</title></circle>\n";
@@ -194,10 +161,13 @@ std::string svg_stacked_bars(const std::string& id, const ChartAxes& a,
                              const std::vector<std::string>& colors) {
   std::ostringstream os;
   open_svg(os, id, a);
-  double top = 0;
+  // Parts that are not finite or not positive take no height (their title still says what
+  // they were); sums in long double, so four parts of 1e308 stack without overflowing.
+  auto height_of = [](double v) { return std::isfinite(v) && v > 0 ? v : 0.0; };
+  long double top = 0;
   for (const BarGroup& g : groups) {
-    double sum = 0;
-    for (const auto& p : g.parts) sum += p.second;
+    long double sum = 0;
+    for (const auto& p : g.parts) sum += height_of(p.second);
     top = std::max(top, sum);
   }
   if (groups.empty() || top <= 0) {
@@ -206,9 +176,9 @@ std::string svg_stacked_bars(const std::string& id, const ChartAxes& a,
     return os.str();
   }
   const double w = kWidth - kLeft - kRight, h = kHeight - kTop - kBottom;
-  top *= 1.05;
-  auto py = [&](double v) { return kTop + h - v / top * h; };
-  for (double t : nice_ticks(0, top, 5))
+  const AxisScale ys = AxisScale::linear(0, top * 1.05L, /*pad=*/false);
+  auto py = [&](long double v) { return kTop + h - ys.fraction(v) * h; };
+  for (double t : ys.ticks(5))
     os << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft + w << "\" y1=\"" << fmt(py(t))
        << "\" y2=\"" << fmt(py(t)) << "\" class=\"grid\"/><text x=\"" << kLeft - 4 << "\" y=\""
        << fmt(py(t) + 4) << "\" class=\"tick\" text-anchor=\"end\">" << short_number(t)
@@ -217,13 +187,14 @@ std::string svg_stacked_bars(const std::string& id, const ChartAxes& a,
   const double bar = std::min(48.0, slot * 0.7);
   for (size_t i = 0; i < groups.size(); ++i) {
     const double x = kLeft + slot * (double(i) + 0.5) - bar / 2;
-    double base = 0;
+    long double base = 0;
     for (size_t k = 0; k < groups[i].parts.size(); ++k) {
-      const auto& [name, v] = groups[i].parts[k];
+      const auto& [name, value] = groups[i].parts[k];
+      const double v = height_of(value);
       os << "<rect x=\"" << fmt(x) << "\" y=\"" << fmt(py(base + v)) << "\" width=\"" << fmt(bar)
          << "\" height=\"" << fmt(py(base) - py(base + v)) << "\" fill=\""
          << colors[k % colors.size()] << "\"><title>" << html_escape(groups[i].label) << ": "
-         << html_escape(name) << " " << short_number(v) << "</title></rect>\n";
+         << html_escape(name) << " " << short_number(value) << "</title></rect>\n";
       base += v;
     }
     os << "<text x=\"" << fmt(x + bar / 2) << "\" y=\"" << kTop + h + 14
@@ -244,14 +215,25 @@ std::string svg_stacked_bars(const std::string& id, const ChartAxes& a,
 
 std::string svg_heat_map(const std::string& id, const ChartAxes& a,
                          const std::vector<std::vector<double>>& columns,
-                         const std::vector<double>& column_x, const std::string& row_label) {
+                         const std::vector<double>& column_x, const std::string& row_label,
+                         size_t group) {
+  // "expert 3", or "expert 8-15" for a row that sums a group.
+  auto row_name = [&](size_t r) {
+    const std::string first = std::to_string(r * group);
+    return html_escape(row_label) + " " +
+           (group == 1 ? first : first + "-" + std::to_string((r + 1) * group - 1));
+  };
   std::ostringstream os;
   open_svg(os, id, a);
+  // Shades scale to the largest finite count; a count that is not finite or not positive
+  // is white (its title still says what it was).
+  auto shaded = [](double v) { return std::isfinite(v) && v > 0; };
   size_t rows = 0;
   double hi = 0;
   for (const auto& c : columns) {
     rows = std::max(rows, c.size());
-    for (double v : c) hi = std::max(hi, v);
+    for (double v : c)
+      if (shaded(v)) hi = std::max(hi, v);
   }
   if (columns.empty() || rows == 0 || hi <= 0) {
     os << "<text x=\"" << kLeft << "\" y=\"" << kTop + 20
@@ -263,20 +245,18 @@ std::string svg_heat_map(const std::string& id, const ChartAxes& a,
   for (size_t c = 0; c < columns.size(); ++c)
     for (size_t r = 0; r < columns[c].size(); ++r) {
       // White (no tokens) to dark blue (the busiest expert of the whole run).
-      const double f = std::clamp(columns[c][r] / hi, 0.0, 1.0);
+      const double f = shaded(columns[c][r]) ? std::clamp(columns[c][r] / hi, 0.0, 1.0) : 0.0;
       const int red = int(255 - f * (255 - 8)), green = int(255 - f * (255 - 48)),
                 blue = int(255 - f * (255 - 107));
       os << "<rect x=\"" << fmt(kLeft + cw * double(c)) << "\" y=\"" << fmt(kTop + ch * double(r))
          << "\" width=\"" << fmt(cw + 0.3) << "\" height=\"" << fmt(ch + 0.3) << "\" fill=\"rgb("
          << red << "," << green << "," << blue << ")\"><title>step " << short_number(column_x[c])
-         << ", " << html_escape(row_label) << " " << r << ": " << short_number(columns[c][r])
-         << "</title></rect>\n";
+         << ", " << row_name(r) << ": " << short_number(columns[c][r]) << "</title></rect>\n";
     }
   const size_t label_every = std::max<size_t>(1, rows / 8);
   for (size_t r = 0; r < rows; r += label_every)
     os << "<text x=\"" << kLeft - 4 << "\" y=\"" << fmt(kTop + ch * (double(r) + 0.5) + 4)
-       << "\" class=\"tick\" text-anchor=\"end\">" << html_escape(row_label) << " " << r
-       << "</text>\n";
+       << "\" class=\"tick\" text-anchor=\"end\">" << row_name(r) << "</text>\n";
   const size_t col_every = std::max<size_t>(1, columns.size() / 6);
   for (size_t c = 0; c < columns.size(); c += col_every)
     os << "<text x=\"" << fmt(kLeft + cw * (double(c) + 0.5)) << "\" y=\"" << kTop + h + 16

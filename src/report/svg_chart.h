@@ -36,10 +36,12 @@ std::string svg_stacked_bars(const std::string& id, const ChartAxes& axes,
                              const std::vector<std::string>& colors);
 
 // rows x columns of values, colour from white (0) to dark (max); rows are labelled
-// row_label + index, columns carry x values (steps).
+// row_label + index (row_label + "a-b" when each row sums `group` of them), columns carry
+// x values (steps).
 std::string svg_heat_map(const std::string& id, const ChartAxes& axes,
                          const std::vector<std::vector<double>>& columns,
-                         const std::vector<double>& column_x, const std::string& row_label);
+                         const std::vector<double>& column_x, const std::string& row_label,
+                         size_t group = 1);
 
 // "&<>\"'" escaped for HTML text and attributes.
 std::string html_escape(const std::string& s);

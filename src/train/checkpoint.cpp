@@ -8,7 +8,6 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <system_error>
@@ -18,6 +17,10 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/input_file.h"
+#include "core/temp_marker.h"
+#include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/metadata_checksum.h"
 #include "train/safetensors.h"
 
 namespace mt {
@@ -31,7 +34,10 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 // Every entry a checkpoint directory may hold. A save replaces the directory whole, so a
 // directory holding anything else is not ours to replace (docs/checkpoints.md).
 const std::set<std::string>& checkpoint_entries() {
-  static const std::set<std::string> names = {kStateFile, kModelFile, kOptimizerFile};
+  // The marker: inert in a published checkpoint (core/temp_marker.h), left by a crash
+  // between the publishing rename and its removal.
+  static const std::set<std::string> names = {kStateFile, kModelFile, kOptimizerFile,
+                                              kTempMarkerFile};
   return names;
 }
 
@@ -50,21 +56,35 @@ int64_t state_int(const nlohmann::json& j, const char* key, int64_t lo, int64_t 
   return v.is_number_unsigned() ? int64_t(v.get<uint64_t>()) : v.get<int64_t>();
 }
 
+// What to say when DIR has no state.json: a --save root of sharded checkpoints is the
+// usual mistake, and the user needs the step folder or --resume auto, not "missing".
+std::string missing_state_advice(const std::string& dir) {
+  const std::vector<std::string> steps = complete_checkpoints(dir);
+  if (steps.empty()) return "is missing (not a meshtrain checkpoint directory?)";
+  return str("is missing: ", dir, " is a directory of sharded checkpoints (the newest is ",
+             steps.front(), "), not one checkpoint; give a step folder (--load ", steps.front(),
+             ") or resume from the newest valid one with --save ", dir,
+             " --resume auto --checkpoint-format sharded");
+}
+
 nlohmann::json read_state_json(const std::string& dir) {
   const std::string where = "--load " + dir;
   const std::string path = dir + "/" + kStateFile;
-  MT_REQUIRE(file_id(path).has_value(), where, ": ", path,
-             " is missing (not a meshtrain checkpoint directory?)");
-  require_input_file(where + ":", path);
-  std::ifstream in(path);
-  MT_REQUIRE(in.good(), where, ": cannot read ", path);
+  MT_REQUIRE(file_id(path).has_value(), where, ": ", path, " ", missing_state_advice(dir));
+  const std::string text = read_input_file(where + ":", path, kMaxJsonInputBytes);
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw UsageError(str(where, ": state.json is not valid JSON (", e.what(), ")"));
   }
   MT_REQUIRE(j.is_object(), where, ": state.json is not a JSON object");
+  // A flipped bit in "step" would resume at the wrong step with every tensor file intact.
+  MT_REQUIRE(check_json_seal(j, path), where, ": ", path,
+             " has no checksum: it was written by a meshtrain from before checkpoint metadata "
+             "was checksummed, so its step and data position cannot be verified and it is not "
+             "loaded; its weights can still start a run: --init-from ",
+             dir, "/", kModelFile, " (docs/checkpoints.md)");
   return j;
 }
 
@@ -96,17 +116,13 @@ nlohmann::json manifest_entry(const FileDigest& d) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
-                     const GlobalTensors& params, const GlobalTensors& exp_avg,
-                     const GlobalTensors& exp_avg_sq, const TrainState& state,
-                     const std::vector<NamedTensor>& optimizer_extra,
-                     const std::map<std::string, std::string>& extra_metadata) {
-  // A save replaces the directory whole: re-check, at the moment of replacing it, that
-  // nothing but a checkpoint is there (the run checked at its start; a user may have put a
-  // file there since).
-  const std::string conflict = checkpoint_dir_conflict(dir);
-  if (!conflict.empty())
-    throw RuntimeError(str("not saving the checkpoint of step ", state.step, ": ", conflict));
+namespace {
+
+void publish(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
+             const GlobalTensors& params, const GlobalTensors& exp_avg,
+             const GlobalTensors& exp_avg_sq, const TrainState& state,
+             const std::vector<NamedTensor>& optimizer_extra,
+             const std::map<std::string, std::string>& extra_metadata) {
   publish_dir_atomic(dir, [&](const std::string& tmp) {
     auto meta = config_metadata(cfg);
     meta.insert(extra_metadata.begin(), extra_metadata.end());  // the tokenizer record
@@ -128,8 +144,31 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
         {"model", config_metadata(cfg)},
         {"files",
          {{kModelFile, manifest_entry(model)}, {kOptimizerFile, manifest_entry(optimizer)}}}};
+    seal_json(j);
     write_file_atomic(tmp + "/" + kStateFile, j.dump(2) + "\n");
   });
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
+                     const GlobalTensors& params, const GlobalTensors& exp_avg,
+                     const GlobalTensors& exp_avg_sq, const TrainState& state,
+                     const std::vector<NamedTensor>& optimizer_extra,
+                     const std::map<std::string, std::string>& extra_metadata) {
+  // A save replaces the directory whole: re-check, at the moment of replacing it, that
+  // nothing but a checkpoint is there (the run checked at its start; a user may have put a
+  // file there since).
+  const std::string conflict = checkpoint_dir_conflict(dir);
+  if (!conflict.empty())
+    throw RuntimeError(str("not saving the checkpoint of step ", state.step, ": ", conflict));
+  try {
+    publish(dir, table, cfg, params, exp_avg, exp_avg_sq, state, optimizer_extra, extra_metadata);
+  } catch (const RuntimeError& e) {
+    // Name the checkpoint rather than the temporary the failure happened in.
+    throw RuntimeError(str("the checkpoint of step ", state.step, " was not saved to ", dir,
+                           " (the one there is intact): ", e.what()));
+  }
 }
 
 namespace {
@@ -159,15 +198,15 @@ CheckpointVerification verify_checkpoint(const std::string& dir) {
   const nlohmann::json j = read_state_json(dir);
   parse_train_state(j, where);
   CheckpointVerification out;
-  const nlohmann::json* files = j.contains("files") ? &j["files"] : nullptr;
-  MT_REQUIRE(!files || files->is_object(), where, ": state.json \"files\" is not an object");
+  MT_REQUIRE(j.contains("files") && j["files"].is_object(), where,
+             ": state.json has no \"files\" checksums");
+  const nlohmann::json& files = j["files"];
   for (const char* name : {kModelFile, kOptimizerFile}) {
     const std::string path = dir + "/" + name;
     require_input_file(where + ":", path);
-    if (!files) continue;
-    MT_REQUIRE(files->contains(name) && (*files)[name].is_object(), where,
+    MT_REQUIRE(files.contains(name) && files[name].is_object(), where,
                ": state.json lists no checksum for ", name);
-    const nlohmann::json& e = (*files)[name];
+    const nlohmann::json& e = files[name];
     MT_REQUIRE(e.contains("bytes") && e["bytes"].is_number_unsigned() && e.contains("crc32c") &&
                    e["crc32c"].is_string(),
                where, ": state.json's entry for ", name, " needs \"bytes\" and \"crc32c\"");
@@ -181,7 +220,7 @@ CheckpointVerification verify_checkpoint(const std::string& dir) {
                "): the file is damaged; resume from another checkpoint");
     out.bytes_verified += d.bytes;
   }
-  out.verified = files != nullptr;
+  out.verified = true;
   return out;
 }
 

@@ -6,7 +6,8 @@
 //       DIR/model.safetensors      weights
 //       DIR/optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq", and per MoE layer
 //                                  "transformer.h.{i}.mlp.router.expert_bias" [E]
-//       DIR/state.json             step, data position, seed, model config, format
+//       DIR/state.json             step, data position, seed, model config, format, the
+//                                  size and CRC-32C of both files, and its own checksum
 // Both safetensors files carry the model config as metadata (layers, dim, heads, seq, vocab;
 // experts, topk, moe_every, capacity_factor for a mixture-of-experts model).
 #pragma once
@@ -50,11 +51,12 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
 // naming the field when missing, malformed or out of range.
 TrainState read_train_state(const std::string& dir);
 
-// Checks a checkpoint before anything is loaded from it: state.json well-formed, both
-// tensor files present and regular, and each file's size and CRC-32C equal to what
-// state.json recorded when it was written (a flipped bit fails here, not silently in
-// training). Checkpoints written before the manifest existed have no checksums: they pass
-// with verified = false. Throws UsageError naming the file.
+// Checks a checkpoint before anything is loaded from it: state.json well-formed and
+// matching its own checksum (metadata_checksum.h), both tensor files present and regular,
+// and each file's size and CRC-32C equal to what state.json recorded when it was written (a
+// flipped bit fails here, not silently in training). A state.json without a checksum
+// (written before metadata checksums) is refused, naming the way to start from its weights.
+// Throws UsageError naming the file.
 struct CheckpointVerification {
   bool verified = false;  // checksums present and matching
   uint64_t bytes_verified = 0;

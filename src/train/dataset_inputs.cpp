@@ -21,7 +21,8 @@ bool is_directory(const std::string& p) {
 
 Dataset dataset_of(const char* flag, const std::string& dir) {
   MT_REQUIRE(is_dataset_dir(dir), flag, " ", dir,
-             " is a directory but not a dataset (no manifest.json): give a token shard file, "
+             " is a directory but not a dataset (no manifest.json of meshtrain prepare): give a "
+             "token shard file, "
              "or make a dataset with 'meshtrain prepare TEXT --out ",
              dir, "'");
   return read_dataset(dir);

@@ -13,9 +13,9 @@
 #include "model/moe_layer.h"
 #include "model/recompute.h"
 #include "parallel/pipeline/pipeline_stage.h"
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 #include "parallel/pipeline/stage_chunks.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt {
 

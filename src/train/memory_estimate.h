@@ -37,7 +37,7 @@
 #include <cstdint>
 #include <string>
 
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 #include "train/options.h"
 
 namespace mt {

@@ -1,15 +1,17 @@
 #include "train/metrics.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/json_depth.h"
 
 namespace mt {
 
@@ -25,6 +27,7 @@ bool is_regular(const std::string& path) {
 // a torn last line, the record a crash cut off mid-write.
 bool keep_line(const std::string& line, bool torn, int resumed_after) {
   if (line.empty()) return false;
+  if (json_nesting_depth(line) > kMaxJsonDepth) return !torn;  // not a record of ours: as is
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -32,22 +35,21 @@ bool keep_line(const std::string& line, bool torn, int resumed_after) {
     return !torn;
   }
   if (!j.is_object()) return true;
-  if (j.value("event", "") == "memory") return false;
+  const auto event = j.find("event");
+  if (event != j.end() && event->is_string() && event->get<std::string>() == "memory") return false;
   const auto step = j.find("step");
   return step == j.end() || !step->is_number() || step->get<double>() <= resumed_after;
 }
 
 // Rewrites `path` with the lines an earlier run left that stay (keep_line), through a
-// temporary beside it and a rename, so a failure here never leaves half a file.
+// temporary beside it and a rename (core/atomic_file.h), so a failure here never leaves half
+// a file and no name of the user's is borrowed for the temporary.
 void keep_records_up_to(const std::string& given, int resumed_after) {
   // Through a link the file it names is rewritten (as writing it would), not the link.
   std::error_code ec;
   const std::filesystem::path real = std::filesystem::canonical(given, ec);
   const std::string path = ec ? given : real.string();
-  std::ifstream in(path, std::ios::binary);
-  MT_REQUIRE(in.good(), "--metrics ", path, ": cannot read it to continue it (",
-             std::strerror(errno), ")");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_input_file("--metrics", path, kMaxTextInputBytes);
   std::string kept;
   for (size_t begin = 0; begin < text.size();) {
     size_t end = text.find('\n', begin);
@@ -57,20 +59,35 @@ void keep_records_up_to(const std::string& given, int resumed_after) {
     if (keep_line(line, torn, resumed_after)) kept += line + "\n";
     begin = end + 1;
   }
-  const std::string tmp = path + ".continue.tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  MT_REQUIRE(f != nullptr, "--metrics ", path, ": cannot write ", tmp, " (", std::strerror(errno),
-             ")");
-  const bool ok = std::fwrite(kept.data(), 1, kept.size(), f) == kept.size() &&
-                  std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  std::fclose(f);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = ok ? errno : err;
-    std::remove(tmp.c_str());
-    throw RuntimeError(
-        str("--metrics ", path, ": cannot continue the file (", std::strerror(e), ")"));
+  write_file_atomic(path, kept);
+}
+
+// The metrics stream, opened without ever blocking: opening a FIFO for writing would wait
+// for a reader, forever; non-blocking, it fails at once (ENXIO) or opens and is refused
+// below. What is there must be a regular file or a character device (/dev/null): the stream
+// kind of output (core/file_checks.h, OutputUse::stream).
+std::FILE* open_stream(const std::string& path, bool append) {
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : O_TRUNC);
+  const int fd = ::open(path.c_str(), flags, 0666);
+  MT_REQUIRE(fd >= 0, "--metrics ", path,
+             errno == ENXIO ? std::string(" is a FIFO (named pipe)")
+                            : str(": cannot open for writing (", std::strerror(errno), ")"),
+             "; give a regular file (or a character device such as /dev/null)");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode))) {
+    ::close(fd);
+    throw UsageError(
+        str("--metrics ", path, " is not a regular file or a character device such as /dev/null"));
   }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // writes wait as usual
+  std::FILE* f = ::fdopen(fd, append ? "a" : "w");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    throw RuntimeError(
+        str("--metrics ", path, ": cannot open for writing (", std::strerror(err), ")"));
+  }
+  return f;
 }
 
 }  // namespace
@@ -79,9 +96,7 @@ MetricsWriter::MetricsWriter(const std::string& path, int resumed_after) : path_
   if (path.empty()) return;
   const bool continues = resumed_after > 0 && is_regular(path);
   if (continues) keep_records_up_to(path, resumed_after);
-  file_ = std::fopen(path.c_str(), continues ? "a" : "w");
-  MT_REQUIRE(file_ != nullptr, "--metrics ", path, ": cannot open for writing (",
-             std::strerror(errno), ")");
+  file_ = open_stream(path, continues);
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -74,7 +74,10 @@ struct IoOptions {
   std::string checkpoint_format = "global";
   int keep_checkpoints = 0;  // sharded: keep the K newest complete checkpoints (0: all)
   std::string resume;        // "auto": --load the newest valid checkpoint under --save
-  bool save_sync = false;    // sharded: write on the training thread (no background writer)
+  // --load was chosen by --resume auto or a --max-restarts restart: the run of that
+  // checkpoint continues (its earlier checkpoints count for --keep-checkpoints).
+  bool resumed = false;
+  bool save_sync = false;  // sharded: write on the training thread (no background writer)
 };
 
 struct EngineOptions {

@@ -1,13 +1,18 @@
 #include "train/path_checks.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <optional>
 #include <vector>
 
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "report/report_page.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_log.h"
+#include "train/checkpoint/retention.h"
 
 namespace fs = std::filesystem;
 
@@ -17,6 +22,7 @@ namespace {
 
 struct NamedPath {
   std::string flag, path;
+  OutputUse use = OutputUse::replaced;  // outputs only
 };
 
 // Where a path would be written, for comparing outputs that do not exist yet.
@@ -49,9 +55,20 @@ std::vector<NamedPath> input_files(const TrainOptions& o) {
   return in;
 }
 
+// The report page a run rewrites beside --metrics X.jsonl (X.html, report/report_page.h):
+// an output like the others, unless the metrics go to a device (no page then).
+std::string report_page_of(const std::string& metrics) {
+  struct stat st {};
+  if (metrics.empty() || (::stat(metrics.c_str(), &st) == 0 && S_ISCHR(st.st_mode))) return "";
+  return report_path_for(metrics);
+}
+
 std::vector<NamedPath> output_files(const TrainOptions& o) {
   std::vector<NamedPath> out;
-  if (!o.io.metrics.empty()) out.push_back({"--metrics", o.io.metrics});
+  // Metrics are appended record by record: /dev/null is a fine place for them.
+  if (!o.io.metrics.empty()) out.push_back({"--metrics", o.io.metrics, OutputUse::stream});
+  if (const std::string page = report_page_of(o.io.metrics); !page.empty())
+    out.push_back({"the report page (beside --metrics " + o.io.metrics + ")", page});
   if (!o.io.export_path.empty()) out.push_back({"--export", o.io.export_path});
   if (!o.io.trace.empty()) out.push_back({"--trace", o.io.trace});
   return out;
@@ -77,6 +94,29 @@ void check_outputs_apart(const std::vector<NamedPath>& outs, const std::vector<N
   }
 }
 
+// The step of the checkpoint --load names (verified already), 0 without one.
+int loaded_step(const IoOptions& io) {
+  if (io.load.empty()) return 0;
+  return loads_sharded(io.load) ? read_manifest(io.load).step : read_train_state(io.load).step;
+}
+
+// Every step folder the run will write into --save DIR is free or the run's own, found now
+// rather than at the save of that step (checkpoint/retention.h).
+void check_sharded_save_root(const TrainOptions& o) {
+  const std::string& root = o.io.save;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return;  // created empty by the run
+  // The log is rewritten at every save; a special file in its place would fail that save.
+  require_output_file("--save", root + "/" + kCheckpointLogFile);
+  std::string damage;
+  const CheckpointLog log = CheckpointLog::read(root, &damage);
+  const RunIdentity id = identify_run(log, root, o.io.load, o.io.resumed);
+  const int start = loaded_step(o.io), steps = o.optim.steps, every = o.io.save_every;
+  check_save_root(root, log, id, [&](int step) {
+    return step == steps || (every > 0 && step > start && step < steps && step % every == 0);
+  });
+}
+
 void check_save_dir(const TrainOptions& o, const std::vector<NamedPath>& outs) {
   const std::string& save = o.io.save;
   require_output_dir("--save", save);
@@ -85,6 +125,7 @@ void check_save_dir(const TrainOptions& o, const std::vector<NamedPath>& outs) {
   if (o.io.checkpoint_format == "sharded") {
     MT_REQUIRE(!file_id(save + "/state.json").has_value(), "--save ", save,
                " holds a global checkpoint; give sharded checkpoints their own directory");
+    check_sharded_save_root(o);
     return;
   }
   const std::string conflict = checkpoint_dir_conflict(save);
@@ -127,8 +168,7 @@ PathCheckReport check_run_paths(const TrainOptions& o) {
     report.checkpoint_bytes_verified = v.bytes_verified;
   }
   const std::vector<NamedPath> outs = output_files(o);
-  for (const NamedPath& out : outs)
-    require_output_file(out.flag, out.path, /*allow_device=*/out.flag == "--metrics");
+  for (const NamedPath& out : outs) require_output_file(out.flag, out.path, out.use);
   check_outputs_apart(outs, input_files(o));
   if (!o.io.save.empty()) check_save_dir(o, outs);
   return report;

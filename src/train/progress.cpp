@@ -36,6 +36,13 @@ void Progress::line(const std::string& text) {
   bar_drawn_ = false;
 }
 
+void Progress::warning(const std::string& text) {
+  if (bar_drawn_) std::printf("\r\033[K");
+  std::fflush(stdout);
+  bar_drawn_ = false;
+  std::fprintf(stderr, "meshtrain: warning: %s\n", text.c_str());
+}
+
 void Progress::finish() {
   if (bar_drawn_) std::printf("\n");
   bar_drawn_ = false;

@@ -18,6 +18,8 @@ class Progress {
   void step(const StepReport& r);
   // A line that must stay on screen (eval results, summaries): clears the bar first.
   void line(const std::string& text);
+  // "meshtrain: warning: TEXT" on stderr, shown under --quiet too: clears the bar first.
+  void warning(const std::string& text);
   void finish();
 
  private:

@@ -4,9 +4,9 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "parallel/process_layout.h"
 #include "report/report_page.h"
 #include "train/weights_file.h"
-#include "parallel/process_layout.h"
 
 namespace mt {
 
@@ -40,8 +40,9 @@ void RunLog::start(const std::string& backend) {
            o.optim.recompute != "none" ? "recompute " + o.optim.recompute + " | " : "",
            o.optim.precision != "fp32" ? o.optim.precision + " (" + s_.info.gemm_isa + ") | " : "",
            o.optim.steps, " steps | backend ", backend,
-           o.engine.ranks_per_process > 1 ? str(" (", o.engine.ranks_per_process, " ranks per process)")
-                                          : std::string(),
+           o.engine.ranks_per_process > 1
+               ? str(" (", o.engine.ranks_per_process, " ranks per process)")
+               : std::string(),
            par.dp_sync != "every-step" ? " | dp-sync " + par.dp_sync : std::string()));
   // The hybrid world: where each kind of group communicates (--print-layout has it all).
   if (o.engine.ranks_per_process > 1)
@@ -57,23 +58,36 @@ nlohmann::json RunLog::run_record(const std::string& backend) const {
   nlohmann::json model;
   for (const auto& [k, v] : config_metadata(o.model))
     if (k != "format") model[k] = v;
-  nlohmann::json j = {
-      {"event", "run"},
-      {"model", model},
-      {"layout",
-       {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"ep", p.ep}, {"zero", p.zero},
-        {"microbatches", p.microbatches}, {"schedule", p.schedule},
-        {"virtual_stages", p.virtual_stages}, {"sequence_parallel", s_.sequence_parallel()},
-        {"world", p.world()}, {"ranks_per_process", o.engine.ranks_per_process},
-        {"dp_sync", p.dp_sync}}},
-      {"train",
-       {{"steps", o.optim.steps}, {"batch", o.optim.batch}, {"lr", o.optim.lr},
-        {"min_lr", o.optim.min_lr}, {"warmup", o.optim.warmup},
-        {"lr_schedule", o.optim.lr_schedule}, {"weight_decay", o.optim.weight_decay},
-        {"grad_clip", o.optim.grad_clip}, {"seed", o.optim.seed}, {"threads", o.optim.threads},
-        {"recompute", o.optim.recompute}, {"precision", o.optim.precision}}},
-      {"data", o.io.data},
-      {"backend", backend}};
+  nlohmann::json j = {{"event", "run"},
+                      {"model", model},
+                      {"layout",
+                       {{"dp", p.dp},
+                        {"tp", p.tp},
+                        {"pp", p.pp},
+                        {"ep", p.ep},
+                        {"zero", p.zero},
+                        {"microbatches", p.microbatches},
+                        {"schedule", p.schedule},
+                        {"virtual_stages", p.virtual_stages},
+                        {"sequence_parallel", s_.sequence_parallel()},
+                        {"world", p.world()},
+                        {"ranks_per_process", o.engine.ranks_per_process},
+                        {"dp_sync", p.dp_sync}}},
+                      {"train",
+                       {{"steps", o.optim.steps},
+                        {"batch", o.optim.batch},
+                        {"lr", o.optim.lr},
+                        {"min_lr", o.optim.min_lr},
+                        {"warmup", o.optim.warmup},
+                        {"lr_schedule", o.optim.lr_schedule},
+                        {"weight_decay", o.optim.weight_decay},
+                        {"grad_clip", o.optim.grad_clip},
+                        {"seed", o.optim.seed},
+                        {"threads", o.optim.threads},
+                        {"recompute", o.optim.recompute},
+                        {"precision", o.optim.precision}}},
+                      {"data", o.io.data},
+                      {"backend", backend}};
   if (o.io.tokenizer) j["tokenizer"] = to_json(*o.io.tokenizer);
   if (o.io.data_bytes_per_token > 0) j["data_bytes_per_token"] = o.io.data_bytes_per_token;
   if (o.io.val_bytes_per_token > 0) j["val_bytes_per_token"] = o.io.val_bytes_per_token;
@@ -86,7 +100,18 @@ void RunLog::write_report(bool last) {
   const int every = io.report_every;
   if (!last && (every == 0 || ++steps_since_report_ < every)) return;
   steps_since_report_ = 0;
-  write_report_page({io.metrics}, report_path_for(io.metrics));
+  // The page is a view of the metrics, which are on disk whatever happens here: a page that
+  // cannot be written costs a warning (once, and again at the end), never the run, its
+  // checkpoints or its export.
+  const std::string page = report_path_for(io.metrics);
+  try {
+    write_report_page({io.metrics}, page, "the report page");
+    report_warned_ = false;
+  } catch (const std::exception& e) {
+    if (report_warned_ && !last) return;
+    report_warned_ = true;
+    progress_.warning(str("report page not written: ", e.what()));
+  }
 }
 
 void RunLog::moe_summary(int step) {

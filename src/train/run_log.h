@@ -41,6 +41,7 @@ class RunLog {
   int first_step_;  // the first step this run takes (after a --load)
   double bubble_sum_ = 0;
   int steps_since_report_ = 0;
+  bool report_warned_ = false;  // the last attempt failed and said so
 };
 
 }  // namespace mt

@@ -17,6 +17,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "kernels/bf16.h"
+#include "train/finite_gate.h"
 
 namespace mt {
 
@@ -117,6 +118,12 @@ FileDigest write_safetensors(const std::string& path, std::span<const Safetensor
   // Pad with spaces (allowed by the format) so the data section starts 8-byte aligned.
   json.append((8 - json.size() % 8) % 8, ' ');
   const uint64_t n = json.size();
+
+  std::vector<GateTensor> gate;
+  gate.reserve(tensors.size());
+  for (const SafetensorsTensor& t : tensors)
+    gate.push_back({t.name, t.data, static_cast<size_t>(checked_numel(t.shape))});
+  require_finite_for_disk(path, gate, as_bf16 ? DiskDtype::bf16 : DiskDtype::f32);
 
   AtomicFile file(path);
   file.write(&n, sizeof(n));

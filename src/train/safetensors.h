@@ -35,8 +35,9 @@ struct SafetensorsTensor {
 };
 
 // Writes atomically, tensors laid out in the order given; returns the file's size and
-// checksum. Throws UsageError for a duplicate or reserved name. as_bf16: every tensor as BF16
-// (rounded to nearest even; --export-dtype bf16), else F32.
+// checksum. Throws UsageError for a duplicate or reserved name, and RuntimeError before
+// creating anything when a value would not be finite on disk (train/finite_gate.h). as_bf16:
+// every tensor as BF16 (rounded to nearest even; --export-dtype bf16), else F32.
 FileDigest write_safetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
                              const std::map<std::string, std::string>& metadata = {},
                              bool as_bf16 = false);

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/temp_marker.h"
 
 namespace fs = std::filesystem;
 
@@ -88,20 +89,33 @@ SaveDirLock::~SaveDirLock() {
   ::close(fd_);
 }
 
-std::vector<std::string> SaveDirLock::remove_stale_temporaries() {
-  std::vector<std::string> removed;
+StaleTemporaries SaveDirLock::remove_stale_temporaries() {
+  StaleTemporaries out;
   const fs::path dir(dir_);
   fs::path parent = dir.parent_path();
   if (parent.empty()) parent = ".";
   const std::string base = dir.filename().string();
   std::error_code ec;
+  const bool dir_exists = fs::exists(fs::symlink_status(dir, ec));
   for (const auto& e : fs::directory_iterator(parent, ec)) {
     const std::string name = e.path().filename().string();
-    if (!is_temporary_of(name, base) || !e.is_directory(ec)) continue;
-    fs::remove_all(e.path(), ec);
-    if (!ec) removed.push_back(e.path().string());
+    if (!is_temporary_of(name, base)) continue;
+    // A name is no proof: only a directory holding our marker under its own name is ours.
+    if (!is_marked_temporary(e.path().string())) continue;
+    // DIR missing and DIR.old-XXXXXX marked: a fallback swap was cut between its two
+    // renames, and this is the previous checkpoint. It is the user's to restore.
+    if (!dir_exists && name.compare(base.size(), 5, ".old-") == 0) {
+      out.kept.push_back(str(e.path().string(),
+                             " holds the checkpoint an interrupted save moved "
+                             "aside; rename it to ",
+                             dir_, " to use it"));
+      continue;
+    }
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (!rm) out.removed.push_back(e.path().string());
   }
-  return removed;
+  return out;
 }
 
 }  // namespace mt

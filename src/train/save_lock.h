@@ -10,14 +10,20 @@
 // path) so that a run racing with the removal cannot lock a file nobody else sees.
 //
 // Holding the lock also makes cleaning safe: a save killed mid-write leaves a full-size
-// "DIR.tmp-XXXXXX" sibling (and an interrupted fallback swap "DIR.old-XXXXXX"); only a
-// writer of DIR can have made them, and no other writer is alive, so they are deleted.
+// "DIR.tmp-XXXXXX" sibling (and an interrupted fallback swap "DIR.old-XXXXXX"), marked as
+// meshtrain's (core/temp_marker.h); no other writer is alive, so those are deleted. A sibling
+// that merely has such a name ("ck.old-backup", a user's copy) has no valid marker and stays.
 #pragma once
 
 #include <string>
 #include <vector>
 
 namespace mt {
+
+struct StaleTemporaries {
+  std::vector<std::string> removed;  // paths deleted
+  std::vector<std::string> kept;     // sentences: a marked old copy kept because DIR is missing
+};
 
 class SaveDirLock {
  public:
@@ -27,8 +33,8 @@ class SaveDirLock {
   SaveDirLock(const SaveDirLock&) = delete;
   SaveDirLock& operator=(const SaveDirLock&) = delete;
 
-  // Deletes the temporaries of interrupted saves of `dir`; returns their names.
-  std::vector<std::string> remove_stale_temporaries();
+  // Deletes the marked temporaries of interrupted saves of `dir`.
+  StaleTemporaries remove_stale_temporaries();
 
  private:
   std::string dir_, path_;

@@ -8,9 +8,11 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/temp_marker.h"
 #include "core/timer.h"
 #include "model/moe_layer.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/retention.h"
 #include "train/checkpoint/shard_reader.h"
 #include "train/global_view.h"
 #include "train/safetensors.h"
@@ -55,6 +57,11 @@ bool writes(const ParamInfo& p, const Session& s) {
 std::string layout_text(const ParallelOptions& p) {
   return str("dp ", p.dp, " zero ", p.zero, " tp ", p.tp, p.sequence_parallel ? " sp" : "", " pp ",
              p.pp, " virtual-stages ", p.virtual_stages, " ep ", p.ep);
+}
+
+bool same_path(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::weakly_canonical(fs::absolute(a), ec) == fs::weakly_canonical(fs::absolute(b), ec);
 }
 
 std::string rank_file_name(int rank) {
@@ -107,21 +114,8 @@ std::vector<StridedRun> runs_from(const json& a) {
   return out;
 }
 
-// An existing directory of ours may be replaced; anything else stays and fails the save.
-void clear_step_dir(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::exists(fs::symlink_status(dir, ec))) return;
-  bool ours = fs::is_directory(fs::symlink_status(dir, ec));
-  if (ours)
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      const std::string n = e.path().filename().string();
-      ours = ours && e.is_regular_file() &&
-             (n == kManifestFile || (n.starts_with("rank_") && n.ends_with(".bin")));
-    }
-  if (!ours)
-    throw RuntimeError(str("not saving: ", dir, " exists and is not a meshtrain checkpoint"));
-  fs::remove_all(dir, ec);
-  if (ec) throw RuntimeError(str("cannot remove ", dir, ": ", ec.message()));
+void warn(const std::string& text) {
+  std::fprintf(stderr, "meshtrain: warning: %s\n", text.c_str());
 }
 
 }  // namespace
@@ -174,9 +168,16 @@ ShardedCheckpointer::ShardedCheckpointer(Session& s, CommWorld& world) : s_(s) {
   staging_.assign(staged_floats_, 0.f);
   if (s.lead()) {
     bias_names_ = router_bias_names(s.view->whole());
-    for (const std::string& t : remove_interrupted_saves(s.opts.io.save))
-      if (!s.opts.io.quiet)
-        std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
+    const IoOptions& io = s.opts.io;
+    std::string damage;
+    CheckpointLog log = CheckpointLog::read(io.save, &damage);
+    if (!damage.empty())
+      warn(str(damage, "; --keep-checkpoints will not delete the checkpoints it listed"));
+    RunIdentity id = identify_run(log, io.save, io.load, io.resumed);
+    retention_ = std::make_unique<CheckpointRetention>(io.save, io.keep_checkpoints, std::move(id),
+                                                       std::move(log), warn);
+    for (const std::string& t : remove_interrupted_saves(io.save))
+      if (!io.quiet) std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
   }
 }
 
@@ -197,6 +198,11 @@ void ShardedCheckpointer::finish() {
 }
 
 void ShardedCheckpointer::save(int step) {
+  // The checkpoint this run resumed from already holds the state of its step: a run with
+  // no step to take does not save it again (that would replace it).
+  const std::string final_dir = s_.opts.io.save + "/" + step_dir_name(step);
+  if (step == s_.start_step && !s_.opts.io.load.empty() && same_path(s_.opts.io.load, final_dir))
+    return;
   const double t0 = now_seconds();
   throw_if_failed(writer_.wait());  // the staging buffer is free again
   // Router biases are a few floats per MoE layer: rank 0 gathers them and writes them.
@@ -224,10 +230,8 @@ void ShardedCheckpointer::save(int step) {
                         {{0, int64_t(b.data.size()), 1, 0}}});
     out = std::copy(b.data.begin(), b.data.end(), out);
   }
-  const std::string root = s_.opts.io.save;
-  const std::string final_dir = root + "/" + step_dir_name(step);
   const int64_t position = s_.train.position();
-  auto job = [this, step, position, segments = std::move(segments), root, final_dir]() {
+  auto job = [this, step, position, segments = std::move(segments), final_dir]() {
     return write_job(step, position, segments, final_dir + ".tmp", final_dir);
   };
   if (s_.opts.io.save_sync)
@@ -255,10 +259,8 @@ std::string ShardedCheckpointer::write_job(int step, int64_t data_position,
   int32_t ready = 1;
   if (c.rank() == 0) {
     try {
-      clear_step_dir(tmp);
-      std::error_code ec;
-      fs::create_directories(tmp, ec);
-      if (ec) throw RuntimeError(str("cannot create ", tmp, ": ", ec.message()));
+      retention_->before_save(step_dir_name(step));
+      prepare_step_temp(tmp);
     } catch (const std::exception& e) {
       error = str("rank 0: ", e.what());
       ready = 0;
@@ -269,7 +271,7 @@ std::string ShardedCheckpointer::write_job(int step, int64_t data_position,
   if (ready) {
     try {
       const ManifestFile f = write_shard_file(tmp + "/" + rank_file_name(s_.ctx.rank),
-                                              staging_.data(), staging_.size());
+                                              staging_.data(), staging_.size(), segments);
       json crcs = json::array();
       for (uint32_t x : f.block_crc32c) crcs.push_back(x);
       json segs = json::array();
@@ -338,13 +340,14 @@ std::string ShardedCheckpointer::publish(int step, int64_t data_position,
   check_manifest_coverage(m, "the checkpoint of step " + std::to_string(step));
   write_file_atomic(tmp + "/" + kManifestFile, manifest_json(m).dump() + "\n");
   fsync_path(tmp);
-  clear_step_dir(final_dir);  // a re-save of the same step (after a resume from an older one)
+  retention_->record(step_dir_name(step), step, tmp);
   std::error_code ec;
-  fs::rename(tmp, final_dir, ec);
+  fs::rename(tmp, final_dir, ec);  // before_save made room; a folder there now stops the rename
   if (ec) throw RuntimeError(str("cannot rename ", tmp, " to ", final_dir, ": ", ec.message()));
+  unmark_temporary(final_dir);  // its temporary's marker, inert under the final name
+  fsync_path(final_dir);
   fsync_path(s_.opts.io.save);
-  if (s_.opts.io.keep_checkpoints > 0)
-    prune_checkpoints(s_.opts.io.save, s_.opts.io.keep_checkpoints);
+  retention_->after_publish(step_dir_name(step));
   return "";
 }
 

@@ -17,6 +17,7 @@
 
 #include "comm/world.h"
 #include "train/checkpoint/manifest.h"
+#include "train/checkpoint/retention.h"
 #include "train/checkpoint/shard_writer.h"
 #include "train/session.h"
 
@@ -26,7 +27,8 @@ class ShardedCheckpointer {
  public:
   // Collective over the world: makes the writer's own communicator (its collectives run on
   // the background thread, beside the training thread's) and plans what this rank writes.
-  // Rank 0 removes temporaries of interrupted saves under --save.
+  // Rank 0 reads the --save directory's checkpoint log, decides which run it saves as
+  // (checkpoint/retention.h) and removes marked temporaries of interrupted saves.
   ShardedCheckpointer(Session& s, CommWorld& world);
   ~ShardedCheckpointer();
 
@@ -59,8 +61,9 @@ class ShardedCheckpointer {
   std::vector<Piece> pieces_;
   size_t staged_floats_ = 0;  // params + both moments of the pieces (biases come on top)
   std::vector<float> staging_;
-  std::vector<ManifestSegment> segments_;  // of the staged data (file index unset)
-  std::vector<std::string> bias_names_;    // rank 0: the whole model's router biases
+  std::vector<ManifestSegment> segments_;           // of the staged data (file index unset)
+  std::vector<std::string> bias_names_;             // rank 0: the whole model's router biases
+  std::unique_ptr<CheckpointRetention> retention_;  // rank 0: the log and --keep-checkpoints
   BackgroundWriter writer_;
   double stall_s_ = 0, longest_stall_s_ = 0;
   int saves_ = 0;

@@ -50,11 +50,25 @@ LossAndNorm loss_and_norm(Session& s, double loss_sum, std::span<const float> co
   return {loss, std::sqrt(sq)};
 }
 
-void check_finite(int step, const LossAndNorm& ln) {
+void check_finite(const Session& s, int step, const LossAndNorm& ln) {
   if (std::isfinite(ln.norm) && std::isfinite(ln.loss)) return;
   throw RuntimeError(str("step ", step, ": non-finite ",
                          std::isfinite(ln.loss) ? "gradient" : "loss", " (loss ", ln.loss,
-                         ", grad norm ", ln.norm, "); try a lower --lr or a --grad-clip"));
+                         ", grad norm ", ln.norm, "); try a lower --lr or a --grad-clip",
+                         s.replica_sync.divergence_hint()));
+}
+
+// The DiLoCo outer step moves the weights after the optimizer's check: the ranks agree
+// that it left them finite before a save or an export can write them.
+void check_outer_step(Session& s, int step) {
+  int64_t poisoned = s.replica_sync.outer_step_finite() ? 0 : 1;
+  s.ctx.world->all_reduce(&poisoned, &poisoned, 1, DType::i64, ReduceOp::max).wait();
+  if (poisoned)
+    throw RuntimeError(str("step ", step, ": the DiLoCo outer step (--outer-lr ",
+                           s.opts.parallel.outer_lr, ", --outer-momentum ",
+                           s.opts.parallel.outer_momentum,
+                           ") made the weights non-finite; not saving (the last checkpoint "
+                           "written stays the newest; try a lower --outer-lr)"));
 }
 
 // torch.nn.utils.clip_grad_norm_'s coefficient, min(1, clip / (norm + 1e-6)), as the float
@@ -131,13 +145,14 @@ StepRecord train_step(Session& s, int step, Trace& trace) {
   s.replica_sync.local_gradients(s.dp, step);
   phase_end(r.phases.gradients);
   const LossAndNorm ln = loss_and_norm(s, r.microbatches.loss_sum, copies);
-  check_finite(step, ln);
+  check_finite(s, step, ln);
   const float clip = clip_coefficient(s, ln.norm);
   phase_end(r.phases.norm_and_clip);
   optimizer_step(s, step, r.lr, clip, trace);
   // --dp-sync: the replicas' weights averaged when due, all of it exposed communication.
   const double t_sync = now_seconds();
   const bool synced = s.replica_sync.after_step(s.dp, step);
+  if (synced && s.replica_sync.takes_outer_steps()) check_outer_step(s, step);
   const double sync_seconds = synced ? now_seconds() - t_sync : 0;
   phase_end(r.phases.optimizer);
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -12,9 +13,9 @@
 #include "model/precision.h"
 #include "model/recompute.h"
 #include "parallel/data_parallel/replica_sync.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/process_layout.h"
+#include "schedule/schedule.h"
 #include "parallel/pipeline/stage_partition.h"
+#include "parallel/process_layout.h"
 
 namespace mt {
 
@@ -206,6 +207,9 @@ void validate_dp_sync(const TrainOptions& o) {
              "')");
   MT_REQUIRE(p.outer_lr > 0 && p.outer_momentum >= 0 && p.outer_momentum < 1,
              "--outer-lr must be > 0 and --outer-momentum in [0, 1)");
+  // The outer step runs in float: a larger rate is Inf there, and every weight NaN.
+  MT_REQUIRE(p.outer_lr <= std::numeric_limits<float>::max(), "--outer-lr ", p.outer_lr,
+             " does not fit a float (at most ", std::numeric_limits<float>::max(), ")");
   if (d.kind == DpSync::Kind::every_step) return;
   // The replicas' own weights and moments live whole on each of them.
   MT_REQUIRE(p.zero == 0, "--dp-sync ", p.dp_sync, " needs --zero 0 (got --zero ", p.zero, ")");

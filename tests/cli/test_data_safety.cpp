@@ -16,6 +16,8 @@
 
 #include "cli_fixture.h"
 #include "core/crc32c.h"
+#include "core/temp_marker.h"
+#include "train/checkpoint/metadata_checksum.h"
 #include "train/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -49,6 +51,7 @@ void refresh_manifest(const std::string& dir, const std::string& file) {
   nlohmann::json j = nlohmann::json::parse(slurp(dir + "/state.json"));
   j["files"][file]["bytes"] = bytes.size();
   j["files"][file]["crc32c"] = crc32c_hex(crc32c_update(0, bytes.data(), bytes.size()));
+  seal_json(j);  // and the metadata's own checksum, as a deliberate edit would
   write_text(dir + "/state.json", j.dump(2));
 }
 
@@ -210,11 +213,13 @@ TEST(DataSafety, CheckpointsAreVerifiedOnLoad) {
                                                         {"\"2\"", "not an integer"}}) {
     nlohmann::json j = nlohmann::json::parse(fresh);
     j["step"] = nlohmann::json::parse(bad);
+    seal_json(j);  // resealed: the range checks behind the checksum hold on their own
     write_text(ck + "/state.json", j.dump());
     expect_usage_error(run_meshtrain(f.base() + " --steps 4 --load " + ck), needle);
   }
   nlohmann::json j = nlohmann::json::parse(fresh);
   j["data_position"] = nlohmann::json::parse("18446744073709551615");
+  seal_json(j);
   write_text(ck + "/state.json", j.dump());
   expect_usage_error(run_meshtrain(f.base() + " --steps 4 --load " + ck), "data_position");
   // Intact, it resumes.
@@ -283,22 +288,51 @@ TEST(DataSafety, ASaveDirectoryHasOneWriter) {
 }
 
 // Defect 8: a save killed mid-write left DIR.tmp-* (a whole checkpoint's size) for good.
+// Issue #26: clean-up deleted any sibling merely named so (a user's "ck.old-backup", a full
+// checkpoint copy; "ck.tmp-before/notes.txt"; "sk.old-photos/"). Only a temporary carrying
+// meshtrain's marker under its own name is deleted.
 TEST(DataSafety, StaleSaveTemporariesAreRemoved) {
   Fixture f;
-  const std::string ck = f.dir / "ck";
+  const std::string ck = f.dir / "ck", sk = f.dir / "sk";
   ASSERT_EQ(run_meshtrain(f.base() + " --save " + ck).exit_code, 0);
-  for (const char* t : {"ck.tmp-a1B2c3", "ck.old-Zz9y8X"}) {
+  for (const char* t : {"ck.tmp-a1B2c3", "ck.old-Zz9y8X"}) {  // what a killed save leaves
     fs::create_directory(f.dir / t);
     write_text(f.dir / t + std::string("/model.safetensors"), std::string(1 << 16, 'x'));
+    mark_temporary(f.dir / t);
   }
   fs::create_directory(f.dir / "other.tmp-a1B2c3");  // another directory's: not ours
-  fs::create_directory(f.dir / "ck.tmp-keep");       // not a name a save makes
+  mark_temporary(f.dir / "other.tmp-a1B2c3");
+  fs::create_directory(f.dir / "ck.tmp-keep");  // not a name a save makes
+  // The user's, named like ours: a checkpoint copy (even of a marked temporary), notes.
+  fs::copy(ck, f.dir / "ck.old-backup", fs::copy_options::recursive);
+  fs::copy(f.dir / "ck.tmp-a1B2c3", f.dir / "ck.old-backu2", fs::copy_options::recursive);
+  fs::create_directory(f.dir / "ck.tmp-before");
+  write_text(f.dir / "ck.tmp-before/notes.txt", "mine\n");
+  fs::create_directory(f.dir / "sk.old-photos");
+  write_text(f.dir / "sk.old-photos/a.jpg", "jpeg");
+  const auto before = snapshot(f.dir.path);
   auto r = run_meshtrain(f.base() + " --save " + ck);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_meshtrain(f.base() + " --save " + sk);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(fs::exists(f.dir / "ck.tmp-a1B2c3"));
   EXPECT_FALSE(fs::exists(f.dir / "ck.old-Zz9y8X"));
   EXPECT_TRUE(fs::exists(f.dir / "other.tmp-a1B2c3"));
   EXPECT_TRUE(fs::exists(f.dir / "ck.tmp-keep"));
+  const auto after = snapshot(f.dir.path);
+  for (const char* kept :
+       {"ck.old-backup/model.safetensors", "ck.old-backup/state.json",
+        "ck.old-backu2/model.safetensors", "ck.tmp-before/notes.txt", "sk.old-photos/a.jpg"}) {
+    ASSERT_TRUE(after.count(kept)) << kept << " was deleted";
+    EXPECT_EQ(after.at(kept), before.at(kept)) << kept;
+  }
+  // Published checkpoints carry no marker, and one left in one (a crash between the
+  // publishing rename and the marker's removal) is ignored by the checks and the load.
+  EXPECT_FALSE(fs::exists(ck + "/.meshtrain-temporary"));
+  mark_temporary(ck, "ck.tmp-Qq1Ww2");
+  EXPECT_EQ(run_meshtrain("checkpoint verify " + ck).exit_code, 0);
+  r = run_meshtrain(f.base() + " --steps 3 --load " + ck + " --save " + ck);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 // Defect 9: an input that is a FIFO blocked forever, out of --timeout's reach.

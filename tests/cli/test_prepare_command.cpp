@@ -165,7 +165,7 @@ TEST(ReportCommand, OverlaysRunsAndRefusesToOverwriteAnInput) {
   EXPECT_EQ(slurp(dir / "a.jsonl"), before);
   write(dir / "junk.jsonl", "not json\n");
   expect_usage_error(run_meshtrain("report " + (dir / "junk.jsonl")), "holds no metrics records");
-  expect_usage_error(run_meshtrain("report " + (dir / "nosuch.jsonl")), "cannot read");
+  expect_usage_error(run_meshtrain("report " + (dir / "nosuch.jsonl")), "does not exist");
 }
 
 }  // namespace

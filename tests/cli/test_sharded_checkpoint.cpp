@@ -17,6 +17,7 @@
 
 #include "cli_fixture.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/metadata_checksum.h"
 
 namespace fs = std::filesystem;
 
@@ -116,6 +117,7 @@ TEST(ShardedCheckpoint, ManifestMustCoverEveryTensor) {
   for (const auto& seg : m["segments"])
     if (seg["tensor"] != victim) kept.push_back(seg);
   m["segments"] = kept;
+  seal_json(m);  // a deliberate edit: the coverage check holds behind the checksum
   write_bytes(d + "/manifest.json", m.dump());
   expect_usage_error(verify(d), "does not cover tensor " + victim);
   expect_usage_error(run_meshtrain(s.base() + " --steps 4 --load " + d),

@@ -187,7 +187,7 @@ TEST(Prepare, BadInputIsRefusedAndNothingIsWritten) {
   o.vocab_size = 100;
   refuses(o, "too small");
   o.tokenizer = dir / "text.txt";  // not a SentencePiece model
-  refuses(o, "cannot load SentencePiece model");
+  refuses(o, "is not a SentencePiece model (its bytes do not parse as one)");
   o = {};
   o.out = dir / "not_a_dataset";
   refuses(o, "not a dataset");
@@ -197,7 +197,7 @@ TEST(Prepare, BadInputIsRefusedAndNothingIsWritten) {
     std::filesystem::permissions(dir / "locked.txt", std::filesystem::perms::none);
     o = {};
     o.inputs = {dir / "locked.txt"};
-    refuses(o, "cannot read");
+    refuses(o, "is not readable");
   }
 }
 
@@ -216,6 +216,74 @@ TEST(Prepare, ReplacesAnEarlierDatasetAtomically) {
   test_data::write_file(dir / "one.txt", "");
   EXPECT_THROW(prepare_dataset(o), UsageError);
   EXPECT_EQ(read_dataset(o.out).train.tokens, 8);
+}
+
+// SentencePiece's status text is its own assertion ("./src/trainer_interface.cc(580)
+// [(static_cast<int>(required_chars_.size() ..."); the user needs what is wrong and the fix.
+TEST(Prepare, SentencePieceFailuresAreSaidInOurWords) {
+  TempDir dir;
+  std::string text;  // 1500 distinct three-byte characters: more than 300 pieces can hold
+  for (int line = 0; line < 200; ++line) {
+    for (int i = 0; i < 60; ++i) {
+      const int c = 0x4E00 + (line * 61 + i * 7) % 1500;
+      text += char(0xE0 | (c >> 12));
+      text += char(0x80 | ((c >> 6) & 0x3F));
+      text += char(0x80 | (c & 0x3F));
+    }
+    text += "\n";
+  }
+  test_data::write_file(dir / "cjk.txt", text);
+  PrepareOptions o;
+  o.inputs = {dir / "cjk.txt"};
+  o.out = dir / "ds";
+  o.tokenizer = "bpe";
+  o.vocab_size = 300;
+  try {
+    prepare_dataset(o);
+    ADD_FAILURE() << "a 300-piece model of 1500 characters was accepted";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--vocab-size 300 is too small for this text"), std::string::npos) << what;
+    EXPECT_NE(what.find("give --vocab-size "), std::string::npos) << what;
+    EXPECT_EQ(what.find(".cc("), std::string::npos) << what;
+    EXPECT_EQ(what.find("required_chars_"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "ds"));
+}
+
+// A crafted or damaged manifest is refused by field, in our words, before a shard is read:
+// the raw JSON-library text ("[json.exception.type_error.302] ...") told the user nothing.
+TEST(Prepare, CraftedManifestsAreRefusedByField) {
+  TempDir dir;
+  test_data::write_file(dir / "one.txt", "some text\n");
+  PrepareOptions o;
+  o.inputs = {dir / "one.txt"};
+  o.val_fraction = 0;
+  o.out = dir / "ds";
+  prepare_dataset(o);
+  const std::string manifest = read_bytes(dir / "ds/manifest.json");
+  const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> cases = {
+      {{"\"tokens\": 11", "\"tokens\": \"ten\""}, "\"tokens\" is a string, not an integer"},
+      {{"\"tokens\": 11", "\"tokens\": -10"}, "\"tokens\" is -10, not an integer >= 0"},
+      {{"\"train_000000.bin\"", "\"../../etc/passwd\""}, "is not the name of a file inside"},
+      {{"\"shards\": [", "\"shards\": 7, \"x\": ["}, "\"shards\" must be a non-empty array"},
+      {{"\"kind\": \"byte\"", "\"kind\": 1"}, "\"kind\" is not a string"},
+      {{"\"documents\": \"file\"", "\"documents\": \"lines\""}, "not file, separator or blank"},
+  };
+  for (const auto& [edit, says] : cases) {
+    std::string m = manifest;
+    const size_t at = m.find(edit.first);
+    ASSERT_NE(at, std::string::npos) << edit.first << " in " << manifest;
+    m.replace(at, edit.first.size(), edit.second);
+    test_data::write_file(dir / "ds/manifest.json", m);
+    try {
+      read_dataset(dir / "ds");
+      ADD_FAILURE() << "accepted " << edit.second;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("json.exception"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

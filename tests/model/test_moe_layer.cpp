@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/matmul_bf16.h"
 #include "kernels/token_permutation.h"
 #include "model/moe_test_util.h"
 
@@ -165,6 +166,7 @@ double rel_l2(const float* a, const float* b, size_t n) {
 // N = 24 runs every GEMM on zero-padded 64-row chunks; N = 300 (dropless top-2: ~150 rows
 // an expert) on 128- and 64-row chunks plus a padded remainder (moe_layer.h).
 TEST(MoeLayer, Bf16ExpertsStayWithinBf16RoundingOfFp32) {
+  if (!bf16_matmul_supported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU (needs AVX-512)";
   const int C = 32, E = 4;
   const ModelConfig cfg = moe_test::config(C, E, 2, 0.0f);
   for (int N : {24, 300}) {

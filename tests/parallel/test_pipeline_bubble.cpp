@@ -7,7 +7,7 @@
 #include "comm/rank_order_sum.h"
 #include "comm/world.h"
 #include "parallel/pipeline/pipeline_stage.h"
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 namespace mt {
 namespace {

@@ -19,7 +19,7 @@
 #include "model/gpt.h"
 #include "parallel/parallel_context.h"
 #include "parallel/pipeline/executor.h"
-#include "parallel/pipeline/schedule_validator.h"
+#include "schedule/schedule_validator.h"
 #include "parallel/pipeline/stage_chunks.h"
 #include "parallel/pipeline/stage_partition.h"
 #include "parallel/pipeline/tied_embedding.h"

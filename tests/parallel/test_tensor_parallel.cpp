@@ -18,10 +18,10 @@
 #include "model/block.h"
 #include "model/embedding_layer.h"
 #include "model/lm_head.h"
-#include "parallel/tensor_parallel/column_parallel_linear.h"
-#include "parallel/tensor_parallel/mappings.h"
-#include "parallel/tensor_parallel/row_parallel_linear.h"
-#include "parallel/tensor_parallel/vocab_parallel.h"
+#include "tensor_parallel/column_parallel_linear.h"
+#include "tensor_parallel/mappings.h"
+#include "tensor_parallel/row_parallel_linear.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mt {
 namespace {

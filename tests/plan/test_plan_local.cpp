@@ -2,21 +2,15 @@
 // the elements a bf16 step rounds to bf16 (model/block.cpp, lm_head.cpp,
 // row_parallel_linear.cpp, bf16_weight.h) and the collectives the tp linears issue.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <ctime>
-#include <tuple>
 
-#include "kernels/matmul.h"
-#include "kernels/matmul_bf16.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/pipeline/schedule_simulator.h"
 #include "plan/calibrate.h"
 #include "plan/hardware_costs.h"
 #include "plan/time_model.h"
 #include "plan_test_util.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_simulator.h"
 
 namespace mt::plan {
 namespace {
@@ -307,66 +301,6 @@ TEST(PlanLocal, ExpertParallelWaitsForTheBusiestRank) {
   }
 }
 
-// Diagnostic, not a check (run with --gtest_also_run_disabled_tests): the linear layers'
-// GEMMs of a model (MT_PLAN_DIM, MT_PLAN_ROWS; default d 256, 1024 rows) timed in thread
-// CPU time on one thread, fp32 and bf16, forward / input-gradient / weight-gradient, against
-// the local model's GEMM formula for a calibrated profile ($MESHTRAIN_PROFILE).
-TEST(PlanLocal, DISABLED_GemmShapesAgainstTheProfile) {
-  const char* prof = std::getenv("MESHTRAIN_PROFILE");
-  if (!prof) GTEST_SKIP() << "set MESHTRAIN_PROFILE to a calibrated profile";
-  const HardwareProfile h = load_profile(prof);
-  const int C = std::getenv("MT_PLAN_DIM") ? std::atoi(std::getenv("MT_PLAN_DIM")) : 256;
-  const int N = std::getenv("MT_PLAN_ROWS") ? std::atoi(std::getenv("MT_PLAN_ROWS")) : 1024;
-  omp_set_num_threads(1);
-  auto cpu_now = [] {
-    timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-  };
-  auto best = [&](auto fn) {
-    fn();
-    double b = 1e30;
-    for (int i = 0; i < 7; ++i) {
-      const double t0 = cpu_now();
-      fn();
-      b = std::min(b, cpu_now() - t0);
-    }
-    return b;
-  };
-  for (const char* precision : {"fp32", "bf16"}) {
-    const ComputeRates R = compute_rates(h, precision, 1, 1);
-    const bool b16 = std::string(precision) == "bf16";
-    for (auto [name, in, out] : {std::tuple{"qkv", C, 3 * C}, std::tuple{"proj", C, C},
-                                 std::tuple{"fc", C, 4 * C}, std::tuple{"mlp_proj", 4 * C, C}}) {
-      std::vector<float> x(size_t(N) * in, 0.1f), w(size_t(out) * in, 0.1f),
-          y(size_t(N) * out, 0.1f), dw(w.size()), dx(x.size());
-      std::vector<bf16> x16(x.size(), 0x3F80), w16(w.size(), 0x3F80), y16(y.size(), 0x3F80);
-      const double fwd =
-          b16 ? best([&] {
-            matmul_bf16_forward(y.data(), x16.data(), w16.data(), nullptr, N, in, out);
-          })
-              : best([&] { matmul_forward(y.data(), x.data(), w.data(), nullptr, N, in, out); });
-      const double bin =
-          b16 ? best([&] {
-            matmul_bf16_backward_input(dx.data(), y16.data(), w16.data(), N, in, out);
-          })
-              : best([&] { matmul_backward_input(dx.data(), y.data(), w.data(), N, in, out); });
-      const double bw =
-          b16 ? best([&] {
-            matmul_bf16_backward_weight(dw.data(), nullptr, y16.data(), x16.data(), N, in, out);
-          })
-              : best([&] {
-                  matmul_backward_weight(dw.data(), nullptr, y.data(), x.data(), N, in, out);
-                });
-      const double model = local_gemm_seconds(R, N, out, in);
-      std::printf(
-          "%s %-9s N %d in %d out %d: fwd %.3f bwd_in %.3f bwd_w %.3f ms, model %.3f ms "
-          "(measured/model %.2f %.2f %.2f)\n",
-          precision, name, N, in, out, fwd * 1e3, bin * 1e3, bw * 1e3, model * 1e3, fwd / model,
-          bin / model, bw / model);
-    }
-  }
-}
 }  // namespace
 // The calibration's fit of the step factor and the per-microbatch cost: exact data gives
 // back the figures it was made from; measurements the kernels already explain give the floor.

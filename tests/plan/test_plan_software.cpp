@@ -8,13 +8,13 @@
 
 #include "cli/run_binary.h"
 #include "core/error.h"
-#include "parallel/pipeline/schedule_simulator.h"
 #include "plan/hardware_costs.h"
 #include "plan/profile_fields.h"
 #include "plan/search.h"
 #include "plan/software_profiles.h"
 #include "plan/time_model.h"
 #include "plan_test_util.h"
+#include "schedule/schedule_simulator.h"
 
 namespace mt::plan {
 namespace {

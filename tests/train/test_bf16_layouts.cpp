@@ -30,6 +30,7 @@
 
 #include "core/error.h"
 #include "kernels/bf16.h"
+#include "kernels/matmul_bf16.h"
 #include "test_util/temp_dir.h"
 #include "train/safetensors.h"
 #include "train/session.h"
@@ -110,6 +111,10 @@ class Bf16Layouts : public ::testing::Test {
     test_util::write_random_shard(*dir_ / "train.bin", 8192, 37, 7);
   }
   static void TearDownTestSuite() { delete dir_; }
+  void SetUp() override {
+    if (!bf16_matmul_supported())
+      GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU (needs AVX-512)";
+  }
 
   static TrainOptions base() {
     TrainOptions o = test_util::tiny_session_options(*dir_ / "train.bin", kSteps);

@@ -3,6 +3,7 @@
 // verifies.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -72,6 +73,30 @@ TEST(CheckpointDir, SaveRechecksWhenItReplaces) {
   tiny.save(ck, 2);
   EXPECT_EQ(read_train_state(ck).step, 2);
   EXPECT_TRUE(verify_checkpoint(ck).verified);
+}
+
+// Issue #26: the finiteness gate inside the writer refuses a checkpoint holding a NaN; the
+// previous checkpoint stays, and no temporary is left beside it.
+TEST(CheckpointDir, NonFiniteWeightsAreNeverSaved) {
+  TempDir t;
+  TinyModel tiny;
+  const std::string ck = t / "ck";
+  tiny.save(ck, 1);
+  tiny.model->params().data()[0] = std::nanf("");
+  try {
+    tiny.save(ck, 2);
+    FAIL() << "a NaN was saved";
+  } catch (const RuntimeError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the checkpoint of step 2 was not saved to " + ck), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("element 0 is nan (not finite)"), std::string::npos) << what;
+  }
+  EXPECT_EQ(read_train_state(ck).step, 1);
+  EXPECT_TRUE(verify_checkpoint(ck).verified);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(t.path)) ++entries;
+  EXPECT_EQ(entries, 1);
 }
 
 TEST(CheckpointDir, OneLockHolderAtATime) {

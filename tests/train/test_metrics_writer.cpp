@@ -2,6 +2,7 @@
 #include "train/metrics.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -95,6 +96,20 @@ TEST(MetricsWriter, AResumedRunThroughALinkContinuesTheFileItNames) {
             "a note the user added\n{\"step\":2}\n");
 }
 
+// The rewrite of a resumed file went through PATH.continue.tmp, a name the user may own.
+TEST(MetricsWriter, AResumedRunBorrowsNoNameOfTheUser) {
+  TempFile f("metrics_borrow.jsonl");
+  const fs::path users = f.path.string() + ".continue.tmp";
+  std::ofstream(users) << "the user's notes\n";
+  f.write(kEarlierRun);
+  { MetricsWriter w(f.path.string(), /*resumed_after=*/1); }
+  std::ifstream in(users);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), "the user's notes\n");
+  fs::remove(users);
+}
+
 TEST(MetricsWriter, AResumedRunWithoutAFileStartsOne) {
   TempFile f("metrics_new.jsonl");
   {
@@ -108,6 +123,13 @@ TEST(MetricsWriter, ADeviceIsWrittenAsItIs) {
   MetricsWriter w("/dev/null", /*resumed_after=*/3);
   EXPECT_FALSE(w.is_regular_file());
   EXPECT_NO_THROW(w.write({{"step", 4}}));
+}
+
+// Opening a FIFO for writing waited for a reader, forever.
+TEST(MetricsWriter, AFifoIsRefusedNotWaitedOn) {
+  TempFile f("metrics_fifo.jsonl");
+  ASSERT_EQ(::mkfifo(f.path.c_str(), 0600), 0);
+  EXPECT_THROW(MetricsWriter(f.path.string()), UsageError);
 }
 
 TEST(MetricsWriter, AnUnwritableDirectoryIsAnError) {

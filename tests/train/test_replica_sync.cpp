@@ -4,6 +4,8 @@
 // outer step is Nesterov momentum on the averaged change.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <string>
 #include <vector>
 
@@ -43,8 +45,16 @@ TEST(ReplicaSync, DilocoOuterStepIsNesterovOnTheAveragedChange) {
   EXPECT_EQ(w, anchor);
   // lr 1, no momentum: the plain average.
   std::vector<float> a2 = {3.0f}, m2 = {0.0f}, w2 = {1.0f};
-  diloco_outer_step(a2.data(), m2.data(), w2.data(), 1, 1.0f, 0.0f);
+  EXPECT_TRUE(diloco_outer_step(a2.data(), m2.data(), w2.data(), 1, 1.0f, 0.0f));
   EXPECT_EQ(w2[0], 1.0f);
+}
+
+// Issue #26: the outer step runs after the optimizer's finiteness check; it reports an
+// overflow of its own so the run stops before anything saves the weights.
+TEST(ReplicaSync, DilocoOuterStepReportsAnOverflow) {
+  std::vector<float> anchor = {1.0f, 2.0f}, momentum = {0.0f, 0.0f}, w = {-3.0f, 2.0f};
+  EXPECT_FALSE(diloco_outer_step(anchor.data(), momentum.data(), w.data(), 2, 3e38f, 0.9f));
+  EXPECT_FALSE(std::isfinite(w[0]));
 }
 
 class ReplicaSyncRuns : public ::testing::Test {

@@ -1,6 +1,7 @@
 #include "parallel/data_parallel/replica_sync.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -78,20 +79,32 @@ bool ReplicaSync::after_step(DataParallel& dp, int step) {
   float* p = dp.param_storage();
   const size_t n = dp.layout().flat_size();
   group.all_reduce(p, p, n, DType::f32, ReduceOp::avg).wait();
-  if (mode_.kind == DpSync::Kind::diloco)
-    diloco_outer_step(anchor_.data(), momentum_.data(), p, n, static_cast<float>(outer_lr_),
-                      static_cast<float>(outer_momentum_));
+  if (mode_.kind == DpSync::Kind::diloco) {
+    outer_finite_ =
+        diloco_outer_step(anchor_.data(), momentum_.data(), p, n, static_cast<float>(outer_lr_),
+                          static_cast<float>(outer_momentum_));
+    last_outer_step_ = step;
+  }
   return true;
 }
 
-void diloco_outer_step(float* anchor, float* momentum, float* weights, size_t n, float lr,
+std::string ReplicaSync::divergence_hint() const {
+  if (mode_.kind != DpSync::Kind::diloco || last_outer_step_ == 0) return "";
+  return str(" (under --dp-sync diloco the weights also moved by the outer step, last at step ",
+             last_outer_step_, " with --outer-lr ", outer_lr_, ": try a lower --outer-lr too)");
+}
+
+bool diloco_outer_step(float* anchor, float* momentum, float* weights, size_t n, float lr,
                        float mu) {
+  bool finite = true;
   for (size_t i = 0; i < n; ++i) {
     const float delta = anchor[i] - weights[i];  // the outer "gradient"
     momentum[i] = mu * momentum[i] + delta;
     anchor[i] -= lr * (delta + mu * momentum[i]);
     weights[i] = anchor[i];
+    finite &= std::isfinite(anchor[i]) && std::isfinite(momentum[i]);
   }
+  return finite;
 }
 
 }  // namespace mt

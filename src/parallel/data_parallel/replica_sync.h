@@ -32,8 +32,9 @@ struct DpSync {
 bool parse_dp_sync(const std::string& text, DpSync* out);
 
 // DiLoCo's outer step on n floats: delta = anchor - average; v = mu v + delta;
-// anchor -= lr (delta + mu v) (Nesterov); weights = anchor.
-void diloco_outer_step(float* anchor, float* momentum, float* weights, size_t n, float lr,
+// anchor -= lr (delta + mu v) (Nesterov); weights = anchor. Returns whether the new anchor
+// and momentum are finite (an --outer-lr too large overflows them).
+bool diloco_outer_step(float* anchor, float* momentum, float* weights, size_t n, float lr,
                        float mu);
 
 class ReplicaSync {
@@ -41,6 +42,7 @@ class ReplicaSync {
   ReplicaSync(const DpSync& mode, double outer_lr, double outer_momentum, int last_step);
 
   bool enabled() const { return mode_.kind != DpSync::Kind::every_step; }
+  bool takes_outer_steps() const { return mode_.kind == DpSync::Kind::diloco; }
   // Whether step (1-based) keeps its gradients local (no dp reduction).
   bool local_step(int step) const;
   // Before the step's forward pass: tells the reducer.
@@ -51,6 +53,13 @@ class ReplicaSync {
   // After the optimizer: averages (and for DiLoCo, takes the outer step) when due.
   // Collective over dp. Returns true if it synchronised.
   bool after_step(DataParallel& dp, int step);
+  // Whether this rank's last outer step left finite weights. The caller agrees on it over
+  // the world after a synchronising step, before anything can save the weights: the outer
+  // step runs after the optimizer's own finiteness check.
+  bool outer_step_finite() const { return outer_finite_; }
+  // For a divergence message: under DiLoCo, where the outer step (--outer-lr) last moved the
+  // weights; "" otherwise.
+  std::string divergence_hint() const;
 
  private:
   bool sync_due(int step) const { return step % mode_.period == 0 || step == last_step_; }
@@ -59,6 +68,8 @@ class ReplicaSync {
   double outer_lr_, outer_momentum_;
   int last_step_;
   int local_since_sync_ = 0;
+  int last_outer_step_ = 0;
+  bool outer_finite_ = true;
   std::vector<float> anchor_, momentum_;  // DiLoCo, this rank's parameters (ZeRO 0: all)
 };
 

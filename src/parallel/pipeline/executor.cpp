@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "parallel/pipeline/schedule_validator.h"
+#include "schedule/schedule_validator.h"
 
 namespace mt {
 

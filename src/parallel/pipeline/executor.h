@@ -34,7 +34,7 @@
 #include "comm/communicator.h"
 #include "core/arena.h"
 #include "model/model_chunk.h"
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 namespace mt {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "comm/rank_order_sum.h"
-#include "parallel/pipeline/schedule_simulator.h"
+#include "schedule/schedule_simulator.h"
 #include "parallel/pipeline/stage_partition.h"
 
 namespace mt {

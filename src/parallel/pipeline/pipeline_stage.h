@@ -8,7 +8,7 @@
 
 #include "comm/communicator.h"
 #include "model/config.h"
-#include "parallel/pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 namespace mt {
 

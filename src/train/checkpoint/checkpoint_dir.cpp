@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/input_file.h"
+#include "core/temp_marker.h"
 #include "train/checkpoint/shard_reader.h"
 
 namespace fs = std::filesystem;
@@ -17,27 +19,28 @@ namespace {
 
 constexpr const char* kTmpSuffix = ".tmp";
 
-// Names a save writes into a step directory: rank_RRRRR.bin and the manifest.
+// Names a save writes into a step directory: rank_RRRRR.bin and the manifest (and, for a
+// moment, the marker of its temporary name: core/temp_marker.h).
 bool is_checkpoint_entry(const fs::directory_entry& e) {
   const std::string n = e.path().filename().string();
-  if (!e.is_regular_file()) return false;
+  std::error_code ec;
+  if (!e.is_regular_file(ec)) return false;
   if (n == kManifestFile || n.starts_with(std::string(kManifestFile) + ".tmp-")) return true;
+  if (n == kTempMarkerFile) return true;
   return n.starts_with("rank_") && n.ends_with(".bin");
 }
 
-bool holds_only_checkpoint_files(const fs::path& dir) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (!is_checkpoint_entry(e)) return false;
-  return !ec;
-}
-
-// A manifest of ours: the format tag is in its first bytes.
+// A manifest of ours: JSON carrying our format tag (its keys are written sorted, so the tag
+// is not at the start). Read without blocking: a FIFO named manifest.json is not ours and
+// must not hang the run.
 bool has_meshtrain_manifest(const fs::path& dir) {
-  std::ifstream in(dir / kManifestFile);
-  std::string head(256, '\0');
-  in.read(head.data(), std::streamsize(head.size()));
-  return head.find("\"meshtrain-sharded\"") != std::string::npos;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(
+        read_input_file("checkpoint", (dir / kManifestFile).string(), kMaxJsonInputBytes));
+    return j.is_object() && j.value("format", "") == kShardedFormatName;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -105,26 +108,42 @@ std::string newest_valid_checkpoint(const std::string& root,
   return "";
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& root, int keep) {
-  MT_CHECK(keep >= 1, "keep ", keep);
-  std::vector<std::string> deleted;
-  int kept = 0;
-  for (const std::string& dir : complete_checkpoints(root)) {
-    if (!has_meshtrain_manifest(dir) || !holds_only_checkpoint_files(dir)) continue;
-    if (kept < keep) {
-      ++kept;
-      continue;
-    }
-    const std::string doomed = dir + kTmpSuffix;
-    std::error_code ec;
-    fs::remove_all(doomed, ec);
-    fs::rename(dir, doomed, ec);
-    if (ec) throw RuntimeError(str("cannot prune ", dir, ": ", ec.message()));
-    fs::remove_all(doomed, ec);
-    if (ec) throw RuntimeError(str("cannot delete ", doomed, ": ", ec.message()));
-    deleted.push_back(dir);
+bool holds_only_checkpoint_files(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (!is_checkpoint_entry(e)) return false;
+  return !ec;
+}
+
+bool is_meshtrain_checkpoint_dir(const std::string& dir) {
+  return has_meshtrain_manifest(dir) && holds_only_checkpoint_files(dir);
+}
+
+void prepare_step_temp(const std::string& tmp) {
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(tmp, ec)) && !remove_if_marked_temporary(tmp))
+    throw RuntimeError(str("not saving: ", tmp,
+                           " exists and is not a temporary of meshtrain's (it has no marker); "
+                           "move it out of the --save directory"));
+  create_marked_dir(tmp);
+}
+
+void discard_step_dir(const std::string& dir) {
+  const std::string doomed = dir + kTmpSuffix;
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(doomed, ec)) && !remove_if_marked_temporary(doomed))
+    throw RuntimeError(str("cannot delete ", dir, ": ", doomed,
+                           " is in the way and is not a temporary of meshtrain's"));
+  // Marked first: a crash after the rename leaves a temporary the next run may remove.
+  mark_temporary(dir, fs::path(doomed).filename().string());
+  fs::rename(dir, doomed, ec);
+  if (ec) {
+    unmark_temporary(dir);
+    throw RuntimeError(str("cannot delete ", dir, ": ", ec.message()));
   }
-  return deleted;
+  fs::remove_all(doomed, ec);
+  if (ec) throw RuntimeError(str("cannot delete ", doomed, ": ", ec.message()));
 }
 
 std::vector<std::string> remove_interrupted_saves(const std::string& root) {
@@ -132,12 +151,9 @@ std::vector<std::string> remove_interrupted_saves(const std::string& root) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     bool tmp = false;
-    if (parse_step_dir_name(e.path().filename().string(), &tmp) < 0 || !tmp || !e.is_directory())
-      continue;
-    if (!holds_only_checkpoint_files(e.path())) continue;
-    std::error_code rm;
-    fs::remove_all(e.path(), rm);
-    if (!rm) removed.push_back(e.path().string());
+    if (parse_step_dir_name(e.path().filename().string(), &tmp) < 0 || !tmp) continue;
+    // The name is no proof: only our marker is (a user's step_000001.tmp/ stays).
+    if (remove_if_marked_temporary(e.path().string())) removed.push_back(e.path().string());
   }
   return removed;
 }

@@ -1,8 +1,9 @@
 // A --save directory of sharded checkpoints: DIR/step_NNNNNN (complete: renamed into place
-// after its manifest was written) and DIR/step_NNNNNN.tmp (a save in progress, or one a
-// crash interrupted: never loaded, removed by the next run that saves there). Finding the
-// newest good checkpoint (--resume auto), pruning old ones (--keep-checkpoints) and
-// verifying one (--load, `meshtrain checkpoint verify`).
+// after its manifest was written), DIR/step_NNNNNN.tmp (a save in progress, or one a crash
+// interrupted: never loaded; marked as meshtrain's and removed by the next run that saves
+// there) and DIR/checkpoint_log.json (which run wrote which step folder: checkpoint_log.h).
+// Finding the newest good checkpoint (--resume auto), verifying one (--load, `meshtrain
+// checkpoint verify`), and the directory operations retention (retention.h) deletes with.
 #pragma once
 
 #include <cstdint>
@@ -39,15 +40,24 @@ std::vector<std::string> complete_checkpoints(const std::string& root);
 std::string newest_valid_checkpoint(const std::string& root,
                                     const std::function<void(const std::string&)>& warn);
 
-// Deletes all but the `keep` newest complete checkpoints under root (keep >= 1; the
-// newest is never deleted). Only directories holding a meshtrain manifest are touched:
-// a user's directory that merely has a checkpoint-like name stays. Each is renamed to its
-// temporary name first, so a crash mid-delete never leaves a half checkpoint that looks
-// complete. Returns the deleted paths.
-std::vector<std::string> prune_checkpoints(const std::string& root, int keep);
+// True when `dir` is a directory holding a meshtrain manifest and nothing but checkpoint
+// files (rank_RRRRR.bin, manifest.json, an inert marker): what a save or retention may
+// replace or delete, if the run wrote it (retention.h).
+bool is_meshtrain_checkpoint_dir(const std::string& dir);
+bool holds_only_checkpoint_files(const std::string& dir);
 
-// Removes step_NNNNNN.tmp directories under root that hold nothing but shard files and a
-// manifest (left by interrupted saves; the caller holds the save lock). Returns them.
+// Makes `tmp` (step_NNNNNN.tmp) a fresh, marked temporary (core/temp_marker.h): a marked
+// leftover there is removed first; anything else there throws RuntimeError (it is not ours).
+void prepare_step_temp(const std::string& tmp);
+
+// Deletes a checkpoint directory so that a crash never leaves a half checkpoint that looks
+// complete: marks it, renames it to its temporary name (step_NNNNNN.tmp) and removes that.
+// The caller has proved the directory is the run's. Throws RuntimeError.
+void discard_step_dir(const std::string& dir);
+
+// Removes step_NNNNNN.tmp directories under root that hold meshtrain's marker (left by
+// interrupted saves and prunes; the caller holds the save lock). A directory merely named
+// so stays. Returns the removed paths.
 std::vector<std::string> remove_interrupted_saves(const std::string& root);
 
 }  // namespace mt

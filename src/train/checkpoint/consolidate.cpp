@@ -1,5 +1,6 @@
 #include "train/checkpoint/consolidate.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
@@ -32,6 +33,12 @@ ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::s
                " is missing or not of its model's shape");
     weights.emplace_back(size_t(p.global_numel()));
     reader.read(p.name, 0, p.global_numel(), weights.back().data());
+    // A checkpoint holding NaN is damaged input (exit 2, as --load says it); the writer's
+    // own gate (train/finite_gate.h) would refuse it too, as a failure.
+    const std::vector<float>& w = weights.back();
+    for (size_t i = 0; i < w.size(); ++i)
+      MT_REQUIRE(std::isfinite(w[i]), dir, ": tensor ", p.name, " element ", i, " is ", w[i],
+                 " (not finite): the checkpoint holds a diverged state; nothing was written");
   }
   export_weights(out, table, m.model, weights, /*as_bf16=*/false, m.metadata);
   return {m.step, int64_t(table.entries().size()), v.bytes_verified};

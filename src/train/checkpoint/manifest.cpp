@@ -1,63 +1,16 @@
 #include "train/checkpoint/manifest.h"
 
 #include <algorithm>
-#include <climits>
-#include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "core/file_checks.h"
+#include "train/checkpoint/metadata_checksum.h"
 
 namespace mt {
 
-namespace {
-
 using json = nlohmann::json;
-
-constexpr const char* kFormatName = "meshtrain-sharded";
-
-// Integer field with a range check: nlohmann's get<int>() would wrap silently.
-int64_t get_int(const json& j, const char* key, int64_t lo, int64_t hi, const std::string& where) {
-  MT_REQUIRE(j.is_object() && j.contains(key), where, ": no \"", key, "\"");
-  const json& v = j.at(key);
-  MT_REQUIRE(v.is_number_integer(), where, ": \"", key, "\" is ", v.dump(), ", not an integer");
-  const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(hi)
-                                         : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
-  MT_REQUIRE(ok, where, ": \"", key, "\" is ", v.dump(), ", outside ", lo, "..", hi);
-  return v.is_number_unsigned() ? int64_t(v.get<uint64_t>()) : v.get<int64_t>();
-}
-
-int64_t as_int(const json& v, int64_t lo, int64_t hi, const std::string& where) {
-  MT_REQUIRE(v.is_number_integer(), where, ": ", v.dump(), " is not an integer");
-  const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(hi)
-                                         : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
-  MT_REQUIRE(ok, where, ": ", v.dump(), " is outside ", lo, "..", hi);
-  return v.is_number_unsigned() ? int64_t(v.get<uint64_t>()) : v.get<int64_t>();
-}
-
-double get_number(const json& j, const char* key, const std::string& where) {
-  MT_REQUIRE(j.contains(key) && j.at(key).is_number(), where, ": \"", key,
-             "\" is missing or not a number");
-  return j.at(key).get<double>();
-}
-
-uint32_t parse_crc(const json& v, const std::string& where) {
-  MT_REQUIRE(v.is_string() && v.get<std::string>().size() == 8, where, ": checksum ", v.dump(),
-             " is not 8 hex digits");
-  const std::string s = v.get<std::string>();
-  uint32_t x = 0;
-  for (char c : s) {
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    MT_REQUIRE(d >= 0, where, ": checksum ", v.dump(), " is not 8 hex digits");
-    x = x << 4 | uint32_t(d);
-  }
-  return x;
-}
-
-}  // namespace
 
 int64_t ManifestTensor::numel() const {
   int64_t n = 1;
@@ -92,28 +45,6 @@ json model_json(const ModelConfig& c) {
           {"router_bias_update", c.router_bias_update}};
 }
 
-namespace {
-
-ModelConfig parse_model(const json& j, const std::string& where) {
-  MT_REQUIRE(j.is_object(), where, ": \"model\" is not an object");
-  ModelConfig c;
-  c.layers = int(get_int(j, "layers", 1, INT_MAX, where));
-  c.dim = int(get_int(j, "dim", 1, INT_MAX, where));
-  c.heads = int(get_int(j, "heads", 1, INT_MAX, where));
-  c.seq = int(get_int(j, "seq", 1, INT_MAX, where));
-  c.positions = int(get_int(j, "positions", 1, INT_MAX, where));
-  c.vocab = int(get_int(j, "vocab", 1, INT_MAX, where));
-  c.experts = int(get_int(j, "experts", 0, INT_MAX, where));
-  c.topk = int(get_int(j, "topk", 0, INT_MAX, where));
-  c.moe_every = int(get_int(j, "moe_every", 1, INT_MAX, where));
-  c.capacity_factor = float(get_number(j, "capacity_factor", where));
-  c.aux_loss_coef = float(get_number(j, "aux_loss_coef", where));
-  c.router_bias_update = float(get_number(j, "router_bias_update", where));
-  return c;
-}
-
-}  // namespace
-
 void require_same_model(const Manifest& m, const ModelConfig& run, const std::string& where) {
   const json a = model_json(m.model), b = model_json(run);
   // The shape decides the tensors; the MoE coefficients are training settings a resumed
@@ -139,12 +70,44 @@ json manifest_json(const Manifest& m) {
     segments.push_back(
         {{"tensor", s.tensor}, {"file", s.file}, {"offset", s.offset}, {"runs", runs}});
   }
-  return {{"format", kFormatName}, {"format_version", kShardedFormatVersion},
-          {"step", m.step},        {"data_position", m.data_position},
-          {"seed", m.seed},        {"model", model_json(m.model)},
-          {"layout", m.layout},    {"block_bytes", kShardBlockBytes},
-          {"tensors", tensors},    {"files", files},
-          {"segments", segments},  {"metadata", m.metadata}};
+  json j = {{"format", kShardedFormatName},
+            {"format_version", kShardedFormatVersion},
+            {"step", m.step},
+            {"data_position", m.data_position},
+            {"seed", m.seed},
+            {"model", model_json(m.model)},
+            {"layout", m.layout},
+            {"block_bytes", kShardBlockBytes},
+            {"tensors", tensors},
+            {"files", files},
+            {"segments", segments},
+            {"metadata", m.metadata}};
+  seal_json(j);
+  return j;
+}
+
+std::string tensors_in(const Manifest& m, int file, uint64_t lo, uint64_t hi) {
+  std::vector<std::string> names;
+  for (const ManifestSegment& s : m.segments) {
+    if (s.file != file) continue;
+    const uint64_t end = s.offset + uint64_t(s.elements()) * sizeof(float);
+    if (s.offset < hi && end > lo && std::find(names.begin(), names.end(), s.tensor) == names.end())
+      names.push_back(s.tensor);
+  }
+  if (names.empty()) return "no tensor";
+  std::string out = "tensor " + names[0];
+  if (names.size() > 1) out += str(" (and ", names.size() - 1, " more)");
+  return out;
+}
+
+bool run_within(const StridedRun& r, int64_t numel) {
+  if (r.start < 0 || r.len < 1 || r.count < 1 || r.stride < 0) return false;
+  if (r.count > 1 && r.stride < r.len) return false;  // its intervals would overlap
+  int64_t last = 0;  // start + (count - 1) * stride + len, overflow-checked
+  if (__builtin_mul_overflow(r.count - 1, r.stride, &last)) return false;
+  if (__builtin_add_overflow(last, r.start, &last)) return false;
+  if (__builtin_add_overflow(last, r.len, &last)) return false;
+  return last <= numel;
 }
 
 void check_manifest_coverage(const Manifest& m, const std::string& where) {
@@ -154,22 +117,29 @@ void check_manifest_coverage(const Manifest& m, const std::string& where) {
                " is listed twice");
   }
   // Every element of every tensor exactly once: the intervals of each tensor, sorted, must
-  // tile 0..numel without a gap or an overlap.
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(m.tensors.size());
+  // tile 0..numel without a gap or an overlap. Tiling allows at most numel intervals of a
+  // tensor; counted (overflow-checked) before any is expanded, so a crafted run count
+  // fails here instead of allocating until memory runs out.
+  std::vector<int64_t> intervals(m.tensors.size(), 0);
   for (const ManifestSegment& s : m.segments) {
     const auto it = index.find(s.tensor);
     MT_REQUIRE(it != index.end(), where, ": a segment in ", m.files[size_t(s.file)].name,
                " holds tensor ", s.tensor, ", which the manifest does not list");
     const int64_t numel = m.tensors[it->second].numel();
     for (const StridedRun& r : s.runs) {
-      const int64_t last = r.start + (r.count - 1) * r.stride + r.len;
-      MT_REQUIRE(r.start >= 0 && r.len > 0 && r.count >= 1 && (r.count == 1 || r.stride >= r.len) &&
-                     last <= numel,
-                 where, ": a segment of tensor ", s.tensor, " in ", m.files[size_t(s.file)].name,
-                 " lies outside the tensor's ", numel, " elements");
+      MT_REQUIRE(run_within(r, numel), where, ": a segment of tensor ", s.tensor, " in ",
+                 m.files[size_t(s.file)].name, " lies outside the tensor's ", numel, " elements");
+      int64_t& n = intervals[it->second];
+      MT_REQUIRE(!__builtin_add_overflow(n, r.count, &n) && n <= numel, where, ": tensor ",
+                 s.tensor, " is split into more pieces than it has elements (", numel, ")");
     }
-    for_each_interval(s.runs, [&](int64_t a, int64_t n) { spans[it->second].push_back({a, n}); });
   }
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(m.tensors.size());
+  for (size_t i = 0; i < spans.size(); ++i) spans[i].reserve(size_t(intervals[i]));
+  for (const ManifestSegment& s : m.segments)
+    for_each_interval(s.runs, [&](int64_t a, int64_t n) {
+      spans[index[s.tensor]].push_back({a, n});
+    });
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     auto& v = spans[i];
     std::sort(v.begin(), v.end());
@@ -185,99 +155,6 @@ void check_manifest_coverage(const Manifest& m, const std::string& where) {
                m.tensors[i].name, " (elements ", next, "..", m.tensors[i].numel() - 1,
                " are in no shard)");
   }
-}
-
-Manifest read_manifest(const std::string& dir) {
-  const std::string path = dir + "/" + kManifestFile;
-  const std::string where = path;
-  MT_REQUIRE(file_id(path).has_value(), dir, ": no ", kManifestFile,
-             " (not a sharded checkpoint, or a save that never finished)");
-  require_input_file("checkpoint", path);
-  std::ifstream in(path);
-  MT_REQUIRE(in.good(), where, ": cannot read");
-  json j;
-  try {
-    in >> j;
-  } catch (const std::exception& e) {
-    throw UsageError(str(where, ": not valid JSON (", e.what(), ")"));
-  }
-  MT_REQUIRE(j.is_object() && j.value("format", "") == kFormatName, where,
-             ": not a meshtrain sharded checkpoint manifest");
-  const int64_t version = get_int(j, "format_version", 0, INT_MAX, where);
-  MT_REQUIRE(version == kShardedFormatVersion, where, ": unsupported format_version ", version,
-             " (this meshtrain reads ", kShardedFormatVersion, ")");
-  MT_REQUIRE(get_int(j, "block_bytes", 1, INT64_MAX, where) == int64_t(kShardBlockBytes), where,
-             ": block_bytes must be ", kShardBlockBytes);
-  Manifest m;
-  m.step = int(get_int(j, "step", 0, INT_MAX, where));
-  m.data_position = get_int(j, "data_position", 0, INT64_MAX, where);
-  MT_REQUIRE(j.contains("seed") && j["seed"].is_number_unsigned(), where,
-             ": \"seed\" is missing or not a non-negative integer");
-  m.seed = j["seed"].get<uint64_t>();
-  MT_REQUIRE(j.contains("model"), where, ": no \"model\"");
-  m.model = parse_model(j["model"], where + " \"model\"");
-  m.layout = j.value("layout", "");
-  if (j.contains("metadata")) {
-    MT_REQUIRE(j["metadata"].is_object(), where, ": \"metadata\" is not an object");
-    for (const auto& [key, value] : j["metadata"].items()) {
-      MT_REQUIRE(value.is_string(), where, ": metadata entry \"", key, "\" is not a string");
-      m.metadata[key] = value.get<std::string>();
-    }
-  }
-  for (const char* k : {"tensors", "files", "segments"})
-    MT_REQUIRE(j.contains(k) && j[k].is_array(), where, ": \"", k, "\" is missing or not a list");
-  for (const json& t : j["tensors"]) {
-    MT_REQUIRE(t.is_object() && t.contains("name") && t["name"].is_string() &&
-                   t.contains("shape") && t["shape"].is_array(),
-               where, ": a tensor entry needs \"name\" and \"shape\"");
-    ManifestTensor mt{t["name"].get<std::string>(), {}};
-    for (const json& d : t["shape"])
-      mt.shape.push_back(as_int(d, 1, INT64_MAX, where + " " + mt.name));
-    m.tensors.push_back(std::move(mt));
-  }
-  for (const json& f : j["files"]) {
-    MT_REQUIRE(f.is_object() && f.contains("name") && f["name"].is_string(), where,
-               ": a file entry needs \"name\"");
-    ManifestFile mf;
-    mf.name = f["name"].get<std::string>();
-    // Files live in the checkpoint directory itself: a name leading elsewhere is not ours.
-    MT_REQUIRE(!mf.name.empty() && mf.name.find('/') == std::string::npos && mf.name != "." &&
-                   mf.name != "..",
-               where, ": file name \"", mf.name, "\" is not a plain name");
-    mf.bytes = uint64_t(get_int(f, "bytes", 0, INT64_MAX, where + " " + mf.name));
-    MT_REQUIRE(f.contains("crc32c") && f["crc32c"].is_array(), where, ": ", mf.name,
-               " has no block checksums");
-    for (const json& c : f["crc32c"])
-      mf.block_crc32c.push_back(parse_crc(c, where + " " + mf.name));
-    const uint64_t blocks = (mf.bytes + kShardBlockBytes - 1) / kShardBlockBytes;
-    MT_REQUIRE(mf.block_crc32c.size() == blocks, where, ": ", mf.name, " records ",
-               mf.block_crc32c.size(), " block checksums for ", mf.bytes, " bytes (", blocks,
-               " blocks)");
-    m.files.push_back(std::move(mf));
-  }
-  for (const json& s : j["segments"]) {
-    MT_REQUIRE(s.is_object() && s.contains("tensor") && s["tensor"].is_string() &&
-                   s.contains("runs") && s["runs"].is_array(),
-               where, ": a segment needs \"tensor\", \"file\", \"offset\" and \"runs\"");
-    ManifestSegment seg;
-    seg.tensor = s["tensor"].get<std::string>();
-    const std::string w = where + " segment of " + seg.tensor;
-    seg.file = int(get_int(s, "file", 0, int64_t(m.files.size()) - 1, w));
-    seg.offset = uint64_t(get_int(s, "offset", 0, INT64_MAX, w));
-    for (const json& r : s["runs"]) {
-      MT_REQUIRE(r.is_array() && r.size() == 4, w, ": a run is [start, len, count, stride]");
-      seg.runs.push_back({as_int(r[0], 0, INT64_MAX, w), as_int(r[1], 1, INT64_MAX, w),
-                          as_int(r[2], 1, INT64_MAX, w), as_int(r[3], 0, INT64_MAX, w)});
-    }
-    const ManifestFile& f = m.files[size_t(seg.file)];
-    MT_REQUIRE(seg.offset % sizeof(float) == 0 &&
-                   seg.offset + uint64_t(seg.elements()) * sizeof(float) <= f.bytes,
-               where, ": the segment of tensor ", seg.tensor, " at byte ", seg.offset, " of ",
-               f.name, " lies outside its ", f.bytes, " bytes");
-    m.segments.push_back(std::move(seg));
-  }
-  check_manifest_coverage(m, where);
-  return m;
 }
 
 }  // namespace mt

@@ -16,8 +16,8 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -27,6 +27,7 @@
 namespace mt {
 
 constexpr int kShardedFormatVersion = 1;
+inline constexpr const char* kShardedFormatName = "meshtrain-sharded";
 constexpr uint64_t kShardBlockBytes = uint64_t(1) << 20;
 inline constexpr const char* kManifestFile = "manifest.json";
 
@@ -66,13 +67,22 @@ struct Manifest {
   const ManifestTensor* find_tensor(const std::string& name) const;
 };
 
+// The manifest as written, sealed with its checksum (metadata_checksum.h).
 nlohmann::json manifest_json(const Manifest& m);
-// Parses and checks DIR/manifest.json: well-formed, every number in range, every segment
-// inside its file and its tensor, and every element of every tensor stored exactly once.
-// Throws UsageError naming the file and, where there is one, the tensor.
+// Parses and checks DIR/manifest.json (manifest_reader.cpp): its checksum, well-formed,
+// every integer in range with overflow-checked arithmetic before anything is allocated from
+// it, the step equal to the folder's (step_NNNNNN), every file present at its recorded size,
+// every segment inside its file (not overlapping another) and its tensor, and every element
+// of every tensor stored exactly once. A manifest without a checksum (written before
+// metadata checksums) is refused. Throws UsageError naming the file and, where there is
+// one, the tensor.
 Manifest read_manifest(const std::string& dir);
 // The coverage check alone (read_manifest runs it; the writer runs it before publishing).
 void check_manifest_coverage(const Manifest& m, const std::string& where);
+// Whether the run's intervals lie in 0..numel without overflow (and do not overlap).
+bool run_within(const StridedRun& r, int64_t numel);
+// "tensor X (and N more)": the tensors with bytes in [lo, hi) of file `file`, for messages.
+std::string tensors_in(const Manifest& m, int file, uint64_t lo, uint64_t hi);
 
 // The model shape as the manifest records it, and the check that a run's model is the
 // one a checkpoint holds (UsageError naming the first field that differs).

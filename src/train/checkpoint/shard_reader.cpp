@@ -30,21 +30,6 @@ size_t pread_full(int fd, char* dst, size_t n, uint64_t at, const std::string& p
   return got;
 }
 
-// Names of the tensors with bytes in [lo, hi) of file `file`, for messages.
-std::string tensors_in(const Manifest& m, int file, uint64_t lo, uint64_t hi) {
-  std::vector<std::string> names;
-  for (const ManifestSegment& s : m.segments) {
-    if (s.file != file) continue;
-    const uint64_t end = s.offset + uint64_t(s.elements()) * sizeof(float);
-    if (s.offset < hi && end > lo && std::find(names.begin(), names.end(), s.tensor) == names.end())
-      names.push_back(s.tensor);
-  }
-  if (names.empty()) return "no tensor";
-  std::string out = "tensor " + names[0];
-  if (names.size() > 1) out += str(" (and ", names.size() - 1, " more)");
-  return out;
-}
-
 std::string damaged(const std::string& path, uint64_t block, uint32_t got, uint32_t want,
                     const std::string& what) {
   return str(path, ": block ", block, " (bytes ", block * kShardBlockBytes, "..",

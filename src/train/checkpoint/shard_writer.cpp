@@ -9,6 +9,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "train/finite_gate.h"
 
 namespace mt {
 
@@ -25,7 +26,15 @@ std::string base_name(const std::string& path) {
 
 }  // namespace
 
-ManifestFile write_shard_file(const std::string& path, const float* data, size_t n) {
+ManifestFile write_shard_file(const std::string& path, const float* data, size_t n,
+                              const std::vector<ManifestSegment>& segments) {
+  std::vector<GateTensor> gate;
+  for (const ManifestSegment& s : segments) {
+    const size_t first = size_t(s.offset / sizeof(float)), count = size_t(s.elements());
+    MT_CHECK(first + count <= n, "segment of ", s.tensor, " beyond the staged data");
+    gate.push_back({s.tensor, data + first, count});
+  }
+  require_finite_for_disk(path, gate, DiskDtype::f32);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) fail(path, "cannot create", errno);
   ManifestFile f;

@@ -9,15 +9,19 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "train/checkpoint/manifest.h"
 
 namespace mt {
 
 // Creates (or truncates) `path`, writes n floats, fsyncs and closes it. The returned entry
-// has the file's base name, size and block checksums. Throws RuntimeError naming the file
-// and the OS error (a full disk shows as "No space left on device").
-ManifestFile write_shard_file(const std::string& path, const float* data, size_t n);
+// has the file's base name, size and block checksums. `segments` say which tensor each
+// stretch of data holds (offsets in bytes): every value passes the finiteness gate
+// (train/finite_gate.h) before the file is created. Throws RuntimeError naming the file and
+// the tensor, or the OS error (a full disk shows as "No space left on device").
+ManifestFile write_shard_file(const std::string& path, const float* data, size_t n,
+                              const std::vector<ManifestSegment>& segments);
 
 // One job at a time on its own thread. The job's failure is kept as a message, not thrown
 // into the thread, so the training thread can report it (exit 1 naming the file).

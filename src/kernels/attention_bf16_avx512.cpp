@@ -1,0 +1,391 @@
+// --precision bf16's register-blocked causal attention for one (batch, head) (declared in
+// attention_bf16_avx512.h).
+//
+// The tiling of the fp32 kernels (attention_avx512.cpp) with _mm512_dpbf16_ps, which multiplies
+// pairs of bf16 values and adds both products to an fp32 lane: 32 multiply-adds per instruction
+// against the FMA's 16. The reduction index k of each product is taken two at a time, so the
+// operands are packed into 32-bit "pairs" (element k in the low half, k + 1 in the high half) once
+// per head:
+//  - the broadcast side (a row of q, dout, P or dS, or of P^T / dS^T for the key-side
+//    products) as rows of pairs;
+//  - the vector side of a scores product (k for q k^T, v for dout v^T) as key blocks of
+//    (hd / 2, 32) pairs, the transpose of transpose_block with pairs for elements;
+//  - the vector side of a rows product (v, k, q, dout) with two consecutive rows interleaved.
+// Lengths along keys are padded to Tp = T rounded up to 32 with zeros, so odd T and partial
+// blocks need no special case: a zero pair adds nothing. Products that cross the diagonal
+// read exact zeros there (the probabilities and their gradient are zero above it), which is
+// what lets a pair start one row early.
+#include "kernels/attention_bf16_avx512.h"
+
+#if defined(__AVX512F__)
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/attention_avx512_tiles.h"
+#endif
+
+namespace mt {
+
+#if defined(__AVX512F__)
+namespace {
+
+using namespace attention_avx512;
+
+#define MT_BF16_TARGET __attribute__((target("avx512bf16")))
+
+using u32 = uint32_t;
+
+constexpr int round_up(int x, int m) {
+  return (x + m - 1) / m * m;
+}
+
+// Per-thread packing buffers, grown to the largest head seen (OpenMP workers and rank
+// threads each get their own; nothing is allocated once the sizes are known).
+struct Bf16Scratch {
+  std::vector<u32> x, yt, b1, b2, rows, t1, t2;
+  static u32* sized(std::vector<u32>& v, size_t n) {
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+};
+Bf16Scratch& bf16_scratch() {
+  thread_local Bf16Scratch s;
+  return s;
+}
+
+// 32 floats -> 16 pairs (element 2i low, 2i + 1 high), rounded to nearest even.
+MT_BF16_TARGET inline __m512i pairs32(__m512 lo16, __m512 hi16) {
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi16, lo16));
+}
+// 16 floats -> 16 bf16 (a 256-bit vector).
+MT_BF16_TARGET inline __m256i bf16x16(__m512 x) {
+  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
+}
+
+// The pairs of s[0 .. 31] (HD >= 32) or of s[0 .. 15] in the low half, zeros above (HD 16).
+template <int HD>
+MT_BF16_TARGET inline __m512i row_pairs(const float* s) {
+  if constexpr (HD >= 32)
+    return pairs32(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16));
+  else
+    return _mm512_zextsi256_si512(bf16x16(_mm512_loadu_ps(s)));
+}
+
+// x (T, HD / 2) pairs = rows of src (row stride ld).
+template <int HD>
+MT_BF16_TARGET void pack_rows(u32* x, const float* src, int ld, int T) {
+  for (int r = 0; r < T; r++) {
+    const float* s = src + size_t(r) * ld;
+    u32* dst = x + size_t(r) * (HD / 2);
+    if constexpr (HD >= 32) {
+      for (int d = 0; d < HD; d += 32) _mm512_storeu_si512(dst + d / 2, row_pairs<HD>(s + d));
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), bf16x16(_mm512_loadu_ps(s)));
+    }
+  }
+}
+
+// yt: for each block of 32 rows of y (rows >= T zero), (HD / 2, 32) pairs, i.e. yt[p][j] =
+// (y[j][2p], y[j][2p + 1]). Blocks follow each other (HD / 2 * 32 pairs apart).
+template <int HD>
+MT_BF16_TARGET void pack_key_blocks(u32* yt, const float* y, int ldy, int T) {
+  for (int j0 = 0; j0 < T; j0 += kKeyBlock) {
+    u32* blk = yt + size_t(j0 / kKeyBlock) * (HD / 2) * kKeyBlock;
+    for (int half = 0; half < 2; half++)
+      for (int d0 = 0; d0 < HD; d0 += 32) {
+        __m512 r[16];
+        for (int j = 0; j < 16; j++) {
+          const int row = j0 + half * 16 + j;
+          const float* s = y + size_t(row) * ldy + d0;
+          r[j] = row < T ? _mm512_castsi512_ps(row_pairs<HD>(s)) : _mm512_setzero_ps();
+        }
+        transpose16(r);  // 32-bit lanes: moves pairs whole
+        for (int c = 0; c < std::min(16, HD / 2); c++)
+          _mm512_storeu_si512(blk + (d0 / 2 + c) * kKeyBlock + half * 16,
+                              _mm512_castps_si512(r[c]));
+      }
+  }
+}
+
+// b (Tp / 2, HD) pairs: b[kp][d] = (y[2 kp][d], y[2 kp + 1][d]), rows >= T zero.
+template <int HD>
+MT_BF16_TARGET void pack_interleaved(u32* b, const float* y, int ldy, int T, int Tp) {
+  for (int kp = 0; kp < Tp / 2; kp++) {
+    const int r0 = 2 * kp, r1 = r0 + 1;
+    for (int d = 0; d < HD; d += 16) {
+      const __m512 y0 = r0 < T ? _mm512_loadu_ps(y + size_t(r0) * ldy + d) : _mm512_setzero_ps();
+      const __m512 y1 = r1 < T ? _mm512_loadu_ps(y + size_t(r1) * ldy + d) : _mm512_setzero_ps();
+      const __m512i lo = _mm512_cvtepu16_epi32(bf16x16(y0));
+      const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16x16(y1)), 16);
+      _mm512_storeu_si512(b + size_t(kp) * HD + d, _mm512_or_si512(lo, hi));
+    }
+  }
+}
+
+// dst row r (Tp / 2 pairs) = src row r, which is query row i0 + r, for columns [0, cols)
+// (cols a multiple of 32): columns past the diagonal read as zero, whatever src holds there.
+MT_BF16_TARGET void pack_prob_rows(u32* dst, int ldd, const float* src, int lds, int rows, int i0,
+                                   int cols) {
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c += 32) {
+      const float* s = src + size_t(r) * lds + c;
+      const int n = i0 + r + 1 - c;  // valid columns from c on
+      const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(n), s);
+      const __m512 hi = _mm512_maskz_loadu_ps(tail_mask(n - 16), s + 16);
+      _mm512_storeu_si512(dst + size_t(r) * ldd + c / 2, pairs32(lo, hi));
+    }
+}
+
+// dst (Tp, Tp) bf16 = the lower triangle of src (T, T), transposed: row j of dst is column
+// j of src, so the key-side products (dk, dv) read their reduction index (query rows) in
+// pairs. Entries above src's diagonal read as zero, whatever src holds there; blocks of dst
+// more than 16 columns left of its diagonal are not written (nothing reads them: a key
+// tile starts its query rows at most one row before its first key).
+MT_BF16_TARGET void pack_transposed(u32* dst, const float* src, int T, int Tp) {
+  uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+  for (int i0 = 0; i0 < Tp; i0 += 16)
+    for (int j0 = 0; j0 < Tp; j0 += 16) {
+      if (i0 + 32 <= j0) continue;
+      __m512 r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = i0 + i < T ? _mm512_maskz_loadu_ps(tail_mask(std::min(T, i0 + i + 1) - j0),
+                                                  src + size_t(i0 + i) * T + j0)
+                          : _mm512_setzero_ps();
+      transpose16(r);
+      for (int c = 0; c < 16; c++)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d16 + size_t(j0 + c) * Tp + i0),
+                            bf16x16(r[c]));
+    }
+}
+
+template <int HD, int R>
+MT_BF16_TARGET void scores_tile_bf16(float* s, int lds, const u32* x, const u32* yt, float alpha,
+                                     __mmask16 m0, __mmask16 m1) {
+  __m512 acc0[R], acc1[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  for (int p = 0; p < HD / 2; p++) {
+    const __m512bh y0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(yt + p * kKeyBlock));
+    const __m512bh y1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(yt + p * kKeyBlock + 16));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      const __m512bh xb = reinterpret_cast<__m512bh>(_mm512_set1_epi32(x[r * (HD / 2) + p]));
+      acc0[r] = _mm512_dpbf16_ps(acc0[r], xb, y0);
+      acc1[r] = _mm512_dpbf16_ps(acc1[r], xb, y1);
+    }
+  }
+  store_scores<R>(s, lds, acc0, acc1, alpha, m0, m1);
+}
+
+template <int HD, int R>
+MT_BF16_TARGET void scores_tail_bf16(int rows, float* s, int lds, const u32* x, const u32* yt,
+                                     float alpha, __mmask16 m0, __mmask16 m1) {
+  if constexpr (R > 0) {
+    if (rows == R)
+      scores_tile_bf16<HD, R>(s, lds, x, yt, alpha, m0, m1);
+    else
+      scores_tail_bf16<HD, R - 1>(rows, s, lds, x, yt, alpha, m0, m1);
+  }
+}
+
+// s (T, T) on and below the diagonal = alpha * x y^T, x as packed rows, y as key blocks.
+template <int HD>
+MT_BF16_TARGET void causal_scores_bf16(float* s, const u32* x, const u32* yt, int T, float alpha) {
+  for (int j0 = 0; j0 < T; j0 += kKeyBlock) {
+    const int n = std::min(kKeyBlock, T - j0);
+    const u32* blk = yt + size_t(j0 / kKeyBlock) * (HD / 2) * kKeyBlock;
+    const __mmask16 m0 = tail_mask(n), m1 = tail_mask(n - 16);
+    int i0 = j0;
+    for (; i0 + kScoreRows <= T; i0 += kScoreRows)
+      scores_tile_bf16<HD, kScoreRows>(s + size_t(i0) * T + j0, T, x + size_t(i0) * (HD / 2), blk,
+                                       alpha, m0, m1);
+    if (i0 < T)
+      scores_tail_bf16<HD, kScoreRows - 1>(T - i0, s + size_t(i0) * T + j0, T,
+                                           x + size_t(i0) * (HD / 2), blk, alpha, m0, m1);
+  }
+}
+
+// c[r][0:HD] (+)= sum over pairs kp in [kp0, kp1) of a[r][kp] . b[kp][0:HD].
+template <int HD, int R, typename OutT>
+MT_BF16_TARGET void rows_tile_bf16(OutT* c, int ldc, bool accumulate, const u32* a, int lda,
+                                   const u32* b, int kp0, int kp1) {
+  constexpr int NV = HD / 16;
+  __m512 acc[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+  for (int kp = kp0; kp < kp1; kp++) {
+    __m512bh bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++)
+      bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + size_t(kp) * HD + 16 * v));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      const __m512bh ab = reinterpret_cast<__m512bh>(_mm512_set1_epi32(a[size_t(r) * lda + kp]));
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ab, bv[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) {
+      OutT* cp = c + size_t(r) * ldc + 16 * v;
+      if constexpr (std::is_same_v<OutT, float>)
+        _mm512_storeu_ps(cp,
+                         accumulate ? _mm512_add_ps(_mm512_loadu_ps(cp), acc[r][v]) : acc[r][v]);
+      else  // bf16 out (overwrite only): to_bf16's rounding
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(cp), round_bf16x16(acc[r][v]));
+    }
+  }
+}
+
+template <int HD, int R, typename OutT>
+MT_BF16_TARGET void rows_any_bf16(int rows, OutT* c, int ldc, bool accumulate, const u32* a,
+                                  int lda, const u32* b, int kp0, int kp1) {
+  if constexpr (R > 0) {
+    if (rows == R)
+      rows_tile_bf16<HD, R>(c, ldc, accumulate, a, lda, b, kp0, kp1);
+    else
+      rows_any_bf16<HD, R - 1>(rows, c, ldc, accumulate, a, lda, b, kp0, kp1);
+  }
+}
+
+template <int HD, typename OutT>
+MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, OutT* out, int ldo, float* att) {
+  const int T = h.T, Tp = round_up(T, kKeyBlock), lda = Tp / 2;
+  constexpr int R = rows_per_tile<HD>();
+  Bf16Scratch& sc = bf16_scratch();
+  u32* qx = Bf16Scratch::sized(sc.x, size_t(T) * HD / 2);
+  u32* kt = Bf16Scratch::sized(sc.yt, size_t(Tp) * HD / 2);
+  u32* vp = Bf16Scratch::sized(sc.b1, size_t(Tp / 2) * HD);
+  u32* pr = Bf16Scratch::sized(sc.rows, size_t(R) * lda);
+  pack_rows<HD>(qx, h.q, h.ld, T);
+  pack_key_blocks<HD>(kt, h.k, h.ld, T);
+  pack_interleaved<HD>(vp, h.v, h.ld, T, Tp);
+  causal_scores_bf16<HD>(att, qx, kt, T, h.scale);
+  for (int i0 = 0; i0 < T; i0 += R) {
+    const int rows = std::min(R, T - i0), kend = i0 + rows;  // keys 0 .. kend-1
+    for (int i = i0; i < kend; i++) softmax_causal_row(att + size_t(i) * T, i, T);
+    pack_prob_rows(pr, lda, att + size_t(i0) * T, T, rows, i0, round_up(kend, 32));
+    rows_any_bf16<HD, R>(rows, out + size_t(i0) * ldo, ldo, false, pr, lda, vp, 0, (kend + 1) / 2);
+  }
+}
+
+template <int HD, typename OutT>
+MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv,
+                                       int ldd, const float* dout, int lddo, const float* att,
+                                       float* da, bool accumulate) {
+  const int T = h.T, Tp = round_up(T, kKeyBlock), lda = Tp / 2;
+  constexpr int R = rows_per_tile<HD>();
+  Bf16Scratch& sc = bf16_scratch();
+  u32* dox = Bf16Scratch::sized(sc.x, size_t(T) * HD / 2);
+  u32* vt = Bf16Scratch::sized(sc.yt, size_t(Tp) * HD / 2);
+  u32* kp = Bf16Scratch::sized(sc.b1, size_t(Tp / 2) * HD);
+  u32* qp = Bf16Scratch::sized(sc.b2, size_t(Tp / 2) * HD);
+  u32* dsr = Bf16Scratch::sized(sc.rows, size_t(R) * lda);
+  pack_rows<HD>(dox, dout, lddo, T);
+  pack_key_blocks<HD>(vt, h.v, h.ld, T);
+  pack_interleaved<HD>(kp, h.k, h.ld, T, Tp);
+  // dP = dout v^T, then dS (fp32, in place) and dq += dS k, a tile of rows at a time.
+  causal_scores_bf16<HD>(da, dox, vt, T, 1.0f);
+  for (int i0 = 0; i0 < T; i0 += R) {
+    const int rows = std::min(R, T - i0), kend = i0 + rows;
+    for (int i = i0; i < kend; i++)
+      softmax_backward_row<false>(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale);
+    pack_prob_rows(dsr, lda, da + size_t(i0) * T, T, rows, i0, round_up(kend, 32));
+    rows_any_bf16<HD, R>(rows, dq + size_t(i0) * ldd, ldd, accumulate, dsr, lda, kp, 0,
+                         (kend + 1) / 2);  // each dq row is written once
+  }
+  // dk += dS^T q and dv += P^T dout, the reduction over query rows in pairs.
+  u32* dst = Bf16Scratch::sized(sc.t1, size_t(Tp) * lda);
+  u32* pt = Bf16Scratch::sized(sc.t2, size_t(Tp) * lda);
+  pack_transposed(dst, da, T, Tp);
+  pack_transposed(pt, att, T, Tp);
+  u32* dop = kp;  // k's pairs are done with
+  pack_interleaved<HD>(qp, h.q, h.ld, T, Tp);
+  pack_interleaved<HD>(dop, dout, lddo, T, Tp);
+  for (int r0 = 0; r0 < T; r0 += kAttentionBf16DirectMaxT) {
+    const int r1 = std::min(T, r0 + kAttentionBf16DirectMaxT), kp1 = (r1 + 1) / 2;
+    for (int j0 = 0; j0 < r1; j0 += R) {
+      // Query rows before j0 contribute zeros; starting the pairs at an even row may take
+      // one such row.
+      // A key tile is first written by the query block it starts in (j0 >= r0); rows of it
+      // past r1 get exact zeros there (their query rows are all above the diagonal).
+      const int rows = std::min(R, T - j0), kp0 = std::max(j0, r0) / 2;
+      const bool acc = accumulate || j0 < r0;
+      rows_any_bf16<HD, R>(rows, dk + size_t(j0) * ldd, ldd, acc, dst + size_t(j0) * lda, lda, qp,
+                           kp0, kp1);
+      rows_any_bf16<HD, R>(rows, dv + size_t(j0) * ldd, ldd, acc, pt + size_t(j0) * lda, lda, dop,
+                           kp0, kp1);
+    }
+  }
+}
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+// The entry points of both output types: with_head_dim picks the instantiation.
+template <typename OutT>
+void head_forward_bf16(const AttentionHead& h, OutT* out, int ldo, float* att) {
+  with_head_dim(h.hd, "attention_head_forward_bf16",
+                [&](auto hd) { forward_head_bf16<decltype(hd)::value>(h, out, ldo, att); });
+}
+
+template <typename OutT>
+void head_backward_bf16(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv, int ldd,
+                        const float* dout, int lddo, const float* att, float* datt,
+                        bool accumulate) {
+  with_head_dim(h.hd, "attention_head_backward_bf16", [&](auto hd) {
+    backward_head_bf16<decltype(hd)::value>(h, dq, dk, dv, ldd, dout, lddo, att, datt, accumulate);
+  });
+}
+
+}  // namespace
+
+bool attention_bf16_avx512_supports(int hd) {
+  return KernelHeadDims::supports(hd) && cpu_has_avx512_bf16();
+}
+
+void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att) {
+  head_forward_bf16(h, out, ldo, att);
+}
+
+void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, float* att) {
+  head_forward_bf16(h, out, ldo, att);
+}
+
+void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
+                                  const float* dout, int lddo, const float* att, float* datt,
+                                  bool accumulate) {
+  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, datt, accumulate);
+}
+
+void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf16* dv, int ldd,
+                                  const float* dout, int lddo, const float* att, float* datt) {
+  // Each gradient row is written once only while one query block covers all of T.
+  MT_CHECK(h.T <= kAttentionBf16DirectMaxT, "attention_head_backward_bf16: T ", h.T, " > ",
+           kAttentionBf16DirectMaxT);
+  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, datt, false);
+}
+
+#else  // no AVX-512: attention.cpp uses the fp32 kernels for every head dim
+
+bool attention_bf16_avx512_supports(int) {
+  return false;
+}
+void attention_head_forward_bf16(const AttentionHead&, float*, int, float*) {}
+void attention_head_forward_bf16(const AttentionHead&, bf16*, int, float*) {}
+void attention_head_backward_bf16(const AttentionHead&, float*, float*, float*, int, const float*,
+                                  int, const float*, float*, bool) {}
+void attention_head_backward_bf16(const AttentionHead&, bf16*, bf16*, bf16*, int, const float*, int,
+                                  const float*, float*) {}
+
+#endif
+
+}  // namespace mt

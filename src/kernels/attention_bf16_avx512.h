@@ -1,0 +1,31 @@
+// --precision bf16's attention core for one (batch, head) (docs/precision.md): the six
+// products of attention_avx512.h with bf16 operands (q, k, v, dout, the probabilities and
+// their gradient, rounded to nearest even by the CPU's conversion instructions) and fp32
+// accumulation through AVX512-BF16 dot products; the scores, softmax and its backward stay
+// fp32. The caller uses the fp32 kernels where attention_bf16_avx512_supports is false.
+#pragma once
+
+#include "kernels/attention_avx512.h"
+#include "kernels/bf16.h"
+
+namespace mt {
+
+// True when this build and this CPU run these kernels for this head dim (16, 32, 64 or 128).
+bool attention_bf16_avx512_supports(int hd);
+
+// As attention_head_forward_avx512 / attention_head_backward_avx512, with bf16 products.
+void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att);
+// With bf16 outputs (rounded as to_bf16 rounds): out, and dq, dk, dv overwritten; the
+// backward needs T <= kAttentionBf16DirectMaxT (one pass of query rows, so each gradient row
+// is written once).
+constexpr int kAttentionBf16DirectMaxT = 128;
+void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, float* att);
+void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf16* dv, int ldd,
+                                  const float* dout, int lddo, const float* att, float* datt);
+
+// accumulate false overwrites dq, dk, dv instead of adding to them.
+void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
+                                  const float* dout, int lddo, const float* att, float* datt,
+                                  bool accumulate);
+
+}  // namespace mt

@@ -1,0 +1,41 @@
+// The bf16 copy of one linear layer's fp32 weight (--precision bf16, docs/precision.md).
+//
+// The fp32 weight is the master copy (the optimizer updates it, checkpoints hold it); the
+// GEMMs read this copy. It is converted when the model's weight version has moved since
+// the last conversion, so once per change of the weights (once per step, or after a load)
+// rather than once per microbatch or per use. The version is bumped by whoever is about to
+// run the model after its weights may have changed (GPT::weights_changed). Under ZeRO-3
+// the fp32 weight is a gathered buffer that moves between uses: the copy is made from
+// whatever the layer is bound to at its first use after a change, and kept.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/bf16.h"
+
+namespace mt {
+
+class Bf16Weight {
+ public:
+  Bf16Weight(size_t n, const uint64_t* version) : data_(n), version_(version) {}
+
+  // The bf16 copy of w (n floats), converted first if the weights changed since.
+  const bf16* get(const float* w) {
+    MT_CHECK(w != nullptr, "bf16 weight copy of an unbound layer");
+    if (converted_ != *version_) {
+      to_bf16(data_.data(), w, data_.size());
+      converted_ = *version_;
+    }
+    return data_.data();
+  }
+  size_t bytes() const { return data_.size() * sizeof(bf16); }
+
+ private:
+  std::vector<bf16> data_;
+  const uint64_t* version_;
+  uint64_t converted_ = ~uint64_t(0);  // no version yet
+};
+
+}  // namespace mt

@@ -1,0 +1,89 @@
+// The experts of one mixture-of-experts layer on this rank, as the layer (moe_layer.h) sees
+// them: a block of rows grouped by local expert in, a block of rows out, and the passes B
+// and W. The layer picks the implementation once, at construction, by precision:
+// expert_mlp_fp32.h or expert_mlp_bf16.h. Each registers this rank's experts' parameters
+// (global names, transformer.h.{i}.mlp.experts.{e}.*) and reserves what its backward keeps
+// in the microbatch's slot; how it multiplies (a GEMM pair per expert, chunks of rows, one
+// grouped GEMM over all experts) is its own business.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/activation_pool.h"
+#include "model/linear.h"
+#include "model/param_table.h"
+
+namespace mt {
+
+// Rows of each local expert in an expert-major block: expert le owns rows
+// [offset[le], offset[le + 1]).
+struct ExpertGroups {
+  const int32_t* offset;  // (count + 1)
+  int count;
+  int begin(int le) const { return offset[le]; }
+  int rows(int le) const { return offset[le + 1] - offset[le]; }
+  int total() const { return offset[count]; }
+};
+
+// The shape of one layer's local experts.
+struct ExpertShape {
+  std::string prefix;  // "transformer.h.{i}.mlp."
+  int dim = 0;         // C: rows in and out
+  int hidden = 0;      // H: each expert's hidden width
+  int first = 0;       // global index of this rank's first expert
+  int count = 0;       // local experts
+  int max_rows = 0;    // rows the local experts can receive per microbatch (slot sizing)
+  int max_tokens = 0;  // tokens per microbatch
+  float proj_std = 0;  // init std of c_proj (CONTRACTS.md §1)
+};
+
+class ExpertMlp {
+ public:
+  virtual ~ExpertMlp() = default;
+  virtual void bind(float* params, float* grads) = 0;
+
+  // Where the layer leaves forward's input rows (fp32, expert-major), so they need no copy:
+  // in the slot where they are kept for W, or in the caller's `scratch` (as many rows) when
+  // the slot keeps them in another form.
+  virtual float* input_rows(float* slot, float* scratch) const = 0;
+  // y (g.total(), C) = expert_e(x) for each group's rows; x is input_rows'. y may be x's
+  // scratch: x is read before y is written.
+  virtual void forward(float* slot, const ExpertGroups& g, const float* x, float* y) = 0;
+  // As input_rows, for backward_input's output gradient rows.
+  virtual float* grad_rows(float* slot, float* scratch) const = 0;
+  // dx (g.total(), C) = the input gradient of each row (overwritten) from dy, grad_rows';
+  // keeps in the slot what backward_weight needs. dx may be dy's scratch.
+  virtual void backward_input(float* slot, const ExpertGroups& g, const float* dy, float* dx) = 0;
+  // Weight gradients (+=) from the slot. No communication.
+  virtual void backward_weight(float* slot, const ExpertGroups& g) = 0;
+
+  // --precision bf16: floats of the fp32 stage the experts round their results through
+  // (shared with the chunk's other layers; set before the first forward), and the bytes of
+  // their bf16 weight copies. None in fp32.
+  virtual size_t stage_floats() const { return 0; }
+  virtual void set_stage(float*) {}
+  virtual size_t weight_copy_bytes() const { return 0; }
+};
+
+// The GELU experts of CONTRACTS.md §1 (each the dense MLP: c_fc, tanh GELU, c_proj, with
+// biases): their parameters, registered in the file format's order, for either precision.
+class GeluExperts : public ExpertMlp {
+ public:
+  GeluExperts(const ExpertShape& shape, ParamTable& table);
+  void bind(float* params, float* grads) override;
+
+ protected:
+  int C_, H_, El_;
+  std::vector<Linear> fc_, proj_;  // per local expert
+};
+
+// The GELU experts in this precision: bf16 when bf16_version is non-null (the model's
+// weight version, GPT::weights_changed), else fp32.
+std::unique_ptr<ExpertMlp> make_gelu_experts(const ExpertShape& shape, const uint64_t* bf16_version,
+                                             ParamTable& table, SlotLayout& layout);
+
+}  // namespace mt

@@ -1,0 +1,138 @@
+#include "schedule/schedule.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace mt {
+
+const char* action_kind_name(ActionKind k) {
+  switch (k) {
+    case ActionKind::F:
+      return "F";
+    case ActionKind::B:
+      return "B";
+    case ActionKind::W:
+      return "W";
+    case ActionKind::SEND_ACT:
+      return "SEND_ACT";
+    case ActionKind::RECV_ACT:
+      return "RECV_ACT";
+    case ActionKind::SEND_GRAD:
+      return "SEND_GRAD";
+    case ActionKind::RECV_GRAD:
+      return "RECV_GRAD";
+  }
+  return "?";
+}
+
+std::string to_string(const Action& a) {
+  if (is_compute(a.kind)) {
+    std::string s = str(action_kind_name(a.kind), a.microbatch);
+    return a.chunk == 0 ? s : str(s, ".", a.chunk);
+  }
+  const char* arrow = is_send(a.kind) ? "->" : "<-";
+  return str(action_kind_name(a.kind), "(", a.microbatch, ".", a.chunk, arrow, a.peer, ")");
+}
+
+MessageKey message_key(const Schedule& s, int stage, const Action& a) {
+  const int k = s.model_chunk(stage, a.chunk);
+  switch (a.kind) {
+    case ActionKind::SEND_ACT:
+      return {false, a.microbatch, k + 1};
+    case ActionKind::RECV_ACT:
+      return {false, a.microbatch, k};
+    case ActionKind::SEND_GRAD:
+      return {true, a.microbatch, k - 1};
+    case ActionKind::RECV_GRAD:
+      return {true, a.microbatch, k};
+    default:
+      MT_CHECK(false, "message_key of compute action ", to_string(a));
+  }
+  return {};
+}
+
+ScheduleBuilder::ScheduleBuilder(std::string name, int stages, int microbatches, int chunks,
+                                 bool split) {
+  MT_REQUIRE(stages >= 1, "--pp must be >= 1 (got ", stages, ")");
+  MT_REQUIRE(microbatches >= 1, "--microbatches must be >= 1 (got ", microbatches, ")");
+  MT_REQUIRE(chunks >= 1, "--virtual-stages must be >= 1 (got ", chunks, ")");
+  s_.name = std::move(name);
+  s_.stages = stages;
+  s_.microbatches = microbatches;
+  s_.chunks = chunks;
+  s_.split_backward = split;
+  s_.actions.resize(stages);
+}
+
+void ScheduleBuilder::forward(int stage, int mb, int chunk) {
+  const int k = s_.model_chunk(stage, chunk);
+  auto& list = s_.actions[stage];
+  const int prev = s_.stage_of(k - 1 + s_.model_chunks());
+  if (k > 0 && prev != stage) list.push_back({ActionKind::RECV_ACT, mb, chunk, prev});
+  list.push_back({ActionKind::F, mb, chunk, -1});
+  const int next = s_.stage_of(k + 1);
+  if (k + 1 < s_.model_chunks() && next != stage)
+    list.push_back({ActionKind::SEND_ACT, mb, chunk, next});
+}
+
+void ScheduleBuilder::backward(int stage, int mb, int chunk) {
+  const int k = s_.model_chunk(stage, chunk);
+  auto& list = s_.actions[stage];
+  const int next = s_.stage_of(k + 1);
+  if (k + 1 < s_.model_chunks() && next != stage)
+    list.push_back({ActionKind::RECV_GRAD, mb, chunk, next});
+  list.push_back({ActionKind::B, mb, chunk, -1});
+  const int prev = s_.stage_of(k - 1 + s_.model_chunks());
+  if (k > 0 && prev != stage) list.push_back({ActionKind::SEND_GRAD, mb, chunk, prev});
+}
+
+void ScheduleBuilder::weight(int stage, int mb, int chunk) {
+  s_.actions[stage].push_back({ActionKind::W, mb, chunk, -1});
+}
+
+const std::vector<std::string>& schedule_names() {
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+  return names;
+}
+
+std::string schedule_names_joined(const std::string& sep, const std::string& last_sep) {
+  const std::vector<std::string>& names = schedule_names();
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? last_sep : sep) + names[i];
+  return out;
+}
+
+void check_schedule_name(const std::string& name) {
+  const std::vector<std::string>& names = schedule_names();
+  MT_REQUIRE(std::find(names.begin(), names.end(), name) != names.end(), "unknown --schedule '",
+             name, "' (expected ", schedule_names_joined(", ", " or "), ")");
+}
+
+void check_schedule_args(const std::string& name, int stages, int microbatches,
+                         int virtual_stages) {
+  check_schedule_name(name);
+  MT_REQUIRE(stages >= 1, "--pp must be >= 1 (got ", stages, ")");
+  MT_REQUIRE(microbatches >= 1, "--microbatches must be >= 1 (got ", microbatches, ")");
+  if (name == "interleaved") {
+    MT_REQUIRE(virtual_stages >= 2, "--schedule interleaved needs --virtual-stages >= 2 (got ",
+               virtual_stages, ")");
+    MT_REQUIRE(microbatches % stages == 0, "--schedule interleaved needs --microbatches (",
+               microbatches, ") to be a multiple of --pp (", stages,
+               "): microbatches go through the chunks in groups of pp");
+  } else {
+    MT_REQUIRE(virtual_stages == 1, "--virtual-stages ", virtual_stages,
+               " applies only to --schedule interleaved (", name, " uses 1)");
+  }
+}
+
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages) {
+  check_schedule_args(name, stages, microbatches, virtual_stages);
+  if (name == "interleaved") return schedule_interleaved(stages, microbatches, virtual_stages);
+  if (name == "gpipe") return schedule_gpipe(stages, microbatches);
+  if (name == "1f1b") return schedule_1f1b(stages, microbatches);
+  return schedule_zb_h1(stages, microbatches);
+}
+
+}  // namespace mt

@@ -1,0 +1,52 @@
+// Times a schedule: given per-op costs, every stage runs its actions in order, as early as
+// its inputs allow. Sends take no stage time and their message arrives `latency` later; a
+// receive waits for its message (the semantics of schedule.h). The result is each action's
+// start and end, the makespan, and the bubble = idle / (stages * makespan).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "schedule/schedule.h"
+
+namespace mt {
+
+struct OpCosts {
+  double forward = 1, backward = 1, weight = 1;  // per action (per chunk when interleaved)
+  double latency = 0;                            // send -> matching receive may complete
+};
+
+// Cost of one action. A fused backward (split_backward = false) costs backward + weight.
+double action_cost(const Schedule& s, ActionKind k, const OpCosts& c);
+
+struct TimedAction {
+  int index = 0;  // into schedule.actions[stage]
+  double start = 0, end = 0;
+};
+
+struct Timeline {
+  std::vector<std::vector<TimedAction>> stages;  // every action that ran, in order
+  std::vector<double> busy;                      // compute time per stage
+  double makespan = 0;
+  // Set when some stage could not finish: every remaining action waits on a receive whose
+  // send never runs. `stuck` names each blocked stage's next action.
+  bool deadlocked = false;
+  std::string stuck;
+
+  double idle(int stage) const { return makespan - busy[stage]; }
+  double total_idle() const;
+  double bubble() const;  // total_idle / (stages * makespan); 0 for an empty timeline
+};
+
+Timeline simulate_schedule(const Schedule& s, const OpCosts& costs);
+// Each stage with its own costs (costs[stage]; a send's latency is its sender's), so that
+// uneven stages (the head on the last one, more blocks on some) show in the makespan.
+// The planner times its candidates with this.
+Timeline simulate_schedule(const Schedule& s, const std::vector<OpCosts>& costs);
+
+// The bubble of an equal-cost run (F = B = W) where a closed form is known, else -1:
+//   gpipe, 1f1b:  (p-1)/(m+p-1)      interleaved: (p-1)/(v*m+p-1)
+// zb-h1 has none in these terms (its value is the simulator's).
+double closed_form_bubble(const std::string& schedule, int p, int m, int v);
+
+}  // namespace mt

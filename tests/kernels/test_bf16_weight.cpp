@@ -1,0 +1,37 @@
+// The bf16 weight copies of --precision bf16 (kernels/bf16_weight.h):
+// converted at the first use after the model's weight version moves, and never otherwise,
+// so a step converts each weight once however many microbatches and uses it has.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/bf16_weight.h"
+
+namespace mt {
+namespace {
+
+TEST(Bf16Copy, ConvertsOncePerChange) {
+  uint64_t version = 0;
+  Bf16Weight copy(3, &version);
+  std::vector<float> w = {1.0f, -2.5f, 1.00390625f};  // the last one rounds (a tie, to even)
+  const bf16* h = copy.get(w.data());
+  EXPECT_EQ(h[0], float_to_bf16(1.0f));
+  EXPECT_EQ(h[1], float_to_bf16(-2.5f));
+  EXPECT_EQ(h[2], float_to_bf16(1.00390625f));
+  EXPECT_EQ(copy.bytes(), 3 * sizeof(bf16));
+  // Without a version change the copy is reused, even from another buffer (ZeRO-3 gathers
+  // into whichever buffer is free): no conversion per use.
+  w[0] = 7.0f;
+  std::vector<float> other = {9.0f, 9.0f, 9.0f};
+  EXPECT_EQ(copy.get(w.data())[0], float_to_bf16(1.0f));
+  EXPECT_EQ(copy.get(other.data())[0], float_to_bf16(1.0f));
+  // After a change, the next use converts what the layer is bound to now.
+  ++version;
+  EXPECT_EQ(copy.get(w.data())[0], float_to_bf16(7.0f));
+  EXPECT_EQ(copy.get(other.data())[0], float_to_bf16(7.0f));
+}
+
+}  // namespace
+}  // namespace mt
