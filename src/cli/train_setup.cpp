@@ -175,7 +175,7 @@ void resolve_train_options(TrainOptions& o) {
     if (!o.io.quiet) std::printf("meshtrain: %s\n", why.c_str());
   }
   validate_train_options(o, launcher_from_env());
-  for (const std::string& w : option_warnings(o)) warn(o, w);
+  for (const std::string& w : option_warnings(o)) warn(w);
   check_token_stream(o, "--data", o.io.data, o.io.data_shards);
   if (o.optim.eval_every > 0) check_token_stream(o, "--val-data", o.io.val_data, o.io.val_shards);
   // A sharded checkpoint records its model: a mismatch is found here, before any rank.
