@@ -15,6 +15,7 @@ namespace mt::limits {
 
 constexpr int kMaxLayers = 4096;           // blocks (also --virtual-stages, --moe-every)
 constexpr int kMaxDim = 65536;             // model width (and heads)
+constexpr int kMaxFfnDim = 1 << 20;        // llama's SwiGLU width
 constexpr int kMaxSeq = 1 << 20;           // context length
 constexpr int kMaxVocab = 65536;           // llm.c shards hold uint16 ids
 constexpr int kMaxExperts = 4096;          // experts per MoE layer (and --topk)
