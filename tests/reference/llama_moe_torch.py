@@ -63,7 +63,7 @@ class MoE(nn.Module):
         self.selected = torch.zeros(self.E, dtype=torch.int64)  # pairs per expert, before drops
         self.load = torch.zeros(self.E, dtype=torch.int64)  # kept pairs per expert
         self.assignments, self.dropped, self.aux_values = 0, 0, []
-        self.margin = math.inf  # smallest gap between the k-th and (k+1)-th selection score
+        self.margin = math.inf  # smallest relative gap of the k-th and (k+1)-th selection score
 
     def select(self, scores):
         sel = scores.detach()
@@ -71,8 +71,11 @@ class MoE(nn.Module):
             sel = sel + self.gate.e_score_correction_bias
         order = torch.sort(sel, dim=1, descending=True, stable=True).indices
         if self.k < self.E and torch.is_grad_enabled():
+            # Relative, as rounding errors of the scores are: for softmax this is about the
+            # gap of the two logits, whatever the size of the probabilities.
             s = sel.gather(1, order)
-            self.margin = min(self.margin, (s[:, self.k - 1] - s[:, self.k]).min().item())
+            gap = (s[:, self.k - 1] - s[:, self.k]) / s[:, self.k - 1].abs().clamp(min=1e-30)
+            self.margin = min(self.margin, gap.min().item())
         return order[:, :self.k]
 
     def capacity_mask(self, chosen):
