@@ -176,6 +176,31 @@ def test_train_from_dir():
               f"{recs[0]['loss']:.7f} {want:.7f}")
 
 
+def test_llama_cases_build():
+    """Every --arch llama case of test_vs_torch.py parses and writes its inputs (those cases
+    only run once the engine has --arch; a typo in one should not wait for that)."""
+    import test_vs_torch as tv
+
+    names = [n for n, c in tv.CASES.items() if tv.llama_cases.is_llama(c)]
+    bad = []
+    with tempfile.TemporaryDirectory() as d:
+        for n in names:
+            case = tv.CASES[n]
+            os.makedirs(os.path.join(d, n))
+            init, data = tv.make_inputs(case, os.path.join(d, n), case.get("init_seed", 1234))
+            a = args_of(tv.COMMON + case["flags"] + ["--data", data, "--init-from", init])
+            try:
+                model = lt.build_model(a)
+            except ValueError as e:
+                bad.append(f"{n}: {e}")
+                continue
+            if "hf" in case and not os.path.isdir(init):
+                bad.append(f"{n}: no directory")
+            if model.s.V <= int(gpt.read_shard(data).max()):
+                bad.append(f"{n}: tokens beyond the vocabulary")
+    check(f"the {len(names)} llama cases of test_vs_torch.py build their inputs", names and not bad, str(bad))
+
+
 def test_wide_shards():
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "w.bin")
@@ -192,7 +217,8 @@ def test_wide_shards():
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    for t in (test_dtypes, test_names_and_init, test_directories, test_train_from_dir, test_wide_shards):
+    for t in (test_dtypes, test_names_and_init, test_directories, test_train_from_dir,
+              test_llama_cases_build, test_wide_shards):
         t()
     if failures:
         print(f"{len(failures)} check(s) failed: {failures}")
