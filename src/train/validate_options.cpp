@@ -341,12 +341,14 @@ void validate_dependencies(const TrainOptions& o) {
 
 }  // namespace
 
-void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher) {
+namespace {
+
+void validate_all(const TrainOptions& o, const LauncherInfo& launcher, bool engine_limits) {
   validate_engine(o, launcher);
   validate_model(o);
   validate_optimizer(o.optim);
   validate_layout(o, launcher);
-  validate_sizes(o);
+  if (engine_limits) validate_sizes(o);
   validate_experts(o);
   // After the expert rules: the mesh behind it needs ep to divide dp.
   if (o.engine.ranks_per_process > 1)
@@ -357,6 +359,16 @@ void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher)
   validate_io(o.io);
   validate_checkpoints(o);
   validate_dependencies(o);
+}
+
+}  // namespace
+
+void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher) {
+  validate_all(o, launcher, /*engine_limits=*/true);
+}
+
+void validate_layout_rules(const TrainOptions& o) {
+  validate_all(o, {}, /*engine_limits=*/false);
 }
 
 std::vector<std::string> option_warnings(const TrainOptions& o) {
