@@ -206,7 +206,7 @@ struct Timing {
 Timing time_mlp(Mlp& m, const Options& o) {
   std::unique_ptr<mt::ScopedGroupedGemmPath> loop;
   if (m.variant == Variant::loop)
-    loop = std::make_unique<mt::ScopedGroupedGemmPath>(mt::GroupedGemmPath::loop);
+    loop = std::make_unique<mt::ScopedGroupedGemmPath>(m.half, mt::GroupedGemmPath::loop);
   const double round_s = o.quick ? 0.0 : 0.3;
   return {best_seconds([&] { forward(m); }, o, round_s),
           best_seconds([&] { backward(m); }, o, round_s)};

@@ -14,13 +14,9 @@ namespace {
 using grouped::Problem;
 using grouped::Product;
 
-// Which path ScopedGroupedGemmPath forces (-1: none). Process-wide, so that a test or a
-// benchmark reaches the rank threads it starts.
-std::atomic<int> path_override{-1};
-
-bool kernels_available(bool bf16) {
-  return bf16 ? grouped::amx_available() : grouped::fp32_kernels_available();
-}
+// The path ScopedGroupedGemmPath forces per precision (-1: none; [0] fp32, [1] bf16).
+// Process-wide, so that a test or a benchmark reaches the rank threads it starts.
+std::atomic<int> path_override[2] = {-1, -1};
 
 template <typename T>
 void run(const Problem<T>& p) {
@@ -30,11 +26,22 @@ void run(const Problem<T>& p) {
     MT_CHECK(p.offset[g] <= p.offset[g + 1], "grouped GEMM: group ", g, " ends before it starts (",
              p.offset[g], " > ", p.offset[g + 1], ")");
   constexpr bool bf16 = std::is_same_v<T, mt::bf16>;
-  if (grouped_gemm_path(bf16) == GroupedGemmPath::loop) return grouped::run_loop(p);
-  if constexpr (bf16)
-    grouped::run_amx(p);
-  else
+  switch (grouped_gemm_path(bf16)) {
+    case GroupedGemmPath::portable:
+      return grouped::run_portable(p);
+    case GroupedGemmPath::loop:
+      return grouped::run_loop(p);
+    case GroupedGemmPath::avx512:
+    case GroupedGemmPath::avx512_bf16:
+    case GroupedGemmPath::amx:
+      break;
+  }
+  if constexpr (bf16) {
+    if (grouped_gemm_path(true) == GroupedGemmPath::amx) return grouped::run_amx(p);
+    grouped::run_avx512_bf16(p);
+  } else {
     grouped::run_fp32(p);
+  }
 }
 
 template <typename T>
@@ -84,28 +91,67 @@ void grouped_matmul_bf16_backward_weight(float* const* dweight, const bf16* dout
   run(weight_problem(dweight, dout, inp, offset, groups, C, OC));
 }
 
+bool grouped_gemm_path_available(bool bf16, GroupedGemmPath path) {
+  switch (path) {
+    case GroupedGemmPath::portable:
+      return true;
+    case GroupedGemmPath::loop:
+      return !bf16 || bf16_matmul_supported();
+    case GroupedGemmPath::avx512:
+      return !bf16 && grouped::fp32_kernels_available();
+    case GroupedGemmPath::avx512_bf16:
+      return bf16 && grouped::avx512_bf16_available();
+    case GroupedGemmPath::amx:
+      return bf16 && grouped::amx_available();
+  }
+  return false;
+}
+
 GroupedGemmPath grouped_gemm_default_path(bool bf16) {
-  return kernels_available(bf16) ? GroupedGemmPath::kernels : GroupedGemmPath::loop;
+  static const GroupedGemmPath chosen[2] = {
+      [] {
+        return grouped_gemm_path_available(false, GroupedGemmPath::avx512) ? GroupedGemmPath::avx512
+                                                                           : GroupedGemmPath::loop;
+      }(),
+      [] {
+        for (const GroupedGemmPath p :
+             {GroupedGemmPath::amx, GroupedGemmPath::avx512_bf16, GroupedGemmPath::loop})
+          if (grouped_gemm_path_available(true, p)) return p;
+        return GroupedGemmPath::portable;
+      }()};
+  return chosen[bf16];
 }
 
 GroupedGemmPath grouped_gemm_path(bool bf16) {
-  const int over = path_override.load(std::memory_order_relaxed);
+  const int over = path_override[bf16].load(std::memory_order_relaxed);
   return over < 0 ? grouped_gemm_default_path(bf16) : GroupedGemmPath(over);
 }
 
 std::string grouped_gemm_isa(bool bf16) {
-  if (grouped_gemm_path(bf16) == GroupedGemmPath::kernels) return bf16 ? "amx" : "avx512";
-  return bf16 ? "loop:" + matmul_bf16_isa() : "loop:sgemm";
+  switch (grouped_gemm_path(bf16)) {
+    case GroupedGemmPath::portable:
+      return "portable";
+    case GroupedGemmPath::loop:
+      return bf16 ? "loop:" + matmul_bf16_isa() : "loop:sgemm";
+    case GroupedGemmPath::avx512:
+      return "avx512";
+    case GroupedGemmPath::avx512_bf16:
+      return "avx512-bf16";
+    case GroupedGemmPath::amx:
+      return "amx";
+  }
+  return "unknown";
 }
 
-ScopedGroupedGemmPath::ScopedGroupedGemmPath(GroupedGemmPath path) : saved_(path_override.load()) {
-  MT_CHECK(path == GroupedGemmPath::loop || (kernels_available(false) && kernels_available(true)),
-           "the grouped GEMM kernels are not available on this CPU");
-  path_override = int(path);
+ScopedGroupedGemmPath::ScopedGroupedGemmPath(bool bf16, GroupedGemmPath path)
+    : bf16_(bf16), saved_(path_override[bf16].load()) {
+  MT_CHECK(grouped_gemm_path_available(bf16, path), "the grouped GEMM path ", int(path),
+           " is not available for ", bf16 ? "bf16" : "fp32", " on this CPU");
+  path_override[bf16] = int(path);
 }
 
 ScopedGroupedGemmPath::~ScopedGroupedGemmPath() {
-  path_override = saved_;
+  path_override[bf16_] = saved_;
 }
 
 }  // namespace mt

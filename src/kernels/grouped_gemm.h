@@ -13,11 +13,12 @@
 // of output columns) over the OpenMP team: an item packs its block of the weight once into
 // the micro-kernel's layout (a thread-local buffer, K x block), then runs every row of the
 // group against it. Micro-kernels: AVX-512 FMA (fp32, 12 x 32 register tiles), AMX tiles
-// (bf16, 32 x 32 per step of 32 in K), picked at run time (grouped_gemm_path); elsewhere
-// the loop of matmul.h / matmul_bf16.h calls is the fallback.
+// (bf16, 32 x 32 per step of 32 in K), AVX512-BF16 dot products (bf16, 12 x 32 register
+// tiles), picked at run time (GroupedGemmPath below).
 //
-// Bits: a row's output depends only on that row and the weight (not on the other rows, the
-// group sizes or the thread count): K is always summed in the same order. The weight
+// Bits: on every path but loop, a row's output depends only on that row and the weight (not
+// on the other rows, the group sizes or the thread count): K is always summed in the same
+// order. The paths' bits differ from each other (other summation orders). The weight
 // gradient sums a group's rows in row order, in any team. fp32 and bf16 both accumulate in
 // fp32; bf16 rounds nothing but its inputs (the bounds of tests/kernels/test_bf16.cpp).
 #pragma once
@@ -52,28 +53,36 @@ void grouped_matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf1
 void grouped_matmul_bf16_backward_weight(float* const* dweight, const bf16* dout, const bf16* inp,
                                          const int32_t* offset, int groups, int C, int OC);
 
-// How the grouped GEMMs run: their own micro-kernels (fp32 on AVX-512, bf16 on AMX), or
-// the loop of one matmul.h / matmul_bf16.h call per group where the CPU lacks them.
-enum class GroupedGemmPath { loop, kernels };
+// How the grouped GEMMs run. Each precision picks the fastest path its CPU has at run time:
+//   amx          bf16: AMX tiles (grouped_gemm_amx.cpp)
+//   avx512_bf16  bf16: AVX512-BF16 dot products on zmm registers (grouped_gemm_avx512_bf16.cpp)
+//   avx512       fp32: AVX-512 FMA on zmm registers (grouped_gemm_fp32.cpp)
+//   loop         one matmul.h / matmul_bf16.h (oneDNN) call per group: fp32 without AVX-512,
+//                bf16 with AVX-512 but neither of the above; and the baseline of bench_experts
+//   portable     plain C++ loops (grouped_gemm_portable.cpp): any CPU, any build
+enum class GroupedGemmPath { portable, loop, avx512, avx512_bf16, amx };
 
-// The path of each precision on this CPU by default, and now (tests force the loop).
+// Whether a precision's path can run on this CPU (and build): portable always; loop for
+// fp32 always, for bf16 where oneDNN runs bf16 matmuls; avx512 fp32 only; the others bf16.
+bool grouped_gemm_path_available(bool bf16, GroupedGemmPath path);
+// The path of each precision on this CPU by default, and now (ScopedGroupedGemmPath).
 GroupedGemmPath grouped_gemm_default_path(bool bf16);
 GroupedGemmPath grouped_gemm_path(bool bf16);
-// The kernel that runs: "avx512" / "amx" for the micro-kernels, else "loop:" + the GEMM
-// routine of matmul_bf16_isa() or "loop:sgemm".
+// "portable", "avx512", "avx512-bf16", "amx", or "loop:" + the GEMM routine of
+// matmul_bf16_isa() / "loop:sgemm": the kernel a precision's calls run now.
 std::string grouped_gemm_isa(bool bf16);
 
-// Overrides the path of both precisions for the whole process while it lives (tests and
-// benchmarks compare the two; training never sets it). The kernels path where the CPU
-// lacks it is refused.
+// Overrides one precision's path for the whole process while it lives (tests and benchmarks
+// compare the paths; training never sets it). A path not available is refused (MT_CHECK).
 class ScopedGroupedGemmPath {
  public:
-  explicit ScopedGroupedGemmPath(GroupedGemmPath path);
+  ScopedGroupedGemmPath(bool bf16, GroupedGemmPath path);
   ~ScopedGroupedGemmPath();
   ScopedGroupedGemmPath(const ScopedGroupedGemmPath&) = delete;
   ScopedGroupedGemmPath& operator=(const ScopedGroupedGemmPath&) = delete;
 
  private:
+  bool bf16_;
   int saved_;
 };
 

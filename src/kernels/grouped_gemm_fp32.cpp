@@ -125,7 +125,7 @@ void run_item(const Problem<float>& p, const Item& it, const Item& next, Scratch
 }  // namespace
 
 bool fp32_kernels_available() {
-  return true;
+  return __builtin_cpu_supports("avx512f");
 }
 
 void run_fp32(const Problem<float>& p) {

@@ -16,6 +16,14 @@ void run_fp32(const Problem<float>& p);
 bool amx_available();
 void run_amx(const Problem<bf16>& p);
 
+// bf16 on AVX512-BF16 dot products (grouped_gemm_avx512_bf16.cpp): 12 x 32 register tiles.
+bool avx512_bf16_available();
+void run_avx512_bf16(const Problem<bf16>& p);
+
+// Plain C++ loops (grouped_gemm_portable.cpp): any CPU.
+void run_portable(const Problem<float>& p);
+void run_portable(const Problem<bf16>& p);
+
 // The per-group loop of matmul.h / matmul_bf16.h calls (grouped_gemm_loop.cpp).
 void run_loop(const Problem<float>& p);
 void run_loop(const Problem<bf16>& p);

@@ -152,6 +152,33 @@ void pack_rows_fp32(float* dst, const float* a, size_t lda, bool trans, int rows
   }
 }
 
+void pack_row_pairs_bf16(uint32_t* dst, const bf16* a, size_t lda, bool trans, int rows, int k0,
+                         int k1) {
+  const int kp = (k1 - k0 + 1) / 2, full = (k1 - k0) / 2;
+  for (int i0 = 0; i0 < rows; i0 += kRowsFp32) {
+    const int valid = std::min(kRowsFp32, rows - i0);
+    uint32_t* out = dst + size_t(i0) * kp;
+    if (trans) {  // A (i, k) = a[k * lda + i]: a pair is two source rows, side by side
+      for (int j = 0; j < kp; ++j) {
+        const int k = k0 + 2 * j;
+        const __m512i v =
+            pair_rows(a + k * lda + i0, k + 1 < k1 ? a + (k + 1) * lda + i0 : nullptr, valid);
+        _mm512_mask_storeu_epi32(out + size_t(j) * kRowsFp32, first(kRowsFp32), v);
+      }
+      continue;
+    }
+    // A row's pairs are consecutive 32-bit elements: a 32-bit transpose, as pack_rows_fp32;
+    // an odd last column has no partner in the row and is paired with zero one by one.
+    for (int j = 0; j < full; j += 16)
+      transpose_block(out + size_t(j) * kRowsFp32, kRowsFp32,
+                      reinterpret_cast<const char*>(a + i0 * lda + k0 + 2 * j), lda * sizeof(bf16),
+                      valid, std::min(16, full - j), std::min(16, full - j), kRowsFp32);
+    if (full < kp)
+      for (int r = 0; r < kRowsFp32; ++r)
+        out[size_t(full) * kRowsFp32 + r] = r < valid ? uint32_t(a[(i0 + r) * lda + k1 - 1]) : 0u;
+  }
+}
+
 void pack_panels_fp32(float* dst, const float* b, size_t ldb, bool trans, int k0, int k1, int n0,
                       int n1) {
   if (trans)

@@ -31,6 +31,13 @@ void pack_panels_fp32(float* dst, const float* b, size_t ldb, bool trans, int k0
 // a[k * lda + i] when trans. A short last block's missing rows are left undefined.
 void pack_rows_fp32(float* dst, const float* a, size_t lda, bool trans, int rows, int k0, int k1);
 
+// dst: blocks of kRowsFp32 rows of A rows [0, rows) as bf16 pairs of K columns [k0, k1)
+// (k0 even): block b at dst + b * kRowsFp32 * kp, kp = (k1 - k0 + 1) / 2 pairs, its pair j
+// (A (i, k0 + 2j), A (i, k0 + 2j + 1)) at + j * kRowsFp32 (a zero half past k1). The layout
+// of pack_rows_fp32 for the AVX512-BF16 micro-kernel, which broadcasts one pair per row.
+void pack_row_pairs_bf16(uint32_t* dst, const bf16* a, size_t lda, bool trans, int rows, int k0,
+                         int k1);
+
 // dst: pair panels of B rows [0, K) padded with zero rows to kp_rows pairs, columns [n0, n1)
 // rounded up to whole panels. B (k, n) as pack_panels_fp32.
 void pack_pairs_bf16(uint32_t* dst, const bf16* b, size_t ldb, bool trans, int K, int kp_rows,
