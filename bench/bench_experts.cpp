@@ -9,10 +9,13 @@
 // Defaults: E = 64, F = 256, k = 8 (dense width 2048), C = 512, N = 1024. Rows spread
 // evenly (N k / E each) or skewed: Zipf(1) over the first E - 4 experts, each capped at N
 // rows (a token picks an expert once), the last 4 idle, so row counts are uneven, mostly
-// not multiples of a tile, some zero. Every variant does 18 N k C F FLOPs (forward 6, the
-// backward 12), so the ratio of MFUs is the inverse ratio of times; MFU is against the GEMM
-// peak of gemm_peak.h. Best of --rounds rounds; --cpu times with the process's CPU time
-// divided by the threads (far less disturbed by other load than wall time). The SwiGLU and,
+// not multiples of a tile, some zero. A variant of R rows of width F does 18 R C F FLOPs
+// (forward 6, backward 12): 18 N k C F for the dense MLP and the even experts; MFU is
+// against the GEMM peak of gemm_peak.h. The variants run interleaved, one batch each per
+// round over --rounds rounds; the table gives medians, and "x dense" the median over rounds
+// of a variant's MFU over the dense MLP's in the same round. The 1-minute load average is
+// printed before and after (the machine may be shared); --cpu times with the process's
+// CPU time divided by the threads (less disturbed by other load than wall time). The SwiGLU and,
 // in bf16, the roundings of activations and gradients (as the Llama block does them) are in
 // all three; the bf16 weight copies are made once outside the timing.
 //
@@ -58,20 +61,30 @@ double now(const Options& o) {
   return (ts.tv_sec + ts.tv_nsec * 1e-9) / omp_get_max_threads();
 }
 
-// Best seconds of one call over o.rounds rounds, each at least `round_s` long.
-double best_seconds(const std::function<void()>& fn, const Options& o, double round_s) {
-  fn();  // warm-up: page faults, oneDNN primitives, thread start
-  double best = 1e30;
-  for (int r = 0; r < o.rounds; r++) {
-    const double start = now(o);
-    int calls = 0;
-    do {
-      fn();
-      calls++;
-    } while (now(o) - start < round_s);
-    best = std::min(best, (now(o) - start) / calls);
-  }
-  return best;
+// Mean seconds of one call over a batch at least `batch_s` long.
+double batch_seconds(const std::function<void()>& fn, const Options& o, double batch_s) {
+  const double start = now(o);
+  int calls = 0;
+  do {
+    fn();
+    calls++;
+  } while (now(o) - start < batch_s);
+  return (now(o) - start) / calls;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The 1-minute load average (/proc/loadavg), or -1.
+double load_average() {
+  FILE* f = std::fopen("/proc/loadavg", "r");
+  double load = -1;
+  if (f && std::fscanf(f, "%lf", &load) != 1) load = -1;
+  if (f) std::fclose(f);
+  return load;
 }
 
 // Rows per expert: even, or skewed (see the header).
@@ -199,44 +212,73 @@ void backward(Mlp& m) {
                   m.gu_w16, m.gu_dw, m.C, 2 * m.F);
 }
 
-struct Timing {
-  double fwd = 0, bwd = 0;
-};
-
-Timing time_mlp(Mlp& m, const Options& o) {
-  std::unique_ptr<mt::ScopedGroupedGemmPath> loop;
-  if (m.variant == Variant::loop)
-    loop = std::make_unique<mt::ScopedGroupedGemmPath>(m.half, mt::GroupedGemmPath::loop);
-  const double round_s = o.quick ? 0.0 : 0.3;
-  return {best_seconds([&] { forward(m); }, o, round_s),
-          best_seconds([&] { backward(m); }, o, round_s)};
-}
-
 const char* variant_name(Variant v) {
   return v == Variant::dense ? "dense" : v == Variant::grouped ? "grouped" : "loop";
 }
 
-void bench_precision(const Options& o, bool bf16, double peak) {
-  const double flops = 18.0 * o.tokens * o.topk * o.dim * o.ffn;
-  const int Fd = o.topk * o.ffn;
-  Mlp dense(Variant::dense, bf16, o.dim, Fd, {0, o.tokens});
-  const Timing td = time_mlp(dense, o);
-  auto row = [&](const char* name, const char* spread, const Timing& t, double max_rows) {
-    const double total = t.fwd + t.bwd, mfu = flops / total * 1e-9 / peak;
-    std::printf("  %-5s %-8s %-7s %6.0f %8.2f %8.2f %8.2f %8.0f %6.3f %7.2f\n",
-                bf16 ? "bf16" : "fp32", name, spread, max_rows, t.fwd * 1e3, t.bwd * 1e3,
-                total * 1e3, flops / total * 1e-9, mfu, (td.fwd + td.bwd) / total);
-  };
-  row("dense", "-", td, o.tokens);
-  for (const bool skewed : {false, true}) {
-    const std::vector<int32_t> off = expert_offsets(o, skewed);
-    int largest = 0;
-    for (int e = 0; e < o.experts; e++) largest = std::max(largest, off[e + 1] - off[e]);
-    for (const Variant v : {Variant::grouped, Variant::loop}) {
-      Mlp m(v, bf16, o.dim, o.ffn, off);
-      row(variant_name(v), skewed ? "skewed" : "even", time_mlp(m, o), largest);
-    }
+// One variant of the comparison, its timings one per round.
+struct Side {
+  std::string name, spread;
+  std::unique_ptr<Mlp> mlp;
+  double flops;  // 18 R C F: forward 6, backward 12, R rows of width F each
+  int max_rows;
+  std::vector<double> fwd, bwd;
+  double mfu(size_t r, double peak) const { return flops / (fwd[r] + bwd[r]) * 1e-9 / peak; }
+};
+
+Side make_side(Variant v, const char* spread, bool bf16, int C, int F, std::vector<int32_t> off) {
+  int largest = 0;
+  for (size_t e = 0; e + 1 < off.size(); e++) largest = std::max(largest, off[e + 1] - off[e]);
+  const double flops = 18.0 * off.back() * C * F;
+  return {variant_name(v),
+          spread,
+          std::make_unique<Mlp>(v, bf16, C, F, std::move(off)),
+          flops,
+          largest,
+          {},
+          {}};
+}
+
+// One round of one side: a batch of forwards, then of backwards.
+void time_round(Side& s, const Options& o) {
+  std::unique_ptr<mt::ScopedGroupedGemmPath> loop;
+  if (s.mlp->variant == Variant::loop)
+    loop = std::make_unique<mt::ScopedGroupedGemmPath>(s.mlp->half, mt::GroupedGemmPath::loop);
+  const double batch_s = o.quick ? 0.0 : 0.3;
+  s.fwd.push_back(batch_seconds([&] { forward(*s.mlp); }, o, batch_s));
+  s.bwd.push_back(batch_seconds([&] { backward(*s.mlp); }, o, batch_s));
+}
+
+// Medians over the rounds; "x dense" is the median over rounds of this side's MFU over the
+// dense side's in the same round, so that load which drifts between rounds cancels out.
+void print_side(const Side& s, const Side& dense, bool bf16, double peak) {
+  const double fwd = median(s.fwd), bwd = median(s.bwd);
+  std::vector<double> mfu, ratio;
+  for (size_t r = 0; r < s.fwd.size(); r++) {
+    mfu.push_back(s.mfu(r, peak));
+    ratio.push_back(s.mfu(r, peak) / dense.mfu(r, peak));
   }
+  std::printf("  %-5s %-8s %-7s %6d %8.2f %8.2f %8.2f %8.0f %6.3f %7.2f\n", bf16 ? "bf16" : "fp32",
+              s.name.c_str(), s.spread.c_str(), s.max_rows, fwd * 1e3, bwd * 1e3, (fwd + bwd) * 1e3,
+              s.flops / (fwd + bwd) * 1e-9, median(mfu), median(ratio));
+}
+
+// Every side in turn within a round, o.rounds rounds: interleaved, so that the machine's
+// load falls on all sides alike.
+void bench_precision(const Options& o, bool bf16, double peak) {
+  std::vector<Side> sides;
+  sides.push_back(make_side(Variant::dense, "-", bf16, o.dim, o.topk * o.ffn, {0, o.tokens}));
+  for (const bool skewed : {false, true})
+    for (const Variant v : {Variant::grouped, Variant::loop})
+      sides.push_back(
+          make_side(v, skewed ? "skewed" : "even", bf16, o.dim, o.ffn, expert_offsets(o, skewed)));
+  for (Side& s : sides) {  // warm-up: page faults, oneDNN primitives, thread start
+    time_round(s, o);
+    s.fwd.clear(), s.bwd.clear();
+  }
+  for (int r = 0; r < o.rounds; r++)
+    for (Side& s : sides) time_round(s, o);
+  for (const Side& s : sides) print_side(s, sides[0], bf16, peak);
 }
 
 void bench(const Options& o) {
@@ -300,10 +342,12 @@ int main(int argc, char** argv) {
     omp_set_num_threads(std::max(1, threads));
     std::printf(
         "SwiGLU MLP forward + backward: %d experts of width %d at top-%d vs dense width %d; "
-        "C %d, %d tokens; %d thread%s; best of %d rounds, %s time\n",
+        "C %d, %d tokens; %d thread%s; medians of %d interleaved rounds, %s time; "
+        "load average %.2f\n",
         o.experts, o.ffn, o.topk, o.topk * o.ffn, o.dim, o.tokens, threads, threads == 1 ? "" : "s",
-        o.rounds, o.cpu ? "CPU" : "wall");
+        o.rounds, o.cpu ? "CPU" : "wall", load_average());
     bench(o);
+    std::printf("load average after: %.2f\n", load_average());
   }
   return 0;
 }
