@@ -149,6 +149,18 @@ void start_prefetch(const Problem<bf16>& p, const Item& next, int64_t steps, Pre
   if (o.M > 0 && o.K > 0) pf.start(b_region(o, next), a_region(o), steps);
 }
 
+// Requests the C block after (i, q) into L2 (for writing) while (i, q) computes. With the
+// accumulating products (backward_weight: K is a group's rows, often a few dozen) a block
+// is only a few tile steps, and its C tiles, read from memory, would stall each block.
+void prefetch_c(const Operands<bf16>& o, const Item& it, int i, int q, int panels) {
+  if (q >= panels) i += kBlock, q = 0;
+  if (i >= o.M) return;
+  const float* c = o.c + i * o.ldc + it.n0 + q * kTile;
+  const int cols = std::min(it.n1 - it.n0 - q * kTile, kBlock);
+  for (int r = 0; r < std::min(kBlock, o.M - i); ++r)
+    for (int col = 0; col < cols; col += 16) __builtin_prefetch(c + r * o.ldc + col, 1, 2);
+}
+
 void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch& s) {
   const Operands<bf16> o = operands(p, it.g);
   const int n0 = it.n0, n1 = it.n1;
@@ -179,6 +191,7 @@ void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch&
     }
     for (int q = 0; q < panels; q += 2) {
       const int tn = q + 1 < panels ? 2 : 1, n = n0 + q * kTile;
+      if (o.accumulate) prefetch_c(o, it, i, q + 2, panels);
       run_block(tm, tn, o.c + i * o.ldc + n, o.ldc, rows, std::min(n1 - n, tn * kTile), ai, ldai,
                 s.b.data() + q * panel, panel, steps, o.accumulate, s.c.data(),
                 s.prefetch.take(steps * kPrefetchPerStep));
