@@ -56,6 +56,14 @@ inline bool is_moe_layer(const ModelConfig& cfg, int layer) {
   return cfg.experts > 0 && (layer + 1) % cfg.moe_every == 0;
 }
 
+// Blocks of one kind hold the same sizes (parameters, slot buffers, workspaces), whatever
+// their layer: the memory estimate's dry run builds one block of each kind and counts it
+// for every layer of that kind (model/block_stand_ins.h). A block whose sizes can differ
+// from another's must differ from it in kind.
+inline int block_kind(const ModelConfig& cfg, int layer) {
+  return is_moe_layer(cfg, layer) ? 1 : 0;
+}
+
 class Block {
  public:
   // Registers the block's parameters in `table` (sharded over tp) and reserves its
@@ -96,6 +104,9 @@ class Block {
   void backward_weight(float* slot, const float* x_in, const float* dx_out, int b, int T);
 
   size_t attention_scratch_floats() const;
+  // Floats of the arenas the block holds itself, outside the slot and the chunk's
+  // workspaces (an MoE block's per-call rows).
+  size_t own_workspace_floats() const { return moe_ ? moe_->own_workspace_floats() : 0; }
   // Null for a dense block.
   MoeLayer* moe() { return moe_.get(); }
 

@@ -18,8 +18,8 @@
 
 #include "core/arena.h"
 #include "kernels/bf16.h"
-#include "model/expert_mlp.h"
 #include "kernels/bf16_weight.h"
+#include "model/expert_mlp.h"
 
 namespace mt {
 
@@ -44,6 +44,7 @@ class Bf16GeluExperts final : public GeluExperts {
   size_t stage_floats() const override { return size_t(chunk_rows_) * H_; }
   void set_stage(float* stage) override { stage_ = stage; }
   size_t weight_copy_bytes() const override;
+  size_t own_workspace_floats() const override { return pad_.size(); }
 
  private:
   // Calls f(r0, rb) over [0, rows) in chunks of kRowQuantum * 2^j rows (largest first, at
@@ -57,8 +58,8 @@ class Bf16GeluExperts final : public GeluExperts {
   static bf16* h16(float* s, size_t off) { return reinterpret_cast<bf16*>(s + off); }
 
   std::vector<Bf16Weight> fc16_, proj16_;  // per local expert
-  float* stage_ = nullptr;                     // chunk_rows_ x H, shared (set_stage)
-  int chunk_rows_ = 0;                         // largest chunk: kRowQuantum * 2^j
+  float* stage_ = nullptr;                 // chunk_rows_ x H, shared (set_stage)
+  int chunk_rows_ = 0;                     // largest chunk: kRowQuantum * 2^j
   // Two bf16 operands of kRowQuantum x max(C, H) each (weight_gemm's padded chunk).
   Arena pad_;
   // Offsets in a slot, R = shape.max_rows; fc_pre fp32, the others bf16.
