@@ -40,10 +40,10 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
                               SlotLayout& layout, const ExpertParallelShard& ep,
                               Recompute recompute, const uint64_t* bf16_version,
                               BlockStandIns* dry) {
-  // The edge unit (embedding, ln_f, tied wte) is registered first so that its tensors are
-  // contiguous in the arena: ZeRO shards and gathers each unit as one range.
   const size_t blocks = size_t(spec_.last_layer - spec_.first_layer);
   blocks_.reserve(blocks), units_.reserve(1 + blocks), unit_range_.reserve(1 + blocks);
+  // The edge unit (embedding, ln_f, tied wte) is registered first so that its tensors are
+  // contiguous in the arena: ZeRO shards and gathers each unit as one range.
   const size_t first = table.entries().size();
   if (spec_.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg_, tp, table);
   if (spec_.has_head)
