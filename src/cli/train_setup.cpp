@@ -23,6 +23,8 @@
 #include "train/corpus.h"
 #include "train/data_loader.h"
 #include "train/dataset_inputs.h"
+#include "train/hf_config.h"
+#include "train/hf_directory.h"
 #include "train/memory_estimate.h"
 #include "train/path_checks.h"
 #include "train/save_lock.h"
@@ -150,6 +152,9 @@ void resolve_train_options(TrainOptions& o) {
   // Model shape from an init file: the file decides; conflicting flags are errors.
   if (!o.io.init_from.empty()) {
     ModelConfig f = model_config_from_file(o.io.init_from, o.model);
+    // A Hugging Face directory sets the whole shape (§9a): a model flag may only repeat it.
+    if (is_hf_directory(o.io.init_from))
+      require_flags_match_hf(o.model, o.model_flags_given, f, o.io.init_from + "/" + kHfConfigFile);
     // Learned positions bound --seq; RoPE (llama) does not.
     MT_REQUIRE(!o.seq_given || f.llama() || o.model.seq <= f.seq, "--seq ", o.model.seq,
                " is longer than the position table of ", o.io.init_from, " (", f.seq, " rows)");
