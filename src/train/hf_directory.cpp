@@ -92,6 +92,11 @@ bool is_hf_directory(const std::string& path) {
 }
 
 std::vector<std::string> hf_input_files(const std::string& dir) {
+  std::error_code ec;  // a dangling link is left to require_input_file, which says why
+  MT_REQUIRE(exists(in_dir(dir, kHfConfigFile)) || fs::is_symlink(in_dir(dir, kHfConfigFile), ec),
+             "--init-from ", dir,
+             " is a directory without config.json; give a safetensors file or a Hugging Face "
+             "model directory");
   std::vector<std::string> files = {in_dir(dir, kHfConfigFile)};
   if (exists(in_dir(dir, kHfIndexFile)) && !exists(in_dir(dir, kHfWeightsFile)))
     files.push_back(in_dir(dir, kHfIndexFile));
