@@ -107,6 +107,13 @@ int checkpoint_step(const std::string& dir) {
   return loads_sharded(dir) ? read_manifest(dir).step : read_train_state(dir).step;
 }
 
+// Llama 3.1's rope_scaling comes only from a Hugging Face config.json, and no flag can give
+// it: a run resumed with --load takes it from the checkpoint, which records it.
+RopeScaling checkpoint_rope_scaling(const std::string& dir, const ModelConfig& flags) {
+  if (loads_sharded(dir)) return read_manifest(dir).model.rope_scaling;
+  return model_config_from_file(dir + "/model.safetensors", flags).rope_scaling;
+}
+
 }  // namespace
 
 void resolve_train_options(TrainOptions& o) {
@@ -149,6 +156,8 @@ void resolve_train_options(TrainOptions& o) {
                  o.io.load.c_str());
   check_weights_tokenizer(o);
   const int start = o.io.load.empty() ? 0 : checkpoint_step(o.io.load);
+  if (!o.io.load.empty() && o.model.llama())
+    o.model.rope_scaling = checkpoint_rope_scaling(o.io.load, o.model);
   // Model shape from an init file: the file decides; conflicting flags are errors.
   if (!o.io.init_from.empty()) {
     ModelConfig f = model_config_from_file(o.io.init_from, o.model);

@@ -180,6 +180,38 @@ TEST(HfDirectoryCli, OutputDirectoryIsCheckedBeforeTheRun) {
   EXPECT_EQ(run_meshtrain(f.train("--steps 1 --export-dtype bf16 --export-hf " + hf)).exit_code, 0);
 }
 
+// Llama 3.1's rope_scaling comes only from a config.json: it must survive what the run writes
+// (a checkpoint it resumes from, global or sharded; an --export file; the next directory).
+TEST(HfDirectoryCli, RopeScalingSurvivesCheckpointsAndExports) {
+  HfFixture f;
+  const std::string hf = f.dir / "hf";
+  ASSERT_EQ(run_meshtrain(f.train("--steps 1 --export-hf " + hf)).exit_code, 0);
+  nlohmann::json c = nlohmann::json::parse(slurp(hf + "/config.json"));
+  c["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 4}};
+  std::ofstream(hf + "/config.json") << c.dump();
+  const std::string straight = f.dir / "straight.safetensors";
+  const std::string lr = " --lr-schedule constant --min-lr 0 ";  // 2 + 2 steps = 4 steps
+  ASSERT_EQ(run_meshtrain(f.reload(hf, lr + "--steps 4 --export " + straight)).exit_code, 0);
+  for (const std::string format : {"global", "sharded"}) {
+    const std::string ck = f.dir / ("ck_" + format), out = f.dir / (format + ".safetensors");
+    const std::string save = " --checkpoint-format " + format + " --save " + ck;
+    ASSERT_EQ(run_meshtrain(f.reload(hf, lr + "--steps 2" + save)).exit_code, 0);
+    const std::string load = format == "global" ? ck : ck + "/step_000002";
+    const RunResult r =
+        run_meshtrain(f.train(lr + "--steps 4 --load " + load + " --export " + out));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_tensors(straight, out);  // resumed with the scaling, not without it
+  }
+  const std::string again = f.dir / "again";
+  ASSERT_EQ(run_meshtrain(f.reload(straight, "--export-hf " + again)).exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(slurp(again + "/config.json"))["rope_scaling"],
+            c["rope_scaling"]);
+}
+
 // A run on a dataset of meshtrain prepare carries its SentencePiece model into the directory,
 // which a run on the same data then accepts and sample decodes with.
 TEST(HfDirectoryCli, TheTokenizerTravelsWithTheDirectory) {
