@@ -14,9 +14,9 @@
 #include "core/timer.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/matmul_bf16.h"
+#include "parallel/process_layout.h"
 #include "plan/auto_layout.h"
 #include "plan/calibrate.h"
-#include "parallel/process_layout.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/corpus.h"
@@ -126,9 +126,9 @@ void resolve_train_options(TrainOptions& o) {
   }
   if (!o.vocab_given) {
     // Byte-level by default; GPT-2-tokenized shards bring larger ids.
-    int max_id = TokenShard(o.io.data).max_token_id();
-    for (const std::string& p : o.io.data_shards) max_id = std::max(max_id, TokenShard(p).max_token_id());
-    o.model.vocab = std::max(256, max_id + 1);
+    std::vector<std::string> shards = o.io.data_shards;
+    shards.push_back(o.io.data);
+    o.model.vocab = vocab_of_shards(shards);
   }
   // The shape is final: the planner may choose the layout, then every rule of the options,
   // before any rank starts.

@@ -6,6 +6,10 @@
 
 namespace mt {
 
+// The largest --vocab: ids are int32 everywhere a token travels (batches, kernels, the
+// version-2 shards' uint32 ids once checked against the vocabulary).
+inline constexpr int kMaxVocab = 2147483647;
+
 struct ModelConfig {
   int layers = 4;
   int dim = 128;

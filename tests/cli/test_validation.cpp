@@ -65,7 +65,7 @@ const std::vector<Case>& cases() {
       {"--dim 0", "--dim must be >= 1 (got 0)"},
       {"--heads 0", "--heads must be >= 1 (got 0)"},
       {"--seq 0", "--seq must be >= 1 (got 0)"},
-      {"--vocab 1", "--vocab must be in 2..65536 (got 1)"},
+      {"--vocab 1", "--vocab must be in 2..2147483647 (got 1)"},
       {"--heads 3", "--heads 3 does not divide --dim 16"},
       {"--experts -1", "--experts must be >= 0 (got -1)"},
       {"--experts 4 --topk 5", "--topk must be in 1..--experts (got 5)"},
