@@ -9,7 +9,8 @@ add_test(NAME reference.selftest
          COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/selftest_reference.py)
 
 # One ctest entry per case, so a failure names the configuration that broke.
-foreach(case l1_v256_clip l3_v2048_mb2 l2_h8_const_wrap l2_seq_lt_positions l2_bf16 l3_v2048_bf16)
+foreach(case l1_v256_clip l3_v2048_mb2 l2_h8_const_wrap l2_seq_lt_positions l2_bf16 l3_v2048_bf16
+        l2_v100000_v2shard)
   add_test(NAME reference.vs_torch.${case}
            COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/test_vs_torch.py
                    $<TARGET_FILE:meshtrain> --case ${case})
@@ -19,4 +20,5 @@ set_tests_properties(reference.selftest PROPERTIES LABELS reference TIMEOUT 120)
 set_tests_properties(reference.vs_torch.l1_v256_clip reference.vs_torch.l3_v2048_mb2
                      reference.vs_torch.l2_h8_const_wrap reference.vs_torch.l2_seq_lt_positions
                      reference.vs_torch.l2_bf16 reference.vs_torch.l3_v2048_bf16
+                     reference.vs_torch.l2_v100000_v2shard
                      PROPERTIES LABELS reference TIMEOUT 300)
