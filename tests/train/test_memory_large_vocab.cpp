@@ -30,7 +30,7 @@ using test_util::TempDir;
 
 constexpr int kVocab = 128256;
 
-// 1 layer of width 16 at seq 16, batch 8: one microbatch's logits are (128, 128256) fp32,
+// 2 layers of width 16 at seq 16, batch 8: one microbatch's logits are (128, 128256) fp32,
 // 65.7 MB on one worker. The data is a version-2 shard over the whole vocabulary.
 TrainOptions large_vocab_run(const TempDir& dir) {
   TrainOptions o;
