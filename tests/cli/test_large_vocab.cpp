@@ -3,6 +3,7 @@
 // naming the file and the first such id, exit 2, before any step.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -75,6 +76,32 @@ TEST(LargeVocab, IdOutsideTheVocabularyNamesFileAndFirstId) {
   expect_usage_error(run_meshtrain(std::string("train") + kTiny + "--data " + data +
                                    " --vocab 100000 --val-data " + val + " --eval-every 1"),
                      "data file " + val + " holds token id 128256 (its token 399,");
+}
+
+// A model of more rows than its tokenizer has pieces (--vocab above a dataset's): the end-of-
+// run sample and `meshtrain sample` draw only ids the tokenizer can decode. An untrained
+// model puts nearly all its mass on the 69,700 rows past the 300 pieces, so without the
+// limit the first id drawn would be one the tokenizer cannot decode (exit 2 mid-text).
+TEST(LargeVocab, SamplesOnlyIdsTheTokenizerKnows) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 60; ++i)
+    text += "the quick brown fox " + std::to_string(i) + " jumps over the lazy dog\n%\n";
+  std::ofstream(dir / "t.txt") << text;
+  auto r = run_meshtrain("prepare " + (dir / "t.txt") + " --out " + (dir / "ds") +
+                         " --documents separator --tokenizer bpe --vocab-size 300 "
+                         "--val-fraction 0 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Not --quiet: the end-of-run sample is printed with the progress.
+  r = run_meshtrain("train --layers 1 --dim 16 --heads 4 --seq 8 --batch 2 --steps 1 --data " +
+                    (dir / "ds") + " --vocab 70000 --sample-tokens 30 --export " +
+                    (dir / "m.safetensors"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("---- sample (30 tokens, bpe tokenizer"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+  r = run_meshtrain("sample --init-from " + (dir / "m.safetensors") + " --tokens 30");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
 }
 
 }  // namespace
