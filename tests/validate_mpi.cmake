@@ -17,3 +17,31 @@ add_test(NAME cli_mpirun_experts_need_tp1
                  ${MT_MPIRUN} -np 2 $<TARGET_FILE:meshtrain> train --backend mpi --tp 2 --experts 4 --steps 1 --quiet)
 set_tests_properties(cli_mpirun_world_mismatch cli_mpirun_experts_need_tp1
                      PROPERTIES LABELS mpi ENVIRONMENT "${MT_MPI_ENV};EXPECT_ERROR_LINES=1" TIMEOUT 90)
+
+# A usage error under mpirun is printed exactly once in every launch (issue #26): before,
+# only process 0 printed, and mpirun, ending the job when another process exited 2 first,
+# sometimes killed it before it had (4-14 of 60 launches). Many launches each:
+#   - a flag CLI11 refuses (cli_main: process 0 prints, the others exit 0 silently);
+#   - a rule of the options (every process agrees in MPI before any exits), flat and hybrid;
+#   - an error only one process finds (an MPMD launch gives process 1 alone a bad
+#     MESHTRAIN_FAULT): that process prints it, naming itself, and nothing hangs.
+set(MT_USAGE_ONCE ${CMAKE_SOURCE_DIR}/tests/comm_mpi/usage_error_once.sh)
+set(MT_USAGE_TRAIN train --backend mpi --layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --steps 2
+                   --quiet)
+add_test(NAME cli_mpirun_usage_error_once_bad_flag
+         COMMAND ${MT_USAGE_ONCE} 40 "^meshtrain: error: The following argument was not expected: --bogus-flag"
+                 ${MT_MPIRUN} -np 4 $<TARGET_FILE:meshtrain> ${MT_USAGE_TRAIN} --dp 4 --bogus-flag)
+add_test(NAME cli_mpirun_usage_error_once_rule
+         COMMAND ${MT_USAGE_ONCE} 30 "^meshtrain: error: --steps must be"
+                 ${MT_MPIRUN} -np 4 $<TARGET_FILE:meshtrain> ${MT_USAGE_TRAIN} --dp 4 --steps -1)
+add_test(NAME cli_mpirun_usage_error_once_hybrid
+         COMMAND ${MT_USAGE_ONCE} 20 "^meshtrain: error: --lr must be"
+                 ${MT_MPIRUN} -np 2 $<TARGET_FILE:meshtrain> ${MT_USAGE_TRAIN} --dp 4
+                 --ranks-per-process 2 --lr -1)
+add_test(NAME cli_mpirun_usage_error_once_one_process
+         COMMAND ${MT_USAGE_ONCE} 5 "^meshtrain: error: MPI process 1: MESHTRAIN_FAULT='bogus' is not of the form"
+                 ${MT_MPIRUN} -np 1 $<TARGET_FILE:meshtrain> ${MT_USAGE_TRAIN} --dp 2
+                 : -np 1 env MESHTRAIN_FAULT=bogus $<TARGET_FILE:meshtrain> ${MT_USAGE_TRAIN} --dp 2)
+set_tests_properties(cli_mpirun_usage_error_once_bad_flag cli_mpirun_usage_error_once_rule
+                     cli_mpirun_usage_error_once_hybrid cli_mpirun_usage_error_once_one_process
+                     PROPERTIES ENVIRONMENT "${MT_MPI_ENV}" TIMEOUT 600 LABELS "mpi")

@@ -13,13 +13,14 @@ namespace mt {
 namespace {
 
 // Under a launcher every process parses the same command line and finds the same usage
-// error: only the first process prints it, so the user reads it once.
-bool prints_usage_errors() {
-  return launcher_from_env().rank == 0;
-}
-
+// error. The launcher ends the whole job when one process exits non-zero, possibly before
+// another has printed: so the first process prints and exits 2, and the others exit 0
+// without a word, which ends no job. (An MPI run agrees in MPI instead on errors that may
+// differ between processes: comm/mpi/launch_agreement.h.)
 int report(const char* what, int code) {
-  if (code != 2 || prints_usage_errors()) std::fprintf(stderr, "meshtrain: error: %s\n", what);
+  const LauncherInfo launcher = launcher_from_env();
+  if (code == 2 && launcher.size > 1 && launcher.rank != 0) return 0;
+  std::fprintf(stderr, "meshtrain: error: %s\n", what);
   return code;
 }
 

@@ -1,8 +1,12 @@
 #include "cli/flag_set.h"
 
 #include <toml++/toml.h>
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <sstream>
 
 #include "core/error.h"
@@ -11,12 +15,47 @@ namespace mt {
 
 namespace {
 
+// An integral bound as text (FlagRange holds it exactly).
+std::string integer_text(long double v) {
+  if (v > static_cast<long double>(INT64_MAX)) return std::to_string(static_cast<uint64_t>(v));
+  return std::to_string(static_cast<int64_t>(v));
+}
+
+std::string number_text(long double v) {
+  std::ostringstream os;
+  os.precision(10);
+  os << v;
+  return os.str();
+}
+
 template <typename T>
 std::string toml_literal(const T& v) {
   if constexpr (std::is_same_v<T, std::string>) {
-    std::ostringstream os;
-    os << toml::value<std::string>(v);
-    return os.str();
+    // A literal string where one can hold it, else a basic string with escapes. (toml++
+    // wrote "\n" as a multi-line literal whose first newline TOML trims: the default
+    // --prompt read back as "", and was then refused as a --prompt without --sample-tokens.)
+    const bool literal = std::none_of(v.begin(), v.end(), [](unsigned char c) {
+      return c == '\'' || (c < 0x20 && c != '\t') || c == 0x7f;
+    });
+    if (literal) return "'" + v + "'";
+    std::string out = "\"";
+    for (unsigned char c : v) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += char(c);
+      } else if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else if (c < 0x20 || c == 0x7f) {
+        char esc[8];
+        std::snprintf(esc, sizeof esc, "\\u%04x", c);
+        out += esc;
+      } else {
+        out += char(c);
+      }
+    }
+    return out + "\"";
   } else if constexpr (std::is_same_v<T, bool>) {
     return v ? "true" : "false";
   } else if constexpr (std::is_floating_point_v<T>) {
@@ -31,8 +70,37 @@ std::string toml_literal(const T& v) {
   }
 }
 
+// `text` (the command line's) as an integer of type T within `range`.
 template <typename T>
-void assign_from_toml(const toml::node& node, T* target, const std::string& where) {
+T parse_integer(const std::string& text, const std::string& flag, const FlagRange& range) {
+  using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+  Wide v = 0;
+  const char* end = text.data() + text.size();
+  // from_chars takes no '+'; a user may well type one.
+  const char* begin = text.data() + (text.size() > 1 && text[0] == '+' && text[1] != '-');
+  const auto [p, ec] = std::from_chars(begin, end, v);
+  // Too many digits for 64 bits is out of range too, not a malformed number.
+  MT_REQUIRE(ec == std::errc::result_out_of_range || (ec == std::errc() && p == end), flag,
+             " must be an integer in ", range.describe(true), " (got '", text, "')");
+  MT_REQUIRE(ec == std::errc() && range.contains(static_cast<long double>(v)), flag, " must be in ",
+             range.describe(true), " (got ", text, ")");
+  return static_cast<T>(v);
+}
+
+template <typename T>
+void check_number(T v, const std::string& flag, const FlagRange& range) {
+  if constexpr (std::is_floating_point_v<T>) {
+    MT_REQUIRE(std::isfinite(v), flag, " must be a finite number (got ", v, ")");
+    MT_REQUIRE(range.contains(v), flag, " must be ", range.describe(false), " (got ", v, ")");
+  } else {
+    MT_REQUIRE(range.contains(static_cast<long double>(v)), flag, " must be in ",
+               range.describe(true), " (got ", v, ")");
+  }
+}
+
+template <typename T>
+void assign_from_toml(const toml::node& node, T* target, const std::string& where,
+                      const FlagRange* range) {
   if constexpr (std::is_same_v<T, std::string>) {
     auto v = node.value<std::string>();
     MT_REQUIRE(v.has_value(), where, " must be a string");
@@ -44,40 +112,83 @@ void assign_from_toml(const toml::node& node, T* target, const std::string& wher
   } else if constexpr (std::is_floating_point_v<T>) {
     auto v = node.value<double>();  // accepts integers too
     MT_REQUIRE(v.has_value(), where, " must be a number");
-    *target = T(*v);
+    *target = T(*v);  // checked with the command line's values, by flag (check_values)
   } else {
     MT_REQUIRE(node.is_integer(), where, " must be an integer");
-    int64_t v = *node.value<int64_t>();
-    MT_REQUIRE(v >= int64_t(std::numeric_limits<T>::min()) &&
-                   uint64_t(v) <= uint64_t(std::numeric_limits<T>::max()),
-               where, " is out of range");
+    const int64_t v = *node.value<int64_t>();
+    MT_REQUIRE(v >= 0 || std::is_signed_v<T>, where, " must be in ", range->describe(true),
+               " (got ", v, ")");
+    check_number(v, where, *range);
     *target = T(v);
   }
 }
 
 }  // namespace
 
+std::string FlagRange::describe(bool integer) const {
+  if (integer) return integer_text(min) + ".." + integer_text(max);
+  if (min_exclusive) return "> " + number_text(min) + " and <= " + number_text(max);
+  return "between " + number_text(min) + " and " + number_text(max);
+}
+
 template <typename T>
 void FlagSet::add(const char* section, const char* name, T* target, std::string help) {
+  static_assert(!std::is_integral_v<T>, "an integer flag needs its range");
+  if constexpr (std::is_floating_point_v<T>) {
+    add(section, name, target, std::move(help), FlagRange{-HUGE_VALL, HUGE_VALL});
+  } else {
+    Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
+    const std::string flag = std::string("--") + name;
+    const std::string h = f.help;
+    f.add_cli = [flag, target, h](CLI::App& app) {
+      return app.add_option(flag, *target, h)->capture_default_str();
+    };
+    f.set_from_toml = [target](const void* node, const std::string& where) {
+      assign_from_toml(*static_cast<const toml::node*>(node), target, where, nullptr);
+    };
+    f.toml_value = [target] { return toml_literal(*target); };
+    flags_.push_back(std::move(f));
+  }
+}
+
+template <typename T>
+void FlagSet::add(const char* section, const char* name, T* target, std::string help,
+                  FlagRange range) {
+  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "a number");
   Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
   const std::string flag = std::string("--") + name;
   const std::string h = f.help;
-  f.add_cli = [flag, target, h](CLI::App& app) {
-    return app.add_option(flag, *target, h)->capture_default_str();
-  };
-  f.set_from_toml = [target](const void* node, const std::string& where) {
-    assign_from_toml(*static_cast<const toml::node*>(node), target, where);
+  if constexpr (std::is_integral_v<T>) {
+    // Read as text (see the header); shown and typed as an integer in --help.
+    auto text = std::make_shared<std::string>();
+    f.add_cli = [flag, target, h, text](CLI::App& app) {
+      *text = std::to_string(*target);
+      return app.add_option(flag, *text, h)->capture_default_str()->type_name("INT");
+    };
+    f.check = [flag, target, text, range](const CLI::Option* given) {
+      if (given && given->count() > 0) *target = parse_integer<T>(*text, flag, range);
+      check_number(*target, flag, range);
+    };
+  } else {
+    f.add_cli = [flag, target, h](CLI::App& app) {
+      return app.add_option(flag, *target, h)->capture_default_str();
+    };
+    f.check = [flag, target, range](const CLI::Option*) { check_number(*target, flag, range); };
+  }
+  f.set_from_toml = [target, range](const void* node, const std::string& where) {
+    assign_from_toml(*static_cast<const toml::node*>(node), target, where, &range);
   };
   f.toml_value = [target] { return toml_literal(*target); };
-  if constexpr (std::is_floating_point_v<T>) f.finite = [target] { return std::isfinite(*target); };
   flags_.push_back(std::move(f));
 }
 
-template void FlagSet::add<int>(const char*, const char*, int*, std::string);
 template void FlagSet::add<double>(const char*, const char*, double*, std::string);
 template void FlagSet::add<float>(const char*, const char*, float*, std::string);
-template void FlagSet::add<uint64_t>(const char*, const char*, uint64_t*, std::string);
 template void FlagSet::add<std::string>(const char*, const char*, std::string*, std::string);
+template void FlagSet::add<int>(const char*, const char*, int*, std::string, FlagRange);
+template void FlagSet::add<uint64_t>(const char*, const char*, uint64_t*, std::string, FlagRange);
+template void FlagSet::add<double>(const char*, const char*, double*, std::string, FlagRange);
+template void FlagSet::add<float>(const char*, const char*, float*, std::string, FlagRange);
 
 void FlagSet::add_bool(const char* section, const char* name, bool* target, std::string help) {
   Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
@@ -85,7 +196,7 @@ void FlagSet::add_bool(const char* section, const char* name, bool* target, std:
   const std::string h = f.help;
   f.add_cli = [flag, target, h](CLI::App& app) { return app.add_flag(flag, *target, h); };
   f.set_from_toml = [target](const void* node, const std::string& where) {
-    assign_from_toml(*static_cast<const toml::node*>(node), target, where);
+    assign_from_toml(*static_cast<const toml::node*>(node), target, where, nullptr);
   };
   f.toml_value = [target] { return toml_literal(*target); };
   flags_.push_back(std::move(f));
@@ -101,10 +212,9 @@ bool FlagSet::given(const std::string& name) const {
   return false;
 }
 
-void FlagSet::require_finite() const {
+void FlagSet::check_values() {
   for (const Flag& f : flags_)
-    MT_REQUIRE(!f.finite || f.finite(), "--", f.name, " must be a finite number (got ",
-               f.toml_value(), ")");
+    if (f.check) f.check(f.option);
 }
 
 void FlagSet::load_toml(const std::string& path) {

@@ -2,33 +2,57 @@
 // as command-line options (CLI11), as keys of a TOML config file ([section] name = value,
 // the flag name without its dashes), and to print the resolved configuration.
 // A flag given on the command line overrides the config file, which overrides the default.
+//
+// Every numeric flag carries the values it accepts, checked by name wherever the value came
+// from ("--batch must be an integer in 1..1048576 (got 1099511627776)"): an integer flag
+// cannot be registered without its range, and a floating-point one is finite (inf and nan
+// parse as numbers) and within its range where it has one. Integers are read as text and
+// converted here, so that a value beyond the type (2^40 for an int) or of the wrong sign
+// (-1 for the seed) is refused with the range rather than wrapped or reported as "could
+// not convert".
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace mt {
 
+// The values a numeric flag accepts: min..max, the minimum excluded when min_exclusive.
+// long double holds every int64 and uint64 bound exactly (64-bit mantissa on x86-64).
+struct FlagRange {
+  long double min, max;
+  bool min_exclusive = false;
+  // "1..1048576" (integers), "> 0 and <= 1000000" or "between 0 and 1" (floating point).
+  std::string describe(bool integer) const;
+  bool contains(long double v) const { return (min_exclusive ? v > min : v >= min) && v <= max; }
+};
+
 class FlagSet {
  public:
   // name without dashes, e.g. "lr-schedule"; the TOML key is the same (or with '_').
+  // Strings, and floating-point flags that any finite value suits.
   template <typename T>
   void add(const char* section, const char* name, T* target, std::string help);
+  // Numbers, with the values they accept (integers must use this one).
+  template <typename T>
+  void add(const char* section, const char* name, T* target, std::string help, FlagRange range);
   void add_bool(const char* section, const char* name, bool* target, std::string help);
 
   // Adds every flag to `app`, grouped by section, defaults shown in --help.
   void register_cli(CLI::App& app);
-  // Applies a TOML file; unknown sections/keys and wrong types are UsageErrors.
+  // Applies a TOML file; unknown sections/keys, wrong types and values out of range are
+  // UsageErrors.
   void load_toml(const std::string& path);
+  // After parsing, before any value is read: converts the integers given on the command
+  // line and checks every number against its range; throws UsageError naming the flag.
+  void check_values();
   // The current values as a TOML document (for --print-config).
   std::string to_toml() const;
   // True when the flag was set on the command line (after parsing) or in the config file.
   bool given(const std::string& name) const;
-  // Throws UsageError for a floating-point flag holding inf or nan (CLI11 and TOML both
-  // parse them as numbers): no range check downstream can be trusted with them.
-  void require_finite() const;
 
  private:
   struct Flag {
@@ -36,7 +60,8 @@ class FlagSet {
     std::function<CLI::Option*(CLI::App&)> add_cli;
     std::function<void(const void* toml_node, const std::string& where)> set_from_toml;
     std::function<std::string()> toml_value;
-    std::function<bool()> finite;  // floating-point flags only
+    // Numbers: converts what the command line gave (its option), checks the value.
+    std::function<void(const CLI::Option*)> check;
     CLI::Option* option = nullptr;
     bool in_file = false;
   };

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "plan/calibrate.h"
 #include "plan/plan_report.h"
 
@@ -34,13 +35,24 @@ struct PlanArgs {
   CLI::App* cmd = nullptr;
 };
 
+// One integer of the config file, when present: a TOML integer within int's range (then
+// checked as the flag it stands for is), never narrowed silently.
+void config_int(const toml::node* n, const std::string& path, const std::string& key, int& out) {
+  if (!n) return;
+  const auto v = n->as_integer();
+  MT_REQUIRE(v, "--config ", path, ": ", key, " must be an integer");
+  MT_REQUIRE(v->get() >= INT32_MIN && v->get() <= INT32_MAX, "--config ", path, ": ", key,
+             " is out of range (got ", v->get(), ")");
+  out = int(v->get());
+}
+
 // --config FILE.toml: the [model] table and [train] batch of a train config file, for
 // every one of them not given as a flag (flags override the file, as in train).
 void apply_config(PlanArgs& a) {
   if (a.config.empty()) return;
   toml::table doc;
   try {
-    doc = toml::parse_file(a.config);
+    doc = toml::parse(read_input_file("--config", a.config, kMaxJsonInputBytes), a.config);
   } catch (const toml::parse_error& e) {
     throw UsageError(str("cannot read --config ", a.config, ": ", e.description()));
   }
@@ -49,12 +61,11 @@ void apply_config(PlanArgs& a) {
                                                {"heads", &m.heads},   {"seq", &m.seq},
                                                {"vocab", &m.vocab},   {"experts", &m.experts},
                                                {"topk", &m.topk},     {"moe-every", &m.moe_every}};
-  for (auto [name, target] : ints) {
-    if (a.cmd->get_option(str("--", name))->count() > 0) continue;
-    if (auto v = doc["model"][name].value<int64_t>()) *target = int(*v);
-  }
+  for (auto [name, target] : ints)
+    if (a.cmd->get_option(str("--", name))->count() == 0)
+      config_int(doc["model"][name].node(), a.config, str("[model] ", name), *target);
   if (a.cmd->get_option("--batch")->count() == 0)
-    if (auto v = doc["train"]["batch"].value<int64_t>()) a.batch = int(*v);
+    config_int(doc["train"]["batch"].node(), a.config, "[train] batch", a.batch);
 }
 
 template <typename T>
@@ -106,13 +117,7 @@ plan::PlanRequest make_request(PlanArgs& a) {
   r.recompute = given(a.rc_o, a.recompute);
   r.schedule = given(a.sched_o, a.schedule);
   r.precision = given(a.prec_o, a.precision);
-  for (auto [name, v] : {std::pair{"--dp", r.dp},
-                         {"--tp", r.tp},
-                         {"--pp", r.pp},
-                         {"--virtual-stages", r.virtual_stages},
-                         {"--ep", r.ep},
-                         {"--micro-batch", r.micro_batch}})
-    MT_REQUIRE(!v || *v >= 1, name, " must be >= 1 (got ", *v, ")");
+  plan::validate_request(r);
   return r;
 }
 
@@ -120,6 +125,8 @@ int run_plan(PlanArgs& a) {
   // Checked with or without --calibrate: a value given is never silently ignored as bad.
   MT_REQUIRE(std::isfinite(a.calibrate_seconds) && a.calibrate_seconds > 0,
              "--calibrate-seconds must be a finite number > 0 (got ", a.calibrate_seconds, ")");
+  MT_REQUIRE(a.calibrate_seconds <= 86400, "--calibrate-seconds must be at most 86400 (a day; got ",
+             a.calibrate_seconds, ")");
   if (a.calibrate) {
     const std::string path = a.profile.empty() ? plan::default_local_profile_path() : a.profile;
     plan::calibrate_local(path, a.calibrate_seconds, std::cout);
@@ -189,7 +196,8 @@ CommandRunner add_plan_command(CLI::App& app) {
   a->mb_o = cmd->add_option("--micro-batch", a->micro_batch, "fix sequences per microbatch");
   a->sched_o = cmd->add_option("--schedule", a->schedule, "fix the pipeline schedule");
   a->prec_o = cmd->add_option("--precision", a->precision,
-                              "fix fp32|bf16 (GPU presets: searched; local: fp32 unless given, bf16 needs a calibrated profile)");
+                              "fix fp32|bf16 (GPU presets: searched; local: fp32 unless given, "
+                              "bf16 needs a calibrated profile)");
   cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "print {\"candidates\": [...]} (best first)");
   cmd->add_flag("--explain", a->explain, "print every assumption and the breakdown");

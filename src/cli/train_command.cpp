@@ -8,13 +8,18 @@
 #include "cli/commands.h"
 #include "cli/flag_set.h"
 #include "cli/train_setup.h"
+#include "comm/world.h"
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/threads.h"
 #include "schedule/schedule.h"
+#include "train/option_limits.h"
 
 namespace mt {
 
 namespace {
+
+using namespace limits;
 
 // The TOML file must be applied before the flags are registered, so that --help shows the
 // file's values as defaults and flags given on the command line override them. Every
@@ -46,84 +51,101 @@ std::string apply_config(const std::vector<std::string>& configs, FlagSet& flags
 
 // One function per group of --help and of the config file's tables.
 void define_model_flags(FlagSet& f, ModelConfig& m) {
-  f.add("model", "layers", &m.layers, "transformer blocks");
-  f.add("model", "dim", &m.dim, "model width C");
-  f.add("model", "heads", &m.heads, "attention heads (must divide --dim)");
-  f.add("model", "seq", &m.seq, "context length T (rows of the position table)");
+  f.add("model", "layers", &m.layers, "transformer blocks", {1, kMaxLayers});
+  f.add("model", "dim", &m.dim, "model width C", {1, kMaxDim});
+  f.add("model", "heads", &m.heads, "attention heads (must divide --dim)", {1, kMaxDim});
+  f.add("model", "seq", &m.seq, "context length T (rows of the position table)", {1, kMaxSeq});
   f.add("model", "vocab", &m.vocab,
-        "vocabulary size (default: 256, or max token id + 1 of the data / the --init-from file)");
-  f.add("model", "experts", &m.experts, "mixture-of-experts experts per MoE layer (0 = dense)");
-  f.add("model", "topk", &m.topk, "experts per token (MoE)");
-  f.add("model", "capacity-factor", &m.capacity_factor, "MoE capacity factor (0 = dropless)");
-  f.add("model", "aux-loss-coef", &m.aux_loss_coef, "MoE load-balancing loss coefficient");
-  f.add("model", "moe-every", &m.moe_every, "every k-th block is MoE");
+        "vocabulary size (default: 256, or max token id + 1 of the data / the --init-from file)",
+        {2, kMaxVocab});
+  f.add("model", "experts", &m.experts, "mixture-of-experts experts per MoE layer (0 = dense)",
+        {0, kMaxExperts});
+  f.add("model", "topk", &m.topk, "experts per token (MoE)", {1, kMaxExperts});
+  f.add("model", "capacity-factor", &m.capacity_factor, "MoE capacity factor (0 = dropless)",
+        {0, kMaxFloat});
+  f.add("model", "aux-loss-coef", &m.aux_loss_coef, "MoE load-balancing loss coefficient",
+        {0, kMaxFloat});
+  f.add("model", "moe-every", &m.moe_every, "every k-th block is MoE", {1, kMaxLayers});
   f.add("model", "router-bias-update", &m.router_bias_update,
-        "aux-loss-free balancing bias step gamma (0 = off)");
+        "aux-loss-free balancing bias step gamma (0 = off)", {0, kMaxFloat});
 }
 
 void define_parallel_flags(FlagSet& f, ParallelOptions& p) {
   f.add("parallel", "dp", &p.dp,
         "data-parallel replicas: each trains on 1/dp of the global batch (same tokens and "
-        "losses as one worker); gradients are averaged in buckets reduced during backward");
+        "losses as one worker); gradients are averaged in buckets reduced during backward",
+        {1, kMaxRanks});
   f.add("parallel", "tp", &p.tp,
         "tensor-parallel ranks (Megatron): attention heads and the MLP split over tp (must "
         "divide --heads), the tied embedding/LM head split by vocabulary rows (padded to a "
-        "multiple of tp, never in a file); world = dp x tp, tp ranks adjacent");
-  f.add("parallel", "pp", &p.pp, "pipeline stages");
-  f.add("parallel", "ep", &p.ep, "expert-parallel ranks (divides --dp)");
+        "multiple of tp, never in a file); world = dp x tp, tp ranks adjacent",
+        {1, kMaxRanks});
+  f.add("parallel", "pp", &p.pp, "pipeline stages", {1, kMaxRanks});
+  f.add("parallel", "ep", &p.ep, "expert-parallel ranks (divides --dp)", {1, kMaxRanks});
   f.add("parallel", "microbatches", &p.microbatches,
         "microbatches per step per replica (gradient accumulation; --batch must be divisible "
-        "by dp * microbatches)");
+        "by dp * microbatches)",
+        {1, kMaxBatch});
   f.add("parallel", "schedule", &p.schedule,
         "pipeline schedule: " + schedule_names_joined("|", "|"));
-  f.add("parallel", "virtual-stages", &p.virtual_stages, "model chunks per pipeline rank");
+  f.add("parallel", "virtual-stages", &p.virtual_stages, "model chunks per pipeline rank",
+        {1, kMaxLayers});
   f.add("parallel", "stage-layers", &p.stage_layers,
         "blocks per pipeline model chunk, e.g. 3,4,4,3 (pp x virtual-stages counts summing to "
         "--layers); default: balanced by compute, the head counted on the last chunk");
   f.add("parallel", "zero", &p.zero,
         "ZeRO stage over the dp group (model state per rank, N = dp, P = parameters): "
         "0 none (16P bytes), 1 AdamW moments sharded (8P + 8P/N), 2 + gradients sharded "
-        "(4P + 12P/N), 3 + parameters sharded, each layer gathered when used (16P/N)");
+        "(4P + 12P/N), 3 + parameters sharded, each layer gathered when used (16P/N)",
+        {0, 3});
   f.add_bool("parallel", "sequence-parallel", &p.sequence_parallel,
              "with --tp > 1: LayerNorms and residuals run on 1/tp of each microbatch's tokens "
              "(all-reduces become all-gathers + reduce-scatters; less activation memory); "
              "batch/(dp x microbatches) x seq must be divisible by tp");
   f.add("parallel", "bucket-mb", &p.bucket_mb,
         "gradient bucket size in MiB: layers' gradients are grouped, last layer first, and "
-        "each bucket is reduced as soon as backward has finished it (ZeRO-3: one per layer)");
+        "each bucket is reduced as soon as backward has finished it (ZeRO-3: one per layer)",
+        {0, kMaxBucketMb, true});
   f.add_bool("parallel", "auto-layout", &p.auto_layout,
              "let the planner choose the layout knobs not given here for --ranks ranks, from "
              "the local profile of 'meshtrain plan --calibrate' (prints its choice and why)");
-  f.add("parallel", "ranks", &p.ranks, "ranks to lay out with --auto-layout");
+  f.add("parallel", "ranks", &p.ranks, "ranks to lay out with --auto-layout", {0, kMaxRanks});
   f.add("parallel", "dp-sync", &p.dp_sync,
         "every-step (synchronous dp) | local:H (local SGD: replicas step on their own "
         "gradients, every H-th step is synchronous and the weights are averaged) | diloco:H "
         "(H local steps, then an outer Nesterov step on the averaged change); --zero 0");
-  f.add("parallel", "outer-lr", &p.outer_lr, "diloco: outer learning rate");
-  f.add("parallel", "outer-momentum", &p.outer_momentum, "diloco: outer Nesterov momentum");
+  f.add("parallel", "outer-lr", &p.outer_lr, "diloco: outer learning rate", {0, kMaxFloat, true});
+  f.add("parallel", "outer-momentum", &p.outer_momentum, "diloco: outer Nesterov momentum", {0, 1});
 }
 
 void define_optim_flags(FlagSet& f, OptimOptions& t) {
-  f.add("train", "steps", &t.steps, "optimizer steps");
-  f.add("train", "batch", &t.batch, "global batch size in sequences");
-  f.add("train", "lr", &t.lr, "peak learning rate");
-  f.add("train", "min-lr", &t.min_lr, "final learning rate of the cosine schedule");
-  f.add("train", "warmup", &t.warmup, "linear warmup updates");
+  f.add("train", "steps", &t.steps, "optimizer steps", {0, kMaxSteps});
+  f.add("train", "batch", &t.batch, "global batch size in sequences", {1, kMaxBatch});
+  f.add("train", "lr", &t.lr, "peak learning rate", {0, kMaxFloat, true});
+  f.add("train", "min-lr", &t.min_lr, "final learning rate of the cosine schedule", {0, kMaxFloat});
+  f.add("train", "warmup", &t.warmup, "linear warmup updates", {0, kMaxSteps});
   f.add("train", "lr-schedule", &t.lr_schedule, "constant|cosine");
-  f.add("train", "weight-decay", &t.weight_decay, "AdamW decoupled weight decay (2-D tensors)");
-  f.add("train", "grad-clip", &t.grad_clip, "clip gradients to this global L2 norm (0 = off)");
-  f.add("train", "beta1", &t.beta1, "AdamW beta1");
-  f.add("train", "beta2", &t.beta2, "AdamW beta2");
-  f.add("train", "eps", &t.eps, "AdamW epsilon");
-  f.add("train", "seed", &t.seed, "seed of the initialisation and of sampling");
-  f.add("train", "threads", &t.threads, "compute threads per rank");
+  f.add("train", "weight-decay", &t.weight_decay, "AdamW decoupled weight decay (2-D tensors)",
+        {0, kMaxFloat});
+  f.add("train", "grad-clip", &t.grad_clip, "clip gradients to this global L2 norm (0 = off)",
+        {0, kMaxFloat});
+  f.add("train", "beta1", &t.beta1, "AdamW beta1", {0, 1});
+  f.add("train", "beta2", &t.beta2, "AdamW beta2", {0, 1});
+  f.add("train", "eps", &t.eps, "AdamW epsilon", {0, kMaxFloat, true});
+  // A TOML integer is an int64: beyond it, --print-config would write what --config cannot
+  // read back.
+  f.add("train", "seed", &t.seed, "seed of the initialisation and of sampling",
+        {0, static_cast<long double>(INT64_MAX)});
+  f.add("train", "threads", &t.threads, "compute threads per rank", {1, kMaxComputeThreads});
   f.add("train", "peak-gflops", &t.peak_gflops,
         "sgemm peak of one thread in GFLOP/s, the denominator of the mfu metric (e.g. from "
         "'meshtrain bench gemm' on a quiet machine); 0 = measure at start-up (best of short "
-        "single-thread sgemms)");
+        "single-thread sgemms)",
+        {0, kMaxPeakGflops});
   f.add("train", "eval-every", &t.eval_every,
-        "validation loss every N steps and at the end (0 = never)");
-  f.add("train", "eval-batches", &t.eval_batches, "global batches per validation");
+        "validation loss every N steps and at the end (0 = never)", {0, kMaxSteps});
+  f.add("train", "eval-batches", &t.eval_batches, "global batches per validation",
+        {1, kMaxEvalBatches});
   f.add("train", "recompute", &t.recompute,
         "activation recomputation: none (keep everything), selective (recompute the "
         "attention core's softmax probabilities in backward: no (b, heads, seq, seq) per "
@@ -146,14 +168,16 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("io", "export-dtype", &io.export_dtype,
         "fp32 or bf16: dtype of the --export file (bf16 halves it; checkpoints stay fp32)");
   f.add("io", "save", &io.save, "checkpoint directory to write (resumable state)");
-  f.add("io", "save-every", &io.save_every, "also save every N steps (0 = only at the end)");
+  f.add("io", "save-every", &io.save_every, "also save every N steps (0 = only at the end)",
+        {0, kMaxSteps});
   f.add("io", "load", &io.load, "checkpoint directory to resume from");
   f.add("io", "checkpoint-format", &io.checkpoint_format,
         "global: --save DIR is one checkpoint, gathered to and written by rank 0; sharded: "
         "every rank writes what it owns into DIR/step_NNNNNN in parallel, with a manifest "
         "(docs/checkpoints.md)");
   f.add("io", "keep-checkpoints", &io.keep_checkpoints,
-        "sharded: keep the K newest complete checkpoints under --save (0 = keep all)");
+        "sharded: keep the K newest complete checkpoints under --save (0 = keep all)",
+        {0, kMaxKeepCheckpoints});
   f.add("io", "resume", &io.resume,
         "auto: resume from the newest valid checkpoint under --save (skipping damaged ones), "
         "or start fresh when there is none");
@@ -163,9 +187,10 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("io", "trace", &io.trace, "Chrome/Perfetto trace file (JSON)");
   f.add("io", "report-every", &io.report_every,
         "rewrite the report page beside --metrics (its .html) every N steps and at the end "
-        "(0 = only at the end)");
+        "(0 = only at the end)",
+        {0, kMaxSteps});
   f.add("io", "sample-tokens", &io.sample_tokens,
-        "print a generated sample of N tokens at the end (0 = none)");
+        "print a generated sample of N tokens at the end (0 = none)", {0, kMaxSampleTokens});
   f.add("io", "prompt", &io.sample_prompt, "prompt of the final sample");
   f.add_bool("io", "quiet", &io.quiet, "no progress output");
 }
@@ -174,13 +199,16 @@ void define_engine_flags(FlagSet& f, EngineOptions& e) {
   f.add("engine", "backend", &e.backend,
         "local: ranks are threads of this process; mpi: one rank per MPI process (mpirun)");
   f.add("engine", "timeout", &e.timeout_s,
-        "seconds a collective may wait before the run aborts naming the missing ranks");
+        "seconds a collective may wait before the run aborts naming the missing ranks",
+        {0, kMaxTimeoutS, true});
   f.add("engine", "max-restarts", &e.max_restarts,
         "local backend: after a rank failure or hang, restart the job from the newest "
-        "checkpoint under --save up to N times (mpirun: scripts/mpirun_supervisor.sh)");
+        "checkpoint under --save up to N times (mpirun: scripts/mpirun_supervisor.sh)",
+        {0, kMaxRestarts});
   f.add("engine", "ranks-per-process", &e.ranks_per_process,
         "with --backend mpi: ranks each MPI process runs as threads (hybrid world; tp groups "
-        "stay inside a process when tp divides it)");
+        "stay inside a process when tp divides it)",
+        {1, kMaxLocalRanks});
 }
 
 void define_train_flags(FlagSet& f, TrainOptions& o) {
@@ -219,7 +247,7 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
   flags->register_cli(*cmd);
   return [=]() {
     if (!config_error->empty()) throw UsageError(*config_error);
-    flags->require_finite();
+    flags->check_values();
     opts->vocab_given = flags->given("vocab");
     opts->seq_given = flags->given("seq");
     MT_REQUIRE(opts->parallel.ranks == 0 || opts->parallel.auto_layout,

@@ -8,6 +8,7 @@
 
 #include "comm/fault.h"
 #include "comm/hybrid/run_hybrid.h"
+#include "comm/mpi/launch_agreement.h"
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/launcher.h"
@@ -67,6 +68,42 @@ std::string newest_checkpoint(const TrainOptions& o) {
   }
 }
 
+// Validation data and evaluations need each other; which data there is is known only now
+// (--data DIR may bring a validation split, the embedded corpus brings one).
+void check_validation_inputs(const TrainOptions& o, bool val_given, const std::string& data) {
+  MT_REQUIRE(!val_given || o.optim.eval_every > 0,
+             "--val-data has no effect without --eval-every N > 0 (validation runs only then): "
+             "give --eval-every N or drop --val-data");
+  MT_REQUIRE(o.optim.eval_every <= 0 || !o.io.val_data.empty(), "--eval-every ", o.optim.eval_every,
+             " needs validation data: give --val-data FILE|DIR, or --data DIR prepared with a "
+             "validation split (--data ",
+             data, " has none)");
+}
+
+// A stream of tokens (the training data; the validation data when the run evaluates) must
+// hold one global batch and ids below the vocabulary: found here, not by the ranks' loaders.
+void check_token_stream(const TrainOptions& o, const char* flag, const std::string& first,
+                        const std::vector<std::string>& shards) {
+  int64_t tokens = 0;
+  std::string bad;  // where the first id outside the vocabulary is, and what it is
+  for (const std::string& p : shards.empty() ? std::vector<std::string>{first} : shards) {
+    const TokenShard shard(p);
+    tokens += shard.size();
+    const int64_t at = shard.first_token_at_least(o.model.vocab);
+    if (at >= 0 && bad.empty())
+      bad = str(" holds token id ", shard.token(at), " (token ", at, p == first ? "" : " of " + p,
+                ", the first id outside the vocabulary)");
+  }
+  const int64_t need = int64_t(o.optim.batch) * o.model.seq + 1;
+  const std::string what =
+      str(flag, " ", first, shards.size() > 1 ? " (with its dataset's other shards)" : "");
+  MT_REQUIRE(tokens >= need, what, " holds ", tokens,
+             " tokens, fewer than one batch needs (--batch x --seq + 1 = ", o.optim.batch, " x ",
+             o.model.seq, " + 1 = ", need, ")");
+  MT_REQUIRE(bad.empty(), what, bad, " but the model vocab is ", o.model.vocab,
+             " (--vocab, or the --init-from file's)");
+}
+
 int checkpoint_step(const std::string& dir) {
   return loads_sharded(dir) ? read_manifest(dir).step : read_train_state(dir).step;
 }
@@ -74,6 +111,8 @@ int checkpoint_step(const std::string& dir) {
 }  // namespace
 
 void resolve_train_options(TrainOptions& o) {
+  const bool val_given = !o.io.val_data.empty();
+  const std::string data_given = o.io.data;
   // Data: the embedded corpus unless the user brings shards.
   if (o.io.data.empty()) {
     CorpusFiles c = prepare_fortunes_corpus(default_corpus_dir());
@@ -86,6 +125,7 @@ void resolve_train_options(TrainOptions& o) {
     }
   }
   resolve_dataset_inputs(o);  // --data DIR: a dataset of meshtrain prepare
+  check_validation_inputs(o, val_given, data_given);
   // Every path, before any file is opened for its contents (a FIFO would block the open).
   resolve_save_path(o.io);
   if (o.io.resume == "auto") {
@@ -137,6 +177,9 @@ void resolve_train_options(TrainOptions& o) {
     if (!o.io.quiet) std::printf("meshtrain: %s\n", why.c_str());
   }
   validate_train_options(o, launcher_from_env());
+  for (const std::string& w : option_warnings(o)) warn(w);
+  check_token_stream(o, "--data", o.io.data, o.io.data_shards);
+  if (o.optim.eval_every > 0) check_token_stream(o, "--val-data", o.io.val_data, o.io.val_shards);
   // A sharded checkpoint records its model: a mismatch is found here, before any rank.
   if (!o.io.load.empty() && loads_sharded(o.io.load))
     require_same_model(read_manifest(o.io.load), o.model, "--load " + o.io.load);
@@ -151,17 +194,24 @@ std::string describe_train_layout(const TrainOptions& o) {
   return describe_process_layout({p.pp, p.dp, p.tp, p.ep}, o.engine.ranks_per_process);
 }
 
-int run_training(TrainOptions o, int* argc, char*** argv) {
+namespace {
+
+// Everything a run does before its ranks start: the options resolved and checked, the
+// memory estimate, the --save lock (held until the run ends), the MFU denominator.
+struct Launch {
+  std::optional<SaveDirLock> save_lock;
+  RunInfo info;
+};
+
+void prepare_launch(TrainOptions& o, Launch& launch) {
   const bool mpi = o.engine.backend == "mpi";
-  // Under MPI every process parses; only rank 0 should print, which run_mpi arranges.
   resolve_train_options(o);
   check_memory_fits(o);  // before any rank allocates: a refusal with figures, not an OOM kill
   // One writer per --save directory, held until the run ends (train/save_lock.h). Under
   // MPI only the process of global rank 0 writes checkpoints, so only it locks.
-  std::optional<SaveDirLock> save_lock;
   if (!o.io.save.empty() && (!mpi || launcher_from_env().rank == 0)) {
-    save_lock.emplace(o.io.save);
-    const StaleTemporaries stale = save_lock->remove_stale_temporaries();
+    launch.save_lock.emplace(o.io.save);
+    const StaleTemporaries stale = launch.save_lock->remove_stale_temporaries();
     for (const std::string& t : stale.removed)
       if (!o.io.quiet)
         std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
@@ -175,7 +225,7 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
     std::filesystem::create_directories(o.io.save, ec);
     MT_REQUIRE(!ec, "--save ", o.io.save, ": cannot create (", ec.message(), ")");
   }
-  RunInfo info;
+  RunInfo& info = launch.info;
   info.t0 = now_seconds();
   // The denominator of MFU: the user's figure, else what one core can do, measured now
   // (the best of many short sgemms, kernels/gemm_peak.h).
@@ -185,6 +235,24 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
                                 : bf16                  ? measure_bf16_gemm_peak_gflops(1, 0.3)
                                                         : measure_sgemm_peak_gflops(1, 0.3);
   if (bf16) info.gemm_isa = matmul_bf16_isa();
+}
+
+}  // namespace
+
+int run_training(TrainOptions o, int* argc, char*** argv) {
+  const bool mpi = o.engine.backend == "mpi";
+  Launch launch;
+  // Under mpirun every process prepares alone, and one may fail where another does not (its
+  // host's files, its memory): the processes agree in MPI on who prints, and exit together
+  // (comm/mpi/launch_agreement.h). Without MPI's help the error goes to cli_main's rule.
+  try {
+    prepare_launch(o, launch);
+  } catch (const UsageError& e) {
+    const LauncherInfo launcher = launcher_from_env();
+    if (mpi && launcher.size > 1) end_launch_with_usage_error(argc, argv, e.what(), launcher.size);
+    throw;
+  }
+  const RunInfo& info = launch.info;
   WorldOptions wo;
   wo.timeout_s = o.engine.timeout_s;
   const char* check = std::getenv("MESHTRAIN_CHECK_COLLECTIVES");

@@ -23,7 +23,7 @@ std::string describe(const Layout& l, int batch) {
                       : std::string(),
              l.ep > 1 ? str(" ep ", l.ep) : std::string(), " zero ", l.zero,
              l.sequence_parallel ? " sp" : "", " recompute ", l.recompute, " microbatches ",
-             batch / (l.dp * l.micro_batch), l.precision != "fp32" ? " " + l.precision : "");
+             batch / l.per_replica(), l.precision != "fp32" ? " " + l.precision : "");
 }
 
 }  // namespace
@@ -63,7 +63,7 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   p.sequence_parallel = l.sequence_parallel;
   p.schedule = l.schedule;
   p.virtual_stages = l.virtual_stages;
-  p.microbatches = o.optim.batch / (l.dp * l.micro_batch);
+  p.microbatches = microbatches(r, l);
   o.optim.recompute = l.recompute;
   char line[160];
   std::snprintf(line, sizeof line, " (predicted %.1f ms/step, %.1f MiB per rank",

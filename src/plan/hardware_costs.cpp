@@ -25,7 +25,7 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
     // cores busy, linear in the busy cores from 1 at one).
     if (h.parallel_efficiency > 0 && cores > 1)
       share *= 1 - (1 - h.parallel_efficiency) * (std::min(busy, cores) - 1) / (cores - 1);
-    // What a real step costs beyond its kernels' calibrated best (calibrate.cpp).
+    // What a real step costs beyond its kernels' calibrated best (reference_steps.cpp).
     const double step = precision == "bf16" ? h.step_factor_bf16 : h.step_factor_fp32;
     if (step > 0) share /= step;
     r.peak = r.peak * threads * share;
@@ -177,7 +177,7 @@ GroupSpan group_span(const HardwareProfile& h, int size, int stride) {
   // Members stride apart: a node of devices_per_node consecutive ranks holds
   // devices_per_node / stride of them (at least one).
   g.per_node = std::clamp(per_node_ranks / std::max(stride, 1), 1, size);
-  g.nodes = (size + g.per_node - 1) / g.per_node;
+  g.nodes = int((int64_t(size) + g.per_node - 1) / g.per_node);
   return g;
 }
 

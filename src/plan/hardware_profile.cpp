@@ -1,10 +1,5 @@
 #include "plan/hardware_profile.h"
 
-#include <toml++/toml.h>
-#include <cmath>
-#include <fstream>
-#include <sstream>
-
 #include "core/error.h"
 
 namespace mt::plan {
@@ -12,8 +7,6 @@ namespace mt::plan {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
-
-void software_meshtrain(HardwareProfile& h);
 
 // The datasheet figures and measured efficiencies below are documented, with their
 // sources, in docs/planner.md ("Hardware constants"). None of them was fitted to an
@@ -49,7 +42,7 @@ HardwareProfile a100() {
       "min(NVLink busbw, members per node x 23 GB/s) (one NIC rail per GPU)",
       "latency per collective step: 8 us NVLink, 15 us InfiniBand (nccl-tests small sizes)",
       "p2p within a node: 195 GB/s (nccl-tests sendrecv_perf, 8 A100 NVLink, 1 GiB)"};
-  software_meshtrain(h);
+  apply_software(h, "meshtrain");
   return h;
 }
 
@@ -79,111 +72,8 @@ HardwareProfile h100() {
       "NVLink: all-reduce busbw 370 GB/s within a node (nccl-tests on DGX H100, no NVLS)",
       "InfiniBand: NDR 400 Gb/s per GPU, 45 GB/s achieved; spanning groups as for A100",
       "latency per collective step: 8 us NVLink, 15 us InfiniBand"};
-  software_meshtrain(h);
+  apply_software(h, "meshtrain");
   return h;
-}
-
-// Software behaviour. Each figure is read off the named software's own source or paper
-// (docs/planner.md, "Software profiles"); none was fitted to a published throughput.
-void software_meshtrain(HardwareProfile& h) {
-  h.software = "meshtrain";
-  h.dp_overlap = 1;
-  h.grad_reduce_bytes = 4;
-  h.dropout = false;
-  h.fp32_cross_entropy = false;
-  h.optimizer_bytes = 32;
-  h.p2p_blocking = false;
-  h.p2p_scatter_gather = false;
-  h.even_chunks = false;
-  h.grad_accum_pass = false;
-  h.tp_backward_overlap = false;
-  h.max_zero = 3;
-  h.schedules.clear();
-  h.software_sources = {
-      "software meshtrain: fp32 gradients reduced in buckets as the last microbatch's "
-      "backward produces them (overlapped); no dropout; cross-entropy at the activation "
-      "precision; AdamW + gradient-norm pass stream 32 bytes per updated element; every "
-      "schedule (1f1b, gpipe, zb-h1, interleaved)"};
-}
-
-// Megatron-LM's training step as of the papers' code. Shared by the 2021 and 2022 versions:
-//  - train_step() calls forward_backward_func(), then allreduce_gradients() on the whole
-//    contiguous gradient buffer, then the tied embedding's all-reduce between the first and
-//    last stage, then optimizer.step(): no overlap of the dp reduction with backward
-//    (overlap came with --overlap-grad-reduce, Megatron-Core 2023).
-//  - GPT defaults --attention-dropout 0.1 --hidden-dropout 0.1: torch dropout on the
-//    attention probabilities (after the fused scale-mask-softmax) and the fused
-//    bias-dropout-add on both residual branches.
-//  - the loss: output.float() then vocab_parallel_cross_entropy (max, subtract, exp, sum,
-//    divide, in fp32) unless --fp16-lm-cross-entropy.
-//  - Float16OptimizerWithFloat16Params.step(): zero the grad buffer (per step), copy to
-//    fp32 main grads (fp16 buffers only: read 2 write 4), unscale + inf check (8), grad
-//    norm (4), apex FusedAdam (read p g m v, write p m v: 28), main -> fp16 params (6):
-//    50 bytes per element with fp32 gradient buffers, 54 with fp16 ones.
-//  - schedules: 1F1B and the interleaved 1F1B (the 2021 paper's); no zero-bubble.
-void software_megatron(HardwareProfile& h, bool fp16_grads, const std::string& name) {
-  h.software = name;
-  h.dp_overlap = 0;
-  h.grad_reduce_bytes = fp16_grads ? 2 : 4;
-  h.dropout = true;
-  h.fp32_cross_entropy = true;
-  h.optimizer_bytes = fp16_grads ? 54 : 50;
-  h.p2p_blocking = true;
-  h.p2p_scatter_gather = true;
-  h.even_chunks = true;
-  // 2022 (v3.0, with sequence parallelism): --gradient-accumulation-fusion accumulates
-  // in the weight-gradient GEMM, and the column-parallel backward's collectives are
-  // asynchronous (tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication).
-  h.grad_accum_pass = fp16_grads;
-  h.tp_backward_overlap = !fp16_grads;
-  h.schedules = {"1f1b", "interleaved"};
-  // The papers' runs use no ZeRO (Megatron's own optimizer keeps full fp32 state per dp
-  // rank in these versions; the later distributed optimizer is not modelled).
-  h.max_zero = 0;
-  h.software_sources = {
-      "software " + name +
-          ": megatron/training.py train_step(): gradients all-reduced over "
-          "dp after the whole pipeline (allreduce_gradients), then the tied embedding's grad "
-          "all-reduced between first and last stage, then the optimizer: dp_overlap 0",
-      std::string("gradient buffer ") +
-          (fp16_grads ? "fp16 (--fp16 without "
-                        "--accumulate-allreduce-grads-in-fp32, the default)"
-                      : "fp32 (bf16 forces "
-                        "--accumulate-allreduce-grads-in-fp32)") +
-          ": " + (fp16_grads ? "2" : "4") + " bytes per reduced element",
-      "dropout 0.1 on attention probabilities (torch dropout: read, write, 1-byte mask) and "
-      "in the fused bias-dropout-add of both residual branches (arguments.py defaults)",
-      "cross-entropy: logits cast to fp32, vocab_parallel_cross_entropy max/sub/exp/sum/div "
-      "passes (38 bytes per logit forward, 14 backward)",
-      std::string("optimizer: Float16OptimizerWithFloat16Params + apex FusedAdam, ") +
-          (fp16_grads ? "54" : "50") +
-          " bytes per element (zero grads, [fp16->fp32 grads], unscale, norm, Adam, copy)",
-      "schedules: 1f1b and interleaved only (schedules.py of that version); interleaved "
-      "needs layers divisible by pp x v and microbatches divisible by pp (its assertions); "
-      "no ZeRO (max_zero 0)",
-      fp16_grads
-          ? "gradient accumulation: megatron/model/distributed.py param hook "
-            "main_grad.add_(grad) per parameter per microbatch (read the 16-bit grad, read + "
-            "write the buffer); tp collectives not overlapped"
-          : "tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication: "
-            "weight-gradient GEMM accumulates into the fp32 main_grad (gradient accumulation "
-            "fusion, no extra pass); column-parallel backward: input all-gather under the "
-            "input-gradient GEMM, its reduce-scatter / all-reduce under the weight-gradient "
-            "GEMM",
-      "pipeline p2p: p2p_communication.py _communicate(): batch_isend_irecv, wait, "
-      "torch.cuda.synchronize() (blocking); --scatter-gather-tensors-in-pipeline (default on): "
-      "1/tp of the tensor per rank, gather_split_1d_tensor over tp after"};
-}
-
-// Reads one field; a missing key keeps the default, a wrong type is an error.
-void read(const toml::table& t, const char* key, double& v, const std::string& path) {
-  const toml::node* n = t.get(key);
-  if (!n) return;
-  if (auto d = n->value<double>()) {
-    v = *d;
-    return;
-  }
-  throw UsageError(str(path, ": [hardware] ", key, " must be a number"));
 }
 
 }  // namespace
@@ -193,261 +83,11 @@ const std::vector<std::string>& preset_names() {
   return names;
 }
 
-const std::vector<std::string>& software_names() {
-  static const std::vector<std::string> names = {"meshtrain", "megatron-lm-2021",
-                                                 "megatron-lm-2022"};
-  return names;
-}
-
-void apply_software(HardwareProfile& h, const std::string& name) {
-  if (name == "meshtrain") return software_meshtrain(h);
-  // Narayanan et al. 2021 ran fp16 (Megatron-LM v2.x); Korthikanti et al. 2022 bf16.
-  if (name == "megatron-lm-2021") return software_megatron(h, true, name);
-  if (name == "megatron-lm-2022") return software_megatron(h, false, name);
-  throw UsageError(str("unknown --software '", name,
-                       "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022)"));
-}
-
 HardwareProfile preset_profile(const std::string& name) {
   if (name == "a100-80gb") return a100();
   if (name == "h100-80gb") return h100();
   throw UsageError(str("unknown --hardware '", name,
                        "' (known: a100-80gb, h100-80gb, local; or --hardware-file FILE.toml)"));
-}
-
-HardwareProfile load_profile(const std::string& path) {
-  toml::table doc;
-  try {
-    doc = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw UsageError(str("cannot read hardware profile ", path, ": ", e.description()));
-  }
-  const toml::table* t = doc["hardware"].as_table();
-  MT_REQUIRE(t, path, ": no [hardware] table");
-  static const std::vector<std::string> known = {"name",
-                                                 "local",
-                                                 "devices_per_node",
-                                                 "memory_bytes",
-                                                 "peak_fp32",
-                                                 "peak_bf16",
-                                                 "gemm_efficiency",
-                                                 "gemm_half_dim",
-                                                 "sms",
-                                                 "memory_bw",
-                                                 "kernel_overhead_s",
-                                                 "intra_busbw",
-                                                 "intra_latency_s",
-                                                 "inter_busbw",
-                                                 "inter_latency_s",
-                                                 "p2p_bw_intra",
-                                                 "p2p_bw_inter",
-                                                 "cores",
-                                                 "sources",
-                                                 "attention_fwd_flops",
-                                                 "attention_bwd_flops",
-                                                 "pointwise_s",
-                                                 "mpi_busbw",
-                                                 "mpi_latency_s",
-                                                 "mpi_p2p_bw",
-                                                 "gemm_half_dim_bf16",
-                                                 "bf16_overhead_s",
-                                                 "bf16_convert_s",
-                                                 "attention_bf16_fwd_flops",
-                                                 "attention_bf16_bwd_flops",
-                                                 "gemm_input_grad_ratio",
-                                                 "gemm_weight_grad_ratio",
-                                                 "gemm_input_grad_ratio_bf16",
-                                                 "gemm_weight_grad_ratio_bf16",
-                                                 "oversubscribed_latency_s",
-                                                 "parallel_efficiency",
-                                                 "step_factor_fp32",
-                                                 "step_factor_bf16",
-                                                 "microbatch_weight_s",
-                                                 "microbatch_weight_s_bf16",
-                                                 "moe_fwd_s",
-                                                 "moe_bwd_s",
-                                                 "moe_wgt_s",
-                                                 "moe_fwd_s_bf16",
-                                                 "moe_bwd_s_bf16",
-                                                 "moe_wgt_s_bf16",
-                                                 "moe_load_cv",
-                                                 "software",
-                                                 "dp_overlap",
-                                                 "grad_reduce_bytes",
-                                                 "dropout",
-                                                 "fp32_cross_entropy",
-                                                 "optimizer_bytes",
-                                                 "p2p_blocking",
-                                                 "p2p_scatter_gather",
-                                                 "even_chunks",
-                                                 "grad_accum_pass",
-                                                 "tp_backward_overlap",
-                                                 "max_zero"};
-  for (auto&& [k, v] : *t) {
-    (void)v;
-    bool ok = false;
-    for (const auto& n : known) ok = ok || n == k.str();
-    MT_REQUIRE(ok, path, ": unknown key [hardware] ", std::string(k.str()));
-  }
-  HardwareProfile h;
-  h.name = (*t)["name"].value_or(std::string("custom"));
-  h.local = (*t)["local"].value_or(false);
-  h.devices_per_node = int((*t)["devices_per_node"].value_or(int64_t(8)));
-  h.cores = int((*t)["cores"].value_or(int64_t(0)));
-  read(*t, "memory_bytes", h.memory_bytes, path);
-  read(*t, "peak_fp32", h.peak_fp32, path);
-  read(*t, "peak_bf16", h.peak_bf16, path);
-  read(*t, "gemm_efficiency", h.gemm_efficiency, path);
-  read(*t, "gemm_half_dim", h.gemm_half_dim, path);
-  read(*t, "sms", h.sms, path);
-  read(*t, "memory_bw", h.memory_bw, path);
-  read(*t, "kernel_overhead_s", h.kernel_overhead_s, path);
-  read(*t, "intra_busbw", h.intra_busbw, path);
-  read(*t, "intra_latency_s", h.intra_latency_s, path);
-  read(*t, "inter_busbw", h.inter_busbw, path);
-  read(*t, "inter_latency_s", h.inter_latency_s, path);
-  read(*t, "p2p_bw_intra", h.p2p_bw_intra, path);
-  read(*t, "p2p_bw_inter", h.p2p_bw_inter, path);
-  read(*t, "attention_fwd_flops", h.attention_fwd_flops, path);
-  read(*t, "attention_bwd_flops", h.attention_bwd_flops, path);
-  read(*t, "pointwise_s", h.pointwise_s, path);
-  read(*t, "mpi_busbw", h.mpi_busbw, path);
-  read(*t, "mpi_latency_s", h.mpi_latency_s, path);
-  read(*t, "mpi_p2p_bw", h.mpi_p2p_bw, path);
-  read(*t, "gemm_half_dim_bf16", h.gemm_half_dim_bf16, path);
-  read(*t, "bf16_overhead_s", h.bf16_overhead_s, path);
-  read(*t, "bf16_convert_s", h.bf16_convert_s, path);
-  read(*t, "attention_bf16_fwd_flops", h.attention_bf16_fwd_flops, path);
-  read(*t, "attention_bf16_bwd_flops", h.attention_bf16_bwd_flops, path);
-  read(*t, "gemm_input_grad_ratio", h.gemm_input_grad_ratio, path);
-  read(*t, "gemm_weight_grad_ratio", h.gemm_weight_grad_ratio, path);
-  read(*t, "gemm_input_grad_ratio_bf16", h.gemm_input_grad_ratio_bf16, path);
-  read(*t, "gemm_weight_grad_ratio_bf16", h.gemm_weight_grad_ratio_bf16, path);
-  read(*t, "oversubscribed_latency_s", h.oversubscribed_latency_s, path);
-  read(*t, "parallel_efficiency", h.parallel_efficiency, path);
-  read(*t, "step_factor_fp32", h.step_factor_fp32, path);
-  read(*t, "step_factor_bf16", h.step_factor_bf16, path);
-  read(*t, "microbatch_weight_s", h.microbatch_weight_s, path);
-  read(*t, "microbatch_weight_s_bf16", h.microbatch_weight_s_bf16, path);
-  read(*t, "moe_fwd_s", h.moe_fwd_s, path);
-  read(*t, "moe_bwd_s", h.moe_bwd_s, path);
-  read(*t, "moe_wgt_s", h.moe_wgt_s, path);
-  read(*t, "moe_fwd_s_bf16", h.moe_fwd_s_bf16, path);
-  read(*t, "moe_bwd_s_bf16", h.moe_bwd_s_bf16, path);
-  read(*t, "moe_wgt_s_bf16", h.moe_wgt_s_bf16, path);
-  read(*t, "moe_load_cv", h.moe_load_cv, path);
-  // Software behaviour: a named software profile first, single fields override it.
-  software_meshtrain(h);
-  if (auto sw = (*t)["software"].value<std::string>()) apply_software(h, *sw);
-  read(*t, "dp_overlap", h.dp_overlap, path);
-  read(*t, "grad_reduce_bytes", h.grad_reduce_bytes, path);
-  read(*t, "optimizer_bytes", h.optimizer_bytes, path);
-  h.dropout = (*t)["dropout"].value_or(h.dropout);
-  h.fp32_cross_entropy = (*t)["fp32_cross_entropy"].value_or(h.fp32_cross_entropy);
-  h.p2p_blocking = (*t)["p2p_blocking"].value_or(h.p2p_blocking);
-  h.p2p_scatter_gather = (*t)["p2p_scatter_gather"].value_or(h.p2p_scatter_gather);
-  h.even_chunks = (*t)["even_chunks"].value_or(h.even_chunks);
-  h.grad_accum_pass = (*t)["grad_accum_pass"].value_or(h.grad_accum_pass);
-  h.tp_backward_overlap = (*t)["tp_backward_overlap"].value_or(h.tp_backward_overlap);
-  h.max_zero = int((*t)["max_zero"].value_or(int64_t(h.max_zero)));
-  MT_REQUIRE(h.max_zero >= 0 && h.max_zero <= 3, path, ": [hardware] max_zero must be 0-3");
-  MT_REQUIRE(h.dp_overlap >= 0 && h.dp_overlap <= 1, path,
-             ": [hardware] dp_overlap must be in [0, 1]");
-  MT_REQUIRE(h.grad_reduce_bytes > 0 && h.optimizer_bytes > 0, path,
-             ": [hardware] grad_reduce_bytes and optimizer_bytes must be > 0");
-  if (const toml::array* s = (*t)["sources"].as_array())
-    for (auto&& n : *s)
-      if (auto v = n.value<std::string>()) h.sources.push_back(*v);
-  for (auto [key, v] : {std::pair{"memory_bytes", h.memory_bytes},
-                        {"peak_fp32", h.peak_fp32},
-                        {"memory_bw", h.memory_bw},
-                        {"intra_busbw", h.intra_busbw},
-                        {"p2p_bw_intra", h.p2p_bw_intra}})
-    MT_REQUIRE(std::isfinite(v) && v > 0, path, ": [hardware] ", key, " must be > 0");
-  MT_REQUIRE(h.devices_per_node >= 1, path, ": [hardware] devices_per_node must be >= 1");
-  MT_REQUIRE(std::isfinite(h.sms) && h.sms >= 0, path, ": [hardware] sms must be >= 0");
-  MT_REQUIRE(h.gemm_efficiency > 0 && h.gemm_efficiency <= 1, path,
-             ": [hardware] gemm_efficiency must be in (0, 1]");
-  if (h.peak_bf16 <= 0) h.peak_bf16 = 0;  // no bf16 measured: bf16 not offered
-  if (h.inter_busbw <= 0) h.inter_busbw = h.intra_busbw;
-  if (h.p2p_bw_inter <= 0) h.p2p_bw_inter = h.p2p_bw_intra;
-  return h;
-}
-
-std::string profile_to_toml(const HardwareProfile& h) {
-  std::ostringstream o;
-  o.precision(9);
-  o << "# meshtrain hardware profile (meshtrain plan --hardware-file / --hardware local)\n"
-    << "[hardware]\n"
-    << "name = \"" << h.name << "\"\nlocal = " << (h.local ? "true" : "false") << "\n"
-    << "devices_per_node = " << h.devices_per_node << "\ncores = " << h.cores << "\n";
-  for (auto [k, v] : {std::pair{"memory_bytes", h.memory_bytes},
-                      {"peak_fp32", h.peak_fp32},
-                      {"peak_bf16", h.peak_bf16},
-                      {"gemm_efficiency", h.gemm_efficiency},
-                      {"gemm_half_dim", h.gemm_half_dim},
-                      {"sms", h.sms},
-                      {"memory_bw", h.memory_bw},
-                      {"kernel_overhead_s", h.kernel_overhead_s},
-                      {"intra_busbw", h.intra_busbw},
-                      {"intra_latency_s", h.intra_latency_s},
-                      {"inter_busbw", h.inter_busbw},
-                      {"inter_latency_s", h.inter_latency_s},
-                      {"p2p_bw_intra", h.p2p_bw_intra},
-                      {"p2p_bw_inter", h.p2p_bw_inter},
-                      {"attention_fwd_flops", h.attention_fwd_flops},
-                      {"attention_bwd_flops", h.attention_bwd_flops},
-                      {"pointwise_s", h.pointwise_s},
-                      {"mpi_busbw", h.mpi_busbw},
-                      {"mpi_latency_s", h.mpi_latency_s},
-                      {"mpi_p2p_bw", h.mpi_p2p_bw},
-                      {"gemm_half_dim_bf16", h.gemm_half_dim_bf16},
-                      {"bf16_overhead_s", h.bf16_overhead_s},
-                      {"bf16_convert_s", h.bf16_convert_s},
-                      {"attention_bf16_fwd_flops", h.attention_bf16_fwd_flops},
-                      {"attention_bf16_bwd_flops", h.attention_bf16_bwd_flops},
-                      {"gemm_input_grad_ratio", h.gemm_input_grad_ratio},
-                      {"gemm_weight_grad_ratio", h.gemm_weight_grad_ratio},
-                      {"gemm_input_grad_ratio_bf16", h.gemm_input_grad_ratio_bf16},
-                      {"gemm_weight_grad_ratio_bf16", h.gemm_weight_grad_ratio_bf16},
-                      {"oversubscribed_latency_s", h.oversubscribed_latency_s},
-                      {"parallel_efficiency", h.parallel_efficiency},
-                      {"step_factor_fp32", h.step_factor_fp32},
-                      {"step_factor_bf16", h.step_factor_bf16},
-                      {"microbatch_weight_s", h.microbatch_weight_s},
-                      {"microbatch_weight_s_bf16", h.microbatch_weight_s_bf16},
-                      {"moe_fwd_s", h.moe_fwd_s},
-                      {"moe_bwd_s", h.moe_bwd_s},
-                      {"moe_wgt_s", h.moe_wgt_s},
-                      {"moe_fwd_s_bf16", h.moe_fwd_s_bf16},
-                      {"moe_bwd_s_bf16", h.moe_bwd_s_bf16},
-                      {"moe_wgt_s_bf16", h.moe_wgt_s_bf16},
-                      {"moe_load_cv", h.moe_load_cv}})
-    o << k << " = " << std::scientific << v << std::defaultfloat << "\n";
-  if (!h.local) {
-    o << "software = \"" << h.software << "\"\n";
-    for (auto [k, v] : {std::pair{"dp_overlap", h.dp_overlap},
-                        {"grad_reduce_bytes", h.grad_reduce_bytes},
-                        {"optimizer_bytes", h.optimizer_bytes}})
-      o << k << " = " << v << "\n";
-    o << "dropout = " << (h.dropout ? "true" : "false")
-      << "\nfp32_cross_entropy = " << (h.fp32_cross_entropy ? "true" : "false")
-      << "\np2p_blocking = " << (h.p2p_blocking ? "true" : "false")
-      << "\np2p_scatter_gather = " << (h.p2p_scatter_gather ? "true" : "false")
-      << "\neven_chunks = " << (h.even_chunks ? "true" : "false")
-      << "\ngrad_accum_pass = " << (h.grad_accum_pass ? "true" : "false")
-      << "\ntp_backward_overlap = " << (h.tp_backward_overlap ? "true" : "false")
-      << "\nmax_zero = " << h.max_zero << "\n";
-  }
-  o << "sources = [";
-  for (size_t i = 0; i < h.sources.size(); ++i) {
-    std::string s = h.sources[i];
-    for (char& c : s)
-      if (c == '"' || c == '\\') c = '\'';
-    o << (i ? ", " : "") << "\"" << s << "\"";
-  }
-  o << "]\n";
-  return o.str();
 }
 
 HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend) {

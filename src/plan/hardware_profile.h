@@ -5,10 +5,14 @@
 // measured by `meshtrain plan --calibrate` (ranks are threads or processes on its cores).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace mt::plan {
+
+// What a GPU keeps for itself (CUDA context, library workspaces): not offered to a rank.
+constexpr int64_t kGpuReserveBytes = int64_t(3) << 30;
 
 struct HardwareProfile {
   std::string name;
@@ -80,17 +84,19 @@ struct HardwareProfile {
   double moe_fwd_s_bf16 = 0, moe_bwd_s_bf16 = 0, moe_wgt_s_bf16 = 0;
   // Local only (0 = not measured: even routing): the coefficient of variation of the
   // per-expert load (rows an expert receives over their mean, within one block and step)
-  // of the engine's router during a short training run (calibrate.cpp); expert parallelism
-  // waits for the busiest ep rank, whose expected load follows from it (time_model.cpp).
+  // of the engine's router during a short training run (reference_steps.cpp); expert
+  // parallelism waits for the busiest ep rank, whose expected load follows from it
+  // (busiest_rank_load, local_costs.cpp).
   double moe_load_cv = 0;
   // Local only: the MPI backend between two processes of this machine (0 = not measured).
   double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
   int cores = 0;
   std::vector<std::string> sources;  // one line per constant, printed by --explain
-  // GPU presets: how the training software the plan is for behaves (docs/planner.md,
-  // "Software profiles"; `meshtrain plan --software NAME`). The defaults are meshtrain's
-  // own engine as the GPU model assumes it; "megatron-lm-2021" / "megatron-lm-2022" are
-  // the Megatron-LM versions behind the published runs. Local profiles ignore them.
+  // How the training software the plan is for behaves (docs/planner.md, "Software
+  // profiles"; one table per software in plan/software_profiles.cpp, `meshtrain plan
+  // --software NAME`). The defaults are meshtrain's own engine as the GPU model assumes it;
+  // "megatron-lm-2021" / "megatron-lm-2022" are the Megatron-LM versions behind the
+  // published runs; every local profile has "meshtrain-local", the engine measured here.
   std::string software = "meshtrain";
   // Fraction of the data-parallel gradient reduction that may run under the last
   // microbatch's backward (1: bucketed and overlapped; 0: reduced after the pipeline).
@@ -102,6 +108,15 @@ struct HardwareProfile {
   // The logits cast to fp32 before a multi-pass vocab-parallel cross-entropy.
   bool fp32_cross_entropy = false;
   double optimizer_bytes = 32;  // bytes streamed per updated element by the optimizer step
+  int optimizer_kernels = 2;    // ... in this many passes (each pays the kernel overhead)
+  // Latency-bound all-reduces over the whole world per step (gradient norm, loss, ...).
+  int world_all_reduces = 2;
+  // Fraction of the ZeRO-3 gathers and reduce-scatters that may hide under the compute of
+  // the same pass (1: prefetched; 0: the ranks' own cores run them).
+  double zero3_overlap = 1;
+  // With pp, the tied embedding's gradient is all-reduced between the first and last stage
+  // after the pipeline, on the critical path.
+  bool tied_embedding_reduce = true;
   // Pipeline sends: blocking (the stage waits for its transfer) and split over the tp ranks
   // (each sends 1/tp of the boundary, the receivers all-gather it).
   bool p2p_blocking = false, p2p_scatter_gather = false;
@@ -117,20 +132,22 @@ struct HardwareProfile {
   int max_zero = 3;  // the highest ZeRO stage the software has
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;
-  std::vector<std::string> software_sources;  // printed by --explain
 };
 
-// The software behaviour fields for NAME ("meshtrain", "megatron-lm-2021",
-// "megatron-lm-2022"); UsageError naming the known ones otherwise.
+// The software behaviour fields for NAME (software_profiles.h: "meshtrain",
+// "megatron-lm-2021", "megatron-lm-2022" on GPU hardware, "meshtrain-local" on local
+// profiles); UsageError naming the known ones otherwise.
 void apply_software(HardwareProfile& h, const std::string& name);
+// The GPU software a plan may name with --software.
 const std::vector<std::string>& software_names();
 
 // "a100-80gb", "h100-80gb"; UsageError naming the known ones otherwise.
 HardwareProfile preset_profile(const std::string& name);
 const std::vector<std::string>& preset_names();
 
-// A TOML profile ([hardware] with the field names above); UsageError on a missing file,
-// unknown key, wrong type or non-positive rate.
+// A TOML profile ([hardware] with the field names above, plan/profile_fields.h), read as a
+// user's input file (core/input_file.h: never blocks on a FIFO); UsageError on a missing or
+// special file, an unknown key, a wrong type or a value outside its range.
 HardwareProfile load_profile(const std::string& path);
 // The same fields as TOML (what --calibrate stores).
 std::string profile_to_toml(const HardwareProfile& h);

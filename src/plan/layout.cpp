@@ -1,10 +1,13 @@
 #include "plan/layout.h"
 
+#include <cmath>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "train/validate_options.h"
 
@@ -22,6 +25,33 @@ const std::vector<int>& default_stage_layers(const ModelConfig& m, int pp, int v
   if (it == memo.end())
     it = memo.emplace(key, resolve_stage_layers(m, pp, virtual_stages, "")).first;
   return it->second;
+}
+
+void validate_request(const PlanRequest& r) {
+  r.model.validate();
+  MT_REQUIRE(r.model.dim <= INT32_MAX / 4, "--dim must be at most ", INT32_MAX / 4,
+             " (the MLP's width, 4 x --dim, is an int; got ", r.model.dim, ")");
+  MT_REQUIRE(r.batch >= 1, "--batch must be >= 1 (got ", r.batch, ")");
+  MT_REQUIRE(r.devices >= 1, r.hardware.local ? "--ranks" : "--gpus", " must be >= 1 (got ",
+             r.devices, ")");
+  if (r.hardware.local) require_thread_count("--threads", r.threads);
+  MT_REQUIRE(std::isfinite(r.bucket_mb) && r.bucket_mb > 0 && r.bucket_mb <= kMaxBucketMb,
+             "--bucket-mb must be a finite number in (0, ", kMaxBucketMb, "] (got ", r.bucket_mb,
+             ")");
+  for (auto [name, v] : {std::pair{"--dp", r.dp},
+                         {"--tp", r.tp},
+                         {"--pp", r.pp},
+                         {"--virtual-stages", r.virtual_stages},
+                         {"--ep", r.ep},
+                         {"--micro-batch", r.micro_batch},
+                         {"--microbatches", r.microbatches}})
+    MT_REQUIRE(!v || *v >= 1, name, " must be >= 1 (got ", *v, ")");
+  MT_REQUIRE(!r.zero || (*r.zero >= 0 && *r.zero <= 3), "--zero must be 0, 1, 2 or 3 (got ",
+             *r.zero, ")");
+}
+
+int microbatches(const PlanRequest& r, const Layout& l) {
+  return l.per_replica() > 0 ? int(r.batch / l.per_replica()) : 0;
 }
 
 TrainOptions train_options(const PlanRequest& r, const Layout& l) {
@@ -42,13 +72,12 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   o.parallel.schedule = l.schedule;
   o.parallel.virtual_stages = l.virtual_stages;
   o.parallel.bucket_mb = r.bucket_mb;
-  const int per_replica = l.dp * l.micro_batch;
-  o.parallel.microbatches = per_replica > 0 ? r.batch / per_replica : 0;
+  o.parallel.microbatches = microbatches(r, l);
   o.engine.backend = r.hardware.local ? r.backend : "mpi";
   o.vocab_given = o.seq_given = true;
   // The default partition, spelled out (the same blocks per chunk train would choose), so
   // that the memory estimate does not partition again for every candidate.
-  if (l.pp > 1 && l.virtual_stages >= 1 && l.pp * l.virtual_stages <= r.model.layers) {
+  if (l.pp > 1 && l.virtual_stages >= 1 && int64_t(l.pp) * l.virtual_stages <= r.model.layers) {
     std::string spec;
     for (int n : default_stage_layers(r.model, l.pp, l.virtual_stages)) {
       if (!spec.empty()) spec += ',';
@@ -64,8 +93,11 @@ void validate_candidate(const PlanRequest& r, const Layout& l) {
   MT_REQUIRE(l.dp >= 1, "--dp must be >= 1 (got ", l.dp, ")");
   MT_REQUIRE(l.world() == r.devices, "--dp x --tp x --pp = ", l.world(), " but ",
              r.hardware.local ? "--ranks is " : "--gpus is ", r.devices);
-  MT_REQUIRE(r.batch % (l.dp * l.micro_batch) == 0, "--batch ", r.batch,
-             " must be divisible by --dp x --micro-batch = ", l.dp * l.micro_batch);
+  MT_REQUIRE(r.batch % l.per_replica() == 0, "--batch ", r.batch,
+             " must be divisible by --dp x --micro-batch = ", l.per_replica());
+  // The engine counts a microbatch's tokens in an int.
+  MT_REQUIRE(int64_t(l.micro_batch) * r.model.seq <= INT32_MAX, "--micro-batch ", l.micro_batch,
+             " x --seq ", r.model.seq, " tokens per microbatch is more than 2^31 - 1");
   MT_REQUIRE(l.precision == "fp32" || l.precision == "bf16",
              "--precision must be fp32 or bf16 (got '", l.precision, "')");
   // Local bf16 needs the calibrated bf16 GEMM, conversion and attention figures; a profile
@@ -89,7 +121,7 @@ std::string train_command(const PlanRequest& r, const Layout& l) {
              m.moe_every != 1 ? str(" --moe-every ", m.moe_every) : std::string());
   c += str(" --batch ", r.batch, " --dp ", l.dp, " --tp ", l.tp, " --pp ", l.pp);
   if (l.ep > 1) c += str(" --ep ", l.ep);
-  c += str(" --microbatches ", r.batch / (l.dp * l.micro_batch));
+  c += str(" --microbatches ", microbatches(r, l));
   if (l.pp > 1) c += str(" --schedule ", l.schedule);
   if (l.virtual_stages > 1) c += str(" --virtual-stages ", l.virtual_stages);
   if (l.zero > 0) c += str(" --zero ", l.zero);

@@ -3,6 +3,7 @@
 // would accept it (train/validate_options.h is the one set of rules).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,8 +22,13 @@ struct Layout {
   std::string schedule = "1f1b";
   std::string precision = "fp32";
   int world() const { return dp * tp * pp; }
+  // Sequences per optimizer step on one dp replica (64-bit: dp and micro_batch are each an int).
+  int64_t per_replica() const { return int64_t(dp) * micro_batch; }
   bool operator==(const Layout&) const = default;
 };
+
+// --bucket-mb's largest value: 1 TiB buckets, whose float count stays far inside int64.
+constexpr double kMaxBucketMb = 1 << 20;
 
 // What the user asked for: the model, the global batch, the machine, and the knobs they
 // fixed (unset = searched).
@@ -39,6 +45,15 @@ struct PlanRequest {
   std::optional<std::string> recompute, schedule, precision;
   std::optional<int> microbatches;  // train's --microbatches (auto-layout), a filter
 };
+
+// UsageError (one line naming the flag) unless every number of the request is within the
+// range the planner can plan: the model's own rules, --dim at most 2^29 - 1 (the MLP's
+// width, 4 x dim, is an int), --batch and the device count >= 1, --threads as train takes
+// it, --bucket-mb finite in (0, 2^20] MiB, the fixed knobs >= 1, --zero 0-3.
+void validate_request(const PlanRequest& r);
+
+// train's --microbatches of a candidate: batch / (dp x micro_batch), 0 when that is below 1.
+int microbatches(const PlanRequest& r, const Layout& l);
 
 // The `meshtrain train` options of a candidate (model, batch, layout; --backend mpi on GPU
 // presets, where the world is not limited to one process's threads).

@@ -2,11 +2,26 @@
 
 #include <algorithm>
 
+#include "plan/memory_bounds.h"
 #include "train/memory_estimate.h"
 
 namespace mt::plan {
 
+PlannedMemory lower_bound_memory(const MemoryBounds& b) {
+  auto bytes = [](long double v) { return int64_t(std::min(v, kMaxEstimateBytes)); };
+  PlannedMemory m;
+  m.lower_bound = true;
+  m.params = bytes(b.params);
+  m.grads = bytes(b.grads);
+  m.optimizer = bytes(b.optimizer);
+  m.activations = bytes(b.activations);
+  m.buffers = bytes(b.buffers);
+  return m;
+}
+
 PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedule& schedule) {
+  const MemoryBounds bounds = memory_bounds(r, l, schedule);
+  if (bounds.upper > kMaxEstimateBytes) return lower_bound_memory(bounds);
   const MemoryEstimate e = estimate_rank_memory(train_options(r, l), schedule);
   PlannedMemory m;
   m.pp_stage = e.pp_stage;

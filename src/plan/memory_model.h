@@ -16,24 +16,33 @@
 
 #include <cstdint>
 
-#include "schedule/schedule.h"
 #include "plan/layout.h"
+#include "schedule/schedule.h"
 
 namespace mt::plan {
 
 struct PlannedMemory {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
   int pp_stage = 0;  // the stage with the largest footprint
+  // The layout is too large for the engine's 64-bit estimate (plan/memory_bounds.h): the
+  // parts are a lower bound of its memory, each at most kMaxEstimateBytes.
+  bool lower_bound = false;
   int64_t total() const { return params + grads + optimizer + activations + buffers; }
 };
 
-// schedule: make_schedule of the layout's pp, microbatches, schedule, virtual stages (any
-// Schedule without pp), passed in because the search shares it between candidates.
+// Asks the engine's estimate only where its arithmetic cannot wrap (memory_bounds.h); a
+// larger layout gets its lower bound. schedule: make_schedule of the layout's pp, microbatches,
+// schedule, virtual stages (any Schedule without pp), passed in because the search shares it
+// between candidates.
 PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedule& schedule);
+
+// A layout known only by its lower bound (memory_bounds.h): lower_bound set, each part at
+// most kMaxEstimateBytes.
+struct MemoryBounds;
+PlannedMemory lower_bound_memory(const MemoryBounds& b);
 
 // Bytes a device offers to one rank: a GPU's capacity less kGpuReserveBytes; locally the
 // machine's memory shared by every rank.
 int64_t usable_bytes_per_rank(const PlanRequest& r);
-constexpr int64_t kGpuReserveBytes = int64_t(3) << 30;
 
 }  // namespace mt::plan

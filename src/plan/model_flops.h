@@ -13,12 +13,21 @@
 // are still counted, so MFU does not rise when tokens are dropped).
 #pragma once
 
+#include <string>
+
 #include "model/config.h"
 
 namespace mt::plan {
 
 // FLOPs of one optimizer step over `batch` sequences of cfg.seq tokens.
 double model_flops_per_step(const ModelConfig& cfg, int batch);
+
+// The model's parameters as ModelConfig::num_params counts them, in floating point: a model
+// the planner accepts may have more than 2^63 of them (split over a billion devices).
+double model_params(const ModelConfig& cfg);
+
+// "GPT 4L 64d 4h seq 32 vocab 256 (0.218496M params)", as ModelConfig::describe prints it.
+std::string describe_model(const ModelConfig& cfg);
 
 // The closed form above for a dense model (the tests check the general count against it).
 double korthikanti_flops(double B, double L, double s, double h, double V);

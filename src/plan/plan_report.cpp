@@ -43,13 +43,14 @@ std::string ms(double s) {
 
 void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s, int top) {
   const ModelConfig& m = r.model;
-  out << "meshtrain plan: " << m.describe() << ", batch " << r.batch << " x seq " << m.seq << ", "
-      << r.devices << (r.hardware.local ? " ranks on " : " x ") << r.hardware.name << "\n"
+  out << "meshtrain plan: " << describe_model(m) << ", batch " << r.batch << " x seq " << m.seq
+      << ", " << r.devices << (r.hardware.local ? " ranks on " : " x ") << r.hardware.name << "\n"
       << "  model FLOPs per step " << fmt("%.4g", model_flops_per_step(m, r.batch))
       << " (Korthikanti et al. 2022, App. A); " << s.considered << " combinations, " << s.valid
       << " valid, " << s.fit << " fit (" << s.pruned
       << " of them not simulated: their slowest stage alone is slower than #" << s.candidates.size()
-      << ")\n";
+      << ")" << (s.uncounted > 0 ? str("; ", s.uncounted, " too large to count (skipped)") : "")
+      << "\n";
   char line[512];
   const int n = std::min<int>(top, int(s.candidates.size()));
   int64_t largest = 0;

@@ -2,23 +2,33 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
 #include "core/error.h"
+#include "plan/memory_bounds.h"
 #include "plan/model_flops.h"
+#include "plan/work_budget.h"
 
 namespace mt::plan {
 
 namespace {
 
-std::vector<int> divisors(int n, int limit) {
-  std::vector<int> d;
-  for (int i = 1; i <= n && i <= limit; ++i)
-    if (n % i == 0) d.push_back(i);
-  return d;
+// The divisors of n up to limit, ascending (pairs up to sqrt(n): a prime GPU count near
+// 2^31 costs 46,341 steps, not 2^31 of them).
+std::vector<int> divisors(int64_t n, int64_t limit) {
+  std::vector<int> low, high;
+  for (int64_t i = 1; i * i <= n; ++i) {
+    if (n % i != 0) continue;
+    if (i <= limit) low.push_back(int(i));
+    if (i != n / i && n / i <= limit) high.push_back(int(n / i));
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 template <typename T>
@@ -28,18 +38,6 @@ std::vector<T> choices(const std::optional<T>& fixed, std::vector<T> all) {
 }
 
 using ScheduleKey = std::tuple<std::string, int, int, int>;
-
-const Schedule& cached_schedule(std::map<ScheduleKey, Schedule>& cache, const Layout& l,
-                                int microbatches) {
-  const ScheduleKey key{l.schedule, l.pp, microbatches, l.virtual_stages};
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    Schedule s;
-    if (l.pp > 1) s = make_schedule(l.schedule, l.pp, microbatches, l.virtual_stages);
-    it = cache.emplace(key, std::move(s)).first;
-  }
-  return it->second;
-}
 
 void fill_rates(const PlanRequest& r, Candidate& c) {
   const double flops = model_flops_per_step(r.model, r.batch);
@@ -82,13 +80,75 @@ std::string remedy(const PlanRequest& r, const Candidate& c) {
   return what + ": try " + list;
 }
 
+// The choices of every knob but tp and pp for one (tp, pp), the fixed ones as given.
+struct OpenKnobs {
+  std::vector<std::pair<std::string, int>> schedules;  // (schedule, virtual stages)
+  std::vector<int> micro_batches, eps, zeros;
+  std::vector<bool> sps;
+  double count() const {
+    return double(schedules.size()) * micro_batches.size() * eps.size() * zeros.size() * sps.size();
+  }
+};
+
+// (schedule, virtual stages) pairs: without pp the schedule is not used; only the
+// schedules the software profile has (Megatron-LM 2021/2022: no zb-h1); a fixed pair
+// outside the list is still tried, so that validation says what is wrong with it.
+std::vector<std::pair<std::string, int>> schedule_choices(const PlanRequest& r, int pp) {
+  std::vector<std::pair<std::string, int>> out = {{"1f1b", 1}};
+  if (pp > 1) {
+    out = {{"1f1b", 1}, {"gpipe", 1}, {"zb-h1", 1}};
+    for (int v : {2, 3, 4, 6, 8})
+      if (int64_t(pp) * v <= r.model.layers) out.push_back({"interleaved", v});
+  }
+  const std::vector<std::string>& known = r.hardware.schedules;
+  if (!r.hardware.local && !known.empty())
+    std::erase_if(out, [&](const auto& sv) {
+      return std::find(known.begin(), known.end(), sv.first) == known.end();
+    });
+  if (r.schedule || r.virtual_stages) {
+    std::erase_if(out, [&](const auto& sv) {
+      return (r.schedule && *r.schedule != sv.first) ||
+             (r.virtual_stages && *r.virtual_stages != sv.second);
+    });
+    if (out.empty()) out.push_back({r.schedule.value_or("1f1b"), r.virtual_stages.value_or(1)});
+  }
+  return out;
+}
+
+OpenKnobs open_knobs(const PlanRequest& r, int tp, int pp, int dp) {
+  OpenKnobs k;
+  k.schedules = schedule_choices(r, pp);
+  k.micro_batches = choices(r.micro_batch, divisors(r.batch % dp == 0 ? r.batch / dp : 1, 64));
+  std::vector<int> eps = {1};
+  if (r.model.experts > 0) {
+    eps.clear();
+    for (int e : divisors(dp, dp))
+      if (r.model.experts % e == 0) eps.push_back(e);
+  }
+  k.eps = choices(r.ep, eps);
+  std::vector<int> zeros = dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
+  if (!r.hardware.local)  // the software's ZeRO stages (Megatron-LM 2021/2022: none)
+    std::erase_if(zeros, [&](int z) { return z > r.hardware.max_zero; });
+  k.zeros = choices(r.zero, zeros);
+  k.sps = choices(r.sequence_parallel,
+                  tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false});
+  return k;
+}
+
+// Megatron-LM's interleaved schedule: equal chunks (layers divisible by pp x v) and
+// microbatches divisible by pp (its own assertions).
+bool software_refuses(const PlanRequest& r, int pp, const std::string& schedule, int v, int m) {
+  return !r.hardware.local && r.hardware.even_chunks && schedule == "interleaved" &&
+         (r.model.layers % (int64_t(pp) * v) != 0 || m % pp != 0);
+}
+
 }  // namespace
 
 // Every combination of the knobs left open (the fixed ones as given), in a fixed order.
 // Divisibility beyond dp x tp x pp = devices is left to validate_candidate, so that the
 // rules stay train's.
-std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
-  const ModelConfig& m = r.model;
+void for_each_layout(const PlanRequest& r, WorkBudget& budget,
+                     const std::function<void(const Layout&)>& visit) {
   const int n = r.devices;
   for (auto [name, v] : {std::pair{"--tp", r.tp}, {"--pp", r.pp}, {"--dp", r.dp}})
     MT_REQUIRE(!v || n % *v == 0, name, " ", *v, " does not divide ",
@@ -96,126 +156,206 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
   std::vector<std::string> precisions = {"fp32"};
   if (!r.hardware.local && r.hardware.peak_bf16 > 0) precisions.push_back("bf16");
   std::vector<std::string> recomputes = {"none", "selective"};
-  if (m.experts == 0) recomputes.push_back("full");
-  std::vector<Layout> out;
+  if (r.model.experts == 0) recomputes.push_back("full");
+  const auto precs = choices(r.precision, precisions);
+  const auto rcs = choices(r.recompute, recomputes);
   for (int tp : choices(r.tp, divisors(n, n)))
-    for (int pp : choices(r.pp, divisors(n / tp, std::max(m.layers, 1)))) {
+    for (int pp : choices(r.pp, divisors(n / tp, std::max(r.model.layers, 1)))) {
       if ((n / tp) % pp != 0) continue;
       const int dp = n / (tp * pp);
       if (r.dp && *r.dp != dp) continue;
-      // (schedule, virtual stages): without pp the schedule is not used.
-      std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
-      if (pp > 1) {
-        schedules = {{"1f1b", 1}, {"gpipe", 1}, {"zb-h1", 1}};
-        for (int v : {2, 3, 4, 6, 8})
-          if (pp * v <= m.layers) schedules.push_back({"interleaved", v});
-      }
-      // Only the schedules the software profile has (Megatron-LM 2021/2022: no zb-h1).
-      if (!r.hardware.local && !r.hardware.schedules.empty())
-        std::erase_if(schedules, [&](const auto& sv) {
-          return std::find(r.hardware.schedules.begin(), r.hardware.schedules.end(), sv.first) ==
-                 r.hardware.schedules.end();
-        });
-      if (r.schedule || r.virtual_stages) {
-        std::erase_if(schedules, [&](const auto& sv) {
-          return (r.schedule && *r.schedule != sv.first) ||
-                 (r.virtual_stages && *r.virtual_stages != sv.second);
-        });
-        // A fixed pair outside the list is still tried: validation says what is wrong.
-        if (schedules.empty())
-          schedules.push_back({r.schedule.value_or("1f1b"), r.virtual_stages.value_or(1)});
-      }
-      const std::vector<int> mbs = divisors(r.batch % dp == 0 ? r.batch / dp : 1, 64);
-      std::vector<int> eps = {1};
-      if (m.experts > 0) {
-        eps.clear();
-        for (int e : divisors(dp, dp))
-          if (m.experts % e == 0) eps.push_back(e);
-      }
-      std::vector<int> zeros = dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
-      if (!r.hardware.local)  // the software's ZeRO stages (Megatron-LM 2021/2022: none)
-        std::erase_if(zeros, [&](int z) { return z > r.hardware.max_zero; });
-      const std::vector<bool> sps =
-          tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
-      for (int ep : choices(r.ep, eps))
-        for (int zero : choices(r.zero, zeros))
-          for (bool sp : choices(r.sequence_parallel, sps))
-            for (const std::string& rc : choices(r.recompute, recomputes))
-              for (int b : choices(r.micro_batch, mbs))
-                for (const auto& [sname, v] : schedules)
-                  for (const std::string& prec : choices(r.precision, precisions)) {
-                    if (r.microbatches && r.batch / (dp * b) != *r.microbatches) continue;
-                    // Megatron-LM's interleaved schedule: equal chunks (layers divisible
-                    // by pp x v) and microbatches divisible by pp (its own assertions).
-                    if (!r.hardware.local && r.hardware.even_chunks && sname == "interleaved" &&
-                        (m.layers % (pp * v) != 0 || (r.batch / (dp * b)) % pp != 0))
-                      continue;
-                    out.push_back({dp, tp, pp, v, ep, zero, sp, rc, b, sname, prec});
+      const OpenKnobs k = open_knobs(r, tp, pp, dp);
+      budget.charge(1 + k.count() * double(rcs.size() * precs.size()));
+      for (int ep : k.eps)
+        for (int zero : k.zeros)
+          for (bool sp : k.sps)
+            for (const std::string& rc : rcs)
+              for (int b : k.micro_batches)
+                for (const auto& [sname, v] : k.schedules)
+                  for (const std::string& prec : precs) {
+                    const int m = int(r.batch / (int64_t(dp) * b));
+                    if (r.microbatches && m != *r.microbatches) continue;
+                    if (software_refuses(r, pp, sname, v, m)) continue;
+                    visit({dp, tp, pp, v, ep, zero, sp, rc, b, sname, prec});
                   }
     }
+}
+
+std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
+  WorkBudget budget(str(r.devices, " devices"));
+  std::vector<Layout> out;
+  for_each_layout(r, budget, [&](const Layout& l) { out.push_back(l); });
   return out;
 }
 
-SearchResult search_layouts(const PlanRequest& r, size_t keep) {
-  SearchResult out;
-  std::map<ScheduleKey, Schedule> cache;
-  std::string first_error;
-  Candidate smallest;
-  bool any_valid = false;
-  std::multiset<double> best;  // the keep shortest step times so far
-  for (const Layout& l : enumerate_layouts(r)) {
-    ++out.considered;
+namespace {
+
+// Work units (work_budget.h, about 3 ns each here) of the pieces of a candidate, measured:
+// train's validation (a fixed part, and the stage-layer list it parses), the default
+// partition of the chunks, building the schedule, the memory estimate (its blocks and its
+// per-stage pass over the schedule), the time model (its blocks) and the simulation.
+double validation_work(double chunks) {
+  return 64 + 16 * chunks;
+}
+// partition_layers sorts chunks x (layers + 1) candidate bottlenecks, then scans them.
+double partition_work(const PlanRequest& r, double chunks) {
+  return 64 * chunks * (double(r.model.layers) + chunks + 1);
+}
+// The local experts of the candidate's MoE blocks: the local time model costs each (the
+// GPU one streams them as one; the memory estimate's loop over them compiles to a product,
+// measured: 5e6 experts a rank estimate in well under a millisecond).
+double expert_blocks(const PlanRequest& r, const Layout& l) {
+  return r.model.experts > 0 ? double(r.model.layers) * r.model.experts / l.ep : 0.0;
+}
+double actions(const Layout& l, int microbatches) {
+  return l.pp > 1 ? double(l.pp) * l.virtual_stages * microbatches : 1.0;
+}
+double estimate_work(const PlanRequest& r, const Layout& l, int microbatches) {
+  return 32.0 * r.model.layers + 4.0 * l.pp * l.pp * l.virtual_stages +
+         8 * actions(l, microbatches);
+}
+// Oversubscribed local layouts are costed twice (time_model.h).
+double time_work(const PlanRequest& r, const Layout& l) {
+  return 2 * (150.0 * r.model.layers + (r.hardware.local ? 32 * expert_blocks(r, l) : 0.0));
+}
+
+// The search over the layouts for_each_layout visits: each is validated, its memory
+// planned and, when it fits and can still enter the best `keep`, its step time predicted.
+class Search {
+ public:
+  Search(const PlanRequest& r, size_t keep)
+      : r_(r),
+        keep_(keep),
+        budget_(str(r.devices, r.hardware.local ? " ranks, " : " GPUs, ", r.model.layers,
+                    " layers, batch ", r.batch)) {}
+
+  void consider(const Layout& l) {
+    ++out_.considered;
+    // train_options spells the default partition out (memoised per (pp, v)) when it exists.
+    const double chunks = double(l.pp) * l.virtual_stages;
+    const bool partitioned = l.pp > 1 && chunks <= r_.model.layers;
+    budget_.charge(validation_work(partitioned ? chunks : 0));
+    if (partitioned && partitions_.insert({l.pp, l.virtual_stages}).second)
+      budget_.charge(partition_work(r_, chunks));
     try {
-      validate_candidate(r, l);
+      validate_candidate(r_, l);
     } catch (const UsageError& e) {
-      if (first_error.empty()) first_error = e.what();
-      continue;
+      if (first_error_.empty()) first_error_ = e.what();
+      return;
     }
-    ++out.valid;
-    const Schedule& s = cached_schedule(cache, l, r.batch / (l.dp * l.micro_batch));
+    ++out_.valid;
+    any_valid_ = true;
     Candidate c;
     c.layout = l;
-    c.memory = planned_memory(r, l, s);
-    c.fits = c.memory.total() <= usable_bytes_per_rank(r);
-    if (!any_valid || c.memory.total() < smallest.memory.total()) smallest = c;
-    any_valid = true;
-    if (!c.fits) continue;
-    ++out.fit;
-    const double limit = best.size() < keep ? 1e300 : *std::prev(best.end());
-    c.time = predict_time(r, l, s, limit);
-    if (c.time.pruned) {
-      ++out.pruned;
-      continue;
+    const int m = microbatches(r_, l);
+    const ScheduleKey key{l.schedule, l.pp, m, l.virtual_stages};
+    // A layout that cannot fit by its lower bound is given no work costing more than a
+    // hundredth of the budget (a schedule of billions of actions, an estimate over billions
+    // of experts): its lower bound stands for its memory.
+    const double work = (cache_.count(key) ? 0 : 16 * actions(l, m)) + estimate_work(r_, l, m);
+    if (work > kSearchWorkLimit / 100) {
+      c.memory = lower_bound_memory(memory_lower_bound(r_, l));
+      if (c.memory.total() > usable_bytes_per_rank(r_)) return not_fitting(std::move(c));
     }
-    best.insert(c.time.step_s);
-    if (best.size() > keep) best.erase(std::prev(best.end()));
-    fill_rates(r, c);
-    out.candidates.push_back(std::move(c));
+    const Schedule& s = schedule(l);
+    budget_.charge(estimate_work(r_, l, m));
+    c.memory = planned_memory(r_, l, s);
+    c.fits = !c.memory.lower_bound && c.memory.total() <= usable_bytes_per_rank(r_);
+    if (c.memory.lower_bound && c.memory.total() <= usable_bytes_per_rank(r_)) ++out_.uncounted;
+    if (!c.fits) return not_fitting(std::move(c));
+    predict(std::move(c), s);
   }
-  if (!any_valid) {
-    MT_REQUIRE(!first_error.empty(), "no layout of ", r.devices,
+
+  SearchResult finish();
+  WorkBudget& budget() { return budget_; }
+
+ private:
+  void not_fitting(Candidate c) {
+    if (!smallest_ || c.memory.total() < smallest_->memory.total()) smallest_ = std::move(c);
+  }
+
+  const Schedule& schedule(const Layout& l) {
+    const int m = microbatches(r_, l);
+    const ScheduleKey key{l.schedule, l.pp, m, l.virtual_stages};
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    budget_.charge(16 * actions(l, m));
+    Schedule s;
+    if (l.pp > 1) s = make_schedule(l.schedule, l.pp, m, l.virtual_stages);
+    return cache_.emplace(key, std::move(s)).first->second;
+  }
+
+  void predict(Candidate c, const Schedule& s) {
+    ++out_.fit;
+    budget_.charge(time_work(r_, c.layout));
+    const double limit = best_.size() < keep_ ? 1e300 : *std::prev(best_.end());
+    c.time = predict_time(r_, c.layout, s, limit);
+    // The simulation (~850 ns per stage and microbatch here; locally also the shared-cores
+    // replay), charged after it ran: at most one runs past the limit.
+    if (!c.time.pruned)
+      budget_.charge((r_.hardware.local ? 2 : 1) * 256 *
+                     actions(c.layout, microbatches(r_, c.layout)));
+    if (c.time.pruned) {
+      ++out_.pruned;
+      return;
+    }
+    best_.insert(c.time.step_s);
+    if (best_.size() > keep_) best_.erase(std::prev(best_.end()));
+    fill_rates(r_, c);
+    out_.candidates.push_back(std::move(c));
+  }
+
+  const PlanRequest& r_;
+  size_t keep_;
+  WorkBudget budget_;
+  SearchResult out_;
+  std::map<ScheduleKey, Schedule> cache_;
+  std::set<std::pair<int, int>> partitions_;  // (pp, v) whose partition was charged
+  std::string first_error_;
+  std::optional<Candidate> smallest_;  // of those that do not fit
+  bool any_valid_ = false;
+  std::multiset<double> best_;  // the keep shortest step times so far
+};
+
+// The refusal when nothing fits: the smallest footprint, against what a device offers.
+std::string nothing_fits(const PlanRequest& r, const Candidate& smallest, int uncounted) {
+  const double gib = 1024.0 * 1024 * 1024;
+  char buf[64], cap[64];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(smallest.memory.total()) / gib);
+  std::snprintf(cap, sizeof cap, "%.2f GiB", double(usable_bytes_per_rank(r)) / gib);
+  const Layout& l = smallest.layout;
+  return str(
+      "no layout fits in memory: the smallest footprint is ",
+      smallest.memory.lower_bound ? "at least " : "", buf, " per device (dp ", l.dp, " tp ", l.tp,
+      " pp ", l.pp, " zero ", l.zero, " recompute ", l.recompute, " micro-batch ", l.micro_batch,
+      ") against ", cap, " usable",
+      uncounted > 0 ? str(" (", uncounted, " layouts too large to count exactly)") : std::string(),
+      "; ", remedy(r, smallest));
+}
+
+SearchResult Search::finish() {
+  if (!any_valid_) {
+    MT_REQUIRE(!first_error_.empty(), "no layout of ", r_.devices,
                " devices has the fixed knobs (--dp x --tp x --pp must be the device count)");
-    throw UsageError(first_error);
+    throw UsageError(first_error_);
   }
-  if (out.candidates.empty()) {
-    const double gib = 1024.0 * 1024 * 1024;
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.2f GiB", double(smallest.memory.total()) / gib);
-    char cap[64];
-    std::snprintf(cap, sizeof cap, "%.2f GiB", double(usable_bytes_per_rank(r)) / gib);
-    throw UsageError(str("no layout fits in memory: the smallest footprint is ", buf,
-                         " per device (dp ", smallest.layout.dp, " tp ", smallest.layout.tp, " pp ",
-                         smallest.layout.pp, " zero ", smallest.layout.zero, " recompute ",
-                         smallest.layout.recompute, " micro-batch ", smallest.layout.micro_batch,
-                         ") against ", cap, " usable; ", remedy(r, smallest)));
-  }
-  std::stable_sort(out.candidates.begin(), out.candidates.end(),
+  if (out_.candidates.empty()) throw UsageError(nothing_fits(r_, *smallest_, out_.uncounted));
+  std::stable_sort(out_.candidates.begin(), out_.candidates.end(),
                    [](const Candidate& a, const Candidate& b) {
                      if (a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
                      return a.memory.total() < b.memory.total();
                    });
-  if (out.candidates.size() > keep) out.candidates.resize(keep);
-  return out;
+  if (out_.candidates.size() > keep_) out_.candidates.resize(keep_);
+  return std::move(out_);
+}
+
+}  // namespace
+
+SearchResult search_layouts(const PlanRequest& r, size_t keep) {
+  validate_request(r);
+  Search search(r, keep);
+  for_each_layout(r, search.budget(), [&](const Layout& l) { search.consider(l); });
+  return search.finish();
 }
 
 }  // namespace mt::plan

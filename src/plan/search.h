@@ -3,12 +3,14 @@
 // memory, timed by the time model, best (shortest step) first.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "plan/layout.h"
 #include "plan/memory_model.h"
 #include "plan/time_model.h"
+#include "plan/work_budget.h"
 
 namespace mt::plan {
 
@@ -26,6 +28,9 @@ struct SearchResult {
   int valid = 0;                      // of those, accepted by train's validation
   int fit = 0;                        // of those, fitting in memory
   int pruned = 0;                     // fitting, but provably slower than the kept ones
+  // valid, but too large for the engine's 64-bit memory estimate while their lower bound
+  // fits (memory_bounds.h): skipped, and said so
+  int uncounted = 0;
 };
 
 // Throws UsageError: when a fixed knob makes every combination invalid (the validation's
@@ -37,8 +42,12 @@ struct SearchResult {
 SearchResult search_layouts(const PlanRequest& r, size_t keep = size_t(-1));
 
 // Every combination of the open knobs (the fixed ones as given) with dp x tp x pp equal
-// to the devices; not yet validated. UsageError when a fixed tp, pp or dp cannot divide
-// the devices.
+// to the devices, not yet validated, in a fixed order; each (tp, pp)'s combinations are
+// charged to the budget before they are visited. UsageError when a fixed tp, pp or dp
+// cannot divide the devices.
+void for_each_layout(const PlanRequest& r, WorkBudget& budget,
+                     const std::function<void(const Layout&)>& visit);
+// The same, collected.
 std::vector<Layout> enumerate_layouts(const PlanRequest& r);
 
 }  // namespace mt::plan

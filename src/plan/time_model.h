@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "plan/layout.h"
 #include "schedule/schedule.h"
 #include "schedule/schedule_simulator.h"
-#include "plan/layout.h"
 
 namespace mt::plan {
 
@@ -44,8 +44,23 @@ struct PredictedTime {
 // without moe_load_cv): the expected maximum under the calibrated per-expert load spread.
 double busiest_rank_load(const HardwareProfile& hw, const ModelConfig& m, int ep);
 
-// Per-stage costs of one microbatch (exposed so tests can check the simulator's use).
+// Per-stage costs of one microbatch (stage_costs.cpp, from cost_model.h's cost models;
+// exposed so tests can check the simulator's use).
 std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l);
+
+// Local, more rank threads than cores (ranks x threads > the calibrated cores): the request
+// as priced on dedicated cores, with the calibrated oversubscribed latency for every
+// collective step and send under the local backend (a waiting rank blocks until a peer
+// that was not running arrives, comm/local/doorbell.h) and every rank at full speed; then,
+// when the profile knows its cores, how they are shared: `slowdown` = threads / cores for
+// what every rank runs at once, `width` = a stage's threads (dp x tp x threads) for the
+// pipeline replay (shared_cores_makespan).
+struct Oversubscription {
+  PlanRequest dedicated;
+  bool shared = false;
+  double slowdown = 1, width = 1;
+};
+Oversubscription oversubscription(const PlanRequest& r, const Layout& l);
 
 // give_up_above: when the slowest stage's compute alone (microbatches x (F+B+W), a lower
 // bound of any schedule) exceeds it, returns at once with pruned set and step_s = that
@@ -62,7 +77,8 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
 double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& costs, double width,
                              double cores);
 
-// One line per modelling assumption, for --explain.
+// One line per modelling assumption, for --explain (time_assumptions.cpp): the cost
+// model's, then the software's constants with their sources (software_profiles.h).
 std::vector<std::string> time_assumptions(const PlanRequest& r);
 
 }  // namespace mt::plan

@@ -29,7 +29,8 @@ DataLoader make_loader(const std::string& path, const std::vector<std::string>& 
 }
 
 std::optional<DataLoader> make_val_loader(const TrainOptions& o, const ParallelContext& ctx) {
-  if (o.io.val_data.empty()) return std::nullopt;
+  // Only a run that evaluates reads it (its rules are checked before the ranks start then).
+  if (o.io.val_data.empty() || o.optim.eval_every <= 0) return std::nullopt;
   return make_loader(o.io.val_data, o.io.val_shards, o, ctx);
 }
 

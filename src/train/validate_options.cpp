@@ -16,10 +16,19 @@
 #include "schedule/schedule.h"
 #include "parallel/pipeline/stage_partition.h"
 #include "parallel/process_layout.h"
+#include "train/option_limits.h"
 
 namespace mt {
 
 namespace {
+
+constexpr double kMaxRows = limits::kMaxMicrobatchTokens;
+constexpr double kMaxElements = limits::kMaxElements;
+
+// A count computed in double, as digits (beyond int64, in scientific notation).
+std::string count_text(double v) {
+  return v < 9e18 ? std::to_string(static_cast<int64_t>(v)) : str(v);
+}
 
 bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
   for (const char* a : allowed)
@@ -112,18 +121,54 @@ void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
              " started ", launcher.size, " processes", k > 1 ? str(" x ", k, " ranks each") : "",
              " (set mpirun -np ", world / k, " or change the layout)");
 
-  MT_REQUIRE(batch % (p.dp * p.microbatches) == 0, "--batch ", batch,
-             " must be divisible by --dp x --microbatches = ", p.dp * p.microbatches,
+  const int64_t split = int64_t(p.dp) * p.microbatches;
+  MT_REQUIRE(batch % split == 0, "--batch ", batch,
+             " must be divisible by --dp x --microbatches = ", split,
              " (each replica's microbatches must be equal)");
   if (p.tp > 1) {
     MT_REQUIRE(o.model.heads % p.tp == 0, "--tp ", p.tp, " does not divide --heads ", o.model.heads,
                " (each attention head must live on one rank)");
     // Sequence parallelism splits each microbatch's b*T token rows evenly over tp.
-    const int rows = batch / (p.dp * p.microbatches) * o.model.seq;
+    const int64_t rows = batch / split * o.model.seq;
     MT_REQUIRE(!p.sequence_parallel || rows % p.tp == 0, "--sequence-parallel needs the ", rows,
                " token rows of a microbatch (batch / (dp x microbatches) x seq) divisible by --tp ",
                p.tp);
   }
+}
+
+// What the product of several flags implies must fit what the engine counts with: ranks and
+// a microbatch's token rows are ints, element counts int64 (times the bytes and buffers
+// per element), a MoE capacity an int. Computed in double, so nothing here overflows.
+void validate_sizes(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  const ModelConfig& m = o.model;
+  const double world = double(p.pp) * p.dp * p.tp;
+  MT_REQUIRE(world <= limits::kMaxRanks, "--pp x --dp x --tp = ", count_text(world),
+             " ranks is more than the ", limits::kMaxRanks, " meshtrain supports");
+  const double rows = double(o.optim.batch / (int64_t(p.dp) * p.microbatches)) * m.seq;
+  MT_REQUIRE(rows <= kMaxRows,
+             "a microbatch of batch / (dp x microbatches) x seq = ", count_text(rows),
+             " token rows is more than the ", count_text(kMaxRows),
+             " a kernel counts: give more --microbatches or --dp, or a smaller --batch or --seq");
+  // Every tensor of the model, and one microbatch's activations of one block.
+  const double C = m.dim, moe = m.experts > 0 ? double(m.layers / m.moe_every) : 0.0;
+  const double block = 12 * C * C + 13 * C, mlp = 8 * C * C + 5 * C;
+  const double params = m.layers * block + moe * (m.experts * (mlp + C) - mlp) +
+                        double(m.vocab + m.position_rows()) * C;
+  MT_REQUIRE(params <= kMaxElements, "the model would have ", count_text(params),
+             " parameters, more than the ", count_text(kMaxElements),
+             " meshtrain can count: fewer --layers, --dim or --experts");
+  const double activations = rows * (34 * C + 5 * double(m.heads) * m.seq);
+  MT_REQUIRE(activations <= kMaxElements, "one microbatch's activations of one block would be ",
+             count_text(activations), " values, more than the ", count_text(kMaxElements),
+             " meshtrain can count: give more --microbatches or --dp, or a smaller --seq");
+  // Capacity ceil(tokens x topk x factor / experts) is a token count; a factor of experts /
+  // topk already keeps every token.
+  MT_REQUIRE(m.experts == 0 || rows * m.topk * m.capacity_factor / m.experts <= kMaxRows,
+             "--capacity-factor ", m.capacity_factor, " gives each expert a capacity of ",
+             count_text(rows * m.topk * m.capacity_factor / m.experts), " tokens, more than the ",
+             count_text(kMaxRows), " it counts; any factor >= --experts / --topk (",
+             double(m.experts) / m.topk, ") already keeps every token, and 0 is dropless");
 }
 
 // What mixture-of-experts layers compose with so far (docs/moe.md, "Integration").
@@ -141,6 +186,10 @@ void validate_experts(const TrainOptions& o) {
                " supports --zero 0, 1 or 2 (got --zero 3: its parameter gathers over dp "
                "would mix different ranks' experts)");
   }
+  MT_REQUIRE(experts == 0 || o.model.moe_every <= o.model.layers, "--moe-every ", o.model.moe_every,
+             " with --layers ", o.model.layers,
+             " makes no block a mixture of experts (block i is one when (i + 1) % moe-every == "
+             "0), so --experts would have no effect: give --moe-every <= --layers");
   MT_REQUIRE(experts == 0 || p.tp == 1,
              "--experts needs --tp 1 for now (the experts are not split over tp)");
   // Re-running a MoE block's forward would route and exchange its tokens again and count
@@ -156,6 +205,14 @@ void validate_pipeline(const TrainOptions& o) {
   check_schedule_name(p.schedule);
   if (p.pp == 1) return;
   check_schedule_args(p.schedule, p.pp, p.microbatches, p.virtual_stages);
+  // A pipeline message's tag carries its model chunk in 8 bits, two tags per chunk, and its
+  // microbatch in 16 (comm/communicator.h, make_p2p_tag).
+  MT_REQUIRE(int64_t(p.pp) * p.virtual_stages <= limits::kMaxModelChunks,
+             "--pp x --virtual-stages = ", int64_t(p.pp) * p.virtual_stages,
+             " model chunks is more than the ", limits::kMaxModelChunks, " a pipeline can address");
+  MT_REQUIRE(p.microbatches <= limits::kMaxPipelineMicrobatches, "--microbatches ", p.microbatches,
+             " is more than the ", limits::kMaxPipelineMicrobatches,
+             " a pipeline (--pp > 1) can address");
   if (!p.stage_layers.empty())
     parse_stage_layers(p.stage_layers, o.model.layers, p.pp * p.virtual_stages);
 }
@@ -218,6 +275,59 @@ void validate_dp_sync(const TrainOptions& o) {
              " does not support --save/--load yet (the anchor and outer momentum are not saved)");
 }
 
+// Flags that configure something this run does not do are refused, so that no setting is
+// ignored without a word. A value equal to the default counts as not given (a
+// --print-config file, which lists every flag, reads back). A group of one (ZeRO or local
+// SGD over --dp 1, gradient buckets at --dp 1) still does what it says and is accepted.
+// One exception, a warning instead (option_warnings): --min-lr with a constant schedule.
+// Flags that need data (--val-data, --eval-every) are checked where the data is resolved
+// (cli/train_setup.cpp).
+void validate_dependencies(const TrainOptions& o) {
+  const TrainOptions d;
+  const IoOptions& io = o.io;
+  const OptimOptions& t = o.optim;
+  const ParallelOptions& p = o.parallel;
+  const ModelConfig& m = o.model;
+  DpSync sync;
+  const bool diloco = parse_dp_sync(p.dp_sync, &sync) && sync.kind == DpSync::Kind::diloco;
+  struct Needs {
+    bool set, missing;
+    const char *flag, *needs, *why = "";
+  };
+  const Needs rules[] = {
+      {io.save_sync, io.save.empty(), "--save-sync", "--save DIR"},
+      {io.save_every != d.io.save_every, io.save.empty(), "--save-every", "--save DIR"},
+      {io.checkpoint_format != d.io.checkpoint_format, io.save.empty(), "--checkpoint-format",
+       "--save DIR", " (--load reads either format)"},
+      {io.report_every != d.io.report_every, io.metrics.empty(), "--report-every", "--metrics FILE",
+       " (the page is written beside it)"},
+      {io.export_dtype != d.io.export_dtype, io.export_path.empty(), "--export-dtype",
+       "--export FILE"},
+      {io.sample_prompt != d.io.sample_prompt, io.sample_tokens == 0, "--prompt",
+       "--sample-tokens N > 0"},
+      {t.eval_batches != d.optim.eval_batches, t.eval_every == 0, "--eval-batches",
+       "--eval-every N > 0"},
+      {p.outer_lr != d.parallel.outer_lr, !diloco, "--outer-lr", "--dp-sync diloco:H"},
+      {p.outer_momentum != d.parallel.outer_momentum, !diloco, "--outer-momentum",
+       "--dp-sync diloco:H"},
+      {m.topk != d.model.topk, m.experts == 0, "--topk", "--experts E > 0"},
+      {m.moe_every != d.model.moe_every, m.experts == 0, "--moe-every", "--experts E > 0"},
+      {m.capacity_factor != d.model.capacity_factor, m.experts == 0, "--capacity-factor",
+       "--experts E > 0"},
+      {m.aux_loss_coef != d.model.aux_loss_coef, m.experts == 0, "--aux-loss-coef",
+       "--experts E > 0"},
+      {m.router_bias_update != d.model.router_bias_update, m.experts == 0, "--router-bias-update",
+       "--experts E > 0"},
+      {p.schedule != d.parallel.schedule, p.pp == 1, "--schedule", "--pp > 1"},
+      {p.virtual_stages != d.parallel.virtual_stages, p.pp == 1, "--virtual-stages", "--pp > 1"},
+      {!p.stage_layers.empty(), p.pp == 1, "--stage-layers", "--pp > 1"},
+      {p.sequence_parallel, p.tp == 1, "--sequence-parallel", "--tp > 1"},
+  };
+  for (const Needs& r : rules)
+    MT_REQUIRE(!r.set || !r.missing, r.flag, " has no effect without ", r.needs, r.why, ": give ",
+               r.needs, " or drop ", r.flag);
+}
+
 }  // namespace
 
 void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher) {
@@ -225,6 +335,7 @@ void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher)
   validate_model(o);
   validate_optimizer(o.optim);
   validate_layout(o, launcher);
+  validate_sizes(o);
   validate_experts(o);
   // After the expert rules: the mesh behind it needs ep to divide dp.
   if (o.engine.ranks_per_process > 1)
@@ -234,6 +345,17 @@ void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher)
   validate_dp_sync(o);
   validate_io(o.io);
   validate_checkpoints(o);
+  validate_dependencies(o);
+}
+
+std::vector<std::string> option_warnings(const TrainOptions& o) {
+  std::vector<std::string> out;
+  // Scripts (our PyTorch reference harness among them) pass the schedule's end point with
+  // either schedule; refusing it would break them for a setting that changes nothing.
+  if (o.optim.lr_schedule == "constant" && o.optim.min_lr != OptimOptions{}.min_lr)
+    out.push_back(str("--min-lr ", o.optim.min_lr,
+                      " has no effect with --lr-schedule constant (the rate stays --lr)"));
+  return out;
 }
 
 }  // namespace mt

@@ -6,6 +6,9 @@
 // below keep internal-invariant checks (MT_CHECK) only.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "core/launcher.h"
 #include "train/options.h"
 
@@ -15,5 +18,8 @@ namespace mt {
 // options whose model shape is resolved (vocab from the data, shape from --init-from).
 // launcher: the processes a launcher started (launcher_from_env()); the default is none.
 void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher = {});
+// Settings that are accepted but change nothing in this run (each a line for a warning).
+// Every other flag that would have no effect is refused by validate_train_options.
+std::vector<std::string> option_warnings(const TrainOptions& o);
 
 }  // namespace mt

@@ -37,10 +37,13 @@ TEST(BadInput, HeadsMustDivideDim) {
 
 TEST(BadInput, ZeroAndNegativeSizes) {
   Fixture f;
-  expect_usage_error(run_meshtrain(f.base() + " --layers 0"), "--layers must be >= 1");
-  expect_usage_error(run_meshtrain(f.base() + " --batch -1"), "--batch must be >= 1");
-  expect_usage_error(run_meshtrain(f.base() + " --dp 0"), "--dp must be >= 1");
-  expect_usage_error(run_meshtrain(f.base() + " --lr 0"), "--lr must be > 0");
+  expect_usage_error(run_meshtrain(f.base() + " --layers 0"),
+                     "--layers must be in 1..4096 (got 0)");
+  expect_usage_error(run_meshtrain(f.base() + " --batch -1"),
+                     "--batch must be in 1..1048576 (got -1)");
+  expect_usage_error(run_meshtrain(f.base() + " --dp 0"), "--dp must be in 1..1048576 (got 0)");
+  expect_usage_error(run_meshtrain(f.base() + " --lr 0"),
+                     "--lr must be > 0 and <= 3.402823466e+38 (got 0)");
 }
 
 TEST(BadInput, BatchMustSplitOverReplicasAndMicrobatches) {

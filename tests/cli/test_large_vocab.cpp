@@ -1,6 +1,6 @@
 // Vocabularies above 65,536 through the binary: version-2 token shards (CONTRACTS.md §10)
 // train, the vocabulary is taken from them, and an id outside the vocabulary is one line
-// naming the file and the first such id, exit 2, before any step.
+// naming the file and the first such id, exit 2, before any rank starts.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -66,16 +66,16 @@ TEST(LargeVocab, IdOutsideTheVocabularyNamesFileAndFirstId) {
   write_token_shard(data, tokens);
   expect_usage_error(
       run_meshtrain(std::string("train") + kTiny + "--data " + data + " --vocab 65536"),
-      "data file " + data +
-          " holds token id 70000 (its token 123, the first id outside the "
-          "vocabulary) but the model vocab is 65536");
+      "--data " + data +
+          " holds token id 70000 (token 123, the first id outside the vocabulary) but the model "
+          "vocab is 65536");
   tokens.assign(400, 7);
   tokens[399] = 128256;
   const std::string val = dir / "val.bin";
   write_token_shard(val, tokens);
   expect_usage_error(run_meshtrain(std::string("train") + kTiny + "--data " + data +
                                    " --vocab 100000 --val-data " + val + " --eval-every 1"),
-                     "data file " + val + " holds token id 128256 (its token 399,");
+                     "--val-data " + val + " holds token id 128256 (token 399,");
 }
 
 // A model of more rows than its tokenizer has pieces (--vocab above a dataset's): the end-of-

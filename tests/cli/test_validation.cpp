@@ -13,6 +13,7 @@
 #include "cli_fixture.h"
 #include "run_binary.h"
 #include "train/save_lock.h"
+#include "train/token_shard.h"
 
 namespace mt {
 namespace {
@@ -59,47 +60,47 @@ const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
       // engine
       {"--backend nccl", "--backend must be local or mpi (got 'nccl')"},
-      {"--timeout 0", "--timeout must be > 0 seconds"},
+      {"--timeout 0", "--timeout must be > 0 and <= 1000000 (got 0)"},
       // model (ModelConfig::validate)
-      {"--layers 0", "--layers must be >= 1 (got 0)"},
-      {"--dim 0", "--dim must be >= 1 (got 0)"},
-      {"--heads 0", "--heads must be >= 1 (got 0)"},
-      {"--seq 0", "--seq must be >= 1 (got 0)"},
+      {"--layers 0", "--layers must be in 1..4096 (got 0)"},
+      {"--dim 0", "--dim must be in 1..65536 (got 0)"},
+      {"--heads 0", "--heads must be in 1..65536 (got 0)"},
+      {"--seq 0", "--seq must be in 1..1048576 (got 0)"},
       {"--vocab 1", "--vocab must be in 2..2147483647 (got 1)"},
       {"--heads 3", "--heads 3 does not divide --dim 16"},
-      {"--experts -1", "--experts must be >= 0 (got -1)"},
+      {"--experts -1", "--experts must be in 0..4096 (got -1)"},
       {"--experts 4 --topk 5", "--topk must be in 1..--experts (got 5)"},
-      {"--experts 4 --moe-every 0", "--moe-every must be >= 1 (got 0)"},
-      {"--experts 4 --capacity-factor -1", "--capacity-factor must be >= 0"},
+      {"--experts 4 --moe-every 0", "--moe-every must be in 1..4096 (got 0)"},
+      {"--experts 4 --capacity-factor -1", "--capacity-factor must be between 0 and"},
       // optimizer
-      {"--steps -1", "--steps must be >= 0 (got -1)"},
-      {"--batch 0", "--batch must be >= 1 (got 0)"},
+      {"--steps -1", "--steps must be in 0..1000000000 (got -1)"},
+      {"--batch 0", "--batch must be in 1..1048576 (got 0)"},
       {"--lr 0", "--lr must be > 0"},
-      {"--min-lr -1", "--min-lr must be >= 0"},
-      {"--warmup -1", "--warmup must be >= 0"},
+      {"--min-lr -1", "--min-lr must be between 0 and"},
+      {"--warmup -1", "--warmup must be in 0..1000000000 (got -1)"},
       {"--lr-schedule linear", "--lr-schedule must be constant or cosine (got 'linear')"},
       {"--recompute attention", "--recompute must be none, selective or full (got 'attention')"},
       {"--experts 4 --recompute full", "--recompute full does not support --experts"},
       {"--precision fp16", "--precision must be fp32 or bf16 (got 'fp16')"},
       {"--export-dtype f16", "--export-dtype must be fp32 or bf16 (got 'f16')"},
-      {"--weight-decay -1", "--weight-decay must be >= 0"},
-      {"--grad-clip -1", "--grad-clip must be >= 0"},
+      {"--weight-decay -1", "--weight-decay must be between 0 and"},
+      {"--grad-clip -1", "--grad-clip must be between 0 and"},
       {"--beta1 1", "--beta1 and --beta2 must be in [0, 1)"},
-      {"--beta2 -0.5", "--beta1 and --beta2 must be in [0, 1)"},
+      {"--beta2 -0.5", "--beta2 must be between 0 and 1 (got -0.5)"},
       {"--eps 0", "--eps must be > 0"},
       {"--threads 0", "--threads must be in 1.."},
-      {"--peak-gflops -5", "--peak-gflops must be > 0 (GFLOP/s per thread), or 0 to measure"},
+      {"--peak-gflops -5", "--peak-gflops must be between 0 and 1000000 (got -5)"},
       {"--peak-gflops inf", "--peak-gflops must be a finite number"},
-      {"--eval-every -1", "--eval-every must be >= 0 and --eval-batches >= 1"},
-      {"--eval-batches 0", "--eval-every must be >= 0 and --eval-batches >= 1"},
+      {"--eval-every -1", "--eval-every must be in 0..1000000000 (got -1)"},
+      {"--eval-batches 0", "--eval-batches must be in 1..1000000 (got 0)"},
       // layout and divisibility
-      {"--dp 0", "--dp must be >= 1 (got 0)"},
-      {"--tp 0", "--tp must be >= 1 (got 0)"},
-      {"--pp 0", "--pp must be >= 1 (got 0)"},
-      {"--ep 0", "--ep must be >= 1 (got 0)"},
-      {"--microbatches 0", "--microbatches must be >= 1 (got 0)"},
-      {"--virtual-stages 0", "--virtual-stages must be >= 1 (got 0)"},
-      {"--zero 4", "--zero must be 0, 1, 2 or 3 (got 4)"},
+      {"--dp 0", "--dp must be in 1..1048576 (got 0)"},
+      {"--tp 0", "--tp must be in 1..1048576 (got 0)"},
+      {"--pp 0", "--pp must be in 1..1048576 (got 0)"},
+      {"--ep 0", "--ep must be in 1..1048576 (got 0)"},
+      {"--microbatches 0", "--microbatches must be in 1..1048576 (got 0)"},
+      {"--virtual-stages 0", "--virtual-stages must be in 1..4096 (got 0)"},
+      {"--zero 4", "--zero must be in 0..3 (got 4)"},
       {"--bucket-mb 0", "--bucket-mb must be > 0"},
       {"--dp 1025 --batch 1025", "= 1025 ranks is more than the 1024 threads one process runs"},
       {"--batch 3 --microbatches 2", "--batch 3 must be divisible by --dp x --microbatches = 2"},
@@ -126,8 +127,8 @@ const std::vector<Case>& cases() {
       {"--pp 2 --stage-layers 1", "has 1 entries; it needs one per pipeline chunk"},
       {"--layers 2 --pp 2 --stage-layers 1,0", "--stage-layers '1,0' sums to 1, not --layers (2)"},
       // io
-      {"--save-every -1", "--save-every must be >= 0"},
-      {"--sample-tokens -1", "--sample-tokens must be >= 0"},
+      {"--save-every -1", "--save-every must be in 0..1000000000 (got -1)"},
+      {"--sample-tokens -1", "--sample-tokens must be in 0..1000000 (got -1)"},
   };
   return all;
 }
@@ -161,13 +162,96 @@ TEST(Validation, LauncherSizeIsCheckedBeforeMpiStarts) {
                               "the layout needs --pp x --dp x --tp = 4 ranks but Open MPI "
                               "started 2 processes (set mpirun -np 4 or change the layout)",
                               "mpi world mismatch");
-  // Under a launcher only its rank 0 prints a usage error; the others exit 2 silently.
+  // Under a launcher only its rank 0 prints a usage error. The others exit 0 silently: an
+  // exit 2 could make the launcher end the job before rank 0 has printed (issue #26). (Here
+  // MPI finds no launcher to agree through, so the rule of cli_main applies.)
   const RunResult other =
       run_command("OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 " + std::string(MESHTRAIN_BIN) +
                   " " + f.base() + " --backend mpi --dp 4 --batch 4");
-  EXPECT_EQ(other.exit_code, 2) << other.err;
+  EXPECT_EQ(other.exit_code, 0) << other.err;
   EXPECT_EQ(other.err, "");
   EXPECT_EQ(other.out, "");
+}
+
+// Issue #26: rules that used to fire inside the ranks (exit 1 from an internal check, or a
+// usage error after the ranks had started and allocated) are found before them: the held
+// lock is the witness, taken after these checks and before any rank.
+TEST(Validation, RulesFoundInsideTheRanksAreFoundBeforeThem) {
+  LockedFixture f;
+  std::vector<int> few, wide;
+  for (int i = 0; i < 10; ++i) few.push_back(i);
+  for (int i = 0; i < 400; ++i) wide.push_back(i % 2 ? 300 : i % 256);
+  const std::string small_val = f.dir / "small_val.bin", wide_val = f.dir / "wide_val.bin";
+  write_token_shard(small_val, few);
+  write_token_shard(wide_val, wide);
+  const std::vector<Case> cases = {
+      // executor.cpp: "check failed: s_.model_chunks() <= 128" (exit 1)
+      {"--layers 130 --pp 2 --schedule interleaved --virtual-stages 65 --microbatches 2",
+       "--pp x --virtual-stages = 130 model chunks is more than the 128 a pipeline can address"},
+      // communicator.cpp: "check failed: microbatch < 65536" (exit 1)
+      {"--pp 2 --layers 2 --microbatches 65537 --batch 65537 --seq 1",
+       "--microbatches 65537 is more than the 65536 a pipeline (--pp > 1) can address"},
+      // token_permutation.cpp: a capacity beyond int (undefined behaviour)
+      {"--experts 4 --capacity-factor 3e38",
+       "--capacity-factor 3e+38 gives each expert a capacity"},
+      // The data loaders, inside the ranks.
+      {"--vocab 100", "--data " + f.data +
+                          " holds token id 105 (token 15, the first id outside the vocabulary) "
+                          "but the model vocab is 100"},
+      {"--seq 256", "--data " + f.data + " holds 400 tokens, fewer than one batch needs"},
+      {"--eval-every 1 --val-data " + small_val,
+       "--val-data " + small_val + " holds 10 tokens, fewer than one batch needs"},
+      {"--eval-every 1 --val-data " + wide_val,
+       "--val-data " + wide_val +
+           " holds token id 300 (token 1, the first id outside the vocabulary) but the model "
+           "vocab is 256"},
+  };
+  for (const Case& c : cases)
+    expect_refused_before_ranks(run_meshtrain(f.base() + " " + c.flags), c.needle, c.flags);
+}
+
+// Issue #26: a flag that configures something the run does not do is refused before any
+// rank starts, naming the flag it needs (it used to be ignored without a word: --save-sync
+// without --save). No --save here, so the witness is the banner alone.
+TEST(Validation, FlagsWithoutWhatTheyConfigureRefuseBeforeAnyRankStarts) {
+  Fixture f;
+  const std::vector<Case> dependent = {
+      {"--checkpoint-format sharded --save-sync", "--save-sync has no effect without --save DIR"},
+      {"--save-every 1", "--save-every has no effect without --save DIR"},
+      {"--checkpoint-format sharded", "--checkpoint-format has no effect without --save DIR"},
+      {"--report-every 1", "--report-every has no effect without --metrics FILE"},
+      {"--export-dtype bf16", "--export-dtype has no effect without --export FILE"},
+      {"--prompt Once", "--prompt has no effect without --sample-tokens N > 0"},
+      {"--eval-batches 2", "--eval-batches has no effect without --eval-every N > 0"},
+      {"--dp 2 --outer-lr 0.5", "--outer-lr has no effect without --dp-sync diloco:H"},
+      {"--dp 2 --dp-sync local:2 --outer-momentum 0.5",
+       "--outer-momentum has no effect without --dp-sync diloco:H"},
+      {"--topk 1", "--topk has no effect without --experts E > 0"},
+      {"--aux-loss-coef 0.1", "--aux-loss-coef has no effect without --experts E > 0"},
+      {"--schedule gpipe", "--schedule has no effect without --pp > 1"},
+      {"--virtual-stages 2", "--virtual-stages has no effect without --pp > 1"},
+      {"--stage-layers 1", "--stage-layers has no effect without --pp > 1"},
+      {"--sequence-parallel", "--sequence-parallel has no effect without --tp > 1"},
+      // The data decides these two: the fixture's --data is one shard, with no validation
+      // split.
+      {"--val-data " + f.data, "--val-data has no effect without --eval-every N > 0"},
+      {"--eval-every 1", "--eval-every 1 needs validation data: give --val-data FILE|DIR"},
+  };
+  for (const Case& c : dependent)
+    expect_refused_before_ranks(run_meshtrain(loud_base(f) + " " + c.flags), c.needle, c.flags);
+  // With what they need, the same settings run.
+  const RunResult ok = run_meshtrain(f.base() + " --steps 1 --val-data " + f.data +
+                                     " --eval-every 1 --eval-batches 2");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  // --min-lr with the constant schedule changes nothing but is passed by scripts for either
+  // schedule: a warning, and the run goes on.
+  const RunResult warned =
+      run_meshtrain(loud_base(f) + " --steps 1 --lr-schedule constant --min-lr 0");
+  EXPECT_EQ(warned.exit_code, 0) << warned.err;
+  EXPECT_NE(warned.err.find("meshtrain: warning: --min-lr 0 has no effect with --lr-schedule "
+                            "constant"),
+            std::string::npos)
+      << warned.err;
 }
 
 TEST(Validation, InputRulesRefuseBeforeAnyRankStarts) {

@@ -10,6 +10,7 @@
 #include "comm/world.h"
 #include "core/timer.h"
 #include "plan/layout.h"
+#include "plan/software_profiles.h"
 #include "test_util/temp_dir.h"
 #include "train/token_shard.h"
 #include "train/trainer.h"
@@ -22,6 +23,7 @@ inline HardwareProfile synthetic_local() {
   HardwareProfile h;
   h.name = "test-local";
   h.local = true;
+  apply_software(h, kLocalSoftware);  // the engine's own constants (software_profiles.h)
   h.devices_per_node = 1 << 20;
   h.cores = 64;
   h.memory_bytes = 64.0 * (1 << 30);

@@ -5,12 +5,12 @@
 
 #include <cmath>
 
-#include "schedule/schedule.h"
-#include "schedule/schedule_simulator.h"
 #include "plan/calibrate.h"
 #include "plan/hardware_costs.h"
 #include "plan/time_model.h"
 #include "plan_test_util.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_simulator.h"
 
 namespace mt::plan {
 namespace {

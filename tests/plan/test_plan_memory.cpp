@@ -6,9 +6,9 @@
 #include <cstdio>
 
 #include "kernels/matmul_bf16.h"
-#include "schedule/schedule.h"
 #include "plan/memory_model.h"
 #include "plan_test_util.h"
+#include "schedule/schedule.h"
 #include "train/memory_estimate.h"
 
 namespace mt::plan {

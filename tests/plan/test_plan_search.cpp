@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "schedule/schedule_simulator.h"
 #include "plan/hardware_costs.h"
 #include "plan/model_flops.h"
 #include "plan/search.h"
 #include "plan_test_util.h"
+#include "schedule/schedule_simulator.h"
 #include "train/validate_options.h"
 
 namespace mt::plan {

@@ -8,10 +8,13 @@
 
 #include "cli/run_binary.h"
 #include "core/error.h"
-#include "schedule/schedule_simulator.h"
 #include "plan/hardware_costs.h"
+#include "plan/profile_fields.h"
 #include "plan/search.h"
+#include "plan/software_profiles.h"
 #include "plan/time_model.h"
+#include "plan_test_util.h"
+#include "schedule/schedule_simulator.h"
 
 namespace mt::plan {
 namespace {
@@ -62,11 +65,64 @@ TEST(PlanSoftware, ProfilesAreExplicitFields) {
   apply_software(m, "megatron-lm-2022");
   EXPECT_EQ(m.grad_reduce_bytes, 4);  // bf16 forces fp32 reduction
   EXPECT_TRUE(!m.grad_accum_pass && m.tp_backward_overlap);
-  EXPECT_FALSE(m.software_sources.empty());
+  EXPECT_EQ(software_lines(m).size(), software_table("megatron-lm-2022").settings.size() + 1);
   apply_software(m, "meshtrain");
   EXPECT_EQ(m.dp_overlap, 1);
   EXPECT_FALSE(m.dropout);
   EXPECT_THROW(apply_software(m, "deepspeed"), UsageError);
+}
+
+// Every table sets every software field of the registry exactly once, within its range.
+TEST(PlanSoftware, EveryTableSetsEverySoftwareFieldOnce) {
+  for (const SoftwareTable& t : software_tables()) {
+    for (const ProfileField& f : profile_fields()) {
+      if (!f.software) continue;
+      const auto n =
+          std::count_if(t.settings.begin(), t.settings.end(),
+                        [&](const SoftwareSetting& s) { return s.key == std::string(f.key); });
+      EXPECT_EQ(n, 1) << t.name << " " << f.key;
+    }
+    HardwareProfile h = t.name == std::string(kLocalSoftware) ? testing::synthetic_local()
+                                                              : preset_profile("a100-80gb");
+    apply_software(h, t.name);
+    EXPECT_EQ(profile_field_error(h), "") << t.name;
+    for (const SoftwareSetting& s : t.settings)
+      EXPECT_EQ(profile_field_value(h, s.key), s.value) << t.name << " " << s.key;
+  }
+  // The local engine's table is not a --software for GPU hardware, nor a GPU table local.
+  HardwareProfile gpu = preset_profile("a100-80gb"), local = testing::synthetic_local();
+  EXPECT_THROW(apply_software(gpu, kLocalSoftware), UsageError);
+  EXPECT_THROW(apply_software(local, "megatron-lm-2022"), UsageError);
+}
+
+// --explain prints the constants the code computes with (it once said 32 bytes and two
+// world all-reduces for local plans, whose step used 52 and three), and the step time
+// follows the same fields.
+TEST(PlanSoftware, ExplainNamesTheConstantsTheCodeUses) {
+  PlanRequest local = testing::small_request(2);
+  const auto has = [](const PlanRequest& r, const std::string& text) {
+    for (const std::string& line : time_assumptions(r))
+      if (line.find(text) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(local, "optimizer: 52 bytes streamed per updated element in 4 passes"));
+  EXPECT_TRUE(has(local, "plus 3 latency-bound all-reduces over the world"));
+  EXPECT_TRUE(has(local, "software meshtrain-local: optimizer_bytes 52 -- "));
+  PlanRequest gpu = gpu_request(8, "meshtrain");
+  EXPECT_TRUE(has(gpu, "optimizer: 32 bytes streamed per updated element in 2 passes"));
+  EXPECT_TRUE(has(gpu, "plus 2 latency-bound all-reduces over the world"));
+  // Two more world all-reduces cost exactly two more 8-byte all-reduces over the world.
+  Layout l;
+  l.dp = 2;
+  const PredictedTime before = predict_time(local, l, Schedule{});
+  local.hardware.world_all_reduces += 2;
+  const PredictedTime after = predict_time(local, l, Schedule{});
+  const double one = collective_seconds(local.hardware, Collective::all_reduce, 8,
+                                        group_span(local.hardware, 2, 1));
+  EXPECT_GT(one, 0);
+  EXPECT_NEAR(after.optimizer_s - before.optimizer_s, 2 * one, 1e-12);
+  EXPECT_TRUE(has(local, "plus 5 latency-bound all-reduces over the world"));
+  EXPECT_TRUE(has(local, "(set by the hardware file; meshtrain-local has 3)"));
 }
 
 TEST(PlanSoftware, DpReductionAfterThePipelineIsExposedInFull) {

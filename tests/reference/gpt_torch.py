@@ -43,7 +43,6 @@ Subcommands:
 import argparse
 import json
 import math
-import struct
 import sys
 import time
 
@@ -52,8 +51,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import safetensors_io
+
 SHARD_MAGIC = 20240520
-SHARD_DTYPES = {1: "<u2", 2: "<u4"}  # version -> token type
+SHARD_VERSION = 1
+SHARD_VERSION_WIDE = 2  # 32-bit tokens, for vocabularies above 65,536
+SHARD_DTYPES = {SHARD_VERSION: "<u2", SHARD_VERSION_WIDE: "<u4"}  # version -> token type
 HEADER_INTS = 256
 
 # ---------------------------------------------------------------- safetensors (fp32)
@@ -61,39 +64,12 @@ HEADER_INTS = 256
 
 def save_safetensors(path, tensors):
     """tensors: dict name -> numpy/torch array; written as F32 in insertion order."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-        a = np.ascontiguousarray(a, dtype="<f4")
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        blobs.append(a.tobytes())
-        offset += a.nbytes
-    hjson = json.dumps(header, separators=(",", ":")).encode()
-    hjson += b" " * ((8 - len(hjson) % 8) % 8)  # align the data section to 8 bytes
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hjson)))
-        f.write(hjson)
-        for b in blobs:
-            f.write(b)
+    safetensors_io.save(path, tensors, "F32")
 
 
 def load_safetensors(path):
     """Returns dict name -> float32 numpy array (F32 only, which is all the contract uses)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (hlen,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + hlen])
-    data = raw[8 + hlen:]
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if info["dtype"] != "F32":
-            raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, want F32")
-        b, e = info["data_offsets"]
-        out[name] = np.frombuffer(data[b:e], dtype="<f4").reshape(info["shape"]).copy()
-    return out
+    return safetensors_io.load(path, ("F32",))
 
 
 # ---------------------------------------------------------------- token shards (CONTRACTS §3)
@@ -101,7 +77,7 @@ def load_safetensors(path):
 
 def shard_version(vocab):
     """Version 1 (uint16) whenever every id of the vocabulary fits, else version 2."""
-    return 1 if vocab <= 65536 else 2
+    return SHARD_VERSION if vocab <= 65536 else SHARD_VERSION_WIDE
 
 
 def write_shard(path, tokens, version=None):
@@ -111,7 +87,7 @@ def write_shard(path, tokens, version=None):
     if version is None:
         version = shard_version(top + 1)
     assert len(tokens) == 0 or tokens.min() >= 0
-    assert top < (65536 if version == 1 else 2 ** 32)
+    assert top < (65536 if version == SHARD_VERSION else 2 ** 32)
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[0], header[1], header[2] = SHARD_MAGIC, version, len(tokens)
     with open(path, "wb") as f:
@@ -295,9 +271,14 @@ def train_step(model, opt, loader, u, args):
     # the parameters, their gradients and AdamW stay fp32.
     bf16 = getattr(args, "precision", "fp32") == "bf16"
     for j in range(M):
+        xj, yj = x[j * mb:(j + 1) * mb], y[j * mb:(j + 1) * mb]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(x[j * mb:(j + 1) * mb], y[j * mb:(j + 1) * mb]) / M
-        loss.float().backward()
+            # A model with a loss term beside the cross-entropy (llama_torch's MoE aux loss)
+            # returns it from loss_terms: differentiated, but not part of the metric.
+            ce, extra = model.loss_terms(xj, yj) if hasattr(model, "loss_terms") else (model(xj, yj), None)
+            loss = ce / M
+            total = loss if extra is None else loss + extra / M
+        total.float().backward()
         loss_sum += loss.item()
     grads = [p.grad for p in model.parameters()]
     norm = torch.norm(torch.stack([torch.norm(g.detach(), 2.0) for g in grads]), 2.0)
@@ -311,6 +292,8 @@ def train_step(model, opt, loader, u, args):
     for group in opt.param_groups:
         group["lr"] = lr
     opt.step()
+    if hasattr(model, "after_step"):  # state that follows the update (MoE router bias)
+        model.after_step()
     return loss_sum, lr, norm.item()
 
 
@@ -321,12 +304,8 @@ def eval_loss(model, tokens, args):
     return sum(losses) / len(losses)
 
 
-def train(args, log=None):
-    """Runs args.steps updates; returns (model, list of metric dicts)."""
-    torch.set_num_threads(args.threads)
-    torch.use_deterministic_algorithms(True)
-    if args.batch % args.microbatches:
-        raise ValueError(f"microbatches {args.microbatches} must divide batch {args.batch}")
+def build_model(args):
+    """The GPT of args: from --init-from's file, else nanoGPT's init from --seed."""
     model = GPT(args.layers, args.dim, args.heads, args.seq, args.vocab)
     if args.init_from:
         tensors = load_safetensors(args.init_from)
@@ -340,6 +319,17 @@ def train(args, log=None):
         model.load_named(tensors)
     else:
         init_weights(model, args.seed)
+    return model
+
+
+def train(args, log=None, build=build_model):
+    """Runs args.steps updates of the model build(args) returns (llama_torch passes its
+    own); returns (model, list of metric dicts)."""
+    torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(True)
+    if args.batch % args.microbatches:
+        raise ValueError(f"microbatches {args.microbatches} must divide batch {args.batch}")
+    model = build(args)
     tokens = read_shard(args.data)
     if tokens.max() >= args.vocab:
         raise ValueError(f"token {tokens.max()} >= vocab {args.vocab}")
@@ -353,6 +343,8 @@ def train(args, log=None):
         dt = time.perf_counter() - t0
         rec = {"step": u + 1, "loss": loss, "lr": lr, "grad_norm": norm, "step_time_s": dt,
                "tokens_per_s": args.batch * args.seq / dt}
+        if hasattr(model, "step_metrics"):  # MoE routing: aux_loss, dropped_frac, expert_load
+            rec.update(model.step_metrics())
         if val_tokens is not None and args.eval_every > 0 and (u + 1) % args.eval_every == 0:
             rec["val_loss"] = eval_loss(model, val_tokens, args)
         records.append(rec)

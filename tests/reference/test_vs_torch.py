@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Whole model vs PyTorch: meshtrain and the PyTorch reference (gpt_torch.py) train from
+"""Whole model vs PyTorch: meshtrain and the PyTorch reference (gpt_torch.py; llama_torch.py
+for the --arch llama cases of llama_cases.py, which says what else they check) train from
 the same safetensors init on the same token shard with the same flags; afterwards
 
   - every step's loss agrees within 1e-5 relative,
@@ -39,6 +40,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gpt_torch as ref  # noqa: E402
+import llama_cases  # noqa: E402
+import llama_torch  # noqa: E402
 
 NOISE = 0.2  # share of random tokens in the "markov" stream
 LOSS_RTOL, LR_RTOL, NORM_RTOL, PARAM_RTOL = 1e-5, 1e-6, 1e-4, 1e-4
@@ -117,18 +120,27 @@ CASES = {
         data="markov", **BF16_TOLERANCES),
 }
 
+# The --arch llama cases (llama_cases.py; they need a meshtrain with --arch).
+CASES.update(llama_cases.cases(BF16_TOLERANCES))
+
 
 def flag(flags, name):
     return flags[flags.index(name) + 1]
 
 
 def make_inputs(case, d, init_seed):
+    if llama_cases.is_llama(case):
+        return llama_cases.make_inputs(case, d, init_seed, make_data)
     f = case["flags"]
     L, C, H, T, V = (int(flag(f, n)) for n in ("--layers", "--dim", "--heads", "--seq", "--vocab"))
     model = ref.GPT(L, C, H, T, V, positions=case.get("positions"))
     ref.init_weights(model, seed=init_seed)
     init = os.path.join(d, "init.safetensors")
     ref.save_safetensors(init, model.named_arrays())
+    return init, make_data(case, V, d)
+
+
+def make_data(case, V, d):
     if case["data"] == "text":
         with open(os.path.join(HERE, "gpt_torch.py"), "rb") as fh:
             toks = np.frombuffer(fh.read(), dtype=np.uint8).astype(np.int64)
@@ -149,7 +161,7 @@ def make_inputs(case, d, init_seed):
     ref.write_shard(data, toks, ref.shard_version(V))
     with open(data, "rb") as fh:  # the case meant for a version-2 shard got one
         assert int.from_bytes(fh.read(8)[4:], "little") == case.get("shard_version", 1)
-    return init, data
+    return data
 
 
 def read_metrics(path):
@@ -243,7 +255,15 @@ def discriminate(name, cmd, mt_recs, ref_recs, d):
     return []
 
 
-def run_case(name, case, meshtrain, extra, keep, init_seed):
+def run_case(name, case, meshtrain, extra, keep, init_seed=None):
+    if init_seed is None:
+        init_seed = case.get("init_seed", 1234)
+    llama = llama_cases.is_llama(case)
+    if llama and not llama_cases.engine_has_arch(meshtrain):
+        print(f"[{name}] HARNESS ERROR: {meshtrain} has no --arch (its `train --help` does not "
+              "list it): this binary predates the Llama model of issue #32, so the case "
+              "cannot run. (reference.cmake registers these cases only once src/cli has it.)")
+        return None
     d = keep or tempfile.mkdtemp(prefix=f"mt_ref_{name}_")
     os.makedirs(d, exist_ok=True)
     init, data = make_inputs(case, d, init_seed)
@@ -257,9 +277,10 @@ def run_case(name, case, meshtrain, extra, keep, init_seed):
         print(f"[{name}] HARNESS ERROR: meshtrain exited with {p.returncode}")
         return None
 
-    args = ref.train_parser(argparse.ArgumentParser()).parse_args(flags)
+    mod = llama_torch if llama else ref
+    args = mod.train_parser(argparse.ArgumentParser()).parse_args(flags)
     args.threads = 1  # --threads is for meshtrain; PyTorch on 2 busy cores is far slower
-    model, ref_recs = ref.train(args)
+    model, ref_recs = mod.train(args)
     ref.save_safetensors(os.path.join(d, "torch.safetensors"), model.named_arrays())
     with open(os.path.join(d, "torch.jsonl"), "w") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in ref_recs)
@@ -269,6 +290,11 @@ def run_case(name, case, meshtrain, extra, keep, init_seed):
         print(f"[{name}] HARNESS ERROR: cannot read meshtrain output: {e}")
         return None
     bad = compare(name, case, mt_recs, ref_recs, mt_w, model.named_arrays())
+    if llama:
+        bad += llama_cases.compare_routing(name, mt_recs, ref_recs)
+    if "hf" in case:
+        bad += llama_cases.hf_checks(name, case, init, data, mt_recs,
+                                     case.get("loss_rtol", LOSS_RTOL))
     if case.get("discriminate"):
         bad += discriminate(name, cmd, mt_recs, ref_recs, d)
     if bad:
@@ -289,7 +315,8 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--keep", help="write the files of (one) case into this directory")
     ap.add_argument("--meshtrain-args", default="", help="extra flags for meshtrain only (layouts)")
-    ap.add_argument("--init-seed", type=int, default=1234, help="seed of the shared init file")
+    ap.add_argument("--init-seed", type=int,
+                    help="seed of the shared init file (default: the case's, else 1234)")
     a = ap.parse_args()
     if a.list:
         print("\n".join(CASES))

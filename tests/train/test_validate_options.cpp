@@ -57,10 +57,12 @@ TEST(ValidateOptions, DefaultsAndCommonLayoutsPass) {
     o.optim.recompute = mode;
     EXPECT_EQ(usage_error(o), "") << mode;
   }
-  // pp 1 never builds a schedule, so its pipeline-only sizes are not looked at.
+  // pp 1 never builds a schedule: a schedule given for it would be ignored, so it is
+  // refused (issue #26), naming both flags.
   TrainOptions no_pipe;
   no_pipe.parallel.schedule = "interleaved";
-  EXPECT_EQ(usage_error(no_pipe), "");
+  EXPECT_EQ(usage_error(no_pipe),
+            "--schedule has no effect without --pp > 1: give --pp > 1 or drop --schedule");
 }
 
 struct BadCase {
@@ -148,6 +150,137 @@ TEST(ValidateOptions, EachBrokenRuleIsAUsageErrorNamingTheFlag) {
         << c.what << ": expected '" << c.message << "' in '" << msg << "'";
     EXPECT_EQ(msg.find('\n'), std::string::npos) << c.what << ": " << msg;
   }
+}
+
+// Issue #26: a flag that configures something the run does not do was ignored without a
+// word (--save-sync without --save). Each is refused naming both flags; with what it needs,
+// the same setting passes.
+struct DependentCase {
+  const char* flag;
+  std::function<void(TrainOptions&)> set, supply;
+  std::string needs;
+};
+
+TEST(ValidateOptions, AFlagWithoutWhatItConfiguresIsRefused) {
+  const std::vector<DependentCase> cases = {
+      {"--save-sync",
+       [](TrainOptions& o) { o.io.checkpoint_format = "sharded", o.io.save_sync = true; },
+       [](TrainOptions& o) { o.io.save = "ck"; }, "--save DIR"},
+      {"--save-every", [](TrainOptions& o) { o.io.save_every = 5; },
+       [](TrainOptions& o) { o.io.save = "ck"; }, "--save DIR"},
+      {"--checkpoint-format", [](TrainOptions& o) { o.io.checkpoint_format = "sharded"; },
+       [](TrainOptions& o) { o.io.save = "ck"; }, "--save DIR"},
+      {"--report-every", [](TrainOptions& o) { o.io.report_every = 5; },
+       [](TrainOptions& o) { o.io.metrics = "m.jsonl"; }, "--metrics FILE"},
+      {"--export-dtype", [](TrainOptions& o) { o.io.export_dtype = "bf16"; },
+       [](TrainOptions& o) { o.io.export_path = "w.safetensors"; }, "--export FILE"},
+      {"--prompt", [](TrainOptions& o) { o.io.sample_prompt = "Once"; },
+       [](TrainOptions& o) { o.io.sample_tokens = 5; }, "--sample-tokens N > 0"},
+      {"--eval-batches", [](TrainOptions& o) { o.optim.eval_batches = 2; },
+       [](TrainOptions& o) { o.optim.eval_every = 5; }, "--eval-every N > 0"},
+      {"--outer-lr", [](TrainOptions& o) { o.parallel.dp = 2, o.parallel.outer_lr = 0.5; },
+       [](TrainOptions& o) { o.parallel.dp_sync = "diloco:4"; }, "--dp-sync diloco:H"},
+      {"--outer-momentum",
+       [](TrainOptions& o) { o.parallel.dp = 2, o.parallel.outer_momentum = 0.5; },
+       [](TrainOptions& o) { o.parallel.dp_sync = "diloco:4"; }, "--dp-sync diloco:H"},
+      {"--topk", [](TrainOptions& o) { o.model.topk = 1; },
+       [](TrainOptions& o) { o.model.experts = 4; }, "--experts E > 0"},
+      {"--moe-every", [](TrainOptions& o) { o.model.moe_every = 2; },
+       [](TrainOptions& o) { o.model.experts = 4; }, "--experts E > 0"},
+      {"--capacity-factor", [](TrainOptions& o) { o.model.capacity_factor = 1.25f; },
+       [](TrainOptions& o) { o.model.experts = 4; }, "--experts E > 0"},
+      {"--aux-loss-coef", [](TrainOptions& o) { o.model.aux_loss_coef = 0.1f; },
+       [](TrainOptions& o) { o.model.experts = 4; }, "--experts E > 0"},
+      {"--router-bias-update", [](TrainOptions& o) { o.model.router_bias_update = 0.01f; },
+       [](TrainOptions& o) { o.model.experts = 4; }, "--experts E > 0"},
+      {"--schedule", [](TrainOptions& o) { o.parallel.schedule = "gpipe"; },
+       [](TrainOptions& o) { o.parallel.pp = 2; }, "--pp > 1"},
+      {"--virtual-stages", [](TrainOptions& o) { o.parallel.virtual_stages = 2; },
+       [](TrainOptions& o) {
+         o.parallel.pp = 2, o.parallel.schedule = "interleaved", o.parallel.microbatches = 2;
+       },
+       "--pp > 1"},
+      {"--stage-layers", [](TrainOptions& o) { o.parallel.stage_layers = "2,2"; },
+       [](TrainOptions& o) { o.parallel.pp = 2; }, "--pp > 1"},
+      {"--sequence-parallel", [](TrainOptions& o) { o.parallel.sequence_parallel = true; },
+       [](TrainOptions& o) { o.parallel.tp = 2; }, "--tp > 1"},
+  };
+  for (const DependentCase& c : cases) {
+    TrainOptions o;
+    c.set(o);
+    const std::string msg = usage_error(o);
+    EXPECT_EQ(msg.rfind(str(c.flag, " has no effect without ", c.needs), 0), 0u)
+        << c.flag << ": " << msg;
+    const std::string tail = str(": give ", c.needs, " or drop ", c.flag);
+    EXPECT_TRUE(msg.size() > tail.size() && msg.substr(msg.size() - tail.size()) == tail) << msg;
+    c.supply(o);
+    EXPECT_EQ(usage_error(o), "") << c.flag << " with " << c.needs;
+  }
+  // The one setting that changes nothing but is passed by scripts with either schedule: a
+  // warning, not a refusal.
+  TrainOptions constant;
+  constant.optim.lr_schedule = "constant";
+  constant.optim.min_lr = 0;
+  EXPECT_EQ(usage_error(constant), "");
+  ASSERT_EQ(option_warnings(constant).size(), 1u);
+  EXPECT_NE(
+      option_warnings(constant)[0].find("--min-lr 0 has no effect with --lr-schedule constant"),
+      std::string::npos);
+  EXPECT_TRUE(option_warnings(TrainOptions{}).empty());
+}
+
+// Issue #26: what several flags imply together must fit what the engine counts with; these
+// were found inside the ranks (an internal check, exit 1) or not at all (an overflow).
+TEST(ValidateOptions, ProductsOfFlagsFitWhatTheEngineCounts) {
+  const std::vector<BadCase> cases = {
+      {"model chunks",
+       [](TrainOptions& o) {
+         o.model.layers = 130, o.parallel.pp = 2, o.parallel.schedule = "interleaved";
+         o.parallel.virtual_stages = 65, o.parallel.microbatches = 2;
+       },
+       "--pp x --virtual-stages = 130 model chunks is more than the 128"},
+      {"pipeline microbatches",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2, o.parallel.microbatches = 65537, o.optim.batch = 65537;
+       },
+       "--microbatches 65537 is more than the 65536 a pipeline"},
+      {"token rows", [](TrainOptions& o) { o.optim.batch = 1 << 20, o.model.seq = 1 << 20; },
+       "a microbatch of batch / (dp x microbatches) x seq = 1099511627776 token rows"},
+      {"parameters",
+       [](TrainOptions& o) {
+         o.model.dim = 65536, o.model.heads = 1, o.model.layers = 4096;
+         o.model.experts = 4096, o.model.topk = 1;
+       },
+       "parameters, more than the 1125899906842624 meshtrain can count"},
+      {"no MoE block",
+       [](TrainOptions& o) { o.model.experts = 4, o.model.layers = 2, o.model.moe_every = 3; },
+       "--moe-every 3 with --layers 2 makes no block a mixture of experts"},
+      {"capacity", [](TrainOptions& o) { o.model.experts = 4, o.model.capacity_factor = 3e38f; },
+       "gives each expert a capacity of"},
+      {"world",
+       [](TrainOptions& o) {
+         o.engine.backend = "mpi", o.parallel.dp = 2048, o.parallel.tp = 1024;
+         o.model.heads = 1024, o.model.dim = 1024, o.optim.batch = 2048;
+       },
+       "--pp x --dp x --tp = 2097152 ranks is more than the 1048576 meshtrain supports"},
+  };
+  for (const BadCase& c : cases) {
+    TrainOptions o;
+    c.change(o);
+    const std::string msg = usage_error(o);
+    EXPECT_NE(msg.find(c.message), std::string::npos)
+        << c.what << ": expected '" << c.message << "' in '" << msg << "'";
+  }
+  // At the bounds, accepted: 128 chunks, 65536 microbatches, a capacity of every token.
+  TrainOptions edge;
+  edge.model.layers = 128, edge.parallel.pp = 2, edge.parallel.schedule = "interleaved";
+  edge.parallel.virtual_stages = 64, edge.parallel.microbatches = 2;
+  EXPECT_EQ(usage_error(edge), "");
+  edge.parallel.microbatches = 65536, edge.optim.batch = 65536;
+  EXPECT_EQ(usage_error(edge), "");
+  TrainOptions moe;
+  moe.model.experts = 4, moe.model.capacity_factor = 1e6f;
+  EXPECT_EQ(usage_error(moe), "");
 }
 
 TEST(ValidateOptions, LauncherSizeMustMatchTheWorld) {

@@ -20,7 +20,9 @@
 
 #include "comm/hybrid/hybrid_process.h"
 #include "comm/hybrid/run_hybrid.h"
+#include "comm/mpi/launch_agreement.h"
 #include "comm/mpi/mpi_abort.h"
+#include "comm/mpi/peer_watch.h"
 #include "core/error.h"
 
 namespace mt {
@@ -43,19 +45,10 @@ void run_hybrid(int* argc, char*** argv, int ranks_per_process, const WorldOptio
   MT_REQUIRE(ranks_per_process >= 1 && ranks_per_process <= kMaxLocalRanks,
              "--ranks-per-process must be in 1..", kMaxLocalRanks, " (got ", ranks_per_process,
              ")");
-  // As run_mpi: reduce-scatter + all-gather for Open MPI's nonblocking all-reduce.
-  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", /*overwrite=*/0);
-  int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
-    throw RuntimeError("MPI_Init_thread failed");
-  int process = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &process);
-  // The K threads of a process drive MPI at once.
-  if (provided < MPI_THREAD_MULTIPLE)
-    die_process(process,
-                str("this MPI provides thread level ", provided,
-                    "; the hybrid world needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE, ")"),
-                1);
+  const int process = start_mpi(argc, argv);
+  // A process that dies is named by the others, with the ranks it ran
+  // (comm/mpi/peer_watch.h).
+  auto watch = std::make_unique<PeerWatch>(ranks_per_process);
 
   WorldOptions opts = options;
   opts.check_collectives |= env_flag("MESHTRAIN_CHECK_COLLECTIVES");
@@ -108,10 +101,16 @@ void run_hybrid(int* argc, char*** argv, int ranks_per_process, const WorldOptio
         process,
         str("finished, but not every process reached the end within ", opts.timeout_s, " s"), 1);
   }
+  watch.reset();  // every process reached the end
   if (mine == 2 && best == 2 && process == 0)
     std::fprintf(stderr, "meshtrain: error: %s\n", plain.c_str());
   else if (mine == 2 && best < 2)
     std::fprintf(stderr, "meshtrain: error: %s\n", line.c_str());
+  // No process may exit 2 (and make mpirun end the job) before the line is out.
+  if (worst == 2) {
+    std::fflush(stderr);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
   proc.reset();
   MPI_Finalize();
   if (worst == 2) std::exit(2);

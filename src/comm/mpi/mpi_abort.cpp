@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/mpi/peer_watch.h"
+
 namespace mt {
 
 void mpi_abort_once(const std::string& line, int code) {
@@ -18,6 +20,8 @@ void mpi_abort_once(const std::string& line, int code) {
     std::this_thread::sleep_for(std::chrono::seconds(60));
     std::_Exit(code);
   }
+  // Before the line: the others must know this end is on purpose before it happens.
+  PeerWatch::announce_leaving();
   std::fprintf(stderr, "meshtrain: error: %s\n", line.c_str());
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, code);

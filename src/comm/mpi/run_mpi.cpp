@@ -8,6 +8,8 @@
 //     prints it once, all finalise and exit(2). A rank that raised it alone prints its own
 //     line; if the others do not reach the end soon (they may be blocked in a collective
 //     that waits for it), it aborts the job with code 2, before their timeouts fire.
+//   - a usage error found before the ranks started (the options, the files): agreed on by
+//     start_mpi before anything else (comm/mpi/launch_agreement.h).
 #include <mpi.h>
 
 #include <algorithm>
@@ -17,8 +19,10 @@
 #include <memory>
 #include <new>
 
+#include "comm/mpi/launch_agreement.h"
 #include "comm/mpi/mpi_abort.h"
 #include "comm/mpi/mpi_world.h"
+#include "comm/mpi/peer_watch.h"
 #include "comm/world.h"
 #include "core/error.h"
 
@@ -38,22 +42,9 @@ bool env_flag(const char* name) {
 }  // namespace
 
 void run_mpi(int* argc, char*** argv, const WorldOptions& options, const RankMain& fn) {
-  // Open MPI's nonblocking all-reduce (libnbc) picks a binomial reduce + broadcast for fewer
-  // than 4 ranks or in place: 1.25-1.8x slower than MPI_Allreduce at 1-64 MiB here.
-  // Reduce-scatter + all-gather (3; ring where it does not apply) matches it. Read at
-  // MPI_Init, and an explicit setting by the user wins.
-  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", /*overwrite=*/0);
-  int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
-    throw RuntimeError("MPI_Init_thread failed");
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  // Without MPI_THREAD_MULTIPLE, two communicators used from two threads could corrupt MPI.
-  if (provided < MPI_THREAD_MULTIPLE)
-    die(rank,
-        str("this MPI provides thread level ", provided, "; meshtrain needs MPI_THREAD_MULTIPLE (",
-            MPI_THREAD_MULTIPLE, ")"),
-        1);
+  const int rank = start_mpi(argc, argv);
+  // A process that dies is named by the others (comm/mpi/peer_watch.h).
+  auto watch = std::make_unique<PeerWatch>(1);
 
   WorldOptions opts = options;
   opts.check_collectives |= env_flag("MESHTRAIN_CHECK_COLLECTIVES");
@@ -85,10 +76,16 @@ void run_mpi(int* argc, char*** argv, const WorldOptions& options, const RankMai
     if (status == 2) die(rank, usage, 2);
     die(rank, str("finished, but not every rank reached the end within ", wait_s, " s"), 1);
   }
+  watch.reset();  // every rank reached the end
   if (status == 2 && best == 2 && rank == 0)
     std::fprintf(stderr, "meshtrain: error: %s\n", usage.c_str());
   else if (status == 2 && best < 2)
     std::fprintf(stderr, "meshtrain: error: rank %d: %s\n", rank, usage.c_str());
+  // No process may exit 2 (and make mpirun end the job) before the line is out.
+  if (worst == 2) {
+    std::fflush(stderr);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
   world.reset();
   MPI_Finalize();
   if (worst == 2) std::exit(2);

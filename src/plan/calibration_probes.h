@@ -1,0 +1,52 @@
+// The measurements `meshtrain plan --calibrate` makes, each filling fields of the local
+// profile. calibrate.cpp lists them in one table (the fields each sets, its share of the
+// time budget, how it measures) and runs them in order; later probes use the figures of
+// earlier ones (the backward ratios the peak, the MoE rest the GEMM figures, the reference
+// steps everything).
+#pragma once
+
+#include <iosfwd>
+
+#include "plan/hardware_profile.h"
+
+namespace mt::plan {
+
+struct ProbeRun {
+  double seconds;     // this probe's share of the budget
+  double total;       // the whole --calibrate-seconds
+  std::ostream& log;  // what did not work here, and the reference steps' fit
+};
+
+// kernel_probes.cpp: the engine's kernels, one thread.
+void measure_sgemm_peak(HardwareProfile& h, const ProbeRun& run);
+void measure_parallel_efficiency(HardwareProfile& h, const ProbeRun& run);
+void measure_gemm_half_dim(HardwareProfile& h, const ProbeRun& run);
+void measure_backward_ratios(HardwareProfile& h, const ProbeRun& run);
+void measure_kernel_overhead(HardwareProfile& h, const ProbeRun& run);
+void measure_memory_bw(HardwareProfile& h, const ProbeRun& run);
+void measure_attention(HardwareProfile& h, const ProbeRun& run);
+void measure_pointwise(HardwareProfile& h, const ProbeRun& run);
+void measure_bf16_peak(HardwareProfile& h, const ProbeRun& run);
+void measure_bf16_half_dim(HardwareProfile& h, const ProbeRun& run);
+void measure_bf16_backward_ratios(HardwareProfile& h, const ProbeRun& run);
+void measure_bf16_overhead(HardwareProfile& h, const ProbeRun& run);
+void measure_bf16_convert(HardwareProfile& h, const ProbeRun& run);
+void measure_bf16_attention(HardwareProfile& h, const ProbeRun& run);
+void measure_moe_layer(HardwareProfile& h, const ProbeRun& run);
+void measure_moe_layer_bf16(HardwareProfile& h, const ProbeRun& run);
+
+// comm_probes.cpp: the local backend between rank threads, and MPI between processes.
+void measure_local_links(HardwareProfile& h, const ProbeRun& run);
+void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun& run);
+void measure_mpi_links(HardwareProfile& h, const ProbeRun& run);
+
+// reference_steps.cpp: real `meshtrain train` steps of the reference model, in children.
+void measure_moe_load_spread(HardwareProfile& h, const ProbeRun& run);
+void measure_reference_step(HardwareProfile& h, const ProbeRun& run);
+void measure_reference_step_bf16(HardwareProfile& h, const ProbeRun& run);
+void measure_step_parallel_efficiency(HardwareProfile& h, const ProbeRun& run);
+
+// This binary's path ("" when /proc is not there): the probes run it as a child.
+std::string own_executable();
+
+}  // namespace mt::plan

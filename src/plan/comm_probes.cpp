@@ -1,0 +1,147 @@
+// The communication probes of --calibrate (calibration_probes.h): the local backend between
+// rank threads (idle and among computing ranks), and the MPI backend between two processes.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/world.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "kernels/matmul.h"
+#include "plan/calibration_probes.h"
+
+namespace mt::plan {
+
+namespace {
+
+// Median time of `iters` all-reduces of `count` floats (or send/recv pairs when p2p)
+// between two rank threads of the local backend.
+double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
+  std::vector<double> per_rank(size_t(ranks), 0);
+  run_local(ranks, WorldOptions{}, [&](CommWorld& w) {
+    auto comm = w.world();
+    std::vector<float> buf(std::max<size_t>(count, 1), 1.0f);
+    std::vector<double> times;
+    for (int i = 0; i < iters + 2; ++i) {
+      comm->barrier().wait();
+      const double t0 = now_seconds();
+      if (p2p) {
+        if (comm->rank() == 0)
+          comm->send(buf.data(), count, DType::f32, 1, 7).wait();
+        else
+          comm->recv(buf.data(), count, DType::f32, 0, 7).wait();
+      } else {
+        comm->all_reduce(buf.data(), buf.data(), count, DType::f32, ReduceOp::sum).wait();
+      }
+      if (i >= 2) times.push_back(now_seconds() - t0);
+    }
+    std::sort(times.begin(), times.end());
+    per_rank[size_t(comm->rank())] = times[times.size() / 2];
+  });
+  return *std::max_element(per_rank.begin(), per_rank.end());
+}
+
+// What one 4-byte all-reduce adds to a loop of `ranks` rank threads that compute between
+// collectives (a 128 x 256 x 384 sgemm each, one thread, about the work a tp layer of the
+// reference model does between two of its collectives): the loop with an all-reduce after
+// every GEMM less the same loop without, per iteration, the better of two runs each. With
+// more rank threads than cores the waiter that blocks waits for a peer that is queued behind
+// a computing rank; an idle ping-pong (comm_time) does not see that, and read 7-46 us per
+// step in calibrations here where the busy loop pays ~200 us per all-reduce.
+double busy_collective_seconds(int ranks) {
+  constexpr int kIters = 150;
+  auto loop = [&](bool with_collective) {
+    double best = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+      const double t0 = now_seconds();
+      run_local(ranks, WorldOptions{}, [&](CommWorld& w) {
+        omp_set_num_threads(1);
+        auto comm = w.world();
+        std::vector<float> a(128 * 256, 0.1f), b(384 * 256, 0.1f), c(128 * 384);
+        float x = 1;
+        comm->barrier().wait();
+        for (int i = 0; i < kIters; ++i) {
+          matmul_forward(c.data(), a.data(), b.data(), nullptr, 128, 256, 384);
+          if (with_collective) comm->all_reduce(&x, &x, 1, DType::f32, ReduceOp::sum).wait();
+        }
+        comm->barrier().wait();
+      });
+      const double t = now_seconds() - t0;
+      best = rep == 0 ? t : std::min(best, t);
+    }
+    return best;
+  };
+  const double without = loop(false), with = loop(true);
+  return std::max(0.0, with - without) / kIters;
+}
+
+// busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
+// processes of this machine, started by mpirun; {0, 0} when that does not work here (no
+// mpirun, no permission, or it hangs past 60 s): the profile then has no MPI figures.
+std::pair<double, double> mpi_bench(const std::string& op, size_t bytes) {
+  const std::string exe = own_executable();
+  if (exe.empty()) return {0, 0};
+  const std::string cmd =
+      str("timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 '", exe,
+          "' bench comm --backend mpi --op ", op, " --min-bytes ", bytes, " --max-bytes ", bytes,
+          " 2>/dev/null");
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {0, 0};
+  double size = 0, count = 0, us = 0, algbw = 0, busbw = 0;
+  char line[1024];
+  bool found = false;
+  while (std::fgets(line, sizeof line, pipe))
+    if (line[0] != '#' &&
+        std::sscanf(line, "%lf %lf %lf %lf %lf", &size, &count, &us, &algbw, &busbw) == 5)
+      found = true;
+  if (pclose(pipe) != 0 || !found) return {0, 0};
+  return {busbw * 1e9, us * 1e-6};
+}
+
+}  // namespace
+
+// Two rank threads: busbw of a 16 MiB all-reduce (2(n-1)/n = 1 for two ranks), the latency
+// of a one-float all-reduce (2 log2 n = 2 steps), a 16 MiB send; a local profile's links
+// are the same within and across its one "node".
+void measure_local_links(HardwareProfile& h, const ProbeRun& run) {
+  const size_t big = size_t(4) << 20;
+  const int iters = std::max(3, int(run.seconds));
+  h.intra_busbw = 4.0 * double(big) / comm_time(big, iters, false);
+  h.intra_latency_s = comm_time(1, 4 * iters, false) / 2;
+  h.p2p_bw_intra = 4.0 * double(big) / comm_time(big, iters, true);
+  h.inter_busbw = h.intra_busbw;
+  h.inter_latency_s = h.intra_latency_s;
+  h.p2p_bw_inter = h.p2p_bw_intra;
+}
+
+// More rank threads than cores: the local backend's waiters yield and then block
+// (comm/local/doorbell.h), so a collective waits for its peers to be scheduled behind the
+// ranks that compute: what a one-float all-reduce adds to busy ranks, 2 x cores of them,
+// per step of the all-reduce (2 log2 ranks).
+void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun&) {
+  h.oversubscribed_latency_s =
+      busy_collective_seconds(2 * h.cores) / (2 * std::ceil(std::log2(2.0 * h.cores)));
+}
+
+// Two processes: 16 MiB all-reduce busbw, a 4-byte all-reduce's time as its latency (2
+// steps), a 16 MiB broadcast (one send between two ranks) as p2p.
+void measure_mpi_links(HardwareProfile& h, const ProbeRun& run) {
+  const double busbw = mpi_bench("all_reduce", size_t(16) << 20).first;
+  const double small_s = mpi_bench("all_reduce", 4).second;
+  const double p2p = mpi_bench("broadcast", size_t(16) << 20).first;
+  if (busbw > 0 && p2p > 0 && small_s > 0) {
+    h.mpi_busbw = busbw;
+    h.mpi_latency_s = small_s / 2;
+    h.mpi_p2p_bw = p2p;
+  } else {
+    run.log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here)\n";
+  }
+}
+
+}  // namespace mt::plan

@@ -1,0 +1,123 @@
+#include "plan/cost_model.h"
+
+#include "plan/time_model.h"
+#include "tensor_parallel/vocab_parallel.h"
+
+namespace mt::plan {
+
+CostContext make_context(const PlanRequest& r, const Layout& l) {
+  const bool local = r.hardware.local;
+  CostContext c(r, l);
+  c.model = local ? &local_cost_model() : &gpu_cost_model();
+  c.rates = compute_rates(r.hardware, l.precision, l.world(), r.threads);
+  // Locally bf16 rounds only the GEMM inputs: activations, reductions and pointwise passes
+  // stay fp32; the GEMM path's own operand bytes are in the rates.
+  c.e = l.precision == "bf16" && !local ? 2.0 : 4.0;
+  c.local_bf16 = local && l.precision == "bf16";
+  if (local) c.rates32 = compute_rates(r.hardware, "fp32", l.world(), r.threads);
+  if (local && r.model.experts > 0) c.moe_busiest = busiest_rank_load(r.hardware, r.model, l.ep);
+  c.tp = group_span(r.hardware, l.tp, 1);
+  c.dp = group_span(r.hardware, l.dp, l.tp);
+  c.ep = group_span(r.hardware, l.ep, l.tp);
+  c.b = l.micro_batch, c.s = r.model.seq, c.h = r.model.dim, c.a = r.model.heads, c.t = l.tp;
+  c.N = c.b * c.s;
+  c.Nl = l.sequence_parallel ? c.N / c.t : c.N;
+  return c;
+}
+
+double linear_gemm(const CostContext& c, const ComputeRates& R, double M, double N, double K,
+                   double count) {
+  if (c.r.hardware.local) return local_gemm_seconds(R, M, N, K, count);
+  return gemm_seconds(R, M, N, K, c.e, count);
+}
+
+Passes attention_projections(const CostContext& c) {
+  const ComputeRates& R = c.rates;
+  const double N = c.N, h = c.h, t = c.t;
+  Passes p;
+  p.forward = linear_gemm(c, R, N, 3 * h / t, h) + linear_gemm(c, R, N, h, h / t);
+  // Input gradients: the same shapes; locally times the calibrated backward/forward ratio
+  // of the GEMM path (1 on GPUs and for profiles without it).
+  p.backward = p.forward * R.input_grad_ratio;
+  p.weight =
+      (linear_gemm(c, R, 3 * h / t, h, N) + linear_gemm(c, R, h, h / t, N)) * R.weight_grad_ratio;
+  return p;
+}
+
+Passes gemm_attention_core(const CostContext& c) {
+  const ComputeRates& R = c.rates;
+  const double s = c.s, hd = c.h / c.a, heads = c.b * c.a / c.t;
+  Passes p;
+  p.forward = linear_gemm(c, R, s, s, hd, heads) + linear_gemm(c, R, s, hd, s, heads) +
+              pointwise_seconds(R, heads * s * s, 2 * heads * s * s * c.e, 2);
+  p.backward = 2 * p.forward;
+  return p;
+}
+
+Passes norms_and_residuals(const CostContext& c) {
+  // On Nl rows under SP; the backward of a LayerNorm reads twice what its forward does.
+  const double rows = c.Nl * c.h;
+  const double ln = pointwise_seconds(c.rates, rows, 2 * rows * c.e, 1);
+  const double residual = stream_seconds(c.rates, 3 * rows * c.e, 1);
+  return {2 * ln + 2 * residual, 2 * 2 * ln + 2 * residual, 0};
+}
+
+Passes dense_mlp(const CostContext& c) {
+  const ComputeRates& R = c.rates;
+  const double N = c.N, h = c.h, t = c.t;
+  const double gelu = pointwise_seconds(R, N * 4 * h / t, 2 * N * 4 * h / t * c.e, 1);
+  const double gemms = linear_gemm(c, R, N, 4 * h / t, h) + linear_gemm(c, R, N, h, 4 * h / t);
+  return {gemms + gelu, gemms * R.input_grad_ratio + 2 * gelu,
+          (linear_gemm(c, R, 4 * h / t, h, N) + linear_gemm(c, R, h, 4 * h / t, N)) *
+              R.weight_grad_ratio};
+}
+
+Passes streamed_moe(const CostContext& c, double* ep_comm) {
+  const ComputeRates& R = c.rates;
+  const ComputeRates& router = c.local_bf16 ? c.rates32 : R;
+  const double N = c.N, h = c.h, e = c.e, topk = c.r.model.topk;
+  const double E = c.r.model.experts, local = E / c.l.ep, rows = N * topk / local;
+  const double gelu = pointwise_seconds(R, N * topk * 4 * h, 2 * N * topk * 4 * h * e, int(local));
+  Passes p;
+  p.forward = linear_gemm(c, router, N, E, h) + linear_gemm(c, R, rows, 4 * h, h, local) +
+              linear_gemm(c, R, rows, h, 4 * h, local) + gelu +
+              stream_seconds(R, 4 * N * topk * h * e, 4);  // permute / combine
+  p.backward = p.forward + gelu;
+  p.weight = linear_gemm(c, R, 4 * h, h, rows, local) + linear_gemm(c, R, h, 4 * h, rows, local) +
+             linear_gemm(c, router, E, h, N);
+  // Dispatch + combine in forward, their adjoints in backward.
+  if (c.l.ep > 1)
+    *ep_comm = 4 * collective_seconds(c.r.hardware, Collective::all_to_all, N * topk * h * e, c.ep);
+  return p;
+}
+
+Passes head_compute(const CostContext& c, double ce, double ce_bwd) {
+  const ComputeRates& R = c.rates;
+  const double N = c.N, h = c.h;
+  const double Vl = double(tp::padded_vocab(c.r.model.vocab, c.l.tp)) / c.l.tp;
+  const double logits = linear_gemm(c, R, N, Vl, h);
+  const double ln = pointwise_seconds(R, N * h, 2 * N * h * c.e, 1);
+  return {logits + ce + ln, logits * R.input_grad_ratio + ce_bwd + 2 * ln,
+          linear_gemm(c, R, Vl, h, N) * R.weight_grad_ratio};
+}
+
+double cross_entropy_comm(const CostContext& c) {
+  if (c.l.tp <= 1) return 0;
+  return 3 * collective_seconds(c.r.hardware, Collective::all_reduce, c.N * 4, c.tp);
+}
+
+BlockCosts finish_block(const CostContext& c, Passes p, double core_forward, double tp_comm,
+                        double ep_comm) {
+  BlockCosts k;
+  k.tp_comm = tp_comm;
+  k.ep_comm = ep_comm;
+  p.forward += ep_comm / 2;
+  p.backward += ep_comm / 2;
+  if (c.l.recompute == "selective") k.recompute = core_forward;
+  if (c.l.recompute == "full") k.recompute = p.forward;
+  p.backward += k.recompute;
+  k.passes = p;
+  return k;
+}
+
+}  // namespace mt::plan

@@ -1,0 +1,97 @@
+// The cost of one microbatch in a block and at a stage's edges, from the two cost models
+// behind one interface, chosen once per candidate:
+//   local_costs.cpp  meshtrain's own CPU engine as calibrated here: its attention kernel,
+//                    the calibrated MoE layer, the collectives its tp linears issue, its
+//                    bf16 roundings, the per-microbatch cost a real step adds;
+//   gpu_costs.cpp    the GPU software a preset plans for (software_profiles.h): dropout,
+//                    bias-gradient passes, Megatron's tp communication and its overlap, the
+//                    fp32 cross-entropy, the gradient-accumulation pass.
+// The terms both share (the GEMMs of the projections and MLP, the attention core as batched
+// GEMMs, LayerNorms and residuals, MoE as streamed permutations) live in cost_model.cpp.
+// Each term returns the forward (F), input-gradient (B) and weight-gradient (W) seconds of
+// one microbatch on one rank; shapes: b sequences of s tokens, width h, a heads, tp t,
+// N = b s rows (Nl = N / t on the rank under sequence parallelism), e bytes per activation.
+#pragma once
+
+#include "plan/hardware_costs.h"
+#include "plan/layout.h"
+
+namespace mt::plan {
+
+struct Passes {
+  double forward = 0, backward = 0, weight = 0;
+  Passes& operator+=(const Passes& o) {
+    forward += o.forward, backward += o.backward, weight += o.weight;
+    return *this;
+  }
+};
+
+// One block's costs for one microbatch: the passes (communication and recomputation
+// included) and, of them, the exposed tp / ep communication and the repeated forward work.
+struct BlockCosts {
+  Passes passes;
+  double tp_comm = 0, ep_comm = 0, recompute = 0;
+};
+
+struct CostContext;
+
+// What differs between the two cost models.
+struct CostModel {
+  BlockCosts (*block)(const CostContext& c, int layer);
+  // The embedding's tensor-parallel communication (adds its exposed time to *tp).
+  Passes (*embedding_comm)(const CostContext& c, double* tp);
+  // ln_f, the logits, the cross-entropy and its communication (adds exposed tp time to *tp).
+  Passes (*head)(const CostContext& c, double* tp);
+  // After each block's weight gradient: work on its `params` parameters (GPU: Megatron's
+  // gradient-accumulation pass).
+  Passes (*after_block)(const CostContext& c, double params);
+  // Once per stage and microbatch, over the stage's `linear_weights` (local: what a real step
+  // pays beyond its kernels).
+  Passes (*per_stage)(const CostContext& c, double linear_weights);
+};
+const CostModel& local_cost_model();
+const CostModel& gpu_cost_model();
+
+// What every term of a candidate reads.
+struct CostContext {
+  CostContext(const PlanRequest& request, const Layout& layout) : r(request), l(layout) {}
+  const PlanRequest& r;
+  const Layout& l;
+  const CostModel* model = nullptr;
+  ComputeRates rates;    // the precision's
+  ComputeRates rates32;  // local: fp32 (the MoE router stays fp32 under bf16)
+  double e = 4;          // bytes per activation element (GPU bf16: 2; locally 4 throughout)
+  GroupSpan tp, dp, ep;
+  bool local_bf16 = false;  // the engine's bf16 path (its GEMMs, roundings, bf16 gathers)
+  double moe_busiest = 1;   // local: busiest_rank_load for the layout's ep
+  double b = 1, s = 1, h = 1, a = 1, t = 1, N = 1, Nl = 1;  // the shapes above
+};
+CostContext make_context(const PlanRequest& r, const Layout& l);
+
+// A GEMM of the precision's linear layers, `count` of the same shape: locally the calibrated
+// GEMM path (sgemm or oneDNN's bf16 matmul), on GPUs the preset's roofline.
+double linear_gemm(const CostContext& c, const ComputeRates& R, double M, double N, double K,
+                   double count = 1);
+
+// The shared terms.
+Passes attention_projections(const CostContext& c);  // qkv (column-), proj (row-parallel)
+// The attention core as batched GEMMs over b a / t heads (QK^T, PV) and a softmax pass;
+// its backward twice its forward (dP, dV, then dQ, dK; softmax backward). W: none.
+Passes gemm_attention_core(const CostContext& c);
+Passes norms_and_residuals(const CostContext& c);  // two LayerNorms, two residual adds
+Passes dense_mlp(const CostContext& c);            // fc, GELU, proj (tp-split)
+// Router and the rank's E / ep experts on balanced rows (N topk over the rank), permutations
+// as streams; the dispatch and combine all-to-alls (both directions) in *ep_comm.
+Passes streamed_moe(const CostContext& c, double* ep_comm);
+// ln_f, the logits GEMM against the vocab-parallel tied embedding and a cross-entropy of
+// `ce` forward / `ce_bwd` backward seconds.
+Passes head_compute(const CostContext& c, double ce, double ce_bwd);
+// The vocab-parallel cross-entropy's max, sum and target logit, all-reduced over tp.
+double cross_entropy_comm(const CostContext& c);
+// A block's forward, backward and weight passes from its parts, then the exposed
+// expert-parallel communication (half each way) and the recomputed forward in backward:
+// selective repeats the attention core, full the whole forward.
+BlockCosts finish_block(const CostContext& c, Passes p, double core_forward, double tp_comm,
+                        double ep_comm);
+
+}  // namespace mt::plan

@@ -1,0 +1,133 @@
+// The GPU cost model: a preset's datasheet rates (hardware_profile.cpp) and the training
+// software it plans for (software_profiles.h): what each software field adds to a block and
+// to a stage's edges.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "model/block.h"
+#include "plan/cost_model.h"
+#include "tensor_parallel/vocab_parallel.h"
+
+namespace mt::plan {
+
+namespace {
+
+// Dropout on the attention probabilities: a separate pass after the fused softmax (read,
+// write and a 1-byte mask per element; its backward reads the gradient and the mask and
+// writes). Part of the core, so selective recomputation repeats it too.
+Passes attention_core(const CostContext& c) {
+  Passes p = gemm_attention_core(c);
+  if (!c.r.hardware.dropout) return p;
+  const double elems = c.b * c.a / c.t * c.s * c.s, bytes = elems * (2 * c.e + 1);
+  p.forward += pointwise_seconds(c.rates, elems, bytes, 1);
+  p.backward += pointwise_seconds(c.rates, elems, bytes, 1);
+  return p;
+}
+
+// The fused bias-dropout-add of both residual branches also writes (forward) and reads
+// (backward) a 1-byte mask per element.
+Passes residual_dropout(const CostContext& c) {
+  if (!c.r.hardware.dropout) return {};
+  const double masks = 2 * stream_seconds(c.rates, c.Nl * c.h, 0);
+  return {masks, masks, 0};
+}
+
+// Each linear's bias gradient: its output gradient summed over its rows, a memory-bound
+// read (qkv and fc1 column-parallel: 3h/t and 4h/t wide; proj and fc2: h wide on the rank's
+// rows). Megatron computes them as grad_output.sum(0) in the backward.
+Passes bias_gradients(const CostContext& c, bool moe) {
+  const double h = c.h, t = c.t, cols = 3 * h / t + (moe ? 0.0 : 4 * h / t);
+  return {0, 0, stream_seconds(c.rates, (c.N * cols + 2 * c.Nl * c.h) * c.e, moe ? 3 : 4)};
+}
+
+// Megatron: two all-reduces of (N, h) per block in forward and two in backward; with SP an
+// all-gather + reduce-scatter pair in their place, costed as the all-reduce it replaces
+// (nccl-tests: an all-reduce moves what a reduce-scatter + all-gather of the buffer move).
+// With tp_backward_overlap (Megatron-LM 2022) a column-parallel linear's backward (qkv,
+// fc1) runs the input's all-gather (SP) under its input-gradient GEMM and the input
+// gradient's reduce-scatter / all-reduce under its weight-gradient GEMM: only the excess is
+// exposed; under SP the row-parallel layers' backward all-gathers stay exposed.
+Passes tp_comm(const CostContext& c, bool moe) {
+  if (c.l.tp <= 1) return {};
+  const HardwareProfile& hw = c.r.hardware;
+  const double bytes = c.N * c.h * c.e, N = c.N, h = c.h, t = c.t;
+  const bool sp = c.l.sequence_parallel;
+  const double one = sp ? collective_seconds(hw, Collective::all_gather, bytes, c.tp) +
+                              collective_seconds(hw, Collective::reduce_scatter, bytes, c.tp)
+                        : collective_seconds(hw, Collective::all_reduce, bytes, c.tp);
+  if (!hw.tp_backward_overlap) return {2 * one, 2 * one, 0};
+  // (input-gradient GEMM, weight-gradient GEMM) of each column-parallel linear.
+  std::vector<std::pair<double, double>> cols = {
+      {linear_gemm(c, c.rates, N, 3 * h / t, h), linear_gemm(c, c.rates, 3 * h / t, h, N)}};
+  if (!moe)
+    cols.push_back(
+        {linear_gemm(c, c.rates, N, 4 * h / t, h), linear_gemm(c, c.rates, 4 * h / t, h, N)});
+  const double half = one / 2;  // one all-gather or one reduce-scatter
+  double backward = sp ? 2 * half : 0;
+  for (const auto& [dgrad, wgrad] : cols)
+    backward +=
+        sp ? std::max(0.0, half - dgrad) + std::max(0.0, half - wgrad) : std::max(0.0, one - wgrad);
+  return {2 * one, backward, 0};
+}
+
+BlockCosts block(const CostContext& c, int layer) {
+  const bool moe = is_moe_layer(c.r.model, layer);
+  Passes p = attention_projections(c);
+  const Passes core = attention_core(c);
+  p += core;
+  p += norms_and_residuals(c);
+  p += residual_dropout(c);
+  double ep = 0;
+  p += moe ? streamed_moe(c, &ep) : dense_mlp(c);
+  p += bias_gradients(c, moe);
+  const Passes tp = tp_comm(c, moe);
+  p += tp;
+  return finish_block(c, p, core.forward, tp.forward + tp.backward, ep);
+}
+
+// The embedding's output all-reduced over tp (SP: the same bytes as a reduce-scatter).
+Passes embedding_comm(const CostContext& c, double* tp) {
+  if (c.l.tp <= 1) return {};
+  const double ar = collective_seconds(c.r.hardware, Collective::all_reduce, c.N * c.h * c.e, c.tp);
+  *tp += ar;
+  return {ar, 0, 0};
+}
+
+// The cross-entropy: three pointwise passes at the activation precision, or (fp32) the
+// logits cast to fp32 (read e, write 4), then max (4), subtract (8), exp (8), sum (4),
+// divide (8) per logit; backward: scale the saved softmax (8) and cast the gradient back
+// (4 + e). Then its reductions over tp.
+Passes head(const CostContext& c, double* tp) {
+  const double NV = c.N * (double(tp::padded_vocab(c.r.model.vocab, c.l.tp)) / c.l.tp);
+  double ce = pointwise_seconds(c.rates, NV, 3 * NV * c.e, 3), ce_bwd = ce;
+  if (c.r.hardware.fp32_cross_entropy) {
+    ce = pointwise_seconds(c.rates, NV, NV * (c.e + 4 + 32), 6);
+    ce_bwd = pointwise_seconds(c.rates, NV, NV * (12 + c.e), 2);
+  }
+  Passes p = head_compute(c, ce, ce_bwd);
+  const double small = cross_entropy_comm(c);
+  p.forward += small;
+  *tp += small;
+  return p;
+}
+
+// grad_accum_pass: after each weight gradient, read the 16-bit gradient and read and write
+// the reduction buffer (Megatron's DDP hook main_grad.add_(grad)).
+Passes after_block(const CostContext& c, double params) {
+  if (!c.r.hardware.grad_accum_pass) return {};
+  return {0, 0, stream_seconds(c.rates, params * (c.e + 2 * c.r.hardware.grad_reduce_bytes), 0)};
+}
+
+Passes per_stage(const CostContext&, double) {
+  return {};
+}
+
+}  // namespace
+
+const CostModel& gpu_cost_model() {
+  static const CostModel m{block, embedding_comm, head, after_block, per_stage};
+  return m;
+}
+
+}  // namespace mt::plan

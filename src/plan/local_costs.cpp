@@ -1,0 +1,199 @@
+// The local cost model: meshtrain's own engine on this machine, from the calibrated profile
+// (calibrate.h). Every term follows what the engine's code does: its attention kernel, its
+// MoE layer (model/moe_layer.cpp), the collectives its tensor-parallel linears issue
+// (tensor_parallel/*_linear.cpp), the bf16 roundings of its bf16 path
+// (model/block.cpp, row_parallel_linear.cpp, lm_head.cpp, kernels/bf16_weight.h).
+#include <algorithm>
+#include <cmath>
+
+#include "model/block.h"
+#include "model/moe_layer.h"
+#include "plan/cost_model.h"
+#include "plan/time_model.h"
+#include "tensor_parallel/vocab_parallel.h"
+
+namespace mt::plan {
+
+namespace {
+
+// Whether the profile has the MoE layer's calibrated costs for the precision (older
+// profiles keep the streamed model of cost_model.h).
+bool moe_calibrated(const HardwareProfile& hw, bool bf16) {
+  return bf16 ? hw.moe_fwd_s_bf16 > 0 && hw.moe_bwd_s_bf16 > 0 && hw.moe_wgt_s_bf16 > 0
+              : hw.moe_fwd_s > 0 && hw.moe_bwd_s > 0 && hw.moe_wgt_s > 0;
+}
+
+// The engine's own attention kernel at its calibrated rate (4 b s^2 h / t FLOPs forward,
+// twice that backward), or, in a profile without it, the GEMM core.
+Passes attention_core(const CostContext& c) {
+  const ComputeRates& R = c.rates;
+  if (R.attention_fwd <= 0 || R.attention_bwd <= 0) return gemm_attention_core(c);
+  const double flops = 4 * c.b * c.s * c.s * c.h / c.t;
+  return {flops / R.attention_fwd + R.overhead_s, 2 * flops / R.attention_bwd + R.overhead_s, 0};
+}
+
+// The engine's MoE layer: the fp32 router, each local expert's GEMMs over its rows (bf16:
+// over row chunks), the rest of the layer at its calibrated cost per hidden element
+// (local_moe_costs). With expert parallelism every exchange waits for the busiest ep rank:
+// its rows are the mean (N topk) times busiest_rank_load, spread evenly over its experts.
+Passes calibrated_moe(const CostContext& c, double* ep_comm) {
+  const ModelConfig& m = c.r.model;
+  const double N = c.N, h = c.h, E = m.experts, local = E / c.l.ep;
+  const double rows = N * m.topk * c.moe_busiest;
+  const MoeCosts mc = local_moe_costs(c.rates, c.local_bf16 ? c.rates32 : c.rates,
+                                      std::vector<double>(size_t(local), rows / local), N, E, h,
+                                      4 * h, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)));
+  Passes p{mc.forward, mc.backward, mc.weight};
+  if (c.l.ep > 1) {
+    // regroup_blocks twice each way (to expert-major after the dispatch, back before the
+    // combine; the same in backward): a read and a write of the rank's rows.
+    const double regroup = stream_seconds(c.rates, 2 * rows * h * 4, 2);
+    p.forward += regroup;
+    p.backward += regroup;
+    // Dispatch + combine in forward, their adjoints in backward: the busiest rank's fp32 rows.
+    *ep_comm = 4 * collective_seconds(c.r.hardware, Collective::all_to_all, rows * h * 4, c.ep);
+  }
+  return p;
+}
+
+// The block's tensor-parallel communication as the engine's linears issue it. Without SP:
+// two all-reduces of (N, h) in forward (row-parallel outputs) and two in backward
+// (column-parallel input gradients). With SP: forward all-gathers the two column inputs and
+// reduce-scatters the two row outputs; backward all-gathers the two row output gradients and
+// reduce-scatters the two column input gradients; the weight pass gathers all four again.
+// The gathers move bf16 under --precision bf16, the reductions stay fp32.
+Passes tp_comm(const CostContext& c) {
+  if (c.l.tp <= 1) return {};
+  const HardwareProfile& hw = c.r.hardware;
+  const double rows = c.N * c.h;
+  if (!c.l.sequence_parallel) {
+    const double ar = collective_seconds(hw, Collective::all_reduce, rows * 4, c.tp);
+    return {2 * ar, 2 * ar, 0};
+  }
+  const double ag =
+      collective_seconds(hw, Collective::all_gather, rows * (c.local_bf16 ? 2 : 4), c.tp);
+  const double rs = collective_seconds(hw, Collective::reduce_scatter, rows * 4, c.tp);
+  return {2 * (ag + rs), 2 * (ag + rs), 4 * ag};
+}
+
+// The bf16 block's roundings: every GEMM input kept for backward is rounded once: forward
+// ln1_out, ln2_out (Nl h each), att_out (N h/t), fc_out (4 N h/t); backward the two
+// row-parallel output gradients (Nl h each), d_fc (4 N h/t) and d_qkv (3 N h/t); the weight
+// pass rounds the row-parallel output gradients again. An MoE block rounds its attention's
+// and, for its experts, the dispatched rows and GELU outputs (N topk h, 4 N topk h) forward
+// and their gradients backward (calibrated MoE layers hold those in moe_*_s_bf16).
+Passes conversions(const CostContext& c, bool moe) {
+  if (!c.local_bf16) return {};
+  const ComputeRates& R = c.rates;
+  const double Nl = c.Nl, h = c.h, per_t = c.N * h / c.t;
+  if (!moe)
+    return {local_convert_seconds(R, 2 * Nl * h + 5 * per_t, 4),
+            local_convert_seconds(R, 2 * Nl * h + 7 * per_t, 4),
+            local_convert_seconds(R, 2 * Nl * h, 2)};
+  const double rows = moe_calibrated(c.r.hardware, true) ? 0.0 : c.N * c.r.model.topk * h;
+  return {local_convert_seconds(R, Nl * h + per_t + 5 * rows, 4),
+          local_convert_seconds(R, Nl * h + 3 * per_t + 5 * rows, 4),
+          local_convert_seconds(R, Nl * h, 1)};
+}
+
+BlockCosts block(const CostContext& c, int layer) {
+  const bool moe = is_moe_layer(c.r.model, layer);
+  Passes p = attention_projections(c);
+  const Passes core = attention_core(c);
+  p += core;
+  p += norms_and_residuals(c);
+  double ep = 0;
+  if (!moe)
+    p += dense_mlp(c);
+  else if (moe_calibrated(c.r.hardware, c.local_bf16))
+    p += calibrated_moe(c, &ep);
+  else
+    p += streamed_moe(c, &ep);
+  p += conversions(c, moe);
+  const Passes tp = tp_comm(c);
+  p += tp;
+  return finish_block(c, p, core.forward, tp.forward + tp.backward + tp.weight, ep);
+}
+
+// vocab_parallel_embedding.cpp: under SP a reduce-scatter forward and an all-gather back;
+// otherwise its output all-reduced forward.
+Passes embedding_comm(const CostContext& c, double* tp) {
+  if (c.l.tp <= 1) return {};
+  const HardwareProfile& hw = c.r.hardware;
+  const double bytes = c.N * c.h * 4;
+  if (!c.l.sequence_parallel) {
+    const double ar = collective_seconds(hw, Collective::all_reduce, bytes, c.tp);
+    *tp += ar;
+    return {ar, 0, 0};
+  }
+  const double rs = collective_seconds(hw, Collective::reduce_scatter, bytes, c.tp);
+  const double ag = collective_seconds(hw, Collective::all_gather, bytes, c.tp);
+  *tp += rs + ag;
+  return {rs, ag, 0};
+}
+
+// lm_head.cpp: the cross-entropy as fp32 pointwise passes; under bf16 ln_f's output rounded
+// in forward, dlogits in B and again in W. The head is a column-parallel linear: its input
+// gradient is all-reduced (SP: ln_f's output all-gathered forward, the gradient
+// reduce-scattered), then the cross-entropy's reductions.
+Passes head(const CostContext& c, double* tp) {
+  const double N = c.N, h = c.h;
+  const double NV = N * (double(tp::padded_vocab(c.r.model.vocab, c.l.tp)) / c.l.tp);
+  const double ce = pointwise_seconds(c.rates, NV, 3 * NV * c.e, 3);
+  Passes p = head_compute(c, ce, ce);
+  if (c.local_bf16)
+    p += {local_convert_seconds(c.rates, c.Nl * h), local_convert_seconds(c.rates, NV),
+          local_convert_seconds(c.rates, NV)};
+  const HardwareProfile& hw = c.r.hardware;
+  if (c.l.tp > 1 && c.l.sequence_parallel) {
+    const double ag =
+        collective_seconds(hw, Collective::all_gather, N * h * (c.local_bf16 ? 2 : 4), c.tp);
+    const double rs = collective_seconds(hw, Collective::reduce_scatter, N * h * 4, c.tp);
+    p += {ag, rs, 0};
+    *tp += ag + rs;
+  } else if (c.l.tp > 1) {
+    const double ar = collective_seconds(hw, Collective::all_reduce, N * h * 4, c.tp);
+    p.backward += ar;
+    *tp += ar;
+  }
+  const double small = cross_entropy_comm(c);
+  p.forward += small;
+  *tp += small;
+  return p;
+}
+
+Passes after_block(const CostContext&, double) {
+  return {};
+}
+
+// What a real step pays per microbatch and linear weight element beyond its kernels
+// (solved together with the step factor, reference_steps.cpp), spread over the three passes
+// that each use every weight once.
+Passes per_stage(const CostContext& c, double linear_weights) {
+  const double mw = linear_weights * c.rates.microbatch_weight_s;
+  return {mw / 3, mw / 3, mw / 3};
+}
+
+}  // namespace
+
+const CostModel& local_cost_model() {
+  static const CostModel m{block, embedding_comm, head, after_block, per_stage};
+  return m;
+}
+
+double busiest_rank_load(const HardwareProfile& hw, const ModelConfig& m, int ep) {
+  if (ep <= 1 || hw.moe_load_cv <= 0 || m.experts <= 1) return 1;
+  // Per-expert loads x_e = mean (1 + cv_e), measured within a block's E experts, whose sum
+  // is fixed: as deviations from their mean, x_e = y_e - mean(y) for independent y_e of
+  // deviation sigma = cv sqrt(E / (E - 1)). A rank holds E/ep experts: its load's deviation
+  // is sigma sqrt(E/ep) over its mean E/ep; the busiest of the ep ranks (their sum fixed
+  // too, the common mean cancels) is expected at 1 + sigma / sqrt(E/ep) * E[max of ep
+  // standard normals].
+  const double E = m.experts, local = E / ep;
+  const double sigma = hw.moe_load_cv * std::sqrt(E / (E - 1));
+  const double busiest = 1 + sigma / std::sqrt(local) * expected_max_normal(ep);
+  // A rank receives at most min(topk, E/ep) rows per token of each of the ep ranks.
+  return std::min(busiest, ep * std::min(double(m.topk), local) / m.topk);
+}
+
+}  // namespace mt::plan

@@ -1,0 +1,68 @@
+// Local, more rank threads than cores: the pipeline replayed with the computing stages
+// sharing the cores (time_model.h).
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "plan/time_model.h"
+
+namespace mt::plan {
+
+double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& costs, double width,
+                             double cores) {
+  MT_CHECK(int(s.actions.size()) == s.stages && int(costs.size()) == s.stages);
+  const size_t P = size_t(s.stages);
+  std::vector<size_t> pc(P, 0);
+  std::vector<double> left(P, -1);  // full-speed seconds left of the running action; -1: none
+  std::map<MessageKey, double> arrival;
+  double now = 0;
+  for (;;) {
+    // Every stage runs its sends and arrived receives and starts its next computation (until
+    // none can: a send may release a receive of a stage already passed).
+    double next_arrival = 1e300;
+    bool done = true;
+    for (bool progress = true; progress;) {
+      progress = false;
+      next_arrival = 1e300;
+      done = true;
+      for (size_t st = 0; st < P; ++st) {
+        const auto& list = s.actions[st];
+        for (; pc[st] < list.size() && left[st] < 0; ++pc[st]) {
+          const Action& a = list[pc[st]];
+          if (is_recv(a.kind)) {
+            auto it = arrival.find(message_key(s, int(st), a));
+            if (it == arrival.end()) break;
+            if (it->second > now) {
+              next_arrival = std::min(next_arrival, it->second);
+              break;
+            }
+          } else if (is_send(a.kind)) {
+            arrival.emplace(message_key(s, int(st), a), now + costs[st].latency);
+          } else {
+            left[st] = action_cost(s, a.kind, costs[st]);
+            progress = true;
+            break;
+          }
+          progress = true;
+        }
+        done = done && pc[st] == list.size();
+      }
+    }
+    if (done) return now;
+    int running = 0;
+    for (size_t st = 0; st < P; ++st) running += left[st] >= 0;
+    const double rate = running ? std::min(1.0, cores / (running * width)) : 1.0;
+    double dt = next_arrival - now;
+    for (size_t st = 0; st < P; ++st)
+      if (left[st] >= 0) dt = std::min(dt, left[st] / rate);
+    MT_CHECK(dt < 1e299, "shared_cores_makespan: the schedule deadlocks");
+    now += dt;
+    for (size_t st = 0; st < P; ++st) {
+      if (left[st] < 0) continue;
+      left[st] -= dt * rate;
+      if (left[st] <= 1e-15) left[st] = -1, ++pc[st];  // finished: on to its next action
+    }
+  }
+}
+
+}  // namespace mt::plan

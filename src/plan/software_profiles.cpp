@@ -1,0 +1,200 @@
+#include "plan/software_profiles.h"
+
+#include <sstream>
+
+#include "core/error.h"
+#include "plan/profile_fields.h"
+
+namespace mt::plan {
+
+namespace {
+
+// Megatron-LM's training step as of the papers' code, shared by both versions.
+constexpr const char* kMegatronStep =
+    "megatron/training.py train_step(): forward_backward_func(), then allreduce_gradients() "
+    "on the whole contiguous buffer: no overlap with backward (--overlap-grad-reduce came "
+    "with Megatron-Core, 2023)";
+constexpr const char* kMegatronDropout =
+    "GPT defaults --attention-dropout 0.1 --hidden-dropout 0.1: torch dropout on the "
+    "attention probabilities after the fused softmax (read, write, 1-byte mask) and the "
+    "fused bias-dropout-add of both residual branches";
+constexpr const char* kMegatronLoss =
+    "output.float(), then vocab_parallel_cross_entropy's max/sub/exp/sum/div passes (38 "
+    "bytes per logit forward, 14 backward) unless --fp16-lm-cross-entropy";
+constexpr const char* kMegatronP2p =
+    "p2p_communication.py _communicate(): batch_isend_irecv, wait, torch.cuda.synchronize()";
+constexpr const char* kMegatronScatter =
+    "--scatter-gather-tensors-in-pipeline (default on): 1/tp of the tensor per rank, "
+    "gather_split_1d_tensor over tp after";
+constexpr const char* kMegatronChunks =
+    "schedules.py asserts layers divisible by pp x v and microbatches by pp";
+constexpr const char* kMegatronZero =
+    "no ZeRO: its optimizer keeps the full fp32 state on every dp rank (the distributed "
+    "optimizer came later and is not modelled)";
+constexpr const char* kMegatronSmall = "gradient-norm and loss all-reduces over the world";
+constexpr const char* kMegatronTied =
+    "the tied embedding's gradient all-reduced between the first and last stage after the "
+    "pipeline, before the optimizer (on the critical path)";
+constexpr const char* kNoZero3 = "no ZeRO 3 (max_zero 0)";
+
+const std::vector<SoftwareTable> kTables = {
+    {"meshtrain",
+     {},
+     {{"dp_overlap", 1,
+       "fp32 gradients reduced in buckets as the last microbatch's backward "
+       "produces them"},
+      {"grad_reduce_bytes", 4, "fp32 gradients"},
+      {"optimizer_bytes", 32,
+       "AdamW reads param, grad and two moments and writes param and "
+       "moments (28), the gradient-norm pass reads the gradient (4)"},
+      {"optimizer_kernels", 2, "AdamW and the gradient-norm pass"},
+      {"world_all_reduces", 2, "gradient-norm and loss all-reduces over the world"},
+      {"zero3_overlap", 1, "ZeRO 3 gathers prefetched under the pass before"},
+      {"tied_embedding_reduce", 1, kMegatronTied},
+      {"dropout", 0, "no dropout"},
+      {"fp32_cross_entropy", 0, "cross-entropy at the activation precision"},
+      {"p2p_blocking", 0, "asynchronous sends: the transfer is the send->receive latency"},
+      {"p2p_scatter_gather", 0, "the whole boundary over one link"},
+      {"even_chunks", 0, "any partition of the chunks"},
+      {"grad_accum_pass", 0, "the weight-gradient GEMM accumulates"},
+      {"tp_backward_overlap", 0, "tp collectives not overlapped"},
+      {"max_zero", 3, "ZeRO 1-3"}}},
+    {"megatron-lm-2021",
+     {"1f1b", "interleaved"},
+     {{"dp_overlap", 0, kMegatronStep},
+      {"grad_reduce_bytes", 2,
+       "fp16 gradient buffer (--fp16 without "
+       "--accumulate-allreduce-grads-in-fp32, the default)"},
+      {"optimizer_bytes", 54,
+       "Float16OptimizerWithFloat16Params + apex FusedAdam: zero the "
+       "grads (2), fp16 -> fp32 main grads (6), unscale + inf check "
+       "(8), norm (4), Adam (28), main -> fp16 params (6)"},
+      {"optimizer_kernels", 2, "the optimizer's passes fused as in the 32-byte model"},
+      {"world_all_reduces", 2, kMegatronSmall},
+      {"zero3_overlap", 1, kNoZero3},
+      {"tied_embedding_reduce", 1, kMegatronTied},
+      {"dropout", 1, kMegatronDropout},
+      {"fp32_cross_entropy", 1, kMegatronLoss},
+      {"p2p_blocking", 1, kMegatronP2p},
+      {"p2p_scatter_gather", 1, kMegatronScatter},
+      {"even_chunks", 1, kMegatronChunks},
+      {"grad_accum_pass", 1,
+       "megatron/model/distributed.py param hook main_grad.add_(grad) per "
+       "parameter per microbatch (read the 16-bit grad, read + write "
+       "the buffer)"},
+      {"tp_backward_overlap", 0, "tp collectives not overlapped (v2.x)"},
+      {"max_zero", 0, kMegatronZero}}},
+    {"megatron-lm-2022",
+     {"1f1b", "interleaved"},
+     {{"dp_overlap", 0, kMegatronStep},
+      {"grad_reduce_bytes", 4,
+       "fp32 gradient buffer (bf16 forces "
+       "--accumulate-allreduce-grads-in-fp32)"},
+      {"optimizer_bytes", 50,
+       "Float16OptimizerWithFloat16Params + apex FusedAdam with fp32 "
+       "main grads: zero (4), unscale + inf check (8), norm (4), Adam "
+       "(28), main -> bf16 params (6)"},
+      {"optimizer_kernels", 2, "the optimizer's passes fused as in the 32-byte model"},
+      {"world_all_reduces", 2, kMegatronSmall},
+      {"zero3_overlap", 1, kNoZero3},
+      {"tied_embedding_reduce", 1, kMegatronTied},
+      {"dropout", 1, kMegatronDropout},
+      {"fp32_cross_entropy", 1, kMegatronLoss},
+      {"p2p_blocking", 1, kMegatronP2p},
+      {"p2p_scatter_gather", 1, kMegatronScatter},
+      {"even_chunks", 1, kMegatronChunks},
+      {"grad_accum_pass", 0,
+       "--gradient-accumulation-fusion: the weight-gradient GEMM "
+       "accumulates into the fp32 main_grad"},
+      {"tp_backward_overlap", 1,
+       "tensor_parallel/layers.py "
+       "LinearWithGradAccumulationAndAsyncCommunication: the "
+       "column-parallel backward's all-gather under the input-gradient "
+       "GEMM, its reduce-scatter / all-reduce under the weight-gradient "
+       "GEMM"},
+      {"max_zero", 0, kMegatronZero}}},
+    {kLocalSoftware,
+     {},
+     {{"dp_overlap", 0,
+       "the local backend's collectives run on the ranks' own cores: nothing "
+       "overlaps compute"},
+      {"grad_reduce_bytes", 4, "fp32 gradients"},
+      {"optimizer_bytes", 52,
+       "AdamW (28) and the gradient-norm read (4) as on GPUs, plus the "
+       "finiteness check of the updated parameters and moments (12 "
+       "read) and the gradients read for the norm and zeroed (8)"},
+      {"optimizer_kernels", 4, "AdamW, the norm, the finiteness check, the zeroing"},
+      {"world_all_reduces", 3,
+       "gradient norm, loss, and the ranks' agreement that the update "
+       "left every weight finite"},
+      {"zero3_overlap", 0, "gathers run on the ranks' own cores: nothing overlaps"},
+      {"tied_embedding_reduce", 0,
+       "not costed: the first and last stage exchange V/tp x h "
+       "floats through shared memory"},
+      {"dropout", 0, "no dropout"},
+      {"fp32_cross_entropy", 0, "fp32 throughout (its pointwise passes calibrated)"},
+      {"p2p_blocking", 0, "asynchronous sends"},
+      {"p2p_scatter_gather", 0, "the whole boundary in one send"},
+      {"even_chunks", 0, "any partition of the chunks"},
+      {"grad_accum_pass", 0, "the weight-gradient GEMM accumulates"},
+      {"tp_backward_overlap", 0, "collectives on the ranks' own cores"},
+      {"max_zero", 3, "ZeRO 1-3"}}}};
+
+UsageError unknown_software(const std::string& name) {
+  return UsageError(str("unknown --software '", name,
+                        "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022)"));
+}
+
+std::string number(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+}  // namespace
+
+const std::vector<SoftwareTable>& software_tables() {
+  return kTables;
+}
+
+const SoftwareTable& software_table(const std::string& name) {
+  for (const SoftwareTable& t : kTables)
+    if (name == t.name) return t;
+  throw unknown_software(name);
+}
+
+const std::vector<std::string>& software_names() {
+  static const std::vector<std::string> names = {"meshtrain", "megatron-lm-2021",
+                                                 "megatron-lm-2022"};
+  return names;
+}
+
+void apply_software(HardwareProfile& h, const std::string& name) {
+  MT_REQUIRE(!h.local || name == kLocalSoftware,
+             "--software applies to GPU hardware (the local profile is meshtrain's own engine, "
+             "as calibrated)");
+  if (!h.local && name == kLocalSoftware) throw unknown_software(name);
+  const SoftwareTable& t = software_table(name);
+  h.software = t.name;
+  h.schedules = t.schedules;
+  for (const SoftwareSetting& s : t.settings) set_profile_field(h, s.key, s.value);
+}
+
+std::vector<std::string> software_lines(const HardwareProfile& h) {
+  const SoftwareTable& t = software_table(h.software);
+  std::vector<std::string> out;
+  for (const SoftwareSetting& s : t.settings) {
+    const double v = profile_field_value(h, s.key);
+    out.push_back(str(
+        "software ", t.name, ": ", s.key, " ", number(v), " -- ", s.source,
+        v != s.value ? str(" (set by the hardware file; ", t.name, " has ", number(s.value), ")")
+                     : std::string()));
+  }
+  std::string schedules;
+  for (const std::string& s : t.schedules) schedules += (schedules.empty() ? "" : ", ") + s;
+  out.push_back(str("software ", t.name, ": schedules ",
+                    schedules.empty() ? "1f1b, gpipe, zb-h1, interleaved" : schedules));
+  return out;
+}
+
+}  // namespace mt::plan

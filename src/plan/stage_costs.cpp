@@ -1,0 +1,93 @@
+// Per pipeline stage, one microbatch: its chunks' blocks, the embedding on the first, the
+// head on the last, from the candidate's cost model (cost_model.h), and what the stage holds
+// (parameters, linear weights) for the steps after the pipeline.
+#include "model/block.h"
+#include "parallel/pipeline/stage_chunks.h"
+#include "plan/cost_model.h"
+#include "plan/time_model.h"
+#include "tensor_parallel/vocab_parallel.h"
+
+namespace mt::plan {
+
+namespace {
+
+// Parameters of one block on one rank (tp-split matrices, replicated LayerNorms and biases);
+// the rank's experts' share is added to *experts.
+double block_params(const ModelConfig& m, int layer, const Layout& l, double* experts) {
+  const double h = m.dim, t = l.tp;
+  double p = 4 * h + 4 * h * h / t + 3 * h / t + h;  // ln_1, ln_2, attention
+  if (is_moe_layer(m, layer)) {
+    const double ex = double(m.experts) / l.ep * (8 * h * h + 5 * h);
+    *experts += ex;
+    p += m.experts * h + ex;
+  } else {
+    p += 8 * h * h / t + 4 * h / t + h;
+  }
+  return p;
+}
+
+void add(StageCosts& sc, const Passes& p) {
+  sc.forward += p.forward, sc.backward += p.backward, sc.weight += p.weight;
+}
+
+void add_block(const CostContext& c, int layer, StageCosts& sc) {
+  const ModelConfig& m = c.r.model;
+  const BlockCosts k = c.model->block(c, layer);
+  add(sc, k.passes);
+  sc.tp_comm += k.tp_comm;
+  sc.ep_comm += k.ep_comm;
+  sc.recompute += k.recompute;
+  const double params = block_params(m, layer, c.l, &sc.expert_params);
+  sc.params += params;
+  // The linears' weights (their bf16 copies locally): attention (4 h^2/t) and the MLP
+  // (8 h^2/t) or the rank's experts (E/ep x 8 h^2).
+  const double h = c.h, t = c.t;
+  sc.linear_weights +=
+      4 * h * h / t +
+      (is_moe_layer(m, layer) ? double(m.experts) / c.l.ep * 8 * h * h : 8 * h * h / t);
+  ++sc.blocks;
+  add(sc, c.model->after_block(c, params));
+}
+
+// The tied embedding (V/tp x h on the rank) is counted once, on the first chunk that holds
+// the embedding or the head.
+void add_embedding(const CostContext& c, StageCosts& sc, bool& wte) {
+  const double lookup = stream_seconds(c.rates, 3 * c.N * c.h * c.e, 2);
+  add(sc, {lookup, lookup, 0});
+  add(sc, c.model->embedding_comm(c, &sc.tp_comm));
+  sc.params += double(c.r.model.seq) * c.h;
+  const double Vl = double(tp::padded_vocab(c.r.model.vocab, c.l.tp)) / c.l.tp;
+  if (!wte) sc.params += Vl * c.h, wte = true;
+}
+
+void add_head(const CostContext& c, StageCosts& sc, bool& wte) {
+  add(sc, c.model->head(c, &sc.tp_comm));
+  const double Vl = double(tp::padded_vocab(c.r.model.vocab, c.l.tp)) / c.l.tp;
+  sc.params += 2 * c.h;
+  if (!wte) sc.params += Vl * c.h, wte = true;
+  sc.linear_weights += Vl * c.h;
+}
+
+}  // namespace
+
+std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
+  const CostContext c = make_context(r, l);
+  const ModelConfig& m = r.model;
+  std::vector<int> per_chunk = {m.layers};
+  const std::vector<ChunkSpec> whole = {{0, m.layers, true, true}};
+  if (l.pp > 1) per_chunk = default_stage_layers(m, l.pp, l.virtual_stages);
+  std::vector<StageCosts> out(size_t(l.pp));
+  for (int st = 0; st < l.pp; ++st) {
+    StageCosts& sc = out[size_t(st)];
+    bool wte = false;
+    for (const ChunkSpec& spec : l.pp > 1 ? stage_chunk_specs(per_chunk, l.pp, st) : whole) {
+      for (int layer = spec.first_layer; layer < spec.last_layer; ++layer) add_block(c, layer, sc);
+      if (spec.has_embedding) add_embedding(c, sc, wte);
+      if (spec.has_head) add_head(c, sc, wte);
+    }
+    add(sc, c.model->per_stage(c, sc.linear_weights));
+  }
+  return out;
+}
+
+}  // namespace mt::plan

@@ -1,0 +1,125 @@
+// --explain's assumptions: the structure of the cost model the candidate uses, then every
+// constant with the value the code computes with, read from the same fields (never a
+// number written into the text).
+#include <sstream>
+
+#include "model/moe_layer.h"
+#include "plan/software_profiles.h"
+#include "plan/time_model.h"
+
+namespace mt::plan {
+
+namespace {
+
+std::string num(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+std::vector<std::string> common_lines() {
+  return {
+      "per block and microbatch: qkv, projection and two MLP GEMMs (tp-split), "
+      "LayerNorm/residual/GELU as memory-bound passes; backward = input-gradient GEMMs (B) + "
+      "weight-gradient GEMMs (W); the attention core as batched GEMMs over b*heads/tp with a "
+      "softmax pass, its backward 2x its forward (locally: the engine's attention kernel at its "
+      "calibrated rate, where measured)",
+      "model FLOPs (MFU numerator): Korthikanti et al. 2022 App. A, recomputation not counted",
+      "pipeline: the engine's schedule simulator with each stage's F/B/W costs (its blocks, "
+      "the embedding on the first, ln_f + logits + cross-entropy on the last); p2p transfer "
+      "of (b*s, h) [/tp under SP]; interleaved: a stage's cost split evenly over its chunks",
+      "recompute: selective repeats the attention core's forward in backward, full the whole "
+      "block's forward (with its tp communication)"};
+}
+
+std::vector<std::string> local_lines(const HardwareProfile& hw) {
+  std::vector<std::string> a = {
+      "local backend: ranks x threads beyond the calibrated cores time-share them: the "
+      "pipeline is replayed with the computing stages sharing the cores (processor sharing; "
+      "a waiting rank blocks), what follows it runs on every rank at once, and collectives pay "
+      "the oversubscribed latency",
+      "tensor parallel as the engine's linears issue it: 2 all-reduces of (b*s, h) forward + "
+      "2 backward per block (SP: all-gather + reduce-scatter pairs, the weight pass gathering "
+      "its inputs and output gradients again; gathers in bf16 under bf16); not overlapped",
+      "local bf16: the linears' and MoE experts' GEMMs on oneDNN's bf16 matmul (calibrated "
+      "peak, penalty, overhead), attention core as calibrated for a bf16 run, every GEMM input "
+      "kept for backward rounded to bf16 once (output gradients of row-parallel linears once "
+      "per pass), weight copies rounded once per step; MoE router, LayerNorm, GELU, softmax, "
+      "reductions and AdamW stay fp32"};
+  if (hw.microbatch_weight_s > 0 || hw.microbatch_weight_s_bf16 > 0)
+    a.push_back(
+        "every microbatch also pays the calibrated per-microbatch cost for each linear weight "
+        "element on the rank (microbatch_weight_s*, fitted with the step factor to the "
+        "reference step in 1, 2, 4 and 8 microbatches), a third in each of F, B and W");
+  if (hw.moe_fwd_s > 0)
+    a.push_back(
+        str("MoE: the fp32 router GEMMs, each local expert's GEMMs over its rows (bf16: over the "
+            "layer's row chunks of ",
+            MoeLayer::kRowQuantum,
+            " x 2^j rows, the last split into matmul_bf16's row pieces, "
+            "padded to ",
+            MoeLayer::kRowQuantum,
+            " for the weight gradients), the rest of the layer "
+            "(routing, permutations, GELU, roundings) at its calibrated cost per expert hidden "
+            "element; with ep the busiest rank's rows: N topk x (1 + cv sqrt(E/(E-1)) / sqrt(E/ep) "
+            "x E[max of ep normals]), cv the calibrated load spread"));
+  else
+    a.push_back(
+        "MoE (no calibrated MoE figures in this profile): router GEMM, balanced routing "
+        "(N*topk rows over the rank's E/ep experts), permutations as streams, two all-to-alls "
+        "forward and two backward over ep; not overlapped");
+  return a;
+}
+
+std::vector<std::string> gpu_lines(const HardwareProfile& hw) {
+  return {"each linear's bias gradient is a memory-bound pass over its output gradient (in W)",
+          str("tensor parallel: 2 all-reduces forward + 2 backward per block of (b*s, h) "
+              "activations (SP: all-gather + reduce-scatter pairs, costed as the all-reduce they "
+              "replace); ",
+              hw.tp_backward_overlap ? "the column-parallel backward's collectives under its GEMMs"
+                                     : "not overlapped with compute"),
+          "MoE: router GEMM, balanced routing (N*topk rows over the rank's E/ep experts), two "
+          "all-to-alls forward and two backward over ep; not overlapped",
+          str("pipeline p2p: ",
+              hw.p2p_blocking ? "blocking (each chunk's F and B pay the transfer)"
+                              : "asynchronous (the transfer is the send->receive latency)",
+              hw.p2p_scatter_gather
+                  ? "; scatter/gather over tp (1/tp per link, then an all-gather over NVLink)"
+                  : ""),
+          "placement: tp innermost within a node, then dp, then pp (CONTRACTS.md §7); a group "
+          "spanning nodes gets min(NVLink busbw, members per node x NIC busbw)",
+          "memory: the engine's own estimate (fp32 master weights, fp32 grads, AdamW moments); "
+          "bf16 halves activations and adds a 2-byte weight copy; 3 GiB per GPU reserved"};
+}
+
+// The steps after the pipeline, with the constants the code uses.
+std::vector<std::string> step_lines(const HardwareProfile& hw) {
+  return {
+      str("data parallel: gradients of ", num(hw.grad_reduce_bytes),
+          " bytes per element reduced in buckets; ", num(hw.dp_overlap),
+          " of the reduction may hide under the last microbatch's B+W (dp_overlap), the rest "
+          "is exposed; ZeRO 1/2 reduce-scatter, then an exposed all-gather of the updated "
+          "parameters",
+          hw.tied_embedding_reduce ? "; with pp the tied embedding's gradient all-reduce "
+                                     "between first and last stage follows, exposed"
+                                   : ""),
+      str("ZeRO 3: parameter all-gather before forward and backward and gradient "
+          "reduce-scatter per block and microbatch; ",
+          num(hw.zero3_overlap), " of them hide under that pass's compute (zero3_overlap)"),
+      str("optimizer: ", num(hw.optimizer_bytes), " bytes streamed per updated element in ",
+          hw.optimizer_kernels, " passes (optimizer_bytes, optimizer_kernels); plus ",
+          hw.world_all_reduces, " latency-bound all-reduces over the world (world_all_reduces)")};
+}
+
+}  // namespace
+
+std::vector<std::string> time_assumptions(const PlanRequest& r) {
+  const HardwareProfile& hw = r.hardware;
+  std::vector<std::string> a = common_lines();
+  for (const std::string& line : hw.local ? local_lines(hw) : gpu_lines(hw)) a.push_back(line);
+  for (const std::string& line : step_lines(hw)) a.push_back(line);
+  for (const std::string& line : software_lines(hw)) a.push_back(line);
+  return a;
+}
+
+}  // namespace mt::plan
