@@ -30,43 +30,15 @@ set_tests_properties(reference.vs_torch.l1_v256_clip reference.vs_torch.l3_v2048
                      reference.vs_torch.l2_v100000_v2shard
                      PROPERTIES LABELS reference TIMEOUT 300)
 
-# The --arch llama cases (tests/reference/llama_cases.py), registered only once the engine
-# has what they need (issue #32), so that nothing fails or skips before it lands. The binary
-# does not exist at configure time, so the sign is in the source:
-#   --arch                 a "arch" flag name in src/cli (until it appears, every src/cli file
-#                          is a configure dependency, so the edit that adds it re-runs this);
-#   --init-from DIR        (the Hugging Face cases) the name model.safetensors.index.json in
-#                          src/, i.e. a reader of sharded directories (re-checked whenever
-#                          CMake re-runs, e.g. when a source file is added).
-# test_vs_torch.py says so plainly when handed a binary without --arch anyway (exit 2).
-function(mt_sources_mention out pattern)
-  foreach(f ${ARGN})
-    file(STRINGS ${f} hit REGEX "${pattern}")
-    if(hit)
-      set(${out} TRUE PARENT_SCOPE)
-      return()
-    endif()
-  endforeach()
-  set(${out} FALSE PARENT_SCOPE)
-endfunction()
-
-file(GLOB mt_cli_sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cli/*.cpp
-     ${CMAKE_SOURCE_DIR}/src/cli/*.h)
-mt_sources_mention(mt_engine_has_arch "\"arch\"" ${mt_cli_sources})
+# The --arch llama cases (tests/reference/llama_cases.py, docs/contracts.md section 9): the
+# dense block against the PyTorch reference. The llama MoE cases (llama_moe_softmax,
+# llama_moe_sigmoid_bias) and the Hugging Face directory cases (llama_rope_scaling,
+# llama_hf_sharded_bf16, llama_hf_f16_tied) join this list with the engine work they check.
 set(mt_llama_cases llama_gqa llama_mqa_v2048_mb2 llama_tied llama_head_dim llama_bf16
-                   llama_v2048_bf16 llama_moe_softmax llama_moe_sigmoid_bias)
-if(mt_engine_has_arch)
-  file(GLOB_RECURSE mt_all_sources ${CMAKE_SOURCE_DIR}/src/*.cpp ${CMAKE_SOURCE_DIR}/src/*.h)
-  mt_sources_mention(mt_engine_reads_hf "model\\.safetensors\\.index\\.json" ${mt_all_sources})
-  if(mt_engine_reads_hf)
-    list(APPEND mt_llama_cases llama_rope_scaling llama_hf_sharded_bf16 llama_hf_f16_tied)
-  endif()
-  foreach(case ${mt_llama_cases})
-    add_test(NAME reference.vs_torch.${case}
-             COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/test_vs_torch.py
-                     $<TARGET_FILE:meshtrain> --case ${case})
-    set_tests_properties(reference.vs_torch.${case} PROPERTIES LABELS reference TIMEOUT 600)
-  endforeach()
-else()
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${mt_cli_sources})
-endif()
+                   llama_v2048_bf16)
+foreach(case ${mt_llama_cases})
+  add_test(NAME reference.vs_torch.${case}
+           COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/test_vs_torch.py
+                   $<TARGET_FILE:meshtrain> --case ${case})
+  set_tests_properties(reference.vs_torch.${case} PROPERTIES LABELS reference TIMEOUT 600)
+endforeach()

@@ -202,6 +202,46 @@ void FlagSet::add_bool(const char* section, const char* name, bool* target, std:
   flags_.push_back(std::move(f));
 }
 
+namespace {
+
+std::string joined(const std::vector<std::string>& names, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? sep : "") + names[i];
+  return out;
+}
+
+int index_of(const std::vector<std::string>& names, const std::string& v,
+             const std::string& where) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == v) return int(i);
+  throw UsageError(str(where, " must be one of ", joined(names, ", "), " (got \"", v, "\")"));
+}
+
+}  // namespace
+
+void FlagSet::add_named(const char* section, const char* name, std::string help,
+                        std::vector<std::string> names, std::function<int()> get,
+                        std::function<void(int)> set) {
+  Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
+  const std::string flag = std::string("--") + name;
+  const std::string h = f.help;
+  auto text = std::make_shared<std::string>();
+  f.add_cli = [flag, h, text, names, get](CLI::App& app) {
+    *text = names[size_t(get())];
+    return app.add_option(flag, *text, h)->capture_default_str()->type_name(joined(names, "|"));
+  };
+  f.check = [flag, text, names, set](const CLI::Option* given) {
+    if (given && given->count() > 0) set(index_of(names, *text, flag));
+  };
+  f.set_from_toml = [names, set](const void* node, const std::string& where) {
+    auto v = static_cast<const toml::node*>(node)->value<std::string>();
+    MT_REQUIRE(v.has_value(), where, " must be a string: one of ", joined(names, ", "));
+    set(index_of(names, *v, where));
+  };
+  f.toml_value = [names, get] { return toml_literal(names[size_t(get())]); };
+  flags_.push_back(std::move(f));
+}
+
 void FlagSet::register_cli(CLI::App& app) {
   for (Flag& f : flags_) f.option = f.add_cli(app)->group(f.section);
 }

@@ -40,6 +40,11 @@ class FlagSet {
   template <typename T>
   void add(const char* section, const char* name, T* target, std::string help, FlagRange range);
   void add_bool(const char* section, const char* name, bool* target, std::string help);
+  // A flag whose value is one of a fixed set of names, parsed into its enum here, once, from
+  // the command line or the config file; anything else is refused naming the choices.
+  template <typename E>
+  void add_choice(const char* section, const char* name, E* target, std::string help,
+                  std::vector<std::pair<std::string, E>> choices);
 
   // Adds every flag to `app`, grouped by section, defaults shown in --help.
   void register_cli(CLI::App& app);
@@ -66,6 +71,24 @@ class FlagSet {
     bool in_file = false;
   };
   std::vector<Flag> flags_;
+  // add_choice's untyped half: the enum as the index of its name in `names`.
+  void add_named(const char* section, const char* name, std::string help,
+                 std::vector<std::string> names, std::function<int()> get,
+                 std::function<void(int)> set);
 };
+
+template <typename E>
+void FlagSet::add_choice(const char* section, const char* name, E* target, std::string help,
+                         std::vector<std::pair<std::string, E>> choices) {
+  std::vector<std::string> names;
+  for (const auto& c : choices) names.push_back(c.first);
+  auto get = [target, choices] {
+    for (size_t i = 0; i < choices.size(); ++i)
+      if (choices[i].second == *target) return int(i);
+    return 0;
+  };
+  auto set = [target, choices](int i) { *target = choices[size_t(i)].second; };
+  add_named(section, name, std::move(help), std::move(names), get, set);
+}
 
 }  // namespace mt

@@ -49,8 +49,30 @@ std::string apply_config(const std::vector<std::string>& configs, FlagSet& flags
   return "";
 }
 
+// --arch llama's knobs (section 9); 0 means each one's default.
+void define_llama_flags(FlagSet& f, ModelConfig& m) {
+  f.add("model", "kv-heads", &m.kv_heads,
+        "llama: key/value heads (grouped-query attention; must divide --heads; 1 = multi-query; "
+        "0 = --heads)",
+        {0, kMaxDim});
+  f.add("model", "head-dim", &m.head_size,
+        "llama: width of one attention head (0 = dim/heads; even, <= 512)", {0, 512});
+  f.add("model", "ffn-dim", &m.ffn_dim, "llama: SwiGLU width F (0 = 256 * ceil((8C/3) / 256))",
+        {0, kMaxFfnDim});
+  f.add("model", "rope-theta", &m.rope_theta, "llama: RoPE base theta",
+        {1, kMaxFloat, /*min_exclusive=*/true});
+  f.add("model", "norm-eps", &m.norm_eps, "llama: RMSNorm epsilon", {0, 1, /*min_exclusive=*/true});
+  f.add_bool("model", "tie-embeddings", &m.tie_embeddings,
+             "llama: the head multiplies the token table (no lm_head.weight; gpt2 always ties)");
+}
+
 // One function per group of --help and of the config file's tables.
 void define_model_flags(FlagSet& f, ModelConfig& m) {
+  f.add_choice("model", "arch", &m.arch,
+               "block architecture: gpt2 (LayerNorm, learned positions, GELU MLP of 4C, tied "
+               "head) or llama (RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases, "
+               "untied head; docs/contracts.md section 9)",
+               {{"gpt2", Arch::gpt2}, {"llama", Arch::llama}});
   f.add("model", "layers", &m.layers, "transformer blocks", {1, kMaxLayers});
   f.add("model", "dim", &m.dim, "model width C", {1, kMaxDim});
   f.add("model", "heads", &m.heads, "attention heads (must divide --dim)", {1, kMaxDim});
@@ -68,6 +90,7 @@ void define_model_flags(FlagSet& f, ModelConfig& m) {
   f.add("model", "moe-every", &m.moe_every, "every k-th block is MoE", {1, kMaxLayers});
   f.add("model", "router-bias-update", &m.router_bias_update,
         "aux-loss-free balancing bias step gamma (0 = off)", {0, kMaxFloat});
+  define_llama_flags(f, m);
 }
 
 void define_parallel_flags(FlagSet& f, ParallelOptions& p) {

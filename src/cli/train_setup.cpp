@@ -153,14 +153,15 @@ void resolve_train_options(TrainOptions& o) {
   // Model shape from an init file: the file decides; conflicting flags are errors.
   if (!o.io.init_from.empty()) {
     ModelConfig f = model_config_from_file(o.io.init_from, o.model);
-    MT_REQUIRE(!o.seq_given || o.model.seq <= f.seq, "--seq ", o.model.seq,
+    // Learned positions bound --seq; RoPE (llama) does not.
+    MT_REQUIRE(!o.seq_given || f.llama() || o.model.seq <= f.seq, "--seq ", o.model.seq,
                " is longer than the position table of ", o.io.init_from, " (", f.seq, " rows)");
     MT_REQUIRE(!o.vocab_given || o.model.vocab == f.vocab, "--vocab ", o.model.vocab,
-               " differs from the ", f.vocab, " rows of transformer.wte.weight in ",
+               " differs from the ", f.vocab, " rows of ", f.token_table_name(), " in ",
                o.io.init_from);
     const int seq = o.seq_given ? o.model.seq : f.seq;
     o.model = f;
-    o.model.positions = f.seq;  // keep the whole table; the run uses its first seq rows
+    if (!f.llama()) o.model.positions = f.seq;  // keep the whole table; the run uses seq rows
     o.model.seq = seq;
     o.vocab_given = true;
   }

@@ -28,6 +28,15 @@ inline bf16 float_to_bf16(float f) {
   return bf16((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+// float_to_bf16's rule written branch-free (a select instead of the NaN return), so loops
+// that round their own outputs vectorise; the same bits for every input.
+inline bf16 float_to_bf16_select(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const std::uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return (u & 0x7FFFFFFFu) > 0x7F800000u ? bf16(0x7FC0) : bf16(r);
+}
+
 inline float bf16_to_float(bf16 h) {
   std::uint32_t u = std::uint32_t(h) << 16;
   float f;

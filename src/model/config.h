@@ -1,12 +1,23 @@
-// GPT model hyper-parameters (CONTRACTS.md §1) and their validation.
+// Model hyper-parameters and their validation: the GPT-2 block (CONTRACTS.md §1) and the
+// Llama family (--arch llama, §9).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "kernels/rope.h"
+
 namespace mt {
 
+// gpt2: LayerNorm with biases, learned positions, GELU MLP of 4C, tied head (§1).
+// llama: RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases, untied head by default (§9).
+enum class Arch { gpt2, llama };
+// "gpt2" | "llama"; false for anything else.
+bool parse_arch(const std::string& s, Arch* out);
+const char* arch_name(Arch a);
+
 struct ModelConfig {
+  Arch arch = Arch::gpt2;
   int layers = 4;
   int dim = 128;
   int heads = 4;
@@ -26,9 +37,26 @@ struct ModelConfig {
   float aux_loss_coef = 0.01f;
   float router_bias_update = 0;
 
-  int head_dim() const { return dim / heads; }
+  // --arch llama only (§9); 0 means the default named in each comment.
+  int kv_heads = 0;   // key/value heads Hkv, dividing heads (default heads)
+  int head_size = 0;  // --head-dim (default dim / heads)
+  int ffn_dim = 0;    // SwiGLU width (default 256 * ceil((8C/3) / 256))
+  double rope_theta = 500000.0;
+  RopeScaling rope_scaling;  // Llama 3.1 "rope_scaling" (from a Hugging Face config.json)
+  float norm_eps = 1e-5f;
+  bool tie_embeddings = false;  // gpt2 is always tied
+
+  bool llama() const { return arch == Arch::llama; }
+  int head_dim() const { return head_size > 0 ? head_size : dim / heads; }
+  int kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int position_rows() const { return positions > 0 ? positions : seq; }
-  int hidden() const { return 4 * dim; }
+  // The MLP's hidden width: 4C for gpt2; --ffn-dim or Llama's rounded 8C/3 for llama.
+  int hidden() const;
+  // The head multiplies the token table (always for gpt2).
+  bool tied() const { return !llama() || tie_embeddings; }
+  // Names of the token table and of the head's matrix (the same tensor when tied).
+  const char* token_table_name() const;
+  const char* head_weight_name() const;
   // Throws UsageError naming the flag and what is allowed.
   void validate() const;
   // Blocks whose MLP is a mixture of experts (block i when (i+1) % moe_every == 0).
@@ -37,7 +65,7 @@ struct ModelConfig {
   int64_t num_params() const;
   // Model FLOPs per token for one training step (forward + backward), as nanoGPT/PaLM count
   // them: 6 per active parameter (excluding the position table; a MoE layer's active
-  // experts are topk of them) plus 12*L*T*C for attention.
+  // experts are topk of them) plus 12*L*T*(H*hd) for attention (12*L*T*C for gpt2).
   double flops_per_token() const;
   std::string describe() const;
 };

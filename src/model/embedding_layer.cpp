@@ -4,26 +4,39 @@ namespace mt {
 
 const ParamInfo& register_token_table(const ModelConfig& cfg, const TensorParallelShard& tp,
                                       ParamTable& table) {
-  if (const ParamInfo* wte = table.find("transformer.wte.weight")) return *wte;
+  if (const ParamInfo* wte = table.find(cfg.token_table_name())) return *wte;
   ShardSpec rows;
   if (tp.size > 1) {
     const tp::VocabShard s = tp::vocab_shard(cfg.vocab, tp.size, tp.rank);
     rows = ShardSpec{0, {{s.start, s.rows}}};  // rows beyond V are padding
   }
-  return table.add("transformer.wte.weight", {cfg.vocab, cfg.dim}, InitKind::normal, 0.02f, rows);
+  return table.add(cfg.token_table_name(), {cfg.vocab, cfg.dim}, InitKind::normal, 0.02f, rows);
+}
+
+const ParamInfo& register_head_matrix(const ModelConfig& cfg, const TensorParallelShard& tp,
+                                      ParamTable& table) {
+  if (cfg.tied()) return register_token_table(cfg, tp, table);
+  ShardSpec rows;
+  if (tp.size > 1) {
+    const tp::VocabShard s = tp::vocab_shard(cfg.vocab, tp.size, tp.rank);
+    rows = ShardSpec{0, {{s.start, s.rows}}};
+  }
+  return table.add(cfg.head_weight_name(), {cfg.vocab, cfg.dim}, InitKind::normal, 0.02f, rows);
 }
 
 EmbeddingLayer::EmbeddingLayer(const ModelConfig& cfg, const TensorParallelShard& tp,
                                ParamTable& table)
     : lookup_(tp, cfg.vocab, cfg.dim) {
   wte_info_ = &register_token_table(cfg, tp, table);
-  wpe_info_ =
-      &table.add("transformer.wpe.weight", {cfg.position_rows(), cfg.dim}, InitKind::normal);
+  // Learned positions are the gpt2 block's; llama's are RoPE, inside attention (§9).
+  if (!cfg.llama())
+    wpe_info_ =
+        &table.add("transformer.wpe.weight", {cfg.position_rows(), cfg.dim}, InitKind::normal);
 }
 
 void EmbeddingLayer::bind(float* params, float* grads) {
-  lookup_.bind(params + wte_info_->offset, params + wpe_info_->offset, grads + wte_info_->offset,
-               grads + wpe_info_->offset);
+  lookup_.bind(params + wte_info_->offset, wpe_info_ ? params + wpe_info_->offset : nullptr,
+               grads + wte_info_->offset, wpe_info_ ? grads + wpe_info_->offset : nullptr);
 }
 
 void EmbeddingLayer::forward(float* x_out, const int* tokens, int b, int T, float* scratch) const {

@@ -14,14 +14,18 @@
 
 namespace mt {
 
-// transformer.wte.weight, split by vocabulary rows over tp (registered once; the embedding
-// and the head share it).
+// The token table (transformer.wte.weight, model.embed_tokens.weight), split by vocabulary
+// rows over tp (registered once; a tied head shares it).
 const ParamInfo& register_token_table(const ModelConfig& cfg, const TensorParallelShard& tp,
+                                      ParamTable& table);
+// The matrix the head multiplies: the token table when tied, else lm_head.weight [V, C] split
+// the same way.
+const ParamInfo& register_head_matrix(const ModelConfig& cfg, const TensorParallelShard& tp,
                                       ParamTable& table);
 
 class EmbeddingLayer {
  public:
-  // Registers transformer.wte.weight [V, C] and transformer.wpe.weight [T, C].
+  // Registers the token table [V, C] and, for gpt2, transformer.wpe.weight [T, C].
   EmbeddingLayer(const ModelConfig& cfg, const TensorParallelShard& tp, ParamTable& table);
   void bind(float* params, float* grads);
   // x_out (b, T, C) = wte[tokens] + wpe[0..T-1]; under sequence parallelism x_out holds this
@@ -32,7 +36,7 @@ class EmbeddingLayer {
 
  private:
   tp::VocabParallelEmbedding lookup_;
-  const ParamInfo *wte_info_, *wpe_info_;
+  const ParamInfo *wte_info_ = nullptr, *wpe_info_ = nullptr;  // no wpe for llama
 };
 
 }  // namespace mt

@@ -18,8 +18,8 @@
 
 #include "core/arena.h"
 #include "kernels/bf16.h"
-#include "model/expert_mlp.h"
 #include "kernels/bf16_weight.h"
+#include "model/expert_mlp.h"
 
 namespace mt {
 
@@ -57,8 +57,8 @@ class Bf16GeluExperts final : public GeluExperts {
   static bf16* h16(float* s, size_t off) { return reinterpret_cast<bf16*>(s + off); }
 
   std::vector<Bf16Weight> fc16_, proj16_;  // per local expert
-  float* stage_ = nullptr;                     // chunk_rows_ x H, shared (set_stage)
-  int chunk_rows_ = 0;                         // largest chunk: kRowQuantum * 2^j
+  float* stage_ = nullptr;                 // chunk_rows_ x H, shared (set_stage)
+  int chunk_rows_ = 0;                     // largest chunk: kRowQuantum * 2^j
   // Two bf16 operands of kRowQuantum x max(C, H) each (weight_gemm's padded chunk).
   Arena pad_;
   // Offsets in a slot, R = shape.max_rows; fc_pre fp32, the others bf16.

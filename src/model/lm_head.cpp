@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "kernels/layernorm.h"
 #include "model/embedding_layer.h"
 #include "model/precision_ops.h"
 #include "tensor_parallel/vocab_parallel_cross_entropy.h"
@@ -18,20 +17,18 @@ LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
       sp_(tp.size > 1 && tp.sequence_parallel),
       shard_(tp::vocab_shard(cfg.vocab, tp.size, tp.rank)),
       head_(tp, cfg.dim, shard_.rows) {
-  wte_info_ = &register_token_table(cfg, tp, table);
-  ParamInfo& w = table.add("transformer.ln_f.weight", {C_}, InitKind::ones);
-  ParamInfo& bias = table.add("transformer.ln_f.bias", {C_}, InitKind::zeros);
-  // Under sequence parallelism ln_f sees only this rank's rows: its gradients are partial.
-  w.tp_partial_grad = bias.tp_partial_grad = sp_;
-  lnf_w_info_ = &w;
-  lnf_b_info_ = &bias;
+  wte_info_ = &register_head_matrix(cfg, tp, table);
+  // Under sequence parallelism the final norm sees only this rank's rows: partial gradients.
+  if (cfg.llama())
+    norm_ = Norm(NormKind::rmsnorm, "model.norm", C_, cfg.norm_eps, sp_, table);
+  else
+    norm_ = Norm(NormKind::layernorm, "transformer.ln_f", C_, 1e-5f, sp_, table);
   if (bf16_) head_.enable_bf16(bf16_version);
   // ln_f's output is read only by the head's GEMMs: bf16 under --precision bf16.
   auto gemm_only = [&](size_t count) { return reserve_gemm_operand(layout, count, bf16_); };
   const size_t N = size_t(max_b) * cfg.seq, Nl = sp_ ? N / tp.size : N;
   off_.lnf_out = gemm_only(Nl * C_);
-  off_.mean = layout.reserve(Nl);
-  off_.rstd = layout.reserve(Nl);
+  norm_.reserve(layout, Nl);
   off_.lnf_full = sp_ ? gemm_only(N * C_) : off_.lnf_out;
   off_.logits = layout.reserve(N * size_t(shard_.rows));
   off_.losses = layout.reserve(N);
@@ -40,10 +37,7 @@ LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
 }
 
 void LMHead::bind(float* params, float* grads) {
-  lnf_w_ = params + lnf_w_info_->offset;
-  lnf_b_ = params + lnf_b_info_->offset;
-  dlnf_w_ = grads + lnf_w_info_->offset;
-  dlnf_b_ = grads + lnf_b_info_->offset;
+  norm_.bind(params, grads);
   head_.bind(params + wte_info_->offset, nullptr, grads + wte_info_->offset, nullptr);
 }
 
@@ -63,7 +57,7 @@ double LMHead::forward(float* s, const float* x_in, const int* targets, int b, i
   with_precision_ops(bf16_, scratch_, [&](const auto& p) {
     auto* lnf_out = p.act(s, off_.lnf_out);
     float* lnf = p.staged(lnf_out);
-    layernorm_forward(lnf, s + off_.mean, s + off_.rstd, x_in, lnf_w_, lnf_b_, Nl, C_);
+    norm_.forward(s, lnf, x_in, Nl);
     p.keep(lnf_out, lnf, size_t(Nl) * C_);
     p.forward(head_, logits, lnf_out, N, p.act(s, off_.lnf_full));
   });
@@ -85,7 +79,7 @@ void LMHead::backward_input(float* s, const float* x_in, float* dx_in, int b, in
     p.backward_input(head_, d_lnf, p.operand(s + off_.logits, size_t(N) * shard_.rows), N);
   });
   std::memset(dx_in, 0, size_t(Nl) * C_ * sizeof(float));
-  layernorm_backward_input(dx_in, d_lnf, x_in, lnf_w_, s + off_.mean, s + off_.rstd, Nl, C_);
+  norm_.backward_input(s, dx_in, d_lnf, x_in, Nl);
 }
 
 void LMHead::backward_weight(float* s, const float* x_in, int b, int T) {
@@ -94,8 +88,7 @@ void LMHead::backward_weight(float* s, const float* x_in, int b, int T) {
     const auto* dlogits = p.operand(s + off_.logits, size_t(N) * shard_.rows);
     p.backward_weight_gathered(head_, dlogits, p.act(s, off_.lnf_full), N);
   });
-  layernorm_backward_weight(dlnf_w_, dlnf_b_, s + off_.d_lnf, x_in, s + off_.mean, s + off_.rstd,
-                            Nl, C_);
+  norm_.backward_weight(s, s + off_.d_lnf, x_in, Nl);
 }
 
 }  // namespace mt

@@ -1,4 +1,5 @@
-// Final LayerNorm, tied LM head and mean cross-entropy (last pipeline stage).
+// Final norm (LayerNorm ln_f for gpt2, RMSNorm model.norm for llama), the LM head (tied to the
+// token table, or llama's lm_head.weight) and mean cross-entropy (last pipeline stage).
 // The loss gradient is produced in the forward pass (fused softmax-cross-entropy writes
 // dlogits over the logits), since nothing after the loss can change it.
 //
@@ -17,6 +18,7 @@
 #include "model/activation_pool.h"
 #include "model/block.h"
 #include "model/config.h"
+#include "model/norm.h"
 #include "model/param_table.h"
 #include "model/precision_ops.h"
 #include "tensor_parallel/column_parallel_linear.h"
@@ -26,8 +28,8 @@ namespace mt {
 
 class LMHead {
  public:
-  // Registers transformer.ln_f.*; uses transformer.wte.weight (registers it when the
-  // embedding lives on another stage: both stages then hold a copy).
+  // Registers the final norm; uses the token table when tied (registers it when the
+  // embedding lives on another stage: both stages then hold a copy), else lm_head.weight.
   LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b, ParamTable& table,
          SlotLayout& layout, const uint64_t* bf16_version = nullptr);
   void bind(float* params, float* grads);
@@ -62,13 +64,12 @@ class LMHead {
   bool sp_;
   tp::VocabShard shard_;
   tp::ColumnParallelLinear head_;  // (N, C) -> (N, Vl) logits, the tied wte rows, no bias
-  const ParamInfo *lnf_w_info_, *lnf_b_info_, *wte_info_;
-  const float *lnf_w_ = nullptr, *lnf_b_ = nullptr;
-  float *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
+  const ParamInfo* wte_info_;      // the head's matrix (the token table when tied)
+  Norm norm_;
   struct {
-    // (Nl,C) (Nl) (Nl) (N,C) (N,Vl) (N) (3N) (Nl,C); Nl = N, or N/t under sequence parallelism.
+    // (Nl,C) (N,C) (N,Vl) (N) (3N) (Nl,C); Nl = N, or N/t under sequence parallelism.
     // lnf_out and lnf_full hold bf16 under --precision bf16.
-    size_t lnf_out, mean, rstd, lnf_full, logits, losses, ce_stats, d_lnf;
+    size_t lnf_out, lnf_full, logits, losses, ce_stats, d_lnf;
   } off_{};
 };
 

@@ -47,17 +47,24 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   // The MoE layers learn the bf16 weight version through the shard the Block hands them.
   ExpertParallelShard moe_ep = ep;
   moe_ep.bf16_version = bf16_version;
+  BlockContext context;
+  if (cfg_.llama()) {  // one RoPE table for all the chunk's blocks; positions 0..seq-1
+    rope_ = RopeTable(cfg_.head_dim(), cfg_.seq, cfg_.rope_theta, cfg_.rope_scaling);
+    positions_.resize(cfg_.seq);
+    for (int t = 0; t < cfg_.seq; ++t) positions_[t] = t;
+    context = {&rope_, positions_.data()};
+  }
   for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
     first = table.entries().size();
     if (full_) {
       // Each block's buffers from offset 0 of the block scratch.
       SlotLayout block_layout;
-      blocks_.push_back(std::make_unique<Block>(l, cfg_, tp, max_b, table, block_layout, moe_ep,
-                                                Recompute::none, bf16_version));
+      blocks_.push_back(make_block(l, cfg_, tp, max_b, table, block_layout, moe_ep, Recompute::none,
+                                   bf16_version, context));
       block_floats = std::max(block_floats, block_layout.total());
     } else {
-      blocks_.push_back(std::make_unique<Block>(l, cfg_, tp, max_b, table, layout, moe_ep,
-                                                recompute, bf16_version));
+      blocks_.push_back(
+          make_block(l, cfg_, tp, max_b, table, layout, moe_ep, recompute, bf16_version, context));
     }
     unit_range_.push_back(range_since(table, first));
   }
@@ -87,11 +94,11 @@ void ModelChunk::reserve_residual_stream(SlotLayout& layout, size_t N, size_t Nl
 void ModelChunk::share_workspaces(size_t N, bool sp, bool bf16_precision) {
   size_t probs = 0, scratch = 0;
   for (auto& blk : blocks_) {
-    probs = std::max(probs, blk->attention_probs_scratch_floats());
+    probs = std::max(probs, blk->forward_scratch_floats());
     scratch = std::max(scratch, blk->attention_scratch_floats());
   }
-  probs_scratch_.resize(probs);
-  for (auto& blk : blocks_) blk->set_attention_probs_scratch(probs_scratch_.data());
+  forward_scratch_.resize(probs);
+  for (auto& blk : blocks_) blk->set_forward_scratch(forward_scratch_.data());
   attention_scratch_.resize(scratch);
   // One (N, C) buffer for the gathered inputs and partial outputs of sequence parallelism.
   if (sp) {

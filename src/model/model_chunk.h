@@ -155,13 +155,16 @@ class ModelChunk {
   std::vector<std::unique_ptr<Block>> blocks_;
   std::unique_ptr<LMHead> head_;
   std::unique_ptr<ActivationPool> pool_;
-  Arena attention_scratch_;  // shared by all blocks: one backward runs at a time
-  Arena sp_scratch_;         // (N, C), sequence parallelism only; shared likewise
-  Arena probs_scratch_;      // (b, NHl, T, T), selective recomputation only; shared likewise
-  Arena block_scratch_;      // one block's buffers, full recomputation only; shared likewise
-  Arena residual_grads_;     // full recomputation: dx[1..n-1], two alternating buffers
-  Arena bf16_stage_;         // --precision bf16: fp32 results before rounding; shared likewise
-  Arena bf16_gather_;        // --precision bf16: bf16 GEMM operands of one call; shared likewise
+  Arena attention_scratch_;     // shared by all blocks: one backward runs at a time
+  Arena sp_scratch_;            // (N, C), sequence parallelism only; shared likewise
+  Arena forward_scratch_;       // Block::forward_scratch_floats (the gpt2 block's probabilities
+                                // under selective recomputation, llama's flash forward); likewise
+  RopeTable rope_;              // llama: the blocks' RoPE table
+  std::vector<int> positions_;  // llama: the true position of each of the seq rows
+  Arena block_scratch_;         // one block's buffers, full recomputation only; shared likewise
+  Arena residual_grads_;        // full recomputation: dx[1..n-1], two alternating buffers
+  Arena bf16_stage_;            // --precision bf16: fp32 results before rounding; shared likewise
+  Arena bf16_gather_;           // --precision bf16: bf16 GEMM operands of one call; shared likewise
   size_t residual_grad_stride_ = 0;
   std::vector<size_t> x_off_, dx_off_;
   size_t tokens_off_ = 0;

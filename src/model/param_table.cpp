@@ -47,7 +47,7 @@ bool ParamTable::NameEqual::operator()(const std::string& a, const std::string& 
 }
 
 ParamInfo& ParamTable::add(std::string name, std::vector<int64_t> global_shape, InitKind init,
-                           float init_std, ShardSpec shard) {
+                           float init_std, ShardSpec shard, Placement place) {
   MT_CHECK(!index_.contains(name), "duplicate parameter ", name);
   ParamInfo p;
   p.name = std::move(name);
@@ -61,10 +61,11 @@ ParamInfo& ParamTable::add(std::string name, std::vector<int64_t> global_shape, 
   p.shard = std::move(shard);
   p.numel = 1;
   for (int64_t d : p.local_shape) p.numel *= size_t(d);
-  p.offset = total_;
+  const bool packed = place == Placement::after_previous && !entries_.empty();
+  p.offset = packed ? entries_.back().offset + entries_.back().numel : total_;
   p.init = init;
   p.init_std = init_std;
-  total_ += (p.numel + 15) / 16 * 16;
+  total_ = (p.offset + p.numel + 15) / 16 * 16;
   entries_.push_back(std::move(p));
   index_.emplace(entries_.back().name, entries_.size() - 1);
   return entries_.back();

@@ -31,6 +31,11 @@ struct ShardSpec {
 
 enum class InitKind : uint8_t { normal, zeros, ones };
 
+// Where a tensor's local piece goes in the arenas: at the next 16-float boundary, or right
+// after the previous tensor's last element, so that tensors one fused GEMM multiplies as one
+// matrix (the llama block's q/k/v projections, gate/up) are one contiguous matrix.
+enum class Placement : uint8_t { aligned, after_previous };
+
 struct ParamInfo {
   std::string name;                   // global name, e.g. "transformer.h.0.attn.c_attn.weight"
   std::vector<int64_t> global_shape;  // PyTorch (out, in) layout
@@ -65,7 +70,8 @@ class ParamTable {
   // Appends a tensor; offsets are assigned in order, each aligned to 16 floats (64 bytes),
   // so entries() is sorted by offset.
   ParamInfo& add(std::string name, std::vector<int64_t> global_shape, InitKind init,
-                 float init_std = 0.02f, ShardSpec shard = {});
+                 float init_std = 0.02f, ShardSpec shard = {},
+                 Placement place = Placement::aligned);
   const ParamInfo* find(const std::string& name) const;
   const ParamInfo& at(const std::string& name) const;
   // A deque, so the references add() returns stay valid as the table grows.

@@ -21,6 +21,7 @@
 #include "kernels/bf16.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/swiglu.h"
 #include "model/activation_pool.h"
 #include "tensor_parallel/column_parallel_linear.h"
 #include "tensor_parallel/row_parallel_linear.h"
@@ -62,6 +63,11 @@ struct Fp32Ops {
   // dinp = gelu'(inp) * dout, where dout was computed in staged(dinp).
   void gelu_backward(Act* dinp, const float* inp, const float* dout, size_t n) const {
     mt::gelu_backward(dinp, inp, dout, n);
+  }
+  // out (N, F) = silu(gate) * up from gu (N, 2F) = [gate | up] rows; dgu from dout (overwritten).
+  void swiglu(Act* out, const float* gu, int N, int F) const { swiglu_forward(out, gu, N, F); }
+  void swiglu_backward(Act* dgu, const float* gu, const float* dout, int N, int F) const {
+    mt::swiglu_backward(dgu, gu, dout, N, F, /*accumulate=*/false);
   }
   void attention(Act* out, float* att, const float* qkv, int B, int T, int C, int NH) const {
     attention_forward(out, att, qkv, B, T, C, NH);
@@ -124,6 +130,10 @@ struct Bf16Ops {
   }
   void gelu_backward(Act* dinp, const float* inp, const float* dout, size_t n) const {
     gelu_backward_bf16(dinp, inp, dout, n);
+  }
+  void swiglu(Act* out, const float* gu, int N, int F) const { swiglu_forward_bf16(out, gu, N, F); }
+  void swiglu_backward(Act* dgu, const float* gu, const float* dout, int N, int F) const {
+    swiglu_backward_bf16(dgu, gu, dout, N, F);
   }
   void attention(Act* out, float* att, const float* qkv, int B, int T, int C, int NH) const {
     attention_forward_bf16_out16(out, stage, att, qkv, B, T, C, NH);

@@ -108,8 +108,12 @@ void validate_candidate(const PlanRequest& r, const Layout& l) {
              "--calibrate' to measure them");
   MT_REQUIRE(l.precision == "fp32" || r.hardware.peak_bf16 > 0, "hardware '", r.hardware.name,
              "' has no bf16 rate");
+  // A local plan is run by this engine, whose capacity applies; GPU software counts for itself.
   TrainOptions o = train_options(r, l);
-  validate_train_options(o);
+  if (r.hardware.local)
+    validate_train_options(o);
+  else
+    validate_layout_rules(o);
 }
 
 std::string train_command(const PlanRequest& r, const Layout& l) {

@@ -47,7 +47,9 @@ const ParamInfo& tensor_at(const ParamTable& table, size_t table_off) {
 bool writes(const ParamInfo& p, const Session& s) {
   const ParallelOptions& par = s.opts.parallel;
   if (p.shard.replicated() && s.ctx.coord.tp != 0) return false;
-  if (s.ctx.coord.pp != 0 && p.name == "transformer.wte.weight") return false;
+  // The tied token table's last-stage copy is the first stage's (an untied head is not).
+  const ModelConfig& cfg = s.model.config();
+  if (s.ctx.coord.pp != 0 && cfg.tied() && p.name == cfg.token_table_name()) return false;
   if (par.ep > 1 && is_expert_param(p.name))
     return !s.ctx.ep_replica || s.ctx.ep_replica->rank() == 0;
   if (par.zero == 0) return s.ctx.coord.dp == 0;

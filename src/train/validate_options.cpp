@@ -1,5 +1,6 @@
 #include "train/validate_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -13,9 +14,9 @@
 #include "model/precision.h"
 #include "model/recompute.h"
 #include "parallel/data_parallel/replica_sync.h"
-#include "schedule/schedule.h"
 #include "parallel/pipeline/stage_partition.h"
 #include "parallel/process_layout.h"
+#include "schedule/schedule.h"
 #include "train/option_limits.h"
 
 namespace mt {
@@ -128,6 +129,11 @@ void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
   if (p.tp > 1) {
     MT_REQUIRE(o.model.heads % p.tp == 0, "--tp ", p.tp, " does not divide --heads ", o.model.heads,
                " (each attention head must live on one rank)");
+    // Grouped-query attention: a rank holds whole kv heads and the query heads that read
+    // them (torchtitan refuses the same; replicating kv heads over tp is not done).
+    MT_REQUIRE(!o.model.llama() || o.model.kv() % p.tp == 0, "--tp ", p.tp,
+               " does not divide --kv-heads ", o.model.kv(), " (with --heads ", o.model.heads,
+               ", each rank must hold whole kv heads and the query heads that read them)");
     // Sequence parallelism splits each microbatch's b*T token rows evenly over tp.
     const int64_t rows = batch / split * o.model.seq;
     MT_REQUIRE(!p.sequence_parallel || rows % p.tp == 0, "--sequence-parallel needs the ", rows,
@@ -150,15 +156,17 @@ void validate_sizes(const TrainOptions& o) {
              "a microbatch of batch / (dp x microbatches) x seq = ", count_text(rows),
              " token rows is more than the ", count_text(kMaxRows),
              " a kernel counts: give more --microbatches or --dp, or a smaller --batch or --seq");
-  // Every tensor of the model, and one microbatch's activations of one block.
+  // Every tensor of the model, and one microbatch's activations of one block (llama: q, k, v,
+  // o and SwiGLU's three matrices of F, bounded by the same terms with F and the head widths).
   const double C = m.dim, moe = m.experts > 0 ? double(m.layers / m.moe_every) : 0.0;
-  const double block = 12 * C * C + 13 * C, mlp = 8 * C * C + 5 * C;
+  const double width = std::max(C, double(m.heads) * m.head_dim()), F = m.hidden();
+  const double block = 4 * C * width + 4 * C + C * C, mlp = 3 * C * F + F + C;
   const double params = m.layers * block + moe * (m.experts * (mlp + C) - mlp) +
-                        double(m.vocab + m.position_rows()) * C;
+                        double(2 * double(m.vocab) + m.position_rows()) * C;
   MT_REQUIRE(params <= kMaxElements, "the model would have ", count_text(params),
              " parameters, more than the ", count_text(kMaxElements),
              " meshtrain can count: fewer --layers, --dim or --experts");
-  const double activations = rows * (34 * C + 5 * double(m.heads) * m.seq);
+  const double activations = rows * (34 * std::max(C, width) + 4 * F + 5 * double(m.heads) * m.seq);
   MT_REQUIRE(activations <= kMaxElements, "one microbatch's activations of one block would be ",
              count_text(activations), " values, more than the ", count_text(kMaxElements),
              " meshtrain can count: give more --microbatches or --dp, or a smaller --seq");
@@ -192,6 +200,9 @@ void validate_experts(const TrainOptions& o) {
              "0), so --experts would have no effect: give --moe-every <= --layers");
   MT_REQUIRE(experts == 0 || p.tp == 1,
              "--experts needs --tp 1 for now (the experts are not split over tp)");
+  MT_REQUIRE(experts == 0 || !o.model.llama(),
+             "--experts with --arch llama is not built yet (the llama MoE layer's SwiGLU "
+             "experts come with the DeepSeek-style MoE work); use --arch gpt2 for MoE");
   // Re-running a MoE block's forward would route and exchange its tokens again and count
   // the routing statistics and the aux loss twice (docs/recomputation.md).
   MT_REQUIRE(experts == 0 || o.optim.recompute != "full",
@@ -330,12 +341,14 @@ void validate_dependencies(const TrainOptions& o) {
 
 }  // namespace
 
-void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher) {
+namespace {
+
+void validate_all(const TrainOptions& o, const LauncherInfo& launcher, bool engine_limits) {
   validate_engine(o, launcher);
   validate_model(o);
   validate_optimizer(o.optim);
   validate_layout(o, launcher);
-  validate_sizes(o);
+  if (engine_limits) validate_sizes(o);
   validate_experts(o);
   // After the expert rules: the mesh behind it needs ep to divide dp.
   if (o.engine.ranks_per_process > 1)
@@ -346,6 +359,16 @@ void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher)
   validate_io(o.io);
   validate_checkpoints(o);
   validate_dependencies(o);
+}
+
+}  // namespace
+
+void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher) {
+  validate_all(o, launcher, /*engine_limits=*/true);
+}
+
+void validate_layout_rules(const TrainOptions& o) {
+  validate_all(o, {}, /*engine_limits=*/false);
 }
 
 std::vector<std::string> option_warnings(const TrainOptions& o) {

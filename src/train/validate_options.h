@@ -18,6 +18,10 @@ namespace mt {
 // options whose model shape is resolved (vocab from the data, shape from --init-from).
 // launcher: the processes a launcher started (launcher_from_env()); the default is none.
 void validate_train_options(const TrainOptions& o, const LauncherInfo& launcher = {});
+// The rules of the model and the layout alone, without the CPU engine's capacity (ranks,
+// elements and token rows this engine counts): what the planner checks of a layout it
+// plans for GPU software, which counts for itself.
+void validate_layout_rules(const TrainOptions& o);
 // Settings that are accepted but change nothing in this run (each a line for a warning).
 // Every other flag that would have no effect is refused by validate_train_options.
 std::vector<std::string> option_warnings(const TrainOptions& o);

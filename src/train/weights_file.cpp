@@ -45,6 +45,18 @@ std::optional<float> metadata_float(const SafetensorsFile& f, const std::string&
   return x;
 }
 
+// Metadata value `key` of `f` as a finite double > 0; nullopt when absent.
+std::optional<double> metadata_positive(const SafetensorsFile& f, const std::string& key) {
+  const auto it = f.metadata().find(key);
+  if (it == f.metadata().end()) return std::nullopt;
+  const std::string& v = it->second;
+  double x = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  MT_REQUIRE(r.ec == std::errc() && r.ptr == v.data() + v.size() && std::isfinite(x) && x > 0,
+             f.path(), ": metadata \"", key, "\" is \"", v, "\", not a number > 0");
+  return x;
+}
+
 // "transformer.h.{i}.mlp.router.weight" and friends.
 std::string block_tensor(int i, const std::string& rest) {
   return "transformer.h." + std::to_string(i) + "." + rest;
@@ -60,6 +72,15 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
       {"format", "meshtrain"},        {"layers", std::to_string(c.layers)},
       {"dim", std::to_string(c.dim)}, {"heads", std::to_string(c.heads)},
       {"seq", std::to_string(c.seq)}, {"vocab", std::to_string(c.vocab)}};
+  if (c.llama()) {
+    // What the tensors' shapes cannot tell apart (heads from head_dim) or do not hold.
+    m["arch"] = "llama";
+    m["kv_heads"] = std::to_string(c.kv());
+    m["head_dim"] = std::to_string(c.head_dim());
+    m["ffn_dim"] = std::to_string(c.hidden());
+    m["rope_theta"] = str(c.rope_theta);
+    m["norm_eps"] = float_str(c.norm_eps);
+  }
   if (c.experts > 0) {
     // The tensors give the experts and the MoE blocks; top-k and the capacity factor (its
     // drops apply whenever the layer runs, sampling included) only live here.
@@ -144,9 +165,52 @@ GlobalTensors assemble_global(const ParamTable& table, const float* arena, Commu
   return out;
 }
 
+namespace {
+
+// A llama file (§9 names): vocab, dim, layers, the q/k/v and SwiGLU widths and the tie from
+// the tensors; heads, kv heads, head dim, theta, eps and seq from the metadata meshtrain
+// writes, else from base (the flags), checked against the shapes.
+ModelConfig llama_config_from_file(const SafetensorsFile& f, const ModelConfig& base) {
+  ModelConfig c = base;
+  c.arch = Arch::llama;
+  const auto& emb = f.tensor("model.embed_tokens.weight").shape;
+  MT_REQUIRE(emb.size() == 2, f.path(), ": model.embed_tokens.weight ", shape_str(emb),
+             " is not a [V, C] table");
+  c.vocab = int(emb[0]);
+  c.dim = int(emb[1]);
+  int layers = 0;
+  while (f.contains("model.layers." + std::to_string(layers) + ".input_layernorm.weight")) ++layers;
+  MT_REQUIRE(layers > 0, f.path(), ": no blocks (model.layers.0.*) in the file");
+  c.layers = layers;
+  if (auto v = metadata_int(f, "heads")) c.heads = *v;
+  if (auto v = metadata_int(f, "kv_heads")) c.kv_heads = *v;
+  if (auto v = metadata_int(f, "head_dim")) c.head_size = *v;
+  if (auto v = metadata_int(f, "seq")) c.seq = *v;
+  if (auto v = metadata_positive(f, "rope_theta")) c.rope_theta = *v;
+  if (auto v = metadata_positive(f, "norm_eps")) c.norm_eps = float(*v);
+  const auto& q = f.tensor("model.layers.0.self_attn.q_proj.weight").shape;
+  const auto& k = f.tensor("model.layers.0.self_attn.k_proj.weight").shape;
+  const int hd = c.head_size > 0 ? c.head_size : int(q[0]) / c.heads;
+  MT_REQUIRE(q.size() == 2 && int64_t(c.heads) * hd == q[0] && k.size() == 2 && k[0] % hd == 0,
+             f.path(), ": q_proj ", shape_str(q), " and k_proj ", shape_str(k),
+             " do not fit --heads ", c.heads, " of head dim ", hd,
+             " (give --heads, --kv-heads and --head-dim as the model was built)");
+  if (int64_t(c.heads) * hd != c.dim) c.head_size = hd;
+  c.kv_heads = int(k[0] / hd);
+  if (f.contains("model.layers.0.mlp.gate_proj.weight"))
+    c.ffn_dim = int(f.tensor("model.layers.0.mlp.gate_proj.weight").shape[0]);
+  c.tie_embeddings = !f.contains("lm_head.weight");
+  c.experts = 0;  // the llama MoE layer is not built yet (validate_options refuses it)
+  return c;
+}
+
+}  // namespace
+
 ModelConfig model_config_from_file(const std::string& path, const ModelConfig& base) {
   SafetensorsFile f(path);
+  if (f.contains("model.embed_tokens.weight")) return llama_config_from_file(f, base);
   ModelConfig c = base;
+  c.arch = Arch::gpt2;
   const auto& wte = f.tensor("transformer.wte.weight").shape;
   const auto& wpe = f.tensor("transformer.wpe.weight").shape;
   MT_REQUIRE(wte.size() == 2 && wpe.size() == 2 && wte[1] == wpe[1], path,

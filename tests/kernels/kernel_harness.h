@@ -40,6 +40,10 @@ struct KernelCase {
   bool uniform_dout = false;  // dout is one scalar repeated (cross-entropy's dloss)
 };
 
+// Picks the fast kernel or its reference twin with one expression.
+#define MT_DISPATCH(impl, fn, ...) \
+  ((impl) == Impl::fast ? ::mt::fn(__VA_ARGS__) : ::mt::ref::fn(__VA_ARGS__))
+
 // Largest |a - b| divided by the largest |b| (or 1e-6 if b is all zero).
 double normalised_error(const Buf& a, const Buf& b);
 

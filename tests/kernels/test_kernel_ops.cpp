@@ -24,10 +24,6 @@
 namespace mt::test {
 namespace {
 
-// Picks the fast kernel or its reference twin with one expression.
-#define MT_DISPATCH(impl, fn, ...) \
-  ((impl) == Impl::fast ? ::mt::fn(__VA_ARGS__) : ::mt::ref::fn(__VA_ARGS__))
-
 KernelCase matmul_case(int N, int C, int OC, bool with_bias) {
   KernelCase kc;
   kc.name = str("matmul_N", N, "_C", C, "_OC", OC, with_bias ? "_bias" : "");

@@ -15,7 +15,7 @@
 #include "comm/world.h"
 #include "core/arena.h"
 #include "core/rng.h"
-#include "model/block.h"
+#include "model/gpt_block.h"
 #include "model/embedding_layer.h"
 #include "model/lm_head.h"
 #include "tensor_parallel/column_parallel_linear.h"
@@ -139,7 +139,7 @@ TEST_P(TensorParallelLayer, BlockMatchesUnshardedTwin) {
   auto body = [&](const TensorParallelShard& tp, RankResult& r) {
     ParamTable table;
     SlotLayout layout;
-    Block blk(1, cfg, tp, b, table, layout);
+    GptBlock blk(1, cfg, tp, b, table, layout);
     Arena params(table.total()), grads(table.total()), slot(layout.total());
     Arena scratch(size_t(N) * C), att(blk.attention_scratch_floats());
     fill_params(table, params.data());

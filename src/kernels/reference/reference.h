@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/adamw.h"
+#include "kernels/rope.h"
 
 namespace mt::ref {
 
@@ -25,6 +26,20 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
                               const float* mean, const float* rstd, int N, int C);
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int N, int C);
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps);
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                            const float* rstd, int N, int C);
+void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd,
+                             int N, int C);
+void swiglu_forward(float* out, const float* gu, int N, int F);
+void swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int F,
+                     bool accumulate = true);
+void rope_forward(float* x, int rows, size_t row_stride, int heads, int T, const int* positions,
+                  const RopeTable& table);
+void rope_backward(float* dx, int rows, size_t row_stride, int heads, int T, const int* positions,
+                   const RopeTable& table);
 
 void gelu_forward(float* out, const float* inp, size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);

@@ -18,7 +18,11 @@ std::vector<ModelChunk*> chunks_of(GPT& model) {
 
 PipelineRunner::PipelineRunner(GPT& model, DataParallel& dp, const ParallelContext& ctx,
                                Schedule schedule, PipelineShape shape)
-    : dp_(dp), table_(model.table()), ctx_(ctx), bubble_theory_(theoretical_bubble(schedule)) {
+    : dp_(dp),
+      table_(model.table()),
+      tied_name_(model.config().tied() ? model.config().token_table_name() : ""),
+      ctx_(ctx),
+      bubble_theory_(theoretical_bubble(schedule)) {
   executor_ = std::make_unique<PipelineExecutor>(std::move(schedule), ctx.coord.pp,
                                                  chunks_of(model), *ctx.pp, shape);
 }
@@ -42,7 +46,7 @@ std::span<const float> PipelineRunner::finish_gradients() {
   if (!ctx_.first_stage() && !ctx_.last_stage()) return {};
   // Both copies of the tied wte get the sum of the embedding's and the head's parts; the
   // last stage's is a copy of the first stage's, counted there in the norm.
-  sum_tied_embedding_grad(*ctx_.pp, dp_, table_, tied_grad_);
+  sum_tied_embedding_grad(*ctx_.pp, dp_, table_, tied_name_, tied_grad_);
   return tied_embedding_copy(*ctx_.pp, tied_grad_);
 }
 

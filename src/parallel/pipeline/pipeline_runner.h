@@ -32,6 +32,7 @@ class PipelineRunner final : public MicrobatchRunner {
  private:
   DataParallel& dp_;
   const ParamTable& table_;
+  std::string tied_name_;  // the tied token table, or empty (untied llama)
   const ParallelContext& ctx_;
   double bubble_theory_;
   std::unique_ptr<PipelineExecutor> executor_;

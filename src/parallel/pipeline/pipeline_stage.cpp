@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "comm/rank_order_sum.h"
-#include "schedule/schedule_simulator.h"
 #include "parallel/pipeline/stage_partition.h"
+#include "schedule/schedule_simulator.h"
 
 namespace mt {
 

@@ -22,8 +22,8 @@ void sum_tied_embedding_grad(Communicator& pp, float* grad, size_t count) {
 }
 
 void sum_tied_embedding_grad(Communicator& pp, DataParallel& dp, const ParamTable& table,
-                             std::vector<float>& full) {
-  const ParamInfo* wte = table.find("transformer.wte.weight");
+                             const std::string& tied_name, std::vector<float>& full) {
+  const ParamInfo* wte = tied_name.empty() ? nullptr : table.find(tied_name);
   full.clear();
   if (!wte) return;
   full.resize(wte->numel);

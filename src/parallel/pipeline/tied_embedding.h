@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -25,9 +26,11 @@ void sum_tied_embedding_grad(Communicator& pp, float* grad, size_t count);
 // back into the pieces this rank updates, so both copies get the same update. full
 // receives the summed tensor (this rank's wte, every element), e.g. to count it once in
 // the gradient norm. Call after finish_gradients, on the first and the last stage only;
-// leaves full empty when the table has no wte.
+// tied_name is the tied token table's name (ModelConfig::token_table_name), empty for an
+// untied model (llama's lm_head.weight is the last stage's own). Leaves full empty when
+// there is no tied table.
 void sum_tied_embedding_grad(Communicator& pp, DataParallel& dp, const ParamTable& table,
-                             std::vector<float>& full);
+                             const std::string& tied_name, std::vector<float>& full);
 
 // The part of `full` (the summed tensor above) that the gradient norm counts on another
 // stage: all of it on the last stage, whose wte is a copy of the first stage's; nothing

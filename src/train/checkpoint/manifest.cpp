@@ -31,27 +31,40 @@ const ManifestTensor* Manifest::find_tensor(const std::string& name) const {
 }
 
 json model_json(const ModelConfig& c) {
-  return {{"layers", c.layers},
-          {"dim", c.dim},
-          {"heads", c.heads},
-          {"seq", c.seq},
-          {"positions", c.position_rows()},
-          {"vocab", c.vocab},
-          {"experts", c.experts},
-          {"topk", c.topk},
-          {"moe_every", c.moe_every},
-          {"capacity_factor", c.capacity_factor},
-          {"aux_loss_coef", c.aux_loss_coef},
-          {"router_bias_update", c.router_bias_update}};
+  json j = {{"layers", c.layers},
+            {"dim", c.dim},
+            {"heads", c.heads},
+            {"seq", c.seq},
+            {"positions", c.position_rows()},
+            {"vocab", c.vocab},
+            {"experts", c.experts},
+            {"topk", c.topk},
+            {"moe_every", c.moe_every},
+            {"capacity_factor", c.capacity_factor},
+            {"aux_loss_coef", c.aux_loss_coef},
+            {"router_bias_update", c.router_bias_update}};
+  if (c.llama()) {  // section 9's shape; absent for gpt2 (manifests before --arch)
+    j["arch"] = arch_name(c.arch);
+    j["kv_heads"] = c.kv();
+    j["head_dim"] = c.head_dim();
+    j["ffn_dim"] = c.hidden();
+    j["rope_theta"] = c.rope_theta;
+    j["norm_eps"] = c.norm_eps;
+    j["tie_embeddings"] = c.tie_embeddings;
+  }
+  return j;
 }
 
 void require_same_model(const Manifest& m, const ModelConfig& run, const std::string& where) {
   const json a = model_json(m.model), b = model_json(run);
   // The shape decides the tensors; the MoE coefficients are training settings a resumed
   // run may change, like the learning rate.
-  for (const char* k : {"layers", "dim", "heads", "vocab", "experts", "moe_every", "positions"}) {
-    MT_REQUIRE(a[k] == b[k], where, ": the checkpoint holds a model with ", k, " ", a[k].dump(),
-               ", this run's has ", b[k].dump(), " (a checkpoint of another model shape)");
+  for (const char* k : {"layers", "dim", "heads", "vocab", "experts", "moe_every", "positions",
+                        "arch", "kv_heads", "head_dim", "ffn_dim", "tie_embeddings"}) {
+    MT_REQUIRE(a.value(k, json()) == b.value(k, json()), where,
+               ": the checkpoint holds a model with ", k, " ", a.value(k, json()).dump(),
+               ", this run's has ", b.value(k, json()).dump(),
+               " (a checkpoint of another model shape)");
   }
 }
 

@@ -78,6 +78,18 @@ ModelConfig parse_model(const json& j, const std::string& where) {
   c.capacity_factor = float(get_number(j, "capacity_factor", where));
   c.aux_loss_coef = float(get_number(j, "aux_loss_coef", where));
   c.router_bias_update = float(get_number(j, "router_bias_update", where));
+  if (j.contains("arch")) {  // a llama model (section 9); gpt2 manifests have no such keys
+    MT_REQUIRE(j["arch"].is_string() && parse_arch(j["arch"].get<std::string>(), &c.arch), where,
+               ": \"arch\" is not gpt2 or llama");
+    c.kv_heads = int(get_int(j, "kv_heads", 1, INT_MAX, where));
+    c.head_size = int(get_int(j, "head_dim", 1, INT_MAX, where));
+    c.ffn_dim = int(get_int(j, "ffn_dim", 1, INT_MAX, where));
+    c.rope_theta = get_number(j, "rope_theta", where);
+    c.norm_eps = float(get_number(j, "norm_eps", where));
+    MT_REQUIRE(j.contains("tie_embeddings") && j["tie_embeddings"].is_boolean(), where,
+               ": \"tie_embeddings\" is not true or false");
+    c.tie_embeddings = j["tie_embeddings"].get<bool>();
+  }
   return c;
 }
 

@@ -1,0 +1,104 @@
+// Flash attention's entry points: operand checks (before any parallel region: an exception
+// must not leave one), the choice of kernels, scratch sizes, and D = rowsum(dout * out).
+#include "kernels/flash_attention.h"
+
+#include <omp.h>
+
+#include "core/error.h"
+#include "kernels/flash_attention_tiles.h"
+
+namespace mt {
+namespace {
+
+void check_positions(const int* pos, int n, const RopeTable* rope, const char* what) {
+  MT_CHECK(n == 0 || pos, "flash attention: ", what, " positions missing");
+  for (int i = 0; i < n; i++) {
+    MT_CHECK(pos[i] >= 0, "flash attention: ", what, " position ", pos[i], " is negative");
+    MT_CHECK(!rope || pos[i] < rope->positions(), "flash attention: ", what, " position ", pos[i],
+             " outside the RoPE table of ", rope->positions());
+  }
+}
+
+void check_operands(const FlashAttention& a) {
+  MT_CHECK(a.B >= 0 && a.Tq >= 0 && a.Tk >= 0, "flash attention: negative shape");
+  MT_CHECK(a.H > 0 && a.Hkv > 0 && a.H % a.Hkv == 0, "flash attention: ", a.H,
+           " query heads are not groups of ", a.Hkv, " kv heads");
+  MT_CHECK(a.hd > 0 && a.hd % 2 == 0 && a.hd <= kFlashMaxHeadDim, "flash attention: head dim ",
+           a.hd, " is not even or exceeds ", kFlashMaxHeadDim);
+  MT_CHECK(
+      a.ldq >= size_t(a.H) * a.hd && a.ldk >= size_t(a.Hkv) * a.hd && a.ldv >= size_t(a.Hkv) * a.hd,
+      "flash attention: a row stride is narrower than its heads");
+  MT_CHECK(!a.rope || a.rope->half() * 2 == a.hd, "flash attention: RoPE table for head dim ",
+           a.rope ? a.rope->half() * 2 : 0, ", not ", a.hd);
+  check_positions(a.qpos, a.Tq, a.rope, "query");
+  check_positions(a.kpos, a.Tk, a.rope, "key");
+}
+
+void check_scratch(std::span<float> scratch, size_t need) {
+  MT_CHECK(scratch.size() >= need, "flash attention: scratch of ", scratch.size(),
+           " floats, the call needs ", need, " (sized at another thread count?)");
+}
+
+}  // namespace
+
+namespace flash {
+
+const Tiles& select_tiles(const FlashAttention& a) {
+  if (a.portable) return tiles_portable();
+  if (a.precision == FlashPrecision::bf16)
+    if (const Tiles* t = tiles_avx512_bf16(a.hd)) return *t;
+  if (const Tiles* t = tiles_avx512_fp32(a.hd)) return *t;
+  return tiles_portable();
+}
+
+}  // namespace flash
+
+const char* flash_attention_path(const FlashAttention& a) {
+  return flash::select_tiles(a).name;
+}
+
+size_t flash_attention_forward_scratch_floats(const FlashAttention& a) {
+  return flash::forward_scratch_floats(a, flash::select_tiles(a), omp_get_max_threads());
+}
+
+size_t flash_attention_backward_scratch_floats(const FlashAttention& a) {
+  return flash::backward_scratch_floats(a, flash::select_tiles(a), omp_get_max_threads());
+}
+
+void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAttention& a,
+                             bool accumulate, std::span<float> scratch) {
+  check_operands(a);
+  MT_CHECK(ldo >= size_t(a.H) * a.hd, "flash attention: out stride ", ldo);
+  const flash::Tiles& t = flash::select_tiles(a);
+  check_scratch(scratch, flash::forward_scratch_floats(a, t, omp_get_max_threads()));
+  flash::forward(out, ldo, lse, a, accumulate, scratch.data(), t);
+}
+
+void flash_attention_backward_prep(float* D, const float* out, size_t ldo, const float* dout,
+                                   size_t lddo, int B, int Tq, int H, int hd) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * Tq; bt++) {
+    const int b = bt / Tq, t = bt % Tq;
+    for (int h = 0; h < H; h++) {
+      const float *o = out + size_t(bt) * ldo + size_t(h) * hd,
+                  *dy = dout + size_t(bt) * lddo + size_t(h) * hd;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int d = 0; d < hd; d++) sum += o[d] * dy[d];
+      D[(size_t(b) * H + h) * Tq + t] = sum;
+    }
+  }
+}
+
+void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
+                              const float* D, const FlashAttention& a, std::span<float> scratch) {
+  check_operands(a);
+  MT_CHECK(g.lddq >= size_t(a.H) * a.hd && g.lddk >= size_t(a.Hkv) * a.hd &&
+               g.lddv >= size_t(a.Hkv) * a.hd && lddo >= size_t(a.H) * a.hd,
+           "flash attention: a gradient's row stride is narrower than its heads");
+  const flash::Tiles& t = flash::select_tiles(a);
+  check_scratch(scratch, flash::backward_scratch_floats(a, t, omp_get_max_threads()));
+  flash::backward(g, dout, lddo, lse, D, a, scratch.data(), t);
+}
+
+}  // namespace mt

@@ -1,0 +1,94 @@
+// Flash-style causal attention (online softmax, no (Tq, Tk) buffer): the Llama block's core
+// (grouped-query attention, RoPE fused) and one ring step of context parallelism.
+//
+//   algorithm  FlashAttention-2 on the CPU. Forward: per task (sequence b, query head h,
+//              block of kFlashQueryBlock query rows) the rows' scores against one block of
+//              kFlashKeyBlock keys at a time, a running max m and sum l per row, the output
+//              accumulator rescaled by exp(m_old - m_new) as m grows; out = acc / l and
+//              lse = m + log(l) at the end. Backward recomputes P = exp(S - lse) blockwise from
+//              the final lse and D = rowsum(dout * out): dS = P * (dP - D) * scale.
+//   GQA        query head h reads kv head h / (H / Hkv). Each kv head's K and V are packed once
+//              per call (rotated, into the products' layouts) and read by all its query heads;
+//              nothing grows with H but the query side.
+//   masking    by positions: key j is visible to query i iff kpos[j] <= qpos[i]. A key block is
+//              skipped when its smallest kpos exceeds the query block's largest qpos, runs
+//              unmasked when its largest kpos is <= the smallest qpos, and is masked per element
+//              otherwise: this covers one worker (both 0..T-1) and every zigzag ring step.
+//   threads    per sequence b: pack, then tasks fixed by the shape, never by the thread
+//              count (forward: query block x query head; backward: kv head x key chunk), each
+//              writing only rows it owns, so 1 and 2 threads give the same bits. Backward
+//              splits a kv head's key blocks into C chunks (round robin; C > 1 only when Hkv <
+//              4) with one dq partial each, summed in order. Even B = 1, Hkv = 1 has tasks.
+//   memory     O(T): caller scratch of one sequence's packed q (and dout), K, V, the C dq
+//              partials and per-thread tiles; never a (Tq, Tk) buffer.
+//   merge      accumulate: (out, lse) already hold a softmax over other keys; the new block's
+//              (o, l) is merged in fp32 with log-sum-exp weights. lse = -inf marks "no key seen"
+//              (out 0), which a merge ignores: a ring step's fully masked rows are harmless.
+//   precision  fp32, or bf16 operands with fp32 accumulation (AVX512-BF16 dot products) for
+//              QK^T, PV and the backward's four products; scores, softmax, lse and merges fp32.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "kernels/rope.h"
+
+namespace mt {
+
+enum class FlashPrecision { fp32, bf16 };
+
+constexpr int kFlashKeyBlock = 32;    // keys per block (two 16-lane vectors of scores)
+constexpr int kFlashQueryBlock = 64;  // query rows per task
+constexpr int kFlashMaxHeadDim = 512;
+
+// One call's operands. Rows are (b * Tq + t) for q and (b * Tk + t) for k, v; head h of a row
+// starts at column h * hd. q, k, v may live in one fused [q | k | v] GEMM output (strides).
+struct FlashAttention {
+  int B = 1, Tq = 0, Tk = 0;  // sequences, query rows and key rows per sequence
+  int H = 1, Hkv = 1, hd = 0;
+  const float* q = nullptr;  // (B * Tq, ldq), H * hd used, NOT rotated
+  const float* k = nullptr;  // (B * Tk, ldk), Hkv * hd used, NOT rotated
+  const float* v = nullptr;  // (B * Tk, ldv), Hkv * hd used
+  size_t ldq = 0, ldk = 0, ldv = 0;
+  const int* qpos = nullptr;  // Tq true positions (0 .. Tq-1 for one worker), the same for every b
+  const int* kpos = nullptr;  // Tk true positions
+  const RopeTable* rope = nullptr;  // null: no RoPE (the GPT block)
+  FlashPrecision precision = FlashPrecision::fp32;
+  bool portable = false;  // force the portable loops (tests and benchmarks compare the paths)
+};
+
+// Scratch for one call at the calling thread's omp_get_max_threads().
+size_t flash_attention_forward_scratch_floats(const FlashAttention& a);
+size_t flash_attention_backward_scratch_floats(const FlashAttention& a);
+
+// out (B * Tq rows, stride ldo; H * hd), lse (B, H, Tq) of the scaled scores.
+// accumulate false: overwritten (rows without a visible key: out 0, lse -inf).
+// accumulate true: merged into the (out, lse) they hold, so calls on key blocks [0, a) and
+// [a, Tk) equal one call on [0, Tk) up to rounding.
+void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAttention& a,
+                             bool accumulate, std::span<float> scratch);
+
+// D (B, H, Tq) = rowsum(dout * out) per head: once per layer, whatever the key blocks.
+void flash_attention_backward_prep(float* D, const float* out, size_t ldo, const float* dout,
+                                   size_t lddo, int B, int Tq, int H, int hd);
+
+// Gradients in q, k, v's layouts (rows and strides as they are), accumulated (+=).
+struct FlashGrads {
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
+  size_t lddq = 0, lddk = 0, lddv = 0;
+};
+
+// dq, dk, dv += the gradient of the keys in `a` (all of them, or a ring step's visiting
+// block) from dout (B * Tq rows, stride lddo) and the FINAL merged lse and D of the rows.
+// GQA sums a group's query heads into its kv head; with RoPE dq, dk leave un-rotated.
+void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
+                              const float* D, const FlashAttention& a, std::span<float> scratch);
+
+// Which kernels a call with these operands runs: "avx512-fp32", "avx512-bf16" or "portable"
+// (any even head dim; also bf16 requests where the CPU or head dim has no AVX512-BF16 path,
+// which then run in fp32).
+const char* flash_attention_path(const FlashAttention& a);
+
+}  // namespace mt

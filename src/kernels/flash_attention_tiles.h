@@ -1,0 +1,93 @@
+// The products of flash attention as one table of functions per (instruction set, precision,
+// head dim), so the drivers (flash_attention_forward.cpp, flash_attention_backward.cpp) hold
+// the blocking, masking and softmax once and every path plugs in its micro-kernels.
+//
+// Operand layouts ("floats" count 32-bit slots; a bf16 pair fills one):
+//   rows       a scores operand's rows (q, dout): row_floats slots per row (fp32: hd floats;
+//              bf16: hd / 2 pairs of consecutive dims)
+//   key block  kFlashKeyBlock rows (k, v) transposed for the scores' vector side:
+//              kFlashKeyBlock * row_floats slots (fp32: (hd, 32); bf16: (hd / 2, 32) pairs)
+//   reduction  an operand whose rows are the reduction index of a rows-times-matrix product
+//              (v and k along keys, q and dout along queries): row_floats slots per row (fp32:
+//              the rows; bf16: rows 2i and 2i + 1 interleaved, element by element, as hd pairs)
+// Rows past the valid ones are zero in every packed operand, so tail blocks need no care
+// beyond the zero probabilities the drivers write there.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/flash_attention.h"
+#include "kernels/rope.h"
+
+namespace mt::flash {
+
+// A run of rows of a strided operand (q, k, v or dout rows of one sequence), every head of
+// each row, packed per head: reading the rows in order lets the hardware prefetch them
+// (the rows of a fused qkv output lie pages apart).
+struct PackRows {
+  float* dst;  // head h's operand at dst + h * head_stride, run row r at r * row_floats
+  size_t head_stride;
+  const float* src;  // run row r at src + r * ld, head h at column h * hd
+  size_t ld;
+  int rows, padded;  // rows read; rows written (zeros past `rows`)
+  int heads, hd;
+  const int* pos;         // positions of the run's rows
+  const RopeTable* rope;  // null: not rotated
+};
+
+struct Tiles {
+  const char* name;
+  bool pairs;              // bf16 pairs: row_floats = hd / 2 (else hd)
+  bool reduction_is_rows;  // the reduction layout equals the rows layout (fp32): pack once
+
+  // The three layouts above; key blocks need `padded` a multiple of kFlashKeyBlock and the
+  // reduction layout an even `padded`.
+  void (*pack_rows)(const PackRows& p);
+  void (*pack_key_blocks)(const PackRows& p);
+  void (*pack_reduction)(const PackRows& p);
+  // s (rows, kFlashKeyBlock), row stride kFlashKeyBlock, = alpha * x . block^T; rows <=
+  // kFlashQueryBlock.
+  void (*scores)(float* s, const float* x, int rows, const float* block, float alpha, int hd);
+  // c (rows, hd), row stride ldc, += a (rows, kFlashKeyBlock) . r (kFlashKeyBlock rows of a
+  // reduction operand along keys).
+  void (*rows_by_keys)(float* c, size_t ldc, const float* a, int rows, const float* r, int hd);
+  // c (kFlashKeyBlock, hd) += a^T . r, a (qrows, kFlashKeyBlock), r the reduction operand of
+  // the same qrows query rows (padded even).
+  void (*keys_by_rows)(float* c, const float* a, int qrows, const float* r, int hd);
+};
+
+inline int row_floats(const Tiles& t, int hd) {
+  return t.pairs ? hd / 2 : hd;
+}
+
+// The table for this head dim, or null where this build / CPU has none.
+const Tiles* tiles_avx512_fp32(int hd);
+const Tiles* tiles_avx512_bf16(int hd);
+const Tiles& tiles_portable();
+
+// Portable fp32 packers (the AVX-512 fp32 table shares the layouts).
+void pack_rows_fp32(const PackRows& p);
+void pack_key_blocks_fp32(const PackRows& p);
+
+// One head vector of src rotated to position pos (when rope) into dst (hd floats).
+inline void rotated_copy(float* dst, const float* src, int pos, const RopeTable* rope, int hd) {
+  for (int d = 0; d < hd; d++) dst[d] = src[d];
+  if (rope) rope_rotate(dst, rope->cos(pos), rope->sin(pos), hd / 2);
+}
+
+constexpr size_t round_up(size_t x, size_t m) {
+  return (x + m - 1) / m * m;
+}
+
+// The kernels a call runs (flash_attention.cpp).
+const Tiles& select_tiles(const FlashAttention& a);
+
+// Slots of scratch the drivers use, by the same arithmetic in sizing and in the call.
+size_t forward_scratch_floats(const FlashAttention& a, const Tiles& t, int workers);
+size_t backward_scratch_floats(const FlashAttention& a, const Tiles& t, int workers);
+void forward(float* out, size_t ldo, float* lse, const FlashAttention& a, bool accumulate,
+             float* scratch, const Tiles& t);
+void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse, const float* D,
+              const FlashAttention& a, float* scratch, const Tiles& t);
+
+}  // namespace mt::flash

@@ -1,0 +1,89 @@
+#include "kernels/rmsnorm.h"
+
+#include <cmath>
+#include <cstddef>
+
+namespace mt {
+
+namespace {
+
+// One row's 1 / sqrt(mean(x^2) + eps), shared by the fp32 and bf16-output forward so their
+// statistics are the same bits. No centring, so one pass (unlike LayerNorm's two).
+inline float row_rstd(const float* x, int C, float eps) {
+  float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+  for (int c = 0; c < C; c++) sq += x[c] * x[c];
+  return 1.0f / std::sqrt(sq / C + eps);
+}
+
+}  // namespace
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* x = inp + static_cast<size_t>(n) * C;
+    float* y = out + static_cast<size_t>(n) * C;
+    const float s = row_rstd(x, C, eps);
+#pragma omp simd
+    for (int c = 0; c < C; c++) y[c] = weight[c] * (x[c] * s);
+    rstd[n] = s;
+  }
+}
+
+void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float* weight, int N,
+                          int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* x = inp + static_cast<size_t>(n) * C;
+    bf16* y = out + static_cast<size_t>(n) * C;
+    const float s = row_rstd(x, C, eps);
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      y[c] = float_to_bf16_select(weight[c] * (x[c] * s));
+    }
+    rstd[n] = s;
+  }
+}
+
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                            const float* rstd, int N, int C) {
+  // d/dx_j of sum_i g_i x_i s, s = (mean(x^2) + eps)^-1/2, ds/dx_j = -s^3 x_j / C:
+  // dx_j = s (g_j - xhat_j mean(g xhat)).
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* x = inp + static_cast<size_t>(n) * C;
+    const float* dy = dout + static_cast<size_t>(n) * C;
+    float* dx = dinp + static_cast<size_t>(n) * C;
+    const float s = rstd[n];
+    float sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_gx)
+    for (int c = 0; c < C; c++) sum_gx += dy[c] * weight[c] * (x[c] * s);
+    const float mean_gx = sum_gx / C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) dx[c] += (dy[c] * weight[c] - (x[c] * s) * mean_gx) * s;
+  }
+}
+
+void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd,
+                             int N, int C) {
+  // Threads own column blocks and walk all rows: no shared writes, and the result does not
+  // depend on the thread count (as layernorm_backward_weight).
+  constexpr int kBlock = 64;
+  const int nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    const int c0 = blk * kBlock, c1 = c0 + kBlock < C ? c0 + kBlock : C;
+    float dw[kBlock] = {};
+    for (int n = 0; n < N; n++) {
+      const float* x = inp + static_cast<size_t>(n) * C;
+      const float* dy = dout + static_cast<size_t>(n) * C;
+      const float s = rstd[n];
+#pragma omp simd
+      for (int c = c0; c < c1; c++) dw[c - c0] += dy[c] * (x[c] * s);
+    }
+    for (int c = c0; c < c1; c++) dweight[c] += dw[c - c0];
+  }
+}
+
+}  // namespace mt

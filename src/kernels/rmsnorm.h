@@ -1,0 +1,28 @@
+// RMSNorm over the last dim (Llama, docs/contracts.md section 9), forward / backward pair:
+//   y = x * rstd * weight,  rstd = 1 / sqrt(mean(x^2) + eps),
+// statistics in fp32, in Hugging Face LlamaRMSNorm's order (x * rstd first, then * weight).
+// Backward accumulates (+=); the weight half is separately callable (deferred W).
+#pragma once
+
+#include "kernels/bf16.h"
+
+namespace mt {
+
+// out (N, C) = rmsnorm(inp (N, C)); saves rstd (N).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps);
+
+// --precision bf16: out rounded to bf16 as it is stored, bitwise to_bf16 of rmsnorm_forward's
+// out (the same fp32 statistics), so a block writes its bf16 GEMM input in one pass.
+void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float* weight, int N,
+                          int C, float eps);
+
+// dinp (N, C) += rstd * (g - xhat * mean(g * xhat)), g = dout * weight, xhat = inp * rstd.
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                            const float* rstd, int N, int C);
+
+// dweight (C) += sum_n dout * xhat.
+void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd,
+                             int N, int C);
+
+}  // namespace mt

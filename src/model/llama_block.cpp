@@ -1,0 +1,317 @@
+#include "model/llama_block.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <string>
+
+#include "kernels/reduce.h"
+
+namespace mt {
+
+namespace {
+
+ShardSpec rows_of(int64_t start, int64_t len) {
+  return {0, {{start, len}}};
+}
+ShardSpec cols_of(int64_t start, int64_t len) {
+  return {1, {{start, len}}};
+}
+
+}  // namespace
+
+LlamaBlock::LlamaBlock(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
+                       ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep,
+                       const uint64_t* bf16_version, const BlockContext& context)
+    : C_(cfg.dim),
+      T_(cfg.seq),
+      max_b_(max_b),
+      hd_(cfg.head_dim()),
+      tp_(tp),
+      sp_(tp.splits_sequence()),
+      bf16_(bf16_version != nullptr),
+      context_(context) {
+  // --tp divides --heads and --kv-heads: checked with the options before any rank starts.
+  MT_CHECK(cfg.heads % tp.size == 0 && cfg.kv() % tp.size == 0, "tp ", tp.size,
+           " does not divide heads ", cfg.heads, " and kv heads ", cfg.kv());
+  MT_CHECK(context.rope && context.positions, "a llama block needs the chunk's RoPE table");
+  Hl_ = cfg.heads / tp.size;
+  Hkvl_ = cfg.kv() / tp.size;
+  Fl_ = cfg.hidden() / tp.size;
+  const bool moe = is_moe_layer(cfg, layer);
+  MT_CHECK(!moe || tp.size == 1, "a mixture-of-experts block with tp ", tp.size);
+  register_params(layer, cfg, moe, table);
+  if (moe) moe_ = std::make_unique<MoeLayer>(layer, cfg, ep, max_b * cfg.seq, table, layout);
+  qkv_ = tp::ColumnParallelLinear(tp, C_, qkv_cols());
+  o_proj_ = tp::RowParallelLinear(tp, q_cols(), C_);
+  gate_up_ = tp::ColumnParallelLinear(tp, C_, 2 * Fl_);
+  down_ = tp::RowParallelLinear(tp, Fl_, C_);
+  if (bf16_) {
+    qkv_.enable_bf16(bf16_version);
+    o_proj_.enable_bf16(bf16_version);
+    if (!moe) {
+      gate_up_.enable_bf16(bf16_version);
+      down_.enable_bf16(bf16_version);
+    }
+  }
+  reserve_buffers(layout, moe);
+}
+
+// In the order of the file format (§9). q, k, v (and gate, up) follow each other in the arena
+// so that one GEMM multiplies them (llama_block.h).
+void LlamaBlock::register_params(int layer, const ModelConfig& cfg, bool moe, ParamTable& table) {
+  const int64_t C = C_, H = cfg.heads, Hkv = cfg.kv(), hd = hd_, F = cfg.hidden(), r = tp_.rank;
+  const bool split = tp_.size > 1;
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const float proj_std = 0.02f / std::sqrt(2.0f * cfg.layers);
+  auto part = [&](ShardSpec spec) { return split ? spec : ShardSpec{}; };
+  const auto next = Placement::after_previous;
+
+  norm1_ = Norm(NormKind::rmsnorm, p + "input_layernorm", C_, cfg.norm_eps, sp_, table);
+  q_ = &table.add(p + "self_attn.q_proj.weight", {H * hd, C}, InitKind::normal, 0.02f,
+                  part(rows_of(r * Hl_ * hd, Hl_ * hd)));
+  table.add(p + "self_attn.k_proj.weight", {Hkv * hd, C}, InitKind::normal, 0.02f,
+            part(rows_of(r * Hkvl_ * hd, Hkvl_ * hd)), next);
+  table.add(p + "self_attn.v_proj.weight", {Hkv * hd, C}, InitKind::normal, 0.02f,
+            part(rows_of(r * Hkvl_ * hd, Hkvl_ * hd)), next);
+  o_ = &table.add(p + "self_attn.o_proj.weight", {C, H * hd}, InitKind::normal, proj_std,
+                  part(cols_of(r * Hl_ * hd, Hl_ * hd)));
+  norm2_ = Norm(NormKind::rmsnorm, p + "post_attention_layernorm", C_, cfg.norm_eps, sp_, table);
+  if (moe) return;
+  gate_ = &table.add(p + "mlp.gate_proj.weight", {F, C}, InitKind::normal, 0.02f,
+                     part(rows_of(r * Fl_, Fl_)));
+  table.add(p + "mlp.up_proj.weight", {F, C}, InitKind::normal, 0.02f, part(rows_of(r * Fl_, Fl_)),
+            next);
+  down_w_ = &table.add(p + "mlp.down_proj.weight", {C, F}, InitKind::normal, proj_std,
+                     part(cols_of(r * Fl_, Fl_)));
+}
+
+void LlamaBlock::reserve_buffers(SlotLayout& layout, bool moe) {
+  auto gemm_only = [&](size_t count) { return reserve_gemm_operand(layout, count, bf16_); };
+  const size_t N = size_t(max_b_) * T_, Nl = sp_ ? N / tp_.size : N;
+  off_.n1 = gemm_only(Nl * C_);
+  norm1_.reserve(layout, Nl);
+  off_.qkv = layout.reserve(N * qkv_cols());
+  off_.att_out = gemm_only(N * q_cols());
+  off_.lse = layout.reserve(size_t(max_b_) * Hl_ * T_);
+  off_.x_mid = layout.reserve(Nl * C_);
+  off_.n2 = moe ? layout.reserve(Nl * C_) : gemm_only(Nl * C_);  // the router reads fp32
+  norm2_.reserve(layout, Nl);
+  const size_t nf = moe ? 0 : N * Fl_;  // the experts keep their own buffers
+  off_.gu = layout.reserve(2 * nf);
+  off_.h = gemm_only(nf);
+  off_.d_gu = gemm_only(2 * nf);
+  off_.d_n2 = layout.reserve(Nl * C_);
+  off_.dx_mid = layout.reserve(Nl * C_);
+  off_.d_att_out = layout.reserve(N * q_cols());
+  off_.d_qkv = gemm_only(N * qkv_cols());
+  off_.d_n1 = layout.reserve(Nl * C_);
+}
+
+FlashAttention LlamaBlock::attention_args(const float* qkv, int b, int T) const {
+  FlashAttention a;
+  a.B = b, a.Tq = a.Tk = T;
+  a.H = Hl_, a.Hkv = Hkvl_, a.hd = hd_;
+  a.q = qkv;
+  a.k = qkv + q_cols();
+  a.v = qkv + q_cols() + Hkvl_ * hd_;
+  a.ldq = a.ldk = a.ldv = size_t(qkv_cols());
+  a.qpos = a.kpos = context_.positions;
+  a.rope = context_.rope;
+  a.precision = bf16_ ? FlashPrecision::bf16 : FlashPrecision::fp32;
+  return a;
+}
+
+void LlamaBlock::set_bf16_scratch(float* stage, bf16* g16) {
+  scratch_.stage = stage;
+  scratch_.gather = g16;
+  if (moe_) moe_->set_bf16_stage(stage);
+}
+
+size_t LlamaBlock::bf16_stage_floats() const {
+  // fp32 results before rounding: the attention output (N, Hl hd), the SwiGLU output's
+  // gradient (N, Fl), the attention's input gradient (N, qkv_cols); the experts' chunks.
+  if (!bf16_) return 0;
+  const size_t N = size_t(max_b_) * T_;
+  const size_t own = N * std::max({size_t(qkv_cols()), size_t(Fl_), size_t(C_)});
+  return moe_ ? std::max(own, moe_->bf16_stage_floats()) : own;
+}
+
+size_t LlamaBlock::bf16_gather_values() const {
+  // Gathered inputs of the column-parallel linears (N, C) and the row-parallel linears'
+  // rounded output gradients (N, C).
+  return bf16_ ? size_t(max_b_) * T_ * C_ : 0;
+}
+
+size_t LlamaBlock::bf16_weight_bytes() const {
+  return qkv_.bf16_weight_bytes() + o_proj_.bf16_weight_bytes() + gate_up_.bf16_weight_bytes() +
+         down_.bf16_weight_bytes() + (moe_ ? moe_->bf16_weight_bytes() : 0);
+}
+
+size_t LlamaBlock::forward_scratch_floats() const {
+  return flash_attention_forward_scratch_floats(attention_args(nullptr, max_b_, T_));
+}
+
+size_t LlamaBlock::attention_scratch_floats() const {
+  // B's workspace, used in turn: the SwiGLU output's gradient (N, Fl) (fp32 only; bf16 takes
+  // the stage); then the flash backward's scratch, the D rows (b, Hl, T) and, under bf16, the
+  // attention output back in fp32 (N, Hl hd).
+  const size_t N = size_t(max_b_) * T_;
+  const size_t flash = flash_attention_backward_scratch_floats(attention_args(nullptr, max_b_, T_));
+  const size_t attention = flash + size_t(max_b_) * Hl_ * T_ + (bf16_ ? N * q_cols() : 0);
+  return std::max(bf16_ || moe_ ? 0 : N * Fl_, attention);
+}
+
+void LlamaBlock::bind(float* params, float* grads) {
+  norm1_.bind(params, grads);
+  norm2_.bind(params, grads);
+  qkv_.bind(params + q_->offset, nullptr, grads + q_->offset, nullptr);
+  o_proj_.bind(params + o_->offset, nullptr, grads + o_->offset, nullptr);
+  if (moe_) {
+    moe_->bind(params, grads);
+  } else {
+    gate_up_.bind(params + gate_->offset, nullptr, grads + gate_->offset, nullptr);
+    down_.bind(params + down_w_->offset, nullptr, grads + down_w_->offset, nullptr);
+  }
+}
+
+int LlamaBlock::rows(int b, int T) const {
+  if (!sp_) return b * T;
+  MT_CHECK(b * T % tp_.size == 0, "sequence parallelism needs b*T = ", b * T,
+           " token rows divisible by tp ", tp_.size);
+  return b * T / tp_.size;
+}
+
+// ---- forward / backward, each written once over the precision's ops ----------------------
+
+template <class Ops>
+void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float* x_out, int b,
+                              int T) {
+  const int N = b * T, Nl = rows(b, T);
+  const size_t nc = size_t(Nl) * C_;
+  float* qkv = s + off_.qkv;
+  float* x_mid = s + off_.x_mid;
+  auto* n1 = Ops::act(s, off_.n1);
+  auto* att_out = Ops::act(s, off_.att_out);
+
+  // Attention: n1 = rmsnorm(x_in); qkv = n1 [Wq; Wk; Wv]^T; the flash core (RoPE inside);
+  // x_mid = x_in + o_proj(att).
+  norm1_.forward(s, n1, x_in, Nl);
+  ops.forward(qkv_, qkv, n1, N, ops.gathered(), /*with_bias=*/false);
+  float* att = ops.staged(att_out);
+  const size_t fwd = forward_scratch_floats();
+  flash_attention_forward(att, size_t(q_cols()), s + off_.lse, attention_args(qkv, b, T), false,
+                          std::span<float>(forward_scratch_, fwd));
+  ops.keep(att_out, att, size_t(N) * q_cols());
+  ops.forward(o_proj_, x_mid, att_out, N);
+  add_inplace(x_mid, x_in, nc);
+
+  // MLP: n2 = rmsnorm(x_mid); x_out = x_mid + down(silu(gate n2) * up n2), or the experts.
+  if (moe_) {
+    float* n2 = s + off_.n2;  // fp32: the router reads it
+    norm2_.forward(s, n2, x_mid, Nl);
+    moe_->forward(s, n2, x_out, N);
+  } else {
+    auto* n2 = Ops::act(s, off_.n2);
+    auto* h = Ops::act(s, off_.h);
+    norm2_.forward(s, n2, x_mid, Nl);
+    ops.forward(gate_up_, s + off_.gu, n2, N, ops.gathered(), /*with_bias=*/false);
+    ops.swiglu(h, s + off_.gu, N, Fl_);
+    ops.forward(down_, x_out, h, N);
+  }
+  add_inplace(x_out, x_mid, nc);
+}
+
+// d_n2 from dx_out: through down_proj, SwiGLU and [gate; up] (or the experts).
+template <class Ops>
+void LlamaBlock::mlp_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch,
+                                    int N) {
+  if (moe_) {
+    moe_->backward_input(s, s + off_.n2, dx_out, s + off_.d_n2, N);  // overwrites d_n2
+    return;
+  }
+  auto* d_gu = Ops::act(s, off_.d_gu);
+  float* dh = bf16_ ? scratch_.stage : scratch;  // (N, Fl) fp32
+  ops.backward_input(down_, dh, dx_out, N);
+  ops.swiglu_backward(d_gu, s + off_.gu, dh, N, Fl_);
+  ops.backward_input(gate_up_, s + off_.d_n2, d_gu, N);
+}
+
+// d_n1 from dx_mid: through o_proj, the flash core (recomputing the probabilities from lse)
+// and [Wq; Wk; Wv]. scratch holds the flash workspace, then D, then (bf16) the fp32 output.
+template <class Ops>
+void LlamaBlock::attention_backward_input(const Ops& ops, float* s, float* scratch, int b, int T) {
+  const int N = b * T;
+  const size_t nq = size_t(N) * q_cols(), nqkv = size_t(N) * qkv_cols();
+  float* d_att_out = s + off_.d_att_out;
+  auto* d_qkv = Ops::act(s, off_.d_qkv);
+  ops.backward_input(o_proj_, d_att_out, s + off_.dx_mid, N);
+
+  const FlashAttention a = attention_args(s + off_.qkv, b, T);
+  const size_t flash = flash_attention_backward_scratch_floats(a);
+  float* D = scratch + flash;
+  // D = rowsum(dout * out) reads the output the forward kept, in fp32 (bf16: converted back).
+  const float* out = s + off_.att_out;
+  if (bf16_) {
+    float* out32 = D + size_t(b) * Hl_ * T;
+    from_bf16(out32, reinterpret_cast<const bf16*>(s + off_.att_out), nq);
+    out = out32;
+  }
+  flash_attention_backward_prep(D, out, q_cols(), d_att_out, q_cols(), b, T, Hl_, hd_);
+  float* dqkv = ops.staged(d_qkv);
+  std::memset(dqkv, 0, nqkv * sizeof(float));
+  const size_t ld = size_t(qkv_cols());
+  const FlashGrads g{dqkv, dqkv + q_cols(), dqkv + q_cols() + Hkvl_ * hd_, ld, ld, ld};
+  flash_attention_backward(g, d_att_out, q_cols(), s + off_.lse, D, a,
+                           std::span<float>(scratch, flash));
+  ops.keep(d_qkv, dqkv, nqkv);
+  ops.backward_input(qkv_, s + off_.d_n1, d_qkv, N);
+}
+
+void LlamaBlock::forward(float* s, const float* x_in, float* x_out, int b, int T) {
+  with_precision_ops(bf16_, scratch_,
+                     [&](const auto& ops) { forward_with(ops, s, x_in, x_out, b, T); });
+}
+
+void LlamaBlock::backward_input(float* s, const float* x_in, const float* dx_out, float* dx_in,
+                                float* scratch, int b, int T) {
+  const int N = b * T, Nl = rows(b, T);
+  const size_t nc = size_t(Nl) * C_;
+  float* dx_mid = s + off_.dx_mid;
+  with_precision_ops(bf16_, scratch_, [&](const auto& ops) {
+    mlp_backward_input(ops, s, dx_out, scratch, N);
+    std::memcpy(dx_mid, dx_out, nc * sizeof(float));  // the residual path
+    norm2_.backward_input(s, dx_mid, s + off_.d_n2, s + off_.x_mid, Nl);
+    attention_backward_input(ops, s, scratch, b, T);
+  });
+  // dx_in must not alias anything read here; x_in's statistics are in the slot.
+  std::memcpy(dx_in, dx_mid, nc * sizeof(float));
+  norm1_.backward_input(s, dx_in, s + off_.d_n1, x_in, Nl);
+}
+
+template <class Ops>
+void LlamaBlock::backward_weight_with(const Ops& ops, float* s, const float* x_in,
+                                      const float* dx_out, int b, int T) {
+  const int N = b * T, Nl = rows(b, T);
+  // Under sequence parallelism the linears gather again what the slot keeps only locally.
+  if (moe_) {
+    moe_->backward_weight(s, s + off_.n2, N);
+  } else {
+    ops.backward_weight(down_, dx_out, Ops::act(s, off_.h), N);
+    ops.backward_weight(gate_up_, Ops::act(s, off_.d_gu), Ops::act(s, off_.n2), N);
+  }
+  norm2_.backward_weight(s, s + off_.d_n2, s + off_.x_mid, Nl);
+  ops.backward_weight(o_proj_, s + off_.dx_mid, Ops::act(s, off_.att_out), N);
+  ops.backward_weight(qkv_, Ops::act(s, off_.d_qkv), Ops::act(s, off_.n1), N);
+  norm1_.backward_weight(s, s + off_.d_n1, x_in, Nl);
+}
+
+void LlamaBlock::backward_weight(float* s, const float* x_in, const float* dx_out, int b, int T) {
+  with_precision_ops(bf16_, scratch_,
+                     [&](const auto& ops) { backward_weight_with(ops, s, x_in, dx_out, b, T); });
+}
+
+}  // namespace mt

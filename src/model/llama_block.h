@@ -1,0 +1,102 @@
+// The llama block (--arch llama, docs/contracts.md section 9):
+//   h     = x + o_proj(attention(rope(q_proj n1), rope(k_proj n1), v_proj n1)),  n1 = rmsnorm(x)
+//   x_out = h + down_proj(silu(gate_proj n2) * up_proj n2),                      n2 = rmsnorm(h)
+// (or, in an MoE layer, h + moe(n2): the experts are SwiGLU MLPs).
+//
+// Fused GEMMs: q_proj, k_proj and v_proj are three tensors of the table placed one after the
+// other (Placement::after_previous), so one column-parallel GEMM multiplies them as a
+// ((Hl + 2 Hkvl) hd, C) matrix and each row of `qkv` is [q (Hl hd) | k (Hkvl hd) | v (Hkvl hd)];
+// gate_proj and up_proj likewise give rows of [gate (Fl) | up (Fl)].
+//
+// Attention core: kernels/flash_attention.h. Grouped-query attention reads each kv head's K/V
+// once for its H/Hkv query heads; RoPE rotates q and k as the kernel packs them, so the slot
+// keeps the un-rotated GEMM output and no rotated copy exists in memory; the slot keeps the
+// attention output and the log-sum-exp per row, never a (T, T) buffer. The backward recomputes
+// the probabilities from them (which is what selective recomputation does for the gpt2 block:
+// Recompute::selective changes nothing here).
+//
+// Tensor parallelism (Megatron, as the gpt2 block): q/k/v and gate/up column-parallel, o_proj
+// and down_proj row-parallel; a rank holds Hl = H/t query heads and the Hkvl = Hkv/t kv heads
+// they read (t divides Hkv: checked before any rank starts), and F/t of the MLP width. Sequence
+// parallelism as the gpt2 block: the norms and residuals run on this rank's b*T/t rows.
+//
+// --precision bf16: the linears multiply bf16 weight copies; n1, n2, the attention output, the
+// SwiGLU output and the column-parallel linears' output gradients (d_qkv, d_gu) are kept in
+// bf16; the attention core multiplies bf16 operands with fp32 accumulation; qkv, gu, the
+// residual stream, the norms' statistics, lse and the gradients the norms read stay fp32.
+#pragma once
+
+#include <memory>
+
+#include "kernels/flash_attention.h"
+#include "model/block.h"
+#include "model/norm.h"
+#include "model/precision_ops.h"
+#include "tensor_parallel/column_parallel_linear.h"
+#include "tensor_parallel/row_parallel_linear.h"
+
+namespace mt {
+
+class LlamaBlock final : public Block {
+ public:
+  LlamaBlock(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
+             ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep,
+             const uint64_t* bf16_version, const BlockContext& context);
+
+  void bind(float* params, float* grads) override;
+  void set_bf16_scratch(float* stage, bf16* g16) override;
+  size_t bf16_stage_floats() const override;
+  size_t bf16_gather_values() const override;
+  size_t bf16_weight_bytes() const override;
+  void set_scratch(float* scratch) override { scratch_.scratch = scratch; }
+  size_t forward_scratch_floats() const override;
+  void set_forward_scratch(float* scratch) override { forward_scratch_ = scratch; }
+
+  void forward(float* slot, const float* x_in, float* x_out, int b, int T) override;
+  void backward_input(float* slot, const float* x_in, const float* dx_out, float* dx_in,
+                      float* scratch, int b, int T) override;
+  void backward_weight(float* slot, const float* x_in, const float* dx_out, int b, int T) override;
+  size_t attention_scratch_floats() const override;
+  MoeLayer* moe() override { return moe_.get(); }
+
+ private:
+  int rows(int b, int T) const;  // token rows of the residual stream on this rank
+  int q_cols() const { return Hl_ * hd_; }
+  int qkv_cols() const { return (Hl_ + 2 * Hkvl_) * hd_; }
+  void register_params(int layer, const ModelConfig& cfg, bool moe, ParamTable& table);
+  void reserve_buffers(SlotLayout& layout, bool moe);
+  // The flash kernel's operands for this microbatch's qkv (b sequences of T rows).
+  FlashAttention attention_args(const float* qkv, int b, int T) const;
+
+  template <class Ops>
+  void forward_with(const Ops& ops, float* s, const float* x_in, float* x_out, int b, int T);
+  template <class Ops>
+  void mlp_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch, int N);
+  template <class Ops>
+  void attention_backward_input(const Ops& ops, float* s, float* scratch, int b, int T);
+  template <class Ops>
+  void backward_weight_with(const Ops& ops, float* s, const float* x_in, const float* dx_out, int b,
+                            int T);
+
+  int C_, T_, max_b_, Hl_, Hkvl_, hd_, Fl_;
+  TensorParallelShard tp_;
+  bool sp_ = false, bf16_ = false;
+  BlockContext context_;
+  LayerScratch scratch_;
+  float* forward_scratch_ = nullptr;
+  Norm norm1_, norm2_;
+  const ParamInfo *q_ = nullptr, *o_ = nullptr, *gate_ = nullptr, *down_w_ = nullptr;
+  tp::ColumnParallelLinear qkv_, gate_up_;
+  tp::RowParallelLinear o_proj_, down_;
+  std::unique_ptr<MoeLayer> moe_;
+  // Slot offsets. N = b*T rows, Nl = N or N/t under sequence parallelism. Act buffers (bf16
+  // under --precision bf16): n1, att_out, n2 (dense), h, d_gu, d_qkv.
+  struct {
+    size_t n1, qkv, att_out, lse;  // (Nl,C) (N,qkv_cols) (N,Hl hd) (b,Hl,T)
+    size_t x_mid, n2, gu, h;       // (Nl,C) (Nl,C) (N,2Fl) (N,Fl)
+    // gradients kept for the W pass
+    size_t d_gu, d_n2, dx_mid, d_att_out, d_qkv, d_n1;  // (N,2Fl) (Nl,C) (Nl,C) (N,Hl hd)...
+  } off_{};
+};
+
+}  // namespace mt

@@ -1,0 +1,60 @@
+#include "model/norm.h"
+
+namespace mt {
+
+Norm::Norm(NormKind kind, const std::string& prefix, int C, float eps, bool partial_grad,
+           ParamTable& table)
+    : kind_(kind), C_(C), eps_(eps) {
+  ParamInfo& w = table.add(prefix + ".weight", {C}, InitKind::ones);
+  w.tp_partial_grad = partial_grad;
+  w_info_ = &w;
+  if (kind == NormKind::layernorm) {
+    ParamInfo& b = table.add(prefix + ".bias", {C}, InitKind::zeros);
+    b.tp_partial_grad = partial_grad;
+    b_info_ = &b;
+  }
+}
+
+void Norm::reserve(SlotLayout& layout, size_t rows) {
+  if (kind_ == NormKind::layernorm) mean_ = layout.reserve(rows);
+  rstd_ = layout.reserve(rows);
+}
+
+void Norm::bind(float* params, float* grads) {
+  w_ = params + w_info_->offset;
+  dw_ = grads + w_info_->offset;
+  if (b_info_) {
+    b_ = params + b_info_->offset;
+    db_ = grads + b_info_->offset;
+  }
+}
+
+void Norm::forward(float* s, float* out, const float* x, int N) const {
+  if (kind_ == NormKind::layernorm)
+    layernorm_forward(out, s + mean_, s + rstd_, x, w_, b_, N, C_);
+  else
+    rmsnorm_forward(out, s + rstd_, x, w_, N, C_, eps_);
+}
+
+void Norm::forward(float* s, bf16* out, const float* x, int N) const {
+  if (kind_ == NormKind::layernorm)
+    layernorm_forward_bf16(out, s + mean_, s + rstd_, x, w_, b_, N, C_);
+  else
+    rmsnorm_forward_bf16(out, s + rstd_, x, w_, N, C_, eps_);
+}
+
+void Norm::backward_input(float* s, float* dx, const float* dout, const float* x, int N) const {
+  if (kind_ == NormKind::layernorm)
+    layernorm_backward_input(dx, dout, x, w_, s + mean_, s + rstd_, N, C_);
+  else
+    rmsnorm_backward_input(dx, dout, x, w_, s + rstd_, N, C_);
+}
+
+void Norm::backward_weight(float* s, const float* dout, const float* x, int N) const {
+  if (kind_ == NormKind::layernorm)
+    layernorm_backward_weight(dw_, db_, dout, x, s + mean_, s + rstd_, N, C_);
+  else
+    rmsnorm_backward_weight(dw_, dout, x, s + rstd_, N, C_);
+}
+
+}  // namespace mt
