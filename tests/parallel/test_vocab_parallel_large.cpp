@@ -1,14 +1,16 @@
 // The vocabulary-parallel embedding and loss at Llama 3's vocabulary (V = 128,256) and at
 // one more (128,257, which tp 4 pads to 128,260): forward and backward of the whole model
 // at tp 2 and 4, with and without sequence parallelism, give tp 1's loss and gradients,
-// and the padding rows get no gradient. The model is tiny (C = 16, T = 8) so the
-// (b*T, V) logits stay small; only the vocabulary is large.
+// and the padding rows get no gradient. Both blocks: gpt2 (tied table) and llama (the
+// embedding and an untied lm_head, each split by vocabulary rows). The model is tiny
+// (C = 16, T = 8) so the (b*T, V) logits stay small; only the vocabulary is large.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/world.h"
@@ -19,8 +21,9 @@
 namespace mt {
 namespace {
 
-ModelConfig large_vocab_config(int vocab) {
+ModelConfig large_vocab_config(int vocab, Arch arch) {
   ModelConfig c;
+  c.arch = arch;
   c.layers = 1, c.dim = 16, c.heads = 4, c.seq = 8, c.vocab = vocab;
   return c;
 }
@@ -69,10 +72,12 @@ ModelGrads run_model(const ModelConfig& cfg, int t, bool sp, const std::vector<i
       // rank's rows only (tp_partial_grad) and is summed.
       if (tp.rank == 0) whole[p.name] = p.shard.replicated() && !p.tp_partial_grad;
     }
-    const ParamInfo& wte = m.table().at("transformer.wte.weight");
     const tp::VocabShard s = tp::vocab_shard(cfg.vocab, tp.size, tp.rank);
-    for (size_t i = size_t(s.real) * size_t(cfg.dim); i < wte.numel; ++i)
-      if (m.grads().data()[wte.offset + i] != 0.f) padding_zero[size_t(tp.rank)] = false;
+    for (const char* table : {cfg.token_table_name(), cfg.head_weight_name()}) {
+      const ParamInfo& w = m.table().at(table);
+      for (size_t i = size_t(s.real) * size_t(cfg.dim); i < w.numel; ++i)
+        if (m.grads().data()[w.offset + i] != 0.f) padding_zero[size_t(tp.rank)] = false;
+    }
   };
   if (t == 1)
     body(TensorParallelShard{});
@@ -110,10 +115,10 @@ double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
   return d / m;
 }
 
-class LargeVocabParallel : public ::testing::TestWithParam<int> {};
+class LargeVocabParallel : public ::testing::TestWithParam<std::tuple<int, Arch>> {};
 
 TEST_P(LargeVocabParallel, LossAndGradientsEqualOneRank) {
-  const ModelConfig cfg = large_vocab_config(GetParam());
+  const ModelConfig cfg = large_vocab_config(std::get<0>(GetParam()), std::get<1>(GetParam()));
   cfg.validate();  // --vocab far above 65,536 is a valid model
   const int b = 2, N = b * cfg.seq;
   const std::vector<int> tokens = ids_near_boundaries(cfg.vocab, N, 1);
@@ -134,10 +139,13 @@ TEST_P(LargeVocabParallel, LossAndGradientsEqualOneRank) {
 
 // 128,256 = 4 * 32,064: no padding at tp 2 or 4. 128,257 is odd: tp 2 pads it to 128,258,
 // tp 4 to 128,260 (the last rank holds 32,062 real rows and 3 of padding).
-INSTANTIATE_TEST_SUITE_P(Vocabularies, LargeVocabParallel, ::testing::Values(128256, 128257),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                           std::string name = "V";
-                           return name += std::to_string(i.param);
+INSTANTIATE_TEST_SUITE_P(Vocabularies, LargeVocabParallel,
+                         ::testing::Combine(::testing::Values(128256, 128257),
+                                            ::testing::Values(Arch::gpt2, Arch::llama)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, Arch>>& i) {
+                           std::string name = arch_name(std::get<1>(i.param));
+                           name += "_V";
+                           return name += std::to_string(std::get<0>(i.param));
                          });
 
 // The vocabulary split stays exact up to --vocab 2^31-1, where the padded vocabulary no
