@@ -99,6 +99,17 @@ TEST(MemoryLargeVocab, EstimateMatchesTheRecordAndLogitsAreHeldOnce) {
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
        }},
+      {"llama tp 2",
+       [](TrainOptions& o) {
+         o.model.arch = Arch::llama;
+         o.parallel.tp = 2;
+       }},
+      {"llama tp 4 sp",
+       [](TrainOptions& o) {
+         o.model.arch = Arch::llama;
+         o.parallel.tp = 4;
+         o.parallel.sequence_parallel = true;
+       }},
       {"tp 2 selective",
        [](TrainOptions& o) {
          o.parallel.tp = 2;
