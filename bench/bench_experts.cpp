@@ -21,6 +21,8 @@
 //
 //   bench_experts [--quick] [--cpu] [--threads 1,2] [--rounds 5] [--tokens 1024] [--dim 512]
 //                 [--experts 64] [--ffn 256] [--topk 8] [--precision fp32,bf16]
+//                 [--path portable|loop|avx512|avx512_bf16|amx]   (the grouped variant's
+//                 path, for the precision that has it; default: grouped_gemm.h's choice)
 #include <omp.h>
 
 #include <algorithm>
@@ -30,6 +32,7 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,7 +55,21 @@ struct Options {
   std::vector<int> threads = {1};
   int rounds = 5, tokens = 1024, dim = 512, experts = 64, ffn = 256, topk = 8;
   std::vector<std::string> precisions = {"fp32", "bf16"};
+  std::string path;  // --path: the grouped variant's GroupedGemmPath where its precision has it
 };
+
+// "amx" etc. (the enumerator's name), or nullopt.
+std::optional<mt::GroupedGemmPath> parse_path(const std::string& name) {
+  using P = mt::GroupedGemmPath;
+  const std::pair<const char*, P> names[] = {{"portable", P::portable},
+                                             {"loop", P::loop},
+                                             {"avx512", P::avx512},
+                                             {"avx512_bf16", P::avx512_bf16},
+                                             {"amx", P::amx}};
+  for (const auto& [n, p] : names)
+    if (name == n) return p;
+  return std::nullopt;
+}
 
 double now(const Options& o) {
   if (!o.cpu) return mt::now_seconds();
@@ -293,6 +310,10 @@ void bench(const Options& o) {
     const double budget = o.quick ? 0.05 : 1.5, threads = omp_get_max_threads();
     const double peak = bf16 ? mt::measure_bf16_gemm_peak_gflops(threads, budget)
                              : mt::measure_sgemm_peak_gflops(threads, budget);
+    std::unique_ptr<mt::ScopedGroupedGemmPath> forced;
+    const std::optional<mt::GroupedGemmPath> path = parse_path(o.path);
+    if (path && mt::grouped_gemm_path_available(bf16, *path))
+      forced = std::make_unique<mt::ScopedGroupedGemmPath>(bf16, *path);
     std::printf("  %s: GEMM peak %.0f GFLOP/s (gemm_peak.h); grouped path %s\n", p.c_str(), peak,
                 mt::grouped_gemm_isa(bf16).c_str());
     bench_precision(o, bf16, peak);
@@ -323,6 +344,8 @@ int main(int argc, char** argv) {
       o.ffn = std::max(1, std::atoi(argv[++i]));
     } else if (arg("--topk")) {
       o.topk = std::max(1, std::atoi(argv[++i]));
+    } else if (arg("--path") && parse_path(argv[i + 1])) {
+      o.path = argv[++i];
     } else if (arg("--precision")) {
       o.precisions.clear();
       for (const char* p = argv[++i]; *p;) {
@@ -334,7 +357,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: bench_experts [--quick] [--cpu] [--threads 1,2] [--rounds N] "
                    "[--tokens N] [--dim C] [--experts E] [--ffn F] [--topk k] "
-                   "[--precision fp32,bf16]\n");
+                   "[--precision fp32,bf16] [--path portable|loop|avx512|avx512_bf16|amx]\n");
       return 2;
     }
   }

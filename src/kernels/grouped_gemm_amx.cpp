@@ -106,9 +106,15 @@ struct Scratch {
   Prefetcher prefetch;       // the next item's operands
   std::vector<uint32_t> b;   // B's pair panels for the item's columns
   std::vector<bf16> a;       // A zero-padded to whole tiles, when it cannot be read in place
+  int a_group = -1;          // the group whose A `a` holds in this call (-1: none)
   std::vector<bf16> a_rows;  // a short last row block of an in-place A
   std::vector<float> c = std::vector<float>(kBlock * kBlock);  // a C block short of tiles
 };
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
 
 // The block of C at rows [0, rows) and columns [0, cols) of c, tm x tn tiles; a block
 // short of its tiles is computed in the stage and copied back.
@@ -177,7 +183,11 @@ void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch&
   s.b.resize(panel * panels);
   pack_pairs_bf16(s.b.data(), o.b, o.ldb, o.b_trans, o.K, kp / 2, n0, n1);
   const bool in_place = !o.a_trans && o.K == kp;
-  const bf16* a = in_place ? o.a : padded_a(o, kp, s.a);
+  // A group split into column blocks is one item per block, mostly run one after the
+  // other by one thread: its padded A (a whole transpose in backward_weight, megabytes for
+  // a group of thousands of rows) is made once for all of them.
+  if (!in_place && s.a_group != it.g) padded_a(o, kp, s.a), s.a_group = it.g;
+  const bf16* a = in_place ? o.a : s.a.data();
   const size_t lda = in_place ? o.lda : size_t(kp);
   for (int i = 0; i < o.M; i += kBlock) {
     const int rows = std::min(kBlock, o.M - i), tm = rows > kTile ? 2 : 1;
@@ -217,11 +227,12 @@ void run_amx(const Problem<bf16>& p) {
   const Work w = split_work(p.offset, p.groups, N, round_up(largest_k(p), kStep), kTile,
                             sizeof(bf16), kPackBudget, omp_get_max_threads());
   for_each_item(
-      w, [] { configure_tiles(); },
-      [&](const Item& it, const Item& next) {
-        thread_local Scratch scratch;
-        run_item(p, it, next, scratch);
+      w,
+      [] {
+        configure_tiles();
+        scratch().a_group = -1;  // another call: other data, whatever the groups
       },
+      [&](const Item& it, const Item& next) { run_item(p, it, next, scratch()); },
       [] { release_tiles(); });
 }
 

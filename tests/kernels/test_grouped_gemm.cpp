@@ -199,6 +199,28 @@ TEST_P(GroupedGemm, BackwardWeightAccumulatesAndSkipsEmptyGroups) {
   }
 }
 
+// A second call on the same buffers with new contents computes from the new contents
+// (a kernel may keep a group's transposed operand between the items of one call, never
+// between calls). One thread, so that both calls run on the same thread's scratch.
+TEST_P(GroupedGemm, NextCallReadsNewDataInTheSameBuffers) {
+  Data d({"one group", 24, 20, {40}}, bf16(), 53);
+  Buf first(d.wsize(), 0.0f), fast(d.wsize(), 0.0f), want(d.wsize(), 0.0f), bound(d.wsize());
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  fast_backward_weight(d, first);
+  d.dout = random_normal(d.dout.size(), 59);
+  if (d.bf16) round_to_bf16(d.dout.data(), d.dout.size());
+  to_bf16(d.dout16.data(), d.dout.data(), d.dout.size());  // same buffers, new values
+  fast_backward_weight(d, fast);
+  omp_set_num_threads(threads);
+  float* w = want.data();
+  float* b = bound.data();
+  ref::grouped_matmul_backward_weight(&w, d.dout.data(), d.inp.data(), d.offset.data(), 1, 24, 20);
+  const Buf ad = absolute(d.dout), ai = absolute(d.inp);
+  ref::grouped_matmul_backward_weight(&b, ad.data(), ai.data(), d.offset.data(), 1, 24, 20);
+  expect_within(fast, want, bound, 40, "dweight");
+}
+
 // The paths of this CPU, the portable one always; own_kernels: without the oneDNN loop.
 std::vector<Param> paths(bool own_kernels) {
   std::vector<Param> out;
