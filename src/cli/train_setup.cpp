@@ -1,7 +1,9 @@
 #include "cli/train_setup.h"
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <cstdio>
+
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -18,6 +20,7 @@
 #include "parallel/process_layout.h"
 #include "plan/auto_layout.h"
 #include "plan/calibrate.h"
+#include "report/report_page.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/corpus.h"
@@ -101,6 +104,14 @@ void check_token_stream(const TrainOptions& o, const char* flag, const std::stri
              o.model.vocab, " (--vocab, or the --init-from file's)");
 }
 
+// The report page a run rewrites beside --metrics X.jsonl (X.html, report/report_page.h),
+// unless the metrics go to a device (no page then).
+std::string report_page_of(const std::string& metrics) {
+  struct stat st {};
+  if (metrics.empty() || (::stat(metrics.c_str(), &st) == 0 && S_ISCHR(st.st_mode))) return "";
+  return report_path_for(metrics);
+}
+
 int checkpoint_step(const std::string& dir) {
   return loads_sharded(dir) ? read_manifest(dir).step : read_train_state(dir).step;
 }
@@ -125,6 +136,7 @@ void resolve_train_options(TrainOptions& o) {
   check_validation_inputs(o, val_given, data_given);
   // Every path, before any file is opened for its contents (a FIFO would block the open).
   resolve_save_path(o.io);
+  o.io.report_page = report_page_of(o.io.metrics);
   if (o.io.resume == "auto") {
     // Validated with the rest below; the choice needs only --save.
     MT_REQUIRE(!o.io.save.empty(),
@@ -226,6 +238,9 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
   }
   RunInfo& info = launch.info;
   info.t0 = now_seconds();
+  info.write_report = [](const std::string& metrics, const std::string& page) {
+    write_report_page({metrics}, page, "the report page");
+  };
   // The denominator of MFU: the user's figure, else what one core can do, measured now
   // (the best of many short sgemms, kernels/gemm_peak.h).
   // Under --precision bf16 the peak is the bf16 GEMM's, which the model's GEMMs run at.

@@ -1,14 +1,11 @@
 #include "train/path_checks.h"
 
-#include <sys/stat.h>
-
 #include <filesystem>
 #include <optional>
 #include <vector>
 
 #include "core/error.h"
 #include "core/file_checks.h"
-#include "report/report_page.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/checkpoint_log.h"
@@ -55,20 +52,13 @@ std::vector<NamedPath> input_files(const TrainOptions& o) {
   return in;
 }
 
-// The report page a run rewrites beside --metrics X.jsonl (X.html, report/report_page.h):
-// an output like the others, unless the metrics go to a device (no page then).
-std::string report_page_of(const std::string& metrics) {
-  struct stat st {};
-  if (metrics.empty() || (::stat(metrics.c_str(), &st) == 0 && S_ISCHR(st.st_mode))) return "";
-  return report_path_for(metrics);
-}
-
 std::vector<NamedPath> output_files(const TrainOptions& o) {
   std::vector<NamedPath> out;
   // Metrics are appended record by record: /dev/null is a fine place for them.
   if (!o.io.metrics.empty()) out.push_back({"--metrics", o.io.metrics, OutputUse::stream});
-  if (const std::string page = report_page_of(o.io.metrics); !page.empty())
-    out.push_back({"the report page (beside --metrics " + o.io.metrics + ")", page});
+  // The report page a run rewrites beside --metrics: an output like the others.
+  if (!o.io.report_page.empty())
+    out.push_back({"the report page (beside --metrics " + o.io.metrics + ")", o.io.report_page});
   if (!o.io.export_path.empty()) out.push_back({"--export", o.io.export_path});
   if (!o.io.trace.empty()) out.push_back({"--trace", o.io.trace});
   return out;

@@ -5,6 +5,7 @@
 // runs one optimizer step on it; session_io.h saves, loads and exports it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,8 +30,12 @@ namespace mt {
 struct RunInfo {
   double peak_gflops_per_thread = 0;  // measured sgemm peak, for MFU
   // (under --precision bf16: the bf16 GEMM peak, the rate the model's GEMMs can reach)
-  std::string gemm_isa;               // --precision bf16: oneDNN's bf16 matmul implementation
-  double t0 = 0;                      // job start (steady clock), for traces
+  std::string gemm_isa;  // --precision bf16: oneDNN's bf16 matmul implementation
+  double t0 = 0;         // job start (steady clock), for traces
+  // Draws the report page `page` from the metrics file `metrics` (rank 0, every
+  // --report-every steps and at the end). Set by the CLI: train/ does not link report/, so
+  // that drawing a chart needs no model, kernels or communication. Empty: no page.
+  std::function<void(const std::string& metrics, const std::string& page)> write_report;
 };
 
 // Members are declared in build order: each one is built from those above it, and they
