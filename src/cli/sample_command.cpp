@@ -11,7 +11,7 @@
 #include "core/threads.h"
 #include "model/gpt.h"
 #include "model/sampler.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/global_checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/tokenizer.h"
 

@@ -2,7 +2,8 @@
 // in the mesh and its communicators, the data loaders, the model (this rank's chunks and
 // shards), data parallelism, the optimizer, the microbatch runner (plain loop or pipeline),
 // the routing metrics and, when a run writes files, the global view. train_step (step.h)
-// runs one optimizer step on it; session_io.h saves, loads and exports it.
+// runs one optimizer step on it; checkpoint/checkpointer.h saves and restores it, and
+// session_io.h writes its export and sample.
 #pragma once
 
 #include <functional>
