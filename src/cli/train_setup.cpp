@@ -21,10 +21,13 @@
 #include "plan/calibrate.h"
 #include "report/report_page.h"
 #include "train/checkpoint/checkpoint_paths.h"
+#include "train/checkpoint/manifest.h"
 #include "train/checkpoint/save_lock.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
 #include "train/dataset_inputs.h"
+#include "train/hf_config.h"
+#include "train/hf_directory.h"
 #include "train/memory_estimate.h"
 #include "train/path_checks.h"
 #include "train/trainer.h"
@@ -93,6 +96,32 @@ std::string report_page_of(const std::string& metrics) {
   return report_path_for(metrics);
 }
 
+// Llama 3.1's rope_scaling comes only from a Hugging Face config.json, and no flag can give
+// it: a run resumed with --load takes it from the checkpoint, which records it.
+RopeScaling checkpoint_rope_scaling(const std::string& dir, const ModelConfig& flags) {
+  if (loads_sharded(dir)) return read_manifest(dir).model.rope_scaling;
+  return model_config_from_file(dir + "/model.safetensors", flags).rope_scaling;
+}
+
+// Model shape from an init file: the file decides; conflicting flags are errors.
+void take_init_shape(TrainOptions& o) {
+  ModelConfig f = model_config_from_file(o.io.init_from, o.model);
+  // A Hugging Face directory sets the whole shape (§9a): a model flag may only repeat it.
+  if (is_hf_directory(o.io.init_from))
+    require_flags_match_hf(o.model, o.model_flags_given, f, o.io.init_from + "/" + kHfConfigFile);
+  // Learned positions bound --seq; RoPE (llama) does not.
+  MT_REQUIRE(!o.seq_given || f.llama() || o.model.seq <= f.seq, "--seq ", o.model.seq,
+             " is longer than the position table of ", o.io.init_from, " (", f.seq, " rows)");
+  MT_REQUIRE(!o.vocab_given || o.model.vocab == f.vocab, "--vocab ", o.model.vocab,
+             " differs from the ", f.vocab, " rows of ", f.token_table_name(), " in ",
+             o.io.init_from);
+  const int seq = o.seq_given ? o.model.seq : f.seq;
+  o.model = f;
+  if (!f.llama()) o.model.positions = f.seq;  // keep the whole table; the run uses seq rows
+  o.model.seq = seq;
+  o.vocab_given = true;
+}
+
 }  // namespace
 
 void resolve_train_options(TrainOptions& o) {
@@ -136,21 +165,9 @@ void resolve_train_options(TrainOptions& o) {
                  o.io.load.c_str());
   check_weights_tokenizer(o);
   const int start = o.io.load.empty() ? 0 : checkpoint_step(o.io.load);
-  // Model shape from an init file: the file decides; conflicting flags are errors.
-  if (!o.io.init_from.empty()) {
-    ModelConfig f = model_config_from_file(o.io.init_from, o.model);
-    // Learned positions bound --seq; RoPE (llama) does not.
-    MT_REQUIRE(!o.seq_given || f.llama() || o.model.seq <= f.seq, "--seq ", o.model.seq,
-               " is longer than the position table of ", o.io.init_from, " (", f.seq, " rows)");
-    MT_REQUIRE(!o.vocab_given || o.model.vocab == f.vocab, "--vocab ", o.model.vocab,
-               " differs from the ", f.vocab, " rows of ", f.token_table_name(), " in ",
-               o.io.init_from);
-    const int seq = o.seq_given ? o.model.seq : f.seq;
-    o.model = f;
-    if (!f.llama()) o.model.positions = f.seq;  // keep the whole table; the run uses seq rows
-    o.model.seq = seq;
-    o.vocab_given = true;
-  }
+  if (!o.io.init_from.empty()) take_init_shape(o);
+  if (!o.io.load.empty() && o.model.llama())
+    o.model.rope_scaling = checkpoint_rope_scaling(o.io.load, o.model);
   if (!o.vocab_given) {
     // Byte-level by default; GPT-2-tokenized shards bring larger ids.
     int max_id = TokenShard(o.io.data).max_token_id();
