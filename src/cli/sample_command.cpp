@@ -110,6 +110,7 @@ int run_sample(const SampleArgs& a) {
   so.temperature = a.temperature;
   so.top_k = a.top_k;
   so.seed = a.seed;
+  so.vocab = tok->vocab_size();  // rows past the tokenizer's pieces (padding) cannot be decoded
   std::fputs(a.prompt.c_str(), stdout);
   sample(model, tok->encode(a.prompt), so, [&](int t) {
     const std::string text = tok->decode(std::span<const int>(&t, 1));

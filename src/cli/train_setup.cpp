@@ -72,11 +72,14 @@ void check_validation_inputs(const TrainOptions& o, bool val_given, const std::s
 void check_token_stream(const TrainOptions& o, const char* flag, const std::string& first,
                         const std::vector<std::string>& shards) {
   int64_t tokens = 0;
-  int max_id = -1;
+  std::string bad;  // where the first id outside the vocabulary is, and what it is
   for (const std::string& p : shards.empty() ? std::vector<std::string>{first} : shards) {
     const TokenShard shard(p);
     tokens += shard.size();
-    max_id = std::max(max_id, shard.max_token_id());
+    const int64_t at = shard.first_token_at_least(o.model.vocab);
+    if (at >= 0 && bad.empty())
+      bad = str(" holds token id ", shard.token(at), " (token ", at, p == first ? "" : " of " + p,
+                ", the first id outside the vocabulary)");
   }
   const int64_t need = int64_t(o.optim.batch) * o.model.seq + 1;
   const std::string what =
@@ -84,8 +87,8 @@ void check_token_stream(const TrainOptions& o, const char* flag, const std::stri
   MT_REQUIRE(tokens >= need, what, " holds ", tokens,
              " tokens, fewer than one batch needs (--batch x --seq + 1 = ", o.optim.batch, " x ",
              o.model.seq, " + 1 = ", need, ")");
-  MT_REQUIRE(max_id < o.model.vocab, what, " holds token id ", max_id, " but the model vocab is ",
-             o.model.vocab, " (--vocab, or the --init-from file's)");
+  MT_REQUIRE(bad.empty(), what, bad, " but the model vocab is ", o.model.vocab,
+             " (--vocab, or the --init-from file's)");
 }
 
 // The report page a run rewrites beside --metrics X.jsonl (X.html, report/report_page.h),
@@ -170,10 +173,9 @@ void resolve_train_options(TrainOptions& o) {
     o.model.rope_scaling = checkpoint_rope_scaling(o.io.load, o.model);
   if (!o.vocab_given) {
     // Byte-level by default; GPT-2-tokenized shards bring larger ids.
-    int max_id = TokenShard(o.io.data).max_token_id();
-    for (const std::string& p : o.io.data_shards)
-      max_id = std::max(max_id, TokenShard(p).max_token_id());
-    o.model.vocab = std::max(256, max_id + 1);
+    std::vector<std::string> shards = o.io.data_shards;
+    shards.push_back(o.io.data);
+    o.model.vocab = vocab_of_shards(shards);
   }
   // The shape is final: the planner may choose the layout, then every rule of the options,
   // before any rank starts.

@@ -23,6 +23,7 @@ void print_sample(GPT& model, const TrainOptions& o,
   SampleOptions so;
   so.tokens = o.io.sample_tokens;
   so.seed = o.optim.seed;
+  so.vocab = tok->vocab_size();  // rows past the tokenizer's pieces cannot be decoded
   auto prompt = tok->encode(o.io.sample_prompt);
   auto out = sample(model, prompt, so);
   std::vector<int> generated(out.begin() + long(prompt.size()), out.end());
