@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "comm/world.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "model/context_parallel_attention.h"
 #include "model/zigzag_layout.h"
@@ -148,6 +150,39 @@ TEST(ContextParallelAttention, RingEqualsOneWorker) {
 
 TEST(ContextParallelAttention, AllGatherEqualsOneWorker) {
   for (int N : {2, 4}) check_against_one_worker(N, CpComm::allgather);
+}
+
+// Rank 1 finishes the forward ring, then fails instead of running the backward: ranks 0
+// and 2 are inside the backward ring, waiting for blocks and gradients rank 1 will never
+// send. The job ends (the local world wakes their waits) with rank 1's failure.
+TEST(ContextParallelAttention, ARankFailingMidRingEndsTheJobNamingIt) {
+  const Shape s;
+  const int N = 3, Tl = s.T / N;
+  const RopeTable rope(s.hd, s.T, 10000.0);
+  WorldOptions opts;
+  opts.timeout_s = 60;  // a hang would fail on the timeout, not pass
+  try {
+    run_local(N, opts, [&](CommWorld& w) {
+      const int r = w.rank();
+      ContextParallelAttention cp(ContextParallelShard{r, N, w.world().get(), CpComm::ring}, s.T,
+                                  size_t(s.B) * Tl, s.kc());
+      const auto q = random_rows(s.B * Tl, s.qc(), 10 + r, s, N, false);
+      const auto kv = random_rows(s.B * Tl, s.kc(), 20 + r, s, N, true);
+      const FlashAttention a = args(s, Tl, q.data(), kv.data(), kv.data(), cp.positions(), &rope);
+      std::vector<float> out(q.size()), lse(size_t(s.B) * s.H * Tl), D(lse.size(), 0.0f);
+      std::vector<float> fs(flash_attention_forward_scratch_floats(a));
+      cp.forward(out.data(), s.qc(), lse.data(), a, fs);
+      if (r == 1) throw RuntimeError("rank 1: injected fault in the ring");
+      std::vector<float> dq(q.size()), dkv(kv.size()),
+          bs(flash_attention_backward_scratch_floats(a));
+      const FlashGrads g{dq.data(),      dkv.data(),     dkv.data(),
+                         size_t(s.qc()), size_t(s.kc()), size_t(s.kc())};
+      cp.backward(g, q.data(), s.qc(), lse.data(), D.data(), a, bs);
+    });
+    FAIL() << "the job did not fail";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
