@@ -40,3 +40,14 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
                        equivalence.llama_cp_resume
                        PROPERTIES LABELS "full;cp" TIMEOUT 1800)
 endif()
+
+# A rank failing mid-ring: rank 2 of a cp 4 ring fails as step 2 starts, while the others
+# wait in the ring for its K/V block; the job ends with its error line, exit 1, in bounded
+# time (a hang fails as exit 124).
+add_test(NAME cp_fault_mid_ring
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/comm_mpi/expect_exit.sh 1
+                 "meshtrain: error: rank 2: injected fault at step 2" 120
+                 $<TARGET_FILE:meshtrain> train --arch llama --layers 2 --dim 64 --heads 8
+                 --kv-heads 4 --ffn-dim 96 --seq 32 --batch 8 --steps 3 --cp 4 --quiet)
+set_tests_properties(cp_fault_mid_ring PROPERTIES LABELS "binary;cp" TIMEOUT 180
+                     ENVIRONMENT MESHTRAIN_FAULT=rank:2:step:2)

@@ -33,8 +33,9 @@ Mesh::Mesh(const MeshShape& s, int world_size) : shape_(s), world_size_(world_si
   MT_CHECK(s.pp >= 1 && s.dp >= 1 && s.tp >= 1 && s.ep >= 1 && s.cp >= 1, "mesh ", s.pp, "x", s.dp,
            "x", s.cp, "x", s.tp, " ep ", s.ep);
   const long world = static_cast<long>(s.pp) * s.dp * s.cp * s.tp;
-  MT_CHECK(world == world_size, "--pp ", s.pp, " x --dp ", s.dp, " x --cp ", s.cp, " x --tp ", s.tp,
-           " = ", world, " ranks, but the world has ", world_size);
+  MT_CHECK(world == world_size, "--pp ", s.pp, " x --dp ", s.dp,
+           s.cp > 1 ? str(" x --cp ", s.cp) : std::string(), " x --tp ", s.tp, " = ", world,
+           " ranks, but the world has ", world_size);
   MT_CHECK(s.dp % s.ep == 0, "--ep ", s.ep, " must divide --dp ", s.dp);
 }
 

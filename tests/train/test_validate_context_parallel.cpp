@@ -54,10 +54,17 @@ TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
   const std::vector<Case> cases = {
       {[](TrainOptions& o) { o.parallel.cp = 0; }, "--cp must be >= 1"},
       {[](TrainOptions& o) { o.parallel.cp_comm = "p2p"; }, "--cp-comm must be ring or allgather"},
-      {[](TrainOptions& o) { o.model.seq = 60; }, "--seq 60 must be divisible by 2 x --cp = 4"},
-      {[](TrainOptions& o) { o.model.arch = Arch::gpt2; }, "--cp 2 needs --arch llama"},
+      {[](TrainOptions& o) { o.model.seq = 62; }, "--seq 62 must be divisible by 2 x --cp = 4"},
+      {[](TrainOptions& o) {
+         o.model.arch = Arch::gpt2;
+         o.model.kv_heads = 0;
+       },
+       "--cp 2 needs --arch llama"},
       {[](TrainOptions& o) { o.parallel.pp = 2; }, "--cp 2 with --pp 2 is not built yet"},
-      {[](TrainOptions& o) { o.engine.ranks_per_process = 2; },
+      {[](TrainOptions& o) {
+         o.engine.backend = "mpi";
+         o.engine.ranks_per_process = 2;
+       },
        "--cp 2 with --ranks-per-process 2 (the hybrid world) is not built yet"},
       {[](TrainOptions& o) { o.parallel.dp_sync = "local:2"; },
        "--cp 2 with --dp-sync local:2 is not built yet"},
