@@ -51,3 +51,11 @@ add_test(NAME cp_fault_mid_ring
                  --kv-heads 4 --ffn-dim 96 --seq 32 --batch 8 --steps 3 --cp 4 --quiet)
 set_tests_properties(cp_fault_mid_ring PROPERTIES LABELS "binary;cp" TIMEOUT 180
                      ENVIRONMENT MESHTRAIN_FAULT=rank:2:step:2)
+
+# Under MPI (one rank per process): the ring's sends and receives are MPI messages.
+if(DEFINED MT_EQUIV_MPIRUN)
+  add_test(NAME equivalence.llama_cp_mpi
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_CP_LLAMA}
+                   --launcher "${MT_EQUIV_MPIRUN} -np 2 {bin}" --layout "--backend mpi --cp 2")
+  set_tests_properties(equivalence.llama_cp_mpi PROPERTIES LABELS "mpi;cp" TIMEOUT 600)
+endif()
