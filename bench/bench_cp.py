@@ -8,8 +8,10 @@ Two tables from one run each:
   memory  activation peak per rank (the run's memory record) at cp 1, 2, 4 for each --seq,
           and its ratio to cp 1 (goal at T = 4096: cp 4 <= 0.35x);
   speed   median step time at cp 1 and cp 2/4 with --cp-comm ring and allgather, for a
-          model with few kv heads (GQA, kv 2) and one with many (kv = heads = 16), and the
-          ratio to the ideal (cp 1's step time / cp), so > 1 is the cost of splitting.
+          model with few kv heads (GQA, kv 2) and one with many (kv = heads = 16), the
+          ratio to the ideal (cp 1's step time / cp), so > 1 is the cost of splitting, and
+          cp_comm_wait_s: the seconds a step sat blocked on the cp group (the exposed part of
+          the K/V transfers).
 The local backend runs the cp ranks as threads: give the machine cp x --threads cores.
 """
 import argparse
@@ -31,6 +33,7 @@ def run(binary, flags, tmp, steps):
     timed = steps_[2:] or steps_
     mem = [r for r in recs if r.get("event") == "memory"]
     return {"step_s": statistics.median(r["step_time_s"] for r in timed),
+            "wait_s": statistics.median(r.get("cp_comm_wait_s", 0.0) for r in timed),
             "act": max((r["activations_peak_bytes"] for r in mem), default=0),
             "cmd": " ".join(cmd[1:])}
 
@@ -51,8 +54,9 @@ def main():
             acts = [run(a.binary, base + ["--cp", str(cp)], tmp, 2)["act"] for cp in (1, 2, 4)]
             cells = [f"{acts[i] / 2**20:8.1f} ({acts[i] / acts[0]:.2f}x)" for i in (1, 2)]
             print(f"{T:>6} {acts[0] / 2**20:>10.1f} {cells[0]:>16} {cells[1]:>16}")
-        print("\nspeed: median step time (s); in brackets step / (cp 1 step / cp)")
-        print(f"{'seq':>6} {'kv':>3} {'cp 1':>8} {'cp':>3} {'ring':>16} {'allgather':>16}")
+        print("\nspeed: median step time (s); in brackets step / (cp 1 step / cp), then the "
+              "seconds per step blocked on the cp group (transfer not hidden)")
+        print(f"{'seq':>6} {'kv':>3} {'cp 1':>8} {'cp':>3} {'ring':>24} {'allgather':>24}")
         for T in seqs:
             for kv in (2, 16):
                 base = ["--seq", str(T), "--kv-heads", str(kv)] + a.extra
@@ -60,10 +64,11 @@ def main():
                 for cp in (2, 4):
                     cells = []
                     for comm in ("ring", "allgather"):
-                        t = run(a.binary, base + ["--cp", str(cp), "--cp-comm", comm], tmp,
-                                a.steps)["step_s"]
-                        cells.append(f"{t:7.3f} ({t / (one / cp):.2f}x)")
-                    print(f"{T:>6} {kv:>3} {one:>8.3f} {cp:>3} {cells[0]:>16} {cells[1]:>16}")
+                        r = run(a.binary, base + ["--cp", str(cp), "--cp-comm", comm], tmp,
+                                a.steps)
+                        t = r["step_s"]
+                        cells.append(f"{t:7.3f} ({t / (one / cp):.2f}x) {r['wait_s']:6.3f}")
+                    print(f"{T:>6} {kv:>3} {one:>8.3f} {cp:>3} {cells[0]:>24} {cells[1]:>24}")
 
 
 if __name__ == "__main__":
