@@ -31,13 +31,18 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
            COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base "${MT_CP_LLAMA} --precision bf16"
                    --loss-rtol 2e-3 --weight-rtol 2e-2
                    --layout "--cp 2" --layout "--cp 4 --dp 2 --zero 3 --cp-comm allgather")
+  # An odd ring (cp 3: seq divisible by 6), ring and all-gather.
+  add_test(NAME equivalence.llama_cp3
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN}
+                   --base "--arch llama --layers 2 --dim 64 --heads 8 --kv-heads 4 --ffn-dim 96 --seq 48 --batch 4 --steps 6 --lr-schedule constant --grad-clip 0.5"
+                   --layout "--cp 3" --layout "--cp 3 --cp-comm allgather --tp 2")
   # Global checkpoints hold the model of every layout: saved under cp, resumed without, and
   # the reverse.
   add_test(NAME equivalence.llama_cp_resume
            COMMAND ${MT_EQUIV} resume --bin ${MT_EQUIV_BIN} --base ${MT_CP_LLAMA} --save-at 4
                    --pair "--cp 2 --dp 2 --zero 3|" --pair "|--cp 4 --cp-comm allgather")
   set_tests_properties(equivalence.llama_cp_full_matrix equivalence.llama_cp_bf16
-                       equivalence.llama_cp_resume
+                       equivalence.llama_cp3 equivalence.llama_cp_resume
                        PROPERTIES LABELS "full;cp" TIMEOUT 1800)
 endif()
 
