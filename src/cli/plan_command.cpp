@@ -20,6 +20,7 @@ namespace {
 
 struct PlanArgs {
   ModelConfig model;
+  std::string arch = "gpt2";  // --arch (parsed into model.arch in make_request)
   int batch = 8;
   std::string hardware, hardware_file, profile, backend = "local";
   std::string software;  // GPU software profile (empty: the hardware's own, meshtrain)
@@ -46,6 +47,35 @@ void config_int(const toml::node* n, const std::string& path, const std::string&
   out = int(v->get());
 }
 
+// --config's [model] arch, rope-theta, norm-eps and tie-embeddings (train's names), for each
+// not given as a flag.
+template <typename Unset>
+void config_llama(const toml::table& doc, PlanArgs& a, const Unset& unset) {
+  const toml::node* arch = doc["model"]["arch"].node();
+  if (arch && unset("arch")) {
+    const auto v = arch->value<std::string>();
+    MT_REQUIRE(v, "--config ", a.config, ": [model] arch must be a string");
+    a.arch = *v;
+  }
+  if (const toml::node* n = doc["model"]["tie-embeddings"].node(); n && unset("tie-embeddings")) {
+    const auto v = n->value<bool>();
+    MT_REQUIRE(v, "--config ", a.config, ": [model] tie-embeddings must be true or false");
+    a.model.tie_embeddings = *v;
+  }
+  for (auto [name, target] : {std::pair{"rope-theta", &a.model.rope_theta}}) {
+    const toml::node* n = doc["model"][name].node();
+    if (!n || !unset(name)) continue;
+    const auto v = n->value<double>();
+    MT_REQUIRE(v, "--config ", a.config, ": [model] ", name, " must be a number");
+    *target = *v;
+  }
+  if (const toml::node* n = doc["model"]["norm-eps"].node(); n && unset("norm-eps")) {
+    const auto v = n->value<double>();
+    MT_REQUIRE(v, "--config ", a.config, ": [model] norm-eps must be a number");
+    a.model.norm_eps = float(*v);
+  }
+}
+
 // --config FILE.toml: the [model] table and [train] batch of a train config file, for
 // every one of them not given as a flag (flags override the file, as in train).
 void apply_config(PlanArgs& a) {
@@ -57,13 +87,18 @@ void apply_config(PlanArgs& a) {
     throw UsageError(str("cannot read --config ", a.config, ": ", e.description()));
   }
   ModelConfig& m = a.model;
-  const std::pair<const char*, int*> ints[] = {{"layers", &m.layers}, {"dim", &m.dim},
-                                               {"heads", &m.heads},   {"seq", &m.seq},
-                                               {"vocab", &m.vocab},   {"experts", &m.experts},
-                                               {"topk", &m.topk},     {"moe-every", &m.moe_every}};
+  const std::pair<const char*, int*> ints[] = {
+      {"layers", &m.layers},     {"dim", &m.dim},
+      {"heads", &m.heads},       {"seq", &m.seq},
+      {"vocab", &m.vocab},       {"experts", &m.experts},
+      {"topk", &m.topk},         {"moe-every", &m.moe_every},
+      {"kv-heads", &m.kv_heads}, {"head-dim", &m.head_size},
+      {"ffn-dim", &m.ffn_dim}};
+  auto unset = [&](const char* name) { return a.cmd->get_option(str("--", name))->count() == 0; };
   for (auto [name, target] : ints)
-    if (a.cmd->get_option(str("--", name))->count() == 0)
+    if (unset(name))
       config_int(doc["model"][name].node(), a.config, str("[model] ", name), *target);
+  config_llama(doc, a, unset);
   if (a.cmd->get_option("--batch")->count() == 0)
     config_int(doc["train"]["batch"].node(), a.config, "[train] batch", a.batch);
 }
@@ -75,9 +110,10 @@ std::optional<T> given(CLI::Option* o, const T& v) {
 
 plan::PlanRequest make_request(PlanArgs& a) {
   apply_config(a);
+  MT_REQUIRE(parse_arch(a.arch, &a.model.arch), "--arch must be gpt2 or llama (got '", a.arch,
+             "')");
   plan::PlanRequest r;
   r.model = a.model;
-  r.model.validate();
   MT_REQUIRE(a.batch >= 1, "--batch must be >= 1 (got ", a.batch, ")");
   r.batch = a.batch;
   MT_REQUIRE(a.hardware.empty() != a.hardware_file.empty() || a.hardware == "local",
@@ -165,6 +201,20 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--topk", m.topk, "experts per token")->capture_default_str();
   cmd->add_option("--moe-every", m.moe_every, "every k-th block is MoE")->capture_default_str();
+  cmd->add_option("--arch", a->arch, "block architecture: gpt2 | llama (as train)")
+      ->capture_default_str();
+  cmd->add_option("--kv-heads", m.kv_heads, "llama: key/value heads (0 = --heads)")
+      ->capture_default_str();
+  cmd->add_option("--head-dim", m.head_size, "llama: width of one head (0 = dim/heads)")
+      ->capture_default_str();
+  cmd->add_option("--ffn-dim", m.ffn_dim, "llama: SwiGLU width (0 = 256 * ceil((8C/3) / 256))")
+      ->capture_default_str();
+  cmd->add_flag("--tie-embeddings{true}", m.tie_embeddings,
+                "llama: the head multiplies the token table (no lm_head)");
+  cmd->add_option("--rope-theta", m.rope_theta, "llama: RoPE base theta (no effect on the plan)")
+      ->capture_default_str();
+  cmd->add_option("--norm-eps", m.norm_eps, "llama: RMSNorm epsilon (no effect on the plan)")
+      ->capture_default_str();
   cmd->add_option("--batch", a->batch, "global batch in sequences")->capture_default_str();
   cmd->add_option("--hardware", a->hardware, "a100-80gb | h100-80gb | local (calibrated)");
   cmd->add_option("--hardware-file", a->hardware_file, "a TOML hardware profile");

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "parallel/pipeline/pipeline_stage.h"
+#include "train/option_limits.h"
 #include "train/validate_options.h"
 
 namespace mt::plan {
@@ -27,8 +28,15 @@ const std::vector<int>& default_stage_layers(const ModelConfig& m, int pp, int v
   return it->second;
 }
 
+ModelConfig with_engine_vocab(const PlanRequest& r) {
+  ModelConfig m = r.model;
+  if (!r.hardware.local) m.vocab = std::min(m.vocab, limits::kMaxVocab);
+  return m;
+}
+
 void validate_request(const PlanRequest& r) {
-  r.model.validate();
+  MT_REQUIRE(r.model.vocab >= 2, "--vocab must be >= 2 (got ", r.model.vocab, ")");
+  with_engine_vocab(r).validate();
   MT_REQUIRE(r.model.dim <= INT32_MAX / 4, "--dim must be at most ", INT32_MAX / 4,
              " (the MLP's width, 4 x --dim, is an int; got ", r.model.dim, ")");
   MT_REQUIRE(r.batch >= 1, "--batch must be >= 1 (got ", r.batch, ")");
@@ -110,16 +118,27 @@ void validate_candidate(const PlanRequest& r, const Layout& l) {
              "' has no bf16 rate");
   // A local plan is run by this engine, whose capacity applies; GPU software counts for itself.
   TrainOptions o = train_options(r, l);
-  if (r.hardware.local)
+  if (r.hardware.local) {
     validate_train_options(o);
-  else
+  } else {
+    o.model = with_engine_vocab(r);
     validate_layout_rules(o);
+  }
 }
 
 std::string train_command(const PlanRequest& r, const Layout& l) {
   const ModelConfig& m = r.model;
-  std::string c = str("meshtrain train --layers ", m.layers, " --dim ", m.dim, " --heads ", m.heads,
-                      " --seq ", m.seq, " --vocab ", m.vocab);
+  std::string c =
+      str("meshtrain train", m.llama() ? " --arch llama" : "", " --layers ", m.layers, " --dim ",
+          m.dim, " --heads ", m.heads, " --seq ", m.seq, " --vocab ", m.vocab);
+  if (m.llama()) {
+    if (m.kv() != m.heads) c += str(" --kv-heads ", m.kv());
+    if (m.head_size > 0) c += str(" --head-dim ", m.head_size);
+    if (m.ffn_dim > 0) c += str(" --ffn-dim ", m.ffn_dim);
+    if (m.tie_embeddings) c += " --tie-embeddings";
+    if (m.rope_theta != ModelConfig{}.rope_theta) c += str(" --rope-theta ", m.rope_theta);
+    if (m.norm_eps != ModelConfig{}.norm_eps) c += str(" --norm-eps ", m.norm_eps);
+  }
   if (m.experts > 0)
     c += str(" --experts ", m.experts, " --topk ", m.topk,
              m.moe_every != 1 ? str(" --moe-every ", m.moe_every) : std::string());

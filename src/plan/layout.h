@@ -46,10 +46,16 @@ struct PlanRequest {
   std::optional<int> microbatches;  // train's --microbatches (auto-layout), a filter
 };
 
+// The model as this engine's rules see it: on GPU presets the vocabulary is the GPU
+// software's (int32 token ids, to 2^31 - 1: Llama 3's 128,256 or a 256K vocabulary), not
+// the shard format this engine reads, so its size is checked alone and the model's other
+// rules on a copy within the engine's vocabulary.
+ModelConfig with_engine_vocab(const PlanRequest& r);
+
 // UsageError (one line naming the flag) unless every number of the request is within the
-// range the planner can plan: the model's own rules, --dim at most 2^29 - 1 (the MLP's
-// width, 4 x dim, is an int), --batch and the device count >= 1, --threads as train takes
-// it, --bucket-mb finite in (0, 2^20] MiB, the fixed knobs >= 1, --zero 0-3.
+// range the planner can plan: the model's own rules (with_engine_vocab), --dim at most 2^29 - 1
+// (the MLP's width, 4 x dim, is an int), --batch and the device count >= 1, --threads as train
+// takes it, --bucket-mb finite in (0, 2^20] MiB, the fixed knobs >= 1, --zero 0-3.
 void validate_request(const PlanRequest& r);
 
 // train's --microbatches of a candidate: batch / (dp x micro_batch), 0 when that is below 1.

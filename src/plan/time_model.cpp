@@ -122,7 +122,7 @@ void add_after_pipeline(const CostContext& c, int mb, PredictedTime& p) {
       p.bf16_weights_s = std::max(
           p.bf16_weights_s, local_convert_seconds(c.rates, sc.linear_weights, 4 * sc.blocks + 1));
   }
-  if (hw.tied_embedding_reduce && l.pp > 1) {
+  if (hw.tied_embedding_reduce && l.pp > 1 && c.r.model.tied()) {
     const double Vl = double(tp::padded_vocab(c.r.model.vocab, l.tp)) / l.tp;
     const GroupSpan ends = group_span(hw, 2, l.tp * l.dp * (l.pp - 1));
     p.dp_exposed_s +=
