@@ -26,11 +26,12 @@ struct PlanArgs {
   std::string software;  // GPU software profile (empty: the hardware's own, meshtrain)
   int gpus = 0, ranks = 0, threads = 1, top = 10;
   double bucket_mb = 25;
-  int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0;
-  std::string recompute, schedule, precision;
+  int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0, cp = 0;
+  std::string recompute, schedule, precision, cp_comm;
   bool json = false, explain = false, calibrate = false;
   double calibrate_seconds = 60;
-  CLI::Option *dp_o, *tp_o, *pp_o, *v_o, *ep_o, *zero_o, *mb_o, *sp_o, *rc_o, *sched_o, *prec_o;
+  CLI::Option *dp_o, *tp_o, *pp_o, *v_o, *ep_o, *zero_o, *mb_o, *sp_o, *rc_o, *sched_o, *prec_o,
+      *cp_o, *cp_comm_o;
   bool sp = false;
   std::string config;
   CLI::App* cmd = nullptr;
@@ -153,6 +154,8 @@ plan::PlanRequest make_request(PlanArgs& a) {
   r.recompute = given(a.rc_o, a.recompute);
   r.schedule = given(a.sched_o, a.schedule);
   r.precision = given(a.prec_o, a.precision);
+  r.cp = given(a.cp_o, a.cp);
+  r.cp_comm = given(a.cp_comm_o, a.cp_comm);
   plan::validate_request(r);
   return r;
 }
@@ -239,6 +242,11 @@ CommandRunner add_plan_command(CLI::App& app) {
   a->pp_o = cmd->add_option("--pp", a->pp, "fix pipeline stages");
   a->v_o = cmd->add_option("--virtual-stages", a->virtual_stages, "fix chunks per stage");
   a->ep_o = cmd->add_option("--ep", a->ep, "fix expert parallelism");
+  a->cp_o = cmd->add_option("--cp", a->cp,
+                            "fix context parallelism (GPU software that has it, e.g. "
+                            "--software llama3-2024; else 1)");
+  a->cp_comm_o =
+      cmd->add_option("--cp-comm", a->cp_comm, "fix ring | allgather (default: the software's)");
   a->zero_o = cmd->add_option("--zero", a->zero, "fix the ZeRO stage");
   a->sp_o = cmd->add_flag("--sequence-parallel{true}", a->sp,
                           "fix sequence parallelism (--sequence-parallel=false to forbid it)");

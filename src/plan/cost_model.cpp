@@ -17,13 +17,16 @@ CostContext make_context(const PlanRequest& r, const Layout& l) {
   if (local) c.rates32 = compute_rates(r.hardware, "fp32", l.world(), r.threads);
   if (local && r.model.experts > 0) c.moe_busiest = busiest_rank_load(r.hardware, r.model, l.ep);
   c.tp = group_span(r.hardware, l.tp, 1);
-  c.dp = group_span(r.hardware, l.dp, l.tp);
-  c.ep = group_span(r.hardware, l.ep, l.tp);
+  c.cp = group_span(r.hardware, l.cp, l.tp);
+  c.dp = group_span(r.hardware, l.data_ranks(), l.tp);
+  c.ep = group_span(r.hardware, l.ep, l.tp * l.cp);
   c.b = l.micro_batch, c.s = r.model.seq, c.h = r.model.dim, c.a = r.model.heads, c.t = l.tp;
-  c.N = c.b * c.s;
+  c.sq = c.s / l.cp;
+  c.N = c.b * c.sq;
   c.Nl = l.sequence_parallel ? c.N / c.t : c.N;
   c.w = block_widths(r.model);
   c.hd = r.model.head_dim();
+  c.flash = !local && (r.hardware.flash_attention || r.model.llama());
   return c;
 }
 
@@ -47,11 +50,20 @@ Passes attention_projections(const CostContext& c) {
 
 Passes gemm_attention_core(const CostContext& c) {
   const ComputeRates& R = c.rates;
-  const double s = c.s, hd = c.hd, heads = c.b * c.a / c.t;
+  const double sq = c.sq, s = c.s, hd = c.hd, heads = c.b * c.a / c.t;
   Passes p;
-  p.forward = linear_gemm(c, R, s, s, hd, heads) + linear_gemm(c, R, s, hd, s, heads) +
-              pointwise_seconds(R, heads * s * s, 2 * heads * s * s * c.e, 2);
-  p.backward = 2 * p.forward;
+  if (!c.flash) {
+    p.forward = linear_gemm(c, R, sq, s, hd, heads) + linear_gemm(c, R, sq, hd, s, heads) +
+                pointwise_seconds(R, heads * sq * s, 2 * heads * sq * s * c.e, 2);
+    p.backward = 2 * p.forward;
+    return p;
+  }
+  // FlashAttention: the causal half of the keys (zigzag gives every cp rank its half), no
+  // s x s tensor in memory; its backward recomputes the scores: 5 products to forward's 2
+  // (Dao 2023, FlashAttention-2, Algorithm 2).
+  const double keys = s / 2;
+  p.forward = linear_gemm(c, R, sq, keys, hd, heads) + linear_gemm(c, R, sq, hd, keys, heads);
+  p.backward = 2.5 * p.forward;
   return p;
 }
 

@@ -17,10 +17,11 @@ namespace mt::plan {
 const std::vector<int>& default_stage_layers(const ModelConfig& m, int pp, int virtual_stages) {
   // A memo of a pure function: the search asks for the same few partitions for tens of
   // thousands of candidates, and partition_layers is quadratic in the chunks.
-  using Key = std::tuple<int, int, int, int, int, int, int, int>;
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, bool>;
   static std::mutex mu;
   static std::map<Key, std::vector<int>> memo;
-  const Key key{m.layers, m.dim, m.seq, m.vocab, m.experts, m.moe_every, pp, virtual_stages};
+  const Key key{m.layers,       m.dim,       m.seq,  m.vocab,      m.experts,  m.moe_every, pp,
+                virtual_stages, int(m.arch), m.kv(), m.head_dim(), m.hidden(), m.tied()};
   std::lock_guard<std::mutex> lock(mu);
   auto it = memo.find(key);
   if (it == memo.end())
@@ -52,8 +53,11 @@ void validate_request(const PlanRequest& r) {
                          {"--virtual-stages", r.virtual_stages},
                          {"--ep", r.ep},
                          {"--micro-batch", r.micro_batch},
-                         {"--microbatches", r.microbatches}})
+                         {"--microbatches", r.microbatches},
+                         {"--cp", r.cp}})
     MT_REQUIRE(!v || *v >= 1, name, " must be >= 1 (got ", *v, ")");
+  MT_REQUIRE(!r.cp_comm || *r.cp_comm == "ring" || *r.cp_comm == "allgather",
+             "--cp-comm must be ring or allgather (got '", r.cp_comm.value_or(""), "')");
   MT_REQUIRE(!r.zero || (*r.zero >= 0 && *r.zero <= 3), "--zero must be 0, 1, 2 or 3 (got ",
              *r.zero, ")");
 }
@@ -96,11 +100,32 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   return o;
 }
 
+// Context parallelism as the software has it (CONTRACTS.md §11's zigzag: 2 cp chunks of
+// the sequence).
+void validate_context_parallel(const PlanRequest& r, const Layout& l) {
+  MT_REQUIRE(l.cp >= 1, "--cp must be >= 1 (got ", l.cp, ")");
+  if (l.cp == 1) return;
+  MT_REQUIRE(!r.hardware.local,
+             "--cp: this engine's context parallelism is not in this tree yet, so a local plan "
+             "cannot use it (GPU software that has it: --software llama3-2024)");
+  MT_REQUIRE(l.cp <= r.hardware.max_cp, "--cp ", l.cp, ": software ", r.hardware.software,
+             r.hardware.max_cp > 1 ? str(" has at most --cp ", r.hardware.max_cp)
+                                   : std::string(" has no context parallelism"),
+             " (--software llama3-2024 has)");
+  MT_REQUIRE(r.model.seq % (2 * int64_t(l.cp)) == 0, "--seq ", r.model.seq,
+             " must be divisible by 2 x --cp = ", 2 * int64_t(l.cp),
+             " (each cp rank holds two of the 2 cp chunks)");
+  MT_REQUIRE(l.cp_comm == "ring" || l.cp_comm == "allgather",
+             "--cp-comm must be ring or allgather (got '", l.cp_comm, "')");
+}
+
 void validate_candidate(const PlanRequest& r, const Layout& l) {
   MT_REQUIRE(l.micro_batch >= 1, "--micro-batch must be >= 1 (got ", l.micro_batch, ")");
   MT_REQUIRE(l.dp >= 1, "--dp must be >= 1 (got ", l.dp, ")");
-  MT_REQUIRE(l.world() == r.devices, "--dp x --tp x --pp = ", l.world(), " but ",
-             r.hardware.local ? "--ranks is " : "--gpus is ", r.devices);
+  MT_REQUIRE(l.world() == r.devices,
+             l.cp > 1 ? "--dp x --cp x --tp x --pp = " : "--dp x --tp x --pp = ", l.world(),
+             " but ", r.hardware.local ? "--ranks is " : "--gpus is ", r.devices);
+  validate_context_parallel(r, l);
   MT_REQUIRE(r.batch % l.per_replica() == 0, "--batch ", r.batch,
              " must be divisible by --dp x --micro-batch = ", l.per_replica());
   // The engine counts a microbatch's tokens in an int.
@@ -147,6 +172,7 @@ std::string train_command(const PlanRequest& r, const Layout& l) {
   c += str(" --microbatches ", microbatches(r, l));
   if (l.pp > 1) c += str(" --schedule ", l.schedule);
   if (l.virtual_stages > 1) c += str(" --virtual-stages ", l.virtual_stages);
+  if (l.cp > 1) c += str(" --cp ", l.cp, " --cp-comm ", l.cp_comm);
   if (l.zero > 0) c += str(" --zero ", l.zero);
   if (l.sequence_parallel) c += " --sequence-parallel";
   if (l.recompute != "none") c += str(" --recompute ", l.recompute);

@@ -1,6 +1,7 @@
 #include "plan/model_flops.h"
 
 #include "core/error.h"
+#include "model/block.h"
 
 namespace mt::plan {
 
@@ -13,6 +14,21 @@ BlockWidths block_widths(const ModelConfig& m) {
   w.gated = m.llama();
   w.biases = !m.llama();
   return w;
+}
+
+double rank_block_params(const ModelConfig& m, int layer, int tp, int ep, double* experts) {
+  const BlockWidths w = block_widths(m);
+  const double h = m.dim, t = tp, b = w.biases ? 1 : 0, norm = w.biases ? 2 * h : h;
+  const double mlp = w.mlp_matrices() * h * w.ffn;
+  double p = 2 * norm + h * (w.q + 2 * w.kv) / t + w.q * h / t + b * ((w.q + 2 * w.kv) / t + h);
+  if (is_moe_layer(m, layer)) {
+    const double ex = double(m.experts) / ep * (mlp + b * (w.ffn + h));
+    *experts += ex;
+    p += m.experts * h + ex;
+  } else {
+    p += mlp / t + b * (w.ffn / t + h);
+  }
+  return p;
 }
 
 double korthikanti_flops(double B, double L, double s, double h, double V) {

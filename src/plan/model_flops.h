@@ -34,6 +34,11 @@ struct BlockWidths {
 };
 BlockWidths block_widths(const ModelConfig& m);
 
+// Parameters of block `layer` on one rank: its matrices split over tp (the experts' E/ep
+// whole), norms, router and row-parallel biases replicated; the experts' part also added to
+// *experts.
+double rank_block_params(const ModelConfig& m, int layer, int tp, int ep, double* experts);
+
 // FLOPs of one optimizer step over `batch` sequences of cfg.seq tokens.
 double model_flops_per_step(const ModelConfig& cfg, int batch);
 

@@ -11,23 +11,6 @@ namespace mt::plan {
 
 namespace {
 
-// Parameters of one block on one rank (tp-split matrices, replicated norms and biases);
-// the rank's experts' share is added to *experts.
-double block_params(const ModelConfig& m, int layer, const Layout& l, double* experts) {
-  const BlockWidths w = block_widths(m);
-  const double h = m.dim, t = l.tp, b = w.biases ? 1 : 0, norm = w.biases ? 2 * h : h;
-  const double mlp = w.mlp_matrices() * h * w.ffn;
-  double p = 2 * norm + h * (w.q + 2 * w.kv) / t + w.q * h / t + b * ((w.q + 2 * w.kv) / t + h);
-  if (is_moe_layer(m, layer)) {
-    const double ex = double(m.experts) / l.ep * (mlp + b * (w.ffn + h));
-    *experts += ex;
-    p += m.experts * h + ex;
-  } else {
-    p += mlp / t + b * (w.ffn / t + h);
-  }
-  return p;
-}
-
 void add(StageCosts& sc, const Passes& p) {
   sc.forward += p.forward, sc.backward += p.backward, sc.weight += p.weight;
 }
@@ -38,8 +21,9 @@ void add_block(const CostContext& c, int layer, StageCosts& sc) {
   add(sc, k.passes);
   sc.tp_comm += k.tp_comm;
   sc.ep_comm += k.ep_comm;
+  sc.cp_comm += k.cp_comm;
   sc.recompute += k.recompute;
-  const double params = block_params(m, layer, c.l, &sc.expert_params);
+  const double params = rank_block_params(m, layer, c.l.tp, c.l.ep, &sc.expert_params);
   sc.params += params;
   // The linears' weights (their bf16 copies locally): attention (h (2q + 2kv) / t) and the
   // MLP (2 or 3 h F / t) or the rank's experts (E/ep x 2 or 3 h F).
