@@ -77,7 +77,7 @@ def cases(tmp):
         for sw in ("megatron-lm-2021", "megatron-lm-2022"):
             path = os.path.join(tmp, f"{len(c)}.toml")
             with open(path, "w") as f:
-                f.write(pr.A100_TOML.format(sms=sms, software=sw, extra=extra))
+                f.write(pr.a100_toml(sms, sw, extra))
             for run in pr.RUNS:
                 if pr.software(run[0]) == sw:
                     c.append((f"ablate {label} {run[0]} {run[1]}",
