@@ -118,7 +118,8 @@ plan::PlanRequest make_request(PlanArgs& a) {
   MT_REQUIRE(a.batch >= 1, "--batch must be >= 1 (got ", a.batch, ")");
   r.batch = a.batch;
   MT_REQUIRE(a.hardware.empty() != a.hardware_file.empty() || a.hardware == "local",
-             "give --hardware NAME (a100-80gb, h100-80gb, local) or --hardware-file FILE.toml");
+             "give --hardware NAME (a100-80gb, h100-80gb, h800-80gb, local) or --hardware-file "
+             "FILE.toml");
   if (!a.hardware_file.empty()) {
     r.hardware = plan::load_profile(a.hardware_file);
   } else if (a.hardware == "local") {
@@ -219,7 +220,8 @@ CommandRunner add_plan_command(CLI::App& app) {
   cmd->add_option("--norm-eps", m.norm_eps, "llama: RMSNorm epsilon (no effect on the plan)")
       ->capture_default_str();
   cmd->add_option("--batch", a->batch, "global batch in sequences")->capture_default_str();
-  cmd->add_option("--hardware", a->hardware, "a100-80gb | h100-80gb | local (calibrated)");
+  cmd->add_option("--hardware", a->hardware,
+                  "a100-80gb | h100-80gb | h800-80gb | local (calibrated)");
   cmd->add_option("--hardware-file", a->hardware_file, "a TOML hardware profile");
   cmd->add_option("--software", a->software,
                   "GPU training software the plan models: meshtrain (default), "

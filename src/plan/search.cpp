@@ -71,6 +71,10 @@ std::string remedy(const PlanRequest& r, const Candidate& c) {
     tip(l.recompute != "full" && r.model.experts == 0, r.recompute.has_value(), "--recompute full");
     tip(l.micro_batch > 1, r.micro_batch.has_value(), "a smaller --micro-batch");
     tip(l.tp > 1 && !l.sequence_parallel, r.sequence_parallel.has_value(), "--sequence-parallel");
+    // Context parallelism splits every activation by the sequence, where the software has it.
+    const bool cp_can_grow = !r.hardware.local && l.cp < r.hardware.max_cp &&
+                             r.model.seq % (4 * int64_t(l.cp)) == 0 && l.data_ranks() > 1;
+    tip(cp_can_grow, r.cp.has_value(), "a larger --cp (each rank keeps seq/cp of the tokens)");
     tip(true, r.tp.has_value() || r.pp.has_value(), "larger --tp or --pp");
     tip(true, false, "a smaller --batch or --seq");
   }
@@ -338,9 +342,9 @@ std::string nothing_fits(const PlanRequest& r, const Candidate& smallest, int un
   const Layout& l = smallest.layout;
   return str(
       "no layout fits in memory: the smallest footprint is ",
-      smallest.memory.lower_bound ? "at least " : "", buf, " per device (dp ", l.dp, " tp ", l.tp,
-      " pp ", l.pp, " zero ", l.zero, " recompute ", l.recompute, " micro-batch ", l.micro_batch,
-      ") against ", cap, " usable",
+      smallest.memory.lower_bound ? "at least " : "", buf, " per device (dp ", l.dp,
+      l.cp > 1 ? str(" cp ", l.cp) : std::string(), " tp ", l.tp, " pp ", l.pp, " zero ", l.zero,
+      " recompute ", l.recompute, " micro-batch ", l.micro_batch, ") against ", cap, " usable",
       uncounted > 0 ? str(" (", uncounted, " layouts too large to count exactly)") : std::string(),
       "; ", remedy(r, smallest));
 }
