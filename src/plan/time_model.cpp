@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "plan/cost_model.h"
+#include "plan/zero3_overlap.h"
 #include "tensor_parallel/vocab_parallel.h"
 
 namespace mt::plan {
@@ -12,18 +13,29 @@ namespace {
 
 // ZeRO 3: every block's parameters are gathered before its forward and again before its
 // backward, per microbatch, and its gradient reduce-scattered, one collective per block as
-// the engine does (each pays the latency); zero3_overlap of them hides under the compute of
-// the same pass (prefetch), the rest is exposed.
+// the engine does (each pays the latency). With zero3_overlap they run on their own stream
+// under the compute, zero3_prefetch gathers ahead (zero3_pass_exposed: each chunk's first
+// gather and its last reduce-scatter stay exposed, and whatever a block's collectives take
+// beyond its compute); without, every collective is exposed. zero3_overlap between 0 and 1
+// weighs the two.
 void add_zero3(const CostContext& c, int microbatches, PredictedTime& p) {
   if (c.l.zero != 3 || c.l.data_ranks() <= 1) return;
   const HardwareProfile& hw = c.r.hardware;
+  const int chunks = std::max(c.l.virtual_stages, 1);
   for (StageCosts& sc : p.stages) {
-    const double units = std::max(sc.blocks, 1), bytes = sc.params * 4 / units;
-    const double gather = units * collective_seconds(hw, Collective::all_gather, bytes, c.dp);
-    const double scatter = units * collective_seconds(hw, Collective::reduce_scatter, bytes, c.dp);
-    const double overlap = hw.zero3_overlap;
-    const double fwd = std::max(0.0, gather - overlap * sc.forward);
-    const double bwd = std::max(0.0, gather + scatter - overlap * (sc.backward + sc.weight));
+    const int units = std::max(sc.blocks, 1), per_chunk = std::max(units / chunks, 1);
+    const double bytes = sc.params * 4 / units;
+    const double gather = collective_seconds(hw, Collective::all_gather, bytes, c.dp);
+    const double scatter = collective_seconds(hw, Collective::reduce_scatter, bytes, c.dp);
+    const double passes = double(units) / per_chunk;  // chunks of per_chunk blocks
+    const double hidden_fwd =
+        passes * zero3_pass_exposed({sc.forward / units, gather, 0}, per_chunk, hw.zero3_prefetch);
+    const double hidden_bwd =
+        passes * zero3_pass_exposed({(sc.backward + sc.weight) / units, gather, scatter}, per_chunk,
+                                    hw.zero3_prefetch);
+    const double w = hw.zero3_overlap;
+    const double fwd = w * hidden_fwd + (1 - w) * units * gather;
+    const double bwd = w * hidden_bwd + (1 - w) * units * (gather + scatter);
     sc.forward += fwd;
     sc.backward += bwd;
     p.zero3_exposed_s = std::max(p.zero3_exposed_s, (fwd + bwd) * microbatches);
