@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "plan/calibrate.h"
+#include "plan/compare.h"
 #include "plan/plan_report.h"
 
 namespace mt {
@@ -28,6 +29,7 @@ struct PlanArgs {
   double bucket_mb = 25;
   int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0, cp = 0;
   std::string recompute, schedule, precision, cp_comm;
+  std::vector<std::string> compare;  // --compare SPEC, repeated
   bool json = false, explain = false, calibrate = false;
   double calibrate_seconds = 60;
   CLI::Option *dp_o, *tp_o, *pp_o, *v_o, *ep_o, *zero_o, *mb_o, *sp_o, *rc_o, *sched_o, *prec_o,
@@ -161,6 +163,23 @@ plan::PlanRequest make_request(PlanArgs& a) {
   return r;
 }
 
+// --compare: the layouts side by side (plan/compare.h); --explain adds the assumptions and
+// each one's breakdown.
+int run_compare(const PlanArgs& a, const plan::PlanRequest& r) {
+  const std::vector<plan::Compared> c = plan::compare_layouts(r, a.compare);
+  if (a.json) {
+    std::cout << plan::compare_json(r, c);
+    return 0;
+  }
+  plan::print_compare(std::cout, r, c);
+  if (a.explain) {
+    plan::SearchResult s;
+    for (const plan::Compared& x : c) s.candidates.push_back(x.best);
+    plan::print_explain(std::cout, r, s, int(c.size()));
+  }
+  return 0;
+}
+
 int run_plan(PlanArgs& a) {
   // Checked with or without --calibrate: a value given is never silently ignored as bad.
   MT_REQUIRE(std::isfinite(a.calibrate_seconds) && a.calibrate_seconds > 0,
@@ -173,6 +192,7 @@ int run_plan(PlanArgs& a) {
     return 0;
   }
   const plan::PlanRequest r = make_request(a);
+  if (!a.compare.empty()) return run_compare(a, r);
   const plan::SearchResult s = plan::search_layouts(r, size_t(std::max(a.top, 2)));
   if (a.json) {
     std::cout << plan::plan_json(r, s, a.top);
@@ -258,6 +278,13 @@ CommandRunner add_plan_command(CLI::App& app) {
   a->prec_o = cmd->add_option("--precision", a->precision,
                               "fix fp32|bf16 (GPU presets: searched; local: fp32 unless given, "
                               "bf16 needs a calibrated profile)");
+  cmd->add_option("--compare", a->compare,
+                  "SPEC, given two or more times: those layouts side by side (step split into "
+                  "compute, exposed tp/cp/ep/ZeRO-3/dp comm, bubble and optimizer; memory by "
+                  "kind; ratio to the best). SPEC is key=value,... of dp tp pp cp ep zero "
+                  "virtual-stages micro-batch schedule recompute precision cp-comm "
+                  "sequence-parallel, over the fixed flags; what it leaves open is searched")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "print {\"candidates\": [...]} (best first)");
   cmd->add_flag("--explain", a->explain, "print every assumption and the breakdown");

@@ -24,6 +24,12 @@ double gib(int64_t b) {
   return double(b) / g_unit;
 }
 
+std::string ms(double s) {
+  return fmt(s >= 10 ? "%.2f s" : "%.1f ms", s >= 10 ? s : s * 1e3);
+}
+
+}  // namespace
+
 std::string layout_name(const Layout& l) {
   std::string s = str(
       "dp", l.dp, l.cp > 1 ? str(" cp", l.cp, l.cp_comm == "allgather" ? "ag" : "") : std::string(),
@@ -36,12 +42,6 @@ std::string layout_name(const Layout& l) {
   s += str(" mb", l.micro_batch, " ", l.precision);
   return s;
 }
-
-std::string ms(double s) {
-  return fmt(s >= 10 ? "%.2f s" : "%.1f ms", s >= 10 ? s : s * 1e3);
-}
-
-}  // namespace
 
 void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s, int top) {
   const ModelConfig& m = r.model;
