@@ -8,7 +8,7 @@ Usage: python3 bench/planner/plan_golden.py build/meshtrain [--capture] [--only 
 Runs every case below (the README's and docs/planner.md's examples, the published-runs table
 of bench/planner/published_runs.py under the software that ran each row and under meshtrain's,
 its --ablate hardware-file variants, bench/planner/modern_runs.py's rows, a 70B Llama on 512
-H100s and --compare (text and JSON), GPU MoE plans, the closed loop's 30 local layouts and
+H100s and --compare (text and JSON), GPU MoE plans, the closed loop's 35 local layouts and
 searched local plans against the checked-in profile golden/local.toml, --explain for a few,
 and the refusals) and compares each with the stored one:
   - the exit code, and stderr exactly up to its numbers;
