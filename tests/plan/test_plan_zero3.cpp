@@ -4,6 +4,8 @@
 // over 512 H100s (the case a user caught: every gather hidden) shows what cannot hide.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "plan/hardware_costs.h"
 #include "plan/search.h"
 #include "plan/software_profiles.h"
@@ -33,6 +35,20 @@ TEST(PlanZero3, GathersThatFitUnderTheComputeExposeTheFirstAndTheTail) {
     EXPECT_LE(zero3_pass_exposed({3, 2.5, 1}, n, depth + 1),
               zero3_pass_exposed({3, 2.5, 1}, n, depth));
   EXPECT_DOUBLE_EQ(zero3_pass_exposed({5, 2, 1}, 1, 1), 2 + 1);  // one block: all of it
+}
+
+// NCCL's all-gather and reduce-scatter are rings: n - 1 latency-bound steps, nodes - 1 of
+// them across nodes; the all-reduce keeps its tree's 2 log2 n.
+TEST(PlanZero3, RingCollectivesPayALatencyPerRank) {
+  const HardwareProfile h = preset_profile("h100-80gb");
+  const GroupSpan g = group_span(h, 512, 1);
+  ASSERT_EQ(g.nodes, 64);
+  const double bytes = 1e9, bw = bytes * 511 / 512 / std::min(h.intra_busbw, 8 * h.inter_busbw);
+  const double ring = 448 * h.intra_latency_s + 63 * h.inter_latency_s;
+  EXPECT_NEAR(collective_seconds(h, Collective::all_gather, bytes, g), ring + bw, 1e-12);
+  EXPECT_NEAR(collective_seconds(h, Collective::reduce_scatter, bytes, g), ring + bw, 1e-12);
+  EXPECT_NEAR(collective_seconds(h, Collective::all_reduce, bytes, g),
+              18 * h.inter_latency_s + 2 * bw, 1e-12);
 }
 
 // Llama 2 70B (80 layers, 8192 wide, 64 heads / 8 kv, SwiGLU 28672), batch 1024 x 4096 on
