@@ -203,6 +203,36 @@ int run_plan(PlanArgs& a) {
   return 0;
 }
 
+// The layout knobs a user fixes (unset: searched) and --compare's layouts.
+void add_layout_flags(CLI::App* cmd, PlanArgs& a) {
+  a.dp_o = cmd->add_option("--dp", a.dp, "fix data parallelism (else searched)");
+  a.tp_o = cmd->add_option("--tp", a.tp, "fix tensor parallelism");
+  a.pp_o = cmd->add_option("--pp", a.pp, "fix pipeline stages");
+  a.v_o = cmd->add_option("--virtual-stages", a.virtual_stages, "fix chunks per stage");
+  a.ep_o = cmd->add_option("--ep", a.ep, "fix expert parallelism");
+  a.cp_o = cmd->add_option("--cp", a.cp,
+                           "fix context parallelism (GPU software that has it, e.g. "
+                           "--software llama3-2024; else 1)");
+  a.cp_comm_o =
+      cmd->add_option("--cp-comm", a.cp_comm, "fix ring | allgather (default: the software's)");
+  a.zero_o = cmd->add_option("--zero", a.zero, "fix the ZeRO stage");
+  a.sp_o = cmd->add_flag("--sequence-parallel{true}", a.sp,
+                         "fix sequence parallelism (--sequence-parallel=false to forbid it)");
+  a.rc_o = cmd->add_option("--recompute", a.recompute, "fix none|selective|full");
+  a.mb_o = cmd->add_option("--micro-batch", a.micro_batch, "fix sequences per microbatch");
+  a.sched_o = cmd->add_option("--schedule", a.schedule, "fix the pipeline schedule");
+  a.prec_o = cmd->add_option("--precision", a.precision,
+                             "fix fp32|bf16 (GPU presets: searched; local: fp32 unless given, "
+                             "bf16 needs a calibrated profile)");
+  cmd->add_option("--compare", a.compare,
+                  "SPEC, given two or more times: those layouts side by side (step split into "
+                  "compute, exposed tp/cp/ep/ZeRO-3/dp comm, bubble and optimizer; memory by "
+                  "kind; ratio to the best). SPEC is key=value,... of dp tp pp cp ep zero "
+                  "virtual-stages micro-batch schedule recompute precision cp-comm "
+                  "sequence-parallel, over the fixed flags; what it leaves open is searched")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 }  // namespace
 
 CommandRunner add_plan_command(CLI::App& app) {
@@ -259,32 +289,7 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb, "gradient bucket size in MiB")
       ->capture_default_str();
-  a->dp_o = cmd->add_option("--dp", a->dp, "fix data parallelism (else searched)");
-  a->tp_o = cmd->add_option("--tp", a->tp, "fix tensor parallelism");
-  a->pp_o = cmd->add_option("--pp", a->pp, "fix pipeline stages");
-  a->v_o = cmd->add_option("--virtual-stages", a->virtual_stages, "fix chunks per stage");
-  a->ep_o = cmd->add_option("--ep", a->ep, "fix expert parallelism");
-  a->cp_o = cmd->add_option("--cp", a->cp,
-                            "fix context parallelism (GPU software that has it, e.g. "
-                            "--software llama3-2024; else 1)");
-  a->cp_comm_o =
-      cmd->add_option("--cp-comm", a->cp_comm, "fix ring | allgather (default: the software's)");
-  a->zero_o = cmd->add_option("--zero", a->zero, "fix the ZeRO stage");
-  a->sp_o = cmd->add_flag("--sequence-parallel{true}", a->sp,
-                          "fix sequence parallelism (--sequence-parallel=false to forbid it)");
-  a->rc_o = cmd->add_option("--recompute", a->recompute, "fix none|selective|full");
-  a->mb_o = cmd->add_option("--micro-batch", a->micro_batch, "fix sequences per microbatch");
-  a->sched_o = cmd->add_option("--schedule", a->schedule, "fix the pipeline schedule");
-  a->prec_o = cmd->add_option("--precision", a->precision,
-                              "fix fp32|bf16 (GPU presets: searched; local: fp32 unless given, "
-                              "bf16 needs a calibrated profile)");
-  cmd->add_option("--compare", a->compare,
-                  "SPEC, given two or more times: those layouts side by side (step split into "
-                  "compute, exposed tp/cp/ep/ZeRO-3/dp comm, bubble and optimizer; memory by "
-                  "kind; ratio to the best). SPEC is key=value,... of dp tp pp cp ep zero "
-                  "virtual-stages micro-batch schedule recompute precision cp-comm "
-                  "sequence-parallel, over the fixed flags; what it leaves open is searched")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_layout_flags(cmd, *a);
   cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "print {\"candidates\": [...]} (best first)");
   cmd->add_flag("--explain", a->explain, "print every assumption and the breakdown");
