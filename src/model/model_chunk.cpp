@@ -42,6 +42,8 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   if (spec_.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg_, tp, table);
   if (spec_.has_head)
     head_ = std::make_unique<LMHead>(cfg_, tp, max_b, table, layout, bf16_version);
+  else if (spec_.edge_holds_head)
+    register_head_params(cfg_, tp, table);
   unit_range_.push_back(range_since(table, first));
   size_t block_floats = 0;
   // The MoE layers learn the bf16 weight version through the shard the Block hands them.

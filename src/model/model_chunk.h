@@ -59,6 +59,11 @@ class ChunkHooks {
 struct ChunkSpec {
   int first_layer = 0, last_layer = 0;  // blocks [first, last)
   bool has_embedding = false, has_head = false;
+  // Set by GPT on the embedding's chunk when a later chunk of the same rank holds the head
+  // tied to it: the head's tensors (ln_f, and the tied wte) are then registered in this
+  // chunk's edge unit, so that the unit holding wte holds everything the head binds, and
+  // the head's own chunk has an empty edge unit (GPT::edge_chunk).
+  bool edge_holds_head = false;
 };
 
 class ModelChunk {

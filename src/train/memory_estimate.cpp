@@ -13,8 +13,8 @@
 #include "model/moe_layer.h"
 #include "model/recompute.h"
 #include "parallel/pipeline/pipeline_stage.h"
-#include "schedule/schedule.h"
 #include "parallel/pipeline/stage_chunks.h"
+#include "schedule/schedule.h"
 #include "tensor_parallel/vocab_parallel.h"
 
 namespace mt {
@@ -165,8 +165,11 @@ std::vector<int> peak_slots(const Schedule& s, int stage) {
   const ActionKind release = s.split_backward ? ActionKind::W : ActionKind::B;
   std::vector<int> live(size_t(s.chunks), 0), peak(size_t(s.chunks), 0);
   for (const Action& a : s.actions[size_t(stage)]) {
-    if (a.kind == ActionKind::F) peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
+    // An F&B pair (DualPipeV) acquires for its F half, then releases for its B half.
+    if (a.kind == ActionKind::F || a.kind == ActionKind::FB)
+      peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
     if (a.kind == release) --live[a.chunk];
+    if (a.kind == ActionKind::FB && release == ActionKind::B) --live[a.b_chunk];
   }
   return peak;
 }
@@ -195,8 +198,8 @@ MemoryEstimate estimate_stage(const TrainOptions& o, int stage, const Schedule* 
   std::vector<ChunkSpec> specs = GPT::whole_model(cfg);
   std::vector<int> slots = {1};
   if (par.pp > 1) {
-    specs = stage_chunk_specs(
-        resolve_stage_layers(cfg, par.pp, par.virtual_stages, par.stage_layers), par.pp, stage);
+    specs = stage_chunk_specs(resolve_stage_layers(cfg, par.pp, schedule->chunks, par.stage_layers),
+                              par.pp, stage, schedule->placement);
     slots = peak_slots(*schedule, stage);
   }
   bool wte_registered = false;
@@ -282,8 +285,7 @@ std::string human(int64_t bytes) {
 MemoryEstimate estimate_rank_memory(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   if (p.pp == 1) return estimate_rank_memory(o, Schedule{});
-  return estimate_rank_memory(
-      o, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages));
+  return estimate_rank_memory(o, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages));
 }
 
 MemoryEstimate estimate_rank_memory(const TrainOptions& o, const Schedule& schedule) {

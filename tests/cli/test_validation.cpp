@@ -116,7 +116,7 @@ const std::vector<Case>& cases() {
       {"--experts 4 --tp 2", "--experts needs --tp 1"},
       // pipeline (the schedule's and --stage-layers' rules)
       {"--schedule bogus",
-       "unknown --schedule 'bogus' (expected gpipe, 1f1b, interleaved or zb-h1)"},
+       "unknown --schedule 'bogus' (expected gpipe, 1f1b, interleaved, zb-h1 or dualpipev)"},
       {"--pp 2 --schedule interleaved",
        "--schedule interleaved needs --virtual-stages >= 2 (got 1)"},
       {"--pp 2 --schedule interleaved --virtual-stages 2 --microbatches 1",
