@@ -151,7 +151,7 @@ TEST_F(TrainStep, InterleavedChunks) {
 // another stage; every ZeRO stage, bucketed (several buckets per chunk) and gathered. (At
 // dp 2 x pp 4 x m 8, ZeRO 2-3's 16 per-microbatch reduce-scatters move the first AdamW
 // update of a few near-zero gradients past 1e-5 for every schedule, 1f1b included: ZeRO
-// 2-3 are checked at pp 2 here, and at pp 4 by equivalence.pp_dualpipev.)
+// 2-3 are checked at pp 2 here, and at pp 4 by equivalence.pp_dualpipev_full_*.)
 TEST_F(TrainStep, DualPipeVSharesTheEdgeUnitOfStageZero) {
   check_layout(data(), {1, 2, "dualpipev", 4, 0, 1});
   check_layout(data(), {1, 2, "dualpipev", 4, 0, 2});  // --virtual-stages 2 given: the same
