@@ -106,6 +106,31 @@ def replay(order, cost, latency):
     return max(clock.values()), busy
 
 
+def paper_bubble(order, cost):
+    """The DualPipe paper's bubble (its README's table) with the traced costs: idle per device
+    1F1B (P-1)(F+B), ZB1P (P-1)(F+B-2W), DualPipeV (P/2-1)(F&B+B-3W) with P = 2 x ranks
+    chunk stages, B the full backward (B+W) and F&B = F+B (this engine runs the halves one
+    after the other). F, B, W: the mean over ranks and chunks of one chunk's action; the
+    bubble is idle / (idle + the mean busy time)."""
+    kinds = {}
+    for r, ops in order.items():
+        for k, c in {(k, c) for k, c, _ in ops}:
+            kinds.setdefault(k, []).append(cost(r, k, c))
+    F, Bi = statistics.mean(kinds["F"]), statistics.mean(kinds["B"])
+    W = statistics.mean(kinds["W"]) if "W" in kinds else 0.0
+    B = Bi + W
+    ranks = len(order)
+    chunks = max(len({c for _, c, _ in ops}) for ops in order.values())
+    if chunks == 2:
+        idle, name = (ranks - 1) * ((F + B) + B - 3 * W), "DualPipeV (P/2-1)(F&B+B-3W)"
+    elif W > 0:
+        idle, name = (ranks - 1) * (F + B - 2 * W), "ZB1P (P-1)(F+B-2W)"
+    else:
+        idle, name = (ranks - 1) * (F + B), "1F1B (P-1)(F+B)"
+    busy = statistics.mean(sum(cost(r, k, c) for k, c, _ in ops) for r, ops in order.items())
+    return name, idle / (idle + busy)
+
+
 def metric_bubble(path):
     """The trainer's wall-clock bubble, mean over steps after the first."""
     vals = [json.loads(l).get("bubble") for l in open(path)]
@@ -135,6 +160,7 @@ def main():
     out = {"ranks": len(order), "steps": min(len(s) for s in ranks.values()),
            "makespan": makespan, "busy": busy, "idle": idle,
            "bubble": sum(idle.values()) / (len(order) * makespan)}
+    out["paper_formula"], out["paper_bubble"] = paper_bubble(order, cost)
     if a.metrics:
         out["wall_clock_bubble"] = metric_bubble(a.metrics)
     if a.json:
@@ -146,6 +172,7 @@ def main():
     for r in sorted(order):
         print(f"  rank {r}: busy {busy[r]:.6g} {unit}, idle {idle[r]:.6g} {unit}")
     print(f"bubble: {100 * out['bubble']:.1f}% (replayed idle / (ranks x makespan))")
+    print(f"DualPipe paper's formula, {out['paper_formula']}: {100 * out['paper_bubble']:.1f}%")
     if out.get("wall_clock_bubble") is not None:
         print(f"wall-clock bubble (the run's metric): {100 * out['wall_clock_bubble']:.1f}%")
 
