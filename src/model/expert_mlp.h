@@ -39,6 +39,7 @@ struct ExpertShape {
   int max_rows = 0;    // rows the local experts can receive per microbatch (slot sizing)
   int max_tokens = 0;  // tokens per microbatch
   float proj_std = 0;  // init std of c_proj (CONTRACTS.md §1)
+  bool dry = false;    // a dry run (model/dry_model.h): arenas without memory
 };
 
 class ExpertMlp {
@@ -67,6 +68,8 @@ class ExpertMlp {
   virtual size_t stage_floats() const { return 0; }
   virtual void set_stage(float*) {}
   virtual size_t weight_copy_bytes() const { return 0; }
+  // Floats of the arenas the experts hold themselves (outside the slot and the stage).
+  virtual size_t own_workspace_floats() const { return 0; }
 };
 
 // The GELU experts of CONTRACTS.md §1 (each the dense MLP: c_fc, tanh GELU, c_proj, with

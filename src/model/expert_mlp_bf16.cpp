@@ -21,7 +21,9 @@ Bf16GeluExperts::Bf16GeluExperts(const ExpertShape& shape, const uint64_t* versi
     fc16_.emplace_back(size_t(H_) * C_, version);
     proj16_.emplace_back(size_t(C_) * H_, version);
   }
-  pad_.resize(kRowQuantum * size_t(std::max(C_, H_)));  // two bf16 (q, width) operands
+  // Two bf16 (q, width) operands.
+  pad_ = Arena(kRowQuantum * size_t(std::max(C_, H_)),
+               shape.dry ? Arena::Mode::dry : Arena::Mode::allocate);
 }
 
 size_t Bf16GeluExperts::weight_copy_bytes() const {

@@ -44,6 +44,7 @@ class Bf16GeluExperts final : public GeluExperts {
   size_t stage_floats() const override { return size_t(chunk_rows_) * H_; }
   void set_stage(float* stage) override { stage_ = stage; }
   size_t weight_copy_bytes() const override;
+  size_t own_workspace_floats() const override { return pad_.size(); }
 
  private:
   // Calls f(r0, rb) over [0, rows) in chunks of kRowQuantum * 2^j rows (largest first, at

@@ -12,16 +12,7 @@ GPT::GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks,
   const uint64_t* bf16_version = precision == Precision::bf16 ? weights_version_.get() : nullptr;
   // A tied head in a later chunk than the embedding's: one edge unit for both (gpt.h).
   std::vector<ChunkSpec> specs = chunks;
-  edge_chunk_.resize(specs.size());
-  int embedding = -1;
-  for (size_t c = 0; c < specs.size(); ++c) {
-    edge_chunk_[c] = int(c);
-    if (specs[c].has_embedding) embedding = int(c);
-    if (specs[c].has_head && !specs[c].has_embedding && embedding >= 0 && cfg.tied()) {
-      specs[size_t(embedding)].edge_holds_head = true;
-      edge_chunk_[c] = embedding;
-    }
-  }
+  edge_chunk_ = share_tied_edge(cfg, specs);
   for (const ChunkSpec& spec : specs)
     chunks_.push_back(
         std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_, ep, recompute, bf16_version));

@@ -86,7 +86,7 @@ void LlamaBlock::register_params(int layer, const ModelConfig& cfg, bool moe, Pa
   table.add(p + "mlp.up_proj.weight", {F, C}, InitKind::normal, 0.02f, part(rows_of(r * Fl_, Fl_)),
             next);
   down_w_ = &table.add(p + "mlp.down_proj.weight", {C, F}, InitKind::normal, proj_std,
-                     part(cols_of(r * Fl_, Fl_)));
+                       part(cols_of(r * Fl_, Fl_)));
 }
 
 void LlamaBlock::reserve_buffers(SlotLayout& layout, bool moe) {

@@ -51,6 +51,7 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
   shape.first = ep.rank * El_, shape.count = El_;
   shape.max_rows = int(R), shape.max_tokens = max_tokens;
   shape.proj_std = 0.02f / std::sqrt(2.0f * cfg.layers);
+  shape.dry = ep.dry;
   experts_ = make_gelu_experts(shape, ep.bf16_version, table, layout);
   bias_.assign(E_, 0.0f);
   stats_.load.assign(E_, 0);
@@ -66,9 +67,10 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
   off_.f = layout.reserve(E_);
   off_.y_perm = layout.reserve(M * C_);
   off_.dlogits = layout.reserve(N * E_);
-  rows_.resize(std::max(M, R) * C_);
-  staging_.resize(std::max(M, R) * C_);
-  dgates_.resize(M);
+  const Arena::Mode mode = ep.dry ? Arena::Mode::dry : Arena::Mode::allocate;
+  rows_ = Arena(std::max(M, R) * C_, mode);
+  staging_ = Arena(std::max(M, R) * C_, mode);
+  dgates_ = Arena(M, mode);
   expert_offset_.assign(El_ + 1, 0);
 }
 

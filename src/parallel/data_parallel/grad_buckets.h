@@ -42,6 +42,14 @@ class GradBuckets {
   // (1, or 2 for an edge unit shared by the embedding's and the head's chunks); empty: 1.
   GradBuckets(const FlatLayout& layout, Communicator& dp, int zero, ExpertRanges& experts,
               ExposedTime& exposed, std::vector<int> passes_per_microbatch = {});
+  // What the constructor allocates for a layout, in floats: the storage (the flat
+  // gradients, or the shard and the experts' packed gradients) and the pool's buffers
+  // (stages 2-3: the edge buffer, then the block buffers). The memory estimate asks it.
+  struct Sizes {
+    size_t storage = 0;
+    std::vector<size_t> pool;
+  };
+  static Sizes sizes(const FlatLayout& layout, int zero, size_t expert_floats);
   ~GradBuckets();  // waits for the reductions in flight
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
