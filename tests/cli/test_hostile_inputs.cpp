@@ -43,5 +43,18 @@ TEST(HostileInputs, AThreadLimitUnderTrainIsOneLineNamingTheRank) {
   }
 }
 
+// `timeout` turns a hang into exit 124, which fails the exit-code checks.
+RunResult run_bounded(const std::string& args) {
+  return run_command("timeout 20 " + std::string(MESHTRAIN_BIN) + " " + args);
+}
+
+// plan took train's model flags without train's --experts range: 2^31-1 experts ran out of
+// memory (exit 1, std::bad_alloc) and a million searched for minutes.
+TEST(HostileInputs, PlanHasTrainsExpertRange) {
+  const std::string plan = "plan --hardware a100-80gb --gpus 8 --experts ";
+  for (const char* n : {"2147483647", "1000000", "4097"})
+    expect_usage_error(run_bounded(plan + n), "--experts must be in 0..4096");
+}
+
 }  // namespace
 }  // namespace mt::testing
