@@ -59,6 +59,10 @@ std::unique_ptr<Tokenizer> sample_tokenizer(const SampleArgs& a, const std::stri
     MT_REQUIRE(record, weights,
                " records no tokenizer; --tokenizer can only stand in for a "
                "recorded one");
+    // The byte tokenizer has no file: a --tokenizer was ignored, even one that did not exist.
+    MT_REQUIRE(record->kind != "byte", "--tokenizer ", a.tokenizer, " would be ignored: ", weights,
+               " was trained with the byte tokenizer (256 ids, one per byte), which has no model "
+               "file; drop --tokenizer");
     const TokenizerRecord given = record_tokenizer_file(record->kind, a.tokenizer, "--tokenizer");
     MT_REQUIRE(same_tokenizer(given, *record), "--tokenizer ", a.tokenizer, " is not the one ",
                weights, " was trained with (", record->describe(), "): its CRC-32C differs");

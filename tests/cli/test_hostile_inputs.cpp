@@ -2,9 +2,11 @@
 // a process limit under train, flags ignored or unbounded on the smaller commands, a damaged
 // checkpoint that `checkpoint verify` called ok. Each test failed on the code before its fix.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "cli_fixture.h"
 
@@ -54,6 +56,27 @@ TEST(HostileInputs, PlanHasTrainsExpertRange) {
   const std::string plan = "plan --hardware a100-80gb --gpus 8 --experts ";
   for (const char* n : {"2147483647", "1000000", "4097"})
     expect_usage_error(run_bounded(plan + n), "--experts must be in 0..4096");
+}
+
+// sample --tokenizer FILE on a model of the byte tokenizer was silently ignored, even when
+// FILE did not exist or was a FIFO.
+TEST(HostileInputs, SampleRefusesATokenizerItWouldIgnore) {
+  Fixture f;
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "the quick brown fox jumps over the lazy dog\n";
+  std::ofstream(f.dir / "corpus.txt") << text;
+  const std::string ds = f.dir / "ds", w = f.dir / "w.safetensors";
+  ASSERT_EQ(run_meshtrain("prepare " + (f.dir / "corpus.txt") + " --out " + ds +
+                          " --val-fraction 0 --quiet")
+                .exit_code,
+            0);
+  ASSERT_EQ(run_meshtrain("train" + f.tiny + "--steps 1 --data " + ds + " --export " + w).exit_code,
+            0);
+  const std::string sample = "sample --init-from " + w + " --prompt a --tokens 2 --tokenizer ";
+  ASSERT_EQ(::mkfifo((f.dir / "fifo.model").c_str(), 0600), 0);
+  for (const std::string& t : {f.dir / "missing.model", f.dir / "fifo.model"})
+    expect_usage_error(run_bounded(sample + t), "would be ignored");
+  EXPECT_EQ(run_bounded("sample --init-from " + w + " --prompt a --tokens 2").exit_code, 0);
 }
 
 }  // namespace
