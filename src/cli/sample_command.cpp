@@ -6,6 +6,7 @@
 #include <span>
 
 #include "cli/commands.h"
+#include "cli/flag_set.h"
 #include "core/error.h"
 #include "core/file_checks.h"
 #include "core/threads.h"
@@ -143,7 +144,7 @@ CommandRunner add_sample_command(CLI::App& app) {
   cmd->add_option("--topk", a->experts_topk,
                   "experts per token of a mixture-of-experts model (0 = from the file)")
       ->capture_default_str();
-  cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
+  add_checked_uint(*cmd, "--seed", &a->seed, "sampling seed", kSeedRange);
   cmd->add_option("--tokenizer", a->tokenizer,
                   "the tokenizer .model file, when the one the weights record has moved (or a "
                   "Hugging Face directory has none)");

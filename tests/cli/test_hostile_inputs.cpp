@@ -79,5 +79,21 @@ TEST(HostileInputs, SampleRefusesATokenizerItWouldIgnore) {
   EXPECT_EQ(run_bounded("sample --init-from " + w + " --prompt a --tokens 2").exit_code, 0);
 }
 
+// sample and prepare read --seed through CLI11, which wrapped -1 to 2^64-1 and saturated a
+// number beyond 64 bits; train refused both. Every --seed is range-checked alike now.
+TEST(HostileInputs, EverySeedIsRangeChecked) {
+  Fixture f;
+  const std::string w = f.dir / "w.safetensors";
+  std::ofstream(f.dir / "corpus.txt") << "one line of text\nand another\n";
+  const std::vector<std::string> commands = {
+      "sample --load " + (f.dir / "nothing") + " --prompt a --seed ",
+      "prepare " + (f.dir / "corpus.txt") + " --out " + (f.dir / "ds") + " --seed "};
+  for (const std::string& c : commands) {
+    expect_usage_error(run_bounded(c + "-1"), "--seed must be an integer in 0..");
+    expect_usage_error(run_bounded(c + "18446744073709551616"), "--seed must be in 0..");
+  }
+  EXPECT_FALSE(fs::exists(f.dir / "ds"));
+}
+
 }  // namespace
 }  // namespace mt::testing
