@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "cli_fixture.h"
+#include "train/safetensors.h"
 
 namespace fs = std::filesystem;
 
@@ -93,6 +94,36 @@ TEST(HostileInputs, EverySeedIsRangeChecked) {
     expect_usage_error(run_bounded(c + "18446744073709551616"), "--seed must be in 0..");
   }
   EXPECT_FALSE(fs::exists(f.dir / "ds"));
+}
+
+// Overwrites the first float of `tensor` in a safetensors file with `value`.
+void poke_first_float(const std::string& path, const std::string& tensor, float value) {
+  const SafetensorsFile f(path);
+  uint64_t header = 0;
+  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(&header), 8);
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekp(std::streamoff(8 + header + f.tensor(tensor).begin));
+  io.write(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// export --from CHECKPOINT --export-dtype bf16 of a value bf16 cannot hold (3.4e38 rounds to
+// Inf) was exit 1 from the writer's gate, where a NaN in the same checkpoint is exit 2: both
+// are the input's, known before anything is written.
+TEST(HostileInputs, ACheckpointValueBf16CannotHoldIsBadInput) {
+  Fixture f;
+  const std::string w = f.dir / "w.safetensors", ck = f.dir / "ck", out = f.dir / "out";
+  ASSERT_EQ(run_meshtrain(f.base() + " --steps 1 --export " + w).exit_code, 0);
+  poke_first_float(w, "transformer.h.0.ln_1.bias", 3.4e38f);
+  ASSERT_EQ(run_meshtrain(f.base() + " --steps 0 --init-from " + w + " --save " + ck +
+                          " --checkpoint-format sharded")
+                .exit_code,
+            0);
+  const std::string from = "export --from " + ck + "/step_000000 --export-dtype bf16 ";
+  expect_usage_error(run_meshtrain(from + "--to " + out + ".safetensors"), "rounds to inf in bf16");
+  EXPECT_FALSE(fs::exists(out + ".safetensors"));
+  EXPECT_EQ(
+      run_meshtrain("export --from " + ck + "/step_000000 --to " + out + ".safetensors").exit_code,
+      0);
 }
 
 }  // namespace
