@@ -126,5 +126,16 @@ TEST(HostileInputs, ACheckpointValueBf16CannotHoldIsBadInput) {
       0);
 }
 
+// prepare --tokenizer bpe --vocab-size 2147483647 trained for minutes on a few KB of text.
+TEST(HostileInputs, ATrainedVocabularyHasABound) {
+  Fixture f;
+  std::ofstream(f.dir / "corpus.txt") << "one line of text\nand another\n";
+  const std::string prep = "prepare " + (f.dir / "corpus.txt") + " --out " + (f.dir / "ds") +
+                           " --val-fraction 0 --tokenizer bpe --vocab-size ";
+  for (const char* n : {"2147483647", "4194305"})
+    expect_usage_error(run_bounded(prep + n), "is too large");
+  EXPECT_FALSE(fs::exists(f.dir / "ds"));
+}
+
 }  // namespace
 }  // namespace mt::testing
