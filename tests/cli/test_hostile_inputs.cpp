@@ -137,5 +137,18 @@ TEST(HostileInputs, ATrainedVocabularyHasABound) {
   EXPECT_FALSE(fs::exists(f.dir / "ds"));
 }
 
+// `schedule` had no bound on its sizes (--pp 2147483647: std::bad_alloc, exit 1; --pp 64
+// --microbatches 65536: no answer in 20 s), and costs that add up beyond a double printed
+// "makespan: inf" and "bubble: -nan%" with exit 0.
+TEST(HostileInputs, ScheduleAnswersAtOnceOrRefuses) {
+  expect_usage_error(run_bounded("schedule --pp 2147483647"), "--pp must be in 1..1024");
+  for (const char* a : {"--pp 64 --microbatches 65536", "--microbatches 2147483647",
+                        "--schedule interleaved --virtual-stages 2147483647"})
+    expect_usage_error(run_bounded(std::string("schedule ") + a), "cells, more than the 65536");
+  for (const char* a : {"--costs 1e308,1e308,1e308", "--latency 1e308"})
+    expect_usage_error(run_bounded(std::string("schedule ") + a), "makespan inf");
+  EXPECT_EQ(run_bounded("schedule --pp 4 --microbatches 8").exit_code, 0);
+}
+
 }  // namespace
 }  // namespace mt::testing
