@@ -82,12 +82,29 @@ std::string memory_text(const Schedule& s, const ValidationReport& r) {
   return out + " microbatches of the stage)";
 }
 
+// The sizes the command answers at once: the simulation and the timeline grow with the
+// cells (stage, microbatch, chunk) and with the square of the stages; --pp 2147483647 ran
+// out of memory and --pp 64 --microbatches 65536 did not answer in 20 s.
+constexpr int kMaxStages = 1024;
+constexpr int64_t kMaxCells = int64_t(1) << 16;
+
+void require_answerable(const ScheduleArgs& a, int v) {
+  MT_REQUIRE(a.pp >= 1 && a.pp <= kMaxStages, "--pp must be in 1..", kMaxStages, " (got ", a.pp,
+             ")");
+  MT_REQUIRE(a.microbatches >= 1, "--microbatches must be >= 1 (got ", a.microbatches, ")");
+  MT_REQUIRE(a.virtual_stages >= 0, "--virtual-stages must be >= 1 (got ", a.virtual_stages, ")");
+  const int64_t cells = int64_t(a.pp) * a.microbatches * v;
+  MT_REQUIRE(cells <= kMaxCells, "--pp ", a.pp, " x --microbatches ", a.microbatches,
+             " x --virtual-stages ", v, " is ", cells, " cells, more than the ", kMaxCells,
+             " this command simulates and prints; give fewer");
+}
+
 }  // namespace
 
 int run_schedule_command(const ScheduleArgs& a, std::ostream& os) {
   const bool two_chunks = a.schedule == "interleaved" || a.schedule == "dualpipev";
   const int v = a.virtual_stages != 0 ? a.virtual_stages : (two_chunks ? 2 : 1);
-  MT_REQUIRE(a.virtual_stages >= 0, "--virtual-stages must be >= 1 (got ", a.virtual_stages, ")");
+  require_answerable(a, v);
   OpCosts costs = parse_costs(a.costs);
   MT_REQUIRE(std::isfinite(a.latency) && a.latency >= 0, "--latency must be >= 0 (got ", a.latency,
              ")");
@@ -102,6 +119,9 @@ int run_schedule_command(const ScheduleArgs& a, std::ostream& os) {
   if (!r.ok()) throw RuntimeError(str("generated schedule is invalid:\n", r.summary()));
   const Timeline t = simulate_schedule(s, costs);
   MT_CHECK(!t.deadlocked, t.stuck);
+  // Finite costs whose sum is not (1e308 each) printed "makespan: inf" and "bubble: -nan%".
+  MT_REQUIRE(std::isfinite(t.makespan), "--costs ", a.costs, " and --latency ", a.latency,
+             " add up beyond a double (makespan inf); give smaller costs");
 
   os << "schedule " << s.name << ": pp " << s.stages << ", microbatches " << s.microbatches
      << ", virtual stages " << s.chunks << ", costs F=" << costs.forward << " B=" << costs.backward
