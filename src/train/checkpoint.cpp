@@ -261,9 +261,14 @@ TrainState load_checkpoint(const std::string& dir, const ParamTable& table, cons
 
 std::string router_bias_name(const std::string& router_weight_name) {
   const std::string weight = ".weight";
-  MT_CHECK(router_weight_name.ends_with(".router" + weight), router_weight_name,
-           " is not a router weight");
-  return router_weight_name.substr(0, router_weight_name.size() - weight.size()) + ".expert_bias";
+  MT_CHECK(is_router_weight(router_weight_name), router_weight_name, " is not a router weight");
+  const std::string stem = router_weight_name.substr(0, router_weight_name.size() - weight.size());
+  // §9's name for the llama router (DeepSeek-V3's); gpt2's own.
+  return stem + (stem.ends_with(".mlp.gate") ? ".e_score_correction_bias" : ".expert_bias");
+}
+
+bool is_router_weight(const std::string& name) {
+  return name.ends_with(".mlp.router.weight") || name.ends_with(".mlp.gate.weight");
 }
 
 void load_router_biases(const std::string& dir, const ParamTable& table,
@@ -272,7 +277,7 @@ void load_router_biases(const std::string& dir, const ParamTable& table,
   SafetensorsFile f(dir + "/" + kOptimizerFile);
   size_t i = 0;
   for (const ParamInfo& p : table.entries()) {
-    if (!p.name.ends_with(".mlp.router.weight")) continue;
+    if (!is_router_weight(p.name)) continue;
     MT_CHECK(i < moe.size(), "more routers in the table than MoE layers");
     std::vector<float>& bias = moe[i++]->router_bias();
     const std::string name = router_bias_name(p.name);

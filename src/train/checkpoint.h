@@ -41,6 +41,9 @@ struct GlobalState {
 // ("transformer.h.{i}.mlp.router.weight" -> "transformer.h.{i}.mlp.router.expert_bias").
 // Optimizer-like state: it lives in optimizer.safetensors.
 std::string router_bias_name(const std::string& router_weight_name);
+// A router's weight: gpt2's transformer.h.{i}.mlp.router.weight or llama's
+// model.layers.{i}.mlp.gate.weight (whose bias is §9's mlp.gate.e_score_correction_bias).
+bool is_router_weight(const std::string& name);
 
 void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                      const GlobalTensors& params, const GlobalTensors& exp_avg,

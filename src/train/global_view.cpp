@@ -47,10 +47,8 @@ ParamTable whole_model_table(const ModelConfig& cfg) {
 
 std::vector<std::string> router_bias_names(const ParamTable& table) {
   std::vector<std::string> out;
-  const std::string router = ".mlp.router.weight";
   for (const ParamInfo& p : table.entries())
-    if (p.name.size() > router.size() && p.name.ends_with(router))
-      out.push_back(router_bias_name(p.name));
+    if (is_router_weight(p.name)) out.push_back(router_bias_name(p.name));
   return out;
 }
 

@@ -48,8 +48,8 @@ const ParamInfo* tensor_at(const ParamTable& table, size_t table_off) {
 
 // The pieces this rank updates: its own chunks (every element at stage 0), in table order.
 // Under expert parallelism the experts follow, whole (the same flat offsets hold other
-// experts on the other ranks of the ep group), their gradients at stage 2 packed after the
-// shard.
+// experts on the other ranks of the ep group), with their flat offsets for now: the
+// constructor packs their gradients (stages 2-3) and parameters (stage 3) after the shard.
 std::vector<UpdatePiece> pieces_to_update(const FlatLayout& layout, const ParamTable& table,
                                           int zero, bool experts_apart) {
   std::vector<UpdatePiece> update;
@@ -58,8 +58,8 @@ std::vector<UpdatePiece> pieces_to_update(const FlatLayout& layout, const ParamT
     for (const FlatPiece& p : layout.pieces(/*owned_only=*/zero > 0 && !experts)) {
       if (experts_apart && is_expert_param(tensor_at(table, p.table_off)->name) != experts)
         continue;
-      update.push_back({p.table_off, zero == 3 ? p.shard_off : p.flat_off,
-                        zero >= 2 ? p.shard_off : p.flat_off, p.n, p.decay});
+      const size_t param = zero == 3 && !experts ? p.shard_off : p.flat_off;
+      update.push_back({p.table_off, param, zero >= 2 ? p.shard_off : p.flat_off, p.n, p.decay});
     }
   }
   return update;
@@ -117,20 +117,26 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
       experts_(expert_parallel(o) ? ExpertRanges(expert_flat_ranges(update_, first_expert_),
                                                  std::move(o.ep), std::move(o.ep_replica))
                                   : ExpertRanges()),
-      params_(zero_ == 3 ? layout_.shard_size() : layout_.flat_size()),
+      params_(zero_ == 3 ? layout_.shard_size() + experts_.floats() : layout_.flat_size()),
       grads_(layout_, *dp_, zero_, experts_, exposed_) {
   MT_CHECK(zero_ >= 0 && zero_ <= 3);
-  // The user-facing rule is checked with the options, before ranks start: ZeRO-3's
-  // parameter gathers over dp would mix the experts of different ranks.
-  MT_CHECK(zero_ < 3 || !experts_.ep(), "expert parallelism needs ZeRO 0, 1 or 2");
-  // Stage 2: the experts' gradients live after the shard, packed.
+  // Stages 2-3: the experts' gradients live after the shard, packed; stage 3: their
+  // parameters too, whole, laid over every gather of their unit (this rank's experts, not
+  // the dp group's mix at their flat offsets).
   size_t packed = 0;
+  std::vector<ParamGathers::Overlay> overlays;
   for (size_t i = first_expert_; i < update_.size(); ++i) {
-    if (zero_ == 2) update_[i].grad_off = layout_.shard_size() + packed;
+    const size_t at = layout_.shard_size() + packed;
+    if (zero_ >= 2) update_[i].grad_off = at;
+    if (zero_ == 3) {
+      overlays.push_back({update_[i].param_off, update_[i].n, params_.data() + at});
+      update_[i].param_off = at;
+    }
     packed += update_[i].n;
   }
   if (zero_ == 3)
-    gathers_ = std::make_unique<ParamGathers>(layout_, *dp_, params_.data(), exposed_);
+    gathers_ = std::make_unique<ParamGathers>(layout_, *dp_, params_.data(), exposed_,
+                                              std::move(overlays));
   load_params(model.params().data());
   model.release_arenas();
   const size_t nu = layout_.units().size();
@@ -177,11 +183,17 @@ void DataParallel::gather_params(float* global) {
     return;
   }
   // Each element is owned by exactly one rank: a sum of one value and zeros is exact.
+  // Experts after the sum: every rank holds all of its own, and other ranks' differ.
   const size_t total = model_.table().total();
   std::memset(global, 0, total * sizeof(float));
-  for (const UpdatePiece& p : update_)
-    std::memcpy(global + p.table_off, params_.data() + p.param_off, p.n * sizeof(float));
-  exposed_.wait(dp_->all_reduce(global, global, total, DType::f32, ReduceOp::sum));
+  for (bool experts : {false, true}) {
+    for (size_t i = 0; i < update_.size(); ++i) {
+      const UpdatePiece& p = update_[i];
+      if (is_expert_piece(i) == experts)
+        std::memcpy(global + p.table_off, params_.data() + p.param_off, p.n * sizeof(float));
+    }
+    if (!experts) exposed_.wait(dp_->all_reduce(global, global, total, DType::f32, ReduceOp::sum));
+  }
 }
 
 void DataParallel::gather_dense(const float* dense, float* global) {

@@ -92,7 +92,7 @@ void GradBuckets::finish() {
   for (size_t u = 0; u < passes_.size(); ++u)
     MT_CHECK(layout_.units()[u].padded == 0 || passes_[u] == microbatches_, "unit ", u, " ran ",
              passes_[u], " of the ", microbatches_, " backward passes announced by begin_step");
-  if (zero_ == 2)
+  if (zero_ >= 2)
     experts_.reduce_packed(shard_.data() + layout_.shard_size(), exposed_);
   else if (zero_ < 2)
     experts_.restore_grads(flat_.data(), exposed_);
