@@ -16,7 +16,8 @@ set_tests_properties(reference.selftest_llama reference.selftest_hf_dir
                      PROPERTIES LABELS reference TIMEOUT 300)
 
 # One ctest entry per case, so a failure names the configuration that broke.
-foreach(case l1_v256_clip l3_v2048_mb2 l2_h8_const_wrap l2_seq_lt_positions l2_bf16 l3_v2048_bf16)
+foreach(case l1_v256_clip l3_v2048_mb2 l2_h8_const_wrap l2_seq_lt_positions l2_bf16 l3_v2048_bf16
+        l2_v100000_v2shard)
   add_test(NAME reference.vs_torch.${case}
            COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/test_vs_torch.py
                    $<TARGET_FILE:meshtrain> --case ${case})
@@ -26,14 +27,16 @@ set_tests_properties(reference.selftest PROPERTIES LABELS reference TIMEOUT 120)
 set_tests_properties(reference.vs_torch.l1_v256_clip reference.vs_torch.l3_v2048_mb2
                      reference.vs_torch.l2_h8_const_wrap reference.vs_torch.l2_seq_lt_positions
                      reference.vs_torch.l2_bf16 reference.vs_torch.l3_v2048_bf16
+                     reference.vs_torch.l2_v100000_v2shard
                      PROPERTIES LABELS reference TIMEOUT 300)
 
 # The --arch llama cases (tests/reference/llama_cases.py, docs/contracts.md section 9): the
 # dense block and the DeepSeek-V3 MoE layer (softmax and sigmoid routers, docs/moe.md) against
-# the PyTorch reference. The Hugging Face directory cases (llama_rope_scaling,
-# llama_hf_sharded_bf16, llama_hf_f16_tied) join this list with the engine work they check.
+# the PyTorch reference, and Hugging Face directories written by hand in PyTorch (hf_dir.py)
+# read with --init-from DIR (llama_rope_scaling, llama_hf_sharded_bf16, llama_hf_f16_tied).
 set(mt_llama_cases llama_gqa llama_mqa_v2048_mb2 llama_tied llama_head_dim llama_bf16
-                   llama_v2048_bf16 llama_moe_softmax llama_moe_sigmoid_bias)
+                   llama_v2048_bf16 llama_rope_scaling llama_hf_sharded_bf16 llama_hf_f16_tied
+                   llama_moe_softmax llama_moe_sigmoid_bias)
 foreach(case ${mt_llama_cases})
   add_test(NAME reference.vs_torch.${case}
            COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/test_vs_torch.py

@@ -1,5 +1,5 @@
-// `meshtrain checkpoint verify DIR` and `meshtrain export --from DIR --to FILE`: sharded
-// checkpoints offline (train/checkpoint/). Verify also takes a global checkpoint.
+// `meshtrain checkpoint verify DIR` and `meshtrain export --from DIR --to FILE | --to-hf DIR`:
+// checkpoints offline (train/checkpoint/). Verify and --to-hf also take a global checkpoint.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -46,20 +46,48 @@ CommandRunner add_checkpoint_command(CLI::App& app) {
   return [dir]() { return verify(*dir); };
 }
 
+namespace {
+
+struct ExportArgs {
+  std::string from, to, to_hf, dtype = "fp32";
+};
+
+int run_export(const ExportArgs& a) {
+  MT_REQUIRE(a.to.empty() != a.to_hf.empty(),
+             "give exactly one of --to FILE.safetensors or --to-hf DIR");
+  MT_REQUIRE(a.dtype == "fp32" || a.dtype == "bf16", "--export-dtype must be fp32 or bf16 (got '",
+             a.dtype, "')");
+  const bool bf16 = a.dtype == "bf16";
+  if (!a.to_hf.empty()) {
+    const ConsolidateReport r = export_checkpoint_to_hf(a.from, a.to_hf, bf16);
+    std::printf("wrote %s: a Hugging Face Llama directory of %lld tensors of step %d\n",
+                a.to_hf.c_str(), static_cast<long long>(r.tensors), r.step);
+    return 0;
+  }
+  const ConsolidateReport r = export_sharded_checkpoint(a.from, a.to, bf16);
+  std::printf("wrote %s: %lld tensors of step %d\n", a.to.c_str(),
+              static_cast<long long>(r.tensors), r.step);
+  return 0;
+}
+
+}  // namespace
+
 CommandRunner add_export_command(CLI::App& app) {
-  auto from = std::make_shared<std::string>();
-  auto to = std::make_shared<std::string>();
+  auto a = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand(
       "export",
-      "write the weights of a sharded checkpoint as one safetensors file (nanoGPT names)");
-  cmd->add_option("--from", *from, "sharded checkpoint directory (DIR/step_NNNNNN)")->required();
-  cmd->add_option("--to", *to, "output .safetensors file")->required();
-  return [from, to]() {
-    const ConsolidateReport r = export_sharded_checkpoint(*from, *to);
-    std::printf("wrote %s: %lld tensors of step %d\n", to->c_str(),
-                static_cast<long long>(r.tensors), r.step);
-    return 0;
-  };
+      "write the weights of a checkpoint as one safetensors file (nanoGPT names; sharded "
+      "checkpoints) or as a Hugging Face Llama directory (--to-hf; sharded or global)");
+  cmd->add_option("--from", a->from,
+                  "checkpoint directory (sharded DIR/step_NNNNNN; with --to-hf also a global one)")
+      ->required();
+  cmd->add_option("--to", a->to, "output .safetensors file");
+  cmd->add_option("--to-hf", a->to_hf,
+                  "output Hugging Face Llama directory (config.json, model.safetensors, "
+                  "tokenizer.model when the checkpoint records one; docs/huggingface.md)");
+  cmd->add_option("--export-dtype", a->dtype, "fp32 or bf16: dtype of the written weights")
+      ->capture_default_str();
+  return [a]() { return run_export(*a); };
 }
 
 }  // namespace mt

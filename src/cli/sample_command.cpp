@@ -9,10 +9,12 @@
 #include "core/error.h"
 #include "core/file_checks.h"
 #include "core/threads.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "model/gpt.h"
 #include "model/sampler.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/hf_directory.h"
 #include "train/tokenizer.h"
 
 namespace mt {
@@ -43,16 +45,48 @@ void refuse_sharded_checkpoint(const std::string& dir) {
              " --to model.safetensors`, then `meshtrain sample --init-from model.safetensors`");
 }
 
+// The tokenizer the weights were trained with (its record in the file's metadata, a Hugging
+// Face directory's tokenizer.model), or --tokenizer standing in for it.
+std::unique_ptr<Tokenizer> sample_tokenizer(const SampleArgs& a, const std::string& weights,
+                                            int vocab) {
+  std::optional<TokenizerRecord> record = weights_tokenizer(weights);
+  const bool hf = is_hf_directory(weights);
+  if (hf && !record && !a.tokenizer.empty()) {
+    // A Hugging Face directory without tokenizer.model: the user names the model file.
+    const std::string kind = load_sentencepiece_tokenizer(a.tokenizer, "--tokenizer")->kind();
+    record = record_tokenizer_file(kind, a.tokenizer, "--tokenizer");
+  } else if (!a.tokenizer.empty()) {
+    MT_REQUIRE(record, weights,
+               " records no tokenizer; --tokenizer can only stand in for a "
+               "recorded one");
+    const TokenizerRecord given = record_tokenizer_file(record->kind, a.tokenizer, "--tokenizer");
+    MT_REQUIRE(same_tokenizer(given, *record), "--tokenizer ", a.tokenizer, " is not the one ",
+               weights, " was trained with (", record->describe(), "): its CRC-32C differs");
+    record = given;
+  }
+  std::unique_ptr<Tokenizer> tok = tokenizer_for(record, vocab);
+  MT_REQUIRE(tok, weights, " has a vocabulary of ", vocab,
+             hf ? " and no tokenizer.model; give the SentencePiece model with --tokenizer FILE"
+                : " and records no tokenizer; sample decodes byte-level (256) models and models "
+                  "trained on a dataset of meshtrain prepare");
+  MT_REQUIRE(tok->vocab_size() <= vocab, "the tokenizer of ", weights, " has ", tok->vocab_size(),
+             " pieces but the model only ", vocab, " rows");
+  return tok;
+}
+
 int run_sample(const SampleArgs& a) {
   MT_REQUIRE(a.load.empty() != a.init_from.empty(),
-             "give exactly one of --load DIR or --init-from FILE");
+             "give exactly one of --load DIR or --init-from FILE|HF_DIR");
   MT_REQUIRE(a.tokens >= 0, "--tokens must be >= 0");
   MT_REQUIRE(std::isfinite(a.temperature) && a.temperature >= 0,
              "--temperature must be a finite number >= 0 (0 = greedy; got ", a.temperature, ")");
   MT_REQUIRE(a.top_k >= 0, "--top-k must be >= 0 (0 = all tokens)");
   require_thread_count("--threads", a.threads);
   // The inputs are checked as train checks them: regular files, a checkpoint verified.
-  if (a.load.empty()) require_input_file("--init-from", a.init_from);
+  if (a.load.empty() && is_hf_directory(a.init_from))
+    for (const std::string& f : hf_input_files(a.init_from)) require_input_file("--init-from", f);
+  else if (a.load.empty())
+    require_input_file("--init-from", a.init_from);
   if (!a.load.empty()) refuse_sharded_checkpoint(a.load);
   if (!a.load.empty()) verify_checkpoint(a.load);
   const std::string weights = a.load.empty() ? a.init_from : a.load + "/model.safetensors";
@@ -66,23 +100,7 @@ int run_sample(const SampleArgs& a) {
   // select as no biases would.
   if (cfg.experts > 0 && !a.load.empty()) cfg.router_bias_update = 1;
   cfg.validate();
-  // The tokenizer the weights were trained with (its record in the file's metadata).
-  std::optional<TokenizerRecord> record = weights_tokenizer(weights);
-  if (!a.tokenizer.empty()) {
-    MT_REQUIRE(record, weights,
-               " records no tokenizer; --tokenizer can only stand in for a "
-               "recorded one");
-    const TokenizerRecord given = record_tokenizer_file(record->kind, a.tokenizer, "--tokenizer");
-    MT_REQUIRE(same_tokenizer(given, *record), "--tokenizer ", a.tokenizer, " is not the one ",
-               weights, " was trained with (", record->describe(), "): its CRC-32C differs");
-    record = given;
-  }
-  const std::unique_ptr<Tokenizer> tok = tokenizer_for(record, cfg.vocab);
-  MT_REQUIRE(tok, weights, " has a vocabulary of ", cfg.vocab,
-             " and records no tokenizer; sample decodes byte-level (256) models and models "
-             "trained on a dataset of meshtrain prepare");
-  MT_REQUIRE(tok->vocab_size() <= cfg.vocab, "the tokenizer of ", weights, " has ",
-             tok->vocab_size(), " pieces but the model only ", cfg.vocab, " rows");
+  const std::unique_ptr<Tokenizer> tok = sample_tokenizer(a, weights, cfg.vocab);
   set_compute_threads(a.threads);
   GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
   import_weights(weights, model);
@@ -95,6 +113,7 @@ int run_sample(const SampleArgs& a) {
   so.temperature = a.temperature;
   so.top_k = a.top_k;
   so.seed = a.seed;
+  so.vocab = tok->vocab_size();  // rows past the tokenizer's pieces (padding) cannot be decoded
   std::fputs(a.prompt.c_str(), stdout);
   sample(model, tok->encode(a.prompt), so, [&](int t) {
     const std::string text = tok->decode(std::span<const int>(&t, 1));
@@ -111,7 +130,9 @@ CommandRunner add_sample_command(CLI::App& app) {
   auto a = std::make_shared<SampleArgs>();
   CLI::App* cmd = app.add_subcommand("sample", "generate text from trained weights");
   cmd->add_option("--load", a->load, "checkpoint directory written by train --save");
-  cmd->add_option("--init-from", a->init_from, "weights file (safetensors) e.g. from --export");
+  cmd->add_option("--init-from", a->init_from,
+                  "weights file (safetensors) e.g. from --export, or a Hugging Face Llama "
+                  "directory (config.json + safetensors) e.g. from --export-hf");
   cmd->add_option("--prompt", a->prompt, "text to continue")->capture_default_str();
   cmd->add_option("--tokens", a->tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", a->temperature, "softmax temperature (0 = greedy)")
@@ -123,7 +144,8 @@ CommandRunner add_sample_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--tokenizer", a->tokenizer,
-                  "the tokenizer .model file, when the one the weights record has moved");
+                  "the tokenizer .model file, when the one the weights record has moved (or a "
+                  "Hugging Face directory has none)");
   cmd->add_option("--threads", a->threads, "compute threads")->capture_default_str();
   return [a] { return run_sample(*a); };
 }

@@ -13,6 +13,7 @@
 #include "core/file_checks.h"
 #include "core/threads.h"
 #include "schedule/schedule.h"
+#include "train/hf_config.h"
 #include "train/option_limits.h"
 
 namespace mt {
@@ -207,10 +208,16 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
         "default: the embedded fortunes corpus");
   f.add("data", "val-data", &io.val_data,
         "validation token shard or dataset directory (default: --data DIR's validation split)");
-  f.add("io", "init-from", &io.init_from, "initial weights (safetensors, nanoGPT names)");
+  f.add("io", "init-from", &io.init_from,
+        "initial weights: a safetensors file (nanoGPT or Llama names), or a Hugging Face Llama "
+        "directory (config.json + safetensors), whose config.json sets the model's shape");
   f.add("io", "export", &io.export_path, "write final weights to this safetensors file");
+  f.add("io", "export-hf", &io.export_hf,
+        "write final weights as a Hugging Face Llama directory (config.json, model.safetensors, "
+        "and tokenizer.model when the data has one; --arch llama; docs/huggingface.md)");
   f.add("io", "export-dtype", &io.export_dtype,
-        "fp32 or bf16: dtype of the --export file (bf16 halves it; checkpoints stay fp32)");
+        "fp32 or bf16: dtype of the --export / --export-hf weights (bf16 halves them; "
+        "checkpoints stay fp32)");
   f.add("io", "save", &io.save, "checkpoint directory to write (resumable state)");
   f.add("io", "save-every", &io.save_every, "also save every N steps (0 = only at the end)",
         {0, kMaxSteps});
@@ -294,6 +301,8 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
     flags->check_values();
     opts->vocab_given = flags->given("vocab");
     opts->seq_given = flags->given("seq");
+    for (const std::string& k : hf_shape_flags())
+      if (flags->given(k)) opts->model_flags_given.push_back(k);
     MT_REQUIRE(opts->parallel.ranks == 0 || opts->parallel.auto_layout,
                "--ranks is for --auto-layout (else the layout's dp x tp x pp is the world)");
     for (const char* k : {"dp", "tp", "pp", "ep", "zero", "sequence-parallel", "schedule",

@@ -23,6 +23,8 @@
 #include "train/corpus.h"
 #include "train/data_loader.h"
 #include "train/dataset_inputs.h"
+#include "train/hf_config.h"
+#include "train/hf_directory.h"
 #include "train/memory_estimate.h"
 #include "train/path_checks.h"
 #include "train/save_lock.h"
@@ -85,11 +87,14 @@ void check_validation_inputs(const TrainOptions& o, bool val_given, const std::s
 void check_token_stream(const TrainOptions& o, const char* flag, const std::string& first,
                         const std::vector<std::string>& shards) {
   int64_t tokens = 0;
-  int max_id = -1;
+  std::string bad;  // where the first id outside the vocabulary is, and what it is
   for (const std::string& p : shards.empty() ? std::vector<std::string>{first} : shards) {
     const TokenShard shard(p);
     tokens += shard.size();
-    max_id = std::max(max_id, shard.max_token_id());
+    const int64_t at = shard.first_token_at_least(o.model.vocab);
+    if (at >= 0 && bad.empty())
+      bad = str(" holds token id ", shard.token(at), " (token ", at, p == first ? "" : " of " + p,
+                ", the first id outside the vocabulary)");
   }
   const int64_t need = int64_t(o.optim.batch) * o.model.seq + 1;
   const std::string what =
@@ -97,12 +102,38 @@ void check_token_stream(const TrainOptions& o, const char* flag, const std::stri
   MT_REQUIRE(tokens >= need, what, " holds ", tokens,
              " tokens, fewer than one batch needs (--batch x --seq + 1 = ", o.optim.batch, " x ",
              o.model.seq, " + 1 = ", need, ")");
-  MT_REQUIRE(max_id < o.model.vocab, what, " holds token id ", max_id, " but the model vocab is ",
-             o.model.vocab, " (--vocab, or the --init-from file's)");
+  MT_REQUIRE(bad.empty(), what, bad, " but the model vocab is ", o.model.vocab,
+             " (--vocab, or the --init-from file's)");
 }
 
 int checkpoint_step(const std::string& dir) {
   return loads_sharded(dir) ? read_manifest(dir).step : read_train_state(dir).step;
+}
+
+// Llama 3.1's rope_scaling comes only from a Hugging Face config.json, and no flag can give
+// it: a run resumed with --load takes it from the checkpoint, which records it.
+RopeScaling checkpoint_rope_scaling(const std::string& dir, const ModelConfig& flags) {
+  if (loads_sharded(dir)) return read_manifest(dir).model.rope_scaling;
+  return model_config_from_file(dir + "/model.safetensors", flags).rope_scaling;
+}
+
+// Model shape from an init file: the file decides; conflicting flags are errors.
+void take_init_shape(TrainOptions& o) {
+  ModelConfig f = model_config_from_file(o.io.init_from, o.model);
+  // A Hugging Face directory sets the whole shape (§9a): a model flag may only repeat it.
+  if (is_hf_directory(o.io.init_from))
+    require_flags_match_hf(o.model, o.model_flags_given, f, o.io.init_from + "/" + kHfConfigFile);
+  // Learned positions bound --seq; RoPE (llama) does not.
+  MT_REQUIRE(!o.seq_given || f.llama() || o.model.seq <= f.seq, "--seq ", o.model.seq,
+             " is longer than the position table of ", o.io.init_from, " (", f.seq, " rows)");
+  MT_REQUIRE(!o.vocab_given || o.model.vocab == f.vocab, "--vocab ", o.model.vocab,
+             " differs from the ", f.vocab, " rows of ", f.token_table_name(), " in ",
+             o.io.init_from);
+  const int seq = o.seq_given ? o.model.seq : f.seq;
+  o.model = f;
+  if (!f.llama()) o.model.positions = f.seq;  // keep the whole table; the run uses seq rows
+  o.model.seq = seq;
+  o.vocab_given = true;
 }
 
 }  // namespace
@@ -147,27 +178,14 @@ void resolve_train_options(TrainOptions& o) {
                  o.io.load.c_str());
   check_weights_tokenizer(o);
   const int start = o.io.load.empty() ? 0 : checkpoint_step(o.io.load);
-  // Model shape from an init file: the file decides; conflicting flags are errors.
-  if (!o.io.init_from.empty()) {
-    ModelConfig f = model_config_from_file(o.io.init_from, o.model);
-    // Learned positions bound --seq; RoPE (llama) does not.
-    MT_REQUIRE(!o.seq_given || f.llama() || o.model.seq <= f.seq, "--seq ", o.model.seq,
-               " is longer than the position table of ", o.io.init_from, " (", f.seq, " rows)");
-    MT_REQUIRE(!o.vocab_given || o.model.vocab == f.vocab, "--vocab ", o.model.vocab,
-               " differs from the ", f.vocab, " rows of ", f.token_table_name(), " in ",
-               o.io.init_from);
-    const int seq = o.seq_given ? o.model.seq : f.seq;
-    o.model = f;
-    if (!f.llama()) o.model.positions = f.seq;  // keep the whole table; the run uses seq rows
-    o.model.seq = seq;
-    o.vocab_given = true;
-  }
+  if (!o.io.init_from.empty()) take_init_shape(o);
+  if (!o.io.load.empty() && o.model.llama())
+    o.model.rope_scaling = checkpoint_rope_scaling(o.io.load, o.model);
   if (!o.vocab_given) {
     // Byte-level by default; GPT-2-tokenized shards bring larger ids.
-    int max_id = TokenShard(o.io.data).max_token_id();
-    for (const std::string& p : o.io.data_shards)
-      max_id = std::max(max_id, TokenShard(p).max_token_id());
-    o.model.vocab = std::max(256, max_id + 1);
+    std::vector<std::string> shards = o.io.data_shards;
+    shards.push_back(o.io.data);
+    o.model.vocab = vocab_of_shards(shards);
   }
   // The shape is final: the planner may choose the layout, then every rule of the options,
   // before any rank starts.

@@ -1,5 +1,9 @@
 // Aligned, zero-initialised float storage. Parameters, gradients and optimizer moments
 // each live in one Arena; the parameter table says which slice is which tensor.
+//
+// A dry arena is given sizes but no memory: size() and bytes() report them, data() stays
+// null. The memory estimate builds a rank's model with dry arenas (model/dry_model.h) and
+// reads what they would hold, so it counts what the constructors reserve.
 #pragma once
 
 #include <cstddef>
@@ -14,16 +18,23 @@ namespace mt {
 
 class Arena {
  public:
+  enum class Mode : bool { allocate, dry };
+
   Arena() = default;
-  explicit Arena(size_t count) { resize(count); }
+  explicit Arena(size_t count, Mode mode = Mode::allocate) : dry_(mode == Mode::dry) {
+    resize(count);
+  }
   ~Arena() { std::free(data_); }
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
   Arena(Arena&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        dry_(std::exchange(o.dry_, false)) {}
   Arena& operator=(Arena&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);
+    std::swap(dry_, o.dry_);
     return *this;
   }
 
@@ -34,7 +45,8 @@ class Arena {
     std::free(data_);
     data_ = nullptr;
     size_ = 0;
-    if (count == 0) return;
+    if (dry_) size_ = count;
+    if (count == 0 || dry_) return;
     // 64-byte alignment: one cache line, and what AVX-512 loads prefer.
     size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
     data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
@@ -43,7 +55,7 @@ class Arena {
     size_ = count;
   }
   void zero() {
-    if (size_) std::memset(data_, 0, size_ * sizeof(float));
+    if (data_) std::memset(data_, 0, size_ * sizeof(float));
   }
   void release() { resize(0); }
 
@@ -63,6 +75,7 @@ class Arena {
 
   float* data_ = nullptr;
   size_t size_ = 0;
+  bool dry_ = false;
 };
 
 }  // namespace mt

@@ -42,9 +42,6 @@ void check_tokenizer_options(const PrepareOptions& o) {
              o.tokenizer == "byte" ? " has 256 ids, one per byte" : " brings its own vocabulary",
              ": drop --vocab-size or train one");
   if (trained) {
-    MT_REQUIRE(o.vocab_size <= kMaxShardVocab, "--vocab-size ", o.vocab_size,
-               " does not fit a token shard: uint16 ids allow a vocabulary of at most ",
-               kMaxShardVocab);
     MT_REQUIRE(o.vocab_size >= 260, "--vocab-size ", o.vocab_size,
                " is too small: SentencePiece with byte fallback needs 259 pieces for the "
                "specials and bytes, plus pieces of its own");
@@ -295,9 +292,11 @@ Dataset prepare_dataset(const PrepareOptions& o,
     }
     record.kind = tok->kind();
     const std::string marker = end_marker(rule, o.separator);
-    SplitWriter train(tmp, "train", o.shard_tokens);
+    // Version-1 shards whenever the tokenizer's ids fit uint16 (CONTRACTS.md §10).
+    SplitWriter train(tmp, "train", o.shard_tokens, tok->vocab_size());
     std::unique_ptr<SplitWriter> val;
-    if (o.val_fraction > 0) val = std::make_unique<SplitWriter>(tmp, "val", o.shard_tokens);
+    if (o.val_fraction > 0)
+      val = std::make_unique<SplitWriter>(tmp, "val", o.shard_tokens, tok->vocab_size());
     const auto [documents, content_bytes] =
         encode_corpus(o, *tok, sample, reader, marker, train, val.get(), report);
     check_split_counts(o, documents, content_bytes, train, val.get());

@@ -33,8 +33,6 @@ class SentencePieceTokenizer final : public Tokenizer {
                "); give the tokenizer.model of a dataset of meshtrain prepare, or another "
                "SentencePiece .model file");
     vocab_ = sp_.GetPieceSize();
-    MT_REQUIRE(vocab_ <= kMaxShardVocab, "SentencePiece model ", file, " has ", vocab_,
-               " pieces; token shards store uint16 ids, at most ", kMaxShardVocab);
     const int type = proto_model_type(sp_.serialized_model_proto());
     MT_REQUIRE(type == 1 || type == 2, "SentencePiece model ", file, " is a ",
                type == 3 ? "word" : "char", " model; meshtrain takes bpe and unigram models");
@@ -229,10 +227,7 @@ std::string training_failure(const SentencePieceTraining& t, const std::string& 
                   &needed) == 2)
     return str("--vocab-size ", t.vocab_size, " is too small for this text: its distinct ",
                "characters, the byte pieces and the special pieces need at least ", needed,
-               " pieces",
-               needed <= kMaxShardVocab ? str("; give --vocab-size ", needed, " or more")
-                                        : str(", more than a token shard's ", kMaxShardVocab,
-                                              " ids; use --tokenizer byte for this text"));
+               " pieces; give --vocab-size ", needed, " or more");
   return str("SentencePiece could not train a ", t.kind, " model of ", t.vocab_size,
              " pieces: ", why);
 }
@@ -254,8 +249,6 @@ void train_sentencepiece(const SentencePieceTraining& t,
                          const std::string& model_file) {
   MT_REQUIRE(t.kind == "bpe" || t.kind == "unigram", "unknown SentencePiece model type '", t.kind,
              "' (bpe or unigram)");
-  MT_REQUIRE(t.vocab_size <= kMaxShardVocab, "--vocab-size ", t.vocab_size,
-             " does not fit a token shard: uint16 ids allow at most ", kMaxShardVocab);
   // 3 special pieces (<unk> <s> </s>) + 256 byte pieces + at least one piece of its own.
   MT_REQUIRE(t.vocab_size >= 260, "--vocab-size ", t.vocab_size,
              " is too small: SentencePiece with byte fallback needs 259 pieces for the "

@@ -22,7 +22,7 @@ namespace mt {
 // Loads a .model file, read through core/input_file.h (a FIFO is refused, not waited on;
 // at most kMaxModelFileBytes). Throws UsageError, naming `what` and the file, when it
 // cannot be read, is not a SentencePiece model, has no byte pieces (trained without
-// byte_fallback), normalizes text, or has more than kMaxShardVocab pieces.
+// byte_fallback), or normalizes text.
 std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& file,
                                                         const std::string& what = "tokenizer");
 // The same from the model's bytes, already read from `file` (named in messages).

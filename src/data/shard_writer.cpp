@@ -29,8 +29,12 @@ void write_all(std::FILE* f, const void* data, size_t bytes, const std::string& 
 
 }  // namespace
 
-SplitWriter::SplitWriter(std::string dir, std::string name, int64_t shard_tokens)
-    : dir_(std::move(dir)), name_(std::move(name)), shard_tokens_(shard_tokens) {
+SplitWriter::SplitWriter(std::string dir, std::string name, int64_t shard_tokens, int64_t vocab)
+    : dir_(std::move(dir)),
+      name_(std::move(name)),
+      shard_tokens_(shard_tokens),
+      vocab_(vocab),
+      version_(token_shard_version_for_vocab(vocab)) {
   MT_REQUIRE(shard_tokens > 0 && shard_tokens <= INT32_MAX, "--shard-tokens ", shard_tokens,
              " must be between 1 and 2^31-1 (the shard header's int32)");
   const std::string path = dir_ + "/" + name_ + ".docs";
@@ -45,9 +49,9 @@ SplitWriter::~SplitWriter() {
 
 void SplitWriter::append(std::span<const int> ids) {
   for (int id : ids) {
-    MT_CHECK(id >= 0 && id <= 65535, "token id ", id, " does not fit a uint16 shard");
+    MT_CHECK(id >= 0 && id < vocab_, "token id ", id, " outside the tokenizer's ", vocab_);
     if (!shard_) open_shard();
-    buffer_.push_back(uint16_t(id));
+    buffer_.push_back(uint32_t(id));
     ++in_shard_;
     if (buffer_.size() == kChunkTokens) write_buffer();
     if (in_shard_ == shard_tokens_) close_shard();
@@ -78,7 +82,12 @@ void SplitWriter::open_shard() {
 }
 
 void SplitWriter::write_buffer() {
-  write_all(shard_, buffer_.data(), buffer_.size() * sizeof(uint16_t), shard_path_);
+  if (version_ == kTokenShardVersion32) {
+    write_all(shard_, buffer_.data(), buffer_.size() * sizeof(uint32_t), shard_path_);
+  } else {
+    narrow_.assign(buffer_.begin(), buffer_.end());  // ids < vocab <= 65536: exact
+    write_all(shard_, narrow_.data(), narrow_.size() * sizeof(uint16_t), shard_path_);
+  }
   buffer_.clear();
 }
 
@@ -86,7 +95,7 @@ void SplitWriter::close_shard() {
   write_buffer();
   std::vector<int32_t> header(kTokenShardHeaderInts, 0);
   header[0] = kTokenShardMagic;
-  header[1] = kTokenShardVersion;
+  header[1] = version_;
   header[2] = int32_t(in_shard_);
   if (std::fseek(shard_, 0, SEEK_SET) != 0)
     throw RuntimeError(str("cannot write ", shard_path_, ": ", std::strerror(errno)));
@@ -110,9 +119,9 @@ void SplitWriter::finish() {
 std::vector<std::vector<int>> read_split_documents(const std::string& dir,
                                                    const std::vector<std::string>& shards,
                                                    const std::string& docs_file) {
-  std::vector<uint16_t> all;
+  std::vector<uint32_t> all;
   for (const std::string& s : shards) {
-    std::vector<uint16_t> t = read_token_shard(dir + "/" + s);
+    std::vector<uint32_t> t = read_token_shard(dir + "/" + s);
     all.insert(all.end(), t.begin(), t.end());
   }
   const std::string index =

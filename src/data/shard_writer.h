@@ -1,6 +1,7 @@
-// One split (train or val) of a dataset as it is written: tokens stream into llm.c shards of
-// at most `shard_tokens` each (NAME_000000.bin, NAME_000001.bin, ...) through a 2 MiB
-// buffer, so memory stays small whatever the corpus or shard size, and every document's place is
+// One split (train or val) of a dataset as it is written: tokens stream into llm.c shards
+// (data/token_shard.h; version 1 whenever the tokenizer's ids fit uint16, else version 2) of
+// at most `shard_tokens` each (NAME_000000.bin, NAME_000001.bin, ...) through a buffer of 1 Mi
+// tokens, so memory stays small whatever the corpus or shard size, and every document's place is
 // appended to NAME.docs: two little-endian uint64 per document, the offset of its first token in
 // the split (counted over all its shards) and its token count, the end-of-document tokens not
 // included. The trainer reads the shards as one stream; the index lets a reader cut the
@@ -17,7 +18,8 @@ namespace mt {
 
 class SplitWriter {
  public:
-  SplitWriter(std::string dir, std::string name, int64_t shard_tokens);
+  // vocab: the tokenizer's vocabulary, which decides the shards' version.
+  SplitWriter(std::string dir, std::string name, int64_t shard_tokens, int64_t vocab);
   ~SplitWriter();
   SplitWriter(const SplitWriter&) = delete;
   SplitWriter& operator=(const SplitWriter&) = delete;
@@ -41,7 +43,10 @@ class SplitWriter {
 
   std::string dir_, name_;
   int64_t shard_tokens_;
-  std::vector<uint16_t> buffer_;  // tokens not yet written to the open shard
+  int64_t vocab_;
+  int32_t version_;
+  std::vector<uint32_t> buffer_;  // tokens not yet written to the open shard
+  std::vector<uint16_t> narrow_;  // a version-1 buffer as written
   std::FILE* shard_ = nullptr;    // the shard being written
   std::string shard_path_;
   int64_t in_shard_ = 0;  // tokens in it so far

@@ -17,9 +17,6 @@
 
 namespace mt {
 
-// Ids of a token shard are uint16; a larger vocabulary could not be stored.
-inline constexpr int kMaxShardVocab = 65535;
-
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;

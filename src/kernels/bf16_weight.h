@@ -7,6 +7,10 @@
 // run the model after its weights may have changed (GPT::weights_changed). Under ZeRO-3
 // the fp32 weight is a gathered buffer that moves between uses: the copy is made from
 // whatever the layer is bound to at its first use after a change, and kept.
+//
+// The copy's memory is taken at that first conversion, not at construction: a model built
+// only to be measured (the memory estimate's dry run, model/dry_model.h) holds none, and
+// bytes() reports the copy's size either way.
 #pragma once
 
 #include <cstdint>
@@ -19,21 +23,23 @@ namespace mt {
 
 class Bf16Weight {
  public:
-  Bf16Weight(size_t n, const uint64_t* version) : data_(n), version_(version) {}
+  Bf16Weight(size_t n, const uint64_t* version) : n_(n), version_(version) {}
 
   // The bf16 copy of w (n floats), converted first if the weights changed since.
   const bf16* get(const float* w) {
     MT_CHECK(w != nullptr, "bf16 weight copy of an unbound layer");
     if (converted_ != *version_) {
-      to_bf16(data_.data(), w, data_.size());
+      data_.resize(n_);
+      to_bf16(data_.data(), w, n_);
       converted_ = *version_;
     }
     return data_.data();
   }
-  size_t bytes() const { return data_.size() * sizeof(bf16); }
+  size_t bytes() const { return n_ * sizeof(bf16); }
 
  private:
-  std::vector<bf16> data_;
+  size_t n_;
+  std::vector<bf16> data_;  // n_ values from the first conversion on
   const uint64_t* version_;
   uint64_t converted_ = ~uint64_t(0);  // no version yet
 };

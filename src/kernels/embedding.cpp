@@ -5,12 +5,12 @@
 namespace mt {
 
 void embedding_forward(float* out, const int* idx, const float* wte, const float* wpe, int B, int T,
-                       int C, int vocab_start, int vocab_rows) {
+                       int C, int64_t vocab_start, int vocab_rows) {
   // out is (B, T, C), idx is (B, T), wte is (vocab_rows, C), wpe is (T, C).
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; bt++) {
     float* o = out + static_cast<size_t>(bt) * C;
-    int row = idx[bt] - vocab_start;
+    const int64_t row = idx[bt] - vocab_start;
     bool local = row >= 0 && row < vocab_rows;
     const float* w = wte + static_cast<size_t>(local ? row : 0) * C;
     const float* p = wpe ? wpe + static_cast<size_t>(bt % T) * C : nullptr;
@@ -30,7 +30,7 @@ void embedding_forward(float* out, const int* idx, const float* wte, const float
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx, int B, int T,
-                        int C, int vocab_start, int vocab_rows) {
+                        int C, int64_t vocab_start, int vocab_rows) {
   // Tokens repeat, so rows of dwte receive several updates: threads split the columns instead
   // of the tokens, which keeps writes disjoint and the summation order fixed.
   constexpr int kBlock = 64;
@@ -40,7 +40,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* 
     int c0 = blk * kBlock, c1 = c0 + kBlock < C ? c0 + kBlock : C;
     for (int bt = 0; bt < B * T; bt++) {
       const float* d = dout + static_cast<size_t>(bt) * C;
-      int row = idx[bt] - vocab_start;
+      const int64_t row = idx[bt] - vocab_start;
       if (row >= 0 && row < vocab_rows) {
         float* w = dwte + static_cast<size_t>(row) * C;
 #pragma omp simd

@@ -3,14 +3,16 @@
 // and the shards' outputs are summed by the caller. One worker passes (0, V).
 #pragma once
 
+#include <cstdint>
+
 namespace mt {
 
 // out (B, T, C) = wte[idx - vocab_start] + wpe[t]   (wpe may be null: no position term)
 void embedding_forward(float* out, const int* idx, const float* wte, const float* wpe, int B, int T,
-                       int C, int vocab_start, int vocab_rows);
+                       int C, int64_t vocab_start, int vocab_rows);
 
 // dwte (vocab_rows, C) += scatter of dout by idx;  dwpe (T, C) += sum over B of dout (if non-null).
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx, int B, int T,
-                        int C, int vocab_start, int vocab_rows);
+                        int C, int64_t vocab_start, int vocab_rows);
 
 }  // namespace mt

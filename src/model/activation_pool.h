@@ -55,6 +55,7 @@ class ActivationPool {
     --live_;
   }
   float* base(int id) { return slots_[id]->data(); }
+  size_t slot_floats() const { return slot_floats_; }
   size_t slot_bytes() const { return slot_floats_ * sizeof(float); }
   int peak_slots() const { return peak_; }
   size_t peak_bytes() const { return size_t(peak_) * slot_bytes(); }

@@ -31,6 +31,14 @@ inline bool is_moe_layer(const ModelConfig& cfg, int layer) {
   return cfg.is_moe(layer);
 }
 
+// Blocks of one kind hold the same sizes (parameters, slot buffers, workspaces), whatever
+// their layer: the memory estimate's dry run builds one block of each kind and counts it
+// for every layer of that kind (model/block_stand_ins.h). A block whose sizes can differ
+// from another's must differ from it in kind.
+inline int block_kind(const ModelConfig& cfg, int layer) {
+  return is_moe_layer(cfg, layer) ? 1 : 0;
+}
+
 class Block {
  public:
   virtual ~Block() = default;
@@ -61,6 +69,9 @@ class Block {
                                int T) = 0;
   // The workspace backward_input needs (its `scratch`).
   virtual size_t attention_scratch_floats() const = 0;
+  // Floats of the arenas the block holds itself, outside the slot and the chunk's
+  // workspaces (an MoE block's per-call rows).
+  virtual size_t own_workspace_floats() const = 0;
   // Null for a dense block.
   virtual MoeLayer* moe() = 0;
 };

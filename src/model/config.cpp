@@ -93,7 +93,8 @@ void ModelConfig::validate() const {
   MT_REQUIRE(seq >= 1, "--seq must be >= 1 (got ", seq, ")");
   MT_REQUIRE(position_rows() >= seq, "--seq ", seq, " is longer than the position table (",
              position_rows(), " rows)");
-  MT_REQUIRE(vocab >= 2 && vocab <= 65536, "--vocab must be in 2..65536 (got ", vocab, ")");
+  MT_REQUIRE(vocab >= 2 && vocab <= kMaxVocab, "--vocab must be in 2..", kMaxVocab, " (got ", vocab,
+             ")");
   if (llama()) {
     validate_llama(*this);
   } else {

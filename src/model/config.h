@@ -27,6 +27,9 @@ struct ModelConfig {
   // the run uses (nanoGPT's block size): the first seq rows are used, all are kept.
   int positions = 0;
   int vocab = 256;  // byte-level by default
+  // The largest vocabulary: ids are int32 everywhere a token travels (batches, kernels, the
+  // version-2 shards' uint32 ids once checked against the vocabulary).
+  static constexpr int kMaxVocab = 2147483647;
   // Mixture of experts (0 = dense). Math in CONTRACTS.md §1, MoE variant.
   int experts = 0;
   int topk = 2;

@@ -49,6 +49,7 @@ struct ExpertShape {
   // Each rank's gradients cover only its tokens (tensor parallelism's token split,
   // moe_layer.h): ParamInfo::tp_partial_grad.
   bool partial_grads = false;
+  bool dry = false;  // a dry run (model/dry_model.h): arenas without memory
 };
 
 class ExpertMlp {
@@ -77,6 +78,8 @@ class ExpertMlp {
   virtual size_t stage_floats() const { return 0; }
   virtual void set_stage(float*) {}
   virtual size_t weight_copy_bytes() const { return 0; }
+  // Floats of the arenas the experts hold themselves (outside the slot and the stage).
+  virtual size_t own_workspace_floats() const { return 0; }
 };
 
 // The GELU experts of CONTRACTS.md §1 (each the dense MLP: c_fc, tanh GELU, c_proj, with

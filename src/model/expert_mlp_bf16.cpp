@@ -9,10 +9,10 @@
 
 namespace mt {
 
-Bf16RowChunks::Bf16RowChunks(int max_tokens, int width)
-    : chunk_rows_(chunk_rows(max_tokens)), width_(size_t(width)) {
-  pad_.resize(kRowQuantum * width_);  // two bf16 (q, width) operands
-}
+Bf16RowChunks::Bf16RowChunks(int max_tokens, int width, bool dry)
+    : chunk_rows_(chunk_rows(max_tokens)),
+      width_(size_t(width)),
+      pad_(kRowQuantum * width_, dry ? Arena::Mode::dry : Arena::Mode::allocate) {}
 
 void Bf16RowChunks::weight_gemm(float* dw, float* db, const bf16* dout, const bf16* inp, int rows,
                                 int in, int out) {
@@ -39,7 +39,8 @@ void Bf16RowChunks::weight_gemm(float* dw, float* db, const bf16* dout, const bf
 
 Bf16GeluExperts::Bf16GeluExperts(const ExpertShape& shape, const uint64_t* version,
                                  ParamTable& table, SlotLayout& layout)
-    : GeluExperts(shape, table), chunks_(shape.max_tokens, std::max(shape.dim, shape.hidden)) {
+    : GeluExperts(shape, table),
+      chunks_(shape.max_tokens, std::max(shape.dim, shape.hidden), shape.dry) {
   const size_t R = size_t(shape.max_rows);
   off_.x_rows = layout.reserve_bf16(R * C_);
   off_.fc_pre = layout.reserve(R * H_);
@@ -128,7 +129,7 @@ void Bf16GeluExperts::backward_weight(float* s, const ExpertGroups& g) {
 Bf16SwigluExperts::Bf16SwigluExperts(const ExpertShape& shape, const uint64_t* version,
                                      ParamTable& table, SlotLayout& layout)
     : SwigluExperts(shape, table),
-      chunks_(shape.max_tokens, std::max(shape.dim, 2 * shape.hidden)) {
+      chunks_(shape.max_tokens, std::max(shape.dim, 2 * shape.hidden), shape.dry) {
   const size_t R = size_t(shape.max_rows);
   off_.x_rows = layout.reserve_bf16(R * C_);
   off_.gu = layout.reserve(R * 2 * H_);

@@ -35,9 +35,11 @@ class Bf16RowChunks {
     return rows;
   }
 
-  // width: the widest GEMM operand row (in or out) weight_gemm pads.
-  Bf16RowChunks(int max_tokens, int width);
+  // width: the widest GEMM operand row (in or out) weight_gemm pads; dry: a dry run
+  // (model/dry_model.h), the pad takes its size without memory.
+  Bf16RowChunks(int max_tokens, int width, bool dry);
   int largest() const { return chunk_rows_; }
+  size_t pad_floats() const { return pad_.size(); }
   // Calls f(r0, rb) over [0, rows) in chunks of kRowQuantum * 2^j rows (largest first, at
   // most largest()) and a last one of fewer than kRowQuantum rows.
   template <typename F>
@@ -73,6 +75,7 @@ class Bf16GeluExperts final : public GeluExperts {
   size_t stage_floats() const override { return size_t(chunks_.largest()) * H_; }
   void set_stage(float* stage) override { stage_ = stage; }
   size_t weight_copy_bytes() const override;
+  size_t own_workspace_floats() const override { return chunks_.pad_floats(); }
 
  private:
   static bf16* h16(float* s, size_t off) { return reinterpret_cast<bf16*>(s + off); }
@@ -100,6 +103,7 @@ class Bf16SwigluExperts final : public SwigluExperts {
   size_t stage_floats() const override { return size_t(chunks_.largest()) * H_; }
   void set_stage(float* stage) override { stage_ = stage; }
   size_t weight_copy_bytes() const override;
+  size_t own_workspace_floats() const override { return chunks_.pad_floats(); }
 
  private:
   static bf16* h16(float* s, size_t off) { return reinterpret_cast<bf16*>(s + off); }

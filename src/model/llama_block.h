@@ -60,6 +60,7 @@ class LlamaBlock final : public Block {
                       float* scratch, int b, int T) override;
   void backward_weight(float* slot, const float* x_in, const float* dx_out, int b, int T) override;
   size_t attention_scratch_floats() const override;
+  size_t own_workspace_floats() const override { return moe_ ? moe_->own_workspace_floats() : 0; }
   MoeLayer* moe() override { return moe_.get(); }
 
  private:

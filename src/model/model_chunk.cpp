@@ -19,12 +19,15 @@ std::pair<size_t, size_t> range_since(const ParamTable& table, size_t first) {
 
 ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
                        int max_b, ParamTable& table, const ExpertParallelShard& ep,
-                       Recompute recompute, const uint64_t* bf16_version)
-    : cfg_(cfg), spec_(spec), full_(recompute == Recompute::full) {
+                       Recompute recompute, const uint64_t* bf16_version, BlockStandIns* dry)
+    : cfg_(cfg),
+      spec_(spec),
+      full_(recompute == Recompute::full),
+      mode_(dry ? Arena::Mode::dry : Arena::Mode::allocate) {
   SlotLayout layout;
   const bool sp = tp.size > 1 && tp.sequence_parallel;
   const size_t N = size_t(max_b) * cfg.seq, Nl = sp ? N / tp.size : N;
-  build_layers(tp, max_b, table, layout, ep, recompute, bf16_version);
+  build_layers(tp, max_b, table, layout, ep, recompute, bf16_version, dry);
   reserve_residual_stream(layout, N, Nl);
   pool_ = std::make_unique<ActivationPool>(layout.total());
   share_workspaces(N, sp, bf16_version != nullptr);
@@ -32,40 +35,62 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
 
 void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTable& table,
                               SlotLayout& layout, const ExpertParallelShard& ep,
-                              Recompute recompute, const uint64_t* bf16_version) {
+                              Recompute recompute, const uint64_t* bf16_version,
+                              BlockStandIns* dry) {
+  const size_t blocks = size_t(spec_.last_layer - spec_.first_layer);
+  blocks_.reserve(blocks), units_.reserve(1 + blocks), unit_range_.reserve(1 + blocks);
   // The edge unit (embedding, ln_f, tied wte) is registered first so that its tensors are
   // contiguous in the arena: ZeRO shards and gathers each unit as one range.
-  size_t first = table.entries().size();
+  const size_t first = table.entries().size();
   if (spec_.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg_, tp, table);
   if (spec_.has_head)
     head_ = std::make_unique<LMHead>(cfg_, tp, max_b, table, layout, bf16_version);
   unit_range_.push_back(range_since(table, first));
-  size_t block_floats = 0;
-  // The MoE layers learn the bf16 weight version through the shard the Block hands them.
+  units_.push_back(unit_size_since(table, first));
+  // The MoE layers learn the bf16 weight version (and a dry run) through the shard the
+  // Block hands them.
   ExpertParallelShard moe_ep = ep;
   moe_ep.bf16_version = bf16_version;
   BlockContext context;
   if (cfg_.llama()) {  // one RoPE table for all the chunk's blocks; positions 0..seq-1
-    rope_ = RopeTable(cfg_.head_dim(), cfg_.seq, cfg_.rope_theta, cfg_.rope_scaling);
+    // A dry chunk (the memory estimate) sizes what it would hold; the table is not among it.
+    if (mode_ == Arena::Mode::allocate)
+      rope_ = RopeTable(cfg_.head_dim(), cfg_.seq, cfg_.rope_theta, cfg_.rope_scaling);
     positions_.resize(cfg_.seq);
     for (int t = 0; t < cfg_.seq; ++t) positions_[t] = t;
     context = {&rope_, positions_.data()};
   }
-  for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
-    first = table.entries().size();
-    if (full_) {
-      // Each block's buffers from offset 0 of the block scratch.
-      SlotLayout block_layout;
-      blocks_.push_back(make_block(l, cfg_, tp, max_b, table, block_layout, moe_ep, Recompute::none,
-                                   bf16_version, context));
-      block_floats = std::max(block_floats, block_layout.total());
-    } else {
-      blocks_.push_back(
-          make_block(l, cfg_, tp, max_b, table, layout, moe_ep, recompute, bf16_version, context));
-    }
-    unit_range_.push_back(range_since(table, first));
+  moe_ep.dry = dry != nullptr;
+  // Full recomputation: each block's buffers from offset 0 of the block scratch.
+  const Recompute block_recompute = full_ ? Recompute::none : recompute;
+  const BlockBuilder build = [&](int l, ParamTable& t, SlotLayout& s) {
+    return make_block(l, cfg_, tp, max_b, t, s, moe_ep, block_recompute, bf16_version, context);
+  };
+  size_t block_floats = 0;
+  for (int l = spec_.first_layer; l < spec_.last_layer; ++l)
+    block_floats = std::max(block_floats, add_block(l, build, table, layout, dry));
+  block_scratch_ = Arena(full_ ? block_floats : 0, mode_);
+}
+
+size_t ModelChunk::add_block(int layer, const BlockBuilder& build, ParamTable& table,
+                             SlotLayout& layout, BlockStandIns* dry) {
+  if (dry) {
+    const BlockStandIns::StandIn& s = dry->get(
+        block_kind(cfg_, layer), [&](ParamTable& t, SlotLayout& l) { return build(layer, t, l); });
+    blocks_.push_back(s.block.get());
+    units_.push_back(s.unit);
+    if (!full_) layout.reserve(s.slot_floats);
+    return s.slot_floats;
   }
-  block_scratch_.resize(block_floats);
+  const size_t first = table.entries().size();
+  SlotLayout own;  // full recomputation: the block scratch's layout
+  SlotLayout& into = full_ ? own : layout;
+  const size_t before = into.total();
+  own_blocks_.push_back(build(layer, table, into));
+  blocks_.push_back(own_blocks_.back().get());
+  unit_range_.push_back(range_since(table, first));
+  units_.push_back(unit_size_since(table, first));
+  return into.total() - before;
 }
 
 // The residual stream between blocks: this rank's rows of it under sequence parallelism.
@@ -74,14 +99,15 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
 // the slot, alternating, hold them. dx[0] (the embedding's W, the previous stage) and
 // dx[n] (received, or the head's) stay in the slot.
 void ModelChunk::reserve_residual_stream(SlotLayout& layout, size_t N, size_t Nl) {
+  x_off_.reserve(size_t(nblocks()) + 1), dx_off_.reserve(size_t(nblocks()) + 1);
   for (int i = 0; i <= nblocks(); ++i) {
     x_off_.push_back(layout.reserve(Nl * cfg_.dim));
     const bool between = full_ && i > 0 && i < nblocks();
     dx_off_.push_back(between ? 0 : layout.reserve(Nl * cfg_.dim));
   }
   residual_grad_stride_ = (Nl * cfg_.dim + 15) / 16 * 16;
-  if (full_)
-    residual_grads_.resize(size_t(std::clamp(nblocks() - 1, 0, 2)) * residual_grad_stride_);
+  const size_t between = full_ ? size_t(std::clamp(nblocks() - 1, 0, 2)) : 0;
+  residual_grads_ = Arena(between * residual_grad_stride_, mode_);
   static_assert(sizeof(int) == sizeof(float));
   tokens_off_ = layout.reserve(2 * N);  // tokens then targets, as int32
 }
@@ -94,12 +120,12 @@ void ModelChunk::share_workspaces(size_t N, bool sp, bool bf16_precision) {
     probs = std::max(probs, blk->forward_scratch_floats());
     scratch = std::max(scratch, blk->attention_scratch_floats());
   }
-  forward_scratch_.resize(probs);
+  forward_scratch_ = Arena(probs, mode_);
   for (auto& blk : blocks_) blk->set_forward_scratch(forward_scratch_.data());
-  attention_scratch_.resize(scratch);
+  attention_scratch_ = Arena(scratch, mode_);
   // One (N, C) buffer for the gathered inputs and partial outputs of sequence parallelism.
   if (sp) {
-    sp_scratch_.resize(N * cfg_.dim);
+    sp_scratch_ = Arena(N * cfg_.dim, mode_);
     for (auto& blk : blocks_) blk->set_scratch(sp_scratch_.data());
     if (head_) head_->set_scratch(sp_scratch_.data());
   }
@@ -110,8 +136,8 @@ void ModelChunk::share_workspaces(size_t N, bool sp, bool bf16_precision) {
     stage = std::max(stage, blk->bf16_stage_floats());
     gather = std::max(gather, blk->bf16_gather_values());
   }
-  bf16_stage_.resize(stage);
-  bf16_gather_.resize((gather + 1) / 2);
+  bf16_stage_ = Arena(stage, mode_);
+  bf16_gather_ = Arena((gather + 1) / 2, mode_);
   bf16* g16 = reinterpret_cast<bf16*>(bf16_gather_.data());
   for (auto& blk : blocks_) blk->set_bf16_scratch(bf16_stage_.data(), g16);
   if (head_) head_->set_bf16_scratch(bf16_stage_.data(), g16);
@@ -121,6 +147,18 @@ size_t ModelChunk::bf16_weight_bytes() const {
   size_t bytes = head_ ? head_->bf16_weight_bytes() : 0;
   for (const auto& blk : blocks_) bytes += blk->bf16_weight_bytes();
   return bytes;
+}
+
+ChunkFootprint ModelChunk::footprint() const {
+  ChunkFootprint f;
+  f.units = units_;
+  f.slot_floats = pool_->slot_floats();
+  for (const Arena* a : {&attention_scratch_, &sp_scratch_, &forward_scratch_, &block_scratch_,
+                         &residual_grads_, &bf16_stage_, &bf16_gather_})
+    f.workspace_floats += a->size();
+  for (const Block* blk : blocks_) f.workspace_floats += blk->own_workspace_floats();
+  f.bf16_weight_bytes = bf16_weight_bytes();
+  return f;
 }
 
 std::vector<MoeLayer*> ModelChunk::moe_layers() {

@@ -25,8 +25,14 @@
 // --precision bf16 (bf16_version non-null, docs/precision.md): the blocks and the head keep
 // their GEMM-only buffers in bf16 (block.h); two workspaces shared by all of them hold fp32
 // results before rounding and the bf16 operands of one call.
+//
+// A dry chunk (dry non-null: the memory estimate's dry run, model/dry_model.h) is built by
+// the same code with dry arenas, and its blocks are stand-ins, one per kind
+// (block_stand_ins.h); it reserves no memory and is never bound or run. footprint() reads
+// what a chunk holds, dry or not.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -34,8 +40,10 @@
 #include "core/arena.h"
 #include "model/activation_pool.h"
 #include "model/block.h"
+#include "model/block_stand_ins.h"
 #include "model/embedding_layer.h"
 #include "model/lm_head.h"
+#include "model/unit_size.h"
 
 namespace mt {
 
@@ -62,11 +70,20 @@ struct ChunkSpec {
   bool has_embedding = false, has_head = false;
 };
 
+// What a chunk holds, as its constructor sized it.
+struct ChunkFootprint {
+  std::vector<UnitSize> units;   // unit 0 (the edge), then one per block
+  size_t slot_floats = 0;        // one activation slot
+  size_t workspace_floats = 0;   // outside the slots: the shared workspaces, the layers' own
+  size_t bf16_weight_bytes = 0;  // --precision bf16: the linears' bf16 copies
+};
+
 class ModelChunk {
  public:
   ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
              int max_b, ParamTable& table, const ExpertParallelShard& ep = {},
-             Recompute recompute = Recompute::none, const uint64_t* bf16_version = nullptr);
+             Recompute recompute = Recompute::none, const uint64_t* bf16_version = nullptr,
+             BlockStandIns* dry = nullptr);
   void bind(float* params, float* grads);
 
   // Rebinds one unit (see ChunkHooks) to other storage: its tensors are read at
@@ -74,7 +91,8 @@ class ModelChunk {
   void bind_unit(int unit, float* params, float* grads);
   int num_units() const { return 1 + nblocks(); }
   // Arena range [lo, hi) (floats, table offsets) of a unit's parameters; units are
-  // disjoint and ordered (unit 0 lowest), each one contiguous.
+  // disjoint and ordered (unit 0 lowest), each one contiguous. Not for a dry chunk, whose
+  // blocks are not in the table.
   std::pair<size_t, size_t> unit_range(int unit) const { return unit_range_[unit]; }
   // Null: no hooks (the default).
   void set_hooks(ChunkHooks* hooks) { hooks_ = hooks; }
@@ -85,6 +103,7 @@ class ModelChunk {
   const ChunkSpec& spec() const { return spec_; }
   // --precision bf16: bytes of the bf16 weight copies this chunk's linears hold.
   size_t bf16_weight_bytes() const;
+  ChunkFootprint footprint() const;
 
   // Where a received activation must be written before forward (non-first chunks).
   float* input(int slot) { return x(slot, 0); }
@@ -117,7 +136,13 @@ class ModelChunk {
   // residual stream and tokens in the slot, and the workspaces the layers share.
   void build_layers(const TensorParallelShard& tp, int max_b, ParamTable& table, SlotLayout& layout,
                     const ExpertParallelShard& ep, Recompute recompute,
-                    const uint64_t* bf16_version);
+                    const uint64_t* bf16_version, BlockStandIns* dry);
+  // Builds block `layer` into a table and a slot layout.
+  using BlockBuilder = std::function<std::unique_ptr<Block>(int, ParamTable&, SlotLayout&)>;
+  // Block `layer`, its buffers reserved in `layout` (or, dry, its stand-in's counted
+  // there); returns the floats of its buffers.
+  size_t add_block(int layer, const BlockBuilder& build, ParamTable& table, SlotLayout& layout,
+                   BlockStandIns* dry);
   void reserve_residual_stream(SlotLayout& layout, size_t N, size_t Nl);
   void share_workspaces(size_t N, bool sp, bool bf16_precision);
   int nblocks() const { return int(blocks_.size()); }
@@ -151,9 +176,12 @@ class ModelChunk {
   ChunkSpec spec_;
   ChunkHooks* hooks_ = nullptr;
   bool full_ = false;  // Recompute::full
+  Arena::Mode mode_ = Arena::Mode::allocate;
   std::vector<std::pair<size_t, size_t>> unit_range_;
+  std::vector<UnitSize> units_;
   std::unique_ptr<EmbeddingLayer> embedding_;
-  std::vector<std::unique_ptr<Block>> blocks_;
+  std::vector<std::unique_ptr<Block>> own_blocks_;  // empty in a dry chunk
+  std::vector<Block*> blocks_;                      // one per layer (dry: the stand-ins)
   std::unique_ptr<LMHead> head_;
   std::unique_ptr<ActivationPool> pool_;
   Arena attention_scratch_;     // shared by all blocks: one backward runs at a time

@@ -55,12 +55,14 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
   shape.max_rows = int(R), shape.max_tokens = max_rows_;
   shape.proj_std = 0.02f / std::sqrt(2.0f * cfg.layers);
   shape.partial_grads = tp.size > 1;
+  shape.dry = ep.dry;
   experts_ = make_experts(shape, ep.bf16_version, table, layout);
   off_.recv_counts = layout.reserve(E_);
   off_.y_perm = layout.reserve(M * C_);
-  rows_.resize(std::max(M, R) * C_);
-  staging_.resize(std::max(M, R) * C_);
-  dgates_.resize(M);
+  const Arena::Mode mode = ep.dry ? Arena::Mode::dry : Arena::Mode::allocate;
+  rows_ = Arena(std::max(M, R) * C_, mode);
+  staging_ = Arena(std::max(M, R) * C_, mode);
+  dgates_ = Arena(M, mode);
   expert_offset_.assign(El_ + 1, 0);
 }
 

@@ -63,6 +63,9 @@ struct ExpertParallelShard {
   // --precision bf16: the model's weight version (GPT::weights_changed); null for fp32.
   // Carried here because the Block passes this struct to the layer unchanged.
   const uint64_t* bf16_version = nullptr;
+  // A dry run (model/dry_model.h): the layer's arenas take sizes without memory. Carried
+  // here for the same reason.
+  bool dry = false;
 };
 
 // True for the tensors of the routed experts, {transformer.h|model.layers}.{i}.mlp.experts.*
@@ -125,6 +128,11 @@ class MoeLayer {
   void set_bf16_stage(float* stage) { experts_->set_stage(stage); }
   // Bytes of the local experts' bf16 weight copies (0 in fp32).
   size_t bf16_weight_bytes() const { return experts_->weight_copy_bytes(); }
+  // Floats of the arenas the layer holds itself (its per-call rows and the experts'),
+  // outside the slot and the chunk's shared workspaces.
+  size_t own_workspace_floats() const {
+    return rows_.size() + staging_.size() + dgates_.size() + experts_->own_workspace_floats();
+  }
   // The bf16 experts' row chunks (expert_mlp_bf16.h), which the planner and the memory
   // estimate model.
   static constexpr int kRowQuantum = Bf16RowChunks::kRowQuantum;

@@ -15,6 +15,10 @@ struct SampleOptions {
   float temperature = 0.8f;  // 0 = greedy
   int top_k = 0;             // 0 = whole vocabulary
   uint64_t seed = 1337;
+  // Ids drawn from: 0..min(vocab, rows)-1. The tokenizer's pieces, when the model has more
+  // rows (a vocabulary padded past the tokenizer, as nanoGPT's 50,304 for GPT-2's 50,257),
+  // so every id drawn can be decoded. 0: every row.
+  int vocab = 0;
 };
 
 // Extends `context` by opts.tokens tokens; the window is the last cfg.seq tokens.

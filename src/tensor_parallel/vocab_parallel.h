@@ -9,24 +9,28 @@
 // to the normaliser and change the loss (Megatron issue #1754).
 #pragma once
 
+#include <cstdint>
+
 namespace mt::tp {
 
+// A rank's rows fit int (at most ceil(V / t) <= V); the padded size and a padding-only
+// rank's start may not, for V near 2^31: they are int64.
 struct VocabShard {
-  int start = 0;  // first id held
-  int rows = 0;   // rows held (padded)
-  int real = 0;   // of which real ids (< V): the rest is padding
+  int64_t start = 0;  // first id held
+  int rows = 0;       // rows held (padded)
+  int real = 0;       // of which real ids (< V): the rest is padding
 };
 
-inline int padded_vocab(int V, int t) {
+inline int64_t padded_vocab(int64_t V, int t) {
   return (V + t - 1) / t * t;
 }
 
-inline VocabShard vocab_shard(int V, int t, int rank) {
+inline VocabShard vocab_shard(int64_t V, int t, int rank) {
   VocabShard s;
-  s.rows = padded_vocab(V, t) / t;
-  s.start = rank * s.rows;
-  const int left = V - s.start;
-  s.real = left <= 0 ? 0 : (left < s.rows ? left : s.rows);
+  s.rows = int(padded_vocab(V, t) / t);
+  s.start = int64_t(rank) * s.rows;
+  const int64_t left = V - s.start;
+  s.real = left <= 0 ? 0 : int(left < s.rows ? left : s.rows);
   return s;
 }
 

@@ -11,7 +11,8 @@ namespace mt::tp {
 
 void vocab_parallel_crossentropy(float* losses, float* logits, const int* targets, float dloss,
                                  int N, const VocabShard& shard, Communicator* c, float* stats) {
-  const int V = shard.rows, real = shard.real, start = shard.start;
+  const int V = shard.rows, real = shard.real;
+  const int64_t start = shard.start;
   if (!active(c)) {
     if (dloss != 0.f)
       crossentropy_forward_backward(losses, logits, targets, dloss, N, real, V);
@@ -36,7 +37,7 @@ void vocab_parallel_crossentropy(float* losses, float* logits, const int* target
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     float* x = logits + size_t(n) * V;
-    const int t = targets[n] - start;
+    const int64_t t = targets[n] - start;
     xt[n] = t >= 0 && t < real ? x[t] : 0.f;
     const float mx = m[n];
     float sum = 0.f;
@@ -66,7 +67,7 @@ void vocab_parallel_crossentropy(float* losses, float* logits, const int* target
 #pragma omp simd
     for (int v = 0; v < real; ++v) x[v] *= scale;
     for (int v = real; v < V; ++v) x[v] = 0.f;
-    const int t = targets[n] - start;
+    const int64_t t = targets[n] - start;
     if (t >= 0 && t < real) x[t] -= dloss;
   }
 }

@@ -3,14 +3,19 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/config.h"
 
 namespace mt {
 
 namespace {
 
-void check_vocab(const std::string& path, int max_id, int vocab) {
-  MT_REQUIRE(max_id < vocab, "data file ", path, " holds token id ", max_id,
-             " but the model vocab is ", vocab);
+// Every id must index a row of the token table: the first one that does not is named
+// with its place, so the user can find it (a scan of the shard, once, at load).
+void check_vocab(const TokenShard& shard, int64_t vocab) {
+  const int64_t bad = shard.first_token_at_least(vocab);
+  MT_REQUIRE(bad < 0, "data file ", shard.path(), " holds token id ", shard.token(bad),
+             " (its token ", bad, ", the first id outside the vocabulary) but the model vocab is ",
+             vocab, " (ids 0..", vocab - 1, ")");
 }
 
 }  // namespace
@@ -38,7 +43,8 @@ DataLoader::DataLoader(const std::vector<std::string>& paths, int B, int T, int 
              dp_size * microbatches);
   b_ = B / (dp_size * microbatches);
   const int64_t need = tokens_per_batch() + 1;
-  MT_REQUIRE(size_ >= need, "data file ", path, paths.size() > 1 ? " and the rest of its dataset" : "", " holds ", size_,
+  MT_REQUIRE(size_ >= need, "data file ", path,
+             paths.size() > 1 ? " and the rest of its dataset" : "", " holds ", size_,
              " tokens, fewer than one batch needs (batch * seq + 1 = ", B, " * ", T,
              " + 1 = ", need, ")");
   inputs_.resize(static_cast<size_t>(M_) * b_ * T_);
@@ -53,8 +59,7 @@ void DataLoader::copy_tokens(int64_t pos, int64_t n, int32_t* out) const {
     const TokenShard& sh = shards_[k];
     const int64_t off = pos - starts_[k];
     const int64_t take = std::min(n, sh.size() - off);
-    const uint16_t* src = sh.tokens() + off;
-    for (int64_t i = 0; i < take; ++i) out[i] = src[i];
+    sh.copy(off, take, out);
     out += take;
     pos += take;
     n -= take;
@@ -62,8 +67,8 @@ void DataLoader::copy_tokens(int64_t pos, int64_t n, int32_t* out) const {
   }
 }
 
-int DataLoader::max_token_id() const {
-  int m = -1;
+int64_t DataLoader::max_token_id() const {
+  int64_t m = -1;
   for (const TokenShard& s : shards_) m = std::max(m, s.max_token_id());
   return m;
 }
@@ -103,13 +108,24 @@ void DataLoader::set_position(int64_t position) {
   position_ = position;
 }
 
-void DataLoader::require_vocab(int vocab) const {
-  for (const TokenShard& s : shards_) check_vocab(s.path(), s.max_token_id(), vocab);
+void DataLoader::require_vocab(int64_t vocab) const {
+  for (const TokenShard& s : shards_) check_vocab(s, vocab);
 }
 
-void require_shard_vocab(const std::string& path, int vocab) {
-  TokenShard shard(path);
-  check_vocab(path, shard.max_token_id(), vocab);
+void require_shard_vocab(const std::string& path, int64_t vocab) {
+  check_vocab(TokenShard(path), vocab);
+}
+
+int vocab_of_shards(const std::vector<std::string>& paths) {
+  int64_t max_id = -1;
+  std::string holder;
+  for (const std::string& p : paths) {
+    const int64_t m = TokenShard(p).max_token_id();
+    if (m > max_id) max_id = m, holder = p;
+  }
+  MT_REQUIRE(max_id < ModelConfig::kMaxVocab, "data file ", holder, " holds token id ", max_id,
+             ", beyond the largest vocabulary (--vocab at most ", ModelConfig::kMaxVocab, ")");
+  return int(std::max<int64_t>(256, max_id + 1));
 }
 
 }  // namespace mt

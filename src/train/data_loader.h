@@ -1,5 +1,5 @@
-// Sequential batches from one token shard, in the order of CONTRACTS.md §3, so that every
-// parallel layout trains on exactly the tokens one worker would see.
+// Sequential batches from token shards of either version (data/token_shard.h), in the order of
+// CONTRACTS.md §3, so that every parallel layout trains on exactly the tokens one worker would see.
 //
 // A global batch is B sequences of T inputs plus T targets (the inputs shifted by one):
 //   sequence s of the batch (0 <= s < B) reads tokens[pos + s*T .. pos + s*T + T]
@@ -32,8 +32,8 @@ class DataLoader {
   // divisible by dp_size * microbatches or the shard holds fewer than B*T + 1 tokens.
   DataLoader(const std::string& path, int B, int T, int dp_size = 1, int dp_rank = 0,
              int microbatches = 1);
-  DataLoader(const std::vector<std::string>& paths, int B, int T, int dp_size = 1,
-             int dp_rank = 0, int microbatches = 1);
+  DataLoader(const std::vector<std::string>& paths, int B, int T, int dp_size = 1, int dp_rank = 0,
+             int microbatches = 1);
 
   // Loads the next global batch (this rank's slice of it) and advances the position.
   void next_batch();
@@ -48,9 +48,10 @@ class DataLoader {
   void set_position(int64_t position);
   void reset() { position_ = 0; }
 
-  // Throws UsageError when the shard holds an id >= vocab. Scans the shard once.
-  void require_vocab(int vocab) const;
-  int max_token_id() const;
+  // Throws UsageError naming the file and the first id >= vocab. Scans each shard once.
+  // Every batch copies ids of checked shards only: they fit the int32 inputs.
+  void require_vocab(int64_t vocab) const;
+  int64_t max_token_id() const;
 
   // Batches before the position returns to 0: floor((ntok - 1) / (B*T)).
   int64_t batches_per_epoch() const { return (size_ - 1) / tokens_per_batch(); }
@@ -73,6 +74,10 @@ class DataLoader {
 };
 
 // For callers that hold only a path: the same check as DataLoader::require_vocab.
-void require_shard_vocab(const std::string& path, int vocab);
+void require_shard_vocab(const std::string& path, int64_t vocab);
+
+// The vocabulary a run takes from its data when --vocab is not given: the largest id + 1,
+// at least 256 (byte-level). UsageError when an id is beyond the largest vocabulary.
+int vocab_of_shards(const std::vector<std::string>& paths);
 
 }  // namespace mt

@@ -3,19 +3,18 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <vector>
 
 #include "core/error.h"
 #include "core/system_memory.h"
-#include "kernels/attention.h"
 #include "model/block.h"
+#include "model/dry_model.h"
 #include "model/gpt.h"
-#include "model/moe_layer.h"
-#include "model/recompute.h"
+#include "parallel/data_parallel/data_parallel.h"
 #include "parallel/pipeline/pipeline_stage.h"
-#include "schedule/schedule.h"
 #include "parallel/pipeline/stage_chunks.h"
-#include "tensor_parallel/vocab_parallel.h"
+#include "schedule/schedule.h"
 
 namespace mt {
 
@@ -23,144 +22,41 @@ namespace {
 
 constexpr int64_t kFloat = sizeof(float);
 
-// ParamTable and SlotLayout round every tensor / buffer up to 16 floats.
-int64_t a16(int64_t n) {
-  return (n + 15) / 16 * 16;
+// The microbatch in sequences: b = batch / (dp x microbatches).
+int microbatch_size(const TrainOptions& o) {
+  const int split = o.parallel.dp * o.parallel.microbatches;
+  MT_REQUIRE(o.optim.batch % split == 0, "--batch ", o.optim.batch,
+             " must be divisible by --dp x --microbatches = ", split);
+  return o.optim.batch / split;
 }
 
-// SlotLayout::reserve_bf16: n bf16 values in (n + 1) / 2 floats, then rounded as above.
-int64_t h16(int64_t n) {
-  return a16((n + 1) / 2);
+DryModelShape dry_shape(const TrainOptions& o) {
+  const ParallelOptions& par = o.parallel;
+  DryModelShape shape;
+  shape.tp = par.tp;
+  shape.ep = par.ep;
+  shape.sequence_parallel = par.sequence_parallel && par.tp > 1;
+  shape.max_b = microbatch_size(o);
+  MT_REQUIRE(parse_recompute(o.optim.recompute, &shape.recompute),
+             "--recompute must be none, selective or full (got '", o.optim.recompute, "')");
+  MT_REQUIRE(parse_precision(o.optim.precision, &shape.precision),
+             "--precision must be fp32 or bf16 (got '", o.optim.precision, "')");
+  return shape;
 }
 
-// The sizes one rank's chunk registers, in floats.
-struct ChunkShape {
-  int64_t edge_unit = 0;             // embedding + ln_f + tied wte (aligned, as in the table)
-  std::vector<int64_t> block_units;  // one per block (aligned)
-  int64_t real = 0;                  // real elements (no alignment), experts included
-  int64_t expert_real = 0;           // real elements of this rank's experts
-  int64_t slot = 0;                  // activation slot floats
-  int64_t wte = 0;                   // wte elements on this chunk (0: none)
-  int64_t workspace = 0;             // scratch arenas outside the slots
-  int64_t bf16_weights = 0;          // --precision bf16: the linears' bf16 copies (values)
-};
-
-struct Shape {
-  const ModelConfig& cfg;
-  int tp, ep, b;  // b: microbatch size in sequences
-  bool sp;
-  Recompute recompute;
-  bool bf16 = false;  // --precision bf16
-};
-
-ChunkShape chunk_shape(const Shape& s, const ChunkSpec& spec, bool& wte_registered) {
-  const ModelConfig& cfg = s.cfg;
-  const int64_t C = cfg.dim, T = cfg.seq, H = cfg.hidden(), E = cfg.experts;
-  const int64_t N = int64_t(s.b) * T, Nl = s.sp ? N / s.tp : N;
-  const int64_t Cl = C / s.tp, Hl = H / s.tp, NHl = cfg.heads / s.tp;
-  const int64_t Vl = tp::padded_vocab(cfg.vocab, s.tp) / s.tp;
-  ChunkShape c;
-  auto param = [&](int64_t n, int64_t& unit) {
-    unit += a16(n);
-    c.real += n;
-  };
-  // Edge unit (model_chunk.cpp: embedding, then head), wte registered once per rank.
-  auto wte = [&] {
-    if (wte_registered) return;
-    wte_registered = true;
-    c.wte = (s.tp > 1 ? Vl : cfg.vocab) * C;
-    param(c.wte, c.edge_unit);
-  };
-  if (spec.has_embedding) {
-    wte();
-    param(int64_t(cfg.position_rows()) * C, c.edge_unit);
-  }
-  if (spec.has_head) {
-    wte();
-    param(C, c.edge_unit);
-    param(C, c.edge_unit);
-    // lm_head.cpp: lnf_out, mean, rstd, [lnf_full], logits, losses, ce_stats, d_lnf;
-    // under bf16 lnf_out and lnf_full are bf16.
-    auto gemm_only = [&](int64_t n) { return s.bf16 ? h16(n) : a16(n); };
-    c.slot += gemm_only(Nl * C) + a16(Nl * C) + 2 * a16(Nl) + (s.sp ? gemm_only(N * C) : 0) +
-              a16(N * Vl) + a16(N) + a16(3 * N);
-    if (s.bf16) c.bf16_weights += Vl * C;
-  }
-  const int nblocks = spec.last_layer - spec.first_layer;
-  const bool full = s.recompute == Recompute::full;
-  const bool selective = s.recompute == Recompute::selective;
-  const int64_t probs = int64_t(s.b) * NHl * T * T;  // attention probabilities
-  int64_t block_scratch = 0;  // full: the largest block's buffers, outside the slots
-  int64_t moe_stage = 0;      // bf16: the experts' share of the chunk's fp32 stage
-  for (int l = spec.first_layer; l < spec.last_layer; ++l) {
-    int64_t unit = 0, block = 0;                   // block: the block's buffers (floats)
-    param(C, unit), param(C, unit);                // ln_1
-    param(3 * Cl * C, unit), param(3 * Cl, unit);  // c_attn
-    param(C * Cl, unit), param(C, unit);           // attn.c_proj
-    param(C, unit), param(C, unit);                // ln_2
-    const bool moe = is_moe_layer(cfg, l);
-    if (moe) {
-      const int64_t El = E / s.ep;
-      param(E * C, unit);  // router
-      const int64_t before = c.real;
-      for (int64_t e = 0; e < El; ++e) {
-        param(H * C, unit), param(H, unit), param(C * H, unit), param(C, unit);
-      }
-      c.expert_real += c.real - before;
-      // moe_layer.cpp: dropless worst case R = ep * N * min(k, El) rows per rank. Under
-      // bf16 x_rows, dy_rows (R, C) and fc_out, d_fc (R, H) are bf16; fc_pre stays fp32.
-      const int64_t M = N * cfg.topk, R = int64_t(s.ep) * N * std::min<int64_t>(cfg.topk, El);
-      block += 2 * a16(N * E) + 4 * a16(M) + 3 * a16(E) + a16(M * C) + a16(R * H) +
-               (s.bf16 ? 2 * h16(R * C) + 2 * h16(R * H) : 2 * a16(R * C) + 2 * a16(R * H));
-      c.workspace += 2 * std::max(M, R) * C + M;  // rows_a_, rows_b_, dgates_
-      if (s.bf16) {
-        c.bf16_weights += El * 2 * H * C;
-        // pad_, and the stage the experts share with the chunk's other layers
-        c.workspace += 2 * MoeLayer::kRowQuantum * std::max(C, H);
-        moe_stage = std::max(moe_stage, MoeLayer::bf16_chunk_rows(int(N)) * H);
-      }
-    } else {
-      param(Hl * C, unit), param(Hl, unit);  // c_fc
-      param(C * Hl, unit), param(C, unit);   // mlp.c_proj
-    }
-    c.block_units.push_back(unit);
-    // block.cpp's reservations, in order (selective: no probabilities). Under bf16 the
-    // GEMM-only buffers are bf16: ln1_out, att_out, ln2_out (dense), fc_out, d_fc, d_qkv.
-    const int64_t nh = moe ? 0 : N * Hl;
-    if (!s.bf16) {
-      block += 6 * a16(Nl * C) + 4 * a16(Nl) + 2 * a16(N * 3 * Cl) + 2 * a16(N * Cl) +
-               (selective ? 0 : a16(probs)) + 3 * a16(nh);
-    } else {
-      block += (moe ? 5 : 4) * a16(Nl * C) + (moe ? 1 : 2) * h16(Nl * C) + 4 * a16(Nl) +
-               a16(N * 3 * Cl) + h16(N * 3 * Cl) + a16(N * Cl) + h16(N * Cl) +
-               (selective ? 0 : a16(probs)) + a16(nh) + 2 * h16(nh);
-      c.bf16_weights += 3 * Cl * C + C * Cl + (moe ? 0 : 2 * Hl * C);  // experts: above
-    }
-    if (full)
-      block_scratch = std::max(block_scratch, block);
-    else
-      c.slot += block;
-  }
-  // model_chunk.cpp: the recomputation scratch, one per chunk.
-  c.workspace += block_scratch;
-  if (selective && nblocks > 0) c.workspace += probs;
-  // x, dx; tokens + targets. Full recomputation: dx[1..n-1] in two buffers outside the slot.
-  const int64_t between = full ? std::max(nblocks - 1, 0) : 0;
-  c.slot += int64_t(nblocks + 1) * 2 * a16(Nl * C) - between * a16(Nl * C) + a16(2 * N);
-  c.workspace += std::min<int64_t>(between, 2) * a16(Nl * C);
-  if (nblocks > 0) c.workspace += int64_t(attention_backward_scratch_floats(s.b, cfg.seq, Cl, NHl));
-  if (s.sp) c.workspace += N * C;
-  if (s.bf16) {  // model_chunk.cpp: the fp32 stage and the bf16 gather scratch
-    const int64_t blocks = nblocks > 0 ? std::max(N * std::max({C, 3 * Cl, Hl}), moe_stage) : 0;
-    const int64_t head = spec.has_head ? N * C : 0;
-    const int64_t gather = std::max(nblocks > 0 ? N * C : 0, spec.has_head ? N * Vl : 0);
-    c.workspace += std::max(blocks, head) + (gather + 1) / 2;
-  }
-  return c;
+// The chunks each stage holds (the session's chunk_specs), the layer split made once.
+std::vector<std::vector<ChunkSpec>> stage_specs(const TrainOptions& o) {
+  const ParallelOptions& par = o.parallel;
+  if (par.pp == 1) return {GPT::whole_model(o.model)};
+  const std::vector<int> layers =
+      resolve_stage_layers(o.model, par.pp, par.virtual_stages, par.stage_layers);
+  std::vector<std::vector<ChunkSpec>> stages;
+  for (int s = 0; s < par.pp; ++s) stages.push_back(stage_chunk_specs(layers, par.pp, s));
+  return stages;
 }
 
 // Slots each local chunk of `stage` holds at once under the schedule (executor.cpp: F
-// acquires, B releases, or W when the backward is split).
+// acquires, B releases, or W when the backward is split); every chunk has its own pool.
 std::vector<int> peak_slots(const Schedule& s, int stage) {
   const ActionKind release = s.split_backward ? ActionKind::W : ActionKind::B;
   std::vector<int> live(size_t(s.chunks), 0), peak(size_t(s.chunks), 0);
@@ -171,98 +67,100 @@ std::vector<int> peak_slots(const Schedule& s, int stage) {
   return peak;
 }
 
-int64_t padded(int64_t n, int dp) {
-  const int64_t q = int64_t(dp) * 16;
-  return (n + q - 1) / q * q;
+// The stage's units laid end to end, as GPT's table lays them out (chunk 0's first).
+struct StageUnits {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  std::vector<int> per_chunk;
+  int64_t real = 0, expert_real = 0;  // elements
+};
+
+// The model's part, read off the dry run: the chunks' workspaces and bf16 copies, and
+// GPT's own table-layout arenas (parameters and gradients: at startup, and again at the
+// end of training).
+StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank) {
+  StageUnits u;
+  for (const ChunkFootprint& c : rank.chunks) u.ranges.reserve(u.ranges.size() + c.units.size());
+  size_t end = 0;
+  for (const ChunkFootprint& c : rank.chunks) {
+    for (const UnitSize& unit : c.units) {
+      u.ranges.push_back({end, end + unit.floats});
+      end += unit.floats;
+      u.real += int64_t(unit.real);
+      u.expert_real += int64_t(unit.expert_real);
+    }
+    u.per_chunk.push_back(int(c.units.size()));
+    e.workspace_bytes += int64_t(c.workspace_floats) * kFloat;
+    e.bf16_weight_bytes += int64_t(c.bf16_weight_bytes);
+  }
+  e.model_arenas_bytes = 2 * int64_t(end) * kFloat;
+  return u;
 }
 
-MemoryEstimate estimate_stage(const TrainOptions& o, int stage, const Schedule* schedule) {
-  const ParallelOptions& par = o.parallel;
-  const ModelConfig& cfg = o.model;
-  const int dp = par.dp, M = par.microbatches;
-  MT_REQUIRE(o.optim.batch % (dp * M) == 0, "--batch ", o.optim.batch,
-             " must be divisible by --dp x --microbatches = ", dp * M);
-  Recompute recompute = Recompute::none;
-  MT_REQUIRE(parse_recompute(o.optim.recompute, &recompute),
-             "--recompute must be none, selective or full (got '", o.optim.recompute, "')");
-  const Shape shape{cfg,
-                    par.tp,
-                    par.ep,
-                    o.optim.batch / (dp * M),
-                    par.sequence_parallel && par.tp > 1,
-                    recompute,
-                    o.optim.precision == "bf16"};
-  std::vector<ChunkSpec> specs = GPT::whole_model(cfg);
-  std::vector<int> slots = {1};
-  if (par.pp > 1) {
-    specs = stage_chunk_specs(
-        resolve_stage_layers(cfg, par.pp, par.virtual_stages, par.stage_layers), par.pp, stage);
-    slots = peak_slots(*schedule, stage);
-  }
-  bool wte_registered = false;
-  std::vector<ChunkShape> chunks;
-  for (const ChunkSpec& spec : specs) chunks.push_back(chunk_shape(shape, spec, wte_registered));
+// The data-parallel engine's storage, as its constructor sizes it for these units, and
+// AdamW's two moments of every element this rank updates (DataParallel::update_pieces):
+// every real element at ZeRO 0; at ZeRO >= 1 its 1/dp of them, rounded up (the padding
+// makes the ranks' shares differ by a few elements), and its experts whole under ep.
+void add_data_parallel(MemoryEstimate& e, const ParallelOptions& par, const StageUnits& u) {
+  const bool ep = par.ep > 1;
+  const DataParallelMemory d = DataParallel::memory_of(
+      u.ranges, u.per_chunk, par.dp, par.zero, par.bucket_mb, ep ? size_t(u.expert_real) : 0);
+  e.params_bytes = int64_t(d.params_bytes - d.param_buffer_bytes);
+  e.grads_bytes = int64_t(d.grads_bytes - d.grad_buffer_bytes);
+  e.buffers_bytes = int64_t(d.param_buffer_bytes + d.grad_buffer_bytes);
+  e.workspace_bytes += int64_t(d.expert_copy_bytes);
+  const int64_t dp = par.dp, dense = u.real - u.expert_real;
+  int64_t updated = u.real;
+  if (par.zero > 0) updated = ep ? (dense + dp - 1) / dp + u.expert_real : (u.real + dp - 1) / dp;
+  e.optimizer_bytes = 2 * updated * kFloat;
+}
 
-  MemoryEstimate e;
+// What a stage holds whatever the schedule: its chunks and the engine's state for them.
+struct StageState {
+  RankFootprint rank;
+  MemoryEstimate held;  // everything but the activations and the transfer buffers
+};
+
+StageState stage_state(DryModel& model, const std::vector<ChunkSpec>& specs,
+                       const ParallelOptions& par) {
+  StageState s;
+  s.rank = model.rank(specs);
+  add_data_parallel(s.held, par, add_model(s.held, s.rank));
+  return s;
+}
+
+// Stages whose chunks have the same edges and the same kinds of blocks hold the same sizes
+// (the dry run's own premise, block_kind): the state is worked out once for each.
+std::vector<int> stage_kinds(const ModelConfig& cfg, const std::vector<ChunkSpec>& specs) {
+  std::vector<int> key;
+  for (const ChunkSpec& c : specs) {
+    key.push_back(-1 - int(c.has_embedding) - 2 * int(c.has_head));  // < 0: a chunk starts
+    for (int l = c.first_layer; l < c.last_layer; ++l) key.push_back(block_kind(cfg, l));
+  }
+  return key;
+}
+
+// One stage: its state, the slots it holds at the schedule's peak, and what the run
+// allocates as it goes rather than at construction: under pp the tied wte's summed
+// gradient and the copy it exchanges (tied_embedding.cpp, on the first and the last stage)
+// and one activation and one gradient transfer buffer per microbatch in flight (the
+// executor's); the data loader's batch (tokens and targets of every microbatch).
+MemoryEstimate estimate_stage(const TrainOptions& o, int stage, const StageState& state,
+                              const std::vector<int>& slots) {
+  const ParallelOptions& par = o.parallel;
+  MemoryEstimate e = state.held;
   e.pp_stage = stage;
-  // Flat space, buckets and ZeRO buffers (flat_layout.cpp, data_parallel.cpp).
-  const int64_t bucket_floats = int64_t(par.bucket_mb * 1024 * 1024 / sizeof(float));
-  int64_t table = 0, flat = 0, real = 0, expert_real = 0, wte = 0;
-  int64_t edge_bucket = 0, block_bucket = 0, block_unit = 0, edge_gather = 0, in_flight = 0;
-  int block_buffers = 0;  // ZeRO 2-3: two when some chunk has two block buckets, else one
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    const ChunkShape& c = chunks[k];
-    table += c.edge_unit;
-    flat += padded(c.edge_unit, dp);
-    edge_bucket = std::max(edge_bucket, padded(c.edge_unit, dp));
-    edge_gather += padded(c.edge_unit, dp);
-    int64_t open = -1;  // the chunk's current bucket (backward order: last block first)
-    int buckets = 0;
-    for (auto u = c.block_units.rbegin(); u != c.block_units.rend(); ++u) {
-      const int64_t p = padded(*u, dp);
-      table += *u;
-      flat += p;
-      block_unit = std::max(block_unit, p);
-      if (open >= 0 && par.zero != 3 && open + p <= bucket_floats) {
-        open += p;
-      } else {
-        open = p;
-        ++buckets;
-      }
-      block_bucket = std::max(block_bucket, open);
-    }
-    block_buffers = std::max(block_buffers, std::min(buckets, 2));
-    real += c.real;
-    expert_real += c.expert_real;
-    wte += c.wte;
-    e.activations_bytes += int64_t(slots[k]) * c.slot * kFloat;
-    e.workspace_bytes += c.workspace * kFloat;
-    e.bf16_weight_bytes += c.bf16_weights * int64_t(sizeof(uint16_t));
+  int64_t in_flight = 0;
+  for (size_t k = 0; k < state.rank.chunks.size(); ++k) {
+    e.activations_bytes += int64_t(slots[k]) * int64_t(state.rank.chunks[k].slot_floats) * kFloat;
     in_flight += slots[k];
   }
-  const int64_t shard = flat / dp;
-  const bool ep = par.ep > 1;
-  e.params_bytes = (par.zero == 3 ? shard : flat) * kFloat;
-  e.grads_bytes = (par.zero >= 2 ? shard : flat) * kFloat;
-  if (ep && par.zero == 2) e.grads_bytes += expert_real * kFloat;  // kept whole after the shard
-  if (par.zero >= 2) e.buffers_bytes += (edge_bucket + block_buffers * block_bucket) * kFloat;
-  if (par.zero == 3) e.buffers_bytes += (edge_gather + 2 * block_unit) * kFloat;
-  // AdamW: every real element at ZeRO 0, this rank's 1/dp at ZeRO >= 1 (experts whole
-  // under ep: the ranks of an ep group hold different experts at the same offsets).
-  int64_t updated = real;
-  if (par.zero > 0)
-    updated = ep ? (real - expert_real + dp - 1) / dp + expert_real : (real + dp - 1) / dp;
-  e.optimizer_bytes = 2 * updated * kFloat;
-  // Workspace outside the record: the copy of the expert gradients (ep), the tied wte's
-  // summed gradient and its exchange (first and last stage under pp), one activation and
-  // one gradient transfer buffer per microbatch in flight (pp), the data loader's batch.
-  const int64_t N = int64_t(shape.b) * cfg.seq;
-  const int64_t boundary = shape.sp ? N * cfg.dim / par.tp : N * cfg.dim;
-  if (ep) e.workspace_bytes += expert_real * kFloat;
-  if (par.pp > 1 && wte > 0) e.workspace_bytes += 2 * wte * kFloat;
-  if (par.pp > 1) e.workspace_bytes += 2 * in_flight * boundary * kFloat;
-  e.workspace_bytes += 2 * int64_t(M) * N * int64_t(sizeof(int));
-  e.model_arenas_bytes = 2 * table * kFloat;
+  const int64_t N = int64_t(microbatch_size(o)) * o.model.seq;
+  const bool sp = par.sequence_parallel && par.tp > 1;
+  const int64_t boundary = sp ? N * o.model.dim / par.tp : N * o.model.dim;
+  if (par.pp > 1)
+    e.workspace_bytes +=
+        2 * (int64_t(state.rank.tied_embedding_numel) + in_flight * boundary) * kFloat;
+  e.workspace_bytes += 2 * int64_t(par.microbatches) * N * int64_t(sizeof(int));
   return e;
 }
 
@@ -282,14 +180,23 @@ std::string human(int64_t bytes) {
 MemoryEstimate estimate_rank_memory(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   if (p.pp == 1) return estimate_rank_memory(o, Schedule{});
-  return estimate_rank_memory(
-      o, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages));
+  return estimate_rank_memory(o, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages));
 }
 
 MemoryEstimate estimate_rank_memory(const TrainOptions& o, const Schedule& schedule) {
+  const int pp = o.parallel.pp;
+  DryModel model(o.model, dry_shape(o));
+  const std::vector<std::vector<ChunkSpec>> stages = stage_specs(o);
+  std::map<std::vector<int>, StageState> states;
   MemoryEstimate best;
-  for (int s = 0; s < o.parallel.pp; ++s) {
-    const MemoryEstimate e = estimate_stage(o, s, &schedule);
+  for (int s = 0; s < pp; ++s) {
+    const std::vector<ChunkSpec>& specs = stages[size_t(s)];
+    std::vector<int> kinds = stage_kinds(o.model, specs);
+    auto it = states.find(kinds);
+    if (it == states.end())
+      it = states.emplace(std::move(kinds), stage_state(model, specs, o.parallel)).first;
+    const std::vector<int> slots = pp > 1 ? peak_slots(schedule, s) : std::vector<int>{1};
+    const MemoryEstimate e = estimate_stage(o, s, it->second, slots);
     if (s == 0 || e.peak() > best.peak()) best = e;
   }
   return best;

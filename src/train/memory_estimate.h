@@ -3,28 +3,25 @@
 // remedy (exit 2) instead of dying in std::bad_alloc or, where the kernel overcommits, at
 // the hands of the OOM killer with no message at all.
 //
-// The estimate mirrors what the code allocates rather than a textbook formula, because the
-// differences matter at the sizes where the check decides:
-//   * parameters: each tensor rounded up to 16 floats (ParamTable); under tp the vocabulary
-//     is padded to a multiple of tp and the matrices split; each rank holds its pipeline
-//     stage's chunks (resolve_stage_layers) and E/ep experts per MoE layer. The tied wte
-//     lives on the first and the last stage.
-//   * data parallelism (DataParallel): every unit (edge unit, then one per block) is padded
-//     to dp*16 floats in the flat space. ZeRO 0 holds flat parameters and gradients, 1 the
-//     same, 2 a gradient shard (flat/dp) plus a bucket pool (the largest edge bucket and two
-//     of the largest block buckets, one when no chunk has two; buckets filled greedily to
-//     --bucket-mb in backward order), 3 a parameter shard as well plus gather buffers (each chunk's
-//     edge unit and two of the largest block unit). Under ep the experts' gradients are copied
-//     aside (and, at ZeRO 2, kept whole after the shard).
-//   * AdamW: two moments of every element this rank updates: all real elements at ZeRO 0,
-//     its 1/dp of them at ZeRO >= 1, plus its experts whole under ep.
-//   * activations: one slot per microbatch in flight (SlotLayout, each buffer rounded to 16
-//     floats) of the microbatch b = batch / (dp * microbatches). In flight: 1 without pp;
-//     under pp the schedule's own action list decides (gpipe: all m, 1f1b: pp - stage),
-//     counted per local chunk, since every chunk has its own pool.
-//   * workspace, outside the memory record: the attention-backward scratch, the sequence-
-//     parallel (N, C) buffer, the MoE row buffers, pipeline transfer buffers, the tied
-//     embedding's gradient exchange and the data loader's token batch.
+// The estimate counts what the constructors reserve rather than a textbook formula or a
+// second account of them, because the details matter at the sizes where the check decides
+// (each tensor and slot buffer rounded up to 16 floats, the vocabulary padded to a multiple
+// of tp, units padded to dp*16 floats, the bucket pool, ...):
+//   * the model: a dry run of the rank's chunks (model/dry_model.h), built by the trainer's
+//     own constructors without memory, one block of each kind standing for the others. It
+//     gives each unit's parameters, the activation slot, the workspaces the chunks and
+//     their layers hold, and the bf16 weight copies. Each rank holds its pipeline stage's
+//     chunks (resolve_stage_layers); the tied wte lives on the first and the last stage.
+//   * data parallelism: DataParallel::memory_of, the flat layout, gradient storage, bucket
+//     pool and ZeRO-3 gather buffers as the engine's constructor sizes them for these units,
+//     and the experts' gradients copied aside under ep.
+//   * activations: one slot per microbatch in flight, per local chunk (every chunk has its
+//     own pool): 1 without pp; under pp the schedule's own action list decides (gpipe: all
+//     m, 1f1b: pp - stage).
+//   * what is not sized at construction, counted by rule: AdamW's moments (two per element
+//     this rank updates: all at ZeRO 0, 1/dp of them rounded up at ZeRO >= 1, its experts
+//     whole under ep), the pipeline transfer buffers, the tied embedding's gradient exchange
+//     and the data loader's token batch.
 //   * the model's own arenas: GPT allocates table-layout parameters and gradients before
 //     DataParallel copies them into its layout and frees them, and restore_model allocates
 //     both again at the end of training (for export and sampling) while everything else
@@ -72,7 +69,8 @@ struct MemoryEstimate {
 MemoryEstimate estimate_rank_memory(const TrainOptions& o);
 // The same with the pipeline schedule already built (make_schedule of o's pp, microbatches,
 // schedule and virtual stages; ignored without pp): the planner estimates thousands of
-// layouts that share a few schedules.
+// layouts that share a few schedules. One dry run per call, a few blocks whatever the
+// model's depth.
 MemoryEstimate estimate_rank_memory(const TrainOptions& o, const Schedule& schedule);
 
 // Ranks sharing this machine's memory: every rank for the local backend (threads of one

@@ -11,13 +11,15 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "model/config.h"
+
 namespace mt::limits {
 
 constexpr int kMaxLayers = 4096;           // blocks (also --virtual-stages, --moe-every)
 constexpr int kMaxDim = 65536;             // model width (and heads)
 constexpr int kMaxFfnDim = 1 << 20;        // llama's SwiGLU width
 constexpr int kMaxSeq = 1 << 20;           // context length
-constexpr int kMaxVocab = 65536;           // llm.c shards hold uint16 ids
+constexpr int kMaxVocab = 2147483647;      // int32 ids (version-2 token shards)
 constexpr int kMaxExperts = 4096;          // experts per MoE layer (and --topk)
 constexpr int kMaxRanks = 1 << 20;         // one of --dp --tp --pp --ep, and their product
 constexpr int kMaxBatch = 1 << 20;         // global batch in sequences (and --microbatches)
@@ -40,5 +42,7 @@ constexpr double kMaxElements = double(int64_t(1) << 50);
 // two tags per chunk, 16 bits of microbatch.
 constexpr int kMaxModelChunks = 128;
 constexpr int kMaxPipelineMicrobatches = 65536;
+
+static_assert(kMaxVocab == ModelConfig::kMaxVocab, "--vocab's flag range is the model's");
 
 }  // namespace mt::limits

@@ -54,7 +54,9 @@ struct IoOptions {
   std::string config;  // the --config file, if any (an input like the others)
   std::string data, val_data;
   std::string init_from, export_path;
-  std::string export_dtype = "fp32";  // fp32|bf16: the --export file's dtype
+  std::string export_hf;  // --export-hf DIR: a Hugging Face Llama directory
+  std::string export_dtype =
+      "fp32";  // fp32|bf16: the dtype of --export's and --export-hf's weights
   std::string save, load;
   int save_every = 0;
   std::string metrics, trace;
@@ -97,6 +99,9 @@ struct TrainOptions {
   EngineOptions engine;
   bool vocab_given = false;  // --vocab set explicitly (else taken from data / init file)
   bool seq_given = false;
+  // The model flags the user set (names without dashes, on the command line or in the config
+  // file), of hf_shape_flags(): an --init-from directory's config.json must not contradict them.
+  std::vector<std::string> model_flags_given;
 };
 
 }  // namespace mt

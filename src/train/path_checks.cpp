@@ -13,6 +13,8 @@
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/checkpoint_log.h"
 #include "train/checkpoint/retention.h"
+#include "train/hf_directory.h"
+#include "train/hf_export.h"
 
 namespace fs = std::filesystem;
 
@@ -40,7 +42,10 @@ std::vector<NamedPath> input_files(const TrainOptions& o) {
   add("--config", o.io.config);
   add("--data", o.io.data);
   add("--val-data", o.io.val_data);
-  add("--init-from", o.io.init_from);
+  if (is_hf_directory(o.io.init_from))  // a Hugging Face directory: each file it is read from
+    for (const std::string& f : hf_input_files(o.io.init_from)) in.push_back({"--init-from", f});
+  else
+    add("--init-from", o.io.init_from);
   if (!o.io.load.empty() && loads_sharded(o.io.load)) {
     in.push_back({"--load", o.io.load + "/" + kManifestFile});
     // The shards are inputs too (an output over one would destroy the checkpoint); their
@@ -92,6 +97,31 @@ void check_outputs_apart(const std::vector<NamedPath>& outs, const std::vector<N
                  outs[i].flag, " and ", outs[k].flag, " both name ", outs[i].path,
                  "; give each output its own file");
   }
+}
+
+// True when `path` lies inside directory `dir` (both as they would be written).
+bool is_inside(const std::string& path, const std::string& dir) {
+  return absolute_form(path).rfind(absolute_form(dir) + "/", 0) == 0;
+}
+
+// --export-hf DIR is published whole (train/hf_export.h): it may hold nothing but an export,
+// and no input, no other output and no checkpoint may live in it (nor it in a --save DIR,
+// which a save replaces whole, or be one).
+void check_hf_export_dir(const TrainOptions& o, const std::vector<NamedPath>& outs,
+                         const std::vector<NamedPath>& ins) {
+  const std::string& dir = o.io.export_hf;
+  require_hf_output_dir("--export-hf", dir);
+  for (const NamedPath& in : ins)
+    MT_REQUIRE(!is_inside(in.path, dir), "--export-hf ", dir, " holds ", in.flag, " ", in.path,
+               "; the export replaces the whole directory: give another one");
+  for (const NamedPath& out : outs)
+    MT_REQUIRE(!is_inside(out.path, dir), out.flag, " ", out.path, " is inside --export-hf ", dir,
+               ", which the export replaces whole; write it elsewhere");
+  const std::string& save = o.io.save;
+  MT_REQUIRE(save.empty() || (absolute_form(save) != absolute_form(dir) && !is_inside(save, dir) &&
+                              !is_inside(dir, save)),
+             "--export-hf ", dir, " and --save ", save,
+             " overlap; each is replaced whole when written: give them separate directories");
 }
 
 // The step of the checkpoint --load names (verified already), 0 without one.
@@ -170,6 +200,7 @@ PathCheckReport check_run_paths(const TrainOptions& o) {
   const std::vector<NamedPath> outs = output_files(o);
   for (const NamedPath& out : outs) require_output_file(out.flag, out.path, out.use);
   check_outputs_apart(outs, input_files(o));
+  if (!o.io.export_hf.empty()) check_hf_export_dir(o, outs, input_files(o));
   if (!o.io.save.empty()) check_save_dir(o, outs);
   return report;
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "kernels/bf16.h"
 #include "train/finite_gate.h"
 
@@ -70,6 +72,26 @@ int dtype_bytes(const std::string& dtype) {
       {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
   auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
+}
+
+// IEEE half to float, exactly (every half is a float): Hugging Face directories come in F16.
+float f16_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
+    const float v = std::ldexp(float(mantissa), -24);
+    return sign ? -v : v;
+  }
+  const uint32_t bits = exponent == 0x1fu ? sign | 0x7f800000u | (mantissa << 13)  // Inf, NaN
+                                          : sign | ((exponent + 112) << 23) | (mantissa << 13);
+  return std::bit_cast<float>(bits);
+}
+
+// Bytes per element of the dtypes read into fp32; 0 for the others.
+size_t readable_bytes(const std::string& dtype) {
+  if (dtype == "F32") return sizeof(float);
+  if (dtype == "BF16" || dtype == "F16") return sizeof(uint16_t);
+  return 0;
 }
 
 int64_t checked_numel(const TensorShape& shape) {
@@ -158,16 +180,12 @@ void SafetensorsFile::fail(const std::string& msg) {
 }
 
 uint64_t SafetensorsFile::open_regular_file() {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; the
-  // fstat below then rejects it. It changes nothing for a regular file.
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd_ < 0) {
-    int err = errno;
-    fail(err == ENOENT ? std::string("no such file") : str("cannot open: ", std::strerror(err)));
-  }
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) fail("not a regular file");
-  return static_cast<uint64_t>(st.st_size);
+  // The one reader of user-named files (core/input_file.h): a FIFO is refused, not waited
+  // on. Tensor bytes are read in pieces, so any size is fine.
+  InputFile in("safetensors file", path_, kStreamedInputBytes);
+  const uint64_t bytes = in.size();
+  fd_ = in.release();
+  return bytes;
 }
 
 // The 8-byte little-endian header length N, then N bytes of JSON; data starts at 8 + N.
@@ -292,9 +310,8 @@ const SafetensorsFile::Entry& SafetensorsFile::tensor(const std::string& name) c
 
 const SafetensorsFile::Entry& SafetensorsFile::f32_tensor(const std::string& name) const {
   const Entry& e = tensor(name);
-  MT_REQUIRE(e.dtype == "F32" || e.dtype == "BF16", path_, ": tensor ", name, " has dtype ",
-             e.dtype,
-             " but meshtrain reads F32 and BF16 only (convert it with torch: "
+  MT_REQUIRE(readable_bytes(e.dtype) > 0, path_, ": tensor ", name, " has dtype ", e.dtype,
+             " but meshtrain reads F32, BF16 and F16 only (convert it with torch: "
              "tensor.float())");
   return e;
 }
@@ -310,10 +327,11 @@ void SafetensorsFile::read_range(const std::string& name, size_t first, size_t c
   const Entry& e = f32_tensor(name);
   MT_CHECK(first <= static_cast<size_t>(e.numel) && count <= e.numel - first, "read of [", first,
            ", ", first + count, ") from tensor ", name, " of ", e.numel, " elements");
-  // A BF16 tensor (--export-dtype bf16) is read into a staging copy and widened (exactly).
-  const bool half = e.dtype == "BF16";
-  const size_t elem = half ? sizeof(bf16) : sizeof(float);
-  std::vector<bf16> staged(half ? count : 0);
+  // A BF16 tensor (--export-dtype bf16) or an F16 one (Hugging Face) is read into a staging
+  // copy and widened (exactly).
+  const size_t elem = readable_bytes(e.dtype);
+  const bool half = elem == sizeof(uint16_t);
+  std::vector<uint16_t> staged(half ? count : 0);
   char* dst = half ? reinterpret_cast<char*>(staged.data()) : reinterpret_cast<char*>(out);
   size_t bytes = count * elem;
   uint64_t at = data_start_ + e.begin + first * elem;
@@ -327,7 +345,9 @@ void SafetensorsFile::read_range(const std::string& name, size_t first, size_t c
     at += static_cast<uint64_t>(got);
     bytes -= static_cast<size_t>(got);
   }
-  if (half) from_bf16(out, staged.data(), count);
+  if (e.dtype == "BF16") from_bf16(out, staged.data(), count);
+  if (e.dtype == "F16")
+    for (size_t i = 0; i < count; ++i) out[i] = f16_to_float(staged[i]);
 }
 
 void SafetensorsFile::read(const std::string& name, float* out, size_t count) const {

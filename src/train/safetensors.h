@@ -1,8 +1,10 @@
-// fp32 safetensors files, the format PyTorch users exchange weights in
+// Safetensors files, the format PyTorch users exchange weights in
 // (https://github.com/huggingface/safetensors): an 8-byte little-endian header length N,
 // N bytes of JSON {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]},
 // ..., "__metadata__": {"key": "value"}}, then the raw little-endian tensor bytes, offsets
-// counted from the end of the header. Tensor names follow CONTRACTS.md §4.
+// counted from the end of the header. Tensor names follow CONTRACTS.md §4 (§9 for llama).
+// meshtrain writes F32 (or BF16 with --export-dtype bf16) and reads F32, BF16 and F16 into
+// fp32 (exact widenings; Hugging Face directories come in any of the three).
 //
 // Reading validates everything that could make us read garbage: the header length
 // against the file size, the JSON, each entry's dtype, shape and offsets (in range, sized
@@ -66,7 +68,7 @@ class SafetensorsFile {
   // Throws UsageError when the tensor is missing.
   const Entry& tensor(const std::string& name) const;
 
-  // Throws UsageError unless the tensor exists, is F32 and has exactly `shape`:
+  // Throws UsageError unless the tensor exists, is F32, BF16 or F16 and has exactly `shape`:
   // "FILE: tensor NAME has shape [128] but the model needs [256]".
   void expect_shape(const std::string& name, const TensorShape& shape) const;
 

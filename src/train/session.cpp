@@ -131,7 +131,8 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       lr{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps},
       replica_sync(dp_sync_of(o), o.parallel.outer_lr, o.parallel.outer_momentum, o.optim.steps) {
   // Checkpoints, exports and the sample hold the global view: assemble it (collective).
-  if (!o.io.save.empty() || !o.io.export_path.empty() || o.io.sample_tokens > 0)
+  if (!o.io.save.empty() || !o.io.export_path.empty() || !o.io.export_hf.empty() ||
+      o.io.sample_tokens > 0)
     view.emplace(o.model, model.table(), moe, *ctx.world);
 }
 

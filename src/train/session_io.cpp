@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/sampler.h"
 #include "train/checkpoint.h"
+#include "train/hf_export.h"
 #include "train/tokenizer.h"
 
 namespace mt {
@@ -29,6 +30,7 @@ void print_sample(GPT& model, const TrainOptions& o,
   SampleOptions so;
   so.tokens = o.io.sample_tokens;
   so.seed = o.optim.seed;
+  so.vocab = tok->vocab_size();  // rows past the tokenizer's pieces cannot be decoded
   auto prompt = tok->encode(o.io.sample_prompt);
   auto out = sample(model, prompt, so);
   std::vector<int> generated(out.begin() + long(prompt.size()), out.end());
@@ -100,17 +102,20 @@ void write_final_outputs(Session& s, const std::function<void(const std::string&
   const bool sample_now = o.io.sample_tokens > 0;
   // Rank 0's own model is whole only without tp, pp and ep; otherwise sample on a copy.
   const bool sample_copy = sample_now && (s.tp() || s.pipelined() || o.parallel.ep > 1);
-  if (!o.io.export_path.empty() || sample_copy) {
+  const bool exports = !o.io.export_path.empty() || !o.io.export_hf.empty();
+  if (exports || sample_copy) {
     const GlobalTensors global = lead_tensors(s, s.model.params().data());
     // They steer expert selection: the sample needs them, and a llama export holds them
     // (weights_file.h, exported_router_biases). Collective: every rank decides alike.
     const bool export_biases = !o.io.export_path.empty() && o.model.llama() && o.model.experts > 0;
     std::vector<NamedTensor> biases;
     if (sample_copy || export_biases) biases = s.view->router_biases_to_lead();
+    const bool bf16 = o.io.export_dtype == "bf16";
     if (s.lead() && !o.io.export_path.empty())
-      export_weights(o.io.export_path, s.view->whole(), o.model, global,
-                     o.io.export_dtype == "bf16", tokenizer_metadata(o.io.tokenizer),
-                     exported_router_biases(o.model, biases));
+      export_weights(o.io.export_path, s.view->whole(), o.model, global, bf16,
+                     tokenizer_metadata(o.io.tokenizer), exported_router_biases(o.model, biases));
+    if (s.lead() && !o.io.export_hf.empty())
+      export_hf_directory(o.io.export_hf, s.view->whole(), o.model, global, bf16, o.io.tokenizer);
     if (s.lead() && sample_copy) sample_on_whole_copy(s, global, biases, line);
   }
   if (s.lead() && sample_now && !sample_copy) print_sample(s.model, o, line);

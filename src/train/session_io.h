@@ -1,6 +1,6 @@
 // A session's state in files, always in the global view (checkpoint.h): --save writes it
 // to rank 0 and --load distributes it, so any layout loads what any other saved; at the end
-// of a run --export and the sample take the whole model on rank 0.
+// of a run --export, --export-hf and the sample take the whole model on rank 0.
 #pragma once
 
 #include <functional>
@@ -19,8 +19,8 @@ void save_session(Session& s, int step);
 void load_session(Session& s);
 
 // End of training: puts the weights back into the model's own arenas (ending data
-// parallelism's hold on them), then writes --export and prints the sample (rank 0) through
-// `line`. Collective over the world.
+// parallelism's hold on them), then writes --export and --export-hf and prints the sample
+// (rank 0) through `line`. Collective over the world.
 void write_final_outputs(Session& s, const std::function<void(const std::string&)>& line);
 
 }  // namespace mt

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/json_depth.h"
+#include "train/hf_directory.h"
 #include "train/safetensors.h"
 
 namespace mt {
@@ -12,6 +13,7 @@ std::map<std::string, std::string> tokenizer_metadata(const std::optional<Tokeni
 }
 
 std::optional<TokenizerRecord> weights_tokenizer(const std::string& weights_path) {
+  if (is_hf_directory(weights_path)) return hf_tokenizer(weights_path);  // its tokenizer.model
   SafetensorsFile f(weights_path);
   return metadata_tokenizer(f.metadata(), weights_path);
 }

@@ -16,7 +16,8 @@ namespace mt {
 // safetensors metadata entry "tokenizer" (its JSON: kind, file, crc32c).
 std::map<std::string, std::string> tokenizer_metadata(const std::optional<TokenizerRecord>& r);
 // The record a weights file carries; nullopt for a file written without one (before
-// tokenizers were recorded, or by another tool). Throws UsageError for a malformed one.
+// tokenizers were recorded, or by another tool). Throws UsageError for a malformed one. A
+// Hugging Face directory's record is that of its tokenizer.model (train/hf_directory.h).
 std::optional<TokenizerRecord> weights_tokenizer(const std::string& weights_path);
 // The same from metadata entries already read (a sharded checkpoint's manifest); `where`
 // names their file in errors.

@@ -17,6 +17,7 @@
 #include "parallel/pipeline/stage_partition.h"
 #include "parallel/process_layout.h"
 #include "schedule/schedule.h"
+#include "train/hf_config.h"
 #include "train/option_limits.h"
 
 namespace mt {
@@ -61,6 +62,7 @@ void validate_engine(const TrainOptions& o, const LauncherInfo& launcher) {
 // The model's own shape rules live with the model (the sample command applies them too).
 void validate_model(const TrainOptions& o) {
   o.model.validate();
+  if (!o.io.export_hf.empty()) require_hf_exportable(o.model, "--export-hf");
 }
 
 void validate_optimizer(const OptimOptions& t) {
@@ -316,8 +318,8 @@ void validate_dependencies(const TrainOptions& o) {
        "--save DIR", " (--load reads either format)"},
       {io.report_every != d.io.report_every, io.metrics.empty(), "--report-every", "--metrics FILE",
        " (the page is written beside it)"},
-      {io.export_dtype != d.io.export_dtype, io.export_path.empty(), "--export-dtype",
-       "--export FILE"},
+      {io.export_dtype != d.io.export_dtype, io.export_path.empty() && io.export_hf.empty(),
+       "--export-dtype", "--export FILE or --export-hf DIR"},
       {io.sample_prompt != d.io.sample_prompt, io.sample_tokens == 0, "--prompt",
        "--sample-tokens N > 0"},
       {t.eval_batches != d.optim.eval_batches, t.eval_every == 0, "--eval-batches",

@@ -11,13 +11,15 @@
 #include "core/error.h"
 #include "kernels/reduce.h"
 #include "train/checkpoint.h"
+#include "train/hf_directory.h"
 
 namespace mt {
 
 namespace {
 
-// Shortest text that reads back as the same float.
-std::string float_str(float v) {
+// Shortest text that reads back as the same float (double).
+template <typename T>
+std::string float_str(T v) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof(buf), v);
   MT_CHECK(r.ec == std::errc(), "cannot format ", v);
@@ -60,6 +62,21 @@ std::optional<double> metadata_positive(const SafetensorsFile& f, const std::str
   return x;
 }
 
+// Llama 3.1's rope_scaling, written by config_metadata: all four keys or none.
+RopeScaling metadata_rope_scaling(const SafetensorsFile& f) {
+  const auto factor = metadata_positive(f, "rope_scaling_factor");
+  const auto low = metadata_positive(f, "rope_scaling_low_freq_factor");
+  const auto high = metadata_positive(f, "rope_scaling_high_freq_factor");
+  const auto original = metadata_int(f, "rope_scaling_original_max_position");
+  MT_REQUIRE(factor.has_value() == low.has_value() && low.has_value() == high.has_value() &&
+                 high.has_value() == original.has_value(),
+             f.path(), ": metadata holds some of the rope_scaling_* entries but not all four");
+  if (!factor) return {};
+  MT_REQUIRE(*high > *low, f.path(), ": metadata rope_scaling_high_freq_factor ", *high,
+             " is not above rope_scaling_low_freq_factor ", *low);
+  return RopeScaling{*factor, *low, *high, *original};
+}
+
 // "transformer.h.{i}.mlp.router.weight" and friends.
 std::string block_tensor(int i, const std::string& rest) {
   return "transformer.h." + std::to_string(i) + "." + rest;
@@ -81,8 +98,15 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
     m["kv_heads"] = std::to_string(c.kv());
     m["head_dim"] = std::to_string(c.head_dim());
     m["ffn_dim"] = std::to_string(c.hidden());
-    m["rope_theta"] = str(c.rope_theta);
+    m["rope_theta"] = float_str(c.rope_theta);
     m["norm_eps"] = float_str(c.norm_eps);
+    if (c.rope_scaling.enabled()) {  // Llama 3.1's (from a Hugging Face config.json)
+      m["rope_scaling_factor"] = float_str(c.rope_scaling.factor);
+      m["rope_scaling_low_freq_factor"] = float_str(c.rope_scaling.low_freq_factor);
+      m["rope_scaling_high_freq_factor"] = float_str(c.rope_scaling.high_freq_factor);
+      m["rope_scaling_original_max_position"] =
+          std::to_string(c.rope_scaling.original_max_position);
+    }
   }
   if (c.experts > 0) {
     // The tensors give the experts and the MoE blocks; top-k and the capacity factor (its
@@ -131,9 +155,16 @@ FileDigest write_global_tensors(const std::string& path, const ParamTable& table
 // Fills this rank's local elements of every tensor from the file's global tensors.
 void read_local_elements(const SafetensorsFile& f, const ParamTable& table, float* arena,
                          const std::string& suffix) {
+  read_local_elements([&](const std::string&) -> const SafetensorsFile& { return f; }, table, arena,
+                      suffix);
+}
+
+void read_local_elements(const TensorFileOf& file_of, const ParamTable& table, float* arena,
+                         const std::string& suffix) {
   std::vector<float> global;
   for (const ParamInfo& p : table.entries()) {
     const std::string name = p.name + suffix;
+    const SafetensorsFile& f = file_of(name);
     f.expect_shape(name, p.global_shape);
     global.resize(size_t(p.global_numel()));
     f.read(name, global.data(), global.size());
@@ -273,6 +304,7 @@ ModelConfig llama_config_from_file(const SafetensorsFile& f, const ModelConfig& 
   if (auto v = metadata_int(f, "seq")) c.seq = *v;
   if (auto v = metadata_positive(f, "rope_theta")) c.rope_theta = *v;
   if (auto v = metadata_positive(f, "norm_eps")) c.norm_eps = float(*v);
+  c.rope_scaling = metadata_rope_scaling(f);
   const auto& q = f.tensor("model.layers.0.self_attn.q_proj.weight").shape;
   const auto& k = f.tensor("model.layers.0.self_attn.k_proj.weight").shape;
   const int hd = c.head_size > 0 ? c.head_size : int(q[0]) / c.heads;
@@ -292,6 +324,7 @@ ModelConfig llama_config_from_file(const SafetensorsFile& f, const ModelConfig& 
 }  // namespace
 
 ModelConfig model_config_from_file(const std::string& path, const ModelConfig& base) {
+  if (is_hf_directory(path)) return hf_model_config(path, base);
   SafetensorsFile f(path);
   if (f.contains("model.embed_tokens.weight")) return llama_config_from_file(f, base);
   ModelConfig c = base;
@@ -375,7 +408,8 @@ std::vector<NamedTensor> exported_router_biases(const ModelConfig& cfg,
 
 void import_router_biases(const std::string& path, const std::vector<MoeLayer*>& moe,
                           const ModelConfig& cfg) {
-  if (moe.empty() || !cfg.llama()) return;
+  // A Hugging Face directory holds no selection bias (hf_directory.h).
+  if (moe.empty() || !cfg.llama() || is_hf_directory(path)) return;
   SafetensorsFile f(path);
   for (MoeLayer* m : moe) {
     const std::string name = router_bias_name(router_weight_name(cfg, m->layer()));
@@ -393,6 +427,7 @@ void import_weights(const std::string& path, GPT& model) {
 }
 
 void import_weights(const std::string& path, const ParamTable& table, float* params) {
+  if (is_hf_directory(path)) return import_hf_weights(path, table, params);
   SafetensorsFile f(path);
   read_local_elements(f, table, params, "");
 }

@@ -1,10 +1,12 @@
-// Weights in single safetensors files (--export FILE, --init-from FILE, sample's input):
+// Weights in single safetensors files (--export FILE, --init-from FILE, sample's input; a
+// directory given to --init-from is a Hugging Face one, train/hf_directory.h):
 // fp32 tensors under nanoGPT's names at their global shapes, with the model config as
 // metadata (layers, dim, heads, seq, vocab; experts, topk, moe_every, capacity_factor for a
 // mixture-of-experts model), so weights move to and from PyTorch. Also the pieces a
 // checkpoint (checkpoint.h) writes and reads its tensor files with.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -81,6 +83,11 @@ FileDigest write_global_tensors(const std::string& path, const ParamTable& table
 // the file's global tensors named with `suffix`. Throws UsageError naming the file and
 // tensor for a missing tensor, a wrong shape, or a NaN or Inf value.
 void read_local_elements(const SafetensorsFile& f, const ParamTable& table, float* arena,
+                         const std::string& suffix);
+// The same over several files (a Hugging Face directory's shards): tensor NAME + suffix is
+// read from file_of(NAME + suffix), which throws UsageError when no file holds it.
+using TensorFileOf = std::function<const SafetensorsFile&(const std::string& name)>;
+void read_local_elements(const TensorFileOf& file_of, const ParamTable& table, float* arena,
                          const std::string& suffix);
 
 }  // namespace mt

@@ -132,9 +132,6 @@ TEST(PrepareCommand, BadInputIsOneLineExit2) {
   expect_usage_error(run_meshtrain("prepare " + (dir / "missing.txt") + out), "does not exist");
   expect_usage_error(run_meshtrain("prepare " + (dir / "empty.txt") + out + " --val-fraction 0"),
                      "the corpus is empty");
-  expect_usage_error(
-      run_meshtrain("prepare " + (dir / "ok.txt") + out + " --tokenizer bpe --vocab-size 70000"),
-      "at most 65535");
   expect_usage_error(run_meshtrain("prepare" + out), "give the text to prepare");
   expect_usage_error(run_meshtrain("prepare " + (dir / "ok.txt") + out + " --documents lines"),
                      "--documents must be");

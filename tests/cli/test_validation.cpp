@@ -66,7 +66,7 @@ const std::vector<Case>& cases() {
       {"--dim 0", "--dim must be in 1..65536 (got 0)"},
       {"--heads 0", "--heads must be in 1..65536 (got 0)"},
       {"--seq 0", "--seq must be in 1..1048576 (got 0)"},
-      {"--vocab 1", "--vocab must be in 2..65536 (got 1)"},
+      {"--vocab 1", "--vocab must be in 2..2147483647 (got 1)"},
       {"--heads 3", "--heads 3 does not divide --dim 16"},
       {"--experts -1", "--experts must be in 0..4096 (got -1)"},
       {"--experts 4 --topk 5", "--topk must be in 1..--experts (got 5)"},
@@ -195,12 +195,16 @@ TEST(Validation, RulesFoundInsideTheRanksAreFoundBeforeThem) {
       {"--experts 4 --capacity-factor 3e38",
        "--capacity-factor 3e+38 gives each expert a capacity"},
       // The data loaders, inside the ranks.
-      {"--vocab 100", "--data " + f.data + " holds token id 255 but the model vocab is 100"},
+      {"--vocab 100", "--data " + f.data +
+                          " holds token id 105 (token 15, the first id outside the vocabulary) "
+                          "but the model vocab is 100"},
       {"--seq 256", "--data " + f.data + " holds 400 tokens, fewer than one batch needs"},
       {"--eval-every 1 --val-data " + small_val,
        "--val-data " + small_val + " holds 10 tokens, fewer than one batch needs"},
       {"--eval-every 1 --val-data " + wide_val,
-       "--val-data " + wide_val + " holds token id 300 but the model vocab is 256"},
+       "--val-data " + wide_val +
+           " holds token id 300 (token 1, the first id outside the vocabulary) but the model "
+           "vocab is 256"},
   };
   for (const Case& c : cases)
     expect_refused_before_ranks(run_meshtrain(f.base() + " " + c.flags), c.needle, c.flags);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -60,6 +61,32 @@ inline std::vector<std::string> write_corpus(const test_util::TempDir& dir,
   }
   write_file(dir / "corpus.txt", text);
   return {dir / "corpus.txt"};
+}
+
+// A SentencePiece model of more pieces than a uint16 shard can index: `base` (a serialized
+// ModelProto of meshtrain prepare) with `extra` normal pieces "zq00000", "zq00001", ...
+// appended. A repeated protobuf field may occur anywhere in a message and its occurrences
+// concatenate, so the new pieces take ids base_size .. base_size + extra - 1. Score 0 beats
+// every trained piece's log probability, so the text "zq12345" encodes to its own piece.
+inline std::string with_extra_pieces(std::string base, int extra) {
+  auto varint = [](std::string& out, uint64_t v) {
+    for (; v >= 0x80; v >>= 7) out += char(0x80 | (v & 0x7F));
+    out += char(v);
+  };
+  for (int i = 0; i < extra; ++i) {
+    char text[16];
+    std::snprintf(text, sizeof text, "zq%05d", i);
+    std::string piece;
+    piece += char(0x0A);  // SentencePiece.piece, length-delimited
+    varint(piece, std::strlen(text));
+    piece += text;
+    piece += char(0x15);    // SentencePiece.score, 32-bit
+    piece.append(4, '\0');  // 0.0f
+    base += char(0x0A);     // ModelProto.pieces, length-delimited
+    varint(base, piece.size());
+    base += piece;
+  }
+  return base;
 }
 
 // The documents of a dataset's split, decoded.

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/prepare.h"
@@ -42,7 +44,7 @@ Dataset expect_round_trip(const TempDir& dir, const std::vector<std::string>& do
   for (const std::string& s : want_train) stream += s + marker;
   std::vector<int> all;
   for (const std::string& p : d.train.shards)
-    for (uint16_t t : read_token_shard(p)) all.push_back(t);
+    for (uint32_t t : read_token_shard(p)) all.push_back(int(t));
   EXPECT_EQ(tok->decode(all), stream);
   EXPECT_EQ(d.train.bytes, stream.size());
   return d;
@@ -100,6 +102,62 @@ TEST(Prepare, GivenModelIsCopiedAndRecorded) {
   EXPECT_EQ(b.tokenizer.crc32c, a.tokenizer.crc32c);
   EXPECT_NE(b.tokenizer.file, a.tokenizer.file);  // the dataset holds its own copy
   EXPECT_EQ(read_bytes(a.train.shards[0]), read_bytes(b.train.shards[0]));
+}
+
+// CONTRACTS.md §10: version 1 whenever the tokenizer's ids fit uint16, so every dataset of
+// a vocabulary up to 65,536 reads as before, in half the bytes.
+TEST(Prepare, ShardsAreVersion1WhenTheVocabularyFits) {
+  TempDir dir;
+  PrepareOptions o;
+  o.inputs = write_corpus(dir, awkward_documents(false), "blank");
+  o.documents = "blank";
+  o.val_fraction = 0.2;
+  o.out = dir / "bytes";
+  for (const std::string& p : prepare_dataset(o).train.shards)
+    EXPECT_EQ(TokenShard(p).version(), 1) << p;
+  // Asked for 70,000 pieces, SentencePiece makes as many as this small text holds: the
+  // tokenizer's vocabulary decides, not the request.
+  o.tokenizer = "bpe";
+  o.vocab_size = 70000;
+  o.out = dir / "bpe";
+  const Dataset d = prepare_dataset(o);
+  ASSERT_LE(load_tokenizer(d.tokenizer)->vocab_size(), 65536);
+  for (const DatasetSplit* s : {&d.train, &d.val})
+    for (const std::string& p : s->shards) EXPECT_EQ(TokenShard(p).version(), 1) << p;
+}
+
+// A tokenizer of more than 65,536 pieces gets version-2 shards that round-trip its ids,
+// those above 65535 included.
+TEST(Prepare, LargeVocabularyWritesVersion2Shards) {
+  TempDir dir;
+  PrepareOptions o;
+  o.inputs = write_corpus(dir, awkward_documents(false), "blank");
+  o.documents = "blank";
+  o.tokenizer = "unigram";
+  o.vocab_size = 320;
+  o.out = dir / "small";
+  const Dataset small = prepare_dataset(o);
+  const int base = load_tokenizer(small.tokenizer)->vocab_size();
+  test_data::write_file(dir / "large.model",
+                        test_data::with_extra_pieces(read_bytes(small.tokenizer.file), 70000));
+  std::vector<std::string> docs = awkward_documents(false);
+  docs.insert(docs.begin() + 1, "rare pieces zq69999 and zq00000 and zq65535\n");
+  o = {};
+  o.tokenizer = dir / "large.model";
+  o.val_fraction = 0;
+  o.shard_tokens = 300;  // several shards
+  const Dataset d = expect_round_trip(dir, docs, "blank", o);
+  const auto tok = load_tokenizer(d.tokenizer);
+  ASSERT_EQ(tok->vocab_size(), base + 70000);
+  EXPECT_EQ(tok->encode("zq69999"), std::vector<int>{base + 69999});
+  int64_t max_id = -1;
+  for (const std::string& p : d.train.shards) {
+    EXPECT_EQ(TokenShard(p).version(), 2) << p;
+    max_id = std::max(max_id, TokenShard(p).max_token_id());
+  }
+  EXPECT_EQ(max_id, base + 69999);
+  const nlohmann::json m = nlohmann::json::parse(read_bytes(d.dir + "/manifest.json"));
+  EXPECT_EQ(m["vocab_size"], base + 70000);
 }
 
 TEST(Prepare, OutputDoesNotDependOnTheThreadCount) {
@@ -182,8 +240,6 @@ TEST(Prepare, BadInputIsRefusedAndNothingIsWritten) {
   refuses(o, "the corpus is empty");
   o.inputs = {};
   o.tokenizer = "bpe";
-  o.vocab_size = 70000;
-  refuses(o, "at most 65535");
   o.vocab_size = 100;
   refuses(o, "too small");
   o.tokenizer = dir / "text.txt";  // not a SentencePiece model

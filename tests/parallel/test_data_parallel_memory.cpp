@@ -1,7 +1,9 @@
 // The ZeRO-2 gradient buffers are sized by the model's actual buckets: a model smaller
 // than one bucket holds its shard plus one buffer per actual bucket (about 1 + 1/dp of the
 // ZeRO-1 gradients), not two block buffers; a model of several buckets keeps two, one
-// filling while the other is in flight.
+// filling while the other is in flight. And what an engine holds is what
+// DataParallel::memory_of (the memory estimate's figures) says it would, for every stage,
+// bucket size, chunk count and expert parallelism.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include "core/threads.h"
 #include "model/gpt.h"
 #include "parallel/data_parallel/data_parallel.h"
+#include "parallel/expert_parallel/token_dispatcher.h"
 #include "parallel/parallel_context.h"
 
 namespace mt {
@@ -62,6 +65,54 @@ TEST(DataParallelMemory, Zero2KeepsTwoBlockBuffersForSeveralBuckets) {
   ASSERT_EQ(z2.block_buckets, 3);
   EXPECT_EQ(z2.buffer_bytes, (z2.edge_bucket + 2 * z2.block_bucket) * sizeof(float));
   EXPECT_EQ(z2.bytes, z2.shard * sizeof(float) + z2.buffer_bytes);
+}
+
+// Every field of the engine's memory() against memory_of for the model's units, on every
+// rank: dp 4 (or dp 2 x ep 2 with experts), ZeRO 0-3, one bucket or a bucket per block,
+// one chunk or the two chunks of an interleaved stage.
+void expect_memory_of_matches(int zero, double bucket_mb, int ep, bool two_chunks) {
+  SCOPED_TRACE(
+      str("zero ", zero, " bucket ", bucket_mb, " ep ", ep, " chunks ", two_chunks ? 2 : 1));
+  ModelConfig cfg;
+  cfg.layers = 4, cfg.dim = 32, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 19;
+  if (ep > 1) cfg.experts = 4, cfg.moe_every = 2;
+  const std::vector<ChunkSpec> chunks =
+      two_chunks ? std::vector<ChunkSpec>{{0, 2, true, false}, {2, 4, false, true}}
+                 : GPT::whole_model(cfg);
+  run_local(4, WorldOptions{}, [&](CommWorld& w) {
+    set_compute_threads(1);
+    ParallelContext ctx = make_parallel_context(w, MeshShape{1, 4, 1, ep});
+    TokenDispatcher dispatcher(ctx.ep);
+    const ExpertParallelShard shard{ctx.coord.ep_rank, ep, ep > 1 ? &dispatcher : nullptr};
+    GPT model(cfg, chunks, TensorParallelShard{}, 2, shard);
+    std::vector<std::pair<size_t, size_t>> ranges;
+    std::vector<int> per_chunk;
+    for (int c = 0; c < model.num_chunks(); ++c) {
+      for (int u = 0; u < model.chunk(c).num_units(); ++u)
+        ranges.push_back(model.chunk(c).unit_range(u));
+      per_chunk.push_back(model.chunk(c).num_units());
+    }
+    size_t experts = 0;
+    for (const ParamInfo& p : model.table().entries())
+      if (ep > 1 && is_expert_param(p.name)) experts += p.numel;
+    const DataParallelMemory want =
+        DataParallel::memory_of(ranges, per_chunk, 4, zero, bucket_mb, experts);
+    DataParallel dp(model, {ctx.dp, zero, bucket_mb, ctx.ep, ctx.ep_replica});
+    const DataParallelMemory got = dp.memory();
+    EXPECT_EQ(got.params_bytes, want.params_bytes) << "rank " << w.rank();
+    EXPECT_EQ(got.grads_bytes, want.grads_bytes) << "rank " << w.rank();
+    EXPECT_EQ(got.param_buffer_bytes, want.param_buffer_bytes) << "rank " << w.rank();
+    EXPECT_EQ(got.grad_buffer_bytes, want.grad_buffer_bytes) << "rank " << w.rank();
+    EXPECT_EQ(got.expert_copy_bytes, want.expert_copy_bytes) << "rank " << w.rank();
+  });
+}
+
+TEST(DataParallelMemory, MemoryOfIsWhatTheEngineHolds) {
+  for (int zero = 0; zero <= 3; ++zero)
+    for (double bucket_mb : {25.0, 0.001})
+      for (bool two_chunks : {false, true})
+        expect_memory_of_matches(zero, bucket_mb, 1, two_chunks);
+  for (int zero = 0; zero <= 2; ++zero) expect_memory_of_matches(zero, 0.001, 2, false);
 }
 
 }  // namespace

@@ -9,8 +9,9 @@ checked against it:
             biased variance); causal attention with qkv = [q | k | v], head j on columns
             j*hd..(j+1)*hd-1 of each; tanh-GELU MLP of width 4C; ln_f; logits = x @ wte^T
             (tied); loss = mean cross-entropy over all B*T targets. No dropout.
-  data      llm.c token shard (256 int32 header [20240520, 1, ntok], then ntok uint16;
-            version 2, [20240520, 2, ntok] and uint32 tokens, above 65,536 tokens: §10).
+  data      llm.c token shard: 256 int32 header [20240520, version, ntok], then ntok
+            tokens, uint16 for version 1 (file size 1024 + 2*ntok) or uint32 for version 2
+            (1024 + 4*ntok, vocabularies above 65,536; CONTRACTS.md §10).
             Global batch k takes B sequences of T+1 tokens from the current position,
             which returns to token 0 first when pos + B*T + 1 > ntok; it then advances
             by B*T. Microbatch j is the j-th consecutive slice of B/M sequences.
@@ -37,6 +38,7 @@ Subcommands:
   train   mirrors `meshtrain train` flags; writes --metrics JSONL and --export safetensors
   init    --layers --dim --heads --seq --vocab --seed [--positions P] --out FILE.safetensors
   data    --out FILE.bin --tokens N --vocab V [--seed S | --text FILE]
+          (version 2 when --vocab > 65536, else version 1)
 """
 import argparse
 import json
@@ -54,6 +56,7 @@ import safetensors_io
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
 SHARD_VERSION_WIDE = 2  # 32-bit tokens, for vocabularies above 65,536
+SHARD_DTYPES = {SHARD_VERSION: "<u2", SHARD_VERSION_WIDE: "<u4"}  # version -> token type
 HEADER_INTS = 256
 
 # ---------------------------------------------------------------- safetensors (fp32)
@@ -72,28 +75,37 @@ def load_safetensors(path):
 # ---------------------------------------------------------------- token shards (CONTRACTS §3)
 
 
-def write_shard(path, tokens):
-    """Version 1 (uint16) whenever the tokens fit, else version 2 (uint32; CONTRACTS §10)."""
+def shard_version(vocab):
+    """Version 1 (uint16) whenever every id of the vocabulary fits, else version 2."""
+    return SHARD_VERSION if vocab <= 65536 else SHARD_VERSION_WIDE
+
+
+def write_shard(path, tokens, version=None):
+    """version None: the narrowest that holds every id."""
     tokens = np.asarray(tokens)
-    assert tokens.min() >= 0 and tokens.max() < 2 ** 31 - 1
-    version = SHARD_VERSION if tokens.max() < 65536 else SHARD_VERSION_WIDE
+    top = int(tokens.max()) if len(tokens) else -1
+    if version is None:
+        version = shard_version(top + 1)
+    assert len(tokens) == 0 or tokens.min() >= 0
+    assert top < (65536 if version == SHARD_VERSION else 2 ** 32)
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[0], header[1], header[2] = SHARD_MAGIC, version, len(tokens)
     with open(path, "wb") as f:
         f.write(header.tobytes())
-        f.write(tokens.astype("<u2" if version == SHARD_VERSION else "<u4").tobytes())
+        f.write(tokens.astype(SHARD_DTYPES[version]).tobytes())
 
 
 def read_shard(path):
     with open(path, "rb") as f:
         raw = f.read()
     header = np.frombuffer(raw[:HEADER_INTS * 4], dtype="<i4")
-    if header[0] != SHARD_MAGIC or header[1] not in (SHARD_VERSION, SHARD_VERSION_WIDE):
+    if header[0] != SHARD_MAGIC or int(header[1]) not in SHARD_DTYPES:
         raise ValueError(f"{path}: bad shard magic/version {header[0]}/{header[1]}")
-    ntok, width = int(header[2]), 2 if header[1] == SHARD_VERSION else 4
-    if len(raw) != HEADER_INTS * 4 + width * ntok:
-        raise ValueError(f"{path}: size {len(raw)} != 1024 + {width}*{ntok}")
-    return np.frombuffer(raw[HEADER_INTS * 4:], dtype="<u2" if width == 2 else "<u4").astype(np.int64)
+    dtype = np.dtype(SHARD_DTYPES[int(header[1])])
+    ntok = int(header[2])
+    if ntok < 0 or len(raw) != HEADER_INTS * 4 + dtype.itemsize * ntok:
+        raise ValueError(f"{path}: size {len(raw)} != 1024 + {dtype.itemsize}*{ntok}")
+    return np.frombuffer(raw[HEADER_INTS * 4:], dtype=dtype).astype(np.int64)
 
 
 class Loader:
@@ -406,7 +418,7 @@ def main(argv=None):
                 toks = np.frombuffer(f.read(), dtype=np.uint8).astype(np.int64)
         else:
             toks = np.random.default_rng(args.seed).integers(0, args.vocab, args.tokens)
-        write_shard(args.out, toks)
+        write_shard(args.out, toks, shard_version(args.vocab))
     else:
         mf = open(args.metrics, "w") if args.metrics else None
 

@@ -168,6 +168,16 @@ def test_io():
         ref.write_shard(os.path.join(d, "s.bin"), toks)
         check("shard size", os.path.getsize(os.path.join(d, "s.bin")) == 1024 + 8)
         check("shard round trip", np.array_equal(ref.read_shard(os.path.join(d, "s.bin")), toks))
+        # Version 2 (CONTRACTS.md §10): the same header with [1] = 2, uint32 tokens.
+        big = np.array([1, 65536, 128255, 7])
+        ref.write_shard(os.path.join(d, "v2.bin"), big)
+        raw = open(os.path.join(d, "v2.bin"), "rb").read()
+        check("v2 shard layout", len(raw) == 1024 + 16 and raw[4:8] == (2).to_bytes(4, "little")
+              and raw[1028:1032] == (65536).to_bytes(4, "little"))
+        check("v2 shard round trip", np.array_equal(ref.read_shard(os.path.join(d, "v2.bin")), big))
+        ref.write_shard(os.path.join(d, "v2small.bin"), toks, ref.shard_version(100000))
+        check("v2 shard of small ids", os.path.getsize(os.path.join(d, "v2small.bin")) == 1024 + 16
+              and np.array_equal(ref.read_shard(os.path.join(d, "v2small.bin")), toks))
 
 
 def test_microbatches():

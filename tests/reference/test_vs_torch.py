@@ -96,6 +96,14 @@ CASES = {
                "--warmup", "0", "--lr-schedule", "constant", "--weight-decay", "0.0",
                "--grad-clip", "0", "--threads", "1"],
         data="text", data_tokens=4 * 64 * 4 + 100),
+    # A vocabulary above 65,536: the data is a version-2 shard (uint32 ids, CONTRACTS.md
+    # §10) over the whole vocabulary, ids up to 99,999.
+    "l2_v100000_v2shard": dict(
+        flags=["--layers", "2", "--dim", "32", "--heads", "2", "--seq", "16", "--vocab", "100000",
+               "--batch", "4", "--microbatches", "2", "--lr", "1e-3", "--min-lr", "1e-4",
+               "--warmup", "2", "--lr-schedule", "cosine", "--weight-decay", "0.1",
+               "--grad-clip", "1.0", "--threads", "1"],
+        data="markov", shard_version=2),
     # bf16 (see BF16_TOLERANCES): the byte-level case of 2 layers, and the vocab-2048 case
     # with 2 microbatches and 2 threads.
     "l2_bf16": dict(
@@ -150,7 +158,9 @@ def make_data(case, V, d):
             toks[i] = rand[i] if noise[i] else (7 * toks[i - 1] + 3) % V
     toks = toks[:case.get("data_tokens", len(toks))]
     data = os.path.join(d, "train.bin")
-    ref.write_shard(data, toks)
+    ref.write_shard(data, toks, ref.shard_version(V))
+    with open(data, "rb") as fh:  # the case meant for a version-2 shard got one
+        assert int.from_bytes(fh.read(8)[4:], "little") == case.get("shard_version", 1)
     return data
 
 

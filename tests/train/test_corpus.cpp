@@ -21,7 +21,7 @@ namespace {
 using test_util::TempDir;
 
 std::string shard_text(const std::string& path) {
-  std::vector<uint16_t> t = read_token_shard(path);
+  std::vector<uint32_t> t = read_token_shard(path);
   return std::string(t.begin(), t.end());
 }
 

@@ -6,6 +6,7 @@
 #include "test_util/temp_dir.h"
 
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 
 #include "core/error.h"
@@ -183,17 +184,64 @@ TEST(DataLoader, RejectsBadLayoutsAndShortShards) {
   EXPECT_THROW(DataLoader(tmp / "missing.bin", 1, 4), UsageError);
 }
 
-TEST(DataLoader, VocabCheckNamesFileAndId) {
+// The first id outside the vocabulary is named, with its place: not the largest one.
+TEST(DataLoader, VocabCheckNamesFileAndFirstBadId) {
   TempDir tmp;
   std::string path = tmp / "v.bin";
-  write_token_shard(path, std::vector<int>{1, 2, 300, 4, 5});
+  write_token_shard(path, std::vector<int>{1, 2, 300, 4, 500, 5});
   DataLoader dl(path, 1, 2);
-  EXPECT_EQ(dl.max_token_id(), 300);
+  EXPECT_EQ(dl.max_token_id(), 500);
   EXPECT_EQ(usage_message([&] { dl.require_vocab(256); }),
-            "data file " + path + " holds token id 300 but the model vocab is 256");
-  EXPECT_NO_THROW(dl.require_vocab(301));
+            "data file " + path +
+                " holds token id 300 (its token 2, the first id outside the vocabulary) but the "
+                "model vocab is 256 (ids 0..255)");
+  EXPECT_NE(usage_message([&] { dl.require_vocab(400); }).find("token id 500 (its token 4,"),
+            std::string::npos);
+  EXPECT_NO_THROW(dl.require_vocab(501));
   EXPECT_THROW(require_shard_vocab(path, 300), UsageError);
   EXPECT_NO_THROW(require_shard_vocab(path, 50257));
+}
+
+// Version-2 shards feed the same int32 batches, ids above 65535 included.
+TEST(DataLoader, ReadsVersion2Shards) {
+  TempDir tmp;
+  const int V = 128256;
+  std::vector<int> tokens(41);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 104729 + 65536) % V);
+  const std::string path = tmp / "v2.bin";
+  write_token_shard(path, tokens);
+  ASSERT_EQ(TokenShard(path).version(), 2);
+  DataLoader dl(path, 2, 4);
+  dl.require_vocab(V);
+  EXPECT_THROW(dl.require_vocab(65536), UsageError);
+  for (int batch = 0; batch < 3; ++batch) {
+    const int64_t pos = dl.position() + 2 * 4 + 1 > 41 ? 0 : dl.position();
+    dl.next_batch();
+    for (int i = 0; i < 2 * 4; ++i) {
+      EXPECT_EQ(dl.inputs(0)[i], tokens[size_t(pos + i)]) << batch << " " << i;
+      EXPECT_EQ(dl.targets(0)[i], tokens[size_t(pos + i + 1)]) << batch << " " << i;
+    }
+  }
+}
+
+TEST(DataLoader, VocabularyOfShards) {
+  TempDir tmp;
+  write_token_shard(tmp / "a.bin", std::vector<int>{1, 2, 3});
+  write_token_shard(tmp / "b.bin", std::vector<int>{7, 100000});
+  EXPECT_EQ(vocab_of_shards({tmp / "a.bin"}), 256);  // byte-level at least
+  EXPECT_EQ(vocab_of_shards({tmp / "a.bin", tmp / "b.bin"}), 100001);
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520, header[1] = 2, header[2] = 1;
+  const uint32_t beyond = 2147483647u;  // id 2^31-1 needs a vocabulary of 2^31
+  {
+    std::ofstream out(tmp / "c.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    out.write(reinterpret_cast<const char*>(&beyond), 4);
+  }
+  EXPECT_NE(usage_message([&] {
+              vocab_of_shards({tmp / "a.bin", tmp / "c.bin"});
+            }).find("c.bin holds token id 2147483647, beyond the largest vocabulary"),
+            std::string::npos);
 }
 
 }  // namespace

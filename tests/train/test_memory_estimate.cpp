@@ -20,6 +20,7 @@
 #include "core/system_memory.h"
 #include "core/timer.h"
 #include "kernels/matmul_bf16.h"
+#include "model/gpt.h"
 #include "test_util/temp_dir.h"
 #include "train/token_shard.h"
 #include "train/trainer.h"
@@ -88,6 +89,14 @@ double mib(int64_t b) {
 // Tolerance on the recorded total. The estimate mirrors the allocations and matched every
 // layout here to the byte; only the optimizer's owned share (real elements / dp) is approximate.
 constexpr double kTolerance = 0.05;
+
+// The llama block (GQA 2:1, SwiGLU of 160, untied head): what the estimate knows of it comes
+// from the same constructors (a dry run), so it must hold as exactly as the gpt2 block's.
+void as_llama(TrainOptions& o) {
+  o.model.arch = Arch::llama;
+  o.model.kv_heads = 2;
+  o.model.ffn_dim = 160;
+}
 
 TEST(MemoryEstimate, MatchesTheMemoryRecord) {
   const std::vector<Layout> layouts = {
@@ -230,6 +239,24 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
        }},
       // One worker: an expert receives up to N = 256 rows, so its GEMMs run over chunks of
       // 256, 128 and 64 rows and a remainder, split or zero-padded (moe_layer.h).
+      {"llama", [](TrainOptions& o) { as_llama(o); }},
+      {"llama tp 2 sp full",
+       [](TrainOptions& o) {
+         as_llama(o);
+         o.parallel.tp = 2;
+         o.parallel.sequence_parallel = true;
+         o.optim.recompute = "full";
+       }},
+      {"llama bf16 pp 2 m 4 zb-h1 zero 3",
+       [](TrainOptions& o) {
+         as_llama(o);
+         o.optim.precision = "bf16";
+         o.parallel.pp = 2;
+         o.parallel.microbatches = 4;
+         o.parallel.schedule = "zb-h1";
+         o.parallel.dp = 2;
+         o.parallel.zero = 3;
+       }},
       {"bf16 experts 4 every 2 sel",
        [](TrainOptions& o) {
          o.optim.precision = "bf16";
@@ -277,6 +304,47 @@ TEST(MemoryEstimate, Bf16WeightBytesIncludeTheExperts) {
     const int64_t want =
         measure(dense).bf16_weights + moe_blocks * (local - 1) * 2 * H * C * int64_t(2);
     EXPECT_EQ(measure(moe).bf16_weights, want) << "ep " << ep;
+  }
+}
+
+// One worker's workspace is what its model holds outside the slots (the chunks' shared
+// workspaces and the MoE layers' own rows and padding, read off a model built for real)
+// plus the data loader's batch. A hand-kept account once counted the bf16 experts'
+// padding buffer twice.
+TEST(MemoryEstimate, WorkspaceIsWhatTheModelHolds) {
+  const std::vector<Layout> layouts = {
+      {"fp32", [](TrainOptions&) {}},
+      {"selective", [](TrainOptions& o) { o.optim.recompute = "selective"; }},
+      {"full", [](TrainOptions& o) { o.optim.recompute = "full"; }},
+      {"tp 2 sp",
+       [](TrainOptions& o) {
+         o.parallel.tp = 2;
+         o.parallel.sequence_parallel = true;
+       }},
+      {"bf16", [](TrainOptions& o) { o.optim.precision = "bf16"; }},
+      {"experts", [](TrainOptions& o) { o.model.experts = 4; }},
+      {"bf16 experts every 2",
+       [](TrainOptions& o) {
+         o.optim.precision = "bf16";
+         o.model.experts = 4;
+         o.model.moe_every = 2;
+       }},
+  };
+  for (const Layout& l : layouts) {
+    TempDir dir;
+    TrainOptions o = small_run(dir);
+    o.parallel.microbatches = 2;
+    l.apply(o);
+    const int b = o.optim.batch / o.parallel.microbatches;
+    Recompute recompute = Recompute::none;
+    ASSERT_TRUE(parse_recompute(o.optim.recompute, &recompute));
+    const bool sp = o.parallel.sequence_parallel;
+    GPT model(o.model, GPT::whole_model(o.model), {0, o.parallel.tp, nullptr, sp}, b, {}, recompute,
+              o.optim.precision == "bf16" ? Precision::bf16 : Precision::fp32);
+    const int64_t batch = 2 * int64_t(o.optim.batch) * o.model.seq * int64_t(sizeof(int));
+    EXPECT_EQ(estimate_rank_memory(o).workspace_bytes,
+              int64_t(model.chunk(0).footprint().workspace_floats * sizeof(float)) + batch)
+        << l.name;
   }
 }
 

@@ -6,6 +6,7 @@
 #include "test_util/temp_dir.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -232,26 +233,58 @@ TEST(Safetensors, Bf16FilesRoundToNearestEvenAndReadBackWidened) {
 
 TEST(Safetensors, WrongDtypeNamesTensor) {
   TempDir tmp;
-  std::string path = tmp / "f16.safetensors";
+  std::string path = tmp / "i32.safetensors";
   write_raw(path,
             R"({"ok":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-            R"("w":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}})",
-            8);
-  SafetensorsFile f(path);  // opening is fine: only the F16 tensor is unusable
+            R"("w":{"dtype":"I32","shape":[2],"data_offsets":[4,12]}})",
+            12);
+  SafetensorsFile f(path);  // opening is fine: only the I32 tensor is unusable
   EXPECT_EQ(f.read("ok").size(), 1u);
   EXPECT_EQ(usage_message([&] { f.read("w"); }),
             path +
-                ": tensor w has dtype F16 but meshtrain reads F32 and BF16 only (convert it with "
-                "torch: tensor.float())");
+                ": tensor w has dtype I32 but meshtrain reads F32, BF16 and F16 only (convert it "
+                "with torch: tensor.float())");
   EXPECT_THROW(f.expect_shape("w", {2}), UsageError);
   write_raw(path, R"({"w":{"dtype":"F31","shape":[2],"data_offsets":[0,8]}})", 8);
   EXPECT_CONTAINS(open_error(path), "tensor w has unknown dtype F31");
 }
 
+// Hugging Face directories come in F16 too: every half widens exactly, subnormals, signed
+// zero and the largest finite value included.
+TEST(Safetensors, ReadsF16Exactly) {
+  TempDir tmp;
+  const std::string path = tmp / "f16.safetensors";
+  const std::vector<uint16_t> halves = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x8000, 0x3555, 0x03FF};
+  const std::vector<float> want = {1.0f,  -2.0f,           65504.0f,       0x1p-24f,
+                                   -0.0f, 0.333251953125f, 1023 * 0x1p-24f};
+  const std::string header = R"({"h":{"dtype":"F16","shape":[7],"data_offsets":[0,14]}})";
+  const uint64_t n = header.size();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << header;
+    out.write(reinterpret_cast<const char*>(halves.data()), 14);
+  }
+  SafetensorsFile f(path);
+  f.expect_shape("h", {7});
+  const std::vector<float> got = f.read("h");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &got[i], 4);
+    std::memcpy(&b, &want[i], 4);
+    EXPECT_EQ(a, b) << "half 0x" << std::hex << halves[i];
+  }
+  std::vector<float> part(2);
+  f.read_range("h", 3, 2, part.data());
+  EXPECT_EQ(part[0], 0x1p-24f);
+  EXPECT_TRUE(std::signbit(part[1]));
+}
+
 TEST(Safetensors, CorruptFilesAreUsageErrors) {
   TempDir tmp;
   std::string p = tmp / "bad.safetensors";
-  EXPECT_EQ(open_error(p), p + ": no such file");
+  EXPECT_EQ(open_error(p), "safetensors file " + p + " does not exist");
 
   std::ofstream(p) << "abc";
   EXPECT_CONTAINS(open_error(p), "is 3 bytes, too small for a safetensors file");

@@ -56,9 +56,9 @@ void crossentropy_forward_backward(float* losses, float* logits, const int* targ
                                    int N, int V, int ldv);
 
 void embedding_forward(float* out, const int* idx, const float* wte, const float* wpe, int B, int T,
-                       int C, int vocab_start, int vocab_rows);
+                       int C, int64_t vocab_start, int vocab_rows);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx, int B, int T,
-                        int C, int vocab_start, int vocab_rows);
+                        int C, int64_t vocab_start, int vocab_rows);
 
 void router_softmax(float* probs, const float* logits, int N, int E);
 void router_sigmoid(float* scores, const float* logits, int N, int E);

@@ -31,6 +31,12 @@ size_t bucket_floats(double mb) {
   return size_t(mb * 1024 * 1024 / sizeof(float));
 }
 
+// Stages 0-2 hold the flat parameters, stage 3 its shard of them and, under expert
+// parallelism, this rank's experts whole after it (expert_floats).
+size_t param_floats(const FlatLayout& layout, int zero, size_t expert_floats) {
+  return zero == 3 ? layout.shard_size() + expert_floats : layout.flat_size();
+}
+
 bool expert_parallel(const DataParallelOptions& o) {
   return o.ep && o.ep->size() > 1;
 }
@@ -109,15 +115,15 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
       zero_(o.zero),
       rank_(dp_->rank()),
       size_(dp_->size()),
-      layout_(model.table(), unit_ranges(model), size_, rank_, bucket_floats(o.bucket_mb),
-              zero_ == 3, units_per_chunk(model)),
+      layout_(flat_layout(model.table(), unit_ranges(model), units_per_chunk(model), size_, rank_,
+                          zero_, o.bucket_mb)),
       update_(pieces_to_update(layout_, model.table(), zero_, expert_parallel(o))),
       update_param_(piece_tensors(model.table(), update_)),
       first_expert_(first_expert(update_param_, expert_parallel(o))),
       experts_(expert_parallel(o) ? ExpertRanges(expert_flat_ranges(update_, first_expert_),
                                                  std::move(o.ep), std::move(o.ep_replica))
                                   : ExpertRanges()),
-      params_(zero_ == 3 ? layout_.shard_size() + experts_.floats() : layout_.flat_size()),
+      params_(param_floats(layout_, zero_, experts_.floats())),
       grads_(layout_, *dp_, zero_, experts_, exposed_) {
   MT_CHECK(zero_ >= 0 && zero_ <= 3);
   // Stages 2-3: the experts' gradients live after the shard, packed; stage 3: their
@@ -156,6 +162,35 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
     adapters_.push_back(std::make_unique<ChunkAdapter>(*this, layout_.first_unit(c)));
     model.chunk(c).set_hooks(adapters_.back().get());
   }
+}
+
+FlatLayout DataParallel::flat_layout(const ParamTable& table,
+                                     const std::vector<std::pair<size_t, size_t>>& unit_ranges,
+                                     const std::vector<int>& units_per_chunk, int dp, int dp_rank,
+                                     int zero, double bucket_mb) {
+  // ZeRO-3 gathers unit by unit: each unit is its own bucket.
+  return FlatLayout(table, unit_ranges, dp, dp_rank, bucket_floats(bucket_mb), zero == 3,
+                    units_per_chunk);
+}
+
+DataParallelMemory DataParallel::memory_of(
+    const std::vector<std::pair<size_t, size_t>>& unit_ranges,
+    const std::vector<int>& units_per_chunk, int dp, int zero, double bucket_mb,
+    size_t expert_floats) {
+  // The sizes read no tensor of the table (only FlatLayout::pieces would), and they are
+  // the same on every dp rank.
+  const ParamTable no_tensors;
+  const FlatLayout layout =
+      flat_layout(no_tensors, unit_ranges, units_per_chunk, dp, 0, zero, bucket_mb);
+  const GradBuckets::Sizes grads = GradBuckets::sizes(layout, zero, expert_floats);
+  DataParallelMemory m;
+  for (size_t n : grads.pool) m.grad_buffer_bytes += n * sizeof(float);
+  if (zero == 3)
+    for (size_t n : ParamGathers::buffer_floats(layout)) m.param_buffer_bytes += n * sizeof(float);
+  m.params_bytes = param_floats(layout, zero, expert_floats) * sizeof(float) + m.param_buffer_bytes;
+  m.grads_bytes = grads.storage * sizeof(float) + m.grad_buffer_bytes;
+  m.expert_copy_bytes = expert_floats * sizeof(float);
+  return m;
 }
 
 DataParallel::~DataParallel() {
@@ -324,6 +359,7 @@ DataParallelMemory DataParallel::memory() const {
   m.grad_buffer_bytes = grads_.buffer_bytes();
   m.params_bytes = params_.bytes() + m.param_buffer_bytes;
   m.grads_bytes = grads_.bytes();
+  m.expert_copy_bytes = experts_.floats() * sizeof(float);
   return m;
 }
 

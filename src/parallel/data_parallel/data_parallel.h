@@ -47,6 +47,7 @@ struct DataParallelMemory {
   size_t params_bytes = 0, grads_bytes = 0;  // everything held, buffers included
   size_t param_buffer_bytes = 0;             // ZeRO-3 gather buffers (part of params_bytes)
   size_t grad_buffer_bytes = 0;              // ZeRO-2/3 bucket pool (part of grads_bytes)
+  size_t expert_copy_bytes = 0;  // expert parallelism: the experts' copy aside (in neither)
 };
 
 struct DataParallelOptions {
@@ -79,6 +80,19 @@ class DataParallel final {
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
+
+  // The flat layout the engine gives a model's units (unit_ranges: every chunk's, chunk 0's
+  // first; units_per_chunk: how many each chunk has).
+  static FlatLayout flat_layout(const ParamTable& table,
+                                const std::vector<std::pair<size_t, size_t>>& unit_ranges,
+                                const std::vector<int>& units_per_chunk, int dp, int dp_rank,
+                                int zero, double bucket_mb);
+  // What the engine would hold for units of these ranges (as flat_layout's), sized as its
+  // constructor sizes its storage; expert_floats: its experts' elements under expert
+  // parallelism (0 otherwise). The memory estimate asks this without building an engine.
+  static DataParallelMemory memory_of(const std::vector<std::pair<size_t, size_t>>& unit_ranges,
+                                      const std::vector<int>& units_per_chunk, int dp, int zero,
+                                      double bucket_mb, size_t expert_floats);
 
   const FlatLayout& layout() const { return layout_; }
   int zero() const { return zero_; }

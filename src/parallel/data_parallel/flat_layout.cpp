@@ -13,6 +13,7 @@ FlatLayout::FlatLayout(const ParamTable& table,
     : table_(table), dp_(dp), rank_(dp_rank) {
   MT_CHECK(dp >= 1 && dp_rank >= 0 && dp_rank < dp && !unit_ranges.empty());
   const size_t quantum = size_t(dp) * 16;
+  units_.reserve(unit_ranges.size()), buckets_.reserve(unit_ranges.size());
   size_t prev_hi = 0;
   for (auto [lo, hi] : unit_ranges) {
     MT_CHECK(lo >= prev_hi && hi >= lo, "units must be ascending and disjoint");

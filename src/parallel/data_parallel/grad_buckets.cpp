@@ -24,24 +24,33 @@ GradBuckets::GradBuckets(const FlatLayout& layout, Communicator& dp, int zero,
   bucket_pool_.assign(nb, -1);
   bucket_done_.assign(nb, 0);
   passes_.assign(layout_.units().size(), 0);
-  if (zero_ < 2) {
-    flat_.resize(layout_.flat_size());
-    return;
+  const Sizes s = sizes(layout_, zero_, experts_.floats());
+  (zero_ < 2 ? flat_ : shard_).resize(s.storage);
+  for (size_t n : s.pool) pool_.emplace_back(n);
+  pool_bucket_.assign(pool_.size(), -1);
+}
+
+GradBuckets::Sizes GradBuckets::sizes(const FlatLayout& layout, int zero, size_t expert_floats) {
+  Sizes s;
+  if (zero < 2) {
+    s.storage = layout.flat_size();
+    return s;
   }
-  shard_.resize(layout_.shard_size() + experts_.floats());
+  s.storage = layout.shard_size() + expert_floats;
   size_t edge_bucket = 0, block_bucket = 0;
-  std::vector<int> block_buckets(size_t(layout_.num_chunks()), 0);  // per chunk
-  for (size_t k = 0; k < nb; ++k) {
-    size_t& m = edge_bucket_[k] ? edge_bucket : block_bucket;
-    m = std::max(m, layout_.buckets()[k].size());
-    if (!edge_bucket_[k])
-      ++block_buckets[size_t(layout_.units()[size_t(layout_.buckets()[k].units[0])].chunk)];
+  std::vector<int> block_buckets(size_t(layout.num_chunks()), 0);  // per chunk
+  for (const FlatBucket& b : layout.buckets()) {
+    const FlatUnit& first = layout.units()[size_t(b.units[0])];
+    const bool edge = layout.is_edge(b.units[0]);  // an edge unit is a bucket of its own
+    size_t& m = edge ? edge_bucket : block_bucket;
+    m = std::max(m, b.size());
+    if (!edge) ++block_buckets[size_t(first.chunk)];
   }
   const int block_buffers =
       std::min(2, *std::max_element(block_buckets.begin(), block_buckets.end()));
-  pool_.emplace_back(edge_bucket);
-  for (int i = 0; i < block_buffers; ++i) pool_.emplace_back(block_bucket);
-  pool_bucket_.assign(pool_.size(), -1);
+  s.pool.push_back(edge_bucket);
+  for (int i = 0; i < block_buffers; ++i) s.pool.push_back(block_bucket);
+  return s;
 }
 
 GradBuckets::~GradBuckets() {

@@ -39,6 +39,14 @@ class GradBuckets {
   // experts: this rank's expert ranges (empty: none), kept out of the dp reduction.
   GradBuckets(const FlatLayout& layout, Communicator& dp, int zero, ExpertRanges& experts,
               ExposedTime& exposed);
+  // What the constructor allocates for a layout, in floats: the storage (the flat
+  // gradients, or the shard and the experts' packed gradients) and the pool's buffers
+  // (stages 2-3: the edge buffer, then the block buffers). The memory estimate asks it.
+  struct Sizes {
+    size_t storage = 0;
+    std::vector<size_t> pool;
+  };
+  static Sizes sizes(const FlatLayout& layout, int zero, size_t expert_floats);
   ~GradBuckets();  // waits for the reductions in flight
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;

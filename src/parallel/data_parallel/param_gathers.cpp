@@ -10,14 +10,21 @@ namespace mt {
 ParamGathers::ParamGathers(const FlatLayout& layout, Communicator& dp, const float* shard,
                            ExposedTime& exposed, std::vector<Overlay> overlays)
     : layout_(layout), dp_(dp), shard_(shard), exposed_(exposed), overlays_(std::move(overlays)) {
-  size_t block_max = 0;
-  for (size_t u = 0; u < layout_.units().size(); ++u)
-    if (!layout_.is_edge(int(u))) block_max = std::max(block_max, layout_.units()[u].padded);
+  const std::vector<size_t> floats = buffer_floats(layout_);
   edges_.resize(size_t(layout_.num_chunks()));
-  for (size_t c = 0; c < edges_.size(); ++c)
-    if (size_t n = layout_.units()[size_t(layout_.first_unit(int(c)))].padded)
-      edges_[c].buf.resize(n);
-  for (Slot& s : blocks_) s.buf.resize(block_max);
+  for (size_t c = 0; c < edges_.size(); ++c) edges_[c].buf.resize(floats[c]);
+  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i].buf.resize(floats[edges_.size() + i]);
+}
+
+std::vector<size_t> ParamGathers::buffer_floats(const FlatLayout& layout) {
+  std::vector<size_t> floats;
+  size_t block_max = 0;
+  for (size_t u = 0; u < layout.units().size(); ++u)
+    if (!layout.is_edge(int(u))) block_max = std::max(block_max, layout.units()[u].padded);
+  for (int c = 0; c < layout.num_chunks(); ++c)
+    floats.push_back(layout.units()[size_t(layout.first_unit(c))].padded);
+  floats.insert(floats.end(), std::tuple_size_v<decltype(blocks_)>, block_max);
+  return floats;
 }
 
 ParamGathers::~ParamGathers() {

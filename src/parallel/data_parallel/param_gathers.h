@@ -37,6 +37,9 @@ class ParamGathers {
   // shard: this rank's parameter shard (layout.shard_size() floats), read by the gathers.
   ParamGathers(const FlatLayout& layout, Communicator& dp, const float* shard, ExposedTime& exposed,
                std::vector<Overlay> overlays = {});
+  // What the constructor allocates for a layout, in floats: each chunk's edge buffer (0
+  // for an empty edge unit), then the two block buffers. The memory estimate asks it.
+  static std::vector<size_t> buffer_floats(const FlatLayout& layout);
   ~ParamGathers();  // waits for the gathers in flight
   ParamGathers(const ParamGathers&) = delete;
   ParamGathers& operator=(const ParamGathers&) = delete;

@@ -5,16 +5,88 @@
 
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/shard_reader.h"
 #include "train/global_view.h"
+#include "train/hf_config.h"
+#include "train/hf_export.h"
+#include "train/path_checks.h"
+#include "train/tokenizer.h"
 #include "train/weights_file.h"
 
 namespace fs = std::filesystem;
 
 namespace mt {
 
-ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::string& out) {
+namespace {
+
+// The whole model's weights a checkpoint holds, verified, for an export.
+struct CheckpointWeights {
+  ModelConfig model;
+  ParamTable table;
+  GlobalTensors weights;
+  std::map<std::string, std::string> metadata;  // the tokenizer record travels here
+  ConsolidateReport report;
+};
+
+// A checkpoint holding NaN is damaged input (exit 2, as --load says it); the writer's own
+// gate (train/finite_gate.h) would refuse it too, as a failure.
+void require_finite_tensor(const std::string& dir, const std::string& name,
+                           const std::vector<float>& w) {
+  for (size_t i = 0; i < w.size(); ++i)
+    MT_REQUIRE(std::isfinite(w[i]), dir, ": tensor ", name, " element ", i, " is ", w[i],
+               " (not finite): the checkpoint holds a diverged state; nothing was written");
+}
+
+CheckpointWeights read_sharded(const std::string& dir) {
+  const ShardedVerification v = verify_sharded_checkpoint(dir);
+  const Manifest& m = v.manifest;
+  ShardReader reader(dir, m);
+  CheckpointWeights c{m.model, whole_model_table(m.model), {}, m.metadata, {}};
+  for (const ParamInfo& p : c.table.entries()) {
+    const ManifestTensor* t = reader.tensor(p.name);
+    MT_REQUIRE(t && t->shape == p.global_shape, dir, "/", kManifestFile, ": tensor ", p.name,
+               " is missing or not of its model's shape");
+    c.weights.emplace_back(size_t(p.global_numel()));
+    reader.read(p.name, 0, p.global_numel(), c.weights.back().data());
+    require_finite_tensor(dir, p.name, c.weights.back());
+  }
+  c.report = {m.step, int64_t(c.table.entries().size()), v.bytes_verified};
+  return c;
+}
+
+// A global checkpoint (checkpoint.h): its model.safetensors carries the model config and
+// the tokenizer record as metadata.
+CheckpointWeights read_global(const std::string& dir) {
+  const CheckpointVerification v = verify_checkpoint(dir);
+  const std::string path = dir + "/model.safetensors";
+  const ModelConfig model = model_config_from_file(path, ModelConfig{});
+  const SafetensorsFile f(path);
+  CheckpointWeights c{model, whole_model_table(model), {}, f.metadata(), {}};
+  for (const ParamInfo& p : c.table.entries()) {
+    f.expect_shape(p.name, p.global_shape);
+    c.weights.push_back(f.read(p.name));
+    require_finite_tensor(dir, p.name, c.weights.back());
+  }
+  c.report = {read_train_state(dir).step, int64_t(c.table.entries().size()), v.bytes_verified};
+  return c;
+}
+
+// Writing `out` (flag) must not touch the checkpoint `dir`: not inside it, not it, not
+// around it (a directory output replaces what it holds).
+void require_apart(const std::string& flag, const std::string& out, const std::string& dir) {
+  std::error_code ec;
+  const std::string o = fs::weakly_canonical(fs::absolute(out), ec).string();
+  const std::string d = fs::weakly_canonical(fs::absolute(dir), ec).string();
+  MT_REQUIRE(o != d && !o.starts_with(d + "/") && !d.starts_with(o + "/"), flag, " ", out,
+             " overlaps the checkpoint ", dir, " it reads; write it elsewhere");
+}
+
+}  // namespace
+
+ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::string& out,
+                                            bool as_bf16) {
   require_output_file("--to", out);
   // Writing into the checkpoint would replace one of its files (or add a stranger to it).
   std::error_code ec;
@@ -22,26 +94,23 @@ ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::s
   const fs::path ckpt = fs::weakly_canonical(fs::absolute(dir), ec);
   MT_REQUIRE(out_dir != ckpt, "--to ", out, " is inside the checkpoint ", dir,
              " it reads; write it elsewhere");
-  const ShardedVerification v = verify_sharded_checkpoint(dir);
-  const Manifest& m = v.manifest;
-  ShardReader reader(dir, m);
-  const ParamTable table = whole_model_table(m.model);
-  GlobalTensors weights;
-  for (const ParamInfo& p : table.entries()) {
-    const ManifestTensor* t = reader.tensor(p.name);
-    MT_REQUIRE(t && t->shape == p.global_shape, dir, "/", kManifestFile, ": tensor ", p.name,
-               " is missing or not of its model's shape");
-    weights.emplace_back(size_t(p.global_numel()));
-    reader.read(p.name, 0, p.global_numel(), weights.back().data());
-    // A checkpoint holding NaN is damaged input (exit 2, as --load says it); the writer's
-    // own gate (train/finite_gate.h) would refuse it too, as a failure.
-    const std::vector<float>& w = weights.back();
-    for (size_t i = 0; i < w.size(); ++i)
-      MT_REQUIRE(std::isfinite(w[i]), dir, ": tensor ", p.name, " element ", i, " is ", w[i],
-                 " (not finite): the checkpoint holds a diverged state; nothing was written");
-  }
-  export_weights(out, table, m.model, weights, /*as_bf16=*/false, m.metadata);
-  return {m.step, int64_t(table.entries().size()), v.bytes_verified};
+  const CheckpointWeights c = read_sharded(dir);
+  export_weights(out, c.table, c.model, c.weights, as_bf16, c.metadata);
+  return c.report;
+}
+
+ConsolidateReport export_checkpoint_to_hf(const std::string& dir, const std::string& out,
+                                          bool as_bf16) {
+  require_hf_output_dir("--to-hf", out);
+  require_apart("--to-hf", out, dir);
+  const bool sharded = loads_sharded(dir);
+  if (!sharded) require_input_dir("--from", dir);
+  const CheckpointWeights c = sharded ? read_sharded(dir) : read_global(dir);
+  require_hf_exportable(c.model, "--to-hf");
+  const std::string where = sharded ? dir + "/" + kManifestFile : dir + "/model.safetensors";
+  export_hf_directory(out, c.table, c.model, c.weights, as_bf16,
+                      metadata_tokenizer(c.metadata, where));
+  return c.report;
 }
 
 }  // namespace mt

@@ -1,6 +1,7 @@
 // `meshtrain export --from CHECKPOINT_DIR --to FILE.safetensors`: the weights of a sharded
 // checkpoint as the single nanoGPT-named file (weights_file.h) that moves to PyTorch, built
-// offline from the shards, tensor by tensor through the manifest.
+// offline from the shards, tensor by tensor through the manifest. `--to-hf DIR`: the weights
+// of a sharded or global checkpoint as a Hugging Face Llama directory (train/hf_export.h).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,15 @@ struct ConsolidateReport {
 
 // Verifies the whole checkpoint first (verify_sharded_checkpoint), refuses an output that
 // is a file of the checkpoint, then writes `out` atomically. UsageError for bad input.
-ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::string& out);
+// as_bf16: the weights in BF16 (--export-dtype bf16).
+ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::string& out,
+                                            bool as_bf16 = false);
+
+// Verifies the checkpoint (sharded or global) and every value finite, refuses an output
+// directory that overlaps it or holds anything but an export, then publishes `out` whole.
+// as_bf16: the weights in BF16. UsageError for bad input or a model a Hugging Face Llama
+// directory cannot describe (gpt2, MoE).
+ConsolidateReport export_checkpoint_to_hf(const std::string& dir, const std::string& out,
+                                          bool as_bf16);
 
 }  // namespace mt

@@ -51,6 +51,13 @@ json model_json(const ModelConfig& c) {
     j["rope_theta"] = c.rope_theta;
     j["norm_eps"] = c.norm_eps;
     j["tie_embeddings"] = c.tie_embeddings;
+    if (c.rope_scaling.enabled()) {  // Llama 3.1's, from a Hugging Face config.json
+      const RopeScaling& s = c.rope_scaling;
+      j["rope_scaling"] = {{"factor", s.factor},
+                           {"low_freq_factor", s.low_freq_factor},
+                           {"high_freq_factor", s.high_freq_factor},
+                           {"original_max_position", s.original_max_position}};
+    }
   }
   return j;
 }

@@ -89,6 +89,19 @@ ModelConfig parse_model(const json& j, const std::string& where) {
     MT_REQUIRE(j.contains("tie_embeddings") && j["tie_embeddings"].is_boolean(), where,
                ": \"tie_embeddings\" is not true or false");
     c.tie_embeddings = j["tie_embeddings"].get<bool>();
+    if (j.contains("rope_scaling")) {  // absent: none (and every manifest before it)
+      const json& s = j["rope_scaling"];
+      const std::string at = where + " \"rope_scaling\"";
+      MT_REQUIRE(s.is_object(), at, " is not an object");
+      c.rope_scaling.factor = get_number(s, "factor", at);
+      c.rope_scaling.low_freq_factor = get_number(s, "low_freq_factor", at);
+      c.rope_scaling.high_freq_factor = get_number(s, "high_freq_factor", at);
+      c.rope_scaling.original_max_position =
+          int(get_int(s, "original_max_position", 1, INT_MAX, at));
+      MT_REQUIRE(c.rope_scaling.factor > 0 &&
+                     c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor,
+                 at, " is not a llama3 scaling (factor > 0, high_freq_factor > low_freq_factor)");
+    }
   }
   return c;
 }
