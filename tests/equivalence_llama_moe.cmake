@@ -69,3 +69,38 @@ add_test(NAME equivalence.llama_moe_mpi_np2
                  --layout "--backend mpi --dp 2 --ep 2 --zero 3"
                  --layout "--backend mpi --tp 2 --sequence-parallel --microbatches 2")
 set_tests_properties(equivalence.llama_moe_mpi_np2 PROPERTIES LABELS "mpi;moe;llama" TIMEOUT 600)
+# --export-hf of a llama MoE model (§9a): a meshtrain_moe config.json with DeepseekV3Config's
+# MoE keys, the selection biases in model.safetensors, and --init-from DIR continuing exactly
+# as --init-from of the same run's --export file.
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/llama_moe_hf_check.py [=[
+import json, os, struct, subprocess, sys, tempfile
+bin_, flags = sys.argv[1], sys.argv[2].split()
+i = flags.index("--steps")
+del flags[i:i + 2]  # each run gives its own
+def train(extra, d, name):
+    m = os.path.join(d, name + ".jsonl")
+    subprocess.run([bin_, "train"] + flags + extra + ["--metrics", m, "--quiet"], check=True)
+    return [r["loss"] for r in map(json.loads, open(m)) if "loss" in r]
+with tempfile.TemporaryDirectory() as d:
+    hf, st = os.path.join(d, "hf"), os.path.join(d, "w.safetensors")
+    train(["--steps", "3", "--export", st, "--export-hf", hf], d, "a")
+    cfg = json.load(open(os.path.join(hf, "config.json")))
+    want = {"model_type": "meshtrain_moe", "architectures": ["MeshtrainMoeForCausalLM"],
+            "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "n_shared_experts": 1, "first_k_dense_replace": 1, "routed_scaling_factor": 2.0,
+            "scoring_func": "sigmoid", "norm_topk_prob": True, "moe_layer_freq": 1}
+    bad = {k: cfg.get(k) for k, v in want.items() if cfg.get(k) != v}
+    assert not bad, bad
+    with open(os.path.join(hf, "model.safetensors"), "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    for i in (1, 2):
+        assert f"model.layers.{i}.mlp.gate.e_score_correction_bias" in header, sorted(header)
+    from_dir = train(["--steps", "4", "--init-from", hf], d, "b")
+    from_file = train(["--steps", "4", "--init-from", st], d, "c")
+    assert from_dir == from_file, (from_dir, from_file)
+print("OK")
+]=])
+add_test(NAME cli.llama_moe_export_hf
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_BINARY_DIR}/llama_moe_hf_check.py ${MT_EQUIV_BIN}
+                 "${MT_LLAMA_MOE}")
+set_tests_properties(cli.llama_moe_export_hf PROPERTIES LABELS "binary;moe;llama" TIMEOUT 300)

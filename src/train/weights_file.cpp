@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <optional>
 #include <system_error>
 #include <utility>
@@ -408,9 +409,14 @@ std::vector<NamedTensor> exported_router_biases(const ModelConfig& cfg,
 
 void import_router_biases(const std::string& path, const std::vector<MoeLayer*>& moe,
                           const ModelConfig& cfg) {
-  // A Hugging Face directory holds no selection bias (hf_directory.h).
-  if (moe.empty() || !cfg.llama() || is_hf_directory(path)) return;
-  SafetensorsFile f(path);
+  if (moe.empty() || !cfg.llama()) return;
+  // A meshtrain_moe directory (hf_config.h) keeps them in its one weights file; a directory
+  // sharded by another writer has none.
+  const bool dir = is_hf_directory(path);
+  const std::string file = dir ? path + "/" + kHfWeightsFile : path;
+  std::error_code ec;
+  if (dir && !std::filesystem::is_regular_file(file, ec)) return;
+  SafetensorsFile f(file);
   for (MoeLayer* m : moe) {
     const std::string name = router_bias_name(router_weight_name(cfg, m->layer()));
     if (!f.contains(name)) continue;
