@@ -6,10 +6,10 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/global_checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/consolidate.h"
-#include "train/path_checks.h"
+#include "train/checkpoint/checkpoint_paths.h"
 
 namespace mt {
 

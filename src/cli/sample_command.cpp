@@ -12,7 +12,7 @@
 #include "data/sentencepiece_tokenizer.h"
 #include "model/gpt.h"
 #include "model/sampler.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/global_checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/hf_directory.h"
 #include "train/tokenizer.h"

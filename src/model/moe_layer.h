@@ -114,7 +114,7 @@ class MoeLayer {
 
   // Aux-loss-free balancing state (E): added to the scores for selection only. Not a
   // parameter (no gradient, no optimizer): checkpointed next to the optimizer state
-  // (train/checkpoint.h, router_bias_name). Must be identical on every rank.
+  // (train/global_view.h, router_bias_name). Must be identical on every rank.
   std::vector<float>& router_bias() { return router_.bias(); }
   // After the optimizer step: bias_e += gamma * sign(mean(load) - load_e), where load is
   // the step's `selected` counts summed over the dp group (so every rank applies the same

@@ -45,6 +45,18 @@ ParamTable whole_model_table(const ModelConfig& cfg) {
   return table;
 }
 
+std::string router_bias_name(const std::string& router_weight_name) {
+  const std::string weight = ".weight";
+  MT_CHECK(is_router_weight(router_weight_name), router_weight_name, " is not a router weight");
+  const std::string stem = router_weight_name.substr(0, router_weight_name.size() - weight.size());
+  // §9's name for the llama router (DeepSeek-V3's); gpt2's own.
+  return stem + (stem.ends_with(".mlp.gate") ? ".e_score_correction_bias" : ".expert_bias");
+}
+
+bool is_router_weight(const std::string& name) {
+  return name.ends_with(".mlp.router.weight") || name.ends_with(".mlp.gate.weight");
+}
+
 std::vector<std::string> router_bias_names(const ParamTable& table) {
   std::vector<std::string> out;
   for (const ParamInfo& p : table.entries())
@@ -113,6 +125,11 @@ GlobalView::GlobalView(const ModelConfig& cfg, const ParamTable& table,
       biases_(bias_tensors(bias_names_, cfg.experts), router_bias_names(table), world) {
   MT_CHECK(router_bias_names(table).size() == moe_.size(), "the table holds ",
            router_bias_names(table).size(), " routers for ", moe_.size(), " MoE layers");
+}
+
+GlobalTensors GlobalView::gather(const ParamTable& table, const float* arena,
+                                 Communicator* tp) const {
+  return to_lead(assemble_global(table, arena, tp));
 }
 
 std::vector<NamedTensor> GlobalView::router_biases_to_lead() const {

@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/reduce.h"
-#include "train/checkpoint.h"
+#include "train/global_view.h"
 #include "train/hf_directory.h"
 
 namespace mt {
@@ -143,14 +143,6 @@ std::vector<SafetensorsTensor> global_tensors(const ParamTable& table, const Glo
     ++i;
   }
   return out;
-}
-
-FileDigest write_global_tensors(const std::string& path, const ParamTable& table,
-                                const GlobalTensors& g, const std::string& suffix,
-                                const std::map<std::string, std::string>& meta) {
-  std::vector<std::string> names;
-  auto tensors = global_tensors(table, g, suffix, names);
-  return write_safetensors(path, tensors, meta);
 }
 
 // Fills this rank's local elements of every tensor from the file's global tensors.
