@@ -31,12 +31,12 @@ set_tests_properties(reference.vs_torch.l1_v256_clip reference.vs_torch.l3_v2048
                      PROPERTIES LABELS reference TIMEOUT 300)
 
 # The --arch llama cases (tests/reference/llama_cases.py, docs/contracts.md section 9): the
-# dense block against the PyTorch reference, and Hugging Face directories written by hand in
-# PyTorch (hf_dir.py) read with --init-from DIR (llama_rope_scaling, llama_hf_sharded_bf16,
-# llama_hf_f16_tied). The llama MoE cases (llama_moe_softmax, llama_moe_sigmoid_bias) join
-# this list with the engine work they check.
+# dense block and the DeepSeek-V3 MoE layer (softmax and sigmoid routers, docs/moe.md) against
+# the PyTorch reference, and Hugging Face directories written by hand in PyTorch (hf_dir.py)
+# read with --init-from DIR (llama_rope_scaling, llama_hf_sharded_bf16, llama_hf_f16_tied).
 set(mt_llama_cases llama_gqa llama_mqa_v2048_mb2 llama_tied llama_head_dim llama_bf16
-                   llama_v2048_bf16 llama_rope_scaling llama_hf_sharded_bf16 llama_hf_f16_tied)
+                   llama_v2048_bf16 llama_rope_scaling llama_hf_sharded_bf16 llama_hf_f16_tied
+                   llama_moe_softmax llama_moe_sigmoid_bias)
 foreach(case ${mt_llama_cases})
   add_test(NAME reference.vs_torch.${case}
            COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/test_vs_torch.py

@@ -12,10 +12,10 @@ add_test(NAME cli_mpirun_world_mismatch
                  "^meshtrain: error: the layout needs --pp x --dp x --tp = 4 ranks but Open MPI started 2 processes" 60
                  ${MT_MPIRUN} -np 2 $<TARGET_FILE:meshtrain> train --backend mpi --dp 4 --steps 1 --quiet)
 # A rule that used to fire inside the ranks (block.cpp, trainer.cpp) is found before them.
-add_test(NAME cli_mpirun_experts_need_tp1
-         COMMAND ${MT_EXPECT} 2 "^meshtrain: error: --experts needs --tp 1 for now \\(the experts" 60
-                 ${MT_MPIRUN} -np 2 $<TARGET_FILE:meshtrain> train --backend mpi --tp 2 --experts 4 --steps 1 --quiet)
-set_tests_properties(cli_mpirun_world_mismatch cli_mpirun_experts_need_tp1
+add_test(NAME cli_mpirun_experts_tp_rows
+         COMMAND ${MT_EXPECT} 2 "^meshtrain: error: --experts with --tp 2 splits each microbatch's 7 token rows" 60
+                 ${MT_MPIRUN} -np 2 $<TARGET_FILE:meshtrain> train --backend mpi --tp 2 --experts 4 --batch 1 --seq 7 --steps 1 --quiet)
+set_tests_properties(cli_mpirun_world_mismatch cli_mpirun_experts_tp_rows
                      PROPERTIES LABELS mpi ENVIRONMENT "${MT_MPI_ENV};EXPECT_ERROR_LINES=1" TIMEOUT 90)
 
 # A usage error under mpirun is printed exactly once in every launch (issue #26): before,

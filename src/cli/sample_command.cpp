@@ -109,7 +109,10 @@ int run_sample(const SampleArgs& a) {
   set_compute_threads(a.threads);
   GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
   import_weights(weights, model);
-  if (!a.load.empty()) load_router_biases(a.load, model.table(), model.moe_layers());
+  if (!a.load.empty())
+    load_router_biases(a.load, model.table(), model.moe_layers());
+  else
+    import_router_biases(weights, model.moe_layers(), cfg);
   SampleOptions so;
   so.tokens = a.tokens;
   so.temperature = a.temperature;

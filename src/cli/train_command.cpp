@@ -67,6 +67,25 @@ void define_llama_flags(FlagSet& f, ModelConfig& m) {
              "llama: the head multiplies the token table (no lm_head.weight; gpt2 always ties)");
 }
 
+// --arch llama's mixture of experts, DeepSeek-V3 style (section 9; docs/moe.md).
+void define_llama_moe_flags(FlagSet& f, ModelConfig& m) {
+  f.add("model", "expert-ffn-dim", &m.expert_ffn_dim,
+        "llama MoE: each routed expert's SwiGLU width Fe (0 = --ffn-dim)", {0, kMaxFfnDim});
+  f.add("model", "shared-experts", &m.shared_experts,
+        "llama MoE: shared experts S, one SwiGLU of width S x Fe on every token, added to the "
+        "routed output (0 = none)",
+        {0, kMaxExperts});
+  f.add("model", "first-dense-layers", &m.first_dense_layers,
+        "llama MoE: layers 0..N-1 keep the dense MLP", {0, kMaxLayers});
+  f.add_choice("model", "router", &m.router,
+               "llama MoE: softmax (top-k of the softmax, gates renormalised when topk > 1) or "
+               "sigmoid (DeepSeek-V3: top-k of sigmoid scores, gates divided by their sum)",
+               {{"softmax", RouterScore::softmax}, {"sigmoid", RouterScore::sigmoid}});
+  f.add("model", "routed-scale", &m.routed_scale,
+        "llama MoE: the routed experts' gates are multiplied by this (both routers)",
+        {0, kMaxFloat, /*min_exclusive=*/true});
+}
+
 // One function per group of --help and of the config file's tables.
 void define_model_flags(FlagSet& f, ModelConfig& m) {
   f.add_choice("model", "arch", &m.arch,
@@ -92,6 +111,7 @@ void define_model_flags(FlagSet& f, ModelConfig& m) {
   f.add("model", "router-bias-update", &m.router_bias_update,
         "aux-loss-free balancing bias step gamma (0 = off)", {0, kMaxFloat});
   define_llama_flags(f, m);
+  define_llama_moe_flags(f, m);
 }
 
 void define_parallel_flags(FlagSet& f, ParallelOptions& p) {
@@ -184,7 +204,8 @@ void define_optim_flags(FlagSet& f, OptimOptions& t) {
         "activation recomputation: none (keep everything), selective (recompute the "
         "attention core's softmax probabilities in backward: no (b, heads, seq, seq) per "
         "layer per microbatch) or full (keep each block's input only and re-run the block's "
-        "forward in its backward; not with --experts); exact, same losses and weights");
+        "forward in its backward; an MoE block routes again without counting its routing "
+        "twice); exact, same losses and weights");
   f.add("train", "precision", &t.precision,
         "fp32, or bf16: the linear layers multiply bf16 weights and inputs with fp32 "
         "accumulation (oneDNN; AVX512-BF16 or AMX), master weights, optimizer, gradients, "

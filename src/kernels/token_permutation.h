@@ -19,8 +19,11 @@ namespace mt {
 // From experts (N, k): counts (E) kept rows per expert, row_of (N, k) the row of each
 // assignment in the expert-sorted order (-1 when dropped), row_token (M) the token of each
 // row. capacity <= 0 means dropless. Returns M, the number of kept assignments.
+// held (E, or null): choices of earlier tokens of the same group that other ranks route
+// (tensor parallelism's token split): an expert keeps an assignment only while held[e] plus
+// its kept ones here stay below the capacity, so the drops are those of the whole group.
 int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
-                  int N, int E, int k, int capacity);
+                  int N, int E, int k, int capacity, const int64_t* held = nullptr);
 
 // Capacity of one expert for one group of N tokens (CONTRACTS.md §1): ceil(N * k * F / E),
 // F taken at its float value; 0 (dropless) when F is 0.

@@ -25,10 +25,11 @@
 
 namespace mt {
 
-// Block i's MLP is a mixture of experts when --experts > 0 and (i + 1) % --moe-every == 0:
-// every block for moe_every 1, the second, fourth, ... for 2 (the last block of each group).
+// Block i's MLP is a mixture of experts when --experts > 0, i >= --first-dense-layers and
+// (i + 1) % --moe-every == 0: every block for moe_every 1, the second, fourth, ... for 2 (the
+// last block of each group), ModelConfig::is_moe.
 inline bool is_moe_layer(const ModelConfig& cfg, int layer) {
-  return cfg.experts > 0 && (layer + 1) % cfg.moe_every == 0;
+  return cfg.is_moe(layer);
 }
 
 // Blocks of one kind hold the same sizes (parameters, slot buffers, workspaces), whatever

@@ -28,6 +28,11 @@ int ModelConfig::hidden() const {
   return int((8 * int64_t(dim) + 767) / 768 * 256);
 }
 
+int ModelConfig::expert_hidden() const {
+  if (!llama()) return 4 * dim;
+  return expert_ffn_dim > 0 ? expert_ffn_dim : hidden();
+}
+
 const char* ModelConfig::token_table_name() const {
   return llama() ? "model.embed_tokens.weight" : "transformer.wte.weight";
 }
@@ -48,6 +53,13 @@ void validate_gpt2_only(const ModelConfig& c) {
   MT_REQUIRE(c.rope_theta == 500000.0, "--rope-theta", why);
   MT_REQUIRE(c.norm_eps == 1e-5f, "--norm-eps", why);
   MT_REQUIRE(!c.rope_scaling.enabled(), "rope_scaling", why);
+  // The DeepSeek-V3 MoE knobs (§9): the gpt2 MoE is section 1's (softmax, GELU experts of 4C).
+  MT_REQUIRE(c.expert_ffn_dim == 0 || c.expert_ffn_dim == 4 * c.dim, "--expert-ffn-dim ",
+             c.expert_ffn_dim, why);
+  MT_REQUIRE(c.shared_experts == 0, "--shared-experts ", c.shared_experts, why);
+  MT_REQUIRE(c.first_dense_layers == 0, "--first-dense-layers ", c.first_dense_layers, why);
+  MT_REQUIRE(c.router == RouterScore::softmax, "--router sigmoid", why);
+  MT_REQUIRE(c.routed_scale == 1.0f, "--routed-scale ", c.routed_scale, why);
 }
 
 void validate_llama(const ModelConfig& c) {
@@ -64,6 +76,12 @@ void validate_llama(const ModelConfig& c) {
              "--rope-theta must be a finite number > 1 (got ", c.rope_theta, ")");
   MT_REQUIRE(std::isfinite(c.norm_eps) && c.norm_eps > 0,
              "--norm-eps must be a finite number > 0 (got ", c.norm_eps, ")");
+  MT_REQUIRE(c.expert_ffn_dim >= 0, "--expert-ffn-dim must be >= 1 (got ", c.expert_ffn_dim, ")");
+  MT_REQUIRE(c.shared_experts >= 0, "--shared-experts must be >= 0 (got ", c.shared_experts, ")");
+  MT_REQUIRE(c.first_dense_layers >= 0, "--first-dense-layers must be >= 0 (got ",
+             c.first_dense_layers, ")");
+  MT_REQUIRE(std::isfinite(c.routed_scale) && c.routed_scale > 0,
+             "--routed-scale must be a finite number > 0 (got ", c.routed_scale, ")");
 }
 
 }  // namespace
@@ -107,20 +125,26 @@ int64_t mlp_params(const ModelConfig& c) {
   if (!c.llama()) return 4 * C * C + 4 * C + 4 * C * C + C;
   return 3 * C * H;
 }
+// One routed expert (gpt2: the dense MLP; llama: a SwiGLU of width Fe).
+int64_t expert_params(const ModelConfig& c) {
+  return c.llama() ? 3 * int64_t(c.dim) * c.expert_hidden() : mlp_params(c);
+}
 
 }  // namespace
 
 int64_t ModelConfig::moe_layers() const {
   if (experts <= 0) return 0;
   int64_t n = 0;
-  for (int i = 0; i < layers; ++i) n += (i + 1) % moe_every == 0;  // as is_moe_layer
+  for (int i = 0; i < layers; ++i) n += is_moe(i);
   return n;
 }
 
 int64_t ModelConfig::num_params() const {
   const int64_t C = dim, moe = moe_layers();
+  // An MoE layer: E routed experts, the router [E, C] and (llama) the shared experts.
+  const int64_t shared = 3 * C * shared_hidden();
   const int64_t blocks = layers * attention_params(*this) + (layers - moe) * mlp_params(*this) +
-                         moe * (experts * mlp_params(*this) + experts * C);  // + router
+                         moe * (experts * expert_params(*this) + experts * C + shared);
   if (llama())  // embedding, untied head, final RMSNorm
     return int64_t(vocab) * C * (tied() ? 1 : 2) + blocks + C;
   return int64_t(vocab) * C + int64_t(position_rows()) * C + blocks + 2 * C;
@@ -129,7 +153,7 @@ int64_t ModelConfig::num_params() const {
 double ModelConfig::flops_per_token() const {
   // Active parameters: a MoE layer runs its router and topk experts per token.
   const int64_t moe = moe_layers();
-  const int64_t inactive = moe * (experts - topk) * mlp_params(*this);
+  const int64_t inactive = moe * (experts - topk) * expert_params(*this);
   const int64_t positions = llama() ? 0 : int64_t(position_rows()) * dim;
   double n = double(num_params() - inactive - positions);
   const double attention_width = llama() ? double(heads) * head_dim() : double(dim);

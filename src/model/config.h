@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/rope.h"
+#include "kernels/router.h"
 
 namespace mt {
 
@@ -36,6 +37,13 @@ struct ModelConfig {
   float capacity_factor = 0;
   float aux_loss_coef = 0.01f;
   float router_bias_update = 0;
+  // DeepSeek-V3's MoE on the llama block (§9, "Mixture of experts under --arch llama"); the
+  // gpt2 MoE keeps section 1's softmax router and GELU experts of the dense width.
+  int expert_ffn_dim = 0;      // routed experts' SwiGLU width Fe (default the ffn width)
+  int shared_experts = 0;      // S: one SwiGLU of width S * Fe on every token (0 = none)
+  int first_dense_layers = 0;  // layers 0..N-1 keep the dense MLP
+  RouterScore router = RouterScore::softmax;
+  float routed_scale = 1.0f;  // the routed experts' gates are multiplied by it
 
   // --arch llama only (§9); 0 means the default named in each comment.
   int kv_heads = 0;   // key/value heads Hkv, dividing heads (default heads)
@@ -57,9 +65,18 @@ struct ModelConfig {
   // Names of the token table and of the head's matrix (the same tensor when tied).
   const char* token_table_name() const;
   const char* head_weight_name() const;
+  // Each routed expert's hidden width: 4C for gpt2 (the dense MLP's), Fe for llama.
+  int expert_hidden() const;
+  // The shared experts' SwiGLU width S * Fe (0: none; llama only).
+  int shared_hidden() const { return llama() ? shared_experts * expert_hidden() : 0; }
+  // Block i's MLP is a mixture of experts: --experts > 0, i >= --first-dense-layers and
+  // (i + 1) % --moe-every == 0.
+  bool is_moe(int layer) const {
+    return experts > 0 && layer >= first_dense_layers && (layer + 1) % moe_every == 0;
+  }
   // Throws UsageError naming the flag and what is allowed.
   void validate() const;
-  // Blocks whose MLP is a mixture of experts (block i when (i+1) % moe_every == 0).
+  // Blocks whose MLP is a mixture of experts (is_moe).
   int64_t moe_layers() const;
   // Parameters of the global model (tied embedding counted once, every expert counted).
   int64_t num_params() const;

@@ -1,10 +1,12 @@
 // The experts of one mixture-of-experts layer on this rank, as the layer (moe_layer.h) sees
 // them: a block of rows grouped by local expert in, a block of rows out, and the passes B
-// and W. The layer picks the implementation once, at construction, by precision:
+// and W. The layer picks the implementation once, at construction, by kind (GELU experts
+// of the gpt2 MoE, §1; SwiGLU experts of the llama MoE, §9) and precision:
 // expert_mlp_fp32.h or expert_mlp_bf16.h. Each registers this rank's experts' parameters
-// (global names, transformer.h.{i}.mlp.experts.{e}.*) and reserves what its backward keeps
-// in the microbatch's slot; how it multiplies (a GEMM pair per expert, chunks of rows, one
-// grouped GEMM over all experts) is its own business.
+// (global names: transformer.h.{i}.mlp.experts.{e}.* or model.layers.{i}.mlp.experts.{e}.*)
+// and reserves what its backward keeps in the microbatch's slot; how it multiplies is its
+// own business. In fp32 the GEMMs go through expert_gemm.h, the seam where one grouped GEMM
+// over all local experts replaces the loop of one GEMM per expert.
 #pragma once
 
 #include <cstddef>
@@ -29,17 +31,25 @@ struct ExpertGroups {
   int total() const { return offset[count]; }
 };
 
+// The expert MLP of each architecture: gpt2's dense MLP (c_fc, tanh GELU, c_proj, with
+// biases; §1) or llama's SwiGLU (gate_proj, up_proj, down_proj, no biases; §9).
+enum class ExpertKind { gelu, swiglu };
+
 // The shape of one layer's local experts.
 struct ExpertShape {
-  std::string prefix;  // "transformer.h.{i}.mlp."
+  ExpertKind kind = ExpertKind::gelu;
+  std::string prefix;  // "transformer.h.{i}.mlp." or "model.layers.{i}.mlp."
   int dim = 0;         // C: rows in and out
   int hidden = 0;      // H: each expert's hidden width
   int first = 0;       // global index of this rank's first expert
   int count = 0;       // local experts
   int max_rows = 0;    // rows the local experts can receive per microbatch (slot sizing)
   int max_tokens = 0;  // tokens per microbatch
-  float proj_std = 0;  // init std of c_proj (CONTRACTS.md §1)
-  bool dry = false;    // a dry run (model/dry_model.h): arenas without memory
+  float proj_std = 0;  // init std of c_proj / down_proj (CONTRACTS.md §1, §9a)
+  // Each rank's gradients cover only its tokens (tensor parallelism's token split,
+  // moe_layer.h): ParamInfo::tp_partial_grad.
+  bool partial_grads = false;
+  bool dry = false;  // a dry run (model/dry_model.h): arenas without memory
 };
 
 class ExpertMlp {
@@ -84,9 +94,22 @@ class GeluExperts : public ExpertMlp {
   std::vector<Linear> fc_, proj_;  // per local expert
 };
 
-// The GELU experts in this precision: bf16 when bf16_version is non-null (the model's
-// weight version, GPT::weights_changed), else fp32.
-std::unique_ptr<ExpertMlp> make_gelu_experts(const ExpertShape& shape, const uint64_t* bf16_version,
-                                             ParamTable& table, SlotLayout& layout);
+// The SwiGLU experts of §9 (gate_proj and up_proj placed one after the other, so each
+// expert's [gate; up] is one (2H, C) matrix and one GEMM, as the dense llama MLP), for
+// either precision.
+class SwigluExperts : public ExpertMlp {
+ public:
+  SwigluExperts(const ExpertShape& shape, ParamTable& table);
+  void bind(float* params, float* grads) override;
+
+ protected:
+  int C_, H_, El_;
+  std::vector<Linear> gate_up_, down_;  // per local expert: (2H, C) and (C, H)
+};
+
+// The experts of shape.kind in this precision: bf16 when bf16_version is non-null (the
+// model's weight version, GPT::weights_changed), else fp32.
+std::unique_ptr<ExpertMlp> make_experts(const ExpertShape& shape, const uint64_t* bf16_version,
+                                        ParamTable& table, SlotLayout& layout);
 
 }  // namespace mt

@@ -39,18 +39,17 @@ GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard&
       sp_(tp.splits_sequence()),
       recompute_attention_(recompute == Recompute::selective),
       bf16_(bf16_version != nullptr) {
-  // The user-facing rules (--tp divides --heads, MoE needs --tp 1) are checked with the
-  // options before any rank starts; here they are invariants.
+  // The user-facing rule (--tp divides --heads) is checked with the options before any
+  // rank starts; here it is an invariant.
   MT_CHECK(cfg.heads % tp.size == 0, "tp ", tp.size, " does not divide heads ", cfg.heads);
   T_ = cfg.seq;
   NHl_ = cfg.heads / tp.size;
   Cl_ = NHl_ * cfg.head_dim();
   Hl_ = cfg.hidden() / tp.size;
   const bool moe = is_moe_layer(cfg, layer);
-  // The experts are whole dense MLPs; splitting them over tp is not implemented.
-  MT_CHECK(!moe || tp.size == 1, "a mixture-of-experts block with tp ", tp.size);
   register_params(layer, cfg, moe, table);
-  if (moe) moe_ = std::make_unique<MoeLayer>(layer, cfg, ep, max_b * cfg.seq, table, layout);
+  // Under tp the layer splits the tokens, not the experts (moe_layer.h).
+  if (moe) moe_ = std::make_unique<MoeLayer>(layer, cfg, ep, max_b * cfg.seq, table, layout, tp);
   qkv_ = tp::ColumnParallelLinear(tp, C_, 3 * Cl_);
   attn_proj_ = tp::RowParallelLinear(tp, Cl_, C_);
   fc_ = tp::ColumnParallelLinear(tp, C_, Hl_);
@@ -235,7 +234,7 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
   if (moe_) {  // the router reads an fp32 ln2_out; the experts keep their own rows
     float* ln2_out = s + off_.ln2_out;
     layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
-    moe_->forward(s, ln2_out, x_out, N);  // tp == 1: Nl == N
+    moe_->forward(s, ln2_out, x_out, N);  // this rank's Nl rows of N
   } else {
     Act* ln2_out = Ops::act(s, off_.ln2_out);
     Act* fc_out = Ops::act(s, off_.fc_out);

@@ -40,11 +40,18 @@ LlamaBlock::LlamaBlock(int layer, const ModelConfig& cfg, const TensorParallelSh
   MT_CHECK(context.rope && context.positions, "a llama block needs the chunk's RoPE table");
   Hl_ = cfg.heads / tp.size;
   Hkvl_ = cfg.kv() / tp.size;
-  Fl_ = cfg.hidden() / tp.size;
   const bool moe = is_moe_layer(cfg, layer);
-  MT_CHECK(!moe || tp.size == 1, "a mixture-of-experts block with tp ", tp.size);
+  // The dense MLP, or in an MoE layer the shared experts' SwiGLU (none when S is 0): both
+  // column/row-parallel like Megatron's MLP (tp divides the width: checked with the options).
+  const int F = moe ? cfg.shared_hidden() : cfg.hidden();
+  MT_CHECK(F % tp.size == 0, "tp ", tp.size, " does not divide the MLP width ", F);
+  Fl_ = F / tp.size;
+  has_mlp_ = F > 0;
   register_params(layer, cfg, moe, table);
-  if (moe) moe_ = std::make_unique<MoeLayer>(layer, cfg, ep, max_b * cfg.seq, table, layout);
+  if (moe) {
+    moe_ = std::make_unique<MoeLayer>(layer, cfg, ep, max_b * cfg.seq, table, layout, tp);
+    if (has_mlp_) register_mlp(layer_prefix(layer) + "mlp.shared_experts.", cfg, table);
+  }
   qkv_ = tp::ColumnParallelLinear(tp, C_, qkv_cols());
   o_proj_ = tp::RowParallelLinear(tp, q_cols(), C_);
   gate_up_ = tp::ColumnParallelLinear(tp, C_, 2 * Fl_);
@@ -52,7 +59,7 @@ LlamaBlock::LlamaBlock(int layer, const ModelConfig& cfg, const TensorParallelSh
   if (bf16_) {
     qkv_.enable_bf16(bf16_version);
     o_proj_.enable_bf16(bf16_version);
-    if (!moe) {
+    if (has_mlp_) {  // the routed experts hold bf16 copies of their own (moe_layer.h)
       gate_up_.enable_bf16(bf16_version);
       down_.enable_bf16(bf16_version);
     }
@@ -60,12 +67,17 @@ LlamaBlock::LlamaBlock(int layer, const ModelConfig& cfg, const TensorParallelSh
   reserve_buffers(layout, moe);
 }
 
+std::string LlamaBlock::layer_prefix(int layer) {
+  return "model.layers." + std::to_string(layer) + ".";
+}
+
 // In the order of the file format (§9). q, k, v (and gate, up) follow each other in the arena
-// so that one GEMM multiplies them (llama_block.h).
+// so that one GEMM multiplies them (llama_block.h). An MoE layer's router and experts follow
+// post_attention_layernorm (MoeLayer), then its shared experts (register_mlp).
 void LlamaBlock::register_params(int layer, const ModelConfig& cfg, bool moe, ParamTable& table) {
-  const int64_t C = C_, H = cfg.heads, Hkv = cfg.kv(), hd = hd_, F = cfg.hidden(), r = tp_.rank;
+  const int64_t C = C_, H = cfg.heads, Hkv = cfg.kv(), hd = hd_, r = tp_.rank;
   const bool split = tp_.size > 1;
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const std::string p = layer_prefix(layer);
   const float proj_std = 0.02f / std::sqrt(2.0f * cfg.layers);
   auto part = [&](ShardSpec spec) { return split ? spec : ShardSpec{}; };
   const auto next = Placement::after_previous;
@@ -80,12 +92,22 @@ void LlamaBlock::register_params(int layer, const ModelConfig& cfg, bool moe, Pa
   o_ = &table.add(p + "self_attn.o_proj.weight", {C, H * hd}, InitKind::normal, proj_std,
                   part(cols_of(r * Hl_ * hd, Hl_ * hd)));
   norm2_ = Norm(NormKind::rmsnorm, p + "post_attention_layernorm", C_, cfg.norm_eps, sp_, table);
-  if (moe) return;
-  gate_ = &table.add(p + "mlp.gate_proj.weight", {F, C}, InitKind::normal, 0.02f,
+  if (!moe) register_mlp(p + "mlp.", cfg, table);
+}
+
+// A SwiGLU MLP of width Fl_ * tp under `prefix` ({gate,up,down}_proj.weight): the dense MLP,
+// or the shared experts (§9a: their down_proj is initialised as every down_proj).
+void LlamaBlock::register_mlp(const std::string& prefix, const ModelConfig& cfg,
+                              ParamTable& table) {
+  const int64_t C = C_, F = int64_t(Fl_) * tp_.size, r = tp_.rank;
+  const bool split = tp_.size > 1;
+  auto part = [&](ShardSpec spec) { return split ? spec : ShardSpec{}; };
+  const float proj_std = 0.02f / std::sqrt(2.0f * cfg.layers);
+  gate_ = &table.add(prefix + "gate_proj.weight", {F, C}, InitKind::normal, 0.02f,
                      part(rows_of(r * Fl_, Fl_)));
-  table.add(p + "mlp.up_proj.weight", {F, C}, InitKind::normal, 0.02f, part(rows_of(r * Fl_, Fl_)),
-            next);
-  down_w_ = &table.add(p + "mlp.down_proj.weight", {C, F}, InitKind::normal, proj_std,
+  table.add(prefix + "up_proj.weight", {F, C}, InitKind::normal, 0.02f, part(rows_of(r * Fl_, Fl_)),
+            Placement::after_previous);
+  down_w_ = &table.add(prefix + "down_proj.weight", {C, F}, InitKind::normal, proj_std,
                        part(cols_of(r * Fl_, Fl_)));
 }
 
@@ -99,8 +121,13 @@ void LlamaBlock::reserve_buffers(SlotLayout& layout, bool moe) {
   off_.lse = layout.reserve(size_t(max_b_) * Hl_ * T_);
   off_.x_mid = layout.reserve(Nl * C_);
   off_.n2 = moe ? layout.reserve(Nl * C_) : gemm_only(Nl * C_);  // the router reads fp32
+  // The shared experts' GEMM operand: n2 itself in fp32, a bf16 copy under bf16; and their
+  // output (forward) or input gradient (B), added to the routed experts'.
+  const bool shared = moe && has_mlp_;
+  off_.n2_mlp = shared && bf16_ ? layout.reserve_bf16(Nl * C_) : off_.n2;
+  if (shared) off_.shared = layout.reserve(Nl * C_);
   norm2_.reserve(layout, Nl);
-  const size_t nf = moe ? 0 : N * Fl_;  // the experts keep their own buffers
+  const size_t nf = has_mlp_ ? N * Fl_ : 0;  // the routed experts keep their own buffers
   off_.gu = layout.reserve(2 * nf);
   off_.h = gemm_only(nf);
   off_.d_gu = gemm_only(2 * nf);
@@ -162,7 +189,7 @@ size_t LlamaBlock::attention_scratch_floats() const {
   const size_t N = size_t(max_b_) * T_;
   const size_t flash = flash_attention_backward_scratch_floats(attention_args(nullptr, max_b_, T_));
   const size_t attention = flash + size_t(max_b_) * Hl_ * T_ + (bf16_ ? N * q_cols() : 0);
-  return std::max(bf16_ || moe_ ? 0 : N * Fl_, attention);
+  return std::max(bf16_ || !has_mlp_ ? 0 : N * Fl_, attention);
 }
 
 void LlamaBlock::bind(float* params, float* grads) {
@@ -170,9 +197,8 @@ void LlamaBlock::bind(float* params, float* grads) {
   norm2_.bind(params, grads);
   qkv_.bind(params + q_->offset, nullptr, grads + q_->offset, nullptr);
   o_proj_.bind(params + o_->offset, nullptr, grads + o_->offset, nullptr);
-  if (moe_) {
-    moe_->bind(params, grads);
-  } else {
+  if (moe_) moe_->bind(params, grads);
+  if (has_mlp_) {
     gate_up_.bind(params + gate_->offset, nullptr, grads + gate_->offset, nullptr);
     down_.bind(params + down_w_->offset, nullptr, grads + down_w_->offset, nullptr);
   }
@@ -213,35 +239,58 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
   ops.forward(o_proj_, x_mid, att_out, N);
   add_inplace(x_mid, x_in, nc);
 
-  // MLP: n2 = rmsnorm(x_mid); x_out = x_mid + down(silu(gate n2) * up n2), or the experts.
+  // MLP: n2 = rmsnorm(x_mid); x_out = x_mid + down(silu(gate n2) * up n2), or the routed
+  // experts plus the shared experts' SwiGLU (in the reference's order: routed + shared).
   if (moe_) {
     float* n2 = s + off_.n2;  // fp32: the router reads it
     norm2_.forward(s, n2, x_mid, Nl);
     moe_->forward(s, n2, x_out, N);
+    if (has_mlp_) {
+      auto* n2_mlp = Ops::act(s, off_.n2_mlp);
+      ops.keep(n2_mlp, n2, nc);
+      mlp_forward(ops, s, n2_mlp, s + off_.shared, N);
+      add_inplace(x_out, s + off_.shared, nc);
+    }
   } else {
     auto* n2 = Ops::act(s, off_.n2);
-    auto* h = Ops::act(s, off_.h);
     norm2_.forward(s, n2, x_mid, Nl);
-    ops.forward(gate_up_, s + off_.gu, n2, N, ops.gathered(), /*with_bias=*/false);
-    ops.swiglu(h, s + off_.gu, N, Fl_);
-    ops.forward(down_, x_out, h, N);
+    mlp_forward(ops, s, n2, x_out, N);
   }
   add_inplace(x_out, x_mid, nc);
 }
 
-// d_n2 from dx_out: through down_proj, SwiGLU and [gate; up] (or the experts).
+// y = down(silu(gate n2) * up n2), the dense MLP or the shared experts.
+template <class Ops>
+void LlamaBlock::mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y,
+                             int N) {
+  auto* h = Ops::act(s, off_.h);
+  ops.forward(gate_up_, s + off_.gu, n2, N, ops.gathered(), /*with_bias=*/false);
+  ops.swiglu(h, s + off_.gu, N, Fl_);
+  ops.forward(down_, y, h, N);
+}
+
+// d_n2 from dx_out: through down_proj, SwiGLU and [gate; up] (or the routed experts, plus
+// the shared experts' share).
 template <class Ops>
 void LlamaBlock::mlp_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch,
-                                    int N) {
-  if (moe_) {
-    moe_->backward_input(s, s + off_.n2, dx_out, s + off_.d_n2, N);  // overwrites d_n2
-    return;
-  }
+                                    int N, int Nl) {
+  if (!moe_) return dense_backward_input(ops, s, dx_out, scratch, s + off_.d_n2, N);
+  moe_->backward_input(s, s + off_.n2, dx_out, s + off_.d_n2, N);  // overwrites d_n2
+  if (!has_mlp_) return;
+  float* d_shared = s + off_.shared;  // the forward's output is dead by now
+  dense_backward_input(ops, s, dx_out, scratch, d_shared, N);
+  add_inplace(s + off_.d_n2, d_shared, size_t(Nl) * C_);
+}
+
+// dn (Nl, C) = the SwiGLU MLP's input gradient (overwritten); keeps d_gu for W.
+template <class Ops>
+void LlamaBlock::dense_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch,
+                                      float* dn, int N) {
   auto* d_gu = Ops::act(s, off_.d_gu);
   float* dh = bf16_ ? scratch_.stage : scratch;  // (N, Fl) fp32
   ops.backward_input(down_, dh, dx_out, N);
   ops.swiglu_backward(d_gu, s + off_.gu, dh, N, Fl_);
-  ops.backward_input(gate_up_, s + off_.d_n2, d_gu, N);
+  ops.backward_input(gate_up_, dn, d_gu, N);
 }
 
 // d_n1 from dx_mid: through o_proj, the flash core (recomputing the probabilities from lse)
@@ -290,7 +339,7 @@ void LlamaBlock::backward_input(float* s, const float* x_in, const float* dx_out
   const size_t nc = size_t(Nl) * C_;
   float* dx_mid = s + off_.dx_mid;
   with_precision_ops(bf16_, scratch_, [&](const auto& ops) {
-    mlp_backward_input(ops, s, dx_out, scratch, N);
+    mlp_backward_input(ops, s, dx_out, scratch, N, Nl);
     std::memcpy(dx_mid, dx_out, nc * sizeof(float));  // the residual path
     norm2_.backward_input(s, dx_mid, s + off_.d_n2, s + off_.x_mid, Nl);
     attention_backward_input(ops, s, scratch, b, T);
@@ -305,11 +354,10 @@ void LlamaBlock::backward_weight_with(const Ops& ops, float* s, const float* x_i
                                       const float* dx_out, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
   // Under sequence parallelism the linears gather again what the slot keeps only locally.
-  if (moe_) {
-    moe_->backward_weight(s, s + off_.n2, N);
-  } else {
+  if (moe_) moe_->backward_weight(s, s + off_.n2, N);
+  if (has_mlp_) {
     ops.backward_weight(down_, dx_out, Ops::act(s, off_.h), N);
-    ops.backward_weight(gate_up_, Ops::act(s, off_.d_gu), Ops::act(s, off_.n2), N);
+    ops.backward_weight(gate_up_, Ops::act(s, off_.d_gu), Ops::act(s, off_.n2_mlp), N);
   }
   norm2_.backward_weight(s, s + off_.d_n2, s + off_.x_mid, Nl);
   ops.backward_weight(o_proj_, s + off_.dx_mid, Ops::act(s, off_.att_out), N);

@@ -1,7 +1,9 @@
 // The llama block (--arch llama, docs/contracts.md section 9):
 //   h     = x + o_proj(attention(rope(q_proj n1), rope(k_proj n1), v_proj n1)),  n1 = rmsnorm(x)
 //   x_out = h + down_proj(silu(gate_proj n2) * up_proj n2),                      n2 = rmsnorm(h)
-// (or, in an MoE layer, h + moe(n2): the experts are SwiGLU MLPs).
+// (or, in an MoE layer, h + moe(n2) + shared(n2): the routed experts are SwiGLU MLPs
+// (moe_layer.h), the shared experts one SwiGLU of width S * Fe, split over tp as the dense
+// MLP; docs/moe.md).
 //
 // Fused GEMMs: q_proj, k_proj and v_proj are three tensors of the table placed one after the
 // other (Placement::after_previous), so one column-parallel GEMM multiplies them as a
@@ -31,6 +33,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "kernels/flash_attention.h"
 #include "model/block.h"
@@ -68,7 +71,9 @@ class LlamaBlock final : public Block {
   int rows(int b, int T) const;  // token rows of the residual stream on this rank
   int q_cols() const { return Hl_ * hd_; }
   int qkv_cols() const { return (Hl_ + 2 * Hkvl_) * hd_; }
+  static std::string layer_prefix(int layer);  // "model.layers.{i}."
   void register_params(int layer, const ModelConfig& cfg, bool moe, ParamTable& table);
+  void register_mlp(const std::string& prefix, const ModelConfig& cfg, ParamTable& table);
   void reserve_buffers(SlotLayout& layout, bool moe);
   // The flash kernel's operands for this microbatch's qkv (b sequences of T rows).
   FlashAttention attention_args(const float* qkv, int b, int T) const;
@@ -76,7 +81,13 @@ class LlamaBlock final : public Block {
   template <class Ops>
   void forward_with(const Ops& ops, float* s, const float* x_in, float* x_out, int b, int T);
   template <class Ops>
-  void mlp_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch, int N);
+  void mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y, int N);
+  template <class Ops>
+  void mlp_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch, int N,
+                          int Nl);
+  template <class Ops>
+  void dense_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch,
+                            float* dn, int N);
   template <class Ops>
   void attention_backward_input(const Ops& ops, float* s, float* scratch, int b, int T);
   template <class Ops>
@@ -86,6 +97,7 @@ class LlamaBlock final : public Block {
   int C_, T_, max_b_, Hl_, Hkvl_, hd_, Fl_;
   TensorParallelShard tp_;
   bool sp_ = false, bf16_ = false;
+  bool has_mlp_ = false;  // the dense MLP, or an MoE layer's shared experts (gate_up_, down_)
   BlockContext context_;
   LayerScratch scratch_;
   float* forward_scratch_ = nullptr;
@@ -95,10 +107,12 @@ class LlamaBlock final : public Block {
   tp::RowParallelLinear o_proj_, down_;
   std::unique_ptr<MoeLayer> moe_;
   // Slot offsets. N = b*T rows, Nl = N or N/t under sequence parallelism. Act buffers (bf16
-  // under --precision bf16): n1, att_out, n2 (dense), h, d_gu, d_qkv.
+  // under --precision bf16): n1, att_out, n2 (dense), n2_mlp, h, d_gu, d_qkv. Fl: the dense
+  // MLP's or the shared experts' width on this rank.
   struct {
     size_t n1, qkv, att_out, lse;  // (Nl,C) (N,qkv_cols) (N,Hl hd) (b,Hl,T)
     size_t x_mid, n2, gu, h;       // (Nl,C) (Nl,C) (N,2Fl) (N,Fl)
+    size_t n2_mlp, shared;         // MoE: the shared experts' operand (Nl,C), their output (Nl,C)
     // gradients kept for the W pass
     size_t d_gu, d_n2, dx_mid, d_att_out, d_qkv, d_n1;  // (N,2Fl) (Nl,C) (Nl,C) (N,Hl hd)...
   } off_{};

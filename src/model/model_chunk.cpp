@@ -39,9 +39,6 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
       spec_(spec),
       full_(recompute == Recompute::full),
       mode_(dry ? Arena::Mode::dry : Arena::Mode::allocate) {
-  // Re-running a mixture-of-experts forward would route, count and exchange tokens a
-  // second time; validate_options refuses --recompute full with --experts.
-  MT_CHECK(!full_ || cfg.experts == 0, "full recomputation of mixture-of-experts blocks");
   SlotLayout layout;
   const bool sp = tp.size > 1 && tp.sequence_parallel;
   const size_t N = size_t(max_b) * cfg.seq, Nl = sp ? N / tp.size : N;
@@ -242,8 +239,17 @@ double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, 
   return loss;
 }
 
+// A mixture-of-experts block routes again exactly as its forward did (the same input, router
+// weights and selection bias: they change only after the step), and exchanges its tokens
+// again on every rank of its ep group, which recomputes at the same point of the schedule;
+// but its routing statistics (expert load, aux loss, the bias update's counts) were taken by
+// the forward, so the recomputation does not record them again.
 void ModelChunk::recompute_block(int slot, int i, int b, int T) {
+  MoeLayer* moe = blocks_[i]->moe();
+  const bool recording = moe && moe->records_stats();
+  if (recording) moe->set_record_stats(false);
   blocks_[i]->forward(block_scratch_.data(), x(slot, i), dx(slot, i), b, T);
+  if (recording) moe->set_record_stats(true);
 }
 
 // The split backward calls the hooks as the fused one does, so a data-parallel engine sees

@@ -19,7 +19,8 @@
 // fused order: before_use, B, after_use, before_grads, W, grads_final); backward_weight
 // keeps the head's and the embedding's W. The gradients between the blocks (dx[1..n-1])
 // are then dead as soon as the block below has read them: they alternate between two
-// buffers outside the slot.
+// buffers outside the slot. A mixture-of-experts block's recomputed forward routes and
+// exchanges again (identically) but records no routing statistics (recompute_block).
 //
 // --precision bf16 (bf16_version non-null, docs/precision.md): the blocks and the head keep
 // their GEMM-only buffers in bf16 (block.h); two workspaces shared by all of them hold fp32

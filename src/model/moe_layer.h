@@ -1,12 +1,12 @@
-// Mixture-of-experts MLP (CONTRACTS.md §1, MoE variant), the drop-in for a Block's dense
-// MLP: y (N, C) = sum over the token's kept choices of gate * expert_e(h), where h (N, C)
-// is ln_2's output and the caller adds y to the residual. Each expert is the dense MLP
-// (c_fc, tanh GELU, c_proj) with its own weights.
+// Mixture-of-experts MLP, the drop-in for a Block's dense MLP: y (N, C) = sum over the
+// token's kept choices of gate * expert_e(h), where h (N, C) is the block's normed input
+// and the caller adds y to the residual. gpt2 (CONTRACTS.md §1, MoE variant): softmax
+// router, GELU experts of the dense width. llama (§9, DeepSeek-V3): softmax or sigmoid
+// router with --routed-scale, SwiGLU experts of --expert-ffn-dim (the shared experts are the
+// llama block's, llama_block.h).
 //
-// One forward, for N tokens of this rank's microbatch (one aux/capacity group), in phases:
-//   route:    logits = h @ router.weight^T, softmax, top-k, gates, aux loss
-//             (kernels/router.h); capacity drops and the stable sort by expert
-//             (kernels/token_permutation.h)
+// One forward, for this rank's tokens of one aux/capacity group, in phases:
+//   route:    the router, top-k, gates, aux loss and the capacity plan (moe_router.h)
 //   dispatch: the rows to the ep ranks owning their experts, expert-major there
 //             (TokenExchange; at ep = 1 the IdentityExchange, where nothing moves)
 //   experts:  the local experts over their contiguous rows (ExpertMlp, expert_mlp.h)
@@ -14,16 +14,25 @@
 // Backward mirrors it: the gate gradients (dy . expert output) feed the router with the aux
 // term; gate * dy goes to the experts by a dispatch, their input gradients come back by a
 // combine. backward_input (B) leaves in the slot what backward_weight (W) needs, so W does
-// no communication. Every pass runs the same calls at every ep and precision: the exchange
-// and the experts were chosen at construction.
+// no communication. Every pass runs the same calls at every ep, tp and precision: the
+// exchange and the experts were chosen at construction.
 //
 // Expert parallelism: ep rank r holds experts r*E/ep .. (r+1)*E/ep - 1 and registers only
 // those (global names). Gradient reduction rule for the data-parallel reducer: expert
 // tensors (is_expert_param) are summed over ParallelContext::ep_replica, every other
 // tensor of the layer over ParallelContext::dp; both then take the dense tensors' factor.
 //
+// Tensor parallelism (docs/moe.md, "Tensor parallelism"): the experts are replicated over
+// tp and the tokens split, not the experts' weights (Megatron's expert tensor parallelism
+// is not built). tp rank r routes and computes rows [r*N/t, (r+1)*N/t) of the N token rows:
+// under sequence parallelism those are exactly the rows it holds, so the layer adds no tp
+// communication but the router's group sums (moe_router.h); without it every rank holds all
+// N rows, takes its run, and all-gathers the outputs (forward) and the input gradients (B).
+// The router's and the experts' weight gradients then cover each rank's tokens only
+// (ParamInfo::tp_partial_grad: the trainer sums them over tp once per step).
+//
 // --precision bf16 (ExpertParallelShard::bf16_version non-null; docs/precision.md): the
-// experts are Bf16GeluExperts (expert_mlp_bf16.h). The router (GEMM, softmax, top-k, aux
+// experts are their bf16 kind (expert_mlp_bf16.h). The router (GEMM, scores, top-k, aux
 // loss), the experts' outputs y_perm (the gates' gradient reads them), all gradients and the
 // ep exchanges stay fp32. The router stays fp32 because a routing decision is a comparison:
 // a bf16-rounded logit flips near-ties between experts, and a flipped choice changes a
@@ -40,9 +49,10 @@
 #include "model/config.h"
 #include "model/expert_mlp.h"
 #include "model/expert_mlp_bf16.h"
-#include "model/linear.h"
+#include "model/moe_router.h"
 #include "model/param_table.h"
 #include "model/token_exchange.h"
+#include "tensor_parallel/tensor_parallel_shard.h"
 
 namespace mt {
 
@@ -58,38 +68,34 @@ struct ExpertParallelShard {
   bool dry = false;
 };
 
-// Routing statistics accumulated over the forwards since reset (the trainer resets at the
-// start of a step). Counts are this rank's tokens only: sum them over dp for the step.
-struct MoeStats {
-  std::vector<int64_t> load;      // (E) kept assignments per expert, after capacity drops
-  std::vector<int64_t> selected;  // (E) assignments per expert before drops (bias update)
-  int64_t assignments = 0;        // tokens * k routed
-  int64_t dropped = 0;            // assignments dropped by capacity
-  double aux_sum = 0;             // sum over groups (forwards) of the group's aux loss
-  int64_t groups = 0;
-  void reset();
-};
-
-// True for the tensors of transformer.h.{i}.mlp.experts.{e}.* (reduce over ep_replica).
+// True for the tensors of the routed experts, {transformer.h|model.layers}.{i}.mlp.experts.*
+// (reduced over ep_replica); the shared experts are not among them.
 bool is_expert_param(const std::string& name);
+
+// The router's weight name of block `layer` (gpt2: transformer.h.{i}.mlp.router.weight;
+// llama: model.layers.{i}.mlp.gate.weight).
+std::string router_weight_name(const ModelConfig& cfg, int layer);
 
 class MoeLayer {
  public:
   // Registers the router and this rank's experts in `table` and reserves the per-microbatch
-  // buffers in `layout` for up to max_tokens tokens (b*T) per forward.
+  // buffers in `layout` for microbatches of up to max_tokens tokens (b*T).
   MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard& ep, int max_tokens,
-           ParamTable& table, SlotLayout& layout);
+           ParamTable& table, SlotLayout& layout, const TensorParallelShard& tp = {});
   // Not copied or moved: at ep = 1 the layer's exchange is one of its own members.
   MoeLayer(const MoeLayer&) = delete;
   MoeLayer& operator=(const MoeLayer&) = delete;
 
   void bind(float* params, float* grads);
 
-  // y (N, C) = moe(h (N, C)); y is overwritten. h must stay untouched until backward_weight.
-  // Every rank of the ep group must call it for the same microbatches in the same order.
+  // y = moe(h) for a microbatch of N token rows; h and y hold this rank's rows of the
+  // residual stream (N/t under sequence parallelism, else N). y is overwritten; h must stay
+  // untouched until backward_weight. Every rank of the ep and tp groups must call it for
+  // the same microbatches in the same order.
   void forward(float* slot, const float* h, float* y, int N);
-  // dh (N, C) = gradient w.r.t. h from dy (N, C), experts and router paths, plus the aux
-  // loss gradient (scaled by aux_grad_scale). Overwrites dh. Collective over ep.
+  // dh = gradient w.r.t. h from dy (both as h), experts and router paths, plus the aux
+  // loss gradient (scaled by aux_grad_scale). Overwrites dh. Collective over ep (and tp
+  // without sequence parallelism).
   void backward_input(float* slot, const float* h, const float* dy, float* dh, int N);
   // Router and local expert weight gradients (+=). No communication.
   void backward_weight(float* slot, const float* h, int N);
@@ -98,22 +104,24 @@ class MoeLayer {
   // gradients over microbatches and dp ranks, and aux_loss is the mean over the G = dp *
   // microbatches groups, so pass 1/G (equivalently N_group / (global B*T), the CE scale
   // times the group's token count). Default 1 (a single group).
-  void set_aux_grad_scale(float s) { aux_grad_scale_ = s; }
-  // Off during evaluation so routing statistics cover training forwards only.
-  void set_record_stats(bool on) { record_stats_ = on; }
-  const MoeStats& stats() const { return stats_; }
-  void reset_stats() { stats_.reset(); }
+  void set_aux_grad_scale(float s) { router_.set_aux_grad_scale(s); }
+  // Off during evaluation, and while full recomputation re-runs a forward
+  // (model_chunk.h), so routing statistics count each training forward once.
+  void set_record_stats(bool on) { router_.set_record_stats(on); }
+  bool records_stats() const { return router_.records_stats(); }
+  const MoeStats& stats() const { return router_.stats(); }
+  void reset_stats() { router_.reset_stats(); }
 
-  // Aux-loss-free balancing state (E): added to the probs for selection only. Not a
-  // parameter (no gradient, no optimizer): checkpoint it next to the optimizer state, e.g.
-  // as "transformer.h.{i}.mlp.router.expert_bias" [E]. Must be identical on every rank.
-  std::vector<float>& router_bias() { return bias_; }
+  // Aux-loss-free balancing state (E): added to the scores for selection only. Not a
+  // parameter (no gradient, no optimizer): checkpointed next to the optimizer state
+  // (train/global_view.h, router_bias_name). Must be identical on every rank.
+  std::vector<float>& router_bias() { return router_.bias(); }
   // After the optimizer step: bias_e += gamma * sign(mean(load) - load_e), where load is
   // the step's `selected` counts summed over the dp group (so every rank applies the same
   // update). No-op when --router-bias-update is 0.
   void update_router_bias(const int64_t* load);
 
-  // --precision bf16: the fp32 stage the experts round their GELU outputs and gradients
+  // --precision bf16: the fp32 stage the experts round their results and gradients
   // through, bf16_stage_floats() floats, shared with the other layers of the chunk (every
   // use ends inside one call). Must be set before the first forward.
   size_t bf16_stage_floats() const { return experts_->stage_floats(); }
@@ -127,45 +135,43 @@ class MoeLayer {
   }
   // The bf16 experts' row chunks (expert_mlp_bf16.h), which the planner and the memory
   // estimate model.
-  static constexpr int kRowQuantum = Bf16GeluExperts::kRowQuantum;
-  static int bf16_chunk_rows(int max_tokens) { return Bf16GeluExperts::chunk_rows(max_tokens); }
+  static constexpr int kRowQuantum = Bf16RowChunks::kRowQuantum;
+  static int bf16_chunk_rows(int max_tokens) { return Bf16RowChunks::chunk_rows(max_tokens); }
 
-  // Global block index of this layer (transformer.h.{layer}).
+  // Global block index of this layer.
   int layer() const { return layer_; }
   int experts() const { return E_; }
   int local_experts() const { return El_; }
 
  private:
-  // The route phase: router, top-k, aux loss, capacity plan and statistics; returns M, the
-  // kept assignments (the rows this rank sends).
-  int route(float* slot, const float* h, int N);
-  void record_stats(const int32_t* experts, const int32_t* counts, int N, int M, double aux);
-  ExchangeCounts exchange_counts(float* slot) const;
+  // This rank's rows of a microbatch of N tokens, and where h's run of them starts.
+  int local_rows(int N) const { return tp_.size > 1 ? N / tp_.size : N; }
+  bool gathers() const { return tp_.size > 1 && !tp_.splits_sequence(); }
+  size_t run_offset(int rows) const { return gathers() ? size_t(tp_.rank) * rows * C_ : 0; }
+  ExchangeCounts exchange_counts(float* slot);
   // Rows of each local expert in expert-major order, from recv_counts (rank, local expert).
   ExpertGroups expert_groups(const int32_t* recv_counts);
+  // The layer on this rank's rows: y and dh of rows rows (overwritten).
+  void forward_rows(float* s, const float* h, float* y, int rows);
+  void backward_rows(float* s, const float* dy, float* dh, int rows);
 
-  int layer_, C_, E_, k_, El_, max_tokens_;
-  float capacity_factor_, alpha_, gamma_;
-  float aux_grad_scale_ = 1.0f;
-  bool record_stats_ = true;
+  int layer_, C_, E_, k_, El_, max_rows_;
+  TensorParallelShard tp_;
   IdentityExchange identity_;          // the exchange at ep = 1
   TokenExchange* exchange_ = nullptr;  // identity_ or ExpertParallelShard::exchange
-  Linear router_;
+  MoeRouter router_;
   std::unique_ptr<ExpertMlp> experts_;
-  std::vector<float> bias_;
-  MoeStats stats_;
   // Per-call scratch (not per microbatch), sized once: the working rows (the experts' input
   // where their slot keeps another form, their outputs, the gradient rows), the exchange's
   // staging rows, gate gradients, per-expert row offsets.
   Arena rows_, staging_, dgates_;
   std::vector<int32_t> expert_offset_;
-  // Offsets in a slot. N = max tokens, M = N*k local assignments. int32 buffers share the
-  // float slot (same size). The experts reserve their own rows (R of them: ep * N *
+  // Offsets in a slot. M = rows*k local assignments. int32 buffers share the float slot.
+  // The router and the experts reserve their own (R rows for the experts: ep * rows *
   // min(k, E/ep), what one rank can receive).
   struct {
-    size_t probs, experts, gates, row_of, row_token, counts, recv_counts, f;  // (N,E) (N,k)..
-    size_t y_perm;   // (M,C): the experts' outputs, expert-sorted, for the gates' gradient
-    size_t dlogits;  // (N,E): kept for W
+    size_t recv_counts;  // (ep, El)
+    size_t y_perm;       // (M,C): the experts' outputs, expert-sorted, for the gates' gradient
   } off_{};
 };
 

@@ -6,7 +6,8 @@
 //   tp  tensors split over tp add up over it; replicated ones (identical on every tp
 //       rank) count once.
 //   ep  each rank holds its experts whole, the other ranks of its ep group others: the
-//       experts' share adds up over ep (DataParallel's group; tp is 1 with experts).
+//       experts' share adds up over ep (DataParallel's group); under tp they are replicated
+//       (the tokens are split, model/moe_layer.h) and count once.
 //   pp  the stages add up. A tensor held on two stages (the tied wte on the first and the
 //       last) would count twice: `counted_elsewhere` is this rank's copy of such
 //       gradients (tied_embedding_copy), subtracted before the sum over pp.

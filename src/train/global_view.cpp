@@ -47,17 +47,20 @@ ParamTable whole_model_table(const ModelConfig& cfg) {
 
 std::string router_bias_name(const std::string& router_weight_name) {
   const std::string weight = ".weight";
-  MT_CHECK(router_weight_name.ends_with(".router" + weight), router_weight_name,
-           " is not a router weight");
-  return router_weight_name.substr(0, router_weight_name.size() - weight.size()) + ".expert_bias";
+  MT_CHECK(is_router_weight(router_weight_name), router_weight_name, " is not a router weight");
+  const std::string stem = router_weight_name.substr(0, router_weight_name.size() - weight.size());
+  // §9's name for the llama router (DeepSeek-V3's); gpt2's own.
+  return stem + (stem.ends_with(".mlp.gate") ? ".e_score_correction_bias" : ".expert_bias");
+}
+
+bool is_router_weight(const std::string& name) {
+  return name.ends_with(".mlp.router.weight") || name.ends_with(".mlp.gate.weight");
 }
 
 std::vector<std::string> router_bias_names(const ParamTable& table) {
   std::vector<std::string> out;
-  const std::string router = ".mlp.router.weight";
   for (const ParamInfo& p : table.entries())
-    if (p.name.size() > router.size() && p.name.ends_with(router))
-      out.push_back(router_bias_name(p.name));
+    if (is_router_weight(p.name)) out.push_back(router_bias_name(p.name));
   return out;
 }
 

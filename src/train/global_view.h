@@ -80,6 +80,9 @@ class GlobalView {
 // ("transformer.h.{i}.mlp.router.weight" -> "transformer.h.{i}.mlp.router.expert_bias").
 // Optimizer-like state: checkpoints keep it beside the moments.
 std::string router_bias_name(const std::string& router_weight_name);
+// A router's weight: gpt2's transformer.h.{i}.mlp.router.weight or llama's
+// model.layers.{i}.mlp.gate.weight (whose bias is §9's mlp.gate.e_score_correction_bias).
+bool is_router_weight(const std::string& name);
 
 // Names of this rank's MoE layers' router biases, in the order of `moe` (table order).
 std::vector<std::string> router_bias_names(const ParamTable& table);

@@ -19,6 +19,9 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* kArchitecture = "LlamaForCausalLM";
+// §9a: an MoE export is a meshtrain directory (its attention is not DeepSeek-V3's MLA).
+constexpr const char* kMoeModelType = "meshtrain_moe";
+constexpr const char* kMoeArchitecture = "MeshtrainMoeForCausalLM";
 
 // LlamaConfig's defaults for the keys it does not require (transformers' configuration_llama).
 constexpr double kHfDefaultNormEps = 1e-6;
@@ -34,6 +37,19 @@ const std::set<std::string>& shape_keys() {
                                              "rope_theta",          "rope_scaling",
                                              "tie_word_embeddings", "max_position_embeddings"};
   return keys;
+}
+
+// DeepseekV3Config's MoE keys (§9a), the shape of a meshtrain_moe directory's MoE layers.
+const std::set<std::string>& moe_keys() {
+  static const std::set<std::string> keys = {
+      "n_routed_experts", "num_experts_per_tok",   "moe_intermediate_size",
+      "n_shared_experts", "first_k_dense_replace", "routed_scaling_factor",
+      "scoring_func",     "norm_topk_prob",        "moe_layer_freq"};
+  return keys;
+}
+
+bool is_moe_type(const json& j) {
+  return j.contains("model_type") && j["model_type"] == kMoeModelType;
 }
 
 // Keys that change the math, at the only values meshtrain computes (check_honoured_keys).
@@ -98,8 +114,10 @@ double number_above(const json& j, const char* key, double fallback, const std::
 }
 
 void refuse_unknown_keys(const json& j, const std::string& where) {
+  const bool moe = is_moe_type(j);
   for (const auto& [key, value] : j.items())
-    MT_REQUIRE(shape_keys().count(key) || honoured_keys().count(key) || inert_keys().count(key),
+    MT_REQUIRE(shape_keys().count(key) || honoured_keys().count(key) || inert_keys().count(key) ||
+                   (moe && moe_keys().count(key)),
                where, ": key \"", key,
                "\" is not one meshtrain can honour (it may change the model's math); "
                "docs/huggingface.md lists the keys read");
@@ -109,15 +127,14 @@ void check_architecture(const json& j, const std::string& where) {
   MT_REQUIRE(j.contains("model_type") && j["model_type"].is_string(), where,
              " has no model_type (a Llama config.json has \"model_type\": \"llama\")");
   const std::string type = j["model_type"].get<std::string>();
-  MT_REQUIRE(type != "meshtrain_moe", where,
-             " is a mixture-of-experts model (model_type meshtrain_moe); the llama MoE layer "
-             "is not built yet");
-  MT_REQUIRE(type == "llama", where, ": model_type \"", type,
-             "\" is not llama; meshtrain reads LlamaForCausalLM directories");
+  MT_REQUIRE(type == "llama" || type == kMoeModelType, where, ": model_type \"", type,
+             "\" is not llama; meshtrain reads LlamaForCausalLM directories (and its own ",
+             kMoeModelType, " ones)");
   if (!j.contains("architectures")) return;
   const json& a = j["architectures"];
-  MT_REQUIRE(a.is_null() || a == json::array({kArchitecture}), where, ": architectures ", a.dump(),
-             " is not [\"", kArchitecture, "\"]");
+  const char* arch = type == "llama" ? kArchitecture : kMoeArchitecture;
+  MT_REQUIRE(a.is_null() || a == json::array({arch}), where, ": architectures ", a.dump(),
+             " is not [\"", arch, "\"]");
 }
 
 // The keys that change the math, at the values meshtrain's block computes.
@@ -203,6 +220,36 @@ void read_shape(const json& j, const std::string& where, ModelConfig& c) {
   c.positions = 0;
 }
 
+// The MoE structure of a meshtrain_moe config.json (§9a), all keys required: it is a
+// meshtrain directory, written whole by hf_config_text.
+void read_moe_shape(const json& j, const std::string& where, ModelConfig& c) {
+  for (const std::string& key : moe_keys())
+    MT_REQUIRE(j.contains(key), where, " (model_type ", kMoeModelType, ") has no ", key);
+  c.experts = positive_int(j, "n_routed_experts", where);
+  c.topk = positive_int(j, "num_experts_per_tok", where);
+  c.expert_ffn_dim = positive_int(j, "moe_intermediate_size", where);
+  c.moe_every = positive_int(j, "moe_layer_freq", where);
+  const json& shared = j["n_shared_experts"];
+  MT_REQUIRE(shared.is_null() || shared.is_number_unsigned(), where, ": n_shared_experts is ",
+             shared.dump(), ", not null or an integer >= 0");
+  c.shared_experts =
+      shared.is_null() ? 0 : int(std::min<uint64_t>(shared.get<uint64_t>(), INT_MAX));
+  const json& dense = j["first_k_dense_replace"];
+  MT_REQUIRE(dense.is_number_unsigned(), where, ": first_k_dense_replace is ", dense.dump(),
+             ", not an integer >= 0");
+  c.first_dense_layers = int(std::min<uint64_t>(dense.get<uint64_t>(), INT_MAX));
+  c.routed_scale = float(number_above(j, "routed_scaling_factor", 1.0, where));
+  const json& score = j["scoring_func"];
+  MT_REQUIRE(score == "softmax" || score == "sigmoid", where, ": scoring_func ", score.dump(),
+             " is not softmax or sigmoid");
+  c.router = score == "sigmoid" ? RouterScore::sigmoid : RouterScore::softmax;
+  // meshtrain's gates: sigmoid's divided by their sum, softmax's when top-k > 1 (§9).
+  const bool norm = c.router == RouterScore::sigmoid || c.topk > 1;
+  MT_REQUIRE(j["norm_topk_prob"] == norm, where, ": norm_topk_prob ", j["norm_topk_prob"].dump(),
+             " is not ", norm ? "true" : "false", " (meshtrain's ", score.get<std::string>(),
+             " router at top-k ", c.topk, ")");
+}
+
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& text, const std::string& where,
@@ -213,6 +260,7 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& where,
   check_honoured_keys(j, where);
   ModelConfig c = base;
   read_shape(j, where, c);
+  if (is_moe_type(j)) read_moe_shape(j, where, c);
   c.rope_scaling = read_rope_scaling(j, where);
   return c;
 }
@@ -222,9 +270,6 @@ void require_hf_exportable(const ModelConfig& cfg, const std::string& flag) {
              " writes a Hugging Face Llama directory (LlamaForCausalLM); this is a --arch gpt2 "
              "model, whose Hugging Face form (GPT2LMHeadModel, transposed Conv1D weights) "
              "meshtrain does not write: use --export FILE for its safetensors");
-  MT_REQUIRE(cfg.experts == 0, flag,
-             " writes dense Llama directories; a mixture-of-experts model is not exported "
-             "there yet");
 }
 
 std::string hf_config_text(const ModelConfig& cfg, bool bf16) {
@@ -245,6 +290,19 @@ std::string hf_config_text(const ModelConfig& cfg, bool bf16) {
             {"max_position_embeddings", cfg.seq},
             {"tie_word_embeddings", cfg.tie_embeddings},
             {"torch_dtype", bf16 ? "bfloat16" : "float32"}};
+  if (cfg.experts > 0) {
+    j["architectures"] = {kMoeArchitecture};
+    j["model_type"] = kMoeModelType;
+    j["n_routed_experts"] = cfg.experts;
+    j["num_experts_per_tok"] = cfg.topk;
+    j["moe_intermediate_size"] = cfg.expert_hidden();
+    j["n_shared_experts"] = cfg.shared_experts;
+    j["first_k_dense_replace"] = cfg.first_dense_layers;
+    j["routed_scaling_factor"] = std::stod(float_text(cfg.routed_scale));
+    j["scoring_func"] = cfg.router == RouterScore::sigmoid ? "sigmoid" : "softmax";
+    j["norm_topk_prob"] = cfg.router == RouterScore::sigmoid || cfg.topk > 1;
+    j["moe_layer_freq"] = cfg.moe_every;
+  }
   if (cfg.rope_scaling.enabled()) {
     const RopeScaling& s = cfg.rope_scaling;
     j["rope_scaling"] = {{"rope_type", "llama3"},
@@ -295,6 +353,26 @@ const std::vector<ShapeFlag>& shape_flag_table() {
        [](const C& c) { return std::string(c.tie_embeddings ? "true" : "false"); }},
       {"experts", "n_routed_experts", [](C& t, const C& f) { t.experts = f.experts; },
        [](const C& c) { return std::to_string(c.experts); }},
+      {"topk", "num_experts_per_tok", [](C& t, const C& f) { t.topk = f.topk; },
+       [](const C& c) { return std::to_string(c.experts > 0 ? c.topk : 0); }},
+      {"expert-ffn-dim", "moe_intermediate_size",
+       [](C& t, const C& f) { t.expert_ffn_dim = f.expert_ffn_dim; },
+       [](const C& c) { return std::to_string(c.experts > 0 ? c.expert_hidden() : 0); }},
+      {"shared-experts", "n_shared_experts",
+       [](C& t, const C& f) { t.shared_experts = f.shared_experts; },
+       [](const C& c) { return std::to_string(c.shared_experts); }},
+      {"first-dense-layers", "first_k_dense_replace",
+       [](C& t, const C& f) { t.first_dense_layers = f.first_dense_layers; },
+       [](const C& c) { return std::to_string(c.first_dense_layers); }},
+      {"moe-every", "moe_layer_freq", [](C& t, const C& f) { t.moe_every = f.moe_every; },
+       [](const C& c) { return std::to_string(c.moe_every); }},
+      {"router", "scoring_func", [](C& t, const C& f) { t.router = f.router; },
+       [](const C& c) {
+         return std::string(c.router == RouterScore::sigmoid ? "sigmoid" : "softmax");
+       }},
+      {"routed-scale", "routed_scaling_factor",
+       [](C& t, const C& f) { t.routed_scale = f.routed_scale; },
+       [](const C& c) { return float_text(c.routed_scale); }},
   };
   return table;
 }

@@ -166,6 +166,8 @@ void HfWeights::check_model(const ModelConfig& cfg) const {
     file_of(p.name).expect_shape(p.name, p.global_shape);
     wanted.insert(p.name);
   }
+  // An MoE directory's selection biases (§9: only with --router-bias-update), read apart.
+  for (const std::string& bias : router_bias_names(table)) wanted.insert(bias);
   for (const auto& [tensor, file] : holder_) {
     const bool head_of_tied = cfg.tied() && tensor == "lm_head.weight";
     MT_REQUIRE(wanted.count(tensor) || derived_buffer(tensor), files_[file].path(),

@@ -96,11 +96,14 @@ void require_hf_output_dir(const std::string& flag, const std::string& dir) {
 
 void export_hf_directory(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                          const GlobalTensors& params, bool as_bf16,
-                         const std::optional<TokenizerRecord>& tokenizer) {
+                         const std::optional<TokenizerRecord>& tokenizer,
+                         const std::vector<NamedTensor>& extra_tensors) {
   const std::string config = hf_config_text(cfg, as_bf16);
   const std::string tokenizer_model = tokenizer_bytes(tokenizer);
   std::vector<std::string> names;
-  const std::vector<SafetensorsTensor> tensors = global_tensors(table, params, "", names);
+  std::vector<SafetensorsTensor> tensors = global_tensors(table, params, "", names);
+  for (const NamedTensor& t : extra_tensors)
+    tensors.push_back({t.name, {int64_t(t.data.size())}, t.data.data()});
   // The run checked DIR at its start; a user may have put a file there since.
   const std::string conflict = hf_export_conflict(dir);
   if (!conflict.empty()) throw RuntimeError(str("not exporting: ", conflict));

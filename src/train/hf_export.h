@@ -35,8 +35,11 @@ void require_hf_output_dir(const std::string& flag, const std::string& dir);
 // order). tokenizer: the run's record; a SentencePiece model is copied after its CRC-32C is
 // checked against the record (UsageError when the file changed). RuntimeError when a value is
 // not finite or DIR became unreplaceable since the checks (nothing is written then).
+// extra_tensors: 1-D tensors written after the table's (an MoE model's selection biases,
+// model.layers.{i}.mlp.gate.e_score_correction_bias: exported_router_biases).
 void export_hf_directory(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                          const GlobalTensors& params, bool as_bf16,
-                         const std::optional<TokenizerRecord>& tokenizer);
+                         const std::optional<TokenizerRecord>& tokenizer,
+                         const std::vector<NamedTensor>& extra_tensors = {});
 
 }  // namespace mt

@@ -87,10 +87,12 @@ std::unique_ptr<TokenDispatcher> make_dispatcher(const ParallelOptions& p,
 // Initial weights: --init-from's, else drawn from the seed (the same model in every
 // layout). Data parallelism takes the model over with them.
 GPT& with_initial_weights(GPT& model, const TrainOptions& o) {
-  if (!o.io.init_from.empty())
+  if (!o.io.init_from.empty()) {
     import_weights(o.io.init_from, model);
-  else
+    import_router_biases(o.io.init_from, model.moe_layers(), o.model);  // llama: §9's names
+  } else {
     model.init(o.optim.seed);
+  }
   return model;
 }
 

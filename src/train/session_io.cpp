@@ -62,14 +62,19 @@ void write_final_outputs(Session& s, const std::function<void(const std::string&
   const bool exports = !o.io.export_path.empty() || !o.io.export_hf.empty();
   if (exports || sample_copy) {
     const GlobalTensors global = s.view->gather(s.model.table(), s.model.params().data(), s.tp());
+    // They steer expert selection: the sample needs them, and a llama export holds them
+    // (weights_file.h, exported_router_biases). Collective: every rank decides alike.
+    const bool export_biases = exports && o.model.llama() && o.model.experts > 0;
     std::vector<NamedTensor> biases;
-    if (sample_copy) biases = s.view->router_biases_to_lead();  // they steer expert selection
+    if (sample_copy || export_biases) biases = s.view->router_biases_to_lead();
     const bool bf16 = o.io.export_dtype == "bf16";
+    const std::vector<NamedTensor> exported = exported_router_biases(o.model, biases);
     if (s.lead() && !o.io.export_path.empty())
       export_weights(o.io.export_path, s.view->whole(), o.model, global, bf16,
-                     tokenizer_metadata(o.io.tokenizer));
+                     tokenizer_metadata(o.io.tokenizer), exported);
     if (s.lead() && !o.io.export_hf.empty())
-      export_hf_directory(o.io.export_hf, s.view->whole(), o.model, global, bf16, o.io.tokenizer);
+      export_hf_directory(o.io.export_hf, s.view->whole(), o.model, global, bf16, o.io.tokenizer,
+                          exported);
     if (s.lead() && sample_copy) sample_on_whole_copy(s, global, biases, line);
   }
   if (s.lead() && sample_now && !sample_copy) print_sample(s.model, o, line);

@@ -32,8 +32,9 @@ MicrobatchStats forward_backward(Session& s, Trace& trace) {
 std::span<const float> finish_gradients(Session& s, Trace& trace) {
   Trace::Span span(trace, "wait grad buckets", "comm");
   s.dp.finish_gradients();
-  // LayerNorm gradients under sequence parallelism cover this rank's rows only.
-  if (s.sequence_parallel()) s.dp.reduce_tp_partial_grads(s.tp());
+  // Gradients that cover this rank's rows only: norms under sequence parallelism, and the
+  // MoE routers and experts under tp (their tokens are split, model/moe_layer.h).
+  if (s.tp()) s.dp.reduce_tp_partial_grads(s.tp());
   return s.runner->finish_gradients();
 }
 

@@ -163,10 +163,14 @@ void validate_sizes(const TrainOptions& o) {
              " a kernel counts: give more --microbatches or --dp, or a smaller --batch or --seq");
   // Every tensor of the model, and one microbatch's activations of one block (llama: q, k, v,
   // o and SwiGLU's three matrices of F, bounded by the same terms with F and the head widths).
-  const double C = m.dim, moe = m.experts > 0 ? double(m.layers / m.moe_every) : 0.0;
+  const double C = m.dim, moe = double(m.moe_layers());
   const double width = std::max(C, double(m.heads) * m.head_dim()), F = m.hidden();
   const double block = 4 * C * width + 4 * C + C * C, mlp = 3 * C * F + F + C;
-  const double params = m.layers * block + moe * (m.experts * (mlp + C) - mlp) +
+  // An MoE layer: E experts of width Fe (and their routers) for the dense MLP, plus the
+  // shared experts' SwiGLU.
+  const double Fe = m.expert_hidden(), expert = 3 * C * Fe + Fe + C;
+  const double params = m.layers * block +
+                        moe * (m.experts * (expert + C) - mlp + 3 * C * m.shared_hidden()) +
                         double(2 * double(m.vocab) + m.position_rows()) * C;
   MT_REQUIRE(params <= kMaxElements, "the model would have ", count_text(params),
              " parameters, more than the ", count_text(kMaxElements),
@@ -184,35 +188,35 @@ void validate_sizes(const TrainOptions& o) {
              double(m.experts) / m.topk, ") already keeps every token, and 0 is dropless");
 }
 
-// What mixture-of-experts layers compose with so far (docs/moe.md, "Integration").
+// What mixture-of-experts layers compose with (docs/moe.md, "Integration").
 void validate_experts(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
-  const int experts = o.model.experts;
+  const ModelConfig& m = o.model;
+  const int experts = m.experts;
   if (p.ep > 1) {
     // ep consecutive dp ranks share the experts of one layer (CONTRACTS.md §7).
     MT_REQUIRE(experts > 0, "--ep ", p.ep, " needs --experts > 0");
     MT_REQUIRE(p.dp % p.ep == 0, "--ep ", p.ep, " must divide --dp ", p.dp);
     MT_REQUIRE(experts % p.ep == 0, "--ep ", p.ep, " must divide --experts ", experts);
-    // The experts' gradients take their own reduction and are updated in full by their
-    // owners, which ZeRO 3's parameter gathers over dp would break.
-    MT_REQUIRE(p.zero <= 2, "--ep ", p.ep,
-               " supports --zero 0, 1 or 2 (got --zero 3: its parameter gathers over dp "
-               "would mix different ranks' experts)");
   }
-  MT_REQUIRE(experts == 0 || o.model.moe_every <= o.model.layers, "--moe-every ", o.model.moe_every,
-             " with --layers ", o.model.layers,
-             " makes no block a mixture of experts (block i is one when (i + 1) % moe-every == "
-             "0), so --experts would have no effect: give --moe-every <= --layers");
-  MT_REQUIRE(experts == 0 || p.tp == 1,
-             "--experts needs --tp 1 for now (the experts are not split over tp)");
-  MT_REQUIRE(experts == 0 || !o.model.llama(),
-             "--experts with --arch llama is not built yet (the llama MoE layer's SwiGLU "
-             "experts come with the DeepSeek-style MoE work); use --arch gpt2 for MoE");
-  // Re-running a MoE block's forward would route and exchange its tokens again and count
-  // the routing statistics and the aux loss twice (docs/recomputation.md).
-  MT_REQUIRE(experts == 0 || o.optim.recompute != "full",
-             "--recompute full does not support --experts (re-running the routing would count "
-             "the aux loss and expert load twice); use --recompute selective");
+  if (experts == 0) return;
+  MT_REQUIRE(m.moe_layers() > 0, "--moe-every ", m.moe_every, " with --layers ", m.layers,
+             m.first_dense_layers > 0 ? str(" and --first-dense-layers ", m.first_dense_layers)
+                                      : std::string(),
+             " makes no block a mixture of experts (block i is one when i >= first-dense-layers "
+             "and (i + 1) % moe-every == 0), so --experts would have no effect");
+  if (p.tp > 1) {
+    // Under tp the experts are replicated and each tp rank routes its run of a microbatch's
+    // token rows (model/moe_layer.h): the runs must be equal.
+    const int64_t rows = o.optim.batch / (int64_t(p.dp) * p.microbatches) * m.seq;
+    MT_REQUIRE(rows % p.tp == 0, "--experts with --tp ", p.tp, " splits each microbatch's ", rows,
+               " token rows (batch / (dp x microbatches) x seq) over tp: they must be divisible "
+               "by --tp");
+    // The shared experts are split over tp as the dense MLP.
+    MT_REQUIRE(m.shared_hidden() % p.tp == 0, "--tp ", p.tp,
+               " does not divide the shared experts' width --shared-experts x --expert-ffn-dim = ",
+               m.shared_hidden());
+  }
 }
 
 // The schedule and the cut of the model into chunks; both matter only with --pp > 1.
@@ -334,6 +338,14 @@ void validate_dependencies(const TrainOptions& o) {
        "--experts E > 0"},
       {m.router_bias_update != d.model.router_bias_update, m.experts == 0, "--router-bias-update",
        "--experts E > 0"},
+      {m.expert_ffn_dim != d.model.expert_ffn_dim, m.experts == 0, "--expert-ffn-dim",
+       "--experts E > 0"},
+      {m.shared_experts != d.model.shared_experts, m.experts == 0, "--shared-experts",
+       "--experts E > 0"},
+      {m.first_dense_layers != d.model.first_dense_layers, m.experts == 0, "--first-dense-layers",
+       "--experts E > 0"},
+      {m.router != d.model.router, m.experts == 0, "--router", "--experts E > 0"},
+      {m.routed_scale != d.model.routed_scale, m.experts == 0, "--routed-scale", "--experts E > 0"},
       {p.schedule != d.parallel.schedule, p.pp == 1, "--schedule", "--pp > 1"},
       {p.virtual_stages != d.parallel.virtual_stages, p.pp == 1, "--virtual-stages", "--pp > 1"},
       {!p.stage_layers.empty(), p.pp == 1, "--stage-layers", "--pp > 1"},

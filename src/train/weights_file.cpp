@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <optional>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/reduce.h"
+#include "train/global_view.h"
 #include "train/hf_directory.h"
 
 namespace mt {
@@ -113,6 +117,13 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
     m["moe_every"] = std::to_string(c.moe_every);
     m["capacity_factor"] = float_str(c.capacity_factor);
   }
+  if (c.experts > 0 && c.llama()) {
+    // What the tensors cannot tell: the router, its scale, and how the MoE layers were
+    // described (the tensors give the same layers under more than one description).
+    m["first_dense_layers"] = std::to_string(c.first_dense_layers);
+    m["router"] = c.router == RouterScore::sigmoid ? "sigmoid" : "softmax";
+    m["routed_scale"] = float_str(c.routed_scale);
+  }
   return m;
 }
 
@@ -190,6 +201,81 @@ GlobalTensors assemble_global(const ParamTable& table, const float* arena, Commu
 
 namespace {
 
+std::string llama_tensor(int i, const std::string& rest) {
+  return "model.layers." + std::to_string(i) + ".mlp." + rest;
+}
+
+// The (first dense layers, moe every) pair that gives exactly the MoE layers `moe` of a model
+// of `layers` layers: the first of `candidates` that does, else one derived from the layers
+// themselves; 0 when none can.
+std::pair<int, int> moe_pattern(const std::vector<int>& moe, int layers,
+                                std::vector<std::pair<int, int>> candidates) {
+  const int i0 = moe[0];
+  const int every = moe.size() > 1 ? moe[1] - i0 : i0 + 1;
+  candidates.push_back({std::max(0, i0 - every + 1), every});
+  candidates.push_back({i0, 1});  // a single MoE layer, the last one
+  for (auto [first, every_k] : candidates) {
+    if (first < 0 || every_k < 1) continue;
+    std::vector<int> got;
+    for (int i = 0; i < layers; ++i)
+      if (i >= first && (i + 1) % every_k == 0) got.push_back(i);
+    if (got == moe) return {first, every_k};
+  }
+  return {-1, 0};
+}
+
+// The llama MoE structure (§9) of a file: the layers with a router (mlp.gate.weight), the
+// routed experts' count and width, the shared experts' width, from the tensors; top-k, the
+// router and its scale from the metadata meshtrain writes, else from base (the flags).
+// The capacity, aux coefficient and bias step stay the flags' (§9a: training settings).
+void llama_moe_from_file(const SafetensorsFile& f, ModelConfig& c, const ModelConfig& base) {
+  std::vector<int> moe;
+  for (int i = 0; i < c.layers; ++i)
+    if (f.contains(llama_tensor(i, "gate.weight"))) moe.push_back(i);
+  if (moe.empty()) {
+    c.experts = 0;
+    return;
+  }
+  auto expert = [&](int i, int e) {
+    return llama_tensor(i, "experts." + std::to_string(e) + ".gate_proj.weight");
+  };
+  int experts = 0;
+  while (f.contains(expert(moe[0], experts))) ++experts;
+  MT_REQUIRE(experts > 0, f.path(), ": ", llama_tensor(moe[0], "gate.weight"), " but no experts (",
+             expert(moe[0], 0), ")");
+  for (int i : moe)
+    MT_REQUIRE(f.contains(expert(i, experts - 1)) && !f.contains(expert(i, experts)), f.path(),
+               ": layer ", moe[0], " has ", experts, " experts but layer ", i,
+               " has a different number");
+  c.experts = experts;
+  c.expert_ffn_dim = int(f.tensor(expert(moe[0], 0)).shape[0]);
+  const std::string shared = llama_tensor(moe[0], "shared_experts.gate_proj.weight");
+  const int64_t sw = f.contains(shared) ? f.tensor(shared).shape[0] : 0;
+  MT_REQUIRE(sw % c.expert_ffn_dim == 0, f.path(), ": ", shared, " is ", sw,
+             " wide, not a multiple of the experts' width ", c.expert_ffn_dim);
+  c.shared_experts = int(sw / c.expert_ffn_dim);
+  std::vector<std::pair<int, int>> candidates;
+  auto meta_first = metadata_int(f, "first_dense_layers");
+  if (auto every = metadata_int(f, "moe_every"))
+    candidates.push_back({meta_first.value_or(0), *every});
+  candidates.push_back({base.first_dense_layers, base.moe_every});
+  const auto [first, every] = moe_pattern(moe, c.layers, candidates);
+  MT_REQUIRE(every > 0, f.path(),
+             ": its MoE layers are not those of any --first-dense-layers / "
+             "--moe-every (layer i is MoE when i >= N and (i + 1) % k == 0)");
+  c.first_dense_layers = first, c.moe_every = every;
+  if (auto topk = metadata_int(f, "topk")) c.topk = *topk;
+  MT_REQUIRE(c.topk <= experts, f.path(), ": top-k ", c.topk, " but the file has ", experts,
+             " experts");
+  const auto router = f.metadata().find("router");
+  if (router != f.metadata().end()) {
+    MT_REQUIRE(router->second == "softmax" || router->second == "sigmoid", f.path(),
+               ": metadata \"router\" is \"", router->second, "\", not softmax or sigmoid");
+    c.router = router->second == "sigmoid" ? RouterScore::sigmoid : RouterScore::softmax;
+  }
+  if (auto scale = metadata_positive(f, "routed_scale")) c.routed_scale = float(*scale);
+}
+
 // A llama file (§9 names): vocab, dim, layers, the q/k/v and SwiGLU widths and the tie from
 // the tensors; heads, kv heads, head dim, theta, eps and seq from the metadata meshtrain
 // writes, else from base (the flags), checked against the shapes.
@@ -224,7 +310,7 @@ ModelConfig llama_config_from_file(const SafetensorsFile& f, const ModelConfig& 
   if (f.contains("model.layers.0.mlp.gate_proj.weight"))
     c.ffn_dim = int(f.tensor("model.layers.0.mlp.gate_proj.weight").shape[0]);
   c.tie_embeddings = !f.contains("lm_head.weight");
-  c.experts = 0;  // the llama MoE layer is not built yet (validate_options refuses it)
+  llama_moe_from_file(f, c, base);
   return c;
 }
 
@@ -291,12 +377,47 @@ ModelConfig model_config_from_file(const std::string& path, const ModelConfig& b
 
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
                     const GlobalTensors& params, bool as_bf16,
-                    const std::map<std::string, std::string>& extra_metadata) {
+                    const std::map<std::string, std::string>& extra_metadata,
+                    const std::vector<NamedTensor>& extra_tensors) {
   auto meta = config_metadata(cfg);
   meta.insert(extra_metadata.begin(), extra_metadata.end());
   std::vector<std::string> names;
   auto tensors = global_tensors(table, params, "", names);
+  for (const NamedTensor& t : extra_tensors)
+    tensors.push_back({t.name, {int64_t(t.data.size())}, t.data.data()});
   write_safetensors(path, tensors, meta, as_bf16);
+}
+
+std::vector<NamedTensor> exported_router_biases(const ModelConfig& cfg,
+                                                std::vector<NamedTensor> biases) {
+  std::vector<NamedTensor> out;
+  if (!cfg.llama()) return out;
+  for (NamedTensor& b : biases) {
+    const bool nonzero = std::any_of(b.data.begin(), b.data.end(), [](float v) { return v != 0; });
+    if (cfg.router_bias_update > 0 || nonzero) out.push_back(std::move(b));
+  }
+  return out;
+}
+
+void import_router_biases(const std::string& path, const std::vector<MoeLayer*>& moe,
+                          const ModelConfig& cfg) {
+  if (moe.empty() || !cfg.llama()) return;
+  // A meshtrain_moe directory (hf_config.h) keeps them in its one weights file; a directory
+  // sharded by another writer has none.
+  const bool dir = is_hf_directory(path);
+  const std::string file = dir ? path + "/" + kHfWeightsFile : path;
+  std::error_code ec;
+  if (dir && !std::filesystem::is_regular_file(file, ec)) return;
+  SafetensorsFile f(file);
+  for (MoeLayer* m : moe) {
+    const std::string name = router_bias_name(router_weight_name(cfg, m->layer()));
+    if (!f.contains(name)) continue;
+    std::vector<float>& bias = m->router_bias();
+    f.expect_shape(name, {int64_t(bias.size())});
+    f.read(name, bias.data(), bias.size());
+    MT_REQUIRE(all_finite(bias.data(), bias.size()), f.path(), ": tensor ", name,
+               " holds NaN or Inf values");
+  }
 }
 
 void import_weights(const std::string& path, GPT& model) {

@@ -46,10 +46,23 @@ GlobalTensors assemble_global(const ParamTable& table, const float* arena, Commu
 // Writes the whole model's global tensors (table: the whole model's, GlobalView::whole()),
 // in F32, or with as_bf16 (--export-dtype bf16) rounded to BF16: half the file, for inference
 // or PyTorch users; checkpoints (--save) stay fp32 whatever this says.
-// extra_metadata: more metadata entries (the tokenizer record, train/tokenizer.h).
+// extra_metadata: more metadata entries (the tokenizer record, train/tokenizer.h);
+// extra_tensors: 1-D tensors outside the table (the llama routers' selection biases).
 void export_weights(const std::string& path, const ParamTable& table, const ModelConfig& cfg,
                     const GlobalTensors& params, bool as_bf16 = false,
-                    const std::map<std::string, std::string>& extra_metadata = {});
+                    const std::map<std::string, std::string>& extra_metadata = {},
+                    const std::vector<NamedTensor>& extra_tensors = {});
+// Of the routers' selection biases (GlobalView::router_biases_to_lead), those an exported
+// file holds: under --arch llama (§9: model.layers.{i}.mlp.gate.e_score_correction_bias)
+// with --router-bias-update, or when not all zero (a bias the run was started with); none
+// for gpt2, whose files hold parameters only.
+std::vector<NamedTensor> exported_router_biases(const ModelConfig& cfg,
+                                                std::vector<NamedTensor> biases);
+// The llama MoE layers' selection biases from a weights file that holds them (--init-from,
+// sample --init-from); a file without them leaves them at zero. Throws UsageError for a
+// wrong shape or a non-finite value.
+void import_router_biases(const std::string& path, const std::vector<MoeLayer*>& moe,
+                          const ModelConfig& cfg);
 // Loads every parameter this rank holds from the file; names and global shapes must match.
 void import_weights(const std::string& path, GPT& model);
 void import_weights(const std::string& path, const ParamTable& table, float* params);

@@ -1,4 +1,4 @@
-// DataParallel with expert parallelism under ZeRO 1-2: the ranks of an ep group hold
+// DataParallel with expert parallelism under ZeRO 1-3: the ranks of an ep group hold
 // different experts at the same flat offsets, so every rank must update its experts in
 // full, keep them through the post-optimizer all-gather over dp, and see its own experts
 // (never a sum of several ranks') in the global view that checkpoints use.
@@ -102,18 +102,11 @@ TEST(DataParallelExperts, ExpertsStayOnTheirRanks) {
   check_experts_stay_on_their_ranks(4, 4, 2);
 }
 
-TEST(DataParallelExperts, RefusesZero3) {
-  run_local(2, WorldOptions{}, [](CommWorld& w) {
-    ModelConfig cfg;
-    cfg.layers = 1, cfg.dim = 16, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 19, cfg.experts = 2;
-    ParallelContext ctx = make_parallel_context(w, MeshShape{1, 2, 1, 2});
-    TokenDispatcher dispatcher(ctx.ep);
-    GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 2,
-              ExpertParallelShard{ctx.coord.ep_rank, 2, &dispatcher});
-    model.init(3);
-    // The user-facing rule is validated before ranks start: here an internal check.
-    EXPECT_THROW(DataParallel(model, {ctx.dp, 3, 0.001, ctx.ep, ctx.ep_replica}), RuntimeError);
-  });
+// ZeRO 3: each rank keeps its experts whole after its shard and lays them over every gathered
+// unit (ParamGathers::Overlay), so the gathers over dp cannot mix the ranks' experts.
+TEST(DataParallelExperts, ExpertsStayOnTheirRanksUnderZero3) {
+  check_experts_stay_on_their_ranks(2, 2, 3);
+  check_experts_stay_on_their_ranks(4, 2, 3);
 }
 
 }  // namespace

@@ -174,7 +174,8 @@ TEST(HfConfig, RefusesByNameWhatItCannotHonour) {
       {{{"sliding_window", 4096}}, "key \"sliding_window\" is not one meshtrain can honour"},
       {{{"quantization_config", {{"bits", 4}}}}, "key \"quantization_config\""},
       {{{"model_type", "mistral"}}, "model_type \"mistral\" is not llama"},
-      {{{"model_type", "meshtrain_moe"}}, "mixture-of-experts"},
+      {{{"model_type", "meshtrain_moe"}}, "is not [\"MeshtrainMoeForCausalLM\"]"},
+      {{{"n_routed_experts", 8}}, "key \"n_routed_experts\" is not one meshtrain can honour"},
       {{{"architectures", {"MistralForCausalLM"}}}, "architectures [\"MistralForCausalLM\"]"},
       {{{"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}}}, "type \"linear\" is not"},
       {{{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}}, "type \"yarn\""},
@@ -244,16 +245,48 @@ TEST(HfConfig, FlagsThatContradictTheDirectoryAreRefused) {
   EXPECT_THROW(require_flags_match_hf(defaults, {"experts"}, dir, "D"), UsageError);
 }
 
-TEST(HfConfig, OnlyDenseLlamaModelsAreExported) {
+TEST(HfConfig, OnlyLlamaModelsAreExported) {
   ModelConfig gpt2;
   EXPECT_THROW(require_hf_exportable(gpt2, "--export-hf"), UsageError);
   ModelConfig moe;
   moe.arch = Arch::llama;
   moe.experts = 4;
-  EXPECT_THROW(require_hf_exportable(moe, "--export-hf"), UsageError);
+  EXPECT_NO_THROW(require_hf_exportable(moe, "--export-hf"));
   ModelConfig llama;
   llama.arch = Arch::llama;
   EXPECT_NO_THROW(require_hf_exportable(llama, "--export-hf"));
+}
+
+// §9a: an MoE model's config.json is a meshtrain_moe one with DeepseekV3Config's MoE keys,
+// read back to the same structure; a key missing or a gate rule meshtrain does not compute
+// is refused by name.
+TEST(HfConfig, MoeConfigRoundTrips) {
+  ModelConfig moe;
+  moe.arch = Arch::llama, moe.layers = 4, moe.experts = 8, moe.topk = 2;
+  moe.expert_ffn_dim = 48, moe.shared_experts = 2, moe.first_dense_layers = 1;
+  moe.moe_every = 1, moe.router = RouterScore::sigmoid, moe.routed_scale = 2.5f;
+  const std::string text = hf_config_text(moe, false);
+  const json j = json::parse(text);
+  EXPECT_EQ(j["model_type"], "meshtrain_moe");
+  EXPECT_EQ(j["architectures"], json::array({"MeshtrainMoeForCausalLM"}));
+  EXPECT_EQ(j["moe_intermediate_size"], 48);
+  EXPECT_EQ(j["norm_topk_prob"], true);
+  const ModelConfig back = parse_hf_config(text, "C", ModelConfig{});
+  EXPECT_EQ(back.experts, 8);
+  EXPECT_EQ(back.topk, 2);
+  EXPECT_EQ(back.expert_ffn_dim, 48);
+  EXPECT_EQ(back.shared_experts, 2);
+  EXPECT_EQ(back.first_dense_layers, 1);
+  EXPECT_EQ(back.moe_every, 1);
+  EXPECT_EQ(back.router, RouterScore::sigmoid);
+  EXPECT_EQ(back.routed_scale, 2.5f);
+  json missing = j;
+  missing.erase("scoring_func");
+  EXPECT_NE(usage_message(missing.dump()).find("has no scoring_func"), std::string::npos);
+  json unnormed = j;
+  unnormed["norm_topk_prob"] = false;
+  EXPECT_NE(usage_message(unnormed.dump()).find("norm_topk_prob false is not true"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -110,18 +110,28 @@ TEST(ValidateOptions, EachBrokenRuleIsAUsageErrorNamingTheFlag) {
       {"ep | experts",
        [](TrainOptions& o) { o.model.experts = 3, o.parallel.dp = 2, o.parallel.ep = 2; },
        "--ep 2 must divide --experts 3"},
-      {"ep with zero 3",
+      {"experts with tp: token rows",
        [](TrainOptions& o) {
-         o.model.experts = 4, o.parallel.dp = 2, o.parallel.ep = 2, o.parallel.zero = 3;
+         o.model.experts = 4, o.parallel.tp = 2, o.optim.batch = 1, o.model.seq = 7;
        },
-       "supports --zero 0, 1 or 2"},
-      {"experts with tp", [](TrainOptions& o) { o.model.experts = 4, o.parallel.tp = 2; },
-       "--experts needs --tp 1"},
+       "--experts with --tp 2 splits each microbatch's 7 token rows"},
+      {"experts with tp: shared width",
+       [](TrainOptions& o) {
+         o.model.arch = Arch::llama, o.model.experts = 4, o.parallel.tp = 2;
+         o.model.shared_experts = 1, o.model.expert_ffn_dim = 33;
+       },
+       "--tp 2 does not divide the shared experts' width"},
+      {"llama MoE knob under gpt2",
+       [](TrainOptions& o) { o.model.experts = 4, o.model.router = RouterScore::sigmoid; },
+       "--router sigmoid is a --arch llama setting"},
+      {"no MoE layer after the dense ones",
+       [](TrainOptions& o) {
+         o.model.arch = Arch::llama, o.model.experts = 4;
+         o.model.first_dense_layers = o.model.layers;
+       },
+       "makes no block a mixture of experts"},
       {"recompute value", [](TrainOptions& o) { o.optim.recompute = "some"; },
        "--recompute must be none, selective or full (got 'some')"},
-      {"full recompute with experts",
-       [](TrainOptions& o) { o.model.experts = 4, o.optim.recompute = "full"; },
-       "--recompute full does not support --experts"},
       {"schedule name", [](TrainOptions& o) { o.parallel.schedule = "2f2b"; },
        "unknown --schedule '2f2b' (expected gpipe, 1f1b, interleaved, zb-h1 or dualpipev)"},
       {"interleaved chunks",

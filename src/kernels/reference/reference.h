@@ -8,6 +8,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/rope.h"
+#include "kernels/router.h"
 
 namespace mt::ref {
 
@@ -60,16 +61,33 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* 
                         int C, int64_t vocab_start, int vocab_rows);
 
 void router_softmax(float* probs, const float* logits, int N, int E);
-void router_top_k(int32_t* experts, float* gates, const float* probs, const float* bias, int N,
-                  int E, int k);
+void router_sigmoid(float* scores, const float* logits, int N, int E);
+void router_top_k(int32_t* experts, float* gates, const float* scores, const float* bias, int N,
+                  int E, int k, RouterGates how);
+inline void router_top_k(int32_t* experts, float* gates, const float* probs, const float* bias,
+                         int N, int E, int k) {
+  ref::router_top_k(experts, gates, probs, bias, N, E, k,
+                    RouterGates::of(RouterScore::softmax, k, 1));
+}
+void router_choice_counts(int64_t* counts, const int32_t* experts, int N, int E, int k);
+void router_share_sums(double* P, const float* scores, int N, int E, RouterScore score);
+double router_aux_from_sums(float* f, const int64_t* counts, const double* P, int64_t tokens, int E,
+                            int k, float alpha);
 double router_aux_loss(float* f, const float* probs, const int32_t* experts, int N, int E, int k,
                        float alpha);
-void router_backward(float* dlogits, const float* dgates, const float* probs,
-                     const int32_t* experts, const float* gates, const float* f, float alpha,
-                     float aux_scale, int N, int E, int k);
+void router_backward(float* dlogits, const float* dgates, const float* scores,
+                     const int32_t* experts, const float* gates, const float* f,
+                     const RouterBackward& how, int N, int E, int k);
+inline void router_backward(float* dlogits, const float* dgates, const float* probs,
+                            const int32_t* experts, const float* gates, const float* f, float alpha,
+                            float aux_scale, int N, int E, int k) {
+  const RouterBackward how{RouterScore::softmax, RouterGates::of(RouterScore::softmax, k, 1), alpha,
+                           aux_scale, N};
+  ref::router_backward(dlogits, dgates, probs, experts, gates, f, how, N, E, k);
+}
 
 int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
-                  int N, int E, int k, int capacity);
+                  int N, int E, int k, int capacity, const int64_t* held = nullptr);
 void gather_rows(float* dst, const float* src, const int32_t* index, int M, int C);
 void gather_rows_scaled(float* dst, const float* src, const int32_t* row_of, const float* gates,
                         int N, int k, int C);

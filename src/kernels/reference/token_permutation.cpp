@@ -8,10 +8,13 @@
 namespace mt::ref {
 
 int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
-                  int N, int E, int k, int capacity) {
+                  int N, int E, int k, int capacity, const int64_t* earlier) {
   const size_t A = size_t(N) * k;
   std::vector<bool> kept(A);
-  std::vector<int32_t> held(E, 0);
+  std::vector<int64_t> held(E, 0);
+  // Choices of the group's earlier tokens routed elsewhere count against the capacity.
+  if (earlier)
+    for (int e = 0; e < E; ++e) held[e] = earlier[e];
   for (size_t a = 0; a < A; ++a) {
     kept[a] = capacity <= 0 || held[experts[a]] < capacity;
     held[experts[a]] += kept[a];

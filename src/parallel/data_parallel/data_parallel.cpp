@@ -31,9 +31,10 @@ size_t bucket_floats(double mb) {
   return size_t(mb * 1024 * 1024 / sizeof(float));
 }
 
-// Stages 0-2 hold the flat parameters, stage 3 its shard of them.
-size_t param_floats(const FlatLayout& layout, int zero) {
-  return zero == 3 ? layout.shard_size() : layout.flat_size();
+// Stages 0-2 hold the flat parameters, stage 3 its shard of them and, under expert
+// parallelism, this rank's experts whole after it (expert_floats).
+size_t param_floats(const FlatLayout& layout, int zero, size_t expert_floats) {
+  return zero == 3 ? layout.shard_size() + expert_floats : layout.flat_size();
 }
 
 bool expert_parallel(const DataParallelOptions& o) {
@@ -42,8 +43,8 @@ bool expert_parallel(const DataParallelOptions& o) {
 
 // The pieces this rank updates: its own chunks (every element at stage 0), in table order.
 // Under expert parallelism the experts follow, whole (the same flat offsets hold other
-// experts on the other ranks of the ep group), their gradients at stage 2 packed after the
-// shard.
+// experts on the other ranks of the ep group), with their flat offsets for now: the
+// constructor packs their gradients (stages 2-3) and parameters (stage 3) after the shard.
 std::vector<UpdatePiece> pieces_to_update(const FlatLayout& layout, const ParamTable& table,
                                           int zero, bool experts_apart) {
   std::vector<UpdatePiece> update;
@@ -51,8 +52,8 @@ std::vector<UpdatePiece> pieces_to_update(const FlatLayout& layout, const ParamT
     if (experts && !experts_apart) break;
     for (const FlatPiece& p : layout.pieces(/*owned_only=*/zero > 0 && !experts)) {
       if (experts_apart && is_expert_param(table.at_offset(p.table_off).name) != experts) continue;
-      update.push_back({p.table_off, zero == 3 ? p.shard_off : p.flat_off,
-                        zero >= 2 ? p.shard_off : p.flat_off, p.n, p.decay});
+      const size_t param = zero == 3 && !experts ? p.shard_off : p.flat_off;
+      update.push_back({p.table_off, param, zero >= 2 ? p.shard_off : p.flat_off, p.n, p.decay});
     }
   }
   return update;
@@ -136,21 +137,27 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
       experts_(expert_parallel(o) ? ExpertRanges(expert_flat_ranges(update_, first_expert_),
                                                  std::move(o.ep), std::move(o.ep_replica))
                                   : ExpertRanges()),
-      params_(param_floats(layout_, zero_)),
+      params_(param_floats(layout_, zero_, experts_.floats())),
       users_(unit_users(model, layout_)),
       grads_(layout_, *dp_, zero_, experts_, exposed_, passes_per_microbatch(users_)) {
   MT_CHECK(zero_ >= 0 && zero_ <= 3);
-  // The user-facing rule is checked with the options, before ranks start: ZeRO-3's
-  // parameter gathers over dp would mix the experts of different ranks.
-  MT_CHECK(zero_ < 3 || !experts_.ep(), "expert parallelism needs ZeRO 0, 1 or 2");
-  // Stage 2: the experts' gradients live after the shard, packed.
+  // Stages 2-3: the experts' gradients live after the shard, packed; stage 3: their
+  // parameters too, whole, laid over every gather of their unit (this rank's experts, not
+  // the dp group's mix at their flat offsets).
   size_t packed = 0;
+  std::vector<ParamGathers::Overlay> overlays;
   for (size_t i = first_expert_; i < update_.size(); ++i) {
-    if (zero_ == 2) update_[i].grad_off = layout_.shard_size() + packed;
+    const size_t at = layout_.shard_size() + packed;
+    if (zero_ >= 2) update_[i].grad_off = at;
+    if (zero_ == 3) {
+      overlays.push_back({update_[i].param_off, update_[i].n, params_.data() + at});
+      update_[i].param_off = at;
+    }
     packed += update_[i].n;
   }
   if (zero_ == 3)
-    gathers_ = std::make_unique<ParamGathers>(layout_, *dp_, params_.data(), exposed_);
+    gathers_ = std::make_unique<ParamGathers>(layout_, *dp_, params_.data(), exposed_,
+                                              std::move(overlays));
   load_params(model.params().data());
   model.release_arenas();
   const size_t nu = layout_.units().size();
@@ -196,7 +203,7 @@ DataParallelMemory DataParallel::memory_of(
   for (size_t n : grads.pool) m.grad_buffer_bytes += n * sizeof(float);
   if (zero == 3)
     for (size_t n : ParamGathers::buffer_floats(layout)) m.param_buffer_bytes += n * sizeof(float);
-  m.params_bytes = param_floats(layout, zero) * sizeof(float) + m.param_buffer_bytes;
+  m.params_bytes = param_floats(layout, zero, expert_floats) * sizeof(float) + m.param_buffer_bytes;
   m.grads_bytes = grads.storage * sizeof(float) + m.grad_buffer_bytes;
   m.expert_copy_bytes = expert_floats * sizeof(float);
   return m;
@@ -227,11 +234,17 @@ void DataParallel::gather_params(float* global) {
     return;
   }
   // Each element is owned by exactly one rank: a sum of one value and zeros is exact.
+  // Experts after the sum: every rank holds all of its own, and other ranks' differ.
   const size_t total = model_.table().total();
   std::memset(global, 0, total * sizeof(float));
-  for (const UpdatePiece& p : update_)
-    std::memcpy(global + p.table_off, params_.data() + p.param_off, p.n * sizeof(float));
-  exposed_.wait(dp_->all_reduce(global, global, total, DType::f32, ReduceOp::sum));
+  for (bool experts : {false, true}) {
+    for (size_t i = 0; i < update_.size(); ++i) {
+      const UpdatePiece& p = update_[i];
+      if (is_expert_piece(i) == experts)
+        std::memcpy(global + p.table_off, params_.data() + p.param_off, p.n * sizeof(float));
+    }
+    if (!experts) exposed_.wait(dp_->all_reduce(global, global, total, DType::f32, ReduceOp::sum));
+  }
 }
 
 void DataParallel::gather_dense(const float* dense, float* global) {

@@ -107,7 +107,7 @@ void GradBuckets::finish() {
     MT_CHECK(layout_.units()[u].padded == 0 || passes_[u] == expected_passes(u), "unit ", u,
              " ran ", passes_[u], " of the ", expected_passes(u),
              " backward passes announced by begin_step");
-  if (zero_ == 2)
+  if (zero_ >= 2)
     experts_.reduce_packed(shard_.data() + layout_.shard_size(), exposed_);
   else if (zero_ < 2)
     experts_.restore_grads(flat_.data(), exposed_);

@@ -8,8 +8,8 @@
 namespace mt {
 
 ParamGathers::ParamGathers(const FlatLayout& layout, Communicator& dp, const float* shard,
-                           ExposedTime& exposed)
-    : layout_(layout), dp_(dp), shard_(shard), exposed_(exposed) {
+                           ExposedTime& exposed, std::vector<Overlay> overlays)
+    : layout_(layout), dp_(dp), shard_(shard), exposed_(exposed), overlays_(std::move(overlays)) {
   const std::vector<size_t> floats = buffer_floats(layout_);
   edges_.resize(size_t(layout_.num_chunks()));
   for (size_t c = 0; c < edges_.size(); ++c) edges_[c].buf.resize(floats[c]);
@@ -41,6 +41,7 @@ float* ParamGathers::use(int unit, int next_unit) {
   exposed_.wait(std::move(s->work));
   s->work = Work();
   s->in_use = true;
+  if (!s->overlaid) overlay(*s);
   float* params = s->buf.data();
   // Prefetch: start the next unit's gather now so it arrives while this one computes.
   if (next_unit >= 0 && !find(next_unit)) {
@@ -87,6 +88,15 @@ size_t ParamGathers::bytes() const {
   return n;
 }
 
+void ParamGathers::overlay(Slot& s) const {
+  s.overlaid = true;
+  if (s.unit < 0) return;
+  const FlatBucket& b = layout_.buckets()[size_t(layout_.units()[size_t(s.unit)].bucket)];
+  for (const Overlay& o : overlays_)
+    if (o.flat >= b.flat_lo && o.flat < b.flat_hi)
+      std::memcpy(s.buf.data() + (o.flat - b.flat_lo), o.src, o.n * sizeof(float));
+}
+
 ParamGathers::Slot* ParamGathers::find(int unit) {
   if (layout_.is_edge(unit)) {
     Slot& e = edges_[size_t(layout_.units()[size_t(unit)].chunk)];
@@ -108,6 +118,7 @@ ParamGathers::Slot* ParamGathers::issue(int unit) {
   exposed_.wait(std::move(s->work));  // the buffer must be idle before it is overwritten
   const FlatBucket& b = layout_.buckets()[size_t(layout_.units()[size_t(unit)].bucket)];
   s->unit = unit;
+  s->overlaid = false;
   if (dp_.size() > 1) {
     s->work = dp_.all_gather(shard_ + b.shard_off, s->buf.data(), b.chunk, DType::f32);
   } else {

@@ -10,6 +10,11 @@
 // to run is gathered on demand). Parameters change only at the optimizer step, so a
 // buffer keeps a valid copy until it is reused: a block used again before its buffer is
 // needed (the last block's forward, then its backward) is not gathered twice.
+//
+// Expert parallelism: the ranks of an ep group hold different experts at the same flat
+// offsets, so what a gather brings there is a mix of theirs. Each rank keeps its own
+// experts whole (packed after its shard, DataParallel) and lays them over the gathered unit
+// (Overlay) once its gather has completed, before anyone reads it.
 #pragma once
 
 #include <array>
@@ -24,9 +29,14 @@ namespace mt {
 
 class ParamGathers {
  public:
+  // n floats at flat offset `flat` are this rank's own, at src.
+  struct Overlay {
+    size_t flat, n;
+    const float* src;
+  };
   // shard: this rank's parameter shard (layout.shard_size() floats), read by the gathers.
-  ParamGathers(const FlatLayout& layout, Communicator& dp, const float* shard,
-               ExposedTime& exposed);
+  ParamGathers(const FlatLayout& layout, Communicator& dp, const float* shard, ExposedTime& exposed,
+               std::vector<Overlay> overlays = {});
   // What the constructor allocates for a layout, in floats: each chunk's edge buffer (0
   // for an empty edge unit), then the two block buffers. The memory estimate asks it.
   static std::vector<size_t> buffer_floats(const FlatLayout& layout);
@@ -51,16 +61,19 @@ class ParamGathers {
   struct Slot {
     int unit = -1;  // unit whose parameters the buffer holds (or is receiving)
     bool in_use = false;
+    bool overlaid = false;  // the overlays are in (after the gather completed)
     Work work;
     Arena buf;
   };
   Slot* find(int unit);
   Slot* issue(int unit);
+  void overlay(Slot& s) const;
 
   const FlatLayout& layout_;
   Communicator& dp_;
   const float* shard_;
   ExposedTime& exposed_;
+  std::vector<Overlay> overlays_;
   std::vector<Slot> edges_;  // per chunk (a buffer only for non-empty edge units)
   std::array<Slot, 2> blocks_;
 };

@@ -267,7 +267,7 @@ void load_router_biases(const std::string& dir, const ParamTable& table,
   SafetensorsFile f(dir + "/" + kOptimizerFile);
   size_t i = 0;
   for (const ParamInfo& p : table.entries()) {
-    if (!p.name.ends_with(".mlp.router.weight")) continue;
+    if (!is_router_weight(p.name)) continue;
     MT_CHECK(i < moe.size(), "more routers in the table than MoE layers");
     std::vector<float>& bias = moe[i++]->router_bias();
     const std::string name = router_bias_name(p.name);
