@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""meshtrain vs PyTorch: the same GPT, the same init and batches, trained by both.
+"""meshtrain vs PyTorch: the same GPT or Llama, the same init and batches, trained by both.
 
 For each config and thread count it prints the median step time (warm-up steps
 excluded), tokens/s, the speed ratio, and meshtrain's model-FLOPs utilisation against the
@@ -20,13 +20,18 @@ PyTorch is also run with LD_LIBRARY_PATH=DIR; the best of all settings is report
 
 Model FLOPs per token = 6 * (parameters without wpe) + 12 * layers * seq * dim
 (forward + backward; attention counted over the full T x T), as meshtrain's own `mfu`.
+For --arch llama the attention width is heads * head_dim and the parameters are the Llama
+block's (GQA's narrower K/V, SwiGLU's three matrices, untied head), as ModelConfig counts them.
+The llama configs "la"/"lb" have the GPT configs' "a"/"b" parameter count and sequence (GQA with
+2 K/V heads, the SwiGLU width chosen to make up the difference), so the two archs' rows compare
+the blocks at equal size.
 
 --precision bf16 runs meshtrain with --precision bf16 (its `mfu` is then against the bf16
 GEMM peak); --torch-precision fp32,bf16 runs PyTorch in fp32 and under
 torch.autocast("cpu", dtype=torch.bfloat16) and reports meshtrain against each (the
 best setting of each precision).
 
-Usage: bench/bench_vs_pytorch.py [--meshtrain BIN] [--configs a,b] [--threads 1,2]
+Usage: bench/bench_vs_pytorch.py [--meshtrain BIN] [--configs a,b] [--threads 1,2] [--arch gpt2|llama]
                                  [--steps 15] [--warmup-steps 3] [--repeats 2]
                                  [--torch-blas-dir DIR] [--write-docs FILE]
                                  [--precision fp32|bf16] [--torch-precision fp32,bf16]
@@ -44,11 +49,18 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 import gpt_torch as ref  # noqa: E402
+import llama_torch  # noqa: E402
 
 TORCH_PY = "/usr/bin/python3"
 CONFIGS = {  # name: (layers, dim, heads, seq, batch, vocab)
     "a": (4, 256, 8, 128, 8, 256),
     "b": (6, 512, 8, 128, 8, 256),
+}
+# name: (layers, dim, heads, seq, batch, vocab, kv heads, ffn dim). 12 C^2 per GPT layer =
+# 2.5 C^2 (q, o and two K/V heads of eight) + 3 C F, so F = 9.5 C / 3 (rounded to 16).
+LLAMA_CONFIGS = {
+    "la": (4, 256, 8, 128, 8, 256, 2, 816),
+    "lb": (6, 512, 8, 128, 8, 256, 2, 1616),
 }
 
 PROBE_SRC = r"""
@@ -141,9 +153,24 @@ def torch_settings(blas_dir, threads):
 
 
 def flops_per_token(cfg):
+    if len(cfg) > 6:
+        return llama_flops_per_token(cfg)
     L, C, H, T, B, V = cfg
     params = V * C + L * (12 * C * C + 13 * C) + 2 * C  # without wpe (T*C)
     return 6.0 * params + 12.0 * L * T * C
+
+
+def llama_flops_per_token(cfg):
+    """ModelConfig::flops_per_token for the Llama block (untied: embedding and head)."""
+    L, C, H, T, B, V, kv, F = cfg
+    hd = C // H
+    block = C * H * hd + 2 * C * kv * hd + H * hd * C + 3 * C * F + 2 * C
+    params = 2 * V * C + L * block + C
+    return 6.0 * params + 12.0 * L * T * H * hd
+
+
+def llama_flags(cfg):
+    return ["--arch", "llama", "--kv-heads", str(cfg[6]), "--ffn-dim", str(cfg[7])]
 
 
 def train_flags(cfg, threads, steps, data, init):
@@ -182,7 +209,11 @@ def main():
                     help="meshtrain's --precision")
     ap.add_argument("--torch-precision", default="fp32",
                     help="PyTorch runs: fp32 and/or bf16 (autocast), comma-separated")
+    ap.add_argument("--arch", default="gpt2", choices=["gpt2", "llama"],
+                    help="the model family (llama: configs la,lb of LLAMA_CONFIGS)")
     a = ap.parse_args()
+    if a.arch == "llama" and a.configs == "a,b":
+        a.configs = "la,lb"
     if a.steps <= a.warmup_steps:
         ap.error("--steps must exceed --warmup-steps")
 
@@ -193,18 +224,25 @@ def main():
     ref.write_shard(data, np.random.default_rng(0).integers(0, 256, 1_000_000))
     rows = []
     for name in a.configs.split(","):
-        cfg = CONFIGS[name]
-        L, C, H, T, B, V = cfg
-        model = ref.GPT(L, C, H, T, V)
-        ref.init_weights(model, 1)
+        cfg = LLAMA_CONFIGS[name] if a.arch == "llama" else CONFIGS[name]
+        L, C, H, T, B, V = cfg[:6]
         init = os.path.join(d, f"init_{name}.safetensors")
-        ref.save_safetensors(init, model.named_arrays())
+        extra = llama_flags(cfg) if a.arch == "llama" else []
+        if a.arch == "llama":
+            llama_torch.main(["init", "--layers", str(L), "--dim", str(C), "--heads", str(H),
+                              "--seq", str(T), "--vocab", str(V), "--seed", "1", "--out", init]
+                             + extra[2:])
+        else:
+            model = ref.GPT(L, C, H, T, V)
+            ref.init_weights(model, 1)
+            ref.save_safetensors(init, model.named_arrays())
+        script = "llama_torch.py" if a.arch == "llama" else "gpt_torch.py"
         for th in (int(t) for t in a.threads.split(",")):
-            flags = train_flags(cfg, th, a.steps, data, init)
+            flags = train_flags(cfg[:6], th, a.steps, data, init) + extra
             mt_metrics, tm = os.path.join(d, "mt.jsonl"), os.path.join(d, "torch.jsonl")
             mt_cmd = [a.meshtrain, "train"] + flags + ["--metrics", mt_metrics,
                                                         "--precision", a.precision]
-            pt_cmd = [TORCH_PY, os.path.join(ROOT, "tests", "reference", "gpt_torch.py"),
+            pt_cmd = [TORCH_PY, os.path.join(ROOT, "tests", "reference", script),
                       "train"] + flags + ["--metrics", tm]  # a later --threads wins
             # Repeats alternate the two programs and keep each one's best median, so a
             # burst of load from elsewhere penalises neither side systematically.
@@ -235,14 +273,17 @@ def main():
                 runs = {k: v for k, v in torch_runs.items() if k.startswith(tprec + ":")}
                 k = min(runs, key=runs.get)
                 by_precision[tprec] = dict(setting=k, ms=runs[k] * 1e3, ratio=runs[k] / t_mt)
-            probe_peak = sgemm_peak(probe, th, cfg)
+            probe_peak = sgemm_peak(probe, th, cfg[:6])
             mt_peak = meshtrain_peak(a.meshtrain, th)
             # A peak is what the hardware can sustain: load from elsewhere only ever lowers
             # a measurement, so the higher of the two is the better estimate.
             peak = max(mt_peak or 0.0, probe_peak)
             tok = B * T
             mfu = flops_per_token(cfg) * tok / t_mt / (peak * 1e9)  # vs the better peak
-            row = dict(config=name, shape=f"{L}L d{C} h{H} T{T} B{B} V{V}", threads=th,
+            shape = f"{L}L d{C} h{H} T{T} B{B} V{V}"
+            if a.arch == "llama":
+                shape += f" kv{cfg[6]} ffn{cfg[7]}"
+            row = dict(config=name, shape=shape, threads=th,
                        mt_ms=t_mt * 1e3, mt_tps=tok / t_mt, pt_ms=t_pt * 1e3, pt_tps=tok / t_pt,
                        ratio=t_pt / t_mt, pt_setting=best,
                        pt_all={k: round(v * 1e3, 1) for k, v in torch_runs.items()},
