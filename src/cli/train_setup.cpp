@@ -20,6 +20,7 @@
 #include "plan/calibrate.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_location.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
 #include "train/dataset_inputs.h"
@@ -169,6 +170,14 @@ void resolve_train_options(TrainOptions& o) {
       std::printf("meshtrain: --resume auto: %s\n", o.io.load.empty()
                                                         ? "no checkpoint yet, starting fresh"
                                                         : ("resuming from " + o.io.load).c_str());
+  }
+  // A run folder means its newest complete step, as for every command that reads one.
+  if (!o.io.load.empty()) {
+    const std::string given = o.io.load;
+    o.io.load = resolve_checkpoint_dir("--load", given);
+    if (o.io.load != given && !o.io.quiet && launcher_from_env().rank == 0)
+      std::printf("meshtrain: --load %s: its newest checkpoint is %s\n", given.c_str(),
+                  o.io.load.c_str());
   }
   const PathCheckReport paths = check_run_paths(o);
   if (!o.io.load.empty() && !paths.checkpoint_verified && !o.io.quiet)
