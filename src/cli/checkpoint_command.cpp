@@ -7,11 +7,11 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/global_checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/checkpoint_location.h"
 #include "train/checkpoint/consolidate.h"
-#include "train/path_checks.h"
+#include "train/checkpoint/checkpoint_paths.h"
 
 namespace mt {
 

@@ -12,13 +12,13 @@
 #include "data/sentencepiece_tokenizer.h"
 #include "model/gpt.h"
 #include "model/sampler.h"
-#include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/checkpoint_location.h"
+#include "train/checkpoint/checkpoint_paths.h"
 #include "train/checkpoint/consolidate.h"
+#include "train/checkpoint/global_checkpoint.h"
 #include "train/checkpoint/manifest.h"
 #include "train/hf_directory.h"
-#include "train/path_checks.h"
 #include "train/tokenizer.h"
 
 namespace mt {

@@ -1,9 +1,10 @@
 #include "cli/train_setup.h"
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <cstdio>
+
 #include <cstdlib>
-#include <filesystem>
 #include <optional>
 
 #include "comm/fault.h"
@@ -18,9 +19,11 @@
 #include "parallel/process_layout.h"
 #include "plan/auto_layout.h"
 #include "plan/calibrate.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint/checkpoint_dir.h"
+#include "report/report_page.h"
 #include "train/checkpoint/checkpoint_location.h"
+#include "train/checkpoint/checkpoint_paths.h"
+#include "train/checkpoint/manifest.h"
+#include "train/checkpoint/save_lock.h"
 #include "train/corpus.h"
 #include "train/data_loader.h"
 #include "train/dataset_inputs.h"
@@ -28,7 +31,6 @@
 #include "train/hf_directory.h"
 #include "train/memory_estimate.h"
 #include "train/path_checks.h"
-#include "train/save_lock.h"
 #include "train/trainer.h"
 #include "train/validate_options.h"
 
@@ -52,23 +54,6 @@ void check_fault_spec(const TrainOptions& o, int start) {
 // progress, never these.
 void warn(const std::string& text) {
   if (launcher_from_env().rank == 0) std::fprintf(stderr, "meshtrain: warning: %s\n", text.c_str());
-}
-
-// The newest complete checkpoint under --save that verifies ("" when none): --resume auto
-// and the restarts of --max-restarts.
-std::string newest_checkpoint(const TrainOptions& o) {
-  const std::string& dir = o.io.save;
-  if (!std::filesystem::is_directory(dir)) return "";
-  if (o.io.checkpoint_format == "sharded")
-    return newest_valid_checkpoint(dir, [](const std::string& why) { warn(why); });
-  if (!std::filesystem::exists(dir + "/state.json")) return "";
-  try {
-    verify_checkpoint(dir);
-    return dir;
-  } catch (const std::exception& e) {
-    warn(str("skipping ", dir, ": ", e.what()));
-    return "";
-  }
 }
 
 // Validation data and evaluations need each other; which data there is is known only now
@@ -107,8 +92,12 @@ void check_token_stream(const TrainOptions& o, const char* flag, const std::stri
              " (--vocab, or the --init-from file's)");
 }
 
-int checkpoint_step(const std::string& dir) {
-  return loads_sharded(dir) ? read_manifest(dir).step : read_train_state(dir).step;
+// The report page a run rewrites beside --metrics X.jsonl (X.html, report/report_page.h),
+// unless the metrics go to a device (no page then).
+std::string report_page_of(const std::string& metrics) {
+  struct stat st {};
+  if (metrics.empty() || (::stat(metrics.c_str(), &st) == 0 && S_ISCHR(st.st_mode))) return "";
+  return report_path_for(metrics);
 }
 
 // Llama 3.1's rope_scaling comes only from a Hugging Face config.json, and no flag can give
@@ -157,13 +146,14 @@ void resolve_train_options(TrainOptions& o) {
   check_validation_inputs(o, val_given, data_given);
   // Every path, before any file is opened for its contents (a FIFO would block the open).
   resolve_save_path(o.io);
+  o.io.report_page = report_page_of(o.io.metrics);
   if (o.io.resume == "auto") {
     // Validated with the rest below; the choice needs only --save.
     MT_REQUIRE(!o.io.save.empty(),
                "--resume auto looks for checkpoints under --save DIR: give --save");
     MT_REQUIRE(o.io.load.empty() && o.io.init_from.empty(),
                "--resume auto chooses the checkpoint itself: drop --load / --init-from");
-    o.io.load = newest_checkpoint(o);
+    o.io.load = newest_checkpoint(o.io, warn);
     o.io.resumed = !o.io.load.empty();
     o.io.resume.clear();
     if (!o.io.quiet && launcher_from_env().rank == 0)
@@ -206,9 +196,7 @@ void resolve_train_options(TrainOptions& o) {
   for (const std::string& w : option_warnings(o)) warn(w);
   check_token_stream(o, "--data", o.io.data, o.io.data_shards);
   if (o.optim.eval_every > 0) check_token_stream(o, "--val-data", o.io.val_data, o.io.val_shards);
-  // A sharded checkpoint records its model: a mismatch is found here, before any rank.
-  if (!o.io.load.empty() && loads_sharded(o.io.load))
-    require_same_model(read_manifest(o.io.load), o.model, "--load " + o.io.load);
+  if (!o.io.load.empty()) check_load_fits(o.io.load, o.model);
   MT_REQUIRE(start <= o.optim.steps, "--load ", o.io.load, " is at step ", start,
              ", beyond --steps ", o.optim.steps);
   check_fault_spec(o, start);
@@ -233,7 +221,7 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
   const bool mpi = o.engine.backend == "mpi";
   resolve_train_options(o);
   check_memory_fits(o);  // before any rank allocates: a refusal with figures, not an OOM kill
-  // One writer per --save directory, held until the run ends (train/save_lock.h). Under
+  // One writer per --save directory, held until the run ends (checkpoint/save_lock.h). Under
   // MPI only the process of global rank 0 writes checkpoints, so only it locks.
   if (!o.io.save.empty() && (!mpi || launcher_from_env().rank == 0)) {
     launch.save_lock.emplace(o.io.save);
@@ -243,16 +231,12 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
         std::printf("meshtrain: removed %s, left by an interrupted save\n", t.c_str());
     for (const std::string& why : stale.kept) warn(why);
   }
-  // Sharded saves write step directories into --save DIR: it must exist before rank 0 makes
-  // the first one (checked writable above).
-  if (!o.io.save.empty() && o.io.checkpoint_format == "sharded" &&
-      (!mpi || launcher_from_env().rank == 0)) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.io.save, ec);
-    MT_REQUIRE(!ec, "--save ", o.io.save, ": cannot create (", ec.message(), ")");
-  }
+  if (!mpi || launcher_from_env().rank == 0) prepare_save_root(o.io);
   RunInfo& info = launch.info;
   info.t0 = now_seconds();
+  info.write_report = [](const std::string& metrics, const std::string& page) {
+    write_report_page({metrics}, page, "the report page");
+  };
   // The denominator of MFU: the user's figure, else what one core can do, measured now
   // (the best of many short sgemms, kernels/gemm_peak.h).
   // Under --precision bf16 the peak is the bf16 GEMM's, which the model's GEMMs run at.
@@ -311,7 +295,7 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
       // from the newest complete checkpoint (a background save in flight at the failure
       // never became one), or from where this run started when none was written yet.
       std::fprintf(stderr, "meshtrain: %s\n", e.what());
-      const std::string from = newest_checkpoint(o);
+      const std::string from = newest_checkpoint(o.io, warn);
       o.io.load = from.empty() ? first_load : from;
       o.io.resumed = from.empty() ? first_resumed : true;
       std::fprintf(stderr, "meshtrain: restart %d of %d, from %s\n", restart + 1,

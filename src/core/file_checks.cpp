@@ -70,6 +70,13 @@ std::string strip_trailing_slashes(std::string path) {
   return path;
 }
 
+std::string absolute_form(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  return ec ? path : p.string();
+}
+
 std::string parent_directory(const std::string& path) {
   std::filesystem::path parent = std::filesystem::path(strip_trailing_slashes(path)).parent_path();
   return parent.empty() ? std::string(".") : parent.string();

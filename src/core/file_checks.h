@@ -57,5 +57,8 @@ void require_output_dir(const std::string& flag, const std::string& path);
 std::string parent_directory(const std::string& path);
 // "ckpt/" -> "ckpt" ("/" stays), so one directory has one name for its siblings.
 std::string strip_trailing_slashes(std::string path);
+// The absolute path, links and "." / ".." resolved as far as it exists: where a path would
+// be written, to compare paths that do not exist yet (the path itself when that fails).
+std::string absolute_form(const std::string& path);
 
 }  // namespace mt

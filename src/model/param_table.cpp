@@ -1,5 +1,7 @@
 #include "model/param_table.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -80,6 +82,14 @@ const ParamInfo& ParamTable::at(const std::string& name) const {
   const ParamInfo* p = find(name);
   MT_CHECK(p != nullptr, "no parameter named ", name);
   return *p;
+}
+
+const ParamInfo& ParamTable::at_offset(size_t offset) const {
+  auto it = std::upper_bound(entries_.begin(), entries_.end(), offset,
+                             [](size_t off, const ParamInfo& p) { return off < p.offset; });
+  MT_CHECK(it != entries_.begin() && offset < std::prev(it)->offset + std::prev(it)->numel,
+           "no tensor at arena offset ", offset);
+  return *std::prev(it);
 }
 
 size_t ParamTable::numel() const {

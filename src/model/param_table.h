@@ -74,6 +74,9 @@ class ParamTable {
                  Placement place = Placement::aligned);
   const ParamInfo* find(const std::string& name) const;
   const ParamInfo& at(const std::string& name) const;
+  // The tensor whose local elements hold arena offset `offset` (a binary search: entries
+  // are in offset order).
+  const ParamInfo& at_offset(size_t offset) const;
   // A deque, so the references add() returns stay valid as the table grows.
   const std::deque<ParamInfo>& entries() const { return entries_; }
   size_t total() const { return total_; }  // arena size in floats (with alignment gaps)

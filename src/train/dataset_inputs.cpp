@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "data/prepare.h"
 #include "train/checkpoint/manifest.h"
-#include "train/path_checks.h"
+#include "train/checkpoint/checkpoint_paths.h"
 #include "train/tokenizer.h"
 
 namespace fs = std::filesystem;

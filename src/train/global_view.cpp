@@ -45,6 +45,13 @@ ParamTable whole_model_table(const ModelConfig& cfg) {
   return table;
 }
 
+std::string router_bias_name(const std::string& router_weight_name) {
+  const std::string weight = ".weight";
+  MT_CHECK(router_weight_name.ends_with(".router" + weight), router_weight_name,
+           " is not a router weight");
+  return router_weight_name.substr(0, router_weight_name.size() - weight.size()) + ".expert_bias";
+}
+
 std::vector<std::string> router_bias_names(const ParamTable& table) {
   std::vector<std::string> out;
   const std::string router = ".mlp.router.weight";
@@ -115,6 +122,11 @@ GlobalView::GlobalView(const ModelConfig& cfg, const ParamTable& table,
       biases_(bias_tensors(bias_names_, cfg.experts), router_bias_names(table), world) {
   MT_CHECK(router_bias_names(table).size() == moe_.size(), "the table holds ",
            router_bias_names(table).size(), " routers for ", moe_.size(), " MoE layers");
+}
+
+GlobalTensors GlobalView::gather(const ParamTable& table, const float* arena,
+                                 Communicator* tp) const {
+  return to_lead(assemble_global(table, arena, tp));
 }
 
 std::vector<NamedTensor> GlobalView::router_biases_to_lead() const {

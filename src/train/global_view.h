@@ -1,6 +1,6 @@
 // The whole model's global view on world rank 0, for --export, --save and sampling.
 //
-// After the data-parallel gather and the tensor-parallel assembly (checkpoint.h,
+// After the data-parallel gather and the tensor-parallel assembly (weights_file.h,
 // assemble_global) each rank holds its own tensors at their global shapes, but the model
 // is still spread out: pipeline stages hold their chunks' tensors (the last stage a copy
 // of wte for the tied head) and the ranks of an expert-parallel group hold E/ep experts
@@ -17,7 +17,7 @@
 #include "model/config.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
-#include "train/checkpoint.h"
+#include "train/weights_file.h"
 
 namespace mt {
 
@@ -61,7 +61,11 @@ class GlobalView {
   // held: this rank's global tensors in table order (assemble_global). Rank 0 gets the
   // whole model's, in whole() order; the other ranks an empty list. Collective over world.
   GlobalTensors to_lead(GlobalTensors held) const { return tensors_.to_lead(std::move(held)); }
-  // Every MoE layer's router bias (checkpoint.h, router_bias_name), on rank 0, in layer
+  // The same from a table-layout arena of this rank (its dp-gathered tensors, `table`
+  // order): assembled over tp (assemble_global; tp null without tensor parallelism), then
+  // sent to rank 0. Collective over tp and world.
+  GlobalTensors gather(const ParamTable& table, const float* arena, Communicator* tp) const;
+  // Every MoE layer's router bias (router_bias_name), on rank 0, in layer
   // order; empty elsewhere. Collective over world.
   std::vector<NamedTensor> router_biases_to_lead() const;
 
@@ -71,6 +75,11 @@ class GlobalView {
   std::vector<std::string> bias_names_;  // the whole model's, in layer order
   LeadGather tensors_, biases_;
 };
+
+// The aux-loss-free balancing bias of the MoE layer whose router is `router_weight_name`
+// ("transformer.h.{i}.mlp.router.weight" -> "transformer.h.{i}.mlp.router.expert_bias").
+// Optimizer-like state: checkpoints keep it beside the moments.
+std::string router_bias_name(const std::string& router_weight_name);
 
 // Names of this rank's MoE layers' router biases, in the order of `moe` (table order).
 std::vector<std::string> router_bias_names(const ParamTable& table);

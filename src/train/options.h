@@ -76,6 +76,9 @@ struct IoOptions {
   // What the data's ids mean; none: unknown (shards made elsewhere, ids above 255).
   std::optional<TokenizerRecord> tokenizer;
   int report_every = 100;  // the report page beside --metrics, every N steps (0: at the end)
+  // Where that page goes (metrics.jsonl -> metrics.html), set by the CLI before the paths are
+  // checked; empty: no page (no --metrics, or metrics to a device).
+  std::string report_page;
   // Checkpoints at scale (docs/checkpoints.md): "global" (one directory, rank 0 writes) or
   // "sharded" (every rank writes what it owns into --save DIR/step_NNNNNN).
   std::string checkpoint_format = "global";

@@ -5,7 +5,6 @@
 
 #include "core/error.h"
 #include "parallel/process_layout.h"
-#include "report/report_page.h"
 #include "train/weights_file.h"
 
 namespace mt {
@@ -97,16 +96,16 @@ nlohmann::json RunLog::run_record(const std::string& backend) const {
 
 void RunLog::write_report(bool last) {
   const IoOptions& io = s_.opts.io;
-  if (!s_.lead() || io.metrics.empty() || !metrics_.is_regular_file()) return;
+  if (!s_.lead() || io.report_page.empty() || !s_.info.write_report || !metrics_.is_regular_file())
+    return;
   const int every = io.report_every;
   if (!last && (every == 0 || ++steps_since_report_ < every)) return;
   steps_since_report_ = 0;
   // The page is a view of the metrics, which are on disk whatever happens here: a page that
   // cannot be written costs a warning (once, and again at the end), never the run, its
   // checkpoints or its export.
-  const std::string page = report_path_for(io.metrics);
   try {
-    write_report_page({io.metrics}, page, "the report page");
+    s_.info.write_report(io.metrics, io.report_page);
     report_warned_ = false;
   } catch (const std::exception& e) {
     if (report_warned_ && !last) return;
@@ -176,9 +175,9 @@ void RunLog::finish() {
 
 void RunLog::summary() {
   if (!s_.lead()) return;
-  const std::string& metrics = s_.opts.io.metrics;
-  const bool page = !metrics.empty() && metrics_.is_regular_file();
-  progress_.summary(summary_.line(s_.opts, page ? report_path_for(metrics) : ""));
+  const IoOptions& io = s_.opts.io;
+  const bool page = !io.report_page.empty() && s_.info.write_report && metrics_.is_regular_file();
+  progress_.summary(summary_.line(s_.opts, page ? io.report_page : ""));
 }
 
 }  // namespace mt

@@ -2,9 +2,11 @@
 // in the mesh and its communicators, the data loaders, the model (this rank's chunks and
 // shards), data parallelism, the optimizer, the microbatch runner (plain loop or pipeline),
 // the routing metrics and, when a run writes files, the global view. train_step (step.h)
-// runs one optimizer step on it; session_io.h saves, loads and exports it.
+// runs one optimizer step on it; checkpoint/checkpointer.h saves and restores it, and
+// session_io.h writes its export and sample.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,8 +31,12 @@ namespace mt {
 struct RunInfo {
   double peak_gflops_per_thread = 0;  // measured sgemm peak, for MFU
   // (under --precision bf16: the bf16 GEMM peak, the rate the model's GEMMs can reach)
-  std::string gemm_isa;               // --precision bf16: oneDNN's bf16 matmul implementation
-  double t0 = 0;                      // job start (steady clock), for traces
+  std::string gemm_isa;  // --precision bf16: oneDNN's bf16 matmul implementation
+  double t0 = 0;         // job start (steady clock), for traces
+  // Draws the report page `page` from the metrics file `metrics` (rank 0, every
+  // --report-every steps and at the end). Set by the CLI: train/ does not link report/, so
+  // that drawing a chart needs no model, kernels or communication. Empty: no page.
+  std::function<void(const std::string& metrics, const std::string& page)> write_report;
 };
 
 // Members are declared in build order: each one is built from those above it, and they

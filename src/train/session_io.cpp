@@ -4,19 +4,12 @@
 
 #include "core/error.h"
 #include "model/sampler.h"
-#include "train/checkpoint.h"
 #include "train/hf_export.h"
 #include "train/tokenizer.h"
 
 namespace mt {
 
 namespace {
-
-// Gathered over dp first (this rank's tensors, table layout), then over tp (global
-// tensors), then from the stages and expert owners to rank 0 (train/global_view.h).
-GlobalTensors lead_tensors(Session& s, const float* table_layout) {
-  return s.view->to_lead(assemble_global(s.model.table(), table_layout, s.tp()));
-}
 
 // model: a whole, unsharded model (one worker's layout).
 void print_sample(GPT& model, const TrainOptions& o,
@@ -58,42 +51,6 @@ void sample_on_whole_copy(Session& s, const GlobalTensors& global,
 
 }  // namespace
 
-void save_session(Session& s, int step) {
-  const ParamTable& table = s.model.table();
-  GlobalTensors gp, gm, gv;
-  {
-    std::vector<float> buf(table.total());
-    s.dp.gather_params(buf.data());
-    gp = lead_tensors(s, buf.data());
-    s.dp.gather_dense(s.opt.exp_avg().data(), buf.data());
-    gm = lead_tensors(s, buf.data());
-    s.dp.gather_dense(s.opt.exp_avg_sq().data(), buf.data());
-    gv = lead_tensors(s, buf.data());
-  }
-  const std::vector<NamedTensor> biases = s.view->router_biases_to_lead();
-  if (s.lead())
-    save_checkpoint(s.opts.io.save, s.view->whole(), s.opts.model, gp, gm, gv,
-                    {step, s.train.position(), s.opts.optim.seed}, biases,
-                    tokenizer_metadata(s.opts.io.tokenizer));
-  s.ctx.world->barrier().wait();  // the directory is complete when every rank goes on
-}
-
-void load_session(Session& s) {
-  const std::string& dir = s.opts.io.load;
-  if (dir.empty()) return;
-  const ParamTable& table = s.model.table();
-  std::vector<float> p(table.total()), m(table.total()), v(table.total());
-  const TrainState st = load_checkpoint(dir, table, {p.data(), m.data(), v.data()});
-  MT_REQUIRE(st.step <= s.opts.optim.steps, "--load ", dir, " is at step ", st.step,
-             ", beyond --steps ", s.opts.optim.steps);
-  s.dp.load_params(p.data());
-  s.dp.scatter_dense(m.data(), s.opt.exp_avg().data());
-  s.dp.scatter_dense(v.data(), s.opt.exp_avg_sq().data());
-  load_router_biases(dir, table, s.moe);
-  s.start_step = st.step;
-  s.train.set_position(st.data_position);
-}
-
 void write_final_outputs(Session& s, const std::function<void(const std::string&)>& line) {
   const TrainOptions& o = s.opts;
   s.moe_metrics.set_recording(false);  // sampling forwards are not training's routing
@@ -104,7 +61,7 @@ void write_final_outputs(Session& s, const std::function<void(const std::string&
   const bool sample_copy = sample_now && (s.tp() || s.pipelined() || o.parallel.ep > 1);
   const bool exports = !o.io.export_path.empty() || !o.io.export_hf.empty();
   if (exports || sample_copy) {
-    const GlobalTensors global = lead_tensors(s, s.model.params().data());
+    const GlobalTensors global = s.view->gather(s.model.table(), s.model.params().data(), s.tp());
     std::vector<NamedTensor> biases;
     if (sample_copy) biases = s.view->router_biases_to_lead();  // they steer expert selection
     const bool bf16 = o.io.export_dtype == "bf16";

@@ -1,10 +1,9 @@
 #include "train/trainer.h"
 
 #include "comm/fault.h"
-#include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/checkpointer.h"
 #include "train/evaluate.h"
 #include "train/run_log.h"
-#include "train/session_checkpoint.h"
 #include "train/session_io.h"
 #include "train/step.h"
 #include "train/trace.h"
@@ -29,14 +28,8 @@ bool save_step(const Session& s, int step) {
 void train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
   std::unique_ptr<Session> session = build_session(o, world, info);
   Session& s = *session;
-  // Sharded checkpoints: every rank writes its own elements (session_checkpoint.h).
-  std::unique_ptr<ShardedCheckpointer> sharded;
-  if (!o.io.save.empty() && o.io.checkpoint_format == "sharded")
-    sharded = std::make_unique<ShardedCheckpointer>(s, world);
-  if (!o.io.load.empty() && is_sharded_checkpoint(o.io.load))
-    load_sharded_session(s);
-  else
-    load_session(s);
+  const std::unique_ptr<Checkpointer> checkpoints = make_checkpointer(s, world);
+  restore_session(s);
   const FaultSpec fault = fault_spec_from_env();
   RunLog log(s);
   Trace trace(!o.io.trace.empty(), world.rank(), info.t0);
@@ -44,24 +37,15 @@ void train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
 
   for (int step = s.start_step + 1; step <= o.optim.steps; ++step) {
     maybe_inject_fault(fault, world.rank(), step, world);
-    if (sharded) sharded->check();  // a failed background save stops the run here
+    checkpoints->check();  // a failed background save stops the run here
     StepRecord r = train_step(s, step, trace);
     if (eval_step(s, step)) r.val_loss = evaluate(s);
     log.step(r);
     if (step == s.start_step + 1) log.memory(gather_memory_records(s, r.microbatches));
-    if (save_step(s, step)) sharded ? sharded->save(step) : save_session(s, step);
+    if (save_step(s, step)) checkpoints->save(step);
   }
   log.finish();
-
-  if (sharded) {
-    sharded->save(o.optim.steps);
-    sharded->finish();
-    if (!o.io.quiet)
-      log.line(str("checkpoint saves held training for ", sharded->stall_seconds(), " s in total (",
-                   sharded->saves(), " saves, longest ", sharded->longest_stall_seconds(), " s)"));
-  } else if (!o.io.save.empty()) {
-    save_session(s, o.optim.steps);
-  }
+  if (const std::string line = checkpoints->finish(o.optim.steps); !line.empty()) log.line(line);
   write_final_outputs(s, [&](const std::string& l) { log.line(l); });
   if (!o.io.trace.empty()) trace.write(*s.ctx.world, o.io.trace);
   log.summary();

@@ -134,14 +134,6 @@ std::vector<SafetensorsTensor> global_tensors(const ParamTable& table, const Glo
   return out;
 }
 
-FileDigest write_global_tensors(const std::string& path, const ParamTable& table,
-                                const GlobalTensors& g, const std::string& suffix,
-                                const std::map<std::string, std::string>& meta) {
-  std::vector<std::string> names;
-  auto tensors = global_tensors(table, g, suffix, names);
-  return write_safetensors(path, tensors, meta);
-}
-
 // Fills this rank's local elements of every tensor from the file's global tensors.
 void read_local_elements(const SafetensorsFile& f, const ParamTable& table, float* arena,
                          const std::string& suffix) {

@@ -2,8 +2,8 @@
 // directory given to --init-from is a Hugging Face one, train/hf_directory.h):
 // fp32 tensors under nanoGPT's names at their global shapes, with the model config as
 // metadata (layers, dim, heads, seq, vocab; experts, topk, moe_every, capacity_factor for a
-// mixture-of-experts model), so weights move to and from PyTorch. Also the pieces a
-// checkpoint (checkpoint.h) writes and reads its tensor files with.
+// mixture-of-experts model), so weights move to and from PyTorch. Also the pieces a global
+// checkpoint (checkpoint/global_checkpoint.h) writes and reads its tensor files with.
 #pragma once
 
 #include <functional>
@@ -62,10 +62,6 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c);
 std::vector<SafetensorsTensor> global_tensors(const ParamTable& table, const GlobalTensors& g,
                                               const std::string& suffix,
                                               std::vector<std::string>& names);
-// Writes them as one file, atomically; returns its size and CRC-32C.
-FileDigest write_global_tensors(const std::string& path, const ParamTable& table,
-                                const GlobalTensors& g, const std::string& suffix,
-                                const std::map<std::string, std::string>& meta);
 // Fills this rank's local elements of every tensor of `table` (in table layout, arena) from
 // the file's global tensors named with `suffix`. Throws UsageError naming the file and
 // tensor for a missing tensor, a wrong shape, or a NaN or Inf value.

@@ -12,7 +12,7 @@
 
 #include "cli_fixture.h"
 #include "run_binary.h"
-#include "train/save_lock.h"
+#include "train/checkpoint/save_lock.h"
 #include "train/token_shard.h"
 
 namespace mt {

@@ -1,6 +1,6 @@
-// The checkpoint directory rules (train/checkpoint.h, train/save_lock.h): a save replaces
-// only a checkpoint, re-checked when it replaces it; one writer at a time; what a load
-// verifies.
+// The checkpoint directory rules (train/checkpoint/global_checkpoint.h and save_lock.h): a
+// save replaces only a checkpoint, re-checked when it replaces it; one writer at a time;
+// what a load verifies.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "model/gpt.h"
 #include "test_util/temp_dir.h"
-#include "train/checkpoint.h"
-#include "train/save_lock.h"
+#include "train/checkpoint/global_checkpoint.h"
+#include "train/checkpoint/save_lock.h"
 
 namespace fs = std::filesystem;
 

@@ -40,17 +40,6 @@ bool expert_parallel(const DataParallelOptions& o) {
   return o.ep && o.ep->size() > 1;
 }
 
-// Entries are in ascending offset order: a binary search, since this runs once per piece
-// (a linear scan made a model of many layers quadratic to set up).
-const ParamInfo* tensor_at(const ParamTable& table, size_t table_off) {
-  const auto& e = table.entries();
-  auto it = std::upper_bound(e.begin(), e.end(), table_off,
-                             [](size_t off, const ParamInfo& p) { return off < p.offset; });
-  MT_CHECK(it != e.begin() && table_off < std::prev(it)->offset + std::prev(it)->numel,
-           "no tensor at arena offset ", table_off);
-  return &*std::prev(it);
-}
-
 // The pieces this rank updates: its own chunks (every element at stage 0), in table order.
 // Under expert parallelism the experts follow, whole (the same flat offsets hold other
 // experts on the other ranks of the ep group), their gradients at stage 2 packed after the
@@ -61,8 +50,7 @@ std::vector<UpdatePiece> pieces_to_update(const FlatLayout& layout, const ParamT
   for (bool experts : {false, true}) {
     if (experts && !experts_apart) break;
     for (const FlatPiece& p : layout.pieces(/*owned_only=*/zero > 0 && !experts)) {
-      if (experts_apart && is_expert_param(tensor_at(table, p.table_off)->name) != experts)
-        continue;
+      if (experts_apart && is_expert_param(table.at_offset(p.table_off).name) != experts) continue;
       update.push_back({p.table_off, zero == 3 ? p.shard_off : p.flat_off,
                         zero >= 2 ? p.shard_off : p.flat_off, p.n, p.decay});
     }
@@ -73,7 +61,7 @@ std::vector<UpdatePiece> pieces_to_update(const FlatLayout& layout, const ParamT
 std::vector<const ParamInfo*> piece_tensors(const ParamTable& table,
                                             const std::vector<UpdatePiece>& update) {
   std::vector<const ParamInfo*> t;
-  for (const UpdatePiece& p : update) t.push_back(tensor_at(table, p.table_off));
+  for (const UpdatePiece& p : update) t.push_back(&table.at_offset(p.table_off));
   return t;
 }
 

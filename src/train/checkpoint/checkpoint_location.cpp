@@ -5,7 +5,6 @@
 
 #include "core/error.h"
 #include "core/file_checks.h"
-#include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
 
 namespace fs = std::filesystem;

@@ -5,13 +5,13 @@
 
 #include "core/error.h"
 #include "core/file_checks.h"
-#include "train/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_paths.h"
+#include "train/checkpoint/global_checkpoint.h"
 #include "train/checkpoint/shard_reader.h"
 #include "train/global_view.h"
 #include "train/hf_config.h"
 #include "train/hf_export.h"
-#include "train/path_checks.h"
 #include "train/tokenizer.h"
 #include "train/weights_file.h"
 
@@ -47,7 +47,7 @@ CheckpointWeights read_sharded(const std::string& dir) {
   return c;
 }
 
-// A global checkpoint (checkpoint.h): its model.safetensors carries the model config and
+// A global checkpoint (global_checkpoint.h): its model.safetensors carries the model config and
 // the tokenizer record as metadata.
 CheckpointWeights read_global(const std::string& dir, const std::string& flag) {
   const CheckpointVerification v = verify_checkpoint(dir, flag);

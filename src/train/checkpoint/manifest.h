@@ -30,6 +30,8 @@ constexpr int kShardedFormatVersion = 1;
 inline constexpr const char* kShardedFormatName = "meshtrain-sharded";
 constexpr uint64_t kShardBlockBytes = uint64_t(1) << 20;
 inline constexpr const char* kManifestFile = "manifest.json";
+// The AdamW moments of tensor NAME are the tensors NAME + suffix.
+inline constexpr const char* kMomentSuffixes[] = {".exp_avg", ".exp_avg_sq"};
 
 struct ManifestTensor {
   std::string name;

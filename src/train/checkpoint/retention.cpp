@@ -18,12 +18,6 @@ namespace mt {
 
 namespace {
 
-std::string canonical_or_self(const std::string& path) {
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
-  return ec ? path : p.string();
-}
-
 // Why a folder in the way of a save is not the run's to replace, as the rest of a sentence
 // ("" when it is). The log proves the run made a folder of that name; its content must still
 // be nothing but checkpoint files. A damaged manifest does not make it a stranger's: it is
@@ -55,8 +49,8 @@ RunIdentity identify_run(const CheckpointLog& log, const std::string& root, cons
                          bool resumed) {
   RunIdentity id;
   if (!load.empty()) {
-    const fs::path loaded(canonical_or_self(load));
-    if (loaded.parent_path() == fs::path(canonical_or_self(root)))
+    const fs::path loaded(absolute_form(load));
+    if (loaded.parent_path() == fs::path(absolute_form(root)))
       id.resumed_from = loaded.filename().string();
   }
   const CheckpointLogEntry* e = id.resumed_from.empty() ? nullptr : log.find(id.resumed_from);

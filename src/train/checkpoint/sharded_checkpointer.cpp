@@ -1,4 +1,4 @@
-#include "train/session_checkpoint.h"
+#include "train/checkpoint/sharded_checkpointer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,6 @@
 #include "model/moe_layer.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/retention.h"
-#include "train/checkpoint/shard_reader.h"
 #include "train/global_view.h"
 #include "train/safetensors.h"
 #include "train/tokenizer.h"
@@ -26,24 +25,13 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const kMomentSuffixes[] = {".exp_avg", ".exp_avg_sq"};
-
 // Point-to-point tag of the writer's reports to rank 0 (its own communicator: no other
 // traffic shares it).
 int report_tag() {
   return make_p2p_tag(P2PKind::user, 253, 0);
 }
 
-const ParamInfo& tensor_at(const ParamTable& table, size_t table_off) {
-  const auto& e = table.entries();
-  auto it = std::upper_bound(e.begin(), e.end(), table_off,
-                             [](size_t off, const ParamInfo& p) { return off < p.offset; });
-  MT_CHECK(it != e.begin() && table_off < std::prev(it)->offset + std::prev(it)->numel,
-           "no tensor at arena offset ", table_off);
-  return *std::prev(it);
-}
-
-// The deduplication rule of session_checkpoint.h.
+// The deduplication rule of sharded_checkpointer.h.
 bool writes(const ParamInfo& p, const Session& s) {
   const ParallelOptions& par = s.opts.parallel;
   if (p.shard.replicated() && s.ctx.coord.tp != 0) return false;
@@ -139,7 +127,7 @@ ShardedCheckpointer::ShardedCheckpointer(Session& s, CommWorld& world) : s_(s) {
   const ParamTable& table = s.model.table();
   size_t dense = 0;
   for (const UpdatePiece& u : s.dp.update_pieces()) {
-    const ParamInfo& p = tensor_at(table, u.table_off);
+    const ParamInfo& p = table.at_offset(u.table_off);
     const size_t lo = u.table_off - p.offset;
     Piece piece;
     piece.name = p.name;
@@ -195,8 +183,12 @@ void ShardedCheckpointer::check() {
   if (writer_.busy() && writer_.finished()) throw_if_failed(writer_.wait());
 }
 
-void ShardedCheckpointer::finish() {
+std::string ShardedCheckpointer::finish(int last_step) {
+  save(last_step);
   throw_if_failed(writer_.wait());
+  if (s_.opts.io.quiet) return "";
+  return str("checkpoint saves held training for ", stall_s_, " s in total (", saves_,
+             " saves, longest ", longest_stall_s_, " s)");
 }
 
 void ShardedCheckpointer::save(int step) {
@@ -337,7 +329,7 @@ std::string ShardedCheckpointer::publish(int step, int64_t data_position,
       m.segments.push_back(
           {seg[0].get<std::string>(), file, seg[1].get<uint64_t>(), runs_from(seg[2])});
   }
-  // A rule of session_checkpoint.h that missed or doubled an element fails here, before
+  // A rule of sharded_checkpointer.h that missed or doubled an element fails here, before
   // anything is published.
   check_manifest_coverage(m, "the checkpoint of step " + std::to_string(step));
   write_file_atomic(tmp + "/" + kManifestFile, manifest_json(m).dump() + "\n");
@@ -351,74 +343,6 @@ std::string ShardedCheckpointer::publish(int step, int64_t data_position,
   fsync_path(s_.opts.io.save);
   retention_->after_publish(step_dir_name(step));
   return "";
-}
-
-void load_sharded_session(Session& s) {
-  const std::string& dir = s.opts.io.load;
-  const std::string where = "--load " + dir;
-  // Every block was verified before the ranks started; the reader rechecks the blocks it
-  // reads (a file could change in between).
-  const Manifest m = read_manifest(dir);
-  require_same_model(m, s.opts.model, where);
-  MT_REQUIRE(m.step <= s.opts.optim.steps, where, " is at step ", m.step, ", beyond --steps ",
-             s.opts.optim.steps);
-  ShardReader reader(dir, m);
-  const ParamTable& table = s.model.table();
-  auto require_tensor = [&](const std::string& name, const std::vector<int64_t>& shape) {
-    const ManifestTensor* t = reader.tensor(name);
-    MT_REQUIRE(t, where, "/", kManifestFile, ": the checkpoint has no tensor ", name,
-               " (a checkpoint of another model)");
-    MT_REQUIRE(t->shape == shape, where, "/", kManifestFile, ": tensor ", name, " is ",
-               shape_str(t->shape), ", this model's is ", shape_str(shape));
-  };
-  for (const ParamInfo& p : table.entries()) {
-    require_tensor(p.name, p.global_shape);
-    for (const char* suffix : kMomentSuffixes) require_tensor(p.name + suffix, p.global_shape);
-  }
-  // Local elements [lo, hi) of p from the checkpoint's tensor `name` into dst (local lo).
-  auto read_range = [&](const ParamInfo& p, const std::string& name, size_t lo, size_t hi,
-                        float* dst) {
-    map_local_range(p, lo, hi, [&](size_t l, int64_t g, int64_t n) {
-      float* d = dst + (l - lo);
-      reader.read(name, g, n, d);
-      for (int64_t i = 0; i < n; ++i)
-        MT_REQUIRE(std::isfinite(d[i]), where, ": tensor ", name, " element ", g + i, " is ", d[i],
-                   " (not finite): the checkpoint holds a diverged state");
-    });
-  };
-  if (s.opts.parallel.zero < 3) {
-    std::vector<float> local(table.total(), 0.f);  // this rank's replica, which it holds anyway
-    for (const ParamInfo& p : table.entries())
-      read_range(p, p.name, 0, p.numel, local.data() + p.offset);
-    s.dp.load_params(local.data());
-  } else {
-    float* shard = s.dp.param_storage();
-    for (const UpdatePiece& u : s.dp.update_pieces()) {
-      const ParamInfo& p = tensor_at(table, u.table_off);
-      const size_t lo = u.table_off - p.offset;
-      read_range(p, p.name, lo, lo + u.n, shard + u.param_off);
-    }
-    s.dp.release_params();
-  }
-  float* moments[] = {s.opt.exp_avg().data(), s.opt.exp_avg_sq().data()};
-  for (int k = 0; k < 2; ++k) {
-    size_t dense = 0;
-    for (const UpdatePiece& u : s.dp.update_pieces()) {
-      const ParamInfo& p = tensor_at(table, u.table_off);
-      const size_t lo = u.table_off - p.offset;
-      read_range(p, p.name + kMomentSuffixes[k], lo, lo + u.n, moments[k] + dense);
-      dense += u.n;
-    }
-  }
-  const std::vector<std::string> bias_names = router_bias_names(table);
-  MT_CHECK(bias_names.size() == s.moe.size(), "routers vs MoE layers");
-  for (size_t i = 0; i < bias_names.size(); ++i) {
-    std::vector<float>& bias = s.moe[i]->router_bias();
-    require_tensor(bias_names[i], {int64_t(bias.size())});
-    reader.read(bias_names[i], 0, int64_t(bias.size()), bias.data());
-  }
-  s.start_step = m.step;
-  s.train.set_position(m.data_position);
 }
 
 }  // namespace mt

@@ -1,7 +1,7 @@
 // A session's sharded checkpoints (--checkpoint-format sharded, docs/checkpoints.md):
 // every rank writes only the elements it owns, in parallel, into --save DIR/step_NNNNNN;
-// rank 0 writes the manifest last and renames the directory into place. A load reshards:
-// each rank reads only the global elements its own layout needs.
+// rank 0 writes the manifest last and renames the directory into place. (The load, which
+// reshards, is sharded_load.h's.)
 //
 // Who writes an element: the rank that updates it (DataParallel::update_pieces: its ZeRO
 // chunk, or everything at ZeRO 0), deduplicated where several ranks update the same
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/world.h"
+#include "train/checkpoint/checkpointer.h"
 #include "train/checkpoint/manifest.h"
 #include "train/checkpoint/retention.h"
 #include "train/checkpoint/shard_writer.h"
@@ -23,29 +24,26 @@
 
 namespace mt {
 
-class ShardedCheckpointer {
+class ShardedCheckpointer : public Checkpointer {
  public:
   // Collective over the world: makes the writer's own communicator (its collectives run on
   // the background thread, beside the training thread's) and plans what this rank writes.
   // Rank 0 reads the --save directory's checkpoint log, decides which run it saves as
   // (checkpoint/retention.h) and removes marked temporaries of interrupted saves.
   ShardedCheckpointer(Session& s, CommWorld& world);
-  ~ShardedCheckpointer();
+  ~ShardedCheckpointer() override;
 
   // Saves the state after `step`: waits for the previous save (throws its failure), copies
   // this rank's elements to the staging buffer and writes them on the background thread
   // (on this thread with --save-sync). Collective over the world.
-  void save(int step);
+  void save(int step) override;
   // Throws RuntimeError if a background save has finished and failed (the message names
   // the file); cheap, call once per step.
-  void check();
-  // Waits for the save in flight and throws its failure.
-  void finish();
-  // Seconds the training thread spent in save() (staging, waiting, and writing when
-  // --save-sync), summed over the run.
-  double stall_seconds() const { return stall_s_; }
-  double longest_stall_seconds() const { return longest_stall_s_; }
-  int saves() const { return saves_; }
+  void check() override;
+  // Saves `last_step`, waits for the save in flight and throws its failure; returns how
+  // long the saves held the training thread (staging, waiting, and writing when
+  // --save-sync), unless --quiet.
+  std::string finish(int last_step) override;
 
  private:
   struct Piece;
@@ -68,11 +66,5 @@ class ShardedCheckpointer {
   double stall_s_ = 0, longest_stall_s_ = 0;
   int saves_ = 0;
 };
-
-// Restores --load DIR (a sharded checkpoint) into the session: weights, both moments,
-// router biases, data position, step. Each rank reads only the blocks holding its own
-// elements. Throws UsageError naming the file and tensor when the checkpoint does not fit
-// this model or is damaged. Collective over dp (ZeRO 1-2 all-gather the loaded chunks).
-void load_sharded_session(Session& s);
 
 }  // namespace mt

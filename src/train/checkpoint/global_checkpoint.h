@@ -1,6 +1,8 @@
-// Training state on disk, always in the global view (CONTRACTS.md §4): a checkpoint never
-// depends on the parallel layout that wrote it, so any layout can load it. (Single weights
-// files, --export and --init-from, are weights_file.h's.)
+// The global checkpoint format (--checkpoint-format global, the default): training state
+// in one directory, always in the global view (docs/contracts.md §4), so a checkpoint never
+// depends on the parallel layout that wrote it and any layout can load it. (Single weights
+// files, --export and --init-from, are weights_file.h's; the sharded format is
+// sharded_checkpointer.h's.)
 //
 //   --save DIR / --load DIR          : resumable state, published atomically:
 //       DIR/model.safetensors      weights
@@ -36,11 +38,6 @@ struct GlobalState {
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
 };
-
-// The aux-loss-free balancing bias of the MoE layer whose router is `router_weight_name`
-// ("transformer.h.{i}.mlp.router.weight" -> "transformer.h.{i}.mlp.router.expert_bias").
-// Optimizer-like state: it lives in optimizer.safetensors.
-std::string router_bias_name(const std::string& router_weight_name);
 
 void save_checkpoint(const std::string& dir, const ParamTable& table, const ModelConfig& cfg,
                      const GlobalTensors& params, const GlobalTensors& exp_avg,

@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "train/checkpoint/global_checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -21,6 +21,7 @@
 #include "core/temp_marker.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/metadata_checksum.h"
+#include "train/global_view.h"
 #include "train/safetensors.h"
 
 namespace mt {
@@ -126,9 +127,10 @@ void publish(const std::string& dir, const ParamTable& table, const ModelConfig&
   publish_dir_atomic(dir, [&](const std::string& tmp) {
     auto meta = config_metadata(cfg);
     meta.insert(extra_metadata.begin(), extra_metadata.end());  // the tokenizer record
-    const FileDigest model = write_global_tensors(tmp + "/" + kModelFile, table, params, "", meta);
+    std::vector<std::string> n0, n1, n2;
+    const FileDigest model =
+        write_safetensors(tmp + "/" + kModelFile, global_tensors(table, params, "", n0), meta);
     // The optimizer file holds both moments under suffixed names.
-    std::vector<std::string> n1, n2;
     auto t1 = global_tensors(table, exp_avg, ".exp_avg", n1);
     auto t2 = global_tensors(table, exp_avg_sq, ".exp_avg_sq", n2);
     t1.insert(t1.end(), t2.begin(), t2.end());
@@ -257,13 +259,6 @@ TrainState load_checkpoint(const std::string& dir, const ParamTable& table, cons
   read_local_elements(moments, table, g.exp_avg, ".exp_avg");
   read_local_elements(moments, table, g.exp_avg_sq, ".exp_avg_sq");
   return s;
-}
-
-std::string router_bias_name(const std::string& router_weight_name) {
-  const std::string weight = ".weight";
-  MT_CHECK(router_weight_name.ends_with(".router" + weight), router_weight_name,
-           " is not a router weight");
-  return router_weight_name.substr(0, router_weight_name.size() - weight.size()) + ".expert_bias";
 }
 
 void load_router_biases(const std::string& dir, const ParamTable& table,

@@ -1,4 +1,4 @@
-#include "train/save_lock.h"
+#include "train/checkpoint/save_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
