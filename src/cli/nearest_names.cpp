@@ -40,14 +40,17 @@ std::vector<std::string> nearest_names(const std::string& word,
                                        const std::vector<std::string>& names) {
   const std::string w = without_dashes(word);
   if (w.empty()) return {};
-  // Score each name: its distance, or 1 for a name the word begins (as near as one typo).
+  // Score each name in half edits: twice its distance, or 3 for a name the word begins (after
+  // a one-letter typo, before two: "--rank" means --ranks rather than --ranks-per-process).
   std::vector<std::pair<size_t, std::string>> scored;
   for (const std::string& name : names) {
     const std::string n = without_dashes(name);
     if (n == w) continue;
-    size_t d = edit_distance(w, n);
-    if (w.size() >= 3 && n.compare(0, w.size(), w) == 0) d = std::min<size_t>(d, 1);
-    if (d <= tolerance(w.size())) scored.emplace_back(d, name);
+    const size_t d = edit_distance(w, n);
+    const bool prefix = w.size() >= 3 && n.compare(0, w.size(), w) == 0;
+    if (d <= tolerance(w.size()) || prefix)
+      scored.emplace_back(
+          std::min<size_t>(d <= tolerance(w.size()) ? 2 * d : 3, prefix ? 3 : 2 * d), name);
   }
   std::stable_sort(scored.begin(), scored.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });

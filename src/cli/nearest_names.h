@@ -3,8 +3,9 @@
 // Distance is optimal string alignment (Levenshtein plus one transposition of neighbours,
 // the commonest typo: "trian" is one edit from "train"). A name is offered when it is within
 // a distance that grows with the word (1 up to 4 letters, 2 up to 8, else 3), or when the
-// word is a prefix of it of at least 3 letters ("--warm" -> "--warmup"). Only the nearest
-// ones are offered, at most three, so a wild word gets no suggestion rather than a list.
+// word is a prefix of it of at least 3 letters ("--warm" -> "--warmup"; ranked after one
+// edit and before two). Only the nearest ones are offered, at most three, so a wild word
+// gets no suggestion rather than a list.
 #pragma once
 
 #include <string>

@@ -28,6 +28,9 @@ TEST(NearestNames, TiesAreAllOfferedAndFarNamesNever) {
             (std::vector<std::string>{"--beta1", "--beta2"}));
   EXPECT_TRUE(nearest_names("--no-such-flag", {"--steps", "--seq", "--lr"}).empty());
   EXPECT_EQ(nearest_names("--warm", {"--warmup", "--lr"}), (std::vector<std::string>{"--warmup"}));
+  // A one-letter typo is nearer than a longer name the word begins.
+  EXPECT_EQ(nearest_names("--rank", {"--ranks", "--ranks-per-process"}),
+            (std::vector<std::string>{"--ranks"}));
   EXPECT_EQ(did_you_mean("--beta", {"--beta1", "--beta2"}), "; did you mean --beta1 or --beta2?");
   EXPECT_EQ(did_you_mean("zzz", {"train"}), "");
 }
