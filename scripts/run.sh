@@ -7,7 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh --target meshtrain
-mkdir -p out/fortunes
 build/meshtrain train --config configs/fortunes.toml "$@"
 if [ -s out/fortunes/metrics.jsonl ]; then
   python3 scripts/plot_loss.py out/fortunes/metrics.jsonl out/fortunes/loss.svg \

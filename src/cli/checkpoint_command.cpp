@@ -1,5 +1,6 @@
 // `meshtrain checkpoint verify DIR` and `meshtrain export --from DIR --to FILE | --to-hf DIR`:
-// checkpoints offline (train/checkpoint/). Verify and --to-hf also take a global checkpoint.
+// checkpoints offline (train/checkpoint/). DIR is a step folder, a run folder (its newest
+// complete step) or a global checkpoint, as for every command (checkpoint_location.h).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -8,6 +9,7 @@
 #include "core/error.h"
 #include "train/checkpoint/global_checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_location.h"
 #include "train/checkpoint/consolidate.h"
 #include "train/checkpoint/checkpoint_paths.h"
 
@@ -15,7 +17,8 @@ namespace mt {
 
 namespace {
 
-int verify(const std::string& dir) {
+int verify(const std::string& given) {
+  const std::string dir = resolve_checkpoint_dir("checkpoint verify", given);
   if (loads_sharded(dir)) {
     const ShardedVerification v = verify_sharded_checkpoint(dir);
     std::printf(
@@ -25,12 +28,13 @@ int verify(const std::string& dir) {
         static_cast<unsigned long long>(v.bytes_verified));
     return 0;
   }
-  const CheckpointVerification v = verify_checkpoint(dir);
+  const CheckpointVerification v = verify_checkpoint(dir, "checkpoint verify");
   MT_REQUIRE(v.verified, dir,
              ": a global checkpoint without checksums (written before they were "
              "recorded): its files cannot be verified");
   std::printf("%s: ok: global checkpoint of step %d, %llu bytes verified\n", dir.c_str(),
-              read_train_state(dir).step, static_cast<unsigned long long>(v.bytes_verified));
+              read_train_state(dir, "checkpoint verify").step,
+              static_cast<unsigned long long>(v.bytes_verified));
   return 0;
 }
 
@@ -41,7 +45,10 @@ CommandRunner add_checkpoint_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("checkpoint", "inspect checkpoints without loading them");
   CLI::App* v = cmd->add_subcommand(
       "verify", "check a checkpoint directory: manifest, every shard present, every checksum");
-  v->add_option("DIR", *dir, "checkpoint directory (DIR/step_NNNNNN, or a global one)")->required();
+  v->add_option("DIR", *dir,
+                "checkpoint: a step folder DIR/step_NNNNNN, a run folder (its newest complete "
+                "step) or a global checkpoint")
+      ->required();
   cmd->require_subcommand(1);
   return [dir]() { return verify(*dir); };
 }
@@ -58,13 +65,14 @@ int run_export(const ExportArgs& a) {
   MT_REQUIRE(a.dtype == "fp32" || a.dtype == "bf16", "--export-dtype must be fp32 or bf16 (got '",
              a.dtype, "')");
   const bool bf16 = a.dtype == "bf16";
+  const std::string from = resolve_checkpoint_dir("--from", a.from);
   if (!a.to_hf.empty()) {
-    const ConsolidateReport r = export_checkpoint_to_hf(a.from, a.to_hf, bf16);
+    const ConsolidateReport r = export_checkpoint_to_hf(from, a.to_hf, bf16);
     std::printf("wrote %s: a Hugging Face Llama directory of %lld tensors of step %d\n",
                 a.to_hf.c_str(), static_cast<long long>(r.tensors), r.step);
     return 0;
   }
-  const ConsolidateReport r = export_sharded_checkpoint(a.from, a.to, bf16);
+  const ConsolidateReport r = export_sharded_checkpoint(from, a.to, bf16);
   std::printf("wrote %s: %lld tensors of step %d\n", a.to.c_str(),
               static_cast<long long>(r.tensors), r.step);
   return 0;
@@ -76,10 +84,11 @@ CommandRunner add_export_command(CLI::App& app) {
   auto a = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand(
       "export",
-      "write the weights of a checkpoint as one safetensors file (nanoGPT names; sharded "
-      "checkpoints) or as a Hugging Face Llama directory (--to-hf; sharded or global)");
+      "write the weights of a checkpoint (sharded or global) as one safetensors file (nanoGPT "
+      "names) or as a Hugging Face Llama directory (--to-hf)");
   cmd->add_option("--from", a->from,
-                  "checkpoint directory (sharded DIR/step_NNNNNN; with --to-hf also a global one)")
+                  "checkpoint: a step folder DIR/step_NNNNNN, a run folder (its newest complete "
+                  "step) or a global checkpoint")
       ->required();
   cmd->add_option("--to", a->to, "output .safetensors file");
   cmd->add_option("--to-hf", a->to_hf,

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/parse_error_message.h"
 #include "core/error.h"
 #include "core/launcher.h"
 
@@ -28,12 +29,9 @@ int report(const char* what, int code) {
 // asks for an error that names it. Empty when argv[1] is a flag or a known command.
 std::string unknown_command(CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return "";
-  std::string known;
-  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     if (sub->get_name() == argv[1]) return "";
-    known += (known.empty() ? "" : ", ") + sub->get_name();
-  }
-  return str("unknown command '", argv[1], "' (commands: ", known, "; see 'meshtrain --help')");
+  return unknown_command_message(app, argv[1]);
 }
 
 }  // namespace
@@ -68,9 +66,7 @@ int cli_main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    if (msg.empty()) msg = "bad command line";
-    return report((msg + " (see 'meshtrain --help')").c_str(), 2);
+    return report(parse_error_message(app, e).c_str(), 2);
   } catch (const UsageError& e) {
     return report(e.what(), 2);
   }

@@ -13,8 +13,12 @@
 #include "data/sentencepiece_tokenizer.h"
 #include "model/gpt.h"
 #include "model/sampler.h"
-#include "train/checkpoint/global_checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_location.h"
+#include "train/checkpoint/checkpoint_paths.h"
+#include "train/checkpoint/consolidate.h"
+#include "train/checkpoint/global_checkpoint.h"
+#include "train/checkpoint/manifest.h"
 #include "train/hf_directory.h"
 #include "train/tokenizer.h"
 
@@ -31,26 +35,10 @@ struct SampleArgs {
   uint64_t seed = 1337;
 };
 
-// sample reads the global format (DIR/model.safetensors). A sharded checkpoint, or a --save
-// root of them, gets the two commands that sample from it instead of "state.json is missing".
-void refuse_sharded_checkpoint(const std::string& dir) {
-  std::string step = dir;
-  if (!is_sharded_checkpoint(dir)) {
-    const std::vector<std::string> under = complete_checkpoints(dir);
-    if (under.empty()) return;
-    step = under.front();
-  }
-  MT_REQUIRE(false, "--load ", dir, " is ",
-             step == dir ? "a sharded checkpoint" : "a directory of sharded checkpoints",
-             "; sample reads the global format: run `meshtrain export --from ", step,
-             " --to model.safetensors`, then `meshtrain sample --init-from model.safetensors`");
-}
-
 // The tokenizer the weights were trained with (its record in the file's metadata, a Hugging
 // Face directory's tokenizer.model), or --tokenizer standing in for it.
 std::unique_ptr<Tokenizer> sample_tokenizer(const SampleArgs& a, const std::string& weights,
-                                            int vocab) {
-  std::optional<TokenizerRecord> record = weights_tokenizer(weights);
+                                            std::optional<TokenizerRecord> record, int vocab) {
   const bool hf = is_hf_directory(weights);
   if (hf && !record && !a.tokenizer.empty()) {
     // A Hugging Face directory without tokenizer.model: the user names the model file.
@@ -79,23 +67,38 @@ std::unique_ptr<Tokenizer> sample_tokenizer(const SampleArgs& a, const std::stri
   return tok;
 }
 
-int run_sample(const SampleArgs& a) {
-  MT_REQUIRE(a.load.empty() != a.init_from.empty(),
-             "give exactly one of --load DIR or --init-from FILE|HF_DIR");
-  MT_REQUIRE(a.tokens >= 0, "--tokens must be >= 0");
-  MT_REQUIRE(std::isfinite(a.temperature) && a.temperature >= 0,
-             "--temperature must be a finite number >= 0 (0 = greedy; got ", a.temperature, ")");
-  MT_REQUIRE(a.top_k >= 0, "--top-k must be >= 0 (0 = all tokens)");
-  require_thread_count("--threads", a.threads);
-  // The inputs are checked as train checks them: regular files, a checkpoint verified.
-  if (a.load.empty() && is_hf_directory(a.init_from))
-    for (const std::string& f : hf_input_files(a.init_from)) require_input_file("--init-from", f);
-  else if (a.load.empty())
-    require_input_file("--init-from", a.init_from);
-  if (!a.load.empty()) refuse_sharded_checkpoint(a.load);
-  if (!a.load.empty()) verify_checkpoint(a.load);
-  const std::string weights = a.load.empty() ? a.init_from : a.load + "/model.safetensors";
-  MT_REQUIRE(a.experts_topk >= 0, "--topk must be >= 0 (0 = from the file)");
+// The model to sample from, its weights loaded: from --init-from (a weights file or a Hugging
+// Face directory) or --load (a checkpoint, global or sharded: checkpoint_location.h).
+struct SampleModel {
+  std::unique_ptr<GPT> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+// A sharded checkpoint: its whole model gathered from the shards (train/checkpoint/
+// consolidate.h), as export --from reads it.
+SampleModel load_sharded(const SampleArgs& a, const std::string& dir) {
+  const CheckpointWeights c = read_checkpoint_weights(dir, "--load");
+  ModelConfig cfg = c.model;
+  if (a.experts_topk > 0) cfg.topk = a.experts_topk;
+  cfg.validate();
+  const std::string where = dir + "/" + kManifestFile;
+  SampleModel m;
+  m.tokenizer = sample_tokenizer(a, where, metadata_tokenizer(c.metadata, where), cfg.vocab);
+  set_compute_threads(a.threads);
+  m.model = std::make_unique<GPT>(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
+  float* params = m.model->params().data();
+  for (size_t i = 0; i < c.table.entries().size(); ++i) {
+    const ParamInfo* p = m.model->table().find(c.table.entries()[i].name);
+    MT_CHECK(p != nullptr, "tensor ", c.table.entries()[i].name, " of the whole model");
+    const std::vector<float>& w = c.weights[i];
+    p->for_each_element(
+        [&](size_t local, int64_t global) { params[p->offset + local] = w[size_t(global)]; });
+  }
+  return m;
+}
+
+SampleModel load_file(const SampleArgs& a, const std::string& load) {
+  const std::string weights = load.empty() ? a.init_from : load + "/model.safetensors";
   ModelConfig base;
   base.topk = a.experts_topk;
   ModelConfig cfg = model_config_from_file(weights, base);
@@ -103,25 +106,48 @@ int run_sample(const SampleArgs& a) {
   // The biases a checkpoint holds steer expert selection; a layer adds them only when
   // bias updates are on (any positive rate: sampling never updates them). Zero biases
   // select as no biases would.
-  if (cfg.experts > 0 && !a.load.empty()) cfg.router_bias_update = 1;
+  if (cfg.experts > 0 && !load.empty()) cfg.router_bias_update = 1;
   cfg.validate();
-  const std::unique_ptr<Tokenizer> tok = sample_tokenizer(a, weights, cfg.vocab);
+  SampleModel m;
+  m.tokenizer = sample_tokenizer(a, weights, weights_tokenizer(weights), cfg.vocab);
   set_compute_threads(a.threads);
-  GPT model(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
-  import_weights(weights, model);
-  if (!a.load.empty())
-    load_router_biases(a.load, model.table(), model.moe_layers());
+  m.model = std::make_unique<GPT>(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
+  import_weights(weights, *m.model);
+  if (!load.empty())
+    load_router_biases(load, m.model->table(), m.model->moe_layers());
   else
-    import_router_biases(weights, model.moe_layers(), cfg);
+    import_router_biases(weights, m.model->moe_layers(), cfg);
+  return m;
+}
+
+int run_sample(const SampleArgs& a) {
+  MT_REQUIRE(a.load.empty() != a.init_from.empty(),
+             "give exactly one of --load DIR or --init-from FILE|HF_DIR");
+  MT_REQUIRE(a.tokens >= 0, "--tokens must be >= 0");
+  MT_REQUIRE(std::isfinite(a.temperature) && a.temperature >= 0,
+             "--temperature must be a finite number >= 0 (0 = greedy; got ", a.temperature, ")");
+  MT_REQUIRE(a.top_k >= 0, "--top-k must be >= 0 (0 = all tokens)");
+  MT_REQUIRE(a.experts_topk >= 0, "--topk must be >= 0 (0 = from the file)");
+  require_thread_count("--threads", a.threads);
+  // The inputs are checked as train checks them: regular files, a checkpoint verified.
+  if (a.load.empty() && is_hf_directory(a.init_from))
+    for (const std::string& f : hf_input_files(a.init_from)) require_input_file("--init-from", f);
+  else if (a.load.empty())
+    require_input_file("--init-from", a.init_from);
+  const std::string load = a.load.empty() ? "" : resolve_checkpoint_dir("--load", a.load);
+  const bool sharded = !load.empty() && loads_sharded(load);
+  if (!load.empty() && !sharded) verify_checkpoint(load);
+  const SampleModel m = sharded ? load_sharded(a, load) : load_file(a, load);
   SampleOptions so;
   so.tokens = a.tokens;
   so.temperature = a.temperature;
   so.top_k = a.top_k;
   so.seed = a.seed;
-  so.vocab = tok->vocab_size();  // rows past the tokenizer's pieces (padding) cannot be decoded
+  so.vocab =
+      m.tokenizer->vocab_size();  // rows past the tokenizer's pieces (padding) cannot be decoded
   std::fputs(a.prompt.c_str(), stdout);
-  sample(model, tok->encode(a.prompt), so, [&](int t) {
-    const std::string text = tok->decode(std::span<const int>(&t, 1));
+  sample(*m.model, m.tokenizer->encode(a.prompt), so, [&](int t) {
+    const std::string text = m.tokenizer->decode(std::span<const int>(&t, 1));
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   });
@@ -134,7 +160,9 @@ int run_sample(const SampleArgs& a) {
 CommandRunner add_sample_command(CLI::App& app) {
   auto a = std::make_shared<SampleArgs>();
   CLI::App* cmd = app.add_subcommand("sample", "generate text from trained weights");
-  cmd->add_option("--load", a->load, "checkpoint directory written by train --save");
+  cmd->add_option("--load", a->load,
+                  "checkpoint written by train --save: a global one, a sharded step folder, or "
+                  "a run folder (its newest complete step)");
   cmd->add_option("--init-from", a->init_from,
                   "weights file (safetensors) e.g. from --export, or a Hugging Face Llama "
                   "directory (config.json + safetensors) e.g. from --export-hf");

@@ -253,7 +253,19 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("io", "sample-tokens", &io.sample_tokens,
         "print a generated sample of N tokens at the end (0 = none)", {0, kMaxSampleTokens});
   f.add("io", "prompt", &io.sample_prompt, "prompt of the final sample");
-  f.add_bool("io", "quiet", &io.quiet, "no progress output");
+  f.add_bool("io", "quiet", &io.quiet,
+             "no progress or other output, only the final summary line (steps, losses, "
+             "tokens/s, where the outputs went)");
+  f.add_choice("io", "progress", &io.progress,
+               "auto: a bar redrawn in place when stdout is a terminal and no launcher (mpirun, "
+               "srun) started the run, else plain lines; bar; lines (every --log-every steps); "
+               "none",
+               {{"auto", ProgressMode::automatic},
+                {"bar", ProgressMode::bar},
+                {"lines", ProgressMode::lines},
+                {"none", ProgressMode::none}});
+  f.add("io", "log-every", &io.log_every,
+        "with plain progress lines: one line every N steps (and at the last)", {1, kMaxSteps});
 }
 
 void define_engine_flags(FlagSet& f, EngineOptions& e) {

@@ -20,6 +20,7 @@
 #include "plan/auto_layout.h"
 #include "plan/calibrate.h"
 #include "report/report_page.h"
+#include "train/checkpoint/checkpoint_location.h"
 #include "train/checkpoint/checkpoint_paths.h"
 #include "train/checkpoint/manifest.h"
 #include "train/checkpoint/save_lock.h"
@@ -160,6 +161,14 @@ void resolve_train_options(TrainOptions& o) {
       std::printf("meshtrain: --resume auto: %s\n", o.io.load.empty()
                                                         ? "no checkpoint yet, starting fresh"
                                                         : ("resuming from " + o.io.load).c_str());
+  }
+  // A run folder means its newest complete step, as for every command that reads one.
+  if (!o.io.load.empty()) {
+    const std::string given = o.io.load;
+    o.io.load = resolve_checkpoint_dir("--load", given);
+    if (o.io.load != given && !o.io.quiet && launcher_from_env().rank == 0)
+      std::printf("meshtrain: --load %s: its newest checkpoint is %s\n", given.c_str(),
+                  o.io.load.c_str());
   }
   const PathCheckReport paths = check_run_paths(o);
   if (!o.io.load.empty() && !paths.checkpoint_verified && !o.io.quiet)

@@ -13,6 +13,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/output_parents.h"
 #include "core/temp_marker.h"
 
 namespace fs = std::filesystem;
@@ -45,6 +46,7 @@ void fsync_path(const std::string& path) {
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   // The rename would replace a device, FIFO or socket with a regular file.
   require_replaceable_file("output", path_);
+  create_parent_directories(path_);
   std::string pattern = path_ + ".tmp-XXXXXX";
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
@@ -164,6 +166,7 @@ void publish_dir_atomic(const std::string& dir_arg,
   const bool exists = fs::exists(status);
   if (exists && !fs::is_directory(status))
     throw UsageError(str(dir, " exists and is not a directory; refusing to replace it"));
+  create_parent_directories(dir);
 
   const std::string temp = make_temp_dir(dir + ".tmp-XXXXXX", dir);
   // mkdtemp creates 0700; give the published directory the usual umask-based mode.

@@ -38,21 +38,19 @@ void require_missing_is_absence(const std::string& flag, const std::string& path
   MT_REQUIRE(is_absence(err), flag, " ", path, " ", open_failure_reason(err));
 }
 
-// The directory an output goes into exists (or, with create_parents, its nearest existing
-// ancestor does) and is a writable directory.
-void require_writable_parent(const std::string& flag, const std::string& path,
-                             bool create_parents) {
+// The directory an output goes into, or else its nearest existing ancestor (the writer
+// creates the missing ones: core/output_parents.h), is a writable directory.
+void require_writable_parent(const std::string& flag, const std::string& path) {
   std::string dir = parent_directory(path);
   struct stat st {};
   bool found = stat_path(dir, st);
   int err = found ? 0 : errno;
-  while (create_parents && !found && is_absence(err) && parent_directory(dir) != dir) {
+  while (!found && is_absence(err) && parent_directory(dir) != dir) {
     dir = parent_directory(dir);
     found = stat_path(dir, st);
     err = found ? 0 : errno;
   }
-  MT_REQUIRE(found, flag, " ", path, ": directory ", dir, " ", open_failure_reason(err),
-             err == ENOENT ? " (create it first)" : "");
+  MT_REQUIRE(found, flag, " ", path, ": directory ", dir, " ", open_failure_reason(err));
   MT_REQUIRE(S_ISDIR(st.st_mode), flag, " ", path, ": ", dir, " is ", type_of(st.st_mode),
              ", not a directory");
   MT_REQUIRE(::access(dir.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": directory ", dir,
@@ -132,10 +130,10 @@ void require_output_file(const std::string& flag, const std::string& path, Outpu
   } else {
     require_missing_is_absence(flag, path, errno);
   }
-  require_writable_parent(flag, path, /*create_parents=*/false);
+  require_writable_parent(flag, path);
 }
 
-void require_output_dir(const std::string& flag, const std::string& path, bool create_parents) {
+void require_output_dir(const std::string& flag, const std::string& path) {
   MT_REQUIRE(!path.empty(), flag, " needs a directory name (got an empty path)");
   struct stat st {};
   if (stat_path(path, st)) {
@@ -144,7 +142,7 @@ void require_output_dir(const std::string& flag, const std::string& path, bool c
   } else {
     require_missing_is_absence(flag, path, errno);
   }
-  require_writable_parent(flag, path, create_parents);
+  require_writable_parent(flag, path);
 }
 
 }  // namespace mt

@@ -2,7 +2,9 @@
 // that a mistake costs an error line and not a run, a hang or a file:
 //   - an input must be a regular file: opening a FIFO for reading blocks until a writer
 //     appears (forever, and no --timeout covers it), and a directory reads as garbage;
-//   - an output's directory must exist and be writable now, not after the last step;
+//   - an output's directory (or, where folders are missing, the nearest existing one: the
+//     writer creates the rest, core/output_parents.h) must be writable now, not after the
+//     last step;
 //   - an output must not be an input: writing it would truncate the input under the run
 //     (a memory-mapped shard then dies with SIGBUS) or replace the weights it came from.
 // Failures throw UsageError naming the flag, the path and what to change.
@@ -38,7 +40,8 @@ void require_input_dir(const std::string& flag, const std::string& path);
 //             blocks until a reader appears), nor a socket or a block device.
 enum class OutputUse { replaced, stream };
 
-// `path` can be written by this process: its directory exists and is writable, and
+// `path` can be written by this process: its directory, or the nearest existing ancestor of
+// it, is a writable directory, and
 // whatever is there now may be written as `use` says. The one check of every file a
 // command writes.
 void require_output_file(const std::string& flag, const std::string& path,
@@ -47,11 +50,8 @@ void require_output_file(const std::string& flag, const std::string& path,
 // regular file. The writers' own last check (AtomicFile), for paths no flag checked.
 void require_replaceable_file(const std::string& flag, const std::string& path);
 // `path` can be published as a directory: whatever is there now is a directory (through
-// symlinks), and its parent exists and is writable. With create_parents, missing parents
-// are allowed (the writer creates them): the nearest existing ancestor must then be a
-// writable directory.
-void require_output_dir(const std::string& flag, const std::string& path,
-                        bool create_parents = false);
+// symlinks), and its parent, or the nearest existing ancestor of it, is a writable directory.
+void require_output_dir(const std::string& flag, const std::string& path);
 
 // The directory holding `path` ("." for a bare name), after removing trailing slashes.
 std::string parent_directory(const std::string& path);

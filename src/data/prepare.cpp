@@ -64,7 +64,7 @@ void check_tokenizer_options(const PrepareOptions& o) {
 // parents are created, so the nearest existing one must be a writable directory.
 void check_out_dir(const PrepareOptions& o) {
   MT_REQUIRE(!o.out.empty(), "give the dataset directory to write with --out DIR");
-  require_output_dir("--out", o.out, /*create_parents=*/true);
+  require_output_dir("--out", o.out);
   std::error_code ec;
   MT_REQUIRE(!fs::is_directory(o.out, ec) || fs::is_empty(o.out, ec) || is_dataset_dir(o.out),
              "--out ", o.out, " is a directory that is not a dataset (no ", kDatasetManifest,
@@ -274,11 +274,8 @@ Dataset prepare_dataset(const PrepareOptions& o,
     given_model = read_input_file("--tokenizer", o.tokenizer, kMaxModelFileBytes);
     sentencepiece_tokenizer_from_bytes(given_model, o.tokenizer);
   }
-  // The dataset's parent may not exist yet (data/ in a fresh checkout).
-  const fs::path parent = fs::absolute(o.out).parent_path();
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  if (ec) throw RuntimeError(str("cannot create ", parent.string(), ": ", ec.message()));
+  // The dataset's parent may not exist yet (data/ in a fresh checkout): publish_dir_atomic
+  // creates it.
   publish_dir_atomic(o.out, [&](const std::string& tmp) {
     DocumentReader reader(listing.sources, rule, o.separator);
     const Report report = [&](const char* phase, int64_t docs, int64_t tokens) {

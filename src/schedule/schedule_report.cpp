@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/output_parents.h"
 #include "schedule/schedule_render.h"
 #include "schedule/schedule_validator.h"
 
@@ -134,6 +135,7 @@ int run_schedule_command(const ScheduleArgs& a, std::ostream& os) {
   os << "bubble: " << percent(t.bubble()) << " (simulated: idle / (stages x makespan))\n";
   os << closed_form_text(s, costs, t) << "\n";
   if (!a.svg.empty()) {
+    create_parent_directories(a.svg);
     std::ofstream f(a.svg);
     if (!f) throw RuntimeError(str("cannot write --svg file ", a.svg));
     const std::string title = str(s.name, ": p=", s.stages, ", m=", s.microbatches,

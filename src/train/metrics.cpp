@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/json_depth.h"
+#include "core/output_parents.h"
 
 namespace mt {
 
@@ -68,6 +69,7 @@ void keep_records_up_to(const std::string& given, int resumed_after) {
 // kind of output (core/file_checks.h, OutputUse::stream).
 std::FILE* open_stream(const std::string& path, bool append) {
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : O_TRUNC);
+  create_parent_directories(path);
   const int fd = ::open(path.c_str(), flags, 0666);
   MT_REQUIRE(fd >= 0, "--metrics ", path,
              errno == ENXIO ? std::string(" is a FIFO (named pipe)")

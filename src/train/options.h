@@ -54,6 +54,9 @@ struct OptimOptions {
   std::string precision = "fp32";  // fp32|bf16 (model/precision.h, docs/precision.md)
 };
 
+// --progress: how rank 0 shows the steps (train/progress.h).
+enum class ProgressMode { automatic, bar, lines, none };
+
 struct IoOptions {
   std::string config;  // the --config file, if any (an input like the others)
   std::string data, val_data;
@@ -66,7 +69,9 @@ struct IoOptions {
   std::string metrics, trace;
   int sample_tokens = 0;  // print a sample of this many tokens at the end (0: none)
   std::string sample_prompt = "\n";
-  bool quiet = false;
+  bool quiet = false;  // no progress or other lines; the final summary line still
+  ProgressMode progress = ProgressMode::automatic;
+  int log_every = 1;  // --progress lines: a line every N steps (and at the last)
   // Set from a dataset directory (--data DIR, meshtrain prepare; train/dataset_inputs.h):
   // every shard of each split, read as one stream, and the bytes of text one token stands
   // for (0: unknown, e.g. shards made elsewhere).

@@ -22,7 +22,8 @@ std::string mib(int64_t bytes) {
 RunLog::RunLog(const Session& s)
     : s_(s),
       metrics_(s.lead() ? s.opts.io.metrics : "", s.start_step),
-      progress_(!s.lead() || s.opts.io.quiet),
+      progress_(Progress::for_run(s.opts.io, s.lead())),
+      summary_(s.start_step + 1),
       first_step_(s.start_step + 1) {}
 
 void RunLog::line(const std::string& text) {
@@ -144,6 +145,7 @@ void RunLog::step(const StepRecord& r) {
     j["val_bytes_per_token"] = io.val_bytes_per_token;
   }
   metrics_.write(j);
+  summary_.step(r.step, r.loss, r.step_time_s, r.tokens_per_s, r.val_loss);
   write_report(false);
   progress_.step({r.step, steps, r.loss, r.lr, r.grad_norm, r.step_time_s, r.tokens_per_s, r.mfu});
 }
@@ -171,6 +173,13 @@ void RunLog::finish() {
              "% (mean over steps after the first), theory ", 100 * s_.runner->bubble_theory(),
              "%"));
   }
+}
+
+void RunLog::summary() {
+  if (!s_.lead()) return;
+  const IoOptions& io = s_.opts.io;
+  const bool page = !io.report_page.empty() && s_.info.write_report && metrics_.is_regular_file();
+  progress_.summary(summary_.line(s_.opts, page ? io.report_page : ""));
 }
 
 }  // namespace mt

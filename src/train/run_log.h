@@ -10,6 +10,7 @@
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/records.h"
+#include "train/run_summary.h"
 #include "train/session.h"
 #include "train/step.h"
 
@@ -28,6 +29,8 @@ class RunLog {
   void finish();
   // A line that must stay on screen (rank 0 only).
   void line(const std::string& text);
+  // The run's last line, after every output is written; printed under --quiet too.
+  void summary();
 
  private:
   void moe_summary(int step);
@@ -38,6 +41,7 @@ class RunLog {
   const Session& s_;
   MetricsWriter metrics_;
   Progress progress_;
+  RunSummary summary_;
   int first_step_;  // the first step this run takes (after a --load)
   double bubble_sum_ = 0;
   int steps_since_report_ = 0;

@@ -48,6 +48,7 @@ void train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
   if (const std::string line = checkpoints->finish(o.optim.steps); !line.empty()) log.line(line);
   write_final_outputs(s, [&](const std::string& l) { log.line(l); });
   if (!o.io.trace.empty()) trace.write(*s.ctx.world, o.io.trace);
+  log.summary();
   s.ctx.world->barrier().wait();
 }
 

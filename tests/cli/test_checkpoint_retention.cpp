@@ -199,17 +199,22 @@ TEST(CheckpointRetention, AUsersTmpFolderIsNeverDeleted) {
   EXPECT_TRUE(fs::exists(root + "/step_000001.tmp/rank_00000.bin"));
 }
 
-// Case E: --load of a sharded run root said "state.json is missing".
-TEST(CheckpointRetention, LoadingARunRootNamesTheStepFolderAndResumeAuto) {
+// Case E: --load of a sharded run root said "state.json is missing"; now it means the
+// newest complete step there, as for every command (issue #31, item 7).
+TEST(CheckpointRetention, LoadingARunRootResumesItsNewestStep) {
   Fixture f;
   const std::string root = f.dir / "root";
   ASSERT_EQ(
       run_meshtrain(f.base() + kSharded + " --steps 2 --save-every 1 --save " + root).exit_code, 0);
-  const RunResult r = run_meshtrain(f.base() + " --steps 4 --load " + root);
-  expect_usage_error(r, "is a directory of sharded checkpoints");
-  EXPECT_NE(r.err.find("--load " + step_dir(root, 2)), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("--resume auto"), std::string::npos) << r.err;
-  expect_usage_error(run_meshtrain("checkpoint verify " + root), "directory of sharded");
+  std::string args = f.base() + " --steps 4 --progress none --load " + root;
+  args.replace(args.find("--quiet"), 7, "");  // the line naming the step is not quiet
+  const RunResult r = run_meshtrain(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("its newest checkpoint is " + step_dir(root, 2)), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("done: steps 3-4"), std::string::npos) << r.out;
+  const RunResult v = run_meshtrain("checkpoint verify " + root);
+  EXPECT_EQ(v.exit_code, 0) << v.err;
 }
 
 }  // namespace

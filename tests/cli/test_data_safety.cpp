@@ -233,12 +233,14 @@ TEST(DataSafety, OutputPathsAreCheckedBeforeStepOne) {
   Fixture f;
   // A million steps would take minutes: each error must come before the first.
   const std::string longrun = "train" + f.tiny + "--steps 1000000 --data " + f.data;
-  const std::string missing = f.dir / "no/such/dir";
+  // Missing folders are created (issue #31); a path through a regular file cannot be.
+  const std::string blocked = f.data + "/no/such/dir";
+  const std::string not_dir = f.data + " is a regular file, not a directory";
   for (const auto& [flag, needle] : std::vector<std::pair<std::string, std::string>>{
-           {" --export " + missing + "/w.safetensors", "does not exist"},
-           {" --save " + missing + "/ck", "does not exist"},
-           {" --trace " + missing + "/t.json", "does not exist"},
-           {" --metrics " + missing + "/m.jsonl", "does not exist"},
+           {" --export " + blocked + "/w.safetensors", not_dir},
+           {" --save " + blocked + "/ck", not_dir},
+           {" --trace " + blocked + "/t.json", not_dir},
+           {" --metrics " + blocked + "/m.jsonl", not_dir},
            {" --save " + f.data, "give a directory"},
            {" --export " + f.dir.path.string(), "is a directory"}}) {
     RunResult r;

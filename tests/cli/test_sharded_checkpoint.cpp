@@ -174,22 +174,20 @@ TEST(ShardedCheckpoint, ExportRefusesToWriteIntoTheCheckpoint) {
   EXPECT_EQ(slurp(d + "/rank_00001.bin"), before);
 }
 
-// sample reads the global format; given a sharded checkpoint (or the --save root of them)
-// it says how to sample from it, naming the newest step, and the advice works.
-TEST(ShardedCheckpoint, SampleNamesTheExportThatReadsIt) {
+// sample reads a sharded checkpoint, or the --save root of them (its newest step), as export
+// --from does: the same text as from the exported file.
+TEST(ShardedCheckpoint, SampleReadsItAsTheExportDoes) {
   Saved s;
   const std::string newest = step_dir(s.root, 2);
-  expect_usage_error(run_meshtrain("sample --tokens 4 --load " + newest),
-                     "is a sharded checkpoint; sample reads the global format: run `meshtrain "
-                     "export --from " +
-                         newest);
-  expect_usage_error(run_meshtrain("sample --tokens 4 --load " + s.root),
-                     "is a directory of sharded checkpoints");
-  expect_usage_error(run_meshtrain("sample --tokens 4 --load " + s.root), "--from " + newest);
   const std::string file = s.dir / "model.safetensors";
   ASSERT_EQ(run_meshtrain("export --from " + newest + " --to " + file).exit_code, 0);
-  const RunResult r = run_meshtrain("sample --tokens 4 --init-from " + file);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const RunResult exported = run_meshtrain("sample --tokens 8 --init-from " + file);
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  for (const std::string& dir : {newest, s.root}) {
+    const RunResult r = run_meshtrain("sample --tokens 8 --load " + dir);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, exported.out) << dir;
+  }
 }
 
 TEST(ShardedCheckpoint, ResumeAutoSkipsADamagedNewest) {

@@ -52,16 +52,20 @@ TEST(AtomicFile, UncommittedLeavesTargetUntouched) {
   EXPECT_EQ(count_entries(tmp.path), 1);
 }
 
-TEST(AtomicFile, MissingDirectoryThrowsRuntimeErrorNamingPath) {
+// Outputs just work (issue #31): missing folders are made; one that cannot be (a regular
+// file on the way) is a RuntimeError naming the path.
+TEST(AtomicFile, MakesMissingFoldersAndNamesOneItCannotMake) {
   TempDir tmp;
-  std::string target = tmp / "no/such/dir/file.bin";
+  write_file_atomic(tmp / "no/such/dir/file.bin", "x");
+  EXPECT_EQ(slurp(tmp / "no/such/dir/file.bin"), "x");
+  std::string target = tmp / "no/such/dir/file.bin/below/file.bin";
   try {
     write_file_atomic(target, "x");
     FAIL() << "expected RuntimeError";
   } catch (const RuntimeError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find(target), std::string::npos) << msg;
-    EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Not a directory"), std::string::npos) << msg;
   }
 }
 

@@ -226,8 +226,8 @@ TEST(ReportInputs, ThePageReplacesNoDeviceFolderOrInput) {
             }).find("is a directory"),
             std::string::npos);
   EXPECT_NE(usage_error_of([&] {
-              write_report_page({dir / "m.jsonl"}, dir / "no/such/p.html");
-            }).find("does not exist"),
+              write_report_page({dir / "m.jsonl"}, dir / "m.jsonl/no/such/p.html");
+            }).find("is a regular file, not a directory"),
             std::string::npos);
   ASSERT_EQ(::mkfifo((dir / "fifo.html").c_str(), 0600), 0);
   EXPECT_NE(

@@ -132,8 +132,12 @@ TEST(MetricsWriter, AFifoIsRefusedNotWaitedOn) {
   EXPECT_THROW(MetricsWriter(f.path.string()), UsageError);
 }
 
-TEST(MetricsWriter, AnUnwritableDirectoryIsAnError) {
-  EXPECT_THROW(MetricsWriter("/nonexistent-dir/m.jsonl"), UsageError);
+// A missing folder is made (issue #31); one that cannot be, with a file on the way, is an
+// error (the CLI's checks refuse it first, as bad usage).
+TEST(MetricsWriter, AFolderThatCannotBeMadeIsAnError) {
+  TempFile f("metrics_not_a_folder");
+  std::ofstream(f.path) << "x";
+  EXPECT_THROW(MetricsWriter(f.path.string() + "/sub/m.jsonl"), RuntimeError);
 }
 
 }  // namespace

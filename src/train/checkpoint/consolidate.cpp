@@ -22,15 +22,6 @@ namespace mt {
 
 namespace {
 
-// The whole model's weights a checkpoint holds, verified, for an export.
-struct CheckpointWeights {
-  ModelConfig model;
-  ParamTable table;
-  GlobalTensors weights;
-  std::map<std::string, std::string> metadata;  // the tokenizer record travels here
-  ConsolidateReport report;
-};
-
 // A checkpoint holding NaN is damaged input (exit 2, as --load says it); the writer's own
 // gate (train/finite_gate.h) would refuse it too, as a failure.
 void require_finite_tensor(const std::string& dir, const std::string& name,
@@ -59,8 +50,8 @@ CheckpointWeights read_sharded(const std::string& dir) {
 
 // A global checkpoint (global_checkpoint.h): its model.safetensors carries the model config and
 // the tokenizer record as metadata.
-CheckpointWeights read_global(const std::string& dir) {
-  const CheckpointVerification v = verify_checkpoint(dir);
+CheckpointWeights read_global(const std::string& dir, const std::string& flag) {
+  const CheckpointVerification v = verify_checkpoint(dir, flag);
   const std::string path = dir + "/model.safetensors";
   const ModelConfig model = model_config_from_file(path, ModelConfig{});
   const SafetensorsFile f(path);
@@ -70,7 +61,8 @@ CheckpointWeights read_global(const std::string& dir) {
     c.weights.push_back(f.read(p.name));
     require_finite_tensor(dir, p.name, c.weights.back());
   }
-  c.report = {read_train_state(dir).step, int64_t(c.table.entries().size()), v.bytes_verified};
+  c.report = {read_train_state(dir, flag).step, int64_t(c.table.entries().size()),
+              v.bytes_verified};
   return c;
 }
 
@@ -102,6 +94,12 @@ void require_storable(const std::string& out, const CheckpointWeights& c, bool a
 
 }  // namespace
 
+CheckpointWeights read_checkpoint_weights(const std::string& dir, const std::string& flag) {
+  if (loads_sharded(dir)) return read_sharded(dir);
+  require_input_dir(flag, dir);
+  return read_global(dir, flag);
+}
+
 ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::string& out,
                                             bool as_bf16) {
   require_output_file("--to", out);
@@ -111,7 +109,7 @@ ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::s
   const fs::path ckpt = fs::weakly_canonical(fs::absolute(dir), ec);
   MT_REQUIRE(out_dir != ckpt, "--to ", out, " is inside the checkpoint ", dir,
              " it reads; write it elsewhere");
-  const CheckpointWeights c = read_sharded(dir);
+  const CheckpointWeights c = read_checkpoint_weights(dir, "--from");
   require_storable(out, c, as_bf16);
   export_weights(out, c.table, c.model, c.weights, as_bf16, c.metadata);
   return c.report;
@@ -122,8 +120,7 @@ ConsolidateReport export_checkpoint_to_hf(const std::string& dir, const std::str
   require_hf_output_dir("--to-hf", out);
   require_apart("--to-hf", out, dir);
   const bool sharded = loads_sharded(dir);
-  if (!sharded) require_input_dir("--from", dir);
-  const CheckpointWeights c = sharded ? read_sharded(dir) : read_global(dir);
+  const CheckpointWeights c = read_checkpoint_weights(dir, "--from");
   require_hf_exportable(c.model, "--to-hf");
   require_storable(out, c, as_bf16);
   const std::string where = sharded ? dir + "/" + kManifestFile : dir + "/model.safetensors";

@@ -5,7 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+
+#include "model/config.h"
+#include "model/param_table.h"
+#include "train/weights_file.h"
 
 namespace mt {
 
@@ -15,8 +20,20 @@ struct ConsolidateReport {
   uint64_t bytes_verified = 0;
 };
 
-// Verifies the whole checkpoint first (verify_sharded_checkpoint), refuses an output that
-// is a file of the checkpoint, then writes `out` atomically. UsageError for bad input.
+// The whole model's weights a checkpoint holds (a sharded step folder or a global
+// checkpoint: checkpoint_location.h), verified and every value finite: what export writes
+// and sample generates from. `flag` names the command's argument in errors.
+struct CheckpointWeights {
+  ModelConfig model;
+  ParamTable table;  // whole_model_table(model)
+  GlobalTensors weights;
+  std::map<std::string, std::string> metadata;  // the tokenizer record travels here
+  ConsolidateReport report;
+};
+CheckpointWeights read_checkpoint_weights(const std::string& dir, const std::string& flag);
+
+// Verifies the whole checkpoint (sharded or global) first, refuses an output that is a file
+// of the checkpoint, then writes `out` atomically. UsageError for bad input.
 // as_bf16: the weights in BF16 (--export-dtype bf16).
 ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::string& out,
                                             bool as_bf16 = false);

@@ -68,8 +68,8 @@ std::string missing_state_advice(const std::string& dir) {
              " --resume auto --checkpoint-format sharded");
 }
 
-nlohmann::json read_state_json(const std::string& dir) {
-  const std::string where = "--load " + dir;
+nlohmann::json read_state_json(const std::string& dir, const std::string& flag) {
+  const std::string where = flag + " " + dir;
   const std::string path = dir + "/" + kStateFile;
   MT_REQUIRE(file_id(path).has_value(), where, ": ", path, " ", missing_state_advice(dir));
   const std::string text = read_input_file(where + ":", path, kMaxJsonInputBytes);
@@ -190,14 +190,14 @@ TrainState parse_train_state(const nlohmann::json& j, const std::string& where) 
 
 }  // namespace
 
-TrainState read_train_state(const std::string& dir) {
-  return parse_train_state(read_state_json(dir), "--load " + dir);
+TrainState read_train_state(const std::string& dir, const std::string& flag) {
+  return parse_train_state(read_state_json(dir, flag), flag + " " + dir);
 }
 
-CheckpointVerification verify_checkpoint(const std::string& dir) {
-  const std::string where = "--load " + dir;
-  require_input_dir("--load", dir);
-  const nlohmann::json j = read_state_json(dir);
+CheckpointVerification verify_checkpoint(const std::string& dir, const std::string& flag) {
+  const std::string where = flag + " " + dir;
+  require_input_dir(flag, dir);
+  const nlohmann::json j = read_state_json(dir, flag);
   parse_train_state(j, where);
   CheckpointVerification out;
   MT_REQUIRE(j.contains("files") && j["files"].is_object(), where,

@@ -45,8 +45,9 @@ void save_checkpoint(const std::string& dir, const ParamTable& table, const Mode
                      const std::vector<NamedTensor>& optimizer_extra = {},
                      const std::map<std::string, std::string>& extra_metadata = {});
 // The state.json of a checkpoint directory, every integer range-checked. Throws UsageError
-// naming the field when missing, malformed or out of range.
-TrainState read_train_state(const std::string& dir);
+// naming the field when missing, malformed or out of range. `flag` names the argument the
+// directory came from in errors ("--load", "--from", "checkpoint verify").
+TrainState read_train_state(const std::string& dir, const std::string& flag = "--load");
 
 // Checks a checkpoint before anything is loaded from it: state.json well-formed and
 // matching its own checksum (metadata_checksum.h), both tensor files present and regular,
@@ -58,7 +59,8 @@ struct CheckpointVerification {
   bool verified = false;  // checksums present and matching
   uint64_t bytes_verified = 0;
 };
-CheckpointVerification verify_checkpoint(const std::string& dir);
+CheckpointVerification verify_checkpoint(const std::string& dir,
+                                         const std::string& flag = "--load");
 
 // Empty when `dir` may be replaced by a save: missing, empty, or a meshtrain checkpoint
 // (state.json and only checkpoint files). Otherwise one sentence naming what is in the way.

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/output_parents.h"
 #include "core/temp_marker.h"
 
 namespace fs = std::filesystem;
@@ -51,6 +52,7 @@ bool is_temporary_of(const std::string& name, const std::string& base) {
 
 SaveDirLock::SaveDirLock(const std::string& dir)
     : dir_(strip_trailing_slashes(dir)), path_(dir_ + ".lock") {
+  create_parent_directories(path_);  // beside a --save DIR whose parents may not exist yet
   // Retry while the file we locked is not the one at the path (its holder removed it
   // between our open and our flock).
   for (int attempt = 0; attempt < 100; ++attempt) {
