@@ -291,7 +291,7 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
       o.io.resumed = from.empty() ? first_resumed : true;
       std::fprintf(stderr, "meshtrain: restart %d of %d, from %s\n", restart + 1,
                    o.engine.max_restarts, o.io.load.empty() ? "the start" : o.io.load.c_str());
-      // An injected fault (CONTRACTS.md §8) models one crash: the restarted job runs
+      // An injected fault (docs/contracts.md §8) models one crash: the restarted job runs
       // without it, as a relaunched process would not inherit the chaos test's setting.
       ::unsetenv("MESHTRAIN_FAULT");
     }

@@ -1,4 +1,4 @@
-// Mixture-of-experts MLP (CONTRACTS.md §1, MoE variant), the drop-in for a Block's dense
+// Mixture-of-experts MLP (docs/contracts.md §1, MoE variant), the drop-in for a Block's dense
 // MLP: y (N, C) = sum over the token's kept choices of gate * expert_e(h), where h (N, C)
 // is ln_2's output and the caller adds y to the residual. Each expert is the dense MLP
 // (c_fc, tanh GELU, c_proj) with its own weights.

@@ -1,5 +1,5 @@
 // The device mesh: a pure function from the parallel sizes and a rank to that rank's
-// coordinates and the member lists of its groups (CONTRACTS.md §7). No I/O, no state.
+// coordinates and the member lists of its groups (docs/contracts.md §7). No I/O, no state.
 //
 // world = pp * dp * tp; tp varies fastest, then dp, then pp (Megatron's tp-dp-pp order):
 //   rank = (pp_idx * dp + dp_idx) * tp + tp_idx

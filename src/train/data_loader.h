@@ -1,5 +1,6 @@
-// Sequential batches from token shards of either version (data/token_shard.h), in the order of
-// CONTRACTS.md §3, so that every parallel layout trains on exactly the tokens one worker would see.
+// Sequential batches from token shards of either version (data/token_shard.h), in the order
+// of docs/contracts.md §3, so that every parallel layout trains on exactly the tokens one
+// worker would see.
 //
 // A global batch is B sequences of T inputs plus T targets (the inputs shifted by one):
 //   sequence s of the batch (0 <= s < B) reads tokens[pos + s*T .. pos + s*T + T]
