@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 namespace mt {
 

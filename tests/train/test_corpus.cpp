@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 #include <gtest/gtest.h>
 
