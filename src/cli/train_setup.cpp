@@ -14,6 +14,8 @@
 #include "core/error.h"
 #include "core/launcher.h"
 #include "core/timer.h"
+#include "data/corpus.h"
+#include "data/data_loader.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/matmul_bf16.h"
 #include "parallel/process_layout.h"
@@ -23,8 +25,6 @@
 #include "train/checkpoint/checkpoint_paths.h"
 #include "train/checkpoint/manifest.h"
 #include "train/checkpoint/save_lock.h"
-#include "train/corpus.h"
-#include "train/data_loader.h"
 #include "train/dataset_inputs.h"
 #include "train/hf_config.h"
 #include "train/hf_directory.h"
@@ -175,6 +175,7 @@ void resolve_train_options(TrainOptions& o) {
     // Byte-level by default; GPT-2-tokenized shards bring larger ids.
     std::vector<std::string> shards = o.io.data_shards;
     shards.push_back(o.io.data);
+    static_assert(kMaxDataVocab == ModelConfig::kMaxVocab, "one largest vocabulary");
     o.model.vocab = vocab_of_shards(shards);
   }
   // The shape is final: the planner may choose the layout, then every rule of the options,

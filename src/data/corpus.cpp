@@ -1,4 +1,4 @@
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,8 @@
-#include "train/data_loader.h"
+#include "data/data_loader.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/config.h"
 
 namespace mt {
 
@@ -123,8 +122,8 @@ int vocab_of_shards(const std::vector<std::string>& paths) {
     const int64_t m = TokenShard(p).max_token_id();
     if (m > max_id) max_id = m, holder = p;
   }
-  MT_REQUIRE(max_id < ModelConfig::kMaxVocab, "data file ", holder, " holds token id ", max_id,
-             ", beyond the largest vocabulary (--vocab at most ", ModelConfig::kMaxVocab, ")");
+  MT_REQUIRE(max_id < kMaxDataVocab, "data file ", holder, " holds token id ", max_id,
+             ", beyond the largest vocabulary (--vocab at most ", kMaxDataVocab, ")");
   return int(std::max<int64_t>(256, max_id + 1));
 }
 

@@ -77,6 +77,10 @@ class DataLoader {
 // For callers that hold only a path: the same check as DataLoader::require_vocab.
 void require_shard_vocab(const std::string& path, int64_t vocab);
 
+// The largest vocabulary a run can have (docs/contracts.md §10: 2^31-1, an int); the model's
+// own bound, ModelConfig::kMaxVocab, is checked equal where both are seen (cli/train_setup).
+inline constexpr int kMaxDataVocab = 2147483647;
+
 // The vocabulary a run takes from its data when --vocab is not given: the largest id + 1,
 // at least 256 (byte-level). UsageError when an id is beyond the largest vocabulary.
 int vocab_of_shards(const std::vector<std::string>& paths);
