@@ -80,6 +80,13 @@ LAYOUTS = [
     _lay("bf16 moe ep2 dp2", 2, dp=2, mb_div=1, ep=2, experts=4, precision="bf16"),
     _lay("bf16 moe 1 rank", 1, mb_div=1, experts=4, precision="bf16"),
     _lay("bf16 dp2 tp2", 4, dp=2, tp=2, mb_div=1, precision="bf16"),
+    # The Llama block (RMSNorm, RoPE, GQA with half the heads as kv heads, SwiGLU, flash
+    # attention, untied head): added with the planner's llama cost model, not yet measured.
+    _lay("llama 1 rank", 1, mb_div=1, arch="llama"),
+    _lay("llama dp2 z1", 2, dp=2, mb_div=1, zero=1, arch="llama"),
+    _lay("llama tp2 sp", 2, tp=2, mb_div=1, sp=True, arch="llama"),
+    _lay("llama pp2 1f1b m4", 2, pp=2, mb_div=4, schedule="1f1b", arch="llama"),
+    _lay("bf16 llama 1 rank", 1, mb_div=1, precision="bf16", arch="llama"),
 ]
 
 
@@ -98,6 +105,9 @@ def knob_args(k, plan):
         a += ["--ep", str(k["ep"])]
     if k.get("experts"):
         a += ["--experts", str(k["experts"])]
+    if k.get("arch") == "llama":
+        heads = int(MODEL[MODEL.index("--heads") + 1])
+        a += ["--arch", "llama", "--kv-heads", str(heads // 2), "--tie-embeddings=false"]
     if k["pp"] > 1 or plan:
         a += ["--schedule", k.get("schedule", "1f1b"), "--virtual-stages", str(k.get("v", 1))]
     a += ["--precision", k.get("precision", "fp32")]

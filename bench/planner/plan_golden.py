@@ -7,7 +7,8 @@ Usage: python3 bench/planner/plan_golden.py build/meshtrain [--capture] [--only 
 
 Runs every case below (the README's and docs/planner.md's examples, the published-runs table
 of bench/planner/published_runs.py under the software that ran each row and under meshtrain's,
-its --ablate hardware-file variants, GPU MoE plans, the closed loop's 30 local layouts and
+its --ablate hardware-file variants, bench/planner/modern_runs.py's rows, a 70B Llama on 512
+H100s and --compare (text and JSON), GPU MoE plans, the closed loop's 35 local layouts and
 searched local plans against the checked-in profile golden/local.toml, --explain for a few,
 and the refusals) and compares each with the stored one:
   - the exit code, and stderr exactly up to its numbers;
@@ -31,6 +32,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import published_runs as pr  # noqa: E402  (RUNS, A100_TOML, ABLATIONS)
+import modern_runs as mr  # noqa: E402  (RUNS)
 
 GOLDEN = os.path.join(HERE, "golden", "plan_golden.json")
 LOCAL = os.path.join(HERE, "golden", "local.toml")
@@ -39,6 +41,8 @@ GPT175 = "--layers 96 --dim 12288 --heads 96 --seq 2048 --vocab 51200 --batch 15
 README = "--layers 48 --dim 6144 --heads 48 --seq 2048 --vocab 51200 --batch 512".split()
 SMALL = "--layers 4 --dim 64 --heads 4 --seq 32 --vocab 256 --batch 8".split()
 MEDIUM = "--layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8".split()
+LLAMA70 = ("--arch llama --layers 80 --dim 8192 --heads 64 --kv-heads 8 --ffn-dim 28672 "
+           "--vocab 32000 --seq 4096 --tie-embeddings=false --batch 1024").split()
 MOE = "--layers 8 --dim 1024 --heads 16 --seq 1024 --vocab 32000 --batch 64".split() + \
     "--experts 8 --topk 2".split()
 
@@ -77,12 +81,26 @@ def cases(tmp):
         for sw in ("megatron-lm-2021", "megatron-lm-2022"):
             path = os.path.join(tmp, f"{len(c)}.toml")
             with open(path, "w") as f:
-                f.write(pr.A100_TOML.format(sms=sms, software=sw, extra=extra))
+                f.write(pr.a100_toml(sms, sw, extra))
             for run in pr.RUNS:
                 if pr.software(run[0]) == sw:
                     c.append((f"ablate {label} {run[0]} {run[1]}",
                               ["--hardware-file", path] + published_args(run, None) +
                               ["--json", "--top", "1"]))
+    for run in mr.RUNS:
+        src, name, model, sw, gpus, seq, batch, layout, _ = run
+        fixed = [x for k, v in layout.items() for x in (f"--{k}", str(v))]
+        c.append((f"modern {src} {name} {gpus}",
+                  h100 + ["--software", sw, "--gpus", str(gpus), *model, "--seq", str(seq),
+                          "--batch", str(batch), "--precision", "bf16", *fixed, "--json",
+                          "--top", "3"]))
+    c.append(("llama 70b 512 h100", h100 + ["--gpus", "512"] + LLAMA70 + ["--top", "8"]))
+    c.append(("llama 70b compare", h100 + ["--gpus", "512"] + LLAMA70 + [
+        "--compare", "dp=512,zero=3", "--compare",
+        "dp=16,tp=4,pp=8,schedule=interleaved,virtual-stages=8,zero=2", "--compare",
+        "tp=8,pp=4,schedule=1f1b"]))
+    c.append(("gpu small compare json", h100 + ["--gpus", "4"] + SMALL + [
+        "--compare", "tp=4", "--compare", "dp=4,zero=3", "--compare", "pp=2", "--json"]))
     c.append(("gpu small json", a100 + ["--gpus", "8"] + SMALL + ["--json", "--top", "5"]))
     c.append(("gpu small h100 explain", h100 + ["--gpus", "4", "--tp", "2", "--explain", "--top", "3"] + SMALL))
     c.append(("gpu moe a100", a100 + ["--gpus", "16"] + MOE + ["--json", "--top", "5"]))
@@ -165,7 +183,9 @@ def text_diff(old, new):
 
 def json_diff(a, b, where=""):
     if isinstance(a, dict) and isinstance(b, dict):
-        if sorted(a) != sorted(b):
+        # A key the schema gained since the golden file was captured is not a difference (the
+        # next --capture pins it); a key lost is.
+        if not set(a) <= set(b):
             return f"{where}: keys {sorted(a)} -> {sorted(b)}"
         for k in a:
             d = json_diff(a[k], b[k], f"{where}.{k}")
@@ -192,7 +212,8 @@ def candidates_diff(old, new):
     a, b = old["candidates"], new["candidates"]
     if len(a) != len(b):
         return f"{len(a)} candidates -> {len(b)}"
-    key = lambda c: json.dumps(c["layout"], sort_keys=True)  # noqa: E731
+    key = lambda c: json.dumps({k: v for k, v in c["layout"].items()  # noqa: E731
+                                if k in a[0]["layout"]}, sort_keys=True)
     for i, x in enumerate(a):
         same = [y for y in b if key(y) == key(x)]
         if not same:
@@ -225,7 +246,10 @@ def compare(old, new):
     if d:
         return "stderr " + d
     if old["out"].startswith("{"):
-        return candidates_diff(json.loads(old["out"]), json.loads(new["out"]))
+        a, b = json.loads(old["out"]), json.loads(new["out"])
+        if "compare" in a:  # --compare: the columns in the order given
+            return json_diff(a, b, "compare")
+        return candidates_diff(a, b)
     return text_diff(strip_assumptions(old["out"]), strip_assumptions(new["out"]))
 
 

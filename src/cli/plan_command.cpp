@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "plan/calibrate.h"
+#include "plan/compare.h"
 #include "plan/plan_report.h"
 
 namespace mt {
@@ -20,16 +21,19 @@ namespace {
 
 struct PlanArgs {
   ModelConfig model;
+  std::string arch = "gpt2";  // --arch (parsed into model.arch in make_request)
   int batch = 8;
   std::string hardware, hardware_file, profile, backend = "local";
   std::string software;  // GPU software profile (empty: the hardware's own, meshtrain)
   int gpus = 0, ranks = 0, threads = 1, top = 10;
   double bucket_mb = 25;
-  int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0;
-  std::string recompute, schedule, precision;
+  int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0, cp = 0;
+  std::string recompute, schedule, precision, cp_comm;
+  std::vector<std::string> compare;  // --compare SPEC, repeated
   bool json = false, explain = false, calibrate = false;
   double calibrate_seconds = 60;
-  CLI::Option *dp_o, *tp_o, *pp_o, *v_o, *ep_o, *zero_o, *mb_o, *sp_o, *rc_o, *sched_o, *prec_o;
+  CLI::Option *dp_o, *tp_o, *pp_o, *v_o, *ep_o, *zero_o, *mb_o, *sp_o, *rc_o, *sched_o, *prec_o,
+      *cp_o, *cp_comm_o;
   bool sp = false;
   std::string config;
   CLI::App* cmd = nullptr;
@@ -46,6 +50,35 @@ void config_int(const toml::node* n, const std::string& path, const std::string&
   out = int(v->get());
 }
 
+// --config's [model] arch, rope-theta, norm-eps and tie-embeddings (train's names), for each
+// not given as a flag.
+template <typename Unset>
+void config_llama(const toml::table& doc, PlanArgs& a, const Unset& unset) {
+  const toml::node* arch = doc["model"]["arch"].node();
+  if (arch && unset("arch")) {
+    const auto v = arch->value<std::string>();
+    MT_REQUIRE(v, "--config ", a.config, ": [model] arch must be a string");
+    a.arch = *v;
+  }
+  if (const toml::node* n = doc["model"]["tie-embeddings"].node(); n && unset("tie-embeddings")) {
+    const auto v = n->value<bool>();
+    MT_REQUIRE(v, "--config ", a.config, ": [model] tie-embeddings must be true or false");
+    a.model.tie_embeddings = *v;
+  }
+  for (auto [name, target] : {std::pair{"rope-theta", &a.model.rope_theta}}) {
+    const toml::node* n = doc["model"][name].node();
+    if (!n || !unset(name)) continue;
+    const auto v = n->value<double>();
+    MT_REQUIRE(v, "--config ", a.config, ": [model] ", name, " must be a number");
+    *target = *v;
+  }
+  if (const toml::node* n = doc["model"]["norm-eps"].node(); n && unset("norm-eps")) {
+    const auto v = n->value<double>();
+    MT_REQUIRE(v, "--config ", a.config, ": [model] norm-eps must be a number");
+    a.model.norm_eps = float(*v);
+  }
+}
+
 // --config FILE.toml: the [model] table and [train] batch of a train config file, for
 // every one of them not given as a flag (flags override the file, as in train).
 void apply_config(PlanArgs& a) {
@@ -57,13 +90,18 @@ void apply_config(PlanArgs& a) {
     throw UsageError(str("cannot read --config ", a.config, ": ", e.description()));
   }
   ModelConfig& m = a.model;
-  const std::pair<const char*, int*> ints[] = {{"layers", &m.layers}, {"dim", &m.dim},
-                                               {"heads", &m.heads},   {"seq", &m.seq},
-                                               {"vocab", &m.vocab},   {"experts", &m.experts},
-                                               {"topk", &m.topk},     {"moe-every", &m.moe_every}};
+  const std::pair<const char*, int*> ints[] = {
+      {"layers", &m.layers},     {"dim", &m.dim},
+      {"heads", &m.heads},       {"seq", &m.seq},
+      {"vocab", &m.vocab},       {"experts", &m.experts},
+      {"topk", &m.topk},         {"moe-every", &m.moe_every},
+      {"kv-heads", &m.kv_heads}, {"head-dim", &m.head_size},
+      {"ffn-dim", &m.ffn_dim}};
+  auto unset = [&](const char* name) { return a.cmd->get_option(str("--", name))->count() == 0; };
   for (auto [name, target] : ints)
-    if (a.cmd->get_option(str("--", name))->count() == 0)
+    if (unset(name))
       config_int(doc["model"][name].node(), a.config, str("[model] ", name), *target);
+  config_llama(doc, a, unset);
   if (a.cmd->get_option("--batch")->count() == 0)
     config_int(doc["train"]["batch"].node(), a.config, "[train] batch", a.batch);
 }
@@ -75,13 +113,15 @@ std::optional<T> given(CLI::Option* o, const T& v) {
 
 plan::PlanRequest make_request(PlanArgs& a) {
   apply_config(a);
+  MT_REQUIRE(parse_arch(a.arch, &a.model.arch), "--arch must be gpt2 or llama (got '", a.arch,
+             "')");
   plan::PlanRequest r;
   r.model = a.model;
-  r.model.validate();
   MT_REQUIRE(a.batch >= 1, "--batch must be >= 1 (got ", a.batch, ")");
   r.batch = a.batch;
   MT_REQUIRE(a.hardware.empty() != a.hardware_file.empty() || a.hardware == "local",
-             "give --hardware NAME (a100-80gb, h100-80gb, local) or --hardware-file FILE.toml");
+             "give --hardware NAME (a100-80gb, h100-80gb, h800-80gb, local) or --hardware-file "
+             "FILE.toml");
   if (!a.hardware_file.empty()) {
     r.hardware = plan::load_profile(a.hardware_file);
   } else if (a.hardware == "local") {
@@ -117,8 +157,27 @@ plan::PlanRequest make_request(PlanArgs& a) {
   r.recompute = given(a.rc_o, a.recompute);
   r.schedule = given(a.sched_o, a.schedule);
   r.precision = given(a.prec_o, a.precision);
+  r.cp = given(a.cp_o, a.cp);
+  r.cp_comm = given(a.cp_comm_o, a.cp_comm);
   plan::validate_request(r);
   return r;
+}
+
+// --compare: the layouts side by side (plan/compare.h); --explain adds the assumptions and
+// each one's breakdown.
+int run_compare(const PlanArgs& a, const plan::PlanRequest& r) {
+  const std::vector<plan::Compared> c = plan::compare_layouts(r, a.compare);
+  if (a.json) {
+    std::cout << plan::compare_json(r, c);
+    return 0;
+  }
+  plan::print_compare(std::cout, r, c);
+  if (a.explain) {
+    plan::SearchResult s;
+    for (const plan::Compared& x : c) s.candidates.push_back(x.best);
+    plan::print_explain(std::cout, r, s, int(c.size()));
+  }
+  return 0;
 }
 
 int run_plan(PlanArgs& a) {
@@ -133,6 +192,7 @@ int run_plan(PlanArgs& a) {
     return 0;
   }
   const plan::PlanRequest r = make_request(a);
+  if (!a.compare.empty()) return run_compare(a, r);
   const plan::SearchResult s = plan::search_layouts(r, size_t(std::max(a.top, 2)));
   if (a.json) {
     std::cout << plan::plan_json(r, s, a.top);
@@ -141,6 +201,36 @@ int run_plan(PlanArgs& a) {
   plan::print_table(std::cout, r, s, a.top);
   if (a.explain) plan::print_explain(std::cout, r, s, a.top);
   return 0;
+}
+
+// The layout knobs a user fixes (unset: searched) and --compare's layouts.
+void add_layout_flags(CLI::App* cmd, PlanArgs& a) {
+  a.dp_o = cmd->add_option("--dp", a.dp, "fix data parallelism (else searched)");
+  a.tp_o = cmd->add_option("--tp", a.tp, "fix tensor parallelism");
+  a.pp_o = cmd->add_option("--pp", a.pp, "fix pipeline stages");
+  a.v_o = cmd->add_option("--virtual-stages", a.virtual_stages, "fix chunks per stage");
+  a.ep_o = cmd->add_option("--ep", a.ep, "fix expert parallelism");
+  a.cp_o = cmd->add_option("--cp", a.cp,
+                           "fix context parallelism (GPU software that has it, e.g. "
+                           "--software llama3-2024; else 1)");
+  a.cp_comm_o =
+      cmd->add_option("--cp-comm", a.cp_comm, "fix ring | allgather (default: the software's)");
+  a.zero_o = cmd->add_option("--zero", a.zero, "fix the ZeRO stage");
+  a.sp_o = cmd->add_flag("--sequence-parallel{true}", a.sp,
+                         "fix sequence parallelism (--sequence-parallel=false to forbid it)");
+  a.rc_o = cmd->add_option("--recompute", a.recompute, "fix none|selective|full");
+  a.mb_o = cmd->add_option("--micro-batch", a.micro_batch, "fix sequences per microbatch");
+  a.sched_o = cmd->add_option("--schedule", a.schedule, "fix the pipeline schedule");
+  a.prec_o = cmd->add_option("--precision", a.precision,
+                             "fix fp32|bf16 (GPU presets: searched; local: fp32 unless given, "
+                             "bf16 needs a calibrated profile)");
+  cmd->add_option("--compare", a.compare,
+                  "SPEC, given two or more times: those layouts side by side (step split into "
+                  "compute, exposed tp/cp/ep/ZeRO-3/dp comm, bubble and optimizer; memory by "
+                  "kind; ratio to the best). SPEC is key=value,... of dp tp pp cp ep zero "
+                  "virtual-stages micro-batch schedule recompute precision cp-comm "
+                  "sequence-parallel, over the fixed flags; what it leaves open is searched")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 }  // namespace
@@ -165,12 +255,27 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--topk", m.topk, "experts per token")->capture_default_str();
   cmd->add_option("--moe-every", m.moe_every, "every k-th block is MoE")->capture_default_str();
+  cmd->add_option("--arch", a->arch, "block architecture: gpt2 | llama (as train)")
+      ->capture_default_str();
+  cmd->add_option("--kv-heads", m.kv_heads, "llama: key/value heads (0 = --heads)")
+      ->capture_default_str();
+  cmd->add_option("--head-dim", m.head_size, "llama: width of one head (0 = dim/heads)")
+      ->capture_default_str();
+  cmd->add_option("--ffn-dim", m.ffn_dim, "llama: SwiGLU width (0 = 256 * ceil((8C/3) / 256))")
+      ->capture_default_str();
+  cmd->add_flag("--tie-embeddings{true}", m.tie_embeddings,
+                "llama: the head multiplies the token table (no lm_head)");
+  cmd->add_option("--rope-theta", m.rope_theta, "llama: RoPE base theta (no effect on the plan)")
+      ->capture_default_str();
+  cmd->add_option("--norm-eps", m.norm_eps, "llama: RMSNorm epsilon (no effect on the plan)")
+      ->capture_default_str();
   cmd->add_option("--batch", a->batch, "global batch in sequences")->capture_default_str();
-  cmd->add_option("--hardware", a->hardware, "a100-80gb | h100-80gb | local (calibrated)");
+  cmd->add_option("--hardware", a->hardware,
+                  "a100-80gb | h100-80gb | h800-80gb | local (calibrated)");
   cmd->add_option("--hardware-file", a->hardware_file, "a TOML hardware profile");
   cmd->add_option("--software", a->software,
                   "GPU training software the plan models: meshtrain (default), "
-                  "megatron-lm-2021, megatron-lm-2022 (docs/planner.md)");
+                  "megatron-lm-2021, megatron-lm-2022, llama3-2024 (docs/planner.md)");
   cmd->add_option("--profile", a->profile,
                   "the local profile file (--calibrate writes it, --hardware local reads it; "
                   "default $XDG_CACHE_HOME/meshtrain/hardware-local.toml)");
@@ -184,20 +289,7 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb, "gradient bucket size in MiB")
       ->capture_default_str();
-  a->dp_o = cmd->add_option("--dp", a->dp, "fix data parallelism (else searched)");
-  a->tp_o = cmd->add_option("--tp", a->tp, "fix tensor parallelism");
-  a->pp_o = cmd->add_option("--pp", a->pp, "fix pipeline stages");
-  a->v_o = cmd->add_option("--virtual-stages", a->virtual_stages, "fix chunks per stage");
-  a->ep_o = cmd->add_option("--ep", a->ep, "fix expert parallelism");
-  a->zero_o = cmd->add_option("--zero", a->zero, "fix the ZeRO stage");
-  a->sp_o = cmd->add_flag("--sequence-parallel{true}", a->sp,
-                          "fix sequence parallelism (--sequence-parallel=false to forbid it)");
-  a->rc_o = cmd->add_option("--recompute", a->recompute, "fix none|selective|full");
-  a->mb_o = cmd->add_option("--micro-batch", a->micro_batch, "fix sequences per microbatch");
-  a->sched_o = cmd->add_option("--schedule", a->schedule, "fix the pipeline schedule");
-  a->prec_o = cmd->add_option("--precision", a->precision,
-                              "fix fp32|bf16 (GPU presets: searched; local: fp32 unless given, "
-                              "bf16 needs a calibrated profile)");
+  add_layout_flags(cmd, *a);
   cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "print {\"candidates\": [...]} (best first)");
   cmd->add_flag("--explain", a->explain, "print every assumption and the breakdown");

@@ -106,6 +106,16 @@ void define_parallel_flags(FlagSet& f, ParallelOptions& p) {
         {1, kMaxRanks});
   f.add("parallel", "pp", &p.pp, "pipeline stages", {1, kMaxRanks});
   f.add("parallel", "ep", &p.ep, "expert-parallel ranks (divides --dp)", {1, kMaxRanks});
+  f.add("parallel", "cp", &p.cp,
+        "context-parallel ranks: each sequence is cut into 2cp chunks and rank r of the cp "
+        "group holds chunks r and 2cp-1-r (zigzag); attention crosses the group (--cp-comm); "
+        "the same losses and gradients as --cp 1. --arch llama; --seq divisible by 2cp; "
+        "world = pp x dp x cp x tp, rank order tp, cp, dp, pp",
+        {1, kMaxRanks});
+  f.add("parallel", "cp-comm", &p.cp_comm,
+        "with --cp > 1: ring (K/V blocks passed around the cp ring, each transfer overlapped "
+        "with the attention of the block in hand; dK/dV travel back) | allgather (K/V "
+        "all-gathered once per layer, dK/dV reduce-scattered)");
   f.add("parallel", "microbatches", &p.microbatches,
         "microbatches per step per replica (gradient accumulation; --batch must be divisible "
         "by dp * microbatches)",
@@ -284,7 +294,7 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
       if (flags->given(k)) opts->model_flags_given.push_back(k);
     MT_REQUIRE(opts->parallel.ranks == 0 || opts->parallel.auto_layout,
                "--ranks is for --auto-layout (else the layout's dp x tp x pp is the world)");
-    for (const char* k : {"dp", "tp", "pp", "ep", "zero", "sequence-parallel", "schedule",
+    for (const char* k : {"dp", "tp", "pp", "ep", "cp", "zero", "sequence-parallel", "schedule",
                           "virtual-stages", "microbatches", "recompute"})
       if (flags->given(k)) opts->parallel.fixed.push_back(k);
     if (*print_config) {

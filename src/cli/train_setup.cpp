@@ -31,6 +31,7 @@
 #include "train/memory_estimate.h"
 #include "train/path_checks.h"
 #include "train/trainer.h"
+#include "train/validate_context_parallel.h"
 #include "train/validate_options.h"
 
 namespace mt {
@@ -197,7 +198,7 @@ void resolve_train_options(TrainOptions& o) {
 std::string describe_train_layout(const TrainOptions& o) {
   validate_train_options(o, launcher_from_env());
   const ParallelOptions& p = o.parallel;
-  return describe_process_layout({p.pp, p.dp, p.tp, p.ep}, o.engine.ranks_per_process);
+  return describe_process_layout(p.mesh(), o.engine.ranks_per_process);
 }
 
 namespace {
@@ -262,8 +263,8 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
   auto body = [&](CommWorld& world) {
     // validate_train_options compared the layout with the launcher's size already; this
     // catches a launcher whose environment launcher_from_env() does not know.
-    MT_REQUIRE(world.size() == o.parallel.world(),
-               "the layout needs --pp x --dp x --tp = ", o.parallel.world(), " ranks but the ",
+    MT_REQUIRE(world.size() == o.parallel.world(), "the layout needs ",
+               world_flags_text(o.parallel), " = ", o.parallel.world(), " ranks but the ",
                world.backend_name(), " world has ", world.size(),
                mpi ? " (set mpirun -np x --ranks-per-process to match)" : "");
     train_rank(o, world, info);

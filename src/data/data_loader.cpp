@@ -49,6 +49,14 @@ DataLoader::DataLoader(const std::vector<std::string>& paths, int B, int T, int 
   inputs_.resize(static_cast<size_t>(M_) * b_ * T_);
   targets_.resize(inputs_.size());
   window_.resize(size_t(T_) + 1);
+  positions_.resize(size_t(T_));
+  for (int t = 0; t < T_; ++t) positions_[size_t(t)] = t;
+}
+
+void DataLoader::shard_sequences(std::vector<int> positions) {
+  positions_ = std::move(positions);
+  inputs_.assign(size_t(M_) * b_ * positions_.size(), 0);
+  targets_.assign(inputs_.size(), 0);
 }
 
 void DataLoader::copy_tokens(int64_t pos, int64_t n, int32_t* out) const {
@@ -78,13 +86,15 @@ void DataLoader::next_batch() {
   // back to back are simply sequences first_seq + m*b + i.
   const int64_t first_seq = static_cast<int64_t>(dp_rank_) * (B_ / dp_size_);
   const int64_t nseq = static_cast<int64_t>(M_) * b_;
+  const size_t rows = positions_.size();
   for (int64_t r = 0; r < nseq; ++r) {
     copy_tokens(position_ + (first_seq + r) * T_, T_ + 1, window_.data());
-    int32_t* in = inputs_.data() + r * T_;
-    int32_t* tg = targets_.data() + r * T_;
-    for (int t = 0; t < T_; ++t) {
-      in[t] = window_[size_t(t)];
-      tg[t] = window_[size_t(t) + 1];
+    int32_t* in = inputs_.data() + size_t(r) * rows;
+    int32_t* tg = targets_.data() + size_t(r) * rows;
+    for (size_t t = 0; t < rows; ++t) {
+      const size_t at = size_t(positions_[t]);
+      in[t] = window_[at];
+      tg[t] = window_[at + 1];
     }
   }
   position_ += tokens_per_batch();
@@ -92,12 +102,12 @@ void DataLoader::next_batch() {
 
 const int32_t* DataLoader::inputs(int j) const {
   MT_CHECK(j >= 0 && j < M_, "microbatch ", j, " of ", M_);
-  return inputs_.data() + static_cast<size_t>(j) * b_ * T_;
+  return inputs_.data() + static_cast<size_t>(j) * b_ * positions_.size();
 }
 
 const int32_t* DataLoader::targets(int j) const {
   MT_CHECK(j >= 0 && j < M_, "microbatch ", j, " of ", M_);
-  return targets_.data() + static_cast<size_t>(j) * b_ * T_;
+  return targets_.data() + static_cast<size_t>(j) * b_ * positions_.size();
 }
 
 void DataLoader::set_position(int64_t position) {

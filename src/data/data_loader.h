@@ -14,6 +14,10 @@
 // Slicing: data-parallel rank d owns sequences d*B/dp .. (d+1)*B/dp - 1 of each global
 // batch; its microbatch j is the j-th run of b = B/(dp*M) consecutive sequences of that.
 //
+// Context parallelism (shard_sequences): the cp ranks of one dp rank read the same sequences
+// and each keeps its zigzag rows of them (model/zigzag_layout.h): inputs and targets at the
+// rank's true positions, T/cp per sequence.
+//
 // Worked example (ntok = 20, B = 2, T = 4, dp = 1, M = 1): batch 0 reads tokens 0..8
 // (inputs 0..3 | 4..7), pos = 8; batch 1 reads 8..16, pos = 16; batch 2 would need
 // tokens 16..24 (24 > 20), so pos = 0 and it equals batch 0.
@@ -39,7 +43,15 @@ class DataLoader {
   // Loads the next global batch (this rank's slice of it) and advances the position.
   void next_batch();
 
-  // This rank's microbatch j of the last loaded batch, each (b, T) int32, b = B/(dp*M).
+  // From the next batch on, keep only the rows `positions` of each sequence (a cp rank's
+  // zigzag rows, model/zigzag_layout.h's zigzag_positions, given by the session: data/
+  // sits below model/).
+  void shard_sequences(std::vector<int> positions);
+  // Rows per sequence in inputs() and targets(): T, or T/cp once sharded.
+  int rows_per_sequence() const { return int(positions_.size()); }
+
+  // This rank's microbatch j of the last loaded batch, each (b, rows_per_sequence()) int32,
+  // b = B/(dp*M).
   const int32_t* inputs(int j) const;
   const int32_t* targets(int j) const;
 
@@ -68,10 +80,11 @@ class DataLoader {
   std::vector<int64_t> starts_;  // stream position of each shard's first token
   int64_t size_ = 0;             // tokens in all shards
   std::vector<int32_t> window_;  // one sequence's T+1 tokens
+  std::vector<int> positions_;   // the positions of a sequence this rank keeps (0..T-1 unsharded)
   int B_, T_, dp_size_, dp_rank_, M_, b_;
   int64_t position_ = 0;
-  std::vector<int32_t> inputs_;   // (M, b, T)
-  std::vector<int32_t> targets_;  // (M, b, T)
+  std::vector<int32_t> inputs_;   // (M, b, rows_per_sequence())
+  std::vector<int32_t> targets_;  // (M, b, rows_per_sequence())
 };
 
 // For callers that hold only a path: the same check as DataLoader::require_vocab.

@@ -17,6 +17,7 @@
 #include "kernels/rope.h"
 #include "model/activation_pool.h"
 #include "model/config.h"
+#include "model/context_parallel_attention.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
 #include "model/recompute.h"
@@ -77,8 +78,10 @@ class Block {
 
 // What every block of a chunk shares and does not own.
 struct BlockContext {
-  const RopeTable* rope = nullptr;  // llama: the chunk's RoPE table (positions 0..seq-1)
+  const RopeTable* rope = nullptr;  // llama: the chunk's RoPE table (the whole sequence's)
   const int* positions = nullptr;   // llama: the true position of each of the seq rows
+  // --cp > 1: attention across the cp group (the rows are this rank's zigzag shard).
+  ContextParallelAttention* cp = nullptr;
 };
 
 // The block of cfg.arch for layer `layer` (the arguments as GptBlock's).

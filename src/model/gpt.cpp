@@ -6,13 +6,13 @@ namespace mt {
 
 GPT::GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks,
          const TensorParallelShard& tp, int max_b, const ExpertParallelShard& ep,
-         Recompute recompute, Precision precision)
+         Recompute recompute, Precision precision, const ContextParallelShard& cp)
     : cfg_(cfg), precision_(precision) {
   cfg.validate();
   const uint64_t* bf16_version = precision == Precision::bf16 ? weights_version_.get() : nullptr;
   for (const ChunkSpec& spec : chunks)
-    chunks_.push_back(
-        std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_, ep, recompute, bf16_version));
+    chunks_.push_back(std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_, ep, recompute,
+                                                   bf16_version, nullptr, cp));
   params_.resize(table_.total());
   grads_.resize(table_.total());
   for (auto& c : chunks_) c->bind(params_.data(), grads_.data());

@@ -18,7 +18,7 @@ class GPT {
   // max_b: the largest microbatch (in sequences) a forward will see.
   GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks, const TensorParallelShard& tp,
       int max_b, const ExpertParallelShard& ep = {}, Recompute recompute = Recompute::none,
-      Precision precision = Precision::fp32);
+      Precision precision = Precision::fp32, const ContextParallelShard& cp = {});
   // The whole model in one chunk (one worker, or pure data parallelism).
   static std::vector<ChunkSpec> whole_model(const ModelConfig& cfg);
 

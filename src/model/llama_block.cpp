@@ -203,8 +203,12 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
   ops.forward(qkv_, qkv, n1, N, ops.gathered(), /*with_bias=*/false);
   float* att = ops.staged(att_out);
   const size_t fwd = forward_scratch_floats();
-  flash_attention_forward(att, size_t(q_cols()), s + off_.lse, attention_args(qkv, b, T), false,
-                          std::span<float>(forward_scratch_, fwd));
+  const std::span<float> fscratch(forward_scratch_, fwd);
+  if (context_.cp)
+    context_.cp->forward(att, size_t(q_cols()), s + off_.lse, attention_args(qkv, b, T), fscratch);
+  else
+    flash_attention_forward(att, size_t(q_cols()), s + off_.lse, attention_args(qkv, b, T), false,
+                            fscratch);
   ops.keep(att_out, att, size_t(N) * q_cols());
   ops.forward(o_proj_, x_mid, att_out, N);
   add_inplace(x_mid, x_in, nc);
@@ -265,8 +269,12 @@ void LlamaBlock::attention_backward_input(const Ops& ops, float* s, float* scrat
   std::memset(dqkv, 0, nqkv * sizeof(float));
   const size_t ld = size_t(qkv_cols());
   const FlashGrads g{dqkv, dqkv + q_cols(), dqkv + q_cols() + Hkvl_ * hd_, ld, ld, ld};
-  flash_attention_backward(g, d_att_out, q_cols(), s + off_.lse, D, a,
-                           std::span<float>(scratch, flash));
+  if (context_.cp)
+    context_.cp->backward(g, d_att_out, q_cols(), s + off_.lse, D, a,
+                          std::span<float>(scratch, flash));
+  else
+    flash_attention_backward(g, d_att_out, q_cols(), s + off_.lse, D, a,
+                             std::span<float>(scratch, flash));
   ops.keep(d_qkv, dqkv, nqkv);
   ops.backward_input(qkv_, s + off_.d_n1, d_qkv, N);
 }

@@ -15,6 +15,10 @@
 // the probabilities from them (which is what selective recomputation does for the gpt2 block:
 // Recompute::selective changes nothing here).
 //
+// Context parallelism (--cp > 1): the block's T rows are this rank's zigzag shard of each
+// sequence; only the attention core crosses the cp group (context_parallel_attention.h),
+// everything else is per token.
+//
 // Tensor parallelism (Megatron, as the gpt2 block): q/k/v and gate/up column-parallel, o_proj
 // and down_proj row-parallel; a rank holds Hl = H/t query heads and the Hkvl = Hkv/t kv heads
 // they read (t divides Hkv: checked before any rank starts), and F/t of the MLP width. Sequence

@@ -19,7 +19,8 @@ std::pair<size_t, size_t> range_since(const ParamTable& table, size_t first) {
 
 ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
                        int max_b, ParamTable& table, const ExpertParallelShard& ep,
-                       Recompute recompute, const uint64_t* bf16_version, BlockStandIns* dry)
+                       Recompute recompute, const uint64_t* bf16_version, BlockStandIns* dry,
+                       const ContextParallelShard& cp)
     : cfg_(cfg),
       spec_(spec),
       full_(recompute == Recompute::full),
@@ -30,7 +31,7 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
   SlotLayout layout;
   const bool sp = tp.size > 1 && tp.sequence_parallel;
   const size_t N = size_t(max_b) * cfg.seq, Nl = sp ? N / tp.size : N;
-  build_layers(tp, max_b, table, layout, ep, recompute, bf16_version, dry);
+  build_layers(tp, max_b, table, layout, ep, recompute, bf16_version, dry, cp);
   reserve_residual_stream(layout, N, Nl);
   pool_ = std::make_unique<ActivationPool>(layout.total());
   share_workspaces(N, sp, bf16_version != nullptr);
@@ -38,8 +39,8 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
 
 void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTable& table,
                               SlotLayout& layout, const ExpertParallelShard& ep,
-                              Recompute recompute, const uint64_t* bf16_version,
-                              BlockStandIns* dry) {
+                              Recompute recompute, const uint64_t* bf16_version, BlockStandIns* dry,
+                              const ContextParallelShard& cp) {
   const size_t blocks = size_t(spec_.last_layer - spec_.first_layer);
   blocks_.reserve(blocks), units_.reserve(1 + blocks), unit_range_.reserve(1 + blocks);
   // The edge unit (embedding, ln_f, tied wte) is registered first so that its tensors are
@@ -54,15 +55,7 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   // Block hands them.
   ExpertParallelShard moe_ep = ep;
   moe_ep.bf16_version = bf16_version;
-  BlockContext context;
-  if (cfg_.llama()) {  // one RoPE table for all the chunk's blocks; positions 0..seq-1
-    // A dry chunk (the memory estimate) sizes what it would hold; the table is not among it.
-    if (mode_ == Arena::Mode::allocate)
-      rope_ = RopeTable(cfg_.head_dim(), cfg_.seq, cfg_.rope_theta, cfg_.rope_scaling);
-    positions_.resize(cfg_.seq);
-    for (int t = 0; t < cfg_.seq; ++t) positions_[t] = t;
-    context = {&rope_, positions_.data()};
-  }
+  const BlockContext context = cfg_.llama() ? llama_context(max_b, tp, cp) : BlockContext{};
   moe_ep.dry = dry != nullptr;
   // Full recomputation: each block's buffers from offset 0 of the block scratch.
   const Recompute block_recompute = full_ ? Recompute::none : recompute;
@@ -73,6 +66,25 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   for (int l = spec_.first_layer; l < spec_.last_layer; ++l)
     block_floats = std::max(block_floats, add_block(l, build, table, layout, dry));
   block_scratch_ = Arena(full_ ? block_floats : 0, mode_);
+}
+
+// One RoPE table for all the chunk's blocks. One worker's rows are positions 0..seq-1; a cp
+// rank's are its zigzag shard of the cp * seq positions of the whole sequence.
+BlockContext ModelChunk::llama_context(int max_b, const TensorParallelShard& tp,
+                                       const ContextParallelShard& cp) {
+  const int whole = cfg_.seq * cp.size;
+  // A dry chunk (the memory estimate) sizes what it would hold; the table is not among it.
+  if (mode_ == Arena::Mode::allocate)
+    rope_ = RopeTable(cfg_.head_dim(), whole, cfg_.rope_theta, cfg_.rope_scaling);
+  if (!cp.splits_sequence()) {
+    positions_.resize(cfg_.seq);
+    for (int t = 0; t < cfg_.seq; ++t) positions_[t] = t;
+    return {&rope_, positions_.data(), nullptr};
+  }
+  const int kv_width = cfg_.kv() / tp.size * cfg_.head_dim();
+  cp_attention_ = std::make_unique<ContextParallelAttention>(cp, whole, size_t(max_b) * cfg_.seq,
+                                                             kv_width, mode_);
+  return {&rope_, cp_attention_->positions(), cp_attention_.get()};
 }
 
 size_t ModelChunk::add_block(int layer, const BlockBuilder& build, ParamTable& table,
@@ -160,6 +172,7 @@ ChunkFootprint ModelChunk::footprint() const {
                          &residual_grads_, &bf16_stage_, &bf16_gather_})
     f.workspace_floats += a->size();
   for (const Block* blk : blocks_) f.workspace_floats += blk->own_workspace_floats();
+  if (cp_attention_) f.workspace_floats += cp_attention_->workspace_floats();
   f.bf16_weight_bytes = bf16_weight_bytes();
   return f;
 }

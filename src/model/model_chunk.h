@@ -25,6 +25,10 @@
 // their GEMM-only buffers in bf16 (block.h); two workspaces shared by all of them hold fp32
 // results before rounding and the bf16 operands of one call.
 //
+// Context parallelism (cp.size > 1, llama): cfg.seq is this rank's T/cp rows of each
+// sequence (its zigzag shard, model/zigzag_layout.h); the RoPE table covers the whole
+// sequence and the blocks' attention crosses the cp group.
+//
 // A dry chunk (dry non-null: the memory estimate's dry run, model/dry_model.h) is built by
 // the same code with dry arenas, and its blocks are stand-ins, one per kind
 // (block_stand_ins.h); it reserves no memory and is never bound or run. footprint() reads
@@ -82,7 +86,7 @@ class ModelChunk {
   ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
              int max_b, ParamTable& table, const ExpertParallelShard& ep = {},
              Recompute recompute = Recompute::none, const uint64_t* bf16_version = nullptr,
-             BlockStandIns* dry = nullptr);
+             BlockStandIns* dry = nullptr, const ContextParallelShard& cp = {});
   void bind(float* params, float* grads);
 
   // Rebinds one unit (see ChunkHooks) to other storage: its tensors are read at
@@ -135,7 +139,11 @@ class ModelChunk {
   // residual stream and tokens in the slot, and the workspaces the layers share.
   void build_layers(const TensorParallelShard& tp, int max_b, ParamTable& table, SlotLayout& layout,
                     const ExpertParallelShard& ep, Recompute recompute,
-                    const uint64_t* bf16_version, BlockStandIns* dry);
+                    const uint64_t* bf16_version, BlockStandIns* dry,
+                    const ContextParallelShard& cp);
+  // llama: the RoPE table and the rows' true positions (the zigzag shard's under cp).
+  BlockContext llama_context(int max_b, const TensorParallelShard& tp,
+                             const ContextParallelShard& cp);
   // Builds block `layer` into a table and a slot layout.
   using BlockBuilder = std::function<std::unique_ptr<Block>(int, ParamTable&, SlotLayout&)>;
   // Block `layer`, its buffers reserved in `layout` (or, dry, its stand-in's counted
@@ -189,10 +197,11 @@ class ModelChunk {
                                 // under selective recomputation, llama's flash forward); likewise
   RopeTable rope_;              // llama: the blocks' RoPE table
   std::vector<int> positions_;  // llama: the true position of each of the seq rows
-  Arena block_scratch_;         // one block's buffers, full recomputation only; shared likewise
-  Arena residual_grads_;        // full recomputation: dx[1..n-1], two alternating buffers
-  Arena bf16_stage_;            // --precision bf16: fp32 results before rounding; shared likewise
-  Arena bf16_gather_;           // --precision bf16: bf16 GEMM operands of one call; shared likewise
+  std::unique_ptr<ContextParallelAttention> cp_attention_;  // --cp > 1; shared likewise
+  Arena block_scratch_;   // one block's buffers, full recomputation only; shared likewise
+  Arena residual_grads_;  // full recomputation: dx[1..n-1], two alternating buffers
+  Arena bf16_stage_;      // --precision bf16: fp32 results before rounding; shared likewise
+  Arena bf16_gather_;     // --precision bf16: bf16 GEMM operands of one call; shared likewise
   size_t residual_grad_stride_ = 0;
   std::vector<size_t> x_off_, dx_off_;
   size_t tokens_off_ = 0;

@@ -20,16 +20,21 @@ const char* group_kind_name(GroupKind k) {
       return "ep";
     case GroupKind::ep_replica:
       return "ep_replica";
+    case GroupKind::cp:
+      return "cp";
+    case GroupKind::dp_cp:
+      return "dp_cp";
   }
   return "?";
 }
 
 Mesh::Mesh(const MeshShape& s, int world_size) : shape_(s), world_size_(world_size) {
   // Internal invariants: the user-facing rules are validate_train_options' (before any rank).
-  MT_CHECK(s.pp >= 1 && s.dp >= 1 && s.tp >= 1 && s.ep >= 1, "mesh ", s.pp, "x", s.dp, "x", s.tp,
-           " ep ", s.ep);
-  MT_CHECK(static_cast<long>(s.pp) * s.dp * s.tp == world_size, "--pp ", s.pp, " x --dp ", s.dp,
-           " x --tp ", s.tp, " = ", static_cast<long>(s.pp) * s.dp * s.tp,
+  MT_CHECK(s.pp >= 1 && s.dp >= 1 && s.tp >= 1 && s.ep >= 1 && s.cp >= 1, "mesh ", s.pp, "x", s.dp,
+           "x", s.cp, "x", s.tp, " ep ", s.ep);
+  const long world = static_cast<long>(s.pp) * s.dp * s.cp * s.tp;
+  MT_CHECK(world == world_size, "--pp ", s.pp, " x --dp ", s.dp,
+           s.cp > 1 ? str(" x --cp ", s.cp) : std::string(), " x --tp ", s.tp, " = ", world,
            " ranks, but the world has ", world_size);
   MT_CHECK(s.dp % s.ep == 0, "--ep ", s.ep, " must divide --dp ", s.dp);
 }
@@ -42,17 +47,19 @@ MeshCoord Mesh::coord(int rank) const {
   check_rank(rank);
   MeshCoord c;
   c.tp = rank % shape_.tp;
-  c.dp = (rank / shape_.tp) % shape_.dp;
-  c.pp = rank / (shape_.tp * shape_.dp);
+  c.cp = (rank / shape_.tp) % shape_.cp;
+  c.dp = (rank / (shape_.tp * shape_.cp)) % shape_.dp;
+  c.pp = rank / (shape_.tp * shape_.cp * shape_.dp);
   c.ep_group = c.dp / shape_.ep;
   c.ep_rank = c.dp % shape_.ep;
   return c;
 }
 
-int Mesh::rank_of(int pp, int dp, int tp) const {
-  MT_CHECK(pp >= 0 && pp < shape_.pp && dp >= 0 && dp < shape_.dp && tp >= 0 && tp < shape_.tp,
-           "mesh coordinate (", pp, ",", dp, ",", tp, ") out of range");
-  return (pp * shape_.dp + dp) * shape_.tp + tp;
+int Mesh::rank_of(int pp, int dp, int tp, int cp) const {
+  MT_CHECK(pp >= 0 && pp < shape_.pp && dp >= 0 && dp < shape_.dp && tp >= 0 && tp < shape_.tp &&
+               cp >= 0 && cp < shape_.cp,
+           "mesh coordinate (", pp, ",", dp, ",", cp, ",", tp, ") out of range");
+  return ((pp * shape_.dp + dp) * shape_.cp + cp) * shape_.tp + tp;
 }
 
 std::vector<int> Mesh::members(GroupKind k, int rank) const {
@@ -63,21 +70,28 @@ std::vector<int> Mesh::members(GroupKind k, int rank) const {
       for (int r = 0; r < world_size_; ++r) out.push_back(r);
       break;
     case GroupKind::dp:
-      for (int d = 0; d < shape_.dp; ++d) out.push_back(rank_of(c.pp, d, c.tp));
+      for (int d = 0; d < shape_.dp; ++d) out.push_back(rank_of(c.pp, d, c.tp, c.cp));
       break;
     case GroupKind::tp:
-      for (int t = 0; t < shape_.tp; ++t) out.push_back(rank_of(c.pp, c.dp, t));
+      for (int t = 0; t < shape_.tp; ++t) out.push_back(rank_of(c.pp, c.dp, t, c.cp));
       break;
     case GroupKind::pp:
-      for (int p = 0; p < shape_.pp; ++p) out.push_back(rank_of(p, c.dp, c.tp));
+      for (int p = 0; p < shape_.pp; ++p) out.push_back(rank_of(p, c.dp, c.tp, c.cp));
       break;
     case GroupKind::ep:
       for (int e = 0; e < shape_.ep; ++e)
-        out.push_back(rank_of(c.pp, c.ep_group * shape_.ep + e, c.tp));
+        out.push_back(rank_of(c.pp, c.ep_group * shape_.ep + e, c.tp, c.cp));
       break;
     case GroupKind::ep_replica:
       for (int g = 0; g < shape_.dp / shape_.ep; ++g)
-        out.push_back(rank_of(c.pp, g * shape_.ep + c.ep_rank, c.tp));
+        out.push_back(rank_of(c.pp, g * shape_.ep + c.ep_rank, c.tp, c.cp));
+      break;
+    case GroupKind::cp:
+      for (int x = 0; x < shape_.cp; ++x) out.push_back(rank_of(c.pp, c.dp, c.tp, x));
+      break;
+    case GroupKind::dp_cp:
+      for (int d = 0; d < shape_.dp; ++d)
+        for (int x = 0; x < shape_.cp; ++x) out.push_back(rank_of(c.pp, d, c.tp, x));
       break;
   }
   // Every axis above is increasing in the varying index, so out is already ascending.

@@ -18,6 +18,13 @@ ParallelContext make_parallel_context(CommWorld& world, const MeshShape& shape) 
   ctx.pp = group(GroupKind::pp);
   ctx.ep = group(GroupKind::ep);
   ctx.ep_replica = group(GroupKind::ep_replica);
+  // Without cp no group is added: a cp-less run makes exactly the groups it always made.
+  if (shape.cp > 1) {
+    ctx.cp = group(GroupKind::cp);
+    ctx.dp_cp = group(GroupKind::dp_cp);
+  } else {
+    ctx.dp_cp = ctx.dp;
+  }
   return ctx;
 }
 

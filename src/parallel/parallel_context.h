@@ -22,6 +22,10 @@ struct ParallelContext {
   std::shared_ptr<Communicator> pp;          // same (dp, tp), all stages: group rank = stage
   std::shared_ptr<Communicator> ep;          // ep consecutive dp ranks: token all-to-all
   std::shared_ptr<Communicator> ep_replica;  // same experts across ep groups: expert grads
+  // Context parallelism (--cp > 1; null otherwise): same (pp, dp, tp), all cp indices.
+  std::shared_ptr<Communicator> cp;
+  // The gradient replicas: same (pp, tp), every dp and cp index. Equals dp when cp == 1.
+  std::shared_ptr<Communicator> dp_cp;
 
   bool first_stage() const { return coord.pp == 0; }
   bool last_stage() const { return coord.pp == shape.pp - 1; }
@@ -31,8 +35,8 @@ struct ParallelContext {
 
 // Checks the shape against the world (RuntimeError: validate_train_options has checked it
 // before any rank started) and creates the groups, in the fixed
-// order dp, tp, pp, ep, ep_replica (make_group is collective: every rank calls it in the
-// same order). Every rank of the world must call this.
+// order dp, tp, pp, ep, ep_replica, then (cp > 1 only) cp, dp_cp (make_group is collective: every
+// rank calls it in the same order). Every rank of the world must call this.
 ParallelContext make_parallel_context(CommWorld& world, const MeshShape& shape);
 
 }  // namespace mt

@@ -24,11 +24,17 @@ const char* placement_name(GroupPlacement p) {
 
 namespace {
 
-constexpr GroupKind kKinds[] = {GroupKind::world, GroupKind::tp, GroupKind::dp,
-                                GroupKind::pp,    GroupKind::ep, GroupKind::ep_replica};
+constexpr GroupKind kKinds[] = {GroupKind::world, GroupKind::tp,        GroupKind::cp,
+                                GroupKind::dp,    GroupKind::dp_cp,     GroupKind::pp,
+                                GroupKind::ep,    GroupKind::ep_replica};
 
 int world_of(const MeshShape& s) {
-  return s.pp * s.dp * s.tp;
+  return s.world();
+}
+
+// The cp kinds exist only with cp > 1 (parallel_context.cpp makes them only then).
+bool listed(GroupKind kind, const MeshShape& s) {
+  return s.cp > 1 || (kind != GroupKind::cp && kind != GroupKind::dp_cp);
 }
 
 }  // namespace
@@ -37,10 +43,11 @@ std::vector<GroupLayout> process_layout(const MeshShape& shape, int k) {
   const int world = world_of(shape);
   MT_REQUIRE(k >= 1, "--ranks-per-process must be >= 1 (got ", k, ")");
   MT_REQUIRE(world % k == 0, "--ranks-per-process ", k, " does not divide the ", world,
-             " ranks of the layout (--pp x --dp x --tp); each process runs the same number");
+             " ranks of the layout (--pp x --dp x --cp x --tp); each process runs the same number");
   const Mesh mesh(shape, world);
   std::vector<GroupLayout> out;
   for (GroupKind kind : kKinds) {
+    if (!listed(kind, shape)) continue;
     std::vector<std::vector<int>> groups;
     if (kind == GroupKind::world) {
       groups.emplace_back();
@@ -88,16 +95,17 @@ std::string describe_process_layout(const MeshShape& shape, int k) {
   const std::vector<GroupLayout> groups = process_layout(shape, k);
   const int world = world_of(shape);
   std::ostringstream o;
-  o << "layout: pp " << shape.pp << " x dp " << shape.dp << " x tp " << shape.tp << " (ep "
-    << shape.ep << ") = " << world << " ranks on " << world / k << " processes x " << k
-    << " ranks per process\n";
+  o << "layout: pp " << shape.pp << " x dp " << shape.dp;
+  if (shape.cp > 1) o << " x cp " << shape.cp;
+  o << " x tp " << shape.tp << " (ep " << shape.ep << ") = " << world << " ranks on " << world / k
+    << " processes x " << k << " ranks per process\n";
   for (int p = 0; p < world / k; ++p) {
     std::vector<int> ranks;
     for (int r = p * k; r < (p + 1) * k; ++r) ranks.push_back(r);
     o << "  process " << p << ": ranks " << group_name("", ranks) << "\n";
   }
   for (GroupKind kind : kKinds) {
-    if (kind == GroupKind::world) continue;
+    if (kind == GroupKind::world || !listed(kind, shape)) continue;
     o << group_kind_name(kind) << " groups:\n";
     for (const GroupLayout& g : groups) {
       if (g.kind != kind) continue;
@@ -115,7 +123,9 @@ std::string summarize_process_layout(const MeshShape& shape, int k) {
   std::string out = str("hybrid: ", world_of(shape) / k, " processes x ", k, " ranks");
   for (GroupKind kind : kKinds) {
     // Without expert parallelism the expert-replica groups are the dp groups.
-    if (kind == GroupKind::world || (kind == GroupKind::ep_replica && shape.ep == 1)) continue;
+    if (kind == GroupKind::world || (kind == GroupKind::ep_replica && shape.ep == 1) ||
+        !listed(kind, shape))
+      continue;
     // Usually every group of a kind runs alike; where not, each way is listed once.
     std::string ways;
     for (const GroupLayout& g : groups) {

@@ -17,11 +17,16 @@ CostContext make_context(const PlanRequest& r, const Layout& l) {
   if (local) c.rates32 = compute_rates(r.hardware, "fp32", l.world(), r.threads);
   if (local && r.model.experts > 0) c.moe_busiest = busiest_rank_load(r.hardware, r.model, l.ep);
   c.tp = group_span(r.hardware, l.tp, 1);
-  c.dp = group_span(r.hardware, l.dp, l.tp);
-  c.ep = group_span(r.hardware, l.ep, l.tp);
+  c.cp = group_span(r.hardware, l.cp, l.tp);
+  c.dp = group_span(r.hardware, l.data_ranks(), l.tp);
+  c.ep = group_span(r.hardware, l.ep, l.tp * l.cp);
   c.b = l.micro_batch, c.s = r.model.seq, c.h = r.model.dim, c.a = r.model.heads, c.t = l.tp;
-  c.N = c.b * c.s;
+  c.sq = c.s / l.cp;
+  c.N = c.b * c.sq;
   c.Nl = l.sequence_parallel ? c.N / c.t : c.N;
+  c.w = block_widths(r.model);
+  c.hd = r.model.head_dim();
+  c.flash = !local && (r.hardware.flash_attention || r.model.llama());
   return c;
 }
 
@@ -33,24 +38,32 @@ double linear_gemm(const CostContext& c, const ComputeRates& R, double M, double
 
 Passes attention_projections(const CostContext& c) {
   const ComputeRates& R = c.rates;
-  const double N = c.N, h = c.h, t = c.t;
+  const double N = c.N, h = c.h, t = c.t, qkv = (c.w.q + 2 * c.w.kv) / t, q = c.w.q / t;
   Passes p;
-  p.forward = linear_gemm(c, R, N, 3 * h / t, h) + linear_gemm(c, R, N, h, h / t);
+  p.forward = linear_gemm(c, R, N, qkv, h) + linear_gemm(c, R, N, h, q);
   // Input gradients: the same shapes; locally times the calibrated backward/forward ratio
   // of the GEMM path (1 on GPUs and for profiles without it).
   p.backward = p.forward * R.input_grad_ratio;
-  p.weight =
-      (linear_gemm(c, R, 3 * h / t, h, N) + linear_gemm(c, R, h, h / t, N)) * R.weight_grad_ratio;
+  p.weight = (linear_gemm(c, R, qkv, h, N) + linear_gemm(c, R, h, q, N)) * R.weight_grad_ratio;
   return p;
 }
 
 Passes gemm_attention_core(const CostContext& c) {
   const ComputeRates& R = c.rates;
-  const double s = c.s, hd = c.h / c.a, heads = c.b * c.a / c.t;
+  const double sq = c.sq, s = c.s, hd = c.hd, heads = c.b * c.a / c.t;
   Passes p;
-  p.forward = linear_gemm(c, R, s, s, hd, heads) + linear_gemm(c, R, s, hd, s, heads) +
-              pointwise_seconds(R, heads * s * s, 2 * heads * s * s * c.e, 2);
-  p.backward = 2 * p.forward;
+  if (!c.flash) {
+    p.forward = linear_gemm(c, R, sq, s, hd, heads) + linear_gemm(c, R, sq, hd, s, heads) +
+                pointwise_seconds(R, heads * sq * s, 2 * heads * sq * s * c.e, 2);
+    p.backward = 2 * p.forward;
+    return p;
+  }
+  // FlashAttention: the causal half of the keys (zigzag gives every cp rank its half), no
+  // s x s tensor in memory; its backward recomputes the scores: 5 products to forward's 2
+  // (Dao 2023, FlashAttention-2, Algorithm 2).
+  const double keys = s / 2;
+  p.forward = linear_gemm(c, R, sq, keys, hd, heads) + linear_gemm(c, R, sq, hd, keys, heads);
+  p.backward = 2.5 * p.forward;
   return p;
 }
 
@@ -64,26 +77,30 @@ Passes norms_and_residuals(const CostContext& c) {
 
 Passes dense_mlp(const CostContext& c) {
   const ComputeRates& R = c.rates;
-  const double N = c.N, h = c.h, t = c.t;
-  const double gelu = pointwise_seconds(R, N * 4 * h / t, 2 * N * 4 * h / t * c.e, 1);
-  const double gemms = linear_gemm(c, R, N, 4 * h / t, h) + linear_gemm(c, R, N, h, 4 * h / t);
-  return {gemms + gelu, gemms * R.input_grad_ratio + 2 * gelu,
-          (linear_gemm(c, R, 4 * h / t, h, N) + linear_gemm(c, R, h, 4 * h / t, N)) *
-              R.weight_grad_ratio};
+  const double N = c.N, h = c.h, F = c.w.ffn / c.t, up = c.w.gated ? 2 * F : F;
+  // GELU reads and writes N F; SwiGLU reads gate and up and writes their product, and its
+  // backward reads both and the gradient and writes two gradients.
+  const double act = c.w.gated ? pointwise_seconds(R, N * F, 3 * N * F * c.e, 1)
+                               : pointwise_seconds(R, N * F, 2 * N * F * c.e, 1);
+  const double act_bwd = c.w.gated ? pointwise_seconds(R, N * F, 5 * N * F * c.e, 1) : 2 * act;
+  const double gemms = linear_gemm(c, R, N, up, h) + linear_gemm(c, R, N, h, F);
+  return {gemms + act, gemms * R.input_grad_ratio + act_bwd,
+          (linear_gemm(c, R, up, h, N) + linear_gemm(c, R, h, F, N)) * R.weight_grad_ratio};
 }
 
 Passes streamed_moe(const CostContext& c, double* ep_comm) {
   const ComputeRates& R = c.rates;
   const ComputeRates& router = c.local_bf16 ? c.rates32 : R;
-  const double N = c.N, h = c.h, e = c.e, topk = c.r.model.topk;
+  const double N = c.N, h = c.h, e = c.e, topk = c.r.model.topk, F = c.w.ffn;
+  const double up = c.w.gated ? 2 * F : F;
   const double E = c.r.model.experts, local = E / c.l.ep, rows = N * topk / local;
-  const double gelu = pointwise_seconds(R, N * topk * 4 * h, 2 * N * topk * 4 * h * e, int(local));
+  const double gelu = pointwise_seconds(R, N * topk * F, (up + F) * N * topk * e, int(local));
   Passes p;
-  p.forward = linear_gemm(c, router, N, E, h) + linear_gemm(c, R, rows, 4 * h, h, local) +
-              linear_gemm(c, R, rows, h, 4 * h, local) + gelu +
+  p.forward = linear_gemm(c, router, N, E, h) + linear_gemm(c, R, rows, up, h, local) +
+              linear_gemm(c, R, rows, h, F, local) + gelu +
               stream_seconds(R, 4 * N * topk * h * e, 4);  // permute / combine
   p.backward = p.forward + gelu;
-  p.weight = linear_gemm(c, R, 4 * h, h, rows, local) + linear_gemm(c, R, h, 4 * h, rows, local) +
+  p.weight = linear_gemm(c, R, up, h, rows, local) + linear_gemm(c, R, h, F, rows, local) +
              linear_gemm(c, router, E, h, N);
   // Dispatch + combine in forward, their adjoints in backward.
   if (c.l.ep > 1)

@@ -10,11 +10,14 @@
 // GEMMs, LayerNorms and residuals, MoE as streamed permutations) live in cost_model.cpp.
 // Each term returns the forward (F), input-gradient (B) and weight-gradient (W) seconds of
 // one microbatch on one rank; shapes: b sequences of s tokens, width h, a heads, tp t,
-// N = b s rows (Nl = N / t on the rank under sequence parallelism), e bytes per activation.
+// N = b s rows (Nl = N / t on the rank under sequence parallelism), e bytes per activation;
+// the block's widths (model_flops.h: query q, key/value kv, MLP F, gated for SwiGLU) make the
+// same terms the GPT block's (q = kv = h, F = 4h) or the Llama block's (GQA, SwiGLU).
 #pragma once
 
 #include "plan/hardware_costs.h"
 #include "plan/layout.h"
+#include "plan/model_flops.h"
 
 namespace mt::plan {
 
@@ -30,7 +33,7 @@ struct Passes {
 // included) and, of them, the exposed tp / ep communication and the repeated forward work.
 struct BlockCosts {
   Passes passes;
-  double tp_comm = 0, ep_comm = 0, recompute = 0;
+  double tp_comm = 0, ep_comm = 0, cp_comm = 0, recompute = 0;
 };
 
 struct CostContext;
@@ -58,13 +61,17 @@ struct CostContext {
   const PlanRequest& r;
   const Layout& l;
   const CostModel* model = nullptr;
-  ComputeRates rates;    // the precision's
-  ComputeRates rates32;  // local: fp32 (the MoE router stays fp32 under bf16)
-  double e = 4;          // bytes per activation element (GPU bf16: 2; locally 4 throughout)
-  GroupSpan tp, dp, ep;
-  bool local_bf16 = false;  // the engine's bf16 path (its GEMMs, roundings, bf16 gathers)
-  double moe_busiest = 1;   // local: busiest_rank_load for the layout's ep
+  ComputeRates rates;        // the precision's
+  ComputeRates rates32;      // local: fp32 (the MoE router stays fp32 under bf16)
+  double e = 4;              // bytes per activation element (GPU bf16: 2; locally 4 throughout)
+  GroupSpan tp, cp, dp, ep;  // dp: the data ranks (dp x cp) that reduce the gradients
+  bool local_bf16 = false;   // the engine's bf16 path (its GEMMs, roundings, bf16 gathers)
+  double moe_busiest = 1;    // local: busiest_rank_load for the layout's ep
   double b = 1, s = 1, h = 1, a = 1, t = 1, N = 1, Nl = 1;  // the shapes above
+  BlockWidths w;
+  double hd = 1;       // head dimension
+  double sq = 1;       // the rank's queries per sequence: s / cp (N = b sq)
+  bool flash = false;  // GPU: the attention core fused (FlashAttention)
 };
 CostContext make_context(const PlanRequest& r, const Layout& l);
 
@@ -74,12 +81,16 @@ double linear_gemm(const CostContext& c, const ComputeRates& R, double M, double
                    double count = 1);
 
 // The shared terms.
-Passes attention_projections(const CostContext& c);  // qkv (column-), proj (row-parallel)
-// The attention core as batched GEMMs over b a / t heads (QK^T, PV) and a softmax pass;
-// its backward twice its forward (dP, dV, then dQ, dK; softmax backward). W: none.
+// q/k/v (one column-parallel GEMM, (q + 2 kv) / t wide) and the row-parallel output (q / t in).
+Passes attention_projections(const CostContext& c);
+// The attention core as batched GEMMs over b a / t heads (QK^T, PV: s/cp queries against s
+// keys) and a softmax pass; its backward twice its forward (dP, dV, then dQ, dK; softmax
+// backward). FlashAttention (c.flash): the causal half of the products, no softmax pass,
+// backward 2.5x. W: none.
 Passes gemm_attention_core(const CostContext& c);
-Passes norms_and_residuals(const CostContext& c);  // two LayerNorms, two residual adds
-Passes dense_mlp(const CostContext& c);            // fc, GELU, proj (tp-split)
+Passes norms_and_residuals(const CostContext& c);  // two Layer/RMSNorms, two residual adds
+// fc, GELU, proj (GPT) or gate|up, SwiGLU, down (Llama), tp-split.
+Passes dense_mlp(const CostContext& c);
 // Router and the rank's E / ep experts on balanced rows (N topk over the rank), permutations
 // as streams; the dispatch and combine all-to-alls (both directions) in *ep_comm.
 Passes streamed_moe(const CostContext& c, double* ep_comm);

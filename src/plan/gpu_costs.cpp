@@ -18,7 +18,7 @@ namespace {
 // writes). Part of the core, so selective recomputation repeats it too.
 Passes attention_core(const CostContext& c) {
   Passes p = gemm_attention_core(c);
-  if (!c.r.hardware.dropout) return p;
+  if (!c.r.hardware.dropout || c.flash) return p;
   const double elems = c.b * c.a / c.t * c.s * c.s, bytes = elems * (2 * c.e + 1);
   p.forward += pointwise_seconds(c.rates, elems, bytes, 1);
   p.backward += pointwise_seconds(c.rates, elems, bytes, 1);
@@ -34,11 +34,22 @@ Passes residual_dropout(const CostContext& c) {
 }
 
 // Each linear's bias gradient: its output gradient summed over its rows, a memory-bound
-// read (qkv and fc1 column-parallel: 3h/t and 4h/t wide; proj and fc2: h wide on the rank's
-// rows). Megatron computes them as grad_output.sum(0) in the backward.
+// read (qkv and fc1 column-parallel: (q + 2 kv)/t and F/t wide; proj and fc2: h wide on the
+// rank's rows). Megatron computes them as grad_output.sum(0) in the backward. The Llama
+// block has no biases.
 Passes bias_gradients(const CostContext& c, bool moe) {
-  const double h = c.h, t = c.t, cols = 3 * h / t + (moe ? 0.0 : 4 * h / t);
+  if (!c.w.biases) return {};
+  const double t = c.t, cols = (c.w.q + 2 * c.w.kv) / t + (moe ? 0.0 : c.w.ffn / t);
   return {0, 0, stream_seconds(c.rates, (c.N * cols + 2 * c.Nl * c.h) * c.e, moe ? 3 : 4)};
+}
+
+// RoPE on q and k (Llama): a pointwise pass reading and writing both in forward and their
+// gradients in backward (Transformer Engine's fused rotary kernel, one per tensor).
+Passes rotary(const CostContext& c) {
+  if (!c.w.gated) return {};
+  const double elems = c.N * (c.w.q + c.w.kv) / c.t;
+  const double pass = pointwise_seconds(c.rates, elems, 2 * elems * c.e, 2);
+  return {pass, pass, 0};
 }
 
 // Megatron: two all-reduces of (N, h) per block in forward and two in backward; with SP an
@@ -52,6 +63,7 @@ Passes tp_comm(const CostContext& c, bool moe) {
   if (c.l.tp <= 1) return {};
   const HardwareProfile& hw = c.r.hardware;
   const double bytes = c.N * c.h * c.e, N = c.N, h = c.h, t = c.t;
+  const double qkv = (c.w.q + 2 * c.w.kv) / t, up = (c.w.gated ? 2 : 1) * c.w.ffn / t;
   const bool sp = c.l.sequence_parallel;
   const double one = sp ? collective_seconds(hw, Collective::all_gather, bytes, c.tp) +
                               collective_seconds(hw, Collective::reduce_scatter, bytes, c.tp)
@@ -59,10 +71,8 @@ Passes tp_comm(const CostContext& c, bool moe) {
   if (!hw.tp_backward_overlap) return {2 * one, 2 * one, 0};
   // (input-gradient GEMM, weight-gradient GEMM) of each column-parallel linear.
   std::vector<std::pair<double, double>> cols = {
-      {linear_gemm(c, c.rates, N, 3 * h / t, h), linear_gemm(c, c.rates, 3 * h / t, h, N)}};
-  if (!moe)
-    cols.push_back(
-        {linear_gemm(c, c.rates, N, 4 * h / t, h), linear_gemm(c, c.rates, 4 * h / t, h, N)});
+      {linear_gemm(c, c.rates, N, qkv, h), linear_gemm(c, c.rates, qkv, h, N)}};
+  if (!moe) cols.push_back({linear_gemm(c, c.rates, N, up, h), linear_gemm(c, c.rates, up, h, N)});
   const double half = one / 2;  // one all-gather or one reduce-scatter
   double backward = sp ? 2 * half : 0;
   for (const auto& [dgrad, wgrad] : cols)
@@ -71,19 +81,45 @@ Passes tp_comm(const CostContext& c, bool moe) {
   return {2 * one, backward, 0};
 }
 
+// Context parallelism's K/V exchange in one layer (docs/contracts.md §11). Ring: each of the
+// cp - 1 steps passes one rank's K and V block to the next rank while the attention of the
+// block in hand computes (1/cp of the rank's attention), only the excess exposed; backward
+// passes the K/V and their gradients, twice the bytes, under 1/cp of the attention's
+// backward. All-gather (Llama 3): K and V gathered before the attention, exposed, again
+// for the backward, and their gradients reduce-scattered after it.
+Passes cp_comm(const CostContext& c, const Passes& core) {
+  if (c.l.cp <= 1) return {};
+  const HardwareProfile& hw = c.r.hardware;
+  const double kv = 2 * c.N * c.w.kv / c.t * c.e, cp = c.l.cp;
+  if (c.l.cp_comm == "allgather") {
+    const double ag = collective_seconds(hw, Collective::all_gather, kv * cp, c.cp);
+    const double rs = collective_seconds(hw, Collective::reduce_scatter, kv * cp, c.cp);
+    return {ag, ag + rs, 0};
+  }
+  const bool across = c.cp.nodes > 1;
+  const double fwd = p2p_seconds(hw, kv, across), bwd = p2p_seconds(hw, 2 * kv, across);
+  return {(cp - 1) * std::max(0.0, fwd - core.forward / cp),
+          (cp - 1) * std::max(0.0, bwd - core.backward / cp), 0};
+}
+
 BlockCosts block(const CostContext& c, int layer) {
   const bool moe = is_moe_layer(c.r.model, layer);
   Passes p = attention_projections(c);
   const Passes core = attention_core(c);
   p += core;
   p += norms_and_residuals(c);
+  p += rotary(c);
   p += residual_dropout(c);
   double ep = 0;
   p += moe ? streamed_moe(c, &ep) : dense_mlp(c);
   p += bias_gradients(c, moe);
   const Passes tp = tp_comm(c, moe);
   p += tp;
-  return finish_block(c, p, core.forward, tp.forward + tp.backward, ep);
+  const Passes cp = cp_comm(c, core);
+  p += cp;
+  BlockCosts k = finish_block(c, p, core.forward, tp.forward + tp.backward, ep);
+  k.cp_comm = cp.forward + cp.backward;
+  return k;
 }
 
 // The embedding's output all-reduced over tp (SP: the same bytes as a reduce-scatter).

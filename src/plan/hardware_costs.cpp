@@ -191,6 +191,13 @@ double collective_seconds(const HardwareProfile& h, Collective op, double bytes,
     busbw = std::min(h.intra_busbw, g.per_node * h.inter_busbw);
     latency = h.inter_latency_s;
   }
+  // NCCL runs all-gather and reduce-scatter as a ring only: n - 1 steps, nodes - 1 of them
+  // across nodes (its own tuning model, src/graph/tuning.cc, charges each step's latency the
+  // same way). All-reduce (a tree at scale) and all-to-all keep 2 log2 n latency-bound steps.
+  // Locally the calibrated latency already is the collective's.
+  if (!h.local && (op == Collective::all_gather || op == Collective::reduce_scatter))
+    return h.intra_latency_s * (n - g.nodes) + h.inter_latency_s * (g.nodes - 1) +
+           bytes * factor / busbw;
   const double steps = 2 * std::ceil(std::log2(double(n)));
   return latency * steps + bytes * factor / busbw;
 }

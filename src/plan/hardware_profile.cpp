@@ -76,18 +76,43 @@ HardwareProfile h100() {
   return h;
 }
 
+// H800 SXM: the H100 SXM die and memory (the same tensor-core rates and HBM3) with NVLink cut
+// to 400 GB/s bidirectional (200 GB/s each way, against H100's 450). DeepSeek-V3's technical
+// report (2024, section 3.2.2) gives what its H800 cluster achieves: "NVLink offers a
+// bandwidth of 160 GB/s, roughly 3.2 times that of IB (50 GB/s)", one 400 Gb/s InfiniBand
+// NIC per GPU (section 3.1).
+HardwareProfile h800() {
+  HardwareProfile h = h100();
+  h.name = "h800-80gb";
+  h.intra_busbw = 160e9;  // DeepSeek-V3 report 3.2.2: NVLink 160 GB/s achieved
+  h.p2p_bw_intra = 160e9;
+  h.inter_busbw = 45e9;  // IB 50 GB/s (DeepSeek-V3 report 3.2.2) at ~90%, as NDR for H100
+  h.p2p_bw_inter = 45e9;
+  h.sources = {
+      "peak: H800 SXM = H100 SXM compute (989 TFLOP/s BF16 dense, 494.5 TF32), HBM3 3.35 TB/s",
+      "GEMM: 75% of peak for large GEMMs, efficiency x d/(d+192), 132 SMs (as H100)",
+      "NVLink: 400 GB/s bidirectional on H800 (export variant); 160 GB/s achieved (DeepSeek-V3 "
+      "technical report, section 3.2.2), used as all-reduce busbw and p2p",
+      "InfiniBand: 400 Gb/s per GPU, 50 GB/s (DeepSeek-V3 report 3.2.2), 45 GB/s achieved",
+      "latency per collective step: 8 us NVLink, 15 us InfiniBand (as H100)"};
+  apply_software(h, "meshtrain");
+  return h;
+}
+
 }  // namespace
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names = {"a100-80gb", "h100-80gb"};
+  static const std::vector<std::string> names = {"a100-80gb", "h100-80gb", "h800-80gb"};
   return names;
 }
 
 HardwareProfile preset_profile(const std::string& name) {
   if (name == "a100-80gb") return a100();
   if (name == "h100-80gb") return h100();
+  if (name == "h800-80gb") return h800();
   throw UsageError(str("unknown --hardware '", name,
-                       "' (known: a100-80gb, h100-80gb, local; or --hardware-file FILE.toml)"));
+                       "' (known: a100-80gb, h100-80gb, h800-80gb, local; or --hardware-file "
+                       "FILE.toml)"));
 }
 
 HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend) {

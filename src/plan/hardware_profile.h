@@ -130,6 +130,24 @@ struct HardwareProfile {
   // (Megatron-LM 2022's async tensor-parallel communication).
   bool tp_backward_overlap = false;
   int max_zero = 3;  // the highest ZeRO stage the software has
+  // Context parallelism: the largest --cp the software has (1: none), and whether it
+  // all-gathers K/V once per layer (Llama 3) rather than passing blocks around a ring.
+  int max_cp = 1;
+  bool cp_allgather = false;
+  // Memory from the software's own accounting (plan/gpu_memory.h: Korthikanti et al. 2022's
+  // per-layer activations, 16-bit weights, fp32 master and moments) rather than this
+  // engine's estimate of what it would allocate.
+  bool paper_memory = false;
+  // The attention core fused (FlashAttention): no s x s probabilities in memory or passes
+  // over them, and the causal half of the score and value products skipped. The Llama
+  // block is flash attention in every software (this engine's included).
+  bool flash_attention = false;
+  // ZeRO 1/2: fraction of the all-gather of the updated parameters that hides under the
+  // next step's forward (Megatron-Core's --overlap-param-gather, FSDP's prefetch).
+  double param_gather_overlap = 0;
+  // ZeRO 3: layers whose parameters are gathered ahead of the one computing (1: the next
+  // layer's gather runs under this layer's compute; 0: none ahead, every gather exposed).
+  int zero3_prefetch = 1;
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;
 };

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "parallel/pipeline/pipeline_stage.h"
+#include "train/option_limits.h"
 #include "train/validate_options.h"
 
 namespace mt::plan {
@@ -16,10 +17,11 @@ namespace mt::plan {
 const std::vector<int>& default_stage_layers(const ModelConfig& m, int pp, int virtual_stages) {
   // A memo of a pure function: the search asks for the same few partitions for tens of
   // thousands of candidates, and partition_layers is quadratic in the chunks.
-  using Key = std::tuple<int, int, int, int, int, int, int, int>;
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, bool>;
   static std::mutex mu;
   static std::map<Key, std::vector<int>> memo;
-  const Key key{m.layers, m.dim, m.seq, m.vocab, m.experts, m.moe_every, pp, virtual_stages};
+  const Key key{m.layers,       m.dim,       m.seq,  m.vocab,      m.experts,  m.moe_every, pp,
+                virtual_stages, int(m.arch), m.kv(), m.head_dim(), m.hidden(), m.tied()};
   std::lock_guard<std::mutex> lock(mu);
   auto it = memo.find(key);
   if (it == memo.end())
@@ -27,8 +29,15 @@ const std::vector<int>& default_stage_layers(const ModelConfig& m, int pp, int v
   return it->second;
 }
 
+ModelConfig with_engine_vocab(const PlanRequest& r) {
+  ModelConfig m = r.model;
+  if (!r.hardware.local) m.vocab = std::min(m.vocab, limits::kMaxVocab);
+  return m;
+}
+
 void validate_request(const PlanRequest& r) {
-  r.model.validate();
+  MT_REQUIRE(r.model.vocab >= 2, "--vocab must be >= 2 (got ", r.model.vocab, ")");
+  with_engine_vocab(r).validate();
   MT_REQUIRE(r.model.dim <= INT32_MAX / 4, "--dim must be at most ", INT32_MAX / 4,
              " (the MLP's width, 4 x --dim, is an int; got ", r.model.dim, ")");
   MT_REQUIRE(r.batch >= 1, "--batch must be >= 1 (got ", r.batch, ")");
@@ -44,8 +53,11 @@ void validate_request(const PlanRequest& r) {
                          {"--virtual-stages", r.virtual_stages},
                          {"--ep", r.ep},
                          {"--micro-batch", r.micro_batch},
-                         {"--microbatches", r.microbatches}})
+                         {"--microbatches", r.microbatches},
+                         {"--cp", r.cp}})
     MT_REQUIRE(!v || *v >= 1, name, " must be >= 1 (got ", *v, ")");
+  MT_REQUIRE(!r.cp_comm || *r.cp_comm == "ring" || *r.cp_comm == "allgather",
+             "--cp-comm must be ring or allgather (got '", r.cp_comm.value_or(""), "')");
   MT_REQUIRE(!r.zero || (*r.zero >= 0 && *r.zero <= 3), "--zero must be 0, 1, 2 or 3 (got ",
              *r.zero, ")");
 }
@@ -88,11 +100,32 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   return o;
 }
 
+// Context parallelism as the software has it (docs/contracts.md §11's zigzag: 2 cp chunks of
+// the sequence).
+void validate_context_parallel(const PlanRequest& r, const Layout& l) {
+  MT_REQUIRE(l.cp >= 1, "--cp must be >= 1 (got ", l.cp, ")");
+  if (l.cp == 1) return;
+  MT_REQUIRE(!r.hardware.local,
+             "--cp: this engine's context parallelism is not in this tree yet, so a local plan "
+             "cannot use it (GPU software that has it: --software llama3-2024)");
+  MT_REQUIRE(l.cp <= r.hardware.max_cp, "--cp ", l.cp, ": software ", r.hardware.software,
+             r.hardware.max_cp > 1 ? str(" has at most --cp ", r.hardware.max_cp)
+                                   : std::string(" has no context parallelism"),
+             " (--software llama3-2024 has)");
+  MT_REQUIRE(r.model.seq % (2 * int64_t(l.cp)) == 0, "--seq ", r.model.seq,
+             " must be divisible by 2 x --cp = ", 2 * int64_t(l.cp),
+             " (each cp rank holds two of the 2 cp chunks)");
+  MT_REQUIRE(l.cp_comm == "ring" || l.cp_comm == "allgather",
+             "--cp-comm must be ring or allgather (got '", l.cp_comm, "')");
+}
+
 void validate_candidate(const PlanRequest& r, const Layout& l) {
   MT_REQUIRE(l.micro_batch >= 1, "--micro-batch must be >= 1 (got ", l.micro_batch, ")");
   MT_REQUIRE(l.dp >= 1, "--dp must be >= 1 (got ", l.dp, ")");
-  MT_REQUIRE(l.world() == r.devices, "--dp x --tp x --pp = ", l.world(), " but ",
-             r.hardware.local ? "--ranks is " : "--gpus is ", r.devices);
+  MT_REQUIRE(l.world() == r.devices,
+             l.cp > 1 ? "--dp x --cp x --tp x --pp = " : "--dp x --tp x --pp = ", l.world(),
+             " but ", r.hardware.local ? "--ranks is " : "--gpus is ", r.devices);
+  validate_context_parallel(r, l);
   MT_REQUIRE(r.batch % l.per_replica() == 0, "--batch ", r.batch,
              " must be divisible by --dp x --micro-batch = ", l.per_replica());
   // The engine counts a microbatch's tokens in an int.
@@ -110,16 +143,27 @@ void validate_candidate(const PlanRequest& r, const Layout& l) {
              "' has no bf16 rate");
   // A local plan is run by this engine, whose capacity applies; GPU software counts for itself.
   TrainOptions o = train_options(r, l);
-  if (r.hardware.local)
+  if (r.hardware.local) {
     validate_train_options(o);
-  else
+  } else {
+    o.model = with_engine_vocab(r);
     validate_layout_rules(o);
+  }
 }
 
 std::string train_command(const PlanRequest& r, const Layout& l) {
   const ModelConfig& m = r.model;
-  std::string c = str("meshtrain train --layers ", m.layers, " --dim ", m.dim, " --heads ", m.heads,
-                      " --seq ", m.seq, " --vocab ", m.vocab);
+  std::string c =
+      str("meshtrain train", m.llama() ? " --arch llama" : "", " --layers ", m.layers, " --dim ",
+          m.dim, " --heads ", m.heads, " --seq ", m.seq, " --vocab ", m.vocab);
+  if (m.llama()) {
+    if (m.kv() != m.heads) c += str(" --kv-heads ", m.kv());
+    if (m.head_size > 0) c += str(" --head-dim ", m.head_size);
+    if (m.ffn_dim > 0) c += str(" --ffn-dim ", m.ffn_dim);
+    if (m.tie_embeddings) c += " --tie-embeddings";
+    if (m.rope_theta != ModelConfig{}.rope_theta) c += str(" --rope-theta ", m.rope_theta);
+    if (m.norm_eps != ModelConfig{}.norm_eps) c += str(" --norm-eps ", m.norm_eps);
+  }
   if (m.experts > 0)
     c += str(" --experts ", m.experts, " --topk ", m.topk,
              m.moe_every != 1 ? str(" --moe-every ", m.moe_every) : std::string());
@@ -128,6 +172,7 @@ std::string train_command(const PlanRequest& r, const Layout& l) {
   c += str(" --microbatches ", microbatches(r, l));
   if (l.pp > 1) c += str(" --schedule ", l.schedule);
   if (l.virtual_stages > 1) c += str(" --virtual-stages ", l.virtual_stages);
+  if (l.cp > 1) c += str(" --cp ", l.cp, " --cp-comm ", l.cp_comm);
   if (l.zero > 0) c += str(" --zero ", l.zero);
   if (l.sequence_parallel) c += " --sequence-parallel";
   if (l.recompute != "none") c += str(" --recompute ", l.recompute);

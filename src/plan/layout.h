@@ -21,7 +21,15 @@ struct Layout {
   int micro_batch = 1;  // sequences per microbatch (train's --microbatches = batch/(dp*this))
   std::string schedule = "1f1b";
   std::string precision = "fp32";
-  int world() const { return dp * tp * pp; }
+  // Context parallelism (docs/contracts.md §11): each sequence cut over cp ranks (zigzag), the
+  // K/V passed around a ring ("ring") or all-gathered once per layer ("allgather"). GPU
+  // software that has it only (the engine's --cp is not in this tree yet).
+  int cp = 1;
+  std::string cp_comm = "ring";
+  int world() const { return dp * cp * tp * pp; }
+  // Ranks holding the same weights (of one tp rank and stage): gradients are reduced and
+  // ZeRO shards over them.
+  int data_ranks() const { return dp * cp; }
   // Sequences per optimizer step on one dp replica (64-bit: dp and micro_batch are each an int).
   int64_t per_replica() const { return int64_t(dp) * micro_batch; }
   bool operator==(const Layout&) const = default;
@@ -40,16 +48,22 @@ struct PlanRequest {
   int threads = 1;                // compute threads per rank (local)
   std::string backend = "local";  // local hardware: the backend the run will use
   double bucket_mb = 25;
-  std::optional<int> dp, tp, pp, virtual_stages, ep, zero, micro_batch;
+  std::optional<int> dp, tp, pp, virtual_stages, ep, zero, micro_batch, cp;
   std::optional<bool> sequence_parallel;
-  std::optional<std::string> recompute, schedule, precision;
+  std::optional<std::string> recompute, schedule, precision, cp_comm;
   std::optional<int> microbatches;  // train's --microbatches (auto-layout), a filter
 };
 
+// The model as this engine's rules see it: on GPU presets the vocabulary is the GPU
+// software's (int32 token ids, to 2^31 - 1: Llama 3's 128,256 or a 256K vocabulary), not
+// the shard format this engine reads, so its size is checked alone and the model's other
+// rules on a copy within the engine's vocabulary.
+ModelConfig with_engine_vocab(const PlanRequest& r);
+
 // UsageError (one line naming the flag) unless every number of the request is within the
-// range the planner can plan: the model's own rules, --dim at most 2^29 - 1 (the MLP's
-// width, 4 x dim, is an int), --batch and the device count >= 1, --threads as train takes
-// it, --bucket-mb finite in (0, 2^20] MiB, the fixed knobs >= 1, --zero 0-3.
+// range the planner can plan: the model's own rules (with_engine_vocab), --dim at most 2^29 - 1
+// (the MLP's width, 4 x dim, is an int), --batch and the device count >= 1, --threads as train
+// takes it, --bucket-mb finite in (0, 2^20] MiB, the fixed knobs >= 1, --zero 0-3.
 void validate_request(const PlanRequest& r);
 
 // train's --microbatches of a candidate: batch / (dp x micro_batch), 0 when that is below 1.

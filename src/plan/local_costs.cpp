@@ -23,12 +23,14 @@ bool moe_calibrated(const HardwareProfile& hw, bool bf16) {
               : hw.moe_fwd_s > 0 && hw.moe_bwd_s > 0 && hw.moe_wgt_s > 0;
 }
 
-// The engine's own attention kernel at its calibrated rate (4 b s^2 h / t FLOPs forward,
-// twice that backward), or, in a profile without it, the GEMM core.
+// The engine's own attention kernel at its calibrated rate (4 b s^2 q / t FLOPs forward,
+// twice that backward; q = heads x head_dim), or, in a profile without it, the GEMM core.
+// The Llama block's flash attention is costed at the rate calibrated on the GPT block's
+// kernel (not calibrated separately).
 Passes attention_core(const CostContext& c) {
   const ComputeRates& R = c.rates;
   if (R.attention_fwd <= 0 || R.attention_bwd <= 0) return gemm_attention_core(c);
-  const double flops = 4 * c.b * c.s * c.s * c.h / c.t;
+  const double flops = 4 * c.b * c.s * c.s * c.w.q / c.t;
   return {flops / R.attention_fwd + R.overhead_s, 2 * flops / R.attention_bwd + R.overhead_s, 0};
 }
 
@@ -42,7 +44,7 @@ Passes calibrated_moe(const CostContext& c, double* ep_comm) {
   const double rows = N * m.topk * c.moe_busiest;
   const MoeCosts mc = local_moe_costs(c.rates, c.local_bf16 ? c.rates32 : c.rates,
                                       std::vector<double>(size_t(local), rows / local), N, E, h,
-                                      4 * h, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)));
+                                      c.w.ffn, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)));
   Passes p{mc.forward, mc.backward, mc.weight};
   if (c.l.ep > 1) {
     // regroup_blocks twice each way (to expert-major after the dispatch, back before the

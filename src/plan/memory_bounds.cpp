@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plan/model_flops.h"
+
 namespace mt::plan {
 
 namespace {
@@ -36,7 +38,10 @@ LD live_slots(const Schedule& s) {
 // ZeRO buckets and gathers, expert and embedding copies, the model arenas: 20 copies at most).
 LD upper_bytes(const PlanRequest& r, const Layout& l, LD slots) {
   const ModelConfig& m = r.model;
-  const LD T = m.seq, C = m.dim, H = 4 * LD(m.dim), V = m.vocab, L = m.layers, heads = m.heads;
+  const BlockWidths w = block_widths(m);
+  // The GPT block's widths, or the Llama block's where they are larger (head-dim, ffn-dim).
+  const LD T = m.seq, C = std::max<LD>(m.dim, std::max(w.q, w.kv)), V = m.vocab, L = m.layers;
+  const LD H = std::max<LD>(4 * LD(m.dim), 1.5L * w.ffn), heads = m.heads;
   const LD E = m.experts, k = m.topk, El = E / l.ep;
   const LD tp = l.tp, dp = l.dp, b = l.micro_batch, N = b * T, v = l.virtual_stages;
   const LD M = microbatches(r, l), R = l.ep * N * std::min(k, El);  // MoE rows (dropless)
@@ -60,7 +65,8 @@ LD upper_bytes(const PlanRequest& r, const Layout& l, LD slots) {
 
 MemoryBounds memory_lower_bound(const PlanRequest& r, const Layout& l) {
   const ModelConfig& m = r.model;
-  const LD C = m.dim, H = 4 * LD(m.dim), El = LD(m.experts) / l.ep;
+  const BlockWidths w = block_widths(m);
+  const LD C = m.dim, El = LD(m.experts) / l.ep, mlp = LD(w.mlp_matrices()) * C * w.ffn;
   const LD tp = l.tp, dp = l.dp, N = LD(l.micro_batch) * m.seq, M = microbatches(r, l);
   const LD Nl = l.sequence_parallel ? N / tp : N;
   // Some stage holds at least ceil(L / pp) blocks, each with its attention and MLP (or
@@ -68,7 +74,8 @@ MemoryBounds memory_lower_bound(const PlanRequest& r, const Layout& l) {
   // blocks for one microbatch (once: full recomputation keeps one copy).
   const LD stage_blocks = LD((int64_t(m.layers) + l.pp - 1) / l.pp);
   const bool moe_only = m.experts > 0 && m.moe_every == 1;
-  const LD per_block = 4 * C * C / tp + (moe_only ? El * 2 * H * C : 2 * C * H / tp);
+  const LD attention = C * (2 * LD(w.q) + 2 * LD(w.kv));
+  const LD per_block = attention / tp + (moe_only ? El * mlp : mlp / tp);
   const LD weights = stage_blocks * per_block;
   // GPU presets model bf16 activations (and the loader's share of the buffers) at half.
   const LD act = !r.hardware.local && l.precision == "bf16" ? 2 : 4;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "plan/gpu_memory.h"
 #include "plan/memory_bounds.h"
 #include "train/memory_estimate.h"
 
@@ -20,6 +21,8 @@ PlannedMemory lower_bound_memory(const MemoryBounds& b) {
 }
 
 PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedule& schedule) {
+  // GPU software other than this engine: what that software keeps (gpu_memory.h).
+  if (!r.hardware.local && r.hardware.paper_memory) return software_memory(r, l, schedule);
   const MemoryBounds bounds = memory_bounds(r, l, schedule);
   if (bounds.upper > kMaxEstimateBytes) return lower_bound_memory(bounds);
   const MemoryEstimate e = estimate_rank_memory(train_options(r, l), schedule);

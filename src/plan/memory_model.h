@@ -1,7 +1,10 @@
-// Memory per device of a candidate. The planner does not keep a second memory formula:
-// it asks the engine's own estimate (train/memory_estimate.h), which counts what the
-// trainer's constructors reserve and which the trainer's memory records match (tests/plan
-// checks that for every kind of layout). That estimate describes meshtrain's fp32 engine, so:
+// Memory per device of a candidate. GPU software other than this engine (a software profile
+// with paper_memory: Megatron-LM, Llama 3's stack) is counted as that software keeps it, by
+// the papers' formulas (gpu_memory.h). For this engine, locally and on GPU presets, the
+// planner does not keep a second memory formula: it asks the engine's own estimate
+// (train/memory_estimate.h), which counts what the trainer's constructors reserve and which
+// the trainer's memory records match (tests/plan checks that for every kind of layout). That
+// estimate describes meshtrain's fp32 engine, so:
 //   * local hardware: every part as the engine holds it, plus the model arenas the engine
 //     re-allocates at the end of training (its real peak), counted in buffers; under
 //     --precision bf16 the engine's own bf16 estimate (bf16 activation slots) and its

@@ -1,31 +1,68 @@
 #include "plan/model_flops.h"
 
 #include "core/error.h"
+#include "model/block.h"
 
 namespace mt::plan {
+
+BlockWidths block_widths(const ModelConfig& m) {
+  BlockWidths w;
+  w.h = m.dim;
+  w.q = double(m.heads) * m.head_dim();
+  w.kv = double(m.kv()) * m.head_dim();
+  w.ffn = m.hidden();
+  w.gated = m.llama();
+  w.biases = !m.llama();
+  return w;
+}
+
+double rank_block_params(const ModelConfig& m, int layer, int tp, int ep, double* experts) {
+  const BlockWidths w = block_widths(m);
+  const double h = m.dim, t = tp, b = w.biases ? 1 : 0, norm = w.biases ? 2 * h : h;
+  const double mlp = w.mlp_matrices() * h * w.ffn;
+  double p = 2 * norm + h * (w.q + 2 * w.kv) / t + w.q * h / t + b * ((w.q + 2 * w.kv) / t + h);
+  if (is_moe_layer(m, layer)) {
+    const double ex = double(m.experts) / ep * (mlp + b * (w.ffn + h));
+    *experts += ex;
+    p += m.experts * h + ex;
+  } else {
+    p += mlp / t + b * (w.ffn / t + h);
+  }
+  return p;
+}
 
 double korthikanti_flops(double B, double L, double s, double h, double V) {
   return 72.0 * B * L * s * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * h * L));
 }
 
 double model_params(const ModelConfig& cfg) {
+  const BlockWidths w = block_widths(cfg);
   const double C = cfg.dim, L = cfg.layers, E = cfg.experts, moe = double(cfg.moe_layers());
-  const double attention = 2 * 2 * C + 3 * C * C + 3 * C + C * C + C;
-  const double mlp = 4 * C * C + 4 * C + 4 * C * C + C;
+  const double b = w.biases ? 1 : 0, norm = w.biases ? 2 * C : C;
+  const double attention = 2 * norm + C * (w.q + 2 * w.kv) + w.q * C + b * (w.q + 2 * w.kv + C);
+  const double mlp = w.mlp_matrices() * C * w.ffn + b * (w.ffn + C);
   const double blocks = L * attention + (L - moe) * mlp + moe * (E * mlp + E * C);
-  return double(cfg.vocab) * C + double(cfg.position_rows()) * C + blocks + 2 * C;
+  const double tables = double(cfg.vocab) * C * (cfg.tied() ? 1 : 2);
+  return tables + double(cfg.llama() ? 0 : cfg.position_rows()) * C + blocks + norm;
 }
 
 std::string describe_model(const ModelConfig& m) {
-  return str("GPT ", m.layers, "L ", m.dim, "d ", m.heads, "h seq ", m.seq, " vocab ", m.vocab,
-             " (", model_params(m) / 1e6, "M params)");
+  const std::string params = str(" (", model_params(m) / 1e6, "M params)");
+  if (!m.llama())
+    return str("GPT ", m.layers, "L ", m.dim, "d ", m.heads, "h seq ", m.seq, " vocab ", m.vocab,
+               params);
+  return str("Llama ", m.layers, "L ", m.dim, "d ", m.heads, "h/", m.kv(), "kv hd ", m.head_dim(),
+             " ffn ", m.hidden(), " seq ", m.seq, " vocab ", m.vocab, m.tied() ? " tied" : "",
+             params);
 }
 
 double model_flops_per_step(const ModelConfig& cfg, int batch) {
+  const BlockWidths w = block_widths(cfg);
   const double B = batch, s = cfg.seq, h = cfg.dim, V = cfg.vocab, E = cfg.experts;
   const double moe = double(cfg.moe_layers()), dense = double(cfg.layers) - moe;
-  const double attention = 8 * h * h + 4 * s * h;  // qkv 6h^2 + proj 2h^2 + scores/values
-  const double mlp = 16 * h * h;
+  // Per token, forward: q/k/v and output projections, then QK^T and PV over s keys.
+  const double attention = 2 * h * (w.q + 2 * w.kv) + 2 * w.q * h + 4 * s * w.q;
+  const double mlp = 2 * w.mlp_matrices() * h * w.ffn;
   const double per_token_forward =
       dense * (attention + mlp) + moe * (attention + 2 * h * E + cfg.topk * mlp) + 2 * h * V;
   return 3.0 * B * s * per_token_forward;

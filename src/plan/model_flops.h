@@ -7,6 +7,12 @@
 // counted (these are model FLOPs, the numerator of MFU); LayerNorm, softmax, GELU and the
 // optimizer are not counted either.
 //
+// Llama (--arch llama, docs/contracts.md §9), the same count over its shapes: the q/k/v
+// projections are h x (q + 2 kv) with q = heads x head_dim and kv = kv_heads x head_dim
+// (grouped-query attention), the output projection q x h, the scores and values 4 s q per
+// token, SwiGLU's three matrices 6 h F (gate, up, down), the head 2 h V whether tied or not.
+// For the GPT block (q = kv = h, F = 4h, two MLP matrices) this is the closed form above.
+//
 // MoE (our extension, same conventions): a MoE layer replaces the MLP's 16 B s h^2 forward
 // by the router (2 B s h E) plus topk expert MLPs per token (topk * 16 B s h^2), every
 // token counted for all of its topk choices (dropless; tokens a capacity drops would skip
@@ -18,6 +24,20 @@
 #include "model/config.h"
 
 namespace mt::plan {
+
+// The widths of one block (both architectures), as the cost and memory models read them.
+struct BlockWidths {
+  double h = 0, q = 0, kv = 0, ffn = 0;  // model, query, key/value (each), MLP widths
+  bool gated = false;                    // SwiGLU: gate and up (2F wide), then down
+  bool biases = true;                    // the GPT block's linears have biases, Llama's none
+  double mlp_matrices() const { return gated ? 3 : 2; }
+};
+BlockWidths block_widths(const ModelConfig& m);
+
+// Parameters of block `layer` on one rank: its matrices split over tp (the experts' E/ep
+// whole), norms, router and row-parallel biases replicated; the experts' part also added to
+// *experts.
+double rank_block_params(const ModelConfig& m, int layer, int tp, int ep, double* experts);
 
 // FLOPs of one optimizer step over `batch` sequences of cfg.seq tokens.
 double model_flops_per_step(const ModelConfig& cfg, int batch);

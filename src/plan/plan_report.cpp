@@ -24,8 +24,16 @@ double gib(int64_t b) {
   return double(b) / g_unit;
 }
 
+std::string ms(double s) {
+  return fmt(s >= 10 ? "%.2f s" : "%.1f ms", s >= 10 ? s : s * 1e3);
+}
+
+}  // namespace
+
 std::string layout_name(const Layout& l) {
-  std::string s = str("dp", l.dp, " tp", l.tp, " pp", l.pp);
+  std::string s = str(
+      "dp", l.dp, l.cp > 1 ? str(" cp", l.cp, l.cp_comm == "allgather" ? "ag" : "") : std::string(),
+      " tp", l.tp, " pp", l.pp);
   if (l.pp > 1) s += " " + l.schedule + (l.virtual_stages > 1 ? str(" v", l.virtual_stages) : "");
   if (l.ep > 1) s += str(" ep", l.ep);
   s += str(" z", l.zero);
@@ -34,12 +42,6 @@ std::string layout_name(const Layout& l) {
   s += str(" mb", l.micro_batch, " ", l.precision);
   return s;
 }
-
-std::string ms(double s) {
-  return fmt(s >= 10 ? "%.2f s" : "%.1f ms", s >= 10 ? s : s * 1e3);
-}
-
-}  // namespace
 
 void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s, int top) {
   const ModelConfig& m = r.model;
@@ -97,7 +99,9 @@ std::string plan_json(const PlanRequest& r, const SearchResult& s, int top) {
                    {"recompute", l.recompute},
                    {"micro_batch", l.micro_batch},
                    {"schedule", l.schedule},
-                   {"precision", l.precision}};
+                   {"precision", l.precision},
+                   {"cp", l.cp},
+                   {"cp_comm", l.cp_comm}};
     j["predicted"] = {{"step_time_s", c.time.step_s},
                       {"tokens_per_s", c.tokens_per_s},
                       {"model_tflops_per_device", c.model_tflops_per_device},
@@ -115,6 +119,7 @@ std::string plan_json(const PlanRequest& r, const SearchResult& s, int top) {
                        {{"tp", c.time.tp_exposed_s},
                         {"dp", c.time.dp_exposed_s},
                         {"ep", c.time.ep_exposed_s},
+                        {"cp", c.time.cp_exposed_s},
                         {"pp_p2p_per_message", c.time.pp_p2p_s},
                         {"zero3", c.time.zero3_exposed_s}}}};
     j["command"] = train_command(r, l);
@@ -146,6 +151,7 @@ void print_explain(std::ostream& out, const PlanRequest& r, const SearchResult& 
         << " + optimizer " << ms(t.optimizer_s)
         << (t.bf16_weights_s > 0 ? " + bf16 weight copies " + ms(t.bf16_weights_s) : "")
         << "; inside: tp comm " << ms(t.tp_exposed_s) << ", ep comm " << ms(t.ep_exposed_s)
+        << (c.layout.cp > 1 ? ", cp comm " + ms(t.cp_exposed_s) : std::string())
         << ", zero-3 exposed " << ms(t.zero3_exposed_s) << ", recompute " << ms(t.recompute_s)
         << "; memory stage " << c.memory.pp_stage << "\n";
   }

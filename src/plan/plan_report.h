@@ -4,10 +4,14 @@
 #pragma once
 
 #include <iosfwd>
+#include <string>
 
 #include "plan/search.h"
 
 namespace mt::plan {
+
+// A layout in one line ("dp16 tp4 pp8 interleaved v8 z2 sp rc-selective mb1 bf16").
+std::string layout_name(const Layout& l);
 
 void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s, int top);
 // {"candidates": [{"layout": {...}, "predicted": {...}}]}, best first, `top` of them.

@@ -98,7 +98,13 @@ std::vector<ProfileField> make_fields() {
       {"even_chunks", &H::even_chunks},
       {"grad_accum_pass", &H::grad_accum_pass},
       {"tp_backward_overlap", &H::tp_backward_overlap},
-      {"max_zero", &H::max_zero, 0, 3}};
+      {"max_zero", &H::max_zero, 0, 3},
+      {"max_cp", &H::max_cp, 1, double(1 << 20)},
+      {"cp_allgather", &H::cp_allgather},
+      {"paper_memory", &H::paper_memory},
+      {"flash_attention", &H::flash_attention},
+      {"param_gather_overlap", &H::param_gather_overlap, 0, 1},
+      {"zero3_prefetch", &H::zero3_prefetch, 0, 64}};
   for (ProfileField s : software) {
     s.software = true;
     f.push_back(s);

@@ -71,6 +71,10 @@ std::string remedy(const PlanRequest& r, const Candidate& c) {
     tip(l.recompute != "full" && r.model.experts == 0, r.recompute.has_value(), "--recompute full");
     tip(l.micro_batch > 1, r.micro_batch.has_value(), "a smaller --micro-batch");
     tip(l.tp > 1 && !l.sequence_parallel, r.sequence_parallel.has_value(), "--sequence-parallel");
+    // Context parallelism splits every activation by the sequence, where the software has it.
+    const bool cp_can_grow = !r.hardware.local && l.cp < r.hardware.max_cp &&
+                             r.model.seq % (4 * int64_t(l.cp)) == 0 && l.data_ranks() > 1;
+    tip(cp_can_grow, r.cp.has_value(), "a larger --cp (each rank keeps seq/cp of the tokens)");
     tip(true, r.tp.has_value() || r.pp.has_value(), "larger --tp or --pp");
     tip(true, false, "a smaller --batch or --seq");
   }
@@ -135,6 +139,16 @@ OpenKnobs open_knobs(const PlanRequest& r, int tp, int pp, int dp) {
   return k;
 }
 
+// Context-parallel sizes of GPU software that has them: the divisors of what tp leaves, up
+// to the software's largest, that cut the sequence into 2 cp chunks; 1 elsewhere.
+std::vector<int> cp_choices(const PlanRequest& r, int64_t rest) {
+  if (r.hardware.local || r.hardware.max_cp <= 1) return {1};
+  std::vector<int> out;
+  for (int cp : divisors(rest, r.hardware.max_cp))
+    if (r.model.seq % (2 * int64_t(cp)) == 0 || cp == 1) out.push_back(cp);
+  return out;
+}
+
 // Megatron-LM's interleaved schedule: equal chunks (layers divisible by pp x v) and
 // microbatches divisible by pp (its own assertions).
 bool software_refuses(const PlanRequest& r, int pp, const std::string& schedule, int v, int m) {
@@ -150,7 +164,7 @@ bool software_refuses(const PlanRequest& r, int pp, const std::string& schedule,
 void for_each_layout(const PlanRequest& r, WorkBudget& budget,
                      const std::function<void(const Layout&)>& visit) {
   const int n = r.devices;
-  for (auto [name, v] : {std::pair{"--tp", r.tp}, {"--pp", r.pp}, {"--dp", r.dp}})
+  for (auto [name, v] : {std::pair{"--tp", r.tp}, {"--pp", r.pp}, {"--dp", r.dp}, {"--cp", r.cp}})
     MT_REQUIRE(!v || n % *v == 0, name, " ", *v, " does not divide ",
                r.hardware.local ? "--ranks " : "--gpus ", n);
   std::vector<std::string> precisions = {"fp32"};
@@ -159,26 +173,28 @@ void for_each_layout(const PlanRequest& r, WorkBudget& budget,
   if (r.model.experts == 0) recomputes.push_back("full");
   const auto precs = choices(r.precision, precisions);
   const auto rcs = choices(r.recompute, recomputes);
+  const std::string cp_comm = r.cp_comm.value_or(r.hardware.cp_allgather ? "allgather" : "ring");
   for (int tp : choices(r.tp, divisors(n, n)))
-    for (int pp : choices(r.pp, divisors(n / tp, std::max(r.model.layers, 1)))) {
-      if ((n / tp) % pp != 0) continue;
-      const int dp = n / (tp * pp);
-      if (r.dp && *r.dp != dp) continue;
-      const OpenKnobs k = open_knobs(r, tp, pp, dp);
-      budget.charge(1 + k.count() * double(rcs.size() * precs.size()));
-      for (int ep : k.eps)
-        for (int zero : k.zeros)
-          for (bool sp : k.sps)
-            for (const std::string& rc : rcs)
-              for (int b : k.micro_batches)
-                for (const auto& [sname, v] : k.schedules)
-                  for (const std::string& prec : precs) {
-                    const int m = int(r.batch / (int64_t(dp) * b));
-                    if (r.microbatches && m != *r.microbatches) continue;
-                    if (software_refuses(r, pp, sname, v, m)) continue;
-                    visit({dp, tp, pp, v, ep, zero, sp, rc, b, sname, prec});
-                  }
-    }
+    for (int cp : choices(r.cp, cp_choices(r, n / tp)))
+      for (int pp : choices(r.pp, divisors(n / tp, std::max(r.model.layers, 1)))) {
+        if ((n / tp) % (int64_t(pp) * cp) != 0) continue;
+        const int dp = n / (tp * cp * pp);
+        if (r.dp && *r.dp != dp) continue;
+        const OpenKnobs k = open_knobs(r, tp, pp, dp);
+        budget.charge(1 + k.count() * double(rcs.size() * precs.size()));
+        for (int ep : k.eps)
+          for (int zero : k.zeros)
+            for (bool sp : k.sps)
+              for (const std::string& rc : rcs)
+                for (int b : k.micro_batches)
+                  for (const auto& [sname, v] : k.schedules)
+                    for (const std::string& prec : precs) {
+                      const int m = int(r.batch / (int64_t(dp) * b));
+                      if (r.microbatches && m != *r.microbatches) continue;
+                      if (software_refuses(r, pp, sname, v, m)) continue;
+                      visit({dp, tp, pp, v, ep, zero, sp, rc, b, sname, prec, cp, cp_comm});
+                    }
+      }
 }
 
 std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
@@ -326,9 +342,9 @@ std::string nothing_fits(const PlanRequest& r, const Candidate& smallest, int un
   const Layout& l = smallest.layout;
   return str(
       "no layout fits in memory: the smallest footprint is ",
-      smallest.memory.lower_bound ? "at least " : "", buf, " per device (dp ", l.dp, " tp ", l.tp,
-      " pp ", l.pp, " zero ", l.zero, " recompute ", l.recompute, " micro-batch ", l.micro_batch,
-      ") against ", cap, " usable",
+      smallest.memory.lower_bound ? "at least " : "", buf, " per device (dp ", l.dp,
+      l.cp > 1 ? str(" cp ", l.cp) : std::string(), " tp ", l.tp, " pp ", l.pp, " zero ", l.zero,
+      " recompute ", l.recompute, " micro-batch ", l.micro_batch, ") against ", cap, " usable",
       uncounted > 0 ? str(" (", uncounted, " layouts too large to count exactly)") : std::string(),
       "; ", remedy(r, smallest));
 }

@@ -36,6 +36,49 @@ constexpr const char* kMegatronTied =
     "the tied embedding's gradient all-reduced between the first and last stage after the "
     "pipeline, before the optimizer (on the critical path)";
 constexpr const char* kNoZero3 = "no ZeRO 3 (max_zero 0)";
+constexpr const char* kNoCpYet =
+    "no context parallelism: the engine's --cp is not in this tree yet (docs/contracts.md §11)";
+constexpr const char* kMegatronNoCp = "no context parallelism (it came with Megatron-Core, 2023)";
+constexpr const char* kKorthikantiMemory =
+    "Korthikanti et al. 2022 Table 2 per-layer activations (as Megatron-LM's "
+    "theoretical_memory_usage.py), 16-bit weights, fp32 master and Adam moments";
+constexpr const char* kMegatronSoftmax =
+    "fused scale-mask-softmax: the s x s probabilities are stored, the masked half computed";
+
+// Llama 3 405B's training stack as "The Llama 3 Herd of Models" (Meta, 2024) describes it,
+// section 3.3.2 (parallelism) and 3.3.4 (numerics): 4D parallelism TP, CP, PP, DP with DP
+// as FSDP that shards optimizer state and gradients and does not reshard the parameters
+// after forward, all-gather based CP, an interleaved pipeline schedule with a tunable
+// microbatch count and asynchronous point-to-point, FP32 gradient accumulation and FP32
+// reduce-scatter, BF16 elsewhere. What the paper does not state keeps this engine's GPU
+// assumption and says so.
+SoftwareTable llama3_2024() {
+  return {
+      "llama3-2024",
+      {"1f1b", "interleaved"},
+      {{"dp_overlap", 1, "FSDP: gradients reduce-scattered during backward (Llama 3, 3.3.2)"},
+       {"grad_reduce_bytes", 4, "FP32 gradient accumulation and reduce-scatter (3.3.4)"},
+       {"optimizer_bytes", 32, "fused AdamW (28) and the gradient-norm read (4), not stated"},
+       {"optimizer_kernels", 2, "AdamW and the norm (not stated)"},
+       {"world_all_reduces", 2, "gradient norm and loss (not stated)"},
+       {"zero3_overlap", 1, "FSDP prefetches the next gather"},
+       {"tied_embedding_reduce", 0, "untied embedding and head (Llama 3)"},
+       {"dropout", 0, "no dropout in Llama 3"},
+       {"fp32_cross_entropy", 1, "the loss in fp32 (3.3.4: FP32 where numerics need it)"},
+       {"p2p_blocking", 0, "asynchronous point-to-point between stages (3.3.2)"},
+       {"p2p_scatter_gather", 0, "the boundary over one link (not stated)"},
+       {"even_chunks", 0, "first and last stage one layer short (3.3.2): uneven chunks allowed"},
+       {"grad_accum_pass", 0, "accumulation not costed separately (not stated)"},
+       {"tp_backward_overlap", 0, "not stated: tp collectives exposed"},
+       {"max_zero", 2,
+        "FSDP sharding optimizer state and gradients, parameters kept after forward"},
+       {"max_cp", 1 << 20, "context parallelism (3.3.2)"},
+       {"cp_allgather", 1, "all-gather based CP: K/V gathered, then local attention (3.3.2)"},
+       {"paper_memory", 1, kKorthikantiMemory},
+       {"flash_attention", 1, "fused attention (no s x s tensors), causal blocks skipped"},
+       {"param_gather_overlap", 1, "FSDP's parameter all-gather prefetched under compute"},
+       {"zero3_prefetch", 1, "FSDP prefetches one layer ahead"}}};
+}
 
 const std::vector<SoftwareTable> kTables = {
     {"meshtrain",
@@ -58,7 +101,17 @@ const std::vector<SoftwareTable> kTables = {
       {"even_chunks", 0, "any partition of the chunks"},
       {"grad_accum_pass", 0, "the weight-gradient GEMM accumulates"},
       {"tp_backward_overlap", 0, "tp collectives not overlapped"},
-      {"max_zero", 3, "ZeRO 1-3"}}},
+      {"max_zero", 3, "ZeRO 1-3"},
+      {"max_cp", 1, kNoCpYet},
+      {"cp_allgather", 0, kNoCpYet},
+      {"paper_memory", 0,
+       "this engine's own estimate of what it allocates (train/memory_estimate.h)"},
+      {"flash_attention", 0,
+       "the GPT block keeps its attention probabilities (the Llama block is flash attention)"},
+      {"param_gather_overlap", 0, "ZeRO 1/2's all-gather of the updated parameters after the step"},
+      {"zero3_prefetch", 1,
+       "two gather buffers (parallel/data_parallel/param_gathers.cpp): the next "
+       "block's gather runs while this one computes"}}},
     {"megatron-lm-2021",
      {"1f1b", "interleaved"},
      {{"dp_overlap", 0, kMegatronStep},
@@ -83,7 +136,13 @@ const std::vector<SoftwareTable> kTables = {
        "parameter per microbatch (read the 16-bit grad, read + write "
        "the buffer)"},
       {"tp_backward_overlap", 0, "tp collectives not overlapped (v2.x)"},
-      {"max_zero", 0, kMegatronZero}}},
+      {"max_zero", 0, kMegatronZero},
+      {"max_cp", 1, kMegatronNoCp},
+      {"cp_allgather", 0, kMegatronNoCp},
+      {"paper_memory", 1, kKorthikantiMemory},
+      {"flash_attention", 0, kMegatronSoftmax},
+      {"param_gather_overlap", 0, kNoZero3},
+      {"zero3_prefetch", 1, kNoZero3}}},
     {"megatron-lm-2022",
      {"1f1b", "interleaved"},
      {{"dp_overlap", 0, kMegatronStep},
@@ -112,7 +171,14 @@ const std::vector<SoftwareTable> kTables = {
        "column-parallel backward's all-gather under the input-gradient "
        "GEMM, its reduce-scatter / all-reduce under the weight-gradient "
        "GEMM"},
-      {"max_zero", 0, kMegatronZero}}},
+      {"max_zero", 0, kMegatronZero},
+      {"max_cp", 1, kMegatronNoCp},
+      {"cp_allgather", 0, kMegatronNoCp},
+      {"paper_memory", 1, kKorthikantiMemory},
+      {"flash_attention", 0, kMegatronSoftmax},
+      {"param_gather_overlap", 0, kNoZero3},
+      {"zero3_prefetch", 1, kNoZero3}}},
+    llama3_2024(),
     {kLocalSoftware,
      {},
      {{"dp_overlap", 0,
@@ -138,11 +204,17 @@ const std::vector<SoftwareTable> kTables = {
       {"even_chunks", 0, "any partition of the chunks"},
       {"grad_accum_pass", 0, "the weight-gradient GEMM accumulates"},
       {"tp_backward_overlap", 0, "collectives on the ranks' own cores"},
-      {"max_zero", 3, "ZeRO 1-3"}}}};
+      {"max_zero", 3, "ZeRO 1-3"},
+      {"max_cp", 1, kNoCpYet},
+      {"cp_allgather", 0, kNoCpYet},
+      {"paper_memory", 0, "the engine's estimate, matched to its memory records"},
+      {"flash_attention", 0, "the engine's attention kernel, as calibrated"},
+      {"param_gather_overlap", 0, "collectives on the ranks' own cores"},
+      {"zero3_prefetch", 1, "two gather buffers (param_gathers.cpp)"}}}};
 
 UsageError unknown_software(const std::string& name) {
   return UsageError(str("unknown --software '", name,
-                        "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022)"));
+                        "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022, llama3-2024)"));
 }
 
 std::string number(double v) {
@@ -165,7 +237,7 @@ const SoftwareTable& software_table(const std::string& name) {
 
 const std::vector<std::string>& software_names() {
   static const std::vector<std::string> names = {"meshtrain", "megatron-lm-2021",
-                                                 "megatron-lm-2022"};
+                                                 "megatron-lm-2022", "llama3-2024"};
   return names;
 }
 

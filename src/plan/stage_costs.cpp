@@ -11,21 +11,6 @@ namespace mt::plan {
 
 namespace {
 
-// Parameters of one block on one rank (tp-split matrices, replicated LayerNorms and biases);
-// the rank's experts' share is added to *experts.
-double block_params(const ModelConfig& m, int layer, const Layout& l, double* experts) {
-  const double h = m.dim, t = l.tp;
-  double p = 4 * h + 4 * h * h / t + 3 * h / t + h;  // ln_1, ln_2, attention
-  if (is_moe_layer(m, layer)) {
-    const double ex = double(m.experts) / l.ep * (8 * h * h + 5 * h);
-    *experts += ex;
-    p += m.experts * h + ex;
-  } else {
-    p += 8 * h * h / t + 4 * h / t + h;
-  }
-  return p;
-}
-
 void add(StageCosts& sc, const Passes& p) {
   sc.forward += p.forward, sc.backward += p.backward, sc.weight += p.weight;
 }
@@ -36,26 +21,28 @@ void add_block(const CostContext& c, int layer, StageCosts& sc) {
   add(sc, k.passes);
   sc.tp_comm += k.tp_comm;
   sc.ep_comm += k.ep_comm;
+  sc.cp_comm += k.cp_comm;
   sc.recompute += k.recompute;
-  const double params = block_params(m, layer, c.l, &sc.expert_params);
+  const double params = rank_block_params(m, layer, c.l.tp, c.l.ep, &sc.expert_params);
   sc.params += params;
-  // The linears' weights (their bf16 copies locally): attention (4 h^2/t) and the MLP
-  // (8 h^2/t) or the rank's experts (E/ep x 8 h^2).
-  const double h = c.h, t = c.t;
-  sc.linear_weights +=
-      4 * h * h / t +
-      (is_moe_layer(m, layer) ? double(m.experts) / c.l.ep * 8 * h * h : 8 * h * h / t);
+  // The linears' weights (their bf16 copies locally): attention (h (2q + 2kv) / t) and the
+  // MLP (2 or 3 h F / t) or the rank's experts (E/ep x 2 or 3 h F).
+  const double h = c.h, t = c.t, mlp = c.w.mlp_matrices() * h * c.w.ffn;
+  sc.linear_weights += h * (2 * c.w.q + 2 * c.w.kv) / t +
+                       (is_moe_layer(m, layer) ? double(m.experts) / c.l.ep * mlp : mlp / t);
   ++sc.blocks;
   add(sc, c.model->after_block(c, params));
 }
 
-// The tied embedding (V/tp x h on the rank) is counted once, on the first chunk that holds
-// the embedding or the head.
+// The token table (V/tp x h on the rank) and, when tied, the head that is the same matrix,
+// counted once on the first chunk that holds the embedding or the head; an untied head
+// (Llama's lm_head) is a matrix of its own on the last stage. The GPT block adds its
+// position table.
 void add_embedding(const CostContext& c, StageCosts& sc, bool& wte) {
   const double lookup = stream_seconds(c.rates, 3 * c.N * c.h * c.e, 2);
   add(sc, {lookup, lookup, 0});
   add(sc, c.model->embedding_comm(c, &sc.tp_comm));
-  sc.params += double(c.r.model.seq) * c.h;
+  if (!c.r.model.llama()) sc.params += double(c.r.model.seq) * c.h;
   const double Vl = double(tp::padded_vocab(c.r.model.vocab, c.l.tp)) / c.l.tp;
   if (!wte) sc.params += Vl * c.h, wte = true;
 }
@@ -63,8 +50,11 @@ void add_embedding(const CostContext& c, StageCosts& sc, bool& wte) {
 void add_head(const CostContext& c, StageCosts& sc, bool& wte) {
   add(sc, c.model->head(c, &sc.tp_comm));
   const double Vl = double(tp::padded_vocab(c.r.model.vocab, c.l.tp)) / c.l.tp;
-  sc.params += 2 * c.h;
-  if (!wte) sc.params += Vl * c.h, wte = true;
+  sc.params += c.w.biases ? 2 * c.h : c.h;
+  if (!c.r.model.tied())
+    sc.params += Vl * c.h;
+  else if (!wte)
+    sc.params += Vl * c.h, wte = true;
   sc.linear_weights += Vl * c.h;
 }
 

@@ -105,7 +105,11 @@ std::vector<std::string> step_lines(const HardwareProfile& hw) {
                                    : ""),
       str("ZeRO 3: parameter all-gather before forward and backward and gradient "
           "reduce-scatter per block and microbatch; ",
-          num(hw.zero3_overlap), " of them hide under that pass's compute (zero3_overlap)"),
+          "with zero3_overlap ", num(hw.zero3_overlap),
+          " they run on their own stream, one at a time, ", hw.zero3_prefetch,
+          " gather(s) ahead of the compute (zero3_prefetch): each chunk's first gather, "
+          "its last reduce-scatter and what a block's collectives take beyond its compute "
+          "stay exposed (without overlap every collective is)"),
       str("optimizer: ", num(hw.optimizer_bytes), " bytes streamed per updated element in ",
           hw.optimizer_kernels, " passes (optimizer_bytes, optimizer_kernels); plus ",
           hw.world_all_reduces, " latency-bound all-reduces over the world (world_all_reduces)")};

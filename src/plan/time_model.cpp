@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "plan/cost_model.h"
+#include "plan/zero3_overlap.h"
 #include "tensor_parallel/vocab_parallel.h"
 
 namespace mt::plan {
@@ -12,18 +13,29 @@ namespace {
 
 // ZeRO 3: every block's parameters are gathered before its forward and again before its
 // backward, per microbatch, and its gradient reduce-scattered, one collective per block as
-// the engine does (each pays the latency); zero3_overlap of them hides under the compute of
-// the same pass (prefetch), the rest is exposed.
+// the engine does (each pays the latency). With zero3_overlap they run on their own stream
+// under the compute, zero3_prefetch gathers ahead (zero3_pass_exposed: each chunk's first
+// gather and its last reduce-scatter stay exposed, and whatever a block's collectives take
+// beyond its compute); without, every collective is exposed. zero3_overlap between 0 and 1
+// weighs the two.
 void add_zero3(const CostContext& c, int microbatches, PredictedTime& p) {
-  if (c.l.zero != 3 || c.l.dp <= 1) return;
+  if (c.l.zero != 3 || c.l.data_ranks() <= 1) return;
   const HardwareProfile& hw = c.r.hardware;
+  const int chunks = std::max(c.l.virtual_stages, 1);
   for (StageCosts& sc : p.stages) {
-    const double units = std::max(sc.blocks, 1), bytes = sc.params * 4 / units;
-    const double gather = units * collective_seconds(hw, Collective::all_gather, bytes, c.dp);
-    const double scatter = units * collective_seconds(hw, Collective::reduce_scatter, bytes, c.dp);
-    const double overlap = hw.zero3_overlap;
-    const double fwd = std::max(0.0, gather - overlap * sc.forward);
-    const double bwd = std::max(0.0, gather + scatter - overlap * (sc.backward + sc.weight));
+    const int units = std::max(sc.blocks, 1), per_chunk = std::max(units / chunks, 1);
+    const double bytes = sc.params * 4 / units;
+    const double gather = collective_seconds(hw, Collective::all_gather, bytes, c.dp);
+    const double scatter = collective_seconds(hw, Collective::reduce_scatter, bytes, c.dp);
+    const double passes = double(units) / per_chunk;  // chunks of per_chunk blocks
+    const double hidden_fwd =
+        passes * zero3_pass_exposed({sc.forward / units, gather, 0}, per_chunk, hw.zero3_prefetch);
+    const double hidden_bwd =
+        passes * zero3_pass_exposed({(sc.backward + sc.weight) / units, gather, scatter}, per_chunk,
+                                    hw.zero3_prefetch);
+    const double w = hw.zero3_overlap;
+    const double fwd = w * hidden_fwd + (1 - w) * units * gather;
+    const double bwd = w * hidden_bwd + (1 - w) * units * (gather + scatter);
     sc.forward += fwd;
     sc.backward += bwd;
     p.zero3_exposed_s = std::max(p.zero3_exposed_s, (fwd + bwd) * microbatches);
@@ -38,7 +50,7 @@ double p2p_message(const CostContext& c) {
   const HardwareProfile& hw = c.r.hardware;
   if (l.pp <= 1) return 0;
   const double boundary = c.N * c.h * c.e / (l.sequence_parallel ? l.tp : 1);
-  const bool across = !hw.local && l.tp * l.dp * l.pp > hw.devices_per_node;
+  const bool across = !hw.local && l.world() > hw.devices_per_node;
   if (hw.p2p_scatter_gather && l.tp > 1 && !l.sequence_parallel)
     return p2p_seconds(hw, boundary / l.tp, across) +
            collective_seconds(hw, Collective::all_gather, boundary, c.tp);
@@ -80,16 +92,17 @@ double dp_exposed(const CostContext& c, const StageCosts& sc) {
   const HardwareProfile& hw = c.r.hardware;
   const double gb = hw.grad_reduce_bytes;
   const double dense = (sc.params - sc.expert_params) * gb, experts = sc.expert_params * gb;
-  const int expert_dp = l.dp / l.ep;
+  const int d = l.data_ranks(), expert_dp = d / l.ep;
   double reduce = 0, after = 0;
-  if (l.dp > 1 && l.zero == 0) reduce = collective_seconds(hw, Collective::all_reduce, dense, c.dp);
-  if (l.dp > 1 && (l.zero == 1 || l.zero == 2)) {
+  if (d > 1 && l.zero == 0) reduce = collective_seconds(hw, Collective::all_reduce, dense, c.dp);
+  if (d > 1 && (l.zero == 1 || l.zero == 2)) {
     reduce = collective_seconds(hw, Collective::reduce_scatter, dense, c.dp);
-    after = collective_seconds(hw, Collective::all_gather, dense, c.dp);
+    after =
+        collective_seconds(hw, Collective::all_gather, dense, c.dp) * (1 - hw.param_gather_overlap);
   }
   if (expert_dp > 1 && l.zero < 3)
     reduce += collective_seconds(hw, Collective::all_reduce, experts,
-                                 group_span(hw, expert_dp, l.tp * l.ep));
+                                 group_span(hw, expert_dp, l.tp * l.cp * l.ep));
   const double window = hw.dp_overlap * (sc.backward + sc.weight);
   return std::max(0.0, reduce - window) + after;
 }
@@ -99,7 +112,7 @@ double dp_exposed(const CostContext& c, const StageCosts& sc) {
 double optimizer_seconds(const CostContext& c, const StageCosts& sc) {
   const Layout& l = c.l;
   const double updated =
-      l.zero > 0 ? (sc.params - sc.expert_params) / l.dp + sc.expert_params : sc.params;
+      l.zero > 0 ? (sc.params - sc.expert_params) / l.data_ranks() + sc.expert_params : sc.params;
   const HardwareProfile& hw = c.r.hardware;
   return stream_seconds(c.rates, updated * hw.optimizer_bytes, hw.optimizer_kernels);
 }
@@ -115,6 +128,7 @@ void add_after_pipeline(const CostContext& c, int mb, PredictedTime& p) {
   for (const StageCosts& sc : p.stages) {
     p.tp_exposed_s = std::max(p.tp_exposed_s, sc.tp_comm * mb);
     p.ep_exposed_s = std::max(p.ep_exposed_s, sc.ep_comm * mb);
+    p.cp_exposed_s = std::max(p.cp_exposed_s, sc.cp_comm * mb);
     p.recompute_s = std::max(p.recompute_s, sc.recompute * mb);
     p.dp_exposed_s = std::max(p.dp_exposed_s, dp_exposed(c, sc));
     opt = std::max(opt, optimizer_seconds(c, sc));
@@ -122,9 +136,9 @@ void add_after_pipeline(const CostContext& c, int mb, PredictedTime& p) {
       p.bf16_weights_s = std::max(
           p.bf16_weights_s, local_convert_seconds(c.rates, sc.linear_weights, 4 * sc.blocks + 1));
   }
-  if (hw.tied_embedding_reduce && l.pp > 1) {
+  if (hw.tied_embedding_reduce && l.pp > 1 && c.r.model.tied()) {
     const double Vl = double(tp::padded_vocab(c.r.model.vocab, l.tp)) / l.tp;
-    const GroupSpan ends = group_span(hw, 2, l.tp * l.dp * (l.pp - 1));
+    const GroupSpan ends = group_span(hw, 2, l.tp * l.cp * l.dp * (l.pp - 1));
     p.dp_exposed_s +=
         collective_seconds(hw, Collective::all_reduce, Vl * c.h * hw.grad_reduce_bytes, ends);
   }

@@ -20,7 +20,7 @@ namespace mt::plan {
 
 struct StageCosts {
   double forward = 0, backward = 0, weight = 0;  // one microbatch, the whole stage
-  double tp_comm = 0, ep_comm = 0;               // exposed, included above
+  double tp_comm = 0, ep_comm = 0, cp_comm = 0;  // exposed, included above
   double recompute = 0;                          // repeated forward work, inside backward
   double params = 0;                             // parameters on the stage's ranks (per rank)
   double expert_params = 0;
@@ -32,7 +32,7 @@ struct PredictedTime {
   double step_s = 0;
   double pipeline_s = 0;  // the simulator's makespan (or m x (F+B+W) without pp)
   double bubble = 0;      // the simulator's idle fraction
-  double tp_exposed_s = 0, ep_exposed_s = 0, dp_exposed_s = 0, pp_p2p_s = 0;
+  double tp_exposed_s = 0, ep_exposed_s = 0, cp_exposed_s = 0, dp_exposed_s = 0, pp_p2p_s = 0;
   double zero3_exposed_s = 0, optimizer_s = 0;
   double recompute_s = 0;     // extra forward work in the backward (slowest stage)
   double bf16_weights_s = 0;  // local bf16: rounding the weight copies, once per step

@@ -183,7 +183,11 @@ MemoryEstimate estimate_rank_memory(const TrainOptions& o) {
   return estimate_rank_memory(o, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages));
 }
 
-MemoryEstimate estimate_rank_memory(const TrainOptions& o, const Schedule& schedule) {
+MemoryEstimate estimate_rank_memory(const TrainOptions& given, const Schedule& schedule) {
+  // Under context parallelism a rank's blocks run seq / cp rows of each sequence (the model
+  // a rank builds, train/session.cpp); ZeRO is counted over dp alone, which over-counts.
+  TrainOptions o = given;
+  o.model.seq /= o.parallel.cp;
   const int pp = o.parallel.pp;
   DryModel model(o.model, dry_shape(o));
   const std::vector<std::vector<ChunkSpec>> stages = stage_specs(o);

@@ -9,11 +9,14 @@
 
 #include "data/tokenizer.h"
 #include "model/config.h"
+#include "parallel/mesh.h"
 
 namespace mt {
 
 struct ParallelOptions {
   int dp = 1, tp = 1, pp = 1, ep = 1;
+  int cp = 1;                    // context parallelism: each sequence split over cp ranks
+  std::string cp_comm = "ring";  // ring | allgather (docs/context_parallel.md)
   int microbatches = 1;
   std::string schedule = "1f1b";
   int virtual_stages = 1;
@@ -29,7 +32,8 @@ struct ParallelOptions {
   // every-step | local:H | diloco:H (parallel/data_parallel/replica_sync.h)
   std::string dp_sync = "every-step";
   double outer_lr = 0.7, outer_momentum = 0.9;  // diloco's outer Nesterov step
-  int world() const { return dp * tp * pp; }
+  int world() const { return dp * cp * tp * pp; }
+  MeshShape mesh() const { return MeshShape{pp, dp, tp, ep, cp}; }
 };
 
 struct OptimOptions {

@@ -66,6 +66,11 @@ nlohmann::json to_json(const StepRecord& r, const MoeMetrics& moe) {
     j["tp_comm_calls"] = r.tp->calls;
     j["tp_comm_wait_s"] = r.tp->wait_s;
   }
+  if (r.cp) {
+    j["cp_comm_bytes"] = r.cp->bytes;
+    j["cp_comm_calls"] = r.cp->calls;
+    j["cp_comm_wait_s"] = r.cp->wait_s;
+  }
   moe.add_to(j);
   if (r.val_loss) j["val_loss"] = *r.val_loss;
   return j;

@@ -64,6 +64,8 @@ nlohmann::json RunLog::run_record(const std::string& backend) const {
                         {"tp", p.tp},
                         {"pp", p.pp},
                         {"ep", p.ep},
+                        {"cp", p.cp},
+                        {"cp_comm", p.cp_comm},
                         {"zero", p.zero},
                         {"microbatches", p.microbatches},
                         {"schedule", p.schedule},

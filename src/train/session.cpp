@@ -3,6 +3,7 @@
 #include "core/threads.h"
 #include "model/precision.h"
 #include "model/recompute.h"
+#include "model/zigzag_layout.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/pipeline/stage_chunks.h"
@@ -14,7 +15,7 @@ namespace mt {
 namespace {
 
 ParallelContext make_context(CommWorld& world, const ParallelOptions& p) {
-  return make_parallel_context(world, MeshShape{p.pp, p.dp, p.tp, p.ep});
+  return make_parallel_context(world, p.mesh());
 }
 
 // This rank's dp slice of every global batch, in microbatches.
@@ -25,6 +26,8 @@ DataLoader make_loader(const std::string& path, const std::vector<std::string>& 
   DataLoader loader(shards.empty() ? std::vector<std::string>{path} : shards, o.optim.batch,
                     o.model.seq, p.dp, ctx.coord.dp, p.microbatches);
   loader.require_vocab(o.model.vocab);
+  // The cp ranks of a dp rank read its sequences and keep their zigzag rows of them.
+  if (p.cp > 1) loader.shard_sequences(zigzag_positions(o.model.seq, p.cp, ctx.coord.cp));
   return loader;
 }
 
@@ -58,6 +61,21 @@ TensorParallelShard tp_shard(const TrainOptions& o, const ParallelContext& ctx) 
   const bool sp = o.parallel.sequence_parallel && o.parallel.tp > 1;
   return TensorParallelShard{ctx.coord.tp, o.parallel.tp,
                              o.parallel.tp > 1 ? ctx.tp.get() : nullptr, sp};
+}
+
+// The model a rank builds: under context parallelism its blocks run seq / cp rows of each
+// sequence (the RoPE table still covers all seq positions: model_chunk.h).
+ModelConfig rank_model(const TrainOptions& o) {
+  ModelConfig m = o.model;
+  m.seq /= o.parallel.cp;
+  return m;
+}
+
+ContextParallelShard cp_shard(const TrainOptions& o, const ParallelContext& ctx) {
+  const ParallelOptions& p = o.parallel;
+  if (p.cp == 1) return {};
+  return ContextParallelShard{ctx.coord.cp, p.cp, ctx.cp.get(),
+                              p.cp_comm == "allgather" ? CpComm::allgather : CpComm::ring};
 }
 
 std::unique_ptr<TokenDispatcher> make_dispatcher(const ParallelOptions& p,
@@ -100,7 +118,7 @@ DpSync dp_sync_of(const TrainOptions& o) {
 std::unique_ptr<MicrobatchRunner> make_runner(const TrainOptions& o, const ParallelContext& ctx,
                                               GPT& model, DataParallel& dp, int b) {
   const ParallelOptions& p = o.parallel;
-  if (p.pp == 1) return std::make_unique<PlainRunner>(model, p.microbatches, b, o.model.seq);
+  if (p.pp == 1) return std::make_unique<PlainRunner>(model, p.microbatches, b, o.model.seq / p.cp);
   const bool sp = p.sequence_parallel && p.tp > 1;
   return std::make_unique<PipelineRunner>(
       model, dp, ctx, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages),
@@ -116,11 +134,13 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       train(make_loader(o.io.data, o.io.data_shards, o, ctx)),
       val(make_val_loader(o, ctx)),
       dispatcher(make_dispatcher(o.parallel, ctx)),
-      model(o.model, chunk_specs(o, ctx), tp_shard(o, ctx), train.micro_batch_size(),
+      model(rank_model(o), chunk_specs(o, ctx), tp_shard(o, ctx), train.micro_batch_size(),
             ExpertParallelShard{ctx.coord.ep_rank, o.parallel.ep, dispatcher.get()},
-            recompute_mode(o.optim), precision_mode(o.optim)),
+            recompute_mode(o.optim), precision_mode(o.optim), cp_shard(o, ctx)),
+      // Gradients are partial sums over the batch (dp) and over the sequence (cp): the
+      // replicas are the dp_cp group (ctx.dp itself without cp).
       dp(with_initial_weights(model, o),
-         DataParallelOptions{ctx.dp, o.parallel.zero, o.parallel.bucket_mb, ctx.ep,
+         DataParallelOptions{ctx.dp_cp, o.parallel.zero, o.parallel.bucket_mb, ctx.ep,
                              ctx.ep_replica}),
       moe(moe_layers(model, o.parallel)),
       moe_metrics(o.model, moe, ctx.dp.get(), o.parallel.pp > 1 ? ctx.pp.get() : nullptr),

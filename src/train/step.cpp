@@ -99,11 +99,11 @@ void optimizer_step(Session& s, int step, double lr, float grad_scale, Trace& tr
 }
 
 struct CommCounters {
-  CommStats dp, tp;
+  CommStats dp, tp, cp;
 };
 
 CommCounters comm_counters(const Session& s) {
-  return {s.ctx.dp->stats(), s.ctx.tp->stats()};
+  return {s.ctx.dp_cp->stats(), s.ctx.tp->stats(), s.ctx.cp ? s.ctx.cp->stats() : CommStats{}};
 }
 
 void add_comm(StepRecord& r, Session& s, const CommCounters& before) {
@@ -112,8 +112,11 @@ void add_comm(StepRecord& r, Session& s, const CommCounters& before) {
   r.comm_exposed_s = s.dp.take_exposed_seconds();
   r.comm_bytes = after.dp.bytes_sent - before.dp.bytes_sent + tp_bytes;
   if (s.opts.parallel.tp > 1)
-    r.tp = TensorParallelComm{tp_bytes, after.tp.calls - before.tp.calls,
-                              after.tp.wait_seconds - before.tp.wait_seconds};
+    r.tp = GroupComm{tp_bytes, after.tp.calls - before.tp.calls,
+                     after.tp.wait_seconds - before.tp.wait_seconds};
+  if (s.ctx.cp)
+    r.cp = GroupComm{after.cp.bytes_sent - before.cp.bytes_sent, after.cp.calls - before.cp.calls,
+                     after.cp.wait_seconds - before.cp.wait_seconds};
 }
 
 void add_rates(StepRecord& r, const Session& s) {

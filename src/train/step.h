@@ -17,8 +17,8 @@
 
 namespace mt {
 
-// Bytes, calls and wait time of the tensor-parallel group during one step.
-struct TensorParallelComm {
+// Bytes, calls and wait time of one group (tp, cp) during one step.
+struct GroupComm {
   uint64_t bytes = 0, calls = 0;
   double wait_s = 0;
 };
@@ -37,12 +37,15 @@ struct StepRecord {
   int step = 0;  // 1 = the first update
   double loss = 0, lr = 0, grad_norm = 0;
   double step_time_s = 0, tokens_per_s = 0, mfu = 0;
-  double comm_exposed_s = 0;  // the compute thread blocked on data-parallel communication
-  uint64_t comm_bytes = 0;    // sent on the dp and tp groups
-  std::optional<TensorParallelComm> tp;  // with tensor parallelism
-  std::optional<BubbleMeasure> bubble;   // with a pipeline
-  std::optional<double> val_loss;        // on evaluation steps (set by the trainer)
-  MicrobatchStats microbatches;          // what the runner reported
+  double comm_exposed_s = 0;    // the compute thread blocked on data-parallel communication
+  uint64_t comm_bytes = 0;      // sent on the dp and tp groups
+  std::optional<GroupComm> tp;  // with tensor parallelism
+  // With context parallelism: the K/V (and dK/dV) traffic; wait_s is the part of the
+  // transfers not hidden behind the attention (docs/context_parallel.md).
+  std::optional<GroupComm> cp;
+  std::optional<BubbleMeasure> bubble;  // with a pipeline
+  std::optional<double> val_loss;       // on evaluation steps (set by the trainer)
+  MicrobatchStats microbatches;         // what the runner reported
   StepPhases phases;
 };
 

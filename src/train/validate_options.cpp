@@ -19,6 +19,7 @@
 #include "schedule/schedule.h"
 #include "train/hf_config.h"
 #include "train/option_limits.h"
+#include "train/validate_context_parallel.h"
 
 namespace mt {
 
@@ -109,8 +110,9 @@ void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
     MT_REQUIRE(v >= 1, name, " must be >= 1 (got ", v, ")");
   MT_REQUIRE(p.zero >= 0 && p.zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", p.zero, ")");
   MT_REQUIRE(p.bucket_mb > 0, "--bucket-mb must be > 0");
-  const long world = static_cast<long>(p.pp) * p.dp * p.tp;
-  MT_REQUIRE(o.engine.backend == "mpi" || world <= kMaxLocalRanks, "--pp x --dp x --tp = ", world,
+  const long world = static_cast<long>(p.pp) * p.dp * p.cp * p.tp;
+  const std::string flags = world_flags_text(p);
+  MT_REQUIRE(o.engine.backend == "mpi" || world <= kMaxLocalRanks, flags, " = ", world,
              " ranks is more than the ", kMaxLocalRanks,
              " threads one process runs (--backend local); use --backend mpi");
   // Under a launcher the world is the processes it started times the ranks each runs
@@ -118,10 +120,10 @@ void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
   // environment before MPI is initialised.
   const int k = o.engine.ranks_per_process;
   MT_REQUIRE(world % k == 0, "--ranks-per-process ", k, " does not divide the ", world,
-             " ranks of the layout (--pp x --dp x --tp)");
+             " ranks of the layout (", flags, ")");
   MT_REQUIRE(o.engine.backend != "mpi" || !launcher.launched() || long(launcher.size) * k == world,
-             "the layout needs --pp x --dp x --tp = ", world, " ranks but ", launcher.name,
-             " started ", launcher.size, " processes", k > 1 ? str(" x ", k, " ranks each") : "",
+             "the layout needs ", flags, " = ", world, " ranks but ", launcher.name, " started ",
+             launcher.size, " processes", k > 1 ? str(" x ", k, " ranks each") : "",
              " (set mpirun -np ", world / k, " or change the layout)");
 
   const int64_t split = int64_t(p.dp) * p.microbatches;
@@ -137,10 +139,11 @@ void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
                " does not divide --kv-heads ", o.model.kv(), " (with --heads ", o.model.heads,
                ", each rank must hold whole kv heads and the query heads that read them)");
     // Sequence parallelism splits each microbatch's b*T token rows evenly over tp.
-    const int64_t rows = batch / split * o.model.seq;
+    // Under context parallelism a rank holds seq / cp of each sequence.
+    const int64_t rows = batch / split * (o.model.seq / p.cp);
     MT_REQUIRE(!p.sequence_parallel || rows % p.tp == 0, "--sequence-parallel needs the ", rows,
-               " token rows of a microbatch (batch / (dp x microbatches) x seq) divisible by --tp ",
-               p.tp);
+               " token rows of a microbatch (batch / (dp x microbatches) x seq",
+               p.cp > 1 ? " / cp" : "", ") divisible by --tp ", p.tp);
   }
 }
 
@@ -150,8 +153,8 @@ void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
 void validate_sizes(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const ModelConfig& m = o.model;
-  const double world = double(p.pp) * p.dp * p.tp;
-  MT_REQUIRE(world <= limits::kMaxRanks, "--pp x --dp x --tp = ", count_text(world),
+  const double world = double(p.pp) * p.dp * p.cp * p.tp;
+  MT_REQUIRE(world <= limits::kMaxRanks, world_flags_text(p), " = ", count_text(world),
              " ranks is more than the ", limits::kMaxRanks, " meshtrain supports");
   const double rows = double(o.optim.batch / (int64_t(p.dp) * p.microbatches)) * m.seq;
   MT_REQUIRE(rows <= kMaxRows,
@@ -350,12 +353,12 @@ void validate_all(const TrainOptions& o, const LauncherInfo& launcher, bool engi
   validate_model(o);
   validate_optimizer(o.optim);
   validate_layout(o, launcher);
+  validate_context_parallel(o);
   if (engine_limits) validate_sizes(o);
   validate_experts(o);
   // After the expert rules: the mesh behind it needs ep to divide dp.
   if (o.engine.ranks_per_process > 1)
-    validate_process_layout({o.parallel.pp, o.parallel.dp, o.parallel.tp, o.parallel.ep},
-                            o.engine.ranks_per_process);
+    validate_process_layout(o.parallel.mesh(), o.engine.ranks_per_process);
   validate_pipeline(o);
   validate_dp_sync(o);
   validate_io(o.io);

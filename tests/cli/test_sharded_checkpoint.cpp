@@ -292,11 +292,16 @@ TEST(ShardedCheckpoint, KilledDuringSavesLeavesOnlyCompleteCheckpoints) {
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
-    // The newest complete checkpoints are the ones a kill could have hit mid-publish.
+    // The newest complete checkpoints are the ones a kill could have hit mid-publish. Only
+    // step folders count: the run's checkpoint_log.json (and its atomic temporary) sit beside
+    // them, and with one step saved before the kill they would otherwise be "verified" too.
     std::vector<std::string> complete;
     if (fs::exists(root))
-      for (const auto& e : fs::directory_iterator(root))
-        if (!e.path().filename().string().ends_with(".tmp")) complete.push_back(e.path().string());
+      for (const auto& e : fs::directory_iterator(root)) {
+        const std::string name = e.path().filename().string();
+        if (e.is_directory() && name.starts_with("step_") && !name.ends_with(".tmp"))
+          complete.push_back(e.path().string());
+      }
     std::sort(complete.rbegin(), complete.rend());
     for (size_t i = 0; i < complete.size() && i < 2; ++i) {
       const RunResult v = verify(complete[i]);

@@ -9,7 +9,7 @@ optionally with a launcher prefix ("mpirun -np 4 ... {bin} train --backend mpi")
            (safetensors, per-tensor relative L2 error) within --weight-rtol of the reference
            run; --repeat also checks the first layout twice for bitwise-identical losses.
            Validation losses (val_loss, when the base asks for --eval-every) are compared
-           like the losses; --sample N also compares the final N-token sample, text for text;
+           like the losses; --grad-norm-rtol R also each step's gradient norm; --sample N also compares the final N-token sample, text for text;
            --init-steps K first trains K steps on one worker and exports the weights, and
            every run then starts from them (--init-from).
   resume   a run saved at step K under one layout, resumed under another, continues with the
@@ -70,6 +70,10 @@ def sample_text(stdout):
         return None
     end = lines.index("----", begin[-1] + 1)
     return "\n".join(lines[begin[-1] + 1:end])
+
+
+def grad_norms(records):
+    return {r["step"]: r["grad_norm"] for r in records if "step" in r and "grad_norm" in r}
 
 
 def val_losses(records):
@@ -149,6 +153,12 @@ def cmd_compare(args, workdir):
         worst = max(rel(got.get(s, float("nan")), ref[s]) for s in ref)
         print(f"layout [{layout}]: worst loss rel {worst:.2e}")
         bad += check_losses(ref, got, args.loss_rtol, layout)
+        if args.grad_norm_rtol is not None:
+            ref_norms = grad_norms(ref_records)
+            worst = max(rel(grad_norms(records).get(s, float("nan")), ref_norms[s]) for s in ref_norms)
+            print(f"  grad_norm: worst rel {worst:.2e}")
+            bad += check_losses(ref_norms, grad_norms(records), args.grad_norm_rtol,
+                                layout + " grad_norm")
         if ref_val:
             print(f"  val_loss at steps {sorted(ref_val)}")
             bad += check_losses(ref_val, val_losses(records), args.loss_rtol, layout + " val_loss")
@@ -262,6 +272,8 @@ def main():
     ap.add_argument("--launcher", default="", help="command prefix with {bin}, e.g. 'mpirun -np 2 {bin}'")
     ap.add_argument("--loss-rtol", type=float, default=1e-5)
     ap.add_argument("--weight-rtol", type=float, default=1e-4)
+    ap.add_argument("--grad-norm-rtol", type=float, default=None,
+                    help="compare: also each step's gradient norm (off unless given)")
     ap.add_argument("--repeat", action="store_true", help="also check determinism")
     ap.add_argument("--losses-only", action="store_true",
                     help="compare per-step losses only (layouts that cannot export yet)")

@@ -50,6 +50,40 @@ TEST(PlanCommand, TableAndExplain) {
   EXPECT_NE(r.out.find("H100 SXM datasheet"), std::string::npos);
 }
 
+TEST(PlanCommand, CompareShowsLayoutsSideBySide) {
+  const std::string base =
+      std::string("plan ") + kSmall +
+      " --hardware h100-80gb --gpus 4 --compare tp=4 --compare dp=4,zero=3 --compare pp=2";
+  const auto r = run_meshtrain(base);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* row :
+       {"ratio to the best", "compute (incl. recompute)", "tp comm exposed", "cp comm exposed",
+        "ep comm exposed", "ZeRO-3 gathers exposed", "pipeline bubble", "dp reduction exposed",
+        "activations", "buffers", "run #3: mpirun -np 4 meshtrain train"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  EXPECT_NE(r.out.find("1.000x"), std::string::npos) << r.out;
+  const auto j = run_meshtrain(base + " --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const auto list = nlohmann::json::parse(j.out).at("compare");
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0].at("layout").at("tp"), 4);
+  EXPECT_EQ(list[1].at("layout").at("zero"), 3);
+  EXPECT_EQ(list[2].at("layout").at("pp"), 2);
+  double best = 1e300;
+  for (const auto& c : list) best = std::min(best, c.at("ratio_to_best").get<double>());
+  EXPECT_DOUBLE_EQ(best, 1.0);
+  EXPECT_TRUE(list[1].at("breakdown_s").contains("zero3"));
+  // One layout, or a bad SPEC: one line, exit 2.
+  for (const char* bad :
+       {" --compare tp=4", " --compare tp=4 --compare tp=3", " --compare tp=4 --compare depth=2"}) {
+    const auto e =
+        run_meshtrain(std::string("plan ") + kSmall + " --hardware h100-80gb --gpus 4" + bad);
+    EXPECT_EQ(e.exit_code, 2) << bad;
+    EXPECT_EQ(e.err.rfind("meshtrain: error: --compare", 0), 0u) << e.err;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+  }
+}
+
 TEST(PlanCommand, ConfigFileGivesTheModelAndFlagsOverrideIt) {
   TempDir dir;
   const std::string file = dir / "c.toml";

@@ -1,0 +1,89 @@
+// Grouped GEMMs: the linear-layer triple (kernels/matmul.h) for many small groups of rows in
+// one call, each group with its own weight. The experts of a mixture-of-experts layer are the
+// use: rows arrive expert-major (group g owns rows [offset[g], offset[g + 1]) of one block, as
+// model/expert_mlp.h's ExpertGroups), expert g's weight is weight[g] (OC, C) row-major:
+//   forward          out_g (rows_g, OC)  = inp_g (rows_g, C) @ weight[g]^T
+//   backward_input   dinp_g (rows_g, C) (+)= dout_g (rows_g, OC) @ weight[g]
+//   backward_weight  dweight[g] (OC, C) += dout_g^T @ inp_g
+// Any row counts, zero included (a group of no rows is skipped: its dweight is untouched).
+//
+// Why not a loop of oneDNN GEMMs: each small call repacks its weight and, in bf16, runs a
+// primitive cached per shape (a group's row count is a new shape, split into power-of-two
+// pieces, and small pieces take slow kernels). Here one call walks work items (group, block
+// of output columns) over the OpenMP team: an item packs its block of the weight once into
+// the micro-kernel's layout (a thread-local buffer, K x block), then runs every row of the
+// group against it. Micro-kernels: AVX-512 FMA (fp32, 12 x 32 register tiles), AMX tiles
+// (bf16, 32 x 32 per step of 32 in K), AVX512-BF16 dot products (bf16, 12 x 32 register
+// tiles), picked at run time (GroupedGemmPath below).
+//
+// Bits: on every path but loop, a row's output depends only on that row and the weight (not
+// on the other rows, the group sizes or the thread count): K is always summed in the same
+// order. The paths' bits differ from each other (other summation orders). The weight
+// gradient sums a group's rows in row order, in any team. fp32 and bf16 both accumulate in
+// fp32; bf16 rounds nothing but its inputs (the bounds of tests/kernels/test_bf16.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/bf16.h"
+
+namespace mt {
+
+// out (total, OC) = per group g: inp_g (rows_g, C) @ weight[g]^T; weight[g] is (OC, C).
+void grouped_matmul_forward(float* out, const float* inp, const float* const* weight,
+                            const int32_t* offset, int groups, int C, int OC);
+
+// dinp (total, C) += per group: dout_g (rows_g, OC) @ weight[g] (OC, C); with accumulate
+// false, dinp = (overwritten, rows of empty groups excepted: they are not rows).
+void grouped_matmul_backward_input(float* dinp, const float* dout, const float* const* weight,
+                                   const int32_t* offset, int groups, int C, int OC,
+                                   bool accumulate = true);
+
+// dweight[g] (OC, C) += dout_g^T (OC, rows_g) @ inp_g (rows_g, C), for groups with rows.
+void grouped_matmul_backward_weight(float* const* dweight, const float* dout, const float* inp,
+                                    const int32_t* offset, int groups, int C, int OC);
+
+// The same with bf16 operands, fp32 accumulation and fp32 results (--precision bf16).
+void grouped_matmul_bf16_forward(float* out, const bf16* inp, const bf16* const* weight,
+                                 const int32_t* offset, int groups, int C, int OC);
+void grouped_matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* const* weight,
+                                        const int32_t* offset, int groups, int C, int OC,
+                                        bool accumulate = true);
+void grouped_matmul_bf16_backward_weight(float* const* dweight, const bf16* dout, const bf16* inp,
+                                         const int32_t* offset, int groups, int C, int OC);
+
+// How the grouped GEMMs run. Each precision picks the fastest path its CPU has at run time:
+//   amx          bf16: AMX tiles (grouped_gemm_amx.cpp)
+//   avx512_bf16  bf16: AVX512-BF16 dot products on zmm registers (grouped_gemm_avx512_bf16.cpp)
+//   avx512       fp32: AVX-512 FMA on zmm registers (grouped_gemm_fp32.cpp)
+//   loop         one matmul.h / matmul_bf16.h (oneDNN) call per group: fp32 without AVX-512,
+//                bf16 with AVX-512 but neither of the above; and the baseline of bench_experts
+//   portable     plain C++ loops (grouped_gemm_portable.cpp): any CPU, any build
+enum class GroupedGemmPath { portable, loop, avx512, avx512_bf16, amx };
+
+// Whether a precision's path can run on this CPU (and build): portable always; loop for
+// fp32 always, for bf16 where oneDNN runs bf16 matmuls; avx512 fp32 only; the others bf16.
+bool grouped_gemm_path_available(bool bf16, GroupedGemmPath path);
+// The path of each precision on this CPU by default, and now (ScopedGroupedGemmPath).
+GroupedGemmPath grouped_gemm_default_path(bool bf16);
+GroupedGemmPath grouped_gemm_path(bool bf16);
+// "portable", "avx512", "avx512-bf16", "amx", or "loop:" + the GEMM routine of
+// matmul_bf16_isa() / "loop:sgemm": the kernel a precision's calls run now.
+std::string grouped_gemm_isa(bool bf16);
+
+// Overrides one precision's path for the whole process while it lives (tests and benchmarks
+// compare the paths; training never sets it). A path not available is refused (MT_CHECK).
+class ScopedGroupedGemmPath {
+ public:
+  ScopedGroupedGemmPath(bool bf16, GroupedGemmPath path);
+  ~ScopedGroupedGemmPath();
+  ScopedGroupedGemmPath(const ScopedGroupedGemmPath&) = delete;
+  ScopedGroupedGemmPath& operator=(const ScopedGroupedGemmPath&) = delete;
+
+ private:
+  bool bf16_;
+  int saved_;
+};
+
+}  // namespace mt

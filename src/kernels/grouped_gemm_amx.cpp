@@ -1,0 +1,252 @@
+// The bf16 grouped GEMM on AMX tiles. A tile product (TDPBF16PS) adds a 16 x 32 bf16 A tile
+// times a 32 x 16 B tile (16 rows of bf16 pairs) into a 16 x 16 fp32 C tile. The 8 tile
+// registers hold a 32 x 32 block of C (4 tiles), two A tiles and two B tiles, so each step of
+// 32 in K is 4 loads for 4 products. An item (group, block of columns) packs its B columns
+// once as pair panels (grouped_gemm_pack.h), then every 32-row block of A runs against every
+// pair of panels over the whole K: C stays in tiles from the first step to the last, and A
+// (read in place when it is row-major with K a multiple of 32, else a zero-padded copy) is
+// the operand reused from L1 while B streams from L2. Edges (rows or columns short of a
+// tile) go through zero-padded stages, so tiles are always 16 x 64 bytes and the
+// configuration is loaded once per call and thread. K is summed in steps of 32 in order, so
+// a row's bits do not depend on the block it fell in.
+#include "kernels/grouped_gemm_kernels.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/grouped_gemm_pack.h"
+#include "kernels/grouped_gemm_prefetch.h"
+
+#define MT_AMX __attribute__((target("amx-tile,amx-bf16")))
+
+namespace mt::grouped {
+
+namespace {
+
+constexpr int kTile = 16;                        // rows of every tile; fp32 columns of a C tile
+constexpr int kStep = 32;                        // K per tile product: one 64-byte tile row of bf16
+constexpr int kBlock = 32;                       // rows and columns of a C block (2 x 2 tiles)
+constexpr size_t kPackBudget = size_t(1) << 20;  // bytes of packed B per thread
+constexpr int kPrefetchPerStep = 4;              // lines of the next item per step in K
+
+int round_up(int x, int m) {
+  return (x + m - 1) / m * m;
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Every tile 16 rows of 64 bytes. Not _tile_loadconfig: GCC 12 declares its operand as the
+// first 8 bytes of the configuration only, so the stores of the rest could be dropped as
+// dead (and were: the next tile instruction faulted); this asm reads the whole object.
+MT_AMX void configure_tiles() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = kTile, cfg.colsb[t] = 64;
+  asm volatile("ldtilecfg %0" ::"m"(cfg));
+}
+
+MT_AMX void release_tiles() {
+  _tile_release();
+}
+
+// C (16 TM, 16 TN) [+]= A (16 TM, 32 steps) @ B panels: tiles 0-3 C, 4-5 A, 6-7 B.
+// `panel` is the distance between two B panels; a panel's step s starts 256 words on.
+// Each step also requests up to kPrefetchPerStep lines of `pf` into L2 (Prefetcher).
+template <int TM, int TN>
+MT_AMX void block(float* c, size_t ldc, const bf16* a, size_t lda, const uint32_t* b, size_t panel,
+                  int steps, bool load_c, Piece pf) {
+  const size_t cs = ldc * sizeof(float), as = lda * sizeof(bf16);
+  float* c1 = c + kTile * ldc;
+  if (load_c) {
+    _tile_loadd(0, c, cs);
+    if constexpr (TN == 2) _tile_loadd(1, c + kTile, cs);
+    if constexpr (TM == 2) _tile_loadd(2, c1, cs);
+    if constexpr (TM == 2 && TN == 2) _tile_loadd(3, c1 + kTile, cs);
+  } else {
+    _tile_zero(0);
+    if constexpr (TN == 2) _tile_zero(1);
+    if constexpr (TM == 2) _tile_zero(2);
+    if constexpr (TM == 2 && TN == 2) _tile_zero(3);
+  }
+  const bf16* a1 = a + kTile * lda;
+  const uint32_t* b1 = b + panel;
+  for (int s = 0; s < steps; ++s) {
+    for (int l = s * kPrefetchPerStep; l < std::min(pf.lines, (s + 1) * kPrefetchPerStep); ++l)
+      __builtin_prefetch(pf.at + l * 64, 0, 2);
+    _tile_loadd(4, a + s * kStep, as);
+    if constexpr (TM == 2) _tile_loadd(5, a1 + s * kStep, as);
+    _tile_loadd(6, b + s * kTile * kTile, 64);
+    if constexpr (TN == 2) _tile_loadd(7, b1 + s * kTile * kTile, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (TN == 2) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (TM == 2) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (TM == 2 && TN == 2) _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, cs);
+  if constexpr (TN == 2) _tile_stored(1, c + kTile, cs);
+  if constexpr (TM == 2) _tile_stored(2, c1, cs);
+  if constexpr (TM == 2 && TN == 2) _tile_stored(3, c1 + kTile, cs);
+}
+
+using BlockFn = void (*)(float*, size_t, const bf16*, size_t, const uint32_t*, size_t, int, bool,
+                         Piece);
+constexpr BlockFn kBlocks[2][2] = {{&block<1, 1>, &block<1, 2>}, {&block<2, 1>, &block<2, 2>}};
+
+struct Scratch {
+  Prefetcher prefetch;       // the next item's operands
+  std::vector<uint32_t> b;   // B's pair panels for the item's columns
+  std::vector<bf16> a;       // A zero-padded to whole tiles, when it cannot be read in place
+  int a_group = -1;          // the group whose A `a` holds in this call (-1: none)
+  std::vector<bf16> a_rows;  // a short last row block of an in-place A
+  std::vector<float> c = std::vector<float>(kBlock * kBlock);  // a C block short of tiles
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// The block of C at rows [0, rows) and columns [0, cols) of c, tm x tn tiles; a block
+// short of its tiles is computed in the stage and copied back.
+void run_block(int tm, int tn, float* c, size_t ldc, int rows, int cols, const bf16* a, size_t lda,
+               const uint32_t* b, size_t panel, int steps, bool load_c, float* stage, Piece pf) {
+  const BlockFn fn = kBlocks[tm - 1][tn - 1];
+  if (rows == tm * kTile && cols == tn * kTile)
+    return fn(c, ldc, a, lda, b, panel, steps, load_c, pf);
+  std::fill(stage, stage + kBlock * kBlock, 0.0f);
+  if (load_c)
+    for (int i = 0; i < rows; ++i) std::memcpy(stage + i * kBlock, c + i * ldc, cols * 4);
+  fn(stage, kBlock, a, lda, b, panel, steps, load_c, pf);
+  for (int i = 0; i < rows; ++i) std::memcpy(c + i * ldc, stage + i * kBlock, cols * 4);
+}
+
+// A as whole tiles: rows padded to kBlock and K to kp, from A^T or from a row-major A
+// whose K is not a multiple of kStep.
+const bf16* padded_a(const Operands<bf16>& o, int kp, std::vector<bf16>& buf) {
+  const int rows = round_up(o.M, kBlock);
+  buf.resize(size_t(rows) * kp);
+  if (o.a_trans) {
+    transpose_bf16_padded(buf.data(), kp, o.a, o.lda, o.K, o.M);
+  } else {
+    for (int i = 0; i < o.M; ++i) {
+      std::memcpy(buf.data() + size_t(i) * kp, o.a + i * o.lda, size_t(o.K) * sizeof(bf16));
+      std::memset(buf.data() + size_t(i) * kp + o.K, 0, size_t(kp - o.K) * sizeof(bf16));
+    }
+  }
+  std::memset(buf.data() + size_t(o.M) * kp, 0, size_t(rows - o.M) * kp * sizeof(bf16));
+  return buf.data();
+}
+
+// The next item's memory, spread over this item's `steps` block calls.
+void start_prefetch(const Problem<bf16>& p, const Item& next, int64_t steps, Prefetcher& pf) {
+  pf.stop();
+  if (next.g < 0) return;
+  const Operands<bf16> o = operands(p, next.g);
+  if (o.M > 0 && o.K > 0) pf.start(b_region(o, next), a_region(o), steps);
+}
+
+// Requests the C block after (i, q) into L2 (for writing) while (i, q) computes. With the
+// accumulating products (backward_weight: K is a group's rows, often a few dozen) a block
+// is only a few tile steps, and its C tiles, read from memory, would stall each block.
+void prefetch_c(const Operands<bf16>& o, const Item& it, int i, int q, int panels) {
+  if (q >= panels) i += kBlock, q = 0;
+  if (i >= o.M) return;
+  const float* c = o.c + i * o.ldc + it.n0 + q * kTile;
+  const int cols = std::min(it.n1 - it.n0 - q * kTile, kBlock);
+  for (int r = 0; r < std::min(kBlock, o.M - i); ++r)
+    for (int col = 0; col < cols; col += 16) __builtin_prefetch(c + r * o.ldc + col, 1, 2);
+}
+
+void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch& s) {
+  const Operands<bf16> o = operands(p, it.g);
+  const int n0 = it.n0, n1 = it.n1;
+  if (o.M == 0) return;
+  if (o.K == 0) {  // an empty sum: C is zero, or unchanged when accumulating
+    if (!o.accumulate)
+      for (int i = 0; i < o.M; ++i) std::memset(o.c + i * o.ldc + n0, 0, size_t(n1 - n0) * 4);
+    return;
+  }
+  const int kp = round_up(o.K, kStep), steps = kp / kStep;
+  const int panels = (n1 - n0 + kTile - 1) / kTile;
+  const size_t panel = size_t(kp / 2) * kTile;
+  start_prefetch(p, next, int64_t((o.M + kBlock - 1) / kBlock) * ((panels + 1) / 2), s.prefetch);
+  s.b.resize(panel * panels);
+  pack_pairs_bf16(s.b.data(), o.b, o.ldb, o.b_trans, o.K, kp / 2, n0, n1);
+  const bool in_place = !o.a_trans && o.K == kp;
+  // A group split into column blocks is one item per block, mostly run one after the
+  // other by one thread: its padded A (a whole transpose in backward_weight, megabytes for
+  // a group of thousands of rows) is made once for all of them.
+  if (!in_place && s.a_group != it.g) padded_a(o, kp, s.a), s.a_group = it.g;
+  const bf16* a = in_place ? o.a : s.a.data();
+  const size_t lda = in_place ? o.lda : size_t(kp);
+  for (int i = 0; i < o.M; i += kBlock) {
+    const int rows = std::min(kBlock, o.M - i), tm = rows > kTile ? 2 : 1;
+    const bf16* ai = a + i * lda;
+    size_t ldai = lda;
+    if (in_place && rows < tm * kTile) {  // tile loads would read past the group's rows
+      s.a_rows.assign(size_t(tm) * kTile * kp, 0);
+      for (int r = 0; r < rows; ++r)
+        std::memcpy(s.a_rows.data() + size_t(r) * kp, ai + r * lda, size_t(kp) * sizeof(bf16));
+      ai = s.a_rows.data(), ldai = kp;
+    }
+    for (int q = 0; q < panels; q += 2) {
+      const int tn = q + 1 < panels ? 2 : 1, n = n0 + q * kTile;
+      if (o.accumulate) prefetch_c(o, it, i, q + 2, panels);
+      run_block(tm, tn, o.c + i * o.ldc + n, o.ldc, rows, std::min(n1 - n, tn * kTile), ai, ldai,
+                s.b.data() + q * panel, panel, steps, o.accumulate, s.c.data(),
+                s.prefetch.take(steps * kPrefetchPerStep));
+    }
+  }
+}
+
+}  // namespace
+
+bool amx_available() {
+  static const bool available = [] {
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
+    // Linux hands out the 8 KB tile state only to a process that asks (ARCH_REQ_XCOMP_PERM
+    // for XFEATURE_XTILEDATA); without it the first tile instruction faults.
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtileData) == 0;
+  }();
+  return available;
+}
+
+void run_amx(const Problem<bf16>& p) {
+  const int N = p.N();
+  const Work w = split_work(p.offset, p.groups, N, round_up(largest_k(p), kStep), kTile,
+                            sizeof(bf16), kPackBudget, omp_get_max_threads());
+  for_each_item(
+      w,
+      [] {
+        configure_tiles();
+        scratch().a_group = -1;  // another call: other data, whatever the groups
+      },
+      [&](const Item& it, const Item& next) { run_item(p, it, next, scratch()); },
+      [] { release_tiles(); });
+}
+
+}  // namespace mt::grouped
+
+#else  // no AVX-512 in this build: no AMX path either
+
+namespace mt::grouped {
+bool amx_available() {
+  return false;
+}
+void run_amx(const Problem<bf16>& p) {
+  run_loop(p);
+}
+}  // namespace mt::grouped
+
+#endif

@@ -1,0 +1,8 @@
+# Grouped-expert benchmark (bench/bench_experts.cpp): 64 small SwiGLU experts at top-8 against
+# one dense MLP of the same active FLOPs, grouped GEMMs against a loop of per-expert calls.
+# The --quick run registered here only checks that every variant runs at small shapes, never
+# how fast.
+add_executable(bench_experts ${CMAKE_SOURCE_DIR}/bench/bench_experts.cpp)
+target_link_libraries(bench_experts PRIVATE mt_kernels)
+add_test(NAME bench_experts_quick COMMAND bench_experts --quick)
+set_tests_properties(bench_experts_quick PROPERTIES TIMEOUT 120 LABELS bench)

@@ -1,0 +1,102 @@
+// The rules of --cp (train/validate_context_parallel.h): a llama layout with cp composed
+// with dp (ZeRO 0-3), tp (+sp), recomputation and bf16 passes; a sequence that is not 2cp
+// chunks and every composition not built yet is one UsageError naming it.
+#include "train/validate_options.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace mt {
+namespace {
+
+std::string usage_error(const TrainOptions& o) {
+  try {
+    validate_train_options(o);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TrainOptions llama_cp(int cp) {
+  TrainOptions o;
+  o.model.arch = Arch::llama;
+  o.model.heads = 4;
+  o.model.kv_heads = 2;
+  o.model.seq = 64;
+  o.parallel.cp = cp;
+  return o;
+}
+
+TEST(ValidateContextParallel, ComposesWithDpTpSpAndRecomputation) {
+  for (int cp : {1, 2, 4, 8}) EXPECT_EQ(usage_error(llama_cp(cp)), "") << cp;
+  TrainOptions o = llama_cp(2);
+  o.parallel.cp_comm = "allgather";
+  o.parallel.dp = 2;
+  o.parallel.zero = 3;
+  o.parallel.tp = 2;
+  o.parallel.sequence_parallel = true;
+  o.optim.recompute = "full";
+  EXPECT_EQ(usage_error(o), "");
+  EXPECT_EQ(o.parallel.world(), 8);
+}
+
+TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
+  struct Case {
+    std::function<void(TrainOptions&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](TrainOptions& o) { o.parallel.cp = 0; }, "--cp must be >= 1"},
+      {[](TrainOptions& o) { o.parallel.cp_comm = "p2p"; }, "--cp-comm must be ring or allgather"},
+      {[](TrainOptions& o) { o.model.seq = 62; }, "--seq 62 must be divisible by 2 x --cp = 4"},
+      {[](TrainOptions& o) {
+         o.model.arch = Arch::gpt2;
+         o.model.kv_heads = 0;
+       },
+       "--cp 2 needs --arch llama"},
+      {[](TrainOptions& o) { o.parallel.pp = 2; }, "--cp 2 with --pp 2 is not built yet"},
+      {[](TrainOptions& o) {
+         o.engine.backend = "mpi";
+         o.engine.ranks_per_process = 2;
+       },
+       "--cp 2 with --ranks-per-process 2 (the hybrid world) is not built yet"},
+      {[](TrainOptions& o) { o.parallel.dp_sync = "local:2"; },
+       "--cp 2 with --dp-sync local:2 is not built yet"},
+      {[](TrainOptions& o) {
+         o.io.save = "ck";
+         o.io.checkpoint_format = "sharded";
+       },
+       "--cp 2 with --checkpoint-format sharded is not built yet"},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o = llama_cp(2);
+    c.edit(o);
+    const std::string e = usage_error(o);
+    EXPECT_NE(e.find(c.message), std::string::npos) << "got: " << e << "\nwant: " << c.message;
+  }
+  TrainOptions one = llama_cp(1);
+  one.parallel.cp_comm = "allgather";
+  EXPECT_NE(usage_error(one).find("--cp-comm has no effect without --cp > 1"), std::string::npos);
+}
+
+TEST(ValidateContextParallel, SequenceParallelCountsTheRowsOfTheShard) {
+  TrainOptions o = llama_cp(4);  // 64 / 4 = 16 rows per sequence, batch 8: 128 rows
+  o.optim.batch = 1;
+  o.parallel.tp = 2;
+  o.parallel.sequence_parallel = true;
+  EXPECT_EQ(usage_error(o), "");
+  o.model.seq = 8;  // 8 / 4 = 2 rows: still even
+  EXPECT_EQ(usage_error(o), "");
+  o.parallel.tp = 4;
+  o.model.kv_heads = 4;
+  EXPECT_NE(usage_error(o).find("/ cp) divisible by --tp 4"), std::string::npos) << usage_error(o);
+}
+
+}  // namespace
+}  // namespace mt
