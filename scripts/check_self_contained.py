@@ -6,7 +6,7 @@
 
 The contracts and the architecture live in docs/ (docs/contracts.md, docs/architecture.md);
 a fresh clone has nothing beside the repository, so a reference to a sibling folder
-(../shared/), to an absolute path of the machine the project started on, or to the
+(a sibling folder of the checkout), to an absolute path of the machine the project started on, or to the
 upper-case names of the documents the repository used to borrow leads nowhere. Every text
 file under the folders below (and the top-level files named) is read; this script is not.
 --self-test plants such a reference in a scratch tree and fails unless the check finds it.
@@ -61,7 +61,7 @@ def self_test():
             f.write("// fine: docs/contracts.md section 1\n")
         clean, read = problems_in(repo)
         with open(os.path.join(repo, "src", "core", "b.h"), "w", encoding="utf-8") as f:
-            f.write("// see " + "../" + "shared/" + "CONTRACTS.md\n")
+            f.write("// see " + "../" + "sh" + "ared/" + "CONTRACTS.md\n")
         planted, _ = problems_in(repo)
     ok = read == 1 and not clean and len(planted) == 1 and planted[0].startswith("src/core/b.h:1:")
     print(f"self-test: clean tree {clean or 'ok'}, planted reference {planted}: "
