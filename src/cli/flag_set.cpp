@@ -190,6 +190,17 @@ template void FlagSet::add<uint64_t>(const char*, const char*, uint64_t*, std::s
 template void FlagSet::add<double>(const char*, const char*, double*, std::string, FlagRange);
 template void FlagSet::add<float>(const char*, const char*, float*, std::string, FlagRange);
 
+CLI::Option* add_checked_uint(CLI::App& app, const std::string& flag, uint64_t* target,
+                              const std::string& help, FlagRange range) {
+  CLI::Option* o = app.add_option_function<std::string>(
+      flag,
+      [flag, target, range](const std::string& text) {
+        *target = parse_integer<uint64_t>(text, flag, range);
+      },
+      help);
+  return o->default_str(std::to_string(*target))->type_name("UINT");
+}
+
 void FlagSet::add_bool(const char* section, const char* name, bool* target, std::string help) {
   Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
   const std::string flag = std::string("--") + name;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +30,15 @@ struct FlagRange {
   std::string describe(bool integer) const;
   bool contains(long double v) const { return (min_exclusive ? v > min : v >= min) && v <= max; }
 };
+
+// The seed flags' range: a TOML integer is an int64 (train's --print-config writes it back).
+inline constexpr FlagRange kSeedRange{0, static_cast<long double>(INT64_MAX)};
+
+// An unsigned integer option of a command without a FlagSet (prepare, sample), read as text
+// and checked as FlagSet's integers are: "-1" and a 21-digit number are UsageErrors naming
+// the flag, where CLI11 wrapped or saturated them into a valid-looking value.
+CLI::Option* add_checked_uint(CLI::App& app, const std::string& flag, uint64_t* target,
+                              const std::string& help, FlagRange range);
 
 class FlagSet {
  public:

@@ -156,6 +156,10 @@ plan::PlanRequest make_request(PlanArgs& a) {
   r.sequence_parallel = given(a.sp_o, a.sp);
   r.recompute = given(a.rc_o, a.recompute);
   r.schedule = given(a.sched_o, a.schedule);
+  // The planner's time and memory models do not know the V yet (docs/pipeline.md, DualPipe-V).
+  MT_REQUIRE(r.schedule != "dualpipev",
+             "meshtrain plan does not predict --schedule dualpipev yet; 'meshtrain schedule "
+             "--schedule dualpipev' simulates it");
   r.precision = given(a.prec_o, a.precision);
   r.cp = given(a.cp_o, a.cp);
   r.cp_comm = given(a.cp_comm_o, a.cp_comm);

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/flag_set.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "data/prepare.h"
@@ -99,7 +100,7 @@ CommandRunner add_prepare_command(CLI::App& app) {
   cmd->add_option("--val-fraction", o.val_fraction,
                   "share of documents for validation (0: no validation split)")
       ->capture_default_str();
-  cmd->add_option("--seed", o.seed, "seed of the train/validation split")->capture_default_str();
+  add_checked_uint(*cmd, "--seed", &o.seed, "seed of the train/validation split", kSeedRange);
   cmd->add_option("--shard-tokens", o.shard_tokens, "tokens per shard at most")
       ->capture_default_str();
   cmd->add_option("--tokenizer-sample-mb", o.tokenizer_sample_mb,

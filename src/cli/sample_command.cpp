@@ -6,6 +6,7 @@
 #include <span>
 
 #include "cli/commands.h"
+#include "cli/flag_set.h"
 #include "core/error.h"
 #include "core/file_checks.h"
 #include "core/threads.h"
@@ -59,6 +60,10 @@ std::unique_ptr<Tokenizer> sample_tokenizer(const SampleArgs& a, const std::stri
     MT_REQUIRE(record, weights,
                " records no tokenizer; --tokenizer can only stand in for a "
                "recorded one");
+    // The byte tokenizer has no file: a --tokenizer was ignored, even one that did not exist.
+    MT_REQUIRE(record->kind != "byte", "--tokenizer ", a.tokenizer, " would be ignored: ", weights,
+               " was trained with the byte tokenizer (256 ids, one per byte), which has no model "
+               "file; drop --tokenizer");
     const TokenizerRecord given = record_tokenizer_file(record->kind, a.tokenizer, "--tokenizer");
     MT_REQUIRE(same_tokenizer(given, *record), "--tokenizer ", a.tokenizer, " is not the one ",
                weights, " was trained with (", record->describe(), "): its CRC-32C differs");
@@ -139,7 +144,7 @@ CommandRunner add_sample_command(CLI::App& app) {
   cmd->add_option("--topk", a->experts_topk,
                   "experts per token of a mixture-of-experts model (0 = from the file)")
       ->capture_default_str();
-  cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
+  add_checked_uint(*cmd, "--seed", &a->seed, "sampling seed", kSeedRange);
   cmd->add_option("--tokenizer", a->tokenizer,
                   "the tokenizer .model file, when the one the weights record has moved (or a "
                   "Hugging Face directory has none)");

@@ -45,6 +45,12 @@ void check_tokenizer_options(const PrepareOptions& o) {
     MT_REQUIRE(o.vocab_size >= 260, "--vocab-size ", o.vocab_size,
                " is too small: SentencePiece with byte fallback needs 259 pieces for the "
                "specials and bytes, plus pieces of its own");
+    // SentencePiece's trainer spends time linear in the size asked for, whatever the text:
+    // 2^31-1 took minutes on a 4 KB corpus. 2^22 is 16 times the largest tokenizers in use.
+    constexpr int kMaxTrainedVocab = 1 << 22;
+    MT_REQUIRE(o.vocab_size <= kMaxTrainedVocab, "--vocab-size ", o.vocab_size,
+               " is too large: a tokenizer prepare trains has at most ", kMaxTrainedVocab,
+               " pieces");
   } else if (o.tokenizer != "byte") {
     struct stat st {};
     MT_REQUIRE(::stat(o.tokenizer.c_str(), &st) == 0 || (errno != ENOENT && errno != ENOTDIR),

@@ -36,7 +36,10 @@ RankFootprint DryModel::rank(const std::vector<ChunkSpec>& chunks) {
   const uint64_t* bf16 = shape_.precision == Precision::bf16 ? &bf16_version_ : nullptr;
   ParamTable table;
   RankFootprint r;
-  for (const ChunkSpec& spec : chunks) {
+  // The units GPT builds: stage 0 of a V shares one edge unit between its two chunks.
+  std::vector<ChunkSpec> specs = chunks;
+  share_tied_edge(cfg_, specs);
+  for (const ChunkSpec& spec : specs) {
     const ModelChunk chunk(cfg_, spec, tp, shape_.max_b, table, ep, shape_.recompute, bf16,
                            &stand_ins_);
     r.chunks.push_back(chunk.footprint());

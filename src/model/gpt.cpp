@@ -10,7 +10,10 @@ GPT::GPT(const ModelConfig& cfg, const std::vector<ChunkSpec>& chunks,
     : cfg_(cfg), precision_(precision) {
   cfg.validate();
   const uint64_t* bf16_version = precision == Precision::bf16 ? weights_version_.get() : nullptr;
-  for (const ChunkSpec& spec : chunks)
+  // A tied head in a later chunk than the embedding's: one edge unit for both (gpt.h).
+  std::vector<ChunkSpec> specs = chunks;
+  edge_chunk_ = share_tied_edge(cfg, specs);
+  for (const ChunkSpec& spec : specs)
     chunks_.push_back(std::make_unique<ModelChunk>(cfg, spec, tp, max_b, table_, ep, recompute,
                                                    bf16_version, nullptr, cp));
   params_.resize(table_.total());

@@ -28,6 +28,10 @@ class GPT {
   Arena& grads() { return grads_; }
   ModelChunk& chunk(int i) { return *chunks_[i]; }
   int num_chunks() const { return int(chunks_.size()); }
+  // The chunk whose edge unit (ChunkHooks: unit 0) holds chunk c's edge tensors: c itself,
+  // except for a tied head in a later chunk than this rank's embedding (DualPipeV's stage
+  // 0), whose tensors are the embedding chunk's (ChunkSpec::edge_holds_head).
+  int edge_chunk(int c) const { return edge_chunk_[size_t(c)]; }
   // Every mixture-of-experts layer this rank holds, in layer order.
   std::vector<MoeLayer*> moe_layers();
 
@@ -63,6 +67,7 @@ class GPT {
   std::unique_ptr<uint64_t> weights_version_ = std::make_unique<uint64_t>(0);
   ParamTable table_;
   std::vector<std::unique_ptr<ModelChunk>> chunks_;
+  std::vector<int> edge_chunk_;
   Arena params_, grads_;
 };
 

@@ -8,6 +8,19 @@
 
 namespace mt {
 
+Norm register_final_norm(const ModelConfig& cfg, const TensorParallelShard& tp, ParamTable& table) {
+  // Under sequence parallelism the final norm sees only this rank's rows: partial gradients.
+  const bool sp = tp.size > 1 && tp.sequence_parallel;
+  if (cfg.llama()) return Norm(NormKind::rmsnorm, "model.norm", cfg.dim, cfg.norm_eps, sp, table);
+  return Norm(NormKind::layernorm, "transformer.ln_f", cfg.dim, 1e-5f, sp, table);
+}
+
+void register_head_params(const ModelConfig& cfg, const TensorParallelShard& tp,
+                          ParamTable& table) {
+  register_head_matrix(cfg, tp, table);
+  register_final_norm(cfg, tp, table);
+}
+
 LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b, ParamTable& table,
                SlotLayout& layout, const uint64_t* bf16_version)
     : C_(cfg.dim),
@@ -18,11 +31,7 @@ LMHead::LMHead(const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
       shard_(tp::vocab_shard(cfg.vocab, tp.size, tp.rank)),
       head_(tp, cfg.dim, shard_.rows) {
   wte_info_ = &register_head_matrix(cfg, tp, table);
-  // Under sequence parallelism the final norm sees only this rank's rows: partial gradients.
-  if (cfg.llama())
-    norm_ = Norm(NormKind::rmsnorm, "model.norm", C_, cfg.norm_eps, sp_, table);
-  else
-    norm_ = Norm(NormKind::layernorm, "transformer.ln_f", C_, 1e-5f, sp_, table);
+  norm_ = register_final_norm(cfg, tp, table);
   if (bf16_) head_.enable_bf16(bf16_version);
   // ln_f's output is read only by the head's GEMMs: bf16 under --precision bf16.
   auto gemm_only = [&](size_t count) { return reserve_gemm_operand(layout, count, bf16_); };

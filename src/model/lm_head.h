@@ -26,6 +26,13 @@
 
 namespace mt {
 
+// The final norm's tensors, registered (or found, when registered already).
+Norm register_final_norm(const ModelConfig& cfg, const TensorParallelShard& tp, ParamTable& table);
+// Every tensor the head uses, registered ahead of the head itself, which then finds them:
+// a rank holding the embedding and the tied head in different chunks (DualPipeV's stage 0)
+// keeps them all in the embedding chunk's edge unit (model_chunk.h, ChunkSpec::edge_holds_head).
+void register_head_params(const ModelConfig& cfg, const TensorParallelShard& tp, ParamTable& table);
+
 class LMHead {
  public:
   // Registers the final norm; uses the token table when tied (registers it when the

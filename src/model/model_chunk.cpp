@@ -17,6 +17,20 @@ std::pair<size_t, size_t> range_since(const ParamTable& table, size_t first) {
 
 }  // namespace
 
+std::vector<int> share_tied_edge(const ModelConfig& cfg, std::vector<ChunkSpec>& specs) {
+  std::vector<int> edge(specs.size());
+  int embedding = -1;
+  for (size_t c = 0; c < specs.size(); ++c) {
+    edge[c] = int(c);
+    if (specs[c].has_embedding) embedding = int(c);
+    if (specs[c].has_head && !specs[c].has_embedding && embedding >= 0 && cfg.tied()) {
+      specs[size_t(embedding)].edge_holds_head = true;
+      edge[c] = embedding;
+    }
+  }
+  return edge;
+}
+
 ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TensorParallelShard& tp,
                        int max_b, ParamTable& table, const ExpertParallelShard& ep,
                        Recompute recompute, const uint64_t* bf16_version, BlockStandIns* dry,
@@ -49,6 +63,8 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   if (spec_.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg_, tp, table);
   if (spec_.has_head)
     head_ = std::make_unique<LMHead>(cfg_, tp, max_b, table, layout, bf16_version);
+  else if (spec_.edge_holds_head)
+    register_head_params(cfg_, tp, table);
   unit_range_.push_back(range_since(table, first));
   units_.push_back(unit_size_since(table, first));
   // The MoE layers learn the bf16 weight version (and a dry run) through the shard the

@@ -71,7 +71,18 @@ class ChunkHooks {
 struct ChunkSpec {
   int first_layer = 0, last_layer = 0;  // blocks [first, last)
   bool has_embedding = false, has_head = false;
+  // Set by GPT on the embedding's chunk when a later chunk of the same rank holds the head
+  // tied to it: the head's tensors (ln_f, and the tied wte) are then registered in this
+  // chunk's edge unit, so that the unit holding wte holds everything the head binds, and
+  // the head's own chunk has an empty edge unit (GPT::edge_chunk).
+  bool edge_holds_head = false;
 };
+
+// Sets edge_holds_head where a rank's chunks hold the embedding and, in a later chunk, the
+// head tied to it, and returns per chunk the chunk whose edge unit holds its edge tensors
+// (itself, or the embedding's chunk for that head): GPT and the dry run (dry_model.h)
+// build the same units from it.
+std::vector<int> share_tied_edge(const ModelConfig& cfg, std::vector<ChunkSpec>& specs);
 
 // What a chunk holds, as its constructor sized it.
 struct ChunkFootprint {

@@ -1,18 +1,32 @@
 #include "model/norm.h"
 
+#include "core/error.h"
+
 namespace mt {
+
+namespace {
+
+// A tensor registered already (register_final_norm, lm_head.h) is shared, not added again.
+const ParamInfo* add_once(ParamTable& table, const std::string& name, int C, InitKind init,
+                          bool partial_grad) {
+  if (const ParamInfo* p = table.find(name)) {
+    MT_CHECK(p->numel == size_t(C) && p->tp_partial_grad == partial_grad, "norm tensor ", name,
+             " registered with another shape");
+    return p;
+  }
+  ParamInfo& p = table.add(name, {C}, init);
+  p.tp_partial_grad = partial_grad;
+  return &p;
+}
+
+}  // namespace
 
 Norm::Norm(NormKind kind, const std::string& prefix, int C, float eps, bool partial_grad,
            ParamTable& table)
     : kind_(kind), C_(C), eps_(eps) {
-  ParamInfo& w = table.add(prefix + ".weight", {C}, InitKind::ones);
-  w.tp_partial_grad = partial_grad;
-  w_info_ = &w;
-  if (kind == NormKind::layernorm) {
-    ParamInfo& b = table.add(prefix + ".bias", {C}, InitKind::zeros);
-    b.tp_partial_grad = partial_grad;
-    b_info_ = &b;
-  }
+  w_info_ = add_once(table, prefix + ".weight", C, InitKind::ones, partial_grad);
+  if (kind == NormKind::layernorm)
+    b_info_ = add_once(table, prefix + ".bias", C, InitKind::zeros, partial_grad);
 }
 
 void Norm::reserve(SlotLayout& layout, size_t rows) {

@@ -21,6 +21,8 @@ enum class NormKind { layernorm, rmsnorm };
 class Norm {
  public:
   Norm() = default;
+  // Registers prefix.weight (and .bias for LayerNorm), or uses them if the table already
+  // holds them (registered ahead by register_final_norm, lm_head.h).
   Norm(NormKind kind, const std::string& prefix, int C, float eps, bool partial_grad,
        ParamTable& table);
   // The statistics of up to `rows` rows in each slot.

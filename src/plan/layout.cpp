@@ -40,6 +40,9 @@ void validate_request(const PlanRequest& r) {
   with_engine_vocab(r).validate();
   MT_REQUIRE(r.model.dim <= INT32_MAX / 4, "--dim must be at most ", INT32_MAX / 4,
              " (the MLP's width, 4 x --dim, is an int; got ", r.model.dim, ")");
+  // train's range: beyond it the search's per-expert tables took minutes, or all memory.
+  MT_REQUIRE(r.model.experts <= limits::kMaxExperts, "--experts must be in 0..",
+             limits::kMaxExperts, " (got ", r.model.experts, ")");
   MT_REQUIRE(r.batch >= 1, "--batch must be >= 1 (got ", r.batch, ")");
   MT_REQUIRE(r.devices >= 1, r.hardware.local ? "--ranks" : "--gpus", " must be >= 1 (got ",
              r.devices, ")");

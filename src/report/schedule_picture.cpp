@@ -5,10 +5,10 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "report/svg_chart.h"
 #include "schedule/schedule.h"
 #include "schedule/schedule_render.h"
 #include "schedule/schedule_simulator.h"
-#include "report/svg_chart.h"
 
 namespace mt {
 
@@ -45,10 +45,12 @@ Layout layout_of(const nlohmann::json& l) {
 // interleaved schedule, and at least min(m, pp) so the warm-up still fills; 0 when even
 // that is over the limit.
 int64_t drawn_microbatches(const Layout& l) {
-  const int64_t per_microbatch = l.pp * l.virtual_stages;
+  const int64_t per_microbatch = l.pp * chunks_per_stage(l.schedule, int(l.virtual_stages));
   int64_t m = std::min(l.microbatches, kMaxScheduleCells / per_microbatch);
   if (l.schedule == "interleaved") m -= m % l.pp;
-  return m >= std::min(l.microbatches, l.pp) && m >= 1 ? m : 0;
+  // dualpipev fills both chunks of every stage first: 2 pp microbatches at least.
+  const int64_t least = l.schedule == "dualpipev" ? 2 * l.pp : std::min(l.microbatches, l.pp);
+  return m >= least && m >= 1 ? m : 0;
 }
 
 std::string render(const Layout& l, int64_t m, size_t index) {

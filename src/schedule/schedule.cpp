@@ -14,6 +14,8 @@ const char* action_kind_name(ActionKind k) {
       return "B";
     case ActionKind::W:
       return "W";
+    case ActionKind::FB:
+      return "FB";
     case ActionKind::SEND_ACT:
       return "SEND_ACT";
     case ActionKind::RECV_ACT:
@@ -27,6 +29,8 @@ const char* action_kind_name(ActionKind k) {
 }
 
 std::string to_string(const Action& a) {
+  if (a.kind == ActionKind::FB)
+    return str(to_string(forward_half(a)), "&", to_string(backward_half(a)));
   if (is_compute(a.kind)) {
     std::string s = str(action_kind_name(a.kind), a.microbatch);
     return a.chunk == 0 ? s : str(s, ".", a.chunk);
@@ -53,46 +57,64 @@ MessageKey message_key(const Schedule& s, int stage, const Action& a) {
 }
 
 ScheduleBuilder::ScheduleBuilder(std::string name, int stages, int microbatches, int chunks,
-                                 bool split) {
+                                 bool split, ChunkPlacement placement) {
   MT_REQUIRE(stages >= 1, "--pp must be >= 1 (got ", stages, ")");
   MT_REQUIRE(microbatches >= 1, "--microbatches must be >= 1 (got ", microbatches, ")");
   MT_REQUIRE(chunks >= 1, "--virtual-stages must be >= 1 (got ", chunks, ")");
+  MT_CHECK(placement != ChunkPlacement::v_shape || chunks == 2, "a V holds 2 chunks per stage");
   s_.name = std::move(name);
   s_.stages = stages;
   s_.microbatches = microbatches;
   s_.chunks = chunks;
   s_.split_backward = split;
+  s_.placement = placement;
   s_.actions.resize(stages);
 }
 
+// An F's input comes from model chunk k-1, a B's from k+1; nothing crosses within a stage.
+void ScheduleBuilder::receive_input(int stage, ActionKind compute, int mb, int chunk) {
+  const bool forward = compute == ActionKind::F;
+  const int from = s_.model_chunk(stage, chunk) + (forward ? -1 : 1);
+  if (from < 0 || from >= s_.model_chunks() || s_.stage_of(from) == stage) return;
+  s_.actions[stage].push_back(
+      {forward ? ActionKind::RECV_ACT : ActionKind::RECV_GRAD, mb, chunk, s_.stage_of(from)});
+}
+
+void ScheduleBuilder::send_output(int stage, ActionKind compute, int mb, int chunk) {
+  const bool forward = compute == ActionKind::F;
+  const int to = s_.model_chunk(stage, chunk) + (forward ? 1 : -1);
+  if (to < 0 || to >= s_.model_chunks() || s_.stage_of(to) == stage) return;
+  s_.actions[stage].push_back(
+      {forward ? ActionKind::SEND_ACT : ActionKind::SEND_GRAD, mb, chunk, s_.stage_of(to)});
+}
+
 void ScheduleBuilder::forward(int stage, int mb, int chunk) {
-  const int k = s_.model_chunk(stage, chunk);
-  auto& list = s_.actions[stage];
-  const int prev = s_.stage_of(k - 1 + s_.model_chunks());
-  if (k > 0 && prev != stage) list.push_back({ActionKind::RECV_ACT, mb, chunk, prev});
-  list.push_back({ActionKind::F, mb, chunk, -1});
-  const int next = s_.stage_of(k + 1);
-  if (k + 1 < s_.model_chunks() && next != stage)
-    list.push_back({ActionKind::SEND_ACT, mb, chunk, next});
+  receive_input(stage, ActionKind::F, mb, chunk);
+  s_.actions[stage].push_back({ActionKind::F, mb, chunk, -1});
+  send_output(stage, ActionKind::F, mb, chunk);
 }
 
 void ScheduleBuilder::backward(int stage, int mb, int chunk) {
-  const int k = s_.model_chunk(stage, chunk);
-  auto& list = s_.actions[stage];
-  const int next = s_.stage_of(k + 1);
-  if (k + 1 < s_.model_chunks() && next != stage)
-    list.push_back({ActionKind::RECV_GRAD, mb, chunk, next});
-  list.push_back({ActionKind::B, mb, chunk, -1});
-  const int prev = s_.stage_of(k - 1 + s_.model_chunks());
-  if (k > 0 && prev != stage) list.push_back({ActionKind::SEND_GRAD, mb, chunk, prev});
+  receive_input(stage, ActionKind::B, mb, chunk);
+  s_.actions[stage].push_back({ActionKind::B, mb, chunk, -1});
+  send_output(stage, ActionKind::B, mb, chunk);
 }
 
 void ScheduleBuilder::weight(int stage, int mb, int chunk) {
   s_.actions[stage].push_back({ActionKind::W, mb, chunk, -1});
 }
 
+void ScheduleBuilder::forward_backward(int stage, int f_mb, int f_chunk, int b_mb, int b_chunk) {
+  receive_input(stage, ActionKind::F, f_mb, f_chunk);
+  receive_input(stage, ActionKind::B, b_mb, b_chunk);
+  s_.actions[stage].push_back({ActionKind::FB, f_mb, f_chunk, -1, b_mb, b_chunk});
+  send_output(stage, ActionKind::F, f_mb, f_chunk);
+  send_output(stage, ActionKind::B, b_mb, b_chunk);
+}
+
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1",
+                                                 "dualpipev"};
   return names;
 }
 
@@ -115,7 +137,15 @@ void check_schedule_args(const std::string& name, int stages, int microbatches,
   check_schedule_name(name);
   MT_REQUIRE(stages >= 1, "--pp must be >= 1 (got ", stages, ")");
   MT_REQUIRE(microbatches >= 1, "--microbatches must be >= 1 (got ", microbatches, ")");
-  if (name == "interleaved") {
+  if (name == "dualpipev") {
+    MT_REQUIRE(virtual_stages == 1 || virtual_stages == 2,
+               "--schedule dualpipev places 2 chunks on every stage (the V); drop "
+               "--virtual-stages or give 2 (got ",
+               virtual_stages, ")");
+    MT_REQUIRE(microbatches >= 2 * stages, "--schedule dualpipev needs --microbatches (",
+               microbatches, ") >= 2 x --pp (", 2 * stages,
+               "): every stage fills both of its chunks before its first F&B pair");
+  } else if (name == "interleaved") {
     MT_REQUIRE(virtual_stages >= 2, "--schedule interleaved needs --virtual-stages >= 2 (got ",
                virtual_stages, ")");
     MT_REQUIRE(microbatches % stages == 0, "--schedule interleaved needs --microbatches (",
@@ -132,7 +162,16 @@ Schedule make_schedule(const std::string& name, int stages, int microbatches, in
   if (name == "interleaved") return schedule_interleaved(stages, microbatches, virtual_stages);
   if (name == "gpipe") return schedule_gpipe(stages, microbatches);
   if (name == "1f1b") return schedule_1f1b(stages, microbatches);
+  if (name == "dualpipev") return schedule_dualpipev(stages, microbatches);
   return schedule_zb_h1(stages, microbatches);
+}
+
+ChunkPlacement placement_of(const std::string& schedule) {
+  return schedule == "dualpipev" ? ChunkPlacement::v_shape : ChunkPlacement::interleaved;
+}
+
+int chunks_per_stage(const std::string& schedule, int virtual_stages) {
+  return schedule == "dualpipev" ? 2 : virtual_stages;
 }
 
 }  // namespace mt

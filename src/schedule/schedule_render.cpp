@@ -16,6 +16,25 @@ std::string label(const Schedule& s, const Action& a) {
   return s.chunks > 1 ? str(l, ".", a.chunk) : l;
 }
 
+// What a timeline draws for one timed action: one box, or an FB's two halves (the F half
+// labelled with a trailing '&' in text).
+struct Box {
+  Action shown;  // F, B or W: kind, microbatch and chunk of the box
+  double start, end;
+  bool fb_half;
+};
+
+std::vector<Box> boxes(const Action& a, const TimedAction& ta) {
+  if (a.kind != ActionKind::FB) return {{a, ta.start, ta.end, false}};
+  return {{forward_half(a), ta.start, ta.f_end, true},
+          {backward_half(a), ta.b_start, ta.end, true}};
+}
+
+std::string box_label(const Schedule& s, const Box& b) {
+  const std::string l = label(s, b.shown);
+  return b.fb_half && b.shown.kind == ActionKind::F ? l + "&" : l;
+}
+
 bool multiple_of(double x, double q) {
   return std::fabs(x / q - std::round(x / q)) < 1e-6;
 }
@@ -46,7 +65,9 @@ void render_ascii(const Schedule& s, const Timeline& t, std::ostream& os) {
   size_t cell = 2;
   for (const auto& list : s.actions)
     for (const Action& a : list)
-      if (is_compute(a.kind)) cell = std::max(cell, label(s, a).size() + 1);
+      if (is_compute(a.kind))
+        for (const Box& b : boxes(a, TimedAction{}))
+          cell = std::max(cell, box_label(s, b).size() + 1);
   // A row is one cell per quantum; costs and latency many orders apart would make it
   // billions of cells (--latency 1e12 printed for minutes). Past a screenful of screens the
   // picture says nothing: say so, and let the figures below and --svg speak.
@@ -62,18 +83,24 @@ void render_ascii(const Schedule& s, const Timeline& t, std::ostream& os) {
     for (long c = 0; c < cells; ++c) row.append(1, '.').append(cell - 1, ' ');
     for (const TimedAction& ta : t.stages[st]) {
       const Action& a = s.actions[st][ta.index];
-      const long c0 = std::lround(ta.start / q), c1 = std::lround(ta.end / q);
-      if (!is_compute(a.kind) || c1 <= c0) continue;
-      std::string box = label(s, a);
-      box.resize((c1 - c0) * cell - 1, '-');
-      row.replace(c0 * cell, box.size() + 1, box + " ");
+      if (!is_compute(a.kind)) continue;
+      for (const Box& b : boxes(a, ta)) {
+        const long c0 = std::lround(b.start / q), c1 = std::lround(b.end / q);
+        if (c1 <= c0) continue;
+        std::string box = box_label(s, b);
+        box.resize((c1 - c0) * cell - 1, '-');
+        row.replace(c0 * cell, box.size() + 1, box + " ");
+      }
     }
     while (!row.empty() && row.back() == ' ') row.pop_back();
     os << "stage " << std::setw(2) << st << " | " << row << "\n";
   }
   os << "one cell = " << q << " time unit" << (q == 1 ? "" : "s") << "; F forward, B "
      << (s.split_backward ? "input gradient, W weight gradient" : "backward (B+W fused)")
-     << (s.chunks > 1 ? ", .c = local chunk c" : "") << ", . idle\n";
+     << (s.chunks > 1 ? ", .c = local chunk c" : "")
+     << (s.placement == ChunkPlacement::v_shape ? " (0 down, 1 up the V), F3& B1 = an F&B pair"
+                                                : "")
+     << ", . idle\n";
 }
 
 namespace {
@@ -86,6 +113,19 @@ const char* fill(ActionKind k, int chunk) {
   static const char* w[] = {"#59a14f", "#8cd17d", "#2f6b2a"};
   const int c = chunk % 3;
   return k == ActionKind::F ? f[c] : k == ActionKind::B ? b[c] : w[c];
+}
+
+void draw_box(std::ostream& os, const Schedule& s, const Box& b, double x, double w, double y,
+              double row_h) {
+  if (w <= 0) return;
+  const Action& a = b.shown;
+  const bool dark_text = a.chunk % 3 == 1;
+  os << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << row_h
+     << "\" fill=\"" << fill(a.kind, a.chunk) << "\" stroke=\"white\"/>\n";
+  if (w >= 12)
+    os << "<text x=\"" << x + w / 2 << "\" y=\"" << y + row_h / 2 + 4
+       << "\" text-anchor=\"middle\" fill=\"" << (dark_text ? "black" : "white") << "\">"
+       << (w >= 24 ? label(s, a) : str(a.microbatch)) << "</text>\n";
 }
 
 }  // namespace
@@ -109,14 +149,13 @@ void render_svg(const Schedule& s, const Timeline& t, const std::string& title, 
     for (const TimedAction& ta : t.stages[st]) {
       const Action& a = s.actions[st][ta.index];
       if (!is_compute(a.kind) || ta.end <= ta.start) continue;
-      const double x = left + ta.start * unit, w = (ta.end - ta.start) * unit;
-      const bool dark_text = a.chunk % 3 == 1;
-      os << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << row_h
-         << "\" fill=\"" << fill(a.kind, a.chunk) << "\" stroke=\"white\"/>\n";
-      if (w >= 12)
-        os << "<text x=\"" << x + w / 2 << "\" y=\"" << y + row_h / 2 + 4
-           << "\" text-anchor=\"middle\" fill=\"" << (dark_text ? "black" : "white") << "\">"
-           << (w >= 24 ? label(s, a) : str(a.microbatch)) << "</text>\n";
+      for (const Box& b : boxes(a, ta))
+        draw_box(os, s, b, left + b.start * unit, (b.end - b.start) * unit, y, row_h);
+      // DualPipe's picture: a shared black border around the two halves of a pair.
+      if (a.kind == ActionKind::FB)
+        os << "<rect x=\"" << left + ta.start * unit << "\" y=\"" << y << "\" width=\""
+           << (ta.end - ta.start) * unit << "\" height=\"" << row_h
+           << "\" fill=\"none\" stroke=\"black\" stroke-width=\"1.5\"/>\n";
     }
   }
   // time axis: a tick per whole time unit when that stays legible
@@ -143,7 +182,11 @@ void render_svg(const Schedule& s, const Timeline& t, const std::string& title, 
      << "stroke=\"#cccccc\"/>\n<text x=\"" << x + 18 << "\" y=\"" << ly + 11 << "\">idle</text>\n";
   if (s.chunks > 1)
     os << "<text x=\"" << x + 70 << "\" y=\"" << ly + 11
-       << "\">labels mb.chunk; lighter/darker = local chunk 1/2</text>\n";
+       << "\">labels mb.chunk; lighter/darker = local chunk 1/2"
+       << (s.placement == ChunkPlacement::v_shape
+               ? " (chunk 1: up the V); black border: F&amp;B pair"
+               : "")
+       << "</text>\n";
   os << "</svg>\n";
 }
 

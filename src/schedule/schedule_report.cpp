@@ -1,5 +1,6 @@
 #include "schedule/schedule_report.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -44,24 +45,73 @@ std::string percent(double x) {
   return os.str();
 }
 
-std::string closed_form_text(const Schedule& s) {
+// DualPipe's table gives DualPipeV's idle per device; here in the costs given (per chunk),
+// next to what the simulator finds for the same costs.
+std::string dualpipe_formula_text(const Schedule& s, const OpCosts& c, const Timeline& t) {
+  const double idle = dualpipe_paper_idle(s.stages, c);
+  const double busy = t.busy.empty() ? 0 : t.busy[0];
+  return str("DualPipe paper: idle (PP/2-1)(F&B+B-3W) per device, PP = 2p = ", 2 * s.stages,
+             " chunk stages, B = the full backward ", c.backward + c.weight, ", F&B = ",
+             c.forward + c.backward + c.weight -
+                 std::clamp(c.fb_overlap, 0.0, 1.0) * std::min(c.forward, c.backward),
+             c.fb_overlap > 0 ? str(" (halves overlapping by ", c.fb_overlap, ")")
+                              : std::string(" (the halves one after the other)"),
+             ": ", idle, " per stage, bubble ", percent(idle / (idle + busy)), "; simulated idle ",
+             t.idle(0), " on stage 0");
+}
+
+std::string closed_form_text(const Schedule& s, const OpCosts& c, const Timeline& t) {
   const double cf = closed_form_bubble(s.name, s.stages, s.microbatches, s.chunks);
   if (cf >= 0)
     return str("closed form (F = B = W): ", percent(cf), " = ",
                s.name == "interleaved" ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)");
+  if (s.name == "dualpipev") return "closed form: none; " + dualpipe_formula_text(s, c, t);
   return "closed form: none; with F = B = W and m >= p, zb-h1 idles (p-1)(F+B-W) per stage, "
          "a third of 1f1b's";
+}
+
+// Activations in flight per stage: whole microbatches, or (microbatch, chunk) pairs of
+// which each holds about 1/v of the stage's layers.
+std::string memory_text(const Schedule& s, const ValidationReport& r) {
+  std::string out = s.chunks > 1 ? "peak in-flight (microbatch, chunk) pairs per stage:"
+                                 : "peak in-flight microbatches per stage:";
+  for (int x : r.peak_in_flight) out += str(" ", x);
+  if (s.chunks == 1) return out;
+  out += str(" (a pair holds 1/", s.chunks, " of a stage's layers: about");
+  for (int x : r.peak_in_flight) out += str(" ", double(x) / s.chunks);
+  return out + " microbatches of the stage)";
+}
+
+// The sizes the command answers at once: the simulation and the timeline grow with the
+// cells (stage, microbatch, chunk) and with the square of the stages; --pp 2147483647 ran
+// out of memory and --pp 64 --microbatches 65536 did not answer in 20 s.
+constexpr int kMaxStages = 1024;
+constexpr int64_t kMaxCells = int64_t(1) << 16;
+
+void require_answerable(const ScheduleArgs& a, int v) {
+  MT_REQUIRE(a.pp >= 1 && a.pp <= kMaxStages, "--pp must be in 1..", kMaxStages, " (got ", a.pp,
+             ")");
+  MT_REQUIRE(a.microbatches >= 1, "--microbatches must be >= 1 (got ", a.microbatches, ")");
+  MT_REQUIRE(a.virtual_stages >= 0, "--virtual-stages must be >= 1 (got ", a.virtual_stages, ")");
+  const int64_t cells = int64_t(a.pp) * a.microbatches * v;
+  MT_REQUIRE(cells <= kMaxCells, "--pp ", a.pp, " x --microbatches ", a.microbatches,
+             " x --virtual-stages ", v, " is ", cells, " cells, more than the ", kMaxCells,
+             " this command simulates and prints; give fewer");
 }
 
 }  // namespace
 
 int run_schedule_command(const ScheduleArgs& a, std::ostream& os) {
-  const int v = a.virtual_stages != 0 ? a.virtual_stages : (a.schedule == "interleaved" ? 2 : 1);
-  MT_REQUIRE(a.virtual_stages >= 0, "--virtual-stages must be >= 1 (got ", a.virtual_stages, ")");
+  const bool two_chunks = a.schedule == "interleaved" || a.schedule == "dualpipev";
+  const int v = a.virtual_stages != 0 ? a.virtual_stages : (two_chunks ? 2 : 1);
+  require_answerable(a, v);
   OpCosts costs = parse_costs(a.costs);
   MT_REQUIRE(std::isfinite(a.latency) && a.latency >= 0, "--latency must be >= 0 (got ", a.latency,
              ")");
   costs.latency = a.latency;
+  MT_REQUIRE(std::isfinite(a.fb_overlap) && a.fb_overlap >= 0 && a.fb_overlap <= 1,
+             "--fb-overlap must be between 0 and 1 (got ", a.fb_overlap, ")");
+  costs.fb_overlap = a.fb_overlap;
   // Written in place (a device such as /dev/stdout is fine); a FIFO would block the open.
   if (!a.svg.empty()) require_output_file("--svg", a.svg, OutputUse::stream);
   const Schedule s = make_schedule(a.schedule, a.pp, a.microbatches, v);
@@ -69,19 +119,20 @@ int run_schedule_command(const ScheduleArgs& a, std::ostream& os) {
   if (!r.ok()) throw RuntimeError(str("generated schedule is invalid:\n", r.summary()));
   const Timeline t = simulate_schedule(s, costs);
   MT_CHECK(!t.deadlocked, t.stuck);
+  // Finite costs whose sum is not (1e308 each) printed "makespan: inf" and "bubble: -nan%".
+  MT_REQUIRE(std::isfinite(t.makespan), "--costs ", a.costs, " and --latency ", a.latency,
+             " add up beyond a double (makespan inf); give smaller costs");
 
   os << "schedule " << s.name << ": pp " << s.stages << ", microbatches " << s.microbatches
      << ", virtual stages " << s.chunks << ", costs F=" << costs.forward << " B=" << costs.backward
      << " W=" << costs.weight << (s.split_backward ? "" : " (B+W fused)");
   if (costs.latency > 0) os << ", latency " << costs.latency;
+  if (costs.fb_overlap > 0) os << ", F&B overlap " << costs.fb_overlap;
   os << "\n";
   render_ascii(s, t, os);
-  os << "makespan: " << t.makespan << "; peak in-flight "
-     << (s.chunks > 1 ? "(microbatch, chunk) pairs" : "microbatches") << " per stage:";
-  for (int x : r.peak_in_flight) os << " " << x;
-  os << "\n";
+  os << "makespan: " << t.makespan << "; " << memory_text(s, r) << "\n";
   os << "bubble: " << percent(t.bubble()) << " (simulated: idle / (stages x makespan))\n";
-  os << closed_form_text(s) << "\n";
+  os << closed_form_text(s, costs, t) << "\n";
   if (!a.svg.empty()) {
     std::ofstream f(a.svg);
     if (!f) throw RuntimeError(str("cannot write --svg file ", a.svg));

@@ -10,12 +10,13 @@
 namespace mt {
 
 struct ScheduleArgs {
-  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | dualpipev
   int pp = 4;
   int microbatches = 8;
-  int virtual_stages = 0;       // 0: 2 for interleaved, 1 otherwise
+  int virtual_stages = 0;       // 0: 2 for interleaved and dualpipev, 1 otherwise
   std::string costs = "1,1,1";  // F,B,W per action
   double latency = 0;           // per message, in the same units as costs
+  double fb_overlap = 0;        // OpCosts::fb_overlap (0: an F&B pair's halves in turn)
   std::string svg;              // write an SVG picture here if not empty
 };
 

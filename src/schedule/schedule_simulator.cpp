@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "schedule/execution_order.h"
 
 namespace mt {
 
@@ -15,6 +16,8 @@ double action_cost(const Schedule& s, ActionKind k, const OpCosts& c) {
       return s.split_backward ? c.backward : c.backward + c.weight;
     case ActionKind::W:
       return c.weight;
+    case ActionKind::FB:
+      return c.forward + (s.split_backward ? c.backward : c.backward + c.weight);
     default:
       return 0;  // transfers take no compute time (asynchronous)
   }
@@ -31,8 +34,114 @@ double Timeline::bubble() const {
   return total_idle() / (static_cast<double>(busy.size()) * makespan);
 }
 
-// Replays the stages round-robin, each as far as it can go; the times do not depend on the
-// replay order because a stage only ever waits for one specific message.
+namespace {
+
+// One stage replaying its execution order.
+struct StageRun {
+  std::vector<ExecStep> steps;
+  size_t pc = 0;
+  double clock = 0;
+  // The FB between its halves: its F half's start and end, when its B half's input is in,
+  // and its entry in the timeline.
+  double f_start = 0, f_end = 0, b_ready = 0;
+  size_t fb_entry = 0;
+};
+
+class Replay {
+ public:
+  Replay(const Schedule& s, const std::vector<OpCosts>& costs) : s_(s), costs_(costs) {
+    t_.stages.resize(size_t(s.stages));
+    t_.busy.assign(size_t(s.stages), 0.0);
+    for (int st = 0; st < s.stages; ++st) runs_.push_back({execution_order(s, st)});
+  }
+
+  // Replays the stages round-robin, each as far as it can go; the times do not depend on
+  // the replay order because a stage only ever waits for one specific message.
+  Timeline run() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int st = 0; st < s_.stages; ++st)
+        while (runs_[size_t(st)].pc < runs_[size_t(st)].steps.size() && step(st)) progress = true;
+    }
+    for (int st = 0; st < s_.stages; ++st) {
+      const StageRun& r = runs_[size_t(st)];
+      if (r.pc == r.steps.size()) continue;
+      t_.deadlocked = true;
+      t_.stuck += str(t_.stuck.empty() ? "" : ", ", "stage ", st, " waits at ",
+                      to_string(s_.actions[size_t(st)][size_t(r.steps[r.pc].index)]));
+    }
+    return std::move(t_);
+  }
+
+ private:
+  // Runs stage st's next step; false when it must wait for a message.
+  bool step(int st) {
+    StageRun& r = runs_[size_t(st)];
+    const ExecStep& e = r.steps[r.pc];
+    const Action& a = s_.actions[size_t(st)][size_t(e.index)];
+    const OpCosts& c = costs_[size_t(st)];
+    double start = r.clock, end = r.clock;
+    if (is_recv(a.kind)) {
+      auto it = arrival_.find(message_key(s_, st, a));
+      if (it == arrival_.end()) return false;
+      start = end = std::max(r.clock, it->second);
+      if (e.inside_fb)
+        r.b_ready = std::max(r.b_ready, it->second);  // the B half waits, not the stage
+      else
+        r.clock = end;
+    } else if (is_send(a.kind)) {
+      if (e.inside_fb) start = end = r.f_end;  // the F half's output leaves at once
+      arrival_.emplace(message_key(s_, st, a), start + c.latency);
+    } else if (e.half == Half::forward) {
+      r.f_start = r.clock;
+      r.f_end = r.clock + c.forward;
+      r.b_ready = r.f_start;  // unless a receive inside the FB says later
+      r.fb_entry = t_.stages[size_t(st)].size();
+      t_.stages[size_t(st)].push_back({e.index, r.f_start, r.f_end, r.f_end, r.f_end});
+      t_.makespan = std::max(t_.makespan, r.f_end);
+      ++r.pc;
+      return true;
+    } else if (e.half == Half::backward) {
+      finish_fb(st, a, c);
+      ++r.pc;
+      return true;
+    } else {
+      end = start + action_cost(s_, a.kind, c);
+      t_.busy[size_t(st)] += end - start;
+      r.clock = end;
+    }
+    t_.stages[size_t(st)].push_back({e.index, start, end, end, end});
+    t_.makespan = std::max(t_.makespan, end);
+    ++r.pc;
+    return true;
+  }
+
+  // The B half may start fb_overlap * min(F, B) before the F half ends, once its input is in.
+  void finish_fb(int st, const Action& a, const OpCosts& c) {
+    StageRun& r = runs_[size_t(st)];
+    const double b_cost = action_cost(s_, ActionKind::B, c);
+    const double hidden = std::clamp(c.fb_overlap, 0.0, 1.0) * std::min(c.forward, b_cost);
+    const double b_start = std::max(r.f_end - hidden, r.b_ready);
+    const double b_end = b_start + b_cost;
+    const double both = std::max(0.0, std::min(r.f_end, b_end) - std::max(r.f_start, b_start));
+    t_.busy[size_t(st)] += (r.f_end - r.f_start) + b_cost - both;
+    TimedAction& ta = t_.stages[size_t(st)][r.fb_entry];
+    MT_CHECK(ta.index >= 0 && s_.actions[size_t(st)][size_t(ta.index)] == a);
+    ta.b_start = b_start;
+    ta.end = std::max(r.f_end, b_end);
+    r.clock = ta.end;
+    t_.makespan = std::max(t_.makespan, ta.end);
+  }
+
+  const Schedule& s_;
+  const std::vector<OpCosts>& costs_;
+  std::vector<StageRun> runs_;
+  std::map<MessageKey, double> arrival_;
+  Timeline t_;
+};
+
+}  // namespace
+
 Timeline simulate_schedule(const Schedule& s, const OpCosts& costs) {
   return simulate_schedule(s, std::vector<OpCosts>(size_t(std::max(s.stages, 0)), costs));
 }
@@ -40,50 +149,19 @@ Timeline simulate_schedule(const Schedule& s, const OpCosts& costs) {
 Timeline simulate_schedule(const Schedule& s, const std::vector<OpCosts>& stage_costs) {
   MT_CHECK(static_cast<int>(s.actions.size()) == s.stages);
   MT_CHECK(static_cast<int>(stage_costs.size()) == s.stages);
-  Timeline t;
-  t.stages.resize(s.stages);
-  t.busy.assign(s.stages, 0.0);
-  std::vector<size_t> pc(s.stages, 0);
-  std::vector<double> clock(s.stages, 0.0);
-  std::map<MessageKey, double> arrival;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int st = 0; st < s.stages; ++st) {
-      const auto& list = s.actions[st];
-      const OpCosts& costs = stage_costs[size_t(st)];
-      for (; pc[st] < list.size(); ++pc[st]) {
-        const Action& a = list[pc[st]];
-        double start = clock[st], end = start;
-        if (is_recv(a.kind)) {
-          auto it = arrival.find(message_key(s, st, a));
-          if (it == arrival.end()) break;
-          start = end = std::max(start, it->second);
-        } else if (is_send(a.kind)) {
-          arrival.emplace(message_key(s, st, a), start + costs.latency);
-        } else {
-          end = start + action_cost(s, a.kind, costs);
-          t.busy[st] += end - start;
-        }
-        t.stages[st].push_back({static_cast<int>(pc[st]), start, end});
-        clock[st] = end;
-        t.makespan = std::max(t.makespan, end);
-        progress = true;
-      }
-    }
-  }
-  for (int st = 0; st < s.stages; ++st) {
-    if (pc[st] == s.actions[st].size()) continue;
-    t.deadlocked = true;
-    t.stuck += str(t.stuck.empty() ? "" : ", ", "stage ", st, " waits at ",
-                   to_string(s.actions[st][pc[st]]));
-  }
-  return t;
+  return Replay(s, stage_costs).run();
 }
 
 double closed_form_bubble(const std::string& schedule, int p, int m, int v) {
   if (schedule == "gpipe" || schedule == "1f1b") return double(p - 1) / double(m + p - 1);
   if (schedule == "interleaved") return double(p - 1) / double(v * m + p - 1);
   return -1;
+}
+
+double dualpipe_paper_idle(int p, const OpCosts& c) {
+  const double f_and_b = c.forward + c.backward + c.weight -
+                         std::clamp(c.fb_overlap, 0.0, 1.0) * std::min(c.forward, c.backward);
+  return double(p - 1) * (f_and_b + (c.backward + c.weight) - 3 * c.weight);
 }
 
 }  // namespace mt

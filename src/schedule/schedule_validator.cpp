@@ -37,10 +37,13 @@ class Checker {
     if (r_.errors.size() < kMaxErrors) r_.errors.push_back(std::move(msg));
   }
 
+  bool in_range(int mb, int chunk) const {
+    return mb >= 0 && mb < s_.microbatches && chunk >= 0 && chunk < s_.chunks;
+  }
+
   bool well_formed(int st, const Action& a) {
-    const bool in_range =
-        a.microbatch >= 0 && a.microbatch < s_.microbatches && a.chunk >= 0 && a.chunk < s_.chunks;
-    if (!in_range) {
+    const bool fb_ok = a.kind != ActionKind::FB || in_range(a.b_microbatch, a.b_chunk);
+    if (!in_range(a.microbatch, a.chunk) || !fb_ok) {
       fail(str("stage ", st, ": ", to_string(a), " out of range"));
       return false;
     }
@@ -75,17 +78,22 @@ class Checker {
     for (int i = 0; i < static_cast<int>(list.size()); ++i) {
       const Action& a = list[i];
       if (!well_formed(st, a)) continue;
-      if (!pos.emplace(Key{a.kind, a.microbatch, a.chunk}, i).second)
-        fail(str("stage ", st, ": ", to_string(a), " appears more than once"));
+      // An FB stands for its two halves, both at its position.
+      const bool fb = a.kind == ActionKind::FB;
+      for (const Action& h :
+           fb ? std::vector<Action>{forward_half(a), backward_half(a)} : std::vector<Action>{a})
+        if (!pos.emplace(Key{h.kind, h.microbatch, h.chunk}, i).second)
+          fail(str("stage ", st, ": ", to_string(h), " appears more than once"));
     }
     auto at = [&](ActionKind k, int mb, int c) {
       auto it = pos.find({k, mb, c});
       return it == pos.end() ? -1 : it->second;
     };
-    // `first` must exist and come before `then` (which, if it exists, is at index then_pos).
+    // `first` must exist and come before `then` (which, if it exists, is at index then_pos);
+    // at the same position means both are halves of one FB, which runs them as a pair.
     auto before = [&](ActionKind k, int mb, int c, int then_pos, const Action& then) {
       const int p = at(k, mb, c);
-      if (p < 0 || p > then_pos)
+      if (p < 0 || p >= then_pos)
         fail(str("stage ", st, ": ", to_string(then), " runs before ",
                  to_string(Action{k, mb, c, is_compute(k) ? -1 : peer_for(st, k, c)})));
     };
@@ -141,7 +149,8 @@ class Checker {
   int peer_for(int st, ActionKind k, int c) const {
     const int mc = s_.model_chunk(st, c);
     const bool down = k == ActionKind::SEND_ACT || k == ActionKind::RECV_GRAD;
-    return s_.stage_of(down ? mc + 1 : mc - 1 + s_.model_chunks());
+    const int other = down ? mc + 1 : mc - 1;
+    return other < 0 || other >= s_.model_chunks() ? -1 : s_.stage_of(other);
   }
 
   void check_pairing() {
@@ -168,8 +177,9 @@ class Checker {
     const ActionKind release = s_.split_backward ? ActionKind::W : ActionKind::B;
     int live = 0, peak = 0;
     for (const Action& a : s_.actions[st]) {
-      if (a.kind == ActionKind::F) peak = std::max(peak, ++live);
-      if (a.kind == release) --live;
+      // An FB's F half runs before its B half (execution_order.h).
+      if (a.kind == ActionKind::F || a.kind == ActionKind::FB) peak = std::max(peak, ++live);
+      if (a.kind == release || (a.kind == ActionKind::FB && release == ActionKind::B)) --live;
     }
     return peak;
   }

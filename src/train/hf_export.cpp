@@ -29,6 +29,22 @@ const std::set<std::string>& export_entries() {
   return names;
 }
 
+// The proof that a directory is an export of meshtrain's, in model.safetensors' header
+// metadata: names alone are no proof, since a downloaded Hugging Face model directory holds
+// the same config.json and model.safetensors, and an export replaces the directory whole.
+constexpr const char* kExportMarkKey = "meshtrain";
+constexpr const char* kExportMarkValue = "hf-export";
+
+bool carries_export_mark(const std::string& weights) {
+  try {
+    const SafetensorsFile f(weights);
+    const auto it = f.metadata().find(kExportMarkKey);
+    return it != f.metadata().end() && it->second == kExportMarkValue;
+  } catch (const std::exception&) {
+    return false;  // unreadable or not safetensors: not provably ours
+  }
+}
+
 // The bytes of the SentencePiece model the record names, checked against its CRC-32C (the
 // ids the weights were trained on must be the ones the copied file gives); "" for bytes.
 std::string tokenizer_bytes(const std::optional<TokenizerRecord>& r) {
@@ -51,10 +67,17 @@ std::string hf_export_conflict(const std::string& dir) {
     empty = false;
     const std::string name = e.path().filename().string();
     if (name == kHfConfigFile) has_config = true;
-    if (!export_entries().count(name) || !e.is_regular_file()) foreign.push_back(name);
+    if (!export_entries().count(name) || e.is_symlink() || !e.is_regular_file())
+      foreign.push_back(name);
   }
   if (ec) return str(dir, " cannot be listed (", ec.message(), ")");
-  if (empty || (foreign.empty() && has_config)) return "";
+  if (empty) return "";
+  const std::string weights = (fs::path(dir) / kHfWeightsFile).string();
+  if (foreign.empty() && has_config && !carries_export_mark(weights))
+    return str(dir, " holds a Hugging Face model directory that meshtrain did not write (its ",
+               kHfWeightsFile, " lacks the mark of an export); an export replaces the whole ",
+               "directory, so give an empty or new directory (or one an export wrote)");
+  if (foreign.empty() && has_config) return "";
   std::sort(foreign.begin(), foreign.end());
   std::string what;
   for (size_t i = 0; i < foreign.size() && i < 3; ++i) what += (i ? ", " : "") + foreign[i];
@@ -84,7 +107,8 @@ void export_hf_directory(const std::string& dir, const ParamTable& table, const 
   publish_dir_atomic(dir, [&](const std::string& tmp) {
     write_file_atomic(tmp + "/" + kHfConfigFile, config);
     // transformers refuses a safetensors file whose metadata has no "format" of its own.
-    write_safetensors(tmp + "/" + kHfWeightsFile, tensors, {{"format", "pt"}}, as_bf16);
+    write_safetensors(tmp + "/" + kHfWeightsFile, tensors,
+                      {{"format", "pt"}, {kExportMarkKey, kExportMarkValue}}, as_bf16);
     if (!tokenizer_model.empty()) write_file_atomic(tmp + "/" + kHfTokenizerFile, tokenizer_model);
   });
 }

@@ -8,7 +8,9 @@
 // temporary sibling, then one swap), so a reader sees the old directory or the new one,
 // never a mix; the weights pass the one finiteness gate (train/finite_gate.h) inside
 // write_safetensors, and a refusal leaves DIR as it was. An existing DIR is replaced only
-// when it holds nothing but what an export writes (hf_export_conflict).
+// when it holds nothing but what an export writes and its model.safetensors carries the
+// export's mark in its header metadata ({"meshtrain": "hf-export"}): a downloaded Hugging
+// Face directory has the same file names (hf_export_conflict).
 #pragma once
 
 #include <optional>

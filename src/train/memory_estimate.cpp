@@ -48,10 +48,11 @@ DryModelShape dry_shape(const TrainOptions& o) {
 std::vector<std::vector<ChunkSpec>> stage_specs(const TrainOptions& o) {
   const ParallelOptions& par = o.parallel;
   if (par.pp == 1) return {GPT::whole_model(o.model)};
-  const std::vector<int> layers =
-      resolve_stage_layers(o.model, par.pp, par.virtual_stages, par.stage_layers);
+  const std::vector<int> layers = resolve_stage_layers(
+      o.model, par.pp, chunks_per_stage(par.schedule, par.virtual_stages), par.stage_layers);
   std::vector<std::vector<ChunkSpec>> stages;
-  for (int s = 0; s < par.pp; ++s) stages.push_back(stage_chunk_specs(layers, par.pp, s));
+  for (int s = 0; s < par.pp; ++s)
+    stages.push_back(stage_chunk_specs(layers, par.pp, s, placement_of(par.schedule)));
   return stages;
 }
 
@@ -61,8 +62,11 @@ std::vector<int> peak_slots(const Schedule& s, int stage) {
   const ActionKind release = s.split_backward ? ActionKind::W : ActionKind::B;
   std::vector<int> live(size_t(s.chunks), 0), peak(size_t(s.chunks), 0);
   for (const Action& a : s.actions[size_t(stage)]) {
-    if (a.kind == ActionKind::F) peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
+    // An F&B pair (DualPipeV) acquires for its F half, then releases for its B half.
+    if (a.kind == ActionKind::F || a.kind == ActionKind::FB)
+      peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
     if (a.kind == release) --live[a.chunk];
+    if (a.kind == ActionKind::FB && release == ActionKind::B) --live[a.b_chunk];
   }
   return peak;
 }
@@ -141,7 +145,8 @@ std::vector<int> stage_kinds(const ModelConfig& cfg, const std::vector<ChunkSpec
 
 // One stage: its state, the slots it holds at the schedule's peak, and what the run
 // allocates as it goes rather than at construction: under pp the tied wte's summed
-// gradient and the copy it exchanges (tied_embedding.cpp, on the first and the last stage)
+// gradient and the copy it exchanges (tied_embedding.cpp, on the first and the last stage;
+// none under DualPipeV)
 // and one activation and one gradient transfer buffer per microbatch in flight (the
 // executor's); the data loader's batch (tokens and targets of every microbatch).
 MemoryEstimate estimate_stage(const TrainOptions& o, int stage, const StageState& state,
@@ -157,9 +162,11 @@ MemoryEstimate estimate_stage(const TrainOptions& o, int stage, const StageState
   const int64_t N = int64_t(microbatch_size(o)) * o.model.seq;
   const bool sp = par.sequence_parallel && par.tp > 1;
   const int64_t boundary = sp ? N * o.model.dim / par.tp : N * o.model.dim;
+  // DualPipeV's V keeps both ends on stage 0: one wte, nothing exchanged.
+  const bool exchanged = placement_of(par.schedule) != ChunkPlacement::v_shape;
   if (par.pp > 1)
-    e.workspace_bytes +=
-        2 * (int64_t(state.rank.tied_embedding_numel) + in_flight * boundary) * kFloat;
+    e.workspace_bytes += 2 * (exchanged ? int64_t(state.rank.tied_embedding_numel) : 0) * kFloat +
+                         2 * in_flight * boundary * kFloat;
   e.workspace_bytes += 2 * int64_t(par.microbatches) * N * int64_t(sizeof(int));
   return e;
 }

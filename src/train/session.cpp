@@ -53,8 +53,9 @@ Precision precision_mode(const OptimOptions& t) {
 std::vector<ChunkSpec> chunk_specs(const TrainOptions& o, const ParallelContext& ctx) {
   const ParallelOptions& p = o.parallel;
   if (p.pp == 1) return GPT::whole_model(o.model);
-  return stage_chunk_specs(resolve_stage_layers(o.model, p.pp, p.virtual_stages, p.stage_layers),
-                           p.pp, ctx.coord.pp);
+  const int v = chunks_per_stage(p.schedule, p.virtual_stages);
+  return stage_chunk_specs(resolve_stage_layers(o.model, p.pp, v, p.stage_layers), p.pp,
+                           ctx.coord.pp, placement_of(p.schedule));
 }
 
 TensorParallelShard tp_shard(const TrainOptions& o, const ParallelContext& ctx) {

@@ -221,16 +221,16 @@ void validate_pipeline(const TrainOptions& o) {
   check_schedule_name(p.schedule);
   if (p.pp == 1) return;
   check_schedule_args(p.schedule, p.pp, p.microbatches, p.virtual_stages);
+  const int v = chunks_per_stage(p.schedule, p.virtual_stages);  // 2 for dualpipev
   // A pipeline message's tag carries its model chunk in 8 bits, two tags per chunk, and its
   // microbatch in 16 (comm/communicator.h, make_p2p_tag).
-  MT_REQUIRE(int64_t(p.pp) * p.virtual_stages <= limits::kMaxModelChunks,
-             "--pp x --virtual-stages = ", int64_t(p.pp) * p.virtual_stages,
-             " model chunks is more than the ", limits::kMaxModelChunks, " a pipeline can address");
+  MT_REQUIRE(int64_t(p.pp) * v <= limits::kMaxModelChunks,
+             "--pp x --virtual-stages = ", int64_t(p.pp) * v, " model chunks is more than the ",
+             limits::kMaxModelChunks, " a pipeline can address");
   MT_REQUIRE(p.microbatches <= limits::kMaxPipelineMicrobatches, "--microbatches ", p.microbatches,
              " is more than the ", limits::kMaxPipelineMicrobatches,
              " a pipeline (--pp > 1) can address");
-  if (!p.stage_layers.empty())
-    parse_stage_layers(p.stage_layers, o.model.layers, p.pp * p.virtual_stages);
+  if (!p.stage_layers.empty()) parse_stage_layers(p.stage_layers, o.model.layers, p.pp * v);
 }
 
 void validate_io(const IoOptions& io) {

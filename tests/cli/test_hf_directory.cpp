@@ -180,6 +180,34 @@ TEST(HfDirectoryCli, OutputDirectoryIsCheckedBeforeTheRun) {
   EXPECT_EQ(run_meshtrain(f.train("--steps 1 --export-dtype bf16 --export-hf " + hf)).exit_code, 0);
 }
 
+// A user's own Hugging Face directory (a downloaded model: config.json and model.safetensors,
+// the names an export writes) is not an export to replace: --export-hf onto it replaced both
+// files with exit 0. Issue #26 audit.
+TEST(HfDirectoryCli, AUsersHuggingFaceDirectoryIsNotReplaced) {
+  HfFixture f;
+  const std::string made = f.dir / "made";
+  ASSERT_EQ(run_meshtrain(f.train("--steps 1 --export-hf " + made)).exit_code, 0);
+  const std::string mine = f.dir / "mine";
+  fs::create_directory(mine);
+  std::ofstream(mine + "/config.json") << R"({"model_type": "llama", "note": "downloaded"})";
+  // Weights meshtrain did not write: the same tensors, under the metadata of another writer.
+  const SafetensorsFile src(made + "/model.safetensors");
+  std::vector<std::vector<float>> values;
+  std::vector<SafetensorsTensor> tensors;
+  for (const std::string& name : src.names()) values.push_back(src.read(name));
+  for (size_t i = 0; i < values.size(); ++i)
+    tensors.push_back({src.names()[i], src.tensor(src.names()[i]).shape, values[i].data()});
+  write_safetensors(mine + "/model.safetensors", tensors, {{"format", "pt"}});
+  const std::string config = slurp(mine + "/config.json");
+  const std::string weights = slurp(mine + "/model.safetensors");
+  expect_usage_error(run_meshtrain(f.train("--steps 1 --export-hf " + mine)),
+                     "that meshtrain did not write");
+  EXPECT_EQ(slurp(mine + "/config.json"), config);
+  EXPECT_EQ(slurp(mine + "/model.safetensors"), weights);
+  // An export is still replaced by the next one.
+  EXPECT_EQ(run_meshtrain(f.train("--steps 1 --export-hf " + made)).exit_code, 0);
+}
+
 // Llama 3.1's rope_scaling comes only from a config.json: it must survive what the run writes
 // (a checkpoint it resumes from, global or sharded; an --export file; the next directory).
 TEST(HfDirectoryCli, RopeScalingSurvivesCheckpointsAndExports) {

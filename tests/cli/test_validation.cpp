@@ -116,7 +116,7 @@ const std::vector<Case>& cases() {
       {"--experts 4 --tp 2", "--experts needs --tp 1"},
       // pipeline (the schedule's and --stage-layers' rules)
       {"--schedule bogus",
-       "unknown --schedule 'bogus' (expected gpipe, 1f1b, interleaved or zb-h1)"},
+       "unknown --schedule 'bogus' (expected gpipe, 1f1b, interleaved, zb-h1 or dualpipev)"},
       {"--pp 2 --schedule interleaved",
        "--schedule interleaved needs --virtual-stages >= 2 (got 1)"},
       {"--pp 2 --schedule interleaved --virtual-stages 2 --microbatches 1",
@@ -126,6 +126,16 @@ const std::vector<Case>& cases() {
       {"--pp 2 --stage-layers 2,0", "2 is not a layer count between 0 and --layers (1)"},
       {"--pp 2 --stage-layers 1", "has 1 entries; it needs one per pipeline chunk"},
       {"--layers 2 --pp 2 --stage-layers 1,0", "--stage-layers '1,0' sums to 1, not --layers (2)"},
+      {"--pp 2 --schedule dualpipev --microbatches 2",
+       "--schedule dualpipev needs --microbatches (2) >= 2 x --pp (4)"},
+      {"--pp 2 --schedule dualpipev --microbatches 4 --batch 4 --virtual-stages 3",
+       "--schedule dualpipev places 2 chunks on every stage (the V); drop --virtual-stages or "
+       "give 2 (got 3)"},
+      {"--pp 2 --schedule dualpipev --microbatches 4 --batch 4 --stage-layers 1,0",
+       "has 2 entries; it needs one per pipeline chunk: --pp x chunks per stage = 4"},
+      // The planner does not predict the V (meshtrain plan refuses it too, test_plan).
+      {"--pp 2 --schedule dualpipev --microbatches 4 --batch 4 --auto-layout --ranks 2",
+       "--auto-layout cannot plan --schedule dualpipev yet"},
       // io
       {"--save-every -1", "--save-every must be in 0..1000000000 (got -1)"},
       {"--sample-tokens -1", "--sample-tokens must be in 0..1000000 (got -1)"},

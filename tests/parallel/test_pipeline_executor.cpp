@@ -1,8 +1,9 @@
 // The pipeline executor against one worker: for pp 2 and 4, every schedule, m = p and 2p
-// microbatches and uneven stage partitions, one step's loss and every gradient (by global
-// name; the tied wte summed between the first and the last stage) must match a single GPT
-// run on the same microbatches, and each stage's peak of in-flight microbatches must be
-// what the validator predicts.
+// microbatches (2p and 4p for dualpipev, which needs m >= 2p) and uneven stage partitions,
+// one step's loss and every gradient (by global name; the tied wte summed between the first
+// and the last stage, or held once by stage 0 in DualPipeV's V) must match a single GPT run
+// on the same microbatches, and each stage's peak of in-flight microbatches must be what
+// the validator predicts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,10 +20,10 @@
 #include "model/gpt.h"
 #include "parallel/parallel_context.h"
 #include "parallel/pipeline/executor.h"
-#include "schedule/schedule_validator.h"
 #include "parallel/pipeline/stage_chunks.h"
 #include "parallel/pipeline/stage_partition.h"
 #include "parallel/pipeline/tied_embedding.h"
+#include "schedule/schedule_validator.h"
 #include "test_util/rel_diff.h"
 
 namespace mt {
@@ -31,9 +32,10 @@ namespace {
 constexpr uint64_t kSeed = 7;
 constexpr int kB = 2;  // sequences per microbatch
 
-ModelConfig tiny_config() {
+ModelConfig tiny_config(Arch arch = Arch::gpt2) {
   ModelConfig cfg;
   cfg.layers = 4, cfg.dim = 16, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 23;
+  cfg.arch = arch;
   return cfg;
 }
 
@@ -85,11 +87,23 @@ struct Case {
   int v = 1;
   std::string stage_layers;  // empty: partition_layers
   int lookahead = 2;         // receives posted this many compute actions ahead
+  Arch arch = Arch::gpt2;    // llama: an untied head (its own lm_head.weight)
 };
 
 std::string case_name(const Case& c) {
   return str("pp ", c.p, " ", c.schedule, " m ", c.m, " v ", c.v,
-             c.stage_layers.empty() ? "" : " layers " + c.stage_layers);
+             c.stage_layers.empty() ? "" : " layers " + c.stage_layers, " ", arch_name(c.arch));
+}
+
+// Every schedule at m = p and 2p; dualpipev, which needs m >= 2p, at 2p and 4p.
+std::vector<Case> every_schedule(int p) {
+  std::vector<Case> cases;
+  for (const std::string& name : schedule_names()) {
+    const int m0 = name == "dualpipev" ? 2 * p : p;
+    for (int m : {m0, 2 * m0})
+      cases.push_back({p, name, m, chunks_per_stage(name, name == "interleaved" ? 2 : 1), ""});
+  }
+  return cases;
 }
 
 struct StageResult {
@@ -112,7 +126,8 @@ std::vector<StageResult> run_pipeline(const Case& c, const ModelConfig& cfg, con
     const std::vector<int> layers = c.stage_layers.empty()
                                         ? partition_layers(cfg.layers, K, PartitionCost{})
                                         : parse_stage_layers(c.stage_layers, cfg.layers, K);
-    GPT model(cfg, stage_chunk_specs(layers, c.p, stage), TensorParallelShard{}, kB);
+    GPT model(cfg, stage_chunk_specs(layers, c.p, stage, placement_of(c.schedule)),
+              TensorParallelShard{}, kB);
     model.init(kSeed);
     model.zero_grads();
     std::vector<ModelChunk*> chunks;
@@ -131,8 +146,10 @@ std::vector<StageResult> run_pipeline(const Case& c, const ModelConfig& cfg, con
       r.stats = ex.run(batch.tokens.data(), batch.targets.data(), dloss, sink);
       r.loss_sum += r.stats.loss_sum;
     }
-    if (ctx.first_stage() || ctx.last_stage()) {
-      const ParamInfo& wte = model.table().at("transformer.wte.weight");
+    // The V holds the embedding and the head on stage 0: one wte, nothing to exchange.
+    const bool v_shape = placement_of(c.schedule) == ChunkPlacement::v_shape;
+    if ((ctx.first_stage() || ctx.last_stage()) && cfg.tied() && !v_shape) {
+      const ParamInfo& wte = model.table().at(cfg.token_table_name());
       sum_tied_embedding_grad(*ctx.pp, model.grads().data() + wte.offset, wte.numel);
     }
     r.grads = grads_by_name(model);
@@ -147,18 +164,22 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 void check_case(const Case& c) {
   SCOPED_TRACE(case_name(c));
-  const ModelConfig cfg = tiny_config();
+  const ModelConfig cfg = tiny_config(c.arch);
   const Batch batch(cfg, c.m);
   const float dloss = float(1.0 / (double(c.m) * kB * cfg.seq));
   const Reference ref = reference(cfg, batch, c.m, dloss);
   const std::vector<StageResult> stages = run_pipeline(c, cfg, batch, dloss);
+  const Schedule sched = make_schedule(c.schedule, c.p, c.m, c.v);
+  const int K = sched.model_chunks(), head_stage = sched.stage_of(K - 1);
 
-  // Loss: only the last stage computes it.
-  for (int s = 0; s + 1 < c.p; ++s) EXPECT_EQ(stages[s].loss_sum, 0.0) << "stage " << s;
-  EXPECT_NEAR(stages.back().loss_sum, ref.loss_sum, 1e-5 * std::fabs(ref.loss_sum));
+  // Loss: only the stage holding the head computes it.
+  for (int s = 0; s < c.p; ++s)
+    EXPECT_TRUE(s == head_stage || stages[s].loss_sum == 0.0) << "stage " << s;
+  EXPECT_NEAR(stages[head_stage].loss_sum, ref.loss_sum, 1e-5 * std::fabs(ref.loss_sum));
 
-  // Gradients by global name: every tensor on exactly one stage, wte on the first and the
-  // last (after the tied sum, both equal the whole gradient).
+  // Gradients by global name: every tensor on exactly one stage, a tied wte on the first
+  // and the last (after the tied sum, both equal the whole gradient) unless one stage
+  // holds both ends.
   std::map<std::string, int> holders;
   for (int s = 0; s < c.p; ++s)
     for (const auto& [name, g] : stages[s].grads) {
@@ -168,11 +189,11 @@ void check_case(const Case& c) {
       ASSERT_EQ(g.size(), want.size()) << name;
       EXPECT_LE(rel_diff(g, want), 1e-5) << name << " on stage " << s;
     }
+  const bool two_copies = cfg.tied() && head_stage != 0;
   for (const auto& [name, g] : ref.grads)
-    EXPECT_EQ(holders[name], name == "transformer.wte.weight" ? 2 : 1) << name;
+    EXPECT_EQ(holders[name], name == cfg.token_table_name() && two_copies ? 2 : 1) << name;
 
   // Activation memory and trace events per stage.
-  const Schedule sched = make_schedule(c.schedule, c.p, c.m, c.v);
   const ValidationReport report = validate_schedule(sched);
   for (int s = 0; s < c.p; ++s) {
     const StageResult& r = stages[s];
@@ -182,6 +203,7 @@ void check_case(const Case& c) {
     if (c.schedule == "gpipe") want = c.m;
     if (c.schedule == "1f1b") want = std::min(c.p - s, c.m);
     if (c.schedule == "zb-h1" && s == 0) want = std::min(c.p, c.m);
+    if (c.schedule == "dualpipev") want = 2 * c.p + 1;
     EXPECT_EQ(r.stats.peak_in_flight, want) << "stage " << s;
     EXPECT_LE(r.stats.peak_in_flight, c.schedule == "zb-h1" ? std::min(c.p, c.m) : c.m * c.v);
     // One slot per in-flight microbatch: the pool never grew beyond the peak.
@@ -189,17 +211,21 @@ void check_case(const Case& c) {
 
     EXPECT_GT(r.stats.busy_seconds, 0);
     EXPECT_LE(r.stats.busy_seconds, r.stats.step_seconds);  // this rank's idle >= 0
-    EXPECT_EQ(r.events.size(), sched.actions[s].size()) << "one event per action";
+    size_t fbs = 0;
+    for (const Action& a : sched.actions[s]) fbs += a.kind == ActionKind::FB;
+    EXPECT_EQ(r.events.size(), sched.actions[s].size() + fbs) << "one event per action or half";
     for (int n : r.weight_grad_calls) EXPECT_EQ(n, 1);
     const std::set<std::string> names(r.events.begin(), r.events.end());
     for (int ch = 0; ch < c.v; ++ch) {
-      const int k = ch * c.p + s;
+      const int k = sched.model_chunk(s, ch);
+      const bool from_afar = k > 0 && sched.stage_of(k - 1) != s;
+      const bool to_afar = k + 1 < K && sched.stage_of(k + 1) != s;
       for (int mb = 0; mb < c.m; ++mb) {
         EXPECT_TRUE(names.count(str(k, "F", mb))) << k << "F" << mb;
         EXPECT_TRUE(names.count(str(k, "B", mb))) << k << "B" << mb;
         EXPECT_EQ(names.count(str(k, "W", mb)), sched.split_backward ? 1u : 0u);
-        EXPECT_EQ(names.count(str(k, "RECV_F", mb)), k > 0 ? 1u : 0u);
-        EXPECT_EQ(names.count(str(k, "SEND_F", mb)), k + 1 < c.p * c.v ? 1u : 0u);
+        EXPECT_EQ(names.count(str(k, "RECV_F", mb)), from_afar ? 1u : 0u);
+        EXPECT_EQ(names.count(str(k, "SEND_F", mb)), to_afar ? 1u : 0u);
       }
     }
   }
@@ -207,8 +233,7 @@ void check_case(const Case& c) {
 
 TEST(PipelineExecutor, MatchesOneWorkerForEverySchedule) {
   for (int p : {2, 4})
-    for (const std::string& name : schedule_names())
-      for (int m : {p, 2 * p}) check_case({p, name, m, name == "interleaved" ? 2 : 1, ""});
+    for (const Case& c : every_schedule(p)) check_case(c);
 }
 
 TEST(PipelineExecutor, UnevenStagePartitions) {
@@ -216,12 +241,56 @@ TEST(PipelineExecutor, UnevenStagePartitions) {
   check_case({2, "zb-h1", 2, 1, "0,4"});
   check_case({4, "gpipe", 4, 1, "2,0,1,1"});
   check_case({2, "interleaved", 4, 2, "1,2,0,1"});
+  // The V: model chunks 0 and 3 on stage 0 (the head's chunk without blocks), 1 and 2 on 1.
+  check_case({2, "dualpipev", 4, 2, "1,2,1,0"});
+  check_case({2, "dualpipev", 5, 2, "0,1,1,2"});
+}
+
+// An untied head (llama's lm_head.weight) and the embedding on stage 0 of the V.
+TEST(PipelineExecutor, DualPipeVWithAnUntiedHead) {
+  Case c{2, "dualpipev", 4, 2, ""};
+  c.arch = Arch::llama;
+  check_case(c);
+  c.p = 4, c.m = 8;
+  check_case(c);
 }
 
 TEST(PipelineExecutor, AnyReceiveLookaheadGivesTheSameResult) {
   for (int lookahead : {0, 1, 100}) {
     check_case({4, "1f1b", 8, 1, "", lookahead});
     check_case({2, "interleaved", 4, 2, "", lookahead});
+    check_case({4, "dualpipev", 8, 2, "", lookahead});
+  }
+}
+
+// An F&B pair runs as its F half, the F half's send, the B half's receive, the B half: the
+// order the trace records on every stage (execution_order.h).
+TEST(PipelineExecutor, DualPipeVOverlapsEachHalfsTransferWithTheOtherHalf) {
+  const Case c{4, "dualpipev", 8, 2, ""};
+  const ModelConfig cfg = tiny_config();
+  const Batch batch(cfg, c.m);
+  const std::vector<StageResult> stages = run_pipeline(c, cfg, batch, 0.01f);
+  const Schedule sched = make_schedule(c.schedule, c.p, c.m, c.v);
+  for (int s = 0; s < c.p; ++s) {
+    const std::vector<std::string>& ev = stages[s].events;
+    int checked = 0;
+    for (const Action& a : sched.actions[s]) {
+      if (a.kind != ActionKind::FB) continue;
+      const int kf = sched.model_chunk(s, a.chunk), kb = sched.model_chunk(s, a.b_chunk);
+      const auto at = [&](const std::string& name) {
+        return std::find(ev.begin(), ev.end(), name) - ev.begin();
+      };
+      const long f = at(str(kf, "F", a.microbatch)), b = at(str(kb, "B", a.b_microbatch));
+      ASSERT_LT(f, long(ev.size()));
+      ASSERT_LT(b, long(ev.size()));
+      const long send = at(str(kf, "SEND_F", a.microbatch));
+      const long recv = at(str(kb, "RECV_B", a.b_microbatch));
+      const long none = long(ev.size());
+      EXPECT_TRUE(send == none || (f < send && send < b)) << to_string(a);
+      EXPECT_TRUE(recv == none || (f < recv && recv < b)) << to_string(a);
+      checked += send < long(ev.size()) || recv < long(ev.size());
+    }
+    EXPECT_GT(checked, 0) << "stage " << s;
   }
 }
 

@@ -116,6 +116,17 @@ TEST(PlanCommand, BadInputIsOneLineExit2) {
   }
 }
 
+// The planner does not model DualPipe-V: a plan for it is refused by name, not with another
+// rule's message (it used to complain about --stage-layers).
+TEST(PlanCommand, DualPipeVIsRefusedByName) {
+  const auto r = run_meshtrain(std::string("plan ") + kSmall +
+                               " --hardware a100-80gb --gpus 8 --pp 4 --schedule dualpipev");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err,
+            "meshtrain: error: meshtrain plan does not predict --schedule dualpipev yet; "
+            "'meshtrain schedule --schedule dualpipev' simulates it\n");
+}
+
 TEST(PlanCommand, HardwareFileReplacesThePreset) {
   TempDir dir;
   const std::string file = dir / "hw.toml";

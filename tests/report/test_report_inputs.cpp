@@ -134,6 +134,28 @@ TEST(ReportInputs, AScheduleOfAnySizeKeepsThePageSmall) {
   EXPECT_NE(wide.find("not drawn"), std::string::npos);
 }
 
+// DualPipeV needs 2 pp microbatches: a long run is drawn for fewer, never for too few.
+TEST(ReportInputs, ADualPipeVScheduleIsDrawnWithEnoughMicrobatches) {
+  TempDir dir;
+  write_lines(dir / "m.jsonl",
+              {R"({"event":"run","layout":{"pp":4,"microbatches":300000,"schedule":"dualpipev"}})",
+               R"({"step":1,"loss":2})"});
+  write_report_page({dir / "m.jsonl"}, dir / "m.html");
+  const std::string page = slurp(dir / "m.html");
+  EXPECT_NE(page.find("id=\"chart-schedule-0\""), std::string::npos);
+  EXPECT_EQ(page.find("not drawn"), std::string::npos);
+  EXPECT_NE(page.find("F&amp;B pair"), std::string::npos);
+  // pp 40: 2048 cells hold 25 microbatches of 80 chunks, fewer than the V needs; the page
+  // says it is too large (it drew 51 of 40 stages' single chunks, which dualpipev refused).
+  write_lines(dir / "big.jsonl",
+              {R"({"event":"run","layout":{"pp":40,"microbatches":1000,"schedule":"dualpipev"}})",
+               R"({"step":1,"loss":2})"});
+  write_report_page({dir / "big.jsonl"}, dir / "big.html");
+  const std::string big = slurp(dir / "big.html");
+  EXPECT_NE(big.find("is over what the page draws"), std::string::npos);
+  EXPECT_EQ(big.find("needs --microbatches"), std::string::npos);
+}
+
 TEST(ReportInputs, MoeLoadOfAnySizeKeepsThePageSmall) {
   TempDir dir;
   std::string wide = R"({"step":1,"expert_load":[[)", many_layers = R"({"step":2,"expert_load":[)";

@@ -3,10 +3,12 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 
 #include "core/error.h"
+#include "schedule/schedule.h"
 #include "schedule/schedule_report.h"
 
 namespace mt {
@@ -74,6 +76,56 @@ TEST(ScheduleReport, InterleavedDefaultsToTwoChunks) {
   EXPECT_NE(out.find("virtual stages 2"), std::string::npos) << out;
   EXPECT_NE(out.find("F0.1"), std::string::npos) << out;
   EXPECT_NE(out.find("bubble: 11.1%"), std::string::npos) << out;  // 1/(2*4+1)
+}
+
+// The V: two chunks per stage without --virtual-stages, F&B pairs drawn as their halves,
+// memory in pairs and in stage-microbatches, and the DualPipe paper's figure for the costs.
+TEST(ScheduleReport, DualPipeVShowsPairsMemoryAndThePapersFormula) {
+  ScheduleArgs a;
+  a.schedule = "dualpipev";
+  a.pp = 4;
+  a.microbatches = 8;
+  const std::string out = run(a);
+  EXPECT_NE(out.find("virtual stages 2"), std::string::npos) << out;
+  EXPECT_EQ(count(out, "\nstage "), 4) << out;
+  EXPECT_NE(out.find("F7.0& B3.1-"), std::string::npos) << out;  // stage 0's first pair
+  EXPECT_NE(out.find("pairs per stage: 9 9 9 9 (a pair holds 1/2 of a stage's layers: about "
+                     "4.5 4.5 4.5 4.5"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("\nbubble: 5.9%"), std::string::npos) << out;  // 3 / 51
+  EXPECT_NE(out.find("F&B = 3 (the halves one after the other): 6 per stage, bubble 11.1%; "
+                     "simulated idle 3"),
+            std::string::npos)
+      << out;
+  a.fb_overlap = 1;
+  const std::string overlapped = run(a);
+  EXPECT_NE(overlapped.find("F&B overlap 1"), std::string::npos) << overlapped;
+  EXPECT_NE(overlapped.find("F&B = 2 (halves overlapping by 1): 3 per stage"), std::string::npos)
+      << overlapped;
+  a.fb_overlap = 1.5;
+  EXPECT_THROW(run_schedule_command(a, std::cout), UsageError);
+}
+
+TEST(ScheduleReport, DualPipeVSvgBordersEachPair) {
+  ScheduleArgs a;
+  a.schedule = "dualpipev";
+  a.pp = 2;
+  a.microbatches = 4;
+  a.svg = ::testing::TempDir() + "/meshtrain_schedule_dualpipev.svg";
+  const std::string out = run(a);
+  std::ifstream f(a.svg);
+  std::stringstream svg;
+  svg << f.rdbuf();
+  const std::string text = svg.str();
+  std::remove(a.svg.c_str());
+  int pairs = 0;
+  for (const auto& list : schedule_dualpipev(2, 4).actions)
+    for (const Action& x : list) pairs += x.kind == ActionKind::FB;
+  EXPECT_GT(pairs, 0);
+  EXPECT_NE(out.find("wrote "), std::string::npos);
+  EXPECT_EQ(count(text, "stroke=\"black\""), pairs) << text;
+  EXPECT_NE(text.find("black border: F&amp;B pair"), std::string::npos) << text;
 }
 
 TEST(ScheduleReport, WritesAnSvg) {

@@ -155,6 +155,21 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.parallel.dp = 2;
          o.parallel.zero = 3;
        }},
+      // DualPipe-V: stage 0 holds both ends (one wte) and 2p + 1 chunk slots at the peak.
+      {"pp 2 m 4 dualpipev",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2;
+         o.parallel.microbatches = 4;
+         o.parallel.schedule = "dualpipev";
+       }},
+      {"pp 2 m 4 dualpipev dp 2 zero 3",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2;
+         o.parallel.microbatches = 4;
+         o.parallel.schedule = "dualpipev";
+         o.parallel.dp = 2;
+         o.parallel.zero = 3;
+       }},
       {"experts 4 ep 2 dp 2",
        [](TrainOptions& o) {
          o.model.experts = 4;

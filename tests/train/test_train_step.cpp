@@ -146,5 +146,19 @@ TEST_F(TrainStep, InterleavedChunks) {
   }
 }
 
+// DualPipeV's V: stage 0 holds the embedding and the tied head in two chunks, one wte in
+// one edge unit shared by both chunks (2 backward passes per microbatch), no exchange with
+// another stage; every ZeRO stage, bucketed (several buckets per chunk) and gathered. (At
+// dp 2 x pp 4 x m 8, ZeRO 2-3's 16 per-microbatch reduce-scatters move the first AdamW
+// update of a few near-zero gradients past 1e-5 for every schedule, 1f1b included: ZeRO
+// 2-3 are checked at pp 2 here, and at pp 4 by equivalence.pp_dualpipev_full_*.)
+TEST_F(TrainStep, DualPipeVSharesTheEdgeUnitOfStageZero) {
+  check_layout(data(), {1, 2, "dualpipev", 4, 0, 1});
+  check_layout(data(), {1, 2, "dualpipev", 4, 0, 2});  // --virtual-stages 2 given: the same
+  check_layout(data(), {1, 4, "dualpipev", 8});        // 8 chunks of 4 layers: empty chunks
+  for (int zero : {0, 1, 2, 3}) check_layout(data(), {2, 2, "dualpipev", 4, zero});
+  for (int zero : {0, 1}) check_layout(data(), {2, 4, "dualpipev", 8, zero});
+}
+
 }  // namespace
 }  // namespace mt

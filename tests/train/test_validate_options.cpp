@@ -123,7 +123,7 @@ TEST(ValidateOptions, EachBrokenRuleIsAUsageErrorNamingTheFlag) {
        [](TrainOptions& o) { o.model.experts = 4, o.optim.recompute = "full"; },
        "--recompute full does not support --experts"},
       {"schedule name", [](TrainOptions& o) { o.parallel.schedule = "2f2b"; },
-       "unknown --schedule '2f2b' (expected gpipe, 1f1b, interleaved or zb-h1)"},
+       "unknown --schedule '2f2b' (expected gpipe, 1f1b, interleaved, zb-h1 or dualpipev)"},
       {"interleaved chunks",
        [](TrainOptions& o) { o.parallel.pp = 2, o.parallel.schedule = "interleaved"; },
        "--schedule interleaved needs --virtual-stages >= 2"},

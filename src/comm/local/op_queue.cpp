@@ -1,10 +1,13 @@
 #include "comm/local/op_queue.h"
 
+#include "core/threads.h"
+
 namespace mt::local {
 
 uint64_t OpQueue::push(Task task, bool wake) {
   std::unique_lock lock(mu_);
-  if (!worker_.joinable() && !stopping_) worker_ = std::thread([this] { progress_loop(); });
+  if (!worker_.joinable() && !stopping_)
+    worker_ = start_thread("the progress thread of a communicator", [this] { progress_loop(); });
   tasks_.push_back(std::move(task));
   const uint64_t ticket = ++issued_;
   lock.unlock();

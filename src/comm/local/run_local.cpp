@@ -1,5 +1,6 @@
 // The local backend's CommWorld and run_local: n ranks as threads of this process.
 #include <new>
+#include <system_error>
 #include <thread>
 
 #include "comm/local/group_state.h"
@@ -7,6 +8,7 @@
 #include "comm/local/local_job.h"
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/threads.h"
 
 namespace mt {
 
@@ -70,15 +72,22 @@ void run_local(int n, const WorldOptions& opts, const RankMain& fn) {
   local::LocalJob job(n, opts);
   std::vector<std::thread> ranks;
   ranks.reserve(n);
-  for (int r = 0; r < n; ++r) {
-    ranks.emplace_back([&job, &fn, r] {
-      try {
-        local::LocalWorld world(job, r);
-        fn(world);
-      } catch (...) {
-        job.fail(r, std::current_exception(), local::LocalJob::FailKind::rank_exit);
-      }
-    });
+  for (int r = 0; r < n && !job.failed(); ++r) {
+    try {
+      ranks.emplace_back([&job, &fn, r] {
+        try {
+          local::LocalWorld world(job, r);
+          fn(world);
+        } catch (...) {
+          job.fail(r, std::current_exception(), local::LocalJob::FailKind::rank_exit);
+        }
+      });
+    } catch (const std::system_error& e) {
+      // The started ranks are stopped and joined: a std::thread destroyed unjoined would end
+      // the process (SIGABRT) and leave the lock of --save behind.
+      job.fail(r, std::make_exception_ptr(
+                      RuntimeError(thread_start_failure(str("rank ", r, " (of ", n, ")"), e))));
+    }
   }
   for (auto& t : ranks) t.join();
   if (job.failed()) local::rethrow_root_cause(job);

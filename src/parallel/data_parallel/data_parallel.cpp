@@ -80,21 +80,47 @@ std::vector<std::pair<size_t, size_t>> expert_flat_ranges(const std::vector<Upda
 
 }  // namespace
 
-// Forwards one chunk's hooks to the engine with the chunk's units renumbered globally.
+// Forwards one chunk's hooks to the engine with the chunk's units renumbered globally: unit
+// 0 is its edge chunk's edge unit (GPT::edge_chunk: itself, or the embedding chunk's for a
+// tied head in another chunk of this rank), unit u > 0 is base + u.
 class DataParallel::ChunkAdapter final : public ChunkHooks {
  public:
-  ChunkAdapter(DataParallel& dp, int base) : dp_(dp), base_(base) {}
+  ChunkAdapter(DataParallel& dp, int base, int edge) : dp_(dp), base_(base), edge_(edge) {}
   void before_use(int unit, int next) override {
-    dp_.before_use(base_ + unit, next < 0 ? -1 : base_ + next);
+    dp_.before_use(global(unit), next < 0 ? -1 : global(next));
   }
-  void after_use(int unit) override { dp_.after_use(base_ + unit); }
-  void before_grads(int unit) override { dp_.before_grads(base_ + unit); }
-  void grads_final(int unit) override { dp_.grads_final(base_ + unit); }
+  void after_use(int unit) override { dp_.after_use(global(unit)); }
+  void before_grads(int unit) override { dp_.before_grads(global(unit)); }
+  void grads_final(int unit) override { dp_.grads_final(global(unit)); }
 
  private:
+  int global(int unit) const { return unit == 0 ? edge_ : base_ + unit; }
   DataParallel& dp_;
-  int base_;
+  int base_, edge_;
 };
+
+namespace {
+
+// Which (chunk, chunk unit) pairs each global unit is bound to: its own, and a shared edge
+// unit also the unit 0 of every chunk whose edge it holds (GPT::edge_chunk).
+std::vector<std::vector<std::pair<int, int>>> unit_users(GPT& m, const FlatLayout& layout) {
+  std::vector<std::vector<std::pair<int, int>>> users(layout.units().size());
+  for (int c = 0; c < m.num_chunks(); ++c)
+    for (int u = 0; u < m.chunk(c).num_units(); ++u) {
+      const int owner = u == 0 ? layout.first_unit(m.edge_chunk(c)) : layout.first_unit(c) + u;
+      users[size_t(owner)].push_back({c, u});
+    }
+  return users;
+}
+
+// Backward passes per microbatch of each global unit: one per chunk using it.
+std::vector<int> passes_per_microbatch(const std::vector<std::vector<std::pair<int, int>>>& users) {
+  std::vector<int> n;
+  for (const auto& u : users) n.push_back(std::max(1, int(u.size())));
+  return n;
+}
+
+}  // namespace
 
 DataParallel::DataParallel(GPT& model, DataParallelOptions o)
     : model_(model),
@@ -111,7 +137,8 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
                                                  std::move(o.ep), std::move(o.ep_replica))
                                   : ExpertRanges()),
       params_(param_floats(layout_, zero_)),
-      grads_(layout_, *dp_, zero_, experts_, exposed_) {
+      users_(unit_users(model, layout_)),
+      grads_(layout_, *dp_, zero_, experts_, exposed_, passes_per_microbatch(users_)) {
   MT_CHECK(zero_ >= 0 && zero_ <= 3);
   // The user-facing rule is checked with the options, before ranks start: ZeRO-3's
   // parameter gathers over dp would mix the experts of different ranks.
@@ -140,7 +167,8 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
     bind(int(u));
   }
   for (int c = 0; c < model.num_chunks(); ++c) {
-    adapters_.push_back(std::make_unique<ChunkAdapter>(*this, layout_.first_unit(c)));
+    adapters_.push_back(std::make_unique<ChunkAdapter>(*this, layout_.first_unit(c),
+                                                       layout_.first_unit(model.edge_chunk(c))));
     model.chunk(c).set_hooks(adapters_.back().get());
   }
 }
@@ -348,9 +376,8 @@ void DataParallel::poll() {
 }
 
 void DataParallel::bind(int unit) {
-  const int c = layout_.units()[size_t(unit)].chunk;
-  model_.chunk(c).bind_unit(unit - layout_.first_unit(c), pbase_[size_t(unit)],
-                            gbase_[size_t(unit)]);
+  for (auto [c, u] : users_[size_t(unit)])
+    model_.chunk(c).bind_unit(u, pbase_[size_t(unit)], gbase_[size_t(unit)]);
 }
 
 void DataParallel::before_use(int unit, int next_unit) {

@@ -21,7 +21,11 @@
 //
 // Several chunks per rank (interleaved pipelines, all stages): every chunk's units get
 // global unit numbers (chunk 0's first) and each chunk its own hook adapter; buckets never
-// span chunks. The global gradient norm is global_grad_sum_squares (parallel/grad_norm.h).
+// span chunks. One exception shares a unit between chunks: a rank holding the embedding
+// and the tied head in different chunks (DualPipeV's stage 0) keeps both ends' tensors in
+// the embedding chunk's edge unit (GPT::edge_chunk); the head's chunk binds and gathers
+// that unit, and its gradients are final after both chunks' passes (2 per microbatch).
+// The global gradient norm is global_grad_sum_squares (parallel/grad_norm.h).
 #pragma once
 
 #include <memory>
@@ -172,6 +176,8 @@ class DataParallel final {
   ExposedTime exposed_;
   ExpertRanges experts_;
   Arena params_;  // flat (stages 0-2) or shard (stage 3)
+  // The (chunk, chunk unit) pairs bound to each global unit (one, or more for a shared edge).
+  std::vector<std::vector<std::pair<int, int>>> users_;
   GradBuckets grads_;
   std::unique_ptr<ParamGathers> gathers_;                // stage 3
   std::vector<float*> pbase_, gbase_;                    // current binding of each unit

@@ -9,14 +9,19 @@
 namespace mt {
 
 GradBuckets::GradBuckets(const FlatLayout& layout, Communicator& dp, int zero,
-                         ExpertRanges& experts, ExposedTime& exposed)
+                         ExpertRanges& experts, ExposedTime& exposed,
+                         std::vector<int> passes_per_microbatch)
     : layout_(layout),
       dp_(dp),
       zero_(zero),
       rank_(dp.rank()),
       size_(dp.size()),
       experts_(experts),
-      exposed_(exposed) {
+      exposed_(exposed),
+      users_(std::move(passes_per_microbatch)) {
+  if (users_.empty()) users_.assign(layout_.units().size(), 1);
+  MT_CHECK(users_.size() == layout_.units().size(), "passes per microbatch for ", users_.size(),
+           " of ", layout_.units().size(), " units");
   const size_t nb = layout_.buckets().size();
   edge_bucket_.assign(nb, 0);
   for (int c = 0; c < layout_.num_chunks(); ++c)
@@ -87,11 +92,11 @@ float* GradBuckets::before_grads(int unit) {
 }
 
 void GradBuckets::grads_final(int unit) {
-  const int pass = ++passes_[size_t(unit)];
-  MT_CHECK(pass <= microbatches_, "unit ", unit, ": backward pass ", pass,
-           " of a step announced as ", microbatches_, " (begin_step)");
+  const int pass = ++passes_[size_t(unit)], due = expected_passes(size_t(unit));
+  MT_CHECK(pass <= due, "unit ", unit, ": backward pass ", pass, " of a step announced as ", due,
+           " (begin_step)");
   // Stages 0-1 accumulate locally and reduce once, after the unit's last pass.
-  if (zero_ < 2 && pass < microbatches_) return;
+  if (zero_ < 2 && pass < due) return;
   const int k = layout_.units()[size_t(unit)].bucket;
   if (++bucket_done_[size_t(k)] == int(layout_.buckets()[size_t(k)].units.size())) launch(k);
 }
@@ -99,8 +104,9 @@ void GradBuckets::grads_final(int unit) {
 void GradBuckets::finish() {
   while (!inflight_.empty()) reclaim_oldest();
   for (size_t u = 0; u < passes_.size(); ++u)
-    MT_CHECK(layout_.units()[u].padded == 0 || passes_[u] == microbatches_, "unit ", u, " ran ",
-             passes_[u], " of the ", microbatches_, " backward passes announced by begin_step");
+    MT_CHECK(layout_.units()[u].padded == 0 || passes_[u] == expected_passes(u), "unit ", u,
+             " ran ", passes_[u], " of the ", expected_passes(u),
+             " backward passes announced by begin_step");
   if (zero_ == 2)
     experts_.reduce_packed(shard_.data() + layout_.shard_size(), exposed_);
   else if (zero_ < 2)

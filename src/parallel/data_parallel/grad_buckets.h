@@ -11,7 +11,8 @@
 // backwards or W passes) this step; grads_final counts them per unit, so stages 0-1
 // launch a bucket after its units' m-th pass, whatever order a pipeline schedule runs
 // chunks and microbatches in (interleaved: one chunk's last pass may precede another's
-// first; zb-h1: the W passes come late). Forward-only passes never reach grads_final.
+// first; zb-h1: the W passes come late). An edge unit shared by two chunks (data_parallel.h)
+// gets 2m. Forward-only passes never reach grads_final.
 //
 // Pool (stages 2-3). Buffer 0 holds a chunk's edge bucket, open through the chunk's whole
 // pass (the tied wte is final only after the embedding's W pass), sized for the largest
@@ -37,8 +38,10 @@ namespace mt {
 class GradBuckets {
  public:
   // experts: this rank's expert ranges (empty: none), kept out of the dp reduction.
+  // passes_per_microbatch: per unit, the chunks whose backward passes accumulate into it
+  // (1, or 2 for an edge unit shared by the embedding's and the head's chunks); empty: 1.
   GradBuckets(const FlatLayout& layout, Communicator& dp, int zero, ExpertRanges& experts,
-              ExposedTime& exposed);
+              ExposedTime& exposed, std::vector<int> passes_per_microbatch = {});
   // What the constructor allocates for a layout, in floats: the storage (the flat
   // gradients, or the shard and the experts' packed gradients) and the pool's buffers
   // (stages 2-3: the edge buffer, then the block buffers). The memory estimate asks it.
@@ -102,6 +105,8 @@ class GradBuckets {
   std::deque<InFlight> inflight_;
   int microbatches_ = 0;     // passes per chunk announced by begin_step
   std::vector<int> passes_;  // per unit: passes completed this step
+  std::vector<int> users_;   // per unit: passes per microbatch
+  int expected_passes(size_t unit) const { return microbatches_ * users_[unit]; }
 };
 
 }  // namespace mt

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "schedule/execution_order.h"
 #include "schedule/schedule_validator.h"
 
 namespace mt {
@@ -54,6 +55,9 @@ std::string event_name(ActionKind kind, int model_chunk, int mb) {
       break;
     case ActionKind::W:
       k = "W";
+      break;
+    case ActionKind::FB:  // traced as its two halves
+      k = "FB";
       break;
     case ActionKind::SEND_ACT:
       k = "SEND_F";
@@ -117,6 +121,7 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, std::vector<Mod
       recvs_[i] = std::make_unique<Recv>();
       recvs_[i]->key = message_key(s_, stage_, list[i]);
     }
+  order_ = execution_order(s_, stage_);
   slot_.assign(size_t(s_.microbatches) * s_.chunks, -1);
   inbox_.assign(2 * slot_.size(), -1);
   outbox_.assign(2 * slot_.size(), -1);
@@ -151,11 +156,13 @@ void PipelineExecutor::emit(const std::string& name, const char* cat, double beg
   if (sink_ && *sink_) (*sink_)(name, cat, begin, end);
 }
 
-// Posts every receive that lies before the (lookahead + 1)-th compute action from `from`.
+// Posts every receive that lies before the (lookahead + 1)-th compute step from step
+// `from` of the execution order (an FB's halves count as one compute each).
 void PipelineExecutor::post_receives(size_t from) {
   const auto& list = s_.actions[stage_];
   int computes = 0;
-  for (size_t j = from; j < list.size() && computes <= lookahead_; ++j) {
+  for (size_t k = from; k < order_.size() && computes <= lookahead_; ++k) {
+    const size_t j = size_t(order_[k].index);
     if (is_compute(list[j].kind)) {
       ++computes;
       continue;
@@ -250,64 +257,75 @@ void PipelineExecutor::release_slot(int mb, int c) {
   --live_;
 }
 
+// One F, B or W (an FB's half is passed as the F or B it stands for).
+void PipelineExecutor::compute(const Action& a, StepInputs& in, PipelineStepStats& st) {
+  const int last = s_.model_chunks() - 1;
+  const int mb = a.microbatch, c = a.chunk, k = model_chunk(c);
+  const int b = shape_.b, T = shape_.T;
+  const size_t mb_tokens = size_t(b) * T;
+  ModelChunk& chunk = *chunks_[c];
+  if (a.kind == ActionKind::F) {
+    MT_CHECK(slot_[pair(mb, c)] < 0, "second forward of ", to_string(a));
+    const int slot = chunk.pool().acquire();
+    slot_[pair(mb, c)] = slot;
+    if (++live_ > peak_) peak_ = live_;
+    if (k > 0) take_input(false, mb, c, chunk.input(slot));
+    MT_CHECK(k > 0 || in.tokens, "the first stage needs tokens");
+    MT_CHECK(k < last || in.targets, "the last stage needs targets");
+    const int* tok = k == 0 ? in.tokens + mb * mb_tokens : nullptr;
+    const int* tgt = k == last ? in.targets + mb * mb_tokens : nullptr;
+    st.loss_sum += chunk.forward(slot, tok, tgt, b, T, in.dloss);
+    if (k < last) deliver(false, mb, c, k + 1, chunk.output(slot));
+    return;
+  }
+  const int slot = slot_[pair(mb, c)];
+  MT_CHECK(slot >= 0, to_string(a), " before its forward");
+  if (a.kind == ActionKind::W) {
+    if (before_weight_grads_) before_weight_grads_(mb, c);
+    chunk.backward_weight(slot, b, T);
+    release_slot(mb, c);
+    return;
+  }
+  if (k < last) take_input(true, mb, c, chunk.grad_output(slot));
+  if (s_.split_backward) {
+    chunk.backward_input(slot, b, T);
+  } else {
+    if (before_weight_grads_) before_weight_grads_(mb, c);
+    chunk.backward(slot, b, T);
+  }
+  if (k > 0) deliver(true, mb, c, k - 1, chunk.grad_input(slot));
+  if (!s_.split_backward) release_slot(mb, c);
+}
+
 PipelineStepStats PipelineExecutor::run(const int* tokens, const int* targets, float dloss,
                                         const PipelineEventSink& sink) {
   sink_ = &sink;
   PipelineStepStats st;
+  StepInputs in{tokens, targets, dloss};
   live_ = peak_ = 0;
-  const int last = s_.model_chunks() - 1;
-  const int b = shape_.b, T = shape_.T;
-  const size_t mb_tokens = size_t(b) * T;
   const double t_begin = now_seconds();
   const auto& list = s_.actions[stage_];
-  for (size_t i = 0; i < list.size(); ++i) {
-    post_receives(i);
-    const Action& a = list[i];
-    if (is_recv(a.kind)) {
-      wait_receive(i);
+  // In execution order: an FB's F half, its output's send, its B half's receive, its B half.
+  for (size_t k = 0; k < order_.size(); ++k) {
+    post_receives(k);
+    const ExecStep& e = order_[k];
+    const Action& listed = list[size_t(e.index)];
+    if (is_recv(listed.kind)) {
+      wait_receive(size_t(e.index));
       continue;
     }
-    if (is_send(a.kind)) {
-      issue_send(a);
+    if (is_send(listed.kind)) {
+      issue_send(listed);
       continue;
     }
-    const int mb = a.microbatch, c = a.chunk, k = model_chunk(c);
-    ModelChunk& chunk = *chunks_[c];
+    const Action a = e.half == Half::forward    ? forward_half(listed)
+                     : e.half == Half::backward ? backward_half(listed)
+                                                : listed;
     const double t0 = now_seconds();
-    if (a.kind == ActionKind::F) {
-      MT_CHECK(slot_[pair(mb, c)] < 0, "second forward of ", to_string(a));
-      const int slot = chunk.pool().acquire();
-      slot_[pair(mb, c)] = slot;
-      if (++live_ > peak_) peak_ = live_;
-      if (k > 0) take_input(false, mb, c, chunk.input(slot));
-      MT_CHECK(k > 0 || tokens, "the first stage needs tokens");
-      MT_CHECK(k < last || targets, "the last stage needs targets");
-      const int* tok = k == 0 ? tokens + mb * mb_tokens : nullptr;
-      const int* tgt = k == last ? targets + mb * mb_tokens : nullptr;
-      st.loss_sum += chunk.forward(slot, tok, tgt, b, T, dloss);
-      if (k < last) deliver(false, mb, c, k + 1, chunk.output(slot));
-    } else {
-      const int slot = slot_[pair(mb, c)];
-      MT_CHECK(slot >= 0, to_string(a), " before its forward");
-      if (a.kind == ActionKind::B) {
-        if (k < last) take_input(true, mb, c, chunk.grad_output(slot));
-        if (s_.split_backward) {
-          chunk.backward_input(slot, b, T);
-        } else {
-          if (before_weight_grads_) before_weight_grads_(mb, c);
-          chunk.backward(slot, b, T);
-        }
-        if (k > 0) deliver(true, mb, c, k - 1, chunk.grad_input(slot));
-        if (!s_.split_backward) release_slot(mb, c);
-      } else {
-        if (before_weight_grads_) before_weight_grads_(mb, c);
-        chunk.backward_weight(slot, b, T);
-        release_slot(mb, c);
-      }
-    }
+    compute(a, in, st);
     const double t1 = now_seconds();
     st.busy_seconds += t1 - t0;
-    emit(event_name(a.kind, k, mb), "compute", t0, t1);
+    emit(event_name(a.kind, model_chunk(a.chunk), a.microbatch), "compute", t0, t1);
     reap_sends(false);
   }
   reap_sends(true);

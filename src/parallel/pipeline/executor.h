@@ -15,7 +15,11 @@
 // stage computes; outgoing tensors are copied into send buffers at the moment they are
 // produced and sent asynchronously, so a send never holds an activation slot (the
 // schedule's semantics: buffered sends, blocking receives). The copies are one
-// (rows, C) tensor per message, small next to a chunk's compute.
+// (rows, C) tensor per message, small next to a chunk's compute. An FB (DualPipeV's F&B
+// pair) runs in execution_order.h's order: its F half, the F half's send, then the wait
+// for the B half's input gradient (posted before the F half, so it arrived meanwhile),
+// then the B half: each half's transfer runs under the other half's compute. The two
+// computations themselves run one after the other on the rank's compute threads.
 //
 // Memory. A (microbatch, chunk) acquires its activation slot at F and releases it after
 // W, or after B when the backward is fused, so the peak number of live pairs is exactly
@@ -34,6 +38,7 @@
 #include "comm/communicator.h"
 #include "core/arena.h"
 #include "model/model_chunk.h"
+#include "schedule/execution_order.h"
 #include "schedule/schedule.h"
 
 namespace mt {
@@ -103,6 +108,12 @@ class PipelineExecutor {
  private:
   struct Recv;
   struct Send;
+  struct StepInputs {
+    const int* tokens;
+    const int* targets;
+    float dloss;
+  };
+  void compute(const Action& a, StepInputs& in, PipelineStepStats& st);
   int model_chunk(int c) const { return s_.model_chunk(stage_, c); }
   int pair(int mb, int c) const { return mb * s_.chunks + c; }
   int box(bool grad, int mb, int c) const {
@@ -126,6 +137,8 @@ class PipelineExecutor {
   PipelineShape shape_;
   int lookahead_ = 2;
   std::function<void(int, int)> before_weight_grads_;
+
+  std::vector<ExecStep> order_;  // execution_order() of this stage's list
 
   // Per step.
   const PipelineEventSink* sink_ = nullptr;

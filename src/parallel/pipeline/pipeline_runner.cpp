@@ -22,6 +22,7 @@ PipelineRunner::PipelineRunner(GPT& model, DataParallel& dp, const ParallelConte
       table_(model.table()),
       tied_name_(model.config().tied() ? model.config().token_table_name() : ""),
       ctx_(ctx),
+      ends_on_one_stage_(schedule.stage_of(0) == schedule.stage_of(schedule.model_chunks() - 1)),
       bubble_theory_(theoretical_bubble(schedule)) {
   executor_ = std::make_unique<PipelineExecutor>(std::move(schedule), ctx.coord.pp,
                                                  chunks_of(model), *ctx.pp, shape);
@@ -43,7 +44,9 @@ double PipelineRunner::evaluate(const int* tokens, const int* targets) {
 }
 
 std::span<const float> PipelineRunner::finish_gradients() {
-  if (!ctx_.first_stage() && !ctx_.last_stage()) return {};
+  // DualPipeV's V holds the embedding and the head on stage 0: one wte, its two uses
+  // summed in place (data_parallel.h), nothing to exchange.
+  if (ends_on_one_stage_ || (!ctx_.first_stage() && !ctx_.last_stage())) return {};
   // Both copies of the tied wte get the sum of the embedding's and the head's parts; the
   // last stage's is a copy of the first stage's, counted there in the norm.
   sum_tied_embedding_grad(*ctx_.pp, dp_, table_, tied_name_, tied_grad_);

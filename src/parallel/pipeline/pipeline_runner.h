@@ -1,7 +1,8 @@
 // The pipeline as a microbatch runner (microbatch_runner.h): this stage's schedule over the
 // pp group, with what only a pipeline has — the tied embedding's two copies (first and last
-// stage) summed after the data-parallel reduction, a loss that only the last stage computes,
-// forward-only evaluation through every stage, and the measured bubble.
+// stage) summed after the data-parallel reduction (one copy on stage 0 under DualPipeV's V),
+// a loss that only the head's stage computes, forward-only evaluation through every stage,
+// and the measured bubble.
 #pragma once
 
 #include <memory>
@@ -34,6 +35,7 @@ class PipelineRunner final : public MicrobatchRunner {
   const ParamTable& table_;
   std::string tied_name_;  // the tied token table, or empty (untied llama)
   const ParallelContext& ctx_;
+  bool ends_on_one_stage_;  // the embedding and the head on one stage (DualPipeV)
   double bubble_theory_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::vector<float> tied_grad_;  // the tied wte's summed gradient (first and last stage)

@@ -87,7 +87,7 @@ std::vector<int> parse_stage_layers(const std::string& spec, int layers, int chu
   }
   MT_REQUIRE(static_cast<int>(counts.size()) == chunks, "--stage-layers '", spec, "' has ",
              counts.size(),
-             " entries; it needs one per pipeline chunk: --pp x --virtual-stages = ", chunks);
+             " entries; it needs one per pipeline chunk: --pp x chunks per stage = ", chunks);
   const long sum = std::accumulate(counts.begin(), counts.end(), 0L);
   MT_REQUIRE(sum == layers, "--stage-layers '", spec, "' sums to ", sum, ", not --layers (", layers,
              ")");

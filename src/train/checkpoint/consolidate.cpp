@@ -9,6 +9,7 @@
 #include "train/checkpoint/checkpoint_paths.h"
 #include "train/checkpoint/global_checkpoint.h"
 #include "train/checkpoint/shard_reader.h"
+#include "train/finite_gate.h"
 #include "train/global_view.h"
 #include "train/hf_config.h"
 #include "train/hf_export.h"
@@ -83,6 +84,22 @@ void require_apart(const std::string& flag, const std::string& out, const std::s
              " overlaps the checkpoint ", dir, " it reads; write it elsewhere");
 }
 
+// A value the export's dtype cannot hold is the checkpoint's, known before anything is
+// written: bad input (exit 2), as a NaN in it is. The writer's own gate would refuse it too,
+// but as a failure (exit 1).
+void require_storable(const std::string& out, const CheckpointWeights& c, bool as_bf16) {
+  if (!as_bf16) return;
+  std::vector<GateTensor> tensors;
+  for (size_t i = 0; i < c.weights.size(); ++i)
+    tensors.push_back({c.table.entries()[i].name, c.weights[i].data(), c.weights[i].size()});
+  try {
+    require_finite_for_disk(out, tensors, DiskDtype::bf16);
+  } catch (const RuntimeError& e) {
+    throw UsageError(
+        str(e.what(), " (a value of the checkpoint; export it with --export-dtype ", "fp32)"));
+  }
+}
+
 }  // namespace
 
 ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::string& out,
@@ -95,6 +112,7 @@ ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::s
   MT_REQUIRE(out_dir != ckpt, "--to ", out, " is inside the checkpoint ", dir,
              " it reads; write it elsewhere");
   const CheckpointWeights c = read_sharded(dir);
+  require_storable(out, c, as_bf16);
   export_weights(out, c.table, c.model, c.weights, as_bf16, c.metadata);
   return c.report;
 }
@@ -107,6 +125,7 @@ ConsolidateReport export_checkpoint_to_hf(const std::string& dir, const std::str
   if (!sharded) require_input_dir("--from", dir);
   const CheckpointWeights c = sharded ? read_sharded(dir) : read_global(dir);
   require_hf_exportable(c.model, "--to-hf");
+  require_storable(out, c, as_bf16);
   const std::string where = sharded ? dir + "/" + kManifestFile : dir + "/model.safetensors";
   export_hf_directory(out, c.table, c.model, c.weights, as_bf16,
                       metadata_tokenizer(c.metadata, where));

@@ -9,6 +9,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "train/finite_gate.h"
 
 namespace mt {
@@ -73,7 +74,7 @@ void BackgroundWriter::start(std::function<std::string()> job) {
   MT_CHECK(!thread_.joinable(), "a checkpoint write is already running");
   finished_.store(false, std::memory_order_release);
   result_.clear();
-  thread_ = std::thread([this, job = std::move(job)]() {
+  thread_ = start_thread("the background checkpoint writer", [this, job = std::move(job)]() {
     std::string r;
     try {
       r = job();
