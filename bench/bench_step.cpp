@@ -40,6 +40,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "data/token_shard.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
@@ -53,7 +54,6 @@
 #include "model/gpt.h"
 #include "train/session.h"
 #include "train/step.h"
-#include "train/token_shard.h"
 
 namespace {
 

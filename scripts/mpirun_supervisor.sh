@@ -10,7 +10,7 @@
 # from the newest complete, valid checkpoint under --save (or starts fresh). Exit 0 ends the
 # loop; exit 2 (bad usage or input) is not retried, since a restart would fail the same
 # way; any other exit restarts until N restarts are spent, then that exit status is
-# returned. MESHTRAIN_FAULT (CONTRACTS.md §8) models one crash: it is cleared after the
+# returned. MESHTRAIN_FAULT (docs/contracts.md §8) models one crash: it is cleared after the
 # first attempt, as a relaunched job would not inherit a chaos test's setting.
 set -u
 

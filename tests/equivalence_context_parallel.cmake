@@ -1,4 +1,4 @@
-# Context parallelism (--cp, CONTRACTS.md §11, docs/context_parallel.md) against one worker:
+# Context parallelism (--cp, docs/contracts.md §11, docs/context_parallel.md) against one worker:
 # per-step losses and gradient norms, and the exported weights after 10 steps, per tensor
 # (losses 1e-5 relative, gradient norms and weights 1e-4), so a wrong gradient of any
 # parameter shows. The default suite runs the ring at cp 2, the all-gather at cp 4 and cp with dp,

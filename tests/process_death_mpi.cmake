@@ -30,7 +30,7 @@ set_tests_properties(mpi_killed_hybrid_process_named mpi_killed_hybrid_process_s
                      PROPERTIES ENVIRONMENT "${MT_MPI_ENV}" TIMEOUT 180 LABELS "mpi")
 
 # A process that ends on purpose, after its own error line, is no death: an injected fault
-# (exit(1) in the MPI backend, CONTRACTS.md §8) and a rank's failure (MPI_Abort) end with
+# (exit(1) in the MPI backend, docs/contracts.md §8) and a rank's failure (MPI_Abort) end with
 # that one line.
 add_test(NAME mpi_fault_exit_is_no_death
          COMMAND ${MT_EXPECT} 1 "^meshtrain: error: rank 1: injected fault at step 2" 120

@@ -25,7 +25,7 @@ int report(const char* what, int code) {
   return code;
 }
 
-// CLI11 reports a word that names no command as "A subcommand is required"; CONTRACTS.md §5
+// CLI11 reports a word that names no command as "A subcommand is required"; docs/contracts.md §5
 // asks for an error that names it. Empty when argv[1] is a flag or a known command.
 std::string unknown_command(CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return "";

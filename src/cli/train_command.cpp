@@ -299,7 +299,7 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
   auto flags = std::make_shared<FlagSet>();
   auto print_config = std::make_shared<bool>(false);
   auto print_layout = std::make_shared<bool>(false);
-  CLI::App* cmd = app.add_subcommand("train", "train a GPT (see also CONTRACTS: flags)");
+  CLI::App* cmd = app.add_subcommand("train", "train a GPT (flags: docs/contracts.md section 5)");
   // Repeating a flag overrides the earlier value, as users of shell scripts expect.
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   const bool is_train = *argc > 1 && std::strcmp((*argv)[1], "train") == 0;

@@ -14,6 +14,8 @@
 #include "core/error.h"
 #include "core/launcher.h"
 #include "core/timer.h"
+#include "data/corpus.h"
+#include "data/data_loader.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/matmul_bf16.h"
 #include "parallel/process_layout.h"
@@ -24,8 +26,6 @@
 #include "train/checkpoint/checkpoint_paths.h"
 #include "train/checkpoint/manifest.h"
 #include "train/checkpoint/save_lock.h"
-#include "train/corpus.h"
-#include "train/data_loader.h"
 #include "train/dataset_inputs.h"
 #include "train/hf_config.h"
 #include "train/hf_directory.h"
@@ -185,6 +185,7 @@ void resolve_train_options(TrainOptions& o) {
     // Byte-level by default; GPT-2-tokenized shards bring larger ids.
     std::vector<std::string> shards = o.io.data_shards;
     shards.push_back(o.io.data);
+    static_assert(kMaxDataVocab == ModelConfig::kMaxVocab, "one largest vocabulary");
     o.model.vocab = vocab_of_shards(shards);
   }
   // The shape is final: the planner may choose the layout, then every rule of the options,
@@ -305,7 +306,7 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
       o.io.resumed = from.empty() ? first_resumed : true;
       std::fprintf(stderr, "meshtrain: restart %d of %d, from %s\n", restart + 1,
                    o.engine.max_restarts, o.io.load.empty() ? "the start" : o.io.load.c_str());
-      // An injected fault (CONTRACTS.md §8) models one crash: the restarted job runs
+      // An injected fault (docs/contracts.md §8) models one crash: the restarted job runs
       // without it, as a relaunched process would not inherit the chaos test's setting.
       ::unsetenv("MESHTRAIN_FAULT");
     }

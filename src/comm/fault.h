@@ -1,4 +1,4 @@
-// Fault injection for tests and chaos runs (CONTRACTS.md §8):
+// Fault injection for tests and chaos runs (docs/contracts.md §8):
 //   MESHTRAIN_FAULT=rank:R:step:S  makes global rank R fail at step S.
 #pragma once
 

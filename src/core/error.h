@@ -1,6 +1,6 @@
 // Errors and checks shared by every layer.
 //
-// Two kinds of failure map to the two non-zero exit codes of CONTRACTS.md §5:
+// Two kinds of failure map to the two non-zero exit codes of docs/contracts.md §5:
 //   UsageError   -> exit 2: bad flags, config, or input files ("meshtrain: error: ...")
 //   RuntimeError -> exit 1: something failed while running (a rank, a timeout, I/O)
 #pragma once

@@ -295,7 +295,7 @@ Dataset prepare_dataset(const PrepareOptions& o,
     }
     record.kind = tok->kind();
     const std::string marker = end_marker(rule, o.separator);
-    // Version-1 shards whenever the tokenizer's ids fit uint16 (CONTRACTS.md §10).
+    // Version-1 shards whenever the tokenizer's ids fit uint16 (docs/contracts.md §10).
     SplitWriter train(tmp, "train", o.shard_tokens, tok->vocab_size());
     std::unique_ptr<SplitWriter> val;
     if (o.val_fraction > 0)

@@ -1,4 +1,4 @@
-// llm.c token shards (CONTRACTS.md §3 and §10): a 1024-byte header of 256 little-endian
+// llm.c token shards (docs/contracts.md §3 and §10): a 1024-byte header of 256 little-endian
 // int32 ([0] = 20240520 magic, [1] = version, [2] = ntok, the rest 0), then ntok
 // little-endian tokens:
 //   version 1: uint16 tokens, file size 1024 + 2*ntok (vocabularies up to 65,536 ids);

@@ -1,4 +1,4 @@
-// The mixture-of-experts router (CONTRACTS.md §1, MoE variant, and §9's DeepSeek-V3 router)
+// The mixture-of-experts router (docs/contracts.md §1, MoE variant, and §9's DeepSeek-V3 router)
 // as plain forward/backward functions on buffers; the layer (model/moe_router.h) owns the
 // router weight and runs its matmul. N tokens, E experts, k choices per token. Naive twins:
 // kernels/reference/.

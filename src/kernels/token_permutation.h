@@ -25,7 +25,7 @@ namespace mt {
 int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
                   int N, int E, int k, int capacity, const int64_t* held = nullptr);
 
-// Capacity of one expert for one group of N tokens (CONTRACTS.md §1): ceil(N * k * F / E),
+// Capacity of one expert for one group of N tokens (docs/contracts.md §1): ceil(N * k * F / E),
 // F taken at its float value; 0 (dropless) when F is 0.
 int expert_capacity(int N, int E, int k, float capacity_factor);
 

@@ -1,4 +1,4 @@
-// Model hyper-parameters and their validation: the GPT-2 block (CONTRACTS.md §1) and the
+// Model hyper-parameters and their validation: the GPT-2 block (docs/contracts.md §1) and the
 // Llama family (--arch llama, §9).
 #pragma once
 
@@ -30,7 +30,7 @@ struct ModelConfig {
   // The largest vocabulary: ids are int32 everywhere a token travels (batches, kernels, the
   // version-2 shards' uint32 ids once checked against the vocabulary).
   static constexpr int kMaxVocab = 2147483647;
-  // Mixture of experts (0 = dense). Math in CONTRACTS.md §1, MoE variant.
+  // Mixture of experts (0 = dense). Math in docs/contracts.md §1, MoE variant.
   int experts = 0;
   int topk = 2;
   int moe_every = 1;

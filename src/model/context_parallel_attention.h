@@ -1,4 +1,4 @@
-// Attention across the context-parallel group (CONTRACTS.md §11, docs/context_parallel.md):
+// Attention across the context-parallel group (docs/contracts.md §11, docs/context_parallel.md):
 // each of the N ranks holds its zigzag rows of every sequence (model/zigzag_layout.h), and
 // every query must see the keys of all ranks. Only the Hkv kv heads travel (GQA: never the
 // H query heads' copies).

@@ -1,5 +1,5 @@
 // Token + position embedding (first pipeline stage). The token table doubles as the LM
-// head (tied weights, CONTRACTS.md §1); the embedding has no input gradient, only weight
+// head (tied weights, docs/contracts.md §1); the embedding has no input gradient, only weight
 // gradients, which it computes in the W pass.
 //
 // This layer owns the parameter-table entries; the tensor-parallel lookup (the token

@@ -45,7 +45,7 @@ struct ExpertShape {
   int count = 0;       // local experts
   int max_rows = 0;    // rows the local experts can receive per microbatch (slot sizing)
   int max_tokens = 0;  // tokens per microbatch
-  float proj_std = 0;  // init std of c_proj / down_proj (CONTRACTS.md §1, §9a)
+  float proj_std = 0;  // init std of c_proj / down_proj (docs/contracts.md §1, §9a)
   // Each rank's gradients cover only its tokens (tensor parallelism's token split,
   // moe_layer.h): ParamInfo::tp_partial_grad.
   bool partial_grads = false;
@@ -82,7 +82,7 @@ class ExpertMlp {
   virtual size_t own_workspace_floats() const { return 0; }
 };
 
-// The GELU experts of CONTRACTS.md §1 (each the dense MLP: c_fc, tanh GELU, c_proj, with
+// The GELU experts of docs/contracts.md §1 (each the dense MLP: c_fc, tanh GELU, c_proj, with
 // biases): their parameters, registered in the file format's order, for either precision.
 class GeluExperts : public ExpertMlp {
  public:

@@ -35,7 +35,7 @@ class GPT {
   // Every mixture-of-experts layer this rank holds, in layer order.
   std::vector<MoeLayer*> moe_layers();
 
-  // Deterministic init (CONTRACTS.md §1), a function of (seed, name, element) only.
+  // Deterministic init (docs/contracts.md §1), a function of (seed, name, element) only.
   void init(uint64_t seed) { table_.init(params_.data(), seed); }
   void zero_grads() { grads_.zero(); }
   // A data-parallel engine that keeps parameters and gradients in its own (sharded)

@@ -65,7 +65,7 @@ GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard&
   reserve_buffers(layout, moe);
 }
 
-// In the order of the file format (CONTRACTS.md §4); an MoE block's MoeLayer registers its
+// In the order of the file format (docs/contracts.md §4); an MoE block's MoeLayer registers its
 // router and experts after ln_2, where the dense MLP would be.
 void GptBlock::register_params(int layer, const ModelConfig& cfg, bool moe, ParamTable& table) {
   const int64_t C = C_, H = cfg.hidden(), r = tp_.rank;

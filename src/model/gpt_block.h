@@ -1,4 +1,4 @@
-// The gpt2 block (--arch gpt2): one pre-LayerNorm transformer block (CONTRACTS.md §1):
+// The gpt2 block (--arch gpt2): one pre-LayerNorm transformer block (docs/contracts.md §1):
 //   x_mid = x_in + c_proj(attention(c_attn(ln_1(x_in))))
 //   x_out = x_mid + mlp.c_proj(gelu(mlp.c_fc(ln_2(x_mid))))
 //

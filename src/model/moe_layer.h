@@ -1,6 +1,6 @@
 // Mixture-of-experts MLP, the drop-in for a Block's dense MLP: y (N, C) = sum over the
 // token's kept choices of gate * expert_e(h), where h (N, C) is the block's normed input
-// and the caller adds y to the residual. gpt2 (CONTRACTS.md §1, MoE variant): softmax
+// and the caller adds y to the residual. gpt2 (docs/contracts.md §1, MoE variant): softmax
 // router, GELU experts of the dense width. llama (§9, DeepSeek-V3): softmax or sigmoid
 // router with --routed-scale, SwiGLU experts of --expert-ffn-dim (the shared experts are the
 // llama block's, llama_block.h).

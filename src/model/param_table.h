@@ -1,4 +1,4 @@
-// The parameter table: every tensor a rank holds, by its global name (CONTRACTS.md §4),
+// The parameter table: every tensor a rank holds, by its global name (docs/contracts.md §4),
 // its global shape, how the rank's local piece maps into it, and where the piece lives in
 // the rank's flat arenas (parameters, gradients and optimizer moments share the offsets).
 //
@@ -48,7 +48,7 @@ struct ParamInfo {
   // Replicated over tp, but each rank's gradient covers only its rows of the sequence
   // (sequence parallelism: LayerNorm parameters): the gradients must be summed over tp.
   bool tp_partial_grad = false;
-  // AdamW weight decay applies to tensors with 2 or more dims (CONTRACTS.md §2).
+  // AdamW weight decay applies to tensors with 2 or more dims (docs/contracts.md §2).
   bool decay() const { return global_shape.size() >= 2; }
   int64_t global_numel() const;
   // Calls fn(local_index, global_index) for each local element that maps to a real

@@ -1,4 +1,4 @@
-// Context parallelism's zigzag ("head-tail") layout of one sequence (CONTRACTS.md §11):
+// Context parallelism's zigzag ("head-tail") layout of one sequence (docs/contracts.md §11):
 //
 //   T tokens cut into 2N chunks of T/(2N); cp rank r holds chunks r and 2N-1-r, in that
 //   order, as its T/N rows. With N = 2, T = 8:

@@ -1,8 +1,8 @@
 // The device mesh: a pure function from the parallel sizes and a rank to that rank's
-// coordinates and the member lists of its groups (CONTRACTS.md §7). No I/O, no state.
+// coordinates and the member lists of its groups (docs/contracts.md §7). No I/O, no state.
 //
 // world = pp * dp * cp * tp; tp varies fastest, then cp, then dp, then pp (Megatron's
-// tp-cp-dp-pp order, CONTRACTS.md §11):
+// tp-cp-dp-pp order, docs/contracts.md §11):
 //   rank = ((pp_idx * dp + dp_idx) * cp + cp_idx) * tp + tp_idx
 // Context parallelism (cp > 1) splits each sequence over the cp group (same pp, dp, tp); the
 // "dp_cp" group joins the dp and cp ranks of one (pp, tp): the replicas whose gradients are

@@ -29,7 +29,7 @@ struct MicrobatchStats {
 };
 
 struct BubbleMeasure {
-  double measured = 0;  // idle / step time, averaged over the ranks (CONTRACTS.md §6)
+  double measured = 0;  // idle / step time, averaged over the ranks (docs/contracts.md §6)
   double theory = 0;    // the schedule's with F = B = W
 };
 

@@ -1,5 +1,5 @@
 // Where the groups of a layout run on a hybrid world (--ranks-per-process K): process p
-// holds world ranks p*K .. p*K+K-1, so with the mesh's tp-fastest order (CONTRACTS.md §7)
+// holds world ranks p*K .. p*K+K-1, so with the mesh's tp-fastest order (docs/contracts.md §7)
 // a tp group stays inside a process when tp divides K, and expert-parallel groups stay
 // inside when tp*ep divides K; dp and pp groups cross processes. Pure functions: the checks
 // and the report run before any rank starts (train --print-layout).

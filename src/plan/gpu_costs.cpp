@@ -81,7 +81,7 @@ Passes tp_comm(const CostContext& c, bool moe) {
   return {2 * one, backward, 0};
 }
 
-// Context parallelism's K/V exchange in one layer (CONTRACTS.md §11). Ring: each of the
+// Context parallelism's K/V exchange in one layer (docs/contracts.md §11). Ring: each of the
 // cp - 1 steps passes one rank's K and V block to the next rank while the attention of the
 // block in hand computes (1/cp of the rank's attention), only the excess exposed; backward
 // passes the K/V and their gradients, twice the bytes, under 1/cp of the attention's

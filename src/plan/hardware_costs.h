@@ -8,7 +8,7 @@
 //                      (n-1)/n); busbw within one node, or min(node busbw, members per node x
 //                      per-NIC busbw) across nodes; steps = 2 log2 n (tree/ring latency term)
 //   point-to-point:    latency + bytes / p2p bandwidth (NVLink or one NIC)
-// Groups are placed as the mesh places them (CONTRACTS.md §7: tp fastest, then dp, then
+// Groups are placed as the mesh places them (docs/contracts.md §7: tp fastest, then dp, then
 // pp), devices_per_node consecutive ranks per node.
 #pragma once
 

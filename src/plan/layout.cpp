@@ -103,7 +103,7 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   return o;
 }
 
-// Context parallelism as the software has it (CONTRACTS.md §11's zigzag: 2 cp chunks of
+// Context parallelism as the software has it (docs/contracts.md §11's zigzag: 2 cp chunks of
 // the sequence).
 void validate_context_parallel(const PlanRequest& r, const Layout& l) {
   MT_REQUIRE(l.cp >= 1, "--cp must be >= 1 (got ", l.cp, ")");

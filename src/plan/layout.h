@@ -21,7 +21,7 @@ struct Layout {
   int micro_batch = 1;  // sequences per microbatch (train's --microbatches = batch/(dp*this))
   std::string schedule = "1f1b";
   std::string precision = "fp32";
-  // Context parallelism (CONTRACTS.md §11): each sequence cut over cp ranks (zigzag), the
+  // Context parallelism (docs/contracts.md §11): each sequence cut over cp ranks (zigzag), the
   // K/V passed around a ring ("ring") or all-gathered once per layer ("allgather"). GPU
   // software that has it only (the engine's --cp is not in this tree yet).
   int cp = 1;

@@ -7,7 +7,7 @@
 // counted (these are model FLOPs, the numerator of MFU); LayerNorm, softmax, GELU and the
 // optimizer are not counted either.
 //
-// Llama (--arch llama, CONTRACTS.md §9), the same count over its shapes: the q/k/v
+// Llama (--arch llama, docs/contracts.md §9), the same count over its shapes: the q/k/v
 // projections are h x (q + 2 kv) with q = heads x head_dim and kv = kv_heads x head_dim
 // (grouped-query attention), the output projection q x h, the scores and values 4 s q per
 // token, SwiGLU's three matrices 6 h F (gate, up, down), the head 2 h V whether tied or not.

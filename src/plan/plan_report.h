@@ -1,5 +1,5 @@
 // What `meshtrain plan` prints: a table of the best candidates, the JSON document of
-// CONTRACTS.md §5 / issue #15, and (--explain) the assumptions and why the first layouts
+// docs/contracts.md §5 / issue #15, and (--explain) the assumptions and why the first layouts
 // beat the next ones.
 #pragma once
 

@@ -37,7 +37,7 @@ constexpr const char* kMegatronTied =
     "pipeline, before the optimizer (on the critical path)";
 constexpr const char* kNoZero3 = "no ZeRO 3 (max_zero 0)";
 constexpr const char* kNoCpYet =
-    "no context parallelism: the engine's --cp is not in this tree yet (CONTRACTS.md §11)";
+    "no context parallelism: the engine's --cp is not in this tree yet (docs/contracts.md §11)";
 constexpr const char* kMegatronNoCp = "no context parallelism (it came with Megatron-Core, 2023)";
 constexpr const char* kKorthikantiMemory =
     "Korthikanti et al. 2022 Table 2 per-layer activations (as Megatron-LM's "

@@ -86,8 +86,8 @@ std::vector<std::string> gpu_lines(const HardwareProfile& hw) {
               hw.p2p_scatter_gather
                   ? "; scatter/gather over tp (1/tp per link, then an all-gather over NVLink)"
                   : ""),
-          "placement: tp innermost within a node, then dp, then pp (CONTRACTS.md §7); a group "
-          "spanning nodes gets min(NVLink busbw, members per node x NIC busbw)",
+          "placement: tp innermost within a node, then dp, then pp (docs/contracts.md §7); "
+          "a group spanning nodes gets min(NVLink busbw, members per node x NIC busbw)",
           "memory: the engine's own estimate (fp32 master weights, fp32 grads, AdamW moments); "
           "bf16 halves activations and adds a 2-byte weight copy; 3 GiB per GPU reserved"};
 }

@@ -1,4 +1,4 @@
-// A run's metrics file (CONTRACTS.md §6, plus the {"event": "run"} record a run writes
+// A run's metrics file (docs/contracts.md §6, plus the {"event": "run"} record a run writes
 // first) read for the report page, checked where the page will use it so that drawing
 // never meets a surprise:
 //   - read through core/input_file.h: a FIFO or device is refused, not waited on, and a file

@@ -1,6 +1,6 @@
 // The report page of one or more runs: a self-contained HTML file (inline SVG and CSS, one
 // small inline script that only counts what rendered; nothing fetched) drawn from the
-// runs' metrics files (CONTRACTS.md §6, plus the {"event": "run"} record a run writes
+// runs' metrics files (docs/contracts.md §6, plus the {"event": "run"} record a run writes
 // first). `meshtrain report RUN...` writes it; training rewrites it beside --metrics
 // (metrics.jsonl -> metrics.html) every --report-every steps and at the end.
 //

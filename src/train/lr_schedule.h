@@ -1,4 +1,4 @@
-// Learning-rate schedule (CONTRACTS.md §2). Update u (0-based) of `steps`:
+// Learning-rate schedule (docs/contracts.md §2). Update u (0-based) of `steps`:
 //   u < warmup:               lr * (u + 1) / warmup                      (nanoGPT's warmup)
 //   constant:                 lr
 //   cosine, warmup <= u:      min_lr + 0.5 (lr - min_lr) (1 + cos(pi * (u - warmup) / span)),

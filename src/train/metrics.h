@@ -1,4 +1,4 @@
-// JSONL metrics (CONTRACTS.md §6): one object per line, flushed per record so a crashed
+// JSONL metrics (docs/contracts.md §6): one object per line, flushed per record so a crashed
 // run still leaves every completed step on disk. Written by global rank 0 only.
 #pragma once
 

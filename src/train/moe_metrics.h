@@ -1,4 +1,4 @@
-// The step's routing metrics of the whole model (CONTRACTS.md §6: aux_loss, dropped_frac,
+// The step's routing metrics of the whole model (docs/contracts.md §6: aux_loss, dropped_frac,
 // expert_load) and the per-layer load summary, for any layout. A rank holds the MoE layers
 // of its pipeline stage and routes only its dp share of the tokens, so the counts are
 // summed over dp, then the stages' layers are gathered over pp into one list in block

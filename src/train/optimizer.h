@@ -1,4 +1,4 @@
-// AdamW (CONTRACTS.md §2) over the pieces of the parameter arena this rank updates. One
+// AdamW (docs/contracts.md §2) over the pieces of the parameter arena this rank updates. One
 // worker, or plain data parallelism, updates every element; under ZeRO each data-parallel
 // rank updates only its shard and keeps moments only for it. Moments are stored densely,
 // piece after piece, so their size is exactly the number of updated elements.

@@ -1,4 +1,4 @@
-// Everything `meshtrain train` can be told, grouped as in CONTRACTS.md §5. The CLI fills
+// Everything `meshtrain train` can be told, grouped as in docs/contracts.md §5. The CLI fills
 // it from a TOML file and flags; the trainer only reads it.
 #pragma once
 

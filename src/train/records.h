@@ -1,4 +1,4 @@
-// The metrics file's records (CONTRACTS.md §6) as structs with named fields, and their JSON.
+// The metrics file's records (docs/contracts.md §6) as structs with named fields, and their JSON.
 #pragma once
 
 #include <cstdint>

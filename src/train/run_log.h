@@ -1,5 +1,5 @@
 // What a run tells the outside world, from global rank 0: the start-up line, per-step
-// metrics (JSONL, CONTRACTS.md §6) and progress, evaluation and routing summaries, the
+// metrics (JSONL, docs/contracts.md §6) and progress, evaluation and routing summaries, the
 // memory records after the first step and the pipeline bubble at the end. Other ranks
 // hold a silent one.
 #pragma once

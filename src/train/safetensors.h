@@ -2,7 +2,7 @@
 // (https://github.com/huggingface/safetensors): an 8-byte little-endian header length N,
 // N bytes of JSON {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]},
 // ..., "__metadata__": {"key": "value"}}, then the raw little-endian tensor bytes, offsets
-// counted from the end of the header. Tensor names follow CONTRACTS.md §4 (§9 for llama).
+// counted from the end of the header. Tensor names follow docs/contracts.md §4 (§9 for llama).
 // meshtrain writes F32 (or BF16 with --export-dtype bf16) and reads F32, BF16 and F16 into
 // fp32 (exact widenings; Hugging Face directories come in any of the three).
 //

@@ -3,6 +3,7 @@
 #include "core/threads.h"
 #include "model/precision.h"
 #include "model/recompute.h"
+#include "model/zigzag_layout.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/pipeline/stage_chunks.h"
@@ -26,7 +27,7 @@ DataLoader make_loader(const std::string& path, const std::vector<std::string>& 
                     o.model.seq, p.dp, ctx.coord.dp, p.microbatches);
   loader.require_vocab(o.model.vocab);
   // The cp ranks of a dp rank read its sequences and keep their zigzag rows of them.
-  if (p.cp > 1) loader.shard_sequences(p.cp, ctx.coord.cp);
+  if (p.cp > 1) loader.shard_sequences(zigzag_positions(o.model.seq, p.cp, ctx.coord.cp));
   return loader;
 }
 

@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "comm/world.h"
+#include "data/data_loader.h"
 #include "model/gpt.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/replica_sync.h"
 #include "parallel/expert_parallel/token_dispatcher.h"
 #include "parallel/microbatch_runner.h"
 #include "parallel/parallel_context.h"
-#include "train/data_loader.h"
 #include "train/global_view.h"
 #include "train/lr_schedule.h"
 #include "train/moe_metrics.h"

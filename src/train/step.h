@@ -32,7 +32,7 @@ struct StepPhases {
   double optimizer = 0;         // AdamW, the post-update finite check, ZeRO gathers, router bias
 };
 
-// One record per optimizer step (CONTRACTS.md §6); to_json (records.h) writes it.
+// One record per optimizer step (docs/contracts.md §6); to_json (records.h) writes it.
 struct StepRecord {
   int step = 0;  // 1 = the first update
   double loss = 0, lr = 0, grad_norm = 0;

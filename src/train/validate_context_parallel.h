@@ -1,4 +1,4 @@
-// The rules of --cp (CONTRACTS.md §11, docs/context_parallel.md): what context parallelism
+// The rules of --cp (docs/contracts.md §11, docs/context_parallel.md): what context parallelism
 // composes with so far, each refusal one line naming the missing composition.
 #pragma once
 

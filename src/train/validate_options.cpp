@@ -116,7 +116,7 @@ void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
              " ranks is more than the ", kMaxLocalRanks,
              " threads one process runs (--backend local); use --backend mpi");
   // Under a launcher the world is the processes it started times the ranks each runs
-  // (CONTRACTS.md §7: one rank per process unless --ranks-per-process), known here from its
+  // (docs/contracts.md §7: one rank per process unless --ranks-per-process), known here from its
   // environment before MPI is initialised.
   const int k = o.engine.ranks_per_process;
   MT_REQUIRE(world % k == 0, "--ranks-per-process ", k, " does not divide the ", world,
@@ -194,7 +194,7 @@ void validate_experts(const TrainOptions& o) {
   const ModelConfig& m = o.model;
   const int experts = m.experts;
   if (p.ep > 1) {
-    // ep consecutive dp ranks share the experts of one layer (CONTRACTS.md §7).
+    // ep consecutive dp ranks share the experts of one layer (docs/contracts.md §7).
     MT_REQUIRE(experts > 0, "--ep ", p.ep, " needs --experts > 0");
     MT_REQUIRE(p.dp % p.ep == 0, "--ep ", p.ep, " must divide --dp ", p.dp);
     MT_REQUIRE(experts % p.ep == 0, "--ep ", p.ep, " must divide --experts ", experts);

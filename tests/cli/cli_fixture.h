@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "data/token_shard.h"
 #include "run_binary.h"
-#include "train/token_shard.h"
 
 namespace mt::testing {
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "cli_fixture.h"
+#include "data/token_shard.h"
 #include "run_binary.h"
 #include "train/safetensors.h"
-#include "train/token_shard.h"
 
 namespace mt {
 namespace {

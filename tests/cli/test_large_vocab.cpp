@@ -1,4 +1,4 @@
-// Vocabularies above 65,536 through the binary: version-2 token shards (CONTRACTS.md §10)
+// Vocabularies above 65,536 through the binary: version-2 token shards (docs/contracts.md §10)
 // train, the vocabulary is taken from them, and an id outside the vocabulary is one line
 // naming the file and the first such id, exit 2, before any rank starts.
 #include <gtest/gtest.h>

@@ -6,10 +6,10 @@
 #include <sstream>
 #include <vector>
 
+#include "data/token_shard.h"
 #include "kernels/matmul_bf16.h"
 #include "run_binary.h"
 #include "train/safetensors.h"
-#include "train/token_shard.h"
 
 namespace mt {
 namespace {
@@ -108,8 +108,10 @@ TEST(TrainCommand, Bf16RunNamesItsGemmIsaAndWeightCopies) {
   Data d;
   if (!mt::bf16_matmul_supported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
   const std::string m = d.dir / "bf16.jsonl", f = d.dir / "fp32.jsonl";
-  auto r = run_meshtrain("train --layers 2 --dim 32 --heads 4 --seq 16 --batch 4 --vocab 256 --steps 2 "
-                         "--precision bf16 --data " + d.path + " --metrics " + m);
+  auto r = run_meshtrain(
+      "train --layers 2 --dim 32 --heads 4 --seq 16 --batch 4 --vocab 256 --steps 2 "
+      "--precision bf16 --data " +
+      d.path + " --metrics " + m);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string isa = mt::matmul_bf16_isa();
   EXPECT_NE(r.out.find("bf16 (" + isa + ")"), std::string::npos) << r.out;

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "cli_fixture.h"
+#include "data/token_shard.h"
 #include "run_binary.h"
 #include "train/checkpoint/save_lock.h"
-#include "train/token_shard.h"
 
 namespace mt {
 namespace {

@@ -16,7 +16,7 @@ TEST(LocalGroups, GroupNames) {
   EXPECT_EQ(group_name("pp", {5}), "pp[5]");
 }
 
-// The groups of a pp=2 x dp=2 x tp=2, ep=2 mesh (CONTRACTS.md §7, spelled out here because
+// The groups of a pp=2 x dp=2 x tp=2, ep=2 mesh (docs/contracts.md §7, spelled out here because
 // comm/ sits below parallel/mesh). Every rank posts its pipeline receive first, then runs a
 // tp all-reduce, a dp all-reduce and an ep all-to-all while the receive is pending; the
 // matching send is issued only after those. Each sum identifies the group's members.

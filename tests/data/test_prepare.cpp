@@ -104,7 +104,7 @@ TEST(Prepare, GivenModelIsCopiedAndRecorded) {
   EXPECT_EQ(read_bytes(a.train.shards[0]), read_bytes(b.train.shards[0]));
 }
 
-// CONTRACTS.md §10: version 1 whenever the tokenizer's ids fit uint16, so every dataset of
+// docs/contracts.md §10: version 1 whenever the tokenizer's ids fit uint16, so every dataset of
 // a vocabulary up to 65,536 reads as before, in half the bytes.
 TEST(Prepare, ShardsAreVersion1WhenTheVocabularyFits) {
   TempDir dir;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Layout-equivalence harness: runs the meshtrain binary under several parallel layouts and
-checks that each computes what one worker computes (ARCHITECTURE.md, correctness stance).
+checks that each computes what one worker computes (docs/architecture.md, correctness stance).
 
 A layout is just extra flags ("--dp 4 --zero 3", later "--tp 2", "--pp 2 --schedule 1f1b"),
 optionally with a launcher prefix ("mpirun -np 4 ... {bin} train --backend mpi").

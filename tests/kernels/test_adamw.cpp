@@ -1,4 +1,4 @@
-// AdamW must reproduce torch.optim.AdamW bit for bit (CONTRACTS.md §2): checked against the
+// AdamW must reproduce torch.optim.AdamW bit for bit (docs/contracts.md §2): checked against the
 // transcribed reference always, and against torch itself when /usr/bin/python3 has it.
 #include <gtest/gtest.h>
 #include <omp.h>

@@ -1,5 +1,5 @@
 // Blocks with a mixture-of-experts MLP inside the whole model: parameter registration
-// (CONTRACTS.md §4 names, the --moe-every convention), the composed backward including the
+// (docs/contracts.md §4 names, the --moe-every convention), the composed backward including the
 // aux-loss gradient against finite differences, and the routing statistics' invariants.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The zigzag layout of context parallelism (CONTRACTS.md §11): rank r holds chunks r and
+// The zigzag layout of context parallelism (docs/contracts.md §11): rank r holds chunks r and
 // 2N-1-r of 2N, the ranks' rows partition the sequence, and the causal work is balanced.
 #include "model/zigzag_layout.h"
 

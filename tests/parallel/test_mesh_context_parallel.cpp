@@ -1,4 +1,4 @@
-// The mesh with context parallelism (CONTRACTS.md §11): tp fastest, then cp, then dp, then
+// The mesh with context parallelism (docs/contracts.md §11): tp fastest, then cp, then dp, then
 // pp; the cp groups and the dp_cp gradient groups; cp = 1 changes nothing.
 #include <gtest/gtest.h>
 

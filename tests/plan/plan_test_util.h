@@ -9,10 +9,10 @@
 
 #include "comm/world.h"
 #include "core/timer.h"
+#include "data/token_shard.h"
 #include "plan/layout.h"
 #include "plan/software_profiles.h"
 #include "test_util/temp_dir.h"
-#include "train/token_shard.h"
 #include "train/trainer.h"
 
 namespace mt::plan::testing {

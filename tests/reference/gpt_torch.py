@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference for meshtrain's single-worker training (CONTRACTS.md §1-§4, §6).
+"""PyTorch reference for meshtrain's single-worker training (docs/contracts.md §1-§4, §6).
 
 Run with Debian's /usr/bin/python3 (python3-torch 1.13 + numpy). Everything is float32
 and deterministic. The pieces, each pinned to the contract so the C++ engine can be
@@ -11,7 +11,7 @@ checked against it:
             (tied); loss = mean cross-entropy over all B*T targets. No dropout.
   data      llm.c token shard: 256 int32 header [20240520, version, ntok], then ntok
             tokens, uint16 for version 1 (file size 1024 + 2*ntok) or uint32 for version 2
-            (1024 + 4*ntok, vocabularies above 65,536; CONTRACTS.md §10).
+            (1024 + 4*ntok, vocabularies above 65,536; docs/contracts.md §10).
             Global batch k takes B sequences of T+1 tokens from the current position,
             which returns to token 0 first when pos + B*T + 1 > ntok; it then advances
             by B*T. Microbatch j is the j-th consecutive slice of B/M sequences.
@@ -72,7 +72,7 @@ def load_safetensors(path):
     return safetensors_io.load(path, ("F32",))
 
 
-# ---------------------------------------------------------------- token shards (CONTRACTS §3)
+# ---------------------------------------------------------------- token shards (docs/contracts.md §3)
 
 
 def shard_version(vocab):
@@ -127,7 +127,7 @@ class Loader:
         return x, y
 
 
-# ---------------------------------------------------------------- model (CONTRACTS §1, §4)
+# ---------------------------------------------------------------- model (docs/contracts.md §1, §4)
 
 
 def gelu_tanh(x):
@@ -201,7 +201,7 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, self.V), targets.reshape(-1))
 
     def load_named(self, tensors):
-        """Copy a CONTRACTS §4 dict into the model; names and shapes must match exactly."""
+        """Copy a docs/contracts.md §4 dict into the model; names and shapes must match exactly."""
         own = dict(self.named_parameters())
         missing = sorted(set(own) - set(tensors))
         extra = sorted(set(tensors) - set(own))

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Hugging Face Llama directories written and read by hand (the transformers library is not
-used, nor needed): what `meshtrain train --init-from DIR` must accept (CONTRACTS.md §9, §9a).
+used, nor needed): what `meshtrain train --init-from DIR` must accept (docs/contracts.md §9, §9a).
 
 A directory holds
   config.json   LlamaConfig's keys: architectures ["LlamaForCausalLM"], model_type "llama",
@@ -22,7 +22,7 @@ Subcommands:
   write   model flags of llama_torch.py [--from FILE.safetensors | --seed S] --out DIR
           [--dtype f32|bf16|f16] [--shards N] [--max-positions P] [--minimal-config]
   loss    --dir DIR --data SHARD --batch B --seq T: the mean cross-entropy PyTorch computes
-          on global batch 0 (CONTRACTS §3) with the directory's weights converted to fp32,
+          on global batch 0 (docs/contracts.md §3) with the directory's weights converted to fp32,
           i.e. step 1's loss of a run that starts from the directory
 """
 import argparse

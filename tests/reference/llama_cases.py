@@ -1,4 +1,4 @@
-"""The --arch llama cases of test_vs_torch.py: meshtrain against llama_torch.py (CONTRACTS §9)
+"""The --arch llama cases of test_vs_torch.py: meshtrain against llama_torch.py (docs/contracts.md §9)
 with the GPT cases' tolerances, and what only these cases need:
 
   - inputs: an init file of §9 names, or (key "hf") a Hugging Face directory written by

@@ -1,4 +1,4 @@
-"""The mixture-of-experts MLP of --arch llama (CONTRACTS.md §9 "Mixture of experts under
+"""The mixture-of-experts MLP of --arch llama (docs/contracts.md §9 "Mixture of experts under
 --arch llama", with §1's MoE variant for what it leaves to it), for llama_torch.py.
 
   router    logits = h Wg^T (no bias). softmax: s = softmax(logits) over E; sigmoid

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference for meshtrain's --arch llama (CONTRACTS.md §9 and §9a), written from
+"""PyTorch reference for meshtrain's --arch llama (docs/contracts.md §9 and §9a), written from
 the contract; data, optimizer, schedule, clipping and metrics are gpt_torch.py's (§2, §3, §6).
 
 Run with Debian's /usr/bin/python3 (python3-torch 1.13 + numpy).
@@ -26,7 +26,7 @@ Run with Debian's /usr/bin/python3 (python3-torch 1.13 + numpy).
   init      matrices N(0, 0.02), every o_proj and down_proj (experts' and shared experts'
             too) N(0, 0.02/sqrt(2L)), RMSNorm weights 1 (torch RNG; the engine has its own
             counter-based init, so equivalence tests go through an init file).
-  names     CONTRACTS §9: model.embed_tokens.weight, model.layers.{i}.{input_layernorm,
+  names     docs/contracts.md §9: model.embed_tokens.weight, model.layers.{i}.{input_layernorm,
             post_attention_layernorm}.weight, .self_attn.{q,k,v,o}_proj.weight,
             .mlp.{gate,up,down}_proj.weight (MoE: .mlp.gate.weight,
             .mlp.gate.e_score_correction_bias, .mlp.experts.{e}.*, .mlp.shared_experts.*),
@@ -229,7 +229,7 @@ class Llama(nn.Module):
             m.update_bias()
 
     def step_metrics(self):
-        """The step's routing metrics as the engine reports them (CONTRACTS §6), plus
+        """The step's routing metrics as the engine reports them (docs/contracts.md §6), plus
         route_margin (reference only): the smallest top-k selection gap of the step."""
         layers = self.moe_layers()
         if not layers:
@@ -253,7 +253,7 @@ class Llama(nn.Module):
         return {n: t.detach().float().numpy().copy() for n, t in self.named_tensors().items()}
 
     def load_named(self, tensors):
-        """Copy a CONTRACTS §9 dict into the model; names and shapes must match exactly
+        """Copy a docs/contracts.md §9 dict into the model; names and shapes must match exactly
         (a router bias may be absent: it starts at zero)."""
         own = self.named_tensors()
         missing = sorted(n for n in set(own) - set(tensors) if not n.endswith("correction_bias"))

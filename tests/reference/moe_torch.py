@@ -2,7 +2,7 @@
 """The MoE layer (src/model/moe_layer.h) against PyTorch on the same weights and inputs.
 
 Runs tests/moe_reference_driver, which writes its config, inputs, weights, outputs and
-gradients, then recomputes everything in float64 from CONTRACTS.md §1 (MoE variant) with
+gradients, then recomputes everything in float64 from docs/contracts.md §1 (MoE variant) with
 autograd, and exits non-zero on any mismatch. The reference is written independently of
 the C++ (per-expert dense evaluation and masks, no permutation, a plain token-major loop
 for drops), so it checks the math, not the implementation.

@@ -8,7 +8,7 @@ so the data section is 8-byte aligned (what the safetensors library writes).
 Every array handed in or returned is float32 numpy; the stored dtype is a property of the
 file only. BF16 is written with round-to-nearest-even (torch's float32 -> bfloat16 cast) and
 read exactly (the 16 bits are the top half of a float32). Used by gpt_torch.py (F32 files of
-CONTRACTS.md section 4) and hf_dir.py (Hugging Face directories in any of the three dtypes).
+docs/contracts.md section 4) and hf_dir.py (Hugging Face directories in any of the three dtypes).
 """
 import json
 import struct

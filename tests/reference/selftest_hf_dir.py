@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Checks the file side of the Llama reference: safetensors in F32/BF16/F16
 (safetensors_io.py), Hugging Face directories (hf_dir.py: config.json keys, single and
-sharded weights, the index), the names and init of llama_torch.py's tensors (CONTRACTS §9),
+sharded weights, the index), the names and init of llama_torch.py's tensors (docs/contracts.md §9),
 and version-2 token shards (§10). Needs no meshtrain binary. Exits non-zero on a failure."""
 import argparse
 import glob
@@ -66,7 +66,7 @@ def test_names_and_init():
                      p + "self_attn.v_proj.weight": (48, 64), p + "self_attn.o_proj.weight": (64, 96),
                      p + "mlp.gate_proj.weight": (96, 64), p + "mlp.up_proj.weight": (96, 64),
                      p + "mlp.down_proj.weight": (64, 96)})
-    check("names and shapes = CONTRACTS §9", {n: a.shape for n, a in W.items()} == want)
+    check("names and shapes = docs/contracts.md §9", {n: a.shape for n, a in W.items()} == want)
     proj = 0.02 / math.sqrt(8)
     stds = {n: a.std() for n, a in W.items() if a.ndim == 2}
     ok = all(abs(sd - (proj if n.endswith(("o_proj.weight", "down_proj.weight")) else 0.02)) < 0.1 * sd

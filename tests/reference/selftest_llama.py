@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Checks the Llama reference (llama_torch.py, llama_moe_torch.py) against independent
-readings of CONTRACTS.md §9/§9a, so a mistake in the reference cannot hide one in the engine:
+readings of docs/contracts.md §9/§9a, so a mistake in the reference cannot hide one in the engine:
 RoPE against complex rotations, llama3 scaling against Hugging Face's vectorised formula,
 GQA against MHA with repeated K/V weights, RMSNorm and SwiGLU against their formulas, the
 whole model against a float64 numpy forward with per-head and per-token loops, the MoE

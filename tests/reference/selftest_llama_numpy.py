@@ -1,4 +1,4 @@
-"""A float64 numpy reading of CONTRACTS.md §9 for selftest_llama.py, written from the text and
+"""A float64 numpy reading of docs/contracts.md §9 for selftest_llama.py, written from the text and
 not from llama_torch.py: RoPE as complex rotations, attention with a loop over query heads
 (each reading kv head j // (H/Hkv)), the MoE with a loop over tokens. Slow and plain.
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Checks the PyTorch reference (gpt_torch.py) against an independent float64 numpy
-reading of CONTRACTS.md, so a mistake in the reference cannot hide a mistake in the
+reading of docs/contracts.md, so a mistake in the reference cannot hide a mistake in the
 engine. Needs no meshtrain binary. Exits non-zero on the first failed check."""
 import math
 import os
@@ -34,7 +34,7 @@ def np_gelu(x):
 
 
 def np_loss(W, idx, tgt, L, H):
-    """Forward of CONTRACTS §1 written from the text, per head with explicit loops."""
+    """Forward of docs/contracts.md §1 written from the text, per head with explicit loops."""
     B, T = idx.shape
     C = W["transformer.wte.weight"].shape[1]
     hd = C // H
@@ -168,7 +168,7 @@ def test_io():
         ref.write_shard(os.path.join(d, "s.bin"), toks)
         check("shard size", os.path.getsize(os.path.join(d, "s.bin")) == 1024 + 8)
         check("shard round trip", np.array_equal(ref.read_shard(os.path.join(d, "s.bin")), toks))
-        # Version 2 (CONTRACTS.md §10): the same header with [1] = 2, uint32 tokens.
+        # Version 2 (docs/contracts.md §10): the same header with [1] = 2, uint32 tokens.
         big = np.array([1, 65536, 128255, 7])
         ref.write_shard(os.path.join(d, "v2.bin"), big)
         raw = open(os.path.join(d, "v2.bin"), "rb").read()

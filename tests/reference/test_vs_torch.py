@@ -96,7 +96,7 @@ CASES = {
                "--warmup", "0", "--lr-schedule", "constant", "--weight-decay", "0.0",
                "--grad-clip", "0", "--threads", "1"],
         data="text", data_tokens=4 * 64 * 4 + 100),
-    # A vocabulary above 65,536: the data is a version-2 shard (uint32 ids, CONTRACTS.md
+    # A vocabulary above 65,536: the data is a version-2 shard (uint32 ids, docs/contracts.md
     # §10) over the whole vocabulary, ids up to 99,999.
     "l2_v100000_v2shard": dict(
         flags=["--layers", "2", "--dim", "32", "--heads", "2", "--seq", "16", "--vocab", "100000",

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "data/token_shard.h"
 #include "train/options.h"
 #include "train/session.h"
-#include "train/token_shard.h"
 
 namespace mt::test_util {
 

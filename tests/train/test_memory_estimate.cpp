@@ -19,10 +19,10 @@
 #include "core/error.h"
 #include "core/system_memory.h"
 #include "core/timer.h"
+#include "data/token_shard.h"
 #include "kernels/matmul_bf16.h"
 #include "model/gpt.h"
 #include "test_util/temp_dir.h"
-#include "train/token_shard.h"
 #include "train/trainer.h"
 
 namespace mt {

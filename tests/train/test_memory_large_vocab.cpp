@@ -16,11 +16,11 @@
 
 #include "comm/world.h"
 #include "core/timer.h"
+#include "data/token_shard.h"
 #include "kernels/matmul_bf16.h"
 #include "tensor_parallel/vocab_parallel.h"
 #include "test_util/temp_dir.h"
 #include "train/memory_estimate.h"
-#include "train/token_shard.h"
 #include "train/trainer.h"
 
 namespace mt {

@@ -1,4 +1,4 @@
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 #include <gtest/gtest.h>
 
@@ -70,7 +70,7 @@ TEST(TokenShard, WritesTheLlmcLayoutByteForByte) {
   EXPECT_EQ(bytes[1024 + 9], 0xff);
 }
 
-// Version 2 (CONTRACTS.md §10): the same header with [1] = 2, then little-endian uint32.
+// Version 2 (docs/contracts.md §10): the same header with [1] = 2, then little-endian uint32.
 TEST(TokenShard, WritesVersion2ByteForByte) {
   TempDir tmp;
   const std::vector<int> tokens = {0, 65536, 128255, 2147483646};

@@ -1,6 +1,6 @@
 // run_hybrid: K ranks as threads of each MPI process, and how a run ends.
 //
-// Failures (CONTRACTS.md §5, §8), as run_mpi:
+// Failures (docs/contracts.md §5, §8), as run_mpi:
 //   - a rank thread ends with any exception but UsageError: the process's local job wakes
 //     its other threads, one line names the root cause ("meshtrain: error: rank R: ..."),
 //     and MPI_Abort(1) makes mpirun stop every process.

@@ -1,6 +1,6 @@
 // run_mpi: one MPI process = one rank, and how a run ends.
 //
-// Failures (CONTRACTS.md §5, §8):
+// Failures (docs/contracts.md §5, §8):
 //   - any exception but UsageError: print "meshtrain: error: rank R: <what>" and
 //     MPI_Abort(MPI_COMM_WORLD, 1); mpirun then stops every rank, so none is left hanging.
 //   - UsageError (exit 2): usually raised identically on every rank (a bad config). The

@@ -58,7 +58,7 @@ double PipelineRunner::sum_over_group(double x) {
 }
 
 std::optional<BubbleMeasure> PipelineRunner::bubble(const MicrobatchStats& st) {
-  // Idle / step time of the schedule, averaged over every rank (CONTRACTS.md §6).
+  // Idle / step time of the schedule, averaged over every rank (docs/contracts.md §6).
   return BubbleMeasure{pipeline_bubble(*ctx_.world, st.busy_seconds, st.step_seconds),
                        bubble_theory_};
 }

@@ -24,12 +24,6 @@ int64_t ManifestSegment::elements() const {
   return n;
 }
 
-const ManifestTensor* Manifest::find_tensor(const std::string& name) const {
-  for (const ManifestTensor& t : tensors)
-    if (t.name == name) return &t;
-  return nullptr;
-}
-
 json model_json(const ModelConfig& c) {
   json j = {{"layers", c.layers},
             {"dim", c.dim},

@@ -65,8 +65,6 @@ struct Manifest {
   std::vector<ManifestTensor> tensors;
   std::vector<ManifestFile> files;
   std::vector<ManifestSegment> segments;
-
-  const ManifestTensor* find_tensor(const std::string& name) const;
 };
 
 // The manifest as written, sealed with its checksum (metadata_checksum.h).

@@ -4,8 +4,8 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "data/data_loader.h"
 #include "test_util/temp_dir.h"
-#include "train/data_loader.h"
 
 namespace mt {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 namespace fs = std::filesystem;
 

@@ -1,10 +1,8 @@
-#include "train/data_loader.h"
+#include "data/data_loader.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/config.h"
-#include "model/zigzag_layout.h"
 
 namespace mt {
 
@@ -55,8 +53,8 @@ DataLoader::DataLoader(const std::vector<std::string>& paths, int B, int T, int 
   for (int t = 0; t < T_; ++t) positions_[size_t(t)] = t;
 }
 
-void DataLoader::shard_sequences(int cp_size, int cp_rank) {
-  positions_ = zigzag_positions(T_, cp_size, cp_rank);
+void DataLoader::shard_sequences(std::vector<int> positions) {
+  positions_ = std::move(positions);
   inputs_.assign(size_t(M_) * b_ * positions_.size(), 0);
   targets_.assign(inputs_.size(), 0);
 }
@@ -134,8 +132,8 @@ int vocab_of_shards(const std::vector<std::string>& paths) {
     const int64_t m = TokenShard(p).max_token_id();
     if (m > max_id) max_id = m, holder = p;
   }
-  MT_REQUIRE(max_id < ModelConfig::kMaxVocab, "data file ", holder, " holds token id ", max_id,
-             ", beyond the largest vocabulary (--vocab at most ", ModelConfig::kMaxVocab, ")");
+  MT_REQUIRE(max_id < kMaxDataVocab, "data file ", holder, " holds token id ", max_id,
+             ", beyond the largest vocabulary (--vocab at most ", kMaxDataVocab, ")");
   return int(std::max<int64_t>(256, max_id + 1));
 }
 

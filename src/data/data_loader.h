@@ -1,5 +1,6 @@
-// Sequential batches from token shards of either version (data/token_shard.h), in the order of
-// CONTRACTS.md §3, so that every parallel layout trains on exactly the tokens one worker would see.
+// Sequential batches from token shards of either version (data/token_shard.h), in the order
+// of docs/contracts.md §3, so that every parallel layout trains on exactly the tokens one
+// worker would see.
 //
 // A global batch is B sequences of T inputs plus T targets (the inputs shifted by one):
 //   sequence s of the batch (0 <= s < B) reads tokens[pos + s*T .. pos + s*T + T]
@@ -26,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 namespace mt {
 
@@ -42,9 +43,10 @@ class DataLoader {
   // Loads the next global batch (this rank's slice of it) and advances the position.
   void next_batch();
 
-  // From the next batch on, keep cp rank `cp_rank`'s zigzag rows of each sequence (T must
-  // be divisible by 2 cp: checked with the options).
-  void shard_sequences(int cp_size, int cp_rank);
+  // From the next batch on, keep only the rows `positions` of each sequence (a cp rank's
+  // zigzag rows, model/zigzag_layout.h's zigzag_positions, given by the session: data/
+  // sits below model/).
+  void shard_sequences(std::vector<int> positions);
   // Rows per sequence in inputs() and targets(): T, or T/cp once sharded.
   int rows_per_sequence() const { return int(positions_.size()); }
 
@@ -87,6 +89,10 @@ class DataLoader {
 
 // For callers that hold only a path: the same check as DataLoader::require_vocab.
 void require_shard_vocab(const std::string& path, int64_t vocab);
+
+// The largest vocabulary a run can have (docs/contracts.md §10: 2^31-1, an int); the model's
+// own bound, ModelConfig::kMaxVocab, is checked equal where both are seen (cli/train_setup).
+inline constexpr int kMaxDataVocab = 2147483647;
 
 // The vocabulary a run takes from its data when --vocab is not given: the largest id + 1,
 // at least 256 (byte-level). UsageError when an id is beyond the largest vocabulary.
