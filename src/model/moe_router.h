@@ -3,7 +3,7 @@
 // and the routing statistics, and the router's share of the backward (kernels/router.h has
 // the arithmetic, kernels/token_permutation.h the plan).
 //
-// A group (CONTRACTS.md §1: one microbatch on one dp index) may be routed by several ranks,
+// A group (docs/contracts.md §1: one microbatch on one dp index) may be routed by several ranks,
 // each holding a contiguous run of its tokens in token order: tensor parallelism's token
 // split (moe_layer.h), rank r of the tp group holding run r. What must be the whole group's
 // is made so by one all-gather over tp per forward of each rank's choice counts and score
