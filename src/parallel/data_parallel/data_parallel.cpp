@@ -169,7 +169,10 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
     // unit's own flat position or, lacking one, at a gradient buffer (never read then).
     if (zero_ < 3) pbase_[u] = params_.data() + fu.flat - fu.lo;
     if (zero_ < 2) gbase_[u] = grad_storage() + fu.flat - fu.lo;
-    if (!pbase_[u]) pbase_[u] = gbase_[u] ? gbase_[u] : grads_.scratch() - fu.lo;
+    // Any live buffer will do for a binding never read; the pool is empty when every
+    // bucket reduces in place (DualPipe-V's shared edge unit at ZeRO 3 met that).
+    float* spare = grads_.scratch() ? grads_.scratch() : params_.data();
+    if (!pbase_[u]) pbase_[u] = gbase_[u] ? gbase_[u] : spare - fu.lo;
     if (!gbase_[u]) gbase_[u] = pbase_[u];
     bind(int(u));
   }

@@ -77,7 +77,10 @@ class GradBuckets {
   void set_local(bool local) { local_ = local; }
 
   // A buffer for bindings that are never read (ZeRO-3 units before their first use).
-  float* scratch() { return zero_ >= 2 ? pool_[0].data() : flat_.data(); }
+  float* scratch() {
+    if (zero_ < 2) return flat_.data();
+    return pool_.empty() ? nullptr : pool_[0].data();
+  }
   size_t buffer_bytes() const;  // the pool
   size_t bytes() const;         // everything held, the pool included
 
