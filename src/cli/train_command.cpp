@@ -200,16 +200,18 @@ void define_optim_flags(FlagSet& f, OptimOptions& t) {
         "validation loss every N steps and at the end (0 = never)", {0, kMaxSteps});
   f.add("train", "eval-batches", &t.eval_batches, "global batches per validation",
         {1, kMaxEvalBatches});
-  f.add("train", "recompute", &t.recompute,
-        "activation recomputation: none (keep everything), selective (recompute the "
-        "attention core's softmax probabilities in backward: no (b, heads, seq, seq) per "
-        "layer per microbatch) or full (keep each block's input only and re-run the block's "
-        "forward in its backward; an MoE block routes again without counting its routing "
-        "twice); exact, same losses and weights");
-  f.add("train", "precision", &t.precision,
-        "fp32, or bf16: the linear layers multiply bf16 weights and inputs with fp32 "
-        "accumulation (oneDNN; AVX512-BF16 or AMX), master weights, optimizer, gradients, "
-        "LayerNorm, attention and loss stay fp32 (docs/precision.md)");
+  f.add_choice("train", "recompute", &t.recompute,
+               "activation recomputation: none (keep everything), selective (recompute the "
+               "attention core's softmax probabilities in backward: no (b, heads, seq, seq) per "
+               "layer per microbatch) or full (keep each block's input only and re-run the block's "
+               "forward in its backward; an MoE block routes again without counting its routing "
+               "twice); exact, same losses and weights",
+               recompute_names(), ChoiceRefusal::in_words);
+  f.add_choice("train", "precision", &t.precision,
+               "fp32, or bf16: the linear layers multiply bf16 weights and inputs with fp32 "
+               "accumulation (oneDNN; AVX512-BF16 or AMX), master weights, optimizer, gradients, "
+               "LayerNorm, attention and loss stay fp32 (docs/precision.md)",
+               precision_names(), ChoiceRefusal::in_words);
 }
 
 void define_io_flags(FlagSet& f, IoOptions& io) {

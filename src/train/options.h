@@ -9,6 +9,8 @@
 
 #include "data/tokenizer.h"
 #include "model/config.h"
+#include "model/precision.h"
+#include "model/recompute.h"
 #include "parallel/mesh.h"
 
 namespace mt {
@@ -50,8 +52,8 @@ struct OptimOptions {
   double peak_gflops = 0;
   int eval_every = 0;
   int eval_batches = 4;
-  std::string recompute = "none";  // none|selective|full (model/recompute.h)
-  std::string precision = "fp32";  // fp32|bf16 (model/precision.h, docs/precision.md)
+  Recompute recompute = Recompute::none;  // model/recompute.h
+  Precision precision = Precision::fp32;  // model/precision.h, docs/precision.md
 };
 
 // --progress: how rank 0 shows the steps (train/progress.h).

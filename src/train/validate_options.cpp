@@ -79,13 +79,7 @@ void validate_optimizer(const OptimOptions& t) {
   MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1,
              "--beta1 and --beta2 must be in [0, 1)");
   MT_REQUIRE(t.eps > 0, "--eps must be > 0");
-  Recompute r;
-  MT_REQUIRE(parse_recompute(t.recompute, &r), "--recompute must be none, selective or full (got '",
-             t.recompute, "')");
-  Precision precision;
-  MT_REQUIRE(parse_precision(t.precision, &precision), "--precision must be fp32 or bf16 (got '",
-             t.precision, "')");
-  MT_REQUIRE(precision == Precision::fp32 || bf16_matmul_supported(),
+  MT_REQUIRE(t.precision == Precision::fp32 || bf16_matmul_supported(),
              "--precision bf16 needs a CPU on which oneDNN runs bf16 matmuls (AVX512 or newer); "
              "this one has none: use --precision fp32");
   require_thread_count("--threads", t.threads);

@@ -41,7 +41,7 @@ TEST(ValidateContextParallel, ComposesWithDpTpSpAndRecomputation) {
   o.parallel.zero = 3;
   o.parallel.tp = 2;
   o.parallel.sequence_parallel = true;
-  o.optim.recompute = "full";
+  o.optim.recompute = Recompute::full;
   EXPECT_EQ(usage_error(o), "");
   EXPECT_EQ(o.parallel.world(), 8);
 }
