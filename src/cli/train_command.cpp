@@ -178,7 +178,8 @@ void define_optim_flags(FlagSet& f, OptimOptions& t) {
   f.add("train", "lr", &t.lr, "peak learning rate", {0, kMaxFloat, true});
   f.add("train", "min-lr", &t.min_lr, "final learning rate of the cosine schedule", {0, kMaxFloat});
   f.add("train", "warmup", &t.warmup, "linear warmup updates", {0, kMaxSteps});
-  f.add("train", "lr-schedule", &t.lr_schedule, "constant|cosine");
+  f.add_choice("train", "lr-schedule", &t.lr_schedule, "constant|cosine", lr_kind_names(),
+               ChoiceRefusal::in_words);
   f.add("train", "weight-decay", &t.weight_decay, "AdamW decoupled weight decay (2-D tensors)",
         {0, kMaxFloat});
   f.add("train", "grad-clip", &t.grad_clip, "clip gradients to this global L2 norm (0 = off)",
@@ -227,9 +228,10 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("io", "export-hf", &io.export_hf,
         "write final weights as a Hugging Face Llama directory (config.json, model.safetensors, "
         "and tokenizer.model when the data has one; --arch llama; docs/huggingface.md)");
-  f.add("io", "export-dtype", &io.export_dtype,
-        "fp32 or bf16: dtype of the --export / --export-hf weights (bf16 halves them; "
-        "checkpoints stay fp32)");
+  f.add_choice("io", "export-dtype", &io.export_dtype,
+               "fp32 or bf16: dtype of the --export / --export-hf weights (bf16 halves them; "
+               "checkpoints stay fp32)",
+               precision_names(), ChoiceRefusal::in_words);
   f.add("io", "save", &io.save, "checkpoint directory to write (resumable state)");
   f.add("io", "save-every", &io.save_every, "also save every N steps (0 = only at the end)",
         {0, kMaxSteps});

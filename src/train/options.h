@@ -12,6 +12,7 @@
 #include "model/precision.h"
 #include "model/recompute.h"
 #include "parallel/mesh.h"
+#include "train/lr_schedule.h"
 
 namespace mt {
 
@@ -43,7 +44,7 @@ struct OptimOptions {
   int batch = 8;  // global batch, in sequences
   double lr = 1e-3, min_lr = 1e-4;
   int warmup = 0;
-  std::string lr_schedule = "cosine";
+  LrKind lr_schedule = LrKind::cosine;
   double weight_decay = 0.1, grad_clip = 1.0;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   uint64_t seed = 1337;
@@ -63,9 +64,8 @@ struct IoOptions {
   std::string config;  // the --config file, if any (an input like the others)
   std::string data, val_data;
   std::string init_from, export_path;
-  std::string export_hf;  // --export-hf DIR: a Hugging Face Llama directory
-  std::string export_dtype =
-      "fp32";  // fp32|bf16: the dtype of --export's and --export-hf's weights
+  std::string export_hf;                     // --export-hf DIR: a Hugging Face Llama directory
+  Precision export_dtype = Precision::fp32;  // of --export's and --export-hf's weights
   std::string save, load;
   int save_every = 0;
   std::string metrics, trace;

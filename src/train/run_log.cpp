@@ -85,7 +85,7 @@ nlohmann::json RunLog::run_record(const std::string& backend) const {
                         {"lr", o.optim.lr},
                         {"min_lr", o.optim.min_lr},
                         {"warmup", o.optim.warmup},
-                        {"lr_schedule", o.optim.lr_schedule},
+                        {"lr_schedule", lr_kind_name(o.optim.lr_schedule)},
                         {"weight_decay", o.optim.weight_decay},
                         {"grad_clip", o.optim.grad_clip},
                         {"seed", o.optim.seed},

@@ -28,6 +28,10 @@ std::vector<ChoiceCase> choice_cases() {
        "--recompute must be none, selective or full (got 'some')"},
       {"train", "precision", "--precision", "fp16",
        "--precision must be fp32 or bf16 (got 'fp16')"},
+      {"train", "lr-schedule", "--lr-schedule", "linear",
+       "--lr-schedule must be constant or cosine (got 'linear')"},
+      {"io", "export-dtype", "--export-dtype", "f16",
+       "--export-dtype must be fp32 or bf16 (got 'f16')"},
   };
 }
 

@@ -69,7 +69,7 @@ TrainRun train(TrainOptions o, uintmax_t* export_bytes = nullptr) {
   });
   SafetensorsFile f(o.io.export_path);
   for (const std::string& name : f.names()) {
-    EXPECT_EQ(f.tensor(name).dtype, o.io.export_dtype == "bf16" ? "BF16" : "F32") << name;
+    EXPECT_EQ(f.tensor(name).dtype, o.io.export_dtype == Precision::bf16 ? "BF16" : "F32") << name;
     run.params[name] = f.read(name);
   }
   if (export_bytes) *export_bytes = std::filesystem::file_size(o.io.export_path);
@@ -228,7 +228,7 @@ TEST_F(Bf16Layouts, ExportDtypeBf16IsTheFp32ExportRounded) {
   TrainOptions o = base();
   uintmax_t f32_bytes = 0, bf16_bytes = 0;
   const TrainRun f32 = train(o, &f32_bytes);
-  o.io.export_dtype = "bf16";
+  o.io.export_dtype = Precision::bf16;
   const TrainRun half = train(o, &bf16_bytes);
   ASSERT_EQ(half.params.size(), f32.params.size());
   for (const auto& [name, w] : f32.params) {

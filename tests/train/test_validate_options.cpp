@@ -85,7 +85,6 @@ TEST(ValidateOptions, EachBrokenRuleIsAUsageErrorNamingTheFlag) {
       {"heads | dim", [](TrainOptions& o) { o.model.heads = 3; }, "--heads 3 does not divide"},
       {"topk", [](TrainOptions& o) { o.model.experts = 2, o.model.topk = 3; }, "--topk must be"},
       {"lr", [](TrainOptions& o) { o.optim.lr = 0; }, "--lr must be > 0"},
-      {"lr schedule", [](TrainOptions& o) { o.optim.lr_schedule = "linear"; }, "--lr-schedule"},
       {"threads", [](TrainOptions& o) { o.optim.threads = 0; }, "--threads must be in 1.."},
       {"peak gflops", [](TrainOptions& o) { o.optim.peak_gflops = -1; },
        "--peak-gflops must be > 0 (GFLOP/s per thread), or 0 to measure at start-up (got -1)"},
@@ -180,7 +179,7 @@ TEST(ValidateOptions, AFlagWithoutWhatItConfiguresIsRefused) {
        [](TrainOptions& o) { o.io.save = "ck"; }, "--save DIR"},
       {"--report-every", [](TrainOptions& o) { o.io.report_every = 5; },
        [](TrainOptions& o) { o.io.metrics = "m.jsonl"; }, "--metrics FILE"},
-      {"--export-dtype", [](TrainOptions& o) { o.io.export_dtype = "bf16"; },
+      {"--export-dtype", [](TrainOptions& o) { o.io.export_dtype = Precision::bf16; },
        [](TrainOptions& o) { o.io.export_path = "w.safetensors"; },
        "--export FILE or --export-hf DIR"},
       {"--prompt", [](TrainOptions& o) { o.io.sample_prompt = "Once"; },
@@ -228,7 +227,7 @@ TEST(ValidateOptions, AFlagWithoutWhatItConfiguresIsRefused) {
   // The one setting that changes nothing but is passed by scripts with either schedule: a
   // warning, not a refusal.
   TrainOptions constant;
-  constant.optim.lr_schedule = "constant";
+  constant.optim.lr_schedule = LrKind::constant;
   constant.optim.min_lr = 0;
   EXPECT_EQ(usage_error(constant), "");
   ASSERT_EQ(option_warnings(constant).size(), 1u);
