@@ -236,10 +236,11 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("io", "save-every", &io.save_every, "also save every N steps (0 = only at the end)",
         {0, kMaxSteps});
   f.add("io", "load", &io.load, "checkpoint directory to resume from");
-  f.add("io", "checkpoint-format", &io.checkpoint_format,
-        "global: --save DIR is one checkpoint, gathered to and written by rank 0; sharded: "
-        "every rank writes what it owns into DIR/step_NNNNNN in parallel, with a manifest "
-        "(docs/checkpoints.md)");
+  f.add_choice("io", "checkpoint-format", &io.checkpoint_format,
+               "global: --save DIR is one checkpoint, gathered to and written by rank 0; sharded: "
+               "every rank writes what it owns into DIR/step_NNNNNN in parallel, with a manifest "
+               "(docs/checkpoints.md)",
+               checkpoint_format_names(), ChoiceRefusal::in_words);
   f.add("io", "keep-checkpoints", &io.keep_checkpoints,
         "sharded: keep the K newest complete checkpoints under --save (0 = keep all)",
         {0, kMaxKeepCheckpoints});

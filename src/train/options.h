@@ -12,6 +12,7 @@
 #include "model/precision.h"
 #include "model/recompute.h"
 #include "parallel/mesh.h"
+#include "train/checkpoint/checkpoint_format.h"
 #include "train/lr_schedule.h"
 
 namespace mt {
@@ -85,9 +86,8 @@ struct IoOptions {
   // Where that page goes (metrics.jsonl -> metrics.html), set by the CLI before the paths are
   // checked; empty: no page (no --metrics, or metrics to a device).
   std::string report_page;
-  // Checkpoints at scale (docs/checkpoints.md): "global" (one directory, rank 0 writes) or
-  // "sharded" (every rank writes what it owns into --save DIR/step_NNNNNN).
-  std::string checkpoint_format = "global";
+  // Checkpoints at scale (train/checkpoint/checkpoint_format.h, docs/checkpoints.md).
+  CheckpointFormat checkpoint_format = CheckpointFormat::global;
   int keep_checkpoints = 0;  // sharded: keep the K newest complete checkpoints (0: all)
   std::string resume;        // "auto": --load the newest valid checkpoint under --save
   // --load was chosen by --resume auto or a --max-restarts restart: the run of that

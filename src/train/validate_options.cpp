@@ -241,9 +241,7 @@ void validate_io(const IoOptions& io) {
 // Checkpoint format, retention, resume and restarts (docs/checkpoints.md).
 void validate_checkpoints(const TrainOptions& o) {
   const IoOptions& io = o.io;
-  MT_REQUIRE(one_of(io.checkpoint_format, {"global", "sharded"}),
-             "--checkpoint-format must be global or sharded (got '", io.checkpoint_format, "')");
-  const bool sharded = io.checkpoint_format == "sharded";
+  const bool sharded = io.checkpoint_format == CheckpointFormat::sharded;
   MT_REQUIRE(io.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0");
   MT_REQUIRE(io.keep_checkpoints == 0 || (sharded && !io.save.empty()),
              "--keep-checkpoints applies to --checkpoint-format sharded with --save DIR (a "

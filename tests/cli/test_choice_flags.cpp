@@ -32,6 +32,8 @@ std::vector<ChoiceCase> choice_cases() {
        "--lr-schedule must be constant or cosine (got 'linear')"},
       {"io", "export-dtype", "--export-dtype", "f16",
        "--export-dtype must be fp32 or bf16 (got 'f16')"},
+      {"io", "checkpoint-format", "--checkpoint-format", "zip",
+       "--checkpoint-format must be global or sharded (got 'zip')"},
   };
 }
 

@@ -70,7 +70,7 @@ TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
        "--cp 2 with --dp-sync local:2 is not built yet"},
       {[](TrainOptions& o) {
          o.io.save = "ck";
-         o.io.checkpoint_format = "sharded";
+         o.io.checkpoint_format = CheckpointFormat::sharded;
        },
        "--cp 2 with --checkpoint-format sharded is not built yet"},
   };

@@ -171,11 +171,14 @@ struct DependentCase {
 TEST(ValidateOptions, AFlagWithoutWhatItConfiguresIsRefused) {
   const std::vector<DependentCase> cases = {
       {"--save-sync",
-       [](TrainOptions& o) { o.io.checkpoint_format = "sharded", o.io.save_sync = true; },
+       [](TrainOptions& o) {
+         o.io.checkpoint_format = CheckpointFormat::sharded, o.io.save_sync = true;
+       },
        [](TrainOptions& o) { o.io.save = "ck"; }, "--save DIR"},
       {"--save-every", [](TrainOptions& o) { o.io.save_every = 5; },
        [](TrainOptions& o) { o.io.save = "ck"; }, "--save DIR"},
-      {"--checkpoint-format", [](TrainOptions& o) { o.io.checkpoint_format = "sharded"; },
+      {"--checkpoint-format",
+       [](TrainOptions& o) { o.io.checkpoint_format = CheckpointFormat::sharded; },
        [](TrainOptions& o) { o.io.save = "ck"; }, "--save DIR"},
       {"--report-every", [](TrainOptions& o) { o.io.report_every = 5; },
        [](TrainOptions& o) { o.io.metrics = "m.jsonl"; }, "--metrics FILE"},
