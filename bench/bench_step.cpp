@@ -177,7 +177,7 @@ mt::TrainOptions bench_options(const BenchConfig& bc, const std::string& dir, in
   o.optim.lr = 1e-4;
   o.optim.threads = threads;
   o.optim.seed = 1234;
-  o.optim.precision = precision;
+  MT_REQUIRE(mt::parse_precision(precision, &o.optim.precision), "precision ", precision);
   return o;
 }
 

@@ -221,10 +221,20 @@ std::string joined(const std::vector<std::string>& names, const char* sep) {
   return out;
 }
 
-int index_of(const std::vector<std::string>& names, const std::string& v,
-             const std::string& where) {
+// "a, b or c".
+std::string in_words(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
+int index_of(const std::vector<std::string>& names, const std::string& v, const std::string& where,
+             ChoiceRefusal refusal) {
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == v) return int(i);
+  if (refusal == ChoiceRefusal::in_words)
+    throw UsageError(str(where, " must be ", in_words(names), " (got '", v, "')"));
   throw UsageError(str(where, " must be one of ", joined(names, ", "), " (got \"", v, "\")"));
 }
 
@@ -232,7 +242,7 @@ int index_of(const std::vector<std::string>& names, const std::string& v,
 
 void FlagSet::add_named(const char* section, const char* name, std::string help,
                         std::vector<std::string> names, std::function<int()> get,
-                        std::function<void(int)> set) {
+                        std::function<void(int)> set, ChoiceRefusal refusal) {
   Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
   const std::string flag = std::string("--") + name;
   const std::string h = f.help;
@@ -241,13 +251,15 @@ void FlagSet::add_named(const char* section, const char* name, std::string help,
     *text = names[size_t(get())];
     return app.add_option(flag, *text, h)->capture_default_str()->type_name(joined(names, "|"));
   };
-  f.check = [flag, text, names, set](const CLI::Option* given) {
-    if (given && given->count() > 0) set(index_of(names, *text, flag));
+  f.check = [flag, text, names, set, refusal](const CLI::Option* given) {
+    if (given && given->count() > 0) set(index_of(names, *text, flag, refusal));
   };
-  f.set_from_toml = [names, set](const void* node, const std::string& where) {
+  // in_words names the flag for a config file's value too, as the validation that refused
+  // these names before they were parsed here did.
+  f.set_from_toml = [flag, names, set, refusal](const void* node, const std::string& where) {
     auto v = static_cast<const toml::node*>(node)->value<std::string>();
     MT_REQUIRE(v.has_value(), where, " must be a string: one of ", joined(names, ", "));
-    set(index_of(names, *v, where));
+    set(index_of(names, *v, refusal == ChoiceRefusal::in_words ? flag : where, refusal));
   };
   f.toml_value = [names, get] { return toml_literal(names[size_t(get())]); };
   flags_.push_back(std::move(f));

@@ -40,6 +40,11 @@ inline constexpr FlagRange kSeedRange{0, static_cast<long double>(INT64_MAX)};
 CLI::Option* add_checked_uint(CLI::App& app, const std::string& flag, uint64_t* target,
                               const std::string& help, FlagRange range);
 
+// How add_choice refuses a name it does not know: one_of: `--progress must be one of auto,
+// bar, lines, none (got "x")`, naming the config file's key for a value from the file;
+// in_words: `--precision must be fp32 or bf16 (got 'x')`, from either source.
+enum class ChoiceRefusal { one_of, in_words };
+
 class FlagSet {
  public:
   // name without dashes, e.g. "lr-schedule"; the TOML key is the same (or with '_').
@@ -54,7 +59,8 @@ class FlagSet {
   // the command line or the config file; anything else is refused naming the choices.
   template <typename E>
   void add_choice(const char* section, const char* name, E* target, std::string help,
-                  std::vector<std::pair<std::string, E>> choices);
+                  std::vector<std::pair<std::string, E>> choices,
+                  ChoiceRefusal refusal = ChoiceRefusal::one_of);
 
   // Adds every flag to `app`, grouped by section, defaults shown in --help.
   void register_cli(CLI::App& app);
@@ -84,12 +90,12 @@ class FlagSet {
   // add_choice's untyped half: the enum as the index of its name in `names`.
   void add_named(const char* section, const char* name, std::string help,
                  std::vector<std::string> names, std::function<int()> get,
-                 std::function<void(int)> set);
+                 std::function<void(int)> set, ChoiceRefusal refusal);
 };
 
 template <typename E>
 void FlagSet::add_choice(const char* section, const char* name, E* target, std::string help,
-                         std::vector<std::pair<std::string, E>> choices) {
+                         std::vector<std::pair<std::string, E>> choices, ChoiceRefusal refusal) {
   std::vector<std::string> names;
   for (const auto& c : choices) names.push_back(c.first);
   auto get = [target, choices] {
@@ -98,7 +104,7 @@ void FlagSet::add_choice(const char* section, const char* name, E* target, std::
     return 0;
   };
   auto set = [target, choices](int i) { *target = choices[size_t(i)].second; };
-  add_named(section, name, std::move(help), std::move(names), get, set);
+  add_named(section, name, std::move(help), std::move(names), get, set, refusal);
 }
 
 }  // namespace mt

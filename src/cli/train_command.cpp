@@ -178,7 +178,8 @@ void define_optim_flags(FlagSet& f, OptimOptions& t) {
   f.add("train", "lr", &t.lr, "peak learning rate", {0, kMaxFloat, true});
   f.add("train", "min-lr", &t.min_lr, "final learning rate of the cosine schedule", {0, kMaxFloat});
   f.add("train", "warmup", &t.warmup, "linear warmup updates", {0, kMaxSteps});
-  f.add("train", "lr-schedule", &t.lr_schedule, "constant|cosine");
+  f.add_choice("train", "lr-schedule", &t.lr_schedule, "constant|cosine", lr_kind_names(),
+               ChoiceRefusal::in_words);
   f.add("train", "weight-decay", &t.weight_decay, "AdamW decoupled weight decay (2-D tensors)",
         {0, kMaxFloat});
   f.add("train", "grad-clip", &t.grad_clip, "clip gradients to this global L2 norm (0 = off)",
@@ -200,16 +201,18 @@ void define_optim_flags(FlagSet& f, OptimOptions& t) {
         "validation loss every N steps and at the end (0 = never)", {0, kMaxSteps});
   f.add("train", "eval-batches", &t.eval_batches, "global batches per validation",
         {1, kMaxEvalBatches});
-  f.add("train", "recompute", &t.recompute,
-        "activation recomputation: none (keep everything), selective (recompute the "
-        "attention core's softmax probabilities in backward: no (b, heads, seq, seq) per "
-        "layer per microbatch) or full (keep each block's input only and re-run the block's "
-        "forward in its backward; an MoE block routes again without counting its routing "
-        "twice); exact, same losses and weights");
-  f.add("train", "precision", &t.precision,
-        "fp32, or bf16: the linear layers multiply bf16 weights and inputs with fp32 "
-        "accumulation (oneDNN; AVX512-BF16 or AMX), master weights, optimizer, gradients, "
-        "LayerNorm, attention and loss stay fp32 (docs/precision.md)");
+  f.add_choice("train", "recompute", &t.recompute,
+               "activation recomputation: none (keep everything), selective (recompute the "
+               "attention core's softmax probabilities in backward: no (b, heads, seq, seq) per "
+               "layer per microbatch) or full (keep each block's input only and re-run the block's "
+               "forward in its backward; an MoE block routes again without counting its routing "
+               "twice); exact, same losses and weights",
+               recompute_names(), ChoiceRefusal::in_words);
+  f.add_choice("train", "precision", &t.precision,
+               "fp32, or bf16: the linear layers multiply bf16 weights and inputs with fp32 "
+               "accumulation (oneDNN; AVX512-BF16 or AMX), master weights, optimizer, gradients, "
+               "LayerNorm, attention and loss stay fp32 (docs/precision.md)",
+               precision_names(), ChoiceRefusal::in_words);
 }
 
 void define_io_flags(FlagSet& f, IoOptions& io) {
@@ -225,17 +228,19 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("io", "export-hf", &io.export_hf,
         "write final weights as a Hugging Face Llama directory (config.json, model.safetensors, "
         "and tokenizer.model when the data has one; --arch llama; docs/huggingface.md)");
-  f.add("io", "export-dtype", &io.export_dtype,
-        "fp32 or bf16: dtype of the --export / --export-hf weights (bf16 halves them; "
-        "checkpoints stay fp32)");
+  f.add_choice("io", "export-dtype", &io.export_dtype,
+               "fp32 or bf16: dtype of the --export / --export-hf weights (bf16 halves them; "
+               "checkpoints stay fp32)",
+               precision_names(), ChoiceRefusal::in_words);
   f.add("io", "save", &io.save, "checkpoint directory to write (resumable state)");
   f.add("io", "save-every", &io.save_every, "also save every N steps (0 = only at the end)",
         {0, kMaxSteps});
   f.add("io", "load", &io.load, "checkpoint directory to resume from");
-  f.add("io", "checkpoint-format", &io.checkpoint_format,
-        "global: --save DIR is one checkpoint, gathered to and written by rank 0; sharded: "
-        "every rank writes what it owns into DIR/step_NNNNNN in parallel, with a manifest "
-        "(docs/checkpoints.md)");
+  f.add_choice("io", "checkpoint-format", &io.checkpoint_format,
+               "global: --save DIR is one checkpoint, gathered to and written by rank 0; sharded: "
+               "every rank writes what it owns into DIR/step_NNNNNN in parallel, with a manifest "
+               "(docs/checkpoints.md)",
+               checkpoint_format_names(), ChoiceRefusal::in_words);
   f.add("io", "keep-checkpoints", &io.keep_checkpoints,
         "sharded: keep the K newest complete checkpoints under --save (0 = keep all)",
         {0, kMaxKeepCheckpoints});

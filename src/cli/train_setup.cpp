@@ -246,7 +246,7 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
   // The denominator of MFU: the user's figure, else what one core can do, measured now
   // (the best of many short sgemms, kernels/gemm_peak.h).
   // Under --precision bf16 the peak is the bf16 GEMM's, which the model's GEMMs run at.
-  const bool bf16 = o.optim.precision == "bf16";
+  const bool bf16 = o.optim.precision == Precision::bf16;
   info.peak_gflops_per_thread = o.optim.peak_gflops > 0 ? o.optim.peak_gflops
                                 : bf16                  ? measure_bf16_gemm_peak_gflops(1, 0.3)
                                                         : measure_sgemm_peak_gflops(1, 0.3);

@@ -7,10 +7,21 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mt {
 
 enum class Precision { fp32, bf16 };
+
+// The names --precision takes.
+inline std::vector<std::pair<std::string, Precision>> precision_names() {
+  return {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}};
+}
+
+inline const char* precision_name(Precision p) {
+  return p == Precision::bf16 ? "bf16" : "fp32";
+}
 
 // "fp32" | "bf16"; false for anything else.
 inline bool parse_precision(const std::string& s, Precision* out) {

@@ -10,10 +10,22 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mt {
 
 enum class Recompute { none, selective, full };
+
+// The names --recompute takes, in --help's order.
+inline std::vector<std::pair<std::string, Recompute>> recompute_names() {
+  return {
+      {"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}};
+}
+
+inline const char* recompute_name(Recompute r) {
+  return r == Recompute::full ? "full" : r == Recompute::selective ? "selective" : "none";
+}
 
 // "none" | "selective" | "full"; false for anything else.
 inline bool parse_recompute(const std::string& s, Recompute* out) {

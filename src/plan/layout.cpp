@@ -73,11 +73,16 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   TrainOptions o;
   o.model = r.model;
   o.optim.batch = r.batch;
-  o.optim.recompute = l.recompute;
+  // The planner's layouts name their modes (`meshtrain plan --recompute` is a plain string):
+  // parsed here, where a layout becomes a run's options, with the run's wording.
+  MT_REQUIRE(parse_recompute(l.recompute, &o.optim.recompute),
+             "--recompute must be none, selective or full (got '", l.recompute, "')");
   o.optim.threads = r.hardware.local ? r.threads : 1;
   // Locally the engine's own bf16 memory (bf16 slots, weight copies) is what a run holds;
   // GPU presets model bf16 memory in memory_model.cpp from the fp32 estimate.
-  if (r.hardware.local) o.optim.precision = l.precision;
+  if (r.hardware.local)
+    MT_REQUIRE(parse_precision(l.precision, &o.optim.precision),
+               "--precision must be fp32 or bf16 (got '", l.precision, "')");
   o.parallel.dp = l.dp;
   o.parallel.tp = l.tp;
   o.parallel.pp = l.pp;

@@ -6,7 +6,7 @@ namespace mt {
 
 double LrSchedule::at(int u) const {
   if (u < warmup) return lr * (u + 1) / warmup;
-  if (kind == "constant") return lr;
+  if (kind == LrKind::constant) return lr;
   const int span = steps - 1 - warmup;
   if (span <= 0) return lr;
   const double progress = double(u - warmup) / span;

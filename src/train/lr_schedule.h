@@ -7,11 +7,24 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mt {
 
+enum class LrKind { constant, cosine };
+
+// The names --lr-schedule takes.
+inline std::vector<std::pair<std::string, LrKind>> lr_kind_names() {
+  return {{"constant", LrKind::constant}, {"cosine", LrKind::cosine}};
+}
+
+inline const char* lr_kind_name(LrKind k) {
+  return k == LrKind::constant ? "constant" : "cosine";
+}
+
 struct LrSchedule {
-  std::string kind = "cosine";
+  LrKind kind = LrKind::cosine;
   double lr = 1e-3, min_lr = 0;
   int warmup = 0, steps = 1;
   double at(int update) const;

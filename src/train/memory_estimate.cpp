@@ -37,10 +37,8 @@ DryModelShape dry_shape(const TrainOptions& o) {
   shape.ep = par.ep;
   shape.sequence_parallel = par.sequence_parallel && par.tp > 1;
   shape.max_b = microbatch_size(o);
-  MT_REQUIRE(parse_recompute(o.optim.recompute, &shape.recompute),
-             "--recompute must be none, selective or full (got '", o.optim.recompute, "')");
-  MT_REQUIRE(parse_precision(o.optim.precision, &shape.precision),
-             "--precision must be fp32 or bf16 (got '", o.optim.precision, "')");
+  shape.recompute = o.optim.recompute;
+  shape.precision = o.optim.precision;
   return shape;
 }
 

@@ -9,7 +9,11 @@
 
 #include "data/tokenizer.h"
 #include "model/config.h"
+#include "model/precision.h"
+#include "model/recompute.h"
 #include "parallel/mesh.h"
+#include "train/checkpoint/checkpoint_format.h"
+#include "train/lr_schedule.h"
 
 namespace mt {
 
@@ -41,7 +45,7 @@ struct OptimOptions {
   int batch = 8;  // global batch, in sequences
   double lr = 1e-3, min_lr = 1e-4;
   int warmup = 0;
-  std::string lr_schedule = "cosine";
+  LrKind lr_schedule = LrKind::cosine;
   double weight_decay = 0.1, grad_clip = 1.0;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   uint64_t seed = 1337;
@@ -50,8 +54,8 @@ struct OptimOptions {
   double peak_gflops = 0;
   int eval_every = 0;
   int eval_batches = 4;
-  std::string recompute = "none";  // none|selective|full (model/recompute.h)
-  std::string precision = "fp32";  // fp32|bf16 (model/precision.h, docs/precision.md)
+  Recompute recompute = Recompute::none;  // model/recompute.h
+  Precision precision = Precision::fp32;  // model/precision.h, docs/precision.md
 };
 
 // --progress: how rank 0 shows the steps (train/progress.h).
@@ -61,9 +65,8 @@ struct IoOptions {
   std::string config;  // the --config file, if any (an input like the others)
   std::string data, val_data;
   std::string init_from, export_path;
-  std::string export_hf;  // --export-hf DIR: a Hugging Face Llama directory
-  std::string export_dtype =
-      "fp32";  // fp32|bf16: the dtype of --export's and --export-hf's weights
+  std::string export_hf;                     // --export-hf DIR: a Hugging Face Llama directory
+  Precision export_dtype = Precision::fp32;  // of --export's and --export-hf's weights
   std::string save, load;
   int save_every = 0;
   std::string metrics, trace;
@@ -83,9 +86,8 @@ struct IoOptions {
   // Where that page goes (metrics.jsonl -> metrics.html), set by the CLI before the paths are
   // checked; empty: no page (no --metrics, or metrics to a device).
   std::string report_page;
-  // Checkpoints at scale (docs/checkpoints.md): "global" (one directory, rank 0 writes) or
-  // "sharded" (every rank writes what it owns into --save DIR/step_NNNNNN).
-  std::string checkpoint_format = "global";
+  // Checkpoints at scale (train/checkpoint/checkpoint_format.h, docs/checkpoints.md).
+  CheckpointFormat checkpoint_format = CheckpointFormat::global;
   int keep_checkpoints = 0;  // sharded: keep the K newest complete checkpoints (0: all)
   std::string resume;        // "auto": --load the newest valid checkpoint under --save
   // --load was chosen by --resume auto or a --max-restarts restart: the run of that

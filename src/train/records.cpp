@@ -41,7 +41,7 @@ std::vector<MemoryRecord> gather_memory_records(Session& s, const MicrobatchStat
   std::vector<MemoryRecord> all(ranks);
   for (size_t r = 0; r < ranks; ++r) {
     for (size_t f = 0; f < kN; ++f) all[r].*kFields[f] = rows[kN * r + f];
-    all[r].precision = s.opts.optim.precision;
+    all[r].precision = precision_name(s.opts.optim.precision);
     all[r].gemm_isa = s.info.gemm_isa;
   }
   return all;

@@ -37,8 +37,12 @@ void RunLog::start(const std::string& backend) {
            s_.sequence_parallel() ? " (sequence parallel)" : "", " | pp ", par.pp,
            par.pp > 1 ? " (" + par.schedule + ")" : "", " | batch ", o.optim.batch, "x",
            o.model.seq, " | ", par.microbatches, " microbatch(es) | ",
-           o.optim.recompute != "none" ? "recompute " + o.optim.recompute + " | " : "",
-           o.optim.precision != "fp32" ? o.optim.precision + " (" + s_.info.gemm_isa + ") | " : "",
+           o.optim.recompute != Recompute::none
+               ? str("recompute ", recompute_name(o.optim.recompute), " | ")
+               : "",
+           o.optim.precision != Precision::fp32
+               ? str(precision_name(o.optim.precision), " (", s_.info.gemm_isa, ") | ")
+               : "",
            o.optim.steps, " steps | backend ", backend,
            o.engine.ranks_per_process > 1
                ? str(" (", o.engine.ranks_per_process, " ranks per process)")
@@ -81,13 +85,13 @@ nlohmann::json RunLog::run_record(const std::string& backend) const {
                         {"lr", o.optim.lr},
                         {"min_lr", o.optim.min_lr},
                         {"warmup", o.optim.warmup},
-                        {"lr_schedule", o.optim.lr_schedule},
+                        {"lr_schedule", lr_kind_name(o.optim.lr_schedule)},
                         {"weight_decay", o.optim.weight_decay},
                         {"grad_clip", o.optim.grad_clip},
                         {"seed", o.optim.seed},
                         {"threads", o.optim.threads},
-                        {"recompute", o.optim.recompute},
-                        {"precision", o.optim.precision}}},
+                        {"recompute", recompute_name(o.optim.recompute)},
+                        {"precision", precision_name(o.optim.precision)}}},
                       {"data", o.io.data},
                       {"backend", backend}};
   if (o.io.tokenizer) j["tokenizer"] = to_json(*o.io.tokenizer);

@@ -37,18 +37,6 @@ std::optional<DataLoader> make_val_loader(const TrainOptions& o, const ParallelC
   return make_loader(o.io.val_data, o.io.val_shards, o, ctx);
 }
 
-Recompute recompute_mode(const OptimOptions& t) {
-  Recompute r = Recompute::none;
-  MT_CHECK(parse_recompute(t.recompute, &r), "--recompute ", t.recompute, " (validated first)");
-  return r;
-}
-
-Precision precision_mode(const OptimOptions& t) {
-  Precision p = Precision::fp32;
-  MT_CHECK(parse_precision(t.precision, &p), "--precision ", t.precision, " (validated first)");
-  return p;
-}
-
 // The model chunks this rank holds: the whole model, or its pipeline stage's chunks.
 std::vector<ChunkSpec> chunk_specs(const TrainOptions& o, const ParallelContext& ctx) {
   const ParallelOptions& p = o.parallel;
@@ -139,7 +127,7 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       dispatcher(make_dispatcher(o.parallel, ctx)),
       model(rank_model(o), chunk_specs(o, ctx), tp_shard(o, ctx), train.micro_batch_size(),
             ExpertParallelShard{ctx.coord.ep_rank, o.parallel.ep, dispatcher.get()},
-            recompute_mode(o.optim), precision_mode(o.optim), cp_shard(o, ctx)),
+            o.optim.recompute, o.optim.precision, cp_shard(o, ctx)),
       // Gradients are partial sums over the batch (dp) and over the sequence (cp): the
       // replicas are the dp_cp group (ctx.dp itself without cp).
       dp(with_initial_weights(model, o),

@@ -67,7 +67,7 @@ void write_final_outputs(Session& s, const std::function<void(const std::string&
     const bool export_biases = exports && o.model.llama() && o.model.experts > 0;
     std::vector<NamedTensor> biases;
     if (sample_copy || export_biases) biases = s.view->router_biases_to_lead();
-    const bool bf16 = o.io.export_dtype == "bf16";
+    const bool bf16 = o.io.export_dtype == Precision::bf16;
     const std::vector<NamedTensor> exported = exported_router_biases(o.model, biases);
     if (s.lead() && !o.io.export_path.empty())
       export_weights(o.io.export_path, s.view->whole(), o.model, global, bf16,

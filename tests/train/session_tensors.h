@@ -48,7 +48,7 @@ inline TrainOptions tiny_session_options(const std::string& data, int steps) {
   o.io.data = data;
   o.optim.batch = 8;
   o.optim.steps = steps;
-  o.optim.lr_schedule = "constant";
+  o.optim.lr_schedule = LrKind::constant;
   o.parallel.microbatches = 2;
   return o;
 }

@@ -69,7 +69,7 @@ TrainRun train(TrainOptions o, uintmax_t* export_bytes = nullptr) {
   });
   SafetensorsFile f(o.io.export_path);
   for (const std::string& name : f.names()) {
-    EXPECT_EQ(f.tensor(name).dtype, o.io.export_dtype == "bf16" ? "BF16" : "F32") << name;
+    EXPECT_EQ(f.tensor(name).dtype, o.io.export_dtype == Precision::bf16 ? "BF16" : "F32") << name;
     run.params[name] = f.read(name);
   }
   if (export_bytes) *export_bytes = std::filesystem::file_size(o.io.export_path);
@@ -118,7 +118,7 @@ class Bf16Layouts : public ::testing::Test {
 
   static TrainOptions base() {
     TrainOptions o = test_util::tiny_session_options(*dir_ / "train.bin", kSteps);
-    o.optim.precision = "bf16";
+    o.optim.precision = Precision::bf16;
     o.parallel.bucket_mb = 0.001;
     return o;
   }
@@ -144,7 +144,7 @@ test_util::TempDir* Bf16Layouts::dir_ = nullptr;
 
 TEST_F(Bf16Layouts, ToleranceSeesThePrecision) {
   TrainOptions bf16 = base(), fp32 = base();
-  fp32.optim.precision = "fp32";
+  fp32.optim.precision = Precision::fp32;
   const TrainRun a = train(bf16), b = train(fp32);
   int compared = 0;
   const double loss = max_rel(a.losses, b.losses), w = weight_rel(a, b, &compared);
@@ -210,14 +210,14 @@ TEST_F(Bf16Layouts, RecomputationIsExactInBf16) {
     if (layout == 3) o.model.experts = 4, o.parallel.ep = 2, o.parallel.dp = 2;
     SCOPED_TRACE("layout " + std::to_string(layout));
     const TrainRun ref = train(o);
-    for (const char* mode : {"selective", "full"}) {
-      if (layout == 3 && std::string(mode) == "full") continue;
+    for (const Recompute mode : {Recompute::selective, Recompute::full}) {
+      if (layout == 3 && mode == Recompute::full) continue;
       o.optim.recompute = mode;
       const TrainRun got = train(o);
-      EXPECT_EQ(got.losses, ref.losses) << mode;
-      EXPECT_EQ(got.norms, ref.norms) << mode;
+      EXPECT_EQ(got.losses, ref.losses) << recompute_name(mode);
+      EXPECT_EQ(got.norms, ref.norms) << recompute_name(mode);
       for (const auto& [name, w] : ref.params)
-        EXPECT_TRUE(got.params.at(name) == w) << name << " " << mode;
+        EXPECT_TRUE(got.params.at(name) == w) << name << " " << recompute_name(mode);
     }
   }
 }
@@ -228,7 +228,7 @@ TEST_F(Bf16Layouts, ExportDtypeBf16IsTheFp32ExportRounded) {
   TrainOptions o = base();
   uintmax_t f32_bytes = 0, bf16_bytes = 0;
   const TrainRun f32 = train(o, &f32_bytes);
-  o.io.export_dtype = "bf16";
+  o.io.export_dtype = Precision::bf16;
   const TrainRun half = train(o, &bf16_bytes);
   ASSERT_EQ(half.params.size(), f32.params.size());
   for (const auto& [name, w] : f32.params) {

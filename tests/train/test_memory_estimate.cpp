@@ -184,19 +184,19 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.parallel.zero = 2;
        }},
       // --recompute: the slot shrinks, the recomputation scratch is workspace.
-      {"recompute selective", [](TrainOptions& o) { o.optim.recompute = "selective"; }},
-      {"recompute full", [](TrainOptions& o) { o.optim.recompute = "full"; }},
+      {"recompute selective", [](TrainOptions& o) { o.optim.recompute = Recompute::selective; }},
+      {"recompute full", [](TrainOptions& o) { o.optim.recompute = Recompute::full; }},
       {"tp 2 sp selective",
        [](TrainOptions& o) {
          o.parallel.tp = 2;
          o.parallel.sequence_parallel = true;
-         o.optim.recompute = "selective";
+         o.optim.recompute = Recompute::selective;
        }},
       {"tp 2 sp full",
        [](TrainOptions& o) {
          o.parallel.tp = 2;
          o.parallel.sequence_parallel = true;
-         o.optim.recompute = "full";
+         o.optim.recompute = Recompute::full;
        }},
       {"pp 2 m 4 zb-h1 zero 3 sel",
        [](TrainOptions& o) {
@@ -205,7 +205,7 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.parallel.schedule = "zb-h1";
          o.parallel.dp = 2;
          o.parallel.zero = 3;
-         o.optim.recompute = "selective";
+         o.optim.recompute = Recompute::selective;
        }},
       {"pp 2 m 4 zb-h1 zero 3 full",
        [](TrainOptions& o) {
@@ -214,31 +214,31 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.parallel.schedule = "zb-h1";
          o.parallel.dp = 2;
          o.parallel.zero = 3;
-         o.optim.recompute = "full";
+         o.optim.recompute = Recompute::full;
        }},
       {"experts 4 ep 2 dp 2 selective",
        [](TrainOptions& o) {
          o.model.experts = 4;
          o.parallel.ep = 2;
          o.parallel.dp = 2;
-         o.optim.recompute = "selective";
+         o.optim.recompute = Recompute::selective;
        }},
-      {"bf16", [](TrainOptions& o) { o.optim.precision = "bf16"; }},
+      {"bf16", [](TrainOptions& o) { o.optim.precision = Precision::bf16; }},
       {"bf16 tp 2 sp selective",
        [](TrainOptions& o) {
-         o.optim.precision = "bf16";
+         o.optim.precision = Precision::bf16;
          o.parallel.tp = 2;
          o.parallel.sequence_parallel = true;
-         o.optim.recompute = "selective";
+         o.optim.recompute = Recompute::selective;
        }},
       {"bf16 full",
        [](TrainOptions& o) {
-         o.optim.precision = "bf16";
-         o.optim.recompute = "full";
+         o.optim.precision = Precision::bf16;
+         o.optim.recompute = Recompute::full;
        }},
       {"bf16 pp 2 m 4 zb-h1 zero 3",
        [](TrainOptions& o) {
-         o.optim.precision = "bf16";
+         o.optim.precision = Precision::bf16;
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
          o.parallel.schedule = "zb-h1";
@@ -247,7 +247,7 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
        }},
       {"bf16 experts 4 ep 2 dp 2",
        [](TrainOptions& o) {
-         o.optim.precision = "bf16";
+         o.optim.precision = Precision::bf16;
          o.model.experts = 4;
          o.parallel.ep = 2;
          o.parallel.dp = 2;
@@ -260,12 +260,12 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          as_llama(o);
          o.parallel.tp = 2;
          o.parallel.sequence_parallel = true;
-         o.optim.recompute = "full";
+         o.optim.recompute = Recompute::full;
        }},
       {"llama bf16 pp 2 m 4 zb-h1 zero 3",
        [](TrainOptions& o) {
          as_llama(o);
-         o.optim.precision = "bf16";
+         o.optim.precision = Precision::bf16;
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
          o.parallel.schedule = "zb-h1";
@@ -274,10 +274,10 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
        }},
       {"bf16 experts 4 every 2 sel",
        [](TrainOptions& o) {
-         o.optim.precision = "bf16";
+         o.optim.precision = Precision::bf16;
          o.model.experts = 4;
          o.model.moe_every = 2;
-         o.optim.recompute = "selective";
+         o.optim.recompute = Recompute::selective;
        }},
   };
   std::printf("%-28s %10s %10s %8s  (MiB; estimate params/grads/opt/act/buffers)\n", "layout",
@@ -311,7 +311,7 @@ TEST(MemoryEstimate, Bf16WeightBytesIncludeTheExperts) {
   for (int ep : {1, 2}) {
     TempDir dense_dir, moe_dir;
     TrainOptions dense = small_run(dense_dir), moe = small_run(moe_dir);
-    dense.optim.precision = moe.optim.precision = "bf16";
+    dense.optim.precision = moe.optim.precision = Precision::bf16;
     dense.parallel.dp = moe.parallel.dp = ep;
     moe.model.experts = 4, moe.model.moe_every = 2, moe.parallel.ep = ep;
     const int64_t C = moe.model.dim, H = moe.model.hidden(), local = 4 / ep;
@@ -329,18 +329,18 @@ TEST(MemoryEstimate, Bf16WeightBytesIncludeTheExperts) {
 TEST(MemoryEstimate, WorkspaceIsWhatTheModelHolds) {
   const std::vector<Layout> layouts = {
       {"fp32", [](TrainOptions&) {}},
-      {"selective", [](TrainOptions& o) { o.optim.recompute = "selective"; }},
-      {"full", [](TrainOptions& o) { o.optim.recompute = "full"; }},
+      {"selective", [](TrainOptions& o) { o.optim.recompute = Recompute::selective; }},
+      {"full", [](TrainOptions& o) { o.optim.recompute = Recompute::full; }},
       {"tp 2 sp",
        [](TrainOptions& o) {
          o.parallel.tp = 2;
          o.parallel.sequence_parallel = true;
        }},
-      {"bf16", [](TrainOptions& o) { o.optim.precision = "bf16"; }},
+      {"bf16", [](TrainOptions& o) { o.optim.precision = Precision::bf16; }},
       {"experts", [](TrainOptions& o) { o.model.experts = 4; }},
       {"bf16 experts every 2",
        [](TrainOptions& o) {
-         o.optim.precision = "bf16";
+         o.optim.precision = Precision::bf16;
          o.model.experts = 4;
          o.model.moe_every = 2;
        }},
@@ -351,11 +351,9 @@ TEST(MemoryEstimate, WorkspaceIsWhatTheModelHolds) {
     o.parallel.microbatches = 2;
     l.apply(o);
     const int b = o.optim.batch / o.parallel.microbatches;
-    Recompute recompute = Recompute::none;
-    ASSERT_TRUE(parse_recompute(o.optim.recompute, &recompute));
     const bool sp = o.parallel.sequence_parallel;
-    GPT model(o.model, GPT::whole_model(o.model), {0, o.parallel.tp, nullptr, sp}, b, {}, recompute,
-              o.optim.precision == "bf16" ? Precision::bf16 : Precision::fp32);
+    GPT model(o.model, GPT::whole_model(o.model), {0, o.parallel.tp, nullptr, sp}, b, {},
+              o.optim.recompute, o.optim.precision);
     const int64_t batch = 2 * int64_t(o.optim.batch) * o.model.seq * int64_t(sizeof(int));
     EXPECT_EQ(estimate_rank_memory(o).workspace_bytes,
               int64_t(model.chunk(0).footprint().workspace_floats * sizeof(float)) + batch)

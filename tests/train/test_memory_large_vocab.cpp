@@ -113,12 +113,12 @@ TEST(MemoryLargeVocab, EstimateMatchesTheRecordAndLogitsAreHeldOnce) {
       {"tp 2 selective",
        [](TrainOptions& o) {
          o.parallel.tp = 2;
-         o.optim.recompute = "selective";
+         o.optim.recompute = Recompute::selective;
        }},
   };
   if (bf16_matmul_supported())
     layouts.push_back({"bf16 tp 2", [](TrainOptions& o) {
-                         o.optim.precision = "bf16";
+                         o.optim.precision = Precision::bf16;
                          o.parallel.tp = 2;
                        }});
   std::printf("%-16s %12s %12s %12s %12s  (bytes)\n", "layout", "act measured", "act estimate",

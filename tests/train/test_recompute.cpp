@@ -62,7 +62,7 @@ class Recompute : public ::testing::Test {
     const std::vector<RankRun> ref = train(o);
     for (const std::string& mode : modes) {
       SCOPED_TRACE("--recompute " + mode);
-      o.optim.recompute = mode;
+      ASSERT_TRUE(parse_recompute(mode, &o.optim.recompute));
       validate_train_options(o);
       const std::vector<RankRun> got = train(o);
       ASSERT_EQ(got.size(), ref.size());

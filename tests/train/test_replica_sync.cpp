@@ -72,7 +72,7 @@ class ReplicaSyncRuns : public ::testing::Test {
     o.io.data = *dir_ / "train.bin";
     o.optim.batch = batch;
     o.optim.steps = steps;
-    o.optim.lr_schedule = "constant";
+    o.optim.lr_schedule = LrKind::constant;
     o.optim.grad_clip = 0.5;
     o.optim.seed = 3;
     o.parallel.dp = dp;

@@ -41,7 +41,7 @@ TEST(ValidateContextParallel, ComposesWithDpTpSpAndRecomputation) {
   o.parallel.zero = 3;
   o.parallel.tp = 2;
   o.parallel.sequence_parallel = true;
-  o.optim.recompute = "full";
+  o.optim.recompute = Recompute::full;
   EXPECT_EQ(usage_error(o), "");
   EXPECT_EQ(o.parallel.world(), 8);
 }
@@ -70,7 +70,7 @@ TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
        "--cp 2 with --dp-sync local:2 is not built yet"},
       {[](TrainOptions& o) {
          o.io.save = "ck";
-         o.io.checkpoint_format = "sharded";
+         o.io.checkpoint_format = CheckpointFormat::sharded;
        },
        "--cp 2 with --checkpoint-format sharded is not built yet"},
   };

@@ -51,11 +51,11 @@ TEST(ValidateOptions, DefaultsAndCommonLayoutsPass) {
   moe.parallel.ep = 2;
   moe.parallel.zero = 2;
   EXPECT_EQ(usage_error(moe), "");
-  moe.optim.recompute = "selective";
+  moe.optim.recompute = Recompute::selective;
   EXPECT_EQ(usage_error(moe), "");
-  for (const char* mode : {"none", "selective", "full"}) {
+  for (const auto& [name, mode] : recompute_names()) {
     o.optim.recompute = mode;
-    EXPECT_EQ(usage_error(o), "") << mode;
+    EXPECT_EQ(usage_error(o), "") << name;
   }
   // pp 1 never builds a schedule: a schedule given for it would be ignored, so it is
   // refused (issue #26), naming both flags.
@@ -85,7 +85,6 @@ TEST(ValidateOptions, EachBrokenRuleIsAUsageErrorNamingTheFlag) {
       {"heads | dim", [](TrainOptions& o) { o.model.heads = 3; }, "--heads 3 does not divide"},
       {"topk", [](TrainOptions& o) { o.model.experts = 2, o.model.topk = 3; }, "--topk must be"},
       {"lr", [](TrainOptions& o) { o.optim.lr = 0; }, "--lr must be > 0"},
-      {"lr schedule", [](TrainOptions& o) { o.optim.lr_schedule = "linear"; }, "--lr-schedule"},
       {"threads", [](TrainOptions& o) { o.optim.threads = 0; }, "--threads must be in 1.."},
       {"peak gflops", [](TrainOptions& o) { o.optim.peak_gflops = -1; },
        "--peak-gflops must be > 0 (GFLOP/s per thread), or 0 to measure at start-up (got -1)"},
@@ -130,8 +129,6 @@ TEST(ValidateOptions, EachBrokenRuleIsAUsageErrorNamingTheFlag) {
          o.model.first_dense_layers = o.model.layers;
        },
        "makes no block a mixture of experts"},
-      {"recompute value", [](TrainOptions& o) { o.optim.recompute = "some"; },
-       "--recompute must be none, selective or full (got 'some')"},
       {"schedule name", [](TrainOptions& o) { o.parallel.schedule = "2f2b"; },
        "unknown --schedule '2f2b' (expected gpipe, 1f1b, interleaved, zb-h1 or dualpipev)"},
       {"interleaved chunks",
@@ -174,15 +171,18 @@ struct DependentCase {
 TEST(ValidateOptions, AFlagWithoutWhatItConfiguresIsRefused) {
   const std::vector<DependentCase> cases = {
       {"--save-sync",
-       [](TrainOptions& o) { o.io.checkpoint_format = "sharded", o.io.save_sync = true; },
+       [](TrainOptions& o) {
+         o.io.checkpoint_format = CheckpointFormat::sharded, o.io.save_sync = true;
+       },
        [](TrainOptions& o) { o.io.save = "ck"; }, "--save DIR"},
       {"--save-every", [](TrainOptions& o) { o.io.save_every = 5; },
        [](TrainOptions& o) { o.io.save = "ck"; }, "--save DIR"},
-      {"--checkpoint-format", [](TrainOptions& o) { o.io.checkpoint_format = "sharded"; },
+      {"--checkpoint-format",
+       [](TrainOptions& o) { o.io.checkpoint_format = CheckpointFormat::sharded; },
        [](TrainOptions& o) { o.io.save = "ck"; }, "--save DIR"},
       {"--report-every", [](TrainOptions& o) { o.io.report_every = 5; },
        [](TrainOptions& o) { o.io.metrics = "m.jsonl"; }, "--metrics FILE"},
-      {"--export-dtype", [](TrainOptions& o) { o.io.export_dtype = "bf16"; },
+      {"--export-dtype", [](TrainOptions& o) { o.io.export_dtype = Precision::bf16; },
        [](TrainOptions& o) { o.io.export_path = "w.safetensors"; },
        "--export FILE or --export-hf DIR"},
       {"--prompt", [](TrainOptions& o) { o.io.sample_prompt = "Once"; },
@@ -230,7 +230,7 @@ TEST(ValidateOptions, AFlagWithoutWhatItConfiguresIsRefused) {
   // The one setting that changes nothing but is passed by scripts with either schedule: a
   // warning, not a refusal.
   TrainOptions constant;
-  constant.optim.lr_schedule = "constant";
+  constant.optim.lr_schedule = LrKind::constant;
   constant.optim.min_lr = 0;
   EXPECT_EQ(usage_error(constant), "");
   ASSERT_EQ(option_warnings(constant).size(), 1u);

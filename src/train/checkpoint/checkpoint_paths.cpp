@@ -17,7 +17,7 @@ namespace mt {
 namespace {
 
 bool saves_sharded(const IoOptions& io) {
-  return io.checkpoint_format == "sharded";
+  return io.checkpoint_format == CheckpointFormat::sharded;
 }
 
 // Every step folder the run will write into --save DIR is free or the run's own, found now

@@ -20,7 +20,8 @@ class NoCheckpoints : public Checkpointer {
 std::unique_ptr<Checkpointer> make_checkpointer(Session& s, CommWorld& world) {
   const IoOptions& io = s.opts.io;
   if (io.save.empty()) return std::make_unique<NoCheckpoints>();
-  if (io.checkpoint_format == "sharded") return std::make_unique<ShardedCheckpointer>(s, world);
+  if (io.checkpoint_format == CheckpointFormat::sharded)
+    return std::make_unique<ShardedCheckpointer>(s, world);
   return std::make_unique<GlobalCheckpointer>(s);
 }
 
