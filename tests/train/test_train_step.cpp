@@ -83,7 +83,10 @@ void check_layout(const std::string& data, const Layout& l) {
     EXPECT_NEAR(r.norm, ref.norm, 1e-5 * ref.norm) << "rank " << rank;
     for (const auto& [name, g] : r.grads) {
       EXPECT_LE(max_rel_diff(g, ref.grads.at(name)), 1e-5) << name << " grad, rank " << rank;
-      EXPECT_LE(max_rel_diff(r.params.at(name), ref.params.at(name)), 1e-5)
+      // One AdamW step divides by sqrt(v): a gradient element near eps turns its 1e-7
+      // rounding into ~1e-5 of the update (4.3e-5 on wte in the sanitizer build, whose
+      // flags contract other FMAs), hence the reference tests' 1e-4 for weights.
+      EXPECT_LE(max_rel_diff(r.params.at(name), ref.params.at(name)), 1e-4)
           << name << " weight, rank " << rank;
     }
     auto it = r.params.find("transformer.wte.weight");
