@@ -420,21 +420,27 @@ def main(argv=None):
             toks = np.random.default_rng(args.seed).integers(0, args.vocab, args.tokens)
         write_shard(args.out, toks, shard_version(args.vocab))
     else:
-        mf = open(args.metrics, "w") if args.metrics else None
-
-        def log(rec):
-            print(f"step {rec['step']:4d} loss {rec['loss']:.6f} lr {rec['lr']:.3e} "
-                  f"norm {rec['grad_norm']:.4f} {rec['step_time_s'] * 1e3:.1f} ms", flush=True)
-            if mf:
-                mf.write(json.dumps(rec) + "\n")
-                mf.flush()
-
-        model, _ = train(args, log)
-        if mf:
-            mf.close()
-        if args.export:
-            save_safetensors(args.export, model.named_arrays())
+        run_train(args, train)
     return 0
+
+
+def run_train(args, train_fn):
+    """The `train` command: train_fn(args, log) with each step printed and written to
+    --metrics, then --export (llama_torch.py's train command runs this too)."""
+    mf = open(args.metrics, "w") if args.metrics else None
+
+    def log(rec):
+        print(f"step {rec['step']:4d} loss {rec['loss']:.6f} lr {rec['lr']:.3e} "
+              f"norm {rec['grad_norm']:.4f} {rec['step_time_s'] * 1e3:.1f} ms", flush=True)
+        if mf:
+            mf.write(json.dumps(rec) + "\n")
+            mf.flush()
+
+    model, _ = train_fn(args, log)
+    if mf:
+        mf.close()
+    if args.export:
+        save_safetensors(args.export, model.named_arrays())
 
 
 if __name__ == "__main__":

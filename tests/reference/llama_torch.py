@@ -39,7 +39,6 @@ Subcommands:
   init    model flags + --out FILE.safetensors
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -364,20 +363,7 @@ def main(argv=None):
         init_weights(model, args.seed)
         gpt.save_safetensors(args.out, model.named_arrays())
         return 0
-    mf = open(args.metrics, "w") if args.metrics else None
-
-    def log(rec):
-        print(f"step {rec['step']:4d} loss {rec['loss']:.6f} lr {rec['lr']:.3e} "
-              f"norm {rec['grad_norm']:.4f} {rec['step_time_s'] * 1e3:.1f} ms", flush=True)
-        if mf:
-            mf.write(json.dumps(rec) + "\n")
-            mf.flush()
-
-    model, _ = train(args, log)
-    if mf:
-        mf.close()
-    if args.export:
-        gpt.save_safetensors(args.export, model.named_arrays())
+    gpt.run_train(args, train)
     return 0
 
 
