@@ -123,11 +123,6 @@ void rows_rest(int rows, float* c, size_t ldc, const float* a, size_t ars, size_
   }
 }
 
-template <int HD>
-constexpr int rows_per_tile() {
-  return HD <= 32 ? 8 : HD == 64 ? 6 : 3;
-}
-
 // The key-side products have 32 output rows: a count dividing 32, at 16 accumulators.
 template <int HD>
 constexpr int key_rows_per_tile() {

@@ -184,11 +184,6 @@ MT_FLASH_BF16 void rows_rest(int rows, float* c, size_t ldc, const float* a, siz
   }
 }
 
-template <int HD>
-constexpr int rows_per_tile() {
-  return HD <= 32 ? 8 : HD == 64 ? 6 : 3;
-}
-
 // c (rows, HD) += a (rows, 32) . r (16 key pairs of HD): a's rows packed as pairs along keys.
 template <int HD>
 MT_FLASH_BF16 void rows_by_keys(float* c, size_t ldc, const float* a, int rows, const float* r,

@@ -79,6 +79,14 @@ constexpr size_t round_up(size_t x, size_t m) {
   return (x + m - 1) / m * m;
 }
 
+// Query rows per register tile of the row-side products at head size HD, in both the fp32
+// and the bf16 kernels: rows x HD/16 accumulators stay at or under 24 of the 32 vector
+// registers, leaving the rest for the operands.
+template <int HD>
+constexpr int rows_per_tile() {
+  return HD <= 32 ? 8 : HD == 64 ? 6 : 3;
+}
+
 // The kernels a call runs (flash_attention.cpp).
 const Tiles& select_tiles(const FlashAttention& a);
 
