@@ -154,15 +154,15 @@ plan::PlanRequest make_request(PlanArgs& a) {
   r.zero = given(a.zero_o, a.zero);
   r.micro_batch = given(a.mb_o, a.micro_batch);
   r.sequence_parallel = given(a.sp_o, a.sp);
-  r.recompute = given(a.rc_o, a.recompute);
+  if (a.rc_o->count() > 0) r.recompute = plan::recompute_of(a.recompute);
   r.schedule = given(a.sched_o, a.schedule);
   // The planner's time and memory models do not know the V yet (docs/pipeline.md, DualPipe-V).
   MT_REQUIRE(r.schedule != "dualpipev",
              "meshtrain plan does not predict --schedule dualpipev yet; 'meshtrain schedule "
              "--schedule dualpipev' simulates it");
-  r.precision = given(a.prec_o, a.precision);
+  if (a.prec_o->count() > 0) r.precision = plan::precision_of(a.precision);
   r.cp = given(a.cp_o, a.cp);
-  r.cp_comm = given(a.cp_comm_o, a.cp_comm);
+  if (a.cp_comm_o->count() > 0) r.cp_comm = plan::cp_comm_of(a.cp_comm);
   plan::validate_request(r);
   return r;
 }

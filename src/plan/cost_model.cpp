@@ -12,9 +12,9 @@ CostContext make_context(const PlanRequest& r, const Layout& l) {
   c.rates = compute_rates(r.hardware, l.precision, l.world(), r.threads);
   // Locally bf16 rounds only the GEMM inputs: activations, reductions and pointwise passes
   // stay fp32; the GEMM path's own operand bytes are in the rates.
-  c.e = l.precision == "bf16" && !local ? 2.0 : 4.0;
-  c.local_bf16 = local && l.precision == "bf16";
-  if (local) c.rates32 = compute_rates(r.hardware, "fp32", l.world(), r.threads);
+  c.e = l.precision == Precision::bf16 && !local ? 2.0 : 4.0;
+  c.local_bf16 = local && l.precision == Precision::bf16;
+  if (local) c.rates32 = compute_rates(r.hardware, Precision::fp32, l.world(), r.threads);
   if (local && r.model.experts > 0) c.moe_busiest = busiest_rank_load(r.hardware, r.model, l.ep);
   c.tp = group_span(r.hardware, l.tp, 1);
   c.cp = group_span(r.hardware, l.cp, l.tp);
@@ -130,8 +130,8 @@ BlockCosts finish_block(const CostContext& c, Passes p, double core_forward, dou
   k.ep_comm = ep_comm;
   p.forward += ep_comm / 2;
   p.backward += ep_comm / 2;
-  if (c.l.recompute == "selective") k.recompute = core_forward;
-  if (c.l.recompute == "full") k.recompute = p.forward;
+  if (c.l.recompute == Recompute::selective) k.recompute = core_forward;
+  if (c.l.recompute == Recompute::full) k.recompute = p.forward;
   p.backward += k.recompute;
   k.passes = p;
   return k;

@@ -91,7 +91,7 @@ Passes cp_comm(const CostContext& c, const Passes& core) {
   if (c.l.cp <= 1) return {};
   const HardwareProfile& hw = c.r.hardware;
   const double kv = 2 * c.N * c.w.kv / c.t * c.e, cp = c.l.cp;
-  if (c.l.cp_comm == "allgather") {
+  if (c.l.cp_comm == CpComm::allgather) {
     const double ag = collective_seconds(hw, Collective::all_gather, kv * cp, c.cp);
     const double rs = collective_seconds(hw, Collective::reduce_scatter, kv * cp, c.cp);
     return {ag, ag + rs, 0};

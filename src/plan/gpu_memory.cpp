@@ -16,7 +16,7 @@ namespace {
 
 // Bytes per activation element: 16-bit training keeps 16-bit activations.
 double activation_bytes(const Layout& l) {
-  return l.precision == "bf16" ? 2 : 4;
+  return l.precision == Precision::bf16 ? 2 : 4;
 }
 
 // Tokens of one microbatch on one rank (context parallelism keeps s/cp of each sequence).
@@ -70,9 +70,9 @@ LayerItems layer_items(const PlanRequest& r, const Layout& l, bool moe) {
 double layer_activation_bytes(const PlanRequest& r, const Layout& l, bool whole, bool moe) {
   const LayerItems x = layer_items(r, l, moe);
   const bool flash = r.hardware.flash_attention || r.model.llama();
-  if (!whole && l.recompute == "full")
+  if (!whole && l.recompute == Recompute::full)
     return activation_bytes(l) * rank_tokens(r, l) * r.model.dim / (l.sequence_parallel ? l.tp : 1);
-  const bool core = whole || l.recompute != "selective" || flash;
+  const bool core = whole || l.recompute != Recompute::selective || flash;
   return x.split + x.outside + (core ? x.core : 0);
 }
 
@@ -117,7 +117,7 @@ void add_model_state(const PlanRequest& r, const Layout& l, double params, doubl
   auto per_rank = [&](double bytes, int from_zero) {
     return bytes * (l.zero >= from_zero ? dense / shard + experts / expert_shard : params);
   };
-  const bool mixed = l.precision == "bf16";
+  const bool mixed = l.precision == Precision::bf16;
   auto clamp = [&](double v) {
     if (v > double(kMaxEstimateBytes)) m.lower_bound = true;
     return int64_t(std::min(v, double(kMaxEstimateBytes)));
@@ -137,7 +137,7 @@ double cp_buffers(const PlanRequest& r, const Layout& l) {
   if (l.cp <= 1) return 0;
   const BlockWidths w = block_widths(r.model);
   const double kv = 2 * w.kv / l.tp * activation_bytes(l) * l.micro_batch;
-  if (l.cp_comm == "allgather") return 2 * kv * r.model.seq;
+  if (l.cp_comm == CpComm::allgather) return 2 * kv * r.model.seq;
   return 2 * kv * rank_tokens(r, l);
 }
 
@@ -149,7 +149,8 @@ PlannedMemory software_memory(const PlanRequest& r, const Layout& l, const Sched
   if (l.pp > 1) per_chunk = default_stage_layers(m, l.pp, l.virtual_stages);
   const double layer[2] = {layer_activation_bytes(r, l), layer_activation_bytes(r, l, false, true)};
   const bool moe = m.experts > 0;
-  const double working = l.recompute == "full" ? layer_activation_bytes(r, l, true, moe) : 0;
+  const double working =
+      l.recompute == Recompute::full ? layer_activation_bytes(r, l, true, moe) : 0;
   const double extra = cp_buffers(r, l);
   PlannedMemory best;
   for (int st = 0; st < l.pp; ++st) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/precision.h"
+
 namespace mt::plan {
 
 // What a GPU keeps for itself (CUDA context, library workspaces): not offered to a rank.
@@ -175,8 +177,8 @@ std::string profile_to_toml(const HardwareProfile& h);
 // has none). GPU presets ignore the backend.
 HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend);
 
-// The peak for a precision ("fp32" | "bf16").
-double peak_flops(const HardwareProfile& h, const std::string& precision);
+// The peak for a precision.
+double peak_flops(const HardwareProfile& h, Precision precision);
 
 // Local profiles: whether --calibrate measured every figure a bf16 plan needs (profiles
 // written before bf16 was calibrated have none of them).

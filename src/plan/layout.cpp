@@ -59,8 +59,6 @@ void validate_request(const PlanRequest& r) {
                          {"--microbatches", r.microbatches},
                          {"--cp", r.cp}})
     MT_REQUIRE(!v || *v >= 1, name, " must be >= 1 (got ", *v, ")");
-  MT_REQUIRE(!r.cp_comm || *r.cp_comm == "ring" || *r.cp_comm == "allgather",
-             "--cp-comm must be ring or allgather (got '", r.cp_comm.value_or(""), "')");
   MT_REQUIRE(!r.zero || (*r.zero >= 0 && *r.zero <= 3), "--zero must be 0, 1, 2 or 3 (got ",
              *r.zero, ")");
 }
@@ -73,16 +71,11 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   TrainOptions o;
   o.model = r.model;
   o.optim.batch = r.batch;
-  // The planner's layouts name their modes (`meshtrain plan --recompute` is a plain string):
-  // parsed here, where a layout becomes a run's options, with the run's wording.
-  MT_REQUIRE(parse_recompute(l.recompute, &o.optim.recompute),
-             "--recompute must be none, selective or full (got '", l.recompute, "')");
+  o.optim.recompute = l.recompute;
   o.optim.threads = r.hardware.local ? r.threads : 1;
   // Locally the engine's own bf16 memory (bf16 slots, weight copies) is what a run holds;
   // GPU presets model bf16 memory in memory_model.cpp from the fp32 estimate.
-  if (r.hardware.local)
-    MT_REQUIRE(parse_precision(l.precision, &o.optim.precision),
-               "--precision must be fp32 or bf16 (got '", l.precision, "')");
+  if (r.hardware.local) o.optim.precision = l.precision;
   o.parallel.dp = l.dp;
   o.parallel.tp = l.tp;
   o.parallel.pp = l.pp;
@@ -123,8 +116,6 @@ void validate_context_parallel(const PlanRequest& r, const Layout& l) {
   MT_REQUIRE(r.model.seq % (2 * int64_t(l.cp)) == 0, "--seq ", r.model.seq,
              " must be divisible by 2 x --cp = ", 2 * int64_t(l.cp),
              " (each cp rank holds two of the 2 cp chunks)");
-  MT_REQUIRE(l.cp_comm == "ring" || l.cp_comm == "allgather",
-             "--cp-comm must be ring or allgather (got '", l.cp_comm, "')");
 }
 
 void validate_candidate(const PlanRequest& r, const Layout& l) {
@@ -139,16 +130,14 @@ void validate_candidate(const PlanRequest& r, const Layout& l) {
   // The engine counts a microbatch's tokens in an int.
   MT_REQUIRE(int64_t(l.micro_batch) * r.model.seq <= INT32_MAX, "--micro-batch ", l.micro_batch,
              " x --seq ", r.model.seq, " tokens per microbatch is more than 2^31 - 1");
-  MT_REQUIRE(l.precision == "fp32" || l.precision == "bf16",
-             "--precision must be fp32 or bf16 (got '", l.precision, "')");
   // Local bf16 needs the calibrated bf16 GEMM, conversion and attention figures; a profile
   // written before they were measured has none.
-  MT_REQUIRE(l.precision == "fp32" || !r.hardware.local || has_local_bf16(r.hardware),
+  MT_REQUIRE(l.precision == Precision::fp32 || !r.hardware.local || has_local_bf16(r.hardware),
              "--precision bf16: the local hardware profile has no bf16 figures (written before "
              "they were calibrated, or this CPU has no bf16 matmul); run 'meshtrain plan "
              "--calibrate' to measure them");
-  MT_REQUIRE(l.precision == "fp32" || r.hardware.peak_bf16 > 0, "hardware '", r.hardware.name,
-             "' has no bf16 rate");
+  MT_REQUIRE(l.precision == Precision::fp32 || r.hardware.peak_bf16 > 0, "hardware '",
+             r.hardware.name, "' has no bf16 rate");
   // A local plan is run by this engine, whose capacity applies; GPU software counts for itself.
   TrainOptions o = train_options(r, l);
   if (r.hardware.local) {
@@ -180,11 +169,11 @@ std::string train_command(const PlanRequest& r, const Layout& l) {
   c += str(" --microbatches ", microbatches(r, l));
   if (l.pp > 1) c += str(" --schedule ", l.schedule);
   if (l.virtual_stages > 1) c += str(" --virtual-stages ", l.virtual_stages);
-  if (l.cp > 1) c += str(" --cp ", l.cp, " --cp-comm ", l.cp_comm);
+  if (l.cp > 1) c += str(" --cp ", l.cp, " --cp-comm ", cp_comm_name(l.cp_comm));
   if (l.zero > 0) c += str(" --zero ", l.zero);
   if (l.sequence_parallel) c += " --sequence-parallel";
-  if (l.recompute != "none") c += str(" --recompute ", l.recompute);
-  if (l.precision != "fp32") c += str(" --precision ", l.precision);
+  if (l.recompute != Recompute::none) c += str(" --recompute ", recompute_name(l.recompute));
+  if (l.precision != Precision::fp32) c += str(" --precision ", precision_name(l.precision));
   if (r.hardware.local) {
     if (r.threads > 1) c += str(" --threads ", r.threads);
     if (r.backend == "mpi") c = str("mpirun -np ", l.world(), " ", c, " --backend mpi");

@@ -78,7 +78,7 @@ MemoryBounds memory_lower_bound(const PlanRequest& r, const Layout& l) {
   const LD per_block = attention / tp + (moe_only ? El * mlp : mlp / tp);
   const LD weights = stage_blocks * per_block;
   // GPU presets model bf16 activations (and the loader's share of the buffers) at half.
-  const LD act = !r.hardware.local && l.precision == "bf16" ? 2 : 4;
+  const LD act = !r.hardware.local && l.precision == Precision::bf16 ? 2 : 4;
   MemoryBounds out;
   out.upper = HUGE_VALL;
   out.params = 4 * weights / (l.zero == 3 ? dp : 1);
