@@ -76,8 +76,12 @@ Passes norms_and_residuals(const CostContext& c) {
 }
 
 Passes dense_mlp(const CostContext& c) {
+  return mlp_of_width(c, c.w.ffn);
+}
+
+Passes mlp_of_width(const CostContext& c, double width) {
   const ComputeRates& R = c.rates;
-  const double N = c.N, h = c.h, F = c.w.ffn / c.t, up = c.w.gated ? 2 * F : F;
+  const double N = c.N, h = c.h, F = width / c.t, up = c.w.gated ? 2 * F : F;
   // GELU reads and writes N F; SwiGLU reads gate and up and writes their product, and its
   // backward reads both and the gradient and writes two gradients.
   const double act = c.w.gated ? pointwise_seconds(R, N * F, 3 * N * F * c.e, 1)
@@ -88,10 +92,18 @@ Passes dense_mlp(const CostContext& c) {
           (linear_gemm(c, R, up, h, N) + linear_gemm(c, R, h, F, N)) * R.weight_grad_ratio};
 }
 
+double exposed_all_to_all(double comm, double compute, int parts) {
+  if (parts <= 1) return comm;
+  const double rest = (parts - 1.0) / parts;
+  return comm / parts + std::max(0.0, (comm - compute) * rest);
+}
+
 Passes streamed_moe(const CostContext& c, double* ep_comm) {
   const ComputeRates& R = c.rates;
   const ComputeRates& router = c.local_bf16 ? c.rates32 : R;
-  const double N = c.N, h = c.h, e = c.e, topk = c.r.model.topk, F = c.w.ffn;
+  // The tokens are split over tp (docs/moe.md): each tp rank routes its N / t rows through
+  // whole experts of the routed width.
+  const double N = c.N / c.t, h = c.h, e = c.e, topk = c.r.model.topk, F = c.w.expert_ffn;
   const double up = c.w.gated ? 2 * F : F;
   const double E = c.r.model.experts, local = E / c.l.ep, rows = N * topk / local;
   const double gelu = pointwise_seconds(R, N * topk * F, (up + F) * N * topk * e, int(local));
@@ -102,9 +114,18 @@ Passes streamed_moe(const CostContext& c, double* ep_comm) {
   p.backward = p.forward + gelu;
   p.weight = linear_gemm(c, R, up, h, rows, local) + linear_gemm(c, R, h, F, rows, local) +
              linear_gemm(c, router, E, h, N);
-  // Dispatch + combine in forward, their adjoints in backward.
-  if (c.l.ep > 1)
-    *ep_comm = 4 * collective_seconds(c.r.hardware, Collective::all_to_all, N * topk * h * e, c.ep);
+  // Dispatch + combine in forward, their adjoints in backward, each direction pipelined over
+  // the software's a2a_overlap_parts under the experts' compute.
+  if (c.l.ep > 1) {
+    const int parts = c.r.hardware.a2a_overlap_parts;
+    const double a2a =
+        2 * collective_seconds(c.r.hardware, Collective::all_to_all, N * topk * h * e, c.ep);
+    *ep_comm = exposed_all_to_all(a2a, p.forward, parts) +
+               exposed_all_to_all(a2a, p.backward + p.weight, parts);
+  }
+  // The shared experts (llama): one SwiGLU of width S x Fe on every token, split over tp as
+  // the dense MLP.
+  if (c.w.shared_ffn > 0) p += mlp_of_width(c, c.w.shared_ffn);
   return p;
 }
 

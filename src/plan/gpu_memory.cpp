@@ -45,15 +45,17 @@ LayerItems layer_items(const PlanRequest& r, const Layout& l, bool moe) {
   // MLP: GELU's input and output, or SwiGLU's gate|up and product; its input and mask. An
   // MoE layer's experts (whole on their ep rank, not split over tp) keep the same for each
   // of a token's topk rows and the rows themselves, and the router its fp32 probabilities.
-  const double act = w.gated ? e * 3 * w.ffn : e * 2 * w.ffn;
+  auto act = [&](double width) { return w.gated ? e * 3 * width : e * 2 * width; };
   double experts = 0;
-  if (moe)
-    experts = r.model.topk * (act + e * h) + 4.0 * r.model.experts;
-  else
-    x.split += act;
+  if (moe) {  // tokens split over tp: each rank's experts see sb / t tokens
+    experts = r.model.topk * (act(w.expert_ffn) + e * h) + 4.0 * r.model.experts;
+    x.split += act(w.shared_ffn);
+  } else {
+    x.split += act(w.ffn);
+  }
   x.outside += e * h + mask * h;
   x.outside += 2 * e * h;  // the two norms' inputs
-  x.split = x.split * sb / t + experts * sb;
+  x.split = (x.split + experts) * sb / t;
   x.outside *= sb / (l.sequence_parallel ? t : 1);
   // Scores: the softmax output, its dropout mask and output, over the rank's s/cp queries
   // and all s keys; FlashAttention keeps only the softmax statistics (fp32 per head, token).

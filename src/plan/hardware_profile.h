@@ -150,6 +150,11 @@ struct HardwareProfile {
   // ZeRO 3: layers whose parameters are gathered ahead of the one computing (1: the next
   // layer's gather runs under this layer's compute; 0: none ahead, every gather exposed).
   int zero3_prefetch = 1;
+  // MoE: pieces each microbatch's all-to-alls are pipelined over under the experts' compute
+  // (1: not overlapped; exposed_all_to_all in cost_model.h), and whether in a DualPipe-V F&B
+  // pair each half's all-to-all runs under the other half's compute (DeepSeek-V3, 3.2.1).
+  int a2a_overlap_parts = 1;
+  bool fb_a2a_overlap = false;
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;
 };

@@ -161,9 +161,14 @@ std::string train_command(const PlanRequest& r, const Layout& l) {
     if (m.rope_theta != ModelConfig{}.rope_theta) c += str(" --rope-theta ", m.rope_theta);
     if (m.norm_eps != ModelConfig{}.norm_eps) c += str(" --norm-eps ", m.norm_eps);
   }
-  if (m.experts > 0)
+  if (m.experts > 0) {
     c += str(" --experts ", m.experts, " --topk ", m.topk,
              m.moe_every != 1 ? str(" --moe-every ", m.moe_every) : std::string());
+    if (m.expert_ffn_dim > 0) c += str(" --expert-ffn-dim ", m.expert_ffn_dim);
+    if (m.shared_experts > 0) c += str(" --shared-experts ", m.shared_experts);
+    if (m.first_dense_layers > 0) c += str(" --first-dense-layers ", m.first_dense_layers);
+    if (m.router == RouterScore::sigmoid) c += " --router sigmoid";
+  }
   c += str(" --batch ", r.batch, " --dp ", l.dp, " --tp ", l.tp, " --pp ", l.pp);
   if (l.ep > 1) c += str(" --ep ", l.ep);
   c += str(" --microbatches ", microbatches(r, l));

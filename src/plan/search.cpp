@@ -68,8 +68,7 @@ std::string remedy(const PlanRequest& r, const Candidate& c) {
     tip(true, false, "more --gpus");
   } else {
     what = str("activations dominate (", m.activations, " bytes)");
-    tip(l.recompute != Recompute::full && r.model.experts == 0, r.recompute.has_value(),
-        "--recompute full");
+    tip(l.recompute != Recompute::full, r.recompute.has_value(), "--recompute full");
     tip(l.micro_batch > 1, r.micro_batch.has_value(), "a smaller --micro-batch");
     tip(l.tp > 1 && !l.sequence_parallel, r.sequence_parallel.has_value(), "--sequence-parallel");
     // Context parallelism splits every activation by the sequence, where the software has it.
@@ -101,7 +100,10 @@ struct OpenKnobs {
 std::vector<std::pair<std::string, int>> schedule_choices(const PlanRequest& r, int pp) {
   std::vector<std::pair<std::string, int>> out = {{"1f1b", 1}};
   if (pp > 1) {
+    // DualPipe-V runs 2 chunks per stage (the V); it needs m >= 2 pp, which train's
+    // validation checks per candidate.
     out = {{"1f1b", 1}, {"gpipe", 1}, {"zb-h1", 1}};
+    if (2 * int64_t(pp) <= r.model.layers) out.push_back({"dualpipev", 2});
     for (int v : {2, 3, 4, 6, 8})
       if (int64_t(pp) * v <= r.model.layers) out.push_back({"interleaved", v});
   }
@@ -170,8 +172,9 @@ void for_each_layout(const PlanRequest& r, WorkBudget& budget,
                r.hardware.local ? "--ranks " : "--gpus ", n);
   std::vector<Precision> precisions = {Precision::fp32};
   if (!r.hardware.local && r.hardware.peak_bf16 > 0) precisions.push_back(Precision::bf16);
-  std::vector<Recompute> recomputes = {Recompute::none, Recompute::selective};
-  if (r.model.experts == 0) recomputes.push_back(Recompute::full);
+  // Full recomputation with experts too (the recomputed forward counts no aux loss, expert
+  // load or bias update twice: docs/moe.md).
+  std::vector<Recompute> recomputes = {Recompute::none, Recompute::selective, Recompute::full};
   const auto precs = choices(r.precision, precisions);
   const auto rcs = choices(r.recompute, recomputes);
   const CpComm cp_comm =
