@@ -129,6 +129,27 @@ Passes streamed_moe(const CostContext& c, double* ep_comm) {
   return p;
 }
 
+// Context parallelism's K/V exchange in one layer (docs/contracts.md §11). Ring: each of the
+// cp - 1 steps passes one rank's K and V block to the next rank while the attention of the
+// block in hand computes (1/cp of the rank's attention), only the excess exposed; backward
+// passes the K/V and their gradients, twice the bytes, under 1/cp of the attention's
+// backward. All-gather (Llama 3): K and V gathered before the attention, exposed, again
+// for the backward, and their gradients reduce-scattered after it.
+Passes cp_exchange(const CostContext& c, const Passes& core) {
+  if (c.l.cp <= 1) return {};
+  const HardwareProfile& hw = c.r.hardware;
+  const double kv = 2 * c.N * c.w.kv / c.t * c.e, cp = c.l.cp;
+  if (c.l.cp_comm == CpComm::allgather) {
+    const double ag = collective_seconds(hw, Collective::all_gather, kv * cp, c.cp);
+    const double rs = collective_seconds(hw, Collective::reduce_scatter, kv * cp, c.cp);
+    return {ag, ag + rs, 0};
+  }
+  const bool across = c.cp.nodes > 1;
+  const double fwd = p2p_seconds(hw, kv, across), bwd = p2p_seconds(hw, 2 * kv, across);
+  return {(cp - 1) * std::max(0.0, fwd - core.forward / cp),
+          (cp - 1) * std::max(0.0, bwd - core.backward / cp), 0};
+}
+
 Passes head_compute(const CostContext& c, double ce, double ce_bwd) {
   const ComputeRates& R = c.rates;
   const double N = c.N, h = c.h;

@@ -105,6 +105,9 @@ double exposed_all_to_all(double comm, double compute, int parts);
 // experts (split over tp); the exposed dispatch and combine all-to-alls (both directions,
 // exposed_all_to_all) in *ep_comm.
 Passes streamed_moe(const CostContext& c, double* ep_comm);
+// Context parallelism's K/V exchange in one layer, exposed (ring: the excess of each step
+// over 1/cp of the attention core; all-gather: the gathers and the gradients' reduce-scatter).
+Passes cp_exchange(const CostContext& c, const Passes& core);
 // ln_f, the logits GEMM against the vocab-parallel tied embedding and a cross-entropy of
 // `ce` forward / `ce_bwd` backward seconds.
 Passes head_compute(const CostContext& c, double ce, double ce_bwd);

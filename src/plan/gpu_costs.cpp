@@ -90,27 +90,6 @@ Passes tp_comm(const CostContext& c, bool moe) {
   return {n * one + routed, backward + routed, 0};
 }
 
-// Context parallelism's K/V exchange in one layer (docs/contracts.md §11). Ring: each of the
-// cp - 1 steps passes one rank's K and V block to the next rank while the attention of the
-// block in hand computes (1/cp of the rank's attention), only the excess exposed; backward
-// passes the K/V and their gradients, twice the bytes, under 1/cp of the attention's
-// backward. All-gather (Llama 3): K and V gathered before the attention, exposed, again
-// for the backward, and their gradients reduce-scattered after it.
-Passes cp_comm(const CostContext& c, const Passes& core) {
-  if (c.l.cp <= 1) return {};
-  const HardwareProfile& hw = c.r.hardware;
-  const double kv = 2 * c.N * c.w.kv / c.t * c.e, cp = c.l.cp;
-  if (c.l.cp_comm == CpComm::allgather) {
-    const double ag = collective_seconds(hw, Collective::all_gather, kv * cp, c.cp);
-    const double rs = collective_seconds(hw, Collective::reduce_scatter, kv * cp, c.cp);
-    return {ag, ag + rs, 0};
-  }
-  const bool across = c.cp.nodes > 1;
-  const double fwd = p2p_seconds(hw, kv, across), bwd = p2p_seconds(hw, 2 * kv, across);
-  return {(cp - 1) * std::max(0.0, fwd - core.forward / cp),
-          (cp - 1) * std::max(0.0, bwd - core.backward / cp), 0};
-}
-
 BlockCosts block(const CostContext& c, int layer) {
   const bool moe = is_moe_layer(c.r.model, layer);
   Passes p = attention_projections(c);
@@ -124,7 +103,7 @@ BlockCosts block(const CostContext& c, int layer) {
   p += bias_gradients(c, moe);
   const Passes tp = tp_comm(c, moe);
   p += tp;
-  const Passes cp = cp_comm(c, core);
+  const Passes cp = cp_exchange(c, core);
   p += cp;
   BlockCosts k = finish_block(c, p, core.forward, tp.forward + tp.backward, ep);
   k.cp_comm = cp.forward + cp.backward;

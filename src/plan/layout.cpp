@@ -80,6 +80,8 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   o.parallel.tp = l.tp;
   o.parallel.pp = l.pp;
   o.parallel.ep = l.ep;
+  o.parallel.cp = l.cp;
+  o.parallel.cp_comm = cp_comm_name(l.cp_comm);
   o.parallel.zero = l.zero;
   o.parallel.sequence_parallel = l.sequence_parallel;
   o.parallel.schedule = l.schedule;
@@ -106,9 +108,6 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
 void validate_context_parallel(const PlanRequest& r, const Layout& l) {
   MT_REQUIRE(l.cp >= 1, "--cp must be >= 1 (got ", l.cp, ")");
   if (l.cp == 1) return;
-  MT_REQUIRE(!r.hardware.local,
-             "--cp: this engine's context parallelism is not in this tree yet, so a local plan "
-             "cannot use it (GPU software that has it: --software llama3-2024)");
   MT_REQUIRE(l.cp <= r.hardware.max_cp, "--cp ", l.cp, ": software ", r.hardware.software,
              r.hardware.max_cp > 1 ? str(" has at most --cp ", r.hardware.max_cp)
                                    : std::string(" has no context parallelism"),
