@@ -1,4 +1,5 @@
 #include "cli/train_setup.h"
+#include "cli/recorded_config.h"
 
 #include <sys/stat.h>
 #include <algorithm>
@@ -127,27 +128,8 @@ void take_init_shape(TrainOptions& o) {
   o.vocab_given = true;
 }
 
-}  // namespace
-
-void resolve_train_options(TrainOptions& o) {
-  const bool val_given = !o.io.val_data.empty();
-  const std::string data_given = o.io.data;
-  // Data: the embedded corpus unless the user brings shards.
-  if (o.io.data.empty()) {
-    CorpusFiles c = prepare_fortunes_corpus(default_corpus_dir());
-    o.io.data = c.train_path;
-    o.io.tokenizer = TokenizerRecord{};  // byte-level: one token is one byte of text
-    o.io.data_bytes_per_token = 1;
-    if (o.io.val_data.empty()) {
-      o.io.val_data = c.val_path;
-      o.io.val_bytes_per_token = 1;
-    }
-  }
-  resolve_dataset_inputs(o);  // --data DIR: a dataset of meshtrain prepare
-  check_validation_inputs(o, val_given, data_given);
-  // Every path, before any file is opened for its contents (a FIFO would block the open).
-  resolve_save_path(o.io);
-  o.io.report_page = report_page_of(o.io.metrics);
+// --resume auto and a run folder given to --load become the one checkpoint directory read.
+void resolve_load_dir(TrainOptions& o) {
   if (o.io.resume == "auto") {
     // Validated with the rest below; the choice needs only --save.
     MT_REQUIRE(!o.io.save.empty(),
@@ -170,6 +152,41 @@ void resolve_train_options(TrainOptions& o) {
       std::printf("meshtrain: --load %s: its newest checkpoint is %s\n", given.c_str(),
                   o.io.load.c_str());
   }
+}
+
+// A resume takes the run's configuration from its checkpoint (cli/recorded_config.h), before
+// anything is derived from the flags (the data, the vocabulary, the layout).
+void take_checkpoint_config(TrainOptions& o) {
+  if (o.io.load.empty()) return;
+  const std::vector<std::string> lines =
+      take_recorded_config(o, o.io.load, checkpoint_step(o.io.load));
+  if (o.io.quiet || launcher_from_env().rank != 0) return;
+  for (const std::string& line : lines) std::printf("meshtrain: %s\n", line.c_str());
+}
+
+}  // namespace
+
+void resolve_train_options(TrainOptions& o) {
+  // Every path, before any file is opened for its contents (a FIFO would block the open).
+  resolve_save_path(o.io);
+  resolve_load_dir(o);
+  take_checkpoint_config(o);
+  const bool val_given = !o.io.val_data.empty();
+  const std::string data_given = o.io.data, val_data_given = o.io.val_data;
+  // Data: the embedded corpus unless the user brings shards.
+  if (o.io.data.empty()) {
+    CorpusFiles c = prepare_fortunes_corpus(default_corpus_dir());
+    o.io.data = c.train_path;
+    o.io.tokenizer = TokenizerRecord{};  // byte-level: one token is one byte of text
+    o.io.data_bytes_per_token = 1;
+    if (o.io.val_data.empty()) {
+      o.io.val_data = c.val_path;
+      o.io.val_bytes_per_token = 1;
+    }
+  }
+  resolve_dataset_inputs(o);  // --data DIR: a dataset of meshtrain prepare
+  check_validation_inputs(o, val_given, data_given);
+  o.io.report_page = report_page_of(o.io.metrics);
   const PathCheckReport paths = check_run_paths(o);
   if (!o.io.load.empty() && !paths.checkpoint_verified && !o.io.quiet)
     std::fprintf(stderr,
@@ -206,6 +223,8 @@ void resolve_train_options(TrainOptions& o) {
   MT_REQUIRE(start <= o.optim.steps, "--load ", o.io.load, " is at step ", start,
              ", beyond --steps ", o.optim.steps);
   check_fault_spec(o, start);
+  // Recorded in every checkpoint of the run, for its resumes.
+  o.run_config = record_run_config(o, data_given, val_data_given);
 }
 
 std::string describe_train_layout(const TrainOptions& o) {
