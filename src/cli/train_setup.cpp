@@ -155,13 +155,12 @@ void resolve_load_dir(TrainOptions& o) {
 }
 
 // A resume takes the run's configuration from its checkpoint (cli/recorded_config.h), before
-// anything is derived from the flags (the data, the vocabulary, the layout).
-void take_checkpoint_config(TrainOptions& o) {
-  if (o.io.load.empty()) return;
-  const std::vector<std::string> lines =
-      take_recorded_config(o, o.io.load, checkpoint_step(o.io.load));
-  if (o.io.quiet || launcher_from_env().rank != 0) return;
-  for (const std::string& line : lines) std::printf("meshtrain: %s\n", line.c_str());
+// anything is derived from the flags (the data, the vocabulary, the layout). Returns the
+// lines that announce it, printed once every rule has passed (a refused run prints no
+// line of a run). --init-from with --load is refused by the rules.
+std::vector<std::string> take_checkpoint_config(TrainOptions& o) {
+  if (o.io.load.empty() || !o.io.init_from.empty()) return {};
+  return take_recorded_config(o, o.io.load, checkpoint_step(o.io.load));
 }
 
 }  // namespace
@@ -170,7 +169,7 @@ void resolve_train_options(TrainOptions& o) {
   // Every path, before any file is opened for its contents (a FIFO would block the open).
   resolve_save_path(o.io);
   resolve_load_dir(o);
-  take_checkpoint_config(o);
+  const std::vector<std::string> resumed = take_checkpoint_config(o);
   const bool val_given = !o.io.val_data.empty();
   const std::string data_given = o.io.data, val_data_given = o.io.val_data;
   // Data: the embedded corpus unless the user brings shards.
@@ -225,6 +224,8 @@ void resolve_train_options(TrainOptions& o) {
   check_fault_spec(o, start);
   // Recorded in every checkpoint of the run, for its resumes.
   o.run_config = record_run_config(o, data_given, val_data_given);
+  if (!o.io.quiet && launcher_from_env().rank == 0)
+    for (const std::string& line : resumed) std::printf("meshtrain: %s\n", line.c_str());
 }
 
 std::string describe_train_layout(const TrainOptions& o) {

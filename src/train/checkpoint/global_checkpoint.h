@@ -32,7 +32,7 @@ struct TrainState {
   uint64_t seed = 0;
   // The run's resolved configuration (TrainOptions::run_config), under state.json's "run"
   // and so covered by its checksum; null for a checkpoint written before it was recorded.
-  nlohmann::json run;
+  nlohmann::json run = nullptr;
 };
 
 // Where load_checkpoint puts the state it reads: parameters and both AdamW moments, each a
