@@ -12,8 +12,9 @@ namespace mt {
 
 namespace {
 
-// The sections a run is resumed with; io (outputs, --load) and engine (how the ranks are
-// launched) belong to each invocation.
+// The sections a checkpoint records; io (outputs, --load) and engine (how the ranks are
+// launched) belong to each invocation, and so does the layout, which is recorded to be
+// compared only.
 const std::vector<std::string>& recorded_sections() {
   static const std::vector<std::string> s = {"model", "parallel", "train", "data"};
   return s;
@@ -74,7 +75,8 @@ std::vector<std::string> take_recorded_config(TrainOptions& o, const std::string
       const bool known = before.set_from_json(section, flag, value, where);
       MT_REQUIRE(known || section != "model", where, " is not a model flag this meshtrain knows");
       if (!known) continue;
-      if (!was_given(o, flag)) {
+      // The layout is this invocation's (the ranks it has now): recorded, compared, never taken.
+      if (section != "parallel" && !was_given(o, flag)) {
         now.set_from_json(section, flag, value, where);
         continue;
       }

@@ -18,10 +18,12 @@ namespace mt {
 nlohmann::json record_run_config(const TrainOptions& resolved, const std::string& data,
                                  const std::string& val_data);
 
-// A resume from `dir` (checkpoint of `start_step`): the recorded value of every flag the
-// user did not give is taken; a given flag that differs is checked and announced
-// (train/resume_changes.h). Returns the lines to print (none for a checkpoint that records
-// no configuration: it loads as before). Throws UsageError for a change of the model's shape.
+// A resume from `dir` (checkpoint of `start_step`): the recorded value of every model,
+// training and data flag the user did not give is taken; a given flag that differs, and a
+// layout flag that differs whether given or not (the layout is the invocation's: any layout
+// loads any checkpoint), is checked and announced (train/resume_changes.h). Returns the lines to
+// print (none for a checkpoint that records no configuration: it loads as before). Throws
+// UsageError for a change of the model's shape.
 std::vector<std::string> take_recorded_config(TrainOptions& o, const std::string& dir,
                                               int start_step);
 

@@ -26,9 +26,10 @@ using testing::run_meshtrain;
 struct SavedRun : Fixture {
   std::string ck = dir / "ck";
   std::string shape = " --layers 2 --dim 32 --heads 4 --seq 8 ";
-  explicit SavedRun(const std::string& format = "global") {
-    const auto r = run_meshtrain("train" + shape + "--batch 4 --steps 2 --lr 3e-3 --quiet --data " +
-                                 data + " --checkpoint-format " + format + " --save " + ck);
+  explicit SavedRun(const std::string& format = "global", const std::string& layout = "") {
+    const auto r =
+        run_meshtrain("train" + shape + "--batch 4 --steps 2 --lr 3e-3 --quiet --data " + data +
+                      " --checkpoint-format " + format + " --save " + ck + " " + layout);
     EXPECT_EQ(r.exit_code, 0) << r.err;
   }
 };
@@ -103,6 +104,16 @@ TEST(ResumeConfig, TrainingAndLayoutChangesAreAnnouncedOneLineEach) {
         std::string("--steps 2 -> 4 (the cosine schedule now ends at step 4; lr at step 3 is " +
                     lr_text(lr) + ")")})
     EXPECT_NE(r.out.find(head + change), std::string::npos) << change << "\n" << r.out;
+}
+
+TEST(ResumeConfig, TheLayoutIsTheInvocationsAndAChangeIsAnnounced) {
+  SavedRun f("global", "--dp 2 --zero 1");
+  const auto r = run_meshtrain("train --load " + f.ck + " --steps 3 --progress none");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string head = "meshtrain: resumed from step 2 of " + f.ck + "; changed: ";
+  EXPECT_NE(r.out.find(head + "--dp 2 -> 1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(head + "--zero 1 -> 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| dp 1 |"), std::string::npos) << r.out;  // one worker now
 }
 
 TEST(ResumeConfig, ShardedCheckpointsRecordTheRunToo) {
