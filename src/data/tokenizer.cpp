@@ -102,8 +102,9 @@ TokenizerRecord record_tokenizer_file(const std::string& kind, const std::string
   std::error_code ec;
   r.file = std::filesystem::absolute(file, ec).lexically_normal().string();
   if (ec) r.file = file;
-  r.model = model_bytes(file, what);
-  r.crc32c = crc_of(r.model);
+  // The bytes are not kept: a record names a file, and a load checks the file as it is then
+  // (with_model_bytes takes them when they are to travel).
+  r.crc32c = crc_of(model_bytes(file, what));
   return r;
 }
 

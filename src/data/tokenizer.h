@@ -41,8 +41,8 @@ struct TokenizerRecord {
   std::string kind = "byte";
   std::string file;     // absolute path of the model file; empty for bytes
   uint32_t crc32c = 0;  // of the model file; 0 for bytes
-  // The model file's bytes, once read (record_tokenizer_file, load_tokenizer) or carried
-  // in weights (train/tokenizer.h): what travels when the file does not. Not in to_json.
+  // The model file's bytes when the record carries them (with_model_bytes, or read from
+  // weights: train/tokenizer.h): what travels when the file does not. Not in to_json.
   std::string model;
 
   // The same record: kind, file and checksum (the bytes follow from the checksum).
