@@ -102,11 +102,17 @@ std::string report_page_of(const std::string& metrics) {
   return report_path_for(metrics);
 }
 
-// Llama 3.1's rope_scaling comes only from a Hugging Face config.json, and no flag can give
-// it: a run resumed with --load takes it from the checkpoint, which records it.
-RopeScaling checkpoint_rope_scaling(const std::string& dir, const ModelConfig& flags) {
-  if (loads_sharded(dir)) return read_manifest(dir).model.rope_scaling;
-  return model_config_from_file(dir + "/model.safetensors", flags).rope_scaling;
+// What no flag gives but a checkpoint holds, taken by a run resumed with --load: Llama 3.1's
+// rope_scaling (only a Hugging Face config.json sets it), and a learned position table
+// longer than --seq (a run begun with --init-from of a longer one keeps the whole table).
+void take_checkpoint_tables(const std::string& dir, ModelConfig& model) {
+  const ModelConfig c = loads_sharded(dir)
+                            ? read_manifest(dir).model
+                            : model_config_from_file(dir + "/model.safetensors", model);
+  if (model.llama())
+    model.rope_scaling = c.rope_scaling;
+  else if (c.position_rows() > model.seq)
+    model.positions = c.position_rows();
 }
 
 // Model shape from an init file: the file decides; conflicting flags are errors.
@@ -195,8 +201,7 @@ void resolve_train_options(TrainOptions& o) {
   check_weights_tokenizer(o);
   const int start = o.io.load.empty() ? 0 : checkpoint_step(o.io.load);
   if (!o.io.init_from.empty()) take_init_shape(o);
-  if (!o.io.load.empty() && o.model.llama())
-    o.model.rope_scaling = checkpoint_rope_scaling(o.io.load, o.model);
+  if (!o.io.load.empty()) take_checkpoint_tables(o.io.load, o.model);
   if (!o.vocab_given) {
     // Byte-level by default; GPT-2-tokenized shards bring larger ids.
     std::vector<std::string> shards = o.io.data_shards;

@@ -116,6 +116,20 @@ TEST(ResumeConfig, TheLayoutIsTheInvocationsAndAChangeIsAnnounced) {
   EXPECT_NE(r.out.find("| dp 1 |"), std::string::npos) << r.out;  // one worker now
 }
 
+TEST(ResumeConfig, ARunBegunFromALongerPositionTableResumes) {
+  Fixture f;
+  const std::string w = f.dir / "w16.safetensors", ck = f.dir / "ck";
+  const std::string tiny = "train --layers 1 --dim 16 --heads 2 --batch 2 --steps 1 --quiet ";
+  ASSERT_EQ(run_meshtrain(tiny + "--seq 16 --export " + w + " --data " + f.data).exit_code, 0);
+  ASSERT_EQ(run_meshtrain("train --init-from " + w +
+                          " --seq 8 --batch 2 --steps 1 --quiet --save " + ck + " --data " + f.data)
+                .exit_code,
+            0);
+  // The checkpoint keeps the 16 rows; the resumed run uses 8 of them, as the first did.
+  const auto r = run_meshtrain("train --load " + ck + " --steps 2 --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST(ResumeConfig, ShardedCheckpointsRecordTheRunToo) {
   SavedRun f("sharded");
   const auto r = run_meshtrain("train --resume auto --checkpoint-format sharded --save " + f.ck +
