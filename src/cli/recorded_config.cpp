@@ -27,7 +27,8 @@ std::string absolute_path(const std::string& p) {
   return ec ? p : a.lexically_normal().string();
 }
 
-// A value for the change line: a path or a choice without quotes; the embedded corpus by name.
+// A value for the change line: a path or a choice without quotes; an empty data flag (the
+// embedded corpus, or the dataset's own split) as "(default)".
 std::string value_text(const std::string& section, const nlohmann::json& v) {
   if (section == "data" && v == "") return "(default)";
   return v.is_string() ? v.get<std::string>() : v.dump();
