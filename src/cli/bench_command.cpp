@@ -4,6 +4,8 @@
 
 #include "cli/commands.h"
 #include "comm/bench_comm.h"
+#include "comm/bench_under_compute.h"
+#include "core/error.h"
 #include "core/threads.h"
 #include "kernels/gemm_peak.h"
 
@@ -34,10 +36,25 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
   auto out_of_place = std::make_shared<bool>(false);
   comm->add_flag("--out-of-place", *out_of_place, "separate send and receive buffers");
   comm->callback([c, out_of_place] { c->in_place = !*out_of_place; });
+  auto uc = std::make_shared<UnderComputeOptions>();
+  auto under_compute = std::make_shared<bool>(false);
+  comm->add_flag("--under-compute", *under_compute,
+                 "time what a small all_reduce adds between two GEMMs (ranks computing)");
+  comm->add_option("--gemm-us", uc->gemm_us, "--under-compute: target time of each GEMM")
+      ->capture_default_str();
+  comm->add_option("--count", uc->count, "--under-compute: floats all-reduced")
+      ->capture_default_str();
   auto threads = std::make_shared<int>(1);
   CLI::App* gemm = bench->add_subcommand("gemm", "measured sgemm peak (the MFU denominator)");
   gemm->add_option("--threads", *threads, "threads")->capture_default_str();
   return [=]() -> int {
+    if (comm->parsed() && *under_compute) {
+      MT_REQUIRE(c->backend == "local", "--under-compute needs --backend local");
+      uc->ranks = c->ranks;
+      if (comm->count("--iters") > 0) uc->iters = c->iters;
+      if (comm->count("--repeats") > 0) uc->repeats = c->repeats;
+      return run_under_compute_bench(*uc, std::cout);
+    }
     if (comm->parsed()) return run_comm_bench(*c, argc, argv, std::cout);
     if (gemm->parsed()) {
       require_thread_count("--threads", *threads);

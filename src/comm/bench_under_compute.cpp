@@ -1,0 +1,129 @@
+#include "comm/bench_under_compute.h"
+
+#include <algorithm>
+#include <atomic>
+#include <iomanip>
+#include <ostream>
+#include <vector>
+
+#include "comm/world.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "kernels/matmul.h"
+
+namespace mt {
+
+namespace {
+
+constexpr int kDim = 256;  // M = N of the GEMM; K is sized to the target time
+
+struct Gemm {
+  int k;
+  std::vector<float> a, b, c;
+  explicit Gemm(int k_)
+      : k(k_), a(size_t(kDim) * k_, 0.5f), b(size_t(k_) * kDim, 0.25f), c(size_t(kDim) * kDim) {}
+  void run() {
+    sgemm(false, false, kDim, kDim, k, 1.f, a.data(), k, b.data(), kDim, 0.f, c.data(), kDim);
+  }
+};
+
+// K such that one GEMM takes about target_us on this rank's thread (time is linear in K).
+int size_gemm(double target_us) {
+  Gemm probe(512);
+  probe.run();
+  std::vector<double> t;
+  for (int i = 0; i < 9; ++i) {
+    Stopwatch sw;
+    probe.run();
+    t.push_back(sw.elapsed());
+  }
+  std::sort(t.begin(), t.end());
+  const double k = 512 * target_us * 1e-6 / t[t.size() / 2];
+  return std::clamp(int(k / 16) * 16, 16, 1 << 16);
+}
+
+struct Medians {
+  double with_us, without_us, gemm_us;
+  bool ok;
+};
+
+// Both variants in every repeat, so drift of the machine's speed hits both alike.
+Medians measure(Communicator& c, const UnderComputeOptions& o, Gemm& g) {
+  std::vector<float> x(o.count);
+  bool ok = true;
+  auto iteration = [&](bool with_comm) {
+    g.run();
+    Work w;
+    if (with_comm) {
+      std::fill(x.begin(), x.end(), 1.f);
+      w = c.all_reduce(x.data(), x.data(), x.size(), DType::f32, ReduceOp::sum);
+    }
+    g.run();
+    w.wait();
+    if (with_comm && x[0] != float(c.size())) ok = false;
+  };
+  auto timed = [&](bool with_comm) {
+    c.barrier().wait();
+    Stopwatch sw;
+    for (int i = 0; i < o.iters; ++i) iteration(with_comm);
+    int64_t ns = int64_t(sw.elapsed() / o.iters * 1e9);
+    c.all_reduce(&ns, &ns, 1, DType::i64, ReduceOp::max).wait();  // the slowest rank's
+    return ns * 1e-3;
+  };
+  for (int i = 0; i < 3; ++i) iteration(true);
+  std::vector<double> with, without, gemm;
+  for (int r = 0; r < o.repeats; ++r) {
+    with.push_back(timed(true));
+    without.push_back(timed(false));
+  }
+  for (int i = 0; i < 9; ++i) {
+    Stopwatch sw;
+    g.run();
+    gemm.push_back(sw.elapsed() * 1e6);
+  }
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  int32_t good = ok ? 1 : 0;
+  c.all_reduce(&good, &good, 1, DType::i32, ReduceOp::min).wait();
+  return {median(with), median(without), median(gemm), good == 1};
+}
+
+}  // namespace
+
+int run_under_compute_bench(const UnderComputeOptions& o, std::ostream& out) {
+  MT_REQUIRE(o.ranks >= 1 && o.ranks <= kMaxLocalRanks, "--ranks must be in 1..", kMaxLocalRanks,
+             " on the local backend (got ", o.ranks, ")");
+  MT_REQUIRE(o.gemm_us >= 1 && o.gemm_us <= 1e6, "--gemm-us must be in 1..1000000");
+  MT_REQUIRE(o.count >= 1 && o.count <= (size_t(1) << 26), "--count must be in 1..67108864");
+  MT_REQUIRE(o.iters >= 1 && o.repeats >= 1, "--iters and --repeats must be at least 1");
+  WorldOptions wopts;
+  wopts.timeout_s = o.timeout_s;
+  std::atomic<bool> all_ok{true};
+  run_local(o.ranks, wopts, [&](CommWorld& w) {
+    set_compute_threads(1);
+    auto c = w.world();
+    // Every rank runs the same GEMM: rank 0's size, so no rank waits for a bigger one.
+    int32_t k = w.rank() == 0 ? size_gemm(o.gemm_us) : 0;
+    c->broadcast(&k, 1, DType::i32, 0).wait();
+    Gemm g(k);
+    const Medians m = measure(*c, o, g);
+    if (!m.ok) all_ok = false;
+    if (w.rank() != 0) return;
+    out << "# meshtrain bench comm --under-compute: local backend, " << c->size()
+        << " ranks, 1 thread each; iteration = GEMM " << kDim << "x" << kDim << "x" << k
+        << "; all_reduce(" << o.count << " float32) issued; GEMM; wait\n"
+        << "# medians of " << o.repeats << " repeats x " << o.iters
+        << " iterations, both variants in every repeat (slowest rank)\n"
+        << std::fixed << std::setprecision(1) << "gemm_us " << m.gemm_us << "\n"
+        << "iteration_without_us " << m.without_us << "\n"
+        << "iteration_with_us " << m.with_us << "\n"
+        << "added_us " << m.with_us - m.without_us << "\n"
+        << "check " << (m.ok ? "ok" : "WRONG") << "\n";
+  });
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace mt
