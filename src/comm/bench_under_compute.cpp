@@ -1,5 +1,7 @@
 #include "comm/bench_under_compute.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <iomanip>
@@ -43,8 +45,17 @@ int size_gemm(double target_us) {
   return std::clamp(int(k / 16) * 16, 16, 1 << 16);
 }
 
+// Voluntary context switches of the whole process so far: every sleep of a rank or of a
+// progress thread is one, whatever the machine's load (the time figures are not).
+int64_t voluntary_switches() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_nvcsw;
+}
+
 struct Medians {
   double with_us, without_us, gemm_us;
+  double with_switches, without_switches;  // voluntary, per iteration, all ranks
   bool ok;
 };
 
@@ -63,11 +74,14 @@ Medians measure(Communicator& c, const UnderComputeOptions& o, Gemm& g) {
     w.wait();
     if (with_comm && x[0] != float(c.size())) ok = false;
   };
+  int64_t switches[2] = {0, 0};
   auto timed = [&](bool with_comm) {
     c.barrier().wait();
+    const int64_t s0 = voluntary_switches();
     Stopwatch sw;
     for (int i = 0; i < o.iters; ++i) iteration(with_comm);
     int64_t ns = int64_t(sw.elapsed() / o.iters * 1e9);
+    if (c.rank() == 0) switches[with_comm] += voluntary_switches() - s0;
     c.all_reduce(&ns, &ns, 1, DType::i64, ReduceOp::max).wait();  // the slowest rank's
     return ns * 1e-3;
   };
@@ -88,7 +102,9 @@ Medians measure(Communicator& c, const UnderComputeOptions& o, Gemm& g) {
   };
   int32_t good = ok ? 1 : 0;
   c.all_reduce(&good, &good, 1, DType::i32, ReduceOp::min).wait();
-  return {median(with), median(without), median(gemm), good == 1};
+  const double calls = double(o.repeats) * o.iters;
+  return {median(with),        median(without),     median(gemm),
+          switches[1] / calls, switches[0] / calls, good == 1};
 }
 
 }  // namespace
@@ -121,6 +137,9 @@ int run_under_compute_bench(const UnderComputeOptions& o, std::ostream& out) {
         << "iteration_without_us " << m.without_us << "\n"
         << "iteration_with_us " << m.with_us << "\n"
         << "added_us " << m.with_us - m.without_us << "\n"
+        << std::setprecision(2) << "voluntary_switches_per_iteration_without " << m.without_switches
+        << "\n"
+        << "voluntary_switches_per_iteration_with " << m.with_switches << "\n"
         << "check " << (m.ok ? "ok" : "WRONG") << "\n";
   });
   return all_ok ? 0 : 1;
