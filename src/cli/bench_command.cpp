@@ -3,6 +3,8 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/flag_set.h"
+#include "cli/train_setup.h"
 #include "comm/bench_comm.h"
 #include "comm/bench_under_compute.h"
 #include "core/error.h"
@@ -44,6 +46,15 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
       ->capture_default_str();
   comm->add_option("--count", uc->count, "--under-compute: floats all-reduced")
       ->capture_default_str();
+  auto step_opts = std::make_shared<TrainOptions>();
+  auto step_flags = std::make_shared<FlagSet>();
+  CLI::App* step = bench->add_subcommand(
+      "step", "train with `meshtrain train`'s flags, then print where the step's time went");
+  step->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  step->add_flag("--breakdown", step_opts->engine.breakdown,
+                 "per-phase profile of rank 0's steps next to each phase's roofline time");
+  define_train_flags(*step_flags, *step_opts);
+  step_flags->register_cli(*step);
   auto threads = std::make_shared<int>(1);
   CLI::App* gemm = bench->add_subcommand("gemm", "measured sgemm peak (the MFU denominator)");
   gemm->add_option("--threads", *threads, "threads")->capture_default_str();
@@ -56,6 +67,12 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
       return run_under_compute_bench(*uc, std::cout);
     }
     if (comm->parsed()) return run_comm_bench(*c, argc, argv, std::cout);
+    if (step->parsed()) {
+      step_flags->check_values();
+      step_opts->vocab_given = step_flags->given("vocab");
+      step_opts->seq_given = step_flags->given("seq");
+      return run_training(*step_opts, argc, argv);
+    }
     if (gemm->parsed()) {
       require_thread_count("--threads", *threads);
       double g = measure_sgemm_peak_gflops(*threads, 2.0);

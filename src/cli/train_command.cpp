@@ -289,6 +289,8 @@ void define_engine_flags(FlagSet& f, EngineOptions& e) {
         {1, kMaxLocalRanks});
 }
 
+}  // namespace
+
 void define_train_flags(FlagSet& f, TrainOptions& o) {
   define_model_flags(f, o.model);
   define_parallel_flags(f, o.parallel);
@@ -296,8 +298,6 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
   define_io_flags(f, o.io);
   define_engine_flags(f, o.engine);
 }
-
-}  // namespace
 
 CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
   auto opts = std::make_shared<TrainOptions>();
