@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "kernels/gemm_peak.h"
+#include "kernels/sized_gemm.h"
 
 namespace mt {
 
@@ -64,7 +65,13 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
       uc->ranks = c->ranks;
       if (comm->count("--iters") > 0) uc->iters = c->iters;
       if (comm->count("--repeats") > 0) uc->repeats = c->repeats;
-      return run_under_compute_bench(*uc, std::cout);
+      ComputeWork gemm_work;
+      gemm_work.size = [](double us) { return SizedGemm::k_for(us); };
+      gemm_work.make = [](int k) {
+        auto g = std::make_shared<SizedGemm>(k);
+        return ComputeWork::Instance{[g] { g->run(); }, g->describe()};
+      };
+      return run_under_compute_bench(*uc, gemm_work, std::cout);
     }
     if (comm->parsed()) return run_comm_bench(*c, argc, argv, std::cout);
     if (step->parsed()) {

@@ -12,38 +12,10 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/timer.h"
-#include "kernels/matmul.h"
 
 namespace mt {
 
 namespace {
-
-constexpr int kDim = 256;  // M = N of the GEMM; K is sized to the target time
-
-struct Gemm {
-  int k;
-  std::vector<float> a, b, c;
-  explicit Gemm(int k_)
-      : k(k_), a(size_t(kDim) * k_, 0.5f), b(size_t(k_) * kDim, 0.25f), c(size_t(kDim) * kDim) {}
-  void run() {
-    sgemm(false, false, kDim, kDim, k, 1.f, a.data(), k, b.data(), kDim, 0.f, c.data(), kDim);
-  }
-};
-
-// K such that one GEMM takes about target_us on this rank's thread (time is linear in K).
-int size_gemm(double target_us) {
-  Gemm probe(512);
-  probe.run();
-  std::vector<double> t;
-  for (int i = 0; i < 9; ++i) {
-    Stopwatch sw;
-    probe.run();
-    t.push_back(sw.elapsed());
-  }
-  std::sort(t.begin(), t.end());
-  const double k = 512 * target_us * 1e-6 / t[t.size() / 2];
-  return std::clamp(int(k / 16) * 16, 16, 1 << 16);
-}
 
 // Voluntary context switches of the whole process so far: every sleep of a rank or of a
 // progress thread is one, whatever the machine's load (the time figures are not).
@@ -60,17 +32,17 @@ struct Medians {
 };
 
 // Both variants in every repeat, so drift of the machine's speed hits both alike.
-Medians measure(Communicator& c, const UnderComputeOptions& o, Gemm& g) {
+Medians measure(Communicator& c, const UnderComputeOptions& o, const std::function<void()>& g) {
   std::vector<float> x(o.count);
   bool ok = true;
   auto iteration = [&](bool with_comm) {
-    g.run();
+    g();
     Work w;
     if (with_comm) {
       std::fill(x.begin(), x.end(), 1.f);
       w = c.all_reduce(x.data(), x.data(), x.size(), DType::f32, ReduceOp::sum);
     }
-    g.run();
+    g();
     w.wait();
     if (with_comm && x[0] != float(c.size())) ok = false;
   };
@@ -93,7 +65,7 @@ Medians measure(Communicator& c, const UnderComputeOptions& o, Gemm& g) {
   }
   for (int i = 0; i < 9; ++i) {
     Stopwatch sw;
-    g.run();
+    g();
     gemm.push_back(sw.elapsed() * 1e6);
   }
   auto median = [](std::vector<double>& v) {
@@ -109,7 +81,8 @@ Medians measure(Communicator& c, const UnderComputeOptions& o, Gemm& g) {
 
 }  // namespace
 
-int run_under_compute_bench(const UnderComputeOptions& o, std::ostream& out) {
+int run_under_compute_bench(const UnderComputeOptions& o, const ComputeWork& work,
+                            std::ostream& out) {
   MT_REQUIRE(o.ranks >= 1 && o.ranks <= kMaxLocalRanks, "--ranks must be in 1..", kMaxLocalRanks,
              " on the local backend (got ", o.ranks, ")");
   MT_REQUIRE(o.gemm_us >= 1 && o.gemm_us <= 1e6, "--gemm-us must be in 1..1000000");
@@ -121,16 +94,16 @@ int run_under_compute_bench(const UnderComputeOptions& o, std::ostream& out) {
   run_local(o.ranks, wopts, [&](CommWorld& w) {
     set_compute_threads(1);
     auto c = w.world();
-    // Every rank runs the same GEMM: rank 0's size, so no rank waits for a bigger one.
-    int32_t k = w.rank() == 0 ? size_gemm(o.gemm_us) : 0;
+    // Every rank runs the same work: rank 0's size, so no rank waits for a bigger one.
+    int32_t k = w.rank() == 0 ? work.size(o.gemm_us) : 0;
     c->broadcast(&k, 1, DType::i32, 0).wait();
-    Gemm g(k);
-    const Medians m = measure(*c, o, g);
+    const ComputeWork::Instance g = work.make(k);
+    const Medians m = measure(*c, o, g.run);
     if (!m.ok) all_ok = false;
     if (w.rank() != 0) return;
     out << "# meshtrain bench comm --under-compute: local backend, " << c->size()
-        << " ranks, 1 thread each; iteration = GEMM " << kDim << "x" << kDim << "x" << k
-        << "; all_reduce(" << o.count << " float32) issued; GEMM; wait\n"
+        << " ranks, 1 thread each; iteration = " << g.what << "; all_reduce(" << o.count
+        << " float32) issued; GEMM; wait\n"
         << "# medians of " << o.repeats << " repeats x " << o.iters
         << " iterations, both variants in every repeat (slowest rank)\n"
         << std::fixed << std::setprecision(1) << "gemm_us " << m.gemm_us << "\n"

@@ -8,7 +8,9 @@
 // all-reduce on idle ranks (2-5 us) hides.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
+#include <string>
 
 namespace mt {
 
@@ -21,7 +23,20 @@ struct UnderComputeOptions {
   double timeout_s = 300;
 };
 
+// The compute between the collectives, given by the caller (comm/ is below kernels/; the
+// CLI passes a GEMM): size(target_us) runs on rank 0 and returns a size parameter that
+// takes about target_us; make(size) builds one rank's work of that size.
+struct ComputeWork {
+  std::function<int(double target_us)> size;
+  struct Instance {
+    std::function<void()> run;
+    std::string what;  // for the header line, e.g. "GEMM 256x256x208"
+  };
+  std::function<Instance(int size)> make;
+};
+
 // Prints the table to out; returns the exit code (0, or 1 when a check failed).
-int run_under_compute_bench(const UnderComputeOptions& opts, std::ostream& out);
+int run_under_compute_bench(const UnderComputeOptions& opts, const ComputeWork& work,
+                            std::ostream& out);
 
 }  // namespace mt
