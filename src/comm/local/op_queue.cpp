@@ -81,7 +81,8 @@ void OpQueue::expire(const std::shared_ptr<QueuedOp>& op) {
 }
 
 void OpQueue::wait(uint64_t ticket) {
-  const double deadline = now_seconds() + timeout_s_;
+  double deadline = 0;
+  std::shared_ptr<QueuedOp> timed;  // the op the deadline is for: each op gets the timeout
   while (!done(ticket)) {
     if (!drive()) {  // the progress thread holds the token for a step: let it finish
       std::this_thread::yield();
@@ -89,6 +90,10 @@ void OpQueue::wait(uint64_t ticket) {
     }
     const std::shared_ptr<QueuedOp> op = head();
     if (done(ticket) || !op) continue;
+    if (op != timed) {
+      timed = op;
+      deadline = now_seconds() + timeout_s_;
+    }
     // Sleep until the head can advance. Before each sleep, ask the members it waits for
     // to progress: they may be blocked on another communicator, or computing.
     try {
