@@ -104,6 +104,9 @@ struct EngineOptions {
   // Ranks each MPI process runs as threads (--backend mpi; 1: one rank per process). K > 1 is
   // the hybrid world (comm/hybrid/): process p runs world ranks p*K .. p*K+K-1.
   int ranks_per_process = 1;
+  // `meshtrain bench step --breakdown` (no train flag): rank 0 prints where the step's time
+  // went, phase by phase (train/step_breakdown.h).
+  bool breakdown = false;
 };
 
 struct TrainOptions {
