@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/flag_set.h"
+#include "cli/train_flags.h"
 #include "cli/train_setup.h"
 #include "comm/bench_comm.h"
 #include "comm/bench_under_compute.h"

@@ -1,6 +1,6 @@
 // The flags of `meshtrain train`, registered on one TrainOptions: the command line and the
-// config file (train_command.cpp), and a checkpoint's record of its run (recorded_config.h),
-// read and written through the same registry so the three never disagree.
+// config file (train_command.cpp), a checkpoint's record of its run (recorded_config.h) and
+// `bench step`, read and written through the same registry so they never disagree.
 #pragma once
 
 #include "cli/flag_set.h"

@@ -10,12 +10,6 @@
 
 namespace mt {
 
-class FlagSet;
-
-// Every flag of `meshtrain train` (docs/contracts.md section 5), registered on f and bound
-// to o; `bench step` registers the same ones.
-void define_train_flags(FlagSet& f, TrainOptions& o);
-
 // Resolves in place, then validates; throws UsageError with the flag to change.
 void resolve_train_options(TrainOptions& o);
 // train --print-layout: the options' rules (no files read), then which process runs which
