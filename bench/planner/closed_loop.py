@@ -3,7 +3,8 @@
 measured one, for many layouts from one calibration.
 
 Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate-seconds S]
-       [--steps N] [--rounds R] [--brute-force] [--model medium|tiny] [--only NAME,NAME]
+       [--steps N] [--rounds R] [--brute-force [--brute-arch llama|gpt2] [--limit N]]
+       [--model medium|tiny] [--only NAME,NAME]
 
 1. `meshtrain plan --calibrate` writes OUT_DIR/local.toml (skipped when it exists).
 2. For each layout: `meshtrain plan --hardware local` with every knob fixed (one candidate)
@@ -87,6 +88,21 @@ LAYOUTS = [
     _lay("llama tp2 sp", 2, tp=2, mb_div=1, sp=True, arch="llama"),
     _lay("llama pp2 1f1b m4", 2, pp=2, mb_div=4, schedule="1f1b", arch="llama"),
     _lay("bf16 llama 1 rank", 1, mb_div=1, precision="bf16", arch="llama"),
+    # DualPipe-V (the V of 2 chunks per stage; m >= 2 pp), context parallelism (llama block,
+    # ring and all-gather) and DeepSeek-style MoE (SwiGLU experts of their own width, a
+    # shared expert, the first layer dense, sigmoid router): added with their planner models.
+    _lay("pp2 dualpipev m4", 2, pp=2, mb_div=4, schedule="dualpipev", v=2),
+    _lay("pp2 dualpipev m8", 2, pp=2, mb_div=8, schedule="dualpipev", v=2),
+    _lay("llama pp2 dualpipev m4", 2, pp=2, mb_div=4, schedule="dualpipev", v=2, arch="llama"),
+    _lay("bf16 pp2 dualpipev m4", 2, pp=2, mb_div=4, schedule="dualpipev", v=2,
+         precision="bf16"),
+    _lay("dp2 pp2 dualpipev m4", 4, dp=2, pp=2, mb_div=4, schedule="dualpipev", v=2),
+    _lay("llama cp2 ring", 2, cp=2, mb_div=1, arch="llama"),
+    _lay("llama cp2 allgather", 2, cp=2, cp_comm="allgather", mb_div=1, arch="llama"),
+    _lay("llama dp2 cp2", 4, dp=2, cp=2, mb_div=1, arch="llama"),
+    _lay("bf16 llama cp2 ring", 2, cp=2, mb_div=1, arch="llama", precision="bf16"),
+    _lay("llama deepseek-moe 1 rank", 1, mb_div=1, arch="llama", deepseek=True),
+    _lay("llama deepseek-moe ep2 dp2", 2, dp=2, ep=2, mb_div=1, arch="llama", deepseek=True),
 ]
 
 
@@ -105,6 +121,12 @@ def knob_args(k, plan):
         a += ["--ep", str(k["ep"])]
     if k.get("experts"):
         a += ["--experts", str(k["experts"])]
+    if k.get("deepseek"):
+        dim = int(MODEL[MODEL.index("--dim") + 1])
+        a += ["--experts", "8", "--topk", "2", "--expert-ffn-dim", str(dim // 2),
+              "--shared-experts", "1", "--first-dense-layers", "1", "--router", "sigmoid"]
+    if k.get("cp", 1) > 1:
+        a += ["--cp", str(k["cp"]), "--cp-comm", k.get("cp_comm", "ring")]
     if k.get("arch") == "llama":
         heads = int(MODEL[MODEL.index("--heads") + 1])
         a += ["--arch", "llama", "--kv-heads", str(heads // 2), "--tie-embeddings=false"]
@@ -199,27 +221,51 @@ def measure(binary, out, ranks, k, steps, skip=2):
     return wall, per_step / min(ranks, os.cpu_count() or 1)
 
 
-def layout_knobs(lay):
+def layout_knobs(lay, arch="gpt2"):
     k = dict(dp=lay["dp"], tp=lay["tp"], pp=lay["pp"], mb=lay["micro_batch"],
              zero=lay["zero"], recompute=lay["recompute"], sp=lay["sequence_parallel"],
              schedule=lay["schedule"], v=lay["virtual_stages"], ep=lay["ep"],
-             precision=lay["precision"])
+             precision=lay["precision"], cp=lay.get("cp", 1), cp_comm=lay.get("cp_comm", "ring"),
+             arch=arch)
     return k
 
 
-def brute_force(binary, out, profile, steps):
-    """Every layout of a 4-rank world (ZeRO 0, no recomputation, to keep the count small)
-    measured; where does the planner's first choice land?"""
-    p = subprocess.run([binary, "plan", "--hardware", "local", "--profile", profile, "--ranks",
-                        "4", "--zero", "0", "--recompute", "none", "--json", "--top", "100000"]
-                       + MODEL, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(p.stderr)
-    cands = json.loads(p.stdout)["candidates"]
+def brute_candidates(binary, profile, arch):
+    """Every valid 4-rank layout (ZeRO 0, no recomputation, to keep the count small), sorted
+    by the planner's prediction. With --brute-arch llama (the default) the Llama block, so
+    that cp 2 and 4 (ring and all-gather) are layouts too: the local search keeps cp at 1
+    unless it is fixed, so each cp is planned on its own and the lists merged; DualPipe-V is
+    among the schedules wherever m >= 2 pp."""
+    llama = ["--arch", "llama", "--kv-heads", str(int(MODEL[MODEL.index("--heads") + 1]) // 2),
+             "--tie-embeddings=false"] if arch == "llama" else []
+    fixes = [[]]
+    if arch == "llama":
+        fixes = [["--cp", "1"]] + [["--cp", str(cp), "--cp-comm", comm]
+                                   for cp in (2, 4) for comm in ("ring", "allgather")]
+    cands = []
+    for fix in fixes:
+        p = subprocess.run([binary, "plan", "--hardware", "local", "--profile", profile,
+                            "--ranks", "4", "--zero", "0", "--recompute", "none", "--json",
+                            "--top", "100000"] + MODEL + llama + fix,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"(no layout with {' '.join(fix)}: {p.stderr.strip()})")
+            continue
+        cands += json.loads(p.stdout)["candidates"]
+    cands.sort(key=lambda c: c["predicted"]["step_time_s"])
+    return cands
+
+
+def brute_force(binary, out, profile, steps, arch="llama", limit=None):
+    """Every layout of a 4-rank world measured; where does the planner's first choice land?
+    --limit N measures only the planner's first N (a quick check that the harness runs)."""
+    cands = brute_candidates(binary, profile, arch)
+    if limit:
+        cands = cands[:limit]
     load0 = loadavg()
     results = []
     for i, c in enumerate(cands):
-        k = layout_knobs(c["layout"])
+        k = layout_knobs(c["layout"], arch)
         wall, cpu = measure(binary, out, 4, k, steps)
         results.append((i, c["predicted"]["step_time_s"], wall, cpu, k))
         print(f"#{i + 1:3d} {k}  predicted {c['predicted']['step_time_s'] * 1e3:7.1f} ms  wall "
@@ -277,7 +323,10 @@ def main():
         subprocess.run([binary, "plan", "--calibrate", "--calibrate-seconds", seconds,
                         "--profile", profile], check=True)
     if "--brute-force" in sys.argv:
-        brute_force(binary, out, profile, steps)
+        arch = sys.argv[sys.argv.index("--brute-arch") + 1] if "--brute-arch" in sys.argv \
+            else "llama"
+        limit = int(sys.argv[sys.argv.index("--limit") + 1]) if "--limit" in sys.argv else None
+        brute_force(binary, out, profile, steps, arch, limit)
         return
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
     chosen = [(name, ranks, resolve(k)) for name, ranks, k in LAYOUTS

@@ -21,7 +21,8 @@ namespace {
 
 struct PlanArgs {
   ModelConfig model;
-  std::string arch = "gpt2";  // --arch (parsed into model.arch in make_request)
+  std::string arch = "gpt2";       // --arch (parsed into model.arch in make_request)
+  std::string router = "softmax";  // --router (parsed into model.router in make_request)
   int batch = 8;
   std::string hardware, hardware_file, profile, backend = "local";
   std::string software;  // GPU software profile (empty: the hardware's own, meshtrain)
@@ -90,13 +91,20 @@ void apply_config(PlanArgs& a) {
     throw UsageError(str("cannot read --config ", a.config, ": ", e.description()));
   }
   ModelConfig& m = a.model;
-  const std::pair<const char*, int*> ints[] = {
-      {"layers", &m.layers},     {"dim", &m.dim},
-      {"heads", &m.heads},       {"seq", &m.seq},
-      {"vocab", &m.vocab},       {"experts", &m.experts},
-      {"topk", &m.topk},         {"moe-every", &m.moe_every},
-      {"kv-heads", &m.kv_heads}, {"head-dim", &m.head_size},
-      {"ffn-dim", &m.ffn_dim}};
+  const std::pair<const char*, int*> ints[] = {{"layers", &m.layers},
+                                               {"dim", &m.dim},
+                                               {"heads", &m.heads},
+                                               {"seq", &m.seq},
+                                               {"vocab", &m.vocab},
+                                               {"experts", &m.experts},
+                                               {"topk", &m.topk},
+                                               {"moe-every", &m.moe_every},
+                                               {"kv-heads", &m.kv_heads},
+                                               {"head-dim", &m.head_size},
+                                               {"ffn-dim", &m.ffn_dim},
+                                               {"expert-ffn-dim", &m.expert_ffn_dim},
+                                               {"shared-experts", &m.shared_experts},
+                                               {"first-dense-layers", &m.first_dense_layers}};
   auto unset = [&](const char* name) { return a.cmd->get_option(str("--", name))->count() == 0; };
   for (auto [name, target] : ints)
     if (unset(name))
@@ -115,6 +123,9 @@ plan::PlanRequest make_request(PlanArgs& a) {
   apply_config(a);
   MT_REQUIRE(parse_arch(a.arch, &a.model.arch), "--arch must be gpt2 or llama (got '", a.arch,
              "')");
+  MT_REQUIRE(a.router == "softmax" || a.router == "sigmoid",
+             "--router must be softmax or sigmoid (got '", a.router, "')");
+  a.model.router = a.router == "sigmoid" ? RouterScore::sigmoid : RouterScore::softmax;
   plan::PlanRequest r;
   r.model = a.model;
   MT_REQUIRE(a.batch >= 1, "--batch must be >= 1 (got ", a.batch, ")");
@@ -154,15 +165,11 @@ plan::PlanRequest make_request(PlanArgs& a) {
   r.zero = given(a.zero_o, a.zero);
   r.micro_batch = given(a.mb_o, a.micro_batch);
   r.sequence_parallel = given(a.sp_o, a.sp);
-  r.recompute = given(a.rc_o, a.recompute);
+  if (a.rc_o->count() > 0) r.recompute = plan::recompute_of(a.recompute);
   r.schedule = given(a.sched_o, a.schedule);
-  // The planner's time and memory models do not know the V yet (docs/pipeline.md, DualPipe-V).
-  MT_REQUIRE(r.schedule != "dualpipev",
-             "meshtrain plan does not predict --schedule dualpipev yet; 'meshtrain schedule "
-             "--schedule dualpipev' simulates it");
-  r.precision = given(a.prec_o, a.precision);
+  if (a.prec_o->count() > 0) r.precision = plan::precision_of(a.precision);
   r.cp = given(a.cp_o, a.cp);
-  r.cp_comm = given(a.cp_comm_o, a.cp_comm);
+  if (a.cp_comm_o->count() > 0) r.cp_comm = plan::cp_comm_of(a.cp_comm);
   plan::validate_request(r);
   return r;
 }
@@ -259,6 +266,19 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--topk", m.topk, "experts per token")->capture_default_str();
   cmd->add_option("--moe-every", m.moe_every, "every k-th block is MoE")->capture_default_str();
+  cmd->add_option("--expert-ffn-dim", m.expert_ffn_dim,
+                  "llama MoE: routed experts' SwiGLU width (0 = --ffn-dim)")
+      ->capture_default_str();
+  cmd->add_option("--shared-experts", m.shared_experts,
+                  "llama MoE: shared experts, one SwiGLU of width S x expert width on every token")
+      ->capture_default_str();
+  cmd->add_option("--first-dense-layers", m.first_dense_layers,
+                  "llama MoE: layers 0..N-1 keep the dense MLP")
+      ->capture_default_str();
+  cmd->add_option("--router", a->router,
+                  "llama MoE: softmax | sigmoid (as train; a pointwise pass either way, the plan "
+                  "is the same)")
+      ->capture_default_str();
   cmd->add_option("--arch", a->arch, "block architecture: gpt2 | llama (as train)")
       ->capture_default_str();
   cmd->add_option("--kv-heads", m.kv_heads, "llama: key/value heads (0 = --heads)")

@@ -212,10 +212,6 @@ void resolve_train_options(TrainOptions& o) {
   // The shape is final: the planner may choose the layout, then every rule of the options,
   // before any rank starts.
   if (o.parallel.auto_layout) {
-    // The planner does not predict the V yet (meshtrain plan refuses it too).
-    MT_REQUIRE(o.parallel.schedule != "dualpipev",
-               "--auto-layout cannot plan --schedule dualpipev yet: give the layout (--pp, "
-               "--microbatches) instead");
     const std::string why = plan::apply_auto_layout(o, plan::default_local_profile_path());
     if (!o.io.quiet) std::printf("meshtrain: %s\n", why.c_str());
   }

@@ -22,8 +22,9 @@ std::string describe(const Layout& l, int batch) {
                             l.virtual_stages > 1 ? str(" v", l.virtual_stages) : std::string())
                       : std::string(),
              l.ep > 1 ? str(" ep ", l.ep) : std::string(), " zero ", l.zero,
-             l.sequence_parallel ? " sp" : "", " recompute ", l.recompute, " microbatches ",
-             batch / l.per_replica(), l.precision != "fp32" ? " " + l.precision : "");
+             l.sequence_parallel ? " sp" : "", " recompute ", recompute_name(l.recompute),
+             " microbatches ", batch / l.per_replica(),
+             l.precision != Precision::fp32 ? str(" ", precision_name(l.precision)) : "");
 }
 
 }  // namespace
@@ -47,11 +48,11 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   if (is_fixed(o, "sequence-parallel")) r.sequence_parallel = p.sequence_parallel;
   if (is_fixed(o, "schedule")) r.schedule = p.schedule;
   if (is_fixed(o, "virtual-stages")) r.virtual_stages = p.virtual_stages;
-  if (is_fixed(o, "recompute")) r.recompute = recompute_name(o.optim.recompute);
+  if (is_fixed(o, "recompute")) r.recompute = o.optim.recompute;
   if (is_fixed(o, "microbatches")) r.microbatches = p.microbatches;
   // Precision changes the numbers a run computes, so it is the user's choice, never
   // searched: the layout is planned for the precision the run will use.
-  r.precision = precision_name(o.optim.precision);
+  r.precision = o.optim.precision;
   const SearchResult s = search_layouts(r, 2);
   const Candidate& best = s.candidates.front();
   const Layout& l = best.layout;
@@ -64,8 +65,7 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   p.schedule = l.schedule;
   p.virtual_stages = l.virtual_stages;
   p.microbatches = microbatches(r, l);
-  MT_CHECK(parse_recompute(l.recompute, &o.optim.recompute), "the planner's recompute ",
-           l.recompute);
+  o.optim.recompute = l.recompute;
   char line[160];
   std::snprintf(line, sizeof line, " (predicted %.1f ms/step, %.1f MiB per rank",
                 best.time.step_s * 1e3, double(best.memory.total()) / (1 << 20));

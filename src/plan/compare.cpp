@@ -75,15 +75,21 @@ PlanRequest with_layout_spec(const PlanRequest& base, const std::string& spec) {
                                                            {"zero", &r.zero},
                                                            {"virtual-stages", &r.virtual_stages},
                                                            {"micro-batch", &r.micro_batch}};
-  const std::map<std::string, std::optional<std::string>*> strings = {{"schedule", &r.schedule},
-                                                                      {"recompute", &r.recompute},
-                                                                      {"precision", &r.precision},
-                                                                      {"cp-comm", &r.cp_comm}};
+  // The named modes, parsed once into their enums (each with its flag's wording).
+  const std::map<std::string, std::function<void(const std::string&)>> names = {
+      {"schedule", [&](const std::string& v) { r.schedule = v; }},
+      {"recompute", [&](const std::string& v) { r.recompute = recompute_of(v); }},
+      {"precision", [&](const std::string& v) { r.precision = precision_of(v); }},
+      {"cp-comm", [&](const std::string& v) { r.cp_comm = cp_comm_of(v); }}};
   for (const auto& [key, value] : spec_pairs(spec)) {
     if (auto i = ints.find(key); i != ints.end()) {
       *i->second = spec_int(spec, key, value);
-    } else if (auto s = strings.find(key); s != strings.end()) {
-      *s->second = value;
+    } else if (auto s = names.find(key); s != names.end()) {
+      try {
+        s->second(value);
+      } catch (const UsageError& e) {
+        throw UsageError(str("--compare '", spec, "': ", e.what()));
+      }
     } else if (key == "sequence-parallel") {
       r.sequence_parallel = spec_bool(spec, key, value);
     } else {

@@ -12,9 +12,9 @@ CostContext make_context(const PlanRequest& r, const Layout& l) {
   c.rates = compute_rates(r.hardware, l.precision, l.world(), r.threads);
   // Locally bf16 rounds only the GEMM inputs: activations, reductions and pointwise passes
   // stay fp32; the GEMM path's own operand bytes are in the rates.
-  c.e = l.precision == "bf16" && !local ? 2.0 : 4.0;
-  c.local_bf16 = local && l.precision == "bf16";
-  if (local) c.rates32 = compute_rates(r.hardware, "fp32", l.world(), r.threads);
+  c.e = l.precision == Precision::bf16 && !local ? 2.0 : 4.0;
+  c.local_bf16 = local && l.precision == Precision::bf16;
+  if (local) c.rates32 = compute_rates(r.hardware, Precision::fp32, l.world(), r.threads);
   if (local && r.model.experts > 0) c.moe_busiest = busiest_rank_load(r.hardware, r.model, l.ep);
   c.tp = group_span(r.hardware, l.tp, 1);
   c.cp = group_span(r.hardware, l.cp, l.tp);
@@ -76,8 +76,12 @@ Passes norms_and_residuals(const CostContext& c) {
 }
 
 Passes dense_mlp(const CostContext& c) {
+  return mlp_of_width(c, c.w.ffn);
+}
+
+Passes mlp_of_width(const CostContext& c, double width) {
   const ComputeRates& R = c.rates;
-  const double N = c.N, h = c.h, F = c.w.ffn / c.t, up = c.w.gated ? 2 * F : F;
+  const double N = c.N, h = c.h, F = width / c.t, up = c.w.gated ? 2 * F : F;
   // GELU reads and writes N F; SwiGLU reads gate and up and writes their product, and its
   // backward reads both and the gradient and writes two gradients.
   const double act = c.w.gated ? pointwise_seconds(R, N * F, 3 * N * F * c.e, 1)
@@ -88,10 +92,18 @@ Passes dense_mlp(const CostContext& c) {
           (linear_gemm(c, R, up, h, N) + linear_gemm(c, R, h, F, N)) * R.weight_grad_ratio};
 }
 
+double exposed_all_to_all(double comm, double compute, int parts) {
+  if (parts <= 1) return comm;
+  const double rest = (parts - 1.0) / parts;
+  return comm / parts + std::max(0.0, (comm - compute) * rest);
+}
+
 Passes streamed_moe(const CostContext& c, double* ep_comm) {
   const ComputeRates& R = c.rates;
   const ComputeRates& router = c.local_bf16 ? c.rates32 : R;
-  const double N = c.N, h = c.h, e = c.e, topk = c.r.model.topk, F = c.w.ffn;
+  // The tokens are split over tp (docs/moe.md): each tp rank routes its N / t rows through
+  // whole experts of the routed width.
+  const double N = c.N / c.t, h = c.h, e = c.e, topk = c.r.model.topk, F = c.w.expert_ffn;
   const double up = c.w.gated ? 2 * F : F;
   const double E = c.r.model.experts, local = E / c.l.ep, rows = N * topk / local;
   const double gelu = pointwise_seconds(R, N * topk * F, (up + F) * N * topk * e, int(local));
@@ -102,10 +114,40 @@ Passes streamed_moe(const CostContext& c, double* ep_comm) {
   p.backward = p.forward + gelu;
   p.weight = linear_gemm(c, R, up, h, rows, local) + linear_gemm(c, R, h, F, rows, local) +
              linear_gemm(c, router, E, h, N);
-  // Dispatch + combine in forward, their adjoints in backward.
-  if (c.l.ep > 1)
-    *ep_comm = 4 * collective_seconds(c.r.hardware, Collective::all_to_all, N * topk * h * e, c.ep);
+  // Dispatch + combine in forward, their adjoints in backward, each direction pipelined over
+  // the software's a2a_overlap_parts under the experts' compute.
+  if (c.l.ep > 1) {
+    const int parts = c.r.hardware.a2a_overlap_parts;
+    const double a2a =
+        2 * collective_seconds(c.r.hardware, Collective::all_to_all, N * topk * h * e, c.ep);
+    *ep_comm = exposed_all_to_all(a2a, p.forward, parts) +
+               exposed_all_to_all(a2a, p.backward + p.weight, parts);
+  }
+  // The shared experts (llama): one SwiGLU of width S x Fe on every token, split over tp as
+  // the dense MLP.
+  if (c.w.shared_ffn > 0) p += mlp_of_width(c, c.w.shared_ffn);
   return p;
+}
+
+// Context parallelism's K/V exchange in one layer (docs/contracts.md §11). Ring: each of the
+// cp - 1 steps passes one rank's K and V block to the next rank while the attention of the
+// block in hand computes (1/cp of the rank's attention), only the excess exposed; backward
+// passes the K/V and their gradients, twice the bytes, under 1/cp of the attention's
+// backward. All-gather (Llama 3): K and V gathered before the attention, exposed, again
+// for the backward, and their gradients reduce-scattered after it.
+Passes cp_exchange(const CostContext& c, const Passes& core) {
+  if (c.l.cp <= 1) return {};
+  const HardwareProfile& hw = c.r.hardware;
+  const double kv = 2 * c.N * c.w.kv / c.t * c.e, cp = c.l.cp;
+  if (c.l.cp_comm == CpComm::allgather) {
+    const double ag = collective_seconds(hw, Collective::all_gather, kv * cp, c.cp);
+    const double rs = collective_seconds(hw, Collective::reduce_scatter, kv * cp, c.cp);
+    return {ag, ag + rs, 0};
+  }
+  const bool across = c.cp.nodes > 1;
+  const double fwd = p2p_seconds(hw, kv, across), bwd = p2p_seconds(hw, 2 * kv, across);
+  return {(cp - 1) * std::max(0.0, fwd - core.forward / cp),
+          (cp - 1) * std::max(0.0, bwd - core.backward / cp), 0};
 }
 
 Passes head_compute(const CostContext& c, double ce, double ce_bwd) {
@@ -130,8 +172,8 @@ BlockCosts finish_block(const CostContext& c, Passes p, double core_forward, dou
   k.ep_comm = ep_comm;
   p.forward += ep_comm / 2;
   p.backward += ep_comm / 2;
-  if (c.l.recompute == "selective") k.recompute = core_forward;
-  if (c.l.recompute == "full") k.recompute = p.forward;
+  if (c.l.recompute == Recompute::selective) k.recompute = core_forward;
+  if (c.l.recompute == Recompute::full) k.recompute = p.forward;
   p.backward += k.recompute;
   k.passes = p;
   return k;

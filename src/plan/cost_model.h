@@ -91,9 +91,23 @@ Passes gemm_attention_core(const CostContext& c);
 Passes norms_and_residuals(const CostContext& c);  // two Layer/RMSNorms, two residual adds
 // fc, GELU, proj (GPT) or gate|up, SwiGLU, down (Llama), tp-split.
 Passes dense_mlp(const CostContext& c);
-// Router and the rank's E / ep experts on balanced rows (N topk over the rank), permutations
-// as streams; the dispatch and combine all-to-alls (both directions) in *ep_comm.
+// The same MLP of hidden width `width` (split over tp): the shared experts use it.
+Passes mlp_of_width(const CostContext& c, double width);
+// One direction's all-to-all (dispatch + combine, `comm` seconds) pipelined over `parts`
+// pieces of the microbatch under `compute` seconds of the experts (the engine's overlapped
+// all-to-all, Megatron's --overlap-moe-expert-parallel-comm with 2): a piece's exchange runs
+// under another piece's experts, so the first piece's dispatch and the last's combine
+// (comm / parts) and whatever the rest take beyond the others' compute stay exposed;
+// parts <= 1: all of it.
+double exposed_all_to_all(double comm, double compute, int parts);
+// Router and the rank's E / ep experts of the routed width on balanced rows (the rank's
+// N / t tokens x topk: tokens split over tp), permutations as streams, then the shared
+// experts (split over tp); the exposed dispatch and combine all-to-alls (both directions,
+// exposed_all_to_all) in *ep_comm.
 Passes streamed_moe(const CostContext& c, double* ep_comm);
+// Context parallelism's K/V exchange in one layer, exposed (ring: the excess of each step
+// over 1/cp of the attention core; all-gather: the gathers and the gradients' reduce-scatter).
+Passes cp_exchange(const CostContext& c, const Passes& core);
 // ln_f, the logits GEMM against the vocab-parallel tied embedding and a cross-entropy of
 // `ce` forward / `ce_bwd` backward seconds.
 Passes head_compute(const CostContext& c, double ce, double ce_bwd);

@@ -63,43 +63,31 @@ Passes tp_comm(const CostContext& c, bool moe) {
   if (c.l.tp <= 1) return {};
   const HardwareProfile& hw = c.r.hardware;
   const double bytes = c.N * c.h * c.e, N = c.N, h = c.h, t = c.t;
-  const double qkv = (c.w.q + 2 * c.w.kv) / t, up = (c.w.gated ? 2 : 1) * c.w.ffn / t;
+  const double qkv = (c.w.q + 2 * c.w.kv) / t;
   const bool sp = c.l.sequence_parallel;
+  // An MoE layer splits its tokens over tp (docs/moe.md): its routed experts need no tp
+  // collective under SP, and without SP all-gather their outputs (forward) and the input
+  // gradients (backward); its shared experts are a tp-split MLP like the dense one.
+  const bool mlp_collective = !moe || c.w.shared_ffn > 0;
+  const double up = (c.w.gated ? 2 : 1) * (moe ? c.w.shared_ffn : c.w.ffn) / t;
+  const double routed =
+      moe && !sp ? collective_seconds(hw, Collective::all_gather, bytes, c.tp) : 0.0;
+  const double n = mlp_collective ? 2 : 1;
   const double one = sp ? collective_seconds(hw, Collective::all_gather, bytes, c.tp) +
                               collective_seconds(hw, Collective::reduce_scatter, bytes, c.tp)
                         : collective_seconds(hw, Collective::all_reduce, bytes, c.tp);
-  if (!hw.tp_backward_overlap) return {2 * one, 2 * one, 0};
+  if (!hw.tp_backward_overlap) return {n * one + routed, n * one + routed, 0};
   // (input-gradient GEMM, weight-gradient GEMM) of each column-parallel linear.
   std::vector<std::pair<double, double>> cols = {
       {linear_gemm(c, c.rates, N, qkv, h), linear_gemm(c, c.rates, qkv, h, N)}};
-  if (!moe) cols.push_back({linear_gemm(c, c.rates, N, up, h), linear_gemm(c, c.rates, up, h, N)});
+  if (mlp_collective)
+    cols.push_back({linear_gemm(c, c.rates, N, up, h), linear_gemm(c, c.rates, up, h, N)});
   const double half = one / 2;  // one all-gather or one reduce-scatter
-  double backward = sp ? 2 * half : 0;
+  double backward = sp ? n * half : 0;
   for (const auto& [dgrad, wgrad] : cols)
     backward +=
         sp ? std::max(0.0, half - dgrad) + std::max(0.0, half - wgrad) : std::max(0.0, one - wgrad);
-  return {2 * one, backward, 0};
-}
-
-// Context parallelism's K/V exchange in one layer (docs/contracts.md §11). Ring: each of the
-// cp - 1 steps passes one rank's K and V block to the next rank while the attention of the
-// block in hand computes (1/cp of the rank's attention), only the excess exposed; backward
-// passes the K/V and their gradients, twice the bytes, under 1/cp of the attention's
-// backward. All-gather (Llama 3): K and V gathered before the attention, exposed, again
-// for the backward, and their gradients reduce-scattered after it.
-Passes cp_comm(const CostContext& c, const Passes& core) {
-  if (c.l.cp <= 1) return {};
-  const HardwareProfile& hw = c.r.hardware;
-  const double kv = 2 * c.N * c.w.kv / c.t * c.e, cp = c.l.cp;
-  if (c.l.cp_comm == "allgather") {
-    const double ag = collective_seconds(hw, Collective::all_gather, kv * cp, c.cp);
-    const double rs = collective_seconds(hw, Collective::reduce_scatter, kv * cp, c.cp);
-    return {ag, ag + rs, 0};
-  }
-  const bool across = c.cp.nodes > 1;
-  const double fwd = p2p_seconds(hw, kv, across), bwd = p2p_seconds(hw, 2 * kv, across);
-  return {(cp - 1) * std::max(0.0, fwd - core.forward / cp),
-          (cp - 1) * std::max(0.0, bwd - core.backward / cp), 0};
+  return {n * one + routed, backward + routed, 0};
 }
 
 BlockCosts block(const CostContext& c, int layer) {
@@ -115,7 +103,7 @@ BlockCosts block(const CostContext& c, int layer) {
   p += bias_gradients(c, moe);
   const Passes tp = tp_comm(c, moe);
   p += tp;
-  const Passes cp = cp_comm(c, core);
+  const Passes cp = cp_exchange(c, core);
   p += cp;
   BlockCosts k = finish_block(c, p, core.forward, tp.forward + tp.backward, ep);
   k.cp_comm = cp.forward + cp.backward;

@@ -16,7 +16,7 @@ namespace {
 
 // Bytes per activation element: 16-bit training keeps 16-bit activations.
 double activation_bytes(const Layout& l) {
-  return l.precision == "bf16" ? 2 : 4;
+  return l.precision == Precision::bf16 ? 2 : 4;
 }
 
 // Tokens of one microbatch on one rank (context parallelism keeps s/cp of each sequence).
@@ -45,15 +45,17 @@ LayerItems layer_items(const PlanRequest& r, const Layout& l, bool moe) {
   // MLP: GELU's input and output, or SwiGLU's gate|up and product; its input and mask. An
   // MoE layer's experts (whole on their ep rank, not split over tp) keep the same for each
   // of a token's topk rows and the rows themselves, and the router its fp32 probabilities.
-  const double act = w.gated ? e * 3 * w.ffn : e * 2 * w.ffn;
+  auto act = [&](double width) { return w.gated ? e * 3 * width : e * 2 * width; };
   double experts = 0;
-  if (moe)
-    experts = r.model.topk * (act + e * h) + 4.0 * r.model.experts;
-  else
-    x.split += act;
+  if (moe) {  // tokens split over tp: each rank's experts see sb / t tokens
+    experts = r.model.topk * (act(w.expert_ffn) + e * h) + 4.0 * r.model.experts;
+    x.split += act(w.shared_ffn);
+  } else {
+    x.split += act(w.ffn);
+  }
   x.outside += e * h + mask * h;
   x.outside += 2 * e * h;  // the two norms' inputs
-  x.split = x.split * sb / t + experts * sb;
+  x.split = (x.split + experts) * sb / t;
   x.outside *= sb / (l.sequence_parallel ? t : 1);
   // Scores: the softmax output, its dropout mask and output, over the rank's s/cp queries
   // and all s keys; FlashAttention keeps only the softmax statistics (fp32 per head, token).
@@ -70,9 +72,9 @@ LayerItems layer_items(const PlanRequest& r, const Layout& l, bool moe) {
 double layer_activation_bytes(const PlanRequest& r, const Layout& l, bool whole, bool moe) {
   const LayerItems x = layer_items(r, l, moe);
   const bool flash = r.hardware.flash_attention || r.model.llama();
-  if (!whole && l.recompute == "full")
+  if (!whole && l.recompute == Recompute::full)
     return activation_bytes(l) * rank_tokens(r, l) * r.model.dim / (l.sequence_parallel ? l.tp : 1);
-  const bool core = whole || l.recompute != "selective" || flash;
+  const bool core = whole || l.recompute != Recompute::selective || flash;
   return x.split + x.outside + (core ? x.core : 0);
 }
 
@@ -117,7 +119,7 @@ void add_model_state(const PlanRequest& r, const Layout& l, double params, doubl
   auto per_rank = [&](double bytes, int from_zero) {
     return bytes * (l.zero >= from_zero ? dense / shard + experts / expert_shard : params);
   };
-  const bool mixed = l.precision == "bf16";
+  const bool mixed = l.precision == Precision::bf16;
   auto clamp = [&](double v) {
     if (v > double(kMaxEstimateBytes)) m.lower_bound = true;
     return int64_t(std::min(v, double(kMaxEstimateBytes)));
@@ -137,7 +139,7 @@ double cp_buffers(const PlanRequest& r, const Layout& l) {
   if (l.cp <= 1) return 0;
   const BlockWidths w = block_widths(r.model);
   const double kv = 2 * w.kv / l.tp * activation_bytes(l) * l.micro_batch;
-  if (l.cp_comm == "allgather") return 2 * kv * r.model.seq;
+  if (l.cp_comm == CpComm::allgather) return 2 * kv * r.model.seq;
   return 2 * kv * rank_tokens(r, l);
 }
 
@@ -149,7 +151,8 @@ PlannedMemory software_memory(const PlanRequest& r, const Layout& l, const Sched
   if (l.pp > 1) per_chunk = default_stage_layers(m, l.pp, l.virtual_stages);
   const double layer[2] = {layer_activation_bytes(r, l), layer_activation_bytes(r, l, false, true)};
   const bool moe = m.experts > 0;
-  const double working = l.recompute == "full" ? layer_activation_bytes(r, l, true, moe) : 0;
+  const double working =
+      l.recompute == Recompute::full ? layer_activation_bytes(r, l, true, moe) : 0;
   const double extra = cp_buffers(r, l);
   PlannedMemory best;
   for (int st = 0; st < l.pp; ++st) {

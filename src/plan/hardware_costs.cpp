@@ -8,8 +8,7 @@
 
 namespace mt::plan {
 
-ComputeRates compute_rates(const HardwareProfile& h, const std::string& precision, int ranks,
-                           int threads) {
+ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ranks, int threads) {
   ComputeRates r;
   r.hw = &h;
   r.peak = peak_flops(h, precision);
@@ -26,7 +25,7 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
     if (h.parallel_efficiency > 0 && cores > 1)
       share *= 1 - (1 - h.parallel_efficiency) * (std::min(busy, cores) - 1) / (cores - 1);
     // What a real step costs beyond its kernels' calibrated best (reference_steps.cpp).
-    const double step = precision == "bf16" ? h.step_factor_bf16 : h.step_factor_fp32;
+    const double step = precision == Precision::bf16 ? h.step_factor_bf16 : h.step_factor_fp32;
     if (step > 0) share /= step;
     r.peak = r.peak * threads * share;
     r.memory_bw = h.memory_bw * threads * share;
@@ -38,7 +37,7 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
     auto ratio = [](double v) { return v > 0 ? v : 1.0; };
     r.input_grad_ratio = ratio(h.gemm_input_grad_ratio);
     r.weight_grad_ratio = ratio(h.gemm_weight_grad_ratio);
-    if (precision == "bf16") {
+    if (precision == Precision::bf16) {
       r.input_grad_ratio = ratio(h.gemm_input_grad_ratio_bf16);
       r.weight_grad_ratio = ratio(h.gemm_weight_grad_ratio_bf16);
       // The linears' oneDNN bf16 matmul; the attention core of a bf16 run as calibrated.
@@ -49,7 +48,7 @@ ComputeRates compute_rates(const HardwareProfile& h, const std::string& precisio
       r.attention_bwd = h.attention_bf16_bwd_flops * threads * share;
       r.convert_s = h.bf16_convert_s / (threads * share);
     }
-    const bool bf = precision == "bf16";
+    const bool bf = precision == Precision::bf16;
     // The MoE rest is what a whole MoE layer, timed with cold caches, costs beyond its GEMMs
     // at their calibrated best; the per-microbatch cost is measured inside a real step.
     // Neither is a kernel at its best, so the step factor (what a real step adds to those)

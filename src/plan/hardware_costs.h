@@ -40,8 +40,7 @@ struct ComputeRates {
 
 // Per-rank rates for a precision; local ranks share the machine's cores and memory
 // bandwidth (ranks x threads over the calibrated cores slows every rank down).
-ComputeRates compute_rates(const HardwareProfile& h, const std::string& precision, int ranks,
-                           int threads);
+ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ranks, int threads);
 
 // `count` independent GEMMs of the same shape (a batched GEMM: one overhead).
 double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,

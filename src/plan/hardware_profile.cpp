@@ -129,8 +129,8 @@ HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend
   return m;
 }
 
-double peak_flops(const HardwareProfile& h, const std::string& precision) {
-  return precision == "bf16" ? h.peak_bf16 : h.peak_fp32;
+double peak_flops(const HardwareProfile& h, Precision precision) {
+  return precision == Precision::bf16 ? h.peak_bf16 : h.peak_fp32;
 }
 
 bool has_local_bf16(const HardwareProfile& h) {

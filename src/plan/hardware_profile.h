@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/precision.h"
+
 namespace mt::plan {
 
 // What a GPU keeps for itself (CUDA context, library workspaces): not offered to a rank.
@@ -148,6 +150,11 @@ struct HardwareProfile {
   // ZeRO 3: layers whose parameters are gathered ahead of the one computing (1: the next
   // layer's gather runs under this layer's compute; 0: none ahead, every gather exposed).
   int zero3_prefetch = 1;
+  // MoE: pieces each microbatch's all-to-alls are pipelined over under the experts' compute
+  // (1: not overlapped; exposed_all_to_all in cost_model.h), and whether in a DualPipe-V F&B
+  // pair each half's all-to-all runs under the other half's compute (DeepSeek-V3, 3.2.1).
+  int a2a_overlap_parts = 1;
+  bool fb_a2a_overlap = false;
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;
 };
@@ -175,8 +182,8 @@ std::string profile_to_toml(const HardwareProfile& h);
 // has none). GPU presets ignore the backend.
 HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend);
 
-// The peak for a precision ("fp32" | "bf16").
-double peak_flops(const HardwareProfile& h, const std::string& precision);
+// The peak for a precision.
+double peak_flops(const HardwareProfile& h, Precision precision);
 
 // Local profiles: whether --calibrate measured every figure a bf16 plan needs (profiles
 // written before bf16 was calibrated have none of them).

@@ -87,7 +87,7 @@ std::pair<double, double> backward_ratios(bool bf16_path, double peak, double se
 // kernel under both precisions (docs/precision.md: bf16 rounds only the linears' GEMM
 // inputs), so both call attention_forward/backward; when the engine gains a bf16 attention
 // entry point, "bf16" calls it here and nothing else changes.
-std::pair<double, double> attention_rates(const std::string& precision, double seconds) {
+std::pair<double, double> attention_rates(Precision precision, double seconds) {
   // A block of a small run (8 sequences of 128, 8 heads of 32): its 4 MiB of probabilities
   // spill out of L2 as a real microbatch's do; a smaller shape flatters the backward.
   const int B = 8, T = 128, C = 256, NH = 8;
@@ -96,7 +96,7 @@ std::pair<double, double> attention_rates(const std::string& precision, double s
   std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH));
   // The bf16 block's own calls: bf16 products, results rounded into its bf16 slot buffers.
   std::vector<bf16> out16(out.size()), dqkv16(dqkv.size());
-  const bool bf16_run = precision == "bf16";
+  const bool bf16_run = precision == Precision::bf16;
   const double flops = 4.0 * B * T * T * C;
   // Cold caches: in a step the probabilities written by the forward are read back by the
   // backward only after the rest of the model has run.
@@ -192,8 +192,8 @@ std::array<double, 3> moe_layer_costs(const HardwareProfile& h, bool bf16, doubl
   g.step_factor_fp32 = g.step_factor_bf16 = 0;
   g.moe_fwd_s = g.moe_bwd_s = g.moe_wgt_s = 0;
   g.moe_fwd_s_bf16 = g.moe_bwd_s_bf16 = g.moe_wgt_s_bf16 = 0;
-  const ComputeRates R = compute_rates(g, bf16 ? "bf16" : "fp32", 1, 1);
-  const ComputeRates R32 = compute_rates(g, "fp32", 1, 1);
+  const ComputeRates R = compute_rates(g, bf16 ? Precision::bf16 : Precision::fp32, 1, 1);
+  const ComputeRates R32 = compute_rates(g, Precision::fp32, 1, 1);
   const MoeCosts gemms =
       local_moe_costs(R, R32, rows, N, cfg.experts, C, H, bf16, MoeLayer::bf16_chunk_rows(N));
   const double elems = double(N) * cfg.topk * H;
@@ -249,7 +249,8 @@ void measure_memory_bw(HardwareProfile& h, const ProbeRun& run) {
 }
 
 void measure_attention(HardwareProfile& h, const ProbeRun& run) {
-  std::tie(h.attention_fwd_flops, h.attention_bwd_flops) = attention_rates("fp32", run.seconds);
+  std::tie(h.attention_fwd_flops, h.attention_bwd_flops) =
+      attention_rates(Precision::fp32, run.seconds);
 }
 
 // The slower of GELU and LayerNorm forward over 1 Mi elements, per element.
@@ -300,7 +301,7 @@ void measure_bf16_convert(HardwareProfile& h, const ProbeRun& run) {
 
 void measure_bf16_attention(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.attention_bf16_fwd_flops, h.attention_bf16_bwd_flops) =
-      attention_rates("bf16", run.seconds);
+      attention_rates(Precision::bf16, run.seconds);
 }
 
 void measure_moe_layer(HardwareProfile& h, const ProbeRun& run) {

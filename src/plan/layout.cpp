@@ -59,8 +59,6 @@ void validate_request(const PlanRequest& r) {
                          {"--microbatches", r.microbatches},
                          {"--cp", r.cp}})
     MT_REQUIRE(!v || *v >= 1, name, " must be >= 1 (got ", *v, ")");
-  MT_REQUIRE(!r.cp_comm || *r.cp_comm == "ring" || *r.cp_comm == "allgather",
-             "--cp-comm must be ring or allgather (got '", r.cp_comm.value_or(""), "')");
   MT_REQUIRE(!r.zero || (*r.zero >= 0 && *r.zero <= 3), "--zero must be 0, 1, 2 or 3 (got ",
              *r.zero, ")");
 }
@@ -73,20 +71,21 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   TrainOptions o;
   o.model = r.model;
   o.optim.batch = r.batch;
-  // The planner's layouts name their modes (`meshtrain plan --recompute` is a plain string):
-  // parsed here, where a layout becomes a run's options, with the run's wording.
-  MT_REQUIRE(parse_recompute(l.recompute, &o.optim.recompute),
-             "--recompute must be none, selective or full (got '", l.recompute, "')");
+  o.optim.recompute = l.recompute;
   o.optim.threads = r.hardware.local ? r.threads : 1;
   // Locally the engine's own bf16 memory (bf16 slots, weight copies) is what a run holds;
   // GPU presets model bf16 memory in memory_model.cpp from the fp32 estimate.
-  if (r.hardware.local)
-    MT_REQUIRE(parse_precision(l.precision, &o.optim.precision),
-               "--precision must be fp32 or bf16 (got '", l.precision, "')");
+  if (r.hardware.local) o.optim.precision = l.precision;
   o.parallel.dp = l.dp;
   o.parallel.tp = l.tp;
   o.parallel.pp = l.pp;
   o.parallel.ep = l.ep;
+  // The engine's cp (a local plan is run by it, with its rules: llama block, no pp yet); GPU
+  // software's cp is its own (validate_context_parallel), so train's rules see cp 1 there.
+  if (r.hardware.local && l.cp > 1) {
+    o.parallel.cp = l.cp;
+    o.parallel.cp_comm = cp_comm_name(l.cp_comm);
+  }
   o.parallel.zero = l.zero;
   o.parallel.sequence_parallel = l.sequence_parallel;
   o.parallel.schedule = l.schedule;
@@ -113,9 +112,6 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
 void validate_context_parallel(const PlanRequest& r, const Layout& l) {
   MT_REQUIRE(l.cp >= 1, "--cp must be >= 1 (got ", l.cp, ")");
   if (l.cp == 1) return;
-  MT_REQUIRE(!r.hardware.local,
-             "--cp: this engine's context parallelism is not in this tree yet, so a local plan "
-             "cannot use it (GPU software that has it: --software llama3-2024)");
   MT_REQUIRE(l.cp <= r.hardware.max_cp, "--cp ", l.cp, ": software ", r.hardware.software,
              r.hardware.max_cp > 1 ? str(" has at most --cp ", r.hardware.max_cp)
                                    : std::string(" has no context parallelism"),
@@ -123,8 +119,6 @@ void validate_context_parallel(const PlanRequest& r, const Layout& l) {
   MT_REQUIRE(r.model.seq % (2 * int64_t(l.cp)) == 0, "--seq ", r.model.seq,
              " must be divisible by 2 x --cp = ", 2 * int64_t(l.cp),
              " (each cp rank holds two of the 2 cp chunks)");
-  MT_REQUIRE(l.cp_comm == "ring" || l.cp_comm == "allgather",
-             "--cp-comm must be ring or allgather (got '", l.cp_comm, "')");
 }
 
 void validate_candidate(const PlanRequest& r, const Layout& l) {
@@ -139,16 +133,14 @@ void validate_candidate(const PlanRequest& r, const Layout& l) {
   // The engine counts a microbatch's tokens in an int.
   MT_REQUIRE(int64_t(l.micro_batch) * r.model.seq <= INT32_MAX, "--micro-batch ", l.micro_batch,
              " x --seq ", r.model.seq, " tokens per microbatch is more than 2^31 - 1");
-  MT_REQUIRE(l.precision == "fp32" || l.precision == "bf16",
-             "--precision must be fp32 or bf16 (got '", l.precision, "')");
   // Local bf16 needs the calibrated bf16 GEMM, conversion and attention figures; a profile
   // written before they were measured has none.
-  MT_REQUIRE(l.precision == "fp32" || !r.hardware.local || has_local_bf16(r.hardware),
+  MT_REQUIRE(l.precision == Precision::fp32 || !r.hardware.local || has_local_bf16(r.hardware),
              "--precision bf16: the local hardware profile has no bf16 figures (written before "
              "they were calibrated, or this CPU has no bf16 matmul); run 'meshtrain plan "
              "--calibrate' to measure them");
-  MT_REQUIRE(l.precision == "fp32" || r.hardware.peak_bf16 > 0, "hardware '", r.hardware.name,
-             "' has no bf16 rate");
+  MT_REQUIRE(l.precision == Precision::fp32 || r.hardware.peak_bf16 > 0, "hardware '",
+             r.hardware.name, "' has no bf16 rate");
   // A local plan is run by this engine, whose capacity applies; GPU software counts for itself.
   TrainOptions o = train_options(r, l);
   if (r.hardware.local) {
@@ -172,19 +164,24 @@ std::string train_command(const PlanRequest& r, const Layout& l) {
     if (m.rope_theta != ModelConfig{}.rope_theta) c += str(" --rope-theta ", m.rope_theta);
     if (m.norm_eps != ModelConfig{}.norm_eps) c += str(" --norm-eps ", m.norm_eps);
   }
-  if (m.experts > 0)
+  if (m.experts > 0) {
     c += str(" --experts ", m.experts, " --topk ", m.topk,
              m.moe_every != 1 ? str(" --moe-every ", m.moe_every) : std::string());
+    if (m.expert_ffn_dim > 0) c += str(" --expert-ffn-dim ", m.expert_ffn_dim);
+    if (m.shared_experts > 0) c += str(" --shared-experts ", m.shared_experts);
+    if (m.first_dense_layers > 0) c += str(" --first-dense-layers ", m.first_dense_layers);
+    if (m.router == RouterScore::sigmoid) c += " --router sigmoid";
+  }
   c += str(" --batch ", r.batch, " --dp ", l.dp, " --tp ", l.tp, " --pp ", l.pp);
   if (l.ep > 1) c += str(" --ep ", l.ep);
   c += str(" --microbatches ", microbatches(r, l));
   if (l.pp > 1) c += str(" --schedule ", l.schedule);
   if (l.virtual_stages > 1) c += str(" --virtual-stages ", l.virtual_stages);
-  if (l.cp > 1) c += str(" --cp ", l.cp, " --cp-comm ", l.cp_comm);
+  if (l.cp > 1) c += str(" --cp ", l.cp, " --cp-comm ", cp_comm_name(l.cp_comm));
   if (l.zero > 0) c += str(" --zero ", l.zero);
   if (l.sequence_parallel) c += " --sequence-parallel";
-  if (l.recompute != "none") c += str(" --recompute ", l.recompute);
-  if (l.precision != "fp32") c += str(" --precision ", l.precision);
+  if (l.recompute != Recompute::none) c += str(" --recompute ", recompute_name(l.recompute));
+  if (l.precision != Precision::fp32) c += str(" --precision ", precision_name(l.precision));
   if (r.hardware.local) {
     if (r.threads > 1) c += str(" --threads ", r.threads);
     if (r.backend == "mpi") c = str("mpirun -np ", l.world(), " ", c, " --backend mpi");

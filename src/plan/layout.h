@@ -10,6 +10,7 @@
 
 #include "model/config.h"
 #include "plan/hardware_profile.h"
+#include "plan/layout_names.h"
 #include "train/options.h"
 
 namespace mt::plan {
@@ -17,15 +18,15 @@ namespace mt::plan {
 struct Layout {
   int dp = 1, tp = 1, pp = 1, virtual_stages = 1, ep = 1, zero = 0;
   bool sequence_parallel = false;
-  std::string recompute = "none";
+  Recompute recompute = Recompute::none;
   int micro_batch = 1;  // sequences per microbatch (train's --microbatches = batch/(dp*this))
   std::string schedule = "1f1b";
-  std::string precision = "fp32";
+  Precision precision = Precision::fp32;
   // Context parallelism (docs/contracts.md §11): each sequence cut over cp ranks (zigzag), the
   // K/V passed around a ring ("ring") or all-gathered once per layer ("allgather"). GPU
-  // software that has it only (the engine's --cp is not in this tree yet).
+  // software that has it, and this engine (llama block).
   int cp = 1;
-  std::string cp_comm = "ring";
+  CpComm cp_comm = CpComm::ring;
   int world() const { return dp * cp * tp * pp; }
   // Ranks holding the same weights (of one tp rank and stage): gradients are reduced and
   // ZeRO shards over them.
@@ -50,7 +51,11 @@ struct PlanRequest {
   double bucket_mb = 25;
   std::optional<int> dp, tp, pp, virtual_stages, ep, zero, micro_batch, cp;
   std::optional<bool> sequence_parallel;
-  std::optional<std::string> recompute, schedule, precision, cp_comm;
+  std::optional<Recompute> recompute;
+  std::optional<Precision> precision;
+  std::optional<CpComm> cp_comm;
+  // The schedule IR's own name (make_schedule's key, train's --schedule).
+  std::optional<std::string> schedule;
   std::optional<int> microbatches;  // train's --microbatches (auto-layout), a filter
 };
 

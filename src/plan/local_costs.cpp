@@ -40,12 +40,14 @@ Passes attention_core(const CostContext& c) {
 // its rows are the mean (N topk) times busiest_rank_load, spread evenly over its experts.
 Passes calibrated_moe(const CostContext& c, double* ep_comm) {
   const ModelConfig& m = c.r.model;
-  const double N = c.N, h = c.h, E = m.experts, local = E / c.l.ep;
+  // The tokens split over tp (docs/moe.md): each tp rank routes its N / t rows.
+  const double N = c.N / c.t, h = c.h, E = m.experts, local = E / c.l.ep;
   const double rows = N * m.topk * c.moe_busiest;
-  const MoeCosts mc = local_moe_costs(c.rates, c.local_bf16 ? c.rates32 : c.rates,
-                                      std::vector<double>(size_t(local), rows / local), N, E, h,
-                                      c.w.ffn, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)));
+  const MoeCosts mc = local_moe_costs(
+      c.rates, c.local_bf16 ? c.rates32 : c.rates, std::vector<double>(size_t(local), rows / local),
+      N, E, h, c.w.expert_ffn, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)));
   Passes p{mc.forward, mc.backward, mc.weight};
+  if (c.w.shared_ffn > 0) p += mlp_of_width(c, c.w.shared_ffn);  // split over tp
   if (c.l.ep > 1) {
     // regroup_blocks twice each way (to expert-major after the dispatch, back before the
     // combine; the same in backward): a read and a write of the rank's rows.
@@ -114,7 +116,12 @@ BlockCosts block(const CostContext& c, int layer) {
   p += conversions(c, moe);
   const Passes tp = tp_comm(c);
   p += tp;
-  return finish_block(c, p, core.forward, tp.forward + tp.backward + tp.weight, ep);
+  // The engine's --cp (llama block): the ring's sends or the all-gather, on the ranks' cores.
+  const Passes cp = cp_exchange(c, core);
+  p += cp;
+  BlockCosts k = finish_block(c, p, core.forward, tp.forward + tp.backward + tp.weight, ep);
+  k.cp_comm = cp.forward + cp.backward;
+  return k;
 }
 
 // vocab_parallel_embedding.cpp: under SP a reduce-scatter forward and an all-gather back;

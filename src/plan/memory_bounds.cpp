@@ -13,7 +13,8 @@ using LD = long double;
 
 // The most microbatches whose activations one stage holds at once, summed over its local
 // chunks (the executor's rule: F acquires a slot, B releases it, or W when the backward is
-// split); 1 without pp, where one set of slots serves every microbatch.
+// split; an F&B pair acquires its F half's and releases its B half's); 1 without pp, where
+// one set of slots serves every microbatch.
 LD live_slots(const Schedule& s) {
   if (s.actions.empty()) return 1;
   const ActionKind release = s.split_backward ? ActionKind::W : ActionKind::B;
@@ -22,8 +23,10 @@ LD live_slots(const Schedule& s) {
     std::vector<long> live(size_t(std::max(s.chunks, 1)), 0), peak(live.size(), 0);
     for (const Action& a : stage) {
       const size_t c = size_t(a.chunk);
-      if (a.kind == ActionKind::F) peak[c] = std::max(peak[c], ++live[c]);
+      if (a.kind == ActionKind::F || a.kind == ActionKind::FB)
+        peak[c] = std::max(peak[c], ++live[c]);
       if (a.kind == release) --live[c];
+      if (a.kind == ActionKind::FB && release == ActionKind::B) --live[size_t(a.b_chunk)];
     }
     LD sum = 0;
     for (long p : peak) sum += LD(p);
@@ -41,7 +44,9 @@ LD upper_bytes(const PlanRequest& r, const Layout& l, LD slots) {
   const BlockWidths w = block_widths(m);
   // The GPT block's widths, or the Llama block's where they are larger (head-dim, ffn-dim).
   const LD T = m.seq, C = std::max<LD>(m.dim, std::max(w.q, w.kv)), V = m.vocab, L = m.layers;
-  const LD H = std::max<LD>(4 * LD(m.dim), 1.5L * w.ffn), heads = m.heads;
+  const LD H = std::max<LD>(std::max<LD>(4 * LD(m.dim), 1.5L * w.ffn),
+                            1.5L * std::max(w.expert_ffn, w.shared_ffn)),
+           heads = m.heads;
   const LD E = m.experts, k = m.topk, El = E / l.ep;
   const LD tp = l.tp, dp = l.dp, b = l.micro_batch, N = b * T, v = l.virtual_stages;
   const LD M = microbatches(r, l), R = l.ep * N * std::min(k, El);  // MoE rows (dropless)
@@ -67,18 +72,22 @@ MemoryBounds memory_lower_bound(const PlanRequest& r, const Layout& l) {
   const ModelConfig& m = r.model;
   const BlockWidths w = block_widths(m);
   const LD C = m.dim, El = LD(m.experts) / l.ep, mlp = LD(w.mlp_matrices()) * C * w.ffn;
+  const LD experts = El * LD(w.expert_mlp()) + LD(w.shared_mlp()) / l.tp;
   const LD tp = l.tp, dp = l.dp, N = LD(l.micro_batch) * m.seq, M = microbatches(r, l);
   const LD Nl = l.sequence_parallel ? N / tp : N;
   // Some stage holds at least ceil(L / pp) blocks, each with its attention and MLP (or
   // experts) weights split over tp (and over dp by ZeRO), and the residual stream of those
   // blocks for one microbatch (once: full recomputation keeps one copy).
   const LD stage_blocks = LD((int64_t(m.layers) + l.pp - 1) / l.pp);
-  const bool moe_only = m.experts > 0 && m.moe_every == 1;
+  // A stage may hold dense blocks or MoE blocks (--moe-every, --first-dense-layers): the
+  // smaller of the two MLPs, unless every block is MoE.
+  const bool moe_only = m.experts > 0 && m.moe_every == 1 && m.first_dense_layers == 0;
   const LD attention = C * (2 * LD(w.q) + 2 * LD(w.kv));
-  const LD per_block = attention / tp + (moe_only ? El * mlp : mlp / tp);
+  const LD mlp_part = moe_only ? experts : m.experts > 0 ? std::min(experts, mlp / tp) : mlp / tp;
+  const LD per_block = attention / tp + mlp_part;
   const LD weights = stage_blocks * per_block;
   // GPU presets model bf16 activations (and the loader's share of the buffers) at half.
-  const LD act = !r.hardware.local && l.precision == "bf16" ? 2 : 4;
+  const LD act = !r.hardware.local && l.precision == Precision::bf16 ? 2 : 4;
   MemoryBounds out;
   out.upper = HUGE_VALL;
   out.params = 4 * weights / (l.zero == 3 ? dp : 1);

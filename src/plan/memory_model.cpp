@@ -38,7 +38,7 @@ PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedu
     // the precision locally); the linears' bf16 weight copies sit beside the parameters.
     m.params += e.bf16_weight_bytes;
     m.buffers += e.model_arenas_bytes;
-  } else if (l.precision == "bf16") {
+  } else if (l.precision == Precision::bf16) {
     m.activations /= 2;
     if (l.zero < 3) m.params += e.params_bytes / 2;  // bf16 copy of the fp32 weights
     m.buffers -= e.workspace_bytes / 2;

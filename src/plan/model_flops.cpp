@@ -13,6 +13,8 @@ BlockWidths block_widths(const ModelConfig& m) {
   w.ffn = m.hidden();
   w.gated = m.llama();
   w.biases = !m.llama();
+  w.expert_ffn = m.expert_hidden();
+  w.shared_ffn = m.shared_hidden();
   return w;
 }
 
@@ -22,9 +24,11 @@ double rank_block_params(const ModelConfig& m, int layer, int tp, int ep, double
   const double mlp = w.mlp_matrices() * h * w.ffn;
   double p = 2 * norm + h * (w.q + 2 * w.kv) / t + w.q * h / t + b * ((w.q + 2 * w.kv) / t + h);
   if (is_moe_layer(m, layer)) {
-    const double ex = double(m.experts) / ep * (mlp + b * (w.ffn + h));
+    // The rank's E/ep routed experts whole (tokens split over tp, docs/moe.md), the router,
+    // and the shared experts split over tp.
+    const double ex = double(m.experts) / ep * (w.expert_mlp() + b * (w.expert_ffn + h));
     *experts += ex;
-    p += m.experts * h + ex;
+    p += m.experts * h + ex + w.shared_mlp() / t;
   } else {
     p += mlp / t + b * (w.ffn / t + h);
   }
@@ -41,7 +45,9 @@ double model_params(const ModelConfig& cfg) {
   const double b = w.biases ? 1 : 0, norm = w.biases ? 2 * C : C;
   const double attention = 2 * norm + C * (w.q + 2 * w.kv) + w.q * C + b * (w.q + 2 * w.kv + C);
   const double mlp = w.mlp_matrices() * C * w.ffn + b * (w.ffn + C);
-  const double blocks = L * attention + (L - moe) * mlp + moe * (E * mlp + E * C);
+  const double expert = w.expert_mlp() + b * (w.expert_ffn + C);
+  const double blocks =
+      L * attention + (L - moe) * mlp + moe * (E * expert + E * C + w.shared_mlp());
   const double tables = double(cfg.vocab) * C * (cfg.tied() ? 1 : 2);
   return tables + double(cfg.llama() ? 0 : cfg.position_rows()) * C + blocks + norm;
 }
@@ -63,8 +69,10 @@ double model_flops_per_step(const ModelConfig& cfg, int batch) {
   // Per token, forward: q/k/v and output projections, then QK^T and PV over s keys.
   const double attention = 2 * h * (w.q + 2 * w.kv) + 2 * w.q * h + 4 * s * w.q;
   const double mlp = 2 * w.mlp_matrices() * h * w.ffn;
+  // An MoE layer: the router, topk routed experts and the shared experts.
+  const double moe_mlp = 2 * h * E + cfg.topk * 2 * w.expert_mlp() + 2 * w.shared_mlp();
   const double per_token_forward =
-      dense * (attention + mlp) + moe * (attention + 2 * h * E + cfg.topk * mlp) + 2 * h * V;
+      dense * (attention + mlp) + moe * (attention + moe_mlp) + 2 * h * V;
   return 3.0 * B * s * per_token_forward;
 }
 

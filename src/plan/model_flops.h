@@ -28,9 +28,14 @@ namespace mt::plan {
 // The widths of one block (both architectures), as the cost and memory models read them.
 struct BlockWidths {
   double h = 0, q = 0, kv = 0, ffn = 0;  // model, query, key/value (each), MLP widths
-  bool gated = false;                    // SwiGLU: gate and up (2F wide), then down
-  bool biases = true;                    // the GPT block's linears have biases, Llama's none
+  // An MoE layer's routed experts' hidden width (gpt2: 4h; llama: --expert-ffn-dim) and its
+  // shared experts' SwiGLU width S x Fe (0: none), split over tp as the dense MLP.
+  double expert_ffn = 0, shared_ffn = 0;
+  bool gated = false;  // SwiGLU: gate and up (2F wide), then down
+  bool biases = true;  // the GPT block's linears have biases, Llama's none
   double mlp_matrices() const { return gated ? 3 : 2; }
+  double expert_mlp() const { return mlp_matrices() * h * expert_ffn; }  // one expert's weights
+  double shared_mlp() const { return 3 * h * shared_ffn; }
 };
 BlockWidths block_widths(const ModelConfig& m);
 

@@ -18,10 +18,10 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-// The table's memory unit: GiB, or MiB when every candidate shown is below 1 GiB.
-double g_unit = 1024.0 * 1024 * 1024;
-double gib(int64_t b) {
-  return double(b) / g_unit;
+// Bytes in the table's memory unit (`unit`: bytes per GiB, or per MiB when every candidate
+// shown is below 1 GiB).
+double in_unit(int64_t b, double unit) {
+  return double(b) / unit;
 }
 
 std::string ms(double s) {
@@ -31,15 +31,16 @@ std::string ms(double s) {
 }  // namespace
 
 std::string layout_name(const Layout& l) {
-  std::string s = str(
-      "dp", l.dp, l.cp > 1 ? str(" cp", l.cp, l.cp_comm == "allgather" ? "ag" : "") : std::string(),
-      " tp", l.tp, " pp", l.pp);
+  std::string s =
+      str("dp", l.dp,
+          l.cp > 1 ? str(" cp", l.cp, l.cp_comm == CpComm::allgather ? "ag" : "") : std::string(),
+          " tp", l.tp, " pp", l.pp);
   if (l.pp > 1) s += " " + l.schedule + (l.virtual_stages > 1 ? str(" v", l.virtual_stages) : "");
   if (l.ep > 1) s += str(" ep", l.ep);
   s += str(" z", l.zero);
   if (l.sequence_parallel) s += " sp";
-  if (l.recompute != "none") s += " rc-" + l.recompute;
-  s += str(" mb", l.micro_batch, " ", l.precision);
+  if (l.recompute != Recompute::none) s += str(" rc-", recompute_name(l.recompute));
+  s += str(" mb", l.micro_batch, " ", precision_name(l.precision));
   return s;
 }
 
@@ -57,7 +58,8 @@ void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s,
   const int n = std::min<int>(top, int(s.candidates.size()));
   int64_t largest = 0;
   for (int i = 0; i < n; ++i) largest = std::max(largest, s.candidates[size_t(i)].memory.total());
-  g_unit = largest < (int64_t(1) << 30) ? 1024.0 * 1024 : 1024.0 * 1024 * 1024;
+  const double unit_bytes = largest < (int64_t(1) << 30) ? 1024.0 * 1024 : 1024.0 * 1024 * 1024;
+  auto gib = [unit_bytes](int64_t b) { return in_unit(b, unit_bytes); };
   const char* unit = largest < (int64_t(1) << 30) ? "MiB" : "GiB";
   std::snprintf(line, sizeof line, "%-3s %-58s %10s %11s %7s %6s %7s %22s %8s %20s\n", "#",
                 "layout", "step", "tokens/s", "TFLOP/s", "MFU", "bubble",
@@ -96,12 +98,12 @@ std::string plan_json(const PlanRequest& r, const SearchResult& s, int top) {
                    {"ep", l.ep},
                    {"zero", l.zero},
                    {"sequence_parallel", l.sequence_parallel},
-                   {"recompute", l.recompute},
+                   {"recompute", recompute_name(l.recompute)},
                    {"micro_batch", l.micro_batch},
                    {"schedule", l.schedule},
-                   {"precision", l.precision},
+                   {"precision", precision_name(l.precision)},
                    {"cp", l.cp},
-                   {"cp_comm", l.cp_comm}};
+                   {"cp_comm", cp_comm_name(l.cp_comm)}};
     j["predicted"] = {{"step_time_s", c.time.step_s},
                       {"tokens_per_s", c.tokens_per_s},
                       {"model_tflops_per_device", c.model_tflops_per_device},

@@ -104,7 +104,9 @@ std::vector<ProfileField> make_fields() {
       {"paper_memory", &H::paper_memory},
       {"flash_attention", &H::flash_attention},
       {"param_gather_overlap", &H::param_gather_overlap, 0, 1},
-      {"zero3_prefetch", &H::zero3_prefetch, 0, 64}};
+      {"zero3_prefetch", &H::zero3_prefetch, 0, 64},
+      {"a2a_overlap_parts", &H::a2a_overlap_parts, 1, 64},
+      {"fb_a2a_overlap", &H::fb_a2a_overlap}};
   for (ProfileField s : software) {
     s.software = true;
     f.push_back(s);

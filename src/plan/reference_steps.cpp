@@ -86,15 +86,16 @@ double moe_load_spread(std::ostream& log) {
 // The reference step: one rank (dp ranks), one thread each, 4L d256 T128 B8 in
 // `microbatches` microbatches, 8 steps of `meshtrain train` in a child process; the median
 // step_time_s of steps 3-8. 0 when the run fails.
-double reference_step_seconds(const std::string& precision, int microbatches, std::ostream& log,
+double reference_step_seconds(Precision precision, int microbatches, std::ostream& log,
                               int dp = 1) {
   std::vector<double> times;
-  for (const nlohmann::json& j : reference_train_steps(str(
-           "--steps 8 --precision ", precision, " --dp ", dp, " --microbatches ", microbatches)))
+  for (const nlohmann::json& j :
+       reference_train_steps(str("--steps 8 --precision ", precision_name(precision), " --dp ", dp,
+                                 " --microbatches ", microbatches)))
     times.push_back(j["step_time_s"].get<double>());
   if (times.empty()) {
-    log << "reference step (" << precision << ") not measured: '" << own_executable()
-        << " train' did not run here\n";
+    log << "reference step (" << precision_name(precision) << ") not measured: '"
+        << own_executable() << " train' did not run here\n";
     return 0;
   }
   std::sort(times.begin(), times.end());
@@ -102,8 +103,8 @@ double reference_step_seconds(const std::string& precision, int microbatches, st
 }
 
 // What `h` predicts for the reference step (0 when it cannot).
-double reference_step_predicted(const HardwareProfile& h, const std::string& precision,
-                                int microbatches, std::ostream& log, int dp = 1) {
+double reference_step_predicted(const HardwareProfile& h, Precision precision, int microbatches,
+                                std::ostream& log, int dp = 1) {
   PlanRequest r;
   r.model.layers = 4, r.model.dim = 256, r.model.heads = 8, r.model.seq = 128;
   r.model.vocab = 256;
@@ -113,12 +114,13 @@ double reference_step_predicted(const HardwareProfile& h, const std::string& pre
   r.tp = r.pp = r.virtual_stages = r.ep = 1;
   r.dp = dp;
   r.zero = 0, r.micro_batch = 8 / (dp * microbatches), r.sequence_parallel = false;
-  r.recompute = "none", r.schedule = "1f1b", r.precision = precision;
+  r.recompute = Recompute::none, r.schedule = "1f1b", r.precision = precision;
   try {
     const SearchResult found = search_layouts(r, 1);
     if (!found.candidates.empty()) return found.candidates[0].time.step_s;
   } catch (const std::exception& e) {
-    log << "reference step (" << precision << ") not predicted: " << e.what() << "\n";
+    log << "reference step (" << precision_name(precision) << ") not predicted: " << e.what()
+        << "\n";
   }
   return 0;
 }
@@ -131,9 +133,8 @@ double reference_step_predicted(const HardwareProfile& h, const std::string& pre
 // microbatches alone; micro-batch 1 pays more per microbatch than the larger ones the
 // layouts use, and the closed loop's 4-microbatch runs read 11% slow from it.
 // {F, c}; {0, 0} where the one-microbatch run fails, c 0 where every other one does.
-std::pair<double, double> reference_step_figures(const HardwareProfile& h,
-                                                 const std::string& precision, int passes,
-                                                 std::ostream& log) {
+std::pair<double, double> reference_step_figures(const HardwareProfile& h, Precision precision,
+                                                 int passes, std::ostream& log) {
   HardwareProfile g = h;
   g.step_factor_fp32 = g.step_factor_bf16 = 0;
   g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
@@ -167,7 +168,7 @@ std::pair<double, double> reference_step_figures(const HardwareProfile& h,
   const auto [F, c] = fit_step_factor(steps, W);
   // The points and the fit, so a user can see how well the line holds on this machine.
   char line[96];
-  log << "reference step (" << precision << "), measured / kernels / fitted, ms:";
+  log << "reference step (" << precision_name(precision) << "), measured / kernels / fitted, ms:";
   for (const ReferenceStep& r : steps) {
     std::snprintf(line, sizeof line, " m%d %.1f/%.1f/%.1f", r.microbatches, r.measured_s * 1e3,
                   r.kernels_s * 1e3, (F * r.kernels_s + r.microbatches * W * c) * 1e3);
@@ -188,14 +189,14 @@ double step_parallel_efficiency(const HardwareProfile& h, int passes, std::ostre
   if (h.cores < 2 || h.step_factor_fp32 <= 0) return 0;
   double measured = 0;
   for (int pass = 0; pass < passes; ++pass) {
-    const double m = reference_step_seconds("fp32", 1, log, 2);
+    const double m = reference_step_seconds(Precision::fp32, 1, log, 2);
     if (m > 0 && (measured == 0 || m < measured)) measured = m;
   }
   if (measured <= 0) return 0;
   auto predicted = [&](double e) {
     HardwareProfile g = h;
     g.parallel_efficiency = e;
-    return reference_step_predicted(g, "fp32", 1, log, 2);
+    return reference_step_predicted(g, Precision::fp32, 1, log, 2);
   };
   double lo = 0.3, hi = 1.0;
   if (predicted(hi) >= measured) return hi;
@@ -266,12 +267,12 @@ void measure_moe_load_spread(HardwareProfile& h, const ProbeRun& run) {
 
 void measure_reference_step(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.step_factor_fp32, h.microbatch_weight_s) =
-      reference_step_figures(h, "fp32", reference_passes(run), run.log);
+      reference_step_figures(h, Precision::fp32, reference_passes(run), run.log);
 }
 
 void measure_reference_step_bf16(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.step_factor_bf16, h.microbatch_weight_s_bf16) =
-      reference_step_figures(h, "bf16", reference_passes(run), run.log);
+      reference_step_figures(h, Precision::bf16, reference_passes(run), run.log);
 }
 
 void measure_step_parallel_efficiency(HardwareProfile& h, const ProbeRun& run) {

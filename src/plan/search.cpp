@@ -68,7 +68,7 @@ std::string remedy(const PlanRequest& r, const Candidate& c) {
     tip(true, false, "more --gpus");
   } else {
     what = str("activations dominate (", m.activations, " bytes)");
-    tip(l.recompute != "full" && r.model.experts == 0, r.recompute.has_value(), "--recompute full");
+    tip(l.recompute != Recompute::full, r.recompute.has_value(), "--recompute full");
     tip(l.micro_batch > 1, r.micro_batch.has_value(), "a smaller --micro-batch");
     tip(l.tp > 1 && !l.sequence_parallel, r.sequence_parallel.has_value(), "--sequence-parallel");
     // Context parallelism splits every activation by the sequence, where the software has it.
@@ -100,7 +100,10 @@ struct OpenKnobs {
 std::vector<std::pair<std::string, int>> schedule_choices(const PlanRequest& r, int pp) {
   std::vector<std::pair<std::string, int>> out = {{"1f1b", 1}};
   if (pp > 1) {
+    // DualPipe-V runs 2 chunks per stage (the V); it needs m >= 2 pp, which train's
+    // validation checks per candidate.
     out = {{"1f1b", 1}, {"gpipe", 1}, {"zb-h1", 1}};
+    if (2 * int64_t(pp) <= r.model.layers) out.push_back({"dualpipev", 2});
     for (int v : {2, 3, 4, 6, 8})
       if (int64_t(pp) * v <= r.model.layers) out.push_back({"interleaved", v});
   }
@@ -167,13 +170,15 @@ void for_each_layout(const PlanRequest& r, WorkBudget& budget,
   for (auto [name, v] : {std::pair{"--tp", r.tp}, {"--pp", r.pp}, {"--dp", r.dp}, {"--cp", r.cp}})
     MT_REQUIRE(!v || n % *v == 0, name, " ", *v, " does not divide ",
                r.hardware.local ? "--ranks " : "--gpus ", n);
-  std::vector<std::string> precisions = {"fp32"};
-  if (!r.hardware.local && r.hardware.peak_bf16 > 0) precisions.push_back("bf16");
-  std::vector<std::string> recomputes = {"none", "selective"};
-  if (r.model.experts == 0) recomputes.push_back("full");
+  std::vector<Precision> precisions = {Precision::fp32};
+  if (!r.hardware.local && r.hardware.peak_bf16 > 0) precisions.push_back(Precision::bf16);
+  // Full recomputation with experts too (the recomputed forward counts no aux loss, expert
+  // load or bias update twice: docs/moe.md).
+  std::vector<Recompute> recomputes = {Recompute::none, Recompute::selective, Recompute::full};
   const auto precs = choices(r.precision, precisions);
   const auto rcs = choices(r.recompute, recomputes);
-  const std::string cp_comm = r.cp_comm.value_or(r.hardware.cp_allgather ? "allgather" : "ring");
+  const CpComm cp_comm =
+      r.cp_comm.value_or(r.hardware.cp_allgather ? CpComm::allgather : CpComm::ring);
   for (int tp : choices(r.tp, divisors(n, n)))
     for (int cp : choices(r.cp, cp_choices(r, n / tp)))
       for (int pp : choices(r.pp, divisors(n / tp, std::max(r.model.layers, 1)))) {
@@ -185,10 +190,10 @@ void for_each_layout(const PlanRequest& r, WorkBudget& budget,
         for (int ep : k.eps)
           for (int zero : k.zeros)
             for (bool sp : k.sps)
-              for (const std::string& rc : rcs)
+              for (Recompute rc : rcs)
                 for (int b : k.micro_batches)
                   for (const auto& [sname, v] : k.schedules)
-                    for (const std::string& prec : precs) {
+                    for (Precision prec : precs) {
                       const int m = int(r.batch / (int64_t(dp) * b));
                       if (r.microbatches && m != *r.microbatches) continue;
                       if (software_refuses(r, pp, sname, v, m)) continue;
@@ -344,7 +349,8 @@ std::string nothing_fits(const PlanRequest& r, const Candidate& smallest, int un
       "no layout fits in memory: the smallest footprint is ",
       smallest.memory.lower_bound ? "at least " : "", buf, " per device (dp ", l.dp,
       l.cp > 1 ? str(" cp ", l.cp) : std::string(), " tp ", l.tp, " pp ", l.pp, " zero ", l.zero,
-      " recompute ", l.recompute, " micro-batch ", l.micro_batch, ") against ", cap, " usable",
+      " recompute ", recompute_name(l.recompute), " micro-batch ", l.micro_batch, ") against ", cap,
+      " usable",
       uncounted > 0 ? str(" (", uncounted, " layouts too large to count exactly)") : std::string(),
       "; ", remedy(r, smallest));
 }

@@ -36,6 +36,7 @@ constexpr const char* kMegatronTied =
     "the tied embedding's gradient all-reduced between the first and last stage after the "
     "pipeline, before the optimizer (on the critical path)";
 constexpr const char* kNoZero3 = "no ZeRO 3 (max_zero 0)";
+constexpr const char* kNoMoe = "no MoE in the papers' runs (no all-to-all overlap modelled)";
 constexpr const char* kNoCpYet =
     "no context parallelism: the engine's --cp is not in this tree yet (docs/contracts.md §11)";
 constexpr const char* kMegatronNoCp = "no context parallelism (it came with Megatron-Core, 2023)";
@@ -77,7 +78,9 @@ SoftwareTable llama3_2024() {
        {"paper_memory", 1, kKorthikantiMemory},
        {"flash_attention", 1, "fused attention (no s x s tensors), causal blocks skipped"},
        {"param_gather_overlap", 1, "FSDP's parameter all-gather prefetched under compute"},
-       {"zero3_prefetch", 1, "FSDP prefetches one layer ahead"}}};
+       {"zero3_prefetch", 1, "FSDP prefetches one layer ahead"},
+       {"a2a_overlap_parts", 1, "no MoE in Llama 3"},
+       {"fb_a2a_overlap", 0, "no MoE in Llama 3"}}};
 }
 
 const std::vector<SoftwareTable> kTables = {
@@ -111,7 +114,11 @@ const std::vector<SoftwareTable> kTables = {
       {"param_gather_overlap", 0, "ZeRO 1/2's all-gather of the updated parameters after the step"},
       {"zero3_prefetch", 1,
        "two gather buffers (parallel/data_parallel/param_gathers.cpp): the next "
-       "block's gather runs while this one computes"}}},
+       "block's gather runs while this one computes"},
+      {"a2a_overlap_parts", 1,
+       "the expert all-to-alls between the router and the experts, exposed (docs/moe.md)"},
+      {"fb_a2a_overlap", 0,
+       "DualPipe-V's F&B halves run one after the other (schedule/execution_order.h)"}}},
     {"megatron-lm-2021",
      {"1f1b", "interleaved"},
      {{"dp_overlap", 0, kMegatronStep},
@@ -142,7 +149,9 @@ const std::vector<SoftwareTable> kTables = {
       {"paper_memory", 1, kKorthikantiMemory},
       {"flash_attention", 0, kMegatronSoftmax},
       {"param_gather_overlap", 0, kNoZero3},
-      {"zero3_prefetch", 1, kNoZero3}}},
+      {"zero3_prefetch", 1, kNoZero3},
+      {"a2a_overlap_parts", 1, kNoMoe},
+      {"fb_a2a_overlap", 0, kNoMoe}}},
     {"megatron-lm-2022",
      {"1f1b", "interleaved"},
      {{"dp_overlap", 0, kMegatronStep},
@@ -177,7 +186,9 @@ const std::vector<SoftwareTable> kTables = {
       {"paper_memory", 1, kKorthikantiMemory},
       {"flash_attention", 0, kMegatronSoftmax},
       {"param_gather_overlap", 0, kNoZero3},
-      {"zero3_prefetch", 1, kNoZero3}}},
+      {"zero3_prefetch", 1, kNoZero3},
+      {"a2a_overlap_parts", 1, kNoMoe},
+      {"fb_a2a_overlap", 0, kNoMoe}}},
     llama3_2024(),
     {kLocalSoftware,
      {},
@@ -205,12 +216,14 @@ const std::vector<SoftwareTable> kTables = {
       {"grad_accum_pass", 0, "the weight-gradient GEMM accumulates"},
       {"tp_backward_overlap", 0, "collectives on the ranks' own cores"},
       {"max_zero", 3, "ZeRO 1-3"},
-      {"max_cp", 1, kNoCpYet},
-      {"cp_allgather", 0, kNoCpYet},
+      {"max_cp", 1 << 20, "the engine's --cp (llama block, docs/context_parallel.md)"},
+      {"cp_allgather", 0, "the engine's default --cp-comm ring"},
       {"paper_memory", 0, "the engine's estimate, matched to its memory records"},
       {"flash_attention", 0, "the engine's attention kernel, as calibrated"},
       {"param_gather_overlap", 0, "collectives on the ranks' own cores"},
-      {"zero3_prefetch", 1, "two gather buffers (param_gathers.cpp)"}}}};
+      {"zero3_prefetch", 1, "two gather buffers (param_gathers.cpp)"},
+      {"a2a_overlap_parts", 1, "the expert all-to-alls exposed, as the engine runs them"},
+      {"fb_a2a_overlap", 0, "DualPipe-V's F&B halves one after the other"}}}};
 
 UsageError unknown_software(const std::string& name) {
   return UsageError(str("unknown --software '", name,

@@ -61,19 +61,36 @@ double p2p_message(const CostContext& c) {
 // (Megatron: batch_isend_irecv, wait, cuda.synchronize) is paid by every chunk's forward and
 // backward on its own timeline (the data is there when the sender's op ends), asynchronous
 // p2p is the send->receive latency.
-std::vector<OpCosts> stage_ops(const PredictedTime& p, const Layout& l, bool blocking) {
+// DualPipe-V with fb_a2a_overlap (DeepSeek-V3): in an F&B pair the F half's all-to-alls run
+// under the B half's compute and the B half's under the F half's, as the fraction of the
+// shorter half the simulator overlaps (OpCosts::fb_overlap). Each half's exposed all-to-all
+// is half the stage's (dispatch + combine each way).
+double fb_overlap(const StageCosts& sc) {
+  const double a2a = sc.ep_comm / 2, f = sc.forward, b = sc.backward + sc.weight;
+  const double hidden =
+      std::min(a2a, std::max(0.0, b - a2a)) + std::min(a2a, std::max(0.0, f - a2a));
+  const double shorter = std::min(sc.forward, sc.backward);
+  return shorter > 0 ? std::min(1.0, hidden / shorter) : 0.0;
+}
+
+std::vector<OpCosts> stage_ops(const PredictedTime& p, const Layout& l, bool blocking,
+                               bool fb_a2a_overlap) {
   std::vector<OpCosts> ops;
   const double v = l.virtual_stages, t = p.pp_p2p_s;
-  for (const StageCosts& sc : p.stages)
+  for (const StageCosts& sc : p.stages) {
     ops.push_back(blocking ? OpCosts{sc.forward / v + t, sc.backward / v + t, sc.weight / v, 0.0}
                            : OpCosts{sc.forward / v, sc.backward / v, sc.weight / v, t});
+    if (fb_a2a_overlap) ops.back().fb_overlap = fb_overlap(sc);
+  }
   return ops;
 }
 
 void add_pipeline(const CostContext& c, const Schedule& schedule, int mb, PredictedTime& p) {
   p.pp_p2p_s = p2p_message(c);
   if (c.l.pp > 1) {
-    const Timeline tl = simulate_schedule(schedule, stage_ops(p, c.l, c.r.hardware.p2p_blocking));
+    const HardwareProfile& hw = c.r.hardware;
+    const Timeline tl =
+        simulate_schedule(schedule, stage_ops(p, c.l, hw.p2p_blocking, hw.fb_a2a_overlap));
     MT_CHECK(!tl.deadlocked);
     p.pipeline_s = tl.makespan;
     p.bubble = tl.bubble();
@@ -136,7 +153,9 @@ void add_after_pipeline(const CostContext& c, int mb, PredictedTime& p) {
       p.bf16_weights_s = std::max(
           p.bf16_weights_s, local_convert_seconds(c.rates, sc.linear_weights, 4 * sc.blocks + 1));
   }
-  if (hw.tied_embedding_reduce && l.pp > 1 && c.r.model.tied()) {
+  // DualPipe-V holds the embedding and the head on stage 0: nothing to sum between stages.
+  const bool v_shape = placement_of(l.schedule) == ChunkPlacement::v_shape;
+  if (hw.tied_embedding_reduce && l.pp > 1 && c.r.model.tied() && !v_shape) {
     const double Vl = double(tp::padded_vocab(c.r.model.vocab, l.tp)) / l.tp;
     const GroupSpan ends = group_span(hw, 2, l.tp * l.cp * l.dp * (l.pp - 1));
     p.dp_exposed_s +=
@@ -204,7 +223,8 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   // throughout. What follows the pipeline runs on every rank at once.
   double pipeline = p.pipeline_s * o.slowdown;
   if (l.pp > 1)
-    pipeline = shared_cores_makespan(schedule, stage_ops(p, l, false), o.width, r.hardware.cores);
+    pipeline =
+        shared_cores_makespan(schedule, stage_ops(p, l, false, false), o.width, r.hardware.cores);
   p.step_s = pipeline + (p.dp_exposed_s + p.optimizer_s + p.bf16_weights_s) * o.slowdown;
   return p;
 }

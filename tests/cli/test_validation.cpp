@@ -138,9 +138,6 @@ const std::vector<Case>& cases() {
        "give 2 (got 3)"},
       {"--pp 2 --schedule dualpipev --microbatches 4 --batch 4 --stage-layers 1,0",
        "has 2 entries; it needs one per pipeline chunk: --pp x chunks per stage = 4"},
-      // The planner does not predict the V (meshtrain plan refuses it too, test_plan).
-      {"--pp 2 --schedule dualpipev --microbatches 4 --batch 4 --auto-layout --ranks 2",
-       "--auto-layout cannot plan --schedule dualpipev yet"},
       // io
       {"--save-every -1", "--save-every must be in 0..1000000000 (got -1)"},
       {"--sample-tokens -1", "--sample-tokens must be in 0..1000000 (got -1)"},

@@ -116,15 +116,13 @@ TEST(PlanCommand, BadInputIsOneLineExit2) {
   }
 }
 
-// The planner does not model DualPipe-V: a plan for it is refused by name, not with another
-// rule's message (it used to complain about --stage-layers).
-TEST(PlanCommand, DualPipeVIsRefusedByName) {
-  const auto r = run_meshtrain(std::string("plan ") + kSmall +
-                               " --hardware a100-80gb --gpus 8 --pp 4 --schedule dualpipev");
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_EQ(r.err,
-            "meshtrain: error: meshtrain plan does not predict --schedule dualpipev yet; "
-            "'meshtrain schedule --schedule dualpipev' simulates it\n");
+// DualPipe-V is planned (it was refused by name): the printed command trains the V.
+TEST(PlanCommand, DualPipeVIsPlanned) {
+  const auto r = run_meshtrain(
+      "plan --layers 8 --dim 64 --heads 4 --seq 32 --vocab 256 --batch 16 --hardware a100-80gb "
+      "--gpus 4 --pp 4 --schedule dualpipev");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--schedule dualpipev --virtual-stages 2"), std::string::npos) << r.out;
 }
 
 TEST(PlanCommand, HardwareFileReplacesThePreset) {

@@ -22,7 +22,7 @@ PlanRequest gpu_request() {
 
 TEST(PlanCompare, SpecFixesTheKnobsItNames) {
   PlanRequest base = gpu_request();
-  base.precision = "bf16";
+  base.precision = Precision::bf16;
   const PlanRequest r =
       with_layout_spec(base,
                        "dp=4,tp=2,pp=2,schedule=interleaved,virtual-stages=2,zero=1,micro-batch=2,"
@@ -34,12 +34,13 @@ TEST(PlanCompare, SpecFixesTheKnobsItNames) {
   EXPECT_EQ(r.zero, 1);
   EXPECT_EQ(r.micro_batch, 2);
   EXPECT_EQ(r.schedule, "interleaved");
-  EXPECT_EQ(r.recompute, "selective");
+  EXPECT_EQ(r.recompute, Recompute::selective);
   EXPECT_EQ(r.sequence_parallel, true);
-  EXPECT_EQ(r.precision, "bf16");  // the request's own fixed knob stays
+  EXPECT_EQ(r.precision, Precision::bf16);  // the request's own fixed knob stays
   EXPECT_FALSE(with_layout_spec(base, "tp=2").dp.has_value());
   for (const char* bad : {"", "tp", "tp=", "=2", "tp=2,,pp=2", "tp=two", "tp=2x", "tp=2,tp=4",
-                          "width=2", "sequence-parallel=yes", "zero=5", "tp=0"}) {
+                          "width=2", "sequence-parallel=yes", "zero=5", "tp=0", "recompute=some",
+                          "precision=fp8", "cp-comm=mesh"}) {
     try {
       with_layout_spec(base, bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

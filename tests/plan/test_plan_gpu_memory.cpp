@@ -39,7 +39,8 @@ PlanRequest paper_request(const PaperModel& pm, const std::string& software) {
 
 Layout paper_layout(int tp, bool sp, const std::string& recompute) {
   Layout l;
-  l.tp = tp, l.sequence_parallel = sp, l.recompute = recompute, l.precision = "bf16";
+  l.tp = tp, l.sequence_parallel = sp, l.recompute = recompute_of(recompute),
+  l.precision = Precision::bf16;
   return l;
 }
 
@@ -125,7 +126,8 @@ TEST(PlanGpuMemory, PublishedRunsThatRanFit) {
     // And the search plans it (it refused 530B and 1T as not fitting).
     PlanRequest fixed = r;
     fixed.tp = 8, fixed.pp = pm.pp, fixed.dp = l.dp, fixed.zero = 0, fixed.micro_batch = 1;
-    fixed.sequence_parallel = true, fixed.recompute = "selective", fixed.precision = "bf16";
+    fixed.sequence_parallel = true, fixed.recompute = Recompute::selective,
+    fixed.precision = Precision::bf16;
     fixed.schedule = "1f1b";
     const SearchResult found = search_layouts(fixed, 1);
     ASSERT_EQ(found.candidates.size(), 1u) << pm.name;

@@ -61,7 +61,7 @@ TEST(PlanLimits, ALayoutTooLargeToCountGetsItsLowerBound) {
   PlanRequest r = small_request(8);
   r.hardware = preset_profile("a100-80gb");
   r.model.seq = 2000000000;
-  const Layout l{1, 4, 2, 1, 1, 0, true, "full", 1, "1f1b", "bf16"};
+  const Layout l{1, 4, 2, 1, 1, 0, true, Recompute::full, 1, "1f1b", Precision::bf16};
   const Schedule s = make_schedule("1f1b", 2, 8, 1);
   const MemoryBounds b = memory_bounds(r, l, s);
   EXPECT_GT(b.upper, kMaxEstimateBytes);
@@ -84,7 +84,7 @@ TEST(PlanLimits, MemoryBoundsEncloseTheEstimate) {
   moe.model.experts = 4;
   requests.push_back(moe);
   PlanRequest local = small_request(4);
-  local.precision = "bf16";
+  local.precision = Precision::bf16;
   requests.push_back(local);
   PlanRequest deep = small_request(8);
   deep.model.layers = 16;

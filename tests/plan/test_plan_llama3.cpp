@@ -23,7 +23,7 @@ PlanRequest llama3_405b(int seq, int batch) {
   apply_software(r.hardware, "llama3-2024");
   r.devices = 16384;
   r.tp = 8;
-  r.precision = "bf16";
+  r.precision = Precision::bf16;
   return r;
 }
 

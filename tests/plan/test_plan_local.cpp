@@ -32,7 +32,7 @@ TEST(PlanLocal, Bf16RoundsWhatTheEngineRounds) {
   PlanRequest r = small_request(1);
   Layout l;
   l.micro_batch = 4;  // two microbatches
-  l.precision = "bf16";
+  l.precision = Precision::bf16;
   const double before = step(r, l);
   const double d = 1e-9;
   r.hardware.bf16_convert_s += d;
@@ -44,7 +44,7 @@ TEST(PlanLocal, Bf16RoundsWhatTheEngineRounds) {
   EXPECT_NEAR((after - before) / d, elements, elements * 1e-6);
   // fp32 rounds nothing.
   Layout f = l;
-  f.precision = "fp32";
+  f.precision = Precision::fp32;
   const double f0 = step(r, f);
   r.hardware.bf16_convert_s += d;
   EXPECT_EQ(step(r, f), f0);
@@ -56,7 +56,7 @@ TEST(PlanLocal, Bf16LinearsAndExpertsUseTheBf16GemmTheRouterFp32) {
   PlanRequest r = small_request(1);
   Layout l;
   l.micro_batch = 8;
-  l.precision = "bf16";
+  l.precision = Precision::bf16;
   const double slow = step(r, l);
   r.hardware.peak_bf16 *= 2;
   EXPECT_LT(step(r, l), slow);
@@ -79,7 +79,7 @@ TEST(PlanLocal, StepFactorScalesTheComputeOfItsPrecision) {
   l.micro_batch = 8;
   const double fp32 = step(r, l);
   Layout b = l;
-  b.precision = "bf16";
+  b.precision = Precision::bf16;
   const double bf16 = step(r, b);
   r.hardware.step_factor_fp32 = 1.25;
   // Kernel overheads are per call, not scaled: the step grows by a little less than 25%.
@@ -98,7 +98,7 @@ TEST(PlanLocal, MicrobatchCostIsPerMicrobatchAndWeight) {
     r.hardware.step_factor_fp32 = r.hardware.step_factor_bf16 = 1.5;
     Layout l;
     l.micro_batch = 2;  // four microbatches
-    l.precision = precision;
+    l.precision = precision_of(precision);
     const double before = step(r, l);
     const double d = 1e-9;
     (bf16 ? r.hardware.microbatch_weight_s_bf16 : r.hardware.microbatch_weight_s) = d;
@@ -122,9 +122,9 @@ TEST(PlanLocal, MicrobatchCostIsPerMicrobatchAndWeight) {
 TEST(PlanLocal, StepFactorLeavesTheMeasuredWholeLayerFiguresAlone) {
   HardwareProfile h = testing::synthetic_local();
   h.moe_fwd_s = 1e-9, h.moe_bwd_s = 2e-9, h.moe_wgt_s = 3e-9, h.microbatch_weight_s = 4e-9;
-  const ComputeRates plain = compute_rates(h, "fp32", 1, 1);
+  const ComputeRates plain = compute_rates(h, Precision::fp32, 1, 1);
   h.step_factor_fp32 = 1.5;
-  const ComputeRates stepped = compute_rates(h, "fp32", 1, 1);
+  const ComputeRates stepped = compute_rates(h, Precision::fp32, 1, 1);
   EXPECT_NEAR(stepped.peak, plain.peak / 1.5, plain.peak * 1e-12);
   EXPECT_DOUBLE_EQ(stepped.moe_fwd_s, plain.moe_fwd_s);
   EXPECT_DOUBLE_EQ(stepped.moe_bwd_s, plain.moe_bwd_s);
@@ -141,7 +141,7 @@ TEST(PlanLocal, TensorParallelCommunicationIsTheLinears) {
     for (bool sp : {false, true}) {
       PlanRequest r = small_request(2);
       Layout l;
-      l.tp = 2, l.micro_batch = 8, l.sequence_parallel = sp, l.precision = precision;
+      l.tp = 2, l.micro_batch = 8, l.sequence_parallel = sp, l.precision = precision_of(precision);
       const std::vector<StageCosts> s = stage_costs(r, l);
       const double N = 8.0 * r.model.seq, h = r.model.dim;
       const GroupSpan g = group_span(r.hardware, 2, 1);
@@ -238,7 +238,8 @@ TEST(PlanLocal, MoeCostsAreTheRouterTheExpertGemmsAndTheCalibratedRest) {
   const std::vector<double> rows = {300, 0, 130, 594};
   for (const char* precision : {"fp32", "bf16"}) {
     const bool bf16 = std::string(precision) == "bf16";
-    const ComputeRates R = compute_rates(h, precision, 1, 1), R32 = compute_rates(h, "fp32", 1, 1);
+    const ComputeRates R = compute_rates(h, precision_of(precision), 1, 1),
+                       R32 = compute_rates(h, Precision::fp32, 1, 1);
     const MoeCosts m = local_moe_costs(R, R32, rows, tokens, E, C, H, bf16, 512);
     auto g = [&](const ComputeRates& x, double a, double b, double c) {
       return local_gemm_seconds(x, a, b, c);

@@ -32,12 +32,13 @@ TEST(PlanMemory, MatchesTheMemoryRecordsOfRealRuns) {
   auto L = [](int dp, int tp, int pp, int zero, bool sp, const char* rc, int mb,
               const char* sched = "1f1b", int v = 1, int ep = 1) {
     Layout l;
-    l.dp = dp, l.tp = tp, l.pp = pp, l.zero = zero, l.sequence_parallel = sp, l.recompute = rc;
+    l.dp = dp, l.tp = tp, l.pp = pp, l.zero = zero, l.sequence_parallel = sp,
+    l.recompute = recompute_of(rc);
     l.micro_batch = mb, l.schedule = sched, l.virtual_stages = v, l.ep = ep;
     return l;
   };
   auto bf16 = [](Layout l) {
-    l.precision = "bf16";
+    l.precision = Precision::bf16;
     return l;
   };
   const std::vector<Case> cases = {
@@ -70,7 +71,7 @@ TEST(PlanMemory, MatchesTheMemoryRecordsOfRealRuns) {
               "state record");
   int skipped = 0;
   for (const Case& c : cases) {
-    if (c.layout.precision == "bf16" && !bf16_matmul_supported()) {
+    if (c.layout.precision == Precision::bf16 && !bf16_matmul_supported()) {
       std::printf("%-30s skipped: no bf16 matmul on this CPU\n", c.name);
       ++skipped;
       continue;
@@ -97,7 +98,7 @@ TEST(PlanMemory, MatchesTheMemoryRecordsOfRealRuns) {
     EXPECT_EQ(m.params + m.grads + e.buffers_bytes - rec.bf16_weights, rec.params + rec.grads)
         << c.name;
     EXPECT_EQ(e.bf16_weight_bytes, rec.bf16_weights) << c.name;
-    EXPECT_EQ(rec.bf16_weights > 0, c.layout.precision == "bf16") << c.name;
+    EXPECT_EQ(rec.bf16_weights > 0, c.layout.precision == Precision::bf16) << c.name;
     EXPECT_EQ(m.optimizer, rec.optimizer) << c.name;
     // The planner's total is the engine's peak: what train's own memory check refuses on.
     EXPECT_EQ(m.total(), e.peak()) << c.name;
@@ -112,7 +113,7 @@ TEST(PlanMemory, Bf16OnGpuHalvesActivationsAndAddsAWeightCopy) {
   Layout l;
   l.micro_batch = 8;
   const PlannedMemory fp32 = planned_memory(r, l, Schedule{});
-  l.precision = "bf16";
+  l.precision = Precision::bf16;
   const PlannedMemory bf16 = planned_memory(r, l, Schedule{});
   EXPECT_EQ(bf16.activations, fp32.activations / 2);
   EXPECT_EQ(bf16.params, fp32.params + fp32.params / 2);

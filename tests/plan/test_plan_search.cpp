@@ -94,14 +94,15 @@ TEST(PlanSearch, AFixedLayoutReturnsExactlyIt) {
   r.hardware = preset_profile("h100-80gb");
   r.dp = 2, r.tp = 2, r.pp = 2, r.ep = 1, r.zero = 1, r.micro_batch = 1;
   r.sequence_parallel = true;
-  r.recompute = "selective";
+  r.recompute = Recompute::selective;
   r.schedule = "interleaved";
   r.virtual_stages = 2;
-  r.precision = "bf16";
+  r.precision = Precision::bf16;
   const SearchResult s = search_layouts(r);
   ASSERT_EQ(s.candidates.size(), 1u);
   const Layout& l = s.candidates[0].layout;
-  EXPECT_EQ(l, (Layout{2, 2, 2, 2, 1, 1, true, "selective", 1, "interleaved", "bf16"}));
+  EXPECT_EQ(
+      l, (Layout{2, 2, 2, 2, 1, 1, true, Recompute::selective, 1, "interleaved", Precision::bf16}));
   // Partly fixed: every candidate keeps the fixed knobs.
   PlanRequest p = small_request(8);
   p.hardware = preset_profile("a100-80gb");
@@ -180,7 +181,7 @@ TEST(PlanCosts, GroupsArePlacedAsTheMeshPlacesThem) {
   const double ag = collective_seconds(h, Collective::all_gather, bytes, tp8);
   EXPECT_NEAR((inside - 6 * h.intra_latency_s) / (ag - 7 * h.intra_latency_s), 2.0, 1e-9);
   // A small GEMM dimension lowers the rate; a skinny GEMM is bandwidth-bound.
-  ComputeRates r = compute_rates(h, "bf16", 8, 1);
+  ComputeRates r = compute_rates(h, Precision::bf16, 8, 1);
   const double big = gemm_seconds(r, 8192, 8192, 8192, 2);
   // (x the wave quantisation of 8192 x 8192 in 256 x 128 tiles: 2048 tiles in 19 waves of
   // 108 SMs; added with the wave model, the expectation without it no longer holds)

@@ -38,7 +38,7 @@ Layout layout(int dp, int tp, int pp, int micro_batch, const std::string& schedu
               int v = 1) {
   Layout l;
   l.dp = dp, l.tp = tp, l.pp = pp, l.micro_batch = micro_batch;
-  l.schedule = schedule, l.virtual_stages = v, l.precision = "bf16";
+  l.schedule = schedule, l.virtual_stages = v, l.precision = Precision::bf16;
   return l;
 }
 

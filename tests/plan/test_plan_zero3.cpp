@@ -63,7 +63,7 @@ TEST(PlanZero3, SeventyBillionOverFiveHundredTwelveRanksExposesItsGathers) {
   apply_software(r.hardware, "meshtrain");
   r.devices = 512;
   Layout l;
-  l.dp = 512, l.zero = 3, l.recompute = "full", l.precision = "bf16";
+  l.dp = 512, l.zero = 3, l.recompute = Recompute::full, l.precision = Precision::bf16;
   for (int mb : {1, 2}) {
     l.micro_batch = mb;
     validate_candidate(r, l);
