@@ -129,7 +129,8 @@ void run_precision(const Options& o, const std::optional<HardwareProfile>& h,
                   name, N, in, out, t.fwd * 1e3, t.bwd_in * 1e3, t.bwd_w * 1e3);
       continue;
     }
-    const double model = local_gemm_seconds(compute_rates(*h, precision, 1, 1), N, out, in);
+    const double model = local_gemm_seconds(
+        compute_rates(*h, b16 ? Precision::bf16 : Precision::fp32, 1, 1), N, out, in);
     std::printf(
         "%s %-9s N %d in %d out %d: fwd %.3f bwd_in %.3f bwd_w %.3f ms, model %.3f ms "
         "(measured/model %.2f %.2f %.2f)\n",
