@@ -33,6 +33,45 @@ add_test(NAME equivalence.hybrid_moe_overlap
                  --launcher "${MT_EQUIV_HYBRID}"
                  --layout "${MT_HYB} --dp 4 --ep 4 --moe-overlap-parts 2")
 set_tests_properties(equivalence.hybrid_moe_overlap PROPERTIES LABELS "mpi;hybrid" TIMEOUT 300)
+# The step records' ep_comm_* fields and the trace's wait spans (docs/contracts.md §6): present
+# on every step with --ep 2 (absent without ep); 3 parts issue 2 more dispatches and 2 more
+# combines per pass than 1 part, 4 x 2 more calls per MoE layer and step (counted, not
+# timed); every rank's track carries "ep all-to-all wait" spans, more of them with parts.
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/moe_overlap_records_check.py [=[
+import json, os, subprocess, sys, tempfile
+bin_ = sys.argv[1]
+base = ["train", "--layers", "2", "--dim", "32", "--heads", "2", "--seq", "16", "--batch", "8",
+        "--steps", "3", "--experts", "4", "--topk", "2", "--dp", "2", "--quiet"]
+def run(d, name, extra):
+    m, t = os.path.join(d, name + ".jsonl"), os.path.join(d, name + ".json")
+    subprocess.run([bin_] + base + extra + ["--metrics", m, "--trace", t], check=True)
+    recs = [json.loads(l) for l in open(m) if '"loss"' in l]
+    ev = json.load(open(t))
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    waits = {}
+    for e in ev:
+        if e.get("name") == "ep all-to-all wait":
+            waits[e.get("tid", e.get("pid"))] = waits.get(e.get("tid", e.get("pid")), 0) + 1
+    return recs, waits
+keys = ("ep_comm_bytes", "ep_comm_calls", "ep_comm_wait_s")
+with tempfile.TemporaryDirectory() as d:
+    plain, no_waits = run(d, "dp", [])
+    one, one_waits = run(d, "p1", ["--ep", "2"])
+    three, three_waits = run(d, "p3", ["--ep", "2", "--moe-overlap-parts", "3"])
+assert all(k not in r for r in plain for k in keys), plain[0]
+assert not no_waits, no_waits
+for a, b in zip(one, three):
+    for r in (a, b):
+        assert all(k in r for k in keys) and r["ep_comm_wait_s"] >= 0, r
+    assert b["ep_comm_calls"] - a["ep_comm_calls"] == 2 * 4 * 2, (a, b)
+assert len(one_waits) == 2 and len(three_waits) == 2, (one_waits, three_waits)
+assert all(three_waits[k] > one_waits[k] for k in one_waits), (one_waits, three_waits)
+print("OK")
+]=])
+add_test(NAME equivalence.moe_overlap_records
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_BINARY_DIR}/moe_overlap_records_check.py
+                 ${MT_EQUIV_BIN})
+set_tests_properties(equivalence.moe_overlap_records PROPERTIES LABELS "binary;moe" TIMEOUT 300)
 # Heavier: the llama MoE at ep 4, with ZeRO 3, tp's token split, pipeline stages and full
 # recomputation; bf16 at its tolerances; ep 4 over 4 MPI processes.
 if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
