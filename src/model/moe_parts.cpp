@@ -13,7 +13,6 @@ MoeParts::MoeParts(int parts, int ranks, int El, int k, int max_rows, SlotLayout
   off_.send = layout.reserve(P_ * E);
   off_.recv = layout.reserve(P_ * E);
   off_.row_of = layout.reserve(M);
-  part_row_token_.resize(M), pm_pos_.resize(M);
   expert_cursor_.resize(P_ * E);
   offset_.resize(El + 1);
   counts_out_.resize(P_ * E), counts_in_.resize(P_ * E);
@@ -25,6 +24,9 @@ const int32_t* MoeParts::plan(float* s, const int32_t* row_token, const int32_t*
                               const int32_t* send_counts, int rows, int M, TokenExchange& x) {
   const int E = ranks_ * El_;
   const auto part = [&](int32_t t) { return int((int64_t(t) + 1) * P_ - 1) / rows; };
+  // Sized at the first use, not at construction: a dry run (dry_model.h) builds the layer
+  // for its sizes only.
+  if (part_row_token_.size() < size_t(M)) part_row_token_.resize(M), pm_pos_.resize(M);
   // Count: rows per (part, expert).
   int32_t* send = ints(s, off_.send);
   std::fill(send, send + P_ * E, 0);
