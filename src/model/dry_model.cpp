@@ -32,7 +32,10 @@ DryModel::~DryModel() = default;
 
 RankFootprint DryModel::rank(const std::vector<ChunkSpec>& chunks) {
   const TensorParallelShard tp{0, shape_.tp, nullptr, shape_.tp > 1 && shape_.sequence_parallel};
-  const ExpertParallelShard ep{0, shape_.ep, exchange_.get()};
+  const ExpertParallelShard ep{.rank = 0,
+                               .size = shape_.ep,
+                               .exchange = exchange_.get(),
+                               .overlap_parts = shape_.moe_overlap_parts};
   const uint64_t* bf16 = shape_.precision == Precision::bf16 ? &bf16_version_ : nullptr;
   ParamTable table;
   RankFootprint r;

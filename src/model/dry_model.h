@@ -26,6 +26,7 @@ namespace mt {
 
 struct DryModelShape {
   int tp = 1, ep = 1;
+  int moe_overlap_parts = 1;       // --moe-overlap-parts: the MoE layers' part counts in the slot
   bool sequence_parallel = false;  // with tp > 1
   int max_b = 1;                   // the microbatch, in sequences
   Recompute recompute = Recompute::none;

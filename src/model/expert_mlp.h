@@ -22,7 +22,9 @@
 namespace mt {
 
 // Rows of each local expert in an expert-major block: expert le owns rows
-// [offset[le], offset[le + 1]).
+// [offset[le], offset[le + 1]). offset[0] may be above 0 (one part's region of the
+// overlapped exchange, moe_parts.h): a call may then use the rows below offset[0] as
+// scratch, but leaves every row from offset[count] on untouched.
 struct ExpertGroups {
   const int32_t* offset;  // (count + 1)
   int count;

@@ -59,6 +59,8 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
   experts_ = make_experts(shape, ep.bf16_version, table, layout);
   off_.recv_counts = layout.reserve(E_);
   off_.y_perm = layout.reserve(M * C_);
+  if (ep.overlap_parts > 1)
+    parts_ = std::make_unique<MoeParts>(ep.overlap_parts, ep.size, El_, k_, max_rows_, layout);
   const Arena::Mode mode = ep.dry ? Arena::Mode::dry : Arena::Mode::allocate;
   rows_ = Arena(std::max(M, R) * C_, mode);
   staging_ = Arena(std::max(M, R) * C_, mode);
@@ -98,6 +100,7 @@ void MoeLayer::forward(float* s, const float* h, float* y, int N) {
 }
 
 void MoeLayer::forward_rows(float* s, const float* h, float* y, int rows) {
+  if (parts_) return forward_parts(s, h, y, rows);
   const int M = router_.route(s, h, rows);
   const ExchangeCounts counts = exchange_counts(s);
 
@@ -128,6 +131,7 @@ void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* 
 }
 
 void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows) {
+  if (parts_) return backward_parts(s, dy, dh, rows);
   const int32_t* row_of = router_.row_of(s);
   const float* gates = router_.gates(s);
   const ExchangeCounts counts = exchange_counts(s);
@@ -150,9 +154,42 @@ void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows) {
   router_.backward_input(s, dgates, dh, rows);
 }
 
+// The part-major rows travel from and back into y_perm: in forward it is the experts'
+// outputs' last home anyway; in backward it is free once the gates' gradient has read it.
+void MoeLayer::forward_parts(float* s, const float* h, float* y, int rows) {
+  const int M = router_.route(s, h, rows);
+  const int32_t* row_token = parts_->plan(s, router_.row_token(s), router_.row_of(s),
+                                          router_.counts(s), rows, M, *exchange_);
+  float* y_perm = s + off_.y_perm;
+  gather_rows(y_perm, h, row_token, M, C_);
+  float* x = experts_->input_rows(s, rows_.data());
+  float* y_rows = rows_.data();
+  parts_->run(s, *exchange_, y_perm, x, y_rows, staging_.data(), C_,
+              [&](const ExpertGroups& g) { experts_->forward(s, g, x, y_rows); });
+  combine_rows(y, y_perm, parts_->row_of(s), router_.gates(s), rows, k_, C_);
+}
+
+void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows) {
+  const int32_t* row_of = parts_->row_of(s);
+  const float* gates = router_.gates(s);
+  float* y_perm = s + off_.y_perm;
+  float* dgates = dgates_.data();
+  combine_rows_backward_gates(dgates, dy, y_perm, row_of, rows, k_, C_);
+  gather_rows_scaled(y_perm, dy, row_of, gates, rows, k_, C_);
+  float* dy_rows = experts_->grad_rows(s, rows_.data());
+  float* dx_rows = rows_.data();
+  parts_->run(s, *exchange_, y_perm, dy_rows, dx_rows, staging_.data(), C_,
+              [&](const ExpertGroups& g) { experts_->backward_input(s, g, dy_rows, dx_rows); });
+  scatter_add_rows(dh, y_perm, row_of, rows, k_, C_);
+  router_.backward_input(s, dgates, dh, rows);
+}
+
 void MoeLayer::backward_weight(float* s, const float* h, int N) {
   const int rows = local_rows(N);
-  experts_->backward_weight(s, expert_groups(reinterpret_cast<int32_t*>(s + off_.recv_counts)));
+  if (parts_)
+    parts_->for_each_part(s, [&](const ExpertGroups& g) { experts_->backward_weight(s, g); });
+  else
+    experts_->backward_weight(s, expert_groups(reinterpret_cast<int32_t*>(s + off_.recv_counts)));
   router_.backward_weight(s, h + run_offset(rows), rows);
 }
 

@@ -49,6 +49,7 @@
 #include "model/config.h"
 #include "model/expert_mlp.h"
 #include "model/expert_mlp_bf16.h"
+#include "model/moe_parts.h"
 #include "model/moe_router.h"
 #include "model/param_table.h"
 #include "model/token_exchange.h"
@@ -66,6 +67,9 @@ struct ExpertParallelShard {
   // A dry run (model/dry_model.h): the layer's arenas take sizes without memory. Carried
   // here for the same reason.
   bool dry = false;
+  // --moe-overlap-parts: the microbatch's tokens cut into this many parts whose exchanges
+  // overlap the experts of another (moe_parts.h); 1 = one blocking exchange each way.
+  int overlap_parts = 1;
 };
 
 // True for the tensors of the routed experts, {transformer.h|model.layers}.{i}.mlp.experts.*
@@ -154,6 +158,9 @@ class MoeLayer {
   // The layer on this rank's rows: y and dh of rows rows (overwritten).
   void forward_rows(float* s, const float* h, float* y, int rows);
   void backward_rows(float* s, const float* dy, float* dh, int rows);
+  // The same with the exchanges overlapped, part by part (parts_).
+  void forward_parts(float* s, const float* h, float* y, int rows);
+  void backward_parts(float* s, const float* dy, float* dh, int rows);
 
   int layer_, C_, E_, k_, El_, max_rows_;
   TensorParallelShard tp_;
@@ -161,6 +168,7 @@ class MoeLayer {
   TokenExchange* exchange_ = nullptr;  // identity_ or ExpertParallelShard::exchange
   MoeRouter router_;
   std::unique_ptr<ExpertMlp> experts_;
+  std::unique_ptr<MoeParts> parts_;  // null: one blocking exchange each way
   // Per-call scratch (not per microbatch), sized once: the working rows (the experts' input
   // where their slot keeps another form, their outputs, the gradient rows), the exchange's
   // staging rows, gate gradients, per-expert row offsets.

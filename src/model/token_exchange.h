@@ -10,10 +10,16 @@
 // from source ranks 0, 1, .., then expert 1's, ..): the order the expert GEMMs read.
 // combine is its inverse. In backward each is the other's adjoint: the output gradients go
 // to the experts by a dispatch, the input gradients come back by a combine.
+//
+// Each also comes as a start and a finish (start_dispatch / start_combine), so that the
+// layer can compute while rows travel (--moe-overlap-parts, docs/moe.md "Overlapped
+// all-to-all"): start moves nothing it does not have to and returns at once; finish waits
+// and completes. The blocking calls are start + finish.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 namespace mt {
 
@@ -22,6 +28,15 @@ struct ExchangeCounts {
   const int32_t* send;  // (ep, El): rows this rank sends to local expert i of rank d
   const int32_t* recv;  // (ep, El): rows rank s sends to this rank's local expert i
   int per_rank;         // El, local experts per rank
+};
+
+// An exchange started and not yet finished. finish() once, on the thread that started it;
+// until then the buffers and counts passed to the start stay alive and untouched (dst may
+// be read only after finish).
+class PendingExchange {
+ public:
+  virtual ~PendingExchange() = default;
+  virtual void finish() = 0;
 };
 
 class TokenExchange {
@@ -43,6 +58,29 @@ class TokenExchange {
                         int width) = 0;
   virtual void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                        int width) = 0;
+
+  // The same exchanges, split: dispatch's rows travel into staging between start and
+  // finish, and finish regroups them into dst; combine regroups src into staging at the
+  // start, and its rows travel into dst until finish. Exchanges started on one group finish
+  // in the order they were started, on every rank. By default (ep = 1, where nothing
+  // travels) start does the whole exchange and finish nothing.
+  virtual std::unique_ptr<PendingExchange> start_dispatch(float* dst, const float* src,
+                                                          float* staging, const ExchangeCounts& c,
+                                                          int width) {
+    dispatch(dst, src, staging, c, width);
+    return std::make_unique<Finished>();
+  }
+  virtual std::unique_ptr<PendingExchange> start_combine(float* dst, const float* src,
+                                                         float* staging, const ExchangeCounts& c,
+                                                         int width) {
+    combine(dst, src, staging, c, width);
+    return std::make_unique<Finished>();
+  }
+
+ private:
+  struct Finished final : PendingExchange {
+    void finish() override {}
+  };
 };
 
 // ep = 1: every expert is local and the expert-sorted order already is expert-major, so

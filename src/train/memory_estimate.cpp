@@ -35,6 +35,7 @@ DryModelShape dry_shape(const TrainOptions& o) {
   DryModelShape shape;
   shape.tp = par.tp;
   shape.ep = par.ep;
+  shape.moe_overlap_parts = par.moe_overlap_parts;
   shape.sequence_parallel = par.sequence_parallel && par.tp > 1;
   shape.max_b = microbatch_size(o);
   shape.recompute = o.optim.recompute;

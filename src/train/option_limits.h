@@ -23,6 +23,7 @@ constexpr int kMaxVocab = 2147483647;      // int32 ids (version-2 token shards)
 constexpr int kMaxExperts = 4096;          // experts per MoE layer (and --topk)
 constexpr int kMaxRanks = 1 << 20;         // one of --dp --tp --pp --ep, and their product
 constexpr int kMaxBatch = 1 << 20;         // global batch in sequences (and --microbatches)
+constexpr int kMaxOverlapParts = 1024;     // --moe-overlap-parts (parts of a microbatch)
 constexpr int kMaxSteps = 1000000000;      // steps and every "every N steps" flag
 constexpr int kMaxEvalBatches = 1000000;   // batches per evaluation
 constexpr int kMaxSampleTokens = 1000000;  // tokens of the final sample

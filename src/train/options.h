@@ -20,6 +20,9 @@ namespace mt {
 
 struct ParallelOptions {
   int dp = 1, tp = 1, pp = 1, ep = 1;
+  // Parts of a microbatch whose expert all-to-alls overlap the experts of another part
+  // (model/moe_parts.h, docs/moe.md "Overlapped all-to-all"); 1: not overlapped.
+  int moe_overlap_parts = 1;
   int cp = 1;                    // context parallelism: each sequence split over cp ranks
   std::string cp_comm = "ring";  // ring | allgather (docs/context_parallel.md)
   int microbatches = 1;

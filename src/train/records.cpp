@@ -71,6 +71,11 @@ nlohmann::json to_json(const StepRecord& r, const MoeMetrics& moe) {
     j["cp_comm_calls"] = r.cp->calls;
     j["cp_comm_wait_s"] = r.cp->wait_s;
   }
+  if (r.ep) {
+    j["ep_comm_bytes"] = r.ep->bytes;
+    j["ep_comm_calls"] = r.ep->calls;
+    j["ep_comm_wait_s"] = r.ep->wait_s;
+  }
   moe.add_to(j);
   if (r.val_loss) j["val_loss"] = *r.val_loss;
   return j;

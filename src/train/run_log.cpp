@@ -69,6 +69,7 @@ nlohmann::json RunLog::run_record(const std::string& backend) const {
                         {"tp", p.tp},
                         {"pp", p.pp},
                         {"ep", p.ep},
+                        {"moe_overlap_parts", p.moe_overlap_parts},
                         {"cp", p.cp},
                         {"cp_comm", p.cp_comm},
                         {"zero", p.zero},

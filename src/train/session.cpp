@@ -126,7 +126,10 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       val(make_val_loader(o, ctx)),
       dispatcher(make_dispatcher(o.parallel, ctx)),
       model(rank_model(o), chunk_specs(o, ctx), tp_shard(o, ctx), train.micro_batch_size(),
-            ExpertParallelShard{ctx.coord.ep_rank, o.parallel.ep, dispatcher.get()},
+            ExpertParallelShard{.rank = ctx.coord.ep_rank,
+                                .size = o.parallel.ep,
+                                .exchange = dispatcher.get(),
+                                .overlap_parts = o.parallel.moe_overlap_parts},
             o.optim.recompute, o.optim.precision, cp_shard(o, ctx)),
       // Gradients are partial sums over the batch (dp) and over the sequence (cp): the
       // replicas are the dp_cp group (ctx.dp itself without cp).

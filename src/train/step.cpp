@@ -25,6 +25,7 @@ MicrobatchStats forward_backward(Session& s, Trace& trace) {
   s.model.weights_changed();  // bf16 copies: converted once, at their first use this step
   s.dp.begin_step(s.opts.parallel.microbatches);
   s.moe_metrics.begin_step();
+  if (s.dispatcher) s.dispatcher->set_span_sink(trace_sink(trace));
   return s.runner->run(s.train.inputs(0), s.train.targets(0), dloss, trace_sink(trace));
 }
 
@@ -100,11 +101,17 @@ void optimizer_step(Session& s, int step, double lr, float grad_scale, Trace& tr
 }
 
 struct CommCounters {
-  CommStats dp, tp, cp;
+  CommStats dp, tp, cp, ep;
 };
 
 CommCounters comm_counters(const Session& s) {
-  return {s.ctx.dp_cp->stats(), s.ctx.tp->stats(), s.ctx.cp ? s.ctx.cp->stats() : CommStats{}};
+  return {s.ctx.dp_cp->stats(), s.ctx.tp->stats(), s.ctx.cp ? s.ctx.cp->stats() : CommStats{},
+          s.ctx.ep ? s.ctx.ep->stats() : CommStats{}};
+}
+
+GroupComm difference(const CommStats& after, const CommStats& before) {
+  return {after.bytes_sent - before.bytes_sent, after.calls - before.calls,
+          after.wait_seconds - before.wait_seconds};
 }
 
 void add_comm(StepRecord& r, Session& s, const CommCounters& before) {
@@ -112,12 +119,9 @@ void add_comm(StepRecord& r, Session& s, const CommCounters& before) {
   const uint64_t tp_bytes = after.tp.bytes_sent - before.tp.bytes_sent;
   r.comm_exposed_s = s.dp.take_exposed_seconds();
   r.comm_bytes = after.dp.bytes_sent - before.dp.bytes_sent + tp_bytes;
-  if (s.opts.parallel.tp > 1)
-    r.tp = GroupComm{tp_bytes, after.tp.calls - before.tp.calls,
-                     after.tp.wait_seconds - before.tp.wait_seconds};
-  if (s.ctx.cp)
-    r.cp = GroupComm{after.cp.bytes_sent - before.cp.bytes_sent, after.cp.calls - before.cp.calls,
-                     after.cp.wait_seconds - before.cp.wait_seconds};
+  if (s.opts.parallel.tp > 1) r.tp = difference(after.tp, before.tp);
+  if (s.ctx.cp) r.cp = difference(after.cp, before.cp);
+  if (s.opts.parallel.ep > 1) r.ep = difference(after.ep, before.ep);
 }
 
 void add_rates(StepRecord& r, const Session& s) {

@@ -43,6 +43,9 @@ struct StepRecord {
   // With context parallelism: the K/V (and dK/dV) traffic; wait_s is the part of the
   // transfers not hidden behind the attention (docs/context_parallel.md).
   std::optional<GroupComm> cp;
+  // With expert parallelism: the MoE token all-to-alls; wait_s is the part of them not
+  // hidden behind the experts' compute (docs/moe.md, "Overlapped all-to-all").
+  std::optional<GroupComm> ep;
   std::optional<BubbleMeasure> bubble;  // with a pipeline
   std::optional<double> val_loss;       // on evaluation steps (set by the trainer)
   MicrobatchStats microbatches;         // what the runner reported

@@ -191,7 +191,11 @@ void validate_experts(const TrainOptions& o) {
     MT_REQUIRE(p.dp % p.ep == 0, "--ep ", p.ep, " must divide --dp ", p.dp);
     MT_REQUIRE(experts % p.ep == 0, "--ep ", p.ep, " must divide --experts ", experts);
   }
-  if (experts == 0) return;
+  if (experts == 0) {
+    MT_REQUIRE(p.moe_overlap_parts == 1, "--moe-overlap-parts ", p.moe_overlap_parts,
+               " needs --experts > 0 (it overlaps the experts' all-to-all)");
+    return;
+  }
   MT_REQUIRE(m.moe_layers() > 0, "--moe-every ", m.moe_every, " with --layers ", m.layers,
              m.first_dense_layers > 0 ? str(" and --first-dense-layers ", m.first_dense_layers)
                                       : std::string(),

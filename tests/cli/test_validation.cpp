@@ -109,6 +109,8 @@ const std::vector<Case>& cases() {
       // experts (these fired inside the ranks, in block.cpp, moe_layer.cpp, trainer.cpp and
       // data_parallel.cpp, before the rules were gathered)
       {"--dp 2 --ep 2", "--ep 2 needs --experts > 0"},
+      {"--moe-overlap-parts 2", "--moe-overlap-parts 2 needs --experts > 0"},
+      {"--experts 4 --moe-overlap-parts 0", "--moe-overlap-parts must be in 1..1024 (got 0)"},
       {"--experts 4 --ep 2", "--ep 2 must divide --dp 1"},
       {"--dp 2 --ep 2 --experts 3", "--ep 2 must divide --experts 3"},
       {"--experts 4 --tp 2 --batch 1 --seq 7",

@@ -113,6 +113,22 @@ inline void check_all_to_all(Communicator& c, size_t count, bool in_place) {
   expect_eq(recv, want, str(c.name(), " all_to_all_v count ", count, in_place ? " in place" : ""));
 }
 
+// Rank 0 sends nothing and receives from everyone else (an MoE rank none of whose rows go
+// anywhere, docs/moe.md): its empty send must not alias its receive buffer.
+inline void check_all_to_all_silent_sender(Communicator& c, size_t count) {
+  const int n = c.size(), r = c.rank();
+  std::vector<size_t> sc(n, r == 0 ? 0 : count), rc(n, count);
+  rc[0] = 0;
+  std::vector<int32_t> send, want;
+  for (int j = 0; j < n; ++j)
+    for (size_t k = 0; k < sc[j]; ++k) send.push_back(int32_t(100 * r + 10 * j + k % 10));
+  for (int q = 1; q < n; ++q)
+    for (size_t k = 0; k < count; ++k) want.push_back(int32_t(100 * q + 10 * r + k % 10));
+  std::vector<int32_t> recv(want.size());
+  c.all_to_all_v(send.data(), sc.data(), recv.data(), rc.data(), DType::i32).wait();
+  expect_eq(recv, want, str(c.name(), " all_to_all_v from silent rank 0, count ", count));
+}
+
 // Two messages to the same peer with different tags, received in the opposite order:
 // tags, not arrival order, must decide which buffer gets which.
 inline void check_send_recv(Communicator& c, size_t count) {
@@ -181,6 +197,7 @@ inline void run_suite(Communicator& c, bool quick, bool exact_stats = true,
     }
     check_broadcast(c, count);
     check_send_recv(c, count);
+    if (count > 0) check_all_to_all_silent_sender(c, count);
     c.barrier().wait();
   }
   if (exact_stats) check_stats(c);

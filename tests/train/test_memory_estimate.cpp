@@ -176,6 +176,13 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.parallel.ep = 2;
          o.parallel.dp = 2;
        }},
+      {"experts 4 ep 2 dp 2 overlap 3",
+       [](TrainOptions& o) {
+         o.model.experts = 4;
+         o.parallel.ep = 2;
+         o.parallel.dp = 2;
+         o.parallel.moe_overlap_parts = 3;
+       }},
       {"experts 4 ep 2 dp 2 zero 2",
        [](TrainOptions& o) {
          o.model.experts = 4;

@@ -351,8 +351,11 @@ Work HierarchicalCommunicator::all_to_all_v(const void* send, const size_t* send
       n1 += send1[k];
       n2 += recv1[k];
     }
-    char* out1 = s->scratch((n1 + 2 * n2) * es);
-    char* in1 = out1 + n1 * es;
+    // One element of gap when this member sends nothing, so that its (empty) send never
+    // starts where its receive does: the local backend refuses an in-place all-to-all-v.
+    const size_t gap = n1 == 0 ? 1 : 0;
+    char* out1 = s->scratch((n1 + gap + 2 * n2) * es);
+    char* in1 = out1 + (n1 + gap) * es;
     char* out2 = in1 + n2 * es;
     std::vector<size_t> disp(N + 1, 0);
     for (size_t g = 0; g < N; ++g) disp[g + 1] = disp[g] + sc[g];

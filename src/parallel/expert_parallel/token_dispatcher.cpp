@@ -1,58 +1,120 @@
 #include "parallel/expert_parallel/token_dispatcher.h"
 
+#include <utility>
+
 #include "core/error.h"
+#include "core/timer.h"
 #include "kernels/token_permutation.h"
 
 namespace mt {
 
+// A started exchange: the all-to-all-v's Work, the counts it reads, and for a dispatch the
+// regroup that finish does once the rows are in staging.
+class TokenDispatcher::Pending final : public PendingExchange {
+ public:
+  struct Regroup {
+    float* dst = nullptr;  // null: a combine, nothing to do after the wait
+    const float* staging = nullptr;
+    const int32_t* recv = nullptr;
+    int ranks = 0, per_rank = 0, width = 0;
+  };
+  Pending(const TokenDispatcher& owner, Elems elems) : owner_(owner), elems_(std::move(elems)) {}
+  void start(Work w, const Regroup& r) { work_ = std::move(w), regroup_ = r; }
+  const Elems& elems() const { return elems_; }
+  void finish() override {
+    owner_.wait(work_);
+    const Regroup& r = regroup_;
+    if (r.dst)
+      regroup_blocks(r.dst, r.staging, r.recv, r.ranks, r.per_rank, r.width,
+                     /*to_expert_major=*/true);
+  }
+
+ private:
+  const TokenDispatcher& owner_;
+  Elems elems_;
+  Work work_;
+  Regroup regroup_;
+};
+
 TokenDispatcher::TokenDispatcher(std::shared_ptr<Communicator> ep)
-    : ep_(std::move(ep)),
-      send_rows_(ep_->size()),
-      recv_rows_(ep_->size()),
-      send_elems_(ep_->size()),
-      recv_elems_(ep_->size()) {}
+    : ep_(std::move(ep)), send_elems_(ep_->size()), recv_elems_(ep_->size()) {}
 
 void TokenDispatcher::exchange_counts(const int32_t* send_counts, int32_t* recv_counts,
                                       int per_rank) {
   for (int d = 0; d < size(); ++d) send_elems_[d] = recv_elems_[d] = size_t(per_rank);
   WaitedAtOnce at_once;
-  ep_->all_to_all_v(send_counts, send_elems_.data(), recv_counts, recv_elems_.data(), DType::i32)
-      .wait();
+  Work w = ep_->all_to_all_v(send_counts, send_elems_.data(), recv_counts, recv_elems_.data(),
+                             DType::i32);
+  wait(w);
 }
 
-void TokenDispatcher::rank_rows(const ExchangeCounts& c) {
+TokenDispatcher::Elems TokenDispatcher::dispatch_elems(const ExchangeCounts& c, int width) const {
+  Elems e{std::vector<size_t>(size()), std::vector<size_t>(size())};
   for (int d = 0; d < size(); ++d) {
-    send_rows_[d] = recv_rows_[d] = 0;
-    for (int e = 0; e < c.per_rank; ++e) {
-      send_rows_[d] += c.send[d * c.per_rank + e];
-      recv_rows_[d] += c.recv[d * c.per_rank + e];
+    int64_t out = 0, in = 0;
+    for (int i = 0; i < c.per_rank; ++i) {
+      out += c.send[d * c.per_rank + i];
+      in += c.recv[d * c.per_rank + i];
     }
+    MT_CHECK(out >= 0 && in >= 0, "negative row count");
+    e.to_rank[d] = size_t(out) * width;
+    e.from_rank[d] = size_t(in) * width;
   }
+  return e;
 }
 
-void TokenDispatcher::exchange_rows(const float* send, const int32_t* send_rows, float* recv,
-                                    const int32_t* recv_rows, int width) {
-  for (int d = 0; d < size(); ++d) {
-    MT_CHECK(send_rows[d] >= 0 && recv_rows[d] >= 0, "negative row count");
-    send_elems_[d] = size_t(send_rows[d]) * width;
-    recv_elems_[d] = size_t(recv_rows[d]) * width;
-  }
-  WaitedAtOnce at_once;  // no wake-up of the ep communicator's progress thread
-  ep_->all_to_all_v(send, send_elems_.data(), recv, recv_elems_.data(), DType::f32).wait();
+void TokenDispatcher::wait(Work& w) const {
+  if (!sink_) return w.wait();
+  const double begin = now_seconds();
+  w.wait();
+  sink_("ep all-to-all wait", "comm", begin, now_seconds());
+}
+
+Work TokenDispatcher::exchange_rows(const float* send, float* recv, const Elems& e) {
+  return ep_->all_to_all_v(send, e.to_rank.data(), recv, e.from_rank.data(), DType::f32);
 }
 
 void TokenDispatcher::dispatch(float* dst, const float* src, float* staging,
                                const ExchangeCounts& c, int width) {
-  rank_rows(c);
-  exchange_rows(src, send_rows_.data(), staging, recv_rows_.data(), width);
+  const Elems e = dispatch_elems(c, width);
+  {
+    WaitedAtOnce at_once;  // no wake-up of the ep communicator's progress thread
+    Work w = exchange_rows(src, staging, e);
+    wait(w);
+  }
   regroup_blocks(dst, staging, c.recv, size(), c.per_rank, width, /*to_expert_major=*/true);
 }
 
 void TokenDispatcher::combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                               int width) {
-  rank_rows(c);
+  Elems e = dispatch_elems(c, width);
+  std::swap(e.to_rank, e.from_rank);
   regroup_blocks(staging, src, c.recv, size(), c.per_rank, width, /*to_expert_major=*/false);
-  exchange_rows(staging, recv_rows_.data(), dst, send_rows_.data(), width);
+  WaitedAtOnce at_once;
+  Work w = exchange_rows(staging, dst, e);
+  wait(w);
+}
+
+std::unique_ptr<PendingExchange> TokenDispatcher::start_dispatch(float* dst, const float* src,
+                                                                 float* staging,
+                                                                 const ExchangeCounts& c,
+                                                                 int width) {
+  auto p = std::make_unique<Pending>(*this, dispatch_elems(c, width));
+  p->start(exchange_rows(src, staging, p->elems()),
+           Pending::Regroup{dst, staging, c.recv, size(), c.per_rank, width});
+  return p;
+}
+
+std::unique_ptr<PendingExchange> TokenDispatcher::start_combine(float* dst, const float* src,
+                                                                float* staging,
+                                                                const ExchangeCounts& c,
+                                                                int width) {
+  Elems e = dispatch_elems(c, width);
+  std::swap(e.to_rank, e.from_rank);
+  auto p = std::make_unique<Pending>(*this, std::move(e));
+  regroup_blocks(staging, src, c.recv, size(), c.per_rank, width, /*to_expert_major=*/false);
+  p->start(exchange_rows(staging, dst, p->elems()), Pending::Regroup{});
+  return p;
 }
 
 }  // namespace mt

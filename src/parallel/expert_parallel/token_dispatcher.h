@@ -10,6 +10,14 @@
 // Combine regroups back to source-major and sends the expert outputs back with the count
 // arrays swapped; the counts of step 1 are kept in the microbatch's slot, so combine and
 // both backward exchanges need no further count exchange.
+//
+// Started exchanges (start_dispatch / start_combine) issue the payload all-to-all-v and
+// return; the communicator moves the rows in the background (the local backend's progress
+// thread, MPI's own progress) while the layer computes. Each started exchange owns its
+// element counts, which the communicator reads until it completes.
+//
+// With a span sink set (the trainer's --trace), every wait on the ep group, blocking or at
+// a finish, becomes an "ep all-to-all wait" span: the exposed part of the exchanges.
 #pragma once
 
 #include <memory>
@@ -17,6 +25,7 @@
 
 #include "comm/communicator.h"
 #include "model/token_exchange.h"
+#include "parallel/microbatch_runner.h"
 
 namespace mt {
 
@@ -31,18 +40,31 @@ class TokenDispatcher final : public TokenExchange {
                 int width) override;
   void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                int width) override;
+  std::unique_ptr<PendingExchange> start_dispatch(float* dst, const float* src, float* staging,
+                                                  const ExchangeCounts& c, int width) override;
+  std::unique_ptr<PendingExchange> start_combine(float* dst, const float* src, float* staging,
+                                                 const ExchangeCounts& c, int width) override;
+
+  // Where the waits go (empty: nowhere). The sink must outlive the calls.
+  void set_span_sink(SpanSink sink) { sink_ = std::move(sink); }
 
  private:
-  // Rows sent to and received from each rank: the sums of c.send and c.recv per rank.
-  void rank_rows(const ExchangeCounts& c);
-  // Sends send_rows[d] rows to each rank d, receives recv_rows[s] rows from each rank s, and
-  // waits for it.
-  void exchange_rows(const float* send, const int32_t* send_rows, float* recv,
-                     const int32_t* recv_rows, int width);
+  class Pending;
+  // Element counts of one payload all-to-all-v: to_rank[d] floats go to rank d, from_rank[s]
+  // come from rank s (row counts summed per rank from c, times width).
+  struct Elems {
+    std::vector<size_t> to_rank, from_rank;
+  };
+  // The dispatch direction's counts (c.send out, c.recv in); combine swaps them.
+  Elems dispatch_elems(const ExchangeCounts& c, int width) const;
+  // Issues the payload all-to-all-v with e's counts.
+  Work exchange_rows(const float* send, float* recv, const Elems& e);
+  // w.wait(), reported to the sink.
+  void wait(Work& w) const;
 
   std::shared_ptr<Communicator> ep_;
-  std::vector<int32_t> send_rows_, recv_rows_;
-  // Element counts handed to the communicator; they must outlive the call, hence members.
+  SpanSink sink_;
+  // Element counts handed to the blocking calls; they must outlive the call, hence members.
   std::vector<size_t> send_elems_, recv_elems_;
 };
 

@@ -1,0 +1,82 @@
+// The overlapped exchange of one MoE layer (--moe-overlap-parts P > 1; docs/moe.md,
+// "Overlapped all-to-all"): a microbatch's tokens are cut into P parts of consecutive
+// tokens, each part's rows travel to the experts and back by their own all-to-all, and the
+// exchanges of one part run while the experts compute another (Megatron-LM's
+// --overlap-moe-expert-parallel-comm splits a batch in two the same way):
+//
+//   dispatch 0 | dispatch 1  | dispatch 2  | ..               |
+//              | experts 0   | experts 1   | .. | experts P-1 |
+//              |             | combine 0   | .. | combine P-2 | combine P-1
+//
+// Only the first part's dispatch and the last part's combine are exposed: 1/P of the
+// exchange, once the experts of a part take as long as its exchange. Routing (and with it
+// the aux loss and the capacity plan) is the whole microbatch's, as without parts; each
+// token's experts compute the same rows; only the experts' weight gradients are summed part
+// by part (so results equal one worker's to rounding, not bit for bit).
+//
+// Layouts, per microbatch, kept in its slot for the backward pass:
+//   send side: the kept rows part-major (part 0's rows expert-sorted, then part 1's, ..);
+//              row_of maps each (token, choice) to its part-major row (-1: dropped).
+//   receive side: part p's rows, expert-major, in a region of their own, the regions in
+//              reverse part order (part P-1's first). An ExpertMlp call on one region may
+//              use the rows below it as scratch (expert_mlp.h), and those belong to parts
+//              whose experts run later, never to one already computed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/activation_pool.h"
+#include "model/expert_mlp.h"
+#include "model/token_exchange.h"
+
+namespace mt {
+
+class MoeParts {
+ public:
+  // P parts for a layer of E = ranks * El experts, top-k, up to max_rows token rows.
+  MoeParts(int parts, int ranks, int El, int k, int max_rows, SlotLayout& layout);
+  int parts() const { return P_; }
+
+  // After routing: the parts of `rows` tokens and their M kept rows (router's row_token,
+  // row_of, per-expert send counts), this rank's part-major row_of in the slot, and the
+  // counts every rank receives per part (one blocking count exchange over x). Returns the
+  // part-major row_token (valid until the next call), for gathering the rows to send.
+  const int32_t* plan(float* s, const int32_t* row_token, const int32_t* row_of,
+                      const int32_t* send_counts, int rows, int M, TokenExchange& x);
+  // Part-major (token, choice) -> row, as plan left it: (rows, k).
+  const int32_t* row_of(float* s) const { return ints(s, off_.row_of); }
+
+  // The pipeline above for one pass. `rows` (M, C) holds the part-major rows to send and
+  // receives the results back in place; `in` and `out` (R, C) are the experts' input and
+  // output rows (in may be out), `staging` (R, C) the exchanges' staging. compute(g) runs
+  // the experts on one part's region g, from in to out.
+  using Compute = std::function<void(const ExpertGroups& g)>;
+  void run(float* s, TokenExchange& x, float* rows, float* in, float* out, float* staging,
+           int width, const Compute& compute);
+  // Each part's expert groups in turn (for the weight gradients).
+  void for_each_part(float* s, const Compute& compute);
+
+ private:
+  static int32_t* ints(float* s, size_t off) { return reinterpret_cast<int32_t*>(s + off); }
+  ExchangeCounts counts(float* s, int p) const;
+  // Part p's receive region (start row, rows) and send rows (start, rows), from the counts.
+  struct Span {
+    int64_t begin = 0, rows = 0;
+  };
+  Span send_span(float* s, int p) const;
+  Span recv_span(float* s, int p) const;
+  ExpertGroups groups(float* s, int p);
+  void exchange_part_counts(float* s, TokenExchange& x);
+
+  int P_, ranks_, El_, k_;
+  std::vector<int32_t> part_row_token_, pm_pos_, expert_cursor_, offset_;
+  std::vector<int32_t> counts_out_, counts_in_;  // (ranks, P, El) for the count exchange
+  struct {
+    size_t send, recv;  // (P, ranks, El) each
+    size_t row_of;      // (rows, k)
+  } off_{};
+};
+
+}  // namespace mt

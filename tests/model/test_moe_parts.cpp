@@ -1,0 +1,103 @@
+// --moe-overlap-parts (model/moe_parts.h): a layer that cuts its microbatch into P parts
+// and pipelines their exchanges computes what the layer without parts does. At ep = 1 on
+// the identity exchange: every token's output and input gradient the same (each row meets
+// the same expert weights; the parts change which GEMM call it is in), the weight gradients
+// the same to rounding (summed part by part), including parts of uneven size and more parts
+// than a part has rows for some expert; and the layer starts P dispatches and P combines
+// per pass after one count exchange.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model/moe_test_util.h"
+
+namespace mt {
+namespace {
+
+using moe_test::Harness;
+
+// Counts the started exchanges an overlapped layer issues.
+class CountingExchange final : public TokenExchange {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void exchange_counts(const int32_t* send, int32_t* recv, int per_rank) override {
+    ++counts;
+    inner_.exchange_counts(send, recv, per_rank);
+  }
+  void dispatch(float* dst, const float* src, float* staging, const ExchangeCounts& c,
+                int width) override {
+    inner_.dispatch(dst, src, staging, c, width);
+  }
+  void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
+               int width) override {
+    inner_.combine(dst, src, staging, c, width);
+  }
+  std::unique_ptr<PendingExchange> start_dispatch(float* dst, const float* src, float* staging,
+                                                  const ExchangeCounts& c, int width) override {
+    ++dispatches;
+    return inner_.start_dispatch(dst, src, staging, c, width);
+  }
+  std::unique_ptr<PendingExchange> start_combine(float* dst, const float* src, float* staging,
+                                                 const ExchangeCounts& c, int width) override {
+    ++combines;
+    return inner_.start_combine(dst, src, staging, c, width);
+  }
+  int counts = 0, dispatches = 0, combines = 0;
+
+ private:
+  IdentityExchange inner_;
+};
+
+float rel_diff(const float* a, const float* b, size_t n) {
+  double d = 0, s = 0;
+  for (size_t i = 0; i < n; ++i) {
+    d += double(a[i] - b[i]) * (a[i] - b[i]);
+    s += double(a[i]) * a[i];
+  }
+  return float(std::sqrt(d / std::max(s, 1e-30)));
+}
+
+void check_parts(int parts, bool bf16) {
+  const int N = 24, C = 16, E = 4;
+  const ModelConfig cfg = moe_test::config(C, E, 2, 1.0f);
+  uint64_t version = 1;
+  CountingExchange counting;
+  ExpertParallelShard whole, split{.rank = 0, .size = 1, .exchange = &counting};
+  split.overlap_parts = parts;
+  if (bf16) whole.bf16_version = split.bf16_version = &version;
+  Harness a(cfg, whole, N), b(cfg, split, N);
+  const auto h = moe_test::random_vec(size_t(N) * C, 3, 1);
+  const auto dy = moe_test::random_vec(size_t(N) * C, 3, 2);
+  std::vector<float> ya(h.size()), yb(h.size()), dha(h.size()), dhb(h.size());
+  a.layer->forward(a.slot(), h.data(), ya.data(), N);
+  b.layer->forward(b.slot(), h.data(), yb.data(), N);
+  EXPECT_EQ(counting.counts, 1);
+  EXPECT_EQ(counting.dispatches, parts);
+  EXPECT_EQ(counting.combines, parts);
+  a.layer->backward_input(a.slot(), h.data(), dy.data(), dha.data(), N);
+  b.layer->backward_input(b.slot(), h.data(), dy.data(), dhb.data(), N);
+  EXPECT_EQ(counting.dispatches, 2 * parts);
+  a.layer->backward_weight(a.slot(), h.data(), N);
+  b.layer->backward_weight(b.slot(), h.data(), N);
+
+  const float tol = bf16 ? 1e-2f : 1e-6f;
+  EXPECT_LE(rel_diff(ya.data(), yb.data(), ya.size()), tol) << parts << " parts";
+  EXPECT_LE(rel_diff(dha.data(), dhb.data(), dha.size()), tol) << parts << " parts";
+  for (const ParamInfo& p : a.table.entries())
+    EXPECT_LE(rel_diff(a.grad(p.name), b.grad(p.name), p.numel), tol) << p.name;
+  EXPECT_GT(b.layer->stats().dropped, 0) << "capacity 1.0 should drop some assignments";
+}
+
+TEST(MoeParts, EqualToOnePartFp32) {
+  for (int parts : {2, 3, 5, 24}) check_parts(parts, false);
+}
+
+TEST(MoeParts, EqualToOnePartBf16) {
+  for (int parts : {2, 5}) check_parts(parts, true);
+}
+
+}  // namespace
+}  // namespace mt
