@@ -148,7 +148,7 @@ void resolve_train_options(TrainOptions& o) {
   // Every path, before any file is opened for its contents (a FIFO would block the open).
   resolve_save_path(o.io);
   o.io.report_page = report_page_of(o.io.metrics);
-  if (o.io.resume == "auto") {
+  if (o.io.resume_auto) {
     // Validated with the rest below; the choice needs only --save.
     MT_REQUIRE(!o.io.save.empty(),
                "--resume auto looks for checkpoints under --save DIR: give --save");
@@ -156,7 +156,7 @@ void resolve_train_options(TrainOptions& o) {
                "--resume auto chooses the checkpoint itself: drop --load / --init-from");
     o.io.load = newest_checkpoint(o.io, warn);
     o.io.resumed = !o.io.load.empty();
-    o.io.resume.clear();
+    o.io.resume_auto = false;
     if (!o.io.quiet && launcher_from_env().rank == 0)
       std::printf("meshtrain: --resume auto: %s\n", o.io.load.empty()
                                                         ? "no checkpoint yet, starting fresh"
@@ -192,7 +192,7 @@ void resolve_train_options(TrainOptions& o) {
   // before any rank starts.
   if (o.parallel.auto_layout) {
     // The planner does not predict the V yet (meshtrain plan refuses it too).
-    MT_REQUIRE(o.parallel.schedule != "dualpipev",
+    MT_REQUIRE(o.parallel.schedule != ScheduleKind::dualpipev,
                "--auto-layout cannot plan --schedule dualpipev yet: give the layout (--pp, "
                "--microbatches) instead");
     const std::string why = plan::apply_auto_layout(o, plan::default_local_profile_path());
@@ -224,7 +224,7 @@ struct Launch {
 };
 
 void prepare_launch(TrainOptions& o, Launch& launch) {
-  const bool mpi = o.engine.backend == "mpi";
+  const bool mpi = o.engine.backend == Backend::mpi;
   resolve_train_options(o);
   check_memory_fits(o);  // before any rank allocates: a refusal with figures, not an OOM kill
   // One writer per --save directory, held until the run ends (checkpoint/save_lock.h). Under
@@ -256,7 +256,7 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
 }  // namespace
 
 int run_training(TrainOptions o, int* argc, char*** argv) {
-  const bool mpi = o.engine.backend == "mpi";
+  const bool mpi = o.engine.backend == Backend::mpi;
   Launch launch;
   // Under mpirun every process prepares alone, and one may fail where another does not (its
   // host's files, its memory): the processes agree in MPI on who prints, and exit together
