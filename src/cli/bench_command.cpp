@@ -21,15 +21,20 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
   auto c = std::make_shared<CommBenchOptions>();
   CLI::App* comm = bench->add_subcommand(
       "comm", "collective bandwidth table (nccl-tests style: bytes, time, algbw, busbw)");
-  comm->add_option("--backend", c->backend, "local|mpi")->capture_default_str();
+  comm->add_option_function<std::string>(
+          "--backend", [c](const std::string& text) { c->backend = bench_backend_of(text); },
+          "local|mpi")
+      ->default_str("local");
   comm->add_option("--ranks", c->ranks, "ranks (local backend; MPI takes the launcher's)")
       ->capture_default_str();
   comm->add_option("--ranks-per-process", c->ranks_per_process,
                    "mpi: ranks each process runs as threads (hybrid world, hierarchical "
                    "collectives; 1 = flat MPI)")
       ->capture_default_str();
-  comm->add_option("--op", c->op, "all_reduce|reduce_scatter|all_gather|all_to_all|broadcast")
-      ->capture_default_str();
+  comm->add_option_function<std::string>(
+          "--op", [c](const std::string& text) { c->op = bench_op_of(text); },
+          "all_reduce|reduce_scatter|all_gather|all_to_all|broadcast")
+      ->default_str("all_reduce");
   comm->add_option("--min-bytes", c->min_bytes, "smallest message")->capture_default_str();
   comm->add_option("--max-bytes", c->max_bytes, "largest message")->capture_default_str();
   comm->add_option("--iters", c->iters, "calls per timed repeat")->capture_default_str();
@@ -62,7 +67,7 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
   gemm->add_option("--threads", *threads, "threads")->capture_default_str();
   return [=]() -> int {
     if (comm->parsed() && *under_compute) {
-      MT_REQUIRE(c->backend == "local", "--under-compute needs --backend local");
+      MT_REQUIRE(c->backend == Backend::local, "--under-compute needs --backend local");
       uc->ranks = c->ranks;
       if (comm->count("--iters") > 0) uc->iters = c->iters;
       if (comm->count("--repeats") > 0) uc->repeats = c->repeats;

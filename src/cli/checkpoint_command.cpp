@@ -7,11 +7,12 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "train/checkpoint/global_checkpoint.h"
+#include "model/precision.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/checkpoint_location.h"
-#include "train/checkpoint/consolidate.h"
 #include "train/checkpoint/checkpoint_paths.h"
+#include "train/checkpoint/consolidate.h"
+#include "train/checkpoint/global_checkpoint.h"
 
 namespace mt {
 
@@ -56,15 +57,14 @@ CommandRunner add_checkpoint_command(CLI::App& app) {
 namespace {
 
 struct ExportArgs {
-  std::string from, to, to_hf, dtype = "fp32";
+  std::string from, to, to_hf;
+  Precision dtype = Precision::fp32;
 };
 
 int run_export(const ExportArgs& a) {
   MT_REQUIRE(a.to.empty() != a.to_hf.empty(),
              "give exactly one of --to FILE.safetensors or --to-hf DIR");
-  MT_REQUIRE(a.dtype == "fp32" || a.dtype == "bf16", "--export-dtype must be fp32 or bf16 (got '",
-             a.dtype, "')");
-  const bool bf16 = a.dtype == "bf16";
+  const bool bf16 = a.dtype == Precision::bf16;
   const std::string from = resolve_checkpoint_dir("--from", a.from);
   if (!a.to_hf.empty()) {
     const ConsolidateReport r = export_checkpoint_to_hf(from, a.to_hf, bf16);
@@ -94,8 +94,15 @@ CommandRunner add_export_command(CLI::App& app) {
   cmd->add_option("--to-hf", a->to_hf,
                   "output Hugging Face Llama directory (config.json, model.safetensors, "
                   "tokenizer.model when the checkpoint records one; docs/huggingface.md)");
-  cmd->add_option("--export-dtype", a->dtype, "fp32 or bf16: dtype of the written weights")
-      ->capture_default_str();
+  // Parsed once, as train's --export-dtype is (FlagSet::add_choice), in the same words.
+  cmd->add_option_function<std::string>(
+         "--export-dtype",
+         [a](const std::string& text) {
+           MT_REQUIRE(parse_precision(text, &a->dtype),
+                      "--export-dtype must be fp32 or bf16 (got '", text, "')");
+         },
+         "fp32 or bf16: dtype of the written weights")
+      ->default_str("fp32");
   return [a]() { return run_export(*a); };
 }
 

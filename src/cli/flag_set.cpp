@@ -269,6 +269,32 @@ void FlagSet::add_named(const char* section, const char* name, std::string help,
   flags_.push_back(std::move(f));
 }
 
+void FlagSet::add_text(const char* section, const char* name, std::string help,
+                       std::string type_name, std::function<std::string()> get,
+                       std::function<void(const std::string&, const std::string&)> set) {
+  Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false, {}};
+  const std::string flag = std::string("--") + name;
+  const std::string h = f.help;
+  auto text = std::make_shared<std::string>();
+  f.add_cli = [flag, h, text, type_name, get](CLI::App& app) {
+    *text = get();
+    return app.add_option(flag, *text, h)->capture_default_str()->type_name(type_name);
+  };
+  f.check = [flag, text, set](const CLI::Option* given) {
+    if (given && given->count() > 0) set(*text, flag);
+  };
+  // The flag's own wording for a config file's value too, as the validation that refused
+  // these values before they were parsed here did.
+  f.set_from_toml = [flag, set](const void* node, const std::string& where) {
+    auto v = static_cast<const toml::node*>(node)->value<std::string>();
+    MT_REQUIRE(v.has_value(), where, " must be a string");
+    set(*v, flag);
+  };
+  f.toml_value = [get] { return toml_literal(get()); };
+  f.json_value = [get] { return nlohmann::json(get()); };
+  flags_.push_back(std::move(f));
+}
+
 void FlagSet::register_cli(CLI::App& app) {
   for (Flag& f : flags_) f.option = f.add_cli(app)->group(f.section);
 }

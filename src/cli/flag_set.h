@@ -63,6 +63,16 @@ class FlagSet {
                   std::vector<std::pair<std::string, E>> choices,
                   ChoiceRefusal refusal = ChoiceRefusal::one_of);
 
+  // A flag whose text is parsed into T here, once, from the command line or the config file,
+  // where the names are not a fixed list (--dp-sync local:H) or the refusal has its own
+  // wording (--schedule): parse(text, flag) returns the value or throws the UsageError naming
+  // the flag; format gives the text back (--help's default, --print-config).
+  template <typename T>
+  void add_parsed(const char* section, const char* name, T* target, std::string help,
+                  std::string type_name,
+                  std::function<T(const std::string& text, const std::string& flag)> parse,
+                  std::function<std::string(const T&)> format);
+
   // Adds every flag to `app`, grouped by section, defaults shown in --help.
   void register_cli(CLI::App& app);
   // Applies a TOML file; unknown sections/keys, wrong types and values out of range are
@@ -100,6 +110,10 @@ class FlagSet {
     std::function<nlohmann::json()> json_value;  // to_json's value
   };
   std::vector<Flag> flags_;
+  // add_parsed's untyped half: the value as its text.
+  void add_text(const char* section, const char* name, std::string help, std::string type_name,
+                std::function<std::string()> get,
+                std::function<void(const std::string& text, const std::string& flag)> set);
   // add_choice's untyped half: the enum as the index of its name in `names`.
   void add_named(const char* section, const char* name, std::string help,
                  std::vector<std::string> names, std::function<int()> get,
@@ -118,6 +132,18 @@ void FlagSet::add_choice(const char* section, const char* name, E* target, std::
   };
   auto set = [target, choices](int i) { *target = choices[size_t(i)].second; };
   add_named(section, name, std::move(help), std::move(names), get, set, refusal);
+}
+
+template <typename T>
+void FlagSet::add_parsed(const char* section, const char* name, T* target, std::string help,
+                         std::string type_name,
+                         std::function<T(const std::string& text, const std::string& flag)> parse,
+                         std::function<std::string(const T&)> format) {
+  auto get = [target, format] { return format(*target); };
+  auto set = [target, parse](const std::string& text, const std::string& flag) {
+    *target = parse(text, flag);
+  };
+  add_text(section, name, std::move(help), std::move(type_name), get, set);
 }
 
 }  // namespace mt

@@ -67,6 +67,18 @@ std::unique_ptr<Tokenizer> sample_tokenizer(const SampleArgs& a, const std::stri
   return tok;
 }
 
+// --topk N (experts per token) over the file's; the model's config validated. --topk routes
+// tokens to experts: on a dense model it would change nothing, so it is refused there rather
+// than ignored (--top-k N is the sampling option).
+void apply_experts_topk(const SampleArgs& a, ModelConfig& cfg, const std::string& weights) {
+  MT_REQUIRE(a.experts_topk == 0 || cfg.experts > 0, "--topk ", a.experts_topk,
+             " sets the experts per token of a mixture-of-experts model, but ", weights,
+             " holds a dense model (no experts): drop --topk (--top-k N samples among the N "
+             "most likely tokens)");
+  if (a.experts_topk > 0) cfg.topk = a.experts_topk;
+  cfg.validate();
+}
+
 // The model to sample from, its weights loaded: from --init-from (a weights file or a Hugging
 // Face directory) or --load (a checkpoint, global or sharded: checkpoint_location.h).
 struct SampleModel {
@@ -79,9 +91,8 @@ struct SampleModel {
 SampleModel load_sharded(const SampleArgs& a, const std::string& dir) {
   const CheckpointWeights c = read_checkpoint_weights(dir, "--load");
   ModelConfig cfg = c.model;
-  if (a.experts_topk > 0) cfg.topk = a.experts_topk;
-  cfg.validate();
   const std::string where = dir + "/" + kManifestFile;
+  apply_experts_topk(a, cfg, dir);
   SampleModel m;
   m.tokenizer = sample_tokenizer(a, where, metadata_tokenizer(c.metadata, where), cfg.vocab);
   set_compute_threads(a.threads);
@@ -102,12 +113,11 @@ SampleModel load_file(const SampleArgs& a, const std::string& load) {
   ModelConfig base;
   base.topk = a.experts_topk;
   ModelConfig cfg = model_config_from_file(weights, base);
-  if (a.experts_topk > 0) cfg.topk = a.experts_topk;
   // The biases a checkpoint holds steer expert selection; a layer adds them only when
   // bias updates are on (any positive rate: sampling never updates them). Zero biases
   // select as no biases would.
   if (cfg.experts > 0 && !load.empty()) cfg.router_bias_update = 1;
-  cfg.validate();
+  apply_experts_topk(a, cfg, load.empty() ? weights : load);
   SampleModel m;
   m.tokenizer = sample_tokenizer(a, weights, weights_tokenizer(weights), cfg.vocab);
   set_compute_threads(a.threads);

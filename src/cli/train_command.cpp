@@ -9,10 +9,13 @@
 #include "cli/flag_set.h"
 #include "cli/train_flags.h"
 #include "cli/train_setup.h"
+#include "comm/backend.h"
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/file_checks.h"
 #include "core/threads.h"
+#include "model/context_parallel_shard.h"
+#include "parallel/data_parallel/replica_sync.h"
 #include "schedule/schedule.h"
 #include "train/hf_config.h"
 #include "train/option_limits.h"
@@ -139,16 +142,20 @@ void define_parallel_flags(FlagSet& f, ParallelOptions& p) {
         "the same losses and gradients as --cp 1. --arch llama; --seq divisible by 2cp; "
         "world = pp x dp x cp x tp, rank order tp, cp, dp, pp",
         {1, kMaxRanks});
-  f.add("parallel", "cp-comm", &p.cp_comm,
-        "with --cp > 1: ring (K/V blocks passed around the cp ring, each transfer overlapped "
-        "with the attention of the block in hand; dK/dV travel back) | allgather (K/V "
-        "all-gathered once per layer, dK/dV reduce-scattered)");
+  f.add_choice("parallel", "cp-comm", &p.cp_comm,
+               "with --cp > 1: ring (K/V blocks passed around the cp ring, each transfer "
+               "overlapped with the attention of the block in hand; dK/dV travel back) | "
+               "allgather (K/V all-gathered once per layer, dK/dV reduce-scattered)",
+               cp_comm_names(), ChoiceRefusal::in_words);
   f.add("parallel", "microbatches", &p.microbatches,
         "microbatches per step per replica (gradient accumulation; --batch must be divisible "
         "by dp * microbatches)",
         {1, kMaxBatch});
-  f.add("parallel", "schedule", &p.schedule,
-        "pipeline schedule: " + schedule_names_joined("|", "|"));
+  f.add_parsed<ScheduleKind>(
+      "parallel", "schedule", &p.schedule, "pipeline schedule: " + schedule_names_joined("|", "|"),
+      schedule_names_joined("|", "|"),
+      [](const std::string& text, const std::string&) { return schedule_kind(text); },
+      [](const ScheduleKind& k) { return std::string(schedule_name(k)); });
   f.add("parallel", "virtual-stages", &p.virtual_stages, "model chunks per pipeline rank",
         {1, kMaxLayers});
   f.add("parallel", "stage-layers", &p.stage_layers,
@@ -171,10 +178,14 @@ void define_parallel_flags(FlagSet& f, ParallelOptions& p) {
              "let the planner choose the layout knobs not given here for --ranks ranks, from "
              "the local profile of 'meshtrain plan --calibrate' (prints its choice and why)");
   f.add("parallel", "ranks", &p.ranks, "ranks to lay out with --auto-layout", {0, kMaxRanks});
-  f.add("parallel", "dp-sync", &p.dp_sync,
-        "every-step (synchronous dp) | local:H (local SGD: replicas step on their own "
-        "gradients, every H-th step is synchronous and the weights are averaged) | diloco:H "
-        "(H local steps, then an outer Nesterov step on the averaged change); --zero 0");
+  f.add_parsed<DpSync>(
+      "parallel", "dp-sync", &p.dp_sync,
+      "every-step (synchronous dp) | local:H (local SGD: replicas step on their own "
+      "gradients, every H-th step is synchronous and the weights are averaged) | diloco:H "
+      "(H local steps, then an outer Nesterov step on the averaged change); --zero 0",
+      "every-step|local:H|diloco:H",
+      [](const std::string& text, const std::string&) { return dp_sync_from_flag(text); },
+      dp_sync_text);
   f.add("parallel", "outer-lr", &p.outer_lr, "diloco: outer learning rate", {0, kMaxFloat, true});
   f.add("parallel", "outer-momentum", &p.outer_momentum, "diloco: outer Nesterov momentum", {0, 1});
 }
@@ -251,9 +262,16 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
   f.add("io", "keep-checkpoints", &io.keep_checkpoints,
         "sharded: keep the K newest complete checkpoints under --save (0 = keep all)",
         {0, kMaxKeepCheckpoints});
-  f.add("io", "resume", &io.resume,
-        "auto: resume from the newest valid checkpoint under --save (skipping damaged ones), "
-        "or start fresh when there is none");
+  f.add_parsed<bool>(
+      "io", "resume", &io.resume_auto,
+      "auto: resume from the newest valid checkpoint under --save (skipping damaged ones), "
+      "or start fresh when there is none",
+      "auto",
+      [](const std::string& text, const std::string& flag) {
+        MT_REQUIRE(text.empty() || text == "auto", flag, " must be auto (got '", text, "')");
+        return text == "auto";
+      },
+      [](const bool& resume) { return std::string(resume ? "auto" : ""); });
   f.add_bool("io", "save-sync", &io.save_sync,
              "sharded: write checkpoints on the training thread instead of in the background");
   f.add("io", "metrics", &io.metrics, "JSONL metrics file (one record per step)");
@@ -281,8 +299,9 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
 }
 
 void define_engine_flags(FlagSet& f, EngineOptions& e) {
-  f.add("engine", "backend", &e.backend,
-        "local: ranks are threads of this process; mpi: one rank per MPI process (mpirun)");
+  f.add_choice("engine", "backend", &e.backend,
+               "local: ranks are threads of this process; mpi: one rank per MPI process (mpirun)",
+               backend_names(), ChoiceRefusal::in_words);
   f.add("engine", "timeout", &e.timeout_s,
         "seconds a collective may wait before the run aborts naming the missing ranks",
         {0, kMaxTimeoutS, true});

@@ -136,7 +136,7 @@ void take_init_shape(TrainOptions& o) {
 
 // --resume auto and a run folder given to --load become the one checkpoint directory read.
 void resolve_load_dir(TrainOptions& o) {
-  if (o.io.resume == "auto") {
+  if (o.io.resume_auto) {
     // Validated with the rest below; the choice needs only --save.
     MT_REQUIRE(!o.io.save.empty(),
                "--resume auto looks for checkpoints under --save DIR: give --save");
@@ -144,7 +144,7 @@ void resolve_load_dir(TrainOptions& o) {
                "--resume auto chooses the checkpoint itself: drop --load / --init-from");
     o.io.load = newest_checkpoint(o.io, warn);
     o.io.resumed = !o.io.load.empty();
-    o.io.resume.clear();
+    o.io.resume_auto = false;
     if (!o.io.quiet && launcher_from_env().rank == 0)
       std::printf("meshtrain: --resume auto: %s\n", o.io.load.empty()
                                                         ? "no checkpoint yet, starting fresh"
@@ -245,7 +245,7 @@ struct Launch {
 };
 
 void prepare_launch(TrainOptions& o, Launch& launch) {
-  const bool mpi = o.engine.backend == "mpi";
+  const bool mpi = o.engine.backend == Backend::mpi;
   resolve_train_options(o);
   check_memory_fits(o);  // before any rank allocates: a refusal with figures, not an OOM kill
   // One writer per --save directory, held until the run ends (checkpoint/save_lock.h). Under
@@ -277,7 +277,7 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
 }  // namespace
 
 int run_training(TrainOptions o, int* argc, char*** argv) {
-  const bool mpi = o.engine.backend == "mpi";
+  const bool mpi = o.engine.backend == Backend::mpi;
   Launch launch;
   // Under mpirun every process prepares alone, and one may fail where another does not (its
   // host's files, its memory): the processes agree in MPI on who prints, and exit together

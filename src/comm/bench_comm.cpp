@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <iomanip>
+#include <iterator>
 #include <ostream>
 #include <vector>
 
@@ -17,10 +18,13 @@ namespace mt {
 
 namespace {
 
+constexpr const char* kOpNames[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+                                    "broadcast"};
+
 // nccl-tests' bus-bandwidth factors: the busiest link carries busbw*time bytes.
-double bus_factor(const std::string& op, int n) {
-  if (op == "all_reduce") return 2.0 * (n - 1) / n;
-  if (op == "broadcast") return 1.0;
+double bus_factor(BenchOp op, int n) {
+  if (op == BenchOp::all_reduce) return 2.0 * (n - 1) / n;
+  if (op == BenchOp::broadcast) return 1.0;
   return double(n - 1) / n;  // reduce_scatter, all_gather, all_to_all
 }
 
@@ -37,7 +41,8 @@ Row bench_size(Communicator& c, const CommBenchOptions& o, size_t bytes) {
   const int n = c.size(), me = c.rank();
   const size_t total = std::max<size_t>(bytes / sizeof(float), 1);
   const size_t block = std::max<size_t>(total / n, 1);
-  const bool blocked = o.op == "reduce_scatter" || o.op == "all_gather" || o.op == "all_to_all";
+  const bool blocked =
+      o.op == BenchOp::reduce_scatter || o.op == BenchOp::all_gather || o.op == BenchOp::all_to_all;
   const size_t count = blocked ? block * n : total;
   std::vector<float> a(count), b(count);
   std::vector<size_t> counts(n, block);
@@ -46,13 +51,19 @@ Row bench_size(Communicator& c, const CommBenchOptions& o, size_t bytes) {
   };
   auto call = [&]() -> Work {
     float* out = o.in_place ? a.data() : b.data();
-    if (o.op == "all_reduce") return c.all_reduce(a.data(), out, count, DType::f32, ReduceOp::sum);
-    if (o.op == "reduce_scatter")
-      return c.reduce_scatter(a.data(), o.in_place ? a.data() + me * block : b.data(), block,
-                              DType::f32, ReduceOp::sum);
-    if (o.op == "all_gather") return c.all_gather(a.data() + me * block, out, block, DType::f32);
-    if (o.op == "all_to_all")
-      return c.all_to_all_v(a.data(), counts.data(), b.data(), counts.data(), DType::f32);
+    switch (o.op) {
+      case BenchOp::all_reduce:
+        return c.all_reduce(a.data(), out, count, DType::f32, ReduceOp::sum);
+      case BenchOp::reduce_scatter:
+        return c.reduce_scatter(a.data(), o.in_place ? a.data() + me * block : b.data(), block,
+                                DType::f32, ReduceOp::sum);
+      case BenchOp::all_gather:
+        return c.all_gather(a.data() + me * block, out, block, DType::f32);
+      case BenchOp::all_to_all:
+        return c.all_to_all_v(a.data(), counts.data(), b.data(), counts.data(), DType::f32);
+      case BenchOp::broadcast:
+        break;
+    }
     return c.broadcast(a.data(), count, DType::f32, 0);
   };
 
@@ -60,20 +71,20 @@ Row bench_size(Communicator& c, const CommBenchOptions& o, size_t bytes) {
   if (o.check) {
     fill();
     call().wait();
-    const float* res = o.in_place && o.op != "all_to_all" ? a.data() : b.data();
-    if (o.in_place && o.op == "reduce_scatter") res = a.data() + me * block;
+    const float* res = o.in_place && o.op != BenchOp::all_to_all ? a.data() : b.data();
+    if (o.in_place && o.op == BenchOp::reduce_scatter) res = a.data() + me * block;
     // Spot-check a few elements against the closed form of the fill above.
     for (size_t i : {size_t(0), count / 3, count - 1}) {
       const float base = float((i % 13) + 1);
       float want = 0;
-      if (o.op == "all_reduce") want = base * n * (n + 1) / 2;
-      if (o.op == "broadcast") want = base;
-      if (o.op == "all_gather") want = base * float(i / block + 1);  // rank i/block's block
-      if (o.op == "reduce_scatter") {
+      if (o.op == BenchOp::all_reduce) want = base * n * (n + 1) / 2;
+      if (o.op == BenchOp::broadcast) want = base;
+      if (o.op == BenchOp::all_gather) want = base * float(i / block + 1);  // rank i/block's
+      if (o.op == BenchOp::reduce_scatter) {
         if (i >= block) continue;
         want = float(((me * block + i) % 13) + 1) * n * (n + 1) / 2;
       }
-      if (o.op == "all_to_all")
+      if (o.op == BenchOp::all_to_all)
         want = float(i / block + 1) * float(((me * block + i % block) % 13) + 1);
       if (res[i] != want) ok = false;
     }
@@ -113,21 +124,33 @@ double memcpy_seconds(size_t bytes, int iters) {
 
 }  // namespace
 
+const char* bench_op_name(BenchOp op) {
+  return kOpNames[int(op)];
+}
+
+BenchOp bench_op_of(const std::string& text) {
+  for (size_t i = 0; i < std::size(kOpNames); ++i)
+    if (text == kOpNames[i]) return BenchOp(i);
+  throw UsageError(
+      str("--op must be all_reduce, reduce_scatter, all_gather, all_to_all or "
+          "broadcast (got '",
+          text, "')"));
+}
+
+Backend bench_backend_of(const std::string& text) {
+  for (const auto& [name, b] : backend_names())
+    if (text == name) return b;
+  throw UsageError("--backend must be local or mpi");
+}
+
 int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostream& out) {
-  static const char* kOps[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
-                               "broadcast"};
-  MT_REQUIRE(std::find_if(std::begin(kOps), std::end(kOps),
-                          [&](const char* k) { return o.op == k; }) != std::end(kOps),
-             "--op must be all_reduce, reduce_scatter, all_gather, all_to_all or broadcast (got '",
-             o.op, "')");
-  MT_REQUIRE(o.backend == "local" || o.backend == "mpi", "--backend must be local or mpi");
   MT_REQUIRE(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes,
              "need 4 <= --min-bytes <= --max-bytes");
-  MT_REQUIRE(o.backend != "local" || (o.ranks >= 1 && o.ranks <= kMaxLocalRanks),
+  MT_REQUIRE(o.backend != Backend::local || (o.ranks >= 1 && o.ranks <= kMaxLocalRanks),
              "--ranks must be in 1..", kMaxLocalRanks, " on the local backend (got ", o.ranks, ")");
   // Each rank holds two buffers of the largest size; refuse what this process cannot hold
   // (a --max-bytes of -1 read as 2^64 - 1 used to double its way into the OOM killer).
-  const int ranks_here = o.backend == "local" ? o.ranks : o.ranks_per_process;
+  const int ranks_here = o.backend == Backend::local ? o.ranks : o.ranks_per_process;
   const int64_t available = available_memory_bytes();
   const double needed = 2.0 * double(o.max_bytes) * ranks_here;
   MT_REQUIRE(o.max_bytes <= (size_t(1) << 50) && (available < 0 || needed <= double(available)),
@@ -139,7 +162,7 @@ int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostr
              "; give a smaller --max-bytes");
   MT_REQUIRE(o.ranks_per_process >= 1 && o.ranks_per_process <= kMaxLocalRanks,
              "--ranks-per-process must be in 1..", kMaxLocalRanks);
-  MT_REQUIRE(o.ranks_per_process == 1 || o.backend == "mpi",
+  MT_REQUIRE(o.ranks_per_process == 1 || o.backend == Backend::mpi,
              "--ranks-per-process needs --backend mpi");
   MT_REQUIRE(o.iters >= 1 && o.repeats >= 1, "--iters and --repeats must be at least 1");
   WorldOptions wopts;
@@ -151,8 +174,8 @@ int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostr
     const int n = c->size();
     const bool printer = w.rank() == 0;
     if (printer) {
-      out << "# meshtrain bench comm: " << o.op << ", backend " << w.backend_name() << ", " << n
-          << " ranks";
+      out << "# meshtrain bench comm: " << bench_op_name(o.op) << ", backend " << w.backend_name()
+          << ", " << n << " ranks";
       if (o.ranks_per_process > 1) out << " (" << o.ranks_per_process << " per process)";
       out << ", float32, " << (o.in_place ? "in place" : "out of place") << ", time = median of "
           << o.repeats << " x " << o.iters << " calls\n"
@@ -178,7 +201,7 @@ int run_comm_bench(const CommBenchOptions& o, int* argc, char*** argv, std::ostr
       out.unsetf(std::ios::fixed);
     }
   };
-  if (o.backend == "local") {
+  if (o.backend == Backend::local) {
     run_local(o.ranks, wopts, body);
   } else if (o.ranks_per_process > 1) {
     run_hybrid(argc, argv, o.ranks_per_process, wopts, body);

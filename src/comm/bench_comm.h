@@ -6,18 +6,28 @@
 #include <iosfwd>
 #include <string>
 
+#include "comm/backend.h"
+
 namespace mt {
 
+enum class BenchOp { all_reduce, reduce_scatter, all_gather, all_to_all, broadcast };
+const char* bench_op_name(BenchOp op);
+// The flags' text, parsed once when the command line is read. UsageError `--op must be
+// all_reduce, reduce_scatter, all_gather, all_to_all or broadcast (got 'x')` and `--backend
+// must be local or mpi`.
+BenchOp bench_op_of(const std::string& text);
+Backend bench_backend_of(const std::string& text);
+
 struct CommBenchOptions {
-  std::string backend = "local";  // "local" or "mpi" (ranks = MPI world size)
-  int ranks = 2;                  // local backend only
-  int ranks_per_process = 1;      // mpi: > 1 is the hybrid world (hierarchical collectives)
-  std::string op = "all_reduce";  // all_reduce|reduce_scatter|all_gather|all_to_all|broadcast
-  size_t min_bytes = 1 << 20;     // per-rank buffer size (all_gather: the gathered size)
-  size_t max_bytes = 64 << 20;    // sizes double from min to max
-  int iters = 10;                 // calls per timed repeat
-  int repeats = 5;                // the reported time is the median repeat
-  int warmup = 2;                 // untimed calls per size
+  Backend backend = Backend::local;  // mpi: ranks = MPI world size
+  int ranks = 2;                     // local backend only
+  int ranks_per_process = 1;         // mpi: > 1 is the hybrid world (hierarchical collectives)
+  BenchOp op = BenchOp::all_reduce;
+  size_t min_bytes = 1 << 20;   // per-rank buffer size (all_gather: the gathered size)
+  size_t max_bytes = 64 << 20;  // sizes double from min to max
+  int iters = 10;               // calls per timed repeat
+  int repeats = 5;              // the reported time is the median repeat
+  int warmup = 2;               // untimed calls per size
   bool in_place = true;
   bool check = true;             // verify the result once per size
   bool memcpy_baseline = false;  // also time a single-thread memcpy of each size

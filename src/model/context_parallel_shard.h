@@ -2,6 +2,10 @@
 // group's size and communicator, and how attention crosses it (docs/context_parallel.md).
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "comm/communicator.h"
 
 namespace mt {
@@ -10,6 +14,15 @@ enum class CpComm {
   ring,      // K/V blocks passed around the ring, dK/dV passed back with them
   allgather  // K/V all-gathered once per layer, dK/dV reduce-scattered
 };
+
+// The names --cp-comm takes.
+inline std::vector<std::pair<std::string, CpComm>> cp_comm_names() {
+  return {{"ring", CpComm::ring}, {"allgather", CpComm::allgather}};
+}
+
+inline const char* cp_comm_name(CpComm c) {
+  return c == CpComm::allgather ? "allgather" : "ring";
+}
 
 struct ContextParallelShard {
   int rank = 0, size = 1;

@@ -35,8 +35,8 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   PlanRequest r;
   r.model = o.model;
   r.batch = o.optim.batch;
-  r.hardware = for_backend(load_local_profile(profile_path), o.engine.backend);
-  r.backend = o.engine.backend;
+  r.hardware = for_backend(load_local_profile(profile_path), backend_name(o.engine.backend));
+  r.backend = backend_name(o.engine.backend);
   r.devices = p.ranks;
   r.threads = o.optim.threads;
   r.bucket_mb = p.bucket_mb;
@@ -46,7 +46,7 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   if (is_fixed(o, "ep")) r.ep = p.ep;
   if (is_fixed(o, "zero")) r.zero = p.zero;
   if (is_fixed(o, "sequence-parallel")) r.sequence_parallel = p.sequence_parallel;
-  if (is_fixed(o, "schedule")) r.schedule = p.schedule;
+  if (is_fixed(o, "schedule")) r.schedule = schedule_name(p.schedule);
   if (is_fixed(o, "virtual-stages")) r.virtual_stages = p.virtual_stages;
   if (is_fixed(o, "recompute")) r.recompute = o.optim.recompute;
   if (is_fixed(o, "microbatches")) r.microbatches = p.microbatches;
@@ -62,7 +62,7 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   p.ep = l.ep;
   p.zero = l.zero;
   p.sequence_parallel = l.sequence_parallel;
-  p.schedule = l.schedule;
+  p.schedule = schedule_kind(l.schedule);
   p.virtual_stages = l.virtual_stages;
   p.microbatches = microbatches(r, l);
   o.optim.recompute = l.recompute;

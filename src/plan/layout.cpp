@@ -88,11 +88,11 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   }
   o.parallel.zero = l.zero;
   o.parallel.sequence_parallel = l.sequence_parallel;
-  o.parallel.schedule = l.schedule;
+  o.parallel.schedule = schedule_kind(l.schedule);
   o.parallel.virtual_stages = l.virtual_stages;
   o.parallel.bucket_mb = r.bucket_mb;
   o.parallel.microbatches = microbatches(r, l);
-  o.engine.backend = r.hardware.local ? r.backend : "mpi";
+  o.engine.backend = r.hardware.local && r.backend == "local" ? Backend::local : Backend::mpi;
   o.vocab_given = o.seq_given = true;
   // The default partition, spelled out (the same blocks per chunk train would choose), so
   // that the memory estimate does not partition again for every candidate.

@@ -87,13 +87,14 @@ nlohmann::json parse_line(const std::string& line, const std::string& at) {
 std::optional<double> numeric(const nlohmann::json& v, const std::string& at, const char* key) {
   if (v.is_number()) return v.get<double>();
   if (v.is_null()) return std::nullopt;
+  // Exactly the strings JSON writers use for non-finite numbers (docs/report.md): "nan" or
+  // "inf" is no more a number here than "big" is.
   if (v.is_string()) {
-    std::string s = v.get<std::string>();
-    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    const std::string s = v.get<std::string>();
     const double inf = std::numeric_limits<double>::infinity();
-    if (s == "nan" || s == "-nan") return std::numeric_limits<double>::quiet_NaN();
-    if (s == "infinity" || s == "inf" || s == "+infinity" || s == "+inf") return inf;
-    if (s == "-infinity" || s == "-inf") return -inf;
+    if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+    if (s == "Infinity") return inf;
+    if (s == "-Infinity") return -inf;
   }
   throw UsageError(str(at, ": \"", key, "\" is ",
                        v.is_string() ? "the string " + v.dump() : kind_of(v),

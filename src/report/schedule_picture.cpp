@@ -15,7 +15,8 @@ namespace mt {
 namespace {
 
 struct Layout {
-  std::string schedule;
+  std::string schedule;  // the run's name for it, for the caption
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
   int64_t pp = 1, microbatches = 1, virtual_stages = 1;
 };
 
@@ -34,10 +35,12 @@ Layout layout_of(const nlohmann::json& l) {
   const auto name = l.find("schedule");
   MT_REQUIRE(name == l.end() || name->is_string(), "layout.schedule is not a string");
   out.schedule = name == l.end() ? "1f1b" : name->get<std::string>();
+  out.kind = schedule_kind(out.schedule);
   out.pp = count_field(l, "pp", 1);
   out.microbatches = count_field(l, "microbatches", 1);
-  out.virtual_stages =
-      out.schedule == "interleaved" ? std::max<int64_t>(2, count_field(l, "virtual_stages", 2)) : 1;
+  out.virtual_stages = out.kind == ScheduleKind::interleaved
+                           ? std::max<int64_t>(2, count_field(l, "virtual_stages", 2))
+                           : 1;
   return out;
 }
 
@@ -45,16 +48,17 @@ Layout layout_of(const nlohmann::json& l) {
 // interleaved schedule, and at least min(m, pp) so the warm-up still fills; 0 when even
 // that is over the limit.
 int64_t drawn_microbatches(const Layout& l) {
-  const int64_t per_microbatch = l.pp * chunks_per_stage(l.schedule, int(l.virtual_stages));
+  const int64_t per_microbatch = l.pp * chunks_per_stage(l.kind, int(l.virtual_stages));
   int64_t m = std::min(l.microbatches, kMaxScheduleCells / per_microbatch);
-  if (l.schedule == "interleaved") m -= m % l.pp;
+  if (l.kind == ScheduleKind::interleaved) m -= m % l.pp;
   // dualpipev fills both chunks of every stage first: 2 pp microbatches at least.
-  const int64_t least = l.schedule == "dualpipev" ? 2 * l.pp : std::min(l.microbatches, l.pp);
+  const int64_t least =
+      l.kind == ScheduleKind::dualpipev ? 2 * l.pp : std::min(l.microbatches, l.pp);
   return m >= least && m >= 1 ? m : 0;
 }
 
 std::string render(const Layout& l, int64_t m, size_t index) {
-  const Schedule s = make_schedule(l.schedule, int(l.pp), int(m), int(l.virtual_stages));
+  const Schedule s = make_schedule(l.kind, int(l.pp), int(m), int(l.virtual_stages));
   const Timeline t = simulate_schedule(s, OpCosts{});
   std::ostringstream os;
   render_svg(
@@ -82,7 +86,7 @@ SchedulePicture schedule_picture(const nlohmann::json& run, const std::string& r
   try {
     const Layout l = layout_of(layout);
     if (l.pp <= 1) return {};
-    check_schedule_args(l.schedule, int(l.pp), int(l.microbatches), int(l.virtual_stages));
+    check_schedule_args(l.kind, int(l.pp), int(l.microbatches), int(l.virtual_stages));
     const int64_t m = l.pp <= kMaxScheduleRows ? drawn_microbatches(l) : 0;
     if (m == 0)
       return {str("<p>schedule of ", html_escape(run_name), " not drawn</p>\n"),

@@ -56,13 +56,14 @@ MessageKey message_key(const Schedule& s, int stage, const Action& a) {
   return {};
 }
 
-ScheduleBuilder::ScheduleBuilder(std::string name, int stages, int microbatches, int chunks,
+ScheduleBuilder::ScheduleBuilder(ScheduleKind kind, int stages, int microbatches, int chunks,
                                  bool split, ChunkPlacement placement) {
   MT_REQUIRE(stages >= 1, "--pp must be >= 1 (got ", stages, ")");
   MT_REQUIRE(microbatches >= 1, "--microbatches must be >= 1 (got ", microbatches, ")");
   MT_REQUIRE(chunks >= 1, "--virtual-stages must be >= 1 (got ", chunks, ")");
   MT_CHECK(placement != ChunkPlacement::v_shape || chunks == 2, "a V holds 2 chunks per stage");
-  s_.name = std::move(name);
+  s_.kind = kind;
+  s_.name = schedule_name(kind);
   s_.stages = stages;
   s_.microbatches = microbatches;
   s_.chunks = chunks;
@@ -112,66 +113,83 @@ void ScheduleBuilder::forward_backward(int stage, int f_mb, int f_chunk, int b_m
   send_output(stage, ActionKind::B, b_mb, b_chunk);
 }
 
-const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1",
-                                                 "dualpipev"};
+std::vector<std::string> schedule_names() {
+  std::vector<std::string> names;
+  for (const auto& named : schedule_kinds()) names.push_back(named.first);
   return names;
 }
 
 std::string schedule_names_joined(const std::string& sep, const std::string& last_sep) {
-  const std::vector<std::string>& names = schedule_names();
+  const std::vector<std::string> names = schedule_names();
   std::string out;
   for (size_t i = 0; i < names.size(); ++i)
     out += (i == 0 ? "" : i + 1 == names.size() ? last_sep : sep) + names[i];
   return out;
 }
 
-void check_schedule_name(const std::string& name) {
-  const std::vector<std::string>& names = schedule_names();
-  MT_REQUIRE(std::find(names.begin(), names.end(), name) != names.end(), "unknown --schedule '",
-             name, "' (expected ", schedule_names_joined(", ", " or "), ")");
+void check_schedule_args(ScheduleKind kind, int stages, int microbatches, int virtual_stages) {
+  MT_REQUIRE(stages >= 1, "--pp must be >= 1 (got ", stages, ")");
+  MT_REQUIRE(microbatches >= 1, "--microbatches must be >= 1 (got ", microbatches, ")");
+  switch (kind) {
+    case ScheduleKind::dualpipev:
+      MT_REQUIRE(virtual_stages == 1 || virtual_stages == 2,
+                 "--schedule dualpipev places 2 chunks on every stage (the V); drop "
+                 "--virtual-stages or give 2 (got ",
+                 virtual_stages, ")");
+      MT_REQUIRE(microbatches >= 2 * stages, "--schedule dualpipev needs --microbatches (",
+                 microbatches, ") >= 2 x --pp (", 2 * stages,
+                 "): every stage fills both of its chunks before its first F&B pair");
+      return;
+    case ScheduleKind::interleaved:
+      MT_REQUIRE(virtual_stages >= 2, "--schedule interleaved needs --virtual-stages >= 2 (got ",
+                 virtual_stages, ")");
+      MT_REQUIRE(microbatches % stages == 0, "--schedule interleaved needs --microbatches (",
+                 microbatches, ") to be a multiple of --pp (", stages,
+                 "): microbatches go through the chunks in groups of pp");
+      return;
+    case ScheduleKind::gpipe:
+    case ScheduleKind::one_f_one_b:
+    case ScheduleKind::zb_h1:
+      MT_REQUIRE(virtual_stages == 1, "--virtual-stages ", virtual_stages,
+                 " applies only to --schedule interleaved (", schedule_name(kind), " uses 1)");
+      return;
+  }
+}
+
+Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages) {
+  check_schedule_args(kind, stages, microbatches, virtual_stages);
+  switch (kind) {
+    case ScheduleKind::gpipe:
+      return schedule_gpipe(stages, microbatches);
+    case ScheduleKind::one_f_one_b:
+      return schedule_1f1b(stages, microbatches);
+    case ScheduleKind::interleaved:
+      return schedule_interleaved(stages, microbatches, virtual_stages);
+    case ScheduleKind::zb_h1:
+      return schedule_zb_h1(stages, microbatches);
+    case ScheduleKind::dualpipev:
+      return schedule_dualpipev(stages, microbatches);
+  }
+  MT_CHECK(false, "unknown schedule kind");
+  return {};
 }
 
 void check_schedule_args(const std::string& name, int stages, int microbatches,
                          int virtual_stages) {
-  check_schedule_name(name);
-  MT_REQUIRE(stages >= 1, "--pp must be >= 1 (got ", stages, ")");
-  MT_REQUIRE(microbatches >= 1, "--microbatches must be >= 1 (got ", microbatches, ")");
-  if (name == "dualpipev") {
-    MT_REQUIRE(virtual_stages == 1 || virtual_stages == 2,
-               "--schedule dualpipev places 2 chunks on every stage (the V); drop "
-               "--virtual-stages or give 2 (got ",
-               virtual_stages, ")");
-    MT_REQUIRE(microbatches >= 2 * stages, "--schedule dualpipev needs --microbatches (",
-               microbatches, ") >= 2 x --pp (", 2 * stages,
-               "): every stage fills both of its chunks before its first F&B pair");
-  } else if (name == "interleaved") {
-    MT_REQUIRE(virtual_stages >= 2, "--schedule interleaved needs --virtual-stages >= 2 (got ",
-               virtual_stages, ")");
-    MT_REQUIRE(microbatches % stages == 0, "--schedule interleaved needs --microbatches (",
-               microbatches, ") to be a multiple of --pp (", stages,
-               "): microbatches go through the chunks in groups of pp");
-  } else {
-    MT_REQUIRE(virtual_stages == 1, "--virtual-stages ", virtual_stages,
-               " applies only to --schedule interleaved (", name, " uses 1)");
-  }
+  check_schedule_args(schedule_kind(name), stages, microbatches, virtual_stages);
 }
 
 Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages) {
-  check_schedule_args(name, stages, microbatches, virtual_stages);
-  if (name == "interleaved") return schedule_interleaved(stages, microbatches, virtual_stages);
-  if (name == "gpipe") return schedule_gpipe(stages, microbatches);
-  if (name == "1f1b") return schedule_1f1b(stages, microbatches);
-  if (name == "dualpipev") return schedule_dualpipev(stages, microbatches);
-  return schedule_zb_h1(stages, microbatches);
+  return make_schedule(schedule_kind(name), stages, microbatches, virtual_stages);
 }
 
-ChunkPlacement placement_of(const std::string& schedule) {
-  return schedule == "dualpipev" ? ChunkPlacement::v_shape : ChunkPlacement::interleaved;
+ChunkPlacement placement_of(ScheduleKind schedule) {
+  return schedule == ScheduleKind::dualpipev ? ChunkPlacement::v_shape
+                                             : ChunkPlacement::interleaved;
 }
 
-int chunks_per_stage(const std::string& schedule, int virtual_stages) {
-  return schedule == "dualpipev" ? 2 : virtual_stages;
+int chunks_per_stage(ScheduleKind schedule, int virtual_stages) {
+  return schedule == ScheduleKind::dualpipev ? 2 : virtual_stages;
 }
 
 }  // namespace mt

@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "schedule/schedule_kind.h"
+
 namespace mt {
 
 enum class ActionKind { F, B, W, FB, SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD };
@@ -73,7 +75,8 @@ std::string to_string(const Action& a);
 enum class ChunkPlacement { interleaved, v_shape };
 
 struct Schedule {
-  std::string name;
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  std::string name;      // schedule_name(kind), for messages
   int stages = 1;        // p
   int microbatches = 1;  // m
   int chunks = 1;        // v, local chunks (virtual stages) per stage
@@ -98,11 +101,11 @@ struct Schedule {
   }
 };
 
-// The placement a schedule of this name uses (v_shape for dualpipev).
-ChunkPlacement placement_of(const std::string& schedule);
+// The placement a schedule of this kind uses (v_shape for dualpipev).
+ChunkPlacement placement_of(ScheduleKind schedule);
 // Local chunks per stage that the schedule runs: 2 for dualpipev, whatever --virtual-stages
 // says otherwise (check_schedule_args keeps the two consistent).
-int chunks_per_stage(const std::string& schedule, int virtual_stages);
+int chunks_per_stage(ScheduleKind schedule, int virtual_stages);
 
 // Identifies the tensor a send/recv carries: (is_grad, microbatch, destination model chunk).
 struct MessageKey {
@@ -120,21 +123,22 @@ Schedule schedule_interleaved(int stages, int microbatches, int virtual_stages);
 Schedule schedule_zb_h1(int stages, int microbatches);
 Schedule schedule_dualpipev(int stages, int microbatches);  // needs microbatches >= 2 stages
 
-// The one list of schedule names (gpipe, 1f1b, interleaved, zb-h1, dualpipev), in the order
-// messages and --help show them.
-const std::vector<std::string>& schedule_names();
+// The schedule names (gpipe, 1f1b, interleaved, zb-h1, dualpipev) of schedule_kinds(), in the
+// order messages and --help show them.
+std::vector<std::string> schedule_names();
 // The names joined for a message or help text: ("|", "|") gives
 // "gpipe|1f1b|interleaved|zb-h1|dualpipev", (", ", " or ") gives "gpipe, 1f1b, ... or dualpipev".
 std::string schedule_names_joined(const std::string& sep, const std::string& last_sep);
-// UsageError unless name is one of schedule_names().
-void check_schedule_name(const std::string& name);
 // The rules make_schedule applies, without building anything, so that they can be checked
-// before any rank starts: a known name, sizes >= 1, virtual_stages 1 except for interleaved,
+// before any rank starts: sizes >= 1, virtual_stages 1 except for interleaved,
 // which needs >= 2 and microbatches % stages == 0, and dualpipev, which runs 2 (given as 1,
 // the default, or 2) and needs microbatches >= 2 * stages. UsageError naming the flag to
 // change (--pp, --microbatches, --schedule, --virtual-stages).
+void check_schedule_args(ScheduleKind kind, int stages, int microbatches, int virtual_stages);
+// check_schedule_args first.
+Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages);
+// The same by a name the user gave (schedule_kind(name): an unknown one is a UsageError).
 void check_schedule_args(const std::string& name, int stages, int microbatches, int virtual_stages);
-// By name; check_schedule_args first.
 Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages);
 
 // Appends a compute action together with the transfers around it: the receive of its
@@ -142,7 +146,7 @@ Schedule make_schedule(const std::string& name, int stages, int microbatches, in
 // generators are written in terms of these, so their phases read as F/B/W only.
 class ScheduleBuilder {
  public:
-  ScheduleBuilder(std::string name, int stages, int microbatches, int chunks, bool split,
+  ScheduleBuilder(ScheduleKind kind, int stages, int microbatches, int chunks, bool split,
                   ChunkPlacement placement = ChunkPlacement::interleaved);
   void forward(int stage, int mb, int chunk);
   void backward(int stage, int mb, int chunk);  // B (input grad, or full backward if fused)

@@ -10,7 +10,7 @@
 namespace mt {
 
 Schedule schedule_1f1b(int stages, int microbatches) {
-  ScheduleBuilder b("1f1b", stages, microbatches, 1, /*split=*/false);
+  ScheduleBuilder b(ScheduleKind::one_f_one_b, stages, microbatches, 1, /*split=*/false);
   for (int s = 0; s < stages; ++s) {
     // Forwards needed before the first backward can come back from the last stage.
     const int num_warmup = std::min(stages - 1 - s, microbatches);

@@ -68,7 +68,8 @@ class VStageWriter {
 }  // namespace
 
 Schedule schedule_dualpipev(int stages, int microbatches) {
-  ScheduleBuilder b("dualpipev", stages, microbatches, 2, /*split=*/true, ChunkPlacement::v_shape);
+  ScheduleBuilder b(ScheduleKind::dualpipev, stages, microbatches, 2, /*split=*/true,
+                    ChunkPlacement::v_shape);
   MT_REQUIRE(microbatches >= 2 * stages, "--schedule dualpipev needs --microbatches (",
              microbatches, ") >= 2 x --pp (", 2 * stages,
              "): every stage fills both of its chunks before its first F&B pair");

@@ -7,7 +7,7 @@
 namespace mt {
 
 Schedule schedule_gpipe(int stages, int microbatches) {
-  ScheduleBuilder b("gpipe", stages, microbatches, 1, /*split=*/false);
+  ScheduleBuilder b(ScheduleKind::gpipe, stages, microbatches, 1, /*split=*/false);
   for (int s = 0; s < stages; ++s) {
     // warmup: every forward; the whole batch is in flight at the end of it.
     const int num_warmup = microbatches;

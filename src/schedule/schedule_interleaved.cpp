@@ -24,7 +24,8 @@ struct VirtualOrder {
 }  // namespace
 
 Schedule schedule_interleaved(int stages, int microbatches, int virtual_stages) {
-  ScheduleBuilder b("interleaved", stages, microbatches, virtual_stages, /*split=*/false);
+  ScheduleBuilder b(ScheduleKind::interleaved, stages, microbatches, virtual_stages,
+                    /*split=*/false);
   MT_REQUIRE(microbatches % stages == 0, "--schedule interleaved needs --microbatches (",
              microbatches, ") to be a multiple of --pp (", stages,
              "): microbatches go through the chunks in groups of pp");

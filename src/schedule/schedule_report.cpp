@@ -62,11 +62,12 @@ std::string dualpipe_formula_text(const Schedule& s, const OpCosts& c, const Tim
 }
 
 std::string closed_form_text(const Schedule& s, const OpCosts& c, const Timeline& t) {
-  const double cf = closed_form_bubble(s.name, s.stages, s.microbatches, s.chunks);
+  const double cf = closed_form_bubble(s.kind, s.stages, s.microbatches, s.chunks);
   if (cf >= 0)
     return str("closed form (F = B = W): ", percent(cf), " = ",
-               s.name == "interleaved" ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)");
-  if (s.name == "dualpipev") return "closed form: none; " + dualpipe_formula_text(s, c, t);
+               s.kind == ScheduleKind::interleaved ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)");
+  if (s.kind == ScheduleKind::dualpipev)
+    return "closed form: none; " + dualpipe_formula_text(s, c, t);
   return "closed form: none; with F = B = W and m >= p, zb-h1 idles (p-1)(F+B-W) per stage, "
          "a third of 1f1b's";
 }
@@ -103,7 +104,8 @@ void require_answerable(const ScheduleArgs& a, int v) {
 }  // namespace
 
 int run_schedule_command(const ScheduleArgs& a, std::ostream& os) {
-  const bool two_chunks = a.schedule == "interleaved" || a.schedule == "dualpipev";
+  const ScheduleKind kind = schedule_kind(a.schedule);
+  const bool two_chunks = kind == ScheduleKind::interleaved || kind == ScheduleKind::dualpipev;
   const int v = a.virtual_stages != 0 ? a.virtual_stages : (two_chunks ? 2 : 1);
   require_answerable(a, v);
   OpCosts costs = parse_costs(a.costs);
@@ -115,7 +117,7 @@ int run_schedule_command(const ScheduleArgs& a, std::ostream& os) {
   costs.fb_overlap = a.fb_overlap;
   // Written in place (a device such as /dev/stdout is fine); a FIFO would block the open.
   if (!a.svg.empty()) require_output_file("--svg", a.svg, OutputUse::stream);
-  const Schedule s = make_schedule(a.schedule, a.pp, a.microbatches, v);
+  const Schedule s = make_schedule(kind, a.pp, a.microbatches, v);
   const ValidationReport r = validate_schedule(s);
   if (!r.ok()) throw RuntimeError(str("generated schedule is invalid:\n", r.summary()));
   const Timeline t = simulate_schedule(s, costs);

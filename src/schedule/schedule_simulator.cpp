@@ -152,9 +152,17 @@ Timeline simulate_schedule(const Schedule& s, const std::vector<OpCosts>& stage_
   return Replay(s, stage_costs).run();
 }
 
-double closed_form_bubble(const std::string& schedule, int p, int m, int v) {
-  if (schedule == "gpipe" || schedule == "1f1b") return double(p - 1) / double(m + p - 1);
-  if (schedule == "interleaved") return double(p - 1) / double(v * m + p - 1);
+double closed_form_bubble(ScheduleKind schedule, int p, int m, int v) {
+  switch (schedule) {
+    case ScheduleKind::gpipe:
+    case ScheduleKind::one_f_one_b:
+      return double(p - 1) / double(m + p - 1);
+    case ScheduleKind::interleaved:
+      return double(p - 1) / double(v * m + p - 1);
+    case ScheduleKind::zb_h1:
+    case ScheduleKind::dualpipev:
+      return -1;
+  }
   return -1;
 }
 

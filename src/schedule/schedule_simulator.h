@@ -56,7 +56,7 @@ Timeline simulate_schedule(const Schedule& s, const std::vector<OpCosts>& costs)
 // The bubble of an equal-cost run (F = B = W) where a closed form is known, else -1:
 //   gpipe, 1f1b:  (p-1)/(m+p-1)      interleaved: (p-1)/(v*m+p-1)
 // zb-h1 and dualpipev have none in these terms (their value is the simulator's).
-double closed_form_bubble(const std::string& schedule, int p, int m, int v);
+double closed_form_bubble(ScheduleKind schedule, int p, int m, int v);
 
 // The DualPipe paper's idle time per device for DualPipeV on p devices (PP = 2p stages of
 // one chunk each): (PP/2 - 1)(F&B + B_full - 3W), with B_full = B + W the full backward of

@@ -15,7 +15,7 @@
 namespace mt {
 
 Schedule schedule_zb_h1(int stages, int microbatches) {
-  ScheduleBuilder b("zb-h1", stages, microbatches, 1, /*split=*/true);
+  ScheduleBuilder b(ScheduleKind::zb_h1, stages, microbatches, 1, /*split=*/true);
   for (int s = 0; s < stages; ++s) {
     const int num_warmup = std::min(stages - 1 - s, microbatches);  // as 1F1B
     const int w_lag = s;  // how many B's run ahead of the W's on this stage

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/json_depth.h"
+#include "train/json_error.h"
 
 namespace mt {
 
@@ -60,7 +61,7 @@ const std::set<std::string>& honoured_keys() {
 }
 
 // Keys that cannot change the model: generation's token ids, a fresh model's init range, the
-// cache switch, the storage dtype (the tensors say theirs), provenance.
+// cache switch, the storage dtype (the tensors say theirs; check_storage_dtype), provenance.
 const std::set<std::string>& inert_keys() {
   static const std::set<std::string> keys = {
       "bos_token_id", "eos_token_id", "pad_token_id",         "initializer_range", "use_cache",
@@ -82,8 +83,8 @@ json parse_object(const std::string& text, const std::string& where) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw UsageError(str(where, " is not valid JSON (", e.what(), ")"));
+  } catch (const json::exception&) {
+    throw UsageError(str(where, " is not valid JSON: ", json_syntax_error(text)));
   }
   MT_REQUIRE(j.is_object(), where, " is not a JSON object");
   return j;
@@ -154,6 +155,19 @@ void check_honoured_keys(const json& j, const std::string& where) {
                "; meshtrain trains without dropout");
   }
   if (j.contains("pretraining_tp")) positive_int(j, "pretraining_tp", where);
+}
+
+// The storage dtype a config.json announces (torch_dtype; dtype in newer transformers). The
+// tensors say their own, but a directory of one meshtrain cannot load (float8, int8) is
+// refused here by name, before its shards are opened.
+void check_storage_dtype(const json& j, const std::string& where) {
+  static const std::set<std::string> loaded = {"float32", "bfloat16", "float16"};
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    const json& v = j[key];
+    MT_REQUIRE(v.is_string() && loaded.count(v.get<std::string>()), where, ": ", key, " ", v.dump(),
+               " is not a dtype meshtrain loads (float32, bfloat16 or float16)");
+  }
 }
 
 RopeScaling read_rope_scaling(const json& j, const std::string& where) {
@@ -258,6 +272,7 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& where,
   check_architecture(j, where);
   refuse_unknown_keys(j, where);
   check_honoured_keys(j, where);
+  check_storage_dtype(j, where);
   ModelConfig c = base;
   read_shape(j, where, c);
   if (is_moe_type(j)) read_moe_shape(j, where, c);

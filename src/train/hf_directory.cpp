@@ -12,6 +12,7 @@
 #include "data/sentencepiece_tokenizer.h"
 #include "train/global_view.h"
 #include "train/hf_config.h"
+#include "train/json_error.h"
 #include "train/weights_file.h"
 
 namespace fs = std::filesystem;
@@ -44,8 +45,8 @@ std::map<std::string, std::string> read_weight_map(const std::string& dir) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(str(path, " is not valid JSON (", e.what(), ")"));
+  } catch (const nlohmann::json::exception&) {
+    throw UsageError(str(path, " is not valid JSON: ", json_syntax_error(text)));
   }
   MT_REQUIRE(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), path,
              " has no \"weight_map\" object (tensor name -> file)");

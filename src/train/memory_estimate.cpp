@@ -213,7 +213,7 @@ MemoryEstimate estimate_rank_memory(const TrainOptions& given, const Schedule& s
 }
 
 int ranks_on_this_host(const TrainOptions& o) {
-  if (o.engine.backend != "mpi") return o.parallel.world();
+  if (o.engine.backend != Backend::mpi) return o.parallel.world();
   // Open MPI, then MPICH/Hydra; without either we only know about this process.
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
     if (const char* v = std::getenv(var)) {

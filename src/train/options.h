@@ -8,11 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "comm/backend.h"
 #include "data/tokenizer.h"
 #include "model/config.h"
+#include "model/context_parallel_shard.h"
 #include "model/precision.h"
 #include "model/recompute.h"
+#include "parallel/data_parallel/replica_sync.h"
 #include "parallel/mesh.h"
+#include "schedule/schedule_kind.h"
 #include "train/checkpoint/checkpoint_format.h"
 #include "train/lr_schedule.h"
 
@@ -23,10 +27,11 @@ struct ParallelOptions {
   // Parts of a microbatch whose expert all-to-alls overlap the experts of another part
   // (model/moe_parts.h, docs/moe.md "Overlapped all-to-all"); 1: not overlapped.
   int moe_overlap_parts = 1;
-  int cp = 1;                    // context parallelism: each sequence split over cp ranks
-  std::string cp_comm = "ring";  // ring | allgather (docs/context_parallel.md)
+  int cp = 1;                     // context parallelism: each sequence split over cp ranks
+  CpComm cp_comm = CpComm::ring;  // ring | allgather (docs/context_parallel.md)
   int microbatches = 1;
-  std::string schedule = "1f1b";
+  // Its name (schedule_name) is the one the user gave, for messages and records.
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int virtual_stages = 1;
   std::string stage_layers;  // --stage-layers 3,4,4,3; empty: partition_layers()
   int zero = 0;
@@ -37,8 +42,8 @@ struct ParallelOptions {
   bool auto_layout = false;
   int ranks = 0;
   std::vector<std::string> fixed;
-  // every-step | local:H | diloco:H (parallel/data_parallel/replica_sync.h)
-  std::string dp_sync = "every-step";
+  // every-step | local:H | diloco:H (parallel/data_parallel/replica_sync.h; dp_sync_text)
+  DpSync dp_sync;
   double outer_lr = 0.7, outer_momentum = 0.9;  // diloco's outer Nesterov step
   int world() const { return dp * cp * tp * pp; }
   MeshShape mesh() const { return MeshShape{pp, dp, tp, ep, cp}; }
@@ -93,7 +98,7 @@ struct IoOptions {
   // Checkpoints at scale (train/checkpoint/checkpoint_format.h, docs/checkpoints.md).
   CheckpointFormat checkpoint_format = CheckpointFormat::global;
   int keep_checkpoints = 0;  // sharded: keep the K newest complete checkpoints (0: all)
-  std::string resume;        // "auto": --load the newest valid checkpoint under --save
+  bool resume_auto = false;  // --resume auto: --load the newest valid checkpoint under --save
   // --load was chosen by --resume auto or a --max-restarts restart: the run of that
   // checkpoint continues (its earlier checkpoints count for --keep-checkpoints).
   bool resumed = false;
@@ -101,7 +106,7 @@ struct IoOptions {
 };
 
 struct EngineOptions {
-  std::string backend = "local";
+  Backend backend = Backend::local;
   double timeout_s = 300;
   int max_restarts = 0;  // local backend: restart the job from its newest checkpoint
   // Ranks each MPI process runs as threads (--backend mpi; 1: one rank per process). K > 1 is

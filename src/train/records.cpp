@@ -41,7 +41,7 @@ std::vector<MemoryRecord> gather_memory_records(Session& s, const MicrobatchStat
   std::vector<MemoryRecord> all(ranks);
   for (size_t r = 0; r < ranks; ++r) {
     for (size_t f = 0; f < kN; ++f) all[r].*kFields[f] = rows[kN * r + f];
-    all[r].precision = precision_name(s.opts.optim.precision);
+    all[r].precision = s.opts.optim.precision;
     all[r].gemm_isa = s.info.gemm_isa;
   }
   return all;
@@ -92,8 +92,8 @@ nlohmann::json to_json(int rank, const MemoryRecord& m) {
                       {"grad_buffer_bytes", m.grad_buffer_bytes},
                       {"microbatches_in_flight_peak", m.microbatches_in_flight_peak}};
   // Only a bf16 run adds its keys: an fp32 record is what it was before the flag existed.
-  if (m.precision != "fp32") {
-    j["precision"] = m.precision;
+  if (m.precision != Precision::fp32) {
+    j["precision"] = precision_name(m.precision);
     j["bf16_weight_bytes"] = m.bf16_weight_bytes;
     j["gemm_isa"] = m.gemm_isa;
   }

@@ -23,7 +23,8 @@ struct MemoryRecord {
   // --precision bf16: the linears' bf16 weight copies (not part of params_bytes), and what
   // every rank shares: the precision and oneDNN's bf16 matmul implementation.
   int64_t bf16_weight_bytes = 0;
-  std::string precision = "fp32", gemm_isa;
+  Precision precision = Precision::fp32;
+  std::string gemm_isa;
 };
 
 // Every rank's record, in rank order, on every rank. Collective over the world.

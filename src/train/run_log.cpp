@@ -35,8 +35,8 @@ void RunLog::start(const std::string& backend) {
   const ParallelOptions& par = o.parallel;
   line(str("meshtrain: ", o.model.describe(), " | dp ", par.dp, " | tp ", par.tp,
            s_.sequence_parallel() ? " (sequence parallel)" : "", " | pp ", par.pp,
-           par.pp > 1 ? " (" + par.schedule + ")" : "", " | batch ", o.optim.batch, "x",
-           o.model.seq, " | ", par.microbatches, " microbatch(es) | ",
+           par.pp > 1 ? str(" (", schedule_name(par.schedule), ")") : "", " | batch ",
+           o.optim.batch, "x", o.model.seq, " | ", par.microbatches, " microbatch(es) | ",
            o.optim.recompute != Recompute::none
                ? str("recompute ", recompute_name(o.optim.recompute), " | ")
                : "",
@@ -47,7 +47,8 @@ void RunLog::start(const std::string& backend) {
            o.engine.ranks_per_process > 1
                ? str(" (", o.engine.ranks_per_process, " ranks per process)")
                : std::string(),
-           par.dp_sync != "every-step" ? " | dp-sync " + par.dp_sync : std::string()));
+           par.dp_sync.kind != DpSync::Kind::every_step ? " | dp-sync " + dp_sync_text(par.dp_sync)
+                                                        : std::string()));
   // The hybrid world: where each kind of group communicates (--print-layout has it all).
   if (o.engine.ranks_per_process > 1)
     line(summarize_process_layout({par.pp, par.dp, par.tp, par.ep}, o.engine.ranks_per_process));
@@ -71,15 +72,15 @@ nlohmann::json RunLog::run_record(const std::string& backend) const {
                         {"ep", p.ep},
                         {"moe_overlap_parts", p.moe_overlap_parts},
                         {"cp", p.cp},
-                        {"cp_comm", p.cp_comm},
+                        {"cp_comm", cp_comm_name(p.cp_comm)},
                         {"zero", p.zero},
                         {"microbatches", p.microbatches},
-                        {"schedule", p.schedule},
+                        {"schedule", schedule_name(p.schedule)},
                         {"virtual_stages", p.virtual_stages},
                         {"sequence_parallel", s_.sequence_parallel()},
                         {"world", p.world()},
                         {"ranks_per_process", o.engine.ranks_per_process},
-                        {"dp_sync", p.dp_sync}}},
+                        {"dp_sync", dp_sync_text(p.dp_sync)}}},
                       {"train",
                        {{"steps", o.optim.steps},
                         {"batch", o.optim.batch},
@@ -173,7 +174,7 @@ void RunLog::finish() {
   if (!(s_.val && o.optim.eval_every > 0)) moe_summary(o.optim.steps);
   if (s_.pipelined()) {
     const int counted = std::max(1, o.optim.steps - s_.start_step - 1);
-    line(str("pipeline bubble (", o.parallel.schedule, ", pp ", o.parallel.pp, ", ",
+    line(str("pipeline bubble (", schedule_name(o.parallel.schedule), ", pp ", o.parallel.pp, ", ",
              o.parallel.microbatches, " microbatches): measured ", 100 * bubble_sum_ / counted,
              "% (mean over steps after the first), theory ", 100 * s_.runner->bubble_theory(),
              "%"));

@@ -63,8 +63,7 @@ ModelConfig rank_model(const TrainOptions& o) {
 ContextParallelShard cp_shard(const TrainOptions& o, const ParallelContext& ctx) {
   const ParallelOptions& p = o.parallel;
   if (p.cp == 1) return {};
-  return ContextParallelShard{ctx.coord.cp, p.cp, ctx.cp.get(),
-                              p.cp_comm == "allgather" ? CpComm::allgather : CpComm::ring};
+  return ContextParallelShard{ctx.coord.cp, p.cp, ctx.cp.get(), p.cp_comm};
 }
 
 std::unique_ptr<TokenDispatcher> make_dispatcher(const ParallelOptions& p,
@@ -98,12 +97,6 @@ AdamW make_optimizer(const OptimOptions& t, const DataParallel& dp) {
   for (const UpdatePiece& p : dp.update_pieces())
     pieces.push_back({p.table_off, p.param_off, p.grad_off, p.n, p.decay});
   return AdamW(AdamWConfig{t.beta1, t.beta2, t.eps, t.weight_decay}, std::move(pieces));
-}
-
-DpSync dp_sync_of(const TrainOptions& o) {
-  DpSync d;
-  MT_CHECK(parse_dp_sync(o.parallel.dp_sync, &d), "--dp-sync ", o.parallel.dp_sync);
-  return d;
 }
 
 std::unique_ptr<MicrobatchRunner> make_runner(const TrainOptions& o, const ParallelContext& ctx,
@@ -141,7 +134,8 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       opt(make_optimizer(o.optim, dp)),
       runner(make_runner(o, ctx, model, dp, train.micro_batch_size())),
       lr{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps},
-      replica_sync(dp_sync_of(o), o.parallel.outer_lr, o.parallel.outer_momentum, o.optim.steps) {
+      replica_sync(o.parallel.dp_sync, o.parallel.outer_lr, o.parallel.outer_momentum,
+                   o.optim.steps) {
   // Checkpoints, exports and the sample hold the global view: assemble it (collective).
   if (!o.io.save.empty() || !o.io.export_path.empty() || !o.io.export_hf.empty() ||
       o.io.sample_tokens > 0)

@@ -24,7 +24,8 @@ void refuse_unbuilt(const TrainOptions& o) {
              "are not reduced over cp)");
   MT_REQUIRE(o.engine.ranks_per_process == 1, cp, " with --ranks-per-process ",
              o.engine.ranks_per_process, " (the hybrid world) is not built yet");
-  MT_REQUIRE(p.dp_sync == "every-step", cp, " with --dp-sync ", p.dp_sync,
+  MT_REQUIRE(p.dp_sync.kind == DpSync::Kind::every_step, cp, " with --dp-sync ",
+             dp_sync_text(p.dp_sync),
              " is not built yet (replicas would step on partial-sequence gradients)");
   MT_REQUIRE(!p.auto_layout, cp,
              " with --auto-layout is not built yet (the planner does not search cp)");
@@ -38,8 +39,6 @@ void refuse_unbuilt(const TrainOptions& o) {
 void validate_context_parallel(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   MT_REQUIRE(p.cp >= 1, "--cp must be >= 1 (got ", p.cp, ")");
-  MT_REQUIRE(p.cp_comm == "ring" || p.cp_comm == "allgather",
-             "--cp-comm must be ring or allgather (got '", p.cp_comm, "')");
   if (p.cp == 1) {
     MT_REQUIRE(p.cp_comm == ParallelOptions{}.cp_comm,
                "--cp-comm has no effect without --cp > 1: give --cp N or drop --cp-comm");

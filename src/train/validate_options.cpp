@@ -33,21 +33,13 @@ std::string count_text(double v) {
   return v < 9e18 ? std::to_string(static_cast<int64_t>(v)) : str(v);
 }
 
-bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
-  for (const char* a : allowed)
-    if (v == a) return true;
-  return false;
-}
-
 // How the ranks are started: by this process as threads, or one per launched process.
 void validate_engine(const TrainOptions& o, const LauncherInfo& launcher) {
   const EngineOptions& e = o.engine;
-  MT_REQUIRE(one_of(e.backend, {"local", "mpi"}), "--backend must be local or mpi (got '",
-             e.backend, "')");
   // A launcher that started several processes of a local-backend run would make each of
   // them run the whole job alone, all writing the same files.
-  MT_REQUIRE(e.backend == "mpi" || launcher.size <= 1, "this process is one of ", launcher.size,
-             " started by ", launcher.name,
+  MT_REQUIRE(e.backend == Backend::mpi || launcher.size <= 1, "this process is one of ",
+             launcher.size, " started by ", launcher.name,
              " (mpirun), but --backend is local: each process would run the whole job alone and "
              "write the same files; add --backend mpi (one rank per process) or run meshtrain "
              "without mpirun");
@@ -55,7 +47,7 @@ void validate_engine(const TrainOptions& o, const LauncherInfo& launcher) {
   MT_REQUIRE(e.ranks_per_process >= 1 && e.ranks_per_process <= kMaxLocalRanks,
              "--ranks-per-process must be in 1..", kMaxLocalRanks, " (got ", e.ranks_per_process,
              ")");
-  MT_REQUIRE(e.ranks_per_process == 1 || e.backend == "mpi", "--ranks-per-process ",
+  MT_REQUIRE(e.ranks_per_process == 1 || e.backend == Backend::mpi, "--ranks-per-process ",
              e.ranks_per_process,
              " needs --backend mpi (with --backend local every rank is a thread already)");
 }
@@ -104,7 +96,7 @@ void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
   MT_REQUIRE(p.bucket_mb > 0, "--bucket-mb must be > 0");
   const long world = static_cast<long>(p.pp) * p.dp * p.cp * p.tp;
   const std::string flags = world_flags_text(p);
-  MT_REQUIRE(o.engine.backend == "mpi" || world <= kMaxLocalRanks, flags, " = ", world,
+  MT_REQUIRE(o.engine.backend == Backend::mpi || world <= kMaxLocalRanks, flags, " = ", world,
              " ranks is more than the ", kMaxLocalRanks,
              " threads one process runs (--backend local); use --backend mpi");
   // Under a launcher the world is the processes it started times the ranks each runs
@@ -113,10 +105,11 @@ void validate_layout(const TrainOptions& o, const LauncherInfo& launcher) {
   const int k = o.engine.ranks_per_process;
   MT_REQUIRE(world % k == 0, "--ranks-per-process ", k, " does not divide the ", world,
              " ranks of the layout (", flags, ")");
-  MT_REQUIRE(o.engine.backend != "mpi" || !launcher.launched() || long(launcher.size) * k == world,
-             "the layout needs ", flags, " = ", world, " ranks but ", launcher.name, " started ",
-             launcher.size, " processes", k > 1 ? str(" x ", k, " ranks each") : "",
-             " (set mpirun -np ", world / k, " or change the layout)");
+  MT_REQUIRE(
+      o.engine.backend != Backend::mpi || !launcher.launched() || long(launcher.size) * k == world,
+      "the layout needs ", flags, " = ", world, " ranks but ", launcher.name, " started ",
+      launcher.size, " processes", k > 1 ? str(" x ", k, " ranks each") : "", " (set mpirun -np ",
+      world / k, " or change the layout)");
 
   const int64_t split = int64_t(p.dp) * p.microbatches;
   MT_REQUIRE(batch % split == 0, "--batch ", batch,
@@ -218,7 +211,6 @@ void validate_experts(const TrainOptions& o) {
 // The schedule and the cut of the model into chunks; both matter only with --pp > 1.
 void validate_pipeline(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
-  check_schedule_name(p.schedule);
   if (p.pp == 1) return;
   check_schedule_args(p.schedule, p.pp, p.microbatches, p.virtual_stages);
   const int v = chunks_per_stage(p.schedule, p.virtual_stages);  // 2 for dualpipev
@@ -252,14 +244,12 @@ void validate_checkpoints(const TrainOptions& o) {
              "global --save keeps one checkpoint)");
   MT_REQUIRE(!io.save_sync || sharded,
              "--save-sync applies to --checkpoint-format sharded (global saves are synchronous)");
-  MT_REQUIRE(io.resume.empty() || io.resume == "auto", "--resume must be auto (got '", io.resume,
-             "')");
-  MT_REQUIRE(io.resume.empty() || !io.save.empty(),
+  MT_REQUIRE(!io.resume_auto || !io.save.empty(),
              "--resume auto looks for checkpoints under --save DIR: give --save");
-  MT_REQUIRE(io.resume.empty() || (io.load.empty() && io.init_from.empty()),
+  MT_REQUIRE(!io.resume_auto || (io.load.empty() && io.init_from.empty()),
              "--resume auto chooses the checkpoint itself: drop --load / --init-from");
   MT_REQUIRE(o.engine.max_restarts >= 0, "--max-restarts must be >= 0");
-  MT_REQUIRE(o.engine.max_restarts == 0 || o.engine.backend == "local",
+  MT_REQUIRE(o.engine.max_restarts == 0 || o.engine.backend == Backend::local,
              "--max-restarts restarts the ranks of this process (--backend local); under mpirun "
              "wrap the command in scripts/mpirun_supervisor.sh");
   MT_REQUIRE(o.engine.max_restarts == 0 || !io.save.empty(),
@@ -270,20 +260,17 @@ void validate_checkpoints(const TrainOptions& o) {
 // --dp-sync (parallel/data_parallel/replica_sync.h): what local SGD / DiLoCo compose with.
 void validate_dp_sync(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
-  DpSync d;
-  MT_REQUIRE(parse_dp_sync(p.dp_sync, &d),
-             "--dp-sync must be every-step, local:H or diloco:H with H >= 1 (got '", p.dp_sync,
-             "')");
   MT_REQUIRE(p.outer_lr > 0 && p.outer_momentum >= 0 && p.outer_momentum < 1,
              "--outer-lr must be > 0 and --outer-momentum in [0, 1)");
   // The outer step runs in float: a larger rate is Inf there, and every weight NaN.
   MT_REQUIRE(p.outer_lr <= std::numeric_limits<float>::max(), "--outer-lr ", p.outer_lr,
              " does not fit a float (at most ", std::numeric_limits<float>::max(), ")");
-  if (d.kind == DpSync::Kind::every_step) return;
+  if (p.dp_sync.kind == DpSync::Kind::every_step) return;
   // The replicas' own weights and moments live whole on each of them.
-  MT_REQUIRE(p.zero == 0, "--dp-sync ", p.dp_sync, " needs --zero 0 (got --zero ", p.zero, ")");
-  MT_REQUIRE(o.model.experts == 0, "--dp-sync ", p.dp_sync, " does not support --experts yet");
-  MT_REQUIRE(o.io.save.empty() && o.io.load.empty(), "--dp-sync ", p.dp_sync,
+  const std::string sync = dp_sync_text(p.dp_sync);
+  MT_REQUIRE(p.zero == 0, "--dp-sync ", sync, " needs --zero 0 (got --zero ", p.zero, ")");
+  MT_REQUIRE(o.model.experts == 0, "--dp-sync ", sync, " does not support --experts yet");
+  MT_REQUIRE(o.io.save.empty() && o.io.load.empty(), "--dp-sync ", sync,
              " does not support --save/--load yet (the anchor and outer momentum are not saved)");
 }
 
@@ -300,8 +287,7 @@ void validate_dependencies(const TrainOptions& o) {
   const OptimOptions& t = o.optim;
   const ParallelOptions& p = o.parallel;
   const ModelConfig& m = o.model;
-  DpSync sync;
-  const bool diloco = parse_dp_sync(p.dp_sync, &sync) && sync.kind == DpSync::Kind::diloco;
+  const bool diloco = p.dp_sync.kind == DpSync::Kind::diloco;
   struct Needs {
     bool set, missing;
     const char *flag, *needs, *why = "";

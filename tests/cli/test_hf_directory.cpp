@@ -122,6 +122,31 @@ TEST(HfDirectoryCli, BadDirectoriesAreOneErrorLine) {
                      "has no hidden_size");
 }
 
+// A config.json announcing a dtype meshtrain cannot load was accepted, and one holding NaN
+// printed the JSON library's message with the file's text in it.
+TEST(HfDirectoryCli, AConfigItCannotReadIsOneLineNamingTheKey) {
+  HfFixture f;
+  const std::string hf = f.dir / "hf";
+  ASSERT_EQ(run_meshtrain(f.train("--steps 1 --export-hf " + hf)).exit_code, 0);
+  nlohmann::json c = nlohmann::json::parse(slurp(hf + "/config.json"));
+  c["torch_dtype"] = "float8_e4m3fn";
+  std::ofstream(hf + "/config.json") << c.dump(2);
+  expect_usage_error(run_meshtrain(f.reload(hf, "")),
+                     hf + "/config.json: torch_dtype \"float8_e4m3fn\" is not a dtype meshtrain "
+                          "loads (float32, bfloat16 or float16)");
+  c["torch_dtype"] = "float32";
+  std::string text = c.dump(2);
+  const size_t eps = text.find("\"rms_norm_eps\": ") + 16;
+  text.replace(eps, text.find(',', eps) - eps, "NaN");
+  std::ofstream(hf + "/config.json") << text;
+  for (const std::string& command : {f.reload(hf, ""), "sample --tokens 2 --init-from " + hf}) {
+    const RunResult r = run_meshtrain(command);
+    expect_usage_error(r, hf + "/config.json is not valid JSON: the value of \"rms_norm_eps\"");
+    EXPECT_EQ(r.err.find("json.exception"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("last read"), std::string::npos) << r.err;
+  }
+}
+
 TEST(HfDirectoryCli, SampleReadsADirectory) {
   HfFixture f;
   const std::string hf = f.dir / "hf";

@@ -80,6 +80,21 @@ TEST(HostileInputs, SampleRefusesATokenizerItWouldIgnore) {
   EXPECT_EQ(run_bounded("sample --init-from " + w + " --prompt a --tokens 2").exit_code, 0);
 }
 
+// sample --topk (experts per token) on a dense model changed nothing and said nothing; it is
+// refused there, from a weights file and from a checkpoint alike. (--top-k is the sampling
+// option, honoured for every model.)
+TEST(HostileInputs, SampleRefusesExpertsPerTokenOnADenseModel) {
+  Fixture f;
+  const std::string w = f.dir / "w.safetensors", ckpt = f.dir / "ckpt";
+  ASSERT_EQ(run_meshtrain(f.base() + " --export " + w + " --save " + ckpt).exit_code, 0);
+  for (const std::string& from : {"--init-from " + w, "--load " + ckpt})
+    expect_usage_error(run_bounded("sample " + from + " --prompt a --tokens 2 --topk 2"),
+                       "--topk 2 sets the experts per token of a mixture-of-experts model, but");
+  const RunResult top_k =
+      run_bounded("sample --init-from " + w + " --prompt a --tokens 2 --top-k 3");
+  EXPECT_EQ(top_k.exit_code, 0) << top_k.err;
+}
+
 // sample and prepare read --seed through CLI11, which wrapped -1 to 2^64-1 and saturated a
 // number beyond 64 bits; train refused both. Every --seed is range-checked alike now.
 TEST(HostileInputs, EverySeedIsRangeChecked) {

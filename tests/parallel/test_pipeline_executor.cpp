@@ -101,7 +101,8 @@ std::vector<Case> every_schedule(int p) {
   for (const std::string& name : schedule_names()) {
     const int m0 = name == "dualpipev" ? 2 * p : p;
     for (int m : {m0, 2 * m0})
-      cases.push_back({p, name, m, chunks_per_stage(name, name == "interleaved" ? 2 : 1), ""});
+      cases.push_back(
+          {p, name, m, chunks_per_stage(schedule_kind(name), name == "interleaved" ? 2 : 1), ""});
   }
   return cases;
 }
@@ -126,7 +127,7 @@ std::vector<StageResult> run_pipeline(const Case& c, const ModelConfig& cfg, con
     const std::vector<int> layers = c.stage_layers.empty()
                                         ? partition_layers(cfg.layers, K, PartitionCost{})
                                         : parse_stage_layers(c.stage_layers, cfg.layers, K);
-    GPT model(cfg, stage_chunk_specs(layers, c.p, stage, placement_of(c.schedule)),
+    GPT model(cfg, stage_chunk_specs(layers, c.p, stage, placement_of(schedule_kind(c.schedule))),
               TensorParallelShard{}, kB);
     model.init(kSeed);
     model.zero_grads();
@@ -147,7 +148,7 @@ std::vector<StageResult> run_pipeline(const Case& c, const ModelConfig& cfg, con
       r.loss_sum += r.stats.loss_sum;
     }
     // The V holds the embedding and the head on stage 0: one wte, nothing to exchange.
-    const bool v_shape = placement_of(c.schedule) == ChunkPlacement::v_shape;
+    const bool v_shape = placement_of(schedule_kind(c.schedule)) == ChunkPlacement::v_shape;
     if ((ctx.first_stage() || ctx.last_stage()) && cfg.tied() && !v_shape) {
       const ParamInfo& wte = model.table().at(cfg.token_table_name());
       sum_tied_embedding_grad(*ctx.pp, model.grads().data() + wte.offset, wte.numel);

@@ -183,6 +183,11 @@ TEST(ReportInputs, CorruptRecordsAreNamedByLine) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"event":5})", "line 2: \"event\" is a number, not a string"},
       {R"({"step":2,"loss":"abc"})", "line 2: \"loss\" is the string \"abc\", not a number"},
+      // Only "NaN", "Infinity" and "-Infinity" stand for numbers (docs/report.md), not any case
+      // or abbreviation of them.
+      {R"({"step":2,"loss":"nan"})", "line 2: \"loss\" is the string \"nan\", not a number"},
+      {R"({"step":2,"lr":"-inf"})", "line 2: \"lr\" is the string \"-inf\", not a number"},
+      {R"({"step":"INFINITY"})", "line 2: \"step\" is the string \"INFINITY\""},
       {R"({"event":"memory","rank":"x"})", "line 2: a memory record's \"rank\" must be"},
       {R"({"step":2,"expert_load":3})", "line 2: \"expert_load\" must be an array"},
       {R"({"step":"two"})", "line 2: \"step\" is the string"},

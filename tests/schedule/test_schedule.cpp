@@ -45,13 +45,13 @@ TEST(Schedule, BubbleMatchesClosedForm) {
       for (int m = 1; m <= 16; ++m) {
         for (const char* name : {"gpipe", "1f1b"}) {
           const Timeline t = simulate_schedule(make_schedule(name, p, m, 1), c);
-          EXPECT_NEAR(t.bubble(), closed_form_bubble(name, p, m, 1), 1e-12)
+          EXPECT_NEAR(t.bubble(), closed_form_bubble(schedule_kind(name), p, m, 1), 1e-12)
               << name << " p=" << p << " m=" << m;
         }
         if (m % p) continue;
         for (int v = 2; v <= 3; ++v) {
           const Timeline t = simulate_schedule(make_schedule("interleaved", p, m, v), c);
-          EXPECT_NEAR(t.bubble(), closed_form_bubble("interleaved", p, m, v), 1e-12)
+          EXPECT_NEAR(t.bubble(), closed_form_bubble(ScheduleKind::interleaved, p, m, v), 1e-12)
               << "interleaved p=" << p << " m=" << m << " v=" << v;
         }
       }

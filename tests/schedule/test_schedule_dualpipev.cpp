@@ -69,9 +69,9 @@ TEST(DualPipeV, RefusedSizesSayWhy) {
           << e.what();
     }
   }
-  EXPECT_EQ(chunks_per_stage("dualpipev", 1), 2);
-  EXPECT_EQ(chunks_per_stage("interleaved", 3), 3);
-  EXPECT_EQ(placement_of("zb-h1"), ChunkPlacement::interleaved);
+  EXPECT_EQ(chunks_per_stage(ScheduleKind::dualpipev, 1), 2);
+  EXPECT_EQ(chunks_per_stage(ScheduleKind::interleaved, 3), 3);
+  EXPECT_EQ(placement_of(ScheduleKind::zb_h1), ChunkPlacement::interleaved);
 }
 
 // Once both chunks are full every stage pairs an F with a B of the other chunk: m - 2p + s

@@ -173,11 +173,11 @@ TEST_F(Bf16Layouts, PipelinesMatchOneWorker) {
   TrainOptions o = base();
   o.parallel.pp = 2, o.parallel.microbatches = 4;
   layouts.push_back({"pp 2 1f1b", o});
-  o.parallel.schedule = "zb-h1", o.parallel.dp = 2, o.parallel.zero = 3,
+  o.parallel.schedule = ScheduleKind::zb_h1, o.parallel.dp = 2, o.parallel.zero = 3,
   o.parallel.microbatches = 2;
   layouts.push_back({"pp 2 zb-h1 dp 2 zero 3", o});
   o = base();
-  o.parallel.pp = 2, o.parallel.schedule = "interleaved", o.parallel.virtual_stages = 2;
+  o.parallel.pp = 2, o.parallel.schedule = ScheduleKind::interleaved, o.parallel.virtual_stages = 2;
   o.parallel.microbatches = 4, o.parallel.tp = 2, o.parallel.sequence_parallel = true;
   layouts.push_back({"pp 2 interleaved tp 2 sp", o});
   TrainOptions one = base();
@@ -205,7 +205,8 @@ TEST_F(Bf16Layouts, RecomputationIsExactInBf16) {
   for (int layout = 0; layout < 4; ++layout) {
     TrainOptions o = base();
     if (layout == 1) o.parallel.tp = 2, o.parallel.sequence_parallel = true;
-    if (layout == 2) o.parallel.pp = 2, o.parallel.schedule = "zb-h1", o.parallel.microbatches = 4;
+    if (layout == 2)
+      o.parallel.pp = 2, o.parallel.schedule = ScheduleKind::zb_h1, o.parallel.microbatches = 4;
     // bf16 experts; full recomputation is refused with experts (model_chunk.cpp).
     if (layout == 3) o.model.experts = 4, o.parallel.ep = 2, o.parallel.dp = 2;
     SCOPED_TRACE("layout " + std::to_string(layout));

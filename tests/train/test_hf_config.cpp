@@ -193,6 +193,11 @@ TEST(HfConfig, RefusesByNameWhatItCannotHonour) {
       {{{"rms_norm_eps", 0}}, "rms_norm_eps is 0"},
       {{{"rope_theta", "big"}}, "rope_theta is \"big\""},
       {{{"tie_word_embeddings", 1}}, "tie_word_embeddings is 1"},
+      {{{"torch_dtype", "float8_e4m3fn"}},
+       "torch_dtype \"float8_e4m3fn\" is not a dtype meshtrain loads (float32, bfloat16 or "
+       "float16)"},
+      {{{"dtype", "int8"}}, "dtype \"int8\" is not a dtype meshtrain loads"},
+      {{{"torch_dtype", 16}}, "torch_dtype 16 is not a dtype meshtrain loads"},
   };
   for (const auto& [edit, words] : cases) {
     json c = base;
@@ -210,6 +215,13 @@ TEST(HfConfig, RefusesByNameWhatItCannotHonour) {
   }
   EXPECT_NE(usage_message("[1, 2]").find("is not a JSON object"), std::string::npos);
   EXPECT_NE(usage_message("{\"model_type\": ").find("is not valid JSON"), std::string::npos);
+  // A number JSON does not have is named by its key, without the library's text or the file's.
+  std::string nan_text = base.dump();
+  nan_text.replace(nan_text.find("\"rms_norm_eps\":") + 15, 0, "NaN,\"x\":");
+  EXPECT_EQ(usage_message(nan_text),
+            "DIR/config.json is not valid JSON: the value of \"rms_norm_eps\" (line 1, column " +
+                std::to_string(nan_text.find("NaN") + 1) +
+                ") is NaN or Infinity, which JSON does not have");
   EXPECT_NE(usage_message(std::string(100, '[')).find("nests deeper"), std::string::npos);
 }
 

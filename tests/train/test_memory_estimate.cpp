@@ -138,20 +138,20 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
        [](TrainOptions& o) {
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
-         o.parallel.schedule = "gpipe";
+         o.parallel.schedule = ScheduleKind::gpipe;
        }},
       {"pp 2 v 2 interleaved m 4",
        [](TrainOptions& o) {
          o.parallel.pp = 2;
          o.parallel.virtual_stages = 2;
          o.parallel.microbatches = 4;
-         o.parallel.schedule = "interleaved";
+         o.parallel.schedule = ScheduleKind::interleaved;
        }},
       {"pp 2 m 4 zb-h1 dp 2 zero 3",
        [](TrainOptions& o) {
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
-         o.parallel.schedule = "zb-h1";
+         o.parallel.schedule = ScheduleKind::zb_h1;
          o.parallel.dp = 2;
          o.parallel.zero = 3;
        }},
@@ -160,13 +160,13 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
        [](TrainOptions& o) {
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
-         o.parallel.schedule = "dualpipev";
+         o.parallel.schedule = ScheduleKind::dualpipev;
        }},
       {"pp 2 m 4 dualpipev dp 2 zero 3",
        [](TrainOptions& o) {
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
-         o.parallel.schedule = "dualpipev";
+         o.parallel.schedule = ScheduleKind::dualpipev;
          o.parallel.dp = 2;
          o.parallel.zero = 3;
        }},
@@ -209,7 +209,7 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
        [](TrainOptions& o) {
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
-         o.parallel.schedule = "zb-h1";
+         o.parallel.schedule = ScheduleKind::zb_h1;
          o.parallel.dp = 2;
          o.parallel.zero = 3;
          o.optim.recompute = Recompute::selective;
@@ -218,7 +218,7 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
        [](TrainOptions& o) {
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
-         o.parallel.schedule = "zb-h1";
+         o.parallel.schedule = ScheduleKind::zb_h1;
          o.parallel.dp = 2;
          o.parallel.zero = 3;
          o.optim.recompute = Recompute::full;
@@ -248,7 +248,7 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.optim.precision = Precision::bf16;
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
-         o.parallel.schedule = "zb-h1";
+         o.parallel.schedule = ScheduleKind::zb_h1;
          o.parallel.dp = 2;
          o.parallel.zero = 3;
        }},
@@ -275,7 +275,7 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
          o.optim.precision = Precision::bf16;
          o.parallel.pp = 2;
          o.parallel.microbatches = 4;
-         o.parallel.schedule = "zb-h1";
+         o.parallel.schedule = ScheduleKind::zb_h1;
          o.parallel.dp = 2;
          o.parallel.zero = 3;
        }},
@@ -439,7 +439,7 @@ TEST(MemoryEstimate, MpiCountsTheProcessesOnThisHost) {
   TrainOptions o = small_run(dir);
   o.parallel.dp = 8;
   EXPECT_EQ(ranks_on_this_host(o), 8);
-  o.engine.backend = "mpi";
+  o.engine.backend = Backend::mpi;
   ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   ::unsetenv("MPI_LOCALNRANKS");
   EXPECT_EQ(ranks_on_this_host(o), 1);

@@ -97,7 +97,7 @@ TEST_F(Recompute, TensorParallelWithSequenceParallel) {
 
 TEST_F(Recompute, PipelineZeroBubble) {
   TrainOptions o = base();
-  o.parallel.pp = 2, o.parallel.schedule = "zb-h1", o.parallel.microbatches = 4;
+  o.parallel.pp = 2, o.parallel.schedule = ScheduleKind::zb_h1, o.parallel.microbatches = 4;
   check(o);
 }
 
@@ -107,7 +107,7 @@ TEST_F(Recompute, DeepAndInterleavedPipelines) {
   TrainOptions o = base();
   o.parallel.pp = 4, o.parallel.microbatches = 4;
   check(o);
-  o.parallel.pp = 2, o.parallel.schedule = "interleaved", o.parallel.virtual_stages = 2;
+  o.parallel.pp = 2, o.parallel.schedule = ScheduleKind::interleaved, o.parallel.virtual_stages = 2;
   check(o);
 }
 

@@ -76,7 +76,7 @@ class ReplicaSyncRuns : public ::testing::Test {
     o.optim.grad_clip = 0.5;
     o.optim.seed = 3;
     o.parallel.dp = dp;
-    o.parallel.dp_sync = sync;
+    o.parallel.dp_sync = dp_sync_from_flag(sync);
     o.parallel.bucket_mb = 0.001;
     return o;
   }

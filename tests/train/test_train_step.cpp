@@ -44,7 +44,8 @@ TrainOptions options(const std::string& data, const Layout& l) {
   o.optim.grad_clip = 0.5;  // active: the initial norm is larger
   o.optim.seed = 3;
   ParallelOptions& p = o.parallel;
-  p.dp = l.dp, p.pp = l.pp, p.schedule = l.schedule, p.microbatches = l.m, p.zero = l.zero;
+  p.dp = l.dp, p.pp = l.pp, p.schedule = schedule_kind(l.schedule), p.microbatches = l.m,
+  p.zero = l.zero;
   p.virtual_stages = l.v;
   p.bucket_mb = 0.001;  // several buckets per chunk, so reductions overlap backward
   return o;

@@ -36,7 +36,7 @@ TrainOptions llama_cp(int cp) {
 TEST(ValidateContextParallel, ComposesWithDpTpSpAndRecomputation) {
   for (int cp : {1, 2, 4, 8}) EXPECT_EQ(usage_error(llama_cp(cp)), "") << cp;
   TrainOptions o = llama_cp(2);
-  o.parallel.cp_comm = "allgather";
+  o.parallel.cp_comm = CpComm::allgather;
   o.parallel.dp = 2;
   o.parallel.zero = 3;
   o.parallel.tp = 2;
@@ -53,7 +53,6 @@ TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
   };
   const std::vector<Case> cases = {
       {[](TrainOptions& o) { o.parallel.cp = 0; }, "--cp must be >= 1"},
-      {[](TrainOptions& o) { o.parallel.cp_comm = "p2p"; }, "--cp-comm must be ring or allgather"},
       {[](TrainOptions& o) { o.model.seq = 62; }, "--seq 62 must be divisible by 2 x --cp = 4"},
       {[](TrainOptions& o) {
          o.model.arch = Arch::gpt2;
@@ -62,11 +61,11 @@ TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
        "--cp 2 needs --arch llama"},
       {[](TrainOptions& o) { o.parallel.pp = 2; }, "--cp 2 with --pp 2 is not built yet"},
       {[](TrainOptions& o) {
-         o.engine.backend = "mpi";
+         o.engine.backend = Backend::mpi;
          o.engine.ranks_per_process = 2;
        },
        "--cp 2 with --ranks-per-process 2 (the hybrid world) is not built yet"},
-      {[](TrainOptions& o) { o.parallel.dp_sync = "local:2"; },
+      {[](TrainOptions& o) { o.parallel.dp_sync = dp_sync_from_flag("local:2"); },
        "--cp 2 with --dp-sync local:2 is not built yet"},
       {[](TrainOptions& o) {
          o.io.save = "ck";
@@ -81,7 +80,7 @@ TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
     EXPECT_NE(e.find(c.message), std::string::npos) << "got: " << e << "\nwant: " << c.message;
   }
   TrainOptions one = llama_cp(1);
-  one.parallel.cp_comm = "allgather";
+  one.parallel.cp_comm = CpComm::allgather;
   EXPECT_NE(usage_error(one).find("--cp-comm has no effect without --cp > 1"), std::string::npos);
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "parallel/data_parallel/replica_sync.h"
 #include "train/validate_options.h"
 
 namespace mt {
@@ -24,7 +25,7 @@ TEST(ValidateOptions, RanksPerProcessRules) {
   o.parallel.dp = 4;
   o.engine.ranks_per_process = 2;
   EXPECT_NE(error(o).find("needs --backend mpi"), std::string::npos);
-  o.engine.backend = "mpi";
+  o.engine.backend = Backend::mpi;
   EXPECT_EQ(error(o), "");
   LauncherInfo two;
   two.name = "Open MPI";
@@ -38,7 +39,7 @@ TEST(ValidateOptions, RanksPerProcessRules) {
   EXPECT_NE(error(o).find("--ranks-per-process must be in 1.."), std::string::npos);
   // An uneven placement is refused before any rank starts, naming the group.
   TrainOptions uneven;
-  uneven.engine.backend = "mpi";
+  uneven.engine.backend = Backend::mpi;
   uneven.parallel.dp = 3;
   uneven.parallel.tp = 2;
   uneven.engine.ranks_per_process = 3;
@@ -59,19 +60,25 @@ TEST(ValidateOptions, DpSyncRules) {
   TrainOptions o;
   o.parallel.dp = 2;
   for (const char* ok : {"every-step", "local:1", "local:16", "diloco:4"}) {
-    o.parallel.dp_sync = ok;
+    o.parallel.dp_sync = dp_sync_from_flag(ok);
     EXPECT_EQ(error(o), "") << ok;
   }
-  o.parallel.dp_sync = "local:0";
-  EXPECT_NE(error(o).find("--dp-sync must be every-step, local:H or diloco:H"), std::string::npos);
-  o.parallel.dp_sync = "local:4";
+  try {
+    dp_sync_from_flag("local:0");
+    ADD_FAILURE() << "local:0 accepted";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "--dp-sync must be every-step, local:H or diloco:H with H >= 1 (got "
+                 "'local:0')");
+  }
+  o.parallel.dp_sync = dp_sync_from_flag("local:4");
   o.parallel.zero = 1;
   EXPECT_NE(error(o).find("needs --zero 0"), std::string::npos);
   o.parallel.zero = 0;
   o.io.save = "/tmp/x";
   EXPECT_NE(error(o).find("--save/--load"), std::string::npos);
   o.io.save.clear();
-  o.parallel.dp_sync = "diloco:4";
+  o.parallel.dp_sync = dp_sync_from_flag("diloco:4");
   o.parallel.outer_momentum = 1.0;
   EXPECT_NE(error(o).find("--outer-momentum in [0, 1)"), std::string::npos);
   o.parallel.outer_momentum = 0.9;

@@ -31,6 +31,25 @@ bool parse_dp_sync(const std::string& text, DpSync* out) {
   return true;
 }
 
+DpSync dp_sync_from_flag(const std::string& text) {
+  DpSync d;
+  MT_REQUIRE(parse_dp_sync(text, &d),
+             "--dp-sync must be every-step, local:H or diloco:H with H >= 1 (got '", text, "')");
+  return d;
+}
+
+std::string dp_sync_text(const DpSync& d) {
+  switch (d.kind) {
+    case DpSync::Kind::every_step:
+      return "every-step";
+    case DpSync::Kind::local:
+      return "local:" + std::to_string(d.period);
+    case DpSync::Kind::diloco:
+      return "diloco:" + std::to_string(d.period);
+  }
+  return "every-step";
+}
+
 ReplicaSync::ReplicaSync(const DpSync& mode, double outer_lr, double outer_momentum, int last_step)
     : mode_(mode), outer_lr_(outer_lr), outer_momentum_(outer_momentum), last_step_(last_step) {}
 

@@ -26,10 +26,16 @@ namespace mt {
 struct DpSync {
   enum class Kind { every_step, local, diloco } kind = Kind::every_step;
   int period = 1;  // H
+  bool operator==(const DpSync&) const = default;
 };
 
 // Parses "every-step", "local:H" or "diloco:H" (H >= 1); false if malformed.
 bool parse_dp_sync(const std::string& text, DpSync* out);
+// parse_dp_sync for the flag's text: UsageError `--dp-sync must be every-step, local:H or
+// diloco:H with H >= 1 (got 'x')` if malformed.
+DpSync dp_sync_from_flag(const std::string& text);
+// The text parse_dp_sync reads back: "every-step", "local:4", "diloco:16".
+std::string dp_sync_text(const DpSync& d);
 
 // DiLoCo's outer step on n floats: delta = anchor - average; v = mu v + delta;
 // anchor -= lr (delta + mu v) (Nesterov); weights = anchor. Returns whether the new anchor

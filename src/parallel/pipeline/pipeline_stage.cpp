@@ -16,7 +16,7 @@ std::vector<int> resolve_stage_layers(const ModelConfig& cfg, int pp, int virtua
 }
 
 double theoretical_bubble(const Schedule& s) {
-  const double closed = closed_form_bubble(s.name, s.stages, s.microbatches, s.chunks);
+  const double closed = closed_form_bubble(s.kind, s.stages, s.microbatches, s.chunks);
   return closed >= 0 ? closed : simulate_schedule(s, OpCosts{}).bubble();
 }
 
