@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -118,8 +119,23 @@ CorpusFiles files_from(const fs::path& out, const nlohmann::json& manifest, bool
 
 }  // namespace
 
+std::string corpus_cache_dir(const char* xdg_cache_home, const char* home) {
+  // The spec says a relative $XDG_CACHE_HOME is invalid and to be ignored.
+  fs::path cache;
+  if (xdg_cache_home && xdg_cache_home[0] == '/') {
+    cache = xdg_cache_home;
+  } else if (home && home[0] != '\0') {
+    cache = fs::path(home) / ".cache";
+  } else {
+    std::error_code ec;
+    cache = fs::temp_directory_path(ec);
+    if (ec) cache = "/tmp";
+  }
+  return (cache / "meshtrain" / "fortunes").string();
+}
+
 std::string default_corpus_dir() {
-  return "data/fortunes";
+  return corpus_cache_dir(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
 }
 std::string default_fortunes_source_dir() {
   return "/usr/share/games/fortunes";

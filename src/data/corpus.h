@@ -32,8 +32,13 @@ struct CorpusFiles {
   bool rebuilt = false;  // false: the existing shards were up to date
 };
 
-// "data/fortunes", relative to the working directory.
+// Where the prepared corpus is cached: meshtrain/fortunes under the user's cache folder
+// (XDG Base Directory: $XDG_CACHE_HOME when it is an absolute path, else $HOME/.cache; with
+// neither, the system temp folder). Never the working directory: a run without --data must
+// not leave files where the user did not ask for them.
 std::string default_corpus_dir();
+// The rule above for given values of XDG_CACHE_HOME and HOME (null or empty: unset).
+std::string corpus_cache_dir(const char* xdg_cache_home, const char* home);
 // "/usr/share/games/fortunes", where Debian's package installs the text.
 std::string default_fortunes_source_dir();
 
