@@ -221,6 +221,11 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
         "default: the embedded fortunes corpus");
   f.add("data", "val-data", &io.val_data,
         "validation token shard or dataset directory (default: --data DIR's validation split)");
+  f.add_choice("data", "data-order", &io.data_order,
+               "shuffled: samples of seq+1 tokens drawn through a per-epoch shuffled index of "
+               "--seed, the same in every layout (cached in ~/.cache/meshtrain/sample_index); "
+               "sequential: llm.c's order, batch after batch along the data",
+               data_order_names(), ChoiceRefusal::in_words);
   f.add("io", "init-from", &io.init_from,
         "initial weights: a safetensors file (nanoGPT or Llama names), or a Hugging Face Llama "
         "directory (config.json + safetensors), whose config.json sets the model's shape");

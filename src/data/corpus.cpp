@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/cache_dir.h"
 #include "data/token_shard.h"
 
 namespace fs = std::filesystem;
@@ -120,22 +120,11 @@ CorpusFiles files_from(const fs::path& out, const nlohmann::json& manifest, bool
 }  // namespace
 
 std::string corpus_cache_dir(const char* xdg_cache_home, const char* home) {
-  // The spec says a relative $XDG_CACHE_HOME is invalid and to be ignored.
-  fs::path cache;
-  if (xdg_cache_home && xdg_cache_home[0] == '/') {
-    cache = xdg_cache_home;
-  } else if (home && home[0] != '\0') {
-    cache = fs::path(home) / ".cache";
-  } else {
-    std::error_code ec;
-    cache = fs::temp_directory_path(ec);
-    if (ec) cache = "/tmp";
-  }
-  return (cache / "meshtrain" / "fortunes").string();
+  return (fs::path(meshtrain_cache_dir(xdg_cache_home, home)) / "fortunes").string();
 }
 
 std::string default_corpus_dir() {
-  return corpus_cache_dir(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
+  return (fs::path(meshtrain_cache_dir()) / "fortunes").string();
 }
 std::string default_fortunes_source_dir() {
   return "/usr/share/games/fortunes";

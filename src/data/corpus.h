@@ -32,10 +32,8 @@ struct CorpusFiles {
   bool rebuilt = false;  // false: the existing shards were up to date
 };
 
-// Where the prepared corpus is cached: meshtrain/fortunes under the user's cache folder
-// (XDG Base Directory: $XDG_CACHE_HOME when it is an absolute path, else $HOME/.cache; with
-// neither, the system temp folder). Never the working directory: a run without --data must
-// not leave files where the user did not ask for them.
+// Where the prepared corpus is cached: fortunes/ in the user's cache folder
+// (data/cache_dir.h), never the working directory.
 std::string default_corpus_dir();
 // The rule above for given values of XDG_CACHE_HOME and HOME (null or empty: unset).
 std::string corpus_cache_dir(const char* xdg_cache_home, const char* home);
