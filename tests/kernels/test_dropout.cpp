@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <vector>
 
+#include "kernels/attention.h"
+#include "kernels/attention_dropout.h"
 #include "kernels/philox.h"
 
 namespace mt {
@@ -100,6 +103,62 @@ TEST(Dropout, KeepsAboutOneMinusPAndScalesAndBackwardUsesTheSameMask) {
     dropout_forward(z.data(), x.data(), rows, C, tokens.data(), 0, other, p);
     EXPECT_NE(z, y);
   }
+}
+
+struct AttentionCase {
+  int B = 2, T = 5, C = 8, NH = 2;
+  std::vector<float> qkv;
+  std::vector<int64_t> tokens;
+  AttentionCase() {
+    qkv.resize(size_t(B) * T * 3 * C);
+    for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = float(std::sin(0.7 * double(i) + 0.3));
+    tokens.resize(size_t(B) * T);
+    std::iota(tokens.begin(), tokens.end(), 40);
+  }
+  // sum(out * w) for a fixed w: a scalar whose gradient is the backward of dout = w.
+  double loss(const std::vector<float>& x, const AttentionDropout& d) const {
+    std::vector<float> out(size_t(B) * T * C), att(size_t(B) * NH * T * T);
+    attention_dropout_forward(out.data(), att.data(), x.data(), B, T, C, NH, d);
+    double s = 0;
+    for (size_t i = 0; i < out.size(); ++i) s += double(out[i]) * std::cos(double(i));
+    return s;
+  }
+};
+
+TEST(AttentionDropout, WithoutDropoutItIsTheAttentionCore) {
+  AttentionCase c;
+  const AttentionDropout d{{1, 1, 3}, 0.0f, c.tokens.data(), 0};
+  std::vector<float> out(size_t(c.B) * c.T * c.C), att(size_t(c.B) * c.NH * c.T * c.T);
+  std::vector<float> ref_out = out, ref_att = att;
+  attention_dropout_forward(out.data(), att.data(), c.qkv.data(), c.B, c.T, c.C, c.NH, d);
+  attention_forward(ref_out.data(), ref_att.data(), c.qkv.data(), c.B, c.T, c.C, c.NH);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref_out[i], 1e-5f) << i;
+  for (size_t i = 0; i < att.size(); ++i) EXPECT_NEAR(att[i], ref_att[i], 1e-6f) << i;
+}
+
+// The backward (mask regenerated from the counters) against central differences of the
+// forward with dropout 0.3: the mask is fixed by (token, head, key), so the loss is smooth.
+TEST(AttentionDropout, BackwardMatchesFiniteDifferences) {
+  AttentionCase c;
+  const AttentionDropout d{{5, 2, 7}, 0.3f, c.tokens.data(), 1};
+  std::vector<float> dout(size_t(c.B) * c.T * c.C), dqkv(c.qkv.size());
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = float(std::cos(double(i)));
+  std::vector<float> out(dout.size()), att(size_t(c.B) * c.NH * c.T * c.T);
+  attention_dropout_forward(out.data(), att.data(), c.qkv.data(), c.B, c.T, c.C, c.NH, d);
+  attention_dropout_backward(dqkv.data(), dout.data(), c.qkv.data(), att.data(), c.B, c.T, c.C,
+                             c.NH, d);
+  const float eps = 1e-2f;
+  for (size_t i = 0; i < c.qkv.size(); ++i) {
+    std::vector<float> plus = c.qkv, minus = c.qkv;
+    plus[i] += eps;
+    minus[i] -= eps;
+    const double numeric = (c.loss(plus, d) - c.loss(minus, d)) / (2 * double(eps));
+    EXPECT_NEAR(dqkv[i], numeric, 2e-3 + 2e-3 * std::abs(numeric)) << "qkv element " << i;
+  }
+  // Some probabilities were dropped: the output differs from the attention core's.
+  std::vector<float> ref_out(out.size()), ref_att(att.size());
+  attention_forward(ref_out.data(), ref_att.data(), c.qkv.data(), c.B, c.T, c.C, c.NH);
+  EXPECT_NE(out, ref_out);
 }
 
 }  // namespace
