@@ -142,6 +142,8 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       runner(make_runner(o, ctx, model, dp, train.micro_batch_size())),
       lr{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps},
       replica_sync(dp_sync_of(o), o.parallel.outer_lr, o.parallel.outer_momentum, o.optim.steps) {
+  // --dropout: microbatch j of this dp rank holds sequences dp*B/dp_size + j*b.. of the batch.
+  model.set_dropout(o.optim.seed, int64_t(ctx.coord.dp) * (o.optim.batch / o.parallel.dp));
   // Checkpoints, exports and the sample hold the global view: assemble it (collective).
   if (!o.io.save.empty() || !o.io.export_path.empty() || !o.io.export_hf.empty() ||
       o.io.sample_tokens > 0)
