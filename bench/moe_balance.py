@@ -24,7 +24,7 @@ import sys
 
 MODEL = ["--layers", "2", "--dim", "64", "--heads", "4", "--seq", "64", "--batch", "16",
          "--experts", "8", "--topk", "2", "--capacity-factor", "0", "--lr", "0.003",
-         "--warmup", "20", "--threads", "1", "--data", "data/fortunes/train.bin", "--quiet"]
+         "--warmup", "20", "--threads", "1", "--quiet"]
 
 
 def run(binary, name, flags, steps, out):

@@ -5,7 +5,7 @@
 # scripts/build.sh; read the ratios, on a quiet machine.
 set -u
 B=${MESHTRAIN_BIN:-build/meshtrain}
-common="--layers 4 --dim 256 --heads 4 --seq 128 --batch 16 --steps 14 --threads 1 --quiet --data data/fortunes/train.bin"
+common="--layers 4 --dim 256 --heads 4 --seq 128 --batch 16 --steps 14 --threads 1 --quiet"
 run() { name=$1; shift; m=$(mktemp); rm -f $m; OMP_WAIT_POLICY=passive $B train $common "$@" --metrics $m >/dev/null 2>&1 || { echo "$name failed"; rm -f $m; return; }
   python3 -c "
 import json,statistics

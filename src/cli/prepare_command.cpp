@@ -19,6 +19,7 @@ struct PrepareArgs {
   PrepareOptions o;
   std::vector<std::string> positional, flagged;
   bool quiet = false;
+  bool no_shuffle = false;
 };
 
 std::string mb(uint64_t bytes) {
@@ -101,6 +102,10 @@ CommandRunner add_prepare_command(CLI::App& app) {
                   "share of documents for validation (0: no validation split)")
       ->capture_default_str();
   add_checked_uint(*cmd, "--seed", &o.seed, "seed of the train/validation split", kSeedRange);
+  CLI::Option* shuffle_seed =
+      add_checked_uint(*cmd, "--shuffle-seed", &o.shuffle_seed,
+                       "seed of the order of the documents in each split", kSeedRange);
+  cmd->add_flag("--no-shuffle", a->no_shuffle, "keep the documents in input order");
   cmd->add_option("--shard-tokens", o.shard_tokens, "tokens per shard at most")
       ->capture_default_str();
   cmd->add_option("--tokenizer-sample-mb", o.tokenizer_sample_mb,
@@ -111,8 +116,13 @@ CommandRunner add_prepare_command(CLI::App& app) {
   cmd->add_flag("--skip-binary", o.skip_binary,
                 "leave binary files inside directories out (else they are refused)");
   cmd->add_flag("--quiet", a->quiet, "no progress bar or summary");
-  return [a, vocab] {
+  return [a, vocab, shuffle_seed] {
     a->o.vocab_size_given = vocab->count() > 0;
+    // A seed that would be ignored is refused, not dropped.
+    MT_REQUIRE(!a->no_shuffle || shuffle_seed->count() == 0,
+               "--shuffle-seed orders the documents, which --no-shuffle keeps in input order: "
+               "give one of them");
+    a->o.shuffle = !a->no_shuffle;
     return run_prepare(*a);
   };
 }

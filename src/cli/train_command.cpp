@@ -111,6 +111,10 @@ void define_model_flags(FlagSet& f, ModelConfig& m) {
         {0, kMaxFloat});
   f.add("model", "aux-loss-coef", &m.aux_loss_coef, "MoE load-balancing loss coefficient",
         {0, kMaxFloat});
+  f.add("model", "dropout", &m.dropout,
+        "dropout probability in training (nanoGPT's: embeddings, attention probabilities, "
+        "residual branches), masks the same in every layout; 0 = off; below 1",
+        {0, 1});
   f.add("model", "moe-every", &m.moe_every, "every k-th block is MoE", {1, kMaxLayers});
   f.add("model", "router-bias-update", &m.router_bias_update,
         "aux-loss-free balancing bias step gamma (0 = off)", {0, kMaxFloat});
@@ -239,6 +243,11 @@ void define_io_flags(FlagSet& f, IoOptions& io) {
         "default: the embedded fortunes corpus");
   f.add("data", "val-data", &io.val_data,
         "validation token shard or dataset directory (default: --data DIR's validation split)");
+  f.add_choice("data", "data-order", &io.data_order,
+               "shuffled: samples of seq+1 tokens drawn through a per-epoch shuffled index of "
+               "--seed, the same in every layout (cached in ~/.cache/meshtrain/sample_index); "
+               "sequential: llm.c's order, batch after batch along the data",
+               data_order_names(), ChoiceRefusal::in_words);
   f.add("io", "init-from", &io.init_from,
         "initial weights: a safetensors file (nanoGPT or Llama names), or a Hugging Face Llama "
         "directory (config.json + safetensors), whose config.json sets the model's shape");

@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/cache_dir.h"
 #include "data/token_shard.h"
 
 namespace fs = std::filesystem;
@@ -118,8 +119,12 @@ CorpusFiles files_from(const fs::path& out, const nlohmann::json& manifest, bool
 
 }  // namespace
 
+std::string corpus_cache_dir(const char* xdg_cache_home, const char* home) {
+  return (fs::path(meshtrain_cache_dir(xdg_cache_home, home)) / "fortunes").string();
+}
+
 std::string default_corpus_dir() {
-  return "data/fortunes";
+  return (fs::path(meshtrain_cache_dir()) / "fortunes").string();
 }
 std::string default_fortunes_source_dir() {
   return "/usr/share/games/fortunes";

@@ -32,8 +32,11 @@ struct CorpusFiles {
   bool rebuilt = false;  // false: the existing shards were up to date
 };
 
-// "data/fortunes", relative to the working directory.
+// Where the prepared corpus is cached: fortunes/ in the user's cache folder
+// (data/cache_dir.h), never the working directory.
 std::string default_corpus_dir();
+// The rule above for given values of XDG_CACHE_HOME and HOME (null or empty: unset).
+std::string corpus_cache_dir(const char* xdg_cache_home, const char* home);
 // "/usr/share/games/fortunes", where Debian's package installs the text.
 std::string default_fortunes_source_dir();
 

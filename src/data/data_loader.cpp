@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace mt {
 
@@ -80,15 +81,25 @@ int64_t DataLoader::max_token_id() const {
   return m;
 }
 
+void DataLoader::shuffle_samples(uint64_t seed, const std::string& index_dir) {
+  sample_index_.emplace(seed, samples(), index_dir);
+  position_ = 0;
+}
+
+int64_t DataLoader::sequence_start(int64_t s) {
+  if (sample_index_) return sample_index_->sample(position_ + s) * T_;
+  return position_ + s * T_;
+}
+
 void DataLoader::next_batch() {
-  if (position_ + tokens_per_batch() + 1 > size_) position_ = 0;
+  if (!sample_index_ && position_ + tokens_per_batch() + 1 > size_) position_ = 0;
   // This rank's sequences are one consecutive run, so its microbatches (m, i) laid out
   // back to back are simply sequences first_seq + m*b + i.
   const int64_t first_seq = static_cast<int64_t>(dp_rank_) * (B_ / dp_size_);
   const int64_t nseq = static_cast<int64_t>(M_) * b_;
   const size_t rows = positions_.size();
   for (int64_t r = 0; r < nseq; ++r) {
-    copy_tokens(position_ + (first_seq + r) * T_, T_ + 1, window_.data());
+    copy_tokens(sequence_start(first_seq + r), T_ + 1, window_.data());
     int32_t* in = inputs_.data() + size_t(r) * rows;
     int32_t* tg = targets_.data() + size_t(r) * rows;
     for (size_t t = 0; t < rows; ++t) {
@@ -97,7 +108,10 @@ void DataLoader::next_batch() {
       tg[t] = window_[at + 1];
     }
   }
-  position_ += tokens_per_batch();
+  // Over the whole global batch, in sequence order, so every rank computes the same value.
+  batch_hash_ = 0x6261746368ull;  // "batch"
+  for (int64_t s = 0; s < B_; ++s) batch_hash_ = mix64(batch_hash_ ^ uint64_t(sequence_start(s)));
+  position_ += sample_index_ ? B_ : tokens_per_batch();
 }
 
 const int32_t* DataLoader::inputs(int j) const {
@@ -111,7 +125,7 @@ const int32_t* DataLoader::targets(int j) const {
 }
 
 void DataLoader::set_position(int64_t position) {
-  MT_REQUIRE(position >= 0 && position <= size_, "data position ", position,
+  MT_REQUIRE(position >= 0 && (sample_index_ || position <= size_), "data position ", position,
              " is outside data file ", path(), " (", size_,
              " tokens); was the checkpoint made with a different data file?");
   position_ = position;

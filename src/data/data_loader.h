@@ -18,6 +18,10 @@
 // and each keeps its zigzag rows of them (model/zigzag_layout.h): inputs and targets at the
 // rank's true positions, T/cp per sequence.
 //
+// Shuffled order (shuffle_samples, the training default): global batch k takes draws
+// k*B .. k*B+B-1 of a SampleIndex (data/sample_index.h) instead of the run of sequences at
+// pos; the slicing over dp ranks, microbatches and cp rows is the same.
+//
 // Worked example (ntok = 20, B = 2, T = 4, dp = 1, M = 1): batch 0 reads tokens 0..8
 // (inputs 0..3 | 4..7), pos = 8; batch 1 reads 8..16, pos = 16; batch 2 would need
 // tokens 16..24 (24 > 20), so pos = 0 and it equals batch 0.
@@ -27,6 +31,9 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
+#include "data/sample_index.h"
 #include "data/token_shard.h"
 
 namespace mt {
@@ -40,8 +47,18 @@ class DataLoader {
   DataLoader(const std::vector<std::string>& paths, int B, int T, int dp_size = 1, int dp_rank = 0,
              int microbatches = 1);
 
+  // From now on draw samples through the shuffled index of `seed` (files under index_dir);
+  // the position counts draws from here on. The order does not depend on the layout.
+  void shuffle_samples(uint64_t seed, const std::string& index_dir);
+  bool shuffled() const { return sample_index_.has_value(); }
+  // Samples of T+1 tokens at stride T in the stream: floor((ntok - 1) / T).
+  int64_t samples() const { return (size_ - 1) / T_; }
+
   // Loads the next global batch (this rank's slice of it) and advances the position.
   void next_batch();
+  // A hash of where every sequence of the last global batch starts in the stream (all B,
+  // not only this rank's): equal in every layout that reads the same samples. For checks.
+  uint64_t batch_hash() const { return batch_hash_; }
 
   // From the next batch on, keep only the rows `positions` of each sequence (a cp rank's
   // zigzag rows, model/zigzag_layout.h's zigzag_positions, given by the session: data/
@@ -55,8 +72,9 @@ class DataLoader {
   const int32_t* inputs(int j) const;
   const int32_t* targets(int j) const;
 
-  // Token offset where the next batch starts (before the wrap check). Save it in a
-  // checkpoint; set_position() on resume reproduces the same batch sequence.
+  // Sequential: the token offset where the next batch starts (before the wrap check);
+  // shuffled: the draws made so far. Save it in a checkpoint; set_position() on resume
+  // reproduces the same batch sequence.
   int64_t position() const { return position_; }
   void set_position(int64_t position);
   void reset() { position_ = 0; }
@@ -75,6 +93,8 @@ class DataLoader {
  private:
   // Copies n tokens starting at stream position pos (across shard boundaries).
   void copy_tokens(int64_t pos, int64_t n, int32_t* out) const;
+  // Stream position of sequence s (0..B-1) of the batch starting at position_.
+  int64_t sequence_start(int64_t s);
 
   std::vector<TokenShard> shards_;
   std::vector<int64_t> starts_;  // stream position of each shard's first token
@@ -83,6 +103,8 @@ class DataLoader {
   std::vector<int> positions_;   // the positions of a sequence this rank keeps (0..T-1 unsharded)
   int B_, T_, dp_size_, dp_rank_, M_, b_;
   int64_t position_ = 0;
+  std::optional<SampleIndex> sample_index_;  // set: shuffled order
+  uint64_t batch_hash_ = 0;
   std::vector<int32_t> inputs_;   // (M, b, rows_per_sequence())
   std::vector<int32_t> targets_;  // (M, b, rows_per_sequence())
 };

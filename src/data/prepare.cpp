@@ -16,6 +16,7 @@
 #include "core/input_file.h"
 #include "core/rng.h"
 #include "core/threads.h"
+#include "data/document_shuffle.h"
 #include "data/documents.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/shard_writer.h"
@@ -247,6 +248,7 @@ void write_manifest(const std::string& dir, const PrepareOptions& o, const Token
                       {"documents", document_rule_name(rule)},
                       {"end_marker", marker},
                       {"seed", o.seed},
+                      {"shuffle_seed", o.shuffle ? nlohmann::json(o.shuffle_seed) : nullptr},
                       {"val_fraction", o.val_fraction},
                       {"shard_tokens", o.shard_tokens},
                       {"input_bytes", input_bytes},
@@ -254,6 +256,25 @@ void write_manifest(const std::string& dir, const PrepareOptions& o, const Token
   if (rule == DocumentRule::separator) m["separator"] = o.separator;
   if (val) m["val"] = split_json(*val, "val");
   write_file_atomic(dir + "/" + kDatasetManifest, m.dump(2) + "\n");
+}
+
+// The split's name while it is written in input order, when it is to be shuffled after.
+std::string in_order_name(const PrepareOptions& o, const std::string& name) {
+  return o.shuffle ? name + "-in-order" : name;
+}
+
+// Finishes a split; with shuffling, returns it rewritten in the seeded document order under
+// its final name (the input-order files removed), else returns it as it is.
+std::unique_ptr<SplitWriter> finish_split(const PrepareOptions& o, const std::string& dir,
+                                          const std::string& name, int64_t vocab,
+                                          std::unique_ptr<SplitWriter> written) {
+  written->finish();
+  if (!o.shuffle) return written;
+  auto shuffled = std::make_unique<SplitWriter>(dir, name, o.shard_tokens, vocab);
+  write_shuffled_split(dir, written->shards(), in_order_name(o, name) + ".docs", written->bytes(),
+                       o.shuffle_seed, name, *shuffled);
+  shuffled->finish();
+  return shuffled;
 }
 
 }  // namespace
@@ -296,16 +317,18 @@ Dataset prepare_dataset(const PrepareOptions& o,
     record.kind = tok->kind();
     const std::string marker = end_marker(rule, o.separator);
     // Version-1 shards whenever the tokenizer's ids fit uint16 (docs/contracts.md §10).
-    SplitWriter train(tmp, "train", o.shard_tokens, tok->vocab_size());
+    const int64_t vocab = tok->vocab_size();
+    auto train =
+        std::make_unique<SplitWriter>(tmp, in_order_name(o, "train"), o.shard_tokens, vocab);
     std::unique_ptr<SplitWriter> val;
     if (o.val_fraction > 0)
-      val = std::make_unique<SplitWriter>(tmp, "val", o.shard_tokens, tok->vocab_size());
+      val = std::make_unique<SplitWriter>(tmp, in_order_name(o, "val"), o.shard_tokens, vocab);
     const auto [documents, content_bytes] =
-        encode_corpus(o, *tok, sample, reader, marker, train, val.get(), report);
-    check_split_counts(o, documents, content_bytes, train, val.get());
-    train.finish();
-    if (val) val->finish();
-    write_manifest(tmp, o, *tok, record, rule, marker, reader.bytes_read(), train, val.get());
+        encode_corpus(o, *tok, sample, reader, marker, *train, val.get(), report);
+    check_split_counts(o, documents, content_bytes, *train, val.get());
+    train = finish_split(o, tmp, "train", vocab, std::move(train));
+    if (val) val = finish_split(o, tmp, "val", vocab, std::move(val));
+    write_manifest(tmp, o, *tok, record, rule, marker, reader.bytes_read(), *train, val.get());
   });
   Dataset d = read_dataset(o.out);
   d.skipped_binary = listing.skipped_binary;

@@ -11,7 +11,9 @@
 //
 // Split: document i (0-based, in input order) goes to validation when a counter-based
 // uniform draw u(seed, i) < val_fraction, so the split depends only on the seed and the
-// document's index, not on sizes or the order of work. Memory: one shard buffer per split
+// document's index, not on sizes or the order of work. Then each split's documents are put
+// in a seeded order (--shuffle-seed; --no-shuffle keeps the input order), so a reader of the
+// shards in sequence does not see one source after another. Memory: one shard buffer per split
 // plus the tokenizer's training sample, whatever the corpus size.
 //
 // The directory is filled under a temporary name and renamed into place when complete
@@ -38,6 +40,9 @@ struct PrepareOptions {
   std::string separator = "%";
   double val_fraction = 0.1;
   uint64_t seed = 1337;
+  // Documents in a seeded order in each split (data/document_shuffle.h); false: input order.
+  bool shuffle = true;
+  uint64_t shuffle_seed = 1337;
   int64_t shard_tokens = 100'000'000;
   double tokenizer_sample_mb = 16;  // text the tokenizer trains on (the first documents)
   int threads = 2;                  // SentencePiece training and encoding, 1..256

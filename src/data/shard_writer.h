@@ -27,6 +27,8 @@ class SplitWriter {
   // content: the document's ids; end: the ids that mark its end; bytes: the text length
   // both stand for (for bytes per token).
   void add_document(std::span<const int> content, std::span<const int> end, uint64_t bytes);
+  // Text the split's documents stand for, when add_document was given 0 (a copied split).
+  void count_bytes(uint64_t bytes) { bytes_ += bytes; }
   // Writes the last partial shard and closes the index.
   void finish();
 

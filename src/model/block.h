@@ -18,6 +18,7 @@
 #include "model/activation_pool.h"
 #include "model/config.h"
 #include "model/context_parallel_attention.h"
+#include "model/dropout_state.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
 #include "model/recompute.h"
@@ -83,6 +84,8 @@ struct BlockContext {
   const int* positions = nullptr;   // llama: the true position of each of the seq rows
   // --cp > 1: attention across the cp group (the rows are this rank's zigzag shard).
   ContextParallelAttention* cp = nullptr;
+  // --dropout > 0 (gpt2): the chunk's dropout state, pointing at the running microbatch.
+  const DropoutState* dropout = nullptr;
 };
 
 // The block of cfg.arch for layer `layer` (the arguments as GptBlock's).

@@ -54,6 +54,10 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   bool tie_embeddings = false;  // gpt2 is always tied
 
+  // --dropout P (nanoGPT's places: embedding, attention probabilities, residual branches;
+  // model/dropout_state.h). Training only; 0 adds nothing to the model.
+  float dropout = 0;
+
   bool llama() const { return arch == Arch::llama; }
   int head_dim() const { return head_size > 0 ? head_size : dim / heads; }
   int kv() const { return kv_heads > 0 ? kv_heads : heads; }

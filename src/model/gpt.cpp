@@ -47,6 +47,7 @@ double GPT::train_microbatch(const int* tokens, const int* targets, int b, int T
   MT_CHECK(chunks_.size() == 1 && chunks_[0]->spec().has_embedding && chunks_[0]->spec().has_head);
   ModelChunk& c = *chunks_[0];
   int slot = c.pool().acquire();
+  c.dropout().set_microbatch(slot, dropout_microbatch_, b, T);
   double loss = c.forward(slot, tokens, targets, b, T, dloss);
   c.backward(slot, b, T);
   c.pool().release(slot);
@@ -60,6 +61,14 @@ double GPT::eval_microbatch(const int* tokens, const int* targets, int b, int T)
   double loss = c.forward(slot, tokens, targets, b, T, 0.f);
   c.pool().release(slot);
   return loss;
+}
+
+void GPT::set_dropout(uint64_t seed, int64_t first_sequence) {
+  for (auto& c : chunks_) c->dropout().configure(seed, first_sequence);
+}
+
+void GPT::set_dropout_step(uint64_t step) {
+  for (auto& c : chunks_) c->dropout().set_step(step);
 }
 
 size_t GPT::bf16_weight_bytes() const {

@@ -50,6 +50,13 @@ class GPT {
   double train_microbatch(const int* tokens, const int* targets, int b, int T, float dloss);
   double eval_microbatch(const int* tokens, const int* targets, int b, int T);
 
+  // --dropout (model/chunk_dropout.h): once per run, the seed and this rank's first sequence
+  // of each global batch; each step its number; before train_microbatch, the microbatch's
+  // index within the step (pipelines tell each chunk per slot themselves).
+  void set_dropout(uint64_t seed, int64_t first_sequence);
+  void set_dropout_step(uint64_t step);
+  void set_dropout_microbatch(int j) { dropout_microbatch_ = j; }
+
   // --precision bf16: the linears' bf16 weight copies are converted again at their next use.
   // Call after the weights may have changed (an optimizer step, a load) and before running
   // the model; train_step, evaluate and the tests that drive the model directly do.
@@ -69,6 +76,7 @@ class GPT {
   std::vector<std::unique_ptr<ModelChunk>> chunks_;
   std::vector<int> edge_chunk_;
   Arena params_, grads_;
+  int dropout_microbatch_ = 0;
 };
 
 }  // namespace mt

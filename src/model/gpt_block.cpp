@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "kernels/attention.h"
+#include "kernels/attention_dropout.h"
 #include "kernels/layernorm.h"
 #include "kernels/reduce.h"
 #include "model/precision_ops.h"
@@ -32,9 +34,11 @@ void residual_layernorm_backward(float* dx, const float* dx_out, const float* d_
 
 GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
                    ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep,
-                   Recompute recompute, const uint64_t* bf16_version)
+                   Recompute recompute, const uint64_t* bf16_version, const DropoutState* dropout)
     : C_(cfg.dim),
       max_b_(max_b),
+      layer_(layer),
+      dropout_(dropout && dropout->p > 0 ? dropout : nullptr),
       tp_(tp),
       sp_(tp.splits_sequence()),
       recompute_attention_(recompute == Recompute::selective),
@@ -125,6 +129,10 @@ void GptBlock::reserve_buffers(SlotLayout& layout, bool moe) {
   off_.d_att_out = layout.reserve(N * Cl_);
   off_.d_qkv = gemm_only(N * 3 * Cl_);
   off_.d_ln1 = layout.reserve(Nl * C_);
+  if (dropout_) {
+    off_.d_attn_branch = layout.reserve(Nl * C_);
+    off_.d_mlp_branch = layout.reserve(Nl * C_);
+  }
 }
 
 size_t GptBlock::bf16_stage_floats() const {
@@ -227,8 +235,9 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
 
   p.layernorm(ln1_out, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
   p.forward(qkv_, qkv, ln1_out, N, p.gathered());
-  p.attention(att_out, att, qkv, b, T, Cl_, NHl_);
+  attention_forward_with(p, att_out, att, qkv, b, T);
   p.forward(attn_proj_, x_mid, att_out, N);
+  if (dropout_on()) branch_dropout(x_mid, x_mid, 1, b, T, false);
   add_inplace(x_mid, x_in, nc);
 
   if (moe_) {  // the router reads an fp32 ln2_out; the experts keep their own rows
@@ -244,7 +253,40 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
     p.bias_gelu(fc_out, fc_pre, fc_.bias(), N, Hl_);
     p.forward(mlp_proj_, x_out, fc_out, N);
   }
+  if (dropout_on()) branch_dropout(x_out, x_out, 2, b, T, false);
   add_inplace(x_out, x_mid, nc);
+}
+
+// The attention core, with dropout on its probabilities while training with --dropout.
+template <class Ops, class Out>
+void GptBlock::attention_forward_with(const Ops& p, Out* out, float* att, const float* qkv, int b,
+                                      int T) {
+  if (dropout_on()) {
+    if constexpr (std::is_same_v<typename Ops::Act, float>) {
+      attention_dropout_forward(out, att, qkv, b, T, Cl_, NHl_, attention_dropout());
+      return;
+    }
+    MT_CHECK(false, "--dropout with --precision bf16");
+  }
+  p.attention(out, att, qkv, b, T, Cl_, NHl_);
+}
+
+AttentionDropout GptBlock::attention_dropout() const {
+  return {dropout_->key(DropoutState::block_site(layer_, 0)), dropout_->p, dropout_->row_tokens,
+          tp_.rank * NHl_};
+}
+
+// A residual branch's output (which 1: attention, 2: MLP), or its gradient, through its mask:
+// this rank's rows of the residual stream (under sequence parallelism its b*T/t rows).
+void GptBlock::branch_dropout(float* y, const float* x, int which, int b, int T,
+                              bool backward) const {
+  const int Nl = rows(b, T);
+  const int64_t* tokens = dropout_->row_tokens + (sp_ ? size_t(tp_.rank) * Nl : 0);
+  const DropoutKey key = dropout_->key(DropoutState::block_site(layer_, which));
+  if (backward)
+    dropout_backward(y, x, Nl, C_, tokens, 0, key, dropout_->p);
+  else
+    dropout_forward(y, x, Nl, C_, tokens, 0, key, dropout_->p);
 }
 
 template <class Ops>
@@ -258,13 +300,16 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
   Act* d_qkv = Ops::act(s, off_.d_qkv);
   float* d_ln1 = s + off_.d_ln1;
 
+  // --dropout: the branches see their output gradients through their masks.
+  const float* d_mlp = dropout_ ? s + off_.d_mlp_branch : dx_out;
+  if (dropout_) branch_dropout(s + off_.d_mlp_branch, dx_out, 2, b, T, true);
   if (moe_) {
-    moe_->backward_input(s, s + off_.ln2_out, dx_out, d_ln2, N);  // overwrites d_ln2
+    moe_->backward_input(s, s + off_.ln2_out, d_mlp, d_ln2, N);  // overwrites d_ln2
   } else {
     // MLP: d_fc = gelu'(fc_pre) * (dx_out @ W_proj), then back through c_fc to ln_2's output.
     Act* d_fc = Ops::act(s, off_.d_fc);
     float* d_fc_fp32 = p.staged(d_fc);
-    p.backward_input(mlp_proj_, d_fc_fp32, dx_out, N);
+    p.backward_input(mlp_proj_, d_fc_fp32, d_mlp, N);
     p.gelu_backward(d_fc, s + off_.fc_pre, d_fc_fp32, size_t(N) * Hl_);
     p.backward_input(fc_, d_ln2, d_fc, N);
   }
@@ -276,10 +321,22 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
   float* att = s + off_.att;
   if (recompute_attention_) {
     att = probs_scratch_;
-    p.attention(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
+    attention_forward_with(p, d_att_out, att, s + off_.qkv, b, T);
   }
-  p.backward_input(attn_proj_, d_att_out, dx_mid, N);
-  p.attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
+  const float* d_attn = dropout_ ? s + off_.d_attn_branch : dx_mid;
+  if (dropout_) branch_dropout(s + off_.d_attn_branch, dx_mid, 1, b, T, true);
+  p.backward_input(attn_proj_, d_att_out, d_attn, N);
+  if constexpr (std::is_same_v<Act, float>) {
+    if (dropout_on()) {
+      attention_dropout_backward(d_qkv, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_,
+                                 attention_dropout());
+    } else {
+      p.attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
+    }
+  } else {
+    MT_CHECK(!dropout_on(), "--dropout with --precision bf16");
+    p.attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
+  }
   p.backward_input(qkv_, d_ln1, d_qkv, N);
   // dx_in must not alias anything read below; the x_in statistics are in the slot.
   residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,
@@ -295,12 +352,14 @@ void GptBlock::backward_weight_with(const Ops& p, float* s, const float* x_in, c
   if (moe_) {
     moe_->backward_weight(s, s + off_.ln2_out, N);
   } else {
-    p.backward_weight(mlp_proj_, dx_out, Ops::act(s, off_.fc_out), N);
+    p.backward_weight(mlp_proj_, dropout_ ? s + off_.d_mlp_branch : dx_out,
+                      Ops::act(s, off_.fc_out), N);
     p.backward_weight(fc_, Ops::act(s, off_.d_fc), Ops::act(s, off_.ln2_out), N);
   }
   layernorm_backward_weight(ln2_.dw, ln2_.db, s + off_.d_ln2, s + off_.x_mid, s + off_.ln2_mean,
                             s + off_.ln2_rstd, Nl, C_);
-  p.backward_weight(attn_proj_, s + off_.dx_mid, Ops::act(s, off_.att_out), N);
+  p.backward_weight(attn_proj_, s + (dropout_ ? off_.d_attn_branch : off_.dx_mid),
+                    Ops::act(s, off_.att_out), N);
   p.backward_weight(qkv_, Ops::act(s, off_.d_qkv), Ops::act(s, off_.ln1_out), N);
   layernorm_backward_weight(ln1_.dw, ln1_.db, s + off_.d_ln1, x_in, s + off_.ln1_mean,
                             s + off_.ln1_rstd, Nl, C_);

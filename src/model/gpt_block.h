@@ -38,6 +38,7 @@
 
 #include <memory>
 
+#include "kernels/attention_dropout.h"
 #include "model/activation_pool.h"
 #include "model/block.h"
 #include "model/config.h"
@@ -60,7 +61,8 @@ class GptBlock final : public Block {
   // recompute: only Recompute::selective changes the block (full is handled by the chunk).
   GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
            ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep = {},
-           Recompute recompute = Recompute::none, const uint64_t* bf16_version = nullptr);
+           Recompute recompute = Recompute::none, const uint64_t* bf16_version = nullptr,
+           const DropoutState* dropout = nullptr);
 
   void bind(float* params, float* grads) override;
   // --precision bf16: stage (bf16_stage_floats() fp32) receives fp32 results before they are
@@ -117,7 +119,16 @@ class GptBlock final : public Block {
   void backward_weight_with(const Ops& ops, float* slot, const float* x_in, const float* dx_out,
                             int b, int T);
 
+  // --dropout: the chunk's state (null or p = 0: none); the masked branch gradients' buffers.
+  bool dropout_on() const { return dropout_ && dropout_->on(); }
+  AttentionDropout attention_dropout() const;
+  template <class Ops, class Out>
+  void attention_forward_with(const Ops& ops, Out* out, float* att, const float* qkv, int b, int T);
+  void branch_dropout(float* y, const float* x, int which, int b, int T, bool backward) const;
+
   int C_, max_b_, Cl_, Hl_, NHl_, T_;  // model dim, local attention width/hidden/heads
+  int layer_ = 0;
+  const DropoutState* dropout_ = nullptr;
   TensorParallelShard tp_;
   bool sp_ = false;
   bool recompute_attention_ = false;  // Recompute::selective
@@ -141,6 +152,8 @@ class GptBlock final : public Block {
     // gradients kept for the W pass
     size_t d_fc, d_ln2, dx_mid, d_att_out, d_qkv,
         d_ln1;  // (N,Hl) (Nl,C) (Nl,C) (N,Cl) (N,3Cl) (Nl,C)
+    // --dropout: the branches' output gradients through their masks (Nl,C) each
+    size_t d_attn_branch, d_mlp_branch;
   } off_{};
 };
 

@@ -37,6 +37,7 @@ ModelChunk::ModelChunk(const ModelConfig& cfg, const ChunkSpec& spec, const Tens
                        const ContextParallelShard& cp)
     : cfg_(cfg),
       spec_(spec),
+      dropout_(cfg.dropout, tp.splits_sequence() ? tp.rank : 0, tp.splits_sequence() ? tp.size : 1),
       full_(recompute == Recompute::full),
       mode_(dry ? Arena::Mode::dry : Arena::Mode::allocate) {
   SlotLayout layout;
@@ -68,7 +69,8 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   // Block hands them.
   ExpertParallelShard moe_ep = ep;
   moe_ep.bf16_version = bf16_version;
-  const BlockContext context = cfg_.llama() ? llama_context(max_b, tp, cp) : BlockContext{};
+  BlockContext context = cfg_.llama() ? llama_context(max_b, tp, cp) : BlockContext{};
+  if (dropout_.enabled()) context.dropout = dropout_.state();
   moe_ep.dry = dry != nullptr;
   // Full recomputation: each block's buffers from offset 0 of the block scratch.
   const Recompute block_recompute = full_ ? Recompute::none : recompute;
@@ -216,10 +218,12 @@ double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, 
   float* s = pool_->base(slot);
   int* saved = tokens(slot);
   const int n = nblocks();
+  dropout_.activate(slot, dloss != 0.f);  // training; evaluation and sampling pass 0
   if (embedding_) {
     before_use(0, n > 0 ? 1 : -1);
     std::memcpy(saved, tok, N * sizeof(int));
     embedding_->forward(x(slot, 0), saved, b, T, sp_scratch_.data());
+    dropout_.embedding(x(slot, 0), int(N), cfg_.dim, false);
   }
   for (int i = 0; i < n; ++i) {
     before_use(1 + i, i + 1 < n ? 2 + i : (head_ ? 0 : -1));
@@ -257,6 +261,7 @@ void ModelChunk::recompute_block(int slot, int i, int b, int T) {
 // (before_grads / grads_final; it needs no weights, only the slot's activations).
 void ModelChunk::backward_input(int slot, int b, int T) {
   float* s = pool_->base(slot);
+  dropout_.activate(slot, true);
   const int n = nblocks();
   if (head_) {
     before_use(0, n > 0 ? n : -1);
@@ -279,6 +284,7 @@ void ModelChunk::backward_input(int slot, int b, int T) {
 
 void ModelChunk::backward_weight(int slot, int b, int T) {
   float* s = pool_->base(slot);
+  dropout_.activate(slot, true);
   const int n = nblocks();
   if (head_) {
     before_grads(0);
@@ -291,6 +297,7 @@ void ModelChunk::backward_weight(int slot, int b, int T) {
   }
   if (embedding_) {
     before_grads(0);
+    dropout_.embedding(dx(slot, 0), b * T, cfg_.dim, true);
     embedding_->backward_weight(dx(slot, 0), tokens(slot), b, T, sp_scratch_.data());
   }
   if (head_ || embedding_) grads_final(0);
@@ -298,6 +305,7 @@ void ModelChunk::backward_weight(int slot, int b, int T) {
 
 void ModelChunk::backward(int slot, int b, int T) {
   float* s = pool_->base(slot);
+  dropout_.activate(slot, true);
   const int n = nblocks();
   if (head_) {
     before_use(0, n > 0 ? n : -1);
@@ -319,6 +327,7 @@ void ModelChunk::backward(int slot, int b, int T) {
   }
   if (embedding_) {
     before_grads(0);
+    dropout_.embedding(dx(slot, 0), b * T, cfg_.dim, true);
     embedding_->backward_weight(dx(slot, 0), tokens(slot), b, T, sp_scratch_.data());
   }
   if (head_ || embedding_) {

@@ -45,6 +45,7 @@
 #include "model/activation_pool.h"
 #include "model/block.h"
 #include "model/block_stand_ins.h"
+#include "model/chunk_dropout.h"
 #include "model/embedding_layer.h"
 #include "model/lm_head.h"
 #include "model/unit_size.h"
@@ -120,6 +121,10 @@ class ModelChunk {
   size_t bf16_weight_bytes() const;
   ChunkFootprint footprint() const;
 
+  // --dropout: the run's seed, this rank's first sequence, the step, each slot's microbatch
+  // (model/chunk_dropout.h). Forward with dloss != 0 (training) and backward apply it.
+  ChunkDropout& dropout() { return dropout_; }
+
   // Where a received activation must be written before forward (non-first chunks).
   float* input(int slot) { return x(slot, 0); }
   // The output activation to send to the next stage (non-last chunks).
@@ -193,6 +198,7 @@ class ModelChunk {
 
   ModelConfig cfg_;
   ChunkSpec spec_;
+  ChunkDropout dropout_;  // --dropout: the slots' tokens and the state the blocks read
   ChunkHooks* hooks_ = nullptr;
   bool full_ = false;  // Recompute::full
   Arena::Mode mode_ = Arena::Mode::allocate;

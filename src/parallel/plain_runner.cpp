@@ -16,6 +16,7 @@ MicrobatchStats PlainRunner::run(const int* tokens, const int* targets, float dl
   const size_t rows = size_t(b_) * T_;
   for (int j = 0; j < m_; ++j) {
     const double begin = now_seconds();
+    model_.set_dropout_microbatch(j);
     st.loss_sum += model_.train_microbatch(tokens + j * rows, targets + j * rows, b_, T_, dloss);
     if (sink) sink("F+B mb" + std::to_string(j), "compute", begin, now_seconds());
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/backend.h"
+#include "data/data_order.h"
 #include "data/tokenizer.h"
 #include "model/config.h"
 #include "model/context_parallel_shard.h"
@@ -73,6 +74,7 @@ enum class ProgressMode { automatic, bar, lines, none };
 struct IoOptions {
   std::string config;  // the --config file, if any (an input like the others)
   std::string data, val_data;
+  DataOrder data_order = DataOrder::shuffled;  // of the training samples (validation: in order)
   std::string init_from, export_path;
   std::string export_hf;                     // --export-hf DIR: a Hugging Face Llama directory
   Precision export_dtype = Precision::fp32;  // of --export's and --export-hf's weights

@@ -1,10 +1,19 @@
 #include "train/records.h"
 
+#include <cstdio>
 #include <iterator>
+#include <string>
 
 namespace mt {
 
 namespace {
+
+// A uint64 as 16 hex digits: JSON readers would round it as a number.
+std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
 
 MemoryRecord own_memory(Session& s, const MicrobatchStats& st) {
   const DataParallelMemory dm = s.dp.memory();
@@ -56,7 +65,8 @@ nlohmann::json to_json(const StepRecord& r, const MoeMetrics& moe) {
                       {"tokens_per_s", r.tokens_per_s},
                       {"mfu", r.mfu},
                       {"comm_exposed_s", r.comm_exposed_s},
-                      {"comm_bytes", r.comm_bytes}};
+                      {"comm_bytes", r.comm_bytes},
+                      {"data_hash", hex16(r.data_hash)}};
   if (r.bubble) {
     j["bubble"] = r.bubble->measured;
     j["bubble_theory"] = r.bubble->theory;

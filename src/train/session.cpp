@@ -1,6 +1,7 @@
 #include "train/session.h"
 
 #include "core/threads.h"
+#include "data/cache_dir.h"
 #include "model/precision.h"
 #include "model/recompute.h"
 #include "model/zigzag_layout.h"
@@ -20,12 +21,13 @@ ParallelContext make_context(CommWorld& world, const ParallelOptions& p) {
 
 // This rank's dp slice of every global batch, in microbatches.
 DataLoader make_loader(const std::string& path, const std::vector<std::string>& shards,
-                       const TrainOptions& o, const ParallelContext& ctx) {
+                       const TrainOptions& o, const ParallelContext& ctx, bool shuffle) {
   const ParallelOptions& p = o.parallel;
   // shards: a dataset's split (all its shards as one stream); empty: the one file `path`.
   DataLoader loader(shards.empty() ? std::vector<std::string>{path} : shards, o.optim.batch,
                     o.model.seq, p.dp, ctx.coord.dp, p.microbatches);
   loader.require_vocab(o.model.vocab);
+  if (shuffle) loader.shuffle_samples(o.optim.seed, meshtrain_cache_dir() + "/sample_index");
   // The cp ranks of a dp rank read its sequences and keep their zigzag rows of them.
   if (p.cp > 1) loader.shard_sequences(zigzag_positions(o.model.seq, p.cp, ctx.coord.cp));
   return loader;
@@ -34,7 +36,7 @@ DataLoader make_loader(const std::string& path, const std::vector<std::string>& 
 std::optional<DataLoader> make_val_loader(const TrainOptions& o, const ParallelContext& ctx) {
   // Only a run that evaluates reads it (its rules are checked before the ranks start then).
   if (o.io.val_data.empty() || o.optim.eval_every <= 0) return std::nullopt;
-  return make_loader(o.io.val_data, o.io.val_shards, o, ctx);
+  return make_loader(o.io.val_data, o.io.val_shards, o, ctx, false);
 }
 
 // The model chunks this rank holds: the whole model, or its pipeline stage's chunks.
@@ -115,7 +117,8 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
     : opts(o),
       info(run),
       ctx(make_context(world, o.parallel)),
-      train(make_loader(o.io.data, o.io.data_shards, o, ctx)),
+      train(
+          make_loader(o.io.data, o.io.data_shards, o, ctx, o.io.data_order == DataOrder::shuffled)),
       val(make_val_loader(o, ctx)),
       dispatcher(make_dispatcher(o.parallel, ctx)),
       model(rank_model(o), chunk_specs(o, ctx), tp_shard(o, ctx), train.micro_batch_size(),
@@ -136,6 +139,8 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       lr{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps},
       replica_sync(o.parallel.dp_sync, o.parallel.outer_lr, o.parallel.outer_momentum,
                    o.optim.steps) {
+  // --dropout: microbatch j of this dp rank holds sequences dp*B/dp_size + j*b.. of the batch.
+  model.set_dropout(o.optim.seed, int64_t(ctx.coord.dp) * (o.optim.batch / o.parallel.dp));
   // Checkpoints, exports and the sample hold the global view: assemble it (collective).
   if (!o.io.save.empty() || !o.io.export_path.empty() || !o.io.export_hf.empty() ||
       o.io.sample_tokens > 0)

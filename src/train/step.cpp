@@ -138,6 +138,8 @@ StepRecord train_step(Session& s, int step, Trace& trace) {
   const double t_step = now_seconds();
   r.lr = s.lr.at(step - 1);
   s.train.next_batch();
+  r.data_hash = s.train.batch_hash();
+  s.model.set_dropout_step(uint64_t(step));
   const CommCounters before = comm_counters(s);
 
   double t = now_seconds();

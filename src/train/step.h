@@ -39,6 +39,7 @@ struct StepRecord {
   double step_time_s = 0, tokens_per_s = 0, mfu = 0;
   double comm_exposed_s = 0;    // the compute thread blocked on data-parallel communication
   uint64_t comm_bytes = 0;      // sent on the dp and tp groups
+  uint64_t data_hash = 0;       // where the global batch's sequences start (DataLoader::batch_hash)
   std::optional<GroupComm> tp;  // with tensor parallelism
   // With context parallelism: the K/V (and dK/dV) traffic; wait_s is the part of the
   // transfers not hidden behind the attention (docs/context_parallel.md).

@@ -134,7 +134,19 @@ TEST(Corpus, RealFortunesPackage) {
   EXPECT_GT(share, 0.07);
   EXPECT_LT(share, 0.13);
   EXPECT_LT(TokenShard(f.train_path).max_token_id(), 256);
-  EXPECT_EQ(default_corpus_dir(), "data/fortunes");
+}
+
+// A run without --data caches the corpus in the user's cache folder, never the working
+// directory (issue #31: `train` wrote ./data/fortunes/ wherever it was started).
+TEST(Corpus, CachedUnderTheUsersCacheFolder) {
+  EXPECT_EQ(corpus_cache_dir("/x/cache", "/home/u"), "/x/cache/meshtrain/fortunes");
+  EXPECT_EQ(corpus_cache_dir(nullptr, "/home/u"), "/home/u/.cache/meshtrain/fortunes");
+  EXPECT_EQ(corpus_cache_dir("", "/home/u"), "/home/u/.cache/meshtrain/fortunes");
+  // A relative XDG_CACHE_HOME is invalid by the spec: it would point into the cwd.
+  EXPECT_EQ(corpus_cache_dir("rel", "/home/u"), "/home/u/.cache/meshtrain/fortunes");
+  const fs::path none = corpus_cache_dir(nullptr, nullptr);
+  EXPECT_TRUE(none.is_absolute()) << none;
+  EXPECT_TRUE(fs::path(default_corpus_dir()).is_absolute()) << default_corpus_dir();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/document_shuffle.h"
 #include "data/prepare.h"
 #include "data/token_shard.h"
 #include "prepare_fixture.h"
@@ -23,8 +24,19 @@ std::string read_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
+// The documents of a split in the order prepare writes them: input order, or with
+// shuffling the seeded order of data/document_shuffle.h.
+std::vector<std::string> in_written_order(const std::vector<std::string>& docs,
+                                          const PrepareOptions& o, const std::string& split) {
+  if (!o.shuffle) return docs;
+  std::vector<std::string> out;
+  for (uint64_t i : document_order(o.shuffle_seed, split, int64_t(docs.size())))
+    out.push_back(docs[i]);
+  return out;
+}
+
 // Prepares `docs` under `rule` and checks that train and val decode to exactly the
-// documents the seeded split assigns them, in input order.
+// documents the seeded split assigns them, in the seeded document order (or input order).
 Dataset expect_round_trip(const TempDir& dir, const std::vector<std::string>& docs,
                           const std::string& rule, PrepareOptions o) {
   o.inputs = write_corpus(dir, docs, rule);
@@ -34,6 +46,8 @@ Dataset expect_round_trip(const TempDir& dir, const std::vector<std::string>& do
   std::vector<std::string> want_train, want_val;
   for (size_t i = 0; i < docs.size(); ++i)
     (is_validation_document(i, o.seed, o.val_fraction) ? want_val : want_train).push_back(docs[i]);
+  want_train = in_written_order(want_train, o, "train");
+  want_val = in_written_order(want_val, o, "val");
   auto tok = load_tokenizer(d.tokenizer);
   EXPECT_EQ(decoded_documents(d.train, *tok), want_train) << rule << " " << o.tokenizer;
   EXPECT_EQ(decoded_documents(d.val, *tok), want_val) << rule << " " << o.tokenizer;
@@ -60,6 +74,41 @@ TEST(Prepare, ByteLevelRoundTripsEveryRule) {
     EXPECT_GT(d.train.shards.size(), 5u);
     EXPECT_EQ(d.tokenizer.kind, "byte");
   }
+}
+
+// Documents are shuffled by --shuffle-seed (a pure function of it: the same seed, the same
+// bytes; another seed, another order), recorded in the manifest; --no-shuffle keeps input
+// order (issue #31: 419 files in path order made 200 steps see only the first 90).
+TEST(Prepare, ShuffleSeedOrdersDocumentsAndNoShuffleKeepsInputOrder) {
+  const std::vector<std::string> docs = awkward_documents(true);
+  PrepareOptions o;
+  o.val_fraction = 0.2;
+  o.shard_tokens = 97;
+  auto prepared = [&](const TempDir& dir, const PrepareOptions& opts) {
+    const Dataset d = expect_round_trip(dir, docs, "file", opts);
+    auto tok = load_tokenizer(d.tokenizer);
+    const nlohmann::json m = nlohmann::json::parse(read_bytes(d.dir + "/manifest.json"));
+    return std::pair{decoded_documents(d.train, *tok), m["shuffle_seed"]};
+  };
+  TempDir a, b, c, in_order;
+  const auto [first, seed_a] = prepared(a, o);
+  EXPECT_EQ(seed_a, 1337);
+  EXPECT_EQ(prepared(b, o).first, first);  // deterministic
+  PrepareOptions other = o;
+  other.shuffle_seed = 7;
+  EXPECT_NE(prepared(c, other).first, first);
+  PrepareOptions none = o;
+  none.shuffle = false;
+  const auto [kept, seed_none] = prepared(in_order, none);
+  EXPECT_TRUE(seed_none.is_null());
+  EXPECT_NE(kept, first);  // shuffling moved documents
+  std::vector<std::string> sorted_first = first, sorted_kept = kept;
+  std::sort(sorted_first.begin(), sorted_first.end());
+  std::sort(sorted_kept.begin(), sorted_kept.end());
+  EXPECT_EQ(sorted_first, sorted_kept);  // the same documents
+  for (const auto& entry : std::filesystem::directory_iterator(a / "ds"))
+    EXPECT_EQ(entry.path().filename().string().find("in-order"), std::string::npos)
+        << "the input-order split was left behind: " << entry.path();
 }
 
 TEST(Prepare, BpeRoundTripsInvalidUtf8AndEmptyDocuments) {

@@ -65,6 +65,7 @@ def main():
                "--batch", str(a.batch), "--microbatches", str(a.microbatches), "--steps", "1",
                "--lr", "1e-30", "--min-lr", "0", "--warmup", "0", "--lr-schedule", "constant",
                "--threads", str(a.threads), "--grad-clip", "1e9", "--data", data,
+               "--data-order", "sequential",
                "--init-from", init, "--metrics", metrics]
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if p.returncode:

@@ -283,7 +283,9 @@ def run_case(name, case, meshtrain, extra, keep, init_seed=None):
     init, data = make_inputs(case, d, init_seed)
     flags = COMMON + case["flags"] + ["--data", data, "--init-from", init]
     mt_out, mt_metrics = os.path.join(d, "mt.safetensors"), os.path.join(d, "mt.jsonl")
-    cmd = [meshtrain, "train"] + flags + ["--export", mt_out, "--metrics", mt_metrics] + extra
+    # The reference reads batches in llm.c's order: meshtrain's default is a shuffled one.
+    cmd = [meshtrain, "train"] + flags + ["--data-order", "sequential", "--export", mt_out,
+                                          "--metrics", mt_metrics] + extra
     print(f"[{name}] $ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     if p.returncode != 0:

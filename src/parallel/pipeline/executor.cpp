@@ -274,6 +274,7 @@ void PipelineExecutor::compute(const Action& a, StepInputs& in, PipelineStepStat
     MT_CHECK(k < last || in.targets, "the last stage needs targets");
     const int* tok = k == 0 ? in.tokens + mb * mb_tokens : nullptr;
     const int* tgt = k == last ? in.targets + mb * mb_tokens : nullptr;
+    chunk.dropout().set_microbatch(slot, mb, b, T);  // --dropout: the slot's tokens
     st.loss_sum += chunk.forward(slot, tok, tgt, b, T, in.dloss);
     if (k < last) deliver(false, mb, c, k + 1, chunk.output(slot));
     return;
