@@ -24,6 +24,7 @@ struct MemoryRecord {
   // every rank shares: the precision and oneDNN's bf16 matmul implementation.
   int64_t bf16_weight_bytes = 0;
   std::string precision = "fp32", gemm_isa;
+  std::string expert_gemm_isa;  // with experts: RunInfo::expert_gemm_isa
 };
 
 // Every rank's record, in rank order, on every rank. Collective over the world.
