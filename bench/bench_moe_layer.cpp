@@ -11,12 +11,14 @@
 // interleaved, one batch each per round; "x dense" is the median over rounds of a side's
 // MFU over the dense side's in the same round (load drifting between rounds cancels).
 //
-//   bench_moe_layer [--quick] [--rounds 5] [--tokens 1024] [--dim 512] [--experts 64]
+//   bench_moe_layer [--quick] [--cpu] [--rounds 5] [--tokens 1024] [--dim 512] [--experts 64]
 //                   [--ffn 256] [--topk 8] [--precision fp32,bf16] [--router softmax|sigmoid]
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,7 +40,7 @@ namespace {
 using namespace mt;
 
 struct Options {
-  bool quick = false;
+  bool quick = false, cpu = false;
   int rounds = 5, tokens = 1024, dim = 512, experts = 64, ffn = 256, topk = 8;
   std::vector<std::string> precisions = {"fp32", "bf16"};
   std::string router = "softmax";
@@ -118,24 +120,6 @@ struct Layer {
   }
 };
 
-// Mean seconds of one call over a batch at least `batch_s` long.
-double batch_seconds(const std::function<void()>& fn, double batch_s) {
-  const double start = now_seconds();
-  int calls = 0;
-  do {
-    fn();
-    calls++;
-  } while (now_seconds() - start < batch_s);
-  return (now_seconds() - start) / calls;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty()      ? 0.0
-         : v.size() % 2 ? v[v.size() / 2]
-                        : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 struct Side {
   const char* name;
   std::function<void()> step;
@@ -164,7 +148,7 @@ void bench_precision(const Options& o, bool bf16) {
     for (Side& s : sides) {
       std::unique_ptr<ScopedGroupedGemmPath> path;
       if (s.loop) path = std::make_unique<ScopedGroupedGemmPath>(bf16, GroupedGemmPath::loop);
-      const double t = batch_seconds(s.step, batch_s);
+      const double t = bench::batch_seconds(s.step, batch_s, o.cpu);
       if (r >= 0) s.seconds.push_back(t);
     }
   }
@@ -176,8 +160,8 @@ void bench_precision(const Options& o, bool bf16) {
       ratio.push_back(sides[0].seconds[r] / s.seconds[r]);
     }
     std::printf("  %-5s %-6s %9.2f %8.0f %6.3f %7.2f\n", bf16 ? "bf16" : "fp32", s.name,
-                median(s.seconds) * 1e3, flops / median(s.seconds) * 1e-9, median(mfu),
-                median(ratio));
+                bench::median(s.seconds) * 1e3, flops / bench::median(s.seconds) * 1e-9,
+                bench::median(mfu), bench::median(ratio));
   }
 }
 
@@ -189,6 +173,8 @@ int main(int argc, char** argv) {
     const auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
     if (!std::strcmp(argv[i], "--quick")) {
       o.quick = true, o.rounds = 1, o.tokens = 64, o.dim = 64, o.experts = 8, o.ffn = 32;
+    } else if (!std::strcmp(argv[i], "--cpu")) {
+      o.cpu = true;
     } else if (arg("--rounds")) {
       o.rounds = std::max(1, std::atoi(argv[++i]));
     } else if (arg("--tokens")) {
@@ -204,15 +190,10 @@ int main(int argc, char** argv) {
     } else if (arg("--router")) {
       o.router = argv[++i];
     } else if (arg("--precision")) {
-      o.precisions.clear();
-      for (const char* p = argv[++i]; *p;) {
-        const char* end = std::strchr(p, ',');
-        o.precisions.emplace_back(p, end ? end : p + std::strlen(p));
-        p = end ? end + 1 : p + std::strlen(p);
-      }
+      o.precisions = bench::parse_names(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: bench_moe_layer [--quick] [--rounds N] [--tokens N] [--dim C] "
+                   "usage: bench_moe_layer [--quick] [--cpu] [--rounds N] [--tokens N] [--dim C] "
                    "[--experts E] [--ffn F] [--topk k] [--precision fp32,bf16] "
                    "[--router softmax|sigmoid]\n");
       return 2;
@@ -222,8 +203,9 @@ int main(int argc, char** argv) {
   std::printf(
       "llama MoE layer (model/moe_layer.h) forward + backward: %d SwiGLU experts of width %d "
       "at top-%d, %s router, dropless, vs one dense SwiGLU MLP of width %d; C %d, %d tokens; "
-      "1 thread; medians of %d interleaved rounds (wall time)\n",
-      o.experts, o.ffn, o.topk, o.router.c_str(), o.topk * o.ffn, o.dim, o.tokens, o.rounds);
+      "1 thread; medians of %d interleaved rounds (%s time); load average %.2f\n",
+      o.experts, o.ffn, o.topk, o.router.c_str(), o.topk * o.ffn, o.dim, o.tokens, o.rounds,
+      o.cpu ? "CPU" : "wall", bench::load_average());
   std::printf("  %-5s %-6s %9s %8s %6s %7s\n", "prec", "side", "ms", "GF/s", "MFU", "x dense");
   for (const std::string& p : o.precisions) {
     if (p == "bf16" && !bf16_matmul_supported()) {
@@ -232,5 +214,6 @@ int main(int argc, char** argv) {
     }
     bench_precision(o, p == "bf16");
   }
+  std::printf("load average after: %.2f\n", bench::load_average());
   return 0;
 }
