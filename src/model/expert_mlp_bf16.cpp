@@ -33,11 +33,18 @@ void Bf16Experts::backward_input(float* s, const ExpertGroups& g, const float* d
   const float* pre = s + off_.pre;
   bf16* d_pre = h16(s, off_.d_pre);
   const size_t U = size_t(up_width());
-  for_each_row_piece(g, stage_rows_, [&](int r0, int rows, const ExpertGroups& piece) {
-    const size_t r = size_t(r0);
-    expert_gemm_backward_input(stage_, dy + r * C_, down_, down16_, piece, /*accumulate=*/false);
-    activation_backward(d_pre + r * U, pre + r * U, stage_, rows);
-  });
+  // Fine-grained experts (H <= C): d_act fits in dx's rows, free until the last GEMM writes
+  // them, so the down GEMM runs whole (each piece would pack every expert's weight again).
+  if (H_ <= C_) {
+    expert_gemm_backward_input(dx, dy, down_, down16_, g, /*accumulate=*/false);
+    activation_backward(d_pre, pre, dx, g.total());
+  } else {
+    for_each_row_piece(g, stage_rows_, [&](int r0, int rows, const ExpertGroups& piece) {
+      const size_t r = size_t(r0);
+      expert_gemm_backward_input(stage_, dy + r * C_, down_, down16_, piece, false);
+      activation_backward(d_pre + r * U, pre + r * U, stage_, rows);
+    });
+  }
   expert_gemm_backward_input(dx, d_pre, up_, up16_, g, /*accumulate=*/false);
 }
 

@@ -5,12 +5,13 @@
 // output-gradient rows arrive in fp32 (the caller's scratch) and are rounded into the slot
 // once. Slot: x_rows, act, dy_rows, d_pre bf16; pre (the activation's input) fp32.
 //   forward          pre = x up^T (fp32); act = activation(pre) rounded; y = act down^T
-//   backward_input   per piece of at most stage rows: d_act = dy down into the stage (fp32),
+//   backward_input   d_act = dy down (fp32) into dx's rows when H <= C (they are free until
+//                    the last GEMM), else per piece of at most stage rows into the stage;
 //                    d_pre = activation'(pre) d_act rounded; then dx = d_pre up
 //   backward_weight  d down += dy^T act; d up += d_pre^T x (and the GELU experts' biases)
 // The stage (shared with the chunk's other layers) holds stage_rows(max_tokens) x H floats:
-// the grouped GEMMs need no fixed row shapes, so only the fp32 d_act goes through it, in
-// pieces; a row's bits do not depend on its piece (expert_gemm.h).
+// the grouped GEMMs need no fixed row shapes, so only the fp32 d_act of wide experts goes
+// through it, in pieces; a row's bits do not depend on its piece (expert_gemm.h).
 #pragma once
 
 #include <cstdint>
