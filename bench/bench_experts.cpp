@@ -71,39 +71,6 @@ std::optional<mt::GroupedGemmPath> parse_path(const std::string& name) {
   return std::nullopt;
 }
 
-double now(const Options& o) {
-  if (!o.cpu) return mt::now_seconds();
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (ts.tv_sec + ts.tv_nsec * 1e-9) / omp_get_max_threads();
-}
-
-// Mean seconds of one call over a batch at least `batch_s` long.
-double batch_seconds(const std::function<void()>& fn, const Options& o, double batch_s) {
-  const double start = now(o);
-  int calls = 0;
-  do {
-    fn();
-    calls++;
-  } while (now(o) - start < batch_s);
-  return (now(o) - start) / calls;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// The 1-minute load average (/proc/loadavg), or -1.
-double load_average() {
-  FILE* f = std::fopen("/proc/loadavg", "r");
-  double load = -1;
-  if (f && std::fscanf(f, "%lf", &load) != 1) load = -1;
-  if (f) std::fclose(f);
-  return load;
-}
-
 // Rows per expert: even, or skewed (see the header).
 std::vector<int32_t> expert_offsets(const Options& o, bool skewed) {
   const int E = o.experts, active = skewed ? std::max(1, E - 4) : E;
@@ -262,14 +229,15 @@ void time_round(Side& s, const Options& o) {
   if (s.mlp->variant == Variant::loop)
     loop = std::make_unique<mt::ScopedGroupedGemmPath>(s.mlp->half, mt::GroupedGemmPath::loop);
   const double batch_s = o.quick ? 0.0 : 0.3;
-  s.fwd.push_back(batch_seconds([&] { forward(*s.mlp); }, o, batch_s));
-  s.bwd.push_back(batch_seconds([&] { backward(*s.mlp); }, o, batch_s));
+  const int threads = omp_get_max_threads();
+  s.fwd.push_back(mt::bench::batch_seconds([&] { forward(*s.mlp); }, batch_s, o.cpu, threads));
+  s.bwd.push_back(mt::bench::batch_seconds([&] { backward(*s.mlp); }, batch_s, o.cpu, threads));
 }
 
 // Medians over the rounds; "x dense" is the median over rounds of this side's MFU over the
 // dense side's in the same round, so that load which drifts between rounds cancels out.
 void print_side(const Side& s, const Side& dense, bool bf16, double peak) {
-  const double fwd = median(s.fwd), bwd = median(s.bwd);
+  const double fwd = mt::bench::median(s.fwd), bwd = mt::bench::median(s.bwd);
   std::vector<double> mfu, ratio;
   for (size_t r = 0; r < s.fwd.size(); r++) {
     mfu.push_back(s.mfu(r, peak));
@@ -277,7 +245,7 @@ void print_side(const Side& s, const Side& dense, bool bf16, double peak) {
   }
   std::printf("  %-5s %-8s %-7s %6d %8.2f %8.2f %8.2f %8.0f %6.3f %7.2f\n", bf16 ? "bf16" : "fp32",
               s.name.c_str(), s.spread.c_str(), s.max_rows, fwd * 1e3, bwd * 1e3, (fwd + bwd) * 1e3,
-              s.flops / (fwd + bwd) * 1e-9, median(mfu), median(ratio));
+              s.flops / (fwd + bwd) * 1e-9, mt::bench::median(mfu), mt::bench::median(ratio));
 }
 
 // Every side in turn within a round, o.rounds rounds: interleaved, so that the machine's
@@ -347,12 +315,7 @@ int main(int argc, char** argv) {
     } else if (arg("--path") && parse_path(argv[i + 1])) {
       o.path = argv[++i];
     } else if (arg("--precision")) {
-      o.precisions.clear();
-      for (const char* p = argv[++i]; *p;) {
-        const char* end = std::strchr(p, ',');
-        o.precisions.emplace_back(p, end ? end : p + std::strlen(p));
-        p = end ? end + 1 : p + std::strlen(p);
-      }
+      o.precisions = mt::bench::parse_names(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: bench_experts [--quick] [--cpu] [--threads 1,2] [--rounds N] "
@@ -368,9 +331,9 @@ int main(int argc, char** argv) {
         "C %d, %d tokens; %d thread%s; medians of %d interleaved rounds, %s time; "
         "load average %.2f\n",
         o.experts, o.ffn, o.topk, o.topk * o.ffn, o.dim, o.tokens, threads, threads == 1 ? "" : "s",
-        o.rounds, o.cpu ? "CPU" : "wall", load_average());
+        o.rounds, o.cpu ? "CPU" : "wall", mt::bench::load_average());
     bench(o);
-    std::printf("load average after: %.2f\n", load_average());
+    std::printf("load average after: %.2f\n", mt::bench::load_average());
   }
   return 0;
 }

@@ -1,9 +1,18 @@
-// Small helpers shared by the in-process benchmarks (bench_kernels, bench_step).
+// Small helpers shared by the in-process benchmarks (bench_kernels, bench_step,
+// bench_experts, bench_moe_layer).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <string>
 #include <vector>
+
+#include "core/timer.h"
 
 namespace mt::bench {
 
@@ -27,6 +36,54 @@ inline std::vector<float> filled(size_t n, float scale, uint32_t seed = 12345) {
     f = scale * (static_cast<float>(seed >> 8) / 16777216.0f - 0.5f);
   }
   return v;
+}
+
+// "fp32,bf16" -> {"fp32", "bf16"}
+inline std::vector<std::string> parse_names(const char* s) {
+  std::vector<std::string> out;
+  for (const char* p = s; *p;) {
+    const char* end = std::strchr(p, ',');
+    out.emplace_back(p, end ? end : p + std::strlen(p));
+    p = end ? end + 1 : p + std::strlen(p);
+  }
+  return out;
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The 1-minute load average (/proc/loadavg), or -1: what a figure from a shared machine
+// must be printed with.
+inline double load_average() {
+  FILE* f = std::fopen("/proc/loadavg", "r");
+  double load = -1;
+  if (f && std::fscanf(f, "%lf", &load) != 1) load = -1;
+  if (f) std::fclose(f);
+  return load;
+}
+
+// Wall seconds; or (cpu) the process's CPU seconds divided by `threads`, which other load
+// on a shared machine disturbs less than wall time.
+inline double clock_seconds(bool cpu, int threads = 1) {
+  if (!cpu) return mt::now_seconds();
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double(ts.tv_sec) + ts.tv_nsec * 1e-9) / threads;
+}
+
+// Mean seconds of one call of fn over a batch of calls at least `batch_s` long.
+inline double batch_seconds(const std::function<void()>& fn, double batch_s, bool cpu,
+                            int threads = 1) {
+  const double start = clock_seconds(cpu, threads);
+  int calls = 0;
+  do {
+    fn();
+    calls++;
+  } while (clock_seconds(cpu, threads) - start < batch_s);
+  return (clock_seconds(cpu, threads) - start) / calls;
 }
 
 }  // namespace mt::bench

@@ -105,6 +105,10 @@ SampleModel load_sharded(const SampleArgs& a, const std::string& dir) {
     p->for_each_element(
         [&](size_t local, int64_t global) { params[p->offset + local] = w[size_t(global)]; });
   }
+  // They steer expert selection as they did in training (MoeRouter::selects_with_bias).
+  const std::vector<MoeLayer*> moe = m.model->moe_layers();
+  MT_CHECK(moe.size() == c.router_biases.size(), "routers vs MoE layers");
+  for (size_t i = 0; i < moe.size(); ++i) moe[i]->router_bias() = c.router_biases[i].data;
   return m;
 }
 

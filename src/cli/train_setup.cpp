@@ -18,6 +18,7 @@
 #include "data/corpus.h"
 #include "data/data_loader.h"
 #include "kernels/gemm_peak.h"
+#include "kernels/grouped_gemm.h"
 #include "kernels/matmul_bf16.h"
 #include "parallel/process_layout.h"
 #include "plan/auto_layout.h"
@@ -272,6 +273,7 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
                                 : bf16                  ? measure_bf16_gemm_peak_gflops(1, 0.3)
                                                         : measure_sgemm_peak_gflops(1, 0.3);
   if (bf16) info.gemm_isa = matmul_bf16_isa();
+  if (o.model.experts > 0) info.expert_gemm_isa = grouped_gemm_isa(bf16);
 }
 
 }  // namespace

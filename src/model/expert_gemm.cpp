@@ -1,35 +1,126 @@
 #include "model/expert_gemm.h"
 
+#include "kernels/grouped_gemm.h"
+
 namespace mt {
 
-void expert_gemm_forward(float* y, const float* x, const std::vector<Linear>& w,
-                         const ExpertGroups& g, bool with_bias) {
+namespace {
+
+std::vector<const float*> weights_of(const std::vector<Linear>& w) {
+  std::vector<const float*> out(w.size());
+  for (size_t le = 0; le < w.size(); ++le) out[le] = w[le].w;
+  return out;
+}
+
+std::vector<float*> weight_grads_of(const std::vector<Linear>& w) {
+  std::vector<float*> out(w.size());
+  for (size_t le = 0; le < w.size(); ++le) out[le] = w[le].dw;
+  return out;
+}
+
+// y's rows of each expert += its bias (out).
+void add_biases(float* y, const std::vector<Linear>& w, const ExpertGroups& g) {
+#pragma omp parallel for schedule(dynamic)
   for (int le = 0; le < g.count; ++le) {
-    const int rows = g.rows(le);
-    if (rows == 0) continue;
-    const size_t o = size_t(g.begin(le));
-    w[le].forward(y + o * w[le].out, x + o * w[le].in, rows, with_bias);
+    const int out = w[le].out;
+    const float* b = w[le].b;
+    for (int r = g.begin(le); r < g.begin(le) + g.rows(le); ++r) {
+      float* row = y + size_t(r) * out;
+#pragma omp simd
+      for (int o = 0; o < out; ++o) row[o] += b[o];
+    }
   }
 }
 
-void expert_gemm_backward_input(float* dx, const float* dy, const std::vector<Linear>& w,
-                                const ExpertGroups& g) {
+float as_float(float v) {
+  return v;
+}
+float as_float(bf16 v) {
+  return bf16_to_float(v);
+}
+
+// db_e += column sums of dy_e, per expert: a block of columns per thread (as
+// matmul_backward_weight), each summing an expert's rows in row order whatever the team.
+template <typename T>
+void add_bias_grads(const std::vector<Linear>& w, const T* dy, const ExpertGroups& g) {
+  constexpr int kBlock = 64;
+  const int out = w.empty() ? 0 : w[0].out;
+  const int blocks = (out + kBlock - 1) / kBlock;
+#pragma omp parallel for collapse(2) schedule(static)
   for (int le = 0; le < g.count; ++le) {
-    const int rows = g.rows(le);
-    if (rows == 0) continue;
-    const size_t o = size_t(g.begin(le));
-    w[le].backward_input(dx + o * w[le].in, dy + o * w[le].out, rows);
+    for (int blk = 0; blk < blocks; ++blk) {
+      const int o0 = blk * kBlock, o1 = std::min(out, o0 + kBlock);
+      float acc[kBlock] = {};
+      for (int r = g.begin(le); r < g.begin(le) + g.rows(le); ++r) {
+        const T* row = dy + size_t(r) * out;
+#pragma omp simd
+        for (int o = o0; o < o1; ++o) acc[o - o0] += as_float(row[o]);
+      }
+      for (int o = o0; o < o1; ++o) w[le].db[o] += acc[o - o0];
+    }
   }
+}
+
+}  // namespace
+
+void expert_gemm_forward(float* y, const float* x, const std::vector<Linear>& w,
+                         const ExpertGroups& g, bool with_bias) {
+  if (g.count == 0) return;
+  grouped_matmul_forward(y, x, weights_of(w).data(), g.offset, g.count, w[0].in, w[0].out);
+  if (with_bias) add_biases(y, w, g);
+}
+
+void expert_gemm_backward_input(float* dx, const float* dy, const std::vector<Linear>& w,
+                                const ExpertGroups& g, bool accumulate) {
+  if (g.count == 0) return;
+  grouped_matmul_backward_input(dx, dy, weights_of(w).data(), g.offset, g.count, w[0].in, w[0].out,
+                                accumulate);
 }
 
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const float* dy, const float* x,
                                  const ExpertGroups& g, bool with_bias) {
-  for (int le = 0; le < g.count; ++le) {
-    const int rows = g.rows(le);
-    if (rows == 0) continue;
-    const size_t o = size_t(g.begin(le));
-    w[le].backward_weight(dy + o * w[le].out, x + o * w[le].in, rows, with_bias);
-  }
+  if (g.count == 0) return;
+  grouped_matmul_backward_weight(weight_grads_of(w).data(), dy, x, g.offset, g.count, w[0].in,
+                                 w[0].out);
+  if (with_bias) add_bias_grads(w, dy, g);
+}
+
+Bf16ExpertWeights::Bf16ExpertWeights(const std::vector<Linear>& w, const uint64_t* version)
+    : pointers_(w.size()) {
+  for (const Linear& l : w) copies_.emplace_back(size_t(l.in) * l.out, version);
+}
+
+const std::vector<const bf16*>& Bf16ExpertWeights::get(const std::vector<Linear>& w) {
+  for (size_t le = 0; le < w.size(); ++le) pointers_[le] = copies_[le].get(w[le].w);
+  return pointers_;
+}
+
+size_t Bf16ExpertWeights::bytes() const {
+  size_t total = 0;
+  for (const Bf16Weight& c : copies_) total += c.bytes();
+  return total;
+}
+
+void expert_gemm_forward(float* y, const bf16* x, const std::vector<Linear>& w,
+                         Bf16ExpertWeights& w16, const ExpertGroups& g, bool with_bias) {
+  if (g.count == 0) return;
+  grouped_matmul_bf16_forward(y, x, w16.get(w).data(), g.offset, g.count, w[0].in, w[0].out);
+  if (with_bias) add_biases(y, w, g);
+}
+
+void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Linear>& w,
+                                Bf16ExpertWeights& w16, const ExpertGroups& g, bool accumulate) {
+  if (g.count == 0) return;
+  grouped_matmul_bf16_backward_input(dx, dy, w16.get(w).data(), g.offset, g.count, w[0].in,
+                                     w[0].out, accumulate);
+}
+
+void expert_gemm_backward_weight(const std::vector<Linear>& w, const bf16* dy, const bf16* x,
+                                 const ExpertGroups& g, bool with_bias) {
+  if (g.count == 0) return;
+  grouped_matmul_bf16_backward_weight(weight_grads_of(w).data(), dy, x, g.offset, g.count, w[0].in,
+                                      w[0].out);
+  if (with_bias) add_bias_grads(w, dy, g);
 }
 
 }  // namespace mt

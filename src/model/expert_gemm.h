@@ -1,13 +1,21 @@
 // The local experts' GEMMs over an expert-major block of rows (expert le owns rows
-// [g.begin(le), g.begin(le) + g.rows(le))), in fp32: today one GEMM per expert with rows.
-// This is the seam a grouped GEMM kernel (one call over all local experts) replaces: the
-// experts (expert_mlp_fp32.h) call only these three, and each expert's matrix is one Linear
-// of the same (in, out) shape, so a kernel given the pointer lists and the row offsets has
-// everything. The backward passes follow kernels/matmul.h's rules.
+// [g.begin(le), g.begin(le) + g.rows(le))): each one grouped GEMM over every local expert
+// (kernels/grouped_gemm.h), not a loop of one small GEMM per expert. Each expert's matrix is
+// one Linear of the same (in, out) shape, so the weight pointers and the row offsets are all
+// the kernel needs; the biases (the GELU experts') are added and summed here, per expert.
+//
+// Bits: on the grouped kernels' own paths a row's output depends on that row and its
+// expert's weight only, not on the other rows, so every layout (ep, tp's token split, the
+// row pieces of for_each_row_piece) gives the same rows the same bits; a weight gradient
+// sums an expert's rows in row order.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
+#include "kernels/bf16.h"
+#include "kernels/bf16_weight.h"
 #include "model/expert_mlp.h"
 #include "model/linear.h"
 
@@ -16,11 +24,48 @@ namespace mt {
 // y (g.total(), out) = x_e (rows, in) @ W_e^T (+ b_e when with_bias) for every expert.
 void expert_gemm_forward(float* y, const float* x, const std::vector<Linear>& w,
                          const ExpertGroups& g, bool with_bias);
-// dx (g.total(), in) += dy_e (rows, out) @ W_e for every expert.
+// dx (g.total(), in) (+)= dy_e (rows, out) @ W_e for every expert (overwritten unless
+// accumulate).
 void expert_gemm_backward_input(float* dx, const float* dy, const std::vector<Linear>& w,
-                                const ExpertGroups& g);
+                                const ExpertGroups& g, bool accumulate);
 // dW_e += dy_e^T @ x_e (and db_e += column sums of dy_e when with_bias) for every expert.
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const float* dy, const float* x,
                                  const ExpertGroups& g, bool with_bias);
+
+// The bf16 copies of the experts' weights of one kind of Linear (kernels/bf16_weight.h:
+// converted once per change of the weights).
+class Bf16ExpertWeights {
+ public:
+  Bf16ExpertWeights(const std::vector<Linear>& w, const uint64_t* version);
+  // The copies of w (the Linears given at construction, bound), converted if they changed.
+  const std::vector<const bf16*>& get(const std::vector<Linear>& w);
+  size_t bytes() const;
+
+ private:
+  std::vector<Bf16Weight> copies_;
+  std::vector<const bf16*> pointers_;
+};
+
+// The same in bf16: bf16 rows and weight copies, fp32 accumulation and results; the bias
+// (fp32) and its gradient (fp32 sums of the bf16 dy) as in fp32.
+void expert_gemm_forward(float* y, const bf16* x, const std::vector<Linear>& w,
+                         Bf16ExpertWeights& w16, const ExpertGroups& g, bool with_bias);
+void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Linear>& w,
+                                Bf16ExpertWeights& w16, const ExpertGroups& g, bool accumulate);
+void expert_gemm_backward_weight(const std::vector<Linear>& w, const bf16* dy, const bf16* x,
+                                 const ExpertGroups& g, bool with_bias);
+
+// Calls f(r0, rows, piece) over the block's rows [0, g.total()) in pieces of at most `most`
+// rows, piece the groups of rows [r0, r0 + rows) (offsets from r0): for work that goes
+// through a buffer of `most` rows.
+template <typename F>
+void for_each_row_piece(const ExpertGroups& g, int most, F&& f) {
+  std::vector<int32_t> offset(size_t(g.count) + 1);
+  for (int r0 = 0; r0 < g.total(); r0 += most) {
+    const int r1 = std::min(g.total(), r0 + most);
+    for (int le = 0; le <= g.count; ++le) offset[le] = std::clamp(g.offset[le], r0, r1) - r0;
+    f(r0, r1 - r0, ExpertGroups{offset.data(), g.count});
+  }
+}
 
 }  // namespace mt

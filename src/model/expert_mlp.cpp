@@ -1,5 +1,10 @@
 #include "model/expert_mlp.h"
 
+#include <cstring>
+
+#include "kernels/gelu.h"
+#include "kernels/swiglu.h"
+
 #include "model/expert_mlp_bf16.h"
 #include "model/expert_mlp_fp32.h"
 
@@ -21,63 +26,75 @@ std::string expert_prefix(const ExpertShape& shape, int le) {
 
 }  // namespace
 
-GeluExperts::GeluExperts(const ExpertShape& shape, ParamTable& table)
-    : C_(shape.dim), H_(shape.hidden), El_(shape.count), fc_(El_), proj_(El_) {
+// §1 and §9 names; init per §9a (c_proj and down_proj as every projection back to the
+// residual stream: N(0, 0.02/sqrt(2L))).
+ExpertWeights::ExpertWeights(const ExpertShape& shape, ParamTable& table)
+    : kind_(shape.kind), C_(shape.dim), H_(shape.hidden), El_(shape.count), up_(El_), down_(El_) {
   const int64_t C = C_, H = H_;
+  const bool gelu = kind_ == ExpertKind::gelu;
   for (int le = 0; le < El_; ++le) {
     const std::string q = expert_prefix(shape, le);
-    auto add = [&](const char* name, std::vector<int64_t> dims, InitKind init, float std = 0.02f) {
-      return &add_expert_param(table, shape, q + name, std::move(dims), init, std);
+    auto add = [&](const char* name, std::vector<int64_t> dims, InitKind init, float std,
+                   Placement place = Placement::aligned) {
+      return &add_expert_param(table, shape, q + name, std::move(dims), init, std, place);
     };
-    fc_[le].weight_info = add("c_fc.weight", {H, C}, InitKind::normal, 0.02f);
-    fc_[le].bias_info = add("c_fc.bias", {H}, InitKind::zeros);
-    proj_[le].weight_info = add("c_proj.weight", {C, H}, InitKind::normal, shape.proj_std);
-    proj_[le].bias_info = add("c_proj.bias", {C}, InitKind::zeros);
-    fc_[le].in = C_, fc_[le].out = H_;
-    proj_[le].in = H_, proj_[le].out = C_;
-  }
-}
-
-void GeluExperts::bind(float* params, float* grads) {
-  for (int le = 0; le < El_; ++le) {
-    fc_[le].bind(params, grads);
-    proj_[le].bind(params, grads);
-  }
-}
-
-// §9 names; init per §9a (down_proj as every down_proj: N(0, 0.02/sqrt(2L))).
-SwigluExperts::SwigluExperts(const ExpertShape& shape, ParamTable& table)
-    : C_(shape.dim), H_(shape.hidden), El_(shape.count), gate_up_(El_), down_(El_) {
-  const int64_t C = C_, H = H_;
-  for (int le = 0; le < El_; ++le) {
-    const std::string q = expert_prefix(shape, le);
-    gate_up_[le].weight_info =
-        &add_expert_param(table, shape, q + "gate_proj.weight", {H, C}, InitKind::normal, 0.02f);
-    add_expert_param(table, shape, q + "up_proj.weight", {H, C}, InitKind::normal, 0.02f,
-                     Placement::after_previous);
-    down_[le].weight_info = &add_expert_param(table, shape, q + "down_proj.weight", {C, H},
-                                              InitKind::normal, shape.proj_std);
-    gate_up_[le].in = C_, gate_up_[le].out = 2 * H_;
+    if (gelu) {
+      up_[le].weight_info = add("c_fc.weight", {H, C}, InitKind::normal, 0.02f);
+      up_[le].bias_info = add("c_fc.bias", {H}, InitKind::zeros, 0.02f);
+      down_[le].weight_info = add("c_proj.weight", {C, H}, InitKind::normal, shape.proj_std);
+      down_[le].bias_info = add("c_proj.bias", {C}, InitKind::zeros, 0.02f);
+    } else {
+      up_[le].weight_info = add("gate_proj.weight", {H, C}, InitKind::normal, 0.02f);
+      add("up_proj.weight", {H, C}, InitKind::normal, 0.02f, Placement::after_previous);
+      down_[le].weight_info = add("down_proj.weight", {C, H}, InitKind::normal, shape.proj_std);
+    }
+    up_[le].in = C_, up_[le].out = up_width();
     down_[le].in = H_, down_[le].out = C_;
   }
 }
 
-void SwigluExperts::bind(float* params, float* grads) {
+void ExpertWeights::bind(float* params, float* grads) {
   for (int le = 0; le < El_; ++le) {
-    gate_up_[le].bind(params, grads);
+    up_[le].bind(params, grads);
     down_[le].bind(params, grads);
   }
 }
 
+void ExpertWeights::activate(float* act, float* pre, const ExpertGroups& g) const {
+  if (kind_ == ExpertKind::swiglu) return swiglu_forward(act, pre, g.total(), H_);
+  for (int le = 0; le < El_; ++le) {
+    const size_t o = size_t(g.begin(le)) * H_;
+    if (g.rows(le) > 0) bias_gelu_forward(act + o, pre + o, up_[le].b, g.rows(le), H_);
+  }
+}
+
+void ExpertWeights::activate(bf16* act, float* pre, const ExpertGroups& g) const {
+  if (kind_ == ExpertKind::swiglu) return swiglu_forward_bf16(act, pre, g.total(), H_);
+  for (int le = 0; le < El_; ++le) {
+    const size_t o = size_t(g.begin(le)) * H_;
+    if (g.rows(le) > 0) bias_gelu_forward_bf16(act + o, pre + o, up_[le].b, g.rows(le), H_);
+  }
+}
+
+void ExpertWeights::activation_backward(float* d_pre, const float* pre, const float* d_act,
+                                        int rows) const {
+  if (kind_ == ExpertKind::swiglu)
+    return swiglu_backward(d_pre, pre, d_act, rows, H_, /*accumulate=*/false);
+  // gelu_backward accumulates into d_pre unless it is d_act: start from zero otherwise.
+  if (d_pre != d_act) std::memset(d_pre, 0, size_t(rows) * H_ * sizeof(float));
+  gelu_backward(d_pre, pre, d_act, size_t(rows) * H_);
+}
+
+void ExpertWeights::activation_backward(bf16* d_pre, const float* pre, const float* d_act,
+                                        int rows) const {
+  if (kind_ == ExpertKind::swiglu) return swiglu_backward_bf16(d_pre, pre, d_act, rows, H_);
+  gelu_backward_bf16(d_pre, pre, d_act, size_t(rows) * H_);
+}
+
 std::unique_ptr<ExpertMlp> make_experts(const ExpertShape& shape, const uint64_t* bf16_version,
                                         ParamTable& table, SlotLayout& layout) {
-  if (shape.kind == ExpertKind::swiglu) {
-    if (bf16_version)
-      return std::make_unique<Bf16SwigluExperts>(shape, bf16_version, table, layout);
-    return std::make_unique<Fp32SwigluExperts>(shape, table, layout);
-  }
-  if (bf16_version) return std::make_unique<Bf16GeluExperts>(shape, bf16_version, table, layout);
-  return std::make_unique<Fp32GeluExperts>(shape, table, layout);
+  if (bf16_version) return std::make_unique<Bf16Experts>(shape, bf16_version, table, layout);
+  return std::make_unique<Fp32Experts>(shape, table, layout);
 }
 
 }  // namespace mt

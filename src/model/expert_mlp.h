@@ -5,8 +5,8 @@
 // expert_mlp_fp32.h or expert_mlp_bf16.h. Each registers this rank's experts' parameters
 // (global names: transformer.h.{i}.mlp.experts.{e}.* or model.layers.{i}.mlp.experts.{e}.*)
 // and reserves what its backward keeps in the microbatch's slot; how it multiplies is its
-// own business. In fp32 the GEMMs go through expert_gemm.h, the seam where one grouped GEMM
-// over all local experts replaces the loop of one GEMM per expert.
+// own business. In both precisions the GEMMs go through expert_gemm.h: one grouped GEMM over
+// all local experts (kernels/grouped_gemm.h), not one GEMM per expert.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "model/activation_pool.h"
 #include "model/linear.h"
 #include "model/param_table.h"
@@ -84,29 +85,35 @@ class ExpertMlp {
   virtual size_t own_workspace_floats() const { return 0; }
 };
 
-// The GELU experts of docs/contracts.md §1 (each the dense MLP: c_fc, tanh GELU, c_proj, with
-// biases): their parameters, registered in the file format's order, for either precision.
-class GeluExperts : public ExpertMlp {
+// The parameters of the local experts of either kind, registered in the file format's order,
+// for either precision. Both kinds are two Linears around an elementwise activation:
+//   gelu (§1, each the dense MLP):  up = c_fc (H, C) with bias, tanh GELU with c_fc's bias,
+//                                   down = c_proj (C, H) with bias;
+//   swiglu (§9):                    up = [gate_proj; up_proj] (2H, C) (placed one after the
+//                                   other: one matrix, one GEMM, as the dense llama MLP),
+//                                   h = silu(gate) * up, down = down_proj (C, H), no biases.
+// The activation's input is up's output, U = up_width() wide; its output is H wide.
+class ExpertWeights : public ExpertMlp {
  public:
-  GeluExperts(const ExpertShape& shape, ParamTable& table);
+  ExpertWeights(const ExpertShape& shape, ParamTable& table);
   void bind(float* params, float* grads) override;
 
  protected:
-  int C_, H_, El_;
-  std::vector<Linear> fc_, proj_;  // per local expert
-};
+  int up_width() const { return kind_ == ExpertKind::swiglu ? 2 * H_ : H_; }
+  bool biased() const { return kind_ == ExpertKind::gelu; }
+  // act (rows, H) = the activation of pre (rows, U), over an expert-major block; gelu first
+  // adds each expert's c_fc bias to pre (kept so, for the backward). bf16: act rounded as
+  // it is stored.
+  void activate(float* act, float* pre, const ExpertGroups& g) const;
+  void activate(bf16* act, float* pre, const ExpertGroups& g) const;
+  // d_pre (rows, U) = the activation's input gradient from d_act (rows, H), overwritten;
+  // under gelu d_act may be d_pre.
+  void activation_backward(float* d_pre, const float* pre, const float* d_act, int rows) const;
+  void activation_backward(bf16* d_pre, const float* pre, const float* d_act, int rows) const;
 
-// The SwiGLU experts of §9 (gate_proj and up_proj placed one after the other, so each
-// expert's [gate; up] is one (2H, C) matrix and one GEMM, as the dense llama MLP), for
-// either precision.
-class SwigluExperts : public ExpertMlp {
- public:
-  SwigluExperts(const ExpertShape& shape, ParamTable& table);
-  void bind(float* params, float* grads) override;
-
- protected:
+  ExpertKind kind_;
   int C_, H_, El_;
-  std::vector<Linear> gate_up_, down_;  // per local expert: (2H, C) and (C, H)
+  std::vector<Linear> up_, down_;  // per local expert: (U, C) and (C, H)
 };
 
 // The experts of shape.kind in this precision: bf16 when bf16_version is non-null (the

@@ -1,6 +1,10 @@
-// The experts in fp32 (expert_mlp.h): their GEMMs through expert_gemm.h (one per expert
-// today, one grouped GEMM once a kernel does it) around the dense MLP's elementwise kernels;
-// every buffer the backward reads stays fp32 in the slot.
+// The experts in fp32 (expert_mlp.h), either kind: their GEMMs are grouped over all local
+// experts (expert_gemm.h) around the activation; every buffer the backward reads stays fp32
+// in the slot.
+//   forward          pre = x up^T (R, U); act = activation(pre) (R, H); y = act down^T
+//   backward_input   d_act = dy down (R, H); d_pre = activation'(pre) d_act (R, U);
+//                    dx = d_pre up
+//   backward_weight  d down += dy^T act; d up += d_pre^T x (and the GELU experts' biases)
 #pragma once
 
 #include "core/arena.h"
@@ -8,9 +12,9 @@
 
 namespace mt {
 
-class Fp32GeluExperts final : public GeluExperts {
+class Fp32Experts final : public ExpertWeights {
  public:
-  Fp32GeluExperts(const ExpertShape& shape, ParamTable& table, SlotLayout& layout);
+  Fp32Experts(const ExpertShape& shape, ParamTable& table, SlotLayout& layout);
 
   // The rows land where they are kept for W: no scratch, no copy.
   float* input_rows(float* slot, float*) const override { return slot + off_.x_rows; }
@@ -20,29 +24,12 @@ class Fp32GeluExperts final : public GeluExperts {
   void backward_weight(float* slot, const ExpertGroups& g) override;
 
  private:
-  // Offsets in a slot, R = shape.max_rows: (R,C) (R,H) (R,H) (R,C) (R,H).
+  // Offsets in a slot, R = shape.max_rows: (R,C) (R,U) (R,H) (R,C) (R,U).
   struct {
-    size_t x_rows, fc_pre, fc_out, dy_rows, d_fc;
+    size_t x_rows, pre, act, dy_rows, d_pre;
   } off_{};
-};
-
-// SwiGLU experts: gu = x [gate; up]^T (R, 2H), h = silu(gate) * up (R, H), y = h down^T.
-class Fp32SwigluExperts final : public SwigluExperts {
- public:
-  Fp32SwigluExperts(const ExpertShape& shape, ParamTable& table, SlotLayout& layout);
-
-  float* input_rows(float* slot, float*) const override { return slot + off_.x_rows; }
-  void forward(float* slot, const ExpertGroups& g, const float* x, float* y) override;
-  float* grad_rows(float* slot, float*) const override { return slot + off_.dy_rows; }
-  void backward_input(float* slot, const ExpertGroups& g, const float* dy, float* dx) override;
-  void backward_weight(float* slot, const ExpertGroups& g) override;
-
- private:
-  // Offsets in a slot, R = shape.max_rows: (R,C) (R,2H) (R,H) (R,C) (R,2H).
-  struct {
-    size_t x_rows, gu, h, dy_rows, d_gu;
-  } off_{};
-  Arena dh_;  // (R, H): the SwiGLU output's gradient during backward_input only
+  // (R, H): SwiGLU's output gradient during backward_input only (GELU's is d_pre itself).
+  Arena d_act_;
 };
 
 }  // namespace mt

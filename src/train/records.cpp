@@ -52,6 +52,7 @@ std::vector<MemoryRecord> gather_memory_records(Session& s, const MicrobatchStat
     for (size_t f = 0; f < kN; ++f) all[r].*kFields[f] = rows[kN * r + f];
     all[r].precision = s.opts.optim.precision;
     all[r].gemm_isa = s.info.gemm_isa;
+    all[r].expert_gemm_isa = s.info.expert_gemm_isa;
   }
   return all;
 }
@@ -107,6 +108,7 @@ nlohmann::json to_json(int rank, const MemoryRecord& m) {
     j["bf16_weight_bytes"] = m.bf16_weight_bytes;
     j["gemm_isa"] = m.gemm_isa;
   }
+  if (!m.expert_gemm_isa.empty()) j["expert_gemm_isa"] = m.expert_gemm_isa;
   return j;
 }
 

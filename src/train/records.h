@@ -25,6 +25,7 @@ struct MemoryRecord {
   int64_t bf16_weight_bytes = 0;
   Precision precision = Precision::fp32;
   std::string gemm_isa;
+  std::string expert_gemm_isa;  // with experts: RunInfo::expert_gemm_isa
 };
 
 // Every rank's record, in rank order, on every rank. Collective over the world.

@@ -43,6 +43,7 @@ void RunLog::start(const std::string& backend) {
            o.optim.precision != Precision::fp32
                ? str(precision_name(o.optim.precision), " (", s_.info.gemm_isa, ") | ")
                : "",
+           o.model.experts > 0 ? str("experts ", s_.info.expert_gemm_isa, " | ") : "",
            o.optim.steps, " steps | backend ", backend,
            o.engine.ranks_per_process > 1
                ? str(" (", o.engine.ranks_per_process, " ranks per process)")

@@ -32,7 +32,10 @@ struct RunInfo {
   double peak_gflops_per_thread = 0;  // measured sgemm peak, for MFU
   // (under --precision bf16: the bf16 GEMM peak, the rate the model's GEMMs can reach)
   std::string gemm_isa;  // --precision bf16: oneDNN's bf16 matmul implementation
-  double t0 = 0;         // job start (steady clock), for traces
+  // With experts: the grouped GEMM path their GEMMs run (kernels/grouped_gemm.h,
+  // grouped_gemm_isa: "avx512", "amx", "avx512-bf16", "loop:...", "portable").
+  std::string expert_gemm_isa;
+  double t0 = 0;  // job start (steady clock), for traces
   // Draws the report page `page` from the metrics file `metrics` (rank 0, every
   // --report-every steps and at the end). Set by the CLI: train/ does not link report/, so
   // that drawing a chart needs no model, kernels or communication. Empty: no page.

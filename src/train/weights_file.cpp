@@ -27,15 +27,16 @@ std::string float_str(T v) {
   return std::string(buf, r.ptr);
 }
 
-// Metadata value `key` of `f` as a positive int; nullopt when absent.
-std::optional<int> metadata_int(const SafetensorsFile& f, const std::string& key) {
+// Metadata value `key` of `f` as an int >= least (positive by default); nullopt when absent.
+std::optional<int> metadata_int(const SafetensorsFile& f, const std::string& key, int least = 1) {
   const auto it = f.metadata().find(key);
   if (it == f.metadata().end()) return std::nullopt;
   const std::string& v = it->second;
   int n = 0;
   const auto r = std::from_chars(v.data(), v.data() + v.size(), n);
-  MT_REQUIRE(r.ec == std::errc() && r.ptr == v.data() + v.size() && n > 0, f.path(),
-             ": metadata \"", key, "\" is \"", v, "\", not a positive integer");
+  MT_REQUIRE(r.ec == std::errc() && r.ptr == v.data() + v.size() && n >= least, f.path(),
+             ": metadata \"", key, "\" is \"", v, "\", not ",
+             least > 0 ? "a positive integer" : "an integer >= 0");
   return n;
 }
 
@@ -255,7 +256,8 @@ void llama_moe_from_file(const SafetensorsFile& f, ModelConfig& c, const ModelCo
              " wide, not a multiple of the experts' width ", c.expert_ffn_dim);
   c.shared_experts = int(sw / c.expert_ffn_dim);
   std::vector<std::pair<int, int>> candidates;
-  auto meta_first = metadata_int(f, "first_dense_layers");
+  // 0 (no dense first layers) is the default, and what most files record.
+  auto meta_first = metadata_int(f, "first_dense_layers", /*least=*/0);
   if (auto every = metadata_int(f, "moe_every"))
     candidates.push_back({meta_first.value_or(0), *every});
   candidates.push_back({base.first_dense_layers, base.moe_every});

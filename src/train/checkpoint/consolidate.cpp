@@ -31,11 +31,23 @@ void require_finite_tensor(const std::string& dir, const std::string& name,
                " (not finite): the checkpoint holds a diverged state; nothing was written");
 }
 
+// The selection biases of c's routers, each filled by `read` (E floats, the tensor's name)
+// where the checkpoint holds it; zeros otherwise (a checkpoint may hold none).
+template <typename Read>
+void read_router_biases(CheckpointWeights& c, const std::string& dir, Read&& read) {
+  for (const std::string& name : router_bias_names(c.table)) {
+    NamedTensor b{name, std::vector<float>(size_t(c.model.experts), 0.0f)};
+    read(b.data, name);
+    require_finite_tensor(dir, name, b.data);
+    c.router_biases.push_back(std::move(b));
+  }
+}
+
 CheckpointWeights read_sharded(const std::string& dir) {
   const ShardedVerification v = verify_sharded_checkpoint(dir);
   const Manifest& m = v.manifest;
   ShardReader reader(dir, m);
-  CheckpointWeights c{m.model, whole_model_table(m.model), {}, m.metadata, {}};
+  CheckpointWeights c{m.model, whole_model_table(m.model), {}, m.metadata, {}, {}};
   for (const ParamInfo& p : c.table.entries()) {
     const ManifestTensor* t = reader.tensor(p.name);
     MT_REQUIRE(t && t->shape == p.global_shape, dir, "/", kManifestFile, ": tensor ", p.name,
@@ -44,6 +56,13 @@ CheckpointWeights read_sharded(const std::string& dir) {
     reader.read(p.name, 0, p.global_numel(), c.weights.back().data());
     require_finite_tensor(dir, p.name, c.weights.back());
   }
+  read_router_biases(c, dir, [&](std::vector<float>& b, const std::string& name) {
+    const ManifestTensor* t = reader.tensor(name);
+    if (!t) return;
+    MT_REQUIRE(t->shape == std::vector<int64_t>{int64_t(b.size())}, dir, "/", kManifestFile,
+               ": tensor ", name, " is not of its model's shape");
+    reader.read(name, 0, int64_t(b.size()), b.data());
+  });
   c.report = {m.step, int64_t(c.table.entries().size()), v.bytes_verified};
   return c;
 }
@@ -55,12 +74,15 @@ CheckpointWeights read_global(const std::string& dir, const std::string& flag) {
   const std::string path = dir + "/model.safetensors";
   const ModelConfig model = model_config_from_file(path, ModelConfig{});
   const SafetensorsFile f(path);
-  CheckpointWeights c{model, whole_model_table(model), {}, f.metadata(), {}};
+  CheckpointWeights c{model, whole_model_table(model), {}, f.metadata(), {}, {}};
   for (const ParamInfo& p : c.table.entries()) {
     f.expect_shape(p.name, p.global_shape);
     c.weights.push_back(f.read(p.name));
     require_finite_tensor(dir, p.name, c.weights.back());
   }
+  read_router_biases(c, dir, [&](std::vector<float>& b, const std::string& name) {
+    read_router_bias(dir, name, b);
+  });
   c.report = {read_train_state(dir, flag).step, int64_t(c.table.entries().size()),
               v.bytes_verified};
   return c;
@@ -111,7 +133,8 @@ ConsolidateReport export_sharded_checkpoint(const std::string& dir, const std::s
              " it reads; write it elsewhere");
   const CheckpointWeights c = read_checkpoint_weights(dir, "--from");
   require_storable(out, c, as_bf16);
-  export_weights(out, c.table, c.model, c.weights, as_bf16, c.metadata);
+  export_weights(out, c.table, c.model, c.weights, as_bf16, c.metadata,
+                 exported_router_biases(c.model, c.router_biases));
   return c.report;
 }
 
@@ -125,7 +148,8 @@ ConsolidateReport export_checkpoint_to_hf(const std::string& dir, const std::str
   require_storable(out, c, as_bf16);
   const std::string where = sharded ? dir + "/" + kManifestFile : dir + "/model.safetensors";
   export_hf_directory(out, c.table, c.model, c.weights, as_bf16,
-                      metadata_tokenizer(c.metadata, where));
+                      metadata_tokenizer(c.metadata, where),
+                      exported_router_biases(c.model, c.router_biases));
   return c.report;
 }
 

@@ -266,21 +266,21 @@ TrainState load_checkpoint(const std::string& dir, const ParamTable& table, cons
   return s;
 }
 
+bool read_router_bias(const std::string& dir, const std::string& name, std::vector<float>& bias) {
+  const SafetensorsFile f(dir + "/" + kOptimizerFile);
+  if (!f.contains(name)) return false;
+  f.expect_shape(name, {int64_t(bias.size())});
+  f.read(name, bias.data(), bias.size());
+  return true;
+}
+
 void load_router_biases(const std::string& dir, const ParamTable& table,
                         const std::vector<MoeLayer*>& moe) {
   if (moe.empty()) return;
-  SafetensorsFile f(dir + "/" + kOptimizerFile);
-  size_t i = 0;
-  for (const ParamInfo& p : table.entries()) {
-    if (!is_router_weight(p.name)) continue;
-    MT_CHECK(i < moe.size(), "more routers in the table than MoE layers");
-    std::vector<float>& bias = moe[i++]->router_bias();
-    const std::string name = router_bias_name(p.name);
-    if (!f.contains(name)) continue;
-    f.expect_shape(name, {int64_t(bias.size())});
-    f.read(name, bias.data(), bias.size());
-  }
-  MT_CHECK(i == moe.size(), "the table holds ", i, " routers for ", moe.size(), " MoE layers");
+  const std::vector<std::string> names = router_bias_names(table);
+  MT_CHECK(names.size() == moe.size(), "the table holds ", names.size(), " routers for ",
+           moe.size(), " MoE layers");
+  for (size_t i = 0; i < names.size(); ++i) read_router_bias(dir, names[i], moe[i]->router_bias());
 }
 
 }  // namespace mt

@@ -82,5 +82,8 @@ TrainState load_checkpoint(const std::string& dir, const ParamTable& table, cons
 // saved) leaves the biases as they are (zero at the start).
 void load_router_biases(const std::string& dir, const ParamTable& table,
                         const std::vector<MoeLayer*>& moe);
+// Reads into `bias` (a router's E floats) the tensor `name` of DIR/optimizer.safetensors;
+// false, and `bias` untouched, when the checkpoint holds none of that name.
+bool read_router_bias(const std::string& dir, const std::string& name, std::vector<float>& bias);
 
 }  // namespace mt

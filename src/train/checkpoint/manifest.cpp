@@ -45,6 +45,13 @@ json model_json(const ModelConfig& c) {
     j["rope_theta"] = c.rope_theta;
     j["norm_eps"] = c.norm_eps;
     j["tie_embeddings"] = c.tie_embeddings;
+    if (c.experts > 0) {  // section 9's MoE: what whole_model_table and the router need
+      j["expert_ffn_dim"] = c.expert_hidden();
+      j["shared_experts"] = c.shared_experts;
+      j["first_dense_layers"] = c.first_dense_layers;
+      j["router"] = c.router == RouterScore::sigmoid ? "sigmoid" : "softmax";
+      j["routed_scale"] = c.routed_scale;
+    }
     if (c.rope_scaling.enabled()) {  // Llama 3.1's, from a Hugging Face config.json
       const RopeScaling& s = c.rope_scaling;
       j["rope_scaling"] = {{"factor", s.factor},

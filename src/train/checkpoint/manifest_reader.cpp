@@ -63,6 +63,20 @@ uint32_t parse_crc(const json& v, const std::string& where) {
   return x;
 }
 
+// A llama MoE's structure (manifest.h, model_json): the experts' width, the shared experts,
+// the dense first layers, the router and its scale.
+void parse_llama_moe(const json& j, const std::string& where, ModelConfig& c) {
+  c.expert_ffn_dim = int(get_int(j, "expert_ffn_dim", 1, INT_MAX, where));
+  c.shared_experts = int(get_int(j, "shared_experts", 0, INT_MAX, where));
+  c.first_dense_layers = int(get_int(j, "first_dense_layers", 0, INT_MAX, where));
+  const std::string router =
+      j.contains("router") && j["router"].is_string() ? j["router"].get<std::string>() : "";
+  MT_REQUIRE(router == "softmax" || router == "sigmoid", where,
+             ": \"router\" is not softmax or sigmoid");
+  c.router = router == "sigmoid" ? RouterScore::sigmoid : RouterScore::softmax;
+  c.routed_scale = float(get_number(j, "routed_scale", where));
+}
+
 ModelConfig parse_model(const json& j, const std::string& where) {
   MT_REQUIRE(j.is_object(), where, ": \"model\" is not an object");
   ModelConfig c;
@@ -89,6 +103,7 @@ ModelConfig parse_model(const json& j, const std::string& where) {
     MT_REQUIRE(j.contains("tie_embeddings") && j["tie_embeddings"].is_boolean(), where,
                ": \"tie_embeddings\" is not true or false");
     c.tie_embeddings = j["tie_embeddings"].get<bool>();
+    if (j.contains("expert_ffn_dim")) parse_llama_moe(j, where, c);  // absent before them
     if (j.contains("rope_scaling")) {  // absent: none (and every manifest before it)
       const json& s = j["rope_scaling"];
       const std::string at = where + " \"rope_scaling\"";
