@@ -110,6 +110,33 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
                        PROPERTIES LABELS "full;cp" TIMEOUT 1800)
 endif()
 
+# Sharded checkpoints under cp, resharded across cp sizes (equivalence.py reshard: the
+# export of the step folder equals the saver's export exactly; the resumed run continues
+# with the reference's losses and weights). Saved at cp 2, loaded at cp 1 and cp 4; ZeRO 0
+# (every dp x cp replica holds the whole state: one of them writes it) and ZeRO 3 (split over
+# dp x cp).
+add_test(NAME equivalence.cp_checkpoint_reshard
+         COMMAND ${MT_EQUIV} reshard --bin ${MT_EQUIV_BIN} --base "${MT_CP_LLAMA} --steps 8" --save-at 4
+                 --pair "--cp 2 --dp 2 --zero 0|"
+                 --pair "--cp 2 --dp 2 --zero 3|--cp 4 --cp-comm allgather")
+set_tests_properties(equivalence.cp_checkpoint_reshard PROPERTIES LABELS "equivalence;cp;checkpoint"
+                     TIMEOUT 600)
+if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
+  add_test(NAME equivalence.cp_checkpoint_reshard_matrix
+           COMMAND ${MT_EQUIV} reshard --bin ${MT_EQUIV_BIN} --base "${MT_CP_PP_LLAMA} --steps 8"
+                   --save-at 4
+                   --pair "--cp 2|--cp 4" --pair "|--cp 2 --dp 2 --zero 2"
+                   --pair "--cp 2 --tp 2 --sequence-parallel --zero 1 --dp 2|--pp 2 --microbatches 2 --cp 2"
+                   --pair "--pp 2 --microbatches 4 --schedule dualpipev --cp 2|--cp 4 --cp-comm allgather")
+  add_test(NAME equivalence.gpt2_cp_checkpoint_reshard
+           COMMAND ${MT_EQUIV} reshard --bin ${MT_EQUIV_BIN} --base "${MT_CP_GPT2} --steps 8"
+                   --save-at 4 ${MT_CP_GPT2_KEY_BIAS}
+                   --pair "--cp 2|" --pair "--cp 2 --dp 2 --zero 3|--cp 4")
+  set_tests_properties(equivalence.cp_checkpoint_reshard_matrix
+                       equivalence.gpt2_cp_checkpoint_reshard
+                       PROPERTIES LABELS "full;cp;checkpoint" TIMEOUT 1800)
+endif()
+
 # A rank failing mid-ring: rank 2 of a cp 4 ring fails as step 2 starts, while the others
 # wait in the ring for its K/V block; the job ends with its error line, exit 1, in bounded
 # time (a hang fails as exit 124).

@@ -23,9 +23,6 @@ void refuse_unbuilt(const TrainOptions& o) {
              " is not built yet (replicas would step on partial-sequence gradients)");
   MT_REQUIRE(!p.auto_layout, cp,
              " with --auto-layout is not built yet (the planner does not search cp)");
-  MT_REQUIRE(o.io.checkpoint_format != CheckpointFormat::sharded, cp,
-             " with --checkpoint-format sharded is not built yet (shards are not resharded "
-             "across cp sizes); use --checkpoint-format global");
 }
 
 }  // namespace

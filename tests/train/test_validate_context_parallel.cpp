@@ -69,11 +69,6 @@ TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
        "--cp 2 with --ranks-per-process 2 (the hybrid world) is not built yet"},
       {[](TrainOptions& o) { o.parallel.dp_sync = "local:2"; },
        "--cp 2 with --dp-sync local:2 is not built yet"},
-      {[](TrainOptions& o) {
-         o.io.save = "ck";
-         o.io.checkpoint_format = CheckpointFormat::sharded;
-       },
-       "--cp 2 with --checkpoint-format sharded is not built yet"},
   };
   for (const Case& c : cases) {
     TrainOptions o = llama_cp(2);
