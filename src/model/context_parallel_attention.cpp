@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "model/zigzag_layout.h"
 
 namespace mt {
@@ -89,6 +90,24 @@ void ContextParallelAttention::backward(const FlashGrads& g, const float* dout, 
   allgather_backward(g, dout, lddo, lse, D, a, scratch);
 }
 
+double ContextParallelAttention::now() const {
+  return sink_ ? now_seconds() : 0;
+}
+
+void ContextParallelAttention::report(const std::string& name, const char* cat, double begin,
+                                      double end) const {
+  if (sink_) sink_(name, cat, begin, end);
+}
+
+void ContextParallelAttention::report_step(const char* pass, int step, int source, double begin,
+                                           double computed, double end) const {
+  if (!sink_) return;
+  const char* kind = cp_.mode == CpComm::ring ? "cp ring " : "cp allgather ";
+  const std::string head = kind + std::string(pass) + std::to_string(step);
+  sink_(head + " K/V of cp " + std::to_string(source), "compute", begin, computed);
+  if (end > computed) sink_(head + " wait", "comm", computed, end);
+}
+
 // ---- ring ---------------------------------------------------------------------------------
 
 void ContextParallelAttention::ring_forward(float* out, size_t ldo, float* lse,
@@ -99,14 +118,18 @@ void ContextParallelAttention::ring_forward(float* out, size_t ldo, float* lse,
   pack_kv(held, a, kv_width_);
   for (int s = 0; s < N; ++s) {
     // Post the block's next hop before computing on it: the transfer hides behind the step.
+    const double begin = now();
     Work sent, received;
     if (s + 1 < N) {
       sent = cp_.comm->send(held, n, DType::f32, next, kv_tag());
       received = cp_.comm->recv(arriving, n, DType::f32, prev, kv_tag());
     }
-    flash_attention_forward(out, ldo, lse, visiting(a, held, (r + N - s) % N), s > 0, scratch);
+    const int source = (r + N - s) % N;
+    flash_attention_forward(out, ldo, lse, visiting(a, held, source), s > 0, scratch);
+    const double computed = now();
     sent.wait();
     received.wait();
+    report_step("F", s, source, begin, computed, s + 1 < N ? now() : computed);
     std::swap(held, arriving);
   }
 }
@@ -125,6 +148,7 @@ void ContextParallelAttention::ring_backward(const FlashGrads& g, const float* d
   pack_kv(held, a, kv_width_);
   Work grad_sent, grad_received;
   for (int s = 0; s < N; ++s) {
+    const double begin = now();
     Work sent, received;
     if (s + 1 < N) {
       sent = cp_.comm->send(held, n, DType::f32, next, kv_tag());
@@ -132,7 +156,9 @@ void ContextParallelAttention::ring_backward(const FlashGrads& g, const float* d
     }
     std::memset(share, 0, n * sizeof(float));
     const FlashGrads step{g.dq, share, share + kv_width_, g.lddq, ld, ld};
-    flash_attention_backward(step, dout, lddo, lse, D, visiting(a, held, (r + N - s) % N), scratch);
+    const int source = (r + N - s) % N;
+    flash_attention_backward(step, dout, lddo, lse, D, visiting(a, held, source), scratch);
+    const double computed = now();
     if (s > 0) {
       grad_received.wait();
       add_inplace(share, incoming, n);
@@ -143,10 +169,13 @@ void ContextParallelAttention::ring_backward(const FlashGrads& g, const float* d
     grad_received = cp_.comm->recv(incoming, n, DType::f32, prev, dkv_tag());
     sent.wait();
     received.wait();
+    report_step("B", s, source, begin, computed, now());
     std::swap(held, arriving);
   }
+  const double home = now();
   grad_received.wait();  // this rank's own block, home with every rank's share
   grad_sent.wait();
+  report("cp ring B home", "comm", home, now());
   add_kv_grads(g, incoming, a.B * a.Tk, kv_width_);
 }
 
@@ -159,11 +188,16 @@ void ContextParallelAttention::allgather_forward(float* out, size_t ldo, float* 
   const int N = cp_.size, r = cp_.rank;
   float* all = buffers_.data();
   pack_kv(all + size_t(r) * n, a, kv_width_);
+  const double gather = now();
   cp_.comm->all_gather(all + size_t(r) * n, all, n, DType::f32).wait();
+  report("cp all-gather K/V", "comm", gather, now());
   for (int s = 0; s < N; ++s) {
+    const double begin = now();
     const int source = (r + N - s) % N;  // the ring's order: the same bits as the ring
     flash_attention_forward(out, ldo, lse, visiting(a, all + size_t(source) * n, source), s > 0,
                             scratch);
+    const double end = now();
+    report_step("F", s, source, begin, end, end);
   }
 }
 
@@ -176,16 +210,23 @@ void ContextParallelAttention::allgather_backward(const FlashGrads& g, const flo
   float *all = buffers_.data(), *grads = all + size_t(N) * n, *own = grads + size_t(N) * n;
   const size_t ld = 2 * size_t(kv_width_);
   pack_kv(all + size_t(r) * n, a, kv_width_);
+  const double gather = now();
   cp_.comm->all_gather(all + size_t(r) * n, all, n, DType::f32).wait();
+  report("cp all-gather K/V", "comm", gather, now());
   std::memset(grads, 0, size_t(N) * n * sizeof(float));
   for (int s = 0; s < N; ++s) {
+    const double begin = now();
     const int source = (r + N - s) % N;
     float* dkv = grads + size_t(source) * n;
     const FlashGrads step{g.dq, dkv, dkv + kv_width_, g.lddq, ld, ld};
     flash_attention_backward(step, dout, lddo, lse, D,
                              visiting(a, all + size_t(source) * n, source), scratch);
+    const double end = now();
+    report_step("B", s, source, begin, end, end);
   }
+  const double scatter = now();
   cp_.comm->reduce_scatter(grads, own, n, DType::f32, ReduceOp::sum).wait();
+  report("cp reduce-scatter dK/dV", "comm", scatter, now());
   add_kv_grads(g, own, a.B * a.Tk, kv_width_);
 }
 

@@ -27,10 +27,19 @@
 //   memory     ring: 2 K/V blocks + 3 dK/dV blocks of b*T/N rows x 2 Hkv hd; allgather: 2N + 1.
 //   failures   a peer that fails mid-ring fails this rank's wait (the communicator's timeout
 //              and abort), naming it.
+//   trace      with a step sink (set_step_sink; --trace), every ring step reports a span on
+//              this rank's track: "cp ring F<s> K/V of cp <j>" (compute: the attention to rank
+//              j's block while the next hop is in flight) and, when the hop was not yet done,
+//              "cp ring F<s> wait" (comm: the part of the transfer NOT hidden); the backward
+//              likewise as B<s>, and "cp ring B home" for the last hop of dK/dV. The all-gather
+//              reports "cp all-gather K/V", "cp allgather F<s> K/V of cp <j>" (B<s>) and
+//              "cp reduce-scatter dK/dV".
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
@@ -38,6 +47,11 @@
 #include "model/context_parallel_shard.h"
 
 namespace mt {
+
+// Receives each span as it ends: name, category ("compute" or "comm") and [begin, end) in
+// seconds on the steady clock (core/timer.h); Trace::add has this signature.
+using CpSpanSink =
+    std::function<void(const std::string& name, const char* cat, double begin, double end)>;
 
 class ContextParallelAttention {
  public:
@@ -50,6 +64,8 @@ class ContextParallelAttention {
   const int* positions() const { return positions_[size_t(cp_.rank)].data(); }
   const int* positions_of(int rank) const { return positions_[size_t(rank)].data(); }
   size_t workspace_floats() const { return buffers_.size(); }
+  // Where the ring steps' spans go (empty: nowhere, and no clock is read).
+  void set_span_sink(CpSpanSink sink) { sink_ = std::move(sink); }
 
   // As flash_attention_forward(accumulate false) of a's queries over the keys of every rank;
   // a holds this rank's rows (qpos = kpos = positions()). scratch: a's forward scratch.
@@ -72,7 +88,15 @@ class ContextParallelAttention {
   void allgather_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
                           const float* D, const FlashAttention& a, std::span<float> scratch);
 
+  // The spans of ring step `step` of pass `pass` ("F", "B") against rank `source`'s block:
+  // its compute [begin, computed), then its wait [computed, end) when there was one.
+  void report_step(const char* pass, int step, int source, double begin, double computed,
+                   double end) const;
+  void report(const std::string& name, const char* cat, double begin, double end) const;
+  double now() const;  // the steady clock, read only when a sink listens
+
   ContextParallelShard cp_;
+  CpSpanSink sink_;
   int kv_width_;
   std::vector<std::vector<int>> positions_;  // every rank's zigzag positions
   Arena buffers_;

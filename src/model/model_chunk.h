@@ -120,6 +120,10 @@ class ModelChunk {
   // --precision bf16: bytes of the bf16 weight copies this chunk's linears hold.
   size_t bf16_weight_bytes() const;
   ChunkFootprint footprint() const;
+  // --cp > 1: where the ring's per-step spans go (context_parallel_attention.h; --trace).
+  void set_span_sink(const CpSpanSink& sink) {
+    if (cp_attention_) cp_attention_->set_span_sink(sink);
+  }
 
   // Where a received activation must be written before forward (non-first chunks).
   float* input(int slot) { return x(slot, 0); }
