@@ -155,3 +155,9 @@ if(DEFINED MT_EQUIV_MPIRUN)
                    --launcher "${MT_EQUIV_MPIRUN} -np 2 {bin}" --layout "--backend mpi --cp 2")
   set_tests_properties(equivalence.llama_cp_mpi PROPERTIES LABELS "mpi;cp" TIMEOUT 600)
 endif()
+
+# bench/bench_cp.py --tiny: the memory, ideal and speed tables at small sizes. Checks that the
+# benchmark runs (and reads the trace's ring spans), never how fast.
+add_test(NAME bench_cp_tiny
+         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/bench/bench_cp.py $<TARGET_FILE:meshtrain> --tiny)
+set_tests_properties(bench_cp_tiny PROPERTIES LABELS "bench;cp" TIMEOUT 300)
