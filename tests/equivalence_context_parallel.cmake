@@ -14,6 +14,13 @@ add_test(NAME equivalence.llama_cp
                  --layout "--cp 2" --layout "--cp 4 --cp-comm allgather"
                  --layout "--cp 2 --dp 2 --tp 2 --zero 3 --sequence-parallel")
 set_tests_properties(equivalence.llama_cp PROPERTIES LABELS "equivalence;llama;cp" TIMEOUT 600)
+# --precision bf16: the ring's K/V blocks travel in bf16 (the merges stay fp32), within the
+# bf16 tolerances of the other bf16 equivalence tests.
+add_test(NAME equivalence.llama_cp_bf16_ring
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base "${MT_CP_LLAMA} --precision bf16"
+                 --loss-rtol 2e-3 --weight-rtol 2e-2 --layout "--cp 2")
+set_tests_properties(equivalence.llama_cp_bf16_ring PROPERTIES LABELS "equivalence;llama;cp"
+                     TIMEOUT 600)
 if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   set(cp_layouts)
   foreach(comm ring allgather)

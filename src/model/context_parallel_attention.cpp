@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "kernels/bf16.h"
 #include "model/zigzag_layout.h"
 
 namespace mt {
@@ -110,22 +111,50 @@ void ContextParallelAttention::report_step(const char* pass, int step, int sourc
 
 // ---- ring ---------------------------------------------------------------------------------
 
+// The ring's K/V blocks. fp32 operands: they travel as they are and the kernel reads the one
+// held. bf16 operands (--precision bf16): they travel in bf16, half the bytes (the kernel
+// rounds its K and V operands to bf16 anyway; K is rounded before its RoPE rotation instead
+// of after), and each arriving block is widened into `work` for the kernel; the own block
+// is computed on from `work` as packed. dK/dV travel in fp32 either way (sums).
+ContextParallelAttention::RingBlocks ContextParallelAttention::ring_blocks(const FlashAttention& a,
+                                                                           size_t n) {
+  float* base = buffers_.data();
+  if (a.precision != FlashPrecision::bf16) {
+    pack_kv(base, a, kv_width_);
+    return {nullptr, reinterpret_cast<char*>(base), reinterpret_cast<char*>(base + n),
+            n * sizeof(float), base + 2 * n};
+  }
+  char* held = reinterpret_cast<char*>(base + n);
+  pack_kv(base, a, kv_width_);
+  to_bf16(reinterpret_cast<bf16*>(held), base, n);
+  return {base, held, held + n * sizeof(bf16), n * sizeof(bf16), base + 2 * n};
+}
+
+// The fp32 block the kernel reads at ring step s from the travelling block `held`.
+const float* ContextParallelAttention::resident(const RingBlocks& b, const char* held, size_t n,
+                                                int s) const {
+  if (!b.work) return reinterpret_cast<const float*>(held);
+  if (s > 0) from_bf16(b.work, reinterpret_cast<const bf16*>(held), n);
+  return b.work;
+}
+
 void ContextParallelAttention::ring_forward(float* out, size_t ldo, float* lse,
                                             const FlashAttention& a, std::span<float> scratch) {
   const size_t n = block_floats(a);
   const int N = cp_.size, r = cp_.rank, next = (r + 1) % N, prev = (r + N - 1) % N;
-  float *held = buffers_.data(), *arriving = held + n;
-  pack_kv(held, a, kv_width_);
+  const RingBlocks b = ring_blocks(a, n);
+  char *held = b.held, *arriving = b.arriving;
   for (int s = 0; s < N; ++s) {
     // Post the block's next hop before computing on it: the transfer hides behind the step.
     const double begin = now();
     Work sent, received;
     if (s + 1 < N) {
-      sent = cp_.comm->send(held, n, DType::f32, next, kv_tag());
-      received = cp_.comm->recv(arriving, n, DType::f32, prev, kv_tag());
+      sent = cp_.comm->send(held, b.bytes, DType::u8, next, kv_tag());
+      received = cp_.comm->recv(arriving, b.bytes, DType::u8, prev, kv_tag());
     }
     const int source = (r + N - s) % N;
-    flash_attention_forward(out, ldo, lse, visiting(a, held, source), s > 0, scratch);
+    const float* kv = resident(b, held, n, s);
+    flash_attention_forward(out, ldo, lse, visiting(a, kv, source), s > 0, scratch);
     const double computed = now();
     sent.wait();
     received.wait();
@@ -142,22 +171,23 @@ void ContextParallelAttention::ring_backward(const FlashGrads& g, const float* d
                                              const FlashAttention& a, std::span<float> scratch) {
   const size_t n = block_floats(a);
   const int N = cp_.size, r = cp_.rank, next = (r + 1) % N, prev = (r + N - 1) % N;
-  float *held = buffers_.data(), *arriving = held + n;
-  float *share = arriving + n, *outgoing = share + n, *incoming = outgoing + n;
+  const RingBlocks b = ring_blocks(a, n);
+  char *held = b.held, *arriving = b.arriving;
+  float *share = b.grads, *outgoing = share + n, *incoming = outgoing + n;
   const size_t ld = 2 * size_t(kv_width_);
-  pack_kv(held, a, kv_width_);
   Work grad_sent, grad_received;
   for (int s = 0; s < N; ++s) {
     const double begin = now();
     Work sent, received;
     if (s + 1 < N) {
-      sent = cp_.comm->send(held, n, DType::f32, next, kv_tag());
-      received = cp_.comm->recv(arriving, n, DType::f32, prev, kv_tag());
+      sent = cp_.comm->send(held, b.bytes, DType::u8, next, kv_tag());
+      received = cp_.comm->recv(arriving, b.bytes, DType::u8, prev, kv_tag());
     }
     std::memset(share, 0, n * sizeof(float));
     const FlashGrads step{g.dq, share, share + kv_width_, g.lddq, ld, ld};
     const int source = (r + N - s) % N;
-    flash_attention_backward(step, dout, lddo, lse, D, visiting(a, held, source), scratch);
+    const float* kv = resident(b, held, n, s);
+    flash_attention_backward(step, dout, lddo, lse, D, visiting(a, kv, source), scratch);
     const double computed = now();
     if (s > 0) {
       grad_received.wait();
