@@ -1,4 +1,4 @@
-// `meshtrain bench comm|gemm`: measurements a user runs to know their machine.
+// `meshtrain bench comm|cp|gemm`: measurements a user runs to know their machine.
 #include <iostream>
 #include <memory>
 
@@ -6,11 +6,13 @@
 #include "comm/bench_comm.h"
 #include "core/threads.h"
 #include "kernels/gemm_peak.h"
+#include "parallel/context_parallel/bench_context_parallel.h"
 
 namespace mt {
 
 CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
-  CLI::App* bench = app.add_subcommand("bench", "micro-benchmarks (communication, GEMM peak)");
+  CLI::App* bench = app.add_subcommand(
+      "bench", "micro-benchmarks (communication, context-parallel attention, GEMM peak)");
   bench->require_subcommand(1);
   auto c = std::make_shared<CommBenchOptions>();
   CLI::App* comm = bench->add_subcommand(
@@ -34,11 +36,29 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
   auto out_of_place = std::make_shared<bool>(false);
   comm->add_flag("--out-of-place", *out_of_place, "separate send and receive buffers");
   comm->callback([c, out_of_place] { c->in_place = !*out_of_place; });
+  auto p = std::make_shared<CpBenchOptions>();
+  CLI::App* cp = bench->add_subcommand(
+      "cp", "context-parallel attention table (ring vs all-gather against one worker / cp)");
+  cp->add_option("--ranks", p->ranks, "the cp size (local backend)")->capture_default_str();
+  cp->add_option("--seq", p->seqs, "whole-sequence lengths (repeatable, or comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cp->add_option("--batch", p->batch, "sequences")->capture_default_str();
+  cp->add_option("--heads", p->heads, "query heads")->capture_default_str();
+  cp->add_option("--kv-heads", p->kv_heads, "kv heads (the ones that travel)")
+      ->capture_default_str();
+  cp->add_option("--head-dim", p->head_dim, "head dim")->capture_default_str();
+  cp->add_option("--comm", p->comm, "ring|allgather|both")->capture_default_str();
+  cp->add_option("--threads", p->threads, "compute threads per rank")->capture_default_str();
+  cp->add_option("--iters", p->iters, "steps per timed repeat")->capture_default_str();
+  cp->add_option("--repeats", p->repeats, "timed repeats (the median is reported)")
+      ->capture_default_str();
   auto threads = std::make_shared<int>(1);
   CLI::App* gemm = bench->add_subcommand("gemm", "measured sgemm peak (the MFU denominator)");
   gemm->add_option("--threads", *threads, "threads")->capture_default_str();
   return [=]() -> int {
     if (comm->parsed()) return run_comm_bench(*c, argc, argv, std::cout);
+    if (cp->parsed()) return run_cp_bench(*p, std::cout);
     if (gemm->parsed()) {
       require_thread_count("--threads", *threads);
       double g = measure_sgemm_peak_gflops(*threads, 2.0);
