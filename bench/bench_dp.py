@@ -7,6 +7,7 @@ the metrics; goal <= 10% of the step). Not a test: timings on a shared machine a
 so it repeats the pair and reports the best and the median.
 
   bench/bench_dp.py BUILD/meshtrain [--repeat 3] [--zero 0] [-- extra flags]
+  (weak scaling in bf16, issue #33: bench/bench_dp.py build/meshtrain --repeat 5 -- --precision bf16)
 """
 import argparse
 import json
@@ -37,7 +38,10 @@ def main():
     ap.add_argument("--zero", type=int, default=0)
     ap.add_argument("--batch", type=int, default=8, help="global batch of the dp=2 run")
     ap.add_argument("extra", nargs="*")
-    a = ap.parse_args()
+    # Flags for meshtrain may follow "--" (e.g. -- --precision bf16), which argparse leaves
+    # unparsed after the positionals.
+    a, rest = ap.parse_known_args()
+    a.extra += [x for x in rest if x != "--"]
     speedups, exposures = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.repeat):

@@ -3,12 +3,43 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/flag_set.h"
+#include "cli/train_flags.h"
+#include "cli/train_setup.h"
 #include "comm/bench_comm.h"
+#include "comm/bench_under_compute.h"
+#include "core/error.h"
 #include "core/threads.h"
 #include "kernels/gemm_peak.h"
+#include "kernels/sized_gemm.h"
 #include "parallel/context_parallel/bench_context_parallel.h"
 
 namespace mt {
+
+namespace {
+
+// `bench cp`'s flags (parallel/context_parallel/bench_context_parallel.h).
+CLI::App* add_cp_bench(CLI::App* bench, CpBenchOptions& p) {
+  CLI::App* cp = bench->add_subcommand(
+      "cp", "context-parallel attention table (ring vs all-gather against one worker / cp)");
+  cp->add_option("--ranks", p.ranks, "the cp size (local backend)")->capture_default_str();
+  cp->add_option("--seq", p.seqs, "whole-sequence lengths (repeatable, or comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cp->add_option("--batch", p.batch, "sequences")->capture_default_str();
+  cp->add_option("--heads", p.heads, "query heads")->capture_default_str();
+  cp->add_option("--kv-heads", p.kv_heads, "kv heads (the ones that travel)")
+      ->capture_default_str();
+  cp->add_option("--head-dim", p.head_dim, "head dim")->capture_default_str();
+  cp->add_option("--comm", p.comm, "ring|allgather|both")->capture_default_str();
+  cp->add_option("--threads", p.threads, "compute threads per rank")->capture_default_str();
+  cp->add_option("--iters", p.iters, "steps per timed repeat")->capture_default_str();
+  cp->add_option("--repeats", p.repeats, "timed repeats (the median is reported)")
+      ->capture_default_str();
+  return cp;
+}
+
+}  // namespace
 
 CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
   CLI::App* bench = app.add_subcommand(
@@ -37,28 +68,49 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
   comm->add_flag("--out-of-place", *out_of_place, "separate send and receive buffers");
   comm->callback([c, out_of_place] { c->in_place = !*out_of_place; });
   auto p = std::make_shared<CpBenchOptions>();
-  CLI::App* cp = bench->add_subcommand(
-      "cp", "context-parallel attention table (ring vs all-gather against one worker / cp)");
-  cp->add_option("--ranks", p->ranks, "the cp size (local backend)")->capture_default_str();
-  cp->add_option("--seq", p->seqs, "whole-sequence lengths (repeatable, or comma-separated)")
-      ->delimiter(',')
+  CLI::App* cp = add_cp_bench(bench, *p);
+  auto uc = std::make_shared<UnderComputeOptions>();
+  auto under_compute = std::make_shared<bool>(false);
+  comm->add_flag("--under-compute", *under_compute,
+                 "time what a small all_reduce adds between two GEMMs (ranks computing)");
+  comm->add_option("--gemm-us", uc->gemm_us, "--under-compute: target time of each GEMM")
       ->capture_default_str();
-  cp->add_option("--batch", p->batch, "sequences")->capture_default_str();
-  cp->add_option("--heads", p->heads, "query heads")->capture_default_str();
-  cp->add_option("--kv-heads", p->kv_heads, "kv heads (the ones that travel)")
+  comm->add_option("--count", uc->count, "--under-compute: floats all-reduced")
       ->capture_default_str();
-  cp->add_option("--head-dim", p->head_dim, "head dim")->capture_default_str();
-  cp->add_option("--comm", p->comm, "ring|allgather|both")->capture_default_str();
-  cp->add_option("--threads", p->threads, "compute threads per rank")->capture_default_str();
-  cp->add_option("--iters", p->iters, "steps per timed repeat")->capture_default_str();
-  cp->add_option("--repeats", p->repeats, "timed repeats (the median is reported)")
-      ->capture_default_str();
+  auto step_opts = std::make_shared<TrainOptions>();
+  auto step_flags = std::make_shared<FlagSet>();
+  CLI::App* step = bench->add_subcommand(
+      "step", "train with `meshtrain train`'s flags, then print where the step's time went");
+  step->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  step->add_flag("--breakdown", step_opts->engine.breakdown,
+                 "per-phase profile of rank 0's steps next to each phase's roofline time");
+  define_train_flags(*step_flags, *step_opts);
+  step_flags->register_cli(*step);
   auto threads = std::make_shared<int>(1);
   CLI::App* gemm = bench->add_subcommand("gemm", "measured sgemm peak (the MFU denominator)");
   gemm->add_option("--threads", *threads, "threads")->capture_default_str();
   return [=]() -> int {
+    if (comm->parsed() && *under_compute) {
+      MT_REQUIRE(c->backend == "local", "--under-compute needs --backend local");
+      uc->ranks = c->ranks;
+      if (comm->count("--iters") > 0) uc->iters = c->iters;
+      if (comm->count("--repeats") > 0) uc->repeats = c->repeats;
+      ComputeWork gemm_work;
+      gemm_work.size = [](double us) { return SizedGemm::k_for(us); };
+      gemm_work.make = [](int k) {
+        auto g = std::make_shared<SizedGemm>(k);
+        return ComputeWork::Instance{[g] { g->run(); }, g->describe()};
+      };
+      return run_under_compute_bench(*uc, gemm_work, std::cout);
+    }
     if (comm->parsed()) return run_comm_bench(*c, argc, argv, std::cout);
     if (cp->parsed()) return run_cp_bench(*p, std::cout);
+    if (step->parsed()) {
+      step_flags->check_values();
+      step_opts->vocab_given = step_flags->given("vocab");
+      step_opts->seq_given = step_flags->given("seq");
+      return run_training(*step_opts, argc, argv);
+    }
     if (gemm->parsed()) {
       require_thread_count("--threads", *threads);
       double g = measure_sgemm_peak_gflops(*threads, 2.0);

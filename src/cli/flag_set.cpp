@@ -137,7 +137,7 @@ void FlagSet::add(const char* section, const char* name, T* target, std::string 
   if constexpr (std::is_floating_point_v<T>) {
     add(section, name, target, std::move(help), FlagRange{-HUGE_VALL, HUGE_VALL});
   } else {
-    Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
+    Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false, {}};
     const std::string flag = std::string("--") + name;
     const std::string h = f.help;
     f.add_cli = [flag, target, h](CLI::App& app) {
@@ -147,6 +147,7 @@ void FlagSet::add(const char* section, const char* name, T* target, std::string 
       assign_from_toml(*static_cast<const toml::node*>(node), target, where, nullptr);
     };
     f.toml_value = [target] { return toml_literal(*target); };
+    f.json_value = [target] { return nlohmann::json(*target); };
     flags_.push_back(std::move(f));
   }
 }
@@ -155,7 +156,7 @@ template <typename T>
 void FlagSet::add(const char* section, const char* name, T* target, std::string help,
                   FlagRange range) {
   static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "a number");
-  Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
+  Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false, {}};
   const std::string flag = std::string("--") + name;
   const std::string h = f.help;
   if constexpr (std::is_integral_v<T>) {
@@ -179,6 +180,7 @@ void FlagSet::add(const char* section, const char* name, T* target, std::string 
     assign_from_toml(*static_cast<const toml::node*>(node), target, where, &range);
   };
   f.toml_value = [target] { return toml_literal(*target); };
+  f.json_value = [target] { return nlohmann::json(*target); };
   flags_.push_back(std::move(f));
 }
 
@@ -202,7 +204,7 @@ CLI::Option* add_checked_uint(CLI::App& app, const std::string& flag, uint64_t* 
 }
 
 void FlagSet::add_bool(const char* section, const char* name, bool* target, std::string help) {
-  Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
+  Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false, {}};
   const std::string flag = std::string("--") + name;
   const std::string h = f.help;
   f.add_cli = [flag, target, h](CLI::App& app) { return app.add_flag(flag, *target, h); };
@@ -210,6 +212,7 @@ void FlagSet::add_bool(const char* section, const char* name, bool* target, std:
     assign_from_toml(*static_cast<const toml::node*>(node), target, where, nullptr);
   };
   f.toml_value = [target] { return toml_literal(*target); };
+  f.json_value = [target] { return nlohmann::json(*target); };
   flags_.push_back(std::move(f));
 }
 
@@ -243,7 +246,7 @@ int index_of(const std::vector<std::string>& names, const std::string& v, const 
 void FlagSet::add_named(const char* section, const char* name, std::string help,
                         std::vector<std::string> names, std::function<int()> get,
                         std::function<void(int)> set, ChoiceRefusal refusal) {
-  Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false};
+  Flag f{section, name, std::move(help), {}, {}, {}, {}, nullptr, false, {}};
   const std::string flag = std::string("--") + name;
   const std::string h = f.help;
   auto text = std::make_shared<std::string>();
@@ -262,6 +265,7 @@ void FlagSet::add_named(const char* section, const char* name, std::string help,
     set(index_of(names, *v, refusal == ChoiceRefusal::in_words ? flag : where, refusal));
   };
   f.toml_value = [names, get] { return toml_literal(names[size_t(get())]); };
+  f.json_value = [names, get] { return nlohmann::json(names[size_t(get())]); };
   flags_.push_back(std::move(f));
 }
 
@@ -273,6 +277,13 @@ bool FlagSet::given(const std::string& name) const {
   for (const Flag& f : flags_)
     if (f.name == name) return f.in_file || (f.option && f.option->count() > 0);
   return false;
+}
+
+std::vector<std::string> FlagSet::given_names() const {
+  std::vector<std::string> names;
+  for (const Flag& f : flags_)
+    if (given(f.name)) names.push_back(f.name);
+  return names;
 }
 
 void FlagSet::check_values() {
@@ -323,6 +334,49 @@ std::string FlagSet::to_toml() const {
     out += f.name + " = " + f.toml_value() + "\n";
   }
   return out;
+}
+
+nlohmann::json FlagSet::to_json(const std::vector<std::string>& sections) const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const Flag& f : flags_)
+    if (std::find(sections.begin(), sections.end(), f.section) != sections.end())
+      out[f.section][f.name] = f.json_value();
+  return out;
+}
+
+nlohmann::json FlagSet::json_value(const std::string& section, const std::string& name) const {
+  for (const Flag& f : flags_)
+    if (f.section == section && f.name == name) return f.json_value();
+  return nullptr;
+}
+
+namespace {
+
+// A recorded value as the TOML node a config file would hold, so that it passes the same
+// type and range checks (a double keeps every bit in toml::value<double>).
+std::unique_ptr<toml::node> toml_node_of(const nlohmann::json& v) {
+  if (v.is_boolean()) return std::make_unique<toml::value<bool>>(v.get<bool>());
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    return std::make_unique<toml::value<double>>(v.get<double>());  // refused as out of range
+  if (v.is_number_integer()) return std::make_unique<toml::value<int64_t>>(v.get<int64_t>());
+  if (v.is_number_float()) return std::make_unique<toml::value<double>>(v.get<double>());
+  if (v.is_string()) return std::make_unique<toml::value<std::string>>(v.get<std::string>());
+  return nullptr;
+}
+
+}  // namespace
+
+bool FlagSet::set_from_json(const std::string& section, const std::string& name,
+                            const nlohmann::json& value, const std::string& where) {
+  for (Flag& f : flags_) {
+    if (f.section != section || f.name != name) continue;
+    const std::unique_ptr<toml::node> node = toml_node_of(value);
+    MT_REQUIRE(node != nullptr, where, " is ", value.dump(), ", not a value of --", name);
+    f.set_from_toml(node.get(), where);
+    if (f.check) f.check(nullptr);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace mt

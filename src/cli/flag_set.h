@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,17 @@ class FlagSet {
   std::string to_toml() const;
   // True when the flag was set on the command line (after parsing) or in the config file.
   bool given(const std::string& name) const;
+  // The names of the flags given (command line or config file).
+  std::vector<std::string> given_names() const;
+  // The values of the flags of `sections` as {section: {name: value}}, exactly (a float
+  // keeps every bit; a choice is its name): a checkpoint's record of its run.
+  nlohmann::json to_json(const std::vector<std::string>& sections) const;
+  // Sets one flag from such a value, with the checks of a config file's value (`where` names
+  // the source in errors). Returns false when no flag has that section and name.
+  bool set_from_json(const std::string& section, const std::string& name,
+                     const nlohmann::json& value, const std::string& where);
+  // The current value of one flag as to_json writes it (null when there is no such flag).
+  nlohmann::json json_value(const std::string& section, const std::string& name) const;
 
  private:
   struct Flag {
@@ -85,6 +97,7 @@ class FlagSet {
     std::function<void(const CLI::Option*)> check;
     CLI::Option* option = nullptr;
     bool in_file = false;
+    std::function<nlohmann::json()> json_value;  // to_json's value
   };
   std::vector<Flag> flags_;
   // add_choice's untyped half: the enum as the index of its name in `names`.

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/flag_set.h"
+#include "cli/train_flags.h"
 #include "cli/train_setup.h"
 #include "comm/world.h"
 #include "core/error.h"
@@ -289,6 +290,8 @@ void define_engine_flags(FlagSet& f, EngineOptions& e) {
         {1, kMaxLocalRanks});
 }
 
+}  // namespace
+
 void define_train_flags(FlagSet& f, TrainOptions& o) {
   define_model_flags(f, o.model);
   define_parallel_flags(f, o.parallel);
@@ -296,8 +299,6 @@ void define_train_flags(FlagSet& f, TrainOptions& o) {
   define_io_flags(f, o.io);
   define_engine_flags(f, o.engine);
 }
-
-}  // namespace
 
 CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
   auto opts = std::make_shared<TrainOptions>();
@@ -328,6 +329,7 @@ CommandRunner add_train_command(CLI::App& app, int* argc, char*** argv) {
     flags->check_values();
     opts->vocab_given = flags->given("vocab");
     opts->seq_given = flags->given("seq");
+    opts->flags_given = flags->given_names();
     for (const std::string& k : hf_shape_flags())
       if (flags->given(k)) opts->model_flags_given.push_back(k);
     MT_REQUIRE(opts->parallel.ranks == 0 || opts->parallel.auto_layout,

@@ -1,4 +1,5 @@
 #include "cli/train_setup.h"
+#include "cli/recorded_config.h"
 
 #include <sys/stat.h>
 #include <algorithm>
@@ -101,11 +102,17 @@ std::string report_page_of(const std::string& metrics) {
   return report_path_for(metrics);
 }
 
-// Llama 3.1's rope_scaling comes only from a Hugging Face config.json, and no flag can give
-// it: a run resumed with --load takes it from the checkpoint, which records it.
-RopeScaling checkpoint_rope_scaling(const std::string& dir, const ModelConfig& flags) {
-  if (loads_sharded(dir)) return read_manifest(dir).model.rope_scaling;
-  return model_config_from_file(dir + "/model.safetensors", flags).rope_scaling;
+// What no flag gives but a checkpoint holds, taken by a run resumed with --load: Llama 3.1's
+// rope_scaling (only a Hugging Face config.json sets it), and a learned position table
+// longer than --seq (a run begun with --init-from of a longer one keeps the whole table).
+void take_checkpoint_tables(const std::string& dir, ModelConfig& model) {
+  const ModelConfig c = loads_sharded(dir)
+                            ? read_manifest(dir).model
+                            : model_config_from_file(dir + "/model.safetensors", model);
+  if (model.llama())
+    model.rope_scaling = c.rope_scaling;
+  else if (c.position_rows() > model.seq)
+    model.positions = c.position_rows();
 }
 
 // Model shape from an init file: the file decides; conflicting flags are errors.
@@ -127,27 +134,8 @@ void take_init_shape(TrainOptions& o) {
   o.vocab_given = true;
 }
 
-}  // namespace
-
-void resolve_train_options(TrainOptions& o) {
-  const bool val_given = !o.io.val_data.empty();
-  const std::string data_given = o.io.data;
-  // Data: the embedded corpus unless the user brings shards.
-  if (o.io.data.empty()) {
-    CorpusFiles c = prepare_fortunes_corpus(default_corpus_dir());
-    o.io.data = c.train_path;
-    o.io.tokenizer = TokenizerRecord{};  // byte-level: one token is one byte of text
-    o.io.data_bytes_per_token = 1;
-    if (o.io.val_data.empty()) {
-      o.io.val_data = c.val_path;
-      o.io.val_bytes_per_token = 1;
-    }
-  }
-  resolve_dataset_inputs(o);  // --data DIR: a dataset of meshtrain prepare
-  check_validation_inputs(o, val_given, data_given);
-  // Every path, before any file is opened for its contents (a FIFO would block the open).
-  resolve_save_path(o.io);
-  o.io.report_page = report_page_of(o.io.metrics);
+// --resume auto and a run folder given to --load become the one checkpoint directory read.
+void resolve_load_dir(TrainOptions& o) {
   if (o.io.resume == "auto") {
     // Validated with the rest below; the choice needs only --save.
     MT_REQUIRE(!o.io.save.empty(),
@@ -170,6 +158,40 @@ void resolve_train_options(TrainOptions& o) {
       std::printf("meshtrain: --load %s: its newest checkpoint is %s\n", given.c_str(),
                   o.io.load.c_str());
   }
+}
+
+// A resume takes the run's configuration from its checkpoint (cli/recorded_config.h), before
+// anything is derived from the flags (the data, the vocabulary, the layout). Returns the
+// lines that announce it, printed once every rule has passed (a refused run prints no
+// line of a run). --init-from with --load is refused by the rules.
+std::vector<std::string> take_checkpoint_config(TrainOptions& o) {
+  if (o.io.load.empty() || !o.io.init_from.empty()) return {};
+  return take_recorded_config(o, o.io.load, checkpoint_step(o.io.load));
+}
+
+}  // namespace
+
+void resolve_train_options(TrainOptions& o) {
+  // Every path, before any file is opened for its contents (a FIFO would block the open).
+  resolve_save_path(o.io);
+  resolve_load_dir(o);
+  const std::vector<std::string> resumed = take_checkpoint_config(o);
+  const bool val_given = !o.io.val_data.empty();
+  const std::string data_given = o.io.data, val_data_given = o.io.val_data;
+  // Data: the embedded corpus unless the user brings shards.
+  if (o.io.data.empty()) {
+    CorpusFiles c = prepare_fortunes_corpus(default_corpus_dir());
+    o.io.data = c.train_path;
+    o.io.tokenizer = TokenizerRecord{};  // byte-level: one token is one byte of text
+    o.io.data_bytes_per_token = 1;
+    if (o.io.val_data.empty()) {
+      o.io.val_data = c.val_path;
+      o.io.val_bytes_per_token = 1;
+    }
+  }
+  resolve_dataset_inputs(o);  // --data DIR: a dataset of meshtrain prepare
+  check_validation_inputs(o, val_given, data_given);
+  o.io.report_page = report_page_of(o.io.metrics);
   const PathCheckReport paths = check_run_paths(o);
   if (!o.io.load.empty() && !paths.checkpoint_verified && !o.io.quiet)
     std::fprintf(stderr,
@@ -179,8 +201,7 @@ void resolve_train_options(TrainOptions& o) {
   check_weights_tokenizer(o);
   const int start = o.io.load.empty() ? 0 : checkpoint_step(o.io.load);
   if (!o.io.init_from.empty()) take_init_shape(o);
-  if (!o.io.load.empty() && o.model.llama())
-    o.model.rope_scaling = checkpoint_rope_scaling(o.io.load, o.model);
+  if (!o.io.load.empty()) take_checkpoint_tables(o.io.load, o.model);
   if (!o.vocab_given) {
     // Byte-level by default; GPT-2-tokenized shards bring larger ids.
     std::vector<std::string> shards = o.io.data_shards;
@@ -206,6 +227,10 @@ void resolve_train_options(TrainOptions& o) {
   MT_REQUIRE(start <= o.optim.steps, "--load ", o.io.load, " is at step ", start,
              ", beyond --steps ", o.optim.steps);
   check_fault_spec(o, start);
+  // Recorded in every checkpoint of the run, for its resumes.
+  o.run_config = record_run_config(o, data_given, val_data_given);
+  if (!o.io.quiet && launcher_from_env().rank == 0)
+    for (const std::string& line : resumed) std::printf("meshtrain: %s\n", line.c_str());
 }
 
 std::string describe_train_layout(const TrainOptions& o) {

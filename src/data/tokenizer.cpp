@@ -102,19 +102,27 @@ TokenizerRecord record_tokenizer_file(const std::string& kind, const std::string
   std::error_code ec;
   r.file = std::filesystem::absolute(file, ec).lexically_normal().string();
   if (ec) r.file = file;
+  // The bytes are not kept: a record names a file, and a load checks the file as it is then
+  // (with_model_bytes takes them when they are to travel).
   r.crc32c = crc_of(model_bytes(file, what));
+  return r;
+}
+
+TokenizerRecord with_model_bytes(TokenizerRecord r) {
+  if (r.kind == "byte") return r;
+  // One read: the bytes checked are the bytes kept.
+  if (r.model.empty()) r.model = model_bytes(r.file, "tokenizer file");
+  const uint32_t now = crc_of(r.model);
+  MT_REQUIRE(now == r.crc32c, "tokenizer file ", r.file, " has changed: its CRC-32C is ",
+             crc32c_hex(now), " but ", crc32c_hex(r.crc32c),
+             " was recorded; the ids would not mean what they meant");
   return r;
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerRecord& r) {
   if (r.kind == "byte") return make_byte_tokenizer();
-  // One read: the bytes checked are the bytes loaded.
-  const std::string bytes = model_bytes(r.file, "tokenizer file");
-  const uint32_t now = crc_of(bytes);
-  MT_REQUIRE(now == r.crc32c, "tokenizer file ", r.file, " has changed: its CRC-32C is ",
-             crc32c_hex(now), " but ", crc32c_hex(r.crc32c),
-             " was recorded; the ids would not mean what they meant");
-  auto t = sentencepiece_tokenizer_from_bytes(bytes, r.file);
+  const TokenizerRecord checked = with_model_bytes(r);
+  auto t = sentencepiece_tokenizer_from_bytes(checked.model, r.file);
   MT_REQUIRE(t->kind() == r.kind, "tokenizer file ", r.file, " holds a ", t->kind(),
              " model but the record says ", r.kind);
   return t;

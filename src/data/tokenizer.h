@@ -41,8 +41,14 @@ struct TokenizerRecord {
   std::string kind = "byte";
   std::string file;     // absolute path of the model file; empty for bytes
   uint32_t crc32c = 0;  // of the model file; 0 for bytes
+  // The model file's bytes when the record carries them (with_model_bytes, or read from
+  // weights: train/tokenizer.h): what travels when the file does not. Not in to_json.
+  std::string model;
 
-  bool operator==(const TokenizerRecord&) const = default;
+  // The same record: kind, file and checksum (the bytes follow from the checksum).
+  bool operator==(const TokenizerRecord& o) const {
+    return kind == o.kind && file == o.file && crc32c == o.crc32c;
+  }
   // "byte", or "bpe /abs/tokenizer.model (crc32c 1a2b3c4d)"
   std::string describe() const;
 };
@@ -56,8 +62,12 @@ TokenizerRecord tokenizer_record_from_json(const nlohmann::json& j, const std::s
 TokenizerRecord record_tokenizer_file(const std::string& kind, const std::string& file,
                                       const std::string& what = "tokenizer file");
 
-// Loads what the record names, checking the file's checksum (UsageError when it changed).
+// Loads what the record names, checking the file's checksum (UsageError when it changed):
+// from the bytes it carries when it has them (its file may have moved or gone), else its file.
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerRecord& r);
+// The record with its model's bytes (read from its file when it does not carry them yet,
+// checked against its CRC-32C). A byte record is returned as it is.
+TokenizerRecord with_model_bytes(TokenizerRecord r);
 
 // The same tokenizer? Kind and checksum decide; the file may have moved.
 bool same_tokenizer(const TokenizerRecord& a, const TokenizerRecord& b);

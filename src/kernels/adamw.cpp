@@ -1,4 +1,5 @@
 #include "kernels/adamw.h"
+#include "kernels/phase_profile.h"
 
 #include <omp.h>
 #if defined(__AVX512F__)
@@ -96,6 +97,7 @@ inline uint32_t nonfinite_bits(float x) {
 
 bool adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
                   const AdamWParams& hp) {
+  PhaseScope phase_scope(Phase::optimizer, 0, 28.0 * double(n));
   // Scalars exactly as torch derives them from Python floats (see adamw.h).
   const double bias_correction1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
   const double bias_correction2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));

@@ -1,4 +1,5 @@
 #include "kernels/attention.h"
+#include "kernels/phase_profile.h"
 
 #include <cmath>
 #include <cstring>
@@ -127,6 +128,8 @@ void backward_head_sgemm(const AttentionHead& hv, float* dq, float* dk, float* d
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  PhaseScope phase_scope(Phase::attention, 2.0 * B * T * T * C,
+                         4.0 * (4.0 * B * T * C + double(B) * NH * T * T));
   // qkv is (B, T, 3C), out is (B, T, C), att is (B, NH, T, T).
   const bool fast = attention_avx512_supports(C / NH);
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
@@ -144,6 +147,8 @@ size_t attention_backward_scratch_floats(int B, int T, int /*C*/, int NH) {
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH) {
+  PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
+                         4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
   // dqkv, qkv are (B, T, 3C); dout is (B, T, C); att, scratch are (B, NH, T, T).
   const bool fast = attention_avx512_supports(C / NH);
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
@@ -161,6 +166,8 @@ bool attention_bf16_supported(int C, int NH) {
 }
 
 void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  PhaseScope phase_scope(Phase::attention, 2.0 * B * T * T * C,
+                         4.0 * (4.0 * B * T * C + double(B) * NH * T * T));
   if (!attention_bf16_supported(C, NH)) return attention_forward(out, att, qkv, B, T, C, NH);
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
     attention_head_forward_bf16(hv, out + o.row, C, att + o.att);
@@ -169,6 +176,8 @@ void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int
 
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
                              const float* att, int B, int T, int C, int NH, bool accumulate) {
+  PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
+                         4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
   if (!attention_bf16_supported(C, NH)) {
     if (!accumulate) std::memset(dqkv, 0, sizeof(float) * size_t(B) * T * 3 * C);
     return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
@@ -181,6 +190,8 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
 
 void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const float* qkv, int B,
                                   int T, int C, int NH) {
+  PhaseScope phase_scope(Phase::attention, 2.0 * B * T * T * C,
+                         4.0 * (4.0 * B * T * C + double(B) * NH * T * T));
   if (!attention_bf16_supported(C, NH)) {
     attention_forward(stage, att, qkv, B, T, C, NH);
     return to_bf16(out16, stage, size_t(B) * T * C);
@@ -193,6 +204,8 @@ void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const f
 void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, const float* dout,
                                    const float* qkv, const float* att, int B, int T, int C,
                                    int NH) {
+  PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
+                         4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
   if (!attention_bf16_supported(C, NH) || T > kAttentionBf16DirectMaxT) {
     attention_backward_bf16(stage, scratch, dout, qkv, att, B, T, C, NH, /*accumulate=*/false);
     return to_bf16(dqkv16, stage, size_t(B) * T * 3 * C);

@@ -1,4 +1,5 @@
 #include "kernels/bf16.h"
+#include "kernels/phase_profile.h"
 
 #include <bit>
 #include <cstdint>
@@ -23,6 +24,7 @@ inline std::uint16_t round_bits(std::uint32_t u) {
 }  // namespace
 
 void to_bf16(bf16* out, const float* in, size_t n) {
+  PhaseScope phase_scope(Phase::conversion, 0, 6.0 * double(n));
   const std::int64_t len = std::int64_t(n);
 #if defined(__AVX512F__)
   // 16 at a time through round_bf16x16 (the conversion instruction where there is one).
@@ -40,12 +42,14 @@ void to_bf16(bf16* out, const float* in, size_t n) {
 }
 
 void from_bf16(float* out, const bf16* in, size_t n) {
+  PhaseScope phase_scope(Phase::conversion, 0, 6.0 * double(n));
   const std::int64_t len = std::int64_t(n);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (std::int64_t i = 0; i < len; ++i) out[i] = std::bit_cast<float>(std::uint32_t(in[i]) << 16);
 }
 
 void round_to_bf16(float* x, size_t n) {
+  PhaseScope phase_scope(Phase::conversion, 0, 8.0 * double(n));
   const std::int64_t len = std::int64_t(n);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (std::int64_t i = 0; i < len; ++i)

@@ -1,4 +1,5 @@
 #include "kernels/crossentropy.h"
+#include "kernels/phase_profile.h"
 
 #include <cmath>
 #include <cstddef>
@@ -21,6 +22,7 @@ float row_max(const float* x, int V) {
 
 void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V,
                           int ldv) {
+  PhaseScope phase_scope(Phase::embedding, 0, 4.0 * N * V);
   // logits is (N, ldv), losses and targets are (N).
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
@@ -35,6 +37,7 @@ void crossentropy_forward(float* losses, const float* logits, const int* targets
 
 void crossentropy_forward_backward(float* losses, float* logits, const int* targets, float dloss,
                                    int N, int V, int ldv) {
+  PhaseScope phase_scope(Phase::embedding, 0, 12.0 * N * V);
   // One sweep writes exp(x - max) over the logits, a second scales them to probabilities and
   // subtracts the one-hot target: the row stays in L1 between the two.
 #pragma omp parallel for schedule(static)

@@ -1,4 +1,5 @@
 #include "kernels/embedding.h"
+#include "kernels/phase_profile.h"
 
 #include <cstddef>
 
@@ -6,6 +7,7 @@ namespace mt {
 
 void embedding_forward(float* out, const int* idx, const float* wte, const float* wpe, int B, int T,
                        int C, int64_t vocab_start, int vocab_rows, const int* pos) {
+  PhaseScope phase_scope(Phase::embedding, 0, 12.0 * B * T * C);
   // out is (B, T, C), idx is (B, T), wte is (vocab_rows, C), wpe is (>= max pos + 1, C).
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; bt++) {
@@ -32,6 +34,7 @@ void embedding_forward(float* out, const int* idx, const float* wte, const float
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx, int B, int T,
                         int C, int64_t vocab_start, int vocab_rows, const int* pos) {
+  PhaseScope phase_scope(Phase::embedding, 0, 12.0 * B * T * C);
   // Tokens repeat, so rows of dwte receive several updates: threads split the columns instead
   // of the tokens, which keeps writes disjoint and the summation order fixed.
   constexpr int kBlock = 64;

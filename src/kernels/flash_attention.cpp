@@ -1,6 +1,7 @@
 // Flash attention's entry points: operand checks (before any parallel region: an exception
 // must not leave one), the choice of kernels, scratch sizes, and D = rowsum(dout * out).
 #include "kernels/flash_attention.h"
+#include "kernels/phase_profile.h"
 
 #include <omp.h>
 
@@ -67,6 +68,8 @@ size_t flash_attention_backward_scratch_floats(const FlashAttention& a) {
 
 void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAttention& a,
                              bool accumulate, std::span<float> scratch) {
+  PhaseScope phase_scope(Phase::attention, 2.0 * a.B * a.H * a.Tq * a.Tk * a.hd,
+                         8.0 * a.B * (double(a.Tq) * a.H + double(a.Tk) * a.Hkv) * a.hd);
   check_operands(a);
   MT_CHECK(ldo >= size_t(a.H) * a.hd, "flash attention: out stride ", ldo);
   const flash::Tiles& t = flash::select_tiles(a);
@@ -76,6 +79,7 @@ void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAtte
 
 void flash_attention_backward_prep(float* D, const float* out, size_t ldo, const float* dout,
                                    size_t lddo, int B, int Tq, int H, int hd) {
+  PhaseScope phase_scope(Phase::attention, 0, 8.0 * B * Tq * H * hd);
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * Tq; bt++) {
     const int b = bt / Tq, t = bt % Tq;
@@ -92,6 +96,8 @@ void flash_attention_backward_prep(float* D, const float* out, size_t ldo, const
 
 void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
                               const float* D, const FlashAttention& a, std::span<float> scratch) {
+  PhaseScope phase_scope(Phase::attention, 5.0 * a.B * a.H * a.Tq * a.Tk * a.hd,
+                         16.0 * a.B * (double(a.Tq) * a.H + double(a.Tk) * a.Hkv) * a.hd);
   check_operands(a);
   MT_CHECK(g.lddq >= size_t(a.H) * a.hd && g.lddk >= size_t(a.Hkv) * a.hd &&
                g.lddv >= size_t(a.Hkv) * a.hd && lddo >= size_t(a.H) * a.hd,

@@ -1,4 +1,5 @@
 #include "kernels/gelu.h"
+#include "kernels/phase_profile.h"
 
 #include "kernels/vec_math.h"
 
@@ -67,6 +68,7 @@ inline void store_bf16_tail(bf16* dst, size_t n, __m256i v) {
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, size_t n) {
+  PhaseScope phase_scope(Phase::activation, 0, 8.0 * double(n));
   long long count = static_cast<long long>(n);
 #if defined(__AVX512F__)
   const long long vecs = count / 16;
@@ -82,6 +84,7 @@ void gelu_forward(float* out, const float* inp, size_t n) {
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+  PhaseScope phase_scope(Phase::activation, 0, 12.0 * double(n));
   // d/dx = s + x s (1 - s) * 2 u'(x) with s = sigmoid(2u), using 1 - tanh^2 = 4 s (1 - s).
   long long count = static_cast<long long>(n);
 #if defined(__AVX512F__)
@@ -114,6 +117,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
 }
 
 void bias_gelu_forward(float* out, float* pre, const float* bias, int N, int OC) {
+  PhaseScope phase_scope(Phase::activation, 0, 12.0 * N * OC);
   // pre, out are (N, OC); bias is (OC).
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < N; r++) {
@@ -144,6 +148,7 @@ void bias_gelu_forward(float* out, float* pre, const float* bias, int N, int OC)
 }
 
 void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int OC) {
+  PhaseScope phase_scope(Phase::activation, 0, 10.0 * N * OC);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < N; r++) {
     float* p = pre + static_cast<size_t>(r) * OC;
@@ -172,6 +177,7 @@ void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int
 }
 
 void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, size_t n) {
+  PhaseScope phase_scope(Phase::activation, 0, 10.0 * double(n));
   long long count = static_cast<long long>(n);
 #if defined(__AVX512F__)
   const long long vecs = count / 16;

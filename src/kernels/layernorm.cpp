@@ -1,4 +1,5 @@
 #include "kernels/layernorm.h"
+#include "kernels/phase_profile.h"
 
 #include <bit>
 #include <cmath>
@@ -34,6 +35,7 @@ inline RowStats row_stats(const float* x, int C) {
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 8.0 * N * C);
   // inp, out are (N, C); mean, rstd are (N).
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
@@ -49,6 +51,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 6.0 * N * C);
   // layernorm_forward's statistics and output expression, with the output rounded as
   // float_to_bf16 does, written branch-free so it vectorises.
 #pragma omp parallel for schedule(static)
@@ -69,6 +72,7 @@ void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const float* in
 
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                               const float* mean, const float* rstd, int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);
   // dinp (N, C) += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight.
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
@@ -94,6 +98,7 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
 
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 8.0 * N * C);
   // dweight, dbias are (C). Threads own column blocks and walk all rows: no shared writes,
   // contiguous inner loops, and the result does not depend on the thread count.
   constexpr int kBlock = 64;

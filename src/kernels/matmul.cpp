@@ -1,4 +1,5 @@
 #include "kernels/matmul.h"
+#include "kernels/phase_profile.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -13,6 +14,8 @@ namespace mt {
 // it single-threaded when called inside a parallel region (attention relies on that).
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc) {
+  PhaseScope phase_scope(Phase::gemm, 2.0 * M * N * K,
+                         4.0 * (double(M) * K + double(K) * N + double(M) * N));
   if (M == 0 || N == 0) return;
   dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B,
                                 ldb, beta, C, ldc);
@@ -22,6 +25,8 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC) {
+  PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
+                         4.0 * (double(N) * C + double(OC) * C + double(N) * OC));
   // out is (N, OC). Writing the bias first and letting the GEMM accumulate (beta = 1) costs one
   // write-only pass, cheaper than a read-modify-write bias pass after it.
   float beta = 0.0f;
@@ -39,12 +44,16 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
                            int OC) {
+  PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
+                         4.0 * (double(N) * C * 2 + double(OC) * C + double(N) * OC));
   // dinp (N, C) += dout (N, OC) @ weight (OC, C)
   sgemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
 }
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int N, int C, int OC) {
+  PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
+                         4.0 * (double(N) * C + double(OC) * C * 2 + double(N) * OC));
   // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
   sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (!dbias) return;

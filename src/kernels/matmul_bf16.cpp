@@ -1,4 +1,5 @@
 #include "kernels/matmul_bf16.h"
+#include "kernels/phase_profile.h"
 
 #include <dlfcn.h>
 #include <omp.h>
@@ -249,6 +250,7 @@ std::string bf16_primitive_isa() {
 }  // namespace
 
 void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols) {
+  PhaseScope phase_scope(Phase::conversion, 0, 4.0 * double(rows) * double(cols));
   static_assert(sizeof(bf16) == sizeof(uint16_t));
   transpose_u16(reinterpret_cast<uint16_t*>(dst), reinterpret_cast<const uint16_t*>(src), rows,
                 cols);
@@ -256,6 +258,8 @@ void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols) {
 
 void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
                          int C, int OC) {
+  PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
+                         2.0 * (double(N) * C + double(OC) * C) + 4.0 * double(N) * OC);
   // A = inp (N, C) row-major; B = weight^T (C, OC): weight (OC, C) read column-wise.
   GemmShape s{N, OC, C, C, 1, 1, C, bias != nullptr, false, omp_get_max_threads()};
   gemm(s, inp, weight, bias, out);
@@ -263,6 +267,8 @@ void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const 
 
 void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weight, int N, int C,
                                 int OC, bool accumulate) {
+  PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
+                         2.0 * (double(N) * OC + double(OC) * C) + 8.0 * double(N) * C);
   // A = dout (N, OC), B = weight (OC, C), both row-major; dinp (+)= A @ B.
   GemmShape s{N, C, OC, OC, 1, C, 1, false, accumulate, omp_get_max_threads()};
   gemm(s, dout, weight, nullptr, dinp);
@@ -270,6 +276,8 @@ void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weigh
 
 void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                                  int N, int C, int OC) {
+  PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
+                         2.0 * (double(N) * OC + double(N) * C) + 8.0 * double(OC) * C);
   // dweight += A @ B with A = dout^T (OC, N) and B = inp (N, C). oneDNN runs this GEMM
   // 5-10 % under its plain-layout rate when A is read transposed (K = tokens is the slow dim
   // of dout). Where dout is the smaller operand (OC <= C: the projections back to the

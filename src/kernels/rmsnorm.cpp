@@ -1,4 +1,5 @@
 #include "kernels/rmsnorm.h"
+#include "kernels/phase_profile.h"
 
 #include <cmath>
 #include <cstddef>
@@ -20,6 +21,7 @@ inline float row_rstd(const float* x, int C, float eps) {
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
                      float eps) {
+  PhaseScope phase_scope(Phase::norm, 0, 8.0 * N * C);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* x = inp + static_cast<size_t>(n) * C;
@@ -33,6 +35,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 
 void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float* weight, int N,
                           int C, float eps) {
+  PhaseScope phase_scope(Phase::norm, 0, 6.0 * N * C);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* x = inp + static_cast<size_t>(n) * C;
@@ -48,6 +51,7 @@ void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float*
 
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                             const float* rstd, int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);
   // d/dx_j of sum_i g_i x_i s, s = (mean(x^2) + eps)^-1/2, ds/dx_j = -s^3 x_j / C:
   // dx_j = s (g_j - xhat_j mean(g xhat)).
 #pragma omp parallel for schedule(static)
@@ -67,6 +71,7 @@ void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, co
 
 void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd,
                              int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 8.0 * N * C);
   // Threads own column blocks and walk all rows: no shared writes, and the result does not
   // depend on the thread count (as layernorm_backward_weight).
   constexpr int kBlock = 64;

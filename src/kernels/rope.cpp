@@ -1,4 +1,5 @@
 #include "kernels/rope.h"
+#include "kernels/phase_profile.h"
 
 #include <cmath>
 
@@ -71,11 +72,13 @@ void rope_rows(float* x, int rows, size_t row_stride, int heads, int T, const in
 
 void rope_forward(float* x, int rows, size_t row_stride, int heads, int T, const int* positions,
                   const RopeTable& table) {
+  PhaseScope phase_scope(Phase::activation, 0, 8.0 * rows * double(row_stride));
   rope_rows<true>(x, rows, row_stride, heads, T, positions, table);
 }
 
 void rope_backward(float* dx, int rows, size_t row_stride, int heads, int T, const int* positions,
                    const RopeTable& table) {
+  PhaseScope phase_scope(Phase::activation, 0, 8.0 * rows * double(row_stride));
   rope_rows<false>(dx, rows, row_stride, heads, T, positions, table);
 }
 

@@ -1,4 +1,5 @@
 #include "kernels/swiglu.h"
+#include "kernels/phase_profile.h"
 
 #include "kernels/vec_math.h"
 
@@ -30,6 +31,7 @@ void swiglu_backward_rows(const float* gu, const float* dout, int N, int F, Stor
 }  // namespace
 
 void swiglu_forward(float* out, const float* gu, int N, int F) {
+  PhaseScope phase_scope(Phase::activation, 0, 12.0 * N * F);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* g = gu + size_t(n) * 2 * F;
@@ -40,6 +42,7 @@ void swiglu_forward(float* out, const float* gu, int N, int F) {
 }
 
 void swiglu_forward_bf16(bf16* out, const float* gu, int N, int F) {
+  PhaseScope phase_scope(Phase::activation, 0, 10.0 * N * F);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* g = gu + size_t(n) * 2 * F;
@@ -51,6 +54,7 @@ void swiglu_forward_bf16(bf16* out, const float* gu, int N, int F) {
 
 void swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int F,
                      bool accumulate) {
+  PhaseScope phase_scope(Phase::activation, 0, 20.0 * N * F);
   if (accumulate)
     swiglu_backward_rows(gu, dout, N, F, [=](size_t at, float dg, float du) {
       dgu[at] += dg;
@@ -64,6 +68,7 @@ void swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int 
 }
 
 void swiglu_backward_bf16(bf16* dgu, const float* gu, const float* dout, int N, int F) {
+  PhaseScope phase_scope(Phase::activation, 0, 16.0 * N * F);
   swiglu_backward_rows(gu, dout, N, F, [=](size_t at, float dg, float du) {
     dgu[at] = float_to_bf16_select(dg);
     dgu[at + F] = float_to_bf16_select(du);

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/file_checks.h"
 #include "report/moe_load_maps.h"
+#include "report/page_controls.h"
 #include "report/schedule_picture.h"
 #include "report/svg_chart.h"
 
@@ -89,11 +90,13 @@ std::string metric_chart(const std::vector<RunMetrics>& runs, const std::string&
     const std::string name = runs.size() > 1 ? runs[i].name + " " : "";
     // Validation metrics exist on eval steps only: dots, so a lone point still shows.
     const bool sparse = std::string(key).rfind("val_", 0) == 0;
-    series.push_back(
-        {name + key, color_of(i), series_of(runs[i], key, scale, x_key), false, sparse});
+    // The training loss is what the smoothing slider smooths (report/page_controls.h).
+    const bool smooth = std::string(key) == "loss" || std::string(key) == "loss_per_byte";
+    series.push_back({name + key, color_of(i), series_of(runs[i], key, scale, x_key), false, sparse,
+                      int(i), smooth});
     if (companion)
-      series.push_back(
-          {name + companion, color_of(i), series_of(runs[i], companion, scale, x_key), true, true});
+      series.push_back({name + companion, color_of(i), series_of(runs[i], companion, scale, x_key),
+                        true, true, int(i)});
   }
   return svg_line_chart(id, axes, series);
 }
@@ -186,27 +189,6 @@ std::string config_table(const std::vector<RunMetrics>& runs) {
   os << "</tbody></table>\n";
   return os.str();
 }
-
-const char* kStyle = R"(
-body { font-family: sans-serif; margin: 24px; color: #222; background: #f6f6f4; }
-h1 { font-size: 20px; margin-bottom: 4px; }
-p.sub { color: #555; margin-top: 0; }
-.grid-charts { display: flex; flex-wrap: wrap; gap: 14px; }
-section { background: #fff; border: 1px solid #ddd; padding: 8px; }
-section h2 { font-size: 14px; margin: 2px 0 6px; }
-section p.note { font-size: 12px; color: #555; margin: 4px 0 0; max-width: 620px; }
-svg .title { font-size: 13px; font-weight: bold; }
-svg .axis { font-size: 11px; fill: #444; }
-svg .tick { font-size: 10px; fill: #555; }
-svg .legend { font-size: 11px; fill: #222; }
-svg .grid { stroke: #e6e6e6; }
-svg .frame { stroke: #888; }
-table { border-collapse: collapse; font-size: 12px; background: #fff; margin-top: 14px; }
-td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
-tr.differs td { background: #fff3c4; }
-.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
-.schedule svg { max-width: 100%; height: auto; }
-)";
 
 }  // namespace
 
@@ -321,12 +303,17 @@ std::string render_report_page(const std::vector<RunMetrics>& runs_in) {
   const std::vector<Section> sections = page_sections(runs);
   std::ostringstream os;
   os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-     << "<title>meshtrain report</title>\n<style>" << kStyle << "</style></head>\n<body>\n"
+     << "<title>meshtrain report</title>\n<style>" << report_page_style()
+     << "</style></head>\n<body>\n"
      << "<h1>meshtrain report</h1>\n<p class=\"sub\">";
   for (size_t i = 0; i < runs.size(); ++i)
     os << (i ? " &middot; " : "") << "<span class=\"swatch\" style=\"background:" << color_of(i)
        << "\"></span>" << html_escape(runs[i].name) << " (" << runs[i].steps.size() << " steps)";
-  os << "</p>\n" << no_steps_note(runs) << "<div class=\"grid-charts\">\n";
+  std::vector<std::string> names;
+  for (const RunMetrics& r : runs) names.push_back(r.name);
+  os << "</p>\n"
+     << report_controls(names, kRunColors) << no_steps_note(runs)
+     << "<div class=\"grid-charts\">\n";
   for (const Section& s : sections) {
     os << "<section><h2>" << html_escape(s.title) << "</h2>\n" << s.body;
     if (!s.note.empty()) os << "<p class=\"note\">" << html_escape(s.note) << "</p>";
@@ -334,11 +321,9 @@ std::string render_report_page(const std::vector<RunMetrics>& runs_in) {
   }
   os << "</div>\n<h2>Configuration</h2>\n"
      << config_table(runs)
-     // The only script: it records how many charts rendered, so a headless browser test can
-     // tell a page that drew from one that failed. The page needs no script to be read.
-     << "<script>document.body.dataset.charts = "
-        "document.querySelectorAll('svg.chart, .schedule svg').length;</script>\n"
-     << "</body></html>\n";
+     // The only script: smoothing, the runs' toggles, and a record of what rendered for a
+     // headless browser test. The page needs no script to be read.
+     << report_page_script() << "</body></html>\n";
   return os.str();
 }
 

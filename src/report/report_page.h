@@ -1,5 +1,6 @@
 // The report page of one or more runs: a self-contained HTML file (inline SVG and CSS, one
-// small inline script that only counts what rendered; nothing fetched) drawn from the
+// inline script for the smoothing slider and the runs' toggles, report/page_controls.h;
+// nothing fetched) drawn from the
 // runs' metrics files (docs/contracts.md §6, plus the {"event": "run"} record a run writes
 // first). `meshtrain report RUN...` writes it; training rewrites it beside --metrics
 // (metrics.jsonl -> metrics.html) every --report-every steps and at the end.
@@ -9,7 +10,8 @@
 // gradient norm, tokens/s, MFU, memory by kind per rank, pipeline bubble per step,
 // exposed communication per step, MoE expert load over time (a heat map per run and MoE
 // layer), the pipeline schedule of each run with pp > 1; then the configuration of every
-// run side by side, rows that differ highlighted. Runs are overlaid in one colour each.
+// run side by side, rows that differ highlighted. Runs are overlaid in one colour each, the
+// charts laid out in a grid as wide as the page.
 #pragma once
 
 #include <string>

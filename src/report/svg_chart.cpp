@@ -135,7 +135,9 @@ std::string svg_line_chart(const std::string& id, const ChartAxes& a,
   for (const ChartSeries& s : series) {
     if (s.points.empty()) continue;
     const auto [legend_x, legend_y] = legend_at[shown++];
+    const std::string run = s.run >= 0 ? " data-run=\"" + std::to_string(s.run) + "\"" : "";
     os << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"1.6\""
+       << (s.smooth ? " class=\"smoothable\"" : "") << run
        << (s.dashed ? " stroke-dasharray=\"5,3\"" : "") << " points=\"";
     for (auto [x, y] : s.points)
       if (drawable(x, y, a.log_y)) os << fmt(px(x)) << "," << fmt(py(y)) << " ";
@@ -144,13 +146,16 @@ std::string svg_line_chart(const std::string& id, const ChartAxes& a,
       for (auto [x, y] : s.points)
         if (drawable(x, y, a.log_y))
           os << "<circle cx=\"" << fmt(px(x)) << "\" cy=\"" << fmt(py(y)) << "\" r=\"2.5\" fill=\""
-             << s.color << "\"><title>" << html_escape(s.label) << ": " << short_number(x) << ", "
-             << short_number(y) << "</title></circle>\n";
-    os << "<line x1=\"" << fmt(legend_x) << "\" x2=\"" << fmt(legend_x + 16) << "\" y1=\""
-       << fmt(legend_y) << "\" y2=\"" << fmt(legend_y) << "\" stroke=\"" << s.color
-       << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"4,2\"" : "") << "/><text x=\""
-       << fmt(legend_x + 20) << "\" y=\"" << fmt(legend_y + 4) << "\" class=\"legend\">"
-       << html_escape(s.label) << "</text>\n";
+             << s.color << "\"" << run << "><title>" << html_escape(s.label) << ": "
+             << short_number(x) << ", " << short_number(y) << "</title></circle>\n";
+    // A run's legend entry toggles the run on every chart (the page's script).
+    os << "<g class=\"legend-entry\""
+       << (s.run >= 0 ? " data-run-toggle=\"" + std::to_string(s.run) + "\"" : "") << "><line x1=\""
+       << fmt(legend_x) << "\" x2=\"" << fmt(legend_x + 16) << "\" y1=\"" << fmt(legend_y)
+       << "\" y2=\"" << fmt(legend_y) << "\" stroke=\"" << s.color << "\" stroke-width=\"2\""
+       << (s.dashed ? " stroke-dasharray=\"4,2\"" : "") << "/><text x=\"" << fmt(legend_x + 20)
+       << "\" y=\"" << fmt(legend_y + 4) << "\" class=\"legend\">" << html_escape(s.label)
+       << "</text></g>\n";
   }
   os << "</svg>\n";
   return os.str();

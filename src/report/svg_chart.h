@@ -1,5 +1,7 @@
 // Inline SVG charts for the report page: plain markup, no script, so the page is one
-// self-contained file that any browser (or none: it is readable as text) can show.
+// self-contained file that any browser (or none: it is readable as text) can show. The
+// markup carries what the page's script works on: each series' run (data-run) and the
+// series it may smooth (class "smoothable"); a chart scales to its box (viewBox).
 #pragma once
 
 #include <string>
@@ -14,6 +16,8 @@ struct ChartSeries {
   std::vector<std::pair<double, double>> points;  // (x, y), x ascending
   bool dashed = false;
   bool markers = false;  // a dot per point (sparse series such as validation loss)
+  int run = -1;          // the run it belongs to (data-run; the legend's toggles), -1: none
+  bool smooth = false;   // the page's smoothing slider applies to it (training loss)
 };
 
 struct ChartAxes {

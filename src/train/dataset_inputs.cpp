@@ -4,8 +4,8 @@
 
 #include "core/error.h"
 #include "data/prepare.h"
-#include "train/checkpoint/manifest.h"
 #include "train/checkpoint/checkpoint_paths.h"
+#include "train/checkpoint/manifest.h"
 #include "train/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -58,7 +58,9 @@ void resolve_dataset_inputs(TrainOptions& o) {
     if (!io.tokenizer) io.tokenizer = val.tokenizer;
   }
   if (!io.tokenizer) return;
-  // The model file must still be the one the ids were made with (its checksum).
+  // The model file must still be the one the ids were made with (its checksum); its bytes
+  // then travel with the run's weights (train/tokenizer.h).
+  io.tokenizer = with_model_bytes(*io.tokenizer);
   const auto tok = load_tokenizer(*io.tokenizer);
   if (!o.vocab_given && data) {
     // The tokenizer's vocabulary, not the largest id seen: sampling may produce any piece.

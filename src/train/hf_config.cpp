@@ -379,6 +379,12 @@ const std::vector<ShapeFlag>& shape_flag_table() {
 
 }  // namespace
 
+std::optional<std::string> shape_flag_text(const std::string& flag, const ModelConfig& c) {
+  for (const ShapeFlag& s : shape_flag_table())
+    if (flag == s.flag) return s.value(c);
+  return std::nullopt;
+}
+
 const std::vector<std::string>& hf_shape_flags() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;

@@ -18,6 +18,7 @@
 // quantization_config), and a model computed without it would be another model.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,11 @@ void require_hf_exportable(const ModelConfig& cfg, const std::string& flag);
 // values and the config key. Training flags (--seq, capacity, ...) are not shape flags.
 void require_flags_match_hf(const ModelConfig& flags, const std::vector<std::string>& given,
                             const ModelConfig& dir, const std::string& where);
+
+// The value of shape flag `flag` as the model uses it (--kv-heads 0 is --heads), as text;
+// nullopt when `flag` is not a shape flag. A resumed run compares its checkpoint's shape
+// through it (train/resume_changes.h).
+std::optional<std::string> shape_flag_text(const std::string& flag, const ModelConfig& c);
 
 // The model flags require_flags_match_hf compares (for the CLI to record which were given).
 const std::vector<std::string>& hf_shape_flags();

@@ -49,7 +49,9 @@ bool carries_export_mark(const std::string& weights) {
 // ids the weights were trained on must be the ones the copied file gives); "" for bytes.
 std::string tokenizer_bytes(const std::optional<TokenizerRecord>& r) {
   if (!r || r->file.empty()) return "";
-  const std::string bytes = read_input_file("tokenizer file", r->file, kMaxModelFileBytes);
+  // The bytes the run carries (read and checked when it started), else the file's.
+  const std::string bytes =
+      r->model.empty() ? read_input_file("tokenizer file", r->file, kMaxModelFileBytes) : r->model;
   const uint32_t now = crc32c_update(0, bytes.data(), bytes.size());
   MT_REQUIRE(now == r->crc32c, "tokenizer file ", r->file, " has changed since the run started (",
              r->describe(), "); not exporting a directory whose tokenizer would not match");

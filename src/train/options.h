@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -103,6 +104,9 @@ struct EngineOptions {
   // Ranks each MPI process runs as threads (--backend mpi; 1: one rank per process). K > 1 is
   // the hybrid world (comm/hybrid/): process p runs world ranks p*K .. p*K+K-1.
   int ranks_per_process = 1;
+  // `meshtrain bench step --breakdown` (no train flag): rank 0 prints where the step's time
+  // went, phase by phase (train/step_breakdown.h).
+  bool breakdown = false;
 };
 
 struct TrainOptions {
@@ -116,6 +120,13 @@ struct TrainOptions {
   // The model flags the user set (names without dashes, on the command line or in the config
   // file), of hf_shape_flags(): an --init-from directory's config.json must not contradict them.
   std::vector<std::string> model_flags_given;
+  // Every flag the user set (names without dashes, command line or config file): a resumed
+  // run takes the others from its checkpoint's record (train/resume_changes.h).
+  std::vector<std::string> flags_given;
+  // The run's resolved configuration ({section: {flag: value}} of the model, layout,
+  // training and data flags), set before any rank starts and recorded in every checkpoint
+  // (docs/checkpoints.md, "A resume remembers its run"); null: not recorded.
+  nlohmann::json run_config;
 };
 
 }  // namespace mt

@@ -13,14 +13,19 @@
 namespace mt {
 
 // The tokenizer travels with the weights: exports and checkpoints carry its record as the
-// safetensors metadata entry "tokenizer" (its JSON: kind, file, crc32c).
+// safetensors metadata entry "tokenizer" (its JSON: kind, file, crc32c) and the model file
+// itself, base64, as "tokenizer.model" (a SentencePiece model is 0.2-5 MB; up to
+// kMaxEmbeddedTokenizerBytes), so weights moved to another machine still decode. A record
+// without its bytes (larger, or from a weights file of an older meshtrain) names its file only.
+inline constexpr size_t kMaxEmbeddedTokenizerBytes = 32u << 20;
 std::map<std::string, std::string> tokenizer_metadata(const std::optional<TokenizerRecord>& r);
 // The record a weights file carries; nullopt for a file written without one (before
 // tokenizers were recorded, or by another tool). Throws UsageError for a malformed one. A
 // Hugging Face directory's record is that of its tokenizer.model (train/hf_directory.h).
 std::optional<TokenizerRecord> weights_tokenizer(const std::string& weights_path);
 // The same from metadata entries already read (a sharded checkpoint's manifest); `where`
-// names their file in errors.
+// names their file in errors. Embedded bytes that do not match the record's CRC-32C are a
+// UsageError (a damaged header), not a silent fall back to the file.
 std::optional<TokenizerRecord> metadata_tokenizer(const std::map<std::string, std::string>& meta,
                                                   const std::string& where);
 

@@ -2,6 +2,7 @@
 
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -137,15 +138,17 @@ struct BrowserRun {
 // Loads the page headless; the DOM after scripts ran, and the browser's log (console
 // messages included).
 BrowserRun open_in_browser(const std::string& browser, const std::string& page,
-                           const std::string& screenshot = "") {
+                           const std::string& screenshot = "", const std::string& hash = "",
+                           const std::string& window = "") {
   TempDir io;
   const std::string common = "timeout 120 " + browser +
                              " --headless --no-sandbox --disable-gpu --no-first-run "
                              "--disable-dev-shm-usage --enable-logging=stderr --v=0 "
                              "--user-data-dir=" +
                              (io / "profile") + " ";
-  const std::string cmd =
-      common + "--dump-dom 'file://" + page + "' >" + (io / "dom") + " 2>" + (io / "log");
+  const std::string cmd = common + (window.empty() ? "" : "--window-size=" + window + " ") +
+                          "--dump-dom 'file://" + page + hash + "' >" + (io / "dom") + " 2>" +
+                          (io / "log");
   const int status = std::system(cmd.c_str());
   if (!screenshot.empty()) {
     const std::string shot =
@@ -185,6 +188,72 @@ TEST(ReportPage, RendersEveryChartInHeadlessChromium) {
   const BrowserRun broken =
       open_in_browser(browser, std::filesystem::absolute(dir / "broken.html"));
   EXPECT_NE(broken.log.find("Uncaught"), std::string::npos) << broken.log;
+}
+
+// The y coordinates of the first polyline of chart `chart` whose attributes match `attrs`.
+std::vector<std::pair<double, double>> polyline_points(const std::string& html,
+                                                       const std::string& chart,
+                                                       const std::string& attrs) {
+  const size_t at = html.find("id=\"" + chart + "\"");
+  std::smatch m;
+  const std::string rest = html.substr(at);
+  if (at == std::string::npos ||
+      !std::regex_search(rest, m,
+                         std::regex("<polyline[^>]*" + attrs + "[^>]*points=\"([^\"]*)\"")))
+    return {};
+  std::vector<std::pair<double, double>> pts;
+  std::istringstream in(m[1].str());
+  std::string xy;
+  while (in >> xy) pts.push_back({std::stod(xy), std::stod(xy.substr(xy.find(',') + 1))});
+  return pts;
+}
+
+// TensorBoard's reading: the charts share the page's width in a grid, the training loss is
+// smoothed by the debiased EMA of the slider, and a run can be hidden (here through the
+// page's address, as a link would; a click goes through the same function).
+TEST(ReportPage, SmoothsTheLossAndHidesARunInHeadlessChromium) {
+  const std::string browser = chromium();
+  if (browser.empty()) GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs it)";
+  TempDir dir;
+  write_rich_run(dir / "a.jsonl", 0);
+  write_rich_run(dir / "b.jsonl", 0.2);
+  const std::string page = std::filesystem::absolute(dir / "page.html");
+  write_report_page({dir / "a.jsonl", dir / "b.jsonl"}, page);
+  const std::string html = slurp(page);
+  EXPECT_EQ(html.find("http:", html.find("<script>")), std::string::npos);  // nothing fetched
+  const BrowserRun r = open_in_browser(browser, page, "", "#smoothing=0.9&hide=1", "1400,1200");
+  ASSERT_EQ(r.exit_code, 0) << r.log;
+  EXPECT_EQ(r.log.find("Uncaught"), std::string::npos) << r.log;
+  EXPECT_NE(r.dom.find("data-smoothing=\"0.9\""), std::string::npos) << r.dom.substr(0, 600);
+  EXPECT_NE(r.dom.find("data-hidden=\"1\""), std::string::npos);
+  // The grid: two columns or more at 1400 pixels, the charts filling them.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.dom, m, std::regex("data-layout=\"(\\d+)x(\\d+)/(\\d+)\"")));
+  const int columns = std::stoi(m[1].str()), width = std::stoi(m[2].str());
+  const int grid = std::stoi(m[3].str());
+  EXPECT_GE(columns, 2);
+  EXPECT_GE(columns * width, grid * 85 / 100) << m[0].str();
+  // The smoothed loss is the debiased EMA of the raw one, which stays drawn behind it.
+  const auto raw = polyline_points(html, "chart-loss", "class=\"smoothable\" data-run=\"0\"");
+  const auto behind = polyline_points(r.dom, "chart-loss", "class=\"raw\" data-run=\"0\"");
+  const auto drawn = polyline_points(r.dom, "chart-loss", "class=\"smoothable\" data-run=\"0\"");
+  ASSERT_EQ(raw.size(), 40u);
+  ASSERT_EQ(drawn.size(), raw.size());
+  EXPECT_EQ(behind, raw);
+  double last = 0, moved = 0;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    last = last * 0.9 + 0.1 * raw[i].second;
+    const double want = last / (1 - std::pow(0.9, double(i + 1)));
+    EXPECT_NEAR(drawn[i].second, want, 0.06) << "point " << i;
+    moved = std::max(moved, std::abs(drawn[i].second - raw[i].second));
+  }
+  EXPECT_GT(moved, 5.0);  // the smoothing did something visible
+  // Run 1 is hidden on every chart, run 0 is not; its toggles say so.
+  ASSERT_TRUE(std::regex_search(r.dom, m, std::regex("<polyline[^>]*data-run=\"1\"[^>]*>")));
+  EXPECT_NE(m[0].str().find("display: none"), std::string::npos) << m[0].str();
+  ASSERT_TRUE(std::regex_search(r.dom, m, std::regex("<polyline[^>]*data-run=\"0\"[^>]*>")));
+  EXPECT_EQ(m[0].str().find("display: none"), std::string::npos) << m[0].str();
+  EXPECT_NE(r.dom.find("class=\"run-toggle off\" data-run-toggle=\"1\""), std::string::npos);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <map>
@@ -77,6 +78,22 @@ struct Mailbox {
   std::map<std::tuple<int, int, int>, Channel> channels;  // (src, dst, tag), group indices
 };
 
+// A member's request line: a peer about to sleep on this member's share of a collective
+// asks the member's progress thread to advance its queue (op_queue.h). Never rung per call.
+struct ProgressLine {
+  void request() {
+    {
+      std::lock_guard lock(mu);
+      ++requests;
+    }
+    cv.notify_one();
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t requests = 0;  // under mu
+  bool stopping = false;  // under mu: the member's communicator is closing
+};
+
 struct GroupState {
   GroupState(LocalJob& job, std::vector<int> members, std::string name);
 
@@ -86,6 +103,7 @@ struct GroupState {
   std::unique_ptr<PhaseCounter[]> arrived;
   std::vector<std::array<CollDesc, 2>> desc;  // [member][seq % 2]
   Doorbell bell;
+  std::unique_ptr<ProgressLine[]> lines;  // [member]
   Mailbox mailbox;
 };
 

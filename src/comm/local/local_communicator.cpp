@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "comm/local/collective_op.h"
 #include "comm/local/local_job.h"
 #include "comm/local/local_work.h"
 #include "core/error.h"
@@ -15,10 +16,11 @@ LocalCommunicator::LocalCommunicator(std::shared_ptr<GroupState> group, int glob
       me_(-1),
       global_rank_(global_rank),
       stats_(std::make_shared<Stats>()),
-      queue_(std::make_shared<OpQueue>(job_.wait_policy())) {
+      queue_() {
   for (size_t i = 0; i < group_->members.size(); ++i)
     if (group_->members[i] == global_rank) me_ = static_cast<int>(i);
   MT_CHECK(me_ >= 0, "rank ", global_rank, " is not a member of ", group_->name);
+  queue_ = std::make_shared<OpQueue>(group_, me_, job_.wait_policy(), job_.options().timeout_s);
 }
 
 // Unfinished calls still run (peers may be waiting for them); after a failure they fail
@@ -113,22 +115,7 @@ Work LocalCommunicator::submit(const CollDesc& d, uint64_t bytes_sent) {
   stats_->bytes_sent.fetch_add(bytes_sent, std::memory_order_relaxed);
   const uint64_t seq = next_seq_++;
   auto status = std::make_shared<OpStatus>();
-  const bool wake = !WaitedAtOnce::active();
-  const uint64_t ticket = queue_->push(
-      [this, d, seq, status] {
-        try {
-          if (job_.failed())
-            throw RuntimeError(str(where(op_name(d.op), seq), ": stopped because rank ",
-                                   job_.failed_rank(), " failed: ", job_.failure_message()));
-          execute(d, seq);
-        } catch (...) {
-          status->error = std::current_exception();
-          // A timeout or mismatch is this rank's failure: stop the others now rather than
-          // letting each of them time out in turn.
-          job_.fail(global_rank_, status->error);
-        }
-      },
-      wake);
+  const uint64_t ticket = queue_->push(std::make_shared<CollectiveOp>(*this, d, seq, status));
   return Work(std::make_shared<CollectiveWork>(queue_, ticket, status, stats_));
 }
 
@@ -137,36 +124,6 @@ Work LocalCommunicator::submit(const CollDesc& d, uint64_t bytes_sent) {
 void LocalCommunicator::arrive(uint64_t seq, uint64_t phase) {
   group_->arrived[me_].value.store(seq * kPhasesPerOp + phase);
   group_->bell.ring();
-}
-
-void LocalCommunicator::wait_phase(const CollDesc& d, uint64_t seq, uint64_t phase) {
-  const uint64_t target = seq * kPhasesPerOp + phase;
-  const int n = size();
-  PhaseCounter* counters = group_->arrived.get();
-  auto ready = [&] {
-    for (int i = 0; i < n; ++i)
-      if (counters[i].value.load() < target) return false;
-    return true;
-  };
-  const double timeout = job_.options().timeout_s;
-  const double deadline = now_seconds() + timeout;
-  auto check = [&] {
-    if (job_.failed())
-      throw RuntimeError(str(where(op_name(d.op), seq), ": stopped because rank ",
-                             job_.failed_rank(), " failed: ", job_.failure_message()));
-    if (now_seconds() > deadline) {
-      std::string late;
-      int nlate = 0;
-      for (int i = 0; i < n; ++i) {
-        if (counters[i].value.load() >= target) continue;
-        late += (nlate++ ? ", " : "") + std::to_string(group_->members[i]);
-      }
-      if (nlate == 0) return;  // arrived just now
-      throw RuntimeError(str(where(op_name(d.op), seq), ": ", nlate > 1 ? "ranks " : "rank ", late,
-                             " did not arrive within ", timeout, " s"));
-    }
-  };
-  group_->bell.wait(job_.wait_policy(), ready, check);
 }
 
 // ---- execution --------------------------------------------------------------------------
@@ -238,14 +195,15 @@ void LocalCommunicator::verify_agreement(const CollDesc& d, uint64_t seq) const 
     }
 }
 
-void LocalCommunicator::execute(const CollDesc& d, uint64_t seq) {
+void LocalCommunicator::publish(const CollDesc& d, uint64_t seq) {
   group_->desc[me_][seq % 2] = d;
   arrive(seq, 1);
-  wait_phase(d, seq, 1);
-  verify_agreement(d, seq);
+}
+
+void LocalCommunicator::run_share(const CollDesc& d, uint64_t seq) {
   switch (d.op) {
     case OpCode::barrier:
-      return;  // descriptors are double-buffered: no closing phase
+      break;
     case OpCode::all_reduce:
       run_all_reduce(d, seq);
       break;
@@ -262,9 +220,6 @@ void LocalCommunicator::execute(const CollDesc& d, uint64_t seq) {
       run_all_to_all_v(d, seq);
       break;
   }
-  // No member may return (and let its caller reuse its buffers) while a peer reads them.
-  arrive(seq, 3);
-  wait_phase(d, seq, 3);
 }
 
 // ---- stats ------------------------------------------------------------------------------
@@ -286,7 +241,7 @@ void LocalCommunicator::reset_stats() {
 // ---- work handles -----------------------------------------------------------------------
 
 bool CollectiveWork::test() {
-  if (!q_->done(ticket_)) return false;
+  if (!q_->poll(ticket_)) return false;
   if (st_->error) std::rethrow_exception(st_->error);
   return true;
 }

@@ -1,6 +1,7 @@
 // Communicator of the local backend: one object per (rank, group), all members of a group
-// sharing one GroupState. Collectives are queued on this rank's OpQueue for the group and
-// run phase by phase directly on the peers' buffers (see local_collectives.cpp);
+// sharing one GroupState. Collectives are queued on this rank's OpQueue for the group as
+// CollectiveOps and run step by step directly on the peers' buffers (collective_op.h,
+// local_collectives.cpp);
 // point-to-point messages are matched at issue time through the group's mailbox
 // (see local_p2p.cpp).
 #pragma once
@@ -16,6 +17,7 @@
 namespace mt::local {
 
 struct OpStatus;
+class CollectiveOp;
 
 class LocalCommunicator final : public Communicator {
  public:
@@ -48,9 +50,13 @@ class LocalCommunicator final : public Communicator {
   };
 
  private:
+  friend class CollectiveOp;  // runs the steps below
+
   Work submit(const CollDesc& d, uint64_t bytes_sent);
-  // The body of one collective, run by the progress thread or a stealing waiter.
-  void execute(const CollDesc& d, uint64_t seq);
+  // Steps of one collective (collective_op.h): publish the descriptor and arrive at
+  // phase 1; once all have, run this member's share of the data movement.
+  void publish(const CollDesc& d, uint64_t seq);
+  void run_share(const CollDesc& d, uint64_t seq);
   void run_all_reduce(const CollDesc& d, uint64_t seq);
   void run_reduce_scatter(const CollDesc& d, uint64_t seq);
   void run_all_gather(const CollDesc& d, uint64_t seq);
@@ -60,7 +66,6 @@ class LocalCommunicator final : public Communicator {
 
   // Phase synchronisation (group_state.h).
   void arrive(uint64_t seq, uint64_t phase);
-  void wait_phase(const CollDesc& d, uint64_t seq, uint64_t phase);
   const CollDesc& peer(int member, uint64_t seq) const { return group_->desc[member][seq % 2]; }
 
   Work p2p(bool is_send, const void* sbuf, void* rbuf, size_t count, DType t, int peer, int tag);

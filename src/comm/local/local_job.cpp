@@ -115,7 +115,8 @@ GroupState::GroupState(LocalJob& j, std::vector<int> m, std::string n)
       members(std::move(m)),
       name(std::move(n)),
       arrived(new PhaseCounter[members.size()]),
-      desc(members.size()) {}
+      desc(members.size()),
+      lines(new ProgressLine[members.size()]) {}
 
 const char* op_name(OpCode op) {
   switch (op) {

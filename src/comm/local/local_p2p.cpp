@@ -92,8 +92,9 @@ Work LocalCommunicator::p2p(bool is_send, const void* sbuf, void* rbuf, size_t c
 }
 
 bool P2PWork::test() {
+  const bool prior_done = q_->poll(prior_);  // a test is a safe point for the collectives
   const int st = op_->status.load();
-  if (st == 0 || !q_->done(prior_)) return false;
+  if (st == 0 || !prior_done) return false;
   if (st == 2) fail(op_->error);
   return true;
 }

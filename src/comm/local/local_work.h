@@ -7,16 +7,12 @@
 #include <tuple>
 
 #include "comm/communicator.h"
+#include "comm/local/collective_op.h"
 #include "comm/local/group_state.h"
 #include "comm/local/local_communicator.h"
 #include "comm/local/op_queue.h"
 
 namespace mt::local {
-
-// Outcome of one queued collective; error is written before the queue marks it done.
-struct OpStatus {
-  std::exception_ptr error;
-};
 
 // A queued collective: complete when its queue ticket has run.
 class CollectiveWork final : public Work::Impl {

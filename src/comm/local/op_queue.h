@@ -1,69 +1,102 @@
-// The ordered queue of one rank's calls on one communicator, and who runs them.
+// The ordered queue of one rank's collectives on one communicator, and who advances them.
 //
-// Why a progress thread per (rank, communicator): a local collective blocks its executor
-// until the peers arrive, so two communicators sharing one executor could deadlock (rank 0
-// inside a tp all-reduce whose peer first waits for a dp all-reduce that rank 0 issued but
-// has not started). One thread per communicator makes the communicators independent and
-// lets an issued call progress while the rank computes; the threads sleep when idle.
+// A queued op is a short chain of steps separated by waits for the peers (publish the
+// descriptor; once every member has, run this member's share; once every member has,
+// finish). advance() runs every step whose peers are ready and never blocks, so the op
+// progresses wherever the rank passes a safe point, with no thread hand-off:
+//   - at issue: the new op is pushed and the queue is advanced (a new op publishes at once,
+//     so its peers find it ready when they reach it);
+//   - Work::test(), which the data-parallel buckets call between layers (poll());
+//   - Work::wait(), which advances the queue and sleeps on the group's doorbell between
+//     steps, woken by the peers' arrivals.
+// One thread advances a queue at a time (running_); ops finish in issue order.
 //
-// A rank that waits on a call not yet started runs the queue head itself instead of waking
-// the progress thread and sleeping ("caller steals"): a blocking call then costs no thread
-// hand-off. To leave the caller that chance, the progress thread, woken from idle, gives a
-// new task kGrace before taking it (a call that is waited on at once never pays a hand-off;
-// one that is left to progress in the background starts kGrace later). Either way the
-// tasks run one at a time, in issue order. A call pushed under WaitedAtOnce
-// (comm/communicator.h) does not wake the progress thread at all: on cores that are all
-// computing, that wake-up and the thread's return to sleep cost context switches on every
-// call.
+// Why a progress thread remains, and why it is never woken per call: a rank blocked
+// elsewhere (in a collective on another communicator, in a receive) must still do its
+// share of an op its peers wait for, or two communicators could deadlock (rank 0 in a tp
+// all-reduce whose peer waits for a dp all-reduce that rank 0 issued). A waiter that is
+// about to sleep asks the members that have not arrived to progress (ProgressLine in
+// group_state.h); their progress threads advance their queues then. So a thread is woken
+// only when a peer already sleeps on this member, at most once per wait and sleep slice,
+// never per call: on cores that are all computing, a wake-up per call cost two context
+// switches and 20-150 us of a GEMM (the cost `bench comm --under-compute` measures).
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
 #include <deque>
-#include <functional>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "comm/local/doorbell.h"
 
 namespace mt::local {
 
+struct GroupState;
+struct ProgressLine;
+
+// One queued call. All three run with the queue's token held, except ready(), which only
+// reads atomics.
+class QueuedOp {
+ public:
+  virtual ~QueuedOp() = default;
+  // Runs every step whose peers are ready; true once finished (failed ones included).
+  virtual bool advance() = 0;
+  // advance() would make progress now (a step's peers are ready, or the job failed).
+  virtual bool ready() const = 0;
+  // Before a waiter sleeps on the op: asks the members it waits for to progress. Runs
+  // under the group doorbell's lock, so it must not ring a doorbell.
+  virtual void request_laggards() const = 0;
+  // The waiter's deadline passed: records the timeout (naming the members that did not
+  // arrive) as the op's failure and fails the job.
+  virtual void time_out(double timeout_s) = 0;
+};
+
 class OpQueue {
  public:
-  using Task = std::function<void()>;  // must not throw (a task records its own failure)
-
-  explicit OpQueue(const WaitPolicy& policy) : policy_{0, policy.yield_polls} {}
+  // The queue of member `member` of the group; waits use policy and time out after
+  // timeout_s.
+  OpQueue(std::shared_ptr<GroupState> group, int member, const WaitPolicy& policy,
+          double timeout_s);
   ~OpQueue() { stop(); }
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
 
-  // Appends a task; returns its ticket (1-based issue index). wake false: the caller will
-  // wait on it at once and run it itself, so the idle progress thread is not woken for it.
-  uint64_t push(Task task, bool wake = true);
-  // Number of tasks pushed so far (the ticket of the latest one).
+  // Appends an op, then advances the queue; returns the op's ticket (1-based issue index).
+  uint64_t push(std::shared_ptr<QueuedOp> op);
+  // Number of ops pushed so far (the ticket of the latest one).
   uint64_t issued() const;
   bool done(uint64_t ticket) const { return completed_.load() >= ticket; }
-  // Blocks until the task with this ticket (and so every earlier one) has run, running
-  // queued tasks on the calling thread when nobody else is.
+  // Advances without blocking (a safe point); returns done(ticket).
+  bool poll(uint64_t ticket);
+  // Blocks until the op with this ticket (and so every earlier one) has finished. Errors
+  // are recorded in the ops, not thrown.
   void wait(uint64_t ticket);
-  // Runs what is left, then joins the progress thread.
+  // Finishes what is left, then joins the progress thread.
   void stop();
 
  private:
-  bool run_head(std::unique_lock<std::mutex>& lock);  // false when nothing is runnable
+  // Advances the head op(s) while they make progress; false when another thread holds the
+  // token. Never blocks.
+  bool drive();
+  // The waiter's deadline passed with op still at the head: fails it (under the token).
+  void expire(const std::shared_ptr<QueuedOp>& op);
+  std::shared_ptr<QueuedOp> head() const;
   void progress_loop();
 
-  static constexpr std::chrono::microseconds kGrace{50};
-  WaitPolicy policy_;  // for waits on completion: never spin, the executor needs the core
+  std::shared_ptr<GroupState> group_;  // kept alive by Work handles that outlive the comm
+  Doorbell& bell_;
+  ProgressLine& line_;
+  WaitPolicy policy_;
+  double timeout_s_;
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::deque<Task> tasks_;
-  bool running_ = false;  // a task is executing (by the progress thread or a stealer)
+  std::deque<std::shared_ptr<QueuedOp>> ops_;
+  bool running_ = false;  // the token: a thread is advancing the head
   bool stopping_ = false;
   uint64_t issued_ = 0;
   std::atomic<uint64_t> completed_{0};
-  Doorbell completed_bell_;
   std::thread worker_;
 };
 

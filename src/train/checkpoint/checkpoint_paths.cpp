@@ -50,6 +50,10 @@ int checkpoint_step(const std::string& dir) {
   return loads_sharded(dir) ? read_manifest(dir).step : read_train_state(dir).step;
 }
 
+nlohmann::json recorded_run_config(const std::string& dir) {
+  return loads_sharded(dir) ? read_manifest(dir).run : read_train_state(dir).run;
+}
+
 void resolve_save_path(IoOptions& io) {
   if (io.save.empty()) return;
   io.save = strip_trailing_slashes(io.save);

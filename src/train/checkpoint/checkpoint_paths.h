@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,9 @@ bool loads_sharded(const std::string& dir);
 
 // The step of the checkpoint in `dir`, from its metadata (either format).
 int checkpoint_step(const std::string& dir);
+// The run's resolved configuration the checkpoint in `dir` records (either format; null
+// for one written before it was recorded).
+nlohmann::json recorded_run_config(const std::string& dir);
 
 // Resolves --save to the directory it names (through symlinks), so that the atomic swap
 // replaces that directory rather than failing on the link after the run.

@@ -146,6 +146,7 @@ void publish(const std::string& dir, const ParamTable& table, const ModelConfig&
         {"model", config_metadata(cfg)},
         {"files",
          {{kModelFile, manifest_entry(model)}, {kOptimizerFile, manifest_entry(optimizer)}}}};
+    if (!state.run.is_null()) j["run"] = state.run;
     seal_json(j);
     write_file_atomic(tmp + "/" + kStateFile, j.dump(2) + "\n");
   });
@@ -185,6 +186,10 @@ TrainState parse_train_state(const nlohmann::json& j, const std::string& where) 
   MT_REQUIRE(j.contains("seed") && j["seed"].is_number_unsigned(), where,
              ": state.json \"seed\" is missing or not a non-negative integer");
   s.seed = j["seed"].get<uint64_t>();
+  if (j.contains("run")) {
+    MT_REQUIRE(j["run"].is_object(), where, ": state.json \"run\" is not an object");
+    s.run = j["run"];
+  }
   return s;
 }
 

@@ -8,13 +8,15 @@
 //       DIR/model.safetensors      weights
 //       DIR/optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq", and per MoE layer
 //                                  "transformer.h.{i}.mlp.router.expert_bias" [E]
-//       DIR/state.json             step, data position, seed, model config, format, the
-//                                  size and CRC-32C of both files, and its own checksum
+//       DIR/state.json             step, data position, seed, model config, the run's
+//                                  resolved config ("run"), format, the size and
+//                                  CRC-32C of both files, and its own checksum
 // Both safetensors files carry the model config as metadata (layers, dim, heads, seq, vocab;
 // experts, topk, moe_every, capacity_factor for a mixture-of-experts model).
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,9 @@ struct TrainState {
   int step = 0;               // optimizer updates completed
   int64_t data_position = 0;  // loader position for the next batch
   uint64_t seed = 0;
+  // The run's resolved configuration (TrainOptions::run_config), under state.json's "run"
+  // and so covered by its checksum; null for a checkpoint written before it was recorded.
+  nlohmann::json run = nullptr;
 };
 
 // Where load_checkpoint puts the state it reads: parameters and both AdamW moments, each a

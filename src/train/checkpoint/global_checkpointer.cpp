@@ -26,7 +26,7 @@ void GlobalCheckpointer::save(int step) {
   const std::vector<NamedTensor> biases = s.view->router_biases_to_lead();
   if (s.lead())
     save_checkpoint(s.opts.io.save, s.view->whole(), s.opts.model, gp, gm, gv,
-                    {step, s.train.position(), s.opts.optim.seed}, biases,
+                    {step, s.train.position(), s.opts.optim.seed, s.opts.run_config}, biases,
                     tokenizer_metadata(s.opts.io.tokenizer));
   s.ctx.world->barrier().wait();  // the directory is complete when every rank goes on
 }

@@ -96,6 +96,7 @@ json manifest_json(const Manifest& m) {
             {"files", files},
             {"segments", segments},
             {"metadata", m.metadata}};
+  if (!m.run.is_null()) j["run"] = m.run;
   seal_json(j);
   return j;
 }

@@ -17,7 +17,7 @@
 
 #include <cstdint>
 #include <map>
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -62,6 +62,8 @@ struct Manifest {
   // Entries that travel with the weights into an export, as in a safetensors header: the
   // tokenizer record (train/tokenizer.h), so a sharded --load is checked against the data.
   std::map<std::string, std::string> metadata;
+  // The run's resolved configuration (TrainOptions::run_config), null when not recorded.
+  nlohmann::json run;
   std::vector<ManifestTensor> tensors;
   std::vector<ManifestFile> files;
   std::vector<ManifestSegment> segments;

@@ -153,6 +153,10 @@ void parse_header(const json& j, const std::string& dir, const std::string& wher
       m.metadata[key] = value.get<std::string>();
     }
   }
+  if (j.contains("run")) {
+    MT_REQUIRE(j["run"].is_object(), where, ": \"run\" is not an object");
+    m.run = j["run"];
+  }
   for (const char* k : {"tensors", "files", "segments"})
     MT_REQUIRE(j.contains(k) && j[k].is_array(), where, ": \"", k, "\" is missing or not a list");
 }

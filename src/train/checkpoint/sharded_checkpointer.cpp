@@ -309,6 +309,7 @@ std::string ShardedCheckpointer::publish(int step, int64_t data_position,
   m.model = s_.opts.model;
   m.layout = layout_text(s_.opts.parallel);
   m.metadata = tokenizer_metadata(s_.opts.io.tokenizer);
+  m.run = s_.opts.run_config;
   for (const ParamInfo& p : s_.view->whole().entries()) {
     m.tensors.push_back({p.name, p.global_shape});
     for (const char* suffix : kMomentSuffixes)

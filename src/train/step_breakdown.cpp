@@ -1,0 +1,104 @@
+#include "train/step_breakdown.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/timer.h"
+#include "kernels/matmul_bf16.h"
+#include "train/session.h"
+
+namespace mt {
+
+StepBreakdown::~StepBreakdown() {
+  if (attached_phase_totals() == &totals_) attach_phase_totals(nullptr);
+}
+
+void StepBreakdown::after_step(const StepRecord& r) {
+  if (!enabled_) return;
+  if (!counting_) {
+    counting_ = true;
+    attach_phase_totals(&totals_);
+    return;
+  }
+  ++steps_;
+  step_s_ += r.step_time_s;
+  comm_wait_s_ += r.comm_exposed_s + (r.tp ? r.tp->wait_s : 0) + (r.cp ? r.cp->wait_s : 0);
+}
+
+double measure_copy_bandwidth(double seconds_budget) {
+  const size_t bytes = size_t(64) << 20;
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  double best = 0;
+  const double end = now_seconds() + seconds_budget;
+  do {
+    Stopwatch sw;
+    std::memcpy(dst.data(), src.data(), bytes);
+    asm volatile("" : : "r"(dst.data()) : "memory");
+    best = std::max(best, 2.0 * double(bytes) / sw.elapsed());  // read + write
+  } while (now_seconds() < end);
+  return best;
+}
+
+namespace {
+
+// GEMM-like phases are bound by the GEMM peak, the rest by memory.
+bool compute_bound(Phase p) {
+  return p == Phase::gemm || p == Phase::attention;
+}
+
+std::string isa_line(const Session& s) {
+  if (s.opts.optim.precision == Precision::bf16)
+    return "bf16 GEMMs: oneDNN " + matmul_bf16_isa() + " (" +
+           (matmul_bf16_path() == Bf16GemmPath::jit_gemm ? "jit_gemm" : "matmul primitive") + ")";
+  return "fp32 GEMMs: oneDNN sgemm (its own dispatch: avx512_core on this build's targets)";
+}
+
+}  // namespace
+
+std::string StepBreakdown::table(const Session& s) const {
+  if (!enabled_ || steps_ == 0) return "";
+  const double n = steps_;
+  const int threads = s.opts.optim.threads;
+  const double peak = s.info.peak_gflops_per_thread * 1e9 * threads;  // this rank's
+  const double bw = measure_copy_bandwidth(0.3);
+  std::string out;
+  char line[512];
+  auto add = [&](const char* name, double seconds, double roofline) {
+    std::snprintf(
+        line, sizeof line, "  %-11s %9.3f %6.1f%% %12.3f %7s\n", name, seconds * 1e3 / n,
+        100 * seconds / step_s_, roofline * 1e3 / n,
+        roofline > 0
+            ? (std::to_string(int(100 * roofline / std::max(seconds, 1e-12))) + "%").c_str()
+            : "-");
+    out += line;
+  };
+  std::snprintf(line, sizeof line,
+                "step breakdown (rank 0, %d step(s) after a warm-up, %d thread(s)); %s\n"
+                "  GEMM peak %.1f GFLOP/s per thread (the mfu denominator), copy bandwidth "
+                "%.1f GB/s (1 thread, memcpy)\n"
+                "  %-11s %9s %7s %12s %7s\n",
+                steps_, threads, isa_line(s).c_str(), s.info.peak_gflops_per_thread, bw / 1e9,
+                "phase", "ms/step", "share", "roofline ms", "roof/t");
+  out += line;
+  double kernels = 0;
+  for (int i = 0; i < kPhases; ++i) {
+    const Phase p = Phase(i);
+    const double roof = compute_bound(p) ? totals_.flops[i] / peak : totals_.bytes[i] / bw;
+    kernels += totals_.seconds[i];
+    add(phase_name(p), totals_.seconds[i], roof);
+  }
+  add("comm wait", comm_wait_s_, 0);
+  add("framework", std::max(0.0, step_s_ - kernels - comm_wait_s_), 0);
+  const double model_flops = s.opts.model.flops_per_token() * s.opts.optim.batch * s.opts.model.seq;
+  std::snprintf(line, sizeof line,
+                "  step %.3f ms; model FLOPs at the GEMM peak of all ranks %.3f ms: %.1f%% of "
+                "the peak (mfu)\n",
+                step_s_ * 1e3 / n, model_flops / s.peak_flops() * 1e3,
+                100 * model_flops / s.peak_flops() / (step_s_ / n));
+  out += line;
+  return out;
+}
+
+}  // namespace mt

@@ -1,0 +1,45 @@
+// `meshtrain bench step --breakdown`: where one rank's training step goes, phase by phase
+// (kernels/phase_profile.h), next to each phase's roofline time: GEMM and attention FLOPs
+// at the precision's GEMM peak (the `mfu` denominator, Session::peak_flops), memory-bound
+// phases' bytes at the copy bandwidth of this thread, measured at the end of the run. What
+// the kernels do not cover is "comm wait" (the compute thread blocked on dp, tp and cp
+// communication, as the step record counts it) and "framework" (the rest: the runner,
+// buffers, the loss and norm bookkeeping, time between kernels).
+//
+// The first step is a warm-up (oneDNN builds its primitives there) and is not counted.
+#pragma once
+
+#include <string>
+
+#include "kernels/phase_profile.h"
+#include "train/step.h"
+
+namespace mt {
+
+struct Session;
+
+class StepBreakdown {
+ public:
+  explicit StepBreakdown(bool enabled) : enabled_(enabled) {}
+  ~StepBreakdown();
+  StepBreakdown(const StepBreakdown&) = delete;
+  StepBreakdown& operator=(const StepBreakdown&) = delete;
+
+  // After each step: starts counting after the first one, then adds the step's times.
+  void after_step(const StepRecord& r);
+  // The table (empty when not enabled or no step was counted).
+  std::string table(const Session& s) const;
+
+ private:
+  bool enabled_;
+  bool counting_ = false;
+  int steps_ = 0;
+  double step_s_ = 0, comm_wait_s_ = 0;
+  PhaseTotals totals_;
+};
+
+// Bytes per second one thread copies (memcpy of a buffer well beyond the caches; the best
+// of a few runs, as the GEMM peaks are measured).
+double measure_copy_bandwidth(double seconds_budget);
+
+}  // namespace mt

@@ -1,0 +1,49 @@
+// `meshtrain bench step --breakdown` and `bench comm --under-compute` (issue #33): they run,
+// print every row, and refuse bad input before any rank starts. No timing is asserted.
+#include <gtest/gtest.h>
+
+#include "cli_fixture.h"
+
+namespace mt::testing {
+namespace {
+
+TEST(BenchCommands, StepBreakdownPrintsEveryPhase) {
+  Fixture f;
+  const RunResult r =
+      run_meshtrain("bench step --breakdown" + f.tiny + "--steps 3 --data " + f.data);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("step breakdown (rank 0, 2 step(s) after a warm-up, 1 thread(s))"),
+            std::string::npos)
+      << r.out;
+  for (const char* phase : {"gemm", "attention", "norm", "activation", "optimizer", "conversion",
+                            "embedding", "comm wait", "framework", "GEMM peak"})
+    EXPECT_NE(r.out.find(std::string("\n  ") + phase), std::string::npos) << phase << r.out;
+}
+
+TEST(BenchCommands, StepWithoutBreakdownTrainsAsTrainDoes) {
+  Fixture f;
+  const RunResult r = run_meshtrain("bench step" + f.tiny + "--data " + f.data);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("step breakdown"), std::string::npos) << r.out;
+}
+
+TEST(BenchCommands, UnderComputeReportsAddedTimeAndSwitches) {
+  const RunResult r =
+      run_meshtrain("bench comm --under-compute --gemm-us 50 --repeats 1 --iters 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* key : {"added_us ", "iteration_with_us ", "iteration_without_us ",
+                          "voluntary_switches_per_iteration_with ", "check ok"})
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << r.out;
+}
+
+TEST(BenchCommands, UnderComputeRefusesBadInput) {
+  expect_usage_error(run_meshtrain("bench comm --under-compute --gemm-us 0"),
+                     "--gemm-us must be in 1..1000000");
+  expect_usage_error(run_meshtrain("bench comm --under-compute --count 0"),
+                     "--count must be in 1..67108864");
+  expect_usage_error(run_meshtrain("bench comm --under-compute --backend mpi"),
+                     "--under-compute needs --backend local");
+}
+
+}  // namespace
+}  // namespace mt::testing
