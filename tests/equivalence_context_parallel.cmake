@@ -14,6 +14,13 @@ add_test(NAME equivalence.llama_cp
                  --layout "--cp 2" --layout "--cp 4 --cp-comm allgather"
                  --layout "--cp 2 --dp 2 --tp 2 --zero 3 --sequence-parallel")
 set_tests_properties(equivalence.llama_cp PROPERTIES LABELS "equivalence;llama;cp" TIMEOUT 600)
+# --precision bf16: the ring's K/V blocks travel in bf16 (the merges stay fp32), within the
+# bf16 tolerances of the other bf16 equivalence tests.
+add_test(NAME equivalence.llama_cp_bf16_ring
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base "${MT_CP_LLAMA} --precision bf16"
+                 --loss-rtol 2e-3 --weight-rtol 2e-2 --layout "--cp 2")
+set_tests_properties(equivalence.llama_cp_bf16_ring PROPERTIES LABELS "equivalence;llama;cp"
+                     TIMEOUT 600)
 if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   set(cp_layouts)
   foreach(comm ring allgather)
@@ -47,6 +54,96 @@ if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
                        PROPERTIES LABELS "full;cp" TIMEOUT 1800)
 endif()
 
+# The gpt2 block: its attention through the same ring (flash kernel, no RoPE) and its learned
+# position table read at the zigzag rows' true positions. One worker runs the (T, T) kernel, so
+# the rows of the key bias (exact gradient zero: softmax ignores a shift shared by every key)
+# carry different rounding noise that Adam scales to full steps: --drop-rows leaves them out
+# of the weight comparison (every other tensor, the rest of c_attn.bias included, is compared).
+set(MT_CP_GPT2 "--layers 2 --dim 64 --heads 4 --seq 32 --batch 8 --steps 10 --lr-schedule constant --grad-clip 0.5")
+set(MT_CP_GPT2_KEY_BIAS --drop-rows transformer.h.0.attn.c_attn.bias:64:64
+                        --drop-rows transformer.h.1.attn.c_attn.bias:64:64)
+add_test(NAME equivalence.gpt2_cp
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_CP_GPT2} --grad-norm-rtol 1e-4
+                 ${MT_CP_GPT2_KEY_BIAS}
+                 --layout "--cp 2" --layout "--cp 4 --cp-comm allgather"
+                 --layout "--cp 2 --dp 2 --tp 2 --zero 3 --sequence-parallel")
+set_tests_properties(equivalence.gpt2_cp PROPERTIES LABELS "equivalence;cp" TIMEOUT 600)
+if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
+  add_test(NAME equivalence.gpt2_cp_full_matrix
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_CP_GPT2} --grad-norm-rtol 1e-4
+                   ${MT_CP_GPT2_KEY_BIAS}
+                   --layout "--cp 2 --dp 2 --zero 1 --microbatches 2"
+                   --layout "--cp 2 --recompute selective" --layout "--cp 2 --recompute full --tp 2"
+                   --layout "--cp 4 --tp 2 --cp-comm allgather")
+  add_test(NAME equivalence.gpt2_cp_bf16
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base "${MT_CP_GPT2} --precision bf16"
+                   --loss-rtol 2e-3 --weight-rtol 2e-2 ${MT_CP_GPT2_KEY_BIAS}
+                   --layout "--cp 2" --layout "--cp 4 --dp 2 --zero 3 --cp-comm allgather")
+  set_tests_properties(equivalence.gpt2_cp_full_matrix equivalence.gpt2_cp_bf16
+                       PROPERTIES LABELS "full;cp" TIMEOUT 1800)
+endif()
+
+# Pipeline stages under cp: each stage's microbatches are its cp rank's zigzag rows; the
+# ring runs inside every stage. Default: 1F1B and DualPipe-V (two chunks per stage, each
+# with its own ring), one of each arch; MESHTRAIN_FULL_TESTS=1: every schedule, both
+# K/V modes.
+set(MT_CP_PP_LLAMA "--arch llama --layers 4 --dim 64 --heads 8 --kv-heads 4 --ffn-dim 96 --seq 32 --batch 8 --steps 6 --lr-schedule constant --grad-clip 0.5")
+add_test(NAME equivalence.cp_pp
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_CP_PP_LLAMA} --grad-norm-rtol 1e-4
+                 --layout "--pp 2 --microbatches 4 --schedule 1f1b --cp 2"
+                 --layout "--pp 2 --microbatches 4 --schedule dualpipev --cp 2 --tp 2 --sequence-parallel --cp-comm allgather")
+set_tests_properties(equivalence.cp_pp PROPERTIES LABELS "equivalence;cp" TIMEOUT 600)
+if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
+  set(cp_pp_layouts)
+  foreach(comm ring allgather)
+    foreach(schedule gpipe 1f1b "interleaved --virtual-stages 2" zb-h1 dualpipev)
+      list(APPEND cp_pp_layouts --layout "--pp 2 --microbatches 4 --schedule ${schedule} --cp 2 --cp-comm ${comm}")
+    endforeach()
+  endforeach()
+  list(APPEND cp_pp_layouts
+       --layout "--pp 2 --microbatches 4 --schedule interleaved --virtual-stages 2 --cp 2 --dp 2 --zero 1"
+       --layout "--pp 2 --microbatches 4 --schedule zb-h1 --cp 2 --recompute full")
+  add_test(NAME equivalence.cp_pp_full_matrix
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_CP_PP_LLAMA} --grad-norm-rtol 1e-4
+                   ${cp_pp_layouts})
+  # gpt2: the learned position table on the first stage, the tied wte shared with the last.
+  add_test(NAME equivalence.gpt2_cp_pp
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN}
+                   --base "--layers 2 --dim 64 --heads 4 --seq 32 --batch 8 --steps 6 --lr-schedule constant --grad-clip 0.5"
+                   --grad-norm-rtol 1e-4 ${MT_CP_GPT2_KEY_BIAS}
+                   --layout "--pp 2 --microbatches 4 --schedule 1f1b --cp 2"
+                   --layout "--pp 2 --microbatches 4 --schedule dualpipev --cp 2 --cp-comm allgather")
+  set_tests_properties(equivalence.cp_pp_full_matrix equivalence.gpt2_cp_pp
+                       PROPERTIES LABELS "full;cp" TIMEOUT 1800)
+endif()
+
+# Sharded checkpoints under cp, resharded across cp sizes (equivalence.py reshard: the
+# export of the step folder equals the saver's export exactly; the resumed run continues
+# with the reference's losses and weights). Saved at cp 2, loaded at cp 1 and cp 4; ZeRO 0
+# (every dp x cp replica holds the whole state: one of them writes it) and ZeRO 3 (split over
+# dp x cp).
+add_test(NAME equivalence.cp_checkpoint_reshard
+         COMMAND ${MT_EQUIV} reshard --bin ${MT_EQUIV_BIN} --base "${MT_CP_LLAMA} --steps 8" --save-at 4
+                 --pair "--cp 2 --dp 2 --zero 0|"
+                 --pair "--cp 2 --dp 2 --zero 3|--cp 4 --cp-comm allgather")
+set_tests_properties(equivalence.cp_checkpoint_reshard PROPERTIES LABELS "equivalence;cp;checkpoint"
+                     TIMEOUT 600)
+if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
+  add_test(NAME equivalence.cp_checkpoint_reshard_matrix
+           COMMAND ${MT_EQUIV} reshard --bin ${MT_EQUIV_BIN} --base "${MT_CP_PP_LLAMA} --steps 8"
+                   --save-at 4
+                   --pair "--cp 2|--cp 4" --pair "|--cp 2 --dp 2 --zero 2"
+                   --pair "--cp 2 --tp 2 --sequence-parallel --zero 1 --dp 2|--pp 2 --microbatches 2 --cp 2"
+                   --pair "--pp 2 --microbatches 4 --schedule dualpipev --cp 2|--cp 4 --cp-comm allgather")
+  add_test(NAME equivalence.gpt2_cp_checkpoint_reshard
+           COMMAND ${MT_EQUIV} reshard --bin ${MT_EQUIV_BIN} --base "${MT_CP_GPT2} --steps 8"
+                   --save-at 4 ${MT_CP_GPT2_KEY_BIAS}
+                   --pair "--cp 2|" --pair "--cp 2 --dp 2 --zero 3|--cp 4")
+  set_tests_properties(equivalence.cp_checkpoint_reshard_matrix
+                       equivalence.gpt2_cp_checkpoint_reshard
+                       PROPERTIES LABELS "full;cp;checkpoint" TIMEOUT 1800)
+endif()
+
 # A rank failing mid-ring: rank 2 of a cp 4 ring fails as step 2 starts, while the others
 # wait in the ring for its K/V block; the job ends with its error line, exit 1, in bounded
 # time (a hang fails as exit 124).
@@ -65,3 +162,9 @@ if(DEFINED MT_EQUIV_MPIRUN)
                    --launcher "${MT_EQUIV_MPIRUN} -np 2 {bin}" --layout "--backend mpi --cp 2")
   set_tests_properties(equivalence.llama_cp_mpi PROPERTIES LABELS "mpi;cp" TIMEOUT 600)
 endif()
+
+# bench/bench_cp.py --tiny: the memory, ideal and speed tables at small sizes. Checks that the
+# benchmark runs (and reads the trace's ring spans), never how fast.
+add_test(NAME bench_cp_tiny
+         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/bench/bench_cp.py $<TARGET_FILE:meshtrain> --tiny)
+set_tests_properties(bench_cp_tiny PROPERTIES LABELS "bench;cp" TIMEOUT 300)

@@ -1,4 +1,4 @@
-// `meshtrain bench comm|gemm`: measurements a user runs to know their machine.
+// `meshtrain bench comm|cp|gemm`: measurements a user runs to know their machine.
 #include <iostream>
 #include <memory>
 
@@ -12,11 +12,38 @@
 #include "core/threads.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/sized_gemm.h"
+#include "parallel/context_parallel/bench_context_parallel.h"
 
 namespace mt {
 
+namespace {
+
+// `bench cp`'s flags (parallel/context_parallel/bench_context_parallel.h).
+CLI::App* add_cp_bench(CLI::App* bench, CpBenchOptions& p) {
+  CLI::App* cp = bench->add_subcommand(
+      "cp", "context-parallel attention table (ring vs all-gather against one worker / cp)");
+  cp->add_option("--ranks", p.ranks, "the cp size (local backend)")->capture_default_str();
+  cp->add_option("--seq", p.seqs, "whole-sequence lengths (repeatable, or comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cp->add_option("--batch", p.batch, "sequences")->capture_default_str();
+  cp->add_option("--heads", p.heads, "query heads")->capture_default_str();
+  cp->add_option("--kv-heads", p.kv_heads, "kv heads (the ones that travel)")
+      ->capture_default_str();
+  cp->add_option("--head-dim", p.head_dim, "head dim")->capture_default_str();
+  cp->add_option("--comm", p.comm, "ring|allgather|both")->capture_default_str();
+  cp->add_option("--threads", p.threads, "compute threads per rank")->capture_default_str();
+  cp->add_option("--iters", p.iters, "steps per timed repeat")->capture_default_str();
+  cp->add_option("--repeats", p.repeats, "timed repeats (the median is reported)")
+      ->capture_default_str();
+  return cp;
+}
+
+}  // namespace
+
 CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
-  CLI::App* bench = app.add_subcommand("bench", "micro-benchmarks (communication, GEMM peak)");
+  CLI::App* bench = app.add_subcommand(
+      "bench", "micro-benchmarks (communication, context-parallel attention, GEMM peak)");
   bench->require_subcommand(1);
   auto c = std::make_shared<CommBenchOptions>();
   CLI::App* comm = bench->add_subcommand(
@@ -45,6 +72,8 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
   auto out_of_place = std::make_shared<bool>(false);
   comm->add_flag("--out-of-place", *out_of_place, "separate send and receive buffers");
   comm->callback([c, out_of_place] { c->in_place = !*out_of_place; });
+  auto p = std::make_shared<CpBenchOptions>();
+  CLI::App* cp = add_cp_bench(bench, *p);
   auto uc = std::make_shared<UnderComputeOptions>();
   auto under_compute = std::make_shared<bool>(false);
   comm->add_flag("--under-compute", *under_compute,
@@ -80,6 +109,7 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
       return run_under_compute_bench(*uc, gemm_work, std::cout);
     }
     if (comm->parsed()) return run_comm_bench(*c, argc, argv, std::cout);
+    if (cp->parsed()) return run_cp_bench(*p, std::cout);
     if (step->parsed()) {
       step_flags->check_values();
       step_opts->vocab_given = step_flags->given("vocab");

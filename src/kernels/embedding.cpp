@@ -6,16 +6,17 @@
 namespace mt {
 
 void embedding_forward(float* out, const int* idx, const float* wte, const float* wpe, int B, int T,
-                       int C, int64_t vocab_start, int vocab_rows) {
+                       int C, int64_t vocab_start, int vocab_rows, const int* pos) {
   PhaseScope phase_scope(Phase::embedding, 0, 12.0 * B * T * C);
-  // out is (B, T, C), idx is (B, T), wte is (vocab_rows, C), wpe is (T, C).
+  // out is (B, T, C), idx is (B, T), wte is (vocab_rows, C), wpe is (>= max pos + 1, C).
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; bt++) {
     float* o = out + static_cast<size_t>(bt) * C;
     const int64_t row = idx[bt] - vocab_start;
     bool local = row >= 0 && row < vocab_rows;
     const float* w = wte + static_cast<size_t>(local ? row : 0) * C;
-    const float* p = wpe ? wpe + static_cast<size_t>(bt % T) * C : nullptr;
+    const int t = pos ? pos[bt % T] : bt % T;
+    const float* p = wpe ? wpe + static_cast<size_t>(t) * C : nullptr;
     if (local && p) {
 #pragma omp simd
       for (int c = 0; c < C; c++) o[c] = w[c] + p[c];
@@ -32,7 +33,7 @@ void embedding_forward(float* out, const int* idx, const float* wte, const float
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx, int B, int T,
-                        int C, int64_t vocab_start, int vocab_rows) {
+                        int C, int64_t vocab_start, int vocab_rows, const int* pos) {
   PhaseScope phase_scope(Phase::embedding, 0, 12.0 * B * T * C);
   // Tokens repeat, so rows of dwte receive several updates: threads split the columns instead
   // of the tokens, which keeps writes disjoint and the summation order fixed.
@@ -50,7 +51,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* 
         for (int c = c0; c < c1; c++) w[c] += d[c];
       }
       if (dwpe) {
-        float* p = dwpe + static_cast<size_t>(bt % T) * C;
+        const int t = pos ? pos[bt % T] : bt % T;
+        float* p = dwpe + static_cast<size_t>(t) * C;
 #pragma omp simd
         for (int c = c0; c < c1; c++) p[c] += d[c];
       }

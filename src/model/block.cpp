@@ -13,7 +13,7 @@ std::unique_ptr<Block> make_block(int layer, const ModelConfig& cfg, const Tenso
     return std::make_unique<LlamaBlock>(layer, cfg, tp, max_b, table, layout, ep, bf16_version,
                                         context);
   return std::make_unique<GptBlock>(layer, cfg, tp, max_b, table, layout, ep, recompute,
-                                    bf16_version, context.dropout);
+                                    bf16_version, context);
 }
 
 }  // namespace mt

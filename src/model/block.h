@@ -81,7 +81,8 @@ class Block {
 // What every block of a chunk shares and does not own.
 struct BlockContext {
   const RopeTable* rope = nullptr;  // llama: the chunk's RoPE table (the whole sequence's)
-  const int* positions = nullptr;   // llama: the true position of each of the seq rows
+  // The true position of each of the seq rows (llama always; gpt2 only under cp).
+  const int* positions = nullptr;
   // --cp > 1: attention across the cp group (the rows are this rank's zigzag shard).
   ContextParallelAttention* cp = nullptr;
   // --dropout > 0 (gpt2): the chunk's dropout state, pointing at the running microbatch.

@@ -25,8 +25,8 @@ const ParamInfo& register_head_matrix(const ModelConfig& cfg, const TensorParall
 }
 
 EmbeddingLayer::EmbeddingLayer(const ModelConfig& cfg, const TensorParallelShard& tp,
-                               ParamTable& table)
-    : lookup_(tp, cfg.vocab, cfg.dim) {
+                               ParamTable& table, const int* positions)
+    : lookup_(tp, cfg.vocab, cfg.dim, positions) {
   wte_info_ = &register_token_table(cfg, tp, table);
   // Learned positions are the gpt2 block's; llama's are RoPE, inside attention (§9).
   if (!cfg.llama())

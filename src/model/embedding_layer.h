@@ -26,9 +26,12 @@ const ParamInfo& register_head_matrix(const ModelConfig& cfg, const TensorParall
 class EmbeddingLayer {
  public:
   // Registers the token table [V, C] and, for gpt2, transformer.wpe.weight [T, C].
-  EmbeddingLayer(const ModelConfig& cfg, const TensorParallelShard& tp, ParamTable& table);
+  // positions: the rows' true positions under context parallelism (the zigzag shard of the
+  // whole sequence, whose T rows the table holds); null means 0..seq-1.
+  EmbeddingLayer(const ModelConfig& cfg, const TensorParallelShard& tp, ParamTable& table,
+                 const int* positions = nullptr);
   void bind(float* params, float* grads);
-  // x_out (b, T, C) = wte[tokens] + wpe[0..T-1]; under sequence parallelism x_out holds this
+  // x_out (b, T, C) = wte[tokens] + wpe[positions]; under sequence parallelism x_out holds this
   // rank's b*T/t rows. scratch: (b*T, C) floats (sequence parallelism only).
   void forward(float* x_out, const int* tokens, int b, int T, float* scratch) const;
   // dwte, dwpe += from dx_out (b, T, C) (this rank's rows under sequence parallelism).

@@ -61,6 +61,10 @@ class GPT {
   // Call after the weights may have changed (an optimizer step, a load) and before running
   // the model; train_step, evaluate and the tests that drive the model directly do.
   void weights_changed() { ++*weights_version_; }
+  // --cp > 1: every chunk's ring reports its steps to `sink` (empty: to nowhere).
+  void set_span_sink(const CpSpanSink& sink) {
+    for (auto& c : chunks_) c->set_span_sink(sink);
+  }
   Precision precision() const { return precision_; }
   size_t bf16_weight_bytes() const;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <string>
 #include <type_traits>
 
@@ -10,6 +11,7 @@
 #include "kernels/attention_dropout.h"
 #include "kernels/layernorm.h"
 #include "kernels/reduce.h"
+#include "model/flash_core.h"
 #include "model/precision_ops.h"
 
 namespace mt {
@@ -34,15 +36,16 @@ void residual_layernorm_backward(float* dx, const float* dx_out, const float* d_
 
 GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
                    ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep,
-                   Recompute recompute, const uint64_t* bf16_version, const DropoutState* dropout)
+                   Recompute recompute, const uint64_t* bf16_version, const BlockContext& context)
     : C_(cfg.dim),
       max_b_(max_b),
       layer_(layer),
-      dropout_(dropout && dropout->p > 0 ? dropout : nullptr),
+      dropout_(context.dropout && context.dropout->p > 0 ? context.dropout : nullptr),
       tp_(tp),
       sp_(tp.splits_sequence()),
-      recompute_attention_(recompute == Recompute::selective),
-      bf16_(bf16_version != nullptr) {
+      recompute_attention_(recompute == Recompute::selective && !context.cp),
+      bf16_(bf16_version != nullptr),
+      context_(context) {
   // The user-facing rule (--tp divides --heads) is checked with the options before any
   // rank starts; here it is an invariant.
   MT_CHECK(cfg.heads % tp.size == 0, "tp ", tp.size, " does not divide heads ", cfg.heads);
@@ -114,7 +117,10 @@ void GptBlock::reserve_buffers(SlotLayout& layout, bool moe) {
   off_.ln1_mean = layout.reserve(Nl);
   off_.ln1_rstd = layout.reserve(Nl);
   off_.qkv = layout.reserve(N * 3 * Cl_);
-  if (!recompute_attention_) off_.att = layout.reserve(size_t(max_b_) * NHl_ * T_ * T_);
+  if (context_.cp)
+    off_.lse = layout.reserve(size_t(max_b_) * NHl_ * T_);
+  else if (!recompute_attention_)
+    off_.att = layout.reserve(size_t(max_b_) * NHl_ * T_ * T_);
   off_.att_out = gemm_only(N * Cl_);
   off_.x_mid = layout.reserve(Nl * C_);
   off_.ln2_out = moe ? layout.reserve(Nl * C_) : gemm_only(Nl * C_);  // the router reads fp32
@@ -184,11 +190,28 @@ void GptBlock::bind(float* params, float* grads) {
 }
 
 size_t GptBlock::attention_scratch_floats() const {
+  if (context_.cp)
+    return flash_core_backward_scratch_floats(flash_args(nullptr, max_b_, T_), bf16_);
   return attention_backward_scratch_floats(max_b_, T_, Cl_, NHl_);
 }
 
 size_t GptBlock::forward_scratch_floats() const {
+  if (context_.cp) return flash_attention_forward_scratch_floats(flash_args(nullptr, max_b_, T_));
   return recompute_attention_ ? size_t(max_b_) * NHl_ * T_ * T_ : 0;
+}
+
+// q, k, v of head h at columns h hd of each third of a qkv row; no RoPE (§1).
+FlashAttention GptBlock::flash_args(const float* qkv, int b, int T) const {
+  FlashAttention a;
+  a.B = b, a.Tq = a.Tk = T;
+  a.H = a.Hkv = NHl_, a.hd = Cl_ / NHl_;
+  a.q = qkv;
+  a.k = qkv + Cl_;
+  a.v = qkv + 2 * Cl_;
+  a.ldq = a.ldk = a.ldv = size_t(3 * Cl_);
+  a.qpos = a.kpos = context_.positions;
+  a.precision = bf16_ ? FlashPrecision::bf16 : FlashPrecision::fp32;
+  return a;
 }
 
 int GptBlock::rows(int b, int T) const {
@@ -235,7 +258,11 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
 
   p.layernorm(ln1_out, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
   p.forward(qkv_, qkv, ln1_out, N, p.gathered());
-  attention_forward_with(p, att_out, att, qkv, b, T);
+  if (context_.cp)  // --dropout with --cp is refused (validate_options)
+    flash_core_forward(p, att_out, s + off_.lse, flash_args(qkv, b, T), context_.cp,
+                       std::span<float>(probs_scratch_, forward_scratch_floats()));
+  else
+    attention_forward_with(p, att_out, att, qkv, b, T);
   p.forward(attn_proj_, x_mid, att_out, N);
   if (dropout_on()) branch_dropout(x_mid, x_mid, 1, b, T, false);
   add_inplace(x_mid, x_in, nc);
@@ -326,7 +353,10 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
   const float* d_attn = dropout_ ? s + off_.d_attn_branch : dx_mid;
   if (dropout_) branch_dropout(s + off_.d_attn_branch, dx_mid, 1, b, T, true);
   p.backward_input(attn_proj_, d_att_out, d_attn, N);
-  if constexpr (std::is_same_v<Act, float>) {
+  if (context_.cp) {
+    flash_core_backward(p, d_qkv, d_att_out, Ops::act(s, off_.att_out), s + off_.lse,
+                        flash_args(s + off_.qkv, b, T), context_.cp, scratch);
+  } else if constexpr (std::is_same_v<Act, float>) {
     if (dropout_on()) {
       attention_dropout_backward(d_qkv, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_,
                                  attention_dropout());

@@ -26,6 +26,13 @@
 // recomputation is the chunk's business (model_chunk.h): the block is unchanged, its
 // "slot" is then scratch.
 //
+// Context parallelism (context.cp non-null, --cp > 1): the block's T rows are this rank's
+// zigzag shard of each sequence. Its keys live on every rank of the cp group, so no (T, T)
+// probabilities exist: the attention core is the flash kernel across the group
+// (flash_core.h, the llama block's path, without RoPE: the learned positions were added by
+// the embedding at the true positions), and the slot keeps the log-sum-exp (b, NHl, T)
+// instead of the probabilities; Recompute::selective then changes nothing.
+//
 // --precision bf16 (bf16_version non-null; docs/precision.md): the four linears multiply
 // bf16 copies of their weights (refreshed when *bf16_version moves). What the slot keeps
 // only for a GEMM is kept in bf16 instead of fp32: ln1_out, att_out, ln2_out and fc_out
@@ -62,7 +69,7 @@ class GptBlock final : public Block {
   GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
            ParamTable& table, SlotLayout& layout, const ExpertParallelShard& ep = {},
            Recompute recompute = Recompute::none, const uint64_t* bf16_version = nullptr,
-           const DropoutState* dropout = nullptr);
+           const BlockContext& context = {});
 
   void bind(float* params, float* grads) override;
   // --precision bf16: stage (bf16_stage_floats() fp32) receives fp32 results before they are
@@ -107,6 +114,8 @@ class GptBlock final : public Block {
     const ParamInfo *w = nullptr, *b = nullptr;
   };
   int rows(int b, int T) const;  // token rows of the residual stream on this rank
+  // Context parallelism: the flash kernel's operands for this microbatch's qkv.
+  FlashAttention flash_args(const float* qkv, int b, int T) const;
   void register_params(int layer, const ModelConfig& cfg, bool moe, ParamTable& table);
   void reserve_buffers(SlotLayout& layout, bool moe);
   // The passes, written once over the precision's ops (precision_ops.h: Fp32Ops, Bf16Ops).
@@ -133,6 +142,7 @@ class GptBlock final : public Block {
   bool sp_ = false;
   bool recompute_attention_ = false;  // Recompute::selective
   bool bf16_ = false;                 // --precision bf16
+  BlockContext context_;              // context.cp: attention across the cp group
   LayerScratch scratch_;              // the chunk's workspaces (set_scratch, set_bf16_scratch)
   float* probs_scratch_ = nullptr;
   Norm ln1_{}, ln2_{};
@@ -146,6 +156,7 @@ class GptBlock final : public Block {
   struct {
     size_t ln1_out, ln1_mean, ln1_rstd;  // (Nl,C) (Nl) (Nl)
     size_t qkv, att, att_out;            // (N,3Cl) (b,NHl,T,T) (N,Cl); att: none/full only
+    size_t lse;                          // (b,NHl,T): context parallelism only (no att)
     size_t x_mid;                        // (Nl,C)
     size_t ln2_out, ln2_mean, ln2_rstd;  // (Nl,C) (Nl) (Nl)
     size_t fc_pre, fc_out;               // (N,Hl) (N,Hl)

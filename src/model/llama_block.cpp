@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/reduce.h"
+#include "model/flash_core.h"
 
 namespace mt {
 
@@ -187,8 +188,8 @@ size_t LlamaBlock::attention_scratch_floats() const {
   // the stage); then the flash backward's scratch, the D rows (b, Hl, T) and, under bf16, the
   // attention output back in fp32 (N, Hl hd).
   const size_t N = size_t(max_b_) * T_;
-  const size_t flash = flash_attention_backward_scratch_floats(attention_args(nullptr, max_b_, T_));
-  const size_t attention = flash + size_t(max_b_) * Hl_ * T_ + (bf16_ ? N * q_cols() : 0);
+  const size_t attention =
+      flash_core_backward_scratch_floats(attention_args(nullptr, max_b_, T_), bf16_);
   return std::max(bf16_ || !has_mlp_ ? 0 : N * Fl_, attention);
 }
 
@@ -227,15 +228,8 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
   // x_mid = x_in + o_proj(att).
   norm1_.forward(s, n1, x_in, Nl);
   ops.forward(qkv_, qkv, n1, N, ops.gathered(), /*with_bias=*/false);
-  float* att = ops.staged(att_out);
-  const size_t fwd = forward_scratch_floats();
-  const std::span<float> fscratch(forward_scratch_, fwd);
-  if (context_.cp)
-    context_.cp->forward(att, size_t(q_cols()), s + off_.lse, attention_args(qkv, b, T), fscratch);
-  else
-    flash_attention_forward(att, size_t(q_cols()), s + off_.lse, attention_args(qkv, b, T), false,
-                            fscratch);
-  ops.keep(att_out, att, size_t(N) * q_cols());
+  const std::span<float> fscratch(forward_scratch_, forward_scratch_floats());
+  flash_core_forward(ops, att_out, s + off_.lse, attention_args(qkv, b, T), context_.cp, fscratch);
   ops.forward(o_proj_, x_mid, att_out, N);
   add_inplace(x_mid, x_in, nc);
 
@@ -298,33 +292,11 @@ void LlamaBlock::dense_backward_input(const Ops& ops, float* s, const float* dx_
 template <class Ops>
 void LlamaBlock::attention_backward_input(const Ops& ops, float* s, float* scratch, int b, int T) {
   const int N = b * T;
-  const size_t nq = size_t(N) * q_cols(), nqkv = size_t(N) * qkv_cols();
   float* d_att_out = s + off_.d_att_out;
   auto* d_qkv = Ops::act(s, off_.d_qkv);
   ops.backward_input(o_proj_, d_att_out, s + off_.dx_mid, N);
-
-  const FlashAttention a = attention_args(s + off_.qkv, b, T);
-  const size_t flash = flash_attention_backward_scratch_floats(a);
-  float* D = scratch + flash;
-  // D = rowsum(dout * out) reads the output the forward kept, in fp32 (bf16: converted back).
-  const float* out = s + off_.att_out;
-  if (bf16_) {
-    float* out32 = D + size_t(b) * Hl_ * T;
-    from_bf16(out32, reinterpret_cast<const bf16*>(s + off_.att_out), nq);
-    out = out32;
-  }
-  flash_attention_backward_prep(D, out, q_cols(), d_att_out, q_cols(), b, T, Hl_, hd_);
-  float* dqkv = ops.staged(d_qkv);
-  std::memset(dqkv, 0, nqkv * sizeof(float));
-  const size_t ld = size_t(qkv_cols());
-  const FlashGrads g{dqkv, dqkv + q_cols(), dqkv + q_cols() + Hkvl_ * hd_, ld, ld, ld};
-  if (context_.cp)
-    context_.cp->backward(g, d_att_out, q_cols(), s + off_.lse, D, a,
-                          std::span<float>(scratch, flash));
-  else
-    flash_attention_backward(g, d_att_out, q_cols(), s + off_.lse, D, a,
-                             std::span<float>(scratch, flash));
-  ops.keep(d_qkv, dqkv, nqkv);
+  flash_core_backward(ops, d_qkv, d_att_out, Ops::act(s, off_.att_out), s + off_.lse,
+                      attention_args(s + off_.qkv, b, T), context_.cp, scratch);
   ops.backward_input(qkv_, s + off_.d_n1, d_qkv, N);
 }
 

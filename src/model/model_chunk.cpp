@@ -58,7 +58,12 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   // The edge unit (embedding, ln_f, tied wte) is registered first so that its tensors are
   // contiguous in the arena: ZeRO shards and gathers each unit as one range.
   const size_t first = table.entries().size();
-  if (spec_.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(cfg_, tp, table);
+  BlockContext context = sequence_context(max_b, tp, cp);
+  if (dropout_.enabled()) context.dropout = dropout_.state();
+  // Under cp the learned position table is read at the rows' true positions.
+  if (spec_.has_embedding)
+    embedding_ =
+        std::make_unique<EmbeddingLayer>(cfg_, tp, table, context.cp ? context.positions : nullptr);
   if (spec_.has_head)
     head_ = std::make_unique<LMHead>(cfg_, tp, max_b, table, layout, bf16_version);
   else if (spec_.edge_holds_head)
@@ -69,8 +74,6 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   // Block hands them.
   ExpertParallelShard moe_ep = ep;
   moe_ep.bf16_version = bf16_version;
-  BlockContext context = cfg_.llama() ? llama_context(max_b, tp, cp) : BlockContext{};
-  if (dropout_.enabled()) context.dropout = dropout_.state();
   moe_ep.dry = dry != nullptr;
   // Full recomputation: each block's buffers from offset 0 of the block scratch.
   const Recompute block_recompute = full_ ? Recompute::none : recompute;
@@ -83,23 +86,27 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   block_scratch_ = Arena(full_ ? block_floats : 0, mode_);
 }
 
-// One RoPE table for all the chunk's blocks. One worker's rows are positions 0..seq-1; a cp
-// rank's are its zigzag shard of the cp * seq positions of the whole sequence.
-BlockContext ModelChunk::llama_context(int max_b, const TensorParallelShard& tp,
-                                       const ContextParallelShard& cp) {
+// llama: one RoPE table for all the chunk's blocks (the whole sequence's). One worker's rows
+// are positions 0..seq-1; a cp rank's are its zigzag shard of the cp * seq positions, and its
+// blocks' attention (either arch) crosses the cp group.
+BlockContext ModelChunk::sequence_context(int max_b, const TensorParallelShard& tp,
+                                          const ContextParallelShard& cp) {
   const int whole = cfg_.seq * cp.size;
   // A dry chunk (the memory estimate) sizes what it would hold; the table is not among it.
-  if (mode_ == Arena::Mode::allocate)
+  if (cfg_.llama() && mode_ == Arena::Mode::allocate)
     rope_ = RopeTable(cfg_.head_dim(), whole, cfg_.rope_theta, cfg_.rope_scaling);
+  const RopeTable* rope = cfg_.llama() ? &rope_ : nullptr;
   if (!cp.splits_sequence()) {
+    if (!cfg_.llama()) return {};  // the gpt2 block's own attention: positions 0..seq-1
     positions_.resize(cfg_.seq);
     for (int t = 0; t < cfg_.seq; ++t) positions_[t] = t;
-    return {&rope_, positions_.data(), nullptr};
+    return {rope, positions_.data(), nullptr};
   }
-  const int kv_width = cfg_.kv() / tp.size * cfg_.head_dim();
+  const int kv_heads = cfg_.llama() ? cfg_.kv() : cfg_.heads;
+  const int kv_width = kv_heads / tp.size * cfg_.head_dim();
   cp_attention_ = std::make_unique<ContextParallelAttention>(cp, whole, size_t(max_b) * cfg_.seq,
                                                              kv_width, mode_);
-  return {&rope_, cp_attention_->positions(), cp_attention_.get()};
+  return {rope, cp_attention_->positions(), cp_attention_.get()};
 }
 
 size_t ModelChunk::add_block(int layer, const BlockBuilder& build, ParamTable& table,

@@ -26,9 +26,10 @@
 // their GEMM-only buffers in bf16 (block.h); two workspaces shared by all of them hold fp32
 // results before rounding and the bf16 operands of one call.
 //
-// Context parallelism (cp.size > 1, llama): cfg.seq is this rank's T/cp rows of each
-// sequence (its zigzag shard, model/zigzag_layout.h); the RoPE table covers the whole
-// sequence and the blocks' attention crosses the cp group.
+// Context parallelism (cp.size > 1): cfg.seq is this rank's T/cp rows of each sequence (its
+// zigzag shard, model/zigzag_layout.h); the RoPE table (llama) and the learned position
+// table (gpt2, cfg.positions rows) cover the whole sequence, and the blocks' attention
+// crosses the cp group.
 //
 // A dry chunk (dry non-null: the memory estimate's dry run, model/dry_model.h) is built by
 // the same code with dry arenas, and its blocks are stand-ins, one per kind
@@ -120,6 +121,10 @@ class ModelChunk {
   // --precision bf16: bytes of the bf16 weight copies this chunk's linears hold.
   size_t bf16_weight_bytes() const;
   ChunkFootprint footprint() const;
+  // --cp > 1: where the ring's per-step spans go (context_parallel_attention.h; --trace).
+  void set_span_sink(const CpSpanSink& sink) {
+    if (cp_attention_) cp_attention_->set_span_sink(sink);
+  }
 
   // --dropout: the run's seed, this rank's first sequence, the step, each slot's microbatch
   // (model/chunk_dropout.h). Forward with dloss != 0 (training) and backward apply it.
@@ -158,9 +163,10 @@ class ModelChunk {
                     const ExpertParallelShard& ep, Recompute recompute,
                     const uint64_t* bf16_version, BlockStandIns* dry,
                     const ContextParallelShard& cp);
-  // llama: the RoPE table and the rows' true positions (the zigzag shard's under cp).
-  BlockContext llama_context(int max_b, const TensorParallelShard& tp,
-                             const ContextParallelShard& cp);
+  // The RoPE table (llama), the rows' true positions and the cp attention (the zigzag
+  // shard's under cp).
+  BlockContext sequence_context(int max_b, const TensorParallelShard& tp,
+                                const ContextParallelShard& cp);
   // Builds block `layer` into a table and a slot layout.
   using BlockBuilder = std::function<std::unique_ptr<Block>(int, ParamTable&, SlotLayout&)>;
   // Block `layer`, its buffers reserved in `layout` (or, dry, its stand-in's counted

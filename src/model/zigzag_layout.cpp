@@ -17,4 +17,11 @@ std::vector<int> zigzag_positions(int T, int cp, int rank) {
   return pos;
 }
 
+ModelConfig cp_rank_model(const ModelConfig& cfg, int cp) {
+  ModelConfig m = cfg;
+  m.positions = cfg.position_rows();
+  m.seq = cfg.seq / cp;
+  return m;
+}
+
 }  // namespace mt

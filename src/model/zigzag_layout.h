@@ -14,7 +14,13 @@
 
 #include <vector>
 
+#include "model/config.h"
+
 namespace mt {
+
+// The model one rank of a cp group builds: seq / cp rows of each sequence, with the position
+// table (gpt2) still holding every position of the whole sequence.
+ModelConfig cp_rank_model(const ModelConfig& cfg, int cp);
 
 // The true positions of cp rank `rank`'s T/cp rows. T must be divisible by 2 * cp
 // (validated with the options before any rank starts; RuntimeError here).

@@ -7,8 +7,13 @@
 
 namespace mt::tp {
 
-VocabParallelEmbedding::VocabParallelEmbedding(const TensorParallelShard& tp, int vocab, int dim)
-    : tp_(tp), V_(vocab), C_(dim), shard_(vocab_shard(vocab, tp.size, tp.rank)) {}
+VocabParallelEmbedding::VocabParallelEmbedding(const TensorParallelShard& tp, int vocab, int dim,
+                                               const int* positions)
+    : tp_(tp),
+      V_(vocab),
+      C_(dim),
+      shard_(vocab_shard(vocab, tp.size, tp.rank)),
+      positions_(positions) {}
 
 void VocabParallelEmbedding::bind(const float* wte, const float* wpe, float* dwte, float* dwpe) {
   wte_ = wte, wpe_ = wpe, dwte_ = dwte, dwpe_ = dwpe;
@@ -17,7 +22,7 @@ void VocabParallelEmbedding::bind(const float* wte, const float* wpe, float* dwt
 void VocabParallelEmbedding::forward(float* x_out, const int* tokens, int b, int T,
                                      float* scratch) const {
   if (tp_.size == 1) {
-    embedding_forward(x_out, tokens, wte_, wpe_, b, T, C_, 0, V_);
+    embedding_forward(x_out, tokens, wte_, wpe_, b, T, C_, 0, V_, positions_);
     return;
   }
   // Each id lives on one rank and wpe is added on rank 0 only: the sum adds exact zeros,
@@ -25,7 +30,7 @@ void VocabParallelEmbedding::forward(float* x_out, const int* tokens, int b, int
   const size_t N = size_t(b) * T;
   float* partial = tp_.sequence_parallel ? scratch : x_out;
   embedding_forward(partial, tokens, wte_, tp_.rank == 0 ? wpe_ : nullptr, b, T, C_, shard_.start,
-                    shard_.rows);
+                    shard_.rows, positions_);
   if (tp_.sequence_parallel)
     ScatterToSequenceParallel::forward(tp_.comm, partial, x_out, N * C_ / tp_.size);
   else
@@ -42,7 +47,7 @@ void VocabParallelEmbedding::backward_weight(const float* dx_out, const int* tok
   }
   // The gradient is the whole (b, T, C) on every rank: dwpe comes out identical everywhere.
   embedding_backward(dwte_, dwpe_, d, tokens, b, T, C_, shard_.start,
-                     tp_.size == 1 ? V_ : shard_.rows);
+                     tp_.size == 1 ? V_ : shard_.rows, positions_);
 }
 
 }  // namespace mt::tp

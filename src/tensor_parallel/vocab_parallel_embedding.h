@@ -14,12 +14,15 @@ namespace mt::tp {
 
 class VocabParallelEmbedding {
  public:
-  VocabParallelEmbedding(const TensorParallelShard& tp, int vocab, int dim);
+  // positions: the true position of each of the T rows (context parallelism's zigzag
+  // shard), read by the position table; null means 0..T-1.
+  VocabParallelEmbedding(const TensorParallelShard& tp, int vocab, int dim,
+                         const int* positions = nullptr);
   // wte (shard.rows, C) this rank's rows of the token table, wpe (T', C) the position
   // table, and their gradients.
   void bind(const float* wte, const float* wpe, float* dwte, float* dwpe);
 
-  // x_out (b, T, C) = wte[tokens] + wpe[0..T-1]; under sequence parallelism x_out holds this
+  // x_out (b, T, C) = wte[tokens] + wpe[positions]; under sequence parallelism x_out holds this
   // rank's b*T/t rows. scratch: (b*T, C) floats (sequence parallelism only).
   void forward(float* x_out, const int* tokens, int b, int T, float* scratch) const;
   // dwte, dwpe += from dx_out (b, T, C) (this rank's rows under sequence parallelism).
@@ -29,6 +32,7 @@ class VocabParallelEmbedding {
   TensorParallelShard tp_;
   int V_, C_;
   VocabShard shard_;
+  const int* positions_ = nullptr;
   const float *wte_ = nullptr, *wpe_ = nullptr;
   float *dwte_ = nullptr, *dwpe_ = nullptr;
 };

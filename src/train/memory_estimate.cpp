@@ -11,6 +11,7 @@
 #include "model/block.h"
 #include "model/dry_model.h"
 #include "model/gpt.h"
+#include "model/zigzag_layout.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/pipeline/stage_chunks.h"
@@ -193,7 +194,7 @@ MemoryEstimate estimate_rank_memory(const TrainOptions& given, const Schedule& s
   // Under context parallelism a rank's blocks run seq / cp rows of each sequence (the model
   // a rank builds, train/session.cpp); ZeRO is counted over dp alone, which over-counts.
   TrainOptions o = given;
-  o.model.seq /= o.parallel.cp;
+  o.model = cp_rank_model(o.model, o.parallel.cp);
   const int pp = o.parallel.pp;
   DryModel model(o.model, dry_shape(o));
   const std::vector<std::vector<ChunkSpec>> stages = stage_specs(o);

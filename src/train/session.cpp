@@ -55,11 +55,10 @@ TensorParallelShard tp_shard(const TrainOptions& o, const ParallelContext& ctx) 
 }
 
 // The model a rank builds: under context parallelism its blocks run seq / cp rows of each
-// sequence (the RoPE table still covers all seq positions: model_chunk.h).
+// sequence (the RoPE table and the learned position table still cover all seq positions:
+// model_chunk.h).
 ModelConfig rank_model(const TrainOptions& o) {
-  ModelConfig m = o.model;
-  m.seq /= o.parallel.cp;
-  return m;
+  return cp_rank_model(o.model, o.parallel.cp);
 }
 
 ContextParallelShard cp_shard(const TrainOptions& o, const ParallelContext& ctx) {
@@ -104,11 +103,14 @@ AdamW make_optimizer(const OptimOptions& t, const DataParallel& dp) {
 std::unique_ptr<MicrobatchRunner> make_runner(const TrainOptions& o, const ParallelContext& ctx,
                                               GPT& model, DataParallel& dp, int b) {
   const ParallelOptions& p = o.parallel;
-  if (p.pp == 1) return std::make_unique<PlainRunner>(model, p.microbatches, b, o.model.seq / p.cp);
+  // Under cp a microbatch is this rank's zigzag rows of b sequences; the pipeline's stages
+  // pass them on between ranks of the same cp index.
+  const int rows = o.model.seq / p.cp;
+  if (p.pp == 1) return std::make_unique<PlainRunner>(model, p.microbatches, b, rows);
   const bool sp = p.sequence_parallel && p.tp > 1;
   return std::make_unique<PipelineRunner>(
       model, dp, ctx, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages),
-      PipelineShape{b, o.model.seq, o.model.dim, sp ? p.tp : 1});
+      PipelineShape{b, rows, o.model.dim, sp ? p.tp : 1});
 }
 
 }  // namespace

@@ -25,8 +25,12 @@ MicrobatchStats forward_backward(Session& s, Trace& trace) {
   s.model.weights_changed();  // bf16 copies: converted once, at their first use this step
   s.dp.begin_step(s.opts.parallel.microbatches);
   s.moe_metrics.begin_step();
-  if (s.dispatcher) s.dispatcher->set_span_sink(trace_sink(trace));
-  return s.runner->run(s.train.inputs(0), s.train.targets(0), dloss, trace_sink(trace));
+  const SpanSink sink = trace_sink(trace);
+  if (s.dispatcher) s.dispatcher->set_span_sink(sink);
+  s.model.set_span_sink(sink);  // --cp: the ring's steps on each rank's track
+  MicrobatchStats stats = s.runner->run(s.train.inputs(0), s.train.targets(0), dloss, sink);
+  s.model.set_span_sink({});
+  return stats;
 }
 
 // Returns the gradient copies to leave out of the norm.

@@ -14,11 +14,6 @@ namespace {
 void refuse_unbuilt(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const std::string cp = str("--cp ", p.cp);
-  MT_REQUIRE(o.model.llama(), cp,
-             " needs --arch llama: the gpt2 block's attention has no ring path yet (its "
-             "learned position table would also need the zigzag positions)");
-  MT_REQUIRE(p.pp == 1, cp, " with --pp ", p.pp,
-             " is not built yet (the pipeline's activations would carry zigzag shards)");
   MT_REQUIRE(o.model.experts == 0 && p.ep == 1, cp,
              " with --experts / --ep is not built yet (routing statistics and the aux loss "
              "are not reduced over cp)");
@@ -29,9 +24,6 @@ void refuse_unbuilt(const TrainOptions& o) {
              " is not built yet (replicas would step on partial-sequence gradients)");
   MT_REQUIRE(!p.auto_layout, cp,
              " with --auto-layout is not built yet (the planner does not search cp)");
-  MT_REQUIRE(o.io.checkpoint_format != CheckpointFormat::sharded, cp,
-             " with --checkpoint-format sharded is not built yet (shards are not resharded "
-             "across cp sizes); use --checkpoint-format global");
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/crossentropy.h"
+#include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/kernel_harness.h"
 #include "kernels/reduce.h"
@@ -13,6 +15,39 @@
 
 namespace mt::test {
 namespace {
+
+// Context parallelism: a rank's rows read and write the position table at their true
+// positions, so its rows of the embedding are the whole sequence's rows, and its position
+// gradient is the whole sequence's with the other ranks' rows zero.
+TEST(Embedding, PositionsPickTheRowsOfTheWholeSequence) {
+  const int B = 2, T = 8, C = 5, V = 7;
+  const std::vector<int> pos = {1, 6, 2, 5};  // a zigzag shard: T/cp rows
+  const int Tl = int(pos.size());
+  std::vector<int> idx(size_t(B) * T);
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int(i * 3 % V);
+  std::vector<int> idx_local(size_t(B) * Tl);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < Tl; ++t) idx_local[size_t(b) * Tl + t] = idx[size_t(b) * T + pos[t]];
+  Buf wte = random_normal(size_t(V) * C, 60), wpe = random_normal(size_t(T) * C, 61);
+  Buf whole(size_t(B) * T * C), local(size_t(B) * Tl * C);
+  embedding_forward(whole.data(), idx.data(), wte.data(), wpe.data(), B, T, C, 0, V);
+  embedding_forward(local.data(), idx_local.data(), wte.data(), wpe.data(), B, Tl, C, 0, V,
+                    pos.data());
+  Buf dout_local = random_normal(local.size(), 62), dout_whole(whole.size(), 0.0f);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < Tl; ++t)
+      for (int c = 0; c < C; ++c) {
+        const size_t l = (size_t(b) * Tl + t) * C + c, w = (size_t(b) * T + pos[t]) * C + c;
+        EXPECT_EQ(local[l], whole[w]);
+        dout_whole[w] = dout_local[l];
+      }
+  Buf dwte_w(wte.size(), 0.0f), dwpe_w(wpe.size(), 0.0f), dwte_l = dwte_w, dwpe_l = dwpe_w;
+  embedding_backward(dwte_w.data(), dwpe_w.data(), dout_whole.data(), idx.data(), B, T, C, 0, V);
+  embedding_backward(dwte_l.data(), dwpe_l.data(), dout_local.data(), idx_local.data(), B, Tl, C, 0,
+                     V, pos.data());
+  EXPECT_EQ(dwpe_l, dwpe_w);
+  for (size_t i = 0; i < dwte_w.size(); ++i) EXPECT_FLOAT_EQ(dwte_l[i], dwte_w[i]);
+}
 
 TEST(Reduce, MatchReference) {
   for (size_t n : {size_t(0), size_t(1), size_t(17), size_t(100003)}) {

@@ -40,13 +40,16 @@ bool writes(const ParamInfo& p, const Session& s) {
   if (s.ctx.coord.pp != 0 && cfg.tied() && p.name == cfg.token_table_name()) return false;
   if (par.ep > 1 && is_expert_param(p.name))
     return !s.ctx.ep_replica || s.ctx.ep_replica->rank() == 0;
-  if (par.zero == 0) return s.ctx.coord.dp == 0;
+  // ZeRO 0: every rank of the dp x cp replica group holds the whole state (ZeRO >= 1 splits
+  // it over that group: each writes its own update pieces).
+  if (par.zero == 0) return s.ctx.coord.dp == 0 && s.ctx.coord.cp == 0;
   return true;
 }
 
 std::string layout_text(const ParallelOptions& p) {
   return str("dp ", p.dp, " zero ", p.zero, " tp ", p.tp, p.sequence_parallel ? " sp" : "", " pp ",
-             p.pp, " virtual-stages ", p.virtual_stages, " ep ", p.ep);
+             p.pp, " virtual-stages ", p.virtual_stages, " ep ", p.ep,
+             p.cp > 1 ? str(" cp ", p.cp) : std::string());
 }
 
 bool same_path(const std::string& a, const std::string& b) {

@@ -1,0 +1,72 @@
+// A block's flash attention core (kernels/flash_attention.h) over the precision's ops
+// (precision_ops.h), on one worker or across the context-parallel group
+// (context_parallel_attention.h): the one path by which both blocks' attention reaches the
+// ring. The llama block always runs it; the gpt2 block runs it under --cp > 1, where its
+// (T, T) probabilities cannot exist (the keys live on other ranks).
+//
+//   forward   out = attention(a), computed in fp32 (Ops::staged) and kept as Ops::Act; lse
+//             (B, H, Tq) kept for the backward.
+//   backward  D = rowsum(d_out * out) from the kept output (converted back to fp32 under
+//             bf16), then the probabilities recomputed from the final lse; dqkv in the fused
+//             [q | k | v] rows a points into (dk at a.k - a.q, dv at a.v - a.q, stride a.ldq),
+//             overwritten, and kept as Ops::Act.
+//   scratch   flash_core_backward_scratch_floats: the kernel's, then D, then (bf16) the fp32
+//             output.
+#pragma once
+
+#include <cstring>
+#include <span>
+#include <type_traits>
+
+#include "kernels/bf16.h"
+#include "kernels/flash_attention.h"
+#include "model/context_parallel_attention.h"
+
+namespace mt {
+
+inline size_t flash_core_backward_scratch_floats(const FlashAttention& a, bool bf16) {
+  const size_t rows = size_t(a.B) * a.H * a.Tq;
+  return flash_attention_backward_scratch_floats(a) + rows + (bf16 ? rows * a.hd : 0);
+}
+
+// cp null: one worker. scratch: the forward scratch of a.
+template <class Ops>
+void flash_core_forward(const Ops& ops, typename Ops::Act* out, float* lse, const FlashAttention& a,
+                        ContextParallelAttention* cp, std::span<float> scratch) {
+  const size_t cols = size_t(a.H) * a.hd;
+  float* o = ops.staged(out);
+  if (cp)
+    cp->forward(o, cols, lse, a, scratch);
+  else
+    flash_attention_forward(o, cols, lse, a, false, scratch);
+  ops.keep(out, o, size_t(a.B) * a.Tq * cols);
+}
+
+// d_qkv (B * Tq rows of a.ldq) = the core's input gradient from d_out (B * Tq, H hd).
+template <class Ops>
+void flash_core_backward(const Ops& ops, typename Ops::Act* d_qkv, const float* d_out,
+                         const typename Ops::Act* out, const float* lse, const FlashAttention& a,
+                         ContextParallelAttention* cp, float* scratch) {
+  const size_t cols = size_t(a.H) * a.hd, n = size_t(a.B) * a.Tq * cols;
+  const size_t flash = flash_attention_backward_scratch_floats(a);
+  float* D = scratch + flash;
+  const float* out32 = reinterpret_cast<const float*>(out);
+  if constexpr (std::is_same_v<typename Ops::Act, bf16>) {
+    float* converted = D + size_t(a.B) * a.H * a.Tq;
+    from_bf16(converted, out, n);
+    out32 = converted;
+  }
+  flash_attention_backward_prep(D, out32, cols, d_out, cols, a.B, a.Tq, a.H, a.hd);
+  const size_t nqkv = size_t(a.B) * a.Tq * a.ldq;
+  float* dqkv = ops.staged(d_qkv);
+  std::memset(dqkv, 0, nqkv * sizeof(float));
+  const FlashGrads g{dqkv, dqkv + (a.k - a.q), dqkv + (a.v - a.q), a.ldq, a.ldq, a.ldq};
+  const std::span<float> kernel(scratch, flash);
+  if (cp)
+    cp->backward(g, d_out, cols, lse, D, a, kernel);
+  else
+    flash_attention_backward(g, d_out, cols, lse, D, a, kernel);
+  ops.keep(d_qkv, dqkv, nqkv);
+}
+
+}  // namespace mt
