@@ -80,11 +80,11 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
   o.parallel.tp = l.tp;
   o.parallel.pp = l.pp;
   o.parallel.ep = l.ep;
-  // The engine's cp (a local plan is run by it, with its rules: llama block, no pp yet); GPU
-  // software's cp is its own (validate_context_parallel), so train's rules see cp 1 there.
+  // The engine's cp (a local plan is run by it, with its rules); GPU software's cp is its own
+  // (validate_context_parallel), so train's rules see cp 1 there.
   if (r.hardware.local && l.cp > 1) {
     o.parallel.cp = l.cp;
-    o.parallel.cp_comm = cp_comm_name(l.cp_comm);
+    o.parallel.cp_comm = l.cp_comm;
   }
   o.parallel.zero = l.zero;
   o.parallel.sequence_parallel = l.sequence_parallel;

@@ -18,13 +18,9 @@ Precision precision_of(const std::string& name) {
 }
 
 CpComm cp_comm_of(const std::string& name) {
-  MT_REQUIRE(name == "ring" || name == "allgather", "--cp-comm must be ring or allgather (got '",
-             name, "')");
-  return name == "ring" ? CpComm::ring : CpComm::allgather;
-}
-
-const char* cp_comm_name(CpComm c) {
-  return c == CpComm::allgather ? "allgather" : "ring";
+  for (const auto& [text, c] : cp_comm_names())
+    if (text == name) return c;
+  throw UsageError(str("--cp-comm must be ring or allgather (got '", name, "')"));
 }
 
 }  // namespace mt::plan

@@ -18,6 +18,4 @@ Precision precision_of(const std::string& name);
 // UsageError `--cp-comm must be ring or allgather (got 'x')`.
 CpComm cp_comm_of(const std::string& name);
 
-const char* cp_comm_name(CpComm c);
-
 }  // namespace mt::plan

@@ -72,7 +72,7 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
     bool wte = false;
     // DualPipe-V's V: stage 0 holds the first and the last model chunk (the embedding and
     // the head), so one embedding, on stage 0.
-    const ChunkPlacement place = placement_of(l.schedule);
+    const ChunkPlacement place = placement_of(schedule_kind(l.schedule));
     for (const ChunkSpec& spec : l.pp > 1 ? stage_chunk_specs(per_chunk, l.pp, st, place) : whole) {
       for (int layer = spec.first_layer; layer < spec.last_layer; ++layer) add_block(c, layer, sc);
       if (spec.has_embedding) add_embedding(c, sc, wte);

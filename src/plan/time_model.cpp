@@ -154,7 +154,7 @@ void add_after_pipeline(const CostContext& c, int mb, PredictedTime& p) {
           p.bf16_weights_s, local_convert_seconds(c.rates, sc.linear_weights, 4 * sc.blocks + 1));
   }
   // DualPipe-V holds the embedding and the head on stage 0: nothing to sum between stages.
-  const bool v_shape = placement_of(l.schedule) == ChunkPlacement::v_shape;
+  const bool v_shape = placement_of(schedule_kind(l.schedule)) == ChunkPlacement::v_shape;
   if (hw.tied_embedding_reduce && l.pp > 1 && c.r.model.tied() && !v_shape) {
     const double Vl = double(tp::padded_vocab(c.r.model.vocab, l.tp)) / l.tp;
     const GroupSpan ends = group_span(hw, 2, l.tp * l.cp * l.dp * (l.pp - 1));

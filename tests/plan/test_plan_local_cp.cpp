@@ -26,10 +26,10 @@ TEST(PlanLocalCp, TheEnginesCpIsPlannedWithItsExchange) {
     EXPECT_NO_THROW(validate_candidate(r, l));
     const TrainOptions o = train_options(r, l);
     EXPECT_EQ(o.parallel.cp, 2);
-    EXPECT_EQ(o.parallel.cp_comm, cp_comm_name(comm));
+    EXPECT_EQ(o.parallel.cp_comm, comm);
     EXPECT_GT(stage_costs(r, l)[0].cp_comm, 0);
   }
-  // GPU software's cp is its own: train's engine rules (no cp with pp yet) do not apply.
+  // GPU software's cp is its own: train's engine rules do not apply.
   PlanRequest gpu = llama_request();
   gpu.hardware = preset_profile("h100-80gb");
   apply_software(gpu.hardware, "llama3-2024");
