@@ -39,6 +39,58 @@ CLI::App* add_cp_bench(CLI::App* bench, CpBenchOptions& p) {
   return cp;
 }
 
+// bench comm: the collective table's flags, and --under-compute's.
+CLI::App* add_comm_bench(CLI::App* bench, CommBenchOptions& c, UnderComputeOptions& uc,
+                         bool& under_compute) {
+  CLI::App* comm = bench->add_subcommand(
+      "comm", "collective bandwidth table (nccl-tests style: bytes, time, algbw, busbw)");
+  comm->add_option_function<std::string>(
+          "--backend", [&c](const std::string& text) { c.backend = bench_backend_of(text); },
+          "local|mpi")
+      ->default_str("local");
+  comm->add_option("--ranks", c.ranks, "ranks (local backend; MPI takes the launcher's)")
+      ->capture_default_str();
+  comm->add_option("--ranks-per-process", c.ranks_per_process,
+                   "mpi: ranks each process runs as threads (hybrid world, hierarchical "
+                   "collectives; 1 = flat MPI)")
+      ->capture_default_str();
+  comm->add_option_function<std::string>(
+          "--op", [&c](const std::string& text) { c.op = bench_op_of(text); },
+          "all_reduce|reduce_scatter|all_gather|all_to_all|broadcast")
+      ->default_str("all_reduce");
+  comm->add_option("--min-bytes", c.min_bytes, "smallest message")->capture_default_str();
+  comm->add_option("--max-bytes", c.max_bytes, "largest message")->capture_default_str();
+  comm->add_option("--iters", c.iters, "calls per timed repeat")->capture_default_str();
+  comm->add_option("--repeats", c.repeats, "timed repeats per size (the median is reported)")
+      ->capture_default_str();
+  comm->add_flag("--memcpy", c.memcpy_baseline,
+                 "also time a single-thread memcpy of each size (the bandwidth reference)");
+  comm->add_flag_callback(
+      "--out-of-place", [&c] { c.in_place = false; }, "separate send and receive buffers");
+  comm->add_flag("--under-compute", under_compute,
+                 "time what a small all_reduce adds between two GEMMs (ranks computing)");
+  comm->add_option("--gemm-us", uc.gemm_us, "--under-compute: target time of each GEMM")
+      ->capture_default_str();
+  comm->add_option("--count", uc.count, "--under-compute: floats all-reduced")
+      ->capture_default_str();
+  return comm;
+}
+
+// bench comm --under-compute: the GEMMs come from kernels/ (comm/ may not include it).
+int run_under_compute(const CLI::App& comm, const CommBenchOptions& c, UnderComputeOptions uc) {
+  MT_REQUIRE(c.backend == Backend::local, "--under-compute needs --backend local");
+  uc.ranks = c.ranks;
+  if (comm.count("--iters") > 0) uc.iters = c.iters;
+  if (comm.count("--repeats") > 0) uc.repeats = c.repeats;
+  ComputeWork gemm_work;
+  gemm_work.size = [](double us) { return SizedGemm::k_for(us); };
+  gemm_work.make = [](int k) {
+    auto g = std::make_shared<SizedGemm>(k);
+    return ComputeWork::Instance{[g] { g->run(); }, g->describe()};
+  };
+  return run_under_compute_bench(uc, gemm_work, std::cout);
+}
+
 }  // namespace
 
 CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
@@ -46,42 +98,11 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
       "bench", "micro-benchmarks (communication, context-parallel attention, GEMM peak)");
   bench->require_subcommand(1);
   auto c = std::make_shared<CommBenchOptions>();
-  CLI::App* comm = bench->add_subcommand(
-      "comm", "collective bandwidth table (nccl-tests style: bytes, time, algbw, busbw)");
-  comm->add_option_function<std::string>(
-          "--backend", [c](const std::string& text) { c->backend = bench_backend_of(text); },
-          "local|mpi")
-      ->default_str("local");
-  comm->add_option("--ranks", c->ranks, "ranks (local backend; MPI takes the launcher's)")
-      ->capture_default_str();
-  comm->add_option("--ranks-per-process", c->ranks_per_process,
-                   "mpi: ranks each process runs as threads (hybrid world, hierarchical "
-                   "collectives; 1 = flat MPI)")
-      ->capture_default_str();
-  comm->add_option_function<std::string>(
-          "--op", [c](const std::string& text) { c->op = bench_op_of(text); },
-          "all_reduce|reduce_scatter|all_gather|all_to_all|broadcast")
-      ->default_str("all_reduce");
-  comm->add_option("--min-bytes", c->min_bytes, "smallest message")->capture_default_str();
-  comm->add_option("--max-bytes", c->max_bytes, "largest message")->capture_default_str();
-  comm->add_option("--iters", c->iters, "calls per timed repeat")->capture_default_str();
-  comm->add_option("--repeats", c->repeats, "timed repeats per size (the median is reported)")
-      ->capture_default_str();
-  comm->add_flag("--memcpy", c->memcpy_baseline,
-                 "also time a single-thread memcpy of each size (the bandwidth reference)");
-  auto out_of_place = std::make_shared<bool>(false);
-  comm->add_flag("--out-of-place", *out_of_place, "separate send and receive buffers");
-  comm->callback([c, out_of_place] { c->in_place = !*out_of_place; });
-  auto p = std::make_shared<CpBenchOptions>();
-  CLI::App* cp = add_cp_bench(bench, *p);
   auto uc = std::make_shared<UnderComputeOptions>();
   auto under_compute = std::make_shared<bool>(false);
-  comm->add_flag("--under-compute", *under_compute,
-                 "time what a small all_reduce adds between two GEMMs (ranks computing)");
-  comm->add_option("--gemm-us", uc->gemm_us, "--under-compute: target time of each GEMM")
-      ->capture_default_str();
-  comm->add_option("--count", uc->count, "--under-compute: floats all-reduced")
-      ->capture_default_str();
+  CLI::App* comm = add_comm_bench(bench, *c, *uc, *under_compute);
+  auto p = std::make_shared<CpBenchOptions>();
+  CLI::App* cp = add_cp_bench(bench, *p);
   auto step_opts = std::make_shared<TrainOptions>();
   auto step_flags = std::make_shared<FlagSet>();
   CLI::App* step = bench->add_subcommand(
@@ -95,19 +116,7 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
   CLI::App* gemm = bench->add_subcommand("gemm", "measured sgemm peak (the MFU denominator)");
   gemm->add_option("--threads", *threads, "threads")->capture_default_str();
   return [=]() -> int {
-    if (comm->parsed() && *under_compute) {
-      MT_REQUIRE(c->backend == Backend::local, "--under-compute needs --backend local");
-      uc->ranks = c->ranks;
-      if (comm->count("--iters") > 0) uc->iters = c->iters;
-      if (comm->count("--repeats") > 0) uc->repeats = c->repeats;
-      ComputeWork gemm_work;
-      gemm_work.size = [](double us) { return SizedGemm::k_for(us); };
-      gemm_work.make = [](int k) {
-        auto g = std::make_shared<SizedGemm>(k);
-        return ComputeWork::Instance{[g] { g->run(); }, g->describe()};
-      };
-      return run_under_compute_bench(*uc, gemm_work, std::cout);
-    }
+    if (comm->parsed() && *under_compute) return run_under_compute(*comm, *c, *uc);
     if (comm->parsed()) return run_comm_bench(*c, argc, argv, std::cout);
     if (cp->parsed()) return run_cp_bench(*p, std::cout);
     if (step->parsed()) {
