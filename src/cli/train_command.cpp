@@ -143,7 +143,7 @@ void define_parallel_flags(FlagSet& f, ParallelOptions& p) {
   f.add("parallel", "cp", &p.cp,
         "context-parallel ranks: each sequence is cut into 2cp chunks and rank r of the cp "
         "group holds chunks r and 2cp-1-r (zigzag); attention crosses the group (--cp-comm); "
-        "the same losses and gradients as --cp 1. --arch llama; --seq divisible by 2cp; "
+        "the same losses and gradients as --cp 1. --seq divisible by 2cp; "
         "world = pp x dp x cp x tp, rank order tp, cp, dp, pp",
         {1, kMaxRanks});
   f.add_choice("parallel", "cp-comm", &p.cp_comm,
