@@ -30,7 +30,9 @@ TEST(ZigzagLayout, RanksPartitionTheSequenceWithEqualCausalWork) {
         long work = 0;  // keys a causal query at position p sees: p + 1
         for (size_t i = 0; i < pos.size(); ++i) {
           EXPECT_TRUE(seen.insert(pos[i]).second) << "T " << T << " cp " << cp;
-          if (i > 0 && i != pos.size() / 2) EXPECT_EQ(pos[i], pos[i - 1] + 1);
+          if (i > 0 && i != pos.size() / 2) {
+            EXPECT_EQ(pos[i], pos[i - 1] + 1);
+          }
           work += pos[i] + 1;
         }
         if (work0 < 0) work0 = work;

@@ -117,6 +117,12 @@ TEST(Mesh, ExhaustiveUpTo16Ranks) {
               ASSERT_TRUE(a.pp == b.pp && a.tp == b.tp && a.ep_rank == b.ep_rank);
               ASSERT_EQ(b.ep_group, int(i));
               break;
+            case GroupKind::cp:  // not among kinds here (cp 1): its own tests cover it
+              ASSERT_TRUE(a.pp == b.pp && a.dp == b.dp && a.tp == b.tp);
+              break;
+            case GroupKind::dp_cp:
+              ASSERT_TRUE(a.pp == b.pp && a.tp == b.tp);
+              break;
             case GroupKind::world:
               break;
           }
