@@ -17,6 +17,7 @@
 #include "core/file_checks.h"
 #include "core/system_memory.h"
 #include "core/timer.h"
+#include "data/cache_dir.h"
 #include "kernels/matmul_bf16.h"
 #include "plan/calibration_probes.h"
 #include "plan/profile_fields.h"
@@ -336,12 +337,7 @@ HardwareProfile calibrate_local(const std::string& path, double seconds, std::os
 
 std::string default_local_profile_path() {
   if (const char* p = std::getenv("MESHTRAIN_PROFILE"); p && *p) return p;
-  std::filesystem::path base(".");
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    base = x;
-  else if (const char* h = std::getenv("HOME"); h && *h)
-    base = std::filesystem::path(h) / ".cache";
-  return (base / "meshtrain" / "hardware-local.toml").string();
+  return (std::filesystem::path(meshtrain_cache_dir()) / "hardware-local.toml").string();
 }
 
 HardwareProfile load_local_profile(const std::string& path) {

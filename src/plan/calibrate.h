@@ -17,7 +17,8 @@
 
 namespace mt::plan {
 
-// $MESHTRAIN_PROFILE, else $XDG_CACHE_HOME (or ~/.cache)/meshtrain/hardware-local.toml.
+// $MESHTRAIN_PROFILE, else hardware-local.toml in the user's cache folder (data/cache_dir.h:
+// $XDG_CACHE_HOME/meshtrain or ~/.cache/meshtrain), never the working directory.
 std::string default_local_profile_path();
 
 // UsageError naming the path and `meshtrain plan --calibrate` when there is none.
