@@ -50,11 +50,8 @@ namespace {
 
 using mt::bf16;
 
-struct Options {
-  bool quick = false, cpu = false;
+struct Options : mt::bench::ExpertBenchOptions {
   std::vector<int> threads = {1};
-  int rounds = 5, tokens = 1024, dim = 512, experts = 64, ffn = 256, topk = 8;
-  std::vector<std::string> precisions = {"fp32", "bf16"};
   std::string path;  // --path: the grouped variant's GroupedGemmPath where its precision has it
 };
 
@@ -293,29 +290,12 @@ void bench(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; i++) {
+    if (mt::bench::parse_expert_bench_arg(argc, argv, i, o)) continue;
     const auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
-    if (!std::strcmp(argv[i], "--quick")) {
-      o.quick = true, o.rounds = 1, o.tokens = 64, o.dim = 64, o.experts = 8, o.ffn = 32;
-    } else if (!std::strcmp(argv[i], "--cpu")) {
-      o.cpu = true;
-    } else if (arg("--threads")) {
+    if (arg("--threads")) {
       o.threads = mt::bench::parse_list(argv[++i]);
-    } else if (arg("--rounds")) {
-      o.rounds = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--tokens")) {
-      o.tokens = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--dim")) {
-      o.dim = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--experts")) {
-      o.experts = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--ffn")) {
-      o.ffn = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--topk")) {
-      o.topk = std::max(1, std::atoi(argv[++i]));
     } else if (arg("--path") && parse_path(argv[i + 1])) {
       o.path = argv[++i];
-    } else if (arg("--precision")) {
-      o.precisions = mt::bench::parse_names(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: bench_experts [--quick] [--cpu] [--threads 1,2] [--rounds N] "

@@ -39,10 +39,7 @@ namespace {
 
 using namespace mt;
 
-struct Options {
-  bool quick = false, cpu = false;
-  int rounds = 5, tokens = 1024, dim = 512, experts = 64, ffn = 256, topk = 8;
-  std::vector<std::string> precisions = {"fp32", "bf16"};
+struct Options : bench::ExpertBenchOptions {
   std::string router = "softmax";
 };
 
@@ -170,27 +167,9 @@ void bench_precision(const Options& o, bool bf16) {
 int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; i++) {
-    const auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
-    if (!std::strcmp(argv[i], "--quick")) {
-      o.quick = true, o.rounds = 1, o.tokens = 64, o.dim = 64, o.experts = 8, o.ffn = 32;
-    } else if (!std::strcmp(argv[i], "--cpu")) {
-      o.cpu = true;
-    } else if (arg("--rounds")) {
-      o.rounds = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--tokens")) {
-      o.tokens = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--dim")) {
-      o.dim = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--experts")) {
-      o.experts = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--ffn")) {
-      o.ffn = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--topk")) {
-      o.topk = std::max(1, std::atoi(argv[++i]));
-    } else if (arg("--router")) {
+    if (bench::parse_expert_bench_arg(argc, argv, i, o)) continue;
+    if (!std::strcmp(argv[i], "--router") && i + 1 < argc) {
       o.router = argv[++i];
-    } else if (arg("--precision")) {
-      o.precisions = bench::parse_names(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: bench_moe_layer [--quick] [--cpu] [--rounds N] [--tokens N] [--dim C] "

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/timer.h"
@@ -47,6 +48,39 @@ inline std::vector<std::string> parse_names(const char* s) {
     p = end ? end + 1 : p + std::strlen(p);
   }
   return out;
+}
+
+// The expert shape and run settings both MoE benchmarks take (bench_experts,
+// bench_moe_layer); each adds its own flags beside them.
+struct ExpertBenchOptions {
+  bool quick = false, cpu = false;
+  int rounds = 5, tokens = 1024, dim = 512, experts = 64, ffn = 256, topk = 8;
+  std::vector<std::string> precisions = {"fp32", "bf16"};
+};
+
+// When argv[i] is one of ExpertBenchOptions' flags: sets it (a value flag consumes argv[i + 1]
+// and advances i) and returns true.
+inline bool parse_expert_bench_arg(int argc, char** argv, int& i, ExpertBenchOptions& o) {
+  const auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
+  const std::pair<const char*, int*> counts[] = {{"--rounds", &o.rounds}, {"--tokens", &o.tokens},
+                                                 {"--dim", &o.dim},       {"--experts", &o.experts},
+                                                 {"--ffn", &o.ffn},       {"--topk", &o.topk}};
+  if (!std::strcmp(argv[i], "--quick")) {
+    o.quick = true, o.rounds = 1, o.tokens = 64, o.dim = 64, o.experts = 8, o.ffn = 32;
+    return true;
+  }
+  if (!std::strcmp(argv[i], "--cpu")) {
+    o.cpu = true;
+    return true;
+  }
+  for (const auto& [name, value] : counts) {
+    if (!arg(name)) continue;
+    *value = std::max(1, std::atoi(argv[++i]));
+    return true;
+  }
+  if (!arg("--precision")) return false;
+  o.precisions = parse_names(argv[++i]);
+  return true;
 }
 
 inline double median(std::vector<double> v) {
