@@ -19,6 +19,7 @@
 #include "core/file_checks.h"
 #include "core/input_file.h"
 #include "core/temp_marker.h"
+#include "train/checkpoint/checkpoint_contents.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/metadata_checksum.h"
 #include "train/global_view.h"
@@ -125,8 +126,11 @@ void publish(const std::string& dir, const ParamTable& table, const ModelConfig&
              const std::vector<NamedTensor>& optimizer_extra,
              const std::map<std::string, std::string>& extra_metadata) {
   publish_dir_atomic(dir, [&](const std::string& tmp) {
+    // The tokenizer record (and its embedded model, up to megabytes) goes in the model file
+    // only: that is the file sample and export read it from. Checkpoints written before
+    // carry it in the optimizer file too, which no reader looks at.
     auto meta = config_metadata(cfg);
-    meta.insert(extra_metadata.begin(), extra_metadata.end());  // the tokenizer record
+    meta.insert(extra_metadata.begin(), extra_metadata.end());
     std::vector<std::string> n0, n1, n2;
     const FileDigest model =
         write_safetensors(tmp + "/" + kModelFile, global_tensors(table, params, "", n0), meta);
@@ -136,7 +140,8 @@ void publish(const std::string& dir, const ParamTable& table, const ModelConfig&
     t1.insert(t1.end(), t2.begin(), t2.end());
     for (const NamedTensor& e : optimizer_extra)
       t1.push_back({e.name, {int64_t(e.data.size())}, e.data.data()});
-    const FileDigest optimizer = write_safetensors(tmp + "/" + kOptimizerFile, t1, meta);
+    const FileDigest optimizer =
+        write_safetensors(tmp + "/" + kOptimizerFile, t1, config_metadata(cfg));
     // The manifest: a load verifies every byte of both files against it before trusting them.
     nlohmann::json j = {
         {"format_version", kFormatVersion},
@@ -227,6 +232,7 @@ CheckpointVerification verify_checkpoint(const std::string& dir, const std::stri
                "): the file is damaged; resume from another checkpoint");
     out.bytes_verified += d.bytes;
   }
+  check_global_contents(dir, j, where);  // the bytes are the ones written; are they whole?
   out.verified = true;
   return out;
 }

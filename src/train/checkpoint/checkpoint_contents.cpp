@@ -1,0 +1,90 @@
+#include "train/checkpoint/checkpoint_contents.h"
+
+#include <charconv>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "train/global_view.h"
+#include "train/safetensors.h"
+#include "train/weights_file.h"
+
+namespace mt {
+
+std::vector<CheckpointTensor> checkpoint_tensors(const ModelConfig& model) {
+  const ParamTable table = whole_model_table(model);
+  std::vector<CheckpointTensor> out;
+  for (const ParamInfo& p : table.entries()) {
+    out.push_back({p.name, p.global_shape, CheckpointTensor::Kind::weight});
+    for (const char* suffix : kMomentSuffixes)
+      out.push_back({p.name + suffix, p.global_shape, CheckpointTensor::Kind::moment});
+  }
+  for (const std::string& bias : router_bias_names(table))
+    out.push_back({bias, {int64_t(model.experts)}, CheckpointTensor::Kind::router_bias});
+  return out;
+}
+
+void check_manifest_contents(const Manifest& m, const std::string& where) {
+  std::map<std::string, const ManifestTensor*> listed;
+  for (const ManifestTensor& t : m.tensors) listed[t.name] = &t;
+  for (const CheckpointTensor& want : checkpoint_tensors(m.model)) {
+    const auto it = listed.find(want.name);
+    MT_REQUIRE(it != listed.end(), where, ": the manifest lists no tensor ", want.name,
+               ", which its model (", m.model.layers, " layers, dim ", m.model.dim,
+               ") needs: a load would refuse this checkpoint");
+    MT_REQUIRE(it->second->shape == want.shape, where, ": tensor ", want.name, " is ",
+               shape_str(it->second->shape), " in the manifest, but its model's is ",
+               shape_str(want.shape), ": a load would refuse this checkpoint");
+  }
+}
+
+namespace {
+
+// The fields of state.json's "model" that the tensors' shapes determine: the model the
+// files must hold. Each written by config_metadata as a decimal integer.
+constexpr const char* kShapeFields[] = {"layers", "dim", "seq", "vocab", "experts", "moe_every"};
+
+int recorded_int(const nlohmann::json& model, const char* key, int fallback,
+                 const std::string& where) {
+  if (!model.contains(key)) return fallback;
+  const nlohmann::json& v = model[key];
+  MT_REQUIRE(v.is_string(), where, ": state.json's model \"", key, "\" is not a string");
+  const std::string s = v.get<std::string>();
+  int n = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), n);
+  MT_REQUIRE(r.ec == std::errc() && r.ptr == s.data() + s.size() && n >= 0, where,
+             ": state.json's model \"", key, "\" is \"", s, "\", not an integer >= 0");
+  return n;
+}
+
+// The model the files were written for: the one their tensors and metadata describe, with
+// the shape fields state.json records (so a tensor missing from the file is named as
+// missing, not taken for a smaller model).
+ModelConfig recorded_model(const std::string& model_file, const nlohmann::json& state,
+                           const std::string& where) {
+  ModelConfig c = model_config_from_file(model_file, ModelConfig{});
+  if (!state.contains("model")) return c;  // written before the config was recorded
+  const nlohmann::json& m = state["model"];
+  MT_REQUIRE(m.is_object(), where, ": state.json's \"model\" is not an object");
+  int* fields[] = {&c.layers, &c.dim, &c.seq, &c.vocab, &c.experts, &c.moe_every};
+  for (size_t i = 0; i < std::size(kShapeFields); ++i)
+    *fields[i] = recorded_int(m, kShapeFields[i], *fields[i], where);
+  return c;
+}
+
+}  // namespace
+
+void check_global_contents(const std::string& dir, const nlohmann::json& state,
+                           const std::string& where) {
+  const std::string model_path = dir + "/model.safetensors";
+  const SafetensorsFile weights(model_path);
+  const SafetensorsFile optimizer(dir + "/optimizer.safetensors");
+  const ModelConfig model = recorded_model(model_path, state, where);
+  for (const CheckpointTensor& t : checkpoint_tensors(model)) {
+    const bool bias = t.kind == CheckpointTensor::Kind::router_bias;
+    if (bias && !optimizer.contains(t.name)) continue;  // saved before router biases were
+    (t.kind == CheckpointTensor::Kind::weight ? weights : optimizer).expect_shape(t.name, t.shape);
+  }
+}
+
+}  // namespace mt
