@@ -329,5 +329,34 @@ TEST_F(ReportPageInBrowser, HidingARunFitsTheAxesToTheRunsShown) {
   }
 }
 
+// Showing the run again restores the axes of all runs: the page, its second run's toggle
+// clicked twice (a script appended after the page's), reads as served.
+TEST_F(ReportPageInBrowser, ShowingTheRunAgainRestoresTheFullRange) {
+  std::string html = slurp(page);
+  html.insert(html.rfind("</body>"),
+              "<script>var t = document.querySelector('#controls [data-run-toggle=\"1\"]');"
+              "t.click(); document.body.dataset.between = document.body.dataset.hidden;"
+              "t.click();</script>");
+  std::ofstream(dir / "clicked.html") << html;
+  const BrowserRun r =
+      open_in_browser(browser, std::filesystem::absolute(dir / "clicked.html"), "", "#smoothing=0");
+  ASSERT_EQ(r.exit_code, 0) << r.log;
+  EXPECT_EQ(r.log.find("Uncaught"), std::string::npos) << r.log;
+  EXPECT_NE(r.dom.find("data-between=\"1\""), std::string::npos);  // it was hidden between
+  EXPECT_NE(r.dom.find("data-hidden=\"\""), std::string::npos);
+  const std::string served = slurp(page);
+  for (const char* id : {"chart-loss", "chart-grad-norm", "chart-tokens-per-s", "chart-val-time"}) {
+    const std::string want = chart_markup(served, id), got = chart_markup(r.dom, id);
+    for (const char* axis : {"y-ticks", "x-ticks"})
+      EXPECT_EQ(tick_labels(got, axis), tick_labels(want, axis)) << id << " " << axis;
+    for (const char* run : {"data-run=\"0\"", "data-run=\"1\""}) {
+      const auto a = plot_fractions(want, run), b = plot_fractions(got, run);
+      ASSERT_EQ(a.size(), b.size()) << id << " " << run;
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(b[i].second, a[i].second, 0.002) << id << " " << run << " point " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mt
