@@ -3,6 +3,7 @@
 // lack what a load reads refused by verify, as the load would refuse it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -42,6 +43,18 @@ TokenizerRecord embedded_tokenizer(size_t bytes) {
   return r;
 }
 
+// state.json records file `name` as it is now (size, CRC-32C) and is sealed again.
+void reseal(const std::string& dir, const std::string& name) {
+  std::ifstream in(dir + "/" + name, std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  nlohmann::json state = nlohmann::json::parse(std::ifstream(dir + "/state.json"));
+  state.erase(kChecksumKey);
+  state["files"][name] = {{"bytes", bytes.size()},
+                          {"crc32c", crc32c_hex(crc32c_update(0, bytes.data(), bytes.size()))}};
+  seal_json(state);
+  std::ofstream(dir + "/state.json") << state.dump(2) << "\n";
+}
+
 // Rewrites one of a checkpoint's safetensors files as a writer would have: `edit` may drop
 // or replace tensors and change the metadata; state.json then records the new file's size
 // and CRC-32C and is sealed again, so every checksum of the checkpoint matches.
@@ -61,12 +74,8 @@ void rewrite_sealed(const std::string& dir, const std::string& name,
   edit(data, shapes, meta);
   std::vector<SafetensorsTensor> tensors;
   for (const auto& [n, d] : data) tensors.push_back({n, shapes[n], d.data()});
-  const FileDigest digest = write_safetensors(path, tensors, meta);
-  nlohmann::json state = nlohmann::json::parse(std::ifstream(dir + "/state.json"));
-  state.erase(kChecksumKey);
-  state["files"][name] = {{"bytes", digest.bytes}, {"crc32c", crc32c_hex(digest.crc32c)}};
-  seal_json(state);
-  std::ofstream(dir + "/state.json") << state.dump(2) << "\n";
+  write_safetensors(path, tensors, meta);
+  reseal(dir, name);
 }
 
 // #31 item 6 put the tokenizer's model into a checkpoint's metadata; it belongs in the model
@@ -182,6 +191,54 @@ TEST(CheckpointVerify, AManifestMustListEveryTensorItsModelNeeds) {
               check_manifest_contents(reshaped, "ck/manifest.json");
             }).find(reshaped.tensors[1].name),
             std::string::npos);
+}
+
+// A NaN written into a tensor and the checksum taken after: verify names the tensor and
+// element, as the load refuses the value.
+TEST(CheckpointVerify, RefusesANonFiniteValueBehindAMatchingChecksum) {
+  TempDir dir;
+  TinyModel tiny;
+  tiny.save(dir / "nan", 2);
+  const std::string path = dir / "nan/optimizer.safetensors";
+  uint64_t at = 0;
+  {
+    const SafetensorsFile f(path);
+    const SafetensorsFile::Entry& e = f.tensor("transformer.wte.weight.exp_avg");
+    std::ifstream in(path, std::ios::binary);
+    uint64_t header = 0;
+    in.read(reinterpret_cast<char*>(&header), 8);  // little-endian, as the host
+    at = 8 + header + e.begin + 3 * sizeof(float);
+  }
+  {
+    std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
+    const float nan = std::nanf("");
+    out.seekp(std::streamoff(at));
+    out.write(reinterpret_cast<const char*>(&nan), sizeof nan);
+  }
+  reseal(dir / "nan", "optimizer.safetensors");
+  EXPECT_THROW(tiny.load(dir / "nan"), UsageError);
+  const std::string msg = test_util::refusal_of([&] { verify_checkpoint(dir / "nan"); });
+  EXPECT_NE(msg.find("tensor transformer.wte.weight.exp_avg holds NaN or Inf values (element 3)"),
+            std::string::npos)
+      << msg;
+}
+
+// The scan finds the first non-finite value wherever the reads split the bytes.
+TEST(NonFiniteScan, FindsTheFirstNonFiniteValueAcrossAnySplit) {
+  const uint64_t first = 10;  // a header before the values
+  std::string file(first, 'h');
+  const float values[] = {1.f, -2.f, 0.f, INFINITY, 3.f, NAN};
+  file.append(reinterpret_cast<const char*>(values), sizeof values);
+  for (size_t piece : {size_t(1), size_t(3), size_t(5), size_t(7), file.size()}) {
+    NonFiniteScan scan(first);
+    for (size_t at = 0; at < file.size(); at += piece)
+      scan.feed(file.data() + at, std::min(piece, file.size() - at), at);
+    ASSERT_TRUE(scan.found().has_value()) << piece;
+    EXPECT_EQ(*scan.found(), first + 3 * sizeof(float)) << piece;
+  }
+  NonFiniteScan finite(first);
+  finite.feed(file.data(), first + 3 * sizeof(float), 0);
+  EXPECT_FALSE(finite.found().has_value());
 }
 
 }  // namespace

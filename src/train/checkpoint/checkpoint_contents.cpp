@@ -1,6 +1,8 @@
 #include "train/checkpoint/checkpoint_contents.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -85,6 +87,44 @@ void check_global_contents(const std::string& dir, const nlohmann::json& state,
     if (bias && !optimizer.contains(t.name)) continue;  // saved before router biases were
     (t.kind == CheckpointTensor::Kind::weight ? weights : optimizer).expect_shape(t.name, t.shape);
   }
+}
+
+void NonFiniteScan::feed(const char* bytes, size_t n, uint64_t at) {
+  if (found_ || at + n <= first_) return;
+  size_t i = at < first_ ? size_t(first_ - at) : 0;
+  auto check = [&](const char* word, uint64_t offset) {
+    float v = 0;
+    std::memcpy(&v, word, sizeof v);
+    if (!std::isfinite(v)) found_ = offset;
+    return !found_;
+  };
+  // A value begun in the last feed, then whole values, then the start of the next.
+  while (carried_ > 0 && i < n) {
+    carry_[carried_++] = bytes[i++];
+    if (carried_ == 4) {
+      carried_ = 0;
+      if (!check(carry_, at + i - 4)) return;
+    }
+  }
+  for (; i + 4 <= n; i += 4)
+    if (!check(bytes + i, at + i)) return;
+  while (i < n) carry_[carried_++] = bytes[i++];
+}
+
+void refuse_non_finite(const std::string& path, uint64_t data_start, uint64_t at) {
+  // The load's words (weights_file.cpp), with the element: where to look.
+  const SafetensorsFile f(path);
+  const uint64_t byte = at - data_start;
+  std::string what = str("byte ", at);
+  for (const std::string& name : f.names()) {
+    const SafetensorsFile::Entry& e = f.tensor(name);
+    if (byte >= e.begin && byte < e.end)
+      what = str("tensor ", name, " holds NaN or Inf values (",
+                 e.dtype == "F32" ? str("element ", (byte - e.begin) / 4) : str("byte ", at), ")");
+  }
+  throw UsageError(str(path, ": ", what,
+                       "; the file is damaged or the run that wrote it diverged, and a load "
+                       "would refuse it"));
 }
 
 }  // namespace mt

@@ -7,8 +7,10 @@
 // tensor short, or a writer that left one out, sealed its mistake with a valid checksum.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,5 +42,28 @@ void check_manifest_contents(const Manifest& m, const std::string& where);
 // UsageError naming the file and the tensor.
 void check_global_contents(const std::string& dir, const nlohmann::json& state,
                            const std::string& where);
+
+// The first NaN or Inf among a file's fp32 values (its bytes from `first` on: a shard's
+// all, a safetensors file's data section), fed the bytes in order as they are read for the
+// checksum, so the check costs no second read. A load refuses a non-finite value (a diverged
+// run's state), and the checksums of a file written that way all match.
+class NonFiniteScan {
+ public:
+  explicit NonFiniteScan(uint64_t first = 0) : first_(first) {}
+  // Bytes [at, at + n) of the file; calls come in file order.
+  void feed(const char* bytes, size_t n, uint64_t at);
+  // The file offset of the first non-finite value; nullopt when there is none so far.
+  std::optional<uint64_t> found() const { return found_; }
+
+ private:
+  uint64_t first_;
+  char carry_[4] = {};  // a value split across two feeds
+  size_t carried_ = 0;
+  std::optional<uint64_t> found_;
+};
+
+// Throws UsageError naming the tensor and element of safetensors file `path` at file offset
+// `at` (NonFiniteScan's find, its data section starting at `data_start`).
+[[noreturn]] void refuse_non_finite(const std::string& path, uint64_t data_start, uint64_t at);
 
 }  // namespace mt
