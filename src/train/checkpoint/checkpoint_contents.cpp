@@ -1,5 +1,6 @@
 #include "train/checkpoint/checkpoint_contents.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -92,23 +93,26 @@ void check_global_contents(const std::string& dir, const nlohmann::json& state,
 void NonFiniteScan::feed(const char* bytes, size_t n, uint64_t at) {
   if (found_ || at + n <= first_) return;
   size_t i = at < first_ ? size_t(first_ - at) : 0;
-  auto check = [&](const char* word, uint64_t offset) {
+  auto finite = [&](const char* word, uint64_t offset) {
     float v = 0;
     std::memcpy(&v, word, sizeof v);
     if (!std::isfinite(v)) found_ = offset;
     return !found_;
   };
-  // A value begun in the last feed, then whole values, then the start of the next.
-  while (carried_ > 0 && i < n) {
-    carry_[carried_++] = bytes[i++];
-    if (carried_ == 4) {
-      carried_ = 0;
-      if (!check(carry_, at + i - 4)) return;
-    }
+  // A value begun in the last feed, completed from this one.
+  if (carried_ > 0) {
+    const size_t take = std::min(n - i, sizeof carry_ - carried_);
+    std::memcpy(carry_ + carried_, bytes + i, take);
+    carried_ += take, i += take;
+    if (carried_ < sizeof carry_) return;
+    carried_ = 0;
+    if (!finite(carry_, at + i - sizeof carry_)) return;
   }
-  for (; i + 4 <= n; i += 4)
-    if (!check(bytes + i, at + i)) return;
-  while (i < n) carry_[carried_++] = bytes[i++];
+  for (; i + sizeof carry_ <= n; i += sizeof carry_)
+    if (!finite(bytes + i, at + i)) return;
+  // The start of a value the next feed completes (fewer bytes than a value).
+  carried_ = std::min(n - i, sizeof carry_ - 1);
+  std::memcpy(carry_, bytes + i, carried_);
 }
 
 void refuse_non_finite(const std::string& path, uint64_t data_start, uint64_t at) {
