@@ -69,9 +69,13 @@ ModelConfig recorded_model(const std::string& model_file, const nlohmann::json& 
   if (!state.contains("model")) return c;  // written before the config was recorded
   const nlohmann::json& m = state["model"];
   MT_REQUIRE(m.is_object(), where, ": state.json's \"model\" is not an object");
+  // A learned position table may be longer than the recorded seq (a run begun with
+  // --init-from of a longer one keeps it whole; the resumed run takes it, train_setup.cpp).
+  const int position_rows = c.position_rows();
   int* fields[] = {&c.layers, &c.dim, &c.seq, &c.vocab, &c.experts, &c.moe_every};
   for (size_t i = 0; i < std::size(kShapeFields); ++i)
     *fields[i] = recorded_int(m, kShapeFields[i], *fields[i], where);
+  if (position_rows > c.seq) c.positions = position_rows;
   return c;
 }
 
