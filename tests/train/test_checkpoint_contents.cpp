@@ -241,5 +241,21 @@ TEST(NonFiniteScan, FindsTheFirstNonFiniteValueAcrossAnySplit) {
   EXPECT_FALSE(finite.found().has_value());
 }
 
+// A sealed state.json recording a model far beyond any run's limits is refused before the
+// expected tensors are listed from it (a crafted "layers" must not size anything).
+TEST(CheckpointVerify, ARecordedShapeBeyondTheLimitsIsRefusedFirst) {
+  TempDir dir;
+  TinyModel tiny;
+  tiny.save(dir / "huge", 1);
+  nlohmann::json state = nlohmann::json::parse(std::ifstream(dir / "huge/state.json"));
+  state.erase(kChecksumKey);
+  state["model"]["layers"] = "2000000000";
+  seal_json(state);
+  std::ofstream(dir / "huge/state.json") << state.dump(2) << "\n";
+  const std::string msg = test_util::refusal_of([&] { verify_checkpoint(dir / "huge"); });
+  EXPECT_NE(msg.find("\"layers\" is \"2000000000\", not an integer in 0..4096"), std::string::npos)
+      << msg;
+}
+
 }  // namespace
 }  // namespace mt

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "train/global_view.h"
+#include "train/option_limits.h"
 #include "train/safetensors.h"
 #include "train/weights_file.h"
 
@@ -44,10 +45,14 @@ void check_manifest_contents(const Manifest& m, const std::string& where) {
 namespace {
 
 // The fields of state.json's "model" that the tensors' shapes determine: the model the
-// files must hold. Each written by config_metadata as a decimal integer.
+// files must hold. Each written by config_metadata as a decimal integer, and read within
+// the options' limits (option_limits.h), as a run's flags are: a crafted value must not
+// size the table of expected tensors.
 constexpr const char* kShapeFields[] = {"layers", "dim", "seq", "vocab", "experts", "moe_every"};
+constexpr int kShapeLimits[] = {limits::kMaxLayers, limits::kMaxDim,     limits::kMaxSeq,
+                                limits::kMaxVocab,  limits::kMaxExperts, limits::kMaxLayers};
 
-int recorded_int(const nlohmann::json& model, const char* key, int fallback,
+int recorded_int(const nlohmann::json& model, const char* key, int most, int fallback,
                  const std::string& where) {
   if (!model.contains(key)) return fallback;
   const nlohmann::json& v = model[key];
@@ -55,8 +60,8 @@ int recorded_int(const nlohmann::json& model, const char* key, int fallback,
   const std::string s = v.get<std::string>();
   int n = 0;
   const auto r = std::from_chars(s.data(), s.data() + s.size(), n);
-  MT_REQUIRE(r.ec == std::errc() && r.ptr == s.data() + s.size() && n >= 0, where,
-             ": state.json's model \"", key, "\" is \"", s, "\", not an integer >= 0");
+  MT_REQUIRE(r.ec == std::errc() && r.ptr == s.data() + s.size() && n >= 0 && n <= most, where,
+             ": state.json's model \"", key, "\" is \"", s, "\", not an integer in 0..", most);
   return n;
 }
 
@@ -74,7 +79,7 @@ ModelConfig recorded_model(const std::string& model_file, const nlohmann::json& 
   const int position_rows = c.position_rows();
   int* fields[] = {&c.layers, &c.dim, &c.seq, &c.vocab, &c.experts, &c.moe_every};
   for (size_t i = 0; i < std::size(kShapeFields); ++i)
-    *fields[i] = recorded_int(m, kShapeFields[i], *fields[i], where);
+    *fields[i] = recorded_int(m, kShapeFields[i], kShapeLimits[i], *fields[i], where);
   if (position_rows > c.seq) c.positions = position_rows;
   return c;
 }
