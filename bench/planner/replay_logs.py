@@ -6,7 +6,7 @@ Usage: python3 bench/planner/replay_logs.py build/meshtrain PROFILE [--closed-lo
 
 Re-predicts every layout of a closed_loop.py log (its summary lines: name, predicted,
 measured wall) and of a --brute-force log (its `#  i {knobs} predicted .. wall ..` lines and
-its re-measured finalists) with the given binary and profile (the profile of the session
+its re-measured finalists, whose medians are also compared) with the given binary and profile (the profile of the session
 that logged them: bench/planner/logs/bench36_local.toml for the quiet 11:47 session), and
 prints the error the binary's model gives against the logged walls: mean and max |error| of
 the closed loop, and where the new first choice of the brute force lands among the measured
@@ -78,6 +78,11 @@ def brute(binary, profile, log, show):
             line += f"; finalist median {median:.1f} vs best finalist {best_final:.1f} " \
                     f"({median / best_final - 1:+.1%})"
         print(line)
+        if finals:
+            fin = [(p, finals[repr(k)]) for p, _, k in preds if repr(k) in finals]
+            ferr = [abs(p / m - 1) for p, m in fin]
+            print(f"  against the {len(fin)} re-measured finalists' medians: mean |error| "
+                  f"{statistics.mean(ferr):.1%}, max {max(ferr):.1%}")
         if show and use_new:
             for p, w, k in preds[:15]:
                 print(f"    {p:7.1f} ms predicted, {w:7.1f} measured  {k}")
