@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/grouped_gemm.h"
 #include "kernels/matmul_bf16.h"
 #include "model/moe_layer.h"
 
@@ -106,9 +107,15 @@ MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
         (local_gemm_seconds(R, H, C, r) + local_gemm_seconds(R, C, H, r)) * R.weight_grad_ratio;
   };
   double total = 0;
-  if (R.grouped_fwd > 0 && R.grouped_bwd > 0 && R.grouped_wgt > 0) {
-    // The engine's experts (model/expert_gemm.h): one grouped GEMM per matrix and pass over
-    // every local expert's rows, at its calibrated rate (grouped_gemm_probe.cpp).
+  // The experts run as the engine runs them: the path model/expert_gemm.h takes is
+  // kernels/grouped_gemm.cpp's (grouped_gemm_default_path: fp32 is oneDNN's sgemm once per
+  // expert, the loop, measured ahead of the grouped kernel; bf16 the grouped AMX or
+  // AVX512-BF16 kernel where the CPU has one). The loop is priced per expert below, as the
+  // linears' GEMMs it is; a grouped kernel at its calibrated grouped rate.
+  const bool grouped = grouped_gemm_path(bf16) != GroupedGemmPath::loop;
+  if (grouped && R.grouped_fwd > 0 && R.grouped_bwd > 0 && R.grouped_wgt > 0) {
+    // One grouped GEMM per matrix and pass over every local expert's rows, at its
+    // calibrated rate (grouped_gemm_probe.cpp).
     for (const double r : rows) total += std::max(r, 0.0);
     const double flops = 2 * 2 * total * C * H;
     m.forward += flops / R.grouped_fwd + total * H * R.moe_fwd_s;
@@ -116,7 +123,8 @@ MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
     m.weight += flops / R.grouped_wgt + total * H * R.moe_wgt_s;
     return m;
   }
-  // A profile without the grouped figures: one GEMM per expert on the linears' path.
+  // The loop, or a profile without the grouped figures: one GEMM per expert on the linears'
+  // path.
   const double q = MoeLayer::kRowQuantum;
   for (const double r : rows) {
     if (r <= 0) continue;

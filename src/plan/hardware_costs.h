@@ -72,6 +72,9 @@ struct MoeCosts {
 // rows); backward GEMMs times the path's calibrated ratios; plus R's moe_*_s per hidden
 // element. Fractional rows (expected loads) run as their whole chunks and one partial chunk
 // of the rows left, rounded up.
+// Where the precision's grouped path (kernels/grouped_gemm.h, grouped_gemm_path) is a grouped
+// kernel and the profile has its grouped rates, the experts' GEMMs are instead their FLOPs
+// at those rates; where it is the loop (fp32's default), the per-expert formula above.
 MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
                          const std::vector<double>& rows, double tokens, double E, double C,
                          double H, bool bf16, int chunk_rows);
