@@ -43,6 +43,7 @@ std::vector<ProfileField> make_fields() {
       {"memory_bytes", &H::memory_bytes, 1 << 20, double(int64_t(1) << 50)},
       rate("peak_fp32", &H::peak_fp32),
       rate("peak_bf16", &H::peak_bf16, true),
+      rate("peak_fp8", &H::peak_fp8, true),
       {"gemm_efficiency", &H::gemm_efficiency, 1e-3, 1},
       {"gemm_half_dim", &H::gemm_half_dim, 0, 1e9},
       {"sms", &H::sms, 0, 1e6},
@@ -106,7 +107,8 @@ std::vector<ProfileField> make_fields() {
       {"param_gather_overlap", &H::param_gather_overlap, 0, 1},
       {"zero3_prefetch", &H::zero3_prefetch, 0, 64},
       {"a2a_overlap_parts", &H::a2a_overlap_parts, 1, 64},
-      {"fb_a2a_overlap", &H::fb_a2a_overlap}};
+      {"fb_a2a_overlap", &H::fb_a2a_overlap},
+      {"fp8_gemms", &H::fp8_gemms}};
   for (ProfileField s : software) {
     s.software = true;
     f.push_back(s);

@@ -37,12 +37,11 @@ constexpr const char* kMegatronTied =
     "pipeline, before the optimizer (on the critical path)";
 constexpr const char* kNoZero3 = "no ZeRO 3 (max_zero 0)";
 constexpr const char* kNoMoe = "no MoE in the papers' runs (no all-to-all overlap modelled)";
-constexpr const char* kNoCpYet =
-    "no context parallelism: the engine's --cp is not in this tree yet (docs/contracts.md §11)";
 constexpr const char* kMegatronNoCp = "no context parallelism (it came with Megatron-Core, 2023)";
 constexpr const char* kKorthikantiMemory =
     "Korthikanti et al. 2022 Table 2 per-layer activations (as Megatron-LM's "
     "theoretical_memory_usage.py), 16-bit weights, fp32 master and Adam moments";
+constexpr const char* kNoFp8 = "16-bit GEMMs (A100: no FP8 tensor cores)";
 constexpr const char* kMegatronSoftmax =
     "fused scale-mask-softmax: the s x s probabilities are stored, the masked half computed";
 
@@ -80,7 +79,51 @@ SoftwareTable llama3_2024() {
        {"param_gather_overlap", 1, "FSDP's parameter all-gather prefetched under compute"},
        {"zero3_prefetch", 1, "FSDP prefetches one layer ahead"},
        {"a2a_overlap_parts", 1, "no MoE in Llama 3"},
-       {"fb_a2a_overlap", 0, "no MoE in Llama 3"}}};
+       {"fb_a2a_overlap", 0, "no MoE in Llama 3"},
+       {"fp8_gemms", 0, "BF16 (3.3.4); FP8 only at inference (section 6.2)"}}};
+}
+
+// DeepSeek-V3's training stack as its technical report (DeepSeek-AI 2024, arXiv 2412.19437)
+// describes it, section 3.2 (16-way pipeline with DualPipe, 64-way expert parallelism over 8
+// nodes, ZeRO-1 data parallelism, no tensor parallelism) and 3.3 (FP8 mixed precision). What
+// the report does not state keeps this engine's GPU assumption and says so.
+SoftwareTable deepseek_v3_2024() {
+  constexpr const char* kNotStated = "not stated in the report (this engine's assumption)";
+  return {"deepseek-v3-2024",
+          {"dualpipev"},
+          {{"dp_overlap", 1, kNotStated},
+           {"grad_reduce_bytes", 4, "gradients for batch accumulation kept in FP32 (3.3.3)"},
+           {"optimizer_bytes", 26,
+            "AdamW with BF16 moments and FP32 master weights (3.3.3): read param 4, grad 4, "
+            "moments 2 + 2, write param and moments 8, the BF16 weight copy 2, the norm read 4"},
+           {"optimizer_kernels", 2, kNotStated},
+           {"world_all_reduces", 2, kNotStated},
+           {"zero3_overlap", 1, "ZeRO-1 only (3.2)"},
+           {"tied_embedding_reduce", 0,
+            "embedding and output head on the same pipeline rank (DualPipe, 3.2.1): no exchange"},
+           {"dropout", 0, kNotStated},
+           {"fp32_cross_entropy", 1, "output head at its original precision (3.3.1)"},
+           {"p2p_blocking", 0, "pipeline sends hidden under the F&B pairs (3.2.1)"},
+           {"p2p_scatter_gather", 0, "no tensor parallelism (3.2)"},
+           {"even_chunks", 0, kNotStated},
+           {"grad_accum_pass", 0, kNotStated},
+           {"tp_backward_overlap", 0, "no tensor parallelism (3.2)"},
+           {"max_zero", 1, "ZeRO-1 data parallelism (3.2)"},
+           {"max_cp", 1, "no context parallelism in pre-training (4K sequences, 4.2)"},
+           {"cp_allgather", 0, "no context parallelism"},
+           {"paper_memory", 1,
+            "Korthikanti Table 2 accounting; FP8 activation caching and the RMSNorm / MLA "
+            "up-projection recomputation (3.2.3, 3.3.4) not modelled: an overestimate"},
+           {"flash_attention", 1, "fused attention (not stated; attention kept in BF16, 3.3.1)"},
+           {"param_gather_overlap", 0, kNotStated},
+           {"zero3_prefetch", 1, "ZeRO-1 only (3.2)"},
+           {"a2a_overlap_parts", 1, "outside the F&B pairs the all-to-alls are not split"},
+           {"fb_a2a_overlap", 1,
+            "DualPipe: a forward and a backward chunk paired, each one's all-to-all and "
+            "pipeline sends under the other's compute (3.2.1); planned as DualPipe-V"},
+           {"fp8_gemms", 1,
+            "Fprop, Dgrad and Wgrad of the linear layers in FP8 with 1x128 / 128x128 scaling; "
+            "embedding, head, gating, norms and attention at BF16/FP32 (3.3, 3.3.1)"}}};
 }
 
 const std::vector<SoftwareTable> kTables = {
@@ -105,8 +148,9 @@ const std::vector<SoftwareTable> kTables = {
       {"grad_accum_pass", 0, "the weight-gradient GEMM accumulates"},
       {"tp_backward_overlap", 0, "tp collectives not overlapped"},
       {"max_zero", 3, "ZeRO 1-3"},
-      {"max_cp", 1, kNoCpYet},
-      {"cp_allgather", 0, kNoCpYet},
+      {"max_cp", 1 << 20,
+       "the engine's --cp (llama and GPT blocks, ring or all-gather; docs/context_parallel.md)"},
+      {"cp_allgather", 0, "the engine's default --cp-comm ring"},
       {"paper_memory", 0,
        "this engine's own estimate of what it allocates (train/memory_estimate.h)"},
       {"flash_attention", 0,
@@ -118,7 +162,8 @@ const std::vector<SoftwareTable> kTables = {
       {"a2a_overlap_parts", 1,
        "the expert all-to-alls between the router and the experts, exposed (docs/moe.md)"},
       {"fb_a2a_overlap", 0,
-       "DualPipe-V's F&B halves run one after the other (schedule/execution_order.h)"}}},
+       "DualPipe-V's F&B halves run one after the other (schedule/execution_order.h)"},
+      {"fp8_gemms", 0, "bf16 GEMMs at most (model/precision.h has fp32 and bf16)"}}},
     {"megatron-lm-2021",
      {"1f1b", "interleaved"},
      {{"dp_overlap", 0, kMegatronStep},
@@ -151,7 +196,8 @@ const std::vector<SoftwareTable> kTables = {
       {"param_gather_overlap", 0, kNoZero3},
       {"zero3_prefetch", 1, kNoZero3},
       {"a2a_overlap_parts", 1, kNoMoe},
-      {"fb_a2a_overlap", 0, kNoMoe}}},
+      {"fb_a2a_overlap", 0, kNoMoe},
+      {"fp8_gemms", 0, kNoFp8}}},
     {"megatron-lm-2022",
      {"1f1b", "interleaved"},
      {{"dp_overlap", 0, kMegatronStep},
@@ -188,8 +234,10 @@ const std::vector<SoftwareTable> kTables = {
       {"param_gather_overlap", 0, kNoZero3},
       {"zero3_prefetch", 1, kNoZero3},
       {"a2a_overlap_parts", 1, kNoMoe},
-      {"fb_a2a_overlap", 0, kNoMoe}}},
+      {"fb_a2a_overlap", 0, kNoMoe},
+      {"fp8_gemms", 0, kNoFp8}}},
     llama3_2024(),
+    deepseek_v3_2024(),
     {kLocalSoftware,
      {},
      {{"dp_overlap", 0,
@@ -223,11 +271,13 @@ const std::vector<SoftwareTable> kTables = {
       {"param_gather_overlap", 0, "collectives on the ranks' own cores"},
       {"zero3_prefetch", 1, "two gather buffers (param_gathers.cpp)"},
       {"a2a_overlap_parts", 1, "the expert all-to-alls exposed, as the engine runs them"},
-      {"fb_a2a_overlap", 0, "DualPipe-V's F&B halves one after the other"}}}};
+      {"fb_a2a_overlap", 0, "DualPipe-V's F&B halves one after the other"},
+      {"fp8_gemms", 0, "no FP8 on the CPU engine"}}}};
 
 UsageError unknown_software(const std::string& name) {
   return UsageError(str("unknown --software '", name,
-                        "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022, llama3-2024)"));
+                        "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022, llama3-2024, "
+                        "deepseek-v3-2024)"));
 }
 
 std::string number(double v) {
@@ -249,8 +299,8 @@ const SoftwareTable& software_table(const std::string& name) {
 }
 
 const std::vector<std::string>& software_names() {
-  static const std::vector<std::string> names = {"meshtrain", "megatron-lm-2021",
-                                                 "megatron-lm-2022", "llama3-2024"};
+  static const std::vector<std::string> names = {
+      "meshtrain", "megatron-lm-2021", "megatron-lm-2022", "llama3-2024", "deepseek-v3-2024"};
   return names;
 }
 
