@@ -126,6 +126,46 @@ SoftwareTable deepseek_v3_2024() {
             "embedding, head, gating, norms and attention at BF16/FP32 (3.3, 3.3.1)"}}};
 }
 
+// Megatron-Core under Megatron-Bridge's DGX-H100 performance recipes (NeMo 25.09 container:
+// Megatron-Bridge docs/performance-summary-archive.md), as its DeepSeek-V3 H100 FP8 recipe
+// sets it (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py and
+// deepseek_workload_base_configs.py, as stored in the search corpus). What the recipe does
+// not set is Megatron-Core's default where read, else this engine's assumption, and says so.
+SoftwareTable megatron_bridge_2025() {
+  constexpr const char* kDefault = "not set by the recipe (this engine's assumption)";
+  return {
+      "megatron-bridge-2025",
+      {"1f1b", "interleaved"},
+      {{"dp_overlap", 0, "cfg.comm_overlap.overlap_grad_reduce = False (H100 recipes)"},
+       {"grad_reduce_bytes", 2, "cfg.ddp.grad_reduce_in_fp32 = False: bf16 gradient reduction"},
+       {"optimizer_bytes", 50,
+        "mixed-precision Adam with fp32 main grads and params, as megatron-lm-2022 (not "
+        "re-read for Megatron-Core)"},
+       {"optimizer_kernels", 2, kDefault},
+       {"world_all_reduces", 2, "gradient-norm and loss all-reduces"},
+       {"zero3_overlap", 1, "no ZeRO 3 (max_zero 1)"},
+       {"tied_embedding_reduce", 0, "untied embedding and output layer (Llama 3, DeepSeek-V3)"},
+       {"dropout", 0, "no dropout in the Llama 3 / DeepSeek-V3 model configs (not re-read)"},
+       {"fp32_cross_entropy", 1, "Megatron-Core's vocab-parallel cross-entropy in fp32"},
+       {"p2p_blocking", 0, kDefault},
+       {"p2p_scatter_gather", 0, kDefault},
+       {"even_chunks", 0, "pp_layout places layers unevenly (\"Et|(tt|)*30mL\")"},
+       {"grad_accum_pass", 0, "gradient-accumulation fusion into the fp32 main_grad"},
+       {"tp_backward_overlap", 0, "no tp communication overlap set by the H100 recipe"},
+       {"max_zero", 1, "the distributed optimizer shards optimizer state (ZeRO-1)"},
+       {"max_cp", 1 << 20, "Megatron-Core context parallelism"},
+       {"cp_allgather", 0, "Megatron-Core's default cp_comm_type p2p (a ring)"},
+       {"paper_memory", 1, kKorthikantiMemory},
+       {"flash_attention", 1, "Transformer Engine's fused attention"},
+       {"param_gather_overlap", 0, "overlap_param_gather not set by the recipe"},
+       {"zero3_prefetch", 1, "no ZeRO 3"},
+       {"a2a_overlap_parts", 1, "moe_a2a_overlap = False (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1)"},
+       {"fb_a2a_overlap", 0, "no DualPipe (1f1b / interleaved only)"},
+       {"fp8_gemms", 1,
+        "FP8-CS: Transformer Engine FP8 GEMMs with current (per-tensor) scaling; the table's "
+        "DGX-H100 rows are FP8 (25.11: FP8-CS)"}}};
+}
+
 const std::vector<SoftwareTable> kTables = {
     {"meshtrain",
      {},
@@ -238,6 +278,7 @@ const std::vector<SoftwareTable> kTables = {
       {"fp8_gemms", 0, kNoFp8}}},
     llama3_2024(),
     deepseek_v3_2024(),
+    megatron_bridge_2025(),
     {kLocalSoftware,
      {},
      {{"dp_overlap", 0,
@@ -277,7 +318,7 @@ const std::vector<SoftwareTable> kTables = {
 UsageError unknown_software(const std::string& name) {
   return UsageError(str("unknown --software '", name,
                         "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022, llama3-2024, "
-                        "deepseek-v3-2024)"));
+                        "deepseek-v3-2024, megatron-bridge-2025)"));
 }
 
 std::string number(double v) {
@@ -299,8 +340,9 @@ const SoftwareTable& software_table(const std::string& name) {
 }
 
 const std::vector<std::string>& software_names() {
-  static const std::vector<std::string> names = {
-      "meshtrain", "megatron-lm-2021", "megatron-lm-2022", "llama3-2024", "deepseek-v3-2024"};
+  static const std::vector<std::string> names = {"meshtrain",        "megatron-lm-2021",
+                                                 "megatron-lm-2022", "llama3-2024",
+                                                 "deepseek-v3-2024", "megatron-bridge-2025"};
   return names;
 }
 
