@@ -45,6 +45,14 @@ TEST(PlanFp8, PresetsCarryTheDatasheetFp8Peak) {
   EXPECT_EQ(h.max_zero, 1);
   EXPECT_TRUE(h.fb_a2a_overlap);
   EXPECT_EQ(h.schedules, std::vector<std::string>{"dualpipev"});
+  // Megatron-Bridge's DGX-H100 DeepSeek-V3 recipe: FP8, no gradient-reduce overlap, bf16
+  // gradient reduction, no all-to-all overlap.
+  apply_software(h, "megatron-bridge-2025");
+  EXPECT_TRUE(h.fp8_gemms);
+  EXPECT_EQ(h.dp_overlap, 0);
+  EXPECT_EQ(h.grad_reduce_bytes, 2);
+  EXPECT_EQ(h.a2a_overlap_parts, 1);
+  EXPECT_FALSE(h.fb_a2a_overlap);
 }
 
 TEST(PlanFp8, WeightGemmsRunAtTheFp8PeakAndPayTheirCasts) {
