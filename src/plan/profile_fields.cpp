@@ -33,6 +33,34 @@ ProfileField ratio(const char* key, double H::*m) {
   return {key, m, 1 / kRatio, kRatio, true};
 }
 
+// The software's behaviour (hardware_profile.h), after "software" names its profile.
+std::vector<ProfileField> software_fields() {
+  return {{"dp_overlap", &H::dp_overlap, 0, 1},
+          {"grad_reduce_bytes", &H::grad_reduce_bytes, 1e-3, 64},
+          {"optimizer_bytes", &H::optimizer_bytes, 1e-3, 1e4},
+          {"optimizer_kernels", &H::optimizer_kernels, 1, 64},
+          {"world_all_reduces", &H::world_all_reduces, 0, 64},
+          {"zero3_overlap", &H::zero3_overlap, 0, 1},
+          {"tied_embedding_reduce", &H::tied_embedding_reduce},
+          {"dropout", &H::dropout},
+          {"fp32_cross_entropy", &H::fp32_cross_entropy},
+          {"p2p_blocking", &H::p2p_blocking},
+          {"p2p_scatter_gather", &H::p2p_scatter_gather},
+          {"even_chunks", &H::even_chunks},
+          {"grad_accum_pass", &H::grad_accum_pass},
+          {"tp_backward_overlap", &H::tp_backward_overlap},
+          {"max_zero", &H::max_zero, 0, 3},
+          {"max_cp", &H::max_cp, 1, double(1 << 20)},
+          {"cp_allgather", &H::cp_allgather},
+          {"paper_memory", &H::paper_memory},
+          {"flash_attention", &H::flash_attention},
+          {"param_gather_overlap", &H::param_gather_overlap, 0, 1},
+          {"zero3_prefetch", &H::zero3_prefetch, 0, 64},
+          {"a2a_overlap_parts", &H::a2a_overlap_parts, 1, 64},
+          {"fb_a2a_overlap", &H::fb_a2a_overlap},
+          {"fp8_gemms", &H::fp8_gemms}};
+}
+
 std::vector<ProfileField> make_fields() {
   std::vector<ProfileField> f = {
       {"name", &H::name},
@@ -83,32 +111,7 @@ std::vector<ProfileField> make_fields() {
       per_element("moe_bwd_s_bf16", &H::moe_bwd_s_bf16),
       per_element("moe_wgt_s_bf16", &H::moe_wgt_s_bf16),
       {"moe_load_cv", &H::moe_load_cv, 0, kRatio}};
-  // The software's behaviour (hardware_profile.h), after "software" names its profile.
-  const std::vector<ProfileField> software = {
-      {"dp_overlap", &H::dp_overlap, 0, 1},
-      {"grad_reduce_bytes", &H::grad_reduce_bytes, 1e-3, 64},
-      {"optimizer_bytes", &H::optimizer_bytes, 1e-3, 1e4},
-      {"optimizer_kernels", &H::optimizer_kernels, 1, 64},
-      {"world_all_reduces", &H::world_all_reduces, 0, 64},
-      {"zero3_overlap", &H::zero3_overlap, 0, 1},
-      {"tied_embedding_reduce", &H::tied_embedding_reduce},
-      {"dropout", &H::dropout},
-      {"fp32_cross_entropy", &H::fp32_cross_entropy},
-      {"p2p_blocking", &H::p2p_blocking},
-      {"p2p_scatter_gather", &H::p2p_scatter_gather},
-      {"even_chunks", &H::even_chunks},
-      {"grad_accum_pass", &H::grad_accum_pass},
-      {"tp_backward_overlap", &H::tp_backward_overlap},
-      {"max_zero", &H::max_zero, 0, 3},
-      {"max_cp", &H::max_cp, 1, double(1 << 20)},
-      {"cp_allgather", &H::cp_allgather},
-      {"paper_memory", &H::paper_memory},
-      {"flash_attention", &H::flash_attention},
-      {"param_gather_overlap", &H::param_gather_overlap, 0, 1},
-      {"zero3_prefetch", &H::zero3_prefetch, 0, 64},
-      {"a2a_overlap_parts", &H::a2a_overlap_parts, 1, 64},
-      {"fb_a2a_overlap", &H::fb_a2a_overlap},
-      {"fp8_gemms", &H::fp8_gemms}};
+  std::vector<ProfileField> software = software_fields();
   for (ProfileField s : software) {
     s.software = true;
     f.push_back(s);
