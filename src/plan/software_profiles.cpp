@@ -114,7 +114,9 @@ SoftwareTable deepseek_v3_2024() {
            {"paper_memory", 1,
             "Korthikanti Table 2 accounting; FP8 activation caching and the RMSNorm / MLA "
             "up-projection recomputation (3.2.3, 3.3.4) not modelled: an overestimate"},
-           {"flash_attention", 1, "fused attention (not stated; attention kept in BF16, 3.3.1)"},
+           {"flash_attention", 1,
+            "fused attention (not stated; attention kept in BF16, 3.3.1); MLA (2.1.1) is "
+            "planned as MHA of --heads x --head-dim: its latent compression is not modelled"},
            {"param_gather_overlap", 0, kNotStated},
            {"zero3_prefetch", 1, "ZeRO-1 only (3.2)"},
            {"a2a_overlap_parts", 1, "outside the F&B pairs the all-to-alls are not split"},
@@ -156,7 +158,9 @@ SoftwareTable megatron_bridge_2025() {
        {"max_cp", 1 << 20, "Megatron-Core context parallelism"},
        {"cp_allgather", 0, "Megatron-Core's default cp_comm_type p2p (a ring)"},
        {"paper_memory", 1, kKorthikantiMemory},
-       {"flash_attention", 1, "Transformer Engine's fused attention"},
+       {"flash_attention", 1,
+        "Transformer Engine's fused attention; DeepSeek-V3's MLA is planned as MHA of "
+        "--heads x --head-dim"},
        {"param_gather_overlap", 0, "overlap_param_gather not set by the recipe"},
        {"zero3_prefetch", 1, "no ZeRO 3"},
        {"a2a_overlap_parts", 1, "moe_a2a_overlap = False (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1)"},
