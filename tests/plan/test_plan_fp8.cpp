@@ -42,6 +42,11 @@ TEST(PlanFp8, PresetsCarryTheDatasheetFp8Peak) {
   EXPECT_FALSE(h.fp8_gemms);  // meshtrain: bf16 GEMMs at most
   apply_software(h, "deepseek-v3-2024");
   EXPECT_TRUE(h.fp8_gemms);
+  // --explain says what the plan approximates: MLA as MHA.
+  bool mla = false;
+  for (const std::string& line : software_lines(h))
+    mla = mla || line.find("MLA (2.1.1) is planned as MHA") != std::string::npos;
+  EXPECT_TRUE(mla);
   EXPECT_EQ(h.max_zero, 1);
   EXPECT_TRUE(h.fb_a2a_overlap);
   EXPECT_EQ(h.schedules, std::vector<std::string>{"dualpipev"});
