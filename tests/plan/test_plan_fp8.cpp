@@ -112,6 +112,9 @@ TEST(PlanFp8, SoftwareWithFp8OnHardwareWithoutItIsRefused) {
     EXPECT_NE(std::string(e.what()).find("has no FP8 rate (peak_fp8)"), std::string::npos)
         << e.what();
   }
+  // FP8 applies to bf16 plans: an fp32 plan of the same software keeps its GEMMs.
+  l.precision = Precision::fp32;
+  EXPECT_NO_THROW(validate_candidate(r, l));
 }
 
 }  // namespace
