@@ -23,12 +23,13 @@ Sources (entered by hand, each figure read from the source named):
        attention term is 8% of it, at 128K 57%, so the 128K row carries that uncertainty (a
        count of the causal half would make the published step 29% shorter).
        Software: --software llama3-2024 (section 3.3.2/3.3.4; src/plan/software_profiles.cpp).
-  DS = "DeepSeek-V3 Technical Report" (DeepSeek-AI, 2024, arXiv 2412.19437): 2048 H800 GPUs
-       (3.1), 16-way pipeline (DualPipe), 64-way expert parallelism over 8 nodes, ZeRO-1,
-       no tensor parallelism (3.2); FP8 mixed precision (3.3); 61 layers, width 7168, 128
+  DS = "DeepSeek-V3 Technical Report" (DeepSeek-AI, 2024, arXiv 2412.19437): 2048 H800 GPUs,
+       16-way pipeline (DualPipe), 64-way expert parallelism over 8 nodes, ZeRO-1,
+       no tensor parallelism; FP8 mixed precision; 61 layers, width 7168, 128
        heads, 256 routed experts of width 2048 + 1 shared, top-8, first 3 layers dense
        (dense width 18432), sigmoid gating, vocabulary 128K (129,280 in the released config),
-       untied; batch 15,360 sequences of 4,096 tokens after the first 469B tokens (4.2).
+       untied; batch 15,360 sequences of 4,096 tokens after the first 469B tokens (the batch
+       schedule and 4K sequence length as quoted in the pages corpus).
        Published: 180K H800 GPU hours per trillion tokens (2.664M GPU hours of pre-training
        for 14.8T tokens; 2.788M with context extension and post-training).
        Derivation: tokens per GPU-second = 1e12 / (180,000 x 3600) = 1,543.2; step =
