@@ -29,7 +29,10 @@ Sources (entered by hand, each figure read from the source named):
        heads, 256 routed experts of width 2048 + 1 shared, top-8, first 3 layers dense
        (dense width 18432), sigmoid gating, vocabulary 128K (129,280 in the released config),
        untied; batch 15,360 sequences of 4,096 tokens after the first 469B tokens (the batch
-       schedule and 4K sequence length as quoted in the pages corpus).
+       schedule, 4K sequences, 128K vocabulary, 61 layers with 3 dense, width 7168 and
+       2.664M GPU hours as quoted from the report in the pages corpus; 128 heads, dense width
+       18432 and vocabulary 129,280 as docs/planner.md's earlier DeepSeek-V3-like plan
+       entered them from the released config, not rechecked here).
        Published: 180K H800 GPU hours per trillion tokens (2.664M GPU hours of pre-training
        for 14.8T tokens; 2.788M with context extension and post-training).
        Derivation: tokens per GPU-second = 1e12 / (180,000 x 3600) = 1,543.2; step =
