@@ -1,5 +1,6 @@
 #include "plan/software_profiles.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
@@ -42,6 +43,13 @@ constexpr const char* kKorthikantiMemory =
     "Korthikanti et al. 2022 Table 2 per-layer activations (as Megatron-LM's "
     "theoretical_memory_usage.py), 16-bit weights, fp32 master and Adam moments";
 constexpr const char* kNoFp8 = "16-bit GEMMs (A100: no FP8 tensor cores)";
+// Mainline Megatron-LM's pipeline schedules (megatron/schedules.py, then
+// megatron/core/pipeline_parallel/schedules.py): no pipelining, 1F1B, interleaved 1F1B.
+constexpr const char* kMegatronNoDualPipe =
+    "not offered: Megatron-LM has no DualPipe-V -- its schedules (megatron/schedules.py, "
+    "later megatron/core/pipeline_parallel/schedules.py) are no pipelining, 1F1B and "
+    "interleaved 1F1B; DualPipe is DeepSeek's (DeepSeek-V3 report, Dec 2024), and mainline "
+    "Megatron-LM did not take it in (NVIDIA/Megatron-LM PR 5254, a port, closed)";
 constexpr const char* kMegatronSoftmax =
     "fused scale-mask-softmax: the s x s probabilities are stored, the masked half computed";
 
@@ -80,7 +88,9 @@ SoftwareTable llama3_2024() {
        {"zero3_prefetch", 1, "FSDP prefetches one layer ahead"},
        {"a2a_overlap_parts", 1, "no MoE in Llama 3"},
        {"fb_a2a_overlap", 0, "no MoE in Llama 3"},
-       {"fp8_gemms", 0, "BF16 training (3.3.4); FP8 appears only for inference"}}};
+       {"fp8_gemms", 0, "BF16 training (3.3.4); FP8 appears only for inference"}},
+      "not offered: Llama 3's pipeline is an interleaved 1F1B schedule with a tunable "
+      "microbatch count (3.3.2); DualPipe came later, with DeepSeek-V3 (Dec 2024)"};
 }
 
 // DeepSeek-V3's training stack as its technical report (DeepSeek-AI 2024, arXiv 2412.19437)
@@ -128,7 +138,9 @@ SoftwareTable deepseek_v3_2024() {
             "pipeline sends under the other's compute; planned as DualPipe-V"},
            {"fp8_gemms", 1,
             "Fprop, Dgrad and Wgrad of the linear layers in FP8 with 1x128 / 128x128 scaling; "
-            "embedding, head, gating, norms and attention at BF16/FP32"}}};
+            "embedding, head, gating, norms and attention at BF16/FP32"}},
+          "offered: DeepSeek-V3 pipelines with DualPipe, planned as its V variant (one copy of "
+          "the parameters per rank)"};
 }
 
 // Megatron-Core under Megatron-Bridge's DGX-H100 performance recipes (NeMo 25.09 container:
@@ -170,7 +182,8 @@ SoftwareTable megatron_bridge_2025() {
        {"fb_a2a_overlap", 0, "no DualPipe (1f1b / interleaved only)"},
        {"fp8_gemms", 1,
         "FP8-CS: Transformer Engine FP8 GEMMs with current (per-tensor) scaling; the table's "
-        "DGX-H100 rows are FP8 (25.11: FP8-CS)"}}};
+        "DGX-H100 rows are FP8 (25.11: FP8-CS)"}},
+      kMegatronNoDualPipe};
 }
 
 const std::vector<SoftwareTable> kTables = {
@@ -210,7 +223,9 @@ const std::vector<SoftwareTable> kTables = {
        "the expert all-to-alls between the router and the experts, exposed (docs/moe.md)"},
       {"fb_a2a_overlap", 0,
        "DualPipe-V's F&B halves run one after the other (schedule/execution_order.h)"},
-      {"fp8_gemms", 0, "bf16 GEMMs at most (model/precision.h has fp32 and bf16)"}}},
+      {"fp8_gemms", 0, "bf16 GEMMs at most (model/precision.h has fp32 and bf16)"}},
+     "offered: the engine's own DualPipe-V (--schedule dualpipev, "
+     "schedule/schedule_dualpipev.cpp)"},
     {"megatron-lm-2021",
      {"1f1b", "interleaved"},
      {{"dp_overlap", 0, kMegatronStep},
@@ -244,7 +259,8 @@ const std::vector<SoftwareTable> kTables = {
       {"zero3_prefetch", 1, kNoZero3},
       {"a2a_overlap_parts", 1, kNoMoe},
       {"fb_a2a_overlap", 0, kNoMoe},
-      {"fp8_gemms", 0, kNoFp8}}},
+      {"fp8_gemms", 0, kNoFp8}},
+     kMegatronNoDualPipe},
     {"megatron-lm-2022",
      {"1f1b", "interleaved"},
      {{"dp_overlap", 0, kMegatronStep},
@@ -282,7 +298,8 @@ const std::vector<SoftwareTable> kTables = {
       {"zero3_prefetch", 1, kNoZero3},
       {"a2a_overlap_parts", 1, kNoMoe},
       {"fb_a2a_overlap", 0, kNoMoe},
-      {"fp8_gemms", 0, kNoFp8}}},
+      {"fp8_gemms", 0, kNoFp8}},
+     kMegatronNoDualPipe},
     llama3_2024(),
     deepseek_v3_2024(),
     megatron_bridge_2025(),
@@ -320,7 +337,9 @@ const std::vector<SoftwareTable> kTables = {
       {"zero3_prefetch", 1, "two gather buffers (param_gathers.cpp)"},
       {"a2a_overlap_parts", 1, "the expert all-to-alls exposed, as the engine runs them"},
       {"fb_a2a_overlap", 0, "DualPipe-V's F&B halves one after the other"},
-      {"fp8_gemms", 0, "no FP8 on the CPU engine"}}}};
+      {"fp8_gemms", 0, "no FP8 on the CPU engine"}},
+     "offered: the engine's own DualPipe-V (--schedule dualpipev, "
+     "schedule/schedule_dualpipev.cpp)"}};
 
 UsageError unknown_software(const std::string& name) {
   return UsageError(str("unknown --software '", name,
@@ -377,8 +396,21 @@ std::vector<std::string> software_lines(const HardwareProfile& h) {
   std::string schedules;
   for (const std::string& s : t.schedules) schedules += (schedules.empty() ? "" : ", ") + s;
   out.push_back(str("software ", t.name, ": schedules ",
-                    schedules.empty() ? "1f1b, gpipe, zb-h1, interleaved" : schedules));
+                    schedules.empty() ? "1f1b, gpipe, zb-h1, interleaved, dualpipev" : schedules));
+  out.push_back(str("software ", t.name, ": DualPipe-V ", t.dualpipev));
   return out;
+}
+
+void require_software_schedule(const HardwareProfile& h, const std::string& schedule) {
+  if (h.local || h.schedules.empty() ||
+      std::find(h.schedules.begin(), h.schedules.end(), schedule) != h.schedules.end())
+    return;
+  std::string known;
+  for (const std::string& s : h.schedules) known += (known.empty() ? "" : ", ") + s;
+  const std::string why =
+      schedule == "dualpipev" ? str(": DualPipe-V ", software_table(h.software).dualpipev) : "";
+  throw UsageError(
+      str("--schedule ", schedule, ": software ", h.software, " has the schedules ", known, why));
 }
 
 }  // namespace mt::plan
