@@ -88,12 +88,8 @@ def cases(tmp):
                               ["--hardware-file", path] + published_args(run, None) +
                               ["--json", "--top", "1"]))
     for run in mr.RUNS:
-        src, name, model, sw, gpus, seq, batch, layout, _ = run
-        fixed = [x for k, v in layout.items() for x in (f"--{k}", str(v))]
-        c.append((f"modern {src} {name} {gpus}",
-                  h100 + ["--software", sw, "--gpus", str(gpus), *model, "--seq", str(seq),
-                          "--batch", str(batch), "--precision", "bf16", *fixed, "--json",
-                          "--top", "3"]))
+        c.append((f"modern {run['src']} {run['name']} {run['gpus']}",
+                  mr.plan_args(run) + ["--json", "--top", "3"]))
     c.append(("llama 70b 512 h100", h100 + ["--gpus", "512"] + LLAMA70 + ["--top", "8"]))
     c.append(("llama 70b compare", h100 + ["--gpus", "512"] + LLAMA70 + [
         "--compare", "dp=512,zero=3", "--compare",

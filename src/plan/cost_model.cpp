@@ -27,6 +27,9 @@ CostContext make_context(const PlanRequest& r, const Layout& l) {
   c.w = block_widths(r.model);
   c.hd = r.model.head_dim();
   c.flash = !local && (r.hardware.flash_attention || r.model.llama());
+  c.fp8 = !local && l.precision == Precision::bf16 && r.hardware.fp8_gemms;
+  c.rates8 = c.rates;
+  c.rates8.peak = r.hardware.peak_fp8;
   return c;
 }
 
@@ -36,15 +39,23 @@ double linear_gemm(const CostContext& c, const ComputeRates& R, double M, double
   return gemm_seconds(R, M, N, K, c.e, count);
 }
 
+double weight_gemm(const CostContext& c, const ComputeRates& R, double M, double N, double K,
+                   double count, bool cast) {
+  if (!c.fp8) return linear_gemm(c, R, M, N, K, count);
+  const double casts = cast ? stream_seconds(c.rates8, count * (M * K + K * N) * 4, 2) : 0;
+  return gemm_seconds(c.rates8, M, N, K, 1, count) + casts;
+}
+
 Passes attention_projections(const CostContext& c) {
   const ComputeRates& R = c.rates;
   const double N = c.N, h = c.h, t = c.t, qkv = (c.w.q + 2 * c.w.kv) / t, q = c.w.q / t;
   Passes p;
-  p.forward = linear_gemm(c, R, N, qkv, h) + linear_gemm(c, R, N, h, q);
+  p.forward = weight_gemm(c, R, N, qkv, h) + weight_gemm(c, R, N, h, q);
   // Input gradients: the same shapes; locally times the calibrated backward/forward ratio
   // of the GEMM path (1 on GPUs and for profiles without it).
   p.backward = p.forward * R.input_grad_ratio;
-  p.weight = (linear_gemm(c, R, qkv, h, N) + linear_gemm(c, R, h, q, N)) * R.weight_grad_ratio;
+  p.weight = (weight_gemm(c, R, qkv, h, N, 1, false) + weight_gemm(c, R, h, q, N, 1, false)) *
+             R.weight_grad_ratio;
   return p;
 }
 
@@ -87,9 +98,9 @@ Passes mlp_of_width(const CostContext& c, double width) {
   const double act = c.w.gated ? pointwise_seconds(R, N * F, 3 * N * F * c.e, 1)
                                : pointwise_seconds(R, N * F, 2 * N * F * c.e, 1);
   const double act_bwd = c.w.gated ? pointwise_seconds(R, N * F, 5 * N * F * c.e, 1) : 2 * act;
-  const double gemms = linear_gemm(c, R, N, up, h) + linear_gemm(c, R, N, h, F);
-  return {gemms + act, gemms * R.input_grad_ratio + act_bwd,
-          (linear_gemm(c, R, up, h, N) + linear_gemm(c, R, h, F, N)) * R.weight_grad_ratio};
+  const double gemms = weight_gemm(c, R, N, up, h) + weight_gemm(c, R, N, h, F);
+  const double wgrad = weight_gemm(c, R, up, h, N, 1, false) + weight_gemm(c, R, h, F, N, 1, false);
+  return {gemms + act, gemms * R.input_grad_ratio + act_bwd, wgrad * R.weight_grad_ratio};
 }
 
 double exposed_all_to_all(double comm, double compute, int parts) {
@@ -108,12 +119,12 @@ Passes streamed_moe(const CostContext& c, double* ep_comm) {
   const double E = c.r.model.experts, local = E / c.l.ep, rows = N * topk / local;
   const double gelu = pointwise_seconds(R, N * topk * F, (up + F) * N * topk * e, int(local));
   Passes p;
-  p.forward = linear_gemm(c, router, N, E, h) + linear_gemm(c, R, rows, up, h, local) +
-              linear_gemm(c, R, rows, h, F, local) + gelu +
+  p.forward = linear_gemm(c, router, N, E, h) + weight_gemm(c, R, rows, up, h, local) +
+              weight_gemm(c, R, rows, h, F, local) + gelu +
               stream_seconds(R, 4 * N * topk * h * e, 4);  // permute / combine
   p.backward = p.forward + gelu;
-  p.weight = linear_gemm(c, R, up, h, rows, local) + linear_gemm(c, R, h, F, rows, local) +
-             linear_gemm(c, router, E, h, N);
+  p.weight = weight_gemm(c, R, up, h, rows, local, false) +
+             weight_gemm(c, R, h, F, rows, local, false) + linear_gemm(c, router, E, h, N);
   // Dispatch + combine in forward, their adjoints in backward, each direction pipelined over
   // the software's a2a_overlap_parts under the experts' compute.
   if (c.l.ep > 1) {

@@ -69,9 +69,11 @@ struct CostContext {
   double moe_busiest = 1;    // local: busiest_rank_load for the layout's ep
   double b = 1, s = 1, h = 1, a = 1, t = 1, N = 1, Nl = 1;  // the shapes above
   BlockWidths w;
-  double hd = 1;       // head dimension
-  double sq = 1;       // the rank's queries per sequence: s / cp (N = b sq)
-  bool flash = false;  // GPU: the attention core fused (FlashAttention)
+  double hd = 1;        // head dimension
+  double sq = 1;        // the rank's queries per sequence: s / cp (N = b sq)
+  bool flash = false;   // GPU: the attention core fused (FlashAttention)
+  bool fp8 = false;     // GPU: the linear layers' GEMMs in FP8 (software fp8_gemms)
+  ComputeRates rates8;  // fp8: the rates at the FP8 peak
 };
 CostContext make_context(const PlanRequest& r, const Layout& l);
 
@@ -79,6 +81,13 @@ CostContext make_context(const PlanRequest& r, const Layout& l);
 // GEMM path (sgemm or oneDNN's bf16 matmul), on GPUs the preset's roofline.
 double linear_gemm(const CostContext& c, const ComputeRates& R, double M, double N, double K,
                    double count = 1);
+// A GEMM with a layer's weights (projections, MLPs, experts): linear_gemm, or under FP8 GEMMs
+// (c.fp8) the same roofline at the FP8 peak on 1-byte operands plus, where `cast` (forward
+// and input-gradient GEMMs), a cast-transpose of both operands: read 2 bytes, write the FP8
+// value and its transpose (Transformer Engine's cast_transpose); the weight-gradient GEMM
+// reads those transposes.
+double weight_gemm(const CostContext& c, const ComputeRates& R, double M, double N, double K,
+                   double count = 1, bool cast = true);
 
 // The shared terms.
 // q/k/v (one column-parallel GEMM, (q + 2 kv) / t wide) and the row-parallel output (q / t in).

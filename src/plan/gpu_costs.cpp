@@ -79,9 +79,10 @@ Passes tp_comm(const CostContext& c, bool moe) {
   if (!hw.tp_backward_overlap) return {n * one + routed, n * one + routed, 0};
   // (input-gradient GEMM, weight-gradient GEMM) of each column-parallel linear.
   std::vector<std::pair<double, double>> cols = {
-      {linear_gemm(c, c.rates, N, qkv, h), linear_gemm(c, c.rates, qkv, h, N)}};
+      {weight_gemm(c, c.rates, N, qkv, h), weight_gemm(c, c.rates, qkv, h, N, 1, false)}};
   if (mlp_collective)
-    cols.push_back({linear_gemm(c, c.rates, N, up, h), linear_gemm(c, c.rates, up, h, N)});
+    cols.push_back(
+        {weight_gemm(c, c.rates, N, up, h), weight_gemm(c, c.rates, up, h, N, 1, false)});
   const double half = one / 2;  // one all-gather or one reduce-scatter
   double backward = sp ? n * half : 0;
   for (const auto& [dgrad, wgrad] : cols)

@@ -24,6 +24,9 @@ struct HardwareProfile {
   // Dense matrix-multiply peaks per device, FLOP/s. fp32 on a GPU means TF32 tensor cores
   // (what cuBLAS uses for fp32 GEMMs with TF32 allowed); bf16 is twice that on A100/H100.
   double peak_fp32 = 0, peak_bf16 = 0;
+  // FP8 tensor cores, dense (0 = none: A100 and CPUs). Used only where the software runs its
+  // linear layers' GEMMs in FP8 (fp8_gemms below).
+  double peak_fp8 = 0;
   // Fraction of the peak a large, well-shaped GEMM reaches (cuBLAS / oneDNN measurements).
   double gemm_efficiency = 1;
   // A GEMM whose smallest dimension is d runs at efficiency * d / (d + gemm_half_dim):
@@ -167,6 +170,11 @@ struct HardwareProfile {
   // pair each half's all-to-all runs under the other half's compute (DeepSeek-V3, 3.2.1).
   int a2a_overlap_parts = 1;
   bool fb_a2a_overlap = false;
+  // The linear layers' GEMMs (attention projections, MLPs, experts) in FP8 at peak_fp8, each
+  // forward and input-gradient GEMM paying a cast-transpose of its operands; the attention
+  // core, router, head and everything else at bf16 (DeepSeek-V3 section 3.3, Transformer
+  // Engine's FP8 recipes). Applies to --precision bf16 plans.
+  bool fp8_gemms = false;
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;
 };

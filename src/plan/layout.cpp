@@ -141,6 +141,10 @@ void validate_candidate(const PlanRequest& r, const Layout& l) {
              "--calibrate' to measure them");
   MT_REQUIRE(l.precision == Precision::fp32 || r.hardware.peak_bf16 > 0, "hardware '",
              r.hardware.name, "' has no bf16 rate");
+  MT_REQUIRE(!r.hardware.fp8_gemms || r.hardware.local || l.precision != Precision::bf16 ||
+                 r.hardware.peak_fp8 > 0,
+             "software '", r.hardware.software, "' runs its GEMMs in FP8; hardware '",
+             r.hardware.name, "' has no FP8 rate (peak_fp8)");
   // A local plan is run by this engine, whose capacity applies; GPU software counts for itself.
   TrainOptions o = train_options(r, l);
   if (r.hardware.local) {

@@ -33,6 +33,34 @@ ProfileField ratio(const char* key, double H::*m) {
   return {key, m, 1 / kRatio, kRatio, true};
 }
 
+// The software's behaviour (hardware_profile.h), after "software" names its profile.
+std::vector<ProfileField> software_fields() {
+  return {{"dp_overlap", &H::dp_overlap, 0, 1},
+          {"grad_reduce_bytes", &H::grad_reduce_bytes, 1e-3, 64},
+          {"optimizer_bytes", &H::optimizer_bytes, 1e-3, 1e4},
+          {"optimizer_kernels", &H::optimizer_kernels, 1, 64},
+          {"world_all_reduces", &H::world_all_reduces, 0, 64},
+          {"zero3_overlap", &H::zero3_overlap, 0, 1},
+          {"tied_embedding_reduce", &H::tied_embedding_reduce},
+          {"dropout", &H::dropout},
+          {"fp32_cross_entropy", &H::fp32_cross_entropy},
+          {"p2p_blocking", &H::p2p_blocking},
+          {"p2p_scatter_gather", &H::p2p_scatter_gather},
+          {"even_chunks", &H::even_chunks},
+          {"grad_accum_pass", &H::grad_accum_pass},
+          {"tp_backward_overlap", &H::tp_backward_overlap},
+          {"max_zero", &H::max_zero, 0, 3},
+          {"max_cp", &H::max_cp, 1, double(1 << 20)},
+          {"cp_allgather", &H::cp_allgather},
+          {"paper_memory", &H::paper_memory},
+          {"flash_attention", &H::flash_attention},
+          {"param_gather_overlap", &H::param_gather_overlap, 0, 1},
+          {"zero3_prefetch", &H::zero3_prefetch, 0, 64},
+          {"a2a_overlap_parts", &H::a2a_overlap_parts, 1, 64},
+          {"fb_a2a_overlap", &H::fb_a2a_overlap},
+          {"fp8_gemms", &H::fp8_gemms}};
+}
+
 // The local MoE layer's calibrated figures: the grouped expert GEMMs' rates and the
 // layer's rest (grouped_gemm_probe.cpp, kernel_probes.cpp).
 std::vector<ProfileField> moe_fields() {
@@ -60,6 +88,7 @@ std::vector<ProfileField> make_fields() {
       {"memory_bytes", &H::memory_bytes, 1 << 20, double(int64_t(1) << 50)},
       rate("peak_fp32", &H::peak_fp32),
       rate("peak_bf16", &H::peak_bf16, true),
+      rate("peak_fp8", &H::peak_fp8, true),
       {"gemm_efficiency", &H::gemm_efficiency, 1e-3, 1},
       {"gemm_half_dim", &H::gemm_half_dim, 0, 1e9},
       {"gemm_half_rows", &H::gemm_half_rows, 0, 1e9},
@@ -97,31 +126,7 @@ std::vector<ProfileField> make_fields() {
       {"moe_load_cv", &H::moe_load_cv, 0, kRatio}};
   const std::vector<ProfileField> moe = moe_fields();
   f.insert(f.end(), moe.begin(), moe.end());
-  // The software's behaviour (hardware_profile.h), after "software" names its profile.
-  const std::vector<ProfileField> software = {
-      {"dp_overlap", &H::dp_overlap, 0, 1},
-      {"grad_reduce_bytes", &H::grad_reduce_bytes, 1e-3, 64},
-      {"optimizer_bytes", &H::optimizer_bytes, 1e-3, 1e4},
-      {"optimizer_kernels", &H::optimizer_kernels, 1, 64},
-      {"world_all_reduces", &H::world_all_reduces, 0, 64},
-      {"zero3_overlap", &H::zero3_overlap, 0, 1},
-      {"tied_embedding_reduce", &H::tied_embedding_reduce},
-      {"dropout", &H::dropout},
-      {"fp32_cross_entropy", &H::fp32_cross_entropy},
-      {"p2p_blocking", &H::p2p_blocking},
-      {"p2p_scatter_gather", &H::p2p_scatter_gather},
-      {"even_chunks", &H::even_chunks},
-      {"grad_accum_pass", &H::grad_accum_pass},
-      {"tp_backward_overlap", &H::tp_backward_overlap},
-      {"max_zero", &H::max_zero, 0, 3},
-      {"max_cp", &H::max_cp, 1, double(1 << 20)},
-      {"cp_allgather", &H::cp_allgather},
-      {"paper_memory", &H::paper_memory},
-      {"flash_attention", &H::flash_attention},
-      {"param_gather_overlap", &H::param_gather_overlap, 0, 1},
-      {"zero3_prefetch", &H::zero3_prefetch, 0, 64},
-      {"a2a_overlap_parts", &H::a2a_overlap_parts, 1, 64},
-      {"fb_a2a_overlap", &H::fb_a2a_overlap}};
+  std::vector<ProfileField> software = software_fields();
   for (ProfileField s : software) {
     s.software = true;
     f.push_back(s);

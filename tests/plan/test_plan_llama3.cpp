@@ -6,6 +6,7 @@
 // GQA K/V all-gather; NVIDIA's NeMo 405B recipe runs cp 2 at 8K too).
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "plan/search.h"
 #include "plan/software_profiles.h"
 
@@ -36,6 +37,34 @@ TEST(PlanLlama3, ContextParallelPaysAt128kNotAt8k) {
   PlanRequest no_cp = llama3_405b(131072, 128);
   no_cp.cp = 1;
   EXPECT_LT(at128k.time.step_s, 0.95 * search_layouts(no_cp, 1).candidates.at(0).time.step_s);
+}
+
+// Issue #30 item 6: at 128K on 8 GPUs a Llama 3 8B does not fit without context
+// parallelism; where activations dominate, the refusal names --cp under a GPU software that
+// has it. (This engine's own GPU software does not offer cp to the search yet: max_cp 1,
+// see software_profiles.cpp.)
+TEST(PlanLlama3, RefusalAt128kNamesCpWhereActivationsDominate) {
+  for (const char* software : {"llama3-2024"}) {
+    PlanRequest r;
+    r.model.arch = Arch::llama;
+    r.model.layers = 32, r.model.dim = 4096, r.model.heads = 32, r.model.kv_heads = 8;
+    r.model.ffn_dim = 14336, r.model.vocab = 128256, r.model.tie_embeddings = false;
+    r.model.seq = 131072;
+    r.batch = 8;
+    r.hardware = preset_profile("h100-80gb");
+    apply_software(r.hardware, software);
+    r.devices = 8;
+    r.tp = 1, r.pp = 1, r.cp = 1;
+    r.precision = Precision::bf16;
+    std::string msg;
+    try {
+      search_layouts(r);
+    } catch (const UsageError& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("activations dominate"), std::string::npos) << software << ": " << msg;
+    EXPECT_NE(msg.find("try a larger --cp"), std::string::npos) << software << ": " << msg;
+  }
 }
 
 }  // namespace
