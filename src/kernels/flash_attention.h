@@ -74,7 +74,7 @@ struct FlashAttention {
   const int* kpos = nullptr;  // Tk true positions
   const RopeTable* rope = nullptr;  // null: no RoPE (the GPT block)
   FlashPrecision precision = FlashPrecision::fp32;
-  FlashDropout dropout;  // while training with --dropout
+  FlashDropout dropout;   // while training with --dropout
   bool portable = false;  // force the portable loops (tests and benchmarks compare the paths)
 };
 

@@ -114,8 +114,9 @@ void forward_task(const ForwardTask& task, float* out, size_t ldo, float* lse,
     for (int r = r0; r < span.end; r++) {
       float* row = s + (r - r0) * kFlashKeyBlock;
       softmax_step_row(row, vis == Visibility::full ? nullptr : k.pos, qpos[r], m[r], l[r], c[r]);
-      if (drop) drop->scale_row(row, k.n, a.dropout.row_tokens[size_t(task.b) * a.Tq + i0 + r],
-                                feature_base, k.pos);
+      if (drop)
+        drop->scale_row(row, k.n, a.dropout.row_tokens[size_t(task.b) * a.Tq + i0 + r],
+                        feature_base, k.pos);
       if (c[r] == 1.0f) continue;
 #pragma omp simd
       for (int d = 0; d < hd; d++) o[size_t(r) * hd + d] *= c[r];

@@ -133,7 +133,7 @@ class LlamaBlock final : public Block {
     size_t n2_mlp, shared;         // MoE: the shared experts' operand (Nl,C), their output (Nl,C)
     // gradients kept for the W pass
     size_t d_gu, d_n2, dx_mid, d_att_out, d_qkv, d_n1;  // (N,2Fl) (Nl,C) (Nl,C) (N,Hl hd)...
-    size_t d_attn_branch, d_mlp_branch;  // --dropout: through the masks (Nl,C) each
+    size_t d_attn_branch, d_mlp_branch;                 // --dropout: through the masks (Nl,C) each
   } off_{};
 };
 

@@ -82,8 +82,8 @@ TEST_F(Dropout, EvaluationRunsWithoutIt) {
       "--steps 1 --lr 1e-30 --warmup 0 --lr-schedule constant --eval-every 1 --eval-batches 2 "
       "--val-data " +
       data + " ";
-  for (const std::string model : {"", "--arch llama ", "--arch llama --cp 2 ",
-                                  "--arch llama --precision bf16 ", "--cp 2 "}) {
+  for (const std::string model :
+       {"", "--arch llama ", "--arch llama --cp 2 ", "--arch llama --precision bf16 ", "--cp 2 "}) {
     SCOPED_TRACE(model);
     const auto val_on = run("val_on", frozen + model + "--dropout 0.5", "val_loss");
     const auto val_off = run("val_off", frozen + model, "val_loss");

@@ -101,8 +101,8 @@ TEST(ResumeConfig, AnotherSampleOrderIsRefusedNamingBothValues) {
   expect_usage_error(run_meshtrain("train --load " + f.ck + " --steps 3 --seed 77"),
                      "--seed 77 contradicts the checkpoint " + f.ck);
   // Repeating the recorded order is no change.
-  const auto r = run_meshtrain("train --load " + f.ck +
-                               " --steps 3 --data-order shuffled --progress none");
+  const auto r =
+      run_meshtrain("train --load " + f.ck + " --steps 3 --data-order shuffled --progress none");
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 

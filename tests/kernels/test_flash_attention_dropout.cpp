@@ -51,12 +51,12 @@ std::vector<KernelCase> make_cases() {
               0.3f, 2),
       dropped(problem("T70_mqa4_hd32", 1, 4, 1, 32, contiguous(70), contiguous(70), false, true),
               0.5f),
-      dropped(problem("cp2_step_rank0_keys1", 2, 2, 1, 32, zigzag(48, 2, 0), zigzag(48, 2, 1),
-                      true, false),
+      dropped(problem("cp2_step_rank0_keys1", 2, 2, 1, 32, zigzag(48, 2, 0), zigzag(48, 2, 1), true,
+                      false),
               0.2f, 0, 48),
-      dropped(problem("cp2_own_chunks", 1, 2, 2, 16, zigzag(96, 2, 1), zigzag(96, 2, 1), true,
-                      true),
-              0.4f, 1, 96),
+      dropped(
+          problem("cp2_own_chunks", 1, 2, 2, 16, zigzag(96, 2, 1), zigzag(96, 2, 1), true, true),
+          0.4f, 1, 96),
   };
   std::vector<KernelCase> cases;
   for (const FlashProblem& p : ps) {
@@ -94,9 +94,9 @@ INSTANTIATE_TEST_SUITE_P(All, FlashAttentionDropout,
 // row i, head, position of key j). Checked on each tile path with zigzag (cp) positions.
 TEST(FlashAttentionDropout, EveryPathAppliesTheFormulasMask) {
   const std::vector<int> pos = zigzag(96, 2, 1);  // 48 rows, hd 64 >= Tk
-  for (auto [precision, portable] : {std::pair{FlashPrecision::fp32, false},
-                                     std::pair{FlashPrecision::bf16, false},
-                                     std::pair{FlashPrecision::fp32, true}}) {
+  for (auto [precision, portable] :
+       {std::pair{FlashPrecision::fp32, false}, std::pair{FlashPrecision::bf16, false},
+        std::pair{FlashPrecision::fp32, true}}) {
     FlashProblem p = dropped(problem("mask", 2, 2, 1, 64, pos, pos, false, false), 0.4f, 3, 96);
     p.precision = precision, p.portable = portable;
     const FlashSetup s(p);
@@ -113,11 +113,11 @@ TEST(FlashAttentionDropout, EveryPathAppliesTheFormulasMask) {
           for (int j = 0; j < s.Tk(); j++) {
             const float o = r.out[(size_t(b) * s.Tq() + i) * s.ldo() + size_t(h) * p.hd + j];
             const bool visible = pos[j] <= pos[i];
-            const bool keep = dropout_keeps(a.dropout.key, p.dropout,
-                                            s.tokens[size_t(b) * s.Tq() + i],
-                                            (p.head_offset + h) * s.seq_len() + pos[j]);
-            ASSERT_EQ(o != 0.0f, visible && keep) << "b " << b << " h " << h << " i " << i
-                                                  << " j " << j;
+            const bool keep =
+                dropout_keeps(a.dropout.key, p.dropout, s.tokens[size_t(b) * s.Tq() + i],
+                              (p.head_offset + h) * s.seq_len() + pos[j]);
+            ASSERT_EQ(o != 0.0f, visible && keep)
+                << "b " << b << " h " << h << " i " << i << " j " << j;
             if (visible) (keep ? kept : dropped_count)++;
           }
     // About p of the visible probabilities dropped (a mask, not all or nothing).
@@ -190,8 +190,9 @@ TEST(FlashAttentionDropout, HeadSplitDrawsOneWorkersMask) {
   const Bufs in = one.inputs(11);
   const Result whole = forward_fast(one, in);
   for (int rank = 0; rank < 2; rank++) {
-    const FlashSetup half(dropped(
-        problem("tp_half", 1, 2, 2, hd, contiguous(T), contiguous(T), true, false), 0.5f, 2 * rank));
+    const FlashSetup half(
+        dropped(problem("tp_half", 1, 2, 2, hd, contiguous(T), contiguous(T), true, false), 0.5f,
+                2 * rank));
     Bufs part = half.inputs(0);
     for (int t = 0; t < T; t++) {
       for (int c = 0; c < 2 * hd; c++) {

@@ -76,9 +76,9 @@ TEST(ResumeChanges, TheSampleOrderIsPartOfTheRunResumed) {
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(
-      resume_change_lines({{"data-order", "sequential", "shuffled"}}, sequential, shuffled, 10, "ck"),
-      UsageError);
+  EXPECT_THROW(resume_change_lines({{"data-order", "sequential", "shuffled"}}, sequential, shuffled,
+                                   10, "ck"),
+               UsageError);
   try {
     resume_change_lines({{"seed", "1", "2"}}, shuffled, shuffled, 10, "ck");
     ADD_FAILURE() << "a change of the shuffle seed was accepted";
