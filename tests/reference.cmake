@@ -12,7 +12,11 @@ add_test(NAME reference.selftest_llama
          COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/selftest_llama.py)
 add_test(NAME reference.selftest_hf_dir
          COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/selftest_hf_dir.py)
+# The references' --dropout masks (dropout_masks.py): Philox against Random123's vectors.
+add_test(NAME reference.selftest_dropout_masks
+         COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/dropout_masks.py)
 set_tests_properties(reference.selftest_llama reference.selftest_hf_dir
+                     reference.selftest_dropout_masks
                      PROPERTIES LABELS reference TIMEOUT 300)
 
 # One ctest entry per case, so a failure names the configuration that broke.
