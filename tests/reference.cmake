@@ -12,7 +12,11 @@ add_test(NAME reference.selftest_llama
          COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/selftest_llama.py)
 add_test(NAME reference.selftest_hf_dir
          COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/selftest_hf_dir.py)
+# The references' --dropout masks (dropout_masks.py): Philox against Random123's vectors.
+add_test(NAME reference.selftest_dropout_masks
+         COMMAND ${MESHTRAIN_TORCH_PYTHON} ${reference_dir}/dropout_masks.py)
 set_tests_properties(reference.selftest_llama reference.selftest_hf_dir
+                     reference.selftest_dropout_masks
                      PROPERTIES LABELS reference TIMEOUT 300)
 
 # One ctest entry per case, so a failure names the configuration that broke.
@@ -34,7 +38,7 @@ set_tests_properties(reference.vs_torch.l1_v256_clip reference.vs_torch.l3_v2048
 # dense block and the DeepSeek-V3 MoE layer (softmax and sigmoid routers, docs/moe.md) against
 # the PyTorch reference, and Hugging Face directories written by hand in PyTorch (hf_dir.py)
 # read with --init-from DIR (llama_rope_scaling, llama_hf_sharded_bf16, llama_hf_f16_tied).
-set(mt_llama_cases llama_gqa llama_mqa_v2048_mb2 llama_tied llama_head_dim llama_bf16
+set(mt_llama_cases llama_gqa llama_dropout llama_mqa_v2048_mb2 llama_tied llama_head_dim llama_bf16
                    llama_v2048_bf16 llama_rope_scaling llama_hf_sharded_bf16 llama_hf_f16_tied
                    llama_moe_softmax llama_moe_sigmoid_bias)
 foreach(case ${mt_llama_cases})

@@ -113,7 +113,8 @@ void define_model_flags(FlagSet& f, ModelConfig& m) {
         {0, kMaxFloat});
   f.add("model", "dropout", &m.dropout,
         "dropout probability in training (nanoGPT's: embeddings, attention probabilities, "
-        "residual branches), masks the same in every layout; 0 = off; below 1",
+        "residual branches; both archs, fp32 and bf16), masks the same in every layout, cp "
+        "included; evaluation and sampling never drop; 0 = off; below 1",
         {0, 1});
   f.add("model", "moe-every", &m.moe_every, "every k-th block is MoE", {1, kMaxLayers});
   f.add("model", "router-bias-update", &m.router_bias_update,

@@ -4,8 +4,10 @@
 // (head_offset + h) * T + u, so a tensor-parallel rank (head_offset = its first global head)
 // and any microbatch draw one worker's mask. att keeps the probabilities *before* dropout
 // (the softmax backward needs them); the backward regenerates the mask from the counters.
-// Portable loops over the (batch, head) pairs (OpenMP across pairs): used only when dropout
-// is on; the kernels of attention.h stay the path without it.
+// Portable loops over the (batch, head) pairs (OpenMP across pairs). The blocks now drop
+// inside the flash core (flash_attention.h "dropout"); these (T, T) loops, which drew the
+// gpt2 block's masks before, are the independent check that the flash core's mask is the same
+// (tests/kernels/test_flash_attention_dropout.cpp).
 #pragma once
 
 #include <cstddef>

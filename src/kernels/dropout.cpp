@@ -1,5 +1,6 @@
 #include "kernels/dropout.h"
 
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -55,12 +56,39 @@ void apply(float* y, const float* x, int rows, int C, const int64_t* row_tokens,
 
 }  // namespace
 
+DropoutMask::DropoutMask(const DropoutKey& key, float p)
+    : key_(key_of(key)),
+      site_(key.site),
+      threshold_(drop_threshold(p)),
+      scale_(1.0f / (1.0f - p)) {}
+
+bool DropoutMask::keeps(int64_t token, int64_t feature) const {
+  const PhiloxCounter w = philox4x32_10(
+      {uint32_t(feature / 4), uint32_t(uint64_t(token)), uint32_t(uint64_t(token) >> 32), site_},
+      key_);
+  return w[size_t(feature % 4)] >= threshold_;
+}
+
+void DropoutMask::scale_row(float* x, int n, int64_t token, int64_t feature_base,
+                            const int* offsets) const {
+  int64_t block = -1;
+  PhiloxCounter words{};
+  for (int j = 0; j < n; ++j) {
+    if (offsets[j] < 0 || offsets[j] == INT_MAX) continue;
+    const int64_t f = feature_base + offsets[j];
+    if (f / 4 != block) {
+      block = f / 4;
+      words = philox4x32_10(
+          {uint32_t(block), uint32_t(uint64_t(token)), uint32_t(uint64_t(token) >> 32), site_},
+          key_);
+    }
+    x[j] = words[size_t(f % 4)] >= threshold_ ? x[j] * scale_ : 0.0f;
+  }
+}
+
 bool dropout_keeps(const DropoutKey& key, float p, int64_t token, int64_t feature) {
   if (p == 0) return true;
-  const PhiloxCounter w = philox4x32_10(
-      {uint32_t(feature / 4), uint32_t(uint64_t(token)), uint32_t(uint64_t(token) >> 32), key.site},
-      key_of(key));
-  return w[size_t(feature % 4)] >= drop_threshold(p);
+  return DropoutMask(key, p).keeps(token, feature);
 }
 
 void dropout_forward(float* y, const float* x, int rows, int C, const int64_t* row_tokens,

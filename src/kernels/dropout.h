@@ -15,12 +15,30 @@
 
 #include <cstdint>
 
+#include "kernels/philox.h"
+
 namespace mt {
 
 struct DropoutKey {
   uint64_t seed = 0;
   uint64_t step = 0;  // the optimizer step: a new mask every step
   uint32_t site = 0;
+};
+
+// One (key, p)'s mask, derived once for many rows: what a kernel that draws masks inside its
+// own loops (the flash attention core) holds.
+class DropoutMask {
+ public:
+  DropoutMask(const DropoutKey& key, float p);
+  bool keeps(int64_t token, int64_t feature) const;
+  // x[j] *= keep(token, feature_base + offsets[j]) / (1 - p) for j < n; offsets[j] < 0 or
+  // INT_MAX marks a padding lane, left as it is. One Philox call per run of four features.
+  void scale_row(float* x, int n, int64_t token, int64_t feature_base, const int* offsets) const;
+
+ private:
+  PhiloxKey key_;
+  uint32_t site_, threshold_;
+  float scale_;
 };
 
 // Whether element (token, feature) is kept; p in [0, 1).

@@ -33,6 +33,12 @@ void check_operands(const FlashAttention& a) {
            a.rope ? a.rope->half() * 2 : 0, ", not ", a.hd);
   check_positions(a.qpos, a.Tq, a.rope, "query");
   check_positions(a.kpos, a.Tk, a.rope, "key");
+  if (!a.dropout.on()) return;
+  MT_CHECK(a.dropout.p < 1 && a.dropout.row_tokens, "flash attention: dropout ", a.dropout.p,
+           " without the rows' tokens");
+  for (int j = 0; j < a.Tk; j++)
+    MT_CHECK(a.kpos[j] < a.dropout.seq_len, "flash attention: key position ", a.kpos[j],
+             " outside the dropout's sequence of ", a.dropout.seq_len);
 }
 
 void check_scratch(std::span<float> scratch, size_t need) {

@@ -24,6 +24,15 @@
 //   merge      accumulate: (out, lse) already hold a softmax over other keys; the new block's
 //              (o, l) is merged in fp32 with log-sum-exp weights. lse = -inf marks "no key seen"
 //              (out 0), which a merge ignores: a ring step's fully masked rows are harmless.
+//   dropout    (a.dropout.p > 0, --dropout while training) on the probabilities, as nanoGPT's
+//              attn_dropout: the P that multiplies V is P * m / (1 - p), with the online
+//              softmax's running sum l (hence lse) over the undropped P. The mask m of (query
+//              row i, query head h, key j) is kernels/dropout.h's of token row_tokens[b * Tq + i],
+//              feature (head_offset + h) * seq_len + kpos[j]: a pure function of the query's
+//              global token, the head and the key's true position, so every key block, ring
+//              step, tp split of the heads, precision and tile path draws the same mask. The
+//              backward redraws it from the counters (dV += (P m)^T dout, dS = P (dP m - D)
+//              with D = rowsum(dout * out) unchanged); nothing is stored.
 //   precision  fp32, or bf16 operands with fp32 accumulation (AVX512-BF16 dot products) for
 //              QK^T, PV and the backward's four products; scores, softmax, lse and merges fp32.
 #pragma once
@@ -31,6 +40,7 @@
 #include <cstddef>
 #include <span>
 
+#include "kernels/dropout.h"
 #include "kernels/rope.h"
 
 namespace mt {
@@ -40,6 +50,16 @@ enum class FlashPrecision { fp32, bf16 };
 constexpr int kFlashKeyBlock = 32;    // keys per block (two 16-lane vectors of scores)
 constexpr int kFlashQueryBlock = 64;  // query rows per task
 constexpr int kFlashMaxHeadDim = 512;
+
+// Dropout on the probabilities (see "dropout" above); p = 0: none.
+struct FlashDropout {
+  DropoutKey key;
+  float p = 0;
+  const int64_t* row_tokens = nullptr;  // (B * Tq): the global token of each query row
+  int head_offset = 0;                  // the global index of query head 0 (tensor parallelism)
+  int64_t seq_len = 0;                  // the whole sequence's length: the heads' feature stride
+  bool on() const { return p > 0; }
+};
 
 // One call's operands. Rows are (b * Tq + t) for q and (b * Tk + t) for k, v; head h of a row
 // starts at column h * hd. q, k, v may live in one fused [q | k | v] GEMM output (strides).
@@ -54,6 +74,7 @@ struct FlashAttention {
   const int* kpos = nullptr;  // Tk true positions
   const RopeTable* rope = nullptr;  // null: no RoPE (the GPT block)
   FlashPrecision precision = FlashPrecision::fp32;
+  FlashDropout dropout;   // while training with --dropout
   bool portable = false;  // force the portable loops (tests and benchmarks compare the paths)
 };
 

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "kernels/flash_attention_blocks.h"
 #include "kernels/flash_attention_rows.h"
@@ -120,13 +121,35 @@ struct BackwardTask {
   float* w;              // this worker's tiles
 };
 
+// Rows [rows.begin, rows.end) of the tile: S = P, dP = dS (probs_row). --dropout: the dP of
+// the undropped P is m times that of the dropped one, and dV reads P m.
+void probs_tile(const BackwardTask& T, float* S, float* dP, RowSpan rows, const KeyBlock& k,
+                size_t bh, const DropoutMask* drop, int64_t feature_base) {
+  const FlashAttention& a = T.a;
+  const float scale = 1.0f / std::sqrt(float(a.hd));
+  for (int i = rows.begin; i < rows.end; i++) {
+    float *s = S + (i - rows.begin) * kFlashKeyBlock, *dp = dP + (i - rows.begin) * kFlashKeyBlock;
+    float f[kFlashKeyBlock];
+    if (drop) {
+      std::fill(f, f + kFlashKeyBlock, 1.0f);
+      drop->scale_row(f, k.n, a.dropout.row_tokens[size_t(T.b) * a.Tq + i], feature_base, k.pos);
+      for (int j = 0; j < kFlashKeyBlock; j++) dp[j] *= f[j];
+    }
+    probs_row(s, dp, k.pos, a.qpos[i], T.lse[bh + i], T.D[bh + i], scale);
+    if (drop)
+      for (int j = 0; j < kFlashKeyBlock; j++) s[j] *= f[j];
+  }
+}
+
 // Every query head of the group and query block that sees the panel's key blocks.
 void backward_panel(const BackwardTask& T, const int* blocks, const KeyBlock* keys, int np) {
   const FlashAttention& a = T.a;
   const int hd = a.hd, G = a.H / a.Hkv;
   const float scale = 1.0f / std::sqrt(float(hd));
   float *dK = T.w, *dV = dK + T.L.panel, *S = dV + T.L.panel, *dP = S + T.L.tile;
+  const std::optional<DropoutMask> drop = dropout_mask(a.dropout);
   for (int h = T.g * G; h < (T.g + 1) * G; h++) {
+    const int64_t feature_base = (a.dropout.head_offset + int64_t(h)) * a.dropout.seq_len;
     const QuerySide qs = query_side(T.qside + size_t(h) * T.L.qside, T.L, T.t.reduction_is_rows);
     const size_t bh = (size_t(T.b) * a.H + h) * a.Tq;
     float* dq = T.dq + size_t(h) * a.Tq * hd;
@@ -143,9 +166,7 @@ void backward_panel(const BackwardTask& T, const int* blocks, const KeyBlock* ke
         const size_t qoff = size_t(r0) * T.L.rf, koff = size_t(blocks[p]) * kFlashKeyBlock * T.L.rf;
         T.t.scores(S, qs.q + qoff, n, T.keys.k + koff, scale, hd);
         T.t.scores(dP, qs.dout + qoff, n, T.keys.v + koff, 1.0f, hd);
-        for (int r = 0; r < n; r++)
-          probs_row(S + r * kFlashKeyBlock, dP + r * kFlashKeyBlock, keys[p].pos, a.qpos[r0 + r],
-                    T.lse[bh + r0 + r], T.D[bh + r0 + r], scale);
+        probs_tile(T, S, dP, {r0, r0 + n}, keys[p], bh, drop ? &*drop : nullptr, feature_base);
         const size_t tile = size_t(p) * kFlashKeyBlock * hd;
         T.t.keys_by_rows(dV + tile, S, n, qs.dout_red + qoff, hd);
         T.t.keys_by_rows(dK + tile, dP, n, qs.q_red + qoff, hd);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <climits>
+#include <optional>
 
 #include "kernels/flash_attention.h"
 
@@ -68,6 +69,12 @@ inline RowSpan rows_seeing(const KeyBlock& k, Visibility vis, const int* qpos, i
       span.end = r + 1;
     }
   return span;
+}
+
+// The probabilities' dropout mask of a call (flash_attention.h), or none.
+inline std::optional<DropoutMask> dropout_mask(const FlashDropout& d) {
+  if (!d.on()) return std::nullopt;
+  return DropoutMask(d.key, d.p);
 }
 
 }  // namespace mt::flash

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "kernels/flash_attention_blocks.h"
 #include "kernels/flash_attention_rows.h"
@@ -94,6 +95,9 @@ void forward_task(const ForwardTask& task, float* out, size_t ldo, float* lse,
   const size_t kv = size_t(g) * L.kt;
   float *s = w, *o = s + L.s, *m = o + L.o, *l = m + kFlashQueryBlock, *c = l + kFlashQueryBlock;
   const QueryRange qr = query_range(qpos, rows);
+  // --dropout: l sums the undropped P (above); P V reads P * mask / (1 - p).
+  const std::optional<DropoutMask> drop = dropout_mask(a.dropout);
+  const int64_t feature_base = (a.dropout.head_offset + int64_t(task.h)) * a.dropout.seq_len;
   for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
   std::memset(o, 0, sizeof(float) * size_t(rows) * hd);
   // Key blocks: skip the masked, mask the straddling (and only its rows that see a key), run
@@ -108,8 +112,11 @@ void forward_task(const ForwardTask& task, float* out, size_t ldo, float* lse,
     const size_t off = kv + size_t(kb) * kFlashKeyBlock * L.rf;
     t.scores(s, qt + size_t(r0) * L.rf, n, scratch + L.k + off, scale, hd);
     for (int r = r0; r < span.end; r++) {
-      softmax_step_row(s + (r - r0) * kFlashKeyBlock, vis == Visibility::full ? nullptr : k.pos,
-                       qpos[r], m[r], l[r], c[r]);
+      float* row = s + (r - r0) * kFlashKeyBlock;
+      softmax_step_row(row, vis == Visibility::full ? nullptr : k.pos, qpos[r], m[r], l[r], c[r]);
+      if (drop)
+        drop->scale_row(row, k.n, a.dropout.row_tokens[size_t(task.b) * a.Tq + i0 + r],
+                        feature_base, k.pos);
       if (c[r] == 1.0f) continue;
 #pragma omp simd
       for (int d = 0; d < hd; d++) o[size_t(r) * hd + d] *= c[r];

@@ -81,11 +81,11 @@ class Block {
 // What every block of a chunk shares and does not own.
 struct BlockContext {
   const RopeTable* rope = nullptr;  // llama: the chunk's RoPE table (the whole sequence's)
-  // The true position of each of the seq rows (llama always; gpt2 only under cp).
+  // The true position of each of the seq rows (0..seq-1 on one worker).
   const int* positions = nullptr;
   // --cp > 1: attention across the cp group (the rows are this rank's zigzag shard).
   ContextParallelAttention* cp = nullptr;
-  // --dropout > 0 (gpt2): the chunk's dropout state, pointing at the running microbatch.
+  // --dropout > 0: the chunk's dropout state, pointing at the running microbatch.
   const DropoutState* dropout = nullptr;
 };
 

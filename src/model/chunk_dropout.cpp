@@ -9,8 +9,11 @@ void ChunkDropout::set_microbatch(int slot, int j, int b, int T) {
   if (rows_.size() <= size_t(slot)) rows_.resize(size_t(slot) + 1);
   std::vector<int64_t>& r = rows_[size_t(slot)];
   r.resize(size_t(b) * size_t(T));
-  const int64_t first = (first_sequence_ + int64_t(j) * b) * T;
-  for (size_t i = 0; i < r.size(); ++i) r[i] = first + int64_t(i);
+  MT_CHECK(state_.seq_len >= T, "dropout: rows of ", T, " in a sequence of ", state_.seq_len);
+  const int64_t first = first_sequence_ + int64_t(j) * b;
+  for (int i = 0; i < b; ++i)
+    for (int t = 0; t < T; ++t)
+      r[size_t(i) * T + t] = (first + i) * state_.seq_len + (positions_ ? positions_[t] : t);
 }
 
 void ChunkDropout::activate(int slot, bool training) {
@@ -24,12 +27,7 @@ void ChunkDropout::activate(int slot, bool training) {
 void ChunkDropout::embedding(float* x, int N, int C, bool backward) const {
   if (!state_.on()) return;
   const int Nl = N / sp_ranks_;
-  const int64_t* tokens = state_.row_tokens + size_t(sp_rank_) * size_t(Nl);
-  const DropoutKey key = state_.key(DropoutState::embedding_site());
-  if (backward)
-    dropout_backward(x, x, Nl, C, tokens, 0, key, state_.p);
-  else
-    dropout_forward(x, x, Nl, C, tokens, 0, key, state_.p);
+  state_.rows(x, x, DropoutState::embedding_site(), Nl, C, sp_rank_ * Nl, backward);
 }
 
 }  // namespace mt

@@ -2,7 +2,9 @@
 // forward, a recomputation and the backward of one microbatch (possibly far apart under a
 // pipeline schedule) use the same masks. Microbatch j of the data-parallel rank whose first
 // sequence in the global batch is `first_sequence` holds sequences first_sequence + j*b ..
-// + b - 1, so its row r (0 <= r < b*T) is global token (first_sequence + j*b) * T + r.
+// + b - 1, so its row r = i*T + t (sequence i, row t of T) is global token
+// (first_sequence + j*b + i) * seq_len + position(t): position(t) = t on one worker, the
+// row's true position on a context-parallel rank (T = seq_len / cp of them).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,12 @@ class ChunkDropout {
     first_sequence_ = first_sequence;
   }
   void set_step(uint64_t step) { state_.step = step; }
+  // The rows' true positions (null: 0..seq_len-1) and the whole sequence's length; set when
+  // the chunk's sequence context is built (context parallelism: the zigzag shard).
+  void set_positions(const int* positions, int seq_len) {
+    positions_ = positions;
+    state_.seq_len = seq_len;
+  }
   // The slot about to run microbatch j's forward.
   void set_microbatch(int slot, int j, int b, int T);
   // The blocks' view for the slot: on while training, off (row_tokens null) otherwise.
@@ -37,6 +45,7 @@ class ChunkDropout {
  private:
   DropoutState state_;
   int64_t first_sequence_ = 0;
+  const int* positions_ = nullptr;
   int sp_rank_ = 0, sp_ranks_ = 1;
   std::vector<std::vector<int64_t>> rows_;  // per slot
 };

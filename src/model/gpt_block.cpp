@@ -5,10 +5,8 @@
 #include <cstring>
 #include <span>
 #include <string>
-#include <type_traits>
 
 #include "kernels/attention.h"
-#include "kernels/attention_dropout.h"
 #include "kernels/layernorm.h"
 #include "kernels/reduce.h"
 #include "model/flash_core.h"
@@ -43,7 +41,8 @@ GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard&
       dropout_(context.dropout && context.dropout->p > 0 ? context.dropout : nullptr),
       tp_(tp),
       sp_(tp.splits_sequence()),
-      recompute_attention_(recompute == Recompute::selective && !context.cp),
+      flash_(context.cp || dropout_),
+      recompute_attention_(recompute == Recompute::selective && !flash_),
       bf16_(bf16_version != nullptr),
       context_(context) {
   // The user-facing rule (--tp divides --heads) is checked with the options before any
@@ -117,7 +116,7 @@ void GptBlock::reserve_buffers(SlotLayout& layout, bool moe) {
   off_.ln1_mean = layout.reserve(Nl);
   off_.ln1_rstd = layout.reserve(Nl);
   off_.qkv = layout.reserve(N * 3 * Cl_);
-  if (context_.cp)
+  if (flash_)
     off_.lse = layout.reserve(size_t(max_b_) * NHl_ * T_);
   else if (!recompute_attention_)
     off_.att = layout.reserve(size_t(max_b_) * NHl_ * T_ * T_);
@@ -190,13 +189,12 @@ void GptBlock::bind(float* params, float* grads) {
 }
 
 size_t GptBlock::attention_scratch_floats() const {
-  if (context_.cp)
-    return flash_core_backward_scratch_floats(flash_args(nullptr, max_b_, T_), bf16_);
+  if (flash_) return flash_core_backward_scratch_floats(flash_args(nullptr, max_b_, T_), bf16_);
   return attention_backward_scratch_floats(max_b_, T_, Cl_, NHl_);
 }
 
 size_t GptBlock::forward_scratch_floats() const {
-  if (context_.cp) return flash_attention_forward_scratch_floats(flash_args(nullptr, max_b_, T_));
+  if (flash_) return flash_attention_forward_scratch_floats(flash_args(nullptr, max_b_, T_));
   return recompute_attention_ ? size_t(max_b_) * NHl_ * T_ * T_ : 0;
 }
 
@@ -211,6 +209,7 @@ FlashAttention GptBlock::flash_args(const float* qkv, int b, int T) const {
   a.ldq = a.ldk = a.ldv = size_t(3 * Cl_);
   a.qpos = a.kpos = context_.positions;
   a.precision = bf16_ ? FlashPrecision::bf16 : FlashPrecision::fp32;
+  if (dropout_) a.dropout = dropout_->attention(layer_, tp_.rank * NHl_);
   return a;
 }
 
@@ -258,11 +257,11 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
 
   p.layernorm(ln1_out, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
   p.forward(qkv_, qkv, ln1_out, N, p.gathered());
-  if (context_.cp)  // --dropout with --cp is refused (validate_options)
+  if (flash_)
     flash_core_forward(p, att_out, s + off_.lse, flash_args(qkv, b, T), context_.cp,
                        std::span<float>(probs_scratch_, forward_scratch_floats()));
   else
-    attention_forward_with(p, att_out, att, qkv, b, T);
+    p.attention(att_out, att, qkv, b, T, Cl_, NHl_);
   p.forward(attn_proj_, x_mid, att_out, N);
   if (dropout_on()) branch_dropout(x_mid, x_mid, 1, b, T, false);
   add_inplace(x_mid, x_in, nc);
@@ -284,36 +283,13 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
   add_inplace(x_out, x_mid, nc);
 }
 
-// The attention core, with dropout on its probabilities while training with --dropout.
-template <class Ops, class Out>
-void GptBlock::attention_forward_with(const Ops& p, Out* out, float* att, const float* qkv, int b,
-                                      int T) {
-  if (dropout_on()) {
-    if constexpr (std::is_same_v<typename Ops::Act, float>) {
-      attention_dropout_forward(out, att, qkv, b, T, Cl_, NHl_, attention_dropout());
-      return;
-    }
-    MT_CHECK(false, "--dropout with --precision bf16");
-  }
-  p.attention(out, att, qkv, b, T, Cl_, NHl_);
-}
-
-AttentionDropout GptBlock::attention_dropout() const {
-  return {dropout_->key(DropoutState::block_site(layer_, 0)), dropout_->p, dropout_->row_tokens,
-          tp_.rank * NHl_};
-}
-
 // A residual branch's output (which 1: attention, 2: MLP), or its gradient, through its mask:
 // this rank's rows of the residual stream (under sequence parallelism its b*T/t rows).
 void GptBlock::branch_dropout(float* y, const float* x, int which, int b, int T,
                               bool backward) const {
   const int Nl = rows(b, T);
-  const int64_t* tokens = dropout_->row_tokens + (sp_ ? size_t(tp_.rank) * Nl : 0);
-  const DropoutKey key = dropout_->key(DropoutState::block_site(layer_, which));
-  if (backward)
-    dropout_backward(y, x, Nl, C_, tokens, 0, key, dropout_->p);
-  else
-    dropout_forward(y, x, Nl, C_, tokens, 0, key, dropout_->p);
+  dropout_->rows(y, x, DropoutState::block_site(layer_, which), Nl, C_, sp_ ? tp_.rank * Nl : 0,
+                 backward);
 }
 
 template <class Ops>
@@ -348,25 +324,16 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
   float* att = s + off_.att;
   if (recompute_attention_) {
     att = probs_scratch_;
-    attention_forward_with(p, d_att_out, att, s + off_.qkv, b, T);
+    p.attention(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
   }
   const float* d_attn = dropout_ ? s + off_.d_attn_branch : dx_mid;
   if (dropout_) branch_dropout(s + off_.d_attn_branch, dx_mid, 1, b, T, true);
   p.backward_input(attn_proj_, d_att_out, d_attn, N);
-  if (context_.cp) {
+  if (flash_)
     flash_core_backward(p, d_qkv, d_att_out, Ops::act(s, off_.att_out), s + off_.lse,
                         flash_args(s + off_.qkv, b, T), context_.cp, scratch);
-  } else if constexpr (std::is_same_v<Act, float>) {
-    if (dropout_on()) {
-      attention_dropout_backward(d_qkv, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_,
-                                 attention_dropout());
-    } else {
-      p.attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
-    }
-  } else {
-    MT_CHECK(!dropout_on(), "--dropout with --precision bf16");
+  else
     p.attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
-  }
   p.backward_input(qkv_, d_ln1, d_qkv, N);
   // dx_in must not alias anything read below; the x_in statistics are in the slot.
   residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,

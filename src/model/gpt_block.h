@@ -33,6 +33,12 @@
 // the embedding at the true positions), and the slot keeps the log-sum-exp (b, NHl, T)
 // instead of the probabilities; Recompute::selective then changes nothing.
 //
+// --dropout: the attention core is the flash kernel as under cp (whatever the layout and
+// precision), which draws the probabilities' mask inside its online softmax and redraws it in
+// the backward (kernels/flash_attention.h): the slot keeps lse, never a (T, T) buffer, and
+// Recompute::selective changes nothing. Both residual branches go through their masks before
+// the residual add; their masked output gradients are kept for the W pass.
+//
 // --precision bf16 (bf16_version non-null; docs/precision.md): the four linears multiply
 // bf16 copies of their weights (refreshed when *bf16_version moves). What the slot keeps
 // only for a GEMM is kept in bf16 instead of fp32: ln1_out, att_out, ln2_out and fc_out
@@ -45,7 +51,6 @@
 
 #include <memory>
 
-#include "kernels/attention_dropout.h"
 #include "model/activation_pool.h"
 #include "model/block.h"
 #include "model/config.h"
@@ -130,9 +135,6 @@ class GptBlock final : public Block {
 
   // --dropout: the chunk's state (null or p = 0: none); the masked branch gradients' buffers.
   bool dropout_on() const { return dropout_ && dropout_->on(); }
-  AttentionDropout attention_dropout() const;
-  template <class Ops, class Out>
-  void attention_forward_with(const Ops& ops, Out* out, float* att, const float* qkv, int b, int T);
   void branch_dropout(float* y, const float* x, int which, int b, int T, bool backward) const;
 
   int C_, max_b_, Cl_, Hl_, NHl_, T_;  // model dim, local attention width/hidden/heads
@@ -140,6 +142,7 @@ class GptBlock final : public Block {
   const DropoutState* dropout_ = nullptr;
   TensorParallelShard tp_;
   bool sp_ = false;
+  bool flash_ = false;                // the flash core: under --cp or --dropout
   bool recompute_attention_ = false;  // Recompute::selective
   bool bf16_ = false;                 // --precision bf16
   BlockContext context_;              // context.cp: attention across the cp group

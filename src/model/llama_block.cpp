@@ -30,11 +30,13 @@ LlamaBlock::LlamaBlock(int layer, const ModelConfig& cfg, const TensorParallelSh
     : C_(cfg.dim),
       T_(cfg.seq),
       max_b_(max_b),
+      layer_(layer),
       hd_(cfg.head_dim()),
       tp_(tp),
       sp_(tp.splits_sequence()),
       bf16_(bf16_version != nullptr),
-      context_(context) {
+      context_(context),
+      dropout_(context.dropout && context.dropout->p > 0 ? context.dropout : nullptr) {
   // --tp divides --heads and --kv-heads: checked with the options before any rank starts.
   MT_CHECK(cfg.heads % tp.size == 0 && cfg.kv() % tp.size == 0, "tp ", tp.size,
            " does not divide heads ", cfg.heads, " and kv heads ", cfg.kv());
@@ -137,6 +139,10 @@ void LlamaBlock::reserve_buffers(SlotLayout& layout, bool moe) {
   off_.d_att_out = layout.reserve(N * q_cols());
   off_.d_qkv = gemm_only(N * qkv_cols());
   off_.d_n1 = layout.reserve(Nl * C_);
+  if (dropout_) {
+    off_.d_attn_branch = layout.reserve(Nl * C_);
+    off_.d_mlp_branch = layout.reserve(Nl * C_);
+  }
 }
 
 FlashAttention LlamaBlock::attention_args(const float* qkv, int b, int T) const {
@@ -150,6 +156,7 @@ FlashAttention LlamaBlock::attention_args(const float* qkv, int b, int T) const 
   a.qpos = a.kpos = context_.positions;
   a.rope = context_.rope;
   a.precision = bf16_ ? FlashPrecision::bf16 : FlashPrecision::fp32;
+  if (dropout_) a.dropout = dropout_->attention(layer_, tp_.rank * Hl_);
   return a;
 }
 
@@ -231,6 +238,7 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
   const std::span<float> fscratch(forward_scratch_, forward_scratch_floats());
   flash_core_forward(ops, att_out, s + off_.lse, attention_args(qkv, b, T), context_.cp, fscratch);
   ops.forward(o_proj_, x_mid, att_out, N);
+  if (dropout_on()) branch_dropout(x_mid, x_mid, 1, Nl, false);
   add_inplace(x_mid, x_in, nc);
 
   // MLP: n2 = rmsnorm(x_mid); x_out = x_mid + down(silu(gate n2) * up n2), or the routed
@@ -250,6 +258,7 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
     norm2_.forward(s, n2, x_mid, Nl);
     mlp_forward(ops, s, n2, x_out, N);
   }
+  if (dropout_on()) branch_dropout(x_out, x_out, 2, Nl, false);
   add_inplace(x_out, x_mid, nc);
 }
 
@@ -294,7 +303,7 @@ void LlamaBlock::attention_backward_input(const Ops& ops, float* s, float* scrat
   const int N = b * T;
   float* d_att_out = s + off_.d_att_out;
   auto* d_qkv = Ops::act(s, off_.d_qkv);
-  ops.backward_input(o_proj_, d_att_out, s + off_.dx_mid, N);
+  ops.backward_input(o_proj_, d_att_out, attention_branch_grad(s), N);
   flash_core_backward(ops, d_qkv, d_att_out, Ops::act(s, off_.att_out), s + off_.lse,
                       attention_args(s + off_.qkv, b, T), context_.cp, scratch);
   ops.backward_input(qkv_, s + off_.d_n1, d_qkv, N);
@@ -310,10 +319,13 @@ void LlamaBlock::backward_input(float* s, const float* x_in, const float* dx_out
   const int N = b * T, Nl = rows(b, T);
   const size_t nc = size_t(Nl) * C_;
   float* dx_mid = s + off_.dx_mid;
+  // --dropout: the branches see their output gradients through their masks.
+  if (dropout_) branch_dropout(s + off_.d_mlp_branch, dx_out, 2, Nl, true);
   with_precision_ops(bf16_, scratch_, [&](const auto& ops) {
-    mlp_backward_input(ops, s, dx_out, scratch, N, Nl);
+    mlp_backward_input(ops, s, mlp_branch_grad(s, dx_out), scratch, N, Nl);
     std::memcpy(dx_mid, dx_out, nc * sizeof(float));  // the residual path
     norm2_.backward_input(s, dx_mid, s + off_.d_n2, s + off_.x_mid, Nl);
+    if (dropout_) branch_dropout(s + off_.d_attn_branch, dx_mid, 1, Nl, true);
     attention_backward_input(ops, s, scratch, b, T);
   });
   // dx_in must not alias anything read here; x_in's statistics are in the slot.
@@ -328,13 +340,20 @@ void LlamaBlock::backward_weight_with(const Ops& ops, float* s, const float* x_i
   // Under sequence parallelism the linears gather again what the slot keeps only locally.
   if (moe_) moe_->backward_weight(s, s + off_.n2, N);
   if (has_mlp_) {
-    ops.backward_weight(down_, dx_out, Ops::act(s, off_.h), N);
+    ops.backward_weight(down_, mlp_branch_grad(s, dx_out), Ops::act(s, off_.h), N);
     ops.backward_weight(gate_up_, Ops::act(s, off_.d_gu), Ops::act(s, off_.n2_mlp), N);
   }
   norm2_.backward_weight(s, s + off_.d_n2, s + off_.x_mid, Nl);
-  ops.backward_weight(o_proj_, s + off_.dx_mid, Ops::act(s, off_.att_out), N);
+  ops.backward_weight(o_proj_, attention_branch_grad(s), Ops::act(s, off_.att_out), N);
   ops.backward_weight(qkv_, Ops::act(s, off_.d_qkv), Ops::act(s, off_.n1), N);
   norm1_.backward_weight(s, s + off_.d_n1, x_in, Nl);
+}
+
+// A residual branch's output (which 1: attention, 2: MLP), or its gradient, through its mask
+// (model/dropout_state.h): this rank's Nl rows of the residual stream.
+void LlamaBlock::branch_dropout(float* y, const float* x, int which, int Nl, bool backward) const {
+  dropout_->rows(y, x, DropoutState::block_site(layer_, which), Nl, C_, sp_ ? tp_.rank * Nl : 0,
+                 backward);
 }
 
 void LlamaBlock::backward_weight(float* s, const float* x_in, const float* dx_out, int b, int T) {

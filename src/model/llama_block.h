@@ -26,6 +26,13 @@
 // they read (t divides Hkv: checked before any rank starts), and F/t of the MLP width. Sequence
 // parallelism as the gpt2 block: the norms and residuals run on this rank's b*T/t rows.
 //
+// --dropout (context.dropout, while training): nanoGPT's and HF's places, as the gpt2 block:
+// on the probabilities inside the flash core (drawn in its online-softmax loop and redrawn in
+// its backward from the counters, never stored; kernels/flash_attention.h) and on both
+// residual branches (o_proj's and the MLP's outputs, an MoE layer's routed + shared sum)
+// before their residual adds; the chunk drops the embedding. The branches' masked output
+// gradients are kept for the W pass.
+//
 // --precision bf16: the linears multiply bf16 weight copies; n1, n2, the attention output, the
 // SwiGLU output and the column-parallel linears' output gradients (d_qkv, d_gu) are kept in
 // bf16; the attention core multiplies bf16 operands with fp32 accumulation; qkv, gu, the
@@ -90,15 +97,26 @@ class LlamaBlock final : public Block {
                             float* dn, int N);
   template <class Ops>
   void attention_backward_input(const Ops& ops, float* s, float* scratch, int b, int T);
+  // --dropout: the chunk's state (null or p = 0: none).
+  bool dropout_on() const { return dropout_ && dropout_->on(); }
+  void branch_dropout(float* y, const float* x, int which, int Nl, bool backward) const;
+  // The branches' output gradients as their layers see them: through the masks (--dropout).
+  float* attention_branch_grad(float* s) const {
+    return s + (dropout_ ? off_.d_attn_branch : off_.dx_mid);
+  }
+  const float* mlp_branch_grad(float* s, const float* dx_out) const {
+    return dropout_ ? s + off_.d_mlp_branch : dx_out;
+  }
   template <class Ops>
   void backward_weight_with(const Ops& ops, float* s, const float* x_in, const float* dx_out, int b,
                             int T);
 
-  int C_, T_, max_b_, Hl_, Hkvl_, hd_, Fl_;
+  int C_, T_, max_b_, layer_, Hl_, Hkvl_, hd_, Fl_;
   TensorParallelShard tp_;
   bool sp_ = false, bf16_ = false;
   bool has_mlp_ = false;  // the dense MLP, or an MoE layer's shared experts (gate_up_, down_)
   BlockContext context_;
+  const DropoutState* dropout_ = nullptr;
   LayerScratch scratch_;
   float* forward_scratch_ = nullptr;
   Norm norm1_, norm2_;
@@ -115,6 +133,7 @@ class LlamaBlock final : public Block {
     size_t n2_mlp, shared;         // MoE: the shared experts' operand (Nl,C), their output (Nl,C)
     // gradients kept for the W pass
     size_t d_gu, d_n2, dx_mid, d_att_out, d_qkv, d_n1;  // (N,2Fl) (Nl,C) (Nl,C) (N,Hl hd)...
+    size_t d_attn_branch, d_mlp_branch;                 // --dropout: through the masks (Nl,C) each
   } off_{};
 };
 

@@ -59,6 +59,7 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   // contiguous in the arena: ZeRO shards and gathers each unit as one range.
   const size_t first = table.entries().size();
   BlockContext context = sequence_context(max_b, tp, cp);
+  dropout_.set_positions(context.positions, cfg_.seq * cp.size);
   if (dropout_.enabled()) context.dropout = dropout_.state();
   // Under cp the learned position table is read at the rows' true positions.
   if (spec_.has_embedding)
@@ -97,7 +98,7 @@ BlockContext ModelChunk::sequence_context(int max_b, const TensorParallelShard& 
     rope_ = RopeTable(cfg_.head_dim(), whole, cfg_.rope_theta, cfg_.rope_scaling);
   const RopeTable* rope = cfg_.llama() ? &rope_ : nullptr;
   if (!cp.splits_sequence()) {
-    if (!cfg_.llama()) return {};  // the gpt2 block's own attention: positions 0..seq-1
+    // gpt2: its flash core (--dropout) reads them; its own attention kernels do not.
     positions_.resize(cfg_.seq);
     for (int t = 0; t < cfg_.seq; ++t) positions_[t] = t;
     return {rope, positions_.data(), nullptr};

@@ -220,7 +220,7 @@ class ModelChunk {
   Arena forward_scratch_;       // Block::forward_scratch_floats (the gpt2 block's probabilities
                                 // under selective recomputation, llama's flash forward); likewise
   RopeTable rope_;              // llama: the blocks' RoPE table
-  std::vector<int> positions_;  // llama: the true position of each of the seq rows
+  std::vector<int> positions_;  // one worker: the true position of each of the seq rows
   std::unique_ptr<ContextParallelAttention> cp_attention_;  // --cp > 1; shared likewise
   Arena block_scratch_;   // one block's buffers, full recomputation only; shared likewise
   Arena residual_grads_;  // full recomputation: dx[1..n-1], two alternating buffers

@@ -149,10 +149,12 @@ void check_honoured_keys(const json& j, const std::string& where) {
   for (const char* key : {"attention_bias", "mlp_bias"})
     MT_REQUIRE(!j.contains(key) || j[key] == false, where, ": ", key, " is ", j[key].dump(),
                "; meshtrain's Llama block has no biases (section 9)");
+  // A training setting (transformers drops the probabilities in train mode only): the forward
+  // meshtrain computes from the directory is the same at any rate; a run drops by --dropout.
   if (j.contains("attention_dropout")) {
     const json& v = j["attention_dropout"];
-    MT_REQUIRE(v.is_number() && v.get<double>() == 0.0, where, ": attention_dropout is ", v.dump(),
-               "; meshtrain trains without dropout");
+    MT_REQUIRE(v.is_number() && v.get<double>() >= 0.0 && v.get<double>() < 1.0, where,
+               ": attention_dropout is ", v.dump(), ", not a probability in [0, 1)");
   }
   if (j.contains("pretraining_tp")) positive_int(j, "pretraining_tp", where);
 }
@@ -304,6 +306,8 @@ std::string hf_config_text(const ModelConfig& cfg, bool bf16) {
             {"vocab_size", cfg.vocab},
             {"max_position_embeddings", cfg.seq},
             {"tie_word_embeddings", cfg.tie_embeddings},
+            // transformers' one dropout of a Llama: the probabilities' (docs/contracts.md §1).
+            {"attention_dropout", std::stod(float_text(cfg.dropout))},
             {"torch_dtype", bf16 ? "bfloat16" : "float32"}};
   if (cfg.experts > 0) {
     j["architectures"] = {kMoeArchitecture};

@@ -9,9 +9,10 @@
 // key present is checked, in three kinds:
 //   shape   the model's shape: positive integers, finite numbers, a bool;
 //   honoured keys that change the math, accepted only at the values meshtrain computes
-//           (hidden_act silu, attention_bias and mlp_bias false, attention_dropout 0,
-//           rope_scaling absent or of type llama3; pretraining_tp any >= 1, which only
-//           changes how transformers slices the same matmuls);
+//           (hidden_act silu, attention_bias and mlp_bias false, rope_scaling absent or of
+//           type llama3; pretraining_tp any >= 1, which only changes how transformers slices
+//           the same matmuls; attention_dropout any rate in [0, 1): a training setting that
+//           leaves the forward unchanged, written as the run's --dropout);
 //   inert   keys that cannot change the model (token ids, initializer_range, use_cache,
 //           torch_dtype, transformers_version, ...): any value.
 // Any other key is refused by name: it might change the math (a sliding_window, a

@@ -48,12 +48,32 @@ void refuse_shape_change(const ConfigChange& c, const TrainOptions& recorded,
                        "from its weights with --init-from)"));
 }
 
+// The checkpoint's data position counts draws of the recorded order (shuffled: samples of
+// --seed's per-epoch permutation; sequential: the token offset): in another order, or another
+// seed's permutation, it would repeat some samples of the epoch and skip others without a
+// word, so the order is part of the run resumed.
+void refuse_order_change(const ConfigChange& c, const TrainOptions& recorded,
+                         const std::string& dir) {
+  const bool shuffled = recorded.io.data_order == DataOrder::shuffled;
+  if (c.flag != "data-order" && !(c.flag == "seed" && shuffled)) return;
+  const char* what = c.flag == "seed" ? "the seed of its shuffled order" : "its data order";
+  throw UsageError(str("--", c.flag, " ", c.after, " contradicts the checkpoint ", dir,
+                       ", whose run has --", c.flag, " ", c.before, ": its data position counts ",
+                       shuffled ? "draws of that shuffled order" : "tokens of the sequential order",
+                       ", so a resumed run keeps ", what,
+                       " (another would repeat and skip samples); drop the flag, or start a new "
+                       "run from its weights with --init-from"));
+}
+
 }  // namespace
 
 std::vector<std::string> resume_change_lines(const std::vector<ConfigChange>& changes,
                                              const TrainOptions& recorded, const TrainOptions& now,
                                              int start_step, const std::string& dir) {
-  for (const ConfigChange& c : changes) refuse_shape_change(c, recorded, now, dir);
+  for (const ConfigChange& c : changes) {
+    refuse_shape_change(c, recorded, now, dir);
+    refuse_order_change(c, recorded, dir);
+  }
   std::vector<std::string> lines;
   for (const ConfigChange& c : changes) {
     // A shape flag repeating the recorded shape in other words (--kv-heads 0 for --heads).

@@ -21,7 +21,9 @@ struct ConfigChange {
 
 // Throws UsageError (naming both values and the checkpoint) for a change of the model's
 // shape: a shape flag of hf_config.h's table whose value, as the model uses it, differs, or
-// --seq of a model with learned positions. Returns one line per other change, e.g.
+// --seq of a model with learned positions; and for a change of the sample order the data
+// position counts in: --data-order, or --seed when the recorded order is shuffled (the
+// position would then repeat and skip samples). Returns one line per other change, e.g.
 //   "resumed from step 60 of out/g2; changed: --steps 60 -> 100 (the cosine schedule now ends
 //    at step 100; lr at step 61 is 1.27e-03)".
 // recorded: the options as the checkpoint's run had them; now: as this run will.

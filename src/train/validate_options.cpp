@@ -53,20 +53,11 @@ void validate_engine(const TrainOptions& o, const LauncherInfo& launcher) {
 }
 
 // The model's own shape rules live with the model (the sample command applies them too).
-// --dropout: the gpt2 block in fp32 draws its masks by global token (model/dropout_state.h);
-// the llama block (its flash attention kernels, context parallelism) and the bf16 attention
-// kernels do not yet, so they are refused, not run without dropout.
+// --dropout: every block, precision and layout draws its masks by global token and true
+// position (model/dropout_state.h), so nothing is refused but a probability outside [0, 1).
 void validate_dropout(const TrainOptions& o) {
   const float p = o.model.dropout;
   MT_REQUIRE(p >= 0 && p < 1, "--dropout must be at least 0 and below 1 (got ", p, ")");
-  if (p == 0) return;
-  MT_REQUIRE(!o.model.llama(),
-             "--dropout is implemented for --arch gpt2 only (the llama block's "
-             "flash attention kernels do not draw dropout masks yet); drop --dropout");
-  MT_REQUIRE(o.optim.precision == Precision::fp32,
-             "--dropout is implemented for --precision fp32 "
-             "only (the bf16 attention kernels do not draw dropout masks yet)");
-  MT_REQUIRE(o.parallel.cp == 1, "--dropout is not implemented with --cp (context parallelism)");
 }
 
 void validate_model(const TrainOptions& o) {

@@ -91,6 +91,21 @@ TEST(ResumeConfig, AFlagContradictingTheShapeIsRefusedNamingBothValues) {
   EXPECT_EQ(r.out.find("changed:"), r.out.rfind("changed:")) << r.out;
 }
 
+// The checkpoint's data position counts draws of its run's sample order: a resume in another
+// order, or with another seed of the shuffled order, is refused before any rank starts.
+TEST(ResumeConfig, AnotherSampleOrderIsRefusedNamingBothValues) {
+  SavedRun f;  // shuffled, the default, with --seed's default
+  expect_usage_error(run_meshtrain("train --load " + f.ck + " --steps 3 --data-order sequential"),
+                     "--data-order sequential contradicts the checkpoint " + f.ck +
+                         ", whose run has --data-order shuffled");
+  expect_usage_error(run_meshtrain("train --load " + f.ck + " --steps 3 --seed 77"),
+                     "--seed 77 contradicts the checkpoint " + f.ck);
+  // Repeating the recorded order is no change.
+  const auto r =
+      run_meshtrain("train --load " + f.ck + " --steps 3 --data-order shuffled --progress none");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST(ResumeConfig, TrainingAndLayoutChangesAreAnnouncedOneLineEach) {
   SavedRun f;
   const auto r = run_meshtrain("train --load " + f.ck +

@@ -41,6 +41,10 @@ struct FlashProblem {
   std::vector<int> qpos, kpos;
   bool rope = false, fused = false, portable = false;
   FlashPrecision precision = FlashPrecision::fp32;
+  // --dropout on the probabilities: p, the first head's global index, the sequence length
+  // (0: the largest position + 1). Row i of sequence b is global token (b + 2) * seq + qpos[i].
+  float dropout = 0;
+  int head_offset = 0, seq_len = 0;
 };
 
 inline FlashProblem problem(std::string name, int B, int H, int Hkv, int hd, std::vector<int> qpos,
@@ -57,8 +61,21 @@ struct FlashSetup {
   FlashProblem p;
   RopeTable table;
 
+  std::vector<int64_t> tokens;  // the query rows' global tokens (dropout)
+
   explicit FlashSetup(FlashProblem problem)
-      : p(std::move(problem)), table(p.hd, max_position() + 1, 10000.0) {}
+      : p(std::move(problem)), table(p.hd, max_position() + 1, 10000.0) {
+    for (int b = 0; b < p.B; b++)
+      for (int q : p.qpos) tokens.push_back(int64_t(b + 2) * seq_len() + q);
+  }
+  FlashSetup(const FlashSetup& o) : FlashSetup(o.p) {}
+
+  int64_t seq_len() const { return p.seq_len > 0 ? p.seq_len : max_position() + 1; }
+  // The dropout every call of the setup draws (seed 5, step 3, site 7).
+  FlashDropout dropout() const {
+    if (p.dropout == 0) return {};
+    return {{5, 3, 7}, p.dropout, tokens.data(), p.head_offset, seq_len()};
+  }
 
   int Tq() const { return int(p.qpos.size()); }
   int Tk() const { return int(p.kpos.size()); }
@@ -90,6 +107,7 @@ struct FlashSetup {
     a.qpos = p.qpos.data(), a.kpos = p.kpos.data();
     a.rope = p.rope ? &table : nullptr;
     a.precision = p.precision, a.portable = p.portable;
+    a.dropout = dropout();
     return a;
   }
 

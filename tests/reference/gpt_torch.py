@@ -272,6 +272,9 @@ def train_step(model, opt, loader, u, args):
     bf16 = getattr(args, "precision", "fp32") == "bf16"
     for j in range(M):
         xj, yj = x[j * mb:(j + 1) * mb], y[j * mb:(j + 1) * mb]
+        # --dropout (llama_torch.py): the masks of step u + 1 for sequences j * mb.. of the batch.
+        if hasattr(model, "dropout_position"):
+            model.dropout_position = (u + 1, j * mb)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             # A model with a loss term beside the cross-entropy (llama_torch's MoE aux loss)
             # returns it from loss_terms: differentiated, but not part of the metric.
@@ -280,6 +283,8 @@ def train_step(model, opt, loader, u, args):
             total = loss if extra is None else loss + extra / M
         total.float().backward()
         loss_sum += loss.item()
+    if hasattr(model, "dropout_position"):
+        model.dropout_position = None  # evaluation never drops
     grads = [p.grad for p in model.parameters()]
     norm = torch.norm(torch.stack([torch.norm(g.detach(), 2.0) for g in grads]), 2.0)
     if args.grad_clip > 0:

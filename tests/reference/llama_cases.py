@@ -47,6 +47,11 @@ def cases(bf16_tolerances):
     return {
         # GQA 2:1, untied, 3 layers, defaults of --rope-theta and --norm-eps, clipping active.
         "llama_gqa": dict(flags=gqa() + ONE + TRAIN, data="text", must_clip=True),
+        # --dropout: the masks of docs/contracts.md section 1 (dropout_masks.py) on the
+        # embedding, the probabilities (inside meshtrain's flash core) and both branches, two
+        # microbatches (their sequences' global tokens), GQA (a mask per query head).
+        "llama_dropout": dict(flags=gqa(layers=2) + TWO + TRAIN + ["--dropout", "0.1"],
+                              data="text"),
         # MQA, default --ffn-dim, vocab 2048, 2 microbatches, 2 threads, non-default theta/eps.
         "llama_mqa_v2048_mb2": dict(flags=[
             "--arch", "llama", "--layers", "2", "--dim", "128", "--heads", "4", "--kv-heads", "1",

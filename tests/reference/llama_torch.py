@@ -8,7 +8,12 @@ Run with Debian's /usr/bin/python3 (python3-torch 1.13 + numpy).
               h = x + attn(rmsnorm(x; input_layernorm))
               x = h + mlp(rmsnorm(h; post_attention_layernorm))
             then rmsnorm(x; model.norm), logits = x @ lm_head^T (embed_tokens^T when
-            --tie-embeddings), loss = mean cross-entropy. No biases, no dropout.
+            --tie-embeddings), loss = mean cross-entropy. No biases.
+  dropout   --dropout P in training only (docs/contracts.md section 1; dropout_masks.py): on
+            embed_tokens' output, on the attention probabilities after the softmax (before
+            @ v; query head j draws its own mask), and on o_proj's and the MLP's outputs
+            before their residual adds: x * mask / (1 - P), the masks of the step and of the
+            microbatch's sequences in the global batch (gpt_torch.train_step sets them).
   rmsnorm   weight * (x * rsqrt(mean(x^2) + eps)) (Hugging Face LlamaRMSNorm's order),
             statistics in fp32 at least; eps --norm-eps (default 1e-5).
   attention hd = --head-dim (default C/H); q = h Wq^T [H*hd], k, v = h Wk^T, h Wv^T
@@ -50,6 +55,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dropout_masks  # noqa: E402
 import gpt_torch as gpt  # noqa: E402
 import hf_dir  # noqa: E402
 from llama_moe_torch import MoE, SwiGLU  # noqa: E402
@@ -89,7 +95,8 @@ def shape_from_args(a):
             first_dense_layers=a.first_dense_layers)
     return types.SimpleNamespace(L=a.layers, C=a.dim, H=H, Hkv=Hkv, hd=hd, F=F_, V=a.vocab,
                                  T=a.seq, eps=a.norm_eps, theta=a.rope_theta, scaling=scaling,
-                                 tie=a.tie_embeddings, moe=moe)
+                                 tie=a.tie_embeddings, moe=moe,
+                                 dropout=getattr(a, "dropout", 0.0), seed=a.seed)
 
 
 def is_moe_layer(s, i):
@@ -161,7 +168,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(s.C, s.Hkv * s.hd, bias=False)
         self.o_proj = nn.Linear(s.H * s.hd, s.C, bias=False)
 
-    def forward(self, x, cos, sin):  # x is (B,T,C)
+    def forward(self, x, cos, sin, drop=None):  # x is (B,T,C); drop: (B,H,T,T) or None
         B, T, _ = x.shape
         Hkv, G, hd = self.Hkv, self.H // self.Hkv, self.hd
         # Query head j = kv * G + g sits at [:, kv, g]; its kv head at [:, kv, 0].
@@ -172,6 +179,8 @@ class Attention(nn.Module):
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # (B,Hkv,G,T,T)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        if drop is not None:  # head j = kv * G + g
+            att = att * drop.view(B, Hkv, G, T, T)
         y = (att @ v).permute(0, 3, 1, 2, 4).reshape(B, T, self.H * hd)  # heads in order
         return self.o_proj(y)
 
@@ -184,11 +193,13 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(s.C, s.eps)
         self.mlp = MoE(s.C, s.moe) if moe else SwiGLU(s.C, s.F)
 
-    def forward(self, x, cos, sin):
-        h = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(self, x, cos, sin, drop=None):
+        """drop: None, or the layer's (probabilities, attention branch, MLP branch) factors."""
+        a = self.self_attn(self.input_layernorm(x), cos, sin, drop[0] if drop else None)
+        h = x + (a * drop[1] if drop else a)
         out = self.mlp(self.post_attention_layernorm(h))
         y, aux = out if isinstance(out, tuple) else (out, None)
-        return h + y, aux
+        return h + (y * drop[2] if drop else y), aux
 
 
 class Llama(nn.Module):
@@ -202,17 +213,36 @@ class Llama(nn.Module):
         if not s.tie:
             self.lm_head = nn.Linear(s.C, s.V, bias=False)
         self.cos, self.sin = rope_tables(s.hd, s.T, s.theta, s.scaling)
+        self.dropout_position = None  # (step, first sequence) while a training step runs
+
+    def drop_factors(self, B, T, layer):
+        """The factors of site 0 (layer None: the embedding) or of block `layer`'s three
+        sites, for the running microbatch; None outside training or without --dropout."""
+        if not self.s.dropout or self.dropout_position is None:
+            return None
+        step, first = self.dropout_position
+        d = dropout_masks
+        args = (self.s.seed, step)
+        if layer is None:
+            return d.rows_factor(*args, 0, self.s.dropout, first, B, T, self.s.C)
+        site = 1 + 3 * layer
+        return (d.probs_factor(*args, site, self.s.dropout, first, B, self.s.H, T),
+                d.rows_factor(*args, site + 1, self.s.dropout, first, B, T, self.s.C),
+                d.rows_factor(*args, site + 2, self.s.dropout, first, B, T, self.s.C))
 
     def moe_layers(self):
         return [b.mlp for b in self.model.layers if isinstance(b.mlp, MoE)]
 
     def loss_terms(self, idx, targets):
         """(mean cross-entropy, sum over MoE layers of their aux loss or None)."""
-        T = idx.shape[1]
+        B, T = idx.shape
         x = self.model.embed_tokens(idx)
+        embed_drop = self.drop_factors(B, T, None)
+        if embed_drop is not None:
+            x = x * embed_drop
         aux_sum = None
-        for block in self.model.layers:
-            x, aux = block(x, self.cos[:T], self.sin[:T])
+        for i, block in enumerate(self.model.layers):
+            x, aux = block(x, self.cos[:T], self.sin[:T], self.drop_factors(B, T, i))
             if aux is not None:
                 aux_sum = aux if aux_sum is None else aux_sum + aux
         x = self.model.norm(x)
@@ -340,6 +370,7 @@ def add_llama_flags(p):
     p.add_argument("--shared-experts", type=int, default=0)
     p.add_argument("--router", choices=["softmax", "sigmoid"], default="softmax")
     p.add_argument("--routed-scale", type=float, default=1.0)
+    p.add_argument("--dropout", type=float, default=0.0)
     return p
 
 

@@ -154,6 +154,20 @@ TEST(HfConfig, WrittenTextReadsBackToTheSameShape) {
     EXPECT_EQ(r.rope_scaling.factor, 8);
     EXPECT_EQ(r.rope_scaling.original_max_position, 32);
   }
+}
+
+// --dropout P: transformers' one Llama dropout, the probabilities', is written as P (the
+// residual and embedding dropout have no key there); it reads back (a training setting the
+// forward does not depend on), and 0 is written when the run does not drop.
+TEST(HfConfig, WritesTheRunsDropoutAsAttentionDropout) {
+  ModelConfig m;
+  m.arch = Arch::llama;
+  m.layers = 1, m.dim = 32, m.heads = 2, m.ffn_dim = 64, m.vocab = 50, m.seq = 16;
+  EXPECT_EQ(json::parse(hf_config_text(m, false))["attention_dropout"], 0.0);
+  m.dropout = 0.1f;
+  const std::string text = hf_config_text(m, false);
+  EXPECT_EQ(json::parse(text)["attention_dropout"], 0.1);
+  EXPECT_EQ(parse(text).describe(), m.describe());
   m.rope_scaling = {};
   EXPECT_FALSE(json::parse(hf_config_text(m, false)).contains("rope_scaling"));
 }
@@ -165,7 +179,8 @@ TEST(HfConfig, RefusesByNameWhatItCannotHonour) {
       {{{"attention_bias", true}}, "attention_bias is true"},
       {{{"mlp_bias", true}}, "mlp_bias is true"},
       {{{"hidden_act", "gelu"}}, "hidden_act \"gelu\" is not silu"},
-      {{{"attention_dropout", 0.1}}, "attention_dropout is 0.1"},
+      {{{"attention_dropout", 1.0}}, "attention_dropout is 1.0, not a probability"},
+      {{{"attention_dropout", "0.1"}}, "attention_dropout is \"0.1\""},
       {{{"pretraining_tp", 0}}, "pretraining_tp is 0"},
       {{{"sliding_window", 4096}}, "key \"sliding_window\" is not one meshtrain can honour"},
       {{{"quantization_config", {{"bits", 4}}}}, "key \"quantization_config\""},

@@ -61,5 +61,38 @@ TEST(ResumeChanges, AScheduleChangeSaysWhatTheNextUpdateTakes) {
             "at step 11 is 5.00e-04)");
 }
 
+// The data position counts draws of the recorded sample order: another order, or another
+// seed's shuffled permutation, is refused naming both values; the seed of a sequential run
+// (init and dropout only, the order has none) is announced.
+TEST(ResumeChanges, TheSampleOrderIsPartOfTheRunResumed) {
+  TrainOptions shuffled = llama(), sequential = llama();
+  sequential.io.data_order = DataOrder::sequential;
+  try {
+    resume_change_lines({{"data-order", "shuffled", "sequential"}}, shuffled, sequential, 10, "ck");
+    ADD_FAILURE() << "a change of --data-order was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--data-order sequential contradicts the checkpoint ck, "
+                                         "whose run has --data-order shuffled"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(resume_change_lines({{"data-order", "sequential", "shuffled"}}, sequential, shuffled,
+                                   10, "ck"),
+               UsageError);
+  try {
+    resume_change_lines({{"seed", "1", "2"}}, shuffled, shuffled, 10, "ck");
+    ADD_FAILURE() << "a change of the shuffle seed was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--seed 2 contradicts the checkpoint ck, whose run has "
+                                         "--seed 1: its data position counts draws of that "
+                                         "shuffled order"),
+              std::string::npos)
+        << e.what();
+  }
+  const auto lines = resume_change_lines({{"seed", "1", "2"}}, sequential, sequential, 10, "ck");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "resumed from step 10 of ck; changed: --seed 1 -> 2");
+}
+
 }  // namespace
 }  // namespace mt

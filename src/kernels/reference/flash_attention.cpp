@@ -55,6 +55,16 @@ struct Heads {
   }
 };
 
+// --dropout: the kept-and-scaled factor of (b, query head h, row i, key j), from the
+// formula (kernels/dropout.h's dropout_keeps, one element at a time).
+double drop_factor(const FlashAttention& a, int b, int h, int i, int j) {
+  const FlashDropout& d = a.dropout;
+  if (!d.on()) return 1.0;
+  const int64_t token = d.row_tokens[size_t(b) * a.Tq + i];
+  const int64_t feature = (d.head_offset + int64_t(h)) * d.seq_len + a.kpos[j];
+  return dropout_keeps(d.key, d.p, token, feature) ? 1.0 / (1.0 - double(d.p)) : 0.0;
+}
+
 }  // namespace
 
 void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAttention& a,
@@ -72,9 +82,9 @@ void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAtte
           if (a.kpos[j] <= a.qpos[i]) m = std::max(m, s[j] = scale * dot(q, x.k(b, g, j)));
         for (int j = 0; j < a.Tk; j++) {
           if (s[j] == -INFINITY) continue;
-          const double p = std::exp(s[j] - m);
+          const double p = std::exp(s[j] - m), pv = p * drop_factor(a, b, h, i, j);
           sum += p;
-          for (int d = 0; d < a.hd; d++) o[d] += p * x.v(b, g, j)[d];
+          for (int d = 0; d < a.hd; d++) o[d] += pv * x.v(b, g, j)[d];
         }
         const double lse_new = sum > 0 ? m + std::log(sum) : -INFINITY;
         float* orow = out + (size_t(b) * a.Tq + i) * ldo + size_t(h) * a.hd;
@@ -135,13 +145,14 @@ void flash_attention_backward(const FlashGrads& gr, const float* dout, size_t ld
           const double p = std::exp(scale * dot(q, k) - L);
           double dp = 0;
           for (int d = 0; d < hd; d++) dp += double(dy[d]) * v[d];
-          const double ds = p * (dp - Di) * scale;
+          const double f = drop_factor(a, b, h, i, j);
+          const double ds = p * (dp * f - Di) * scale;
           Vec &dkj = dk[(size_t(b) * a.Tk + j) * a.Hkv + g],
               &dvj = dv[(size_t(b) * a.Tk + j) * a.Hkv + g];
           for (int d = 0; d < hd; d++) {
             dqi[d] += ds * k[d];
             dkj[d] += ds * q[d];
-            dvj[d] += p * dy[d];
+            dvj[d] += p * f * dy[d];
           }
         }
       }

@@ -2,7 +2,9 @@
 // ignored): one query row at a time in double, straight from the formulas — q and k rotated
 // to their positions, s = q.k / sqrt(hd) over the keys with kpos <= qpos, the softmax, the
 // log-sum-exp merge; the backward from the given lse and D: P = exp(s - lse),
-// dS = P (dP - D) / sqrt(hd). Query head j reads kv head j / (H / Hkv).
+// dS = P (dP - D) / sqrt(hd). Query head j reads kv head j / (H / Hkv). --dropout: the P
+// that multiplies V is P m / (1 - p), m from dropout_keeps element by element; the backward
+// dS = P (m dP / (1 - p) - D) / sqrt(hd), dV += P m / (1 - p) dout.
 #pragma once
 
 #include <cstddef>
