@@ -41,6 +41,17 @@ add_test(NAME equivalence.cp_moe_metrics
 set_tests_properties(equivalence.cp_moe_llama_sigmoid equivalence.cp_moe_llama_softmax
                      equivalence.cp_moe_gpt2 equivalence.cp_moe_metrics
                      PROPERTIES LABELS "equivalence;cp;moe" TIMEOUT 600)
+# Sharded checkpoints of experts under cp x ep: each expert slice is written once (by rank 0
+# of its replica group, which now spans cp) and the router biases with them; loaded at cp 1
+# without ep, and the reverse, continuing with the uninterrupted run's losses and weights.
+add_test(NAME equivalence.cp_moe_checkpoint_reshard
+         COMMAND ${MT_EQUIV} reshard --bin ${MT_EQUIV_BIN}
+                 --base "${MT_CP_MOE_LLAMA} ${MT_CP_MOE_SIGMOID} --steps 8" --save-at 4
+                 --reference "--microbatches 2"
+                 --pair "--dp 2 --ep 2 --cp 2|--microbatches 2"
+                 --pair "--microbatches 2|--dp 2 --ep 2 --cp 2 --zero 1")
+set_tests_properties(equivalence.cp_moe_checkpoint_reshard
+                     PROPERTIES LABELS "equivalence;cp;moe;checkpoint" TIMEOUT 600)
 if("$ENV{MESHTRAIN_FULL_TESTS}" STREQUAL "1")
   add_test(NAME equivalence.cp_moe_full_matrix
            COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --grad-norm-rtol 1e-4
