@@ -67,6 +67,7 @@ TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
       {[](TrainOptions& o) {  // 2 sequences of 64 / 2 rows = 64 rows, not divisible by 3
          o.optim.batch = 2;
          o.model.experts = 4;
+         o.model.dim = 96;
          o.model.heads = 6;
          o.model.kv_heads = 3;
          o.parallel.tp = 3;
