@@ -21,6 +21,7 @@ struct ProbeRun {
 void measure_sgemm_peak(HardwareProfile& h, const ProbeRun& run);
 void measure_parallel_efficiency(HardwareProfile& h, const ProbeRun& run);
 void measure_gemm_half_dim(HardwareProfile& h, const ProbeRun& run);
+void measure_gemm_half_rows(HardwareProfile& h, const ProbeRun& run);
 void measure_backward_ratios(HardwareProfile& h, const ProbeRun& run);
 void measure_kernel_overhead(HardwareProfile& h, const ProbeRun& run);
 void measure_memory_bw(HardwareProfile& h, const ProbeRun& run);
@@ -28,6 +29,7 @@ void measure_attention(HardwareProfile& h, const ProbeRun& run);
 void measure_pointwise(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_peak(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_half_dim(HardwareProfile& h, const ProbeRun& run);
+void measure_bf16_half_rows(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_backward_ratios(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_overhead(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_convert(HardwareProfile& h, const ProbeRun& run);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/grouped_gemm.h"
 #include "kernels/matmul_bf16.h"
 #include "model/moe_layer.h"
 
@@ -33,6 +34,7 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
     r.attention_bwd = h.attention_bwd_flops * threads * share;
     r.pointwise_s = h.pointwise_s / (threads * share);
     r.gemm_half_dim = h.gemm_half_dim;
+    r.gemm_half_rows = h.gemm_half_rows;
     r.gemm_overhead_s = h.kernel_overhead_s;
     auto ratio = [](double v) { return v > 0 ? v : 1.0; };
     r.input_grad_ratio = ratio(h.gemm_input_grad_ratio);
@@ -42,6 +44,7 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
       r.weight_grad_ratio = ratio(h.gemm_weight_grad_ratio_bf16);
       // The linears' oneDNN bf16 matmul; the attention core of a bf16 run as calibrated.
       r.gemm_half_dim = h.gemm_half_dim_bf16;
+      r.gemm_half_rows = h.gemm_half_rows_bf16;
       r.gemm_overhead_s = h.bf16_overhead_s;
       r.gemm_elem_bytes = 2;
       r.attention_fwd = h.attention_bf16_fwd_flops * threads * share;
@@ -75,10 +78,18 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
 double local_gemm_seconds(const ComputeRates& r, double M, double N, double K, double count) {
   if (M <= 0 || N <= 0 || K <= 0 || count <= 0) return 0;
   const double d = std::min({M, N, K});
-  const double eff = r.hw->gemm_efficiency * d / (d + r.gemm_half_dim);
+  // Few rows and a short reduction are different shortfalls, each measured on its own GEMM
+  // (kernel_probes.cpp: M = 128 rows, and K = 64).
+  const bool rows_smallest = M <= std::min(N, K) && r.gemm_half_rows > 0;
+  const double half = rows_smallest ? r.gemm_half_rows : r.gemm_half_dim;
+  const double eff = r.hw->gemm_efficiency * d / (d + half);
   const double compute = count * 2 * M * N * K / (r.peak * eff);
   const double traffic = count * (M * K + K * N + M * N) * r.gemm_elem_bytes / r.memory_bw;
   return std::max(compute, traffic) + count * r.gemm_overhead_s;
+}
+
+double half_rate_dim(double d, double peak, double rate) {
+  return std::max(0.0, d * (peak / rate - 1));
 }
 
 double local_convert_seconds(const ComputeRates& r, double elements, int calls) {
@@ -106,9 +117,15 @@ MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
         (local_gemm_seconds(R, H, C, r) + local_gemm_seconds(R, C, H, r)) * R.weight_grad_ratio;
   };
   double total = 0;
-  if (R.grouped_fwd > 0 && R.grouped_bwd > 0 && R.grouped_wgt > 0) {
-    // The engine's experts (model/expert_gemm.h): one grouped GEMM per matrix and pass over
-    // every local expert's rows, at its calibrated rate (grouped_gemm_probe.cpp).
+  // The experts run as the engine runs them: the path model/expert_gemm.h takes is
+  // kernels/grouped_gemm.cpp's (grouped_gemm_default_path: fp32 is oneDNN's sgemm once per
+  // expert, the loop, measured ahead of the grouped kernel; bf16 the grouped AMX or
+  // AVX512-BF16 kernel where the CPU has one). The loop is priced per expert below, as the
+  // linears' GEMMs it is; a grouped kernel at its calibrated grouped rate.
+  const bool grouped = grouped_gemm_path(bf16) != GroupedGemmPath::loop;
+  if (grouped && R.grouped_fwd > 0 && R.grouped_bwd > 0 && R.grouped_wgt > 0) {
+    // One grouped GEMM per matrix and pass over every local expert's rows, at its
+    // calibrated rate (grouped_gemm_probe.cpp).
     for (const double r : rows) total += std::max(r, 0.0);
     const double flops = 2 * 2 * total * C * H;
     m.forward += flops / R.grouped_fwd + total * H * R.moe_fwd_s;
@@ -116,7 +133,8 @@ MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
     m.weight += flops / R.grouped_wgt + total * H * R.moe_wgt_s;
     return m;
   }
-  // A profile without the grouped figures: one GEMM per expert on the linears' path.
+  // The loop, or a profile without the grouped figures: one GEMM per expert on the linears'
+  // path.
   const double q = MoeLayer::kRowQuantum;
   for (const double r : rows) {
     if (r <= 0) continue;

@@ -27,6 +27,9 @@ struct ComputeRates {
   // small-dimension penalty, per-call overhead and operand bytes; seconds per element of
   // fp32 -> bf16 rounding (bf16 only).
   double gemm_half_dim = 0, gemm_overhead_s = 0, gemm_elem_bytes = 4, convert_s = 0;
+  // Local: the path's penalty where the rows (M) are the smallest dimension (0: not
+  // measured, gemm_half_dim applies).
+  double gemm_half_rows = 0;
   // The linear layer's input-/weight-gradient GEMM time over its forward's (local,
   // calibrated per precision; 1 elsewhere).
   double input_grad_ratio = 1, weight_grad_ratio = 1;
@@ -50,8 +53,12 @@ double gemm_seconds(const ComputeRates& r, double M, double N, double K, double 
                     double count = 1);
 double stream_seconds(const ComputeRates& r, double bytes, int kernels = 1);
 // Local hardware: `count` GEMMs on the precision's GEMM path (the formula above with that
-// path's calibrated penalty and overhead).
+// path's calibrated penalty and overhead). M is the rows (tokens), N the output features, K
+// the reduction: where M is the smallest, the path's row penalty (gemm_half_rows) applies.
 double local_gemm_seconds(const ComputeRates& r, double M, double N, double K, double count = 1);
+// The half-rate dimension for which a GEMM whose smallest dimension is `d` runs at `rate`
+// against `peak` (the formula's d / (d + half) solved for half; at least 0).
+double half_rate_dim(double d, double peak, double rate);
 // Local bf16: rounding `elements` fp32 values to bf16 in `calls` to_bf16 calls.
 double local_convert_seconds(const ComputeRates& r, double elements, int calls = 1);
 // A pointwise pass over `elements` moving `bytes`: the slower of streaming and, where
@@ -72,6 +79,9 @@ struct MoeCosts {
 // rows); backward GEMMs times the path's calibrated ratios; plus R's moe_*_s per hidden
 // element. Fractional rows (expected loads) run as their whole chunks and one partial chunk
 // of the rows left, rounded up.
+// Where the precision's grouped path (kernels/grouped_gemm.h, grouped_gemm_path) is a grouped
+// kernel and the profile has its grouped rates, the experts' GEMMs are instead their FLOPs
+// at those rates; where it is the loop (fp32's default), the per-expert formula above.
 MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
                          const std::vector<double>& rows, double tokens, double E, double C,
                          double H, bool bf16, int chunk_rows);

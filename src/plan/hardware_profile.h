@@ -29,6 +29,11 @@ struct HardwareProfile {
   // A GEMM whose smallest dimension is d runs at efficiency * d / (d + gemm_half_dim):
   // small tiles waste the machine (tile quantisation, too few thread blocks/threads).
   double gemm_half_dim = 0;
+  // Local only (0 = not measured: gemm_half_dim applies): the same penalty where the rows
+  // (M, a microbatch's tokens) are the smallest dimension, measured on a GEMM of few rows
+  // (kernel_probes.cpp): a small M costs the GEMM differently from a small K (the weight
+  // operand is packed for few rows), so the K = 64 figure does not carry over.
+  double gemm_half_rows = 0;
   // Streaming multiprocessors (GPU datasheets; 0 = no wave quantisation, e.g. local CPUs).
   double sms = 0;
   double memory_bw = 0;          // bytes/s a memory-bound kernel streams per device
@@ -50,6 +55,7 @@ struct HardwareProfile {
   // (kernels/bf16.h to_bf16) costs seconds per element per thread; the attention core a
   // bf16 run uses, FLOP/s per thread as above.
   double gemm_half_dim_bf16 = 0, bf16_overhead_s = 0, bf16_convert_s = 0;
+  double gemm_half_rows_bf16 = 0;  // as gemm_half_rows, on the bf16 path (0: not measured)
   double attention_bf16_fwd_flops = 0, attention_bf16_bwd_flops = 0;
   // Local only (0 = not measured: the backward GEMMs cost what the forward does): the
   // linear layer's input- and weight-gradient GEMM time over the time the GEMM formula

@@ -29,6 +29,11 @@ namespace mt::plan {
 
 namespace {
 
+// The row-penalty probes' rows, and the figure they store for "no penalty" (0 is "not
+// measured").
+constexpr int kHalfRows = 128;
+constexpr double kNoPenalty = 1e-3;
+
 double gemm_rate(int M, int N, int K, double seconds) {
   std::vector<float> a(size_t(M) * K, 0.5f), b(size_t(K) * N, 0.25f), c(size_t(M) * N, 0);
   const double t = best_time(seconds, [&] {
@@ -218,7 +223,15 @@ void measure_parallel_efficiency(HardwareProfile& h, const ProbeRun& run) {
 // A K = 64 GEMM gives the small-dimension penalty d / (d + half).
 void measure_gemm_half_dim(HardwareProfile& h, const ProbeRun& run) {
   const double d = 64, small = gemm_rate(1024, 1024, int(d), run.seconds);
-  h.gemm_half_dim = std::max(0.0, d * (h.peak_fp32 / small - 1));
+  h.gemm_half_dim = half_rate_dim(d, h.peak_fp32, small);
+}
+
+// A GEMM of kHalfRows rows (one 128-token sequence, as a microbatch of one) by a 1024 x
+// 1024 weight: the penalty of few rows, where the weight operand is packed for them alone.
+// A floor keeps a measured "no penalty" apart from 0 (not measured).
+void measure_gemm_half_rows(HardwareProfile& h, const ProbeRun& run) {
+  const double rate = gemm_rate(kHalfRows, 1024, 1024, run.seconds);
+  h.gemm_half_rows = std::max(half_rate_dim(kHalfRows, h.peak_fp32, rate), kNoPenalty);
 }
 
 void measure_backward_ratios(HardwareProfile& h, const ProbeRun& run) {
@@ -271,7 +284,12 @@ void measure_bf16_peak(HardwareProfile& h, const ProbeRun& run) {
 
 void measure_bf16_half_dim(HardwareProfile& h, const ProbeRun& run) {
   const double d = 64, small = bf16_gemm_rate(1024, 1024, int(d), run.seconds);
-  h.gemm_half_dim_bf16 = std::max(0.0, d * (h.peak_bf16 / small - 1));
+  h.gemm_half_dim_bf16 = half_rate_dim(d, h.peak_bf16, small);
+}
+
+void measure_bf16_half_rows(HardwareProfile& h, const ProbeRun& run) {
+  const double rate = bf16_gemm_rate(kHalfRows, 1024, 1024, run.seconds);
+  h.gemm_half_rows_bf16 = std::max(half_rate_dim(kHalfRows, h.peak_bf16, rate), kNoPenalty);
 }
 
 void measure_bf16_backward_ratios(HardwareProfile& h, const ProbeRun& run) {

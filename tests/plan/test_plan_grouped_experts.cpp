@@ -3,6 +3,7 @@
 // (grouped_gemm_probe.cpp), not as one small GEMM per expert on the linears' path.
 #include <gtest/gtest.h>
 
+#include "kernels/grouped_gemm.h"
 #include "plan/hardware_costs.h"
 #include "plan_test_util.h"
 
@@ -27,6 +28,8 @@ TEST(PlanGroupedExperts, ExpertGemmsAreOneGroupedCallAtTheCalibratedRate) {
   const HardwareProfile h = grouped_profile();
   const double C = 64, H = 256, E = 4, tokens = 512;
   for (const bool bf16 : {false, true}) {
+    // A grouped kernel runs the experts (portable: on any CPU; the defaults differ by CPU).
+    const ScopedGroupedGemmPath path(bf16, GroupedGemmPath::portable);
     const ComputeRates R = compute_rates(h, bf16 ? Precision::bf16 : Precision::fp32, 1, 1),
                        R32 = compute_rates(h, Precision::fp32, 1, 1);
     const double rows = 1024, flops = 4 * rows * C * H;
@@ -57,6 +60,28 @@ TEST(PlanGroupedExperts, ProfilesWithoutTheGroupedFiguresKeepThePerExpertFormula
   const MoeCosts even = local_moe_costs(R, R, {256, 256, 256, 256}, 512, 4, 64, 256, false, 512);
   const MoeCosts skewed = local_moe_costs(R, R, {1, 1, 1, 1021}, 512, 4, 64, 256, false, 512);
   EXPECT_GT(std::abs(skewed.forward - even.forward), 1e-9);
+}
+
+// fp32's experts run as oneDNN's sgemm once per expert (grouped_gemm_default_path's loop,
+// kernels/grouped_gemm.cpp): the planner prices that loop per expert even where the profile
+// has the grouped rates, and a grouped kernel at those rates.
+TEST(PlanGroupedExperts, TheLoopIsPricedPerExpertWhateverTheProfileHas) {
+  const HardwareProfile h = grouped_profile();
+  HardwareProfile old = h;
+  old.grouped_fwd_flops = old.grouped_bwd_flops = old.grouped_wgt_flops = 0;
+  const ComputeRates R = compute_rates(h, Precision::fp32, 1, 1),
+                     R_old = compute_rates(old, Precision::fp32, 1, 1);
+  const std::vector<double> rows{1, 1, 1, 1021};
+  const ScopedGroupedGemmPath loop(false, GroupedGemmPath::loop);
+  const MoeCosts looped = local_moe_costs(R, R, rows, 512, 4, 64, 256, false, 512);
+  const MoeCosts per_expert = local_moe_costs(R_old, R_old, rows, 512, 4, 64, 256, false, 512);
+  EXPECT_DOUBLE_EQ(looped.forward, per_expert.forward);
+  EXPECT_DOUBLE_EQ(looped.backward, per_expert.backward);
+  EXPECT_DOUBLE_EQ(looped.weight, per_expert.weight);
+  const ScopedGroupedGemmPath kernel(false, GroupedGemmPath::portable);
+  EXPECT_GT(std::abs(local_moe_costs(R, R, rows, 512, 4, 64, 256, false, 512).forward -
+                     per_expert.forward),
+            1e-9);
 }
 
 }  // namespace
