@@ -168,3 +168,51 @@ endif()
 add_test(NAME bench_cp_tiny
          COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/bench/bench_cp.py $<TARGET_FILE:meshtrain> --tiny)
 set_tests_properties(bench_cp_tiny PROPERTIES LABELS "bench;cp" TIMEOUT 300)
+
+# --dp-sync under cp: a replica is a dp index's cp ranks, whose gradients are partial sums over
+# the sequence; they are all-reduced over cp at every step, local steps included, and only the
+# replicas' averaging waits for the period. Against the same --dp-sync without cp: losses,
+# gradient norms and weights.
+add_test(NAME equivalence.cp_dp_sync
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_CP_LLAMA} --grad-norm-rtol 1e-4
+                 --reference "--dp 2 --dp-sync local:3"
+                 --layout "--dp 2 --cp 2 --dp-sync local:3")
+add_test(NAME equivalence.cp_dp_sync_diloco
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_CP_LLAMA} --grad-norm-rtol 1e-4
+                 --reference "--dp 2 --dp-sync diloco:4"
+                 --layout "--dp 2 --cp 2 --dp-sync diloco:4 --cp-comm allgather")
+set_tests_properties(equivalence.cp_dp_sync equivalence.cp_dp_sync_diloco
+                     PROPERTIES LABELS "equivalence;cp" TIMEOUT 600)
+
+# The hybrid world (--backend mpi --ranks-per-process 2 under mpirun -np 2: 2 processes x 2
+# rank threads). cp 4: the ring spans both processes with two members in each (the
+# hierarchical communicator's send/recv: inside a process by the local backend, across by
+# MPI with the sender's slot in the tag); cp 2 x dp 2: each ring inside a process, the gradient
+# replicas across; cp 2 x tp 2: each cp group has one member per process (plain MPI).
+if(DEFINED MT_EQUIV_MPIRUN)
+  set(MT_CP_HYB "--backend mpi --ranks-per-process 2")
+  add_test(NAME equivalence.cp_hybrid
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_CP_LLAMA} --grad-norm-rtol 1e-4
+                   --launcher "${MT_EQUIV_MPIRUN} -np 2 {bin}"
+                   --layout "${MT_CP_HYB} --cp 4" --layout "${MT_CP_HYB} --cp 2 --dp 2 --zero 1")
+  # cp x tp: layer 0's o_proj ends 1.07e-4 from one worker's after 10 Adam steps on the local
+  # backend as well (the tp x cp sums' rounding, which Adam scales up), so 2e-4 for the weights.
+  add_test(NAME equivalence.cp_hybrid_tp
+           COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_CP_LLAMA} --grad-norm-rtol 1e-4
+                   --weight-rtol 2e-4 --launcher "${MT_EQUIV_MPIRUN} -np 2 {bin}"
+                   --layout "${MT_CP_HYB} --cp 2 --tp 2 --cp-comm allgather")
+  set_tests_properties(equivalence.cp_hybrid equivalence.cp_hybrid_tp
+                       PROPERTIES LABELS "mpi;cp;hybrid" TIMEOUT 600)
+  # A rank failing mid-ring in the hybrid world: rank 2 (process 1's first thread) fails as
+  # step 2 starts while its ring peers wait for its K/V block, one inside its process and one
+  # across; the job ends with its error line, exit 1, in bounded time (a hang: exit 124).
+  add_test(NAME cp_hybrid_fault_mid_ring
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/comm_mpi/expect_exit.sh 1
+                   "meshtrain: error: rank 2: injected fault at step 2" 120
+                   ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --bind-to none -np 2
+                   $<TARGET_FILE:meshtrain> train --backend mpi --ranks-per-process 2 --arch llama --layers 2 --dim 64
+                   --heads 8 --kv-heads 4 --ffn-dim 96 --seq 32 --batch 8 --steps 3 --cp 4
+                   --timeout 60 --quiet)
+  set_tests_properties(cp_hybrid_fault_mid_ring PROPERTIES LABELS "mpi;cp;hybrid" TIMEOUT 180
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;MESHTRAIN_FAULT=rank:2:step:2")
+endif()

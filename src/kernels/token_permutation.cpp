@@ -12,13 +12,20 @@ int expert_capacity(int N, int E, int k, float capacity_factor) {
 }
 
 int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
-                  int N, int E, int k, int capacity, const int64_t* held) {
+                  int N, int E, int k, int capacity, const HeldChoices& held) {
   const size_t A = size_t(N) * k;
   for (int e = 0; e < E; ++e) counts[e] = 0;
   // Pass 1, token-major: decide drops. row_of temporarily holds the kept expert or -1.
+  // Kept counts only grow, and so does held from segment to segment: once an expert is
+  // full for this rank it stays full, as it does for the group walked in token order.
+  int segment = 0;
+  const int64_t* before = held.counts;  // this segment's row of held.counts
   for (size_t a = 0; a < A; ++a) {
+    if (before)
+      while (segment + 1 < held.segments && int64_t(a / k) >= held.segment_end[segment])
+        before = held.counts + size_t(++segment) * E;
     const int32_t e = experts[a];
-    const bool keep = capacity <= 0 || (held ? held[e] : 0) + counts[e] < capacity;
+    const bool keep = capacity <= 0 || (before ? before[e] : 0) + counts[e] < capacity;
     row_of[a] = keep ? e : -1;
     counts[e] += keep;
   }

@@ -16,14 +16,25 @@
 
 namespace mt {
 
+// Choices of a group's tokens that other ranks route (tensor parallelism's token split,
+// context parallelism's zigzag rows: model/route_group.h), for the capacity drops. This rank's
+// N tokens are `segments` runs of consecutive group tokens, segment s ending before token
+// segment_end[s] (the last at N); counts (segments, E) holds, per segment, the choices of each
+// expert by the other ranks' tokens that come before it in the group's token order.
+struct HeldChoices {
+  const int64_t* counts = nullptr;  // null: the group is this rank's alone
+  const int32_t* segment_end = nullptr;
+  int segments = 0;
+};
+
 // From experts (N, k): counts (E) kept rows per expert, row_of (N, k) the row of each
 // assignment in the expert-sorted order (-1 when dropped), row_token (M) the token of each
 // row. capacity <= 0 means dropless. Returns M, the number of kept assignments.
-// held (E, or null): choices of earlier tokens of the same group that other ranks route
-// (tensor parallelism's token split): an expert keeps an assignment only while held[e] plus
-// its kept ones here stay below the capacity, so the drops are those of the whole group.
+// held: an expert keeps an assignment only while the group's earlier choices of it held
+// elsewhere (held.counts of the token's segment) plus its kept ones here stay below the
+// capacity, so the drops are those of the whole group.
 int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
-                  int N, int E, int k, int capacity, const int64_t* held = nullptr);
+                  int N, int E, int k, int capacity, const HeldChoices& held = {});
 
 // Capacity of one expert for one group of N tokens (docs/contracts.md §1): ceil(N * k * F / E),
 // F taken at its float value; 0 (dropless) when F is 0.

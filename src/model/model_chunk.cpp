@@ -76,6 +76,7 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   ExpertParallelShard moe_ep = ep;
   moe_ep.bf16_version = bf16_version;
   moe_ep.dry = dry != nullptr;
+  moe_ep.cp = cp;
   // Full recomputation: each block's buffers from offset 0 of the block scratch.
   const Recompute block_recompute = full_ ? Recompute::none : recompute;
   const BlockBuilder build = [&](int l, ParamTable& t, SlotLayout& s) {

@@ -33,7 +33,7 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
       max_rows_(tp.size > 1 ? max_tokens / tp.size : max_tokens),
       tp_(tp),
       exchange_(ep.exchange ? ep.exchange : &identity_),
-      router_(router_weight_name(cfg, layer), cfg, tp, max_rows_, table, layout) {
+      router_(router_weight_name(cfg, layer), cfg, tp, ep.cp, max_rows_, table, layout) {
   // The user-facing rules (--topk in 1..--experts, --ep divides --experts, tp divides the
   // token rows) are checked with the options before any rank starts; here they are
   // invariants.

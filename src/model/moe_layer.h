@@ -47,6 +47,7 @@
 #include "core/arena.h"
 #include "model/activation_pool.h"
 #include "model/config.h"
+#include "model/context_parallel_shard.h"
 #include "model/expert_mlp.h"
 #include "model/expert_mlp_bf16.h"
 #include "model/moe_parts.h"
@@ -70,6 +71,9 @@ struct ExpertParallelShard {
   // --moe-overlap-parts: the microbatch's tokens cut into this many parts whose exchanges
   // overlap the experts of another (moe_parts.h); 1 = one blocking exchange each way.
   int overlap_parts = 1;
+  // --cp > 1: this rank holds the zigzag rows of each sequence; the router sums its group's
+  // statistics over the cp group too (route_group.h). Carried here for the same reason.
+  ContextParallelShard cp = {};
 };
 
 // True for the tensors of the routed experts, {transformer.h|model.layers}.{i}.mlp.experts.*

@@ -18,8 +18,8 @@ void MoeStats::reset() {
 }
 
 MoeRouter::MoeRouter(const std::string& weight_name, const ModelConfig& cfg,
-                     const TensorParallelShard& tp, int max_rows, ParamTable& table,
-                     SlotLayout& layout)
+                     const TensorParallelShard& tp, const ContextParallelShard& cp, int max_rows,
+                     ParamTable& table, SlotLayout& layout)
     : C_(cfg.dim),
       E_(cfg.experts),
       k_(cfg.topk),
@@ -28,7 +28,7 @@ MoeRouter::MoeRouter(const std::string& weight_name, const ModelConfig& cfg,
       capacity_factor_(cfg.capacity_factor),
       alpha_(cfg.aux_loss_coef),
       gamma_(cfg.router_bias_update),
-      tp_(tp) {
+      group_(tp, cp, cfg.seq) {
   ParamInfo& w = table.add(weight_name, {E_, C_}, InitKind::normal, 0.02f);
   // Under tp's token split each rank's gradient covers its own tokens only.
   w.tp_partial_grad = tp.size > 1;
@@ -48,38 +48,7 @@ MoeRouter::MoeRouter(const std::string& weight_name, const ModelConfig& cfg,
   off_.dlogits = layout.reserve(R * E_);
 }
 
-// This rank's counts and shares, then, under tp, one all-gather of them as doubles (no f64
-// in the communicators: as bytes), added in rank order so every tp rank holds the same sums.
-void MoeRouter::sum_over_group(GroupSums& g, const int32_t* experts, const float* scores,
-                               int rows) const {
-  g.counts.resize(E_);
-  g.shares.resize(E_);
-  g.held.assign(E_, 0);
-  router_choice_counts(g.counts.data(), experts, rows, E_, k_);
-  router_share_sums(g.shares.data(), scores, rows, E_, score_);
-  const int t = tp_.size;
-  if (t == 1) return;
-  const size_t per = 2 * size_t(E_);
-  std::vector<double> mine(per), all(per * size_t(t));
-  for (int e = 0; e < E_; ++e) mine[e] = double(g.counts[e]), mine[E_ + e] = g.shares[e];
-  {
-    WaitedAtOnce at_once;
-    tp_.comm->all_gather(mine.data(), all.data(), per * sizeof(double), DType::u8).wait();
-  }
-  std::fill(g.counts.begin(), g.counts.end(), 0);
-  std::fill(g.shares.begin(), g.shares.end(), 0.0);
-  for (int r = 0; r < t; ++r) {
-    const double* theirs = all.data() + size_t(r) * per;
-    for (int e = 0; e < E_; ++e) {
-      const int64_t c = int64_t(theirs[e]);
-      g.counts[e] += c;
-      if (r < tp_.rank) g.held[e] += c;
-      g.shares[e] += theirs[E_ + e];
-    }
-  }
-}
-
-void MoeRouter::record(const GroupSums& g, int64_t tokens, int capacity, double aux) {
+void MoeRouter::record(const RouteSums& g, int64_t tokens, int capacity, double aux) {
   // The drops keep each expert's first `capacity` choices of the group (token order).
   int64_t kept = 0;
   for (int e = 0; e < E_; ++e) {
@@ -111,20 +80,20 @@ int MoeRouter::route(float* s, const float* h, int rows) {
     router_sigmoid(scores, scores, rows, E_);
   router_top_k(experts, s + off_.gates, scores, selects_with_bias() ? bias_.data() : nullptr, rows,
                E_, k_, gates_how_);
-  GroupSums g;
-  sum_over_group(g, experts, scores, rows);
-  const int64_t tokens = int64_t(rows) * tp_.size;
+  RouteSums g;
+  group_.sum(g, experts, scores, rows, E_, k_, score_);
+  const int64_t tokens = group_.tokens(rows);
   const double aux =
       router_aux_from_sums(s + off_.f, g.counts.data(), g.shares.data(), tokens, E_, k_, alpha_);
   const int capacity = expert_capacity(int(tokens), E_, k_, capacity_factor_);
   const int M = plan_dispatch(counts(s), ints(s, off_.row_of), ints(s, off_.row_token), experts,
-                              rows, E_, k_, capacity, tp_.size > 1 ? g.held.data() : nullptr);
+                              rows, E_, k_, capacity, g.held_choices());
   if (record_stats_) record(g, tokens, capacity, aux);
   return M;
 }
 
 void MoeRouter::backward_input(float* s, const float* dgates, float* dh, int rows) {
-  const RouterBackward how{score_, gates_how_, alpha_, aux_grad_scale_, int64_t(rows) * tp_.size};
+  const RouterBackward how{score_, gates_how_, alpha_, aux_grad_scale_, group_.tokens(rows)};
   float* dlogits = s + off_.dlogits;
   router_backward(dlogits, dgates, s + off_.scores, ints(s, off_.experts), s + off_.gates,
                   s + off_.f, how, rows, E_, k_);

@@ -3,14 +3,11 @@
 // and the routing statistics, and the router's share of the backward (kernels/router.h has
 // the arithmetic, kernels/token_permutation.h the plan).
 //
-// A group (docs/contracts.md §1: one microbatch on one dp index) may be routed by several ranks,
-// each holding a contiguous run of its tokens in token order: tensor parallelism's token
-// split (moe_layer.h), rank r of the tp group holding run r. What must be the whole group's
-// is made so by one all-gather over tp per forward of each rank's choice counts and score
-// shares (2E doubles): the aux loss and its f (the aux gradient's weights), the capacity
-// drops (an expert keeps a choice only while the group's earlier choices of it, on lower tp
-// ranks and then here, stay below the capacity) and the statistics (each tp rank records
-// the whole group's, so a sum over dp counts every token once). Identical on every tp rank.
+// A group (docs/contracts.md §1: one microbatch on one dp index) may be routed by several
+// ranks: tensor parallelism's token split (moe_layer.h) and context parallelism's zigzag rows.
+// What must be the whole group's (the aux loss and its f, the capacity drops, the statistics:
+// each rank records the whole group's, so a sum over dp counts every token once) is summed
+// over them by RouteGroup (route_group.h), identical on every rank of the group.
 #pragma once
 
 #include <cstdint>
@@ -21,13 +18,14 @@
 #include "model/config.h"
 #include "model/linear.h"
 #include "model/param_table.h"
+#include "model/route_group.h"
 #include "tensor_parallel/tensor_parallel_shard.h"
 
 namespace mt {
 
 // Routing statistics accumulated over the forwards since reset (the trainer resets at the
 // start of a step). Counts cover this rank's groups (the whole group under tp's token
-// split): sum them over dp for the step.
+// split and cp's zigzag rows): sum them over dp for the step.
 struct MoeStats {
   std::vector<int64_t> load;      // (E) kept assignments per expert, after capacity drops
   std::vector<int64_t> selected;  // (E) assignments per expert before drops (bias update)
@@ -41,14 +39,15 @@ struct MoeStats {
 class MoeRouter {
  public:
   // Registers the router weight [E, C] under `weight_name` and reserves its slot buffers
-  // for up to max_rows rows (this rank's tokens of a group).
+  // for up to max_rows rows (this rank's tokens of a group). cfg.seq: the rows of one
+  // sequence on this rank (T / cp).
   MoeRouter(const std::string& weight_name, const ModelConfig& cfg, const TensorParallelShard& tp,
-            int max_rows, ParamTable& table, SlotLayout& layout);
+            const ContextParallelShard& cp, int max_rows, ParamTable& table, SlotLayout& layout);
   void bind(float* params, float* grads) { router_.bind(params, grads); }
 
   // Scores, choices, gates, the group's aux loss and the capacity plan of this rank's rows
-  // h (rows, C) of a group of rows * tp tokens; records statistics when recording. Returns
-  // M, the kept assignments. Collective over tp (when it has more than one rank).
+  // h (rows, C) of a group of rows * tp * cp tokens; records statistics when recording.
+  // Returns M, the kept assignments. Collective over tp and cp (RouteGroup::sum).
   int route(float* slot, const float* h, int rows);
   // dh (rows, C) += the router's input gradient, from dgates (rows, k) and the aux term;
   // keeps the logits' gradient in the slot for W.
@@ -72,14 +71,7 @@ class MoeRouter {
   float bias_step() const { return gamma_; }
 
  private:
-  // The whole group's choice counts and score shares, and the choices of this rank's
-  // earlier tokens' ranks (tp ranks before this one).
-  struct GroupSums {
-    std::vector<int64_t> counts, held;
-    std::vector<double> shares;
-  };
-  void sum_over_group(GroupSums& g, const int32_t* experts, const float* scores, int rows) const;
-  void record(const GroupSums& g, int64_t tokens, int capacity, double aux);
+  void record(const RouteSums& g, int64_t tokens, int capacity, double aux);
   bool selects_with_bias() const;
   static int32_t* ints(float* s, size_t off) { return reinterpret_cast<int32_t*>(s + off); }
 
@@ -89,7 +81,7 @@ class MoeRouter {
   float capacity_factor_, alpha_, gamma_;
   float aux_grad_scale_ = 1.0f;
   bool record_stats_ = true;
-  TensorParallelShard tp_;
+  RouteGroup group_;
   Linear router_;
   std::vector<float> bias_;
   MoeStats stats_;

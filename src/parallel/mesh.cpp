@@ -83,8 +83,10 @@ std::vector<int> Mesh::members(GroupKind k, int rank) const {
         out.push_back(rank_of(c.pp, c.ep_group * shape_.ep + e, c.tp, c.cp));
       break;
     case GroupKind::ep_replica:
+      // Every cp rank's expert gradients cover its own rows of the sequences: a replica.
       for (int g = 0; g < shape_.dp / shape_.ep; ++g)
-        out.push_back(rank_of(c.pp, g * shape_.ep + c.ep_rank, c.tp, c.cp));
+        for (int x = 0; x < shape_.cp; ++x)
+          out.push_back(rank_of(c.pp, g * shape_.ep + c.ep_rank, c.tp, x));
       break;
     case GroupKind::cp:
       for (int x = 0; x < shape_.cp; ++x) out.push_back(rank_of(c.pp, c.dp, c.tp, x));

@@ -25,6 +25,10 @@
 //     7    1  1  1  | [6,7]     [5,7]     [3,7]     [5,7]     [7]
 // With cp=2 (pp=1 dp=2 tp=1): ranks 0,1 are cp group [0,1] of dp 0, ranks 2,3 of dp 1; the
 // dp groups are [0,2] and [1,3] and the one dp_cp group is [0..3].
+// Experts under cp (docs/contracts.md §9a, §11): an ep group stays inside one cp index (its
+// ranks exchange the tokens that cp index holds), and the expert replica group spans every
+// cp index too, since each cp rank's expert gradients cover only its rows of the sequences.
+// With cp=2 dp=2 ep=2: ep groups [0,2] and [1,3]; ep replicas [0,1] (ep rank 0) and [2,3].
 // With ep=1 instead, every ep group is a single rank and the ep replica group equals the
 // dp group (each rank holds all experts, averaged over dp).
 #pragma once

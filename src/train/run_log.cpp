@@ -52,7 +52,7 @@ void RunLog::start(const std::string& backend) {
                                                         : std::string()));
   // The hybrid world: where each kind of group communicates (--print-layout has it all).
   if (o.engine.ranks_per_process > 1)
-    line(summarize_process_layout({par.pp, par.dp, par.tp, par.ep}, o.engine.ranks_per_process));
+    line(summarize_process_layout(par.mesh(), o.engine.ranks_per_process));
   metrics_.write(run_record(backend));
 }
 

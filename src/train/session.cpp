@@ -133,7 +133,7 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       // replicas are the dp_cp group (ctx.dp itself without cp).
       dp(with_initial_weights(model, o),
          DataParallelOptions{ctx.dp_cp, o.parallel.zero, o.parallel.bucket_mb, ctx.ep,
-                             ctx.ep_replica}),
+                             ctx.ep_replica, ctx.cp, ctx.dp}),
       moe(moe_layers(model, o.parallel)),
       moe_metrics(o.model, moe, ctx.dp.get(), o.parallel.pp > 1 ? ctx.pp.get() : nullptr),
       opt(make_optimizer(o.optim, dp)),

@@ -204,11 +204,11 @@ void validate_experts(const TrainOptions& o) {
              "and (i + 1) % moe-every == 0), so --experts would have no effect");
   if (p.tp > 1) {
     // Under tp the experts are replicated and each tp rank routes its run of a microbatch's
-    // token rows (model/moe_layer.h): the runs must be equal.
-    const int64_t rows = o.optim.batch / (int64_t(p.dp) * p.microbatches) * m.seq;
+    // token rows (model/moe_layer.h): the runs must be equal. Under cp, of its seq / cp rows.
+    const int64_t rows = o.optim.batch / (int64_t(p.dp) * p.microbatches) * (m.seq / p.cp);
     MT_REQUIRE(rows % p.tp == 0, "--experts with --tp ", p.tp, " splits each microbatch's ", rows,
-               " token rows (batch / (dp x microbatches) x seq) over tp: they must be divisible "
-               "by --tp");
+               " token rows (batch / (dp x microbatches) x seq", p.cp > 1 ? " / cp" : "",
+               ") over tp: they must be divisible by --tp");
     // The shared experts are split over tp as the dense MLP.
     MT_REQUIRE(m.shared_hidden() % p.tp == 0, "--tp ", p.tp,
                " does not divide the shared experts' width --shared-experts x --expert-ffn-dim = ",

@@ -82,6 +82,51 @@ TEST(MoePlan, FastMatchesReference) {
     }
 }
 
+// Context parallelism's zigzag (model/route_group.h): a group of 4 chunks of tokens, rank 0
+// holding chunks 0 and 3, rank 1 chunks 1 and 2. Each rank plans its own rows with, per
+// segment, the other rank's choices that come before it: every assignment is kept or dropped
+// exactly as when one rank plans the whole group in token order.
+TEST(MoePlan, HeldChoicesPerSegmentDropAsTheWholeGroup) {
+  const int chunk = 9, N = 4 * chunk, E = 3, k = 2;
+  const std::vector<int> r = test::random_ints(size_t(N) * k, 77, 0, E - 1);
+  const std::vector<int32_t> all(r.begin(), r.end());
+  for (int capacity : {1, 4, 7, 12}) {
+    std::vector<int32_t> c(E), o(all.size()), t(all.size());
+    plan_dispatch(c.data(), o.data(), t.data(), all.data(), N, E, k, capacity);
+    const std::vector<std::vector<int>> chunks_of = {{0, 3}, {1, 2}};
+    for (int rank = 0; rank < 2; ++rank) {
+      std::vector<int32_t> mine, ends;
+      std::vector<int64_t> held;
+      for (int ch : chunks_of[size_t(rank)]) {
+        mine.insert(mine.end(), all.begin() + ch * chunk * k, all.begin() + (ch + 1) * chunk * k);
+        ends.push_back(int32_t(mine.size() / k));
+        // The other rank's chunks before this one.
+        std::vector<int64_t> h(E, 0);
+        for (int other : chunks_of[size_t(1 - rank)])
+          if (other < ch)
+            for (int a = other * chunk * k; a < (other + 1) * chunk * k; ++a) ++h[size_t(all[a])];
+        held.insert(held.end(), h.begin(), h.end());
+      }
+      const HeldChoices hc{held.data(), ends.data(), 2};
+      for (bool reference : {false, true}) {
+        const int n = 2 * chunk;
+        std::vector<int32_t> c2(E), o2(mine.size()), t2(mine.size());
+        if (reference)
+          ref::plan_dispatch(c2.data(), o2.data(), t2.data(), mine.data(), n, E, k, capacity, hc);
+        else
+          plan_dispatch(c2.data(), o2.data(), t2.data(), mine.data(), n, E, k, capacity, hc);
+        for (int j = 0; j < 2; ++j) {
+          const int ch = chunks_of[size_t(rank)][size_t(j)];
+          for (int a = 0; a < chunk * k; ++a)
+            EXPECT_EQ(o2[size_t(j * chunk * k + a)] >= 0, o[size_t(ch * chunk * k + a)] >= 0)
+                << "capacity " << capacity << " rank " << rank << " chunk " << ch << " a " << a
+                << (reference ? " reference" : " fast");
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Twins, MoeRouting, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& i) {
                            return i.param ? "reference" : "fast";

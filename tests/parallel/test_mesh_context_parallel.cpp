@@ -54,6 +54,35 @@ TEST(MeshContextParallel, EveryKindPartitionsTheWorld) {
   }
 }
 
+// Experts under cp (§9a, §11): the ep group stays inside one cp index (it exchanges that cp
+// index's tokens); the expert replicas span every cp index (each cp rank's expert gradients
+// cover its own rows only), so together they cover dp_cp.
+TEST(MeshContextParallel, EpGroupsStayInACpIndexAndReplicasSpanCp) {
+  const Mesh m({1, 2, 1, 2, 2}, 4);  // dp 2, ep 2, cp 2 (mesh.h's example)
+  EXPECT_EQ(m.members(GroupKind::ep, 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(m.members(GroupKind::ep, 1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(m.members(GroupKind::ep_replica, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(m.members(GroupKind::ep_replica, 3), (std::vector<int>{2, 3}));
+  const Mesh big({2, 4, 2, 2, 3}, 48);  // pp 2, dp 4, tp 2, ep 2, cp 3
+  for (int r = 0; r < 48; ++r) {
+    const MeshCoord c = big.coord(r);
+    for (int q : big.members(GroupKind::ep, r)) {
+      const MeshCoord d = big.coord(q);
+      EXPECT_TRUE(d.cp == c.cp && d.pp == c.pp && d.tp == c.tp && d.ep_group == c.ep_group);
+    }
+    const std::vector<int> replicas = big.members(GroupKind::ep_replica, r);
+    EXPECT_EQ(replicas.size(), 2u * 3u);  // dp / ep groups x cp
+    for (int q : replicas) {
+      const MeshCoord d = big.coord(q);
+      EXPECT_TRUE(d.pp == c.pp && d.tp == c.tp && d.ep_rank == c.ep_rank);
+    }
+  }
+  std::set<int> seen;
+  for (const auto& g : big.all_groups(GroupKind::ep_replica))
+    for (int r : g) EXPECT_TRUE(seen.insert(r).second) << r;
+  EXPECT_EQ(seen.size(), 48u);
+}
+
 TEST(MeshContextParallel, CpOneIsTheCpLessMesh) {
   const Mesh a({2, 3, 2, 1}, 12), b({2, 3, 2, 1, 1}, 12);
   for (int r = 0; r < 12; ++r) {

@@ -1,6 +1,7 @@
 // The rules of --cp (train/validate_context_parallel.h): a llama layout with cp composed
 // with dp (ZeRO 0-3), tp (+sp), recomputation and bf16 passes; a sequence that is not 2cp
-// chunks and every composition not built yet is one UsageError naming it.
+// chunks and every composition not built yet is one UsageError naming it; experts, the hybrid
+// world and --dp-sync compose.
 #include "train/validate_options.h"
 
 #include <gtest/gtest.h>
@@ -58,12 +59,20 @@ TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
       {[](TrainOptions& o) { o.parallel.cp = 0; }, "--cp must be >= 1"},
       {[](TrainOptions& o) { o.model.seq = 62; }, "--seq 62 must be divisible by 2 x --cp = 4"},
       {[](TrainOptions& o) {
-         o.engine.backend = Backend::mpi;
-         o.engine.ranks_per_process = 2;
+         o.parallel.auto_layout = true;
+         o.parallel.ranks = 2;
        },
-       "--cp 2 with --ranks-per-process 2 (the hybrid world) is not built yet"},
-      {[](TrainOptions& o) { o.parallel.dp_sync = dp_sync_from_flag("local:2"); },
-       "--cp 2 with --dp-sync local:2 is not built yet"},
+       "--cp 2 with --auto-layout is not built yet (the planner searches cp 1 only on this "
+       "machine)"},
+      {[](TrainOptions& o) {  // 2 sequences of 64 / 2 rows = 64 rows, not divisible by 3
+         o.optim.batch = 2;
+         o.model.experts = 4;
+         o.model.dim = 96;
+         o.model.heads = 6;
+         o.model.kv_heads = 3;
+         o.parallel.tp = 3;
+       },
+       "splits each microbatch's 64 token rows (batch / (dp x microbatches) x seq / cp)"},
   };
   for (const Case& c : cases) {
     TrainOptions o = llama_cp(2);
@@ -74,6 +83,27 @@ TEST(ValidateContextParallel, EachRefusalNamesWhatIsMissing) {
   TrainOptions one = llama_cp(1);
   one.parallel.cp_comm = CpComm::allgather;
   EXPECT_NE(usage_error(one).find("--cp-comm has no effect without --cp > 1"), std::string::npos);
+}
+
+// Experts, expert parallelism, the hybrid world and --dp-sync compose with cp (issue #29
+// item 4; their equivalence tests are equivalence.cp_moe_*, cp_hybrid*, cp_dp_sync*).
+TEST(ValidateContextParallel, ComposesWithExpertsHybridWorldAndDpSync) {
+  TrainOptions moe = llama_cp(2);
+  moe.model.experts = 4;
+  moe.model.capacity_factor = 1.25f;
+  moe.parallel.dp = 2;
+  moe.parallel.ep = 2;
+  EXPECT_EQ(usage_error(moe), "");
+  TrainOptions hybrid = llama_cp(4);
+  hybrid.engine.backend = Backend::mpi;
+  hybrid.engine.ranks_per_process = 2;
+  EXPECT_EQ(usage_error(hybrid), "");
+  for (const char* sync : {"local:2", "diloco:4"}) {
+    TrainOptions o = llama_cp(2);
+    o.parallel.dp = 2;
+    o.parallel.dp_sync = dp_sync_from_flag(sync);
+    EXPECT_EQ(usage_error(o), "") << sync;
+  }
 }
 
 TEST(ValidateContextParallel, SequenceParallelCountsTheRowsOfTheShard) {

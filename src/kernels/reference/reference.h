@@ -9,6 +9,7 @@
 #include "kernels/adamw.h"
 #include "kernels/rope.h"
 #include "kernels/router.h"
+#include "kernels/token_permutation.h"
 
 namespace mt::ref {
 
@@ -87,7 +88,7 @@ inline void router_backward(float* dlogits, const float* dgates, const float* pr
 }
 
 int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
-                  int N, int E, int k, int capacity, const int64_t* held = nullptr);
+                  int N, int E, int k, int capacity, const HeldChoices& held = {});
 void gather_rows(float* dst, const float* src, const int32_t* index, int M, int C);
 void gather_rows_scaled(float* dst, const float* src, const int32_t* row_of, const float* gates,
                         int N, int k, int C);

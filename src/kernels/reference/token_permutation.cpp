@@ -8,16 +8,21 @@
 namespace mt::ref {
 
 int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const int32_t* experts,
-                  int N, int E, int k, int capacity, const int64_t* earlier) {
+                  int N, int E, int k, int capacity, const HeldChoices& held) {
   const size_t A = size_t(N) * k;
   std::vector<bool> kept(A);
-  std::vector<int64_t> held(E, 0);
-  // Choices of the group's earlier tokens routed elsewhere count against the capacity.
-  if (earlier)
-    for (int e = 0; e < E; ++e) held[e] = earlier[e];
+  std::vector<int64_t> mine(E, 0);
   for (size_t a = 0; a < A; ++a) {
-    kept[a] = capacity <= 0 || held[experts[a]] < capacity;
-    held[experts[a]] += kept[a];
+    // Choices of the group's earlier tokens routed elsewhere count against the capacity:
+    // those before this token's segment.
+    int64_t elsewhere = 0;
+    if (held.counts) {
+      int s = 0;
+      while (s + 1 < held.segments && int64_t(a / k) >= held.segment_end[s]) ++s;
+      elsewhere = held.counts[size_t(s) * E + size_t(experts[a])];
+    }
+    kept[a] = capacity <= 0 || elsewhere + mine[experts[a]] < capacity;
+    mine[experts[a]] += kept[a];
   }
   int32_t row = 0;
   for (int e = 0; e < E; ++e) {

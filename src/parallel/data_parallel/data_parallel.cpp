@@ -126,6 +126,8 @@ std::vector<int> passes_per_microbatch(const std::vector<std::vector<std::pair<i
 DataParallel::DataParallel(GPT& model, DataParallelOptions o)
     : model_(model),
       dp_(std::move(o.dp)),
+      cp_(std::move(o.cp)),
+      replicas_(std::move(o.replicas)),
       zero_(o.zero),
       rank_(dp_->rank()),
       size_(dp_->size()),

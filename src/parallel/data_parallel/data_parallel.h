@@ -66,6 +66,11 @@ struct DataParallelOptions {
   // group, so the dp reductions leave them alone, every rank updates its experts in full
   // (ZeRO does not shard them) and the post-optimizer all-gather keeps them.
   std::shared_ptr<Communicator> ep = nullptr, ep_replica = nullptr;
+  // Context parallelism (--cp > 1; null otherwise): dp above is the dp_cp group. cp: the
+  // ranks whose gradients are partial sums of one replica's (its rows of the sequences),
+  // reduced at every step, local steps (--dp-sync) included; replicas: the dp group, one
+  // rank per replica, over which --dp-sync averages.
+  std::shared_ptr<Communicator> cp = nullptr, replicas = nullptr;
 };
 
 // The squared gradients of the pieces this rank updates, by how they add up over the
@@ -140,9 +145,12 @@ class DataParallel final {
   // Collective over tp; a no-op when no tensor has such gradients.
   void reduce_tp_partial_grads(Communicator* tp);
   void scale_grads(float s);
-  // --dp-sync (replica_sync.h): the next steps' gradients stay this replica's own.
-  void set_local_gradients(bool local) { grads_.set_local(local); }
+  // --dp-sync (replica_sync.h): the next steps' gradients stay this replica's own (summed
+  // over its cp ranks only).
+  void set_local_gradients(bool local) { grads_.set_local(local, cp_.get()); }
   Communicator& dp_group() { return *dp_; }
+  // One rank per data-parallel replica: dp_group() without cp.
+  Communicator& replica_group() { return replicas_ ? *replicas_ : *dp_; }
   float* param_storage() { return params_.data(); }
   float* grad_storage() { return grads_.storage(); }
   void after_optimizer();  // stages 1-2: all-gather the updated chunks
@@ -168,6 +176,7 @@ class DataParallel final {
 
   GPT& model_;
   std::shared_ptr<Communicator> dp_;
+  std::shared_ptr<Communicator> cp_, replicas_;  // DataParallelOptions::cp, replicas
   const int zero_, rank_, size_;
   FlatLayout layout_;
   std::vector<UpdatePiece> update_;

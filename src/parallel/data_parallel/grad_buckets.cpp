@@ -131,8 +131,12 @@ void GradBuckets::launch(int k) {
   const FlatBucket& b = layout_.buckets()[size_t(k)];
   bucket_done_[size_t(k)] = 0;
   if (zero_ < 2) {
-    if (size_ == 1 || local_) return;
     float* g = flat_.data() + b.flat_lo;
+    if (local_ && within_) {  // ZeRO 0 (checked): the replica's own sum over its cp ranks
+      inflight_.push_back({k, -1, within_->all_reduce(g, g, b.size(), DType::f32, ReduceOp::sum)});
+      return;
+    }
+    if (size_ == 1 || local_) return;
     // Another dp rank's same offsets hold other experts: keep this rank's local ones.
     experts_.save_grads(flat_.data(), b.flat_lo, b.flat_lo + b.size());
     Work w = zero_ == 0 ? dp_.all_reduce(g, g, b.size(), DType::f32, ReduceOp::sum)

@@ -72,9 +72,13 @@ class GradBuckets {
   void finish();
   // Tests the reductions in flight (Open MPI progresses only inside MPI calls).
   void poll();
-  // Local steps (--dp-sync local:H / diloco:H, ZeRO 0): the gradients stay this rank's own
-  // (no dp reduction) until set back to false.
-  void set_local(bool local) { local_ = local; }
+  // Local steps (--dp-sync local:H / diloco:H, ZeRO 0): the gradients stay this replica's
+  // own (no dp reduction) until set back to false. within (null: none): the ranks of the
+  // replica whose gradients are partial sums of its own (its cp group), still all-reduced.
+  void set_local(bool local, Communicator* within = nullptr) {
+    local_ = local;
+    within_ = within && within->size() > 1 ? within : nullptr;
+  }
 
   // A buffer for bindings that are never read (ZeRO-3 units before their first use).
   float* scratch() {
@@ -91,6 +95,7 @@ class GradBuckets {
   };
   void launch(int bucket);
   bool local_ = false;
+  Communicator* within_ = nullptr;
   void reclaim_oldest();
   int acquire_pool(int bucket);
 

@@ -80,7 +80,8 @@ void ReplicaSync::before_step(DataParallel& dp, int step) {
 
 void ReplicaSync::local_gradients(DataParallel& dp, int step) {
   if (!enabled() || !local_step(step)) return;
-  const int n = dp.dp_group().size();
+  // Summed over the replica's cp ranks (if any), scaled by the batch over all replicas.
+  const int n = dp.replica_group().size();
   if (n > 1) dp.scale_grads(static_cast<float>(n));
 }
 
@@ -88,7 +89,7 @@ bool ReplicaSync::after_step(DataParallel& dp, int step) {
   if (!enabled()) return false;
   if (local_step(step)) ++local_since_sync_;
   if (!sync_due(step)) return false;
-  Communicator& group = dp.dp_group();
+  Communicator& group = dp.replica_group();
   const bool drifted = local_since_sync_ > 0;
   local_since_sync_ = 0;
   // Replicas that took no local step since the last average are identical already:
