@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/grouped_gemm_kernels.h"
 #include "kernels/matmul_bf16.h"
+#include "kernels/phase_profile.h"
 
 namespace mt {
 
@@ -26,6 +27,13 @@ void run(const Problem<T>& p) {
     MT_CHECK(p.offset[g] <= p.offset[g + 1], "grouped GEMM: group ", g, " ends before it starts (",
              p.offset[g], " > ", p.offset[g + 1], ")");
   constexpr bool bf16 = std::is_same_v<T, mt::bf16>;
+  // Each group's rows meet its weight once: 2 rows C OC FLOPs; bytes: the rows and the
+  // results (or gradients) once, every group's weight once.
+  const double rows = double(p.offset[p.groups]) - p.offset[0];
+  const double io = p.product == Product::backward_weight ? rows * (p.C + p.OC) * sizeof(T)
+                                                          : rows * (p.C * sizeof(T) + p.OC * 4.0);
+  PhaseScope phase(Phase::gemm, 2.0 * rows * p.C * p.OC,
+                   io + double(p.groups) * p.C * p.OC * (sizeof(T) + 4.0));
   switch (grouped_gemm_path(bf16)) {
     case GroupedGemmPath::portable:
       return grouped::run_portable(p);

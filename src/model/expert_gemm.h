@@ -55,13 +55,13 @@ void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Lin
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const bf16* dy, const bf16* x,
                                  const ExpertGroups& g, bool with_bias);
 
-// Calls f(r0, rows, piece) over the block's rows [0, g.total()) in pieces of at most `most`
-// rows, piece the groups of rows [r0, r0 + rows) (offsets from r0): for work that goes
-// through a buffer of `most` rows.
+// Calls f(r0, rows, piece) over the block's rows [g.first(), g.total()) in pieces of at most
+// `most` rows, piece the groups of rows [r0, r0 + rows) (offsets from r0): for work that
+// goes through a buffer of `most` rows.
 template <typename F>
 void for_each_row_piece(const ExpertGroups& g, int most, F&& f) {
   std::vector<int32_t> offset(size_t(g.count) + 1);
-  for (int r0 = 0; r0 < g.total(); r0 += most) {
+  for (int r0 = g.first(); r0 < g.total(); r0 += most) {
     const int r1 = std::min(g.total(), r0 + most);
     for (int le = 0; le <= g.count; ++le) offset[le] = std::clamp(g.offset[le], r0, r1) - r0;
     f(r0, r1 - r0, ExpertGroups{offset.data(), g.count});
