@@ -1,13 +1,17 @@
 // The local experts' GEMMs over an expert-major block of rows (expert le owns rows
 // [g.begin(le), g.begin(le) + g.rows(le))): each one grouped GEMM over every local expert
-// (kernels/grouped_gemm.h), not a loop of one small GEMM per expert. Each expert's matrix is
+// (kernels/grouped_gemm.h), whose path each precision picks (in fp32 that is oneDNN's sgemm
+// per expert, measured faster there; in bf16 the grouped AMX or AVX512-BF16 kernels). Each
+// expert's matrix is
 // one Linear of the same (in, out) shape, so the weight pointers and the row offsets are all
 // the kernel needs; the biases (the GELU experts') are added and summed here, per expert.
 //
 // Bits: on the grouped kernels' own paths a row's output depends on that row and its
 // expert's weight only, not on the other rows, so every layout (ep, tp's token split, the
 // row pieces of for_each_row_piece) gives the same rows the same bits; a weight gradient
-// sums an expert's rows in row order.
+// sums an expert's rows in row order. On the loop (fp32's default) oneDNN may pick its
+// kernel by a group's row count: layouts then agree to rounding; one layout is still the
+// same bits run after run (recomputation, resumes).
 #pragma once
 
 #include <algorithm>
