@@ -101,6 +101,10 @@ LAYOUTS = [
     _lay("llama cp2 allgather", 2, cp=2, cp_comm="allgather", mb_div=1, arch="llama"),
     _lay("llama dp2 cp2", 4, dp=2, cp=2, mb_div=1, arch="llama"),
     _lay("bf16 llama cp2 ring", 2, cp=2, mb_div=1, arch="llama", precision="bf16"),
+    # cp under pp on 2 cores (issue #30: a stage's cp ranks share its cores; the brute
+    # force's first choice was a cp2 x pp2 DualPipe-V layout predicted at half its time).
+    _lay("llama cp2 pp2 dualpipev m4", 4, cp=2, pp=2, mb_div=4, schedule="dualpipev", v=2,
+         arch="llama"),
     _lay("llama deepseek-moe 1 rank", 1, mb_div=1, arch="llama", deepseek=True),
     _lay("llama deepseek-moe ep2 dp2", 2, dp=2, ep=2, mb_div=1, arch="llama", deepseek=True),
 ]

@@ -33,6 +33,9 @@ void measure_bf16_overhead(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_convert(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_attention(HardwareProfile& h, const ProbeRun& run);
 void measure_moe_layer(HardwareProfile& h, const ProbeRun& run);
+// grouped_gemm_probe.cpp: the engine's grouped expert GEMMs, one thread.
+void measure_grouped_gemm(HardwareProfile& h, const ProbeRun& run);
+void measure_grouped_gemm_bf16(HardwareProfile& h, const ProbeRun& run);
 void measure_moe_layer_bf16(HardwareProfile& h, const ProbeRun& run);
 
 // comm_probes.cpp: the local backend between rank threads, and MPI between processes.

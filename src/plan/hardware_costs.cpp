@@ -57,6 +57,15 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
     r.moe_fwd_s = (bf ? h.moe_fwd_s_bf16 : h.moe_fwd_s) / (threads * unscale);
     r.moe_bwd_s = (bf ? h.moe_bwd_s_bf16 : h.moe_bwd_s) / (threads * unscale);
     r.moe_wgt_s = (bf ? h.moe_wgt_s_bf16 : h.moe_wgt_s) / (threads * unscale);
+    // The grouped expert GEMMs are measured as themselves, caches emptied, as inside a step,
+    // and the MoE rest is the layer's measured time less them: together they are the
+    // layer's own measurement. The step factor is the dense linears' formula against a real
+    // step (bf16's below 1 shows it corrects oneDNN's small-dimension formula, not a step
+    // overhead): not theirs to carry.
+    const double g = threads * unscale;
+    r.grouped_fwd = (bf ? h.grouped_fwd_flops_bf16 : h.grouped_fwd_flops) * g;
+    r.grouped_bwd = (bf ? h.grouped_bwd_flops_bf16 : h.grouped_bwd_flops) * g;
+    r.grouped_wgt = (bf ? h.grouped_wgt_flops_bf16 : h.grouped_wgt_flops) * g;
     r.microbatch_weight_s =
         (bf ? h.microbatch_weight_s_bf16 : h.microbatch_weight_s) / (threads * unscale);
   }
@@ -96,8 +105,19 @@ MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
     m.weight +=
         (local_gemm_seconds(R, H, C, r) + local_gemm_seconds(R, C, H, r)) * R.weight_grad_ratio;
   };
-  const double q = MoeLayer::kRowQuantum;
   double total = 0;
+  if (R.grouped_fwd > 0 && R.grouped_bwd > 0 && R.grouped_wgt > 0) {
+    // The engine's experts (model/expert_gemm.h): one grouped GEMM per matrix and pass over
+    // every local expert's rows, at its calibrated rate (grouped_gemm_probe.cpp).
+    for (const double r : rows) total += std::max(r, 0.0);
+    const double flops = 2 * 2 * total * C * H;
+    m.forward += flops / R.grouped_fwd + total * H * R.moe_fwd_s;
+    m.backward += flops / R.grouped_bwd + total * H * R.moe_bwd_s;
+    m.weight += flops / R.grouped_wgt + total * H * R.moe_wgt_s;
+    return m;
+  }
+  // A profile without the grouped figures: one GEMM per expert on the linears' path.
+  const double q = MoeLayer::kRowQuantum;
   for (const double r : rows) {
     if (r <= 0) continue;
     total += r;

@@ -33,6 +33,9 @@ struct ComputeRates {
   // Local: the MoE layer's work beyond its GEMMs, seconds per expert hidden element
   // (rows x 4C) per rank, forward / backward_input / backward_weight (0: not calibrated).
   double moe_fwd_s = 0, moe_bwd_s = 0, moe_wgt_s = 0;
+  // Local: the grouped expert GEMMs' FLOP/s per rank, forward / input / weight gradient
+  // (0: not calibrated; the experts are then priced one GEMM each on the linears' path).
+  double grouped_fwd = 0, grouped_bwd = 0, grouped_wgt = 0;
   // Local: seconds per microbatch and linear weight element a real step pays beyond its
   // kernels (calibrated in a step, so not scaled by the step factor; 0: not calibrated).
   double microbatch_weight_s = 0;

@@ -83,6 +83,12 @@ struct HardwareProfile {
   // routing, the token permutations, GELU, the bf16 roundings, the zeroing of the backward's
   // row buffers and the cache misses on the layer's fp32 intermediates.
   double moe_fwd_s = 0, moe_bwd_s = 0, moe_wgt_s = 0;
+  // Local only (0 = not measured: the experts priced as one GEMM each on the linears'
+  // path): the engine's grouped expert GEMMs (kernels/grouped_gemm.h, one call per matrix
+  // and pass over every local expert), FLOP/s of one thread per pass at the MoE rest's
+  // reference shape, caches emptied (grouped_gemm_probe.cpp), per precision.
+  double grouped_fwd_flops = 0, grouped_bwd_flops = 0, grouped_wgt_flops = 0;
+  double grouped_fwd_flops_bf16 = 0, grouped_bwd_flops_bf16 = 0, grouped_wgt_flops_bf16 = 0;
   double moe_fwd_s_bf16 = 0, moe_bwd_s_bf16 = 0, moe_wgt_s_bf16 = 0;
   // Local only (0 = not measured: even routing): the coefficient of variation of the
   // per-expert load (rows an expert receives over their mean, within one block and step)

@@ -33,6 +33,23 @@ ProfileField ratio(const char* key, double H::*m) {
   return {key, m, 1 / kRatio, kRatio, true};
 }
 
+// The local MoE layer's calibrated figures: the grouped expert GEMMs' rates and the
+// layer's rest (grouped_gemm_probe.cpp, kernel_probes.cpp).
+std::vector<ProfileField> moe_fields() {
+  return {rate("grouped_fwd_flops", &H::grouped_fwd_flops, true),
+          rate("grouped_bwd_flops", &H::grouped_bwd_flops, true),
+          rate("grouped_wgt_flops", &H::grouped_wgt_flops, true),
+          rate("grouped_fwd_flops_bf16", &H::grouped_fwd_flops_bf16, true),
+          rate("grouped_bwd_flops_bf16", &H::grouped_bwd_flops_bf16, true),
+          rate("grouped_wgt_flops_bf16", &H::grouped_wgt_flops_bf16, true),
+          per_element("moe_fwd_s", &H::moe_fwd_s),
+          per_element("moe_bwd_s", &H::moe_bwd_s),
+          per_element("moe_wgt_s", &H::moe_wgt_s),
+          per_element("moe_fwd_s_bf16", &H::moe_fwd_s_bf16),
+          per_element("moe_bwd_s_bf16", &H::moe_bwd_s_bf16),
+          per_element("moe_wgt_s_bf16", &H::moe_wgt_s_bf16)};
+}
+
 std::vector<ProfileField> make_fields() {
   std::vector<ProfileField> f = {
       {"name", &H::name},
@@ -75,13 +92,9 @@ std::vector<ProfileField> make_fields() {
       ratio("step_factor_bf16", &H::step_factor_bf16),
       per_element("microbatch_weight_s", &H::microbatch_weight_s),
       per_element("microbatch_weight_s_bf16", &H::microbatch_weight_s_bf16),
-      per_element("moe_fwd_s", &H::moe_fwd_s),
-      per_element("moe_bwd_s", &H::moe_bwd_s),
-      per_element("moe_wgt_s", &H::moe_wgt_s),
-      per_element("moe_fwd_s_bf16", &H::moe_fwd_s_bf16),
-      per_element("moe_bwd_s_bf16", &H::moe_bwd_s_bf16),
-      per_element("moe_wgt_s_bf16", &H::moe_wgt_s_bf16),
       {"moe_load_cv", &H::moe_load_cv, 0, kRatio}};
+  const std::vector<ProfileField> moe = moe_fields();
+  f.insert(f.end(), moe.begin(), moe.end());
   // The software's behaviour (hardware_profile.h), after "software" names its profile.
   const std::vector<ProfileField> software = {
       {"dp_overlap", &H::dp_overlap, 0, 1},

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "plan/memory_bounds.h"
 #include "plan/model_flops.h"
+#include "plan/software_profiles.h"
 #include "plan/work_budget.h"
 
 namespace mt::plan {
@@ -95,7 +96,9 @@ struct OpenKnobs {
 };
 
 // (schedule, virtual stages) pairs: without pp the schedule is not used; only the
-// schedules the software profile has (Megatron-LM 2021/2022: no zb-h1); a fixed pair
+// schedules the software profile has (Megatron-LM 2021/2022 and Llama 3: 1F1B and
+// interleaved, no zb-h1 and no DualPipe-V: software_profiles.cpp says why); a fixed
+// schedule the software lacks was refused before (require_software_schedule), a fixed pair
 // outside the list is still tried, so that validation says what is wrong with it.
 std::vector<std::pair<std::string, int>> schedule_choices(const PlanRequest& r, int pp) {
   std::vector<std::pair<std::string, int>> out = {{"1f1b", 1}};
@@ -170,6 +173,7 @@ void for_each_layout(const PlanRequest& r, WorkBudget& budget,
   for (auto [name, v] : {std::pair{"--tp", r.tp}, {"--pp", r.pp}, {"--dp", r.dp}, {"--cp", r.cp}})
     MT_REQUIRE(!v || n % *v == 0, name, " ", *v, " does not divide ",
                r.hardware.local ? "--ranks " : "--gpus ", n);
+  if (r.schedule) require_software_schedule(r.hardware, *r.schedule);
   std::vector<Precision> precisions = {Precision::fp32};
   if (!r.hardware.local && r.hardware.peak_bf16 > 0) precisions.push_back(Precision::bf16);
   // Full recomputation with experts too (the recomputed forward counts no aux loss, expert

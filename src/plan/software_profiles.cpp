@@ -1,5 +1,6 @@
 #include "plan/software_profiles.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
@@ -43,6 +44,13 @@ constexpr const char* kMegatronNoCp = "no context parallelism (it came with Mega
 constexpr const char* kKorthikantiMemory =
     "Korthikanti et al. 2022 Table 2 per-layer activations (as Megatron-LM's "
     "theoretical_memory_usage.py), 16-bit weights, fp32 master and Adam moments";
+// Mainline Megatron-LM's pipeline schedules (megatron/schedules.py, then
+// megatron/core/pipeline_parallel/schedules.py): no pipelining, 1F1B, interleaved 1F1B.
+constexpr const char* kMegatronNoDualPipe =
+    "not offered: Megatron-LM has no DualPipe-V -- its schedules (megatron/schedules.py, "
+    "later megatron/core/pipeline_parallel/schedules.py) are no pipelining, 1F1B and "
+    "interleaved 1F1B; DualPipe is DeepSeek's (DeepSeek-V3 report, Dec 2024), and mainline "
+    "Megatron-LM did not take it in (NVIDIA/Megatron-LM PR 5254, a port, closed)";
 constexpr const char* kMegatronSoftmax =
     "fused scale-mask-softmax: the s x s probabilities are stored, the masked half computed";
 
@@ -80,7 +88,9 @@ SoftwareTable llama3_2024() {
        {"param_gather_overlap", 1, "FSDP's parameter all-gather prefetched under compute"},
        {"zero3_prefetch", 1, "FSDP prefetches one layer ahead"},
        {"a2a_overlap_parts", 1, "no MoE in Llama 3"},
-       {"fb_a2a_overlap", 0, "no MoE in Llama 3"}}};
+       {"fb_a2a_overlap", 0, "no MoE in Llama 3"}},
+      "not offered: Llama 3's pipeline is an interleaved 1F1B schedule with a tunable "
+      "microbatch count (3.3.2); DualPipe came later, with DeepSeek-V3 (Dec 2024)"};
 }
 
 const std::vector<SoftwareTable> kTables = {
@@ -118,7 +128,9 @@ const std::vector<SoftwareTable> kTables = {
       {"a2a_overlap_parts", 1,
        "the expert all-to-alls between the router and the experts, exposed (docs/moe.md)"},
       {"fb_a2a_overlap", 0,
-       "DualPipe-V's F&B halves run one after the other (schedule/execution_order.h)"}}},
+       "DualPipe-V's F&B halves run one after the other (schedule/execution_order.h)"}},
+     "offered: the engine's own DualPipe-V (--schedule dualpipev, "
+     "schedule/schedule_dualpipev.cpp)"},
     {"megatron-lm-2021",
      {"1f1b", "interleaved"},
      {{"dp_overlap", 0, kMegatronStep},
@@ -151,7 +163,8 @@ const std::vector<SoftwareTable> kTables = {
       {"param_gather_overlap", 0, kNoZero3},
       {"zero3_prefetch", 1, kNoZero3},
       {"a2a_overlap_parts", 1, kNoMoe},
-      {"fb_a2a_overlap", 0, kNoMoe}}},
+      {"fb_a2a_overlap", 0, kNoMoe}},
+     kMegatronNoDualPipe},
     {"megatron-lm-2022",
      {"1f1b", "interleaved"},
      {{"dp_overlap", 0, kMegatronStep},
@@ -188,7 +201,8 @@ const std::vector<SoftwareTable> kTables = {
       {"param_gather_overlap", 0, kNoZero3},
       {"zero3_prefetch", 1, kNoZero3},
       {"a2a_overlap_parts", 1, kNoMoe},
-      {"fb_a2a_overlap", 0, kNoMoe}}},
+      {"fb_a2a_overlap", 0, kNoMoe}},
+     kMegatronNoDualPipe},
     llama3_2024(),
     {kLocalSoftware,
      {},
@@ -223,7 +237,9 @@ const std::vector<SoftwareTable> kTables = {
       {"param_gather_overlap", 0, "collectives on the ranks' own cores"},
       {"zero3_prefetch", 1, "two gather buffers (param_gathers.cpp)"},
       {"a2a_overlap_parts", 1, "the expert all-to-alls exposed, as the engine runs them"},
-      {"fb_a2a_overlap", 0, "DualPipe-V's F&B halves one after the other"}}}};
+      {"fb_a2a_overlap", 0, "DualPipe-V's F&B halves one after the other"}},
+     "offered: the engine's own DualPipe-V (--schedule dualpipev, "
+     "schedule/schedule_dualpipev.cpp)"}};
 
 UsageError unknown_software(const std::string& name) {
   return UsageError(str("unknown --software '", name,
@@ -278,8 +294,21 @@ std::vector<std::string> software_lines(const HardwareProfile& h) {
   std::string schedules;
   for (const std::string& s : t.schedules) schedules += (schedules.empty() ? "" : ", ") + s;
   out.push_back(str("software ", t.name, ": schedules ",
-                    schedules.empty() ? "1f1b, gpipe, zb-h1, interleaved" : schedules));
+                    schedules.empty() ? "1f1b, gpipe, zb-h1, interleaved, dualpipev" : schedules));
+  out.push_back(str("software ", t.name, ": DualPipe-V ", t.dualpipev));
   return out;
+}
+
+void require_software_schedule(const HardwareProfile& h, const std::string& schedule) {
+  if (h.local || h.schedules.empty() ||
+      std::find(h.schedules.begin(), h.schedules.end(), schedule) != h.schedules.end())
+    return;
+  std::string known;
+  for (const std::string& s : h.schedules) known += (known.empty() ? "" : ", ") + s;
+  const std::string why =
+      schedule == "dualpipev" ? str(": DualPipe-V ", software_table(h.software).dualpipev) : "";
+  throw UsageError(
+      str("--schedule ", schedule, ": software ", h.software, " has the schedules ", known, why));
 }
 
 }  // namespace mt::plan

@@ -26,7 +26,15 @@ struct SoftwareTable {
   const char* name;
   std::vector<std::string> schedules;     // pipeline schedules it has (empty: all of ours)
   std::vector<SoftwareSetting> settings;  // every software field, once
+  // Whether it has DualPipe-V (the schedule is in `schedules`, or they are all ours) and the
+  // source that says so: --explain prints it, and a --schedule it does not have is refused
+  // with it.
+  const char* dualpipev = "";
 };
+
+// A fixed --schedule the software does not have: UsageError with its schedules (and, for
+// DualPipe-V, the source that says it has none). Local profiles have every schedule.
+void require_software_schedule(const HardwareProfile& h, const std::string& schedule);
 
 // Every table, the GPU ones first (software_names()), then meshtrain-local.
 const std::vector<SoftwareTable>& software_tables();

@@ -51,7 +51,15 @@ std::vector<std::string> local_lines(const HardwareProfile& hw) {
         "every microbatch also pays the calibrated per-microbatch cost for each linear weight "
         "element on the rank (microbatch_weight_s*, fitted with the step factor to the "
         "reference step in 1, 2, 4 and 8 microbatches), a third in each of F, B and W");
-  if (hw.moe_fwd_s > 0)
+  if (hw.moe_fwd_s > 0 && hw.grouped_fwd_flops > 0)
+    a.push_back(
+        "MoE: the fp32 router GEMMs, the experts as the engine runs them (model/expert_gemm.h): "
+        "one grouped GEMM per matrix and pass over every local expert's rows, 4 rows C H "
+        "FLOPs per pass at the calibrated grouped rate of the precision (grouped_*_flops*), "
+        "the rest of the layer (routing, permutations, GELU, roundings) at its calibrated "
+        "cost per expert hidden element; with ep the busiest rank's rows: N topk x (1 + cv "
+        "sqrt(E/(E-1)) / sqrt(E/ep) x E[max of ep normals]), cv the calibrated load spread");
+  else if (hw.moe_fwd_s > 0)
     a.push_back(
         str("MoE: the fp32 router GEMMs, each local expert's GEMMs over its rows (bf16: over the "
             "layer's row chunks of ",

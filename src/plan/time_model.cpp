@@ -204,10 +204,27 @@ Oversubscription oversubscription(const PlanRequest& r, const Layout& l) {
     o.shared = true;
     o.dedicated.hardware.cores = l.world() * r.threads;
     o.slowdown = threads / hw.cores;
-    o.width = double(l.dp) * l.tp * r.threads;
+    // A stage is every rank of its pp coordinate: dp x cp x tp of them (cp's ranks hold the
+    // same layers over other tokens and compute at the same time as the stage's others).
+    o.width = double(l.world() / l.pp) * r.threads;
   }
   return o;
 }
+
+namespace {
+
+// The latency-free twin of the dedicated request: its costs are the ranks' work alone.
+PlanRequest without_latency(const PlanRequest& r) {
+  PlanRequest w = r;
+  w.hardware.intra_latency_s = w.hardware.inter_latency_s = 0;
+  return w;
+}
+
+double after_pipeline(const PredictedTime& p) {
+  return p.dp_exposed_s + p.optimizer_s + p.bf16_weights_s;
+}
+
+}  // namespace
 
 PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule& schedule,
                            double give_up_above) {
@@ -221,11 +238,21 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   // one after another at full speed; 1f1b's warm-up and cool-down, where fewer stages
   // compute than there are cores, waste the rest); without pp every rank computes
   // throughout. What follows the pipeline runs on every rank at once.
-  double pipeline = p.pipeline_s * o.slowdown;
-  if (l.pp > 1)
-    pipeline =
-        shared_cores_makespan(schedule, stage_ops(p, l, false, false), o.width, r.hardware.cores);
-  p.step_s = pipeline + (p.dp_exposed_s + p.optimizer_s + p.bf16_weights_s) * o.slowdown;
+  // Only the work time-shares: the collectives' latency is a wait, and the oversubscribed
+  // latency is already what a collective adds to the wall of ranks that share the cores
+  // (measure_oversubscribed_latency busies 2 x cores rank threads), so stretching it by the
+  // slowdown counted the sharing twice. The work is the latency-free twin's costs; the
+  // waits are what the latency adds to the dedicated critical path.
+  const PredictedTime w = predict_dedicated(without_latency(o.dedicated), l, schedule, 1e300);
+  double pipeline = w.pipeline_s * o.slowdown, waits = p.pipeline_s - w.pipeline_s;
+  if (l.pp > 1) {
+    std::vector<OpCosts> ops = stage_ops(w, l, false, false);
+    for (OpCosts& op : ops) op.latency = p.pp_p2p_s;  // a send's latency is a wait already
+    pipeline = shared_cores_makespan(schedule, ops, o.width, r.hardware.cores);
+    waits = p.pipeline_s - simulate_schedule(schedule, ops).makespan;
+  }
+  p.step_s = pipeline + std::max(0.0, waits) + after_pipeline(w) * o.slowdown +
+             std::max(0.0, after_pipeline(p) - after_pipeline(w));
   return p;
 }
 

@@ -53,7 +53,7 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l);
 // collective step and send under the local backend (a waiting rank blocks until a peer
 // that was not running arrives, comm/local/doorbell.h) and every rank at full speed; then,
 // when the profile knows its cores, how they are shared: `slowdown` = threads / cores for
-// what every rank runs at once, `width` = a stage's threads (dp x tp x threads) for the
+// what every rank runs at once, `width` = a stage's threads (dp x cp x tp x threads) for the
 // pipeline replay (shared_cores_makespan).
 struct Oversubscription {
   PlanRequest dedicated;
@@ -71,7 +71,7 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
 // Local, more rank threads than cores: the schedule played as the simulator plays it
 // (every stage its actions in order, a receive waits for its message), except that the
 // stages computing at a moment share the cores: each of the n computing stages, `width`
-// threads each (its dp x tp ranks' threads), advances at min(1, cores / (n width)) of full
+// threads each (its dp x cp x tp ranks' threads), advances at min(1, cores / (n width)) of full
 // speed (processor sharing; a stage waiting for a message blocks and leaves its cores).
 // Returns the makespan.
 double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& costs, double width,

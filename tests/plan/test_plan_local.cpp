@@ -168,6 +168,8 @@ TEST(PlanLocal, TensorParallelCommunicationIsTheLinears) {
 // speed), four data-parallel ranks all compute at once (twice the four-core step).
 TEST(PlanLocal, RanksBeyondTheCoresTimeShareByWorkAndSpan) {
   PlanRequest r = small_request(4);
+  // Work only: a collective's latency is a wait, not shared (test_plan_shared_cores.cpp).
+  r.hardware.intra_latency_s = r.hardware.inter_latency_s = 0;
   PlanRequest wide = r;
   r.hardware.cores = 2;
   wide.hardware.cores = 4;

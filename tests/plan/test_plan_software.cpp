@@ -65,7 +65,8 @@ TEST(PlanSoftware, ProfilesAreExplicitFields) {
   apply_software(m, "megatron-lm-2022");
   EXPECT_EQ(m.grad_reduce_bytes, 4);  // bf16 forces fp32 reduction
   EXPECT_TRUE(!m.grad_accum_pass && m.tp_backward_overlap);
-  EXPECT_EQ(software_lines(m).size(), software_table("megatron-lm-2022").settings.size() + 1);
+  // Every field, the schedules, and whether DualPipe-V is offered.
+  EXPECT_EQ(software_lines(m).size(), software_table("megatron-lm-2022").settings.size() + 2);
   apply_software(m, "meshtrain");
   EXPECT_EQ(m.dp_overlap, 1);
   EXPECT_FALSE(m.dropout);
@@ -228,6 +229,40 @@ TEST(PlanSoftware, CommandFileAndBadInput) {
   EXPECT_EQ(back.software, "megatron-lm-2022");
   EXPECT_EQ(back.dp_overlap, 0.5);
   EXPECT_EQ(back.tp_backward_overlap, h.tp_backward_overlap);
+}
+
+// DualPipe-V per software, from its source: Megatron-LM (2021, 2022) and Llama 3 have none, so
+// their searches never offer it and a fixed --schedule dualpipev is refused saying why;
+// meshtrain's own software (GPU and local) has it. --explain says which, and why.
+TEST(PlanSoftware, DualPipeVOnlyWhereTheSoftwareHasIt) {
+  for (const char* software : {"megatron-lm-2021", "megatron-lm-2022", "llama3-2024"}) {
+    PlanRequest r = gpu_request(8, software);
+    r.pp = 2;
+    for (const Layout& l : enumerate_layouts(r)) EXPECT_NE(l.schedule, "dualpipev") << software;
+    r.schedule = "dualpipev";
+    try {
+      enumerate_layouts(r);
+      ADD_FAILURE() << software << ": a fixed dualpipev was planned";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("DualPipe-V not offered"), std::string::npos)
+          << e.what();
+    }
+    const std::vector<std::string> lines = software_lines(r.hardware);
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& s) {
+      return s.find("DualPipe-V not offered") != std::string::npos;
+    })) << software;
+  }
+  PlanRequest mesh = gpu_request(8, "meshtrain");
+  mesh.pp = 2;
+  const std::vector<Layout> all = enumerate_layouts(mesh);
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(),
+                          [](const Layout& l) { return l.schedule == "dualpipev"; }));
+  mesh.schedule = "dualpipev";
+  EXPECT_NO_THROW(enumerate_layouts(mesh));
+  const std::vector<std::string> lines = software_lines(mesh.hardware);
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& s) {
+    return s.find("DualPipe-V offered") != std::string::npos;
+  }));
 }
 
 }  // namespace

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Offline check of the planner's local model against logged measurements: no timing runs.
+
+Usage: python3 bench/planner/replay_logs.py build/meshtrain PROFILE [--closed-loop LOG]
+       [--brute LOG] [--rows]
+
+Re-predicts every layout of a closed_loop.py log (its summary lines: name, predicted,
+measured wall) and of a --brute-force log (its `#  i {knobs} predicted .. wall ..` lines and
+its re-measured finalists, whose medians are also compared) with the given binary and profile (the profile of the session
+that logged them: bench/planner/logs/bench36_local.toml for the quiet 11:47 session), and
+prints the error the binary's model gives against the logged walls: mean and max |error| of
+the closed loop, and where the new first choice of the brute force lands among the measured
+layouts (its single-pass wall, and its finalist median when it was a finalist).
+"""
+import ast
+import re
+import statistics
+import sys
+
+import closed_loop as cl
+
+ROW = re.compile(r"^(?P<name>.+?)\s+ranks (?P<ranks>\d)\s+predicted\s+(?P<pred>[\d.]+) ms\s+"
+                 r"measured wall\s+(?P<wall>[\d.]+) ms")
+BRUTE = re.compile(r"^#\s*(?P<i>\d+) (?P<knobs>\{.*\})\s+predicted\s+(?P<pred>[\d.]+) ms\s+wall\s+"
+                   r"(?P<wall>[\d.]+)")
+FINAL = re.compile(r"^finalist planner's #(?P<i>\d+)\s+(?P<knobs>\{.*\})\s+predicted.*median "
+                   r"(?P<median>[\d.]+)")
+
+
+def closed_loop(binary, profile, log, show):
+    layouts = {name: (ranks, cl.resolve(k)) for name, ranks, k in cl.LAYOUTS}
+    old, new = [], []
+    for line in open(log):
+        m = ROW.match(line)
+        if not m or m["name"].strip() not in layouts:
+            continue
+        name = m["name"].strip()
+        ranks, k = layouts[name]
+        wall = float(m["wall"])
+        pred = cl.predict(binary, profile, ranks, k) * 1e3
+        old.append((abs(float(m["pred"]) / wall - 1), name))
+        new.append((abs(pred / wall - 1), name))
+        if show:
+            print(f"  {name:28} logged {float(m['pred']):7.1f}  now {pred:7.1f}  wall {wall:7.1f}"
+                  f"  error {float(m['pred']) / wall - 1:+6.1%} -> {pred / wall - 1:+6.1%}")
+    for label, errs in (("logged", old), ("now", new)):
+        worst = max(errs)
+        print(f"closed loop, {label:6}: mean |error| {statistics.mean(e for e, _ in errs):.1%}, "
+              f"max {worst[0]:.1%} ({worst[1]}) over {len(errs)} layouts")
+
+
+def brute(binary, profile, log, show):
+    rows, finals = [], {}
+    for line in open(log):
+        m = BRUTE.match(line)
+        if m:
+            rows.append((ast.literal_eval(m["knobs"]), float(m["pred"]), float(m["wall"])))
+        f = FINAL.match(line)
+        if f:
+            finals[repr(ast.literal_eval(f["knobs"]))] = float(f["median"])
+    best = min(w for _, _, w in rows)
+    best_final = min(finals.values()) if finals else None
+    for label, use_new in (("logged", False), ("now", True)):
+        preds = []
+        for k, pred, wall in rows:
+            p = cl.predict(binary, profile, 4, k) * 1e3 if use_new else pred
+            preds.append((p, wall, k))
+        errs = [abs(p / w - 1) for p, w, _ in preds]
+        preds.sort(key=lambda r: r[0])
+        first = preds[0]
+        rank = sorted(w for _, w, _ in preds).index(first[1]) + 1
+        line = (f"brute force, {label:6}: mean |error| {statistics.mean(errs):.1%}, max "
+                f"{max(errs):.1%} over {len(rows)} layouts; first choice {first[2]} predicted "
+                f"{first[0]:.1f} ms, measured {first[1]:.1f} ms (rank {rank}), "
+                f"{first[1] / best - 1:+.1%} over the best single pass {best:.1f} ms")
+        median = finals.get(repr(first[2]))
+        if median is not None and best_final:
+            line += f"; finalist median {median:.1f} vs best finalist {best_final:.1f} " \
+                    f"({median / best_final - 1:+.1%})"
+        print(line)
+        if finals:
+            fin = [(p, finals[repr(k)]) for p, _, k in preds if repr(k) in finals]
+            ferr = [abs(p / m - 1) for p, m in fin]
+            print(f"  against the {len(fin)} re-measured finalists' medians: mean |error| "
+                  f"{statistics.mean(ferr):.1%}, max {max(ferr):.1%}")
+        if show and use_new:
+            for p, w, k in preds[:15]:
+                print(f"    {p:7.1f} ms predicted, {w:7.1f} measured  {k}")
+
+
+def main():
+    binary, profile = sys.argv[1], sys.argv[2]
+    show = "--rows" in sys.argv
+    if "--closed-loop" in sys.argv:
+        closed_loop(binary, profile, sys.argv[sys.argv.index("--closed-loop") + 1], show)
+    if "--brute" in sys.argv:
+        brute(binary, profile, sys.argv[sys.argv.index("--brute") + 1], show)
+
+
+if __name__ == "__main__":
+    main()
