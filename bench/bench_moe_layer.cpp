@@ -135,9 +135,11 @@ void bench_precision(const Options& o, bool bf16) {
   cfg.experts = o.experts, cfg.topk = o.topk, cfg.expert_ffn_dim = o.ffn;
   cfg.capacity_factor = 0;
   cfg.router = o.router == "sigmoid" ? RouterScore::sigmoid : RouterScore::softmax;
-  const double peak = bf16 ? measure_bf16_gemm_peak_gflops(1, o.quick ? 0.05 : 1.5)
-                           : measure_sgemm_peak_gflops(1, o.quick ? 0.05 : 1.5);
-  std::printf("  %s: GEMM peak %.0f GFLOP/s; grouped path %s\n", bf16 ? "bf16" : "fp32", peak,
+  // The trainer's mfu denominator, measured as it measures it (kernels/gemm_peak.h).
+  const PeakPrecision pp = bf16 ? PeakPrecision::bf16 : PeakPrecision::fp32;
+  const GemmPeak measured = measure_gemm_peak(pp, 1, o.quick ? 0.05 : kPeakSeconds);
+  const double peak = measured.gflops;
+  std::printf("  %s; grouped path %s\n", describe_gemm_peak(pp, measured, 1).c_str(),
               grouped_gemm_isa(bf16).c_str());
   DenseMlp dense(bf16, o.tokens, o.dim, o.topk * o.ffn);
   Layer layer(cfg, bf16, o.tokens), looped(cfg, bf16, o.tokens);

@@ -531,8 +531,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const double peak1 =
-      opt.cpu ? cpu_time_peak(opt.quick) : mt::measure_sgemm_peak_gflops(1, opt.quick ? 0.05 : 1.0);
+  const double peak1 = opt.cpu
+                           ? cpu_time_peak(opt.quick)
+                           : mt::measure_sgemm_peak_gflops(1, opt.quick ? 0.05 : mt::kPeakSeconds);
   std::printf("sgemm peak, 1 thread: %.1f GFLOP/s (%s time)\n", peak1, opt.cpu ? "CPU" : "wall");
   const bool bf16 = std::any_of(opt.precisions.begin(), opt.precisions.end(),
                                 [](const std::string& p) { return precision_of(p) == "bf16"; });
@@ -541,7 +542,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   // MFU of a bf16 run is against the bf16 GEMM peak (wall time; --cpu does not apply).
-  const double peak_bf16 = bf16 ? mt::measure_bf16_gemm_peak_gflops(1, opt.quick ? 0.05 : 1.0) : 0;
+  const double peak_bf16 =
+      bf16 ? mt::measure_bf16_gemm_peak_gflops(1, opt.quick ? 0.05 : mt::kPeakSeconds) : 0;
   if (bf16)
     std::printf("bf16 GEMM peak, 1 thread: %.1f GFLOP/s (oneDNN %s)\n", peak_bf16,
                 mt::matmul_bf16_isa().c_str());

@@ -6,6 +6,7 @@
 
 #include "kernels/attention_avx512.h"
 #include "kernels/attention_bf16_avx512.h"
+#include "kernels/attention_bf16_batched.h"
 #include "kernels/matmul.h"
 #include "kernels/vec_math.h"
 
@@ -161,14 +162,40 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   });
 }
 
+AttentionKernel attention_kernel(bool bf16, int C, int NH) {
+  const int hd = NH > 0 && C % NH == 0 ? C / NH : 0;
+  if (bf16 && hd > 0 && attention_bf16_batched_supports(hd)) return AttentionKernel::bf16_amx;
+  if (bf16 && hd > 0 && attention_bf16_avx512_supports(hd)) return AttentionKernel::bf16_avx512;
+  return hd > 0 && attention_avx512_supports(hd) ? AttentionKernel::fp32_avx512
+                                                 : AttentionKernel::fp32_sgemm;
+}
+
+const char* attention_kernel_name(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::bf16_amx:
+      return "bf16 AMX (oneDNN matmuls batched over the heads, attention_bf16_batched)";
+    case AttentionKernel::bf16_avx512:
+      return "bf16 AVX512-BF16 register tiles (attention_bf16_avx512)";
+    case AttentionKernel::fp32_avx512:
+      return "fp32 AVX-512 register tiles (attention_avx512)";
+    case AttentionKernel::fp32_sgemm:
+      return "fp32 oneDNN sgemm per head";
+  }
+  return "";
+}
+
 bool attention_bf16_supported(int C, int NH) {
-  return NH > 0 && C % NH == 0 && attention_bf16_avx512_supports(C / NH);
+  const AttentionKernel k = attention_kernel(true, C, NH);
+  return k == AttentionKernel::bf16_amx || k == AttentionKernel::bf16_avx512;
 }
 
 void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   PhaseScope phase_scope(Phase::attention, 2.0 * B * T * T * C,
                          4.0 * (4.0 * B * T * C + double(B) * NH * T * T));
-  if (!attention_bf16_supported(C, NH)) return attention_forward(out, att, qkv, B, T, C, NH);
+  const AttentionKernel k = attention_kernel(true, C, NH);
+  if (k == AttentionKernel::bf16_amx)
+    return attention_forward_bf16_batched(out, att, qkv, B, T, C, NH);
+  if (k != AttentionKernel::bf16_avx512) return attention_forward(out, att, qkv, B, T, C, NH);
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
     attention_head_forward_bf16(hv, out + o.row, C, att + o.att);
   });
@@ -178,7 +205,10 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
                              const float* att, int B, int T, int C, int NH, bool accumulate) {
   PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
                          4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
-  if (!attention_bf16_supported(C, NH)) {
+  const AttentionKernel k = attention_kernel(true, C, NH);
+  if (k == AttentionKernel::bf16_amx)
+    return attention_backward_bf16_batched(dqkv, scratch, dout, qkv, att, B, T, C, NH, accumulate);
+  if (k != AttentionKernel::bf16_avx512) {
     if (!accumulate) std::memset(dqkv, 0, sizeof(float) * size_t(B) * T * 3 * C);
     return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
   }
@@ -192,7 +222,10 @@ void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const f
                                   int T, int C, int NH) {
   PhaseScope phase_scope(Phase::attention, 2.0 * B * T * T * C,
                          4.0 * (4.0 * B * T * C + double(B) * NH * T * T));
-  if (!attention_bf16_supported(C, NH)) {
+  const AttentionKernel k = attention_kernel(true, C, NH);
+  if (k == AttentionKernel::bf16_amx)
+    return attention_forward_bf16_batched(out16, att, qkv, B, T, C, NH);
+  if (k != AttentionKernel::bf16_avx512) {
     attention_forward(stage, att, qkv, B, T, C, NH);
     return to_bf16(out16, stage, size_t(B) * T * C);
   }
@@ -206,7 +239,10 @@ void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, c
                                    int NH) {
   PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
                          4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
-  if (!attention_bf16_supported(C, NH) || T > kAttentionBf16DirectMaxT) {
+  const AttentionKernel k = attention_kernel(true, C, NH);
+  if (k == AttentionKernel::bf16_amx)
+    return attention_backward_bf16_batched(dqkv16, scratch, dout, qkv, att, B, T, C, NH);
+  if (k != AttentionKernel::bf16_avx512 || T > kAttentionBf16DirectMaxT) {
     attention_backward_bf16(stage, scratch, dout, qkv, att, B, T, C, NH, /*accumulate=*/false);
     return to_bf16(dqkv16, stage, size_t(B) * T * 3 * C);
   }

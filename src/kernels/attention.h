@@ -21,16 +21,25 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 size_t attention_backward_scratch_floats(int B, int T, int C, int NH);
 
 // --precision bf16 (docs/precision.md): the same contract, with the products QK^T, P V and
-// their backward products taking bf16 operands and accumulating in fp32 (AVX512-BF16 dot
-// products), as PyTorch's CPU autocast runs bmm; scores, softmax and its backward stay fp32.
-// Where the CPU lacks AVX512-BF16 or the head dim is not 16, 32, 64 or 128 these are the fp32
-// kernels above (attention_bf16_supported says which).
+// their backward products taking bf16 operands and accumulating in fp32 (AMX tiles or
+// AVX512-BF16 dot products: attention_kernel below), as PyTorch's CPU autocast runs bmm;
+// scores, softmax and its backward stay fp32. Where the CPU has neither or the head dim is
+// not 16, 32, 64 or 128 these are the fp32 kernels above (attention_bf16_supported says
+// which).
 void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
 // accumulate false: dqkv = the gradient (overwritten; the block's fp32 stage needs no memset
 // before it).
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
                              const float* att, int B, int T, int C, int NH, bool accumulate = true);
 bool attention_bf16_supported(int C, int NH);
+
+// The kernel the attention core runs for this precision and shape on this CPU, picked at
+// run time: under bf16 AMX (attention_bf16_batched.h) where the bf16 GEMMs run on AMX tiles,
+// else AVX512-BF16 register tiles (attention_bf16_avx512.h), else the fp32 kernels; in fp32
+// the AVX-512 register tiles (attention_avx512.h) for head dims 16/32/64/128, else sgemm.
+enum class AttentionKernel { bf16_amx, bf16_avx512, fp32_avx512, fp32_sgemm };
+AttentionKernel attention_kernel(bool bf16, int C, int NH);
+const char* attention_kernel_name(AttentionKernel k);  // for the step breakdown
 
 // The bf16 block's forms: the result rounded to bf16 as it is stored (bitwise to_bf16 of the
 // fp32-output forms above), out16 (B, T, C) and dqkv16 (B, T, 3C) overwritten. Where the bf16

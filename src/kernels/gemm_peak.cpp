@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <iterator>
 #include <vector>
 
 #include "core/timer.h"
@@ -13,57 +15,99 @@ namespace mt {
 
 namespace {
 
-// Best GFLOP/s of `run(n)` (one n^3 product) over square sizes 512, 1024, 2048, each timed
-// repeatedly for a third of the budget.
-template <typename Setup>
-double best_gflops(int threads, double seconds_budget, Setup setup) {
-  // The best of many timed runs rather than the mean: the question is what the hardware can
-  // sustain, and a neighbour only ever makes a run slower. Short runs are what make the
-  // maximum robust: a 512^3 GEMM takes ~4 ms on one core, so dozens of them fit in a
-  // fraction of a second and some land between a busy neighbour's time slices, where one
-  // 2048^3 run (~0.2 s) is disturbed whenever the neighbour is.
-  int saved_threads = omp_get_max_threads();
-  omp_set_num_threads(threads < 1 ? 1 : threads);
-  double best = 0.0;
-  const int sizes[] = {512, 1024, 2048};
-  const double per_size = seconds_budget / 3;
-  for (int n : sizes) {
-    const double flops = 2.0 * n * n * n;
-    // A size whose single run would not fit its share of the budget (at the best rate seen
-    // so far) is left out: the start-up measurement stays short, a benchmark runs them all.
-    if (best > 0 && 2 * flops / (best * 1e9) > per_size) continue;
-    auto run = setup(n);
-    run();  // warm-up (and, for oneDNN primitives, creation)
-    Stopwatch budget;
+constexpr int kSizes[] = {512, 1024, 2048};
+constexpr double kWarmupShare = 0.25;
+constexpr int kMinWarmupRuns = 3;
+
+// One n^3 product of the precision's routine, on buffers it owns.
+class SquareGemm {
+ public:
+  SquareGemm(PeakPrecision p, int n) : p_(p), n_(n) {
+    const size_t e = size_t(n) * n;
+    c_.assign(e, 0.0f);
+    if (p == PeakPrecision::fp32)
+      a_.assign(e, 0.5f), b_.assign(e, 0.25f);
+    else
+      a16_.assign(e, float_to_bf16(0.5f)), b16_.assign(e, float_to_bf16(0.25f));
+  }
+  void run() {
+    if (p_ == PeakPrecision::fp32)
+      sgemm(false, false, n_, n_, n_, 1.0f, a_.data(), n_, b_.data(), n_, 0.0f, c_.data(), n_);
+    else
+      matmul_bf16_forward(c_.data(), a16_.data(), b16_.data(), nullptr, n_, n_, n_);
+  }
+  double flops() const { return 2.0 * n_ * n_ * double(n_); }
+
+ private:
+  PeakPrecision p_;
+  int n_;
+  std::vector<float> a_, b_, c_;
+  std::vector<bf16> a16_, b16_;
+};
+
+// Untimed runs until `seconds` have passed (and at least kMinWarmupRuns): see the header,
+// step 3. Returns the best rate seen, which lets step 4 skip sizes that cannot fit.
+double warm_up(SquareGemm& g, double seconds) {
+  double best = 0;
+  Stopwatch budget;
+  for (int runs = 0; runs < kMinWarmupRuns || budget.elapsed() < seconds; ++runs) {
+    Stopwatch sw;
+    g.run();
+    best = std::max(best, g.flops() / sw.elapsed() * 1e-9);
+  }
+  return best;
+}
+
+// Step 4: the best rate of repeated runs of each size, and the size it came from.
+GemmPeak timed_sizes(PeakPrecision p, double seconds, double rate_hint) {
+  GemmPeak peak;
+  const double per_size = seconds / std::size(kSizes);
+  for (int n : kSizes) {
+    SquareGemm g(p, n);
+    const double rate = std::max(rate_hint, peak.gflops);
+    // A size whose warm-up run plus one timed run would not fit its slot is left out.
+    if (rate > 0 && 2 * g.flops() / (rate * 1e9) > per_size) continue;
+    g.run();  // first touch of this size's buffers (and, for bf16, its primitive)
+    Stopwatch slot;
     do {
       Stopwatch sw;
-      run();
-      best = std::max(best, flops / sw.elapsed() * 1e-9);
-    } while (budget.elapsed() < per_size);
+      g.run();
+      const double gflops = g.flops() / sw.elapsed() * 1e-9;
+      if (gflops > peak.gflops) peak.gflops = gflops, peak.n = n;
+    } while (slot.elapsed() < per_size);
   }
-  omp_set_num_threads(saved_threads);
-  return best;
+  return peak;
 }
 
 }  // namespace
 
+GemmPeak measure_gemm_peak(PeakPrecision precision, int threads, double seconds_budget) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(threads < 1 ? 1 : threads);
+  SquareGemm first(precision, kSizes[0]);
+  const double hint = warm_up(first, kWarmupShare * seconds_budget);
+  GemmPeak peak = timed_sizes(precision, (1 - kWarmupShare) * seconds_budget, hint);
+  peak.kernel = precision == PeakPrecision::fp32 ? "oneDNN sgemm" : matmul_bf16_isa();
+  omp_set_num_threads(saved_threads);
+  return peak;
+}
+
+std::string describe_gemm_peak(PeakPrecision precision, const GemmPeak& peak, int threads) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%s GEMM peak %.1f GFLOP/s per thread (%s, best run %d^3 of square "
+                "512/1024/2048 runs after a warm-up, wall time, %d thread(s))",
+                precision == PeakPrecision::fp32 ? "fp32" : "bf16", peak.gflops / threads,
+                peak.kernel.c_str(), peak.n, threads);
+  return line;
+}
+
 double measure_sgemm_peak_gflops(int threads, double seconds_budget) {
-  std::vector<float> a, b, c;
-  return best_gflops(threads, seconds_budget, [&](int n) {
-    a.assign(size_t(n) * n, 0.5f), b.assign(a.size(), 0.25f), c.assign(a.size(), 0.0f);
-    return
-        [&, n] { sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); };
-  });
+  return measure_gemm_peak(PeakPrecision::fp32, threads, seconds_budget).gflops;
 }
 
 double measure_bf16_gemm_peak_gflops(int threads, double seconds_budget) {
-  std::vector<bf16> a, b;
-  std::vector<float> c;
-  return best_gflops(threads, seconds_budget, [&](int n) {
-    a.assign(size_t(n) * n, float_to_bf16(0.5f)), b.assign(a.size(), float_to_bf16(0.25f));
-    c.assign(a.size(), 0.0f);
-    return [&, n] { matmul_bf16_forward(c.data(), a.data(), b.data(), nullptr, n, n, n); };
-  });
+  return measure_gemm_peak(PeakPrecision::bf16, threads, seconds_budget).gflops;
 }
 
 }  // namespace mt

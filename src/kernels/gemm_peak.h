@@ -1,21 +1,49 @@
-// Achievable single-precision GEMM throughput of this machine through the same GEMM path
-// the model uses (mt::sgemm). The trainer divides model FLOP/s by it for MFU (unless
-// --peak-gflops gives the figure), and the kernel benchmark reports every kernel against it.
+// The one measurement of "the GEMM peak", the denominator of mfu everywhere it is printed
+// (the trainer's mfu metric, `meshtrain bench step`'s breakdown, tests/bench_moe_layer,
+// bench_step) and of every "% of peak" next to a kernel. docs/performance.md, "Which peak
+// mfu uses", is its user-facing statement.
+//
+// Method, identical for both precisions (only the GEMM routine differs):
+//  1. the routine the model's linear layers run: mt::sgemm (fp32), matmul_bf16_forward
+//     (bf16 operands, fp32 accumulation and output: AMX tiles or AVX512-BF16 dot products,
+//     whichever matmul_bf16_isa() names);
+//  2. square products M = N = K = 512, 1024, 2048, on `threads` OpenMP threads;
+//  3. first a warm-up of 512^3 runs, untimed, for a quarter of the budget (at least three
+//     runs): the first AMX tile instructions after an idle spell, the core's frequency ramp
+//     and the first touch of the buffers all run slower than the steady state, and a
+//     0.1 s slot had room for them to be the whole measurement;
+//  4. then each size, repeatedly, for a third of the rest, skipping a size whose single
+//     run would not fit its slot at the rate seen so far (a short budget stays short);
+//  5. the result is the best GFLOP/s of any one run, on wall time (a neighbour only ever
+//     slows a run down, so the fastest run is the least disturbed one).
 #pragma once
+
+#include <string>
 
 namespace mt {
 
-// Times square GEMMs of M = N = K = 512, 1024 and 2048, each size repeatedly for a third of
-// seconds_budget, on `threads` OpenMP threads, and returns the best GFLOP/s of any one run
-// (the least disturbed by other load). A size whose one warm-up plus one timed run would
-// not fit its third (at the rate seen so far) is skipped, so a short budget (the trainer's
-// 0.3 s) is many short runs and stays short. Does not change the calling thread's OpenMP
-// setting on return.
-double measure_sgemm_peak_gflops(int threads, double seconds_budget);
+enum class PeakPrecision { fp32, bf16 };
 
-// The same for the bf16 GEMM the linear layers use under --precision bf16
-// (matmul_bf16_forward: bf16 inputs, fp32 accumulation and output), the MFU denominator of
-// a bf16 run. Needs bf16_matmul_supported().
+// The budget every mfu denominator is measured with (the trainer's start-up measurement,
+// the benchmarks' non-quick runs), so that their peaks are one figure up to noise.
+constexpr double kPeakSeconds = 0.3;
+
+struct GemmPeak {
+  double gflops = 0;   // best GFLOP/s of one run, per the whole team of `threads`
+  int n = 0;           // the square size that run had
+  std::string kernel;  // the routine timed ("oneDNN sgemm", or matmul_bf16_isa())
+};
+
+// Needs bf16_matmul_supported() for PeakPrecision::bf16. Does not change the calling
+// thread's OpenMP setting on return.
+GemmPeak measure_gemm_peak(PeakPrecision precision, int threads, double seconds_budget);
+
+// "bf16 GEMM peak 842.1 GFLOP/s per thread (brg:avx512_core_amx_bf16, best run 512^3 of
+// square 512/1024/2048 runs after a warm-up, wall time)": how a consumer names its figure.
+std::string describe_gemm_peak(PeakPrecision precision, const GemmPeak& peak, int threads);
+
+// measure_gemm_peak(...).gflops, for the callers that need only the figure.
+double measure_sgemm_peak_gflops(int threads, double seconds_budget);
 double measure_bf16_gemm_peak_gflops(int threads, double seconds_budget);
 
 }  // namespace mt

@@ -1,5 +1,6 @@
 #include "report/page_controls.h"
 
+#include "report/chart_fit.h"
 #include "report/svg_chart.h"
 
 namespace mt {
@@ -51,9 +52,9 @@ std::string report_controls(const std::vector<std::string>& names,
   return out + "</div>\n";
 }
 
-const char* report_page_script() {
-  return R"(<script>
-(function () {
+std::string report_page_script() {
+  return std::string("<script>\n(function () {") + chart_fit_script() + R"(
+
   var body = document.body, all = function (q) {
     return Array.prototype.slice.call(document.querySelectorAll(q));
   };
@@ -85,6 +86,8 @@ const char* report_page_script() {
     all('[data-run="' + run + '"]').forEach(function (e) { e.style.display = on ? '' : 'none'; });
     all('[data-run-toggle="' + run + '"]').forEach(function (e) { e.classList.toggle('off', !on); });
     body.dataset.hidden = Object.keys(hidden).sort().join(',');
+    fitCharts(hidden);
+    smooth(Number(slider.value));
   }
   var state = new URLSearchParams(location.hash.slice(1));
   var slider = document.getElementById('smoothing');

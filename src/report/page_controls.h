@@ -24,6 +24,8 @@ std::string report_controls(const std::vector<std::string>& names,
 // raw curve stays behind it, faint. The page's address may set the state:
 // page.html#smoothing=0.9&hide=0,2 (runs by index). It records what it did on <body>
 // (data-charts, data-smoothing, data-hidden, data-layout) for a headless browser test.
-const char* report_page_script();
+// Showing or hiding a run re-fits every line chart's axes to the runs shown
+// (report/chart_fit.h), then smooths again from the re-placed raw points.
+std::string report_page_script();
 
 }  // namespace mt

@@ -321,8 +321,9 @@ std::string render_report_page(const std::vector<RunMetrics>& runs_in) {
   }
   os << "</div>\n<h2>Configuration</h2>\n"
      << config_table(runs)
-     // The only script: smoothing, the runs' toggles, and a record of what rendered for a
-     // headless browser test. The page needs no script to be read.
+     // The only script: smoothing, the runs' toggles (each line chart fitted to the runs
+     // shown), and a record of what rendered for a headless browser test. The page needs
+     // no script to be read.
      << report_page_script() << "</body></html>\n";
   return os.str();
 }

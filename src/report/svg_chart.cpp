@@ -21,6 +21,15 @@ std::string fmt(double v) {
   return buf;
 }
 
+// "x,y" of a data point for the page's script. Ten significant digits, not a double's
+// seventeen: a page holds up to 1500 points a series, and ten place a point within a pixel
+// unless a chart's whole range is under 1e-7 of its values (then the axis is flat anyway).
+std::string value_pair(double x, double y) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g,%.10g", x, y);
+  return buf;
+}
+
 void open_svg(std::ostringstream& os, const std::string& id, const ChartAxes& a) {
   os << "<svg class=\"chart\" id=\"" << html_escape(id)
      << "\" xmlns=\"http://www.w3.org/2000/svg\" "
@@ -85,6 +94,70 @@ bool drawable(double x, double y, bool log_y) {
 
 }  // namespace
 
+namespace {
+
+// Where a line chart's plot sits in the viewBox, and its axes over the data.
+struct PlotArea {
+  double top, w, h;
+  AxisScale xs, ys;
+  double px(double x) const { return kLeft + xs.fraction(x) * w; }
+  double py(double y) const { return top + h - ys.fraction(y) * h; }
+};
+
+// Grid, ticks and frame, the ticks grouped (y-ticks, x-ticks) and the frame marked
+// plot-area so the page's script can redraw them on other axes (report/chart_fit.h).
+void draw_plot_frame(std::ostringstream& os, const PlotArea& p, bool log_y) {
+  os << "<g class=\"y-ticks\">\n";
+  for (double t : p.ys.ticks(5))
+    os << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft + p.w << "\" y1=\"" << fmt(p.py(t))
+       << "\" y2=\"" << fmt(p.py(t)) << "\" class=\"grid\"/><text x=\"" << kLeft - 4 << "\" y=\""
+       << fmt(p.py(t) + 4) << "\" class=\"tick\" text-anchor=\"end\">" << short_number(t)
+       << "</text>\n";
+  os << "</g><g class=\"x-ticks\">\n";
+  for (double t : p.xs.ticks(6))
+    os << "<line x1=\"" << fmt(p.px(t)) << "\" x2=\"" << fmt(p.px(t)) << "\" y1=\"" << p.top + p.h
+       << "\" y2=\"" << p.top + p.h + 4 << "\" class=\"frame\"/><text x=\"" << fmt(p.px(t))
+       << "\" y=\"" << p.top + p.h + 16 << "\" class=\"tick\" text-anchor=\"middle\">"
+       << short_number(t) << "</text>\n";
+  os << "</g>\n<rect x=\"" << kLeft << "\" y=\"" << p.top << "\" width=\"" << p.w << "\" height=\""
+     << p.h << "\" class=\"frame plot-area\" data-log-y=\"" << (log_y ? 1 : 0)
+     << "\" fill=\"none\"/>\n";
+}
+
+// One series and its legend entry. Each mark carries its values (data-xy) beside its
+// position, so the script can place it on axes fitted to the runs shown.
+void draw_series(std::ostringstream& os, const ChartSeries& s, const PlotArea& p, bool log_y,
+                 std::pair<double, double> legend_at) {
+  const std::string run = s.run >= 0 ? " data-run=\"" + std::to_string(s.run) + "\"" : "";
+  os << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"1.6\""
+     << (s.smooth ? " class=\"smoothable\"" : "") << run
+     << (s.dashed ? " stroke-dasharray=\"5,3\"" : "") << " data-xy=\"";
+  for (auto [x, y] : s.points)
+    if (drawable(x, y, log_y)) os << value_pair(x, y) << " ";
+  os << "\" points=\"";
+  for (auto [x, y] : s.points)
+    if (drawable(x, y, log_y)) os << fmt(p.px(x)) << "," << fmt(p.py(y)) << " ";
+  os << "\"><title>" << html_escape(s.label) << "</title></polyline>\n";
+  if (s.markers)
+    for (auto [x, y] : s.points)
+      if (drawable(x, y, log_y))
+        os << "<circle data-xy=\"" << value_pair(x, y) << "\" cx=\"" << fmt(p.px(x)) << "\" cy=\""
+           << fmt(p.py(y)) << "\" r=\"2.5\" fill=\"" << s.color << "\"" << run << "><title>"
+           << html_escape(s.label) << ": " << short_number(x) << ", " << short_number(y)
+           << "</title></circle>\n";
+  // A run's legend entry toggles the run on every chart (the page's script).
+  const auto [legend_x, legend_y] = legend_at;
+  os << "<g class=\"legend-entry\""
+     << (s.run >= 0 ? " data-run-toggle=\"" + std::to_string(s.run) + "\"" : "") << "><line x1=\""
+     << fmt(legend_x) << "\" x2=\"" << fmt(legend_x + 16) << "\" y1=\"" << fmt(legend_y)
+     << "\" y2=\"" << fmt(legend_y) << "\" stroke=\"" << s.color << "\" stroke-width=\"2\""
+     << (s.dashed ? " stroke-dasharray=\"4,2\"" : "") << "/><text x=\"" << fmt(legend_x + 20)
+     << "\" y=\"" << fmt(legend_y + 4) << "\" class=\"legend\">" << html_escape(s.label)
+     << "</text></g>\n";
+}
+
+}  // namespace
+
 std::string svg_line_chart(const std::string& id, const ChartAxes& a,
                            const std::vector<ChartSeries>& series) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
@@ -112,51 +185,13 @@ std::string svg_line_chart(const std::string& id, const ChartAxes& a,
     return os.str();
   }
   if (x1 == x0) x0 -= 1, x1 += 1;  // one step: a unit either side
-  const AxisScale xs = AxisScale::linear(x0, x1, /*pad=*/false);
-  const AxisScale ys = a.log_y ? AxisScale::logarithmic(y0, y1) : AxisScale::linear(y0, y1, true);
-  const double w = kWidth - kLeft - kRight, h = kHeight - top - kBottom;
-  auto px = [&](double x) { return kLeft + xs.fraction(x) * w; };
-  auto py = [&](double y) { return top + h - ys.fraction(y) * h; };
-  // Grid and ticks.
-  for (double t : ys.ticks(5))
-    os << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft + w << "\" y1=\"" << fmt(py(t))
-       << "\" y2=\"" << fmt(py(t)) << "\" class=\"grid\"/><text x=\"" << kLeft - 4 << "\" y=\""
-       << fmt(py(t) + 4) << "\" class=\"tick\" text-anchor=\"end\">" << short_number(t)
-       << "</text>\n";
-  for (double t : xs.ticks(6))
-    os << "<line x1=\"" << fmt(px(t)) << "\" x2=\"" << fmt(px(t)) << "\" y1=\"" << top + h
-       << "\" y2=\"" << top + h + 4 << "\" class=\"frame\"/><text x=\"" << fmt(px(t)) << "\" y=\""
-       << top + h + 16 << "\" class=\"tick\" text-anchor=\"middle\">" << short_number(t)
-       << "</text>\n";
-  os << "<rect x=\"" << kLeft << "\" y=\"" << top << "\" width=\"" << w << "\" height=\"" << h
-     << "\" class=\"frame\" fill=\"none\"/>\n";
-  // Series, then the legend above the plot.
-  size_t shown = 0;
-  for (const ChartSeries& s : series) {
-    if (s.points.empty()) continue;
-    const auto [legend_x, legend_y] = legend_at[shown++];
-    const std::string run = s.run >= 0 ? " data-run=\"" + std::to_string(s.run) + "\"" : "";
-    os << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"1.6\""
-       << (s.smooth ? " class=\"smoothable\"" : "") << run
-       << (s.dashed ? " stroke-dasharray=\"5,3\"" : "") << " points=\"";
-    for (auto [x, y] : s.points)
-      if (drawable(x, y, a.log_y)) os << fmt(px(x)) << "," << fmt(py(y)) << " ";
-    os << "\"><title>" << html_escape(s.label) << "</title></polyline>\n";
-    if (s.markers)
-      for (auto [x, y] : s.points)
-        if (drawable(x, y, a.log_y))
-          os << "<circle cx=\"" << fmt(px(x)) << "\" cy=\"" << fmt(py(y)) << "\" r=\"2.5\" fill=\""
-             << s.color << "\"" << run << "><title>" << html_escape(s.label) << ": "
-             << short_number(x) << ", " << short_number(y) << "</title></circle>\n";
-    // A run's legend entry toggles the run on every chart (the page's script).
-    os << "<g class=\"legend-entry\""
-       << (s.run >= 0 ? " data-run-toggle=\"" + std::to_string(s.run) + "\"" : "") << "><line x1=\""
-       << fmt(legend_x) << "\" x2=\"" << fmt(legend_x + 16) << "\" y1=\"" << fmt(legend_y)
-       << "\" y2=\"" << fmt(legend_y) << "\" stroke=\"" << s.color << "\" stroke-width=\"2\""
-       << (s.dashed ? " stroke-dasharray=\"4,2\"" : "") << "/><text x=\"" << fmt(legend_x + 20)
-       << "\" y=\"" << fmt(legend_y + 4) << "\" class=\"legend\">" << html_escape(s.label)
-       << "</text></g>\n";
-  }
+  const PlotArea plot{top, kWidth - kLeft - kRight, kHeight - top - kBottom,
+                      AxisScale::linear(x0, x1, /*pad=*/false),
+                      a.log_y ? AxisScale::logarithmic(y0, y1) : AxisScale::linear(y0, y1, true)};
+  draw_plot_frame(os, plot, a.log_y);
+  size_t shown = 0;  // series, then the legend above the plot
+  for (const ChartSeries& s : series)
+    if (!s.points.empty()) draw_series(os, s, plot, a.log_y, legend_at[shown++]);
   os << "</svg>\n";
   return os.str();
 }

@@ -32,6 +32,9 @@ struct RunInfo {
   double peak_gflops_per_thread = 0;  // measured sgemm peak, for MFU
   // (under --precision bf16: the bf16 GEMM peak, the rate the model's GEMMs can reach)
   std::string gemm_isa;  // --precision bf16: oneDNN's bf16 matmul implementation
+  // How peak_gflops_per_thread was obtained (kernels/gemm_peak.h's describe_gemm_peak, or
+  // the --peak-gflops figure), for the step breakdown's header.
+  std::string peak_method;
   // With experts: the grouped GEMM path their GEMMs run (kernels/grouped_gemm.h,
   // grouped_gemm_isa: "avx512", "amx", "avx512-bf16", "loop:...", "portable").
   std::string expert_gemm_isa;

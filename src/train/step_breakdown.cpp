@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "core/timer.h"
+#include "kernels/attention.h"
+#include "kernels/flash_attention.h"
 #include "kernels/matmul_bf16.h"
 #include "train/session.h"
 
@@ -56,6 +58,29 @@ std::string isa_line(const Session& s) {
   return "fp32 GEMMs: oneDNN sgemm (its own dispatch: avx512_core on this build's targets)";
 }
 
+// The kernel the attention phase ran: picked at run time from the CPU, the precision and
+// the head dim (kernels/attention.h attention_kernel, kernels/flash_attention.h's path).
+std::string attention_line(const Session& s) {
+  const ModelConfig& m = s.opts.model;
+  const bool bf16 = s.opts.optim.precision == Precision::bf16;
+  const int hd = m.head_size > 0 ? m.head_size : m.dim / std::max(1, m.heads);
+  if (m.arch == Arch::llama || s.opts.parallel.cp > 1) {
+    FlashAttention a;
+    a.hd = hd;
+    a.precision = bf16 ? FlashPrecision::bf16 : FlashPrecision::fp32;
+    return std::string("flash attention, ") + flash_attention_path(a) + " tiles";
+  }
+  return attention_kernel_name(attention_kernel(bf16, hd, 1));
+}
+
+std::string peak_line(const Session& s) {
+  if (!s.info.peak_method.empty()) return s.info.peak_method;
+  char line[96];
+  std::snprintf(line, sizeof line, "GEMM peak %.1f GFLOP/s per thread",
+                s.info.peak_gflops_per_thread);
+  return line;
+}
+
 }  // namespace
 
 std::string StepBreakdown::table(const Session& s) const {
@@ -77,11 +102,13 @@ std::string StepBreakdown::table(const Session& s) const {
   };
   std::snprintf(line, sizeof line,
                 "step breakdown (rank 0, %d step(s) after a warm-up, %d thread(s)); %s\n"
-                "  GEMM peak %.1f GFLOP/s per thread (the mfu denominator), copy bandwidth "
-                "%.1f GB/s (1 thread, memcpy)\n"
+                "  attention core: %s\n"
+                "  %s: the mfu denominator\n"
+                "  copy bandwidth %.1f GB/s (1 thread, memcpy)\n"
                 "  %-11s %9s %7s %12s %7s\n",
-                steps_, threads, isa_line(s).c_str(), s.info.peak_gflops_per_thread, bw / 1e9,
-                "phase", "ms/step", "share", "roofline ms", "roof/t");
+                steps_, threads, isa_line(s).c_str(), attention_line(s).c_str(),
+                peak_line(s).c_str(), bw / 1e9, "phase", "ms/step", "share", "roofline ms",
+                "roof/t");
   out += line;
   double kernels = 0;
   for (int i = 0; i < kPhases; ++i) {

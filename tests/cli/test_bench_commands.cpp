@@ -16,8 +16,15 @@ TEST(BenchCommands, StepBreakdownPrintsEveryPhase) {
             std::string::npos)
       << r.out;
   for (const char* phase : {"gemm", "attention", "norm", "activation", "optimizer", "conversion",
-                            "embedding", "comm wait", "framework", "GEMM peak"})
+                            "embedding", "comm wait", "framework", "fp32 GEMM peak"})
     EXPECT_NE(r.out.find(std::string("\n  ") + phase), std::string::npos) << phase << r.out;
+  // Which attention kernel ran (fp32, head dim 8: the sgemm path).
+  EXPECT_NE(r.out.find("\n  attention core: fp32 oneDNN sgemm per head\n"), std::string::npos)
+      << r.out;
+  // The mfu denominator says how it was measured (kernels/gemm_peak.h, one method).
+  EXPECT_NE(r.out.find("after a warm-up, wall time, 1 thread(s)): the mfu denominator"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(BenchCommands, StepWithoutBreakdownTrainsAsTrainDoes) {

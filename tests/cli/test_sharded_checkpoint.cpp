@@ -124,6 +124,28 @@ TEST(ShardedCheckpoint, ManifestMustCoverEveryTensor) {
                      "does not cover tensor " + victim);
 }
 
+// A manifest short of a tensor its model needs, its segments gone too and the result sealed:
+// every checksum and the coverage of what it lists hold, but --load would refuse it, so
+// verify does, naming the tensor (issue: verify OK must mean the load takes the files).
+TEST(ShardedCheckpoint, ManifestMustListEveryTensorItsModelNeeds) {
+  Saved s;
+  const std::string d = step_dir(s.root, 2);
+  auto m = nlohmann::json::parse(slurp(d + "/manifest.json"));
+  const std::string victim = "transformer.ln_f.weight.exp_avg";
+  for (const char* list : {"tensors", "segments"}) {
+    nlohmann::json kept = nlohmann::json::array();
+    for (const auto& e : m[list])
+      if (e.value("name", e.value("tensor", "")) != victim) kept.push_back(e);
+    ASSERT_LT(kept.size(), m[list].size()) << list;
+    m[list] = kept;
+  }
+  m.erase(kChecksumKey);
+  seal_json(m);
+  write_bytes(d + "/manifest.json", m.dump());
+  expect_usage_error(verify(d), "lists no tensor " + victim);
+  expect_usage_error(run_meshtrain(s.base() + " --steps 4 --load " + d), victim);
+}
+
 TEST(ShardedCheckpoint, AnotherModelShapeIsRefused) {
   Saved s;
   const std::string d = step_dir(s.root, 2);

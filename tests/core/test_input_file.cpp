@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "test_util/temp_dir.h"
+#include "test_util/usage_error.h"
 
 namespace fs = std::filesystem;
 
@@ -19,12 +20,7 @@ namespace {
 using test_util::TempDir;
 
 std::string usage_error_of(const std::string& path, uint64_t limit = 1 << 20) {
-  try {
-    read_input_file("--thing", path, limit);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
+  return test_util::usage_error_of([&] { read_input_file("--thing", path, limit); });
 }
 
 TEST(InputFile, ReadsARegularFileWhole) {

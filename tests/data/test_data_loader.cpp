@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "test_util/usage_error.h"
 
 namespace fs = std::filesystem;
 
@@ -157,23 +158,14 @@ TEST(DataLoader, ResumeFromPosition) {
   EXPECT_THROW(moved.set_position(-1), UsageError);
 }
 
-template <typename Fn>
-std::string usage_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no UsageError";
-  return "";
-}
+using test_util::refusal_of;
 
 TEST(DataLoader, RejectsBadLayoutsAndShortShards) {
   TempDir tmp;
   std::string path = iota_shard(tmp, 100);
-  EXPECT_EQ(usage_message([&] { DataLoader(path, 6, 4, 2, 0, 2); }),
+  EXPECT_EQ(refusal_of([&] { DataLoader(path, 6, 4, 2, 0, 2); }),
             "batch 6 must be divisible by dp * microbatches = 2 * 2 = 4");
-  std::string msg = usage_message([&] { DataLoader(path, 9, 12); });
+  std::string msg = refusal_of([&] { DataLoader(path, 9, 12); });
   EXPECT_NE(
       msg.find("holds 100 tokens, fewer than one batch needs (batch * seq + 1 = 9 * 12 + 1 = 109)"),
       std::string::npos)
@@ -191,11 +183,11 @@ TEST(DataLoader, VocabCheckNamesFileAndFirstBadId) {
   write_token_shard(path, std::vector<int>{1, 2, 300, 4, 500, 5});
   DataLoader dl(path, 1, 2);
   EXPECT_EQ(dl.max_token_id(), 500);
-  EXPECT_EQ(usage_message([&] { dl.require_vocab(256); }),
+  EXPECT_EQ(refusal_of([&] { dl.require_vocab(256); }),
             "data file " + path +
                 " holds token id 300 (its token 2, the first id outside the vocabulary) but the "
                 "model vocab is 256 (ids 0..255)");
-  EXPECT_NE(usage_message([&] { dl.require_vocab(400); }).find("token id 500 (its token 4,"),
+  EXPECT_NE(refusal_of([&] { dl.require_vocab(400); }).find("token id 500 (its token 4,"),
             std::string::npos);
   EXPECT_NO_THROW(dl.require_vocab(501));
   EXPECT_THROW(require_shard_vocab(path, 300), UsageError);
@@ -238,7 +230,7 @@ TEST(DataLoader, VocabularyOfShards) {
     out.write(reinterpret_cast<const char*>(header.data()), 1024);
     out.write(reinterpret_cast<const char*>(&beyond), 4);
   }
-  EXPECT_NE(usage_message([&] {
+  EXPECT_NE(refusal_of([&] {
               vocab_of_shards({tmp / "a.bin", tmp / "c.bin"});
             }).find("c.bin holds token id 2147483647, beyond the largest vocabulary"),
             std::string::npos);

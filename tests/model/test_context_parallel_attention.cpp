@@ -169,11 +169,11 @@ TEST(ContextParallelAttention, ARankFailingMidRingEndsTheJobNamingIt) {
       const auto q = random_rows(s.B * Tl, s.qc(), 10 + r, s, N, false);
       const auto kv = random_rows(s.B * Tl, s.kc(), 20 + r, s, N, true);
       const FlashAttention a = args(s, Tl, q.data(), kv.data(), kv.data(), cp.positions(), &rope);
-      std::vector<float> out(q.size()), lse(size_t(s.B) * s.H * Tl), D(lse.size(), 0.0f);
+      std::vector<float> out(q.size()), lse(size_t(s.B) * s.H * Tl);
       std::vector<float> fs(flash_attention_forward_scratch_floats(a));
       cp.forward(out.data(), s.qc(), lse.data(), a, fs);
       if (r == 1) throw RuntimeError("rank 1: injected fault in the ring");
-      std::vector<float> dq(q.size()), dkv(kv.size()),
+      std::vector<float> D(lse.size()), dq(q.size()), dkv(kv.size()),
           bs(flash_attention_backward_scratch_floats(a));
       const FlashGrads g{dq.data(),      dkv.data(),     dkv.data(),
                          size_t(s.qc()), size_t(s.kc()), size_t(s.kc())};

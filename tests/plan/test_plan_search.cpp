@@ -8,6 +8,7 @@
 #include "plan/search.h"
 #include "plan_test_util.h"
 #include "schedule/schedule_simulator.h"
+#include "test_util/usage_error.h"
 #include "train/validate_options.h"
 
 namespace mt::plan {
@@ -115,12 +116,7 @@ TEST(PlanSearch, AFixedLayoutReturnsExactlyIt) {
 }
 
 std::string usage_error(const PlanRequest& r) {
-  try {
-    search_layouts(r);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
+  return test_util::usage_error_of([&] { search_layouts(r); });
 }
 
 TEST(PlanSearch, BadInputIsOneLine) {

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "report/report_page.h"
 #include "test_util/temp_dir.h"
+#include "test_util/usage_error.h"
 
 namespace fs = std::filesystem;
 
@@ -34,17 +35,12 @@ void write_lines(const std::string& path, const std::vector<std::string>& lines)
   for (const std::string& l : lines) out << l << "\n";
 }
 
-std::string usage_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::usage_error_of;
 
-// Every coordinate an SVG element of the page carries, as text.
-std::vector<std::string> coordinates(const std::string& page) {
+// Every coordinate an SVG element of the page carries, as text (the markup before the
+// page's script, whose text builds tick markup of its own).
+std::vector<std::string> coordinates(const std::string& html) {
+  const std::string page = html.substr(0, html.find("<script>"));
   std::vector<std::string> out;
   static const std::regex attr(R"re(\b(x|y|x1|x2|y1|y2|cx|cy|width|height)="([^"]*)")re");
   for (std::sregex_iterator it(page.begin(), page.end(), attr), end; it != end; ++it)

@@ -48,9 +48,9 @@ void write_rich_run(const std::string& path, double offset) {
         {"loss", 5.5 / std::sqrt(step) + offset},
         {"loss_per_byte", 5.5 / std::sqrt(step) / 3.5 + offset},
         {"lr", 0.003 * std::min(1.0, step / 10.0)},
-        {"grad_norm", 4.0 / step + 0.1},
+        {"grad_norm", 4.0 / step + 0.1 + offset},
         {"step_time_s", 0.05},
-        {"tokens_per_s", 20000 + 100 * step},
+        {"tokens_per_s", 20000 + 100 * step + 10000 * offset},
         {"mfu", 0.3},
         {"bubble", 0.2},
         {"comm_exposed_s", 0.004},
@@ -159,14 +159,23 @@ BrowserRun open_in_browser(const std::string& browser, const std::string& page,
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(io / "dom"), slurp(io / "log")};
 }
 
-TEST(ReportPage, RendersEveryChartInHeadlessChromium) {
-  const std::string browser = chromium();
-  if (browser.empty()) GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs it)";
+// The page of two runs (the second 3 higher in loss, gradient norm and 30000 in tokens/s),
+// for the tests in a real browser; skipped where chromium is not installed.
+class ReportPageInBrowser : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    browser = chromium();
+    if (browser.empty()) GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs it)";
+    write_rich_run(dir / "a.jsonl", 0);
+    write_rich_run(dir / "b.jsonl", 3);
+    page = std::filesystem::absolute(dir / "page.html");
+    write_report_page({dir / "a.jsonl", dir / "b.jsonl"}, page);
+  }
   TempDir dir;
-  write_rich_run(dir / "a.jsonl", 0);
-  write_rich_run(dir / "b.jsonl", 0.2);
-  const std::string page = std::filesystem::absolute(dir / "page.html");
-  write_report_page({dir / "a.jsonl", dir / "b.jsonl"}, page);
+  std::string browser, page;
+};
+
+TEST_F(ReportPageInBrowser, RendersEveryChart) {
   // The screenshot is the test's artifact: build/report_page.png, beside the binary.
   const std::string shot =
       (std::filesystem::path(MESHTRAIN_BIN).parent_path() / "report_page.png").string();
@@ -190,15 +199,16 @@ TEST(ReportPage, RendersEveryChartInHeadlessChromium) {
   EXPECT_NE(broken.log.find("Uncaught"), std::string::npos) << broken.log;
 }
 
-// The y coordinates of the first polyline of chart `chart` whose attributes match `attrs`.
+// The points of the first polyline of chart `chart` ("": anywhere in `html`) whose
+// attributes match `attrs`.
 std::vector<std::pair<double, double>> polyline_points(const std::string& html,
                                                        const std::string& chart,
                                                        const std::string& attrs) {
-  const size_t at = html.find("id=\"" + chart + "\"");
+  const size_t at = chart.empty() ? 0 : html.find("id=\"" + chart + "\"");
+  if (at == std::string::npos) return {};
   std::smatch m;
   const std::string rest = html.substr(at);
-  if (at == std::string::npos ||
-      !std::regex_search(rest, m,
+  if (!std::regex_search(rest, m,
                          std::regex("<polyline[^>]*" + attrs + "[^>]*points=\"([^\"]*)\"")))
     return {};
   std::vector<std::pair<double, double>> pts;
@@ -211,14 +221,7 @@ std::vector<std::pair<double, double>> polyline_points(const std::string& html,
 // TensorBoard's reading: the charts share the page's width in a grid, the training loss is
 // smoothed by the debiased EMA of the slider, and a run can be hidden (here through the
 // page's address, as a link would; a click goes through the same function).
-TEST(ReportPage, SmoothsTheLossAndHidesARunInHeadlessChromium) {
-  const std::string browser = chromium();
-  if (browser.empty()) GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs it)";
-  TempDir dir;
-  write_rich_run(dir / "a.jsonl", 0);
-  write_rich_run(dir / "b.jsonl", 0.2);
-  const std::string page = std::filesystem::absolute(dir / "page.html");
-  write_report_page({dir / "a.jsonl", dir / "b.jsonl"}, page);
+TEST_F(ReportPageInBrowser, SmoothsTheLossAndHidesARun) {
   const std::string html = slurp(page);
   EXPECT_EQ(html.find("http:", html.find("<script>")), std::string::npos);  // nothing fetched
   const BrowserRun r = open_in_browser(browser, page, "", "#smoothing=0.9&hide=1", "1400,1200");
@@ -233,13 +236,12 @@ TEST(ReportPage, SmoothsTheLossAndHidesARunInHeadlessChromium) {
   const int grid = std::stoi(m[3].str());
   EXPECT_GE(columns, 2);
   EXPECT_GE(columns * width, grid * 85 / 100) << m[0].str();
-  // The smoothed loss is the debiased EMA of the raw one, which stays drawn behind it.
-  const auto raw = polyline_points(html, "chart-loss", "class=\"smoothable\" data-run=\"0\"");
-  const auto behind = polyline_points(r.dom, "chart-loss", "class=\"raw\" data-run=\"0\"");
+  // The smoothed loss is the debiased EMA of the raw one, which stays drawn behind it (on
+  // the axes of the runs shown: HidingARunFitsTheAxesToTheRunsShown).
+  const auto raw = polyline_points(r.dom, "chart-loss", "class=\"raw\" data-run=\"0\"");
   const auto drawn = polyline_points(r.dom, "chart-loss", "class=\"smoothable\" data-run=\"0\"");
   ASSERT_EQ(raw.size(), 40u);
   ASSERT_EQ(drawn.size(), raw.size());
-  EXPECT_EQ(behind, raw);
   double last = 0, moved = 0;
   for (size_t i = 0; i < raw.size(); ++i) {
     last = last * 0.9 + 0.1 * raw[i].second;
@@ -254,6 +256,106 @@ TEST(ReportPage, SmoothsTheLossAndHidesARunInHeadlessChromium) {
   ASSERT_TRUE(std::regex_search(r.dom, m, std::regex("<polyline[^>]*data-run=\"0\"[^>]*>")));
   EXPECT_EQ(m[0].str().find("display: none"), std::string::npos) << m[0].str();
   EXPECT_NE(r.dom.find("class=\"run-toggle off\" data-run-toggle=\"1\""), std::string::npos);
+}
+
+// --- axes fitted to the runs shown ----------------------------------------------------
+
+// The markup of chart `id` (its <svg> element's content).
+std::string chart_markup(const std::string& html, const std::string& id) {
+  const size_t at = html.find("id=\"" + id + "\"");
+  if (at == std::string::npos) return "";
+  return html.substr(at, html.find("</svg>", at) - at);
+}
+
+// The tick labels of a chart's axis ("y-ticks" or "x-ticks"), in order.
+std::vector<std::string> tick_labels(const std::string& chart, const std::string& axis) {
+  const size_t at = chart.find("<g class=\"" + axis + "\">");
+  if (at == std::string::npos) return {};
+  const std::string group = chart.substr(at, chart.find("</g>", at) - at);
+  std::vector<std::string> out;
+  const std::regex label(">([^<]+)</text>");
+  for (auto it = std::sregex_iterator(group.begin(), group.end(), label);
+       it != std::sregex_iterator(); ++it)
+    out.push_back((*it)[1].str());
+  return out;
+}
+
+// The points of the chart's polyline matching `attrs` as fractions of its plot area (0..1
+// across and down), so pages whose legends take different heights compare.
+std::vector<std::pair<double, double>> plot_fractions(const std::string& chart,
+                                                      const std::string& attrs) {
+  std::smatch m;
+  if (!std::regex_search(chart, m,
+                         std::regex("<rect x=\"([-\\d.]+)\" y=\"([-\\d.]+)\" width=\"([-\\d.]+)\" "
+                                    "height=\"([-\\d.]+)\" class=\"frame plot-area\"")))
+    return {};
+  const double left = std::stod(m[1]), top = std::stod(m[2]), w = std::stod(m[3]),
+               h = std::stod(m[4]);
+  std::vector<std::pair<double, double>> out;
+  for (auto [x, y] : polyline_points(chart, "", attrs))
+    out.push_back({(x - left) / w, (y - top) / h});
+  return out;
+}
+
+// Hiding run 1 redraws every line chart as the server draws run 0 alone: the same ticks on
+// both axes (linear, logarithmic, labels with exponents, time on x) and run 0's marks at
+// the same places in the plot. The second run lies above the first everywhere, so an axis
+// left as it was shows other ticks.
+TEST_F(ReportPageInBrowser, HidingARunFitsTheAxesToTheRunsShown) {
+  write_report_page({dir / "a.jsonl"}, dir / "alone.html");
+  const std::string alone = slurp(dir / "alone.html");
+  const BrowserRun r = open_in_browser(browser, page, "", "#hide=1&smoothing=0");
+  ASSERT_EQ(r.exit_code, 0) << r.log;
+  EXPECT_EQ(r.log.find("Uncaught"), std::string::npos) << r.log;
+  for (const char* id : {"chart-loss", "chart-grad-norm", "chart-tokens-per-s", "chart-val-time"}) {
+    const std::string want = chart_markup(alone, id), got = chart_markup(r.dom, id);
+    const std::string both = chart_markup(slurp(page), id);
+    for (const char* axis : {"y-ticks", "x-ticks"}) {
+      ASSERT_FALSE(tick_labels(want, axis).empty()) << id << " " << axis;
+      EXPECT_EQ(tick_labels(got, axis), tick_labels(want, axis)) << id << " " << axis;
+    }
+    // The page as served drew both runs: the test would see a change that did not happen.
+    EXPECT_NE(tick_labels(both, "y-ticks"), tick_labels(want, "y-ticks")) << id;
+  }
+  for (const char* id : {"chart-loss", "chart-grad-norm"}) {
+    const auto want = plot_fractions(chart_markup(alone, id), "data-run=\"0\"");
+    const auto got = plot_fractions(chart_markup(r.dom, id), "data-run=\"0\"");
+    ASSERT_EQ(got.size(), want.size()) << id;
+    ASSERT_FALSE(want.empty()) << id;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(got[i].first, want[i].first, 0.002) << id << " point " << i;
+      EXPECT_NEAR(got[i].second, want[i].second, 0.002) << id << " point " << i;
+    }
+  }
+}
+
+// Showing the run again restores the axes of all runs: the page, its second run's toggle
+// clicked twice (a script appended after the page's), reads as served.
+TEST_F(ReportPageInBrowser, ShowingTheRunAgainRestoresTheFullRange) {
+  std::string html = slurp(page);
+  html.insert(html.rfind("</body>"),
+              "<script>var t = document.querySelector('#controls [data-run-toggle=\"1\"]');"
+              "t.click(); document.body.dataset.between = document.body.dataset.hidden;"
+              "t.click();</script>");
+  std::ofstream(dir / "clicked.html") << html;
+  const BrowserRun r =
+      open_in_browser(browser, std::filesystem::absolute(dir / "clicked.html"), "", "#smoothing=0");
+  ASSERT_EQ(r.exit_code, 0) << r.log;
+  EXPECT_EQ(r.log.find("Uncaught"), std::string::npos) << r.log;
+  EXPECT_NE(r.dom.find("data-between=\"1\""), std::string::npos);  // it was hidden between
+  EXPECT_NE(r.dom.find("data-hidden=\"\""), std::string::npos);
+  const std::string served = slurp(page);
+  for (const char* id : {"chart-loss", "chart-grad-norm", "chart-tokens-per-s", "chart-val-time"}) {
+    const std::string want = chart_markup(served, id), got = chart_markup(r.dom, id);
+    for (const char* axis : {"y-ticks", "x-ticks"})
+      EXPECT_EQ(tick_labels(got, axis), tick_labels(want, axis)) << id << " " << axis;
+    for (const char* run : {"data-run=\"0\"", "data-run=\"1\""}) {
+      const auto a = plot_fractions(want, run), b = plot_fractions(got, run);
+      ASSERT_EQ(a.size(), b.size()) << id << " " << run;
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(b[i].second, a[i].second, 0.002) << id << " " << run << " point " << i;
+    }
+  }
 }
 
 }  // namespace

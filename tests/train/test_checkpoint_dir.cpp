@@ -12,6 +12,7 @@
 #include "test_util/temp_dir.h"
 #include "train/checkpoint/global_checkpoint.h"
 #include "train/checkpoint/save_lock.h"
+#include "train/tiny_checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -19,29 +20,7 @@ namespace mt {
 namespace {
 
 using test_util::TempDir;
-
-struct TinyModel {
-  ModelConfig cfg;
-  std::unique_ptr<GPT> model;
-  std::vector<float> m, v;
-  TinyModel() {
-    cfg.layers = 1;
-    cfg.dim = 8;
-    cfg.heads = 2;
-    cfg.seq = 4;
-    cfg.vocab = 16;
-    model = std::make_unique<GPT>(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
-    model->init(1);
-    m.assign(model->table().total(), 0.f);
-    v.assign(model->table().total(), 0.f);
-  }
-  void save(const std::string& dir, int step) {
-    const ParamTable& t = model->table();
-    save_checkpoint(dir, t, cfg, assemble_global(t, model->params().data(), nullptr),
-                    assemble_global(t, m.data(), nullptr), assemble_global(t, v.data(), nullptr),
-                    {step, 0, 1});
-  }
-};
+using test_util::TinyModel;
 
 TEST(CheckpointDir, ConflictNamesWhatIsInTheWay) {
   TempDir t;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "test_util/usage_error.h"
 
 namespace mt {
 namespace {
@@ -66,13 +67,8 @@ ModelConfig parse(const std::string& text) {
   return parse_hf_config(text, "DIR/config.json", ModelConfig{});
 }
 
-std::string usage_message(const std::string& text) {
-  try {
-    parse(text);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no UsageError)";
+std::string refusal_of_config(const std::string& text) {
+  return test_util::refusal_of([&] { parse(text); }, "the config");
 }
 
 TEST(HfConfig, ReadsRealLlamaConfigs) {
@@ -202,7 +198,7 @@ TEST(HfConfig, RefusesByNameWhatItCannotHonour) {
   for (const auto& [edit, words] : cases) {
     json c = base;
     c.update(edit);
-    const std::string msg = usage_message(c.dump());
+    const std::string msg = refusal_of_config(c.dump());
     EXPECT_NE(msg.find("DIR/config.json"), std::string::npos) << msg;
     EXPECT_NE(msg.find(words), std::string::npos) << "edit " << edit.dump() << ": " << msg;
   }
@@ -210,19 +206,19 @@ TEST(HfConfig, RefusesByNameWhatItCannotHonour) {
                           "num_hidden_layers", "vocab_size", "model_type"}) {
     json c = base;
     c.erase(key);
-    EXPECT_NE(usage_message(c.dump()).find(std::string("has no ") + key), std::string::npos)
-        << key << ": " << usage_message(c.dump());
+    EXPECT_NE(refusal_of_config(c.dump()).find(std::string("has no ") + key), std::string::npos)
+        << key << ": " << refusal_of_config(c.dump());
   }
-  EXPECT_NE(usage_message("[1, 2]").find("is not a JSON object"), std::string::npos);
-  EXPECT_NE(usage_message("{\"model_type\": ").find("is not valid JSON"), std::string::npos);
+  EXPECT_NE(refusal_of_config("[1, 2]").find("is not a JSON object"), std::string::npos);
+  EXPECT_NE(refusal_of_config("{\"model_type\": ").find("is not valid JSON"), std::string::npos);
   // A number JSON does not have is named by its key, without the library's text or the file's.
   std::string nan_text = base.dump();
   nan_text.replace(nan_text.find("\"rms_norm_eps\":") + 15, 0, "NaN,\"x\":");
-  EXPECT_EQ(usage_message(nan_text),
+  EXPECT_EQ(refusal_of_config(nan_text),
             "DIR/config.json is not valid JSON: the value of \"rms_norm_eps\" (line 1, column " +
                 std::to_string(nan_text.find("NaN") + 1) +
                 ") is NaN or Infinity, which JSON does not have");
-  EXPECT_NE(usage_message(std::string(100, '[')).find("nests deeper"), std::string::npos);
+  EXPECT_NE(refusal_of_config(std::string(100, '[')).find("nests deeper"), std::string::npos);
 }
 
 TEST(HfConfig, FlagsThatContradictTheDirectoryAreRefused) {
@@ -294,10 +290,10 @@ TEST(HfConfig, MoeConfigRoundTrips) {
   EXPECT_EQ(back.routed_scale, 2.5f);
   json missing = j;
   missing.erase("scoring_func");
-  EXPECT_NE(usage_message(missing.dump()).find("has no scoring_func"), std::string::npos);
+  EXPECT_NE(refusal_of_config(missing.dump()).find("has no scoring_func"), std::string::npos);
   json unnormed = j;
   unnormed["norm_topk_prob"] = false;
-  EXPECT_NE(usage_message(unnormed.dump()).find("norm_topk_prob false is not true"),
+  EXPECT_NE(refusal_of_config(unnormed.dump()).find("norm_topk_prob false is not true"),
             std::string::npos);
 }
 

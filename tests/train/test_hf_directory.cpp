@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/bf16.h"
 #include "test_util/temp_dir.h"
+#include "test_util/usage_error.h"
 #include "train/global_view.h"
 #include "train/hf_config.h"
 #include "train/hf_directory.h"
@@ -62,14 +63,7 @@ GlobalTensors read_back(const std::string& dir, const ParamTable& table) {
   return g;
 }
 
-std::string usage(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no UsageError)";
-}
+using test_util::refusal_of;
 
 TEST(HfDirectory, RoundTripIsBitExact) {
   for (bool tied : {false, true}) {
@@ -146,7 +140,7 @@ TEST(HfDirectory, ReadsAShardedDirectoryThroughItsIndex) {
     m[all[0].name] = bad;
     std::ofstream(dir + "/model.safetensors.index.json")
         << nlohmann::json{{"weight_map", m}}.dump();
-    EXPECT_NE(usage([&] { hf_input_files(dir); }).find("which is not a file inside"),
+    EXPECT_NE(refusal_of([&] { hf_input_files(dir); }).find("which is not a file inside"),
               std::string::npos)
         << bad;
   }
@@ -154,7 +148,7 @@ TEST(HfDirectory, ReadsAShardedDirectoryThroughItsIndex) {
   nlohmann::json m = map;
   m[all[0].name] = "model-00002-of-00002.safetensors";
   std::ofstream(dir + "/model.safetensors.index.json") << nlohmann::json{{"weight_map", m}}.dump();
-  EXPECT_NE(usage([&] { HfWeights w(dir); }).find("does not map to it"), std::string::npos);
+  EXPECT_NE(refusal_of([&] { HfWeights w(dir); }).find("does not map to it"), std::string::npos);
 }
 
 // Edits of a good directory and the words their refusal names.
@@ -179,7 +173,7 @@ TEST(HfDirectory, RefusesDamagedDirectoriesByName) {
   };
   const std::string missing = fresh("missing");
   rewrite_weights(missing, "model.layers.1.mlp.up_proj.weight", nullptr);
-  EXPECT_NE(usage([&] {
+  EXPECT_NE(refusal_of([&] {
               hf_model_config(missing, {});
             }).find("tensor model.layers.1.mlp.up_proj.weight is missing"),
             std::string::npos);
@@ -189,13 +183,13 @@ TEST(HfDirectory, RefusesDamagedDirectoriesByName) {
   const SafetensorsTensor bad_q{"model.layers.0.self_attn.q_proj.weight", {3, 16}, wrong.data()};
   rewrite_weights(shape, bad_q.name, &bad_q);
   EXPECT_NE(
-      usage([&] { hf_model_config(shape, {}); }).find("has shape [3, 16] but the model needs"),
+      refusal_of([&] { hf_model_config(shape, {}); }).find("has shape [3, 16] but the model needs"),
       std::string::npos);
 
   const std::string extra = fresh("extra");
   const SafetensorsTensor bias{"model.layers.0.self_attn.q_proj.bias", {3}, wrong.data()};
   rewrite_weights(extra, "", &bias);
-  EXPECT_NE(usage([&] {
+  EXPECT_NE(refusal_of([&] {
               hf_model_config(extra, {});
             }).find("holds tensor model.layers.0.self_attn.q_proj.bias, which the model"),
             std::string::npos);
@@ -206,17 +200,17 @@ TEST(HfDirectory, RefusesDamagedDirectoriesByName) {
 
   const std::string both = fresh("both");
   std::ofstream(both + "/model.safetensors.index.json") << "{}";
-  EXPECT_NE(usage([&] { hf_input_files(both); }).find("holds both"), std::string::npos);
+  EXPECT_NE(refusal_of([&] { hf_input_files(both); }).find("holds both"), std::string::npos);
   const std::string none = fresh("none");
   fs::rename(none + "/model.safetensors", none + "/pytorch_model.bin");
-  EXPECT_NE(usage([&] { hf_input_files(none); }).find("pytorch_model.bin is not read"),
+  EXPECT_NE(refusal_of([&] { hf_input_files(none); }).find("pytorch_model.bin is not read"),
             std::string::npos);
 
   const std::string keyless = fresh("keyless");
   nlohmann::json c = nlohmann::json::parse(std::ifstream(keyless + "/config.json"));
   c.erase("num_hidden_layers");
   std::ofstream(keyless + "/config.json") << c.dump();
-  EXPECT_NE(usage([&] { hf_model_config(keyless, {}); }).find("has no num_hidden_layers"),
+  EXPECT_NE(refusal_of([&] { hf_model_config(keyless, {}); }).find("has no num_hidden_layers"),
             std::string::npos);
 }
 
@@ -229,7 +223,7 @@ TEST(HfDirectory, AFifoForConfigJsonIsRefusedNotWaitedOn) {
   export_hf_directory(dir, table, cfg, values(table), false, std::nullopt);
   fs::remove(dir + "/config.json");
   ASSERT_EQ(::mkfifo((dir + "/config.json").c_str(), 0600), 0);
-  EXPECT_NE(usage([&] { hf_model_config(dir, {}); }).find("is a FIFO"), std::string::npos);
+  EXPECT_NE(refusal_of([&] { hf_model_config(dir, {}); }).find("is a FIFO"), std::string::npos);
 }
 
 TEST(HfExport, ReplacesOnlyWhatAnExportWrote) {

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "kernels/bf16.h"
+#include "test_util/usage_error.h"
 
 namespace fs = std::filesystem;
 
@@ -38,19 +39,10 @@ void write_raw(const std::string& path, const std::string& header, size_t data_b
   out << header << std::string(data_bytes, '\0');
 }
 
-template <typename Fn>
-std::string usage_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no UsageError";
-  return "";
-}
+using test_util::refusal_of;
 
 std::string open_error(const std::string& path) {
-  return usage_message([&] { SafetensorsFile f(path); });
+  return refusal_of([&] { SafetensorsFile f(path); });
 }
 
 #define EXPECT_CONTAINS(haystack, needle) \
@@ -122,7 +114,7 @@ TEST(Safetensors, WriterRejectsDuplicateNames) {
   TempDir tmp;
   float v = 1;
   std::vector<SafetensorsTensor> t = {{"a", {1}, &v}, {"a", {1}, &v}};
-  EXPECT_CONTAINS(usage_message([&] { write_safetensors(tmp / "d.safetensors", t); }),
+  EXPECT_CONTAINS(refusal_of([&] { write_safetensors(tmp / "d.safetensors", t); }),
                   "tensor name a is duplicated");
   EXPECT_FALSE(fs::exists(tmp / "d.safetensors"));
 }
@@ -202,9 +194,9 @@ TEST(Safetensors, ShapeAndNameErrorsNameFileAndTensor) {
       path, std::vector<SafetensorsTensor>{{"transformer.h.0.ln_1.weight", {128}, v.data()}});
   SafetensorsFile f(path);
   EXPECT_EQ(
-      usage_message([&] { f.expect_shape("transformer.h.0.ln_1.weight", {256}); }),
+      refusal_of([&] { f.expect_shape("transformer.h.0.ln_1.weight", {256}); }),
       path + ": tensor transformer.h.0.ln_1.weight has shape [128] but the model needs [256]");
-  EXPECT_EQ(usage_message([&] { f.expect_shape("transformer.h.0.ln_1.bias", {128}); }),
+  EXPECT_EQ(refusal_of([&] { f.expect_shape("transformer.h.0.ln_1.bias", {128}); }),
             path + ": tensor transformer.h.0.ln_1.bias is missing");
   EXPECT_FALSE(f.contains("transformer.h.0.ln_1.bias"));
   EXPECT_TRUE(f.contains("transformer.h.0.ln_1.weight"));
@@ -240,7 +232,7 @@ TEST(Safetensors, WrongDtypeNamesTensor) {
             12);
   SafetensorsFile f(path);  // opening is fine: only the I32 tensor is unusable
   EXPECT_EQ(f.read("ok").size(), 1u);
-  EXPECT_EQ(usage_message([&] { f.read("w"); }),
+  EXPECT_EQ(refusal_of([&] { f.read("w"); }),
             path +
                 ": tensor w has dtype I32 but meshtrain reads F32, BF16 and F16 only (convert it "
                 "with torch: tensor.float())");

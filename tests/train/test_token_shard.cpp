@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "test_util/usage_error.h"
 
 namespace fs = std::filesystem;
 
@@ -43,14 +44,8 @@ uint32_t le32(const std::vector<unsigned char>& bytes, size_t at) {
          uint32_t(bytes[at + 3]) << 24;
 }
 
-std::string usage_message(const std::string& path) {
-  try {
-    read_token_shard(path);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no UsageError for " << path;
-  return "";
+std::string refusal_of_shard(const std::string& path) {
+  return test_util::refusal_of([&] { read_token_shard(path); }, path);
 }
 
 TEST(TokenShard, WritesTheLlmcLayoutByteForByte) {
@@ -167,13 +162,14 @@ TEST(TokenShard, RejectsIdsThatDoNotFitUint16) {
 
 TEST(TokenShard, MissingFile) {
   TempDir tmp;
-  EXPECT_EQ(usage_message(tmp / "nope.bin"), "data file " + (tmp / "nope.bin") + " does not exist");
+  EXPECT_EQ(refusal_of_shard(tmp / "nope.bin"),
+            "data file " + (tmp / "nope.bin") + " does not exist");
 }
 
 TEST(TokenShard, TooSmallForHeader) {
   TempDir tmp;
   std::ofstream(tmp / "t.bin") << "hello";
-  std::string msg = usage_message(tmp / "t.bin");
+  std::string msg = refusal_of_shard(tmp / "t.bin");
   EXPECT_NE(msg.find("is 5 bytes, too small for the 1024-byte token-shard header"),
             std::string::npos)
       << msg;
@@ -182,7 +178,7 @@ TEST(TokenShard, TooSmallForHeader) {
 TEST(TokenShard, WrongMagicShowsFoundAndExpected) {
   TempDir tmp;
   write_raw(tmp / "m.bin", 20240521, 1, 3, 3);
-  std::string msg = usage_message(tmp / "m.bin");
+  std::string msg = refusal_of_shard(tmp / "m.bin");
   EXPECT_NE(msg.find(tmp / "m.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("magic number is 20240521, expected 20240520"), std::string::npos) << msg;
 }
@@ -190,7 +186,7 @@ TEST(TokenShard, WrongMagicShowsFoundAndExpected) {
 TEST(TokenShard, UnsupportedVersion) {
   TempDir tmp;
   write_raw(tmp / "v.bin", 20240520, 3, 3, 3);
-  std::string msg = usage_message(tmp / "v.bin");
+  std::string msg = refusal_of_shard(tmp / "v.bin");
   EXPECT_NE(msg.find("unsupported token-shard version 3"), std::string::npos) << msg;
 }
 
@@ -201,24 +197,24 @@ TEST(TokenShard, Version2SizeRule) {
   EXPECT_EQ(read_token_shard(tmp / "ok.bin"), (std::vector<uint32_t>{7, 7, 7}));
   // A version-1 body under a version-2 header: half the bytes the header declares.
   write_raw(tmp / "v1body.bin", 20240520, 2, 10, 10, 2);
-  std::string msg = usage_message(tmp / "v1body.bin");
+  std::string msg = refusal_of_shard(tmp / "v1body.bin");
   EXPECT_NE(msg.find("declares 10 uint32 tokens (expects 1064 bytes) but is 1044 bytes "
                      "(truncated?)"),
             std::string::npos)
       << msg;
   write_raw(tmp / "long.bin", 20240520, 2, 2, 3, 4);
-  msg = usage_message(tmp / "long.bin");
+  msg = refusal_of_shard(tmp / "long.bin");
   EXPECT_NE(msg.find("declares 2 uint32 tokens (expects 1032 bytes) but is 1036 bytes"),
             std::string::npos)
       << msg;
   write_raw(tmp / "neg.bin", 20240520, 2, -1, 0, 4);
-  EXPECT_NE(usage_message(tmp / "neg.bin").find("negative token count"), std::string::npos);
+  EXPECT_NE(refusal_of_shard(tmp / "neg.bin").find("negative token count"), std::string::npos);
 }
 
 TEST(TokenShard, TruncatedTokens) {
   TempDir tmp;
   write_raw(tmp / "s.bin", 20240520, 1, 10, 7);
-  std::string msg = usage_message(tmp / "s.bin");
+  std::string msg = refusal_of_shard(tmp / "s.bin");
   EXPECT_NE(msg.find("declares 10 tokens (expects 1044 bytes) but is 1038 bytes (truncated?)"),
             std::string::npos)
       << msg;
@@ -228,7 +224,7 @@ TEST(TokenShard, TruncatedTokens) {
 TEST(TokenShard, TrailingBytes) {
   TempDir tmp;
   write_raw(tmp / "s.bin", 20240520, 1, 2, 3);
-  std::string msg = usage_message(tmp / "s.bin");
+  std::string msg = refusal_of_shard(tmp / "s.bin");
   EXPECT_NE(msg.find("declares 2 tokens (expects 1028 bytes) but is 1030 bytes"), std::string::npos)
       << msg;
 }
@@ -236,7 +232,7 @@ TEST(TokenShard, TrailingBytes) {
 TEST(TokenShard, NegativeCount) {
   TempDir tmp;
   write_raw(tmp / "n.bin", 20240520, 1, -4, 0);
-  EXPECT_NE(usage_message(tmp / "n.bin").find("negative token count"), std::string::npos);
+  EXPECT_NE(refusal_of_shard(tmp / "n.bin").find("negative token count"), std::string::npos);
 }
 
 }  // namespace

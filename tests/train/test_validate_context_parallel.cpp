@@ -10,17 +10,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "test_util/usage_error.h"
 
 namespace mt {
 namespace {
 
 std::string usage_error(const TrainOptions& o) {
-  try {
-    validate_train_options(o);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
+  return test_util::usage_error_of([&] { validate_train_options(o); });
 }
 
 TrainOptions llama_cp(int cp) {

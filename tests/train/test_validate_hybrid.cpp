@@ -7,19 +7,15 @@
 
 #include "core/error.h"
 #include "parallel/data_parallel/replica_sync.h"
+#include "test_util/usage_error.h"
 #include "train/validate_options.h"
 
 namespace mt {
 namespace {
 
 TEST(ValidateOptions, RanksPerProcessRules) {
-  auto error = [](const TrainOptions& o, const LauncherInfo& l = {}) -> std::string {
-    try {
-      validate_train_options(o, l);
-    } catch (const UsageError& e) {
-      return e.what();
-    }
-    return "";
+  auto error = [](const TrainOptions& o, const LauncherInfo& l = {}) {
+    return test_util::usage_error_of([&] { validate_train_options(o, l); });
   };
   TrainOptions o;
   o.parallel.dp = 4;

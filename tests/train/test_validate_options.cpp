@@ -10,18 +10,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "test_util/usage_error.h"
 
 namespace mt {
 namespace {
 
 // The message of the UsageError validate_train_options throws, or "" if it passes.
 std::string usage_error(const TrainOptions& o, const LauncherInfo& launcher = {}) {
-  try {
-    validate_train_options(o, launcher);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
+  return test_util::usage_error_of([&] { validate_train_options(o, launcher); });
 }
 
 LauncherInfo open_mpi(int size) {

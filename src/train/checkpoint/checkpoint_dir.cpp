@@ -9,6 +9,7 @@
 #include "core/file_checks.h"
 #include "core/input_file.h"
 #include "core/temp_marker.h"
+#include "train/checkpoint/checkpoint_contents.h"
 #include "train/checkpoint/shard_reader.h"
 
 namespace fs = std::filesystem;
@@ -77,6 +78,7 @@ ShardedVerification verify_sharded_checkpoint(const std::string& dir) {
   ShardedVerification v;
   v.manifest = read_manifest(dir);
   v.bytes_verified = verify_shards(dir, v.manifest);
+  check_manifest_contents(v.manifest, str(dir, "/", kManifestFile));
   return v;
 }
 

@@ -25,7 +25,8 @@ bool is_sharded_checkpoint(const std::string& dir);
 
 // Full check of one sharded checkpoint without loading it: not under a temporary name,
 // manifest well-formed and covering every tensor, every shard present, of its recorded
-// size, every block matching its checksum. Throws UsageError naming file and tensor.
+// size, every block matching its checksum, and every tensor its model needs listed at its
+// shape (checkpoint_contents.h). Throws UsageError naming file and tensor.
 struct ShardedVerification {
   Manifest manifest;
   uint64_t bytes_verified = 0;

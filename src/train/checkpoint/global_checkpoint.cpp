@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <system_error>
@@ -19,6 +20,7 @@
 #include "core/file_checks.h"
 #include "core/input_file.h"
 #include "core/temp_marker.h"
+#include "train/checkpoint/checkpoint_contents.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/metadata_checksum.h"
 #include "train/global_view.h"
@@ -89,8 +91,8 @@ nlohmann::json read_state_json(const std::string& dir, const std::string& flag) 
   return j;
 }
 
-// Size and CRC-32C of a whole file, read in large pieces.
-FileDigest digest_file(const std::string& path) {
+// Size and CRC-32C of a whole file, read in large pieces (fed to `scan` as they are read).
+FileDigest digest_file(const std::string& path, NonFiniteScan* scan = nullptr) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw UsageError(str(path, ": cannot open (", std::strerror(errno), ")"));
   std::vector<char> buf(size_t(4) << 20);
@@ -105,10 +107,22 @@ FileDigest digest_file(const std::string& path) {
     }
     if (n == 0) break;
     d.crc32c = crc32c_update(d.crc32c, buf.data(), size_t(n));
+    if (scan) scan->feed(buf.data(), size_t(n), d.bytes);
     d.bytes += uint64_t(n);
   }
   ::close(fd);
   return d;
+}
+
+// Where a safetensors file's tensor bytes start: after its 8-byte header length and the
+// header. UINT64_MAX (nothing to scan) for a file too short to say; its size check fails.
+uint64_t safetensors_data_start(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char le[8] = {};
+  if (!in.read(reinterpret_cast<char*>(le), 8)) return UINT64_MAX;
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | le[i];
+  return header > UINT64_MAX - 8 ? UINT64_MAX : 8 + header;
 }
 
 nlohmann::json manifest_entry(const FileDigest& d) {
@@ -125,8 +139,11 @@ void publish(const std::string& dir, const ParamTable& table, const ModelConfig&
              const std::vector<NamedTensor>& optimizer_extra,
              const std::map<std::string, std::string>& extra_metadata) {
   publish_dir_atomic(dir, [&](const std::string& tmp) {
+    // The tokenizer record (and its embedded model, up to megabytes) goes in the model file
+    // only: that is the file sample and export read it from. Checkpoints written before
+    // carry it in the optimizer file too, which no reader looks at.
     auto meta = config_metadata(cfg);
-    meta.insert(extra_metadata.begin(), extra_metadata.end());  // the tokenizer record
+    meta.insert(extra_metadata.begin(), extra_metadata.end());
     std::vector<std::string> n0, n1, n2;
     const FileDigest model =
         write_safetensors(tmp + "/" + kModelFile, global_tensors(table, params, "", n0), meta);
@@ -136,7 +153,8 @@ void publish(const std::string& dir, const ParamTable& table, const ModelConfig&
     t1.insert(t1.end(), t2.begin(), t2.end());
     for (const NamedTensor& e : optimizer_extra)
       t1.push_back({e.name, {int64_t(e.data.size())}, e.data.data()});
-    const FileDigest optimizer = write_safetensors(tmp + "/" + kOptimizerFile, t1, meta);
+    const FileDigest optimizer =
+        write_safetensors(tmp + "/" + kOptimizerFile, t1, config_metadata(cfg));
     // The manifest: a load verifies every byte of both files against it before trusting them.
     nlohmann::json j = {
         {"format_version", kFormatVersion},
@@ -208,6 +226,7 @@ CheckpointVerification verify_checkpoint(const std::string& dir, const std::stri
   MT_REQUIRE(j.contains("files") && j["files"].is_object(), where,
              ": state.json has no \"files\" checksums");
   const nlohmann::json& files = j["files"];
+  std::vector<std::pair<std::string, NonFiniteScan>> non_finite;  // named once the headers pass
   for (const char* name : {kModelFile, kOptimizerFile}) {
     const std::string path = dir + "/" + name;
     require_input_file(where + ":", path);
@@ -217,7 +236,8 @@ CheckpointVerification verify_checkpoint(const std::string& dir, const std::stri
     MT_REQUIRE(e.contains("bytes") && e["bytes"].is_number_unsigned() && e.contains("crc32c") &&
                    e["crc32c"].is_string(),
                where, ": state.json's entry for ", name, " needs \"bytes\" and \"crc32c\"");
-    const FileDigest d = digest_file(path);
+    NonFiniteScan scan(safetensors_data_start(path));
+    const FileDigest d = digest_file(path, &scan);
     MT_REQUIRE(d.bytes == e["bytes"].get<uint64_t>(), where, ": ", name, " is ", d.bytes,
                " bytes but the checkpoint recorded ", e["bytes"].get<uint64_t>(),
                " (truncated or replaced); resume from another checkpoint");
@@ -226,7 +246,11 @@ CheckpointVerification verify_checkpoint(const std::string& dir, const std::stri
                e["crc32c"].get<std::string>(),
                "): the file is damaged; resume from another checkpoint");
     out.bytes_verified += d.bytes;
+    if (scan.found()) non_finite.push_back({path, scan});
   }
+  check_global_contents(dir, j, where);  // the bytes are the ones written; are they whole?
+  for (const auto& [path, scan] : non_finite)
+    refuse_non_finite(path, safetensors_data_start(path), *scan.found());
   out.verified = true;
   return out;
 }

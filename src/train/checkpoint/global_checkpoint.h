@@ -12,7 +12,10 @@
 //                                  resolved config ("run"), format, the size and
 //                                  CRC-32C of both files, and its own checksum
 // Both safetensors files carry the model config as metadata (layers, dim, heads, seq, vocab;
-// experts, topk, moe_every, capacity_factor for a mixture-of-experts model).
+// experts, topk, moe_every, capacity_factor for a mixture-of-experts model); the model file
+// alone carries the tokenizer record and its embedded model (train/tokenizer.h), once.
+// (Checkpoints of meshtrain before this carry it in both files; the optimizer's copy is
+// never read, so they load as they did.)
 #pragma once
 
 #include <cstdint>
@@ -57,9 +60,10 @@ TrainState read_train_state(const std::string& dir, const std::string& flag = "-
 // Checks a checkpoint before anything is loaded from it: state.json well-formed and
 // matching its own checksum (metadata_checksum.h), both tensor files present and regular,
 // and each file's size and CRC-32C equal to what state.json recorded when it was written (a
-// flipped bit fails here, not silently in training). A state.json without a checksum
-// (written before metadata checksums) is refused, naming the way to start from its weights.
-// Throws UsageError naming the file.
+// flipped bit fails here, not silently in training), and then what a load reads present at
+// its shape (checkpoint_contents.h), so a checkpoint that verifies is one --load takes. A
+// state.json without a checksum (written before metadata checksums) is refused, naming the way to
+// start from its weights. Throws UsageError naming the file.
 struct CheckpointVerification {
   bool verified = false;  // checksums present and matching
   uint64_t bytes_verified = 0;

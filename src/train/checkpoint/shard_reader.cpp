@@ -10,6 +10,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "train/checkpoint/checkpoint_contents.h"
 
 namespace mt {
 
@@ -177,6 +178,7 @@ uint64_t verify_shards(const std::string& dir, const Manifest& m) {
                  tensors_in(m, int(fi), regular ? uint64_t(st.st_size) : 0, UINT64_MAX),
                  "; load another checkpoint");
     }
+    NonFiniteScan scan;  // every byte of a shard is an fp32 value
     for (size_t b = 0; b < f.block_crc32c.size(); ++b) {
       const uint64_t at = uint64_t(b) * kShardBlockBytes;
       const size_t n = size_t(std::min<uint64_t>(kShardBlockBytes, f.bytes - at));
@@ -195,9 +197,15 @@ uint64_t verify_shards(const std::string& dir, const Manifest& m) {
         throw UsageError(
             damaged(path, b, crc, f.block_crc32c[b], tensors_in(m, int(fi), at, at + n)));
       }
+      scan.feed(buf.data(), n, at);
       total += n;
     }
     ::close(fd);
+    if (const auto bad = scan.found())
+      throw UsageError(str(path, ": ", tensors_in(m, int(fi), *bad, *bad + 4),
+                           " holds NaN or Inf values (byte ", *bad,
+                           " of the shard); the run that wrote it diverged or the shard was "
+                           "edited, and a load would refuse it"));
   }
   return total;
 }
