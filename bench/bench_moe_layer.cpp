@@ -3,9 +3,12 @@
 // forward + backward (B and W) against one dense SwiGLU MLP of width k F on the same tokens
 // (the same active FLOPs), at the same width C, in fp32 and bf16. Three sides:
 //   dense   the dense MLP through the dense layers' calls (matmul.h, matmul_bf16.h);
-//   layer   the MoE layer as training runs it (grouped expert GEMMs, grouped_gemm.h's path);
+//   layer   the MoE layer as training runs it (grouped_gemm.h's default path: in fp32 the
+//           loop below, measured faster; in bf16 the grouped AMX kernel);
+//   grouped the same layer on the grouped kernel of its precision where that is not the
+//           default (fp32: avx512), so the default's choice can be re-checked;
 //   loop    the same layer with the grouped GEMMs forced to one oneDNN GEMM per expert
-//           (GroupedGemmPath::loop: what the experts ran before they were grouped).
+//           (GroupedGemmPath::loop).
 // MFU counts the experts' (or the dense MLP's) GEMMs only, 18 N k C F FLOPs, against
 // gemm_peak.h's peak; the layer's router and permutations are its overhead. Sides run
 // interleaved, one batch each per round; "x dense" is the median over rounds of a side's
@@ -21,6 +24,7 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,7 +124,7 @@ struct Layer {
 struct Side {
   const char* name;
   std::function<void()> step;
-  bool loop;  // grouped GEMMs forced to one oneDNN GEMM per expert
+  std::optional<GroupedGemmPath> path;  // forced for this side (default: none)
   std::vector<double> seconds;
 };
 
@@ -139,14 +143,19 @@ void bench_precision(const Options& o, bool bf16) {
               grouped_gemm_isa(bf16).c_str());
   DenseMlp dense(bf16, o.tokens, o.dim, o.topk * o.ffn);
   Layer layer(cfg, bf16, o.tokens), looped(cfg, bf16, o.tokens);
-  std::vector<Side> sides = {{"dense", [&] { dense.step(); }, false, {}},
-                             {"layer", [&] { layer.step(); }, false, {}},
-                             {"loop", [&] { looped.step(); }, true, {}}};
+  std::vector<Side> sides = {{"dense", [&] { dense.step(); }, {}, {}},
+                             {"layer", [&] { layer.step(); }, {}, {}}};
+  std::unique_ptr<Layer> grouped;
+  if (!bf16 && grouped_gemm_path_available(false, GroupedGemmPath::avx512)) {
+    grouped = std::make_unique<Layer>(cfg, bf16, o.tokens);
+    sides.push_back({"avx512", [&] { grouped->step(); }, GroupedGemmPath::avx512, {}});
+  }
+  sides.push_back({"loop", [&] { looped.step(); }, GroupedGemmPath::loop, {}});
   const double batch_s = o.quick ? 0.0 : 0.5;
   for (int r = -1; r < o.rounds; ++r) {  // round -1: warm-up
     for (Side& s : sides) {
       std::unique_ptr<ScopedGroupedGemmPath> path;
-      if (s.loop) path = std::make_unique<ScopedGroupedGemmPath>(bf16, GroupedGemmPath::loop);
+      if (s.path) path = std::make_unique<ScopedGroupedGemmPath>(bf16, *s.path);
       const double t = bench::batch_seconds(s.step, batch_s, o.cpu);
       if (r >= 0) s.seconds.push_back(t);
     }

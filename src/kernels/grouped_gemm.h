@@ -53,12 +53,14 @@ void grouped_matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf1
 void grouped_matmul_bf16_backward_weight(float* const* dweight, const bf16* dout, const bf16* inp,
                                          const int32_t* offset, int groups, int C, int OC);
 
-// How the grouped GEMMs run. Each precision picks the fastest path its CPU has at run time:
+// How the grouped GEMMs run. Each precision picks the fastest path its CPU has at run time
+// (grouped_gemm_default_path: fp32 loop, as measured; bf16 amx, else avx512_bf16, else loop):
 //   amx          bf16: AMX tiles (grouped_gemm_amx.cpp)
 //   avx512_bf16  bf16: AVX512-BF16 dot products on zmm registers (grouped_gemm_avx512_bf16.cpp)
 //   avx512       fp32: AVX-512 FMA on zmm registers (grouped_gemm_fp32.cpp)
-//   loop         one matmul.h / matmul_bf16.h (oneDNN) call per group: fp32 without AVX-512,
-//                bf16 with AVX-512 but neither of the above; and the baseline of bench_experts
+//   loop         one matmul.h / matmul_bf16.h (oneDNN) call per group: fp32 by default (oneDNN's
+//                sgemm is ahead of the avx512 kernel at the measured shapes), bf16 with
+//                AVX-512 but neither of the above; and the baseline of bench_experts
 //   portable     plain C++ loops (grouped_gemm_portable.cpp): any CPU, any build
 enum class GroupedGemmPath { portable, loop, avx512, avx512_bf16, amx };
 

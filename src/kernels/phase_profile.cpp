@@ -19,8 +19,8 @@ ThreadProfile& thread_profile() {
 }  // namespace
 
 const char* phase_name(Phase p) {
-  static const char* kNames[kPhases] = {"gemm",      "attention",  "norm",     "activation",
-                                        "optimizer", "conversion", "embedding"};
+  static const char* kNames[kPhases] = {"gemm",      "attention",  "norm",      "activation",
+                                        "optimizer", "conversion", "embedding", "permutation"};
   return kNames[int(p)];
 }
 

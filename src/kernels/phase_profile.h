@@ -14,13 +14,14 @@
 namespace mt {
 
 enum class Phase : uint8_t {
-  gemm,        // linear layers (fp32 sgemm, bf16 GEMM, their bias epilogues)
-  attention,   // the attention core (scores, softmax, weighted sum; its GEMMs included)
-  norm,        // LayerNorm, RMSNorm
-  activation,  // GELU, SwiGLU, RoPE
-  optimizer,   // AdamW over the parameters
-  conversion,  // fp32 <-> bf16 copies and rounding, layout transposes
-  embedding,   // token/position tables and the cross-entropy head's softmax
+  gemm,         // linear layers (fp32 sgemm, bf16 GEMM, their bias epilogues)
+  attention,    // the attention core (scores, softmax, weighted sum; its GEMMs included)
+  norm,         // LayerNorm, RMSNorm
+  activation,   // GELU, SwiGLU, RoPE
+  optimizer,    // AdamW over the parameters
+  conversion,   // fp32 <-> bf16 copies and rounding, layout transposes
+  embedding,    // token/position tables and the cross-entropy head's softmax
+  permutation,  // MoE token rows to and from expert order (gather, combine, scatter, regroup)
   count
 };
 constexpr int kPhases = int(Phase::count);

@@ -3,8 +3,34 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <vector>
+
+#include "kernels/phase_profile.h"
 
 namespace mt {
+
+namespace {
+
+// The bytes one permutation kernel moves over M rows of C: each row read once in fp32 and
+// written once in the destination's width.
+double row_bytes(int M, int C, size_t out_width) {
+  return double(M) * C * (sizeof(float) + out_width);
+}
+
+// Assignment (n, j)'s gate gradient, dy[n] . rows[p]: every caller sums in this order.
+inline float gate_gradient(const float* d, const float* r, int C) {
+  float acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int c = 0; c < C; ++c) acc += d[c] * r[c];
+  return acc;
+}
+
+inline void scaled_row(float* dst, const float* src, float g, int C) {
+#pragma omp simd
+  for (int c = 0; c < C; ++c) dst[c] = g * src[c];
+}
+
+}  // namespace
 
 int expert_capacity(int N, int E, int k, float capacity_factor) {
   if (capacity_factor <= 0) return 0;
@@ -48,29 +74,35 @@ int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const in
 }
 
 void gather_rows(float* dst, const float* src, const int32_t* index, int M, int C) {
+  PhaseScope phase(Phase::permutation, 0, row_bytes(M, C, sizeof(float)));
 #pragma omp parallel for schedule(static)
   for (int p = 0; p < M; ++p)
     std::memcpy(dst + size_t(p) * C, src + size_t(index[p]) * C, size_t(C) * sizeof(float));
 }
 
+void gather_rows(bf16* dst, const float* src, const int32_t* index, int M, int C) {
+  PhaseScope phase(Phase::permutation, 0, row_bytes(M, C, sizeof(bf16)));
+#pragma omp parallel for schedule(static)
+  for (int p = 0; p < M; ++p) to_bf16(dst + size_t(p) * C, src + size_t(index[p]) * C, size_t(C));
+}
+
 void gather_rows_scaled(float* dst, const float* src, const int32_t* row_of, const float* gates,
                         int N, int k, int C) {
+  PhaseScope phase(Phase::permutation, 0, row_bytes(N * k, C, sizeof(float)));
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* s = src + size_t(n) * C;
     for (int j = 0; j < k; ++j) {
       const int32_t p = row_of[size_t(n) * k + j];
       if (p < 0) continue;
-      const float g = gates[size_t(n) * k + j];
-      float* d = dst + size_t(p) * C;
-#pragma omp simd
-      for (int c = 0; c < C; ++c) d[c] = g * s[c];
+      scaled_row(dst + size_t(p) * C, s, gates[size_t(n) * k + j], C);
     }
   }
 }
 
 void combine_rows(float* y, const float* rows, const int32_t* row_of, const float* gates, int N,
                   int k, int C) {
+  PhaseScope phase(Phase::permutation, 0, row_bytes(N * k, C, 0) + double(N) * C * sizeof(float));
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     float* out = y + size_t(n) * C;
@@ -88,23 +120,56 @@ void combine_rows(float* y, const float* rows, const int32_t* row_of, const floa
 
 void combine_rows_backward_gates(float* dgates, const float* dy, const float* rows,
                                  const int32_t* row_of, int N, int k, int C) {
+  PhaseScope phase(Phase::permutation, 2.0 * N * k * C, row_bytes(N * k, C, 0));
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* d = dy + size_t(n) * C;
     for (int j = 0; j < k; ++j) {
       const int32_t p = row_of[size_t(n) * k + j];
-      float acc = 0;
-      if (p >= 0) {
-        const float* r = rows + size_t(p) * C;
-#pragma omp simd reduction(+ : acc)
-        for (int c = 0; c < C; ++c) acc += d[c] * r[c];
+      dgates[size_t(n) * k + j] = p >= 0 ? gate_gradient(d, rows + size_t(p) * C, C) : 0.0f;
+    }
+  }
+}
+
+void combine_rows_backward(float* dgates, float* d_rows, const float* dy, const float* rows,
+                           const int32_t* row_of, const float* gates, int N, int k, int C) {
+  PhaseScope phase(Phase::permutation, 3.0 * N * k * C, row_bytes(N * k, C, sizeof(float)));
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* d = dy + size_t(n) * C;
+    for (int j = 0; j < k; ++j) {
+      const size_t a = size_t(n) * k + j;
+      const int32_t p = row_of[a];
+      dgates[a] = p >= 0 ? gate_gradient(d, rows + size_t(p) * C, C) : 0.0f;
+      if (p >= 0) scaled_row(d_rows + size_t(p) * C, d, gates[a], C);
+    }
+  }
+}
+
+void combine_rows_backward(float* dgates, bf16* d_rows, const float* dy, const float* rows,
+                           const int32_t* row_of, const float* gates, int N, int k, int C) {
+  PhaseScope phase(Phase::permutation, 3.0 * N * k * C, row_bytes(N * k, C, sizeof(bf16)));
+#pragma omp parallel
+  {
+    std::vector<float> scaled(static_cast<size_t>(C));  // one row in fp32, rounded as it is stored
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      const float* d = dy + size_t(n) * C;
+      for (int j = 0; j < k; ++j) {
+        const size_t a = size_t(n) * k + j;
+        const int32_t p = row_of[a];
+        dgates[a] = p >= 0 ? gate_gradient(d, rows + size_t(p) * C, C) : 0.0f;
+        if (p < 0) continue;
+        scaled_row(scaled.data(), d, gates[a], C);
+        to_bf16(d_rows + size_t(p) * C, scaled.data(), size_t(C));
       }
-      dgates[size_t(n) * k + j] = acc;
     }
   }
 }
 
 void scatter_add_rows(float* dh, const float* rows, const int32_t* row_of, int N, int k, int C) {
+  PhaseScope phase(Phase::permutation, double(N) * k * C,
+                   row_bytes(N * k, C, 0) + double(N) * C * sizeof(float));
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     float* out = dh + size_t(n) * C;
@@ -121,6 +186,9 @@ void scatter_add_rows(float* dh, const float* rows, const int32_t* row_of, int N
 
 void regroup_blocks(float* dst, const float* src, const int32_t* counts, int S, int B, int C,
                     bool to_expert_major) {
+  int64_t total = 0;
+  for (int i = 0; i < S * B; ++i) total += counts[i];
+  PhaseScope phase(Phase::permutation, 0, row_bytes(int(total), C, sizeof(float)));
   // Walk blocks in expert-major order, tracking the block's offset in that order; its
   // source-major offset is the start of source s plus the blocks of s before b. S*B is the
   // number of experts, so the quadratic offset search is negligible next to the copies.

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "kernels/bf16.h"
+
 namespace mt {
 
 // Choices of a group's tokens that other ranks route (tensor parallelism's token split,
@@ -40,8 +42,11 @@ int plan_dispatch(int32_t* counts, int32_t* row_of, int32_t* row_token, const in
 // F taken at its float value; 0 (dropless) when F is 0.
 int expert_capacity(int N, int E, int k, float capacity_factor);
 
-// dst (M, C): row p = src[index[p]].
+// dst (M, C): row p = src[index[p]]. The bf16 form rounds each row as to_bf16 does (the
+// same bits as gathering in fp32 and rounding the block), packing a GEMM's bf16 input rows
+// straight from the tokens: no fp32 copy of the M rows in between.
 void gather_rows(float* dst, const float* src, const int32_t* index, int M, int C);
+void gather_rows(bf16* dst, const float* src, const int32_t* index, int M, int C);
 // dst (M, C): row p = scale[p'] * src[index[p]], where p' is the assignment of row p.
 // Used to send gate-weighted output gradients to the experts.
 void gather_rows_scaled(float* dst, const float* src, const int32_t* row_of, const float* gates,
@@ -53,6 +58,14 @@ void combine_rows(float* y, const float* rows, const int32_t* row_of, const floa
 // dgates (N, k) = dy[n] . rows[row_of[n, j]] (0 for dropped choices).
 void combine_rows_backward_gates(float* dgates, const float* dy, const float* rows,
                                  const int32_t* row_of, int N, int k, int C);
+// The adjoint of combine_rows in one pass over the assignments: dgates as
+// combine_rows_backward_gates (the same sums, the same bits) and d_rows as
+// gather_rows_scaled (bf16: each row rounded as to_bf16 does). d_rows may be rows: a row is
+// read for its gate's gradient before it is overwritten.
+void combine_rows_backward(float* dgates, float* d_rows, const float* dy, const float* rows,
+                           const int32_t* row_of, const float* gates, int N, int k, int C);
+void combine_rows_backward(float* dgates, bf16* d_rows, const float* dy, const float* rows,
+                           const int32_t* row_of, const float* gates, int N, int k, int C);
 // dh (N, C) = sum over kept choices of rows[row_of[n, j]] (overwrites dh).
 void scatter_add_rows(float* dh, const float* rows, const int32_t* row_of, int N, int k, int C);
 

@@ -1,13 +1,17 @@
 // The local experts' GEMMs over an expert-major block of rows (expert le owns rows
 // [g.begin(le), g.begin(le) + g.rows(le))): each one grouped GEMM over every local expert
-// (kernels/grouped_gemm.h), not a loop of one small GEMM per expert. Each expert's matrix is
+// (kernels/grouped_gemm.h), whose path each precision picks (in fp32 that is oneDNN's sgemm
+// per expert, measured faster there; in bf16 the grouped AMX or AVX512-BF16 kernels). Each
+// expert's matrix is
 // one Linear of the same (in, out) shape, so the weight pointers and the row offsets are all
 // the kernel needs; the biases (the GELU experts') are added and summed here, per expert.
 //
 // Bits: on the grouped kernels' own paths a row's output depends on that row and its
 // expert's weight only, not on the other rows, so every layout (ep, tp's token split, the
 // row pieces of for_each_row_piece) gives the same rows the same bits; a weight gradient
-// sums an expert's rows in row order.
+// sums an expert's rows in row order. On the loop (fp32's default) oneDNN may pick its
+// kernel by a group's row count: layouts then agree to rounding; one layout is still the
+// same bits run after run (recomputation, resumes).
 #pragma once
 
 #include <algorithm>
@@ -55,13 +59,13 @@ void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Lin
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const bf16* dy, const bf16* x,
                                  const ExpertGroups& g, bool with_bias);
 
-// Calls f(r0, rows, piece) over the block's rows [0, g.total()) in pieces of at most `most`
-// rows, piece the groups of rows [r0, r0 + rows) (offsets from r0): for work that goes
-// through a buffer of `most` rows.
+// Calls f(r0, rows, piece) over the block's rows [g.first(), g.total()) in pieces of at most
+// `most` rows, piece the groups of rows [r0, r0 + rows) (offsets from r0): for work that
+// goes through a buffer of `most` rows.
 template <typename F>
 void for_each_row_piece(const ExpertGroups& g, int most, F&& f) {
   std::vector<int32_t> offset(size_t(g.count) + 1);
-  for (int r0 = 0; r0 < g.total(); r0 += most) {
+  for (int r0 = g.first(); r0 < g.total(); r0 += most) {
     const int r1 = std::min(g.total(), r0 + most);
     for (int le = 0; le <= g.count; ++le) offset[le] = std::clamp(g.offset[le], r0, r1) - r0;
     f(r0, r1 - r0, ExpertGroups{offset.data(), g.count});

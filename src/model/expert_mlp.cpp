@@ -61,7 +61,9 @@ void ExpertWeights::bind(float* params, float* grads) {
 }
 
 void ExpertWeights::activate(float* act, float* pre, const ExpertGroups& g) const {
-  if (kind_ == ExpertKind::swiglu) return swiglu_forward(act, pre, g.total(), H_);
+  const size_t r0 = size_t(g.first());
+  if (kind_ == ExpertKind::swiglu)
+    return swiglu_forward(act + r0 * H_, pre + r0 * up_width(), g.size(), H_);
   for (int le = 0; le < El_; ++le) {
     const size_t o = size_t(g.begin(le)) * H_;
     if (g.rows(le) > 0) bias_gelu_forward(act + o, pre + o, up_[le].b, g.rows(le), H_);
@@ -69,7 +71,9 @@ void ExpertWeights::activate(float* act, float* pre, const ExpertGroups& g) cons
 }
 
 void ExpertWeights::activate(bf16* act, float* pre, const ExpertGroups& g) const {
-  if (kind_ == ExpertKind::swiglu) return swiglu_forward_bf16(act, pre, g.total(), H_);
+  const size_t r0 = size_t(g.first());
+  if (kind_ == ExpertKind::swiglu)
+    return swiglu_forward_bf16(act + r0 * H_, pre + r0 * up_width(), g.size(), H_);
   for (int le = 0; le < El_; ++le) {
     const size_t o = size_t(g.begin(le)) * H_;
     if (g.rows(le) > 0) bias_gelu_forward_bf16(act + o, pre + o, up_[le].b, g.rows(le), H_);

@@ -24,14 +24,17 @@ namespace mt {
 
 // Rows of each local expert in an expert-major block: expert le owns rows
 // [offset[le], offset[le + 1]). offset[0] may be above 0 (one part's region of the
-// overlapped exchange, moe_parts.h): a call may then use the rows below offset[0] as
-// scratch, but leaves every row from offset[count] on untouched.
+// overlapped exchange, moe_parts.h): a call then works on the rows [first(), total()) of
+// its buffers only, so P parts cost what one does (each row is converted and activated
+// once, not once per part whose region lies above it).
 struct ExpertGroups {
   const int32_t* offset;  // (count + 1)
   int count;
   int begin(int le) const { return offset[le]; }
   int rows(int le) const { return offset[le + 1] - offset[le]; }
-  int total() const { return offset[count]; }
+  int first() const { return offset[0]; }                 // the block's first row
+  int total() const { return offset[count]; }             // one past its last row
+  int size() const { return offset[count] - offset[0]; }  // its rows
 };
 
 // The expert MLP of each architecture: gpt2's dense MLP (c_fc, tanh GELU, c_proj, with
@@ -64,13 +67,24 @@ class ExpertMlp {
   // in the slot where they are kept for W, or in the caller's `scratch` (as many rows) when
   // the slot keeps them in another form.
   virtual float* input_rows(float* slot, float* scratch) const = 0;
-  // y (g.total(), C) = expert_e(x) for each group's rows; x is input_rows'. y may be x's
-  // scratch: x is read before y is written.
+  // Where the rows do not travel (ep = 1, TokenExchange::moves_rows false) the expert-sorted
+  // rows are the experts' rows: forward's input is packed straight from the tokens, row
+  // p = h[index[p]] for p < M, in the form the slot keeps it (bf16: rounded once), with no
+  // fp32 block of the M rows in between. forward then takes x = nullptr.
+  virtual void gather_input(float* slot, const float* h, const int32_t* index, int M) = 0;
+  // y (rows of g, C) = expert_e(x) for each group's rows; x is input_rows' (nullptr: the
+  // rows gather_input packed). y may be x's scratch: x is read before y is written.
   virtual void forward(float* slot, const ExpertGroups& g, const float* x, float* y) = 0;
   // As input_rows, for backward_input's output gradient rows.
   virtual float* grad_rows(float* slot, float* scratch) const = 0;
-  // dx (g.total(), C) = the input gradient of each row (overwritten) from dy, grad_rows';
-  // keeps in the slot what backward_weight needs. dx may be dy's scratch.
+  // As gather_input, for the output gradients, in the same pass as the gates' gradients
+  // (kernels/token_permutation.h, combine_rows_backward): dgates (N, k) and the rows
+  // gates * dy[token] from dy (N, C) and the experts' outputs y_rows (M, C).
+  virtual void gather_grad(float* slot, float* dgates, const float* dy, const float* y_rows,
+                           const int32_t* row_of, const float* gates, int N, int k) = 0;
+  // dx (rows of g, C) = the input gradient of each row (overwritten) from dy, grad_rows'
+  // (nullptr: the rows gather_grad packed); keeps in the slot what backward_weight needs.
+  // dx may be dy's scratch.
   virtual void backward_input(float* slot, const ExpertGroups& g, const float* dy, float* dx) = 0;
   // Weight gradients (+=) from the slot. No communication.
   virtual void backward_weight(float* slot, const ExpertGroups& g) = 0;
@@ -101,9 +115,9 @@ class ExpertWeights : public ExpertMlp {
  protected:
   int up_width() const { return kind_ == ExpertKind::swiglu ? 2 * H_ : H_; }
   bool biased() const { return kind_ == ExpertKind::gelu; }
-  // act (rows, H) = the activation of pre (rows, U), over an expert-major block; gelu first
-  // adds each expert's c_fc bias to pre (kept so, for the backward). bf16: act rounded as
-  // it is stored.
+  // act (rows, H) = the activation of pre (rows, U), over the rows of an expert-major block
+  // (g's, from g.first()); gelu first adds each expert's c_fc bias to pre (kept so, for the
+  // backward). bf16: act rounded as it is stored.
   void activate(float* act, float* pre, const ExpertGroups& g) const;
   void activate(bf16* act, float* pre, const ExpertGroups& g) const;
   // d_pre (rows, U) = the activation's input gradient from d_act (rows, H), overwritten;

@@ -1,5 +1,7 @@
 #include "model/expert_mlp_bf16.h"
 
+#include "kernels/token_permutation.h"
+
 namespace mt {
 
 Bf16Experts::Bf16Experts(const ExpertShape& shape, const uint64_t* version, ParamTable& table,
@@ -16,9 +18,19 @@ Bf16Experts::Bf16Experts(const ExpertShape& shape, const uint64_t* version, Para
   off_.d_pre = layout.reserve_bf16(R * U);
 }
 
+void Bf16Experts::gather_input(float* s, const float* h, const int32_t* index, int M) {
+  gather_rows(h16(s, off_.x_rows), h, index, M, C_);
+}
+
+void Bf16Experts::gather_grad(float* s, float* dgates, const float* dy, const float* y_rows,
+                              const int32_t* row_of, const float* gates, int N, int k) {
+  combine_rows_backward(dgates, h16(s, off_.dy_rows), dy, y_rows, row_of, gates, N, k, C_);
+}
+
 void Bf16Experts::forward(float* s, const ExpertGroups& g, const float* x32, float* y) {
   bf16* x = h16(s, off_.x_rows);
-  to_bf16(x, x32, size_t(g.total()) * C_);
+  const size_t r0 = size_t(g.first());
+  if (x32) to_bf16(x + r0 * C_, x32 + r0 * C_, size_t(g.size()) * C_);
   float* pre = s + off_.pre;
   bf16* act = h16(s, off_.act);
   expert_gemm_forward(pre, x, up_, up16_, g, /*with_bias=*/false);
@@ -29,7 +41,8 @@ void Bf16Experts::forward(float* s, const ExpertGroups& g, const float* x32, flo
 void Bf16Experts::backward_input(float* s, const ExpertGroups& g, const float* dy32, float* dx) {
   MT_CHECK(stage_ != nullptr, "bf16 experts: no stage set");
   bf16* dy = h16(s, off_.dy_rows);
-  to_bf16(dy, dy32, size_t(g.total()) * C_);
+  const size_t r0 = size_t(g.first());
+  if (dy32) to_bf16(dy + r0 * C_, dy32 + r0 * C_, size_t(g.size()) * C_);
   const float* pre = s + off_.pre;
   bf16* d_pre = h16(s, off_.d_pre);
   const size_t U = size_t(up_width());
@@ -37,7 +50,7 @@ void Bf16Experts::backward_input(float* s, const ExpertGroups& g, const float* d
   // them, so the down GEMM runs whole (each piece would pack every expert's weight again).
   if (H_ <= C_) {
     expert_gemm_backward_input(dx, dy, down_, down16_, g, /*accumulate=*/false);
-    activation_backward(d_pre, pre, dx, g.total());
+    activation_backward(d_pre + r0 * U, pre + r0 * U, dx + r0 * H_, g.size());
   } else {
     for_each_row_piece(g, stage_rows_, [&](int r0, int rows, const ExpertGroups& piece) {
       const size_t r = size_t(r0);

@@ -2,8 +2,10 @@
 // grouped GEMMs (expert_gemm.h) multiply bf16 copies of the experts' weights (converted once
 // per change of the weights, kernels/bf16_weight.h) by bf16 rows with fp32 accumulation, and
 // the slot keeps what only a GEMM reads in bf16, as the dense MLP does. The input and
-// output-gradient rows arrive in fp32 (the caller's scratch) and are rounded into the slot
-// once. Slot: x_rows, act, dy_rows, d_pre bf16; pre (the activation's input) fp32.
+// output-gradient rows arrive in fp32 (the caller's scratch, from an exchange) and are
+// rounded into the slot once, or at ep = 1 are packed into it straight from the tokens
+// (gather_input, gather_grad). Slot: x_rows, act, dy_rows, d_pre bf16; pre (the activation's input)
+// fp32.
 //   forward          pre = x up^T (fp32); act = activation(pre) rounded; y = act down^T
 //   backward_input   d_act = dy down (fp32) into dx's rows when H <= C (they are free until
 //                    the last GEMM), else per piece of at most stage rows into the stage;
@@ -38,8 +40,11 @@ class Bf16Experts final : public ExpertWeights {
               SlotLayout& layout);
 
   float* input_rows(float*, float* scratch) const override { return scratch; }
+  void gather_input(float* slot, const float* h, const int32_t* index, int M) override;
   void forward(float* slot, const ExpertGroups& g, const float* x, float* y) override;
   float* grad_rows(float*, float* scratch) const override { return scratch; }
+  void gather_grad(float* slot, float* dgates, const float* dy, const float* y_rows,
+                   const int32_t* row_of, const float* gates, int N, int k) override;
   void backward_input(float* slot, const ExpertGroups& g, const float* dy, float* dx) override;
   void backward_weight(float* slot, const ExpertGroups& g) override;
 

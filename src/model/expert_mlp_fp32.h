@@ -18,8 +18,11 @@ class Fp32Experts final : public ExpertWeights {
 
   // The rows land where they are kept for W: no scratch, no copy.
   float* input_rows(float* slot, float*) const override { return slot + off_.x_rows; }
+  void gather_input(float* slot, const float* h, const int32_t* index, int M) override;
   void forward(float* slot, const ExpertGroups& g, const float* x, float* y) override;
   float* grad_rows(float* slot, float*) const override { return slot + off_.dy_rows; }
+  void gather_grad(float* slot, float* dgates, const float* dy, const float* y_rows,
+                   const int32_t* row_of, const float* gates, int N, int k) override;
   void backward_input(float* slot, const ExpertGroups& g, const float* dy, float* dx) override;
   void backward_weight(float* slot, const ExpertGroups& g) override;
 

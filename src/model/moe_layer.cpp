@@ -103,20 +103,26 @@ void MoeLayer::forward_rows(float* s, const float* h, float* y, int rows) {
   if (parts_) return forward_parts(s, h, y, rows);
   const int M = router_.route(s, h, rows);
   const ExchangeCounts counts = exchange_counts(s);
-
-  // Dispatch: the kept rows, expert-sorted, to the ranks owning their experts.
-  float* x = experts_->input_rows(s, rows_.data());
-  gather_rows(x, h, router_.row_token(s), M, C_);
   exchange_->exchange_counts(counts.send, reinterpret_cast<int32_t*>(s + off_.recv_counts), El_);
   const ExpertGroups groups = expert_groups(counts.recv);
-  exchange_->dispatch(x, x, staging_.data(), counts, C_);
-
-  float* y_rows = rows_.data();
-  experts_->forward(s, groups, x, y_rows);
-
-  // Combine: the outputs back to their tokens' rank, then the gate-weighted sum per token.
   float* y_perm = s + off_.y_perm;
-  exchange_->combine(y_perm, y_rows, staging_.data(), counts, C_);
+
+  if (!exchange_->moves_rows()) {
+    // Nothing travels: the kept rows go from h straight into the experts' input form, and
+    // their outputs straight to where combine_rows reads them.
+    experts_->gather_input(s, h, router_.row_token(s), M);
+    experts_->forward(s, groups, nullptr, y_perm);
+  } else {
+    // Dispatch: the kept rows, expert-sorted, to the ranks owning their experts.
+    float* x = experts_->input_rows(s, rows_.data());
+    gather_rows(x, h, router_.row_token(s), M, C_);
+    exchange_->dispatch(x, x, staging_.data(), counts, C_);
+    float* y_rows = rows_.data();
+    experts_->forward(s, groups, x, y_rows);
+    // Combine: the outputs back to their tokens' rank.
+    exchange_->combine(y_perm, y_rows, staging_.data(), counts, C_);
+  }
+  // The gate-weighted sum per token.
   combine_rows(y, y_perm, router_.row_of(s), router_.gates(s), rows, k_, C_);
 }
 
@@ -136,20 +142,24 @@ void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows) {
   const float* gates = router_.gates(s);
   const ExchangeCounts counts = exchange_counts(s);
   const ExpertGroups groups = expert_groups(counts.recv);
+  const float* y_perm = s + off_.y_perm;
   float* dgates = dgates_.data();
-  combine_rows_backward_gates(dgates, dy, s + off_.y_perm, row_of, rows, k_, C_);
-
-  // The adjoint of combine: the gate-scaled output gradients to the experts (a dispatch).
-  float* dy_rows = experts_->grad_rows(s, rows_.data());
-  gather_rows_scaled(dy_rows, dy, row_of, gates, rows, k_, C_);
-  exchange_->dispatch(dy_rows, dy_rows, staging_.data(), counts, C_);
-
   float* dx_rows = rows_.data();
-  experts_->backward_input(s, groups, dy_rows, dx_rows);
 
-  // The adjoint of dispatch: the input gradients back to their tokens' rank, summed per
-  // token; then the router's share (through the gates and the aux loss).
-  exchange_->combine(dx_rows, dx_rows, staging_.data(), counts, C_);
+  // The adjoint of combine, in one pass with the gates' gradient: the gate-scaled output
+  // gradients to the experts (a dispatch, unless nothing travels).
+  if (!exchange_->moves_rows()) {
+    experts_->gather_grad(s, dgates, dy, y_perm, row_of, gates, rows, k_);
+    experts_->backward_input(s, groups, nullptr, dx_rows);
+  } else {
+    float* dy_rows = experts_->grad_rows(s, rows_.data());
+    combine_rows_backward(dgates, dy_rows, dy, y_perm, row_of, gates, rows, k_, C_);
+    exchange_->dispatch(dy_rows, dy_rows, staging_.data(), counts, C_);
+    experts_->backward_input(s, groups, dy_rows, dx_rows);
+    // The adjoint of dispatch: the input gradients back to their tokens' rank.
+    exchange_->combine(dx_rows, dx_rows, staging_.data(), counts, C_);
+  }
+  // Summed per token; then the router's share (through the gates and the aux loss).
   scatter_add_rows(dh, dx_rows, row_of, rows, k_, C_);
   router_.backward_input(s, dgates, dh, rows);
 }
@@ -174,8 +184,7 @@ void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows) {
   const float* gates = router_.gates(s);
   float* y_perm = s + off_.y_perm;
   float* dgates = dgates_.data();
-  combine_rows_backward_gates(dgates, dy, y_perm, row_of, rows, k_, C_);
-  gather_rows_scaled(y_perm, dy, row_of, gates, rows, k_, C_);
+  combine_rows_backward(dgates, y_perm, dy, y_perm, row_of, gates, rows, k_, C_);
   float* dy_rows = experts_->grad_rows(s, rows_.data());
   float* dx_rows = rows_.data();
   parts_->run(s, *exchange_, y_perm, dy_rows, dx_rows, staging_.data(), C_,

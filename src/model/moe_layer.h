@@ -14,8 +14,12 @@
 // Backward mirrors it: the gate gradients (dy . expert output) feed the router with the aux
 // term; gate * dy goes to the experts by a dispatch, their input gradients come back by a
 // combine. backward_input (B) leaves in the slot what backward_weight (W) needs, so W does
-// no communication. Every pass runs the same calls at every ep, tp and precision: the
-// exchange and the experts were chosen at construction.
+// no communication. Every pass runs the same calls at every ep > 1, tp and precision: the
+// exchange and the experts were chosen at construction. Where nothing travels (ep = 1,
+// TokenExchange::moves_rows false) the layer skips the fp32 row blocks an exchange would
+// carry: the experts pack their input and output-gradient rows straight from the tokens in
+// their own form (bf16: rounded once) and write their outputs where the combine reads them.
+// The bits are the same either way (tests/model/test_moe_exchange.cpp).
 //
 // Expert parallelism: ep rank r holds experts r*E/ep .. (r+1)*E/ep - 1 and registers only
 // those (global names). Gradient reduction rule for the data-parallel reducer: expert

@@ -21,6 +21,8 @@
 #include <cstring>
 #include <memory>
 
+#include "kernels/phase_profile.h"
+
 namespace mt {
 
 // One microbatch's row counts per (rank, local expert), as exchange_counts leaves them.
@@ -44,6 +46,11 @@ class TokenExchange {
   virtual ~TokenExchange() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // False where nothing travels (IdentityExchange): the layer then packs the experts' rows
+  // straight from the tokens, in the experts' own form (ExpertMlp::gather_input), and lets
+  // their outputs land where the combine reads them, instead of the fp32 row blocks an
+  // exchange carries.
+  virtual bool moves_rows() const { return true; }
 
   // recv_counts from every rank's send_counts (layouts as ExchangeCounts). Blocking: the
   // payload sizes depend on it.
@@ -89,6 +96,7 @@ class IdentityExchange final : public TokenExchange {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  bool moves_rows() const override { return false; }
   void exchange_counts(const int32_t* send_counts, int32_t* recv_counts, int per_rank) override {
     std::memcpy(recv_counts, send_counts, size_t(per_rank) * sizeof(int32_t));
   }
@@ -104,6 +112,7 @@ class IdentityExchange final : public TokenExchange {
     if (dst == src) return;
     size_t rows = 0;
     for (int e = 0; e < c.per_rank; ++e) rows += size_t(c.send[e]);
+    PhaseScope phase(Phase::permutation, 0, 2.0 * double(rows) * width * sizeof(float));
     std::memcpy(dst, src, rows * size_t(width) * sizeof(float));
   }
 };

@@ -26,7 +26,8 @@ void StepBreakdown::after_step(const StepRecord& r) {
   }
   ++steps_;
   step_s_ += r.step_time_s;
-  comm_wait_s_ += r.comm_exposed_s + (r.tp ? r.tp->wait_s : 0) + (r.cp ? r.cp->wait_s : 0);
+  comm_wait_s_ += r.comm_exposed_s + (r.tp ? r.tp->wait_s : 0) + (r.cp ? r.cp->wait_s : 0) +
+                  (r.ep ? r.ep->wait_s : 0);
 }
 
 double measure_copy_bandwidth(double seconds_budget) {

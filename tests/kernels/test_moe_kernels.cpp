@@ -2,11 +2,14 @@
 // checked on the fast kernels and on their reference twins alike: top-k order and ties,
 // the bias selecting without changing the gates, capacity drops in token-major order and
 // the stable sort by expert. Fast vs reference on random data and the gradients are in
-// test_kernel_ops.cpp. Also: the dispatch plan of both twins agrees on random routings.
+// test_kernel_ops.cpp. Also: the dispatch plan of both twins agrees on random routings, and
+// the fused permutations (the bf16 gather, the one-pass adjoint of combine) give the bits of
+// the passes they replace.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/kernel_harness.h"
 #include "kernels/reference/reference.h"
 #include "kernels/router.h"
@@ -125,6 +128,69 @@ TEST(MoePlan, HeldChoicesPerSegmentDropAsTheWholeGroup) {
       }
     }
   }
+}
+
+// A routing with capacity drops: row_of (N, k), row_token (M); returns M.
+int drop_some(std::vector<int32_t>& row_of, std::vector<int32_t>& row_token, int N, int E, int k) {
+  std::vector<int> r = test::random_ints(size_t(N) * k, 91, 0, E - 1);
+  std::vector<int32_t> experts(r.begin(), r.end()), counts(E);
+  row_of.resize(r.size()), row_token.resize(r.size());
+  const int M =
+      plan_dispatch(counts.data(), row_of.data(), row_token.data(), experts.data(), N, E, k, 5);
+  EXPECT_LT(M, N * k) << "capacity 5 should drop some of " << N * k;
+  return M;
+}
+
+std::vector<bf16> rounded(const std::vector<float>& x) {
+  std::vector<bf16> out(x.size());
+  to_bf16(out.data(), x.data(), x.size());
+  return out;
+}
+
+TEST(MoePermutation, Bf16GatherIsTheFp32GatherRounded) {
+  const int N = 29, E = 4, k = 2, C = 37;  // C not a multiple of the vector width
+  std::vector<int32_t> row_of, row_token;
+  const int M = drop_some(row_of, row_token, N, E, k);
+  const test::Buf h = test::random_normal(size_t(N) * C, 5);
+  std::vector<float> rows(size_t(M) * C);
+  std::vector<bf16> rows16(rows.size());
+  gather_rows(rows.data(), h.data(), row_token.data(), M, C);
+  gather_rows(rows16.data(), h.data(), row_token.data(), M, C);
+  EXPECT_EQ(rows16, rounded(rows));
+}
+
+// The adjoint of combine in one pass: dgates and the scaled rows bit for bit those of
+// combine_rows_backward_gates then gather_rows_scaled, in place too; bf16 rows rounded.
+TEST(MoePermutation, OnePassCombineBackwardIsTheTwoPasses) {
+  const int N = 29, E = 4, k = 2, C = 37;
+  std::vector<int32_t> row_of, row_token;
+  const int M = drop_some(row_of, row_token, N, E, k);
+  const test::Buf dy = test::random_normal(size_t(N) * C, 6),
+                  y = test::random_normal(size_t(M) * C, 7);
+  const test::Buf gates = test::random_normal(size_t(N) * k, 8);
+  std::vector<float> want_dg(size_t(N) * k), want_rows(size_t(M) * C);
+  combine_rows_backward_gates(want_dg.data(), dy.data(), y.data(), row_of.data(), N, k, C);
+  gather_rows_scaled(want_rows.data(), dy.data(), row_of.data(), gates.data(), N, k, C);
+
+  std::vector<float> dg(want_dg.size(), -1), rows(want_rows.size(), -1);
+  combine_rows_backward(dg.data(), rows.data(), dy.data(), y.data(), row_of.data(), gates.data(), N,
+                        k, C);
+  EXPECT_EQ(dg, want_dg);
+  EXPECT_EQ(rows, want_rows);
+
+  std::vector<float> in_place(y.data(), y.data() + y.size());
+  std::fill(dg.begin(), dg.end(), -1);
+  combine_rows_backward(dg.data(), in_place.data(), dy.data(), in_place.data(), row_of.data(),
+                        gates.data(), N, k, C);
+  EXPECT_EQ(dg, want_dg);
+  EXPECT_EQ(in_place, want_rows);
+
+  std::vector<bf16> rows16(want_rows.size());
+  std::fill(dg.begin(), dg.end(), -1);
+  combine_rows_backward(dg.data(), rows16.data(), dy.data(), y.data(), row_of.data(), gates.data(),
+                        N, k, C);
+  EXPECT_EQ(dg, want_dg);
+  EXPECT_EQ(rows16, rounded(want_rows));
 }
 
 INSTANTIATE_TEST_SUITE_P(Twins, MoeRouting, ::testing::Values(false, true),

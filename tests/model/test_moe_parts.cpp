@@ -4,13 +4,16 @@
 // the same expert weights; the parts change which GEMM call it is in), the weight gradients
 // the same to rounding (summed part by part), including parts of uneven size and more parts
 // than a part has rows for some expert; and the layer starts P dispatches and P combines
-// per pass after one count exchange.
+// per pass after one count exchange. Parts cost no elementwise work of their own: every
+// row is rounded to bf16 and activated once per pass, whatever P (the phase profile's
+// bytes, counted, not timed).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "kernels/phase_profile.h"
 #include "model/moe_test_util.h"
 
 namespace mt {
@@ -97,6 +100,49 @@ TEST(MoeParts, EqualToOnePartFp32) {
 
 TEST(MoeParts, EqualToOnePartBf16) {
   for (int parts : {2, 5}) check_parts(parts, true);
+}
+
+// The activation and conversion bytes of one pass (after a first pass, which converts the
+// bf16 weight copies) of a layer in `parts` parts.
+PhaseTotals elementwise_traffic(int parts, bool bf16) {
+  const int N = 24, C = 16, E = 4;
+  const ModelConfig cfg = moe_test::config(C, E, 2, 0.0f);
+  uint64_t version = 1;
+  CountingExchange counting;
+  ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = &counting};
+  ep.overlap_parts = parts;
+  if (bf16) ep.bf16_version = &version;
+  Harness m(cfg, ep, N);
+  const auto h = moe_test::random_vec(size_t(N) * C, 3, 1);
+  const auto dy = moe_test::random_vec(size_t(N) * C, 3, 2);
+  std::vector<float> y(h.size()), dh(h.size());
+  const auto pass = [&] {
+    m.layer->forward(m.slot(), h.data(), y.data(), N);
+    m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
+    m.layer->backward_weight(m.slot(), h.data(), N);
+  };
+  pass();
+  PhaseTotals totals;
+  attach_phase_totals(&totals);
+  pass();
+  attach_phase_totals(nullptr);
+  return totals;
+}
+
+TEST(MoeParts, EachRowIsConvertedAndActivatedOnce) {
+  for (bool bf16 : {false, true}) {
+    const PhaseTotals one = elementwise_traffic(1, bf16);
+    EXPECT_GT(one.bytes[int(Phase::activation)], 0);
+    if (bf16) {
+      EXPECT_GT(one.bytes[int(Phase::conversion)], 0);
+    }
+    for (int parts : {2, 5}) {
+      const PhaseTotals split = elementwise_traffic(parts, bf16);
+      for (Phase p : {Phase::activation, Phase::conversion})
+        EXPECT_EQ(split.bytes[int(p)], one.bytes[int(p)])
+            << phase_name(p) << ", " << parts << " parts" << (bf16 ? ", bf16" : "");
+    }
+  }
 }
 
 }  // namespace

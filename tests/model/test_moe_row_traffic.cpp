@@ -1,0 +1,62 @@
+// What the MoE layer moves besides its GEMMs (docs/moe.md, "Grouped experts"), counted with
+// the phase profile (kernels/phase_profile.h), never timed. At ep = 1 nothing travels, so
+// the kept rows go from the tokens straight into the experts' input form and back: per
+// forward + backward four permutation passes (the gather, the gate-weighted combine, its
+// adjoint in one pass with the gates' gradient, the scatter-add of the input gradients),
+// no copy of the rows between the experts and the combine, and in bf16 no fp32 block of
+// rows rounded afterwards (the gathers round each row as they pack it).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/phase_profile.h"
+#include "model/moe_test_util.h"
+
+namespace mt {
+namespace {
+
+using moe_test::Harness;
+
+ModelConfig llama_config() {
+  ModelConfig cfg = moe_test::config(32, 4, 2, 0.0f);
+  cfg.arch = Arch::llama, cfg.heads = 2, cfg.expert_ffn_dim = 16;
+  return cfg;
+}
+
+void expect_rows_packed_once(const ModelConfig& cfg, bool bf16) {
+  const int N = 24, C = cfg.dim;
+  uint64_t version = 1;
+  ExpertParallelShard ep;
+  if (bf16) ep.bf16_version = &version;
+  Harness m(cfg, ep, N);
+  const auto h = moe_test::random_vec(size_t(N) * C, 3, 1);
+  const auto dy = moe_test::random_vec(size_t(N) * C, 3, 2);
+  std::vector<float> y(h.size()), dh(h.size());
+  const auto pass = [&] {
+    m.layer->forward(m.slot(), h.data(), y.data(), N);
+    m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
+    m.layer->backward_weight(m.slot(), h.data(), N);
+  };
+  pass();  // the first pass converts the bf16 weight copies
+  PhaseTotals totals;
+  attach_phase_totals(&totals);
+  pass();
+  attach_phase_totals(nullptr);
+  EXPECT_EQ(totals.calls[int(Phase::conversion)], 0u);
+  EXPECT_EQ(totals.calls[int(Phase::permutation)], 4u);
+  EXPECT_GT(totals.calls[int(Phase::gemm)], 0u);  // the grouped GEMMs are profiled too
+}
+
+TEST(MoeRowTraffic, Ep1PacksTheRowsOnceFp32) {
+  expect_rows_packed_once(moe_test::config(32, 4, 2, 0.0f), false);
+  expect_rows_packed_once(llama_config(), false);
+}
+
+TEST(MoeRowTraffic, Ep1PacksTheRowsOnceBf16) {
+  expect_rows_packed_once(moe_test::config(32, 4, 2, 0.0f), true);
+  expect_rows_packed_once(llama_config(), true);
+}
+
+}  // namespace
+}  // namespace mt
