@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/phase_profile.h"
@@ -140,27 +141,15 @@ void combine_rows_backward_gates(float* dgates, const float* dy, const float* ro
   }
 }
 
-void combine_rows_backward(float* dgates, float* d_rows, const float* dy, const float* rows,
-                           const int32_t* row_of, const float* gates, int N, int k, int C) {
-  PhaseScope phase(Phase::permutation, 3.0 * N * k * C, row_bytes(N * k, C, sizeof(float)));
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* d = dy + size_t(n) * C;
-    for (int j = 0; j < k; ++j) {
-      const size_t a = size_t(n) * k + j;
-      const int32_t p = row_of[a];
-      dgates[a] = p >= 0 ? gate_gradient(d, rows + size_t(p) * C, C) : 0.0f;
-      if (p >= 0) scaled_row(d_rows + size_t(p) * C, d, gates[a], C);
-    }
-  }
-}
-
-void combine_rows_backward(float* dgates, bf16* d_rows, const float* dy, const float* rows,
-                           const int32_t* row_of, const float* gates, int N, int k, int C) {
-  PhaseScope phase(Phase::permutation, 3.0 * N * k * C, row_bytes(N * k, C, sizeof(bf16)));
+// One pass over dy for both precisions of d_rows: each kept assignment's gate gradient, and
+// its gate-scaled row stored as Out (bf16 rows are scaled in fp32, then rounded as stored).
+template <typename Out>
+void combine_rows_backward_into(float* dgates, Out* d_rows, const float* dy, const float* rows,
+                                const int32_t* row_of, const float* gates, int N, int k, int C) {
+  PhaseScope phase(Phase::permutation, 3.0 * N * k * C, row_bytes(N * k, C, sizeof(Out)));
 #pragma omp parallel
   {
-    std::vector<float> scaled(static_cast<size_t>(C));  // one row in fp32, rounded as it is stored
+    std::vector<float> scaled(std::is_same_v<Out, bf16> ? size_t(C) : 0);
 #pragma omp for schedule(static)
     for (int n = 0; n < N; ++n) {
       const float* d = dy + size_t(n) * C;
@@ -169,11 +158,25 @@ void combine_rows_backward(float* dgates, bf16* d_rows, const float* dy, const f
         const int32_t p = row_of[a];
         dgates[a] = p >= 0 ? gate_gradient(d, rows + size_t(p) * C, C) : 0.0f;
         if (p < 0) continue;
-        scaled_row(scaled.data(), d, gates[a], C);
-        row_to_bf16(d_rows + size_t(p) * C, scaled.data(), C);
+        if constexpr (std::is_same_v<Out, bf16>) {
+          scaled_row(scaled.data(), d, gates[a], C);
+          row_to_bf16(d_rows + size_t(p) * C, scaled.data(), C);
+        } else {
+          scaled_row(d_rows + size_t(p) * C, d, gates[a], C);
+        }
       }
     }
   }
+}
+
+void combine_rows_backward(float* dgates, float* d_rows, const float* dy, const float* rows,
+                           const int32_t* row_of, const float* gates, int N, int k, int C) {
+  combine_rows_backward_into(dgates, d_rows, dy, rows, row_of, gates, N, k, C);
+}
+
+void combine_rows_backward(float* dgates, bf16* d_rows, const float* dy, const float* rows,
+                           const int32_t* row_of, const float* gates, int N, int k, int C) {
+  combine_rows_backward_into(dgates, d_rows, dy, rows, row_of, gates, N, k, C);
 }
 
 void scatter_add_rows(float* dh, const float* rows, const int32_t* row_of, int N, int k, int C) {
