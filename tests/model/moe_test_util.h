@@ -11,6 +11,7 @@
 #include "core/arena.h"
 #include "core/rng.h"
 #include "core/threads.h"
+#include "kernels/phase_profile.h"
 #include "model/moe_layer.h"
 
 namespace mt::moe_test {
@@ -77,5 +78,25 @@ struct Harness {
   float* slot(int i = 0) { return slots[i]->data(); }
   float* grad(const std::string& name) { return grads.data() + table.at(name).offset; }
 };
+
+// The phase totals of one forward + backward pass of N tokens of width C through the
+// harness's layer, taken on a second pass: the first converts the bf16 weight copies.
+inline PhaseTotals phases_of_second_pass(Harness& m, int N, int C) {
+  const size_t n = size_t(N) * size_t(C);
+  const auto h = random_vec(n, 3, 1);
+  const auto dy = random_vec(n, 3, 2);
+  std::vector<float> y(n), dh(n);
+  const auto pass = [&] {
+    m.layer->forward(m.slot(), h.data(), y.data(), N);
+    m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
+    m.layer->backward_weight(m.slot(), h.data(), N);
+  };
+  pass();
+  PhaseTotals totals;
+  attach_phase_totals(&totals);
+  pass();
+  attach_phase_totals(nullptr);
+  return totals;
+}
 
 }  // namespace mt::moe_test

@@ -113,20 +113,7 @@ PhaseTotals elementwise_traffic(int parts, bool bf16) {
   ep.overlap_parts = parts;
   if (bf16) ep.bf16_version = &version;
   Harness m(cfg, ep, N);
-  const auto h = moe_test::random_vec(size_t(N) * C, 3, 1);
-  const auto dy = moe_test::random_vec(size_t(N) * C, 3, 2);
-  std::vector<float> y(h.size()), dh(h.size());
-  const auto pass = [&] {
-    m.layer->forward(m.slot(), h.data(), y.data(), N);
-    m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
-    m.layer->backward_weight(m.slot(), h.data(), N);
-  };
-  pass();
-  PhaseTotals totals;
-  attach_phase_totals(&totals);
-  pass();
-  attach_phase_totals(nullptr);
-  return totals;
+  return moe_test::phases_of_second_pass(m, N, C);
 }
 
 TEST(MoeParts, EachRowIsConvertedAndActivatedOnce) {

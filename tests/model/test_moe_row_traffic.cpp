@@ -30,19 +30,7 @@ void expect_rows_packed_once(const ModelConfig& cfg, bool bf16) {
   ExpertParallelShard ep;
   if (bf16) ep.bf16_version = &version;
   Harness m(cfg, ep, N);
-  const auto h = moe_test::random_vec(size_t(N) * C, 3, 1);
-  const auto dy = moe_test::random_vec(size_t(N) * C, 3, 2);
-  std::vector<float> y(h.size()), dh(h.size());
-  const auto pass = [&] {
-    m.layer->forward(m.slot(), h.data(), y.data(), N);
-    m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
-    m.layer->backward_weight(m.slot(), h.data(), N);
-  };
-  pass();  // the first pass converts the bf16 weight copies
-  PhaseTotals totals;
-  attach_phase_totals(&totals);
-  pass();
-  attach_phase_totals(nullptr);
+  const PhaseTotals totals = moe_test::phases_of_second_pass(m, N, C);
   EXPECT_EQ(totals.calls[int(Phase::conversion)], 0u);
   EXPECT_EQ(totals.calls[int(Phase::permutation)], 4u);
   EXPECT_GT(totals.calls[int(Phase::gemm)], 0u);  // the grouped GEMMs are profiled too
