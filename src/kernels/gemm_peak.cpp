@@ -131,7 +131,7 @@ std::string describe_gemm_peak(PeakPrecision precision, const GemmPeak& peak, in
                 peak.rounds);
   std::snprintf(line, sizeof line,
                 "%s GEMM peak %.1f GFLOP/s per thread (%s, best run %d^3 of square "
-                "512/1024/2048 runs after a warm-up, %s, wall time, %d thread(s))",
+                "512/1024/2048 runs in %s, after a warm-up, wall time, %d thread(s))",
                 precision == PeakPrecision::fp32 ? "fp32" : "bf16", peak.gflops / threads,
                 peak.kernel.c_str(), peak.n, rounds, threads);
   return line;

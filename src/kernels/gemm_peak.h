@@ -50,8 +50,8 @@ struct GemmPeak {
 GemmPeak measure_gemm_peak(PeakPrecision precision, int threads, double seconds_budget);
 
 // "bf16 GEMM peak 842.1 GFLOP/s per thread (brg:avx512_core_amx_bf16, best run 512^3 of
-// square 512/1024/2048 runs after a warm-up, 2 rounds, the last two within 5%, wall time,
-// 1 thread(s))": how a consumer names its figure.
+// square 512/1024/2048 runs in 2 rounds, the last two within 5%, after a warm-up, wall
+// time, 1 thread(s))": how a consumer names its figure.
 std::string describe_gemm_peak(PeakPrecision precision, const GemmPeak& peak, int threads);
 
 // measure_gemm_peak(...).gflops, for the callers that need only the figure.
