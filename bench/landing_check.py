@@ -3,8 +3,9 @@
 
   bench/landing_check.py OLD_REV [--rounds N] [--keep-worktree] [--skip MOE|STEP]
 
-Builds OLD_REV in a detached git worktree (a temporary folder; `git worktree add --detach`,
-then scripts/build.sh --target meshtrain bench_moe_layer, which ccache makes cheap) and this
+Builds OLD_REV in a detached git worktree (build/landing_<sha> inside this checkout, so that
+ccache's base_dir covers it and the build is mostly cache hits; `git worktree add --detach`,
+then scripts/build.sh --target meshtrain bench_moe_layer) and this
 checkout (its working tree, uncommitted changes included) the same way, then runs, round by
 round, each benchmark on both sides, alternating which side goes first:
   step fp32 / step bf16   `meshtrain bench step` of 4 layers, dim 256, seq 128, batch 8,
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -173,7 +175,12 @@ def resolve(rev):
 def main(argv):
     a = parse_args(argv)
     sha = resolve(a.old_rev)
-    tree = os.path.join(tempfile.gettempdir(), f"meshtrain_landing_{sha[:12]}")
+    # Under the checkout's (ignored) build folder: a path outside ccache's base_dir misses
+    # the cache on every file (a full build of OLD_REV under /tmp took over ten minutes).
+    tree = os.path.join(REPO, "build", f"landing_{sha[:12]}")
+    os.makedirs(os.path.dirname(tree), exist_ok=True)
+    # A SIGTERM (a timeout's kill) unwinds like Ctrl-C, so the worktree is removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         if not os.path.isdir(tree):
             run(["git", "-C", REPO, "worktree", "add", "--detach", tree, sha])
