@@ -111,6 +111,14 @@ LAYOUTS = [
          arch="llama"),
     _lay("llama deepseek-moe 1 rank", 1, mb_div=1, arch="llama", deepseek=True),
     _lay("llama deepseek-moe ep2 dp2", 2, dp=2, ep=2, mb_div=1, arch="llama", deepseek=True),
+    # Four ranks on 2 cores where the brute force's single passes disagreed most with the
+    # model (issue #30): tp 4 in one and in eight microbatches (the collectives' waits among
+    # ranks that share the cores), pp 4 in two and eight (stages that idle in the bubble
+    # leave their core to the others).
+    _lay("llama tp4 sp m1", 4, tp=4, sp=True, mb_div=1, arch="llama"),
+    _lay("llama tp4 sp m8", 4, tp=4, sp=True, mb_div=8, arch="llama"),
+    _lay("llama pp4 1f1b m2", 4, pp=4, mb_div=2, schedule="1f1b", arch="llama"),
+    _lay("llama pp4 zb-h1 m8", 4, pp=4, mb_div=8, schedule="zb-h1", arch="llama"),
 ]
 
 
