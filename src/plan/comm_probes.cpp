@@ -124,6 +124,14 @@ void measure_local_links(HardwareProfile& h, const ProbeRun& run) {
   h.p2p_bw_inter = h.p2p_bw_intra;
 }
 
+double oversubscribed_busbw_from(double bytes, double seconds, int ranks, double idle_busbw) {
+  if (seconds <= 0 || ranks <= 1) return 0;  // the bytes added nothing measurable
+  const double busbw = 2.0 * (ranks - 1) / ranks * bytes / seconds;
+  // Ranks that share the cores cannot move bytes faster than idle ones: a figure above the
+  // idle busbw (measure_local_links, run before) is the loops' noise, bounded there.
+  return idle_busbw > 0 ? std::min(busbw, idle_busbw) : busbw;
+}
+
 // More rank threads than cores: the local backend's waiters yield and then block
 // (comm/local/doorbell.h), so a collective waits for its peers to be scheduled behind the
 // ranks that compute: what a one-float all-reduce adds to busy ranks, 2 x cores of them,
@@ -138,9 +146,9 @@ void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun&) {
   const double without = busy_loop_seconds(ranks, 0);
   const double one = busy_collective_seconds(ranks, 1, without);
   h.oversubscribed_latency_s = one / (2 * std::ceil(std::log2(double(ranks))));
-  const double bytes_s = busy_collective_seconds(ranks, payload, without) - one;
-  h.oversubscribed_busbw =
-      bytes_s > 0 ? 2.0 * (ranks - 1) / ranks * double(payload) * 4 / bytes_s : 0;
+  h.oversubscribed_busbw = oversubscribed_busbw_from(
+      double(payload) * 4, busy_collective_seconds(ranks, payload, without) - one, ranks,
+      h.intra_busbw);
 }
 
 // Two processes: 16 MiB all-reduce busbw, a 4-byte all-reduce's time as its latency (2

@@ -2,6 +2,7 @@
 // stage's cores, and what of a collective the sharing stretches.
 #include <gtest/gtest.h>
 
+#include "plan/calibration_probes.h"
 #include "plan/time_model.h"
 #include "plan_test_util.h"
 
@@ -80,6 +81,17 @@ TEST(PlanSharedCores, OversubscribedBusbwPricesCollectiveBytesAsAWait) {
   const double idle = predict_time(r, l, Schedule{}).step_s;
   r.hardware.oversubscribed_busbw = r.hardware.intra_busbw;
   EXPECT_LT(predict_time(r, l, Schedule{}).step_s, idle);
+}
+
+// The probe's figure: bus bandwidth from the added wall, 0 when the bytes added nothing
+// measurable, and never above the idle busbw (ranks sharing cores cannot move bytes faster
+// than idle ones; a tiny added time is the busy loops' noise).
+TEST(PlanSharedCores, OversubscribedBusbwIsBoundedByTheIdleOne) {
+  const double bytes = 128 * 1024, idle = 6e9;
+  EXPECT_DOUBLE_EQ(oversubscribed_busbw_from(bytes, 1e-3, 4, idle), 1.5 * bytes / 1e-3);
+  EXPECT_DOUBLE_EQ(oversubscribed_busbw_from(bytes, 1e-9, 4, idle), idle);
+  EXPECT_EQ(oversubscribed_busbw_from(bytes, 0, 4, idle), 0);
+  EXPECT_EQ(oversubscribed_busbw_from(bytes, -1e-5, 4, idle), 0);
 }
 
 }  // namespace
