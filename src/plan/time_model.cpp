@@ -250,8 +250,8 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   // Only the work time-shares: the collectives' latency is a wait, and the oversubscribed
   // latency is already what a collective adds to the wall of ranks that share the cores
   // (measure_oversubscribed_latency busies 2 x cores rank threads), so stretching it by the
-  // slowdown counted the sharing twice. The work is the latency-free twin's costs; the
-  // waits are what the latency adds to the dedicated critical path.
+  // slowdown counted the sharing twice (so is oversubscribed_busbw for the bytes). The work
+  // is the wait-free twin's costs; the waits are what they add to the dedicated critical path.
   const PredictedTime w = predict_dedicated(without_waits(o), l, schedule, 1e300);
   double pipeline = w.pipeline_s * o.slowdown, waits = p.pipeline_s - w.pipeline_s;
   if (l.pp > 1) {
