@@ -70,6 +70,18 @@ class HierarchicalCommunicator final : public Communicator {
   CommStats stats() const override;
   void reset_stats() override;
 
+  // What the worker did, for a trace (the trainer's --trace; docs/moe.md "Overlapped
+  // all-to-all"): with recording on, each collective's span from the worker picking it up
+  // to its end, the time it sat queued behind earlier ones, and an all-to-all-v's step
+  // between processes, on the steady clock (core/timer.h). The worker appends, the rank
+  // takes them (under a lock: they are two threads).
+  struct WorkerSpan {
+    std::string name;
+    double begin = 0, end = 0;
+  };
+  void set_recording(bool on);
+  std::vector<WorkerSpan> take_spans();
+
   struct State;  // shared with the worker thread
 
  private:
