@@ -6,8 +6,9 @@ processes (the hybrid world), when its worker moved the rows between processes: 
 of that inter-process time that fell inside the rank's expert compute and the share inside
 its waits. The hypothesis this checks: the rows move mostly while the rank waits.
 
-  bench/moe_overlap_trace.py TRACE.json [--from-step 3] [--parts-log]
+  bench/moe_overlap_trace.py TRACE.json [--from-step 3] [--parts-log] [--summary]
 
+--summary prints one line instead: the means over the ranks (bench/moe_overlap.sh reads it).
 --parts-log prints, for the first rank and the first traced step after the skip, every
 exchange's issue, worker start/end and finish with times in ms from the step's start.
 """
@@ -30,6 +31,7 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--from-step", type=int, default=3)
     ap.add_argument("--parts-log", action="store_true")
+    ap.add_argument("--summary", action="store_true")
     a = ap.parse_args()
     ev = json.load(open(a.trace))["traceEvents"]
     ev = [e for e in ev if e.get("ph") == "X"]
@@ -60,6 +62,13 @@ def main():
             "inter_under_experts": sum(overlap(i, experts) for i in inter) / t_inter if t_inter else None,
             "inter_under_wait": sum(overlap(i, waits) for i in inter) / t_inter if t_inter else None,
         })
+    if a.summary:
+        mean = lambda k: sum(r[k] for r in rows) / len(rows)
+        under = [r["inter_under_experts"] for r in rows if r["inter_under_experts"] is not None]
+        print(f"experts_ms {mean('experts_ms'):.1f} wait_ms {mean('wait_ms'):.1f} inter_ms "
+              f"{mean('inter_ms'):.1f} inter_under_experts "
+              f"{(sum(under) / len(under)) if under else -1:.2f}")
+        return
     for r in rows:
         share = lambda v: "-" if v is None else f"{100 * v:.0f}%"
         print(f"rank {r['rank']}: per step experts {r['experts_ms']:.1f} ms, ep wait "

@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "comm/hybrid/sleeping_wait.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -256,7 +257,7 @@ Work HierarchicalCommunicator::all_reduce(const void* send, void* recv, size_t c
     }
     char* mine = buf + j * m * es;
     q.intra->reduce_scatter(buf, mine, m, t, inner).wait();
-    q.inter->all_reduce(mine, mine, m, t, inner).wait();
+    wait_sleeping(q.inter->all_reduce(mine, mine, m, t, inner));
     q.intra->all_gather(mine, buf, m, t).wait();
     if (buf != recv) copy(recv, buf, count * es);
     if (op == ReduceOp::avg) divide(recv, count, n);
@@ -284,7 +285,7 @@ Work HierarchicalCommunicator::reduce_scatter(const void* send, void* recv, size
         copy(staged + (k * P + p) * chunk, bytes(send) + (p * L + k) * chunk, chunk);
     char* mine = staged + j * P * chunk;
     q.intra->reduce_scatter(staged, mine, P * recv_count, t, inner).wait();
-    q.inter->reduce_scatter(mine, recv, recv_count, t, inner).wait();
+    wait_sleeping(q.inter->reduce_scatter(mine, recv, recv_count, t, inner));
     if (op == ReduceOp::avg) divide(recv, recv_count, n);
   });
 }
@@ -302,7 +303,7 @@ Work HierarchicalCommunicator::all_gather(const void* send, void* recv, size_t s
     // across processes, then the blocks are gathered inside the process.
     char* staged = s->scratch(P * L * chunk);
     char* mine = staged + j * P * chunk;
-    q.inter->all_gather(send, mine, send_count, t).wait();
+    wait_sleeping(q.inter->all_gather(send, mine, send_count, t));
     q.intra->all_gather(mine, staged, P * send_count, t).wait();
     for (size_t p = 0; p < P; ++p)
       for (size_t k = 0; k < L; ++k)
@@ -317,7 +318,7 @@ Work HierarchicalCommunicator::broadcast(void* buf, size_t count, DType t, int r
   return enqueue(state_, "broadcast", [s, buf, count, t, root] {
     const HierarchicalParts& q = s->parts;
     const int root_process = root / q.per_process, root_slot = root % q.per_process;
-    if (q.local_index == root_slot) q.inter->broadcast(buf, count, t, root_process).wait();
+    if (q.local_index == root_slot) wait_sleeping(q.inter->broadcast(buf, count, t, root_process));
     q.intra->broadcast(buf, count, t, root_slot).wait();
   });
 }
@@ -328,7 +329,7 @@ Work HierarchicalCommunicator::barrier() {
     const HierarchicalParts& q = s->parts;
     // Everyone here has arrived -> every process has -> release everyone here.
     q.intra->barrier().wait();
-    if (q.local_index == 0) q.inter->barrier().wait();
+    if (q.local_index == 0) wait_sleeping(q.inter->barrier());
     q.intra->barrier().wait();
   });
 }
@@ -402,7 +403,7 @@ Work HierarchicalCommunicator::all_to_all_v(const void* send, const size_t* send
             off += c;
           }
         const double inter_begin = s->recording ? now_seconds() : 0;
-        q.inter->all_to_all_v(out2, send2.data(), recv, recv2.data(), t).wait();
+        wait_sleeping(q.inter->all_to_all_v(out2, send2.data(), recv, recv2.data(), t));
         if (s->recording) s->record("all_to_all_v between processes", inter_begin, now_seconds());
       });
 }

@@ -20,7 +20,9 @@
 //                   point-to-point communicator, the sender's slot folded into the tag
 //
 // Collectives run in issue order on a worker thread of this communicator (each is several
-// dependent steps); the caller gets a Work at once. Point-to-point calls are issued
+// dependent steps); the caller gets a Work at once. The worker waits for each step between
+// processes polling with short sleeps (sleeping_wait.h), not spinning: it shares the cores
+// with ranks that compute meanwhile. Point-to-point calls are issued
 // directly and do not wait for earlier collectives (a pipeline posts receives early).
 // avg is a sum with one division at the end, as on the other backends.
 #pragma once
