@@ -10,7 +10,6 @@
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <utility>
 
 #include "comm/hybrid/sleeping_wait.h"
 #include "core/error.h"
@@ -62,6 +61,11 @@ int slot_tag(int slot, int tag, const std::string& group) {
   return static_cast<int>(t);
 }
 
+void require_buffer(const void* p, size_t count, const char* what, const std::string& group) {
+  MT_CHECK(p != nullptr || count == 0, what, " buffer on group ", group, " is null but count is ",
+           count);
+}
+
 }  // namespace
 
 struct HierarchicalCommunicator::State {
@@ -81,14 +85,7 @@ struct HierarchicalCommunicator::State {
   std::vector<char> staging;
 
   std::atomic<uint64_t> seq{0}, calls{0}, wait_ns{0};
-
-  std::atomic<bool> recording{false};
-  std::mutex spans_mu;
-  std::vector<HierarchicalCommunicator::WorkerSpan> spans;
-  void record(std::string name, double begin, double end) {
-    std::lock_guard lock(spans_mu);
-    spans.push_back({std::move(name), begin, end});
-  }
+  WorkerSpans spans;  // --trace
 
   char* scratch(size_t n) {
     if (staging.size() < n) staging.resize(n);
@@ -110,7 +107,7 @@ struct HierarchicalCommunicator::State {
         queue.pop_front();
       }
       std::exception_ptr err = broken;
-      const double begin = recording ? now_seconds() : 0;
+      const double begin = spans.recording() ? now_seconds() : 0;
       if (!err) {
         try {
           t->body();
@@ -118,10 +115,8 @@ struct HierarchicalCommunicator::State {
           err = broken = std::current_exception();
         }
       }
-      if (recording && t->queued_at > 0) {
-        record(std::string("queued: ") + t->what, t->queued_at, begin);
-        record(t->what, begin, now_seconds());
-      }
+      if (t->queued_at > 0) spans.record(std::string("queued: ") + t->what, t->queued_at, begin);
+      if (t->queued_at > 0) spans.record(t->what, begin, now_seconds());
       {
         std::lock_guard lock(t->mu);
         t->done = true;
@@ -166,7 +161,7 @@ Work enqueue(const std::shared_ptr<HierarchicalCommunicator::State>& s, const ch
   auto t = std::make_shared<Task>();
   t->body = std::move(body);
   t->what = what;
-  if (s->recording) t->queued_at = now_seconds();
+  if (s->spans.recording()) t->queued_at = now_seconds();
   s->seq++;
   s->calls++;
   {
@@ -223,15 +218,6 @@ int HierarchicalCommunicator::global_rank(int i) const {
 const std::string& HierarchicalCommunicator::name() const {
   return state_->parts.name;
 }
-
-namespace {
-
-void require_buffer(const void* p, size_t count, const char* what, const std::string& group) {
-  MT_CHECK(p != nullptr || count == 0, what, " buffer on group ", group, " is null but count is ",
-           count);
-}
-
-}  // namespace
 
 Work HierarchicalCommunicator::all_reduce(const void* send, void* recv, size_t count, DType t,
                                           ReduceOp op) {
@@ -402,9 +388,9 @@ Work HierarchicalCommunicator::all_to_all_v(const void* send, const size_t* send
             cursor[k] += c;
             off += c;
           }
-        const double inter_begin = s->recording ? now_seconds() : 0;
+        const double inter_begin = s->spans.recording() ? now_seconds() : 0;
         wait_sleeping(q.inter->all_to_all_v(out2, send2.data(), recv, recv2.data(), t));
-        if (s->recording) s->record("all_to_all_v between processes", inter_begin, now_seconds());
+        s->spans.record("all_to_all_v between processes", inter_begin, now_seconds());
       });
 }
 
@@ -454,12 +440,10 @@ void HierarchicalCommunicator::reset_stats() {
 }
 
 void HierarchicalCommunicator::set_recording(bool on) {
-  state_->recording = on;
+  state_->spans.set_recording(on);
 }
-
-std::vector<HierarchicalCommunicator::WorkerSpan> HierarchicalCommunicator::take_spans() {
-  std::lock_guard lock(state_->spans_mu);
-  return std::exchange(state_->spans, {});
+std::vector<WorkerSpan> HierarchicalCommunicator::take_spans() {
+  return state_->spans.take();
 }
 
 }  // namespace mt::hybrid

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/hybrid/worker_spans.h"
 
 namespace mt::hybrid {
 
@@ -77,10 +78,6 @@ class HierarchicalCommunicator final : public Communicator {
   // to its end, the time it sat queued behind earlier ones, and an all-to-all-v's step
   // between processes, on the steady clock (core/timer.h). The worker appends, the rank
   // takes them (under a lock: they are two threads).
-  struct WorkerSpan {
-    std::string name;
-    double begin = 0, end = 0;
-  };
   void set_recording(bool on);
   std::vector<WorkerSpan> take_spans();
 
