@@ -49,7 +49,7 @@ rs = [json.loads(l) for l in open(metrics)]
 rs = [r for r in rs if "step" in r and r["step"] > 1]
 med = lambda k: statistics.median(r[k] for r in rs)
 t = dict(zip(*[iter(subprocess.run([sys.executable, "bench/moe_overlap_trace.py", trace,
-                                    "--summary"], capture_output=True, text=True,
+                                    "--summary", "--from-step", "2"], capture_output=True, text=True,
                                    check=True).stdout.split())] * 2))
 wait = med("ep_comm_wait_s")
 line = (f"{label}: ep_comm_wait_s {wait:.4f}  step_time_s {med('step_time_s'):.3f}  "
