@@ -22,7 +22,8 @@ namespace mt::hybrid {
 struct SleepingWait {
   int spin_polls = 16;  // polls at once first: a short collective returns without a sleep
   std::chrono::microseconds quantum{100};
-  // Sleeps before handing over to Work::wait, which enforces the group's timeout.
+  // Sleeps before handing over to Work::wait, which enforces the group's timeout (so a
+  // stuck step between processes fails that timeout after these 2+ s, not after 0).
   int max_sleeps = 20000;
   // Empty: std::this_thread::sleep_for (tests record the sleeps instead).
   std::function<void(std::chrono::microseconds)> sleep;
