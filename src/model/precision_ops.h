@@ -57,6 +57,11 @@ struct Fp32Ops {
                  int N, int C) const {
     layernorm_forward(out, mean, rstd, x, w, b, N, C);
   }
+  // x += res, then out = layernorm(x), one pass over each row.
+  void residual_layernorm(Act* out, float* mean, float* rstd, float* x, const float* res,
+                          const float* w, const float* b, int N, int C) const {
+    residual_layernorm_forward(out, mean, rstd, x, res, w, b, N, C);
+  }
   void bias_gelu(Act* out, float* pre, const float* bias, int N, int H) const {
     bias_gelu_forward(out, pre, bias, N, H);
   }
@@ -124,6 +129,10 @@ struct Bf16Ops {
   void layernorm(Act* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
                  int N, int C) const {
     layernorm_forward_bf16(out, mean, rstd, x, w, b, N, C);
+  }
+  void residual_layernorm(Act* out, float* mean, float* rstd, float* x, const float* res,
+                          const float* w, const float* b, int N, int C) const {
+    residual_layernorm_forward_bf16(out, mean, rstd, x, res, w, b, N, C);
   }
   void bias_gelu(Act* out, float* pre, const float* bias, int N, int H) const {
     bias_gelu_forward_bf16(out, pre, bias, N, H);
