@@ -277,6 +277,8 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
                          Nl, C_);
     p.forward(fc_, fc_pre, ln2_out, N, p.gathered(), /*with_bias=*/false);
     p.bias_gelu(fc_out, fc_pre, fc_.bias(), N, Hl_);
+    // Without dropout between them, the residual add joins the GEMM (its epilogue in bf16).
+    if (!dropout_on()) return p.forward_residual(mlp_proj_, x_out, fc_out, N, x_mid, nc);
     p.forward(mlp_proj_, x_out, fc_out, N);
   }
   if (dropout_on()) branch_dropout(x_out, x_out, 2, b, T, false);

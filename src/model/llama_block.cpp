@@ -255,6 +255,9 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
   } else {
     auto* n2 = Ops::act(s, off_.n2);
     norm2_.forward_residual(s, n2, x_mid, x_in, Nl);
+    // Without dropout between them, the residual add joins the down projection (its
+    // epilogue in bf16).
+    if (!dropout_on()) return mlp_forward(ops, s, n2, x_out, N, x_mid, nc);
     mlp_forward(ops, s, n2, x_out, N);
   }
   if (dropout_on()) branch_dropout(x_out, x_out, 2, Nl, false);
@@ -263,12 +266,15 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
 
 // y = down(silu(gate n2) * up n2), the dense MLP or the shared experts.
 template <class Ops>
-void LlamaBlock::mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y,
-                             int N) {
+void LlamaBlock::mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y, int N,
+                             const float* residual, size_t nc) {
   auto* h = Ops::act(s, off_.h);
   ops.forward(gate_up_, s + off_.gu, n2, N, ops.gathered(), /*with_bias=*/false);
   ops.swiglu(h, s + off_.gu, N, Fl_);
-  ops.forward(down_, y, h, N);
+  if (residual)
+    ops.forward_residual(down_, y, h, N, residual, nc);
+  else
+    ops.forward(down_, y, h, N);
 }
 
 // d_n2 from dx_out: through down_proj, SwiGLU and [gate; up] (or the routed experts, plus

@@ -21,6 +21,7 @@
 #include "kernels/bf16.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/reduce.h"
 #include "kernels/swiglu.h"
 #include "model/activation_pool.h"
 #include "tensor_parallel/column_parallel_linear.h"
@@ -90,6 +91,13 @@ struct Fp32Ops {
   }
   void forward(const tp::RowParallelLinear& l, float* y, const Act* x, int N) const {
     l.forward(y, x, N, scratch);
+  }
+  // y = the layer's output + residual (y's nc rows on this rank): the fp32 GEMM and the add,
+  // as two passes (the order of the fp32 sums stays the one the bitwise tests hold).
+  void forward_residual(const tp::RowParallelLinear& l, float* y, const Act* x, int N,
+                        const float* residual, size_t nc) const {
+    l.forward(y, x, N, scratch);
+    add_inplace(y, residual, nc);
   }
   void backward_input(const tp::ColumnParallelLinear& l, float* dx, const Act* dy, int N) const {
     l.backward_input(dx, dy, N, scratch);
@@ -162,6 +170,11 @@ struct Bf16Ops {
   }
   void forward(const tp::RowParallelLinear& l, float* y, const Act* x, int N) const {
     l.forward_bf16(y, x, N, scratch);
+  }
+  // The residual add in the bf16 GEMM's epilogue (a oneDNN binary post-op) where tp is 1.
+  void forward_residual(const tp::RowParallelLinear& l, float* y, const Act* x, int N,
+                        const float* residual, size_t) const {
+    l.forward_bf16_residual(y, x, N, scratch, residual);
   }
   void backward_input(const tp::ColumnParallelLinear& l, float* dx, const Act* dy, int N) const {
     l.backward_input_bf16(dx, dy, N, scratch);
