@@ -45,9 +45,9 @@ constexpr const char* kKorthikantiMemory =
 // The engine has --cp (docs/context_parallel.md), but with cp open for GPT blocks the GPU
 // search of docs/planner.md's 175B on 1024 GPUs exceeds its work budget and is refused
 // (issue #30 item 6, found on this branch): not offered until the search is bounded.
-constexpr const char* kMeshtrainCpNotSearched =
-    "not searched on GPUs yet: the engine has --cp, but with it open the 175B / 1024-GPU "
-    "search exceeds its work budget (docs/planner.md, item 6)";
+constexpr const char* kMeshtrainCp =
+    "the engine's --cp (ring or allgather, llama and GPT blocks: docs/context_parallel.md); "
+    "searched with micro-batches below cp only (search.cpp, cp_micro_batches)";
 constexpr const char* kNoFp8 = "16-bit GEMMs (A100: no FP8 tensor cores)";
 // Mainline Megatron-LM's pipeline schedules (megatron/schedules.py, then
 // megatron/core/pipeline_parallel/schedules.py): no pipelining, 1F1B, interleaved 1F1B.
@@ -214,8 +214,8 @@ const std::vector<SoftwareTable> kTables = {
       {"grad_accum_pass", 0, "the weight-gradient GEMM accumulates"},
       {"tp_backward_overlap", 0, "tp collectives not overlapped"},
       {"max_zero", 3, "ZeRO 1-3"},
-      {"max_cp", 1, kMeshtrainCpNotSearched},
-      {"cp_allgather", 0, kMeshtrainCpNotSearched},
+      {"max_cp", 1 << 20, kMeshtrainCp},
+      {"cp_allgather", 0, "the engine's default --cp-comm ring"},
       {"paper_memory", 0,
        "this engine's own estimate of what it allocates (train/memory_estimate.h)"},
       {"flash_attention", 0,
