@@ -30,9 +30,11 @@ Sources (entered by hand, each figure read from the source named):
        (dense width 18432), sigmoid gating, vocabulary 128K (129,280 in the released config),
        untied; batch 15,360 sequences of 4,096 tokens after the first 469B tokens (the batch
        schedule, 4K sequences, 128K vocabulary, 61 layers with 3 dense, width 7168 and
-       2.664M GPU hours as quoted from the report in the pages corpus; 128 heads, dense width
-       18432 and vocabulary 129,280 as docs/planner.md's earlier DeepSeek-V3-like plan
-       entered them from the released config, not rechecked here).
+       2.664M GPU hours as quoted from the report in the pages corpus; 61 layers, width
+       7168, 128 heads of 128, 1 shared + 256 routed experts of 2048, top-8, the first three
+       layers dense, MTP depth 1 and the 15,360 x 4K batch checked against the report's 4.2
+       in a copy of its arXiv v2 HTML in the code corpus; dense width 18432 and vocabulary
+       129,280 from the released config, not in the report's text).
        Published: 180K H800 GPU hours per trillion tokens (2.664M GPU hours of pre-training
        for 14.8T tokens; 2.788M with context extension and post-training).
        Derivation: tokens per GPU-second = 1e12 / (180,000 x 3600) = 1,543.2; step =

@@ -245,6 +245,15 @@ void add_layout_flags(CLI::App* cmd, PlanArgs& a) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
+// A model part the engine does not have, so not among train's model flags.
+void add_mtp_flag(CLI::App* cmd, PlanArgs& a) {
+  cmd->add_option("--mtp-layers", a.mtp_layers,
+                  "multi-token-prediction modules (DeepSeek-V3's MTP depth D), costed on the "
+                  "head's stage: a block like the last, a 2h -> h projection, the shared head "
+                  "and loss again (GPU software with paper memory only; the engine has none)")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 CommandRunner add_plan_command(CLI::App& app) {
@@ -315,11 +324,7 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb, "gradient bucket size in MiB")
       ->capture_default_str();
-  cmd->add_option("--mtp-layers", a->mtp_layers,
-                  "multi-token-prediction modules (DeepSeek-V3's MTP depth D), costed on the "
-                  "head's stage: a block like the last, a 2h -> h projection, the shared head "
-                  "and loss again (GPU software with paper memory only; the engine has none)")
-      ->capture_default_str();
+  add_mtp_flag(cmd, *a);
   add_layout_flags(cmd, *a);
   cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "print {\"candidates\": [...]} (best first)");
