@@ -30,9 +30,11 @@ Sources (entered by hand, each figure read from the source named):
        (dense width 18432), sigmoid gating, vocabulary 128K (129,280 in the released config),
        untied; batch 15,360 sequences of 4,096 tokens after the first 469B tokens (the batch
        schedule, 4K sequences, 128K vocabulary, 61 layers with 3 dense, width 7168 and
-       2.664M GPU hours as quoted from the report in the pages corpus; 128 heads, dense width
-       18432 and vocabulary 129,280 as docs/planner.md's earlier DeepSeek-V3-like plan
-       entered them from the released config, not rechecked here).
+       2.664M GPU hours as quoted from the report in the pages corpus; 61 layers, width
+       7168, 128 heads of 128, 1 shared + 256 routed experts of 2048, top-8, the first three
+       layers dense, MTP depth 1 and the 15,360 x 4K batch checked against the report's 4.2
+       in a copy of its arXiv v2 HTML in the code corpus; dense width 18432 and vocabulary
+       129,280 from the released config, not in the report's text).
        Published: 180K H800 GPU hours per trillion tokens (2.664M GPU hours of pre-training
        for 14.8T tokens; 2.788M with context extension and post-training).
        Derivation: tokens per GPU-second = 1e12 / (180,000 x 3600) = 1,543.2; step =
@@ -50,7 +52,9 @@ Sources (entered by hand, each figure read from the source named):
        25.27 s. The recipe (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py,
        deepseek_workload_base_configs.py): recompute mla_up_proj and mlp, moe_a2a_overlap
        off, overlap_grad_reduce off, bf16 gradient reduction, forced expert load balance,
-       an MTP layer (not modelled). Software: --software megatron-bridge-2025.
+       an MTP layer ("m" in the layout "Et|(tt|)*30mL": --mtp-layers 1, costed as a block
+       like the last, a 2h -> h projection and the head and loss again on the head's
+       chunk). Software: --software megatron-bridge-2025.
 
 Not included (and why): MegaScale (Jiang et al. 2024, NSDI): no text copy of its tables
 (model, GPUs, batch, layout, MFU per row) was found in the search corpus, only the headline
@@ -71,6 +75,14 @@ DEEPSEEK_V3 = ["--arch", "llama", "--layers", "61", "--dim", "7168", "--heads", 
                "--ffn-dim", "18432", "--experts", "256", "--topk", "8", "--expert-ffn-dim",
                "2048", "--shared-experts", "1", "--first-dense-layers", "3", "--router",
                "sigmoid", "--vocab", "129280", "--tie-embeddings=false"]
+# DeepSeek-V3's multi-token prediction, depth D = 1 (report 4.2: "The multi-token prediction
+# depth D is set to 1"); Megatron-Bridge's recipe places it as the "m" before the loss "L" of
+# its pipeline layout "Et|(tt|)*30mL" (deepseek_llm_pretrain.py). Entered for the MB row.
+# Not for the DS row yet: with it, the memory model (Korthikanti's accounting, without the
+# report's FP8 activation caching and RMSNorm / MLA up-projection / SwiGLU recomputation,
+# 3.2.3 and 3.3.3) refuses the run at 88.4 GiB per GPU against 77 usable, even with full
+# recomputation: that row needs the memory model of those first.
+MTP1 = ["--mtp-layers", "1"]
 
 
 def run(src, name, model, software, hardware, gpus, seq, batch, layout, published):
@@ -89,7 +101,7 @@ RUNS = [
     run("DS", "V3 671B", DEEPSEEK_V3, "deepseek-v3-2024", "h800-80gb", 2048, 4096, 15360,
         {"tp": 1, "pp": 16, "ep": 64, "dp": 128, "schedule": "dualpipev"},
         ("step", 15360 * 4096 / (1e12 / (180e3 * 3600) * 2048))),
-    run("MB", "V3 671B", DEEPSEEK_V3, "megatron-bridge-2025", "h100-80gb", 1024, 4096, 8192,
+    run("MB", "V3 671B", DEEPSEEK_V3 + MTP1, "megatron-bridge-2025", "h100-80gb", 1024, 4096, 8192,
         {"tp": 2, "pp": 8, "cp": 1, "ep": 64, "dp": 64, "schedule": "interleaved",
          "virtual-stages": 4, "micro-batch": 1},
         ("step", 8192 * 4096 / (1297 * 1024))),

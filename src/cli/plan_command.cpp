@@ -26,7 +26,7 @@ struct PlanArgs {
   int batch = 8;
   std::string hardware, hardware_file, profile, backend = "local";
   std::string software;  // GPU software profile (empty: the hardware's own, meshtrain)
-  int gpus = 0, ranks = 0, threads = 1, top = 10;
+  int gpus = 0, ranks = 0, threads = 1, top = 10, mtp_layers = 0;
   double bucket_mb = 25;
   int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0, cp = 0;
   std::string recompute, schedule, precision, cp_comm;
@@ -157,6 +157,7 @@ plan::PlanRequest make_request(PlanArgs& a) {
   MT_REQUIRE(a.top >= 1, "--top must be >= 1");
   r.threads = a.threads;
   r.bucket_mb = a.bucket_mb;
+  r.mtp_layers = a.mtp_layers;
   r.dp = given(a.dp_o, a.dp);
   r.tp = given(a.tp_o, a.tp);
   r.pp = given(a.pp_o, a.pp);
@@ -244,6 +245,15 @@ void add_layout_flags(CLI::App* cmd, PlanArgs& a) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
+// A model part the engine does not have, so not among train's model flags.
+void add_mtp_flag(CLI::App* cmd, PlanArgs& a) {
+  cmd->add_option("--mtp-layers", a.mtp_layers,
+                  "multi-token-prediction modules (DeepSeek-V3's MTP depth D), costed on the "
+                  "head's stage: a block like the last, a 2h -> h projection, the shared head "
+                  "and loss again (GPU software with paper memory only; the engine has none)")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 CommandRunner add_plan_command(CLI::App& app) {
@@ -314,6 +324,7 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb, "gradient bucket size in MiB")
       ->capture_default_str();
+  add_mtp_flag(cmd, *a);
   add_layout_flags(cmd, *a);
   cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "print {\"candidates\": [...]} (best first)");

@@ -17,7 +17,7 @@ bool is_fixed(const TrainOptions& o, const char* name) {
 }
 
 std::string describe(const Layout& l, int batch) {
-  return str("dp ", l.dp, " tp ", l.tp, " pp ", l.pp,
+  return str("dp ", l.dp, " tp ", l.tp, l.cp > 1 ? str(" cp ", l.cp) : std::string(), " pp ", l.pp,
              l.pp > 1 ? str(" ", l.schedule,
                             l.virtual_stages > 1 ? str(" v", l.virtual_stages) : std::string())
                       : std::string(),
@@ -44,6 +44,12 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   if (is_fixed(o, "tp")) r.tp = p.tp;
   if (is_fixed(o, "pp")) r.pp = p.pp;
   if (is_fixed(o, "ep")) r.ep = p.ep;
+  // cp is a fixed knob only: locally the search keeps cp 1 (search.cpp, cp_choices), and a
+  // cp given in a config file rather than a flag is kept all the same, never dropped.
+  if (is_fixed(o, "cp") || p.cp > 1) {
+    r.cp = p.cp;
+    r.cp_comm = p.cp_comm;
+  }
   if (is_fixed(o, "zero")) r.zero = p.zero;
   if (is_fixed(o, "sequence-parallel")) r.sequence_parallel = p.sequence_parallel;
   if (is_fixed(o, "schedule")) r.schedule = schedule_name(p.schedule);
@@ -59,6 +65,7 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   p.dp = l.dp;
   p.tp = l.tp;
   p.pp = l.pp;
+  p.cp = l.cp;
   p.ep = l.ep;
   p.zero = l.zero;
   p.sequence_parallel = l.sequence_parallel;

@@ -107,6 +107,12 @@ double chunk_bytes(const PlanRequest& r, const Layout& l, const ChunkSpec& spec,
     const double Vl = double(tp::padded_vocab(r.model.vocab, l.tp)) / l.tp;
     // The final norm's input and output, the logits (fp32 when cast for the loss).
     bytes += 2 * e * outside * h + (hw.fp32_cross_entropy ? 4 : 2 * e) * sb * Vl;
+    // Each MTP module (stage_costs.cpp, add_mtp): its block, the projection's 2h input, and
+    // the final norm and logits again.
+    const double mtp = layer[is_moe_layer(r.model, r.model.layers - 1) ? 1 : 0] +
+                       2 * e * outside * h + 2 * e * outside * h +
+                       (hw.fp32_cross_entropy ? 4 : 2 * e) * sb * Vl;
+    bytes += r.mtp_layers * mtp;
   }
   return bytes;
 }
@@ -173,6 +179,14 @@ PlannedMemory software_memory(const PlanRequest& r, const Layout& l, const Sched
       if (spec.has_head)
         params +=
             (m.llama() ? 1 : 2) * double(m.dim) + (m.tied() && spec.has_embedding ? 0 : table);
+      // MTP modules: a block like the last and the 2h -> h projection (embedding and head
+      // shared with the main model).
+      for (int k = 0; spec.has_head && k < r.mtp_layers; ++k) {
+        double ex = 0;
+        const double p = rank_block_params(m, m.layers - 1, l.tp, l.ep, &ex);
+        params += p + 2.0 * m.dim * m.dim / l.tp, experts += ex;
+        largest = std::max(largest, p);
+      }
     }
     PlannedMemory s;
     s.pp_stage = st;

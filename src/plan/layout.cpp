@@ -61,6 +61,12 @@ void validate_request(const PlanRequest& r) {
     MT_REQUIRE(!v || *v >= 1, name, " must be >= 1 (got ", *v, ")");
   MT_REQUIRE(!r.zero || (*r.zero >= 0 && *r.zero <= 3), "--zero must be 0, 1, 2 or 3 (got ",
              *r.zero, ")");
+  MT_REQUIRE(r.mtp_layers >= 0 && r.mtp_layers <= kMaxMtpLayers, "--mtp-layers must be in 0..",
+             kMaxMtpLayers, " (got ", r.mtp_layers, ")");
+  MT_REQUIRE(r.mtp_layers == 0 || (!r.hardware.local && r.hardware.paper_memory), "--mtp-layers ",
+             r.mtp_layers, ": software ", r.hardware.software,
+             " has no multi-token prediction (the engine has none); plan it under a GPU "
+             "software that has, e.g. --software deepseek-v3-2024 or megatron-bridge-2025");
 }
 
 int microbatches(const PlanRequest& r, const Layout& l) {

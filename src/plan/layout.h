@@ -38,6 +38,8 @@ struct Layout {
 
 // --bucket-mb's largest value: 1 TiB buckets, whose float count stays far inside int64.
 constexpr double kMaxBucketMb = 1 << 20;
+// --mtp-layers' largest value (DeepSeek-V3 trains with 1).
+constexpr int kMaxMtpLayers = 64;
 
 // What the user asked for: the model, the global batch, the machine, and the knobs they
 // fixed (unset = searched).
@@ -49,6 +51,11 @@ struct PlanRequest {
   int threads = 1;                // compute threads per rank (local)
   std::string backend = "local";  // local hardware: the backend the run will use
   double bucket_mb = 25;
+  // Multi-token-prediction modules (DeepSeek-V3's MTP, depth D; plan --mtp-layers): each one
+  // block like the model's last, a 2h -> h projection and a second pass of the (shared)
+  // output head and loss, on the chunk with the head. GPU software with paper memory only:
+  // the engine has no MTP.
+  int mtp_layers = 0;
   std::optional<int> dp, tp, pp, virtual_stages, ep, zero, micro_batch, cp;
   std::optional<bool> sequence_parallel;
   std::optional<Recompute> recompute;

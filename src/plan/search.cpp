@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "plan/gpu_memory.h"
 #include "plan/memory_bounds.h"
 #include "plan/model_flops.h"
 #include "plan/software_profiles.h"
@@ -125,10 +126,25 @@ std::vector<std::pair<std::string, int>> schedule_choices(const PlanRequest& r, 
   return out;
 }
 
-OpenKnobs open_knobs(const PlanRequest& r, int tp, int pp, int dp) {
+// The micro-batches worth searching under a searched cp > 1: fewer sequences than cp ranks
+// (b < cp), so that each rank holds less than one sequence's tokens per microbatch, which no
+// cp-1 layout can. With b a multiple of cp the cp-1 layout of dp x cp replicas and
+// micro-batch b / cp has the same tokens, attention work and activations per rank and the
+// same microbatch count, without cp's K/V exchange: never slower in this model, so not
+// searched. b > cp, not a multiple, is left out too: such a rank holds more than a whole
+// sequence per microbatch, where cp's one gain, activation memory, comes cheaper from a
+// smaller micro-batch. This is what keeps cp open within the work budget (the 175B example).
+std::vector<int> cp_micro_batches(const PlanRequest& r, int cp, std::vector<int> all) {
+  if (cp <= 1 || r.cp || r.micro_batch) return all;
+  std::erase_if(all, [&](int b) { return b >= cp; });
+  return all;
+}
+
+OpenKnobs open_knobs(const PlanRequest& r, int tp, int pp, int dp, int cp) {
   OpenKnobs k;
   k.schedules = schedule_choices(r, pp);
-  k.micro_batches = choices(r.micro_batch, divisors(r.batch % dp == 0 ? r.batch / dp : 1, 64));
+  k.micro_batches = cp_micro_batches(
+      r, cp, choices(r.micro_batch, divisors(r.batch % dp == 0 ? r.batch / dp : 1, 64)));
   std::vector<int> eps = {1};
   if (r.model.experts > 0) {
     eps.clear();
@@ -145,10 +161,26 @@ OpenKnobs open_knobs(const PlanRequest& r, int tp, int pp, int dp) {
   return k;
 }
 
+// Whether one sequence's activations outweigh the weights in a layer (layer 0; a MoE layer's
+// routed experts left out, since cp does not split them either), both 16-bit, unsplit and
+// not recomputed. cp divides the activations alone, at the cost of a K/V exchange per layer;
+// where the weights weigh more, tp or pp (which split both) or a smaller micro-batch free
+// more memory for less, so cp is searched only past this sequence length (Korthikanti et al.
+// 2022's 34 s h per layer puts it near s = 0.7 h for a dense GPT: the 175B example's 2K
+// sequences are below it, Llama 3 8B's 128K far above). A fixed --cp is planned regardless.
+bool activations_dominate_layer(const PlanRequest& r) {
+  Layout one;
+  one.precision = Precision::bf16;
+  double experts = 0;
+  const double weights = 2 * rank_block_params(r.model, 0, 1, 1, &experts);
+  return layer_activation_bytes(r, one, true, false) > weights - 2 * experts;
+}
+
 // Context-parallel sizes of GPU software that has them: the divisors of what tp leaves, up
-// to the software's largest, that cut the sequence into 2 cp chunks; 1 elsewhere.
+// to the software's largest, that cut the sequence into 2 cp chunks, where a sequence's
+// activations dominate its layers; 1 elsewhere.
 std::vector<int> cp_choices(const PlanRequest& r, int64_t rest) {
-  if (r.hardware.local || r.hardware.max_cp <= 1) return {1};
+  if (r.hardware.local || r.hardware.max_cp <= 1 || !activations_dominate_layer(r)) return {1};
   std::vector<int> out;
   for (int cp : divisors(rest, r.hardware.max_cp))
     if (r.model.seq % (2 * int64_t(cp)) == 0 || cp == 1) out.push_back(cp);
@@ -189,7 +221,7 @@ void for_each_layout(const PlanRequest& r, WorkBudget& budget,
         if ((n / tp) % (int64_t(pp) * cp) != 0) continue;
         const int dp = n / (tp * cp * pp);
         if (r.dp && *r.dp != dp) continue;
-        const OpenKnobs k = open_knobs(r, tp, pp, dp);
+        const OpenKnobs k = open_knobs(r, tp, pp, dp, cp);
         budget.charge(1 + k.count() * double(rcs.size() * precs.size()));
         for (int ep : k.eps)
           for (int zero : k.zeros)
@@ -372,6 +404,7 @@ SearchResult Search::finish() {
                      return a.memory.total() < b.memory.total();
                    });
   if (out_.candidates.size() > keep_) out_.candidates.resize(keep_);
+  out_.work = budget_.used();
   return std::move(out_);
 }
 

@@ -31,6 +31,7 @@ struct SearchResult {
   // valid, but too large for the engine's 64-bit memory estimate while their lower bound
   // fits (memory_bounds.h): skipped, and said so
   int uncounted = 0;
+  double work = 0;  // work units charged (work_budget.h), at most kSearchWorkLimit
 };
 
 // Throws UsageError: when a fixed knob makes every combination invalid (the validation's

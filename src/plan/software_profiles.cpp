@@ -45,9 +45,9 @@ constexpr const char* kKorthikantiMemory =
 // The engine has --cp (docs/context_parallel.md), but with cp open for GPT blocks the GPU
 // search of docs/planner.md's 175B on 1024 GPUs exceeds its work budget and is refused
 // (issue #30 item 6, found on this branch): not offered until the search is bounded.
-constexpr const char* kMeshtrainCpNotSearched =
-    "not searched on GPUs yet: the engine has --cp, but with it open the 175B / 1024-GPU "
-    "search exceeds its work budget (docs/planner.md, item 6)";
+constexpr const char* kMeshtrainCp =
+    "the engine's --cp (ring or allgather, llama and GPT blocks: docs/context_parallel.md); "
+    "searched with micro-batches below cp only (search.cpp, cp_micro_batches)";
 constexpr const char* kNoFp8 = "16-bit GEMMs (A100: no FP8 tensor cores)";
 // Mainline Megatron-LM's pipeline schedules (megatron/schedules.py, then
 // megatron/core/pipeline_parallel/schedules.py): no pipelining, 1F1B, interleaved 1F1B.
@@ -102,51 +102,61 @@ SoftwareTable llama3_2024() {
 // DeepSeek-V3's training stack as its technical report (DeepSeek-AI 2024, arXiv 2412.19437)
 // describes it: a 16-way pipeline with DualPipe, 64-way expert parallelism over 8 nodes,
 // ZeRO-1 data parallelism, no tensor parallelism, FP8 mixed precision. What the report does
-// not state keeps this engine's GPU assumption and says so. The report's own text was not in
-// the search corpus: the layout, FP8 and ZeRO-1 are as issue #30 quotes it and the 1x128 /
-// 128x128 scaling as Megatron-Bridge's performance notes quote it; the precision of the
-// gradients, moments, head and attention are the report as recalled, not checked here.
+// not state keeps this engine's GPU assumption and says so. Checked against the report's
+// text (a copy of the arXiv v2 HTML in the search corpus, read at issue #30's second stop):
+// §3.3.1 keeps "the embedding module, the output head, MoE gating modules, normalization
+// operators, and attention operators" at BF16/FP32 and runs Fprop, Dgrad and Wgrad in FP8;
+// §3.3.2 scales 1x128 activation tiles and 128x128 weight blocks online; §3.3.3 tracks
+// AdamW's moments in BF16 while "the master weights ... and gradients (used for batch size
+// accumulation) are still retained in FP32", caches activations in FP8 (E5M6 for the
+// attention output projection's input) and recomputes the MoE SwiGLU from its cached
+// input; §3.2.3 recomputes every RMSNorm and MLA up-projection and shares the embedding and
+// output head of the MTP module with the main model on one pipeline rank.
 SoftwareTable deepseek_v3_2024() {
   constexpr const char* kNotStated = "not stated in the report (this engine's assumption)";
-  return {"deepseek-v3-2024",
-          {"dualpipev"},
-          {{"dp_overlap", 1, kNotStated},
-           {"grad_reduce_bytes", 4, "gradients for batch accumulation kept in FP32"},
-           {"optimizer_bytes", 26,
-            "AdamW with BF16 moments and FP32 master weights: read param 4, grad 4, "
-            "moments 2 + 2, write param and moments 8, the BF16 weight copy 2, the norm read 4"},
-           {"optimizer_kernels", 2, kNotStated},
-           {"world_all_reduces", 2, kNotStated},
-           {"zero3_overlap", 1, "ZeRO-1 only"},
-           {"tied_embedding_reduce", 0,
-            "embedding and output head on the same pipeline rank (DualPipe): no exchange"},
-           {"dropout", 0, kNotStated},
-           {"fp32_cross_entropy", 1, "output head at its original precision"},
-           {"p2p_blocking", 0, "pipeline sends hidden under the F&B pairs"},
-           {"p2p_scatter_gather", 0, "no tensor parallelism"},
-           {"even_chunks", 0, kNotStated},
-           {"grad_accum_pass", 0, kNotStated},
-           {"tp_backward_overlap", 0, "no tensor parallelism"},
-           {"max_zero", 1, "ZeRO-1 data parallelism"},
-           {"max_cp", 1, "no context parallelism in pre-training (4K sequences)"},
-           {"cp_allgather", 0, "no context parallelism"},
-           {"paper_memory", 1,
-            "Korthikanti Table 2 accounting; FP8 activation caching and the RMSNorm / MLA "
-            "up-projection recomputation not modelled: an overestimate"},
-           {"flash_attention", 1,
-            "fused attention (not stated; attention kept in BF16); MLA is "
-            "planned as MHA of --heads x --head-dim: its latent compression is not modelled"},
-           {"param_gather_overlap", 0, kNotStated},
-           {"zero3_prefetch", 1, "ZeRO-1 only"},
-           {"a2a_overlap_parts", 1, "outside the F&B pairs the all-to-alls are not split"},
-           {"fb_a2a_overlap", 1,
-            "DualPipe: a forward and a backward chunk paired, each one's all-to-all and "
-            "pipeline sends under the other's compute; planned as DualPipe-V"},
-           {"fp8_gemms", 1,
-            "Fprop, Dgrad and Wgrad of the linear layers in FP8 with 1x128 / 128x128 scaling; "
-            "embedding, head, gating, norms and attention at BF16/FP32"}},
-          "offered: DeepSeek-V3 pipelines with DualPipe, planned as its V variant (one copy of "
-          "the parameters per rank)"};
+  return {
+      "deepseek-v3-2024",
+      {"dualpipev"},
+      {{"dp_overlap", 1, kNotStated},
+       {"grad_reduce_bytes", 4,
+        "gradients (used for batch size accumulation) retained in FP32 (3.3.3)"},
+       {"optimizer_bytes", 26,
+        "AdamW with BF16 moments and FP32 master weights (3.3.3): read param 4, grad 4, "
+        "moments 2 + 2, write param and moments 8, the BF16 weight copy 2, the norm read 4"},
+       {"optimizer_kernels", 2, kNotStated},
+       {"world_all_reduces", 2, kNotStated},
+       {"zero3_overlap", 1, "ZeRO-1 only"},
+       {"tied_embedding_reduce", 0,
+        "embedding and output head on the same pipeline rank (DualPipe, 3.2.3): no "
+        "exchange"},
+       {"dropout", 0, kNotStated},
+       {"fp32_cross_entropy", 1, "output head at its original precision (3.3.1)"},
+       {"p2p_blocking", 0, "pipeline sends hidden under the F&B pairs"},
+       {"p2p_scatter_gather", 0, "no tensor parallelism"},
+       {"even_chunks", 0, kNotStated},
+       {"grad_accum_pass", 0, kNotStated},
+       {"tp_backward_overlap", 0, "no tensor parallelism"},
+       {"max_zero", 1, "ZeRO-1 data parallelism"},
+       {"max_cp", 1, "no context parallelism in pre-training (4K sequences)"},
+       {"cp_allgather", 0, "no context parallelism"},
+       {"paper_memory", 1,
+        "Korthikanti Table 2 accounting; FP8 activation caching (3.3.3) and the RMSNorm / MLA "
+        "up-projection / MoE SwiGLU recomputation (3.2.3, 3.3.3) not modelled: an "
+        "overestimate"},
+       {"flash_attention", 1,
+        "fused attention (the kernel not stated; attention operators at BF16/FP32, 3.3.1); MLA is "
+        "planned as MHA of --heads x --head-dim: its latent compression is not modelled"},
+       {"param_gather_overlap", 0, kNotStated},
+       {"zero3_prefetch", 1, "ZeRO-1 only"},
+       {"a2a_overlap_parts", 1, "outside the F&B pairs the all-to-alls are not split"},
+       {"fb_a2a_overlap", 1,
+        "DualPipe: a forward and a backward chunk paired, each one's all-to-all and "
+        "pipeline sends under the other's compute; planned as DualPipe-V"},
+       {"fp8_gemms", 1,
+        "Fprop, Dgrad and Wgrad of the linear layers in FP8 with 1x128 / 128x128 online "
+        "scaling (3.3.1, 3.3.2); embedding, head, gating, norms and attention at BF16/FP32"}},
+      "offered: DeepSeek-V3 pipelines with DualPipe, planned as its V variant (one copy of "
+      "the parameters per rank)"};
 }
 
 // Megatron-Core under Megatron-Bridge's DGX-H100 performance recipes (NeMo 25.09 container:
@@ -214,8 +224,8 @@ const std::vector<SoftwareTable> kTables = {
       {"grad_accum_pass", 0, "the weight-gradient GEMM accumulates"},
       {"tp_backward_overlap", 0, "tp collectives not overlapped"},
       {"max_zero", 3, "ZeRO 1-3"},
-      {"max_cp", 1, kMeshtrainCpNotSearched},
-      {"cp_allgather", 0, kMeshtrainCpNotSearched},
+      {"max_cp", 1 << 20, kMeshtrainCp},
+      {"cp_allgather", 0, "the engine's default --cp-comm ring"},
       {"paper_memory", 0,
        "this engine's own estimate of what it allocates (train/memory_estimate.h)"},
       {"flash_attention", 0,

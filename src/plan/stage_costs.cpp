@@ -58,6 +58,23 @@ void add_head(const CostContext& c, StageCosts& sc, bool& wte) {
   sc.linear_weights += Vl * c.h;
 }
 
+// DeepSeek-V3's multi-token prediction (its report, 2.2; depth D = 1, 4.2): each module is a
+// Transformer block, a projection M_k of the concatenated RMSNorm'd hidden state and next
+// token's embedding (2h -> h), and the output head and loss again (the embedding and head
+// are shared with the main model, 3.2.3: their weights are not counted twice). The block
+// is costed as the model's last (a MoE layer there); the two RMSNorms are left out.
+void add_mtp(const CostContext& c, StageCosts& sc) {
+  const int last = c.r.model.layers - 1;
+  for (int k = 0; k < c.r.mtp_layers; ++k) {
+    add_block(c, last, sc);
+    const double fwd = weight_gemm(c, c.rates, c.N, c.h / c.t, 2 * c.h);
+    add(sc, {fwd, fwd, weight_gemm(c, c.rates, c.h / c.t, 2 * c.h, c.N, 1, false)});
+    sc.params += 2 * c.h * c.h / c.t;
+    sc.linear_weights += 2 * c.h * c.h / c.t;
+    add(sc, c.model->head(c, &sc.tp_comm));
+  }
+}
+
 }  // namespace
 
 std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
@@ -77,6 +94,7 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
       for (int layer = spec.first_layer; layer < spec.last_layer; ++layer) add_block(c, layer, sc);
       if (spec.has_embedding) add_embedding(c, sc, wte);
       if (spec.has_head) add_head(c, sc, wte);
+      if (spec.has_head && !r.hardware.local) add_mtp(c, sc);
     }
     add(sc, c.model->per_stage(c, sc.linear_weights));
   }

@@ -8,21 +8,6 @@ std::string world_flags_text(const ParallelOptions& p) {
   return p.cp > 1 ? "--pp x --dp x --cp x --tp" : "--pp x --dp x --tp";
 }
 
-namespace {
-
-// Compositions not built yet: each names the flag and why, so no setting is ignored.
-void refuse_unbuilt(const TrainOptions& o) {
-  const ParallelOptions& p = o.parallel;
-  const std::string cp = str("--cp ", p.cp);
-  // The local planner searches cp 1 only (plan/search.cpp, cp_choices): it would lay out
-  // the other knobs for a run without cp.
-  MT_REQUIRE(!p.auto_layout, cp,
-             " with --auto-layout is not built yet (the planner searches cp 1 only on this "
-             "machine): give the layout's flags yourself, or drop --cp");
-}
-
-}  // namespace
-
 void validate_context_parallel(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   MT_REQUIRE(p.cp >= 1, "--cp must be >= 1 (got ", p.cp, ")");
@@ -37,7 +22,6 @@ void validate_context_parallel(const TrainOptions& o) {
              " must be divisible by 2 x --cp = ", chunks,
              " (each sequence is cut into 2cp equal chunks, rank r holding chunks r "
              "and 2cp-1-r)");
-  refuse_unbuilt(o);
 }
 
 }  // namespace mt

@@ -258,6 +258,19 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.out.find("meshtrain: auto-layout: dp "), std::string::npos) << a.out;
   EXPECT_NE(a.out.find(" tp 1 "), std::string::npos) << a.out;  // --tp 1 stayed fixed
+  // A fixed --cp is planned around (the local search keeps cp 1 only when cp is open) and
+  // kept; a cp the model's sequence cannot take is refused before any rank starts.
+  const std::string small_cp =
+      "MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
+      " train --arch llama --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 --steps 1 "
+      "--auto-layout --ranks 4 ";
+  const auto c2 = testing::run_command(small_cp + "--cp 2");
+  ASSERT_EQ(c2.exit_code, 0) << c2.err;
+  EXPECT_NE(c2.out.find(" cp 2 "), std::string::npos) << c2.out;
+  const auto c4 = testing::run_command(small_cp + "--cp 4 --seq 12");
+  EXPECT_EQ(c4.exit_code, 2) << c4.err;
+  EXPECT_NE(c4.err.find("must be divisible by 2 x --cp = 8"), std::string::npos) << c4.err;
+  EXPECT_EQ(std::count(c4.err.begin(), c4.err.end(), '\n'), 1) << c4.err;
   // --ranks without --auto-layout is a usage error.
   const auto u = run_meshtrain("train --steps 1 --ranks 2");
   EXPECT_EQ(u.exit_code, 2) << u.err;
