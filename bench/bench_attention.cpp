@@ -8,7 +8,11 @@
 // printed. --cpu times with this process's CPU time divided by the thread count, which a
 // loaded machine disturbs far less than wall time (as bench_step --cpu).
 //
-//   bench_attention [--quick] [--threads 1,2] [--rounds 5] [--cpu]
+// --no-amx runs the bf16 kernels the CPU would run without the hand-written AMX tiles
+// (AmxTiles::forbid, FlashAttention::amx = false), for alternated comparisons; --hd sets the
+// head dim of the T sweep (the 4L d256 breakdown shape is --hd 32).
+//
+//   bench_attention [--quick] [--threads 1,2] [--rounds 5] [--cpu] [--no-amx] [--hd 64]
 #include <omp.h>
 
 #include <algorithm>
@@ -27,9 +31,9 @@
 namespace {
 
 struct Options {
-  bool quick = false, cpu = false;
+  bool quick = false, cpu = false, amx = true;
   std::vector<int> threads = {1, 2};
-  int rounds = 5;
+  int rounds = 5, hd = 64;
 };
 
 // Seconds: wall, or (--cpu) process CPU time divided by the threads running.
@@ -88,12 +92,17 @@ Timing time_gpt(const Shape& s, bool bf16, const Options& o, double batch_s) {
   auto qkv = mt::bench::filled(rows * 3 * C, 1.0f), dout = mt::bench::filled(rows * C, 1.0f);
   std::vector<float> out(rows * C), dqkv(rows * 3 * C), att(size_t(s.B) * s.H * s.T * s.T);
   std::vector<float> scratch(mt::attention_backward_scratch_floats(s.B, s.T, C, s.H));
+  const mt::AmxTiles amx = o.amx ? mt::AmxTiles::allow : mt::AmxTiles::forbid;
   Timing t;
-  t.path = bf16 && mt::attention_bf16_supported(C, s.H) ? "avx512-bf16" : "fp32";
+  const mt::AttentionKernel k = mt::attention_kernel(bf16, C, s.H, amx);
+  t.path = k == mt::AttentionKernel::bf16_amx_tiles ? "amx-tiles"
+           : k == mt::AttentionKernel::bf16_amx     ? "amx-onednn"
+           : k == mt::AttentionKernel::bf16_avx512  ? "avx512-bf16"
+                                                    : "fp32";
   t.fwd = median_seconds(
       [&] {
         if (bf16)
-          mt::attention_forward_bf16(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.H);
+          mt::attention_forward_bf16(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.H, amx);
         else
           mt::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.H);
       },
@@ -102,7 +111,7 @@ Timing time_gpt(const Shape& s, bool bf16, const Options& o, double batch_s) {
       [&] {
         if (bf16)
           mt::attention_backward_bf16(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                                      att.data(), s.B, s.T, C, s.H);
+                                      att.data(), s.B, s.T, C, s.H, true, amx);
         else
           mt::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(),
                                  s.B, s.T, C, s.H);
@@ -125,6 +134,7 @@ Timing time_flash(const Shape& s, bool bf16, const Options& o, double batch_s) {
   a.ldq = a.ldk = a.ldv = ld;
   a.qpos = a.kpos = pos.data();
   a.precision = bf16 ? mt::FlashPrecision::bf16 : mt::FlashPrecision::fp32;
+  a.amx = o.amx;
   std::vector<float> scratch(std::max(mt::flash_attention_forward_scratch_floats(a),
                                       mt::flash_attention_backward_scratch_floats(a)));
   const mt::FlashGrads g{
@@ -174,7 +184,7 @@ void bench(const Options& o) {
   print_header();
   for (int T : Ts)
     for (Kind k : {Kind::gpt, Kind::gpt_bf16, Kind::flash, Kind::flash_bf16}) {
-      const Shape s{B, T, 8, 8, 64};
+      const Shape s{B, T, 8, 8, o.hd};
       print_row(k, s, run(k, s, o));
     }
   // GQA against MHA at the same H (the same FLOPs): only K/V's size differs.
@@ -202,9 +212,15 @@ int main(int argc, char** argv) {
       o.cpu = true;
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
       o.rounds = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--no-amx"))
+      o.amx = false;
+    else if (!std::strcmp(argv[i], "--hd") && i + 1 < argc &&
+             (o.hd = std::atoi(argv[i + 1])) >= 16 && o.hd % 2 == 0)
+      i++;
     else {
       std::fprintf(stderr,
-                   "usage: bench_attention [--quick] [--threads 1,2] [--rounds N] [--cpu]\n");
+                   "usage: bench_attention [--quick] [--threads 1,2] [--rounds N] [--cpu] "
+                   "[--no-amx] [--hd N]\n");
       return 2;
     }
   }

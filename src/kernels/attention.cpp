@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/attention_amx.h"
 #include "kernels/attention_avx512.h"
 #include "kernels/attention_bf16_avx512.h"
 #include "kernels/attention_bf16_batched.h"
@@ -162,8 +163,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   });
 }
 
-AttentionKernel attention_kernel(bool bf16, int C, int NH) {
+AttentionKernel attention_kernel(bool bf16, int C, int NH, AmxTiles amx) {
   const int hd = NH > 0 && C % NH == 0 ? C / NH : 0;
+  if (bf16 && hd > 0 && amx == AmxTiles::allow && attention_amx_supports(hd))
+    return AttentionKernel::bf16_amx_tiles;
   if (bf16 && hd > 0 && attention_bf16_batched_supports(hd)) return AttentionKernel::bf16_amx;
   if (bf16 && hd > 0 && attention_bf16_avx512_supports(hd)) return AttentionKernel::bf16_avx512;
   return hd > 0 && attention_avx512_supports(hd) ? AttentionKernel::fp32_avx512
@@ -172,6 +175,8 @@ AttentionKernel attention_kernel(bool bf16, int C, int NH) {
 
 const char* attention_kernel_name(AttentionKernel k) {
   switch (k) {
+    case AttentionKernel::bf16_amx_tiles:
+      return "bf16 AMX tiles (TDPBF16PS, scores and softmax per 32 query rows, attention_amx)";
     case AttentionKernel::bf16_amx:
       return "bf16 AMX (oneDNN matmuls batched over the heads, attention_bf16_batched)";
     case AttentionKernel::bf16_avx512:
@@ -186,13 +191,19 @@ const char* attention_kernel_name(AttentionKernel k) {
 
 bool attention_bf16_supported(int C, int NH) {
   const AttentionKernel k = attention_kernel(true, C, NH);
-  return k == AttentionKernel::bf16_amx || k == AttentionKernel::bf16_avx512;
+  return k == AttentionKernel::bf16_amx_tiles || k == AttentionKernel::bf16_amx ||
+         k == AttentionKernel::bf16_avx512;
 }
 
-void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                            AmxTiles amx) {
   PhaseScope phase_scope(Phase::attention, 2.0 * B * T * T * C,
                          4.0 * (4.0 * B * T * C + double(B) * NH * T * T));
-  const AttentionKernel k = attention_kernel(true, C, NH);
+  const AttentionKernel k = attention_kernel(true, C, NH, amx);
+  if (k == AttentionKernel::bf16_amx_tiles)
+    return for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+      attention_head_forward_amx(hv, out + o.row, C, att + o.att);
+    });
   if (k == AttentionKernel::bf16_amx)
     return attention_forward_bf16_batched(out, att, qkv, B, T, C, NH);
   if (k != AttentionKernel::bf16_avx512) return attention_forward(out, att, qkv, B, T, C, NH);
@@ -202,10 +213,16 @@ void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int
 }
 
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                             const float* att, int B, int T, int C, int NH, bool accumulate) {
+                             const float* att, int B, int T, int C, int NH, bool accumulate,
+                             AmxTiles amx) {
   PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
                          4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
-  const AttentionKernel k = attention_kernel(true, C, NH);
+  const AttentionKernel k = attention_kernel(true, C, NH, amx);
+  if (k == AttentionKernel::bf16_amx_tiles)
+    return for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+      attention_head_backward_amx(hv, dqkv + o.q, dqkv + o.k, dqkv + o.v, 3 * C, dout + o.row, C,
+                                  att + o.att, accumulate);
+    });
   if (k == AttentionKernel::bf16_amx)
     return attention_backward_bf16_batched(dqkv, scratch, dout, qkv, att, B, T, C, NH, accumulate);
   if (k != AttentionKernel::bf16_avx512) {
@@ -219,10 +236,14 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
 }
 
 void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const float* qkv, int B,
-                                  int T, int C, int NH) {
+                                  int T, int C, int NH, AmxTiles amx) {
   PhaseScope phase_scope(Phase::attention, 2.0 * B * T * T * C,
                          4.0 * (4.0 * B * T * C + double(B) * NH * T * T));
-  const AttentionKernel k = attention_kernel(true, C, NH);
+  const AttentionKernel k = attention_kernel(true, C, NH, amx);
+  if (k == AttentionKernel::bf16_amx_tiles)
+    return for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+      attention_head_forward_amx(hv, out16 + o.row, C, att + o.att);
+    });
   if (k == AttentionKernel::bf16_amx)
     return attention_forward_bf16_batched(out16, att, qkv, B, T, C, NH);
   if (k != AttentionKernel::bf16_avx512) {
@@ -235,11 +256,16 @@ void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const f
 }
 
 void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, const float* dout,
-                                   const float* qkv, const float* att, int B, int T, int C,
-                                   int NH) {
+                                   const float* qkv, const float* att, int B, int T, int C, int NH,
+                                   AmxTiles amx) {
   PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
                          4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
-  const AttentionKernel k = attention_kernel(true, C, NH);
+  const AttentionKernel k = attention_kernel(true, C, NH, amx);
+  if (k == AttentionKernel::bf16_amx_tiles)
+    return for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+      attention_head_backward_amx(hv, dqkv16 + o.q, dqkv16 + o.k, dqkv16 + o.v, 3 * C, dout + o.row,
+                                  C, att + o.att);
+    });
   if (k == AttentionKernel::bf16_amx)
     return attention_backward_bf16_batched(dqkv16, scratch, dout, qkv, att, B, T, C, NH);
   if (k != AttentionKernel::bf16_avx512 || T > kAttentionBf16DirectMaxT) {

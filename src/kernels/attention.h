@@ -26,19 +26,28 @@ size_t attention_backward_scratch_floats(int B, int T, int C, int NH);
 // scores, softmax and its backward stay fp32. Where the CPU has neither or the head dim is
 // not 16, 32, 64 or 128 these are the fp32 kernels above (attention_bf16_supported says
 // which).
-void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+//
+// AmxTiles::forbid takes the kernel the CPU would run without the hand-written AMX one (the
+// fallback, for tests and comparisons); allow is what the engine always passes.
+enum class AmxTiles { allow, forbid };
+void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                            AmxTiles amx = AmxTiles::allow);
 // accumulate false: dqkv = the gradient (overwritten; the block's fp32 stage needs no memset
 // before it).
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                             const float* att, int B, int T, int C, int NH, bool accumulate = true);
+                             const float* att, int B, int T, int C, int NH, bool accumulate = true,
+                             AmxTiles amx = AmxTiles::allow);
 bool attention_bf16_supported(int C, int NH);
 
 // The kernel the attention core runs for this precision and shape on this CPU, picked at
-// run time: under bf16 AMX (attention_bf16_batched.h) where the bf16 GEMMs run on AMX tiles,
-// else AVX512-BF16 register tiles (attention_bf16_avx512.h), else the fp32 kernels; in fp32
-// the AVX-512 register tiles (attention_avx512.h) for head dims 16/32/64/128, else sgemm.
-enum class AttentionKernel { bf16_amx, bf16_avx512, fp32_avx512, fp32_sgemm };
-AttentionKernel attention_kernel(bool bf16, int C, int NH);
+// run time: under bf16 the hand-written AMX tile kernel (attention_amx.h) where the CPU has
+// AMX, Linux grants the tile state and the head dim is 32, 64 or 128; else oneDNN's AMX
+// matmuls batched over the heads (attention_bf16_batched.h) at head dims 64/128 where the bf16
+// GEMMs run on AMX; else AVX512-BF16 register tiles (attention_bf16_avx512.h); else the fp32
+// kernels. In fp32 the AVX-512 register tiles (attention_avx512.h) for head dims
+// 16/32/64/128, else sgemm.
+enum class AttentionKernel { bf16_amx_tiles, bf16_amx, bf16_avx512, fp32_avx512, fp32_sgemm };
+AttentionKernel attention_kernel(bool bf16, int C, int NH, AmxTiles amx = AmxTiles::allow);
 const char* attention_kernel_name(AttentionKernel k);  // for the step breakdown
 
 // The bf16 block's forms: the result rounded to bf16 as it is stored (bitwise to_bf16 of the
@@ -46,8 +55,9 @@ const char* attention_kernel_name(AttentionKernel k);  // for the step breakdown
 // kernels cannot write it directly (no AVX512-BF16, another head dim, or, for the backward,
 // T > 128) the fp32 result goes through stage (as many floats as the output) first.
 void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const float* qkv, int B,
-                                  int T, int C, int NH);
+                                  int T, int C, int NH, AmxTiles amx = AmxTiles::allow);
 void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, const float* dout,
-                                   const float* qkv, const float* att, int B, int T, int C, int NH);
+                                   const float* qkv, const float* att, int B, int T, int C, int NH,
+                                   AmxTiles amx = AmxTiles::allow);
 
 }  // namespace mt

@@ -52,8 +52,11 @@ namespace flash {
 
 const Tiles& select_tiles(const FlashAttention& a) {
   if (a.portable) return tiles_portable();
-  if (a.precision == FlashPrecision::bf16)
+  if (a.precision == FlashPrecision::bf16) {
+    if (a.amx)
+      if (const Tiles* t = tiles_amx_bf16(a.hd)) return *t;
     if (const Tiles* t = tiles_avx512_bf16(a.hd)) return *t;
+  }
   if (const Tiles* t = tiles_avx512_fp32(a.hd)) return *t;
   return tiles_portable();
 }

@@ -33,8 +33,10 @@
 //              step, tp split of the heads, precision and tile path draws the same mask. The
 //              backward redraws it from the counters (dV += (P m)^T dout, dS = P (dP m - D)
 //              with D = rowsum(dout * out) unchanged); nothing is stored.
-//   precision  fp32, or bf16 operands with fp32 accumulation (AVX512-BF16 dot products) for
-//              QK^T, PV and the backward's four products; scores, softmax, lse and merges fp32.
+//   precision  fp32, or bf16 operands with fp32 accumulation for QK^T, PV and the
+//              backward's four products (AMX tiles at head dims 32/64/128 where the CPU has
+//              AMX and Linux grants the tile state, else AVX512-BF16 dot products; the same
+//              bf16 operands either way); scores, softmax, lse and merges fp32.
 #pragma once
 
 #include <cstddef>
@@ -76,6 +78,7 @@ struct FlashAttention {
   FlashPrecision precision = FlashPrecision::fp32;
   FlashDropout dropout;   // while training with --dropout
   bool portable = false;  // force the portable loops (tests and benchmarks compare the paths)
+  bool amx = true;        // false: the AVX512-BF16 tiles even where AMX runs (the fallback)
 };
 
 // Scratch for one call at the calling thread's omp_get_max_threads().
@@ -107,7 +110,8 @@ struct FlashGrads {
 void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
                               const float* D, const FlashAttention& a, std::span<float> scratch);
 
-// Which kernels a call with these operands runs: "avx512-fp32", "avx512-bf16" or "portable"
+// Which kernels a call with these operands runs: "amx-bf16", "avx512-fp32", "avx512-bf16" or
+// "portable"
 // (any even head dim; also bf16 requests where the CPU or head dim has no AVX512-BF16 path,
 // which then run in fp32).
 const char* flash_attention_path(const FlashAttention& a);

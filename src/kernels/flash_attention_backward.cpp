@@ -255,6 +255,7 @@ void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* 
         std::memset(dq + size_t(c) * a.Tq * a.hd, 0, sizeof(float) * a.Tq * a.hd);
       // Phase 2: tasks (kv head, chunk).
       float* w = workers + size_t(omp_get_thread_num()) * L.worker;
+      const TileScope tiles(t);
 #pragma omp for schedule(dynamic)
       for (int i = 0; i < a.Hkv * L.chunks; i++) {
         const int c = i % L.chunks, kvh = i / L.chunks;

@@ -149,6 +149,7 @@ void forward(float* out, size_t ldo, float* lse, const FlashAttention& a, bool a
       // Tasks in flight together share a kv head (its K/V stay in cache); the last query
       // blocks, which see the most keys, start first so the dynamic schedule ends evenly.
       float* w = scratch + L.workers + size_t(omp_get_thread_num()) * L.worker;
+      const TileScope tiles(t);
 #pragma omp for schedule(dynamic)
       for (int i = 0; i < a.Hkv * nqb * G; i++) {
         const int hg = i % G, qb = nqb - 1 - i / G % nqb, g = i / G / nqb;

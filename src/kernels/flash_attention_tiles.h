@@ -54,6 +54,26 @@ struct Tiles {
   // c (kFlashKeyBlock, hd) += a^T . r, a (qrows, kFlashKeyBlock), r the reduction operand of
   // the same qrows query rows (padded even).
   void (*keys_by_rows)(float* c, const float* a, int qrows, const float* r, int hd);
+  // Called by each thread around a task's products (the AMX tables load and release the
+  // tile configuration there); null: nothing to do.
+  void (*enter)() = nullptr;
+  void (*leave)() = nullptr;
+};
+
+// A thread's tasks between enter and leave (the rest of its parallel region).
+class TileScope {
+ public:
+  explicit TileScope(const Tiles& t) : t_(t) {
+    if (t_.enter) t_.enter();
+  }
+  ~TileScope() {
+    if (t_.leave) t_.leave();
+  }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+
+ private:
+  const Tiles& t_;
 };
 
 inline int row_floats(const Tiles& t, int hd) {
@@ -63,6 +83,7 @@ inline int row_floats(const Tiles& t, int hd) {
 // The table for this head dim, or null where this build / CPU has none.
 const Tiles* tiles_avx512_fp32(int hd);
 const Tiles* tiles_avx512_bf16(int hd);
+const Tiles* tiles_amx_bf16(int hd);  // also null where Linux refuses the tile state
 const Tiles& tiles_portable();
 
 // Portable fp32 packers (the AVX-512 fp32 table shares the layouts).

@@ -40,6 +40,7 @@ struct FlashProblem {
   int B = 1, H = 1, Hkv = 1, hd = 16;
   std::vector<int> qpos, kpos;
   bool rope = false, fused = false, portable = false;
+  bool amx = true;  // false: the AVX512-BF16 tiles where AMX runs (FlashAttention::amx)
   FlashPrecision precision = FlashPrecision::fp32;
   // --dropout on the probabilities: p, the first head's global index, the sequence length
   // (0: the largest position + 1). Row i of sequence b is global token (b + 2) * seq + qpos[i].
@@ -106,7 +107,7 @@ struct FlashSetup {
     a.ldq = ldq(), a.ldk = a.ldv = ldkv();
     a.qpos = p.qpos.data(), a.kpos = p.kpos.data();
     a.rope = p.rope ? &table : nullptr;
-    a.precision = p.precision, a.portable = p.portable;
+    a.precision = p.precision, a.portable = p.portable, a.amx = p.amx;
     a.dropout = dropout();
     return a;
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/attention_amx.h"
 #include "kernels/attention_avx512.h"
 #include "kernels/attention_bf16_avx512.h"
 #include "kernels/matmul_bf16.h"
@@ -22,15 +23,33 @@ bool bf16_gemms_on_amx() {
   return bf16_matmul_supported() && matmul_bf16_isa().find("amx") != std::string::npos;
 }
 
+// Without the hand-written AMX tiles (AmxTiles::forbid: the fallback), oneDNN's batched
+// matmuls at head dims 64 and 128 where the GEMMs run on AMX.
 TEST(AttentionKernel, Bf16TakesAmxForHeadDims64And128WhereTheGemmsRunOnAmx) {
   if (!bf16_gemms_on_amx()) GTEST_SKIP() << "the bf16 GEMMs do not run on AMX here";
-  EXPECT_EQ(attention_kernel(true, 128, 2), AttentionKernel::bf16_amx);  // hd 64
-  EXPECT_EQ(attention_kernel(true, 256, 2), AttentionKernel::bf16_amx);  // hd 128
+  const AmxTiles no = AmxTiles::forbid;
+  EXPECT_EQ(attention_kernel(true, 128, 2, no), AttentionKernel::bf16_amx);  // hd 64
+  EXPECT_EQ(attention_kernel(true, 256, 2, no), AttentionKernel::bf16_amx);  // hd 128
   // hd 32: the AVX512-BF16 register tiles measured faster (attention_bf16_batched.cpp).
-  EXPECT_EQ(attention_kernel(true, 64, 2), AttentionKernel::bf16_avx512);
+  EXPECT_EQ(attention_kernel(true, 64, 2, no), AttentionKernel::bf16_avx512);
   // Moved off the AMX primitive, the attention core follows the GEMMs.
   ScopedBf16GemmPath jit(Bf16GemmPath::jit_gemm);
-  EXPECT_EQ(attention_kernel(true, 128, 2), AttentionKernel::bf16_avx512);
+  EXPECT_EQ(attention_kernel(true, 128, 2, no), AttentionKernel::bf16_avx512);
+}
+
+// With AMX granted, the hand-written tile kernel at head dims 32, 64 and 128, whatever the
+// GEMMs' path; head dim 16 (half a tile step) keeps the register tiles, fp32 never takes it.
+TEST(AttentionKernel, Bf16TakesTheAmxTilesWhereTheCpuHasAmx) {
+  if (!attention_amx_supports(32)) GTEST_SKIP() << "no AMX tiles on this CPU";
+  for (int hd : {32, 64, 128}) {
+    EXPECT_EQ(attention_kernel(true, 2 * hd, 2), AttentionKernel::bf16_amx_tiles) << hd;
+    EXPECT_NE(attention_kernel(true, 2 * hd, 2, AmxTiles::forbid), AttentionKernel::bf16_amx_tiles)
+        << hd;
+    EXPECT_NE(attention_kernel(false, 2 * hd, 2), AttentionKernel::bf16_amx_tiles) << hd;
+  }
+  EXPECT_EQ(attention_kernel(true, 32, 2), AttentionKernel::bf16_avx512);  // hd 16
+  ScopedBf16GemmPath jit(Bf16GemmPath::jit_gemm);
+  EXPECT_EQ(attention_kernel(true, 128, 2), AttentionKernel::bf16_amx_tiles);
 }
 
 TEST(AttentionKernel, Fp32NeverTakesABf16Kernel) {
@@ -45,7 +64,8 @@ TEST(AttentionKernel, Fp32NeverTakesABf16Kernel) {
 TEST(AttentionKernel, Bf16SupportedMeansABf16Kernel) {
   for (int hd : {16, 32, 48, 64, 128}) {
     const AttentionKernel k = attention_kernel(true, 2 * hd, 2);
-    const bool bf16 = k == AttentionKernel::bf16_amx || k == AttentionKernel::bf16_avx512;
+    const bool bf16 = k == AttentionKernel::bf16_amx_tiles || k == AttentionKernel::bf16_amx ||
+                      k == AttentionKernel::bf16_avx512;
     EXPECT_EQ(attention_bf16_supported(2 * hd, 2), bf16) << hd;
     if (!attention_bf16_avx512_supports(hd)) {
       EXPECT_FALSE(bf16) << hd;
@@ -54,11 +74,15 @@ TEST(AttentionKernel, Bf16SupportedMeansABf16Kernel) {
 }
 
 TEST(AttentionKernel, EveryKernelHasAName) {
-  for (AttentionKernel k : {AttentionKernel::bf16_amx, AttentionKernel::bf16_avx512,
-                            AttentionKernel::fp32_avx512, AttentionKernel::fp32_sgemm})
+  for (AttentionKernel k :
+       {AttentionKernel::bf16_amx_tiles, AttentionKernel::bf16_amx, AttentionKernel::bf16_avx512,
+        AttentionKernel::fp32_avx512, AttentionKernel::fp32_sgemm})
     EXPECT_FALSE(std::string(attention_kernel_name(k)).empty());
   EXPECT_NE(std::string(attention_kernel_name(AttentionKernel::bf16_amx)).find("AMX"),
             std::string::npos);
+  EXPECT_NE(
+      std::string(attention_kernel_name(AttentionKernel::bf16_amx_tiles)).find("attention_amx"),
+      std::string::npos);
 }
 
 // The AMX path against the AVX512-BF16 one on the same inputs (T 256 past the direct
@@ -78,13 +102,14 @@ TEST(AttentionKernel, AmxPathAgreesWithTheRegisterTiles) {
     for (int path = 0; path < 2; ++path) {
       std::unique_ptr<ScopedBf16GemmPath> jit;
       if (path == 1) jit = std::make_unique<ScopedBf16GemmPath>(Bf16GemmPath::jit_gemm);
-      ASSERT_EQ(attention_kernel(true, C, NH),
+      const AmxTiles no = AmxTiles::forbid;  // the oneDNN batched kernel, not the tile kernel
+      ASSERT_EQ(attention_kernel(true, C, NH, no),
                 path == 0 ? AttentionKernel::bf16_amx : AttentionKernel::bf16_avx512);
       out[path].assign(g.size(), 0.0f), att[path].assign(size_t(B) * NH * T * T, 1.0f);
       dqkv[path].assign(qkv.size(), 0.0f);
-      attention_forward_bf16(out[path].data(), att[path].data(), qkv.data(), B, T, C, NH);
+      attention_forward_bf16(out[path].data(), att[path].data(), qkv.data(), B, T, C, NH, no);
       attention_backward_bf16(dqkv[path].data(), scratch.data(), g.data(), qkv.data(),
-                              att[0].data(), B, T, C, NH);
+                              att[0].data(), B, T, C, NH, true, no);
     }
     auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
       double e = 0, n = 0;

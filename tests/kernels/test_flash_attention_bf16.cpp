@@ -131,14 +131,13 @@ Bounds bounds(const FlashSetup& s, const Bufs& in, const Buf& dout) {
 
 class FlashAttentionBf16 : public ::testing::TestWithParam<FlashProblem> {};
 
-TEST_P(FlashAttentionBf16, WithinThePropagatedBoundOfFp32) {
-  FlashProblem p32 = GetParam(), p16 = p32;
-  ASSERT_FALSE(p32.fused) << "the bounds index separate q and [k | v] buffers";
-  p16.precision = FlashPrecision::bf16;
+// One bf16 path (the AMX tiles with amx true, else the AVX512-BF16 ones) against fp32: both
+// multiply the same bf16 operands with fp32 sums, so the one bound covers them.
+void within_the_bound(const FlashProblem& p32, bool amx) {
+  FlashProblem p16 = p32;
+  p16.precision = FlashPrecision::bf16, p16.amx = amx;
   const FlashSetup s32(p32), s16(p16);
   const Bufs in = s32.inputs(31);
-  if (std::string(flash_attention_path(s16.args(in))) != "avx512-bf16")
-    GTEST_SKIP() << "no AVX512-BF16 kernels in this build / CPU";
   const Buf dout = random_normal(s32.out_size(), 32);
   const Result r32 = forward_fast(s32, in), r16 = forward_fast(s16, in);
   // Both backwards from fp32's out and lse: the bound is the backward's own.
@@ -151,12 +150,31 @@ TEST_P(FlashAttentionBf16, WithinThePropagatedBoundOfFp32) {
   EXPECT_LE(wl, 1.0) << "lse";
   EXPECT_LE(wq, 1.0) << "dq";
   EXPECT_LE(wkv, 1.0) << "dk, dv";
-  RecordProperty("worst_ratio", std::to_string(std::max({wo, wl, wq, wkv})));
+  ::testing::Test::RecordProperty("worst_ratio", std::to_string(std::max({wo, wl, wq, wkv})));
   std::printf("worst ratio to the bound: out %.3f lse %.3f dq %.3f dk,dv %.3f\n", wo, wl, wq, wkv);
   // Not fp32 in disguise: fp32 rounding alone stays near 1e-6 of the values.
   EXPECT_GT(normalised_error(r16.out, r32.out), 2e-4);
   EXPECT_GT(normalised_error(g16[0], g32[0]), 2e-4);
   EXPECT_GT(normalised_error(g16[1], g32[1]), 2e-4);
+}
+
+TEST_P(FlashAttentionBf16, WithinThePropagatedBoundOfFp32) {
+  ASSERT_FALSE(GetParam().fused) << "the bounds index separate q and [k | v] buffers";
+  FlashProblem p = GetParam();
+  p.precision = FlashPrecision::bf16, p.amx = false;
+  if (std::string(flash_attention_path(FlashSetup(p).args(FlashSetup(p).inputs(1)))) !=
+      "avx512-bf16")
+    GTEST_SKIP() << "no AVX512-BF16 kernels in this build / CPU";
+  {
+    SCOPED_TRACE("avx512-bf16");
+    within_the_bound(GetParam(), false);
+  }
+  p.amx = true;
+  if (std::string(flash_attention_path(FlashSetup(p).args(FlashSetup(p).inputs(1)))) ==
+      "amx-bf16") {
+    SCOPED_TRACE("amx-bf16");
+    within_the_bound(GetParam(), true);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

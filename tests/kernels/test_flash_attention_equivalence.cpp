@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
+#include "kernels/flash_attention_tiles.h"
 #include "kernels/flash_test_setup.h"
 #include "kernels/kernel_harness.h"
 #include "kernels/rope.h"
@@ -162,7 +163,13 @@ TEST(FlashAttention, ReportsWhichKernelsRun) {
   const std::string bf16 = flash_attention_path(a);
 #if defined(__AVX512F__)
   EXPECT_EQ(fp32, "avx512-fp32");
-  EXPECT_EQ(bf16, __builtin_cpu_supports("avx512bf16") ? "avx512-bf16" : "avx512-fp32");
+  EXPECT_EQ(bf16, flash::tiles_amx_bf16(64)              ? "amx-bf16"
+                  : __builtin_cpu_supports("avx512bf16") ? "avx512-bf16"
+                                                         : "avx512-fp32");
+  a.amx = false;  // the fallback where AMX runs
+  EXPECT_EQ(std::string(flash_attention_path(a)),
+            __builtin_cpu_supports("avx512bf16") ? "avx512-bf16" : "avx512-fp32");
+  a.amx = true;
 #else
   EXPECT_EQ(fp32, "portable");
   EXPECT_EQ(bf16, "portable");
