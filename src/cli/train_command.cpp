@@ -327,7 +327,7 @@ void define_engine_flags(FlagSet& f, EngineOptions& e) {
                "local backend: auto pins each rank's --threads compute threads to cores of "
                "its own when ranks x threads fit the cores the process may use (2 ranks or "
                "more); cores: always (refused when they do not fit); none: the OS places them",
-               core_binding_names());
+               core_binding_names(), ChoiceRefusal::in_words);
 }
 
 }  // namespace
