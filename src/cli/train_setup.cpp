@@ -304,6 +304,8 @@ int run_training(TrainOptions o, int* argc, char*** argv) {
   const RunInfo& info = launch.info;
   WorldOptions wo;
   wo.timeout_s = o.engine.timeout_s;
+  wo.bind = o.engine.bind;
+  wo.threads_per_rank = o.optim.threads;
   const char* check = std::getenv("MESHTRAIN_CHECK_COLLECTIVES");
   wo.check_collectives = check && std::string(check) == "1";
   auto body = [&](CommWorld& world) {

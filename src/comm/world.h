@@ -11,12 +11,18 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/core_binding.h"
 
 namespace mt {
 
 struct WorldOptions {
   double timeout_s = 300;          // a wait longer than this fails the run (--timeout)
   bool check_collectives = false;  // MESHTRAIN_CHECK_COLLECTIVES=1: verify op/count agreement
+  // run_local: which cores each rank thread (and the OpenMP team it starts) may use
+  // (--bind; core/core_binding.h). none by default: callers that run several OpenMP
+  // threads per rank say how many (threads_per_rank) before they ask for a binding.
+  CoreBinding bind = CoreBinding::none;
+  int threads_per_rank = 1;
 };
 
 class CommWorld {

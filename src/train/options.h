@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/backend.h"
+#include "core/core_binding.h"
 #include "data/data_order.h"
 #include "data/tokenizer.h"
 #include "model/config.h"
@@ -114,6 +115,8 @@ struct EngineOptions {
   // Ranks each MPI process runs as threads (--backend mpi; 1: one rank per process). K > 1 is
   // the hybrid world (comm/hybrid/): process p runs world ranks p*K .. p*K+K-1.
   int ranks_per_process = 1;
+  // --backend local: the cores each rank's compute threads may use (core/core_binding.h).
+  CoreBinding bind = CoreBinding::automatic;
   // `meshtrain bench step --breakdown` (no train flag): rank 0 prints where the step's time
   // went, phase by phase (train/step_breakdown.h).
   bool breakdown = false;

@@ -29,6 +29,15 @@ struct WaitPolicy {
   int yield_polls = 64;  // polls with a yield between them before sleeping
 };
 
+// Spinning only pays when every rank has a core; otherwise it steals the core of the rank
+// being waited for. cores: those the process may use (its affinity set, which taskset or
+// a cgroup may make smaller than the machine). The progress threads mostly sleep, so
+// count ranks.
+inline WaitPolicy wait_policy_for(int ranks, int cores) {
+  const bool own_cores = ranks <= cores;
+  return WaitPolicy{own_cores ? 2000 : 0, own_cores ? 100 : 32};  // 2000 polls: ~40 us
+}
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();

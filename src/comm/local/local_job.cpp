@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "comm/local/group_state.h"
+#include "core/core_binding.h"
 #include "core/error.h"
 
 namespace mt::local {
@@ -23,11 +24,12 @@ std::string what_of(const std::exception_ptr& e) {
 
 LocalJob::LocalJob(int size, const WorldOptions& opts, int rank_base)
     : size_(size), rank_base_(rank_base), opts_(opts) {
-  // Spinning only pays when every rank has a core; otherwise it steals the core of the
-  // rank being waited for. The world's progress threads mostly sleep, so count ranks.
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  policy_.spin_polls = static_cast<unsigned>(size) <= cores ? 2000 : 0;  // ~100 us
-  policy_.yield_polls = static_cast<unsigned>(size) <= cores ? 100 : 32;
+  // The cores this process may use, not the machine's: under `taskset -c 0` two ranks
+  // share one core, and a spinning waiter would hold it from the peer it waits for.
+  const size_t allowed = allowed_cores().size();
+  const unsigned cores =
+      allowed > 0 ? unsigned(allowed) : std::max(1u, std::thread::hardware_concurrency());
+  policy_ = wait_policy_for(size, int(cores));
   std::vector<int> all(size);
   for (int r = 0; r < size; ++r) all[r] = rank_base + r;
   world_ = std::make_shared<GroupState>(*this, all, group_name("world", all));

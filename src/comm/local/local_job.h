@@ -31,6 +31,10 @@ class LocalJob {
   const WorldOptions& options() const { return opts_; }
   const WaitPolicy& wait_policy() const { return policy_; }
   const std::shared_ptr<GroupState>& world_group() const { return world_; }
+  // The cores a progress thread may use when rank threads are bound (empty: it inherits
+  // its rank's placement). Set before any rank starts.
+  void set_progress_cores(std::vector<int> cores) { progress_cores_ = std::move(cores); }
+  const std::vector<int>& progress_cores() const { return progress_cores_; }
 
   // Records rank's failure if it is the first one, then wakes every waiter of every group
   // so pending waits fail promptly. Later failures (usually consequences) are ignored.
@@ -55,6 +59,7 @@ class LocalJob {
   int rank_base_;
   WorldOptions opts_;
   WaitPolicy policy_;
+  std::vector<int> progress_cores_;
   std::shared_ptr<GroupState> world_;
 
   mutable std::mutex mu_;

@@ -1,6 +1,8 @@
 #include "comm/local/op_queue.h"
 
 #include "comm/local/group_state.h"
+#include "comm/local/local_job.h"
+#include "core/core_binding.h"
 #include "core/threads.h"
 #include "core/timer.h"
 
@@ -110,7 +112,11 @@ void OpQueue::wait(uint64_t ticket) {
 }
 
 // Woken only by a peer that sleeps on this member: advances what it can, then sleeps again.
+// It runs while its own rank computes, so it must not be held to that rank's bound core:
+// it takes any core of the process (in practice, that of a rank that waits).
 void OpQueue::progress_loop() {
+  if (!group_->job.progress_cores().empty()) bind_calling_thread(group_->job.progress_cores());
+  name_calling_thread("mt progress");
   uint64_t seen = 0;
   for (;;) {
     {

@@ -7,6 +7,7 @@
 #include "comm/local/local_communicator.h"
 #include "comm/local/local_job.h"
 #include "comm/world.h"
+#include "core/core_binding.h"
 #include "core/error.h"
 #include "core/threads.h"
 
@@ -69,12 +70,20 @@ class LocalWorld final : public CommWorld {
 
 void run_local(int n, const WorldOptions& opts, const RankMain& fn) {
   MT_REQUIRE(n >= 1, "the local backend needs at least 1 rank (got ", n, ")");
+  const std::vector<int> allowed = allowed_cores();
+  // Refused here (--bind cores that does not fit), before any rank starts.
+  const std::vector<std::vector<int>> cores =
+      plan_core_binding(allowed, n, opts.threads_per_rank, opts.bind);
   local::LocalJob job(n, opts);
+  if (!cores.empty()) job.set_progress_cores(allowed);
   std::vector<std::thread> ranks;
   ranks.reserve(n);
   for (int r = 0; r < n && !job.failed(); ++r) {
     try {
-      ranks.emplace_back([&job, &fn, r] {
+      ranks.emplace_back([&job, &fn, &cores, r] {
+        name_calling_thread(str("mt rank ", r));
+        // Before the rank's first OpenMP region, so that its team inherits the cores.
+        if (!cores.empty()) bind_calling_thread(cores[r]);
         try {
           local::LocalWorld world(job, r);
           fn(world);
