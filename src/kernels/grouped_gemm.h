@@ -53,6 +53,19 @@ void grouped_matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf1
 void grouped_matmul_bf16_backward_weight(float* const* dweight, const bf16* dout, const bf16* inp,
                                          const int32_t* offset, int groups, int C, int OC);
 
+// The weight gradient over rows in several expert-major segments (the parts of
+// model/moe_parts.h): dweight[g] += sum over segments s of dout_{s,g}^T @ inp_{s,g}, where
+// segment s's group g owns rows [offsets[s][g], offsets[s][g + 1]) of dout and inp. Each
+// dweight is read and written once, not once per segment (grouped_gemm_segments.cpp); a
+// group's rows are summed segment after segment, in row order within each. One segment is
+// grouped_matmul_backward_weight with offsets[0].
+void grouped_matmul_backward_weight_segments(float* const* dweight, const float* dout,
+                                             const float* inp, const int32_t* const* offsets,
+                                             int segments, int groups, int C, int OC);
+void grouped_matmul_bf16_backward_weight_segments(float* const* dweight, const bf16* dout,
+                                                  const bf16* inp, const int32_t* const* offsets,
+                                                  int segments, int groups, int C, int OC);
+
 // How the grouped GEMMs run. Each precision picks the fastest path its CPU has at run time
 // (grouped_gemm_default_path: fp32 loop, as measured; bf16 amx, else avx512_bf16, else loop):
 //   amx          bf16: AMX tiles (grouped_gemm_amx.cpp)

@@ -1,5 +1,6 @@
 #include "model/expert_gemm.h"
 
+#include "core/error.h"
 #include "kernels/grouped_gemm.h"
 
 namespace mt {
@@ -15,6 +16,16 @@ std::vector<const float*> weights_of(const std::vector<Linear>& w) {
 std::vector<float*> weight_grads_of(const std::vector<Linear>& w) {
   std::vector<float*> out(w.size());
   for (size_t le = 0; le < w.size(); ++le) out[le] = w[le].dw;
+  return out;
+}
+
+std::vector<const int32_t*> offsets_of(const ExpertGroups* g, int count) {
+  std::vector<const int32_t*> out(static_cast<size_t>(count));
+  for (int p = 0; p < count; ++p) {
+    MT_CHECK(g[p].count == g[0].count, "expert blocks of ", g[p].count, " and ", g[0].count,
+             " experts");
+    out[size_t(p)] = g[p].offset;
+  }
   return out;
 }
 
@@ -78,11 +89,13 @@ void expert_gemm_backward_input(float* dx, const float* dy, const std::vector<Li
 }
 
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const float* dy, const float* x,
-                                 const ExpertGroups& g, bool with_bias) {
-  if (g.count == 0) return;
-  grouped_matmul_backward_weight(weight_grads_of(w).data(), dy, x, g.offset, g.count, w[0].in,
-                                 w[0].out);
-  if (with_bias) add_bias_grads(w, dy, g);
+                                 const ExpertGroups* g, int count, bool with_bias) {
+  if (count == 0 || g[0].count == 0) return;
+  grouped_matmul_backward_weight_segments(weight_grads_of(w).data(), dy, x,
+                                          offsets_of(g, count).data(), count, g[0].count, w[0].in,
+                                          w[0].out);
+  if (with_bias)
+    for (int p = 0; p < count; ++p) add_bias_grads(w, dy, g[p]);
 }
 
 Bf16ExpertWeights::Bf16ExpertWeights(const std::vector<Linear>& w, const uint64_t* version)
@@ -116,11 +129,13 @@ void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Lin
 }
 
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const bf16* dy, const bf16* x,
-                                 const ExpertGroups& g, bool with_bias) {
-  if (g.count == 0) return;
-  grouped_matmul_bf16_backward_weight(weight_grads_of(w).data(), dy, x, g.offset, g.count, w[0].in,
-                                      w[0].out);
-  if (with_bias) add_bias_grads(w, dy, g);
+                                 const ExpertGroups* g, int count, bool with_bias) {
+  if (count == 0 || g[0].count == 0) return;
+  grouped_matmul_bf16_backward_weight_segments(weight_grads_of(w).data(), dy, x,
+                                               offsets_of(g, count).data(), count, g[0].count,
+                                               w[0].in, w[0].out);
+  if (with_bias)
+    for (int p = 0; p < count; ++p) add_bias_grads(w, dy, g[p]);
 }
 
 }  // namespace mt

@@ -32,9 +32,11 @@ void expert_gemm_forward(float* y, const float* x, const std::vector<Linear>& w,
 // accumulate).
 void expert_gemm_backward_input(float* dx, const float* dy, const std::vector<Linear>& w,
                                 const ExpertGroups& g, bool accumulate);
-// dW_e += dy_e^T @ x_e (and db_e += column sums of dy_e when with_bias) for every expert.
+// dW_e += dy_e^T @ x_e (and db_e += column sums of dy_e when with_bias) for every expert,
+// over the rows of `count` blocks (the parts of moe_parts.h, or one block): each dW_e is
+// read and written once whatever the count (grouped_matmul_backward_weight_segments).
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const float* dy, const float* x,
-                                 const ExpertGroups& g, bool with_bias);
+                                 const ExpertGroups* g, int count, bool with_bias);
 
 // The bf16 copies of the experts' weights of one kind of Linear (kernels/bf16_weight.h:
 // converted once per change of the weights).
@@ -57,7 +59,7 @@ void expert_gemm_forward(float* y, const bf16* x, const std::vector<Linear>& w,
 void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Linear>& w,
                                 Bf16ExpertWeights& w16, const ExpertGroups& g, bool accumulate);
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const bf16* dy, const bf16* x,
-                                 const ExpertGroups& g, bool with_bias);
+                                 const ExpertGroups* g, int count, bool with_bias);
 
 // Calls f(r0, rows, piece) over the block's rows [g.first(), g.total()) in pieces of at most
 // `most` rows, piece the groups of rows [r0, r0 + rows) (offsets from r0): for work that
