@@ -16,6 +16,7 @@
 //
 //   bench_moe_layer [--quick] [--cpu] [--rounds 5] [--tokens 1024] [--dim 512] [--experts 64]
 //                   [--ffn 256] [--topk 8] [--precision fp32,bf16] [--router softmax|sigmoid]
+//                   [--phases]
 #include <omp.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@
 #include "kernels/grouped_gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
+#include "kernels/phase_profile.h"
 #include "kernels/swiglu.h"
 #include "model/moe_layer.h"
 
@@ -45,7 +47,24 @@ using namespace mt;
 
 struct Options : bench::ExpertBenchOptions {
   std::string router = "softmax";
+  bool phases = false;  // also print the layer's kernel phases per step (phase_profile.h)
 };
+
+// Where one step of a side goes by phase (kernels/phase_profile.h), averaged over `steps`
+// steps after the rounds: the layer's overhead beside its GEMMs, on the same binary.
+void print_phases(const char* prec, const char* side, const std::function<void()>& step,
+                  int steps) {
+  PhaseTotals totals;
+  attach_phase_totals(&totals);
+  for (int i = 0; i < steps; ++i) step();
+  attach_phase_totals(nullptr);
+  std::printf("  %-5s %-6s phases, ms per step:", prec, side);
+  for (int p = 0; p < kPhases; ++p)
+    if (totals.calls[p] > 0)
+      std::printf(" %s %.2f (%llu calls)", phase_name(Phase(p)), totals.seconds[p] * 1e3 / steps,
+                  static_cast<unsigned long long>(totals.calls[p] / steps));
+  std::printf("\n");
+}
 
 // The dense SwiGLU MLP of width W on N rows, as the llama block's dense MLP calls it.
 struct DenseMlp {
@@ -171,6 +190,10 @@ void bench_precision(const Options& o, bool bf16) {
                 bench::median(s.seconds) * 1e3, flops / bench::median(s.seconds) * 1e-9,
                 bench::median(mfu), bench::median(ratio));
   }
+  if (!o.phases) return;
+  const int steps = o.quick ? 1 : 5;
+  print_phases(bf16 ? "bf16" : "fp32", "dense", sides[0].step, steps);
+  print_phases(bf16 ? "bf16" : "fp32", "layer", sides[1].step, steps);
 }
 
 }  // namespace
@@ -181,11 +204,13 @@ int main(int argc, char** argv) {
     if (bench::parse_expert_bench_arg(argc, argv, i, o)) continue;
     if (!std::strcmp(argv[i], "--router") && i + 1 < argc) {
       o.router = argv[++i];
+    } else if (!std::strcmp(argv[i], "--phases")) {
+      o.phases = true;
     } else {
       std::fprintf(stderr,
                    "usage: bench_moe_layer [--quick] [--cpu] [--rounds N] [--tokens N] [--dim C] "
                    "[--experts E] [--ffn F] [--topk k] [--precision fp32,bf16] "
-                   "[--router softmax|sigmoid]\n");
+                   "[--router softmax|sigmoid] [--phases]\n");
       return 2;
     }
   }
