@@ -2,13 +2,14 @@
 // times a 32 x 16 B tile (16 rows of bf16 pairs) into a 16 x 16 fp32 C tile. The 8 tile
 // registers hold a 32 x 32 block of C (4 tiles), two A tiles and two B tiles, so each step of
 // 32 in K is 4 loads for 4 products. An item (group, block of columns) packs its B columns
-// once as pair panels (grouped_gemm_pack.h), then every 32-row block of A runs against every
-// pair of panels over the whole K: C stays in tiles from the first step to the last, and A
-// (read in place when it is row-major with K a multiple of 32, else a zero-padded copy) is
-// the operand reused from L1 while B streams from L2. Edges (rows or columns short of a
-// tile) go through zero-padded stages, so tiles are always 16 x 64 bytes and the
-// configuration is loaded once per call and thread. K is summed in steps of 32 in order, so
-// a row's bits do not depend on the block it fell in.
+// once as pair panels (grouped_gemm_pack.h), or reads them from the weight's whole packs
+// when the call has them (GroupedPack: forward and backward_input), then every 32-row block of A
+// runs against every pair of panels over the whole K: C stays in tiles from the first step to the
+// last, and A (read in place when it is row-major with K a multiple of 32, else a zero-padded copy)
+// is the operand reused from L1 while B streams from L2. Edges (rows or columns short of a tile) go
+// through zero-padded stages, so tiles are always 16 x 64 bytes and the configuration is loaded
+// once per call and thread. K is summed in steps of 32 in order, so a row's bits do not depend on
+// the block it fell in.
 #include "kernels/grouped_gemm_kernels.h"
 
 #if defined(__AVX512F__)
