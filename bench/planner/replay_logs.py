@@ -7,7 +7,8 @@ Usage: python3 bench/planner/replay_logs.py build/meshtrain PROFILE [--closed-lo
 Re-predicts every layout of a closed_loop.py log (its summary lines: name, predicted,
 measured wall) and of a --brute-force log (its `#  i {knobs} predicted .. wall ..` lines and
 its re-measured finalists, whose medians are also compared) with the given binary and profile (the profile of the session
-that logged them: bench/planner/logs/bench36_local.toml for the quiet 11:47 session), and
+that logged them: bench/planner/logs/bench36_local.toml for the quiet 11:47 session,
+bench37_local.toml for the 14:10-14:28 one: three closed loops and a brute force), and
 prints the error the binary's model gives against the logged walls: mean and max |error| of
 the closed loop, and where the new first choice of the brute force lands among the measured
 layouts (its single-pass wall, and its finalist median when it was a finalist).

@@ -43,6 +43,9 @@ void measure_moe_layer_bf16(HardwareProfile& h, const ProbeRun& run);
 // comm_probes.cpp: the local backend between rank threads, and MPI between processes.
 void measure_local_links(HardwareProfile& h, const ProbeRun& run);
 void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun& run);
+// The oversubscribed busbw from what an all-reduce of `bytes` added (`seconds`) among
+// `ranks` busy rank threads: 0 when nothing measurable, never above the idle busbw.
+double oversubscribed_busbw_from(double bytes, double seconds, int ranks, double idle_busbw);
 void measure_mpi_links(HardwareProfile& h, const ProbeRun& run);
 
 // reference_steps.cpp: real `meshtrain train` steps of the reference model, in children.

@@ -47,38 +47,42 @@ double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
   return *std::max_element(per_rank.begin(), per_rank.end());
 }
 
-// What one 4-byte all-reduce adds to a loop of `ranks` rank threads that compute between
+// Wall seconds per iteration of a loop of `ranks` rank threads that compute between
 // collectives (a 128 x 256 x 384 sgemm each, one thread, about the work a tp layer of the
-// reference model does between two of its collectives): the loop with an all-reduce after
-// every GEMM less the same loop without, per iteration, the better of two runs each. With
-// more rank threads than cores the waiter that blocks waits for a peer that is queued behind
-// a computing rank; an idle ping-pong (comm_time) does not see that, and read 7-46 us per
-// step in calibrations here where the busy loop pays ~200 us per all-reduce.
-double busy_collective_seconds(int ranks) {
+// reference model does between two of its collectives), with an all-reduce of `count`
+// floats after every GEMM (count 0: none); the better of two runs.
+double busy_loop_seconds(int ranks, size_t count) {
   constexpr int kIters = 150;
-  auto loop = [&](bool with_collective) {
-    double best = 0;
-    for (int rep = 0; rep < 2; ++rep) {
-      const double t0 = now_seconds();
-      run_local(ranks, WorldOptions{}, [&](CommWorld& w) {
-        omp_set_num_threads(1);
-        auto comm = w.world();
-        std::vector<float> a(128 * 256, 0.1f), b(384 * 256, 0.1f), c(128 * 384);
-        float x = 1;
-        comm->barrier().wait();
-        for (int i = 0; i < kIters; ++i) {
-          matmul_forward(c.data(), a.data(), b.data(), nullptr, 128, 256, 384);
-          if (with_collective) comm->all_reduce(&x, &x, 1, DType::f32, ReduceOp::sum).wait();
-        }
-        comm->barrier().wait();
-      });
-      const double t = now_seconds() - t0;
-      best = rep == 0 ? t : std::min(best, t);
-    }
-    return best;
-  };
-  const double without = loop(false), with = loop(true);
-  return std::max(0.0, with - without) / kIters;
+  double best = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    const double t0 = now_seconds();
+    run_local(ranks, WorldOptions{}, [&](CommWorld& w) {
+      omp_set_num_threads(1);
+      auto comm = w.world();
+      std::vector<float> a(128 * 256, 0.1f), b(384 * 256, 0.1f), c(128 * 384);
+      std::vector<float> x(std::max<size_t>(count, 1), 1.0f);
+      comm->barrier().wait();
+      for (int i = 0; i < kIters; ++i) {
+        matmul_forward(c.data(), a.data(), b.data(), nullptr, 128, 256, 384);
+        if (count > 0)
+          comm->all_reduce(x.data(), x.data(), count, DType::f32, ReduceOp::sum).wait();
+      }
+      comm->barrier().wait();
+    });
+    const double t = (now_seconds() - t0) / kIters;
+    best = rep == 0 ? t : std::min(best, t);
+  }
+  return best;
+}
+
+// What one all-reduce of `count` floats adds to that loop: the loop with it less the loop
+// without. With more rank threads than cores the waiter that blocks waits for a peer that
+// is queued behind a computing rank; an idle ping-pong (comm_time) does not see that, and
+// read 7-46 us per step in calibrations here where the busy loop pays ~200 us per
+// all-reduce. The reduction itself is work of the ranks that share the cores: its added
+// wall, not its idle time, is what a step pays.
+double busy_collective_seconds(int ranks, size_t count, double without) {
+  return std::max(0.0, busy_loop_seconds(ranks, count) - without);
 }
 
 // busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
@@ -120,13 +124,31 @@ void measure_local_links(HardwareProfile& h, const ProbeRun& run) {
   h.p2p_bw_inter = h.p2p_bw_intra;
 }
 
+double oversubscribed_busbw_from(double bytes, double seconds, int ranks, double idle_busbw) {
+  if (seconds <= 0 || ranks <= 1) return 0;  // the bytes added nothing measurable
+  const double busbw = 2.0 * (ranks - 1) / ranks * bytes / seconds;
+  // Ranks that share the cores cannot move bytes faster than idle ones: a figure above the
+  // idle busbw (measure_local_links, run before) is the loops' noise, bounded there.
+  return idle_busbw > 0 ? std::min(busbw, idle_busbw) : busbw;
+}
+
 // More rank threads than cores: the local backend's waiters yield and then block
 // (comm/local/doorbell.h), so a collective waits for its peers to be scheduled behind the
 // ranks that compute: what a one-float all-reduce adds to busy ranks, 2 x cores of them,
-// per step of the all-reduce (2 log2 ranks).
+// per step of the all-reduce (2 log2 ranks). Then the same with a tp-sized payload (one
+// 128-token microbatch of a d256 model, 128 KiB): what its bytes add beyond the one float,
+// as a bus bandwidth (2 (n-1)/n x bytes / seconds), among ranks that share the cores (the
+// members reduce their chunks in turn, a chunk's reader waits for its writer's slice): the
+// wall a step pays per byte, the sharing included (0 when the bytes add nothing measurable).
 void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun&) {
-  h.oversubscribed_latency_s =
-      busy_collective_seconds(2 * h.cores) / (2 * std::ceil(std::log2(2.0 * h.cores)));
+  const int ranks = 2 * h.cores;
+  const size_t payload = 128 * 256;
+  const double without = busy_loop_seconds(ranks, 0);
+  const double one = busy_collective_seconds(ranks, 1, without);
+  h.oversubscribed_latency_s = one / (2 * std::ceil(std::log2(double(ranks))));
+  h.oversubscribed_busbw = oversubscribed_busbw_from(
+      double(payload) * 4, busy_collective_seconds(ranks, payload, without) - one, ranks,
+      h.intra_busbw);
 }
 
 // Two processes: 16 MiB all-reduce busbw, a 4-byte all-reduce's time as its latency (2

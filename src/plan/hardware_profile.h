@@ -68,6 +68,11 @@ struct HardwareProfile {
   // Local only (0 = not measured: intra_latency_s): the latency per collective step when
   // more rank threads than cores share the machine (waiters block and wait to be woken).
   double oversubscribed_latency_s = 0;
+  // Local only (0 = not measured: intra_busbw, the bytes stretched by the sharing like any
+  // work): the bus bandwidth of an all-reduce's bytes among 2 x cores busy rank threads, as
+  // the wall they add (the sharing included): what a collective's bytes cost a step when
+  // more rank threads than cores share the machine.
+  double oversubscribed_busbw = 0;
   // Local only (0 = not measured: 1): each core's compute rate when every core computes, over
   // its rate alone (shared physical cores, caches, memory bandwidth); k busy cores of n run
   // at 1 - (1 - this) (k - 1) / (n - 1).

@@ -118,6 +118,7 @@ std::vector<ProfileField> make_fields() {
       ratio("gemm_input_grad_ratio_bf16", &H::gemm_input_grad_ratio_bf16),
       ratio("gemm_weight_grad_ratio_bf16", &H::gemm_weight_grad_ratio_bf16),
       seconds("oversubscribed_latency_s", &H::oversubscribed_latency_s),
+      rate("oversubscribed_busbw", &H::oversubscribed_busbw, true),
       {"parallel_efficiency", &H::parallel_efficiency, 0, 1},
       ratio("step_factor_fp32", &H::step_factor_fp32),
       ratio("step_factor_bf16", &H::step_factor_bf16),

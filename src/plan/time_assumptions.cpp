@@ -37,7 +37,8 @@ std::vector<std::string> local_lines(const HardwareProfile& hw) {
       "local backend: ranks x threads beyond the calibrated cores time-share them: the "
       "pipeline is replayed with the computing stages sharing the cores (processor sharing; "
       "a waiting rank blocks), what follows it runs on every rank at once, and collectives pay "
-      "the oversubscribed latency",
+      "the oversubscribed latency (and, where calibrated, their bytes the oversubscribed "
+      "busbw: both as waits, measured among busy ranks that share the cores)",
       "tensor parallel as the engine's linears issue it: 2 all-reduces of (b*s, h) forward + "
       "2 backward per block (SP: all-gather + reduce-scatter pairs, the weight pass gathering "
       "its inputs and output gradients again; gathers in bf16 under bf16); not overlapped",

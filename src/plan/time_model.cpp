@@ -200,6 +200,12 @@ Oversubscription oversubscription(const PlanRequest& r, const Layout& l) {
   if (r.backend == "local" && hw.oversubscribed_latency_s > 0)
     o.dedicated.hardware.intra_latency_s = o.dedicated.hardware.inter_latency_s =
         hw.oversubscribed_latency_s;
+  // And its bytes cost the wall measured among busy ranks sharing the cores (the members
+  // reduce their chunks in turn): a wait like the latency, not work stretched again.
+  if (r.backend == "local" && hw.oversubscribed_busbw > 0) {
+    o.dedicated.hardware.intra_busbw = o.dedicated.hardware.inter_busbw = hw.oversubscribed_busbw;
+    o.collective_bytes_wait = true;
+  }
   if (hw.cores > 0) {
     o.shared = true;
     o.dedicated.hardware.cores = l.world() * r.threads;
@@ -213,10 +219,13 @@ Oversubscription oversubscription(const PlanRequest& r, const Layout& l) {
 
 namespace {
 
-// The latency-free twin of the dedicated request: its costs are the ranks' work alone.
-PlanRequest without_latency(const PlanRequest& r) {
-  PlanRequest w = r;
+// The wait-free twin of the dedicated request: its costs are the ranks' work alone. The
+// collectives' latency is a wait; so are their bytes where the oversubscribed bus bandwidth
+// was measured (it is the wall they add to ranks that share the cores).
+PlanRequest without_waits(const Oversubscription& o) {
+  PlanRequest w = o.dedicated;
   w.hardware.intra_latency_s = w.hardware.inter_latency_s = 0;
+  if (o.collective_bytes_wait) w.hardware.intra_busbw = w.hardware.inter_busbw = 1e30;
   return w;
 }
 
@@ -241,9 +250,9 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   // Only the work time-shares: the collectives' latency is a wait, and the oversubscribed
   // latency is already what a collective adds to the wall of ranks that share the cores
   // (measure_oversubscribed_latency busies 2 x cores rank threads), so stretching it by the
-  // slowdown counted the sharing twice. The work is the latency-free twin's costs; the
-  // waits are what the latency adds to the dedicated critical path.
-  const PredictedTime w = predict_dedicated(without_latency(o.dedicated), l, schedule, 1e300);
+  // slowdown counted the sharing twice (so is oversubscribed_busbw for the bytes). The work
+  // is the wait-free twin's costs; the waits are what they add to the dedicated critical path.
+  const PredictedTime w = predict_dedicated(without_waits(o), l, schedule, 1e300);
   double pipeline = w.pipeline_s * o.slowdown, waits = p.pipeline_s - w.pipeline_s;
   if (l.pp > 1) {
     std::vector<OpCosts> ops = stage_ops(w, l, false, false);

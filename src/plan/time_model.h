@@ -55,10 +55,13 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l);
 // when the profile knows its cores, how they are shared: `slowdown` = threads / cores for
 // what every rank runs at once, `width` = a stage's threads (dp x cp x tp x threads) for the
 // pipeline replay (shared_cores_makespan).
+// With a calibrated oversubscribed_busbw, the collectives' bytes are priced at it, and as
+// a wait (collective_bytes_wait) like their latency: it is the wall they add there.
 struct Oversubscription {
   PlanRequest dedicated;
   bool shared = false;
   double slowdown = 1, width = 1;
+  bool collective_bytes_wait = false;
 };
 Oversubscription oversubscription(const PlanRequest& r, const Layout& l);
 

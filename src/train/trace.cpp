@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "comm/communicator.h"
 #include "core/atomic_file.h"
@@ -9,13 +10,24 @@
 
 namespace mt {
 
+namespace {
+
+// Rank r's own spans on track r; what a communicator's worker thread did for it (category
+// "comm worker") on a second track, since those overlap the rank's own spans in time.
+constexpr int kWorkerTrackOffset = 100000;
+int track(int rank, bool worker) {
+  return worker ? kWorkerTrackOffset + rank : rank;
+}
+
+}  // namespace
+
 void Trace::add(const std::string& name, const char* cat, double begin, double end) {
   if (!enabled_) return;
   nlohmann::json e = {{"name", name},
                       {"cat", cat},
                       {"ph", "X"},
                       {"pid", 0},
-                      {"tid", rank_},
+                      {"tid", track(rank_, std::string_view(cat) == "comm worker")},
                       {"ts", (begin - t0_) * 1e6},
                       {"dur", (end - begin) * 1e6}};
   if (!events_.empty()) events_ += ",\n";
@@ -46,14 +58,17 @@ void Trace::write(Communicator& world, const std::string& path) const {
     std::string text = r == 0 ? events_ : std::string(size_t(sizes[r]), '\0');
     if (r != 0 && sizes[r] > 0) world.recv(text.data(), text.size(), DType::u8, r, tag).wait();
     // Name each rank's track so Perfetto shows "rank 3" instead of a thread id.
-    nlohmann::json meta = {{"name", "thread_name"},
-                           {"ph", "M"},
-                           {"pid", 0},
-                           {"tid", r},
-                           {"args", {{"name", "rank " + std::to_string(r)}}}};
-    if (!first) all += ",\n";
-    all += meta.dump();
-    first = false;
+    for (const bool worker : {false, true}) {
+      const std::string label = "rank " + std::to_string(r) + (worker ? " comm worker" : "");
+      nlohmann::json meta = {{"name", "thread_name"},
+                             {"ph", "M"},
+                             {"pid", 0},
+                             {"tid", track(r, worker)},
+                             {"args", {{"name", label}}}};
+      if (!first) all += ",\n";
+      all += meta.dump();
+      first = false;
+    }
     if (!text.empty()) all += ",\n" + text;
   }
   all += "\n], \"displayTimeUnit\": \"ms\"}\n";

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/hybrid/sleeping_wait.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -21,6 +22,8 @@ namespace {
 // One collective: its steps run on the worker; the caller waits on done.
 struct Task {
   std::function<void()> body;
+  const char* what = "";  // the collective, for the recorded spans
+  double queued_at = 0;   // when the rank issued it (recorded runs only)
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -58,6 +61,11 @@ int slot_tag(int slot, int tag, const std::string& group) {
   return static_cast<int>(t);
 }
 
+void require_buffer(const void* p, size_t count, const char* what, const std::string& group) {
+  MT_CHECK(p != nullptr || count == 0, what, " buffer on group ", group, " is null but count is ",
+           count);
+}
+
 }  // namespace
 
 struct HierarchicalCommunicator::State {
@@ -77,6 +85,7 @@ struct HierarchicalCommunicator::State {
   std::vector<char> staging;
 
   std::atomic<uint64_t> seq{0}, calls{0}, wait_ns{0};
+  WorkerSpans spans;  // --trace
 
   char* scratch(size_t n) {
     if (staging.size() < n) staging.resize(n);
@@ -98,6 +107,7 @@ struct HierarchicalCommunicator::State {
         queue.pop_front();
       }
       std::exception_ptr err = broken;
+      const double begin = spans.recording() ? now_seconds() : 0;
       if (!err) {
         try {
           t->body();
@@ -105,6 +115,8 @@ struct HierarchicalCommunicator::State {
           err = broken = std::current_exception();
         }
       }
+      if (t->queued_at > 0) spans.record(std::string("queued: ") + t->what, t->queued_at, begin);
+      if (t->queued_at > 0) spans.record(t->what, begin, now_seconds());
       {
         std::lock_guard lock(t->mu);
         t->done = true;
@@ -144,10 +156,12 @@ class HierWork final : public Work::Impl {
   std::shared_ptr<HierarchicalCommunicator::State> state_;
 };
 
-Work enqueue(const std::shared_ptr<HierarchicalCommunicator::State>& s,
+Work enqueue(const std::shared_ptr<HierarchicalCommunicator::State>& s, const char* what,
              std::function<void()> body) {
   auto t = std::make_shared<Task>();
   t->body = std::move(body);
+  t->what = what;
+  if (s->spans.recording()) t->queued_at = now_seconds();
   s->seq++;
   s->calls++;
   {
@@ -205,15 +219,6 @@ const std::string& HierarchicalCommunicator::name() const {
   return state_->parts.name;
 }
 
-namespace {
-
-void require_buffer(const void* p, size_t count, const char* what, const std::string& group) {
-  MT_CHECK(p != nullptr || count == 0, what, " buffer on group ", group, " is null but count is ",
-           count);
-}
-
-}  // namespace
-
 Work HierarchicalCommunicator::all_reduce(const void* send, void* recv, size_t count, DType t,
                                           ReduceOp op) {
   require_buffer(send, count, "all_reduce send", name());
@@ -221,7 +226,7 @@ Work HierarchicalCommunicator::all_reduce(const void* send, void* recv, size_t c
   MT_CHECK(op != ReduceOp::avg || t == DType::f32, "all_reduce avg needs f32, got ", dtype_name(t));
   State* s = state_.get();
   const int n = size();
-  return enqueue(state_, [s, send, recv, count, t, op, n] {
+  return enqueue(state_, "all_reduce", [s, send, recv, count, t, op, n] {
     const HierarchicalParts& q = s->parts;
     const size_t es = dtype_size(t), L = q.per_process, j = q.local_index;
     const ReduceOp inner = op == ReduceOp::avg ? ReduceOp::sum : op;
@@ -238,7 +243,7 @@ Work HierarchicalCommunicator::all_reduce(const void* send, void* recv, size_t c
     }
     char* mine = buf + j * m * es;
     q.intra->reduce_scatter(buf, mine, m, t, inner).wait();
-    q.inter->all_reduce(mine, mine, m, t, inner).wait();
+    wait_sleeping(q.inter->all_reduce(mine, mine, m, t, inner));
     q.intra->all_gather(mine, buf, m, t).wait();
     if (buf != recv) copy(recv, buf, count * es);
     if (op == ReduceOp::avg) divide(recv, count, n);
@@ -253,7 +258,7 @@ Work HierarchicalCommunicator::reduce_scatter(const void* send, void* recv, size
            dtype_name(t));
   State* s = state_.get();
   const int n = size();
-  return enqueue(state_, [s, send, recv, recv_count, t, op, n] {
+  return enqueue(state_, "reduce_scatter", [s, send, recv, recv_count, t, op, n] {
     const HierarchicalParts& q = s->parts;
     const size_t P = q.processes, L = q.per_process, j = q.local_index;
     const size_t chunk = recv_count * dtype_size(t);
@@ -266,7 +271,7 @@ Work HierarchicalCommunicator::reduce_scatter(const void* send, void* recv, size
         copy(staged + (k * P + p) * chunk, bytes(send) + (p * L + k) * chunk, chunk);
     char* mine = staged + j * P * chunk;
     q.intra->reduce_scatter(staged, mine, P * recv_count, t, inner).wait();
-    q.inter->reduce_scatter(mine, recv, recv_count, t, inner).wait();
+    wait_sleeping(q.inter->reduce_scatter(mine, recv, recv_count, t, inner));
     if (op == ReduceOp::avg) divide(recv, recv_count, n);
   });
 }
@@ -276,7 +281,7 @@ Work HierarchicalCommunicator::all_gather(const void* send, void* recv, size_t s
   require_buffer(send, send_count, "all_gather send", name());
   require_buffer(recv, send_count, "all_gather recv", name());
   State* s = state_.get();
-  return enqueue(state_, [s, send, recv, send_count, t] {
+  return enqueue(state_, "all_gather", [s, send, recv, send_count, t] {
     const HierarchicalParts& q = s->parts;
     const size_t P = q.processes, L = q.per_process, j = q.local_index;
     const size_t chunk = send_count * dtype_size(t);
@@ -284,7 +289,7 @@ Work HierarchicalCommunicator::all_gather(const void* send, void* recv, size_t s
     // across processes, then the blocks are gathered inside the process.
     char* staged = s->scratch(P * L * chunk);
     char* mine = staged + j * P * chunk;
-    q.inter->all_gather(send, mine, send_count, t).wait();
+    wait_sleeping(q.inter->all_gather(send, mine, send_count, t));
     q.intra->all_gather(mine, staged, P * send_count, t).wait();
     for (size_t p = 0; p < P; ++p)
       for (size_t k = 0; k < L; ++k)
@@ -296,21 +301,21 @@ Work HierarchicalCommunicator::broadcast(void* buf, size_t count, DType t, int r
   MT_CHECK(root >= 0 && root < size(), "broadcast root ", root, " on group ", name());
   require_buffer(buf, count, "broadcast", name());
   State* s = state_.get();
-  return enqueue(state_, [s, buf, count, t, root] {
+  return enqueue(state_, "broadcast", [s, buf, count, t, root] {
     const HierarchicalParts& q = s->parts;
     const int root_process = root / q.per_process, root_slot = root % q.per_process;
-    if (q.local_index == root_slot) q.inter->broadcast(buf, count, t, root_process).wait();
+    if (q.local_index == root_slot) wait_sleeping(q.inter->broadcast(buf, count, t, root_process));
     q.intra->broadcast(buf, count, t, root_slot).wait();
   });
 }
 
 Work HierarchicalCommunicator::barrier() {
   State* s = state_.get();
-  return enqueue(state_, [s] {
+  return enqueue(state_, "barrier", [s] {
     const HierarchicalParts& q = s->parts;
     // Everyone here has arrived -> every process has -> release everyone here.
     q.intra->barrier().wait();
-    if (q.local_index == 0) q.inter->barrier().wait();
+    if (q.local_index == 0) wait_sleeping(q.inter->barrier());
     q.intra->barrier().wait();
   });
 }
@@ -328,62 +333,65 @@ Work HierarchicalCommunicator::all_to_all_v(const void* send, const size_t* send
   require_buffer(send, s_total, "all_to_all_v send", name());
   require_buffer(recv, r_total, "all_to_all_v recv", name());
   State* s = state_.get();
-  return enqueue(state_, [s, send, recv, t, N, sc = std::move(sc), rc = std::move(rc)] {
-    const HierarchicalParts& q = s->parts;
-    const size_t P = q.processes, L = q.per_process, j = q.local_index, es = dtype_size(t);
-    // What every member of this process sends to every group rank.
-    std::vector<int64_t> mine(sc.begin(), sc.end()), local(L * N);
-    q.intra->all_gather(mine.data(), local.data(), N, DType::i64).wait();
-    auto count = [&](size_t k, size_t g) { return static_cast<size_t>(local[k * N + g]); };
+  return enqueue(
+      state_, "all_to_all_v", [s, send, recv, t, N, sc = std::move(sc), rc = std::move(rc)] {
+        const HierarchicalParts& q = s->parts;
+        const size_t P = q.processes, L = q.per_process, j = q.local_index, es = dtype_size(t);
+        // What every member of this process sends to every group rank.
+        std::vector<int64_t> mine(sc.begin(), sc.end()), local(L * N);
+        q.intra->all_gather(mine.data(), local.data(), N, DType::i64).wait();
+        auto count = [&](size_t k, size_t g) { return static_cast<size_t>(local[k * N + g]); };
 
-    // Step 1, inside the process: member k collects what this process sends to slot k of
-    // every process, ordered by destination process.
-    std::vector<size_t> send1(L, 0), recv1(L, 0), send2(P, 0), recv2(P, 0);
-    for (size_t k = 0; k < L; ++k)
-      for (size_t p = 0; p < P; ++p) {
-        send1[k] += sc[p * L + k];
-        recv1[k] += count(k, p * L + j);
-        send2[p] += count(k, p * L + j);
-        recv2[p] += rc[p * L + k];
-      }
-    size_t n1 = 0, n2 = 0;
-    for (size_t k = 0; k < L; ++k) {
-      n1 += send1[k];
-      n2 += recv1[k];
-    }
-    // One element of gap when this member sends nothing, so that its (empty) send never
-    // starts where its receive does: the local backend refuses an in-place all-to-all-v.
-    const size_t gap = n1 == 0 ? 1 : 0;
-    char* out1 = s->scratch((n1 + gap + 2 * n2) * es);
-    char* in1 = out1 + (n1 + gap) * es;
-    char* out2 = in1 + n2 * es;
-    std::vector<size_t> disp(N + 1, 0);
-    for (size_t g = 0; g < N; ++g) disp[g + 1] = disp[g] + sc[g];
-    size_t off = 0;
-    for (size_t k = 0; k < L; ++k)
-      for (size_t p = 0; p < P; ++p) {
-        const size_t g = p * L + k;
-        copy(out1 + off * es, bytes(send) + disp[g] * es, sc[g] * es);
-        off += sc[g];
-      }
-    q.intra->all_to_all_v(out1, send1.data(), in1, recv1.data(), t).wait();
+        // Step 1, inside the process: member k collects what this process sends to slot k of
+        // every process, ordered by destination process.
+        std::vector<size_t> send1(L, 0), recv1(L, 0), send2(P, 0), recv2(P, 0);
+        for (size_t k = 0; k < L; ++k)
+          for (size_t p = 0; p < P; ++p) {
+            send1[k] += sc[p * L + k];
+            recv1[k] += count(k, p * L + j);
+            send2[p] += count(k, p * L + j);
+            recv2[p] += rc[p * L + k];
+          }
+        size_t n1 = 0, n2 = 0;
+        for (size_t k = 0; k < L; ++k) {
+          n1 += send1[k];
+          n2 += recv1[k];
+        }
+        // One element of gap when this member sends nothing, so that its (empty) send never
+        // starts where its receive does: the local backend refuses an in-place all-to-all-v.
+        const size_t gap = n1 == 0 ? 1 : 0;
+        char* out1 = s->scratch((n1 + gap + 2 * n2) * es);
+        char* in1 = out1 + (n1 + gap) * es;
+        char* out2 = in1 + n2 * es;
+        std::vector<size_t> disp(N + 1, 0);
+        for (size_t g = 0; g < N; ++g) disp[g + 1] = disp[g] + sc[g];
+        size_t off = 0;
+        for (size_t k = 0; k < L; ++k)
+          for (size_t p = 0; p < P; ++p) {
+            const size_t g = p * L + k;
+            copy(out1 + off * es, bytes(send) + disp[g] * es, sc[g] * es);
+            off += sc[g];
+          }
+        q.intra->all_to_all_v(out1, send1.data(), in1, recv1.data(), t).wait();
 
-    // Step 2, across processes: to process p goes what each member k of this process sends
-    // to (p, j), in k order; what arrives from process p is then ranks (p,0)..(p,L-1) in
-    // order, which is recv's order.
-    std::vector<size_t> from_k(L + 1, 0);  // start of member k's data in in1
-    for (size_t k = 0; k < L; ++k) from_k[k + 1] = from_k[k] + recv1[k];
-    std::vector<size_t> cursor(from_k.begin(), from_k.end() - 1);
-    off = 0;
-    for (size_t p = 0; p < P; ++p)
-      for (size_t k = 0; k < L; ++k) {
-        const size_t c = count(k, p * L + j);
-        copy(out2 + off * es, in1 + cursor[k] * es, c * es);
-        cursor[k] += c;
-        off += c;
-      }
-    q.inter->all_to_all_v(out2, send2.data(), recv, recv2.data(), t).wait();
-  });
+        // Step 2, across processes: to process p goes what each member k of this process sends
+        // to (p, j), in k order; what arrives from process p is then ranks (p,0)..(p,L-1) in
+        // order, which is recv's order.
+        std::vector<size_t> from_k(L + 1, 0);  // start of member k's data in in1
+        for (size_t k = 0; k < L; ++k) from_k[k + 1] = from_k[k] + recv1[k];
+        std::vector<size_t> cursor(from_k.begin(), from_k.end() - 1);
+        off = 0;
+        for (size_t p = 0; p < P; ++p)
+          for (size_t k = 0; k < L; ++k) {
+            const size_t c = count(k, p * L + j);
+            copy(out2 + off * es, in1 + cursor[k] * es, c * es);
+            cursor[k] += c;
+            off += c;
+          }
+        const double inter_begin = s->spans.recording() ? now_seconds() : 0;
+        wait_sleeping(q.inter->all_to_all_v(out2, send2.data(), recv, recv2.data(), t));
+        s->spans.record("all_to_all_v between processes", inter_begin, now_seconds());
+      });
 }
 
 Work HierarchicalCommunicator::send(const void* buf, size_t count, DType t, int peer, int tag) {
@@ -429,6 +437,13 @@ void HierarchicalCommunicator::reset_stats() {
   q.intra->reset_stats();
   q.inter->reset_stats();
   for (const auto& c : q.p2p) c->reset_stats();
+}
+
+void HierarchicalCommunicator::set_recording(bool on) {
+  state_->spans.set_recording(on);
+}
+std::vector<WorkerSpan> HierarchicalCommunicator::take_spans() {
+  return state_->spans.take();
 }
 
 }  // namespace mt::hybrid

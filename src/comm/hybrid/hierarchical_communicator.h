@@ -20,7 +20,9 @@
 //                   point-to-point communicator, the sender's slot folded into the tag
 //
 // Collectives run in issue order on a worker thread of this communicator (each is several
-// dependent steps); the caller gets a Work at once. Point-to-point calls are issued
+// dependent steps); the caller gets a Work at once. The worker waits for each step between
+// processes polling with short sleeps (sleeping_wait.h), not spinning: it shares the cores
+// with ranks that compute meanwhile. Point-to-point calls are issued
 // directly and do not wait for earlier collectives (a pipeline posts receives early).
 // avg is a sum with one division at the end, as on the other backends.
 #pragma once
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/hybrid/worker_spans.h"
 
 namespace mt::hybrid {
 
@@ -69,6 +72,14 @@ class HierarchicalCommunicator final : public Communicator {
 
   CommStats stats() const override;
   void reset_stats() override;
+
+  // What the worker did, for a trace (the trainer's --trace; docs/moe.md "Overlapped
+  // all-to-all"): with recording on, each collective's span from the worker picking it up
+  // to its end, the time it sat queued behind earlier ones, and an all-to-all-v's step
+  // between processes, on the steady clock (core/timer.h). The worker appends, the rank
+  // takes them (under a lock: they are two threads).
+  void set_recording(bool on);
+  std::vector<WorkerSpan> take_spans();
 
   struct State;  // shared with the worker thread
 

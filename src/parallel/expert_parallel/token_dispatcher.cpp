@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "comm/hybrid/hierarchical_communicator.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "kernels/token_permutation.h"
@@ -18,19 +19,20 @@ class TokenDispatcher::Pending final : public PendingExchange {
     const int32_t* recv = nullptr;
     int ranks = 0, per_rank = 0, width = 0;
   };
-  Pending(const TokenDispatcher& owner, Elems elems) : owner_(owner), elems_(std::move(elems)) {}
+  Pending(TokenDispatcher& owner, Elems elems) : owner_(owner), elems_(std::move(elems)) {}
   void start(Work w, const Regroup& r) { work_ = std::move(w), regroup_ = r; }
   const Elems& elems() const { return elems_; }
   void finish() override {
     owner_.wait(work_);
     const Regroup& r = regroup_;
-    if (r.dst)
-      regroup_blocks(r.dst, r.staging, r.recv, r.ranks, r.per_rank, r.width,
-                     /*to_expert_major=*/true);
+    if (!r.dst) return;
+    regroup_blocks(r.dst, r.staging, r.recv, r.ranks, r.per_rank, r.width,
+                   /*to_expert_major=*/true);
+    if (owner_.sink_) owner_.last_dispatch_end_ = now_seconds();
   }
 
  private:
-  const TokenDispatcher& owner_;
+  TokenDispatcher& owner_;
   Elems elems_;
   Work work_;
   Regroup regroup_;
@@ -63,11 +65,33 @@ TokenDispatcher::Elems TokenDispatcher::dispatch_elems(const ExchangeCounts& c, 
   return e;
 }
 
+void TokenDispatcher::set_span_sink(SpanSink sink) {
+  sink_ = std::move(sink);
+  last_dispatch_end_ = 0;
+  if (auto* h = dynamic_cast<hybrid::HierarchicalCommunicator*>(ep_.get()))
+    h->set_recording(bool(sink_));
+}
+
 void TokenDispatcher::wait(Work& w) const {
   if (!sink_) return w.wait();
   const double begin = now_seconds();
   w.wait();
   sink_("ep all-to-all wait", "comm", begin, now_seconds());
+  drain_worker_spans();
+}
+
+void TokenDispatcher::drain_worker_spans() const {
+  auto* h = dynamic_cast<hybrid::HierarchicalCommunicator*>(ep_.get());
+  if (!h) return;
+  for (const auto& span : h->take_spans()) sink_(span.name, "comm worker", span.begin, span.end);
+}
+
+void TokenDispatcher::mark_issue(const char* what, bool combine) {
+  if (!sink_) return;
+  const double now = now_seconds();
+  if (combine && last_dispatch_end_ > 0) sink_("experts", "compute", last_dispatch_end_, now);
+  if (combine) last_dispatch_end_ = 0;
+  sink_(what, "comm", now, now + 1e-6);
 }
 
 Work TokenDispatcher::exchange_rows(const float* send, float* recv, const Elems& e) {
@@ -77,16 +101,19 @@ Work TokenDispatcher::exchange_rows(const float* send, float* recv, const Elems&
 void TokenDispatcher::dispatch(float* dst, const float* src, float* staging,
                                const ExchangeCounts& c, int width) {
   const Elems e = dispatch_elems(c, width);
+  mark_issue("ep dispatch issued", false);
   {
     WaitedAtOnce at_once;  // no wake-up of the ep communicator's progress thread
     Work w = exchange_rows(src, staging, e);
     wait(w);
   }
   regroup_blocks(dst, staging, c.recv, size(), c.per_rank, width, /*to_expert_major=*/true);
+  if (sink_) last_dispatch_end_ = now_seconds();
 }
 
 void TokenDispatcher::combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                               int width) {
+  mark_issue("ep combine issued", true);
   Elems e = dispatch_elems(c, width);
   std::swap(e.to_rank, e.from_rank);
   regroup_blocks(staging, src, c.recv, size(), c.per_rank, width, /*to_expert_major=*/false);
@@ -99,6 +126,7 @@ std::unique_ptr<PendingExchange> TokenDispatcher::start_dispatch(float* dst, con
                                                                  float* staging,
                                                                  const ExchangeCounts& c,
                                                                  int width) {
+  mark_issue("ep dispatch issued", false);
   auto p = std::make_unique<Pending>(*this, dispatch_elems(c, width));
   p->start(exchange_rows(src, staging, p->elems()),
            Pending::Regroup{dst, staging, c.recv, size(), c.per_rank, width});
@@ -109,6 +137,7 @@ std::unique_ptr<PendingExchange> TokenDispatcher::start_combine(float* dst, cons
                                                                 float* staging,
                                                                 const ExchangeCounts& c,
                                                                 int width) {
+  mark_issue("ep combine issued", true);
   Elems e = dispatch_elems(c, width);
   std::swap(e.to_rank, e.from_rank);
   auto p = std::make_unique<Pending>(*this, std::move(e));

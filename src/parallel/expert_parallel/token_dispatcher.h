@@ -17,7 +17,11 @@
 // element counts, which the communicator reads until it completes.
 //
 // With a span sink set (the trainer's --trace), every wait on the ep group, blocking or at
-// a finish, becomes an "ep all-to-all wait" span: the exposed part of the exchanges.
+// a finish, becomes an "ep all-to-all wait" span: the exposed part of the exchanges. The
+// rank's work between a dispatch's finish and the next combine's start (the experts of an
+// overlapped part) becomes an "experts" span, and where the ep group spans processes
+// (comm/hybrid), its worker's steps come on a track of their own (category "comm worker"):
+// whether the rows moved while the rank computed or while it waited.
 #pragma once
 
 #include <memory>
@@ -46,7 +50,7 @@ class TokenDispatcher final : public TokenExchange {
                                                  const ExchangeCounts& c, int width) override;
 
   // Where the waits go (empty: nowhere). The sink must outlive the calls.
-  void set_span_sink(SpanSink sink) { sink_ = std::move(sink); }
+  void set_span_sink(SpanSink sink);
 
  private:
   class Pending;
@@ -63,7 +67,13 @@ class TokenDispatcher final : public TokenExchange {
   void wait(Work& w) const;
 
   std::shared_ptr<Communicator> ep_;
+  // The started exchange's issue, and the experts span since the last dispatch's finish.
+  void mark_issue(const char* what, bool combine);
+  // Hands what the ep communicator's worker recorded to the sink.
+  void drain_worker_spans() const;
+
   SpanSink sink_;
+  double last_dispatch_end_ = 0;  // 0: no dispatch finished since the last combine started
   // Element counts handed to the blocking calls; they must outlive the call, hence members.
   std::vector<size_t> send_elems_, recv_elems_;
 };

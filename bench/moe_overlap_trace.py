@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Reads a meshtrain --trace of an MoE run (docs/moe.md, "Overlapped all-to-all") and says,
+per rank and summed over the steps after the first two, how long the experts computed
+between exchanges, how long the rank waited on the ep group, and, where the ep group spans
+processes (the hybrid world), when its worker moved the rows between processes: the share
+of that inter-process time that fell inside the rank's expert compute and the share inside
+its waits. The hypothesis this checks: the rows move mostly while the rank waits.
+
+  bench/moe_overlap_trace.py TRACE.json [--from-step 3] [--parts-log] [--summary]
+
+--summary prints one line instead: the means over the ranks (bench/moe_overlap.sh reads it).
+--parts-log prints, for the first rank and the first traced step after the skip, every
+exchange's issue, worker start/end and finish with times in ms from the step's start.
+"""
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+WORKER_OFFSET = 100000  # src/train/trace.cpp: a rank's comm worker track
+
+
+def overlap(a, spans):
+    """Seconds of interval a inside the union of the (sorted, disjoint) spans."""
+    b, e = a
+    return sum(max(0.0, min(e, se) - max(b, sb)) for sb, se in spans)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--from-step", type=int, default=3)
+    ap.add_argument("--parts-log", action="store_true")
+    ap.add_argument("--summary", action="store_true")
+    a = ap.parse_args()
+    ev = json.load(open(a.trace))["traceEvents"]
+    ev = [e for e in ev if e.get("ph") == "X"]
+    steps = defaultdict(dict)  # rank -> step -> (b, e)
+    for e in ev:
+        if e["cat"] == "step":
+            steps[e["tid"]][int(e["name"].split()[1])] = (e["ts"], e["ts"] + e["dur"])
+    if not steps:
+        sys.exit("no step spans in the trace")
+    rows = []
+    for rank in sorted(steps):
+        windows = [w for s, w in sorted(steps[rank].items()) if s >= a.from_step]
+        inside = lambda e: any(b <= e["ts"] < w for b, w in windows)
+        mine = [e for e in ev if e["tid"] == rank and inside(e)]
+        worker = [e for e in ev if e["tid"] == WORKER_OFFSET + rank and inside(e)]
+        span = lambda e: (e["ts"], e["ts"] + e["dur"])
+        experts = sorted(span(e) for e in mine if e["name"] == "experts")
+        waits = sorted(span(e) for e in mine if e["name"] == "ep all-to-all wait")
+        inter = [span(e) for e in worker if e["name"] == "all_to_all_v between processes"]
+        n = max(1, len(windows))
+        t_inter = sum(e - b for b, e in inter)
+        rows.append({
+            "rank": rank,
+            "steps": len(windows),
+            "experts_ms": sum(e - b for b, e in experts) / n / 1e3,
+            "wait_ms": sum(e - b for b, e in waits) / n / 1e3,
+            "inter_ms": t_inter / n / 1e3,
+            "inter_under_experts": sum(overlap(i, experts) for i in inter) / t_inter if t_inter else None,
+            "inter_under_wait": sum(overlap(i, waits) for i in inter) / t_inter if t_inter else None,
+        })
+    if a.summary:
+        mean = lambda k: sum(r[k] for r in rows) / len(rows)
+        under = [r["inter_under_experts"] for r in rows if r["inter_under_experts"] is not None]
+        print(f"experts_ms {mean('experts_ms'):.1f} wait_ms {mean('wait_ms'):.1f} inter_ms "
+              f"{mean('inter_ms'):.1f} inter_under_experts "
+              f"{(sum(under) / len(under)) if under else -1:.2f}")
+        return
+    for r in rows:
+        share = lambda v: "-" if v is None else f"{100 * v:.0f}%"
+        print(f"rank {r['rank']}: per step experts {r['experts_ms']:.1f} ms, ep wait "
+              f"{r['wait_ms']:.1f} ms, worker between processes {r['inter_ms']:.1f} ms "
+              f"({share(r['inter_under_experts'])} of it under the experts, "
+              f"{share(r['inter_under_wait'])} under the rank's waits)")
+    if a.parts_log:
+        rank = min(steps)
+        s = min(k for k in steps[rank] if k >= a.from_step)
+        b, w = steps[rank][s]
+        log = [e for e in ev if e["tid"] in (rank, WORKER_OFFSET + rank) and b <= e["ts"] < w
+               and e["cat"] in ("comm", "compute", "comm worker") and not e["name"].startswith("F")]
+        for e in sorted(log, key=lambda e: e["ts"]):
+            who = "worker" if e["tid"] >= WORKER_OFFSET else "rank  "
+            print(f"  {who} {(e['ts'] - b) / 1e3:9.2f} ms +{e['dur'] / 1e3:8.2f}  {e['name']}")
+
+
+if __name__ == "__main__":
+    main()
