@@ -16,6 +16,9 @@
 //
 //   bench_moe_layer [--quick] [--cpu] [--rounds 5] [--tokens 1024] [--dim 512] [--experts 64]
 //                   [--ffn 256] [--topk 8] [--precision fp32,bf16] [--router softmax|sigmoid]
+//                   [--phases] [--parts P]
+// --parts P runs the layer sides with --moe-overlap-parts P (at ep 1 the exchanges are the
+// identity: what parts cost the experts' compute).
 #include <omp.h>
 
 #include <algorithm>
@@ -36,6 +39,7 @@
 #include "kernels/grouped_gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
+#include "kernels/phase_profile.h"
 #include "kernels/swiglu.h"
 #include "model/moe_layer.h"
 
@@ -45,7 +49,25 @@ using namespace mt;
 
 struct Options : bench::ExpertBenchOptions {
   std::string router = "softmax";
+  bool phases = false;  // also print the layer's kernel phases per step (phase_profile.h)
+  int parts = 1;        // --moe-overlap-parts of the layer sides (ep 1: the parts' compute)
 };
+
+// Where one step of a side goes by phase (kernels/phase_profile.h), averaged over `steps`
+// steps after the rounds: the layer's overhead beside its GEMMs, on the same binary.
+void print_phases(const char* prec, const char* side, const std::function<void()>& step,
+                  int steps) {
+  PhaseTotals totals;
+  attach_phase_totals(&totals);
+  for (int i = 0; i < steps; ++i) step();
+  attach_phase_totals(nullptr);
+  std::printf("  %-5s %-6s phases, ms per step:", prec, side);
+  for (int p = 0; p < kPhases; ++p)
+    if (totals.calls[p] > 0)
+      std::printf(" %s %.2f (%llu calls)", phase_name(Phase(p)), totals.seconds[p] * 1e3 / steps,
+                  static_cast<unsigned long long>(totals.calls[p] / steps));
+  std::printf("\n");
+}
 
 // The dense SwiGLU MLP of width W on N rows, as the llama block's dense MLP calls it.
 struct DenseMlp {
@@ -102,8 +124,9 @@ struct Layer {
   Arena params, grads, slot, stage;
   std::vector<float> h, dy, y, dh;
   int N;
-  Layer(const ModelConfig& cfg, bool bf16, int n) : N(n) {
+  Layer(const ModelConfig& cfg, bool bf16, int n, int parts) : N(n) {
     ExpertParallelShard ep;
+    ep.overlap_parts = parts;
     if (bf16) ep.bf16_version = &version;
     layer = std::make_unique<MoeLayer>(0, cfg, ep, N, table, layout);
     params.resize(table.total()), grads.resize(table.total());
@@ -142,12 +165,12 @@ void bench_precision(const Options& o, bool bf16) {
   std::printf("  %s; grouped path %s\n", describe_gemm_peak(pp, measured, 1).c_str(),
               grouped_gemm_isa(bf16).c_str());
   DenseMlp dense(bf16, o.tokens, o.dim, o.topk * o.ffn);
-  Layer layer(cfg, bf16, o.tokens), looped(cfg, bf16, o.tokens);
+  Layer layer(cfg, bf16, o.tokens, o.parts), looped(cfg, bf16, o.tokens, o.parts);
   std::vector<Side> sides = {{"dense", [&] { dense.step(); }, {}, {}},
                              {"layer", [&] { layer.step(); }, {}, {}}};
   std::unique_ptr<Layer> grouped;
   if (!bf16 && grouped_gemm_path_available(false, GroupedGemmPath::avx512)) {
-    grouped = std::make_unique<Layer>(cfg, bf16, o.tokens);
+    grouped = std::make_unique<Layer>(cfg, bf16, o.tokens, o.parts);
     sides.push_back({"avx512", [&] { grouped->step(); }, GroupedGemmPath::avx512, {}});
   }
   sides.push_back({"loop", [&] { looped.step(); }, GroupedGemmPath::loop, {}});
@@ -171,6 +194,10 @@ void bench_precision(const Options& o, bool bf16) {
                 bench::median(s.seconds) * 1e3, flops / bench::median(s.seconds) * 1e-9,
                 bench::median(mfu), bench::median(ratio));
   }
+  if (!o.phases) return;
+  const int steps = o.quick ? 1 : 5;
+  print_phases(bf16 ? "bf16" : "fp32", "dense", sides[0].step, steps);
+  print_phases(bf16 ? "bf16" : "fp32", "layer", sides[1].step, steps);
 }
 
 }  // namespace
@@ -181,11 +208,15 @@ int main(int argc, char** argv) {
     if (bench::parse_expert_bench_arg(argc, argv, i, o)) continue;
     if (!std::strcmp(argv[i], "--router") && i + 1 < argc) {
       o.router = argv[++i];
+    } else if (!std::strcmp(argv[i], "--phases")) {
+      o.phases = true;
+    } else if (!std::strcmp(argv[i], "--parts") && i + 1 < argc) {
+      o.parts = std::max(1, std::atoi(argv[++i]));
     } else {
       std::fprintf(stderr,
                    "usage: bench_moe_layer [--quick] [--cpu] [--rounds N] [--tokens N] [--dim C] "
                    "[--experts E] [--ffn F] [--topk k] [--precision fp32,bf16] "
-                   "[--router softmax|sigmoid]\n");
+                   "[--router softmax|sigmoid] [--phases] [--parts P]\n");
       return 2;
     }
   }
@@ -193,9 +224,9 @@ int main(int argc, char** argv) {
   std::printf(
       "llama MoE layer (model/moe_layer.h) forward + backward: %d SwiGLU experts of width %d "
       "at top-%d, %s router, dropless, vs one dense SwiGLU MLP of width %d; C %d, %d tokens; "
-      "1 thread; medians of %d interleaved rounds (%s time); load average %.2f\n",
-      o.experts, o.ffn, o.topk, o.router.c_str(), o.topk * o.ffn, o.dim, o.tokens, o.rounds,
-      o.cpu ? "CPU" : "wall", bench::load_average());
+      "%d part(s); 1 thread; medians of %d interleaved rounds (%s time); load average %.2f\n",
+      o.experts, o.ffn, o.topk, o.router.c_str(), o.topk * o.ffn, o.dim, o.tokens, o.parts,
+      o.rounds, o.cpu ? "CPU" : "wall", bench::load_average());
   std::printf("  %-5s %-6s %9s %8s %6s %7s\n", "prec", "side", "ms", "GF/s", "MFU", "x dense");
   for (const std::string& p : o.precisions) {
     if (p == "bf16" && !bf16_matmul_supported()) {

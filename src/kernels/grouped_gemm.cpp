@@ -84,14 +84,20 @@ void grouped_matmul_backward_weight(float* const* dweight, const float* dout, co
 }
 
 void grouped_matmul_bf16_forward(float* out, const bf16* inp, const bf16* const* weight,
-                                 const int32_t* offset, int groups, int C, int OC) {
-  run(rows_problem(Product::forward, out, inp, weight, offset, groups, C, OC, false));
+                                 const int32_t* offset, int groups, int C, int OC,
+                                 const uint32_t* const* packed) {
+  Problem<bf16> p = rows_problem(Product::forward, out, inp, weight, offset, groups, C, OC, false);
+  p.packed = packed;
+  run(p);
 }
 
 void grouped_matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* const* weight,
                                         const int32_t* offset, int groups, int C, int OC,
-                                        bool accumulate) {
-  run(rows_problem(Product::backward_input, dinp, dout, weight, offset, groups, C, OC, accumulate));
+                                        bool accumulate, const uint32_t* const* packed) {
+  Problem<bf16> p =
+      rows_problem(Product::backward_input, dinp, dout, weight, offset, groups, C, OC, accumulate);
+  p.packed = packed;
+  run(p);
 }
 
 void grouped_matmul_bf16_backward_weight(float* const* dweight, const bf16* dout, const bf16* inp,

@@ -45,13 +45,58 @@ void grouped_matmul_backward_weight(float* const* dweight, const float* dout, co
                                     const int32_t* offset, int groups, int C, int OC);
 
 // The same with bf16 operands, fp32 accumulation and fp32 results (--precision bf16).
+// packed (optional, per group): weight[g] packed once for the product (grouped_bf16_pack
+// below), read instead of packing it again on every call; the same bits either way.
 void grouped_matmul_bf16_forward(float* out, const bf16* inp, const bf16* const* weight,
-                                 const int32_t* offset, int groups, int C, int OC);
+                                 const int32_t* offset, int groups, int C, int OC,
+                                 const uint32_t* const* packed = nullptr);
 void grouped_matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* const* weight,
                                         const int32_t* offset, int groups, int C, int OC,
-                                        bool accumulate = true);
+                                        bool accumulate = true,
+                                        const uint32_t* const* packed = nullptr);
 void grouped_matmul_bf16_backward_weight(float* const* dweight, const bf16* dout, const bf16* inp,
                                          const int32_t* offset, int groups, int C, int OC);
+
+// The weight gradient over rows in several expert-major segments (the parts of
+// model/moe_parts.h): dweight[g] += sum over segments s of dout_{s,g}^T @ inp_{s,g}, where
+// segment s's group g owns rows [offsets[s][g], offsets[s][g + 1]) of dout and inp. Each
+// dweight is read and written once, not once per segment (grouped_gemm_segments.cpp); a
+// group's rows are summed segment after segment, in row order within each. One segment is
+// grouped_matmul_backward_weight with offsets[0].
+void grouped_matmul_backward_weight_segments(float* const* dweight, const float* dout,
+                                             const float* inp, const int32_t* const* offsets,
+                                             int segments, int groups, int C, int OC);
+void grouped_matmul_bf16_backward_weight_segments(float* const* dweight, const bf16* dout,
+                                                  const bf16* inp, const int32_t* const* offsets,
+                                                  int segments, int groups, int C, int OC);
+
+// Pre-packed bf16 weights. The AMX path multiplies by its B operand in pair panels
+// (grouped_gemm_pack.h): weight[g]^T for forward, weight[g] for backward_input. Packing them
+// per call is a quarter of its time at the experts' shapes; a weight packed whole once per
+// change of the weights (model/expert_gemm.h's Bf16ExpertWeights) serves every call and
+// every column block of one (a block is whole panels of the whole matrix: the same values
+// a call packs itself, so the same bits). Other paths read weight[] and ignore packs.
+enum class GroupedPack { forward, backward_input };
+// uint32 elements of one (OC, C) weight packed for `which`.
+size_t grouped_bf16_packed_size(GroupedPack which, int C, int OC);
+// dst (grouped_bf16_packed_size) = weight (OC, C) packed for `which`.
+void grouped_bf16_pack(uint32_t* dst, GroupedPack which, const bf16* weight, int C, int OC);
+// Whether the bf16 calls read packs now: on the AMX path, unless a ScopedGroupedGemmPacks
+// turned them off.
+bool grouped_bf16_reads_packs();
+
+// Turns the reading of packs off (or on) for the whole process while it lives: the tests
+// compare the packed path with the per-call packing. Training never sets it.
+class ScopedGroupedGemmPacks {
+ public:
+  explicit ScopedGroupedGemmPacks(bool on);
+  ~ScopedGroupedGemmPacks();
+  ScopedGroupedGemmPacks(const ScopedGroupedGemmPacks&) = delete;
+  ScopedGroupedGemmPacks& operator=(const ScopedGroupedGemmPacks&) = delete;
+
+ private:
+  bool saved_;
+};
 
 // How the grouped GEMMs run. Each precision picks the fastest path its CPU has at run time
 // (grouped_gemm_default_path: fp32 loop, as measured; bf16 amx, else avx512_bf16, else loop):

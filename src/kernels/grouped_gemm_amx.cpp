@@ -2,13 +2,14 @@
 // times a 32 x 16 B tile (16 rows of bf16 pairs) into a 16 x 16 fp32 C tile. The 8 tile
 // registers hold a 32 x 32 block of C (4 tiles), two A tiles and two B tiles, so each step of
 // 32 in K is 4 loads for 4 products. An item (group, block of columns) packs its B columns
-// once as pair panels (grouped_gemm_pack.h), then every 32-row block of A runs against every
-// pair of panels over the whole K: C stays in tiles from the first step to the last, and A
-// (read in place when it is row-major with K a multiple of 32, else a zero-padded copy) is
-// the operand reused from L1 while B streams from L2. Edges (rows or columns short of a
-// tile) go through zero-padded stages, so tiles are always 16 x 64 bytes and the
-// configuration is loaded once per call and thread. K is summed in steps of 32 in order, so
-// a row's bits do not depend on the block it fell in.
+// once as pair panels (grouped_gemm_pack.h), or reads them from the weight's whole packs
+// when the call has them (GroupedPack: forward and backward_input), then every 32-row block of A
+// runs against every pair of panels over the whole K: C stays in tiles from the first step to the
+// last, and A (read in place when it is row-major with K a multiple of 32, else a zero-padded copy)
+// is the operand reused from L1 while B streams from L2. Edges (rows or columns short of a tile) go
+// through zero-padded stages, so tiles are always 16 x 64 bytes and the configuration is loaded
+// once per call and thread. K is summed in steps of 32 in order, so a row's bits do not depend on
+// the block it fell in.
 #include "kernels/grouped_gemm_kernels.h"
 
 #if defined(__AVX512F__)
@@ -147,12 +148,29 @@ const bf16* padded_a(const Operands<bf16>& o, int kp, std::vector<bf16>& buf) {
   return buf.data();
 }
 
+bool packed(const Problem<bf16>& p) {
+  return p.packed && p.product != Product::backward_weight;
+}
+
+// An item's whole panels of a packed weight: one contiguous run.
+const uint32_t* packed_panels(const Problem<bf16>& p, const Item& it, size_t panel) {
+  return p.packed[it.g] + size_t(it.n0 / kTile) * panel;
+}
+
+Region packed_region(const Problem<bf16>& p, const Operands<bf16>& o, const Item& it) {
+  const size_t panel = size_t(round_up(o.K, kStep) / 2) * kTile;
+  const size_t panels = size_t(it.n1 - it.n0 + kTile - 1) / kTile;
+  return {reinterpret_cast<const char*>(packed_panels(p, it, panel)),
+          panels * panel * sizeof(uint32_t), 0, 1};
+}
+
 // The next item's memory, spread over this item's `steps` block calls.
 void start_prefetch(const Problem<bf16>& p, const Item& next, int64_t steps, Prefetcher& pf) {
   pf.stop();
   if (next.g < 0) return;
   const Operands<bf16> o = operands(p, next.g);
-  if (o.M > 0 && o.K > 0) pf.start(b_region(o, next), a_region(o), steps);
+  if (o.M == 0 || o.K == 0) return;
+  pf.start(packed(p) ? packed_region(p, o, next) : b_region(o, next), a_region(o), steps);
 }
 
 // Requests the C block after (i, q) into L2 (for writing) while (i, q) computes. With the
@@ -180,8 +198,16 @@ void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch&
   const int panels = (n1 - n0 + kTile - 1) / kTile;
   const size_t panel = size_t(kp / 2) * kTile;
   start_prefetch(p, next, int64_t((o.M + kBlock - 1) / kBlock) * ((panels + 1) / 2), s.prefetch);
-  s.b.resize(panel * panels);
-  pack_pairs_bf16(s.b.data(), o.b, o.ldb, o.b_trans, o.K, kp / 2, n0, n1);
+  // A weight packed whole holds the item's columns as its panels from n0 / kTile on (an
+  // item's n0 is a multiple of kTile), in the layout packed here.
+  const uint32_t* b = nullptr;
+  if (packed(p)) {
+    b = packed_panels(p, it, panel);
+  } else {
+    s.b.resize(panel * panels);
+    pack_pairs_bf16(s.b.data(), o.b, o.ldb, o.b_trans, o.K, kp / 2, n0, n1);
+    b = s.b.data();
+  }
   const bool in_place = !o.a_trans && o.K == kp;
   // A group split into column blocks is one item per block, mostly run one after the
   // other by one thread: its padded A (a whole transpose in backward_weight, megabytes for
@@ -203,7 +229,7 @@ void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch&
       const int tn = q + 1 < panels ? 2 : 1, n = n0 + q * kTile;
       if (o.accumulate) prefetch_c(o, it, i, q + 2, panels);
       run_block(tm, tn, o.c + i * o.ldc + n, o.ldc, rows, std::min(n1 - n, tn * kTile), ai, ldai,
-                s.b.data() + q * panel, panel, steps, o.accumulate, s.c.data(),
+                b + q * panel, panel, steps, o.accumulate, s.c.data(),
                 s.prefetch.take(steps * kPrefetchPerStep));
     }
   }

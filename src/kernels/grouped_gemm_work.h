@@ -31,6 +31,8 @@ struct Problem {
   const int32_t* offset;
   int groups, C, OC;
   bool accumulate;
+  // forward, backward_input on the AMX path: weight[g] packed whole (GroupedPack), or null.
+  const uint32_t* const* packed = nullptr;
   int N() const { return product == Product::forward ? OC : C; }
 };
 

@@ -1,5 +1,6 @@
 #include "model/expert_gemm.h"
 
+#include "core/error.h"
 #include "kernels/grouped_gemm.h"
 
 namespace mt {
@@ -15,6 +16,16 @@ std::vector<const float*> weights_of(const std::vector<Linear>& w) {
 std::vector<float*> weight_grads_of(const std::vector<Linear>& w) {
   std::vector<float*> out(w.size());
   for (size_t le = 0; le < w.size(); ++le) out[le] = w[le].dw;
+  return out;
+}
+
+std::vector<const int32_t*> offsets_of(const ExpertGroups* g, int count) {
+  std::vector<const int32_t*> out(static_cast<size_t>(count));
+  for (int p = 0; p < count; ++p) {
+    MT_CHECK(g[p].count == g[0].count, "expert blocks of ", g[p].count, " and ", g[0].count,
+             " experts");
+    out[size_t(p)] = g[p].offset;
+  }
   return out;
 }
 
@@ -78,16 +89,19 @@ void expert_gemm_backward_input(float* dx, const float* dy, const std::vector<Li
 }
 
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const float* dy, const float* x,
-                                 const ExpertGroups& g, bool with_bias) {
-  if (g.count == 0) return;
-  grouped_matmul_backward_weight(weight_grads_of(w).data(), dy, x, g.offset, g.count, w[0].in,
-                                 w[0].out);
-  if (with_bias) add_bias_grads(w, dy, g);
+                                 const ExpertGroups* g, int count, bool with_bias) {
+  if (count == 0 || g[0].count == 0) return;
+  grouped_matmul_backward_weight_segments(weight_grads_of(w).data(), dy, x,
+                                          offsets_of(g, count).data(), count, g[0].count, w[0].in,
+                                          w[0].out);
+  if (with_bias)
+    for (int p = 0; p < count; ++p) add_bias_grads(w, dy, g[p]);
 }
 
 Bf16ExpertWeights::Bf16ExpertWeights(const std::vector<Linear>& w, const uint64_t* version)
-    : pointers_(w.size()) {
+    : pointers_(w.size()), version_(version) {
   for (const Linear& l : w) copies_.emplace_back(size_t(l.in) * l.out, version);
+  if (!w.empty()) in_ = w[0].in, out_ = w[0].out;
 }
 
 const std::vector<const bf16*>& Bf16ExpertWeights::get(const std::vector<Linear>& w) {
@@ -95,32 +109,59 @@ const std::vector<const bf16*>& Bf16ExpertWeights::get(const std::vector<Linear>
   return pointers_;
 }
 
+const uint32_t* const* Bf16ExpertWeights::packed(const std::vector<Linear>& w, GroupedPack which) {
+  if (!grouped_bf16_reads_packs() || w.empty()) return nullptr;
+  Packs& p = packs_of_[int(which)];
+  if (p.version == *version_) return p.pointers.data();
+  const std::vector<const bf16*>& w16 = get(w);
+  const size_t n = grouped_bf16_packed_size(which, in_, out_);
+  p.data.resize(w.size());
+  p.pointers.resize(w.size());
+  for (size_t le = 0; le < w.size(); ++le) p.data[le].resize(n), p.pointers[le] = p.data[le].data();
+  const int experts = int(w.size());
+#pragma omp parallel for schedule(dynamic)
+  for (int le = 0; le < experts; ++le)
+    grouped_bf16_pack(p.data[size_t(le)].data(), which, w16[size_t(le)], in_, out_);
+  p.version = *version_;
+  ++packs_;
+  return p.pointers.data();
+}
+
 size_t Bf16ExpertWeights::bytes() const {
-  size_t total = 0;
-  for (const Bf16Weight& c : copies_) total += c.bytes();
-  return total;
+  return copies_.size() * expert_bytes(in_, out_);
+}
+
+size_t Bf16ExpertWeights::expert_bytes(int in, int out) {
+  const size_t packs = grouped_bf16_packed_size(GroupedPack::forward, in, out) +
+                       grouped_bf16_packed_size(GroupedPack::backward_input, in, out);
+  return size_t(in) * size_t(out) * sizeof(bf16) + packs * sizeof(uint32_t);
 }
 
 void expert_gemm_forward(float* y, const bf16* x, const std::vector<Linear>& w,
                          Bf16ExpertWeights& w16, const ExpertGroups& g, bool with_bias) {
   if (g.count == 0) return;
-  grouped_matmul_bf16_forward(y, x, w16.get(w).data(), g.offset, g.count, w[0].in, w[0].out);
+  const uint32_t* const* packed = w16.packed(w, GroupedPack::forward);
+  grouped_matmul_bf16_forward(y, x, w16.get(w).data(), g.offset, g.count, w[0].in, w[0].out,
+                              packed);
   if (with_bias) add_biases(y, w, g);
 }
 
 void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Linear>& w,
                                 Bf16ExpertWeights& w16, const ExpertGroups& g, bool accumulate) {
   if (g.count == 0) return;
+  const uint32_t* const* packed = w16.packed(w, GroupedPack::backward_input);
   grouped_matmul_bf16_backward_input(dx, dy, w16.get(w).data(), g.offset, g.count, w[0].in,
-                                     w[0].out, accumulate);
+                                     w[0].out, accumulate, packed);
 }
 
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const bf16* dy, const bf16* x,
-                                 const ExpertGroups& g, bool with_bias) {
-  if (g.count == 0) return;
-  grouped_matmul_bf16_backward_weight(weight_grads_of(w).data(), dy, x, g.offset, g.count, w[0].in,
-                                      w[0].out);
-  if (with_bias) add_bias_grads(w, dy, g);
+                                 const ExpertGroups* g, int count, bool with_bias) {
+  if (count == 0 || g[0].count == 0) return;
+  grouped_matmul_bf16_backward_weight_segments(weight_grads_of(w).data(), dy, x,
+                                               offsets_of(g, count).data(), count, g[0].count,
+                                               w[0].in, w[0].out);
+  if (with_bias)
+    for (int p = 0; p < count; ++p) add_bias_grads(w, dy, g[p]);
 }
 
 }  // namespace mt

@@ -20,6 +20,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/bf16_weight.h"
+#include "kernels/grouped_gemm.h"
 #include "model/expert_mlp.h"
 #include "model/linear.h"
 
@@ -32,22 +33,49 @@ void expert_gemm_forward(float* y, const float* x, const std::vector<Linear>& w,
 // accumulate).
 void expert_gemm_backward_input(float* dx, const float* dy, const std::vector<Linear>& w,
                                 const ExpertGroups& g, bool accumulate);
-// dW_e += dy_e^T @ x_e (and db_e += column sums of dy_e when with_bias) for every expert.
+// dW_e += dy_e^T @ x_e (and db_e += column sums of dy_e when with_bias) for every expert,
+// over the rows of `count` blocks (the parts of moe_parts.h, or one block): each dW_e is
+// read and written once whatever the count (grouped_matmul_backward_weight_segments).
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const float* dy, const float* x,
-                                 const ExpertGroups& g, bool with_bias);
+                                 const ExpertGroups* g, int count, bool with_bias);
 
 // The bf16 copies of the experts' weights of one kind of Linear (kernels/bf16_weight.h:
-// converted once per change of the weights).
+// converted once per change of the weights), and on the AMX path their packed copies
+// (kernels/grouped_gemm.h, GroupedPack): each layout packed from the bf16 copies at its
+// first use after a change of the weights (the model's version, bumped by whoever writes
+// them: GPT::weights_changed after an optimizer step or a load), then read by every
+// forward, input gradient, part (--moe-overlap-parts) and recomputation until the next
+// change. Packed from the bf16 copies, not from the fp32 weights: under ZeRO-3 the gathered
+// buffer may be gone by the backward, the copies are not.
 class Bf16ExpertWeights {
  public:
   Bf16ExpertWeights(const std::vector<Linear>& w, const uint64_t* version);
   // The copies of w (the Linears given at construction, bound), converted if they changed.
   const std::vector<const bf16*>& get(const std::vector<Linear>& w);
+  // The packs of w for `which`, packed if the weights changed since; null where the calls
+  // pack per call (not the AMX path, grouped_bf16_reads_packs).
+  const uint32_t* const* packed(const std::vector<Linear>& w, GroupedPack which);
+  // The copies' bytes and both packs': counted whatever the CPU, so that an estimate does
+  // not depend on the machine that makes it (the planner's plans).
   size_t bytes() const;
+  // The bytes one expert's Linear (in -> out) adds to bytes().
+  static size_t expert_bytes(int in, int out);
+  // Layouts packed so far (each of the two, once per change of the weights used).
+  int64_t packs() const { return packs_; }
 
  private:
+  struct Packs {
+    std::vector<std::vector<uint32_t>> data;  // per expert, from the first pack on
+    std::vector<const uint32_t*> pointers;
+    uint64_t version = ~uint64_t(0);  // of the weights packed (none yet)
+  };
+
   std::vector<Bf16Weight> copies_;
   std::vector<const bf16*> pointers_;
+  const uint64_t* version_;
+  int in_ = 0, out_ = 0;
+  Packs packs_of_[2];  // GroupedPack::forward, backward_input
+  int64_t packs_ = 0;
 };
 
 // The same in bf16: bf16 rows and weight copies, fp32 accumulation and results; the bias
@@ -57,7 +85,7 @@ void expert_gemm_forward(float* y, const bf16* x, const std::vector<Linear>& w,
 void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Linear>& w,
                                 Bf16ExpertWeights& w16, const ExpertGroups& g, bool accumulate);
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const bf16* dy, const bf16* x,
-                                 const ExpertGroups& g, bool with_bias);
+                                 const ExpertGroups* g, int count, bool with_bias);
 
 // Calls f(r0, rows, piece) over the block's rows [g.first(), g.total()) in pieces of at most
 // `most` rows, piece the groups of rows [r0, r0 + rows) (offsets from r0): for work that

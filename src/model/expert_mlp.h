@@ -86,8 +86,11 @@ class ExpertMlp {
   // (nullptr: the rows gather_grad packed); keeps in the slot what backward_weight needs.
   // dx may be dy's scratch.
   virtual void backward_input(float* slot, const ExpertGroups& g, const float* dy, float* dx) = 0;
-  // Weight gradients (+=) from the slot. No communication.
-  virtual void backward_weight(float* slot, const ExpertGroups& g) = 0;
+  // Weight gradients (+=) from the slot over the rows of `count` blocks: every part's
+  // region at once under --moe-overlap-parts (moe_parts.h), so each weight gradient is read
+  // and written once per pass, not once per part. No communication.
+  virtual void backward_weight(float* slot, const ExpertGroups* g, int count) = 0;
+  void backward_weight(float* slot, const ExpertGroups& g) { backward_weight(slot, &g, 1); }
 
   // --precision bf16: floats of the fp32 stage the experts round their results through
   // (shared with the chunk's other layers; set before the first forward), and the bytes of

@@ -61,9 +61,9 @@ void Bf16Experts::backward_input(float* s, const ExpertGroups& g, const float* d
   expert_gemm_backward_input(dx, d_pre, up_, up16_, g, /*accumulate=*/false);
 }
 
-void Bf16Experts::backward_weight(float* s, const ExpertGroups& g) {
-  expert_gemm_backward_weight(down_, h16(s, off_.dy_rows), h16(s, off_.act), g, biased());
-  expert_gemm_backward_weight(up_, h16(s, off_.d_pre), h16(s, off_.x_rows), g, biased());
+void Bf16Experts::backward_weight(float* s, const ExpertGroups* g, int count) {
+  expert_gemm_backward_weight(down_, h16(s, off_.dy_rows), h16(s, off_.act), g, count, biased());
+  expert_gemm_backward_weight(up_, h16(s, off_.d_pre), h16(s, off_.x_rows), g, count, biased());
 }
 
 }  // namespace mt

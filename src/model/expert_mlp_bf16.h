@@ -46,7 +46,7 @@ class Bf16Experts final : public ExpertWeights {
   void gather_grad(float* slot, float* dgates, const float* dy, const float* y_rows,
                    const int32_t* row_of, const float* gates, int N, int k) override;
   void backward_input(float* slot, const ExpertGroups& g, const float* dy, float* dx) override;
-  void backward_weight(float* slot, const ExpertGroups& g) override;
+  void backward_weight(float* slot, const ExpertGroups* g, int count) override;
 
   size_t stage_floats() const override { return size_t(stage_rows_) * H_; }
   void set_stage(float* stage) override { stage_ = stage; }

@@ -50,9 +50,9 @@ void Fp32Experts::backward_input(float* s, const ExpertGroups& g, const float* d
   expert_gemm_backward_input(dx, d_pre, up_, g, /*accumulate=*/false);
 }
 
-void Fp32Experts::backward_weight(float* s, const ExpertGroups& g) {
-  expert_gemm_backward_weight(down_, s + off_.dy_rows, s + off_.act, g, biased());
-  expert_gemm_backward_weight(up_, s + off_.d_pre, s + off_.x_rows, g, biased());
+void Fp32Experts::backward_weight(float* s, const ExpertGroups* g, int count) {
+  expert_gemm_backward_weight(down_, s + off_.dy_rows, s + off_.act, g, count, biased());
+  expert_gemm_backward_weight(up_, s + off_.d_pre, s + off_.x_rows, g, count, biased());
 }
 
 }  // namespace mt

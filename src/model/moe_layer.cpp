@@ -196,10 +196,24 @@ void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows) {
 void MoeLayer::backward_weight(float* s, const float* h, int N) {
   const int rows = local_rows(N);
   if (parts_)
-    parts_->for_each_part(s, [&](const ExpertGroups& g) { experts_->backward_weight(s, g); });
+    backward_weight_parts(s);
   else
     experts_->backward_weight(s, expert_groups(reinterpret_cast<int32_t*>(s + off_.recv_counts)));
   router_.backward_weight(s, h + run_offset(rows), rows);
+}
+
+// Every part's region in one call: each expert's weight gradient read and written once per
+// pass, not once per part (MoeParts keeps one part's groups at a time: copied here).
+void MoeLayer::backward_weight_parts(float* s) {
+  const int P = parts_->parts();
+  std::vector<int32_t> offsets(size_t(P) * (El_ + 1));
+  int p = 0;
+  parts_->for_each_part(s, [&](const ExpertGroups& g) {
+    std::copy(g.offset, g.offset + El_ + 1, offsets.begin() + size_t(p++) * (El_ + 1));
+  });
+  std::vector<ExpertGroups> groups;
+  for (int q = 0; q < P; ++q) groups.push_back({offsets.data() + size_t(q) * (El_ + 1), El_});
+  experts_->backward_weight(s, groups.data(), P);
 }
 
 void MoeLayer::update_router_bias(const int64_t* load) {

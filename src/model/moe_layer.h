@@ -169,6 +169,7 @@ class MoeLayer {
   // The same with the exchanges overlapped, part by part (parts_).
   void forward_parts(float* s, const float* h, float* y, int rows);
   void backward_parts(float* s, const float* dy, float* dh, int rows);
+  void backward_weight_parts(float* s);
 
   int layer_, C_, E_, k_, El_, max_rows_;
   TensorParallelShard tp_;

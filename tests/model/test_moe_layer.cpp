@@ -14,6 +14,7 @@
 
 #include "kernels/matmul_bf16.h"
 #include "kernels/token_permutation.h"
+#include "model/expert_gemm.h"
 #include "model/moe_test_util.h"
 
 namespace mt {
@@ -176,7 +177,10 @@ TEST(MoeLayer, Bf16ExpertsStayWithinBf16RoundingOfFp32) {
     ep16.bf16_version = &version;
     Harness f(cfg, {}, N), b(cfg, ep16, N);
     EXPECT_EQ(f.layer->bf16_weight_bytes(), 0u);
-    EXPECT_EQ(b.layer->bf16_weight_bytes(), size_t(E) * 2 * cfg.hidden() * C * sizeof(bf16));
+    // Each expert's c_fc and c_proj: the bf16 copy and the AMX path's two packs of each.
+    EXPECT_EQ(b.layer->bf16_weight_bytes(),
+              size_t(E) * (Bf16ExpertWeights::expert_bytes(C, cfg.hidden()) +
+                           Bf16ExpertWeights::expert_bytes(cfg.hidden(), C)));
     std::vector<float> h = moe_test::random_vec(size_t(N) * C, 5, 1);
     std::vector<float> dy = moe_test::random_vec(size_t(N) * C, 5, 2);
     std::vector<float> yf(h.size()), yb(h.size()), dhf(h.size()), dhb(h.size());

@@ -5,8 +5,9 @@
 // the same to rounding (summed part by part), including parts of uneven size and more parts
 // than a part has rows for some expert; and the layer starts P dispatches and P combines
 // per pass after one count exchange. Parts cost no elementwise work of their own: every
-// row is rounded to bf16 and activated once per pass, whatever P (the phase profile's
-// bytes, counted, not timed).
+// row is rounded to bf16 and activated once per pass, whatever P, and each expert's weight
+// gradient is written once per pass (the phase profile's calls and bytes, counted, not
+// timed).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,6 +129,45 @@ TEST(MoeParts, EachRowIsConvertedAndActivatedOnce) {
       for (Phase p : {Phase::activation, Phase::conversion})
         EXPECT_EQ(split.bytes[int(p)], one.bytes[int(p)])
             << phase_name(p) << ", " << parts << " parts" << (bf16 ? ", bf16" : "");
+    }
+  }
+}
+
+// The GEMM phase of backward_weight alone (after a forward and backward_input) of a layer
+// in `parts` parts.
+PhaseTotals weight_gradient_gemms(int parts, bool bf16) {
+  const int N = 24, C = 16, E = 4;
+  const ModelConfig cfg = moe_test::config(C, E, 2, 0.0f);
+  uint64_t version = 1;
+  CountingExchange counting;
+  ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = &counting};
+  ep.overlap_parts = parts;
+  if (bf16) ep.bf16_version = &version;
+  Harness m(cfg, ep, N);
+  const size_t n = size_t(N) * C;
+  const auto h = moe_test::random_vec(n, 3, 1), dy = moe_test::random_vec(n, 3, 2);
+  std::vector<float> y(n), dh(n);
+  m.layer->forward(m.slot(), h.data(), y.data(), N);
+  m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
+  PhaseTotals totals;
+  attach_phase_totals(&totals);
+  m.layer->backward_weight(m.slot(), h.data(), N);
+  attach_phase_totals(nullptr);
+  return totals;
+}
+
+// The weight gradients of P parts are one grouped GEMM per matrix over every part's rows,
+// as one part's: each expert's dW read and written once per pass, not once per part (a
+// GEMM call's phase bytes count every group's weight once).
+TEST(MoeParts, EachWeightGradientIsWrittenOncePerPass) {
+  for (bool bf16 : {false, true}) {
+    const PhaseTotals one = weight_gradient_gemms(1, bf16);
+    const int g = int(Phase::gemm);
+    EXPECT_GT(one.calls[g], 0u);
+    for (int parts : {2, 5}) {
+      const PhaseTotals split = weight_gradient_gemms(parts, bf16);
+      EXPECT_EQ(split.calls[g], one.calls[g]) << parts << " parts" << (bf16 ? ", bf16" : "");
+      EXPECT_EQ(split.bytes[g], one.bytes[g]) << parts << " parts" << (bf16 ? ", bf16" : "");
     }
   }
 }

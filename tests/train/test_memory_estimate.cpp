@@ -21,6 +21,7 @@
 #include "core/timer.h"
 #include "data/token_shard.h"
 #include "kernels/matmul_bf16.h"
+#include "model/expert_gemm.h"
 #include "model/gpt.h"
 #include "test_util/temp_dir.h"
 #include "train/trainer.h"
@@ -312,7 +313,8 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
 
 // --precision bf16 converts the experts' weights too: the record's bf16_weight_bytes is the
 // dense model's plus, per MoE block, the local experts' c_fc and c_proj in place of the
-// dense MLP's (bf16, 2 bytes a value).
+// dense MLP's (bf16, 2 bytes a value), and the AMX path's two packs of each expert matrix
+// (model/expert_gemm.h).
 TEST(MemoryEstimate, Bf16WeightBytesIncludeTheExperts) {
   if (!bf16_matmul_supported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU (needs AVX-512)";
   for (int ep : {1, 2}) {
@@ -323,8 +325,10 @@ TEST(MemoryEstimate, Bf16WeightBytesIncludeTheExperts) {
     moe.model.experts = 4, moe.model.moe_every = 2, moe.parallel.ep = ep;
     const int64_t C = moe.model.dim, H = moe.model.hidden(), local = 4 / ep;
     const int64_t moe_blocks = moe.model.layers / 2;
+    const int64_t expert = int64_t(Bf16ExpertWeights::expert_bytes(int(C), int(H)) +
+                                   Bf16ExpertWeights::expert_bytes(int(H), int(C)));
     const int64_t want =
-        measure(dense).bf16_weights + moe_blocks * (local - 1) * 2 * H * C * int64_t(2);
+        measure(dense).bf16_weights + moe_blocks * (local * expert - 2 * H * C * int64_t(2));
     EXPECT_EQ(measure(moe).bf16_weights, want) << "ep " << ep;
   }
 }

@@ -1,0 +1,138 @@
+// The bf16 experts' packed weights (model/expert_gemm.h, Bf16ExpertWeights::packed): on the
+// AMX path each layout is packed once per change of the weights (the model's version) and
+// read by every forward, input gradient and part until the next change. Two steps of
+// training, parts and all, are the same bits as the per-call packing's: a pack kept past
+// an optimizer step (a stale pack) would run step 2 on step 1's weights.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/rng.h"
+#include "kernels/grouped_gemm.h"
+#include "model/expert_gemm.h"
+#include "model/expert_mlp.h"
+
+namespace mt {
+namespace {
+
+constexpr int El = 4, C = 40, H = 24;
+// Two parts' expert-major regions (as --moe-overlap-parts 2), expert 1 empty in the first.
+const std::vector<int32_t> kPart0 = {0, 21, 21, 30, 52}, kPart1 = {52, 60, 77, 90, 117};
+constexpr int kRows = 117;
+
+std::vector<float> random_vec(size_t n, uint64_t stream) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = float(0.5 * normal01(5, stream, i));
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const float* b) {
+  return std::memcmp(a.data(), b, a.size() * sizeof(float)) == 0;
+}
+
+// SwiGLU experts in bf16 trained by plain SGD, the model's version bumped after each update
+// (as train_step's GPT::weights_changed).
+struct Training {
+  uint64_t version = 0;
+  ParamTable table;
+  SlotLayout layout;
+  std::unique_ptr<ExpertMlp> mlp;
+  Arena params, grads, slot, stage;
+  std::vector<float> y, dx;  // the last step's
+
+  Training() {
+    ExpertShape shape;
+    shape.kind = ExpertKind::swiglu;
+    shape.prefix = "model.layers.0.mlp.";
+    shape.dim = C, shape.hidden = H, shape.count = El;
+    shape.max_rows = kRows, shape.max_tokens = kRows;
+    mlp = make_experts(shape, &version, table, layout);
+    params.resize(table.total()), grads.resize(table.total());
+    const std::vector<float> p = random_vec(table.total(), 3);
+    std::copy(p.begin(), p.end(), params.data());
+    mlp->bind(params.data(), grads.data());
+    slot.resize(layout.total());
+    stage.resize(std::max<size_t>(mlp->stage_floats(), 1));
+    mlp->set_stage(stage.data());
+  }
+
+  // One step over both parts: forward and input gradient part by part, the weight
+  // gradients over both at once, then the update.
+  void step(uint64_t seed) {
+    ++version;
+    const ExpertGroups parts[2] = {{kPart0.data(), El}, {kPart1.data(), El}};
+    std::vector<float> x = random_vec(size_t(kRows) * C, seed), dy = random_vec(x.size(), seed + 1);
+    y.assign(x.size(), 0), dx.assign(x.size(), 0);
+    float* in = mlp->input_rows(slot.data(), x.data());
+    std::copy(x.begin(), x.end(), in);
+    for (const ExpertGroups& g : parts) mlp->forward(slot.data(), g, in, y.data());
+    float* d = mlp->grad_rows(slot.data(), dy.data());
+    std::copy(dy.begin(), dy.end(), d);
+    for (const ExpertGroups& g : parts) mlp->backward_input(slot.data(), g, d, dx.data());
+    std::fill(grads.data(), grads.data() + table.total(), 0.0f);
+    mlp->backward_weight(slot.data(), parts, 2);
+    for (size_t i = 0; i < table.total(); ++i) params.data()[i] -= 0.5f * grads.data()[i];
+  }
+};
+
+bool amx() {
+  return grouped_gemm_path_available(true, GroupedGemmPath::amx);
+}
+
+TEST(ExpertPacks, TwoTrainingStepsEqualThePerCallPacking) {
+  if (!amx()) GTEST_SKIP() << "no AMX on this CPU: the packs are the AMX path's";
+  const ScopedGroupedGemmPath path(true, GroupedGemmPath::amx);
+  Training packed, unpacked;
+  for (uint64_t s : {10, 20}) {
+    SCOPED_TRACE("step of seed " + std::to_string(s));
+    packed.step(s);
+    {
+      const ScopedGroupedGemmPacks off(false);
+      unpacked.step(s);
+    }
+    EXPECT_TRUE(same_bits(unpacked.y, packed.y.data())) << "forward";
+    EXPECT_TRUE(same_bits(unpacked.dx, packed.dx.data())) << "input gradient";
+    const std::vector<float> g(unpacked.grads.data(),
+                               unpacked.grads.data() + unpacked.table.total());
+    EXPECT_TRUE(same_bits(g, packed.grads.data())) << "weight gradients";
+  }
+}
+
+// Each layout is packed once per version of the weights, whatever the calls and parts; a
+// new version (an optimizer step, a load) packs again at the next use.
+TEST(ExpertPacks, EachLayoutIsPackedOncePerChangeOfTheWeights) {
+  if (!amx()) GTEST_SKIP() << "no AMX on this CPU: the packs are the AMX path's";
+  const ScopedGroupedGemmPath path(true, GroupedGemmPath::amx);
+  uint64_t version = 1;
+  std::vector<float> w = random_vec(size_t(El) * H * C, 1);
+  std::vector<Linear> lin(El);
+  for (int le = 0; le < El; ++le) lin[le].in = C, lin[le].out = H;
+  for (int le = 0; le < El; ++le) lin[le].w = w.data() + size_t(le) * H * C;
+  Bf16ExpertWeights w16(lin, &version);
+  std::vector<bf16> x(size_t(kRows) * C), dy(size_t(kRows) * H);
+  std::vector<float> y(size_t(kRows) * H), dx(size_t(kRows) * C);
+  auto pass = [&] {
+    for (const std::vector<int32_t>* part : {&kPart0, &kPart1}) {
+      const ExpertGroups g{part->data(), El};
+      expert_gemm_forward(y.data(), x.data(), lin, w16, g, false);
+      expert_gemm_backward_input(dx.data(), dy.data(), lin, w16, g, false);
+    }
+  };
+  pass(), pass();  // a recomputation reads the same packs
+  EXPECT_EQ(w16.packs(), 2);
+  ++version;
+  pass();
+  EXPECT_EQ(w16.packs(), 4);
+  {
+    const ScopedGroupedGemmPacks off(false);  // the per-call packing: no packs made
+    ++version;
+    pass();
+    EXPECT_EQ(w16.packs(), 4);
+  }
+}
+
+}  // namespace
+}  // namespace mt
