@@ -76,6 +76,26 @@ TEST(PlanSharedCores, WaitsLongerThanTheSharedWorkSetTheStep) {
   EXPECT_NEAR(tp4_step(2, latency), critical, 1e-6 * critical);
 }
 
+// The same under pp: the tp collectives' waits of a pp 2 x tp 2 pipeline on 2 cores hide
+// under the shared replay of the work while it is the longer; what remains is the sends'
+// latency where the replay has no other stage to run meanwhile (a few latencies, not the
+// hundreds of collective steps the old sum added).
+TEST(PlanSharedCores, PipelineWaitsHideUnderTheSharedReplay) {
+  Layout l;
+  l.tp = 2, l.pp = 2, l.micro_batch = 1;  // 8 microbatches
+  auto step = [&](int cores, double latency) {
+    PlanRequest r = llama_on(cores);
+    r.hardware.oversubscribed_latency_s = latency;
+    r.hardware.intra_latency_s = r.hardware.inter_latency_s = latency;
+    return predict_time(r, l, make_schedule("1f1b", l.pp, microbatches(r, l), 1)).step_s;
+  };
+  const double latency = 2e-6, free = step(2, 1e-12);
+  ASSERT_GT(step(4, latency), step(4, 1e-12));
+  ASSERT_LT(step(4, latency), free);  // the critical path is the shorter
+  const double waits = step(4, latency) - step(4, 1e-12);
+  EXPECT_LT(step(2, latency) - free, 0.05 * waits);
+}
+
 // The collectives' bytes at the oversubscribed busbw are a wait like the latency (the
 // probe's figure is the wall they add to busy ranks sharing the cores): hidden under the
 // work while it is the longer, the critical path where they make it longer; never the idle
