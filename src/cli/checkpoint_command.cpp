@@ -36,6 +36,8 @@ int verify(const std::string& given) {
   std::printf("%s: ok: global checkpoint of step %d, %llu bytes verified\n", dir.c_str(),
               read_train_state(dir, "checkpoint verify").step,
               static_cast<unsigned long long>(v.bytes_verified));
+  for (const std::string& what : v.unchecked)
+    std::printf("%s: not checked: %s\n", dir.c_str(), what.c_str());
   return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <optional>
+#include <utility>
 
 #include "comm/fault.h"
 #include "comm/hybrid/run_hybrid.h"
@@ -136,7 +137,10 @@ void take_init_shape(TrainOptions& o) {
 }
 
 // --resume auto and a run folder given to --load become the one checkpoint directory read.
-void resolve_load_dir(TrainOptions& o) {
+// Returns the lines that say which one; they are printed with the resume's other lines once
+// every rule has passed, so a refused run prints its error and no "resuming from".
+std::vector<std::string> resolve_load_dir(TrainOptions& o) {
+  std::vector<std::string> lines;
   if (o.io.resume_auto) {
     // Validated with the rest below; the choice needs only --save.
     MT_REQUIRE(!o.io.save.empty(),
@@ -146,19 +150,18 @@ void resolve_load_dir(TrainOptions& o) {
     o.io.load = newest_checkpoint(o.io, warn);
     o.io.resumed = !o.io.load.empty();
     o.io.resume_auto = false;
-    if (!o.io.quiet && launcher_from_env().rank == 0)
-      std::printf("meshtrain: --resume auto: %s\n", o.io.load.empty()
-                                                        ? "no checkpoint yet, starting fresh"
-                                                        : ("resuming from " + o.io.load).c_str());
+    lines.push_back("--resume auto: " + (o.io.load.empty()
+                                             ? std::string("no checkpoint yet, starting fresh")
+                                             : "resuming from " + o.io.load));
   }
   // A run folder means its newest complete step, as for every command that reads one.
   if (!o.io.load.empty()) {
     const std::string given = o.io.load;
     o.io.load = resolve_checkpoint_dir("--load", given);
-    if (o.io.load != given && !o.io.quiet && launcher_from_env().rank == 0)
-      std::printf("meshtrain: --load %s: its newest checkpoint is %s\n", given.c_str(),
-                  o.io.load.c_str());
+    if (o.io.load != given)
+      lines.push_back("--load " + given + ": its newest checkpoint is " + o.io.load);
   }
+  return lines;
 }
 
 // A resume takes the run's configuration from its checkpoint (cli/recorded_config.h), before
@@ -175,8 +178,8 @@ std::vector<std::string> take_checkpoint_config(TrainOptions& o) {
 void resolve_train_options(TrainOptions& o) {
   // Every path, before any file is opened for its contents (a FIFO would block the open).
   resolve_save_path(o.io);
-  resolve_load_dir(o);
-  const std::vector<std::string> resumed = take_checkpoint_config(o);
+  std::vector<std::string> resumed = resolve_load_dir(o);
+  for (std::string& line : take_checkpoint_config(o)) resumed.push_back(std::move(line));
   const bool val_given = !o.io.val_data.empty();
   const std::string data_given = o.io.data, val_data_given = o.io.val_data;
   // Data: the embedded corpus unless the user brings shards.

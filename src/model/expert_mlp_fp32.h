@@ -25,6 +25,8 @@ class Fp32Experts final : public ExpertWeights {
                    const int32_t* row_of, const float* gates, int N, int k) override;
   void backward_input(float* slot, const ExpertGroups& g, const float* dy, float* dx) override;
   void backward_weight(float* slot, const ExpertGroups& g) override;
+  // d_act_, which the memory estimate's dry run counts through this (it was left out once).
+  size_t own_workspace_floats() const override { return d_act_.size(); }
 
  private:
   // Offsets in a slot, R = shape.max_rows: (R,C) (R,U) (R,H) (R,C) (R,U).

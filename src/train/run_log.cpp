@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "parallel/process_layout.h"
+#include "schedule/schedule.h"
 #include "train/weights_file.h"
 
 namespace mt {
@@ -161,11 +162,27 @@ void RunLog::memory(const std::vector<MemoryRecord>& records) {
   for (size_t r = 0; r < records.size(); ++r) metrics_.write(to_json(int(r), records[r]));
   const MemoryRecord& m = records[0];
   const ParallelOptions& par = s_.opts.parallel;
-  line(str(
-      "memory per rank (rank 0, dp ", par.dp, ", tp ", par.tp, s_.sequence_parallel() ? " sp" : "",
-      ", zero ", par.zero, "): params ", mib(m.params_bytes), ", grads ", mib(m.grads_bytes),
-      ", optimizer ", mib(m.optimizer_bytes), ", activations ", mib(m.activations_peak_bytes),
-      s_.pipelined() ? str(" (", m.microbatches_in_flight_peak, " microbatches in flight)") : ""));
+  line(str("memory per rank (rank 0, dp ", par.dp, ", tp ", par.tp,
+           s_.sequence_parallel() ? " sp" : "", ", zero ", par.zero, "): params ",
+           mib(m.params_bytes), ", grads ", mib(m.grads_bytes), ", optimizer ",
+           mib(m.optimizer_bytes), ", activations ", mib(m.activations_peak_bytes),
+           in_flight_text(m.microbatches_in_flight_peak)));
+}
+
+// What the executor's peak counts: whole microbatches, or under two or more chunks per
+// stage (microbatch, chunk) pairs, each holding a chunk's share of the rank's layers. Under
+// DualPipe-V the two chunks are the V's arms, its down and up halves of the layers.
+std::string RunLog::in_flight_text(int64_t peak) const {
+  if (!s_.pipelined()) return "";
+  const ParallelOptions& p = s_.opts.parallel;
+  const int v = chunks_per_stage(p.schedule, p.virtual_stages);
+  if (v == 1) return str(" (", peak, " microbatches in flight)");
+  if (p.schedule == ScheduleKind::dualpipev)
+    return str(" (", peak,
+               " (microbatch, chunk) pairs in flight on the V's down and up chunks, "
+               "each half of the rank's layers)");
+  return str(" (", peak, " (microbatch, chunk) pairs in flight, each 1/", v,
+             " of the rank's layers)");
 }
 
 void RunLog::finish() {

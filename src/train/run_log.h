@@ -35,6 +35,8 @@ class RunLog {
  private:
   void moe_summary(int step);
   nlohmann::json run_record(const std::string& backend) const;
+  // " (N microbatches in flight)" after the memory line, in the schedule's own unit.
+  std::string in_flight_text(int64_t peak) const;
   // The report page beside --metrics: every --report-every steps, and when `last`.
   void write_report(bool last);
 

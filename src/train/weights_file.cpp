@@ -102,6 +102,9 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
     m["ffn_dim"] = std::to_string(c.hidden());
     m["rope_theta"] = float_str(c.rope_theta);
     m["norm_eps"] = float_str(c.norm_eps);
+    // A tied file lacks lm_head.weight, and so does an untied one its writer left it out of:
+    // only this key tells a reader (checkpoint verify) which was meant.
+    m["tie_embeddings"] = c.tie_embeddings ? "true" : "false";
     if (c.rope_scaling.enabled()) {  // Llama 3.1's (from a Hugging Face config.json)
       m["rope_scaling_factor"] = float_str(c.rope_scaling.factor);
       m["rope_scaling_low_freq_factor"] = float_str(c.rope_scaling.low_freq_factor);
@@ -278,6 +281,16 @@ void llama_moe_from_file(const SafetensorsFile& f, ModelConfig& c, const ModelCo
   if (auto scale = metadata_positive(f, "routed_scale")) c.routed_scale = float(*scale);
 }
 
+// The tie a llama file was written with: its metadata's "tie_embeddings" (meshtrain writes
+// it since stop 38), else the tensors (a file without lm_head.weight is taken as tied).
+bool tied_in_file(const SafetensorsFile& f) {
+  const auto tie = f.metadata().find("tie_embeddings");
+  if (tie == f.metadata().end()) return !f.contains("lm_head.weight");
+  MT_REQUIRE(tie->second == "true" || tie->second == "false", f.path(),
+             ": metadata \"tie_embeddings\" is \"", tie->second, "\", not true or false");
+  return tie->second == "true";
+}
+
 // A llama file (§9 names): vocab, dim, layers, the q/k/v and SwiGLU widths and the tie from
 // the tensors; heads, kv heads, head dim, theta, eps and seq from the metadata meshtrain
 // writes, else from base (the flags), checked against the shapes.
@@ -311,7 +324,7 @@ ModelConfig llama_config_from_file(const SafetensorsFile& f, const ModelConfig& 
   c.kv_heads = int(k[0] / hd);
   if (f.contains("model.layers.0.mlp.gate_proj.weight"))
     c.ffn_dim = int(f.tensor("model.layers.0.mlp.gate_proj.weight").shape[0]);
-  c.tie_embeddings = !f.contains("lm_head.weight");
+  c.tie_embeddings = tied_in_file(f);
   llama_moe_from_file(f, c, base);
   return c;
 }

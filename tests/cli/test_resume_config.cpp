@@ -145,6 +145,24 @@ TEST(ResumeConfig, ARunBegunFromALongerPositionTableResumes) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// A refused resume prints its error and not the line of a resume (stdout came first once:
+// "resuming from" above an error that refused the run); an accepted one names the checkpoint
+// before what it changed.
+TEST(ResumeConfig, ARefusedResumeAutoDoesNotSayItIsResuming) {
+  SavedRun f;
+  auto r = run_meshtrain("train --resume auto --save " + f.ck + " --steps 3 --layers 3");
+  expect_usage_error(r, "--layers 3 contradicts");
+  EXPECT_EQ(r.out.find("resuming from"), std::string::npos) << r.out;
+  r = run_meshtrain("train --resume auto --save " + f.ck + " --steps 1");
+  expect_usage_error(r, "beyond --steps 1");
+  EXPECT_EQ(r.out.find("resuming from"), std::string::npos) << r.out;
+  r = run_meshtrain("train --resume auto --save " + f.ck + " --steps 3 --progress none");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t resuming = r.out.find("meshtrain: --resume auto: resuming from " + f.ck);
+  ASSERT_NE(resuming, std::string::npos) << r.out;
+  EXPECT_LT(resuming, r.out.find("changed: --steps 2 -> 3")) << r.out;
+}
+
 TEST(ResumeConfig, ShardedCheckpointsRecordTheRunToo) {
   SavedRun f("sharded");
   const auto r = run_meshtrain("train --resume auto --checkpoint-format sharded --save " + f.ck +

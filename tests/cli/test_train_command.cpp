@@ -102,6 +102,33 @@ TEST(TrainCommand, PipelineMetricsAndInFlightPeak) {
   }
 }
 
+// The memory line's in-flight count is the executor's: whole microbatches under one chunk
+// per stage, (microbatch, chunk) pairs under two or more, which DualPipe-V's line names as
+// the V's two chunks (it read "5 microbatches in flight" for 5 pairs, 2.5 stage-microbatches).
+TEST(TrainCommand, TheMemoryLineSaysWhatItsInFlightCountCounts) {
+  Data d;
+  const std::string base =
+      "train --layers 4 --dim 32 --heads 4 --seq 16 --batch 4 --steps 1 "
+      "--pp 2 --microbatches 4 --progress none --data " +
+      d.path;
+  auto r = run_meshtrain(base + " --schedule dualpipev");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" (microbatch, chunk) pairs in flight on the V's down and up chunks, each "
+                       "half of the rank's layers)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("microbatches in flight"), std::string::npos) << r.out;
+  r = run_meshtrain(base + " --schedule interleaved --virtual-stages 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" (microbatch, chunk) pairs in flight, each 1/2 of the rank's layers)"),
+            std::string::npos)
+      << r.out;
+  r = run_meshtrain(base + " --schedule 1f1b");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("activations"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" microbatches in flight)"), std::string::npos) << r.out;
+}
+
 // --precision bf16: the start line names oneDNN's bf16 kernel, the memory record gains
 // precision, gemm_isa and bf16_weight_bytes (an fp32 record is as before, without them).
 TEST(TrainCommand, Bf16RunNamesItsGemmIsaAndWeightCopies) {

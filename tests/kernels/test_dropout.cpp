@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/attention_dropout.h"
 #include "kernels/philox.h"
+#include "kernels/reference/attention_dropout.h"
 
 namespace mt {
 namespace {

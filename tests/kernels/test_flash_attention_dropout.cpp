@@ -9,10 +9,10 @@
 #include <cmath>
 #include <memory>
 
-#include "kernels/attention_dropout.h"
 #include "kernels/flash_attention.h"
 #include "kernels/flash_test_setup.h"
 #include "kernels/kernel_harness.h"
+#include "kernels/reference/attention_dropout.h"
 #include "kernels/reference/flash_attention_ref.h"
 
 namespace mt::test {

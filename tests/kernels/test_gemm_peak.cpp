@@ -17,6 +17,11 @@ void expect_well_formed(PeakPrecision p, const GemmPeak& peak) {
   const std::string text = describe_gemm_peak(p, peak, 1);
   for (const char* part : {"GFLOP/s per thread", "after a warm-up", "wall time", "best run"})
     EXPECT_NE(text.find(part), std::string::npos) << part << ": " << text;
+  // At least two rounds, so one disturbed window cannot be the whole measurement.
+  EXPECT_GE(peak.rounds, 2);
+  EXPECT_LE(peak.rounds, 4);
+  EXPECT_TRUE(peak.settled || peak.rounds == 4) << peak.rounds;
+  EXPECT_NE(text.find(std::to_string(peak.rounds) + " rounds"), std::string::npos) << text;
 }
 
 TEST(GemmPeak, Fp32NamesItsRoutineAndSize) {
@@ -42,8 +47,18 @@ TEST(GemmPeak, LeavesTheCallersThreadSettingAlone) {
 
 TEST(GemmPeak, PerThreadFigureInTheDescription) {
   GemmPeak peak;
-  peak.gflops = 200, peak.n = 1024, peak.kernel = "k";
-  EXPECT_NE(describe_gemm_peak(PeakPrecision::fp32, peak, 2).find("100.0 GFLOP/s per thread"),
+  peak.gflops = 200, peak.n = 1024, peak.kernel = "k", peak.rounds = 2, peak.settled = true;
+  const std::string text = describe_gemm_peak(PeakPrecision::fp32, peak, 2);
+  EXPECT_NE(text.find("100.0 GFLOP/s per thread"), std::string::npos) << text;
+  EXPECT_NE(text.find("2 rounds, the last two within 5%"), std::string::npos) << text;
+}
+
+// Rounds that never agreed leave a figure the reader should distrust; the description says so.
+TEST(GemmPeak, AnUnsettledMeasurementSaysTheMachineWasDisturbed) {
+  GemmPeak peak;
+  peak.gflops = 100, peak.n = 512, peak.kernel = "k", peak.rounds = 4, peak.settled = false;
+  EXPECT_NE(describe_gemm_peak(PeakPrecision::fp32, peak, 1)
+                .find("4 rounds that never agreed within 5%: a disturbed machine"),
             std::string::npos);
 }
 

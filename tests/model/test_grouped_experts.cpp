@@ -175,5 +175,13 @@ TEST(GroupedExperts, Bf16SwigluExpertsAreTheGroupedKernels) {
   expect_grouped(true, 16, 24);
 }
 
+// The arenas the experts hold outside the slot are what the memory estimate's dry run adds
+// as their workspace (model/dry_model.h): the fp32 SwiGLU experts' d_act (R, H) was held
+// but not counted. The bf16 experts route d_act through the chunk's stage instead.
+TEST(GroupedExperts, Fp32SwigluExpertsCountTheirGradientRowsAsWorkspace) {
+  const Experts fp32(false, 16, 24);
+  EXPECT_EQ(fp32.mlp->own_workspace_floats(), size_t(fp32.R) * 24);
+}
+
 }  // namespace
 }  // namespace mt

@@ -14,6 +14,15 @@
 namespace mt {
 namespace {
 
+// "D3+" style names built by appending: GCC 12 warns (-Wrestrict, a false positive, its
+// PR105329) on `"D" + std::to_string(p)`.
+std::string tag(char kind, int p, const char* suffix = "") {
+  std::string s(1, kind);
+  s += std::to_string(p);
+  s += suffix;
+  return s;
+}
+
 // Logs "Dp+" / "Cp+" at a dispatch's / combine's start and "Dp-" / "Cp-" at its finish, p
 // counting the starts of each kind since the last reset.
 class LoggingExchange final : public TokenExchange {
@@ -38,13 +47,11 @@ class LoggingExchange final : public TokenExchange {
   }
   std::unique_ptr<PendingExchange> start_dispatch(float* dst, const float* src, float* staging,
                                                   const ExchangeCounts& c, int width) override {
-    return logged("D" + std::to_string(dispatches_++),
-                  inner_.start_dispatch(dst, src, staging, c, width));
+    return logged(tag('D', dispatches_++), inner_.start_dispatch(dst, src, staging, c, width));
   }
   std::unique_ptr<PendingExchange> start_combine(float* dst, const float* src, float* staging,
                                                  const ExchangeCounts& c, int width) override {
-    return logged("C" + std::to_string(combines_++),
-                  inner_.start_combine(dst, src, staging, c, width));
+    return logged(tag('C', combines_++), inner_.start_combine(dst, src, staging, c, width));
   }
 
  private:
@@ -67,13 +74,12 @@ class LoggingExchange final : public TokenExchange {
 std::vector<std::string> expected_order(int P) {
   std::vector<std::string> want = {"D0+"};
   for (int p = 0; p < P; ++p) {
-    const std::string s = std::to_string(p);
-    want.push_back("D" + s + "-");
-    if (p + 1 < P) want.push_back("D" + std::to_string(p + 1) + "+");  // before Ep
-    want.push_back("E" + s);
-    want.push_back("C" + s + "+");  // before E(p+1)
+    want.push_back(tag('D', p, "-"));
+    if (p + 1 < P) want.push_back(tag('D', p + 1, "+"));  // before Ep
+    want.push_back(tag('E', p));
+    want.push_back(tag('C', p, "+"));  // before E(p+1)
   }
-  for (int p = 0; p < P; ++p) want.push_back("C" + std::to_string(p) + "-");
+  for (int p = 0; p < P; ++p) want.push_back(tag('C', p, "-"));
   return want;
 }
 
@@ -93,7 +99,7 @@ TEST(MoePartsOrder, NextDispatchAndThisCombinePostedAroundEachPartsExperts) {
     std::vector<float> buf(rows * width), in(buf.size()), out(buf.size()), staging(buf.size());
     int part = 0;
     parts.run(slot.data(), x, buf.data(), in.data(), out.data(), staging.data(), width,
-              [&](const ExpertGroups&) { x.log.push_back("E" + std::to_string(part++)); });
+              [&](const ExpertGroups&) { x.log.push_back(tag('E', part++)); });
     EXPECT_EQ(x.log, expected_order(P)) << P << " parts";
   }
 }

@@ -161,6 +161,45 @@ TEST(CheckpointVerify, RefusesWhatALoadWouldRefuseThoughEveryChecksumMatches) {
   EXPECT_EQ(test_util::usage_error_of([&] { verify_checkpoint(dir / "good"); }), "");
 }
 
+// A llama model's lm_head.weight is absent when tied and required when untied; only the
+// recorded tie tells the two apart. An untied checkpoint whose writer left the head out is
+// refused; a tied one verifies; one written before the record verifies and says it could not
+// check the head.
+TEST(CheckpointVerify, AnUntiedLlamaCheckpointWithoutItsHeadIsRefused) {
+  TempDir dir;
+  ModelConfig c = TinyModel::gpt2_of(1);
+  c.arch = Arch::llama;
+  c.tie_embeddings = false;
+  TinyModel untied(c);
+  untied.save(dir / "untied", 2);
+  EXPECT_EQ(SafetensorsFile(dir / "untied/model.safetensors").metadata().at("tie_embeddings"),
+            "false");
+  EXPECT_TRUE(verify_checkpoint(dir / "untied").unchecked.empty());
+  rewrite_sealed(dir / "untied", "model.safetensors",
+                 [](auto& data, auto&, auto&) { data.erase("lm_head.weight"); });
+  EXPECT_THROW(untied.load(dir / "untied"), UsageError);  // what a load does
+  EXPECT_NE(
+      test_util::refusal_of([&] { verify_checkpoint(dir / "untied"); }).find("lm_head.weight"),
+      std::string::npos);
+
+  c.tie_embeddings = true;
+  TinyModel tied(c);
+  tied.save(dir / "tied", 2);
+  EXPECT_TRUE(verify_checkpoint(dir / "tied").unchecked.empty());
+
+  // Before the record: the head is gone and so is the key; verify passes, naming what it
+  // could not check.
+  untied.save(dir / "old", 2);
+  rewrite_sealed(dir / "old", "model.safetensors", [](auto& data, auto&, auto& meta) {
+    data.erase("lm_head.weight");
+    meta.erase("tie_embeddings");
+  });
+  const CheckpointVerification old = verify_checkpoint(dir / "old");
+  EXPECT_TRUE(old.verified);
+  ASSERT_EQ(old.unchecked.size(), 1u);
+  EXPECT_EQ(old.unchecked[0].rfind("lm_head.weight (", 0), 0u) << old.unchecked[0];
+}
+
 // A sharded manifest that lists a tensor short, or at another shape, sealed: the load
 // names the tensor it lacks; so does verify (the manifest against its own model).
 TEST(CheckpointVerify, AManifestMustListEveryTensorItsModelNeeds) {

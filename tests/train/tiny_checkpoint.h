@@ -15,12 +15,8 @@ struct TinyModel {
   ModelConfig cfg;
   std::unique_ptr<GPT> model;
   std::vector<float> m, v;
-  explicit TinyModel(int layers = 1) {
-    cfg.layers = layers;
-    cfg.dim = 8;
-    cfg.heads = 2;
-    cfg.seq = 4;
-    cfg.vocab = 16;
+  explicit TinyModel(int layers = 1) : TinyModel(gpt2_of(layers)) {}
+  explicit TinyModel(const ModelConfig& c) : cfg(c) {
     model = std::make_unique<GPT>(cfg, GPT::whole_model(cfg), TensorParallelShard{}, 1);
     model->init(1);
     m.assign(model->table().total(), 0.f);
@@ -32,6 +28,11 @@ struct TinyModel {
     save_checkpoint(dir, t, cfg, assemble_global(t, model->params().data(), nullptr),
                     assemble_global(t, m.data(), nullptr), assemble_global(t, v.data(), nullptr),
                     {step, 0, 1}, {}, metadata);
+  }
+  static ModelConfig gpt2_of(int layers) {
+    ModelConfig c;
+    c.layers = layers, c.dim = 8, c.heads = 2, c.seq = 4, c.vocab = 16;
+    return c;
   }
   // Loads `dir` into fresh buffers of this model's layout; throws as --load would.
   TrainState load(const std::string& dir) {

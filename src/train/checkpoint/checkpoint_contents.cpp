@@ -86,8 +86,8 @@ ModelConfig recorded_model(const std::string& model_file, const nlohmann::json& 
 
 }  // namespace
 
-void check_global_contents(const std::string& dir, const nlohmann::json& state,
-                           const std::string& where) {
+std::vector<std::string> check_global_contents(const std::string& dir, const nlohmann::json& state,
+                                               const std::string& where) {
   const std::string model_path = dir + "/model.safetensors";
   const SafetensorsFile weights(model_path);
   const SafetensorsFile optimizer(dir + "/optimizer.safetensors");
@@ -97,6 +97,14 @@ void check_global_contents(const std::string& dir, const nlohmann::json& state,
     if (bias && !optimizer.contains(t.name)) continue;  // saved before router biases were
     (t.kind == CheckpointTensor::Kind::weight ? weights : optimizer).expect_shape(t.name, t.shape);
   }
+  // Written before the tie was recorded: a llama file without lm_head.weight reads as tied,
+  // so an untied model's missing head cannot be told from a tied model's absent one.
+  if (model.llama() && model.tie_embeddings && !weights.metadata().contains("tie_embeddings"))
+    return {
+        "lm_head.weight (the checkpoint predates the tie_embeddings record: without "
+        "lm_head.weight it reads as a tied model, so an untied one missing it cannot be "
+        "told apart)"};
+  return {};
 }
 
 void NonFiniteScan::feed(const char* bytes, size_t n, uint64_t at) {

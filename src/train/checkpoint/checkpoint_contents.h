@@ -37,11 +37,13 @@ std::vector<CheckpointTensor> checkpoint_tensors(const ModelConfig& model);
 void check_manifest_contents(const Manifest& m, const std::string& where);
 
 // A global checkpoint's two files against the model state.json records: both headers
-// well-formed, the model the tensors describe the one recorded, and every tensor at its
-// shape (the routers' biases, which checkpoints before them lack, when present). Throws
-// UsageError naming the file and the tensor.
-void check_global_contents(const std::string& dir, const nlohmann::json& state,
-                           const std::string& where);
+// well-formed, the model the tensors describe the one recorded (a llama model's tie from
+// the files' "tie_embeddings", so an untied model's missing lm_head.weight is refused), and
+// every tensor at its shape (the routers' biases, which checkpoints before them lack, when
+// present). Throws UsageError naming the file and the tensor. Returns the tensors it could
+// not check, each with why (lm_head.weight of a llama checkpoint older than the record).
+std::vector<std::string> check_global_contents(const std::string& dir, const nlohmann::json& state,
+                                               const std::string& where);
 
 // The first NaN or Inf among a file's fp32 values (its bytes from `first` on: a shard's
 // all, a safetensors file's data section), fed the bytes in order as they are read for the

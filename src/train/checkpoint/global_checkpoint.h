@@ -67,6 +67,7 @@ TrainState read_train_state(const std::string& dir, const std::string& flag = "-
 struct CheckpointVerification {
   bool verified = false;  // checksums present and matching
   uint64_t bytes_verified = 0;
+  std::vector<std::string> unchecked;  // tensors the files cannot prove present, with why
 };
 CheckpointVerification verify_checkpoint(const std::string& dir,
                                          const std::string& flag = "--load");

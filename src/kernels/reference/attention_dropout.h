@@ -7,7 +7,7 @@
 // Portable loops over the (batch, head) pairs (OpenMP across pairs). The blocks now drop
 // inside the flash core (flash_attention.h "dropout"); these (T, T) loops, which drew the
 // gpt2 block's masks before, are the independent check that the flash core's mask is the same
-// (tests/kernels/test_flash_attention_dropout.cpp).
+// (tests/kernels/test_flash_attention_dropout.cpp); only tests use them, hence reference/.
 #pragma once
 
 #include <cstddef>

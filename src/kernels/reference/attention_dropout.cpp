@@ -1,4 +1,4 @@
-#include "kernels/attention_dropout.h"
+#include "kernels/reference/attention_dropout.h"
 
 #include <algorithm>
 #include <cmath>
