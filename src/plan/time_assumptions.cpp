@@ -38,7 +38,9 @@ std::vector<std::string> local_lines(const HardwareProfile& hw) {
       "pipeline is replayed with the computing stages sharing the cores (processor sharing; "
       "a waiting rank blocks), what follows it runs on every rank at once, and collectives pay "
       "the oversubscribed latency (and, where calibrated, their bytes the oversubscribed "
-      "busbw: both as waits, measured among busy ranks that share the cores)",
+      "busbw: both as waits, measured among busy ranks that share the cores); a waiting rank "
+      "yields its core, so the step is the larger of the work over the cores and the "
+      "critical path with the waits",
       "tensor parallel as the engine's linears issue it: 2 all-reduces of (b*s, h) forward + "
       "2 backward per block (SP: all-gather + reduce-scatter pairs, the weight pass gathering "
       "its inputs and output gradients again; gathers in bf16 under bf16); not overlapped",

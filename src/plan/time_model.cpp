@@ -247,21 +247,24 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   // one after another at full speed; 1f1b's warm-up and cool-down, where fewer stages
   // compute than there are cores, waste the rest); without pp every rank computes
   // throughout. What follows the pipeline runs on every rank at once.
-  // Only the work time-shares: the collectives' latency is a wait, and the oversubscribed
-  // latency is already what a collective adds to the wall of ranks that share the cores
-  // (measure_oversubscribed_latency busies 2 x cores rank threads), so stretching it by the
-  // slowdown counted the sharing twice (so is oversubscribed_busbw for the bytes). The work
-  // is the wait-free twin's costs; the waits are what they add to the dedicated critical path.
+  // Only the work time-shares; the collectives' waits do not add to it. A rank that waits
+  // yields its core (the local backend does not spin on oversubscribed cores,
+  // comm/local/doorbell.h) to a rank that computes, so a wait costs the step nothing while
+  // another rank has work for that core: the step is the larger of the work over the cores
+  // (the wait-free twin's costs, time-shared) and the critical path (the step priced on
+  // dedicated cores with the oversubscribed waits: each rank at full speed, every wait on
+  // its path). Before, the waits were added to the shared work, which counted every
+  // collective's latency as idle cores (tp 4 on 2 cores: ~450 of them, ~30 ms the runs did
+  // not show; PlanSharedCores.WaitsOnSharedCoresHideUnderTheOtherRanksWork).
   const PredictedTime w = predict_dedicated(without_waits(o), l, schedule, 1e300);
-  double pipeline = w.pipeline_s * o.slowdown, waits = p.pipeline_s - w.pipeline_s;
+  double pipeline = w.pipeline_s * o.slowdown;
   if (l.pp > 1) {
     std::vector<OpCosts> ops = stage_ops(w, l, false, false);
     for (OpCosts& op : ops) op.latency = p.pp_p2p_s;  // a send's latency is a wait already
     pipeline = shared_cores_makespan(schedule, ops, o.width, r.hardware.cores);
-    waits = p.pipeline_s - simulate_schedule(schedule, ops).makespan;
   }
-  p.step_s = pipeline + std::max(0.0, waits) + after_pipeline(w) * o.slowdown +
-             std::max(0.0, after_pipeline(p) - after_pipeline(w));
+  const double work = pipeline + after_pipeline(w) * o.slowdown;
+  p.step_s = std::max(work, p.pipeline_s + after_pipeline(p));
   return p;
 }
 

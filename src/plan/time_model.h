@@ -57,6 +57,8 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l);
 // pipeline replay (shared_cores_makespan).
 // With a calibrated oversubscribed_busbw, the collectives' bytes are priced at it, and as
 // a wait (collective_bytes_wait) like their latency: it is the wall they add there.
+// predict_time then prices the step as the larger of the work over the cores and the
+// critical path with the waits (a waiting rank yields its core to one that computes).
 struct Oversubscription {
   PlanRequest dedicated;
   bool shared = false;
