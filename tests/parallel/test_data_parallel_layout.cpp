@@ -2,7 +2,6 @@
 // every tensor updated by exactly one rank, shards equal however uneven the units are).
 #include <gtest/gtest.h>
 
-#include <string>
 #include <vector>
 
 #include "parallel/data_parallel/flat_layout.h"
@@ -39,42 +38,13 @@ TEST(FlatLayout, WorkedExample) {
   EXPECT_EQ(l.shard_size(), 384u);
 }
 
-// Blocks of 300 floats (unit 320 at dp 2) after an edge unit of 100.
-ParamTable blocks_table(int blocks) {
-  ParamTable t;
-  t.add("edge", {100}, InitKind::zeros);
-  for (int b = 0; b < blocks; ++b) {
-    std::string name = std::to_string(b);  // "b<N>.w", appended (GCC 12's -Wrestrict on +)
-    name.insert(0, 1, 'b').append(".w");
-    t.add(name, {10, 30}, InitKind::zeros);
-  }
-  return t;
-}
 TEST(FlatLayout, BucketsGroupBlocksButNeverTheEdgeUnit) {
-  ParamTable t = blocks_table(8);
+  ParamTable t = example_table();
   FlatLayout l(t, units_of(t), 2, 0, /*bucket=*/10000, false);
-  ASSERT_EQ(l.buckets().size(), 5u);
-  EXPECT_EQ(l.buckets()[0].units, (std::vector<int>{8, 7}));
-  EXPECT_EQ(l.buckets()[3].units, (std::vector<int>{2, 1}));
-  EXPECT_EQ(l.buckets()[3].flat_lo, 128u);
-  EXPECT_EQ(l.buckets()[3].flat_hi, 128u + 2 * 320u);
-  EXPECT_EQ(l.buckets()[4].units, std::vector<int>{0});
-}
-
-// A model smaller than the bucket size still gets its blocks in four buckets: the bucket of
-// the first block launches only after the whole backward, so one bucket of every block
-// left the whole reduction exposed. --bucket-mb still caps them.
-TEST(FlatLayout, ASmallModelsBlocksTakeFourBucketsSoTheReductionOverlapsBackward) {
-  ParamTable t = blocks_table(4);
-  FlatLayout l(t, units_of(t), 2, 0, /*bucket=*/size_t(25) << 18, false);
-  ASSERT_EQ(l.buckets().size(), 5u);
-  for (int k = 0; k < 4; ++k) EXPECT_EQ(l.buckets()[k].units, std::vector<int>{4 - k});
-  ParamTable t12 = blocks_table(12);
-  FlatLayout l12(t12, units_of(t12), 2, 0, size_t(25) << 18, false);
-  ASSERT_EQ(l12.buckets().size(), 5u);
-  EXPECT_EQ(l12.buckets()[3].units, (std::vector<int>{3, 2, 1}));  // the exposed tail: 1/4
-  FlatLayout capped(t12, units_of(t12), 2, 0, /*bucket=*/640, false);
-  EXPECT_EQ(capped.buckets().size(), 7u);  // pairs: --bucket-mb is smaller than a quarter
+  ASSERT_EQ(l.buckets().size(), 2u);
+  EXPECT_EQ(l.buckets()[0].units, (std::vector<int>{2, 1}));
+  EXPECT_EQ(l.buckets()[0].flat_lo, 128u);
+  EXPECT_EQ(l.buckets()[0].flat_hi, 768u);
 }
 
 // Two chunks (an interleaved stage): buckets follow each chunk's own backward order and
@@ -91,13 +61,12 @@ TEST(FlatLayout, BucketsNeverSpanChunks) {
   const size_t c1 = t.at("c1.b0").offset;
   units.insert(units.begin() + 2, {c1, c1});
   FlatLayout l(t, units, 2, 0, /*bucket=*/1 << 20, false, /*units_per_chunk=*/{2, 3});
-  ASSERT_EQ(l.buckets().size(), 5u);
+  ASSERT_EQ(l.buckets().size(), 4u);
   EXPECT_EQ(l.buckets()[0].units, std::vector<int>{1});
   EXPECT_EQ(l.buckets()[1].units, std::vector<int>{0});
-  EXPECT_EQ(l.buckets()[2].units, std::vector<int>{4});  // a quarter of 2 blocks: one each
-  EXPECT_EQ(l.buckets()[3].units, std::vector<int>{3});
-  EXPECT_EQ(l.buckets()[4].units, std::vector<int>{2});
-  EXPECT_EQ(l.buckets()[4].size(), 0u);
+  EXPECT_EQ(l.buckets()[2].units, (std::vector<int>{4, 3}));
+  EXPECT_EQ(l.buckets()[3].units, std::vector<int>{2});
+  EXPECT_EQ(l.buckets()[3].size(), 0u);
   size_t covered = 0;
   for (const FlatPiece& p : l.pieces(false)) covered += p.n;
   EXPECT_EQ(covered, 100u + 3 * 300u);

@@ -24,9 +24,9 @@ struct Grads {
   int block_buckets = 0;
 };
 
-Grads grad_memory(int zero, double bucket_mb, int layers = 3) {
+Grads grad_memory(int zero, double bucket_mb) {
   ModelConfig cfg;
-  cfg.layers = layers, cfg.dim = 32, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 19;
+  cfg.layers = 3, cfg.dim = 32, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 19;
   Grads out;
   run_local(4, WorldOptions{}, [&](CommWorld& w) {
     set_compute_threads(1);
@@ -51,11 +51,9 @@ Grads grad_memory(int zero, double bucket_mb, int layers = 3) {
   return out;
 }
 
-// One block: one block bucket, however large --bucket-mb is (with more blocks, a quarter
-// of the blocks caps a bucket: FlatLayout::kMinBlockBuckets).
 TEST(DataParallelMemory, Zero2BuffersForAModelSmallerThanABucket) {
-  const Grads z1 = grad_memory(1, 25, 1), z2 = grad_memory(2, 25, 1);
-  ASSERT_EQ(z2.block_buckets, 1);  // the block in one bucket, the edge unit in another
+  const Grads z1 = grad_memory(1, 25), z2 = grad_memory(2, 25);
+  ASSERT_EQ(z2.block_buckets, 1);  // every block in one bucket, the edge unit in another
   // The shard plus the two actual buckets, which together are the flat gradients.
   EXPECT_EQ(z2.buffer_bytes, (z2.edge_bucket + z2.block_bucket) * sizeof(float));
   EXPECT_EQ(z2.bytes, (z2.shard + z2.edge_bucket + z2.block_bucket) * sizeof(float));

@@ -6,13 +6,6 @@
 
 namespace mt {
 
-size_t FlatLayout::block_bucket_cap(int first, int count, size_t bucket_floats) const {
-  size_t blocks = 0;
-  for (int u = first + 1; u < first + count; ++u) blocks += units_[size_t(u)].padded;
-  const size_t share = (blocks + kMinBlockBuckets - 1) / kMinBlockBuckets;
-  return std::min(bucket_floats, share);
-}
-
 FlatLayout::FlatLayout(const ParamTable& table,
                        const std::vector<std::pair<size_t, size_t>>& unit_ranges, int dp,
                        int dp_rank, size_t bucket_floats, bool one_unit_per_bucket,
@@ -51,10 +44,9 @@ FlatLayout::FlatLayout(const ParamTable& table,
     for (int u = first; u < first + count; ++u) units_[size_t(u)].chunk = num_chunks() - 1;
     // Backward order: blocks last to first, then the edge unit on its own.
     const size_t chunk_buckets = buckets_.size();
-    const size_t cap = block_bucket_cap(first, count, bucket_floats);
     for (int u = first + count - 1; u >= first + 1; --u) {
       FlatBucket* cur = buckets_.size() > chunk_buckets ? &buckets_.back() : nullptr;
-      if (cur && !one_unit_per_bucket && cur->size() + units_[u].padded <= cap) {
+      if (cur && !one_unit_per_bucket && cur->size() + units_[u].padded <= bucket_floats) {
         cur->units.push_back(u);
         cur->flat_lo = units_[u].flat;  // descending units: the bucket grows downwards
       } else {

@@ -61,14 +61,6 @@ class FlatLayout {
              int dp, int dp_rank, size_t bucket_floats, bool one_unit_per_bucket,
              const std::vector<int>& units_per_chunk = {});
 
-  // A chunk's block buckets hold at most a 1/kMinBlockBuckets share of its block gradients
-  // (and at most bucket_floats). The bucket of the chunk's first block launches only when
-  // the chunk's backward is over, so its reduction cannot overlap compute: with a model
-  // smaller than --bucket-mb, one bucket held every block and the whole reduction was
-  // exposed (3.5% of a bf16 dp 2 step at 4L d256). A quarter keeps that tail short at the
-  // cost of three more collectives, a few microseconds each.
-  static constexpr size_t kMinBlockBuckets = 4;
-
   size_t flat_size() const { return flat_size_; }
   size_t shard_size() const { return flat_size_ / size_t(dp_); }
   const std::vector<FlatUnit>& units() const { return units_; }
@@ -82,8 +74,6 @@ class FlatLayout {
   std::vector<FlatPiece> pieces(bool owned_only) const;
 
  private:
-  // The fill limit of a chunk's block buckets (units first+1 .. first+count-1).
-  size_t block_bucket_cap(int first, int count, size_t bucket_floats) const;
   // Flat offset of a table offset inside unit u.
   size_t flat_of(int u, size_t table_off) const {
     return units_[u].flat + table_off - units_[u].lo;
