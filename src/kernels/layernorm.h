@@ -16,25 +16,9 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int N, int C);
 
-// The residual add fused with the LayerNorm that reads its sum, one pass over each row:
-// x (N, C) += res (N, C), then layernorm_forward(_bf16) of the new x. Bitwise add_inplace
-// followed by the unfused call.
-void residual_layernorm_forward(float* out, float* mean, float* rstd, float* x, const float* res,
-                                const float* weight, const float* bias, int N, int C);
-void residual_layernorm_forward_bf16(bf16* out, float* mean, float* rstd, float* x,
-                                     const float* res, const float* weight, const float* bias,
-                                     int N, int C);
-
 // dinp (N, C) += d/dinp, from dout (N, C) and the saved statistics.
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                               const float* mean, const float* rstd, int N, int C);
-
-// Backward through x + sublayer(layernorm(x)): dinp (N, C) = dres (the residual path's
-// gradient) + d/dinp, in one pass (no copy of dres first). Bitwise a copy of dres followed by
-// layernorm_backward_input. dinp may alias dres.
-void residual_layernorm_backward_input(float* dinp, const float* dres, const float* dout,
-                                       const float* inp, const float* weight, const float* mean,
-                                       const float* rstd, int N, int C);
 
 // dweight (C) += sum_n dout * xhat;  dbias (C) += sum_n dout.
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,

@@ -27,23 +27,19 @@ using dnnl::memory;
 
 // One GEMM C (M, N) [+]= A (M, K) @ B (K, N) [+ bias (N)], A and B bf16 with any row/column
 // strides, C fp32 row-major. The three linear-layer products are this with different
-// strides (a transposed operand is a stride swap, no copy). With `residual`, C = A @ B [+ bias]
-// + R, R (M, N) fp32 row-major added in the epilogue (a binary post-op), never with accumulate.
+// strides (a transposed operand is a stride swap, no copy).
 struct GemmShape {
   int64_t M, N, K;
   int64_t a_rs, a_cs, b_rs, b_cs;  // row and column strides of A and B, in elements
   bool bias, accumulate;
   int threads;  // the primitive is built for the team size it will run with
-  bool residual = false;
-  auto key() const {
-    return std::tie(M, N, K, a_rs, a_cs, b_rs, b_cs, bias, accumulate, threads, residual);
-  }
+  auto key() const { return std::tie(M, N, K, a_rs, a_cs, b_rs, b_cs, bias, accumulate, threads); }
   bool operator<(const GemmShape& o) const { return key() < o.key(); }
 };
 
 struct Gemm {
   dnnl::matmul prim;
-  memory::desc a, b, bias, c, residual;
+  memory::desc a, b, bias, c;
   std::vector<uint8_t> scratchpad;  // user-managed: never shared with another thread
   std::string impl;
 };
@@ -71,13 +67,11 @@ Gemm make_gemm(Context& ctx, const GemmShape& s) {
   if (s.bias) g.bias = memory::desc({1, s.N}, memory::data_type::f32, {s.N, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::post_ops ops;
-  if (s.accumulate) ops.append_sum(1.0f);  // C += A @ B: the sum post-op adds the old fp32 C
-  if (s.residual) {  // C = A @ B + bias + R: R read in the epilogue, no pass of its own
-    g.residual = g.c;
-    ops.append_binary(dnnl::algorithm::binary_add, g.residual);
+  if (s.accumulate) {  // C += A @ B: the sum post-op adds the old fp32 C
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
   }
-  if (s.accumulate || s.residual) attr.set_post_ops(ops);
   auto desc =
       s.bias ? dnnl::matmul::desc(g.a, g.b, g.bias, g.c) : dnnl::matmul::desc(g.a, g.b, g.c);
   dnnl::matmul::primitive_desc pd(desc, attr, ctx.engine);
@@ -89,18 +83,17 @@ Gemm make_gemm(Context& ctx, const GemmShape& s) {
 
 // An empty product (K = 0): C = bias, or zeros, or C unchanged when accumulating. Neither
 // routine takes K = 0 (a leading dimension of 0 is invalid to the gemm routine).
-void gemm_empty(const GemmShape& shape, const float* bias, const float* R, float* C) {
+void gemm_empty(const GemmShape& shape, const float* bias, float* C) {
   for (int64_t m = 0; m < shape.M; ++m)
     for (int64_t n = 0; n < shape.N; ++n) {
       float& c = C[m * shape.N + n];
-      c = (shape.accumulate ? c : 0.0f) + (bias ? bias[n] : 0.0f) + (R ? R[m * shape.N + n] : 0.0f);
+      c = (shape.accumulate ? c : 0.0f) + (bias ? bias[n] : 0.0f);
     }
 }
 
-void gemm_exact(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias,
-                const float* R, float* C) {
+void gemm_exact(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C) {
   if (shape.M == 0 || shape.N == 0) return;
-  if (shape.K == 0) return gemm_empty(shape, bias, R, C);
+  if (shape.K == 0) return gemm_empty(shape, bias, C);
   Context& ctx = context();
   auto it = ctx.cache.find(shape);
   if (it == ctx.cache.end()) {
@@ -121,9 +114,6 @@ void gemm_exact(const GemmShape& shape, const bf16* A, const bf16* B, const floa
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}};
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(g.bias, ctx.engine, const_cast<float*>(bias)));
-  if (R)
-    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(shape.accumulate ? 1 : 0) | DNNL_ARG_SRC_1,
-                 memory(g.residual, ctx.engine, const_cast<float*>(R)));
   g.prim.execute(ctx.stream, args);
   ctx.stream.wait();
 }
@@ -157,34 +147,19 @@ bool cpu_has(dnnl::cpu_isa isa) {
   return (have & want) == want;
 }
 
-void gemm_jit(const GemmShape& s, const bf16* A, const bf16* B, const float* bias, const float* R,
-              float* C) {
+void gemm_jit(const GemmShape& s, const bf16* A, const bf16* B, const float* bias, float* C) {
   if (s.M == 0 || s.N == 0) return;
-  if (s.K == 0) return gemm_empty(s, bias, R, C);
+  if (s.K == 0) return gemm_empty(s, bias, C);
   const char ta = trans_of(s.a_cs), tb = trans_of(s.b_cs);
   const int64_t lda = std::max<int64_t>(ta == 'N' ? s.a_rs : s.a_cs, ta == 'N' ? s.K : s.M),
                 ldb = std::max<int64_t>(tb == 'N' ? s.b_rs : s.b_cs, tb == 'N' ? s.N : s.K);
   // The bias goes in first and the GEMM accumulates onto it, as the fp32 matmul_forward
   // does: one write-only pass instead of a read-modify-write pass after the product.
-  // The residual goes in the same way (with the bias, in one pass): the routine has no
-  // epilogue of its own.
-  if (R) {
-#pragma omp parallel for schedule(static) if (s.M * s.N >= (int64_t(1) << 16))
-    for (int64_t m = 0; m < s.M; ++m) {
-      float* c = C + m * s.N;
-      const float* r = R + m * s.N;
-      if (bias) {
-#pragma omp simd
-        for (int64_t n = 0; n < s.N; ++n) c[n] = r[n] + bias[n];
-      } else {
-        std::memcpy(c, r, size_t(s.N) * sizeof(float));
-      }
-    }
-  } else if (bias && !s.accumulate) {
+  if (bias && !s.accumulate) {
 #pragma omp parallel for schedule(static) if (s.M * s.N >= (int64_t(1) << 16))
     for (int64_t m = 0; m < s.M; ++m) std::memcpy(C + m * s.N, bias, size_t(s.N) * sizeof(float));
   }
-  const float beta = (s.accumulate || bias || R) ? 1.0f : 0.0f;
+  const float beta = (s.accumulate || bias) ? 1.0f : 0.0f;
   const dnnl_status_t st = jit_gemm_fn()(ta, tb, s.M, s.N, s.K, 1.0f, A, lda, B, ldb, beta, C, s.N);
   MT_CHECK(st == dnnl_success, "oneDNN gemm_bf16bf16f32 (M=", s.M, " N=", s.N, " K=", s.K,
            ") failed with status ", int(st));
@@ -196,18 +171,16 @@ std::atomic<int> path_override{-1};
 
 // Rows of C depend only on their rows of A, so a GEMM runs as one per piece of
 // matmul_bf16_row_pieces (few shapes, so few cached primitives).
-void gemm(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C,
-          const float* R = nullptr) {
+void gemm(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C) {
   const bool jit = matmul_bf16_path() == Bf16GemmPath::jit_gemm;
   int64_t m0 = 0;
   for (const int64_t m : matmul_bf16_row_pieces(shape.M)) {
     GemmShape part = shape;
     part.M = m;
-    const float* r = R ? R + m0 * shape.N : nullptr;
     if (jit)
-      gemm_jit(part, A + m0 * shape.a_rs, B, bias, r, C + m0 * shape.N);
+      gemm_jit(part, A + m0 * shape.a_rs, B, bias, C + m0 * shape.N);
     else
-      gemm_exact(part, A + m0 * shape.a_rs, B, bias, r, C + m0 * shape.N);
+      gemm_exact(part, A + m0 * shape.a_rs, B, bias, C + m0 * shape.N);
     m0 += m;
   }
 }
@@ -290,14 +263,6 @@ void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const 
   // A = inp (N, C) row-major; B = weight^T (C, OC): weight (OC, C) read column-wise.
   GemmShape s{N, OC, C, C, 1, 1, C, bias != nullptr, false, omp_get_max_threads()};
   gemm(s, inp, weight, bias, out);
-}
-
-void matmul_bf16_forward_residual(float* out, const bf16* inp, const bf16* weight,
-                                  const float* bias, const float* residual, int N, int C, int OC) {
-  PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
-                         2.0 * (double(N) * C + double(OC) * C) + 8.0 * double(N) * OC);
-  GemmShape s{N, OC, C, C, 1, 1, C, bias != nullptr, false, omp_get_max_threads(), true};
-  gemm(s, inp, weight, bias, out, residual);
 }
 
 void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weight, int N, int C,

@@ -17,14 +17,6 @@ namespace mt {
 void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
                          int C, int OC);
 
-// out (N, OC) = inp @ weight^T + bias + residual (N, OC): the residual add in the GEMM's
-// epilogue (oneDNN's binary add post-op on the primitive path; on the jit_gemm path the
-// residual and bias are written first and the GEMM accumulates onto them). out must not
-// alias residual. Within the bf16 bounds of matmul_bf16_forward followed by the add (the
-// epilogue may order the bias and residual additions otherwise).
-void matmul_bf16_forward_residual(float* out, const bf16* inp, const bf16* weight,
-                                  const float* bias, const float* residual, int N, int C, int OC);
-
 // dinp (N, C) += dout (N, OC) @ weight (OC, C); with accumulate false, dinp = (overwrites:
 // the tensor-parallel layers' partial sums start from nothing, and a memset plus reading
 // dinp back would cost as much memory traffic as the conversions of a block).

@@ -17,23 +17,9 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float* weight, int N,
                           int C, float eps);
 
-// The residual add fused with the RMSNorm that reads its sum, one pass over each row:
-// x (N, C) += res (N, C), then rmsnorm_forward(_bf16) of the new x. Bitwise add_inplace
-// followed by the unfused call.
-void residual_rmsnorm_forward(float* out, float* rstd, float* x, const float* res,
-                              const float* weight, int N, int C, float eps);
-void residual_rmsnorm_forward_bf16(bf16* out, float* rstd, float* x, const float* res,
-                                   const float* weight, int N, int C, float eps);
-
 // dinp (N, C) += rstd * (g - xhat * mean(g * xhat)), g = dout * weight, xhat = inp * rstd.
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                             const float* rstd, int N, int C);
-
-// Backward through x + sublayer(rmsnorm(x)): dinp (N, C) = dres + d/dinp in one pass;
-// bitwise a copy of dres followed by rmsnorm_backward_input. dinp may alias dres.
-void residual_rmsnorm_backward_input(float* dinp, const float* dres, const float* dout,
-                                     const float* inp, const float* weight, const float* rstd,
-                                     int N, int C);
 
 // dweight (C) += sum_n dout * xhat.
 void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd,

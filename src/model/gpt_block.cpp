@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <span>
 #include <string>
 
@@ -25,7 +26,8 @@ ShardSpec rows_of(int64_t start, int64_t len) {
 void residual_layernorm_backward(float* dx, const float* dx_out, const float* d_ln, const float* x,
                                  const float* w, const float* mean, const float* rstd, int Nl,
                                  int C) {
-  residual_layernorm_backward_input(dx, dx_out, d_ln, x, w, mean, rstd, Nl, C);
+  std::memcpy(dx, dx_out, size_t(Nl) * C * sizeof(float));
+  layernorm_backward_input(dx, d_ln, x, w, mean, rstd, Nl, C);
 }
 
 }  // namespace
@@ -262,23 +264,19 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
     p.attention(att_out, att, qkv, b, T, Cl_, NHl_);
   p.forward(attn_proj_, x_mid, att_out, N);
   if (dropout_on()) branch_dropout(x_mid, x_mid, 1, b, T, false);
+  add_inplace(x_mid, x_in, nc);
 
-  // The residual add x_mid += x_in runs inside ln_2's pass over each row.
   if (moe_) {  // the router reads an fp32 ln2_out; the experts keep their own rows
     float* ln2_out = s + off_.ln2_out;
-    residual_layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, x_in, ln2_.w,
-                               ln2_.b, Nl, C_);
+    layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
     moe_->forward(s, ln2_out, x_out, N);  // this rank's Nl rows of N
   } else {
     Act* ln2_out = Ops::act(s, off_.ln2_out);
     Act* fc_out = Ops::act(s, off_.fc_out);
     float* fc_pre = s + off_.fc_pre;
-    p.residual_layernorm(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, x_in, ln2_.w, ln2_.b,
-                         Nl, C_);
+    p.layernorm(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
     p.forward(fc_, fc_pre, ln2_out, N, p.gathered(), /*with_bias=*/false);
     p.bias_gelu(fc_out, fc_pre, fc_.bias(), N, Hl_);
-    // Without dropout between them, the residual add joins the GEMM (its epilogue in bf16).
-    if (!dropout_on()) return p.forward_residual(mlp_proj_, x_out, fc_out, N, x_mid, nc);
     p.forward(mlp_proj_, x_out, fc_out, N);
   }
   if (dropout_on()) branch_dropout(x_out, x_out, 2, b, T, false);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <span>
 #include <string>
 
@@ -238,13 +239,13 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
   flash_core_forward(ops, att_out, s + off_.lse, attention_args(qkv, b, T), context_.cp, fscratch);
   ops.forward(o_proj_, x_mid, att_out, N);
   if (dropout_on()) branch_dropout(x_mid, x_mid, 1, Nl, false);
+  add_inplace(x_mid, x_in, nc);
 
   // MLP: n2 = rmsnorm(x_mid); x_out = x_mid + down(silu(gate n2) * up n2), or the routed
   // experts plus the shared experts' SwiGLU (in the reference's order: routed + shared).
-  // The residual add x_mid += x_in runs inside the norm's pass over each row.
   if (moe_) {
     float* n2 = s + off_.n2;  // fp32: the router reads it
-    norm2_.forward_residual(s, n2, x_mid, x_in, Nl);
+    norm2_.forward(s, n2, x_mid, Nl);
     moe_->forward(s, n2, x_out, N);
     if (has_mlp_) {
       auto* n2_mlp = Ops::act(s, off_.n2_mlp);
@@ -254,10 +255,7 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
     }
   } else {
     auto* n2 = Ops::act(s, off_.n2);
-    norm2_.forward_residual(s, n2, x_mid, x_in, Nl);
-    // Without dropout between them, the residual add joins the down projection (its
-    // epilogue in bf16).
-    if (!dropout_on()) return mlp_forward(ops, s, n2, x_out, N, x_mid, nc);
+    norm2_.forward(s, n2, x_mid, Nl);
     mlp_forward(ops, s, n2, x_out, N);
   }
   if (dropout_on()) branch_dropout(x_out, x_out, 2, Nl, false);
@@ -266,15 +264,12 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
 
 // y = down(silu(gate n2) * up n2), the dense MLP or the shared experts.
 template <class Ops>
-void LlamaBlock::mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y, int N,
-                             const float* residual, size_t nc) {
+void LlamaBlock::mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y,
+                             int N) {
   auto* h = Ops::act(s, off_.h);
   ops.forward(gate_up_, s + off_.gu, n2, N, ops.gathered(), /*with_bias=*/false);
   ops.swiglu(h, s + off_.gu, N, Fl_);
-  if (residual)
-    ops.forward_residual(down_, y, h, N, residual, nc);
-  else
-    ops.forward(down_, y, h, N);
+  ops.forward(down_, y, h, N);
 }
 
 // d_n2 from dx_out: through down_proj, SwiGLU and [gate; up] (or the routed experts, plus
@@ -322,18 +317,20 @@ void LlamaBlock::forward(float* s, const float* x_in, float* x_out, int b, int T
 void LlamaBlock::backward_input(float* s, const float* x_in, const float* dx_out, float* dx_in,
                                 float* scratch, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
+  const size_t nc = size_t(Nl) * C_;
   float* dx_mid = s + off_.dx_mid;
   // --dropout: the branches see their output gradients through their masks.
   if (dropout_) branch_dropout(s + off_.d_mlp_branch, dx_out, 2, Nl, true);
   with_precision_ops(bf16_, scratch_, [&](const auto& ops) {
     mlp_backward_input(ops, s, mlp_branch_grad(s, dx_out), scratch, N, Nl);
-    // dx_mid = dx_out (the residual path) + the norm's input gradient, in one pass.
-    norm2_.backward_input_residual(s, dx_mid, dx_out, s + off_.d_n2, s + off_.x_mid, Nl);
+    std::memcpy(dx_mid, dx_out, nc * sizeof(float));  // the residual path
+    norm2_.backward_input(s, dx_mid, s + off_.d_n2, s + off_.x_mid, Nl);
     if (dropout_) branch_dropout(s + off_.d_attn_branch, dx_mid, 1, Nl, true);
     attention_backward_input(ops, s, scratch, b, T);
   });
   // dx_in must not alias anything read here; x_in's statistics are in the slot.
-  norm1_.backward_input_residual(s, dx_in, dx_mid, s + off_.d_n1, x_in, Nl);
+  std::memcpy(dx_in, dx_mid, nc * sizeof(float));
+  norm1_.backward_input(s, dx_in, s + off_.d_n1, x_in, Nl);
 }
 
 template <class Ops>

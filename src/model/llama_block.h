@@ -88,8 +88,7 @@ class LlamaBlock final : public Block {
   template <class Ops>
   void forward_with(const Ops& ops, float* s, const float* x_in, float* x_out, int b, int T);
   template <class Ops>
-  void mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y, int N,
-                   const float* residual = nullptr, size_t nc = 0);
+  void mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y, int N);
   template <class Ops>
   void mlp_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch, int N,
                           int Nl);

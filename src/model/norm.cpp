@@ -57,28 +57,6 @@ void Norm::forward(float* s, bf16* out, const float* x, int N) const {
     rmsnorm_forward_bf16(out, s + rstd_, x, w_, N, C_, eps_);
 }
 
-void Norm::forward_residual(float* s, float* out, float* x, const float* res, int N) const {
-  if (kind_ == NormKind::layernorm)
-    residual_layernorm_forward(out, s + mean_, s + rstd_, x, res, w_, b_, N, C_);
-  else
-    residual_rmsnorm_forward(out, s + rstd_, x, res, w_, N, C_, eps_);
-}
-
-void Norm::forward_residual(float* s, bf16* out, float* x, const float* res, int N) const {
-  if (kind_ == NormKind::layernorm)
-    residual_layernorm_forward_bf16(out, s + mean_, s + rstd_, x, res, w_, b_, N, C_);
-  else
-    residual_rmsnorm_forward_bf16(out, s + rstd_, x, res, w_, N, C_, eps_);
-}
-
-void Norm::backward_input_residual(float* s, float* dx, const float* dres, const float* dout,
-                                   const float* x, int N) const {
-  if (kind_ == NormKind::layernorm)
-    residual_layernorm_backward_input(dx, dres, dout, x, w_, s + mean_, s + rstd_, N, C_);
-  else
-    residual_rmsnorm_backward_input(dx, dres, dout, x, w_, s + rstd_, N, C_);
-}
-
 void Norm::backward_input(float* s, float* dx, const float* dout, const float* x, int N) const {
   if (kind_ == NormKind::layernorm)
     layernorm_backward_input(dx, dout, x, w_, s + mean_, s + rstd_, N, C_);

@@ -33,16 +33,8 @@ class Norm {
   // the fp32 output).
   void forward(float* slot, float* out, const float* x, int N) const;
   void forward(float* slot, bf16* out, const float* x, int N) const;
-  // The residual add fused into the norm that reads its sum: x (N, C) += res, then out =
-  // norm(x), one pass over each row (bitwise add_inplace followed by forward).
-  void forward_residual(float* slot, float* out, float* x, const float* res, int N) const;
-  void forward_residual(float* slot, bf16* out, float* x, const float* res, int N) const;
   // dx (N, C) += the input gradient, from dout and x (N, C).
   void backward_input(float* slot, float* dx, const float* dout, const float* x, int N) const;
-  // dx (N, C) = dres (the residual path's gradient) + the input gradient, one pass; dx may
-  // alias dres (bitwise a copy of dres followed by backward_input).
-  void backward_input_residual(float* slot, float* dx, const float* dres, const float* dout,
-                               const float* x, int N) const;
   // dweight (and dbias) += from dout and x.
   void backward_weight(float* slot, const float* dout, const float* x, int N) const;
 

@@ -21,7 +21,6 @@
 #include "kernels/bf16.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
-#include "kernels/reduce.h"
 #include "kernels/swiglu.h"
 #include "model/activation_pool.h"
 #include "tensor_parallel/column_parallel_linear.h"
@@ -58,11 +57,6 @@ struct Fp32Ops {
                  int N, int C) const {
     layernorm_forward(out, mean, rstd, x, w, b, N, C);
   }
-  // x += res, then out = layernorm(x), one pass over each row.
-  void residual_layernorm(Act* out, float* mean, float* rstd, float* x, const float* res,
-                          const float* w, const float* b, int N, int C) const {
-    residual_layernorm_forward(out, mean, rstd, x, res, w, b, N, C);
-  }
   void bias_gelu(Act* out, float* pre, const float* bias, int N, int H) const {
     bias_gelu_forward(out, pre, bias, N, H);
   }
@@ -91,13 +85,6 @@ struct Fp32Ops {
   }
   void forward(const tp::RowParallelLinear& l, float* y, const Act* x, int N) const {
     l.forward(y, x, N, scratch);
-  }
-  // y = the layer's output + residual (y's nc rows on this rank): the fp32 GEMM and the add,
-  // as two passes (the order of the fp32 sums stays the one the bitwise tests hold).
-  void forward_residual(const tp::RowParallelLinear& l, float* y, const Act* x, int N,
-                        const float* residual, size_t nc) const {
-    l.forward(y, x, N, scratch);
-    add_inplace(y, residual, nc);
   }
   void backward_input(const tp::ColumnParallelLinear& l, float* dx, const Act* dy, int N) const {
     l.backward_input(dx, dy, N, scratch);
@@ -138,10 +125,6 @@ struct Bf16Ops {
                  int N, int C) const {
     layernorm_forward_bf16(out, mean, rstd, x, w, b, N, C);
   }
-  void residual_layernorm(Act* out, float* mean, float* rstd, float* x, const float* res,
-                          const float* w, const float* b, int N, int C) const {
-    residual_layernorm_forward_bf16(out, mean, rstd, x, res, w, b, N, C);
-  }
   void bias_gelu(Act* out, float* pre, const float* bias, int N, int H) const {
     bias_gelu_forward_bf16(out, pre, bias, N, H);
   }
@@ -170,11 +153,6 @@ struct Bf16Ops {
   }
   void forward(const tp::RowParallelLinear& l, float* y, const Act* x, int N) const {
     l.forward_bf16(y, x, N, scratch);
-  }
-  // The residual add in the bf16 GEMM's epilogue (a oneDNN binary post-op) where tp is 1.
-  void forward_residual(const tp::RowParallelLinear& l, float* y, const Act* x, int N,
-                        const float* residual, size_t) const {
-    l.forward_bf16_residual(y, x, N, scratch, residual);
   }
   void backward_input(const tp::ColumnParallelLinear& l, float* dx, const Act* dy, int N) const {
     l.backward_input_bf16(dx, dy, N, scratch);

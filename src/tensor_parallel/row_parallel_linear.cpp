@@ -4,7 +4,6 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
-#include "kernels/reduce.h"
 #include "tensor_parallel/mappings.h"
 
 namespace mt::tp {
@@ -81,16 +80,6 @@ void RowParallelLinear::forward_bf16(float* y, const bf16* x16, int N, float* sc
   float* partial = sp_ ? scratch : y;  // the partial sums and their reduction stay fp32
   matmul_bf16_forward(partial, x16, w16_->get(w_), nullptr, N, in_, out_);
   finish_output(y, partial, N);
-}
-
-void RowParallelLinear::forward_bf16_residual(float* y, const bf16* x16, int N, float* scratch,
-                                              const float* residual) const {
-  if (tp_size_ == 1) {
-    matmul_bf16_forward_residual(y, x16, w16_->get(w_), b_, residual, N, in_, out_);
-    return;
-  }
-  forward_bf16(y, x16, N, scratch);
-  add_inplace(y, residual, size_t(sp_ ? N / tp_size_ : N) * out_);
 }
 
 const bf16* RowParallelLinear::full_output_grad_bf16(const float* dy, int N, float* scratch,

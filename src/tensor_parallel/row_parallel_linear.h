@@ -36,11 +36,6 @@ class RowParallelLinear {
   // for the GEMMs; under sequence parallelism this rank's rows are rounded first and the
   // gather moves bf16 (scratch holds the local rows).
   void forward_bf16(float* y, const bf16* x16, int N, float* scratch) const;
-  // y (Nl, out) = forward_bf16's y + residual (Nl, out): the block's residual add, in the
-  // GEMM's epilogue when the layer is not split (tp 1), else after the reduction (the add
-  // must see the reduced sum once). y must not alias residual.
-  void forward_bf16_residual(float* y, const bf16* x16, int N, float* scratch,
-                             const float* residual) const;
   void backward_input_bf16(float* dx, const float* dy, int N, float* scratch, bf16* dy16) const;
   void backward_weight_bf16(const float* dy, const bf16* x16, int N, float* scratch,
                             bf16* dy16) const;

@@ -58,24 +58,6 @@ std::string isa_line(const Session& s) {
   return "fp32 GEMMs: oneDNN sgemm (its own dispatch: avx512_core on this build's targets)";
 }
 
-// The fusions that ran (model/gpt_block.cpp, model/llama_block.cpp): the residual add inside
-// the norm's pass always; inside the MLP output GEMM's epilogue under bf16 on unsplit layers
-// (tp 1) without dropout between them, on the dense MLPs (an MoE layer's output is its
-// experts'), as a oneDNN binary_add post-op on the primitive path or written ahead of the
-// accumulating GEMM on jit_gemm.
-std::string fusion_line(const Session& s) {
-  const ModelConfig& m = s.opts.model;
-  std::string line = "fused: residual add + norm (forward and backward, one pass per row)";
-  const bool dense = m.experts == 0 || m.first_dense_layers > 0 || m.moe_every > 1;
-  if (s.opts.optim.precision != Precision::bf16 || s.opts.parallel.tp > 1 || m.dropout > 0 ||
-      !dense)
-    return line;
-  return line + "; residual add in the MLP output GEMM's epilogue (" +
-         (matmul_bf16_path() == Bf16GemmPath::jit_gemm ? "written ahead of the jit_gemm"
-                                                       : "oneDNN binary_add post-op") +
-         ")";
-}
-
 // The kernel the attention phase ran: picked at run time from the CPU, the precision and
 // the head dim (kernels/attention.h attention_kernel, kernels/flash_attention.h's path).
 std::string attention_line(const Session& s) {
@@ -108,7 +90,7 @@ std::string StepBreakdown::table(const Session& s) const {
   const double peak = s.info.peak_gflops_per_thread * 1e9 * threads;  // this rank's
   const double bw = measure_copy_bandwidth(0.3);
   std::string out;
-  char line[1024];
+  char line[512];
   auto add = [&](const char* name, double seconds, double roofline) {
     std::snprintf(
         line, sizeof line, "  %-11s %9.3f %6.1f%% %12.3f %7s\n", name, seconds * 1e3 / n,
@@ -121,13 +103,12 @@ std::string StepBreakdown::table(const Session& s) const {
   std::snprintf(line, sizeof line,
                 "step breakdown (rank 0, %d step(s) after a warm-up, %d thread(s)); %s\n"
                 "  attention core: %s\n"
-                "  %s\n"
                 "  %s: the mfu denominator\n"
                 "  copy bandwidth %.1f GB/s (1 thread, memcpy)\n"
                 "  %-11s %9s %7s %12s %7s\n",
                 steps_, threads, isa_line(s).c_str(), attention_line(s).c_str(),
-                fusion_line(s).c_str(), peak_line(s).c_str(), bw / 1e9, "phase", "ms/step", "share",
-                "roofline ms", "roof/t");
+                peak_line(s).c_str(), bw / 1e9, "phase", "ms/step", "share", "roofline ms",
+                "roof/t");
   out += line;
   double kernels = 0;
   for (int i = 0; i < kPhases; ++i) {

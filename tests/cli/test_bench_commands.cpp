@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "cli_fixture.h"
-#include "kernels/matmul_bf16.h"
 
 namespace mt::testing {
 namespace {
@@ -26,33 +25,6 @@ TEST(BenchCommands, StepBreakdownPrintsEveryPhase) {
   EXPECT_NE(r.out.find("after a warm-up, wall time, 1 thread(s)): the mfu denominator"),
             std::string::npos)
       << r.out;
-}
-
-// Which fusions ran: the norm's residual add always; the GEMM epilogue's under bf16 at tp 1
-// without dropout, named with the routine that ran it.
-TEST(BenchCommands, StepBreakdownNamesTheFusionsThatRan) {
-  Fixture f;
-  const RunResult fp32 =
-      run_meshtrain("bench step --breakdown" + f.tiny + "--steps 2 --data " + f.data);
-  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
-  EXPECT_NE(fp32.out.find("\n  fused: residual add + norm (forward and backward, one pass per "
-                          "row)\n"),
-            std::string::npos)
-      << fp32.out;
-  if (!mt::bf16_matmul_supported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
-  const RunResult bf16 = run_meshtrain("bench step --breakdown --precision bf16" + f.tiny +
-                                       "--steps 2 --data " + f.data);
-  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
-  const std::string routine = mt::matmul_bf16_path() == mt::Bf16GemmPath::jit_gemm
-                                  ? "written ahead of the jit_gemm"
-                                  : "oneDNN binary_add post-op";
-  EXPECT_NE(bf16.out.find("; residual add in the MLP output GEMM's epilogue (" + routine + ")\n"),
-            std::string::npos)
-      << bf16.out;
-  const RunResult dropout = run_meshtrain("bench step --breakdown --precision bf16 --dropout 0.1" +
-                                          f.tiny + "--steps 2 --data " + f.data);
-  ASSERT_EQ(dropout.exit_code, 0) << dropout.err;
-  EXPECT_EQ(dropout.out.find("GEMM's epilogue"), std::string::npos) << dropout.out;
 }
 
 TEST(BenchCommands, StepWithoutBreakdownTrainsAsTrainDoes) {
