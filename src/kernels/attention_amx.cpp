@@ -11,6 +11,7 @@
 //   P, dS     per block of 32 query rows, as bf16 rows (A of P v, dS k) and as pairs of rows
 //             along the queries, (Tp / 2, Tp) (B of the key-side products).
 #include "kernels/attention_amx.h"
+#include "kernels/amx_tiles.h"  // amx::available: the one tile-permission request
 
 #if defined(__AVX512F__)
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized (its _mm512_undefined_* placeholders)
@@ -23,7 +24,6 @@
 #include <vector>
 
 #include "kernels/attention_amx_pack.h"
-#include "kernels/grouped_gemm_kernels.h"  // amx_available: the one tile-permission request
 #endif
 
 namespace mt {
@@ -226,8 +226,7 @@ void head_backward(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv, int ldd
 }  // namespace
 
 bool attention_amx_supports(int hd) {
-  return AmxHeadDims::supports(hd) && __builtin_cpu_supports("avx512bf16") &&
-         grouped::amx_available();
+  return AmxHeadDims::supports(hd) && __builtin_cpu_supports("avx512bf16") && amx::available();
 }
 
 void attention_head_forward_amx(const AttentionHead& h, float* out, int ldo, float* att) {

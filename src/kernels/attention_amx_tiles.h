@@ -5,7 +5,7 @@
 // bf16 pairs: pair p of column n holds the reduction indices 2p and 2p + 1) into a 16 x 16
 // fp32 C tile. block32 keeps a 32 x 32 block of C in tiles 0-3, A in 4-5 and B in 6-7, so
 // each step of 32 along the reduction is 4 loads for 4 products; every tile is configured
-// 16 rows x 64 bytes once per head.
+// 16 rows x 64 bytes once per head (amx::configure_tiles, kernels/amx_tiles.h).
 #pragma once
 
 #if defined(__AVX512F__)
@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/bf16.h"
 #include "kernels/vec_math.h"
 
@@ -23,32 +24,14 @@ namespace mt::attention_amx {
 
 using u32 = uint32_t;
 
-constexpr int kTile = 16;   // rows of a tile; fp32 columns of a C tile
-constexpr int kStep = 32;   // reduction per tile product: one 64-byte row of bf16
-constexpr int kBlock = 32;  // rows and columns of a C block (2 x 2 tiles)
+using amx::configure_tiles;
+using amx::kBlock;
+using amx::kStep;
+using amx::kTile;
+using amx::release_tiles;
 
 constexpr int round_up(int x, int m) {
   return (x + m - 1) / m * m;
-}
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Not _tile_loadconfig: GCC 12 declares its operand as the configuration's first 8 bytes,
-// so stores of the rest can be dropped as dead (grouped_gemm_amx.cpp met it); this asm
-// reads the whole object.
-MT_AMX_ATT inline void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = kTile, cfg.colsb[t] = 64;
-  asm volatile("ldtilecfg %0" ::"m"(cfg));
-}
-
-MT_AMX_ATT inline void release_tiles() {
-  _tile_release();
 }
 
 // c (32 x 32 fp32, row stride ldc floats) = sum over steps s in [s0, s1) of

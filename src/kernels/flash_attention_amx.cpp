@@ -11,6 +11,7 @@
 // kernels round them, so both paths multiply the same bf16 values. A group of rows short of
 // 16 goes through zero-padded stages: tiles never read or write past an operand.
 // The drivers load the tile configuration once per task (Tiles::enter) and release it after.
+#include "kernels/amx_tiles.h"  // amx::available: the one tile-permission request
 #include "kernels/flash_attention_tiles.h"
 
 #if defined(__AVX512F__)
@@ -23,7 +24,6 @@
 
 #include "kernels/attention_amx_tiles.h"
 #include "kernels/flash_attention_simd.h"
-#include "kernels/grouped_gemm_kernels.h"  // amx_available: the one tile-permission request
 #endif
 
 namespace mt::flash {
@@ -169,7 +169,7 @@ const Tiles* table() {
 }  // namespace
 
 const Tiles* tiles_amx_bf16(int hd) {
-  if (!tiles_avx512_bf16(hd) || !grouped::amx_available()) return nullptr;
+  if (!tiles_avx512_bf16(hd) || !amx::available()) return nullptr;
   switch (hd) {
     case 32:
       return table<32>();

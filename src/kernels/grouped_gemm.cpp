@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "kernels/amx_tiles.h"
 #include "kernels/grouped_gemm_kernels.h"
 #include "kernels/matmul_bf16.h"
 #include "kernels/phase_profile.h"
@@ -116,7 +117,7 @@ bool grouped_gemm_path_available(bool bf16, GroupedGemmPath path) {
     case GroupedGemmPath::avx512_bf16:
       return bf16 && grouped::avx512_bf16_available();
     case GroupedGemmPath::amx:
-      return bf16 && grouped::amx_available();
+      return bf16 && amx::available();
   }
   return false;
 }

@@ -14,13 +14,12 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/grouped_gemm_pack.h"
 #include "kernels/grouped_gemm_prefetch.h"
 
@@ -30,34 +29,16 @@ namespace mt::grouped {
 
 namespace {
 
-constexpr int kTile = 16;                        // rows of every tile; fp32 columns of a C tile
-constexpr int kStep = 32;                        // K per tile product: one 64-byte tile row of bf16
-constexpr int kBlock = 32;                       // rows and columns of a C block (2 x 2 tiles)
+using amx::configure_tiles;
+using amx::kBlock;
+using amx::kStep;
+using amx::kTile;
+using amx::release_tiles;
 constexpr size_t kPackBudget = size_t(1) << 20;  // bytes of packed B per thread
 constexpr int kPrefetchPerStep = 4;              // lines of the next item per step in K
 
 int round_up(int x, int m) {
   return (x + m - 1) / m * m;
-}
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Every tile 16 rows of 64 bytes. Not _tile_loadconfig: GCC 12 declares its operand as the
-// first 8 bytes of the configuration only, so the stores of the rest could be dropped as
-// dead (and were: the next tile instruction faulted); this asm reads the whole object.
-MT_AMX void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = kTile, cfg.colsb[t] = 64;
-  asm volatile("ldtilecfg %0" ::"m"(cfg));
-}
-
-MT_AMX void release_tiles() {
-  _tile_release();
 }
 
 // C (16 TM, 16 TN) [+]= A (16 TM, 32 steps) @ B panels: tiles 0-3 C, 4-5 A, 6-7 B.
@@ -237,17 +218,6 @@ void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch&
 
 }  // namespace
 
-bool amx_available() {
-  static const bool available = [] {
-    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
-    // Linux hands out the 8 KB tile state only to a process that asks (ARCH_REQ_XCOMP_PERM
-    // for XFEATURE_XTILEDATA); without it the first tile instruction faults.
-    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtileData = 18;
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtileData) == 0;
-  }();
-  return available;
-}
-
 void run_amx(const Problem<bf16>& p) {
   const int N = p.N();
   const Work w = split_work(p.offset, p.groups, N, round_up(largest_k(p), kStep), kTile,
@@ -267,9 +237,6 @@ void run_amx(const Problem<bf16>& p) {
 #else  // no AVX-512 in this build: no AMX path either
 
 namespace mt::grouped {
-bool amx_available() {
-  return false;
-}
 void run_amx(const Problem<bf16>& p) {
   run_loop(p);
 }

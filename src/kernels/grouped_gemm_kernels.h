@@ -12,8 +12,7 @@ bool fp32_kernels_available();
 void run_fp32(const Problem<float>& p);
 
 // bf16 on AMX tiles (grouped_gemm_amx.cpp): 32 x 32 blocks, the whole K per block.
-// Available once the OS has granted this process the tile state (asked on first use).
-bool amx_available();
+// Available where amx::available() (kernels/amx_tiles.h).
 void run_amx(const Problem<bf16>& p);
 
 // bf16 on AVX512-BF16 dot products (grouped_gemm_avx512_bf16.cpp): 12 x 32 register tiles.
