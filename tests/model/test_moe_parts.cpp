@@ -103,18 +103,29 @@ TEST(MoeParts, EqualToOnePartBf16) {
   for (int parts : {2, 5}) check_parts(parts, true);
 }
 
+// A layer of 24 tokens, 16 features and 4 experts in `parts` parts, fp32 or bf16, with the
+// weight version and the exchange it points at.
+struct PartedLayer {
+  static constexpr int N = 24, C = 16, E = 4;
+  uint64_t version = 1;
+  CountingExchange counting;
+  Harness m;
+  PartedLayer(int parts, bool bf16) : m(moe_test::config(C, E, 2, 0.0f), shard(parts, bf16), N) {}
+
+ private:
+  ExpertParallelShard shard(int parts, bool bf16) {
+    ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = &counting};
+    ep.overlap_parts = parts;
+    if (bf16) ep.bf16_version = &version;
+    return ep;
+  }
+};
+
 // The activation and conversion bytes of one pass (after a first pass, which converts the
 // bf16 weight copies) of a layer in `parts` parts.
 PhaseTotals elementwise_traffic(int parts, bool bf16) {
-  const int N = 24, C = 16, E = 4;
-  const ModelConfig cfg = moe_test::config(C, E, 2, 0.0f);
-  uint64_t version = 1;
-  CountingExchange counting;
-  ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = &counting};
-  ep.overlap_parts = parts;
-  if (bf16) ep.bf16_version = &version;
-  Harness m(cfg, ep, N);
-  return moe_test::phases_of_second_pass(m, N, C);
+  PartedLayer l(parts, bf16);
+  return moe_test::phases_of_second_pass(l.m, PartedLayer::N, PartedLayer::C);
 }
 
 TEST(MoeParts, EachRowIsConvertedAndActivatedOnce) {
@@ -136,15 +147,10 @@ TEST(MoeParts, EachRowIsConvertedAndActivatedOnce) {
 // The GEMM phase of backward_weight alone (after a forward and backward_input) of a layer
 // in `parts` parts.
 PhaseTotals weight_gradient_gemms(int parts, bool bf16) {
-  const int N = 24, C = 16, E = 4;
-  const ModelConfig cfg = moe_test::config(C, E, 2, 0.0f);
-  uint64_t version = 1;
-  CountingExchange counting;
-  ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = &counting};
-  ep.overlap_parts = parts;
-  if (bf16) ep.bf16_version = &version;
-  Harness m(cfg, ep, N);
-  const size_t n = size_t(N) * C;
+  PartedLayer l(parts, bf16);
+  Harness& m = l.m;
+  const int N = PartedLayer::N;
+  const size_t n = size_t(N) * PartedLayer::C;
   const auto h = moe_test::random_vec(n, 3, 1), dy = moe_test::random_vec(n, 3, 2);
   std::vector<float> y(n), dh(n);
   m.layer->forward(m.slot(), h.data(), y.data(), N);
