@@ -81,6 +81,78 @@ auto amx_prefetch(const float* qkv, const float* dout, int T, int C, int hd) {
   };
 }
 
+// Row i of a (T, T) block: causal softmax in place over columns 0..i, zeros after.
+void softmax_causal_row(float* row, int i, int T) {
+  float m = row[0];
+  for (int j = 1; j <= i; j++) m = row[j] > m ? row[j] : m;
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j <= i; j++) {
+    float e = exp_vec(row[j] - m);
+    row[j] = e;
+    sum += e;
+  }
+  float inv = 1.0f / sum;
+#pragma omp simd
+  for (int j = 0; j <= i; j++) row[j] *= inv;
+  for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+}
+
+// out (T, hd), row stride ldo; a (T, T).
+void forward_head_sgemm(const AttentionHead& hv, float* o, int ldo, float* a) {
+  const int T = hv.T, hd = hv.hd;
+  for (int i0 = 0; i0 < T; i0 += kRowBlock) {
+    int i1 = i0 + kRowBlock < T ? i0 + kRowBlock : T;
+    float* ablk = a + static_cast<size_t>(i0) * T;
+    // preatt[i0:i1, 0:i1] = scale * q[i0:i1] k[0:i1]^T
+    sgemm(false, true, i1 - i0, i1, hd, hv.scale, hv.q + static_cast<size_t>(i0) * hv.ld, hv.ld,
+          hv.k, hv.ld, 0.0f, ablk, T);
+    for (int i = i0; i < i1; i++) softmax_causal_row(a + static_cast<size_t>(i) * T, i, T);
+    // out[i0:i1] = att[i0:i1, 0:i1] v[0:i1]
+    sgemm(false, false, i1 - i0, hd, i1, 1.0f, ablk, T, hv.v, hv.ld, 0.0f,
+          o + static_cast<size_t>(i0) * ldo, ldo);
+  }
+}
+
+// dq, dk, dv (T, hd), row stride ld; dout_h (T, hd), row stride ldo; a, da (T, T).
+void backward_head_sgemm(const AttentionHead& hv, float* dq, float* dk, float* dv, int ld,
+                         const float* dout_h, int ldo, const float* a, float* da) {
+  const int T = hv.T, hd = hv.hd;
+  for (int i0 = 0; i0 < T; i0 += kRowBlock) {
+    int i1 = i0 + kRowBlock < T ? i0 + kRowBlock : T;
+    // datt[i0:i1, 0:i1] = dout[i0:i1] v[0:i1]^T
+    sgemm(false, true, i1 - i0, i1, hd, 1.0f, dout_h + static_cast<size_t>(i0) * ldo, ldo, hv.v,
+          hv.ld, 0.0f, da + static_cast<size_t>(i0) * T, T);
+    // Softmax backward, with the 1/sqrt(hd) of the forward folded in:
+    // dpre = scale * att * (datt - sum_j att * datt).
+    for (int i = i0; i < i1; i++) {
+      const float* ar = a + static_cast<size_t>(i) * T;
+      float* dr = da + static_cast<size_t>(i) * T;
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int j = 0; j <= i; j++) dot += ar[j] * dr[j];
+#pragma omp simd
+      for (int j = 0; j <= i; j++) dr[j] = hv.scale * ar[j] * (dr[j] - dot);
+      for (int j = i + 1; j < i1; j++) dr[j] = 0.0f;
+    }
+    // dq[i0:i1] += dpre[i0:i1, 0:i1] k[0:i1]
+    sgemm(false, false, i1 - i0, hd, i1, 1.0f, da + static_cast<size_t>(i0) * T, T, hv.k, hv.ld,
+          1.0f, dq + static_cast<size_t>(i0) * ld, ld);
+  }
+  // Key/value rows j0..j1 receive from query rows i >= j0 only (the lower triangle).
+  for (int j0 = 0; j0 < T; j0 += kRowBlock) {
+    int j1 = j0 + kRowBlock < T ? j0 + kRowBlock : T;
+    int rows = T - j0;
+    // dv[j0:j1] += att[j0:T, j0:j1]^T dout[j0:T]
+    sgemm(true, false, j1 - j0, hd, rows, 1.0f, a + static_cast<size_t>(j0) * T + j0, T,
+          dout_h + static_cast<size_t>(j0) * ldo, ldo, 1.0f, dv + static_cast<size_t>(j0) * ld, ld);
+    // dk[j0:j1] += dpre[j0:T, j0:j1]^T q[j0:T]
+    sgemm(true, false, j1 - j0, hd, rows, 1.0f, da + static_cast<size_t>(j0) * T + j0, T,
+          hv.q + static_cast<size_t>(j0) * hv.ld, hv.ld, 1.0f, dk + static_cast<size_t>(j0) * ld,
+          ld);
+  }
+}
+
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
