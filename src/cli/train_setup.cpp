@@ -214,11 +214,11 @@ void resolve_train_options(TrainOptions& o) {
     o.model.vocab = vocab_of_shards(shards);
   }
   // The shape is final: the planner may choose the layout, then every rule of the options,
-  // before any rank starts.
-  if (o.parallel.auto_layout) {
-    const std::string why = plan::apply_auto_layout(o, plan::default_local_profile_path());
-    if (!o.io.quiet) std::printf("meshtrain: %s\n", why.c_str());
-  }
+  // before any rank starts. The planner's line waits for the rules, as the resume's lines do:
+  // a refused run prints its error alone.
+  std::string planned;
+  if (o.parallel.auto_layout)
+    planned = plan::apply_auto_layout(o, plan::default_local_profile_path());
   validate_train_options(o, launcher_from_env());
   for (const std::string& w : option_warnings(o)) warn(w);
   check_token_stream(o, "--data", o.io.data, o.io.data_shards);
@@ -229,6 +229,7 @@ void resolve_train_options(TrainOptions& o) {
   check_fault_spec(o, start);
   // Recorded in every checkpoint of the run, for its resumes.
   o.run_config = record_run_config(o, data_given, val_data_given);
+  if (!o.io.quiet && !planned.empty()) std::printf("meshtrain: %s\n", planned.c_str());
   if (!o.io.quiet && launcher_from_env().rank == 0)
     for (const std::string& line : resumed) std::printf("meshtrain: %s\n", line.c_str());
 }

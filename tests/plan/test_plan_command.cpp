@@ -155,6 +155,24 @@ TEST(PlanCommand, HardwareFileReplacesThePreset) {
   EXPECT_NE(u.err.find("unknown key [hardware] tensor_cores"), std::string::npos) << u.err;
 }
 
+// The planner's line waits for every rule of the run: a run the rules refuse after the
+// planner chose its layout prints its error alone (the line came first once, as --resume's
+// "resuming from" did). The checked-in profile of the planner's golden file is planned with.
+TEST(PlanCommand, AutoLayoutNamesItsLayoutOnlyOnceTheRulesAcceptTheRun) {
+  const std::string train = std::string("MESHTRAIN_PROFILE=") + MESHTRAIN_SOURCE_DIR +
+                            "/bench/planner/golden/local.toml " + MESHTRAIN_BIN +
+                            " train --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 --steps 1 "
+                            "--auto-layout --ranks 2 --progress none";
+  const auto refused = testing::run_command(train + " --save-every 2");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("--save-every has no effect without --save"), std::string::npos)
+      << refused.err;
+  EXPECT_EQ(refused.out, "");
+  const auto accepted = testing::run_command(train);
+  ASSERT_EQ(accepted.exit_code, 0) << accepted.err;
+  EXPECT_EQ(accepted.out.rfind("meshtrain: auto-layout: dp ", 0), 0u) << accepted.out;
+}
+
 TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
   TempDir dir;
   const std::string profile = dir / "local.toml";
