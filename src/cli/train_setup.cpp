@@ -269,19 +269,18 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
   info.write_report = [](const std::string& metrics, const std::string& page) {
     write_report_page({metrics}, page, "the report page");
   };
-  // The denominator of MFU: the user's figure, else what one core can do, measured now by
-  // the one method of kernels/gemm_peak.h. Under --precision bf16 the peak is the bf16
-  // GEMM's, which the model's GEMMs run at.
+  // The denominator of MFU: the user's figure, else what one core can do, measured by the
+  // one method of kernels/gemm_peak.h at its first read (train/mfu_peak.h), not now. Under
+  // --precision bf16 the peak is the bf16 GEMM's, which the model's GEMMs run at.
   const bool bf16 = o.optim.precision == Precision::bf16;
   const PeakPrecision pp = bf16 ? PeakPrecision::bf16 : PeakPrecision::fp32;
   if (o.optim.peak_gflops > 0) {
-    info.peak_gflops_per_thread = o.optim.peak_gflops;
-    info.peak_method = "GEMM peak " + std::to_string(o.optim.peak_gflops) +
-                       " GFLOP/s per thread (given by --peak-gflops)";
+    info.peak = MfuPeak::given(o.optim.peak_gflops);
   } else {
-    const GemmPeak peak = measure_gemm_peak(pp, 1, kPeakSeconds);
-    info.peak_gflops_per_thread = peak.gflops;
-    info.peak_method = describe_gemm_peak(pp, peak, 1);
+    info.peak = MfuPeak::on_first_read([pp] {
+      const GemmPeak peak = measure_gemm_peak(pp, 1, kPeakSeconds);
+      return MfuPeak::Figure{peak.gflops, describe_gemm_peak(pp, peak, 1)};
+    });
   }
   if (bf16) info.gemm_isa = matmul_bf16_isa();
   if (o.model.experts > 0) info.expert_gemm_isa = grouped_gemm_isa(bf16);
