@@ -221,7 +221,7 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
     const auto ab =
         testing::run_command("MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
                              " train --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 "
-                             "--steps 1 --auto-layout --ranks 2 --precision bf16");
+                             "--steps 1 --auto-layout --ranks 2 --precision bf16 --progress none");
     ASSERT_EQ(ab.exit_code, 0) << ab.err;
     EXPECT_NE(ab.out.find(" bf16 (predicted"), std::string::npos) << ab.out;
   }
@@ -272,7 +272,7 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
   const auto a =
       testing::run_command("MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
                            " train --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 "
-                           "--steps 1 --auto-layout --ranks 2 --tp 1");
+                           "--steps 1 --auto-layout --ranks 2 --tp 1 --progress none");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.out.find("meshtrain: auto-layout: dp "), std::string::npos) << a.out;
   EXPECT_NE(a.out.find(" tp 1 "), std::string::npos) << a.out;  // --tp 1 stayed fixed
@@ -281,7 +281,7 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
   const std::string small_cp =
       "MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
       " train --arch llama --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 --steps 1 "
-      "--auto-layout --ranks 4 ";
+      "--auto-layout --ranks 4 --progress none ";
   const auto c2 = testing::run_command(small_cp + "--cp 2");
   ASSERT_EQ(c2.exit_code, 0) << c2.err;
   EXPECT_NE(c2.out.find(" cp 2 "), std::string::npos) << c2.out;
