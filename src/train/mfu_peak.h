@@ -6,8 +6,8 @@
 //
 // One per process: the rank threads of the local backend hold copies of one MfuPeak and
 // share its one measurement (the first reader measures, the others wait for its figure).
-// train_step reads it at the end of the run's first step, all ranks past a barrier, so the
-// measurement runs while the ranks are idle, as it did before any rank started.
+// train_step reads it at the end of the run's first step, between two barriers of every rank,
+// so the measurement runs while the ranks are idle, as it did before any rank started.
 #pragma once
 
 #include <functional>

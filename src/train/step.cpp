@@ -129,13 +129,17 @@ void add_comm(StepRecord& r, Session& s, const CommCounters& before) {
 }
 
 // mfu, where the run reads it (train/mfu_peak.h). A peak still to be measured is measured
-// at the end of the run's first step, past a barrier of every rank (the same on every rank:
-// options only), so no rank computes beside the measurement.
+// at the end of the run's first step between two barriers of every rank (the same on every
+// rank: options only): no rank computes beside the measurement, and under MPI, where each
+// process measures its own, the next step starts together, not after the slowest's.
 void add_rates(StepRecord& r, const Session& s, int step) {
   r.tokens_per_s = double(s.opts.optim.batch) * s.opts.model.seq / r.step_time_s;
   if (!run_reads_mfu(s.opts)) return;
-  if (step == s.start_step + 1 && s.info.peak && s.info.peak->needs_measuring())
+  if (step == s.start_step + 1 && s.info.peak && s.info.peak->needs_measuring()) {
     s.ctx.world->barrier().wait();
+    s.peak_flops();
+    s.ctx.world->barrier().wait();
+  }
   const double peak = s.peak_flops();
   r.mfu = peak > 0 ? s.opts.model.flops_per_token() * r.tokens_per_s / peak : 0;
 }
