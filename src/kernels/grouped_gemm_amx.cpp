@@ -22,6 +22,7 @@
 #include "kernels/amx_tiles.h"
 #include "kernels/grouped_gemm_pack.h"
 #include "kernels/grouped_gemm_prefetch.h"
+#include "kernels/swiglu.h"
 
 #define MT_AMX __attribute__((target("amx-tile,amx-bf16")))
 
@@ -216,7 +217,108 @@ void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch&
   }
 }
 
+// A 32-row block of an item's A from row i on, as tiles may read it: in place, or its rows
+// copied to a zero-padded stage when tile loads would read past the group's rows.
+const bf16* a_block(const Operands<bf16>& o, const bf16* a, size_t lda, bool in_place, int i,
+                    int kp, Scratch& s, size_t& ldai) {
+  const int rows = std::min(kBlock, o.M - i), tm = rows > kTile ? 2 : 1;
+  const bf16* ai = a + i * lda;
+  ldai = lda;
+  if (!in_place || rows == tm * kTile) return ai;
+  s.a_rows.assign(size_t(tm) * kTile * kp, 0);
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(s.a_rows.data() + size_t(r) * kp, ai + r * lda, size_t(kp) * sizeof(bf16));
+  ldai = kp;
+  return s.a_rows.data();
+}
+
+// SwiGLU on a block that left the tiles into the stage (rows from `row` on, units n.., cols
+// of them): forward, the stage's columns are [gate (16) | up (16)] of one hidden panel,
+// copied to out's two halves while act's units are computed from them; backward_input,
+// the stage holds d_act (never stored), from which dgu's two halves are computed with gu.
+void swiglu_epilogue(const Problem<bf16>& p, const float* stage, int row, int rows, int n,
+                     int cols) {
+  const size_t H = size_t(p.swiglu);
+  for (int r = 0; r < rows; ++r) {
+    const float* st = stage + r * kBlock;
+    const size_t at = size_t(row + r);
+    if (p.product == Product::forward) {
+      float* gu = p.out + at * 2 * H;
+      std::memcpy(gu + n, st, kTile * sizeof(float));
+      std::memcpy(gu + H + n, st + kTile, kTile * sizeof(float));
+      swiglu_forward_bf16_row(p.act + at * H + n, st, st + kTile, kTile);
+    } else {
+      const float* g = p.gu + at * 2 * H;
+      bf16* d = p.dgu + at * 2 * H;
+      swiglu_backward_bf16_row(d + n, d + H + n, g + n, g + H + n, st, cols);
+    }
+  }
+}
+
+// B for a fused item: forward pairs hidden panel q's gate panel with its up panel, `up`
+// words on (H / 16 panels on in a whole pack); backward_input reads the item's panels.
+const uint32_t* swiglu_b(const Problem<bf16>& p, const Operands<bf16>& o, const Item& it, int kp,
+                         Scratch& s, size_t& up) {
+  const size_t panel = size_t(kp / 2) * kTile;
+  const int panels = (it.n1 - it.n0) / kTile;
+  const bool fwd = p.product == Product::forward;
+  up = fwd ? size_t(p.swiglu / kTile) * panel : panel;
+  if (packed(p)) return packed_panels(p, it, panel);
+  s.b.resize(panel * panels * (fwd ? 2 : 1));
+  pack_pairs_bf16(s.b.data(), o.b, o.ldb, o.b_trans, o.K, kp / 2, it.n0, it.n1);
+  if (fwd) {
+    pack_pairs_bf16(s.b.data() + panel * panels, o.b, o.ldb, o.b_trans, o.K, kp / 2,
+                    p.swiglu + it.n0, p.swiglu + it.n1);
+    up = panel * panels;
+  }
+  return s.b.data();
+}
+
+// run_item with SwiGLU applied to each block in the stage (the same tiles over the whole K
+// as run_item, so the same values, then swiglu.h's row functions: the composition's bits).
+void run_item_swiglu(const Problem<bf16>& p, const Item& it, const Item& next, Scratch& s) {
+  const Operands<bf16> o = operands(p, it.g);
+  if (o.M == 0) return;
+  const bool fwd = p.product == Product::forward;
+  const int kp = round_up(o.K, kStep), steps = kp / kStep, panels = (it.n1 - it.n0) / kTile;
+  const size_t panel = size_t(kp / 2) * kTile;
+  const int per_row_block = fwd ? panels : (panels + 1) / 2;
+  start_prefetch(p, next, int64_t((o.M + kBlock - 1) / kBlock) * per_row_block, s.prefetch);
+  size_t up = 0;
+  const uint32_t* b = swiglu_b(p, o, it, kp, s, up);
+  const bool in_place = !o.a_trans && o.K == kp;
+  if (!in_place && s.a_group != it.g) padded_a(o, kp, s.a), s.a_group = it.g;
+  const bf16* a = in_place ? o.a : s.a.data();
+  const size_t lda = in_place ? o.lda : size_t(kp);
+  const int r0 = p.offset[it.g];
+  for (int i = 0; i < o.M; i += kBlock) {
+    const int rows = std::min(kBlock, o.M - i), tm = rows > kTile ? 2 : 1;
+    size_t ldai = lda;
+    const bf16* ai = a_block(o, a, lda, in_place, i, kp, s, ldai);
+    for (int q = 0; q < panels; q += fwd ? 1 : 2) {
+      const int tn = fwd || q + 1 < panels ? 2 : 1;
+      kBlocks[tm - 1][tn - 1](s.c.data(), kBlock, ai, ldai, b + q * panel, up, steps, false,
+                              s.prefetch.take(steps * kPrefetchPerStep));
+      swiglu_epilogue(p, s.c.data(), r0 + i, rows, it.n0 + q * kTile, fwd ? kTile : tn * kTile);
+    }
+  }
+}
+
 }  // namespace
+
+void run_amx_swiglu(const Problem<bf16>& p) {
+  const bool fwd = p.product == Product::forward;
+  const Work w = split_work(p.offset, p.groups, p.swiglu, round_up(largest_k(p), kStep), kTile,
+                            sizeof(bf16) * (fwd ? 2 : 1), kPackBudget, omp_get_max_threads());
+  for_each_item(
+      w,
+      [] {
+        configure_tiles();
+        scratch().a_group = -1;
+      },
+      [&](const Item& it, const Item& next) { run_item_swiglu(p, it, next, scratch()); },
+      [] { release_tiles(); });
+}
 
 void run_amx(const Problem<bf16>& p) {
   const int N = p.N();
@@ -236,9 +338,14 @@ void run_amx(const Problem<bf16>& p) {
 
 #else  // no AVX-512 in this build: no AMX path either
 
+#include "core/error.h"
+
 namespace mt::grouped {
 void run_amx(const Problem<bf16>& p) {
   run_loop(p);
+}
+void run_amx_swiglu(const Problem<bf16>&) {
+  MT_CHECK(false, "grouped GEMM with SwiGLU: no AMX in this build");
 }
 }  // namespace mt::grouped
 
