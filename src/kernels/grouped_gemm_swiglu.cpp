@@ -43,7 +43,7 @@ void grouped_matmul_bf16_forward_swiglu(float* gu, bf16* act, const bf16* inp,
                    rows * (C * 2.0 + H * 2.0 * 4 + H * 2.0) + double(groups) * C * 2 * H * 2.0);
   Problem<bf16> p{Product::forward, gu,     nullptr, inp,   nullptr, weight,
                   offset,           groups, C,       2 * H, false};
-  p.packed = packed, p.swiglu = H, p.act = act;
+  p.packed = packed, p.swiglu = H, p.act = act, p.gu = gu;
   grouped::run_amx_swiglu(p);
 }
 
