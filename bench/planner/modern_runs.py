@@ -98,7 +98,7 @@ RUNS = [
         {"tp": 8, "cp": 1, "pp": 16, "dp": 128}, ("tflops", 400)),
     run("L3", "405B 128K", LLAMA3_405B, "llama3-2024", "h100-80gb", 16384, 131072, 128,
         {"tp": 8, "cp": 16, "pp": 16, "dp": 8}, ("tflops", 380)),
-    run("DS", "V3 671B", DEEPSEEK_V3, "deepseek-v3-2024", "h800-80gb", 2048, 4096, 15360,
+    run("DS", "V3 671B", DEEPSEEK_V3 + MTP1, "deepseek-v3-2024", "h800-80gb", 2048, 4096, 15360,
         {"tp": 1, "pp": 16, "ep": 64, "dp": 128, "schedule": "dualpipev"},
         ("step", 15360 * 4096 / (1e12 / (180e3 * 3600) * 2048))),
     run("MB", "V3 671B", DEEPSEEK_V3 + MTP1, "megatron-bridge-2025", "h100-80gb", 1024, 4096, 8192,

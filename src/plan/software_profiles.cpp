@@ -49,6 +49,8 @@ constexpr const char* kMeshtrainCp =
     "the engine's --cp (ring or allgather, llama and GPT blocks: docs/context_parallel.md); "
     "searched with micro-batches below cp only (search.cpp, cp_micro_batches)";
 constexpr const char* kNoFp8 = "16-bit GEMMs (A100: no FP8 tensor cores)";
+constexpr const char* kMegatronRecompute =
+    "--recompute-granularity selective or full only (Korthikanti et al. 2022)";
 // Mainline Megatron-LM's pipeline schedules (megatron/schedules.py, then
 // megatron/core/pipeline_parallel/schedules.py): no pipelining, 1F1B, interleaved 1F1B.
 constexpr const char* kMegatronNoDualPipe =
@@ -82,7 +84,11 @@ SoftwareTable llama3_2024() {
        {"p2p_blocking", 0, "asynchronous point-to-point between stages (3.3.2)"},
        {"p2p_scatter_gather", 0, "the boundary over one link (not stated)"},
        {"even_chunks", 0, "first and last stage one layer short (3.3.2): uneven chunks allowed"},
-       {"grad_accum_pass", 0, "accumulation not costed separately (not stated)"},
+       {"grad_accum_pass", 1,
+        "3.3.2 Numerical stability: \"FP32 gradient accumulation during backward computation "
+        "over multiple micro-batches\" of BF16 weight gradients: a pass per microbatch (PyTorch "
+        "FSDP2 adds each bf16 .grad into an fp32 unsharded_accumulated_grad, "
+        "_fsdp_param.py accumulate_unsharded_grad_if_needed)"},
        {"tp_backward_overlap", 0, "not stated: tp collectives exposed"},
        {"max_zero", 2,
         "FSDP sharding optimizer state and gradients, parameters kept after forward"},
@@ -94,7 +100,10 @@ SoftwareTable llama3_2024() {
        {"zero3_prefetch", 1, "FSDP prefetches one layer ahead"},
        {"a2a_overlap_parts", 1, "no MoE in Llama 3"},
        {"fb_a2a_overlap", 0, "no MoE in Llama 3"},
-       {"fp8_gemms", 0, "BF16 training (3.3.4); FP8 appears only for inference"}},
+       {"fp8_gemms", 0, "BF16 training (3.3.4); FP8 appears only for inference"},
+       {"fp8_activation_cache", 0, "BF16 training: 16-bit activations"},
+       {"norm_up_proj_recompute", 0,
+        "no activation checkpointing at 8K (3.3.2): norm outputs and Q, K, V kept"}},
       "not offered: Llama 3's pipeline is an interleaved 1F1B schedule with a tunable "
       "microbatch count (3.3.2); DualPipe came later, with DeepSeek-V3 (Dec 2024)"};
 }
@@ -154,7 +163,17 @@ SoftwareTable deepseek_v3_2024() {
         "pipeline sends under the other's compute; planned as DualPipe-V"},
        {"fp8_gemms", 1,
         "Fprop, Dgrad and Wgrad of the linear layers in FP8 with 1x128 / 128x128 online "
-        "scaling (3.3.1, 3.3.2); embedding, head, gating, norms and attention at BF16/FP32"}},
+        "scaling (3.3.1, 3.3.2); embedding, head, gating, norms and attention at BF16/FP32"},
+       {"fp8_activation_cache", 1,
+        "3.3.3 Low-Precision Activation: activations cached in FP8 for the backward of the "
+        "Linear operator (1 byte and a scale per 1x128 tile, 3.3.2); the attention output "
+        "projection's input in E5M6 (counted as 16 bits: its container is not stated); the MoE "
+        "SwiGLU's inputs cached in FP8 and its output recomputed in backward"},
+       {"norm_up_proj_recompute", 1,
+        "3.2.3: \"We recompute all RMSNorm operations and MLA up-projections during "
+        "back-propagation\"; MLA's latents (the up-projections' input) are unknown to the "
+        "planner (MLA as MHA): counted h wide, an overestimate of the released config's "
+        "1536 + 512 + 64"}},
       "offered: DeepSeek-V3 pipelines with DualPipe, planned as its V variant (one copy of "
       "the parameters per rank)"};
 }
@@ -198,7 +217,12 @@ SoftwareTable megatron_bridge_2025() {
        {"fb_a2a_overlap", 0, "no DualPipe (1f1b / interleaved only)"},
        {"fp8_gemms", 1,
         "FP8-CS: Transformer Engine FP8 GEMMs with current (per-tensor) scaling; the table's "
-        "DGX-H100 rows are FP8 (25.11: FP8-CS)"}},
+        "DGX-H100 rows are FP8 (25.11: FP8-CS)"},
+       {"fp8_activation_cache", 0,
+        "not modelled: Transformer Engine's saved FP8 inputs are not described here"},
+       {"norm_up_proj_recompute", 0,
+        "not modelled: the recipe's recompute_modules mla_up_proj recomputes the up-projections "
+        "but not the norms (this field recomputes both)"}},
       kMegatronNoDualPipe};
 }
 
@@ -238,7 +262,9 @@ const std::vector<SoftwareTable> kTables = {
        "the expert all-to-alls between the router and the experts, exposed (docs/moe.md)"},
       {"fb_a2a_overlap", 0,
        "DualPipe-V's F&B halves run one after the other (schedule/execution_order.h)"},
-      {"fp8_gemms", 0, "bf16 GEMMs at most (model/precision.h has fp32 and bf16)"}},
+      {"fp8_gemms", 0, "bf16 GEMMs at most (model/precision.h has fp32 and bf16)"},
+      {"fp8_activation_cache", 0, "the engine's own estimate (paper_memory 0)"},
+      {"norm_up_proj_recompute", 0, "--recompute none, selective or full only"}},
      "offered: the engine's own DualPipe-V (--schedule dualpipev, "
      "schedule/schedule_dualpipev.cpp)"},
     {"megatron-lm-2021",
@@ -274,7 +300,9 @@ const std::vector<SoftwareTable> kTables = {
       {"zero3_prefetch", 1, kNoZero3},
       {"a2a_overlap_parts", 1, kNoMoe},
       {"fb_a2a_overlap", 0, kNoMoe},
-      {"fp8_gemms", 0, kNoFp8}},
+      {"fp8_gemms", 0, kNoFp8},
+      {"fp8_activation_cache", 0, kNoFp8},
+      {"norm_up_proj_recompute", 0, kMegatronRecompute}},
      kMegatronNoDualPipe},
     {"megatron-lm-2022",
      {"1f1b", "interleaved"},
@@ -313,7 +341,9 @@ const std::vector<SoftwareTable> kTables = {
       {"zero3_prefetch", 1, kNoZero3},
       {"a2a_overlap_parts", 1, kNoMoe},
       {"fb_a2a_overlap", 0, kNoMoe},
-      {"fp8_gemms", 0, kNoFp8}},
+      {"fp8_gemms", 0, kNoFp8},
+      {"fp8_activation_cache", 0, kNoFp8},
+      {"norm_up_proj_recompute", 0, kMegatronRecompute}},
      kMegatronNoDualPipe},
     llama3_2024(),
     deepseek_v3_2024(),
@@ -352,7 +382,9 @@ const std::vector<SoftwareTable> kTables = {
       {"zero3_prefetch", 1, "two gather buffers (param_gathers.cpp)"},
       {"a2a_overlap_parts", 1, "the expert all-to-alls exposed, as the engine runs them"},
       {"fb_a2a_overlap", 0, "DualPipe-V's F&B halves one after the other"},
-      {"fp8_gemms", 0, "no FP8 on the CPU engine"}},
+      {"fp8_gemms", 0, "no FP8 on the CPU engine"},
+      {"fp8_activation_cache", 0, "no FP8 on the CPU engine"},
+      {"norm_up_proj_recompute", 0, "--recompute none, selective or full only"}},
      "offered: the engine's own DualPipe-V (--schedule dualpipev, "
      "schedule/schedule_dualpipev.cpp)"}};
 
