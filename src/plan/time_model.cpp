@@ -180,7 +180,8 @@ PredictedTime predict_dedicated(const PlanRequest& r, const Layout& l, const Sch
   double bound = 0;
   const bool pairs = r.hardware.fb_a2a_overlap && schedule.placement == ChunkPlacement::v_shape;
   for (const StageCosts& sc : p.stages) {
-    const double paired = pairs ? fb_overlap(sc) * std::min(sc.forward, sc.backward) : 0.0;
+    const double paired =
+        pairs ? fb_overlap(sc) * std::min(sc.forward, sc.backward + sc.weight) : 0.0;
     bound = std::max(bound, mb * (sc.forward + sc.backward + sc.weight - paired));
   }
   if (bound > give_up_above) {
