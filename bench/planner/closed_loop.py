@@ -4,7 +4,7 @@ measured one, for many layouts from one calibration.
 
 Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate-seconds S]
        [--steps N] [--rounds R] [--spread X] [--brute-force [--brute-arch llama|gpt2] [--limit N]]
-       [--model medium|tiny] [--only NAME,NAME]
+       [--model medium|tiny] [--only NAME,NAME] [--check-every N]
 
 1. `meshtrain plan --calibrate` writes OUT_DIR/local.toml (skipped when it exists).
 2. For each layout: `meshtrain plan --hardware local` with every knob fixed (one candidate)
@@ -15,6 +15,10 @@ Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate
    --spread (default 0.20: max / min - 1) is measured R more times, interleaved among such
    layouts, and its wall becomes the median of all its rounds; it is never dropped, and the
    output lists every re-measured layout with its raw rounds.
+   Drift check (drift_check.py; a profile with the calibration rounds' band, medium model):
+   the calibration's reference step is run again at the start, every --check-every (default
+   12) layout runs and at the end, and compared with the band; layouts measured mostly next
+   to a check outside it are listed, and the error figures are also given without them.
 3. --brute-force: every valid 4-rank layout is measured and the planner's first choice is
    compared with the best measured one; then the first choice and the 5 best measured are
    run again, 3 interleaved rounds each, and compared by their medians (the best of many
@@ -28,6 +32,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import drift_check
 
 # The default model is large enough that the GEMMs dominate a step (4 layers, d 256, T 128:
 # ~70% of a one-rank fp32 step in the linears), as in real runs; --model tiny is the
@@ -187,7 +193,7 @@ def step_lines(path):
         return []
 
 
-def measure(binary, out, ranks, k, steps, skip=2):
+def measure(binary, out, ranks, k, steps, skip=2, extra=()):
     """One run of `steps` steps. Wall: the median step_time_s the engine records after the
     first `skip` (warm-up: page faults, oneDNN primitive creation). CPU: the process's CPU
     seconds (every rank thread) between the moment step `skip` is written to the metrics
@@ -201,7 +207,7 @@ def measure(binary, out, ranks, k, steps, skip=2):
         os.remove(metrics)
     p = subprocess.Popen([binary, "train", "--steps", str(steps), "--quiet", "--metrics",
                           metrics, "--lr-schedule", "constant", "--peak-gflops", "100"] + MODEL +
-                         knob_args(k, False), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         knob_args(k, False) + list(extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
     # The poll must cost next to nothing: it shares the cores with the ranks. An earlier
     # version parsed the whole metrics file every 2 ms, which took enough of a core to slow
@@ -335,7 +341,7 @@ def spread(values):
     return max(values) / min(values) - 1
 
 
-def run_rounds(binary, out, chosen, rounds, steps, walls, cpus, label="round"):
+def run_rounds(binary, out, chosen, rounds, steps, walls, cpus, label="round", drift=None):
     """Round r of every layout before round r + 1: a slow minute of the host (another
     process taking a core) lands on one round of many layouts, which their medians discard,
     instead of on every round of the few layouts measured in it."""
@@ -344,10 +350,12 @@ def run_rounds(binary, out, chosen, rounds, steps, walls, cpus, label="round"):
             wall, cpu = measure(binary, out, ranks, k, steps)
             walls[name].append(wall)
             cpus[name].append(cpu)
+            if drift:
+                drift.ran(name)
             print(f"  {label} {rnd + 1}/{rounds} {name:26} wall {wall * 1e3:8.1f} ms", flush=True)
 
 
-def remeasure_spread(binary, out, chosen, rounds, steps, walls, cpus, limit):
+def remeasure_spread(binary, out, chosen, rounds, steps, walls, cpus, limit, drift=None):
     """The stated rule: every layout whose rounds spread by more than `limit` is measured
     `rounds` more times (interleaved among those layouts), and its figure becomes the median
     of all its rounds. None is dropped: a layout still spread after that stays in the error
@@ -358,7 +366,7 @@ def remeasure_spread(binary, out, chosen, rounds, steps, walls, cpus, limit):
     first = {name: list(walls[name]) for name, _, _ in flagged}
     print(f"re-measuring {len(flagged)} layouts whose rounds spread by more than {limit:.0%}",
           flush=True)
-    run_rounds(binary, out, flagged, rounds, steps, walls, cpus, "re-measure")
+    run_rounds(binary, out, flagged, rounds, steps, walls, cpus, "re-measure", drift)
     done = {}
     for name, _, _ in flagged:
         added = walls[name][len(first[name]):]
@@ -370,6 +378,25 @@ def remeasure_spread(binary, out, chosen, rounds, steps, walls, cpus, limit):
               f"{statistics.median(walls[name]) * 1e3:.1f} ms; spread without the extremes "
               f"{still:.0%}" + ("  STILL SPREAD" if still > limit else ""), flush=True)
     return done
+
+
+def drift_monitor(binary, out, profile):
+    """The drift check where the profile has a band and the model is the reference one."""
+    every = int(sys.argv[sys.argv.index("--check-every") + 1]) if "--check-every" in sys.argv \
+        else 12
+    bands = drift_check.read_bands(profile)
+    if not every or not bands or MODEL != MODELS["medium"]:
+        print("no drift check (" + ("--check-every 0" if not every else "no band in the profile:"
+                                    " a one-round or older calibration" if not bands
+                                    else "--model is not the calibration's reference") + ")")
+        return None
+
+    def reference(prec):
+        k = resolve(dict(dp=1, tp=1, pp=1, mb_div=1, precision=prec))
+        return measure(binary, out, 1, k, drift_check.REFERENCE_STEPS,
+                       extra=drift_check.REFERENCE_EXTRA)[0]
+
+    return drift_check.DriftMonitor(reference, bands, every)
 
 
 def main():
@@ -401,8 +428,13 @@ def main():
     load0 = loadavg()
     walls = {name: [] for name, _, _ in chosen}
     cpus = {name: [] for name, _, _ in chosen}
-    run_rounds(binary, out, chosen, rounds, steps, walls, cpus)
-    remeasured = remeasure_spread(binary, out, chosen, rounds, steps, walls, cpus, limit)
+    drift = drift_monitor(binary, out, profile)
+    if drift:
+        drift.check("start")
+    run_rounds(binary, out, chosen, rounds, steps, walls, cpus, drift=drift)
+    remeasured = remeasure_spread(binary, out, chosen, rounds, steps, walls, cpus, limit, drift)
+    if drift:
+        drift.check("end")
     rows, cpu_rows, errs, cpu_errs, spreads = [], [], [], [], []
     for name, ranks, k in chosen:
         pred = preds[name]
@@ -458,8 +490,10 @@ def main():
     if rel:
         print(f"cpu-time estimate relative to one rank of the same precision: mean |error| "
               f"{statistics.mean(rel):.1%}, max {max(rel):.1%} over {len(rel)} layouts")
+    flagged = drift.summary({r[0]: abs(r[4]) for r in rows}) if drift else []
     with open(os.path.join(out, "closed_loop.json"), "w") as f:
-        json.dump({"rows": rows, "cpu_rows": cpu_rows, "load": [load0, load1],
+        json.dump({"drift_events": drift.events if drift else [], "drift_flagged": flagged,
+                   "rows": rows, "cpu_rows": cpu_rows, "load": [load0, load1],
                    "cores": os.cpu_count(), "rounds": walls, "spread_limit": limit,
                    "remeasured": remeasured}, f)
 

@@ -7,6 +7,7 @@
 
 #include <iosfwd>
 
+#include "model/precision.h"
 #include "plan/hardware_profile.h"
 
 namespace mt::plan {
@@ -53,6 +54,8 @@ void measure_moe_load_spread(HardwareProfile& h, const ProbeRun& run);
 void measure_reference_step(HardwareProfile& h, const ProbeRun& run);
 void measure_reference_step_bf16(HardwareProfile& h, const ProbeRun& run);
 void measure_step_parallel_efficiency(HardwareProfile& h, const ProbeRun& run);
+// What h predicts for the one-rank reference step in one microbatch (0 when it cannot).
+double reference_step_prediction(const HardwareProfile& h, Precision precision);
 
 // This binary's path ("" when /proc is not there): the probes run it as a child.
 std::string own_executable();

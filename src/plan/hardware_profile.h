@@ -110,6 +110,14 @@ struct HardwareProfile {
   // parallelism waits for the busiest ep rank, whose expected load follows from it
   // (busiest_rank_load, local_costs.cpp).
   double moe_load_cv = 0;
+  // Local only (0 = not measured): what the calibration's rounds (calibration_rounds.h) read
+  // for the reference step in one microbatch, per precision: its median over the rounds,
+  // and the slowest and fastest round over that median (step_high_* >= 1 >= step_low_*).
+  // The plan states every local prediction with this band (the machine's own drift within
+  // one calibration); the closed loop re-runs the reference step between batches of layouts
+  // and flags those measured after the machine left it. Nothing here scales a prediction.
+  double reference_step_s = 0, reference_step_s_bf16 = 0;
+  double step_low_fp32 = 0, step_high_fp32 = 0, step_low_bf16 = 0, step_high_bf16 = 0;
   // Local only: the MPI backend between two processes of this machine (0 = not measured).
   double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
   int cores = 0;
