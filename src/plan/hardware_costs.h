@@ -82,9 +82,11 @@ struct MoeCosts {
 // Where the precision's grouped path (kernels/grouped_gemm.h, grouped_gemm_path) is a grouped
 // kernel and the profile has its grouped rates, the experts' GEMMs are instead their FLOPs
 // at those rates; where it is the loop (fp32's default), the per-expert formula above.
+// up: the first GEMM's width, H for GELU experts, 2H for SwiGLU ones (gate and up in one
+// weight, model/expert_mlp_fp32.h); 0 means H.
 MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
                          const std::vector<double>& rows, double tokens, double E, double C,
-                         double H, bool bf16, int chunk_rows);
+                         double H, bool bf16, int chunk_rows, double up = 0);
 // Expected maximum of g independent standard normal variables (0 for g <= 1), by
 // quadrature: the busiest of g ranks' loads.
 double expected_max_normal(int g);
