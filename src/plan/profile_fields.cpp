@@ -119,6 +119,8 @@ std::vector<ProfileField> make_fields() {
       ratio("gemm_weight_grad_ratio_bf16", &H::gemm_weight_grad_ratio_bf16),
       seconds("oversubscribed_latency_s", &H::oversubscribed_latency_s),
       rate("oversubscribed_busbw", &H::oversubscribed_busbw, true),
+      seconds("busy_tp_latency_s", &H::busy_tp_latency_s),
+      rate("busy_tp_busbw", &H::busy_tp_busbw, true),
       {"parallel_efficiency", &H::parallel_efficiency, 0, 1},
       ratio("step_factor_fp32", &H::step_factor_fp32),
       ratio("step_factor_bf16", &H::step_factor_bf16),
