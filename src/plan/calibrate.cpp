@@ -10,6 +10,7 @@
 #include <ostream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/atomic_file.h"
@@ -20,6 +21,7 @@
 #include "data/cache_dir.h"
 #include "kernels/matmul_bf16.h"
 #include "plan/calibration_probes.h"
+#include "plan/calibration_rounds.h"
 #include "plan/profile_fields.h"
 #include "plan/software_profiles.h"
 
@@ -45,6 +47,9 @@ struct Probe {
   const char* source;             // how it measures (the profile's sources, --explain)
   std::vector<Shown> shown;       // its figures in the summary line
   const char* skipped = nullptr;  // said when it does not apply
+  // Measured in the first round only: what does not drift with the host's speed (the
+  // router's load spread) or is not used by a local plan (MPI between processes).
+  bool once = false;
 };
 
 bool bf16_here(const HardwareProfile&) {
@@ -198,6 +203,16 @@ const std::vector<Probe> kProbes = {
      "beyond it there, as 2 (n-1)/n bytes / seconds",
      {{"oversubscribed latency", "oversubscribed_latency_s", 1e6, "us"},
       {"busbw", "oversubscribed_busbw", 1e-9, "GB/s"}}},
+    {{"busy_tp_latency_s", "busy_tp_busbw"},
+     0,
+     false,
+     nullptr,
+     measure_busy_tp_collectives,
+     "what a 4-byte all-reduce adds to 2 rank threads that each run the reference model's "
+     "tp2 attention output projection (1024x128x256 sgemm) between collectives, / 2 steps; "
+     "busbw: what all-reducing that GEMM's 1 MiB output adds beyond it, as bytes / seconds",
+     {{"busy tp latency", "busy_tp_latency_s", 1e6, "us"},
+      {"busbw", "busy_tp_busbw", 1e-9, "GB/s"}}},
     {{"mpi_busbw", "mpi_latency_s", "mpi_p2p_bw"},
      0,
      false,
@@ -207,7 +222,9 @@ const std::vector<Probe> kProbes = {
      "all-reduce time / 2, 16 MiB broadcast busbw",
      {{"MPI busbw", "mpi_busbw", 1e-9, "GB/s"},
       {"latency", "mpi_latency_s", 1e6, "us"},
-      {"p2p", "mpi_p2p_bw", 1e-9, "GB/s"}}},
+      {"p2p", "mpi_p2p_bw", 1e-9, "GB/s"}},
+     nullptr,
+     true},
     {{"grouped_fwd_flops", "grouped_bwd_flops", "grouped_wgt_flops"},
      0.03,
      true,
@@ -246,14 +263,16 @@ const std::vector<Probe> kProbes = {
      nullptr,
      measure_moe_load_spread,
      "per-expert load spread of meshtrain train --experts 4 (4L d256 T128 B8), steps 3-10",
-     {{"MoE load cv", "moe_load_cv", 1, ""}}},
+     {{"MoE load cv", "moe_load_cv", 1, ""}},
+     nullptr,
+     true},
     {{"step_factor_fp32", "microbatch_weight_s"},
      0,
      false,
      nullptr,
      measure_reference_step,
      "a real one-rank step (meshtrain train, 4L d256 T128 B8, one thread, median of steps "
-     "3-8) in 1, 8, 2 and 4 microbatches, the faster of two runs each, against this "
+     "3-8) in 1, 8, 2 and 4 microbatches, one run each per round, against this "
      "profile's kernel prediction K for each: step = factor x K + microbatches x linear "
      "weights x microbatch_weight_s, fitted to the four by least squares on the relative "
      "error; the factor scales every local compute cost",
@@ -271,7 +290,7 @@ const std::vector<Probe> kProbes = {
      nullptr,
      measure_step_parallel_efficiency,
      "the value for which this profile predicts a real dp 2 step of the reference model "
-     "(ZeRO 0, fp32, one thread per rank, the faster of two runs) as measured",
+     "(ZeRO 0, fp32, one thread per rank) as measured",
      {{"all cores at", "parallel_efficiency", 100, "% of one core's rate each"}}}};
 
 int usable_cores() {
@@ -330,34 +349,69 @@ void prepare_profile_output(const std::string& path) {
   require_output_file("--profile", path);
 }
 
+// One round: every probe (`first`: the once-only ones too) with its share of the round's
+// budget, on top of `h`.
+void run_round(HardwareProfile& h, double seconds, double total, bool first,
+               std::vector<const Probe*>& ran, std::ostream& log) {
+  const int threads = omp_get_max_threads();
+  for (const Probe& p : kProbes) {
+    if (p.once && !first) continue;
+    if (p.applies && !p.applies(h)) {
+      if (p.skipped && first) log << p.skipped << "\n";
+      continue;
+    }
+    omp_set_num_threads(p.one_thread ? 1 : threads);
+    p.measure(h, ProbeRun{p.share * seconds, total, log});
+    if (first) ran.push_back(&p);
+  }
+  omp_set_num_threads(threads);
+}
+
+// A real calibration (>= 10 s) runs 3 rounds of every probe, a short one (the tests') one.
+int calibration_rounds(double seconds) {
+  return seconds >= 10 ? 3 : 1;
+}
+
+void log_band(const HardwareProfile& h, int rounds, std::ostream& log) {
+  char line[200];
+  for (auto [name, ref, lo, hi] :
+       {std::tuple{"fp32", h.reference_step_s, h.step_low_fp32, h.step_high_fp32},
+        std::tuple{"bf16", h.reference_step_s_bf16, h.step_low_bf16, h.step_high_bf16}}) {
+    if (ref <= 0 || lo <= 0) continue;
+    std::snprintf(line, sizeof line,
+                  "reference step (%s, one microbatch) over %d rounds: median %.1f ms, rounds "
+                  "%+.1f%% .. %+.1f%%\n",
+                  name, rounds, ref * 1e3, 100 * (lo - 1), 100 * (hi - 1));
+    log << line;
+  }
+}
+
 }  // namespace
 
 HardwareProfile calibrate_local(const std::string& path, double seconds, std::ostream& log) {
   prepare_profile_output(path);
   const double t_start = now_seconds(), load_before = load_average();
-  HardwareProfile h = local_baseline();
-  const int threads = omp_get_max_threads();
+  const int rounds = calibration_rounds(seconds);
+  std::vector<HardwareProfile> measured;
   std::vector<const Probe*> ran;
-  for (const Probe& p : kProbes) {
-    if (p.applies && !p.applies(h)) {
-      if (p.skipped) log << p.skipped << "\n";
-      continue;
-    }
-    omp_set_num_threads(p.one_thread ? 1 : threads);
-    p.measure(h, ProbeRun{p.share * seconds, seconds, log});
-    ran.push_back(&p);
+  for (int round = 0; round < rounds; ++round) {
+    // Later rounds start from the first, which holds the once-only figures.
+    HardwareProfile h = round == 0 ? local_baseline() : measured.front();
+    run_round(h, seconds / rounds, seconds, round == 0, ran, log);
+    measured.push_back(std::move(h));
   }
-  omp_set_num_threads(threads);
+  HardwareProfile h = combine_rounds(measured, reference_step_prediction);
+  log_band(h, rounds, log);
   const double load_after = load_average();
   if (std::max(load_before, load_after) > 0.5 * h.cores)
     log << "warning: the machine was busy (load average " << load_before << " -> " << load_after
         << " on " << h.cores << " cores): the figures measure that load too, "
         << "parallel_efficiency above all; calibrate on a quiet machine\n";
-  char when[160];
+  char when[224];
   std::snprintf(when, sizeof when,
-                "measured by meshtrain plan --calibrate in %.1f s, load average %.2f -> %.2f, "
-                "%d cores",
-                now_seconds() - t_start, load_before, load_after, h.cores);
+                "measured by meshtrain plan --calibrate in %.1f s (%d interleaved rounds, the "
+                "median of each figure), load average %.2f -> %.2f, %d cores",
+                now_seconds() - t_start, rounds, load_before, load_after, h.cores);
   h.sources = {when};
   for (const Probe* p : ran) h.sources.push_back(source_line(*p));
   const std::string bad = profile_field_error(h);

@@ -47,29 +47,42 @@ double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
   return *std::max_element(per_rank.begin(), per_rank.end());
 }
 
-// Wall seconds per iteration of a loop of `ranks` rank threads that compute between
-// collectives (a 128 x 256 x 384 sgemm each, one thread, about the work a tp layer of the
-// reference model does between two of its collectives), with an all-reduce of `count`
-// floats after every GEMM (count 0: none); the better of two runs.
-double busy_loop_seconds(int ranks, size_t count) {
-  constexpr int kIters = 150;
+// A loop of rank threads that compute between collectives: each iteration a (rows, k) x
+// (k, n) sgemm on one thread, then (count > 0) an all-reduce of `count` floats: of a buffer
+// of its own, or (reduce_output) of the GEMM's output, in cache as a row-parallel linear's
+// output is when the engine reduces it.
+struct BusyLoop {
+  int rows, k, n, iters;
+  bool reduce_output;
+};
+// About the work a tp layer of the reference model does between two of its collectives
+// when 2 x cores ranks share the cores.
+constexpr BusyLoop kOversubscribedLoop{128, 256, 384, 150, false};
+// The reference model's (4L d256 T128, micro-batch 8) attention output projection under
+// tp 2: 1024 rows, the rank's 128 of the 256 inputs, all 256 outputs, whose 1 MiB output
+// the engine all-reduces (tensor_parallel/row_parallel_linear.cpp).
+constexpr BusyLoop kTpLoop{1024, 128, 256, 60, true};
+
+// Wall seconds per iteration of `loop` among `ranks` rank threads; the better of two runs.
+double busy_loop_seconds(int ranks, size_t count, const BusyLoop& loop = kOversubscribedLoop) {
   double best = 0;
   for (int rep = 0; rep < 2; ++rep) {
     const double t0 = now_seconds();
     run_local(ranks, WorldOptions{}, [&](CommWorld& w) {
       omp_set_num_threads(1);
       auto comm = w.world();
-      std::vector<float> a(128 * 256, 0.1f), b(384 * 256, 0.1f), c(128 * 384);
-      std::vector<float> x(std::max<size_t>(count, 1), 1.0f);
+      std::vector<float> a(size_t(loop.rows) * loop.k, 0.1f), b(size_t(loop.n) * loop.k, 0.1f);
+      std::vector<float> c(size_t(loop.rows) * loop.n);
+      std::vector<float> x(loop.reduce_output ? 0 : std::max<size_t>(count, 1), 1.0f);
+      float* reduced = loop.reduce_output ? c.data() : x.data();
       comm->barrier().wait();
-      for (int i = 0; i < kIters; ++i) {
-        matmul_forward(c.data(), a.data(), b.data(), nullptr, 128, 256, 384);
-        if (count > 0)
-          comm->all_reduce(x.data(), x.data(), count, DType::f32, ReduceOp::sum).wait();
+      for (int i = 0; i < loop.iters; ++i) {
+        matmul_forward(c.data(), a.data(), b.data(), nullptr, loop.rows, loop.k, loop.n);
+        if (count > 0) comm->all_reduce(reduced, reduced, count, DType::f32, ReduceOp::sum).wait();
       }
       comm->barrier().wait();
     });
-    const double t = (now_seconds() - t0) / kIters;
+    const double t = (now_seconds() - t0) / loop.iters;
     best = rep == 0 ? t : std::min(best, t);
   }
   return best;
@@ -81,8 +94,9 @@ double busy_loop_seconds(int ranks, size_t count) {
 // read 7-46 us per step in calibrations here where the busy loop pays ~200 us per
 // all-reduce. The reduction itself is work of the ranks that share the cores: its added
 // wall, not its idle time, is what a step pays.
-double busy_collective_seconds(int ranks, size_t count, double without) {
-  return std::max(0.0, busy_loop_seconds(ranks, count) - without);
+double busy_collective_seconds(int ranks, size_t count, double without,
+                               const BusyLoop& loop = kOversubscribedLoop) {
+  return std::max(0.0, busy_loop_seconds(ranks, count, loop) - without);
 }
 
 // busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
@@ -149,6 +163,27 @@ void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun&) {
   h.oversubscribed_busbw = oversubscribed_busbw_from(
       double(payload) * 4, busy_collective_seconds(ranks, payload, without) - one, ranks,
       h.intra_busbw);
+}
+
+double busy_tp_busbw_from(double bytes, double seconds, int ranks) {
+  return oversubscribed_busbw_from(bytes, seconds, ranks, 0);  // 0: no idle bound
+}
+
+// The tp collectives at their size among ranks that compute between them, on cores of
+// their own (two rank threads: the tp group of the local layouts; a machine of one core
+// shares it, as its tp2 runs do). The idle figures (measure_local_links) time a 16 MiB
+// all-reduce of cold buffers and a 4-byte one between ranks that wait for each other; the
+// engine's tp2 collectives move 0.5-1 MiB of a GEMM output still in cache between ranks in
+// lockstep. Latency: what a 4-byte all-reduce adds to the loop, per step (2 log2 2 = 2);
+// busbw: what the 1 MiB output's all-reduce adds beyond it.
+void measure_busy_tp_collectives(HardwareProfile& h, const ProbeRun&) {
+  constexpr int ranks = 2;
+  const size_t payload = size_t(kTpLoop.rows) * kTpLoop.n;
+  const double without = busy_loop_seconds(ranks, 0, kTpLoop);
+  const double one = busy_collective_seconds(ranks, 1, without, kTpLoop);
+  const double full = busy_collective_seconds(ranks, payload, without, kTpLoop);
+  h.busy_tp_busbw = busy_tp_busbw_from(double(payload) * 4, full - one, ranks);
+  h.busy_tp_latency_s = h.busy_tp_busbw > 0 ? one / 2 : 0;
 }
 
 // Two processes: 16 MiB all-reduce busbw, a 4-byte all-reduce's time as its latency (2

@@ -99,8 +99,9 @@ double local_convert_seconds(const ComputeRates& r, double elements, int calls) 
 
 MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
                          const std::vector<double>& rows, double tokens, double E, double C,
-                         double H, bool bf16, int chunk_rows) {
+                         double H, bool bf16, int chunk_rows, double up) {
   MoeCosts m;
+  const double U = up > 0 ? up : H;
   // Router (fp32 under both precisions, moe_layer.h).
   m.forward = local_gemm_seconds(R32, tokens, E, C);
   m.backward = m.forward * R32.input_grad_ratio;
@@ -108,13 +109,13 @@ MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
   // One expert's forward and input-gradient GEMMs over `r` rows in one call, and its
   // weight-gradient GEMMs.
   auto rows_gemms = [&](double r) {
-    const double fwd = local_gemm_seconds(R, r, H, C) + local_gemm_seconds(R, r, C, H);
+    const double fwd = local_gemm_seconds(R, r, U, C) + local_gemm_seconds(R, r, C, H);
     m.forward += fwd;
     m.backward += fwd * R.input_grad_ratio;
   };
   auto weight_gemms = [&](double r) {
     m.weight +=
-        (local_gemm_seconds(R, H, C, r) + local_gemm_seconds(R, C, H, r)) * R.weight_grad_ratio;
+        (local_gemm_seconds(R, U, C, r) + local_gemm_seconds(R, C, H, r)) * R.weight_grad_ratio;
   };
   double total = 0;
   // The experts run as the engine runs them: the path model/expert_gemm.h takes is
@@ -127,7 +128,7 @@ MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
     // One grouped GEMM per matrix and pass over every local expert's rows, at its
     // calibrated rate (grouped_gemm_probe.cpp).
     for (const double r : rows) total += std::max(r, 0.0);
-    const double flops = 2 * 2 * total * C * H;
+    const double flops = 2 * total * C * (U + H);
     m.forward += flops / R.grouped_fwd + total * H * R.moe_fwd_s;
     m.backward += flops / R.grouped_bwd + total * H * R.moe_bwd_s;
     m.weight += flops / R.grouped_wgt + total * H * R.moe_wgt_s;
@@ -237,6 +238,17 @@ double collective_seconds(const HardwareProfile& h, Collective op, double bytes,
            bytes * factor / busbw;
   const double steps = 2 * std::ceil(std::log2(double(n)));
   return latency * steps + bytes * factor / busbw;
+}
+
+double tp_collective_seconds(const HardwareProfile& h, Collective op, double bytes,
+                             const GroupSpan& g) {
+  if (!h.local || h.busy_tp_busbw <= 0) return collective_seconds(h, op, bytes, g);
+  // A local group is one node: collective_seconds' one-node case at the busy figures.
+  const int n = g.size;
+  if (n <= 1 || bytes <= 0) return 0;
+  const double factor = op == Collective::all_reduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
+  const double steps = 2 * std::ceil(std::log2(double(n)));
+  return h.busy_tp_latency_s * steps + bytes * factor / h.busy_tp_busbw;
 }
 
 double p2p_seconds(const HardwareProfile& h, double bytes, bool across_nodes) {

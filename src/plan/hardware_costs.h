@@ -82,9 +82,11 @@ struct MoeCosts {
 // Where the precision's grouped path (kernels/grouped_gemm.h, grouped_gemm_path) is a grouped
 // kernel and the profile has its grouped rates, the experts' GEMMs are instead their FLOPs
 // at those rates; where it is the loop (fp32's default), the per-expert formula above.
+// up: the first GEMM's width, H for GELU experts, 2H for SwiGLU ones (gate and up in one
+// weight, model/expert_mlp_fp32.h); 0 means H.
 MoeCosts local_moe_costs(const ComputeRates& R, const ComputeRates& R32,
                          const std::vector<double>& rows, double tokens, double E, double C,
-                         double H, bool bf16, int chunk_rows);
+                         double H, bool bf16, int chunk_rows, double up = 0);
 // Expected maximum of g independent standard normal variables (0 for g <= 1), by
 // quadrature: the busiest of g ranks' loads.
 double expected_max_normal(int g);
@@ -101,6 +103,13 @@ GroupSpan group_span(const HardwareProfile& h, int size, int stride);
 // bytes: the per-rank buffer (all_gather: the gathered result) as nccl-tests count it.
 double collective_seconds(const HardwareProfile& h, Collective op, double bytes,
                           const GroupSpan& g);
+// A tensor-parallel group's collective: on a local profile with the busy tp probe
+// (busy_tp_busbw > 0), at its latency per step and its busbw (what the collectives cost
+// among ranks that compute between them, at the engine's tp sizes); otherwise
+// collective_seconds (the idle figures; the oversubscribed ones where more rank threads
+// than cores share them, time_model.h).
+double tp_collective_seconds(const HardwareProfile& h, Collective op, double bytes,
+                             const GroupSpan& g);
 double p2p_seconds(const HardwareProfile& h, double bytes, bool across_nodes);
 
 }  // namespace mt::plan

@@ -73,6 +73,14 @@ struct HardwareProfile {
   // the wall they add (the sharing included): what a collective's bytes cost a step when
   // more rank threads than cores share the machine.
   double oversubscribed_busbw = 0;
+  // Local only (busy_tp_busbw 0 = not measured: the tp collectives at intra_busbw and
+  // intra_latency_s, the idle 16 MiB and 4-byte figures): the tp collectives among two busy
+  // rank threads at their real size (calibration probe measure_busy_tp_collectives: each
+  // rank runs the reference model's tp2 attention output projection and all-reduces its
+  // 1 MiB output, as the engine's row-parallel linear does), as the wall a 4-byte all-reduce
+  // adds there per step (2 log2 n steps) and what the 1 MiB payload adds beyond it, as a
+  // bus bandwidth. Used for the tp groups' collectives on cores the ranks do not share.
+  double busy_tp_latency_s = 0, busy_tp_busbw = 0;
   // Local only (0 = not measured: 1): each core's compute rate when every core computes, over
   // its rate alone (shared physical cores, caches, memory bandwidth); k busy cores of n run
   // at 1 - (1 - this) (k - 1) / (n - 1).
@@ -110,6 +118,14 @@ struct HardwareProfile {
   // parallelism waits for the busiest ep rank, whose expected load follows from it
   // (busiest_rank_load, local_costs.cpp).
   double moe_load_cv = 0;
+  // Local only (0 = not measured): what the calibration's rounds (calibration_rounds.h) read
+  // for the reference step in one microbatch, per precision: its median over the rounds,
+  // and the slowest and fastest round over that median (step_high_* >= 1 >= step_low_*).
+  // The plan states every local prediction with this band (the machine's own drift within
+  // one calibration); the closed loop re-runs the reference step between batches of layouts
+  // and flags those measured after the machine left it. Nothing here scales a prediction.
+  double reference_step_s = 0, reference_step_s_bf16 = 0;
+  double step_low_fp32 = 0, step_high_fp32 = 0, step_low_bf16 = 0, step_high_bf16 = 0;
   // Local only: the MPI backend between two processes of this machine (0 = not measured).
   double mpi_busbw = 0, mpi_latency_s = 0, mpi_p2p_bw = 0;
   int cores = 0;

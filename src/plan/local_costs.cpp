@@ -34,7 +34,8 @@ Passes attention_core(const CostContext& c) {
   return {flops / R.attention_fwd + R.overhead_s, 2 * flops / R.attention_bwd + R.overhead_s, 0};
 }
 
-// The engine's MoE layer: the fp32 router, each local expert's GEMMs over its rows (bf16:
+// The engine's MoE layer: the fp32 router, each local expert's GEMMs over its rows (SwiGLU
+// experts: gate and up one GEMM 2F wide, then down; the GELU ones F and F) (bf16:
 // over row chunks), the rest of the layer at its calibrated cost per hidden element
 // (local_moe_costs). With expert parallelism every exchange waits for the busiest ep rank:
 // its rows are the mean (N topk) times busiest_rank_load, spread evenly over its experts.
@@ -45,7 +46,8 @@ Passes calibrated_moe(const CostContext& c, double* ep_comm) {
   const double rows = N * m.topk * c.moe_busiest;
   const MoeCosts mc = local_moe_costs(
       c.rates, c.local_bf16 ? c.rates32 : c.rates, std::vector<double>(size_t(local), rows / local),
-      N, E, h, c.w.expert_ffn, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)));
+      N, E, h, c.w.expert_ffn, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)),
+      (c.w.gated ? 2 : 1) * c.w.expert_ffn);
   Passes p{mc.forward, mc.backward, mc.weight};
   if (c.w.shared_ffn > 0) p += mlp_of_width(c, c.w.shared_ffn);  // split over tp
   if (c.l.ep > 1) {
@@ -71,12 +73,12 @@ Passes tp_comm(const CostContext& c) {
   const HardwareProfile& hw = c.r.hardware;
   const double rows = c.N * c.h;
   if (!c.l.sequence_parallel) {
-    const double ar = collective_seconds(hw, Collective::all_reduce, rows * 4, c.tp);
+    const double ar = tp_collective_seconds(hw, Collective::all_reduce, rows * 4, c.tp);
     return {2 * ar, 2 * ar, 0};
   }
   const double ag =
-      collective_seconds(hw, Collective::all_gather, rows * (c.local_bf16 ? 2 : 4), c.tp);
-  const double rs = collective_seconds(hw, Collective::reduce_scatter, rows * 4, c.tp);
+      tp_collective_seconds(hw, Collective::all_gather, rows * (c.local_bf16 ? 2 : 4), c.tp);
+  const double rs = tp_collective_seconds(hw, Collective::reduce_scatter, rows * 4, c.tp);
   return {2 * (ag + rs), 2 * (ag + rs), 4 * ag};
 }
 
@@ -131,12 +133,12 @@ Passes embedding_comm(const CostContext& c, double* tp) {
   const HardwareProfile& hw = c.r.hardware;
   const double bytes = c.N * c.h * 4;
   if (!c.l.sequence_parallel) {
-    const double ar = collective_seconds(hw, Collective::all_reduce, bytes, c.tp);
+    const double ar = tp_collective_seconds(hw, Collective::all_reduce, bytes, c.tp);
     *tp += ar;
     return {ar, 0, 0};
   }
-  const double rs = collective_seconds(hw, Collective::reduce_scatter, bytes, c.tp);
-  const double ag = collective_seconds(hw, Collective::all_gather, bytes, c.tp);
+  const double rs = tp_collective_seconds(hw, Collective::reduce_scatter, bytes, c.tp);
+  const double ag = tp_collective_seconds(hw, Collective::all_gather, bytes, c.tp);
   *tp += rs + ag;
   return {rs, ag, 0};
 }
@@ -156,12 +158,12 @@ Passes head(const CostContext& c, double* tp) {
   const HardwareProfile& hw = c.r.hardware;
   if (c.l.tp > 1 && c.l.sequence_parallel) {
     const double ag =
-        collective_seconds(hw, Collective::all_gather, N * h * (c.local_bf16 ? 2 : 4), c.tp);
-    const double rs = collective_seconds(hw, Collective::reduce_scatter, N * h * 4, c.tp);
+        tp_collective_seconds(hw, Collective::all_gather, N * h * (c.local_bf16 ? 2 : 4), c.tp);
+    const double rs = tp_collective_seconds(hw, Collective::reduce_scatter, N * h * 4, c.tp);
     p += {ag, rs, 0};
     *tp += ag + rs;
   } else if (c.l.tp > 1) {
-    const double ar = collective_seconds(hw, Collective::all_reduce, N * h * 4, c.tp);
+    const double ar = tp_collective_seconds(hw, Collective::all_reduce, N * h * 4, c.tp);
     p.backward += ar;
     *tp += ar;
   }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "plan/model_flops.h"
+#include "plan/prediction_band.h"
 
 namespace mt::plan {
 
@@ -80,7 +81,13 @@ void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s,
                   gib(mm.total()), exposed.c_str());
     out << line;
   }
-  if (n > 0) out << "run #1: " << train_command(r, s.candidates[0].layout) << "\n";
+  if (n > 0) {
+    const Candidate& c = s.candidates[0];
+    if (const std::string band = step_band_text(r.hardware, c.layout.precision, c.time.step_s);
+        !band.empty())
+      out << "#1 step " << ms(c.time.step_s) << ", " << band << "\n";
+    out << "run #1: " << train_command(r, c.layout) << "\n";
+  }
 }
 
 std::string plan_json(const PlanRequest& r, const SearchResult& s, int top) {
@@ -124,6 +131,9 @@ std::string plan_json(const PlanRequest& r, const SearchResult& s, int top) {
                         {"cp", c.time.cp_exposed_s},
                         {"pp_p2p_per_message", c.time.pp_p2p_s},
                         {"zero3", c.time.zero3_exposed_s}}}};
+    // Only where the profile has a band (docs/contracts.md §5).
+    if (const auto band = step_band(r.hardware, l.precision, c.time.step_s))
+      j["predicted"]["step_time_band_s"] = {band->low_s, band->high_s};
     j["command"] = train_command(r, l);
     list.push_back(std::move(j));
   }

@@ -121,12 +121,20 @@ std::vector<ProfileField> make_fields() {
       ratio("gemm_weight_grad_ratio_bf16", &H::gemm_weight_grad_ratio_bf16),
       seconds("oversubscribed_latency_s", &H::oversubscribed_latency_s),
       rate("oversubscribed_busbw", &H::oversubscribed_busbw, true),
+      seconds("busy_tp_latency_s", &H::busy_tp_latency_s),
+      rate("busy_tp_busbw", &H::busy_tp_busbw, true),
       {"parallel_efficiency", &H::parallel_efficiency, 0, 1},
       ratio("step_factor_fp32", &H::step_factor_fp32),
       ratio("step_factor_bf16", &H::step_factor_bf16),
       per_element("microbatch_weight_s", &H::microbatch_weight_s),
       per_element("microbatch_weight_s_bf16", &H::microbatch_weight_s_bf16),
-      {"moe_load_cv", &H::moe_load_cv, 0, kRatio}};
+      {"moe_load_cv", &H::moe_load_cv, 0, kRatio},
+      seconds("reference_step_s", &H::reference_step_s),
+      seconds("reference_step_s_bf16", &H::reference_step_s_bf16),
+      ratio("step_low_fp32", &H::step_low_fp32),
+      ratio("step_high_fp32", &H::step_high_fp32),
+      ratio("step_low_bf16", &H::step_low_bf16),
+      ratio("step_high_bf16", &H::step_high_bf16)};
   const std::vector<ProfileField> moe = moe_fields();
   f.insert(f.end(), moe.begin(), moe.end());
   std::vector<ProfileField> software = software_fields();

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -126,29 +127,27 @@ double reference_step_predicted(const HardwareProfile& h, Precision precision, i
 }
 
 // HardwareProfile::step_factor_* and microbatch_weight_s*: the reference step measured in
-// 1, 8, 2 and 4 microbatches, `passes` times over (2 unless the calibration is short; the
-// host's speed drifts by up to ~15% within minutes, docs/planner.md), each against what the
+// 1, 8, 2 and 4 microbatches, once per calibration round (the rounds, not repeats here, see
+// the host's drift: calibration_rounds.h), each against what the
 // profile's kernel figures alone predict for it (no step factor, no per-microbatch cost), then
 // fit_step_factor over the four. An earlier version solved the two unknowns from 1 and 8
 // microbatches alone; micro-batch 1 pays more per microbatch than the larger ones the
 // layouts use, and the closed loop's 4-microbatch runs read 11% slow from it.
-// {F, c}; {0, 0} where the one-microbatch run fails, c 0 where every other one does.
+// {F, c}; {0, 0} where the one-microbatch run fails, c 0 where every other one does;
+// *one_microbatch: the measured one-microbatch step (0 when it failed).
 std::pair<double, double> reference_step_figures(const HardwareProfile& h, Precision precision,
-                                                 int passes, std::ostream& log) {
+                                                 std::ostream& log, double* one_microbatch) {
   HardwareProfile g = h;
   g.step_factor_fp32 = g.step_factor_bf16 = 0;
   g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
-  // Two passes over the microbatch counts, the faster median of the two for each: a burst
-  // of the host's load slows a whole run by 10-20% at times (a quiet calibration here read
-  // 103.5 ms for a 4-microbatch bf16 step that measures 90 ms on its own, and 80 ms for
-  // one microbatch), and five single runs left one such point in the fit.
+  // One run per count: the faster of two runs, kept before, read the machine faster than
+  // the minutes after it (stop 38's loops read nearly every layout slow by the same share);
+  // the rounds' median replaces it (calibration_rounds.h).
   const std::array<int, 4> counts = {1, 8, 2, 4};
   std::array<double, 4> best{};
-  for (int pass = 0; pass < passes; ++pass)
-    for (size_t i = 0; i < counts.size(); ++i) {
-      const double measured = reference_step_seconds(precision, counts[i], log);
-      if (measured > 0 && (best[i] == 0 || measured < best[i])) best[i] = measured;
-    }
+  for (size_t i = 0; i < counts.size(); ++i)
+    best[i] = reference_step_seconds(precision, counts[i], log);
+  *one_microbatch = best[0];
   std::vector<ReferenceStep> steps;
   for (size_t i = 0; i < counts.size(); ++i) {
     const double kernels = best[i] > 0 ? reference_step_predicted(g, precision, counts[i], log) : 0;
@@ -179,19 +178,15 @@ std::pair<double, double> reference_step_figures(const HardwareProfile& h, Preci
   return {F, c};
 }
 // HardwareProfile::parallel_efficiency from a real step: the reference model under dp 2
-// ZeRO 0 (fp32, one thread per rank, the faster median of two runs), and the efficiency for
+// ZeRO 0 (fp32, one thread per rank, one run per calibration round), and the efficiency for
 // which the profile (its one-rank step factor included) predicts that step, by bisection.
 // The sgemm figure (parallel_efficiency above) sees two compute-bound loops; the ranks of a
 // real step also share the caches and the memory bandwidth in their pointwise passes and
 // meet at the gradient all-reduce, and every multi-rank layout of the closed loop read 5-14%
 // faster than measured with the sgemm figure. 0 where the run fails.
-double step_parallel_efficiency(const HardwareProfile& h, int passes, std::ostream& log) {
+double step_parallel_efficiency(const HardwareProfile& h, std::ostream& log) {
   if (h.cores < 2 || h.step_factor_fp32 <= 0) return 0;
-  double measured = 0;
-  for (int pass = 0; pass < passes; ++pass) {
-    const double m = reference_step_seconds(Precision::fp32, 1, log, 2);
-    if (m > 0 && (measured == 0 || m < measured)) measured = m;
-  }
+  const double measured = reference_step_seconds(Precision::fp32, 1, log, 2);
   if (measured <= 0) return 0;
   auto predicted = [&](double e) {
     HardwareProfile g = h;
@@ -213,12 +208,6 @@ double step_parallel_efficiency(const HardwareProfile& h, int passes, std::ostre
                 100 * hi);
   log << line;
   return hi;
-}
-
-// The reference runs are a fixed cost (~2 s each): a short calibration (the tests' 2 s)
-// runs each once, a real one twice and keeps the faster.
-int reference_passes(const ProbeRun& run) {
-  return run.total >= 10 ? 2 : 1;
 }
 
 }  // namespace
@@ -267,17 +256,21 @@ void measure_moe_load_spread(HardwareProfile& h, const ProbeRun& run) {
 
 void measure_reference_step(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.step_factor_fp32, h.microbatch_weight_s) =
-      reference_step_figures(h, Precision::fp32, reference_passes(run), run.log);
+      reference_step_figures(h, Precision::fp32, run.log, &h.reference_step_s);
 }
 
 void measure_reference_step_bf16(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.step_factor_bf16, h.microbatch_weight_s_bf16) =
-      reference_step_figures(h, Precision::bf16, reference_passes(run), run.log);
+      reference_step_figures(h, Precision::bf16, run.log, &h.reference_step_s_bf16);
+}
+
+double reference_step_prediction(const HardwareProfile& h, Precision precision) {
+  std::ostringstream quiet;
+  return reference_step_predicted(h, precision, 1, quiet);
 }
 
 void measure_step_parallel_efficiency(HardwareProfile& h, const ProbeRun& run) {
-  if (const double e = step_parallel_efficiency(h, reference_passes(run), run.log); e > 0)
-    h.parallel_efficiency = e;
+  if (const double e = step_parallel_efficiency(h, run.log); e > 0) h.parallel_efficiency = e;
 }
 
 }  // namespace mt::plan

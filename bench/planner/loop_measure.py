@@ -1,0 +1,88 @@
+"""One prediction and one measurement of a closed-loop layout (closed_loop.py): the
+planner's step time for the layout, and one training run's wall and CPU-time estimate."""
+import json
+import os
+import statistics
+import subprocess
+import time
+
+import loop_layouts as lay
+
+
+def loadavg():
+    return os.getloadavg()[0]
+
+
+def predict(binary, profile, ranks, k):
+    p = subprocess.run([binary, "plan", "--hardware", "local", "--profile", profile, "--ranks",
+                        str(ranks), "--json", "--top", "1"] + lay.MODEL + lay.knob_args(k, True),
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    return json.loads(p.stdout)["candidates"][0]["predicted"]["step_time_s"]
+
+
+def proc_cpu_seconds(pid):
+    """CPU seconds (user + system, all threads) the running process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def step_lines(path):
+    try:
+        with open(path) as f:
+            return [json.loads(l) for l in f if '"step_time_s"' in l]
+    except (OSError, ValueError):
+        return []
+
+
+def measure(binary, out, ranks, k, steps, skip=2, extra=()):
+    """One run of `steps` steps. Wall: the median step_time_s the engine records after the
+    first `skip` (warm-up: page faults, oneDNN primitive creation). CPU: the process's CPU
+    seconds (every rank thread) between the moment step `skip` is written to the metrics
+    file and the moment the last step is (both read from /proc while it runs, so start-up
+    and teardown are left out), per step, divided by the threads that can run at once
+    (min(ranks, cores)): what a step would take on an idle machine with every rank busy.
+    On a loaded machine wall time measures the load; the CPU estimate much less so (it
+    still grows with cache and memory-bandwidth contention)."""
+    metrics = os.path.join(out, "m.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    p = subprocess.Popen([binary, "train", "--steps", str(steps), "--quiet", "--metrics",
+                          metrics, "--lr-schedule", "constant", "--peak-gflops", "100"] + lay.MODEL +
+                         lay.knob_args(k, False) + list(extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    # The poll must cost next to nothing: it shares the cores with the ranks. An earlier
+    # version parsed the whole metrics file every 2 ms, which took enough of a core to slow
+    # 2-rank runs by 15-20% (dp2 87 ms polled, 71-73 ms alone) and none of the 1-rank runs.
+    # Now: a stat every 5 ms, and only the new bytes read and their lines counted.
+    c0 = c1 = None
+    size, lines = 0, 0
+    while p.poll() is None:
+        time.sleep(0.005)
+        try:
+            now = os.stat(metrics).st_size
+            if now == size:
+                continue
+            with open(metrics, "rb") as f:
+                f.seek(size)
+                chunk = f.read(now - size)
+            size += len(chunk)
+            lines += chunk.count(b'"step_time_s"')
+            if c0 is None and lines >= skip:
+                c0 = (proc_cpu_seconds(p.pid), lines)
+            if c1 is None and lines >= steps:
+                c1 = (proc_cpu_seconds(p.pid), lines)
+        except OSError:
+            continue
+    err = p.communicate()[1]
+    if p.returncode != 0:
+        raise SystemExit(err)
+    times = [j["step_time_s"] for j in step_lines(metrics)]
+    wall = statistics.median(times[skip:] if len(times) > skip else times)
+    if c0 is None or c1 is None or c1[1] <= c0[1]:
+        return wall, float("nan")
+    per_step = (c1[0] - c0[0]) / (c1[1] - c0[1])
+    return wall, per_step / min(ranks, os.cpu_count() or 1)
+
