@@ -21,11 +21,10 @@ namespace {
 // benchmark reaches the rank threads it starts.
 std::atomic<int> path_override{-1};
 
-// The bf16 rounding of w, packed in both layouts: the conversion goes through a per-thread
-// buffer, so the plain copy is never kept on the amx path.
+// The bf16 rounding of w, packed in both layouts: the rounding goes through a buffer freed
+// on return (once per change of the weights), so no plain copy outlives the packs.
 void pack_both(std::vector<uint32_t> (&dst)[2], const float* w, int C, int OC) {
-  thread_local std::vector<bf16> w16;
-  w16.resize(size_t(C) * OC);
+  std::vector<bf16> w16(size_t(C) * OC);
   to_bf16(w16.data(), w, w16.size());
   for (const GroupedPack which : {GroupedPack::forward, GroupedPack::backward_input}) {
     std::vector<uint32_t>& d = dst[int(which)];
