@@ -122,9 +122,9 @@ void dense_bf16_forward(float* out, const bf16* inp, DenseBf16Weight& w, const f
                    2.0 * (double(N) * C + double(OC) * C) + 4.0 * double(N) * OC);
   if (N <= 0) return;
   // The bias goes in first and the tiles accumulate onto it (their C load): one write-only
-  // pass instead of a read-modify-write pass after the product.
+  // pass instead of a read-modify-write pass after the product. Serial: a second parallel
+  // region per call costs more than the copy on busy cores.
   if (bias)
-#pragma omp parallel for schedule(static) if (int64_t(N) * OC >= (int64_t(1) << 16))
     for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * OC, bias, size_t(OC) * sizeof(float));
   run_amx(grouped::Product::forward, out, nullptr, inp, nullptr, packed, N, C, OC, bias != nullptr);
 }
