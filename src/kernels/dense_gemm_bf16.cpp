@@ -70,8 +70,9 @@ std::string dense_bf16_isa(DenseBf16Path path) {
       (matmul_bf16_path() == Bf16GemmPath::jit_gemm ? "jit_gemm" : "matmul primitive") + ")";
   if (path == DenseBf16Path::onednn) return onednn;
   return "AMX tiles, weights packed once per change (dense_gemm_bf16) forward and input "
-         "gradients; " +
-         onednn + " weight gradients";
+         "gradients of layers of up to " +
+         std::to_string(kDenseBf16TilesMaxOut) + " outputs; " + onednn +
+         " weight gradients and wider layers (the head)";
 }
 
 std::string dense_bf16_isa() {
@@ -91,6 +92,14 @@ ScopedDenseBf16Path::~ScopedDenseBf16Path() {
 DenseBf16Weight::DenseBf16Weight(int C, int OC, const uint64_t* version)
     : C_(C), OC_(OC), version_(version), copy_(size_t(C) * OC, version) {}
 
+bool DenseBf16Weight::on_tiles(int OC) {
+  return OC <= kDenseBf16TilesMaxOut;
+}
+
+bool DenseBf16Weight::runs_on_tiles() const {
+  return on_tiles(OC_) && dense_bf16_path() == DenseBf16Path::amx;
+}
+
 const uint32_t* DenseBf16Weight::packed(const float* w, GroupedPack which) {
   if (packed_version_ != *version_) {
     MT_CHECK(w != nullptr, "bf16 weight packs of an unbound layer");
@@ -107,6 +116,7 @@ size_t DenseBf16Weight::bytes() const {
 }
 
 size_t DenseBf16Weight::bytes(int C, int OC) {
+  if (!on_tiles(OC)) return size_t(C) * OC * sizeof(bf16);  // the plain copy on every CPU
   return (grouped_bf16_packed_size(GroupedPack::forward, C, OC) +
           grouped_bf16_packed_size(GroupedPack::backward_input, C, OC)) *
          sizeof(uint32_t);
@@ -115,8 +125,7 @@ size_t DenseBf16Weight::bytes(int C, int OC) {
 void dense_bf16_forward(float* out, const bf16* inp, DenseBf16Weight& w, const float* w32,
                         const float* bias, int N) {
   const int C = w.in(), OC = w.out();
-  if (dense_bf16_path() == DenseBf16Path::onednn)
-    return matmul_bf16_forward(out, inp, w.copy(w32), bias, N, C, OC);
+  if (!w.runs_on_tiles()) return matmul_bf16_forward(out, inp, w.copy(w32), bias, N, C, OC);
   const uint32_t* packed = w.packed(w32, GroupedPack::forward);
   PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
                    2.0 * (double(N) * C + double(OC) * C) + 4.0 * double(N) * OC);
@@ -132,7 +141,7 @@ void dense_bf16_forward(float* out, const bf16* inp, DenseBf16Weight& w, const f
 void dense_bf16_backward_input(float* dinp, const bf16* dout, DenseBf16Weight& w, const float* w32,
                                int N, bool accumulate) {
   const int C = w.in(), OC = w.out();
-  if (dense_bf16_path() == DenseBf16Path::onednn)
+  if (!w.runs_on_tiles())
     return matmul_bf16_backward_input(dinp, dout, w.copy(w32), N, C, OC, accumulate);
   const uint32_t* packed = w.packed(w32, GroupedPack::backward_input);
   PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,

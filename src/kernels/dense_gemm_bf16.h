@@ -32,6 +32,15 @@ namespace mt {
 
 enum class DenseBf16Path { onednn, amx };
 
+// On the amx path, a layer of more outputs than this (the LM head at real vocabularies) runs
+// on oneDNN from its plain copy, forward and input gradient alike. Measured with
+// `bench_dense_bf16 --shapes head` (1 thread, M 1024, docs/kernels.md): at 8192 and 32000
+// outputs the tile kernel's input gradient (K = the outputs) ran 1.4-1.8x slower than
+// oneDNN's, and packing both layouts once per optimizer step cost more than the forward
+// saved (a 32000 x 256 head: conversion 38 -> 56 ms a step at 1024 tokens). Up to 2048
+// outputs (every layer of the models measured) the tiles were faster.
+constexpr int kDenseBf16TilesMaxOut = 4096;
+
 // amx where amx::available() (kernels/amx_tiles.h), onednn elsewhere.
 bool dense_bf16_path_available(DenseBf16Path path);
 DenseBf16Path dense_bf16_default_path();
@@ -60,7 +69,8 @@ class ScopedDenseBf16Path {
 // onednn path, the two packs for the amx path, each made at its path's first use after the
 // model's weight version moved (GPT::weights_changed), from the fp32 weight bound then
 // (under ZeRO-3 a gathered buffer that may be gone by the backward: both packs are made
-// at once, so the backward never reads it). On AMX the plain copy is never made.
+// at once, so the backward never reads it). On AMX the plain copy is made only for a layer
+// too wide for the tiles (kDenseBf16TilesMaxOut), which never packs.
 class DenseBf16Weight {
  public:
   DenseBf16Weight(int C, int OC, const uint64_t* version);
@@ -70,12 +80,17 @@ class DenseBf16Weight {
   // The pack for `which` (amx path), both packed if the weights changed since.
   const uint32_t* packed(const float* w, GroupedPack which);
 
-  // The larger of the two paths' memory (the two packs), whatever the CPU, so that an
-  // estimate does not depend on the machine that makes it (the planner's plans).
+  // The larger of the two paths' memory (the two packs; the plain copy for a layer too wide
+  // for the tiles), whatever the CPU, so that an estimate does not depend on the machine
+  // that makes it (the planner's plans).
   size_t bytes() const;
   static size_t bytes(int C, int OC);
   // Times both layouts were packed (once per change of the weights used on the amx path).
   int64_t packs() const { return packs_; }
+  // Whether a layer of OC outputs runs on the tiles when the path is amx, and whether this
+  // one runs there now (the amx path and not too wide).
+  static bool on_tiles(int OC);
+  bool runs_on_tiles() const;
   int in() const { return C_; }
   int out() const { return OC_; }
 

@@ -184,6 +184,24 @@ TEST(DenseGemmBf16, AChangedWeightIsRepackedNotReadStale) {
   EXPECT_NE(k.backward_input(DenseBf16Path::amx, false), before_in);
 }
 
+// A layer wider than kDenseBf16TilesMaxOut (the LM head at a real vocabulary) runs oneDNN on
+// its plain copy even on the amx path: matmul_bf16.h's bits, no packs made, and the memory
+// counted is the plain copy's.
+TEST(DenseGemmBf16, ALayerWiderThanTheTilesLimitRunsOneDnnOnThePlainCopy) {
+  MT_NEED_AMX();
+  Case k(16, 64, kDenseBf16TilesMaxOut + 16);
+  EXPECT_TRUE(DenseBf16Weight::on_tiles(kDenseBf16TilesMaxOut));
+  EXPECT_FALSE(DenseBf16Weight::on_tiles(k.OC));
+  const std::vector<bf16> x16 = to16(k.x), w16 = to16(k.w), dy16 = to16(k.dy);
+  Buf want(size_t(k.N) * k.OC), want_dx(size_t(k.N) * k.C);
+  matmul_bf16_forward(want.data(), x16.data(), w16.data(), k.bias.data(), k.N, k.C, k.OC);
+  matmul_bf16_backward_input(want_dx.data(), dy16.data(), w16.data(), k.N, k.C, k.OC, false);
+  EXPECT_EQ(k.forward(DenseBf16Path::amx, true), want);
+  EXPECT_EQ(k.backward_input(DenseBf16Path::amx, false), want_dx);
+  EXPECT_EQ(k.w16.packs(), 0);
+  EXPECT_EQ(k.w16.bytes(), size_t(k.C) * k.OC * sizeof(bf16));
+}
+
 // The forced fallback runs oneDNN on the plain bf16 copy: the bits of matmul_bf16.h's calls,
 // and no packs made.
 TEST(DenseGemmBf16, TheForcedFallbackRunsOneDnnOnThePlainCopy) {
