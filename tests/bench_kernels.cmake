@@ -4,3 +4,10 @@ add_executable(bench_kernels ${CMAKE_SOURCE_DIR}/bench/bench_kernels.cpp)
 target_link_libraries(bench_kernels PRIVATE mt_kernels)
 add_test(NAME bench_kernels_quick COMMAND bench_kernels --quick --dims 256)
 set_tests_properties(bench_kernels_quick PROPERTIES LABELS bench TIMEOUT 120)
+
+# The dense bf16 linears' GEMMs, oneDNN against the packed AMX tile kernel, alternated
+# (bench/bench_dense_bf16.cpp); the --quick run only checks that both paths run.
+add_executable(bench_dense_bf16 ${CMAKE_SOURCE_DIR}/bench/bench_dense_bf16.cpp)
+target_link_libraries(bench_dense_bf16 PRIVATE mt_kernels)
+add_test(NAME bench_dense_bf16_quick COMMAND bench_dense_bf16 --quick --shapes d256)
+set_tests_properties(bench_dense_bf16_quick PROPERTIES LABELS bench TIMEOUT 120)

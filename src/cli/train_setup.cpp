@@ -18,9 +18,9 @@
 #include "core/timer.h"
 #include "data/corpus.h"
 #include "data/data_loader.h"
+#include "kernels/dense_gemm_bf16.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/grouped_gemm.h"
-#include "kernels/matmul_bf16.h"
 #include "parallel/process_layout.h"
 #include "plan/auto_layout.h"
 #include "plan/calibrate.h"
@@ -282,7 +282,7 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
       return MfuPeak::Figure{peak.gflops, describe_gemm_peak(pp, peak, 1)};
     });
   }
-  if (bf16) info.gemm_isa = matmul_bf16_isa();
+  if (bf16) info.gemm_isa = dense_bf16_isa();
   if (o.model.experts > 0) info.expert_gemm_isa = grouped_gemm_isa(bf16);
 }
 

@@ -67,9 +67,9 @@ Operands<T> operands(const Problem<T>& p, int g) {
   const int rows = p.offset[g + 1] - p.offset[g];
   const size_t C = size_t(p.C), OC = size_t(p.OC);
   switch (p.product) {
-    case Product::forward:
-      return {rows, p.C,  p.rows + r0 * C, C,  false, p.weight[g],
-              C,    true, p.out + r0 * OC, OC, false};
+    case Product::forward:  // accumulate: onto a bias put there first (dense_gemm_bf16)
+      return {rows, p.C,  p.rows + r0 * C, C,  false,       p.weight[g],
+              C,    true, p.out + r0 * OC, OC, p.accumulate};
     case Product::backward_input:
       return {rows, p.OC,  p.rows + r0 * OC, OC, false,       p.weight[g],
               C,    false, p.out + r0 * C,   C,  p.accumulate};

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
+#include "kernels/dense_gemm_bf16.h"
 #include "kernels/matmul.h"
-#include "kernels/matmul_bf16.h"
 #include "tensor_parallel/mappings.h"
 
 namespace mt::tp {
@@ -56,7 +56,7 @@ void ColumnParallelLinear::backward_weight_gathered(const float* dy, const float
 // ---- --precision bf16 ---------------------------------------------------------------------
 
 void ColumnParallelLinear::enable_bf16(const uint64_t* version) {
-  w16_ = std::make_shared<Bf16Weight>(size_t(out_) * in_, version);
+  w16_ = std::make_shared<DenseBf16Weight>(in_, out_, version);
 }
 
 const bf16* ColumnParallelLinear::full_input_bf16(const bf16* x16, int N, bf16* gathered16) const {
@@ -68,14 +68,14 @@ const bf16* ColumnParallelLinear::full_input_bf16(const bf16* x16, int N, bf16* 
 
 void ColumnParallelLinear::forward_bf16(float* y, const bf16* x16, int N, bf16* gathered16,
                                         bool with_bias) const {
-  matmul_bf16_forward(y, full_input_bf16(x16, N, gathered16), w16_->get(w_),
-                      with_bias ? b_ : nullptr, N, in_, out_);
+  dense_bf16_forward(y, full_input_bf16(x16, N, gathered16), *w16_, w_, with_bias ? b_ : nullptr,
+                     N);
 }
 
 void ColumnParallelLinear::backward_input_bf16(float* dx, const bf16* dy16, int N,
                                                float* scratch) const {
   float* full = sp_ ? scratch : dx;  // (N, in), fp32: the gradient reductions stay fp32
-  matmul_bf16_backward_input(full, dy16, w16_->get(w_), N, in_, out_, /*accumulate=*/false);
+  dense_bf16_backward_input(full, dy16, *w16_, w_, N, /*accumulate=*/false);
   finish_input_grad(dx, full, N);
 }
 
@@ -86,7 +86,7 @@ void ColumnParallelLinear::backward_weight_bf16(const bf16* dy16, const bf16* x1
 
 void ColumnParallelLinear::backward_weight_gathered_bf16(const bf16* dy16, const bf16* x16_full,
                                                          int N) const {
-  matmul_bf16_backward_weight(dw_, db_, dy16, x16_full, N, in_, out_);
+  dense_bf16_backward_weight(dw_, db_, dy16, x16_full, N, in_, out_);
 }
 
 }  // namespace mt::tp

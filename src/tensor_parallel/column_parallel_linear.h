@@ -12,7 +12,7 @@
 #include <memory>
 
 #include "kernels/bf16.h"
-#include "kernels/bf16_weight.h"
+#include "kernels/dense_gemm_bf16.h"
 #include "tensor_parallel/tensor_parallel_shard.h"
 
 namespace mt::tp {
@@ -27,8 +27,8 @@ class ColumnParallelLinear {
 
   const float* bias() const { return b_; }
 
-  // --precision bf16 (docs/precision.md): the GEMMs read a bf16 copy of w, refreshed when
-  // *version moves (bf16_weight.h). Enables the *_bf16 calls below.
+  // --precision bf16 (docs/precision.md): the GEMMs read a bf16 copy of w, or its packs on
+  // AMX, refreshed when *version moves (kernels/dense_gemm_bf16.h). Enables the *_bf16 calls.
   void enable_bf16(const uint64_t* version);
   size_t bf16_weight_bytes() const { return w16_ ? w16_->bytes() : 0; }
 
@@ -66,7 +66,7 @@ class ColumnParallelLinear {
   int tp_size_ = 1, in_ = 0, out_ = 0;
   const float *w_ = nullptr, *b_ = nullptr;
   float *dw_ = nullptr, *db_ = nullptr;
-  std::shared_ptr<Bf16Weight> w16_;  // --precision bf16 only
+  std::shared_ptr<DenseBf16Weight> w16_;  // --precision bf16 only
 };
 
 }  // namespace mt::tp

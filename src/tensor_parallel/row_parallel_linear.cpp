@@ -2,8 +2,8 @@
 
 #include <cstring>
 
+#include "kernels/dense_gemm_bf16.h"
 #include "kernels/matmul.h"
-#include "kernels/matmul_bf16.h"
 #include "tensor_parallel/mappings.h"
 
 namespace mt::tp {
@@ -69,16 +69,16 @@ void RowParallelLinear::backward_weight(const float* dy, const float* x, int N,
 // ---- --precision bf16 ---------------------------------------------------------------------
 
 void RowParallelLinear::enable_bf16(const uint64_t* version) {
-  w16_ = std::make_shared<Bf16Weight>(size_t(out_) * in_, version);
+  w16_ = std::make_shared<DenseBf16Weight>(in_, out_, version);
 }
 
 void RowParallelLinear::forward_bf16(float* y, const bf16* x16, int N, float* scratch) const {
   if (tp_size_ == 1) {
-    matmul_bf16_forward(y, x16, w16_->get(w_), b_, N, in_, out_);
+    dense_bf16_forward(y, x16, *w16_, w_, b_, N);
     return;
   }
   float* partial = sp_ ? scratch : y;  // the partial sums and their reduction stay fp32
-  matmul_bf16_forward(partial, x16, w16_->get(w_), nullptr, N, in_, out_);
+  dense_bf16_forward(partial, x16, *w16_, w_, nullptr, N);
   finish_output(y, partial, N);
 }
 
@@ -98,14 +98,14 @@ const bf16* RowParallelLinear::full_output_grad_bf16(const float* dy, int N, flo
 
 void RowParallelLinear::backward_input_bf16(float* dx, const float* dy, int N, float* scratch,
                                             bf16* dy16) const {
-  matmul_bf16_backward_input(dx, full_output_grad_bf16(dy, N, scratch, dy16), w16_->get(w_), N, in_,
-                             out_, /*accumulate=*/false);
+  dense_bf16_backward_input(dx, full_output_grad_bf16(dy, N, scratch, dy16), *w16_, w_, N,
+                            /*accumulate=*/false);
 }
 
 void RowParallelLinear::backward_weight_bf16(const float* dy, const bf16* x16, int N,
                                              float* scratch, bf16* dy16) const {
-  matmul_bf16_backward_weight(dw_, db_, full_output_grad_bf16(dy, N, scratch, dy16), x16, N, in_,
-                              out_);
+  dense_bf16_backward_weight(dw_, db_, full_output_grad_bf16(dy, N, scratch, dy16), x16, N, in_,
+                             out_);
 }
 
 }  // namespace mt::tp

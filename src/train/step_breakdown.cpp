@@ -7,8 +7,8 @@
 
 #include "core/timer.h"
 #include "kernels/attention.h"
+#include "kernels/dense_gemm_bf16.h"
 #include "kernels/flash_attention.h"
-#include "kernels/matmul_bf16.h"
 #include "train/session.h"
 
 namespace mt {
@@ -52,9 +52,7 @@ bool compute_bound(Phase p) {
 }
 
 std::string isa_line(const Session& s) {
-  if (s.opts.optim.precision == Precision::bf16)
-    return "bf16 GEMMs: oneDNN " + matmul_bf16_isa() + " (" +
-           (matmul_bf16_path() == Bf16GemmPath::jit_gemm ? "jit_gemm" : "matmul primitive") + ")";
+  if (s.opts.optim.precision == Precision::bf16) return "bf16 GEMMs: " + dense_bf16_isa();
   return "fp32 GEMMs: oneDNN sgemm (its own dispatch: avx512_core on this build's targets)";
 }
 

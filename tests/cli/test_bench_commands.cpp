@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "cli_fixture.h"
+#include "kernels/dense_gemm_bf16.h"
+#include "kernels/matmul_bf16.h"
 
 namespace mt::testing {
 namespace {
@@ -25,6 +27,17 @@ TEST(BenchCommands, StepBreakdownPrintsEveryPhase) {
   EXPECT_NE(r.out.find("after a warm-up, wall time, 1 thread(s)): the mfu denominator"),
             std::string::npos)
       << r.out;
+}
+
+// Under bf16 the breakdown names the dense linears' GEMM kernel that ran: the packed AMX
+// tiles where the CPU has AMX, oneDNN's routine elsewhere (kernels/dense_gemm_bf16.h).
+TEST(BenchCommands, Bf16StepBreakdownNamesTheDenseGemmKernel) {
+  if (!bf16_matmul_supported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
+  Fixture f;
+  const RunResult r = run_meshtrain("bench step --breakdown --precision bf16" + f.tiny +
+                                    "--steps 3 --data " + f.data);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("; bf16 GEMMs: " + dense_bf16_isa() + "\n"), std::string::npos) << r.out;
 }
 
 TEST(BenchCommands, StepWithoutBreakdownTrainsAsTrainDoes) {

@@ -20,6 +20,7 @@
 #include "core/system_memory.h"
 #include "core/timer.h"
 #include "data/token_shard.h"
+#include "kernels/dense_gemm_bf16.h"
 #include "kernels/matmul_bf16.h"
 #include "model/expert_gemm.h"
 #include "model/gpt.h"
@@ -313,8 +314,8 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
 
 // --precision bf16 converts the experts' weights too: the record's bf16_weight_bytes is the
 // dense model's plus, per MoE block, the local experts' c_fc and c_proj in place of the
-// dense MLP's (bf16, 2 bytes a value), and the AMX path's two packs of each expert matrix
-// (model/expert_gemm.h).
+// dense MLP's (its two packs, kernels/dense_gemm_bf16.h), and the AMX path's two packs of each
+// expert matrix (model/expert_gemm.h).
 TEST(MemoryEstimate, Bf16WeightBytesIncludeTheExperts) {
   if (!bf16_matmul_supported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU (needs AVX-512)";
   for (int ep : {1, 2}) {
@@ -328,7 +329,9 @@ TEST(MemoryEstimate, Bf16WeightBytesIncludeTheExperts) {
     const int64_t expert = int64_t(Bf16ExpertWeights::expert_bytes(int(C), int(H)) +
                                    Bf16ExpertWeights::expert_bytes(int(H), int(C)));
     const int64_t want =
-        measure(dense).bf16_weights + moe_blocks * (local * expert - 2 * H * C * int64_t(2));
+        measure(dense).bf16_weights +
+        moe_blocks * (local * expert - int64_t(DenseBf16Weight::bytes(int(C), int(H)) +
+                                               DenseBf16Weight::bytes(int(H), int(C))));
     EXPECT_EQ(measure(moe).bf16_weights, want) << "ep " << ep;
   }
 }

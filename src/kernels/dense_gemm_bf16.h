@@ -1,0 +1,117 @@
+// The dense linear layers' bf16 GEMMs (--precision bf16, docs/precision.md) and the bf16
+// weight they read. Two kernels can run them (DenseBf16Path), picked at run time:
+//  - amx: forward and backward_input on the grouped GEMM's AMX tile kernel
+//    (kernels/grouped_gemm.h) as one group, reading the weight packed once per change of
+//    the weights in the two layouts it multiplies by (GroupedPack: weight^T for forward,
+//    weight for backward_input). oneDNN's matmul re-lays its B operand into the tile format
+//    on every call and pays a per-call set-up that weighs at the model's shapes (M 1024,
+//    K 256); the pack is made once for every microbatch, recomputation and backward of one
+//    version of the weights. backward_weight stays on oneDNN (its B is the activations,
+//    nothing to pack once; the tile kernel measured slower there);
+//  - onednn: kernels/matmul_bf16.h (oneDNN's matmul primitive or its JIT gemm routine),
+//    reading the weight's plain bf16 copy: the default without AMX, and the fallback.
+// Same shapes and rules as matmul_bf16.h: out (N, OC) = inp (N, C) @ weight^T (OC, C) + bias;
+// backward_input (+)= dout @ weight; backward_weight += dout^T @ inp, dbias += column sums.
+//
+// Bits: on the amx path a forward or input-gradient row depends only on that row and the
+// weight (K summed in steps of 32 in order, whatever the row count or the team): no row
+// pieces there (docs/precision.md, "Row pieces and bits"). The two paths' bits differ from each
+// other (other summation orders); both accumulate in fp32 and round nothing but their inputs (the
+// bounds of tests/kernels/test_bf16.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/bf16_weight.h"
+#include "kernels/grouped_gemm.h"
+
+namespace mt {
+
+enum class DenseBf16Path { onednn, amx };
+
+// On the amx path, a layer of more outputs than this (the LM head at real vocabularies) runs
+// on oneDNN from its plain copy, forward and input gradient alike. Measured with
+// `bench_dense_bf16 --shapes head` (1 thread, M 1024, docs/kernels.md): at 8192 and 32000
+// outputs the tile kernel's input gradient (K = the outputs) ran 1.4-1.8x slower than
+// oneDNN's, and packing both layouts once per optimizer step cost more than the forward
+// saved (a 32000 x 256 head: conversion 38 -> 56 ms a step at 1024 tokens). Up to 2048
+// outputs (every layer of the models measured) the tiles were faster.
+constexpr int kDenseBf16TilesMaxOut = 4096;
+
+// amx where amx::available() (kernels/amx_tiles.h), onednn elsewhere.
+bool dense_bf16_path_available(DenseBf16Path path);
+DenseBf16Path dense_bf16_default_path();
+DenseBf16Path dense_bf16_path();  // the default, or a ScopedDenseBf16Path's
+// The kernels a path runs, for logs and the step breakdown: on amx "AMX tiles, weights
+// packed once per change (dense_gemm_bf16) forward and input gradients; oneDNN ... weight
+// gradients", on onednn "oneDNN " + matmul_bf16_isa() + its routine.
+std::string dense_bf16_isa(DenseBf16Path path);
+std::string dense_bf16_isa();
+
+// Overrides the path for the whole process while it lives (tests and bench_dense_bf16
+// compare the two, including from the rank threads they start; training never sets it).
+// A path not available is refused (MT_CHECK).
+class ScopedDenseBf16Path {
+ public:
+  explicit ScopedDenseBf16Path(DenseBf16Path path);
+  ~ScopedDenseBf16Path();
+  ScopedDenseBf16Path(const ScopedDenseBf16Path&) = delete;
+  ScopedDenseBf16Path& operator=(const ScopedDenseBf16Path&) = delete;
+
+ private:
+  int saved_;
+};
+
+// One linear layer's bf16 weight (OC, C): the plain copy of kernels/bf16_weight.h for the
+// onednn path, the two packs for the amx path, each made at its path's first use after the
+// model's weight version moved (GPT::weights_changed), from the fp32 weight bound then
+// (under ZeRO-3 a gathered buffer that may be gone by the backward: both packs are made
+// at once, so the backward never reads it). On AMX the plain copy is made only for a layer
+// too wide for the tiles (kDenseBf16TilesMaxOut), which never packs.
+class DenseBf16Weight {
+ public:
+  DenseBf16Weight(int C, int OC, const uint64_t* version);
+
+  // The plain copy (onednn path), converted if the weights changed since.
+  const bf16* copy(const float* w) { return copy_.get(w); }
+  // The pack for `which` (amx path), both packed if the weights changed since.
+  const uint32_t* packed(const float* w, GroupedPack which);
+
+  // The larger of the two paths' memory (the two packs; the plain copy for a layer too wide
+  // for the tiles), whatever the CPU, so that an estimate does not depend on the machine
+  // that makes it (the planner's plans).
+  size_t bytes() const;
+  static size_t bytes(int C, int OC);
+  // Times both layouts were packed (once per change of the weights used on the amx path).
+  int64_t packs() const { return packs_; }
+  // Whether a layer of OC outputs runs on the tiles when the path is amx, and whether this
+  // one runs there now (the amx path and not too wide).
+  static bool on_tiles(int OC);
+  bool runs_on_tiles() const;
+  int in() const { return C_; }
+  int out() const { return OC_; }
+
+ private:
+  int C_, OC_;
+  const uint64_t* version_;
+  Bf16Weight copy_;
+  std::vector<uint32_t> packs_of_[2];  // GroupedPack::forward, backward_input
+  uint64_t packed_version_ = ~uint64_t(0);
+  int64_t packs_ = 0;
+};
+
+// out (N, OC) = inp (N, C) @ weight^T + bias (may be null); w32 is the fp32 weight, read
+// only when the path's copy or packs are older than the weights.
+void dense_bf16_forward(float* out, const bf16* inp, DenseBf16Weight& w, const float* w32,
+                        const float* bias, int N);
+// dinp (N, C) += dout (N, OC) @ weight; with accumulate false, dinp = (overwritten).
+void dense_bf16_backward_input(float* dinp, const bf16* dout, DenseBf16Weight& w, const float* w32,
+                               int N, bool accumulate);
+// dweight (OC, C) += dout^T @ inp; dbias (OC) += column sums of dout (may be null).
+void dense_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                                int N, int C, int OC);
+
+}  // namespace mt
