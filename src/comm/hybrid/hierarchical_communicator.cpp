@@ -69,9 +69,10 @@ void require_buffer(const void* p, size_t count, const char* what, const std::st
 }  // namespace
 
 struct HierarchicalCommunicator::State {
-  explicit State(HierarchicalParts p) : parts(std::move(p)) {}
+  explicit State(HierarchicalParts p) : parts(std::move(p)) { pacing.timeout_s = parts.timeout_s; }
 
   HierarchicalParts parts;
+  SleepingWait pacing;  // how the worker waits for a step between processes
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<Task>> queue;
@@ -243,7 +244,7 @@ Work HierarchicalCommunicator::all_reduce(const void* send, void* recv, size_t c
     }
     char* mine = buf + j * m * es;
     q.intra->reduce_scatter(buf, mine, m, t, inner).wait();
-    wait_sleeping(q.inter->all_reduce(mine, mine, m, t, inner));
+    wait_sleeping(q.inter->all_reduce(mine, mine, m, t, inner), s->pacing);
     q.intra->all_gather(mine, buf, m, t).wait();
     if (buf != recv) copy(recv, buf, count * es);
     if (op == ReduceOp::avg) divide(recv, count, n);
@@ -271,7 +272,7 @@ Work HierarchicalCommunicator::reduce_scatter(const void* send, void* recv, size
         copy(staged + (k * P + p) * chunk, bytes(send) + (p * L + k) * chunk, chunk);
     char* mine = staged + j * P * chunk;
     q.intra->reduce_scatter(staged, mine, P * recv_count, t, inner).wait();
-    wait_sleeping(q.inter->reduce_scatter(mine, recv, recv_count, t, inner));
+    wait_sleeping(q.inter->reduce_scatter(mine, recv, recv_count, t, inner), s->pacing);
     if (op == ReduceOp::avg) divide(recv, recv_count, n);
   });
 }
@@ -289,7 +290,7 @@ Work HierarchicalCommunicator::all_gather(const void* send, void* recv, size_t s
     // across processes, then the blocks are gathered inside the process.
     char* staged = s->scratch(P * L * chunk);
     char* mine = staged + j * P * chunk;
-    wait_sleeping(q.inter->all_gather(send, mine, send_count, t));
+    wait_sleeping(q.inter->all_gather(send, mine, send_count, t), s->pacing);
     q.intra->all_gather(mine, staged, P * send_count, t).wait();
     for (size_t p = 0; p < P; ++p)
       for (size_t k = 0; k < L; ++k)
@@ -304,7 +305,8 @@ Work HierarchicalCommunicator::broadcast(void* buf, size_t count, DType t, int r
   return enqueue(state_, "broadcast", [s, buf, count, t, root] {
     const HierarchicalParts& q = s->parts;
     const int root_process = root / q.per_process, root_slot = root % q.per_process;
-    if (q.local_index == root_slot) wait_sleeping(q.inter->broadcast(buf, count, t, root_process));
+    if (q.local_index == root_slot)
+      wait_sleeping(q.inter->broadcast(buf, count, t, root_process), s->pacing);
     q.intra->broadcast(buf, count, t, root_slot).wait();
   });
 }
@@ -315,7 +317,7 @@ Work HierarchicalCommunicator::barrier() {
     const HierarchicalParts& q = s->parts;
     // Everyone here has arrived -> every process has -> release everyone here.
     q.intra->barrier().wait();
-    if (q.local_index == 0) wait_sleeping(q.inter->barrier());
+    if (q.local_index == 0) wait_sleeping(q.inter->barrier(), s->pacing);
     q.intra->barrier().wait();
   });
 }
@@ -389,7 +391,7 @@ Work HierarchicalCommunicator::all_to_all_v(const void* send, const size_t* send
             off += c;
           }
         const double inter_begin = s->spans.recording() ? now_seconds() : 0;
-        wait_sleeping(q.inter->all_to_all_v(out2, send2.data(), recv, recv2.data(), t));
+        wait_sleeping(q.inter->all_to_all_v(out2, send2.data(), recv, recv2.data(), t), s->pacing);
         s->spans.record("all_to_all_v between processes", inter_begin, now_seconds());
       });
 }

@@ -43,6 +43,7 @@ struct HierarchicalParts {
   int per_process = 0;                  // L
   int process_index = 0;                // p: this rank's process among the group's
   int local_index = 0;                  // j: this rank among its process's members
+  double timeout_s = 300;               // the world's --timeout, for the waits between processes
   std::shared_ptr<Communicator> intra;  // L members of this process, index j
   std::shared_ptr<Communicator> inter;  // slot j of every process, index p
   // p2p[k]: point-to-point communicator of slot k (its members receive on it), index p.
