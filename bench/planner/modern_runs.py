@@ -19,9 +19,9 @@ Sources (entered by hand, each figure read from the source named):
        8 x 16 x 131072). Published: 430, 400, 380 TFLOP/s per GPU (43%, 41%, 38% BF16 MFU).
        Derivation: published step = the planner's model FLOPs per step / (GPUs x published
        TFLOP/s per GPU), i.e. compared at the planner's own count (Korthikanti et al. 2022,
-       App. A: full s x s attention). The paper does not state its count; at 8K the
-       attention term is 8% of it, at 128K 57%, so the 128K row carries that uncertainty (a
-       count of the causal half would make the published step 29% shorter).
+       App. A: full s x s attention), which is the count the paper's MFU reference uses: it
+       cites Chowdhery et al. (PaLM) for MFU, whose App. B counts 6N + 12 L H Q T FLOPs per
+       token, full attention without causal halving (L H Q = L h here).
        Software: --software llama3-2024 (section 3.3.2/3.3.4; src/plan/software_profiles.cpp).
   DS = "DeepSeek-V3 Technical Report" (DeepSeek-AI, 2024, arXiv 2412.19437): 2048 H800 GPUs,
        16-way pipeline (DualPipe), 64-way expert parallelism over 8 nodes, ZeRO-1,
@@ -42,8 +42,11 @@ Sources (entered by hand, each figure read from the source named):
        covers 3% of the tokens, and outages are inside the GPU hours).
        Approximations the planner makes (--explain and docs/planner.md say so): MLA as MHA
        with 128 heads of 56 (the parameter count and projection FLOPs of MLA; the attention
-       core, 192/128-wide in MLA, is undercounted), no multi-token-prediction module,
-       DualPipe as DualPipe-V. Software: --software deepseek-v3-2024, --hardware h800-80gb.
+       core, 192/128-wide in MLA, is undercounted), DualPipe as DualPipe-V. MTP depth 1
+       (4.2: --mtp-layers 1), entered since the memory model describes the report's FP8
+       activation cache and RMSNorm / MLA up-projection / MoE SwiGLU recomputation (3.2.3,
+       3.3.3; software fields fp8_activation_cache, norm_up_proj_recompute).
+       Software: --software deepseek-v3-2024, --hardware h800-80gb.
   MB = Megatron-Bridge performance summary (NVIDIA-NeMo/Megatron-Bridge
        docs/performance-summary-archive.md, "25.09 NeMo Container", System DGX-H100):
        DeepSeekV3 (dropless), 1024 GPUs, GBS 8192, MBS 1, sequence 4096, TP 2, PP 8, CP 1,
@@ -78,10 +81,10 @@ DEEPSEEK_V3 = ["--arch", "llama", "--layers", "61", "--dim", "7168", "--heads", 
 # DeepSeek-V3's multi-token prediction, depth D = 1 (report 4.2: "The multi-token prediction
 # depth D is set to 1"); Megatron-Bridge's recipe places it as the "m" before the loss "L" of
 # its pipeline layout "Et|(tt|)*30mL" (deepseek_llm_pretrain.py). Entered for the MB row.
-# Not for the DS row yet: with it, the memory model (Korthikanti's accounting, without the
-# report's FP8 activation caching and RMSNorm / MLA up-projection / SwiGLU recomputation,
-# 3.2.3 and 3.3.3) refuses the run at 88.4 GiB per GPU against 77 usable, even with full
-# recomputation: that row needs the memory model of those first.
+# Entered for both rows (issue #30's third stop): the DS row was refused with it before, at
+# 88.4 GiB per GPU, mostly because the paper memory charged DualPipe-V's head logits to the
+# wrong stage (fixed in plan/gpu_memory.cpp), and the report's own memory savings (3.2.3,
+# 3.3.3) are now modelled.
 MTP1 = ["--mtp-layers", "1"]
 
 
@@ -98,7 +101,7 @@ RUNS = [
         {"tp": 8, "cp": 1, "pp": 16, "dp": 128}, ("tflops", 400)),
     run("L3", "405B 128K", LLAMA3_405B, "llama3-2024", "h100-80gb", 16384, 131072, 128,
         {"tp": 8, "cp": 16, "pp": 16, "dp": 8}, ("tflops", 380)),
-    run("DS", "V3 671B", DEEPSEEK_V3, "deepseek-v3-2024", "h800-80gb", 2048, 4096, 15360,
+    run("DS", "V3 671B", DEEPSEEK_V3 + MTP1, "deepseek-v3-2024", "h800-80gb", 2048, 4096, 15360,
         {"tp": 1, "pp": 16, "ep": 64, "dp": 128, "schedule": "dualpipev"},
         ("step", 15360 * 4096 / (1e12 / (180e3 * 3600) * 2048))),
     run("MB", "V3 671B", DEEPSEEK_V3 + MTP1, "megatron-bridge-2025", "h100-80gb", 1024, 4096, 8192,

@@ -214,11 +214,11 @@ void resolve_train_options(TrainOptions& o) {
     o.model.vocab = vocab_of_shards(shards);
   }
   // The shape is final: the planner may choose the layout, then every rule of the options,
-  // before any rank starts.
-  if (o.parallel.auto_layout) {
-    const std::string why = plan::apply_auto_layout(o, plan::default_local_profile_path());
-    if (!o.io.quiet) std::printf("meshtrain: %s\n", why.c_str());
-  }
+  // before any rank starts. The planner's line waits for the rules, as the resume's lines do:
+  // a refused run prints its error alone.
+  std::string planned;
+  if (o.parallel.auto_layout)
+    planned = plan::apply_auto_layout(o, plan::default_local_profile_path());
   validate_train_options(o, launcher_from_env());
   for (const std::string& w : option_warnings(o)) warn(w);
   check_token_stream(o, "--data", o.io.data, o.io.data_shards);
@@ -229,6 +229,7 @@ void resolve_train_options(TrainOptions& o) {
   check_fault_spec(o, start);
   // Recorded in every checkpoint of the run, for its resumes.
   o.run_config = record_run_config(o, data_given, val_data_given);
+  if (!o.io.quiet && !planned.empty()) std::printf("meshtrain: %s\n", planned.c_str());
   if (!o.io.quiet && launcher_from_env().rank == 0)
     for (const std::string& line : resumed) std::printf("meshtrain: %s\n", line.c_str());
 }
@@ -268,19 +269,18 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
   info.write_report = [](const std::string& metrics, const std::string& page) {
     write_report_page({metrics}, page, "the report page");
   };
-  // The denominator of MFU: the user's figure, else what one core can do, measured now by
-  // the one method of kernels/gemm_peak.h. Under --precision bf16 the peak is the bf16
-  // GEMM's, which the model's GEMMs run at.
+  // The denominator of MFU: the user's figure, else what one core can do, measured by the
+  // one method of kernels/gemm_peak.h at its first read (train/mfu_peak.h), not now. Under
+  // --precision bf16 the peak is the bf16 GEMM's, which the model's GEMMs run at.
   const bool bf16 = o.optim.precision == Precision::bf16;
   const PeakPrecision pp = bf16 ? PeakPrecision::bf16 : PeakPrecision::fp32;
   if (o.optim.peak_gflops > 0) {
-    info.peak_gflops_per_thread = o.optim.peak_gflops;
-    info.peak_method = "GEMM peak " + std::to_string(o.optim.peak_gflops) +
-                       " GFLOP/s per thread (given by --peak-gflops)";
+    info.peak = MfuPeak::given(o.optim.peak_gflops);
   } else {
-    const GemmPeak peak = measure_gemm_peak(pp, 1, kPeakSeconds);
-    info.peak_gflops_per_thread = peak.gflops;
-    info.peak_method = describe_gemm_peak(pp, peak, 1);
+    info.peak = MfuPeak::on_first_read([pp] {
+      const GemmPeak peak = measure_gemm_peak(pp, 1, kPeakSeconds);
+      return MfuPeak::Figure{peak.gflops, describe_gemm_peak(pp, peak, 1)};
+    });
   }
   if (bf16) info.gemm_isa = matmul_bf16_isa();
   if (o.model.experts > 0) info.expert_gemm_isa = grouped_gemm_isa(bf16);

@@ -20,10 +20,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/attention_amx_pack.h"
+#include "kernels/attention_amx_softmax.h"
 #endif
 
 namespace mt {
@@ -77,18 +79,10 @@ MT_AMX_ATT void store_transposed(OutT* dst, int ldd, const float* st, int T, int
 // kcols; rows past T zero).
 MT_AMX_ATT void block_probabilities(float* att, int T, float scale, const float* s, int Tp, int i0,
                                     int rows, int kcols, bf16* p) {
-  for (int r = 0; r < rows; r++) {
-    const int i = i0 + r, n = i + 1;
-    float* a = att + size_t(i) * T;
-    const float* sr = s + size_t(r) * Tp;
-    const __m512 vs = _mm512_set1_ps(scale);
-    for (int c = 0; c < n; c += 16)
-      _mm512_mask_storeu_ps(a + c, tail_mask(n - c), _mm512_mul_ps(_mm512_loadu_ps(sr + c), vs));
-    softmax_causal_row(a, i, T);
-  }
-  auto row = [&](int r) { return att + size_t(i0 + r) * T; };
-  auto valid = [&](int r) { return r < rows ? i0 + r + 1 : 0; };
-  bf16_rows(p, Tp, row, valid, kcols);
+  for (int r = 0; r < rows; r++)
+    softmax_row_bf16(att + size_t(i0 + r) * T, p + size_t(r) * Tp, s + size_t(r) * Tp, scale,
+                     i0 + r + 1, T, kcols);
+  for (int r = rows; r < kBlock; r++) std::memset(p + size_t(r) * Tp, 0, sizeof(bf16) * kcols);
 }
 
 template <int HD, typename OutT>
@@ -151,18 +145,19 @@ MT_AMX_ATT BackwardPack pack_backward(const AttentionHead& h, const float* dout,
   return b;
 }
 
-// dS of the block's rows (dP in b.s) in place, then as bf16 rows and as query pairs; P's
-// query pairs from att.
+// dS of the block's rows (dP in b.s) as bf16 rows and as query pairs; P's query pairs from
+// att. Two rows at a time: a pair of rows makes one row of pairs.
 MT_AMX_ATT void block_score_grads(const BackwardPack& b, const float* att, int T, float scale,
                                   int Tp, int i0, int rows, int kcols) {
-  for (int r = 0; r < rows; r++)
-    softmax_backward_row<false>(b.s + size_t(r) * Tp, att + size_t(i0 + r) * T, i0 + r, T, scale);
-  auto valid = [&](int r) { return r < rows ? i0 + r + 1 : 0; };
-  auto ds_row = [&](int r) -> const float* { return b.s + size_t(r) * Tp; };
-  auto p_row = [&](int r) { return att + size_t(i0 + r) * T; };
-  bf16_rows(b.ds, Tp, ds_row, valid, kcols);
-  row_pairs(b.dsp + size_t(i0 / 2) * Tp, Tp, ds_row, valid, kcols);
-  row_pairs(b.pp + size_t(i0 / 2) * Tp, Tp, p_row, valid, kcols);
+  auto row = [&](int r) {
+    return r < rows ? grad_row(att + size_t(i0 + r) * T, b.s + size_t(r) * Tp, i0 + r + 1)
+                    : GradRow{};
+  };
+  for (int r = 0; r < kBlock; r += 2) {
+    const size_t pair_row = size_t(i0 / 2 + r / 2) * Tp;
+    softmax_grad_pair_bf16(b.ds + size_t(r) * Tp, b.ds + size_t(r + 1) * Tp, b.dsp + pair_row,
+                           b.pp + pair_row, row(r), row(r + 1), scale, kcols);
+  }
 }
 
 // (HD, Tp) stage = cols (HD, Tp) x pairs (Tp / 2, Tp), key block jb reducing over the query

@@ -86,38 +86,6 @@ MT_AMX_ATT void pack_columns(bf16* dst, const float* src, int ld, int T, int Tp)
     }
 }
 
-// 16 floats of row at column c, the first n of the row valid (the rest read as zero).
-MT_AMX_ATT inline __m512 valid16(const float* row, int n, int c) {
-  return n > c ? _mm512_maskz_loadu_ps(tail_mask(n - c), row + c) : _mm512_setzero_ps();
-}
-
-// dst (32 rows, stride ld) bf16 = the block's 32 rows, row(r)'s first valid(r) columns kept
-// and the rest zero, for columns [0, kcols).
-template <class Row, class Valid>
-MT_AMX_ATT void bf16_rows(bf16* dst, int ld, Row row, Valid valid, int kcols) {
-  for (int r = 0; r < kBlock; r++) {
-    const int n = valid(r);
-    const float* s = n > 0 ? row(r) : nullptr;
-    for (int c = 0; c < kcols; c += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + size_t(r) * ld + c),
-                          to_bf16x16(valid16(s, n, c)));
-  }
-}
-
-// dst (16 rows of pairs, stride ld): rows 2i and 2i + 1 of the block as pairs along the
-// queries, masked as in bf16_rows.
-template <class Row, class Valid>
-MT_AMX_ATT void row_pairs(u32* dst, int ld, Row row, Valid valid, int kcols) {
-  for (int i = 0; i < kBlock / 2; i++) {
-    const int n0 = valid(2 * i), n1 = valid(2 * i + 1);
-    const float* s0 = n0 > 0 ? row(2 * i) : nullptr;
-    const float* s1 = n1 > 0 ? row(2 * i + 1) : nullptr;
-    for (int c = 0; c < kcols; c += 16)
-      _mm512_storeu_si512(dst + size_t(i) * ld + c,
-                          pairs16(valid16(s0, n0, c), valid16(s1, n1, c)));
-  }
-}
-
 }  // namespace mt::attention_amx
 
 #endif  // __AVX512F__

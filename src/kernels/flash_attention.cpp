@@ -86,21 +86,50 @@ void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAtte
   flash::forward(out, ldo, lse, a, accumulate, scratch.data(), t);
 }
 
-void flash_attention_backward_prep(float* D, const float* out, size_t ldo, const float* dout,
-                                   size_t lddo, int B, int Tq, int H, int hd) {
-  PhaseScope phase_scope(Phase::attention, 0, 8.0 * B * Tq * H * hd);
+namespace {
+
+// One head's sum(o * dy) over hd values. One loop for both output types, so the bf16 form
+// (its row converted first) sums in the fp32 form's order, bit for bit.
+[[gnu::noinline]] float head_dot(const float* o, const float* dy, int hd) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int d = 0; d < hd; d++) sum += o[d] * dy[d];
+  return sum;
+}
+
+const float* as_floats(const float* o, int, float*) {
+  return o;
+}
+const float* as_floats(const bf16* o, int hd, float* row) {
+  for (int d = 0; d < hd; d++) row[d] = bf16_to_float(o[d]);
+  return row;
+}
+
+template <class OutT>
+void backward_prep(float* D, const OutT* out, size_t ldo, const float* dout, size_t lddo, int B,
+                   int Tq, int H, int hd) {
+  PhaseScope phase_scope(Phase::attention, 0, (4.0 + sizeof(OutT)) * B * Tq * H * hd);
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * Tq; bt++) {
     const int b = bt / Tq, t = bt % Tq;
+    float row[kFlashMaxHeadDim];
     for (int h = 0; h < H; h++) {
-      const float *o = out + size_t(bt) * ldo + size_t(h) * hd,
-                  *dy = dout + size_t(bt) * lddo + size_t(h) * hd;
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int d = 0; d < hd; d++) sum += o[d] * dy[d];
-      D[(size_t(b) * H + h) * Tq + t] = sum;
+      const float* o = as_floats(out + size_t(bt) * ldo + size_t(h) * hd, hd, row);
+      D[(size_t(b) * H + h) * Tq + t] = head_dot(o, dout + size_t(bt) * lddo + size_t(h) * hd, hd);
     }
   }
+}
+
+}  // namespace
+
+void flash_attention_backward_prep(float* D, const float* out, size_t ldo, const float* dout,
+                                   size_t lddo, int B, int Tq, int H, int hd) {
+  backward_prep(D, out, ldo, dout, lddo, B, Tq, H, hd);
+}
+
+void flash_attention_backward_prep(float* D, const bf16* out, size_t ldo, const float* dout,
+                                   size_t lddo, int B, int Tq, int H, int hd) {
+  backward_prep(D, out, ldo, dout, lddo, B, Tq, H, hd);
 }
 
 void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,

@@ -42,6 +42,7 @@
 #include <cstddef>
 #include <span>
 
+#include "kernels/bf16.h"
 #include "kernels/dropout.h"
 #include "kernels/rope.h"
 
@@ -94,6 +95,10 @@ void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAtte
 
 // D (B, H, Tq) = rowsum(dout * out) per head: once per layer, whatever the key blocks.
 void flash_attention_backward_prep(float* D, const float* out, size_t ldo, const float* dout,
+                                   size_t lddo, int B, int Tq, int H, int hd);
+// The same from the output kept in bf16 (--precision bf16), read as it is: bit for bit the
+// fp32 form on from_bf16(out), without that (B * Tq, H hd) fp32 copy.
+void flash_attention_backward_prep(float* D, const bf16* out, size_t ldo, const float* dout,
                                    size_t lddo, int B, int Tq, int H, int hd);
 
 // Gradients in q, k, v's layouts (rows and strides as they are), accumulated (+=).

@@ -170,15 +170,13 @@ const Tiles* table() {
 
 const Tiles* tiles_amx_bf16(int hd) {
   if (!tiles_avx512_bf16(hd) || !amx::available()) return nullptr;
-  switch (hd) {
-    case 32:
-      return table<32>();
-    case 64:
-      return table<64>();
-    case 128:
-      return table<128>();
-  }
-  return nullptr;  // head dim 16: half a tile step
+  return tiles_for_head_dim(hd, [](auto head_dim) -> const Tiles* {
+    constexpr int HD = decltype(head_dim)::value;
+    if constexpr (HD == 16)
+      return nullptr;  // half a tile step
+    else
+      return table<HD>();
+  });
 }
 
 #else  // no AVX-512 in this build: no AMX tiles either

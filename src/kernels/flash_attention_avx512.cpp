@@ -158,17 +158,7 @@ const Tiles* table() {
 }  // namespace
 
 const Tiles* tiles_avx512_fp32(int hd) {
-  switch (hd) {
-    case 16:
-      return table<16>();
-    case 32:
-      return table<32>();
-    case 64:
-      return table<64>();
-    case 128:
-      return table<128>();
-  }
-  return nullptr;
+  return tiles_for_head_dim(hd, [](auto head_dim) { return table<decltype(head_dim)::value>(); });
 }
 
 #else  // no AVX-512 in this build: the portable loops run

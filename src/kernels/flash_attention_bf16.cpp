@@ -238,17 +238,7 @@ const Tiles* table() {
 const Tiles* tiles_avx512_bf16(int hd) {
   static const bool cpu = __builtin_cpu_supports("avx512bf16");
   if (!cpu) return nullptr;
-  switch (hd) {
-    case 16:
-      return table<16>();
-    case 32:
-      return table<32>();
-    case 64:
-      return table<64>();
-    case 128:
-      return table<128>();
-  }
-  return nullptr;
+  return tiles_for_head_dim(hd, [](auto head_dim) { return table<decltype(head_dim)::value>(); });
 }
 
 #else  // no AVX-512 in this build: bf16 requests run the fp32 kernels

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 #include "kernels/flash_attention.h"
 #include "kernels/rope.h"
@@ -106,6 +107,24 @@ constexpr size_t round_up(size_t x, size_t m) {
 template <int HD>
 constexpr int rows_per_tile() {
   return HD <= 32 ? 8 : HD == 64 ? 6 : 3;
+}
+
+// The head dims the tables are built for, in one place for every table: table_of(HD) with HD
+// a std::integral_constant of the head dim asked (16, 32, 64 or 128), nullptr for another.
+// A table that cannot take one of them returns nullptr for it.
+template <class TableOf>
+const Tiles* tiles_for_head_dim(int hd, TableOf table_of) {
+  switch (hd) {
+    case 16:
+      return table_of(std::integral_constant<int, 16>{});
+    case 32:
+      return table_of(std::integral_constant<int, 32>{});
+    case 64:
+      return table_of(std::integral_constant<int, 64>{});
+    case 128:
+      return table_of(std::integral_constant<int, 128>{});
+  }
+  return nullptr;
 }
 
 // The kernels a call runs (flash_attention.cpp).

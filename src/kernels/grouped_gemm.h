@@ -70,6 +70,26 @@ void grouped_matmul_bf16_backward_weight_segments(float* const* dweight, const b
                                                   const bf16* inp, const int32_t* const* offsets,
                                                   int segments, int groups, int C, int OC);
 
+// SwiGLU fused into the store of the grouped GEMM beside it (the bf16 SwiGLU experts,
+// model/expert_mlp_bf16.h): on the AMX path each block of results goes through SwiGLU while
+// it is in L1, so one fp32 operand of the unfused composition never makes a round trip
+// through memory; the results are the composition's bit for bit (swiglu.h's row functions
+// on the same values). Elsewhere (other paths, H not a multiple of 16) the composition runs.
+//   forward         gu (total, 2H) = inp @ weight[g]^T (OC = 2H), and act (total, H) =
+//                   swiglu_forward_bf16(gu): gu is still written (the backward reads it)
+//   backward_input  d_act_g = dout_g (rows, OC) @ weight[g] (OC, H) and then dgu (total, 2H) =
+//                   swiglu_backward_bf16(gu, d_act): on the AMX path d_act is never stored
+void grouped_matmul_bf16_forward_swiglu(float* gu, bf16* act, const bf16* inp,
+                                        const bf16* const* weight, const int32_t* offset,
+                                        int groups, int C, int H,
+                                        const uint32_t* const* packed = nullptr);
+void grouped_matmul_bf16_backward_input_swiglu(bf16* dgu, const float* gu, const bf16* dout,
+                                               const bf16* const* weight, const int32_t* offset,
+                                               int groups, int H, int OC,
+                                               const uint32_t* const* packed = nullptr);
+// Whether the two calls above run fused now (AMX path, H a multiple of 16).
+bool grouped_bf16_fuses_swiglu(int H);
+
 // Pre-packed bf16 weights. The AMX path multiplies by its B operand in pair panels
 // (grouped_gemm_pack.h): weight[g]^T for forward, weight[g] for backward_input. Packing them
 // per call is a quarter of its time at the experts' shapes; a weight packed whole once per

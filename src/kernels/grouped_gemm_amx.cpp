@@ -22,6 +22,7 @@
 #include "kernels/amx_tiles.h"
 #include "kernels/grouped_gemm_pack.h"
 #include "kernels/grouped_gemm_prefetch.h"
+#include "kernels/swiglu.h"
 
 #define MT_AMX __attribute__((target("amx-tile,amx-bf16")))
 
@@ -216,7 +217,119 @@ void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch&
   }
 }
 
+// A 32-row block of an item's A from row i on, as tiles may read it: in place, or its rows
+// copied to a zero-padded stage when tile loads would read past the group's rows.
+const bf16* a_block(const Operands<bf16>& o, const bf16* a, size_t lda, bool in_place, int i,
+                    int kp, Scratch& s, size_t& ldai) {
+  const int rows = std::min(kBlock, o.M - i), tm = rows > kTile ? 2 : 1;
+  const bf16* ai = a + i * lda;
+  ldai = lda;
+  if (!in_place || rows == tm * kTile) return ai;
+  s.a_rows.assign(size_t(tm) * kTile * kp, 0);
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(s.a_rows.data() + size_t(r) * kp, ai + r * lda, size_t(kp) * sizeof(bf16));
+  ldai = kp;
+  return s.a_rows.data();
+}
+
+// SwiGLU over a 32-row block of an item's units [n0, n1) once its GEMM results are all in:
+// forward, from gu's two halves (just stored, in L1 or L2) into act; backward_input, from
+// d_act in the stage (ld wide, never stored) and gu's rows into dgu's two halves. One row
+// function call per row and item (swiglu.h), as wide as the item.
+void swiglu_rows(const Problem<bf16>& p, const float* stage, size_t ld, int row, int rows, int n0,
+                 int n1) {
+  const size_t H = size_t(p.swiglu);
+  for (int r = 0; r < rows; ++r) {
+    const size_t at = size_t(row + r);
+    const float* g = p.gu + at * 2 * H;
+    if (p.product == Product::forward) {
+      swiglu_forward_bf16_row(p.act + at * H + n0, g + n0, g + H + n0, n1 - n0);
+    } else {
+      bf16* d = p.dgu + at * 2 * H;
+      swiglu_backward_bf16_row(d + n0, d + H + n0, g + n0, g + H + n0, stage + r * ld, n1 - n0);
+    }
+  }
+}
+
+// B for a fused item: forward, the gate panels of the item's units and, `up` words on, their
+// up panels (H / 16 panels on in a whole pack); backward_input, the item's panels.
+const uint32_t* swiglu_b(const Problem<bf16>& p, const Operands<bf16>& o, const Item& it, int kp,
+                         Scratch& s, size_t& up) {
+  const size_t panel = size_t(kp / 2) * kTile;
+  const int panels = (it.n1 - it.n0) / kTile;
+  const bool fwd = p.product == Product::forward;
+  up = size_t(p.swiglu / kTile) * panel;
+  if (packed(p)) return packed_panels(p, it, panel);
+  s.b.resize(panel * panels * (fwd ? 2 : 1));
+  pack_pairs_bf16(s.b.data(), o.b, o.ldb, o.b_trans, o.K, kp / 2, it.n0, it.n1);
+  if (fwd) {
+    pack_pairs_bf16(s.b.data() + panel * panels, o.b, o.ldb, o.b_trans, o.K, kp / 2,
+                    p.swiglu + it.n0, p.swiglu + it.n1);
+    up = panel * panels;
+  }
+  return s.b.data();
+}
+
+// d_act's rows of one row block in the backward (32 x the item's units), per thread.
+std::vector<float>& swiglu_stage() {
+  thread_local std::vector<float> stage;
+  return stage;
+}
+
+// run_item with SwiGLU applied to each 32-row block once its columns are computed (the same
+// tiles over the whole K as run_item, so the same values; then swiglu.h's row functions:
+// the composition's bits). Forward: the gate and the up columns of the item's units go to
+// gu, then act is computed from them while they are in cache; backward_input: d_act goes to
+// the stage, never to memory.
+void run_item_swiglu(const Problem<bf16>& p, const Item& it, const Item& next, Scratch& s) {
+  const Operands<bf16> o = operands(p, it.g);
+  if (o.M == 0) return;
+  const bool fwd = p.product == Product::forward;
+  const int kp = round_up(o.K, kStep), steps = kp / kStep, panels = (it.n1 - it.n0) / kTile;
+  const size_t panel = size_t(kp / 2) * kTile, width = size_t(it.n1 - it.n0);
+  start_prefetch(p, next, int64_t((o.M + kBlock - 1) / kBlock) * ((panels + 1) / 2) * (fwd ? 2 : 1),
+                 s.prefetch);
+  size_t up = 0;
+  const uint32_t* b = swiglu_b(p, o, it, kp, s, up);
+  const bool in_place = !o.a_trans && o.K == kp;
+  if (!in_place && s.a_group != it.g) padded_a(o, kp, s.a), s.a_group = it.g;
+  const bf16* a = in_place ? o.a : s.a.data();
+  const size_t lda = in_place ? o.lda : size_t(kp);
+  std::vector<float>& stage = swiglu_stage();
+  if (!fwd) stage.resize(kBlock * width);
+  for (int i = 0; i < o.M; i += kBlock) {
+    const int rows = std::min(kBlock, o.M - i), tm = rows > kTile ? 2 : 1;
+    size_t ldai = lda;
+    const bf16* ai = a_block(o, a, lda, in_place, i, kp, s, ldai);
+    for (int half = 0; half < (fwd ? 2 : 1); ++half) {
+      float* c = fwd ? o.c + i * o.ldc + half * p.swiglu + it.n0 : stage.data();
+      const size_t ldc = fwd ? o.ldc : width;
+      for (int q = 0; q < panels; q += 2) {
+        const int tn = q + 1 < panels ? 2 : 1;
+        run_block(tm, tn, c + q * kTile, ldc, rows, std::min(int(width) - q * kTile, tn * kTile),
+                  ai, ldai, b + half * up + q * panel, panel, steps, false, s.c.data(),
+                  s.prefetch.take(steps * kPrefetchPerStep));
+      }
+    }
+    swiglu_rows(p, stage.data(), width, p.offset[it.g] + i, rows, it.n0, it.n1);
+  }
+}
+
 }  // namespace
+
+void run_amx_swiglu(const Problem<bf16>& p) {
+  const bool fwd = p.product == Product::forward;
+  const Work w = split_work(p.offset, p.groups, p.swiglu, round_up(largest_k(p), kStep), kTile,
+                            sizeof(bf16) * (fwd ? 2 : 1), kPackBudget, omp_get_max_threads());
+  for_each_item(
+      w,
+      [] {
+        configure_tiles();
+        scratch().a_group = -1;
+      },
+      [&](const Item& it, const Item& next) { run_item_swiglu(p, it, next, scratch()); },
+      [] { release_tiles(); });
+}
 
 void run_amx(const Problem<bf16>& p) {
   const int N = p.N();
@@ -236,9 +349,14 @@ void run_amx(const Problem<bf16>& p) {
 
 #else  // no AVX-512 in this build: no AMX path either
 
+#include "core/error.h"
+
 namespace mt::grouped {
 void run_amx(const Problem<bf16>& p) {
   run_loop(p);
+}
+void run_amx_swiglu(const Problem<bf16>&) {
+  MT_CHECK(false, "grouped GEMM with SwiGLU: no AMX in this build");
 }
 }  // namespace mt::grouped
 

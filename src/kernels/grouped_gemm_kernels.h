@@ -14,6 +14,9 @@ void run_fp32(const Problem<float>& p);
 // bf16 on AMX tiles (grouped_gemm_amx.cpp): 32 x 32 blocks, the whole K per block.
 // Available where amx::available() (kernels/amx_tiles.h).
 void run_amx(const Problem<bf16>& p);
+// The same with SwiGLU applied to each block as it leaves the tiles (p.swiglu > 0, a
+// multiple of 16; grouped_gemm_swiglu.cpp's calls).
+void run_amx_swiglu(const Problem<bf16>& p);
 
 // bf16 on AVX512-BF16 dot products (grouped_gemm_avx512_bf16.cpp): 12 x 32 register tiles.
 bool avx512_bf16_available();

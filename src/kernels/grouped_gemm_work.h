@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16.h"
+
 namespace mt::grouped {
 
 enum class Product { forward, backward_input, backward_weight };
@@ -33,6 +35,13 @@ struct Problem {
   bool accumulate;
   // forward, backward_input on the AMX path: weight[g] packed whole (GroupedPack), or null.
   const uint32_t* const* packed = nullptr;
+  // SwiGLU on the AMX path's stored blocks (grouped_gemm.h's *_swiglu), swiglu = H (0: none):
+  // forward (OC = 2H) also writes act (total, H); backward_input (C = H) writes dgu (total,
+  // 2H) from gu (total, 2H) and never stores its own result.
+  int swiglu = 0;
+  bf16* act = nullptr;
+  bf16* dgu = nullptr;
+  const float* gu = nullptr;
   int N() const { return product == Product::forward ? OC : C; }
 };
 

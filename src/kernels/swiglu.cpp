@@ -41,14 +41,17 @@ void swiglu_forward(float* out, const float* gu, int N, int F) {
   }
 }
 
+void swiglu_forward_bf16_row(bf16* out, const float* gate, const float* up, int F) {
+#pragma omp simd
+  for (int i = 0; i < F; i++) out[i] = float_to_bf16_select(gate[i] * sigmoid(gate[i]) * up[i]);
+}
+
 void swiglu_forward_bf16(bf16* out, const float* gu, int N, int F) {
   PhaseScope phase_scope(Phase::activation, 0, 10.0 * N * F);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* g = gu + size_t(n) * 2 * F;
-    bf16* o = out + size_t(n) * F;
-#pragma omp simd
-    for (int i = 0; i < F; i++) o[i] = float_to_bf16_select(g[i] * sigmoid(g[i]) * g[F + i]);
+    swiglu_forward_bf16_row(out + size_t(n) * F, g, g + F, F);
   }
 }
 
@@ -67,12 +70,24 @@ void swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int 
     });
 }
 
+void swiglu_backward_bf16_row(bf16* dgate, bf16* dup, const float* gate, const float* up,
+                              const float* dout, int F) {
+#pragma omp simd
+  for (int i = 0; i < F; i++) {
+    const float s = sigmoid(gate[i]);
+    dgate[i] = float_to_bf16_select(dout[i] * up[i] * (s + gate[i] * s * (1.0f - s)));
+    dup[i] = float_to_bf16_select(dout[i] * (gate[i] * s));
+  }
+}
+
 void swiglu_backward_bf16(bf16* dgu, const float* gu, const float* dout, int N, int F) {
   PhaseScope phase_scope(Phase::activation, 0, 16.0 * N * F);
-  swiglu_backward_rows(gu, dout, N, F, [=](size_t at, float dg, float du) {
-    dgu[at] = float_to_bf16_select(dg);
-    dgu[at + F] = float_to_bf16_select(du);
-  });
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* g = gu + size_t(n) * 2 * F;
+    bf16* d = dgu + size_t(n) * 2 * F;
+    swiglu_backward_bf16_row(d, d + F, g, g + F, dout + size_t(n) * F, F);
+  }
 }
 
 }  // namespace mt

@@ -24,4 +24,12 @@ void swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int 
 void swiglu_forward_bf16(bf16* out, const float* gu, int N, int F);
 void swiglu_backward_bf16(bf16* dgu, const float* gu, const float* dout, int N, int F);
 
+// One row of each bf16 function above on F units whose gate and up (and their gradients)
+// lie apart: the functions above run these per row, so the grouped GEMMs that apply SwiGLU
+// to a block of columns as they store it (grouped_gemm.h, *_swiglu) give the same bits.
+//   out[i] = silu(gate[i]) * up[i];  dgate[i], dup[i] from dout[i] as swiglu_backward.
+void swiglu_forward_bf16_row(bf16* out, const float* gate, const float* up, int F);
+void swiglu_backward_bf16_row(bf16* dgate, bf16* dup, const float* gate, const float* up,
+                              const float* dout, int F);
+
 }  // namespace mt

@@ -154,6 +154,23 @@ void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Lin
                                      w[0].out, accumulate, packed);
 }
 
+void expert_gemm_forward_swiglu(float* gu, bf16* act, const bf16* x, const std::vector<Linear>& up,
+                                Bf16ExpertWeights& up16, const ExpertGroups& g) {
+  if (g.count == 0) return;
+  const uint32_t* const* packed = up16.packed(up, GroupedPack::forward);
+  grouped_matmul_bf16_forward_swiglu(gu, act, x, up16.get(up).data(), g.offset, g.count, up[0].in,
+                                     up[0].out / 2, packed);
+}
+
+void expert_gemm_backward_input_swiglu(bf16* d_gu, const float* gu, const bf16* dy,
+                                       const std::vector<Linear>& down, Bf16ExpertWeights& down16,
+                                       const ExpertGroups& g) {
+  if (g.count == 0) return;
+  const uint32_t* const* packed = down16.packed(down, GroupedPack::backward_input);
+  grouped_matmul_bf16_backward_input_swiglu(d_gu, gu, dy, down16.get(down).data(), g.offset,
+                                            g.count, down[0].in, down[0].out, packed);
+}
+
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const bf16* dy, const bf16* x,
                                  const ExpertGroups* g, int count, bool with_bias) {
   if (count == 0 || g[0].count == 0) return;

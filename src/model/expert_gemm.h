@@ -87,6 +87,16 @@ void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Lin
 void expert_gemm_backward_weight(const std::vector<Linear>& w, const bf16* dy, const bf16* x,
                                  const ExpertGroups* g, int count, bool with_bias);
 
+// The SwiGLU experts' two GEMMs beside their activation, with SwiGLU in the GEMM's store
+// (grouped_gemm.h, *_swiglu; the unfused composition's bits): up (in C, out 2H) gives
+// gu = x up^T and act = swiglu(gu); down (in H, out C) gives d_gu = swiglu'(gu, dy down),
+// d_act never stored on the AMX path.
+void expert_gemm_forward_swiglu(float* gu, bf16* act, const bf16* x, const std::vector<Linear>& up,
+                                Bf16ExpertWeights& up16, const ExpertGroups& g);
+void expert_gemm_backward_input_swiglu(bf16* d_gu, const float* gu, const bf16* dy,
+                                       const std::vector<Linear>& down, Bf16ExpertWeights& down16,
+                                       const ExpertGroups& g);
+
 // Calls f(r0, rows, piece) over the block's rows [g.first(), g.total()) in pieces of at most
 // `most` rows, piece the groups of rows [r0, r0 + rows) (offsets from r0): for work that
 // goes through a buffer of `most` rows.

@@ -33,8 +33,12 @@ void Bf16Experts::forward(float* s, const ExpertGroups& g, const float* x32, flo
   if (x32) to_bf16(x + r0 * C_, x32 + r0 * C_, size_t(g.size()) * C_);
   float* pre = s + off_.pre;
   bf16* act = h16(s, off_.act);
-  expert_gemm_forward(pre, x, up_, up16_, g, /*with_bias=*/false);
-  activate(act, pre, g);
+  if (fuses_swiglu()) {
+    expert_gemm_forward_swiglu(pre, act, x, up_, up16_, g);
+  } else {
+    expert_gemm_forward(pre, x, up_, up16_, g, /*with_bias=*/false);
+    activate(act, pre, g);
+  }
   expert_gemm_forward(y, act, down_, down16_, g, biased());
 }
 
@@ -46,6 +50,10 @@ void Bf16Experts::backward_input(float* s, const ExpertGroups& g, const float* d
   const float* pre = s + off_.pre;
   bf16* d_pre = h16(s, off_.d_pre);
   const size_t U = size_t(up_width());
+  if (fuses_swiglu()) {  // d_act stays in L1 (grouped_gemm.h, *_swiglu)
+    expert_gemm_backward_input_swiglu(d_pre, pre, dy, down_, down16_, g);
+    return expert_gemm_backward_input(dx, d_pre, up_, up16_, g, /*accumulate=*/false);
+  }
   // Fine-grained experts (H <= C): d_act fits in dx's rows, free until the last GEMM writes
   // them, so the down GEMM runs whole (each piece would pack every expert's weight again).
   if (H_ <= C_) {
@@ -59,6 +67,10 @@ void Bf16Experts::backward_input(float* s, const ExpertGroups& g, const float* d
     });
   }
   expert_gemm_backward_input(dx, d_pre, up_, up16_, g, /*accumulate=*/false);
+}
+
+bool Bf16Experts::fuses_swiglu() const {
+  return kind_ == ExpertKind::swiglu && grouped_bf16_fuses_swiglu(H_);
 }
 
 void Bf16Experts::backward_weight(float* s, const ExpertGroups* g, int count) {

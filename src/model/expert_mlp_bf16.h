@@ -10,6 +10,9 @@
 //   backward_input   d_act = dy down (fp32) into dx's rows when H <= C (they are free until
 //                    the last GEMM), else per piece of at most stage rows into the stage;
 //                    d_pre = activation'(pre) d_act rounded; then dx = d_pre up
+// SwiGLU experts on the AMX path apply the activation in the stores of the GEMMs beside it
+// (grouped_gemm.h, *_swiglu; the same bits): act is computed as pre's blocks leave the
+// tiles, and d_act never leaves them (no dx rows, no stage).
 //   backward_weight  d down += dy^T act; d up += d_pre^T x (and the GELU experts' biases)
 // The stage (shared with the chunk's other layers) holds stage_rows(max_tokens) x H floats:
 // the grouped GEMMs need no fixed row shapes, so only the fp32 d_act of wide experts goes
@@ -54,6 +57,8 @@ class Bf16Experts final : public ExpertWeights {
 
  private:
   static bf16* h16(float* s, size_t off) { return reinterpret_cast<bf16*>(s + off); }
+  // SwiGLU experts on a path whose GEMMs apply it in their store (grouped_gemm.h, *_swiglu).
+  bool fuses_swiglu() const;
 
   Bf16ExpertWeights up16_, down16_;
   int stage_rows_;

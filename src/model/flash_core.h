@@ -6,17 +6,15 @@
 //
 //   forward   out = attention(a), computed in fp32 (Ops::staged) and kept as Ops::Act; lse
 //             (B, H, Tq) kept for the backward.
-//   backward  D = rowsum(d_out * out) from the kept output (converted back to fp32 under
-//             bf16), then the probabilities recomputed from the final lse; dqkv in the fused
+//   backward  D = rowsum(d_out * out) from the kept output (read as bf16 under bf16), then the
+//   probabilities recomputed from the final lse; dqkv in the fused
 //             [q | k | v] rows a points into (dk at a.k - a.q, dv at a.v - a.q, stride a.ldq),
 //             overwritten, and kept as Ops::Act.
-//   scratch   flash_core_backward_scratch_floats: the kernel's, then D, then (bf16) the fp32
-//             output.
+//   scratch   flash_core_backward_scratch_floats: the kernel's, then D.
 #pragma once
 
 #include <cstring>
 #include <span>
-#include <type_traits>
 
 #include "kernels/bf16.h"
 #include "kernels/flash_attention.h"
@@ -24,9 +22,8 @@
 
 namespace mt {
 
-inline size_t flash_core_backward_scratch_floats(const FlashAttention& a, bool bf16) {
-  const size_t rows = size_t(a.B) * a.H * a.Tq;
-  return flash_attention_backward_scratch_floats(a) + rows + (bf16 ? rows * a.hd : 0);
+inline size_t flash_core_backward_scratch_floats(const FlashAttention& a) {
+  return flash_attention_backward_scratch_floats(a) + size_t(a.B) * a.H * a.Tq;
 }
 
 // cp null: one worker. scratch: the forward scratch of a.
@@ -47,16 +44,10 @@ template <class Ops>
 void flash_core_backward(const Ops& ops, typename Ops::Act* d_qkv, const float* d_out,
                          const typename Ops::Act* out, const float* lse, const FlashAttention& a,
                          ContextParallelAttention* cp, float* scratch) {
-  const size_t cols = size_t(a.H) * a.hd, n = size_t(a.B) * a.Tq * cols;
+  const size_t cols = size_t(a.H) * a.hd;
   const size_t flash = flash_attention_backward_scratch_floats(a);
   float* D = scratch + flash;
-  const float* out32 = reinterpret_cast<const float*>(out);
-  if constexpr (std::is_same_v<typename Ops::Act, bf16>) {
-    float* converted = D + size_t(a.B) * a.H * a.Tq;
-    from_bf16(converted, out, n);
-    out32 = converted;
-  }
-  flash_attention_backward_prep(D, out32, cols, d_out, cols, a.B, a.Tq, a.H, a.hd);
+  flash_attention_backward_prep(D, out, cols, d_out, cols, a.B, a.Tq, a.H, a.hd);
   const size_t nqkv = size_t(a.B) * a.Tq * a.ldq;
   float* dqkv = ops.staged(d_qkv);
   std::memset(dqkv, 0, nqkv * sizeof(float));

@@ -189,7 +189,7 @@ void GptBlock::bind(float* params, float* grads) {
 }
 
 size_t GptBlock::attention_scratch_floats() const {
-  if (flash_) return flash_core_backward_scratch_floats(flash_args(nullptr, max_b_, T_), bf16_);
+  if (flash_) return flash_core_backward_scratch_floats(flash_args(nullptr, max_b_, T_));
   return attention_backward_scratch_floats(max_b_, T_, Cl_, NHl_);
 }
 

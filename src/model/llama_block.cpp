@@ -192,11 +192,9 @@ size_t LlamaBlock::forward_scratch_floats() const {
 
 size_t LlamaBlock::attention_scratch_floats() const {
   // B's workspace, used in turn: the SwiGLU output's gradient (N, Fl) (fp32 only; bf16 takes
-  // the stage); then the flash backward's scratch, the D rows (b, Hl, T) and, under bf16, the
-  // attention output back in fp32 (N, Hl hd).
+  // the stage); then the flash backward's scratch and the D rows (b, Hl, T).
   const size_t N = size_t(max_b_) * T_;
-  const size_t attention =
-      flash_core_backward_scratch_floats(attention_args(nullptr, max_b_, T_), bf16_);
+  const size_t attention = flash_core_backward_scratch_floats(attention_args(nullptr, max_b_, T_));
   return std::max(bf16_ || !has_mlp_ ? 0 : N * Fl_, attention);
 }
 

@@ -91,6 +91,30 @@ Passes tp_comm(const CostContext& c, bool moe) {
   return {n * one + routed, backward + routed, 0};
 }
 
+// DeepSeek-V3's recomputation in backward (unless the whole forward is recomputed):
+// norm_up_proj_recompute repeats both RMSNorms and the q/kv projections (3.2.3: the MLA
+// up-projections; planned as MHA, so its whole q/kv GEMM, somewhat more than MLA's
+// up-projections); fp8_activation_cache recomputes the MoE SwiGLU's output from its FP8
+// input (3.3.3), a pass reading gate and up and writing the product, routed and shared.
+double recomputed_pieces(const CostContext& c, bool moe) {
+  const HardwareProfile& hw = c.r.hardware;
+  if (c.l.recompute == Recompute::full) return 0;
+  double t = 0;
+  if (hw.norm_up_proj_recompute) {
+    const double rows = c.Nl * c.h;
+    const double ln = pointwise_seconds(c.rates, rows, 2 * rows * c.e, 1);
+    t += 2 * ln + weight_gemm(c, c.rates, c.N, (c.w.q + 2 * c.w.kv) / c.t, c.h);
+  }
+  if (hw.fp8_activation_cache && moe && c.w.gated && c.l.precision == Precision::bf16) {
+    const double local = c.r.model.experts / c.l.ep;
+    const double routed = c.N / c.t * c.r.model.topk * c.w.expert_ffn;
+    const double shared = c.N * c.w.shared_ffn / c.t;
+    t += pointwise_seconds(c.rates, routed, routed * (2 + c.e), int(local));
+    if (shared > 0) t += pointwise_seconds(c.rates, shared, shared * (2 + c.e), 1);
+  }
+  return t;
+}
+
 BlockCosts block(const CostContext& c, int layer) {
   const bool moe = is_moe_layer(c.r.model, layer);
   Passes p = attention_projections(c);
@@ -108,6 +132,9 @@ BlockCosts block(const CostContext& c, int layer) {
   p += cp;
   BlockCosts k = finish_block(c, p, core.forward, tp.forward + tp.backward, ep);
   k.cp_comm = cp.forward + cp.backward;
+  const double again = recomputed_pieces(c, moe);
+  k.recompute += again;
+  k.passes.backward += again;
   return k;
 }
 

@@ -31,29 +31,44 @@ struct LayerItems {
   double split = 0, outside = 0, core = 0;
 };
 
+// DeepSeek-V3's FP8 activation cache (3.3.3): a Linear's cached input costs 1 byte and a
+// 4-byte scale per 1 x 128 tile (the 3.3.2 fine-grained quantization).
+constexpr double kFp8CachedBytes = 1 + 4.0 / 128;
+
 LayerItems layer_items(const PlanRequest& r, const Layout& l, bool moe) {
   const HardwareProfile& hw = r.hardware;
   const BlockWidths w = block_widths(r.model);
   const double e = activation_bytes(l), t = l.tp, sb = rank_tokens(r, l), h = w.h;
   const double mask = hw.dropout ? 1 : 0;
   const bool flash = hw.flash_attention || r.model.llama();
+  const bool fp8 = hw.fp8_activation_cache && l.precision == Precision::bf16;
+  const bool rc = hw.norm_up_proj_recompute;
+  const double linear_in = fp8 ? kFp8CachedBytes : e;  // a Linear's input kept for its Wgrad
   LayerItems x;
-  // Attention: Q and K for the scores, V, the projection's input; the input of the qkv
-  // GEMM and the projection's dropout mask outside the tp region.
-  x.split += e * (w.q + w.kv) + e * w.kv + e * w.q;
-  x.outside += e * h + mask * h;
-  // MLP: GELU's input and output, or SwiGLU's gate|up and product; its input and mask. An
-  // MoE layer's experts (whole on their ep rank, not split over tp) keep the same for each
-  // of a token's topk rows and the rows themselves, and the router its fp32 probabilities.
-  auto act = [&](double width) { return w.gated ? e * 3 * width : e * 2 * width; };
+  // Attention: Q and K for the scores, V, the projection's input (DeepSeek: E5M6, counted at
+  // 16 bits); the input of the qkv GEMM and the projection's dropout mask outside the tp
+  // region. Recomputed up-projections keep their input instead of Q, K and V, and with the
+  // norm recomputed the qkv GEMM's input is that input: MLA's latents, which the planner
+  // (MLA as MHA) does not know, so taken as h wide, an overestimate.
+  x.split += (rc ? 0 : e * (w.q + w.kv) + e * w.kv) + e * w.q;
+  x.outside += linear_in * h + mask * h;
+  // MLP: GELU's input and output, or SwiGLU's gate|up and product (the product is the down
+  // projection's input); its input and mask. An MoE layer's experts (whole on their ep rank,
+  // not split over tp) keep the same for each of a token's topk rows and the rows
+  // themselves, and the router its fp32 probabilities; DeepSeek caches the MoE SwiGLU's
+  // input in FP8 and recomputes its output.
+  auto act = [&](double width) {
+    return w.gated ? e * 2 * width + linear_in * width : e * width + linear_in * width;
+  };
+  auto moe_act = [&](double width) { return fp8 ? kFp8CachedBytes * 2 * width : act(width); };
   double experts = 0;
   if (moe) {  // tokens split over tp: each rank's experts see sb / t tokens
-    experts = r.model.topk * (act(w.expert_ffn) + e * h) + 4.0 * r.model.experts;
-    x.split += act(w.shared_ffn);
+    experts = r.model.topk * (moe_act(w.expert_ffn) + linear_in * h) + 4.0 * r.model.experts;
+    x.split += moe_act(w.shared_ffn);
   } else {
     x.split += act(w.ffn);
   }
-  x.outside += e * h + mask * h;
+  x.outside += (rc ? 0 : linear_in * h) + mask * h;
   x.outside += 2 * e * h;  // the two norms' inputs
   x.split = (x.split + experts) * sb / t;
   x.outside *= sb / (l.sequence_parallel ? t : 1);
@@ -162,9 +177,12 @@ PlannedMemory software_memory(const PlanRequest& r, const Layout& l, const Sched
   const double extra = cp_buffers(r, l);
   PlannedMemory best;
   for (int st = 0; st < l.pp; ++st) {
-    const std::vector<ChunkSpec> specs = l.pp > 1
-                                             ? stage_chunk_specs(per_chunk, l.pp, st)
-                                             : std::vector<ChunkSpec>{{0, m.layers, true, true}};
+    // The schedule's own placement (DualPipe-V's V puts the head on stage 0, beside the
+    // embedding), as stage_costs and the engine's estimate place the chunks: with the
+    // interleaved placement the head's logits were charged to stage pp - 1's second chunk.
+    const std::vector<ChunkSpec> specs =
+        l.pp > 1 ? stage_chunk_specs(per_chunk, l.pp, st, schedule.placement)
+                 : std::vector<ChunkSpec>{{0, m.layers, true, true}};
     std::vector<double> bytes;
     double params = 0, experts = 0, largest = 0;
     for (const ChunkSpec& spec : specs) {

@@ -17,7 +17,10 @@
 // sbh; two LayerNorm inputs 4sbh), so the same items give the Llama block: Q 2sbq, K and V
 // 2sbkv each (grouped-query attention), SwiGLU's gate|up 4sbF and product 2sbF, no dropout,
 // and under FlashAttention no s x s tensors, only the softmax statistics (4 bytes per head
-// and token). Context parallelism keeps s/cp tokens per rank.
+// and token). Context parallelism keeps s/cp tokens per rank. DeepSeek-V3's software
+// (report 3.2.3, 3.3.3) changes three items: a Linear's cached input in FP8 (1 byte and a
+// scale per 128), the MoE SwiGLU's input in FP8 without its product, and with the norms and
+// up-projections recomputed neither norm output nor Q, K, V (their input kept, h wide).
 // A stage holds its chunks' layers for every microbatch in flight: the schedule's own
 // action list decides (F holds a microbatch's activations until its B, or W when the
 // backward is split), which is the paper's first stage under 1F1B (p microbatches of L/p

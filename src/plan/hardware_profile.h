@@ -180,6 +180,14 @@ struct HardwareProfile {
   // core, router, head and everything else at bf16 (DeepSeek-V3 section 3.3, Transformer
   // Engine's FP8 recipes). Applies to --precision bf16 plans.
   bool fp8_gemms = false;
+  // Memory (paper_memory) and time: the activations a Linear keeps for its backward cached
+  // in FP8 (1 byte and a 4-byte scale per 1 x 128 tile), the MoE SwiGLU's input cached in
+  // FP8 and its output recomputed in backward (DeepSeek-V3 section 3.3.3).
+  bool fp8_activation_cache = false;
+  // Every RMSNorm's output and the attention's up-projections' outputs (Q, K, V) not kept
+  // but recomputed in backward from the norm's input and the projections' input (DeepSeek-V3
+  // section 3.2.3: RMSNorm and MLA up-projection recomputation).
+  bool norm_up_proj_recompute = false;
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;
 };

@@ -58,7 +58,9 @@ std::vector<ProfileField> software_fields() {
           {"zero3_prefetch", &H::zero3_prefetch, 0, 64},
           {"a2a_overlap_parts", &H::a2a_overlap_parts, 1, 64},
           {"fb_a2a_overlap", &H::fb_a2a_overlap},
-          {"fp8_gemms", &H::fp8_gemms}};
+          {"fp8_gemms", &H::fp8_gemms},
+          {"fp8_activation_cache", &H::fp8_activation_cache},
+          {"norm_up_proj_recompute", &H::norm_up_proj_recompute}};
 }
 
 // The local MoE layer's calibrated figures: the grouped expert GEMMs' rates and the

@@ -174,9 +174,16 @@ PredictedTime predict_dedicated(const PlanRequest& r, const Layout& l, const Sch
   p.stages = stage_costs(r, l);
   const int mb = microbatches(r, l);
   add_zero3(c, mb, p);
-  double bound = 0;  // the slowest stage's compute alone: a lower bound of any schedule
-  for (const StageCosts& sc : p.stages)
-    bound = std::max(bound, mb * (sc.forward + sc.backward + sc.weight));
+  // The slowest stage's compute alone: a lower bound of any schedule, less (DualPipe-V with
+  // fb_a2a_overlap) what each microbatch's F&B pair may hide of its all-to-alls; counting
+  // those as compute once pruned a layout faster than the one kept (the DeepSeek-V3 row).
+  double bound = 0;
+  const bool pairs = r.hardware.fb_a2a_overlap && schedule.placement == ChunkPlacement::v_shape;
+  for (const StageCosts& sc : p.stages) {
+    const double paired =
+        pairs ? fb_overlap(sc) * std::min(sc.forward, sc.backward + sc.weight) : 0.0;
+    bound = std::max(bound, mb * (sc.forward + sc.backward + sc.weight - paired));
+  }
   if (bound > give_up_above) {
     p.pruned = true;
     p.step_s = bound;

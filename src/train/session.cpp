@@ -150,7 +150,8 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
 }
 
 double Session::peak_flops() const {
-  return info.peak_gflops_per_thread * 1e9 * opts.optim.threads * ctx.world_size;
+  if (!info.peak) return 0;
+  return info.peak->read().gflops_per_thread * 1e9 * opts.optim.threads * ctx.world_size;
 }
 
 std::unique_ptr<Session> build_session(const TrainOptions& opts, CommWorld& world,

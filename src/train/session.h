@@ -22,6 +22,7 @@
 #include "parallel/parallel_context.h"
 #include "train/global_view.h"
 #include "train/lr_schedule.h"
+#include "train/mfu_peak.h"
 #include "train/moe_metrics.h"
 #include "train/optimizer.h"
 #include "train/options.h"
@@ -29,12 +30,11 @@
 namespace mt {
 
 struct RunInfo {
-  double peak_gflops_per_thread = 0;  // measured sgemm peak, for MFU
-  // (under --precision bf16: the bf16 GEMM peak, the rate the model's GEMMs can reach)
+  // The GEMM peak per thread, for mfu (under --precision bf16: the bf16 GEMM peak, the rate
+  // the model's GEMMs can reach), measured at its first read (train/mfu_peak.h); shared by
+  // the rank threads of one process. Null: no peak (mfu 0).
+  std::shared_ptr<const MfuPeak> peak;
   std::string gemm_isa;  // --precision bf16: oneDNN's bf16 matmul implementation
-  // How peak_gflops_per_thread was obtained (kernels/gemm_peak.h's describe_gemm_peak, or
-  // the --peak-gflops figure), for the step breakdown's header.
-  std::string peak_method;
   // With experts: the grouped GEMM path their GEMMs run (kernels/grouped_gemm.h,
   // grouped_gemm_isa: "avx512", "amx", "avx512-bf16", "loop:...", "portable").
   std::string expert_gemm_isa;
@@ -79,7 +79,8 @@ class Session {
   bool sequence_parallel() const { return opts.parallel.sequence_parallel && opts.parallel.tp > 1; }
   // The tensor-parallel group, null without tensor parallelism.
   Communicator* tp() const { return opts.parallel.tp > 1 ? ctx.tp.get() : nullptr; }
-  // Model FLOPs per second the world could do at its measured sgemm peak.
+  // Model FLOPs per second the world could do at its GEMM peak (0 without one). The first
+  // call may measure it (train/mfu_peak.h).
   double peak_flops() const;
 };
 

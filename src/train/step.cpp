@@ -128,9 +128,19 @@ void add_comm(StepRecord& r, Session& s, const CommCounters& before) {
   if (s.opts.parallel.ep > 1) r.ep = difference(after.ep, before.ep);
 }
 
-void add_rates(StepRecord& r, const Session& s) {
-  const double peak = s.peak_flops();
+// mfu, where the run reads it (train/mfu_peak.h). A peak still to be measured is measured
+// at the end of the run's first step between two barriers of every rank (the same on every
+// rank: options only): no rank computes beside the measurement, and under MPI, where each
+// process measures its own, the next step starts together, not after the slowest's.
+void add_rates(StepRecord& r, const Session& s, int step) {
   r.tokens_per_s = double(s.opts.optim.batch) * s.opts.model.seq / r.step_time_s;
+  if (!run_reads_mfu(s.opts)) return;
+  if (step == s.start_step + 1 && s.info.peak && s.info.peak->needs_measuring()) {
+    s.ctx.world->barrier().wait();
+    s.peak_flops();
+    s.ctx.world->barrier().wait();
+  }
+  const double peak = s.peak_flops();
   r.mfu = peak > 0 ? s.opts.model.flops_per_token() * r.tokens_per_s / peak : 0;
 }
 
@@ -176,7 +186,7 @@ StepRecord train_step(Session& s, int step, Trace& trace) {
   r.comm_exposed_s += sync_seconds;
   r.step_time_s = now_seconds() - t_step;
   trace.add("step " + std::to_string(step), "step", t_step, now_seconds());
-  add_rates(r, s);
+  add_rates(r, s, step);
   // Collective, every rank and every step: the bubble over the world, routing over dp/pp.
   r.bubble = s.runner->bubble(r.microbatches);
   s.moe_metrics.reduce();

@@ -74,10 +74,11 @@ std::string attention_line(const Session& s) {
 }
 
 std::string peak_line(const Session& s) {
-  if (!s.info.peak_method.empty()) return s.info.peak_method;
+  if (!s.info.peak) return "no GEMM peak";
+  const MfuPeak::Figure& peak = s.info.peak->read();
+  if (!peak.method.empty()) return peak.method;
   char line[96];
-  std::snprintf(line, sizeof line, "GEMM peak %.1f GFLOP/s per thread",
-                s.info.peak_gflops_per_thread);
+  std::snprintf(line, sizeof line, "GEMM peak %.1f GFLOP/s per thread", peak.gflops_per_thread);
   return line;
 }
 
@@ -87,7 +88,8 @@ std::string StepBreakdown::table(const Session& s) const {
   if (!enabled_ || steps_ == 0) return "";
   const double n = steps_;
   const int threads = s.opts.optim.threads;
-  const double peak = s.info.peak_gflops_per_thread * 1e9 * threads;  // this rank's
+  const double peak =  // this rank's
+      s.info.peak ? s.info.peak->read().gflops_per_thread * 1e9 * threads : 0;
   const double bw = measure_copy_bandwidth(0.3);
   std::string out;
   char line[512];

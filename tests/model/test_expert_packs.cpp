@@ -14,11 +14,12 @@
 #include "kernels/grouped_gemm.h"
 #include "model/expert_gemm.h"
 #include "model/expert_mlp.h"
+#include "model/swiglu_experts_harness.h"
 
 namespace mt {
 namespace {
 
-constexpr int El = 4, C = 40, H = 24;
+constexpr int El = 4, kDim = 40, kHidden = 24;  // experts, their dim and hidden width
 // Two parts' expert-major regions (as --moe-overlap-parts 2), expert 1 empty in the first.
 const std::vector<int32_t> kPart0 = {0, 21, 21, 30, 52}, kPart1 = {52, 60, 77, 90, 117};
 constexpr int kRows = 117;
@@ -35,36 +36,20 @@ bool same_bits(const std::vector<float>& a, const float* b) {
 
 // SwiGLU experts in bf16 trained by plain SGD, the model's version bumped after each update
 // (as train_step's GPT::weights_changed).
-struct Training {
-  uint64_t version = 0;
-  ParamTable table;
-  SlotLayout layout;
-  std::unique_ptr<ExpertMlp> mlp;
-  Arena params, grads, slot, stage;
+struct Training : test_util::SwigluExperts {
   std::vector<float> y, dx;  // the last step's
 
-  Training() {
-    ExpertShape shape;
-    shape.kind = ExpertKind::swiglu;
-    shape.prefix = "model.layers.0.mlp.";
-    shape.dim = C, shape.hidden = H, shape.count = El;
-    shape.max_rows = kRows, shape.max_tokens = kRows;
-    mlp = make_experts(shape, &version, table, layout);
-    params.resize(table.total()), grads.resize(table.total());
-    const std::vector<float> p = random_vec(table.total(), 3);
-    std::copy(p.begin(), p.end(), params.data());
-    mlp->bind(params.data(), grads.data());
-    slot.resize(layout.total());
-    stage.resize(std::max<size_t>(mlp->stage_floats(), 1));
-    mlp->set_stage(stage.data());
-  }
+  Training()
+      : SwigluExperts(El, kDim, kHidden, kRows, true, 0,
+                      [](size_t n) { return random_vec(n, 3); }) {}
 
   // One step over both parts: forward and input gradient part by part, the weight
   // gradients over both at once, then the update.
   void step(uint64_t seed) {
     ++version;
     const ExpertGroups parts[2] = {{kPart0.data(), El}, {kPart1.data(), El}};
-    std::vector<float> x = random_vec(size_t(kRows) * C, seed), dy = random_vec(x.size(), seed + 1);
+    std::vector<float> x = random_vec(size_t(kRows) * kDim, seed),
+                       dy = random_vec(x.size(), seed + 1);
     y.assign(x.size(), 0), dx.assign(x.size(), 0);
     float* in = mlp->input_rows(slot.data(), x.data());
     std::copy(x.begin(), x.end(), in);
@@ -107,13 +92,13 @@ TEST(ExpertPacks, EachLayoutIsPackedOncePerChangeOfTheWeights) {
   if (!amx()) GTEST_SKIP() << "no AMX on this CPU: the packs are the AMX path's";
   const ScopedGroupedGemmPath path(true, GroupedGemmPath::amx);
   uint64_t version = 1;
-  std::vector<float> w = random_vec(size_t(El) * H * C, 1);
+  std::vector<float> w = random_vec(size_t(El) * kHidden * kDim, 1);
   std::vector<Linear> lin(El);
-  for (int le = 0; le < El; ++le) lin[le].in = C, lin[le].out = H;
-  for (int le = 0; le < El; ++le) lin[le].w = w.data() + size_t(le) * H * C;
+  for (int le = 0; le < El; ++le) lin[le].in = kDim, lin[le].out = kHidden;
+  for (int le = 0; le < El; ++le) lin[le].w = w.data() + size_t(le) * kHidden * kDim;
   Bf16ExpertWeights w16(lin, &version);
-  std::vector<bf16> x(size_t(kRows) * C), dy(size_t(kRows) * H);
-  std::vector<float> y(size_t(kRows) * H), dx(size_t(kRows) * C);
+  std::vector<bf16> x(size_t(kRows) * kDim), dy(size_t(kRows) * kHidden);
+  std::vector<float> y(size_t(kRows) * kHidden), dx(size_t(kRows) * kDim);
   auto pass = [&] {
     for (const std::vector<int32_t>* part : {&kPart0, &kPart1}) {
       const ExpertGroups g{part->data(), El};

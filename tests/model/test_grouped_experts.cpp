@@ -18,6 +18,7 @@
 #include "kernels/matmul_bf16.h"
 #include "kernels/swiglu.h"
 #include "model/expert_mlp.h"
+#include "model/swiglu_experts_harness.h"
 
 namespace mt {
 namespace {
@@ -38,31 +39,15 @@ std::vector<bf16> rounded(const float* x, size_t n) {
 }
 
 // The experts of one layer, their parameters random, run once forward and backward.
-struct Experts {
-  int C, H;
-  uint64_t version = 1;
-  ParamTable table;
-  SlotLayout layout;
-  std::unique_ptr<ExpertMlp> mlp;
-  Arena params, grads, slot, stage;
+struct Experts : test_util::SwigluExperts {
   int R = kOffset.back();
   std::vector<float> x, dy, y, dx;
 
-  Experts(bool bf16, int c, int h) : C(c), H(h) {
+  Experts(bool bf16, int c, int h)
+      : SwigluExperts(El, c, h, kOffset.back(), bf16, 1,
+                      [](size_t n) { return random_vec(n, 3); }) {
     x = random_vec(size_t(R) * C, 1), dy = random_vec(size_t(R) * C, 2);
     y.assign(x.size(), 0), dx = y;
-    ExpertShape shape;
-    shape.kind = ExpertKind::swiglu;
-    shape.prefix = "model.layers.0.mlp.";
-    shape.dim = C, shape.hidden = H, shape.count = El, shape.max_rows = R, shape.max_tokens = R;
-    mlp = make_experts(shape, bf16 ? &version : nullptr, table, layout);
-    params.resize(table.total()), grads.resize(table.total());
-    const std::vector<float> p = random_vec(table.total(), 3);
-    std::copy(p.begin(), p.end(), params.data());
-    mlp->bind(params.data(), grads.data());
-    slot.resize(layout.total());
-    stage.resize(std::max<size_t>(mlp->stage_floats(), 1));
-    mlp->set_stage(stage.data());
     const ExpertGroups g{kOffset.data(), El};
     float* in = mlp->input_rows(slot.data(), x.data());
     std::copy(x.begin(), x.end(), in);
@@ -71,11 +56,6 @@ struct Experts {
     std::copy(dy.begin(), dy.end(), d);
     mlp->backward_input(slot.data(), g, d, dx.data());
     mlp->backward_weight(slot.data(), g);
-  }
-  // Expert le's [gate; up] (2H, C) or down (C, H), and their gradients.
-  float* at(const std::string& what, int le, bool grad) {
-    const std::string name = "model.layers.0.mlp.experts." + std::to_string(le) + "." + what;
-    return (grad ? grads.data() : params.data()) + table.at(name).offset;
   }
 };
 

@@ -4,12 +4,15 @@
 // forward + backward four permutation passes (the gather, the gate-weighted combine, its
 // adjoint in one pass with the gates' gradient, the scatter-add of the input gradients),
 // no copy of the rows between the experts and the combine, and in bf16 no fp32 block of
-// rows rounded afterwards (the gathers round each row as they pack it).
+// rows rounded afterwards (the gathers round each row as they pack it). On the AMX path the
+// bf16 SwiGLU experts' activation runs in the stores of the GEMMs beside it
+// (grouped_gemm.h, *_swiglu): no activation pass of its own over fp32 rows in memory.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "kernels/grouped_gemm.h"
 #include "kernels/phase_profile.h"
 #include "model/moe_test_util.h"
 
@@ -44,6 +47,31 @@ TEST(MoeRowTraffic, Ep1PacksTheRowsOnceFp32) {
 TEST(MoeRowTraffic, Ep1PacksTheRowsOnceBf16) {
   expect_rows_packed_once(moe_test::config(32, 4, 2, 0.0f), true);
   expect_rows_packed_once(llama_config(), true);
+}
+
+// Activation passes of the llama experts' second forward + backward at ep 1 in bf16.
+uint64_t bf16_activation_passes() {
+  const ModelConfig cfg = llama_config();
+  const int N = 24;
+  uint64_t version = 1;
+  ExpertParallelShard ep;
+  ep.bf16_version = &version;
+  Harness m(cfg, ep, N);
+  return moe_test::phases_of_second_pass(m, N, cfg.dim).calls[int(Phase::activation)];
+}
+
+TEST(MoeRowTraffic, Bf16SwigluRunsInTheGemmStoresOnAmx) {
+  if (!grouped_gemm_path_available(true, GroupedGemmPath::amx))
+    GTEST_SKIP() << "no AMX on this CPU: the SwiGLU is a pass of its own there";
+  EXPECT_EQ(bf16_activation_passes(), 0u);
+  {
+    const ScopedGroupedGemmPacks per_call(false);  // fused whether or not the weights are packed
+    EXPECT_EQ(bf16_activation_passes(), 0u);
+  }
+  if (grouped_gemm_path_available(true, GroupedGemmPath::avx512_bf16)) {
+    const ScopedGroupedGemmPath other(true, GroupedGemmPath::avx512_bf16);
+    EXPECT_EQ(bf16_activation_passes(), 2u);  // the composition: forward and backward
+  }
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ inline Record run_and_record(const TrainOptions& base, const test_util::TempDir&
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int(i * 7919 % o.model.vocab);
   write_token_shard(o.io.data, tokens);
   RunInfo info;
-  info.peak_gflops_per_thread = 1;
+  info.peak = MfuPeak::given(1);
   info.t0 = now_seconds();
   run_local(o.parallel.world(), WorldOptions{}, [&](CommWorld& w) { train_rank(o, w, info); });
   std::ifstream in(o.io.metrics);

@@ -155,6 +155,24 @@ TEST(PlanCommand, HardwareFileReplacesThePreset) {
   EXPECT_NE(u.err.find("unknown key [hardware] tensor_cores"), std::string::npos) << u.err;
 }
 
+// The planner's line waits for every rule of the run: a run the rules refuse after the
+// planner chose its layout prints its error alone (the line came first once, as --resume's
+// "resuming from" did). The checked-in profile of the planner's golden file is planned with.
+TEST(PlanCommand, AutoLayoutNamesItsLayoutOnlyOnceTheRulesAcceptTheRun) {
+  const std::string train = std::string("MESHTRAIN_PROFILE=") + MESHTRAIN_SOURCE_DIR +
+                            "/bench/planner/golden/local.toml " + MESHTRAIN_BIN +
+                            " train --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 --steps 1 "
+                            "--auto-layout --ranks 2 --progress none";
+  const auto refused = testing::run_command(train + " --save-every 2");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("--save-every has no effect without --save"), std::string::npos)
+      << refused.err;
+  EXPECT_EQ(refused.out, "");
+  const auto accepted = testing::run_command(train);
+  ASSERT_EQ(accepted.exit_code, 0) << accepted.err;
+  EXPECT_EQ(accepted.out.rfind("meshtrain: auto-layout: dp ", 0), 0u) << accepted.out;
+}
+
 TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
   TempDir dir;
   const std::string profile = dir / "local.toml";
@@ -203,7 +221,7 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
     const auto ab =
         testing::run_command("MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
                              " train --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 "
-                             "--steps 1 --auto-layout --ranks 2 --precision bf16");
+                             "--steps 1 --auto-layout --ranks 2 --precision bf16 --progress none");
     ASSERT_EQ(ab.exit_code, 0) << ab.err;
     EXPECT_NE(ab.out.find(" bf16 (predicted"), std::string::npos) << ab.out;
   }
@@ -254,7 +272,7 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
   const auto a =
       testing::run_command("MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
                            " train --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 "
-                           "--steps 1 --auto-layout --ranks 2 --tp 1");
+                           "--steps 1 --auto-layout --ranks 2 --tp 1 --progress none");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.out.find("meshtrain: auto-layout: dp "), std::string::npos) << a.out;
   EXPECT_NE(a.out.find(" tp 1 "), std::string::npos) << a.out;  // --tp 1 stayed fixed
@@ -263,7 +281,7 @@ TEST(PlanCommand, CalibrateThenPlanLocalThenTrainWithAutoLayout) {
   const std::string small_cp =
       "MESHTRAIN_PROFILE=" + profile + " " + std::string(MESHTRAIN_BIN) +
       " train --arch llama --layers 2 --dim 32 --heads 2 --seq 16 --batch 4 --steps 1 "
-      "--auto-layout --ranks 4 ";
+      "--auto-layout --ranks 4 --progress none ";
   const auto c2 = testing::run_command(small_cp + "--cp 2");
   ASSERT_EQ(c2.exit_code, 0) << c2.err;
   EXPECT_NE(c2.out.find(" cp 2 "), std::string::npos) << c2.out;

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "plan/search.h"
 #include "plan/software_profiles.h"
+#include "plan/time_model.h"
 
 namespace mt::plan {
 namespace {
@@ -65,6 +66,32 @@ TEST(PlanLlama3, RefusalAt128kNamesCpWhereActivationsDominate) {
     EXPECT_NE(msg.find("activations dominate"), std::string::npos) << software << ": " << msg;
     EXPECT_NE(msg.find("try a larger --cp"), std::string::npos) << software << ": " << msg;
   }
+}
+
+}  // namespace
+}  // namespace mt::plan
+
+namespace mt::plan {
+namespace {
+
+// Llama 3 3.3.2: "FP32 gradient accumulation during backward computation over multiple
+// micro-batches" of BF16 weight gradients is a pass per microbatch and parameter (PyTorch
+// FSDP2 adds each bf16 .grad into an fp32 unsharded_accumulated_grad): read 2 bytes, read
+// and write 4, in the weight pass of every block.
+TEST(PlanLlama3, Fp32GradientAccumulationIsAPassPerMicrobatch) {
+  PlanRequest r = llama3_405b(8192, 2048);
+  r.devices = 8192;
+  Layout l;
+  l.tp = 8, l.pp = 16, l.dp = 64, l.zero = 2, l.sequence_parallel = true, l.micro_batch = 1;
+  l.schedule = "interleaved", l.virtual_stages = 6;
+  l.precision = Precision::bf16;
+  EXPECT_TRUE(r.hardware.grad_accum_pass);
+  PlanRequest unfused = r;
+  unfused.hardware.grad_accum_pass = false;
+  const StageCosts with = stage_costs(r, l)[5], plain = stage_costs(unfused, l)[5];
+  EXPECT_NEAR(with.weight - plain.weight, with.params * (2 + 2 * 4) / r.hardware.memory_bw,
+              1e-9 * with.weight);
+  EXPECT_DOUBLE_EQ(with.forward, plain.forward);
 }
 
 }  // namespace

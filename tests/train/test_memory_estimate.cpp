@@ -59,7 +59,7 @@ struct Measured {
 // Trains one step in this process and reads back the per-rank memory records.
 Measured measure(const TrainOptions& o) {
   RunInfo info;
-  info.peak_gflops_per_thread = 1;
+  info.peak = MfuPeak::given(1);
   info.t0 = now_seconds();
   run_local(o.parallel.world(), WorldOptions{}, [&](CommWorld& w) { train_rank(o, w, info); });
   std::ifstream in(o.io.metrics);

@@ -57,7 +57,7 @@ struct Record {
 // One step in this process; the largest per-rank figures of the memory records.
 Record measure(const TrainOptions& o) {
   RunInfo info;
-  info.peak_gflops_per_thread = 1;
+  info.peak = MfuPeak::given(1);
   info.t0 = now_seconds();
   run_local(o.parallel.world(), WorldOptions{}, [&](CommWorld& w) { train_rank(o, w, info); });
   std::ifstream in(o.io.metrics);

@@ -101,8 +101,8 @@ std::vector<std::string> check_global_contents(const std::string& dir, const nlo
   // so an untied model's missing head cannot be told from a tied model's absent one.
   if (model.llama() && model.tie_embeddings && !weights.metadata().contains("tie_embeddings"))
     return {
-        "lm_head.weight (the checkpoint predates the tie_embeddings record: without "
-        "lm_head.weight it reads as a tied model, so an untied one missing it cannot be "
+        "lm_head.weight (written before checkpoints recorded tie_embeddings: a llama "
+        "checkpoint without it reads as tied, so an untied one that lost its head cannot be "
         "told apart)"};
   return {};
 }
