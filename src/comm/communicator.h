@@ -53,12 +53,21 @@ class Work {
     virtual ~Impl() = default;
     virtual bool test() = 0;  // non-blocking; true once complete (rethrows a failure)
     virtual void wait() = 0;  // blocks until complete; throws RuntimeError on failure/timeout
+    // wait() after the caller already waited waited_s on this work by other means (polling
+    // test()): that time counts against the timeout, and a timeout message says the whole.
+    virtual void wait_after(double waited_s) {
+      (void)waited_s;
+      wait();
+    }
   };
   Work() = default;
   explicit Work(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   bool test() { return !impl_ || impl_->test(); }
   void wait() {
     if (impl_) impl_->wait();
+  }
+  void wait_after(double waited_s) {
+    if (impl_) impl_->wait_after(waited_s);
   }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kernels/token_permutation.h"
 #include "tensor_parallel/mappings.h"
@@ -166,17 +167,29 @@ void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows) {
 
 // The part-major rows travel from and back into y_perm: in forward it is the experts'
 // outputs' last home anyway; in backward it is free once the gates' gradient has read it.
+// The token-side work runs part by part (MoeParts::Stages), each part's on its own tokens
+// and rows, so the results are those of one call over all of them, bit for bit.
 void MoeLayer::forward_parts(float* s, const float* h, float* y, int rows) {
   const int M = router_.route(s, h, rows);
   const int32_t* row_token = parts_->plan(s, router_.row_token(s), router_.row_of(s),
                                           router_.counts(s), rows, M, *exchange_);
+  const int32_t* row_of = parts_->row_of(s);
+  const float* gates = router_.gates(s);
   float* y_perm = s + off_.y_perm;
-  gather_rows(y_perm, h, row_token, M, C_);
   float* x = experts_->input_rows(s, rows_.data());
   float* y_rows = rows_.data();
-  parts_->run(s, *exchange_, y_perm, x, y_rows, staging_.data(), C_,
-              [&](const ExpertGroups& g) { experts_->forward(s, g, x, y_rows); });
-  combine_rows(y, y_perm, parts_->row_of(s), router_.gates(s), rows, k_, C_);
+  MoeParts::Stages stages;
+  stages.prepare = [&](int p) {
+    const MoeParts::Span m = parts_->send_span(s, p);
+    gather_rows(y_perm + m.begin * C_, h, row_token + m.begin, int(m.rows), C_);
+  };
+  stages.compute = [&](const ExpertGroups& g) { experts_->forward(s, g, x, y_rows); };
+  stages.complete = [&](int p) {
+    const int t = parts_->token_begin(p, rows), n = parts_->token_begin(p + 1, rows) - t;
+    combine_rows(y + size_t(t) * C_, y_perm, row_of + size_t(t) * k_, gates + size_t(t) * k_, n, k_,
+                 C_);
+  };
+  parts_->run(s, *exchange_, y_perm, x, y_rows, staging_.data(), C_, stages);
 }
 
 void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows) {
@@ -184,12 +197,24 @@ void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows) {
   const float* gates = router_.gates(s);
   float* y_perm = s + off_.y_perm;
   float* dgates = dgates_.data();
-  combine_rows_backward(dgates, y_perm, dy, y_perm, row_of, gates, rows, k_, C_);
   float* dy_rows = experts_->grad_rows(s, rows_.data());
   float* dx_rows = rows_.data();
-  parts_->run(s, *exchange_, y_perm, dy_rows, dx_rows, staging_.data(), C_,
-              [&](const ExpertGroups& g) { experts_->backward_input(s, g, dy_rows, dx_rows); });
-  scatter_add_rows(dh, y_perm, row_of, rows, k_, C_);
+  const auto tokens = [&](int p) {
+    const int t = parts_->token_begin(p, rows);
+    return std::pair<size_t, int>(size_t(t), parts_->token_begin(p + 1, rows) - t);
+  };
+  MoeParts::Stages stages;
+  stages.prepare = [&](int p) {  // the gates' gradient, and the gate-scaled rows to send
+    const auto [t, n] = tokens(p);
+    combine_rows_backward(dgates + t * k_, y_perm, dy + t * C_, y_perm, row_of + t * k_,
+                          gates + t * k_, n, k_, C_);
+  };
+  stages.compute = [&](const ExpertGroups& g) { experts_->backward_input(s, g, dy_rows, dx_rows); };
+  stages.complete = [&](int p) {
+    const auto [t, n] = tokens(p);
+    scatter_add_rows(dh + t * C_, y_perm, row_of + t * k_, n, k_, C_);
+  };
+  parts_->run(s, *exchange_, y_perm, dy_rows, dx_rows, staging_.data(), C_, stages);
   router_.backward_input(s, dgates, dh, rows);
 }
 

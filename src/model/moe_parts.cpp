@@ -44,20 +44,28 @@ const int32_t* MoeParts::plan(float* s, const int32_t* row_token, const int32_t*
   int32_t* pm_row_of = ints(s, off_.row_of);
   for (int64_t a = 0; a < int64_t(rows) * k_; ++a)
     pm_row_of[a] = row_of[a] < 0 ? -1 : pm_pos_[row_of[a]];
-  exchange_part_counts(s, x);
+  start_part_counts(s, x);
   return part_row_token_.data();
 }
 
 // One count exchange for every part: to rank d go (P, El) counts, part-major.
-void MoeParts::exchange_part_counts(float* s, TokenExchange& x) {
+void MoeParts::start_part_counts(float* s, TokenExchange& x) {
   const int E = ranks_ * El_;
   const int32_t* send = ints(s, off_.send);
-  int32_t* recv = ints(s, off_.recv);
   for (int d = 0; d < ranks_; ++d)
     for (int p = 0; p < P_; ++p)
       for (int le = 0; le < El_; ++le)
         counts_out_[(d * P_ + p) * El_ + le] = send[p * E + d * El_ + le];
-  x.exchange_counts(counts_out_.data(), counts_in_.data(), P_ * El_);
+  counts_ = x.start_exchange_counts(counts_out_.data(), counts_in_.data(), P_ * El_);
+}
+
+// The backward pass finds none pending: it reuses the forward's counts, kept in its slot.
+void MoeParts::finish_part_counts(float* s) {
+  if (!counts_) return;
+  counts_->finish();
+  counts_.reset();
+  const int E = ranks_ * El_;
+  int32_t* recv = ints(s, off_.recv);
   for (int src = 0; src < ranks_; ++src)
     for (int p = 0; p < P_; ++p)
       for (int le = 0; le < El_; ++le)
@@ -98,26 +106,34 @@ ExpertGroups MoeParts::groups(float* s, int p) {
 }
 
 void MoeParts::run(float* s, TokenExchange& x, float* rows, float* in, float* out, float* staging,
-                   int width, const Compute& compute) {
+                   int width, const Stages& stages) {
   const size_t w = size_t(width);
   const auto dispatch = [&](int p) {
     const Span m = send_span(s, p), r = recv_span(s, p);
     return x.start_dispatch(in + r.begin * w, rows + m.begin * w, staging + r.begin * w,
                             counts(s, p), width);
   };
-  // Phases: part p's rows arrive; part p+1's start travelling; the experts compute part p
-  // while they (and part p-1's results) travel; part p's results start back.
-  std::vector<std::unique_ptr<PendingExchange>> back(P_);
+  // Phases: part 0's rows, while the counts travel; the other parts' rows, while part 0's
+  // travel. Then part p's rows arrive; part p+1's start travelling; the experts compute
+  // part p while they (and part p-1's results) travel; part p's results start back.
+  // Last, each part's results as they come in, the earlier ones while the last travels.
+  stages.prepare(0);
+  finish_part_counts(s);
   std::unique_ptr<PendingExchange> arriving = dispatch(0);
+  for (int p = 1; p < P_; ++p) stages.prepare(p);
+  std::vector<std::unique_ptr<PendingExchange>> back(P_);
   for (int p = 0; p < P_; ++p) {
     arriving->finish();
     if (p + 1 < P_) arriving = dispatch(p + 1);
-    compute(groups(s, p));
+    stages.compute(groups(s, p));
     const Span m = send_span(s, p), r = recv_span(s, p);
     back[p] = x.start_combine(rows + m.begin * w, out + r.begin * w, staging + r.begin * w,
                               counts(s, p), width);
   }
-  for (auto& b : back) b->finish();
+  for (int p = 0; p < P_; ++p) {
+    back[p]->finish();
+    stages.complete(p);
+  }
 }
 
 void MoeParts::for_each_part(float* s, const Compute& compute) {

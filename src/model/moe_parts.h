@@ -9,7 +9,18 @@
 //              |             | combine 0   | .. | combine P-2 | combine P-1
 //
 // Only the first part's dispatch and the last part's combine are exposed: 1/P of the
-// exchange, once the experts of a part take as long as its exchange. Routing (and with it
+// exchange, once the experts of a part take as long as its exchange. The layer's own work
+// on the token side is cut at the same boundaries so that it fills those two waits
+// (Stages): part p's send rows are prepared (gathered in forward, gate-scaled in backward)
+// just before its dispatch, part 0's while the counts travel and the later parts' while
+// part 0's rows travel; part p's returned rows are consumed (summed per token) as soon as
+// its combine is in, the earlier parts' while the last combine travels. The count exchange
+// itself is started by plan and finished by run, after part 0's rows are ready:
+//
+//   counts | dispatch 0       | ..
+//   prep 0 | prep 1 .. P-1    | experts 0 | ..           | combine P-1
+//                                          .. | combine 0 | done 0 .. P-2 | done P-1 Routing (and
+//                                          with it
 // the aux loss and the capacity plan) is the whole microbatch's, as without parts; each
 // token's experts compute the same rows; only the experts' weight gradients are summed part
 // by part (so results equal one worker's to rounding, not bit for bit).
@@ -25,6 +36,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "model/activation_pool.h"
@@ -41,38 +53,50 @@ class MoeParts {
 
   // After routing: the parts of `rows` tokens and their M kept rows (router's row_token,
   // row_of, per-expert send counts), this rank's part-major row_of in the slot, and the
-  // counts every rank receives per part (one blocking count exchange over x). Returns the
-  // part-major row_token (valid until the next call), for gathering the rows to send.
+  // counts every rank receives per part (one count exchange over x, started here and
+  // finished by the next run). Returns the part-major row_token (valid until the next
+  // call), for gathering the rows to send.
   const int32_t* plan(float* s, const int32_t* row_token, const int32_t* row_of,
                       const int32_t* send_counts, int rows, int M, TokenExchange& x);
   // Part-major (token, choice) -> row, as plan left it: (rows, k).
   const int32_t* row_of(float* s) const { return ints(s, off_.row_of); }
+  // Part p's tokens of `rows`: [token_begin(p, rows), token_begin(p + 1, rows)).
+  int token_begin(int p, int rows) const { return int(int64_t(p) * rows / P_); }
+  // Part p's part-major send rows: [begin, begin + rows).
+  struct Span {
+    int64_t begin = 0, rows = 0;
+  };
+  Span send_span(float* s, int p) const;
 
   // The pipeline above for one pass. `rows` (M, C) holds the part-major rows to send and
   // receives the results back in place; `in` and `out` (R, C) are the experts' input and
   // output rows (in may be out), `staging` (R, C) the exchanges' staging. compute(g) runs
-  // the experts on one part's region g, from in to out.
+  // the experts on one part's region g, from in to out; prepare(p) writes part p's rows
+  // to send (send_span), complete(p) reads its returned rows.
   using Compute = std::function<void(const ExpertGroups& g)>;
+  struct Stages {
+    std::function<void(int p)> prepare;
+    Compute compute;
+    std::function<void(int p)> complete;
+  };
   void run(float* s, TokenExchange& x, float* rows, float* in, float* out, float* staging,
-           int width, const Compute& compute);
+           int width, const Stages& stages);
   // Each part's expert groups in turn (for the weight gradients).
   void for_each_part(float* s, const Compute& compute);
 
  private:
   static int32_t* ints(float* s, size_t off) { return reinterpret_cast<int32_t*>(s + off); }
   ExchangeCounts counts(float* s, int p) const;
-  // Part p's receive region (start row, rows) and send rows (start, rows), from the counts.
-  struct Span {
-    int64_t begin = 0, rows = 0;
-  };
-  Span send_span(float* s, int p) const;
+  // Part p's receive region (start row, rows), from the counts.
   Span recv_span(float* s, int p) const;
   ExpertGroups groups(float* s, int p);
-  void exchange_part_counts(float* s, TokenExchange& x);
+  void start_part_counts(float* s, TokenExchange& x);
+  void finish_part_counts(float* s);
 
   int P_, ranks_, El_, k_;
   std::vector<int32_t> part_row_token_, pm_pos_, expert_cursor_, offset_;
   std::vector<int32_t> counts_out_, counts_in_;  // (ranks, P, El) for the count exchange
+  std::unique_ptr<PendingExchange> counts_;      // started by plan, finished by run
   struct {
     size_t send, recv;  // (P, ranks, El) each
     size_t row_of;      // (rows, k)

@@ -55,6 +55,14 @@ class TokenExchange {
   // recv_counts from every rank's send_counts (layouts as ExchangeCounts). Blocking: the
   // payload sizes depend on it.
   virtual void exchange_counts(const int32_t* send_counts, int32_t* recv_counts, int per_rank) = 0;
+  // The same, started: recv_counts is valid after finish, and both arrays stay untouched
+  // until then (the overlapped layer gathers rows meanwhile). By default blocking.
+  virtual std::unique_ptr<PendingExchange> start_exchange_counts(const int32_t* send_counts,
+                                                                 int32_t* recv_counts,
+                                                                 int per_rank) {
+    exchange_counts(send_counts, recv_counts, per_rank);
+    return std::make_unique<Finished>();
+  }
 
   // dst (received rows, width), expert-major = the rows src (this rank's sent rows, width,
   // expert-sorted) of every rank of the group, for this rank's experts. combine is the

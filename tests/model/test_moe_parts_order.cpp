@@ -1,10 +1,14 @@
 // The order in which an overlapped MoE layer (model/moe_parts.h) posts its exchanges
 // against its experts' compute: what makes the overlap possible at all. A part's dispatch
 // must be posted before the previous part's experts start, and a part's combine before the
-// next part's experts start; otherwise the rows travel while the rank waits. Recorded by a
-// fake exchange that logs every start and finish, and by the experts' callback.
+// next part's experts start; otherwise the rows travel while the rank waits. The layer's
+// token-side work fills the two waits no expert can: the count exchange travels while
+// part 0's rows are gathered, part 0's rows while the other parts' are, and the last
+// combine while the earlier parts' results are summed. Recorded by a fake exchange that
+// logs every start and finish, and by the stages' callbacks.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,25 +28,36 @@ std::string tag(char kind, int p, const char* suffix = "") {
 }
 
 // Logs "Dp+" / "Cp+" at a dispatch's / combine's start and "Dp-" / "Cp-" at its finish, p
-// counting the starts of each kind since the last reset.
+// counting the starts of each kind since the last reset; "K+" / "K-" for a started count
+// exchange. on_log (if set) sees each line as it is logged.
 class LoggingExchange final : public TokenExchange {
  public:
   std::vector<std::string> log;
+  std::function<void(const std::string&)> on_log;
   void reset() { log.clear(), dispatches_ = combines_ = 0; }
+  void note(std::string line) {
+    log.push_back(std::move(line));
+    if (on_log) on_log(log.back());
+  }
 
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void exchange_counts(const int32_t* send, int32_t* recv, int per_rank) override {
+    note("K blocking");
     inner_.exchange_counts(send, recv, per_rank);
+  }
+  std::unique_ptr<PendingExchange> start_exchange_counts(const int32_t* send, int32_t* recv,
+                                                         int per_rank) override {
+    return logged("K", inner_.start_exchange_counts(send, recv, per_rank));
   }
   void dispatch(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                 int width) override {
-    log.push_back("D blocking");
+    note("D blocking");
     inner_.dispatch(dst, src, staging, c, width);
   }
   void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                int width) override {
-    log.push_back("C blocking");
+    note("C blocking");
     inner_.combine(dst, src, staging, c, width);
   }
   std::unique_ptr<PendingExchange> start_dispatch(float* dst, const float* src, float* staging,
@@ -56,31 +71,44 @@ class LoggingExchange final : public TokenExchange {
 
  private:
   struct Logged final : PendingExchange {
-    Logged(std::vector<std::string>& l, std::string n) : log(l), name(std::move(n)) {}
-    void finish() override { log.push_back(name + "-"); }
-    std::vector<std::string>& log;
+    Logged(LoggingExchange& x, std::string n) : owner(x), name(std::move(n)) {}
+    void finish() override { owner.note(name + "-"); }
+    LoggingExchange& owner;
     std::string name;
   };
   std::unique_ptr<PendingExchange> logged(std::string name, std::unique_ptr<PendingExchange> p) {
     p->finish();  // the identity exchange has nothing in flight
-    log.push_back(name + "+");
-    return std::make_unique<Logged>(log, std::move(name));
+    note(name + "+");
+    return std::make_unique<Logged>(*this, std::move(name));
   }
   IdentityExchange inner_;
   int dispatches_ = 0, combines_ = 0;
 };
 
-// Every line names what the rank does, in order; "Ep" are part p's experts.
+// Every line names what the rank does, in order: "K" the count exchange, "Pp" part p's
+// rows prepared, "Ep" its experts, "Fp" its results summed.
 std::vector<std::string> expected_order(int P) {
-  std::vector<std::string> want = {"D0+"};
+  std::vector<std::string> want = {"K+", "P0", "K-", "D0+"};
+  for (int p = 1; p < P; ++p) want.push_back(tag('P', p));  // while D0 travels
   for (int p = 0; p < P; ++p) {
     want.push_back(tag('D', p, "-"));
     if (p + 1 < P) want.push_back(tag('D', p + 1, "+"));  // before Ep
     want.push_back(tag('E', p));
     want.push_back(tag('C', p, "+"));  // before E(p+1)
   }
-  for (int p = 0; p < P; ++p) want.push_back(tag('C', p, "-"));
+  for (int p = 0; p < P; ++p) {  // F0 .. F(P-2) while C(P-1) travels
+    want.push_back(tag('C', p, "-"));
+    want.push_back(tag('F', p));
+  }
   return want;
+}
+
+// The lines of `order` the exchange sees (the backward pass has no count exchange).
+std::vector<std::string> exchanges_of(const std::vector<std::string>& order, bool counts) {
+  std::vector<std::string> out;
+  for (const std::string& s : order)
+    if ((s[0] == 'D' || s[0] == 'C') || (counts && s[0] == 'K')) out.push_back(s);
+  return out;
 }
 
 // MoeParts::run alone, 8 tokens top-1 over 2 experts, in P parts.
@@ -98,14 +126,19 @@ TEST(MoePartsOrder, NextDispatchAndThisCombinePostedAroundEachPartsExperts) {
     parts.plan(slot.data(), row_token.data(), row_of.data(), send_counts.data(), rows, rows, x);
     std::vector<float> buf(rows * width), in(buf.size()), out(buf.size()), staging(buf.size());
     int part = 0;
-    parts.run(slot.data(), x, buf.data(), in.data(), out.data(), staging.data(), width,
-              [&](const ExpertGroups&) { x.log.push_back(tag('E', part++)); });
+    MoeParts::Stages stages;
+    stages.prepare = [&](int p) { x.note(tag('P', p)); };
+    stages.compute = [&](const ExpertGroups&) { x.note(tag('E', part++)); };
+    stages.complete = [&](int p) { x.note(tag('F', p)); };
+    parts.run(slot.data(), x, buf.data(), in.data(), out.data(), staging.data(), width, stages);
     EXPECT_EQ(x.log, expected_order(P)) << P << " parts";
   }
 }
 
 // The layer runs that pipeline in both passes: its forward and its backward input pass
-// each post P dispatches and P combines in the same interleaving, and nothing blocking.
+// each post P dispatches and P combines in the same interleaving, and nothing blocking; and
+// by the time the last combine is in, the earlier parts' tokens already hold their results
+// (y in forward, dh in backward), the last part's not yet.
 TEST(MoePartsOrder, ForwardAndBackwardBothPipelineTheirExchanges) {
   const int N = 12, C = 8, E = 2, P = 3;
   const ModelConfig cfg = moe_test::config(C, E, 1, 0.0f);
@@ -115,16 +148,25 @@ TEST(MoePartsOrder, ForwardAndBackwardBothPipelineTheirExchanges) {
   moe_test::Harness m(cfg, ep, N);
   const auto h = moe_test::random_vec(size_t(N) * C, 3, 1);
   const auto dy = moe_test::random_vec(size_t(N) * C, 3, 2);
-  std::vector<float> y(h.size()), dh(h.size());
-  // The experts are not visible here: drop them from the expected order.
-  std::vector<std::string> want;
-  for (const std::string& s : expected_order(P))
-    if (s[0] != 'E') want.push_back(s);
+  const float unset = -1e30f;
+  std::vector<float> y(h.size(), unset), dh(h.size(), unset);
+  // Which tokens hold a result (not `unset`) when the last combine finishes.
+  std::vector<float>* out = &y;
+  std::vector<bool> done_at_last(N);
+  x.on_log = [&](const std::string& line) {
+    if (line != tag('C', P - 1, "-")) return;
+    for (int t = 0; t < N; ++t) done_at_last[size_t(t)] = (*out)[size_t(t) * C] != unset;
+  };
+  std::vector<bool> want_done(N, true);
+  for (int t = N - N / P; t < N; ++t) want_done[size_t(t)] = false;
   m.layer->forward(m.slot(), h.data(), y.data(), N);
-  EXPECT_EQ(x.log, want) << "forward";
+  EXPECT_EQ(x.log, exchanges_of(expected_order(P), true)) << "forward";
+  EXPECT_EQ(done_at_last, want_done) << "forward";
   x.reset();
+  out = &dh;
   m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
-  EXPECT_EQ(x.log, want) << "backward";
+  EXPECT_EQ(x.log, exchanges_of(expected_order(P), false)) << "backward";
+  EXPECT_EQ(done_at_last, want_done) << "backward";
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -11,7 +10,9 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/hybrid/direct_all_to_all.h"
 #include "comm/hybrid/sleeping_wait.h"
+#include "comm/hybrid/slot_tag.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -47,20 +48,6 @@ void divide(void* buf, size_t count, int n) {
   for (size_t i = 0; i < count; ++i) p[i] /= d;
 }
 
-// Tags across processes carry the sender's local index above the caller's tag, so two
-// threads of one process sending to the same receiver with the same tag stay apart.
-// make_p2p_tag stays below 2^27 and Open MPI's tags reach 2^31-1: 16 slots fit.
-constexpr int64_t kSlotTagStride = int64_t(1) << 27;
-
-int slot_tag(int slot, int tag, const std::string& group) {
-  MT_CHECK(tag >= 0 && tag < kSlotTagStride, "point-to-point tag ", tag, " on group ", group,
-           " is outside 0..", kSlotTagStride - 1);
-  const int64_t t = slot * kSlotTagStride + tag;
-  MT_CHECK(t <= INT_MAX, "point-to-point between processes on group ", group, " from local rank ",
-           slot, ": at most 16 members per process can be told apart by tag");
-  return static_cast<int>(t);
-}
-
 void require_buffer(const void* p, size_t count, const char* what, const std::string& group) {
   MT_CHECK(p != nullptr || count == 0, what, " buffer on group ", group, " is null but count is ",
            count);
@@ -69,9 +56,10 @@ void require_buffer(const void* p, size_t count, const char* what, const std::st
 }  // namespace
 
 struct HierarchicalCommunicator::State {
-  explicit State(HierarchicalParts p) : parts(std::move(p)) {}
+  explicit State(HierarchicalParts p) : parts(std::move(p)) { pacing.timeout_s = parts.timeout_s; }
 
   HierarchicalParts parts;
+  SleepingWait pacing;  // how the worker waits for a step between processes
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<Task>> queue;
@@ -243,7 +231,7 @@ Work HierarchicalCommunicator::all_reduce(const void* send, void* recv, size_t c
     }
     char* mine = buf + j * m * es;
     q.intra->reduce_scatter(buf, mine, m, t, inner).wait();
-    wait_sleeping(q.inter->all_reduce(mine, mine, m, t, inner));
+    wait_sleeping(q.inter->all_reduce(mine, mine, m, t, inner), s->pacing);
     q.intra->all_gather(mine, buf, m, t).wait();
     if (buf != recv) copy(recv, buf, count * es);
     if (op == ReduceOp::avg) divide(recv, count, n);
@@ -271,7 +259,7 @@ Work HierarchicalCommunicator::reduce_scatter(const void* send, void* recv, size
         copy(staged + (k * P + p) * chunk, bytes(send) + (p * L + k) * chunk, chunk);
     char* mine = staged + j * P * chunk;
     q.intra->reduce_scatter(staged, mine, P * recv_count, t, inner).wait();
-    wait_sleeping(q.inter->reduce_scatter(mine, recv, recv_count, t, inner));
+    wait_sleeping(q.inter->reduce_scatter(mine, recv, recv_count, t, inner), s->pacing);
     if (op == ReduceOp::avg) divide(recv, recv_count, n);
   });
 }
@@ -289,7 +277,7 @@ Work HierarchicalCommunicator::all_gather(const void* send, void* recv, size_t s
     // across processes, then the blocks are gathered inside the process.
     char* staged = s->scratch(P * L * chunk);
     char* mine = staged + j * P * chunk;
-    wait_sleeping(q.inter->all_gather(send, mine, send_count, t));
+    wait_sleeping(q.inter->all_gather(send, mine, send_count, t), s->pacing);
     q.intra->all_gather(mine, staged, P * send_count, t).wait();
     for (size_t p = 0; p < P; ++p)
       for (size_t k = 0; k < L; ++k)
@@ -304,7 +292,8 @@ Work HierarchicalCommunicator::broadcast(void* buf, size_t count, DType t, int r
   return enqueue(state_, "broadcast", [s, buf, count, t, root] {
     const HierarchicalParts& q = s->parts;
     const int root_process = root / q.per_process, root_slot = root % q.per_process;
-    if (q.local_index == root_slot) wait_sleeping(q.inter->broadcast(buf, count, t, root_process));
+    if (q.local_index == root_slot)
+      wait_sleeping(q.inter->broadcast(buf, count, t, root_process), s->pacing);
     q.intra->broadcast(buf, count, t, root_slot).wait();
   });
 }
@@ -315,7 +304,7 @@ Work HierarchicalCommunicator::barrier() {
     const HierarchicalParts& q = s->parts;
     // Everyone here has arrived -> every process has -> release everyone here.
     q.intra->barrier().wait();
-    if (q.local_index == 0) wait_sleeping(q.inter->barrier());
+    if (q.local_index == 0) wait_sleeping(q.inter->barrier(), s->pacing);
     q.intra->barrier().wait();
   });
 }
@@ -334,63 +323,10 @@ Work HierarchicalCommunicator::all_to_all_v(const void* send, const size_t* send
   require_buffer(recv, r_total, "all_to_all_v recv", name());
   State* s = state_.get();
   return enqueue(
-      state_, "all_to_all_v", [s, send, recv, t, N, sc = std::move(sc), rc = std::move(rc)] {
-        const HierarchicalParts& q = s->parts;
-        const size_t P = q.processes, L = q.per_process, j = q.local_index, es = dtype_size(t);
-        // What every member of this process sends to every group rank.
-        std::vector<int64_t> mine(sc.begin(), sc.end()), local(L * N);
-        q.intra->all_gather(mine.data(), local.data(), N, DType::i64).wait();
-        auto count = [&](size_t k, size_t g) { return static_cast<size_t>(local[k * N + g]); };
-
-        // Step 1, inside the process: member k collects what this process sends to slot k of
-        // every process, ordered by destination process.
-        std::vector<size_t> send1(L, 0), recv1(L, 0), send2(P, 0), recv2(P, 0);
-        for (size_t k = 0; k < L; ++k)
-          for (size_t p = 0; p < P; ++p) {
-            send1[k] += sc[p * L + k];
-            recv1[k] += count(k, p * L + j);
-            send2[p] += count(k, p * L + j);
-            recv2[p] += rc[p * L + k];
-          }
-        size_t n1 = 0, n2 = 0;
-        for (size_t k = 0; k < L; ++k) {
-          n1 += send1[k];
-          n2 += recv1[k];
-        }
-        // One element of gap when this member sends nothing, so that its (empty) send never
-        // starts where its receive does: the local backend refuses an in-place all-to-all-v.
-        const size_t gap = n1 == 0 ? 1 : 0;
-        char* out1 = s->scratch((n1 + gap + 2 * n2) * es);
-        char* in1 = out1 + (n1 + gap) * es;
-        char* out2 = in1 + n2 * es;
-        std::vector<size_t> disp(N + 1, 0);
-        for (size_t g = 0; g < N; ++g) disp[g + 1] = disp[g] + sc[g];
-        size_t off = 0;
-        for (size_t k = 0; k < L; ++k)
-          for (size_t p = 0; p < P; ++p) {
-            const size_t g = p * L + k;
-            copy(out1 + off * es, bytes(send) + disp[g] * es, sc[g] * es);
-            off += sc[g];
-          }
-        q.intra->all_to_all_v(out1, send1.data(), in1, recv1.data(), t).wait();
-
-        // Step 2, across processes: to process p goes what each member k of this process sends
-        // to (p, j), in k order; what arrives from process p is then ranks (p,0)..(p,L-1) in
-        // order, which is recv's order.
-        std::vector<size_t> from_k(L + 1, 0);  // start of member k's data in in1
-        for (size_t k = 0; k < L; ++k) from_k[k + 1] = from_k[k] + recv1[k];
-        std::vector<size_t> cursor(from_k.begin(), from_k.end() - 1);
-        off = 0;
-        for (size_t p = 0; p < P; ++p)
-          for (size_t k = 0; k < L; ++k) {
-            const size_t c = count(k, p * L + j);
-            copy(out2 + off * es, in1 + cursor[k] * es, c * es);
-            cursor[k] += c;
-            off += c;
-          }
-        const double inter_begin = s->spans.recording() ? now_seconds() : 0;
-        wait_sleeping(q.inter->all_to_all_v(out2, send2.data(), recv, recv2.data(), t));
-        s->spans.record("all_to_all_v between processes", inter_begin, now_seconds());
+      state_, "all_to_all_v", [s, send, recv, t, sc = std::move(sc), rc = std::move(rc)] {
+        const double begin = s->spans.recording() ? now_seconds() : 0;
+        direct_all_to_all_v(s->parts, send, sc.data(), recv, rc.data(), t, s->staging, s->pacing);
+        s->spans.record("all_to_all_v between processes", begin, now_seconds());
       });
 }
 
@@ -401,7 +337,7 @@ Work HierarchicalCommunicator::send(const void* buf, size_t count, DType t, int 
   const int p = peer / q.per_process, k = peer % q.per_process;
   if (p == q.process_index) return q.intra->send(buf, count, t, k, tag);
   return q.p2p[static_cast<size_t>(k)]->send(buf, count, t, p,
-                                             slot_tag(q.local_index, tag, q.name));
+                                             caller_slot_tag(q.local_index, tag, q.name));
 }
 
 Work HierarchicalCommunicator::recv(void* buf, size_t count, DType t, int peer, int tag) {
@@ -411,7 +347,7 @@ Work HierarchicalCommunicator::recv(void* buf, size_t count, DType t, int peer, 
   const int p = peer / q.per_process, k = peer % q.per_process;
   if (p == q.process_index) return q.intra->recv(buf, count, t, k, tag);
   return q.p2p[static_cast<size_t>(q.local_index)]->recv(buf, count, t, p,
-                                                         slot_tag(k, tag, q.name));
+                                                         caller_slot_tag(k, tag, q.name));
 }
 
 // Bytes are what the parts moved (intra copies included, as the local backend counts

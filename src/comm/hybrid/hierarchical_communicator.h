@@ -12,12 +12,13 @@
 //   reduce_scatter  chunks regrouped by local index j, intra reduce-scatter of P chunks,
 //                   inter reduce-scatter of one chunk
 //   all_gather      inter all-gather of the slot's chunks, intra all-gather, regrouped
-//   all_to_all_v    intra all-to-all (collect what goes to slot j of every process), inter
-//                   all-to-all-v, which lands directly in rank order
+//   all_to_all_v    not in levels: every member exchanges with every other directly, point
+//                   to point (direct_all_to_all.h), so its rows leave at its own issue
 //   broadcast       inter broadcast among the root's slot, intra broadcast from it
 //   barrier         intra, inter (slot 0), intra
 //   send/recv       inside the process: intra; across: MPI on the receiver slot's own
 //                   point-to-point communicator, the sender's slot folded into the tag
+//                   (slot_tag.h; one tag is the all-to-all's)
 //
 // Collectives run in issue order on a worker thread of this communicator (each is several
 // dependent steps); the caller gets a Work at once. The worker waits for each step between
@@ -43,6 +44,7 @@ struct HierarchicalParts {
   int per_process = 0;                  // L
   int process_index = 0;                // p: this rank's process among the group's
   int local_index = 0;                  // j: this rank among its process's members
+  double timeout_s = 300;               // the world's --timeout, for the waits between processes
   std::shared_ptr<Communicator> intra;  // L members of this process, index j
   std::shared_ptr<Communicator> inter;  // slot j of every process, index p
   // p2p[k]: point-to-point communicator of slot k (its members receive on it), index p.

@@ -142,6 +142,7 @@ std::shared_ptr<Communicator> HybridProcess::make_group(int world_rank, uint64_t
   parts.per_process = L;
   parts.process_index = index / L;
   parts.local_index = index % L;
+  parts.timeout_s = opts_.timeout_s;
   const size_t here = static_cast<size_t>(parts.process_index * L);
   const std::vector<int> inside(members.begin() + here, members.begin() + here + L);
   parts.intra = std::make_shared<local::LocalCommunicator>(

@@ -2,19 +2,26 @@
 
 #include <thread>
 
+#include "core/timer.h"
+
 namespace mt::hybrid {
 
 void wait_sleeping(Work& w, const SleepingWait& how) {
+  const auto now = [&how] { return how.clock ? how.clock() : now_seconds(); };
+  const double start = now();
   for (int i = 0; i < how.spin_polls; ++i)
     if (w.test()) return;
-  for (int i = 0; i < how.max_sleeps; ++i) {
+  for (;;) {
     if (how.sleep)
       how.sleep(how.quantum);
     else
       std::this_thread::sleep_for(how.quantum);
     if (w.test()) return;
+    // Past the timeout: one last wait that fails at once unless the work just completed,
+    // with this loop's time counted.
+    const double waited = now() - start;
+    if (waited >= how.timeout_s) return w.wait_after(waited);
   }
-  w.wait();
 }
 
 void wait_sleeping(Work&& w, const SleepingWait& how) {

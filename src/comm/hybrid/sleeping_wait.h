@@ -22,11 +22,13 @@ namespace mt::hybrid {
 struct SleepingWait {
   int spin_polls = 16;  // polls at once first: a short collective returns without a sleep
   std::chrono::microseconds quantum{100};
-  // Sleeps before handing over to Work::wait, which enforces the group's timeout (so a
-  // stuck step between processes fails that timeout after these 2+ s, not after 0).
-  int max_sleeps = 20000;
-  // Empty: std::this_thread::sleep_for (tests record the sleeps instead).
+  // The group's timeout (WorldOptions::timeout_s). The loop itself keeps it: once the wait
+  // has lasted that long, Work::wait_after fails the step with the time really waited (so a
+  // stuck step between processes fails at the timeout, and its message says how long).
+  double timeout_s = 300;
+  // Empty: std::this_thread::sleep_for and core/timer.h's now_seconds (tests pass their own).
   std::function<void(std::chrono::microseconds)> sleep;
+  std::function<double()> clock;
 };
 
 // Returns once w is complete (rethrows its failure), polling it as above.

@@ -81,7 +81,7 @@ bool MpiWork::test() {
   }
 }
 
-void MpiWork::wait() {
+void MpiWork::wait_after(double waited_s) {
   std::lock_guard lock(mutex_);
   if (error_) std::rethrow_exception(error_);
   if (done_) return;
@@ -90,7 +90,7 @@ void MpiWork::wait() {
   Backoff backoff;
   try {
     while (!poll_locked()) {
-      double waited = watch.elapsed();
+      double waited = waited_s + watch.elapsed();
       if (waited > group_->opts.timeout_s) fail_timeout(waited);
       backoff.pause(waited);
     }

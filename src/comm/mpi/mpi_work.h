@@ -37,7 +37,8 @@ class MpiWork : public Work::Impl {
   std::shared_ptr<MpiWork> previous;  // must complete first (issue order)
 
   bool test() override;
-  void wait() override;
+  void wait() override { wait_after(0); }
+  void wait_after(double waited_s) override;
 
  private:
   bool poll_locked();  // one MPI_Testall of this work's requests; true once all are done

@@ -50,6 +50,17 @@ void TokenDispatcher::exchange_counts(const int32_t* send_counts, int32_t* recv_
   wait(w);
 }
 
+std::unique_ptr<PendingExchange> TokenDispatcher::start_exchange_counts(const int32_t* send_counts,
+                                                                        int32_t* recv_counts,
+                                                                        int per_rank) {
+  auto p = std::make_unique<Pending>(*this, Elems{std::vector<size_t>(size(), size_t(per_rank)),
+                                                  std::vector<size_t>(size(), size_t(per_rank))});
+  p->start(ep_->all_to_all_v(send_counts, p->elems().to_rank.data(), recv_counts,
+                             p->elems().from_rank.data(), DType::i32),
+           Pending::Regroup{});
+  return p;
+}
+
 TokenDispatcher::Elems TokenDispatcher::dispatch_elems(const ExchangeCounts& c, int width) const {
   Elems e{std::vector<size_t>(size()), std::vector<size_t>(size())};
   for (int d = 0; d < size(); ++d) {

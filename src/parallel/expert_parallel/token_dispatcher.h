@@ -40,6 +40,9 @@ class TokenDispatcher final : public TokenExchange {
   int rank() const override { return ep_->rank(); }
   int size() const override { return ep_->size(); }
   void exchange_counts(const int32_t* send_counts, int32_t* recv_counts, int per_rank) override;
+  std::unique_ptr<PendingExchange> start_exchange_counts(const int32_t* send_counts,
+                                                         int32_t* recv_counts,
+                                                         int per_rank) override;
   void dispatch(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                 int width) override;
   void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
