@@ -282,7 +282,7 @@ void prepare_launch(TrainOptions& o, Launch& launch) {
       return MfuPeak::Figure{peak.gflops, describe_gemm_peak(pp, peak, 1)};
     });
   }
-  if (bf16) info.gemm_isa = dense_bf16_isa();
+  if (bf16) info.gemm_isa = dense_bf16_isa(dense_bf16_default_path(o.optim.threads));
   if (o.model.experts > 0) info.expert_gemm_isa = grouped_gemm_isa(bf16);
 }
 

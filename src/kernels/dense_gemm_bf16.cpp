@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstring>
 
+#include <omp.h>
+
 #include "core/error.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/grouped_gemm_kernels.h"
@@ -51,17 +53,18 @@ bool dense_bf16_path_available(DenseBf16Path path) {
   return path == DenseBf16Path::onednn ? bf16_matmul_supported() : amx::available();
 }
 
-DenseBf16Path dense_bf16_default_path() {
-  // Measured at 1 thread on the model's shapes (bench_dense_bf16, docs/kernels.md): the
-  // packed tile kernel ahead of oneDNN's brgemm AMX primitive wherever AMX runs.
-  static const DenseBf16Path chosen =
-      dense_bf16_path_available(DenseBf16Path::amx) ? DenseBf16Path::amx : DenseBf16Path::onednn;
-  return chosen;
+DenseBf16Path dense_bf16_default_path(int team) {
+  // Measured on the model's shapes (bench_dense_bf16 and bench step alternated, docs/kernels.md):
+  // in a 1-thread rank the packed tile kernel ran ahead of oneDNN's brgemm AMX primitive
+  // (4L d256 bf16 step -3 to -6%, llama -5 to -8%, 6L d512 -9%); in a 2-thread rank behind
+  // it (GEMM phase 29.3 against 26.2 ms, step +4 to +8%), so a wider team keeps oneDNN.
+  static const bool amx = dense_bf16_path_available(DenseBf16Path::amx);
+  return amx && team == 1 ? DenseBf16Path::amx : DenseBf16Path::onednn;
 }
 
 DenseBf16Path dense_bf16_path() {
   const int over = path_override.load(std::memory_order_relaxed);
-  return over < 0 ? dense_bf16_default_path() : DenseBf16Path(over);
+  return over < 0 ? dense_bf16_default_path(omp_get_max_threads()) : DenseBf16Path(over);
 }
 
 std::string dense_bf16_isa(DenseBf16Path path) {

@@ -1,5 +1,6 @@
 // The dense linear layers' bf16 GEMMs (--precision bf16, docs/precision.md) and the bf16
-// weight they read. Two kernels can run them (DenseBf16Path), picked at run time:
+// weight they read. Two kernels can run them (DenseBf16Path), picked at run time by the CPU,
+// the rank's team (amx in 1-thread ranks) and the layer's width (kDenseBf16TilesMaxOut):
 //  - amx: forward and backward_input on the grouped GEMM's AMX tile kernel
 //    (kernels/grouped_gemm.h) as one group, reading the weight packed once per change of
 //    the weights in the two layouts it multiplies by (GroupedPack: weight^T for forward,
@@ -41,10 +42,12 @@ enum class DenseBf16Path { onednn, amx };
 // outputs (every layer of the models measured) the tiles were faster.
 constexpr int kDenseBf16TilesMaxOut = 4096;
 
-// amx where amx::available() (kernels/amx_tiles.h), onednn elsewhere.
+// amx where amx::available() (kernels/amx_tiles.h) and the rank computes on one thread (team:
+// its OpenMP threads), onednn elsewhere.
 bool dense_bf16_path_available(DenseBf16Path path);
-DenseBf16Path dense_bf16_default_path();
-DenseBf16Path dense_bf16_path();  // the default, or a ScopedDenseBf16Path's
+DenseBf16Path dense_bf16_default_path(int team);
+// The calling rank's default (its team: omp_get_max_threads()), or a ScopedDenseBf16Path's.
+DenseBf16Path dense_bf16_path();
 // The kernels a path runs, for logs and the step breakdown: on amx "AMX tiles, weights
 // packed once per change (dense_gemm_bf16) forward and input gradients; oneDNN ... weight
 // gradients", on onednn "oneDNN " + matmul_bf16_isa() + its routine.

@@ -52,7 +52,8 @@ bool compute_bound(Phase p) {
 }
 
 std::string isa_line(const Session& s) {
-  if (s.opts.optim.precision == Precision::bf16) return "bf16 GEMMs: " + dense_bf16_isa();
+  if (s.opts.optim.precision == Precision::bf16)
+    return "bf16 GEMMs: " + dense_bf16_isa(dense_bf16_default_path(s.opts.optim.threads));
   return "fp32 GEMMs: oneDNN sgemm (its own dispatch: avx512_core on this build's targets)";
 }
 
@@ -100,7 +101,9 @@ std::string StepBreakdown::table(const Session& s) const {
             : "-");
     out += line;
   };
-  std::snprintf(line, sizeof line,
+  // The header names kernels and the peak's method: longer than a table line.
+  char header[2048];
+  std::snprintf(header, sizeof header,
                 "step breakdown (rank 0, %d step(s) after a warm-up, %d thread(s)); %s\n"
                 "  attention core: %s\n"
                 "  %s: the mfu denominator\n"
@@ -109,7 +112,7 @@ std::string StepBreakdown::table(const Session& s) const {
                 steps_, threads, isa_line(s).c_str(), attention_line(s).c_str(),
                 peak_line(s).c_str(), bw / 1e9, "phase", "ms/step", "share", "roofline ms",
                 "roof/t");
-  out += line;
+  out += header;
   double kernels = 0;
   for (int i = 0; i < kPhases; ++i) {
     const Phase p = Phase(i);

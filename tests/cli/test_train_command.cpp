@@ -141,7 +141,7 @@ TEST(TrainCommand, Bf16RunNamesItsGemmIsaAndWeightCopies) {
       "--precision bf16 --data " +
       d.path + " --metrics " + m);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string isa = mt::dense_bf16_isa();
+  const std::string isa = mt::dense_bf16_isa(mt::dense_bf16_default_path(1));  // --threads 1
   EXPECT_NE(r.out.find("bf16 (" + isa + ")"), std::string::npos) << r.out;
   auto q = run_meshtrain(std::string("train") + kSmall + "--steps 2 --data " + d.path +
                          " --metrics " + f);

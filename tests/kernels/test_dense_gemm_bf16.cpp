@@ -219,9 +219,20 @@ TEST(DenseGemmBf16, TheForcedFallbackRunsOneDnnOnThePlainCopy) {
   EXPECT_NE(dense_bf16_isa().find("oneDNN"), std::string::npos);
 }
 
-TEST(DenseGemmBf16, TheDefaultIsTheAmxPathWhereTheCpuHasAmx) {
-  EXPECT_EQ(dense_bf16_default_path(), amx() ? DenseBf16Path::amx : DenseBf16Path::onednn);
-  if (amx()) EXPECT_NE(dense_bf16_isa().find("dense_gemm_bf16"), std::string::npos);
+TEST(DenseGemmBf16, TheDefaultIsTheAmxPathInOneThreadRanksWhereTheCpuHasAmx) {
+  EXPECT_EQ(dense_bf16_default_path(1), amx() ? DenseBf16Path::amx : DenseBf16Path::onednn);
+  EXPECT_EQ(dense_bf16_default_path(2), DenseBf16Path::onednn) << "a 2-thread rank keeps oneDNN";
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const DenseBf16Path one = dense_bf16_path();
+  omp_set_num_threads(2);
+  const DenseBf16Path two = dense_bf16_path();
+  omp_set_num_threads(saved);
+  EXPECT_EQ(one, dense_bf16_default_path(1));
+  EXPECT_EQ(two, DenseBf16Path::onednn);
+  if (amx()) {
+    EXPECT_NE(dense_bf16_isa(DenseBf16Path::amx).find("dense_gemm_bf16"), std::string::npos);
+  }
 }
 
 // On the AMX path a row's bits depend only on that row and the weight: the first rows of a
