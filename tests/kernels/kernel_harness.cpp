@@ -19,6 +19,18 @@ double normalised_error(const Buf& a, const Buf& b) {
   return diff / std::max(scale, 1e-6);
 }
 
+std::vector<bf16> to_bf16_vec(const Buf& x) {
+  std::vector<bf16> h(x.size());
+  to_bf16(h.data(), x.data(), x.size());
+  return h;
+}
+
+Buf rounded(const Buf& x) {
+  Buf r = x;
+  round_to_bf16(r.data(), r.size());
+  return r;
+}
+
 Buf random_normal(size_t n, unsigned seed, float scale) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> dist(0.0f, scale);

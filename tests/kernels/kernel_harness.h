@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.h"
+
 namespace mt::test {
 
 using Buf = std::vector<float>;
@@ -53,5 +55,10 @@ void check_kernel_case(const KernelCase& kc);
 // Deterministic test data.
 Buf random_normal(size_t n, unsigned seed, float scale = 1.0f);
 std::vector<int> random_ints(size_t n, unsigned seed, int lo, int hi);
+
+// x as bf16 values (what a bf16 kernel reads), and x rounded to bf16 but kept in fp32 (the
+// exact values those kernels multiply, for references and error bounds).
+std::vector<bf16> to_bf16_vec(const Buf& x);
+Buf rounded(const Buf& x);
 
 }  // namespace mt::test

@@ -131,18 +131,6 @@ struct Shape {
   int N, C, OC;
 };
 
-std::vector<bf16> to_bf16_vec(const Buf& x) {
-  std::vector<bf16> h(x.size());
-  to_bf16(h.data(), x.data(), x.size());
-  return h;
-}
-
-Buf rounded(const Buf& x) {
-  Buf r = x;
-  round_to_bf16(r.data(), r.size());
-  return r;
-}
-
 // The per-element scale S of C (M, N) = op(A) (M, K) @ op(B) (K, N): sum |a||b|, with
 // a(m, k) and b(k, n) given as functions.
 template <typename FA, typename FB>

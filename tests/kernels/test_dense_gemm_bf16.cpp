@@ -28,18 +28,6 @@ bool amx() {
 #define MT_NEED_AMX() \
   if (!amx()) GTEST_SKIP() << "no AMX on this CPU: the packed path is AMX's"
 
-std::vector<bf16> to16(const Buf& x) {
-  std::vector<bf16> h(x.size());
-  to_bf16(h.data(), x.data(), x.size());
-  return h;
-}
-
-Buf rounded(const Buf& x) {
-  Buf r = x;
-  round_to_bf16(r.data(), r.size());
-  return r;
-}
-
 // One linear (OC, C) over N rows with its inputs, rounded twins and weight.
 struct Case {
   int N, C, OC;
@@ -60,14 +48,14 @@ struct Case {
   Buf forward(DenseBf16Path path, bool with_bias) {
     const ScopedDenseBf16Path use(path);
     Buf out(size_t(N) * OC);
-    dense_bf16_forward(out.data(), to16(x).data(), w16, w.data(), with_bias ? bias.data() : nullptr,
-                       N);
+    dense_bf16_forward(out.data(), to_bf16_vec(x).data(), w16, w.data(),
+                       with_bias ? bias.data() : nullptr, N);
     return out;
   }
   Buf backward_input(DenseBf16Path path, bool accumulate) {
     const ScopedDenseBf16Path use(path);
     Buf dx = accumulate ? dx_in : Buf(size_t(N) * C, 123.0f);
-    dense_bf16_backward_input(dx.data(), to16(dy).data(), w16, w.data(), N, accumulate);
+    dense_bf16_backward_input(dx.data(), to_bf16_vec(dy).data(), w16, w.data(), N, accumulate);
     return dx;
   }
 };
@@ -192,7 +180,7 @@ TEST(DenseGemmBf16, ALayerWiderThanTheTilesLimitRunsOneDnnOnThePlainCopy) {
   Case k(16, 64, kDenseBf16TilesMaxOut + 16);
   EXPECT_TRUE(DenseBf16Weight::on_tiles(kDenseBf16TilesMaxOut));
   EXPECT_FALSE(DenseBf16Weight::on_tiles(k.OC));
-  const std::vector<bf16> x16 = to16(k.x), w16 = to16(k.w), dy16 = to16(k.dy);
+  const std::vector<bf16> x16 = to_bf16_vec(k.x), w16 = to_bf16_vec(k.w), dy16 = to_bf16_vec(k.dy);
   Buf want(size_t(k.N) * k.OC), want_dx(size_t(k.N) * k.C);
   matmul_bf16_forward(want.data(), x16.data(), w16.data(), k.bias.data(), k.N, k.C, k.OC);
   matmul_bf16_backward_input(want_dx.data(), dy16.data(), w16.data(), k.N, k.C, k.OC, false);
@@ -207,7 +195,7 @@ TEST(DenseGemmBf16, ALayerWiderThanTheTilesLimitRunsOneDnnOnThePlainCopy) {
 TEST(DenseGemmBf16, TheForcedFallbackRunsOneDnnOnThePlainCopy) {
   Case k(64, 128, 192);
   if (!dense_bf16_path_available(DenseBf16Path::onednn)) GTEST_SKIP() << "no bf16 matmul here";
-  const std::vector<bf16> x16 = to16(k.x), w16 = to16(k.w), dy16 = to16(k.dy);
+  const std::vector<bf16> x16 = to_bf16_vec(k.x), w16 = to_bf16_vec(k.w), dy16 = to_bf16_vec(k.dy);
   Buf want(size_t(k.N) * k.OC), want_dx(size_t(k.N) * k.C);
   matmul_bf16_forward(want.data(), x16.data(), w16.data(), k.bias.data(), k.N, k.C, k.OC);
   matmul_bf16_backward_input(want_dx.data(), dy16.data(), w16.data(), k.N, k.C, k.OC, false);
