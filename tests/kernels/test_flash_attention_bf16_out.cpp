@@ -6,6 +6,7 @@
 // is written.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
