@@ -21,16 +21,14 @@ struct ProbeRun {
 // kernel_probes.cpp: the engine's kernels, one thread.
 void measure_sgemm_peak(HardwareProfile& h, const ProbeRun& run);
 void measure_parallel_efficiency(HardwareProfile& h, const ProbeRun& run);
-void measure_gemm_half_dim(HardwareProfile& h, const ProbeRun& run);
-void measure_gemm_half_rows(HardwareProfile& h, const ProbeRun& run);
+void measure_gemm_halves(HardwareProfile& h, const ProbeRun& run);
 void measure_backward_ratios(HardwareProfile& h, const ProbeRun& run);
 void measure_kernel_overhead(HardwareProfile& h, const ProbeRun& run);
 void measure_memory_bw(HardwareProfile& h, const ProbeRun& run);
 void measure_attention(HardwareProfile& h, const ProbeRun& run);
 void measure_pointwise(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_peak(HardwareProfile& h, const ProbeRun& run);
-void measure_bf16_half_dim(HardwareProfile& h, const ProbeRun& run);
-void measure_bf16_half_rows(HardwareProfile& h, const ProbeRun& run);
+void measure_bf16_halves(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_backward_ratios(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_overhead(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_convert(HardwareProfile& h, const ProbeRun& run);

@@ -32,10 +32,11 @@ struct HardwareProfile {
   // A GEMM whose smallest dimension is d runs at efficiency * d / (d + gemm_half_dim):
   // small tiles waste the machine (tile quantisation, too few thread blocks/threads).
   double gemm_half_dim = 0;
-  // Local only (0 = not measured: gemm_half_dim applies): the same penalty where the rows
-  // (M, a microbatch's tokens) are the smallest dimension, measured on a GEMM of few rows
-  // (kernel_probes.cpp): a small M costs the GEMM differently from a small K (the weight
-  // operand is packed for few rows), so the K = 64 figure does not carry over.
+  // Local only (0 = not measured: gemm_half_dim applies as above): the penalty of few rows
+  // (M, a microbatch's tokens), measured on a GEMM of few rows (kernel_probes.cpp): a small
+  // M costs the GEMM differently from a small K (the weight operand is packed for few
+  // rows). Where measured, both apply at once: efficiency / (1 + gemm_half_rows / M +
+  // gemm_half_dim / min(N, K)) (hardware_costs.h).
   double gemm_half_rows = 0;
   // Streaming multiprocessors (GPU datasheets; 0 = no wave quantisation, e.g. local CPUs).
   double sms = 0;
