@@ -190,16 +190,6 @@ const std::vector<Probe> kProbes = {
      "beyond it there, as 2 (n-1)/n bytes / seconds",
      {{"oversubscribed latency", "oversubscribed_latency_s", 1e6, "us"},
       {"busbw", "oversubscribed_busbw", 1e-9, "GB/s"}}},
-    {{"busy_tp_latency_s", "busy_tp_busbw"},
-     0,
-     false,
-     nullptr,
-     measure_busy_tp_collectives,
-     "what a 4-byte all-reduce adds to 2 rank threads that each run the reference model's "
-     "tp2 attention output projection (1024x128x256 sgemm) between collectives, / 2 steps; "
-     "busbw: what all-reducing that GEMM's 1 MiB output adds beyond it, as bytes / seconds",
-     {{"busy tp latency", "busy_tp_latency_s", 1e6, "us"},
-      {"busbw", "busy_tp_busbw", 1e-9, "GB/s"}}},
     {{"mpi_busbw", "mpi_latency_s", "mpi_p2p_bw"},
      0,
      false,

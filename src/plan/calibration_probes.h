@@ -45,12 +45,6 @@ void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun& run);
 // The oversubscribed busbw from what an all-reduce of `bytes` added (`seconds`) among
 // `ranks` busy rank threads: 0 when nothing measurable, never above the idle busbw.
 double oversubscribed_busbw_from(double bytes, double seconds, int ranks, double idle_busbw);
-// The tp group's collectives among two rank threads that compute between them, at the
-// reference model's tp2 size (busy_tp_latency_s, busy_tp_busbw).
-void measure_busy_tp_collectives(HardwareProfile& h, const ProbeRun& run);
-// Its busbw from what the payload's `bytes` added (`seconds`) beyond a 4-byte all-reduce
-// among `ranks`: 2 (n-1)/n bytes / seconds, 0 when nothing measurable, no upper bound.
-double busy_tp_busbw_from(double bytes, double seconds, int ranks);
 void measure_mpi_links(HardwareProfile& h, const ProbeRun& run);
 
 // reference_steps.cpp: real `meshtrain train` steps of the reference model, in children.

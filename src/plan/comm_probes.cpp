@@ -48,21 +48,13 @@ double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
 }
 
 // A loop of rank threads that compute between collectives: each iteration a (rows, k) x
-// (k, n) sgemm on one thread, then (count > 0) an all-reduce of `count` floats: of a buffer
-// of its own, or (reduce_output) of the GEMM's output, in cache as a row-parallel linear's
-// output is when the engine reduces it.
+// (k, n) sgemm on one thread, then (count > 0) an all-reduce of `count` floats.
 struct BusyLoop {
   int rows, k, n, iters;
-  bool reduce_output;
 };
 // About the work a tp layer of the reference model does between two of its collectives
 // when 2 x cores ranks share the cores.
-constexpr BusyLoop kOversubscribedLoop{128, 256, 384, 150, false};
-// The reference model's (4L d256 T128, micro-batch 8) attention output projection under
-// tp 2: 1024 rows, the rank's 128 of the 256 inputs, all 256 outputs, whose 1 MiB output
-// the engine all-reduces (tensor_parallel/row_parallel_linear.cpp).
-constexpr BusyLoop kTpLoop{1024, 128, 256, 60, true};
-
+constexpr BusyLoop kOversubscribedLoop{128, 256, 384, 150};
 // Wall seconds per iteration of `loop` among `ranks` rank threads; the better of two runs.
 double busy_loop_seconds(int ranks, size_t count, const BusyLoop& loop = kOversubscribedLoop) {
   double best = 0;
@@ -73,12 +65,12 @@ double busy_loop_seconds(int ranks, size_t count, const BusyLoop& loop = kOversu
       auto comm = w.world();
       std::vector<float> a(size_t(loop.rows) * loop.k, 0.1f), b(size_t(loop.n) * loop.k, 0.1f);
       std::vector<float> c(size_t(loop.rows) * loop.n);
-      std::vector<float> x(loop.reduce_output ? 0 : std::max<size_t>(count, 1), 1.0f);
-      float* reduced = loop.reduce_output ? c.data() : x.data();
+      std::vector<float> x(std::max<size_t>(count, 1), 1.0f);
       comm->barrier().wait();
       for (int i = 0; i < loop.iters; ++i) {
         matmul_forward(c.data(), a.data(), b.data(), nullptr, loop.rows, loop.k, loop.n);
-        if (count > 0) comm->all_reduce(reduced, reduced, count, DType::f32, ReduceOp::sum).wait();
+        if (count > 0)
+          comm->all_reduce(x.data(), x.data(), count, DType::f32, ReduceOp::sum).wait();
       }
       comm->barrier().wait();
     });
@@ -163,27 +155,6 @@ void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun&) {
   h.oversubscribed_busbw = oversubscribed_busbw_from(
       double(payload) * 4, busy_collective_seconds(ranks, payload, without) - one, ranks,
       h.intra_busbw);
-}
-
-double busy_tp_busbw_from(double bytes, double seconds, int ranks) {
-  return oversubscribed_busbw_from(bytes, seconds, ranks, 0);  // 0: no idle bound
-}
-
-// The tp collectives at their size among ranks that compute between them, on cores of
-// their own (two rank threads: the tp group of the local layouts; a machine of one core
-// shares it, as its tp2 runs do). The idle figures (measure_local_links) time a 16 MiB
-// all-reduce of cold buffers and a 4-byte one between ranks that wait for each other; the
-// engine's tp2 collectives move 0.5-1 MiB of a GEMM output still in cache between ranks in
-// lockstep. Latency: what a 4-byte all-reduce adds to the loop, per step (2 log2 2 = 2);
-// busbw: what the 1 MiB output's all-reduce adds beyond it.
-void measure_busy_tp_collectives(HardwareProfile& h, const ProbeRun&) {
-  constexpr int ranks = 2;
-  const size_t payload = size_t(kTpLoop.rows) * kTpLoop.n;
-  const double without = busy_loop_seconds(ranks, 0, kTpLoop);
-  const double one = busy_collective_seconds(ranks, 1, without, kTpLoop);
-  const double full = busy_collective_seconds(ranks, payload, without, kTpLoop);
-  h.busy_tp_busbw = busy_tp_busbw_from(double(payload) * 4, full - one, ranks);
-  h.busy_tp_latency_s = h.busy_tp_busbw > 0 ? one / 2 : 0;
 }
 
 // Two processes: 16 MiB all-reduce busbw, a 4-byte all-reduce's time as its latency (2

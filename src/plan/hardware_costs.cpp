@@ -260,17 +260,6 @@ double collective_seconds(const HardwareProfile& h, Collective op, double bytes,
   return latency * steps + bytes * factor / busbw;
 }
 
-double tp_collective_seconds(const HardwareProfile& h, Collective op, double bytes,
-                             const GroupSpan& g) {
-  if (!h.local || h.busy_tp_busbw <= 0) return collective_seconds(h, op, bytes, g);
-  // A local group is one node: collective_seconds' one-node case at the busy figures.
-  const int n = g.size;
-  if (n <= 1 || bytes <= 0) return 0;
-  const double factor = op == Collective::all_reduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
-  const double steps = 2 * std::ceil(std::log2(double(n)));
-  return h.busy_tp_latency_s * steps + bytes * factor / h.busy_tp_busbw;
-}
-
 double p2p_seconds(const HardwareProfile& h, double bytes, bool across_nodes) {
   if (across_nodes) return h.inter_latency_s + bytes / h.p2p_bw_inter;
   return h.intra_latency_s + bytes / h.p2p_bw_intra;

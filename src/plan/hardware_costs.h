@@ -115,13 +115,6 @@ GroupSpan group_span(const HardwareProfile& h, int size, int stride);
 // bytes: the per-rank buffer (all_gather: the gathered result) as nccl-tests count it.
 double collective_seconds(const HardwareProfile& h, Collective op, double bytes,
                           const GroupSpan& g);
-// A tensor-parallel group's collective: on a local profile with the busy tp probe
-// (busy_tp_busbw > 0), at its latency per step and its busbw (what the collectives cost
-// among ranks that compute between them, at the engine's tp sizes); otherwise
-// collective_seconds (the idle figures; the oversubscribed ones where more rank threads
-// than cores share them, time_model.h).
-double tp_collective_seconds(const HardwareProfile& h, Collective op, double bytes,
-                             const GroupSpan& g);
 double p2p_seconds(const HardwareProfile& h, double bytes, bool across_nodes);
 
 }  // namespace mt::plan
