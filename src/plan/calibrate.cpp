@@ -39,8 +39,11 @@ struct Shown {
 
 // One measurement of the calibration.
 struct Probe {
-  std::vector<const char*> fields;          // the profile fields it sets
-  double share;                             // of --calibrate-seconds (0: a fixed cost)
+  std::vector<const char*> fields;  // the profile fields it sets
+  // Of the round's --calibrate-seconds (0: a fixed cost). The probes that start child
+  // processes (training steps, mpirun) measure their extra runs while it lasts and say what
+  // they left out (calibration_timing.h ChildBudget); the shares sum past 1: "about".
+  double share;
   bool one_thread;                          // a kernel alone, one OpenMP thread
   bool (*applies)(const HardwareProfile&);  // nullptr: always
   void (*measure)(HardwareProfile&, const ProbeRun&);
@@ -191,7 +194,7 @@ const std::vector<Probe> kProbes = {
      {{"oversubscribed latency", "oversubscribed_latency_s", 1e6, "us"},
       {"busbw", "oversubscribed_busbw", 1e-9, "GB/s"}}},
     {{"mpi_busbw", "mpi_latency_s", "mpi_p2p_bw"},
-     0,
+     0.2,
      false,
      nullptr,
      measure_mpi_links,
@@ -235,7 +238,7 @@ const std::vector<Probe> kProbes = {
      "the same under bf16",
      {}},
     {{"moe_load_cv"},
-     0,
+     0.2,
      false,
      nullptr,
      measure_moe_load_spread,
@@ -244,7 +247,7 @@ const std::vector<Probe> kProbes = {
      nullptr,
      true},
     {{"step_factor_fp32", "microbatch_weight_s"},
-     0,
+     1.0,
      false,
      nullptr,
      measure_reference_step,
@@ -255,14 +258,14 @@ const std::vector<Probe> kProbes = {
      "error; the factor scales every local compute cost",
      {{"a real fp32 step", "step_factor_fp32", 1, "x its kernels"}}},
     {{"step_factor_bf16", "microbatch_weight_s_bf16"},
-     0,
+     0.5,
      false,
      bf16_measured,
      measure_reference_step_bf16,
      "the same under bf16",
      {{"a real bf16 step", "step_factor_bf16", 1, "x its kernels"}}},
     {{"parallel_efficiency"},
-     0,
+     0.2,
      false,
      nullptr,
      measure_step_parallel_efficiency,
