@@ -90,18 +90,20 @@ ExpertGroups MoeLayer::expert_groups(const int32_t* recv_counts) {
   return {expert_offset_.data(), El_};
 }
 
-void MoeLayer::forward(float* s, const float* h, float* y, int N) {
+void MoeLayer::forward(float* s, const float* h, float* y, int N, const LocalWork& local) {
   const int rows = local_rows(N);
   MT_CHECK(rows <= max_rows_, "MoE layer got ", rows, " token rows, sized for ", max_rows_);
-  if (!gathers()) return forward_rows(s, h, y, rows);
+  if (!gathers()) return forward_rows(s, h, y, rows, local);
   // Without sequence parallelism: this rank's run of the rows, then every rank's outputs.
   float* y_run = rows_.data();  // free once forward_rows has combined
-  forward_rows(s, h + run_offset(rows), y_run, rows);
+  forward_rows(s, h + run_offset(rows), y_run, rows, local);
   tp::all_gather_rows(tp_.comm, y_run, y, size_t(rows) * C_);
 }
 
-void MoeLayer::forward_rows(float* s, const float* h, float* y, int rows) {
-  if (parts_) return forward_parts(s, h, y, rows);
+// Without parts the exchanges block, and the caller's local work runs after them: the
+// un-overlapped layer, as --moe-overlap-parts 1 promises.
+void MoeLayer::forward_rows(float* s, const float* h, float* y, int rows, const LocalWork& local) {
+  if (parts_) return forward_parts(s, h, y, rows, local);
   const int M = router_.route(s, h, rows);
   const ExchangeCounts counts = exchange_counts(s);
   exchange_->exchange_counts(counts.send, reinterpret_cast<int32_t*>(s + off_.recv_counts), El_);
@@ -125,20 +127,24 @@ void MoeLayer::forward_rows(float* s, const float* h, float* y, int rows) {
   }
   // The gate-weighted sum per token.
   combine_rows(y, y_perm, router_.row_of(s), router_.gates(s), rows, k_, C_);
+  local.run_first();
+  local.run_last();
 }
 
-void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* dh, int N) {
+void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* dh, int N,
+                              const LocalWork& local) {
   (void)h;  // the router's input gradient needs only its weight
   const int rows = local_rows(N);
-  if (!gathers()) return backward_rows(s, dy, dh, rows);
+  if (!gathers()) return backward_rows(s, dy, dh, rows, local);
   // dy is whole on every tp rank: this rank's run of it; then every rank's input gradients.
   float* dh_run = staging_.data();  // free once backward_rows has combined
-  backward_rows(s, dy + run_offset(rows), dh_run, rows);
+  backward_rows(s, dy + run_offset(rows), dh_run, rows, local);
   tp::all_gather_rows(tp_.comm, dh_run, dh, size_t(rows) * C_);
 }
 
-void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows) {
-  if (parts_) return backward_parts(s, dy, dh, rows);
+void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows,
+                             const LocalWork& local) {
+  if (parts_) return backward_parts(s, dy, dh, rows, local);
   const int32_t* row_of = router_.row_of(s);
   const float* gates = router_.gates(s);
   const ExchangeCounts counts = exchange_counts(s);
@@ -163,13 +169,15 @@ void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows) {
   // Summed per token; then the router's share (through the gates and the aux loss).
   scatter_add_rows(dh, dx_rows, row_of, rows, k_, C_);
   router_.backward_input(s, dgates, dh, rows);
+  local.run_first();
+  local.run_last();
 }
 
 // The part-major rows travel from and back into y_perm: in forward it is the experts'
 // outputs' last home anyway; in backward it is free once the gates' gradient has read it.
 // The token-side work runs part by part (MoeParts::Stages), each part's on its own tokens
 // and rows, so the results are those of one call over all of them, bit for bit.
-void MoeLayer::forward_parts(float* s, const float* h, float* y, int rows) {
+void MoeLayer::forward_parts(float* s, const float* h, float* y, int rows, const LocalWork& local) {
   const int M = router_.route(s, h, rows);
   const int32_t* row_token = parts_->plan(s, router_.row_token(s), router_.row_of(s),
                                           router_.counts(s), rows, M, *exchange_);
@@ -189,10 +197,12 @@ void MoeLayer::forward_parts(float* s, const float* h, float* y, int rows) {
     combine_rows(y + size_t(t) * C_, y_perm, row_of + size_t(t) * k_, gates + size_t(t) * k_, n, k_,
                  C_);
   };
+  stages.local = local;
   parts_->run(s, *exchange_, y_perm, x, y_rows, staging_.data(), C_, stages);
 }
 
-void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows) {
+void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows,
+                              const LocalWork& local) {
   const int32_t* row_of = parts_->row_of(s);
   const float* gates = router_.gates(s);
   float* y_perm = s + off_.y_perm;
@@ -214,8 +224,15 @@ void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows) {
     const auto [t, n] = tokens(p);
     scatter_add_rows(dh + t * C_, y_perm, row_of + t * k_, n, k_, C_);
   };
+  // The router's logits gradient needs only the gates' gradient, complete once every part
+  // is prepared: it is local work too. Its input gradient adds into dh after the sums.
+  stages.local.first = local.first;
+  stages.local.last = [&] {
+    local.run_last();
+    router_.backward_logits(s, dgates, rows);
+  };
   parts_->run(s, *exchange_, y_perm, dy_rows, dx_rows, staging_.data(), C_, stages);
-  router_.backward_input(s, dgates, dh, rows);
+  router_.add_input_grad(s, dh, rows);
 }
 
 void MoeLayer::backward_weight(float* s, const float* h, int N) {
