@@ -60,8 +60,10 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
   experts_ = make_experts(shape, ep.bf16_version, table, layout);
   off_.recv_counts = layout.reserve(E_);
   off_.y_perm = layout.reserve(M * C_);
-  if (ep.overlap_parts > 1)
+  if (ep.overlap_parts > 1) {
     parts_ = std::make_unique<MoeParts>(ep.overlap_parts, ep.size, El_, k_, max_rows_, layout);
+    expert_grads_in_b_ = ep.expert_grads_in_b;
+  }
   const Arena::Mode mode = ep.dry ? Arena::Mode::dry : Arena::Mode::allocate;
   rows_ = Arena(std::max(M, R) * C_, mode);
   staging_ = Arena(std::max(M, R) * C_, mode);
@@ -225,11 +227,14 @@ void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows,
     scatter_add_rows(dh + t * C_, y_perm, row_of + t * k_, n, k_, C_);
   };
   // The router's logits gradient needs only the gates' gradient, complete once every part
-  // is prepared: it is local work too. Its input gradient adds into dh after the sums.
+  // is prepared: it is local work too. Its input gradient adds into dh after the sums. So
+  // are the experts' weight gradients once the last part's experts have run (when the
+  // trainer lets B accumulate them), in the one pass over every part W would make.
   stages.local.first = local.first;
   stages.local.last = [&] {
     local.run_last();
     router_.backward_logits(s, dgates, rows);
+    if (expert_grads_in_b_) backward_weight_parts(s);
   };
   parts_->run(s, *exchange_, y_perm, dy_rows, dx_rows, staging_.data(), C_, stages);
   router_.add_input_grad(s, dh, rows);
@@ -237,10 +242,11 @@ void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows,
 
 void MoeLayer::backward_weight(float* s, const float* h, int N) {
   const int rows = local_rows(N);
-  if (parts_)
-    backward_weight_parts(s);
-  else
+  if (parts_) {
+    if (!expert_grads_in_b_) backward_weight_parts(s);
+  } else {
     experts_->backward_weight(s, expert_groups(reinterpret_cast<int32_t*>(s + off_.recv_counts)));
+  }
   router_.backward_weight(s, h + run_offset(rows), rows);
 }
 

@@ -75,6 +75,12 @@ struct ExpertParallelShard {
   // --moe-overlap-parts: the microbatch's tokens cut into this many parts whose exchanges
   // overlap the experts of another (moe_parts.h); 1 = one blocking exchange each way.
   int overlap_parts = 1;
+  // With overlap_parts > 1: the routed experts' weight gradients are accumulated in B,
+  // while the last backward combine travels, instead of in W. Sound only where a unit's
+  // gradients stay bound for the whole step (ZeRO 0-1; at 2-3 the dp reducer binds a
+  // pooled bucket only before W), and worth it only where W follows B at once (not zb-h1
+  // or DualPipe-V, whose W fills bubbles): the trainer decides (train/session.cpp).
+  bool expert_grads_in_b = false;
   // --cp > 1: this rank holds the zigzag rows of each sequence; the router sums its group's
   // statistics over the cp group too (route_group.h). Carried here for the same reason.
   ContextParallelShard cp = {};
@@ -112,7 +118,8 @@ class MoeLayer {
   // without sequence parallelism). `local` as in forward.
   void backward_input(float* slot, const float* h, const float* dy, float* dh, int N,
                       const LocalWork& local = {});
-  // Router and local expert weight gradients (+=). No communication.
+  // Router and local expert weight gradients (+=); the experts' were already accumulated
+  // by backward_input under ExpertParallelShard::expert_grads_in_b. No communication.
   void backward_weight(float* slot, const float* h, int N);
 
   // The factor that turns one group's aux-loss gradient into the step's: the trainer sums
@@ -175,6 +182,7 @@ class MoeLayer {
   void backward_weight_parts(float* s);
 
   int layer_, C_, E_, k_, El_, max_rows_;
+  bool expert_grads_in_b_ = false;  // ExpertParallelShard::expert_grads_in_b, with parts
   TensorParallelShard tp_;
   IdentityExchange identity_;          // the exchange at ep = 1
   TokenExchange* exchange_ = nullptr;  // identity_ or ExpertParallelShard::exchange

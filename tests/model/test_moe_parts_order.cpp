@@ -217,6 +217,52 @@ TEST(MoePartsOrder, TheLayersLocalWorkRunsUnderTheFirstDispatchAndTheLastCombine
   }
 }
 
+// With expert_grads_in_b (ZeRO 0-1 and W right after B, train/session.cpp) the experts'
+// weight gradients are accumulated while the last backward combine travels, in the one
+// pass over every part that W would make: GEMM calls between the last combine's start and
+// the first combine's finish (none there without it), fewer in W, and the same gradients
+// bit for bit.
+TEST(MoePartsOrder, ExpertWeightGradientsUnderTheLastBackwardCombine) {
+  const int N = 12, C = 8, E = 2, P = 3;
+  const ModelConfig cfg = moe_test::config(C, E, 1, 0.0f);
+  const auto h = moe_test::random_vec(size_t(N) * C, 3, 1);
+  const auto dy = moe_test::random_vec(size_t(N) * C, 3, 2);
+  struct Run {
+    uint64_t under_last_combine = 0, in_w = 0;
+    std::vector<float> grads;
+  };
+  uint64_t version = 1;
+  const auto run = [&](bool in_b, bool bf16) {
+    LoggingExchange x;
+    ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = &x};
+    ep.overlap_parts = P, ep.expert_grads_in_b = in_b;
+    if (bf16) ep.bf16_version = &version;
+    moe_test::Harness m(cfg, ep, N);
+    std::vector<float> y(h.size()), dh(h.size());
+    m.layer->forward(m.slot(), h.data(), y.data(), N);
+    PhaseTotals totals;
+    std::map<std::string, uint64_t> gemms_at;
+    x.on_log = [&](const std::string& line) { gemms_at[line] = totals.calls[int(Phase::gemm)]; };
+    attach_phase_totals(&totals);
+    m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
+    const uint64_t after_b = totals.calls[int(Phase::gemm)];
+    m.layer->backward_weight(m.slot(), h.data(), N);
+    attach_phase_totals(nullptr);
+    Run r;  // backward's exchanges are counted on from forward's P
+    r.under_last_combine = gemms_at.at(tag('C', P, "-")) - gemms_at.at(tag('C', 2 * P - 1, "+"));
+    r.in_w = totals.calls[int(Phase::gemm)] - after_b;
+    r.grads.assign(m.grads.data(), m.grads.data() + m.grads.size());
+    return r;
+  };
+  for (bool bf16 : {false, true}) {
+    const Run in_w = run(false, bf16), in_b = run(true, bf16);
+    EXPECT_EQ(in_w.under_last_combine, 0u) << "bf16 " << bf16;
+    EXPECT_GT(in_b.under_last_combine, 0u) << "bf16 " << bf16;
+    EXPECT_LT(in_b.in_w, in_w.in_w) << "bf16 " << bf16;
+    EXPECT_EQ(in_b.grads, in_w.grads) << "bf16 " << bf16;
+  }
+}
+
 // A one-layer llama MoE model with a shared expert, at ep 1 on `x` in P parts (1: none).
 struct SharedExpertModel {
   static constexpr int b = 2;
