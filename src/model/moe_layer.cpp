@@ -139,7 +139,11 @@ void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* 
   const int rows = local_rows(N);
   if (!gathers()) return backward_rows(s, dy, dh, rows, local);
   // dy is whole on every tp rank: this rank's run of it; then every rank's input gradients.
-  float* dh_run = staging_.data();  // free once backward_rows has combined
+  // The run's dh is written as the combines come in: into staging once the blocking one is
+  // in; with parts into the rows, which their combines have left by then (each regroups
+  // its rows into staging at its start), since their later combines still travel from
+  // staging while the earlier parts' sums are written.
+  float* dh_run = parts_ ? rows_.data() : staging_.data();
   backward_rows(s, dy + run_offset(rows), dh_run, rows, local);
   tp::all_gather_rows(tp_.comm, dh_run, dh, size_t(rows) * C_);
 }
