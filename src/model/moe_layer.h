@@ -170,6 +170,12 @@ class MoeLayer {
   void forward_parts(float* s, const float* h, float* y, int rows);
   void backward_parts(float* s, const float* dy, float* dh, int rows);
   void backward_weight_parts(float* s);
+  // The gates of the kept rows by row (M), in dgates_ (free during the forward).
+  const float* gates_by_row(float* s, int rows);
+  // The per-token sums of n tokens' rows in the order the experts take (sums_in_row_order):
+  // combine_rows / scatter_add_rows or their row-order twins (kernels/token_permutation.h).
+  void combine(float* y, const float* rows, const int32_t* row_of, const float* gates, int n) const;
+  void scatter(float* dh, const float* rows, const int32_t* row_of, int n) const;
 
   int layer_, C_, E_, k_, El_, max_rows_;
   TensorParallelShard tp_;
