@@ -19,7 +19,11 @@
 // TokenExchange::moves_rows false) the layer skips the fp32 row blocks an exchange would
 // carry: the experts pack their input and output-gradient rows straight from the tokens in
 // their own form (bf16: rounded once) and write their outputs where the combine reads them.
-// The bits are the same either way (tests/model/test_moe_exchange.cpp).
+// The bits are the same either way (tests/model/test_moe_exchange.cpp). The bf16 experts
+// sum each token's rows in row order (ExpertMlp::sums_in_row_order), and where nothing
+// travels the SwiGLU ones on the AMX path do those sums in their last GEMMs' stores
+// (sums_into_tokens: no combine or scatter-add pass over the M rows; the same bits,
+// tests/model/test_moe_token_sums.cpp).
 //
 // Expert parallelism: ep rank r holds experts r*E/ep .. (r+1)*E/ep - 1 and registers only
 // those (global names). Gradient reduction rule for the data-parallel reducer: expert
