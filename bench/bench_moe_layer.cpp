@@ -16,7 +16,9 @@
 //
 //   bench_moe_layer [--quick] [--cpu] [--rounds 5] [--tokens 1024] [--dim 512] [--experts 64]
 //                   [--ffn 256] [--topk 8] [--precision fp32,bf16] [--router softmax|sigmoid]
-//                   [--phases] [--parts P]
+//                   [--phases] [--parts P] [--no-token-sums]
+// --no-token-sums sums the bf16 experts' rows into the tokens in passes of their own, not in
+// the GEMMs' stores (ScopedGroupedGemmTokenSums: what the fusion saves, same binary).
 // --parts P runs the layer sides with --moe-overlap-parts P (at ep 1 the exchanges are the
 // identity: what parts cost the experts' compute).
 #include <omp.h>
@@ -49,8 +51,9 @@ using namespace mt;
 
 struct Options : bench::ExpertBenchOptions {
   std::string router = "softmax";
-  bool phases = false;  // also print the layer's kernel phases per step (phase_profile.h)
-  int parts = 1;        // --moe-overlap-parts of the layer sides (ep 1: the parts' compute)
+  bool phases = false;     // also print the layer's kernel phases per step (phase_profile.h)
+  int parts = 1;           // --moe-overlap-parts of the layer sides (ep 1: the parts' compute)
+  bool token_sums = true;  // the bf16 experts' sums in their GEMMs' stores (grouped_gemm.h)
 };
 
 // Where one step of a side goes by phase (kernels/phase_profile.h), averaged over `steps`
@@ -212,21 +215,26 @@ int main(int argc, char** argv) {
       o.phases = true;
     } else if (!std::strcmp(argv[i], "--parts") && i + 1 < argc) {
       o.parts = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--no-token-sums")) {
+      o.token_sums = false;
     } else {
       std::fprintf(stderr,
                    "usage: bench_moe_layer [--quick] [--cpu] [--rounds N] [--tokens N] [--dim C] "
                    "[--experts E] [--ffn F] [--topk k] [--precision fp32,bf16] "
-                   "[--router softmax|sigmoid] [--phases] [--parts P]\n");
+                   "[--router softmax|sigmoid] [--phases] [--parts P] [--no-token-sums]\n");
       return 2;
     }
   }
   set_compute_threads(1);
+  const ScopedGroupedGemmTokenSums sums(o.token_sums);
   std::printf(
       "llama MoE layer (model/moe_layer.h) forward + backward: %d SwiGLU experts of width %d "
       "at top-%d, %s router, dropless, vs one dense SwiGLU MLP of width %d; C %d, %d tokens; "
-      "%d part(s); 1 thread; medians of %d interleaved rounds (%s time); load average %.2f\n",
+      "%d part(s); token sums %s; 1 thread; medians of %d interleaved rounds (%s time); load "
+      "average %.2f\n",
       o.experts, o.ffn, o.topk, o.router.c_str(), o.topk * o.ffn, o.dim, o.tokens, o.parts,
-      o.rounds, o.cpu ? "CPU" : "wall", bench::load_average());
+      o.token_sums ? "in the GEMMs' stores" : "in passes", o.rounds, o.cpu ? "CPU" : "wall",
+      bench::load_average());
   std::printf("  %-5s %-6s %9s %8s %6s %7s\n", "prec", "side", "ms", "GF/s", "MFU", "x dense");
   for (const std::string& p : o.precisions) {
     if (p == "bf16" && !bf16_matmul_supported()) {

@@ -90,6 +90,43 @@ void grouped_matmul_bf16_backward_input_swiglu(bf16* dgu, const float* gu, const
 // Whether the two calls above run fused now (AMX path, H a multiple of 16).
 bool grouped_bf16_fuses_swiglu(int H);
 
+// The rows summed into token rows in the GEMM's store (the bf16 experts where nothing
+// travels, model/expert_mlp_bf16.h): row r of the product, times scale[r] where scale is
+// non-null, is added to tokens (., N) row token[r] as its block leaves the tiles, so the
+// rows need not make a round trip through memory before their sum. Each token's rows are
+// added in row order, with token_permutation.h's row steps: the bits of the row-order sums
+// (combine_rows_in_row_order, scatter_add_rows_in_row_order) over the stored rows. tokens
+// holds the sums' start (zeros). `out` (may be null) gets the rows too. Only where
+// grouped_bf16_sums_into_tokens() (MT_CHECK).
+//   forward         N = OC: tokens[token[r]] += scale[r] * (inp_r @ weight[g]^T)
+//   backward_input  N = C:  tokens[token[r]] += dout_r @ weight[g]
+void grouped_matmul_bf16_forward_into_tokens(float* tokens, const int32_t* token,
+                                             const float* scale, float* out, const bf16* inp,
+                                             const bf16* const* weight, const int32_t* offset,
+                                             int groups, int C, int OC,
+                                             const uint32_t* const* packed = nullptr);
+void grouped_matmul_bf16_backward_input_into_tokens(float* tokens, const int32_t* token,
+                                                    const bf16* dout, const bf16* const* weight,
+                                                    const int32_t* offset, int groups, int C,
+                                                    int OC,
+                                                    const uint32_t* const* packed = nullptr);
+// Whether the two calls above run now: on the AMX path, in a team of one thread (the only
+// team whose blocks finish in row order; larger teams sum the stored rows after).
+bool grouped_bf16_sums_into_tokens();
+
+// Turns the sums into token rows off (or on) for the whole process while it lives: the tests
+// and bench_moe_layer compare them with the sums over the stored rows. Training never sets it.
+class ScopedGroupedGemmTokenSums {
+ public:
+  explicit ScopedGroupedGemmTokenSums(bool on);
+  ~ScopedGroupedGemmTokenSums();
+  ScopedGroupedGemmTokenSums(const ScopedGroupedGemmTokenSums&) = delete;
+  ScopedGroupedGemmTokenSums& operator=(const ScopedGroupedGemmTokenSums&) = delete;
+
+ private:
+  bool saved_;
+};
+
 // Pre-packed bf16 weights. The AMX path multiplies by its B operand in pair panels
 // (grouped_gemm_pack.h): weight[g]^T for forward, weight[g] for backward_input. Packing them
 // per call is a quarter of its time at the experts' shapes; a weight packed whole once per

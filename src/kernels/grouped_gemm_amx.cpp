@@ -23,6 +23,7 @@
 #include "kernels/grouped_gemm_pack.h"
 #include "kernels/grouped_gemm_prefetch.h"
 #include "kernels/swiglu.h"
+#include "kernels/token_permutation.h"
 
 #define MT_AMX __attribute__((target("amx-tile,amx-bf16")))
 
@@ -68,8 +69,8 @@ MT_AMX void block(float* c, size_t ldc, const bf16* a, size_t lda, const uint32_
       __builtin_prefetch(pf.at + l * 64, 0, 2);
     _tile_loadd(4, a + s * kStep, as);
     if constexpr (TM == 2) _tile_loadd(5, a1 + s * kStep, as);
-    _tile_loadd(6, b + s * kTile * kTile, 64);
-    if constexpr (TN == 2) _tile_loadd(7, b1 + s * kTile * kTile, 64);
+    _tile_stream_loadd(6, b + s * kTile * kTile, 64);
+    if constexpr (TN == 2) _tile_stream_loadd(7, b1 + s * kTile * kTile, 64);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (TN == 2) _tile_dpbf16ps(1, 4, 7);
     if constexpr (TM == 2) _tile_dpbf16ps(2, 5, 6);
@@ -167,6 +168,35 @@ void prefetch_c(const Operands<bf16>& o, const Item& it, int i, int q, int panel
     for (int col = 0; col < cols; col += 16) __builtin_prefetch(c + r * o.ldc + col, 1, 2);
 }
 
+// One row block of an item's results that never go to memory (32 x the item's columns),
+// per thread: the SwiGLU backward's d_act, the input gradients summed into tokens.
+std::vector<float>& row_block_stage() {
+  thread_local std::vector<float> stage;
+  return stage;
+}
+
+// A 32-row block of an item summed into the token rows (Problem::tokens) once all its
+// columns are computed: each row, from `out` where the call keeps the rows, else from the
+// stage (ld wide), added to its token's row over the item's columns [n0, n1), scaled by its
+// gate where the call has gates (token_permutation.h's row steps: the bits of the row-order
+// combine and scatter-add over the stored rows). Items run one after the other in group
+// order (one thread: grouped_bf16_sums_into_tokens), so each token's rows come in row order.
+// Summed a row block at a time, not a C block: after each C block the AMX unit would wait
+// for the sums of its 32 scattered token rows (measured slower than the separate pass).
+void token_rows(const Problem<bf16>& p, const Operands<bf16>& o, int g, int i, int rows,
+                const float* stage, size_t ld, int n0, int n1) {
+  const size_t N = size_t(p.N());
+  for (int r = 0; r < rows; ++r) {
+    const int row = p.offset[g] + i + r;
+    const float* v = p.out ? o.c + size_t(i + r) * o.ldc + n0 : stage + r * ld;
+    float* t = p.tokens + size_t(p.token[row]) * N + n0;
+    if (p.scale)
+      add_scaled_row(t, v, p.scale[row], n1 - n0);
+    else
+      add_row(t, v, n1 - n0);
+  }
+}
+
 void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch& s) {
   const Operands<bf16> o = operands(p, it.g);
   const int n0 = it.n0, n1 = it.n1;
@@ -197,6 +227,9 @@ void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch&
   if (!in_place && s.a_group != it.g) padded_a(o, kp, s.a), s.a_group = it.g;
   const bf16* a = in_place ? o.a : s.a.data();
   const size_t lda = in_place ? o.lda : size_t(kp);
+  const size_t width = size_t(n1 - n0);
+  std::vector<float>& stage = row_block_stage();
+  if (p.tokens && !p.out) stage.resize(kBlock * width);
   for (int i = 0; i < o.M; i += kBlock) {
     const int rows = std::min(kBlock, o.M - i), tm = rows > kTile ? 2 : 1;
     const bf16* ai = a + i * lda;
@@ -210,10 +243,12 @@ void run_item(const Problem<bf16>& p, const Item& it, const Item& next, Scratch&
     for (int q = 0; q < panels; q += 2) {
       const int tn = q + 1 < panels ? 2 : 1, n = n0 + q * kTile;
       if (o.accumulate) prefetch_c(o, it, i, q + 2, panels);
-      run_block(tm, tn, o.c + i * o.ldc + n, o.ldc, rows, std::min(n1 - n, tn * kTile), ai, ldai,
-                b + q * panel, panel, steps, o.accumulate, s.c.data(),
-                s.prefetch.take(steps * kPrefetchPerStep));
+      const bool staged = p.tokens && !p.out;  // rows summed into tokens, not kept
+      run_block(tm, tn, staged ? stage.data() + q * kTile : o.c + i * o.ldc + n,
+                staged ? width : o.ldc, rows, std::min(n1 - n, tn * kTile), ai, ldai, b + q * panel,
+                panel, steps, o.accumulate, s.c.data(), s.prefetch.take(steps * kPrefetchPerStep));
     }
+    if (p.tokens) token_rows(p, o, it.g, i, rows, stage.data(), width, n0, n1);
   }
 }
 
@@ -270,12 +305,6 @@ const uint32_t* swiglu_b(const Problem<bf16>& p, const Operands<bf16>& o, const 
   return s.b.data();
 }
 
-// d_act's rows of one row block in the backward (32 x the item's units), per thread.
-std::vector<float>& swiglu_stage() {
-  thread_local std::vector<float> stage;
-  return stage;
-}
-
 // run_item with SwiGLU applied to each 32-row block once its columns are computed (the same
 // tiles over the whole K as run_item, so the same values; then swiglu.h's row functions:
 // the composition's bits). Forward: the gate and the up columns of the item's units go to
@@ -295,7 +324,7 @@ void run_item_swiglu(const Problem<bf16>& p, const Item& it, const Item& next, S
   if (!in_place && s.a_group != it.g) padded_a(o, kp, s.a), s.a_group = it.g;
   const bf16* a = in_place ? o.a : s.a.data();
   const size_t lda = in_place ? o.lda : size_t(kp);
-  std::vector<float>& stage = swiglu_stage();
+  std::vector<float>& stage = row_block_stage();
   if (!fwd) stage.resize(kBlock * width);
   for (int i = 0; i < o.M; i += kBlock) {
     const int rows = std::min(kBlock, o.M - i), tm = rows > kTile ? 2 : 1;

@@ -33,6 +33,7 @@ struct Problem {
   const int32_t* offset;
   int groups, C, OC;
   bool accumulate;
+  // (out may be null where the rows go to `tokens` only, below.)
   // forward, backward_input on the AMX path: weight[g] packed whole (GroupedPack), or null.
   const uint32_t* const* packed = nullptr;
   // SwiGLU on the AMX path's stored blocks (grouped_gemm.h's *_swiglu), swiglu = H (0: none):
@@ -42,6 +43,12 @@ struct Problem {
   bf16* act = nullptr;
   bf16* dgu = nullptr;
   const float* gu = nullptr;
+  // Rows summed into token rows as they leave the tiles, on the AMX path (grouped_gemm.h's
+  // *_into_tokens): row r's result (times scale[r] when scale is non-null) is added to
+  // tokens (., N) row token[r]; `out` also gets the rows where it is non-null.
+  float* tokens = nullptr;
+  const int32_t* token = nullptr;
+  const float* scale = nullptr;
   int N() const { return product == Product::forward ? OC : C; }
 };
 
@@ -68,11 +75,15 @@ Operands<T> operands(const Problem<T>& p, int g) {
   const size_t C = size_t(p.C), OC = size_t(p.OC);
   switch (p.product) {
     case Product::forward:  // accumulate: onto a bias put there first (dense_gemm_bf16)
-      return {rows, p.C,  p.rows + r0 * C, C,  false,       p.weight[g],
-              C,    true, p.out + r0 * OC, OC, p.accumulate};
+      return {rows, p.C,         p.rows + r0 * C,
+              C,    false,       p.weight[g],
+              C,    true,        p.out ? p.out + r0 * OC : nullptr,
+              OC,   p.accumulate};
     case Product::backward_input:
-      return {rows, p.OC,  p.rows + r0 * OC, OC, false,       p.weight[g],
-              C,    false, p.out + r0 * C,   C,  p.accumulate};
+      return {rows, p.OC,        p.rows + r0 * OC,
+              OC,   false,       p.weight[g],
+              C,    false,       p.out ? p.out + r0 * C : nullptr,
+              C,    p.accumulate};
     case Product::backward_weight:
       break;
   }

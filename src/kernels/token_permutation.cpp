@@ -196,6 +196,60 @@ void scatter_add_rows(float* dh, const float* rows, const int32_t* row_of, int N
   }
 }
 
+namespace {
+
+// Token n's kept rows in row order, with their assignments: at most k, sorted in place.
+int kept_rows_in_order(int32_t* rows, int32_t* assignment, const int32_t* row_of, int n, int k) {
+  int kept = 0;
+  for (int j = 0; j < k; ++j) {
+    const int32_t a = n * k + j, p = row_of[a];
+    if (p < 0) continue;
+    int at = kept++;
+    for (; at > 0 && rows[at - 1] > p; --at)
+      rows[at] = rows[at - 1], assignment[at] = assignment[at - 1];
+    rows[at] = p, assignment[at] = a;
+  }
+  return kept;
+}
+
+// y (N, C) = per token, 0 plus its kept rows in row order (times their gates when gates is
+// non-null), through the row steps the GEMMs' stores use.
+void sum_rows_in_row_order(float* y, const float* rows, const int32_t* row_of, const float* gates,
+                           int N, int k, int C) {
+#pragma omp parallel
+  {
+    std::vector<int32_t> order(size_t(2) * k);
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      float* out = y + size_t(n) * C;
+      std::memset(out, 0, size_t(C) * sizeof(float));
+      const int kept = kept_rows_in_order(order.data(), order.data() + k, row_of, n, k);
+      for (int i = 0; i < kept; ++i) {
+        const float* r = rows + size_t(order[size_t(i)]) * C;
+        if (gates)
+          add_scaled_row(out, r, gates[order[size_t(k + i)]], C);
+        else
+          add_row(out, r, C);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void combine_rows_in_row_order(float* y, const float* rows, const int32_t* row_of,
+                               const float* gates, int N, int k, int C) {
+  PhaseScope phase(Phase::permutation, 0, row_bytes(N * k, C, 0) + double(N) * C * sizeof(float));
+  sum_rows_in_row_order(y, rows, row_of, gates, N, k, C);
+}
+
+void scatter_add_rows_in_row_order(float* dh, const float* rows, const int32_t* row_of, int N,
+                                   int k, int C) {
+  PhaseScope phase(Phase::permutation, double(N) * k * C,
+                   row_bytes(N * k, C, 0) + double(N) * C * sizeof(float));
+  sum_rows_in_row_order(dh, rows, row_of, nullptr, N, k, C);
+}
+
 void regroup_blocks(float* dst, const float* src, const int32_t* counts, int S, int B, int C,
                     bool to_expert_major) {
   int64_t total = 0;

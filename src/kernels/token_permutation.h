@@ -12,6 +12,7 @@
 // destination rank, ready for the all-to-all.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/bf16.h"
@@ -68,6 +69,28 @@ void combine_rows_backward(float* dgates, bf16* d_rows, const float* dy, const f
                            const int32_t* row_of, const float* gates, int N, int k, int C);
 // dh (N, C) = sum over kept choices of rows[row_of[n, j]] (overwrites dh).
 void scatter_add_rows(float* dh, const float* rows, const int32_t* row_of, int N, int k, int C);
+
+// The bf16 experts' sums (--precision bf16): combine_rows and scatter_add_rows with each
+// token's rows summed in row order (the order of their experts) instead of the choices'.
+// That is the order in which a grouped GEMM finishes them, so at ep 1 the sums run in the
+// GEMMs' stores (grouped_gemm.h, *_into_tokens) with these bits, and every layout (ep, tp's
+// token split, the parts of moe_parts.h: a token's rows keep their experts' order in all)
+// gets the same bits. fp32 keeps the choices' order (its bits are those of earlier runs).
+void combine_rows_in_row_order(float* y, const float* rows, const int32_t* row_of,
+                               const float* gates, int N, int k, int C);
+void scatter_add_rows_in_row_order(float* dh, const float* rows, const int32_t* row_of, int N,
+                                   int k, int C);
+
+// The row steps of those sums, shared with the GEMMs' stores so that both give the same bits:
+// out += r, and out += g r as one fused multiply-add per element.
+inline void add_row(float* out, const float* r, int C) {
+#pragma omp simd
+  for (int c = 0; c < C; ++c) out[c] += r[c];
+}
+inline void add_scaled_row(float* out, const float* r, float g, int C) {
+#pragma omp simd
+  for (int c = 0; c < C; ++c) out[c] = std::fma(g, r[c], out[c]);
+}
 
 // Regroups blocks of rows between source-major and expert-major order on the expert's
 // rank. counts[s * B + b] is the row count of block (s, b): source rank s, local expert b.

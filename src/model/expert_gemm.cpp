@@ -154,6 +154,24 @@ void expert_gemm_backward_input(float* dx, const bf16* dy, const std::vector<Lin
                                      w[0].out, accumulate, packed);
 }
 
+void expert_gemm_forward_into_tokens(float* tokens, const int32_t* token, const float* gate,
+                                     float* y, const bf16* x, const std::vector<Linear>& w,
+                                     Bf16ExpertWeights& w16, const ExpertGroups& g) {
+  if (g.count == 0) return;
+  const uint32_t* const* packed = w16.packed(w, GroupedPack::forward);
+  grouped_matmul_bf16_forward_into_tokens(tokens, token, gate, y, x, w16.get(w).data(), g.offset,
+                                          g.count, w[0].in, w[0].out, packed);
+}
+
+void expert_gemm_backward_input_into_tokens(float* tokens, const int32_t* token, const bf16* dy,
+                                            const std::vector<Linear>& w, Bf16ExpertWeights& w16,
+                                            const ExpertGroups& g) {
+  if (g.count == 0) return;
+  const uint32_t* const* packed = w16.packed(w, GroupedPack::backward_input);
+  grouped_matmul_bf16_backward_input_into_tokens(tokens, token, dy, w16.get(w).data(), g.offset,
+                                                 g.count, w[0].in, w[0].out, packed);
+}
+
 void expert_gemm_forward_swiglu(float* gu, bf16* act, const bf16* x, const std::vector<Linear>& up,
                                 Bf16ExpertWeights& up16, const ExpertGroups& g) {
   if (g.count == 0) return;

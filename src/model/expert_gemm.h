@@ -97,6 +97,16 @@ void expert_gemm_backward_input_swiglu(bf16* d_gu, const float* gu, const bf16* 
                                        const std::vector<Linear>& down, Bf16ExpertWeights& down16,
                                        const ExpertGroups& g);
 
+// The down and up GEMMs with their rows summed into token rows in the store (grouped_gemm.h,
+// *_into_tokens; where grouped_bf16_sums_into_tokens()): forward adds gate[r] * y_r to
+// tokens[token[r]] and keeps y_r in y; backward_input adds dx_r to tokens[token[r]].
+void expert_gemm_forward_into_tokens(float* tokens, const int32_t* token, const float* gate,
+                                     float* y, const bf16* x, const std::vector<Linear>& w,
+                                     Bf16ExpertWeights& w16, const ExpertGroups& g);
+void expert_gemm_backward_input_into_tokens(float* tokens, const int32_t* token, const bf16* dy,
+                                            const std::vector<Linear>& w, Bf16ExpertWeights& w16,
+                                            const ExpertGroups& g);
+
 // Calls f(r0, rows, piece) over the block's rows [g.first(), g.total()) in pieces of at most
 // `most` rows, piece the groups of rows [r0, r0 + rows) (offsets from r0): for work that
 // goes through a buffer of `most` rows.

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/error.h"
+
 #include "kernels/gelu.h"
 #include "kernels/swiglu.h"
 
@@ -93,6 +95,16 @@ void ExpertWeights::activation_backward(bf16* d_pre, const float* pre, const flo
                                         int rows) const {
   if (kind_ == ExpertKind::swiglu) return swiglu_backward_bf16(d_pre, pre, d_act, rows, H_);
   gelu_backward_bf16(d_pre, pre, d_act, size_t(rows) * H_);
+}
+
+void ExpertMlp::forward_into_tokens(float*, const ExpertGroups&, float*, float*, const int32_t*,
+                                    const float*, int) {
+  MT_CHECK(false, "these experts do not sum into token rows");
+}
+
+void ExpertMlp::backward_input_into_tokens(float*, const ExpertGroups&, float*, const int32_t*,
+                                           int) {
+  MT_CHECK(false, "these experts do not sum into token rows");
 }
 
 std::unique_ptr<ExpertMlp> make_experts(const ExpertShape& shape, const uint64_t* bf16_version,

@@ -86,6 +86,24 @@ class ExpertMlp {
   // (nullptr: the rows gather_grad packed); keeps in the slot what backward_weight needs.
   // dx may be dy's scratch.
   virtual void backward_input(float* slot, const ExpertGroups& g, const float* dy, float* dx) = 0;
+  // The layer's sums over each token's rows (the gate-weighted combine, the scatter-add of
+  // the input gradients) take the rows in row order (bf16, kernels/token_permutation.h's
+  // *_in_row_order) or in the order of the token's choices (fp32).
+  virtual bool sums_in_row_order() const { return false; }
+  // Whether the two calls below run now: where nothing travels, the experts' last GEMM
+  // sums each row into its token as its block leaves the tiles (grouped_gemm.h,
+  // *_into_tokens), the bits of the row-order sums over the rows (bf16 SwiGLU experts on
+  // the AMX path in a one-thread team).
+  virtual bool sums_into_tokens() const { return false; }
+  // forward on the rows gather_input packed, y_rows (rows of g, C) as forward's y, and
+  // tokens (N, C) = per token the sum of gate[r] * y_rows[r] over its rows r (token[r]: the
+  // row's token; overwritten).
+  virtual void forward_into_tokens(float* slot, const ExpertGroups& g, float* y_rows, float* tokens,
+                                   const int32_t* token, const float* gate, int N);
+  // backward_input on the rows gather_grad packed, and tokens (N, C) = per token the sum of
+  // its rows' input gradients (overwritten); the rows themselves are not stored.
+  virtual void backward_input_into_tokens(float* slot, const ExpertGroups& g, float* tokens,
+                                          const int32_t* token, int N);
   // Weight gradients (+=) from the slot over the rows of `count` blocks: every part's
   // region at once under --moe-overlap-parts (moe_parts.h), so each weight gradient is read
   // and written once per pass, not once per part. No communication.

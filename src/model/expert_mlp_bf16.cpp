@@ -1,5 +1,7 @@
 #include "model/expert_mlp_bf16.h"
 
+#include <algorithm>
+
 #include "kernels/token_permutation.h"
 
 namespace mt {
@@ -31,6 +33,12 @@ void Bf16Experts::forward(float* s, const ExpertGroups& g, const float* x32, flo
   bf16* x = h16(s, off_.x_rows);
   const size_t r0 = size_t(g.first());
   if (x32) to_bf16(x + r0 * C_, x32 + r0 * C_, size_t(g.size()) * C_);
+  forward_up(s, g);
+  expert_gemm_forward(y, h16(s, off_.act), down_, down16_, g, biased());
+}
+
+void Bf16Experts::forward_up(float* s, const ExpertGroups& g) {
+  const bf16* x = h16(s, off_.x_rows);
   float* pre = s + off_.pre;
   bf16* act = h16(s, off_.act);
   if (fuses_swiglu()) {
@@ -39,7 +47,28 @@ void Bf16Experts::forward(float* s, const ExpertGroups& g, const float* x32, flo
     expert_gemm_forward(pre, x, up_, up16_, g, /*with_bias=*/false);
     activate(act, pre, g);
   }
-  expert_gemm_forward(y, act, down_, down16_, g, biased());
+}
+
+// No biases to add between the GEMM and the sum: SwiGLU experts only.
+bool Bf16Experts::sums_into_tokens() const {
+  return !biased() && fuses_swiglu() && grouped_bf16_sums_into_tokens();
+}
+
+void Bf16Experts::forward_into_tokens(float* s, const ExpertGroups& g, float* y_rows, float* tokens,
+                                      const int32_t* token, const float* gate, int N) {
+  MT_CHECK(sums_into_tokens(), "bf16 experts: no sums into token rows here");
+  forward_up(s, g);
+  std::fill(tokens, tokens + size_t(N) * C_, 0.0f);
+  expert_gemm_forward_into_tokens(tokens, token, gate, y_rows, h16(s, off_.act), down_, down16_, g);
+}
+
+void Bf16Experts::backward_input_into_tokens(float* s, const ExpertGroups& g, float* tokens,
+                                             const int32_t* token, int N) {
+  MT_CHECK(sums_into_tokens(), "bf16 experts: no sums into token rows here");
+  bf16* d_pre = h16(s, off_.d_pre);
+  expert_gemm_backward_input_swiglu(d_pre, s + off_.pre, h16(s, off_.dy_rows), down_, down16_, g);
+  std::fill(tokens, tokens + size_t(N) * C_, 0.0f);
+  expert_gemm_backward_input_into_tokens(tokens, token, d_pre, up_, up16_, g);
 }
 
 void Bf16Experts::backward_input(float* s, const ExpertGroups& g, const float* dy32, float* dx) {

@@ -50,6 +50,12 @@ class Bf16Experts final : public ExpertWeights {
                    const int32_t* row_of, const float* gates, int N, int k) override;
   void backward_input(float* slot, const ExpertGroups& g, const float* dy, float* dx) override;
   void backward_weight(float* slot, const ExpertGroups* g, int count) override;
+  bool sums_in_row_order() const override { return true; }
+  bool sums_into_tokens() const override;
+  void forward_into_tokens(float* slot, const ExpertGroups& g, float* y_rows, float* tokens,
+                           const int32_t* token, const float* gate, int N) override;
+  void backward_input_into_tokens(float* slot, const ExpertGroups& g, float* tokens,
+                                  const int32_t* token, int N) override;
 
   size_t stage_floats() const override { return size_t(stage_rows_) * H_; }
   void set_stage(float* stage) override { stage_ = stage; }
@@ -59,6 +65,8 @@ class Bf16Experts final : public ExpertWeights {
   static bf16* h16(float* s, size_t off) { return reinterpret_cast<bf16*>(s + off); }
   // SwiGLU experts on a path whose GEMMs apply it in their store (grouped_gemm.h, *_swiglu).
   bool fuses_swiglu() const;
+  // forward's first GEMM and activation: act from x (bf16 rows in the slot).
+  void forward_up(float* slot, const ExpertGroups& g);
 
   Bf16ExpertWeights up16_, down16_;
   int stage_rows_;

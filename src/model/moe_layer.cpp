@@ -114,8 +114,15 @@ void MoeLayer::forward_rows(float* s, const float* h, float* y, int rows, const 
 
   if (!exchange_->moves_rows()) {
     // Nothing travels: the kept rows go from h straight into the experts' input form, and
-    // their outputs straight to where combine_rows reads them.
+    // their outputs straight to where the combine reads them, or into the combine itself.
     experts_->gather_input(s, h, router_.row_token(s), M);
+    if (experts_->sums_into_tokens()) {  // the combine in the last GEMM's store
+      experts_->forward_into_tokens(s, groups, y_perm, y, router_.row_token(s),
+                                    gates_by_row(s, rows), rows);
+      local.run_first();
+      local.run_last();
+      return;
+    }
     experts_->forward(s, groups, nullptr, y_perm);
   } else {
     // Dispatch: the kept rows, expert-sorted, to the ranks owning their experts.
@@ -128,9 +135,33 @@ void MoeLayer::forward_rows(float* s, const float* h, float* y, int rows, const 
     exchange_->combine(y_perm, y_rows, staging_.data(), counts, C_);
   }
   // The gate-weighted sum per token.
-  combine_rows(y, y_perm, router_.row_of(s), router_.gates(s), rows, k_, C_);
+  combine(y, y_perm, router_.row_of(s), router_.gates(s), rows);
   local.run_first();
   local.run_last();
+}
+
+const float* MoeLayer::gates_by_row(float* s, int rows) {
+  const int32_t* row_of = router_.row_of(s);
+  const float* gates = router_.gates(s);
+  float* by_row = dgates_.data();  // free until backward_input's gate gradients
+  for (size_t a = 0; a < size_t(rows) * k_; ++a)
+    if (row_of[a] >= 0) by_row[row_of[a]] = gates[a];
+  return by_row;
+}
+
+void MoeLayer::combine(float* y, const float* rows, const int32_t* row_of, const float* gates,
+                       int n) const {
+  if (experts_->sums_in_row_order())
+    combine_rows_in_row_order(y, rows, row_of, gates, n, k_, C_);
+  else
+    combine_rows(y, rows, row_of, gates, n, k_, C_);
+}
+
+void MoeLayer::scatter(float* dh, const float* rows, const int32_t* row_of, int n) const {
+  if (experts_->sums_in_row_order())
+    scatter_add_rows_in_row_order(dh, rows, row_of, n, k_, C_);
+  else
+    scatter_add_rows(dh, rows, row_of, n, k_, C_);
 }
 
 void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* dh, int N,
@@ -163,6 +194,13 @@ void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows,
   // gradients to the experts (a dispatch, unless nothing travels).
   if (!exchange_->moves_rows()) {
     experts_->gather_grad(s, dgates, dy, y_perm, row_of, gates, rows, k_);
+    if (experts_->sums_into_tokens()) {  // the scatter-add in the last GEMM's store
+      experts_->backward_input_into_tokens(s, groups, dh, router_.row_token(s), rows);
+      router_.backward_input(s, dgates, dh, rows);
+      local.run_first();
+      local.run_last();
+      return;
+    }
     experts_->backward_input(s, groups, nullptr, dx_rows);
   } else {
     float* dy_rows = experts_->grad_rows(s, rows_.data());
@@ -173,7 +211,7 @@ void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows,
     exchange_->combine(dx_rows, dx_rows, staging_.data(), counts, C_);
   }
   // Summed per token; then the router's share (through the gates and the aux loss).
-  scatter_add_rows(dh, dx_rows, row_of, rows, k_, C_);
+  scatter(dh, dx_rows, row_of, rows);
   router_.backward_input(s, dgates, dh, rows);
   local.run_first();
   local.run_last();
@@ -200,8 +238,7 @@ void MoeLayer::forward_parts(float* s, const float* h, float* y, int rows, const
   stages.compute = [&](const ExpertGroups& g) { experts_->forward(s, g, x, y_rows); };
   stages.complete = [&](int p) {
     const int t = parts_->token_begin(p, rows), n = parts_->token_begin(p + 1, rows) - t;
-    combine_rows(y + size_t(t) * C_, y_perm, row_of + size_t(t) * k_, gates + size_t(t) * k_, n, k_,
-                 C_);
+    combine(y + size_t(t) * C_, y_perm, row_of + size_t(t) * k_, gates + size_t(t) * k_, n);
   };
   stages.local = local;
   parts_->run(s, *exchange_, y_perm, x, y_rows, staging_.data(), C_, stages);
@@ -228,7 +265,7 @@ void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows,
   stages.compute = [&](const ExpertGroups& g) { experts_->backward_input(s, g, dy_rows, dx_rows); };
   stages.complete = [&](int p) {
     const auto [t, n] = tokens(p);
-    scatter_add_rows(dh + t * C_, y_perm, row_of + t * k_, n, k_, C_);
+    scatter(dh + t * C_, y_perm, row_of + t * k_, n);
   };
   // The router's logits gradient needs only the gates' gradient, complete once every part
   // is prepared: it is local work too. Its input gradient adds into dh after the sums. So

@@ -19,7 +19,11 @@
 // TokenExchange::moves_rows false) the layer skips the fp32 row blocks an exchange would
 // carry: the experts pack their input and output-gradient rows straight from the tokens in
 // their own form (bf16: rounded once) and write their outputs where the combine reads them.
-// The bits are the same either way (tests/model/test_moe_exchange.cpp).
+// The bits are the same either way (tests/model/test_moe_exchange.cpp). The bf16 experts
+// sum each token's rows in row order (ExpertMlp::sums_in_row_order), and where nothing
+// travels the SwiGLU ones on the AMX path do those sums in their last GEMMs' stores
+// (sums_into_tokens: no combine or scatter-add pass over the M rows; the same bits,
+// tests/model/test_moe_token_sums.cpp).
 //
 // Expert parallelism: ep rank r holds experts r*E/ep .. (r+1)*E/ep - 1 and registers only
 // those (global names). Gradient reduction rule for the data-parallel reducer: expert
@@ -180,6 +184,12 @@ class MoeLayer {
   void forward_parts(float* s, const float* h, float* y, int rows, const LocalWork& local);
   void backward_parts(float* s, const float* dy, float* dh, int rows, const LocalWork& local);
   void backward_weight_parts(float* s);
+  // The gates of the kept rows by row (M), in dgates_ (free during the forward).
+  const float* gates_by_row(float* s, int rows);
+  // The per-token sums of n tokens' rows in the order the experts take (sums_in_row_order):
+  // combine_rows / scatter_add_rows or their row-order twins (kernels/token_permutation.h).
+  void combine(float* y, const float* rows, const int32_t* row_of, const float* gates, int n) const;
+  void scatter(float* dh, const float* rows, const int32_t* row_of, int n) const;
 
   int layer_, C_, E_, k_, El_, max_rows_;
   bool expert_grads_in_b_ = false;  // ExpertParallelShard::expert_grads_in_b, with parts
