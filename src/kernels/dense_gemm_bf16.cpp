@@ -4,14 +4,14 @@
 #include "kernels/dense_gemm_bf16.h"
 
 #include <atomic>
-#include <cstring>
 
 #include <omp.h>
 
 #include "core/error.h"
 #include "kernels/amx_tiles.h"
-#include "kernels/grouped_gemm_kernels.h"
-#include "kernels/grouped_gemm_work.h"
+#include "kernels/dense_gemm_bf16_amx.h"
+#include "kernels/gelu.h"
+#include "kernels/grouped_gemm.h"
 #include "kernels/matmul_bf16.h"
 #include "kernels/phase_profile.h"
 
@@ -35,16 +35,11 @@ void pack_both(std::vector<uint32_t> (&dst)[2], const float* w, int C, int OC) {
   }
 }
 
-// One group of all N rows on the AMX kernel; weight (the packed one) is read through
-// Problem::packed only, so Problem::weight points at a null.
-void run_amx(grouped::Product product, float* out, float* const* dweight, const bf16* rows,
-             const bf16* inp, const uint32_t* packed, int N, int C, int OC, bool accumulate) {
-  const int32_t offset[2] = {0, N};
-  const bf16* no_weight = nullptr;
-  grouped::Problem<bf16> p{product, out, dweight, rows, inp,       &no_weight,
-                           offset,  1,   C,       OC,   accumulate};
-  p.packed = packed ? &packed : nullptr;
-  grouped::run_amx(p);
+// The tile driver's call on the packed weight: A (M = N rows, K) row-major.
+dense_amx::Gemm tiles_gemm(const bf16* a, const uint32_t* packed, int N, int K, int cols) {
+  dense_amx::Gemm g;
+  g.a = a, g.b = packed, g.M = N, g.K = K, g.N = cols;
+  return g;
 }
 
 }  // namespace
@@ -132,13 +127,25 @@ void dense_bf16_forward(float* out, const bf16* inp, DenseBf16Weight& w, const f
   const uint32_t* packed = w.packed(w32, GroupedPack::forward);
   PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
                    2.0 * (double(N) * C + double(OC) * C) + 4.0 * double(N) * OC);
-  if (N <= 0) return;
-  // The bias goes in first and the tiles accumulate onto it (their C load): one write-only
-  // pass instead of a read-modify-write pass after the product. Serial: a second parallel
-  // region per call costs more than the copy on busy cores.
-  if (bias)
-    for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * OC, bias, size_t(OC) * sizeof(float));
-  run_amx(grouped::Product::forward, out, nullptr, inp, nullptr, packed, N, C, OC, bias != nullptr);
+  dense_amx::Gemm g = tiles_gemm(inp, packed, N, C, OC);
+  g.c = out, g.bias = bias;  // the bias is the tiles' start: no pass of its own
+  dense_amx::run(g);
+}
+
+void dense_bf16_forward_gelu(float* pre, bf16* act, const bf16* inp, DenseBf16Weight& w,
+                             const float* w32, const float* bias, int N) {
+  const int C = w.in(), OC = w.out();
+  if (!w.runs_on_tiles()) {
+    matmul_bf16_forward(pre, inp, w.copy(w32), nullptr, N, C, OC);
+    return bias_gelu_forward_bf16(act, pre, bias, N, OC);
+  }
+  const uint32_t* packed = w.packed(w32, GroupedPack::forward);
+  // The fused call's bytes: its operands once, pre (fp32) and act (bf16) written.
+  PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
+                   2.0 * (double(N) * C + double(OC) * C) + 6.0 * double(N) * OC);
+  dense_amx::Gemm g = tiles_gemm(inp, packed, N, C, OC);
+  g.c = pre, g.bias = bias, g.epilogue = dense_amx::Epilogue::gelu, g.act = act;
+  dense_amx::run(g);
 }
 
 void dense_bf16_backward_input(float* dinp, const bf16* dout, DenseBf16Weight& w, const float* w32,
@@ -149,9 +156,25 @@ void dense_bf16_backward_input(float* dinp, const bf16* dout, DenseBf16Weight& w
   const uint32_t* packed = w.packed(w32, GroupedPack::backward_input);
   PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
                    2.0 * (double(N) * OC + double(OC) * C) + 8.0 * double(N) * C);
-  if (N <= 0) return;
-  run_amx(grouped::Product::backward_input, dinp, nullptr, dout, nullptr, packed, N, C, OC,
-          accumulate);
+  dense_amx::Gemm g = tiles_gemm(dout, packed, N, OC, C);
+  g.c = dinp, g.accumulate = accumulate;
+  dense_amx::run(g);
+}
+
+void dense_bf16_backward_input_dgelu(bf16* dinp, const float* pre, const bf16* dout,
+                                     DenseBf16Weight& w, const float* w32, int N, float* stage) {
+  const int C = w.in(), OC = w.out();
+  if (!w.runs_on_tiles()) {
+    matmul_bf16_backward_input(stage, dout, w.copy(w32), N, C, OC, false);
+    return gelu_backward_bf16(dinp, pre, stage, size_t(N) * C);
+  }
+  const uint32_t* packed = w.packed(w32, GroupedPack::backward_input);
+  // The fused call's bytes: its operands once, pre read, dinp (bf16) written.
+  PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
+                   2.0 * (double(N) * OC + double(OC) * C) + 6.0 * double(N) * C);
+  dense_amx::Gemm g = tiles_gemm(dout, packed, N, OC, C);
+  g.epilogue = dense_amx::Epilogue::dgelu, g.act = dinp, g.pre = pre;
+  dense_amx::run(g);
 }
 
 void dense_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,

@@ -51,7 +51,7 @@ void LMHead::bind(float* params, float* grads) {
 }
 
 size_t LMHead::bf16_stage_floats() const {
-  return bf16_ ? size_t(max_n_) * C_ : 0;  // ln_f's fp32 output before rounding
+  return 0;  // ln_f's output is rounded as the norm stores it: no fp32 result to stage
 }
 
 size_t LMHead::bf16_gather_values() const {
@@ -61,13 +61,12 @@ size_t LMHead::bf16_gather_values() const {
 double LMHead::forward(float* s, const float* x_in, const int* targets, int b, int T, float dloss) {
   const int N = b * T, Nl = rows(b, T);
   float* logits = s + off_.logits;
-  // ln_f's output through the stage under bf16 (rounded as it is kept), then (N, Vl) = lnf @
-  // wte_shard^T; under sequence parallelism lnf is gathered into lnf_full.
+  // ln_f's output rounded as the norm stores it under bf16 (bitwise the rounding of its fp32
+  // output: no pass of its own), then (N, Vl) = lnf @ wte_shard^T; under sequence
+  // parallelism lnf is gathered into lnf_full.
   with_precision_ops(bf16_, scratch_, [&](const auto& p) {
     auto* lnf_out = p.act(s, off_.lnf_out);
-    float* lnf = p.staged(lnf_out);
-    norm_.forward(s, lnf, x_in, Nl);
-    p.keep(lnf_out, lnf, size_t(Nl) * C_);
+    norm_.forward(s, lnf_out, x_in, Nl);
     p.forward(head_, logits, lnf_out, N, p.act(s, off_.lnf_full));
   });
   if (!targets) return 0.0;
