@@ -5,7 +5,7 @@
 // side goes first swaps each round), medians over the rounds, and the ratio.
 //
 //   bench_dense_bf16 [--quick] [--rounds 5] [--threads 1]
-//                    [--shapes small,d256,d512,head,mlp]
+//                    [--shapes small,d256,d512,head,mlp,packs]
 //     small  d128, B16 T128 (the quick start's shape per rank: 2048 rows)
 //     d256   4L d256 T128 B8 (1024 rows)
 //     d512   6L d512 T256 B8 (2048 rows)
@@ -14,6 +14,8 @@
 //            gradient + GELU's gradient) at d128 / d256 / d512, three ways alternated: the
 //            tiles with GELU in their stores, the tiles then GELU's pass (the unfused
 //            composition on the same kernel), oneDNN then GELU's pass
+//     packs  the two weight packs made once per change of the weights, in one pass over
+//            the fp32 weight (DenseBf16Weight) against to_bf16 then grouped_bf16_pack twice
 #include <omp.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 #include "kernels/bf16.h"
 #include "kernels/dense_gemm_bf16.h"
 #include "kernels/gelu.h"
+#include "kernels/grouped_gemm.h"
 
 namespace {
 
@@ -198,6 +201,38 @@ void run_mlp(int N, int C, const Options& o) {
       C, N, f, u, d, f / u, f / d);
 }
 
+// The packs of a (OC, C) weight after each change: one pass against the composition.
+void run_packs(int C, int OC, const Options& o) {
+  const std::vector<float> w = mt::bench::filled(size_t(OC) * C, 0.04f);
+  uint64_t version = 1;
+  mt::DenseBf16Weight w16(C, OC, &version);
+  std::vector<mt::bf16> copy(w.size());
+  std::vector<uint32_t> packs[2];
+  const std::function<void()> ways[2] = {
+      [&] {
+        ++version;
+        w16.packed(w.data(), mt::GroupedPack::forward);
+      },
+      [&] {
+        mt::to_bf16(copy.data(), w.data(), copy.size());
+        for (const mt::GroupedPack which :
+             {mt::GroupedPack::forward, mt::GroupedPack::backward_input}) {
+          packs[int(which)].resize(mt::grouped_bf16_packed_size(which, C, OC));
+          mt::grouped_bf16_pack(packs[int(which)].data(), which, copy.data(), C, OC);
+        }
+      }};
+  std::vector<double> ms[2];
+  for (int r = 0; r < o.rounds; ++r)
+    for (int k = 0; k < 2; ++k) {
+      const int way = (k + r) % 2;
+      ways[way]();
+      ms[way].push_back(time_call(ways[way], o.quick ? 0.002 : 0.04) * 1e3);
+    }
+  const double one = median(ms[0]), two = median(ms[1]);
+  std::printf("  packs %5d x %5d  one pass %7.3f ms  to_bf16 then packs %7.3f ms  ratio %.2f\n", OC,
+              C, one, two, one / two);
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -213,7 +248,7 @@ Options parse(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_dense_bf16 [--quick] [--rounds N] [--threads T] "
-                   "[--shapes small,d256,d512,head,mlp]\n");
+                   "[--shapes small,d256,d512,head,mlp,packs]\n");
       std::exit(2);
     }
   }
@@ -233,6 +268,12 @@ int main(int argc, char** argv) {
               o.threads, o.rounds, mt::dense_bf16_isa(mt::DenseBf16Path::onednn).c_str(),
               mt::dense_bf16_isa(mt::DenseBf16Path::amx).c_str());
   for (const std::string& set : o.shapes) {
+    if (set == "packs") {
+      for (const auto& [C, OC] :
+           {std::pair{256, 768}, std::pair{256, 1024}, std::pair{1024, 256}, std::pair{512, 2048}})
+        run_packs(C, OC, o);
+      continue;
+    }
     if (set == "mlp") {
       for (const auto& [N, C] : {std::pair{2048, 128}, std::pair{1024, 256}, std::pair{2048, 512}})
         run_mlp(N, C, o);

@@ -3,6 +3,7 @@
 // (grouped_gemm_prepack.cpp's layout), or oneDNN through matmul_bf16.h.
 #include "kernels/dense_gemm_bf16.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include <omp.h>
@@ -12,6 +13,7 @@
 #include "kernels/dense_gemm_bf16_amx.h"
 #include "kernels/gelu.h"
 #include "kernels/grouped_gemm.h"
+#include "kernels/grouped_gemm_pack.h"
 #include "kernels/matmul_bf16.h"
 #include "kernels/phase_profile.h"
 
@@ -23,15 +25,45 @@ namespace {
 // benchmark reaches the rank threads it starts.
 std::atomic<int> path_override{-1};
 
-// The bf16 rounding of w, packed in both layouts: the rounding goes through a buffer freed
-// on return (once per change of the weights), so no plain copy outlives the packs.
+// The bf16 rounding of w (OC, C), packed in both layouts in one pass over the fp32 weight: a
+// block of kBlockRows rows at a time is rounded into a per-thread buffer (L1/L2) and packed
+// from there into its two output panels of the forward pack (B = w^T: the rows are B's
+// columns) and its kBlockRows / 2 pair rows of every panel of the backward_input pack (B = w).
+// The values are those of grouped_bf16_pack over to_bf16(w); the fp32 weight is read once and
+// no whole bf16 copy is written and read back. The blocks are spread over the team.
+constexpr int kBlockRows = 32;  // two forward panels; 16 pair rows of the backward pack
+
+#if defined(__AVX512F__)
+void pack_block(std::vector<uint32_t> (&dst)[2], const float* w, int C, int OC, int r0,
+                std::vector<bf16>& buf) {
+  const int rows = std::min(kBlockRows, OC - r0);
+  buf.resize(size_t(kBlockRows) * C);
+  to_bf16(buf.data(), w + size_t(r0) * C, size_t(rows) * C);
+  const int kp_fwd = (C + 31) / 32 * 16, kp_bwd = (OC + 31) / 32 * 16;
+  uint32_t* fwd = dst[int(GroupedPack::forward)].data();
+  for (int h = 0; h < 2 && 16 * h < rows; ++h)  // output rows r0 + 16h...: one forward panel
+    grouped::pack_pairs_bf16(fwd + size_t(r0 / 16 + h) * kp_fwd * 16,
+                             buf.data() + size_t(16 * h) * C, size_t(C), true, C, kp_fwd, 0,
+                             std::min(16, rows - 16 * h));
+  uint32_t* bwd = dst[int(GroupedPack::backward_input)].data();
+  for (int q = 0; q < (C + 15) / 16; ++q)  // the block's pair rows of every backward panel
+    grouped::pack_pairs_bf16(bwd + (size_t(q) * kp_bwd + r0 / 2) * 16, buf.data(), size_t(C), false,
+                             rows, kBlockRows / 2, 16 * q, std::min(C, 16 * q + 16));
+}
+#else
+void pack_block(std::vector<uint32_t> (&)[2], const float*, int, int, int, std::vector<bf16>&) {
+  MT_CHECK(false, "dense bf16 packs need an AVX-512 build");
+}
+#endif
+
 void pack_both(std::vector<uint32_t> (&dst)[2], const float* w, int C, int OC) {
-  std::vector<bf16> w16(size_t(C) * OC);
-  to_bf16(w16.data(), w, w16.size());
-  for (const GroupedPack which : {GroupedPack::forward, GroupedPack::backward_input}) {
-    std::vector<uint32_t>& d = dst[int(which)];
-    d.resize(grouped_bf16_packed_size(which, C, OC));
-    grouped_bf16_pack(d.data(), which, w16.data(), C, OC);
+  for (const GroupedPack which : {GroupedPack::forward, GroupedPack::backward_input})
+    dst[int(which)].resize(grouped_bf16_packed_size(which, C, OC));
+  const int blocks = (OC + kBlockRows - 1) / kBlockRows;
+#pragma omp parallel for schedule(static) if (blocks > 1 && omp_get_max_threads() > 1)
+  for (int b = 0; b < blocks; ++b) {
+    thread_local std::vector<bf16> buf;
+    pack_block(dst, w, C, OC, b * kBlockRows, buf);
   }
 }
 

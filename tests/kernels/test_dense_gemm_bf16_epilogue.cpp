@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/bf16.h"
 #include "kernels/dense_gemm_bf16.h"
 #include "kernels/gelu.h"
+#include "kernels/grouped_gemm.h"
 #include "kernels/kernel_harness.h"
 #include "kernels/phase_profile.h"
 
@@ -175,6 +177,34 @@ TEST(DenseGemmBf16EpilogueRows, DoNotDependOnTheRowCountOrTheTeam) {
       EXPECT_TRUE(std::equal(p.begin(), p.end(), pre.begin())) << rows << " rows";
       EXPECT_TRUE(std::equal(a.begin(), a.end(), act.begin())) << rows << " rows";
       EXPECT_TRUE(std::equal(dp.begin(), dp.end(), d.begin())) << rows << " rows";
+    }
+}
+
+// The two packs, made in one pass over the fp32 weight (blocks of rows rounded in a small
+// buffer and packed from there, spread over the team), equal grouped_bf16_pack over the
+// whole bf16 copy: shapes off the 16-column panels and the 32-row pair blocks, 1 and 2 threads.
+TEST(DenseGemmBf16Packs, OnePassOverTheWeightEqualsTheBf16CopyPacked) {
+  MT_NEED_AMX();
+  const ScopedDenseBf16Path tiles(DenseBf16Path::amx);
+  for (const auto& [C, OC] : {std::pair{256, 768}, std::pair{72, 40}, std::pair{33, 97},
+                              std::pair{1024, 256}, std::pair{16, 1}})
+    for (const int threads : {1, 2}) {
+      const Buf w = random_normal(size_t(OC) * C, 21);
+      uint64_t version = 1;
+      DenseBf16Weight w16(C, OC, &version);
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      const uint32_t* got[2] = {w16.packed(w.data(), GroupedPack::forward),
+                                w16.packed(w.data(), GroupedPack::backward_input)};
+      omp_set_num_threads(saved);
+      const std::vector<bf16> copy = to_bf16_vec(w);
+      for (const GroupedPack which : {GroupedPack::forward, GroupedPack::backward_input}) {
+        std::vector<uint32_t> want(grouped_bf16_packed_size(which, C, OC));
+        grouped_bf16_pack(want.data(), which, copy.data(), C, OC);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got[int(which)]))
+            << "C " << C << " OC " << OC << " pack " << int(which) << ", " << threads
+            << " thread(s)";
+      }
     }
 }
 
