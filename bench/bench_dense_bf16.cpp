@@ -5,7 +5,7 @@
 // side goes first swaps each round), medians over the rounds, and the ratio.
 //
 //   bench_dense_bf16 [--quick] [--rounds 5] [--threads 1]
-//                    [--shapes small,d256,d512,head,mlp,packs]
+//                    [--shapes small,d256,d512,head,mlp,driver,packs]
 //     small  d128, B16 T128 (the quick start's shape per rank: 2048 rows)
 //     d256   4L d256 T128 B8 (1024 rows)
 //     d512   6L d512 T256 B8 (2048 rows)
@@ -14,6 +14,9 @@
 //            gradient + GELU's gradient) at d128 / d256 / d512, three ways alternated: the
 //            tiles with GELU in their stores, the tiles then GELU's pass (the unfused
 //            composition on the same kernel), oneDNN then GELU's pass
+//     driver the dense tile driver (dense_gemm_bf16_amx) against the grouped GEMM's AMX
+//            kernel as one group on the same packs (the dense path before it), at d256's
+//            layers: forward without bias and input gradient, alternated
 //     packs  the two weight packs made once per change of the weights, in one pass over
 //            the fp32 weight (DenseBf16Weight) against to_bf16 then grouped_bf16_pack twice
 #include <omp.h>
@@ -201,6 +204,41 @@ void run_mlp(int N, int C, const Options& o) {
       C, N, f, u, d, f / u, f / d);
 }
 
+// The dense driver against the grouped kernel on the same packed weight (no bias: the
+// grouped call has none).
+void run_driver(const Shape& s, const Options& o) {
+  Linear l(s);
+  const mt::ScopedDenseBf16Path tiles(mt::DenseBf16Path::amx);
+  const uint32_t* fwd = l.w16.packed(l.w.data(), mt::GroupedPack::forward);
+  const uint32_t* bwd = l.w16.packed(l.w.data(), mt::GroupedPack::backward_input);
+  const int32_t offset[2] = {0, s.N};
+  const mt::bf16* none = nullptr;
+  const std::function<void()> ways[2][2] = {
+      {[&] { mt::dense_bf16_forward(l.y.data(), l.x.data(), l.w16, l.w.data(), nullptr, s.N); },
+       [&] {
+         mt::grouped_matmul_bf16_forward(l.y.data(), l.x.data(), &none, offset, 1, s.in, s.out,
+                                         &fwd);
+       }},
+      {[&] { l.backward_input(); },
+       [&] {
+         mt::grouped_matmul_bf16_backward_input(l.dx.data(), l.dy.data(), &none, offset, 1, s.in,
+                                                s.out, false, &bwd);
+       }}};
+  const char* names[2] = {"fwd", "bwd_input"};
+  for (int p = 0; p < 2; ++p) {
+    std::vector<double> ms[2];
+    for (int r = 0; r < o.rounds; ++r)
+      for (int k = 0; k < 2; ++k) {
+        const int way = (k + r) % 2;
+        ways[p][way]();
+        ms[way].push_back(time_call(ways[p][way], o.quick ? 0.002 : 0.04) * 1e3);
+      }
+    const double d = median(ms[0]), g = median(ms[1]);
+    std::printf("  %-22s %-10s dense driver %7.3f ms  grouped kernel %7.3f ms  ratio %.2f\n",
+                s.name.c_str(), names[p], d, g, d / g);
+  }
+}
+
 // The packs of a (OC, C) weight after each change: one pass against the composition.
 void run_packs(int C, int OC, const Options& o) {
   const std::vector<float> w = mt::bench::filled(size_t(OC) * C, 0.04f);
@@ -248,7 +286,7 @@ Options parse(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_dense_bf16 [--quick] [--rounds N] [--threads T] "
-                   "[--shapes small,d256,d512,head,mlp,packs]\n");
+                   "[--shapes small,d256,d512,head,mlp,driver,packs]\n");
       std::exit(2);
     }
   }
@@ -268,6 +306,10 @@ int main(int argc, char** argv) {
               o.threads, o.rounds, mt::dense_bf16_isa(mt::DenseBf16Path::onednn).c_str(),
               mt::dense_bf16_isa(mt::DenseBf16Path::amx).c_str());
   for (const std::string& set : o.shapes) {
+    if (set == "driver") {
+      for (const Shape& s : shapes_of("d256")) run_driver(s, o);
+      continue;
+    }
     if (set == "packs") {
       for (const auto& [C, OC] :
            {std::pair{256, 768}, std::pair{256, 1024}, std::pair{1024, 256}, std::pair{512, 2048}})
