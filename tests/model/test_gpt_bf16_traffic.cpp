@@ -2,7 +2,8 @@
 // profile (kernels/phase_profile.h), never timed. On the dense AMX tiles the MLP's GELU runs
 // in the stores of the GEMMs beside it (kernels/dense_gemm_bf16.h, forward_gelu and
 // backward_input_dgelu): no activation pass of its own, forward or backward; and the
-// forward rounds what its GEMMs read as its kernels store it, the final norm's output too.
+// forward rounds what its GEMMs read as its kernels store it, the final norm's output too;
+// the head's backward rounds the loss gradient once for its two GEMMs.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -64,6 +65,16 @@ TEST(GptBf16Traffic, ForwardMakesNoConversionPass) {
   if (!dense_bf16_path_available(DenseBf16Path::onednn)) GTEST_SKIP() << "no bf16 GEMM here";
   TinyBf16 t(2);
   EXPECT_EQ(phases_of_second([&] { t.eval(); }).calls[int(Phase::conversion)], 0u);
+}
+
+// The head's loss gradient is rounded once, in its own place, for both of its GEMMs: the
+// step's conversion passes outside the blocks (the head's; the embedding makes none) are one.
+TEST(GptBf16Traffic, HeadRoundsTheLossGradientOnce) {
+  if (!dense_bf16_path_available(DenseBf16Path::onednn)) GTEST_SKIP() << "no bf16 GEMM here";
+  const uint64_t one = phases_of_second_step(1).calls[int(Phase::conversion)];
+  const uint64_t two = phases_of_second_step(2).calls[int(Phase::conversion)];
+  EXPECT_EQ(one - (two - one), 1u)
+      << one << " conversion passes with 1 layer, " << two << " with 2";
 }
 
 TEST(GptBf16Traffic, MlpGeluRunsInTheDenseTilesStores) {
