@@ -4,11 +4,21 @@
 // backward-input and backward-weight per linear, alternated A/B in every round (which
 // side goes first swaps each round), medians over the rounds, and the ratio.
 //
-//   bench_dense_bf16 [--quick] [--rounds 5] [--threads 1] [--shapes small,d256,d512,head]
+//   bench_dense_bf16 [--quick] [--rounds 5] [--threads 1]
+//                    [--shapes small,d256,d512,head,mlp,driver,packs]
 //     small  d128, B16 T128 (the quick start's shape per rank: 2048 rows)
 //     d256   4L d256 T128 B8 (1024 rows)
 //     d512   6L d512 T256 B8 (2048 rows)
 //     head   the lm head at d256 / d512 for vocab 256, 8192 and 32000 (1024 rows)
+//     mlp    the GPT MLP's GELU beside its GEMMs (fc forward + GELU, the projection's input
+//            gradient + GELU's gradient) at d128 / d256 / d512, three ways alternated: the
+//            tiles with GELU in their stores, the tiles then GELU's pass (the unfused
+//            composition on the same kernel), oneDNN then GELU's pass
+//     driver the dense tile driver (dense_gemm_bf16_amx) against the grouped GEMM's AMX
+//            kernel as one group on the same packs (the dense path before it), at d256's
+//            layers: forward without bias and input gradient, alternated
+//     packs  the two weight packs made once per change of the weights, in one pass over
+//            the fp32 weight (DenseBf16Weight) against to_bf16 then grouped_bf16_pack twice
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +33,8 @@
 #include "core/timer.h"
 #include "kernels/bf16.h"
 #include "kernels/dense_gemm_bf16.h"
+#include "kernels/gelu.h"
+#include "kernels/grouped_gemm.h"
 
 namespace {
 
@@ -133,6 +145,132 @@ void run_shape(const Shape& s, const Options& o) {
   }
 }
 
+// The MLP of width C over N rows: fc (4C, C) and the projection (C, 4C).
+struct Mlp {
+  int N, C, H;
+  std::vector<mt::bf16> x, dy, act, d_fc;
+  std::vector<float> w_fc, b_fc, w_proj, pre, stage;
+  uint64_t version = 1;
+  mt::DenseBf16Weight fc, proj;
+  Mlp(int n, int c)
+      : N(n),
+        C(c),
+        H(4 * c),
+        x(size_t(n) * c),
+        dy(size_t(n) * c),
+        act(size_t(n) * H),
+        d_fc(size_t(n) * H),
+        w_fc(mt::bench::filled(size_t(H) * c, 0.04f)),
+        b_fc(mt::bench::filled(size_t(H), 0.1f)),
+        w_proj(mt::bench::filled(size_t(c) * H, 0.04f, 3)),
+        pre(size_t(n) * H),
+        stage(size_t(n) * H),
+        fc(c, H, &version),
+        proj(H, c, &version) {
+    mt::to_bf16(x.data(), mt::bench::filled(x.size(), 1.0f, 7).data(), x.size());
+    mt::to_bf16(dy.data(), mt::bench::filled(dy.size(), 1.0f, 9).data(), dy.size());
+  }
+  void fused() {
+    mt::dense_bf16_forward_gelu(pre.data(), act.data(), x.data(), fc, w_fc.data(), b_fc.data(), N);
+    mt::dense_bf16_backward_input_dgelu(d_fc.data(), pre.data(), dy.data(), proj, w_proj.data(), N,
+                                        stage.data());
+  }
+  void unfused() {  // the block's calls before the fusion
+    mt::dense_bf16_forward(pre.data(), x.data(), fc, w_fc.data(), nullptr, N);
+    mt::bias_gelu_forward_bf16(act.data(), pre.data(), b_fc.data(), N, H);
+    mt::dense_bf16_backward_input(stage.data(), dy.data(), proj, w_proj.data(), N, false);
+    mt::gelu_backward_bf16(d_fc.data(), pre.data(), stage.data(), size_t(N) * H);
+  }
+};
+
+void run_mlp(int N, int C, const Options& o) {
+  Mlp m(N, C);
+  const double batch = o.quick ? 0.002 : 0.04;
+  enum { kFused, kUnfused, kOneDnn, kWays };
+  std::vector<double> ms[kWays];
+  for (int r = 0; r < o.rounds; ++r)
+    for (int k = 0; k < kWays; ++k) {
+      const int way = (k + r) % kWays;  // which way goes first rotates each round
+      mt::ScopedDenseBf16Path path(way == kOneDnn ? mt::DenseBf16Path::onednn
+                                                  : mt::DenseBf16Path::amx);
+      const std::function<void()> fn = [&] { way == kFused ? m.fused() : m.unfused(); };
+      fn();  // warm-up: primitive creation, the packs of this version
+      ms[way].push_back(time_call(fn, batch) * 1e3);
+    }
+  const double f = median(ms[kFused]), u = median(ms[kUnfused]), d = median(ms[kOneDnn]);
+  std::printf(
+      "  mlp d%-4d M %5d fc fwd+gelu, proj bwd_input+dgelu  tiles fused %7.3f ms  tiles then "
+      "gelu %7.3f ms  onednn then gelu %7.3f ms  fused/unfused %.2f  fused/onednn %.2f\n",
+      C, N, f, u, d, f / u, f / d);
+}
+
+// The dense driver against the grouped kernel on the same packed weight (no bias: the
+// grouped call has none).
+void run_driver(const Shape& s, const Options& o) {
+  Linear l(s);
+  const mt::ScopedDenseBf16Path tiles(mt::DenseBf16Path::amx);
+  const uint32_t* fwd = l.w16.packed(l.w.data(), mt::GroupedPack::forward);
+  const uint32_t* bwd = l.w16.packed(l.w.data(), mt::GroupedPack::backward_input);
+  const int32_t offset[2] = {0, s.N};
+  const mt::bf16* none = nullptr;
+  const std::function<void()> ways[2][2] = {
+      {[&] { mt::dense_bf16_forward(l.y.data(), l.x.data(), l.w16, l.w.data(), nullptr, s.N); },
+       [&] {
+         mt::grouped_matmul_bf16_forward(l.y.data(), l.x.data(), &none, offset, 1, s.in, s.out,
+                                         &fwd);
+       }},
+      {[&] { l.backward_input(); },
+       [&] {
+         mt::grouped_matmul_bf16_backward_input(l.dx.data(), l.dy.data(), &none, offset, 1, s.in,
+                                                s.out, false, &bwd);
+       }}};
+  const char* names[2] = {"fwd", "bwd_input"};
+  for (int p = 0; p < 2; ++p) {
+    std::vector<double> ms[2];
+    for (int r = 0; r < o.rounds; ++r)
+      for (int k = 0; k < 2; ++k) {
+        const int way = (k + r) % 2;
+        ways[p][way]();
+        ms[way].push_back(time_call(ways[p][way], o.quick ? 0.002 : 0.04) * 1e3);
+      }
+    const double d = median(ms[0]), g = median(ms[1]);
+    std::printf("  %-22s %-10s dense driver %7.3f ms  grouped kernel %7.3f ms  ratio %.2f\n",
+                s.name.c_str(), names[p], d, g, d / g);
+  }
+}
+
+// The packs of a (OC, C) weight after each change: one pass against the composition.
+void run_packs(int C, int OC, const Options& o) {
+  const std::vector<float> w = mt::bench::filled(size_t(OC) * C, 0.04f);
+  uint64_t version = 1;
+  mt::DenseBf16Weight w16(C, OC, &version);
+  std::vector<mt::bf16> copy(w.size());
+  std::vector<uint32_t> packs[2];
+  const std::function<void()> ways[2] = {
+      [&] {
+        ++version;
+        w16.packed(w.data(), mt::GroupedPack::forward);
+      },
+      [&] {
+        mt::to_bf16(copy.data(), w.data(), copy.size());
+        for (const mt::GroupedPack which :
+             {mt::GroupedPack::forward, mt::GroupedPack::backward_input}) {
+          packs[int(which)].resize(mt::grouped_bf16_packed_size(which, C, OC));
+          mt::grouped_bf16_pack(packs[int(which)].data(), which, copy.data(), C, OC);
+        }
+      }};
+  std::vector<double> ms[2];
+  for (int r = 0; r < o.rounds; ++r)
+    for (int k = 0; k < 2; ++k) {
+      const int way = (k + r) % 2;
+      ways[way]();
+      ms[way].push_back(time_call(ways[way], o.quick ? 0.002 : 0.04) * 1e3);
+    }
+  const double one = median(ms[0]), two = median(ms[1]);
+  std::printf("  packs %5d x %5d  one pass %7.3f ms  to_bf16 then packs %7.3f ms  ratio %.2f\n", OC,
+              C, one, two, one / two);
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -148,7 +286,7 @@ Options parse(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_dense_bf16 [--quick] [--rounds N] [--threads T] "
-                   "[--shapes small,d256,d512,head]\n");
+                   "[--shapes small,d256,d512,head,mlp,driver,packs]\n");
       std::exit(2);
     }
   }
@@ -167,7 +305,23 @@ int main(int argc, char** argv) {
   std::printf("bf16 dense GEMMs, %d thread(s), %d alternated round(s); onednn = %s, amx = %s\n",
               o.threads, o.rounds, mt::dense_bf16_isa(mt::DenseBf16Path::onednn).c_str(),
               mt::dense_bf16_isa(mt::DenseBf16Path::amx).c_str());
-  for (const std::string& set : o.shapes)
+  for (const std::string& set : o.shapes) {
+    if (set == "driver") {
+      for (const Shape& s : shapes_of("d256")) run_driver(s, o);
+      continue;
+    }
+    if (set == "packs") {
+      for (const auto& [C, OC] :
+           {std::pair{256, 768}, std::pair{256, 1024}, std::pair{1024, 256}, std::pair{512, 2048}})
+        run_packs(C, OC, o);
+      continue;
+    }
+    if (set == "mlp") {
+      for (const auto& [N, C] : {std::pair{2048, 128}, std::pair{1024, 256}, std::pair{2048, 512}})
+        run_mlp(N, C, o);
+      continue;
+    }
     for (const Shape& s : shapes_of(set)) run_shape(s, o);
+  }
   return 0;
 }

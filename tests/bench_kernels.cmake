@@ -9,5 +9,5 @@ set_tests_properties(bench_kernels_quick PROPERTIES LABELS bench TIMEOUT 120)
 # (bench/bench_dense_bf16.cpp); the --quick run only checks that both paths run.
 add_executable(bench_dense_bf16 ${CMAKE_SOURCE_DIR}/bench/bench_dense_bf16.cpp)
 target_link_libraries(bench_dense_bf16 PRIVATE mt_kernels)
-add_test(NAME bench_dense_bf16_quick COMMAND bench_dense_bf16 --quick --shapes d256)
+add_test(NAME bench_dense_bf16_quick COMMAND bench_dense_bf16 --quick --shapes d256,mlp,packs)
 set_tests_properties(bench_dense_bf16_quick PROPERTIES LABELS bench TIMEOUT 120)

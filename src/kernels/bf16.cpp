@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/vec_math.h"
 
@@ -39,6 +40,25 @@ void to_bf16(bf16* out, const float* in, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (std::int64_t i = 0; i < len; ++i) out[i] = round_bits(std::bit_cast<std::uint32_t>(in[i]));
 #endif
+}
+
+bf16* to_bf16_in_place(float* x, size_t n) {
+  PhaseScope phase_scope(Phase::conversion, 0, 6.0 * double(n));
+  // Vector loads and stores (may-alias types) and memcpy in the tail: the two views of the
+  // buffer alias. Value i's bf16 lands at bytes [2i, 2i + 2), below every byte not yet read.
+  bf16* out = reinterpret_cast<bf16*>(x);
+  size_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), round_bf16x16(_mm512_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, x + i, sizeof u);
+    const std::uint16_t h = round_bits(u);
+    std::memcpy(out + i, &h, sizeof h);
+  }
+  return out;
 }
 
 void from_bf16(float* out, const bf16* in, size_t n) {

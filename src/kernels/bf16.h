@@ -46,6 +46,11 @@ inline float bf16_to_float(bf16 h) {
 
 // out (n) = bf16(in (n)). Vectorised; threaded with OpenMP when n is large.
 void to_bf16(bf16* out, const float* in, size_t n);
+// x (n floats) rounded to bf16 in place: returns the n bf16 values, now at x's start, bitwise
+// to_bf16's. For a buffer whose fp32 values are not read again (dlogits, which the head's two
+// GEMMs read in bf16): one pass and no second buffer. On the calling thread only: a value's
+// bytes are overwritten only after the loop has read them, in order.
+bf16* to_bf16_in_place(float* x, size_t n);
 // out (n) = float(in (n)), exact.
 void from_bf16(float* out, const bf16* in, size_t n);
 // x (n) = float(bf16(x)) in place: what a bf16 round trip leaves (tests, reference twins).

@@ -3,15 +3,17 @@
 // (grouped_gemm_prepack.cpp's layout), or oneDNN through matmul_bf16.h.
 #include "kernels/dense_gemm_bf16.h"
 
+#include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include <omp.h>
 
 #include "core/error.h"
 #include "kernels/amx_tiles.h"
-#include "kernels/grouped_gemm_kernels.h"
-#include "kernels/grouped_gemm_work.h"
+#include "kernels/dense_gemm_bf16_amx.h"
+#include "kernels/gelu.h"
+#include "kernels/grouped_gemm.h"
+#include "kernels/grouped_gemm_pack.h"
 #include "kernels/matmul_bf16.h"
 #include "kernels/phase_profile.h"
 
@@ -23,28 +25,53 @@ namespace {
 // benchmark reaches the rank threads it starts.
 std::atomic<int> path_override{-1};
 
-// The bf16 rounding of w, packed in both layouts: the rounding goes through a buffer freed
-// on return (once per change of the weights), so no plain copy outlives the packs.
+// The bf16 rounding of w (OC, C), packed in both layouts in one pass over the fp32 weight: a
+// block of kBlockRows rows at a time is rounded into a per-thread buffer (L1/L2) and packed
+// from there into its two output panels of the forward pack (B = w^T: the rows are B's
+// columns) and its kBlockRows / 2 pair rows of every panel of the backward_input pack (B = w).
+// The values are those of grouped_bf16_pack over to_bf16(w); the fp32 weight is read once and
+// no whole bf16 copy is written and read back. The blocks are spread over the team.
+constexpr int kBlockRows = 32;  // two forward panels; 16 pair rows of the backward pack
+
+#if defined(__AVX512F__)
+void pack_block(std::vector<uint32_t> (&dst)[2], const float* w, int C, int OC, int r0,
+                std::vector<bf16>& buf) {
+  const int rows = std::min(kBlockRows, OC - r0);
+  buf.resize(size_t(kBlockRows) * C);
+  to_bf16(buf.data(), w + size_t(r0) * C, size_t(rows) * C);
+  const int kp_fwd = (C + 31) / 32 * 16, kp_bwd = (OC + 31) / 32 * 16;
+  uint32_t* fwd = dst[int(GroupedPack::forward)].data();
+  for (int h = 0; h < 2 && 16 * h < rows; ++h)  // output rows r0 + 16h...: one forward panel
+    grouped::pack_pairs_bf16(fwd + size_t(r0 / 16 + h) * kp_fwd * 16,
+                             buf.data() + size_t(16 * h) * C, size_t(C), true, C, kp_fwd, 0,
+                             std::min(16, rows - 16 * h));
+  uint32_t* bwd = dst[int(GroupedPack::backward_input)].data();
+  for (int q = 0; q < (C + 15) / 16; ++q)  // the block's pair rows of every backward panel
+    grouped::pack_pairs_bf16(bwd + (size_t(q) * kp_bwd + r0 / 2) * 16, buf.data(), size_t(C), false,
+                             rows, kBlockRows / 2, 16 * q, std::min(C, 16 * q + 16));
+}
+#else
+void pack_block(std::vector<uint32_t> (&)[2], const float*, int, int, int, std::vector<bf16>&) {
+  MT_CHECK(false, "dense bf16 packs need an AVX-512 build");
+}
+#endif
+
 void pack_both(std::vector<uint32_t> (&dst)[2], const float* w, int C, int OC) {
-  std::vector<bf16> w16(size_t(C) * OC);
-  to_bf16(w16.data(), w, w16.size());
-  for (const GroupedPack which : {GroupedPack::forward, GroupedPack::backward_input}) {
-    std::vector<uint32_t>& d = dst[int(which)];
-    d.resize(grouped_bf16_packed_size(which, C, OC));
-    grouped_bf16_pack(d.data(), which, w16.data(), C, OC);
+  for (const GroupedPack which : {GroupedPack::forward, GroupedPack::backward_input})
+    dst[int(which)].resize(grouped_bf16_packed_size(which, C, OC));
+  const int blocks = (OC + kBlockRows - 1) / kBlockRows;
+#pragma omp parallel for schedule(static) if (blocks > 1 && omp_get_max_threads() > 1)
+  for (int b = 0; b < blocks; ++b) {
+    thread_local std::vector<bf16> buf;
+    pack_block(dst, w, C, OC, b * kBlockRows, buf);
   }
 }
 
-// One group of all N rows on the AMX kernel; weight (the packed one) is read through
-// Problem::packed only, so Problem::weight points at a null.
-void run_amx(grouped::Product product, float* out, float* const* dweight, const bf16* rows,
-             const bf16* inp, const uint32_t* packed, int N, int C, int OC, bool accumulate) {
-  const int32_t offset[2] = {0, N};
-  const bf16* no_weight = nullptr;
-  grouped::Problem<bf16> p{product, out, dweight, rows, inp,       &no_weight,
-                           offset,  1,   C,       OC,   accumulate};
-  p.packed = packed ? &packed : nullptr;
-  grouped::run_amx(p);
+// The tile driver's call on the packed weight: A (M = N rows, K) row-major.
+dense_amx::Gemm tiles_gemm(const bf16* a, const uint32_t* packed, int N, int K, int cols) {
+  dense_amx::Gemm g;
+  g.a = a, g.b = packed, g.M = N, g.K = K, g.N = cols;
+  return g;
 }
 
 }  // namespace
@@ -132,13 +159,25 @@ void dense_bf16_forward(float* out, const bf16* inp, DenseBf16Weight& w, const f
   const uint32_t* packed = w.packed(w32, GroupedPack::forward);
   PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
                    2.0 * (double(N) * C + double(OC) * C) + 4.0 * double(N) * OC);
-  if (N <= 0) return;
-  // The bias goes in first and the tiles accumulate onto it (their C load): one write-only
-  // pass instead of a read-modify-write pass after the product. Serial: a second parallel
-  // region per call costs more than the copy on busy cores.
-  if (bias)
-    for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * OC, bias, size_t(OC) * sizeof(float));
-  run_amx(grouped::Product::forward, out, nullptr, inp, nullptr, packed, N, C, OC, bias != nullptr);
+  dense_amx::Gemm g = tiles_gemm(inp, packed, N, C, OC);
+  g.c = out, g.bias = bias;  // the bias is the tiles' start: no pass of its own
+  dense_amx::run(g);
+}
+
+void dense_bf16_forward_gelu(float* pre, bf16* act, const bf16* inp, DenseBf16Weight& w,
+                             const float* w32, const float* bias, int N) {
+  const int C = w.in(), OC = w.out();
+  if (!w.runs_on_tiles()) {
+    matmul_bf16_forward(pre, inp, w.copy(w32), nullptr, N, C, OC);
+    return bias_gelu_forward_bf16(act, pre, bias, N, OC);
+  }
+  const uint32_t* packed = w.packed(w32, GroupedPack::forward);
+  // The fused call's bytes: its operands once, pre (fp32) and act (bf16) written.
+  PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
+                   2.0 * (double(N) * C + double(OC) * C) + 6.0 * double(N) * OC);
+  dense_amx::Gemm g = tiles_gemm(inp, packed, N, C, OC);
+  g.c = pre, g.bias = bias, g.epilogue = dense_amx::Epilogue::gelu, g.act = act;
+  dense_amx::run(g);
 }
 
 void dense_bf16_backward_input(float* dinp, const bf16* dout, DenseBf16Weight& w, const float* w32,
@@ -149,9 +188,25 @@ void dense_bf16_backward_input(float* dinp, const bf16* dout, DenseBf16Weight& w
   const uint32_t* packed = w.packed(w32, GroupedPack::backward_input);
   PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
                    2.0 * (double(N) * OC + double(OC) * C) + 8.0 * double(N) * C);
-  if (N <= 0) return;
-  run_amx(grouped::Product::backward_input, dinp, nullptr, dout, nullptr, packed, N, C, OC,
-          accumulate);
+  dense_amx::Gemm g = tiles_gemm(dout, packed, N, OC, C);
+  g.c = dinp, g.accumulate = accumulate;
+  dense_amx::run(g);
+}
+
+void dense_bf16_backward_input_dgelu(bf16* dinp, const float* pre, const bf16* dout,
+                                     DenseBf16Weight& w, const float* w32, int N, float* stage) {
+  const int C = w.in(), OC = w.out();
+  if (!w.runs_on_tiles()) {
+    matmul_bf16_backward_input(stage, dout, w.copy(w32), N, C, OC, false);
+    return gelu_backward_bf16(dinp, pre, stage, size_t(N) * C);
+  }
+  const uint32_t* packed = w.packed(w32, GroupedPack::backward_input);
+  // The fused call's bytes: its operands once, pre read, dinp (bf16) written.
+  PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
+                   2.0 * (double(N) * OC + double(OC) * C) + 6.0 * double(N) * C);
+  dense_amx::Gemm g = tiles_gemm(dout, packed, N, OC, C);
+  g.epilogue = dense_amx::Epilogue::dgelu, g.act = dinp, g.pre = pre;
+  dense_amx::run(g);
 }
 
 void dense_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,

@@ -15,7 +15,8 @@
 // backward_input (+)= dout @ weight; backward_weight += dout^T @ inp, dbias += column sums.
 //
 // Bits: on the amx path a forward or input-gradient row depends only on that row and the
-// weight (K summed in steps of 32 in order, whatever the row count or the team): no row
+// weight (K summed in steps of 32 in order from the bias, whatever the row count, the team
+// or the fused epilogue: dense_gemm_bf16_amx.h): no row
 // pieces there (docs/precision.md, "Row pieces and bits"). The two paths' bits differ from each
 // other (other summation orders); both accumulate in fp32 and round nothing but their inputs (the
 // bounds of tests/kernels/test_bf16.cpp).
@@ -113,6 +114,19 @@ void dense_bf16_forward(float* out, const bf16* inp, DenseBf16Weight& w, const f
 // dinp (N, C) += dout (N, OC) @ weight; with accumulate false, dinp = (overwritten).
 void dense_bf16_backward_input(float* dinp, const bf16* dout, DenseBf16Weight& w, const float* w32,
                                int N, bool accumulate);
+
+// The GPT MLP's GELU with the GEMMs beside it (kernels/gelu.h's values):
+//  - forward_gelu: pre (N, OC) = inp @ weight^T + bias (kept for the backward) and act (N, OC)
+//    = bf16(gelu(pre)), the next GEMM's operand;
+//  - backward_input_dgelu: dinp (N, C) = bf16(gelu'(pre) * (dout @ weight)), pre (N, C).
+// On the tiles (runs_on_tiles) the bias starts the accumulators and the activation runs in
+// the stores (dense_gemm_bf16_amx.h): no pass of its own, and the fp32 product of the
+// backward never reaches memory. Elsewhere the composition: the GEMM, then
+// bias_gelu_forward_bf16 or gelu_backward_bf16 (through `stage`, (N, C) fp32).
+void dense_bf16_forward_gelu(float* pre, bf16* act, const bf16* inp, DenseBf16Weight& w,
+                             const float* w32, const float* bias, int N);
+void dense_bf16_backward_input_dgelu(bf16* dinp, const float* pre, const bf16* dout,
+                                     DenseBf16Weight& w, const float* w32, int N, float* stage);
 // dweight (OC, C) += dout^T @ inp; dbias (OC) += column sums of dout (may be null).
 void dense_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                                 int N, int C, int OC);

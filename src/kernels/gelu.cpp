@@ -199,4 +199,36 @@ void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, size_t 
 #endif
 }
 
+void gelu_forward_bf16_row(bf16* out, const float* pre, int n) {
+#if defined(__AVX512F__)
+  int c = 0;
+  for (; c + 16 <= n; c += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
+                        round_bf16x16(gelu16(_mm512_loadu_ps(pre + c))));
+  if (const __mmask16 m = tail_mask(n - c))
+    store_bf16_tail(out + c, size_t(n - c),
+                    round_bf16x16(gelu16(_mm512_maskz_loadu_ps(m, pre + c))));
+#else
+  for (int c = 0; c < n; c++) out[c] = float_to_bf16(gelu_one(pre[c]));
+#endif
+}
+
+void gelu_backward_bf16_row(bf16* dinp, const float* pre, const float* dout, int n) {
+#if defined(__AVX512F__)
+  int c = 0;
+  for (; c + 16 <= n; c += 16) {
+    const __m512 g =
+        _mm512_mul_ps(gelu_grad16(_mm512_loadu_ps(pre + c)), _mm512_loadu_ps(dout + c));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dinp + c), round_bf16x16(g));
+  }
+  if (const __mmask16 m = tail_mask(n - c)) {
+    const __m512 g = _mm512_mul_ps(gelu_grad16(_mm512_maskz_loadu_ps(m, pre + c)),
+                                   _mm512_maskz_loadu_ps(m, dout + c));
+    store_bf16_tail(dinp + c, size_t(n - c), round_bf16x16(g));
+  }
+#else
+  for (int c = 0; c < n; c++) dinp[c] = float_to_bf16(gelu_grad(pre[c]) * dout[c]);
+#endif
+}
+
 }  // namespace mt

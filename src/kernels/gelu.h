@@ -23,4 +23,11 @@ void bias_gelu_forward(float* out, float* pre, const float* bias, int N, int OC)
 void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int OC);
 void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, size_t n);
 
+// One row of each (n values), for a GEMM that applies them in its store (dense_gemm_bf16):
+// out = bf16(gelu(pre)) with the bias already in pre, and dinp = bf16(gelu'(pre) * dout),
+// the values of bias_gelu_forward_bf16 and gelu_backward_bf16 bit for bit. Not profiled:
+// their time is the calling GEMM's.
+void gelu_forward_bf16_row(bf16* out, const float* pre, int n);
+void gelu_backward_bf16_row(bf16* dinp, const float* pre, const float* dout, int n);
+
 }  // namespace mt

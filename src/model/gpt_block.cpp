@@ -275,8 +275,7 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
     Act* fc_out = Ops::act(s, off_.fc_out);
     float* fc_pre = s + off_.fc_pre;
     p.layernorm(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
-    p.forward(fc_, fc_pre, ln2_out, N, p.gathered(), /*with_bias=*/false);
-    p.bias_gelu(fc_out, fc_pre, fc_.bias(), N, Hl_);
+    p.forward_gelu(fc_, fc_pre, fc_out, ln2_out, N, p.gathered());
     p.forward(mlp_proj_, x_out, fc_out, N);
   }
   if (dropout_on()) branch_dropout(x_out, x_out, 2, b, T, false);
@@ -311,9 +310,7 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
   } else {
     // MLP: d_fc = gelu'(fc_pre) * (dx_out @ W_proj), then back through c_fc to ln_2's output.
     Act* d_fc = Ops::act(s, off_.d_fc);
-    float* d_fc_fp32 = p.staged(d_fc);
-    p.backward_input(mlp_proj_, d_fc_fp32, d_mlp, N);
-    p.gelu_backward(d_fc, s + off_.fc_pre, d_fc_fp32, size_t(N) * Hl_);
+    p.backward_input_dgelu(mlp_proj_, d_fc, s + off_.fc_pre, d_mlp, N);
     p.backward_input(fc_, d_ln2, d_fc, N);
   }
   residual_layernorm_backward(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,

@@ -1,6 +1,7 @@
 #include "model/lm_head.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include "model/embedding_layer.h"
 #include "model/precision_ops.h"
@@ -51,23 +52,22 @@ void LMHead::bind(float* params, float* grads) {
 }
 
 size_t LMHead::bf16_stage_floats() const {
-  return bf16_ ? size_t(max_n_) * C_ : 0;  // ln_f's fp32 output before rounding
+  return 0;  // ln_f's output is rounded as the norm stores it: no fp32 result to stage
 }
 
 size_t LMHead::bf16_gather_values() const {
-  return bf16_ ? size_t(max_n_) * shard_.rows : 0;  // dlogits rounded for B and W
+  return 0;  // dlogits is rounded in its own place (dlogits below)
 }
 
 double LMHead::forward(float* s, const float* x_in, const int* targets, int b, int T, float dloss) {
   const int N = b * T, Nl = rows(b, T);
   float* logits = s + off_.logits;
-  // ln_f's output through the stage under bf16 (rounded as it is kept), then (N, Vl) = lnf @
-  // wte_shard^T; under sequence parallelism lnf is gathered into lnf_full.
+  // ln_f's output rounded as the norm stores it under bf16 (bitwise the rounding of its fp32
+  // output: no pass of its own), then (N, Vl) = lnf @ wte_shard^T; under sequence
+  // parallelism lnf is gathered into lnf_full.
   with_precision_ops(bf16_, scratch_, [&](const auto& p) {
     auto* lnf_out = p.act(s, off_.lnf_out);
-    float* lnf = p.staged(lnf_out);
-    norm_.forward(s, lnf, x_in, Nl);
-    p.keep(lnf_out, lnf, size_t(Nl) * C_);
+    norm_.forward(s, lnf_out, x_in, Nl);
     p.forward(head_, logits, lnf_out, N, p.act(s, off_.lnf_full));
   });
   if (!targets) return 0.0;
@@ -80,12 +80,24 @@ double LMHead::forward(float* s, const float* x_in, const int* targets, int b, i
   return sum;
 }
 
-// dlogits (in the logits' place) is fp32; bf16 rounds it for each GEMM that reads it.
+// dlogits as the head's GEMMs read it: the fp32 values in the logits' place, or under bf16
+// their rounding, made in place by B (the first reader: B runs before W on every schedule)
+// and read as it is by W. One conversion pass, no buffer of its own.
+template <class Ops>
+const typename Ops::Act* LMHead::dlogits(float* s, size_t n, bool round) const {
+  if constexpr (std::is_same_v<typename Ops::Act, bf16>)
+    return round ? to_bf16_in_place(s + off_.logits, n)
+                 : reinterpret_cast<const bf16*>(s + off_.logits);
+  else
+    return s + off_.logits;
+}
+
 void LMHead::backward_input(float* s, const float* x_in, float* dx_in, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
   float* d_lnf = s + off_.d_lnf;
   with_precision_ops(bf16_, scratch_, [&](const auto& p) {
-    p.backward_input(head_, d_lnf, p.operand(s + off_.logits, size_t(N) * shard_.rows), N);
+    using Ops = std::decay_t<decltype(p)>;
+    p.backward_input(head_, d_lnf, dlogits<Ops>(s, size_t(N) * shard_.rows, true), N);
   });
   std::memset(dx_in, 0, size_t(Nl) * C_ * sizeof(float));
   norm_.backward_input(s, dx_in, d_lnf, x_in, Nl);
@@ -94,8 +106,9 @@ void LMHead::backward_input(float* s, const float* x_in, float* dx_in, int b, in
 void LMHead::backward_weight(float* s, const float* x_in, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
   with_precision_ops(bf16_, scratch_, [&](const auto& p) {
-    const auto* dlogits = p.operand(s + off_.logits, size_t(N) * shard_.rows);
-    p.backward_weight_gathered(head_, dlogits, p.act(s, off_.lnf_full), N);
+    using Ops = std::decay_t<decltype(p)>;
+    p.backward_weight_gathered(head_, dlogits<Ops>(s, size_t(N) * shard_.rows, false),
+                               p.act(s, off_.lnf_full), N);
   });
   norm_.backward_weight(s, s + off_.d_lnf, x_in, Nl);
 }

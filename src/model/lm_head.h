@@ -11,8 +11,8 @@
 // and kept for the W pass.
 //
 // --precision bf16 (bf16_version non-null): the head multiplies a bf16 copy of its wte rows;
-// ln_f's output is kept (and gathered) in bf16; the logits, the loss and dlogits stay fp32,
-// and dlogits is rounded to bf16 in the chunk's gather scratch by B and again by W.
+// ln_f's output is kept (and gathered) in bf16; the logits and the loss stay fp32, and
+// dlogits is rounded to bf16 once, in its own place, by B, where W finds it.
 #pragma once
 
 #include "model/activation_pool.h"
@@ -63,6 +63,8 @@ class LMHead {
 
  private:
   int rows(int b, int T) const { return b * T / (sp_ ? tp_.size : 1); }
+  template <class Ops>
+  const typename Ops::Act* dlogits(float* slot, size_t n, bool round) const;
 
   int C_, max_n_;
   bool bf16_;

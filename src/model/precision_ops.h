@@ -57,13 +57,6 @@ struct Fp32Ops {
                  int N, int C) const {
     layernorm_forward(out, mean, rstd, x, w, b, N, C);
   }
-  void bias_gelu(Act* out, float* pre, const float* bias, int N, int H) const {
-    bias_gelu_forward(out, pre, bias, N, H);
-  }
-  // dinp = gelu'(inp) * dout, where dout was computed in staged(dinp).
-  void gelu_backward(Act* dinp, const float* inp, const float* dout, size_t n) const {
-    mt::gelu_backward(dinp, inp, dout, n);
-  }
   // out (N, F) = silu(gate) * up from gu (N, 2F) = [gate | up] rows; dgu from dout (overwritten).
   void swiglu(Act* out, const float* gu, int N, int F) const { swiglu_forward(out, gu, N, F); }
   void swiglu_backward(Act* dgu, const float* gu, const float* dout, int N, int F) const {
@@ -86,11 +79,23 @@ struct Fp32Ops {
   void forward(const tp::RowParallelLinear& l, float* y, const Act* x, int N) const {
     l.forward(y, x, N, scratch);
   }
+  // The GPT MLP's fc and GELU: pre (N, H) = x @ w^T + b, kept; act = gelu(pre).
+  void forward_gelu(const tp::ColumnParallelLinear& l, float* pre, Act* act, const Act* x, int N,
+                    Act* gathered) const {
+    l.forward(pre, x, N, gathered, /*with_bias=*/false);
+    bias_gelu_forward(act, pre, l.bias(), N, l.out());
+  }
   void backward_input(const tp::ColumnParallelLinear& l, float* dx, const Act* dy, int N) const {
     l.backward_input(dx, dy, N, scratch);
   }
   void backward_input(const tp::RowParallelLinear& l, float* dx, const float* dy, int N) const {
     l.backward_input(dx, dy, N, scratch);
+  }
+  // The MLP's projection back through GELU: dx (N, H) = gelu'(pre) * (dy @ w).
+  void backward_input_dgelu(const tp::RowParallelLinear& l, Act* dx, const float* pre,
+                            const float* dy, int N) const {
+    l.backward_input(dx, dy, N, scratch);
+    mt::gelu_backward(dx, pre, dx, size_t(N) * l.in());  // overwrites: dinp is dout
   }
   void backward_weight(const tp::ColumnParallelLinear& l, const Act* dy, const Act* x,
                        int N) const {
@@ -125,12 +130,6 @@ struct Bf16Ops {
                  int N, int C) const {
     layernorm_forward_bf16(out, mean, rstd, x, w, b, N, C);
   }
-  void bias_gelu(Act* out, float* pre, const float* bias, int N, int H) const {
-    bias_gelu_forward_bf16(out, pre, bias, N, H);
-  }
-  void gelu_backward(Act* dinp, const float* inp, const float* dout, size_t n) const {
-    gelu_backward_bf16(dinp, inp, dout, n);
-  }
   void swiglu(Act* out, const float* gu, int N, int F) const { swiglu_forward_bf16(out, gu, N, F); }
   void swiglu_backward(Act* dgu, const float* gu, const float* dout, int N, int F) const {
     swiglu_backward_bf16(dgu, gu, dout, N, F);
@@ -153,6 +152,14 @@ struct Bf16Ops {
   }
   void forward(const tp::RowParallelLinear& l, float* y, const Act* x, int N) const {
     l.forward_bf16(y, x, N, scratch);
+  }
+  void forward_gelu(const tp::ColumnParallelLinear& l, float* pre, Act* act, const Act* x, int N,
+                    Act* gathered) const {
+    l.forward_gelu_bf16(pre, act, x, N, gathered);
+  }
+  void backward_input_dgelu(const tp::RowParallelLinear& l, Act* dx, const float* pre,
+                            const float* dy, int N) const {
+    l.backward_input_dgelu_bf16(dx, pre, dy, N, scratch, gather, stage);
   }
   void backward_input(const tp::ColumnParallelLinear& l, float* dx, const Act* dy, int N) const {
     l.backward_input_bf16(dx, dy, N, scratch);

@@ -72,6 +72,11 @@ void ColumnParallelLinear::forward_bf16(float* y, const bf16* x16, int N, bf16* 
                      N);
 }
 
+void ColumnParallelLinear::forward_gelu_bf16(float* pre, bf16* act, const bf16* x16, int N,
+                                             bf16* gathered16) const {
+  dense_bf16_forward_gelu(pre, act, full_input_bf16(x16, N, gathered16), *w16_, w_, b_, N);
+}
+
 void ColumnParallelLinear::backward_input_bf16(float* dx, const bf16* dy16, int N,
                                                float* scratch) const {
   float* full = sp_ ? scratch : dx;  // (N, in), fp32: the gradient reductions stay fp32

@@ -25,6 +25,8 @@ class ColumnParallelLinear {
   // w (out, in), b (out) or null, and their gradients (same shapes).
   void bind(const float* w, const float* b, float* dw, float* db);
 
+  int in() const { return in_; }  // this rank's input width
+  int out() const { return out_; }
   const float* bias() const { return b_; }
 
   // --precision bf16 (docs/precision.md): the GEMMs read a bf16 copy of w, or its packs on
@@ -37,6 +39,10 @@ class ColumnParallelLinear {
   // gathered in bf16 into gathered16 (N, in).
   void forward_bf16(float* y, const bf16* x16, int N, bf16* gathered16,
                     bool with_bias = true) const;
+  // forward_bf16 with the bias and GELU in the GEMM's stores (the GPT MLP's fc):
+  // pre = x_full @ w^T + b, kept for the backward, and act = bf16(gelu(pre))
+  // (dense_bf16_forward_gelu).
+  void forward_gelu_bf16(float* pre, bf16* act, const bf16* x16, int N, bf16* gathered16) const;
   void backward_input_bf16(float* dx, const bf16* dy16, int N, float* scratch) const;
   void backward_weight_bf16(const bf16* dy16, const bf16* x16, int N, bf16* gathered16) const;
   void backward_weight_gathered_bf16(const bf16* dy16, const bf16* x16_full, int N) const;

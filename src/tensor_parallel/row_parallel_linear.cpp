@@ -102,6 +102,13 @@ void RowParallelLinear::backward_input_bf16(float* dx, const float* dy, int N, f
                             /*accumulate=*/false);
 }
 
+void RowParallelLinear::backward_input_dgelu_bf16(bf16* dx16, const float* pre, const float* dy,
+                                                  int N, float* scratch, bf16* dy16,
+                                                  float* stage) const {
+  dense_bf16_backward_input_dgelu(dx16, pre, full_output_grad_bf16(dy, N, scratch, dy16), *w16_, w_,
+                                  N, stage);
+}
+
 void RowParallelLinear::backward_weight_bf16(const float* dy, const bf16* x16, int N,
                                              float* scratch, bf16* dy16) const {
   dense_bf16_backward_weight(dw_, db_, full_output_grad_bf16(dy, N, scratch, dy16), x16, N, in_,

@@ -30,6 +30,8 @@ class RowParallelLinear {
   // --precision bf16 (docs/precision.md): the GEMMs read a bf16 copy of w, or its packs on
   // AMX, refreshed when *version moves (kernels/dense_gemm_bf16.h). Enables the *_bf16 calls.
   void enable_bf16(const uint64_t* version);
+  int in() const { return in_; }  // this rank's input width
+  int out() const { return out_; }
   size_t bf16_weight_bytes() const { return w16_ ? w16_->bytes() : 0; }
   // The bf16 twins: the input x16 (N, in) is bf16 (kept so by the caller); y and the output
   // gradient dy stay fp32 (the residual stream). dy is rounded to bf16 into dy16 (N, out)
@@ -37,6 +39,12 @@ class RowParallelLinear {
   // gather moves bf16 (scratch holds the local rows).
   void forward_bf16(float* y, const bf16* x16, int N, float* scratch) const;
   void backward_input_bf16(float* dx, const float* dy, int N, float* scratch, bf16* dy16) const;
+  // The same with GELU's gradient applied as the product is stored (the GPT MLP's
+  // projection): dx16 = bf16(gelu'(pre) * dx), pre (N, in) the fc's kept pre-activation;
+  // stage (N, in) fp32 holds the product where the GEMM cannot fuse it
+  // (dense_bf16_backward_input_dgelu).
+  void backward_input_dgelu_bf16(bf16* dx16, const float* pre, const float* dy, int N,
+                                 float* scratch, bf16* dy16, float* stage) const;
   void backward_weight_bf16(const float* dy, const bf16* x16, int N, float* scratch,
                             bf16* dy16) const;
 
