@@ -54,22 +54,6 @@ std::vector<Shape> shapes_of(const std::string& set) {
   return head;
 }
 
-// Seconds per call: the median of batches of at least `batch_s`.
-double time_call(const std::function<void()>& fn, double batch_s) {
-  mt::Stopwatch sw;
-  int calls = 0;
-  do {
-    fn();
-    calls++;
-  } while (sw.elapsed() < batch_s);
-  return sw.elapsed() / calls;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // One linear's three products on one path.
 struct Linear {
   Shape s;
@@ -119,12 +103,13 @@ void run_shape(const Shape& s, const Options& o) {
       mt::ScopedDenseBf16Path path(amx ? mt::DenseBf16Path::amx : mt::DenseBf16Path::onednn);
       for (int p = 0; p < 3; ++p) {
         products[p]();  // warm-up: primitive creation, the pack of this version
-        (amx ? pairs[p].amx : pairs[p].onednn).push_back(time_call(products[p], batch));
+        (amx ? pairs[p].amx : pairs[p].onednn)
+            .push_back(mt::bench::batch_seconds(products[p], batch, false));
       }
     }
   const double flops = 2.0 * s.N * s.in * s.out;
   for (int p = 0; p < 3; ++p) {
-    const double a = median(pairs[p].onednn), b = median(pairs[p].amx);
+    const double a = mt::bench::median(pairs[p].onednn), b = mt::bench::median(pairs[p].amx);
     std::printf(
         "  %-22s %-10s M %5d K/N %5d/%5d  onednn %7.3f ms %6.0f GF/s  amx %7.3f ms %6.0f "
         "GF/s  amx/onednn %.2f\n",
