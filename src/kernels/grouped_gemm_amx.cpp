@@ -271,6 +271,7 @@ const uint32_t* swiglu_b(const Problem<bf16>& p, const Operands<bf16>& o, const 
 }
 
 // d_act's rows of one row block in the backward (32 x the item's units), per thread.
+static_assert(kBlock == 32, "grouped_bf16_swiglu_scratch_bytes counts 32 rows of d_act");
 std::vector<float>& swiglu_stage() {
   thread_local std::vector<float> stage;
   return stage;
