@@ -26,11 +26,14 @@ MOE = "--layers 8 --dim 1024 --heads 16 --seq 1024 --vocab 32000 --batch 64".spl
     "--experts 8 --topk 2".split()
 A100, H100 = ["--hardware", "a100-80gb"], ["--hardware", "h100-80gb"]
 
-# A case whose search another case already pins, left to the full suite: the 175B search
-# (a fifth of the file's time) is pinned number by number by "docs 175b json", and the
-# --explain text it would add is the same renderer "docs h100 tp8 explain" and the other
-# explain cases pin.
-FULL_ONLY = {"docs 175b explain"}
+# Cases whose search another case already pins, left to the full suite:
+#  - the 175B search (a fifth of the file's time) is pinned number by number by "docs 175b
+#    json", and the --explain text it would add is the same renderer "docs h100 tp8 explain"
+#    and the other explain cases pin;
+#  - "readme" prints as text the same ten candidates "readme json" pins to 6 figures (both at
+#    the default --top 10); the text renderer stays pinned by "llama 70b 512 h100", the
+#    "published ... text" cases and "local text small" (stop 40: 5% of the default run).
+FULL_ONLY = {"docs 175b explain", "readme"}
 
 
 def published_args(run, software):

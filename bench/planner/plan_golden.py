@@ -20,8 +20,8 @@ and the refusals) and compares each with the stored one:
     uses; everything else is).
 --capture writes the golden file from the binary instead (only with the code the golden file
 is meant to pin). Exit status 1 when a case differs.
---default-suite leaves out the cases of FULL_ONLY (the default test suite's plan.golden; the
-`full` label's plan.golden_full runs every case).
+--default-suite leaves out the cases of golden_cases.FULL_ONLY (the default test suite's
+plan.golden; the `full` label's plan.golden_full runs every case).
 """
 import json
 import math
