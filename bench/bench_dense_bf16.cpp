@@ -66,22 +66,6 @@ std::vector<Shape> shapes_of(const std::string& set) {
   return head;
 }
 
-// Seconds per call: the median of batches of at least `batch_s`.
-double time_call(const std::function<void()>& fn, double batch_s) {
-  mt::Stopwatch sw;
-  int calls = 0;
-  do {
-    fn();
-    calls++;
-  } while (sw.elapsed() < batch_s);
-  return sw.elapsed() / calls;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // One linear's three products on one path.
 struct Linear {
   Shape s;
@@ -131,12 +115,13 @@ void run_shape(const Shape& s, const Options& o) {
       mt::ScopedDenseBf16Path path(amx ? mt::DenseBf16Path::amx : mt::DenseBf16Path::onednn);
       for (int p = 0; p < 3; ++p) {
         products[p]();  // warm-up: primitive creation, the pack of this version
-        (amx ? pairs[p].amx : pairs[p].onednn).push_back(time_call(products[p], batch));
+        (amx ? pairs[p].amx : pairs[p].onednn)
+            .push_back(mt::bench::batch_seconds(products[p], batch, false));
       }
     }
   const double flops = 2.0 * s.N * s.in * s.out;
   for (int p = 0; p < 3; ++p) {
-    const double a = median(pairs[p].onednn), b = median(pairs[p].amx);
+    const double a = mt::bench::median(pairs[p].onednn), b = mt::bench::median(pairs[p].amx);
     std::printf(
         "  %-22s %-10s M %5d K/N %5d/%5d  onednn %7.3f ms %6.0f GF/s  amx %7.3f ms %6.0f "
         "GF/s  amx/onednn %.2f\n",
@@ -195,9 +180,10 @@ void run_mlp(int N, int C, const Options& o) {
                                                   : mt::DenseBf16Path::amx);
       const std::function<void()> fn = [&] { way == kFused ? m.fused() : m.unfused(); };
       fn();  // warm-up: primitive creation, the packs of this version
-      ms[way].push_back(time_call(fn, batch) * 1e3);
+      ms[way].push_back(mt::bench::batch_seconds(fn, batch, false) * 1e3);
     }
-  const double f = median(ms[kFused]), u = median(ms[kUnfused]), d = median(ms[kOneDnn]);
+  const double f = mt::bench::median(ms[kFused]), u = mt::bench::median(ms[kUnfused]),
+               d = mt::bench::median(ms[kOneDnn]);
   std::printf(
       "  mlp d%-4d M %5d fc fwd+gelu, proj bwd_input+dgelu  tiles fused %7.3f ms  tiles then "
       "gelu %7.3f ms  onednn then gelu %7.3f ms  fused/unfused %.2f  fused/onednn %.2f\n",
@@ -231,9 +217,10 @@ void run_driver(const Shape& s, const Options& o) {
       for (int k = 0; k < 2; ++k) {
         const int way = (k + r) % 2;
         ways[p][way]();
-        ms[way].push_back(time_call(ways[p][way], o.quick ? 0.002 : 0.04) * 1e3);
+        ms[way].push_back(mt::bench::batch_seconds(ways[p][way], o.quick ? 0.002 : 0.04, false) *
+                          1e3);
       }
-    const double d = median(ms[0]), g = median(ms[1]);
+    const double d = mt::bench::median(ms[0]), g = mt::bench::median(ms[1]);
     std::printf("  %-22s %-10s dense driver %7.3f ms  grouped kernel %7.3f ms  ratio %.2f\n",
                 s.name.c_str(), names[p], d, g, d / g);
   }
@@ -264,9 +251,9 @@ void run_packs(int C, int OC, const Options& o) {
     for (int k = 0; k < 2; ++k) {
       const int way = (k + r) % 2;
       ways[way]();
-      ms[way].push_back(time_call(ways[way], o.quick ? 0.002 : 0.04) * 1e3);
+      ms[way].push_back(mt::bench::batch_seconds(ways[way], o.quick ? 0.002 : 0.04, false) * 1e3);
     }
-  const double one = median(ms[0]), two = median(ms[1]);
+  const double one = mt::bench::median(ms[0]), two = mt::bench::median(ms[1]);
   std::printf("  packs %5d x %5d  one pass %7.3f ms  to_bf16 then packs %7.3f ms  ratio %.2f\n", OC,
               C, one, two, one / two);
 }

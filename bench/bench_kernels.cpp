@@ -39,20 +39,7 @@ using mt::bench::filled;
 
 // Median seconds per call over 5 batches, each long enough to be timed reliably.
 double time_call(const std::function<void()>& fn, bool quick) {
-  fn();  // warm-up: page faults, oneDNN kernel generation
-  const double batch_s = quick ? 0.002 : 0.05;
-  std::vector<double> per_call;
-  for (int b = 0; b < (quick ? 1 : 5); b++) {
-    mt::Stopwatch sw;
-    int calls = 0;
-    do {
-      fn();
-      calls++;
-    } while (sw.elapsed() < batch_s);
-    per_call.push_back(sw.elapsed() / calls);
-  }
-  std::sort(per_call.begin(), per_call.end());
-  return per_call[per_call.size() / 2];
+  return mt::bench::median_batch_seconds(fn, quick ? 0.002 : 0.05, quick ? 1 : 5);
 }
 
 void report(const char* name, double sec, double flops, double bytes, double peak) {

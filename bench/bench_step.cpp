@@ -23,7 +23,6 @@
 //   bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] [--no-kernels] [--cpu]
 //              [--precision fp32,bf16] [--rounds 1] [--interleave]
 #include <omp.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -41,27 +40,19 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/token_shard.h"
-#include "kernels/adamw.h"
-#include "kernels/attention.h"
-#include "kernels/crossentropy.h"
-#include "kernels/embedding.h"
-#include "kernels/gelu.h"
 #include "kernels/gemm_peak.h"
-#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
-#include "kernels/reduce.h"
 #include "model/gpt.h"
+#include "step_config.h"
+#include "step_kernel_table.h"
 #include "train/session.h"
 #include "train/step.h"
 
 namespace {
 
-struct BenchConfig {
-  char name;
-  int layers, dim, heads, seq, batch, vocab;
-};
-const BenchConfig kConfigs[] = {{'a', 4, 256, 8, 128, 8, 256}, {'b', 6, 512, 8, 128, 8, 256}};
+using mt::bench::model_config;
+using BenchConfig = mt::bench::StepConfig;
 
 struct Options {
   bool quick = false, kernels = true, cpu = false;
@@ -114,46 +105,26 @@ using mt::bench::filled;
 struct Clock {
   bool cpu = false;
   int threads = 1;
-  double now() const {
-    if (!cpu) return mt::now_seconds();
-    timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec)) / threads;
-  }
+  double now() const { return mt::bench::clock_seconds(cpu, threads); }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using mt::bench::median;
 
 // Fastest of 5 short batches, seconds per call (1 batch in --quick mode): the least
 // disturbed by other processes on a shared machine.
 double time_call(const std::function<void()>& fn, bool quick, const Clock& clock) {
   fn();  // warm-up: page faults, oneDNN kernel generation
-  std::vector<double> per_call;
+  double best = 0;
   for (int b = 0; b < (quick ? 1 : 5); b++) {
-    const double start = clock.now();
-    int calls = 0;
-    do {
-      fn();
-      calls++;
-    } while (clock.now() - start < (quick ? 0.001 : 0.02));
-    per_call.push_back((clock.now() - start) / calls);
+    const double t = mt::bench::batch_seconds(fn, quick ? 0.001 : 0.02, clock.cpu, clock.threads);
+    best = b == 0 ? t : std::min(best, t);
   }
-  return *std::min_element(per_call.begin(), per_call.end());
+  return best;
 }
 
 struct Phases {
   double fb = 0, grads = 0, norm = 0, optim = 0, total = 0, best = 0;
 };
-
-mt::ModelConfig model_config(const BenchConfig& bc) {
-  mt::ModelConfig cfg;
-  cfg.layers = bc.layers, cfg.dim = bc.dim, cfg.heads = bc.heads;
-  cfg.seq = bc.seq, cfg.vocab = bc.vocab;
-  return cfg;
-}
 
 // A token shard the session reads (the step loads its batch from it, as in training).
 std::string write_bench_shard(const BenchConfig& bc) {
@@ -206,188 +177,6 @@ Phases time_steps(const BenchConfig& bc, int steps, const Clock& clock, int thre
   return {median(fb),    median(grads), median(norm),
           median(optim), median(total), *std::min_element(total.begin(), total.end())};
 }
-
-struct KernelCall {
-  std::string name;
-  int count;     // calls per step
-  double flops;  // per call; 0 for memory-bound kernels
-  std::function<void()> fn;
-};
-
-// One block's kernel calls (as block.cpp issues them), plus the embedding, head and
-// optimizer, with their per-step multiplicity. Buffers are separate from the model's.
-struct KernelBench {
-  // bf16: the linear layers' GEMMs as --precision bf16 runs them (bf16 operands, and the
-  // conversions the layers add), the rest as in fp32.
-  KernelBench(const BenchConfig& bc, bool bf16) : bc_(bc), bf16_(bf16) {
-    const int C = bc.dim, H = 4 * C, N = bc.batch * bc.seq, V = bc.vocab;
-    const size_t big = size_t(N) * std::max(H, V);
-    x = filled(big, 1.0f, 1), y = filled(big, 1.0f, 2), dy = filled(big, 0.1f, 3);
-    dx = filled(big, 0.0f, 4), qkv = filled(size_t(N) * 3 * C, 1.0f, 5);
-    dqkv = filled(size_t(N) * 3 * C, 0.0f, 6);
-    w = filled(size_t(H) * std::max(C, V), 0.02f, 7), dw = filled(w.size(), 0.0f, 8);
-    bias = filled(size_t(H), 0.02f, 9), dbias = filled(size_t(H), 0.0f, 10);
-    att = filled(size_t(bc.batch) * bc.heads * bc.seq * bc.seq, 0.0f, 11);
-    scratch.resize(mt::attention_backward_scratch_floats(bc.batch, bc.seq, C, bc.heads));
-    wpe = filled(size_t(bc.seq) * C, 0.02f, 15), dwpe = filled(wpe.size(), 0.0f, 16);
-    zeroed.resize(size_t(N) * (H + 5 * C));
-    mean.resize(N), rstd.resize(N), losses.resize(N), idx.resize(N);
-    for (int n = 0; n < N; n++) idx[n] = (n * 7) % V;
-    logits = filled(size_t(N) * V, 4.0f, 12);
-    P = mt::GPT(model_config(bc), mt::GPT::whole_model(model_config(bc)), mt::TensorParallelShard{},
-                1)
-            .table()
-            .total();
-    p = filled(P, 0.02f, 13), g = filled(P, 0.001f, 14), m.assign(P, 0.0f), v.assign(P, 0.0f);
-    x16.resize(big), dy16.resize(big), w16.resize(w.size());
-    mt::to_bf16(x16.data(), x.data(), big), mt::to_bf16(dy16.data(), dy.data(), big);
-    mt::to_bf16(w16.data(), w.data(), w.size());
-    // The attention forward fills att with valid probabilities for the backward.
-    mt::attention_forward(y.data(), att.data(), qkv.data(), bc.batch, bc.seq, C, bc.heads);
-  }
-
-  std::vector<KernelCall> calls() {
-    const int C = bc_.dim, H = 4 * C, N = bc_.batch * bc_.seq, V = bc_.vocab, L = bc_.layers;
-    const int B = bc_.batch, T = bc_.seq, NH = bc_.heads;
-    const double Nd = N;
-    auto mm = [&](const char* name, int in, int out, bool b) -> std::vector<KernelCall> {
-      const double f = 2.0 * Nd * in * out;
-      std::string n = name;
-      if (bf16_)
-        return {{n + " fwd bf16", L, f,
-                 [=, this] {
-                   mt::matmul_bf16_forward(y.data(), x16.data(), w16.data(),
-                                           b ? bias.data() : nullptr, N, in, out);
-                 }},
-                {n + " bwd_input bf16", L, f,
-                 [=, this] {
-                   mt::matmul_bf16_backward_input(dx.data(), dy16.data(), w16.data(), N, in, out,
-                                                  false);
-                 }},
-                {n + " bwd_weight bf16", L, f, [=, this] {
-                   mt::matmul_bf16_backward_weight(dw.data(), dbias.data(), dy16.data(), x16.data(),
-                                                   N, in, out);
-                 }}};
-      return {
-          {n + " fwd", L, f,
-           [=, this] {
-             mt::matmul_forward(y.data(), x.data(), w.data(), b ? bias.data() : nullptr, N, in,
-                                out);
-           }},
-          {n + " bwd_input", L, f,
-           [=, this] { mt::matmul_backward_input(dx.data(), dy.data(), w.data(), N, in, out); }},
-          {n + " bwd_weight", L, f, [=, this] {
-             mt::matmul_backward_weight(dw.data(), dbias.data(), dy.data(), x.data(), N, in, out);
-           }}};
-    };
-    std::vector<KernelCall> out;
-    for (auto& v : {mm("qkv", C, 3 * C, true), mm("attn_proj", C, C, true), mm("fc", C, H, false),
-                    mm("mlp_proj", H, C, true)})
-      out.insert(out.end(), v.begin(), v.end());
-    // Full (non-causal) attention FLOPs, as MFU counts them: 4 T^2 C forward, 8 T^2 C backward.
-    const double af = 4.0 * B * double(T) * T * C;
-    if (bf16_) {  // the bf16 products (kernels/attention.h), as --precision bf16 runs them
-      out.push_back({"attention fwd bf16", L, af, [=, this] {
-                       mt::attention_forward_bf16(y.data(), att.data(), qkv.data(), B, T, C, NH);
-                     }});
-      out.push_back({"attention bwd bf16", L, 2 * af, [=, this] {
-                       mt::attention_backward_bf16(dqkv.data(), scratch.data(), dy.data(),
-                                                   qkv.data(), att.data(), B, T, C, NH);
-                     }});
-    } else {
-      out.push_back({"attention fwd", L, af, [=, this] {
-                       mt::attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
-                     }});
-      out.push_back({"attention bwd", L, 2 * af, [=, this] {
-                       mt::attention_backward(dqkv.data(), scratch.data(), dy.data(), qkv.data(),
-                                              att.data(), B, T, C, NH);
-                     }});
-    }
-    out.push_back({"layernorm fwd", 2 * L + 1, 0, [=, this] {
-                     mt::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
-                                           bias.data(), N, C);
-                   }});
-    out.push_back({"layernorm bwd_input", 2 * L + 1, 0, [=, this] {
-                     mt::layernorm_backward_input(dx.data(), dy.data(), x.data(), w.data(),
-                                                  mean.data(), rstd.data(), N, C);
-                   }});
-    out.push_back({"layernorm bwd_weight", 2 * L + 1, 0, [=, this] {
-                     mt::layernorm_backward_weight(dw.data(), dbias.data(), dy.data(), x.data(),
-                                                   mean.data(), rstd.data(), N, C);
-                   }});
-    if (bf16_) {  // the GELU kernels write the bf16 GEMM inputs themselves
-      out.push_back({"bias_gelu fwd bf16", L, 0, [=, this] {
-                       mt::bias_gelu_forward_bf16(x16.data(), dx.data(), bias.data(), N, H);
-                     }});
-      out.push_back({"gelu bwd bf16", L, 0, [=, this] {
-                       mt::gelu_backward_bf16(dy16.data(), x.data(), dy.data(), size_t(N) * H);
-                     }});
-    } else {
-      out.push_back({"bias_gelu fwd", L, 0,
-                     [=, this] { mt::bias_gelu_forward(y.data(), dx.data(), bias.data(), N, H); }});
-      out.push_back({"gelu bwd", L, 0, [=, this] {
-                       mt::gelu_backward(dx.data(), x.data(), dy.data(), size_t(N) * H);
-                     }});
-    }
-    out.push_back({"residual add", 2 * L, 0,
-                   [=, this] { mt::add_inplace(y.data(), x.data(), size_t(N) * C); }});
-    // block.cpp's backward zeroes d_fc, d_ln2, d_att_out, d_qkv, d_ln1 and copies the
-    // residual gradient twice; the head zeroes two (N, C) buffers.
-    out.push_back({"memset/memcpy (block bwd)", L, 0, [=, this] {
-                     std::memset(zeroed.data(), 0, zeroed.size() * sizeof(float));
-                     std::memcpy(y.data(), x.data(), size_t(N) * 2 * C * sizeof(float));
-                   }});
-    if (bf16_) {
-      // Per block to_bf16 rounds the two row-parallel output gradients (N C each) twice, for
-      // B and for W; every other bf16 GEMM input is rounded by the kernel that makes it
-      // (LayerNorm, attention, GELU above). And one weight conversion per step of each
-      // matrix (12 C^2 per block).
-      const size_t nc = size_t(N) * C;
-      out.push_back({"bf16 conversions (block)", L, 0, [=, this] {
-                       for (int k = 0; k < 4; ++k) mt::to_bf16(x16.data(), y.data(), nc);
-                     }});
-      out.push_back({"bf16 weight copies (4 C^2)", 3 * L, 0,
-                     [=, this] { mt::to_bf16(w16.data(), w.data(), size_t(4) * C * C); }});
-    }
-    out.push_back({"lm_head fwd", 1, 2.0 * Nd * C * V, [=, this] {
-                     mt::matmul_forward(logits.data(), x.data(), w.data(), nullptr, N, C, V);
-                   }});
-    out.push_back({"lm_head bwd_input", 1, 2.0 * Nd * C * V, [=, this] {
-                     mt::matmul_backward_input(dx.data(), logits.data(), w.data(), N, C, V);
-                   }});
-    out.push_back({"lm_head bwd_weight", 1, 2.0 * Nd * C * V, [=, this] {
-                     mt::matmul_backward_weight(dw.data(), nullptr, logits.data(), x.data(), N, C,
-                                                V);
-                   }});
-    out.push_back({"crossentropy fwd+bwd", 1, 0, [=, this] {
-                     mt::crossentropy_forward_backward(losses.data(), logits.data(), idx.data(),
-                                                       1.0f / N, N, V, V);
-                   }});
-    out.push_back({"embedding fwd", 1, 0, [=, this] {
-                     mt::embedding_forward(y.data(), idx.data(), w.data(), wpe.data(), B, T, C, 0,
-                                           V);
-                   }});
-    out.push_back({"embedding bwd", 1, 0, [=, this] {
-                     mt::embedding_backward(dw.data(), dwpe.data(), dy.data(), idx.data(), B, T, C,
-                                            0, V);
-                   }});
-    out.push_back({"zero grads", 1, 0, [=, this] { std::memset(g.data(), 0, P * sizeof(float)); }});
-    out.push_back({"grad norm", 1, 0, [=, this] { (void)mt::sum_squares(g.data(), P); }});
-    out.push_back({"adamw", 1, 0, [=, this] {
-                     mt::adamw_update(p.data(), g.data(), m.data(), v.data(), P,
-                                      mt::AdamWParams{1e-4, 0.9, 0.95, 1e-8, 0.1, 1});
-                   }});
-    return out;
-  }
-
-  BenchConfig bc_;
-  bool bf16_ = false;
-  std::vector<mt::bf16> x16, dy16, w16;
-  std::vector<float> x, y, dy, dx, qkv, dqkv, w, dw, bias, dbias, att, scratch, mean, rstd, losses,
-      logits, p, g, m, v, wpe, dwpe, zeroed;
-  std::vector<int> idx;
-  size_t P = 0;
-};
 
 // measure_sgemm_peak_gflops's GEMMs (1024^3 and 2048^3 through mt::sgemm, best of several)
 // timed by CPU time, for --cpu runs.
@@ -468,10 +257,10 @@ double bench_config(const BenchConfig& bc, int threads, double peak1, const Opti
       100 * flops / ph.best * 1e-9 / peak, peak);
   std::fflush(stdout);
   if (!opt.kernels) return tokens / ph.total;
-  KernelBench kb(bc, base == "bf16");
+  mt::bench::KernelTable kb(bc, base == "bf16");
   double sum = 0;
-  std::vector<std::pair<KernelCall, double>> rows;
-  for (KernelCall& k : kb.calls()) {
+  std::vector<std::pair<mt::bench::KernelCall, double>> rows;
+  for (mt::bench::KernelCall& k : kb.calls()) {
     const double t = time_call(k.fn, opt.quick, clock) * k.count;
     sum += t;
     rows.emplace_back(std::move(k), t);
@@ -488,10 +277,8 @@ double bench_config(const BenchConfig& bc, int threads, double peak1, const Opti
   return tokens / ph.total;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options opt;
+// The command line into opt; false (after the usage line) when it is not understood.
+bool parse_args(int argc, char** argv, Options& opt) {
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--quick"))
       opt.quick = true;
@@ -509,89 +296,101 @@ int main(int argc, char** argv) {
       opt.configs = argv[++i];
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
       opt.rounds = std::max(1, std::atoi(argv[++i]));
-    else if (!std::strcmp(argv[i], "--precision") && i + 1 < argc) {
-      opt.precisions.clear();
-      for (std::string list = argv[++i]; !list.empty();) {
-        const size_t comma = list.find(',');
-        opt.precisions.push_back(list.substr(0, comma));
-        list = comma == std::string::npos ? "" : list.substr(comma + 1);
-      }
-      for (const std::string& p : opt.precisions)
-        if (!parse_precision(p)) {
-          std::fprintf(stderr,
-                       "bench_step: --precision takes fp32, bf16, bf16@primitive or "
-                       "bf16@jit_gemm (one available here; got '%s')\n",
-                       p.c_str());
-          return 2;
-        }
-    } else {
+    else if (!std::strcmp(argv[i], "--precision") && i + 1 < argc)
+      opt.precisions = mt::bench::parse_names(argv[++i]);
+    else {
       std::fprintf(stderr,
                    "usage: bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] "
                    "[--no-kernels] [--cpu] [--precision fp32,bf16] [--rounds R] [--interleave]\n");
-      return 2;
+      return false;
     }
   }
-  const double peak1 = opt.cpu
-                           ? cpu_time_peak(opt.quick)
-                           : mt::measure_sgemm_peak_gflops(1, opt.quick ? 0.05 : mt::kPeakSeconds);
-  std::printf("sgemm peak, 1 thread: %.1f GFLOP/s (%s time)\n", peak1, opt.cpu ? "CPU" : "wall");
+  for (const std::string& p : opt.precisions)
+    if (!parse_precision(p)) {
+      std::fprintf(stderr,
+                   "bench_step: --precision takes fp32, bf16, bf16@primitive or "
+                   "bf16@jit_gemm (one available here; got '%s')\n",
+                   p.c_str());
+      return false;
+    }
+  if (opt.interleave && opt.precisions.size() != 2) {
+    std::fprintf(stderr, "bench_step: --interleave takes two precisions\n");
+    return false;
+  }
+  return true;
+}
+
+// --interleave's summary line of one config and thread count.
+std::string interleaved_summary(const BenchConfig& bc, int threads, const Options& opt) {
+  std::vector<std::vector<double>> times;
+  const int pairs = opt.steps * opt.rounds;
+  const std::vector<double> r =
+      interleaved_ratios(bc, pairs, Clock{opt.cpu, threads}, threads, opt.precisions, times);
+  const double tokens = double(bc.batch) * bc.seq;
+  return mt::str(
+      "config ", bc.name, ", ", threads, " thread(s), ", pairs,
+      " interleaved step pairs: ", opt.precisions[0], " ", int(tokens / median(times[0])),
+      " tok/s ", opt.precisions[1], " ", int(tokens / median(times[1])), " tok/s | ",
+      opt.precisions[0], "/", opt.precisions[1], " step time: median of the pairs ", median(r),
+      "x, ratio of the medians ", median(times[0]) / median(times[1]), "x (pair ratios ",
+      *std::min_element(r.begin(), r.end()), "-", *std::max_element(r.begin(), r.end()), ")");
+}
+
+// The rounds of one config and thread count, each precision in turn; their summary line.
+std::string rounds_summary(const BenchConfig& bc, int threads, const Options& opt, double peak1,
+                           double peak_bf16) {
+  std::vector<std::vector<double>> tps(opt.precisions.size());
+  for (int round = 0; round < opt.rounds; round++)
+    for (size_t p = 0; p < opt.precisions.size(); p++) {
+      const double peak = precision_of(opt.precisions[p]) == "bf16" ? peak_bf16 : peak1;
+      tps[p].push_back(bench_config(bc, threads, peak, opt, opt.precisions[p]));
+    }
+  std::string line = mt::str("config ", bc.name, ", ", threads, " thread(s), median of ",
+                             opt.rounds, " round(s):");
+  for (size_t p = 0; p < opt.precisions.size(); p++)
+    line += mt::str(" ", opt.precisions[p], " ", int(median(tps[p])), " tok/s");
+  if (opt.precisions.size() == 2) {
+    // Per round too: the two runs of a round saw about the same load.
+    line += mt::str(" | ", opt.precisions[1], "/", opt.precisions[0], " ",
+                    median(tps[1]) / median(tps[0]), "x (rounds:");
+    for (int r = 0; r < opt.rounds; r++) line += mt::str(" ", tps[1][r] / tps[0][r]);
+    line += ")";
+  }
+  return line;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  if (!parse_args(argc, argv, opt)) return 2;
   const bool bf16 = std::any_of(opt.precisions.begin(), opt.precisions.end(),
                                 [](const std::string& p) { return precision_of(p) == "bf16"; });
   if (bf16 && !mt::bf16_matmul_supported()) {
     std::fprintf(stderr, "bench_step: this CPU has no oneDNN bf16 matmul\n");
     return 2;
   }
-  // MFU of a bf16 run is against the bf16 GEMM peak (wall time; --cpu does not apply).
-  const double peak_bf16 =
-      bf16 ? mt::measure_bf16_gemm_peak_gflops(1, opt.quick ? 0.05 : mt::kPeakSeconds) : 0;
+  // The MFU denominators: fp32 on the bench clock; bf16 on wall time (--cpu does not apply).
+  const double budget = opt.quick ? 0.05 : mt::kPeakSeconds;
+  const double peak1 =
+      opt.cpu ? cpu_time_peak(opt.quick) : mt::measure_sgemm_peak_gflops(1, budget);
+  std::printf("sgemm peak, 1 thread: %.1f GFLOP/s (%s time)\n", peak1, opt.cpu ? "CPU" : "wall");
+  const double peak_bf16 = bf16 ? mt::measure_bf16_gemm_peak_gflops(1, budget) : 0;
   if (bf16)
     std::printf("bf16 GEMM peak, 1 thread: %.1f GFLOP/s (oneDNN %s)\n", peak_bf16,
                 mt::matmul_bf16_isa().c_str());
   std::fflush(stdout);
   std::vector<std::string> summary;
   for (int threads : opt.threads)
-    for (const BenchConfig& bc : kConfigs) {
+    for (const BenchConfig& bc : mt::bench::kStepConfigs) {
       if (opt.configs.find(bc.name) == std::string::npos) continue;
-      if (opt.interleave) {
-        if (opt.precisions.size() != 2) {
-          std::fprintf(stderr, "bench_step: --interleave takes two precisions\n");
-          return 2;
-        }
-        std::vector<std::vector<double>> times;
-        const int pairs = opt.steps * opt.rounds;
-        const std::vector<double> r =
-            interleaved_ratios(bc, pairs, Clock{opt.cpu, threads}, threads, opt.precisions, times);
-        const double tokens = double(bc.batch) * bc.seq;
-        summary.push_back(mt::str(
-            "config ", bc.name, ", ", threads, " thread(s), ", pairs,
-            " interleaved step pairs: ", opt.precisions[0], " ", int(tokens / median(times[0])),
-            " tok/s ", opt.precisions[1], " ", int(tokens / median(times[1])), " tok/s | ",
-            opt.precisions[0], "/", opt.precisions[1], " step time: median of the pairs ",
-            median(r), "x, ratio of the medians ", median(times[0]) / median(times[1]),
-            "x (pair ratios ", *std::min_element(r.begin(), r.end()), "-",
-            *std::max_element(r.begin(), r.end()), ")"));
-        std::printf("%s\n", summary.back().c_str());
-        std::fflush(stdout);
+      if (!opt.interleave) {
+        summary.push_back(rounds_summary(bc, threads, opt, peak1, peak_bf16));
         continue;
       }
-      std::vector<std::vector<double>> tps(opt.precisions.size());
-      for (int round = 0; round < opt.rounds; round++)
-        for (size_t p = 0; p < opt.precisions.size(); p++) {
-          const double peak = precision_of(opt.precisions[p]) == "bf16" ? peak_bf16 : peak1;
-          tps[p].push_back(bench_config(bc, threads, peak, opt, opt.precisions[p]));
-        }
-      std::string line = mt::str("config ", bc.name, ", ", threads, " thread(s), median of ",
-                                 opt.rounds, " round(s):");
-      for (size_t p = 0; p < opt.precisions.size(); p++)
-        line += mt::str(" ", opt.precisions[p], " ", int(median(tps[p])), " tok/s");
-      if (opt.precisions.size() == 2) {
-        // Per round too: the two runs of a round saw about the same load.
-        line += mt::str(" | ", opt.precisions[1], "/", opt.precisions[0], " ",
-                        median(tps[1]) / median(tps[0]), "x (rounds:");
-        for (int r = 0; r < opt.rounds; r++) line += mt::str(" ", tps[1][r] / tps[0][r]);
-        line += ")";
-      }
-      summary.push_back(line);
+      summary.push_back(interleaved_summary(bc, threads, opt));
+      std::printf("%s\n", summary.back().c_str());
+      std::fflush(stdout);
     }
   for (const std::string& l : summary) std::printf("%s\n", l.c_str());
   return 0;

@@ -1,5 +1,5 @@
-// Small helpers shared by the in-process benchmarks (bench_kernels, bench_step,
-// bench_experts, bench_moe_layer).
+// Small helpers shared by the in-process benchmarks (bench_kernels, bench_dense_bf16,
+// bench_step, bench_experts, bench_moe_layer, bench_attention).
 #pragma once
 
 #include <algorithm>
@@ -118,6 +118,17 @@ inline double batch_seconds(const std::function<void()>& fn, double batch_s, boo
     calls++;
   } while (clock_seconds(cpu, threads) - start < batch_s);
   return (clock_seconds(cpu, threads) - start) / calls;
+}
+
+// Median seconds per call over `batches` batches of batch_seconds, after one untimed call
+// (page faults, oneDNN's kernel generation, the team's first start): the one timing loop of
+// bench_kernels and bench_dense_bf16.
+inline double median_batch_seconds(const std::function<void()>& fn, double batch_s, int batches,
+                                   bool cpu = false, int threads = 1) {
+  fn();
+  std::vector<double> per_call;
+  for (int b = 0; b < batches; ++b) per_call.push_back(batch_seconds(fn, batch_s, cpu, threads));
+  return median(per_call);
 }
 
 }  // namespace mt::bench

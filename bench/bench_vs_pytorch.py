@@ -118,7 +118,7 @@ def meshtrain_peak(meshtrain, threads):
     """`meshtrain bench gemm`: the peak meshtrain's own `mfu` divides by (None if absent)."""
     p = subprocess.run([meshtrain, "bench", "gemm", "--threads", str(threads)],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    m = re.search(r"sgemm peak: ([0-9.]+) GFLOP/s", p.stdout)
+    m = re.search(r"fp32 GEMM peak: ([0-9.]+) GFLOP/s", p.stdout)
     return float(m.group(1)) if p.returncode == 0 and m else None
 
 

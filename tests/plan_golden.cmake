@@ -3,7 +3,7 @@
 # closed-loop layouts against the checked-in profile, --compare, --explain and the refusals.
 # A change that moves a prediction must recapture the file in its own commit, saying why;
 # before this test, two branches found the file stale at main's head.
-# The default suite leaves out the cases another case already pins (plan_golden.py's
+# The default suite leaves out the cases another case already pins (golden_cases.py's
 # FULL_ONLY); MESHTRAIN_FULL_TESTS=1 runs every case.
 add_test(NAME plan.golden COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/bench/planner/plan_golden.py
                                   $<TARGET_FILE:meshtrain> --default-suite)

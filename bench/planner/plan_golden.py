@@ -5,7 +5,7 @@ change a prediction).
 Usage: python3 bench/planner/plan_golden.py build/meshtrain [--capture] [--only SUBSTR]
        [--golden FILE] [--default-suite]
 
-Runs every case below (the README's and docs/planner.md's examples, the published-runs table
+Runs every case of golden_cases.py (the README's and docs/planner.md's examples, the published-runs table
 of bench/planner/published_runs.py under the software that ran each row and under meshtrain's,
 its --ablate hardware-file variants, bench/planner/modern_runs.py's rows, a 70B Llama on 512
 H100s and --compare (text and JSON), GPU MoE plans, the closed loop's 35 local layouts and
@@ -20,8 +20,8 @@ and the refusals) and compares each with the stored one:
     uses; everything else is).
 --capture writes the golden file from the binary instead (only with the code the golden file
 is meant to pin). Exit status 1 when a case differs.
---default-suite leaves out the cases of FULL_ONLY (the default test suite's plan.golden; the
-`full` label's plan.golden_full runs every case).
+--default-suite leaves out the cases of golden_cases.FULL_ONLY (the default test suite's
+plan.golden; the `full` label's plan.golden_full runs every case).
 """
 import json
 import math
@@ -33,126 +33,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import published_runs as pr  # noqa: E402  (RUNS, A100_TOML, ABLATIONS)
-import modern_runs as mr  # noqa: E402  (RUNS)
+from golden_cases import FULL_ONLY, LOCAL, cases  # noqa: E402
 
 GOLDEN = os.path.join(HERE, "golden", "plan_golden.json")
-LOCAL = os.path.join(HERE, "golden", "local.toml")
-
-GPT175 = "--layers 96 --dim 12288 --heads 96 --seq 2048 --vocab 51200 --batch 1536".split()
-README = "--layers 48 --dim 6144 --heads 48 --seq 2048 --vocab 51200 --batch 512".split()
-SMALL = "--layers 4 --dim 64 --heads 4 --seq 32 --vocab 256 --batch 8".split()
-MEDIUM = "--layers 4 --dim 256 --heads 8 --seq 128 --vocab 256 --batch 8".split()
-LLAMA70 = ("--arch llama --layers 80 --dim 8192 --heads 64 --kv-heads 8 --ffn-dim 28672 "
-           "--vocab 32000 --seq 4096 --tie-embeddings=false --batch 1024").split()
-MOE = "--layers 8 --dim 1024 --heads 16 --seq 1024 --vocab 32000 --batch 64".split() + \
-    "--experts 8 --topk 2".split()
-
-
-# A case whose search another case already pins, left to the full suite: the 175B search
-# (a fifth of the file's time) is pinned number by number by "docs 175b json", and the
-# --explain text it would add is the same renderer "docs h100 tp8 explain" and the other
-# explain cases pin.
-FULL_ONLY = {"docs 175b explain"}
-
-
-def published_args(run, software):
-    src, name, layers, h, heads, tp, pp, gpus, batch, pub = run
-    a = ["--gpus", str(gpus), "--layers", str(layers), "--dim", str(h), "--heads", str(heads),
-         "--seq", str(pr.SEQ), "--vocab", str(pr.VOCAB), "--batch", str(batch), "--tp", str(tp),
-         "--pp", str(pp), "--dp", str(gpus // (tp * pp)), "--zero", "0", "--precision", "bf16"]
-    a += (["--recompute", "full", "--sequence-parallel=false"] if src == "N21" else
-          ["--recompute", "selective", "--sequence-parallel"])
-    if software:
-        a += ["--software", software]
-    return a
-
-
-def cases(tmp):
-    """(name, plan arguments) of every case; hardware files are written into tmp."""
-    c = []
-    a100, h100 = ["--hardware", "a100-80gb"], ["--hardware", "h100-80gb"]
-    c.append(("readme", a100 + ["--gpus", "64"] + README))
-    c.append(("readme json", a100 + ["--gpus", "64"] + README + ["--json"]))
-    c.append(("docs 175b explain", a100 + ["--gpus", "1024"] + GPT175 + ["--top", "12", "--explain"]))
-    c.append(("docs 175b json", a100 + ["--gpus", "1024"] + GPT175 + ["--top", "12", "--json"]))
-    c.append(("docs 175b megatron-2022", a100 + ["--gpus", "1024"] + GPT175 +
-              ["--software", "megatron-lm-2022", "--top", "3", "--json"]))
-    c.append(("docs h100 tp8 json", h100 + ["--gpus", "64"] + README + ["--tp", "8", "--json"]))
-    c.append(("docs h100 tp8 explain", h100 + ["--gpus", "64"] + README + ["--tp", "8", "--explain",
-                                                                             "--top", "3"]))
-    for run in pr.RUNS:
-        for sw in (pr.software(run[0]), "meshtrain"):
-            c.append((f"published {run[0]} {run[1]} {sw}",
-                      a100 + published_args(run, sw) + ["--json", "--top", "3"]))
-        c.append((f"published {run[0]} {run[1]} text", a100 + published_args(run, pr.software(run[0]))))
-    for label, extra, sms in pr.ABLATIONS:
-        for sw in ("megatron-lm-2021", "megatron-lm-2022"):
-            path = os.path.join(tmp, f"{len(c)}.toml")
-            with open(path, "w") as f:
-                f.write(pr.a100_toml(sms, sw, extra))
-            for run in pr.RUNS:
-                if pr.software(run[0]) == sw:
-                    c.append((f"ablate {label} {run[0]} {run[1]}",
-                              ["--hardware-file", path] + published_args(run, None) +
-                              ["--json", "--top", "1"]))
-    for run in mr.RUNS:
-        c.append((f"modern {run['src']} {run['name']} {run['gpus']}",
-                  mr.plan_args(run) + ["--json", "--top", "3"]))
-    c.append(("llama 70b 512 h100", h100 + ["--gpus", "512"] + LLAMA70 + ["--top", "8"]))
-    c.append(("llama 70b compare", h100 + ["--gpus", "512"] + LLAMA70 + [
-        "--compare", "dp=512,zero=3", "--compare",
-        "dp=16,tp=4,pp=8,schedule=interleaved,virtual-stages=8,zero=2", "--compare",
-        "tp=8,pp=4,schedule=1f1b"]))
-    c.append(("gpu small compare json", h100 + ["--gpus", "4"] + SMALL + [
-        "--compare", "tp=4", "--compare", "dp=4,zero=3", "--compare", "pp=2", "--json"]))
-    c.append(("gpu small json", a100 + ["--gpus", "8"] + SMALL + ["--json", "--top", "5"]))
-    c.append(("gpu small h100 explain", h100 + ["--gpus", "4", "--tp", "2", "--explain", "--top", "3"] + SMALL))
-    c.append(("gpu moe a100", a100 + ["--gpus", "16"] + MOE + ["--json", "--top", "5"]))
-    c.append(("gpu moe h100 explain", h100 + ["--gpus", "16"] + MOE + ["--explain", "--top", "3"]))
-    c.append(("gpu moe megatron-2021", a100 + ["--gpus", "16"] + MOE +
-              ["--software", "megatron-lm-2021", "--json", "--top", "3"]))
-    c.append(("gpu fp32 zero3", a100 + ["--gpus", "32"] + README + ["--precision", "fp32", "--zero", "3",
-                                                                      "--json", "--top", "3"]))
-    hw = os.path.join(tmp, "slow.toml")
-    with open(hw, "w") as f:
-        f.write("[hardware]\nname = \"slow-cluster\"\ndevices_per_node = 4\nmemory_bytes = 1e11\n"
-                "peak_fp32 = 1e13\npeak_bf16 = 2e13\nmemory_bw = 1e12\nintra_busbw = 1e11\n"
-                "inter_busbw = 1e9\np2p_bw_intra = 1e11\n")
-    c.append(("hardware file", ["--hardware-file", hw, "--gpus", "8", "--json", "--top", "5"] +
-              "--layers 8 --dim 1024 --heads 16 --seq 512 --vocab 1024 --batch 64".split()))
-    # Local: the closed loop's layouts (every knob fixed, as closed_loop.py predicts them).
-    local = ["--hardware", "local", "--profile", LOCAL]
-    sys.path.insert(0, HERE)
-    import closed_loop as cl  # noqa: E402
-    for name, ranks, k in cl.LAYOUTS:
-        k = cl.resolve(k)
-        c.append((f"local {name}", local + ["--ranks", str(ranks), "--json", "--top", "1"] +
-                  MEDIUM + cl.knob_args(k, True)))
-    for ranks in (1, 2, 4, 8):
-        c.append((f"local search {ranks}", local + ["--ranks", str(ranks), "--json"] + MEDIUM))
-    c.append(("local search 4 threads 2", local + ["--ranks", "4", "--threads", "2", "--json"] + MEDIUM))
-    c.append(("local search bf16", local + ["--ranks", "2", "--precision", "bf16", "--json"] + MEDIUM))
-    c.append(("local search mpi", local + ["--ranks", "2", "--backend", "mpi", "--json"] + MEDIUM))
-    c.append(("local search moe", local + ["--ranks", "4", "--experts", "4", "--json"] + MEDIUM))
-    c.append(("local search moe bf16", local + ["--ranks", "2", "--experts", "4", "--precision", "bf16",
-                                                "--json"] + MEDIUM))
-    c.append(("local explain", local + ["--ranks", "4", "--explain", "--top", "3"] + MEDIUM))
-    c.append(("local explain bf16 moe", local + ["--ranks", "2", "--experts", "4", "--precision",
-                                                 "bf16", "--explain", "--top", "3"] + MEDIUM))
-    c.append(("local text small", local + ["--ranks", "2"] + SMALL))
-    # Refusals: one line, exit 2, the same line.
-    for i, bad in enumerate([
-            "--hardware tpu --gpus 8", "--hardware a100-80gb --gpus 8 --tp 3",
-            "--hardware a100-80gb --gpus 8 --dp 3", "--hardware a100-80gb",
-            "--hardware a100-80gb --gpus 8 --precision fp8",
-            "--hardware a100-80gb --gpus 8 --bucket-mb nan",
-            "--hardware a100-80gb --gpus 8 --layers 96 --dim 12288 --heads 96 --seq 2048",
-            "--hardware a100-80gb --gpus 8 --software megatron-lm-2023",
-            "--hardware a100-80gb --gpus 8 --zero 3 --software megatron-lm-2022"]):
-        c.append((f"refused {i}", SMALL + bad.split()))
-    return c
-
 
 NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 

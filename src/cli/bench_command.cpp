@@ -2,6 +2,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/bench_gemm.h"
 #include "cli/commands.h"
 #include "cli/flag_set.h"
 #include "cli/train_flags.h"
@@ -10,7 +11,6 @@
 #include "comm/bench_under_compute.h"
 #include "core/error.h"
 #include "core/threads.h"
-#include "kernels/gemm_peak.h"
 #include "kernels/sized_gemm.h"
 #include "parallel/context_parallel/bench_context_parallel.h"
 
@@ -112,9 +112,9 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
                  "per-phase profile of rank 0's steps next to each phase's roofline time");
   define_train_flags(*step_flags, *step_opts);
   step_flags->register_cli(*step);
-  auto threads = std::make_shared<int>(1);
-  CLI::App* gemm = bench->add_subcommand("gemm", "measured sgemm peak (the MFU denominator)");
-  gemm->add_option("--threads", *threads, "threads")->capture_default_str();
+  auto gemm_opts = std::make_shared<GemmBenchOptions>();
+  auto gemm_flags = std::make_shared<FlagSet>();
+  CLI::App* gemm = add_gemm_bench(bench, *gemm_flags, *gemm_opts);
   return [=]() -> int {
     if (comm->parsed() && *under_compute) return run_under_compute(*comm, *c, *uc);
     if (comm->parsed()) return run_comm_bench(*c, argc, argv, std::cout);
@@ -125,12 +125,7 @@ CommandRunner add_bench_command(CLI::App& app, int* argc, char*** argv) {
       step_opts->seq_given = step_flags->given("seq");
       return run_training(*step_opts, argc, argv);
     }
-    if (gemm->parsed()) {
-      require_thread_count("--threads", *threads);
-      double g = measure_sgemm_peak_gflops(*threads, 2.0);
-      std::cout << "sgemm peak: " << g << " GFLOP/s with " << *threads << " thread(s)\n";
-      return 0;
-    }
+    if (gemm->parsed()) return run_gemm_bench(*gemm_flags, *gemm_opts, std::cout);
     return 2;
   };
 }

@@ -69,6 +69,12 @@ void grouped_matmul_backward_weight_segments(float* const* dweight, const float*
 void grouped_matmul_bf16_backward_weight_segments(float* const* dweight, const bf16* dout,
                                                   const bf16* inp, const int32_t* const* offsets,
                                                   int segments, int groups, int C, int OC);
+// The most the two calls above keep in their thread_local gather buffer (on the calling
+// thread, for as long as it lives; it grows to the largest call): with one segment nothing;
+// else a run of groups' rows of dout and inp, at most `rows` rows (the groups' total) of
+// C + OC elements of `element_bytes`. The memory estimate counts it (model/expert_mlp.h).
+size_t grouped_backward_weight_segments_scratch_bytes(int segments, int64_t rows, int C, int OC,
+                                                      size_t element_bytes);
 
 // SwiGLU fused into the store of the grouped GEMM beside it (the bf16 SwiGLU experts,
 // model/expert_mlp_bf16.h): on the AMX path each block of results goes through SwiGLU while
@@ -89,6 +95,10 @@ void grouped_matmul_bf16_backward_input_swiglu(bf16* dgu, const float* gu, const
                                                const uint32_t* const* packed = nullptr);
 // Whether the two calls above run fused now (AMX path, H a multiple of 16).
 bool grouped_bf16_fuses_swiglu(int H);
+// The most each thread running the fused backward_input keeps in its thread_local d_act
+// block (32 rows x at most H fp32 units), whether or not this CPU fuses: the memory
+// estimate counts it on every CPU, so that an estimate does not depend on the machine.
+size_t grouped_bf16_swiglu_scratch_bytes(int H);
 
 // The rows summed into token rows in the GEMM's store (the bf16 experts where nothing
 // travels, model/expert_mlp_bf16.h): row r of the product, times scale[r] where scale is

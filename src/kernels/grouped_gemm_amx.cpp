@@ -170,6 +170,7 @@ void prefetch_c(const Operands<bf16>& o, const Item& it, int i, int q, int panel
 
 // One row block of an item's results that never go to memory (32 x the item's columns),
 // per thread: the SwiGLU backward's d_act, the input gradients summed into tokens.
+static_assert(kBlock == 32, "grouped_bf16_swiglu_scratch_bytes counts 32 rows of the stage");
 std::vector<float>& row_block_stage() {
   thread_local std::vector<float> stage;
   return stage;

@@ -96,6 +96,14 @@ void backward_weight_segments(float* const* dweight, const T* dout, const T* inp
 
 }  // namespace
 
+size_t grouped_backward_weight_segments_scratch_bytes(int segments, int64_t rows, int C, int OC,
+                                                      size_t element_bytes) {
+  // A run is one group whatever its size, or groups within kGatherBudget: never more rows
+  // than all the groups', which is the bound when nothing is known of how they are spread.
+  if (segments <= 1 || rows <= 0) return 0;
+  return size_t(rows) * (size_t(C) + size_t(OC)) * element_bytes;
+}
+
 void grouped_matmul_backward_weight_segments(float* const* dweight, const float* dout,
                                              const float* inp, const int32_t* const* offsets,
                                              int segments, int groups, int C, int OC) {

@@ -28,6 +28,13 @@ bool grouped_bf16_fuses_swiglu(int H) {
   return H > 0 && H % kUnits == 0 && grouped_gemm_path(true) == GroupedGemmPath::amx;
 }
 
+size_t grouped_bf16_swiglu_scratch_bytes(int H) {
+  // grouped_gemm_amx.cpp's row_block_stage: one C block's rows (kBlock, amx_tiles.h,
+  // asserted there) of an item's columns, which are at most all H of them.
+  constexpr size_t kBlockRows = 32;
+  return H > 0 ? kBlockRows * size_t(H) * sizeof(float) : 0;
+}
+
 void grouped_matmul_bf16_forward_swiglu(float* gu, bf16* act, const bf16* inp,
                                         const bf16* const* weight, const int32_t* offset,
                                         int groups, int C, int H, const uint32_t* const* packed) {

@@ -1,10 +1,12 @@
 #include "model/expert_mlp.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
 
 #include "kernels/gelu.h"
+#include "kernels/grouped_gemm.h"
 #include "kernels/swiglu.h"
 
 #include "model/expert_mlp_bf16.h"
@@ -31,7 +33,13 @@ std::string expert_prefix(const ExpertShape& shape, int le) {
 // §1 and §9 names; init per §9a (c_proj and down_proj as every projection back to the
 // residual stream: N(0, 0.02/sqrt(2L))).
 ExpertWeights::ExpertWeights(const ExpertShape& shape, ParamTable& table)
-    : kind_(shape.kind), C_(shape.dim), H_(shape.hidden), El_(shape.count), up_(El_), down_(El_) {
+    : kind_(shape.kind),
+      C_(shape.dim),
+      H_(shape.hidden),
+      El_(shape.count),
+      max_rows_(shape.max_rows),
+      up_(El_),
+      down_(El_) {
   const int64_t C = C_, H = H_;
   const bool gelu = kind_ == ExpertKind::gelu;
   for (int le = 0; le < El_; ++le) {
@@ -111,6 +119,14 @@ std::unique_ptr<ExpertMlp> make_experts(const ExpertShape& shape, const uint64_t
                                         ParamTable& table, SlotLayout& layout) {
   if (bf16_version) return std::make_unique<Bf16Experts>(shape, bf16_version, table, layout);
   return std::make_unique<Fp32Experts>(shape, table, layout);
+}
+
+size_t ExpertWeights::gather_scratch_bytes(int parts, size_t element_bytes) const {
+  // up's dW reads d_pre (U) and x (C); down's reads dy (C) and act (H).
+  return std::max(
+      grouped_backward_weight_segments_scratch_bytes(parts, max_rows_, C_, up_width(),
+                                                     element_bytes),
+      grouped_backward_weight_segments_scratch_bytes(parts, max_rows_, H_, C_, element_bytes));
 }
 
 }  // namespace mt

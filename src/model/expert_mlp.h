@@ -118,6 +118,14 @@ class ExpertMlp {
   virtual size_t weight_copy_bytes() const { return 0; }
   // Floats of the arenas the experts hold themselves (outside the slot and the stage).
   virtual size_t own_workspace_floats() const { return 0; }
+  // Bytes the experts' kernels keep in thread_local buffers outside every arena (each lives
+  // as long as its thread and grows to its largest call; kernels/grouped_gemm.h states the
+  // bounds): per OpenMP thread of the rank, and once on the rank's own thread, which calls
+  // the weight gradients. parts: --moe-overlap-parts (several parts' rows are gathered).
+  struct KernelScratch {
+    size_t per_thread = 0, per_rank = 0;
+  };
+  virtual KernelScratch kernel_scratch(int /*parts*/) const { return {}; }
 };
 
 // The parameters of the local experts of either kind, registered in the file format's order,
@@ -145,9 +153,13 @@ class ExpertWeights : public ExpertMlp {
   // under gelu d_act may be d_pre.
   void activation_backward(float* d_pre, const float* pre, const float* d_act, int rows) const;
   void activation_backward(bf16* d_pre, const float* pre, const float* d_act, int rows) const;
+  // The weight gradients' gather buffer over several parts, for the larger of the two
+  // Linears' rows (every row at worst), in elements of element_bytes.
+  size_t gather_scratch_bytes(int parts, size_t element_bytes) const;
 
   ExpertKind kind_;
   int C_, H_, El_;
+  int max_rows_;
   std::vector<Linear> up_, down_;  // per local expert: (U, C) and (C, H)
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/grouped_gemm.h"
 #include "kernels/token_permutation.h"
 
 namespace mt {
@@ -72,7 +73,6 @@ void Bf16Experts::backward_input_into_tokens(float* s, const ExpertGroups& g, fl
 }
 
 void Bf16Experts::backward_input(float* s, const ExpertGroups& g, const float* dy32, float* dx) {
-  MT_CHECK(stage_ != nullptr, "bf16 experts: no stage set");
   bf16* dy = h16(s, off_.dy_rows);
   const size_t r0 = size_t(g.first());
   if (dy32) to_bf16(dy + r0 * C_, dy32 + r0 * C_, size_t(g.size()) * C_);
@@ -89,6 +89,7 @@ void Bf16Experts::backward_input(float* s, const ExpertGroups& g, const float* d
     expert_gemm_backward_input(dx, dy, down_, down16_, g, /*accumulate=*/false);
     activation_backward(d_pre + r0 * U, pre + r0 * U, dx + r0 * H_, g.size());
   } else {
+    MT_CHECK(stage_ != nullptr, "bf16 experts: no stage set");
     for_each_row_piece(g, stage_rows_, [&](int r0, int rows, const ExpertGroups& piece) {
       const size_t r = size_t(r0);
       expert_gemm_backward_input(stage_, dy + r * C_, down_, down16_, piece, false);
@@ -105,6 +106,14 @@ bool Bf16Experts::fuses_swiglu() const {
 void Bf16Experts::backward_weight(float* s, const ExpertGroups* g, int count) {
   expert_gemm_backward_weight(down_, h16(s, off_.dy_rows), h16(s, off_.act), g, count, biased());
   expert_gemm_backward_weight(up_, h16(s, off_.d_pre), h16(s, off_.x_rows), g, count, biased());
+}
+
+ExpertMlp::KernelScratch Bf16Experts::kernel_scratch(int parts) const {
+  // The per-thread row-block stage serves the SwiGLU backward's d_act (H wide) and, at ep 1,
+  // the input gradients summed into tokens (C wide): it grows to the wider of the two.
+  const size_t fused =
+      kind_ == ExpertKind::swiglu ? grouped_bf16_swiglu_scratch_bytes(std::max(H_, C_)) : 0;
+  return {fused, gather_scratch_bytes(parts, sizeof(bf16))};
 }
 
 }  // namespace mt

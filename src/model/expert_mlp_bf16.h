@@ -57,9 +57,16 @@ class Bf16Experts final : public ExpertWeights {
   void backward_input_into_tokens(float* slot, const ExpertGroups& g, float* tokens,
                                   const int32_t* token, int N) override;
 
-  size_t stage_floats() const override { return size_t(stage_rows_) * H_; }
+  // Only wide experts' unfused d_act goes through the stage (backward_input): none where
+  // H <= C (dx's rows hold it) or SwiGLU runs fused, so none is reserved there.
+  size_t stage_floats() const override {
+    return H_ > C_ && !fuses_swiglu() ? size_t(stage_rows_) * H_ : 0;
+  }
   void set_stage(float* stage) override { stage_ = stage; }
   size_t weight_copy_bytes() const override { return up16_.bytes() + down16_.bytes(); }
+  // The fused SwiGLU backward's d_act block per thread (counted on every CPU, as the packs
+  // are), and the weight gradients' gather over several parts.
+  KernelScratch kernel_scratch(int parts) const override;
 
  private:
   static bf16* h16(float* s, size_t off) { return reinterpret_cast<bf16*>(s + off); }

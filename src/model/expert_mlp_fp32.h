@@ -27,6 +27,9 @@ class Fp32Experts final : public ExpertWeights {
   void backward_weight(float* slot, const ExpertGroups* g, int count) override;
   // d_act_, which the memory estimate's dry run counts through this (it was left out once).
   size_t own_workspace_floats() const override { return d_act_.size(); }
+  KernelScratch kernel_scratch(int parts) const override {
+    return {0, gather_scratch_bytes(parts, sizeof(float))};
+  }
 
  private:
   // Offsets in a slot, R = shape.max_rows: (R,C) (R,U) (R,H) (R,C) (R,U).

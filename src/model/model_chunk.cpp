@@ -196,6 +196,12 @@ ChunkFootprint ModelChunk::footprint() const {
                          &residual_grads_, &bf16_stage_, &bf16_gather_})
     f.workspace_floats += a->size();
   for (const Block* blk : blocks_) f.workspace_floats += blk->own_workspace_floats();
+  for (const auto& blk : blocks_)
+    if (const MoeLayer* moe = blk->moe()) {
+      const ExpertMlp::KernelScratch k = moe->kernel_scratch();
+      f.thread_scratch_bytes = std::max(f.thread_scratch_bytes, k.per_thread);
+      f.rank_scratch_bytes = std::max(f.rank_scratch_bytes, k.per_rank);
+    }
   if (cp_attention_) f.workspace_floats += cp_attention_->workspace_floats();
   f.bf16_weight_bytes = bf16_weight_bytes();
   return f;

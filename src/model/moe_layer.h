@@ -159,6 +159,10 @@ class MoeLayer {
   size_t own_workspace_floats() const {
     return rows_.size() + staging_.size() + dgates_.size() + experts_->own_workspace_floats();
   }
+  // The experts' kernels' thread_local buffers, outside every arena (expert_mlp.h).
+  ExpertMlp::KernelScratch kernel_scratch() const {
+    return experts_->kernel_scratch(parts_ ? parts_->parts() : 1);
+  }
   // The bf16 experts' row chunks (expert_mlp_bf16.h), which the planner and the memory
   // estimate model.
   static constexpr int kRowQuantum = Bf16RowChunks::kRowQuantum;

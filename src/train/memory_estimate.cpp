@@ -78,11 +78,14 @@ struct StageUnits {
   int64_t real = 0, expert_real = 0;  // elements
 };
 
-// The model's part, read off the dry run: the chunks' workspaces and bf16 copies, and
-// GPT's own table-layout arenas (parameters and gradients: at startup, and again at the
+// The model's part, read off the dry run: the chunks' workspaces and bf16 copies, the
+// experts' kernels' thread_local buffers (every chunk's calls run on the rank's threads, so
+// the largest chunk's: per OpenMP thread, `threads` of them, and once on the rank's own),
+// and GPT's own table-layout arenas (parameters and gradients: at startup, and again at the
 // end of training).
-StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank) {
+StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank, int threads) {
   StageUnits u;
+  size_t per_thread = 0, per_rank = 0;
   for (const ChunkFootprint& c : rank.chunks) u.ranges.reserve(u.ranges.size() + c.units.size());
   size_t end = 0;
   for (const ChunkFootprint& c : rank.chunks) {
@@ -95,7 +98,10 @@ StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank) {
     u.per_chunk.push_back(int(c.units.size()));
     e.workspace_bytes += int64_t(c.workspace_floats) * kFloat;
     e.bf16_weight_bytes += int64_t(c.bf16_weight_bytes);
+    per_thread = std::max(per_thread, c.thread_scratch_bytes);
+    per_rank = std::max(per_rank, c.rank_scratch_bytes);
   }
+  e.workspace_bytes += int64_t(threads) * int64_t(per_thread) + int64_t(per_rank);
   e.model_arenas_bytes = 2 * int64_t(end) * kFloat;
   return u;
 }
@@ -125,10 +131,10 @@ struct StageState {
 };
 
 StageState stage_state(DryModel& model, const std::vector<ChunkSpec>& specs,
-                       const ParallelOptions& par) {
+                       const ParallelOptions& par, int threads) {
   StageState s;
   s.rank = model.rank(specs);
-  add_data_parallel(s.held, par, add_model(s.held, s.rank));
+  add_data_parallel(s.held, par, add_model(s.held, s.rank, threads));
   return s;
 }
 
@@ -205,7 +211,8 @@ MemoryEstimate estimate_rank_memory(const TrainOptions& given, const Schedule& s
     std::vector<int> kinds = stage_kinds(o.model, specs);
     auto it = states.find(kinds);
     if (it == states.end())
-      it = states.emplace(std::move(kinds), stage_state(model, specs, o.parallel)).first;
+      it = states.emplace(std::move(kinds), stage_state(model, specs, o.parallel, o.optim.threads))
+               .first;
     const std::vector<int> slots = pp > 1 ? peak_slots(schedule, s) : std::vector<int>{1};
     const MemoryEstimate e = estimate_stage(o, s, it->second, slots);
     if (s == 0 || e.peak() > best.peak()) best = e;

@@ -18,6 +18,10 @@
 //   * activations: one slot per microbatch in flight, per local chunk (every chunk has its
 //     own pool): 1 without pp; under pp the schedule's own action list decides (gpipe: all
 //     m, 1f1b: pp - stage).
+//   * outside every arena: the experts' kernels' thread_local buffers (the fused SwiGLU
+//     backward's d_act block per OpenMP thread, the weight gradients' gather over several
+//     --moe-overlap-parts on the rank's thread; ModelChunk's footprint, kernels/grouped_gemm.h
+//     bounds them), per thread x --threads.
 //   * what is not sized at construction, counted by rule: AdamW's moments (two per element
 //     this rank updates: all at ZeRO 0, 1/dp of them rounded up at ZeRO >= 1, its experts
 //     whole under ep), the pipeline transfer buffers, the tied embedding's gradient exchange

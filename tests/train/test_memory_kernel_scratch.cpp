@@ -1,0 +1,107 @@
+// Memory the experts' kernels keep outside every arena, in thread_local buffers that live as
+// long as their thread (model/expert_mlp.h, kernel_scratch; kernels/grouped_gemm.h bounds
+// them), and the bf16 experts' share of the chunk's fp32 stage: the estimate counts the
+// first and reserves the second only where it is used (stop 39 found neither counted).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "kernels/grouped_gemm.h"
+#include "model/dry_model.h"
+#include "model/gpt.h"
+#include "train/memory_estimate.h"
+
+namespace mt {
+namespace {
+
+// One worker, 8 sequences of 32 tokens in one microbatch: N = 256 token rows per MoE layer.
+TrainOptions moe_run(Arch arch, Precision precision) {
+  TrainOptions o;
+  o.model.arch = arch;
+  o.model.layers = 2, o.model.dim = 64, o.model.heads = 4, o.model.seq = 32;
+  o.model.vocab = 256;
+  o.model.experts = 4, o.model.topk = 2;
+  o.optim.batch = 8;
+  o.optim.precision = precision;
+  return o;
+}
+
+// The fused SwiGLU backward keeps a 32 x Fe fp32 block of d_act per OpenMP thread, on
+// every CPU as far as the estimate goes (the packs are counted so too): each thread more
+// adds exactly one block.
+TEST(MemoryKernelScratch, FusedSwigluBackwardBlockIsCountedPerThread) {
+  TrainOptions o = moe_run(Arch::llama, Precision::bf16);
+  o.model.expert_ffn_dim = 96;
+  o.optim.threads = 1;
+  const int64_t one = estimate_rank_memory(o).workspace_bytes;
+  o.optim.threads = 3;
+  const int64_t three = estimate_rank_memory(o).workspace_bytes;
+  EXPECT_EQ(three - one, 2 * 32 * 96 * int64_t(sizeof(float)));
+  EXPECT_EQ(grouped_bf16_swiglu_scratch_bytes(96), size_t(32 * 96 * sizeof(float)));
+}
+
+// Without SwiGLU experts, or in fp32, no thread keeps a block.
+TEST(MemoryKernelScratch, NoPerThreadBlockWithoutBf16SwigluExperts) {
+  for (const auto& [arch, precision] :
+       {std::pair{Arch::gpt2, Precision::bf16}, std::pair{Arch::llama, Precision::fp32}}) {
+    TrainOptions o = moe_run(arch, precision);
+    o.optim.threads = 1;
+    const int64_t one = estimate_rank_memory(o).workspace_bytes;
+    o.optim.threads = 2;
+    EXPECT_EQ(estimate_rank_memory(o).workspace_bytes, one) << arch_name(arch);
+  }
+}
+
+// --moe-overlap-parts > 1: the weight gradients gather the parts' rows of a run of experts
+// into one block on the rank's thread; at worst every row, R = N x min(k, experts) = 512,
+// of the larger Linear's dout + inp (gpt2: C + H = 64 + 256 elements). One part: none.
+TEST(MemoryKernelScratch, WeightGradientGatherIsCountedWithSeveralParts) {
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    const int64_t element = precision == Precision::bf16 ? 2 : 4;
+    const int64_t gather = 512 * (64 + 256) * element;
+    for (const int parts : {1, 2}) {
+      TrainOptions o = moe_run(Arch::gpt2, precision);
+      DryModelShape shape;
+      shape.max_b = o.optim.batch, shape.precision = precision, shape.moe_overlap_parts = parts;
+      DryModel model(o.model, shape);
+      const RankFootprint rank = model.rank(GPT::whole_model(o.model));
+      ASSERT_EQ(rank.chunks.size(), 1u);
+      EXPECT_EQ(int64_t(rank.chunks[0].rank_scratch_bytes), parts > 1 ? gather : 0)
+          << precision_name(precision) << " parts " << parts;
+      EXPECT_EQ(rank.chunks[0].thread_scratch_bytes, 0u) << precision_name(precision);
+      // The estimate's workspace: the chunk's arenas, the data loader's batch, and the gather.
+      o.parallel.moe_overlap_parts = parts;
+      const int64_t batch = 2 * int64_t(o.optim.batch) * o.model.seq * int64_t(sizeof(int));
+      const int64_t arenas = int64_t(rank.chunks[0].workspace_floats * sizeof(float));
+      EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - arenas - batch, parts > 1 ? gather : 0)
+          << precision_name(precision) << " parts " << parts;
+    }
+    // The estimate adds it once whatever the thread count: the rank's own thread gathers.
+    TrainOptions o = moe_run(Arch::gpt2, precision);
+    o.parallel.moe_overlap_parts = 2;
+    const int64_t two_parts = estimate_rank_memory(o).workspace_bytes;
+    o.optim.threads = 2;
+    EXPECT_EQ(estimate_rank_memory(o).workspace_bytes, two_parts) << precision_name(precision);
+  }
+}
+
+// The bf16 experts' stage takes d_act only from wide experts (H > C) that do not fuse
+// SwiGLU; elsewhere dx's rows hold it (or the tiles never store it) and it is not reserved.
+TEST(MemoryKernelScratch, Bf16ExpertsReserveTheStageOnlyWhereTheyUseIt) {
+  const auto expert_stage = [](Arch arch, int expert_ffn) {
+    TrainOptions o = moe_run(arch, Precision::bf16);
+    o.model.expert_ffn_dim = expert_ffn;
+    GPT model(o.model, GPT::whole_model(o.model), TensorParallelShard{}, o.optim.batch, {},
+              Recompute::none, Precision::bf16);
+    return model.chunk(0).moe_layers().at(0)->bf16_stage_floats();
+  };
+  // llama, Fe 48 <= C 64: fine-grained, d_act in dx's rows.
+  EXPECT_EQ(expert_stage(Arch::llama, 48), 0u);
+  // gpt2's GELU experts are 4C wide: d_act goes through the stage in row pieces.
+  EXPECT_GT(expert_stage(Arch::gpt2, 0), 0u);
+  // llama, Fe 96 > C: the stage only where SwiGLU is not fused into the GEMMs' stores.
+  EXPECT_EQ(expert_stage(Arch::llama, 96) == 0, grouped_bf16_fuses_swiglu(96));
+}
+
+}  // namespace
+}  // namespace mt
