@@ -60,6 +60,11 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
         r.tiles_bwd = h.tiles_bwd_flops_bf16 * threads * share;
         r.tiles_pack_s = h.tiles_pack_s_bf16 / (threads * share);
       }
+      // The experts' packs are made wherever their grouped GEMM runs on AMX (its bf16 rates
+      // were measured there), whatever the team; the MoE layer probe reuses one weight
+      // version, so its rest does not hold them.
+      if (h.tiles_pack_s_bf16 > 0 && h.grouped_fwd_flops_bf16 > 0)
+        r.expert_pack_s = h.tiles_pack_s_bf16 / (threads * share);
     }
     const bool bf = precision == Precision::bf16;
     // The MoE rest is what a whole MoE layer, timed with cold caches, costs beyond its GEMMs

@@ -47,6 +47,10 @@ struct ComputeRates {
   // forward and input-gradient FLOP/s for the layers of up to kDenseBf16TilesMaxOut outputs,
   // and the seconds per weight element of packing both layouts once per step.
   double tiles_fwd = 0, tiles_bwd = 0, tiles_pack_s = 0;
+  // Local bf16 with the grouped AMX expert GEMMs calibrated: the seconds per expert weight
+  // element of rounding and packing both layouts once per step (kernels/grouped_gemm_prepack,
+  // the same grouped_bf16_pack as the dense tiles', in any team; 0: rounded only).
+  double expert_pack_s = 0;
 };
 
 // Per-rank rates for a precision; local ranks share the machine's cores and memory

@@ -41,7 +41,10 @@ void add_block(const CostContext& c, int layer, StageCosts& sc) {
                        (is_moe_layer(m, layer) ? double(m.experts) / c.l.ep * mlp : mlp / t);
   const double qkv = (c.w.q + 2 * c.w.kv) / t, F = c.w.ffn / t, up = c.w.gated ? 2 * F : F;
   add_tile_weights(c, sc, {{qkv, h}, {h, c.w.q / t}});
-  if (!is_moe_layer(m, layer)) add_tile_weights(c, sc, {{up, h}, {h, F}});
+  if (!is_moe_layer(m, layer))
+    add_tile_weights(c, sc, {{up, h}, {h, F}});
+  else if (c.local_bf16 && c.rates.expert_pack_s > 0)
+    sc.expert_pack_weights += double(m.experts) / c.l.ep * mlp;
   ++sc.blocks;
   add(sc, c.model->after_block(c, params));
 }

@@ -127,3 +127,35 @@ TEST(PlanDenseTiles, TheProbeStoresMeasuredFigures) {
 
 }  // namespace
 }  // namespace mt::plan
+
+namespace mt::plan {
+namespace {
+
+// The bf16 experts on the grouped AMX GEMMs are rounded and packed in both layouts once per
+// step (model/expert_gemm.cpp Bf16ExpertWeights::packed, the same grouped_bf16_pack), in any
+// team; the MoE layer probe reuses one weight version, so its rest never held that cost.
+TEST(PlanDenseTiles, Bf16ExpertsArePackedOncePerStep) {
+  for (const int threads : {1, 2}) {
+    PlanRequest r = tiles_request(threads);
+    r.model.experts = 4;
+    r.hardware.grouped_fwd_flops_bf16 = r.hardware.grouped_bwd_flops_bf16 =
+        r.hardware.grouped_wgt_flops_bf16 = 50e9;
+    const PredictedTime t = predict_time(r, bf16_one_rank(), Schedule{});
+    const ComputeRates R = compute_rates(r.hardware, Precision::bf16, 1, threads);
+    ASSERT_GT(R.expert_pack_s, 0) << threads;
+    const StageCosts& sc = t.stages[0];
+    EXPECT_NEAR(sc.expert_pack_weights, 4.0 * r.model.layers * 2 * 4 * r.model.dim * r.model.dim,
+                1.0)
+        << threads;
+    EXPECT_NEAR(
+        t.bf16_weights_s,
+        local_convert_seconds(R, sc.linear_weights - sc.tile_weights - sc.expert_pack_weights,
+                              4 * sc.blocks + 1) +
+            sc.tile_weights * R.tiles_pack_s + sc.expert_pack_weights * R.expert_pack_s,
+        1e-12)
+        << threads;
+  }
+}
+
+}  // namespace
+}  // namespace mt::plan
