@@ -86,7 +86,7 @@ DenseBf16Path dense_bf16_default_path(int team) {
   // (4L d256 bf16 step -3 to -6%, llama -5 to -8%, 6L d512 -9%); in a 2-thread rank behind
   // it (GEMM phase 29.3 against 26.2 ms, step +4 to +8%), so a wider team keeps oneDNN.
   static const bool amx = dense_bf16_path_available(DenseBf16Path::amx);
-  return amx && team == 1 ? DenseBf16Path::amx : DenseBf16Path::onednn;
+  return dense_bf16_team_on_tiles(amx, team) ? DenseBf16Path::amx : DenseBf16Path::onednn;
 }
 
 DenseBf16Path dense_bf16_path() {
@@ -123,7 +123,7 @@ DenseBf16Weight::DenseBf16Weight(int C, int OC, const uint64_t* version)
     : C_(C), OC_(OC), version_(version), copy_(size_t(C) * OC, version) {}
 
 bool DenseBf16Weight::on_tiles(int OC) {
-  return OC <= kDenseBf16TilesMaxOut;
+  return dense_bf16_layer_on_tiles(OC);
 }
 
 bool DenseBf16Weight::runs_on_tiles() const {

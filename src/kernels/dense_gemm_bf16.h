@@ -43,6 +43,17 @@ enum class DenseBf16Path { onednn, amx };
 // outputs (every layer of the models measured) the tiles were faster.
 constexpr int kDenseBf16TilesMaxOut = 4096;
 
+// The one rule of where the tiles run, read by the engine (dense_bf16_default_path,
+// DenseBf16Weight::on_tiles) and by the planner's local pricing (plan/hardware_costs.cpp),
+// so that the planner prices the kernel the engine runs: a rank of `team` threads on a CPU
+// with AMX (`amx`) runs them, and a layer of `out` outputs runs on them on that path.
+constexpr bool dense_bf16_team_on_tiles(bool amx, int team) {
+  return amx && team == 1;
+}
+constexpr bool dense_bf16_layer_on_tiles(double out) {
+  return out <= kDenseBf16TilesMaxOut;
+}
+
 // amx where amx::available() (kernels/amx_tiles.h) and the rank computes on one thread (team:
 // its OpenMP threads), onednn elsewhere.
 bool dense_bf16_path_available(DenseBf16Path path);

@@ -19,6 +19,7 @@
 #include "core/system_memory.h"
 #include "core/timer.h"
 #include "data/cache_dir.h"
+#include "kernels/dense_gemm_bf16.h"
 #include "kernels/matmul_bf16.h"
 #include "plan/calibration_probes.h"
 #include "plan/calibration_rounds.h"
@@ -57,6 +58,10 @@ struct Probe {
 
 bool bf16_here(const HardwareProfile&) {
   return bf16_matmul_supported();
+}
+// Where the engine's 1-thread ranks run their bf16 linears on the dense tiles.
+bool tiles_here(const HardwareProfile&) {
+  return bf16_matmul_supported() && dense_bf16_path_available(DenseBf16Path::amx);
 }
 bool bf16_measured(const HardwareProfile& h) {
   return h.peak_bf16 > 0;
@@ -150,6 +155,18 @@ const std::vector<Probe> kProbes = {
      "as the fp32 ratios, on the bf16 path",
      {{"backward GEMMs bf16", "gemm_input_grad_ratio_bf16", 1, "/"},
       {"", "gemm_weight_grad_ratio_bf16", 1, "x the peak's"}}},
+    {{"tiles_fwd_flops_bf16", "tiles_bwd_flops_bf16", "tiles_pack_s_bf16"},
+     0.04,
+     true,
+     tiles_here,
+     measure_bf16_tiles,
+     "the dense AMX tile kernel of 1-thread ranks' bf16 linears (kernels/dense_gemm_bf16.h; "
+     "512 -> 1024 and 1024 -> 256 on 1024 rows, packed weights), forward and input-gradient "
+     "FLOP/s, and packing both layouts of a weight, per element",
+     {{"bf16 tiles", "tiles_fwd_flops_bf16", 1e-9, "GFLOP/s forward"},
+      {"", "tiles_bwd_flops_bf16", 1e-9, "input gradient"},
+      {"pack", "tiles_pack_s_bf16", 1e9, "ns/element"}},
+     "no AMX tiles here: 1-thread ranks run oneDNN, priced on its figures"},
     {{"bf16_overhead_s"},
      0.02,
      true,

@@ -30,6 +30,7 @@ void measure_pointwise(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_peak(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_halves(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_backward_ratios(HardwareProfile& h, const ProbeRun& run);
+void measure_bf16_tiles(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_overhead(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_convert(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_attention(HardwareProfile& h, const ProbeRun& run);

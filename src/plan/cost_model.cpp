@@ -46,14 +46,29 @@ double weight_gemm(const CostContext& c, const ComputeRates& R, double M, double
   return gemm_seconds(c.rates8, M, N, K, 1, count) + casts;
 }
 
+Passes linear_passes(const CostContext& c, const ComputeRates& R, double M,
+                     std::initializer_list<LinearShape> layers, bool weights) {
+  Passes p;
+  double plain = 0;
+  for (const LinearShape& l : layers) {
+    if (c.local_bf16 && local_on_tiles(R, l.out)) {
+      p.forward += local_tiles_seconds(R, M, l.out, l.in, false);
+      p.backward += local_tiles_seconds(R, M, l.out, l.in, true);
+    } else {
+      plain += weights ? weight_gemm(c, R, M, l.out, l.in) : linear_gemm(c, R, M, l.out, l.in);
+    }
+  }
+  // Input gradients: the same shapes; locally times the calibrated backward/forward ratio
+  // of the GEMM path (1 on GPUs and for profiles without it).
+  p.forward += plain;
+  p.backward += plain * R.input_grad_ratio;
+  return p;
+}
+
 Passes attention_projections(const CostContext& c) {
   const ComputeRates& R = c.rates;
   const double N = c.N, h = c.h, t = c.t, qkv = (c.w.q + 2 * c.w.kv) / t, q = c.w.q / t;
-  Passes p;
-  p.forward = weight_gemm(c, R, N, qkv, h) + weight_gemm(c, R, N, h, q);
-  // Input gradients: the same shapes; locally times the calibrated backward/forward ratio
-  // of the GEMM path (1 on GPUs and for profiles without it).
-  p.backward = p.forward * R.input_grad_ratio;
+  Passes p = linear_passes(c, R, N, {{qkv, h}, {h, q}});
   p.weight = (weight_gemm(c, R, qkv, h, N, 1, false) + weight_gemm(c, R, h, q, N, 1, false)) *
              R.weight_grad_ratio;
   return p;
@@ -98,9 +113,9 @@ Passes mlp_of_width(const CostContext& c, double width) {
   const double act = c.w.gated ? pointwise_seconds(R, N * F, 3 * N * F * c.e, 1)
                                : pointwise_seconds(R, N * F, 2 * N * F * c.e, 1);
   const double act_bwd = c.w.gated ? pointwise_seconds(R, N * F, 5 * N * F * c.e, 1) : 2 * act;
-  const double gemms = weight_gemm(c, R, N, up, h) + weight_gemm(c, R, N, h, F);
+  const Passes gemms = linear_passes(c, R, N, {{up, h}, {h, F}});
   const double wgrad = weight_gemm(c, R, up, h, N, 1, false) + weight_gemm(c, R, h, F, N, 1, false);
-  return {gemms + act, gemms * R.input_grad_ratio + act_bwd, wgrad * R.weight_grad_ratio};
+  return {gemms.forward + act, gemms.backward + act_bwd, wgrad * R.weight_grad_ratio};
 }
 
 double exposed_all_to_all(double comm, double compute, int parts) {
@@ -165,9 +180,9 @@ Passes head_compute(const CostContext& c, double ce, double ce_bwd) {
   const ComputeRates& R = c.rates;
   const double N = c.N, h = c.h;
   const double Vl = double(tp::padded_vocab(c.r.model.vocab, c.l.tp)) / c.l.tp;
-  const double logits = linear_gemm(c, R, N, Vl, h);
+  const Passes logits = linear_passes(c, R, N, {{Vl, h}}, false);
   const double ln = pointwise_seconds(R, N * h, 2 * N * h * c.e, 1);
-  return {logits + ce + ln, logits * R.input_grad_ratio + ce_bwd + 2 * ln,
+  return {logits.forward + ce + ln, logits.backward + ce_bwd + 2 * ln,
           linear_gemm(c, R, Vl, h, N) * R.weight_grad_ratio};
 }
 

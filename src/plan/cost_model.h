@@ -15,6 +15,8 @@
 // same terms the GPT block's (q = kv = h, F = 4h) or the Llama block's (GQA, SwiGLU).
 #pragma once
 
+#include <initializer_list>
+
 #include "plan/hardware_costs.h"
 #include "plan/layout.h"
 #include "plan/model_flops.h"
@@ -88,6 +90,16 @@ double linear_gemm(const CostContext& c, const ComputeRates& R, double M, double
 // reads those transposes.
 double weight_gemm(const CostContext& c, const ComputeRates& R, double M, double N, double K,
                    double count = 1, bool cast = true);
+
+// The forward and input-gradient GEMMs of linear layers on M rows, each {outputs, inputs}:
+// locally, a layer the engine runs on the dense bf16 tiles (local_on_tiles) at their rates;
+// every other one by `gemm` (weight_gemm, or linear_gemm where `weights` is false) with its
+// input gradient at the path's calibrated ratio.
+struct LinearShape {
+  double out = 0, in = 0;
+};
+Passes linear_passes(const CostContext& c, const ComputeRates& R, double M,
+                     std::initializer_list<LinearShape> layers, bool weights = true);
 
 // The shared terms.
 // q/k/v (one column-parallel GEMM, (q + 2 kv) / t wide) and the row-parallel output (q / t in).

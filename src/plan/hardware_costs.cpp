@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/dense_gemm_bf16.h"
 #include "kernels/grouped_gemm.h"
 #include "kernels/matmul_bf16.h"
 #include "model/moe_layer.h"
@@ -50,6 +51,20 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
       r.attention_fwd = h.attention_bf16_fwd_flops * threads * share;
       r.attention_bwd = h.attention_bf16_bwd_flops * threads * share;
       r.convert_s = h.bf16_convert_s / (threads * share);
+      // The tiles run where the engine runs them: amx (the probe measured them, so the CPU
+      // has it) in a 1-thread rank. Scaled as the peak, by the step factor too: they are
+      // the linears' kernels that the factor was fitted against.
+      if (h.tiles_fwd_flops_bf16 > 0 && h.tiles_bwd_flops_bf16 > 0 &&
+          dense_bf16_team_on_tiles(true, threads)) {
+        r.tiles_fwd = h.tiles_fwd_flops_bf16 * threads * share;
+        r.tiles_bwd = h.tiles_bwd_flops_bf16 * threads * share;
+        r.tiles_pack_s = h.tiles_pack_s_bf16 / (threads * share);
+      }
+      // The experts' packs are made wherever their grouped GEMM runs on AMX (its bf16 rates
+      // were measured there), whatever the team; the MoE layer probe reuses one weight
+      // version, so its rest does not hold them.
+      if (h.tiles_pack_s_bf16 > 0 && h.grouped_fwd_flops_bf16 > 0)
+        r.expert_pack_s = h.tiles_pack_s_bf16 / (threads * share);
     }
     const bool bf = precision == Precision::bf16;
     // The MoE rest is what a whole MoE layer, timed with cold caches, costs beyond its GEMMs
@@ -90,6 +105,16 @@ double local_gemm_seconds(const ComputeRates& r, double M, double N, double K, d
   const double compute = count * 2 * M * N * K / (r.peak * eff);
   const double traffic = count * (M * K + K * N + M * N) * r.gemm_elem_bytes / r.memory_bw;
   return std::max(compute, traffic) + count * r.gemm_overhead_s;
+}
+
+bool local_on_tiles(const ComputeRates& r, double out) {
+  return r.tiles_fwd > 0 && r.tiles_bwd > 0 && dense_bf16_layer_on_tiles(out);
+}
+
+double local_tiles_seconds(const ComputeRates& r, double M, double out, double in,
+                           bool input_grad) {
+  if (M <= 0 || out <= 0 || in <= 0) return 0;
+  return 2 * M * out * in / (input_grad ? r.tiles_bwd : r.tiles_fwd) + r.overhead_s;
 }
 
 GemmHalves gemm_halves_from_probes(double peak, double short_k_rate, double few_rows_rate) {

@@ -42,6 +42,15 @@ struct ComputeRates {
   // Local: seconds per microbatch and linear weight element a real step pays beyond its
   // kernels (calibrated in a step, so not scaled by the step factor; 0: not calibrated).
   double microbatch_weight_s = 0;
+  // Local bf16 where the rank runs the dense AMX tiles (the engine's rule,
+  // dense_bf16_team_on_tiles; 0 elsewhere, and in profiles without the tile probe): their
+  // forward and input-gradient FLOP/s for the layers of up to kDenseBf16TilesMaxOut outputs,
+  // and the seconds per weight element of packing both layouts once per step.
+  double tiles_fwd = 0, tiles_bwd = 0, tiles_pack_s = 0;
+  // Local bf16 with the grouped AMX expert GEMMs calibrated: the seconds per expert weight
+  // element of rounding and packing both layouts once per step (kernels/grouped_gemm_prepack,
+  // the same grouped_bf16_pack as the dense tiles', in any team; 0: rounded only).
+  double expert_pack_s = 0;
 };
 
 // Per-rank rates for a precision; local ranks share the machine's cores and memory
@@ -71,6 +80,13 @@ GemmHalves gemm_halves_from_probes(double peak, double short_k_rate, double few_
 // The half-rate dimension for which a GEMM whose smallest dimension is `d` runs at `rate`
 // against `peak` (the formula's d / (d + half) solved for half; at least 0).
 double half_rate_dim(double d, double peak, double rate);
+// Local bf16: whether a linear layer of `out` outputs runs on the dense AMX tiles (the
+// rank's rates say the rank runs them; the layer's width as the engine decides it,
+// dense_bf16_layer_on_tiles), and its forward or input-gradient GEMM there: M rows, `out`
+// outputs, `in` inputs at the tiles' calibrated rate (a row depends only on itself and the
+// packed weight, so no row or short-dimension share), plus one kernel's overhead.
+bool local_on_tiles(const ComputeRates& r, double out);
+double local_tiles_seconds(const ComputeRates& r, double M, double out, double in, bool input_grad);
 // Local bf16: rounding `elements` fp32 values to bf16 in `calls` to_bf16 calls.
 double local_convert_seconds(const ComputeRates& r, double elements, int calls = 1);
 // A pointwise pass over `elements` moving `bytes`: the slower of streaming and, where

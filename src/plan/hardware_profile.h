@@ -61,6 +61,12 @@ struct HardwareProfile {
   double gemm_half_dim_bf16 = 0, bf16_overhead_s = 0, bf16_convert_s = 0;
   double gemm_half_rows_bf16 = 0;  // as gemm_half_rows, on the bf16 path (0: not measured)
   double attention_bf16_fwd_flops = 0, attention_bf16_bwd_flops = 0;
+  // Local only, bf16 (0 = not measured, or no AMX: the linears are priced on oneDNN's
+  // figures above): the dense AMX tile kernel that 1-thread ranks run for layers of up to
+  // kDenseBf16TilesMaxOut outputs (kernels/dense_gemm_bf16.h), forward and input-gradient
+  // FLOP/s of one thread at the block's linear shapes, and the seconds per weight element of
+  // packing both of a weight's layouts, paid once per change of the weights (a step).
+  double tiles_fwd_flops_bf16 = 0, tiles_bwd_flops_bf16 = 0, tiles_pack_s_bf16 = 0;
   // Local only (0 = not measured: the backward GEMMs cost what the forward does): the
   // linear layer's input- and weight-gradient GEMM time over the time the GEMM formula
   // gives the same shape at the peak (its forward), per precision.

@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
+#include "kernels/dense_gemm_bf16.h"
 #include "kernels/gelu.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/layernorm.h"
@@ -286,6 +287,37 @@ void measure_bf16_halves(HardwareProfile& h, const ProbeRun& run) {
 void measure_bf16_backward_ratios(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.gemm_input_grad_ratio_bf16, h.gemm_weight_grad_ratio_bf16) =
       backward_ratios(true, h.peak_bf16, run.seconds);
+}
+
+// The dense AMX tile kernel that 1-thread ranks run for their bf16 linears
+// (kernels/dense_gemm_bf16.h), at the block's two kinds of linear on 1024 rows (as
+// backward_ratios: 512 -> 1024 and 1024 -> 256): forward and input-gradient FLOP/s over
+// both, each call on the packs made once (the first call packs: best_time keeps the others),
+// and the seconds per weight element of packing both layouts after a change of the weights.
+void measure_bf16_tiles(HardwareProfile& h, const ProbeRun& run) {
+  ScopedDenseBf16Path amx(DenseBf16Path::amx);
+  const int N = 1024;
+  const double s = run.seconds / 6;
+  double fwd = 0, bwd = 0, pack = 0, flops = 0, elements = 0;
+  for (const auto& [C, OC] : {std::pair{512, 1024}, std::pair{1024, 256}}) {
+    uint64_t version = 1;
+    DenseBf16Weight w(C, OC, &version);
+    std::vector<float> w32(size_t(OC) * C, 0.02f), out(size_t(N) * OC), dinp(size_t(N) * C);
+    std::vector<float> bias(size_t(OC), 0.01f);
+    std::vector<bf16> x(size_t(N) * C, 0x3DCD), dy(size_t(N) * OC, 0x3DCD);
+    fwd += best_time(
+        s, [&] { dense_bf16_forward(out.data(), x.data(), w, w32.data(), bias.data(), N); });
+    bwd += best_time(
+        s, [&] { dense_bf16_backward_input(dinp.data(), dy.data(), w, w32.data(), N, false); });
+    pack += best_time(s, [&] {
+      ++version;
+      w.packed(w32.data(), GroupedPack::forward);
+    });
+    flops += 2.0 * N * C * OC, elements += double(C) * OC;
+  }
+  h.tiles_fwd_flops_bf16 = flops / fwd;
+  h.tiles_bwd_flops_bf16 = flops / bwd;
+  h.tiles_pack_s_bf16 = pack / elements;
 }
 
 void measure_bf16_overhead(HardwareProfile& h, const ProbeRun& run) {

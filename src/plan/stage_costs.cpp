@@ -15,6 +15,15 @@ void add(StageCosts& sc, const Passes& p) {
   sc.forward += p.forward, sc.backward += p.backward, sc.weight += p.weight;
 }
 
+// The weights of the layers the engine runs on the dense bf16 tiles (local_on_tiles), each
+// {outputs, inputs}: packed once per step instead of rounded.
+void add_tile_weights(const CostContext& c, StageCosts& sc,
+                      std::initializer_list<LinearShape> layers) {
+  if (!c.local_bf16) return;
+  for (const LinearShape& l : layers)
+    if (local_on_tiles(c.rates, l.out)) sc.tile_weights += l.out * l.in;
+}
+
 void add_block(const CostContext& c, int layer, StageCosts& sc) {
   const ModelConfig& m = c.r.model;
   const BlockCosts k = c.model->block(c, layer);
@@ -30,6 +39,12 @@ void add_block(const CostContext& c, int layer, StageCosts& sc) {
   const double h = c.h, t = c.t, mlp = c.w.mlp_matrices() * h * c.w.ffn;
   sc.linear_weights += h * (2 * c.w.q + 2 * c.w.kv) / t +
                        (is_moe_layer(m, layer) ? double(m.experts) / c.l.ep * mlp : mlp / t);
+  const double qkv = (c.w.q + 2 * c.w.kv) / t, F = c.w.ffn / t, up = c.w.gated ? 2 * F : F;
+  add_tile_weights(c, sc, {{qkv, h}, {h, c.w.q / t}});
+  if (!is_moe_layer(m, layer))
+    add_tile_weights(c, sc, {{up, h}, {h, F}});
+  else if (c.local_bf16 && c.rates.expert_pack_s > 0)
+    sc.expert_pack_weights += double(m.experts) / c.l.ep * mlp;
   ++sc.blocks;
   add(sc, c.model->after_block(c, params));
 }
@@ -56,6 +71,7 @@ void add_head(const CostContext& c, StageCosts& sc, bool& wte) {
   else if (!wte)
     sc.params += Vl * c.h, wte = true;
   sc.linear_weights += Vl * c.h;
+  add_tile_weights(c, sc, {{Vl, c.h}});
 }
 
 // DeepSeek-V3's multi-token prediction (its report, 2.2; depth D = 1, 4.2): each module is a

@@ -3,6 +3,7 @@
 // number written into the text).
 #include <sstream>
 
+#include "kernels/dense_gemm_bf16.h"
 #include "model/moe_layer.h"
 #include "plan/software_profiles.h"
 #include "plan/time_model.h"
@@ -50,6 +51,21 @@ std::vector<std::string> local_lines(const HardwareProfile& hw) {
       "kept for backward rounded to bf16 once (output gradients of row-parallel linears once "
       "per pass), weight copies rounded once per step; MoE router, LayerNorm, GELU, softmax, "
       "reductions and AdamW stay fp32"};
+  if (hw.tiles_fwd_flops_bf16 > 0 && hw.tiles_bwd_flops_bf16 > 0)
+    a.push_back(str("local bf16 in 1-thread ranks: the linears of up to ", kDenseBf16TilesMaxOut,
+                    " outputs on the engine's dense AMX tiles (kernels/dense_gemm_bf16.h, the "
+                    "rule the engine reads): forward at ",
+                    num(hw.tiles_fwd_flops_bf16 * 1e-9), " GFLOP/s, input gradient at ",
+                    num(hw.tiles_bwd_flops_bf16 * 1e-9),
+                    " GFLOP/s per thread (calibrated), their weights packed once per step at ",
+                    num(hw.tiles_pack_s_bf16 * 1e9),
+                    " ns per element instead of rounded; weight gradients, wider layers and "
+                    "2-thread ranks on oneDNN's figures"));
+  else if (hw.peak_bf16 > 0)
+    a.push_back(
+        "local bf16: this profile has no dense tile probe (tiles_*_bf16: written before it, or "
+        "no AMX), so every bf16 linear is priced on oneDNN's figures, also where a 1-thread "
+        "rank on AMX runs the dense tiles (kernels/dense_gemm_bf16.h): re-run plan --calibrate");
   if (hw.microbatch_weight_s > 0 || hw.microbatch_weight_s_bf16 > 0)
     a.push_back(
         "every microbatch also pays the calibrated per-microbatch cost for each linear weight "

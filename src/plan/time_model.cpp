@@ -137,7 +137,9 @@ double optimizer_seconds(const CostContext& c, const StageCosts& sc) {
 // What follows the pipeline, decided by the slowest stage: the dp reduction, the tied
 // embedding's all-reduce between the first and last stage, the optimizer, the world's
 // latency-bound all-reduces, and (local bf16) the linears' bf16 weight copies, rounded at
-// their first use after the weights change, once per step on the slowest stage's cores.
+// their first use after the weights change, once per step on the slowest stage's cores
+// (the layers on the dense tiles and the AMX experts: both packs instead, at the
+// calibrated pack cost).
 void add_after_pipeline(const CostContext& c, int mb, PredictedTime& p) {
   const Layout& l = c.l;
   const HardwareProfile& hw = c.r.hardware;
@@ -150,8 +152,13 @@ void add_after_pipeline(const CostContext& c, int mb, PredictedTime& p) {
     p.dp_exposed_s = std::max(p.dp_exposed_s, dp_exposed(c, sc));
     opt = std::max(opt, optimizer_seconds(c, sc));
     if (c.local_bf16)
-      p.bf16_weights_s = std::max(
-          p.bf16_weights_s, local_convert_seconds(c.rates, sc.linear_weights, 4 * sc.blocks + 1));
+      p.bf16_weights_s =
+          std::max(p.bf16_weights_s,
+                   local_convert_seconds(
+                       c.rates, sc.linear_weights - sc.tile_weights - sc.expert_pack_weights,
+                       4 * sc.blocks + 1) +
+                       sc.tile_weights * c.rates.tiles_pack_s +
+                       sc.expert_pack_weights * c.rates.expert_pack_s);
   }
   // DualPipe-V holds the embedding and the head on stage 0: nothing to sum between stages.
   const bool v_shape = placement_of(schedule_kind(l.schedule)) == ChunkPlacement::v_shape;

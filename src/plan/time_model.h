@@ -26,6 +26,8 @@ struct StageCosts {
   double expert_params = 0;
   int blocks = 0;             // transformer blocks on the stage
   double linear_weights = 0;  // elements of the linears' weights (local bf16: rounded per step)
+  double tile_weights = 0;    // of which on the dense bf16 tiles (local_on_tiles): packed instead
+  double expert_pack_weights = 0;  // of which experts' packed per step (expert_pack_s)
 };
 
 struct PredictedTime {
