@@ -24,8 +24,7 @@ CostContext make_context(const PlanRequest& r, const Layout& l) {
   c.sq = c.s / l.cp;
   c.N = c.b * c.sq;
   c.Nl = l.sequence_parallel ? c.N / c.t : c.N;
-  c.w = block_widths(r.model);
-  c.hd = r.model.head_dim();
+  c.w = block_widths(r.model, r.attention);
   c.flash = !local && (r.hardware.flash_attention || r.model.llama());
   c.fp8 = !local && l.precision == Precision::bf16 && r.hardware.fp8_gemms;
   c.rates8 = c.rates;
@@ -48,23 +47,34 @@ double weight_gemm(const CostContext& c, const ComputeRates& R, double M, double
 
 Passes attention_projections(const CostContext& c) {
   const ComputeRates& R = c.rates;
-  const double N = c.N, h = c.h, t = c.t, qkv = (c.w.q + 2 * c.w.kv) / t, q = c.w.q / t;
+  const double N = c.N, t = c.t;
   Passes p;
-  p.forward = weight_gemm(c, R, N, qkv, h) + weight_gemm(c, R, N, h, q);
+  double wgrad = 0;
+  for (const Projection& x : c.w.att.projections) {
+    p.forward += weight_gemm(c, R, N, x.rank_out(t), x.rank_in(t));
+    wgrad += weight_gemm(c, R, x.rank_out(t), x.rank_in(t), N, 1, false);
+  }
   // Input gradients: the same shapes; locally times the calibrated backward/forward ratio
   // of the GEMM path (1 on GPUs and for profiles without it).
   p.backward = p.forward * R.input_grad_ratio;
-  p.weight = (weight_gemm(c, R, qkv, h, N, 1, false) + weight_gemm(c, R, h, q, N, 1, false)) *
-             R.weight_grad_ratio;
+  p.weight = wgrad * R.weight_grad_ratio;
+  // MLA's latent RMSNorms (replicated over tp), as the block's norms are costed.
+  if (c.w.att.latent_norms > 0) {
+    const double rows = N * c.w.att.latent_norms;
+    const double ln = pointwise_seconds(R, rows, 2 * rows * c.e, 2);
+    p.forward += ln, p.backward += 2 * ln;
+  }
   return p;
 }
 
 Passes gemm_attention_core(const CostContext& c) {
   const ComputeRates& R = c.rates;
-  const double sq = c.sq, s = c.s, hd = c.hd, heads = c.b * c.a / c.t;
+  // Scores over qk-wide heads, values v wide (the same head_dim but for MLA).
+  const double sq = c.sq, s = c.s, hd = c.w.att.qk_head, hv = c.w.att.v_head;
+  const double heads = c.b * c.a / c.t;
   Passes p;
   if (!c.flash) {
-    p.forward = linear_gemm(c, R, sq, s, hd, heads) + linear_gemm(c, R, sq, hd, s, heads) +
+    p.forward = linear_gemm(c, R, sq, s, hd, heads) + linear_gemm(c, R, sq, hv, s, heads) +
                 pointwise_seconds(R, heads * sq * s, 2 * heads * sq * s * c.e, 2);
     p.backward = 2 * p.forward;
     return p;
@@ -73,7 +83,7 @@ Passes gemm_attention_core(const CostContext& c) {
   // s x s tensor in memory; its backward recomputes the scores: 5 products to forward's 2
   // (Dao 2023, FlashAttention-2, Algorithm 2).
   const double keys = s / 2;
-  p.forward = linear_gemm(c, R, sq, keys, hd, heads) + linear_gemm(c, R, sq, hd, keys, heads);
+  p.forward = linear_gemm(c, R, sq, keys, hd, heads) + linear_gemm(c, R, sq, hv, keys, heads);
   p.backward = 2.5 * p.forward;
   return p;
 }
@@ -149,7 +159,7 @@ Passes streamed_moe(const CostContext& c, double* ep_comm) {
 Passes cp_exchange(const CostContext& c, const Passes& core) {
   if (c.l.cp <= 1) return {};
   const HardwareProfile& hw = c.r.hardware;
-  const double kv = 2 * c.N * c.w.kv / c.t * c.e, cp = c.l.cp;
+  const double kv = c.N * (c.w.kv + c.w.v) / c.t * c.e, cp = c.l.cp;
   if (c.l.cp_comm == CpComm::allgather) {
     const double ag = collective_seconds(hw, Collective::all_gather, kv * cp, c.cp);
     const double rs = collective_seconds(hw, Collective::reduce_scatter, kv * cp, c.cp);

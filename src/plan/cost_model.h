@@ -69,7 +69,6 @@ struct CostContext {
   double moe_busiest = 1;    // local: busiest_rank_load for the layout's ep
   double b = 1, s = 1, h = 1, a = 1, t = 1, N = 1, Nl = 1;  // the shapes above
   BlockWidths w;
-  double hd = 1;        // head dimension
   double sq = 1;        // the rank's queries per sequence: s / cp (N = b sq)
   bool flash = false;   // GPU: the attention core fused (FlashAttention)
   bool fp8 = false;     // GPU: the linear layers' GEMMs in FP8 (software fp8_gemms)
@@ -90,12 +89,14 @@ double weight_gemm(const CostContext& c, const ComputeRates& R, double M, double
                    double count = 1, bool cast = true);
 
 // The shared terms.
-// q/k/v (one column-parallel GEMM, (q + 2 kv) / t wide) and the row-parallel output (q / t in).
+// The attention's projections (modern_attention.h): MHA's q/k/v (one column-parallel GEMM,
+// (q + 2 kv) / t wide) and the row-parallel output (q / t in); MLA's five, its down-projections
+// replicated on the rank's N rows, and its latent RMSNorms.
 Passes attention_projections(const CostContext& c);
-// The attention core as batched GEMMs over b a / t heads (QK^T, PV: s/cp queries against s
-// keys) and a softmax pass; its backward twice its forward (dP, dV, then dQ, dK; softmax
-// backward). FlashAttention (c.flash): the causal half of the products, no softmax pass,
-// backward 2.5x. W: none.
+// The attention core as batched GEMMs over b a / t heads (QK^T over qk-wide heads, PV over
+// v-wide ones: s/cp queries against s keys) and a softmax pass; its backward twice its forward (dP,
+// dV, then dQ, dK; softmax backward). FlashAttention (c.flash): the causal half of the products, no
+// softmax pass, backward 2.5x. W: none.
 Passes gemm_attention_core(const CostContext& c);
 Passes norms_and_residuals(const CostContext& c);  // two Layer/RMSNorms, two residual adds
 // fc, GELU, proj (GPT) or gate|up, SwiGLU, down (Llama), tp-split.

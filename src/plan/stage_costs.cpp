@@ -23,13 +23,14 @@ void add_block(const CostContext& c, int layer, StageCosts& sc) {
   sc.ep_comm += k.ep_comm;
   sc.cp_comm += k.cp_comm;
   sc.recompute += k.recompute;
-  const double params = rank_block_params(m, layer, c.l.tp, c.l.ep, &sc.expert_params);
+  const double params =
+      rank_block_params(m, layer, c.l.tp, c.l.ep, &sc.expert_params, c.r.attention);
   sc.params += params;
-  // The linears' weights (their bf16 copies locally): attention (h (2q + 2kv) / t) and the
-  // MLP (2 or 3 h F / t) or the rank's experts (E/ep x 2 or 3 h F).
+  // The linears' weights (their bf16 copies locally): attention (MHA: h (2q + 2kv) / t) and
+  // the MLP (2 or 3 h F / t) or the rank's experts (E/ep x 2 or 3 h F).
   const double h = c.h, t = c.t, mlp = c.w.mlp_matrices() * h * c.w.ffn;
-  sc.linear_weights += h * (2 * c.w.q + 2 * c.w.kv) / t +
-                       (is_moe_layer(m, layer) ? double(m.experts) / c.l.ep * mlp : mlp / t);
+  sc.linear_weights +=
+      c.w.att.weights(t) + (is_moe_layer(m, layer) ? double(m.experts) / c.l.ep * mlp : mlp / t);
   ++sc.blocks;
   add(sc, c.model->after_block(c, params));
 }
