@@ -77,7 +77,11 @@ LLAMA3_405B = ["--arch", "llama", "--layers", "126", "--dim", "16384", "--heads"
 DEEPSEEK_V3 = ["--arch", "llama", "--layers", "61", "--dim", "7168", "--heads", "128",
                "--ffn-dim", "18432", "--experts", "256", "--topk", "8", "--expert-ffn-dim",
                "2048", "--shared-experts", "1", "--first-dense-layers", "3", "--router",
-               "sigmoid", "--vocab", "129280", "--tie-embeddings=false"]
+               "sigmoid", "--vocab", "129280", "--tie-embeddings=false",
+               # MLA (report 2.1.1; the released config's widths, which are the flags'
+               # defaults, entered so the row states them)
+               "--attention", "mla", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
+               "--qk-nope-head-dim", "128", "--qk-rope-head-dim", "64", "--v-head-dim", "128"]
 # DeepSeek-V3's multi-token prediction, depth D = 1 (report 4.2: "The multi-token prediction
 # depth D is set to 1"); Megatron-Bridge's recipe places it as the "m" before the loss "L" of
 # its pipeline layout "Et|(tt|)*30mL" (deepseek_llm_pretrain.py). Entered for the MB row.

@@ -99,7 +99,9 @@ Passes tp_comm(const CostContext& c, bool moe) {
 
 // DeepSeek-V3's recomputation in backward (unless the whole forward is recomputed):
 // norm_up_proj_recompute repeats the RMSNorms (the block's two and MLA's latent ones) and
-// the up-projections (3.2.3: MLA's W_qb and W_kvb; MHA's q/k/v GEMM); fp8_activation_cache
+// the up-projections (3.2.3: MLA's W_qb and W_kvb; MHA's q/k/v GEMM); up_proj_recompute the
+// up-projections and RoPE alone, dense_mlp_recompute a dense layer's MLP forward
+// (Megatron-Core's recompute_modules "mla_up_proj", "mlp"); fp8_activation_cache
 // recomputes the MoE SwiGLU's output from its FP8 input (3.3.3), a pass reading gate and up and
 // writing the product, routed and shared.
 double recomputed_pieces(const CostContext& c, bool moe) {
@@ -110,11 +112,15 @@ double recomputed_pieces(const CostContext& c, bool moe) {
     const double rows = c.Nl * c.h;
     const double ln = pointwise_seconds(c.rates, rows, 2 * rows * c.e, 1);
     t += 2 * ln;
-    for (const Projection& x : c.w.att.projections)
-      if (x.up) t += weight_gemm(c, c.rates, c.N, x.rank_out(c.t), x.rank_in(c.t));
     const double latent = c.N * c.w.att.latent_norms;
     if (latent > 0) t += pointwise_seconds(c.rates, latent, 2 * latent * c.e, 2);
   }
+  if (hw.norm_up_proj_recompute || hw.up_proj_recompute) {
+    for (const Projection& x : c.w.att.projections)
+      if (x.up) t += weight_gemm(c, c.rates, c.N, x.rank_out(c.t), x.rank_in(c.t));
+    if (hw.up_proj_recompute) t += rotary(c).forward;
+  }
+  if (hw.dense_mlp_recompute && !moe) t += dense_mlp(c).forward;
   if (hw.fp8_activation_cache && moe && c.w.gated && c.l.precision == Precision::bf16) {
     const double local = c.r.model.experts / c.l.ep;
     const double routed = c.N / c.t * c.r.model.topk * c.w.expert_ffn;

@@ -42,7 +42,9 @@ LayerItems layer_items(const PlanRequest& r, const Layout& l, bool moe) {
   const double mask = hw.dropout ? 1 : 0;
   const bool flash = hw.flash_attention || r.model.llama();
   const bool fp8 = hw.fp8_activation_cache && l.precision == Precision::bf16;
-  const bool rc = hw.norm_up_proj_recompute;
+  const bool rc = hw.norm_up_proj_recompute;  // the norms (and the up-projections)
+  const bool rc_up = rc || hw.up_proj_recompute;
+  const bool rc_mlp = hw.dense_mlp_recompute && !moe;
   const double linear_in = fp8 ? kFp8CachedBytes : e;  // a Linear's input kept for its Wgrad
   LayerItems x;
   // Attention: Q and K for the scores, V, the projection's input (DeepSeek: E5M6, counted at
@@ -51,7 +53,7 @@ LayerItems layer_items(const PlanRequest& r, const Layout& l, bool moe) {
   // of Q, K and V. MLA's latents, on every tp rank: the down-projections' outputs (the latent
   // norms' inputs, q_lora + kv_lora + the shared k_pe) and, unless the norms and
   // up-projections are recomputed (3.2.3), the norms' outputs, the up-projections' inputs.
-  x.split += (rc ? 0 : e * (w.q + w.kv) + e * w.v) + e * w.o;
+  x.split += (rc_up ? 0 : e * (w.q + w.kv) + e * w.v) + e * w.o;
   x.outside += linear_in * h + mask * h;
   x.replicated = e * w.att.latent_cache + (rc ? 0 : linear_in * w.att.latent_norms);
   // MLP: GELU's input and output, or SwiGLU's gate|up and product (the product is the down
@@ -67,7 +69,7 @@ LayerItems layer_items(const PlanRequest& r, const Layout& l, bool moe) {
   if (moe) {  // tokens split over tp: each rank's experts see sb / t tokens
     experts = r.model.topk * (moe_act(w.expert_ffn) + linear_in * h) + 4.0 * r.model.experts;
     x.split += moe_act(w.shared_ffn);
-  } else {
+  } else if (!rc_mlp) {  // recomputed: only its input (below) kept
     x.split += act(w.ffn);
   }
   x.outside += (rc ? 0 : linear_in * h) + mask * h;

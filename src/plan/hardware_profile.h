@@ -204,6 +204,13 @@ struct HardwareProfile {
   // but recomputed in backward from the norm's input and the projections' input (DeepSeek-V3
   // section 3.2.3: RMSNorm and MLA up-projection recomputation).
   bool norm_up_proj_recompute = false;
+  // The attention's up-projections' outputs (Q, K, V) alone not kept but recomputed, with
+  // RoPE, from the projections' input, which is kept (Megatron-Core's recompute_modules
+  // "mla_up_proj"; norm_up_proj_recompute implies it).
+  bool up_proj_recompute = false;
+  // The dense layers' MLP recomputed in backward from its input (Megatron-Core's
+  // recompute_modules "mlp": the dense MLP submodule, not the MoE layers).
+  bool dense_mlp_recompute = false;
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;
 };

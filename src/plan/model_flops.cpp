@@ -60,9 +60,11 @@ std::string describe_model(const ModelConfig& m, const AttentionShape& a) {
   if (!m.llama())
     return str("GPT ", m.layers, "L ", m.dim, "d ", m.heads, "h seq ", m.seq, " vocab ", m.vocab,
                params);
-  return str("Llama ", m.layers, "L ", m.dim, "d ", m.heads, "h/", m.kv(), "kv hd ", m.head_dim(),
-             " ffn ", m.hidden(), " seq ", m.seq, " vocab ", m.vocab, m.tied() ? " tied" : "",
-             params);
+  // MLA's heads are its own widths (describe_attention), not --kv-heads x --head-dim.
+  const std::string heads =
+      a.is_mla() ? str(m.heads, "h") : str(m.heads, "h/", m.kv(), "kv hd ", m.head_dim());
+  return str("Llama ", m.layers, "L ", m.dim, "d ", heads, " ffn ", m.hidden(), " seq ", m.seq,
+             " vocab ", m.vocab, m.tied() ? " tied" : "", params);
 }
 
 double model_flops_per_step(const ModelConfig& cfg, int batch, const AttentionShape& a) {

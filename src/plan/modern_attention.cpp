@@ -79,6 +79,22 @@ std::string describe_attention(const AttentionShape& a) {
              "+", m.qk_rope_head_dim, " v ", m.v_head_dim);
 }
 
+std::string attention_assumption(const AttentionShape& a) {
+  if (!a.is_mla()) return "";
+  const MlaShape& m = a.mla;
+  return str("attention: MLA (DeepSeek-V3 report 2.1.1) as it trains, no weight absorption: ",
+             m.q_lora_rank > 0 ? str("W_qa h -> ", m.q_lora_rank, " and its RMSNorm, W_qb -> ")
+                               : std::string("W_q h -> "),
+             "heads x ", m.qk_head_dim(), "; W_kva h -> ", m.kv_lora_rank, " + ",
+             m.qk_rope_head_dim, " and its RMSNorm, W_kvb -> heads x (", m.qk_nope_head_dim, " + ",
+             m.v_head_dim, "); W_o heads x ", m.v_head_dim, " -> h; the core's scores over ",
+             m.qk_head_dim(), "-wide heads and values ", m.v_head_dim,
+             " wide; down-projections and latent norms whole on every tp rank (on all of "
+             "the microbatch's rows), up-projections column- and W_o row-parallel; the "
+             "latents (the down-projections' outputs) kept for backward, Q/K/V unless the "
+             "up-projections are recomputed");
+}
+
 void validate_attention(const AttentionShape& a) {
   constexpr int kMax = 1 << 20;
   const MlaShape& m = a.mla;

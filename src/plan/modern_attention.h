@@ -73,6 +73,9 @@ struct AttentionWidths {
 AttentionWidths attention_widths(const AttentionShape& shape, double h, double heads,
                                  double kv_heads, double head_dim);
 
+// --explain's line for the family (MLA: its widths and what is replicated over tp).
+std::string attention_assumption(const AttentionShape& a);
+
 // --attention's value: "mha" or "mla"; UsageError naming the flag otherwise.
 AttentionFamily attention_family_of(const std::string& name);
 

@@ -90,7 +90,9 @@ const std::vector<SoftwareTable> kTables = {
        "DualPipe-V's F&B halves run one after the other (schedule/execution_order.h)"},
       {"fp8_gemms", 0, "bf16 GEMMs at most (model/precision.h has fp32 and bf16)"},
       {"fp8_activation_cache", 0, "the engine's own estimate (paper_memory 0)"},
-      {"norm_up_proj_recompute", 0, "--recompute none, selective or full only"}},
+      {"norm_up_proj_recompute", 0, "--recompute none, selective or full only"},
+      {"up_proj_recompute", 0, "--recompute none, selective or full only"},
+      {"dense_mlp_recompute", 0, "--recompute none, selective or full only"}},
      "offered: the engine's own DualPipe-V (--schedule dualpipev, "
      "schedule/schedule_dualpipev.cpp)"},
     {"megatron-lm-2021",
@@ -128,7 +130,9 @@ const std::vector<SoftwareTable> kTables = {
       {"fb_a2a_overlap", 0, kNoMoe},
       {"fp8_gemms", 0, kNoFp8},
       {"fp8_activation_cache", 0, kNoFp8},
-      {"norm_up_proj_recompute", 0, kMegatronRecompute}},
+      {"norm_up_proj_recompute", 0, kMegatronRecompute},
+      {"up_proj_recompute", 0, kMegatronRecompute},
+      {"dense_mlp_recompute", 0, kMegatronRecompute}},
      kMegatronNoDualPipe},
     {"megatron-lm-2022",
      {"1f1b", "interleaved"},
@@ -169,7 +173,9 @@ const std::vector<SoftwareTable> kTables = {
       {"fb_a2a_overlap", 0, kNoMoe},
       {"fp8_gemms", 0, kNoFp8},
       {"fp8_activation_cache", 0, kNoFp8},
-      {"norm_up_proj_recompute", 0, kMegatronRecompute}},
+      {"norm_up_proj_recompute", 0, kMegatronRecompute},
+      {"up_proj_recompute", 0, kMegatronRecompute},
+      {"dense_mlp_recompute", 0, kMegatronRecompute}},
      kMegatronNoDualPipe},
     llama3_2024(),
     deepseek_v3_2024(),
@@ -210,7 +216,9 @@ const std::vector<SoftwareTable> kTables = {
       {"fb_a2a_overlap", 0, "DualPipe-V's F&B halves one after the other"},
       {"fp8_gemms", 0, "no FP8 on the CPU engine"},
       {"fp8_activation_cache", 0, "no FP8 on the CPU engine"},
-      {"norm_up_proj_recompute", 0, "--recompute none, selective or full only"}},
+      {"norm_up_proj_recompute", 0, "--recompute none, selective or full only"},
+      {"up_proj_recompute", 0, "--recompute none, selective or full only"},
+      {"dense_mlp_recompute", 0, "--recompute none, selective or full only"}},
      "offered: the engine's own DualPipe-V (--schedule dualpipev, "
      "schedule/schedule_dualpipev.cpp)"}};
 

@@ -155,3 +155,41 @@ TEST(PlanMla, RefusedWhereItCannotBePlanned) {
 
 }  // namespace
 }  // namespace mt::plan
+
+namespace mt::plan {
+namespace {
+
+// Megatron-Bridge's DeepSeek-V3 recipe (recompute_modules ["mla_up_proj", "mlp"]) on the
+// stated run's layout: the MLA up-projections' outputs Q, K, V (2 bytes x (24576 + 24576 +
+// 16384) per token) are not kept, their inputs (the latent norms' outputs) are; the three
+// dense layers' SwiGLU (gate|up and product, 2 bytes x 3 x 18432) is not kept, the MoE
+// layers' is. Both are paid again in the backward.
+PlanRequest bridge_recipe() {
+  PlanRequest r = mla_run();
+  apply_software(r.hardware, "megatron-bridge-2025");
+  return r;
+}
+
+TEST(PlanMla, BridgeRecipeRecomputesTheUpProjectionsAndTheDenseMlp) {
+  const PlanRequest r = bridge_recipe();
+  const Layout l = deepseek_v3_stated_layout();
+  PlanRequest kept = r;
+  kept.hardware.up_proj_recompute = false;
+  kept.hardware.dense_mlp_recompute = false;
+  const double s = 4096, qkv = 2 * (24576.0 + 24576 + 16384), mlp = 2 * 3 * 18432.0;
+  EXPECT_NEAR(layer_activation_bytes(kept, l) - layer_activation_bytes(r, l), (qkv + mlp) * s,
+              1e-3);
+  EXPECT_NEAR(
+      layer_activation_bytes(kept, l, false, true) - layer_activation_bytes(r, l, false, true),
+      qkv * s, 1e-3);
+  const auto with = stage_costs(r, l), without = stage_costs(kept, l);
+  // Stage 0 holds the dense layers (the up-projections and the MLP again), stage 3 MoE
+  // layers only (the up-projections again).
+  EXPECT_GT(with[0].recompute - without[0].recompute, with[3].recompute - without[3].recompute);
+  EXPECT_GT(with[3].recompute, without[3].recompute);
+  EXPECT_NEAR(with[3].backward - without[3].backward, with[3].recompute - without[3].recompute,
+              1e-9 * with[3].backward);
+}
+
+}  // namespace
+}  // namespace mt::plan
