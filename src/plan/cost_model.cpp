@@ -113,6 +113,27 @@ Passes mlp_of_width(const CostContext& c, double width) {
   return {gemms + act, gemms * R.input_grad_ratio + act_bwd, wgrad * R.weight_grad_ratio};
 }
 
+// DeepSeek-V3's node-limited dispatch (3.2.2), balanced routing: of the M nodes a token
+// picks among the group's, (nodes - 1) / nodes are remote, each paid once over IB (the NIC's
+// busbw per rank); every row crosses NVLink (forwarded or sent within the node); the two
+// run at once. The dispatch in FP8 under fp8_activation_cache (3.3.3: 1 byte and a 4-byte
+// scale per 1 x 128 tile), the combine at the activation precision.
+double expert_exchange_seconds(const CostContext& c, double tokens) {
+  const HardwareProfile& hw = c.r.hardware;
+  const double topk = c.r.model.topk, h = c.h;
+  if (hw.a2a_max_nodes <= 0 || c.ep.nodes <= 1)
+    return 2 * collective_seconds(hw, Collective::all_to_all, tokens * topk * h * c.e, c.ep);
+  const double nodes = c.ep.nodes, n = c.ep.size;
+  const double remote = std::min<double>(hw.a2a_max_nodes, nodes) * (nodes - 1) / nodes;
+  auto one_way = [&](double bytes) {
+    const double ib = tokens * remote * h * bytes / hw.inter_busbw;
+    const double nvlink = tokens * topk * h * bytes * (n - 1) / n / hw.intra_busbw;
+    return hw.inter_latency_s * 2 * std::ceil(std::log2(n)) + std::max(ib, nvlink);
+  };
+  const bool fp8 = hw.fp8_activation_cache && c.l.precision == Precision::bf16;
+  return one_way(fp8 ? 1 + 4.0 / 128 : c.e) + one_way(c.e);
+}
+
 double exposed_all_to_all(double comm, double compute, int parts) {
   if (parts <= 1) return comm;
   const double rest = (parts - 1.0) / parts;
@@ -139,8 +160,7 @@ Passes streamed_moe(const CostContext& c, double* ep_comm) {
   // the software's a2a_overlap_parts under the experts' compute.
   if (c.l.ep > 1) {
     const int parts = c.r.hardware.a2a_overlap_parts;
-    const double a2a =
-        2 * collective_seconds(c.r.hardware, Collective::all_to_all, N * topk * h * e, c.ep);
+    const double a2a = expert_exchange_seconds(c, N);
     *ep_comm = exposed_all_to_all(a2a, p.forward, parts) +
                exposed_all_to_all(a2a, p.backward + p.weight, parts);
   }

@@ -110,6 +110,10 @@ Passes mlp_of_width(const CostContext& c, double width);
 // (comm / parts) and whatever the rest take beyond the others' compute stay exposed;
 // parts <= 1: all of it.
 double exposed_all_to_all(double comm, double compute, int parts);
+// Dispatch + combine of `tokens` tokens' topk rows over ep, one direction (forward or
+// backward): the all-to-all collective, or node-limited (a2a_max_nodes) as DeepSeek-V3's
+// kernels send them: once per chosen remote node over IB, every row over NVLink, at once.
+double expert_exchange_seconds(const CostContext& c, double tokens);
 // Router and the rank's E / ep experts of the routed width on balanced rows (the rank's
 // N / t tokens x topk: tokens split over tp), permutations as streams, then the shared
 // experts (split over tp); the exposed dispatch and combine all-to-alls (both directions,

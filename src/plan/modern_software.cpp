@@ -48,7 +48,9 @@ SoftwareTable llama3_2024() {
        {"norm_up_proj_recompute", 0,
         "no activation checkpointing at 8K (3.3.2): norm outputs and Q, K, V kept"},
        {"up_proj_recompute", 0, "no activation checkpointing at 8K (3.3.2)"},
-       {"dense_mlp_recompute", 0, "no activation checkpointing at 8K (3.3.2)"}},
+       {"dense_mlp_recompute", 0, "no activation checkpointing at 8K (3.3.2)"},
+       {"a2a_max_nodes", 0, "no MoE in Llama 3"},
+       {"comm_sms", 0, "no MoE in Llama 3"}},
       "not offered: Llama 3's pipeline is an interleaved 1F1B schedule with a tunable "
       "microbatch count (3.3.2); DualPipe came later, with DeepSeek-V3 (Dec 2024)"};
 }
@@ -121,7 +123,14 @@ SoftwareTable deepseek_v3_2024() {
        {"up_proj_recompute", 0, "3.2.3: with the norms, norm_up_proj_recompute (which implies it)"},
        {"dense_mlp_recompute", 0,
         "3.2.3 names the RMSNorms and MLA up-projections only (the MoE SwiGLU: "
-        "fp8_activation_cache)"}},
+        "fp8_activation_cache)"},
+       {"a2a_max_nodes", 4,
+        "3.2.2: \"each token will be sent to at most 4 nodes\", once per node over IB to "
+        "the GPU of the same in-node index, then forwarded over NVLink; the dispatch in FP8 "
+        "(3.3.3, Low-Precision Communication), the combine in BF16"},
+       {"comm_sms", 20,
+        "3.2.2: \"only 20 SMs are sufficient to fully utilize the bandwidths of IB and "
+        "NVLink\" (of the H800's 132), held while the all-to-alls run under computation"}},
       "offered: DeepSeek-V3 pipelines with DualPipe, planned as its V variant (one copy of "
       "the parameters per rank)"};
 }
@@ -176,7 +185,11 @@ SoftwareTable megatron_bridge_2025() {
         "and RoPE (output-discarding checkpoint), Q, K, V not kept"},
        {"dense_mlp_recompute", 1,
         "recompute_modules \"mlp\": Megatron-Core recomputes the dense MLP submodule (the "
-        "first 3 dense layers; not the MoE layers)"}},
+        "first 3 dense layers; not the MoE layers)"},
+       {"a2a_max_nodes", 0,
+        "the recipe's dispatcher is not read here: every routed row priced as its own "
+        "all-to-all message (this engine's assumption)"},
+       {"comm_sms", 0, "moe_a2a_overlap = False: the all-to-alls do not run beside computation"}},
       kMegatronNoDualPipe};
 }
 

@@ -62,7 +62,9 @@ std::vector<ProfileField> software_fields() {
           {"fp8_activation_cache", &H::fp8_activation_cache},
           {"norm_up_proj_recompute", &H::norm_up_proj_recompute},
           {"up_proj_recompute", &H::up_proj_recompute},
-          {"dense_mlp_recompute", &H::dense_mlp_recompute}};
+          {"dense_mlp_recompute", &H::dense_mlp_recompute},
+          {"a2a_max_nodes", &H::a2a_max_nodes, 0, double(1 << 20)},
+          {"comm_sms", &H::comm_sms, 0, 1024}};
 }
 
 // The local MoE layer's calibrated figures: the grouped expert GEMMs' rates and the

@@ -92,7 +92,9 @@ const std::vector<SoftwareTable> kTables = {
       {"fp8_activation_cache", 0, "the engine's own estimate (paper_memory 0)"},
       {"norm_up_proj_recompute", 0, "--recompute none, selective or full only"},
       {"up_proj_recompute", 0, "--recompute none, selective or full only"},
-      {"dense_mlp_recompute", 0, "--recompute none, selective or full only"}},
+      {"dense_mlp_recompute", 0, "--recompute none, selective or full only"},
+      {"a2a_max_nodes", 0, "every routed row its own all-to-all message"},
+      {"comm_sms", 0, "no communication kernels beside computation"}},
      "offered: the engine's own DualPipe-V (--schedule dualpipev, "
      "schedule/schedule_dualpipev.cpp)"},
     {"megatron-lm-2021",
@@ -132,7 +134,9 @@ const std::vector<SoftwareTable> kTables = {
       {"fp8_activation_cache", 0, kNoFp8},
       {"norm_up_proj_recompute", 0, kMegatronRecompute},
       {"up_proj_recompute", 0, kMegatronRecompute},
-      {"dense_mlp_recompute", 0, kMegatronRecompute}},
+      {"dense_mlp_recompute", 0, kMegatronRecompute},
+      {"a2a_max_nodes", 0, "every routed row its own all-to-all message"},
+      {"comm_sms", 0, "no communication kernels beside computation"}},
      kMegatronNoDualPipe},
     {"megatron-lm-2022",
      {"1f1b", "interleaved"},
@@ -175,7 +179,9 @@ const std::vector<SoftwareTable> kTables = {
       {"fp8_activation_cache", 0, kNoFp8},
       {"norm_up_proj_recompute", 0, kMegatronRecompute},
       {"up_proj_recompute", 0, kMegatronRecompute},
-      {"dense_mlp_recompute", 0, kMegatronRecompute}},
+      {"dense_mlp_recompute", 0, kMegatronRecompute},
+      {"a2a_max_nodes", 0, "every routed row its own all-to-all message"},
+      {"comm_sms", 0, "no communication kernels beside computation"}},
      kMegatronNoDualPipe},
     llama3_2024(),
     deepseek_v3_2024(),
@@ -218,7 +224,9 @@ const std::vector<SoftwareTable> kTables = {
       {"fp8_activation_cache", 0, "no FP8 on the CPU engine"},
       {"norm_up_proj_recompute", 0, "--recompute none, selective or full only"},
       {"up_proj_recompute", 0, "--recompute none, selective or full only"},
-      {"dense_mlp_recompute", 0, "--recompute none, selective or full only"}},
+      {"dense_mlp_recompute", 0, "--recompute none, selective or full only"},
+      {"a2a_max_nodes", 0, "every routed row its own all-to-all message"},
+      {"comm_sms", 0, "no communication kernels beside computation"}},
      "offered: the engine's own DualPipe-V (--schedule dualpipev, "
      "schedule/schedule_dualpipev.cpp)"}};
 
