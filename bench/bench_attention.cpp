@@ -12,7 +12,11 @@
 // (AmxTiles::forbid, FlashAttention::amx = false), for alternated comparisons; --hd sets the
 // head dim of the T sweep (the 4L d256 breakdown shape is --hd 32).
 //
+// --batch and --seq set the sweep's B and lengths (--seq also leaves out the GQA rows): the
+// 4L d256 step's per-rank shape is --batch 4 --seq 128 --hd 32.
+//
 //   bench_attention [--quick] [--threads 1,2] [--rounds 5] [--cpu] [--no-amx] [--hd 64]
+//                   [--batch 8] [--seq 128,256,1024]
 #include <omp.h>
 
 #include <algorithm>
@@ -34,6 +38,9 @@ struct Options {
   bool quick = false, cpu = false, amx = true;
   std::vector<int> threads = {1, 2};
   int rounds = 5, hd = 64;
+  int batch = 0;          // --batch: the T sweep's B (0: 8, or 2 with --quick)
+  std::vector<int> seqs;  // --seq: the T sweep's lengths (empty: 128, 256, 1024)
+  bool gqa = true;        // false with --seq: the sweep only
 };
 
 // Seconds: wall, or (--cpu) process CPU time divided by the threads running.
@@ -179,14 +186,17 @@ void print_header() {
 }
 
 void bench(const Options& o) {
-  const std::vector<int> Ts = o.quick ? std::vector<int>{128} : std::vector<int>{128, 256, 1024};
-  const int B = o.quick ? 2 : 8;
+  const std::vector<int> Ts = !o.seqs.empty() ? o.seqs
+                              : o.quick       ? std::vector<int>{128}
+                                              : std::vector<int>{128, 256, 1024};
+  const int B = o.batch > 0 ? o.batch : o.quick ? 2 : 8;
   print_header();
   for (int T : Ts)
     for (Kind k : {Kind::gpt, Kind::gpt_bf16, Kind::flash, Kind::flash_bf16}) {
       const Shape s{B, T, 8, 8, o.hd};
       print_row(k, s, run(k, s, o));
     }
+  if (!o.gqa) return;
   // GQA against MHA at the same H (the same FLOPs): only K/V's size differs.
   const Shape gqa{o.quick ? 1 : 8, o.quick ? 256 : 1024, 32, 4, 64}, mha{gqa.B, gqa.T, 32, 32, 64};
   for (Kind k : {Kind::flash, Kind::flash_bf16}) {
@@ -212,6 +222,10 @@ int main(int argc, char** argv) {
       o.cpu = true;
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
       o.rounds = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
+      o.batch = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--seq") && i + 1 < argc)
+      o.seqs = mt::bench::parse_list(argv[++i]), o.gqa = false;
     else if (!std::strcmp(argv[i], "--no-amx"))
       o.amx = false;
     else if (!std::strcmp(argv[i], "--hd") && i + 1 < argc &&
@@ -220,7 +234,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: bench_attention [--quick] [--threads 1,2] [--rounds N] [--cpu] "
-                   "[--no-amx] [--hd N]\n");
+                   "[--no-amx] [--hd N] [--batch B] [--seq T,...]\n");
       return 2;
     }
   }

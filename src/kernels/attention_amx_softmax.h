@@ -19,7 +19,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/attention_amx_pack.h"  // to_bf16x16, pairs16, tail_mask
+#include "kernels/attention_amx_pack.h"  // to_bf16x16, pairs16, tail_mask, masked_dot16
 
 namespace mt::attention_amx {
 
@@ -83,15 +83,7 @@ struct GradRow {
 
 MT_AMX_ATT inline GradRow grad_row(const float* p, const float* d, int n) {
   GradRow g{p, d, n, _mm512_setzero_ps()};
-  if (n <= 0) return g;
-  const int nfull = n & ~15;
-  const __mmask16 mt = tail_mask(n - nfull);
-  __m512 vdot = _mm512_setzero_ps();
-  for (int j = 0; j < nfull; j += 16)
-    vdot = _mm512_fmadd_ps(_mm512_loadu_ps(p + j), _mm512_loadu_ps(d + j), vdot);
-  vdot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mt, p + nfull), _mm512_maskz_loadu_ps(mt, d + nfull),
-                         vdot);
-  g.dot = _mm512_set1_ps(_mm512_reduce_add_ps(vdot));
+  if (n > 0) g.dot = attention_avx512::masked_dot16(p, d, n);
   return g;
 }
 

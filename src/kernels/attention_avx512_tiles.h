@@ -1,13 +1,15 @@
 // What the fp32 (attention_avx512.cpp) and the bf16 (attention_bf16_avx512.cpp) causal
 // attention kernels share: the tile sizes, the 16x16 transpose, the store of a score tile,
-// the causal softmax rows in both directions, and the one head-dim dispatcher that turns a
+// the causal softmax rows in both directions (and their row dot product, masked_dot16, which
+// the AMX kernel's fused rows share), and the one head-dim dispatcher that turns a
 // runtime head dim into the template argument every kernel is instantiated for.
 //
 // A kernel for one (batch, head) reads its q, k, v rows through AttentionHead's pointers
 // only, so the caller decides which K/V rows a query head reads (grouped-query attention
 // points several query heads at one kv head's rows).
 //
-// Included by those two files only, and only in AVX-512 builds.
+// Included by the attention kernels' sources and the AMX kernel's headers, only in AVX-512
+// builds.
 #pragma once
 
 #if defined(__AVX512F__)
@@ -130,6 +132,20 @@ inline void softmax_causal_row(float* row, int i, int T) {
   std::memset(row + n, 0, sizeof(float) * size_t(T - n));
 }
 
+// sum_j p[j] d[j] over j < n, broadcast to all lanes: 16 lanes of fused multiply-adds, the
+// tail masked, one reduction. The softmax backward's row dot product, shared by this row and
+// the AMX kernel's fused rows (attention_amx_softmax.h), which must keep its bits.
+inline __m512 masked_dot16(const float* p, const float* d, int n) {
+  const int nfull = n & ~15;
+  const __mmask16 mt = tail_mask(n - nfull);
+  __m512 vdot = _mm512_setzero_ps();
+  for (int j = 0; j < nfull; j += 16)
+    vdot = _mm512_fmadd_ps(_mm512_loadu_ps(p + j), _mm512_loadu_ps(d + j), vdot);
+  vdot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mt, p + nfull), _mm512_maskz_loadu_ps(mt, d + nfull),
+                         vdot);
+  return _mm512_set1_ps(_mm512_reduce_add_ps(vdot));
+}
+
 // Softmax backward of row i with the forward's scale folded in:
 // d[j] = scale * p[j] * (d[j] - sum_k p[k] d[k]) for j <= i; d[i+1 .. T-1] = 0.
 // kZeroTail false leaves d[i+1 ..] as it was (the bf16 backward reads only up to i).
@@ -137,12 +153,7 @@ template <bool kZeroTail = true>
 void softmax_backward_row(float* d, const float* p, int i, int T, float scale) {
   const int n = i + 1, nfull = n & ~15;
   const __mmask16 mt = tail_mask(n - nfull);
-  __m512 vdot = _mm512_setzero_ps();
-  for (int j = 0; j < nfull; j += 16)
-    vdot = _mm512_fmadd_ps(_mm512_loadu_ps(p + j), _mm512_loadu_ps(d + j), vdot);
-  vdot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mt, p + nfull), _mm512_maskz_loadu_ps(mt, d + nfull),
-                         vdot);
-  const __m512 dot = _mm512_set1_ps(_mm512_reduce_add_ps(vdot));
+  const __m512 dot = masked_dot16(p, d, n);
   const __m512 vs = _mm512_set1_ps(scale);
   for (int j = 0; j < nfull; j += 16) {
     const __m512 sp = _mm512_mul_ps(vs, _mm512_loadu_ps(p + j));

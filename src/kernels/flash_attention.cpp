@@ -86,6 +86,17 @@ void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAtte
   flash::forward(out, ldo, lse, a, accumulate, scratch.data(), t);
 }
 
+void flash_attention_forward(bf16* out, size_t ldo, float* lse, const FlashAttention& a,
+                             std::span<float> scratch) {
+  PhaseScope phase_scope(Phase::attention, 2.0 * a.B * a.H * a.Tq * a.Tk * a.hd,
+                         8.0 * a.B * (double(a.Tq) * a.H + double(a.Tk) * a.Hkv) * a.hd);
+  check_operands(a);
+  MT_CHECK(ldo >= size_t(a.H) * a.hd, "flash attention: out stride ", ldo);
+  const flash::Tiles& t = flash::select_tiles(a);
+  check_scratch(scratch, flash::forward_scratch_floats(a, t, omp_get_max_threads()));
+  flash::forward(out, ldo, lse, a, scratch.data(), t);
+}
+
 namespace {
 
 // One head's sum(o * dy) over hd values. One loop for both output types, so the bf16 form
@@ -132,8 +143,11 @@ void flash_attention_backward_prep(float* D, const bf16* out, size_t ldo, const 
   backward_prep(D, out, ldo, dout, lddo, B, Tq, H, hd);
 }
 
-void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
-                              const float* D, const FlashAttention& a, std::span<float> scratch) {
+namespace {
+
+template <class Grads>
+void backward_call(const Grads& g, const float* dout, size_t lddo, const float* lse, const float* D,
+                   const FlashAttention& a, std::span<float> scratch) {
   PhaseScope phase_scope(Phase::attention, 5.0 * a.B * a.H * a.Tq * a.Tk * a.hd,
                          16.0 * a.B * (double(a.Tq) * a.H + double(a.Tk) * a.Hkv) * a.hd);
   check_operands(a);
@@ -143,6 +157,19 @@ void flash_attention_backward(const FlashGrads& g, const float* dout, size_t ldd
   const flash::Tiles& t = flash::select_tiles(a);
   check_scratch(scratch, flash::backward_scratch_floats(a, t, omp_get_max_threads()));
   flash::backward(g, dout, lddo, lse, D, a, scratch.data(), t);
+}
+
+}  // namespace
+
+void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
+                              const float* D, const FlashAttention& a, std::span<float> scratch) {
+  backward_call(g, dout, lddo, lse, D, a, scratch);
+}
+
+void flash_attention_backward(const FlashGradsBf16& g, const float* dout, size_t lddo,
+                              const float* lse, const float* D, const FlashAttention& a,
+                              std::span<float> scratch) {
+  backward_call(g, dout, lddo, lse, D, a, scratch);
 }
 
 }  // namespace mt

@@ -115,6 +115,22 @@ struct FlashGrads {
 void flash_attention_backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse,
                               const float* D, const FlashAttention& a, std::span<float> scratch);
 
+// --precision bf16 on one worker (not a ring step, which merges): the output and the
+// gradients written as bf16 where they are kept, bit for bit to_bf16 of the fp32 forms (the
+// forward's overwrite; the backward's sum onto zeroed gradients), without an fp32 copy
+// written, zeroed or converted. The backward overwrites every row of dq, dk and dv.
+struct FlashGradsBf16 {
+  bf16* dq = nullptr;
+  bf16* dk = nullptr;
+  bf16* dv = nullptr;
+  size_t lddq = 0, lddk = 0, lddv = 0;
+};
+void flash_attention_forward(bf16* out, size_t ldo, float* lse, const FlashAttention& a,
+                             std::span<float> scratch);
+void flash_attention_backward(const FlashGradsBf16& g, const float* dout, size_t lddo,
+                              const float* lse, const float* D, const FlashAttention& a,
+                              std::span<float> scratch);
+
 // Which kernels a call with these operands runs: "amx-bf16", "avx512-fp32", "avx512-bf16" or
 // "portable"
 // (any even head dim; also bf16 requests where the CPU or head dim has no AVX512-BF16 path,

@@ -176,9 +176,21 @@ void backward_panel(const BackwardTask& T, const int* blocks, const KeyBlock* ke
   }
 }
 
+// A finished gradient row x into its place: added (fp32 grads), or (bf16 grads, which the
+// call overwrites) rounded as to_bf16 rounds 0 + x, the fp32 form's sum onto zeroed rows
+// (-0 becomes +0 there too), so no fp32 copy of dqkv is zeroed, summed and converted.
+void put_row(float* dst, const float* x, int hd) {
+#pragma omp simd
+  for (int d = 0; d < hd; d++) dst[d] += x[d];
+}
+void put_row(bf16* dst, const float* x, int hd) {
+  for (int d = 0; d < hd; d++) dst[d] = float_to_bf16_select(0.0f + x[d]);
+}
+
 // dk (un-rotated), dv += the panel's tiles.
-void flush_panel(const BackwardTask& T, const FlashGrads& g, const int* blocks,
-                 const KeyBlock* keys, int np) {
+template <class Grads>
+void flush_panel(const BackwardTask& T, const Grads& g, const int* blocks, const KeyBlock* keys,
+                 int np) {
   const FlashAttention& a = T.a;
   const int hd = a.hd;
   float *dK = T.w, *dV = dK + T.L.panel;
@@ -189,16 +201,13 @@ void flush_panel(const BackwardTask& T, const FlashGrads& g, const int* blocks,
       const float* dvr = dV + (size_t(p) * kFlashKeyBlock + j) * hd;
       if (a.rope)
         rope_unrotate(dkr, a.rope->cos(keys[p].pos[j]), a.rope->sin(keys[p].pos[j]), hd / 2);
-      float *dk = g.dk + row * g.lddk + size_t(T.g) * hd,
-            *dv = g.dv + row * g.lddv + size_t(T.g) * hd;
-#pragma omp simd
-      for (int d = 0; d < hd; d++) dk[d] += dkr[d];
-#pragma omp simd
-      for (int d = 0; d < hd; d++) dv[d] += dvr[d];
+      put_row(g.dk + row * g.lddk + size_t(T.g) * hd, dkr, hd);
+      put_row(g.dv + row * g.lddv + size_t(T.g) * hd, dvr, hd);
     }
 }
 
-void backward_task(const BackwardTask& T, const FlashGrads& g) {
+template <class Grads>
+void backward_task(const BackwardTask& T, const Grads& g) {
   const int C = T.L.chunks, nkb = T.L.nkb;
   int blocks[kKeyPanel];
   KeyBlock keys[kKeyPanel];
@@ -215,7 +224,8 @@ void backward_task(const BackwardTask& T, const FlashGrads& g) {
 }
 
 // dq row (b, t) += the chunks' partials summed in order, un-rotated.
-void finish_dq_row(const FlashGrads& g, const float* partials, const FlashAttention& a,
+template <class Grads>
+void finish_dq_row(const Grads& g, const float* partials, const FlashAttention& a,
                    const BackwardLayout& L, int b, int t) {
   const int hd = a.hd;
   float row[kFlashMaxHeadDim];
@@ -225,9 +235,7 @@ void finish_dq_row(const FlashGrads& g, const float* partials, const FlashAttent
     for (int c = 1; c < L.chunks; c++)
       for (int d = 0; d < hd; d++) row[d] += p[c * L.dq_chunk + d];
     if (a.rope) rope_unrotate(row, a.rope->cos(a.qpos[t]), a.rope->sin(a.qpos[t]), hd / 2);
-    float* dq = g.dq + (size_t(b) * a.Tq + t) * g.lddq + size_t(h) * hd;
-#pragma omp simd
-    for (int d = 0; d < hd; d++) dq[d] += row[d];
+    put_row(g.dq + (size_t(b) * a.Tq + t) * g.lddq + size_t(h) * hd, row, hd);
   }
 }
 
@@ -238,8 +246,11 @@ size_t backward_scratch_floats(const FlashAttention& a, const Tiles& t, int work
   return L.q_total + L.k_total + L.dq_total + size_t(workers) * L.worker;
 }
 
-void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse, const float* D,
-              const FlashAttention& a, float* scratch, const Tiles& t) {
+namespace {
+
+template <class Grads>
+void backward_grads(const Grads& g, const float* dout, size_t lddo, const float* lse,
+                    const float* D, const FlashAttention& a, float* scratch, const Tiles& t) {
   const BackwardLayout L = backward_layout(a, t);
   float *qside = scratch, *kside = qside + L.q_total, *dq = kside + L.k_total;
   float* workers = dq + L.dq_total;
@@ -279,6 +290,18 @@ void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* 
       for (int i = 0; i < a.Tq; i++) finish_dq_row(g, dq, a, L, b, i);
     }
   }
+}
+
+}  // namespace
+
+void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse, const float* D,
+              const FlashAttention& a, float* scratch, const Tiles& t) {
+  backward_grads(g, dout, lddo, lse, D, a, scratch, t);
+}
+
+void backward(const FlashGradsBf16& g, const float* dout, size_t lddo, const float* lse,
+              const float* D, const FlashAttention& a, float* scratch, const Tiles& t) {
+  backward_grads(g, dout, lddo, lse, D, a, scratch, t);
 }
 
 }  // namespace mt::flash

@@ -62,6 +62,14 @@ void pack_run(float* scratch, const FlashAttention& a, const Tiles& t, const For
                     a.hd, a.kpos + r0, nullptr});
 }
 
+// The bf16 output (--precision bf16, one worker: never a merge): the fp32 form's o / l, each
+// rounded as to_bf16 rounds it, so no fp32 copy of the output is written and converted.
+void finish_row(bf16* out, float* lse, const float* o, float m, float l, bool, int hd) {
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int d = 0; d < hd; d++) out[d] = float_to_bf16_select(o[d] * inv);
+  *lse = l > 0.0f ? m + std::log(l) : -INFINITY;
+}
+
 // Writes (accumulate false) or merges (true) one row's o / l, lse m + log(l), into out, lse.
 void finish_row(float* out, float* lse, const float* o, float m, float l, bool accumulate, int hd) {
   const float lse_new = l > 0.0f ? m + std::log(l) : -INFINITY;
@@ -84,7 +92,8 @@ struct ForwardTask {
   int b, h, qb;
 };
 
-void forward_task(const ForwardTask& task, float* out, size_t ldo, float* lse,
+template <class OutT>
+void forward_task(const ForwardTask& task, OutT* out, size_t ldo, float* lse,
                   const FlashAttention& a, bool accumulate, const float* scratch, float* w,
                   const Tiles& t, const ForwardLayout& L) {
   const int hd = a.hd, i0 = task.qb * kFlashQueryBlock, g = task.h / (a.H / a.Hkv);
@@ -137,8 +146,11 @@ size_t forward_scratch_floats(const FlashAttention& a, const Tiles& t, int worke
   return L.workers + size_t(workers) * L.worker;
 }
 
-void forward(float* out, size_t ldo, float* lse, const FlashAttention& a, bool accumulate,
-             float* scratch, const Tiles& t) {
+namespace {
+
+template <class OutT>
+void forward_out(OutT* out, size_t ldo, float* lse, const FlashAttention& a, bool accumulate,
+                 float* scratch, const Tiles& t) {
   const ForwardLayout L = forward_layout(a, t);
   const int G = a.H / a.Hkv, nqb = (a.Tq + kFlashQueryBlock - 1) / kFlashQueryBlock;
   for (int b = 0; b < a.B; b++) {
@@ -157,6 +169,18 @@ void forward(float* out, size_t ldo, float* lse, const FlashAttention& a, bool a
       }
     }
   }
+}
+
+}  // namespace
+
+void forward(float* out, size_t ldo, float* lse, const FlashAttention& a, bool accumulate,
+             float* scratch, const Tiles& t) {
+  forward_out(out, ldo, lse, a, accumulate, scratch, t);
+}
+
+void forward(bf16* out, size_t ldo, float* lse, const FlashAttention& a, float* scratch,
+             const Tiles& t) {
+  forward_out(out, ldo, lse, a, false, scratch, t);
 }
 
 }  // namespace mt::flash

@@ -135,7 +135,11 @@ size_t forward_scratch_floats(const FlashAttention& a, const Tiles& t, int worke
 size_t backward_scratch_floats(const FlashAttention& a, const Tiles& t, int workers);
 void forward(float* out, size_t ldo, float* lse, const FlashAttention& a, bool accumulate,
              float* scratch, const Tiles& t);
+void forward(bf16* out, size_t ldo, float* lse, const FlashAttention& a, float* scratch,
+             const Tiles& t);
 void backward(const FlashGrads& g, const float* dout, size_t lddo, const float* lse, const float* D,
               const FlashAttention& a, float* scratch, const Tiles& t);
+void backward(const FlashGradsBf16& g, const float* dout, size_t lddo, const float* lse,
+              const float* D, const FlashAttention& a, float* scratch, const Tiles& t);
 
 }  // namespace mt::flash

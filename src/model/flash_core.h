@@ -4,17 +4,20 @@
 // ring. The llama block always runs it; the gpt2 block runs it under --cp > 1, where its
 // (T, T) probabilities cannot exist (the keys live on other ranks).
 //
-//   forward   out = attention(a), computed in fp32 (Ops::staged) and kept as Ops::Act; lse
-//             (B, H, Tq) kept for the backward.
+//   forward   out = attention(a), kept as Ops::Act; lse (B, H, Tq) kept for the backward.
+//             Under bf16 on one worker the kernel writes the bf16 output itself; across the
+//             cp group the steps merge in fp32 (Ops::staged), then it is kept.
 //   backward  D = rowsum(d_out * out) from the kept output (read as bf16 under bf16), then the
 //   probabilities recomputed from the final lse; dqkv in the fused
 //             [q | k | v] rows a points into (dk at a.k - a.q, dv at a.v - a.q, stride a.ldq),
-//             overwritten, and kept as Ops::Act.
+//             overwritten, and kept as Ops::Act: written as bf16 by the kernel under bf16 on
+//             one worker; else summed in fp32 onto zeros (the ring's steps add up), then kept.
 //   scratch   flash_core_backward_scratch_floats: the kernel's, then D.
 #pragma once
 
 #include <cstring>
 #include <span>
+#include <type_traits>
 
 #include "kernels/bf16.h"
 #include "kernels/flash_attention.h"
@@ -31,6 +34,8 @@ template <class Ops>
 void flash_core_forward(const Ops& ops, typename Ops::Act* out, float* lse, const FlashAttention& a,
                         ContextParallelAttention* cp, std::span<float> scratch) {
   const size_t cols = size_t(a.H) * a.hd;
+  if constexpr (std::is_same_v<typename Ops::Act, bf16>)
+    if (!cp) return flash_attention_forward(out, cols, lse, a, scratch);
   float* o = ops.staged(out);
   if (cp)
     cp->forward(o, cols, lse, a, scratch);
@@ -48,11 +53,16 @@ void flash_core_backward(const Ops& ops, typename Ops::Act* d_qkv, const float* 
   const size_t flash = flash_attention_backward_scratch_floats(a);
   float* D = scratch + flash;
   flash_attention_backward_prep(D, out, cols, d_out, cols, a.B, a.Tq, a.H, a.hd);
+  const std::span<float> kernel(scratch, flash);
+  if constexpr (std::is_same_v<typename Ops::Act, bf16>)
+    if (!cp) {
+      const FlashGradsBf16 g{d_qkv, d_qkv + (a.k - a.q), d_qkv + (a.v - a.q), a.ldq, a.ldq, a.ldq};
+      return flash_attention_backward(g, d_out, cols, lse, D, a, kernel);
+    }
   const size_t nqkv = size_t(a.B) * a.Tq * a.ldq;
   float* dqkv = ops.staged(d_qkv);
   std::memset(dqkv, 0, nqkv * sizeof(float));
   const FlashGrads g{dqkv, dqkv + (a.k - a.q), dqkv + (a.v - a.q), a.ldq, a.ldq, a.ldq};
-  const std::span<float> kernel(scratch, flash);
   if (cp)
     cp->backward(g, d_out, cols, lse, D, a, kernel);
   else

@@ -39,8 +39,11 @@ struct Shown {
 
 // One measurement of the calibration.
 struct Probe {
-  std::vector<const char*> fields;          // the profile fields it sets
-  double share;                             // of --calibrate-seconds (0: a fixed cost)
+  std::vector<const char*> fields;  // the profile fields it sets
+  // Of the round's --calibrate-seconds (0: a fixed cost). The probes that start child
+  // processes (training steps, mpirun) measure their extra runs while it lasts and say what
+  // they left out (calibration_timing.h ChildBudget); the shares sum past 1: "about".
+  double share;
   bool one_thread;                          // a kernel alone, one OpenMP thread
   bool (*applies)(const HardwareProfile&);  // nullptr: always
   void (*measure)(HardwareProfile&, const ProbeRun&);
@@ -77,20 +80,14 @@ const std::vector<Probe> kProbes = {
      "sgemm rate of every core at once over cores x one core's (the reference step's value "
      "below replaces it where that runs)",
      {}},
-    {{"gemm_half_dim"},
-     0.1,
+    {{"gemm_half_dim", "gemm_half_rows"},
+     0.15,
      true,
      nullptr,
-     measure_gemm_half_dim,
-     "from a 1024x1024x64 sgemm's rate",
-     {{"half-rate dim", "gemm_half_dim", 1, ""}}},
-    {{"gemm_half_rows"},
-     0.05,
-     true,
-     nullptr,
-     measure_gemm_half_rows,
-     "from a 128x1024x1024 sgemm's rate (128 rows: one 128-token sequence)",
-     {{"half-rate rows", "gemm_half_rows", 1, ""}}},
+     measure_gemm_halves,
+     "from a 1024x1024x64 and a 128x1024x1024 sgemm's rates (128 rows: one 128-token "
+     "sequence), solved together for the two shares of the GEMM formula",
+     {{"half-rate dim", "gemm_half_dim", 1, ""}, {"rows", "gemm_half_rows", 1, ""}}},
     {{"gemm_input_grad_ratio", "gemm_weight_grad_ratio"},
      0.06,
      true,
@@ -138,20 +135,13 @@ const std::vector<Probe> kProbes = {
      "best single-thread bf16 GEMM (oneDNN matmul_bf16_forward) of 512..2048 squares",
      {{"bf16 GEMM", "peak_bf16", 1e-9, "GFLOP/s"}},
      "bf16 not measured (oneDNN has no bf16 matmul on this CPU): local plans are fp32"},
-    {{"gemm_half_dim_bf16"},
-     0.05,
+    {{"gemm_half_dim_bf16", "gemm_half_rows_bf16"},
+     0.1,
      true,
      bf16_here,
-     measure_bf16_half_dim,
-     "from a 1024x1024x64 bf16 GEMM's rate",
-     {{"half-rate dim", "gemm_half_dim_bf16", 1, ""}}},
-    {{"gemm_half_rows_bf16"},
-     0.05,
-     true,
-     bf16_here,
-     measure_bf16_half_rows,
-     "from a 128x1024x1024 bf16 GEMM's rate (128 rows: one 128-token sequence)",
-     {{"half-rate rows", "gemm_half_rows_bf16", 1, ""}}},
+     measure_bf16_halves,
+     "the same on the bf16 path",
+     {{"half-rate dim", "gemm_half_dim_bf16", 1, ""}, {"rows", "gemm_half_rows_bf16", 1, ""}}},
     {{"gemm_input_grad_ratio_bf16", "gemm_weight_grad_ratio_bf16"},
      0.06,
      true,
@@ -203,18 +193,8 @@ const std::vector<Probe> kProbes = {
      "beyond it there, as 2 (n-1)/n bytes / seconds",
      {{"oversubscribed latency", "oversubscribed_latency_s", 1e6, "us"},
       {"busbw", "oversubscribed_busbw", 1e-9, "GB/s"}}},
-    {{"busy_tp_latency_s", "busy_tp_busbw"},
-     0,
-     false,
-     nullptr,
-     measure_busy_tp_collectives,
-     "what a 4-byte all-reduce adds to 2 rank threads that each run the reference model's "
-     "tp2 attention output projection (1024x128x256 sgemm) between collectives, / 2 steps; "
-     "busbw: what all-reducing that GEMM's 1 MiB output adds beyond it, as bytes / seconds",
-     {{"busy tp latency", "busy_tp_latency_s", 1e6, "us"},
-      {"busbw", "busy_tp_busbw", 1e-9, "GB/s"}}},
     {{"mpi_busbw", "mpi_latency_s", "mpi_p2p_bw"},
-     0,
+     0.2,
      false,
      nullptr,
      measure_mpi_links,
@@ -258,7 +238,7 @@ const std::vector<Probe> kProbes = {
      "the same under bf16",
      {}},
     {{"moe_load_cv"},
-     0,
+     0.2,
      false,
      nullptr,
      measure_moe_load_spread,
@@ -267,7 +247,7 @@ const std::vector<Probe> kProbes = {
      nullptr,
      true},
     {{"step_factor_fp32", "microbatch_weight_s"},
-     0,
+     1.0,
      false,
      nullptr,
      measure_reference_step,
@@ -278,14 +258,14 @@ const std::vector<Probe> kProbes = {
      "error; the factor scales every local compute cost",
      {{"a real fp32 step", "step_factor_fp32", 1, "x its kernels"}}},
     {{"step_factor_bf16", "microbatch_weight_s_bf16"},
-     0,
+     0.5,
      false,
      bf16_measured,
      measure_reference_step_bf16,
      "the same under bf16",
      {{"a real bf16 step", "step_factor_bf16", 1, "x its kernels"}}},
     {{"parallel_efficiency"},
-     0,
+     0.2,
      false,
      nullptr,
      measure_step_parallel_efficiency,

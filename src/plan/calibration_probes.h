@@ -21,16 +21,14 @@ struct ProbeRun {
 // kernel_probes.cpp: the engine's kernels, one thread.
 void measure_sgemm_peak(HardwareProfile& h, const ProbeRun& run);
 void measure_parallel_efficiency(HardwareProfile& h, const ProbeRun& run);
-void measure_gemm_half_dim(HardwareProfile& h, const ProbeRun& run);
-void measure_gemm_half_rows(HardwareProfile& h, const ProbeRun& run);
+void measure_gemm_halves(HardwareProfile& h, const ProbeRun& run);
 void measure_backward_ratios(HardwareProfile& h, const ProbeRun& run);
 void measure_kernel_overhead(HardwareProfile& h, const ProbeRun& run);
 void measure_memory_bw(HardwareProfile& h, const ProbeRun& run);
 void measure_attention(HardwareProfile& h, const ProbeRun& run);
 void measure_pointwise(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_peak(HardwareProfile& h, const ProbeRun& run);
-void measure_bf16_half_dim(HardwareProfile& h, const ProbeRun& run);
-void measure_bf16_half_rows(HardwareProfile& h, const ProbeRun& run);
+void measure_bf16_halves(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_backward_ratios(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_overhead(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_convert(HardwareProfile& h, const ProbeRun& run);
@@ -47,12 +45,6 @@ void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun& run);
 // The oversubscribed busbw from what an all-reduce of `bytes` added (`seconds`) among
 // `ranks` busy rank threads: 0 when nothing measurable, never above the idle busbw.
 double oversubscribed_busbw_from(double bytes, double seconds, int ranks, double idle_busbw);
-// The tp group's collectives among two rank threads that compute between them, at the
-// reference model's tp2 size (busy_tp_latency_s, busy_tp_busbw).
-void measure_busy_tp_collectives(HardwareProfile& h, const ProbeRun& run);
-// Its busbw from what the payload's `bytes` added (`seconds`) beyond a 4-byte all-reduce
-// among `ranks`: 2 (n-1)/n bytes / seconds, 0 when nothing measurable, no upper bound.
-double busy_tp_busbw_from(double bytes, double seconds, int ranks);
 void measure_mpi_links(HardwareProfile& h, const ProbeRun& run);
 
 // reference_steps.cpp: real `meshtrain train` steps of the reference model, in children.

@@ -46,4 +46,25 @@ inline double best_time_cold(double seconds, Fn fn) {
   });
 }
 
+// The share of --calibrate-seconds of a probe that starts child processes (real training
+// steps, mpirun), whose cost is a whole run, not a kernel call: a run is started while the
+// share still holds about what it will take (the previous run's wall, or an estimate).
+class ChildBudget {
+ public:
+  explicit ChildBudget(double seconds) : end_(now_seconds() + seconds) {}
+  bool allows(double estimate_s) const { return now_seconds() + estimate_s <= end_; }
+  // fn(), its wall kept as last_run_s().
+  template <typename Fn>
+  auto time(Fn fn) {
+    const double t0 = now_seconds();
+    auto result = fn();
+    last_ = now_seconds() - t0;
+    return result;
+  }
+  double last_run_s() const { return last_; }
+
+ private:
+  double end_, last_ = 0;
+};
+
 }  // namespace mt::plan

@@ -15,6 +15,7 @@
 #include "core/timer.h"
 #include "kernels/matmul.h"
 #include "plan/calibration_probes.h"
+#include "plan/calibration_timing.h"
 
 namespace mt::plan {
 
@@ -48,21 +49,13 @@ double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
 }
 
 // A loop of rank threads that compute between collectives: each iteration a (rows, k) x
-// (k, n) sgemm on one thread, then (count > 0) an all-reduce of `count` floats: of a buffer
-// of its own, or (reduce_output) of the GEMM's output, in cache as a row-parallel linear's
-// output is when the engine reduces it.
+// (k, n) sgemm on one thread, then (count > 0) an all-reduce of `count` floats.
 struct BusyLoop {
   int rows, k, n, iters;
-  bool reduce_output;
 };
 // About the work a tp layer of the reference model does between two of its collectives
 // when 2 x cores ranks share the cores.
-constexpr BusyLoop kOversubscribedLoop{128, 256, 384, 150, false};
-// The reference model's (4L d256 T128, micro-batch 8) attention output projection under
-// tp 2: 1024 rows, the rank's 128 of the 256 inputs, all 256 outputs, whose 1 MiB output
-// the engine all-reduces (tensor_parallel/row_parallel_linear.cpp).
-constexpr BusyLoop kTpLoop{1024, 128, 256, 60, true};
-
+constexpr BusyLoop kOversubscribedLoop{128, 256, 384, 150};
 // Wall seconds per iteration of `loop` among `ranks` rank threads; the better of two runs.
 double busy_loop_seconds(int ranks, size_t count, const BusyLoop& loop = kOversubscribedLoop) {
   double best = 0;
@@ -73,12 +66,12 @@ double busy_loop_seconds(int ranks, size_t count, const BusyLoop& loop = kOversu
       auto comm = w.world();
       std::vector<float> a(size_t(loop.rows) * loop.k, 0.1f), b(size_t(loop.n) * loop.k, 0.1f);
       std::vector<float> c(size_t(loop.rows) * loop.n);
-      std::vector<float> x(loop.reduce_output ? 0 : std::max<size_t>(count, 1), 1.0f);
-      float* reduced = loop.reduce_output ? c.data() : x.data();
+      std::vector<float> x(std::max<size_t>(count, 1), 1.0f);
       comm->barrier().wait();
       for (int i = 0; i < loop.iters; ++i) {
         matmul_forward(c.data(), a.data(), b.data(), nullptr, loop.rows, loop.k, loop.n);
-        if (count > 0) comm->all_reduce(reduced, reduced, count, DType::f32, ReduceOp::sum).wait();
+        if (count > 0)
+          comm->all_reduce(x.data(), x.data(), count, DType::f32, ReduceOp::sum).wait();
       }
       comm->barrier().wait();
     });
@@ -98,6 +91,10 @@ double busy_collective_seconds(int ranks, size_t count, double without,
                                const BusyLoop& loop = kOversubscribedLoop) {
   return std::max(0.0, busy_loop_seconds(ranks, count, loop) - without);
 }
+
+// About what one launch of two processes by mpirun costs on this guest (1.1 s measured, at
+// load 11): the first MPI probe is started only where its share holds that.
+constexpr double kMpiLaunchS = 1.0;
 
 // busbw (bytes/s) and time (s) of one size of `meshtrain bench comm --backend mpi` on two
 // processes of this machine, started by mpirun; {0, 0} when that does not work here (no
@@ -165,39 +162,28 @@ void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun&) {
       h.intra_busbw);
 }
 
-double busy_tp_busbw_from(double bytes, double seconds, int ranks) {
-  return oversubscribed_busbw_from(bytes, seconds, ranks, 0);  // 0: no idle bound
-}
-
-// The tp collectives at their size among ranks that compute between them, on cores of
-// their own (two rank threads: the tp group of the local layouts; a machine of one core
-// shares it, as its tp2 runs do). The idle figures (measure_local_links) time a 16 MiB
-// all-reduce of cold buffers and a 4-byte one between ranks that wait for each other; the
-// engine's tp2 collectives move 0.5-1 MiB of a GEMM output still in cache between ranks in
-// lockstep. Latency: what a 4-byte all-reduce adds to the loop, per step (2 log2 2 = 2);
-// busbw: what the 1 MiB output's all-reduce adds beyond it.
-void measure_busy_tp_collectives(HardwareProfile& h, const ProbeRun&) {
-  constexpr int ranks = 2;
-  const size_t payload = size_t(kTpLoop.rows) * kTpLoop.n;
-  const double without = busy_loop_seconds(ranks, 0, kTpLoop);
-  const double one = busy_collective_seconds(ranks, 1, without, kTpLoop);
-  const double full = busy_collective_seconds(ranks, payload, without, kTpLoop);
-  h.busy_tp_busbw = busy_tp_busbw_from(double(payload) * 4, full - one, ranks);
-  h.busy_tp_latency_s = h.busy_tp_busbw > 0 ? one / 2 : 0;
-}
-
 // Two processes: 16 MiB all-reduce busbw, a 4-byte all-reduce's time as its latency (2
 // steps), a 16 MiB broadcast (one send between two ranks) as p2p.
+// Three mpirun launches, each started while the probe's share of the budget holds the last
+// one's wall (the first: kMpiLaunchS).
 void measure_mpi_links(HardwareProfile& h, const ProbeRun& run) {
-  const double busbw = mpi_bench("all_reduce", size_t(16) << 20).first;
-  const double small_s = mpi_bench("all_reduce", 4).second;
-  const double p2p = mpi_bench("broadcast", size_t(16) << 20).first;
+  ChildBudget budget(run.seconds);
+  auto bench = [&](const char* op, size_t bytes) {
+    if (!budget.allows(budget.last_run_s() > 0 ? budget.last_run_s() : kMpiLaunchS))
+      return std::pair<double, double>{0, 0};
+    return budget.time([&] { return mpi_bench(op, bytes); });
+  };
+  const double busbw = bench("all_reduce", size_t(16) << 20).first;
+  const double small_s = bench("all_reduce", 4).second;
+  const double p2p = bench("broadcast", size_t(16) << 20).first;
   if (busbw > 0 && p2p > 0 && small_s > 0) {
     h.mpi_busbw = busbw;
     h.mpi_latency_s = small_s / 2;
     h.mpi_p2p_bw = p2p;
   } else {
-    run.log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here)\n";
+    run.log << "MPI backend not measured (mpirun did not run 'meshtrain bench comm' here, or "
+            << "its launches did not fit this round's " << run.seconds
+            << " s share of --calibrate-seconds)\n";
   }
 }
 

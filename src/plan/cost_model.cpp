@@ -203,7 +203,7 @@ Passes head_compute(const CostContext& c, double ce, double ce_bwd) {
 
 double cross_entropy_comm(const CostContext& c) {
   if (c.l.tp <= 1) return 0;
-  return 3 * tp_collective_seconds(c.r.hardware, Collective::all_reduce, c.N * 4, c.tp);
+  return 3 * collective_seconds(c.r.hardware, Collective::all_reduce, c.N * 4, c.tp);
 }
 
 BlockCosts finish_block(const CostContext& c, Passes p, double core_forward, double tp_comm,

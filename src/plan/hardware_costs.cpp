@@ -77,15 +77,35 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
 
 double local_gemm_seconds(const ComputeRates& r, double M, double N, double K, double count) {
   if (M <= 0 || N <= 0 || K <= 0 || count <= 0) return 0;
-  const double d = std::min({M, N, K});
-  // Few rows and a short reduction are different shortfalls, each measured on its own GEMM
-  // (kernel_probes.cpp: M = 128 rows, and K = 64).
-  const bool rows_smallest = M <= std::min(N, K) && r.gemm_half_rows > 0;
-  const double half = rows_smallest ? r.gemm_half_rows : r.gemm_half_dim;
-  const double eff = r.hw->gemm_efficiency * d / (d + half);
+  // Each short dimension costs its own share: few rows leave a packed weight panel used by
+  // few rows, a short reduction (K, or a narrow N) leaves each output tile loaded and
+  // stored for little work. Where the row figure is measured both apply at once, so that a
+  // GEMM's rate does not jump where M passes min(N, K) (a bf16 256-row microbatch by a
+  // 256-input weight was priced at 98% of the peak, one of 257 rows at 54%: every bf16
+  // layout of 2-sequence microbatches read 19-29% fast in stop 39's closed loop).
+  const double other = std::min(N, K);
+  const double slowdown = r.gemm_half_rows > 0 ? 1 + r.gemm_half_rows / M + r.gemm_half_dim / other
+                                               : 1 + r.gemm_half_dim / std::min(M, other);
+  const double eff = r.hw->gemm_efficiency / slowdown;
   const double compute = count * 2 * M * N * K / (r.peak * eff);
   const double traffic = count * (M * K + K * N + M * N) * r.gemm_elem_bytes / r.memory_bw;
   return std::max(compute, traffic) + count * r.gemm_overhead_s;
+}
+
+GemmHalves gemm_halves_from_probes(double peak, double short_k_rate, double few_rows_rate) {
+  // The formula at the two probe shapes, solved for its two unknowns:
+  //   peak / short_k_rate  - 1 = rows / W + dim / S     (W x W x S)
+  //   peak / few_rows_rate - 1 = rows / R + dim / W     (R x W x W)
+  const double W = kProbeWideDim, S = kProbeShortK, R = kProbeFewRows;
+  const double k = std::max(0.0, peak / short_k_rate - 1),
+               m = std::max(0.0, peak / few_rows_rate - 1);
+  const double det = 1 / (W * W) - 1 / (S * R);
+  double rows = (k / W - m / S) / det, dim = (m / W - k / R) / det;
+  // A negative share is the probes' noise: that dimension costs nothing, the other carries
+  // its probe alone.
+  if (rows < 0) rows = 0, dim = S * k;
+  if (dim < 0) dim = 0, rows = R * m;
+  return {dim, std::max(rows, kNoRowPenalty)};
 }
 
 double half_rate_dim(double d, double peak, double rate) {
@@ -238,17 +258,6 @@ double collective_seconds(const HardwareProfile& h, Collective op, double bytes,
            bytes * factor / busbw;
   const double steps = 2 * std::ceil(std::log2(double(n)));
   return latency * steps + bytes * factor / busbw;
-}
-
-double tp_collective_seconds(const HardwareProfile& h, Collective op, double bytes,
-                             const GroupSpan& g) {
-  if (!h.local || h.busy_tp_busbw <= 0) return collective_seconds(h, op, bytes, g);
-  // A local group is one node: collective_seconds' one-node case at the busy figures.
-  const int n = g.size;
-  if (n <= 1 || bytes <= 0) return 0;
-  const double factor = op == Collective::all_reduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
-  const double steps = 2 * std::ceil(std::log2(double(n)));
-  return h.busy_tp_latency_s * steps + bytes * factor / h.busy_tp_busbw;
 }
 
 double p2p_seconds(const HardwareProfile& h, double bytes, bool across_nodes) {

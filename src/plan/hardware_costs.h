@@ -52,10 +52,22 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
 double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,
                     double count = 1);
 double stream_seconds(const ComputeRates& r, double bytes, int kernels = 1);
-// Local hardware: `count` GEMMs on the precision's GEMM path (the formula above with that
-// path's calibrated penalty and overhead). M is the rows (tokens), N the output features, K
-// the reduction: where M is the smallest, the path's row penalty (gemm_half_rows) applies.
+// Local hardware: `count` GEMMs on the precision's GEMM path at the peak over 1 +
+// gemm_half_rows / M + gemm_half_dim / min(N, K) (with that path's calibrated figures and
+// overhead; without a row figure, 1 + gemm_half_dim / min(M, N, K)). M is the rows (tokens),
+// N the output features, K the reduction.
 double local_gemm_seconds(const ComputeRates& r, double M, double N, double K, double count = 1);
+// The calibration's two penalty probes (kernel_probes.cpp): a W x W x S GEMM (a short
+// reduction) and an R x W x W one (few rows).
+constexpr double kProbeWideDim = 1024, kProbeShortK = 64, kProbeFewRows = 128;
+// The row figure stored for "no penalty" (0 reads as "not measured").
+constexpr double kNoRowPenalty = 1e-3;
+struct GemmHalves {
+  double dim = 0, rows = 0;
+};
+// {gemm_half_dim, gemm_half_rows} for which local_gemm_seconds prices both probe shapes at
+// their measured rates (each at least 0; rows at least kNoRowPenalty).
+GemmHalves gemm_halves_from_probes(double peak, double short_k_rate, double few_rows_rate);
 // The half-rate dimension for which a GEMM whose smallest dimension is `d` runs at `rate`
 // against `peak` (the formula's d / (d + half) solved for half; at least 0).
 double half_rate_dim(double d, double peak, double rate);
@@ -103,13 +115,6 @@ GroupSpan group_span(const HardwareProfile& h, int size, int stride);
 // bytes: the per-rank buffer (all_gather: the gathered result) as nccl-tests count it.
 double collective_seconds(const HardwareProfile& h, Collective op, double bytes,
                           const GroupSpan& g);
-// A tensor-parallel group's collective: on a local profile with the busy tp probe
-// (busy_tp_busbw > 0), at its latency per step and its busbw (what the collectives cost
-// among ranks that compute between them, at the engine's tp sizes); otherwise
-// collective_seconds (the idle figures; the oversubscribed ones where more rank threads
-// than cores share them, time_model.h).
-double tp_collective_seconds(const HardwareProfile& h, Collective op, double bytes,
-                             const GroupSpan& g);
 double p2p_seconds(const HardwareProfile& h, double bytes, bool across_nodes);
 
 }  // namespace mt::plan

@@ -130,8 +130,6 @@ HardwareProfile for_backend(const HardwareProfile& h, const std::string& backend
   m.intra_busbw = m.inter_busbw = h.mpi_busbw;
   m.intra_latency_s = m.inter_latency_s = h.mpi_latency_s;
   m.p2p_bw_intra = m.p2p_bw_inter = h.mpi_p2p_bw;
-  // The busy tp probe measured the local backend's rank threads, not MPI processes.
-  m.busy_tp_latency_s = m.busy_tp_busbw = 0;
   return m;
 }
 

@@ -32,10 +32,11 @@ struct HardwareProfile {
   // A GEMM whose smallest dimension is d runs at efficiency * d / (d + gemm_half_dim):
   // small tiles waste the machine (tile quantisation, too few thread blocks/threads).
   double gemm_half_dim = 0;
-  // Local only (0 = not measured: gemm_half_dim applies): the same penalty where the rows
-  // (M, a microbatch's tokens) are the smallest dimension, measured on a GEMM of few rows
-  // (kernel_probes.cpp): a small M costs the GEMM differently from a small K (the weight
-  // operand is packed for few rows), so the K = 64 figure does not carry over.
+  // Local only (0 = not measured: gemm_half_dim applies as above): the penalty of few rows
+  // (M, a microbatch's tokens), measured on a GEMM of few rows (kernel_probes.cpp): a small
+  // M costs the GEMM differently from a small K (the weight operand is packed for few
+  // rows). Where measured, both apply at once: efficiency / (1 + gemm_half_rows / M +
+  // gemm_half_dim / min(N, K)) (hardware_costs.h).
   double gemm_half_rows = 0;
   // Streaming multiprocessors (GPU datasheets; 0 = no wave quantisation, e.g. local CPUs).
   double sms = 0;
@@ -73,14 +74,6 @@ struct HardwareProfile {
   // the wall they add (the sharing included): what a collective's bytes cost a step when
   // more rank threads than cores share the machine.
   double oversubscribed_busbw = 0;
-  // Local only (busy_tp_busbw 0 = not measured: the tp collectives at intra_busbw and
-  // intra_latency_s, the idle 16 MiB and 4-byte figures): the tp collectives among two busy
-  // rank threads at their real size (calibration probe measure_busy_tp_collectives: each
-  // rank runs the reference model's tp2 attention output projection and all-reduces its
-  // 1 MiB output, as the engine's row-parallel linear does), as the wall a 4-byte all-reduce
-  // adds there per step (2 log2 n steps) and what the 1 MiB payload adds beyond it, as a
-  // bus bandwidth. Used for the tp groups' collectives on cores the ranks do not share.
-  double busy_tp_latency_s = 0, busy_tp_busbw = 0;
   // Local only (0 = not measured: 1): each core's compute rate when every core computes, over
   // its rate alone (shared physical cores, caches, memory bandwidth); k busy cores of n run
   // at 1 - (1 - this) (k - 1) / (n - 1).

@@ -29,11 +29,6 @@ namespace mt::plan {
 
 namespace {
 
-// The row-penalty probes' rows, and the figure they store for "no penalty" (0 is "not
-// measured").
-constexpr int kHalfRows = 128;
-constexpr double kNoPenalty = 1e-3;
-
 double gemm_rate(int M, int N, int K, double seconds) {
   std::vector<float> a(size_t(M) * K, 0.5f), b(size_t(K) * N, 0.25f), c(size_t(M) * N, 0);
   const double t = best_time(seconds, [&] {
@@ -49,6 +44,13 @@ double bf16_gemm_rate(int M, int N, int K, double seconds) {
   const double t = best_time(
       seconds, [&] { matmul_bf16_forward(c.data(), a.data(), b.data(), nullptr, M, K, N); });
   return 2.0 * M * N * K / t;
+}
+
+// One path's two penalty probes (hardware_costs.h's shapes), each with half the time.
+GemmHalves gemm_halves_of(double (*rate)(int, int, int, double), double peak, double seconds) {
+  const int W = int(kProbeWideDim), S = int(kProbeShortK), R = int(kProbeFewRows);
+  const double short_k = rate(W, W, S, seconds / 2), few_rows = rate(R, W, W, seconds / 2);
+  return gemm_halves_from_probes(peak, short_k, few_rows);
 }
 
 // The linear layer's backward GEMMs against the forward the model assumes for the same
@@ -220,18 +222,12 @@ void measure_parallel_efficiency(HardwareProfile& h, const ProbeRun& run) {
   h.parallel_efficiency = parallel_efficiency(h.cores, run.seconds);
 }
 
-// A K = 64 GEMM gives the small-dimension penalty d / (d + half).
-void measure_gemm_half_dim(HardwareProfile& h, const ProbeRun& run) {
-  const double d = 64, small = gemm_rate(1024, 1024, int(d), run.seconds);
-  h.gemm_half_dim = half_rate_dim(d, h.peak_fp32, small);
-}
-
-// A GEMM of kHalfRows rows (one 128-token sequence, as a microbatch of one) by a 1024 x
-// 1024 weight: the penalty of few rows, where the weight operand is packed for them alone.
-// A floor keeps a measured "no penalty" apart from 0 (not measured).
-void measure_gemm_half_rows(HardwareProfile& h, const ProbeRun& run) {
-  const double rate = gemm_rate(kHalfRows, 1024, 1024, run.seconds);
-  h.gemm_half_rows = std::max(half_rate_dim(kHalfRows, h.peak_fp32, rate), kNoPenalty);
+// The GEMM formula's two penalties of the path (hardware_costs.h): a short reduction (a W x
+// W x 64 GEMM) and few rows (128, one 128-token sequence, by a W x W weight), solved
+// together, so that each probe's shape is priced at its measured rate.
+void measure_gemm_halves(HardwareProfile& h, const ProbeRun& run) {
+  const GemmHalves g = gemm_halves_of(gemm_rate, h.peak_fp32, run.seconds);
+  h.gemm_half_dim = g.dim, h.gemm_half_rows = g.rows;
 }
 
 void measure_backward_ratios(HardwareProfile& h, const ProbeRun& run) {
@@ -282,14 +278,9 @@ void measure_bf16_peak(HardwareProfile& h, const ProbeRun& run) {
   h.peak_bf16 = measure_bf16_gemm_peak_gflops(1, run.seconds) * 1e9;
 }
 
-void measure_bf16_half_dim(HardwareProfile& h, const ProbeRun& run) {
-  const double d = 64, small = bf16_gemm_rate(1024, 1024, int(d), run.seconds);
-  h.gemm_half_dim_bf16 = half_rate_dim(d, h.peak_bf16, small);
-}
-
-void measure_bf16_half_rows(HardwareProfile& h, const ProbeRun& run) {
-  const double rate = bf16_gemm_rate(kHalfRows, 1024, 1024, run.seconds);
-  h.gemm_half_rows_bf16 = std::max(half_rate_dim(kHalfRows, h.peak_bf16, rate), kNoPenalty);
+void measure_bf16_halves(HardwareProfile& h, const ProbeRun& run) {
+  const GemmHalves g = gemm_halves_of(bf16_gemm_rate, h.peak_bf16, run.seconds);
+  h.gemm_half_dim_bf16 = g.dim, h.gemm_half_rows_bf16 = g.rows;
 }
 
 void measure_bf16_backward_ratios(HardwareProfile& h, const ProbeRun& run) {

@@ -73,12 +73,12 @@ Passes tp_comm(const CostContext& c) {
   const HardwareProfile& hw = c.r.hardware;
   const double rows = c.N * c.h;
   if (!c.l.sequence_parallel) {
-    const double ar = tp_collective_seconds(hw, Collective::all_reduce, rows * 4, c.tp);
+    const double ar = collective_seconds(hw, Collective::all_reduce, rows * 4, c.tp);
     return {2 * ar, 2 * ar, 0};
   }
   const double ag =
-      tp_collective_seconds(hw, Collective::all_gather, rows * (c.local_bf16 ? 2 : 4), c.tp);
-  const double rs = tp_collective_seconds(hw, Collective::reduce_scatter, rows * 4, c.tp);
+      collective_seconds(hw, Collective::all_gather, rows * (c.local_bf16 ? 2 : 4), c.tp);
+  const double rs = collective_seconds(hw, Collective::reduce_scatter, rows * 4, c.tp);
   return {2 * (ag + rs), 2 * (ag + rs), 4 * ag};
 }
 
@@ -133,12 +133,12 @@ Passes embedding_comm(const CostContext& c, double* tp) {
   const HardwareProfile& hw = c.r.hardware;
   const double bytes = c.N * c.h * 4;
   if (!c.l.sequence_parallel) {
-    const double ar = tp_collective_seconds(hw, Collective::all_reduce, bytes, c.tp);
+    const double ar = collective_seconds(hw, Collective::all_reduce, bytes, c.tp);
     *tp += ar;
     return {ar, 0, 0};
   }
-  const double rs = tp_collective_seconds(hw, Collective::reduce_scatter, bytes, c.tp);
-  const double ag = tp_collective_seconds(hw, Collective::all_gather, bytes, c.tp);
+  const double rs = collective_seconds(hw, Collective::reduce_scatter, bytes, c.tp);
+  const double ag = collective_seconds(hw, Collective::all_gather, bytes, c.tp);
   *tp += rs + ag;
   return {rs, ag, 0};
 }
@@ -158,12 +158,12 @@ Passes head(const CostContext& c, double* tp) {
   const HardwareProfile& hw = c.r.hardware;
   if (c.l.tp > 1 && c.l.sequence_parallel) {
     const double ag =
-        tp_collective_seconds(hw, Collective::all_gather, N * h * (c.local_bf16 ? 2 : 4), c.tp);
-    const double rs = tp_collective_seconds(hw, Collective::reduce_scatter, N * h * 4, c.tp);
+        collective_seconds(hw, Collective::all_gather, N * h * (c.local_bf16 ? 2 : 4), c.tp);
+    const double rs = collective_seconds(hw, Collective::reduce_scatter, N * h * 4, c.tp);
     p += {ag, rs, 0};
     *tp += ag + rs;
   } else if (c.l.tp > 1) {
-    const double ar = tp_collective_seconds(hw, Collective::all_reduce, N * h * 4, c.tp);
+    const double ar = collective_seconds(hw, Collective::all_reduce, N * h * 4, c.tp);
     p.backward += ar;
     *tp += ar;
   }

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "plan/calibrate.h"
 #include "plan/calibration_probes.h"
+#include "plan/calibration_timing.h"
 #include "plan/search.h"
 
 namespace mt::plan {
@@ -136,17 +137,28 @@ double reference_step_predicted(const HardwareProfile& h, Precision precision, i
 // {F, c}; {0, 0} where the one-microbatch run fails, c 0 where every other one does;
 // *one_microbatch: the measured one-microbatch step (0 when it failed).
 std::pair<double, double> reference_step_figures(const HardwareProfile& h, Precision precision,
-                                                 std::ostream& log, double* one_microbatch) {
+                                                 const ProbeRun& run, double* one_microbatch) {
+  std::ostream& log = run.log;
   HardwareProfile g = h;
   g.step_factor_fp32 = g.step_factor_bf16 = 0;
   g.microbatch_weight_s = g.microbatch_weight_s_bf16 = 0;
   // One run per count: the faster of two runs, kept before, read the machine faster than
   // the minutes after it (stop 38's loops read nearly every layout slow by the same share);
-  // the rounds' median replaces it (calibration_rounds.h).
+  // the rounds' median replaces it (calibration_rounds.h). The one-microbatch run always
+  // (the factor needs it), the others while the probe's share of the budget lasts.
   const std::array<int, 4> counts = {1, 8, 2, 4};
   std::array<double, 4> best{};
-  for (size_t i = 0; i < counts.size(); ++i)
-    best[i] = reference_step_seconds(precision, counts[i], log);
+  ChildBudget budget(run.seconds);
+  size_t measured = 0;
+  for (; measured < counts.size(); ++measured) {
+    if (measured > 0 && !budget.allows(budget.last_run_s())) break;
+    best[measured] =
+        budget.time([&] { return reference_step_seconds(precision, counts[measured], log); });
+  }
+  if (measured < counts.size())
+    log << "reference step (" << precision_name(precision) << "): " << measured << " of "
+        << counts.size() << " microbatch counts within this round's " << run.seconds
+        << " s share of --calibrate-seconds (a coarser fit; calibrate longer for all four)\n";
   *one_microbatch = best[0];
   std::vector<ReferenceStep> steps;
   for (size_t i = 0; i < counts.size(); ++i) {
@@ -250,18 +262,34 @@ std::pair<double, double> fit_step_factor(const std::vector<ReferenceStep>& step
   return {std::clamp(F, 0.5, 3.0), c};
 }
 
+namespace {
+
+// Each child run is started only where its share of the budget holds at least what the
+// profile's kernels predict for its steps (start-up not counted): a short calibration leaves
+// the figure unmeasured (0) and says so.
+bool child_fits(const ProbeRun& run, double estimate_s, const char* what) {
+  if (ChildBudget(run.seconds).allows(estimate_s)) return true;
+  run.log << what << " not measured: about " << estimate_s << " s of steps do not fit this "
+          << "round's " << run.seconds << " s share of --calibrate-seconds\n";
+  return false;
+}
+
+}  // namespace
+
 void measure_moe_load_spread(HardwareProfile& h, const ProbeRun& run) {
-  h.moe_load_cv = moe_load_spread(run.log);
+  // 10 steps of a model whose every block is MoE: at least the dense reference's steps.
+  if (child_fits(run, 10 * reference_step_prediction(h, Precision::fp32), "MoE load spread"))
+    h.moe_load_cv = moe_load_spread(run.log);
 }
 
 void measure_reference_step(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.step_factor_fp32, h.microbatch_weight_s) =
-      reference_step_figures(h, Precision::fp32, run.log, &h.reference_step_s);
+      reference_step_figures(h, Precision::fp32, run, &h.reference_step_s);
 }
 
 void measure_reference_step_bf16(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.step_factor_bf16, h.microbatch_weight_s_bf16) =
-      reference_step_figures(h, Precision::bf16, run.log, &h.reference_step_s_bf16);
+      reference_step_figures(h, Precision::bf16, run, &h.reference_step_s_bf16);
 }
 
 double reference_step_prediction(const HardwareProfile& h, Precision precision) {
@@ -270,6 +298,10 @@ double reference_step_prediction(const HardwareProfile& h, Precision precision) 
 }
 
 void measure_step_parallel_efficiency(HardwareProfile& h, const ProbeRun& run) {
+  // 8 steps of the dp 2 reference, each about half the one-rank step measured before.
+  if (!child_fits(run, 4 * h.reference_step_s,
+                  "parallel efficiency from a real dp 2 step (the sgemm figure kept)"))
+    return;
   if (const double e = step_parallel_efficiency(h, run.log); e > 0) h.parallel_efficiency = e;
 }
 

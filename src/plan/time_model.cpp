@@ -206,9 +206,6 @@ Oversubscription oversubscription(const PlanRequest& r, const Layout& l) {
   const HardwareProfile& hw = r.hardware;
   const double threads = double(l.world()) * r.threads;
   if (!hw.local || threads <= hw.cores) return o;
-  // The busy tp probe ran its two ranks on cores of their own: more rank threads than cores
-  // price the tp collectives at the oversubscribed figures below, as every other one.
-  o.dedicated.hardware.busy_tp_latency_s = o.dedicated.hardware.busy_tp_busbw = 0;
   // A waiting rank blocks until a peer that was not running arrives (comm/local/doorbell.h):
   // every collective and send pays the calibrated oversubscribed latency.
   if (r.backend == "local" && hw.oversubscribed_latency_s > 0)
