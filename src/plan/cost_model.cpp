@@ -116,8 +116,9 @@ Passes mlp_of_width(const CostContext& c, double width) {
 // DeepSeek-V3's node-limited dispatch (3.2.2), balanced routing: of the M nodes a token
 // picks among the group's, (nodes - 1) / nodes are remote, each paid once over IB (the NIC's
 // busbw per rank); every row crosses NVLink (forwarded or sent within the node); the two
-// run at once. The dispatch in FP8 under fp8_activation_cache (3.3.3: 1 byte and a 4-byte
-// scale per 1 x 128 tile), the combine at the activation precision.
+// run at once. Under fp8_gemms these kernels dispatch the experts' FP8 GEMM input (3.3.3,
+// Low-Precision Communication: 1 byte and a 4-byte scale per 1 x 128 tile), the combine at
+// the activation precision.
 double expert_exchange_seconds(const CostContext& c, double tokens) {
   const HardwareProfile& hw = c.r.hardware;
   const double topk = c.r.model.topk, h = c.h;
@@ -130,7 +131,7 @@ double expert_exchange_seconds(const CostContext& c, double tokens) {
     const double nvlink = tokens * topk * h * bytes * (n - 1) / n / hw.intra_busbw;
     return hw.inter_latency_s * 2 * std::ceil(std::log2(n)) + std::max(ib, nvlink);
   };
-  const bool fp8 = hw.fp8_activation_cache && c.l.precision == Precision::bf16;
+  const bool fp8 = hw.fp8_gemms && c.l.precision == Precision::bf16;
   return one_way(fp8 ? 1 + 4.0 / 128 : c.e) + one_way(c.e);
 }
 
