@@ -282,6 +282,12 @@ void add_attention_flags(CLI::App* cmd, PlanArgs& a) {
                           ->capture_default_str());
 }
 
+// The model parts the planner describes and the engine has not (MTP, MLA).
+void add_plan_only_model_flags(CLI::App* cmd, PlanArgs& a) {
+  add_mtp_flag(cmd, a);
+  add_attention_flags(cmd, a);
+}
+
 }  // namespace
 
 CommandRunner add_plan_command(CLI::App& app) {
@@ -352,8 +358,7 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb, "gradient bucket size in MiB")
       ->capture_default_str();
-  add_mtp_flag(cmd, *a);
-  add_attention_flags(cmd, *a);
+  add_plan_only_model_flags(cmd, *a);
   add_layout_flags(cmd, *a);
   cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "print {\"candidates\": [...]} (best first)");
