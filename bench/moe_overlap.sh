@@ -21,16 +21,22 @@
 # ep_comm_wait_s is then mostly waiting for those ranks' compute, which no overlap of the
 # exchange can hide (measured: loads [9, 0, 1024, 0, 964, 51, 0, 0] by step 5). MODEL
 # overrides it; --rate sets the link so that the exchange is comparable to the compute.
+# --shared-experts S runs the DeepSeek-style variant instead: the llama block with S shared
+# SwiGLU experts beside the 4 routed ones (width 1024 each, top-4), whose compute needs no
+# exchange and so fills the first dispatch's and the last combine's waits when parts > 1
+# (docs/moe.md, "Overlapped all-to-all"); the default model stays the one earlier figures
+# were taken on.
 # --tcp-progress-thread gives Open MPI's TCP transport its own progress thread
 # (btl_tcp_progress_thread 1). BIN defaults to build/meshtrain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mode=${1:?usage: $0 local|hybrid [--parts LIST] [--steps N] [--rate R] [--tcp-progress-thread]}
+mode=${1:?usage: $0 local|hybrid [--parts LIST] [--steps N] [--rate R] [--tcp-progress-thread] [--shared-experts S]}
 shift
-parts="1 2 4" steps=10 rate="" mca=""
+parts="1 2 4" steps=10 rate="" mca="" shared=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --parts) parts=$2; shift 2 ;;
+    --shared-experts) shared=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --tcp-progress-thread) mca="--mca btl_tcp_progress_thread 1"; shift ;;
@@ -39,6 +45,10 @@ while [ $# -gt 0 ]; do
 done
 bin=${BIN:-build/meshtrain}
 model=${MODEL:-"--layers 2 --dim 512 --heads 8 --seq 128 --batch 8 --experts 4 --topk 4"}
+if [ -n "$shared" ]; then
+  model=${MODEL:-"--arch llama --layers 2 --dim 512 --heads 8 --seq 128 --batch 8 --experts 4 \
+--topk 4 --expert-ffn-dim 1024 --shared-experts $shared"}
+fi
 out=${KEEP:-$(mktemp -d)}
 if [ -n "${KEEP:-}" ]; then mkdir -p "$out"; else trap 'rm -rf "$out"' EXIT; fi
 summary() {  # metrics file, trace file, label, parts-1 wait or "", file for this wait
@@ -73,12 +83,12 @@ for p in $parts; do
   m="$out/p$p.jsonl" tr="$out/p$p.trace.json"
   if [ "$mode" = local ]; then
     "$bin" train $flags --dp 2 --ep 2 --metrics "$m" --trace "$tr" >/dev/null
-    label="local ep 2, parts $p"
+    label="local ep 2${shared:+, $shared shared}, parts $p"
   else
     scripts/multihost.sh --hosts 2 ${rate:+--rate $rate} -- -np 2 --oversubscribe --bind-to none \
       $mca "$(realpath "$bin")" train $flags --backend mpi --ranks-per-process 2 --dp 4 --ep 4 \
       --metrics "$m" --trace "$tr" >/dev/null
-    label="hybrid ep 4 across 2 namespaces${rate:+ at $rate}${mca:+, tcp progress thread}, parts $p"
+    label="hybrid ep 4 across 2 namespaces${rate:+ at $rate}${mca:+, tcp progress thread}${shared:+, $shared shared}, parts $p"
   fi
   summary "$m" "$tr" "$label" "$base" "$out/p$p.wait"
   if [ "$p" = 1 ]; then base=$(cat "$out/p$p.wait"); fi

@@ -244,13 +244,20 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
   if (moe_) {
     float* n2 = s + off_.n2;  // fp32: the router reads it
     norm2_.forward(s, n2, x_mid, Nl);
-    moe_->forward(s, n2, x_out, N);
+    // The shared experts need none of the routed experts' exchanges: they run while those
+    // travel (LocalWork), their up half under the first dispatch, down_proj under the last
+    // combine (Megatron-LM's --moe-shared-expert-overlap).
+    LocalWork shared;
     if (has_mlp_) {
       auto* n2_mlp = Ops::act(s, off_.n2_mlp);
-      ops.keep(n2_mlp, n2, nc);
-      mlp_forward(ops, s, n2_mlp, s + off_.shared, N);
-      add_inplace(x_out, s + off_.shared, nc);
+      shared.first = [&, n2, n2_mlp] {
+        ops.keep(n2_mlp, n2, nc);
+        mlp_forward_up(ops, s, n2_mlp, N);
+      };
+      shared.last = [&] { ops.forward(down_, s + off_.shared, Ops::act(s, off_.h), N); };
     }
+    moe_->forward(s, n2, x_out, N, shared);
+    if (has_mlp_) add_inplace(x_out, s + off_.shared, nc);
   } else {
     auto* n2 = Ops::act(s, off_.n2);
     norm2_.forward(s, n2, x_mid, Nl);
@@ -264,10 +271,15 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
 template <class Ops>
 void LlamaBlock::mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y,
                              int N) {
-  auto* h = Ops::act(s, off_.h);
+  mlp_forward_up(ops, s, n2, N);
+  ops.forward(down_, y, Ops::act(s, off_.h), N);
+}
+
+// The SwiGLU's input half: gu = n2 [gate; up]^T, h = silu(gate) * up (the slot's h).
+template <class Ops>
+void LlamaBlock::mlp_forward_up(const Ops& ops, float* s, const typename Ops::Act* n2, int N) {
   ops.forward(gate_up_, s + off_.gu, n2, N, ops.gathered(), /*with_bias=*/false);
-  ops.swiglu(h, s + off_.gu, N, Fl_);
-  ops.forward(down_, y, h, N);
+  ops.swiglu(Ops::act(s, off_.h), s + off_.gu, N, Fl_);
 }
 
 // d_n2 from dx_out: through down_proj, SwiGLU and [gate; up] (or the routed experts, plus
@@ -276,22 +288,36 @@ template <class Ops>
 void LlamaBlock::mlp_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch,
                                     int N, int Nl) {
   if (!moe_) return dense_backward_input(ops, s, dx_out, scratch, s + off_.d_n2, N);
-  moe_->backward_input(s, s + off_.n2, dx_out, s + off_.d_n2, N);  // overwrites d_n2
-  if (!has_mlp_) return;
+  // The shared experts' input gradient while the routed experts' exchanges travel, as in
+  // forward: through down_proj and the SwiGLU under the first dispatch, through [gate; up]
+  // under the last combine.
   float* d_shared = s + off_.shared;  // the forward's output is dead by now
-  dense_backward_input(ops, s, dx_out, scratch, d_shared, N);
-  add_inplace(s + off_.d_n2, d_shared, size_t(Nl) * C_);
+  LocalWork shared;
+  if (has_mlp_) {
+    shared.first = [&] { dense_backward_down(ops, s, dx_out, scratch, N); };
+    shared.last = [&] { ops.backward_input(gate_up_, d_shared, Ops::act(s, off_.d_gu), N); };
+  }
+  moe_->backward_input(s, s + off_.n2, dx_out, s + off_.d_n2, N, shared);  // overwrites d_n2
+  if (has_mlp_) add_inplace(s + off_.d_n2, d_shared, size_t(Nl) * C_);
 }
 
 // dn (Nl, C) = the SwiGLU MLP's input gradient (overwritten); keeps d_gu for W.
 template <class Ops>
 void LlamaBlock::dense_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch,
                                       float* dn, int N) {
-  auto* d_gu = Ops::act(s, off_.d_gu);
+  dense_backward_down(ops, s, dx_out, scratch, N);
+  ops.backward_input(gate_up_, dn, Ops::act(s, off_.d_gu), N);
+}
+
+// The output half of the SwiGLU MLP's input gradient: d_gu (kept for W) from dx_out,
+// through down_proj and the SwiGLU. scratch (fp32) or the bf16 stage holds the (N, Fl)
+// gradient of h only inside the call.
+template <class Ops>
+void LlamaBlock::dense_backward_down(const Ops& ops, float* s, const float* dx_out, float* scratch,
+                                     int N) {
   float* dh = bf16_ ? scratch_.stage : scratch;  // (N, Fl) fp32
   ops.backward_input(down_, dh, dx_out, N);
-  ops.swiglu_backward(d_gu, s + off_.gu, dh, N, Fl_);
-  ops.backward_input(gate_up_, dn, d_gu, N);
+  ops.swiglu_backward(Ops::act(s, off_.d_gu), s + off_.gu, dh, N, Fl_);
 }
 
 // d_n1 from dx_mid: through o_proj, the flash core (recomputing the probabilities from lse)

@@ -90,11 +90,15 @@ class LlamaBlock final : public Block {
   template <class Ops>
   void mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y, int N);
   template <class Ops>
+  void mlp_forward_up(const Ops& ops, float* s, const typename Ops::Act* n2, int N);
+  template <class Ops>
   void mlp_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch, int N,
                           int Nl);
   template <class Ops>
   void dense_backward_input(const Ops& ops, float* s, const float* dx_out, float* scratch,
                             float* dn, int N);
+  template <class Ops>
+  void dense_backward_down(const Ops& ops, float* s, const float* dx_out, float* scratch, int N);
   template <class Ops>
   void attention_backward_input(const Ops& ops, float* s, float* scratch, int b, int T);
   // --dropout: the chunk's state (null or p = 0: none).

@@ -60,8 +60,10 @@ MoeLayer::MoeLayer(int layer, const ModelConfig& cfg, const ExpertParallelShard&
   experts_ = make_experts(shape, ep.bf16_version, table, layout);
   off_.recv_counts = layout.reserve(E_);
   off_.y_perm = layout.reserve(M * C_);
-  if (ep.overlap_parts > 1)
+  if (ep.overlap_parts > 1) {
     parts_ = std::make_unique<MoeParts>(ep.overlap_parts, ep.size, El_, k_, max_rows_, layout);
+    expert_grads_in_b_ = ep.expert_grads_in_b;
+  }
   const Arena::Mode mode = ep.dry ? Arena::Mode::dry : Arena::Mode::allocate;
   rows_ = Arena(std::max(M, R) * C_, mode);
   staging_ = Arena(std::max(M, R) * C_, mode);
@@ -90,18 +92,20 @@ ExpertGroups MoeLayer::expert_groups(const int32_t* recv_counts) {
   return {expert_offset_.data(), El_};
 }
 
-void MoeLayer::forward(float* s, const float* h, float* y, int N) {
+void MoeLayer::forward(float* s, const float* h, float* y, int N, const LocalWork& local) {
   const int rows = local_rows(N);
   MT_CHECK(rows <= max_rows_, "MoE layer got ", rows, " token rows, sized for ", max_rows_);
-  if (!gathers()) return forward_rows(s, h, y, rows);
+  if (!gathers()) return forward_rows(s, h, y, rows, local);
   // Without sequence parallelism: this rank's run of the rows, then every rank's outputs.
   float* y_run = rows_.data();  // free once forward_rows has combined
-  forward_rows(s, h + run_offset(rows), y_run, rows);
+  forward_rows(s, h + run_offset(rows), y_run, rows, local);
   tp::all_gather_rows(tp_.comm, y_run, y, size_t(rows) * C_);
 }
 
-void MoeLayer::forward_rows(float* s, const float* h, float* y, int rows) {
-  if (parts_) return forward_parts(s, h, y, rows);
+// Without parts the exchanges block, and the caller's local work runs after them: the
+// un-overlapped layer, as --moe-overlap-parts 1 promises.
+void MoeLayer::forward_rows(float* s, const float* h, float* y, int rows, const LocalWork& local) {
+  if (parts_) return forward_parts(s, h, y, rows, local);
   const int M = router_.route(s, h, rows);
   const ExchangeCounts counts = exchange_counts(s);
   exchange_->exchange_counts(counts.send, reinterpret_cast<int32_t*>(s + off_.recv_counts), El_);
@@ -125,20 +129,28 @@ void MoeLayer::forward_rows(float* s, const float* h, float* y, int rows) {
   }
   // The gate-weighted sum per token.
   combine_rows(y, y_perm, router_.row_of(s), router_.gates(s), rows, k_, C_);
+  local.run_first();
+  local.run_last();
 }
 
-void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* dh, int N) {
+void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* dh, int N,
+                              const LocalWork& local) {
   (void)h;  // the router's input gradient needs only its weight
   const int rows = local_rows(N);
-  if (!gathers()) return backward_rows(s, dy, dh, rows);
+  if (!gathers()) return backward_rows(s, dy, dh, rows, local);
   // dy is whole on every tp rank: this rank's run of it; then every rank's input gradients.
-  float* dh_run = staging_.data();  // free once backward_rows has combined
-  backward_rows(s, dy + run_offset(rows), dh_run, rows);
+  // The run's dh is written as the combines come in: into staging once the blocking one is
+  // in; with parts into the rows, which their combines have left by then (each regroups
+  // its rows into staging at its start), since their later combines still travel from
+  // staging while the earlier parts' sums are written.
+  float* dh_run = parts_ ? rows_.data() : staging_.data();
+  backward_rows(s, dy + run_offset(rows), dh_run, rows, local);
   tp::all_gather_rows(tp_.comm, dh_run, dh, size_t(rows) * C_);
 }
 
-void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows) {
-  if (parts_) return backward_parts(s, dy, dh, rows);
+void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows,
+                             const LocalWork& local) {
+  if (parts_) return backward_parts(s, dy, dh, rows, local);
   const int32_t* row_of = router_.row_of(s);
   const float* gates = router_.gates(s);
   const ExchangeCounts counts = exchange_counts(s);
@@ -163,13 +175,15 @@ void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows) {
   // Summed per token; then the router's share (through the gates and the aux loss).
   scatter_add_rows(dh, dx_rows, row_of, rows, k_, C_);
   router_.backward_input(s, dgates, dh, rows);
+  local.run_first();
+  local.run_last();
 }
 
 // The part-major rows travel from and back into y_perm: in forward it is the experts'
 // outputs' last home anyway; in backward it is free once the gates' gradient has read it.
 // The token-side work runs part by part (MoeParts::Stages), each part's on its own tokens
 // and rows, so the results are those of one call over all of them, bit for bit.
-void MoeLayer::forward_parts(float* s, const float* h, float* y, int rows) {
+void MoeLayer::forward_parts(float* s, const float* h, float* y, int rows, const LocalWork& local) {
   const int M = router_.route(s, h, rows);
   const int32_t* row_token = parts_->plan(s, router_.row_token(s), router_.row_of(s),
                                           router_.counts(s), rows, M, *exchange_);
@@ -189,10 +203,12 @@ void MoeLayer::forward_parts(float* s, const float* h, float* y, int rows) {
     combine_rows(y + size_t(t) * C_, y_perm, row_of + size_t(t) * k_, gates + size_t(t) * k_, n, k_,
                  C_);
   };
+  stages.local = local;
   parts_->run(s, *exchange_, y_perm, x, y_rows, staging_.data(), C_, stages);
 }
 
-void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows) {
+void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows,
+                              const LocalWork& local) {
   const int32_t* row_of = parts_->row_of(s);
   const float* gates = router_.gates(s);
   float* y_perm = s + off_.y_perm;
@@ -214,16 +230,27 @@ void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows) {
     const auto [t, n] = tokens(p);
     scatter_add_rows(dh + t * C_, y_perm, row_of + t * k_, n, k_, C_);
   };
+  // The router's logits gradient needs only the gates' gradient, complete once every part
+  // is prepared: it is local work too. Its input gradient adds into dh after the sums. So
+  // are the experts' weight gradients once the last part's experts have run (when the
+  // trainer lets B accumulate them), in the one pass over every part W would make.
+  stages.local.first = local.first;
+  stages.local.last = [&] {
+    local.run_last();
+    router_.backward_logits(s, dgates, rows);
+    if (expert_grads_in_b_) backward_weight_parts(s);
+  };
   parts_->run(s, *exchange_, y_perm, dy_rows, dx_rows, staging_.data(), C_, stages);
-  router_.backward_input(s, dgates, dh, rows);
+  router_.add_input_grad(s, dh, rows);
 }
 
 void MoeLayer::backward_weight(float* s, const float* h, int N) {
   const int rows = local_rows(N);
-  if (parts_)
-    backward_weight_parts(s);
-  else
+  if (parts_) {
+    if (!expert_grads_in_b_) backward_weight_parts(s);
+  } else {
     experts_->backward_weight(s, expert_groups(reinterpret_cast<int32_t*>(s + off_.recv_counts)));
+  }
   router_.backward_weight(s, h + run_offset(rows), rows);
 }
 

@@ -75,6 +75,12 @@ struct ExpertParallelShard {
   // --moe-overlap-parts: the microbatch's tokens cut into this many parts whose exchanges
   // overlap the experts of another (moe_parts.h); 1 = one blocking exchange each way.
   int overlap_parts = 1;
+  // With overlap_parts > 1: the routed experts' weight gradients are accumulated in B,
+  // while the last backward combine travels, instead of in W. Sound only where a unit's
+  // gradients stay bound for the whole step (ZeRO 0-1; at 2-3 the dp reducer binds a
+  // pooled bucket only before W), and worth it only where W follows B at once (not zb-h1
+  // or DualPipe-V, whose W fills bubbles): the trainer decides (train/session.cpp).
+  bool expert_grads_in_b = false;
   // --cp > 1: this rank holds the zigzag rows of each sequence; the router sums its group's
   // statistics over the cp group too (route_group.h). Carried here for the same reason.
   ContextParallelShard cp = {};
@@ -103,13 +109,17 @@ class MoeLayer {
   // y = moe(h) for a microbatch of N token rows; h and y hold this rank's rows of the
   // residual stream (N/t under sequence parallelism, else N). y is overwritten; h must stay
   // untouched until backward_weight. Every rank of the ep and tp groups must call it for
-  // the same microbatches in the same order.
-  void forward(float* slot, const float* h, float* y, int N);
+  // the same microbatches in the same order. `local` (the llama block's shared experts)
+  // runs inside the call: with --moe-overlap-parts > 1 while the exchanges travel
+  // (LocalWork, moe_parts.h), else after them.
+  void forward(float* slot, const float* h, float* y, int N, const LocalWork& local = {});
   // dh = gradient w.r.t. h from dy (both as h), experts and router paths, plus the aux
   // loss gradient (scaled by aux_grad_scale). Overwrites dh. Collective over ep (and tp
-  // without sequence parallelism).
-  void backward_input(float* slot, const float* h, const float* dy, float* dh, int N);
-  // Router and local expert weight gradients (+=). No communication.
+  // without sequence parallelism). `local` as in forward.
+  void backward_input(float* slot, const float* h, const float* dy, float* dh, int N,
+                      const LocalWork& local = {});
+  // Router and local expert weight gradients (+=); the experts' were already accumulated
+  // by backward_input under ExpertParallelShard::expert_grads_in_b. No communication.
   void backward_weight(float* slot, const float* h, int N);
 
   // The factor that turns one group's aux-loss gradient into the step's: the trainer sums
@@ -164,14 +174,15 @@ class MoeLayer {
   // Rows of each local expert in expert-major order, from recv_counts (rank, local expert).
   ExpertGroups expert_groups(const int32_t* recv_counts);
   // The layer on this rank's rows: y and dh of rows rows (overwritten).
-  void forward_rows(float* s, const float* h, float* y, int rows);
-  void backward_rows(float* s, const float* dy, float* dh, int rows);
+  void forward_rows(float* s, const float* h, float* y, int rows, const LocalWork& local);
+  void backward_rows(float* s, const float* dy, float* dh, int rows, const LocalWork& local);
   // The same with the exchanges overlapped, part by part (parts_).
-  void forward_parts(float* s, const float* h, float* y, int rows);
-  void backward_parts(float* s, const float* dy, float* dh, int rows);
+  void forward_parts(float* s, const float* h, float* y, int rows, const LocalWork& local);
+  void backward_parts(float* s, const float* dy, float* dh, int rows, const LocalWork& local);
   void backward_weight_parts(float* s);
 
   int layer_, C_, E_, k_, El_, max_rows_;
+  bool expert_grads_in_b_ = false;  // ExpertParallelShard::expert_grads_in_b, with parts
   TensorParallelShard tp_;
   IdentityExchange identity_;          // the exchange at ep = 1
   TokenExchange* exchange_ = nullptr;  // identity_ or ExpertParallelShard::exchange

@@ -121,6 +121,7 @@ void MoeParts::run(float* s, TokenExchange& x, float* rows, float* in, float* ou
   finish_part_counts(s);
   std::unique_ptr<PendingExchange> arriving = dispatch(0);
   for (int p = 1; p < P_; ++p) stages.prepare(p);
+  stages.local.run_first();
   std::vector<std::unique_ptr<PendingExchange>> back(P_);
   for (int p = 0; p < P_; ++p) {
     arriving->finish();
@@ -130,6 +131,7 @@ void MoeParts::run(float* s, TokenExchange& x, float* rows, float* in, float* ou
     back[p] = x.start_combine(rows + m.begin * w, out + r.begin * w, staging + r.begin * w,
                               counts(s, p), width);
   }
+  stages.local.run_last();
   for (int p = 0; p < P_; ++p) {
     back[p]->finish();
     stages.complete(p);

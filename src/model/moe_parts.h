@@ -9,21 +9,24 @@
 //              |             | combine 0   | .. | combine P-2 | combine P-1
 //
 // Only the first part's dispatch and the last part's combine are exposed: 1/P of the
-// exchange, once the experts of a part take as long as its exchange. The layer's own work
-// on the token side is cut at the same boundaries so that it fills those two waits
-// (Stages): part p's send rows are prepared (gathered in forward, gate-scaled in backward)
-// just before its dispatch, part 0's while the counts travel and the later parts' while
-// part 0's rows travel; part p's returned rows are consumed (summed per token) as soon as
-// its combine is in, the earlier parts' while the last combine travels. The count exchange
-// itself is started by plan and finished by run, after part 0's rows are ready:
+// exchange, once the experts of a part take as long as its exchange. Those two waits are
+// filled with work that does not need the exchange. The layer's own work on the token side
+// is cut at the part boundaries: part p's send rows are prepared (gathered in forward,
+// gate-scaled in backward) just before its dispatch, part 0's while the counts travel and
+// the later parts' while part 0's rows travel; part p's returned rows are consumed (summed
+// per token) as soon as its combine is in, the earlier parts' while the last combine
+// travels. The caller's LocalWork (the shared experts: Megatron-LM's
+// --moe-shared-expert-overlap) runs its first half while part 0's rows travel and its last
+// half while the last part's results do. The count exchange itself is started by plan and
+// finished by run, after part 0's rows are ready:
 //
-//   counts | dispatch 0       | ..
-//   prep 0 | prep 1 .. P-1    | experts 0 | ..           | combine P-1
-//                                          .. | combine 0 | done 0 .. P-2 | done P-1 Routing (and
-//                                          with it
-// the aux loss and the capacity plan) is the whole microbatch's, as without parts; each
-// token's experts compute the same rows; only the experts' weight gradients are summed part
-// by part (so results equal one worker's to rounding, not bit for bit).
+//   counts | dispatch 0              | ..                       | combine P-1
+//   prep 0 | prep 1 .. P-1, local 1  | experts 0 | .. experts P-1 | local 2, done 0 .. P-1
+//
+// Routing (and with it the aux loss and the capacity plan) is the whole microbatch's, as
+// without parts; each token's experts compute the same rows; only the experts' weight
+// gradients are summed part by part (so results equal one worker's to rounding, not bit for
+// bit).
 //
 // Layouts, per microbatch, kept in its slot for the backward pass:
 //   send side: the kept rows part-major (part 0's rows expert-sorted, then part 1's, ..);
@@ -44,6 +47,22 @@
 #include "model/token_exchange.h"
 
 namespace mt {
+
+// Work of the rank's own that neither reads nor writes what the exchanges carry (the llama
+// block's shared experts, docs/moe.md "Overlapped all-to-all"): the two waits no part's
+// experts can fill are filled with it. `first` runs while part 0's rows travel (after every
+// part's rows are prepared), `last` while the last part's results travel (before any
+// combine is waited for). Either may be empty; a layer without parts runs both after its
+// blocking exchanges, in this order.
+struct LocalWork {
+  std::function<void()> first, last;
+  void run_first() const {
+    if (first) first();
+  }
+  void run_last() const {
+    if (last) last();
+  }
+};
 
 class MoeParts {
  public:
@@ -78,6 +97,8 @@ class MoeParts {
     std::function<void(int p)> prepare;
     Compute compute;
     std::function<void(int p)> complete;
+    // The rank's own work that reads nothing the exchanges carry (LocalWork).
+    LocalWork local;
   };
   void run(float* s, TokenExchange& x, float* rows, float* in, float* out, float* staging,
            int width, const Stages& stages);

@@ -93,11 +93,18 @@ int MoeRouter::route(float* s, const float* h, int rows) {
 }
 
 void MoeRouter::backward_input(float* s, const float* dgates, float* dh, int rows) {
+  backward_logits(s, dgates, rows);
+  add_input_grad(s, dh, rows);
+}
+
+void MoeRouter::backward_logits(float* s, const float* dgates, int rows) {
   const RouterBackward how{score_, gates_how_, alpha_, aux_grad_scale_, group_.tokens(rows)};
-  float* dlogits = s + off_.dlogits;
-  router_backward(dlogits, dgates, s + off_.scores, ints(s, off_.experts), s + off_.gates,
+  router_backward(s + off_.dlogits, dgates, s + off_.scores, ints(s, off_.experts), s + off_.gates,
                   s + off_.f, how, rows, E_, k_);
-  router_.backward_input(dh, dlogits, rows);
+}
+
+void MoeRouter::add_input_grad(float* s, float* dh, int rows) {
+  router_.backward_input(dh, s + off_.dlogits, rows);
 }
 
 void MoeRouter::backward_weight(float* s, const float* h, int rows) {

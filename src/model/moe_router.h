@@ -50,8 +50,12 @@ class MoeRouter {
   // Returns M, the kept assignments. Collective over tp and cp (RouteGroup::sum).
   int route(float* slot, const float* h, int rows);
   // dh (rows, C) += the router's input gradient, from dgates (rows, k) and the aux term;
-  // keeps the logits' gradient in the slot for W.
+  // keeps the logits' gradient in the slot for W. The two halves of it, apart: the logits'
+  // gradient needs only dgates, not dh (an overlapped layer computes it while its last
+  // combine travels, moe_parts.h); backward_input is the two in turn.
   void backward_input(float* slot, const float* dgates, float* dh, int rows);
+  void backward_logits(float* slot, const float* dgates, int rows);
+  void add_input_grad(float* slot, float* dh, int rows);
   // The router weight's gradient (+=). No communication.
   void backward_weight(float* slot, const float* h, int rows);
 

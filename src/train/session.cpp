@@ -113,6 +113,13 @@ std::unique_ptr<MicrobatchRunner> make_runner(const TrainOptions& o, const Paral
       PipelineShape{b, rows, o.model.dim, sp ? p.tp : 1});
 }
 
+// The overlapped MoE layer may accumulate its experts' weight gradients in B, under its last
+// backward combine (moe_layer.h): only where the gradients stay bound through B (ZeRO 0-1)
+// and W follows B at once (not the schedules that defer W into bubbles).
+bool expert_grads_in_b(const ParallelOptions& p) {
+  return p.zero < 2 && p.schedule != ScheduleKind::zb_h1 && p.schedule != ScheduleKind::dualpipev;
+}
+
 }  // namespace
 
 Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
@@ -127,7 +134,8 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
             ExpertParallelShard{.rank = ctx.coord.ep_rank,
                                 .size = o.parallel.ep,
                                 .exchange = dispatcher.get(),
-                                .overlap_parts = o.parallel.moe_overlap_parts},
+                                .overlap_parts = o.parallel.moe_overlap_parts,
+                                .expert_grads_in_b = expert_grads_in_b(o.parallel)},
             o.optim.recompute, o.optim.precision, cp_shard(o, ctx)),
       // Gradients are partial sums over the batch (dp) and over the sequence (cp): the
       // replicas are the dp_cp group (ctx.dp itself without cp).

@@ -8,10 +8,15 @@
 // logs every start and finish, and by the stages' callbacks.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
+#include "kernels/phase_profile.h"
+#include "model/gpt.h"
 #include "model/moe_parts.h"
 #include "model/moe_test_util.h"
 
@@ -86,29 +91,38 @@ class LoggingExchange final : public TokenExchange {
 };
 
 // Every line names what the rank does, in order: "K" the count exchange, "Pp" part p's
-// rows prepared, "Ep" its experts, "Fp" its results summed.
-std::vector<std::string> expected_order(int P) {
+// rows prepared, "Ep" its experts, "Fp" its results summed; with `local`, "L1" and "L2" the
+// caller's LocalWork halves.
+std::vector<std::string> expected_order(int P, bool local = false) {
   std::vector<std::string> want = {"K+", "P0", "K-", "D0+"};
   for (int p = 1; p < P; ++p) want.push_back(tag('P', p));  // while D0 travels
+  if (local) want.push_back("L1");                          // so does this
   for (int p = 0; p < P; ++p) {
     want.push_back(tag('D', p, "-"));
     if (p + 1 < P) want.push_back(tag('D', p + 1, "+"));  // before Ep
     want.push_back(tag('E', p));
     want.push_back(tag('C', p, "+"));  // before E(p+1)
   }
-  for (int p = 0; p < P; ++p) {  // F0 .. F(P-2) while C(P-1) travels
+  if (local) want.push_back("L2");  // while C(P-1) travels, before any combine's wait
+  for (int p = 0; p < P; ++p) {     // F0 .. F(P-2) while C(P-1) travels
     want.push_back(tag('C', p, "-"));
     want.push_back(tag('F', p));
   }
   return want;
 }
 
-// The lines of `order` the exchange sees (the backward pass has no count exchange).
+// The lines of `order` the exchange sees (the backward pass has no count exchange), and
+// the local work's.
 std::vector<std::string> exchanges_of(const std::vector<std::string>& order, bool counts) {
   std::vector<std::string> out;
   for (const std::string& s : order)
-    if ((s[0] == 'D' || s[0] == 'C') || (counts && s[0] == 'K')) out.push_back(s);
+    if ((s[0] == 'D' || s[0] == 'C' || s[0] == 'L') || (counts && s[0] == 'K')) out.push_back(s);
   return out;
+}
+
+// Local work that logs its two halves on x.
+LocalWork logged_local_work(LoggingExchange& x) {
+  return {[&x] { x.note("L1"); }, [&x] { x.note("L2"); }};
 }
 
 // MoeParts::run alone, 8 tokens top-1 over 2 experts, in P parts.
@@ -132,6 +146,13 @@ TEST(MoePartsOrder, NextDispatchAndThisCombinePostedAroundEachPartsExperts) {
     stages.complete = [&](int p) { x.note(tag('F', p)); };
     parts.run(slot.data(), x, buf.data(), in.data(), out.data(), staging.data(), width, stages);
     EXPECT_EQ(x.log, expected_order(P)) << P << " parts";
+    // The caller's local work: its first half while part 0's rows travel, its second while
+    // the last part's results do, before any combine is waited for.
+    x.reset(), part = 0;
+    parts.plan(slot.data(), row_token.data(), row_of.data(), send_counts.data(), rows, rows, x);
+    stages.local = logged_local_work(x);
+    parts.run(slot.data(), x, buf.data(), in.data(), out.data(), staging.data(), width, stages);
+    EXPECT_EQ(x.log, expected_order(P, true)) << P << " parts, local work";
   }
 }
 
@@ -167,6 +188,134 @@ TEST(MoePartsOrder, ForwardAndBackwardBothPipelineTheirExchanges) {
   m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
   EXPECT_EQ(x.log, exchanges_of(expected_order(P), false)) << "backward";
   EXPECT_EQ(done_at_last, want_done) << "backward";
+}
+
+// The layer hands its caller's local work (the llama block's shared experts) to the
+// pipeline in both passes; without parts, where the exchanges block, it runs after them.
+TEST(MoePartsOrder, TheLayersLocalWorkRunsUnderTheFirstDispatchAndTheLastCombine) {
+  const int N = 12, C = 8, E = 2;
+  const ModelConfig cfg = moe_test::config(C, E, 1, 0.0f);
+  const auto h = moe_test::random_vec(size_t(N) * C, 3, 1);
+  const auto dy = moe_test::random_vec(size_t(N) * C, 3, 2);
+  std::vector<float> y(h.size()), dh(h.size());
+  for (int P : {1, 3}) {
+    LoggingExchange x;
+    ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = &x};
+    ep.overlap_parts = P;
+    moe_test::Harness m(cfg, ep, N);
+    const LocalWork local = logged_local_work(x);
+    m.layer->forward(m.slot(), h.data(), y.data(), N, local);
+    const std::vector<std::string> blocking = {"K blocking", "D blocking", "C blocking", "L1",
+                                               "L2"};
+    EXPECT_EQ(x.log, P == 1 ? blocking : exchanges_of(expected_order(P, true), true))
+        << "forward, " << P << " parts";
+    x.reset();
+    m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N, local);
+    const std::vector<std::string> blocking_b(blocking.begin() + 1, blocking.end());
+    EXPECT_EQ(x.log, P == 1 ? blocking_b : exchanges_of(expected_order(P, true), false))
+        << "backward, " << P << " parts";
+  }
+}
+
+// With expert_grads_in_b (ZeRO 0-1 and W right after B, train/session.cpp) the experts'
+// weight gradients are accumulated while the last backward combine travels, in the one
+// pass over every part that W would make: GEMM calls between the last combine's start and
+// the first combine's finish (none there without it), fewer in W, and the same gradients
+// bit for bit.
+TEST(MoePartsOrder, ExpertWeightGradientsUnderTheLastBackwardCombine) {
+  const int N = 12, C = 8, E = 2, P = 3;
+  const ModelConfig cfg = moe_test::config(C, E, 1, 0.0f);
+  const auto h = moe_test::random_vec(size_t(N) * C, 3, 1);
+  const auto dy = moe_test::random_vec(size_t(N) * C, 3, 2);
+  struct Run {
+    uint64_t under_last_combine = 0, in_w = 0;
+    std::vector<float> grads;
+  };
+  uint64_t version = 1;
+  const auto run = [&](bool in_b, bool bf16) {
+    LoggingExchange x;
+    ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = &x};
+    ep.overlap_parts = P, ep.expert_grads_in_b = in_b;
+    if (bf16) ep.bf16_version = &version;
+    moe_test::Harness m(cfg, ep, N);
+    std::vector<float> y(h.size()), dh(h.size());
+    m.layer->forward(m.slot(), h.data(), y.data(), N);
+    PhaseTotals totals;
+    std::map<std::string, uint64_t> gemms_at;
+    x.on_log = [&](const std::string& line) { gemms_at[line] = totals.calls[int(Phase::gemm)]; };
+    attach_phase_totals(&totals);
+    m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
+    const uint64_t after_b = totals.calls[int(Phase::gemm)];
+    m.layer->backward_weight(m.slot(), h.data(), N);
+    attach_phase_totals(nullptr);
+    Run r;  // backward's exchanges are counted on from forward's P
+    r.under_last_combine = gemms_at.at(tag('C', P, "-")) - gemms_at.at(tag('C', 2 * P - 1, "+"));
+    r.in_w = totals.calls[int(Phase::gemm)] - after_b;
+    r.grads.assign(m.grads.data(), m.grads.data() + m.grads.size());
+    return r;
+  };
+  for (bool bf16 : {false, true}) {
+    const Run in_w = run(false, bf16), in_b = run(true, bf16);
+    EXPECT_EQ(in_w.under_last_combine, 0u) << "bf16 " << bf16;
+    EXPECT_GT(in_b.under_last_combine, 0u) << "bf16 " << bf16;
+    EXPECT_LT(in_b.in_w, in_w.in_w) << "bf16 " << bf16;
+    EXPECT_EQ(in_b.grads, in_w.grads) << "bf16 " << bf16;
+  }
+}
+
+// A one-layer llama MoE model with a shared expert, at ep 1 on `x` in P parts (1: none).
+struct SharedExpertModel {
+  static constexpr int b = 2;
+  ModelConfig cfg;
+  std::vector<int> tokens, targets;
+  std::unique_ptr<GPT> m;
+  SharedExpertModel(int P, TokenExchange* x) {
+    cfg.arch = Arch::llama, cfg.layers = 1, cfg.dim = 16, cfg.heads = 2, cfg.seq = 8;
+    cfg.vocab = 11, cfg.experts = 4, cfg.topk = 2, cfg.expert_ffn_dim = 8;
+    cfg.shared_experts = 1;
+    for (int i = 0; i < b * cfg.seq; ++i) {
+      tokens.push_back(int(uniform01(4, 1, i) * cfg.vocab));
+      targets.push_back(int(uniform01(4, 2, i) * cfg.vocab));
+    }
+    ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = x};
+    ep.overlap_parts = P;
+    m = std::make_unique<GPT>(cfg, GPT::whole_model(cfg), TensorParallelShard{}, b, ep);
+    m->init(5);
+    m->zero_grads();
+  }
+  double step() { return m->train_microbatch(tokens.data(), targets.data(), b, cfg.seq, 0.1f); }
+};
+
+// The llama block's shared expert is that local work: its GEMMs run while part 0's rows
+// travel and while the last part's results do, in forward and in backward (the GEMM calls
+// the phase profile counts between those lines of the exchange's log); and the model
+// computes what it computes without parts.
+TEST(MoePartsOrder, SharedExpertsRunWhileTheRoutedRowsTravel) {
+  const int P = 2;
+  LoggingExchange x;
+  SharedExpertModel parted(P, &x), whole(1, nullptr);
+  PhaseTotals totals;
+  std::map<std::string, uint64_t> gemms_at;  // GEMM calls so far at each line
+  x.on_log = [&](const std::string& line) { gemms_at[line] = totals.calls[int(Phase::gemm)]; };
+  attach_phase_totals(&totals);
+  const double loss = parted.step();
+  attach_phase_totals(nullptr);
+  const auto gemms = [&](const std::string& from, const std::string& to) {
+    return gemms_at.at(to) - gemms_at.at(from);
+  };
+  // Forward: D0, C1 (the last combine). Backward: D2, C3 (its exchanges are counted on).
+  EXPECT_GT(gemms("D0+", "D0-"), 0u) << "forward: the shared expert's gate/up under dispatch 0";
+  EXPECT_GT(gemms("C1+", "C0-"), 0u) << "forward: its down_proj under the last combine";
+  EXPECT_GT(gemms("D2+", "D2-"), 0u) << "backward: down_proj's input gradient under dispatch 0";
+  EXPECT_GT(gemms("C3+", "C2-"), 0u) << "backward: gate/up's under the last combine";
+
+  EXPECT_NEAR(loss, whole.step(), 1e-6 * std::fabs(loss));
+  const float *ga = parted.m->grads().data(), *gb = whole.m->grads().data();
+  ASSERT_EQ(parted.m->grads().size(), whole.m->grads().size());
+  double d = 0, n = 0;
+  for (size_t i = 0; i < whole.m->grads().size(); ++i)
+    d += double(ga[i] - gb[i]) * (ga[i] - gb[i]), n += double(gb[i]) * gb[i];
+  EXPECT_LE(std::sqrt(d / n), 1e-6);
 }
 
 }  // namespace
