@@ -40,9 +40,10 @@ Sources (entered by hand, each figure read from the source named):
        Derivation: tokens per GPU-second = 1e12 / (180,000 x 3600) = 1,543.2; step =
        15,360 x 4,096 / (1,543.2 x 2,048) = 19.91 s (an average over the run: the batch ramp
        covers 3% of the tokens, and outages are inside the GPU hours).
-       Approximations the planner makes (--explain and docs/planner.md say so): MLA as MHA
-       with 128 heads of 56 (the parameter count and projection FLOPs of MLA; the attention
-       core, 192/128-wide in MLA, is undercounted), DualPipe as DualPipe-V. MTP depth 1
+       MLA as the released config states it (--attention mla: q_lora_rank 1536,
+       kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128; report
+       2.1.1). Approximation the planner makes (--explain and docs/planner.md say so):
+       DualPipe as DualPipe-V. MTP depth 1
        (4.2: --mtp-layers 1), entered since the memory model describes the report's FP8
        activation cache and RMSNorm / MLA up-projection / MoE SwiGLU recomputation (3.2.3,
        3.3.3; software fields fp8_activation_cache, norm_up_proj_recompute).
@@ -57,7 +58,9 @@ Sources (entered by hand, each figure read from the source named):
        off, overlap_grad_reduce off, bf16 gradient reduction, forced expert load balance,
        an MTP layer ("m" in the layout "Et|(tt|)*30mL": --mtp-layers 1, costed as a block
        like the last, a 2h -> h projection and the head and loss again on the head's
-       chunk). Software: --software megatron-bridge-2025.
+       chunk), MLA as the DS row. Software: --software megatron-bridge-2025 (its
+       recompute_modules ["mla_up_proj", "mlp"] as the fields up_proj_recompute and
+       dense_mlp_recompute).
 
 Not included (and why): MegaScale (Jiang et al. 2024, NSDI): no text copy of its tables
 (model, GPUs, batch, layout, MFU per row) was found in the search corpus, only the headline
@@ -77,7 +80,11 @@ LLAMA3_405B = ["--arch", "llama", "--layers", "126", "--dim", "16384", "--heads"
 DEEPSEEK_V3 = ["--arch", "llama", "--layers", "61", "--dim", "7168", "--heads", "128",
                "--ffn-dim", "18432", "--experts", "256", "--topk", "8", "--expert-ffn-dim",
                "2048", "--shared-experts", "1", "--first-dense-layers", "3", "--router",
-               "sigmoid", "--vocab", "129280", "--tie-embeddings=false"]
+               "sigmoid", "--vocab", "129280", "--tie-embeddings=false",
+               # MLA (report 2.1.1; the released config's widths, which are the flags'
+               # defaults, entered so the row states them)
+               "--attention", "mla", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
+               "--qk-nope-head-dim", "128", "--qk-rope-head-dim", "64", "--v-head-dim", "128"]
 # DeepSeek-V3's multi-token prediction, depth D = 1 (report 4.2: "The multi-token prediction
 # depth D is set to 1"); Megatron-Bridge's recipe places it as the "m" before the loss "L" of
 # its pipeline layout "Et|(tt|)*30mL" (deepseek_llm_pretrain.py). Entered for the MB row.

@@ -29,7 +29,9 @@ struct PlanArgs {
   int gpus = 0, ranks = 0, threads = 1, top = 10, mtp_layers = 0;
   double bucket_mb = 25;
   int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0, cp = 0;
-  std::string recompute, schedule, precision, cp_comm;
+  std::string recompute, schedule, precision, cp_comm, attention = "mha";
+  plan::MlaShape mla;
+  std::vector<CLI::Option*> mla_o;
   std::vector<std::string> compare;  // --compare SPEC, repeated
   bool json = false, explain = false, calibrate = false;
   double calibrate_seconds = 60;
@@ -158,6 +160,11 @@ plan::PlanRequest make_request(PlanArgs& a) {
   r.threads = a.threads;
   r.bucket_mb = a.bucket_mb;
   r.mtp_layers = a.mtp_layers;
+  r.attention.family = plan::attention_family_of(a.attention);
+  for (const CLI::Option* o : a.mla_o)
+    MT_REQUIRE(o->count() == 0 || r.attention.is_mla(), o->get_name(),
+               " applies to --attention mla");
+  r.attention.mla = a.mla;
   r.dp = given(a.dp_o, a.dp);
   r.tp = given(a.tp_o, a.tp);
   r.pp = given(a.pp_o, a.pp);
@@ -254,6 +261,33 @@ void add_mtp_flag(CLI::App* cmd, PlanArgs& a) {
       ->capture_default_str();
 }
 
+// Multi-head latent attention (the engine has none): the family and its widths, named as
+// DeepSeek's released configs name them.
+void add_attention_flags(CLI::App* cmd, PlanArgs& a) {
+  cmd->add_option("--attention", a.attention,
+                  "attention family: mha (multi-head / grouped-query, the engine's) | mla "
+                  "(DeepSeek's multi-head latent attention; GPU software with paper memory, "
+                  "--arch llama)")
+      ->capture_default_str();
+  const std::pair<const char*, int*> widths[] = {{"--q-lora-rank", &a.mla.q_lora_rank},
+                                                 {"--kv-lora-rank", &a.mla.kv_lora_rank},
+                                                 {"--qk-nope-head-dim", &a.mla.qk_nope_head_dim},
+                                                 {"--qk-rope-head-dim", &a.mla.qk_rope_head_dim},
+                                                 {"--v-head-dim", &a.mla.v_head_dim}};
+  for (const auto& [flag, value] : widths)
+    a.mla_o.push_back(cmd->add_option(flag, *value,
+                                      "--attention mla: as the model config's field of that "
+                                      "name (default: DeepSeek-V3's; q-lora-rank 0: no query "
+                                      "compression)")
+                          ->capture_default_str());
+}
+
+// The model parts the planner describes and the engine has not (MTP, MLA).
+void add_plan_only_model_flags(CLI::App* cmd, PlanArgs& a) {
+  add_mtp_flag(cmd, a);
+  add_attention_flags(cmd, a);
+}
+
 }  // namespace
 
 CommandRunner add_plan_command(CLI::App& app) {
@@ -324,7 +358,7 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb, "gradient bucket size in MiB")
       ->capture_default_str();
-  add_mtp_flag(cmd, *a);
+  add_plan_only_model_flags(cmd, *a);
   add_layout_flags(cmd, *a);
   cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "print {\"candidates\": [...]} (best first)");

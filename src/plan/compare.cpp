@@ -188,9 +188,9 @@ void memory_rows(std::ostream& out, const std::vector<Compared>& c) {
 }  // namespace
 
 void print_compare(std::ostream& out, const PlanRequest& r, const std::vector<Compared>& c) {
-  out << "meshtrain plan --compare: " << describe_model(r.model) << ", batch " << r.batch
-      << " x seq " << r.model.seq << ", " << r.devices << (r.hardware.local ? " ranks on " : " x ")
-      << r.hardware.name << "\n";
+  out << "meshtrain plan --compare: " << describe_model(r.model, r.attention) << ", batch "
+      << r.batch << " x seq " << r.model.seq << ", " << r.devices
+      << (r.hardware.local ? " ranks on " : " x ") << r.hardware.name << "\n";
   for (size_t i = 0; i < c.size(); ++i)
     out << "  #" << i + 1 << " " << layout_name(c[i].best.layout) << "   (" << c[i].spec << ")\n";
   const double best = best_step(c);

@@ -24,8 +24,7 @@ CostContext make_context(const PlanRequest& r, const Layout& l) {
   c.sq = c.s / l.cp;
   c.N = c.b * c.sq;
   c.Nl = l.sequence_parallel ? c.N / c.t : c.N;
-  c.w = block_widths(r.model);
-  c.hd = r.model.head_dim();
+  c.w = block_widths(r.model, r.attention);
   c.flash = !local && (r.hardware.flash_attention || r.model.llama());
   c.fp8 = !local && l.precision == Precision::bf16 && r.hardware.fp8_gemms;
   c.rates8 = c.rates;
@@ -47,7 +46,7 @@ double weight_gemm(const CostContext& c, const ComputeRates& R, double M, double
 }
 
 Passes linear_passes(const CostContext& c, const ComputeRates& R, double M,
-                     std::initializer_list<LinearShape> layers, bool weights) {
+                     const std::vector<LinearShape>& layers, bool weights) {
   Passes p;
   double plain = 0;
   for (const LinearShape& l : layers) {
@@ -67,19 +66,32 @@ Passes linear_passes(const CostContext& c, const ComputeRates& R, double M,
 
 Passes attention_projections(const CostContext& c) {
   const ComputeRates& R = c.rates;
-  const double N = c.N, h = c.h, t = c.t, qkv = (c.w.q + 2 * c.w.kv) / t, q = c.w.q / t;
-  Passes p = linear_passes(c, R, N, {{qkv, h}, {h, q}});
-  p.weight = (weight_gemm(c, R, qkv, h, N, 1, false) + weight_gemm(c, R, h, q, N, 1, false)) *
-             R.weight_grad_ratio;
+  const double N = c.N, t = c.t;
+  std::vector<LinearShape> shapes;
+  double wgrad = 0;
+  for (const Projection& x : c.w.att.projections) {
+    shapes.push_back({x.rank_out(t), x.rank_in(t)});
+    wgrad += weight_gemm(c, R, x.rank_out(t), x.rank_in(t), N, 1, false);
+  }
+  Passes p = linear_passes(c, R, N, shapes);
+  p.weight = wgrad * R.weight_grad_ratio;
+  // MLA's latent RMSNorms (replicated over tp), as the block's norms are costed.
+  if (c.w.att.latent_norms > 0) {
+    const double rows = N * c.w.att.latent_norms;
+    const double ln = pointwise_seconds(R, rows, 2 * rows * c.e, 2);
+    p.forward += ln, p.backward += 2 * ln;
+  }
   return p;
 }
 
 Passes gemm_attention_core(const CostContext& c) {
   const ComputeRates& R = c.rates;
-  const double sq = c.sq, s = c.s, hd = c.hd, heads = c.b * c.a / c.t;
+  // Scores over qk-wide heads, values v wide (the same head_dim but for MLA).
+  const double sq = c.sq, s = c.s, hd = c.w.att.qk_head, hv = c.w.att.v_head;
+  const double heads = c.b * c.a / c.t;
   Passes p;
   if (!c.flash) {
-    p.forward = linear_gemm(c, R, sq, s, hd, heads) + linear_gemm(c, R, sq, hd, s, heads) +
+    p.forward = linear_gemm(c, R, sq, s, hd, heads) + linear_gemm(c, R, sq, hv, s, heads) +
                 pointwise_seconds(R, heads * sq * s, 2 * heads * sq * s * c.e, 2);
     p.backward = 2 * p.forward;
     return p;
@@ -88,7 +100,7 @@ Passes gemm_attention_core(const CostContext& c) {
   // s x s tensor in memory; its backward recomputes the scores: 5 products to forward's 2
   // (Dao 2023, FlashAttention-2, Algorithm 2).
   const double keys = s / 2;
-  p.forward = linear_gemm(c, R, sq, keys, hd, heads) + linear_gemm(c, R, sq, hd, keys, heads);
+  p.forward = linear_gemm(c, R, sq, keys, hd, heads) + linear_gemm(c, R, sq, hv, keys, heads);
   p.backward = 2.5 * p.forward;
   return p;
 }
@@ -118,6 +130,28 @@ Passes mlp_of_width(const CostContext& c, double width) {
   return {gemms.forward + act, gemms.backward + act_bwd, wgrad * R.weight_grad_ratio};
 }
 
+// DeepSeek-V3's node-limited dispatch (3.2.2), balanced routing: of the M nodes a token
+// picks among the group's, (nodes - 1) / nodes are remote, each paid once over IB (the NIC's
+// busbw per rank); every row crosses NVLink (forwarded or sent within the node); the two
+// run at once. Under fp8_gemms these kernels dispatch the experts' FP8 GEMM input (3.3.3,
+// Low-Precision Communication: 1 byte and a 4-byte scale per 1 x 128 tile), the combine at
+// the activation precision.
+double expert_exchange_seconds(const CostContext& c, double tokens) {
+  const HardwareProfile& hw = c.r.hardware;
+  const double topk = c.r.model.topk, h = c.h;
+  if (hw.a2a_max_nodes <= 0 || c.ep.nodes <= 1)
+    return 2 * collective_seconds(hw, Collective::all_to_all, tokens * topk * h * c.e, c.ep);
+  const double nodes = c.ep.nodes, n = c.ep.size;
+  const double remote = std::min<double>(hw.a2a_max_nodes, nodes) * (nodes - 1) / nodes;
+  auto one_way = [&](double bytes) {
+    const double ib = tokens * remote * h * bytes / hw.inter_busbw;
+    const double nvlink = tokens * topk * h * bytes * (n - 1) / n / hw.intra_busbw;
+    return hw.inter_latency_s * 2 * std::ceil(std::log2(n)) + std::max(ib, nvlink);
+  };
+  const bool fp8 = hw.fp8_gemms && c.l.precision == Precision::bf16;
+  return one_way(fp8 ? 1 + 4.0 / 128 : c.e) + one_way(c.e);
+}
+
 double exposed_all_to_all(double comm, double compute, int parts) {
   if (parts <= 1) return comm;
   const double rest = (parts - 1.0) / parts;
@@ -144,8 +178,7 @@ Passes streamed_moe(const CostContext& c, double* ep_comm) {
   // the software's a2a_overlap_parts under the experts' compute.
   if (c.l.ep > 1) {
     const int parts = c.r.hardware.a2a_overlap_parts;
-    const double a2a =
-        2 * collective_seconds(c.r.hardware, Collective::all_to_all, N * topk * h * e, c.ep);
+    const double a2a = expert_exchange_seconds(c, N);
     *ep_comm = exposed_all_to_all(a2a, p.forward, parts) +
                exposed_all_to_all(a2a, p.backward + p.weight, parts);
   }
@@ -164,7 +197,7 @@ Passes streamed_moe(const CostContext& c, double* ep_comm) {
 Passes cp_exchange(const CostContext& c, const Passes& core) {
   if (c.l.cp <= 1) return {};
   const HardwareProfile& hw = c.r.hardware;
-  const double kv = 2 * c.N * c.w.kv / c.t * c.e, cp = c.l.cp;
+  const double kv = c.N * (c.w.kv + c.w.v) / c.t * c.e, cp = c.l.cp;
   if (c.l.cp_comm == CpComm::allgather) {
     const double ag = collective_seconds(hw, Collective::all_gather, kv * cp, c.cp);
     const double rs = collective_seconds(hw, Collective::reduce_scatter, kv * cp, c.cp);

@@ -15,7 +15,7 @@
 // same terms the GPT block's (q = kv = h, F = 4h) or the Llama block's (GQA, SwiGLU).
 #pragma once
 
-#include <initializer_list>
+#include <vector>
 
 #include "plan/hardware_costs.h"
 #include "plan/layout.h"
@@ -71,7 +71,6 @@ struct CostContext {
   double moe_busiest = 1;    // local: busiest_rank_load for the layout's ep
   double b = 1, s = 1, h = 1, a = 1, t = 1, N = 1, Nl = 1;  // the shapes above
   BlockWidths w;
-  double hd = 1;        // head dimension
   double sq = 1;        // the rank's queries per sequence: s / cp (N = b sq)
   bool flash = false;   // GPU: the attention core fused (FlashAttention)
   bool fp8 = false;     // GPU: the linear layers' GEMMs in FP8 (software fp8_gemms)
@@ -99,15 +98,17 @@ struct LinearShape {
   double out = 0, in = 0;
 };
 Passes linear_passes(const CostContext& c, const ComputeRates& R, double M,
-                     std::initializer_list<LinearShape> layers, bool weights = true);
+                     const std::vector<LinearShape>& layers, bool weights = true);
 
 // The shared terms.
-// q/k/v (one column-parallel GEMM, (q + 2 kv) / t wide) and the row-parallel output (q / t in).
+// The attention's projections (modern_attention.h): MHA's q/k/v (one column-parallel GEMM,
+// (q + 2 kv) / t wide) and the row-parallel output (q / t in); MLA's five, its down-projections
+// replicated on the rank's N rows, and its latent RMSNorms.
 Passes attention_projections(const CostContext& c);
-// The attention core as batched GEMMs over b a / t heads (QK^T, PV: s/cp queries against s
-// keys) and a softmax pass; its backward twice its forward (dP, dV, then dQ, dK; softmax
-// backward). FlashAttention (c.flash): the causal half of the products, no softmax pass,
-// backward 2.5x. W: none.
+// The attention core as batched GEMMs over b a / t heads (QK^T over qk-wide heads, PV over
+// v-wide ones: s/cp queries against s keys) and a softmax pass; its backward twice its forward (dP,
+// dV, then dQ, dK; softmax backward). FlashAttention (c.flash): the causal half of the products, no
+// softmax pass, backward 2.5x. W: none.
 Passes gemm_attention_core(const CostContext& c);
 Passes norms_and_residuals(const CostContext& c);  // two Layer/RMSNorms, two residual adds
 // fc, GELU, proj (GPT) or gate|up, SwiGLU, down (Llama), tp-split.
@@ -121,6 +122,10 @@ Passes mlp_of_width(const CostContext& c, double width);
 // (comm / parts) and whatever the rest take beyond the others' compute stay exposed;
 // parts <= 1: all of it.
 double exposed_all_to_all(double comm, double compute, int parts);
+// Dispatch + combine of `tokens` tokens' topk rows over ep, one direction (forward or
+// backward): the all-to-all collective, or node-limited (a2a_max_nodes) as DeepSeek-V3's
+// kernels send them: once per chosen remote node over IB, every row over NVLink, at once.
+double expert_exchange_seconds(const CostContext& c, double tokens);
 // Router and the rank's E / ep experts of the routed width on balanced rows (the rank's
 // N / t tokens x topk: tokens split over tp), permutations as streams, then the shared
 // experts (split over tp); the exposed dispatch and combine all-to-alls (both directions,

@@ -44,10 +44,11 @@ Passes bias_gradients(const CostContext& c, bool moe) {
 }
 
 // RoPE on q and k (Llama): a pointwise pass reading and writing both in forward and their
-// gradients in backward (Transformer Engine's fused rotary kernel, one per tensor).
+// gradients in backward (Transformer Engine's fused rotary kernel, one per tensor). MLA
+// rotates each query head's rope part (split over tp) and the one shared k_pe (on every rank).
 Passes rotary(const CostContext& c) {
   if (!c.w.gated) return {};
-  const double elems = c.N * (c.w.q + c.w.kv) / c.t;
+  const double elems = c.N * (c.w.att.rope_width / c.t + c.w.att.rope_shared);
   const double pass = pointwise_seconds(c.rates, elems, 2 * elems * c.e, 2);
   return {pass, pass, 0};
 }
@@ -63,7 +64,6 @@ Passes tp_comm(const CostContext& c, bool moe) {
   if (c.l.tp <= 1) return {};
   const HardwareProfile& hw = c.r.hardware;
   const double bytes = c.N * c.h * c.e, N = c.N, h = c.h, t = c.t;
-  const double qkv = (c.w.q + 2 * c.w.kv) / t;
   const bool sp = c.l.sequence_parallel;
   // An MoE layer splits its tokens over tp (docs/moe.md): its routed experts need no tp
   // collective under SP, and without SP all-gather their outputs (forward) and the input
@@ -77,9 +77,15 @@ Passes tp_comm(const CostContext& c, bool moe) {
                               collective_seconds(hw, Collective::reduce_scatter, bytes, c.tp)
                         : collective_seconds(hw, Collective::all_reduce, bytes, c.tp);
   if (!hw.tp_backward_overlap) return {n * one + routed, n * one + routed, 0};
-  // (input-gradient GEMM, weight-gradient GEMM) of each column-parallel linear.
-  std::vector<std::pair<double, double>> cols = {
-      {weight_gemm(c, c.rates, N, qkv, h), weight_gemm(c, c.rates, qkv, h, N, 1, false)}};
+  // (input-gradient GEMM, weight-gradient GEMM) of each tp region's column-parallel linears:
+  // the attention's (MHA's q/k/v; MLA's two up-projections, one collective under both).
+  std::pair<double, double> attention = {0, 0};
+  for (const Projection& x : c.w.att.projections) {
+    if (x.split != ProjectionSplit::column) continue;
+    attention.first += weight_gemm(c, c.rates, N, x.rank_out(t), x.rank_in(t));
+    attention.second += weight_gemm(c, c.rates, x.rank_out(t), x.rank_in(t), N, 1, false);
+  }
+  std::vector<std::pair<double, double>> cols = {attention};
   if (mlp_collective)
     cols.push_back(
         {weight_gemm(c, c.rates, N, up, h), weight_gemm(c, c.rates, up, h, N, 1, false)});
@@ -92,10 +98,12 @@ Passes tp_comm(const CostContext& c, bool moe) {
 }
 
 // DeepSeek-V3's recomputation in backward (unless the whole forward is recomputed):
-// norm_up_proj_recompute repeats both RMSNorms and the q/kv projections (3.2.3: the MLA
-// up-projections; planned as MHA, so its whole q/kv GEMM, somewhat more than MLA's
-// up-projections); fp8_activation_cache recomputes the MoE SwiGLU's output from its FP8
-// input (3.3.3), a pass reading gate and up and writing the product, routed and shared.
+// norm_up_proj_recompute repeats the RMSNorms (the block's two and MLA's latent ones) and
+// the up-projections (3.2.3: MLA's W_qb and W_kvb; MHA's q/k/v GEMM); up_proj_recompute the
+// up-projections and RoPE alone, dense_mlp_recompute a dense layer's MLP forward
+// (Megatron-Core's recompute_modules "mla_up_proj", "mlp"); fp8_activation_cache
+// recomputes the MoE SwiGLU's output from its FP8 input (3.3.3), a pass reading gate and up and
+// writing the product, routed and shared.
 double recomputed_pieces(const CostContext& c, bool moe) {
   const HardwareProfile& hw = c.r.hardware;
   if (c.l.recompute == Recompute::full) return 0;
@@ -103,8 +111,16 @@ double recomputed_pieces(const CostContext& c, bool moe) {
   if (hw.norm_up_proj_recompute) {
     const double rows = c.Nl * c.h;
     const double ln = pointwise_seconds(c.rates, rows, 2 * rows * c.e, 1);
-    t += 2 * ln + weight_gemm(c, c.rates, c.N, (c.w.q + 2 * c.w.kv) / c.t, c.h);
+    t += 2 * ln;
+    const double latent = c.N * c.w.att.latent_norms;
+    if (latent > 0) t += pointwise_seconds(c.rates, latent, 2 * latent * c.e, 2);
   }
+  if (hw.norm_up_proj_recompute || hw.up_proj_recompute) {
+    for (const Projection& x : c.w.att.projections)
+      if (x.up) t += weight_gemm(c, c.rates, c.N, x.rank_out(c.t), x.rank_in(c.t));
+    if (hw.up_proj_recompute) t += rotary(c).forward;
+  }
+  if (hw.dense_mlp_recompute && !moe) t += dense_mlp(c).forward;
   if (hw.fp8_activation_cache && moe && c.w.gated && c.l.precision == Precision::bf16) {
     const double local = c.r.model.experts / c.l.ep;
     const double routed = c.N / c.t * c.r.model.topk * c.w.expert_ffn;

@@ -26,9 +26,9 @@ double rank_tokens(const PlanRequest& r, const Layout& l) {
 
 // Korthikanti's items of one layer for one microbatch, bytes: the tp-split ones (per rank
 // already divided by t), the ones outside the tp region (replicated, or split by SP), and
-// the attention core's s x s tensors.
+// the attention core's s x s tensors, and MLA's latents (whole on every tp rank).
 struct LayerItems {
-  double split = 0, outside = 0, core = 0;
+  double split = 0, outside = 0, core = 0, replicated = 0;
 };
 
 // DeepSeek-V3's FP8 activation cache (3.3.3): a Linear's cached input costs 1 byte and a
@@ -37,21 +37,25 @@ constexpr double kFp8CachedBytes = 1 + 4.0 / 128;
 
 LayerItems layer_items(const PlanRequest& r, const Layout& l, bool moe) {
   const HardwareProfile& hw = r.hardware;
-  const BlockWidths w = block_widths(r.model);
+  const BlockWidths w = block_widths(r.model, r.attention);
   const double e = activation_bytes(l), t = l.tp, sb = rank_tokens(r, l), h = w.h;
   const double mask = hw.dropout ? 1 : 0;
   const bool flash = hw.flash_attention || r.model.llama();
   const bool fp8 = hw.fp8_activation_cache && l.precision == Precision::bf16;
-  const bool rc = hw.norm_up_proj_recompute;
+  const bool rc = hw.norm_up_proj_recompute;  // the norms (and the up-projections)
+  const bool rc_up = rc || hw.up_proj_recompute;
+  const bool rc_mlp = hw.dense_mlp_recompute && !moe;
   const double linear_in = fp8 ? kFp8CachedBytes : e;  // a Linear's input kept for its Wgrad
   LayerItems x;
   // Attention: Q and K for the scores, V, the projection's input (DeepSeek: E5M6, counted at
-  // 16 bits); the input of the qkv GEMM and the projection's dropout mask outside the tp
-  // region. Recomputed up-projections keep their input instead of Q, K and V, and with the
-  // norm recomputed the qkv GEMM's input is that input: MLA's latents, which the planner
-  // (MLA as MHA) does not know, so taken as h wide, an overestimate.
-  x.split += (rc ? 0 : e * (w.q + w.kv) + e * w.kv) + e * w.q;
+  // 16 bits); the input of the qkv GEMM (MLA: of the down-projections) and the projection's
+  // dropout mask outside the tp region. Recomputed up-projections keep their input instead
+  // of Q, K and V. MLA's latents, on every tp rank: the down-projections' outputs (the latent
+  // norms' inputs, q_lora + kv_lora + the shared k_pe) and, unless the norms and
+  // up-projections are recomputed (3.2.3), the norms' outputs, the up-projections' inputs.
+  x.split += (rc_up ? 0 : e * (w.q + w.kv) + e * w.v) + e * w.o;
   x.outside += linear_in * h + mask * h;
+  x.replicated = e * w.att.latent_cache + (rc ? 0 : linear_in * w.att.latent_norms);
   // MLP: GELU's input and output, or SwiGLU's gate|up and product (the product is the down
   // projection's input); its input and mask. An MoE layer's experts (whole on their ep rank,
   // not split over tp) keep the same for each of a token's topk rows and the rows
@@ -65,13 +69,14 @@ LayerItems layer_items(const PlanRequest& r, const Layout& l, bool moe) {
   if (moe) {  // tokens split over tp: each rank's experts see sb / t tokens
     experts = r.model.topk * (moe_act(w.expert_ffn) + linear_in * h) + 4.0 * r.model.experts;
     x.split += moe_act(w.shared_ffn);
-  } else {
+  } else if (!rc_mlp) {  // recomputed: only its input (below) kept
     x.split += act(w.ffn);
   }
   x.outside += (rc ? 0 : linear_in * h) + mask * h;
   x.outside += 2 * e * h;  // the two norms' inputs
   x.split = (x.split + experts) * sb / t;
   x.outside *= sb / (l.sequence_parallel ? t : 1);
+  x.replicated *= sb;
   // Scores: the softmax output, its dropout mask and output, over the rank's s/cp queries
   // and all s keys; FlashAttention keeps only the softmax statistics (fp32 per head, token).
   const double heads = double(r.model.heads) / t, queries = sb, keys = r.model.seq;
@@ -90,7 +95,7 @@ double layer_activation_bytes(const PlanRequest& r, const Layout& l, bool whole,
   if (!whole && l.recompute == Recompute::full)
     return activation_bytes(l) * rank_tokens(r, l) * r.model.dim / (l.sequence_parallel ? l.tp : 1);
   const bool core = whole || l.recompute != Recompute::selective || flash;
-  return x.split + x.outside + (core ? x.core : 0);
+  return x.split + x.outside + x.replicated + (core ? x.core : 0);
 }
 
 double stage_peak(const Schedule& s, int stage, const std::vector<double>& per_chunk) {
@@ -158,8 +163,8 @@ void add_model_state(const PlanRequest& r, const Layout& l, double params, doubl
 // gradients before the reduce-scatter.
 double cp_buffers(const PlanRequest& r, const Layout& l) {
   if (l.cp <= 1) return 0;
-  const BlockWidths w = block_widths(r.model);
-  const double kv = 2 * w.kv / l.tp * activation_bytes(l) * l.micro_batch;
+  const BlockWidths w = block_widths(r.model, r.attention);
+  const double kv = (w.kv + w.v) / l.tp * activation_bytes(l) * l.micro_batch;
   if (l.cp_comm == CpComm::allgather) return 2 * kv * r.model.seq;
   return 2 * kv * rank_tokens(r, l);
 }
@@ -189,7 +194,7 @@ PlannedMemory software_memory(const PlanRequest& r, const Layout& l, const Sched
       bytes.push_back(chunk_bytes(r, l, spec, layer));
       for (int i = spec.first_layer; i < spec.last_layer; ++i) {
         double ex = 0;
-        const double p = rank_block_params(m, i, l.tp, l.ep, &ex);
+        const double p = rank_block_params(m, i, l.tp, l.ep, &ex, r.attention);
         params += p, experts += ex, largest = std::max(largest, p);
       }
       const double table = double(tp::padded_vocab(m.vocab, l.tp)) / l.tp * m.dim;
@@ -201,7 +206,7 @@ PlannedMemory software_memory(const PlanRequest& r, const Layout& l, const Sched
       // shared with the main model).
       for (int k = 0; spec.has_head && k < r.mtp_layers; ++k) {
         double ex = 0;
-        const double p = rank_block_params(m, m.layers - 1, l.tp, l.ep, &ex);
+        const double p = rank_block_params(m, m.layers - 1, l.tp, l.ep, &ex, r.attention);
         params += p + 2.0 * m.dim * m.dim / l.tp, experts += ex;
         largest = std::max(largest, p);
       }

@@ -203,6 +203,21 @@ struct HardwareProfile {
   // but recomputed in backward from the norm's input and the projections' input (DeepSeek-V3
   // section 3.2.3: RMSNorm and MLA up-projection recomputation).
   bool norm_up_proj_recompute = false;
+  // The attention's up-projections' outputs (Q, K, V) alone not kept but recomputed, with
+  // RoPE, from the projections' input, which is kept (Megatron-Core's recompute_modules
+  // "mla_up_proj"; norm_up_proj_recompute implies it).
+  bool up_proj_recompute = false;
+  // The dense layers' MLP recomputed in backward from its input (Megatron-Core's
+  // recompute_modules "mlp": the dense MLP submodule, not the MoE layers).
+  bool dense_mlp_recompute = false;
+  // Node-limited expert dispatch (DeepSeek-V3 section 3.2.2): a token's routed rows go to at
+  // most this many nodes, sent once per node over InfiniBand and forwarded over NVLink (0:
+  // every row its own all-to-all message, priced as the collective).
+  int a2a_max_nodes = 0;
+  // SMs the communication kernels hold while they run beside computation (DeepSeek-V3
+  // 3.2.2: 20 of the H800's 132): the computation an F&B pair overlaps with its all-to-alls
+  // runs on the rest.
+  int comm_sms = 0;
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;
 };

@@ -67,6 +67,23 @@ void validate_request(const PlanRequest& r) {
              r.mtp_layers, ": software ", r.hardware.software,
              " has no multi-token prediction (the engine has none); plan it under a GPU "
              "software that has, e.g. --software deepseek-v3-2024 or megatron-bridge-2025");
+  validate_mla_request(r);
+}
+
+void validate_mla_request(const PlanRequest& r) {
+  if (!r.attention.is_mla()) return;
+  validate_attention(r.attention);
+  const ModelConfig& m = r.model;
+  MT_REQUIRE(!r.hardware.local && r.hardware.paper_memory, "--attention mla: software ",
+             r.hardware.software,
+             " has no multi-head latent attention (the engine has none); plan it under a GPU "
+             "software that has, e.g. --software deepseek-v3-2024 or megatron-bridge-2025");
+  MT_REQUIRE(m.llama(), "--attention mla needs --arch llama (RMSNorm, RoPE, SwiGLU)");
+  MT_REQUIRE(m.kv_heads == 0 || m.kv_heads == m.heads, "--kv-heads ", m.kv_heads,
+             ": --attention mla has one key/value head per query head (--heads ", m.heads, ")");
+  MT_REQUIRE(m.head_size == 0,
+             "--head-dim does not apply to --attention mla (its heads are --qk-nope-head-dim + "
+             "--qk-rope-head-dim wide, its values --v-head-dim)");
 }
 
 int microbatches(const PlanRequest& r, const Layout& l) {

@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "plan/hardware_profile.h"
 #include "plan/layout_names.h"
+#include "plan/modern_attention.h"
 #include "train/options.h"
 
 namespace mt::plan {
@@ -56,6 +57,10 @@ struct PlanRequest {
   // output head and loss, on the chunk with the head. GPU software with paper memory only:
   // the engine has no MTP.
   int mtp_layers = 0;
+  // The attention family (plan --attention): MHA as the engine's blocks, or DeepSeek's MLA
+  // (modern_attention.h; GPU software with paper memory and --arch llama only: the engine
+  // has no MLA).
+  AttentionShape attention;
   std::optional<int> dp, tp, pp, virtual_stages, ep, zero, micro_batch, cp;
   std::optional<bool> sequence_parallel;
   std::optional<Recompute> recompute;
@@ -77,6 +82,11 @@ ModelConfig with_engine_vocab(const PlanRequest& r);
 // (the MLP's width, 4 x dim, is an int), --batch and the device count >= 1, --threads as train
 // takes it, --bucket-mb finite in (0, 2^20] MiB, the fixed knobs >= 1, --zero 0-3.
 void validate_request(const PlanRequest& r);
+
+// UsageError (one line naming the flag) unless --attention mla's widths are in range and the
+// request can plan it: GPU software with paper memory, --arch llama, no --kv-heads or
+// --head-dim of its own.
+void validate_mla_request(const PlanRequest& r);
 
 // train's --microbatches of a candidate: batch / (dp x micro_batch), 0 when that is below 1.
 int microbatches(const PlanRequest& r, const Layout& l);

@@ -41,7 +41,7 @@ LD live_slots(const Schedule& s) {
 // ZeRO buckets and gathers, expert and embedding copies, the model arenas: 20 copies at most).
 LD upper_bytes(const PlanRequest& r, const Layout& l, LD slots) {
   const ModelConfig& m = r.model;
-  const BlockWidths w = block_widths(m);
+  const BlockWidths w = block_widths(m, r.attention);
   // The GPT block's widths, or the Llama block's where they are larger (head-dim, ffn-dim).
   const LD T = m.seq, C = std::max<LD>(m.dim, std::max(w.q, w.kv)), V = m.vocab, L = m.layers;
   const LD H = std::max<LD>(std::max<LD>(4 * LD(m.dim), 1.5L * w.ffn),
@@ -70,7 +70,7 @@ LD upper_bytes(const PlanRequest& r, const Layout& l, LD slots) {
 
 MemoryBounds memory_lower_bound(const PlanRequest& r, const Layout& l) {
   const ModelConfig& m = r.model;
-  const BlockWidths w = block_widths(m);
+  const BlockWidths w = block_widths(m, r.attention);
   const LD C = m.dim, El = LD(m.experts) / l.ep, mlp = LD(w.mlp_matrices()) * C * w.ffn;
   const LD experts = El * LD(w.expert_mlp()) + LD(w.shared_mlp()) / l.tp;
   const LD tp = l.tp, dp = l.dp, N = LD(l.micro_batch) * m.seq, M = microbatches(r, l);
@@ -82,7 +82,7 @@ MemoryBounds memory_lower_bound(const PlanRequest& r, const Layout& l) {
   // A stage may hold dense blocks or MoE blocks (--moe-every, --first-dense-layers): the
   // smaller of the two MLPs, unless every block is MoE.
   const bool moe_only = m.experts > 0 && m.moe_every == 1 && m.first_dense_layers == 0;
-  const LD attention = C * (2 * LD(w.q) + 2 * LD(w.kv));
+  const LD attention = LD(w.att.weights(1));  // MHA: C (2q + 2kv)
   const LD mlp_part = moe_only ? experts : m.experts > 0 ? std::min(experts, mlp / tp) : mlp / tp;
   const LD per_block = attention / tp + mlp_part;
   const LD weights = stage_blocks * per_block;

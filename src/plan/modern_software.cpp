@@ -46,7 +46,11 @@ SoftwareTable llama3_2024() {
        {"fp8_gemms", 0, "BF16 training (3.3.2, Table 4: BF16 MFU); FP8 appears only for inference"},
        {"fp8_activation_cache", 0, "BF16 training: 16-bit activations"},
        {"norm_up_proj_recompute", 0,
-        "no activation checkpointing at 8K (3.3.2): norm outputs and Q, K, V kept"}},
+        "no activation checkpointing at 8K (3.3.2): norm outputs and Q, K, V kept"},
+       {"up_proj_recompute", 0, "no activation checkpointing at 8K (3.3.2)"},
+       {"dense_mlp_recompute", 0, "no activation checkpointing at 8K (3.3.2)"},
+       {"a2a_max_nodes", 0, "no MoE in Llama 3"},
+       {"comm_sms", 0, "no MoE in Llama 3"}},
       "not offered: Llama 3's pipeline is an interleaved 1F1B schedule with a tunable "
       "microbatch count (3.3.2); DualPipe came later, with DeepSeek-V3 (Dec 2024)"};
 }
@@ -92,12 +96,11 @@ SoftwareTable deepseek_v3_2024() {
        {"max_cp", 1, "no context parallelism in pre-training (4K sequences)"},
        {"cp_allgather", 0, "no context parallelism"},
        {"paper_memory", 1,
-        "Korthikanti Table 2 accounting; FP8 activation caching (3.3.3) and the RMSNorm / MLA "
-        "up-projection / MoE SwiGLU recomputation (3.2.3, 3.3.3) not modelled: an "
-        "overestimate"},
+        "Korthikanti Table 2 accounting, with the FP8 activation cache and the recomputation "
+        "of the two fields below (3.2.3, 3.3.3)"},
        {"flash_attention", 1,
-        "fused attention (the kernel not stated; attention operators at BF16/FP32, 3.3.1); MLA is "
-        "planned as MHA of --heads x --head-dim: its latent compression is not modelled"},
+        "fused attention (the kernel not stated; attention operators at BF16/FP32, 3.3.1); MLA "
+        "with --attention mla (else planned as MHA of --heads x --head-dim)"},
        {"param_gather_overlap", 0, kNotStated},
        {"zero3_prefetch", 1, "ZeRO-1 only"},
        {"a2a_overlap_parts", 1, "outside the F&B pairs the all-to-alls are not split"},
@@ -114,9 +117,20 @@ SoftwareTable deepseek_v3_2024() {
         "SwiGLU's inputs cached in FP8 and its output recomputed in backward"},
        {"norm_up_proj_recompute", 1,
         "3.2.3: \"We recompute all RMSNorm operations and MLA up-projections during "
-        "back-propagation\"; MLA's latents (the up-projections' input) are unknown to the "
-        "planner (MLA as MHA): counted h wide, an overestimate of the released config's "
-        "1536 + 512 + 64"}},
+        "back-propagation\": Q, K, V and the norms' outputs not kept, the latents (the "
+        "down-projections' outputs, --attention mla) kept instead; under MHA the q/k/v GEMM's "
+        "input, h wide"},
+       {"up_proj_recompute", 0, "3.2.3: with the norms, norm_up_proj_recompute (which implies it)"},
+       {"dense_mlp_recompute", 0,
+        "3.2.3 names the RMSNorms and MLA up-projections only (the MoE SwiGLU: "
+        "fp8_activation_cache)"},
+       {"a2a_max_nodes", 4,
+        "3.2.2: \"each token will be sent to at most 4 nodes\", once per node over IB to "
+        "the GPU of the same in-node index, then forwarded over NVLink; the dispatch in FP8 "
+        "(3.3.3, Low-Precision Communication), the combine in BF16"},
+       {"comm_sms", 20,
+        "3.2.2: \"only 20 SMs are sufficient to fully utilize the bandwidths of IB and "
+        "NVLink\" (of the H800's 132), held while the all-to-alls run under computation"}},
       "offered: DeepSeek-V3 pipelines with DualPipe, planned as its V variant (one copy of "
       "the parameters per rank)"};
 }
@@ -152,8 +166,8 @@ SoftwareTable megatron_bridge_2025() {
        {"cp_allgather", 0, "Megatron-Core's default cp_comm_type p2p (a ring)"},
        {"paper_memory", 1, kKorthikantiMemory},
        {"flash_attention", 1,
-        "Transformer Engine's fused attention; DeepSeek-V3's MLA is planned as MHA of "
-        "--heads x --head-dim"},
+        "Transformer Engine's fused attention; DeepSeek-V3's MLA with --attention mla (else "
+        "planned as MHA of --heads x --head-dim)"},
        {"param_gather_overlap", 0, "overlap_param_gather not set by the recipe"},
        {"zero3_prefetch", 1, "no ZeRO 3"},
        {"a2a_overlap_parts", 1, "moe_a2a_overlap = False (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1)"},
@@ -164,8 +178,18 @@ SoftwareTable megatron_bridge_2025() {
        {"fp8_activation_cache", 0,
         "not modelled: Transformer Engine's saved FP8 inputs are not described here"},
        {"norm_up_proj_recompute", 0,
-        "not modelled: the recipe's recompute_modules mla_up_proj recomputes the up-projections "
-        "but not the norms (this field recomputes both)"}},
+        "recompute_modules [\"mla_up_proj\", \"mlp\"] (DEEPSEEK_V3 H100 recipe): no norm "
+        "recomputation"},
+       {"up_proj_recompute", 1,
+        "recompute_modules \"mla_up_proj\": Megatron-Core recomputes the MLA up projection "
+        "and RoPE (output-discarding checkpoint), Q, K, V not kept"},
+       {"dense_mlp_recompute", 1,
+        "recompute_modules \"mlp\": Megatron-Core recomputes the dense MLP submodule (the "
+        "first 3 dense layers; not the MoE layers)"},
+       {"a2a_max_nodes", 0,
+        "the recipe's dispatcher is not read here: every routed row priced as its own "
+        "all-to-all message (this engine's assumption)"},
+       {"comm_sms", 0, "moe_a2a_overlap = False: the all-to-alls do not run beside computation"}},
       kMegatronNoDualPipe};
 }
 

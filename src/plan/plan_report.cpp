@@ -47,9 +47,10 @@ std::string layout_name(const Layout& l) {
 
 void print_table(std::ostream& out, const PlanRequest& r, const SearchResult& s, int top) {
   const ModelConfig& m = r.model;
-  out << "meshtrain plan: " << describe_model(m) << ", batch " << r.batch << " x seq " << m.seq
-      << ", " << r.devices << (r.hardware.local ? " ranks on " : " x ") << r.hardware.name << "\n"
-      << "  model FLOPs per step " << fmt("%.4g", model_flops_per_step(m, r.batch))
+  out << "meshtrain plan: " << describe_model(m, r.attention) << ", batch " << r.batch << " x seq "
+      << m.seq << ", " << r.devices << (r.hardware.local ? " ranks on " : " x ") << r.hardware.name
+      << "\n"
+      << "  model FLOPs per step " << fmt("%.4g", model_flops_per_step(m, r.batch, r.attention))
       << " (Korthikanti et al. 2022, App. A); " << s.considered << " combinations, " << s.valid
       << " valid, " << s.fit << " fit (" << s.pruned
       << " of them not simulated: their slowest stage alone is slower than #" << s.candidates.size()

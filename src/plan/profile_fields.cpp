@@ -60,7 +60,11 @@ std::vector<ProfileField> software_fields() {
           {"fb_a2a_overlap", &H::fb_a2a_overlap},
           {"fp8_gemms", &H::fp8_gemms},
           {"fp8_activation_cache", &H::fp8_activation_cache},
-          {"norm_up_proj_recompute", &H::norm_up_proj_recompute}};
+          {"norm_up_proj_recompute", &H::norm_up_proj_recompute},
+          {"up_proj_recompute", &H::up_proj_recompute},
+          {"dense_mlp_recompute", &H::dense_mlp_recompute},
+          {"a2a_max_nodes", &H::a2a_max_nodes, 0, double(1 << 20)},
+          {"comm_sms", &H::comm_sms, 0, 1024}};
 }
 
 // The local MoE layer's calibrated figures: the grouped expert GEMMs' rates and the

@@ -42,7 +42,7 @@ std::vector<T> choices(const std::optional<T>& fixed, std::vector<T> all) {
 using ScheduleKey = std::tuple<std::string, int, int, int>;
 
 void fill_rates(const PlanRequest& r, Candidate& c) {
-  const double flops = model_flops_per_step(r.model, r.batch);
+  const double flops = model_flops_per_step(r.model, r.batch, r.attention);
   c.tokens_per_s = double(r.batch) * r.model.seq / c.time.step_s;
   c.model_tflops_per_device = flops / c.time.step_s / c.layout.world() / 1e12;
   const double peak = r.hardware.local ? peak_flops(r.hardware, c.layout.precision) * r.threads
@@ -172,7 +172,7 @@ bool activations_dominate_layer(const PlanRequest& r) {
   Layout one;
   one.precision = Precision::bf16;
   double experts = 0;
-  const double weights = 2 * rank_block_params(r.model, 0, 1, 1, &experts);
+  const double weights = 2 * rank_block_params(r.model, 0, 1, 1, &experts, r.attention);
   return layer_activation_bytes(r, one, true, false) > weights - 2 * experts;
 }
 

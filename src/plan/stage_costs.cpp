@@ -18,7 +18,7 @@ void add(StageCosts& sc, const Passes& p) {
 // The weights of the layers the engine runs on the dense bf16 tiles (local_on_tiles), each
 // {outputs, inputs}: packed once per step instead of rounded.
 void add_tile_weights(const CostContext& c, StageCosts& sc,
-                      std::initializer_list<LinearShape> layers) {
+                      const std::vector<LinearShape>& layers) {
   if (!c.local_bf16) return;
   for (const LinearShape& l : layers)
     if (local_on_tiles(c.rates, l.out)) sc.tile_weights += l.out * l.in;
@@ -32,15 +32,19 @@ void add_block(const CostContext& c, int layer, StageCosts& sc) {
   sc.ep_comm += k.ep_comm;
   sc.cp_comm += k.cp_comm;
   sc.recompute += k.recompute;
-  const double params = rank_block_params(m, layer, c.l.tp, c.l.ep, &sc.expert_params);
+  const double params =
+      rank_block_params(m, layer, c.l.tp, c.l.ep, &sc.expert_params, c.r.attention);
   sc.params += params;
-  // The linears' weights (their bf16 copies locally): attention (h (2q + 2kv) / t) and the
-  // MLP (2 or 3 h F / t) or the rank's experts (E/ep x 2 or 3 h F).
+  // The linears' weights (their bf16 copies locally): attention (MHA: h (2q + 2kv) / t) and
+  // the MLP (2 or 3 h F / t) or the rank's experts (E/ep x 2 or 3 h F).
   const double h = c.h, t = c.t, mlp = c.w.mlp_matrices() * h * c.w.ffn;
-  sc.linear_weights += h * (2 * c.w.q + 2 * c.w.kv) / t +
-                       (is_moe_layer(m, layer) ? double(m.experts) / c.l.ep * mlp : mlp / t);
-  const double qkv = (c.w.q + 2 * c.w.kv) / t, F = c.w.ffn / t, up = c.w.gated ? 2 * F : F;
-  add_tile_weights(c, sc, {{qkv, h}, {h, c.w.q / t}});
+  sc.linear_weights +=
+      c.w.att.weights(t) + (is_moe_layer(m, layer) ? double(m.experts) / c.l.ep * mlp : mlp / t);
+  std::vector<LinearShape> attention;
+  for (const Projection& x : c.w.att.projections)
+    attention.push_back({x.rank_out(t), x.rank_in(t)});
+  add_tile_weights(c, sc, attention);
+  const double F = c.w.ffn / t, up = c.w.gated ? 2 * F : F;
   if (!is_moe_layer(m, layer))
     add_tile_weights(c, sc, {{up, h}, {h, F}});
   else if (c.local_bf16 && c.rates.expert_pack_s > 0)

@@ -148,6 +148,7 @@ std::vector<std::string> step_lines(const HardwareProfile& hw) {
 std::vector<std::string> time_assumptions(const PlanRequest& r) {
   const HardwareProfile& hw = r.hardware;
   std::vector<std::string> a = common_lines();
+  if (r.attention.is_mla()) a.push_back(attention_assumption(r.attention));
   for (const std::string& line : hw.local ? local_lines(hw) : gpu_lines(hw)) a.push_back(line);
   for (const std::string& line : step_lines(hw)) a.push_back(line);
   for (const std::string& line : software_lines(hw)) a.push_back(line);

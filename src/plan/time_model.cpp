@@ -65,22 +65,27 @@ double p2p_message(const CostContext& c) {
 // under the B half's compute and the B half's under the F half's, as the fraction of the
 // shorter half the simulator overlaps (OpCosts::fb_overlap). Each half's exposed all-to-all
 // is half the stage's (dispatch + combine each way).
-double fb_overlap(const StageCosts& sc) {
+// With comm_sms, the communication kernels hold comm_sms of the device's SMs while the
+// computation they hide under runs (DeepSeek-V3 3.2.2): that computation slows by the
+// share, so a pair saves hidden x (1 - comm_sms / sms).
+double fb_overlap(const StageCosts& sc, const HardwareProfile& hw) {
+  if (!hw.fb_a2a_overlap) return 0;
   const double a2a = sc.ep_comm / 2, f = sc.forward, b = sc.backward + sc.weight;
   const double hidden =
       std::min(a2a, std::max(0.0, b - a2a)) + std::min(a2a, std::max(0.0, f - a2a));
+  const double held = hw.sms > 0 ? std::min(1.0, hw.comm_sms / hw.sms) : 0.0;
   const double shorter = std::min(sc.forward, sc.backward);
-  return shorter > 0 ? std::min(1.0, hidden / shorter) : 0.0;
+  return shorter > 0 ? std::min(1.0, hidden * (1 - held) / shorter) : 0.0;
 }
 
 std::vector<OpCosts> stage_ops(const PredictedTime& p, const Layout& l, bool blocking,
-                               bool fb_a2a_overlap) {
+                               const HardwareProfile* pairs) {
   std::vector<OpCosts> ops;
   const double v = l.virtual_stages, t = p.pp_p2p_s;
   for (const StageCosts& sc : p.stages) {
     ops.push_back(blocking ? OpCosts{sc.forward / v + t, sc.backward / v + t, sc.weight / v, 0.0}
                            : OpCosts{sc.forward / v, sc.backward / v, sc.weight / v, t});
-    if (fb_a2a_overlap) ops.back().fb_overlap = fb_overlap(sc);
+    if (pairs) ops.back().fb_overlap = fb_overlap(sc, *pairs);
   }
   return ops;
 }
@@ -89,8 +94,7 @@ void add_pipeline(const CostContext& c, const Schedule& schedule, int mb, Predic
   p.pp_p2p_s = p2p_message(c);
   if (c.l.pp > 1) {
     const HardwareProfile& hw = c.r.hardware;
-    const Timeline tl =
-        simulate_schedule(schedule, stage_ops(p, c.l, hw.p2p_blocking, hw.fb_a2a_overlap));
+    const Timeline tl = simulate_schedule(schedule, stage_ops(p, c.l, hw.p2p_blocking, &hw));
     MT_CHECK(!tl.deadlocked);
     p.pipeline_s = tl.makespan;
     p.bubble = tl.bubble();
@@ -188,7 +192,7 @@ PredictedTime predict_dedicated(const PlanRequest& r, const Layout& l, const Sch
   const bool pairs = r.hardware.fb_a2a_overlap && schedule.placement == ChunkPlacement::v_shape;
   for (const StageCosts& sc : p.stages) {
     const double paired =
-        pairs ? fb_overlap(sc) * std::min(sc.forward, sc.backward + sc.weight) : 0.0;
+        pairs ? fb_overlap(sc, r.hardware) * std::min(sc.forward, sc.backward + sc.weight) : 0.0;
     bound = std::max(bound, mb * (sc.forward + sc.backward + sc.weight - paired));
   }
   if (bound > give_up_above) {
@@ -273,7 +277,7 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   const PredictedTime w = predict_dedicated(without_waits(o), l, schedule, 1e300);
   double pipeline = w.pipeline_s * o.slowdown;
   if (l.pp > 1) {
-    std::vector<OpCosts> ops = stage_ops(w, l, false, false);
+    std::vector<OpCosts> ops = stage_ops(w, l, false, nullptr);
     for (OpCosts& op : ops) op.latency = p.pp_p2p_s;  // a send's latency is a wait already
     pipeline = shared_cores_makespan(schedule, ops, o.width, r.hardware.cores);
   }

@@ -5,6 +5,7 @@
 // with MTP depth 1 (4.2) the stated layout fits without recomputing whole layers.
 #include <gtest/gtest.h>
 
+#include "deepseek_requests.h"
 #include "model/block.h"
 #include "plan/gpu_memory.h"
 #include "plan/memory_model.h"
@@ -16,33 +17,14 @@
 namespace mt::plan {
 namespace {
 
-// DeepSeek-V3 (report 4.2 and the released config; bench/planner/modern_runs.py) on 2,048
-// H800s under its software, the stated layout: pp 16 DualPipe, ep 64, dp 128, no tp.
+using testing::deepseek_v3_run;
+
 PlanRequest deepseek_v3(int mtp_layers) {
-  PlanRequest r;
-  r.model.arch = Arch::llama;
-  r.model.layers = 61, r.model.dim = 7168, r.model.heads = 128, r.model.ffn_dim = 18432;
-  r.model.experts = 256, r.model.topk = 8, r.model.expert_ffn_dim = 2048;
-  r.model.shared_experts = 1, r.model.first_dense_layers = 3;
-  r.model.router = RouterScore::sigmoid;
-  r.model.vocab = 129280, r.model.tie_embeddings = false, r.model.seq = 4096;
-  r.batch = 15360;
-  r.hardware = preset_profile("h800-80gb");
-  apply_software(r.hardware, "deepseek-v3-2024");
-  r.devices = 2048;
-  r.tp = 1, r.pp = 16, r.ep = 64, r.dp = 128;
-  r.schedule = "dualpipev";
-  r.precision = Precision::bf16;
-  r.mtp_layers = mtp_layers;
-  return r;
+  return deepseek_v3_run(mtp_layers);
 }
 
 Layout stated() {
-  Layout l;
-  l.dp = 128, l.pp = 16, l.ep = 64, l.zero = 1, l.micro_batch = 1;
-  l.schedule = "dualpipev", l.virtual_stages = 2;
-  l.precision = Precision::bf16;
-  return l;
+  return testing::deepseek_v3_stated_layout();
 }
 
 PlanRequest without(PlanRequest r, bool fp8_cache, bool norm_up_proj) {

@@ -42,10 +42,10 @@ TEST(PlanFp8, PresetsCarryTheDatasheetFp8Peak) {
   EXPECT_FALSE(h.fp8_gemms);  // meshtrain: bf16 GEMMs at most
   apply_software(h, "deepseek-v3-2024");
   EXPECT_TRUE(h.fp8_gemms);
-  // --explain says what the plan approximates: MLA as MHA.
+  // --explain says how MLA is planned: --attention mla, else as MHA.
   bool mla = false;
   for (const std::string& line : software_lines(h))
-    mla = mla || line.find("MLA is planned as MHA") != std::string::npos;
+    mla = mla || line.find("MLA with --attention mla (else planned as MHA") != std::string::npos;
   EXPECT_TRUE(mla);
   EXPECT_EQ(h.max_zero, 1);
   EXPECT_TRUE(h.fb_a2a_overlap);

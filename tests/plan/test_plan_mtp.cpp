@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "deepseek_requests.h"
 #include "plan/memory_model.h"
 #include "plan/search.h"
 #include "plan/software_profiles.h"
@@ -18,19 +19,7 @@ namespace {
 
 // A small DeepSeek-style MoE model under DeepSeek-V3's software, pp 2 (1F1B).
 PlanRequest deepseek_like(int mtp_layers) {
-  PlanRequest r;
-  r.model.arch = Arch::llama;
-  r.model.layers = 8, r.model.dim = 1024, r.model.heads = 16, r.model.ffn_dim = 2816;
-  r.model.experts = 16, r.model.topk = 4, r.model.expert_ffn_dim = 512;
-  r.model.shared_experts = 1, r.model.first_dense_layers = 1;
-  r.model.vocab = 32000, r.model.tie_embeddings = false, r.model.seq = 1024;
-  r.batch = 16;
-  r.hardware = preset_profile("h800-80gb");
-  apply_software(r.hardware, "deepseek-v3-2024");
-  r.devices = 4;
-  r.precision = Precision::bf16;
-  r.mtp_layers = mtp_layers;
-  return r;
+  return testing::deepseek_request(testing::deepseek_small_model(), 16, 4, mtp_layers);
 }
 
 Layout pp2() {
