@@ -52,21 +52,37 @@ class MovingIdentity final : public TokenExchange {
 
 // One forward + backward (B and W) of a fresh bf16 llama MoE layer on `ep`: y, dh and every
 // gradient, one after the other.
-std::vector<float> run(const ExpertParallelShard& shard) {
+// A fresh bf16 llama MoE layer on `shard`, with its inputs and outputs.
+struct Layer {
   uint64_t version = 1;
-  ExpertParallelShard ep = shard;
-  ep.bf16_version = &version;
-  const ModelConfig cfg = llama_config();
-  Harness m(cfg, ep, kN);
-  const size_t n = size_t(kN) * cfg.dim;
-  const auto h = moe_test::random_vec(n, 3, 1), dy = moe_test::random_vec(n, 3, 2);
-  std::vector<float> y(n), dh(n);
-  m.layer->forward(m.slot(), h.data(), y.data(), kN);
-  m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), kN);
-  m.layer->backward_weight(m.slot(), h.data(), kN);
+  ExpertParallelShard ep;
+  std::unique_ptr<Harness> m;
+  std::vector<float> h, dy, y, dh;
+  explicit Layer(const ExpertParallelShard& shard) : ep(shard) {
+    ep.bf16_version = &version;
+    const ModelConfig cfg = llama_config();
+    m = std::make_unique<Harness>(cfg, ep, kN);
+    const size_t n = size_t(kN) * cfg.dim;
+    h = moe_test::random_vec(n, 3, 1), dy = moe_test::random_vec(n, 3, 2);
+    y.resize(n), dh.resize(n);
+  }
+  void forward(const LocalWork& local = {}) {
+    m->layer->forward(m->slot(), h.data(), y.data(), kN, local);
+  }
+  void backward_input(const LocalWork& local = {}) {
+    m->layer->backward_input(m->slot(), h.data(), dy.data(), dh.data(), kN, local);
+  }
+};
+
+std::vector<float> run(const ExpertParallelShard& shard) {
+  Layer l(shard);
+  Harness& m = *l.m;
+  l.forward();
+  l.backward_input();
+  m.layer->backward_weight(m.slot(), l.h.data(), kN);
   EXPECT_GT(m.layer->stats().dropped, 0) << "capacity 1.0 should drop some assignments";
-  std::vector<float> out = y;
-  out.insert(out.end(), dh.begin(), dh.end());
+  std::vector<float> out = l.y;
+  out.insert(out.end(), l.dh.begin(), l.dh.end());
   for (const ParamInfo& p : m.table.entries())
     out.insert(out.end(), m.grad(p.name), m.grad(p.name) + p.numel);
   return out;
@@ -116,20 +132,13 @@ TEST_F(MoeTokenSums, SameBitsAsTheOverlappedParts) {
 // in each direction on the fused path too: an early return once skipped it there, so a
 // model with shared experts lost them in bf16 one-thread ranks at ep 1.
 TEST_F(MoeTokenSums, TheCallersLocalWorkRunsOnceInEachDirection) {
-  uint64_t version = 1;
-  ExpertParallelShard ep;
-  ep.bf16_version = &version;
-  const ModelConfig cfg = llama_config();
-  Harness m(cfg, ep, kN);
-  const size_t n = size_t(kN) * cfg.dim;
-  const auto h = moe_test::random_vec(n, 3, 1), dy = moe_test::random_vec(n, 3, 2);
-  std::vector<float> y(n), dh(n);
+  Layer l({});
   int first = 0, last = 0;
   const LocalWork local{[&] { ++first; }, [&] { ++last; }};
-  m.layer->forward(m.slot(), h.data(), y.data(), kN, local);
+  l.forward(local);
   EXPECT_EQ(first, 1);
   EXPECT_EQ(last, 1);
-  m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), kN, local);
+  l.backward_input(local);
   EXPECT_EQ(first, 2);
   EXPECT_EQ(last, 2);
 }
