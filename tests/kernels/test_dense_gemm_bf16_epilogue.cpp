@@ -19,6 +19,7 @@
 #include "kernels/grouped_gemm.h"
 #include "kernels/kernel_harness.h"
 #include "kernels/phase_profile.h"
+#include "kernels/phase_totals_of.h"
 
 namespace mt::test {
 namespace {
@@ -125,14 +126,10 @@ TEST(DenseGemmBf16EpilogueFallback, OneDnnRunsTheComposition) {
 PhaseTotals phases_of(Mlp& m) {
   Buf pre;
   std::vector<bf16> act;
-  m.forward_gelu(pre, act);  // packs the weights outside the counted calls
-  (void)m.backward_dgelu(pre);
-  PhaseTotals totals;
-  attach_phase_totals(&totals);
-  m.forward_gelu(pre, act);
-  (void)m.backward_dgelu(pre);
-  attach_phase_totals(nullptr);
-  return totals;
+  return phases_of_second_run([&] {
+    m.forward_gelu(pre, act);
+    (void)m.backward_dgelu(pre);
+  });
 }
 
 TEST(DenseGemmBf16EpilogueTraffic, GeluRunsInTheTilesStoresNotAsAPassOfItsOwn) {

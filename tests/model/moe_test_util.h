@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "kernels/phase_profile.h"
+#include "kernels/phase_totals_of.h"
 #include "model/moe_layer.h"
 
 namespace mt::moe_test {
@@ -91,12 +92,7 @@ inline PhaseTotals phases_of_second_pass(Harness& m, int N, int C) {
     m.layer->backward_input(m.slot(), h.data(), dy.data(), dh.data(), N);
     m.layer->backward_weight(m.slot(), h.data(), N);
   };
-  pass();
-  PhaseTotals totals;
-  attach_phase_totals(&totals);
-  pass();
-  attach_phase_totals(nullptr);
-  return totals;
+  return phases_of_second_run(pass);
 }
 
 }  // namespace mt::moe_test

@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "kernels/dense_gemm_bf16.h"
 #include "kernels/phase_profile.h"
+#include "kernels/phase_totals_of.h"
 #include "model/gpt.h"
 
 namespace mt {
@@ -43,20 +44,9 @@ struct TinyBf16 {
   void eval() { m.eval_microbatch(tokens.data(), targets.data(), b, cfg.seq); }
 };
 
-// The phases of `pass`'s second run (the first packs the weights).
-template <class F>
-PhaseTotals phases_of_second(F&& pass) {
-  pass();
-  PhaseTotals totals;
-  attach_phase_totals(&totals);
-  pass();
-  attach_phase_totals(nullptr);
-  return totals;
-}
-
 PhaseTotals phases_of_second_step(int layers) {
   TinyBf16 t(layers);
-  return phases_of_second([&] { t.train(); });
+  return phases_of_second_run([&] { t.train(); });
 }
 
 // Every tensor the forward keeps for a GEMM is rounded as its kernel stores it (norms, GELU,
@@ -64,7 +54,7 @@ PhaseTotals phases_of_second_step(int layers) {
 TEST(GptBf16Traffic, ForwardMakesNoConversionPass) {
   if (!dense_bf16_path_available(DenseBf16Path::onednn)) GTEST_SKIP() << "no bf16 GEMM here";
   TinyBf16 t(2);
-  EXPECT_EQ(phases_of_second([&] { t.eval(); }).calls[int(Phase::conversion)], 0u);
+  EXPECT_EQ(phases_of_second_run([&] { t.eval(); }).calls[int(Phase::conversion)], 0u);
 }
 
 // The head's loss gradient is rounded once, in its own place, for both of its GEMMs: the
