@@ -75,26 +75,34 @@ size_t flash_attention_backward_scratch_floats(const FlashAttention& a) {
   return flash::backward_scratch_floats(a, flash::select_tiles(a), omp_get_max_threads());
 }
 
-void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAttention& a,
-                             bool accumulate, std::span<float> scratch) {
+namespace {
+
+// The forward's phase and checks around the kernel (`run` with the tiles chosen), for the
+// fp32 and the bf16 output forms.
+template <class Run>
+void forward_call(size_t ldo, const FlashAttention& a, std::span<float> scratch, Run&& run) {
   PhaseScope phase_scope(Phase::attention, 2.0 * a.B * a.H * a.Tq * a.Tk * a.hd,
                          8.0 * a.B * (double(a.Tq) * a.H + double(a.Tk) * a.Hkv) * a.hd);
   check_operands(a);
   MT_CHECK(ldo >= size_t(a.H) * a.hd, "flash attention: out stride ", ldo);
   const flash::Tiles& t = flash::select_tiles(a);
   check_scratch(scratch, flash::forward_scratch_floats(a, t, omp_get_max_threads()));
-  flash::forward(out, ldo, lse, a, accumulate, scratch.data(), t);
+  run(t);
+}
+
+}  // namespace
+
+void flash_attention_forward(float* out, size_t ldo, float* lse, const FlashAttention& a,
+                             bool accumulate, std::span<float> scratch) {
+  forward_call(ldo, a, scratch, [&](const flash::Tiles& t) {
+    flash::forward(out, ldo, lse, a, accumulate, scratch.data(), t);
+  });
 }
 
 void flash_attention_forward(bf16* out, size_t ldo, float* lse, const FlashAttention& a,
                              std::span<float> scratch) {
-  PhaseScope phase_scope(Phase::attention, 2.0 * a.B * a.H * a.Tq * a.Tk * a.hd,
-                         8.0 * a.B * (double(a.Tq) * a.H + double(a.Tk) * a.Hkv) * a.hd);
-  check_operands(a);
-  MT_CHECK(ldo >= size_t(a.H) * a.hd, "flash attention: out stride ", ldo);
-  const flash::Tiles& t = flash::select_tiles(a);
-  check_scratch(scratch, flash::forward_scratch_floats(a, t, omp_get_max_threads()));
-  flash::forward(out, ldo, lse, a, scratch.data(), t);
+  forward_call(ldo, a, scratch,
+               [&](const flash::Tiles& t) { flash::forward(out, ldo, lse, a, scratch.data(), t); });
 }
 
 namespace {
