@@ -49,6 +49,8 @@ constexpr const char* kMeshtrainCp =
 constexpr const char* kNoFp8 = "16-bit GEMMs (A100: no FP8 tensor cores)";
 constexpr const char* kMegatronRecompute =
     "--recompute-granularity selective or full only (Korthikanti et al. 2022)";
+constexpr const char* kNoNodeLimit = "every routed row its own all-to-all message";
+constexpr const char* kNoCommSms = "no communication kernels beside computation";
 constexpr const char* kMegatronSoftmax =
     "fused scale-mask-softmax: the s x s probabilities are stored, the masked half computed";
 
@@ -93,8 +95,8 @@ const std::vector<SoftwareTable> kTables = {
       {"norm_up_proj_recompute", 0, "--recompute none, selective or full only"},
       {"up_proj_recompute", 0, "--recompute none, selective or full only"},
       {"dense_mlp_recompute", 0, "--recompute none, selective or full only"},
-      {"a2a_max_nodes", 0, "every routed row its own all-to-all message"},
-      {"comm_sms", 0, "no communication kernels beside computation"}},
+      {"a2a_max_nodes", 0, kNoNodeLimit},
+      {"comm_sms", 0, kNoCommSms}},
      "offered: the engine's own DualPipe-V (--schedule dualpipev, "
      "schedule/schedule_dualpipev.cpp)"},
     {"megatron-lm-2021",
@@ -135,8 +137,8 @@ const std::vector<SoftwareTable> kTables = {
       {"norm_up_proj_recompute", 0, kMegatronRecompute},
       {"up_proj_recompute", 0, kMegatronRecompute},
       {"dense_mlp_recompute", 0, kMegatronRecompute},
-      {"a2a_max_nodes", 0, "every routed row its own all-to-all message"},
-      {"comm_sms", 0, "no communication kernels beside computation"}},
+      {"a2a_max_nodes", 0, kNoNodeLimit},
+      {"comm_sms", 0, kNoCommSms}},
      kMegatronNoDualPipe},
     {"megatron-lm-2022",
      {"1f1b", "interleaved"},
@@ -180,8 +182,8 @@ const std::vector<SoftwareTable> kTables = {
       {"norm_up_proj_recompute", 0, kMegatronRecompute},
       {"up_proj_recompute", 0, kMegatronRecompute},
       {"dense_mlp_recompute", 0, kMegatronRecompute},
-      {"a2a_max_nodes", 0, "every routed row its own all-to-all message"},
-      {"comm_sms", 0, "no communication kernels beside computation"}},
+      {"a2a_max_nodes", 0, kNoNodeLimit},
+      {"comm_sms", 0, kNoCommSms}},
      kMegatronNoDualPipe},
     llama3_2024(),
     deepseek_v3_2024(),
@@ -225,8 +227,8 @@ const std::vector<SoftwareTable> kTables = {
       {"norm_up_proj_recompute", 0, "--recompute none, selective or full only"},
       {"up_proj_recompute", 0, "--recompute none, selective or full only"},
       {"dense_mlp_recompute", 0, "--recompute none, selective or full only"},
-      {"a2a_max_nodes", 0, "every routed row its own all-to-all message"},
-      {"comm_sms", 0, "no communication kernels beside computation"}},
+      {"a2a_max_nodes", 0, kNoNodeLimit},
+      {"comm_sms", 0, kNoCommSms}},
      "offered: the engine's own DualPipe-V (--schedule dualpipev, "
      "schedule/schedule_dualpipev.cpp)"}};
 
