@@ -10,13 +10,12 @@
 //
 // Only the first part's dispatch and the last part's combine are exposed, so those two
 // parts are the small ones (rows 1 : 2 : .. : 2 : 1): 1/(2P-2) of the exchange, once the
-// experts take as long as the exchange. Those two waits are
-// filled with work that does not need the exchange. The layer's own work on the token side
-// is cut at the part boundaries: part p's send rows are prepared (gathered in forward,
-// gate-scaled in backward) just before its dispatch, part 0's while the counts travel and
-// the later parts' while part 0's rows travel; part p's returned rows are consumed (summed
-// per token) as soon as its combine is in, the earlier parts' while the last combine
-// travels. The caller's LocalWork (the shared experts: Megatron-LM's
+// experts take as long as the exchange. Those two waits are filled with work that does not
+// need the exchange. The layer's own work on the token side is cut at the part boundaries: part p's
+// send rows are prepared (gathered in forward, gate-scaled in backward) just before its dispatch,
+// part 0's while the counts travel and the later parts' while part 0's rows travel; part p's
+// returned rows are consumed (summed per token) as soon as its combine is in, the earlier parts'
+// while the last combine travels. The caller's LocalWork (the shared experts: Megatron-LM's
 // --moe-shared-expert-overlap) runs its first half while part 0's rows travel and its last
 // half while the last part's results do. The count exchange itself is started by plan and
 // finished by run, after part 0's rows are ready:
