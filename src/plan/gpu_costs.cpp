@@ -60,6 +60,10 @@ Passes rotary(const CostContext& c) {
 // fc1) runs the input's all-gather (SP) under its input-gradient GEMM and the input
 // gradient's reduce-scatter / all-reduce under its weight-gradient GEMM: only the excess is
 // exposed; under SP the row-parallel layers' backward all-gathers stay exposed.
+// Under SP a column-parallel linear keeps only its sequence shard of the input (the memory
+// model's Korthikanti items count it so, gpu_memory.cpp), so its weight gradient gathers the
+// input again in backward (Korthikanti et al. 2022, 4.2.2): one more all-gather per tp
+// region, exposed without tp_backward_overlap (which hides it under the input gradient).
 Passes tp_comm(const CostContext& c, bool moe) {
   if (c.l.tp <= 1) return {};
   const HardwareProfile& hw = c.r.hardware;
@@ -76,7 +80,8 @@ Passes tp_comm(const CostContext& c, bool moe) {
   const double one = sp ? collective_seconds(hw, Collective::all_gather, bytes, c.tp) +
                               collective_seconds(hw, Collective::reduce_scatter, bytes, c.tp)
                         : collective_seconds(hw, Collective::all_reduce, bytes, c.tp);
-  if (!hw.tp_backward_overlap) return {n * one + routed, n * one + routed, 0};
+  const double regather = sp ? n * collective_seconds(hw, Collective::all_gather, bytes, c.tp) : 0;
+  if (!hw.tp_backward_overlap) return {n * one + routed, n * one + regather + routed, 0};
   // (input-gradient GEMM, weight-gradient GEMM) of each tp region's column-parallel linears:
   // the attention's (MHA's q/k/v; MLA's two up-projections, one collective under both).
   std::pair<double, double> attention = {0, 0};

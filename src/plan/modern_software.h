@@ -23,5 +23,6 @@ inline constexpr const char* kMegatronNoDualPipe =
 SoftwareTable llama3_2024();           // --software llama3-2024
 SoftwareTable deepseek_v3_2024();      // --software deepseek-v3-2024
 SoftwareTable megatron_bridge_2025();  // --software megatron-bridge-2025
+SoftwareTable megascale_2024();        // --software megascale-2024
 
 }  // namespace mt::plan

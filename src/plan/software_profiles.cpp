@@ -188,6 +188,7 @@ const std::vector<SoftwareTable> kTables = {
     llama3_2024(),
     deepseek_v3_2024(),
     megatron_bridge_2025(),
+    megascale_2024(),
     {kLocalSoftware,
      {},
      {{"dp_overlap", 0,
@@ -235,7 +236,7 @@ const std::vector<SoftwareTable> kTables = {
 UsageError unknown_software(const std::string& name) {
   return UsageError(str("unknown --software '", name,
                         "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022, llama3-2024, "
-                        "deepseek-v3-2024, megatron-bridge-2025)"));
+                        "deepseek-v3-2024, megatron-bridge-2025, megascale-2024)"));
 }
 
 std::string number(double v) {
@@ -257,9 +258,9 @@ const SoftwareTable& software_table(const std::string& name) {
 }
 
 const std::vector<std::string>& software_names() {
-  static const std::vector<std::string> names = {"meshtrain",        "megatron-lm-2021",
-                                                 "megatron-lm-2022", "llama3-2024",
-                                                 "deepseek-v3-2024", "megatron-bridge-2025"};
+  static const std::vector<std::string> names = {
+      "meshtrain",        "megatron-lm-2021",     "megatron-lm-2022", "llama3-2024",
+      "deepseek-v3-2024", "megatron-bridge-2025", "megascale-2024"};
   return names;
 }
 

@@ -103,7 +103,8 @@ std::vector<std::string> gpu_lines(const HardwareProfile& hw) {
   return {"each linear's bias gradient is a memory-bound pass over its output gradient (in W)",
           str("tensor parallel: 2 all-reduces forward + 2 backward per block of (b*s, h) "
               "activations (SP: all-gather + reduce-scatter pairs, costed as the all-reduce they "
-              "replace); ",
+              "replace, and in backward the column-parallel inputs gathered again for their "
+              "weight gradients, one all-gather per tp region); ",
               hw.tp_backward_overlap ? "the column-parallel backward's collectives under its GEMMs"
                                      : "not overlapped with compute"),
           "MoE: router GEMM, balanced routing (N*topk rows over the rank's E/ep experts), two "
