@@ -137,19 +137,20 @@ class ScopedGroupedGemmTokenSums {
   bool saved_;
 };
 
-// Pre-packed bf16 weights. The AMX path multiplies by its B operand in pair panels
-// (grouped_gemm_pack.h): weight[g]^T for forward, weight[g] for backward_input. Packing them
-// per call is a quarter of its time at the experts' shapes; a weight packed whole once per
-// change of the weights (model/expert_gemm.h's Bf16ExpertWeights) serves every call and
-// every column block of one (a block is whole panels of the whole matrix: the same values
-// a call packs itself, so the same bits). Other paths read weight[] and ignore packs.
+// Pre-packed bf16 weights. The AMX and AVX512-BF16 paths multiply by their B operand in
+// pair panels (grouped_gemm_pack.h): weight[g]^T for forward, weight[g] for backward_input.
+// Packing them per call is a quarter (AMX) to a third (AVX512-BF16) of their time at the
+// experts' shapes; a weight packed whole once per change of the weights
+// (model/expert_gemm.h's Bf16ExpertWeights) serves every call and every column block of one
+// (a block is whole panels of the whole matrix: the same values a call packs itself, so
+// the same bits). Other paths read weight[] and ignore packs.
 enum class GroupedPack { forward, backward_input };
 // uint32 elements of one (OC, C) weight packed for `which`.
 size_t grouped_bf16_packed_size(GroupedPack which, int C, int OC);
 // dst (grouped_bf16_packed_size) = weight (OC, C) packed for `which`.
 void grouped_bf16_pack(uint32_t* dst, GroupedPack which, const bf16* weight, int C, int OC);
-// Whether the bf16 calls read packs now: on the AMX path, unless a ScopedGroupedGemmPacks
-// turned them off.
+// Whether the bf16 calls read packs now: on the AMX and AVX512-BF16 paths, unless a
+// ScopedGroupedGemmPacks turned them off.
 bool grouped_bf16_reads_packs();
 
 // Turns the reading of packs off (or on) for the whole process while it lives: the tests

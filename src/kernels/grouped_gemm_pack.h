@@ -20,6 +20,12 @@ constexpr int kPanelFp32 = 32;  // columns of an fp32 panel (two zmm)
 constexpr int kRowsFp32 = 12;   // rows of an fp32 block of A (12 x 32 accumulators)
 constexpr int kPanelBf16 = 16;  // columns of a bf16 pair panel (one AMX tile's 64 bytes)
 
+// Pair rows of each panel of a weight packed whole (grouped_bf16_pack): K padded to the AMX
+// kernel's step of 32, so that both bf16 kernels read the same packs.
+inline int packed_panel_pairs(int K) {
+  return (K + 31) / 32 * 16;
+}
+
 // dst: panels of B rows [k0, k1), columns [n0, n1), rounded up to whole panels.
 // B (k, n) = b[k * ldb + n], or b[n * ldb + k] when trans.
 void pack_panels_fp32(float* dst, const float* b, size_t ldb, bool trans, int k0, int k1, int n0,

@@ -40,8 +40,8 @@ void expert_gemm_backward_weight(const std::vector<Linear>& w, const float* dy, 
                                  const ExpertGroups* g, int count, bool with_bias);
 
 // The bf16 copies of the experts' weights of one kind of Linear (kernels/bf16_weight.h:
-// converted once per change of the weights), and on the AMX path their packed copies
-// (kernels/grouped_gemm.h, GroupedPack): each layout packed from the bf16 copies at its
+// converted once per change of the weights), and on the AMX and AVX512-BF16 paths their packed
+// copies (kernels/grouped_gemm.h, GroupedPack): each layout packed from the bf16 copies at its
 // first use after a change of the weights (the model's version, bumped by whoever writes
 // them: GPT::weights_changed after an optimizer step or a load), then read by every
 // forward, input gradient, part (--moe-overlap-parts) and recomputation until the next
@@ -53,7 +53,7 @@ class Bf16ExpertWeights {
   // The copies of w (the Linears given at construction, bound), converted if they changed.
   const std::vector<const bf16*>& get(const std::vector<Linear>& w);
   // The packs of w for `which`, packed if the weights changed since; null where the calls
-  // pack per call (not the AMX path, grouped_bf16_reads_packs).
+  // pack per call (not the AMX or AVX512-BF16 path, grouped_bf16_reads_packs).
   const uint32_t* const* packed(const std::vector<Linear>& w, GroupedPack which);
   // The copies' bytes and both packs': counted whatever the CPU, so that an estimate does
   // not depend on the machine that makes it (the planner's plans).

@@ -1,8 +1,8 @@
 // The bf16 grouped GEMMs with weights packed once (grouped_gemm.h, GroupedPack): on the AMX
-// path a call given packs reads them instead of packing each item's columns itself, with
-// the same bits, whatever the column blocks of the call (one thread: one block per group;
-// three threads: groups split into blocks of columns) and at shapes short of whole tiles
-// and panels (C, OC not multiples of 32 or 16).
+// and AVX512-BF16 paths (each this CPU has) a call given packs reads them instead of packing
+// each item's columns itself, with the same bits, whatever the column blocks of the call (one
+// thread: one block per group; three threads: groups split into blocks of columns) and at shapes
+// short of whole tiles and panels (C, OC not multiples of 32 or 16).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -79,38 +79,51 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// The paths that read packs, those this CPU has.
+std::vector<GroupedGemmPath> packing_paths() {
+  std::vector<GroupedGemmPath> paths;
+  for (const GroupedGemmPath p : {GroupedGemmPath::amx, GroupedGemmPath::avx512_bf16})
+    if (grouped_gemm_path_available(true, p)) paths.push_back(p);
+  return paths;
+}
+
 class GroupedGemmPacks : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!grouped_gemm_path_available(true, GroupedGemmPath::amx))
-      GTEST_SKIP() << "no AMX on this CPU: the packs are the AMX path's";
+    if (packing_paths().empty())
+      GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU: no path reads packs";
   }
-  ScopedGroupedGemmPath amx_{true, grouped_gemm_path_available(true, GroupedGemmPath::amx)
-                                       ? GroupedGemmPath::amx
-                                       : GroupedGemmPath::portable};
 };
 
 TEST_F(GroupedGemmPacks, EqualThePerCallPackingBitForBit) {
   const int saved = omp_get_max_threads();
-  for (const Case c : {Case{64, 48}, Case{40, 33}, Case{96, 130}})
-    for (int threads : {1, 3}) {
-      SCOPED_TRACE("C " + std::to_string(c.C) + " OC " + std::to_string(c.OC) + ", " +
-                   std::to_string(threads) + " threads");
-      omp_set_num_threads(threads);
-      const Operands o(c, 1);
-      EXPECT_TRUE(same_bits(products(o, o.weight_pointers(), &o),
-                            products(o, o.weight_pointers(), nullptr)));
-    }
+  for (const GroupedGemmPath path : packing_paths()) {
+    const ScopedGroupedGemmPath forced(true, path);
+    ASSERT_TRUE(grouped_bf16_reads_packs());
+    for (const Case c : {Case{64, 48}, Case{40, 33}, Case{96, 130}, Case{600, 40}})
+      for (int threads : {1, 3}) {
+        SCOPED_TRACE(grouped_gemm_isa(true) + ", C " + std::to_string(c.C) + " OC " +
+                     std::to_string(c.OC) + ", " + std::to_string(threads) + " threads");
+        omp_set_num_threads(threads);
+        const Operands o(c, 1);
+        EXPECT_TRUE(same_bits(products(o, o.weight_pointers(), &o),
+                              products(o, o.weight_pointers(), nullptr)));
+      }
+  }
   omp_set_num_threads(saved);
 }
 
 // The packs are what a call multiplies by (not a copy it ignores): given another weight's
 // packs, it computes that weight's products.
 TEST_F(GroupedGemmPacks, ACallReadsThePacksNotTheWeights) {
-  const Operands o(Case{40, 33}, 1), other(Case{40, 33}, 7);
-  const std::vector<float> want = products(o, o.weight_pointers(), nullptr);
-  EXPECT_TRUE(same_bits(products(o, other.weight_pointers(), &o), want));
-  EXPECT_FALSE(same_bits(products(o, other.weight_pointers(), nullptr), want));
+  for (const GroupedGemmPath path : packing_paths()) {
+    const ScopedGroupedGemmPath forced(true, path);
+    SCOPED_TRACE(grouped_gemm_isa(true));
+    const Operands o(Case{40, 33}, 1), other(Case{40, 33}, 7);
+    const std::vector<float> want = products(o, o.weight_pointers(), nullptr);
+    EXPECT_TRUE(same_bits(products(o, other.weight_pointers(), &o), want));
+    EXPECT_FALSE(same_bits(products(o, other.weight_pointers(), nullptr), want));
+  }
 }
 
 TEST(GroupedGemmPackSize, IsTheWholeMatrixInPanelsOfTheAmxStep) {

@@ -1,6 +1,6 @@
 // The bf16 experts' packed weights (model/expert_gemm.h, Bf16ExpertWeights::packed): on the
-// AMX path each layout is packed once per change of the weights (the model's version) and
-// read by every forward, input gradient and part until the next change. Two steps of
+// AMX and AVX512-BF16 paths each layout is packed once per change of the weights (the model's
+// version) and read by every forward, input gradient and part until the next change. Two steps of
 // training, parts and all, are the same bits as the per-call packing's: a pack kept past
 // an optimizer step (a stale pack) would run step 2 on step 1's weights.
 #include <gtest/gtest.h>
@@ -63,13 +63,18 @@ struct Training : test_util::SwigluExperts {
   }
 };
 
-bool amx() {
-  return grouped_gemm_path_available(true, GroupedGemmPath::amx);
+// The paths that read packs, those this CPU has.
+std::vector<GroupedGemmPath> packing_paths() {
+  std::vector<GroupedGemmPath> paths;
+  for (const GroupedGemmPath p : {GroupedGemmPath::amx, GroupedGemmPath::avx512_bf16})
+    if (grouped_gemm_path_available(true, p)) paths.push_back(p);
+  return paths;
 }
 
-TEST(ExpertPacks, TwoTrainingStepsEqualThePerCallPacking) {
-  if (!amx()) GTEST_SKIP() << "no AMX on this CPU: the packs are the AMX path's";
-  const ScopedGroupedGemmPath path(true, GroupedGemmPath::amx);
+// Two training steps on `forced` with packs read are the per-call packing's bits.
+void two_steps_equal_the_per_call_packing(GroupedGemmPath forced) {
+  const ScopedGroupedGemmPath path(true, forced);
+  SCOPED_TRACE(grouped_gemm_isa(true));
   Training packed, unpacked;
   for (uint64_t s : {10, 20}) {
     SCOPED_TRACE("step of seed " + std::to_string(s));
@@ -86,11 +91,16 @@ TEST(ExpertPacks, TwoTrainingStepsEqualThePerCallPacking) {
   }
 }
 
+TEST(ExpertPacks, TwoTrainingStepsEqualThePerCallPacking) {
+  if (packing_paths().empty()) GTEST_SKIP() << "no path reads packs on this CPU";
+  for (const GroupedGemmPath forced : packing_paths()) two_steps_equal_the_per_call_packing(forced);
+}
+
 // Each layout is packed once per version of the weights, whatever the calls and parts; a
 // new version (an optimizer step, a load) packs again at the next use.
 TEST(ExpertPacks, EachLayoutIsPackedOncePerChangeOfTheWeights) {
-  if (!amx()) GTEST_SKIP() << "no AMX on this CPU: the packs are the AMX path's";
-  const ScopedGroupedGemmPath path(true, GroupedGemmPath::amx);
+  if (packing_paths().empty()) GTEST_SKIP() << "no path reads packs on this CPU";
+  const ScopedGroupedGemmPath path(true, packing_paths().back());
   uint64_t version = 1;
   std::vector<float> w = random_vec(size_t(El) * kHidden * kDim, 1);
   std::vector<Linear> lin(El);
