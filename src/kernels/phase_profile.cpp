@@ -40,14 +40,18 @@ PhaseScope::PhaseScope(Phase p, double flops, double bytes) : totals_(nullptr), 
   totals_->flops[i] += flops;
   totals_->bytes[i] += bytes;
   totals_->calls[i] += 1;
+  // The cpu readings sit inside the wall ones, so a phase's cpu never exceeds its wall time.
   begin_ = now_seconds();
+  begin_cpu_ = thread_cpu_seconds();
 }
 
 PhaseScope::~PhaseScope() {
   ThreadProfile& tp = thread_profile();
   if (!tp.totals) return;
   --tp.depth;
-  if (totals_) totals_->seconds[int(phase_)] += now_seconds() - begin_;
+  if (!totals_) return;
+  totals_->cpu_seconds[int(phase_)] += thread_cpu_seconds() - begin_cpu_;
+  totals_->seconds[int(phase_)] += now_seconds() - begin_;
 }
 
 }  // namespace mt

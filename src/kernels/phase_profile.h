@@ -28,7 +28,9 @@ constexpr int kPhases = int(Phase::count);
 const char* phase_name(Phase p);
 
 struct PhaseTotals {
-  std::array<double, kPhases> seconds{}, flops{}, bytes{};
+  // seconds: wall time; cpu_seconds: the profiling thread's CPU time in the same scopes
+  // (core/timer.h thread_cpu_seconds), which a loaded machine does not inflate.
+  std::array<double, kPhases> seconds{}, cpu_seconds{}, flops{}, bytes{};
   std::array<uint64_t, kPhases> calls{};
 };
 
@@ -47,7 +49,7 @@ class PhaseScope {
  private:
   PhaseTotals* totals_;  // null when not profiling or nested
   Phase phase_;
-  double begin_ = 0;
+  double begin_ = 0, begin_cpu_ = 0;
 };
 
 }  // namespace mt

@@ -22,10 +22,14 @@ void StepBreakdown::after_step(const StepRecord& r) {
   if (!counting_) {
     counting_ = true;
     attach_phase_totals(&totals_);
+    last_cpu_s_ = thread_cpu_seconds();
     return;
   }
   ++steps_;
   step_s_ += r.step_time_s;
+  const double cpu = thread_cpu_seconds();
+  step_cpu_s_ += cpu - last_cpu_s_;
+  last_cpu_s_ = cpu;
   comm_wait_s_ += r.comm_exposed_s + (r.tp ? r.tp->wait_s : 0) + (r.cp ? r.cp->wait_s : 0) +
                   (r.ep ? r.ep->wait_s : 0);
 }
@@ -92,13 +96,19 @@ std::string StepBreakdown::table(const Session& s) const {
   const double bw = measure_copy_bandwidth(0.3);
   std::string out;
   char line[512];
-  auto add = [&](const char* name, double seconds, double roofline) {
-    std::snprintf(
-        line, sizeof line, "  %-11s %9.3f %6.1f%% %12.3f %7s\n", name, seconds * 1e3 / n,
-        100 * seconds / step_s_, roofline * 1e3 / n,
-        roofline > 0
-            ? (std::to_string(int(100 * roofline / std::max(seconds, 1e-12))) + "%").c_str()
-            : "-");
+  // A roofline over a time, as a percentage ("-" where there is no roofline).
+  auto roof_of = [](double roofline, double seconds) {
+    return roofline > 0 ? std::to_string(int(100 * roofline / std::max(seconds, 1e-12))) + "%"
+                        : std::string("-");
+  };
+  // cpu < 0: none (the comm wait, which the thread spends blocked or spinning).
+  auto add = [&](const char* name, double seconds, double cpu, double roofline) {
+    char cpu_ms[32] = "-";
+    if (cpu >= 0) std::snprintf(cpu_ms, sizeof cpu_ms, "%.3f", cpu * 1e3 / n);
+    std::snprintf(line, sizeof line, "  %-11s %9.3f %6.1f%% %12.3f %7s %9s %8s\n", name,
+                  seconds * 1e3 / n, 100 * seconds / step_s_, roofline * 1e3 / n,
+                  roof_of(roofline, seconds).c_str(), cpu_ms,
+                  cpu < 0 ? "-" : roof_of(roofline, cpu).c_str());
     out += line;
   };
   // The header names kernels and the peak's method: longer than a table line.
@@ -108,26 +118,33 @@ std::string StepBreakdown::table(const Session& s) const {
                 "  attention core: %s\n"
                 "  %s: the mfu denominator\n"
                 "  copy bandwidth %.1f GB/s (1 thread, memcpy)\n"
-                "  %-11s %9s %7s %12s %7s\n",
+                "  %-11s %9s %7s %12s %7s %9s %8s\n",
                 steps_, threads, isa_line(s).c_str(), attention_line(s).c_str(),
                 peak_line(s).c_str(), bw / 1e9, "phase", "ms/step", "share", "roofline ms",
-                "roof/t");
+                "roof/t", "cpu ms", "roof/cpu");
   out += header;
-  double kernels = 0;
+  double kernels = 0, kernels_cpu = 0;
   for (int i = 0; i < kPhases; ++i) {
     const Phase p = Phase(i);
     const double roof = compute_bound(p) ? totals_.flops[i] / peak : totals_.bytes[i] / bw;
     kernels += totals_.seconds[i];
-    add(phase_name(p), totals_.seconds[i], roof);
+    kernels_cpu += totals_.cpu_seconds[i];
+    add(phase_name(p), totals_.seconds[i], totals_.cpu_seconds[i], roof);
   }
-  add("comm wait", comm_wait_s_, 0);
-  add("framework", std::max(0.0, step_s_ - kernels - comm_wait_s_), 0);
+  add("comm wait", comm_wait_s_, -1, 0);
+  add("framework", std::max(0.0, step_s_ - kernels - comm_wait_s_),
+      std::max(0.0, step_cpu_s_ - kernels_cpu), 0);
   const double model_flops = s.opts.model.flops_per_token() * s.opts.optim.batch * s.opts.model.seq;
   std::snprintf(line, sizeof line,
                 "  step %.3f ms; model FLOPs at the GEMM peak of all ranks %.3f ms: %.1f%% of "
                 "the peak (mfu)\n",
                 step_s_ * 1e3 / n, model_flops / s.peak_flops() * 1e3,
                 100 * model_flops / s.peak_flops() / (step_s_ / n));
+  out += line;
+  std::snprintf(line, sizeof line,
+                "  rank thread cpu %.3f ms/step: it ran %.0f%% of the step's wall time (below "
+                "~95%%: a loaded machine or blocking waits; read the cpu columns)\n",
+                step_cpu_s_ * 1e3 / n, 100 * step_cpu_s_ / step_s_);
   out += line;
   return out;
 }

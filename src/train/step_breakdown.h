@@ -6,6 +6,13 @@
 // communication, as the step record counts it) and "framework" (the rest: the runner,
 // buffers, the loss and norm bookkeeping, time between kernels).
 //
+// Each phase also gets its cpu time: the rank thread's own CPU time in the phase's scopes,
+// and the step's cpu time is that thread's between two steps' ends. On a loaded machine the
+// wall columns grow with the time the thread waited for a core; the cpu columns do not,
+// so they read about what a quiet machine's wall columns would (with --threads 1: a
+// wider team's other threads are not counted). A rank spinning on communication burns
+// cpu, so "framework" cpu includes such spins.
+//
 // The first step is a warm-up (oneDNN builds its primitives there) and is not counted.
 #pragma once
 
@@ -35,6 +42,7 @@ class StepBreakdown {
   bool counting_ = false;
   int steps_ = 0;
   double step_s_ = 0, comm_wait_s_ = 0;
+  double step_cpu_s_ = 0, last_cpu_s_ = 0;  // the thread's cpu time: counted steps, last end
   PhaseTotals totals_;
 };
 
