@@ -35,6 +35,28 @@ class Summary(unittest.TestCase):
         self.assertFalse(any("cpu-time estimate: planner" in g for g in got))
 
 
+def shape_line(prec, name, rows, ratios):
+    return (f"{prec} {name:9} N {rows} in 256 out 768: fwd 1.0 bwd_in 1.0 bwd_w 1.0 ms, model "
+            f"2.0 ms (measured/model {ratios[0]:.2f} {ratios[1]:.2f} {ratios[2]:.2f})\n")
+
+
+class ShapeDeparture(unittest.TestCase):
+    def test_the_largest_departure_from_the_1024_row_ratio_per_precision(self):
+        text = (shape_line("fp32", "qkv", 1024, (0.40, 0.40, 0.50))
+                + shape_line("fp32", "qkv", 256, (0.42, 0.30, 0.50))
+                + shape_line("fp32", "fc", 1024, (0.40, 0.40, 0.40))
+                + shape_line("fp32", "fc", 128, (0.44, 0.40, 0.40))
+                + shape_line("bf16", "qkv", 1024, (0.30, 0.30, 0.30))
+                + shape_line("bf16", "qkv", 512, (0.33, 0.30, 0.30)))
+        got = qr.shape_departure(text)
+        self.assertAlmostEqual(got["fp32"][0], 0.30 / 0.40 - 1)
+        self.assertEqual(got["fp32"][1], "qkv bwd_in at 256 rows")
+        self.assertAlmostEqual(got["bf16"][0], 0.10)
+
+    def test_no_reference_rows_no_figure(self):
+        self.assertEqual(qr.shape_departure(shape_line("fp32", "qkv", 256, (0.4, 0.4, 0.4))), {})
+
+
 class Estimate(unittest.TestCase):
     def setUp(self):
         self.saved = (qr.startup_seconds, qr.predict, qr.brute_candidates)

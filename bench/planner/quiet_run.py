@@ -10,6 +10,10 @@ Usage: python3 bench/planner/quiet_run.py build/meshtrain OUT_DIR [--calibrate-s
 Phases, each a child command whose output goes to OUT_DIR/<phase>.log and to the terminal:
   calibrate   meshtrain plan --calibrate --calibrate-seconds S --profile OUT_DIR/local.toml
               (skipped when the profile exists)
+  gemm shapes build/tests/bench_plan_gemm --profile OUT_DIR/local.toml --rows 1024/512/256/128
+              (the engine's linears at the layouts' row counts against the GEMM formula; the
+              summary gives the largest departure from the 1024-row ratio; then --cold, the
+              operands in memory; ~20-40 s)
   closed loop closed_loop.py build/meshtrain OUT_DIR --steps N --rounds R
   brute force closed_loop.py build/meshtrain OUT_DIR --steps B --brute-force
 Before each phase it waits (up to --wait seconds) for the 1-minute load to fall below
@@ -18,9 +22,9 @@ Before each phase it waits (up to --wait seconds) for the 1-minute load to fall 
 Duration: before the measuring phases it prints an estimate from the planner's own
 predictions (runs x (steps x predicted step + the per-run start-up measured on this
 machine)); at the end each phase's elapsed time. --estimate-only prints the estimate (from
-an existing OUT_DIR/local.toml, or after the calibration) and stops. --quick is the harness check for a loaded
-machine (a 3 s calibration, 6 layouts of 1 round, a 3-layout brute force): it proves that
-every phase runs, nothing about the model.
+an existing OUT_DIR/local.toml, or after the calibration) and stops. --quick is the harness
+check for a loaded machine (a 3 s calibration, 6 layouts of 1 round, a 3-layout brute
+force): it proves that every phase runs, nothing about the model.
 """
 import json
 import os
@@ -105,6 +109,53 @@ def estimate(binary, out, profile, only, steps, rounds, brute_steps, brute_limit
     return start, len(chosen), loop, len(cands), brute
 
 
+# The rows a rank's GEMMs run on in the loop's layouts (the medium model's 8 x 128 tokens):
+# one microbatch, dp 2's share, 2-sequence and 1-sequence microbatches.
+SHAPE_ROWS = (1024, 512, 256, 128)
+SHAPE_LINE = re.compile(r"^(fp32|bf16) (\S+) +N (\d+) .*measured/model ([\d.]+) ([\d.]+) "
+                        r"([\d.]+)\)$", re.M)
+
+
+def shape_departure(text):
+    """From bench_plan_gemm's lines at SHAPE_ROWS: per precision, the largest departure of a
+    linear's measured/model ratio at fewer rows from its ratio at 1024 rows (the reference
+    step's shape, which the step factor fits): how far the GEMM formula's row dependence is
+    from the engine's at the microbatch shapes the layouts run. {prec: (departure, where)}."""
+    ratios = {}
+    for prec, name, rows, *r in SHAPE_LINE.findall(text):
+        for i, pas in enumerate(("fwd", "bwd_in", "bwd_w")):
+            ratios[(prec, name, pas, int(rows))] = float(r[i])
+    worst = {}
+    for (prec, name, pas, rows), v in ratios.items():
+        ref = ratios.get((prec, name, pas, SHAPE_ROWS[0]))
+        if rows == SHAPE_ROWS[0] or not ref:
+            continue
+        dep = v / ref - 1
+        if abs(dep) > abs(worst.get(prec, (0, ""))[0]):
+            worst[prec] = (dep, f"{name} {pas} at {rows} rows")
+    return worst
+
+
+def gemm_shapes(binary, out, profile, cold):
+    """The engine's linears at the layouts' row counts against the GEMM formula
+    (bench_plan_gemm, next to the binary's build: build/tests/), operands in the caches or
+    (cold) in memory; '' where it is not built."""
+    tool = os.path.join(os.path.dirname(os.path.abspath(binary)), "tests", "bench_plan_gemm")
+    if not os.path.exists(tool):
+        print(f"quiet_run: no {tool}: the GEMM shape check is left out "
+              "(scripts/build.sh --target bench_plan_gemm)")
+        return ""
+    text = ""
+    name = "gemm_shapes_cold.log" if cold else "gemm_shapes.log"
+    with open(os.path.join(out, name), "w") as log:
+        for rows in SHAPE_ROWS:
+            p = subprocess.run([tool, "--profile", profile, "--rows", str(rows)]
+                               + (["--cold"] if cold else []), capture_output=True, text=True)
+            log.write(p.stdout)
+            text += p.stdout
+    return text
+
+
 def summary(loop_text, brute_text):
     """The goal lines of the two phases' outputs."""
     got = []
@@ -144,6 +195,11 @@ def main():
           f"{brute_s / 60:.1f} min; start-up {start:.2f} s a run", flush=True)
     if "--estimate-only" in sys.argv:
         return
+    loads["gemm shapes"] = wait_quiet(max_load, wait)
+    t0 = time.time()
+    shapes = {cold: shape_departure(gemm_shapes(binary, out, profile, cold))
+              for cold in (False, True)}
+    took["gemm shapes"] = time.time() - t0
 
     loads["closed loop"] = wait_quiet(max_load, wait)
     extra = ["--only", ",".join(only)] if only else []
@@ -159,6 +215,11 @@ def main():
     print("\nquiet_run summary" + (" (--quick: a harness check, not a result)" if quick else ""))
     for line in summary(loop_text, brute_text):
         print("  " + line)
+    for cold, worst in shapes.items():
+        for prec, (dep, where) in worst.items():
+            print(f"  {prec} linears ({'cold' if cold else 'warm'} operands), measured/model at "
+                  f"fewer rows over at 1024 rows: largest departure {dep:+.1%} ({where}; "
+                  f"gemm_shapes{'_cold' if cold else ''}.log)")
     for phase, sec in took.items():
         load, quiet = loads[phase]
         print(f"  {phase}: {sec / 60:.1f} min, load {load:.2f} at its start"
@@ -166,6 +227,7 @@ def main():
     print(f"  total {(time.time() - t_all) / 60:.1f} min; logs in {out}")
     with open(os.path.join(out, "quiet_run.json"), "w") as f:
         json.dump({"took_s": took, "loads": loads, "summary": summary(loop_text, brute_text),
+                   "gemm_shape_departure": {"warm": shapes[False], "cold": shapes[True]},
                    "estimate_s": {"loop": loop_s, "brute": brute_s, "startup": start},
                    "model": loop_layouts.MODEL}, f)
 
