@@ -16,6 +16,7 @@ round-to-round spread of one layout's wall (max/min - 1): median 5.0%, max 22.7%
 wall: mean |error| 8.5%, max 29.1%; cpu-time estimate: mean 8.7%, max 25.9%; over 51 layouts
 wall, without the calibration's three reference layouts: mean |error| 8.7%, max 29.1%
 drift: 17 of 30 reference checks outside the calibration's band
+wall, the layouts measured within the calibration's band only: mean |error| 13.6%, max 29.1%
 """
 BRUTE = """#  1 {'dp': 2}  predicted    87.7 ms  wall    91.5  cpu-est    90.0
 wall: planner's #1 measured 91.5 ms (rank 3 of 138 measured); first choice +2.0% (goal <= 5%)
@@ -30,6 +31,7 @@ class Summary(unittest.TestCase):
         self.assertEqual([g.split(":")[0] for g in got],
                          ["wall", "wall, without the calibration's three reference layouts",
                           "round-to-round spread of one layout's wall (max/min - 1)", "drift",
+                          "wall, the layouts measured within the calibration's band only",
                           "wall", "re-measured (3 interleaved rounds of 10 steps)"])
         self.assertIn("first choice +1.8%", got[-1])
         self.assertFalse(any("cpu-time estimate: planner" in g for g in got))

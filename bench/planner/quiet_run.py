@@ -160,7 +160,8 @@ def summary(loop_text, brute_text):
     """The goal lines of the two phases' outputs."""
     got = []
     for pat in (r"^wall: mean .*$", r"^wall, without .*$", r"^round-to-round .*$",
-                r"^drift: .*$", r"^only \d+ round.*$"):
+                r"^drift: .*$", r"^wall, the layouts measured within .*$",
+                r"^only \d+ round.*$"):
         got += re.findall(pat, loop_text, re.M)
     for pat in (r"^wall: planner's #1 .*$", r"^re-measured \(.*$"):
         got += re.findall(pat, brute_text, re.M)
