@@ -6,9 +6,12 @@ processes (the hybrid world), when its worker moved the rows between processes: 
 of that inter-process time that fell inside the rank's expert compute and the share inside
 its waits. The hypothesis this checks: the rows move mostly while the rank waits.
 
-  bench/moe_overlap_trace.py TRACE.json [--from-step 3] [--parts-log] [--summary]
+  bench/moe_overlap_trace.py TRACE.json [--from-step 3] [--parts-log] [--summary] [--breakdown]
 
 --summary prints one line instead: the means over the ranks (bench/moe_overlap.sh reads it).
+--breakdown says which exchange each ep wait finished (per step, mean over the ranks): the
+count exchange (K), each dispatch (D0, D1, ..) and each combine (C0, .., the last one named
+Clast), forward (the passes that start with a count exchange) and backward apart.
 --parts-log prints, for the first rank and the first traced step after the skip, every
 exchange's issue, worker start/end and finish with times in ms from the step's start.
 """
@@ -32,6 +35,7 @@ def main():
     ap.add_argument("--from-step", type=int, default=3)
     ap.add_argument("--parts-log", action="store_true")
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--breakdown", action="store_true")
     a = ap.parse_args()
     ev = json.load(open(a.trace))["traceEvents"]
     ev = [e for e in ev if e.get("ph") == "X"]
@@ -62,6 +66,8 @@ def main():
             "inter_under_experts": sum(overlap(i, experts) for i in inter) / t_inter if t_inter else None,
             "inter_under_wait": sum(overlap(i, waits) for i in inter) / t_inter if t_inter else None,
         })
+    if a.breakdown:
+        return breakdown(ev, steps, a.from_step)
     if a.summary:
         mean = lambda k: sum(r[k] for r in rows) / len(rows)
         under = [r["inter_under_experts"] for r in rows if r["inter_under_experts"] is not None]
@@ -84,6 +90,56 @@ def main():
         for e in sorted(log, key=lambda e: e["ts"]):
             who = "worker" if e["tid"] >= WORKER_OFFSET else "rank  "
             print(f"  {who} {(e['ts'] - b) / 1e3:9.2f} ms +{e['dur'] / 1e3:8.2f}  {e['name']}")
+
+
+def label_waits(mine):
+    """(pass direction, label, ms) for each ep wait of one rank's step, in order. Dispatches
+    are finished in issue order, then the combines in issue order (model/moe_parts.cpp), so a
+    wait finishes the oldest unfinished dispatch if any, else the oldest combine, else it is a
+    count exchange (which has no issue mark and opens a forward pass)."""
+    out, d_iss, d_done, c_iss, c_done, fwd = [], 0, 0, 0, 0, False
+    for e in sorted(mine, key=lambda e: e["ts"]):
+        n = e["name"]
+        if n == "ep dispatch issued":
+            if d_iss and d_iss == d_done == c_iss == c_done:  # a new pass without counts
+                d_iss = d_done = c_iss = c_done = 0
+                fwd = False
+            d_iss += 1
+        elif n == "ep combine issued":
+            c_iss += 1
+        elif n == "ep all-to-all wait":
+            ms = e["dur"] / 1e3
+            if d_done < d_iss:
+                out.append((fwd, f"D{d_done}", ms))
+                d_done += 1
+            elif c_done < c_iss:
+                last = c_done + 1 == d_iss
+                out.append((fwd, "Clast" if last and c_done else f"C{c_done}", ms))
+                c_done += 1
+            else:
+                d_iss = d_done = c_iss = c_done = 0
+                fwd = True
+                out.append((fwd, "K", ms))
+    return out
+
+
+def breakdown(ev, steps, from_step):
+    sums, n = defaultdict(float), 0
+    for rank in sorted(steps):
+        for s, (b, w) in sorted(steps[rank].items()):
+            if s < from_step:
+                continue
+            n += 1
+            mine = [e for e in ev if e["tid"] == rank and b <= e["ts"] < w]
+            for fwd, label, ms in label_waits(mine):
+                sums[("F" if fwd else "B", label)] += ms
+    order = lambda k: (k[0] != "F", k[1] != "K", k[1] == "Clast", k[1][0], int(k[1][1:] or 0)
+                       if k[1][1:].isdigit() else 0)
+    total = sum(sums.values()) / max(1, n)
+    print(f"ep wait per rank-step {total:.1f} ms over {n} rank-steps; by exchange (ms, share):")
+    for k in sorted(sums, key=order):
+        v = sums[k] / max(1, n)
+        print(f"  {k[0]} {k[1]:>5} {v:8.1f} {100 * v / total if total else 0:5.1f}%")
 
 
 if __name__ == "__main__":

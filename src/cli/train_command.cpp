@@ -135,12 +135,12 @@ void define_parallel_flags(FlagSet& f, ParallelOptions& p) {
         {1, kMaxRanks});
   f.add("parallel", "pp", &p.pp, "pipeline stages", {1, kMaxRanks});
   f.add("parallel", "ep", &p.ep, "expert-parallel ranks (divides --dp)", {1, kMaxRanks});
-  f.add(
-      "parallel", "moe-overlap-parts", &p.moe_overlap_parts,
-      "MoE layers: cut each microbatch's tokens into N parts whose expert all-to-alls run "
-      "while the experts compute another part, so that at best 1/N of them stays exposed (1 = one "
-      "blocking exchange each way); losses equal to one worker's to rounding",
-      {1, kMaxOverlapParts});
+  f.add("parallel", "moe-overlap-parts", &p.moe_overlap_parts,
+        "MoE layers: cut each microbatch's tokens into N parts whose expert all-to-alls run "
+        "while the experts compute another part (with N >= 3 the first and the last half the "
+        "others' size), so that at best 1/(2N-2) of them stays exposed (1/2 at N = 2; 1 = one "
+        "blocking exchange each way); losses equal to one worker's to rounding",
+        {1, kMaxOverlapParts});
   f.add("parallel", "cp", &p.cp,
         "context-parallel ranks: each sequence is cut into 2cp chunks and rank r of the cp "
         "group holds chunks r and 2cp-1-r (zigzag); attention crosses the group (--cp-comm); "

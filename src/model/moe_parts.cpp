@@ -1,5 +1,6 @@
 #include "model/moe_parts.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "core/error.h"
@@ -15,15 +16,35 @@ MoeParts::MoeParts(int parts, int ranks, int El, int k, int max_rows, SlotLayout
   off_.row_of = layout.reserve(M);
   expert_cursor_.resize(P_ * E);
   offset_.resize(El + 1);
+  bounds_.resize(P_ + 1);
   counts_out_.resize(P_ * E), counts_in_.resize(P_ * E);
 }
 
-// Parts are runs of consecutive tokens, part p holding tokens [p*rows/P, (p+1)*rows/P); the
-// rows keep their expert-sorted order inside a part.
+// Part sizes in units of rows / (2P - 2): 1, 2, .., 2, 1. Nothing of the layer hides part
+// 0's dispatch or the last part's combine, so they are the small ones; every other
+// exchange travels under a neighbour's experts (part p+1's dispatch under part p's, part
+// p's combine under part p+1's), and with compute at least as long as the exchange (per row,
+// experts >= dispatch + combine) part 1's dispatch (2 units) fits under part 0's experts (1
+// unit), and part P-2's combine under part P-1's experts. Exposed: 1 unit of the dispatch's
+// 2P - 2 and 1 of the combine's, 1/(2P - 2) of the exchange against 1/P with equal parts
+// (1/6 against 1/4 at 4 parts).
+int MoeParts::token_begin(int p, int rows) const {
+  if (P_ < 3) return int(int64_t(p) * rows / P_);
+  const int units = 2 * P_ - 2;
+  const int at = p == 0 ? 0 : p == P_ ? units : 2 * p - 1;
+  return int(int64_t(at) * rows / units);
+}
+
+// Parts are runs of consecutive tokens, part p holding tokens [token_begin(p),
+// token_begin(p + 1)); the rows keep their expert-sorted order inside a part.
 const int32_t* MoeParts::plan(float* s, const int32_t* row_token, const int32_t* row_of,
                               const int32_t* send_counts, int rows, int M, TokenExchange& x) {
   const int E = ranks_ * El_;
-  const auto part = [&](int32_t t) { return int((int64_t(t) + 1) * P_ - 1) / rows; };
+  for (int p = 0; p <= P_; ++p) bounds_[p] = token_begin(p, rows);
+  // The last part whose first token is at or before t: empty parts (rows < 2P - 2) get none.
+  const auto part = [&](int32_t t) {
+    return int(std::upper_bound(bounds_.begin(), bounds_.end(), t) - bounds_.begin()) - 1;
+  };
   // Sized at the first use, not at construction: a dry run (dry_model.h) builds the layer
   // for its sizes only.
   if (part_row_token_.size() < size_t(M)) part_row_token_.resize(M), pm_pos_.resize(M);

@@ -8,14 +8,14 @@
 //              | experts 0   | experts 1   | .. | experts P-1 |
 //              |             | combine 0   | .. | combine P-2 | combine P-1
 //
-// Only the first part's dispatch and the last part's combine are exposed: 1/P of the
-// exchange, once the experts of a part take as long as its exchange. Those two waits are
-// filled with work that does not need the exchange. The layer's own work on the token side
-// is cut at the part boundaries: part p's send rows are prepared (gathered in forward,
-// gate-scaled in backward) just before its dispatch, part 0's while the counts travel and
-// the later parts' while part 0's rows travel; part p's returned rows are consumed (summed
-// per token) as soon as its combine is in, the earlier parts' while the last combine
-// travels. The caller's LocalWork (the shared experts: Megatron-LM's
+// Only the first part's dispatch and the last part's combine are exposed, so those two
+// parts are the small ones (rows 1 : 2 : .. : 2 : 1): 1/(2P-2) of the exchange, once the
+// experts take as long as the exchange. Those two waits are filled with work that does not
+// need the exchange. The layer's own work on the token side is cut at the part boundaries: part p's
+// send rows are prepared (gathered in forward, gate-scaled in backward) just before its dispatch,
+// part 0's while the counts travel and the later parts' while part 0's rows travel; part p's
+// returned rows are consumed (summed per token) as soon as its combine is in, the earlier parts'
+// while the last combine travels. The caller's LocalWork (the shared experts: Megatron-LM's
 // --moe-shared-expert-overlap) runs its first half while part 0's rows travel and its last
 // half while the last part's results do. The count exchange itself is started by plan and
 // finished by run, after part 0's rows are ready:
@@ -79,8 +79,10 @@ class MoeParts {
                       const int32_t* send_counts, int rows, int M, TokenExchange& x);
   // Part-major (token, choice) -> row, as plan left it: (rows, k).
   const int32_t* row_of(float* s) const { return ints(s, off_.row_of); }
-  // Part p's tokens of `rows`: [token_begin(p, rows), token_begin(p + 1, rows)).
-  int token_begin(int p, int rows) const { return int(int64_t(p) * rows / P_); }
+  // Part p's tokens of `rows`: [token_begin(p, rows), token_begin(p + 1, rows)). With 3
+  // parts or more the first and the last are half the size of the others (token_begin's
+  // comment says why); with 2 they are equal.
+  int token_begin(int p, int rows) const;
   // Part p's part-major send rows: [begin, begin + rows).
   struct Span {
     int64_t begin = 0, rows = 0;
@@ -116,6 +118,7 @@ class MoeParts {
 
   int P_, ranks_, El_, k_;
   std::vector<int32_t> part_row_token_, pm_pos_, expert_cursor_, offset_;
+  std::vector<int> bounds_;                      // token_begin(0 .. P) of the planned rows
   std::vector<int32_t> counts_out_, counts_in_;  // (ranks, P, El) for the count exchange
   std::unique_ptr<PendingExchange> counts_;      // started by plan, finished by run
   struct {

@@ -8,6 +8,7 @@
 // logs every start and finish, and by the stages' callbacks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -156,6 +157,85 @@ TEST(MoePartsOrder, NextDispatchAndThisCombinePostedAroundEachPartsExperts) {
   }
 }
 
+// Logs the rows each started dispatch and combine carries ("D0 4"), on top of the order.
+class RowCountingExchange final : public TokenExchange {
+ public:
+  std::vector<std::string> log;
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void exchange_counts(const int32_t* send, int32_t* recv, int per_rank) override {
+    inner_.exchange_counts(send, recv, per_rank);
+  }
+  std::unique_ptr<PendingExchange> start_exchange_counts(const int32_t* send, int32_t* recv,
+                                                         int per_rank) override {
+    return inner_.start_exchange_counts(send, recv, per_rank);
+  }
+  void dispatch(float* dst, const float* src, float* staging, const ExchangeCounts& c,
+                int width) override {
+    inner_.dispatch(dst, src, staging, c, width);
+  }
+  void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
+               int width) override {
+    inner_.combine(dst, src, staging, c, width);
+  }
+  std::unique_ptr<PendingExchange> start_dispatch(float* dst, const float* src, float* staging,
+                                                  const ExchangeCounts& c, int width) override {
+    note('D', dispatches_++, c);
+    return inner_.start_dispatch(dst, src, staging, c, width);
+  }
+  std::unique_ptr<PendingExchange> start_combine(float* dst, const float* src, float* staging,
+                                                 const ExchangeCounts& c, int width) override {
+    note('C', combines_++, c);
+    return inner_.start_combine(dst, src, staging, c, width);
+  }
+
+ private:
+  void note(char kind, int p, const ExchangeCounts& c) {
+    int32_t rows = 0;
+    for (int e = 0; e < c.per_rank; ++e) rows += c.send[e];
+    log.push_back(tag(kind, p, " ") + std::to_string(rows));
+  }
+  IdentityExchange inner_;
+  int dispatches_ = 0, combines_ = 0;
+};
+
+// The two exchanges nothing of the layer hides, part 0's dispatch and the last part's
+// combine, carry the small parts: rows 1 : 2 : .. : 2 : 1 with 3 parts or more (1/(2P-2)
+// of the exchange exposed instead of 1/P), equal halves with 2. 24 tokens top-1 over 2
+// experts.
+TEST(MoePartsOrder, TheFirstDispatchAndTheLastCombineCarryTheSmallParts) {
+  const int rows = 24, El = 2, k = 1, width = 4;
+  std::vector<int32_t> row_token, row_of(rows);
+  for (int e = 0; e < El; ++e)  // expert 0 the even tokens, expert 1 the odd ones
+    for (int t = e; t < rows; t += El)
+      row_of[size_t(t)] = int32_t(row_token.size()), row_token.push_back(t);
+  const std::vector<int32_t> send_counts = {rows / El, rows / El};
+  for (int P : {2, 3, 4, 5}) {
+    SlotLayout layout;
+    MoeParts parts(P, /*ranks=*/1, El, k, rows, layout);
+    std::vector<float> slot(layout.total());
+    RowCountingExchange x;
+    parts.plan(slot.data(), row_token.data(), row_of.data(), send_counts.data(), rows, rows, x);
+    std::vector<float> buf(rows * width), in(buf.size()), out(buf.size()), staging(buf.size());
+    MoeParts::Stages stages;
+    stages.prepare = stages.complete = [](int) {};
+    stages.compute = [](const ExpertGroups&) {};
+    parts.run(slot.data(), x, buf.data(), in.data(), out.data(), staging.data(), width, stages);
+    const int unit = P == 2 ? rows / 2 : rows / (2 * P - 2);
+    std::vector<std::string> want;
+    for (int p = 0; p < P; ++p) {
+      const int part_rows = (P > 2 && p > 0 && p + 1 < P ? 2 : 1) * unit;
+      want.push_back(tag('D', p, " ") + std::to_string(part_rows));
+      want.push_back(tag('C', p, " ") + std::to_string(part_rows));
+    }
+    std::vector<std::string> got = x.log;  // D0 D1 C0 D2 C1 ..: sorted as part by part
+    std::stable_sort(got.begin(), got.end(), [](const std::string& a, const std::string& b) {
+      return std::stoi(a.substr(1)) < std::stoi(b.substr(1));
+    });
+    EXPECT_EQ(got, want) << P << " parts";
+  }
+}
+
 // The layer runs that pipeline in both passes: its forward and its backward input pass
 // each post P dispatches and P combines in the same interleaving, and nothing blocking; and
 // by the time the last combine is in, the earlier parts' tokens already hold their results
@@ -179,7 +259,9 @@ TEST(MoePartsOrder, ForwardAndBackwardBothPipelineTheirExchanges) {
     for (int t = 0; t < N; ++t) done_at_last[size_t(t)] = (*out)[size_t(t) * C] != unset;
   };
   std::vector<bool> want_done(N, true);
-  for (int t = N - N / P; t < N; ++t) want_done[size_t(t)] = false;
+  SlotLayout sizes;  // the last part's first token, as the layer cuts the parts
+  for (int t = MoeParts(P, 1, E, 1, N, sizes).token_begin(P - 1, N); t < N; ++t)
+    want_done[size_t(t)] = false;
   m.layer->forward(m.slot(), h.data(), y.data(), N);
   EXPECT_EQ(x.log, exchanges_of(expected_order(P), true)) << "forward";
   EXPECT_EQ(done_at_last, want_done) << "forward";
