@@ -5,6 +5,8 @@
 // (model/block.cpp, row_parallel_linear.cpp, lm_head.cpp, kernels/bf16_weight.h).
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "model/block.h"
 #include "model/moe_layer.h"
@@ -55,10 +57,12 @@ SharedHalves shared_halves(const CostContext& c) {
   return {gate_up.forward + act, down.forward, down.backward + act_bwd, gate_up.backward};
 }
 
-// --moe-overlap-parts P > 1 (model/moe_parts.h): the experts run once per part over 1/P of
-// the rows (P calls of each expert's GEMMs), each part's rows travel by their own all-to-all
-// (its own latency), and the exposed exchange is what the parts' experts and the local work
-// leave uncovered (overlapped_exchange.h). The local work: the shared experts' halves, in
+// --moe-overlap-parts P > 1 (model/moe_parts.h): the experts run once per part over the
+// part's share of the rows (model/moe_part_sizes.h: 1 : 2 : .. : 2 : 1 from 3 parts on,
+// equal at 2; P calls of each expert's GEMMs), each part's rows travel by their own
+// all-to-all (its own latency), and the exposed exchange is what the parts' experts and the
+// local work leave uncovered (overlapped_exchange.h), each wait with the sizes of the parts
+// it involves. The local work: the shared experts' halves, in
 // backward also the router's logits gradient (a pass over the gates' and their gradient's N
 // x E, part of the calibrated rest, so not added to the compute) and, where the trainer
 // moves them into B (train/expert_grads_in_b.h), the routed experts' weight gradients:
@@ -73,25 +77,31 @@ Passes overlapped_moe(const CostContext& c, const MoeCosts& whole, double rows, 
         c.rates, R32, std::vector<double>(size_t(per_expert > 0 ? local : 0), per_expert), N, E, h,
         F, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)), (c.w.gated ? 2 : 1) * F);
   };
-  const MoeCosts router = costs(0), part = costs(rows / P / local);
+  const MoeCosts router = costs(0);
   // One part's experts: its GEMMs, without the router and the calibrated rest (the
   // gathers, gate sums and permutations on the token side, run in prepare / complete).
-  const double part_rows = rows / P * F;
-  const double Xf = part.forward - router.forward - part_rows * c.rates.moe_fwd_s;
-  const double Xb = part.backward - router.backward - part_rows * c.rates.moe_bwd_s;
-  Passes p{router.forward + P * (part.forward - router.forward),
-           router.backward + P * (part.backward - router.backward), whole.weight};
+  Passes p{router.forward, router.backward, whole.weight};
+  const auto experts = [&](double part_rows) {
+    const MoeCosts part = costs(part_rows / local);
+    p.forward += part.forward - router.forward, p.backward += part.backward - router.backward;
+    return std::pair{part.forward - router.forward - part_rows * F * c.rates.moe_fwd_s,
+                     part.backward - router.backward - part_rows * F * c.rates.moe_bwd_s};
+  };
+  const std::vector<std::pair<double, double>> X = per_part(P, rows, experts);
   ParallelOptions po;
   po.zero = c.l.zero, po.schedule = schedule_kind(c.l.schedule);
   const double dw = expert_grads_in_b(po) ? whole.weight - router.weight : 0;
   p.backward += dw, p.weight -= dw;
   const SharedHalves s = shared_halves(c);
   const double logits_grad = pointwise_seconds(R32, N * E, 3 * N * E * 4, 1);
-  const double a2a =
-      collective_seconds(c.r.hardware, Collective::all_to_all, rows / P * h * 4, c.ep);
-  *ep_comm = exposed_parts_exchange({a2a, a2a, Xf, s.forward_first, s.forward_last}, P) +
-             exposed_parts_exchange(
-                 {a2a, a2a, Xb, s.backward_first, s.backward_last + logits_grad + dw}, P);
+  const std::vector<double> a2a = per_part(P, rows, [&](double part_rows) {
+    return collective_seconds(c.r.hardware, Collective::all_to_all, part_rows * h * 4, c.ep);
+  });
+  std::vector<double> Xf, Xb;
+  for (const auto& [f, b] : X) Xf.push_back(f), Xb.push_back(b);
+  *ep_comm =
+      exposed_parts_exchange({a2a, a2a, Xf, s.forward_first, s.forward_last}) +
+      exposed_parts_exchange({a2a, a2a, Xb, s.backward_first, s.backward_last + logits_grad + dw});
   return p;
 }
 
