@@ -84,6 +84,13 @@ LAYOUTS = [
          arch="llama"),
     _lay("llama deepseek-moe 1 rank", 1, mb_div=1, arch="llama", deepseek=True),
     _lay("llama deepseek-moe ep2 dp2", 2, dp=2, ep=2, mb_div=1, arch="llama", deepseek=True),
+    # The overlapped exchange (--moe-overlap-parts 2, model/moe_parts.h): the shared expert
+    # under the first dispatch and the last combine; at ZeRO 0 the routed experts' weight
+    # gradients in B under the last backward combine, at ZeRO 2 in W.
+    _lay("llama deepseek-moe ep2 dp2 parts2", 2, dp=2, ep=2, mb_div=1, arch="llama",
+         deepseek=True, parts=2),
+    _lay("llama deepseek-moe ep2 dp2 z2 parts2", 2, dp=2, ep=2, mb_div=1, zero=2,
+         arch="llama", deepseek=True, parts=2),
     # Four ranks on 2 cores where the brute force's single passes disagreed most with the
     # model (issue #30): tp 4 in one and in eight microbatches (the collectives' waits among
     # ranks that share the cores), pp 4 in two and eight (stages that idle in the bubble
@@ -114,6 +121,8 @@ def knob_args(k, plan):
         dim = int(MODEL[MODEL.index("--dim") + 1])
         a += ["--experts", "8", "--topk", "2", "--expert-ffn-dim", str(dim // 2),
               "--shared-experts", "1", "--first-dense-layers", "1", "--router", "sigmoid"]
+    if k.get("parts", 1) > 1:
+        a += ["--moe-overlap-parts", str(k["parts"])]
     if k.get("cp", 1) > 1:
         a += ["--cp", str(k["cp"]), "--cp-comm", k.get("cp_comm", "ring")]
     if k.get("arch") == "llama":

@@ -14,6 +14,7 @@
 #include "plan/calibrate.h"
 #include "plan/compare.h"
 #include "plan/plan_report.h"
+#include "train/option_limits.h"
 
 namespace mt {
 
@@ -27,6 +28,8 @@ struct PlanArgs {
   std::string hardware, hardware_file, profile, backend = "local";
   std::string software;  // GPU software profile (empty: the hardware's own, meshtrain)
   int gpus = 0, ranks = 0, threads = 1, top = 10, mtp_layers = 0;
+  int moe_overlap_parts = 1;  // --moe-overlap-parts (local: the engine's; GPU: the software's)
+  CLI::Option* overlap_o = nullptr;
   double bucket_mb = 25;
   int dp = 0, tp = 0, pp = 0, virtual_stages = 0, ep = 0, zero = -1, micro_batch = 0, cp = 0;
   std::string recompute, schedule, precision, cp_comm, attention = "mha";
@@ -158,6 +161,15 @@ plan::PlanRequest make_request(PlanArgs& a) {
   MT_REQUIRE(a.threads >= 1, "--threads must be >= 1");
   MT_REQUIRE(a.top >= 1, "--top must be >= 1");
   r.threads = a.threads;
+  if (a.overlap_o->count() > 0) {
+    MT_REQUIRE(r.hardware.local,
+               "--moe-overlap-parts applies to --hardware local (GPU software: its "
+               "a2a_overlap_parts field)");
+    MT_REQUIRE(a.moe_overlap_parts >= 1 && a.moe_overlap_parts <= limits::kMaxOverlapParts,
+               "--moe-overlap-parts must be in [1, ", limits::kMaxOverlapParts, "] (got ",
+               a.moe_overlap_parts, ")");
+    r.hardware.a2a_overlap_parts = a.moe_overlap_parts;
+  }
   r.bucket_mb = a.bucket_mb;
   r.mtp_layers = a.mtp_layers;
   r.attention.family = plan::attention_family_of(a.attention);
@@ -358,6 +370,10 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb, "gradient bucket size in MiB")
       ->capture_default_str();
+  a->overlap_o = cmd->add_option("--moe-overlap-parts", a->moe_overlap_parts,
+                                 "--hardware local: train's --moe-overlap-parts (the MoE "
+                                 "exchanges pipelined over N parts of each microbatch, priced "
+                                 "as the engine overlaps them; docs/planner.md)");
   add_plan_only_model_flags(cmd, *a);
   add_layout_flags(cmd, *a);
   cmd->add_option("--top", a->top, "candidates to print")->capture_default_str();

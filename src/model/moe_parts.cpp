@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "model/moe_part_sizes.h"
 
 namespace mt {
 
@@ -20,19 +21,10 @@ MoeParts::MoeParts(int parts, int ranks, int El, int k, int max_rows, SlotLayout
   counts_out_.resize(P_ * E), counts_in_.resize(P_ * E);
 }
 
-// Part sizes in units of rows / (2P - 2): 1, 2, .., 2, 1. Nothing of the layer hides part
-// 0's dispatch or the last part's combine, so they are the small ones; every other
-// exchange travels under a neighbour's experts (part p+1's dispatch under part p's, part
-// p's combine under part p+1's), and with compute at least as long as the exchange (per row,
-// experts >= dispatch + combine) part 1's dispatch (2 units) fits under part 0's experts (1
-// unit), and part P-2's combine under part P-1's experts. Exposed: 1 unit of the dispatch's
-// 2P - 2 and 1 of the combine's, 1/(2P - 2) of the exchange against 1/P with equal parts
-// (1/6 against 1/4 at 4 parts).
+// Part p starts at its first unit (moe_part_sizes.h says why the first and the last parts
+// are the small ones) of rows / units, rounded down.
 int MoeParts::token_begin(int p, int rows) const {
-  if (P_ < 3) return int(int64_t(p) * rows / P_);
-  const int units = 2 * P_ - 2;
-  const int at = p == 0 ? 0 : p == P_ ? units : 2 * p - 1;
-  return int(int64_t(at) * rows / units);
+  return int(int64_t(moe_part_unit_begin(P_, p)) * rows / moe_part_units(P_));
 }
 
 // Parts are runs of consecutive tokens, part p holding tokens [token_begin(p),

@@ -80,8 +80,9 @@ class MoeParts {
   // Part-major (token, choice) -> row, as plan left it: (rows, k).
   const int32_t* row_of(float* s) const { return ints(s, off_.row_of); }
   // Part p's tokens of `rows`: [token_begin(p, rows), token_begin(p + 1, rows)). With 3
-  // parts or more the first and the last are half the size of the others (token_begin's
-  // comment says why); with 2 they are equal.
+  // parts or more the first and the last are half the size of the others
+  // (model/moe_part_sizes.h says why: the planner prices the parts by the same rule); with
+  // 2 they are equal.
   int token_begin(int p, int rows) const;
   // Part p's part-major send rows: [begin, begin + rows).
   struct Span {

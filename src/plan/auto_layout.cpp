@@ -59,6 +59,8 @@ std::string apply_auto_layout(TrainOptions& o, const std::string& profile_path) 
   // Precision changes the numbers a run computes, so it is the user's choice, never
   // searched: the layout is planned for the precision the run will use.
   r.precision = o.optim.precision;
+  // So are the MoE exchange's parts (not searched): priced as the run will overlap them.
+  r.hardware.a2a_overlap_parts = p.moe_overlap_parts;
   const SearchResult s = search_layouts(r, 2);
   const Candidate& best = s.candidates.front();
   const Layout& l = best.layout;

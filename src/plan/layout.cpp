@@ -109,6 +109,8 @@ TrainOptions train_options(const PlanRequest& r, const Layout& l) {
     o.parallel.cp = l.cp;
     o.parallel.cp_comm = l.cp_comm;
   }
+  // The engine's overlapped MoE exchange (plan --moe-overlap-parts): its memory counts too.
+  if (r.hardware.local) o.parallel.moe_overlap_parts = r.hardware.a2a_overlap_parts;
   o.parallel.zero = l.zero;
   o.parallel.sequence_parallel = l.sequence_parallel;
   o.parallel.schedule = schedule_kind(l.schedule);
@@ -201,6 +203,8 @@ std::string train_command(const PlanRequest& r, const Layout& l) {
   }
   c += str(" --batch ", r.batch, " --dp ", l.dp, " --tp ", l.tp, " --pp ", l.pp);
   if (l.ep > 1) c += str(" --ep ", l.ep);
+  if (r.hardware.local && r.hardware.a2a_overlap_parts > 1)
+    c += str(" --moe-overlap-parts ", r.hardware.a2a_overlap_parts);
   c += str(" --microbatches ", microbatches(r, l));
   if (l.pp > 1) c += str(" --schedule ", l.schedule);
   if (l.virtual_stages > 1) c += str(" --virtual-stages ", l.virtual_stages);

@@ -5,12 +5,17 @@
 // (model/block.cpp, row_parallel_linear.cpp, lm_head.cpp, kernels/bf16_weight.h).
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "model/block.h"
 #include "model/moe_layer.h"
 #include "plan/cost_model.h"
+#include "plan/overlapped_exchange.h"
 #include "plan/time_model.h"
+#include "schedule/schedule_kind.h"
 #include "tensor_parallel/vocab_parallel.h"
+#include "train/expert_grads_in_b.h"
 
 namespace mt::plan {
 
@@ -34,6 +39,72 @@ Passes attention_core(const CostContext& c) {
   return {flops / R.attention_fwd + R.overhead_s, 2 * flops / R.attention_bwd + R.overhead_s, 0};
 }
 
+// The shared experts' SwiGLU (split over tp as the dense MLP) in the two halves the llama
+// block runs as the overlapped layer's LocalWork (model/llama_block.cpp): forward [gate; up]
+// and the SwiGLU first, down_proj last; backward down_proj's input gradient and the
+// SwiGLU's first, [gate; up]'s last. Their weight gradients stay in W.
+struct SharedHalves {
+  double forward_first = 0, forward_last = 0, backward_first = 0, backward_last = 0;
+};
+SharedHalves shared_halves(const CostContext& c) {
+  if (c.w.shared_ffn <= 0) return {};
+  const ComputeRates& R = c.rates;
+  const double N = c.N, h = c.h, F = c.w.shared_ffn / c.t, up = c.w.gated ? 2 * F : F;
+  const Passes gate_up = linear_passes(c, R, N, {{up, h}}), down = linear_passes(c, R, N, {{h, F}});
+  // As mlp_of_width prices the activation (the shared experts are SwiGLU: llama only).
+  const double act = pointwise_seconds(R, N * F, 3 * N * F * c.e, 1);
+  const double act_bwd = pointwise_seconds(R, N * F, 5 * N * F * c.e, 1);
+  return {gate_up.forward + act, down.forward, down.backward + act_bwd, gate_up.backward};
+}
+
+// --moe-overlap-parts P > 1 (model/moe_parts.h): the experts run once per part over the
+// part's share of the rows (model/moe_part_sizes.h: 1 : 2 : .. : 2 : 1 from 3 parts on,
+// equal at 2; P calls of each expert's GEMMs), each part's rows travel by their own
+// all-to-all (its own latency), and the exposed exchange is what the parts' experts and the
+// local work leave uncovered (overlapped_exchange.h), each wait with the sizes of the parts
+// it involves. The local work: the shared experts' halves, in
+// backward also the router's logits gradient (a pass over the gates' and their gradient's N
+// x E, part of the calibrated rest, so not added to the compute) and, where the trainer
+// moves them into B (train/expert_grads_in_b.h), the routed experts' weight gradients:
+// moe_layer.cpp's one pass over every part's rows, as W would run it.
+Passes overlapped_moe(const CostContext& c, const MoeCosts& whole, double rows, double* ep_comm) {
+  const ModelConfig& m = c.r.model;
+  const int P = c.r.hardware.a2a_overlap_parts;
+  const double N = c.N / c.t, h = c.h, E = m.experts, local = E / c.l.ep, F = c.w.expert_ffn;
+  const ComputeRates& R32 = c.local_bf16 ? c.rates32 : c.rates;
+  const auto costs = [&](double per_expert) {
+    return local_moe_costs(
+        c.rates, R32, std::vector<double>(size_t(per_expert > 0 ? local : 0), per_expert), N, E, h,
+        F, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)), (c.w.gated ? 2 : 1) * F);
+  };
+  const MoeCosts router = costs(0);
+  // One part's experts: its GEMMs, without the router and the calibrated rest (the
+  // gathers, gate sums and permutations on the token side, run in prepare / complete).
+  Passes p{router.forward, router.backward, whole.weight};
+  const auto experts = [&](double part_rows) {
+    const MoeCosts part = costs(part_rows / local);
+    p.forward += part.forward - router.forward, p.backward += part.backward - router.backward;
+    return std::pair{part.forward - router.forward - part_rows * F * c.rates.moe_fwd_s,
+                     part.backward - router.backward - part_rows * F * c.rates.moe_bwd_s};
+  };
+  const std::vector<std::pair<double, double>> X = per_part(P, rows, experts);
+  ParallelOptions po;
+  po.zero = c.l.zero, po.schedule = schedule_kind(c.l.schedule);
+  const double dw = expert_grads_in_b(po) ? whole.weight - router.weight : 0;
+  p.backward += dw, p.weight -= dw;
+  const SharedHalves s = shared_halves(c);
+  const double logits_grad = pointwise_seconds(R32, N * E, 3 * N * E * 4, 1);
+  const std::vector<double> a2a = per_part(P, rows, [&](double part_rows) {
+    return collective_seconds(c.r.hardware, Collective::all_to_all, part_rows * h * 4, c.ep);
+  });
+  std::vector<double> Xf, Xb;
+  for (const auto& [f, b] : X) Xf.push_back(f), Xb.push_back(b);
+  *ep_comm =
+      exposed_parts_exchange({a2a, a2a, Xf, s.forward_first, s.forward_last}) +
+      exposed_parts_exchange({a2a, a2a, Xb, s.backward_first, s.backward_last + logits_grad + dw});
+  return p;
+}
+
 // The engine's MoE layer: the fp32 router, each local expert's GEMMs over its rows (SwiGLU
 // experts: gate and up one GEMM 2F wide, then down; the GELU ones F and F) (bf16:
 // over row chunks), the rest of the layer at its calibrated cost per hidden element
@@ -48,7 +119,9 @@ Passes calibrated_moe(const CostContext& c, double* ep_comm) {
       c.rates, c.local_bf16 ? c.rates32 : c.rates, std::vector<double>(size_t(local), rows / local),
       N, E, h, c.w.expert_ffn, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)),
       (c.w.gated ? 2 : 1) * c.w.expert_ffn);
-  Passes p{mc.forward, mc.backward, mc.weight};
+  const bool parts = c.l.ep > 1 && c.r.hardware.a2a_overlap_parts > 1;
+  Passes p =
+      parts ? overlapped_moe(c, mc, rows, ep_comm) : Passes{mc.forward, mc.backward, mc.weight};
   if (c.w.shared_ffn > 0) p += mlp_of_width(c, c.w.shared_ffn);  // split over tp
   if (c.l.ep > 1) {
     // regroup_blocks twice each way (to expert-major after the dispatch, back before the
@@ -56,9 +129,11 @@ Passes calibrated_moe(const CostContext& c, double* ep_comm) {
     const double regroup = stream_seconds(c.rates, 2 * rows * h * 4, 2);
     p.forward += regroup;
     p.backward += regroup;
-    // Dispatch + combine in forward, their adjoints in backward: the busiest rank's fp32 rows.
-    *ep_comm = 4 * collective_seconds(c.r.hardware, Collective::all_to_all, rows * h * 4, c.ep);
   }
+  // Dispatch + combine in forward, their adjoints in backward: the busiest rank's fp32 rows,
+  // each exchange blocking.
+  if (c.l.ep > 1 && !parts)
+    *ep_comm = 4 * collective_seconds(c.r.hardware, Collective::all_to_all, rows * h * 4, c.ep);
   return p;
 }
 

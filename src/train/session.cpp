@@ -9,6 +9,7 @@
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/pipeline/stage_chunks.h"
 #include "parallel/plain_runner.h"
+#include "train/expert_grads_in_b.h"
 #include "train/weights_file.h"
 
 namespace mt {
@@ -111,13 +112,6 @@ std::unique_ptr<MicrobatchRunner> make_runner(const TrainOptions& o, const Paral
   return std::make_unique<PipelineRunner>(
       model, dp, ctx, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages),
       PipelineShape{b, rows, o.model.dim, sp ? p.tp : 1});
-}
-
-// The overlapped MoE layer may accumulate its experts' weight gradients in B, under its last
-// backward combine (moe_layer.h): only where the gradients stay bound through B (ZeRO 0-1)
-// and W follows B at once (not the schedules that defer W into bubbles).
-bool expert_grads_in_b(const ParallelOptions& p) {
-  return p.zero < 2 && p.schedule != ScheduleKind::zb_h1 && p.schedule != ScheduleKind::dualpipev;
 }
 
 }  // namespace

@@ -107,6 +107,7 @@ TEST(PlanCommand, BadInputIsOneLineExit2) {
         " --hardware a100-80gb --gpus 8 --bucket-mb nan",
         " --hardware a100-80gb --gpus 8 --bucket-mb inf",
         " --hardware a100-80gb --gpus 8 --calibrate-seconds nan",
+        " --hardware a100-80gb --gpus 8 --experts 4 --moe-overlap-parts 2",
         " --hardware local --gpus 2 --profile /nonexistent/profile.toml",
         " --hardware a100-80gb --gpus 8 --layers 96 --dim 12288 --heads 96 --seq 2048"}) {
     const auto r = run_meshtrain(std::string("plan ") + kSmall + args);
