@@ -294,24 +294,10 @@ void add_attention_flags(CLI::App* cmd, PlanArgs& a) {
                           ->capture_default_str());
 }
 
-// The model parts the planner describes and the engine has not (MTP, MLA).
-void add_plan_only_model_flags(CLI::App* cmd, PlanArgs& a) {
-  add_mtp_flag(cmd, a);
-  add_attention_flags(cmd, a);
-}
-
-}  // namespace
-
-CommandRunner add_plan_command(CLI::App& app) {
-  auto a = std::make_shared<PlanArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "plan",
-      "choose the layout: search the parallel layouts for a model, batch and hardware, "
-      "predict step time and memory per device (docs/planner.md)");
-  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  a->cmd = cmd;
-  ModelConfig& m = a->model;
-  cmd->add_option("--config", a->config,
+// The model the plan is for: train's [model] flags, the same names and meanings.
+void add_model_flags(CLI::App* cmd, PlanArgs& a) {
+  ModelConfig& m = a.model;
+  cmd->add_option("--config", a.config,
                   "a train config file: its [model] table and [train] batch (flags override)");
   cmd->add_option("--layers", m.layers, "transformer blocks")->capture_default_str();
   cmd->add_option("--dim", m.dim, "model width")->capture_default_str();
@@ -331,11 +317,11 @@ CommandRunner add_plan_command(CLI::App& app) {
   cmd->add_option("--first-dense-layers", m.first_dense_layers,
                   "llama MoE: layers 0..N-1 keep the dense MLP")
       ->capture_default_str();
-  cmd->add_option("--router", a->router,
+  cmd->add_option("--router", a.router,
                   "llama MoE: softmax | sigmoid (as train; a pointwise pass either way, the plan "
                   "is the same)")
       ->capture_default_str();
-  cmd->add_option("--arch", a->arch, "block architecture: gpt2 | llama (as train)")
+  cmd->add_option("--arch", a.arch, "block architecture: gpt2 | llama (as train)")
       ->capture_default_str();
   cmd->add_option("--kv-heads", m.kv_heads, "llama: key/value heads (0 = --heads)")
       ->capture_default_str();
@@ -349,6 +335,25 @@ CommandRunner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--norm-eps", m.norm_eps, "llama: RMSNorm epsilon (no effect on the plan)")
       ->capture_default_str();
+}
+
+// The model parts the planner describes and the engine has not (MTP, MLA).
+void add_plan_only_model_flags(CLI::App* cmd, PlanArgs& a) {
+  add_mtp_flag(cmd, a);
+  add_attention_flags(cmd, a);
+}
+
+}  // namespace
+
+CommandRunner add_plan_command(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan",
+      "choose the layout: search the parallel layouts for a model, batch and hardware, "
+      "predict step time and memory per device (docs/planner.md)");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  a->cmd = cmd;
+  add_model_flags(cmd, *a);
   cmd->add_option("--batch", a->batch, "global batch in sequences")->capture_default_str();
   cmd->add_option("--hardware", a->hardware,
                   "a100-80gb | h100-80gb | h800-80gb | local (calibrated)");
