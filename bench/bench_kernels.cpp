@@ -50,149 +50,173 @@ void report(const char* name, double sec, double flops, double bytes, double pea
     std::printf("  %-28s %9.3f ms %8.1f GB/s\n", name, sec * 1e3, bytes / sec * 1e-9);
 }
 
-void bench_model(int C, double peak, bool quick) {
-  const int B = 8, T = 128, V = 256, NH = C / 64, N = B * T, L = 4;
-  std::printf("dim %d (B=%d T=%d NH=%d V=%d, N=%d rows)\n", C, B, T, NH, V, N);
-  auto inp = filled(size_t(N) * 4 * C, 1.0f), out = filled(size_t(N) * 4 * C, 1.0f);
-  auto grad = filled(size_t(N) * 4 * C, 1.0f), dinp = filled(size_t(N) * 4 * C, 1.0f);
-  auto weight = filled(size_t(4) * C * C, 0.02f), dweight = filled(size_t(4) * C * C, 0.0f);
-  auto bias = filled(4 * C, 0.0f), dbias = filled(4 * C, 0.0f);
+// The model's shapes at dim C, and the buffers the kernels share (sized for the largest
+// of them, N x 4C activations and 4 C x C weights).
+struct Model {
+  int C, B = 8, T = 128, V = 256, NH, N, L = 4;
+  double peak;
+  bool quick;
+  std::vector<float> inp, out, grad, dinp, weight, dweight, bias, dbias;
+  Model(int dim, double peak_gflops, bool quick_run)
+      : C(dim), NH(dim / 64), N(B * T), peak(peak_gflops), quick(quick_run) {
+    inp = filled(size_t(N) * 4 * C, 1.0f), out = filled(size_t(N) * 4 * C, 1.0f);
+    grad = filled(size_t(N) * 4 * C, 1.0f), dinp = filled(size_t(N) * 4 * C, 1.0f);
+    weight = filled(size_t(4) * C * C, 0.02f), dweight = filled(size_t(4) * C * C, 0.0f);
+    bias = filled(4 * C, 0.0f), dbias = filled(4 * C, 0.0f);
+  }
+  void row(const char* name, const std::function<void()>& fn, double flops, double bytes) const {
+    report(name, time_call(fn, quick), flops, bytes, peak);
+  }
+};
 
+// The block's and the head's linears, each forward, backward input and backward weight.
+void linear_rows(Model& m) {
   struct Linear {
     const char* name;
     int in, out;
   };
+  const int C = m.C, N = m.N;
   const Linear linears[] = {{"qkv", C, 3 * C},
                             {"attn_proj", C, C},
                             {"fc", C, 4 * C},
                             {"mlp_proj", 4 * C, C},
-                            {"lm_head", C, V}};
+                            {"lm_head", C, m.V}};
   for (const Linear& l : linears) {
-    double flops = 2.0 * N * l.in * l.out;
-    std::string n = l.name;
-    report((n + " fwd").c_str(),
-           time_call(
-               [&] {
-                 mt::matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, l.in,
-                                    l.out);
-               },
-               quick),
-           flops, 0, peak);
-    report((n + " bwd_input").c_str(),
-           time_call(
-               [&] {
-                 mt::matmul_backward_input(dinp.data(), grad.data(), weight.data(), N, l.in, l.out);
-               },
-               quick),
-           flops, 0, peak);
-    report((n + " bwd_weight").c_str(),
-           time_call(
-               [&] {
-                 mt::matmul_backward_weight(dweight.data(), dbias.data(), grad.data(), inp.data(),
-                                            N, l.in, l.out);
-               },
-               quick),
-           flops, 0, peak);
+    const double flops = 2.0 * N * l.in * l.out;
+    const std::string n = l.name;
+    m.row((n + " fwd").c_str(),
+          [&] {
+            mt::matmul_forward(m.out.data(), m.inp.data(), m.weight.data(), m.bias.data(), N, l.in,
+                               l.out);
+          },
+          flops, 0);
+    m.row((n + " bwd_input").c_str(),
+          [&] {
+            mt::matmul_backward_input(m.dinp.data(), m.grad.data(), m.weight.data(), N, l.in,
+                                      l.out);
+          },
+          flops, 0);
+    m.row((n + " bwd_weight").c_str(),
+          [&] {
+            mt::matmul_backward_weight(m.dweight.data(), m.dbias.data(), m.grad.data(),
+                                       m.inp.data(), N, l.in, l.out);
+          },
+          flops, 0);
   }
+}
 
-  // Attention: count the useful (causal) FLOPs, q k^T and att v over the lower triangle.
-  auto qkv = filled(size_t(N) * 3 * C, 1.0f), dqkv = filled(size_t(N) * 3 * C, 0.0f);
+// Attention: count the useful (causal) FLOPs, q k^T and att v over the lower triangle.
+void attention_rows(Model& m) {
+  const int B = m.B, T = m.T, C = m.C, NH = m.NH;
+  auto qkv = filled(size_t(m.N) * 3 * C, 1.0f), dqkv = filled(size_t(m.N) * 3 * C, 0.0f);
   auto att = filled(size_t(B) * NH * T * T, 0.0f);
   std::vector<float> scratch(mt::attention_backward_scratch_floats(B, T, C, NH));
-  double att_flops = 2.0 * B * T * T * C;  // 2 GEMMs * 2 flops * T*T/2 * hd * NH
-  report("attention fwd",
-         time_call([&] { mt::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH); },
-                   quick),
-         att_flops, 0, peak);
-  report("attention bwd",
-         time_call(
-             [&] {
-               mt::attention_backward(dqkv.data(), scratch.data(), grad.data(), qkv.data(),
-                                      att.data(), B, T, C, NH);
-             },
-             quick),
-         2 * att_flops, 0, peak);
+  const double att_flops = 2.0 * B * T * T * C;  // 2 GEMMs * 2 flops * T*T/2 * hd * NH
+  m.row(
+      "attention fwd",
+      [&] { mt::attention_forward(m.out.data(), att.data(), qkv.data(), B, T, C, NH); }, att_flops,
+      0);
+  m.row(
+      "attention bwd",
+      [&] {
+        mt::attention_backward(dqkv.data(), scratch.data(), m.grad.data(), qkv.data(), att.data(),
+                               B, T, C, NH);
+      },
+      2 * att_flops, 0);
+}
 
+void layernorm_rows(Model& m) {
+  const int N = m.N, C = m.C;
   std::vector<float> mean(N), rstd(N);
-  double ln_bytes = 2.0 * N * C * 4;
-  report("layernorm fwd",
-         time_call(
-             [&] {
-               mt::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(),
-                                     weight.data(), bias.data(), N, C);
-             },
-             quick),
-         0, ln_bytes, peak);
-  report("layernorm bwd_input",
-         time_call(
-             [&] {
-               mt::layernorm_backward_input(dinp.data(), grad.data(), inp.data(), weight.data(),
-                                            mean.data(), rstd.data(), N, C);
-             },
-             quick),
-         0, 4.0 * N * C * 4, peak);
-  report("layernorm bwd_weight",
-         time_call(
-             [&] {
-               mt::layernorm_backward_weight(dweight.data(), dbias.data(), grad.data(), inp.data(),
-                                             mean.data(), rstd.data(), N, C);
-             },
-             quick),
-         0, 2.0 * N * C * 4, peak);
+  m.row(
+      "layernorm fwd",
+      [&] {
+        mt::layernorm_forward(m.out.data(), mean.data(), rstd.data(), m.inp.data(), m.weight.data(),
+                              m.bias.data(), N, C);
+      },
+      0, 2.0 * N * C * 4);
+  m.row(
+      "layernorm bwd_input",
+      [&] {
+        mt::layernorm_backward_input(m.dinp.data(), m.grad.data(), m.inp.data(), m.weight.data(),
+                                     mean.data(), rstd.data(), N, C);
+      },
+      0, 4.0 * N * C * 4);
+  m.row(
+      "layernorm bwd_weight",
+      [&] {
+        mt::layernorm_backward_weight(m.dweight.data(), m.dbias.data(), m.grad.data(), m.inp.data(),
+                                      mean.data(), rstd.data(), N, C);
+      },
+      0, 2.0 * N * C * 4);
+}
 
-  size_t nh = size_t(N) * 4 * C;
-  report("gelu fwd (N x 4C)",
-         time_call([&] { mt::gelu_forward(out.data(), inp.data(), nh); }, quick), 0, 2.0 * nh * 4,
-         peak);
-  report("bias_gelu fwd (N x 4C)",
-         time_call([&] { mt::bias_gelu_forward(out.data(), dinp.data(), bias.data(), N, 4 * C); },
-                   quick),
-         0, 3.0 * nh * 4, peak);
-  report("gelu bwd (N x 4C)",
-         time_call([&] { mt::gelu_backward(dinp.data(), inp.data(), grad.data(), nh); }, quick), 0,
-         4.0 * nh * 4, peak);
+void gelu_rows(Model& m) {
+  const size_t nh = size_t(m.N) * 4 * m.C;
+  m.row(
+      "gelu fwd (N x 4C)", [&] { mt::gelu_forward(m.out.data(), m.inp.data(), nh); }, 0,
+      2.0 * nh * 4);
+  m.row(
+      "bias_gelu fwd (N x 4C)",
+      [&] { mt::bias_gelu_forward(m.out.data(), m.dinp.data(), m.bias.data(), m.N, 4 * m.C); }, 0,
+      3.0 * nh * 4);
+  m.row(
+      "gelu bwd (N x 4C)",
+      [&] { mt::gelu_backward(m.dinp.data(), m.inp.data(), m.grad.data(), nh); }, 0, 4.0 * nh * 4);
+}
 
+// The kernels that read token ids: the loss and the embedding.
+void token_rows(Model& m) {
+  const int B = m.B, T = m.T, C = m.C, V = m.V, N = m.N;
   auto logits = filled(size_t(N) * V, 4.0f);
   std::vector<int> targets(N);
   for (int n = 0; n < N; n++) targets[n] = (n * 7) % V;
   std::vector<float> losses(N);
-  report("crossentropy fwd+bwd",
-         time_call(
-             [&] {
-               mt::crossentropy_forward_backward(losses.data(), logits.data(), targets.data(),
-                                                 1.0f / N, N, V, V);
-             },
-             quick),
-         0, 2.0 * N * V * 4, peak);
-
+  m.row(
+      "crossentropy fwd+bwd",
+      [&] {
+        mt::crossentropy_forward_backward(losses.data(), logits.data(), targets.data(), 1.0f / N, N,
+                                          V, V);
+      },
+      0, 2.0 * N * V * 4);
   auto wte = filled(size_t(V) * C, 0.02f), wpe = filled(size_t(T) * C, 0.02f);
-  report("embedding fwd",
-         time_call(
-             [&] {
-               mt::embedding_forward(out.data(), targets.data(), wte.data(), wpe.data(), B, T, C, 0,
-                                     V);
-             },
-             quick),
-         0, 2.0 * N * C * 4, peak);
-  report("embedding bwd",
-         time_call(
-             [&] {
-               mt::embedding_backward(wte.data(), wpe.data(), grad.data(), targets.data(), B, T, C,
-                                      0, V);
-             },
-             quick),
-         0, 3.0 * N * C * 4, peak);
+  m.row(
+      "embedding fwd",
+      [&] {
+        mt::embedding_forward(m.out.data(), targets.data(), wte.data(), wpe.data(), B, T, C, 0, V);
+      },
+      0, 2.0 * N * C * 4);
+  m.row(
+      "embedding bwd",
+      [&] {
+        mt::embedding_backward(wte.data(), wpe.data(), m.grad.data(), targets.data(), B, T, C, 0,
+                               V);
+      },
+      0, 3.0 * N * C * 4);
+}
 
-  size_t nparams = size_t(12) * C * C * L + size_t(V + T) * C;
-  auto p = filled(nparams, 0.02f), g = filled(nparams, 0.01f), m = filled(nparams, 0.0f),
+// The optimizer over the whole model's parameters.
+void adamw_row(Model& m) {
+  const size_t nparams = size_t(12) * m.C * m.C * m.L + size_t(m.V + m.T) * m.C;
+  auto p = filled(nparams, 0.02f), g = filled(nparams, 0.01f), mom = filled(nparams, 0.0f),
        v = filled(nparams, 0.0f);
   mt::AdamWParams hp{3e-4, 0.9, 0.95, 1e-8, 0.1, 1};
   char label[64];
   std::snprintf(label, sizeof label, "adamw (%zu M params)", nparams >> 20);
-  report(label,
-         time_call([&] { mt::adamw_update(p.data(), g.data(), m.data(), v.data(), nparams, hp); },
-                   quick),
-         0, 7.0 * nparams * 4, peak);
+  m.row(
+      label, [&] { mt::adamw_update(p.data(), g.data(), mom.data(), v.data(), nparams, hp); }, 0,
+      7.0 * nparams * 4);
+}
+
+void bench_model(int C, double peak, bool quick) {
+  Model m(C, peak, quick);
+  std::printf("dim %d (B=%d T=%d NH=%d V=%d, N=%d rows)\n", C, m.B, m.T, m.NH, m.V, m.N);
+  linear_rows(m);
+  attention_rows(m);
+  layernorm_rows(m);
+  gelu_rows(m);
+  token_rows(m);
+  adamw_row(m);
 }
 
 }  // namespace

@@ -138,10 +138,8 @@ void row(const char* kind, const std::string& what, double seconds, double token
               tokens / seconds, note.c_str());
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
+// The command line into o; false, after one line on stderr, where it is not understood.
+bool parse_options(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
@@ -167,28 +165,31 @@ int main(int argc, char** argv) {
       o.threads = next();
     else {
       std::fprintf(stderr, "bench_moe: unknown argument %s\n", a.c_str());
-      return 2;
+      return false;
     }
   }
   if (o.steps < 1 || o.warmup < 0 || o.tokens < o.seq || o.experts % 2 != 0) {
     std::fprintf(stderr,
                  "bench_moe: need --steps >= 1, --warmup >= 0, --tokens >= --seq and "
                  "an even --experts (ep = 2)\n");
-    return 2;
+    return false;
   }
+  return true;
+}
+
+// The MoE model of the run (dropless); its dense twin is the same with no experts.
+ModelConfig moe_config(const Options& o) {
   ModelConfig cfg;
   cfg.dim = o.dim, cfg.seq = o.seq, cfg.layers = o.layers, cfg.heads = std::max(1, o.dim / 64);
   cfg.experts = o.experts, cfg.topk = o.topk, cfg.capacity_factor = 0;
+  return cfg;
+}
+
+// The "layer" and "model" rows: one worker, the dense MLPs and models against the MoE's.
+void one_worker_rows(const Options& o, const ModelConfig& cfg) {
   ModelConfig dense = cfg;
   dense.experts = 0;
   const int N = o.tokens, C = o.dim, k = o.topk;
-  std::printf(
-      "bench_moe: N=%d tokens/iter, C=%d, E=%d, k=%d, dropless, %d thread(s), median of "
-      "%d after %d warm-up\n",
-      N, C, o.experts, k, o.threads, o.steps, o.warmup);
-  std::printf("  %-6s %-40s %9s %11s  %s\n", "level", "config", "ms/iter", "tokens/s", "note");
-
-  set_compute_threads(o.threads);
   const double t_dense1 = dense_seconds(o, N, C, cfg.hidden());
   const double t_densek = dense_seconds(o, N, C, k * cfg.hidden());
   MoeRun one(cfg, {}, N, 1);
@@ -209,59 +210,87 @@ int main(int argc, char** argv) {
       mparams(dense));
   row("model", "MoE GPT " + std::to_string(o.layers) + "L (every block)", t_model_moe, N,
       mparams(cfg));
+}
 
+// What rank 0 reports of the MoE layer on dp = 2 ranks at one ep.
+struct EpMeasure {
+  double seconds = 0;
+  uint64_t bytes = 0, formula = 0;  // all-to-all bytes per iteration, both ranks
+  size_t expert_floats = 0;         // rank 0's expert parameters
+};
+
+// The MoE layer on dp = 2 local ranks, one compute thread each, at this ep.
+EpMeasure measure_ep(const Options& o, const ModelConfig& cfg, int ep) {
+  const int N = o.tokens, C = o.dim;
+  EpMeasure m;
+  run_local(2, WorldOptions{}, [&](CommWorld& w) {
+    set_compute_threads(1);
+    ParallelContext ctx = make_parallel_context(w, MeshShape{1, 2, 1, ep});
+    TokenDispatcher dispatcher(ctx.ep);
+    MoeRun r(cfg, {ctx.coord.ep_rank, ep, ep > 1 ? &dispatcher : nullptr}, N, 10 + ctx.coord.dp);
+    auto step = [&] {
+      ctx.dp->barrier().wait();
+      r.step(N);
+    };
+    for (int i = 0; i < std::max(1, o.warmup); ++i) step();
+    ctx.ep->reset_stats();
+    r.layer->reset_stats();
+    std::vector<double> ts;
+    for (int i = 0; i < o.steps; ++i) {
+      Stopwatch sw;
+      step();
+      ts.push_back(sw.elapsed());
+    }
+    // Rows this rank routed to the other rank's experts over the timed iterations.
+    const MoeStats& st = r.layer->stats();
+    int64_t remote = 0;
+    for (int e = 0; e < o.experts; ++e)
+      if (e / (o.experts / ep) != ctx.coord.ep_rank) remote += st.load[e];
+    int64_t totals[2] = {remote, int64_t(ctx.ep->stats().bytes_sent)};
+    ctx.dp->all_reduce(totals, totals, 2, DType::i64, ReduceOp::sum).wait();
+    if (ctx.rank == 0) {
+      m.seconds = median(ts);
+      m.bytes = uint64_t(totals[1]) / uint64_t(o.steps);
+      const int64_t counts = int64_t(ep) * (ep - 1) * (o.experts / ep) * 4 * o.steps;
+      m.formula = uint64_t(4 * totals[0] * C * int64_t(sizeof(float)) + counts) / uint64_t(o.steps);
+      for (const ParamInfo& p : r.table.entries())
+        if (is_expert_param(p.name)) m.expert_floats += p.numel;
+    }
+  });
+  return m;
+}
+
+// The "dp=2" row of one ep and, at ep > 1, its bytes against the formula; false on a
+// mismatch.
+bool ep_row(const Options& o, int ep, const EpMeasure& m) {
+  const std::string what = "MoE, dp=2 ep=" + std::to_string(ep) + " (2 ranks, 1 thread each)";
+  char note[64];
+  std::snprintf(note, sizeof note, "expert params/rank %.2f MB", double(m.expert_floats) * 4e-6);
+  row("dp=2", what, m.seconds, 2.0 * o.tokens, note);
+  if (ep == 1) return true;
+  std::printf(
+      "         all-to-all bytes/iter (both ranks): measured %llu, formula "
+      "4*remote_rows*C*4 + counts = %llu%s\n",
+      (unsigned long long)m.bytes, (unsigned long long)m.formula,
+      m.bytes == m.formula ? "" : "  MISMATCH");
+  return m.bytes == m.formula;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse_options(argc, argv, o)) return 2;
+  const ModelConfig cfg = moe_config(o);
+  std::printf(
+      "bench_moe: N=%d tokens/iter, C=%d, E=%d, k=%d, dropless, %d thread(s), median of "
+      "%d after %d warm-up\n",
+      o.tokens, o.dim, o.experts, o.topk, o.threads, o.steps, o.warmup);
+  std::printf("  %-6s %-40s %9s %11s  %s\n", "level", "config", "ms/iter", "tokens/s", "note");
+  set_compute_threads(o.threads);
+  one_worker_rows(o, cfg);
   // dp = 2 on the local backend, one compute thread per rank, ep = 1 vs ep = 2.
   bool bytes_ok = true;
-  for (int ep : {1, 2}) {
-    double t = 0;
-    uint64_t bytes = 0, formula = 0;
-    size_t expert_floats = 0;
-    run_local(2, WorldOptions{}, [&](CommWorld& w) {
-      set_compute_threads(1);
-      ParallelContext ctx = make_parallel_context(w, MeshShape{1, 2, 1, ep});
-      TokenDispatcher dispatcher(ctx.ep);
-      MoeRun r(cfg, {ctx.coord.ep_rank, ep, ep > 1 ? &dispatcher : nullptr}, N, 10 + ctx.coord.dp);
-      auto step = [&] {
-        ctx.dp->barrier().wait();
-        r.step(N);
-      };
-      for (int i = 0; i < std::max(1, o.warmup); ++i) step();
-      ctx.ep->reset_stats();
-      r.layer->reset_stats();
-      std::vector<double> ts;
-      for (int i = 0; i < o.steps; ++i) {
-        Stopwatch sw;
-        step();
-        ts.push_back(sw.elapsed());
-      }
-      // Rows this rank routed to the other rank's experts over the timed iterations.
-      const MoeStats& st = r.layer->stats();
-      int64_t remote = 0;
-      for (int e = 0; e < o.experts; ++e)
-        if (e / (o.experts / ep) != ctx.coord.ep_rank) remote += st.load[e];
-      int64_t totals[2] = {remote, int64_t(ctx.ep->stats().bytes_sent)};
-      ctx.dp->all_reduce(totals, totals, 2, DType::i64, ReduceOp::sum).wait();
-      if (ctx.rank == 0) {
-        t = median(ts);
-        bytes = uint64_t(totals[1]) / uint64_t(o.steps);
-        const int64_t counts = int64_t(ep) * (ep - 1) * (o.experts / ep) * 4 * o.steps;
-        formula = uint64_t(4 * totals[0] * C * int64_t(sizeof(float)) + counts) / uint64_t(o.steps);
-        for (const ParamInfo& p : r.table.entries())
-          if (is_expert_param(p.name)) expert_floats += p.numel;
-      }
-    });
-    const std::string what = "MoE, dp=2 ep=" + std::to_string(ep) + " (2 ranks, 1 thread each)";
-    char note[64];
-    std::snprintf(note, sizeof note, "expert params/rank %.2f MB", double(expert_floats) * 4e-6);
-    row("dp=2", what, t, 2.0 * N, note);
-    if (ep > 1) {
-      std::printf(
-          "         all-to-all bytes/iter (both ranks): measured %llu, formula "
-          "4*remote_rows*C*4 + counts = %llu%s\n",
-          (unsigned long long)bytes, (unsigned long long)formula,
-          bytes == formula ? "" : "  MISMATCH");
-      bytes_ok = bytes_ok && bytes == formula;
-    }
-  }
+  for (int ep : {1, 2}) bytes_ok = ep_row(o, ep, measure_ep(o, cfg, ep)) && bytes_ok;
   return bytes_ok ? 0 : 1;
 }

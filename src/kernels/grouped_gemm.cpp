@@ -15,6 +15,7 @@ namespace {
 
 using grouped::Problem;
 using grouped::Product;
+using grouped::rows_problem;
 
 // The path ScopedGroupedGemmPath forces per precision (-1: none; [0] fp32, [1] bf16).
 // Process-wide, so that a test or a benchmark reaches the rank threads it starts.
@@ -54,12 +55,6 @@ void run(const Problem<T>& p) {
 }
 
 template <typename T>
-Problem<T> rows_problem(Product product, float* out, const T* rows, const T* const* weight,
-                        const int32_t* offset, int groups, int C, int OC, bool accumulate) {
-  return {product, out, nullptr, rows, nullptr, weight, offset, groups, C, OC, accumulate};
-}
-
-template <typename T>
 Problem<T> weight_problem(float* const* dweight, const T* dout, const T* inp, const int32_t* offset,
                           int groups, int C, int OC) {
   return {
@@ -87,18 +82,14 @@ void grouped_matmul_backward_weight(float* const* dweight, const float* dout, co
 void grouped_matmul_bf16_forward(float* out, const bf16* inp, const bf16* const* weight,
                                  const int32_t* offset, int groups, int C, int OC,
                                  const uint32_t* const* packed) {
-  Problem<bf16> p = rows_problem(Product::forward, out, inp, weight, offset, groups, C, OC, false);
-  p.packed = packed;
-  run(p);
+  run(rows_problem(Product::forward, out, inp, weight, offset, groups, C, OC, false, packed));
 }
 
 void grouped_matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* const* weight,
                                         const int32_t* offset, int groups, int C, int OC,
                                         bool accumulate, const uint32_t* const* packed) {
-  Problem<bf16> p =
-      rows_problem(Product::backward_input, dinp, dout, weight, offset, groups, C, OC, accumulate);
-  p.packed = packed;
-  run(p);
+  run(rows_problem(Product::backward_input, dinp, dout, weight, offset, groups, C, OC, accumulate,
+                   packed));
 }
 
 void grouped_matmul_bf16_backward_weight(float* const* dweight, const bf16* dout, const bf16* inp,

@@ -14,6 +14,7 @@ namespace {
 
 using grouped::Problem;
 using grouped::Product;
+using grouped::rows_problem;
 
 constexpr int kUnits = 16;  // hidden units of one AMX column tile
 
@@ -48,9 +49,9 @@ void grouped_matmul_bf16_forward_swiglu(float* gu, bf16* act, const bf16* inp,
   // The fused call's phase: the GEMM's FLOPs; bytes: its operands once, gu and act written.
   PhaseScope phase(Phase::gemm, 2.0 * rows * C * 2 * H,
                    rows * (C * 2.0 + H * 2.0 * 4 + H * 2.0) + double(groups) * C * 2 * H * 2.0);
-  Problem<bf16> p{Product::forward, gu,     nullptr, inp,   nullptr, weight,
-                  offset,           groups, C,       2 * H, false};
-  p.packed = packed, p.swiglu = H, p.act = act, p.gu = gu;
+  Problem<bf16> p =
+      rows_problem(Product::forward, gu, inp, weight, offset, groups, C, 2 * H, false, packed);
+  p.swiglu = H, p.act = act, p.gu = gu;
   grouped::run_amx_swiglu(p);
 }
 
@@ -71,18 +72,9 @@ void grouped_matmul_bf16_backward_input_swiglu(bf16* dgu, const float* gu, const
   PhaseScope phase(
       Phase::gemm, 2.0 * rows * H * OC,
       double(rows) * (OC * 2.0 + H * 2.0 * 4 + H * 2.0 * 2) + double(groups) * H * OC * 2.0);
-  Problem<bf16> p{Product::backward_input,
-                  nullptr,
-                  nullptr,
-                  dout,
-                  nullptr,
-                  weight,
-                  offset,
-                  groups,
-                  H,
-                  OC,
-                  false};
-  p.packed = packed, p.swiglu = H, p.dgu = dgu, p.gu = gu;
+  Problem<bf16> p = rows_problem(Product::backward_input, nullptr, dout, weight, offset, groups, H,
+                                 OC, false, packed);
+  p.swiglu = H, p.dgu = dgu, p.gu = gu;
   grouped::run_amx_swiglu(p);
 }
 

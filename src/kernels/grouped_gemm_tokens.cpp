@@ -16,6 +16,7 @@ namespace {
 
 using grouped::Problem;
 using grouped::Product;
+using grouped::rows_problem;
 
 // Off only under a ScopedGroupedGemmTokenSums; process-wide, as the path override.
 std::atomic<bool> sums_on{true};
@@ -54,9 +55,8 @@ void grouped_matmul_bf16_forward_into_tokens(float* tokens, const int32_t* token
                                              const bf16* const* weight, const int32_t* offset,
                                              int groups, int C, int OC,
                                              const uint32_t* const* packed) {
-  Problem<bf16> p{Product::forward, out,    nullptr, inp, nullptr, weight,
-                  offset,           groups, C,       OC,  false};
-  p.packed = packed;
+  Problem<bf16> p =
+      rows_problem(Product::forward, out, inp, weight, offset, groups, C, OC, false, packed);
   run_into_tokens(p, tokens, token, scale);
 }
 
@@ -64,18 +64,8 @@ void grouped_matmul_bf16_backward_input_into_tokens(float* tokens, const int32_t
                                                     const bf16* dout, const bf16* const* weight,
                                                     const int32_t* offset, int groups, int C,
                                                     int OC, const uint32_t* const* packed) {
-  Problem<bf16> p{Product::backward_input,
-                  nullptr,
-                  nullptr,
-                  dout,
-                  nullptr,
-                  weight,
-                  offset,
-                  groups,
-                  C,
-                  OC,
-                  false};
-  p.packed = packed;
+  Problem<bf16> p = rows_problem(Product::backward_input, nullptr, dout, weight, offset, groups, C,
+                                 OC, false, packed);
   run_into_tokens(p, tokens, token, nullptr);
 }
 

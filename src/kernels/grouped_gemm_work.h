@@ -52,6 +52,18 @@ struct Problem {
   int N() const { return product == Product::forward ? OC : C; }
 };
 
+// A forward or backward_input Problem (the rows times each group's weight): the one spelling
+// of its fields for every entry point (grouped_gemm.cpp, *_swiglu, *_into_tokens), which then
+// set the optional fields they use.
+template <typename T>
+Problem<T> rows_problem(Product product, float* out, const T* rows, const T* const* weight,
+                        const int32_t* offset, int groups, int C, int OC, bool accumulate,
+                        const uint32_t* const* packed = nullptr) {
+  Problem<T> p{product, out, nullptr, rows, nullptr, weight, offset, groups, C, OC, accumulate};
+  p.packed = packed;
+  return p;
+}
+
 // One group's GEMM. A (i, k) is a[i * lda + k], or a[k * lda + i] when a_trans; B (k, n) is
 // b[k * ldb + n], or b[n * ldb + k] when b_trans; C (i, n) is c[i * ldc + n].
 template <typename T>

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <iterator>
+#include <optional>
 #include <string>
 
 namespace mt {
@@ -27,6 +28,15 @@ MemoryRecord own_memory(Session& s, const MicrobatchStats& st) {
   m.microbatches_in_flight_peak = s.pipelined() ? st.peak_in_flight : 1;
   m.bf16_weight_bytes = int64_t(s.model.bf16_weight_bytes());
   return m;
+}
+
+// A group's traffic as <group>_comm_bytes, _calls and _wait_s, where the run has the group.
+void add_group_comm(nlohmann::json& j, const std::string& group,
+                    const std::optional<GroupComm>& c) {
+  if (!c) return;
+  j[group + "_comm_bytes"] = c->bytes;
+  j[group + "_comm_calls"] = c->calls;
+  j[group + "_comm_wait_s"] = c->wait_s;
 }
 
 }  // namespace
@@ -72,21 +82,9 @@ nlohmann::json to_json(const StepRecord& r, const MoeMetrics& moe) {
     j["bubble"] = r.bubble->measured;
     j["bubble_theory"] = r.bubble->theory;
   }
-  if (r.tp) {
-    j["tp_comm_bytes"] = r.tp->bytes;
-    j["tp_comm_calls"] = r.tp->calls;
-    j["tp_comm_wait_s"] = r.tp->wait_s;
-  }
-  if (r.cp) {
-    j["cp_comm_bytes"] = r.cp->bytes;
-    j["cp_comm_calls"] = r.cp->calls;
-    j["cp_comm_wait_s"] = r.cp->wait_s;
-  }
-  if (r.ep) {
-    j["ep_comm_bytes"] = r.ep->bytes;
-    j["ep_comm_calls"] = r.ep->calls;
-    j["ep_comm_wait_s"] = r.ep->wait_s;
-  }
+  add_group_comm(j, "tp", r.tp);
+  add_group_comm(j, "cp", r.cp);
+  add_group_comm(j, "ep", r.ep);
   moe.add_to(j);
   if (r.val_loss) j["val_loss"] = *r.val_loss;
   return j;

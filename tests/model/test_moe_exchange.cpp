@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/forwarding_exchange.h"
 #include "model/moe_test_util.h"
 
 namespace mt {
@@ -15,28 +16,23 @@ namespace {
 
 using moe_test::Harness;
 
-class RecordingExchange final : public TokenExchange {
+class RecordingExchange final : public moe_test::ForwardingExchange {
  public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
   void exchange_counts(const int32_t* send, int32_t* recv, int per_rank) override {
     calls += "counts ";
-    inner_.exchange_counts(send, recv, per_rank);
+    ForwardingExchange::exchange_counts(send, recv, per_rank);
   }
   void dispatch(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                 int width) override {
     calls += "dispatch ";
-    inner_.dispatch(dst, src, staging, c, width);
+    ForwardingExchange::dispatch(dst, src, staging, c, width);
   }
   void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                int width) override {
     calls += "combine ";
-    inner_.combine(dst, src, staging, c, width);
+    ForwardingExchange::combine(dst, src, staging, c, width);
   }
   std::string calls;
-
- private:
-  IdentityExchange inner_;
 };
 
 void check_same_path(bool bf16) {

@@ -17,6 +17,7 @@
 
 #include "core/rng.h"
 #include "kernels/phase_profile.h"
+#include "model/forwarding_exchange.h"
 #include "model/gpt.h"
 #include "model/moe_parts.h"
 #include "model/moe_test_util.h"
@@ -36,7 +37,7 @@ std::string tag(char kind, int p, const char* suffix = "") {
 // Logs "Dp+" / "Cp+" at a dispatch's / combine's start and "Dp-" / "Cp-" at its finish, p
 // counting the starts of each kind since the last reset; "K+" / "K-" for a started count
 // exchange. on_log (if set) sees each line as it is logged.
-class LoggingExchange final : public TokenExchange {
+class LoggingExchange final : public moe_test::ForwardingExchange {
  public:
   std::vector<std::string> log;
   std::function<void(const std::string&)> on_log;
@@ -46,33 +47,31 @@ class LoggingExchange final : public TokenExchange {
     if (on_log) on_log(log.back());
   }
 
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
   void exchange_counts(const int32_t* send, int32_t* recv, int per_rank) override {
     note("K blocking");
-    inner_.exchange_counts(send, recv, per_rank);
+    ForwardingExchange::exchange_counts(send, recv, per_rank);
   }
   std::unique_ptr<PendingExchange> start_exchange_counts(const int32_t* send, int32_t* recv,
                                                          int per_rank) override {
-    return logged("K", inner_.start_exchange_counts(send, recv, per_rank));
+    return logged("K", inner().start_exchange_counts(send, recv, per_rank));
   }
   void dispatch(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                 int width) override {
     note("D blocking");
-    inner_.dispatch(dst, src, staging, c, width);
+    ForwardingExchange::dispatch(dst, src, staging, c, width);
   }
   void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
                int width) override {
     note("C blocking");
-    inner_.combine(dst, src, staging, c, width);
+    ForwardingExchange::combine(dst, src, staging, c, width);
   }
   std::unique_ptr<PendingExchange> start_dispatch(float* dst, const float* src, float* staging,
                                                   const ExchangeCounts& c, int width) override {
-    return logged(tag('D', dispatches_++), inner_.start_dispatch(dst, src, staging, c, width));
+    return logged(tag('D', dispatches_++), inner().start_dispatch(dst, src, staging, c, width));
   }
   std::unique_ptr<PendingExchange> start_combine(float* dst, const float* src, float* staging,
                                                  const ExchangeCounts& c, int width) override {
-    return logged(tag('C', combines_++), inner_.start_combine(dst, src, staging, c, width));
+    return logged(tag('C', combines_++), inner().start_combine(dst, src, staging, c, width));
   }
 
  private:
@@ -87,7 +86,6 @@ class LoggingExchange final : public TokenExchange {
     note(name + "+");
     return std::make_unique<Logged>(*this, std::move(name));
   }
-  IdentityExchange inner_;
   int dispatches_ = 0, combines_ = 0;
 };
 

@@ -13,6 +13,7 @@
 
 #include "kernels/grouped_gemm.h"
 #include "kernels/phase_profile.h"
+#include "model/forwarding_exchange.h"
 #include "model/moe_test_util.h"
 
 namespace mt {
@@ -30,25 +31,7 @@ ModelConfig llama_config() {
 
 // An exchange over one rank whose rows travel (TokenExchange::moves_rows): the layer takes
 // the expert-parallel path, as at ep > 1.
-class MovingIdentity final : public TokenExchange {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void exchange_counts(const int32_t* send, int32_t* recv, int per_rank) override {
-    inner_.exchange_counts(send, recv, per_rank);
-  }
-  void dispatch(float* dst, const float* src, float* staging, const ExchangeCounts& c,
-                int width) override {
-    inner_.dispatch(dst, src, staging, c, width);
-  }
-  void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
-               int width) override {
-    inner_.combine(dst, src, staging, c, width);
-  }
-
- private:
-  IdentityExchange inner_;
-};
+using MovingIdentity = moe_test::ForwardingExchange;
 
 // One forward + backward (B and W) of a fresh bf16 llama MoE layer on `ep`: y, dh and every
 // gradient, one after the other.

@@ -115,7 +115,8 @@ TEST(PlanDenseTiles, ExplainSaysWhichKernelTheLinearsArePricedOn) {
 
 // The probe runs the engine's tile kernel and stores measured figures (AMX machines only).
 TEST(PlanDenseTiles, TheProbeStoresMeasuredFigures) {
-  if (!dense_bf16_path_available(DenseBf16Path::amx)) return;  // not a skip: nothing to run
+  if (!dense_bf16_path_available(DenseBf16Path::amx))
+    GTEST_SKIP() << "no AMX on this CPU: the probe times the dense AMX tile kernels";
   HardwareProfile h = testing::synthetic_local();
   std::ostringstream log;
   measure_bf16_tiles(h, ProbeRun{0.06, 1, log});

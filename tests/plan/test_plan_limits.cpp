@@ -51,13 +51,29 @@ void expect_one_line_refusal(const RunResult& r, const std::string& args, const 
 TEST(PlanCommand, SizesBeyondSixtyFourBitsDoNotFitAndNeverWrap) {
   for (const std::string args :
        {"--hardware a100-80gb --gpus 8 --layers 4 --dim 64 --heads 4 --seq 2000000000 --vocab 256",
-        "--hardware a100-80gb --gpus 8 --layers 4 --dim 500000000 --heads 4 --seq 32 --vocab 256",
-        "--hardware h100-80gb --gpus 64 --layers 8 --dim 65536 --heads 64 --seq 1048576 --vocab "
-        "256 --batch 64 --precision bf16"})
+        "--hardware a100-80gb --gpus 8 --layers 4 --dim 500000000 --heads 4 --seq 32 --vocab 256"})
     expect_one_line_refusal(plan(args), args, "no layout fits in memory");
   const std::string wide =
       "--hardware a100-80gb --gpus 8" + std::string(kSmall) + " --dim 2000000000";
   expect_one_line_refusal(plan(wide), wide, "--dim must be at most 536870911");
+}
+
+// A request near the 64-bit edge on 64 GPUs. Its whole search is labelled full
+// (tests/CMakeLists.txt): it takes about 14 s of CPU, nearly all in the dry model each
+// considered layout builds for its memory (ModelChunk::sequence_context fills the 1M
+// positions, and under cp every cp rank's zigzag positions, once per layout). The default
+// suite plans the same request with cp and tp fixed (8 x 8), a few layouts.
+const std::string kSixtyFourGpus =
+    "--hardware h100-80gb --gpus 64 --layers 8 --dim 65536 --heads 64 --seq 1048576 --vocab 256 "
+    "--batch 64 --precision bf16";
+
+TEST(PlanCommand, SixtyFourGpusNearTheEdgeDoNotFitAndNeverWrap) {
+  const std::string args = kSixtyFourGpus + " --cp 8 --tp 8";
+  expect_one_line_refusal(plan(args), args, "no layout fits in memory");
+}
+
+TEST(PlanCommand, SixtyFourGpusNearTheEdgeWholeSearchDoesNotFitAndNeverWraps) {
+  expect_one_line_refusal(plan(kSixtyFourGpus), kSixtyFourGpus, "no layout fits in memory");
 }
 
 TEST(PlanLimits, ALayoutTooLargeToCountGetsItsLowerBound) {

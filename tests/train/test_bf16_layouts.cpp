@@ -1,28 +1,39 @@
-// --precision bf16 in every layout against one worker in bf16, and recomputation in bf16.
+// --precision bf16 in every layout against one worker, and recomputation in bf16.
 //
-// A layout changes only the order of fp32 sums (the dp gradient reduction, the tp partial
-// products, the pipeline's tied-embedding sum), i.e. each fp32 value by an ulp or so; in
-// bf16 such a difference occasionally flips a value across a bf16 rounding boundary, which
-// moves it by a bf16 ulp (2^-8 relative) instead of an fp32 one (2^-23). So the layouts
-// cannot be bitwise equal in bf16, and the tolerances are set by what one rounding flip
-// per so many elements does:
-//   - loss, every step: 1e-5 relative. A mean over B*T tokens; a few flipped GEMM inputs
-//     move it by ~1e-6 (measured at most 9.5e-7 with an fp32 attention core). With the
-//     core in bf16 too, q, k, v, the probabilities and their gradients are rounded as well,
-//     so there are more values to flip: measured at most 4.5e-6 (tp 2), against 2.8e-5
-//     between one worker's fp32 and bf16 runs.
-//   - weights after kSteps AdamW updates: 1e-2 relative (L2 per tensor). AdamW scales each
-//     update to ~lr whatever the gradient's size, so an element whose gradient is mostly
-//     rounding noise can take a different lr-sized step; lr 1e-3 on weights of ~0.02 is at
-//     most a few 1e-2 on such elements, and they are a small share of a tensor's norm.
-// Both are checked to discriminate: one worker in fp32 differs from one worker in bf16 by
-// more than the weight tolerance (and the loss one), so a layout that silently ran fp32,
-// or skipped the bf16 rounding somewhere, would fail.
+// A layout changes the order of fp32 sums (the dp gradient reduction, the tp partial
+// products and input-gradient all-reduce, the vocab-parallel softmax sums, the pipeline's
+// tied-embedding sum). In bf16 an ulp of fp32 now and then flips a bf16 rounding, a flipped
+// GEMM input moves its outputs by ~2^-8 of a term and flips more roundings, and AdamW turns
+// a gradient that is below that noise into a step of +-lr either way (docs/precision.md,
+// "Layouts and recomputation"). So a layout cannot be compared to one worker in bf16 directly
+// with a fixed tolerance: measured on the AVX512-BF16 host, tp 2 read 3.2e-5 (loss) and 0.17
+// (weights, a zero-initialised bias) from one worker at this file's seed, and one worker with
+// +-1 ulp on its GEMM outputs read as much from itself on other seeds.
+//
+// What is checked instead is that each layout in bf16 is as accurate as one worker in bf16:
+// both are measured from one worker in fp32 (same data and model), and the layout may be at
+// most kNoWorse times as far as one worker, plus a floor,
+//   - for the losses of the kSteps steps (largest distance over the steps; floor 2e-6),
+//   - for the step-1 gradient norm (floor 1e-4 relative),
+//   - for every tensor after kSteps (L2, absolute; floor 2.83 lr: two elements taking one
+//     AdamW step of the other sign, the quantum of this noise) and for the whole model;
+// and the forward before any update, the step-1 loss, stays within 1e-5 of one worker in
+// bf16 (measured 1.6e-7). It discriminates: a layout that ran fp32 sits on the fp32 run, and
+// the whole model must be at least kNotFp32 of one worker's distance from it
+// (ToleranceSeesThePrecision shows dp 2 in fp32 at under 2e-4 of it); a tp rank whose shard of a
+// weight is lost moves the step-1 loss, one that misses an update moves its tensor by ~lr
+// per element.
+// Over data seeds 1..12 (MESHTRAIN_BF16_LAYOUTS_SEED=n; the default 7) every layout passes;
+// the largest ratios were 1.24 (losses), 1.75 (step-1 norm), 1.19 (a tensor where one worker
+// is past the floor) and 1.07 (whole model), and no check used more than 0.67 of its
+// allowance (tp 2, seed 7). dp, ZeRO and pp without tp read
+// weights at ratio 1.00 on every seed.
 //
 // Recomputation in bf16 runs the same kernels on the same bf16 inputs: bitwise, as in fp32.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -43,7 +54,12 @@ namespace mt {
 namespace {
 
 constexpr int kSteps = 3;
-constexpr double kLossRtol = 1e-5, kWeightRtol = 1e-2;
+// The forward before any update: the layouts' fp32 sum orders flip few bf16 roundings of it.
+constexpr double kFirstLossRtol = 1e-5;
+// A layout's distance from one worker in fp32 against one worker's in bf16 (see the header):
+// at most kNoWorse times it plus a floor, and at least kNotFp32 times it over the whole model.
+constexpr double kNoWorse = 2.0, kLossFloor = 2e-6, kNormFloor = 1e-4, kWeightFloorLrs = 2.83;
+constexpr double kNotFp32 = 0.5;
 
 struct TrainRun {
   std::vector<double> losses, norms;
@@ -76,39 +92,115 @@ TrainRun train(TrainOptions o, uintmax_t* export_bytes = nullptr) {
   return run;
 }
 
+double rel(double a, double b) {
+  return std::fabs(a - b) / std::max(std::fabs(b), 1e-30);
+}
+
 double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::fabs(a[i] - b[i]) / std::max(std::fabs(b[i]), 1e-30));
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, rel(a[i], b[i]));
   return worst;
 }
 
-// Largest relative L2 difference over the tensors; the count compared.
-double weight_rel(const TrainRun& got, const TrainRun& ref, int* compared) {
-  double worst = 0;
-  *compared = 0;
+// Key biases: their gradient is 0 in exact math (softmax ignores a per-row constant), pure
+// rounding noise that AdamW amplifies (tests/reference/test_vs_torch.py). Not compared.
+bool compared_tensor(const std::string& name) {
+  return name.find("c_attn.bias") == std::string::npos;
+}
+
+// Squared L2 difference and squared L2 norm of ref, per compared tensor.
+struct TensorDist {
+  double diff2 = 0, norm2 = 0;
+  double rel() const { return norm2 > 0 ? std::sqrt(diff2 / norm2) : 0; }
+};
+std::map<std::string, TensorDist> tensor_dists(const TrainRun& got, const TrainRun& ref) {
+  std::map<std::string, TensorDist> out;
   for (const auto& [name, w] : ref.params) {
     auto it = got.params.find(name);
     MT_CHECK(it != got.params.end() && it->second.size() == w.size(), name);
-    double d = 0, n = 0;
+    if (!compared_tensor(name)) continue;
+    TensorDist& d = out[name];
     for (size_t i = 0; i < w.size(); ++i) {
-      d += (double(it->second[i]) - w[i]) * (double(it->second[i]) - w[i]);
-      n += double(w[i]) * w[i];
+      d.diff2 += (double(it->second[i]) - w[i]) * (double(it->second[i]) - w[i]);
+      d.norm2 += double(w[i]) * w[i];
     }
-    // Key biases: their gradient is 0 in exact math (softmax ignores a per-row constant),
-    // pure rounding noise that AdamW amplifies (tests/reference/test_vs_torch.py). Skipped.
-    if (name.find("c_attn.bias") != std::string::npos) continue;
-    if (n > 0) worst = std::max(worst, std::sqrt(d / n));
-    ++*compared;
   }
-  return worst;
+  return out;
+}
+
+// Relative L2 difference of the whole compared model.
+double model_rel(const TrainRun& got, const TrainRun& ref) {
+  TensorDist all;
+  for (const auto& [name, d] : tensor_dists(got, ref)) all.diff2 += d.diff2, all.norm2 += d.norm2;
+  return all.rel();
+}
+
+// The largest ratio each check saw, for the seed table in the header.
+struct Ratios {
+  double loss = 0, norm = 0, tensor = 0, model = 0;
+  double used = 0;  // the largest share of an allowance (kNoWorse * one's + floor) used
+};
+
+double ratio(double d, double d1) {
+  return d / std::max(d1, 1e-30);
+}
+
+// The losses of every step (their largest distance: one step's difference can cross 0 by
+// chance) and the step-1 gradient norm: the layout at most kNoWorse times as far from fp32
+// as one worker (plus a floor); the step-1 loss near one worker's.
+void check_scalars(const TrainRun& got, const TrainRun& one, const TrainRun& exact, Ratios* r) {
+  EXPECT_LE(rel(got.losses[0], one.losses[0]), kFirstLossRtol) << "step-1 loss";
+  const double d = max_rel(got.losses, exact.losses), d1 = max_rel(one.losses, exact.losses);
+  EXPECT_LE(d, kNoWorse * d1 + kLossFloor) << "losses";
+  r->loss = ratio(d, d1);
+  r->used = std::max(r->used, d / (kNoWorse * d1 + kLossFloor));
+  const double n = rel(got.norms[0], exact.norms[0]), n1 = rel(one.norms[0], exact.norms[0]);
+  EXPECT_LE(n, kNoWorse * n1 + kNormFloor) << "step-1 gradient norm";
+  r->norm = ratio(n, n1);
+  r->used = std::max(r->used, n / (kNoWorse * n1 + kNormFloor));
+}
+
+// The weights after kSteps, per tensor (L2): at most kNoWorse times one worker's distance
+// from fp32 plus weight_floor (absolute); over the whole model at most kNoWorse times and at
+// least kNotFp32 times one worker's (a layout that ran fp32 would sit on the fp32 run).
+void check_weights(const TrainRun& got, const TrainRun& one, const TrainRun& exact,
+                   double weight_floor, Ratios* r) {
+  const auto dist = tensor_dists(got, exact), dist1 = tensor_dists(one, exact);
+  EXPECT_FALSE(dist.empty());
+  for (const auto& [tensor, d] : dist) {
+    const double a = std::sqrt(d.diff2), a1 = std::sqrt(dist1.at(tensor).diff2);
+    EXPECT_LE(a, kNoWorse * a1 + weight_floor) << tensor;
+    // The ratio means something where one worker is off by more than the floor.
+    r->used = std::max(r->used, a / (kNoWorse * a1 + weight_floor));
+    if (a1 > weight_floor) r->tensor = std::max(r->tensor, ratio(a, a1));
+  }
+  const double m = model_rel(got, exact), m1 = model_rel(one, exact);
+  EXPECT_LE(m, kNoWorse * m1) << "the whole model";
+  EXPECT_GE(m, kNotFp32 * m1) << "the whole model: as close to fp32 as an fp32 run";
+  r->model = ratio(m, m1);
+  r->used = std::max(r->used, m / (kNoWorse * m1));
+}
+
+// One layout in bf16 against one worker in bf16 (one) and in fp32 (exact), same data and
+// model; prints the ratios of their distances from fp32.
+void check_no_worse(const std::string& name, const TrainRun& got, const TrainRun& one,
+                    const TrainRun& exact, double lr) {
+  Ratios r;
+  check_scalars(got, one, exact, &r);
+  check_weights(got, one, exact, kWeightFloorLrs * lr, &r);
+  std::printf(
+      "%-28s distance from fp32 / one worker's: loss %.2f  norm %.2f  tensor %.2f  "
+      "model %.2f  used %.2f\n",
+      name.c_str(), r.loss, r.norm, r.tensor, r.model, r.used);
 }
 
 class Bf16Layouts : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test_util::TempDir;
-    test_util::write_random_shard(*dir_ / "train.bin", 8192, 37, 7);
+    // MESHTRAIN_BF16_LAYOUTS_SEED: another data seed, to measure the ratios over seeds.
+    const char* seed = std::getenv("MESHTRAIN_BF16_LAYOUTS_SEED");
+    test_util::write_random_shard(*dir_ / "train.bin", 8192, 37, seed ? std::stoull(seed) : 7);
   }
   static void TearDownTestSuite() { delete dir_; }
   void SetUp() override {
@@ -123,19 +215,15 @@ class Bf16Layouts : public ::testing::Test {
     return o;
   }
 
-  // Every layout's run against one worker's (same model options).
+  // Every layout's bf16 run against one worker's in bf16 and in fp32 (same model options).
   static void check_layouts(const TrainOptions& one,
                             const std::vector<std::pair<std::string, TrainOptions>>& layouts) {
-    const TrainRun ref = train(one);
+    TrainOptions fp32 = one;
+    fp32.optim.precision = Precision::fp32;
+    const TrainRun ref = train(one), exact = train(fp32);
     for (const auto& [name, o] : layouts) {
       SCOPED_TRACE(name);
-      const TrainRun got = train(o);
-      int compared = 0;
-      const double loss = max_rel(got.losses, ref.losses), w = weight_rel(got, ref, &compared);
-      std::printf("%-28s loss %.2e  weights %.2e (%d tensors)\n", name.c_str(), loss, w, compared);
-      EXPECT_LE(loss, kLossRtol);
-      EXPECT_LE(w, kWeightRtol);
-      EXPECT_GT(compared, 0);
+      check_no_worse(name, train(o), ref, exact, one.optim.lr);
     }
   }
   static test_util::TempDir* dir_;
@@ -143,14 +231,20 @@ class Bf16Layouts : public ::testing::Test {
 test_util::TempDir* Bf16Layouts::dir_ = nullptr;
 
 TEST_F(Bf16Layouts, ToleranceSeesThePrecision) {
+  // The ratios have a denominator: bf16 moves one worker's losses well past the loss floor.
+  // And a layout that silently ran fp32 (here dp 2 in fp32) sits on the fp32 run, far below
+  // kNotFp32 times one worker's bf16 distance, so check_weights' lower bound rejects it.
   TrainOptions bf16 = base(), fp32 = base();
   fp32.optim.precision = Precision::fp32;
-  const TrainRun a = train(bf16), b = train(fp32);
-  int compared = 0;
-  const double loss = max_rel(a.losses, b.losses), w = weight_rel(a, b, &compared);
-  std::printf("bf16 vs fp32, one worker: loss %.2e  weights %.2e\n", loss, w);
-  EXPECT_GT(loss, kLossRtol);
-  EXPECT_GT(w, kWeightRtol);
+  TrainOptions fp32_dp = fp32;
+  fp32_dp.parallel.dp = 2;
+  const TrainRun a = train(bf16), b = train(fp32), c = train(fp32_dp);
+  const double loss = max_rel(a.losses, b.losses), m = model_rel(a, b), m_fp32 = model_rel(c, b);
+  std::printf(
+      "from one worker in fp32: one worker bf16 loss %.2e model %.2e; dp 2 fp32 model %.2e\n", loss,
+      m, m_fp32);
+  EXPECT_GT(loss, 2 * kLossFloor);
+  EXPECT_LT(m_fp32, kNotFp32 * m / 10);
 }
 
 TEST_F(Bf16Layouts, DataAndTensorParallelMatchOneWorker) {
