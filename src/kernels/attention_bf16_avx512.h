@@ -23,7 +23,8 @@ void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, flo
 void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf16* dv, int ldd,
                                   const float* dout, int lddo, const float* att, float* datt);
 
-// accumulate false overwrites dq, dk, dv instead of adding to them.
+// accumulate false overwrites dq, dk, dv instead of adding to them. datt is not written: the
+// kernel keeps each head's dP / dS in a per-thread (T, T) buffer that stays in L2.
 void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
                                   const float* dout, int lddo, const float* att, float* datt,
                                   bool accumulate);
