@@ -156,35 +156,18 @@ TEST(MoePartsOrder, NextDispatchAndThisCombinePostedAroundEachPartsExperts) {
 }
 
 // Logs the rows each started dispatch and combine carries ("D0 4"), on top of the order.
-class RowCountingExchange final : public TokenExchange {
+class RowCountingExchange final : public moe_test::ForwardingExchange {
  public:
   std::vector<std::string> log;
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void exchange_counts(const int32_t* send, int32_t* recv, int per_rank) override {
-    inner_.exchange_counts(send, recv, per_rank);
-  }
-  std::unique_ptr<PendingExchange> start_exchange_counts(const int32_t* send, int32_t* recv,
-                                                         int per_rank) override {
-    return inner_.start_exchange_counts(send, recv, per_rank);
-  }
-  void dispatch(float* dst, const float* src, float* staging, const ExchangeCounts& c,
-                int width) override {
-    inner_.dispatch(dst, src, staging, c, width);
-  }
-  void combine(float* dst, const float* src, float* staging, const ExchangeCounts& c,
-               int width) override {
-    inner_.combine(dst, src, staging, c, width);
-  }
   std::unique_ptr<PendingExchange> start_dispatch(float* dst, const float* src, float* staging,
                                                   const ExchangeCounts& c, int width) override {
     note('D', dispatches_++, c);
-    return inner_.start_dispatch(dst, src, staging, c, width);
+    return inner().start_dispatch(dst, src, staging, c, width);
   }
   std::unique_ptr<PendingExchange> start_combine(float* dst, const float* src, float* staging,
                                                  const ExchangeCounts& c, int width) override {
     note('C', combines_++, c);
-    return inner_.start_combine(dst, src, staging, c, width);
+    return inner().start_combine(dst, src, staging, c, width);
   }
 
  private:
@@ -193,7 +176,6 @@ class RowCountingExchange final : public TokenExchange {
     for (int e = 0; e < c.per_rank; ++e) rows += c.send[e];
     log.push_back(tag(kind, p, " ") + std::to_string(rows));
   }
-  IdentityExchange inner_;
   int dispatches_ = 0, combines_ = 0;
 };
 
