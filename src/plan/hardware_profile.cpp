@@ -142,4 +142,11 @@ bool has_local_bf16(const HardwareProfile& h) {
          h.attention_bf16_bwd_flops > 0;
 }
 
+bool oversubscribed_probed(const HardwareProfile& h) {
+  if (h.oversubscribed_latency_s > 0) return true;
+  for (const std::string& line : h.sources)
+    if (line.rfind("oversubscribed_latency_s", 0) == 0) return true;
+  return false;
+}
+
 }  // namespace mt::plan

@@ -251,5 +251,9 @@ double peak_flops(const HardwareProfile& h, Precision precision);
 // Local profiles: whether --calibrate measured every figure a bf16 plan needs (profiles
 // written before bf16 was calibrated have none of them).
 bool has_local_bf16(const HardwareProfile& h);
+// Whether the calibration ran the oversubscribed probe (its sources line names
+// oversubscribed_latency_s): then a 0 there is a measurement (a one-float all-reduce added
+// nothing measurable to busy ranks sharing the cores), not a profile written before it.
+bool oversubscribed_probed(const HardwareProfile& h);
 
 }  // namespace mt::plan

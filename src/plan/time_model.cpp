@@ -214,8 +214,13 @@ Oversubscription oversubscription(const PlanRequest& r, const Layout& l) {
   const double threads = double(l.world()) * r.threads;
   if (!hw.local || threads <= hw.cores) return o;
   // A waiting rank blocks until a peer that was not running arrives (comm/local/doorbell.h):
-  // every collective and send pays the calibrated oversubscribed latency.
-  if (r.backend == "local" && hw.oversubscribed_latency_s > 0)
+  // every collective and send pays the calibrated oversubscribed latency. A probe that read
+  // 0 (busy ranks sharing the cores arrive together: the one-float all-reduce added nothing)
+  // is that latency too. Only a profile without the probe keeps the idle ping-pong's, a
+  // blocked waiter's wake-up: the quiet 02:20 profile read 0 there and 66 us idle, and
+  // charging 4 x 66 us to each of tp 4's ~400 collectives in 8 microbatches predicted
+  // 154 ms for a step measured at 86 ms (issue #30).
+  if (r.backend == "local" && oversubscribed_probed(hw))
     o.dedicated.hardware.intra_latency_s = o.dedicated.hardware.inter_latency_s =
         hw.oversubscribed_latency_s;
   // And its bytes cost the wall measured among busy ranks sharing the cores (the members

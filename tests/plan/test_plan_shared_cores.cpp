@@ -127,5 +127,26 @@ TEST(PlanSharedCores, OversubscribedBusbwIsBoundedByTheIdleOne) {
   EXPECT_EQ(oversubscribed_busbw_from(bytes, -1e-5, 4, idle), 0);
 }
 
+// A calibration whose oversubscribed probe read 0 (busy ranks sharing the cores paid
+// nothing measurable per collective) measured the waits, not left them out: the critical
+// path pays 0 per collective step, not the idle ping-pong's blocked-waiter wake-up. Hand
+// figure: with every collective step's latency 0 the step is the latency-free one exactly,
+// whatever the idle latency (66 us, the quiet 02:20 profile's). A profile without the probe
+// still pays the idle latency (the 0 read as "not measured"). Mutation: reading a probed 0
+// as "not measured" (time_model.cpp, oversubscription) fails the first expectation.
+TEST(PlanSharedCores, AProbedZeroOversubscribedLatencyIsAMeasurement) {
+  Layout l;
+  l.tp = 4, l.micro_batch = 1;
+  PlanRequest r = llama_on(2);
+  r.hardware.oversubscribed_latency_s = 0;
+  r.hardware.intra_latency_s = r.hardware.inter_latency_s = 0;
+  const double free = predict_time(r, l, Schedule{}).step_s;
+  r.hardware.intra_latency_s = r.hardware.inter_latency_s = 66e-6;
+  const double unprobed = predict_time(r, l, Schedule{}).step_s;
+  r.hardware.sources = {"oversubscribed_latency_s, oversubscribed_busbw: the busy loop"};
+  EXPECT_DOUBLE_EQ(predict_time(r, l, Schedule{}).step_s, free);
+  EXPECT_GT(unprobed, free);
+}
+
 }  // namespace
 }  // namespace mt::plan
