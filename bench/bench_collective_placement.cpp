@@ -10,12 +10,14 @@
 // two cores, so its waiters spin: what the unbound probe hits whenever the scheduler stacks
 // the pair). Loads: "idle" (a barrier, then the all-reduce: the calibration's ping-pong) and
 // "busy" (an R x 128 x 256 sgemm, the reference model's tp2 attention projection, then the
-// all-reduce, as a tp region of a step). Per collective, the median over iterations of the
-// time from the later rank's arrival to the later rank's return: what the collective adds
-// to a step beyond the ranks' own imbalance. The share of iterations where both ranks ran
-// on one core says which placement the unbound pair got. The spin budget (comm/local/
-// doorbell.h's 2000 pauses) is printed in thread CPU time, so it reads the same under load.
-// The machine is shared: read the figures as a diagnosis, never as a pass or fail.
+// all-reduce, as a tp region of a step) and "late" (a barrier, then rank 1 sleeps 300 us
+// before it arrives: rank 0 spends its spin budget, yields and sleeps on the group's
+// condition variable, so its return pays a wake-up). Per collective, the median over iterations of
+// the time from the later rank's arrival to the later rank's return: what the collective adds to a
+// step beyond the ranks' own imbalance. The share of iterations where both ranks ran on one core
+// says which placement the unbound pair got. The spin budget (comm/local/ doorbell.h's 2000 pauses)
+// is printed in thread CPU time, so it reads the same under load. The machine is shared: read the
+// figures as a diagnosis, never as a pass or fail.
 #include <immintrin.h>
 #include <omp.h>
 #include <pthread.h>
@@ -23,10 +25,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/world.h"
@@ -63,7 +67,13 @@ void pin_to_first_allowed_core() {
   if (!allowed.empty()) bind_calling_thread({allowed.front()});
 }
 
-Result run(Placement placement, bool busy, const Options& o) {
+enum class Load { idle, busy, late };
+const char* load_name(Load l) {
+  return l == Load::idle ? "idle" : l == Load::busy ? "busy" : "late";
+}
+
+Result run(Placement placement, Load load, const Options& o) {
+  const bool busy = load == Load::busy;
   WorldOptions wo;
   wo.bind = placement == Placement::bound ? CoreBinding::cores : CoreBinding::none;
   Trace t;
@@ -81,6 +91,8 @@ Result run(Placement placement, bool busy, const Options& o) {
         matmul_forward(c.data(), a.data(), b.data(), nullptr, rows, k, n);
       else
         comm->barrier().wait();
+      if (load == Load::late && me == 1)
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
       t.core[me].push_back(sched_getcpu());
       t.arrive[me].push_back(now_seconds());
       comm->all_reduce(&x, &x, 1, DType::f32, ReduceOp::sum).wait();
@@ -140,11 +152,11 @@ int main(int argc, char** argv) {
   }
   std::printf("# spin budget (2000 pauses, thread CPU time): %.1f us\n", spin_budget_us());
   std::printf("# placement  load  exposed_us  same_core\n");
-  for (bool busy : {false, true})
+  for (Load l : {Load::idle, Load::busy, Load::late})
     for (Placement p : {Placement::bound, Placement::unbound, Placement::stacked}) {
-      const Result r = run(p, busy, o);
-      std::printf("%-10s  %-4s  %10.2f  %9.2f\n", placement_name(p), busy ? "busy" : "idle",
-                  r.exposed_us, r.same_core);
+      const Result r = run(p, l, o);
+      std::printf("%-10s  %-4s  %10.2f  %9.2f\n", placement_name(p), load_name(l), r.exposed_us,
+                  r.same_core);
     }
   return 0;
 }
