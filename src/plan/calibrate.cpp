@@ -195,8 +195,10 @@ const std::vector<Probe> kProbes = {
      false,
      nullptr,
      measure_local_links,
-     "local backend, two rank threads, 16 MiB all-reduce / send, 4 B all-reduce latency "
-     "(one node: inter_* the same)",
+     "local backend, two rank threads placed as a step's (train --bind auto: a core each "
+     "where they fit), 16 MiB all-reduce / send; latency: a 4 B all-reduce after each "
+     "1024x128x256 sgemm (the tp2 attention projection), last return less last arrival, "
+     "median, / 2 steps (one node: inter_* the same)",
      {{"all-reduce busbw", "intra_busbw", 1e-9, "GB/s"},
       {"latency", "intra_latency_s", 1e6, "us"},
       {"p2p", "p2p_bw_intra", 1e-9, "GB/s"}}},

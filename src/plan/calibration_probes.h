@@ -6,7 +6,10 @@
 #pragma once
 
 #include <iosfwd>
+#include <string>
+#include <vector>
 
+#include "comm/world.h"
 #include "model/precision.h"
 #include "plan/hardware_profile.h"
 
@@ -41,6 +44,19 @@ void measure_grouped_gemm_bf16(HardwareProfile& h, const ProbeRun& run);
 void measure_moe_layer_bf16(HardwareProfile& h, const ProbeRun& run);
 
 // comm_probes.cpp: the local backend between rank threads, and MPI between processes.
+// The rank threads of the local probes are placed as `meshtrain train` places a step's by
+// default (EngineOptions::bind, --bind auto: each rank bound to a core of its own when the
+// ranks fit the cores). Unbound, the scheduler often stacks two fresh rank threads on one
+// core (placed near the thread that started them), and a waiter that spins there holds the
+// core from the very peer it waits for until its spin budget runs out (comm/local/
+// doorbell.h: 2000 pauses, ~26 ns each on the Zen 5 guest, ~53 us): the idle probe's 44-73
+// us per step at stops 36-38 and 41 were that budget, not the protocol's (docs/planner.md).
+WorldOptions step_placement();
+// What a collective adds to a step beyond its ranks' imbalance, from each rank's arrival at
+// and return from every call (arrive[r][i], leave[r][i], one clock): the median over calls
+// of the last return less the last arrival (0 without calls).
+double exposed_collective_seconds(const std::vector<std::vector<double>>& arrive,
+                                  const std::vector<std::vector<double>>& leave);
 void measure_local_links(HardwareProfile& h, const ProbeRun& run);
 void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun& run);
 // The oversubscribed busbw from what an all-reduce of `bytes` added (`seconds`) among

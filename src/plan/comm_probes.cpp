@@ -16,8 +16,15 @@
 #include "kernels/matmul.h"
 #include "plan/calibration_probes.h"
 #include "plan/calibration_timing.h"
+#include "train/options.h"
 
 namespace mt::plan {
+
+WorldOptions step_placement() {
+  WorldOptions o;
+  o.bind = EngineOptions{}.bind;
+  return o;
+}
 
 namespace {
 
@@ -25,7 +32,7 @@ namespace {
 // between two rank threads of the local backend.
 double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
   std::vector<double> per_rank(size_t(ranks), 0);
-  run_local(ranks, WorldOptions{}, [&](CommWorld& w) {
+  run_local(ranks, step_placement(), [&](CommWorld& w) {
     auto comm = w.world();
     std::vector<float> buf(std::max<size_t>(count, 1), 1.0f);
     std::vector<double> times;
@@ -61,7 +68,7 @@ double busy_loop_seconds(int ranks, size_t count, const BusyLoop& loop = kOversu
   double best = 0;
   for (int rep = 0; rep < 2; ++rep) {
     const double t0 = now_seconds();
-    run_local(ranks, WorldOptions{}, [&](CommWorld& w) {
+    run_local(ranks, step_placement(), [&](CommWorld& w) {
       omp_set_num_threads(1);
       auto comm = w.world();
       std::vector<float> a(size_t(loop.rows) * loop.k, 0.1f), b(size_t(loop.n) * loop.k, 0.1f);
@@ -79,6 +86,41 @@ double busy_loop_seconds(int ranks, size_t count, const BusyLoop& loop = kOversu
     best = rep == 0 ? t : std::min(best, t);
   }
   return best;
+}
+
+// The reference model's (4L d256 T128, micro-batch 8) attention output projection under
+// tp 2: 1024 rows, the rank's 128 of the 256 inputs, all 256 outputs, whose output the engine
+// all-reduces right after it (tensor_parallel/row_parallel_linear.cpp).
+constexpr BusyLoop kTpLoop{1024, 128, 256, 100};
+
+// A one-float all-reduce after each GEMM of `loop` between two rank threads placed as a
+// step's (step_placement): what it adds beyond the ranks' imbalance
+// (exposed_collective_seconds), the situation of a tp region's collective in a step. An idle
+// ping-pong between bound ranks reads about the same (0.4-1.3 us against 1.2-2.3 us at load
+// 12 here, bench_collective_placement); this one is what the step does.
+double tp_collective_exposed_seconds(const BusyLoop& loop = kTpLoop) {
+  std::vector<std::vector<double>> arrive(2), leave(2);
+  run_local(2, step_placement(), [&](CommWorld& w) {
+    omp_set_num_threads(1);
+    auto comm = w.world();
+    const size_t me = size_t(comm->rank());
+    std::vector<float> a(size_t(loop.rows) * loop.k, 0.1f), b(size_t(loop.n) * loop.k, 0.1f);
+    std::vector<float> c(size_t(loop.rows) * loop.n);
+    float x = 1;
+    comm->barrier().wait();
+    for (int i = 0; i < loop.iters; ++i) {
+      matmul_forward(c.data(), a.data(), b.data(), nullptr, loop.rows, loop.k, loop.n);
+      arrive[me].push_back(now_seconds());
+      comm->all_reduce(&x, &x, 1, DType::f32, ReduceOp::sum).wait();
+      leave[me].push_back(now_seconds());
+    }
+  });
+  // The first calls include the threads' start and cold caches.
+  for (size_t r = 0; r < 2; ++r) {
+    arrive[r].erase(arrive[r].begin(), arrive[r].begin() + 3);
+    leave[r].erase(leave[r].begin(), leave[r].begin() + 3);
+  }
+  return exposed_collective_seconds(arrive, leave);
 }
 
 // What one all-reduce of `count` floats adds to that loop: the loop with it less the loop
@@ -121,14 +163,33 @@ std::pair<double, double> mpi_bench(const std::string& op, size_t bytes) {
 
 }  // namespace
 
-// Two rank threads: busbw of a 16 MiB all-reduce (2(n-1)/n = 1 for two ranks), the latency
-// of a one-float all-reduce (2 log2 n = 2 steps), a 16 MiB send; a local profile's links
-// are the same within and across its one "node".
+double exposed_collective_seconds(const std::vector<std::vector<double>>& arrive,
+                                  const std::vector<std::vector<double>>& leave) {
+  MT_REQUIRE(!arrive.empty() && arrive.size() == leave.size(), "one trace per rank");
+  const size_t calls = arrive[0].size();
+  std::vector<double> exposed;
+  for (size_t i = 0; i < calls; ++i) {
+    double last_arrival = arrive[0][i], last_return = leave[0][i];
+    for (size_t r = 1; r < arrive.size(); ++r) {
+      last_arrival = std::max(last_arrival, arrive[r][i]);
+      last_return = std::max(last_return, leave[r][i]);
+    }
+    exposed.push_back(std::max(0.0, last_return - last_arrival));
+  }
+  if (exposed.empty()) return 0;
+  std::sort(exposed.begin(), exposed.end());
+  return exposed[exposed.size() / 2];
+}
+
+// Two rank threads placed as a step places them (step_placement): busbw of a 16 MiB
+// all-reduce (2(n-1)/n = 1 for two ranks), a 16 MiB send, and the latency of a one-float
+// all-reduce between ranks that compute a tp2 GEMM between collectives, per step (2 log2 n
+// = 2 steps); a local profile's links are the same within and across its one "node".
 void measure_local_links(HardwareProfile& h, const ProbeRun& run) {
   const size_t big = size_t(4) << 20;
   const int iters = std::max(3, int(run.seconds));
   h.intra_busbw = 4.0 * double(big) / comm_time(big, iters, false);
-  h.intra_latency_s = comm_time(1, 4 * iters, false) / 2;
+  h.intra_latency_s = tp_collective_exposed_seconds() / 2;
   h.p2p_bw_intra = 4.0 * double(big) / comm_time(big, iters, true);
   h.inter_busbw = h.intra_busbw;
   h.inter_latency_s = h.intra_latency_s;

@@ -45,7 +45,8 @@ std::vector<std::string> local_lines(const HardwareProfile& hw) {
       "tensor parallel as the engine's linears issue it: 2 all-reduces of (b*s, h) forward + "
       "2 backward per block (SP: all-gather + reduce-scatter pairs, the weight pass gathering "
       "its inputs and output gradients again; gathers in bf16 under bf16); not overlapped; "
-      "on cores of their own at the idle 16 MiB busbw and 4-byte latency",
+      "on cores of their own at the 16 MiB busbw and the 4-byte latency after a tp2 GEMM, "
+      "both between rank threads bound as a step's",
       "local bf16: the linears' and MoE experts' GEMMs on oneDNN's bf16 matmul (calibrated "
       "peak, penalty, overhead), attention core as calibrated for a bf16 run, every GEMM input "
       "kept for backward rounded to bf16 once (output gradients of row-parallel linears once "

@@ -216,8 +216,9 @@ Oversubscription oversubscription(const PlanRequest& r, const Layout& l) {
   // A waiting rank blocks until a peer that was not running arrives (comm/local/doorbell.h):
   // every collective and send pays the calibrated oversubscribed latency. A probe that read
   // 0 (busy ranks sharing the cores arrive together: the one-float all-reduce added nothing)
-  // is that latency too. Only a profile without the probe keeps the idle ping-pong's, a
-  // blocked waiter's wake-up: the quiet 02:20 profile read 0 there and 66 us idle, and
+  // is that latency too. Only a profile without the probe keeps the links probe's (before
+  // stop 42 an unbound ping-pong, often a stacked pair's spin budget, comm_probes.cpp):
+  // the quiet 02:20 profile read 0 there and 66 us idle, and
   // charging 4 x 66 us to each of tp 4's ~400 collectives in 8 microbatches predicted
   // 154 ms for a step measured at 86 ms (issue #30).
   if (r.backend == "local" && oversubscribed_probed(hw))
