@@ -319,6 +319,14 @@ MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, OutT* dq, OutT* d
   }
 }
 
+// rows_per_tile for a runtime head dim.
+int bf16_rows(int hd) {
+  int R = 0;
+  with_head_dim(hd, "attention_bf16_avx512_scratch_bytes",
+                [&](auto h) { R = rows_per_tile<decltype(h)::value>(); });
+  return R;
+}
+
 bool cpu_has_avx512_bf16() {
   static const bool has = __builtin_cpu_supports("avx512bf16");
   return has;
@@ -343,6 +351,14 @@ void head_backward_bf16(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv, in
 
 bool attention_bf16_avx512_supports(int hd) {
   return KernelHeadDims::supports(hd) && cpu_has_avx512_bf16();
+}
+
+size_t attention_bf16_avx512_scratch_bytes(int T, int hd) {
+  if (!attention_bf16_avx512_supports(hd)) return 0;
+  const size_t t = size_t(T), tp = size_t(round_up(T, kKeyBlock)), R = size_t(bf16_rows(hd));
+  // Bf16Scratch as the forward and the backward size it: x, yt, b1, b2, rows, t1, t2, ds.
+  const size_t words = t * hd / 2 + tp * hd / 2 + 2 * (tp / 2 * hd) + R * tp / 2 + 2 * tp * tp / 2;
+  return 4 * (words + t * t);
 }
 
 void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att) {
@@ -371,6 +387,9 @@ void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf
 
 bool attention_bf16_avx512_supports(int) {
   return false;
+}
+size_t attention_bf16_avx512_scratch_bytes(int, int) {
+  return 0;
 }
 void attention_head_forward_bf16(const AttentionHead&, float*, int, float*) {}
 void attention_head_forward_bf16(const AttentionHead&, bf16*, int, float*) {}
