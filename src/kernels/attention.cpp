@@ -168,9 +168,17 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   });
 }
 
-size_t attention_backward_scratch_floats(int B, int T, int /*C*/, int NH) {
+size_t attention_backward_scratch_floats(int B, int T, int C, int NH, bool bf16) {
+  const AttentionKernel k = attention_kernel(bf16, C, NH);
+  if (k == AttentionKernel::bf16_avx512 || k == AttentionKernel::bf16_amx_tiles) return 0;
   // One (T, T) gradient-of-probabilities block per (batch, head).
   return static_cast<size_t>(B) * NH * T * T;
+}
+
+size_t attention_thread_scratch_bytes_of(bool bf16, int T, int C, int NH) {
+  return attention_kernel(bf16, C, NH) == AttentionKernel::bf16_avx512
+             ? attention_bf16_avx512_scratch_bytes(T, C / NH)
+             : 0;
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -263,7 +271,7 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
   }
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
     attention_head_backward_bf16(hv, dqkv + o.q, dqkv + o.k, dqkv + o.v, 3 * C, dout + o.row, C,
-                                 att + o.att, scratch + o.att, accumulate);
+                                 att + o.att, nullptr, accumulate);
   });
 }
 
@@ -312,7 +320,7 @@ void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, c
   }
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
     attention_head_backward_bf16(hv, dqkv16 + o.q, dqkv16 + o.k, dqkv16 + o.v, 3 * C, dout + o.row,
-                                 C, att + o.att, scratch + o.att);
+                                 C, att + o.att, nullptr);
   });
 }
 

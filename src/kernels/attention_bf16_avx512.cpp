@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/attention_avx512_tiles.h"
+#include "kernels/attention_bf16_rows.h"
 #endif
 
 namespace mt {
@@ -126,20 +127,6 @@ MT_BF16_TARGET void pack_interleaved(u32* b, const float* y, int ldy, int T, int
   }
 }
 
-// dst row r (Tp / 2 pairs) = src row r, which is query row i0 + r, for columns [0, cols)
-// (cols a multiple of 32): columns past the diagonal read as zero, whatever src holds there.
-MT_BF16_TARGET void pack_prob_rows(u32* dst, int ldd, const float* src, int lds, int rows, int i0,
-                                   int cols) {
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < cols; c += 32) {
-      const float* s = src + size_t(r) * lds + c;
-      const int n = i0 + r + 1 - c;  // valid columns from c on
-      const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(n), s);
-      const __m512 hi = _mm512_maskz_loadu_ps(tail_mask(n - 16), s + 16);
-      _mm512_storeu_si512(dst + size_t(r) * ldd + c / 2, pairs32(lo, hi));
-    }
-}
-
 // dst (Tp, Tp) bf16 = the lower triangle of src (T, T), transposed: row j of dst is column
 // j of src, so the key-side products (dk, dv) read their reduction index (query rows) in
 // pairs. Entries above src's diagonal read as zero, whatever src holds there; blocks of dst
@@ -192,23 +179,6 @@ MT_BF16_TARGET void scores_tail_bf16(int rows, float* s, int lds, const u32* x, 
   }
 }
 
-// s (T, T) on and below the diagonal = alpha * x y^T, x as packed rows, y as key blocks.
-template <int HD>
-MT_BF16_TARGET void causal_scores_bf16(float* s, const u32* x, const u32* yt, int T, float alpha) {
-  for (int j0 = 0; j0 < T; j0 += kKeyBlock) {
-    const int n = std::min(kKeyBlock, T - j0);
-    const u32* blk = yt + size_t(j0 / kKeyBlock) * (HD / 2) * kKeyBlock;
-    const __mmask16 m0 = tail_mask(n), m1 = tail_mask(n - 16);
-    int i0 = j0;
-    for (; i0 + kScoreRows <= T; i0 += kScoreRows)
-      scores_tile_bf16<HD, kScoreRows>(s + size_t(i0) * T + j0, T, x + size_t(i0) * (HD / 2), blk,
-                                       alpha, m0, m1);
-    if (i0 < T)
-      scores_tail_bf16<HD, kScoreRows - 1>(T - i0, s + size_t(i0) * T + j0, T,
-                                           x + size_t(i0) * (HD / 2), blk, alpha, m0, m1);
-  }
-}
-
 // c[r][0:HD] (+)= sum over pairs kp in [kp0, kp1) of a[r][kp] . b[kp][0:HD].
 template <int HD, int R, typename OutT>
 MT_BF16_TARGET void rows_tile_bf16(OutT* c, int ldc, bool accumulate, const u32* a, int lda,
@@ -256,6 +226,24 @@ MT_BF16_TARGET void rows_any_bf16(int rows, OutT* c, int ldc, bool accumulate, c
   }
 }
 
+// s rows [i0, i0 + rows) at keys [0, kend) (and the rest of kend's key block) = alpha x y^T:
+// a stripe of the causal scores. Each score is one chain of dot products over the head dim, so
+// the tile a score is computed in does not change its bits.
+template <int HD, int R>
+MT_BF16_TARGET void stripe_scores_bf16(float* s, const u32* x, const u32* yt, int T, int i0,
+                                       int rows, float alpha) {
+  const int kend = i0 + rows;
+  for (int j0 = 0; j0 < kend; j0 += kKeyBlock) {
+    const int n = std::min(kKeyBlock, T - j0);
+    scores_tail_bf16<HD, R>(rows, s + size_t(i0) * T + j0, T, x + size_t(i0) * (HD / 2),
+                            yt + size_t(j0 / kKeyBlock) * (HD / 2) * kKeyBlock, alpha, tail_mask(n),
+                            tail_mask(n - 16));
+  }
+}
+
+// One stripe of R query rows at a time: its scores, softmax (P into att and, in the same
+// pass, its bf16 rows) and P v, so the stripe's scores are re-read from L1, not from a
+// (T, T) block written whole first.
 template <int HD, typename OutT>
 MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, OutT* out, int ldo, float* att) {
   const int T = h.T, Tp = round_up(T, kKeyBlock), lda = Tp / 2;
@@ -268,11 +256,11 @@ MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, OutT* out, int ldo
   pack_rows<HD>(qx, h.q, h.ld, T);
   pack_key_blocks<HD>(kt, h.k, h.ld, T);
   pack_interleaved<HD>(vp, h.v, h.ld, T, Tp);
-  causal_scores_bf16<HD>(att, qx, kt, T, h.scale);
   for (int i0 = 0; i0 < T; i0 += R) {
     const int rows = std::min(R, T - i0), kend = i0 + rows;  // keys 0 .. kend-1
-    for (int i = i0; i < kend; i++) softmax_causal_row(att + size_t(i) * T, i, T);
-    pack_prob_rows(pr, lda, att + size_t(i0) * T, T, rows, i0, round_up(kend, 32));
+    stripe_scores_bf16<HD, R>(att, qx, kt, T, i0, rows, h.scale);
+    softmax_causal_stripe_bf16<R>(att, T, reinterpret_cast<uint16_t*>(pr), 2 * lda, i0, rows,
+                                  round_up(kend, 32));
     rows_any_bf16<HD, R>(rows, out + size_t(i0) * ldo, ldo, false, pr, lda, vp, 0, (kend + 1) / 2);
   }
 }
@@ -296,13 +284,13 @@ MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, OutT* dq, OutT* d
   pack_rows<HD>(dox, dout, lddo, T);
   pack_key_blocks<HD>(vt, h.v, h.ld, T);
   pack_interleaved<HD>(kp, h.k, h.ld, T, Tp);
-  // dP = dout v^T, then dS (fp32, in place) and dq += dS k, a tile of rows at a time.
-  causal_scores_bf16<HD>(da, dox, vt, T, 1.0f);
+  // A stripe of R query rows at a time: dP = dout v^T, then dS (fp32 in place, and its bf16
+  // rows in the same pass) and dq += dS k.
   for (int i0 = 0; i0 < T; i0 += R) {
     const int rows = std::min(R, T - i0), kend = i0 + rows;
-    for (int i = i0; i < kend; i++)
-      softmax_backward_row<false>(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale);
-    pack_prob_rows(dsr, lda, da + size_t(i0) * T, T, rows, i0, round_up(kend, 32));
+    stripe_scores_bf16<HD, R>(da, dox, vt, T, i0, rows, 1.0f);
+    softmax_backward_stripe_bf16<R>(da, att, T, reinterpret_cast<uint16_t*>(dsr), 2 * lda, i0, rows,
+                                    h.scale, round_up(kend, 32));
     rows_any_bf16<HD, R>(rows, dq + size_t(i0) * ldd, ldd, accumulate, dsr, lda, kp, 0,
                          (kend + 1) / 2);  // each dq row is written once
   }
@@ -331,6 +319,14 @@ MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, OutT* dq, OutT* d
   }
 }
 
+// rows_per_tile for a runtime head dim.
+int bf16_rows(int hd) {
+  int R = 0;
+  with_head_dim(hd, "attention_bf16_avx512_scratch_bytes",
+                [&](auto h) { R = rows_per_tile<decltype(h)::value>(); });
+  return R;
+}
+
 bool cpu_has_avx512_bf16() {
   static const bool has = __builtin_cpu_supports("avx512bf16");
   return has;
@@ -355,6 +351,14 @@ void head_backward_bf16(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv, in
 
 bool attention_bf16_avx512_supports(int hd) {
   return KernelHeadDims::supports(hd) && cpu_has_avx512_bf16();
+}
+
+size_t attention_bf16_avx512_scratch_bytes(int T, int hd) {
+  if (!attention_bf16_avx512_supports(hd)) return 0;
+  const size_t t = size_t(T), tp = size_t(round_up(T, kKeyBlock)), R = size_t(bf16_rows(hd));
+  // Bf16Scratch as the forward and the backward size it: x, yt, b1, b2, rows, t1, t2, ds.
+  const size_t words = t * hd / 2 + tp * hd / 2 + 2 * (tp / 2 * hd) + R * tp / 2 + 2 * tp * tp / 2;
+  return 4 * (words + t * t);
 }
 
 void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att) {
@@ -383,6 +387,9 @@ void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf
 
 bool attention_bf16_avx512_supports(int) {
   return false;
+}
+size_t attention_bf16_avx512_scratch_bytes(int, int) {
+  return 0;
 }
 void attention_head_forward_bf16(const AttentionHead&, float*, int, float*) {}
 void attention_head_forward_bf16(const AttentionHead&, bf16*, int, float*) {}

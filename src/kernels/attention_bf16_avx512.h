@@ -12,6 +12,9 @@ namespace mt {
 
 // True when this build and this CPU run these kernels for this head dim (16, 32, 64 or 128).
 bool attention_bf16_avx512_supports(int hd);
+// Bytes of the per-thread buffers the kernels keep for heads of length T and head dim hd
+// (what they grow to; they are never freed).
+size_t attention_bf16_avx512_scratch_bytes(int T, int hd);
 
 // As attention_head_forward_avx512 / attention_head_backward_avx512, with bf16 products.
 void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att);

@@ -71,6 +71,9 @@ class Block {
                                int T) = 0;
   // The workspace backward_input needs (its `scratch`).
   virtual size_t attention_scratch_floats() const = 0;
+  // Bytes its attention kernel keeps per thread outside every arena (thread_local buffers
+  // that live as long as the thread); 0 if none.
+  virtual size_t attention_thread_scratch_bytes() const { return 0; }
   // Floats of the arenas the block holds itself, outside the slot and the chunk's
   // workspaces (an MoE block's per-call rows).
   virtual size_t own_workspace_floats() const = 0;

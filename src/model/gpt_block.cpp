@@ -190,7 +190,11 @@ void GptBlock::bind(float* params, float* grads) {
 
 size_t GptBlock::attention_scratch_floats() const {
   if (flash_) return flash_core_backward_scratch_floats(flash_args(nullptr, max_b_, T_));
-  return attention_backward_scratch_floats(max_b_, T_, Cl_, NHl_);
+  return attention_backward_scratch_floats(max_b_, T_, Cl_, NHl_, bf16_);
+}
+
+size_t GptBlock::attention_thread_scratch_bytes() const {
+  return flash_ ? 0 : attention_thread_scratch_bytes_of(bf16_, T_, Cl_, NHl_);
 }
 
 size_t GptBlock::forward_scratch_floats() const {

@@ -105,6 +105,7 @@ class GptBlock final : public Block {
   void backward_weight(float* slot, const float* x_in, const float* dx_out, int b, int T) override;
 
   size_t attention_scratch_floats() const override;
+  size_t attention_thread_scratch_bytes() const override;
   size_t own_workspace_floats() const override { return moe_ ? moe_->own_workspace_floats() : 0; }
   // Null for a dense block.
   MoeLayer* moe() override { return moe_.get(); }

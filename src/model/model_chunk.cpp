@@ -195,7 +195,11 @@ ChunkFootprint ModelChunk::footprint() const {
   for (const Arena* a : {&attention_scratch_, &sp_scratch_, &forward_scratch_, &block_scratch_,
                          &residual_grads_, &bf16_stage_, &bf16_gather_})
     f.workspace_floats += a->size();
-  for (const Block* blk : blocks_) f.workspace_floats += blk->own_workspace_floats();
+  for (const Block* blk : blocks_) {
+    f.workspace_floats += blk->own_workspace_floats();
+    f.thread_scratch_bytes =
+        std::max(f.thread_scratch_bytes, blk->attention_thread_scratch_bytes());
+  }
   for (const auto& blk : blocks_)
     if (const MoeLayer* moe = blk->moe()) {
       const ExpertMlp::KernelScratch k = moe->kernel_scratch();

@@ -93,8 +93,9 @@ struct ChunkFootprint {
   size_t slot_floats = 0;        // one activation slot
   size_t workspace_floats = 0;   // outside the slots: the shared workspaces, the layers' own
   size_t bf16_weight_bytes = 0;  // --precision bf16: the linears' bf16 copies
-  // Outside every arena: the experts' kernels' thread_local buffers (MoeLayer::kernel_scratch),
-  // the largest of the chunk's layers, whose calls share them.
+  // Outside every arena: the experts' and the attention core's kernels' thread_local buffers
+  // (MoeLayer::kernel_scratch, Block::attention_thread_scratch_bytes), the largest of the
+  // chunk's layers, whose calls share them.
   size_t thread_scratch_bytes = 0;  // per OpenMP thread of the rank
   size_t rank_scratch_bytes = 0;    // once, on the rank's own thread
 };

@@ -101,10 +101,10 @@ std::pair<double, double> attention_rates(Precision precision, double seconds) {
   const int B = 8, T = 128, C = 256, NH = 8;
   std::vector<float> qkv(size_t(B) * T * 3 * C, 0.01f), out(size_t(B) * T * C);
   std::vector<float> att(size_t(B) * NH * T * T), dout(out.size(), 0.01f), dqkv(qkv.size());
-  std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH));
   // The bf16 block's own calls: bf16 products, results rounded into its bf16 slot buffers.
   std::vector<bf16> out16(out.size()), dqkv16(dqkv.size());
   const bool bf16_run = precision == Precision::bf16;
+  std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH, bf16_run));
   const double flops = 4.0 * B * T * T * C;
   // Cold caches: in a step the probabilities written by the forward are read back by the
   // backward only after the rest of the model has run.

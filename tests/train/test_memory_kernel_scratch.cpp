@@ -1,11 +1,13 @@
 // Memory the experts' kernels keep outside every arena, in thread_local buffers that live as
 // long as their thread (model/expert_mlp.h, kernel_scratch; kernels/grouped_gemm.h bounds
 // them), and the bf16 experts' share of the chunk's fp32 stage: the estimate counts the
-// first and reserves the second only where it is used (stop 39 found neither counted).
+// first and reserves the second only where it is used (stop 39 found neither counted). The
+// same for the bf16 attention core's per-thread buffers (stop 42).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
+#include "kernels/attention.h"
 #include "kernels/grouped_gemm.h"
 #include "model/dry_model.h"
 #include "model/gpt.h"
@@ -40,7 +42,13 @@ TEST(MemoryKernelScratch, FusedSwigluBackwardBlockIsCountedPerThread) {
   EXPECT_EQ(grouped_bf16_swiglu_scratch_bytes(96), size_t(32 * 96 * sizeof(float)));
 }
 
-// Without SwiGLU experts, or in fp32, no thread keeps a block.
+// The bytes gpt2's attention core keeps per thread in moe_run's shape (T 32, C 64, 4 heads).
+int64_t gpt_attention_per_thread(Precision precision) {
+  return int64_t(attention_thread_scratch_bytes_of(precision == Precision::bf16, 32, 64, 4));
+}
+
+// Without SwiGLU experts, or in fp32, no thread keeps an experts' block (gpt2's bf16
+// attention core keeps its own buffers per thread).
 TEST(MemoryKernelScratch, NoPerThreadBlockWithoutBf16SwigluExperts) {
   for (const auto& [arch, precision] :
        {std::pair{Arch::gpt2, Precision::bf16}, std::pair{Arch::llama, Precision::fp32}}) {
@@ -48,8 +56,35 @@ TEST(MemoryKernelScratch, NoPerThreadBlockWithoutBf16SwigluExperts) {
     o.optim.threads = 1;
     const int64_t one = estimate_rank_memory(o).workspace_bytes;
     o.optim.threads = 2;
-    EXPECT_EQ(estimate_rank_memory(o).workspace_bytes, one) << arch_name(arch);
+    const int64_t attention = arch == Arch::gpt2 ? gpt_attention_per_thread(precision) : 0;
+    EXPECT_EQ(estimate_rank_memory(o).workspace_bytes, one + attention) << arch_name(arch);
   }
+}
+
+// The bf16 attention core (AVX512-BF16 register tiles) keeps dP / dS and its packed operands
+// per thread, not in the (B, NH, T, T) backward scratch: the estimate counts them once per
+// thread, and the chunk reserves no scratch the kernel does not read.
+TEST(MemoryKernelScratch, Bf16AttentionBuffersAreCountedPerThreadAndNoUnusedScratch) {
+  TrainOptions o;
+  o.model.layers = 2, o.model.dim = 64, o.model.heads = 2, o.model.seq = 128;  // hd 32
+  o.model.vocab = 256;
+  o.optim.batch = 4;
+  o.optim.precision = Precision::bf16;
+  if (attention_kernel(true, 64, 2) != AttentionKernel::bf16_avx512)
+    GTEST_SKIP() << "the bf16 attention core is not the AVX512-BF16 one here";
+  const int64_t per_thread = int64_t(attention_thread_scratch_bytes_of(true, 128, 64, 2));
+  // Its (T, T) dP / dS alone is 64 KiB at T 128.
+  EXPECT_GE(per_thread, 128 * 128 * int64_t(sizeof(float)));
+  o.optim.threads = 1;
+  const int64_t one = estimate_rank_memory(o).workspace_bytes;
+  o.optim.threads = 3;
+  EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - one, 2 * per_thread);
+  EXPECT_EQ(attention_backward_scratch_floats(4, 128, 64, 2, true), 0u);
+  EXPECT_EQ(attention_backward_scratch_floats(4, 128, 64, 2, false), size_t(4) * 2 * 128 * 128);
+  DryModelShape shape;
+  shape.max_b = o.optim.batch, shape.precision = Precision::bf16;
+  const RankFootprint rank = DryModel(o.model, shape).rank(GPT::whole_model(o.model));
+  EXPECT_EQ(int64_t(rank.chunks.at(0).thread_scratch_bytes), per_thread);
 }
 
 // --moe-overlap-parts > 1: the weight gradients gather the parts' rows of a run of experts
@@ -68,20 +103,26 @@ TEST(MemoryKernelScratch, WeightGradientGatherIsCountedWithSeveralParts) {
       ASSERT_EQ(rank.chunks.size(), 1u);
       EXPECT_EQ(int64_t(rank.chunks[0].rank_scratch_bytes), parts > 1 ? gather : 0)
           << precision_name(precision) << " parts " << parts;
-      EXPECT_EQ(rank.chunks[0].thread_scratch_bytes, 0u) << precision_name(precision);
+      EXPECT_EQ(int64_t(rank.chunks[0].thread_scratch_bytes), gpt_attention_per_thread(precision))
+          << precision_name(precision);
       // The estimate's workspace: the chunk's arenas, the data loader's batch, and the gather.
       o.parallel.moe_overlap_parts = parts;
       const int64_t batch = 2 * int64_t(o.optim.batch) * o.model.seq * int64_t(sizeof(int));
       const int64_t arenas = int64_t(rank.chunks[0].workspace_floats * sizeof(float));
-      EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - arenas - batch, parts > 1 ? gather : 0)
+      EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - arenas - batch -
+                    gpt_attention_per_thread(precision),
+                parts > 1 ? gather : 0)
           << precision_name(precision) << " parts " << parts;
     }
-    // The estimate adds it once whatever the thread count: the rank's own thread gathers.
+    // The estimate adds it once whatever the thread count: the rank's own thread gathers (the
+    // second thread adds only the attention core's per-thread buffers).
     TrainOptions o = moe_run(Arch::gpt2, precision);
     o.parallel.moe_overlap_parts = 2;
     const int64_t two_parts = estimate_rank_memory(o).workspace_bytes;
     o.optim.threads = 2;
-    EXPECT_EQ(estimate_rank_memory(o).workspace_bytes, two_parts) << precision_name(precision);
+    EXPECT_EQ(estimate_rank_memory(o).workspace_bytes,
+              two_parts + gpt_attention_per_thread(precision))
+        << precision_name(precision);
   }
 }
 
