@@ -16,9 +16,9 @@
 // --interleave (with two precisions): both sessions in one process, their steps alternating,
 // steps x rounds pairs; reports the median of the per-pair step-time ratios.
 //
-// A precision may name the bf16 GEMM routine (kernels/matmul_bf16.h): bf16@primitive or
-// bf16@jit_gemm; plain bf16 takes this CPU's default. --precision bf16@primitive,bf16@jit_gemm
-// --interleave compares the two routines in one run.
+// A precision may name the bf16 GEMM routine (kernels/matmul_bf16.h): bf16@primitive,
+// bf16@jit_gemm or bf16@mixed; plain bf16 takes this CPU's default. --precision
+// bf16@primitive,bf16@jit_gemm --interleave compares two routines in one run.
 //
 //   bench_step [--quick] [--threads 1,2] [--configs a,b] [--steps 10] [--no-kernels] [--cpu]
 //              [--precision fp32,bf16] [--rounds 1] [--interleave]
@@ -78,8 +78,11 @@ std::optional<PrecisionSpec> parse_precision(const std::string& spec) {
   if (p.precision != "fp32" && p.precision != "bf16") return std::nullopt;
   if (at == std::string::npos) return p;
   const std::string path = spec.substr(at + 1);
-  if (p.precision != "bf16" || (path != "primitive" && path != "jit_gemm")) return std::nullopt;
-  p.path = path == "primitive" ? mt::Bf16GemmPath::primitive : mt::Bf16GemmPath::jit_gemm;
+  if (p.precision != "bf16" || (path != "primitive" && path != "jit_gemm" && path != "mixed"))
+    return std::nullopt;
+  p.path = path == "primitive" ? mt::Bf16GemmPath::primitive
+           : path == "mixed"   ? mt::Bf16GemmPath::mixed
+                               : mt::Bf16GemmPath::jit_gemm;
   if (!mt::matmul_bf16_path_available(*p.path)) return std::nullopt;
   return p;
 }
@@ -308,8 +311,8 @@ bool parse_args(int argc, char** argv, Options& opt) {
   for (const std::string& p : opt.precisions)
     if (!parse_precision(p)) {
       std::fprintf(stderr,
-                   "bench_step: --precision takes fp32, bf16, bf16@primitive or "
-                   "bf16@jit_gemm (one available here; got '%s')\n",
+                   "bench_step: --precision takes fp32, bf16, bf16@primitive, "
+                   "bf16@jit_gemm or bf16@mixed (one available here; got '%s')\n",
                    p.c_str());
       return false;
     }

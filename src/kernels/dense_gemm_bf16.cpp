@@ -95,9 +95,14 @@ DenseBf16Path dense_bf16_path() {
 }
 
 std::string dense_bf16_isa(DenseBf16Path path) {
+  const Bf16GemmPath routine = matmul_bf16_path();
   const std::string onednn =
       "oneDNN " + matmul_bf16_isa() + " (" +
-      (matmul_bf16_path() == Bf16GemmPath::jit_gemm ? "jit_gemm" : "matmul primitive") + ")";
+      (routine == Bf16GemmPath::jit_gemm ? "jit_gemm"
+       : routine == Bf16GemmPath::mixed
+           ? "jit_gemm; forwards with a bias on the matmul primitive, bias in its epilogue"
+           : "matmul primitive") +
+      ")";
   if (path == DenseBf16Path::onednn) return onednn;
   return "AMX tiles, weights packed once per change (dense_gemm_bf16) forward and input "
          "gradients of layers of up to " +
@@ -168,8 +173,14 @@ void dense_bf16_forward_gelu(float* pre, bf16* act, const bf16* inp, DenseBf16We
                              const float* w32, const float* bias, int N) {
   const int C = w.in(), OC = w.out();
   if (!w.runs_on_tiles()) {
-    matmul_bf16_forward(pre, inp, w.copy(w32), nullptr, N, C, OC);
-    return bias_gelu_forward_bf16(act, pre, bias, N, OC);
+    // Where the primitive adds the bias in its epilogue, GELU's pass only reads pre; on the
+    // gemm routine (no bias of its own) the pass adds it, as pre is written back there anyway.
+    if (!matmul_bf16_bias_on_primitive()) {
+      matmul_bf16_forward(pre, inp, w.copy(w32), nullptr, N, C, OC);
+      return bias_gelu_forward_bf16(act, pre, bias, N, OC);
+    }
+    matmul_bf16_forward(pre, inp, w.copy(w32), bias, N, C, OC);
+    return gelu_forward_bf16(act, pre, size_t(N) * OC);
   }
   const uint32_t* packed = w.packed(w32, GroupedPack::forward);
   // The fused call's bytes: its operands once, pre (fp32) and act (bf16) written.

@@ -132,8 +132,10 @@ void dense_bf16_backward_input(float* dinp, const bf16* dout, DenseBf16Weight& w
 //  - backward_input_dgelu: dinp (N, C) = bf16(gelu'(pre) * (dout @ weight)), pre (N, C).
 // On the tiles (runs_on_tiles) the bias starts the accumulators and the activation runs in
 // the stores (dense_gemm_bf16_amx.h): no pass of its own, and the fp32 product of the
-// backward never reaches memory. Elsewhere the composition: the GEMM, then
-// bias_gelu_forward_bf16 or gelu_backward_bf16 (through `stage`, (N, C) fp32).
+// backward never reaches memory. Elsewhere the composition: the GEMM (with the bias in the
+// primitive's epilogue where matmul_bf16_bias_on_primitive), then gelu_forward_bf16 (or
+// bias_gelu_forward_bf16 on the gemm routine) or gelu_backward_bf16 (through `stage`, (N, C)
+// fp32).
 void dense_bf16_forward_gelu(float* pre, bf16* act, const bf16* inp, DenseBf16Weight& w,
                              const float* w32, const float* bias, int N);
 void dense_bf16_backward_input_dgelu(bf16* dinp, const float* pre, const bf16* dout,

@@ -1,6 +1,8 @@
 #include "kernels/gelu.h"
 #include "kernels/phase_profile.h"
 
+#include <algorithm>
+
 #include "kernels/vec_math.h"
 
 namespace mt {
@@ -197,6 +199,18 @@ void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, size_t 
 #pragma omp parallel for schedule(static)
   for (long long i = 0; i < count; i++) dinp[i] = float_to_bf16(gelu_grad(inp[i]) * dout[i]);
 #endif
+}
+
+void gelu_forward_bf16(bf16* out, const float* pre, size_t n) {
+  PhaseScope phase_scope(Phase::activation, 0, 6.0 * double(n));
+  // Blocks of a multiple of 16 values, so only the last one has a tail.
+  constexpr long long kBlock = 4096;
+  const long long count = static_cast<long long>(n), blocks = (count + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (long long b = 0; b < blocks; b++) {
+    const long long i = b * kBlock;
+    gelu_forward_bf16_row(out + i, pre + i, int(std::min(kBlock, count - i)));
+  }
 }
 
 void gelu_forward_bf16_row(bf16* out, const float* pre, int n) {

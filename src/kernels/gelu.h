@@ -22,6 +22,10 @@ void bias_gelu_forward(float* out, float* pre, const float* bias, int N, int OC)
 // block writes its bf16 GEMM inputs without an fp32 round trip through memory.
 void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int OC);
 void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, size_t n);
+// out (n) = bf16(gelu(pre (n))), pre read only: for a GEMM that added the bias itself (a
+// oneDNN primitive's epilogue, dense_gemm_bf16.h), so pre is not written back. Bitwise
+// bias_gelu_forward_bf16's out when pre already holds the sum.
+void gelu_forward_bf16(bf16* out, const float* pre, size_t n);
 
 // One row of each (n values), for a GEMM that applies them in its store (dense_gemm_bf16):
 // out = bf16(gelu(pre)) with the bias already in pre, and dinp = bf16(gelu'(pre) * dout),

@@ -169,10 +169,24 @@ void gemm_jit(const GemmShape& s, const bf16* A, const bf16* B, const float* bia
 // Process-wide, so that a benchmark or test reaches the rank threads it starts.
 std::atomic<int> path_override{-1};
 
+// Whether the gemm routine runs this product on the calling path: on mixed, all but a
+// forward with a bias, whose bias the primitive adds in its epilogue (matmul_bf16.h).
+bool on_jit(const GemmShape& shape) {
+  switch (matmul_bf16_path()) {
+    case Bf16GemmPath::jit_gemm:
+      return true;
+    case Bf16GemmPath::mixed:
+      return !(shape.bias && !shape.accumulate);
+    case Bf16GemmPath::primitive:
+      break;
+  }
+  return false;
+}
+
 // Rows of C depend only on their rows of A, so a GEMM runs as one per piece of
 // matmul_bf16_row_pieces (few shapes, so few cached primitives).
 void gemm(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C) {
-  const bool jit = matmul_bf16_path() == Bf16GemmPath::jit_gemm;
+  const bool jit = on_jit(shape);
   int64_t m0 = 0;
   for (const int64_t m : matmul_bf16_row_pieces(shape.M)) {
     GemmShape part = shape;
@@ -345,9 +359,10 @@ Bf16GemmPath matmul_bf16_default_path() {
   // with AVX512-BF16 at 1 thread it runs a d512 layer's twelve GEMMs (1024 rows) 6 % faster
   // than the matmul primitive's brgemm kernels (their weight-gradient GEMMs 5-15 %). With
   // AMX the primitive's tile kernels are far ahead; without AVX512-BF16 neither was measured.
+  // Stop 42 moved the forwards with a bias back to the primitive there (mixed, matmul_bf16.h).
   static const Bf16GemmPath path =
       jit_gemm_fn() != nullptr && dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_bf16
-          ? Bf16GemmPath::jit_gemm
+          ? Bf16GemmPath::mixed
           : Bf16GemmPath::primitive;
   return path;
 }
@@ -355,6 +370,10 @@ Bf16GemmPath matmul_bf16_default_path() {
 Bf16GemmPath matmul_bf16_path() {
   const int over = path_override.load(std::memory_order_relaxed);
   return over < 0 ? matmul_bf16_default_path() : Bf16GemmPath(over);
+}
+
+bool matmul_bf16_bias_on_primitive() {
+  return matmul_bf16_path() != Bf16GemmPath::jit_gemm;
 }
 
 bool matmul_bf16_path_available(Bf16GemmPath path) {

@@ -168,7 +168,9 @@ double check_bound(const char* what, const Buf& got, const Buf& want,
 constexpr const char* kNoBf16Gemm = "no oneDNN bf16 matmul on this CPU (needs AVX-512)";
 
 const char* path_name(Bf16GemmPath path) {
-  return path == Bf16GemmPath::primitive ? "primitive" : "jit_gemm";
+  return path == Bf16GemmPath::primitive ? "primitive"
+         : path == Bf16GemmPath::mixed   ? "mixed"
+                                         : "jit_gemm";
 }
 
 // Both GEMM routines are held to the same bounds (matmul_bf16.h); a routine this machine
@@ -267,11 +269,11 @@ TEST_P(Bf16Matmul, MatchesFp32TwinsWithinTheRoundingBounds) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Bf16Matmul,
-    ::testing::Combine(::testing::Values(Shape{1, 1, 1}, Shape{1, 7, 3}, Shape{5, 17, 9},
-                                         Shape{33, 64, 48}, Shape{7, 3, 1000}, Shape{128, 256, 768},
-                                         Shape{64, 768, 256}, Shape{64, 512, 2048},
-                                         Shape{300, 96, 40}),
-                       ::testing::Values(Bf16GemmPath::primitive, Bf16GemmPath::jit_gemm)),
+    ::testing::Combine(
+        ::testing::Values(Shape{1, 1, 1}, Shape{1, 7, 3}, Shape{5, 17, 9}, Shape{33, 64, 48},
+                          Shape{7, 3, 1000}, Shape{128, 256, 768}, Shape{64, 768, 256},
+                          Shape{64, 512, 2048}, Shape{300, 96, 40}),
+        ::testing::Values(Bf16GemmPath::primitive, Bf16GemmPath::jit_gemm, Bf16GemmPath::mixed)),
     [](const auto& info) {
       const Shape& s = std::get<0>(info.param);
       return str("N", s.N, "_C", s.C, "_OC", s.OC, "_", path_name(std::get<1>(info.param)));
@@ -280,7 +282,8 @@ INSTANTIATE_TEST_SUITE_P(
 // Empty reductions: no input features (the forward is its bias, the input gradient zeros
 // when overwriting) and no tokens (the weight gradient keeps what it held).
 TEST(Bf16Matmul, EmptyProductsOnBothRoutines) {
-  for (const Bf16GemmPath path : {Bf16GemmPath::primitive, Bf16GemmPath::jit_gemm}) {
+  for (const Bf16GemmPath path :
+       {Bf16GemmPath::primitive, Bf16GemmPath::jit_gemm, Bf16GemmPath::mixed}) {
     if (!matmul_bf16_path_available(path)) continue;
     SCOPED_TRACE(path_name(path));
     const ScopedBf16GemmPath use(path);
@@ -601,7 +604,24 @@ TEST(Bf16Gelu, FusedKernelsEqualGeluThenRounding) {
     gelu_backward_bf16(d16.data(), pre32.data(), dout.data(), n);
     to_bf16(want.data(), d.data(), n);
     EXPECT_EQ(d16, want) << N << "x" << OC;
+    // The pass for a GEMM that added the bias itself: only pre read, the same act bits.
+    std::vector<bf16> act(n);
+    gelu_forward_bf16(act.data(), pre32.data(), n);
+    to_bf16(want.data(), out32.data(), n);
+    EXPECT_EQ(act, want) << N << "x" << OC;
   }
+  // Past one of its blocks (4096 values) with a tail, on two threads: the blocks' seams.
+  const size_t n = 3 * 4096 + 21;
+  const Buf pre = random_normal(n, 44, 3.0f);
+  Buf g(n);
+  gelu_forward(g.data(), pre.data(), n);
+  std::vector<bf16> act(n, bf16(0x7fff)), want(n);
+  to_bf16(want.data(), g.data(), n);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  gelu_forward_bf16(act.data(), pre.data(), n);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(act, want);
 }
 
 TEST(Bf16LayerNorm, FusedForwardEqualsLayerNormThenRounding) {

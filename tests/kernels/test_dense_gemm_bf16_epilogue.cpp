@@ -18,6 +18,7 @@
 #include "kernels/gelu.h"
 #include "kernels/grouped_gemm.h"
 #include "kernels/kernel_harness.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/phase_profile.h"
 #include "kernels/phase_totals_of.h"
 
@@ -106,20 +107,37 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DenseGemmBf16Epilogue,
                                            std::make_tuple(37, 72, 40), std::make_tuple(1, 96, 33),
                                            std::make_tuple(130, 128, 512)));
 
-// Without the tiles the composition runs: the same values as the unfused kernels there.
+// Without the tiles the composition runs: the same values as the unfused kernels there. On
+// a routine that adds the bias itself (the primitive; the mixed path's forwards with a
+// bias) pre is the plain forward with its bias and GELU's pass only reads it; on the gemm
+// routine alone the pass adds the bias.
 TEST(DenseGemmBf16EpilogueFallback, OneDnnRunsTheComposition) {
   if (!dense_bf16_path_available(DenseBf16Path::onednn)) GTEST_SKIP() << "no bf16 matmul here";
   const ScopedDenseBf16Path onednn(DenseBf16Path::onednn);
-  Mlp m(50, 64, 96);
-  Buf pre;
-  std::vector<bf16> act;
-  m.forward_gelu(pre, act);
-  Buf want_pre(pre.size());
-  dense_bf16_forward(want_pre.data(), to_bf16_vec(m.x).data(), m.fc, m.w_fc.data(), nullptr, m.N);
-  std::vector<bf16> want_act(act.size());
-  bias_gelu_forward_bf16(want_act.data(), want_pre.data(), m.b_fc.data(), m.N, m.H);
-  EXPECT_EQ(0, std::memcmp(pre.data(), want_pre.data(), pre.size() * sizeof(float)));
-  EXPECT_EQ(bits(act), bits(want_act));
+  for (const Bf16GemmPath routine :
+       {Bf16GemmPath::primitive, Bf16GemmPath::jit_gemm, Bf16GemmPath::mixed}) {
+    if (!matmul_bf16_path_available(routine)) continue;
+    SCOPED_TRACE(int(routine));
+    const ScopedBf16GemmPath use(routine);
+    Mlp m(50, 64, 96);
+    Buf pre;
+    std::vector<bf16> act;
+    m.forward_gelu(pre, act);
+    Buf want_pre(pre.size());
+    std::vector<bf16> want_act(act.size());
+    const std::vector<bf16> x16 = to_bf16_vec(m.x);
+    if (routine == Bf16GemmPath::jit_gemm) {
+      dense_bf16_forward(want_pre.data(), x16.data(), m.fc, m.w_fc.data(), nullptr, m.N);
+      bias_gelu_forward_bf16(want_act.data(), want_pre.data(), m.b_fc.data(), m.N, m.H);
+    } else {
+      dense_bf16_forward(want_pre.data(), x16.data(), m.fc, m.w_fc.data(), m.b_fc.data(), m.N);
+      Buf g(pre.size());
+      gelu_forward(g.data(), want_pre.data(), g.size());
+      want_act = to_bf16_vec(g);
+    }
+    EXPECT_EQ(0, std::memcmp(pre.data(), want_pre.data(), pre.size() * sizeof(float)));
+    EXPECT_EQ(bits(act), bits(want_act));
+  }
 }
 
 // Activation passes and GEMM calls of one fused forward and backward.
@@ -145,6 +163,27 @@ TEST(DenseGemmBf16EpilogueTraffic, GeluRunsInTheTilesStoresNotAsAPassOfItsOwn) {
   if (dense_bf16_path_available(DenseBf16Path::onednn)) {
     const ScopedDenseBf16Path onednn(DenseBf16Path::onednn);
     EXPECT_EQ(phases_of(m).calls[int(Phase::activation)], 2u);  // the composition's passes
+  }
+}
+
+// On oneDNN, where the routine adds the bias itself (the primitive, and the mixed path's
+// forwards with a bias), GELU's forward pass only reads pre (6 bytes a value: pre in, act
+// out) instead of adding the bias and writing pre back (10); the backward pass is the same
+// (pre and the product in, d_fc out: 10). Counted with the phase profile.
+TEST(DenseGemmBf16EpilogueTraffic, OnOneDnnGeluReadsPreWithTheBiasAlreadyIn) {
+  if (!dense_bf16_path_available(DenseBf16Path::onednn)) GTEST_SKIP() << "no bf16 matmul here";
+  const ScopedDenseBf16Path onednn(DenseBf16Path::onednn);
+  Mlp m(64, 128, 512);
+  const double values = double(m.N) * m.H;
+  for (const Bf16GemmPath routine :
+       {Bf16GemmPath::primitive, Bf16GemmPath::jit_gemm, Bf16GemmPath::mixed}) {
+    if (!matmul_bf16_path_available(routine)) continue;
+    SCOPED_TRACE(int(routine));
+    const ScopedBf16GemmPath use(routine);
+    const PhaseTotals t = phases_of(m);
+    EXPECT_EQ(t.calls[int(Phase::activation)], 2u);
+    const double forward = routine == Bf16GemmPath::jit_gemm ? 10 : 6;
+    EXPECT_EQ(t.bytes[int(Phase::activation)], (forward + 10) * values);
   }
 }
 
