@@ -10,6 +10,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/bf16.h"
+#include "kernels/vec_math.h"
+
 namespace mt {
 
 namespace {
@@ -49,10 +52,12 @@ inline uint32_t nonfinite_bits(float x) {
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on _mm512_sqrt_ps under this attribute.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// Returns true when any element it wrote is non-finite.
+// Returns true when any element it wrote is non-finite. copy (may be null): where the
+// updated weights' bf16 values go, rounded from the registers the fp32 stores come from.
 [[gnu::optimize("fp-contract=off"), gnu::noinline]] bool adamw_chunk(float* param,
                                                                      const float* grad, float* m,
-                                                                     float* v, size_t lo, size_t hi,
+                                                                     float* v, bf16* copy,
+                                                                     size_t lo, size_t hi,
                                                                      const AdamWScalars& s) {
   size_t i = lo;
   uint32_t bad = 0;
@@ -79,6 +84,7 @@ inline uint32_t nonfinite_bits(float x) {
     __m512 p = _mm512_mul_ps(_mm512_loadu_ps(param + i), decay);
     p = _mm512_add_ps(p, _mm512_div_ps(_mm512_mul_ps(nss, mi), denom));
     _mm512_storeu_ps(param + i, p);
+    if (copy) _mm256_storeu_si256(reinterpret_cast<__m256i*>(copy + i), round_bf16x16(p));
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
     bad_lanes = static_cast<__mmask16>(bad_lanes | nonfinite(p) | nonfinite(mi) | nonfinite(vi));
@@ -87,6 +93,7 @@ inline uint32_t nonfinite_bits(float x) {
 #endif
   for (; i < hi; i++) {
     adamw_one(param[i], grad[i], m[i], v[i], s);
+    if (copy) copy[i] = float_to_bf16(param[i]);
     bad |= nonfinite_bits(param[i]) | nonfinite_bits(m[i]) | nonfinite_bits(v[i]);
   }
   return bad != 0;
@@ -95,31 +102,55 @@ inline uint32_t nonfinite_bits(float x) {
 
 }  // namespace
 
-bool adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
-                  const AdamWParams& hp) {
-  PhaseScope phase_scope(Phase::optimizer, 0, 28.0 * double(n));
-  // Scalars exactly as torch derives them from Python floats (see adamw.h).
+namespace {
+
+// Scalars exactly as torch derives them from Python floats (see adamw.h).
+AdamWScalars scalars_of(const AdamWParams& hp, double weight_decay) {
   const double bias_correction1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
   const double bias_correction2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
-  const AdamWScalars s{static_cast<float>(1.0 - hp.lr * hp.weight_decay),
-                       static_cast<float>(hp.beta1),
-                       static_cast<float>(1.0 - hp.beta1),
-                       static_cast<float>(hp.beta2),
-                       static_cast<float>(1.0 - hp.beta2),
-                       static_cast<float>(-(hp.lr / bias_correction1)),
-                       static_cast<float>(std::sqrt(bias_correction2)),
-                       static_cast<float>(hp.eps),
-                       hp.grad_scale};
+  return {static_cast<float>(1.0 - hp.lr * weight_decay),
+          static_cast<float>(hp.beta1),
+          static_cast<float>(1.0 - hp.beta1),
+          static_cast<float>(hp.beta2),
+          static_cast<float>(1.0 - hp.beta2),
+          static_cast<float>(-(hp.lr / bias_correction1)),
+          static_cast<float>(std::sqrt(bias_correction2)),
+          static_cast<float>(hp.eps),
+          hp.grad_scale};
+}
+
+}  // namespace
+
+bool adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
+                  const AdamWParams& hp) {
+  const AdamWPiece piece{param, grad, m, v, nullptr, n, true};
+  return adamw_update_pieces(std::span<const AdamWPiece>(&piece, 1), hp);
+}
+
+bool adamw_update_pieces(std::span<const AdamWPiece> pieces, const AdamWParams& hp) {
+  size_t total = 0, copied = 0;
+  for (const AdamWPiece& p : pieces) total += p.n, copied += p.copy ? p.n : 0;
+  PhaseScope phase_scope(Phase::optimizer, 0, 28.0 * double(total) + 2.0 * double(copied));
+  const AdamWScalars with_decay = scalars_of(hp, hp.weight_decay), no_decay = scalars_of(hp, 0.0);
   int bad = 0;
+  // One team for every piece: each thread takes a contiguous, 16-float aligned share of the
+  // pieces laid end to end (the moments' order) and updates the parts of the pieces in it.
+  // Each element's update depends on that element only, so the split cannot change a bit.
 #pragma omp parallel reduction(| : bad)
   {
-    // Contiguous, 16-float aligned chunks per thread.
-    size_t nt = static_cast<size_t>(omp_get_num_threads());
-    size_t per = (n + nt - 1) / nt;
-    per = (per + 15) / 16 * 16;
-    size_t lo = per * static_cast<size_t>(omp_get_thread_num());
-    size_t hi = lo + per < n ? lo + per : n;
-    if (lo < hi) bad |= adamw_chunk(param, grad, m, v, lo, hi, s);
+    const size_t nt = static_cast<size_t>(omp_get_num_threads());
+    const size_t per = ((total + nt - 1) / nt + 15) / 16 * 16;
+    const size_t lo = per * static_cast<size_t>(omp_get_thread_num());
+    const size_t hi = lo + per < total ? lo + per : total;
+    size_t start = 0;  // the current piece's first element, end to end
+    for (const AdamWPiece& p : pieces) {
+      if (hi <= start) break;
+      const size_t a = lo > start ? lo - start : 0, b = hi - start < p.n ? hi - start : p.n;
+      if (a < b)
+        bad |=
+            adamw_chunk(p.param, p.grad, p.m, p.v, p.copy, a, b, p.decay ? with_decay : no_decay);
+      start += p.n;
+    }
   }
   return bad == 0;
 }

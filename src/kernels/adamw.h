@@ -9,6 +9,9 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
+
+#include "kernels/bf16.h"
 
 namespace mt {
 
@@ -27,5 +30,25 @@ struct AdamWParams {
 // against a poisoned update (train/step.cpp) costs no second pass over the state.
 bool adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
                   const AdamWParams& hp);
+
+// One run of n elements for adamw_update_pieces: its parameters, gradients, moments, and
+// whether hp.weight_decay applies to it (else 0). copy (n values, may be null): the update
+// also writes to_bf16 of the updated parameters there, bit for bit, from the values it
+// stores (--precision bf16's weight copies, kernels/bf16_weight.h), so the copies need no
+// pass of their own over the fp32 weights.
+struct AdamWPiece {
+  float* param;
+  const float* grad;
+  float* m;
+  float* v;
+  bf16* copy;
+  size_t n;
+  bool decay;
+};
+
+// adamw_update over every piece in one pass: one OpenMP team shares the pieces laid end to
+// end, instead of a team per piece (a model's biases and norms are pieces of a few hundred
+// elements). Bit for bit adamw_update of each piece in turn, at any thread count.
+bool adamw_update_pieces(std::span<const AdamWPiece> pieces, const AdamWParams& hp);
 
 }  // namespace mt

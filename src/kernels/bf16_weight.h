@@ -11,6 +11,13 @@
 // The copy's memory is taken at that first conversion, not at construction: a model built
 // only to be measured (the memory estimate's dry run, model/dry_model.h) holds none, and
 // bytes() reports the copy's size either way.
+//
+// A writer may fill the copy ahead of its use instead: the optimizer, which rounds each
+// updated weight into it as it stores the fp32 value (kernels/adamw.h,
+// train/bf16_copy_writer.h), so no pass of its own re-reads the fp32 weights. It then calls
+// written_ahead(): the copy holds the weights the next version will name (the next step's
+// GPT::weights_changed), and that first use converts nothing. Any other bump in between
+// (an evaluation's) only costs a conversion, never a stale copy.
 #pragma once
 
 #include <cstdint>
@@ -36,12 +43,27 @@ class Bf16Weight {
     return data_.data();
   }
   size_t bytes() const { return n_ * sizeof(bf16); }
+  size_t size() const { return n_; }
+
+  // The copy's n values, for a writer ahead of use (above); then written_ahead().
+  bf16* storage() {
+    data_.resize(n_);
+    return data_.data();
+  }
+  void written_ahead() { converted_ = *version_ + 1; }
 
  private:
   size_t n_;
   std::vector<bf16> data_;  // n_ values from the first conversion on
   const uint64_t* version_;
   uint64_t converted_ = ~uint64_t(0);  // no version yet
+};
+
+// A layer's copy and the fp32 weights it is made from (where the layer is bound), for a
+// writer ahead of use.
+struct Bf16CopyTarget {
+  const float* weights;
+  Bf16Weight* copy;
 };
 
 }  // namespace mt

@@ -92,6 +92,9 @@ class DenseBf16Weight {
 
   // The plain copy (onednn path), converted if the weights changed since.
   const bf16* copy(const float* w) { return copy_.get(w); }
+  // The plain copy itself when this layer's GEMMs read it (not on the tiles), else null: a
+  // writer ahead of use fills it (kernels/bf16_weight.h).
+  Bf16Weight* plain_copy() { return runs_on_tiles() ? nullptr : &copy_; }
   // The pack for `which` (amx path), both packed if the weights changed since.
   const uint32_t* packed(const float* w, GroupedPack which);
 

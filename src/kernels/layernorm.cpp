@@ -70,14 +70,18 @@ void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const float* in
   }
 }
 
-void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
-                              const float* mean, const float* rstd, int N, int C) {
-  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);
-  // dinp (N, C) += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight.
+namespace {
+// dx (N, C) = base + d/dinp: base is dx itself (accumulate) or the residual path's gradient.
+// One body for both, so the fused residual form rounds exactly as a copy followed by +=.
+void layernorm_backward_rows(float* dinp, const float* base, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int N,
+                             int C) {
+  // dinp = base + rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight.
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* x = inp + static_cast<size_t>(n) * C;
     const float* dy = dout + static_cast<size_t>(n) * C;
+    const float* b = base + static_cast<size_t>(n) * C;
     float* dx = dinp + static_cast<size_t>(n) * C;
     float m = mean[n], s = rstd[n];
     float sum_g = 0.0f, sum_gx = 0.0f;
@@ -91,9 +95,24 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
 #pragma omp simd
     for (int c = 0; c < C; c++) {
       float xhat = (x[c] - m) * s;
-      dx[c] += (dy[c] * weight[c] - mean_g - xhat * mean_gx) * s;
+      dx[c] = b[c] + (dy[c] * weight[c] - mean_g - xhat * mean_gx) * s;
     }
   }
+}
+}  // namespace
+
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* mean, const float* rstd, int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);
+  layernorm_backward_rows(dinp, dinp, dout, inp, weight, mean, rstd, N, C);
+}
+
+void layernorm_backward_input_residual(float* dinp, const float* dres, const float* dout,
+                                       const float* inp, const float* weight, const float* mean,
+                                       const float* rstd, int N, int C) {
+  // The bytes of layernorm_backward_input's: dres is read where dinp was.
+  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);
+  layernorm_backward_rows(dinp, dres, dout, inp, weight, mean, rstd, N, C);
 }
 
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,

@@ -20,6 +20,13 @@ void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const float* in
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                               const float* mean, const float* rstd, int N, int C);
 
+// dinp (N, C) = dres (N, C) + d/dinp: the block's residual path and its norm's input gradient
+// in one pass, bitwise a copy of dres into dinp followed by layernorm_backward_input (the
+// copy's read and write of the (N, C) buffer saved). dinp may be dres.
+void layernorm_backward_input_residual(float* dinp, const float* dres, const float* dout,
+                                       const float* inp, const float* weight, const float* mean,
+                                       const float* rstd, int N, int C);
+
 // dweight (C) += sum_n dout * xhat;  dbias (C) += sum_n dout.
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int N, int C);

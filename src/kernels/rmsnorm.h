@@ -21,6 +21,12 @@ void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float*
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                             const float* rstd, int N, int C);
 
+// dinp (N, C) = dres (N, C) + the input gradient: the residual path folded into the same pass,
+// bitwise a copy of dres into dinp followed by rmsnorm_backward_input. dinp may be dres.
+void rmsnorm_backward_input_residual(float* dinp, const float* dres, const float* dout,
+                                     const float* inp, const float* weight, const float* rstd,
+                                     int N, int C);
+
 // dweight (C) += sum_n dout * xhat.
 void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd,
                              int N, int C);

@@ -12,8 +12,10 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/bf16_weight.h"
 #include "kernels/rope.h"
 #include "model/activation_pool.h"
 #include "model/config.h"
@@ -53,6 +55,9 @@ class Block {
   virtual size_t bf16_stage_floats() const = 0;
   virtual size_t bf16_gather_values() const = 0;
   virtual size_t bf16_weight_bytes() const = 0;
+  // The dense linears' bf16 weight copies with their bound weights (kernels/bf16_weight.h),
+  // appended to out; an MoE layer's expert copies are not among them.
+  virtual void bf16_copies(std::vector<Bf16CopyTarget>& out) const = 0;
   // (max_b*T, C) floats for sequence parallelism's gathered inputs and partial outputs.
   virtual void set_scratch(float* scratch) = 0;
   // A workspace used by forward and by B's recomputation (the gpt2 block's probabilities under

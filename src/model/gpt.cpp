@@ -77,6 +77,12 @@ size_t GPT::bf16_weight_bytes() const {
   return total;
 }
 
+std::vector<Bf16CopyTarget> GPT::bf16_copies() const {
+  std::vector<Bf16CopyTarget> out;
+  for (const auto& c : chunks_) c->bf16_copies(out);
+  return out;
+}
+
 size_t GPT::activation_peak_bytes() const {
   size_t total = 0;
   for (const auto& c : chunks_) total += c->pool().peak_bytes();

@@ -67,6 +67,9 @@ class GPT {
   }
   Precision precision() const { return precision_; }
   size_t bf16_weight_bytes() const;
+  // The dense linears' bf16 weight copies of every chunk, with their bound weights
+  // (kernels/bf16_weight.h); empty under fp32.
+  std::vector<Bf16CopyTarget> bf16_copies() const;
 
   // Peak bytes of activation slots over all chunks.
   size_t activation_peak_bytes() const;

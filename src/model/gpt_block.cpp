@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <span>
 #include <string>
 
@@ -21,13 +20,12 @@ ShardSpec rows_of(int64_t start, int64_t len) {
 }
 
 // Backward through `x + sublayer(layernorm(x))` once the sublayer's gradient d_ln is known:
-// dx = dx_out (the residual path) + layernorm's input gradient. (Nl, C) each; the same in
-// fp32 and bf16, where only the sublayer differs.
+// dx = dx_out (the residual path) + layernorm's input gradient, in one pass over the rows.
+// (Nl, C) each; the same in fp32 and bf16, where only the sublayer differs.
 void residual_layernorm_backward(float* dx, const float* dx_out, const float* d_ln, const float* x,
                                  const float* w, const float* mean, const float* rstd, int Nl,
                                  int C) {
-  std::memcpy(dx, dx_out, size_t(Nl) * C * sizeof(float));
-  layernorm_backward_input(dx, d_ln, x, w, mean, rstd, Nl, C);
+  layernorm_backward_input_residual(dx, dx_out, d_ln, x, w, mean, rstd, Nl, C);
 }
 
 }  // namespace
@@ -165,6 +163,11 @@ size_t GptBlock::bf16_gather_values() const {
 size_t GptBlock::bf16_weight_bytes() const {
   return qkv_.bf16_weight_bytes() + attn_proj_.bf16_weight_bytes() + fc_.bf16_weight_bytes() +
          mlp_proj_.bf16_weight_bytes() + (moe_ ? moe_->bf16_weight_bytes() : 0);
+}
+
+void GptBlock::bf16_copies(std::vector<Bf16CopyTarget>& out) const {
+  for (const auto* l : {&qkv_, &fc_}) l->bf16_copies(out);
+  for (const auto* l : {&attn_proj_, &mlp_proj_}) l->bf16_copies(out);
 }
 
 void GptBlock::bind(float* params, float* grads) {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <span>
 #include <string>
 
@@ -186,6 +185,11 @@ size_t LlamaBlock::bf16_weight_bytes() const {
          down_.bf16_weight_bytes() + (moe_ ? moe_->bf16_weight_bytes() : 0);
 }
 
+void LlamaBlock::bf16_copies(std::vector<Bf16CopyTarget>& out) const {
+  for (const auto* l : {&qkv_, &gate_up_}) l->bf16_copies(out);
+  for (const auto* l : {&o_proj_, &down_}) l->bf16_copies(out);
+}
+
 size_t LlamaBlock::forward_scratch_floats() const {
   return flash_attention_forward_scratch_floats(attention_args(nullptr, max_b_, T_));
 }
@@ -341,20 +345,18 @@ void LlamaBlock::forward(float* s, const float* x_in, float* x_out, int b, int T
 void LlamaBlock::backward_input(float* s, const float* x_in, const float* dx_out, float* dx_in,
                                 float* scratch, int b, int T) {
   const int N = b * T, Nl = rows(b, T);
-  const size_t nc = size_t(Nl) * C_;
   float* dx_mid = s + off_.dx_mid;
   // --dropout: the branches see their output gradients through their masks.
   if (dropout_) branch_dropout(s + off_.d_mlp_branch, dx_out, 2, Nl, true);
   with_precision_ops(bf16_, scratch_, [&](const auto& ops) {
     mlp_backward_input(ops, s, mlp_branch_grad(s, dx_out), scratch, N, Nl);
-    std::memcpy(dx_mid, dx_out, nc * sizeof(float));  // the residual path
-    norm2_.backward_input(s, dx_mid, s + off_.d_n2, s + off_.x_mid, Nl);
+    // The residual path and the norm's gradient, in one pass.
+    norm2_.backward_input_residual(s, dx_mid, dx_out, s + off_.d_n2, s + off_.x_mid, Nl);
     if (dropout_) branch_dropout(s + off_.d_attn_branch, dx_mid, 1, Nl, true);
     attention_backward_input(ops, s, scratch, b, T);
   });
   // dx_in must not alias anything read here; x_in's statistics are in the slot.
-  std::memcpy(dx_in, dx_mid, nc * sizeof(float));
-  norm1_.backward_input(s, dx_in, s + off_.d_n1, x_in, Nl);
+  norm1_.backward_input_residual(s, dx_in, dx_mid, s + off_.d_n1, x_in, Nl);
 }
 
 template <class Ops>

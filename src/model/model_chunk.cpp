@@ -188,6 +188,11 @@ size_t ModelChunk::bf16_weight_bytes() const {
   return bytes;
 }
 
+void ModelChunk::bf16_copies(std::vector<Bf16CopyTarget>& out) const {
+  if (head_) head_->bf16_copies(out);
+  for (const Block* blk : blocks_) blk->bf16_copies(out);
+}
+
 ChunkFootprint ModelChunk::footprint() const {
   ChunkFootprint f;
   f.units = units_;

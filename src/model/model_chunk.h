@@ -125,6 +125,7 @@ class ModelChunk {
   const ChunkSpec& spec() const { return spec_; }
   // --precision bf16: bytes of the bf16 weight copies this chunk's linears hold.
   size_t bf16_weight_bytes() const;
+  void bf16_copies(std::vector<Bf16CopyTarget>& out) const;
   ChunkFootprint footprint() const;
   // --cp > 1: where the ring's per-step spans go (context_parallel_attention.h; --trace).
   void set_span_sink(const CpSpanSink& sink) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "kernels/bf16.h"
 #include "kernels/dense_gemm_bf16.h"
@@ -33,6 +34,11 @@ class ColumnParallelLinear {
   // AMX, refreshed when *version moves (kernels/dense_gemm_bf16.h). Enables the *_bf16 calls.
   void enable_bf16(const uint64_t* version);
   size_t bf16_weight_bytes() const { return w16_ ? w16_->bytes() : 0; }
+  // --precision bf16: this layer's plain weight copy and its bound weights, when its GEMMs
+  // read one (kernels/bf16_weight.h, Bf16CopyTarget).
+  void bf16_copies(std::vector<Bf16CopyTarget>& out) const {
+    if (Bf16Weight* c = w16_ ? w16_->plain_copy() : nullptr) out.push_back({w_, c});
+  }
 
   // The bf16 twins of the calls above: the input x16 and the output gradient dy16 are bf16
   // (kept so by the caller), y and dx fp32. Under sequence parallelism x16 (Nl, in) is

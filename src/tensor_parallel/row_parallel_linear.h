@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "kernels/bf16.h"
 #include "kernels/dense_gemm_bf16.h"
@@ -33,6 +34,11 @@ class RowParallelLinear {
   int in() const { return in_; }  // this rank's input width
   int out() const { return out_; }
   size_t bf16_weight_bytes() const { return w16_ ? w16_->bytes() : 0; }
+  // --precision bf16: this layer's plain weight copy and its bound weights, when its GEMMs
+  // read one (kernels/bf16_weight.h, Bf16CopyTarget).
+  void bf16_copies(std::vector<Bf16CopyTarget>& out) const {
+    if (Bf16Weight* c = w16_ ? w16_->plain_copy() : nullptr) out.push_back({w_, c});
+  }
   // The bf16 twins: the input x16 (N, in) is bf16 (kept so by the caller); y and the output
   // gradient dy stay fp32 (the residual stream). dy is rounded to bf16 into dy16 (N, out)
   // for the GEMMs; under sequence parallelism this rank's rows are rounded first and the

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "kernels/adamw.h"
+#include "kernels/bf16.h"
 #include "model/param_table.h"
 
 namespace mt {
@@ -20,7 +22,15 @@ struct AdamWConfig {
 // buffers passed to update(), and where it sits in the table (global-view) layout.
 struct OptimPiece {
   size_t table_off, param_off, grad_off, n;
-  bool decay;  // weight decay applies (tensors with 2 or more dims)
+  bool decay;
+};
+
+// n bf16 values that the update writes, rounded from the updated parameters
+// [param_off, param_off + n) of the buffer passed to update() (kernels/adamw.h).
+struct Bf16CopyRange {
+  size_t param_off;
+  bf16* copy;
+  size_t n;
 };
 
 class AdamW {
@@ -33,8 +43,15 @@ class AdamW {
   // overflowing moment) must never reach a save or an export. The check is fused into the
   // update kernel's stores (kernels/adamw.h) rather than a second pass over the state.
   // grad_scale is the clipping coefficient, applied to each gradient as it is read.
+  // Every piece is updated in one pass (adamw_update_pieces).
   [[nodiscard]] bool update(float* params, const float* grads, double lr, int step,
                             float grad_scale = 1.0f);
+
+  // From the next update on, also writes these bf16 copies of updated parameters. Returns
+  // which ranges it took: those whose every element this rank updates (a range the pieces
+  // cover only in part, e.g. a ZeRO shard's, would be left partly stale, so it is not
+  // taken). Replaces any earlier set.
+  std::vector<bool> write_bf16_copies(const std::vector<Bf16CopyRange>& ranges);
 
   Arena& exp_avg() { return m_; }
   Arena& exp_avg_sq() { return v_; }
@@ -42,9 +59,18 @@ class AdamW {
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
 
  private:
+  // A part of one piece, with the copy its parameters are also written to (or null).
+  struct Run {
+    size_t piece, offset, n;
+    bf16* copy;
+  };
+  void split_runs(const std::vector<Bf16CopyRange>& taken);
+
   AdamWConfig cfg_;
   std::vector<OptimPiece> pieces_;
   std::vector<size_t> moment_off_;
+  std::vector<Run> runs_;                // the pieces in order, split where a copy starts or ends
+  std::vector<AdamWPiece> kernel_runs_;  // runs_ as the kernel takes them, refilled per update
   Arena m_, v_;
 };
 

@@ -139,6 +139,7 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       moe(moe_layers(model, o.parallel)),
       moe_metrics(o.model, moe, ctx.dp.get(), o.parallel.pp > 1 ? ctx.pp.get() : nullptr),
       opt(make_optimizer(o.optim, dp)),
+      bf16_copies(model, dp.param_storage(), dp.param_storage_floats(), o.parallel.zero, opt),
       runner(make_runner(o, ctx, model, dp, train.micro_batch_size())),
       lr{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps},
       replica_sync(o.parallel.dp_sync, o.parallel.outer_lr, o.parallel.outer_momentum,

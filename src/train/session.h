@@ -20,6 +20,7 @@
 #include "parallel/expert_parallel/token_dispatcher.h"
 #include "parallel/microbatch_runner.h"
 #include "parallel/parallel_context.h"
+#include "train/bf16_copy_writer.h"
 #include "train/global_view.h"
 #include "train/lr_schedule.h"
 #include "train/mfu_peak.h"
@@ -67,6 +68,7 @@ class Session {
   std::vector<MoeLayer*> moe;  // this rank's MoE layers, table order
   MoeMetrics moe_metrics;
   AdamW opt;
+  Bf16CopyWriter bf16_copies;  // --precision bf16: the optimizer writes the weight copies
   std::unique_ptr<MicrobatchRunner> runner;
   LrSchedule lr;
   ReplicaSync replica_sync;  // --dp-sync

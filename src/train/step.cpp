@@ -176,6 +176,9 @@ StepRecord train_step(Session& s, int step, Trace& trace) {
   // --dp-sync: the replicas' weights averaged when due, all of it exposed communication.
   const double t_sync = now_seconds();
   const bool synced = s.replica_sync.after_step(s.dp, step);
+  // The update wrote the bf16 weight copies; they are current unless --dp-sync moved the
+  // weights after it.
+  if (!synced) s.bf16_copies.written();
   if (synced && s.replica_sync.takes_outer_steps()) check_outer_step(s, step);
   const double sync_seconds = synced ? now_seconds() - t_sync : 0;
   phase_end(r.phases.optimizer);

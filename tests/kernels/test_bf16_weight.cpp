@@ -33,5 +33,25 @@ TEST(Bf16Copy, ConvertsOncePerChange) {
   EXPECT_EQ(copy.get(other.data())[0], float_to_bf16(7.0f));
 }
 
+// A copy written ahead of use (the optimizer's, train/bf16_copy_writer.h) serves the next
+// version without a conversion, and only that one: a second bump (an evaluation's before the
+// step's) converts again, so a copy can cost a conversion but never be stale.
+TEST(Bf16Copy, WrittenAheadServesTheNextVersionOnly) {
+  uint64_t version = 5;
+  Bf16Weight copy(2, &version);
+  std::vector<float> w = {1.0f, 2.0f};
+  EXPECT_EQ(copy.get(w.data())[0], float_to_bf16(1.0f));  // converted at version 5
+  w = {3.0f, 4.0f};                                       // the update
+  bf16* out = copy.storage();
+  out[0] = float_to_bf16(3.0f), out[1] = float_to_bf16(4.0f);
+  copy.written_ahead();
+  w = {-9.0f, -9.0f};  // a conversion now would read these: it must not happen
+  ++version;
+  EXPECT_EQ(copy.get(w.data())[0], float_to_bf16(3.0f));
+  EXPECT_EQ(copy.get(w.data())[1], float_to_bf16(4.0f));
+  ++version;  // a bump the writer did not foresee
+  EXPECT_EQ(copy.get(w.data())[0], float_to_bf16(-9.0f));
+}
+
 }  // namespace
 }  // namespace mt

@@ -152,6 +152,7 @@ class DataParallel final {
   // One rank per data-parallel replica: dp_group() without cp.
   Communicator& replica_group() { return replicas_ ? *replicas_ : *dp_; }
   float* param_storage() { return params_.data(); }
+  size_t param_storage_floats() const { return params_.size(); }
   float* grad_storage() { return grads_.storage(); }
   void after_optimizer();  // stages 1-2: all-gather the updated chunks
   // Stage 3: drops gathered units (after evaluation; parameters change at every step).
