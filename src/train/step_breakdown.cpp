@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/timer.h"
 #include "kernels/attention.h"
 #include "kernels/dense_gemm_bf16.h"
@@ -27,11 +28,53 @@ void StepBreakdown::after_step(const StepRecord& r) {
   }
   ++steps_;
   step_s_ += r.step_time_s;
+  forward_backward_s_ += r.phases.forward_backward;
   const double cpu = thread_cpu_seconds();
   step_cpu_s_ += cpu - last_cpu_s_;
   last_cpu_s_ = cpu;
-  comm_wait_s_ += r.comm_exposed_s + (r.tp ? r.tp->wait_s : 0) + (r.cp ? r.cp->wait_s : 0) +
-                  (r.ep ? r.ep->wait_s : 0);
+  const double wait = r.comm_exposed_s + (r.tp ? r.tp->wait_s : 0) + (r.cp ? r.cp->wait_s : 0) +
+                      (r.ep ? r.ep->wait_s : 0);
+  comm_wait_s_ += wait;
+  step_each_s_.push_back(r.step_time_s);
+  comm_wait_each_s_.push_back(wait);
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+}  // namespace
+
+std::string StepBreakdown::rank_lines(Communicator& world) const {
+  if (!enabled_) return "";
+  // Per step, in ms: the means of step, forward+backward, comm wait, thread cpu, then the
+  // medians of step and comm wait.
+  constexpr int kFields = 6;
+  const double n = std::max(steps_, 1);
+  const double mine[kFields] = {step_s_ * 1e3 / n,          forward_backward_s_ * 1e3 / n,
+                                comm_wait_s_ * 1e3 / n,     step_cpu_s_ * 1e3 / n,
+                                median(step_each_s_) * 1e3, median(comm_wait_each_s_) * 1e3};
+  std::vector<double> all(kFields * size_t(world.size()));
+  world.all_gather(mine, all.data(), sizeof mine, DType::u8).wait();
+  if (world.rank() != 0 || steps_ == 0) return "";
+  std::string out =
+      "  per rank (ms/step, means; median step and wait): step, forward+backward, comm wait, "
+      "thread cpu\n";
+  char line[192];
+  for (int r = 0; r < world.size(); ++r) {
+    const double* v = all.data() + kFields * r;
+    std::snprintf(line, sizeof line,
+                  "    rank %d: step %.3f, F+B %.3f, comm wait %.3f, cpu %.3f; median step %.3f, "
+                  "median comm wait %.3f\n",
+                  r, v[0], v[1], v[2], v[3], v[4], v[5]);
+    out += line;
+  }
+  return out;
 }
 
 double measure_copy_bandwidth(double seconds_budget) {

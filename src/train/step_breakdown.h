@@ -17,6 +17,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kernels/phase_profile.h"
 #include "train/step.h"
@@ -24,6 +25,7 @@
 namespace mt {
 
 struct Session;
+class Communicator;
 
 class StepBreakdown {
  public:
@@ -36,13 +38,20 @@ class StepBreakdown {
   void after_step(const StepRecord& r);
   // The table (empty when not enabled or no step was counted).
   std::string table(const Session& s) const;
+  // One line per rank of the world (its step, forward+backward, comm wait and thread cpu
+  // per step, and the medians of its steps and waits), so a rank that is slower than its
+  // peers, or waits for them, shows, and so does a mean that a few stalled steps make (the
+  // table's columns are means); every rank calls it (an all-gather), rank 0 gets the
+  // lines, the others an empty string.
+  std::string rank_lines(Communicator& world) const;
 
  private:
   bool enabled_;
   bool counting_ = false;
   int steps_ = 0;
-  double step_s_ = 0, comm_wait_s_ = 0;
+  double step_s_ = 0, comm_wait_s_ = 0, forward_backward_s_ = 0;
   double step_cpu_s_ = 0, last_cpu_s_ = 0;  // the thread's cpu time: counted steps, last end
+  std::vector<double> step_each_s_, comm_wait_each_s_;  // counted steps, for the medians
   PhaseTotals totals_;
 };
 

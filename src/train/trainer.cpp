@@ -50,7 +50,8 @@ void train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
     if (save_step(s, step)) checkpoints->save(step);
   }
   log.finish();
-  if (world.rank() == 0) std::fputs(breakdown.table(s).c_str(), stdout);
+  const std::string rank_lines = breakdown.rank_lines(*s.ctx.world);  // collective
+  if (world.rank() == 0) std::fputs((breakdown.table(s) + rank_lines).c_str(), stdout);
   if (const std::string line = checkpoints->finish(o.optim.steps); !line.empty()) log.line(line);
   write_final_outputs(s, [&](const std::string& l) { log.line(l); });
   if (!o.io.trace.empty()) trace.write(*s.ctx.world, o.io.trace);

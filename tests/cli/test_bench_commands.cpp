@@ -47,6 +47,23 @@ TEST(BenchCommands, Bf16StepBreakdownNamesTheDenseGemmKernel) {
   EXPECT_NE(r.out.find("thread(s)): the mfu denominator\n"), std::string::npos) << r.out;
 }
 
+// Each rank's step, forward+backward, comm wait and thread cpu (issue #33, stop 42): the
+// ranks of a dp 2 step wait for each other, so which one is slower (and which waits) shows.
+TEST(BenchCommands, StepBreakdownPrintsALinePerRank) {
+  Fixture f;
+  const RunResult r =
+      run_meshtrain("bench step --breakdown --dp 2" + f.tiny + "--steps 3 --data " + f.data);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\n  per rank (ms/step, means; median step and wait): step, "
+                       "forward+backward, comm wait, thread cpu\n"),
+            std::string::npos)
+      << r.out;
+  for (const char* rank : {"\n    rank 0: step ", "\n    rank 1: step "})
+    EXPECT_NE(r.out.find(rank), std::string::npos) << rank << r.out;
+  EXPECT_EQ(r.out.find("rank 2:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", median comm wait "), std::string::npos) << r.out;
+}
+
 TEST(BenchCommands, StepWithoutBreakdownTrainsAsTrainDoes) {
   Fixture f;
   const RunResult r = run_meshtrain("bench step" + f.tiny + "--data " + f.data);

@@ -2,6 +2,7 @@
 // every tensor updated by exactly one rank, shards equal however uneven the units are).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "parallel/data_parallel/flat_layout.h"
@@ -45,6 +46,41 @@ TEST(FlatLayout, BucketsGroupBlocksButNeverTheEdgeUnit) {
   EXPECT_EQ(l.buckets()[0].units, (std::vector<int>{2, 1}));
   EXPECT_EQ(l.buckets()[0].flat_lo, 128u);
   EXPECT_EQ(l.buckets()[0].flat_hi, 768u);
+}
+
+// Blocks of 300 floats (unit 320 at dp 2) after an edge unit of 100.
+ParamTable blocks_table(int blocks) {
+  ParamTable t;
+  t.add("edge", {100}, InitKind::zeros);
+  for (int b = 0; b < blocks; ++b) {
+    std::string name = std::to_string(b);  // "b<N>.w", appended (GCC 12's -Wrestrict on +)
+    name.insert(0, 1, 'b').append(".w");
+    t.add(name, {10, 30}, InitKind::zeros);
+  }
+  return t;
+}
+
+// ZeRO 0's rule (kZero0BlockBuckets): a model smaller than the bucket size still gets its
+// blocks in four buckets, so only the first block's reduction is left after the backward;
+// --bucket-mb still caps them. Without the rule (min_block_buckets 1, ZeRO 1-2) one bucket
+// holds every block.
+TEST(FlatLayout, AtZero0ASmallModelsBlocksTakeFourBucketsSoTheReductionOverlapsBackward) {
+  const size_t mib25 = size_t(25) << 18;  // floats
+  const int four = FlatLayout::kZero0BlockBuckets;
+  ParamTable t = blocks_table(4);
+  FlatLayout l(t, units_of(t), 2, 0, mib25, false, {}, four);
+  ASSERT_EQ(l.buckets().size(), 5u);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(l.buckets()[size_t(k)].units, std::vector<int>{4 - k});
+  EXPECT_EQ(l.buckets()[4].units, std::vector<int>{0});
+  ParamTable t12 = blocks_table(12);
+  FlatLayout l12(t12, units_of(t12), 2, 0, mib25, false, {}, four);
+  ASSERT_EQ(l12.buckets().size(), 5u);
+  EXPECT_EQ(l12.buckets()[3].units, (std::vector<int>{3, 2, 1}));  // the exposed tail: 1/4
+  FlatLayout capped(t12, units_of(t12), 2, 0, /*bucket=*/640, false, {}, four);
+  EXPECT_EQ(capped.buckets().size(), 7u);  // pairs: --bucket-mb is smaller than a quarter
+  FlatLayout sharded(t, units_of(t), 2, 0, mib25, false);
+  ASSERT_EQ(sharded.buckets().size(), 2u);  // ZeRO 1-2: every block in one bucket
+  EXPECT_EQ(sharded.buckets()[0].units, (std::vector<int>{4, 3, 2, 1}));
 }
 
 // Two chunks (an interleaved stage): buckets follow each chunk's own backward order and

@@ -189,9 +189,10 @@ FlatLayout DataParallel::flat_layout(const ParamTable& table,
                                      const std::vector<std::pair<size_t, size_t>>& unit_ranges,
                                      const std::vector<int>& units_per_chunk, int dp, int dp_rank,
                                      int zero, double bucket_mb) {
-  // ZeRO-3 gathers unit by unit: each unit is its own bucket.
+  // ZeRO-3 gathers unit by unit: each unit is its own bucket. ZeRO 0 keeps the tail of
+  // the reduction short (FlatLayout::kZero0BlockBuckets).
   return FlatLayout(table, unit_ranges, dp, dp_rank, bucket_floats(bucket_mb), zero == 3,
-                    units_per_chunk);
+                    units_per_chunk, zero == 0 ? FlatLayout::kZero0BlockBuckets : 1);
 }
 
 DataParallelMemory DataParallel::memory_of(

@@ -6,12 +6,21 @@
 
 namespace mt {
 
+size_t FlatLayout::block_bucket_cap(int first, int count, size_t bucket_floats,
+                                    int min_block_buckets) const {
+  size_t blocks = 0;
+  for (int u = first + 1; u < first + count; ++u) blocks += units_[size_t(u)].padded;
+  const size_t share = (blocks + size_t(min_block_buckets) - 1) / size_t(min_block_buckets);
+  return std::min(bucket_floats, share);
+}
+
 FlatLayout::FlatLayout(const ParamTable& table,
                        const std::vector<std::pair<size_t, size_t>>& unit_ranges, int dp,
                        int dp_rank, size_t bucket_floats, bool one_unit_per_bucket,
-                       const std::vector<int>& units_per_chunk)
+                       const std::vector<int>& units_per_chunk, int min_block_buckets)
     : table_(table), dp_(dp), rank_(dp_rank) {
   MT_CHECK(dp >= 1 && dp_rank >= 0 && dp_rank < dp && !unit_ranges.empty());
+  MT_CHECK(min_block_buckets >= 1, "min_block_buckets ", min_block_buckets);
   const size_t quantum = size_t(dp) * 16;
   units_.reserve(unit_ranges.size()), buckets_.reserve(unit_ranges.size());
   size_t prev_hi = 0;
@@ -44,9 +53,10 @@ FlatLayout::FlatLayout(const ParamTable& table,
     for (int u = first; u < first + count; ++u) units_[size_t(u)].chunk = num_chunks() - 1;
     // Backward order: blocks last to first, then the edge unit on its own.
     const size_t chunk_buckets = buckets_.size();
+    const size_t cap = block_bucket_cap(first, count, bucket_floats, min_block_buckets);
     for (int u = first + count - 1; u >= first + 1; --u) {
       FlatBucket* cur = buckets_.size() > chunk_buckets ? &buckets_.back() : nullptr;
-      if (cur && !one_unit_per_bucket && cur->size() + units_[u].padded <= bucket_floats) {
+      if (cur && !one_unit_per_bucket && cur->size() + units_[u].padded <= cap) {
         cur->units.push_back(u);
         cur->flat_lo = units_[u].flat;  // descending units: the bucket grows downwards
       } else {

@@ -56,10 +56,23 @@ class FlatLayout {
   // unit_ranges: arena ranges of the units, ascending and disjoint. bucket_floats: the
   // bucket size; one_unit_per_bucket for ZeRO-3. units_per_chunk: how many consecutive
   // units each chunk has (its edge unit first); empty: one chunk holding every unit.
-  // Buckets come chunk by chunk, each chunk's in its backward order.
+  // Buckets come chunk by chunk, each chunk's in its backward order. min_block_buckets: a
+  // chunk's block buckets hold at most that share of its block gradients (block_bucket_cap).
   FlatLayout(const ParamTable& table, const std::vector<std::pair<size_t, size_t>>& unit_ranges,
              int dp, int dp_rank, size_t bucket_floats, bool one_unit_per_bucket,
-             const std::vector<int>& units_per_chunk = {});
+             const std::vector<int>& units_per_chunk = {}, int min_block_buckets = 1);
+
+  // What ZeRO 0 passes as min_block_buckets. The bucket of a chunk's first block launches
+  // only when the chunk's backward is over, so nothing overlaps its reduction: with a model
+  // smaller than --bucket-mb (25 MiB), one bucket held every block and the whole reduction
+  // (12.6 MB at 4L d256) ran after the backward, its gradients long out of the caches. With
+  // a quarter per bucket, the other three are reduced at the safe points between layers
+  // while their gradients are still warm, and the tail is a quarter. Only ZeRO 0: there a
+  // bucket is a range every rank holds whole, while at ZeRO 1-2 the buckets also decide
+  // which rank owns (and keeps optimizer state for) which elements, and smaller ones split
+  // a block's dense elements unevenly when ep keeps experts whole (the memory estimate's
+  // even split then no longer holds).
+  static constexpr int kZero0BlockBuckets = 4;
 
   size_t flat_size() const { return flat_size_; }
   size_t shard_size() const { return flat_size_ / size_t(dp_); }
@@ -74,6 +87,9 @@ class FlatLayout {
   std::vector<FlatPiece> pieces(bool owned_only) const;
 
  private:
+  // The fill limit of a chunk's block buckets (units first+1 .. first+count-1): at most
+  // bucket_floats, and at most a 1/min_block_buckets share of the chunk's block gradients.
+  size_t block_bucket_cap(int first, int count, size_t bucket_floats, int min_block_buckets) const;
   // Flat offset of a table offset inside unit u.
   size_t flat_of(int u, size_t table_off) const {
     return units_[u].flat + table_off - units_[u].lo;
