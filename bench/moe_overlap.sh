@@ -72,16 +72,18 @@ if float(t["inter_under_experts"]) >= 0:
     line += (f"  worker between processes {float(t['inter_ms']):.1f} ms/step, "
              f"{100 * float(t['inter_under_experts']):.0f}% of it under the experts")
 exposed = float(t["step_exposed_ms"]) / 1e3  # the trace's: after the last rank's start
+after = (f"\n  after the last rank's start: {1e3 * exposed:.1f} ms/step" if exposed >= 0 else
+         "\n  after the last rank's start: n/a (a trace without clock origins: before stop 42)")
 if base:
     b_wait, b_exposed = map(float, base.split())
-    line += f"  exposed / parts 1: {wait / b_wait:.2f}"
-    line += (f"\n  after the last rank's start: {1e3 * exposed:.1f} ms/step, / parts 1: "
-             f"{exposed / b_exposed if b_exposed else float('nan'):.2f}")
+    line += f"  exposed / parts 1: {wait / b_wait:.2f}" + after
+    if exposed >= 0 and b_exposed > 0:
+        line += f", / parts 1: {exposed / b_exposed:.2f}"
 else:
     line += (f"  (parts 1: compute {float(t['experts_ms']):.1f} ms against exchange "
              f"{1e3 * wait:.1f} ms per step: compute "
              f"{'>=' if float(t['experts_ms']) >= 1e3 * wait else '<'} exchange)")
-    line += f"\n  after the last rank's start: {1e3 * exposed:.1f} ms/step"
+    line += after
 print(line)
 open(keep, "w").write(f"{wait} {exposed}\n")
 PY

@@ -8,7 +8,8 @@ its waits. The hypothesis this checks: the rows move mostly while the rank waits
 
   bench/moe_overlap_trace.py TRACE.json [--from-step 3] [--parts-log] [--summary] [--breakdown]
 
---summary prints one line instead: the means over the ranks (bench/moe_overlap.sh reads it).
+--summary prints one line instead: the means over the ranks (bench/moe_overlap.sh reads it);
+its step_exposed_ms is -1 for a trace without clock origins.
 --breakdown says which exchange each ep wait finished (per step, mean over the ranks): the
 count exchange (K), each dispatch (D0, D1, ..) and each combine (C0, .., the last one named
 Clast), forward (the passes that start with a count exchange) and backward apart.
@@ -87,7 +88,7 @@ def main():
         print(f"experts_ms {mean('experts_ms'):.1f} wait_ms {mean('wait_ms'):.1f} inter_ms "
               f"{mean('inter_ms'):.1f} inter_under_experts "
               f"{(sum(under) / len(under)) if under else -1:.2f} "
-              f"step_wait_ms {med(0):.1f} step_exposed_ms {med(1):.1f}")
+              f"step_wait_ms {med(0):.1f} step_exposed_ms {med(1) if origin else -1:.1f}")
         return
     for r in rows:
         share = lambda v: "-" if v is None else f"{100 * v:.0f}%"
