@@ -13,7 +13,11 @@
 # the next combine's start), the rank's ep wait, and in the hybrid world how long the
 # communicator's worker spent moving rows between processes and what share of that fell
 # under the experts. "compute >= exchange" is judged from parts 1: the experts' time
-# against the ep wait there (the whole exchange, blocking).
+# against the ep wait there (the whole exchange, blocking). Each case prints a second
+# figure from the trace: the median per step of the ep wait that lies after the last
+# rank's start of the same exchange, i.e. without the part spent waiting for a peer still
+# computing (arrival skew, load imbalance; docs/moe.md "What exposed counts"), and its
+# ratio to parts 1's.
 #
 # The model routes every token to every expert (--experts 4 --topk 4), so each rank's
 # experts compute the same rows: with learned top-k routing on this corpus the router
@@ -67,14 +71,21 @@ line = (f"{label}: ep_comm_wait_s {wait:.4f}  step_time_s {med('step_time_s'):.3
 if float(t["inter_under_experts"]) >= 0:
     line += (f"  worker between processes {float(t['inter_ms']):.1f} ms/step, "
              f"{100 * float(t['inter_under_experts']):.0f}% of it under the experts")
+exposed = float(t["step_exposed_ms"]) / 1e3  # the trace's: after the last rank's start
+after = (f"\n  after the last rank's start: {1e3 * exposed:.1f} ms/step" if exposed >= 0 else
+         "\n  after the last rank's start: n/a (a trace without clock origins: before stop 42)")
 if base:
-    line += f"  exposed / parts 1: {wait / float(base):.2f}"
+    b_wait, b_exposed = map(float, base.split())
+    line += f"  exposed / parts 1: {wait / b_wait:.2f}" + after
+    if exposed >= 0 and b_exposed > 0:
+        line += f", / parts 1: {exposed / b_exposed:.2f}"
 else:
     line += (f"  (parts 1: compute {float(t['experts_ms']):.1f} ms against exchange "
              f"{1e3 * wait:.1f} ms per step: compute "
              f"{'>=' if float(t['experts_ms']) >= 1e3 * wait else '<'} exchange)")
+    line += after
 print(line)
-open(keep, "w").write(f"{wait}\n")
+open(keep, "w").write(f"{wait} {exposed}\n")
 PY
 }
 base=""

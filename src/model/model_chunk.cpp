@@ -327,16 +327,32 @@ void ModelChunk::backward_weight(int slot, int b, int T) {
   if (head_ || embedding_) grads_final(0);
 }
 
+// The block below takes the unit above's W as cover for its MoE layer's first backward
+// dispatch (MoeLayer::takes_backward_cover): W then runs while the rows travel, not before
+// they leave. The same calls on the same buffers, so the gradients are bit for bit the same;
+// only when W runs moves. Not with full recomputation (the blocks share one scratch).
+MoeLayer* ModelChunk::cover_below(int i) const {
+  if (full_ || i < 0) return nullptr;
+  MoeLayer* moe = blocks_[i]->moe();
+  return moe && moe->takes_backward_cover() ? moe : nullptr;
+}
+
 void ModelChunk::backward(int slot, int b, int T) {
   float* s = pool_->base(slot);
   dropout_.activate(slot, true);
   const int n = nblocks();
+  // Phase: the head; its W now, or under the top block's first dispatch.
   if (head_) {
     before_use(0, n > 0 ? n : -1);
     head_->backward_input(s, x(slot, n), dx(slot, n), b, T);
     before_grads(0);
-    head_->backward_weight(s, x(slot, n), b, T);
+    const auto head_w = [this, s, slot, b, T, n] { head_->backward_weight(s, x(slot, n), b, T); };
+    if (MoeLayer* below = cover_below(n - 1))
+      below->cover_next_backward(head_w);
+    else
+      head_w();
   }
+  // Phase: the blocks, top down, B then W, each W possibly under the next block's dispatch.
   float* bs = block_base(slot);
   for (int i = n - 1; i >= 0; --i) {
     before_use(1 + i, i > 0 ? i : -1);
@@ -346,9 +362,16 @@ void ModelChunk::backward(int slot, int b, int T) {
     after_use(1 + i);
     // W needs no weights, only the slot's activations and gradients.
     before_grads(1 + i);
-    blocks_[i]->backward_weight(bs, x(slot, i), dx(slot, i + 1), b, T);
-    grads_final(1 + i);
+    const auto block_w = [this, bs, slot, b, T, i] {
+      blocks_[i]->backward_weight(bs, x(slot, i), dx(slot, i + 1), b, T);
+      grads_final(1 + i);
+    };
+    if (MoeLayer* below = cover_below(i - 1))
+      below->cover_next_backward(block_w);
+    else
+      block_w();
   }
+  // Phase: the embedding.
   if (embedding_) {
     before_grads(0);
     dropout_.embedding(dx(slot, 0), b * T, cfg_.dim, true);

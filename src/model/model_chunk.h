@@ -157,7 +157,9 @@ class ModelChunk {
   void backward_weight(int slot, int b, int T);
   // backward_input and backward_weight interleaved layer by layer (B then W of the head,
   // then of each block, last first): the same arithmetic in the same order per gradient,
-  // but each unit's gradients are final early, so their reduction overlaps the rest.
+  // but each unit's gradients are final early, so their reduction overlaps the rest. A
+  // unit's W may run inside the next block's B instead, while its MoE layer's first
+  // dispatch travels (cover_below): still before that block's own W.
   void backward(int slot, int b, int T);
   // Last forward's logits (b*T, V) (evaluation / sampling; forward with dloss == 0).
   const float* logits(int slot) { return head_->logits(pool_->base(slot)); }
@@ -194,6 +196,9 @@ class ModelChunk {
   // Full recomputation: block i's forward again, into the block scratch (x_out: dx[i],
   // which its B overwrites).
   void recompute_block(int slot, int i, int b, int T);
+  // Block i's MoE layer if it takes the unit above's W under its first backward dispatch
+  // (MoeLayer::takes_backward_cover), else null.
+  MoeLayer* cover_below(int i) const;
 
   void before_use(int unit, int next) {
     if (hooks_) hooks_->before_use(unit, next);

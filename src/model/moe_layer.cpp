@@ -179,6 +179,11 @@ void MoeLayer::backward_input(float* s, const float* h, const float* dy, float* 
   tp::all_gather_rows(tp_.comm, dh_run, dh, size_t(rows) * C_);
 }
 
+void MoeLayer::cover_next_backward(std::function<void()> work) {
+  MT_CHECK(takes_backward_cover() && !cover_, "MoE layer ", layer_, ": no cover expected");
+  cover_ = std::move(work);
+}
+
 void MoeLayer::backward_rows(float* s, const float* dy, float* dh, int rows,
                              const LocalWork& local) {
   if (parts_) return backward_parts(s, dy, dh, rows, local);
@@ -271,7 +276,14 @@ void MoeLayer::backward_parts(float* s, const float* dy, float* dh, int rows,
   // is prepared: it is local work too. Its input gradient adds into dh after the sums. So
   // are the experts' weight gradients once the last part's experts have run (when the
   // trainer lets B accumulate them), in the one pass over every part W would make.
-  stages.local.first = local.first;
+  // The caller's cover (the unit above's W, cover_next_backward) after the layer's own.
+  stages.local.first = [&] {
+    local.run_first();
+    if (!cover_) return;
+    const std::function<void()> work = std::move(cover_);
+    cover_ = nullptr;
+    work();
+  };
   stages.local.last = [&] {
     local.run_last();
     router_.backward_logits(s, dgates, rows);

@@ -48,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,6 +127,16 @@ class MoeLayer {
   // by backward_input under ExpertParallelShard::expert_grads_in_b. No communication.
   void backward_weight(float* slot, const float* h, int N);
 
+  // Whether the next backward_input can run work of the caller's under its first dispatch:
+  // with parts, where W may run in B (expert_grads_in_b's rule: ZeRO 0-1, W right after B)
+  // and nothing of the layer's gathers over tp. ModelChunk::backward hands it the weight
+  // gradients of the unit above (docs/moe.md "Overlapped all-to-all"), which otherwise run
+  // just before this layer's backward, in the stretch where the ranks drift apart.
+  bool takes_backward_cover() const { return parts_ && expert_grads_in_b_ && tp_.size == 1; }
+  // `work` runs once, in the next backward_input, after the layer's own first LocalWork
+  // half, while part 0's output gradients travel. Only where takes_backward_cover().
+  void cover_next_backward(std::function<void()> work);
+
   // The factor that turns one group's aux-loss gradient into the step's: the trainer sums
   // gradients over microbatches and dp ranks, and aux_loss is the mean over the G = dp *
   // microbatches groups, so pass 1/G (equivalently N_group / (global B*T), the CE scale
@@ -197,6 +208,7 @@ class MoeLayer {
 
   int layer_, C_, E_, k_, El_, max_rows_;
   bool expert_grads_in_b_ = false;  // ExpertParallelShard::expert_grads_in_b, with parts
+  std::function<void()> cover_;     // cover_next_backward's work, until it runs
   TensorParallelShard tp_;
   IdentityExchange identity_;          // the exchange at ep = 1
   TokenExchange* exchange_ = nullptr;  // identity_ or ExpertParallelShard::exchange

@@ -126,19 +126,26 @@ void MoeParts::run(float* s, TokenExchange& x, float* rows, float* in, float* ou
     return x.start_dispatch(in + r.begin * w, rows + m.begin * w, staging + r.begin * w,
                             counts(s, p), width);
   };
-  // Phases: part 0's rows, while the counts travel; the other parts' rows, while part 0's
-  // travel. Then part p's rows arrive; part p+1's start travelling; the experts compute
-  // part p while they (and part p-1's results) travel; part p's results start back.
-  // Last, each part's results as they come in, the earlier ones while the last travels.
+  // Phases: part 0's rows, while the counts travel; part 1's, while part 0's travel, and
+  // part 1's start too; the other parts' rows and the local work while both travel. Then
+  // part p's rows arrive; part p+2's start travelling; the experts compute part p while
+  // part p+1's (and part p-1's results) travel; part p's results start back. Two
+  // dispatches ahead, not one: part 1's rows (twice part 0's) then travel under the local
+  // work as well as under part 0's experts, and a link that serves the exchanges in order
+  // is never idle while a dispatch is still to come. Last, each part's results as they
+  // come in, the earlier ones while the last travels.
   stages.prepare(0);
   finish_part_counts(s);
-  std::unique_ptr<PendingExchange> arriving = dispatch(0);
-  for (int p = 1; p < P_; ++p) stages.prepare(p);
+  std::vector<std::unique_ptr<PendingExchange>> arriving(P_), back(P_);
+  arriving[0] = dispatch(0);
+  for (int p = 1; p < P_; ++p) {
+    stages.prepare(p);
+    if (p == 1) arriving[1] = dispatch(1);
+  }
   stages.local.run_first();
-  std::vector<std::unique_ptr<PendingExchange>> back(P_);
   for (int p = 0; p < P_; ++p) {
-    arriving->finish();
-    if (p + 1 < P_) arriving = dispatch(p + 1);
+    arriving[p]->finish();
+    if (p + 2 < P_) arriving[p + 2] = dispatch(p + 2);
     stages.compute(groups(s, p));
     const Span m = send_span(s, p), r = recv_span(s, p);
     back[p] = x.start_combine(rows + m.begin * w, out + r.begin * w, staging + r.begin * w,

@@ -8,6 +8,9 @@
 //              | experts 0   | experts 1   | .. | experts P-1 |
 //              |             | combine 0   | .. | combine P-2 | combine P-1
 //
+// (each dispatch is started two parts ahead: part p+2's before part p's experts, parts 0
+// and 1 together, so that part 1's rows travel under the local work too);
+//
 // Only the first part's dispatch and the last part's combine are exposed, so those two
 // parts are the small ones (rows 1 : 2 : .. : 2 : 1): 1/(2P-2) of the exchange, once the
 // experts take as long as the exchange. Those two waits are filled with work that does not
@@ -20,8 +23,8 @@
 // half while the last part's results do. The count exchange itself is started by plan and
 // finished by run, after part 0's rows are ready:
 //
-//   counts | dispatch 0              | ..                       | combine P-1
-//   prep 0 | prep 1 .. P-1, local 1  | experts 0 | .. experts P-1 | local 2, done 0 .. P-1
+//   counts | dispatch 0, 1                 | ..                       | combine P-1
+//   prep 0 | prep 1 .. P-1, local 1        | experts 0 | .. experts P-1 | local 2, done 0 .. P-1
 //
 // Routing (and with it the aux loss and the capacity plan) is the whole microbatch's, as
 // without parts; each token's experts compute the same rows; only the experts' weight

@@ -13,7 +13,10 @@
 // dispatch p+1; after the last part's experts, whatever of combine P-2 is left and
 // combine P-1, beyond the last local work. The parts are not equal (model/moe_part_sizes.h:
 // 1 : 2 : .. : 2 : 1 from 3 parts on), so each wait takes the figures of the parts it
-// involves.
+// involves. Stop 42 moved the engine to two dispatches ahead (dispatches 0 and 1 before
+// the first local work, p+2 before part p's experts) and covers the first backward
+// dispatch with the unit above's W: this model still prices the order above
+// (docs/planner.md says so).
 #pragma once
 
 #include <cstddef>

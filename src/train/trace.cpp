@@ -44,19 +44,29 @@ Trace::Span::~Span() {
 void Trace::write(Communicator& world, const std::string& path) const {
   // Gather every rank's event text to rank 0: sizes first, then the bytes point-to-point.
   const int n = world.size(), me = world.rank();
+  // Each process has its own t0: the rank's origin on the steady clock (shared by the
+  // processes of one host) lets a reader put every rank on one time axis, e.g. to tell a
+  // peer's late arrival at an all-to-all from the exchange's own time
+  // (bench/moe_overlap_trace.py).
+  const nlohmann::json origin = {{"name", "clock_origin"},
+                                 {"ph", "M"},
+                                 {"pid", 0},
+                                 {"tid", track(me, false)},
+                                 {"args", {{"steady_s", t0_}}}};
+  const std::string mine = events_.empty() ? origin.dump() : events_ + ",\n" + origin.dump();
   std::vector<int64_t> sizes(n, 0);
-  sizes[me] = int64_t(events_.size());
+  sizes[me] = int64_t(mine.size());
   world.all_reduce(sizes.data(), sizes.data(), n, DType::i64, ReduceOp::sum).wait();
   const int tag = make_p2p_tag(P2PKind::user, 0, 0);
   if (me != 0) {
-    if (!events_.empty()) world.send(events_.data(), events_.size(), DType::u8, 0, tag).wait();
+    world.send(mine.data(), mine.size(), DType::u8, 0, tag).wait();
     return;
   }
   std::string all = "{\"traceEvents\": [\n";
   bool first = true;
   for (int r = 0; r < n; ++r) {
-    std::string text = r == 0 ? events_ : std::string(size_t(sizes[r]), '\0');
-    if (r != 0 && sizes[r] > 0) world.recv(text.data(), text.size(), DType::u8, r, tag).wait();
+    std::string text = r == 0 ? mine : std::string(size_t(sizes[r]), '\0');
+    if (r != 0) world.recv(text.data(), text.size(), DType::u8, r, tag).wait();
     // Name each rank's track so Perfetto shows "rank 3" instead of a thread id.
     for (const bool worker : {false, true}) {
       const std::string label = "rank " + std::to_string(r) + (worker ? " comm worker" : "");

@@ -94,11 +94,14 @@ class LoggingExchange final : public moe_test::ForwardingExchange {
 // caller's LocalWork halves.
 std::vector<std::string> expected_order(int P, bool local = false) {
   std::vector<std::string> want = {"K+", "P0", "K-", "D0+"};
-  for (int p = 1; p < P; ++p) want.push_back(tag('P', p));  // while D0 travels
-  if (local) want.push_back("L1");                          // so does this
+  for (int p = 1; p < P; ++p) {
+    want.push_back(tag('P', p));                   // while D0 travels
+    if (p == 1) want.push_back(tag('D', 1, "+"));  // two dispatches ahead
+  }
+  if (local) want.push_back("L1");  // while D0 and D1 travel
   for (int p = 0; p < P; ++p) {
     want.push_back(tag('D', p, "-"));
-    if (p + 1 < P) want.push_back(tag('D', p + 1, "+"));  // before Ep
+    if (p + 2 < P) want.push_back(tag('D', p + 2, "+"));  // before Ep: D(p+1), D(p+2) travel
     want.push_back(tag('E', p));
     want.push_back(tag('C', p, "+"));  // before E(p+1)
   }
@@ -378,6 +381,57 @@ TEST(MoePartsOrder, SharedExpertsRunWhileTheRoutedRowsTravel) {
   for (size_t i = 0; i < whole.m->grads().size(); ++i)
     d += double(ga[i] - gb[i]) * (ga[i] - gb[i]), n += double(gb[i]) * gb[i];
   EXPECT_LE(std::sqrt(d / n), 1e-6);
+}
+
+// A two-block gpt2 MoE model at ep 1 on `x`, 3 parts; in_b: the trainer's expert_grads_in_b
+// (ZeRO 0-1, W right after B), which lets each unit's W cover the next block's dispatch.
+struct TwoBlockModel {
+  static constexpr int b = 2;
+  ModelConfig cfg;
+  std::vector<int> tokens, targets;
+  std::unique_ptr<GPT> m;
+  TwoBlockModel(bool in_b, TokenExchange* x) {
+    cfg.layers = 2, cfg.dim = 16, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 11;
+    cfg.experts = 2, cfg.topk = 1;
+    for (int i = 0; i < b * cfg.seq; ++i) {
+      tokens.push_back(int(uniform01(6, 1, i) * cfg.vocab));
+      targets.push_back(int(uniform01(6, 2, i) * cfg.vocab));
+    }
+    ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = x};
+    ep.overlap_parts = 3, ep.expert_grads_in_b = in_b;
+    m = std::make_unique<GPT>(cfg, GPT::whole_model(cfg), TensorParallelShard{}, b, ep);
+    m->init(7);
+    m->zero_grads();
+  }
+  double step() { return m->train_microbatch(tokens.data(), targets.data(), b, cfg.seq, 0.1f); }
+};
+
+// The head's W runs while the top block's first backward dispatch travels, block 1's W
+// while block 0's does (GEMM calls between those lines; none there without the cover), not
+// before the rows leave; the same calls on the same buffers: every gradient bit for bit.
+TEST(MoePartsOrder, TheUnitAbovesWeightGradientsCoverTheFirstBackwardDispatch) {
+  const auto run = [](bool in_b, std::vector<float>& grads) {
+    LoggingExchange x;
+    TwoBlockModel model(in_b, &x);
+    PhaseTotals totals;
+    std::map<std::string, uint64_t> gemms_at;
+    x.on_log = [&](const std::string& line) { gemms_at[line] = totals.calls[int(Phase::gemm)]; };
+    attach_phase_totals(&totals);
+    model.step();
+    attach_phase_totals(nullptr);
+    grads.assign(model.m->grads().data(), model.m->grads().data() + model.m->grads().size());
+    // Forward: D0-D2 (block 0), D3-D5 (block 1); backward: D6 (block 1's first), D9.
+    return std::pair(gemms_at.at("D6-") - gemms_at.at("D6+"),
+                     gemms_at.at("D9-") - gemms_at.at("D9+"));
+  };
+  std::vector<float> covered, plain;
+  const auto [head_w, block_w] = run(true, covered);
+  const auto [none_1, none_0] = run(false, plain);
+  EXPECT_GT(head_w, 0u) << "the head's W under block 1's first backward dispatch";
+  EXPECT_GE(block_w, 2u) << "block 1's attention W under block 0's";
+  EXPECT_EQ(none_1, 0u);
+  EXPECT_EQ(none_0, 0u);
+  EXPECT_EQ(covered, plain);
 }
 
 }  // namespace

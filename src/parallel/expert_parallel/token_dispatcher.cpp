@@ -44,6 +44,7 @@ TokenDispatcher::TokenDispatcher(std::shared_ptr<Communicator> ep)
 void TokenDispatcher::exchange_counts(const int32_t* send_counts, int32_t* recv_counts,
                                       int per_rank) {
   for (int d = 0; d < size(); ++d) send_elems_[d] = recv_elems_[d] = size_t(per_rank);
+  mark_issue("ep counts issued", false);
   WaitedAtOnce at_once;
   Work w = ep_->all_to_all_v(send_counts, send_elems_.data(), recv_counts, recv_elems_.data(),
                              DType::i32);
@@ -53,6 +54,7 @@ void TokenDispatcher::exchange_counts(const int32_t* send_counts, int32_t* recv_
 std::unique_ptr<PendingExchange> TokenDispatcher::start_exchange_counts(const int32_t* send_counts,
                                                                         int32_t* recv_counts,
                                                                         int per_rank) {
+  mark_issue("ep counts issued", false);
   auto p = std::make_unique<Pending>(*this, Elems{std::vector<size_t>(size(), size_t(per_rank)),
                                                   std::vector<size_t>(size(), size_t(per_rank))});
   p->start(ep_->all_to_all_v(send_counts, p->elems().to_rank.data(), recv_counts,

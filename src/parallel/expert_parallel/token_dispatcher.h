@@ -21,7 +21,10 @@
 // rank's work between a dispatch's finish and the next combine's start (the experts of an
 // overlapped part) becomes an "experts" span, and where the ep group spans processes
 // (comm/hybrid), its worker's steps come on a track of their own (category "comm worker"):
-// whether the rows moved while the rank computed or while it waited.
+// whether the rows moved while the rank computed or while it waited. Every exchange's
+// start is marked ("ep counts issued", "ep dispatch issued", "ep combine issued"), so a
+// reader can tell a wait for a peer that had not yet started the exchange (the ranks'
+// skew) from the exchange's own time (bench/moe_overlap_trace.py --breakdown).
 #pragma once
 
 #include <memory>
