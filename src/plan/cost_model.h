@@ -42,7 +42,9 @@ struct CostContext;
 
 // What differs between the two cost models.
 struct CostModel {
-  BlockCosts (*block)(const CostContext& c, int layer);
+  // `cover`: the W of the unit above the layer in its chunk, which the engine may run under
+  // an overlapped MoE layer's first backward dispatch (stage_costs.cpp; local only).
+  BlockCosts (*block)(const CostContext& c, int layer, double cover);
   // The embedding's tensor-parallel communication (adds its exposed time to *tp).
   Passes (*embedding_comm)(const CostContext& c, double* tp);
   // ln_f, the logits, the cross-entropy and its communication (adds exposed tp time to *tp).

@@ -136,7 +136,7 @@ double recomputed_pieces(const CostContext& c, bool moe) {
   return t;
 }
 
-BlockCosts block(const CostContext& c, int layer) {
+BlockCosts block(const CostContext& c, int layer, double) {
   const bool moe = is_moe_layer(c.r.model, layer);
   Passes p = attention_projections(c);
   const Passes core = attention_core(c);

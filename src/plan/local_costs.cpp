@@ -66,8 +66,11 @@ SharedHalves shared_halves(const CostContext& c) {
 // backward also the router's logits gradient (a pass over the gates' and their gradient's N
 // x E, part of the calibrated rest, so not added to the compute) and, where the trainer
 // moves them into B (train/expert_grads_in_b.h), the routed experts' weight gradients:
-// moe_layer.cpp's one pass over every part's rows, as W would run it.
-Passes overlapped_moe(const CostContext& c, const MoeCosts& whole, double rows, double* ep_comm) {
+// moe_layer.cpp's one pass over every part's rows, as W would run it. The first backward
+// local work also holds `cover`, the unit above's W (stage_costs.cpp), where the engine
+// hands it to the layer (MoeLayer::takes_backward_cover: W in B's rule, tp 1).
+Passes overlapped_moe(const CostContext& c, const MoeCosts& whole, double rows, double cover,
+                      double* ep_comm) {
   const ModelConfig& m = c.r.model;
   const int P = c.r.hardware.a2a_overlap_parts;
   const double N = c.N / c.t, h = c.h, E = m.experts, local = E / c.l.ep, F = c.w.expert_ffn;
@@ -90,7 +93,9 @@ Passes overlapped_moe(const CostContext& c, const MoeCosts& whole, double rows, 
   const std::vector<std::pair<double, double>> X = per_part(P, rows, experts);
   ParallelOptions po;
   po.zero = c.l.zero, po.schedule = schedule_kind(c.l.schedule);
-  const double dw = expert_grads_in_b(po) ? whole.weight - router.weight : 0;
+  const bool in_b = expert_grads_in_b(po);
+  const double dw = in_b ? whole.weight - router.weight : 0;
+  const double above = in_b && c.l.tp == 1 ? cover : 0;
   p.backward += dw, p.weight -= dw;
   const SharedHalves s = shared_halves(c);
   const double logits_grad = pointwise_seconds(R32, N * E, 3 * N * E * 4, 1);
@@ -99,9 +104,9 @@ Passes overlapped_moe(const CostContext& c, const MoeCosts& whole, double rows, 
   });
   std::vector<double> Xf, Xb;
   for (const auto& [f, b] : X) Xf.push_back(f), Xb.push_back(b);
-  *ep_comm =
-      exposed_parts_exchange({a2a, a2a, Xf, s.forward_first, s.forward_last}) +
-      exposed_parts_exchange({a2a, a2a, Xb, s.backward_first, s.backward_last + logits_grad + dw});
+  *ep_comm = exposed_parts_exchange({a2a, a2a, Xf, s.forward_first, s.forward_last}) +
+             exposed_parts_exchange(
+                 {a2a, a2a, Xb, s.backward_first + above, s.backward_last + logits_grad + dw});
   return p;
 }
 
@@ -110,7 +115,7 @@ Passes overlapped_moe(const CostContext& c, const MoeCosts& whole, double rows, 
 // over row chunks), the rest of the layer at its calibrated cost per hidden element
 // (local_moe_costs). With expert parallelism every exchange waits for the busiest ep rank:
 // its rows are the mean (N topk) times busiest_rank_load, spread evenly over its experts.
-Passes calibrated_moe(const CostContext& c, double* ep_comm) {
+Passes calibrated_moe(const CostContext& c, double cover, double* ep_comm) {
   const ModelConfig& m = c.r.model;
   // The tokens split over tp (docs/moe.md): each tp rank routes its N / t rows.
   const double N = c.N / c.t, h = c.h, E = m.experts, local = E / c.l.ep;
@@ -120,8 +125,8 @@ Passes calibrated_moe(const CostContext& c, double* ep_comm) {
       N, E, h, c.w.expert_ffn, c.local_bf16, MoeLayer::bf16_chunk_rows(int(N)),
       (c.w.gated ? 2 : 1) * c.w.expert_ffn);
   const bool parts = c.l.ep > 1 && c.r.hardware.a2a_overlap_parts > 1;
-  Passes p =
-      parts ? overlapped_moe(c, mc, rows, ep_comm) : Passes{mc.forward, mc.backward, mc.weight};
+  Passes p = parts ? overlapped_moe(c, mc, rows, cover, ep_comm)
+                   : Passes{mc.forward, mc.backward, mc.weight};
   if (c.w.shared_ffn > 0) p += mlp_of_width(c, c.w.shared_ffn);  // split over tp
   if (c.l.ep > 1) {
     // regroup_blocks twice each way (to expert-major after the dispatch, back before the
@@ -177,7 +182,7 @@ Passes conversions(const CostContext& c, bool moe) {
           local_convert_seconds(R, Nl * h, 1)};
 }
 
-BlockCosts block(const CostContext& c, int layer) {
+BlockCosts block(const CostContext& c, int layer, double cover) {
   const bool moe = is_moe_layer(c.r.model, layer);
   Passes p = attention_projections(c);
   const Passes core = attention_core(c);
@@ -187,7 +192,7 @@ BlockCosts block(const CostContext& c, int layer) {
   if (!moe)
     p += dense_mlp(c);
   else if (moe_calibrated(c.r.hardware, c.local_bf16))
-    p += calibrated_moe(c, &ep);
+    p += calibrated_moe(c, cover, &ep);
   else
     p += streamed_moe(c, &ep);
   p += conversions(c, moe);

@@ -6,22 +6,47 @@
 
 namespace mt::plan {
 
+namespace {
+
+// The rank's compute and the ep group's one channel, served in issue order.
+struct Timeline {
+  double now = 0, link = 0, waited = 0;
+  // Starts an exchange of `seconds`: it travels once the channel has served the earlier
+  // ones. Returns when it is in.
+  double issue(double seconds) {
+    link = std::max(now, link) + seconds;
+    return link;
+  }
+  void wait_for(double done) {
+    if (done > now) waited += done - now, now = done;
+  }
+};
+
+}  // namespace
+
 double exposed_parts_exchange(const PartsPass& p) {
   const std::vector<double>&d = p.dispatch, &c = p.combine, &X = p.experts;
   const int P = int(d.size());
   MT_CHECK(P >= 2 && c.size() == d.size() && X.size() == d.size(), "parts pass: ", P,
            " dispatches, ", c.size(), " combines, ", X.size(), " expert calls");
-  const auto over = [](double x) { return std::max(0.0, x); };
-  // Part 0's rows travel alone, under the first local work.
-  const double first = over(d[0] - p.first);
-  // Between the parts' experts: under part 0's, dispatch 1 alone; under part q's, combine
-  // q-1 then dispatch q+1, queued in that order.
-  double between = over(d[1] - X[0]);
-  for (int q = 1; q + 1 < P; ++q) between += over(c[q - 1] + d[q + 1] - X[q]);
-  // Combine P-2 starts when the last part's experts do (its turn on the channel comes after
-  // dispatch P-1, which step P-1 waited for); combine P-1 after it, or after those experts.
-  const double last = over(over(c[P - 2] - X[P - 1]) + c[P - 1] - p.last);
-  return first + between + last;
+  Timeline t;
+  std::vector<double> arrived(size_t(P), 0);
+  // Phase: parts 0 and 1 leave together, under the first local work.
+  arrived[0] = t.issue(d[0]);
+  arrived[1] = t.issue(d[1]);
+  t.now += p.first;
+  // Phase: part q's rows in, part q+2's out, part q's experts, part q's results out.
+  double back = 0;
+  for (int q = 0; q < P; ++q) {
+    t.wait_for(arrived[size_t(q)]);
+    if (q + 2 < P) arrived[size_t(q + 2)] = t.issue(d[size_t(q + 2)]);
+    t.now += X[size_t(q)];
+    back = t.issue(c[size_t(q)]);
+  }
+  // Phase: the last local work, then the combines, the last one in last.
+  t.now += p.last;
+  t.wait_for(back);
+  return t.waited;
 }
 
 }  // namespace mt::plan

@@ -24,9 +24,9 @@ void add_tile_weights(const CostContext& c, StageCosts& sc,
     if (local_on_tiles(c.rates, l.out)) sc.tile_weights += l.out * l.in;
 }
 
-void add_block(const CostContext& c, int layer, StageCosts& sc) {
+void add_block(const CostContext& c, int layer, StageCosts& sc, double cover = 0) {
   const ModelConfig& m = c.r.model;
-  const BlockCosts k = c.model->block(c, layer);
+  const BlockCosts k = c.model->block(c, layer, cover);
   add(sc, k.passes);
   sc.tp_comm += k.tp_comm;
   sc.ep_comm += k.ep_comm;
@@ -51,6 +51,21 @@ void add_block(const CostContext& c, int layer, StageCosts& sc) {
     sc.expert_pack_weights += double(m.experts) / c.l.ep * mlp;
   ++sc.blocks;
   add(sc, c.model->after_block(c, params));
+}
+
+// The W of the unit above `layer` in its chunk: the block above, or the head on top of a
+// chunk that holds it (none on top of another chunk). The engine runs it under a MoE
+// layer's first backward dispatch where the layer takes it (ModelChunk::cover_below: not
+// under full recomputation); the local block model applies the layer's own condition
+// (local_costs.cpp). Only the W is read, which no cover changes. Not priced (0) where no
+// overlapped layer could take it, to spare the search a second block's costs.
+double weight_above(const CostContext& c, const ChunkSpec& spec, int layer) {
+  const HardwareProfile& hw = c.r.hardware;
+  if (!hw.local || c.l.ep <= 1 || hw.a2a_overlap_parts <= 1) return 0;
+  if (!is_moe_layer(c.r.model, layer) || c.l.recompute == Recompute::full) return 0;
+  if (layer + 1 < spec.last_layer) return c.model->block(c, layer + 1, 0).passes.weight;
+  double tp = 0;
+  return spec.has_head ? c.model->head(c, &tp).weight : 0;
 }
 
 // The token table (V/tp x h on the rank) and, when tied, the head that is the same matrix,
@@ -111,7 +126,8 @@ std::vector<StageCosts> stage_costs(const PlanRequest& r, const Layout& l) {
     // the head), so one embedding, on stage 0.
     const ChunkPlacement place = placement_of(schedule_kind(l.schedule));
     for (const ChunkSpec& spec : l.pp > 1 ? stage_chunk_specs(per_chunk, l.pp, st, place) : whole) {
-      for (int layer = spec.first_layer; layer < spec.last_layer; ++layer) add_block(c, layer, sc);
+      for (int layer = spec.first_layer; layer < spec.last_layer; ++layer)
+        add_block(c, layer, sc, weight_above(c, spec, layer));
       if (spec.has_embedding) add_embedding(c, sc, wte);
       if (spec.has_head) add_head(c, sc, wte);
       if (spec.has_head && !r.hardware.local) add_mtp(c, sc);

@@ -91,7 +91,7 @@ TEST(PlanFp8, OnlyTheLinearLayersChange) {
   r16.hardware.fp8_gemms = false;
   const Layout l = one_rank(Precision::bf16);
   const CostContext c8 = make_context(r8, l), c16 = make_context(r16, l);
-  const BlockCosts fp8 = c8.model->block(c8, 0), bf16 = c16.model->block(c16, 0);
+  const BlockCosts fp8 = c8.model->block(c8, 0, 0), bf16 = c16.model->block(c16, 0, 0);
   // The projections and the MLP dominate this block: FP8 saves close to half of them, the
   // attention core, norms and SwiGLU stay as they were.
   EXPECT_LT(fp8.passes.forward, 0.8 * bf16.passes.forward);

@@ -66,13 +66,13 @@ TEST(PlanMoeModels, TensorParallelSplitsTheTokens) {
   const Passes split = streamed_moe(context(r, two), &ep);
   EXPECT_LT(split.forward, 0.6 * whole.forward);
   const CostContext c = context(r, two);
-  const BlockCosts dense = c.model->block(c, 0), moe = c.model->block(c, 2);
+  const BlockCosts dense = c.model->block(c, 0, 0), moe = c.model->block(c, 2, 0);
   EXPECT_NEAR(moe.tp_comm, dense.tp_comm / 2, 1e-12);
   // The shared experts are a tp-split MLP: with them the MLP's collective is back.
   PlanRequest shared = r;
   shared.model.shared_experts = 1;
   const CostContext cs = context(shared, two);
-  EXPECT_NEAR(cs.model->block(cs, 2).tp_comm, dense.tp_comm, 1e-12);
+  EXPECT_NEAR(cs.model->block(cs, 2, 0).tp_comm, dense.tp_comm, 1e-12);
 }
 
 TEST(PlanMoeModels, ExposedAllToAllPipelinesOverParts) {
