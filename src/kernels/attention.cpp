@@ -271,7 +271,7 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
   }
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
     attention_head_backward_bf16(hv, dqkv + o.q, dqkv + o.k, dqkv + o.v, 3 * C, dout + o.row, C,
-                                 att + o.att, nullptr, accumulate);
+                                 att + o.att, accumulate);
   });
 }
 
@@ -320,7 +320,7 @@ void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, c
   }
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
     attention_head_backward_bf16(hv, dqkv16 + o.q, dqkv16 + o.k, dqkv16 + o.v, 3 * C, dout + o.row,
-                                 C, att + o.att, nullptr);
+                                 C, att + o.att);
   });
 }
 

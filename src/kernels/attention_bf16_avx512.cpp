@@ -370,13 +370,12 @@ void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, flo
 }
 
 void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
-                                  const float* dout, int lddo, const float* att, float* /*datt*/,
-                                  bool accumulate) {
+                                  const float* dout, int lddo, const float* att, bool accumulate) {
   head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, accumulate);
 }
 
 void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf16* dv, int ldd,
-                                  const float* dout, int lddo, const float* att, float* /*datt*/) {
+                                  const float* dout, int lddo, const float* att) {
   // Each gradient row is written once only while one query block covers all of T.
   MT_CHECK(h.T <= kAttentionBf16DirectMaxT, "attention_head_backward_bf16: T ", h.T, " > ",
            kAttentionBf16DirectMaxT);
@@ -394,9 +393,9 @@ size_t attention_bf16_avx512_scratch_bytes(int, int) {
 void attention_head_forward_bf16(const AttentionHead&, float*, int, float*) {}
 void attention_head_forward_bf16(const AttentionHead&, bf16*, int, float*) {}
 void attention_head_backward_bf16(const AttentionHead&, float*, float*, float*, int, const float*,
-                                  int, const float*, float*, bool) {}
+                                  int, const float*, bool) {}
 void attention_head_backward_bf16(const AttentionHead&, bf16*, bf16*, bf16*, int, const float*, int,
-                                  const float*, float*) {}
+                                  const float*) {}
 
 #endif
 

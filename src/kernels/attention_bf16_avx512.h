@@ -24,12 +24,12 @@ void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, fl
 constexpr int kAttentionBf16DirectMaxT = 128;
 void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, float* att);
 void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf16* dv, int ldd,
-                                  const float* dout, int lddo, const float* att, float* datt);
+                                  const float* dout, int lddo, const float* att);
 
-// accumulate false overwrites dq, dk, dv instead of adding to them. datt is not written: the
-// kernel keeps each head's dP / dS in a per-thread (T, T) buffer that stays in L2.
+// accumulate false overwrites dq, dk, dv instead of adding to them. No scratch from the
+// caller: the kernel keeps each head's dP / dS in a per-thread (T, T) buffer that stays in L2
+// (attention_bf16_avx512_scratch_bytes).
 void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
-                                  const float* dout, int lddo, const float* att, float* datt,
-                                  bool accumulate);
+                                  const float* dout, int lddo, const float* att, bool accumulate);
 
 }  // namespace mt

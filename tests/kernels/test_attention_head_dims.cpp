@@ -72,7 +72,7 @@ TEST(AttentionHeadDims, Bf16KernelsRunExactlyTheSupportedDims) {
     float* dq = h.dqkv.data();
     auto backward = [&] {
       attention_head_backward_bf16(h.view, dq, dq + hd, dq + 2 * hd, 3 * hd, h.out.data(), hd,
-                                   h.att.data(), h.datt.data(), /*accumulate=*/true);
+                                   h.att.data(), /*accumulate=*/true);
     };
     if (!attention_bf16_avx512_supports(hd)) {
       EXPECT_THROW(attention_head_forward_bf16(h.view, h.out.data(), hd, h.att.data()),
