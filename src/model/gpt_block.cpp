@@ -19,15 +19,6 @@ ShardSpec rows_of(int64_t start, int64_t len) {
   return {0, {{start, len}}};
 }
 
-// Backward through `x + sublayer(layernorm(x))` once the sublayer's gradient d_ln is known:
-// dx = dx_out (the residual path) + layernorm's input gradient, in one pass over the rows.
-// (Nl, C) each; the same in fp32 and bf16, where only the sublayer differs.
-void residual_layernorm_backward(float* dx, const float* dx_out, const float* d_ln, const float* x,
-                                 const float* w, const float* mean, const float* rstd, int Nl,
-                                 int C) {
-  layernorm_backward_input_residual(dx, dx_out, d_ln, x, w, mean, rstd, Nl, C);
-}
-
 }  // namespace
 
 GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard& tp, int max_b,
@@ -320,8 +311,10 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
     p.backward_input_dgelu(mlp_proj_, d_fc, s + off_.fc_pre, d_mlp, N);
     p.backward_input(fc_, d_ln2, d_fc, N);
   }
-  residual_layernorm_backward(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w, s + off_.ln2_mean,
-                              s + off_.ln2_rstd, Nl, C_);
+  // Back through `x + mlp(ln_2(x))`: the residual path's gradient and ln_2's input gradient in
+  // one pass over the rows, (Nl, C) each.
+  layernorm_backward_input_residual(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w,
+                                    s + off_.ln2_mean, s + off_.ln2_rstd, Nl, C_);
 
   // Attention. Selective recomputation: the probabilities again, from the kept qkv. The
   // recomputed output (equal to the kept att_out) lands in d_att_out, overwritten next.
@@ -340,8 +333,8 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
     p.attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
   p.backward_input(qkv_, d_ln1, d_qkv, N);
   // dx_in must not alias anything read below; the x_in statistics are in the slot.
-  residual_layernorm_backward(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,
-                              s + off_.ln1_rstd, Nl, C_);
+  layernorm_backward_input_residual(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,
+                                    s + off_.ln1_rstd, Nl, C_);
 }
 
 template <class Ops>
