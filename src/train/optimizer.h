@@ -22,7 +22,7 @@ struct AdamWConfig {
 // buffers passed to update(), and where it sits in the table (global-view) layout.
 struct OptimPiece {
   size_t table_off, param_off, grad_off, n;
-  bool decay;
+  bool decay;  // weight decay applies (tensors with 2 or more dims)
 };
 
 // n bf16 values that the update writes, rounded from the updated parameters
