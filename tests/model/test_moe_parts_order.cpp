@@ -328,27 +328,43 @@ TEST(MoePartsOrder, ExpertWeightGradientsUnderTheLastBackwardCombine) {
   }
 }
 
-// A one-layer llama MoE model with a shared expert, at ep 1 on `x` in P parts (1: none).
-struct SharedExpertModel {
+// A small MoE model at ep 1 on ep.exchange, two sequences of cfg.seq tokens: the tokens and
+// targets drawn from data_seed, the weights from init_seed.
+struct TinyMoeModel {
   static constexpr int b = 2;
   ModelConfig cfg;
   std::vector<int> tokens, targets;
   std::unique_ptr<GPT> m;
-  SharedExpertModel(int P, TokenExchange* x) {
-    cfg.arch = Arch::llama, cfg.layers = 1, cfg.dim = 16, cfg.heads = 2, cfg.seq = 8;
-    cfg.vocab = 11, cfg.experts = 4, cfg.topk = 2, cfg.expert_ffn_dim = 8;
-    cfg.shared_experts = 1;
+  TinyMoeModel(const ModelConfig& c, const ExpertParallelShard& ep, int data_seed, int init_seed)
+      : cfg(c) {
     for (int i = 0; i < b * cfg.seq; ++i) {
-      tokens.push_back(int(uniform01(4, 1, i) * cfg.vocab));
-      targets.push_back(int(uniform01(4, 2, i) * cfg.vocab));
+      tokens.push_back(int(uniform01(data_seed, 1, i) * cfg.vocab));
+      targets.push_back(int(uniform01(data_seed, 2, i) * cfg.vocab));
     }
-    ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = x};
-    ep.overlap_parts = P;
     m = std::make_unique<GPT>(cfg, GPT::whole_model(cfg), TensorParallelShard{}, b, ep);
-    m->init(5);
+    m->init(init_seed);
     m->zero_grads();
   }
   double step() { return m->train_microbatch(tokens.data(), targets.data(), b, cfg.seq, 0.1f); }
+};
+
+// Rank 0 of 1 on `x`, in `parts` parts.
+ExpertParallelShard ep_one(TokenExchange* x, int parts, bool in_b = false) {
+  ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = x};
+  ep.overlap_parts = parts, ep.expert_grads_in_b = in_b;
+  return ep;
+}
+
+// A one-layer llama MoE model with a shared expert, at ep 1 on `x` in P parts (1: none).
+struct SharedExpertModel : TinyMoeModel {
+  static ModelConfig config() {
+    ModelConfig cfg;
+    cfg.arch = Arch::llama, cfg.layers = 1, cfg.dim = 16, cfg.heads = 2, cfg.seq = 8;
+    cfg.vocab = 11, cfg.experts = 4, cfg.topk = 2, cfg.expert_ffn_dim = 8;
+    cfg.shared_experts = 1;
+    return cfg;
+  }
+  SharedExpertModel(int P, TokenExchange* x) : TinyMoeModel(config(), ep_one(x, P), 4, 5) {}
 };
 
 // The llama block's shared expert is that local work: its GEMMs run while part 0's rows
@@ -385,25 +401,14 @@ TEST(MoePartsOrder, SharedExpertsRunWhileTheRoutedRowsTravel) {
 
 // A two-block gpt2 MoE model at ep 1 on `x`, 3 parts; in_b: the trainer's expert_grads_in_b
 // (ZeRO 0-1, W right after B), which lets each unit's W cover the next block's dispatch.
-struct TwoBlockModel {
-  static constexpr int b = 2;
-  ModelConfig cfg;
-  std::vector<int> tokens, targets;
-  std::unique_ptr<GPT> m;
-  TwoBlockModel(bool in_b, TokenExchange* x) {
+struct TwoBlockModel : TinyMoeModel {
+  static ModelConfig config() {
+    ModelConfig cfg;
     cfg.layers = 2, cfg.dim = 16, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 11;
     cfg.experts = 2, cfg.topk = 1;
-    for (int i = 0; i < b * cfg.seq; ++i) {
-      tokens.push_back(int(uniform01(6, 1, i) * cfg.vocab));
-      targets.push_back(int(uniform01(6, 2, i) * cfg.vocab));
-    }
-    ExpertParallelShard ep{.rank = 0, .size = 1, .exchange = x};
-    ep.overlap_parts = 3, ep.expert_grads_in_b = in_b;
-    m = std::make_unique<GPT>(cfg, GPT::whole_model(cfg), TensorParallelShard{}, b, ep);
-    m->init(7);
-    m->zero_grads();
+    return cfg;
   }
-  double step() { return m->train_microbatch(tokens.data(), targets.data(), b, cfg.seq, 0.1f); }
+  TwoBlockModel(bool in_b, TokenExchange* x) : TinyMoeModel(config(), ep_one(x, 3, in_b), 6, 7) {}
 };
 
 // The head's W runs while the top block's first backward dispatch travels, block 1's W
