@@ -10,11 +10,16 @@ so it repeats the pair and reports the best and the median.
 Each dp=2 try also says where its time went, so that a stalled try can be told apart:
   ranks F+B    each rank's median forward+backward (ms, from --trace): one rank much slower
                than the other while the other waits is the shape of a stall;
-  same core    the share of samples (every 20 ms, /proc/<pid>/task/*/stat's processor
-               field) in which both rank threads ("mt rank N") last ran on one core;
+  same core    only with --bind none (bound ranks have a core each): the share of samples
+               (every 50 ms, /proc/<pid>/task/<tid>/stat's processor field) in which both
+               rank threads ("mt rank N") last ran on one core;
   steal        the share of the machine's CPU time the hypervisor took (/proc/stat), which
                no placement inside the guest can avoid;
-  others       the share of the CPU time used by processes other than this one.
+  others       the share of the CPU time used by processes other than this one (its own
+               from the run's rusage).
+The runs being timed are not sampled otherwise: a sampler that wakes every 20 ms took ~2% of
+a core (0.4 ms a wake), and on two cores with both ranks busy each wake takes a core from one
+rank while the other waits for it, a cost dp=1 (one idle core) never pays (issue #33, stop 43).
 Compare with --bind none (the operating system places the ranks) to see what the binding
 does: bench/bench_dp.py build/meshtrain --repeat 5 -- --precision bf16 --bind none
 
@@ -24,6 +29,7 @@ does: bench/bench_dp.py build/meshtrain --repeat 5 -- --precision bf16 --bind no
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,50 +46,62 @@ def cpu_times():
     return sum(v[:8]), v[7], v[3] + v[4]
 
 
-def process_jiffies(pid):
-    """utime + stime of every thread of pid so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        v = f.read().rsplit(")", 1)[1].split()
-    return int(v[11]) + int(v[12])
-
-
-def rank_cores(pid):
-    """{rank thread name: the core it last ran on} of the running process."""
+def rank_tids(pid):
+    """{tid: name} of the running process's rank threads ("mt rank N")."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 name = f.read().strip()
-            if name.startswith("mt rank"):
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    out[name] = int(f.read().rsplit(")", 1)[1].split()[36])
-        except (OSError, ValueError, IndexError):
-            pass  # the thread ended between the listing and the read
+        except OSError:
+            continue  # the thread ended between the listing and the read
+        if name.startswith("mt rank"):
+            out[tid] = name
     return out
 
 
-def run_sampled(cmd):
-    """Runs cmd, sampling its rank threads' cores; returns the scheduler evidence."""
-    total0, steal0, idle0 = cpu_times()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def last_core(pid, tid):
+    """The core the thread last ran on (/proc/<pid>/task/<tid>/stat's processor field)."""
+    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])
+
+
+def count_same_core(p, interval=0.05):
+    """Samples, while p runs, whether its rank threads last ran on one core: (together,
+    samples). The rank threads are listed once, then only their stat files are read."""
     together = samples = 0
-    used = 0  # this process's CPU time, as last sampled
+    tids = {}
     while p.poll() is None:
+        time.sleep(interval)
         try:
-            cores = rank_cores(p.pid)
-            used = process_jiffies(p.pid)
-        except OSError:
-            break
-        if len(cores) >= 2:
-            samples += 1
-            together += len(set(cores.values())) < len(cores)
-        time.sleep(0.02)
+            if len(tids) < 2:
+                tids = rank_tids(p.pid)
+                continue
+            cores = [last_core(p.pid, t) for t in tids]
+        except (OSError, ValueError, IndexError):
+            continue  # the process or a thread ended between two reads
+        samples += 1
+        together += len(set(cores)) < len(cores)
+    return together, samples
+
+
+def run_observed(cmd, sample_cores):
+    """Runs cmd; returns the scheduler evidence. Sampled only for the same-core share, and
+    only when asked (unbound ranks): see the module's comment."""
+    total0, steal0, idle0 = cpu_times()
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    together, samples = count_same_core(p) if sample_cores else (0, 0)
     err = p.communicate()[1]
+    total1, steal1, idle1 = cpu_times()
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{err[-2000:]}")
-    total1, steal1, idle1 = cpu_times()
     span = max(total1 - total0, 1)
-    return {"same_core": together / samples if samples else float("nan"),
+    # The run's own CPU time: the rusage of the children reaped meanwhile (only this one).
+    children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds = (children1.ru_utime - children0.ru_utime) + (children1.ru_stime - children0.ru_stime)
+    used = seconds * os.sysconf("SC_CLK_TCK")  # in jiffies, as /proc/stat counts
+    return {"same_core": together / samples if samples else None,
             "steal": (steal1 - steal0) / span,
             "others": max(0.0, (span - (idle1 - idle0) - (steal1 - steal0) - used) / span)}
 
@@ -107,7 +125,8 @@ def run(binary, flags, tmp, steps, sample=False):
            ["--metrics", metrics])
     evidence = {}
     if sample:
-        evidence = run_sampled(cmd + ["--trace", trace])
+        unbound = "none" in flags or "--bind=none" in flags
+        evidence = run_observed(cmd + ["--trace", trace], unbound)
         evidence["ranks_ms"] = rank_compute_ms(trace)
     else:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -143,9 +162,10 @@ def main():
             speedups.append(two / one)
             exposures.append(exp2)
             ranks = "/".join(f"{x:.1f}" for x in ev["ranks_ms"])
+            same = "bound" if ev["same_core"] is None else f"{ev['same_core']:.0%}"
             print(f"try {i + 1}: dp=1 {one:8.0f} tok/s | dp=2 {two:8.0f} tok/s | "
                   f"speed-up {two / one:.2f}x | exposed comm {exp2:.1%} of the step | "
-                  f"ranks F+B {ranks} ms, same core {ev['same_core']:.0%}, "
+                  f"ranks F+B {ranks} ms, same core {same}, "
                   f"steal {ev['steal']:.1%}, others {ev['others']:.0%}")
     print(f"commands:\n  {cmd1}\n  {cmd2}")
     print(f"speed-up: best {max(speedups):.2f}x, median {statistics.median(speedups):.2f}x "

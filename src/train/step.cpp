@@ -87,14 +87,29 @@ float clip_coefficient(const Session& s, double norm) {
   return float(std::min(1.0, max_norm / (norm + 1e-6)));
 }
 
+// Whether every rank of the world updates the same elements from the same bits, so that
+// each rank's own finiteness verdict is already every rank's: plain data parallelism at
+// ZeRO 0 with a reduction at every step. Each rank holds all the weights and moments, and
+// the gradient all-reduce leaves the same gradients on every rank (the premise the
+// unreduced stage-0 gradient norm of parallel/grad_norm.h, and so the clip coefficient,
+// already rests on). Anything else (ZeRO shards, tp / pp / cp ranks, experts split over
+// ep, replicas stepping on their own gradients) updates different elements or values.
+bool verdicts_agree_without_asking(const Session& s) {
+  const ParallelOptions& p = s.opts.parallel;
+  return s.dp.zero() == 0 && p.world() == p.dp && p.ep == 1 &&
+         p.dp_sync.kind == DpSync::Kind::every_step;
+}
+
 void optimizer_step(Session& s, int step, double lr, float grad_scale, Trace& trace) {
   Trace::Span span(trace, "optimizer", "compute");
   // Each rank checks what it updated (the update reports it); the ranks agree before
   // anyone goes on, so a poisoned update ends every rank here, before a save or an export
-  // can write it.
+  // can write it. Where the verdicts agree by construction the agreement is skipped: it
+  // was a meeting point of every step, where one rank's hold-up stalled the others.
   const bool finite = s.opt.update(s.dp.param_storage(), s.dp.grad_storage(), lr, step, grad_scale);
   int64_t poisoned = finite ? 0 : 1;
-  s.ctx.world->all_reduce(&poisoned, &poisoned, 1, DType::i64, ReduceOp::max).wait();
+  if (!verdicts_agree_without_asking(s))
+    s.ctx.world->all_reduce(&poisoned, &poisoned, 1, DType::i64, ReduceOp::max).wait();
   if (poisoned)
     throw RuntimeError(str("step ", step,
                            ": non-finite weights after the update; not saving (the last "
