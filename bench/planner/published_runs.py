@@ -3,8 +3,9 @@
 
 Usage: python3 bench/planner/published_runs.py build/meshtrain [--ablate]
 
---ablate: the same check with each mechanism of the software profile (and the GEMM wave
-model) switched off in turn, through --hardware-file copies of the a100-80gb preset; the
+--ablate: the same check (the A100 rows, N21 and K22) with each mechanism of the software
+profile (and the GEMM wave model) switched off in turn, through --hardware-file copies of the
+a100-80gb preset; the
 first row ("nothing") must reproduce the preset's predictions exactly (checked), so the
 copy cannot drift from src/plan/hardware_profile.cpp unnoticed.
 
