@@ -38,11 +38,16 @@ FULL_ONLY = {"docs 175b explain", "readme"}
 
 def published_args(run, software):
     src, name, layers, h, heads, tp, pp, gpus, batch, pub = run
+    seq, vocab = pr.SHAPE[src]
     a = ["--gpus", str(gpus), "--layers", str(layers), "--dim", str(h), "--heads", str(heads),
-         "--seq", str(pr.SEQ), "--vocab", str(pr.VOCAB), "--batch", str(batch), "--tp", str(tp),
-         "--pp", str(pp), "--dp", str(gpus // (tp * pp)), "--zero", "0", "--precision", "bf16"]
-    a += (["--recompute", "full", "--sequence-parallel=false"] if src == "N21" else
-          ["--recompute", "selective", "--sequence-parallel"])
+         "--seq", str(seq), "--vocab", str(vocab), "--batch", str(batch), "--tp", str(tp),
+         "--pp", str(pp), "--dp", str(gpus // (tp * pp)), "--precision", "bf16"]
+    if src == "MC24":  # the distributed optimizer, no cp, SP under tp (published_runs.py)
+        a += ["--zero", "1", "--cp", "1"] + (["--sequence-parallel"] if tp > 1 else [])
+    else:
+        a += ["--zero", "0"] + (["--recompute", "full", "--sequence-parallel=false"]
+                                if src == "N21" else
+                                ["--recompute", "selective", "--sequence-parallel"])
     if software:
         a += ["--software", software]
     return a
@@ -68,10 +73,11 @@ def published_cases(tmp, first_index):
     numbered from first_index, the case's place in the whole list)."""
     c = []
     for run in pr.RUNS:
+        hw = ["--hardware", pr.hardware_preset(run[0])]
         for sw in (pr.software(run[0]), "meshtrain"):
             c.append((f"published {run[0]} {run[1]} {sw}",
-                      A100 + published_args(run, sw) + ["--json", "--top", "3"]))
-        c.append((f"published {run[0]} {run[1]} text", A100 + published_args(run, pr.software(run[0]))))
+                      hw + published_args(run, sw) + ["--json", "--top", "3"]))
+        c.append((f"published {run[0]} {run[1]} text", hw + published_args(run, pr.software(run[0]))))
     for label, extra, sms in pr.ABLATIONS:
         for sw in ("megatron-lm-2021", "megatron-lm-2022"):
             path = os.path.join(tmp, f"{first_index + len(c)}.toml")

@@ -3,8 +3,9 @@
 
 Usage: python3 bench/planner/published_runs.py build/meshtrain [--ablate]
 
---ablate: the same check with each mechanism of the software profile (and the GEMM wave
-model) switched off in turn, through --hardware-file copies of the a100-80gb preset; the
+--ablate: the same check (the A100 rows, N21 and K22) with each mechanism of the software
+profile (and the GEMM wave model) switched off in turn, through --hardware-file copies of the
+a100-80gb preset; the
 first row ("nothing") must reproduce the preset's predictions exactly (checked), so the
 copy cannot drift from src/plan/hardware_profile.cpp unnoticed.
 
@@ -27,6 +28,19 @@ Sources (entered by hand from the papers; see docs/planner.md for how each was c
   K22 = Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
         Models", Tables 3-5 (A100-80GB, bf16, tp 8, dp 1, sequence parallelism + selective
         recomputation, vocab 51200, seq 2048): end-to-end iteration time in seconds.
+        Table 5's four "full recompute" rows are not entered: no text copy of their digits
+        was found (docs/planner.md).
+  MC24 = Megatron-LM's README, H100 weak-scaling table (NVIDIA/Megatron-LM commit
+        f2e5db402c, 2024-07-15, "New scaling figures on H100 GPUs", images/model_table.png,
+        labelled "Megatron-Core r0.8.0"; transcribed from the image, every row's MFU checked
+        as per-GPU teraFLOP/s / 989 and its aggregate as per-GPU x GPUs). GPT models,
+        vocabulary 131,072, sequence 4,096, H100 (DGX, 80 GB), BF16, --overlap-grad-reduce
+        --overlap-param-gather (distributed optimizer, ZeRO-1), --tp-comm-overlap (which needs
+        sequence parallelism). Published: teraFLOP/s per GPU counted with Megatron's
+        num_floating_point_operations (megatron/training/training.py at that commit; a plain
+        GPT: 12 B s l h^2 (2 + s/h + 4 + V/(2 l h)) = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)),
+        no recomputed forward). Micro-batch, schedule and recomputation not published:
+        searched (both columns are the search).
 """
 import json
 import os
@@ -51,8 +65,20 @@ RUNS = [
     ("K22", "175B", 96, 12288, 96, 8, 8, 64, 64, 13.75),
     ("K22", "530B", 105, 20480, 128, 8, 35, 280, 280, 37.83),
     ("K22", "1T", 128, 25600, 160, 8, 64, 512, 512, 71.49),
+    # MC24: published = teraFLOP/s per GPU (dp 48 in every row: GPUs = tp x pp x 48).
+    ("MC24", "1.7B", 24, 2048, 16, 1, 1, 48, 192, 408.8),
+    ("MC24", "7.1B", 30, 4096, 32, 2, 1, 96, 192, 465.9),
+    ("MC24", "16B", 32, 6144, 48, 4, 1, 192, 192, 489.1),
+    ("MC24", "32B", 48, 7168, 56, 8, 1, 384, 192, 459.6),
+    ("MC24", "70B", 84, 8192, 64, 8, 2, 768, 384, 419.7),
+    ("MC24", "119B", 92, 10240, 80, 8, 4, 1536, 768, 420.5),
+    ("MC24", "177B", 96, 12288, 96, 8, 6, 2304, 1152, 432.8),
+    ("MC24", "314B", 96, 16384, 128, 8, 8, 3072, 1536, 474.4),
+    ("MC24", "462B", 112, 18432, 144, 8, 16, 6144, 3072, 459.9),
 ]
-SEQ, VOCAB = 2048, 51200
+# (sequence, vocabulary) of each source's runs.
+SHAPE = {"N21": (2048, 51200), "K22": (2048, 51200), "MC24": (4096, 131072)}
+SEQ, VOCAB = SHAPE["N21"]
 
 # The runs' own micro-batch, schedule and virtual stages, where published: Megatron-LM
 # examples/sc21/run_table_1.sh (MBS; --num-layers-per-virtual-pipeline-stage n gives
@@ -68,6 +94,12 @@ STATED = {
 def n21_flops(batch, layers, h):
     s, v = SEQ, VOCAB
     return 96 * batch * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+
+
+def mc24_flops(batch, layers, h):
+    """Megatron-Core's num_floating_point_operations for a plain GPT (MHA, 4h GeLU MLP)."""
+    s, v = SHAPE["MC24"]
+    return 72 * batch * s * layers * h * h * (1 + s / (6 * h) + v / (12 * layers * h))
 
 
 # The a100-80gb preset as a hardware file (src/plan/hardware_profile.cpp), for --ablate.
@@ -124,20 +156,25 @@ def predict(binary, hardware, run, stated=True):
     the run's own micro-batch and schedule where published (else searched)."""
     src, name, layers, h, heads, tp, pp, gpus, batch, pub = run
     dp = gpus // (tp * pp)
+    seq, vocab = SHAPE[src]
     args = [binary, "plan", *hardware(src), "--gpus", str(gpus),
             "--layers", str(layers), "--dim", str(h), "--heads", str(heads),
-            "--seq", str(SEQ), "--vocab", str(VOCAB), "--batch", str(batch),
-            "--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--zero", "0",
+            "--seq", str(seq), "--vocab", str(vocab), "--batch", str(batch),
+            "--tp", str(tp), "--pp", str(pp), "--dp", str(dp),
             "--precision", "bf16", "--json", "--top", "1"]
-    if stated and name in STATED:
+    if stated and src == "N21" and name in STATED:
         mb, schedule, v = STATED[name]
         args += ["--micro-batch", str(mb), "--schedule", schedule, "--virtual-stages", str(v)]
     if src == "N21":
-        args += ["--recompute", "full", "--sequence-parallel=false"]
+        args += ["--zero", "0", "--recompute", "full", "--sequence-parallel=false"]
         published_s = n21_flops(batch, layers, h) / (gpus * pub * 1e12)
-    else:
-        args += ["--recompute", "selective", "--sequence-parallel"]
+    elif src == "K22":
+        args += ["--zero", "0", "--recompute", "selective", "--sequence-parallel"]
         published_s = pub
+    else:
+        # The distributed optimizer (ZeRO-1), no cp; --tp-comm-overlap needs SP (tp > 1).
+        args += ["--zero", "1", "--cp", "1"] + (["--sequence-parallel"] if tp > 1 else [])
+        published_s = mc24_flops(batch, layers, h) / (gpus * pub * 1e12)
     p = subprocess.run(args, capture_output=True, text=True)
     if p.returncode != 0:
         return published_s, None, p.stderr.strip()
@@ -148,14 +185,20 @@ def predict(binary, hardware, run, stated=True):
 
 
 def software(src):
-    return "megatron-lm-2021" if src == "N21" else "megatron-lm-2022"
+    return {"N21": "megatron-lm-2021", "K22": "megatron-lm-2022",
+            "MC24": "megatron-core-2024"}[src]
+
+
+def hardware_preset(src):
+    return "h100-80gb" if src == "MC24" else "a100-80gb"
 
 
 def ablate(binary):
     """Each mechanism switched off in turn (the runs' stated layouts): mean |error|, max and
     signed mean, per paper."""
+    runs = [run for run in RUNS if run[0] in ("N21", "K22")]  # the a100 rows
     preset = [predict(binary, lambda src: ["--hardware", "a100-80gb", "--software",
-                                           software(src)], run) for run in RUNS]
+                                           software(src)], run) for run in runs]
     with tempfile.TemporaryDirectory() as tmp:
         print(f"{'switched off':34} {'N21 mean':>9} {'max':>6} {'signed':>7}   "
               f"{'K22 mean':>9} {'max':>6} {'signed':>7}")
@@ -166,7 +209,7 @@ def ablate(binary):
                     f.write(a100_toml(sms, software(src), extra))
                 return ["--hardware-file", path]
             errs = {"N21": [], "K22": []}
-            for run, ref in zip(RUNS, preset):
+            for run, ref in zip(runs, preset):
                 pub, pred, _ = predict(binary, hardware, run)
                 if label == "nothing" and ((pred is None) != (ref[1] is None) or (
                         pred is not None and abs(pred / ref[1] - 1) > 1e-9)):
@@ -186,8 +229,9 @@ def main():
     binary = sys.argv[1] if len(sys.argv) > 1 else "build/meshtrain"
     if "--ablate" in sys.argv[2:]:
         return ablate(binary)
-    preset = lambda s: ["--hardware", "a100-80gb", "--software", software(s)]  # noqa: E731
+    preset = lambda s: ["--hardware", hardware_preset(s), "--software", software(s)]  # noqa: E731
     errors = {True: [], False: []}
+    by_src = {}
     print(f"{'src':4} {'model':8} {'GPUs':>5} {'published s':>12} {'stated layout':>24} "
           f"{'searched':>24}  searched layout")
     for run in RUNS:
@@ -201,10 +245,16 @@ def main():
                 continue
             err = pred / published_s - 1
             errors[stated].append(abs(err))
+            by_src.setdefault((src, stated), []).append(abs(err))
             cells.append(f"{pred:15.3f} ({err:+.1%})")
             note = lay
         print(f"{src:4} {name:8} {gpus:5d} {published_s:12.3f} {cells[0]:>24} {cells[1]:>24}  "
               f"{note}")
+    for (src, stated), e in by_src.items():
+        if stated:
+            print(f"  {src}: stated layout mean |error| {sum(e) / len(e):.1%}, max {max(e):.1%}; "
+                  f"searched {sum(by_src[(src, False)]) / len(e):.1%}, max "
+                  f"{max(by_src[(src, False)]):.1%} over {len(e)} runs")
     for stated, label in ((True, "stated layout"), (False, "searched")):
         e = errors[stated]
         if e:

@@ -361,7 +361,7 @@ CommandRunner add_plan_command(CLI::App& app) {
   cmd->add_option("--software", a->software,
                   "GPU training software the plan models: meshtrain (default), "
                   "megatron-lm-2021, megatron-lm-2022, llama3-2024, deepseek-v3-2024, "
-                  "megatron-bridge-2025, megascale-2024 (docs/planner.md)");
+                  "megatron-bridge-2025, megascale-2024, megatron-core-2024 (docs/planner.md)");
   cmd->add_option("--profile", a->profile,
                   "the local profile file (--calibrate writes it, --hardware local reads it; "
                   "default $XDG_CACHE_HOME/meshtrain/hardware-local.toml)");

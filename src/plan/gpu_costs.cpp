@@ -53,6 +53,40 @@ Passes rotary(const CostContext& c) {
   return {pass, pass, 0};
 }
 
+// tp_comm_overlap (Transformer Engine's userbuffers under Megatron-Core's --tp-comm-overlap,
+// SP only): each forward all-gather is pipelined with the column-parallel GEMM it feeds
+// (ring exchange: a chunk's GEMM while the next chunk arrives), each forward reduce-scatter
+// with the row-parallel GEMM it follows (the GEMM in splits, each split's reduce-scatter
+// under the next), and the row-parallel backward's all-gather of the output gradient with
+// its input-gradient GEMM; each exposes what exceeds its GEMM. Returns the forward's exposed
+// collectives and the backward's row-parallel ones (the column-parallel backward is
+// tp_backward_overlap's, below). cols: the column-parallel (dgrad, wgrad) GEMMs; the first
+// has the forward GEMM's shape. Not modelled: the SMs the reduce-scatter kernels hold
+// and the smaller GEMMs of the splits.
+Passes pipelined_tp_comm(const CostContext& c, bool moe, bool mlp_collective, double half,
+                         const std::vector<std::pair<double, double>>& cols) {
+  const double N = c.N, h = c.h, t = c.t;
+  std::vector<std::pair<double, double>> rows;  // row-parallel (forward, dgrad) GEMMs
+  std::pair<double, double> attention = {0, 0};
+  for (const Projection& x : c.w.att.projections) {
+    if (x.split != ProjectionSplit::row) continue;
+    attention.first += weight_gemm(c, c.rates, N, x.rank_out(t), x.rank_in(t));
+    attention.second += weight_gemm(c, c.rates, N, x.rank_in(t), x.rank_out(t));
+  }
+  rows.push_back(attention);
+  if (mlp_collective) {
+    const double down = (moe ? c.w.shared_ffn : c.w.ffn) / t;
+    rows.push_back({weight_gemm(c, c.rates, N, h, down), weight_gemm(c, c.rates, N, down, h)});
+  }
+  Passes p;
+  for (const auto& [dgrad, wgrad] : cols) p.forward += std::max(0.0, half - dgrad);
+  for (const auto& [forward, dgrad] : rows) {
+    p.forward += std::max(0.0, half - forward);
+    p.backward += std::max(0.0, half - dgrad);
+  }
+  return p;
+}
+
 // Megatron: two all-reduces of (N, h) per block in forward and two in backward; with SP an
 // all-gather + reduce-scatter pair in their place, costed as the all-reduce it replaces
 // (nccl-tests: an all-reduce moves what a reduce-scatter + all-gather of the buffer move).
@@ -95,11 +129,14 @@ Passes tp_comm(const CostContext& c, bool moe) {
     cols.push_back(
         {weight_gemm(c, c.rates, N, up, h), weight_gemm(c, c.rates, up, h, N, 1, false)});
   const double half = one / 2;  // one all-gather or one reduce-scatter
-  double backward = sp ? n * half : 0;
+  const Passes rows = sp && hw.tp_comm_overlap
+                          ? pipelined_tp_comm(c, moe, mlp_collective, half, cols)
+                          : Passes{n * one, sp ? n * half : 0, 0};
+  double backward = rows.backward;
   for (const auto& [dgrad, wgrad] : cols)
     backward +=
         sp ? std::max(0.0, half - dgrad) + std::max(0.0, half - wgrad) : std::max(0.0, one - wgrad);
-  return {n * one + routed, backward + routed, 0};
+  return {rows.forward + routed, backward + routed, 0};
 }
 
 // DeepSeek-V3's recomputation in backward (unless the whole forward is recomputed):

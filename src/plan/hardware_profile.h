@@ -166,6 +166,11 @@ struct HardwareProfile {
   // The tp collectives of a column-parallel linear's backward run under its GEMMs
   // (Megatron-LM 2022's async tensor-parallel communication).
   bool tp_backward_overlap = false;
+  // Under SP, the forward's all-gathers and reduce-scatters and the row-parallel backward's
+  // all-gathers pipelined with the GEMM they feed or follow (Transformer Engine's userbuffers,
+  // Megatron-Core's --tp-comm-overlap): only what exceeds that GEMM is exposed. Applies with
+  // tp_backward_overlap (the same option's bulk overlaps of the column-parallel backward).
+  bool tp_comm_overlap = false;
   int max_zero = 3;  // the highest ZeRO stage the software has
   // Context parallelism: the largest --cp the software has (1: none), and whether it
   // all-gathers K/V once per layer (Llama 3) rather than passing blocks around a ring.

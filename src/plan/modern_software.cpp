@@ -33,6 +33,7 @@ SoftwareTable llama3_2024() {
         "FSDP2 adds each bf16 .grad into an fp32 unsharded_accumulated_grad, "
         "_fsdp_param.py accumulate_unsharded_grad_if_needed)"},
        {"tp_backward_overlap", 0, "not stated: tp collectives exposed"},
+       {"tp_comm_overlap", 0, "not stated: tp collectives exposed"},
        {"max_zero", 2,
         "FSDP sharding optimizer state and gradients, parameters kept after forward"},
        {"max_cp", 1 << 20, "context parallelism (3.3.2)"},
@@ -92,6 +93,7 @@ SoftwareTable deepseek_v3_2024() {
        {"even_chunks", 0, kNotStated},
        {"grad_accum_pass", 0, kNotStated},
        {"tp_backward_overlap", 0, "no tensor parallelism"},
+       {"tp_comm_overlap", 0, "no tensor parallelism"},
        {"max_zero", 1, "ZeRO-1 data parallelism"},
        {"max_cp", 1, "no context parallelism in pre-training (4K sequences)"},
        {"cp_allgather", 0, "no context parallelism"},
@@ -161,6 +163,7 @@ SoftwareTable megatron_bridge_2025() {
        {"even_chunks", 0, "pp_layout places layers unevenly (\"Et|(tt|)*30mL\")"},
        {"grad_accum_pass", 0, "gradient-accumulation fusion into the fp32 main_grad"},
        {"tp_backward_overlap", 0, "no tp communication overlap set by the H100 recipe"},
+       {"tp_comm_overlap", 0, "tp_comm_overlap not set by the H100 recipe"},
        {"max_zero", 1, "the distributed optimizer shards optimizer state (ZeRO-1)"},
        {"max_cp", 1 << 20, "Megatron-Core context parallelism"},
        {"cp_allgather", 0, "Megatron-Core's default cp_comm_type p2p (a ring)"},
@@ -191,6 +194,86 @@ SoftwareTable megatron_bridge_2025() {
         "all-to-all message (this engine's assumption)"},
        {"comm_sms", 0, "moe_a2a_overlap = False: the all-to-alls do not run beside computation"}},
       kMegatronNoDualPipe};
+}
+
+// Megatron-Core r0.8.0 as Megatron-LM's README ran its H100 weak-scaling table (commit
+// f2e5db402c, 2024-07-15, "New scaling figures on H100 GPUs"; images/model_table.png): GPT
+// models with a 131,072 vocabulary at sequence 4,096, BF16 (MFU against the BF16 peak; FP8
+// is not mentioned), "--overlap-grad-reduce --overlap-param-gather" (distributed optimizer),
+// "--tp-comm-overlap" (Transformer Engine userbuffers, which needs SP) and the pipeline's
+// p2p overlap "enabled by default". Fields read from Megatron-LM's code at that commit
+// (megatron/training/arguments.py, megatron/core/...); what the README does not state keeps
+// Megatron-LM's default there. Micro-batch, schedule and recomputation are not published:
+// the planner searches them.
+SoftwareTable megatron_core_2024() {
+  return {"megatron-core-2024",
+          {"1f1b", "interleaved"},
+          {{"dp_overlap", 1,
+            "--overlap-grad-reduce (README): each bucket reduce-scattered when the last "
+            "microbatch's backward has produced it (core/distributed/distributed_data_parallel.py, "
+            "schedules.py grad_sync_func)"},
+           {"grad_reduce_bytes", 4,
+            "arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32 (fp32 reduce-scatter)"},
+           {"optimizer_bytes", 42,
+            "distributed optimizer, fp32 main params and grads, fused Adam: zero the grad buffer "
+            "(4), norm (4), Adam (28), main -> bf16 params (6); bf16 has no grad scaler, so no "
+            "unscale / inf-check pass (core/optimizer/__init__.py, optimizer.py)"},
+           {"optimizer_kernels", 2, "the optimizer's passes fused as in the 32-byte model"},
+           {"world_all_reduces", 2, "gradient-norm and loss all-reduces over the world"},
+           {"zero3_overlap", 1, "no ZeRO 3 (max_zero 1)"},
+           {"tied_embedding_reduce", 0,
+            "the table's parameter counts are those of an untied output layer "
+            "(--untie-embeddings-and-output-weights; 7.1B = 12 l h^2 + 2 V h): no exchange"},
+           {"dropout", 1,
+            "arguments.py defaults --attention-dropout 0.1 --hidden-dropout 0.1 (the runs' "
+            "scripts not published): the residual branches' masks; the attention's inside the "
+            "fused kernel"},
+           {"fp32_cross_entropy", 1,
+            "core/tensor_parallel/cross_entropy.py casts the logits .float(); "
+            "--cross-entropy-loss-fusion off by default"},
+           {"p2p_blocking", 0,
+            "interleaved: overlap_p2p_comm on by default (README: PP overlap \"enabled by "
+            "default\"); 1F1B batches and waits (arguments.py turns the overlap off), a transfer "
+            "under 1 ms at these shapes"},
+           {"p2p_scatter_gather", 0,
+            "under SP (required by --tp-comm-overlap) the boundary is already split over tp"},
+           {"even_chunks", 1,
+            "arguments.py asserts layers divisible by pp and per-stage layers by the virtual "
+            "stage's"},
+           {"grad_accum_pass", 0,
+            "--gradient-accumulation-fusion on by default: wgrad accumulates into main_grad"},
+           {"tp_backward_overlap", 1,
+            "tp_comm_bulk_dgrad / tp_comm_bulk_wgrad (core/model_parallel_config.py, on under "
+            "--tp-comm-overlap): the input's all-gather under the dgrad GEMM, the dgrad's "
+            "reduce-scatter under the wgrad GEMM"},
+           {"tp_comm_overlap", 1,
+            "--tp-comm-overlap (README): tp_comm_overlap_ag / _rs (model_parallel_config.py) and "
+            "Transformer Engine's userbuffer methods (initialize_ub: ring_exchange for qkv/fc1 "
+            "fprop and proj/fc2 dgrad, pipeline for proj/fc2 fprop)"},
+           {"max_zero", 1,
+            "--use-distributed-optimizer (--overlap-param-gather requires it, arguments.py): "
+            "optimizer state and main params sharded over dp"},
+           {"max_cp", 1 << 20, "Megatron-Core context parallelism (the table's runs: cp 1)"},
+           {"cp_allgather", 0, "Megatron-Core's cp_comm_type p2p (a ring)"},
+           {"paper_memory", 1, kKorthikantiMemory},
+           {"flash_attention", 1,
+            "--transformer-impl transformer_engine (arguments.py default): TE's fused attention"},
+           {"param_gather_overlap", 1,
+            "--overlap-param-gather (README): the next step's forward pre-hooks wait on each "
+            "bucket's all-gather"},
+           {"zero3_prefetch", 1, "no ZeRO 3"},
+           {"a2a_overlap_parts", 1, "no MoE in the table"},
+           {"fb_a2a_overlap", 0, "no MoE in the table"},
+           {"fp8_gemms", 0,
+            "BF16: the README names no FP8 and its MFU is against the BF16 peak (per-GPU "
+            "teraFLOP/s / MFU = 989-999)"},
+           {"fp8_activation_cache", 0, "BF16: 16-bit activations"},
+           {"norm_up_proj_recompute", 0, "--recompute-granularity selective or full only"},
+           {"up_proj_recompute", 0, "--recompute-granularity selective or full only"},
+           {"dense_mlp_recompute", 0, "--recompute-granularity selective or full only"},
+           {"a2a_max_nodes", 0, "no MoE in the table"},
+           {"comm_sms", 0, "no MoE in the table"}},
+          kMegatronNoDualPipe};
 }
 
 // MegaScale's training stack as its paper describes it (Jiang et al., "MegaScale: Scaling Large
@@ -231,6 +314,9 @@ SoftwareTable megascale_2024() {
             "3.2 Overlapping in tensor/sequence parallelism: all-gather fused into the "
             "column-parallel linear, reduce-scatter into the row-parallel one, the GEMM chunked "
             "and pipelined with the communication (Figure 3c); the forward half not modelled"},
+           {"tp_comm_overlap", 0,
+            "3.2, Figure 3c fuses the forward's collectives into the linears too; not modelled for "
+            "this profile (its rows were checked without it)"},
            {"max_zero", 2, "2, Figure 1: data parallelism with ZeRO-2"},
            {"max_cp", 1, "no context parallelism stated"},
            {"cp_allgather", 0, "no context parallelism stated"},

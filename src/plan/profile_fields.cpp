@@ -49,6 +49,7 @@ std::vector<ProfileField> software_fields() {
           {"even_chunks", &H::even_chunks},
           {"grad_accum_pass", &H::grad_accum_pass},
           {"tp_backward_overlap", &H::tp_backward_overlap},
+          {"tp_comm_overlap", &H::tp_comm_overlap},
           {"max_zero", &H::max_zero, 0, 3},
           {"max_cp", &H::max_cp, 1, double(1 << 20)},
           {"cp_allgather", &H::cp_allgather},

@@ -46,6 +46,7 @@ constexpr const char* kMegatronNoCp = "no context parallelism (it came with Mega
 constexpr const char* kMeshtrainCp =
     "the engine's --cp (ring or allgather, llama and GPT blocks: docs/context_parallel.md); "
     "searched with micro-batches below cp only (search.cpp, cp_micro_batches)";
+constexpr const char* kEngineTpComm = "the engine's tp collectives run between its GEMMs";
 constexpr const char* kNoFp8 = "16-bit GEMMs (A100: no FP8 tensor cores)";
 constexpr const char* kMegatronRecompute =
     "--recompute-granularity selective or full only (Korthikanti et al. 2022)";
@@ -75,6 +76,7 @@ const std::vector<SoftwareTable> kTables = {
       {"even_chunks", 0, "any partition of the chunks"},
       {"grad_accum_pass", 0, "the weight-gradient GEMM accumulates"},
       {"tp_backward_overlap", 0, "tp collectives not overlapped"},
+      {"tp_comm_overlap", 0, kEngineTpComm},
       {"max_zero", 3, "ZeRO 1-3"},
       {"max_cp", 1 << 20, kMeshtrainCp},
       {"cp_allgather", 0, "the engine's default --cp-comm ring"},
@@ -123,6 +125,7 @@ const std::vector<SoftwareTable> kTables = {
        "parameter per microbatch (read the 16-bit grad, read + write "
        "the buffer)"},
       {"tp_backward_overlap", 0, "tp collectives not overlapped (v2.x)"},
+      {"tp_comm_overlap", 0, "no tp communication overlap (v2.x)"},
       {"max_zero", 0, kMegatronZero},
       {"max_cp", 1, kMegatronNoCp},
       {"cp_allgather", 0, kMegatronNoCp},
@@ -168,6 +171,9 @@ const std::vector<SoftwareTable> kTables = {
        "column-parallel backward's all-gather under the input-gradient "
        "GEMM, its reduce-scatter / all-reduce under the weight-gradient "
        "GEMM"},
+      {"tp_comm_overlap", 0,
+       "the forward's collectives exposed: only the column-parallel backward's are overlapped "
+       "(tp_backward_overlap)"},
       {"max_zero", 0, kMegatronZero},
       {"max_cp", 1, kMegatronNoCp},
       {"cp_allgather", 0, kMegatronNoCp},
@@ -189,6 +195,7 @@ const std::vector<SoftwareTable> kTables = {
     deepseek_v3_2024(),
     megatron_bridge_2025(),
     megascale_2024(),
+    megatron_core_2024(),
     {kLocalSoftware,
      {},
      {{"dp_overlap", 0,
@@ -214,6 +221,7 @@ const std::vector<SoftwareTable> kTables = {
       {"even_chunks", 0, "any partition of the chunks"},
       {"grad_accum_pass", 0, "the weight-gradient GEMM accumulates"},
       {"tp_backward_overlap", 0, "collectives on the ranks' own cores"},
+      {"tp_comm_overlap", 0, "collectives on the ranks' own cores"},
       {"max_zero", 3, "ZeRO 1-3"},
       {"max_cp", 1 << 20, "the engine's --cp (llama block, docs/context_parallel.md)"},
       {"cp_allgather", 0, "the engine's default --cp-comm ring"},
@@ -234,9 +242,10 @@ const std::vector<SoftwareTable> kTables = {
      "schedule/schedule_dualpipev.cpp)"}};
 
 UsageError unknown_software(const std::string& name) {
-  return UsageError(str("unknown --software '", name,
-                        "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022, llama3-2024, "
-                        "deepseek-v3-2024, megatron-bridge-2025, megascale-2024)"));
+  return UsageError(
+      str("unknown --software '", name,
+          "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022, llama3-2024, "
+          "deepseek-v3-2024, megatron-bridge-2025, megascale-2024, megatron-core-2024)"));
 }
 
 std::string number(double v) {
@@ -260,7 +269,7 @@ const SoftwareTable& software_table(const std::string& name) {
 const std::vector<std::string>& software_names() {
   static const std::vector<std::string> names = {
       "meshtrain",        "megatron-lm-2021",     "megatron-lm-2022", "llama3-2024",
-      "deepseek-v3-2024", "megatron-bridge-2025", "megascale-2024"};
+      "deepseek-v3-2024", "megatron-bridge-2025", "megascale-2024",   "megatron-core-2024"};
   return names;
 }
 

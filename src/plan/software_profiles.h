@@ -6,6 +6,8 @@
 //   meshtrain         meshtrain's engine as the GPU model assumes it (the presets' default)
 //   megatron-lm-2021  Megatron-LM as run by Narayanan et al. 2021 (fp16)
 //   megatron-lm-2022  Megatron-LM as run by Korthikanti et al. 2022 (bf16, SP)
+//   (modern_software.h: llama3-2024, deepseek-v3-2024, megatron-bridge-2025, megascale-2024,
+//   megatron-core-2024, the last Megatron-Core r0.8.0 as the README's H100 table ran it)
 //   meshtrain-local   meshtrain's own CPU engine: every local profile (not a --software)
 #pragma once
 

@@ -67,9 +67,15 @@ TEST(PlanSoftware, ProfilesAreExplicitFields) {
   EXPECT_TRUE(!m.grad_accum_pass && m.tp_backward_overlap);
   // Every field, the schedules, and whether DualPipe-V is offered.
   EXPECT_EQ(software_lines(m).size(), software_table("megatron-lm-2022").settings.size() + 2);
+  // Megatron-Core r0.8.0 as the README's H100 table ran it: the distributed optimizer with
+  // both dp overlaps, fp32 reduction, tp communication overlapped in forward and backward.
+  apply_software(m, "megatron-core-2024");
+  EXPECT_TRUE(m.dp_overlap == 1 && m.param_gather_overlap == 1 && m.max_zero == 1);
+  EXPECT_EQ(m.grad_reduce_bytes, 4);
+  EXPECT_TRUE(m.tp_backward_overlap && m.tp_comm_overlap && !m.fp8_gemms && m.flash_attention);
   apply_software(m, "meshtrain");
   EXPECT_EQ(m.dp_overlap, 1);
-  EXPECT_FALSE(m.dropout);
+  EXPECT_FALSE(m.dropout || m.tp_comm_overlap);
   EXPECT_THROW(apply_software(m, "deepspeed"), UsageError);
 }
 
@@ -145,6 +151,36 @@ TEST(PlanSoftware, DpReductionAfterThePipelineIsExposedInFull) {
   EXPECT_GT(sc[0].weight, ms[0].weight);
   EXPECT_GT(meg.optimizer_s, mesh.optimizer_s);  // 54 vs 32 bytes per element
   EXPECT_GT(meg.step_s, mesh.step_s);
+}
+
+// --tp-comm-overlap (Transformer Engine's userbuffers): under SP each forward all-gather and
+// reduce-scatter and the row-parallel backward's all-gather hide under the GEMM they feed or
+// follow, exposing only what exceeds it; the weight-gradient pass is untouched, nothing
+// changes without SP, and with nothing to hide under (GEMMs at an unbounded rate) the
+// collectives are exposed in full, as without the overlap.
+TEST(PlanSoftware, TpCommOverlapHidesTheForwardCollectivesUnderTheirGemms) {
+  const auto stage = [](bool overlap, bool sp, double peak) {
+    PlanRequest r = gpu_request(8, "megatron-core-2024");
+    r.hardware.tp_comm_overlap = overlap;
+    r.hardware.peak_bf16 = peak;
+    Layout l = layout(1, 8, 1, 1);
+    l.sequence_parallel = sp;
+    return stage_costs(r, l)[0];
+  };
+  const double a100 = 312e12;
+  const StageCosts on = stage(true, true, a100), off = stage(false, true, a100);
+  EXPECT_GT(off.tp_comm, 0);
+  EXPECT_LT(on.tp_comm, 0.5 * off.tp_comm);
+  EXPECT_NEAR(off.forward - on.forward + off.backward - on.backward, off.tp_comm - on.tp_comm,
+              1e-12);
+  EXPECT_LT(on.backward, off.backward);
+  EXPECT_DOUBLE_EQ(on.weight, off.weight);
+  const StageCosts no_sp_on = stage(true, false, a100), no_sp_off = stage(false, false, a100);
+  EXPECT_DOUBLE_EQ(no_sp_on.forward, no_sp_off.forward);
+  EXPECT_DOUBLE_EQ(no_sp_on.tp_comm, no_sp_off.tp_comm);
+  // GEMMs at 1e30 FLOP/s cost their launch overhead only: the collectives stay (less that).
+  const StageCosts free_on = stage(true, true, 1e30), free_off = stage(false, true, 1e30);
+  EXPECT_GT(free_on.tp_comm, 0.9 * free_off.tp_comm);
 }
 
 TEST(PlanSoftware, BlockingP2pIsPaidByEveryChunkAndTheTiedEmbeddingIsReduced) {
