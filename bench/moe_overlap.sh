@@ -5,9 +5,12 @@
 #   exposed(parts N) / exposed(parts 1)   (goal <= 0.30 where compute >= exchange)
 #   bench/moe_overlap.sh local  [--parts "1 2 4"] [--steps N]   ep 2, local backend
 #   bench/moe_overlap.sh hybrid [--parts ..] [--steps N] [--rate R] [--tcp-progress-thread]
+#                               [--ep 2|4]
 #                                  ep 4 in the hybrid world across two network namespaces
 #                                  (scripts/multihost.sh: 2 hosts x 1 process x 2 rank
-#                                  threads), so the all-to-all crosses the link; needs root
+#                                  threads), so the all-to-all crosses the link; needs root.
+#                                  --ep 2: issue #28's own setup, 2 hosts x 1 process x 1
+#                                  rank (the MPI backend, one rank per process: a core each)
 # Each case also runs with --trace (kept with KEEP=DIR) and bench/moe_overlap_trace.py
 # reads it: the experts' compute per step (the rank's time between a dispatch's finish and
 # the next combine's start), the rank's ep wait, and in the hybrid world how long the
@@ -34,21 +37,24 @@
 # (btl_tcp_progress_thread 1). BIN defaults to build/meshtrain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mode=${1:?usage: $0 local|hybrid [--parts LIST] [--steps N] [--rate R] [--tcp-progress-thread] [--shared-experts S]}
+mode=${1:?usage: $0 local|hybrid [--parts LIST] [--steps N] [--rate R] [--tcp-progress-thread] [--shared-experts S] [--ep 2|4]}
 shift
-parts="1 2 4" steps=10 rate="" mca="" shared=""
+parts="1 2 4" steps=10 rate="" mca="" shared="" ep=4
 while [ $# -gt 0 ]; do
   case "$1" in
     --parts) parts=$2; shift 2 ;;
     --shared-experts) shared=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
+    --ep) ep=$2; shift 2 ;;
     --tcp-progress-thread) mca="--mca btl_tcp_progress_thread 1"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 bin=${BIN:-build/meshtrain}
 model=${MODEL:-"--layers 2 --dim 512 --heads 8 --seq 128 --batch 8 --experts 4 --topk 4"}
+case "$ep" in 2|4) ;; *) echo "--ep must be 2 or 4" >&2; exit 2 ;; esac
+rpp=$((ep / 2))  # rank threads per process: one process on each of the two hosts
 if [ -n "$shared" ]; then
   model=${MODEL:-"--arch llama --layers 2 --dim 512 --heads 8 --seq 128 --batch 8 --experts 4 \
 --topk 4 --expert-ffn-dim 1024 --shared-experts $shared"}
@@ -97,9 +103,10 @@ for p in $parts; do
     label="local ep 2${shared:+, $shared shared}, parts $p"
   else
     scripts/multihost.sh --hosts 2 ${rate:+--rate $rate} -- -np 2 --oversubscribe --bind-to none \
-      $mca "$(realpath "$bin")" train $flags --backend mpi --ranks-per-process 2 --dp 4 --ep 4 \
-      --metrics "$m" --trace "$tr" >/dev/null
-    label="hybrid ep 4 across 2 namespaces${rate:+ at $rate}${mca:+, tcp progress thread}${shared:+, $shared shared}, parts $p"
+      $mca "$(realpath "$bin")" train $flags --backend mpi --ranks-per-process $rpp --dp $ep \
+      --ep $ep --metrics "$m" --trace "$tr" >/dev/null
+    world=$([ "$rpp" = 1 ] && echo "mpi, 1 rank per process" || echo "hybrid")
+    label="$world: ep $ep across 2 namespaces${rate:+ at $rate}${mca:+, tcp progress thread}${shared:+, $shared shared}, parts $p"
   fi
   summary "$m" "$tr" "$label" "$base" "$out/p$p.wait"
   if [ "$p" = 1 ]; then base=$(cat "$out/p$p.wait"); fi

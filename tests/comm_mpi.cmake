@@ -21,6 +21,11 @@ set_tests_properties(comm_mpi_suite_np2 comm_mpi_suite_np4 comm_mpi_suite_checke
 set_property(TEST comm_mpi_suite_checked_np2 APPEND PROPERTY ENVIRONMENT
              MESHTRAIN_CHECK_COLLECTIVES=1)
 
+# Nonblocking collectives move while the ranks make no MPI call (the progress thread).
+add_test(NAME comm_mpi_background_progress COMMAND ${MT_MPIRUN} -np 2 ${MT_DRIVER} background)
+set_tests_properties(comm_mpi_background_progress
+                     PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${MT_MPI_ENV}")
+
 # Faults: each must end with the right exit code and message, within the time limit.
 add_test(NAME comm_mpi_fault_rank_throws
          COMMAND ${MT_EXPECT} 1 "meshtrain: error: rank 1: injected failure" 30

@@ -13,6 +13,7 @@
 #include "comm/hybrid/direct_all_to_all.h"
 #include "comm/hybrid/sleeping_wait.h"
 #include "comm/hybrid/slot_tag.h"
+#include "core/core_binding.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -170,7 +171,12 @@ HierarchicalCommunicator::HierarchicalCommunicator(HierarchicalParts parts)
                q.inter && static_cast<int>(q.p2p.size()) == q.per_process,
            "hierarchical group ", q.name, " is not P >= 2 processes x L >= 2 members");
   auto s = state_;
-  s->worker = std::thread([s] { s->run(); });
+  s->worker = std::thread([s] {
+    // Named for its group, so per-thread CPU (top -H, /proc/<pid>/task/*/comm) tells it
+    // from the rank that created it.
+    name_calling_thread("mt w " + s->parts.name);
+    s->run();
+  });
 }
 
 // The worker drains what was issued, then ends. While an exception unwinds this rank the

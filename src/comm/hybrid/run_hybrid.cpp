@@ -23,6 +23,7 @@
 #include "comm/mpi/launch_agreement.h"
 #include "comm/mpi/mpi_abort.h"
 #include "comm/mpi/peer_watch.h"
+#include "core/core_binding.h"
 #include "core/error.h"
 
 namespace mt {
@@ -67,6 +68,7 @@ void run_hybrid(int* argc, char*** argv, int ranks_per_process, const WorldOptio
   for (int s = 0; s < k; ++s) {
     threads.emplace_back([&, s] {
       const int r = first + s;
+      name_calling_thread(str("mt rank ", r));  // as the local backend's ranks
       try {
         hybrid::HybridWorld world(*proc, r);
         fn(world);

@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstring>
 
+#include "comm/mpi/background_progress.h"
 #include "comm/mpi/collective_check.h"
 #include "comm/mpi/mpi_check.h"
 #include "comm/mpi/mpi_work.h"
@@ -87,6 +88,8 @@ Work MpiCommunicator::finish_collective(std::shared_ptr<MpiWork> work, uint64_t 
   }
   group_->bytes_sent += bytes;
   group_->calls += 1;
+  // Moved while the rank computes, unless the caller waits at once (it progresses it then).
+  if (group_->progress && !WaitedAtOnce::active()) group_->progress->watch(work);
   return Work(std::move(work));
 }
 

@@ -15,6 +15,7 @@
 
 namespace mt {
 
+class BackgroundProgress;
 class MpiWork;
 
 struct MpiGroup {
@@ -40,6 +41,11 @@ struct MpiGroup {
   // since a Work holds its group; an expired one is complete (~MpiWork waits).
   std::mutex order_mutex;
   std::weak_ptr<MpiWork> last_collective;
+
+  // Polls this group's nonblocking collectives while the rank computes
+  // (comm/mpi/background_progress.h); owned by the MpiWorld. Null: only the rank's own
+  // test() and wait() progress them (the hybrid world's views, whose worker polls).
+  BackgroundProgress* progress = nullptr;
 
   int size() const { return static_cast<int>(members.size()); }
 };

@@ -49,10 +49,14 @@ MpiWorld::MpiWorld(const WorldOptions& opts) : opts_(opts) {
   MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &control), "control communicator");
   control_ = new_group(own(control), all, "control" + group_name("", all));
   MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world), "world communicator");
-  world_ = std::make_shared<MpiCommunicator>(new_group(own(world), all, group_name("world", all)));
+  progress_ = std::make_unique<BackgroundProgress>();
+  auto world_group = new_group(own(world), all, group_name("world", all));
+  world_group->progress = progress_.get();
+  world_ = std::make_shared<MpiCommunicator>(std::move(world_group));
 }
 
 MpiWorld::~MpiWorld() {
+  progress_.reset();  // no MPI call from its thread once the communicators go
   world_.reset();
   control_.reset();
   for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) MPI_Comm_free(&*it);
@@ -113,7 +117,9 @@ std::shared_ptr<Communicator> MpiWorld::make_group(const std::vector<int>& membe
     throw RuntimeError(str("make_group: ranks disagree on the members of ", name,
                            ": the ranks that named the same lowest rank form ",
                            group_name(kind, formed)));
-  return std::make_shared<MpiCommunicator>(new_group(comm, members, name));
+  auto group = new_group(comm, members, name);
+  group->progress = progress_.get();
+  return std::make_shared<MpiCommunicator>(std::move(group));
 }
 
 std::shared_ptr<MpiGroup> MpiWorld::split(int color, int key, const std::vector<int>& members,

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi/background_progress.h"
 #include "comm/mpi/mpi_group.h"
 #include "comm/world.h"
 
@@ -50,6 +51,9 @@ class MpiWorld : public CommWorld {
   std::shared_ptr<MpiGroup> split(int color, int key, const std::vector<int>& members,
                                   const std::string& name, int world_rank);
 
+  // The thread that moves this rank's nonblocking collectives while it computes.
+  const BackgroundProgress& progress() const { return *progress_; }
+
   // End of run: every rank reports its status (0 ok, 2 usage error) and learns the worst
   // and the best. Returns false if not all ranks reported within wait_s.
   bool agree_on_exit(int status, double wait_s, int* worst, int* best);
@@ -62,6 +66,9 @@ class MpiWorld : public CommWorld {
   WorldOptions opts_;
   int rank_ = 0, size_ = 0, local_rank_ = 0, local_size_ = 1, tag_ub_ = 0;
   std::vector<MPI_Comm> owned_;
+  // Before the communicators: it must stop polling before they are freed. The groups of
+  // world() and make_group() point to it; split()'s (the hybrid world's) do not.
+  std::unique_ptr<BackgroundProgress> progress_;
   std::shared_ptr<MpiGroup> control_;  // world-wide, for splits and the exit agreement
   std::shared_ptr<Communicator> world_;
 };
