@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/attention_amx.h"
 #include "kernels/attention_avx512.h"
@@ -79,6 +80,15 @@ auto amx_prefetch(const float* qkv, const float* dout, int T, int C, int hd) {
     for (size_t off : {o.q, o.k, o.v}) prefetch_rows(qkv + off, 3 * C, T, hd);
     if (dout) prefetch_rows(dout + o.row, C, T, hd);
   };
+}
+
+// The fp32 register tiles' dP / dS of one head, per thread (grown to the largest head seen,
+// never freed), as the bf16 kernel keeps its own: written and re-read within the head, so it
+// stays in L2 (64 KB at T 128) instead of streaming (B, NH, T, T) floats through memory.
+float* thread_head_gradient(int T) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < size_t(T) * T) buf.resize(size_t(T) * T);
+  return buf.data();
 }
 
 // Row i of a (T, T) block: causal softmax in place over columns 0..i, zeros after.
@@ -170,15 +180,22 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 
 size_t attention_backward_scratch_floats(int B, int T, int C, int NH, bool bf16) {
   const AttentionKernel k = attention_kernel(bf16, C, NH);
-  if (k == AttentionKernel::bf16_avx512 || k == AttentionKernel::bf16_amx_tiles) return 0;
+  if (k != AttentionKernel::bf16_amx && k != AttentionKernel::fp32_sgemm) return 0;
   // One (T, T) gradient-of-probabilities block per (batch, head).
   return static_cast<size_t>(B) * NH * T * T;
 }
 
 size_t attention_thread_scratch_bytes_of(bool bf16, int T, int C, int NH) {
-  return attention_kernel(bf16, C, NH) == AttentionKernel::bf16_avx512
-             ? attention_bf16_avx512_scratch_bytes(T, C / NH)
-             : 0;
+  switch (attention_kernel(bf16, C, NH)) {
+    case AttentionKernel::bf16_avx512:
+      return attention_bf16_avx512_scratch_bytes(T, C / NH);
+    case AttentionKernel::bf16_amx_tiles:
+      return attention_amx_scratch_bytes(T, C / NH);
+    case AttentionKernel::fp32_avx512:  // thread_head_gradient
+      return sizeof(float) * size_t(T) * T;
+    default:
+      return 0;
+  }
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -191,7 +208,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     float *dq = dqkv + o.q, *dk = dqkv + o.k, *dv = dqkv + o.v;
     if (fast)
       attention_head_backward_avx512(hv, dq, dk, dv, 3 * C, dout + o.row, C, att + o.att,
-                                     scratch + o.att);
+                                     thread_head_gradient(T));
     else
       backward_head_sgemm(hv, dq, dk, dv, 3 * C, dout + o.row, C, att + o.att, scratch + o.att);
   });

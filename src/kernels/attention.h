@@ -18,12 +18,14 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 // inside the step loop).
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH);
-// bf16 true: what the engine's bf16 backward (AmxTiles::allow) needs, none where its kernel
-// keeps dP / dS per thread instead (the AVX512-BF16 and the AMX register tiles).
+// bf16 true: what the engine's bf16 backward (AmxTiles::allow) needs. None where the kernel
+// keeps dP / dS per thread instead (the fp32 AVX-512, the AVX512-BF16 and the AMX register
+// tiles): only the sgemm path and oneDNN's batched AMX matmuls take it.
 size_t attention_backward_scratch_floats(int B, int T, int C, int NH, bool bf16 = false);
 // Bytes of the buffers the attention core keeps per thread (thread_local, grown to the
-// largest head seen, never freed): the AVX512-BF16 kernel's packed operands and its (T, T)
-// dP / dS. 0 for the kernels that keep none, or whose buffers are not counted yet.
+// largest head seen, never freed): the AVX512-BF16 and the AMX tile kernels' packed operands
+// and dP / dS, the fp32 AVX-512 kernel's (T, T) dP / dS. 0 for the kernels that keep none
+// (the sgemm path) or whose buffers are not counted yet (oneDNN's batched AMX matmuls).
 size_t attention_thread_scratch_bytes_of(bool bf16, int T, int C, int NH);
 
 // --precision bf16 (docs/precision.md): the same contract, with the products QK^T, P V and

@@ -224,6 +224,21 @@ bool attention_amx_supports(int hd) {
   return AmxHeadDims::supports(hd) && __builtin_cpu_supports("avx512bf16") && amx::available();
 }
 
+size_t attention_amx_scratch_bytes(int T, int hd) {
+  if (!AmxHeadDims::supports(hd) || T <= 0) return 0;
+  const size_t tp = size_t(round_up(T, kBlock)), d = size_t(hd), b = kBlock;
+  // AmxScratch, each vector at the larger of its forward and backward sizes.
+  const size_t bf16_elems = tp * d               // rows: q (forward), dout (backward)
+                            + 2 * d * tp         // cols_a, cols_b: q and dout as columns
+                            + b * tp;            // block_rows: a block's P / dS
+  const size_t u32_elems = d / 2 * tp            // keys: k (forward), v (backward) in key pairs
+                           + tp / 2 * d          // inter: v (forward), k (backward) interleaved
+                           + 2 * (tp / 2 * tp);  // pairs_a, pairs_b: dS and P along queries
+  const size_t float_elems = b * tp              // stage: a block's scores
+                             + d * tp;           // out: the (HD, Tp) stage of dK^T / dV^T
+  return sizeof(bf16) * bf16_elems + sizeof(u32) * u32_elems + sizeof(float) * float_elems;
+}
+
 void attention_head_forward_amx(const AttentionHead& h, float* out, int ldo, float* att) {
   head_forward(h, out, ldo, att);
 }
@@ -243,6 +258,9 @@ void attention_head_backward_amx(const AttentionHead& h, bf16* dq, bf16* dk, bf1
 
 bool attention_amx_supports(int) {
   return false;
+}
+size_t attention_amx_scratch_bytes(int, int) {
+  return 0;
 }
 void attention_head_forward_amx(const AttentionHead&, float*, int, float*) {}
 void attention_head_forward_amx(const AttentionHead&, bf16*, int, float*) {}

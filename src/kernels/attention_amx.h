@@ -23,6 +23,10 @@ namespace mt {
 // True when this build, this CPU and this process (ARCH_REQ_XCOMP_PERM granted) run these
 // kernels for this head dim (32, 64 or 128: whole 32-wide tile steps).
 bool attention_amx_supports(int hd);
+// Bytes of the per-thread buffers these kernels keep for heads of length T and head dim hd
+// (32, 64 or 128; 0 for others): what the forward and the backward grow them to (they are
+// never freed). Arithmetic only, on any CPU, so the memory estimate can be checked anywhere.
+size_t attention_amx_scratch_bytes(int T, int hd);
 
 // out (T, hd), row stride ldo, overwritten (bf16: rounded as to_bf16 rounds).
 void attention_head_forward_amx(const AttentionHead& h, float* out, int ldo, float* att);

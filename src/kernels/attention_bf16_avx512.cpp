@@ -6,8 +6,9 @@
 // against the FMA's 16. The reduction index k of each product is taken two at a time, so the
 // operands are packed into 32-bit "pairs" (element k in the low half, k + 1 in the high half) once
 // per head:
-//  - the broadcast side (a row of q, dout, P or dS, or of P^T / dS^T for the key-side
-//    products) as rows of pairs;
+//  - the broadcast side (a row of q, dout, P or dS) as rows of pairs; for the key-side
+//    products (dS^T q, P^T dout) the pairs of two consecutive rows of dS and P, read down a
+//    column (pack_row_pairs), so neither is transposed;
 //  - the vector side of a scores product (k for q k^T, v for dout v^T) as key blocks of
 //    (hd / 2, 32) pairs, the transpose of transpose_block with pairs for elements;
 //  - the vector side of a rows product (v, k, q, dout) with two consecutive rows interleaved.
@@ -127,26 +128,32 @@ MT_BF16_TARGET void pack_interleaved(u32* b, const float* y, int ldy, int T, int
   }
 }
 
-// dst (Tp, Tp) bf16 = the lower triangle of src (T, T), transposed: row j of dst is column
-// j of src, so the key-side products (dk, dv) read their reduction index (query rows) in
-// pairs. Entries above src's diagonal read as zero, whatever src holds there; blocks of dst
-// more than 16 columns left of its diagonal are not written (nothing reads them: a key
-// tile starts its query rows at most one row before its first key).
-MT_BF16_TARGET void pack_transposed(u32* dst, const float* src, int T, int Tp) {
-  uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
-  for (int i0 = 0; i0 < Tp; i0 += 16)
-    for (int j0 = 0; j0 < Tp; j0 += 16) {
-      if (i0 + 32 <= j0) continue;
-      __m512 r[16];
-      for (int i = 0; i < 16; i++)
-        r[i] = i0 + i < T ? _mm512_maskz_loadu_ps(tail_mask(std::min(T, i0 + i + 1) - j0),
-                                                  src + size_t(i0 + i) * T + j0)
-                          : _mm512_setzero_ps();
-      transpose16(r);
-      for (int c = 0; c < 16; c++)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d16 + size_t(j0 + c) * Tp + i0),
-                            bf16x16(r[c]));
+// dst (ceil(T / 2), Tp) pairs of consecutive rows of the lower triangle of src (T, T):
+// dst[kp][j] = (src[2 kp][j], src[2 kp + 1][j]), entries above src's diagonal (j > i) and
+// rows >= T zero, whatever src holds there. The key-side products (dk, dv) reduce over query
+// rows, and these are their broadcast pairs (row j of the transpose, pair kp) read down a
+// column, so no (T, T) transpose is needed: two rows are rounded into one vector and
+// interleaved by one permutation. Columns past round_up(2 kp + 2, 16) + 16 are not written
+// (a key tile at j0 reads pairs kp >= j0 / 2, so columns up to 2 kp + 1 + R only).
+MT_BF16_TARGET void pack_row_pairs(u32* dst, const float* src, int T, int Tp) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kInterleave);
+  for (int kp = 0; 2 * kp < T; kp++) {
+    const int i0 = 2 * kp, i1 = i0 + 1;
+    const int jend = std::min(Tp, round_up(i0 + 2, 16) + 16);
+    const float* s0 = src + size_t(i0) * T;
+    const float* s1 = src + size_t(i1) * T;
+    u32* d = dst + size_t(kp) * Tp;
+    for (int j = 0; j < jend; j += 16) {
+      const __m512 a = _mm512_maskz_loadu_ps(tail_mask(std::min(T, i0 + 1) - j), s0 + j);
+      const __m512 b = i1 < T ? _mm512_maskz_loadu_ps(tail_mask(std::min(T, i1 + 1) - j), s1 + j)
+                              : _mm512_setzero_ps();
+      const __m512i ab = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));  // a low, b high
+      _mm512_storeu_si512(d + j, _mm512_permutexvar_epi16(idx, ab));
     }
+  }
 }
 
 template <int HD, int R>
@@ -179,8 +186,13 @@ MT_BF16_TARGET void scores_tail_bf16(int rows, float* s, int lds, const u32* x, 
   }
 }
 
-// c[r][0:HD] (+)= sum over pairs kp in [kp0, kp1) of a[r][kp] . b[kp][0:HD].
-template <int HD, int R, typename OutT>
+// How the broadcast side of a rows product lays out pair kp of row r: row-major (a[r * lda +
+// kp]: the rows of P, dS, q, dout) or pair-major (a[kp * lda + r]: pack_row_pairs' columns,
+// the key-side products' transposed operands read in place).
+enum class PairLayout { row_major, pair_major };
+
+// c[r][0:HD] (+)= sum over pairs kp in [kp0, kp1) of a(r, kp) . b[kp][0:HD].
+template <int HD, int R, PairLayout L, typename OutT>
 MT_BF16_TARGET void rows_tile_bf16(OutT* c, int ldc, bool accumulate, const u32* a, int lda,
                                    const u32* b, int kp0, int kp1) {
   constexpr int NV = HD / 16;
@@ -196,7 +208,9 @@ MT_BF16_TARGET void rows_tile_bf16(OutT* c, int ldc, bool accumulate, const u32*
       bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + size_t(kp) * HD + 16 * v));
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
-      const __m512bh ab = reinterpret_cast<__m512bh>(_mm512_set1_epi32(a[size_t(r) * lda + kp]));
+      const u32 pair =
+          L == PairLayout::row_major ? a[size_t(r) * lda + kp] : a[size_t(kp) * lda + r];
+      const __m512bh ab = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
 #pragma GCC unroll 8
       for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ab, bv[v]);
     }
@@ -215,14 +229,14 @@ MT_BF16_TARGET void rows_tile_bf16(OutT* c, int ldc, bool accumulate, const u32*
   }
 }
 
-template <int HD, int R, typename OutT>
+template <int HD, int R, PairLayout L = PairLayout::row_major, typename OutT>
 MT_BF16_TARGET void rows_any_bf16(int rows, OutT* c, int ldc, bool accumulate, const u32* a,
                                   int lda, const u32* b, int kp0, int kp1) {
   if constexpr (R > 0) {
     if (rows == R)
-      rows_tile_bf16<HD, R>(c, ldc, accumulate, a, lda, b, kp0, kp1);
+      rows_tile_bf16<HD, R, L>(c, ldc, accumulate, a, lda, b, kp0, kp1);
     else
-      rows_any_bf16<HD, R - 1>(rows, c, ldc, accumulate, a, lda, b, kp0, kp1);
+      rows_any_bf16<HD, R - 1, L>(rows, c, ldc, accumulate, a, lda, b, kp0, kp1);
   }
 }
 
@@ -294,11 +308,12 @@ MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, OutT* dq, OutT* d
     rows_any_bf16<HD, R>(rows, dq + size_t(i0) * ldd, ldd, accumulate, dsr, lda, kp, 0,
                          (kend + 1) / 2);  // each dq row is written once
   }
-  // dk += dS^T q and dv += P^T dout, the reduction over query rows in pairs.
-  u32* dst = Bf16Scratch::sized(sc.t1, size_t(Tp) * lda);
-  u32* pt = Bf16Scratch::sized(sc.t2, size_t(Tp) * lda);
-  pack_transposed(dst, da, T, Tp);
-  pack_transposed(pt, att, T, Tp);
+  // dk += dS^T q and dv += P^T dout, the reduction over query rows in pairs: dS and P as
+  // pairs of consecutive rows, read down their columns (pair-major), not transposed.
+  u32* dsp = Bf16Scratch::sized(sc.t1, size_t(Tp) * lda);
+  u32* pp = Bf16Scratch::sized(sc.t2, size_t(Tp) * lda);
+  pack_row_pairs(dsp, da, T, Tp);
+  pack_row_pairs(pp, att, T, Tp);
   u32* dop = kp;  // k's pairs are done with
   pack_interleaved<HD>(qp, h.q, h.ld, T, Tp);
   pack_interleaved<HD>(dop, dout, lddo, T, Tp);
@@ -311,10 +326,10 @@ MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, OutT* dq, OutT* d
       // past r1 get exact zeros there (their query rows are all above the diagonal).
       const int rows = std::min(R, T - j0), kp0 = std::max(j0, r0) / 2;
       const bool acc = accumulate || j0 < r0;
-      rows_any_bf16<HD, R>(rows, dk + size_t(j0) * ldd, ldd, acc, dst + size_t(j0) * lda, lda, qp,
-                           kp0, kp1);
-      rows_any_bf16<HD, R>(rows, dv + size_t(j0) * ldd, ldd, acc, pt + size_t(j0) * lda, lda, dop,
-                           kp0, kp1);
+      rows_any_bf16<HD, R, PairLayout::pair_major>(rows, dk + size_t(j0) * ldd, ldd, acc, dsp + j0,
+                                                   Tp, qp, kp0, kp1);
+      rows_any_bf16<HD, R, PairLayout::pair_major>(rows, dv + size_t(j0) * ldd, ldd, acc, pp + j0,
+                                                   Tp, dop, kp0, kp1);
     }
   }
 }

@@ -2,12 +2,13 @@
 // long as their thread (model/expert_mlp.h, kernel_scratch; kernels/grouped_gemm.h bounds
 // them), and the bf16 experts' share of the chunk's fp32 stage: the estimate counts the
 // first and reserves the second only where it is used (stop 39 found neither counted). The
-// same for the bf16 attention core's per-thread buffers (stop 42).
+// same for the bf16 attention core's per-thread buffers (stop 42) and the fp32 one's (stop 43).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "kernels/attention.h"
+#include "kernels/attention_amx.h"
 #include "kernels/grouped_gemm.h"
 #include "model/dry_model.h"
 #include "model/gpt.h"
@@ -80,11 +81,61 @@ TEST(MemoryKernelScratch, Bf16AttentionBuffersAreCountedPerThreadAndNoUnusedScra
   o.optim.threads = 3;
   EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - one, 2 * per_thread);
   EXPECT_EQ(attention_backward_scratch_floats(4, 128, 64, 2, true), 0u);
-  EXPECT_EQ(attention_backward_scratch_floats(4, 128, 64, 2, false), size_t(4) * 2 * 128 * 128);
   DryModelShape shape;
   shape.max_b = o.optim.batch, shape.precision = Precision::bf16;
   const RankFootprint rank = DryModel(o.model, shape).rank(GPT::whole_model(o.model));
   EXPECT_EQ(int64_t(rank.chunks.at(0).thread_scratch_bytes), per_thread);
+}
+
+// The fp32 attention core (AVX-512 register tiles) keeps its (T, T) dP / dS per thread too
+// (stop 43): counted once per thread, and no (B, NH, T, T) scratch reserved for it. The sgemm
+// path (other head dims) still takes the caller's scratch.
+TEST(MemoryKernelScratch, Fp32AttentionGradientIsCountedPerThreadAndNoUnusedScratch) {
+  TrainOptions o;
+  o.model.layers = 2, o.model.dim = 64, o.model.heads = 2, o.model.seq = 128;  // hd 32
+  o.model.vocab = 256;
+  o.optim.batch = 4;
+  o.optim.precision = Precision::fp32;
+  if (attention_kernel(false, 64, 2) != AttentionKernel::fp32_avx512)
+    GTEST_SKIP() << "the fp32 attention core is not the AVX-512 one here";
+  const int64_t per_thread = int64_t(attention_thread_scratch_bytes_of(false, 128, 64, 2));
+  EXPECT_EQ(per_thread, 128 * 128 * int64_t(sizeof(float)));
+  o.optim.threads = 1;
+  const int64_t one = estimate_rank_memory(o).workspace_bytes;
+  o.optim.threads = 3;
+  EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - one, 2 * per_thread);
+  EXPECT_EQ(attention_backward_scratch_floats(4, 128, 64, 2, false), 0u);
+  // hd 24 is no register-tile head dim: the sgemm path, with its (B, NH, T, T) scratch.
+  EXPECT_EQ(attention_backward_scratch_floats(4, 128, 48, 2, false), size_t(4) * 2 * 128 * 128);
+  EXPECT_EQ(attention_thread_scratch_bytes_of(false, 128, 48, 2), 0u);
+  DryModelShape shape;
+  shape.max_b = o.optim.batch, shape.precision = Precision::fp32;
+  const RankFootprint rank = DryModel(o.model, shape).rank(GPT::whole_model(o.model));
+  EXPECT_EQ(int64_t(rank.chunks.at(0).thread_scratch_bytes), per_thread);
+}
+
+// The AMX tile kernel's per-thread buffers (packed operands, the (Tp / 2, Tp) pairs of dS and
+// P, a block's stage) are counted too (stop 43): their size is arithmetic on any CPU; where the
+// kernel runs, the estimate adds them once per thread.
+TEST(MemoryKernelScratch, AmxAttentionBuffersAreCountedPerThread) {
+  // T 128, hd 32: the two pair buffers alone are 2 x 64 x 128 x 4 bytes.
+  EXPECT_GE(attention_amx_scratch_bytes(128, 32), size_t(2 * 64 * 128 * 4));
+  EXPECT_GT(attention_amx_scratch_bytes(128, 64), attention_amx_scratch_bytes(128, 32));
+  EXPECT_EQ(attention_amx_scratch_bytes(128, 16), 0u);  // no AMX kernel at hd 16
+  if (attention_kernel(true, 64, 2) != AttentionKernel::bf16_amx_tiles)
+    GTEST_SKIP() << "the bf16 attention core is not the AMX tiles here";
+  EXPECT_EQ(attention_thread_scratch_bytes_of(true, 128, 64, 2),
+            attention_amx_scratch_bytes(128, 32));
+  TrainOptions o;
+  o.model.layers = 2, o.model.dim = 64, o.model.heads = 2, o.model.seq = 128;  // hd 32
+  o.model.vocab = 256;
+  o.optim.batch = 4;
+  o.optim.precision = Precision::bf16;
+  o.optim.threads = 1;
+  const int64_t one = estimate_rank_memory(o).workspace_bytes;
+  o.optim.threads = 3;
+  EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - one,
+            2 * int64_t(attention_amx_scratch_bytes(128, 32)));
 }
 
 // --moe-overlap-parts > 1: the weight gradients gather the parts' rows of a run of experts
