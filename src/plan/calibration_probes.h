@@ -46,11 +46,12 @@ void measure_moe_layer_bf16(HardwareProfile& h, const ProbeRun& run);
 // comm_probes.cpp: the local backend between rank threads, and MPI between processes.
 // The rank threads of the local probes are placed as `meshtrain train` places a step's by
 // default (EngineOptions::bind, --bind auto: each rank bound to a core of its own when the
-// ranks fit the cores). Unbound, the scheduler often stacks two fresh rank threads on one
-// core (placed near the thread that started them), and a waiter that spins there holds the
-// core from the very peer it waits for until its spin budget runs out (comm/local/
-// doorbell.h: 2000 pauses, ~26 ns each on the Zen 5 guest, ~53 us): the idle probe's 44-73
-// us per step at stops 36-38 and 41 were that budget, not the protocol's (docs/planner.md).
+// ranks fit the cores; more one-thread ranks than cores round robin, two per core for the
+// oversubscribed probe's 2 x cores). Unbound, the scheduler often stacks two fresh rank threads on
+// one core (placed near the thread that started them), and a waiter that spins there holds the core
+// from the very peer it waits for until its spin budget runs out (comm/local/ doorbell.h: 2000
+// pauses, ~26 ns each on the Zen 5 guest, ~53 us): the idle probe's 44-73 us per step at stops
+// 36-38 and 41 were that budget, not the protocol's (docs/planner.md).
 WorldOptions step_placement();
 // What a collective adds to a step beyond its ranks' imbalance, from each rank's arrival at
 // and return from every call (arrive[r][i], leave[r][i], one clock): the median over calls
