@@ -326,9 +326,7 @@ void define_engine_flags(FlagSet& f, EngineOptions& e) {
   f.add_choice("engine", "bind", &e.bind,
                "local backend: auto pins each rank's --threads compute threads to cores of "
                "its own when ranks x threads fit the cores the process may use (2 ranks or "
-               "more), and one-thread ranks that outnumber the cores round robin (rank r on "
-               "core r mod n); cores: always (refused when they do not fit); none: the OS "
-               "places them",
+               "more); cores: always (refused when they do not fit); none: the OS places them",
                core_binding_names(), ChoiceRefusal::in_words);
 }
 

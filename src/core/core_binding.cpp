@@ -19,17 +19,6 @@ const char* core_binding_name(CoreBinding b) {
   return "auto";
 }
 
-namespace {
-
-// Rank r on allowed[r mod n]: every core holds the same number of ranks, give or take one.
-std::vector<std::vector<int>> round_robin(const std::vector<int>& allowed, int ranks) {
-  std::vector<std::vector<int>> plan(static_cast<size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) plan[size_t(r)] = {allowed[size_t(r) % allowed.size()]};
-  return plan;
-}
-
-}  // namespace
-
 std::vector<std::vector<int>> plan_core_binding(const std::vector<int>& allowed, int ranks,
                                                 int threads, CoreBinding mode) {
   const long need = long(ranks) * long(threads);
@@ -38,11 +27,6 @@ std::vector<std::vector<int>> plan_core_binding(const std::vector<int>& allowed,
     MT_REQUIRE(fits, "--bind cores needs a core per compute thread: ", ranks, " ranks x ", threads,
                " threads = ", need, " cores, but this process may use ", allowed.size(),
                " (see taskset -p / the cgroup's cpuset); use --bind auto or none");
-  // One-thread ranks that outnumber the cores: unbound, two early ranks may share a core
-  // whose yields go to each other while two late ranks queue on the other (the "stuck"
-  // state, docs/planner.md, stop 43); spread evenly, each waiter yields to a peer of its core.
-  if (mode == CoreBinding::automatic && !fits && ranks > 1 && threads == 1 && !allowed.empty())
-    return round_robin(allowed, ranks);
   const bool bind =
       mode == CoreBinding::cores || (mode == CoreBinding::automatic && fits && ranks > 1);
   if (!bind) return {};

@@ -5,10 +5,9 @@
 // samples of /proc/<pid>/task/*/stat; dp 2 at 0.76x of dp 1): a rank's wake-up is placed
 // near its waker, and once the other core is busy the load balancer sees nothing to move.
 // Binding each rank's compute threads to cores of its own, as mpirun --bind-to core and
-// NCCL's launchers do, keeps ranks off each other's core. Ranks that outnumber the cores go
-// round robin (two per core for 4 on 2), so that a waiter yields to a peer on its own core. The
-// progress threads of the local backend stay free to run on any core (they run while their rank
-// computes, so they belong on a core whose rank waits).
+// NCCL's launchers do, keeps ranks off each other's core. The progress threads of the
+// local backend stay free to run on any core (they run while their rank computes, so
+// they belong on a core whose rank waits).
 #pragma once
 
 #include <string>
@@ -18,8 +17,7 @@
 namespace mt {
 
 enum class CoreBinding {
-  automatic,  // bind when ranks x threads fit the cores this process may use; one-thread
-              // ranks that do not fit: round robin (rank r on the r-th core mod n); else not
+  automatic,  // bind when ranks x threads fit the cores this process may use, else not
   cores,      // bind; refused (UsageError) when they do not fit
   none,       // the operating system places every thread
 };
@@ -33,10 +31,7 @@ const char* core_binding_name(CoreBinding b);
 // The cores of each rank (rank r: entry r), or no entries when nothing is bound. Rank r
 // gets `threads` consecutive entries of `allowed` (the cores this process may use, as
 // sched_getaffinity lists them), so that a rank's OpenMP team stays together and no two
-// ranks share a core. Under automatic, one-thread ranks that outnumber the allowed cores go
-// round robin (rank r on allowed[r mod n]), so that each core holds as many ranks as the
-// others, give or take one; ranks of several threads that do not fit stay unbound. A single
-// rank is bound only when asked (CoreBinding::cores): alone,
+// ranks share a core. A single rank is bound only when asked (CoreBinding::cores): alone,
 // it has no peer to collide with, and a pin would keep it on a core another program
 // occupies. Throws UsageError for CoreBinding::cores when ranks x threads exceed allowed.
 std::vector<std::vector<int>> plan_core_binding(const std::vector<int>& allowed, int ranks,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/world.h"
+#include "core/core_binding.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "kernels/matmul.h"
@@ -24,6 +25,15 @@ WorldOptions step_placement() {
   WorldOptions o;
   o.bind = EngineOptions{}.bind;
   return o;
+}
+
+void run_paired_ranks(int ranks, const RankMain& fn) {
+  const std::vector<int> cores = allowed_cores();
+  run_local(ranks, step_placement(), [&](CommWorld& w) {
+    // Before the rank's first OpenMP region, so that its team (one thread here) inherits it.
+    if (!cores.empty()) bind_calling_thread({cores[size_t(w.rank()) % cores.size()]});
+    fn(w);
+  });
 }
 
 namespace {
@@ -65,14 +75,14 @@ struct BusyLoop {
 // About the work a tp layer of the reference model does between two of its collectives
 // when 2 x cores ranks share the cores.
 constexpr BusyLoop kOversubscribedLoop{128, 256, 384, 150, 20};
-// Wall seconds per timed iteration of `loop` among `ranks` rank threads placed as a step's
-// (step_placement), from the barrier after the warm-up to the barrier after the last
+// Wall seconds per timed iteration of `loop` among `ranks` rank threads, two per core
+// (run_paired_ranks), from the barrier after the warm-up to the barrier after the last
 // iteration (thread start and teardown left out); the better of two runs.
 double busy_loop_seconds(int ranks, size_t count, const BusyLoop& loop = kOversubscribedLoop) {
   double best = 0;
   for (int rep = 0; rep < 2; ++rep) {
     double t0 = 0, t1 = 0;
-    run_local(ranks, step_placement(), [&](CommWorld& w) {
+    run_paired_ranks(ranks, [&](CommWorld& w) {
       omp_set_num_threads(1);
       auto comm = w.world();
       std::vector<float> a(size_t(loop.rows) * loop.k, 0.1f), b(size_t(loop.n) * loop.k, 0.1f);
@@ -217,14 +227,14 @@ double oversubscribed_busbw_from(double bytes, double seconds, int ranks, double
 // More rank threads than cores: the local backend's waiters yield and then block
 // (comm/local/doorbell.h), so a collective waits for its peers to be scheduled behind the
 // ranks that compute: what a one-float all-reduce adds to busy ranks, 2 x cores of them,
-// per step of the all-reduce (2 log2 ranks). The ranks sit two per core as a step's do
-// (step_placement, round robin): unbound, each run fell into a paired state (each core one
-// early and one late rank; 0-4 us) or a stuck one (the early ranks yield to each other and
-// sleep while the late ones queue on the other core; 17-48 us), and the calibration read
-// whichever mix of the two it drew (docs/planner.md, stop 43). Then the same with a tp-sized
-// payload (one 128-token microbatch of a d256 model, 128 KiB): what its bytes add beyond the one
-// float, as a bus bandwidth (2 (n-1)/n x bytes / seconds), among ranks that share the cores (the
-// members reduce their chunks in turn, a chunk's reader waits for its writer's slice): the
+// per step of the all-reduce (2 log2 ranks). The ranks sit two per core
+// (run_paired_ranks): unbound, each run fell into a paired state (each core one early and
+// one late rank; 0-4 us) or a stuck one (the early ranks yield to each other and sleep while
+// the late ones queue on the other core; 17-48 us), and the calibration read whichever mix
+// of the two it drew; a quiet step is paired (docs/planner.md, stop 43). Then the same with a
+// tp-sized payload (one 128-token microbatch of a d256 model, 128 KiB): what its bytes add beyond
+// the one float, as a bus bandwidth (2 (n-1)/n x bytes / seconds), among ranks that share the cores
+// (the members reduce their chunks in turn, a chunk's reader waits for its writer's slice): the
 // wall a step pays per byte, the sharing included (0 when the bytes add nothing measurable).
 void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun&) {
   const int ranks = 2 * h.cores;

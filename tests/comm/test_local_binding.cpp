@@ -91,19 +91,6 @@ TEST(LocalBinding, EachRankRunsOnItsPlannedCoresAndProgressThreadsRunAnywhere) {
   for (const auto& c : p.progress_cores) EXPECT_EQ(c, all);
 }
 
-// More one-thread ranks than cores (auto, the default): each rank thread runs on its
-// round-robin core, and the progress threads still take any core.
-TEST(LocalBinding, AutoPinsRanksThatShareCoresRoundRobin) {
-  const std::vector<int> all = allowed_cores();
-  ASSERT_FALSE(all.empty());
-  const int n = 2 * int(all.size());
-  const Placement p = place(n, CoreBinding::automatic);
-  const auto plan = plan_core_binding(all, n, 1, CoreBinding::automatic);
-  ASSERT_EQ(plan.size(), size_t(n));
-  for (int r = 0; r < n; ++r) EXPECT_EQ(p.rank_cores[r], plan[r]) << "rank " << r;
-  for (const auto& c : p.progress_cores) EXPECT_EQ(c, all);
-}
-
 TEST(LocalBinding, NoneLeavesEveryRankOnTheProcessCores) {
   const std::vector<int> all = allowed_cores();
   const Placement p = place(2, CoreBinding::none);

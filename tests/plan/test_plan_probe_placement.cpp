@@ -47,17 +47,16 @@ TEST(PlanProbePlacement, TwoProbeRanksRunOnCoresOfTheirOwn) {
 }
 
 // The oversubscribed probe (measure_oversubscribed_latency: 2 x cores busy rank threads)
-// places its ranks as a step of that many ranks is placed: each on one core, every core
-// holding two. Unbound (the probe before stop 43), each run fell into a paired state
-// (each core one early and one late rank: 0-4 us) or a stuck one (the two early ranks on
-// one core yield to each other, then sleep: 17-48 us), and the calibration read whichever
-// mix it drew.
-TEST(PlanProbePlacement, TwiceAsManyProbeRanksAsCoresSpreadTwoPerCore) {
+// runs its ranks through run_paired_ranks: each on one core, every core holding two, the
+// paired state a quiet step's unbound ranks are in. Unbound (the probe before stop 43),
+// each run fell into that state (0-4 us) or a stuck one (the two early ranks on one core
+// yield to each other, then sleep: 17-48 us), and the calibration read whichever mix it drew.
+TEST(PlanProbePlacement, TheOversubscribedProbeRanksSitTwoPerCore) {
   const std::vector<int> all = allowed_cores();
   ASSERT_FALSE(all.empty());
   const int ranks = 2 * int(all.size());
   std::vector<std::vector<int>> cores(static_cast<size_t>(ranks));
-  run_local(ranks, step_placement(), [&](CommWorld& w) { cores[size_t(w.rank())] = own_cores(); });
+  run_paired_ranks(ranks, [&](CommWorld& w) { cores[size_t(w.rank())] = own_cores(); });
   std::vector<int> per_core(all.size(), 0);
   for (int r = 0; r < ranks; ++r) {
     ASSERT_EQ(cores[size_t(r)].size(), 1u) << "rank " << r << " is not bound to one core";
