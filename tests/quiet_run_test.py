@@ -8,6 +8,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench", "planner"))
+import brute_force as bf  # noqa: E402
 import quiet_run as qr  # noqa: E402
 
 LOOP = """  round 1/3 1 rank                     wall    160.2 ms
@@ -76,14 +77,35 @@ class Estimate(unittest.TestCase):
         self.assertEqual((start, n, nb), (0.5, 2, 3))
         # 2 layouts x 3 rounds x (0.5 + 10 x 0.1), then 2 x 2 drift checks of 8 steps.
         self.assertAlmostEqual(loop, 2 * 3 * 1.5 + 4 * (0.5 + 0.8))
-        # 3 single passes of 6 steps, then 3 finalists (all there are) x 3 rounds of 10 steps
+        # 3 single passes of 6 steps, then 3 finalists (all there are) x 5 rounds of 10 steps
         # at the fastest prediction.
         single = sum(0.5 + 6 * t for t in (0.08, 0.09, 0.12))
-        self.assertAlmostEqual(brute, single + 3 * 3 * (0.5 + 10 * 0.08))
+        self.assertAlmostEqual(brute, single + 3 * 5 * (0.5 + 10 * 0.08))
 
     def test_the_brute_force_limit_and_every_layout_without_only(self):
         _, n, _, nb, _ = qr.estimate("mt", "out", "p.toml", None, 10, 3, 6, 2)
         self.assertEqual((n, nb), (len(qr.LAYOUTS), 2))
+
+
+class FinalistVerdict(unittest.TestCase):
+    """The brute force judges the first choice against the best finalist by the medians of
+    their interleaved rounds and says when the rounds disagree about the 5% goal."""
+
+    def test_a_gap_every_round_shows_is_beyond_the_goal(self):
+        # Stop 42: the first choice against tp2 pp2 gpipe m4, three rounds.
+        gap, lo, hi, verdict = bf.finalist_verdict([73.1, 70.2, 72.9], [64.9, 63.2, 64.7])
+        self.assertEqual(verdict, "beyond")
+        self.assertAlmostEqual(gap, 72.9 / 64.7 - 1)
+        self.assertAlmostEqual(lo, 70.2 / 63.2 - 1)
+        self.assertAlmostEqual(hi, 72.9 / 64.7 - 1)
+
+    def test_a_gap_one_round_contradicts_is_noise(self):
+        self.assertEqual(bf.finalist_verdict([73.1, 60.0, 72.9, 71.0, 70.5],
+                                             [64.9, 63.2, 64.7, 66.0, 64.0])[3], "noise")
+
+    def test_medians_within_five_percent_are_within_whatever_one_round_says(self):
+        self.assertEqual(bf.finalist_verdict([66.0, 60.0, 75.0], [64.9, 63.2, 64.7])[3],
+                         "within")
 
 
 if __name__ == "__main__":

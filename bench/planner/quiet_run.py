@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import loop_layouts  # noqa: E402
-from brute_force import brute_candidates  # noqa: E402
+from brute_force import FINALIST_ROUNDS, brute_candidates  # noqa: E402
 from loop_layouts import LAYOUTS, resolve  # noqa: E402
 from loop_measure import loadavg, measure, predict  # noqa: E402
 
@@ -103,9 +103,10 @@ def estimate(binary, out, profile, only, steps, rounds, brute_steps, brute_limit
         cands = cands[:brute_limit]
     times = [c["predicted"]["step_time_s"] for c in cands]
     brute = sum(start + brute_steps * t for t in times)
-    # The finalists: the first choice and the 5 best measured, 3 rounds of >= 10 steps.
+    # The finalists: the first choice and the 5 best measured, FINALIST_ROUNDS rounds of >= 10
+    # steps.
     finalists = min(6, len(times))
-    brute += finalists * 3 * (start + max(brute_steps, 10) * min(times))
+    brute += finalists * FINALIST_ROUNDS * (start + max(brute_steps, 10) * min(times))
     return start, len(chosen), loop, len(cands), brute
 
 
@@ -192,7 +193,7 @@ def main():
                                              brute_steps, brute_limit)
     print(f"quiet_run: estimate: closed loop {n} layouts x {rounds} rounds x {steps} steps "
           f"{loop_s / 60:.1f} min (+ up to 60% where rounds spread and are re-measured); brute "
-          f"force {nb} layouts x {brute_steps} steps + up to 6 finalists x 3 rounds "
+          f"force {nb} layouts x {brute_steps} steps + up to 6 finalists x {FINALIST_ROUNDS} rounds "
           f"{brute_s / 60:.1f} min; start-up {start:.2f} s a run", flush=True)
     if "--estimate-only" in sys.argv:
         return

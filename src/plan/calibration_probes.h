@@ -46,12 +46,20 @@ void measure_moe_layer_bf16(HardwareProfile& h, const ProbeRun& run);
 // comm_probes.cpp: the local backend between rank threads, and MPI between processes.
 // The rank threads of the local probes are placed as `meshtrain train` places a step's by
 // default (EngineOptions::bind, --bind auto: each rank bound to a core of its own when the
-// ranks fit the cores). Unbound, the scheduler often stacks two fresh rank threads on one
-// core (placed near the thread that started them), and a waiter that spins there holds the
-// core from the very peer it waits for until its spin budget runs out (comm/local/
-// doorbell.h: 2000 pauses, ~26 ns each on the Zen 5 guest, ~53 us): the idle probe's 44-73
-// us per step at stops 36-38 and 41 were that budget, not the protocol's (docs/planner.md).
+// ranks fit the cores). Unbound, the scheduler often stacks two fresh rank threads on
+// one core (placed near the thread that started them), and a waiter that spins there holds the core
+// from the very peer it waits for until its spin budget runs out (comm/local/ doorbell.h: 2000
+// pauses, ~26 ns each on the Zen 5 guest, ~53 us): the idle probe's 44-73 us per step at stops
+// 36-38 and 41 were that budget, not the protocol's (docs/planner.md).
 WorldOptions step_placement();
+// Runs fn on `ranks` rank threads placed by step_placement, then rank r pinned to the
+// (r mod n)-th core the process may use: the oversubscribed probe's 2 x cores ranks sit two
+// per core. A step's 4 unbound ranks on 2 cores are so placed while the host is quiet (each
+// core one early and one late rank: the "paired" state, few sleeps); the probe's unbound
+// ranks fell as often into a "stuck" state (both early ranks on one core, yielding to each
+// other, then sleeping) and read 17-48 us where the paired one reads 0-4 (docs/planner.md,
+// stops 42 and 43).
+void run_paired_ranks(int ranks, const RankMain& fn);
 // What a collective adds to a step beyond its ranks' imbalance, from each rank's arrival at
 // and return from every call (arrive[r][i], leave[r][i], one clock): the median over calls
 // of the last return less the last arrival (0 without calls).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/world.h"
+#include "core/core_binding.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "kernels/matmul.h"
@@ -24,6 +25,15 @@ WorldOptions step_placement() {
   WorldOptions o;
   o.bind = EngineOptions{}.bind;
   return o;
+}
+
+void run_paired_ranks(int ranks, const RankMain& fn) {
+  const std::vector<int> cores = allowed_cores();
+  run_local(ranks, step_placement(), [&](CommWorld& w) {
+    // Before the rank's first OpenMP region, so that its team (one thread here) inherits it.
+    if (!cores.empty()) bind_calling_thread({cores[size_t(w.rank()) % cores.size()]});
+    fn(w);
+  });
 }
 
 namespace {
@@ -56,33 +66,43 @@ double comm_time(size_t count, int iters, bool p2p, int ranks = 2) {
 }
 
 // A loop of rank threads that compute between collectives: each iteration a (rows, k) x
-// (k, n) sgemm on one thread, then (count > 0) an all-reduce of `count` floats.
+// (k, n) sgemm on one thread, then (count > 0) an all-reduce of `count` floats. The first
+// `warmup` iterations are not timed (page faults, cold caches, the threads' first
+// placement: stop 42's first run of a process read 74 us where the next read 0-15).
 struct BusyLoop {
-  int rows, k, n, iters;
+  int rows, k, n, iters, warmup;
 };
 // About the work a tp layer of the reference model does between two of its collectives
 // when 2 x cores ranks share the cores.
-constexpr BusyLoop kOversubscribedLoop{128, 256, 384, 150};
-// Wall seconds per iteration of `loop` among `ranks` rank threads; the better of two runs.
+constexpr BusyLoop kOversubscribedLoop{128, 256, 384, 150, 20};
+// Wall seconds per timed iteration of `loop` among `ranks` rank threads, two per core
+// (run_paired_ranks), from the barrier after the warm-up to the barrier after the last
+// iteration (thread start and teardown left out); the better of two runs.
 double busy_loop_seconds(int ranks, size_t count, const BusyLoop& loop = kOversubscribedLoop) {
   double best = 0;
   for (int rep = 0; rep < 2; ++rep) {
-    const double t0 = now_seconds();
-    run_local(ranks, step_placement(), [&](CommWorld& w) {
+    double t0 = 0, t1 = 0;
+    run_paired_ranks(ranks, [&](CommWorld& w) {
       omp_set_num_threads(1);
       auto comm = w.world();
       std::vector<float> a(size_t(loop.rows) * loop.k, 0.1f), b(size_t(loop.n) * loop.k, 0.1f);
       std::vector<float> c(size_t(loop.rows) * loop.n);
       std::vector<float> x(std::max<size_t>(count, 1), 1.0f);
+      auto iterate = [&](int iters) {
+        for (int i = 0; i < iters; ++i) {
+          matmul_forward(c.data(), a.data(), b.data(), nullptr, loop.rows, loop.k, loop.n);
+          if (count > 0)
+            comm->all_reduce(x.data(), x.data(), count, DType::f32, ReduceOp::sum).wait();
+        }
+      };
+      iterate(loop.warmup);
       comm->barrier().wait();
-      for (int i = 0; i < loop.iters; ++i) {
-        matmul_forward(c.data(), a.data(), b.data(), nullptr, loop.rows, loop.k, loop.n);
-        if (count > 0)
-          comm->all_reduce(x.data(), x.data(), count, DType::f32, ReduceOp::sum).wait();
-      }
+      if (comm->rank() == 0) t0 = now_seconds();
+      iterate(loop.iters);
       comm->barrier().wait();
+      if (comm->rank() == 0) t1 = now_seconds();
     });
-    const double t = (now_seconds() - t0) / loop.iters;
+    const double t = (t1 - t0) / loop.iters;
     best = rep == 0 ? t : std::min(best, t);
   }
   return best;
@@ -91,7 +111,7 @@ double busy_loop_seconds(int ranks, size_t count, const BusyLoop& loop = kOversu
 // The reference model's (4L d256 T128, micro-batch 8) attention output projection under
 // tp 2: 1024 rows, the rank's 128 of the 256 inputs, all 256 outputs, whose output the engine
 // all-reduces right after it (tensor_parallel/row_parallel_linear.cpp).
-constexpr BusyLoop kTpLoop{1024, 128, 256, 100};
+constexpr BusyLoop kTpLoop{1024, 128, 256, 100, 3};
 
 // A one-float all-reduce after each GEMM of `loop` between two rank threads placed as a
 // step's (step_placement): what it adds beyond the ranks' imbalance
@@ -117,8 +137,8 @@ double tp_collective_exposed_seconds(const BusyLoop& loop = kTpLoop) {
   });
   // The first calls include the threads' start and cold caches.
   for (size_t r = 0; r < 2; ++r) {
-    arrive[r].erase(arrive[r].begin(), arrive[r].begin() + 3);
-    leave[r].erase(leave[r].begin(), leave[r].begin() + 3);
+    arrive[r].erase(arrive[r].begin(), arrive[r].begin() + loop.warmup);
+    leave[r].erase(leave[r].begin(), leave[r].begin() + loop.warmup);
   }
   return exposed_collective_seconds(arrive, leave);
 }
@@ -207,10 +227,14 @@ double oversubscribed_busbw_from(double bytes, double seconds, int ranks, double
 // More rank threads than cores: the local backend's waiters yield and then block
 // (comm/local/doorbell.h), so a collective waits for its peers to be scheduled behind the
 // ranks that compute: what a one-float all-reduce adds to busy ranks, 2 x cores of them,
-// per step of the all-reduce (2 log2 ranks). Then the same with a tp-sized payload (one
-// 128-token microbatch of a d256 model, 128 KiB): what its bytes add beyond the one float,
-// as a bus bandwidth (2 (n-1)/n x bytes / seconds), among ranks that share the cores (the
-// members reduce their chunks in turn, a chunk's reader waits for its writer's slice): the
+// per step of the all-reduce (2 log2 ranks). The ranks sit two per core
+// (run_paired_ranks): unbound, each run fell into a paired state (each core one early and
+// one late rank; 0-4 us) or a stuck one (the early ranks yield to each other and sleep while
+// the late ones queue on the other core; 17-48 us), and the calibration read whichever mix
+// of the two it drew; a quiet step is paired (docs/planner.md, stop 43). Then the same with a
+// tp-sized payload (one 128-token microbatch of a d256 model, 128 KiB): what its bytes add beyond
+// the one float, as a bus bandwidth (2 (n-1)/n x bytes / seconds), among ranks that share the cores
+// (the members reduce their chunks in turn, a chunk's reader waits for its writer's slice): the
 // wall a step pays per byte, the sharing included (0 when the bytes add nothing measurable).
 void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun&) {
   const int ranks = 2 * h.cores;

@@ -46,6 +46,27 @@ TEST(PlanProbePlacement, TwoProbeRanksRunOnCoresOfTheirOwn) {
   EXPECT_NE(cores[0][0], cores[1][0]);
 }
 
+// The oversubscribed probe (measure_oversubscribed_latency: 2 x cores busy rank threads)
+// runs its ranks through run_paired_ranks: each on one core, every core holding two, the
+// paired state a quiet step's unbound ranks are in. Unbound (the probe before stop 43),
+// each run fell into that state (0-4 us) or a stuck one (the two early ranks on one core
+// yield to each other, then sleep: 17-48 us), and the calibration read whichever mix it drew.
+TEST(PlanProbePlacement, TheOversubscribedProbeRanksSitTwoPerCore) {
+  const std::vector<int> all = allowed_cores();
+  ASSERT_FALSE(all.empty());
+  const int ranks = 2 * int(all.size());
+  std::vector<std::vector<int>> cores(static_cast<size_t>(ranks));
+  run_paired_ranks(ranks, [&](CommWorld& w) { cores[size_t(w.rank())] = own_cores(); });
+  std::vector<int> per_core(all.size(), 0);
+  for (int r = 0; r < ranks; ++r) {
+    ASSERT_EQ(cores[size_t(r)].size(), 1u) << "rank " << r << " is not bound to one core";
+    const auto at = std::find(all.begin(), all.end(), cores[size_t(r)][0]);
+    ASSERT_NE(at, all.end());
+    ++per_core[size_t(at - all.begin())];
+  }
+  for (size_t c = 0; c < all.size(); ++c) EXPECT_EQ(per_core[c], 2) << "core " << all[c];
+}
+
 // The latency probe charges a collective what it adds after the later rank arrives, not the
 // wait of the rank that arrived first (that is the ranks' imbalance, which the model prices
 // as their work): here rank 0 arrives 10 us early each call and the collective adds 1, 2
