@@ -4,6 +4,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "core/error.h"
+#include "kernels/matmul_weight_grad.h"
 
 namespace mt {
 
@@ -54,8 +55,12 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
                             int N, int C, int OC) {
   PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
                          4.0 * (double(N) * C + double(OC) * C * 2 + double(N) * OC));
-  // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
-  sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (fp32_weight_grad_transposed(C, OC) && N > 0) {
+    matmul_backward_weight_transposed(dweight, dout, inp, N, C, OC);
+  } else {
+    // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
+    sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  }
   if (!dbias) return;
   // Column sums of dout: each thread owns a block of columns and walks all rows, so the
   // inner loop is contiguous and no two threads write the same dbias entry.

@@ -355,6 +355,7 @@ std::vector<KernelCase> make_cases() {
     cases.push_back(matmul_case(33, 64, 48, bias));
   }
   cases.push_back(matmul_case(128, 256, 768, true));
+  cases.push_back(matmul_case(96, 32, 128, true));  // OC = 4 C: the transposed weight gradient
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
       cases.push_back(sgemm_case(ta, tb, 7, 5, 3, 0));
