@@ -62,56 +62,62 @@ TEST(MemoryKernelScratch, NoPerThreadBlockWithoutBf16SwigluExperts) {
   }
 }
 
-// The bf16 attention core (AVX512-BF16 register tiles) keeps dP / dS and its packed operands
-// per thread, not in the (B, NH, T, T) backward scratch: the estimate counts them once per
-// thread, and the chunk reserves no scratch the kernel does not read.
-TEST(MemoryKernelScratch, Bf16AttentionBuffersAreCountedPerThreadAndNoUnusedScratch) {
+// One worker, 4 sequences of 128 tokens, 2 heads of 32: the attention cores' shape below.
+TrainOptions attention_run(Precision precision) {
   TrainOptions o;
   o.model.layers = 2, o.model.dim = 64, o.model.heads = 2, o.model.seq = 128;  // hd 32
   o.model.vocab = 256;
   o.optim.batch = 4;
-  o.optim.precision = Precision::bf16;
+  o.optim.precision = precision;
+  return o;
+}
+
+// The estimate's workspace grows by exactly `per_thread` for each thread more.
+void expect_counted_once_per_thread(TrainOptions o, int64_t per_thread) {
+  o.optim.threads = 1;
+  const int64_t one = estimate_rank_memory(o).workspace_bytes;
+  o.optim.threads = 3;
+  EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - one, 2 * per_thread);
+}
+
+// The dry model's chunk keeps `per_thread` bytes of thread scratch.
+void expect_chunk_thread_scratch(const TrainOptions& o, int64_t per_thread) {
+  DryModelShape shape;
+  shape.max_b = o.optim.batch, shape.precision = o.optim.precision;
+  const RankFootprint rank = DryModel(o.model, shape).rank(GPT::whole_model(o.model));
+  EXPECT_EQ(int64_t(rank.chunks.at(0).thread_scratch_bytes), per_thread);
+}
+
+// The bf16 attention core (AVX512-BF16 register tiles) keeps dP / dS and its packed operands
+// per thread, not in the (B, NH, T, T) backward scratch: the estimate counts them once per
+// thread, and the chunk reserves no scratch the kernel does not read.
+TEST(MemoryKernelScratch, Bf16AttentionBuffersAreCountedPerThreadAndNoUnusedScratch) {
+  const TrainOptions o = attention_run(Precision::bf16);
   if (attention_kernel(true, 64, 2) != AttentionKernel::bf16_avx512)
     GTEST_SKIP() << "the bf16 attention core is not the AVX512-BF16 one here";
   const int64_t per_thread = int64_t(attention_thread_scratch_bytes_of(true, 128, 64, 2));
   // Its (T, T) dP / dS alone is 64 KiB at T 128.
   EXPECT_GE(per_thread, 128 * 128 * int64_t(sizeof(float)));
-  o.optim.threads = 1;
-  const int64_t one = estimate_rank_memory(o).workspace_bytes;
-  o.optim.threads = 3;
-  EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - one, 2 * per_thread);
+  expect_counted_once_per_thread(o, per_thread);
   EXPECT_EQ(attention_backward_scratch_floats(4, 128, 64, 2, true), 0u);
-  DryModelShape shape;
-  shape.max_b = o.optim.batch, shape.precision = Precision::bf16;
-  const RankFootprint rank = DryModel(o.model, shape).rank(GPT::whole_model(o.model));
-  EXPECT_EQ(int64_t(rank.chunks.at(0).thread_scratch_bytes), per_thread);
+  expect_chunk_thread_scratch(o, per_thread);
 }
 
 // The fp32 attention core (AVX-512 register tiles) keeps its (T, T) dP / dS per thread too
 // (stop 43): counted once per thread, and no (B, NH, T, T) scratch reserved for it. The sgemm
 // path (other head dims) still takes the caller's scratch.
 TEST(MemoryKernelScratch, Fp32AttentionGradientIsCountedPerThreadAndNoUnusedScratch) {
-  TrainOptions o;
-  o.model.layers = 2, o.model.dim = 64, o.model.heads = 2, o.model.seq = 128;  // hd 32
-  o.model.vocab = 256;
-  o.optim.batch = 4;
-  o.optim.precision = Precision::fp32;
+  const TrainOptions o = attention_run(Precision::fp32);
   if (attention_kernel(false, 64, 2) != AttentionKernel::fp32_avx512)
     GTEST_SKIP() << "the fp32 attention core is not the AVX-512 one here";
   const int64_t per_thread = int64_t(attention_thread_scratch_bytes_of(false, 128, 64, 2));
   EXPECT_EQ(per_thread, 128 * 128 * int64_t(sizeof(float)));
-  o.optim.threads = 1;
-  const int64_t one = estimate_rank_memory(o).workspace_bytes;
-  o.optim.threads = 3;
-  EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - one, 2 * per_thread);
+  expect_counted_once_per_thread(o, per_thread);
   EXPECT_EQ(attention_backward_scratch_floats(4, 128, 64, 2, false), 0u);
   // hd 24 is no register-tile head dim: the sgemm path, with its (B, NH, T, T) scratch.
   EXPECT_EQ(attention_backward_scratch_floats(4, 128, 48, 2, false), size_t(4) * 2 * 128 * 128);
   EXPECT_EQ(attention_thread_scratch_bytes_of(false, 128, 48, 2), 0u);
-  DryModelShape shape;
-  shape.max_b = o.optim.batch, shape.precision = Precision::fp32;
-  const RankFootprint rank = DryModel(o.model, shape).rank(GPT::whole_model(o.model));
-  EXPECT_EQ(int64_t(rank.chunks.at(0).thread_scratch_bytes), per_thread);
+  expect_chunk_thread_scratch(o, per_thread);
 }
 
 // The AMX tile kernel's per-thread buffers (packed operands, the (Tp / 2, Tp) pairs of dS and
@@ -126,16 +132,8 @@ TEST(MemoryKernelScratch, AmxAttentionBuffersAreCountedPerThread) {
     GTEST_SKIP() << "the bf16 attention core is not the AMX tiles here";
   EXPECT_EQ(attention_thread_scratch_bytes_of(true, 128, 64, 2),
             attention_amx_scratch_bytes(128, 32));
-  TrainOptions o;
-  o.model.layers = 2, o.model.dim = 64, o.model.heads = 2, o.model.seq = 128;  // hd 32
-  o.model.vocab = 256;
-  o.optim.batch = 4;
-  o.optim.precision = Precision::bf16;
-  o.optim.threads = 1;
-  const int64_t one = estimate_rank_memory(o).workspace_bytes;
-  o.optim.threads = 3;
-  EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - one,
-            2 * int64_t(attention_amx_scratch_bytes(128, 32)));
+  expect_counted_once_per_thread(attention_run(Precision::bf16),
+                                 int64_t(attention_amx_scratch_bytes(128, 32)));
 }
 
 // --moe-overlap-parts > 1: the weight gradients gather the parts' rows of a run of experts
