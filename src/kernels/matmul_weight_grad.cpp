@@ -47,7 +47,12 @@ ScopedFp32WeightGradPath::~ScopedFp32WeightGradPath() {
 }
 
 bool fp32_weight_grad_transposed(int C, int OC) {
-  return fp32_weight_grad_path() == Fp32WeightGradPath::by_shape && OC >= 4 * int64_t(C);
+  // The scratch is a whole (C, OC) fp32 copy of the gradient, kept by the calling thread and
+  // not counted by the memory estimate; so the rule holds only up to the largest layer it
+  // was measured at (d512's fc, 4 MiB): an LM head of a 50K vocabulary would keep 150 MiB.
+  constexpr int64_t kMaxScratchFloats = int64_t(1) << 20;
+  return fp32_weight_grad_path() == Fp32WeightGradPath::by_shape && OC >= 4 * int64_t(C) &&
+         int64_t(C) * OC <= kMaxScratchFloats;
 }
 
 void matmul_backward_weight_transposed(float* dweight, const float* dout, const float* inp, int N,

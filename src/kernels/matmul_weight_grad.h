@@ -6,8 +6,10 @@
 // EPYC (stop 43, thread CPU time, alternated; docs/performance.md "Stop 43"), sgemm ran fc's
 // weight gradient 14-22% faster that way at d256 and d512 (3% at d128); qkv's (OC = 3 C)
 // came out from 12% faster to 3% slower, and OC <= C slower, so they keep the plain
-// orientation. Its bits differ from the plain orientation's (another summation of the same
-// products, fp32); every layout takes the same rule, a tp shard by its own OC and C.
+// orientation. Only up to C x OC = 2^20 elements (4 MiB of scratch, d512's fc): larger layers
+// (an LM head's vocabulary) keep the plain orientation and take no scratch. Its bits differ
+// from the plain orientation's (another summation of the same products, fp32); every layout
+// takes the same rule, a tp shard by its own OC and C.
 #pragma once
 
 namespace mt {

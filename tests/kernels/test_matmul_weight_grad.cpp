@@ -47,6 +47,10 @@ TEST(MatmulWeightGrad, LayersWithFourTimesMoreOutputsRunTransposed) {
   EXPECT_FALSE(fp32_weight_grad_transposed(256, 768));
   EXPECT_FALSE(fp32_weight_grad_transposed(1024, 256));
   EXPECT_FALSE(fp32_weight_grad_transposed(256, 256));
+  // Up to 4 MiB of scratch (d512's fc); an LM head's vocabulary keeps the plain orientation.
+  EXPECT_TRUE(fp32_weight_grad_transposed(512, 2048));
+  EXPECT_FALSE(fp32_weight_grad_transposed(512, 2052));
+  EXPECT_FALSE(fp32_weight_grad_transposed(768, 50257));
   {
     const ScopedFp32WeightGradPath plain(Fp32WeightGradPath::plain);
     EXPECT_FALSE(fp32_weight_grad_transposed(256, 1024));
