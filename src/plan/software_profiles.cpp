@@ -242,10 +242,9 @@ const std::vector<SoftwareTable> kTables = {
      "schedule/schedule_dualpipev.cpp)"}};
 
 UsageError unknown_software(const std::string& name) {
-  return UsageError(
-      str("unknown --software '", name,
-          "' (known: meshtrain, megatron-lm-2021, megatron-lm-2022, llama3-2024, "
-          "deepseek-v3-2024, megatron-bridge-2025, megascale-2024, megatron-core-2024)"));
+  std::string known;
+  for (const std::string& n : software_names()) known += (known.empty() ? "" : ", ") + n;
+  return UsageError(str("unknown --software '", name, "' (known: ", known, ")"));
 }
 
 std::string number(double v) {
@@ -266,10 +265,14 @@ const SoftwareTable& software_table(const std::string& name) {
   throw unknown_software(name);
 }
 
+// The tables' own names, in their order, without the local engine's (not a --software).
 const std::vector<std::string>& software_names() {
-  static const std::vector<std::string> names = {
-      "meshtrain",        "megatron-lm-2021",     "megatron-lm-2022", "llama3-2024",
-      "deepseek-v3-2024", "megatron-bridge-2025", "megascale-2024",   "megatron-core-2024"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const SoftwareTable& t : kTables)
+      if (std::string(t.name) != kLocalSoftware) out.push_back(t.name);
+    return out;
+  }();
   return names;
 }
 
