@@ -12,7 +12,8 @@
 //     d256  4L d256 T128 B8 (1024 rows)
 //     d512  6L d512 T256 B8 (2048 rows)
 //   fp32 routines (sgemm for all): by_shape (the weight gradient of a layer with OC >= 4 C
-//   computed transposed, the default: kernels/matmul.h) and plain (every product as stored);
+//   and at most 2^20 weights computed transposed, the default: kernels/matmul_weight_grad.h)
+//   and plain (every product as stored);
 //   bf16: mixed, jit_gemm and primitive (those available here).
 //   --cpu times the process's CPU time per thread (what a loaded machine disturbs least).
 #include <omp.h>
