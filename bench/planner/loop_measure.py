@@ -37,7 +37,7 @@ def step_lines(path):
         return []
 
 
-def measure(binary, out, ranks, k, steps, skip=2, extra=()):
+def measure(binary, out, ranks, k, steps, skip=2, extra=(), prefix=()):
     """One run of `steps` steps. Wall: the median step_time_s the engine records after the
     first `skip` (warm-up: page faults, oneDNN primitive creation). CPU: the process's CPU
     seconds (every rank thread) between the moment step `skip` is written to the metrics
@@ -45,11 +45,12 @@ def measure(binary, out, ranks, k, steps, skip=2, extra=()):
     and teardown are left out), per step, divided by the threads that can run at once
     (min(ranks, cores)): what a step would take on an idle machine with every rank busy.
     On a loaded machine wall time measures the load; the CPU estimate much less so (it
-    still grows with cache and memory-bandwidth contention)."""
+    still grows with cache and memory-bandwidth contention). `prefix` runs the binary under a
+    command that execs it (brute_force.py's --realtime: chrt), so the pid read is the run's."""
     metrics = os.path.join(out, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    p = subprocess.Popen([binary, "train", "--steps", str(steps), "--quiet", "--metrics",
+    p = subprocess.Popen(list(prefix) + [binary, "train", "--steps", str(steps), "--quiet", "--metrics",
                           metrics, "--lr-schedule", "constant", "--peak-gflops", "100"] + lay.MODEL +
                          lay.knob_args(k, False) + list(extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
