@@ -130,16 +130,17 @@ class FinalistSplit(unittest.TestCase):
 
 
 class FinalistRuns(unittest.TestCase):
-    """The finalists' runs: FINALIST_STEPS steps each, the --realtime prefix on every run, and
-    the gap's split printed under the verdict."""
+    """The finalists' runs: FINALIST_STEPS steps each, the --realtime prefix on every run, each
+    finalist's work, idle, sleeps and tp wait, and the gap's split printed under the verdict."""
 
     def setUp(self):
         self.saved = (bf.measure, bf.loadavg)
         self.calls = []
         walls = {1: 0.066, 2: 0.060, 3: 0.063}
 
-        def fake(binary, out, ranks, k, steps, prefix=()):
+        def fake(binary, out, ranks, k, steps, prefix=(), detail=None):
             self.calls.append((k["id"], steps, tuple(prefix)))
+            detail.update(sleeps=45.0 if k["id"] == 1 else 10.0, tp_wait_s=0.0104)
             return walls[k["id"]], 0.059
         bf.measure, bf.loadavg = fake, lambda: 1.0
 
@@ -158,6 +159,7 @@ class FinalistRuns(unittest.TestCase):
         self.assertIn("first choice +10.0%", text)
         self.assertIn("the gap in two: work +0.0% (cpu-time estimate", text)
         self.assertIn("idle +6.0 ms", text)
+        self.assertIn("idle 7.0  sleeps 45 per rank and step  tp wait 10.4 ms (rank 0)", text)
 
 
 if __name__ == "__main__":

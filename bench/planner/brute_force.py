@@ -153,28 +153,42 @@ def remeasure_finalists(binary, out, results, finalists=5, rounds=FINALIST_ROUND
     choice and the `finalists` best measured layouts are run again, `rounds` times each,
     interleaved and rotated (a drift of the host hits them all alike), `steps` steps each,
     and compared by their medians over the rounds; each finalist's spread ((max - min) /
-    median of its rounds) says how far apart two runs of it fall, and its work and idle
-    (finalist_split) where its time went."""
+    median of its rounds) says how far apart two runs of it fall, its work and idle
+    (finalist_split) where its time went, and its rank threads' sleeps per step
+    (loop_measure.rank_sleeps) and rank 0's tp wait how often a rank blocked and for how
+    long (stop 44, --realtime at load 10-14: tp2 pp2 m1 10-14 sleeps per rank and step,
+    dp2 pp2 m1 1-6, tp4 m1 23; on a quiet machine each sleep whose core has nothing else
+    to run is a wake-up of an idle core)."""
     best = sorted(results, key=lambda r: r[2])[:finalists]
     chosen = [results[0]] + [r for r in best if r[0] != 0]
     walls = {r[0]: [] for r in chosen}
     cpus = {r[0]: [] for r in chosen}
+    details = {r[0]: [] for r in chosen}
     load0 = loadavg()
     for rnd in range(rounds):
         for r in chosen[rnd % len(chosen):] + chosen[:rnd % len(chosen)]:
-            wall, cpu = measure(binary, out, 4, r[4], steps, prefix=prefix)
+            detail = {}
+            wall, cpu = measure(binary, out, 4, r[4], steps, prefix=prefix, detail=detail)
             walls[r[0]].append(wall)
             cpus[r[0]].append(cpu)
+            details[r[0]].append(detail)
     load1 = loadavg()
     medians = {i: statistics.median(w) for i, w in walls.items()}
+
+    def med(xs):
+        xs = [x for x in xs if not math.isnan(x)]
+        return statistics.median(xs) if xs else float("nan")
     for r in chosen:
         w = walls[r[0]]
-        work = [c for c in cpus[r[0]] if not math.isnan(c)]
-        work_s = statistics.median(work) if work else float("nan")
+        work_s = med(cpus[r[0]])
+        sleeps = med(d.get("sleeps", float("nan")) for d in details[r[0]])
+        tp_wait = med(d.get("tp_wait_s", float("nan")) for d in details[r[0]])
         print(f"finalist planner's #{r[0] + 1:<3d} {r[4]}  predicted {r[1] * 1e3:7.1f} ms  "
               f"wall {' '.join(f'{x * 1e3:.1f}' for x in w)}  median "
               f"{medians[r[0]] * 1e3:.1f}  spread {(max(w) - min(w)) / medians[r[0]]:.0%}  "
-              f"work {work_s * 1e3:.1f}  idle {(medians[r[0]] - work_s) * 1e3:.1f}", flush=True)
+              f"work {work_s * 1e3:.1f}  idle {(medians[r[0]] - work_s) * 1e3:.1f}  sleeps "
+              f"{sleeps:.0f} per rank and step  tp wait {tp_wait * 1e3:.1f} ms (rank 0)",
+              flush=True)
     top = min(medians, key=medians.get)
     gap, lo, hi, verdict = finalist_verdict(walls[0], walls[top])
     say = {"within": "within the goal",
