@@ -157,7 +157,7 @@ def remeasure_finalists(binary, out, results, finalists=5, rounds=FINALIST_ROUND
     (finalist_split) where its time went, and its rank threads' sleeps per step
     (loop_measure.rank_sleeps) and rank 0's tp wait how often a rank blocked and for how
     long (stop 44, --realtime at load 10-14: tp2 pp2 m1 10-14 sleeps per rank and step,
-    dp2 pp2 m1 1-6, tp4 m1 23; on a quiet machine each sleep whose core has nothing else
+    dp2 pp2 m1 3-6, tp4 m1 23; on a quiet machine each sleep whose core has nothing else
     to run is a wake-up of an idle core)."""
     best = sorted(results, key=lambda r: r[2])[:finalists]
     chosen = [results[0]] + [r for r in best if r[0] != 0]
