@@ -2,6 +2,9 @@
 """bench/planner/quiet_run.py's rules: the summary keeps the goal lines of the two phases'
 outputs, and the duration estimate counts every run the phases will start (stand-in
 predictions and start-up: no binary, no timing)."""
+import contextlib
+import io
+import math
 import os
 import sys
 import unittest
@@ -77,10 +80,10 @@ class Estimate(unittest.TestCase):
         self.assertEqual((start, n, nb), (0.5, 2, 3))
         # 2 layouts x 3 rounds x (0.5 + 10 x 0.1), then 2 x 2 drift checks of 8 steps.
         self.assertAlmostEqual(loop, 2 * 3 * 1.5 + 4 * (0.5 + 0.8))
-        # 3 single passes of 6 steps, then 3 finalists (all there are) x 5 rounds of 10 steps
+        # 3 single passes of 6 steps, then 3 finalists (all there are) x 5 rounds of 20 steps
         # at the fastest prediction.
         single = sum(0.5 + 6 * t for t in (0.08, 0.09, 0.12))
-        self.assertAlmostEqual(brute, single + 3 * 5 * (0.5 + 10 * 0.08))
+        self.assertAlmostEqual(brute, single + 3 * 5 * (0.5 + 20 * 0.08))
 
     def test_the_brute_force_limit_and_every_layout_without_only(self):
         _, n, _, nb, _ = qr.estimate("mt", "out", "p.toml", None, 10, 3, 6, 2)
@@ -106,6 +109,57 @@ class FinalistVerdict(unittest.TestCase):
     def test_medians_within_five_percent_are_within_whatever_one_round_says(self):
         self.assertEqual(bf.finalist_verdict([66.0, 60.0, 75.0], [64.9, 63.2, 64.7])[3],
                          "within")
+
+
+class FinalistSplit(unittest.TestCase):
+    """The first choice's gap over the best finalist, split into work (cpu-time estimate)
+    and idle (wall less work), from the medians of their rounds."""
+
+    def test_a_gap_of_idle_cores_is_idle_not_work(self):
+        # The same work, 5 ms more wall: waits, bubble or placement, not compute.
+        work, idle = bf.finalist_split([0.065, 0.066, 0.064], [0.059, 0.060, 0.059],
+                                       [0.060, 0.061, 0.059], [0.059, 0.060, 0.058])
+        self.assertAlmostEqual(work, 0.059 / 0.059 - 1)
+        self.assertAlmostEqual(idle, (0.065 - 0.059) - (0.060 - 0.059))
+
+    def test_runs_without_cpu_figures_are_left_out_and_none_gives_nan(self):
+        nan = float("nan")
+        work, idle = bf.finalist_split([0.07, 0.06], [nan, 0.06], [0.06, 0.06], [0.05, 0.05])
+        self.assertAlmostEqual(work, 0.06 / 0.05 - 1)
+        self.assertTrue(math.isnan(bf.finalist_split([0.07], [nan], [0.06], [0.05])[0]))
+
+
+class FinalistRuns(unittest.TestCase):
+    """The finalists' runs: FINALIST_STEPS steps each, the --realtime prefix on every run, each
+    finalist's work, idle, sleeps and tp wait, and the gap's split printed under the verdict."""
+
+    def setUp(self):
+        self.saved = (bf.measure, bf.loadavg)
+        self.calls = []
+        walls = {1: 0.066, 2: 0.060, 3: 0.063}
+
+        def fake(binary, out, ranks, k, steps, prefix=(), detail=None):
+            self.calls.append((k["id"], steps, tuple(prefix)))
+            detail.update(sleeps=45.0 if k["id"] == 1 else 10.0, tp_wait_s=0.0104)
+            return walls[k["id"]], 0.059
+        bf.measure, bf.loadavg = fake, lambda: 1.0
+
+    def tearDown(self):
+        bf.measure, bf.loadavg = self.saved
+
+    def test_every_finalist_run_has_the_steps_and_the_prefix(self):
+        results = [(i, 0.06, 0.06, 0.059, {"id": i + 1}) for i in range(3)]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            bf.remeasure_finalists("mt", "out", results, prefix=["chrt", "-f", "10"])
+        self.assertEqual(len(self.calls), 3 * bf.FINALIST_ROUNDS)
+        self.assertTrue(all(c[1] == bf.FINALIST_STEPS == 20 for c in self.calls))
+        self.assertTrue(all(c[2] == ("chrt", "-f", "10") for c in self.calls))
+        text = out.getvalue()
+        self.assertIn("first choice +10.0%", text)
+        self.assertIn("the gap in two: work +0.0% (cpu-time estimate", text)
+        self.assertIn("idle +6.0 ms", text)
+        self.assertIn("idle 7.0  sleeps 45 per rank and step  tp wait 10.4 ms (rank 0)", text)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 measured one, for many layouts from one calibration.
 
 Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate-seconds S]
-       [--steps N] [--rounds R] [--spread X] [--brute-force [--brute-arch llama|gpt2] [--limit N]]
+       [--steps N] [--rounds R] [--spread X]
+       [--brute-force [--brute-arch llama|gpt2] [--limit N] [--realtime]]
        [--model medium|tiny] [--only NAME,NAME] [--check-every N]
 
 1. `meshtrain plan --calibrate` writes OUT_DIR/local.toml (skipped when it exists).
@@ -21,8 +22,10 @@ Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate
    to a check outside it are listed, and the error figures are also given without them.
 3. --brute-force: every valid 4-rank layout is measured and the planner's first choice is
    compared with the best measured one; then the first choice and the 5 best measured are
-   run again, 3 interleaved rounds each, and compared by their medians (the best of many
-   single noisy runs is biased low).
+   run again, 5 interleaved rounds of 20 steps each, and compared by their medians (the best
+   of many single noisy runs is biased low), the first choice's gap split into work and
+   idle. --realtime runs every brute-force step under SCHED_FIFO (chrt -f 10): a diagnostic
+   that takes other programs and the normal scheduler's placement out of the measurement.
 The load average is printed before and after: on a shared machine a high load makes the
 measurement, not the model, the larger error.
 """
@@ -96,7 +99,7 @@ def main():
                         "--profile", profile], check=True)
     if "--brute-force" in sys.argv:
         brute_force(binary, out, profile, steps, arg("--brute-arch", "llama"),
-                    arg("--limit", None, int))
+                    arg("--limit", None, int), "--realtime" in sys.argv)
         return
     closed_loop(binary, out, profile, steps)
 

@@ -29,6 +29,25 @@ def proc_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rank_sleeps(pid):
+    """(voluntary context switches so far summed over the process's rank threads, their
+    count): each is a rank that blocked (a collective's or a receive's waiter that slept,
+    comm/local/doorbell.h), and on an otherwise idle core a wake-up to pay."""
+    total, threads = 0, 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if not f.read().startswith("mt rank"):
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = f.read()
+        except OSError:
+            continue
+        total += int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+        threads += 1
+    return total, threads
+
+
 def step_lines(path):
     try:
         with open(path) as f:
@@ -37,7 +56,7 @@ def step_lines(path):
         return []
 
 
-def measure(binary, out, ranks, k, steps, skip=2, extra=()):
+def measure(binary, out, ranks, k, steps, skip=2, extra=(), prefix=(), detail=None):
     """One run of `steps` steps. Wall: the median step_time_s the engine records after the
     first `skip` (warm-up: page faults, oneDNN primitive creation). CPU: the process's CPU
     seconds (every rank thread) between the moment step `skip` is written to the metrics
@@ -45,11 +64,15 @@ def measure(binary, out, ranks, k, steps, skip=2, extra=()):
     and teardown are left out), per step, divided by the threads that can run at once
     (min(ranks, cores)): what a step would take on an idle machine with every rank busy.
     On a loaded machine wall time measures the load; the CPU estimate much less so (it
-    still grows with cache and memory-bandwidth contention)."""
+    still grows with cache and memory-bandwidth contention). `prefix` runs the binary under a
+    command that execs it (brute_force.py's --realtime: chrt), so the pid read is the run's.
+    `detail` (a dict), when given, receives between the same two moments the rank threads'
+    sleeps per rank and step ("sleeps", rank_sleeps) and rank 0's median tp wait per step
+    from the metrics ("tp_wait_s"); nan where the poll did not see both moments."""
     metrics = os.path.join(out, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    p = subprocess.Popen([binary, "train", "--steps", str(steps), "--quiet", "--metrics",
+    p = subprocess.Popen(list(prefix) + [binary, "train", "--steps", str(steps), "--quiet", "--metrics",
                           metrics, "--lr-schedule", "constant", "--peak-gflops", "100"] + lay.MODEL +
                          lay.knob_args(k, False) + list(extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
@@ -71,16 +94,23 @@ def measure(binary, out, ranks, k, steps, skip=2, extra=()):
             size += len(chunk)
             lines += chunk.count(b'"step_time_s"')
             if c0 is None and lines >= skip:
-                c0 = (proc_cpu_seconds(p.pid), lines)
+                c0 = (proc_cpu_seconds(p.pid), lines, rank_sleeps(p.pid) if detail is not None else None)
             if c1 is None and lines >= steps:
-                c1 = (proc_cpu_seconds(p.pid), lines)
+                c1 = (proc_cpu_seconds(p.pid), lines, rank_sleeps(p.pid) if detail is not None else None)
         except OSError:
             continue
     err = p.communicate()[1]
     if p.returncode != 0:
         raise SystemExit(err)
-    times = [j["step_time_s"] for j in step_lines(metrics)]
+    lines_json = step_lines(metrics)
+    times = [j["step_time_s"] for j in lines_json]
     wall = statistics.median(times[skip:] if len(times) > skip else times)
+    if detail is not None:
+        waits = [j.get("tp_comm_wait_s", 0.0) for j in lines_json[skip:]]
+        detail["tp_wait_s"] = statistics.median(waits) if waits else float("nan")
+        detail["sleeps"] = float("nan")
+        if c0 is not None and c1 is not None and c1[1] > c0[1] and c1[2][1] > 0:
+            detail["sleeps"] = (c1[2][0] - c0[2][0]) / (c1[1] - c0[1]) / c1[2][1]
     if c0 is None or c1 is None or c1[1] <= c0[1]:
         return wall, float("nan")
     per_step = (c1[0] - c0[0]) / (c1[1] - c0[1])

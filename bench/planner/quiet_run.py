@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import loop_layouts  # noqa: E402
-from brute_force import FINALIST_ROUNDS, brute_candidates  # noqa: E402
+from brute_force import FINALIST_ROUNDS, FINALIST_STEPS, brute_candidates  # noqa: E402
 from loop_layouts import LAYOUTS, resolve  # noqa: E402
 from loop_measure import loadavg, measure, predict  # noqa: E402
 
@@ -103,10 +103,10 @@ def estimate(binary, out, profile, only, steps, rounds, brute_steps, brute_limit
         cands = cands[:brute_limit]
     times = [c["predicted"]["step_time_s"] for c in cands]
     brute = sum(start + brute_steps * t for t in times)
-    # The finalists: the first choice and the 5 best measured, FINALIST_ROUNDS rounds of >= 10
-    # steps.
+    # The finalists: the first choice and the 5 best measured, FINALIST_ROUNDS rounds of
+    # FINALIST_STEPS steps.
     finalists = min(6, len(times))
-    brute += finalists * FINALIST_ROUNDS * (start + max(brute_steps, 10) * min(times))
+    brute += finalists * FINALIST_ROUNDS * (start + FINALIST_STEPS * min(times))
     return start, len(chosen), loop, len(cands), brute
 
 
@@ -164,7 +164,7 @@ def summary(loop_text, brute_text):
                 r"^drift: .*$", r"^wall, the layouts measured within .*$",
                 r"^only \d+ round.*$"):
         got += re.findall(pat, loop_text, re.M)
-    for pat in (r"^wall: planner's #1 .*$", r"^re-measured \(.*$"):
+    for pat in (r"^wall: planner's #1 .*$", r"^re-measured \(.*$", r"^the gap in two: .*$"):
         got += re.findall(pat, brute_text, re.M)
     return got
 
@@ -193,7 +193,8 @@ def main():
                                              brute_steps, brute_limit)
     print(f"quiet_run: estimate: closed loop {n} layouts x {rounds} rounds x {steps} steps "
           f"{loop_s / 60:.1f} min (+ up to 60% where rounds spread and are re-measured); brute "
-          f"force {nb} layouts x {brute_steps} steps + up to 6 finalists x {FINALIST_ROUNDS} rounds "
+          f"force {nb} layouts x {brute_steps} steps + up to 6 finalists x {FINALIST_ROUNDS} rounds x "
+          f"{FINALIST_STEPS} steps "
           f"{brute_s / 60:.1f} min; start-up {start:.2f} s a run", flush=True)
     if "--estimate-only" in sys.argv:
         return
