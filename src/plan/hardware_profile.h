@@ -184,6 +184,12 @@ struct HardwareProfile {
   // over them, and the causal half of the score and value products skipped. The Llama
   // block is flash attention in every software (this engine's included).
   bool flash_attention = false;
+  // The fused attention kernel's published rate, as fractions of the bf16 peak, forward and
+  // backward, over FlashAttention's count (the causal half; backward 2.5x forward): where the
+  // software's kernel has a published figure at the runs' shape (cost_model.cpp,
+  // gemm_attention_core). 0: the core priced as batched GEMMs with K = the head width at the
+  // preset's GEMM efficiency (on H100 at head width 128, 297 TFLOP/s: FlashAttention-2's).
+  double attention_fwd_of_peak = 0, attention_bwd_of_peak = 0;
   // ZeRO 1/2: fraction of the all-gather of the updated parameters that hides under the
   // next step's forward (Megatron-Core's --overlap-param-gather, FSDP's prefetch).
   double param_gather_overlap = 0;

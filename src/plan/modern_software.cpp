@@ -40,6 +40,10 @@ SoftwareTable llama3_2024() {
        {"cp_allgather", 1, "all-gather based CP: K/V gathered, then local attention (3.3.2)"},
        {"paper_memory", 1, kKorthikantiMemory},
        {"flash_attention", 1, "fused attention (no s x s tensors), causal blocks skipped"},
+       {"attention_fwd_of_peak", 0,
+        "the kernel not stated (3.3): the GEMM model, on H100 at head width 128 about "
+        "FlashAttention-2's published rate (its README's H100 figure, causal, 4K: 294 TFLOP/s)"},
+       {"attention_bwd_of_peak", 0, "the kernel not stated (3.3): the GEMM model"},
        {"param_gather_overlap", 1, "FSDP's parameter all-gather prefetched under compute"},
        {"zero3_prefetch", 1, "FSDP prefetches one layer ahead"},
        {"a2a_overlap_parts", 1, "no MoE in Llama 3"},
@@ -103,6 +107,8 @@ SoftwareTable deepseek_v3_2024() {
        {"flash_attention", 1,
         "fused attention (the kernel not stated; attention operators at BF16/FP32, 3.3.1); MLA "
         "with --attention mla (else planned as MHA of --heads x --head-dim)"},
+       {"attention_fwd_of_peak", 0, "DeepSeek's attention kernel and its rate not stated"},
+       {"attention_bwd_of_peak", 0, "DeepSeek's attention kernel and its rate not stated"},
        {"param_gather_overlap", 0, kNotStated},
        {"zero3_prefetch", 1, "ZeRO-1 only"},
        {"a2a_overlap_parts", 1, "outside the F&B pairs the all-to-alls are not split"},
@@ -171,6 +177,10 @@ SoftwareTable megatron_bridge_2025() {
        {"flash_attention", 1,
         "Transformer Engine's fused attention; DeepSeek-V3's MLA with --attention mla (else "
         "planned as MHA of --heads x --head-dim)"},
+       {"attention_fwd_of_peak", 0,
+        "Transformer Engine prefers cuDNN's fused attention on Hopper, but no published cuDNN "
+        "rate at MLA's head widths (q/k 192, v 128) was found: the GEMM model"},
+       {"attention_bwd_of_peak", 0, "as attention_fwd_of_peak: the GEMM model"},
        {"param_gather_overlap", 0, "overlap_param_gather not set by the recipe"},
        {"zero3_prefetch", 1, "no ZeRO 3"},
        {"a2a_overlap_parts", 1, "moe_a2a_overlap = False (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1)"},
@@ -258,6 +268,14 @@ SoftwareTable megatron_core_2024() {
            {"paper_memory", 1, kKorthikantiMemory},
            {"flash_attention", 1,
             "--transformer-impl transformer_engine (arguments.py default): TE's fused attention"},
+           {"attention_fwd_of_peak", 542.3 / 989,
+            "cuDNN's fused attention: Transformer Engine v1.7 (attention.py) drops flash-attn "
+            "for FusedAttention's F16_arbitrary_seqlen backend on sm90; NVIDIA cudnn-frontend "
+            "benchmark/benchmark_results.csv (commit b740542, 2024-05-07, cuDNN 9.1.0, BF16, "
+            "causal, 4 x 16 heads x 4096 x 128, no dropout): 542.3 TFLOP/s forward (the "
+            "FlashAttention-3 paper's H100 SXM5 figure, same shape: 518)"},
+           {"attention_bwd_of_peak", 443.6 / 989,
+            "the same cudnn-frontend row: 443.6 TFLOP/s backward (2.5x the forward's count)"},
            {"param_gather_overlap", 1,
             "--overlap-param-gather (README): the next step's forward pre-hooks wait on each "
             "bucket's all-gather"},
@@ -322,6 +340,11 @@ SoftwareTable megascale_2024() {
            {"cp_allgather", 0, "no context parallelism stated"},
            {"paper_memory", 1, kKorthikantiMemory},
            {"flash_attention", 1, "3.3 Efficient operators: FlashAttention-2"},
+           {"attention_fwd_of_peak", 155.0 / 312,
+            "FlashAttention-2 on A100 SXM4 (flash-attention README, "
+            "assets/flash2_a100_fwd_bwd_benchmark.png, 2023-07-17): causal, head width 128, "
+            "2K: 155 TFLOP/s forward + backward (one figure for both passes)"},
+           {"attention_bwd_of_peak", 155.0 / 312, "the same figure (forward + backward)"},
            {"param_gather_overlap", 1,
             "3.2: each chunk's all-gather triggered before its forward, the first prefetched at "
             "the start of the iteration under data loading"},

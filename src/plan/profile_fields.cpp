@@ -55,6 +55,8 @@ std::vector<ProfileField> software_fields() {
           {"cp_allgather", &H::cp_allgather},
           {"paper_memory", &H::paper_memory},
           {"flash_attention", &H::flash_attention},
+          {"attention_fwd_of_peak", &H::attention_fwd_of_peak, 0, 1},
+          {"attention_bwd_of_peak", &H::attention_bwd_of_peak, 0, 1},
           {"param_gather_overlap", &H::param_gather_overlap, 0, 1},
           {"zero3_prefetch", &H::zero3_prefetch, 0, 64},
           {"a2a_overlap_parts", &H::a2a_overlap_parts, 1, 64},
