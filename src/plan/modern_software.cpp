@@ -45,6 +45,9 @@ SoftwareTable llama3_2024() {
         "FlashAttention-2's published rate (its README's H100 figure, causal, 4K: 294 TFLOP/s)"},
        {"attention_bwd_of_peak", 0, "the kernel not stated (3.3): the GEMM model"},
        {"param_gather_overlap", 1, "FSDP's parameter all-gather prefetched under compute"},
+       {"param_gather_bytes", 2,
+        "BF16 parameters gathered (3.3.2 names FP32 for the gradients' accumulation and "
+        "reduce-scatter only; the all-gather's dtype is not stated)"},
        {"zero3_prefetch", 1, "FSDP prefetches one layer ahead"},
        {"a2a_overlap_parts", 1, "no MoE in Llama 3"},
        {"fb_a2a_overlap", 0, "no MoE in Llama 3"},
@@ -110,6 +113,7 @@ SoftwareTable deepseek_v3_2024() {
        {"attention_fwd_of_peak", 0, "DeepSeek's attention kernel and its rate not stated"},
        {"attention_bwd_of_peak", 0, "DeepSeek's attention kernel and its rate not stated"},
        {"param_gather_overlap", 0, kNotStated},
+       {"param_gather_bytes", 4, kNotStated},
        {"zero3_prefetch", 1, "ZeRO-1 only"},
        {"a2a_overlap_parts", 1, "outside the F&B pairs the all-to-alls are not split"},
        {"fb_a2a_overlap", 1,
@@ -182,6 +186,8 @@ SoftwareTable megatron_bridge_2025() {
         "rate at MLA's head widths (q/k 192, v 128) was found: the GEMM model"},
        {"attention_bwd_of_peak", 0, "as attention_fwd_of_peak: the GEMM model"},
        {"param_gather_overlap", 0, "overlap_param_gather not set by the recipe"},
+       {"param_gather_bytes", 2,
+        "Megatron-Core's distributed optimizer gathers the bf16 model parameters' buffer"},
        {"zero3_prefetch", 1, "no ZeRO 3"},
        {"a2a_overlap_parts", 1, "moe_a2a_overlap = False (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1)"},
        {"fb_a2a_overlap", 0, "no DualPipe (1f1b / interleaved only)"},
@@ -277,8 +283,14 @@ SoftwareTable megatron_core_2024() {
            {"attention_bwd_of_peak", 443.6 / 989,
             "the same cudnn-frontend row: 443.6 TFLOP/s backward (2.5x the forward's count)"},
            {"param_gather_overlap", 1,
-            "--overlap-param-gather (README): the next step's forward pre-hooks wait on each "
-            "bucket's all-gather"},
+            "--overlap-param-gather (README): zero_grad() dispatches the first bucket's "
+            "all-gather and each forward pre-hook waits on its bucket and only then dispatches "
+            "the next (core/optimizer/distrib_optimizer.py at f2e5db402c, "
+            "_finish_param_sync_helper): the gathers run one after another under the first "
+            "microbatch's forward"},
+           {"param_gather_bytes", 2,
+            "_dispatch_gather_model_params all-gathers the model parameters' buffer (pbuf), "
+            "bf16 under --bf16; the fp32 main parameters stay sharded"},
            {"zero3_prefetch", 1, "no ZeRO 3"},
            {"a2a_overlap_parts", 1, "no MoE in the table"},
            {"fb_a2a_overlap", 0, "no MoE in the table"},
@@ -348,6 +360,9 @@ SoftwareTable megascale_2024() {
            {"param_gather_overlap", 1,
             "3.2: each chunk's all-gather triggered before its forward, the first prefetched at "
             "the start of the iteration under data loading"},
+           {"param_gather_bytes", 2,
+            "Megatron-LM's distributed optimizer gathers the 16-bit model parameters (not "
+            "stated)"},
            {"zero3_prefetch", 1, "no ZeRO 3"},
            {"a2a_overlap_parts", 1, kNoMoeHere},
            {"fb_a2a_overlap", 0, kNoMoeHere},

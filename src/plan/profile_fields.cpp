@@ -58,6 +58,7 @@ std::vector<ProfileField> software_fields() {
           {"attention_fwd_of_peak", &H::attention_fwd_of_peak, 0, 1},
           {"attention_bwd_of_peak", &H::attention_bwd_of_peak, 0, 1},
           {"param_gather_overlap", &H::param_gather_overlap, 0, 1},
+          {"param_gather_bytes", &H::param_gather_bytes, 1e-3, 64},
           {"zero3_prefetch", &H::zero3_prefetch, 0, 64},
           {"a2a_overlap_parts", &H::a2a_overlap_parts, 1, 64},
           {"fb_a2a_overlap", &H::fb_a2a_overlap},
