@@ -212,6 +212,22 @@ SoftwareTable megatron_bridge_2025() {
       kMegatronNoDualPipe};
 }
 
+// Megatron-Core r0.8.0's attention kernel and parameter gather (issue #30, stop 44).
+constexpr const char* kMcoreCudnnForward =
+    "cuDNN's fused attention: Transformer Engine v1.7 (attention.py) drops flash-attn for "
+    "FusedAttention's F16_arbitrary_seqlen backend on sm90; NVIDIA cudnn-frontend "
+    "benchmark/benchmark_results.csv (commit b740542, 2024-05-07, cuDNN 9.1.0, BF16, causal, "
+    "4 x 16 heads x 4096 x 128, no dropout): 542.3 TFLOP/s forward (the FlashAttention-3 "
+    "paper's H100 SXM5 figure, same shape: 518)";
+constexpr const char* kMcoreParamGather =
+    "--overlap-param-gather (README): zero_grad() dispatches the first bucket's all-gather and "
+    "each forward pre-hook waits on its bucket and only then dispatches the next "
+    "(core/optimizer/distrib_optimizer.py at f2e5db402c, _finish_param_sync_helper): the "
+    "gathers run one after another under the first microbatch's forward";
+constexpr const char* kMcoreParamBytes =
+    "_dispatch_gather_model_params all-gathers the model parameters' buffer (pbuf), bf16 under "
+    "--bf16; the fp32 main parameters stay sharded";
+
 // Megatron-Core r0.8.0 as Megatron-LM's README ran its H100 weak-scaling table (commit
 // f2e5db402c, 2024-07-15, "New scaling figures on H100 GPUs"; images/model_table.png): GPT
 // models with a 131,072 vocabulary at sequence 4,096, BF16 (MFU against the BF16 peak; FP8
@@ -274,23 +290,11 @@ SoftwareTable megatron_core_2024() {
            {"paper_memory", 1, kKorthikantiMemory},
            {"flash_attention", 1,
             "--transformer-impl transformer_engine (arguments.py default): TE's fused attention"},
-           {"attention_fwd_of_peak", 542.3 / 989,
-            "cuDNN's fused attention: Transformer Engine v1.7 (attention.py) drops flash-attn "
-            "for FusedAttention's F16_arbitrary_seqlen backend on sm90; NVIDIA cudnn-frontend "
-            "benchmark/benchmark_results.csv (commit b740542, 2024-05-07, cuDNN 9.1.0, BF16, "
-            "causal, 4 x 16 heads x 4096 x 128, no dropout): 542.3 TFLOP/s forward (the "
-            "FlashAttention-3 paper's H100 SXM5 figure, same shape: 518)"},
+           {"attention_fwd_of_peak", 542.3 / 989, kMcoreCudnnForward},
            {"attention_bwd_of_peak", 443.6 / 989,
             "the same cudnn-frontend row: 443.6 TFLOP/s backward (2.5x the forward's count)"},
-           {"param_gather_overlap", 1,
-            "--overlap-param-gather (README): zero_grad() dispatches the first bucket's "
-            "all-gather and each forward pre-hook waits on its bucket and only then dispatches "
-            "the next (core/optimizer/distrib_optimizer.py at f2e5db402c, "
-            "_finish_param_sync_helper): the gathers run one after another under the first "
-            "microbatch's forward"},
-           {"param_gather_bytes", 2,
-            "_dispatch_gather_model_params all-gathers the model parameters' buffer (pbuf), "
-            "bf16 under --bf16; the fp32 main parameters stay sharded"},
+           {"param_gather_overlap", 1, kMcoreParamGather},
+           {"param_gather_bytes", 2, kMcoreParamBytes},
            {"zero3_prefetch", 1, "no ZeRO 3"},
            {"a2a_overlap_parts", 1, "no MoE in the table"},
            {"fb_a2a_overlap", 0, "no MoE in the table"},
