@@ -3,11 +3,11 @@
 
 Usage: python3 bench/planner/published_runs.py build/meshtrain [--ablate]
 
---ablate: the same check (the A100 rows, N21 and K22) with each mechanism of the software
-profile (and the GEMM wave model) switched off in turn, through --hardware-file copies of the
-a100-80gb preset; the
-first row ("nothing") must reproduce the preset's predictions exactly (checked), so the
-copy cannot drift from src/plan/hardware_profile.cpp unnoticed.
+--ablate: the same check with each mechanism of the software profile (and the GEMM wave
+model) switched off in turn, through --hardware-file copies of the presets: the A100 rows (N21
+and K22) on a100-80gb, then the H100 rows (MC24) on h100-80gb with megatron-core-2024's
+mechanisms; each table's first row ("nothing") must reproduce the preset's predictions exactly
+(checked), so the copies cannot drift from src/plan/hardware_profile.cpp unnoticed.
 
 For each run, `meshtrain plan --hardware a100-80gb` is given the published model, global
 batch, GPU count and the layout knobs the paper states (tp, pp, dp, recomputation, sequence
@@ -138,9 +138,51 @@ ABLATIONS = [
 ]
 
 
-def a100_toml(sms, software_name, extra):
+# The h100-80gb preset as a hardware file, for --ablate's MC24 rows.
+H100_TOML = """[hardware]
+name = "h100-80gb-copy"
+devices_per_node = 8
+memory_bytes = 85899345920
+peak_fp32 = 494.5e12
+peak_bf16 = 989e12
+peak_fp8 = 1979e12
+gemm_efficiency = 0.75
+gemm_half_dim = 192
+sms = {sms}
+memory_bw = 2847500000000
+kernel_overhead_s = 4e-6
+intra_busbw = 370e9
+intra_latency_s = 8e-6
+inter_busbw = 45e9
+inter_latency_s = 15e-6
+p2p_bw_intra = 360e9
+p2p_bw_inter = 45e9
+software = "{software}"
+{extra}
+"""
+
+# megatron-core-2024's mechanisms, each switched back in turn (MC24 rows).
+H100_ABLATIONS = [
+    ("nothing", "", 132),
+    ("wave quantisation (sms = 0)", "", 0),
+    ("cuDNN attention rate (GEMM model)", "attention_fwd_of_peak = 0\nattention_bwd_of_peak = 0",
+     132),
+    ("param gather: fp32 bytes, hidden", "param_gather_bytes = 4\nparam_gather_overlap = 1",
+     132),
+    ("param gather not overlapped", "param_gather_overlap = 0", 132),
+    ("dp reduction after the pipeline", "dp_overlap = 0", 132),
+    ("dropout", "dropout = false", 132),
+    ("fp32 cross-entropy", "fp32_cross_entropy = false", 132),
+    ("tp comm overlap (TE userbuffers)", "tp_comm_overlap = false", 132),
+    ("tp backward overlap", "tp_backward_overlap = false\ntp_comm_overlap = false", 132),
+    ("optimizer passes (32 B)", "optimizer_bytes = 32", 132),
+    ("collective latency (-> 0)", "inter_latency_s = 0\nintra_latency_s = 0", 132),
+]
+
+
+def a100_toml(sms, software_name, extra, template=A100_TOML):
     """The preset as a file; a line of `extra` whose key the preset has replaces that line."""
-    lines = A100_TOML.format(sms=sms, software=software_name, extra="").splitlines()
+    lines = template.format(sms=sms, software=software_name, extra="").splitlines()
     for change in filter(None, extra.splitlines()):
         key = change.split("=")[0].strip()
         at = [i for i, line in enumerate(lines) if line.split("=")[0].strip() == key]
@@ -223,6 +265,32 @@ def ablate(binary):
                 cells.append(f"{sum(map(abs, e)) / len(e):9.1%} {max(map(abs, e)):6.1%} "
                              f"{sum(e) / len(e):+7.1%}")
             print(f"{label:34} {cells[0]}   {cells[1]}")
+    ablate_h100(binary)
+
+
+def ablate_h100(binary):
+    """megatron-core-2024's mechanisms switched off in turn on the MC24 rows (searched: the
+    runs' micro-batch and schedule are not published): mean |error|, max, signed mean."""
+    runs = [run for run in RUNS if run[0] == "MC24"]
+    preset = [predict(binary, lambda src: ["--hardware", "h100-80gb", "--software",
+                                           software(src)], run) for run in runs]
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"\n{'switched off (MC24, h100-80gb)':34} {'mean':>9} {'max':>6} {'signed':>7}"
+              f"   per row")
+        for label, extra, sms in H100_ABLATIONS:
+            path = os.path.join(tmp, "h100.toml")
+            with open(path, "w") as f:
+                f.write(a100_toml(sms, "megatron-core-2024", extra, H100_TOML))
+            errs = []
+            for run, ref in zip(runs, preset):
+                pub, pred, _ = predict(binary, lambda src: ["--hardware-file", path], run)
+                if label == "nothing" and abs(pred / ref[1] - 1) > 1e-9:
+                    sys.exit(f"the h100 copy in this script no longer matches the preset "
+                             f"({run[1]}: {pred} vs {ref[1]}); update H100_TOML")
+                errs.append(pred / pub - 1)
+            rows = " ".join(f"{e:+.1%}" for e in errs)
+            print(f"{label:34} {sum(map(abs, errs)) / len(errs):9.1%} "
+                  f"{max(map(abs, errs)):6.1%} {sum(errs) / len(errs):+7.1%}   {rows}")
 
 
 def main():

@@ -100,6 +100,16 @@ Passes gemm_attention_core(const CostContext& c) {
   // s x s tensor in memory; its backward recomputes the scores: 5 products to forward's 2
   // (Dao 2023, FlashAttention-2, Algorithm 2).
   const double keys = s / 2;
+  const HardwareProfile& hw = c.r.hardware;
+  if (hw.attention_fwd_of_peak > 0 && hw.attention_bwd_of_peak > 0 &&
+      c.l.precision == Precision::bf16) {
+    // The software's fused kernel at its published rate, which holds its tiling, softmax
+    // and masking: FlashAttention's count (the benchmarks' own) over that rate.
+    const double flops = 2 * sq * keys * (hd + hv) * heads;
+    p.forward = flops / (hw.peak_bf16 * hw.attention_fwd_of_peak) + R.overhead_s;
+    p.backward = 2.5 * flops / (hw.peak_bf16 * hw.attention_bwd_of_peak) + R.overhead_s;
+    return p;
+  }
   p.forward = linear_gemm(c, R, sq, keys, hd, heads) + linear_gemm(c, R, sq, hv, keys, heads);
   p.backward = 2.5 * p.forward;
   return p;

@@ -110,7 +110,8 @@ Passes attention_projections(const CostContext& c);
 // The attention core as batched GEMMs over b a / t heads (QK^T over qk-wide heads, PV over
 // v-wide ones: s/cp queries against s keys) and a softmax pass; its backward twice its forward (dP,
 // dV, then dQ, dK; softmax backward). FlashAttention (c.flash): the causal half of the products, no
-// softmax pass, backward 2.5x. W: none.
+// softmax pass, backward 2.5x; under a bf16 plan whose software gives its kernel's published
+// rate (attention_fwd_of_peak / _bwd_of_peak), that count at that rate. W: none.
 Passes gemm_attention_core(const CostContext& c);
 Passes norms_and_residuals(const CostContext& c);  // two Layer/RMSNorms, two residual adds
 // fc, GELU, proj (GPT) or gate|up, SwiGLU, down (Llama), tp-split.

@@ -184,9 +184,19 @@ struct HardwareProfile {
   // over them, and the causal half of the score and value products skipped. The Llama
   // block is flash attention in every software (this engine's included).
   bool flash_attention = false;
-  // ZeRO 1/2: fraction of the all-gather of the updated parameters that hides under the
-  // next step's forward (Megatron-Core's --overlap-param-gather, FSDP's prefetch).
+  // The fused attention kernel's published rate, as fractions of the bf16 peak, forward and
+  // backward, over FlashAttention's count (the causal half; backward 2.5x forward): where the
+  // software's kernel has a published figure at the runs' shape (cost_model.cpp,
+  // gemm_attention_core). 0: the core priced as batched GEMMs with K = the head width at the
+  // preset's GEMM efficiency (on H100 at head width 128, 297 TFLOP/s: FlashAttention-2's).
+  double attention_fwd_of_peak = 0, attention_bwd_of_peak = 0;
+  // ZeRO 1/2: the all-gather of the updated parameters, param_gather_bytes per element (the
+  // parameters' own dtype: 2 where the software keeps bf16 model weights beside fp32 master
+  // ones), and whether it runs under the next step's first microbatch's forward
+  // (Megatron-Core's --overlap-param-gather, FSDP's prefetch): a fraction of that forward
+  // hides it, the rest of the gather stays exposed (time_model.cpp, dp_exposed).
   double param_gather_overlap = 0;
+  double param_gather_bytes = 4;
   // ZeRO 3: layers whose parameters are gathered ahead of the one computing (1: the next
   // layer's gather runs under this layer's compute; 0: none ahead, every gather exposed).
   int zero3_prefetch = 1;

@@ -40,7 +40,14 @@ SoftwareTable llama3_2024() {
        {"cp_allgather", 1, "all-gather based CP: K/V gathered, then local attention (3.3.2)"},
        {"paper_memory", 1, kKorthikantiMemory},
        {"flash_attention", 1, "fused attention (no s x s tensors), causal blocks skipped"},
+       {"attention_fwd_of_peak", 0,
+        "the kernel not stated (3.3): the GEMM model, on H100 at head width 128 about "
+        "FlashAttention-2's published rate (its README's H100 figure, causal, 4K: 294 TFLOP/s)"},
+       {"attention_bwd_of_peak", 0, "the kernel not stated (3.3): the GEMM model"},
        {"param_gather_overlap", 1, "FSDP's parameter all-gather prefetched under compute"},
+       {"param_gather_bytes", 2,
+        "BF16 parameters gathered (3.3.2 names FP32 for the gradients' accumulation and "
+        "reduce-scatter only; the all-gather's dtype is not stated)"},
        {"zero3_prefetch", 1, "FSDP prefetches one layer ahead"},
        {"a2a_overlap_parts", 1, "no MoE in Llama 3"},
        {"fb_a2a_overlap", 0, "no MoE in Llama 3"},
@@ -103,7 +110,10 @@ SoftwareTable deepseek_v3_2024() {
        {"flash_attention", 1,
         "fused attention (the kernel not stated; attention operators at BF16/FP32, 3.3.1); MLA "
         "with --attention mla (else planned as MHA of --heads x --head-dim)"},
+       {"attention_fwd_of_peak", 0, "DeepSeek's attention kernel and its rate not stated"},
+       {"attention_bwd_of_peak", 0, "DeepSeek's attention kernel and its rate not stated"},
        {"param_gather_overlap", 0, kNotStated},
+       {"param_gather_bytes", 4, kNotStated},
        {"zero3_prefetch", 1, "ZeRO-1 only"},
        {"a2a_overlap_parts", 1, "outside the F&B pairs the all-to-alls are not split"},
        {"fb_a2a_overlap", 1,
@@ -171,7 +181,13 @@ SoftwareTable megatron_bridge_2025() {
        {"flash_attention", 1,
         "Transformer Engine's fused attention; DeepSeek-V3's MLA with --attention mla (else "
         "planned as MHA of --heads x --head-dim)"},
+       {"attention_fwd_of_peak", 0,
+        "Transformer Engine prefers cuDNN's fused attention on Hopper, but no published cuDNN "
+        "rate at MLA's head widths (q/k 192, v 128) was found: the GEMM model"},
+       {"attention_bwd_of_peak", 0, "as attention_fwd_of_peak: the GEMM model"},
        {"param_gather_overlap", 0, "overlap_param_gather not set by the recipe"},
+       {"param_gather_bytes", 2,
+        "Megatron-Core's distributed optimizer gathers the bf16 model parameters' buffer"},
        {"zero3_prefetch", 1, "no ZeRO 3"},
        {"a2a_overlap_parts", 1, "moe_a2a_overlap = False (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1)"},
        {"fb_a2a_overlap", 0, "no DualPipe (1f1b / interleaved only)"},
@@ -195,6 +211,22 @@ SoftwareTable megatron_bridge_2025() {
        {"comm_sms", 0, "moe_a2a_overlap = False: the all-to-alls do not run beside computation"}},
       kMegatronNoDualPipe};
 }
+
+// Megatron-Core r0.8.0's attention kernel and parameter gather (issue #30, stop 44).
+constexpr const char* kMcoreCudnnForward =
+    "cuDNN's fused attention: Transformer Engine v1.7 (attention.py) drops flash-attn for "
+    "FusedAttention's F16_arbitrary_seqlen backend on sm90; NVIDIA cudnn-frontend "
+    "benchmark/benchmark_results.csv (commit b740542, 2024-05-07, cuDNN 9.1.0, BF16, causal, "
+    "4 x 16 heads x 4096 x 128, no dropout): 542.3 TFLOP/s forward (the FlashAttention-3 "
+    "paper's H100 SXM5 figure, same shape: 518)";
+constexpr const char* kMcoreParamGather =
+    "--overlap-param-gather (README): zero_grad() dispatches the first bucket's all-gather and "
+    "each forward pre-hook waits on its bucket and only then dispatches the next "
+    "(core/optimizer/distrib_optimizer.py at f2e5db402c, _finish_param_sync_helper): the "
+    "gathers run one after another under the first microbatch's forward";
+constexpr const char* kMcoreParamBytes =
+    "_dispatch_gather_model_params all-gathers the model parameters' buffer (pbuf), bf16 under "
+    "--bf16; the fp32 main parameters stay sharded";
 
 // Megatron-Core r0.8.0 as Megatron-LM's README ran its H100 weak-scaling table (commit
 // f2e5db402c, 2024-07-15, "New scaling figures on H100 GPUs"; images/model_table.png): GPT
@@ -258,9 +290,11 @@ SoftwareTable megatron_core_2024() {
            {"paper_memory", 1, kKorthikantiMemory},
            {"flash_attention", 1,
             "--transformer-impl transformer_engine (arguments.py default): TE's fused attention"},
-           {"param_gather_overlap", 1,
-            "--overlap-param-gather (README): the next step's forward pre-hooks wait on each "
-            "bucket's all-gather"},
+           {"attention_fwd_of_peak", 542.3 / 989, kMcoreCudnnForward},
+           {"attention_bwd_of_peak", 443.6 / 989,
+            "the same cudnn-frontend row: 443.6 TFLOP/s backward (2.5x the forward's count)"},
+           {"param_gather_overlap", 1, kMcoreParamGather},
+           {"param_gather_bytes", 2, kMcoreParamBytes},
            {"zero3_prefetch", 1, "no ZeRO 3"},
            {"a2a_overlap_parts", 1, "no MoE in the table"},
            {"fb_a2a_overlap", 0, "no MoE in the table"},
@@ -322,9 +356,17 @@ SoftwareTable megascale_2024() {
            {"cp_allgather", 0, "no context parallelism stated"},
            {"paper_memory", 1, kKorthikantiMemory},
            {"flash_attention", 1, "3.3 Efficient operators: FlashAttention-2"},
+           {"attention_fwd_of_peak", 155.0 / 312,
+            "FlashAttention-2 on A100 SXM4 (flash-attention README, "
+            "assets/flash2_a100_fwd_bwd_benchmark.png, 2023-07-17): causal, head width 128, "
+            "2K: 155 TFLOP/s forward + backward (one figure for both passes)"},
+           {"attention_bwd_of_peak", 155.0 / 312, "the same figure (forward + backward)"},
            {"param_gather_overlap", 1,
             "3.2: each chunk's all-gather triggered before its forward, the first prefetched at "
             "the start of the iteration under data loading"},
+           {"param_gather_bytes", 2,
+            "Megatron-LM's distributed optimizer gathers the 16-bit model parameters (not "
+            "stated)"},
            {"zero3_prefetch", 1, "no ZeRO 3"},
            {"a2a_overlap_parts", 1, kNoMoeHere},
            {"fb_a2a_overlap", 0, kNoMoeHere},

@@ -52,6 +52,8 @@ constexpr const char* kMegatronRecompute =
     "--recompute-granularity selective or full only (Korthikanti et al. 2022)";
 constexpr const char* kNoNodeLimit = "every routed row its own all-to-all message";
 constexpr const char* kNoCommSms = "no communication kernels beside computation";
+constexpr const char* kNoFusedAttention =
+    "no fused attention kernel: the core as batched GEMMs (flash_attention 0)";
 constexpr const char* kMegatronSoftmax =
     "fused scale-mask-softmax: the s x s probabilities are stored, the masked half computed";
 
@@ -84,7 +86,10 @@ const std::vector<SoftwareTable> kTables = {
        "this engine's own estimate of what it allocates (train/memory_estimate.h)"},
       {"flash_attention", 0,
        "the GPT block keeps its attention probabilities (the Llama block is flash attention)"},
+      {"attention_fwd_of_peak", 0, "the core as batched GEMMs at the preset's GEMM efficiency"},
+      {"attention_bwd_of_peak", 0, "the core as batched GEMMs at the preset's GEMM efficiency"},
       {"param_gather_overlap", 0, "ZeRO 1/2's all-gather of the updated parameters after the step"},
+      {"param_gather_bytes", 4, "the engine gathers its fp32 parameters (data_parallel.cpp)"},
       {"zero3_prefetch", 1,
        "two gather buffers (parallel/data_parallel/param_gathers.cpp): the next "
        "block's gather runs while this one computes"},
@@ -131,7 +136,10 @@ const std::vector<SoftwareTable> kTables = {
       {"cp_allgather", 0, kMegatronNoCp},
       {"paper_memory", 1, kKorthikantiMemory},
       {"flash_attention", 0, kMegatronSoftmax},
+      {"attention_fwd_of_peak", 0, kNoFusedAttention},
+      {"attention_bwd_of_peak", 0, kNoFusedAttention},
       {"param_gather_overlap", 0, kNoZero3},
+      {"param_gather_bytes", 2, "no ZeRO: nothing gathered (16-bit model weights)"},
       {"zero3_prefetch", 1, kNoZero3},
       {"a2a_overlap_parts", 1, kNoMoe},
       {"fb_a2a_overlap", 0, kNoMoe},
@@ -179,7 +187,10 @@ const std::vector<SoftwareTable> kTables = {
       {"cp_allgather", 0, kMegatronNoCp},
       {"paper_memory", 1, kKorthikantiMemory},
       {"flash_attention", 0, kMegatronSoftmax},
+      {"attention_fwd_of_peak", 0, kNoFusedAttention},
+      {"attention_bwd_of_peak", 0, kNoFusedAttention},
       {"param_gather_overlap", 0, kNoZero3},
+      {"param_gather_bytes", 2, "no ZeRO: nothing gathered (16-bit model weights)"},
       {"zero3_prefetch", 1, kNoZero3},
       {"a2a_overlap_parts", 1, kNoMoe},
       {"fb_a2a_overlap", 0, kNoMoe},
@@ -227,7 +238,10 @@ const std::vector<SoftwareTable> kTables = {
       {"cp_allgather", 0, "the engine's default --cp-comm ring"},
       {"paper_memory", 0, "the engine's estimate, matched to its memory records"},
       {"flash_attention", 0, "the engine's attention kernel, as calibrated"},
+      {"attention_fwd_of_peak", 0, "the engine's attention kernel at its calibrated rate"},
+      {"attention_bwd_of_peak", 0, "the engine's attention kernel at its calibrated rate"},
       {"param_gather_overlap", 0, "collectives on the ranks' own cores"},
+      {"param_gather_bytes", 4, "the engine gathers its fp32 parameters (data_parallel.cpp)"},
       {"zero3_prefetch", 1, "two gather buffers (param_gathers.cpp)"},
       {"a2a_overlap_parts", 1, "the expert all-to-alls exposed, as the engine runs them"},
       {"fb_a2a_overlap", 0, "DualPipe-V's F&B halves one after the other"},

@@ -106,8 +106,10 @@ void add_pipeline(const CostContext& c, const Schedule& schedule, int mb, Predic
 
 // One stage's gradient reduction over dp (experts over dp / ep): ZeRO 0 an all-reduce,
 // ZeRO 1/2 a reduce-scatter and, after the step, the all-gather of the updated parameters
-// (exposed); ZeRO 3 reduces per microbatch (add_zero3). dp_overlap of the reduction hides
-// under the last microbatch's backward (the earlier ones only accumulate).
+// (param_gather_bytes each), exposed but for param_gather_overlap of the next step's first
+// microbatch's forward, the only compute the gathers run under before the stage needs every
+// one of its parameters; ZeRO 3 reduces per microbatch (add_zero3). dp_overlap of the
+// reduction hides under the last microbatch's backward (the earlier ones only accumulate).
 double dp_exposed(const CostContext& c, const StageCosts& sc) {
   const Layout& l = c.l;
   const HardwareProfile& hw = c.r.hardware;
@@ -118,8 +120,9 @@ double dp_exposed(const CostContext& c, const StageCosts& sc) {
   if (d > 1 && l.zero == 0) reduce = collective_seconds(hw, Collective::all_reduce, dense, c.dp);
   if (d > 1 && (l.zero == 1 || l.zero == 2)) {
     reduce = collective_seconds(hw, Collective::reduce_scatter, dense, c.dp);
-    after =
-        collective_seconds(hw, Collective::all_gather, dense, c.dp) * (1 - hw.param_gather_overlap);
+    const double params = (sc.params - sc.expert_params) * hw.param_gather_bytes;
+    const double gather = collective_seconds(hw, Collective::all_gather, params, c.dp);
+    after = std::max(0.0, gather - hw.param_gather_overlap * sc.forward);
   }
   if (expert_dp > 1 && l.zero < 3)
     reduce += collective_seconds(hw, Collective::all_reduce, experts,
