@@ -30,7 +30,8 @@ but the two never meet: their phases drift apart); dp=2. Prints the medians of e
 phase's `cpu ms` (rank 0's thread CPU) and of the median step. A phase that grows from dp=1
 to the two processes grows because both cores are busy (shared L3, memory bandwidth); one
 that grows further at dp=2 grows because the meeting lines the ranks' phases up, so that
-their memory-bound passes (gradient zeroing, the norm's pass, AdamW) run at the same time.
+their memory-bound passes (AdamW above all) run at the same time; dp=2's "framework" also
+holds the local all-reduce's own sums, which run on the rank's thread.
 
   bench/bench_dp.py BUILD/meshtrain [--repeat 3] [--zero 0] [--phases] [-- extra flags]
   (weak scaling in bf16, issue #33: bench/bench_dp.py build/meshtrain --repeat 5 -- --precision bf16)
