@@ -23,7 +23,17 @@ rank while the other waits for it, a cost dp=1 (one idle core) never pays (issue
 Compare with --bind none (the operating system places the ranks) to see what the binding
 does: bench/bench_dp.py build/meshtrain --repeat 5 -- --precision bf16 --bind none
 
-  bench/bench_dp.py BUILD/meshtrain [--repeat 3] [--zero 0] [-- extra flags]
+--phases: where dp=2's step grows, per phase (issue #33, stop 44). Alternates `meshtrain
+bench step --breakdown` (--phase-steps steps, the same model and per-rank batch) in three
+forms: dp=1; two dp=1 processes at once, each held to a core of its own (both cores busy,
+but the two never meet: their phases drift apart); dp=2. Prints the medians of each
+phase's `cpu ms` (rank 0's thread CPU) and of the median step. A phase that grows from dp=1
+to the two processes grows because both cores are busy (shared L3, memory bandwidth); one
+that grows further at dp=2 grows because the meeting lines the ranks' phases up, so that
+their memory-bound passes (AdamW above all) run at the same time; dp=2's "framework" also
+holds the local all-reduce's own sums, which run on the rank's thread.
+
+  bench/bench_dp.py BUILD/meshtrain [--repeat 3] [--zero 0] [--phases] [-- extra flags]
   (weak scaling in bf16, issue #33: bench/bench_dp.py build/meshtrain --repeat 5 -- --precision bf16)
 """
 import argparse
@@ -137,6 +147,63 @@ def run(binary, flags, tmp, steps, sample=False):
     return tps, exposed, " ".join(cmd[1:]), evidence
 
 
+PHASES = ["gemm", "attention", "norm", "activation", "optimizer", "conversion", "embedding",
+          "framework"]
+
+
+def breakdown(text):
+    """{phase: cpu ms, "thread cpu": ms, "step": rank 0's median step ms, "wait": its median
+    comm wait} from a `bench step --breakdown` output."""
+    out = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 7 and f[0] in PHASES and f[2].endswith("%") and f[5] != "-":
+            out[f[0]] = float(f[5])
+        elif line.strip().startswith("rank thread cpu"):
+            out["thread cpu"] = float(f[3])
+        elif line.strip().startswith("rank 0: step"):
+            tail = line.split("median step")[1].split(",")
+            out["step"] = float(tail[0])
+            out["wait"] = float(tail[1].split()[-1])
+    return out
+
+
+def phase_run(binary, dp, batch, extra, steps, core=None):
+    """Starts one breakdown run (held to `core` when given); returns the process."""
+    cmd = ([binary, "bench", "step", "--breakdown"] + MODEL.split() +
+           ["--steps", str(steps), "--dp", str(dp), "--threads", "1", "--batch", str(batch)] + extra)
+    pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=pin)
+
+
+def phases(a):
+    """--phases: the three forms alternated a.repeat times; medians per phase."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        sys.exit("bench_dp: --phases needs two cores")
+    forms = {"dp=1": [], "2 x dp=1": [], "dp=2": []}
+    for _ in range(a.repeat):
+        for form, runs in forms.items():
+            if form == "2 x dp=1":
+                ps = [phase_run(a.binary, 1, a.batch // 2, a.extra, a.phase_steps, c)
+                      for c in cores[:2]]
+            else:
+                dp = 1 if form == "dp=1" else 2
+                ps = [phase_run(a.binary, dp, a.batch // 2 * dp, a.extra, a.phase_steps)]
+            for p in ps:
+                out, err = p.communicate()
+                if p.returncode != 0:
+                    sys.exit(f"failed ({p.returncode}): {' '.join(p.args)}\n{err[-2000:]}")
+                runs.append(breakdown(out))
+    print(f"cpu ms per step of rank 0 by phase, medians of {a.repeat} alternated runs "
+          f"({a.phase_steps} steps each; load average {os.getloadavg()[0]:.1f} at the end)")
+    print(f"  {'phase':12s}" + "".join(f"{f:>10s}" for f in forms) + "   dp=2 - dp=1")
+    for key in PHASES + ["thread cpu", "step", "wait"]:
+        med = [statistics.median(r.get(key, 0.0) for r in runs) for runs in forms.values()]
+        print(f"  {key:12s}" + "".join(f"{m:10.3f}" for m in med) + f"   {med[2] - med[0]:+.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
@@ -144,11 +211,16 @@ def main():
     ap.add_argument("--zero", type=int, default=0)
     ap.add_argument("--batch", type=int, default=8, help="global batch of the dp=2 run")
     ap.add_argument("--steps", type=int, default=12, help="steps per run (the first 3 are skipped)")
+    ap.add_argument("--phases", action="store_true",
+                    help="per-phase cpu of dp=1, two dp=1 processes at once and dp=2")
+    ap.add_argument("--phase-steps", type=int, default=30, help="steps per --phases run")
     ap.add_argument("extra", nargs="*")
     # Flags for meshtrain may follow "--" (e.g. -- --precision bf16), which argparse leaves
     # unparsed after the positionals.
     a, rest = ap.parse_known_args()
     a.extra += [x for x in rest if x != "--"]
+    if a.phases:
+        return phases(a)
     bf16 = "bf16" in a.extra
     goal_x, goal_exposed = (1.9, 0.03) if bf16 else (1.85, 0.10)
     speedups, exposures = [], []

@@ -47,10 +47,11 @@ struct LossAndNorm {
   double loss, norm;
 };
 
-// The global batch's mean loss and the gradient norm, each parameter counted once.
-LossAndNorm loss_and_norm(Session& s, double loss_sum, std::span<const float> copies) {
+// The global batch's mean loss and the gradient norm, each parameter counted once. The
+// loss's sum over dp was issued before the gradient wait (train_step).
+LossAndNorm loss_and_norm(Session& s, RankOrderSum& loss_sum, std::span<const float> copies) {
   const double tokens = double(s.opts.optim.batch) * s.opts.model.seq;
-  const double loss = s.runner->sum_over_group(s.dp.sum_over(loss_sum) / tokens);
+  const double loss = s.runner->sum_over_group(s.dp.finish_sum(loss_sum) / tokens);
   Communicator* pp = s.pipelined() ? s.ctx.pp.get() : nullptr;
   const double sq = global_grad_sum_squares(s.dp, {s.tp(), pp}, copies);
   return {loss, std::sqrt(sq)};
@@ -180,10 +181,13 @@ StepRecord train_step(Session& s, int step, Trace& trace) {
   s.replica_sync.before_step(s.dp, step);
   r.microbatches = forward_backward(s, trace);
   phase_end(r.phases.forward_backward);
+  // Issued before the gradient wait, so that it is settled within it: the ranks meet once
+  // here, not a second time right after (each meeting waits for the slowest rank).
+  RankOrderSum loss_sum = s.dp.issue_sum_over(r.microbatches.loss_sum);
   const std::span<const float> copies = finish_gradients(s, trace);
   s.replica_sync.local_gradients(s.dp, step);
   phase_end(r.phases.gradients);
-  const LossAndNorm ln = loss_and_norm(s, r.microbatches.loss_sum, copies);
+  const LossAndNorm ln = loss_and_norm(s, loss_sum, copies);
   check_finite(s, step, ln);
   const float clip = clip_coefficient(s, ln.norm);
   phase_end(r.phases.norm_and_clip);

@@ -4,7 +4,9 @@
 // parallelism at ZeRO 0 leaves the same weights, moments and gradients on every rank, so the
 // post-update finiteness verdict needs no world all-reduce there; every other layout keeps
 // it. Either way a poisoned update stops every rank with the same error, and the replicas
-// stay bitwise identical (the premise of skipping the agreement).
+// stay bitwise identical (the premise of skipping the agreement). The loss's sum over dp is
+// issued before the step waits for its gradients, so at plain dp ZeRO 0 the ranks meet once
+// a step: no collective is issued after that wait.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -25,8 +27,9 @@ struct Layout {
 };
 
 struct RankRun {
-  uint64_t world_calls = 0;  // world collectives issued by steps 2..last
-  std::string error;         // what train_step threw, if it did
+  uint64_t world_calls = 0;          // world collectives issued by steps 2..last
+  uint64_t dp_calls_after_wait = 0;  // dp collectives they issued after the gradient wait began
+  std::string error;                 // what train_step threw, if it did
   test_util::TensorsByName params;
 };
 
@@ -66,6 +69,9 @@ class StepMeetings : public ::testing::Test {
         for (int step = 1; step <= o.optim.steps; ++step) {
           if (step == 2) calls = s->ctx.world->stats().calls;
           train_step(*s, step, trace);
+          if (step >= 2)
+            r.dp_calls_after_wait +=
+                s->dp.dp_group().stats().calls - s->dp.calls_at_gradient_wait();
         }
         r.world_calls = s->ctx.world->stats().calls - calls;
       } catch (const RuntimeError& e) {
@@ -88,6 +94,18 @@ TEST_F(StepMeetings, PlainDataParallelAtZeroZeroDoesNotMeetOverTheWorld) {
     // The premise: every rank updated the same weights from the same gradients.
     EXPECT_EQ(runs[rank].params, runs[0].params) << "rank " << rank << " diverged";
   }
+}
+
+// The step's one meeting at plain dp ZeRO 0: every dp collective of the step (the gradient
+// buckets, the loss's sum) is in flight when the rank first waits, so nothing issued later
+// can stall one rank behind the other a second time.
+TEST_F(StepMeetings, PlainDataParallelAtZeroZeroIssuesNothingAfterTheGradientWait) {
+  for (const std::vector<RankRun>& runs :
+       {run(options({2, 1, 0}, 1e-3)), run(options({4, 1, 0}, 1e-3))})
+    for (size_t rank = 0; rank < runs.size(); ++rank) {
+      EXPECT_EQ(runs[rank].error, "") << "rank " << rank;
+      EXPECT_EQ(runs[rank].dp_calls_after_wait, 0u) << "rank " << rank;
+    }
 }
 
 // Where the ranks update different elements (ZeRO shards, tp halves) or different values

@@ -291,6 +291,7 @@ void DataParallel::begin_step(int microbatches) {
 }
 
 void DataParallel::finish_gradients() {
+  calls_at_gradient_wait_ = dp_->stats().calls;
   grads_.finish();
 }
 
@@ -373,6 +374,11 @@ double DataParallel::sum_over(double x) {
   const double s = sum_in_rank_order(*dp_, x);
   if (size_ > 1) exposed_.add(now_seconds() - t0);
   return s;
+}
+
+double DataParallel::finish_sum(RankOrderSum& sum) {
+  if (size_ > 1) exposed_.wait(sum.work());
+  return sum.finish();
 }
 
 DataParallelMemory DataParallel::memory() const {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/rank_order_sum.h"
 #include "core/arena.h"
 #include "model/gpt.h"
 #include "parallel/data_parallel/expert_ranges.h"
@@ -159,6 +160,16 @@ class DataParallel final {
   void release_params();
   // Sum of x over the dp group, added in rank order (deterministic, double precision).
   double sum_over(double x);
+  // sum_over in two halves (comm/rank_order_sum.h): issued now, queued behind the
+  // collectives already issued; finish_sum waits (a wait that blocks counts as exposed)
+  // and returns the same double. A step issues its loss's sum before finish_gradients, so
+  // that the ranks meet once a step, at the gradients, instead of twice.
+  RankOrderSum issue_sum_over(double x) { return RankOrderSum(*dp_, x); }
+  double finish_sum(RankOrderSum& sum);
+  // The dp group's collectives issued (CommStats::calls) when finish_gradients began to
+  // wait. One issued after it is a second point of the step where the ranks meet
+  // (tests/train/test_step_meetings.cpp counts them).
+  uint64_t calls_at_gradient_wait() const { return calls_at_gradient_wait_; }
 
   // Seconds the compute thread spent blocked on dp communication since the last call.
   double take_exposed_seconds() { return exposed_.take(); }
@@ -184,6 +195,7 @@ class DataParallel final {
   std::vector<const ParamInfo*> update_param_;  // the tensor of each update piece
   size_t first_expert_ = 0;  // update_[i] is an expert from here on (update_.size(): none)
   ExposedTime exposed_;
+  uint64_t calls_at_gradient_wait_ = 0;
   ExpertRanges experts_;
   Arena params_;  // flat (stages 0-2) or shard (stage 3)
   // The (chunk, chunk unit) pairs bound to each global unit (one, or more for a shared edge).
