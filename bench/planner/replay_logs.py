@@ -50,6 +50,19 @@ def closed_loop(binary, profile, log, show):
               f"max {worst[0]:.1%} ({worst[1]}) over {len(errs)} layouts")
 
 
+def cp_split(preds):
+    """The single passes' errors, the cp layouts apart from the others (docs/planner.md: a cp
+    rank's attention core is the one term priced differently)."""
+    parts = []
+    for name, keep in (("cp", lambda k: k.get("cp", 1) > 1), ("others", lambda k: k.get("cp", 1) <= 1)):
+        errs = [p / w - 1 for p, w, k in preds if keep(k)]
+        if errs:
+            parts.append(f"{name} {len(errs)}: mean |error| "
+                         f"{statistics.mean(abs(e) for e in errs):.1%}, median "
+                         f"{statistics.median(errs):+.1%}")
+    return "; ".join(parts)
+
+
 def brute(binary, profile, log, show):
     rows, finals = [], {}
     for line in open(log):
@@ -79,6 +92,7 @@ def brute(binary, profile, log, show):
             line += f"; finalist median {median:.1f} vs best finalist {best_final:.1f} " \
                     f"({median / best_final - 1:+.1%})"
         print(line)
+        print("  single passes: " + cp_split(preds))
         if finals:
             fin = [(p, finals[repr(k)]) for p, _, k in preds if repr(k) in finals]
             ferr = [abs(p / m - 1) for p, m in fin]

@@ -42,6 +42,9 @@ void measure_moe_layer(HardwareProfile& h, const ProbeRun& run);
 void measure_grouped_gemm(HardwareProfile& h, const ProbeRun& run);
 void measure_grouped_gemm_bf16(HardwareProfile& h, const ProbeRun& run);
 void measure_moe_layer_bf16(HardwareProfile& h, const ProbeRun& run);
+// cp_attention_probe.cpp: the context-parallel attention's cost over the one-worker kernel.
+// Both precisions (bf16 where oneDNN's bf16 matmul runs, as the bf16 probes).
+void measure_cp_attention(HardwareProfile& h, const ProbeRun& run);
 
 // comm_probes.cpp: the local backend between rank threads, and MPI between processes.
 // The rank threads of the local probes are placed as `meshtrain train` places a step's by

@@ -61,6 +61,12 @@ struct HardwareProfile {
   double gemm_half_dim_bf16 = 0, bf16_overhead_s = 0, bf16_convert_s = 0;
   double gemm_half_rows_bf16 = 0;  // as gemm_half_rows, on the bf16 path (0: not measured)
   double attention_bf16_fwd_flops = 0, attention_bf16_bwd_flops = 0;
+  // Local only (0 = not measured: a cp rank's attention core is priced at the whole
+  // sequence's FLOPs): what the engine's context-parallel attention (the ring's per-step flash
+  // calls, their merges and the block's copies) costs one cp rank over 1 / cp of the
+  // one-worker kernel, at cp 2 and 4, per precision (plan/cp_attention_probe.cpp).
+  double cp2_attention_factor = 0, cp4_attention_factor = 0;
+  double cp2_attention_factor_bf16 = 0, cp4_attention_factor_bf16 = 0;
   // Local only, bf16 (0 = not measured, or no AMX: the linears are priced on oneDNN's
   // figures above): the dense AMX tile kernel that 1-thread ranks run for layers of up to
   // kDenseBf16TilesMaxOut outputs (kernels/dense_gemm_bf16.h), forward and input-gradient

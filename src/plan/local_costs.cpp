@@ -11,6 +11,7 @@
 #include "model/block.h"
 #include "model/moe_layer.h"
 #include "plan/cost_model.h"
+#include "plan/cp_attention_factor.h"
 #include "plan/overlapped_exchange.h"
 #include "plan/time_model.h"
 #include "schedule/schedule_kind.h"
@@ -31,11 +32,16 @@ bool moe_calibrated(const HardwareProfile& hw, bool bf16) {
 // The engine's own attention kernel at its calibrated rate (4 b s^2 q / t FLOPs forward,
 // twice that backward; q = heads x head_dim), or, in a profile without it, the GEMM core.
 // The Llama block's flash attention is costed at the rate calibrated on the GPT block's
-// kernel (not calibrated separately).
+// kernel (not calibrated separately). A cp rank attends s / cp queries to s keys, 1 / cp of
+// the FLOPs, in the ring's smaller calls and merges: the calibrated cp factor prices those
+// (cp_attention_factor.h). A profile without it keeps the whole sequence's FLOPs, which
+// stood in for that overhead before it was measured (docs/planner.md).
 Passes attention_core(const CostContext& c) {
   const ComputeRates& R = c.rates;
   if (R.attention_fwd <= 0 || R.attention_bwd <= 0) return gemm_attention_core(c);
-  const double flops = 4 * c.b * c.s * c.s * c.w.q / c.t;
+  const double cp = cp_attention_factor(c.r.hardware, c.local_bf16, c.l.cp);
+  const double whole = 4 * c.b * c.s * c.s * c.w.q / c.t;
+  const double flops = cp > 0 ? whole / c.l.cp * cp : whole;
   return {flops / R.attention_fwd + R.overhead_s, 2 * flops / R.attention_bwd + R.overhead_s, 0};
 }
 

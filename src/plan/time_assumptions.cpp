@@ -5,6 +5,7 @@
 
 #include "kernels/dense_gemm_bf16.h"
 #include "model/moe_layer.h"
+#include "plan/cp_attention_factor.h"
 #include "plan/software_profiles.h"
 #include "plan/time_model.h"
 
@@ -33,8 +34,23 @@ std::vector<std::string> common_lines() {
       "block's forward (with its tp communication)"};
 }
 
+// A cp rank's attention core: 1 / cp of the FLOPs at the calibrated cp factor, or (older
+// profiles) the whole sequence's.
+std::string cp_line(const HardwareProfile& hw) {
+  if (cp_attention_factor(hw, false, 2) <= 0)
+    return "context parallel: a cp rank's attention core priced at the whole sequence's FLOPs "
+           "(this profile has no cp attention factor: recalibrate to price s/cp queries at the "
+           "ring's measured cost)";
+  return str(
+      "context parallel: a cp rank's attention core is s/cp queries over s keys (1/cp "
+      "of the FLOPs) at the one-worker rate times the calibrated cp factor (fp32 cp 2 x",
+      num(hw.cp2_attention_factor), ", cp 4 x", num(hw.cp4_attention_factor),
+      "; other cp linear in log2 cp through them, beyond 4 extrapolated)");
+}
+
 std::vector<std::string> local_lines(const HardwareProfile& hw) {
   std::vector<std::string> a = {
+      cp_line(hw),
       "local backend: ranks x threads beyond the calibrated cores time-share them: the "
       "pipeline is replayed with the computing stages sharing the cores (processor sharing; "
       "a waiting rank blocks), what follows it runs on every rank at once, and collectives pay "
