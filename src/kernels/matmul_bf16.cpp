@@ -261,6 +261,13 @@ std::string bf16_primitive_isa() {
   }
 }
 
+// Whether the weight gradient multiplies a transposed copy of dout (matmul_bf16_backward_weight):
+// only on the primitive, as the JIT gemm routine reads a transposed A at its plain rate
+// (measured: at most 1-3 % apart), and only where dout is the smaller operand.
+bool weight_grad_copies_dout(int N, int C, int OC) {
+  return matmul_bf16_path() == Bf16GemmPath::primitive && OC <= C && N > 0;
+}
+
 }  // namespace
 
 void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols) {
@@ -288,6 +295,10 @@ void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weigh
   gemm(s, dout, weight, nullptr, dinp);
 }
 
+size_t matmul_bf16_weight_grad_scratch_bytes(int N, int C, int OC) {
+  return weight_grad_copies_dout(N, C, OC) ? size_t(N) * size_t(OC) * sizeof(bf16) : 0;
+}
+
 void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                                  int N, int C, int OC) {
   PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
@@ -300,10 +311,7 @@ void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout,
   // transpose + 7.0 ms plain. Where OC > C (qkv, fc) the transpose ate the gain (fc:
   // 7.6 ms strided, 0.6 + 6.8 ms), so those keep the strided read.
   const int threads = omp_get_max_threads();
-  // The JIT gemm routine reads a transposed A at its plain rate (measured: at most 1-3 %
-  // apart), so only the primitive takes the transposed copy.
-  const bool copy = matmul_bf16_path() == Bf16GemmPath::primitive && OC <= C;
-  if (copy && N > 0) {
+  if (weight_grad_copies_dout(N, C, OC)) {
     thread_local std::vector<bf16> dout_t;
     if (dout_t.size() < size_t(N) * OC) dout_t.resize(size_t(N) * OC);
     bf16_transpose(dout_t.data(), dout, N, OC);

@@ -28,6 +28,12 @@ void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weigh
 void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                                  int N, int C, int OC);
 
+// The bytes of scratch the calling thread keeps after matmul_bf16_backward_weight of N rows:
+// on the primitive path a layer with OC <= C multiplies a transposed bf16 copy of dout
+// (N, OC), kept thread_local and only grown (so a thread keeps the largest of its calls');
+// the other paths read dout as it is and keep nothing.
+size_t matmul_bf16_weight_grad_scratch_bytes(int N, int C, int OC);
+
 // dst (cols, rows) = src (rows, cols)^T, row-major both (any sizes).
 void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols);
 

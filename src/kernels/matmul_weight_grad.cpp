@@ -55,6 +55,10 @@ bool fp32_weight_grad_transposed(int C, int OC) {
          int64_t(C) * OC <= kMaxScratchFloats;
 }
 
+size_t fp32_weight_grad_scratch_bytes(int C, int OC) {
+  return fp32_weight_grad_transposed(C, OC) ? size_t(C) * size_t(OC) * sizeof(float) : 0;
+}
+
 void matmul_backward_weight_transposed(float* dweight, const float* dout, const float* inp, int N,
                                        int C, int OC) {
   // dweight^T (C, OC) = inp^T (C, N) @ dout (N, OC) into the thread's scratch, then added

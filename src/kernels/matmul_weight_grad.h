@@ -12,6 +12,8 @@
 // takes the same rule, a tp shard by its own OC and C.
 #pragma once
 
+#include <cstddef>
+
 namespace mt {
 
 // The rule above (by_shape, the default) or the plain orientation for every shape
@@ -20,6 +22,11 @@ enum class Fp32WeightGradPath { by_shape, plain };
 Fp32WeightGradPath fp32_weight_grad_path();
 // Whether the gradient of a (OC, C) weight runs transposed now.
 bool fp32_weight_grad_transposed(int C, int OC);
+// The bytes of scratch the calling thread keeps after the gradient of a (OC, C) weight: the
+// (C, OC) fp32 copy where the rule above takes the transposed orientation, else none. The
+// buffer is thread_local and only grows, so a thread keeps the largest of its calls' (the
+// memory estimate counts the largest linear of a rank, model/block.h).
+size_t fp32_weight_grad_scratch_bytes(int C, int OC);
 
 // dweight (OC, C) += (inp^T (C, N) @ dout (N, OC))^T: the transposed orientation's product
 // (no dbias: matmul_backward_weight sums it either way).

@@ -79,6 +79,9 @@ class Block {
   // Bytes its attention kernel keeps per thread outside every arena (thread_local buffers
   // that live as long as the thread); 0 if none.
   virtual size_t attention_thread_scratch_bytes() const { return 0; }
+  // Bytes its linears' weight gradients keep on the rank's thread outside every arena (a
+  // thread_local buffer that only grows: the largest of its layers'); 0 if none.
+  virtual size_t linear_scratch_bytes() const { return 0; }
   // Floats of the arenas the block holds itself, outside the slot and the chunk's
   // workspaces (an MoE block's per-call rows).
   virtual size_t own_workspace_floats() const = 0;

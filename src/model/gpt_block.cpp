@@ -151,6 +151,18 @@ size_t GptBlock::bf16_gather_values() const {
   return bf16_ ? size_t(max_b_) * T_ * C_ : 0;
 }
 
+size_t GptBlock::linear_scratch_bytes() const {
+  // Every linear's weight gradient runs on all b T rows of a microbatch (gathered under
+  // sequence parallelism); an MoE block's dense MLP is not built.
+  const int N = max_b_ * T_;
+  size_t bytes =
+      std::max(qkv_.weight_grad_scratch_bytes(N), attn_proj_.weight_grad_scratch_bytes(N));
+  if (!moe_)
+    bytes =
+        std::max({bytes, fc_.weight_grad_scratch_bytes(N), mlp_proj_.weight_grad_scratch_bytes(N)});
+  return bytes;
+}
+
 size_t GptBlock::bf16_weight_bytes() const {
   return qkv_.bf16_weight_bytes() + attn_proj_.bf16_weight_bytes() + fc_.bf16_weight_bytes() +
          mlp_proj_.bf16_weight_bytes() + (moe_ ? moe_->bf16_weight_bytes() : 0);

@@ -85,6 +85,7 @@ class GptBlock final : public Block {
   size_t bf16_stage_floats() const override;
   size_t bf16_gather_values() const override;
   size_t bf16_weight_bytes() const override;
+  size_t linear_scratch_bytes() const override;
   void bf16_copies(std::vector<Bf16CopyTarget>& out) const override;
   // (max_b*T, C) floats the block may use during any of its calls (sequence parallelism:
   // gathered inputs and partial outputs); shared by every block of a chunk.

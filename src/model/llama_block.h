@@ -62,6 +62,7 @@ class LlamaBlock final : public Block {
   size_t bf16_stage_floats() const override;
   size_t bf16_gather_values() const override;
   size_t bf16_weight_bytes() const override;
+  size_t linear_scratch_bytes() const override;
   void bf16_copies(std::vector<Bf16CopyTarget>& out) const override;
   void set_scratch(float* scratch) override { scratch_.scratch = scratch; }
   size_t forward_scratch_floats() const override;

@@ -204,6 +204,7 @@ ChunkFootprint ModelChunk::footprint() const {
     f.workspace_floats += blk->own_workspace_floats();
     f.thread_scratch_bytes =
         std::max(f.thread_scratch_bytes, blk->attention_thread_scratch_bytes());
+    f.linear_scratch_bytes = std::max(f.linear_scratch_bytes, blk->linear_scratch_bytes());
   }
   for (const auto& blk : blocks_)
     if (const MoeLayer* moe = blk->moe()) {
@@ -211,6 +212,8 @@ ChunkFootprint ModelChunk::footprint() const {
       f.thread_scratch_bytes = std::max(f.thread_scratch_bytes, k.per_thread);
       f.rank_scratch_bytes = std::max(f.rank_scratch_bytes, k.per_rank);
     }
+  if (head_)
+    f.linear_scratch_bytes = std::max(f.linear_scratch_bytes, head_->linear_scratch_bytes());
   if (cp_attention_) f.workspace_floats += cp_attention_->workspace_floats();
   f.bf16_weight_bytes = bf16_weight_bytes();
   return f;

@@ -98,6 +98,10 @@ struct ChunkFootprint {
   // chunk's layers, whose calls share them.
   size_t thread_scratch_bytes = 0;  // per OpenMP thread of the rank
   size_t rank_scratch_bytes = 0;    // once, on the rank's own thread
+  // The linears' weight-gradient scratch (Block::linear_scratch_bytes, LMHead's), the largest
+  // of the chunk's layers: one thread_local buffer on the rank's own thread, beside the
+  // experts' (rank_scratch_bytes), which is another.
+  size_t linear_scratch_bytes = 0;
 };
 
 class ModelChunk {

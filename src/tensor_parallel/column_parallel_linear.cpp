@@ -4,12 +4,19 @@
 
 #include "kernels/dense_gemm_bf16.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
+#include "kernels/matmul_weight_grad.h"
 #include "tensor_parallel/mappings.h"
 
 namespace mt::tp {
 
 ColumnParallelLinear::ColumnParallelLinear(const TensorParallelShard& tp, int in, int out)
     : comm_(tp.comm), sp_(tp.splits_sequence()), tp_size_(tp.size), in_(in), out_(out) {}
+
+size_t ColumnParallelLinear::weight_grad_scratch_bytes(int N) const {
+  return w16_ ? matmul_bf16_weight_grad_scratch_bytes(N, in_, out_)
+              : fp32_weight_grad_scratch_bytes(in_, out_);
+}
 
 void ColumnParallelLinear::bind(const float* w, const float* b, float* dw, float* db) {
   w_ = w, b_ = b, dw_ = dw, db_ = db;

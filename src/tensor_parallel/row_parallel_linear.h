@@ -34,6 +34,10 @@ class RowParallelLinear {
   int in() const { return in_; }  // this rank's input width
   int out() const { return out_; }
   size_t bf16_weight_bytes() const { return w16_ ? w16_->bytes() : 0; }
+  // The scratch its weight gradient of N rows leaves on the calling thread (the transposed
+  // fp32 orientation's copy, or the primitive's transposed bf16 dout: kernels/
+  // matmul_weight_grad.h, kernels/matmul_bf16.h), for the memory estimate.
+  size_t weight_grad_scratch_bytes(int N) const;
   // --precision bf16: this layer's plain weight copy and its bound weights, when its GEMMs
   // read one (kernels/bf16_weight.h, Bf16CopyTarget).
   void bf16_copies(std::vector<Bf16CopyTarget>& out) const {

@@ -81,11 +81,12 @@ struct StageUnits {
 // The model's part, read off the dry run: the chunks' workspaces and bf16 copies, the
 // experts' kernels' thread_local buffers (every chunk's calls run on the rank's threads, so
 // the largest chunk's: per OpenMP thread, `threads` of them, and once on the rank's own),
+// the linears' weight-gradient scratch (the largest layer's, once on the rank's own thread),
 // and GPT's own table-layout arenas (parameters and gradients: at startup, and again at the
 // end of training).
 StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank, int threads) {
   StageUnits u;
-  size_t per_thread = 0, per_rank = 0;
+  size_t per_thread = 0, per_rank = 0, per_linear = 0;
   for (const ChunkFootprint& c : rank.chunks) u.ranges.reserve(u.ranges.size() + c.units.size());
   size_t end = 0;
   for (const ChunkFootprint& c : rank.chunks) {
@@ -100,8 +101,10 @@ StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank, int threads) 
     e.bf16_weight_bytes += int64_t(c.bf16_weight_bytes);
     per_thread = std::max(per_thread, c.thread_scratch_bytes);
     per_rank = std::max(per_rank, c.rank_scratch_bytes);
+    per_linear = std::max(per_linear, c.linear_scratch_bytes);
   }
-  e.workspace_bytes += int64_t(threads) * int64_t(per_thread) + int64_t(per_rank);
+  e.workspace_bytes +=
+      int64_t(threads) * int64_t(per_thread) + int64_t(per_rank) + int64_t(per_linear);
   e.model_arenas_bytes = 2 * int64_t(end) * kFloat;
   return u;
 }

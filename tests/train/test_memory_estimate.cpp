@@ -369,12 +369,13 @@ TEST(MemoryEstimate, WorkspaceIsWhatTheModelHolds) {
     GPT model(o.model, GPT::whole_model(o.model), {0, o.parallel.tp, nullptr, sp}, b, {},
               o.optim.recompute, o.optim.precision);
     const int64_t batch = 2 * int64_t(o.optim.batch) * o.model.seq * int64_t(sizeof(int));
-    // The arenas, the data loader's batch, and the kernels' per-thread buffers (the bf16
-    // attention core's, one set per thread).
+    // The arenas, the data loader's batch, the kernels' per-thread buffers (the bf16
+    // attention core's, one set per thread) and the linears' weight-gradient scratch (once).
     const ChunkFootprint f = model.chunk(0).footprint();
     const int64_t per_thread = int64_t(o.optim.threads) * int64_t(f.thread_scratch_bytes);
-    EXPECT_EQ(estimate_rank_memory(o).workspace_bytes,
-              int64_t(f.workspace_floats * sizeof(float)) + batch + per_thread)
+    EXPECT_EQ(estimate_rank_memory(o).workspace_bytes, int64_t(f.workspace_floats * sizeof(float)) +
+                                                           batch + per_thread +
+                                                           int64_t(f.linear_scratch_bytes))
         << l.name;
   }
 }

@@ -154,11 +154,13 @@ TEST(MemoryKernelScratch, WeightGradientGatherIsCountedWithSeveralParts) {
           << precision_name(precision) << " parts " << parts;
       EXPECT_EQ(int64_t(rank.chunks[0].thread_scratch_bytes), gpt_attention_per_thread(precision))
           << precision_name(precision);
-      // The estimate's workspace: the chunk's arenas, the data loader's batch, and the gather.
+      // The estimate's workspace: the chunk's arenas, the data loader's batch, the linears'
+      // weight-gradient scratch (test_memory_linear_scratch.cpp) and the gather.
       o.parallel.moe_overlap_parts = parts;
       const int64_t batch = 2 * int64_t(o.optim.batch) * o.model.seq * int64_t(sizeof(int));
       const int64_t arenas = int64_t(rank.chunks[0].workspace_floats * sizeof(float));
-      EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - arenas - batch -
+      const int64_t linears = int64_t(rank.chunks[0].linear_scratch_bytes);
+      EXPECT_EQ(estimate_rank_memory(o).workspace_bytes - arenas - batch - linears -
                     gpt_attention_per_thread(precision),
                 parts > 1 ? gather : 0)
           << precision_name(precision) << " parts " << parts;
