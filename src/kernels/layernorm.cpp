@@ -35,9 +35,6 @@ struct RowStats {
   }
   return {m, 1.0f / std::sqrt(sq / C + kEps)};
 }
-}  // namespace
-
-namespace {
 
 // One row's output y = (x - m) * s * w + b: the expression every forward form stores, so the
 // fp32 and bf16 outputs and the fused residual form round alike.
