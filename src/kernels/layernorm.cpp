@@ -6,6 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/reduce.h"
+#include "kernels/vec_math.h"
+
 namespace mt {
 
 namespace {
@@ -18,7 +21,8 @@ struct RowStats {
 // One row's mean and reciprocal standard deviation. Two passes over the row (mean, then
 // centred variance) rather than E[x^2] - E[x]^2, which cancels badly for rows with a large
 // mean. Shared by the fp32 and bf16-output forward, so their statistics are the same bits.
-inline RowStats row_stats(const float* x, int C) {
+// Inlined: a call per row is a tenth of a d128 row's time.
+[[gnu::always_inline]] inline RowStats row_stats(const float* x, int C) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int c = 0; c < C; c++) sum += x[c];
@@ -31,43 +35,119 @@ inline RowStats row_stats(const float* x, int C) {
   }
   return {m, 1.0f / std::sqrt(sq / C + kEps)};
 }
-}  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
-  PhaseScope phase_scope(Phase::norm, 0, 8.0 * N * C);
-  // inp, out are (N, C); mean, rstd are (N).
+// One row's output y = (x - m) * s * w + b: the expression every forward form stores, so the
+// fp32 and bf16 outputs and the fused residual form round alike.
+inline void store_row(float* y, const float* x, float m, float s, const float* w, const float* b,
+                      int C) {
+#pragma omp simd
+  for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * w[c] + b[c];
+}
+
+// The same values rounded to bf16 as they are stored. With AVX-512 by hand, 16 at a time:
+// the compiler's version of the integer rounding narrows 32 to 16 bits with vpmovdw, slow on
+// Zen. Where the build has AVX512-BF16 the conversion instruction rounds the row and one
+// classification mask per row (not a branch per 16 values, as round_bf16x16 takes) says
+// whether a NaN or a denormal, which it would round otherwise than float_to_bf16, makes the
+// row take the integer rounding again. The sum is written as the fp32 loop above contracts
+// it (one fma for * w + b), which the bitwise tests hold it to.
+inline void store_row(bf16* y, const float* x, float m, float s, const float* w, const float* b,
+                      int C) {
+#if defined(__AVX512F__)
+  const __m512 mv = _mm512_set1_ps(m), sv = _mm512_set1_ps(s);
+  const int full = C / 16 * 16;
+  const __mmask16 tail = __mmask16((1u << (C - full)) - 1);
+  auto value = [&](int c, __mmask16 k) {
+    const __m512 xv = _mm512_maskz_loadu_ps(k, x + c);
+    return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(xv, mv), sv),
+                           _mm512_maskz_loadu_ps(k, w + c), _mm512_maskz_loadu_ps(k, b + c));
+  };
+  auto put_tail = [&](__m256i h) {
+    alignas(32) bf16 t[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t), h);
+    for (int i = 0; full + i < C; i++) y[full + i] = t[i];
+  };
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+  __mmask16 special = 0;  // quiet NaN (0x01), denormal (0x20), signalling NaN (0x80)
+  for (int c = 0; c < full; c += 16) {
+    const __m512 v = value(c, 0xFFFF);
+    special |= _mm512_fpclass_ps_mask(v, 0x01 | 0x20 | 0x80);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + c),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  }
+  if (tail) {
+    const __m512 v = value(full, tail);
+    special |= _mm512_fpclass_ps_mask(v, 0x01 | 0x20 | 0x80);
+    put_tail(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  }
+  if (__builtin_expect(special == 0, 1)) return;
+#endif
+  for (int c = 0; c < full; c += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + c), round_bf16x16_bits(value(c, 0xFFFF)));
+  if (tail) put_tail(round_bf16x16_bits(value(full, tail)));
+#else
+#pragma omp simd
+  for (int c = 0; c < C; c++) {
+    const uint32_t u = std::bit_cast<uint32_t>((x[c] - m) * s * w[c] + b[c]);
+    const uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    y[c] = (u & 0x7FFFFFFFu) > 0x7F800000u ? bf16(0x7FC0) : bf16(r);
+  }
+#endif
+}
+
+// out (N, C) = layernorm(x) with the statistics saved; with res, x += res first, row by row
+// (the block's residual add, whose sum the norm reads while it is in L1).
+template <class Out>
+void forward_rows(Out* out, float* mean, float* rstd, float* x_sum, const float* inp,
+                  const float* res, const float* weight, const float* bias, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
-    const float* x = inp + static_cast<size_t>(n) * C;
-    float* y = out + static_cast<size_t>(n) * C;
-    const auto [m, s] = row_stats(x, C);
+    const size_t row = static_cast<size_t>(n) * C;
+    const float* x = inp + row;
+    if (res) {
+      float* xs = x_sum + row;
+      const float* r = res + row;
 #pragma omp simd
-    for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+      for (int c = 0; c < C; c++) xs[c] += r[c];
+      x = xs;
+    }
+    const auto [m, s] = row_stats(x, C);
+    store_row(out + row, x, m, s, weight, bias, C);
     mean[n] = m;
     rstd[n] = s;
   }
 }
 
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 8.0 * N * C);
+  forward_rows(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N, C);
+}
+
 void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int N, int C) {
   PhaseScope phase_scope(Phase::norm, 0, 6.0 * N * C);
-  // layernorm_forward's statistics and output expression, with the output rounded as
-  // float_to_bf16 does, written branch-free so it vectorises.
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* x = inp + static_cast<size_t>(n) * C;
-    bf16* y = out + static_cast<size_t>(n) * C;
-    const auto [m, s] = row_stats(x, C);
-#pragma omp simd
-    for (int c = 0; c < C; c++) {
-      const uint32_t u = std::bit_cast<uint32_t>((x[c] - m) * s * weight[c] + bias[c]);
-      const uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-      y[c] = (u & 0x7FFFFFFFu) > 0x7F800000u ? bf16(0x7FC0) : bf16(r);
-    }
-    mean[n] = m;
-    rstd[n] = s;
-  }
+  forward_rows(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N, C);
+}
+
+void add_layernorm_forward(float* out, float* mean, float* rstd, float* x, const float* res,
+                           const float* weight, const float* bias, int N, int C) {
+  // x and res read, x and out written.
+  PhaseScope phase_scope(Phase::norm, 0, 16.0 * N * C);
+  forward_rows(out, mean, rstd, x, x, res, weight, bias, N, C);
+}
+
+void add_layernorm_forward_bf16(bf16* out, float* mean, float* rstd, float* x, const float* res,
+                                const float* weight, const float* bias, int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 14.0 * N * C);
+  forward_rows(out, mean, rstd, x, x, res, weight, bias, N, C);
+}
+
+void residual_add(float* x, const float* res, size_t n) {
+  PhaseScope phase_scope(Phase::norm, 0, 12.0 * double(n));
+  add_inplace(x, res, n);
 }
 
 namespace {

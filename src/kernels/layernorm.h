@@ -2,6 +2,8 @@
 // Backward accumulates (+=); the weight half is separately callable (deferred W).
 #pragma once
 
+#include <cstddef>
+
 #include "kernels/bf16.h"
 
 namespace mt {
@@ -15,6 +17,19 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 // bf16 GEMM input without an fp32 round trip through memory.
 void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int N, int C);
+
+// x (N, C) += res (N, C), the block's residual add, then out = layernorm(x) of the sum: one pass
+// over the rows, bitwise add_inplace(x, res) followed by layernorm_forward (the re-read of the
+// sum saved, and the add counted in the norm phase). The bf16 form rounds out as
+// layernorm_forward_bf16 does.
+void add_layernorm_forward(float* out, float* mean, float* rstd, float* x, const float* res,
+                           const float* weight, const float* bias, int N, int C);
+void add_layernorm_forward_bf16(bf16* out, float* mean, float* rstd, float* x, const float* res,
+                                const float* weight, const float* bias, int N, int C);
+
+// x (n) += res (n): a residual add with no norm behind it in the same block (the block's end),
+// add_inplace profiled as part of the norm phase rather than left to the framework's time.
+void residual_add(float* x, const float* res, size_t n);
 
 // dinp (N, C) += d/dinp, from dout (N, C) and the saved statistics.
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,

@@ -16,7 +16,7 @@ namespace mt {
 enum class Phase : uint8_t {
   gemm,         // linear layers (fp32 sgemm, bf16 GEMM, their bias epilogues)
   attention,    // the attention core (scores, softmax, weighted sum; its GEMMs included)
-  norm,         // LayerNorm, RMSNorm
+  norm,         // LayerNorm, RMSNorm, the GPT block's residual adds
   activation,   // GELU, SwiGLU, RoPE
   optimizer,    // AdamW over the parameters
   conversion,   // fp32 <-> bf16 copies and rounding, layout transposes

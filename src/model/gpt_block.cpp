@@ -7,7 +7,6 @@
 
 #include "kernels/attention.h"
 #include "kernels/layernorm.h"
-#include "kernels/reduce.h"
 #include "model/flash_core.h"
 #include "model/precision_ops.h"
 
@@ -274,22 +273,24 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
     p.attention(att_out, att, qkv, b, T, Cl_, NHl_);
   p.forward(attn_proj_, x_mid, att_out, N);
   if (dropout_on()) branch_dropout(x_mid, x_mid, 1, b, T, false);
-  add_inplace(x_mid, x_in, nc);
 
+  // x_mid = x_in + attn(...) and ln_2 of it, in one pass over the rows.
   if (moe_) {  // the router reads an fp32 ln2_out; the experts keep their own rows
     float* ln2_out = s + off_.ln2_out;
-    layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
+    add_layernorm_forward(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, x_in, ln2_.w,
+                          ln2_.b, Nl, C_);
     moe_->forward(s, ln2_out, x_out, N);  // this rank's Nl rows of N
   } else {
     Act* ln2_out = Ops::act(s, off_.ln2_out);
     Act* fc_out = Ops::act(s, off_.fc_out);
     float* fc_pre = s + off_.fc_pre;
-    p.layernorm(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, ln2_.w, ln2_.b, Nl, C_);
+    p.add_layernorm(ln2_out, s + off_.ln2_mean, s + off_.ln2_rstd, x_mid, x_in, ln2_.w, ln2_.b, Nl,
+                    C_);
     p.forward_gelu(fc_, fc_pre, fc_out, ln2_out, N, p.gathered());
     p.forward(mlp_proj_, x_out, fc_out, N);
   }
   if (dropout_on()) branch_dropout(x_out, x_out, 2, b, T, false);
-  add_inplace(x_out, x_mid, nc);
+  residual_add(x_out, x_mid, nc);
 }
 
 // A residual branch's output (which 1: attention, 2: MLP), or its gradient, through its mask:

@@ -57,6 +57,11 @@ struct Fp32Ops {
                  int N, int C) const {
     layernorm_forward(out, mean, rstd, x, w, b, N, C);
   }
+  // x += res, then out = layernorm(x) (the block's residual add folded into its next norm).
+  void add_layernorm(Act* out, float* mean, float* rstd, float* x, const float* res, const float* w,
+                     const float* b, int N, int C) const {
+    add_layernorm_forward(out, mean, rstd, x, res, w, b, N, C);
+  }
   // out (N, F) = silu(gate) * up from gu (N, 2F) = [gate | up] rows; dgu from dout (overwritten).
   void swiglu(Act* out, const float* gu, int N, int F) const { swiglu_forward(out, gu, N, F); }
   void swiglu_backward(Act* dgu, const float* gu, const float* dout, int N, int F) const {
@@ -129,6 +134,10 @@ struct Bf16Ops {
   void layernorm(Act* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
                  int N, int C) const {
     layernorm_forward_bf16(out, mean, rstd, x, w, b, N, C);
+  }
+  void add_layernorm(Act* out, float* mean, float* rstd, float* x, const float* res, const float* w,
+                     const float* b, int N, int C) const {
+    add_layernorm_forward_bf16(out, mean, rstd, x, res, w, b, N, C);
   }
   void swiglu(Act* out, const float* gu, int N, int F) const { swiglu_forward_bf16(out, gu, N, F); }
   void swiglu_backward(Act* dgu, const float* gu, const float* dout, int N, int F) const {
