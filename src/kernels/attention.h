@@ -40,8 +40,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 size_t attention_backward_scratch_floats(int B, int T, int C, int NH, bool bf16 = false);
 // Bytes of the buffers the attention core keeps per thread (thread_local, grown to the
 // largest head seen, never freed): the AVX512-BF16 and the AMX tile kernels' packed operands
-// and dP / dS, the fp32 AVX-512 kernel's (T, T) dP / dS. 0 for the kernels that keep none
-// (the sgemm path) or whose buffers are not counted yet (oneDNN's batched AMX matmuls).
+// and dP / dS, the fp32 AVX-512 kernel's (T, T) dP / dS; for the two register-tile kernels
+// also the (T, T) scores and P of the row_stats form (AttentionSaved above). 0 for the kernels that
+// keep none (the sgemm path) or whose buffers are not counted yet (oneDNN's batched AMX matmuls).
 size_t attention_thread_scratch_bytes_of(bool bf16, int T, int C, int NH);
 
 // --precision bf16 (docs/precision.md): the same contract, with the products QK^T, P V and
