@@ -97,31 +97,40 @@ Timing time_gpt(const Shape& s, bool bf16, const Options& o, double batch_s) {
   const int C = s.H * s.hd;
   const size_t rows = size_t(s.B) * s.T;
   auto qkv = mt::bench::filled(rows * 3 * C, 1.0f), dout = mt::bench::filled(rows * C, 1.0f);
-  std::vector<float> out(rows * C), dqkv(rows * 3 * C), att(size_t(s.B) * s.H * s.T * s.T);
-  std::vector<float> scratch(mt::attention_backward_scratch_floats(s.B, s.T, C, s.H));
   const mt::AmxTiles amx = o.amx ? mt::AmxTiles::allow : mt::AmxTiles::forbid;
-  Timing t;
   const mt::AttentionKernel k = mt::attention_kernel(bf16, C, s.H, amx);
+  // What the GPT block keeps for this kernel: the register tiles' row statistics (" rs": P
+  // recomputed in the backward), else the probabilities.
+  const mt::AttentionSaved saved =
+      k == mt::AttentionKernel::fp32_avx512 || k == mt::AttentionKernel::bf16_avx512
+          ? mt::AttentionSaved::row_stats
+          : mt::AttentionSaved::probabilities;
+  std::vector<float> out(rows * C), dqkv(rows * 3 * C),
+      att(mt::attention_saved_floats(saved, s.B, s.T, s.H));
+  std::vector<float> scratch(mt::attention_backward_scratch_floats(s.B, s.T, C, s.H));
+  Timing t;
   t.path = k == mt::AttentionKernel::bf16_amx_tiles ? "amx-tiles"
            : k == mt::AttentionKernel::bf16_amx     ? "amx-onednn"
            : k == mt::AttentionKernel::bf16_avx512  ? "avx512-bf16"
                                                     : "fp32";
+  if (saved == mt::AttentionSaved::row_stats) t.path += " rs";
   t.fwd = median_seconds(
       [&] {
         if (bf16)
-          mt::attention_forward_bf16(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.H, amx);
+          mt::attention_forward_bf16(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.H, amx,
+                                     saved);
         else
-          mt::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.H);
+          mt::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.H, saved);
       },
       o, batch_s);
   t.bwd = median_seconds(
       [&] {
         if (bf16)
           mt::attention_backward_bf16(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                                      att.data(), s.B, s.T, C, s.H, true, amx);
+                                      att.data(), s.B, s.T, C, s.H, true, amx, saved);
         else
           mt::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(),
-                                 s.B, s.T, C, s.H);
+                                 s.B, s.T, C, s.H, saved);
       },
       o, batch_s);
   return t;
@@ -174,13 +183,13 @@ Timing run(Kind k, const Shape& s, const Options& o) {
 
 void print_row(Kind k, const Shape& s, const Timing& t) {
   const double f = forward_flops(s), total = t.fwd + t.bwd;
-  std::printf("  %-21s %2d %5d %3d %4d %4d  %-12s %9.2f %9.2f %9.2f %8.1f %8.1f %8.1f\n",
+  std::printf("  %-21s %2d %5d %3d %4d %4d  %-14s %9.2f %9.2f %9.2f %8.1f %8.1f %8.1f\n",
               kind_name(k), s.B, s.T, s.H, s.Hkv, s.hd, t.path.c_str(), t.fwd * 1e3, t.bwd * 1e3,
               total * 1e3, f / t.fwd * 1e-9, 2 * f / t.bwd * 1e-9, 3 * f / total * 1e-9);
 }
 
 void print_header() {
-  std::printf("  %-21s %2s %5s %3s %4s %4s  %-12s %9s %9s %9s %8s %8s %8s\n", "kernel", "B", "T",
+  std::printf("  %-21s %2s %5s %3s %4s %4s  %-14s %9s %9s %9s %8s %8s %8s\n", "kernel", "B", "T",
               "H", "Hkv", "hd", "path", "fwd ms", "bwd ms", "total ms", "fwd GF/s", "bwd GF/s",
               "all GF/s");
 }

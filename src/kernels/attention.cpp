@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/attention_amx.h"
 #include "kernels/attention_avx512.h"
 #include "kernels/attention_bf16_avx512.h"
@@ -30,16 +31,39 @@ constexpr int kRowBlock = 128;
 
 // Where one (batch, head) pair's slices start: `row` in the (B, T, C) tensors (out, dout);
 // q, k, v in the (B, T, 3C) ones (qkv, dqkv), where head h reads its own K/V columns; `att`
-// in the (B, NH, T, T) ones (probabilities, scratch). The one place that maps a query head
-// to the K/V rows it reads.
+// in the (B, NH, T, T) ones (probabilities, scratch); `stats` in the (B, NH, T, 2) row
+// statistics. The one place that maps a query head to the K/V rows it reads.
 struct HeadOffsets {
-  size_t row, q, k, v, att;
+  size_t row, q, k, v, att, stats;
 };
 
 HeadOffsets head_offsets(int b, int h, int T, int C, int NH, int hd) {
   const size_t qkv_row = static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * hd;
-  return {static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd, qkv_row, qkv_row + C,
-          qkv_row + 2 * C, (static_cast<size_t>(b) * NH + h) * T * T};
+  const size_t bh = static_cast<size_t>(b) * NH + h;
+  return {static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hd,
+          qkv_row,
+          qkv_row + C,
+          qkv_row + 2 * C,
+          bh * T * T,
+          bh * T * 2};
+}
+
+// A head's slice of `att` as the register-tile kernels take it: (probs, stats), one of them
+// null. row_stats: att holds the (B, NH, T, 2) statistics.
+struct HeadSaved {
+  float* probs;
+  float* stats;
+};
+HeadSaved head_saved(float* att, const HeadOffsets& o, AttentionSaved saved) {
+  if (saved == AttentionSaved::row_stats) return {nullptr, att + o.stats};
+  return {att + o.att, nullptr};
+}
+
+// row_stats needs a kernel that recomputes P; anything else is a caller's mistake.
+void check_saved(AttentionKernel k, AttentionSaved saved) {
+  MT_CHECK(saved == AttentionSaved::probabilities || k == AttentionKernel::fp32_avx512 ||
+               k == AttentionKernel::bf16_avx512,
+           "attention: row statistics need a register-tile kernel, not ", attention_kernel_name(k));
 }
 
 struct NoPrefetch {
@@ -165,14 +189,17 @@ void backward_head_sgemm(const AttentionHead& hv, float* dq, float* dk, float* d
 
 }  // namespace
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                       AttentionSaved saved) {
   PhaseScope phase_scope(Phase::attention, 2.0 * B * T * T * C,
                          4.0 * (4.0 * B * T * C + double(B) * NH * T * T));
-  // qkv is (B, T, 3C), out is (B, T, C), att is (B, NH, T, T).
+  // qkv is (B, T, 3C), out is (B, T, C), att is (B, NH, T, T) or (B, NH, T, 2).
   const bool fast = attention_avx512_supports(C / NH);
+  check_saved(attention_kernel(false, C, NH), saved);
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    const HeadSaved hs = head_saved(att, o, saved);
     if (fast)
-      attention_head_forward_avx512(hv, out + o.row, C, att + o.att);
+      attention_head_forward_avx512(hv, out + o.row, C, hs.probs, hs.stats);
     else
       forward_head_sgemm(hv, out + o.row, C, att + o.att);
   });
@@ -191,27 +218,41 @@ size_t attention_thread_scratch_bytes_of(bool bf16, int T, int C, int NH) {
       return attention_bf16_avx512_scratch_bytes(T, C / NH);
     case AttentionKernel::bf16_amx_tiles:
       return attention_amx_scratch_bytes(T, C / NH);
-    case AttentionKernel::fp32_avx512:  // thread_head_gradient
-      return sizeof(float) * size_t(T) * T;
+    case AttentionKernel::fp32_avx512:  // thread_head_gradient and thread_head_probs
+      return 2 * sizeof(float) * size_t(T) * T;
     default:
       return 0;
   }
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH) {
+                        const float* att, int B, int T, int C, int NH, AttentionSaved saved) {
   PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
                          4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
-  // dqkv, qkv are (B, T, 3C); dout is (B, T, C); att, scratch are (B, NH, T, T).
+  // dqkv, qkv are (B, T, 3C); dout is (B, T, C); scratch is (B, NH, T, T), att that or
+  // (B, NH, T, 2).
   const bool fast = attention_avx512_supports(C / NH);
+  check_saved(attention_kernel(false, C, NH), saved);
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
     float *dq = dqkv + o.q, *dk = dqkv + o.k, *dv = dqkv + o.v;
+    const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
     if (fast)
-      attention_head_backward_avx512(hv, dq, dk, dv, 3 * C, dout + o.row, C, att + o.att,
-                                     thread_head_gradient(T));
+      attention_head_backward_avx512(hv, dq, dk, dv, 3 * C, dout + o.row, C, hs.probs,
+                                     thread_head_gradient(T), hs.stats);
     else
       backward_head_sgemm(hv, dq, dk, dv, 3 * C, dout + o.row, C, att + o.att, scratch + o.att);
   });
+}
+
+AttentionSaved attention_saved_form(bool bf16, int C, int NH) {
+  const AttentionKernel k = attention_kernel(bf16, C, NH);
+  return k == AttentionKernel::fp32_avx512 || k == AttentionKernel::bf16_avx512
+             ? AttentionSaved::row_stats
+             : AttentionSaved::probabilities;
+}
+
+size_t attention_saved_floats(AttentionSaved saved, int B, int T, int NH) {
+  return size_t(B) * NH * T * (saved == AttentionSaved::row_stats ? 2 : size_t(T));
 }
 
 AttentionKernel attention_kernel(bool bf16, int C, int NH, AmxTiles amx) {
@@ -247,10 +288,11 @@ bool attention_bf16_supported(int C, int NH) {
 }
 
 void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                            AmxTiles amx) {
+                            AmxTiles amx, AttentionSaved saved) {
   PhaseScope phase_scope(Phase::attention, 2.0 * B * T * T * C,
                          4.0 * (4.0 * B * T * C + double(B) * NH * T * T));
   const AttentionKernel k = attention_kernel(true, C, NH, amx);
+  check_saved(k, saved);
   if (k == AttentionKernel::bf16_amx_tiles)
     return for_each_head(
         qkv, B, T, C, NH,
@@ -260,18 +302,21 @@ void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int
         amx_prefetch(qkv, nullptr, T, C, C / NH));
   if (k == AttentionKernel::bf16_amx)
     return attention_forward_bf16_batched(out, att, qkv, B, T, C, NH);
-  if (k != AttentionKernel::bf16_avx512) return attention_forward(out, att, qkv, B, T, C, NH);
+  if (k != AttentionKernel::bf16_avx512)
+    return attention_forward(out, att, qkv, B, T, C, NH, saved);
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
-    attention_head_forward_bf16(hv, out + o.row, C, att + o.att);
+    const HeadSaved hs = head_saved(att, o, saved);
+    attention_head_forward_bf16(hv, out + o.row, C, hs.probs, hs.stats);
   });
 }
 
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
                              const float* att, int B, int T, int C, int NH, bool accumulate,
-                             AmxTiles amx) {
+                             AmxTiles amx, AttentionSaved saved) {
   PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
                          4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
   const AttentionKernel k = attention_kernel(true, C, NH, amx);
+  check_saved(k, saved);
   if (k == AttentionKernel::bf16_amx_tiles)
     return for_each_head(
         qkv, B, T, C, NH,
@@ -284,19 +329,21 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
     return attention_backward_bf16_batched(dqkv, scratch, dout, qkv, att, B, T, C, NH, accumulate);
   if (k != AttentionKernel::bf16_avx512) {
     if (!accumulate) std::memset(dqkv, 0, sizeof(float) * size_t(B) * T * 3 * C);
-    return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, saved);
   }
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
     attention_head_backward_bf16(hv, dqkv + o.q, dqkv + o.k, dqkv + o.v, 3 * C, dout + o.row, C,
-                                 att + o.att, accumulate);
+                                 hs.probs, accumulate, hs.stats);
   });
 }
 
 void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const float* qkv, int B,
-                                  int T, int C, int NH, AmxTiles amx) {
+                                  int T, int C, int NH, AmxTiles amx, AttentionSaved saved) {
   PhaseScope phase_scope(Phase::attention, 2.0 * B * T * T * C,
                          4.0 * (4.0 * B * T * C + double(B) * NH * T * T));
   const AttentionKernel k = attention_kernel(true, C, NH, amx);
+  check_saved(k, saved);
   if (k == AttentionKernel::bf16_amx_tiles)
     return for_each_head(
         qkv, B, T, C, NH,
@@ -307,20 +354,22 @@ void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const f
   if (k == AttentionKernel::bf16_amx)
     return attention_forward_bf16_batched(out16, att, qkv, B, T, C, NH);
   if (k != AttentionKernel::bf16_avx512) {
-    attention_forward(stage, att, qkv, B, T, C, NH);
+    attention_forward(stage, att, qkv, B, T, C, NH, saved);
     return to_bf16(out16, stage, size_t(B) * T * C);
   }
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
-    attention_head_forward_bf16(hv, out16 + o.row, C, att + o.att);
+    const HeadSaved hs = head_saved(att, o, saved);
+    attention_head_forward_bf16(hv, out16 + o.row, C, hs.probs, hs.stats);
   });
 }
 
 void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, const float* dout,
                                    const float* qkv, const float* att, int B, int T, int C, int NH,
-                                   AmxTiles amx) {
+                                   AmxTiles amx, AttentionSaved saved) {
   PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
                          4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
   const AttentionKernel k = attention_kernel(true, C, NH, amx);
+  check_saved(k, saved);
   if (k == AttentionKernel::bf16_amx_tiles)
     return for_each_head(
         qkv, B, T, C, NH,
@@ -332,12 +381,14 @@ void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, c
   if (k == AttentionKernel::bf16_amx)
     return attention_backward_bf16_batched(dqkv16, scratch, dout, qkv, att, B, T, C, NH);
   if (k != AttentionKernel::bf16_avx512 || T > kAttentionBf16DirectMaxT) {
-    attention_backward_bf16(stage, scratch, dout, qkv, att, B, T, C, NH, /*accumulate=*/false);
+    attention_backward_bf16(stage, scratch, dout, qkv, att, B, T, C, NH, /*accumulate=*/false, amx,
+                            saved);
     return to_bf16(dqkv16, stage, size_t(B) * T * 3 * C);
   }
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
     attention_head_backward_bf16(hv, dqkv16 + o.q, dqkv16 + o.k, dqkv16 + o.v, 3 * C, dout + o.row,
-                                 C, att + o.att);
+                                 C, hs.probs, hs.stats);
   });
 }
 

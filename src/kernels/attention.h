@@ -9,23 +9,40 @@
 
 namespace mt {
 
+// What the forward keeps in `att` for the backward (docs/contracts.md, the attention core):
+//  - probabilities: the softmax probabilities (B, NH, T, T), upper triangle 0;
+//  - row_stats: each row's maximum score and 1 / sum (B, NH, T, 2), from which the backward
+//    recomputes the scores with the forward's own products and P with its own exp and
+//    scale arithmetic: bit for bit the P the forward used, so the gradients are those of the
+//    probabilities form, without the (B, NH, T, T) store and reload. Only the register-tile
+//    kernels (fp32_avx512, bf16_avx512) do this: attention_recomputes_probabilities.
+enum class AttentionSaved { probabilities, row_stats };
+// The form the engine keeps for this precision and shape on this CPU: row_stats where the
+// kernel attention_kernel picks can recompute P, else probabilities.
+AttentionSaved attention_saved_form(bool bf16, int C, int NH);
+// Floats of `att` for that form.
+size_t attention_saved_floats(AttentionSaved saved, int B, int T, int NH);
+
 // out (B, T, C) = concat_h softmax_causal(q_h k_h^T / sqrt(hd)) v_h
-// att (B, NH, T, T) keeps the softmax probabilities for backward (upper triangle is 0).
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// att keeps what the backward needs (AttentionSaved; by default the probabilities).
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                       AttentionSaved saved = AttentionSaved::probabilities);
 
 // dqkv (B, T, 3C) += gradient from dout (B, T, C). scratch holds
 // attention_backward_scratch_floats(B, T, C, NH) floats owned by the caller (no allocation
-// inside the step loop).
+// inside the step loop). saved: as the forward that wrote att.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH);
+                        const float* att, int B, int T, int C, int NH,
+                        AttentionSaved saved = AttentionSaved::probabilities);
 // bf16 true: what the engine's bf16 backward (AmxTiles::allow) needs. None where the kernel
 // keeps dP / dS per thread instead (the fp32 AVX-512, the AVX512-BF16 and the AMX register
 // tiles): only the sgemm path and oneDNN's batched AMX matmuls take it.
 size_t attention_backward_scratch_floats(int B, int T, int C, int NH, bool bf16 = false);
 // Bytes of the buffers the attention core keeps per thread (thread_local, grown to the
 // largest head seen, never freed): the AVX512-BF16 and the AMX tile kernels' packed operands
-// and dP / dS, the fp32 AVX-512 kernel's (T, T) dP / dS. 0 for the kernels that keep none
-// (the sgemm path) or whose buffers are not counted yet (oneDNN's batched AMX matmuls).
+// and dP / dS, the fp32 AVX-512 kernel's (T, T) dP / dS; for the two register-tile kernels
+// also the (T, T) scores and P of the row_stats form (AttentionSaved above). 0 for the kernels that
+// keep none (the sgemm path) or whose buffers are not counted yet (oneDNN's batched AMX matmuls).
 size_t attention_thread_scratch_bytes_of(bool bf16, int T, int C, int NH);
 
 // --precision bf16 (docs/precision.md): the same contract, with the products QK^T, P V and
@@ -39,12 +56,14 @@ size_t attention_thread_scratch_bytes_of(bool bf16, int T, int C, int NH);
 // fallback, for tests and comparisons); allow is what the engine always passes.
 enum class AmxTiles { allow, forbid };
 void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                            AmxTiles amx = AmxTiles::allow);
+                            AmxTiles amx = AmxTiles::allow,
+                            AttentionSaved saved = AttentionSaved::probabilities);
 // accumulate false: dqkv = the gradient (overwritten; the block's fp32 stage needs no memset
 // before it).
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
                              const float* att, int B, int T, int C, int NH, bool accumulate = true,
-                             AmxTiles amx = AmxTiles::allow);
+                             AmxTiles amx = AmxTiles::allow,
+                             AttentionSaved saved = AttentionSaved::probabilities);
 bool attention_bf16_supported(int C, int NH);
 
 // The kernel the attention core runs for this precision and shape on this CPU, picked at
@@ -63,9 +82,11 @@ const char* attention_kernel_name(AttentionKernel k);  // for the step breakdown
 // kernels cannot write it directly (no AVX512-BF16, another head dim, or, for the backward,
 // T > 128) the fp32 result goes through stage (as many floats as the output) first.
 void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const float* qkv, int B,
-                                  int T, int C, int NH, AmxTiles amx = AmxTiles::allow);
+                                  int T, int C, int NH, AmxTiles amx = AmxTiles::allow,
+                                  AttentionSaved saved = AttentionSaved::probabilities);
 void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, const float* dout,
                                    const float* qkv, const float* att, int B, int T, int C, int NH,
-                                   AmxTiles amx = AmxTiles::allow);
+                                   AmxTiles amx = AmxTiles::allow,
+                                   AttentionSaved saved = AttentionSaved::probabilities);
 
 }  // namespace mt

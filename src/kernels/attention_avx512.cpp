@@ -4,6 +4,7 @@
 
 #if defined(__AVX512F__)
 #include <algorithm>
+#include <vector>
 
 #include "kernels/attention_avx512_tiles.h"
 #endif
@@ -137,25 +138,50 @@ void rows_any(int rows, float* c, int ldc, bool accumulate, const float* a, int 
   }
 }
 
+// One head's (T, T) scores and probabilities, per thread (grown to the largest head seen, never
+// freed), where the caller keeps row statistics instead of P: written and re-read within the
+// head, so they stay in L2 instead of streaming (B, H, T, T) floats through memory.
+float* thread_head_probs(int T) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < size_t(T) * T) buf.resize(size_t(T) * T);
+  return buf.data();
+}
+
+// stats not null: P goes to thread_head_probs and each row's maximum and 1 / sum to stats.
 template <int HD>
-void forward_head(const AttentionHead& h, float* out, int ldo, float* att) {
+void forward_head(const AttentionHead& h, float* out, int ldo, float* att, float* stats) {
   const int T = h.T;
+  if (stats) att = thread_head_probs(T);
   causal_scores<HD>(att, h.q, h.ld, h.k, h.ld, T, h.scale);
   // Softmax a tile of rows while they are in L1, then out[i0:i1] = P[i0:i1, 0:i1] v[0:i1].
   constexpr int R = rows_per_tile<HD>();
   for (int i0 = 0; i0 < T; i0 += R) {
     const int rows = std::min(R, T - i0);
-    for (int i = i0; i < i0 + rows; i++) softmax_causal_row(att + size_t(i) * T, i, T);
+    for (int i = i0; i < i0 + rows; i++)
+      softmax_causal_row(att + size_t(i) * T, i, T, stats ? stats + 2 * i : nullptr);
     rows_any<HD, R>(rows, out + size_t(i0) * ldo, ldo, false, att + size_t(i0) * T, T, 1, h.v, h.ld,
                     0, i0 + rows);
   }
 }
 
+// P again from the forward's row statistics into thread_head_probs: the forward's scores
+// (the same products on the same inputs), then softmax_recompute_row, bit for bit its P with
+// its zeros above the diagonal (the key-side products read them).
+template <int HD>
+const float* recompute_probs(const AttentionHead& h, const float* stats) {
+  const int T = h.T;
+  float* p = thread_head_probs(T);
+  causal_scores<HD>(p, h.q, h.ld, h.k, h.ld, T, h.scale);
+  for (int i = 0; i < T; i++) softmax_recompute_row<true>(p + size_t(i) * T, i, T, stats + 2 * i);
+  return p;
+}
+
 template <int HD>
 void backward_head(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
-                   const float* dout, int lddo, const float* att, float* da) {
+                   const float* dout, int lddo, const float* att, const float* stats, float* da) {
   const int T = h.T;
   constexpr int R = rows_per_tile<HD>();
+  if (stats) att = recompute_probs<HD>(h, stats);
   // dP = dout v^T on and below the diagonal.
   causal_scores<HD>(da, dout, lddo, h.v, h.ld, T, 1.0f);
   // dS (softmax backward, in place), then dq[i0:i1] += dS[i0:i1, 0:i1] k[0:i1].
@@ -186,16 +212,17 @@ bool attention_avx512_supports(int hd) {
   return KernelHeadDims::supports(hd);
 }
 
-void attention_head_forward_avx512(const AttentionHead& h, float* out, int ldo, float* att) {
+void attention_head_forward_avx512(const AttentionHead& h, float* out, int ldo, float* att,
+                                   float* stats) {
   with_head_dim(h.hd, "attention_head_forward_avx512",
-                [&](auto hd) { forward_head<decltype(hd)::value>(h, out, ldo, att); });
+                [&](auto hd) { forward_head<decltype(hd)::value>(h, out, ldo, att, stats); });
 }
 
 void attention_head_backward_avx512(const AttentionHead& h, float* dq, float* dk, float* dv,
                                     int ldd, const float* dout, int lddo, const float* att,
-                                    float* datt) {
+                                    float* datt, const float* stats) {
   with_head_dim(h.hd, "attention_head_backward_avx512", [&](auto hd) {
-    backward_head<decltype(hd)::value>(h, dq, dk, dv, ldd, dout, lddo, att, datt);
+    backward_head<decltype(hd)::value>(h, dq, dk, dv, ldd, dout, lddo, att, stats, datt);
   });
 }
 
@@ -204,9 +231,9 @@ void attention_head_backward_avx512(const AttentionHead& h, float* dq, float* dk
 bool attention_avx512_supports(int) {
   return false;
 }
-void attention_head_forward_avx512(const AttentionHead&, float*, int, float*) {}
+void attention_head_forward_avx512(const AttentionHead&, float*, int, float*, float*) {}
 void attention_head_backward_avx512(const AttentionHead&, float*, float*, float*, int, const float*,
-                                    int, const float*, float*) {}
+                                    int, const float*, float*, const float*) {}
 
 #endif
 

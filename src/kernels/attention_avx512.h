@@ -22,13 +22,16 @@ struct AttentionHead {
 bool attention_avx512_supports(int hd);
 
 // out (T, hd), row stride ldo = softmax_causal(scale q k^T) v; att (T, T) receives the
-// probabilities with exact zeros above the diagonal.
-void attention_head_forward_avx512(const AttentionHead& h, float* out, int ldo, float* att);
+// probabilities with exact zeros above the diagonal. stats not null (T, 2): att is not written
+// (may be null); each row's maximum score and 1 / sum go there instead, from which the
+// backward recomputes P bit for bit (attention.h, AttentionSaved::row_stats).
+void attention_head_forward_avx512(const AttentionHead& h, float* out, int ldo, float* att,
+                                   float* stats = nullptr);
 
 // dq, dk, dv (T, hd), row stride ldd, += the gradients from dout (T, hd), row stride lddo.
-// datt is (T, T) scratch.
+// datt is (T, T) scratch. stats not null: P is recomputed from them (att unread).
 void attention_head_backward_avx512(const AttentionHead& h, float* dq, float* dk, float* dv,
                                     int ldd, const float* dout, int lddo, const float* att,
-                                    float* datt);
+                                    float* datt, const float* stats = nullptr);
 
 }  // namespace mt

@@ -109,8 +109,10 @@ template <int R>
   }
 }
 
-// row[0..i] = softmax(row[0..i]); row[i+1 .. T-1] = 0.
-inline void softmax_causal_row(float* row, int i, int T) {
+// row[0..i] = softmax(row[0..i]); row[i+1 .. T-1] = 0. stat, when not null, receives the
+// row's maximum and 1 / sum (stat[0], stat[1]), from which softmax_recompute_row gives this row
+// again.
+inline void softmax_causal_row(float* row, int i, int T, float* stat = nullptr) {
   const int n = i + 1, nfull = n & ~15;
   const __mmask16 mt = tail_mask(n - nfull);
   __m512 vmax = _mm512_set1_ps(-INFINITY);
@@ -126,10 +128,29 @@ inline void softmax_causal_row(float* row, int i, int T) {
   const __m512 et = exp_vec512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mt, row + nfull), vm));
   vsum = _mm512_mask_add_ps(vsum, mt, vsum, et);
   const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+  if (stat) stat[0] = _mm512_cvtss_f32(vm), stat[1] = _mm512_cvtss_f32(inv);
   for (int j = 0; j < nfull; j += 16)
     _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inv));
   _mm512_mask_storeu_ps(row + nfull, mt, _mm512_mul_ps(et, inv));
   std::memset(row + n, 0, sizeof(float) * size_t(T - n));
+}
+
+// row[0..i], the scores softmax_causal_row (or the bf16 kernel's stripe) turned into
+// probabilities and kept stat (the maximum, 1 / sum) for, become those probabilities again:
+// exp(s - max) times 1 / sum, the forward's instructions on the forward's values, so bit for
+// bit its P. kZeroTail: row[i+1 .. T-1] = 0 as the forward left it (the fp32 kernel's key-side
+// products read there); false leaves them (the bf16 backward reads only up to i).
+template <bool kZeroTail>
+inline void softmax_recompute_row(float* row, int i, int T, const float* stat) {
+  const int n = i + 1, nfull = n & ~15;
+  const __mmask16 mt = tail_mask(n - nfull);
+  const __m512 vm = _mm512_set1_ps(stat[0]), inv = _mm512_set1_ps(stat[1]);
+  for (int j = 0; j < nfull; j += 16)
+    _mm512_storeu_ps(row + j,
+                     _mm512_mul_ps(exp_vec512(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm)), inv));
+  const __m512 et = exp_vec512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mt, row + nfull), vm));
+  _mm512_mask_storeu_ps(row + nfull, mt, _mm512_mul_ps(et, inv));
+  if constexpr (kZeroTail) std::memset(row + n, 0, sizeof(float) * size_t(T - n));
 }
 
 // sum_j p[j] d[j] over j < n, broadcast to all lanes: 16 lanes of fused multiply-adds, the

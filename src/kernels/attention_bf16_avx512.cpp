@@ -48,6 +48,9 @@ constexpr int round_up(int x, int m) {
 struct Bf16Scratch {
   std::vector<u32> x, yt, b1, b2, rows, t1, t2;
   std::vector<float> ds;  // the backward's (T, T) dP / dS of one head
+  // One head's (T, T) scores and probabilities where the caller keeps row statistics instead:
+  // the forward's softmax input, the backward's recomputed P.
+  std::vector<float> p;
   template <class V>
   static typename V::value_type* sized(V& v, size_t n) {
     if (v.size() < n) v.resize(n);
@@ -257,12 +260,16 @@ MT_BF16_TARGET void stripe_scores_bf16(float* s, const u32* x, const u32* yt, in
 
 // One stripe of R query rows at a time: its scores, softmax (P into att and, in the same
 // pass, its bf16 rows) and P v, so the stripe's scores are re-read from L1, not from a
-// (T, T) block written whole first.
+// (T, T) block written whole first. stats not null: P goes to a per-thread (T, T) buffer
+// that stays in L2 and each row's maximum and 1 / sum to stats (T, 2) instead, all the
+// backward needs to recompute P (the (B, H, T, T) store and its reload are the cost saved).
 template <int HD, typename OutT>
-MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, OutT* out, int ldo, float* att) {
+MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, OutT* out, int ldo, float* att,
+                                      float* stats) {
   const int T = h.T, Tp = round_up(T, kKeyBlock), lda = Tp / 2;
   constexpr int R = rows_per_tile<HD>();
   Bf16Scratch& sc = bf16_scratch();
+  if (stats) att = Bf16Scratch::sized(sc.p, size_t(T) * T);
   u32* qx = Bf16Scratch::sized(sc.x, size_t(T) * HD / 2);
   u32* kt = Bf16Scratch::sized(sc.yt, size_t(Tp) * HD / 2);
   u32* vp = Bf16Scratch::sized(sc.b1, size_t(Tp / 2) * HD);
@@ -274,18 +281,41 @@ MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, OutT* out, int ldo
     const int rows = std::min(R, T - i0), kend = i0 + rows;  // keys 0 .. kend-1
     stripe_scores_bf16<HD, R>(att, qx, kt, T, i0, rows, h.scale);
     softmax_causal_stripe_bf16<R>(att, T, reinterpret_cast<uint16_t*>(pr), 2 * lda, i0, rows,
-                                  round_up(kend, 32));
+                                  round_up(kend, 32), stats);
     rows_any_bf16<HD, R>(rows, out + size_t(i0) * ldo, ldo, false, pr, lda, vp, 0, (kend + 1) / 2);
   }
+}
+
+// P again from the forward's row statistics: the scores by the forward's packers and
+// products, then softmax_recompute_row, a stripe at a time into a per-thread (T, T) buffer:
+// bit for bit the forward's P (past the diagonal neither written nor read).
+template <int HD>
+MT_BF16_TARGET const float* recompute_probs_bf16(const AttentionHead& h, const float* stats,
+                                                 Bf16Scratch& sc) {
+  const int T = h.T, Tp = round_up(T, kKeyBlock);
+  constexpr int R = rows_per_tile<HD>();
+  float* p = Bf16Scratch::sized(sc.p, size_t(T) * T);
+  u32* qx = Bf16Scratch::sized(sc.x, size_t(T) * HD / 2);
+  u32* kt = Bf16Scratch::sized(sc.yt, size_t(Tp) * HD / 2);
+  pack_rows<HD>(qx, h.q, h.ld, T);
+  pack_key_blocks<HD>(kt, h.k, h.ld, T);
+  for (int i0 = 0; i0 < T; i0 += R) {
+    const int rows = std::min(R, T - i0);
+    stripe_scores_bf16<HD, R>(p, qx, kt, T, i0, rows, h.scale);
+    for (int i = i0; i < i0 + rows; i++)
+      softmax_recompute_row<false>(p + size_t(i) * T, i, T, stats + 2 * i);
+  }
+  return p;
 }
 
 template <int HD, typename OutT>
 MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv,
                                        int ldd, const float* dout, int lddo, const float* att,
-                                       bool accumulate) {
+                                       const float* stats, bool accumulate) {
   const int T = h.T, Tp = round_up(T, kKeyBlock), lda = Tp / 2;
   constexpr int R = rows_per_tile<HD>();
   Bf16Scratch& sc = bf16_scratch();
+  if (stats) att = recompute_probs_bf16<HD>(h, stats, sc);  // before x and yt are reused
   // dP / dS live in a per-thread (T, T) buffer, not in the caller's (B, H, T, T) scratch:
   // it is written and re-read within this head, so it stays in L2 (64 KB at T 128) instead
   // of streaming 2 MB per layer (B 4, H 8) through memory; the arithmetic is unchanged.
@@ -349,16 +379,17 @@ bool cpu_has_avx512_bf16() {
 
 // The entry points of both output types: with_head_dim picks the instantiation.
 template <typename OutT>
-void head_forward_bf16(const AttentionHead& h, OutT* out, int ldo, float* att) {
+void head_forward_bf16(const AttentionHead& h, OutT* out, int ldo, float* att, float* stats) {
   with_head_dim(h.hd, "attention_head_forward_bf16",
-                [&](auto hd) { forward_head_bf16<decltype(hd)::value>(h, out, ldo, att); });
+                [&](auto hd) { forward_head_bf16<decltype(hd)::value>(h, out, ldo, att, stats); });
 }
 
 template <typename OutT>
 void head_backward_bf16(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv, int ldd,
-                        const float* dout, int lddo, const float* att, bool accumulate) {
+                        const float* dout, int lddo, const float* att, const float* stats,
+                        bool accumulate) {
   with_head_dim(h.hd, "attention_head_backward_bf16", [&](auto hd) {
-    backward_head_bf16<decltype(hd)::value>(h, dq, dk, dv, ldd, dout, lddo, att, accumulate);
+    backward_head_bf16<decltype(hd)::value>(h, dq, dk, dv, ldd, dout, lddo, att, stats, accumulate);
   });
 }
 
@@ -371,30 +402,35 @@ bool attention_bf16_avx512_supports(int hd) {
 size_t attention_bf16_avx512_scratch_bytes(int T, int hd) {
   if (!attention_bf16_avx512_supports(hd)) return 0;
   const size_t t = size_t(T), tp = size_t(round_up(T, kKeyBlock)), R = size_t(bf16_rows(hd));
-  // Bf16Scratch as the forward and the backward size it: x, yt, b1, b2, rows, t1, t2, ds.
+  // Bf16Scratch as the forward and the backward size it: x, yt, b1, b2, rows, t1, t2, ds and
+  // p (the scores and P of the row-statistics forms, the ones the engine runs).
   const size_t words = t * hd / 2 + tp * hd / 2 + 2 * (tp / 2 * hd) + R * tp / 2 + 2 * tp * tp / 2;
-  return 4 * (words + t * t);
+  return 4 * (words + 2 * t * t);
 }
 
-void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att) {
-  head_forward_bf16(h, out, ldo, att);
+void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att,
+                                 float* stats) {
+  head_forward_bf16(h, out, ldo, att, stats);
 }
 
-void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, float* att) {
-  head_forward_bf16(h, out, ldo, att);
+void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, float* att,
+                                 float* stats) {
+  head_forward_bf16(h, out, ldo, att, stats);
 }
 
 void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
-                                  const float* dout, int lddo, const float* att, bool accumulate) {
-  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, accumulate);
+                                  const float* dout, int lddo, const float* att, bool accumulate,
+                                  const float* stats) {
+  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, stats, accumulate);
 }
 
 void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf16* dv, int ldd,
-                                  const float* dout, int lddo, const float* att) {
+                                  const float* dout, int lddo, const float* att,
+                                  const float* stats) {
   // Each gradient row is written once only while one query block covers all of T.
   MT_CHECK(h.T <= kAttentionBf16DirectMaxT, "attention_head_backward_bf16: T ", h.T, " > ",
            kAttentionBf16DirectMaxT);
-  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, false);
+  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, stats, false);
 }
 
 #else  // no AVX-512: attention.cpp uses the fp32 kernels for every head dim
@@ -405,12 +441,12 @@ bool attention_bf16_avx512_supports(int) {
 size_t attention_bf16_avx512_scratch_bytes(int, int) {
   return 0;
 }
-void attention_head_forward_bf16(const AttentionHead&, float*, int, float*) {}
-void attention_head_forward_bf16(const AttentionHead&, bf16*, int, float*) {}
+void attention_head_forward_bf16(const AttentionHead&, float*, int, float*, float*) {}
+void attention_head_forward_bf16(const AttentionHead&, bf16*, int, float*, float*) {}
 void attention_head_backward_bf16(const AttentionHead&, float*, float*, float*, int, const float*,
-                                  int, const float*, bool) {}
+                                  int, const float*, bool, const float*) {}
 void attention_head_backward_bf16(const AttentionHead&, bf16*, bf16*, bf16*, int, const float*, int,
-                                  const float*) {}
+                                  const float*, const float*) {}
 
 #endif
 

@@ -17,19 +17,26 @@ bool attention_bf16_avx512_supports(int hd);
 size_t attention_bf16_avx512_scratch_bytes(int T, int hd);
 
 // As attention_head_forward_avx512 / attention_head_backward_avx512, with bf16 products.
-void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att);
+// stats not null (T, 2): the forward keeps each row's maximum score and 1 / sum there instead
+// of writing att (which may then be null), and the backward recomputes P from them, bit for
+// bit the forward's (attention.h, AttentionSaved::row_stats).
+void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att,
+                                 float* stats = nullptr);
 // With bf16 outputs (rounded as to_bf16 rounds): out, and dq, dk, dv overwritten; the
 // backward needs T <= kAttentionBf16DirectMaxT (one pass of query rows, so each gradient row
 // is written once).
 constexpr int kAttentionBf16DirectMaxT = 128;
-void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, float* att);
+void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, float* att,
+                                 float* stats = nullptr);
 void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf16* dv, int ldd,
-                                  const float* dout, int lddo, const float* att);
+                                  const float* dout, int lddo, const float* att,
+                                  const float* stats = nullptr);
 
 // accumulate false overwrites dq, dk, dv instead of adding to them. No scratch from the
 // caller: the kernel keeps each head's dP / dS in a per-thread (T, T) buffer that stays in L2
 // (attention_bf16_avx512_scratch_bytes).
 void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
-                                  const float* dout, int lddo, const float* att, bool accumulate);
+                                  const float* dout, int lddo, const float* att, bool accumulate,
+                                  const float* stats = nullptr);
 
 }  // namespace mt

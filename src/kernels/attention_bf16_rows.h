@@ -42,10 +42,13 @@ MT_BF16_ROWS_TARGET inline void store_bf16_tail(uint16_t* p16, int nfull, __m512
 
 // Rows i0 .. i0 + rows - 1 (rows <= R) of a (T, T) block s: softmax_causal_row each (row i:
 // s[i][0..i] = softmax, s[i][i+1 .. T-1] = 0) and p16 row r (row stride ld16) = row i0 + r in
-// bf16 over [0, cols), zeros past i (cols a multiple of 16, at least i0 + rows).
+// bf16 over [0, cols), zeros past i (cols a multiple of 16, at least i0 + rows). stats, when
+// not null, receives row i's maximum and 1 / sum at stats[2 i], stats[2 i + 1]: what
+// softmax_recompute_row needs to give the backward these probabilities again.
 template <int R>
 MT_BF16_ROWS_TARGET void softmax_causal_stripe_bf16(float* s, int T, uint16_t* p16, int ld16,
-                                                    int i0, int rows, int cols) {
+                                                    int i0, int rows, int cols,
+                                                    float* stats = nullptr) {
   __m512 vm[R], vsum[R], et[R];
   // Phase 1: the row maxima.
 #pragma GCC unroll 8
@@ -81,6 +84,11 @@ MT_BF16_ROWS_TARGET void softmax_causal_stripe_bf16(float* s, int T, uint16_t* p
 #pragma GCC unroll 8
   for (int r = 0; r < R; r++)
     if (r < rows) vsum[r] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum[r]));
+  if (stats)
+    for (int r = 0; r < rows; r++) {
+      stats[2 * (i0 + r)] = _mm512_cvtss_f32(vm[r]);
+      stats[2 * (i0 + r) + 1] = _mm512_cvtss_f32(vsum[r]);
+    }
   // Phase 3: normalise, store P and its bf16 row.
   for (int r = 0; r < rows; r++) {
     float* row = s + size_t(i0 + r) * T;

@@ -40,6 +40,7 @@ GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard&
   NHl_ = cfg.heads / tp.size;
   Cl_ = NHl_ * cfg.head_dim();
   Hl_ = cfg.hidden() / tp.size;
+  saved_ = attention_saved_form(bf16_, Cl_, NHl_);
   const bool moe = is_moe_layer(cfg, layer);
   register_params(layer, cfg, moe, table);
   // Under tp the layer splits the tokens, not the experts (moe_layer.h).
@@ -107,7 +108,7 @@ void GptBlock::reserve_buffers(SlotLayout& layout, bool moe) {
   if (flash_)
     off_.lse = layout.reserve(size_t(max_b_) * NHl_ * T_);
   else if (!recompute_attention_)
-    off_.att = layout.reserve(size_t(max_b_) * NHl_ * T_ * T_);
+    off_.att = layout.reserve(attention_saved_floats(saved_, max_b_, T_, NHl_));
   off_.att_out = gemm_only(N * Cl_);
   off_.x_mid = layout.reserve(Nl * C_);
   off_.ln2_out = moe ? layout.reserve(Nl * C_) : gemm_only(Nl * C_);  // the router reads fp32
@@ -204,7 +205,7 @@ size_t GptBlock::attention_thread_scratch_bytes() const {
 
 size_t GptBlock::forward_scratch_floats() const {
   if (flash_) return flash_attention_forward_scratch_floats(flash_args(nullptr, max_b_, T_));
-  return recompute_attention_ ? size_t(max_b_) * NHl_ * T_ * T_ : 0;
+  return recompute_attention_ ? attention_saved_floats(saved_, max_b_, T_, NHl_) : 0;
 }
 
 // q, k, v of head h at columns h hd of each third of a qkv row; no RoPE (§1).
@@ -270,7 +271,7 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
     flash_core_forward(p, att_out, s + off_.lse, flash_args(qkv, b, T), context_.cp,
                        std::span<float>(probs_scratch_, forward_scratch_floats()));
   else
-    p.attention(att_out, att, qkv, b, T, Cl_, NHl_);
+    p.attention(att_out, att, qkv, b, T, Cl_, NHl_, saved_);
   p.forward(attn_proj_, x_mid, att_out, N);
   if (dropout_on()) branch_dropout(x_mid, x_mid, 1, b, T, false);
 
@@ -334,7 +335,7 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
   float* att = s + off_.att;
   if (recompute_attention_) {
     att = probs_scratch_;
-    p.attention(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_);
+    p.attention(d_att_out, att, s + off_.qkv, b, T, Cl_, NHl_, saved_);
   }
   const float* d_attn = dropout_ ? s + off_.d_attn_branch : dx_mid;
   if (dropout_) branch_dropout(s + off_.d_attn_branch, dx_mid, 1, b, T, true);
@@ -343,7 +344,7 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
     flash_core_backward(p, d_qkv, d_att_out, Ops::act(s, off_.att_out), s + off_.lse,
                         flash_args(s + off_.qkv, b, T), context_.cp, scratch);
   else
-    p.attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_);
+    p.attention_backward(d_qkv, scratch, d_att_out, s + off_.qkv, att, b, T, Cl_, NHl_, saved_);
   p.backward_input(qkv_, d_ln1, d_qkv, N);
   // dx_in must not alias anything read below; the x_in statistics are in the slot.
   layernorm_backward_input_residual(dx_in, dx_mid, d_ln1, x_in, ln1_.w, s + off_.ln1_mean,

@@ -20,9 +20,12 @@
 // Backward is split: backward_input (B) produces dx_in and keeps the intermediate
 // gradients in the slot; backward_weight (W) turns them into weight gradients later.
 //
-// With Recompute::selective the attention probabilities (b, NHl, T, T) are not in the slot:
-// forward writes them to chunk-wide scratch and B recomputes them there from the kept qkv
-// (the same kernel on the same input: bitwise the same). W never reads them. Full
+// What the attention core keeps for its backward (`att`) is the probabilities (b, NHl, T, T),
+// or, where the kernel recomputes them (kernels/attention.h, AttentionSaved::row_stats: the
+// register-tile kernels, fp32 and AVX512-BF16), each row's maximum and 1 / sum (b, NHl, T, 2).
+// With Recompute::selective that is not in the slot: forward writes it to chunk-wide scratch
+// and B recomputes it there from the kept qkv (the same kernel on the same input: bitwise
+// the same). W never reads them. Full
 // recomputation is the chunk's business (model_chunk.h): the block is unchanged, its
 // "slot" is then scratch.
 //
@@ -151,6 +154,9 @@ class GptBlock final : public Block {
   BlockContext context_;              // context.cp: attention across the cp group
   LayerScratch scratch_;              // the chunk's workspaces (set_scratch, set_bf16_scratch)
   float* probs_scratch_ = nullptr;
+  // What `att` keeps between forward and backward: the probabilities, or where the kernel
+  // recomputes them, each row's maximum and 1 / sum (kernels/attention.h).
+  AttentionSaved saved_ = AttentionSaved::probabilities;
   Norm ln1_{}, ln2_{};
   LinearParams qkv_p_, attn_proj_p_, fc_p_, mlp_proj_p_;  // fc, mlp_proj unused in an MoE block
   tp::ColumnParallelLinear qkv_, fc_;
@@ -161,7 +167,7 @@ class GptBlock final : public Block {
   // in a dense block) hold bf16 values, the same counts in half the floats.
   struct {
     size_t ln1_out, ln1_mean, ln1_rstd;  // (Nl,C) (Nl) (Nl)
-    size_t qkv, att, att_out;            // (N,3Cl) (b,NHl,T,T) (N,Cl); att: none/full only
+    size_t qkv, att, att_out;            // (N,3Cl) (b,NHl,T,T or 2) (N,Cl); att: none/full
     size_t lse;                          // (b,NHl,T): context parallelism only (no att)
     size_t x_mid;                        // (Nl,C)
     size_t ln2_out, ln2_mean, ln2_rstd;  // (Nl,C) (Nl) (Nl)

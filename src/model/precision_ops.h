@@ -67,14 +67,17 @@ struct Fp32Ops {
   void swiglu_backward(Act* dgu, const float* gu, const float* dout, int N, int F) const {
     mt::swiglu_backward(dgu, gu, dout, N, F, /*accumulate=*/false);
   }
-  void attention(Act* out, float* att, const float* qkv, int B, int T, int C, int NH) const {
-    attention_forward(out, att, qkv, B, T, C, NH);
+  // att: what the backward needs, in the form `saved` (kernels/attention.h).
+  void attention(Act* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                 AttentionSaved saved) const {
+    attention_forward(out, att, qkv, B, T, C, NH, saved);
   }
   // dqkv (B, T, 3C) = the attention core's input gradient (overwritten).
   void attention_backward(Act* dqkv, float* att_scratch, const float* dout, const float* qkv,
-                          const float* att, int B, int T, int C, int NH) const {
+                          const float* att, int B, int T, int C, int NH,
+                          AttentionSaved saved) const {
     std::memset(dqkv, 0, size_t(B) * T * 3 * C * sizeof(float));
-    mt::attention_backward(dqkv, att_scratch, dout, qkv, att, B, T, C, NH);
+    mt::attention_backward(dqkv, att_scratch, dout, qkv, att, B, T, C, NH, saved);
   }
 
   void forward(const tp::ColumnParallelLinear& l, float* y, const Act* x, int N, Act* gathered,
@@ -143,16 +146,20 @@ struct Bf16Ops {
   void swiglu_backward(Act* dgu, const float* gu, const float* dout, int N, int F) const {
     swiglu_backward_bf16(dgu, gu, dout, N, F);
   }
-  void attention(Act* out, float* att, const float* qkv, int B, int T, int C, int NH) const {
-    attention_forward_bf16_out16(out, stage, att, qkv, B, T, C, NH);
+  void attention(Act* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                 AttentionSaved saved) const {
+    attention_forward_bf16_out16(out, stage, att, qkv, B, T, C, NH, AmxTiles::allow, saved);
   }
   // The fp32 output of the same bf16 products (selective recomputation's probabilities).
-  void attention(float* out, float* att, const float* qkv, int B, int T, int C, int NH) const {
-    attention_forward_bf16(out, att, qkv, B, T, C, NH);
+  void attention(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                 AttentionSaved saved) const {
+    attention_forward_bf16(out, att, qkv, B, T, C, NH, AmxTiles::allow, saved);
   }
   void attention_backward(Act* dqkv, float* att_scratch, const float* dout, const float* qkv,
-                          const float* att, int B, int T, int C, int NH) const {
-    attention_backward_bf16_out16(dqkv, stage, att_scratch, dout, qkv, att, B, T, C, NH);
+                          const float* att, int B, int T, int C, int NH,
+                          AttentionSaved saved) const {
+    attention_backward_bf16_out16(dqkv, stage, att_scratch, dout, qkv, att, B, T, C, NH,
+                                  AmxTiles::allow, saved);
   }
 
   void forward(const tp::ColumnParallelLinear& l, float* y, const Act* x, int N, Act* gathered,

@@ -97,33 +97,39 @@ std::pair<double, double> backward_ratios(bool bf16_path, double peak, double se
 // entry point, "bf16" calls it here and nothing else changes.
 std::pair<double, double> attention_rates(Precision precision, double seconds) {
   // A block of a small run (8 sequences of 128, 8 heads of 32): its 4 MiB of probabilities
-  // spill out of L2 as a real microbatch's do; a smaller shape flatters the backward.
+  // (where the kernel keeps them) spill out of L2 as a real microbatch's do; a smaller shape
+  // flatters the backward.
   const int B = 8, T = 128, C = 256, NH = 8;
+  const bool bf16_run = precision == Precision::bf16;
+  // What the block keeps between the passes: the probabilities, or the row statistics the
+  // register-tile kernels recompute them from (kernels/attention.h).
+  const AttentionSaved saved = attention_saved_form(bf16_run, C, NH);
   std::vector<float> qkv(size_t(B) * T * 3 * C, 0.01f), out(size_t(B) * T * C);
-  std::vector<float> att(size_t(B) * NH * T * T), dout(out.size(), 0.01f), dqkv(qkv.size());
+  std::vector<float> att(attention_saved_floats(saved, B, T, NH)), dout(out.size(), 0.01f),
+      dqkv(qkv.size());
   // The bf16 block's own calls: bf16 products, results rounded into its bf16 slot buffers.
   std::vector<bf16> out16(out.size()), dqkv16(dqkv.size());
-  const bool bf16_run = precision == Precision::bf16;
   std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH, bf16_run));
   const double flops = 4.0 * B * T * T * C;
   // Cold caches: in a step the probabilities written by the forward are read back by the
   // backward only after the rest of the model has run.
-  const double fwd = flops / best_time_cold(0.5 * seconds, [&] {
-                       if (bf16_run)
-                         attention_forward_bf16_out16(out16.data(), out.data(), att.data(),
-                                                      qkv.data(), B, T, C, NH);
-                       else
-                         attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-                     });
-  const double bwd =
-      2 * flops / best_time_cold(0.5 * seconds, [&] {
+  const double fwd =
+      flops / best_time_cold(0.5 * seconds, [&] {
         if (bf16_run)
-          attention_backward_bf16_out16(dqkv16.data(), dqkv.data(), scratch.data(), dout.data(),
-                                        qkv.data(), att.data(), B, T, C, NH);
+          attention_forward_bf16_out16(out16.data(), out.data(), att.data(), qkv.data(), B, T, C,
+                                       NH, AmxTiles::allow, saved);
         else
-          attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T,
-                             C, NH);
+          attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, saved);
       });
+  const double bwd = 2 * flops / best_time_cold(0.5 * seconds, [&] {
+                       if (bf16_run)
+                         attention_backward_bf16_out16(dqkv16.data(), dqkv.data(), scratch.data(),
+                                                       dout.data(), qkv.data(), att.data(), B, T, C,
+                                                       NH, AmxTiles::allow, saved);
+                       else
+                         attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                                            att.data(), B, T, C, NH, saved);
+                     });
   return {fwd, bwd};
 }
 

@@ -104,14 +104,15 @@ TEST(MemoryKernelScratch, Bf16AttentionBuffersAreCountedPerThreadAndNoUnusedScra
 }
 
 // The fp32 attention core (AVX-512 register tiles) keeps its (T, T) dP / dS per thread too
-// (stop 43): counted once per thread, and no (B, NH, T, T) scratch reserved for it. The sgemm
-// path (other head dims) still takes the caller's scratch.
+// (stop 43), and since stop 44 a (T, T) buffer for the scores and P it recomputes from the
+// row statistics: counted once per thread, and no (B, NH, T, T) scratch reserved for it. The
+// sgemm path (other head dims) still takes the caller's scratch.
 TEST(MemoryKernelScratch, Fp32AttentionGradientIsCountedPerThreadAndNoUnusedScratch) {
   const TrainOptions o = attention_run(Precision::fp32);
   if (attention_kernel(false, 64, 2) != AttentionKernel::fp32_avx512)
     GTEST_SKIP() << "the fp32 attention core is not the AVX-512 one here";
   const int64_t per_thread = int64_t(attention_thread_scratch_bytes_of(false, 128, 64, 2));
-  EXPECT_EQ(per_thread, 128 * 128 * int64_t(sizeof(float)));
+  EXPECT_EQ(per_thread, 2 * 128 * 128 * int64_t(sizeof(float)));
   expect_counted_once_per_thread(o, per_thread);
   EXPECT_EQ(attention_backward_scratch_floats(4, 128, 64, 2, false), 0u);
   // hd 24 is no register-tile head dim: the sgemm path, with its (B, NH, T, T) scratch.
