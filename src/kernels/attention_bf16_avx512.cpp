@@ -1,21 +1,18 @@
 // --precision bf16's register-blocked causal attention for one (batch, head) (declared in
-// attention_bf16_avx512.h).
-//
-// The tiling of the fp32 kernels (attention_avx512.cpp) with _mm512_dpbf16_ps, which multiplies
-// pairs of bf16 values and adds both products to an fp32 lane: 32 multiply-adds per instruction
-// against the FMA's 16. The reduction index k of each product is taken two at a time, so the
-// operands are packed into 32-bit "pairs" (element k in the low half, k + 1 in the high half) once
-// per head:
+// attention_bf16_avx512.h). The tiling of the fp32 kernels (attention_avx512.cpp) with
+// _mm512_dpbf16_ps, which multiplies pairs of bf16 values and adds both products to an fp32 lane:
+// 32 multiply-adds per instruction against the FMA's 16. The reduction index k of each product is
+// taken two at a time, so the operands are packed into 32-bit "pairs" (element k in the low
+// half, k + 1 in the high half) once per head:
 //  - the broadcast side (a row of q, dout, P or dS) as rows of pairs; for the key-side
 //    products (dS^T q, P^T dout) the pairs of two consecutive rows of dS and P, read down a
 //    column (pack_row_pairs), so neither is transposed;
 //  - the vector side of a scores product (k for q k^T, v for dout v^T) as key blocks of
 //    (hd / 2, 32) pairs, the transpose of transpose_block with pairs for elements;
 //  - the vector side of a rows product (v, k, q, dout) with two consecutive rows interleaved.
-// Lengths along keys are padded to Tp = T rounded up to 32 with zeros, so odd T and partial
-// blocks need no special case: a zero pair adds nothing. Products that cross the diagonal
-// read exact zeros there (the probabilities and their gradient are zero above it), which is
-// what lets a pair start one row early.
+// Keys are padded to Tp = T rounded up to 32 with zeros (a zero pair adds nothing: odd T and
+// partial blocks need no special case). Products crossing the diagonal read exact zeros there
+// (P and dS are zero above it), which lets a pair start one row early.
 #include "kernels/attention_bf16_avx512.h"
 
 #if defined(__AVX512F__)
