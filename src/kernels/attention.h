@@ -15,7 +15,7 @@ namespace mt {
 //    recomputes the scores with the forward's own products and P with its own exp and
 //    scale arithmetic: bit for bit the P the forward used, so the gradients are those of the
 //    probabilities form, without the (B, NH, T, T) store and reload. Only the register-tile
-//    kernels (fp32_avx512, bf16_avx512) do this: attention_recomputes_probabilities.
+//    kernels (fp32_avx512, bf16_avx512) do this: attention_saved_form.
 enum class AttentionSaved { probabilities, row_stats };
 // The form the engine keeps for this precision and shape on this CPU: row_stats where the
 // kernel attention_kernel picks can recompute P, else probabilities.

@@ -47,9 +47,10 @@ ScopedFp32WeightGradPath::~ScopedFp32WeightGradPath() {
 }
 
 bool fp32_weight_grad_transposed(int C, int OC) {
-  // The scratch is a whole (C, OC) fp32 copy of the gradient, kept by the calling thread and
-  // not counted by the memory estimate; so the rule holds only up to the largest layer it
-  // was measured at (d512's fc, 4 MiB): an LM head of a 50K vocabulary would keep 150 MiB.
+  // The scratch is a whole (C, OC) fp32 copy of the gradient, kept by the calling thread for
+  // its lifetime (counted once per rank by the memory estimate: fp32_weight_grad_scratch_bytes);
+  // so the rule holds only up to the largest layer it was measured at (d512's fc, 4 MiB): an
+  // LM head of a 50K vocabulary would keep 150 MiB.
   constexpr int64_t kMaxScratchFloats = int64_t(1) << 20;
   return fp32_weight_grad_path() == Fp32WeightGradPath::by_shape && OC >= 4 * int64_t(C) &&
          int64_t(C) * OC <= kMaxScratchFloats;
