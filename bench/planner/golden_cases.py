@@ -46,7 +46,7 @@ def published_args(run, software):
         a += ["--zero", "1", "--cp", "1"] + (["--sequence-parallel"] if tp > 1 else [])
     else:
         a += ["--zero", "0"] + (["--recompute", "full", "--sequence-parallel=false"]
-                                if src == "N21" else
+                                if src in ("N21", "K22F") else
                                 ["--recompute", "selective", "--sequence-parallel"])
     if software:
         a += ["--software", software]

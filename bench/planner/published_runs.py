@@ -27,9 +27,18 @@ Sources (entered by hand from the papers; see docs/planner.md for how each was c
         paper's scripts: MBS, --num-layers-per-virtual-pipeline-stage), in STATED below.
   K22 = Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
         Models", Tables 3-5 (A100-80GB, bf16, tp 8, dp 1, sequence parallelism + selective
-        recomputation, vocab 51200, seq 2048): end-to-end iteration time in seconds.
-        Table 5's four "full recompute" rows are not entered: no text copy of their digits
-        was found (docs/planner.md).
+        recomputation, vocab 51200, seq 2048): end-to-end iteration time in seconds
+        (Table 5, "Present Work"). Micro-batch: Table 3; schedule: section 6 ("the
+        interleaving schedule with three interleaving stages (m = 3) for the 175B and 530B
+        models"), in K22_STATED below.
+  K22F = the same paper's Table 5 "Full Recompute" column: the same four configurations of
+        Table 3 with full activation recomputation and no sequence parallelism (section 6.3:
+        "improvement in the throughput over performing full recomputation without sequence
+        parallelism"). Digits read from the text layer of an annotated copy of arXiv
+        2205.05198v1, github.com/danielvegamyhre/ml-perf-reading-group, commit 4ba9bea8d6,
+        session_9/reducing_activation_recomputation_[annotated].pdf; each row checked
+        against the table's "Throughput Increase" column (full / present - 1 = 29.0%,
+        31.8%, 29.7%, 32.1%, all four to the last digit).
   MC24 = Megatron-LM's README, H100 weak-scaling table (NVIDIA/Megatron-LM commit
         f2e5db402c, 2024-07-15, "New scaling figures on H100 GPUs", images/model_table.png,
         labelled "Megatron-Core r0.8.0"; transcribed from the image, every row's MFU checked
@@ -49,7 +58,7 @@ import sys
 import tempfile
 
 # (source, name, layers, hidden, heads, tp, pp, gpus, batch, published)
-# N21: published = teraFLOP/s per GPU; K22: published = iteration time in seconds.
+# N21: published = teraFLOP/s per GPU; K22, K22F: published = iteration time in seconds.
 RUNS = [
     ("N21", "1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
     ("N21", "3.6B", 30, 3072, 32, 2, 1, 64, 512, 138),
@@ -65,6 +74,10 @@ RUNS = [
     ("K22", "175B", 96, 12288, 96, 8, 8, 64, 64, 13.75),
     ("K22", "530B", 105, 20480, 128, 8, 35, 280, 280, 37.83),
     ("K22", "1T", 128, 25600, 160, 8, 64, 512, 512, 71.49),
+    ("K22F", "22B", 48, 6144, 64, 8, 1, 8, 4, 1.42),
+    ("K22F", "175B", 96, 12288, 96, 8, 8, 64, 64, 18.13),
+    ("K22F", "530B", 105, 20480, 128, 8, 35, 280, 280, 49.05),
+    ("K22F", "1T", 128, 25600, 160, 8, 64, 512, 512, 94.42),
     # MC24: published = teraFLOP/s per GPU (dp 48 in every row: GPUs = tp x pp x 48).
     ("MC24", "1.7B", 24, 2048, 16, 1, 1, 48, 192, 408.8),
     ("MC24", "7.1B", 30, 4096, 32, 2, 1, 96, 192, 465.9),
@@ -77,17 +90,26 @@ RUNS = [
     ("MC24", "462B", 112, 18432, 144, 8, 16, 6144, 3072, 459.9),
 ]
 # (sequence, vocabulary) of each source's runs.
-SHAPE = {"N21": (2048, 51200), "K22": (2048, 51200), "MC24": (4096, 131072)}
+SHAPE = {"N21": (2048, 51200), "K22": (2048, 51200), "K22F": (2048, 51200),
+         "MC24": (4096, 131072)}
 SEQ, VOCAB = SHAPE["N21"]
 
 # The runs' own micro-batch, schedule and virtual stages, where published: Megatron-LM
 # examples/sc21/run_table_1.sh (MBS; --num-layers-per-virtual-pipeline-stage n gives
-# v = layers / (pp n)). Korthikanti et al. 2022 published no scripts: searched.
+# v = layers / (pp n)).
 STATED = {
     "1.7B": (16, "1f1b", 1), "3.6B": (16, "1f1b", 1), "7.5B": (16, "1f1b", 1),
     "18.4B": (8, "1f1b", 1), "39.1B": (4, "1f1b", 1), "76.1B": (2, "interleaved", 3),
     "145.6B": (2, "interleaved", 2), "310.1B": (1, "interleaved", 2),
     "529.6B": (1, "interleaved", 3), "1008.0B": (1, "1f1b", 1),
+}
+
+# Korthikanti et al. 2022 published no scripts; its text states the layout of both its
+# columns (Table 5 runs "the four configurations listed in Table 3"): Table 3's micro-batch,
+# and interleaving with m = 3 for 175B and 530B only (22B has pp 1; 1T is not interleaved).
+K22_STATED = {
+    "22B": (4, "1f1b", 1), "175B": (1, "interleaved", 3), "530B": (1, "interleaved", 3),
+    "1T": (1, "1f1b", 1),
 }
 
 
@@ -204,14 +226,18 @@ def predict(binary, hardware, run, stated=True):
             "--seq", str(seq), "--vocab", str(vocab), "--batch", str(batch),
             "--tp", str(tp), "--pp", str(pp), "--dp", str(dp),
             "--precision", "bf16", "--json", "--top", "1"]
-    if stated and src == "N21" and name in STATED:
-        mb, schedule, v = STATED[name]
+    stated_layout = {"N21": STATED, "K22": K22_STATED, "K22F": K22_STATED}.get(src, {})
+    if stated and name in stated_layout:
+        mb, schedule, v = stated_layout[name]
         args += ["--micro-batch", str(mb), "--schedule", schedule, "--virtual-stages", str(v)]
     if src == "N21":
         args += ["--zero", "0", "--recompute", "full", "--sequence-parallel=false"]
         published_s = n21_flops(batch, layers, h) / (gpus * pub * 1e12)
     elif src == "K22":
         args += ["--zero", "0", "--recompute", "selective", "--sequence-parallel"]
+        published_s = pub
+    elif src == "K22F":
+        args += ["--zero", "0", "--recompute", "full", "--sequence-parallel=false"]
         published_s = pub
     else:
         # The distributed optimizer (ZeRO-1), no cp; --tp-comm-overlap needs SP (tp > 1).
@@ -227,7 +253,7 @@ def predict(binary, hardware, run, stated=True):
 
 
 def software(src):
-    return {"N21": "megatron-lm-2021", "K22": "megatron-lm-2022",
+    return {"N21": "megatron-lm-2021", "K22": "megatron-lm-2022", "K22F": "megatron-lm-2022",
             "MC24": "megatron-core-2024"}[src]
 
 
@@ -235,22 +261,25 @@ def hardware_preset(src):
     return "h100-80gb" if src == "MC24" else "a100-80gb"
 
 
+A100_SOURCES = ("N21", "K22", "K22F")  # the a100 rows
+
+
 def ablate(binary):
     """Each mechanism switched off in turn (the runs' stated layouts): mean |error|, max and
     signed mean, per paper."""
-    runs = [run for run in RUNS if run[0] in ("N21", "K22")]  # the a100 rows
+    runs = [run for run in RUNS if run[0] in A100_SOURCES]
     preset = [predict(binary, lambda src: ["--hardware", "a100-80gb", "--software",
                                            software(src)], run) for run in runs]
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"{'switched off':34} {'N21 mean':>9} {'max':>6} {'signed':>7}   "
-              f"{'K22 mean':>9} {'max':>6} {'signed':>7}")
+        print(f"{'switched off':34} " + "   ".join(
+            f"{src + ' mean':>9} {'max':>6} {'signed':>7}" for src in A100_SOURCES))
         for label, extra, sms in ABLATIONS:
             def hardware(src):
                 path = os.path.join(tmp, software(src) + ".toml")
                 with open(path, "w") as f:
                     f.write(a100_toml(sms, software(src), extra))
                 return ["--hardware-file", path]
-            errs = {"N21": [], "K22": []}
+            errs = {src: [] for src in A100_SOURCES}
             for run, ref in zip(runs, preset):
                 pub, pred, _ = predict(binary, hardware, run)
                 if label == "nothing" and ((pred is None) != (ref[1] is None) or (
@@ -260,11 +289,11 @@ def ablate(binary):
                 if pred is not None:
                     errs[run[0]].append(pred / pub - 1)
             cells = []
-            for src in ("N21", "K22"):
+            for src in A100_SOURCES:
                 e = errs[src]
                 cells.append(f"{sum(map(abs, e)) / len(e):9.1%} {max(map(abs, e)):6.1%} "
                              f"{sum(e) / len(e):+7.1%}")
-            print(f"{label:34} {cells[0]}   {cells[1]}")
+            print(f"{label:34} " + "   ".join(cells))
     ablate_h100(binary)
 
 

@@ -34,23 +34,27 @@ std::vector<std::string> common_lines() {
       "block's forward (with its tp communication)"};
 }
 
-// A cp rank's attention core: 1 / cp of the FLOPs at the calibrated cp factor, or (older
-// profiles) the whole sequence's.
-std::string cp_line(const HardwareProfile& hw) {
-  if (cp_attention_factor(hw, false, 2) <= 0)
-    return "context parallel: a cp rank's attention core priced at the whole sequence's FLOPs "
-           "(this profile has no cp attention factor: recalibrate to price s/cp queries at the "
-           "ring's measured cost)";
+// A cp rank's attention core: 1 / cp of the FLOPs at the calibrated cp factor of the run's
+// precision (each has its own: the bf16 ring is measured apart), or, where the profile has
+// none for it, the whole sequence's. Read through cp_attention_factor, as the cost model is.
+std::string cp_line(const HardwareProfile& hw, bool bf16) {
+  const char* precision = bf16 ? "bf16" : "fp32";
+  if (cp_attention_factor(hw, bf16, 2) <= 0)
+    return str(
+        "context parallel: a cp rank's attention core priced at the whole sequence's "
+        "FLOPs (this profile has no cp attention factor for ",
+        precision, ": recalibrate to price s/cp queries at the ring's measured cost)");
   return str(
       "context parallel: a cp rank's attention core is s/cp queries over s keys (1/cp "
-      "of the FLOPs) at the one-worker rate times the calibrated cp factor (fp32 cp 2 x",
-      num(hw.cp2_attention_factor), ", cp 4 x", num(hw.cp4_attention_factor),
+      "of the FLOPs) at the one-worker rate times the calibrated cp factor (",
+      precision, ": cp 2 x", num(cp_attention_factor(hw, bf16, 2)), ", cp 4 x",
+      num(cp_attention_factor(hw, bf16, 4)),
       "; other cp linear in log2 cp through them, beyond 4 extrapolated)");
 }
 
-std::vector<std::string> local_lines(const HardwareProfile& hw) {
+std::vector<std::string> local_lines(const HardwareProfile& hw, bool bf16) {
   std::vector<std::string> a = {
-      cp_line(hw),
+      cp_line(hw, bf16),
       "local backend: ranks x threads beyond the calibrated cores time-share them: the "
       "pipeline is replayed with the computing stages sharing the cores (processor sharing; "
       "a waiting rank blocks), what follows it runs on every rank at once, and collectives pay "
@@ -167,7 +171,10 @@ std::vector<std::string> time_assumptions(const PlanRequest& r) {
   const HardwareProfile& hw = r.hardware;
   std::vector<std::string> a = common_lines();
   if (r.attention.is_mla()) a.push_back(attention_assumption(r.attention));
-  for (const std::string& line : hw.local ? local_lines(hw) : gpu_lines(hw)) a.push_back(line);
+  // A local search runs one precision: fp32 unless bf16 is asked for (search.cpp).
+  const bool bf16 = r.precision == Precision::bf16;
+  for (const std::string& line : hw.local ? local_lines(hw, bf16) : gpu_lines(hw))
+    a.push_back(line);
   for (const std::string& line : step_lines(hw)) a.push_back(line);
   for (const std::string& line : software_lines(hw)) a.push_back(line);
   return a;

@@ -78,5 +78,25 @@ TEST(PlanCpAttention, ExplainSaysWhichPricingTheProfileGets) {
   EXPECT_TRUE(mentions(llama_request(1.25, 1.75), "cp 2 x1.25, cp 4 x1.75"));
 }
 
+// A bf16 run is priced at the bf16 factors (cp_attention_factor(hw, true, cp)); --explain
+// named the fp32 ones whatever the run's precision until stop 45.
+TEST(PlanCpAttention, ExplainNamesTheFactorsOfTheRunsPrecision) {
+  const auto cp_line = [](const PlanRequest& r) {
+    for (const std::string& l : time_assumptions(r))
+      if (l.rfind("context parallel", 0) == 0) return l;
+    return std::string();
+  };
+  PlanRequest r = llama_request(1.25, 1.75);
+  r.hardware.cp2_attention_factor_bf16 = 1.375, r.hardware.cp4_attention_factor_bf16 = 1.875;
+  EXPECT_NE(cp_line(r).find("fp32: cp 2 x1.25, cp 4 x1.75"), std::string::npos) << cp_line(r);
+  r.precision = Precision::bf16;
+  EXPECT_NE(cp_line(r).find("bf16: cp 2 x1.375, cp 4 x1.875"), std::string::npos) << cp_line(r);
+  EXPECT_EQ(cp_line(r).find("1.25"), std::string::npos) << cp_line(r);
+  // fp32 factors only: the bf16 run keeps the whole sequence's FLOPs, and says so.
+  r.hardware.cp2_attention_factor_bf16 = r.hardware.cp4_attention_factor_bf16 = 0;
+  EXPECT_EQ(cp_attention_factor(r.hardware, true, 2), 0);
+  EXPECT_NE(cp_line(r).find("no cp attention factor for bf16"), std::string::npos) << cp_line(r);
+}
+
 }  // namespace
 }  // namespace mt::plan
