@@ -199,6 +199,8 @@ H100_ABLATIONS = [
     ("tp backward overlap", "tp_backward_overlap = false\ntp_comm_overlap = false", 132),
     ("optimizer passes (32 B)", "optimizer_bytes = 32", 132),
     ("collective latency (-> 0)", "inter_latency_s = 0\nintra_latency_s = 0", 132),
+    ("NCCL's SMs beside compute (dp)", "collective_sms = 0", 132),
+    ("userbuffers' SMs beside GEMMs (tp)", "tp_overlap_sms = 0", 132),
 ]
 
 

@@ -53,6 +53,15 @@ Passes rotary(const CostContext& c) {
   return {pass, pass, 0};
 }
 
+// What a GEMM loses to HIDDEN seconds of tp communication beside it whose kernels hold
+// tp_overlap_sms of the sms (Transformer Engine's userbuffers bulk and pipeline overlaps):
+// that share of each hidden second.
+double tp_sms_seconds(const CostContext& c, double hidden) {
+  const HardwareProfile& hw = c.r.hardware;
+  if (hw.sms <= 0 || hw.tp_overlap_sms <= 0) return 0;
+  return hidden * std::min(1.0, hw.tp_overlap_sms / hw.sms);
+}
+
 // tp_comm_overlap (Transformer Engine's userbuffers under Megatron-Core's --tp-comm-overlap,
 // SP only): each forward all-gather is pipelined with the column-parallel GEMM it feeds
 // (ring exchange: a chunk's GEMM while the next chunk arrives), each forward reduce-scatter
@@ -61,8 +70,9 @@ Passes rotary(const CostContext& c) {
 // its input-gradient GEMM; each exposes what exceeds its GEMM. Returns the forward's exposed
 // collectives and the backward's row-parallel ones (the column-parallel backward is
 // tp_backward_overlap's, below). cols: the column-parallel (dgrad, wgrad) GEMMs; the first
-// has the forward GEMM's shape. Not modelled: the SMs the reduce-scatter kernels hold
-// and the smaller GEMMs of the splits.
+// has the forward GEMM's shape. The forward reduce-scatters (TE's pipeline method) hold
+// tp_overlap_sms while they hide (tp_sms_seconds); the ring exchanges copy with the copy
+// engines and hold none. Not modelled: the smaller GEMMs of the splits.
 Passes pipelined_tp_comm(const CostContext& c, bool moe, bool mlp_collective, double half,
                          const std::vector<std::pair<double, double>>& cols) {
   const double N = c.N, h = c.h, t = c.t;
@@ -81,7 +91,7 @@ Passes pipelined_tp_comm(const CostContext& c, bool moe, bool mlp_collective, do
   Passes p;
   for (const auto& [dgrad, wgrad] : cols) p.forward += std::max(0.0, half - dgrad);
   for (const auto& [forward, dgrad] : rows) {
-    p.forward += std::max(0.0, half - forward);
+    p.forward += std::max(0.0, half - forward) + tp_sms_seconds(c, std::min(half, forward));
     p.backward += std::max(0.0, half - dgrad);
   }
   return p;
@@ -133,9 +143,10 @@ Passes tp_comm(const CostContext& c, bool moe) {
                           ? pipelined_tp_comm(c, moe, mlp_collective, half, cols)
                           : Passes{n * one, sp ? n * half : 0, 0};
   double backward = rows.backward;
-  for (const auto& [dgrad, wgrad] : cols)
-    backward +=
-        sp ? std::max(0.0, half - dgrad) + std::max(0.0, half - wgrad) : std::max(0.0, one - wgrad);
+  for (const auto& [dgrad, wgrad] : cols)  // the bulk overlaps, holding tp_overlap_sms
+    backward += sp ? std::max(0.0, half - dgrad) + std::max(0.0, half - wgrad) +
+                         tp_sms_seconds(c, std::min(half, dgrad) + std::min(half, wgrad))
+                   : std::max(0.0, one - wgrad) + tp_sms_seconds(c, std::min(one, wgrad));
   return {rows.forward + routed, backward + routed, 0};
 }
 

@@ -239,6 +239,17 @@ struct HardwareProfile {
   // 3.2.2: 20 of the H800's 132): the computation an F&B pair overlaps with its all-to-alls
   // runs on the rest.
   int comm_sms = 0;
+  // SMs an NCCL data-parallel collective holds while it runs under computation (the
+  // gradient reduction hidden under the last backward, ZeRO 1/2's parameter all-gather
+  // under the next forward): NCCL runs one CTA per channel and a CTA does not share its SM
+  // with compute kernels (NVIDIA/nccl #689), so the computation it hides under runs on the
+  // rest; each second hidden costs collective_sms / sms of a second (0: free).
+  int collective_sms = 0;
+  // SMs the tp overlaps' communication kernels hold beside the GEMMs they hide under
+  // (Transformer Engine's userbuffers bulk and pipeline overlaps: num_sm; its ring exchange
+  // copies with the copy engines and holds none): each hidden second costs
+  // tp_overlap_sms / sms of a second of the GEMM's time (0: free).
+  int tp_overlap_sms = 0;
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;
 };

@@ -58,7 +58,10 @@ SoftwareTable llama3_2024() {
        {"up_proj_recompute", 0, "no activation checkpointing at 8K (3.3.2)"},
        {"dense_mlp_recompute", 0, "no activation checkpointing at 8K (3.3.2)"},
        {"a2a_max_nodes", 0, "no MoE in Llama 3"},
-       {"comm_sms", 0, "no MoE in Llama 3"}},
+       {"comm_sms", 0, "no MoE in Llama 3"},
+       {"collective_sms", 0,
+        "NCCLX (3.3.4, Meta's NCCL fork): the SMs its collectives hold are not stated"},
+       {"tp_overlap_sms", 0, "not stated: tp collectives exposed"}},
       "not offered: Llama 3's pipeline is an interleaved 1F1B schedule with a tunable "
       "microbatch count (3.3.2); DualPipe came later, with DeepSeek-V3 (Dec 2024)"};
 }
@@ -142,7 +145,10 @@ SoftwareTable deepseek_v3_2024() {
         "(3.3.3, Low-Precision Communication), the combine in BF16"},
        {"comm_sms", 20,
         "3.2.2: \"only 20 SMs are sufficient to fully utilize the bandwidths of IB and "
-        "NVLink\" (of the H800's 132), held while the all-to-alls run under computation"}},
+        "NVLink\" (of the H800's 132), held while the all-to-alls run under computation"},
+       {"collective_sms", 0,
+        "not stated: the report gives the all-to-alls' SMs, not the ZeRO-1 collectives'"},
+       {"tp_overlap_sms", 0, "no tensor parallelism"}},
       "offered: DeepSeek-V3 pipelines with DualPipe, planned as its V variant (one copy of "
       "the parameters per rank)"};
 }
@@ -208,7 +214,11 @@ SoftwareTable megatron_bridge_2025() {
        {"a2a_max_nodes", 0,
         "the recipe's dispatcher is not read here: every routed row priced as its own "
         "all-to-all message (this engine's assumption)"},
-       {"comm_sms", 0, "moe_a2a_overlap = False: the all-to-alls do not run beside computation"}},
+       {"comm_sms", 0, "moe_a2a_overlap = False: the all-to-alls do not run beside computation"},
+       {"collective_sms", 0,
+        "overlap_grad_reduce False, overlap_param_gather not set: no dp collective beside "
+        "computation"},
+       {"tp_overlap_sms", 0, "no tp communication overlap set by the H100 recipe"}},
       kMegatronNoDualPipe};
 }
 
@@ -227,6 +237,19 @@ constexpr const char* kMcoreParamGather =
 constexpr const char* kMcoreParamBytes =
     "_dispatch_gather_model_params all-gathers the model parameters' buffer (pbuf), bf16 under "
     "--bf16; the fp32 main parameters stay sharded";
+
+// Megatron-Core r0.8.0's communication kernels beside its GEMMs (issue #30, stop 45).
+constexpr const char* kMcoreNcclSms =
+    "NCCL on DGX H100 nodes (8 NICs): one CTA per channel and \"NCCL CTAs won't share an SM "
+    "with compute kernels\"; \"on DGX with 8 NICs ... it would use 16 SMs\" (NCCL's "
+    "maintainer, NVIDIA/nccl #689, 2022); an H100 cluster's NCCL log (NVIDIA/nccl #1453, 3 "
+    "nodes x 8 GPUs): 16 ring channels";
+constexpr const char* kMcoreUserbufferSms =
+    "Transformer Engine v1.7 initialize_ub (pytorch/module/base.py; Megatron-LM passes ub_cfgs "
+    "{} without --tp-comm-overlap-cfg, training/initialize.py): the bulk (qkv/fc1 dgrad, "
+    "wgrad) and pipeline (proj/fc2 fprop) overlaps are UbufCommOverlap "
+    "(csrc/comm_gemm_overlap.h) with num_sm 16, use_ce 0, set_sm_margin 0: their userbuffers "
+    "kernels take 16 SMs beside the GEMM; ring_exchange copies with the copy engines (use_ce 1)";
 
 // Megatron-Core r0.8.0 as Megatron-LM's README ran its H100 weak-scaling table (commit
 // f2e5db402c, 2024-07-15, "New scaling figures on H100 GPUs"; images/model_table.png): GPT
@@ -306,7 +329,9 @@ SoftwareTable megatron_core_2024() {
            {"up_proj_recompute", 0, "--recompute-granularity selective or full only"},
            {"dense_mlp_recompute", 0, "--recompute-granularity selective or full only"},
            {"a2a_max_nodes", 0, "no MoE in the table"},
-           {"comm_sms", 0, "no MoE in the table"}},
+           {"comm_sms", 0, "no MoE in the table"},
+           {"collective_sms", 16, kMcoreNcclSms},
+           {"tp_overlap_sms", 16, kMcoreUserbufferSms}},
           kMegatronNoDualPipe};
 }
 
@@ -376,7 +401,12 @@ SoftwareTable megascale_2024() {
            {"up_proj_recompute", 0, kMegatron},
            {"dense_mlp_recompute", 0, kMegatron},
            {"a2a_max_nodes", 0, kNoMoeHere},
-           {"comm_sms", 0, kNoMoeHere}},
+           {"comm_sms", 0, kNoMoeHere},
+           {"collective_sms", 0,
+            "not stated in the paper (nccl #689's 16 SMs are for 8-NIC DGX nodes; this "
+            "profile's node NICs were not checked)"},
+           {"tp_overlap_sms", 0,
+            "not stated: the SMs of the paper's fused tp communication are not given"}},
           kMegatronNoDualPipe};
 }
 

@@ -161,6 +161,8 @@ void print_explain(std::ostream& out, const PlanRequest& r, const SearchResult& 
         << " = pipeline " << ms(t.pipeline_s) << " (bubble " << fmt("%.1f%%", 100 * t.bubble)
         << ", slowest stage per microbatch F " << ms(fmax) << " B " << ms(bmax) << " W " << ms(wmax)
         << ", p2p " << ms(t.pp_p2p_s) << " per message) + dp exposed " << ms(t.dp_exposed_s)
+        << (t.dp_sms_s > 0 ? " (of which the hidden collectives' SMs " + ms(t.dp_sms_s) + ")"
+                           : std::string())
         << " + optimizer " << ms(t.optimizer_s)
         << (t.bf16_weights_s > 0 ? " + bf16 weight copies " + ms(t.bf16_weights_s) : "")
         << "; inside: tp comm " << ms(t.tp_exposed_s) << ", ep comm " << ms(t.ep_exposed_s)

@@ -68,7 +68,9 @@ std::vector<ProfileField> software_fields() {
           {"up_proj_recompute", &H::up_proj_recompute},
           {"dense_mlp_recompute", &H::dense_mlp_recompute},
           {"a2a_max_nodes", &H::a2a_max_nodes, 0, double(1 << 20)},
-          {"comm_sms", &H::comm_sms, 0, 1024}};
+          {"comm_sms", &H::comm_sms, 0, 1024},
+          {"collective_sms", &H::collective_sms, 0, 1024},
+          {"tp_overlap_sms", &H::tp_overlap_sms, 0, 1024}};
 }
 
 // The local MoE layer's calibrated figures: the grouped expert GEMMs' rates and the

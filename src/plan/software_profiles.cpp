@@ -103,7 +103,10 @@ const std::vector<SoftwareTable> kTables = {
       {"up_proj_recompute", 0, "--recompute none, selective or full only"},
       {"dense_mlp_recompute", 0, "--recompute none, selective or full only"},
       {"a2a_max_nodes", 0, kNoNodeLimit},
-      {"comm_sms", 0, kNoCommSms}},
+      {"comm_sms", 0, kNoCommSms},
+      {"collective_sms", 0,
+       "the engine's collectives are its own (comm/), not NCCL's: no SM share counted"},
+      {"tp_overlap_sms", 0, kEngineTpComm}},
      "offered: the engine's own DualPipe-V (--schedule dualpipev, "
      "schedule/schedule_dualpipev.cpp)"},
     {"megatron-lm-2021",
@@ -149,7 +152,9 @@ const std::vector<SoftwareTable> kTables = {
       {"up_proj_recompute", 0, kMegatronRecompute},
       {"dense_mlp_recompute", 0, kMegatronRecompute},
       {"a2a_max_nodes", 0, kNoNodeLimit},
-      {"comm_sms", 0, kNoCommSms}},
+      {"comm_sms", 0, kNoCommSms},
+      {"collective_sms", 0, kMegatronStep},
+      {"tp_overlap_sms", 0, "no tp overlap in the 2021 code"}},
      kMegatronNoDualPipe},
     {"megatron-lm-2022",
      {"1f1b", "interleaved"},
@@ -200,7 +205,11 @@ const std::vector<SoftwareTable> kTables = {
       {"up_proj_recompute", 0, kMegatronRecompute},
       {"dense_mlp_recompute", 0, kMegatronRecompute},
       {"a2a_max_nodes", 0, kNoNodeLimit},
-      {"comm_sms", 0, kNoCommSms}},
+      {"comm_sms", 0, kNoCommSms},
+      {"collective_sms", 0, kMegatronStep},
+      {"tp_overlap_sms", 0,
+       "not counted: the SMs of the async tp all-reduce's NCCL channels within a DGX A100 were "
+       "not read for this software"}},
      kMegatronNoDualPipe},
     llama3_2024(),
     deepseek_v3_2024(),
@@ -251,7 +260,9 @@ const std::vector<SoftwareTable> kTables = {
       {"up_proj_recompute", 0, "--recompute none, selective or full only"},
       {"dense_mlp_recompute", 0, "--recompute none, selective or full only"},
       {"a2a_max_nodes", 0, kNoNodeLimit},
-      {"comm_sms", 0, kNoCommSms}},
+      {"comm_sms", 0, kNoCommSms},
+      {"collective_sms", 0, "collectives on the ranks' own cores"},
+      {"tp_overlap_sms", 0, "collectives on the ranks' own cores"}},
      "offered: the engine's own DualPipe-V (--schedule dualpipev, "
      "schedule/schedule_dualpipev.cpp)"}};
 

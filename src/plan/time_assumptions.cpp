@@ -127,7 +127,13 @@ std::vector<std::string> gpu_lines(const HardwareProfile& hw) {
               "replace, and in backward the column-parallel inputs gathered again for their "
               "weight gradients, one all-gather per tp region); ",
               hw.tp_backward_overlap ? "the column-parallel backward's collectives under its GEMMs"
-                                     : "not overlapped with compute"),
+                                     : "not overlapped with compute",
+              hw.tp_overlap_sms > 0 && hw.sms > 0 && (hw.tp_backward_overlap || hw.tp_comm_overlap)
+                  ? str("; the bulk and pipelined overlaps' kernels hold ", hw.tp_overlap_sms,
+                        " of the ", num(hw.sms),
+                        " SMs while they hide (tp_overlap_sms): the GEMM beside them loses that "
+                        "share of each hidden second, counted in tp comm")
+                  : std::string()),
           "MoE: router GEMM, balanced routing (N*topk rows over the rank's E/ep experts), two "
           "all-to-alls forward and two backward over ep; not overlapped",
           str("pipeline p2p: ",
@@ -152,7 +158,12 @@ std::vector<std::string> step_lines(const HardwareProfile& hw) {
           "parameters",
           hw.tied_embedding_reduce ? "; with pp the tied embedding's gradient all-reduce "
                                      "between first and last stage follows, exposed"
-                                   : ""),
+                                   : "",
+          hw.collective_sms > 0 && hw.sms > 0
+              ? str("; the part that hides holds ", hw.collective_sms, " of the ", num(hw.sms),
+                    " SMs while it runs (collective_sms): the computation beside it loses "
+                    "that share of each hidden second, added to dp exposed")
+              : std::string()),
       str("ZeRO 3: parameter all-gather before forward and backward and gradient "
           "reduce-scatter per block and microbatch; ",
           "with zero3_overlap ", num(hw.zero3_overlap),

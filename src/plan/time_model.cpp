@@ -104,31 +104,44 @@ void add_pipeline(const CostContext& c, const Schedule& schedule, int mb, Predic
   }
 }
 
+// The time the computation beside HIDDEN seconds of data-parallel collectives loses to the
+// SMs they hold (collective_sms of sms; 0 without either).
+double dp_sms_seconds(const HardwareProfile& hw, double hidden) {
+  if (hw.sms <= 0 || hw.collective_sms <= 0) return 0;
+  return hidden * std::min(1.0, hw.collective_sms / hw.sms);
+}
+
 // One stage's gradient reduction over dp (experts over dp / ep): ZeRO 0 an all-reduce,
 // ZeRO 1/2 a reduce-scatter and, after the step, the all-gather of the updated parameters
 // (param_gather_bytes each), exposed but for param_gather_overlap of the next step's first
 // microbatch's forward, the only compute the gathers run under before the stage needs every
 // one of its parameters; ZeRO 3 reduces per microbatch (add_zero3). dp_overlap of the
 // reduction hides under the last microbatch's backward (the earlier ones only accumulate).
-double dp_exposed(const CostContext& c, const StageCosts& sc) {
+// What hides still holds collective_sms of the sms while it runs (NCCL's CTAs do not share
+// an SM with compute kernels): the computation beside it loses that share of its rate, so
+// each hidden second costs collective_sms / sms of a second (dp_sms_seconds).
+double dp_exposed(const CostContext& c, const StageCosts& sc, double* sms_s) {
   const Layout& l = c.l;
   const HardwareProfile& hw = c.r.hardware;
   const double gb = hw.grad_reduce_bytes;
   const double dense = (sc.params - sc.expert_params) * gb, experts = sc.expert_params * gb;
   const int d = l.data_ranks(), expert_dp = d / l.ep;
-  double reduce = 0, after = 0;
+  double reduce = 0, after = 0, hidden = 0;
   if (d > 1 && l.zero == 0) reduce = collective_seconds(hw, Collective::all_reduce, dense, c.dp);
   if (d > 1 && (l.zero == 1 || l.zero == 2)) {
     reduce = collective_seconds(hw, Collective::reduce_scatter, dense, c.dp);
     const double params = (sc.params - sc.expert_params) * hw.param_gather_bytes;
     const double gather = collective_seconds(hw, Collective::all_gather, params, c.dp);
     after = std::max(0.0, gather - hw.param_gather_overlap * sc.forward);
+    hidden = gather - after;
   }
   if (expert_dp > 1 && l.zero < 3)
     reduce += collective_seconds(hw, Collective::all_reduce, experts,
                                  group_span(hw, expert_dp, l.tp * l.cp * l.ep));
   const double window = hw.dp_overlap * (sc.backward + sc.weight);
-  return std::max(0.0, reduce - window) + after;
+  hidden += std::min(reduce, window);
+  *sms_s = dp_sms_seconds(hw, hidden);
+  return std::max(0.0, reduce - window) + after + *sms_s;
 }
 
 // AdamW and its passes over the elements the stage's ranks update (optimizer_bytes streamed
@@ -156,7 +169,10 @@ void add_after_pipeline(const CostContext& c, int mb, PredictedTime& p) {
     p.ep_exposed_s = std::max(p.ep_exposed_s, sc.ep_comm * mb);
     p.cp_exposed_s = std::max(p.cp_exposed_s, sc.cp_comm * mb);
     p.recompute_s = std::max(p.recompute_s, sc.recompute * mb);
-    p.dp_exposed_s = std::max(p.dp_exposed_s, dp_exposed(c, sc));
+    double sms_s = 0;
+    const double dp = dp_exposed(c, sc, &sms_s);
+    if (dp > p.dp_exposed_s) p.dp_sms_s = sms_s;
+    p.dp_exposed_s = std::max(p.dp_exposed_s, dp);
     opt = std::max(opt, optimizer_seconds(c, sc));
     if (c.local_bf16)
       p.bf16_weights_s =

@@ -36,6 +36,7 @@ struct PredictedTime {
   double bubble = 0;      // the simulator's idle fraction
   double tp_exposed_s = 0, ep_exposed_s = 0, cp_exposed_s = 0, dp_exposed_s = 0, pp_p2p_s = 0;
   double zero3_exposed_s = 0, optimizer_s = 0;
+  double dp_sms_s = 0;  // of dp_exposed_s: the computation lost to the hidden dp collectives' SMs
   double recompute_s = 0;     // extra forward work in the backward (slowest stage)
   double bf16_weights_s = 0;  // local bf16: rounding the weight copies, once per step
   std::vector<StageCosts> stages;
