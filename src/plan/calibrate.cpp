@@ -223,6 +223,15 @@ const std::vector<Probe> kProbes = {
      "beyond it there, as 2 (n-1)/n bytes / seconds",
      {{"oversubscribed latency", "oversubscribed_latency_s", 1e6, "us"},
       {"busbw", "oversubscribed_busbw", 1e-9, "GB/s"}}},
+    {{"cp_hop_s", "cp_hop_byte_s"},
+     0.02,
+     false,
+     nullptr,
+     measure_cp_exchange,
+     "the cp ring's hops (context_parallel_attention.cpp's sends, receives and waits, a "
+     "128x256x128 sgemm per ring step) among 4 rank threads placed as a step's: each thread's "
+     "CPU less its sgemms', per hop, fitted over 32 KiB and 512 KiB blocks (cp_exchange_probe.cpp)",
+     {{"cp hop CPU", "cp_hop_s", 1e6, "us +"}, {"", "cp_hop_byte_s", 1024e6, "us/KiB"}}},
     {{"mpi_busbw", "mpi_latency_s", "mpi_p2p_bw"},
      0.2,
      false,

@@ -5,6 +5,7 @@
 
 #include "kernels/dense_gemm_bf16.h"
 #include "model/moe_layer.h"
+#include "plan/cost_model.h"
 #include "plan/cp_attention_factor.h"
 #include "plan/software_profiles.h"
 #include "plan/time_model.h"
@@ -36,7 +37,7 @@ std::vector<std::string> common_lines() {
 
 // A cp rank's attention core: 1 / cp of the FLOPs at the calibrated cp factor, or (older
 // profiles) the whole sequence's.
-std::string cp_line(const HardwareProfile& hw) {
+std::string cp_core_text(const HardwareProfile& hw) {
   if (cp_attention_factor(hw, false, 2) <= 0)
     return "context parallel: a cp rank's attention core priced at the whole sequence's FLOPs "
            "(this profile has no cp attention factor: recalibrate to price s/cp queries at the "
@@ -46,6 +47,21 @@ std::string cp_line(const HardwareProfile& hw) {
       "of the FLOPs) at the one-worker rate times the calibrated cp factor (fp32 cp 2 x",
       num(hw.cp2_attention_factor), ", cp 4 x", num(hw.cp4_attention_factor),
       "; other cp linear in log2 cp through them, beyond 4 extrapolated)");
+}
+
+// The ring's hops: the rank threads' CPU where calibrated, else transfers hidden under the
+// attention (older profiles).
+std::string cp_line(const HardwareProfile& hw) {
+  if (!cp_hops_calibrated(hw))
+    return cp_core_text(hw) +
+           "; the ring's hops as transfers hidden under each step's attention, only the excess "
+           "exposed (this profile has no cp hop CPU: recalibrate to price them as the ranks' "
+           "work)";
+  return cp_core_text(hw) + str("; each ring hop is ", num(hw.cp_hop_s * 1e6), " us + ",
+                                num(hw.cp_hop_byte_s * 1024e6),
+                                " us per KiB of its block of the rank's CPU (cp - 1 K/V hops "
+                                "forward, cp - 1 and cp dK/dV hops backward), on the shared "
+                                "cores like its compute");
 }
 
 std::vector<std::string> local_lines(const HardwareProfile& hw) {
