@@ -53,6 +53,8 @@ struct CpHopCost {
 };
 CpHopCost cp_hop_cost(int cp, double seconds);
 void measure_cp_exchange(HardwareProfile& h, const ProbeRun& run);
+// Both cp probes, one entry of the calibration's table: the attention 0.8 of the share.
+void measure_cp_ring(HardwareProfile& h, const ProbeRun& run);
 
 // comm_probes.cpp: the local backend between rank threads, and MPI between processes.
 // The rank threads of the local probes are placed as `meshtrain train` places a step's by

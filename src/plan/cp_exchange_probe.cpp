@@ -143,9 +143,14 @@ void measure_cp_exchange(HardwareProfile& h, const ProbeRun& run) {
   // At cp 4 (4 rank threads on this machine's 2 cores in the loop: waiters yield and sleep
   // instead of spinning, as in every cp layout of 4 ranks): the layouts the ring's CPU
   // decides.
-  const CpHopCost c = cp_hop_cost(4, run.seconds / 6);
+  const CpHopCost c = cp_hop_cost(4, run.seconds);
   h.cp_hop_s = c.fixed_s;
   h.cp_hop_byte_s = c.per_byte_s;
+}
+
+void measure_cp_ring(HardwareProfile& h, const ProbeRun& run) {
+  measure_cp_attention(h, ProbeRun{0.8 * run.seconds, run.total, run.log});
+  measure_cp_exchange(h, ProbeRun{0.2 * run.seconds, run.total, run.log});
 }
 
 }  // namespace mt::plan
