@@ -10,14 +10,14 @@
 // The probe runs the ring's own sequence of calls (model/context_parallel_attention.cpp
 // ring_forward and ring_backward: per step the K/V block's send and receive, then backward
 // the dK/dV sum's send and receive, each waited as the ring waits) on `cp` rank threads
-// placed as a step's, a small GEMM standing for each step's attention, and reads each rank thread's
-// CPU clock: per hop and rank, a fixed part and a part per byte, fitted from two block sizes.
+// placed as a step's, a small GEMM standing for each step's attention, and reads each rank
+// thread's CPU clock: per hop and rank, a fixed part and a part per byte, fitted from two
+// block sizes.
 // Thread CPU time does not grow while a thread waits for a core: a loaded machine reads
 // about what a quiet one would.
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 #include <vector>
 

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "core/error.h"
+#include "plan/calibration_probes.h"
 #include "plan/profile_fields.h"
 #include "plan/time_model.h"
 #include "plan_test_util.h"
@@ -91,6 +93,17 @@ TEST(PlanCpExchange, TheProfileFieldsAreFiniteAndOptional) {
   for (const std::string bad : {"cp_hop_s = nan", "cp_hop_s = inf", "cp_hop_byte_s = nan",
                                 "cp_hop_byte_s = -inf", "cp_hop_s = -1e-6"})
     EXPECT_THROW(parse_profile_toml(base + bad + "\n", "bad.toml"), UsageError) << bad;
+}
+
+TEST(PlanCpExchange, TheProbeReadsTheHopsCopyPerByte) {
+  // The ring's own calls between 2 rank threads: the block's copy is the per-byte part
+  // (between 0.1 GB/s and 1 TB/s of one thread's CPU), the requests and waits the fixed one.
+  const CpHopCost c = cp_hop_cost(2, 0.02);
+  EXPECT_TRUE(std::isfinite(c.fixed_s) && std::isfinite(c.per_byte_s));
+  EXPECT_GE(c.fixed_s, 0);
+  EXPECT_LT(c.fixed_s, 1e-3);
+  EXPECT_GT(c.per_byte_s, 1e-12);
+  EXPECT_LT(c.per_byte_s, 1e-8);
 }
 
 }  // namespace
