@@ -54,7 +54,13 @@ def cp_split(preds):
     """The single passes' errors, the cp layouts apart from the others (docs/planner.md: a cp
     rank's attention core is the one term priced differently)."""
     parts = []
-    for name, keep in (("cp", lambda k: k.get("cp", 1) > 1), ("others", lambda k: k.get("cp", 1) <= 1)):
+    groups = (("cp", lambda k: k.get("cp", 1) > 1),
+              # the ring's hops are priced apart from the all-gather's collectives (stop 45)
+              ("of which cp 2 ring", lambda k: k.get("cp", 1) == 2 and k.get("cp_comm") != "allgather"),
+              ("cp 4 ring", lambda k: k.get("cp", 1) == 4 and k.get("cp_comm") != "allgather"),
+              ("all-gather", lambda k: k.get("cp", 1) > 1 and k.get("cp_comm") == "allgather"),
+              ("others", lambda k: k.get("cp", 1) <= 1))
+    for name, keep in groups:
         errs = [p / w - 1 for p, w, k in preds if keep(k)]
         if errs:
             parts.append(f"{name} {len(errs)}: mean |error| "

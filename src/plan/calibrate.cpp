@@ -32,8 +32,7 @@ namespace {
 
 // A figure of the summary line: "label value unit", value = field x scale.
 struct Shown {
-  const char* label;
-  const char* key;
+  const char *label, *key;
   double scale;
   const char* unit;
 };
@@ -133,16 +132,18 @@ const std::vector<Probe> kProbes = {
      "the slower of GELU and LayerNorm forward per element, one thread",
      {{"pointwise", "pointwise_s", 1e9, "ns/element"}}},
     {{"cp2_attention_factor", "cp4_attention_factor", "cp2_attention_factor_bf16",
-      "cp4_attention_factor_bf16"},
-     0.08,
+      "cp4_attention_factor_bf16", "cp_hop_s", "cp_hop_byte_s"},
+     0.1,
      true,
      nullptr,
-     measure_cp_attention,
-     "one cp rank's ring over 1 / cp of one worker's flash kernel (cp_attention_probe.cpp)",
+     measure_cp_ring,
+     "one cp rank's ring over 1 / cp of one worker's flash kernel (cp_attention_probe.cpp); "
+     "its hops' CPU per hop and byte among 4 rank threads as a step's (cp_exchange_probe.cpp)",
      {{"cp2 / cp4 attention", "cp2_attention_factor", 1, "/"},
       {"", "cp4_attention_factor", 1, "x; bf16"},
       {"", "cp2_attention_factor_bf16", 1, "/"},
-      {"", "cp4_attention_factor_bf16", 1, "x"}}},
+      {"", "cp4_attention_factor_bf16", 1, "x; cp hop"},
+      {"", "cp_hop_s", 1e6, "us of CPU (+ cp_hop_byte_s per byte)"}}},
     {{"peak_bf16"},
      0.15,
      true,

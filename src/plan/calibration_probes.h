@@ -45,6 +45,16 @@ void measure_moe_layer_bf16(HardwareProfile& h, const ProbeRun& run);
 // cp_attention_probe.cpp: the context-parallel attention's cost over the one-worker kernel.
 // Both precisions (bf16 where oneDNN's bf16 matmul runs, as the bf16 probes).
 void measure_cp_attention(HardwareProfile& h, const ProbeRun& run);
+// cp_exchange_probe.cpp: the ring's hops as CPU of the rank threads (local backend), per
+// hop and rank: a fixed part and a part per byte of the block, from the ring's own calls
+// among `cp` rank threads placed as a step's; `seconds` bounds the probe's rounds.
+struct CpHopCost {
+  double fixed_s = 0, per_byte_s = 0;
+};
+CpHopCost cp_hop_cost(int cp, double seconds);
+void measure_cp_exchange(HardwareProfile& h, const ProbeRun& run);
+// Both cp probes, one entry of the calibration's table: the attention 0.8 of the share.
+void measure_cp_ring(HardwareProfile& h, const ProbeRun& run);
 
 // comm_probes.cpp: the local backend between rank threads, and MPI between processes.
 // The rank threads of the local probes are placed as `meshtrain train` places a step's by

@@ -198,16 +198,39 @@ Passes streamed_moe(const CostContext& c, double* ep_comm) {
   return p;
 }
 
+bool cp_hops_calibrated(const HardwareProfile& hw) {
+  return hw.local && (hw.cp_hop_s > 0 || hw.cp_hop_byte_s > 0);
+}
+
+namespace {
+
+// The local ring's hops as CPU of the rank (cp_exchange_probe.cpp): on the local backend a
+// hop is the rank threads' own work (the requests, the copy, the waits' bookkeeping), which
+// competes for the shared cores with the attention it was to hide behind. Forward: cp - 1
+// K/V hops (bf16 blocks under --precision bf16); backward: cp - 1 K/V hops and cp hops of
+// the fp32 dK/dV sums (the last one home).
+Passes local_ring_cpu(const CostContext& c) {
+  const HardwareProfile& hw = c.r.hardware;
+  const double floats = c.N * (c.w.kv + c.w.v) / c.t, cp = c.l.cp;
+  const double kv = hw.cp_hop_s + floats * (c.local_bf16 ? 2 : 4) * hw.cp_hop_byte_s;
+  const double grads = hw.cp_hop_s + floats * 4 * hw.cp_hop_byte_s;
+  return {(cp - 1) * kv, (cp - 1) * kv + cp * grads, 0};
+}
+
+}  // namespace
+
 // Context parallelism's K/V exchange in one layer (docs/contracts.md §11). Ring: each of the
 // cp - 1 steps passes one rank's K and V block to the next rank while the attention of the
 // block in hand computes (1/cp of the rank's attention), only the excess exposed; backward
 // passes the K/V and their gradients, twice the bytes, under 1/cp of the attention's
-// backward. All-gather (Llama 3): K and V gathered before the attention, exposed, again
-// for the backward, and their gradients reduce-scattered after it.
+// backward (locally, where calibrated: the hops' CPU instead, local_ring_cpu). All-gather
+// (Llama 3): K and V gathered before the attention, exposed, again for the backward, and
+// their gradients reduce-scattered after it.
 Passes cp_exchange(const CostContext& c, const Passes& core) {
   if (c.l.cp <= 1) return {};
   const HardwareProfile& hw = c.r.hardware;
   const double kv = c.N * (c.w.kv + c.w.v) / c.t * c.e, cp = c.l.cp;
+  if (c.l.cp_comm == CpComm::ring && cp_hops_calibrated(hw)) return local_ring_cpu(c);
   if (c.l.cp_comm == CpComm::allgather) {
     const double ag = collective_seconds(hw, Collective::all_gather, kv * cp, c.cp);
     const double rs = collective_seconds(hw, Collective::reduce_scatter, kv * cp, c.cp);

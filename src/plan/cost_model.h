@@ -136,7 +136,11 @@ double expert_exchange_seconds(const CostContext& c, double tokens);
 Passes streamed_moe(const CostContext& c, double* ep_comm);
 // Context parallelism's K/V exchange in one layer, exposed (ring: the excess of each step
 // over 1/cp of the attention core; all-gather: the gathers and the gradients' reduce-scatter).
+// Locally, where the profile has the ring's hop CPU (cp_hop_s, cp_hop_byte_s), the ring is
+// priced as that CPU on the rank instead: its copies and requests are the rank threads' work.
 Passes cp_exchange(const CostContext& c, const Passes& core);
+// Whether the profile prices the local ring's hops as CPU (cp_exchange_probe.cpp).
+bool cp_hops_calibrated(const HardwareProfile& hw);
 // ln_f, the logits GEMM against the vocab-parallel tied embedding and a cross-entropy of
 // `ce` forward / `ce_bwd` backward seconds.
 Passes head_compute(const CostContext& c, double ce, double ce_bwd);

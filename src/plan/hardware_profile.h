@@ -67,6 +67,11 @@ struct HardwareProfile {
   // one-worker kernel, at cp 2 and 4, per precision (plan/cp_attention_probe.cpp).
   double cp2_attention_factor = 0, cp4_attention_factor = 0;
   double cp2_attention_factor_bf16 = 0, cp4_attention_factor_bf16 = 0;
+  // Local only (0 = not measured: the ring's hops priced as transfers hidden under the
+  // attention, the pricing before): the CPU one cp rank's thread spends per ring hop (the
+  // requests, the channel's lock, the waits) and per byte of the hop's block (the local
+  // backend's copy), measured on the ring's own calls (plan/cp_exchange_probe.cpp).
+  double cp_hop_s = 0, cp_hop_byte_s = 0;
   // Local only, bf16 (0 = not measured, or no AMX: the linears are priced on oneDNN's
   // figures above): the dense AMX tile kernel that 1-thread ranks run for layers of up to
   // kDenseBf16TilesMaxOut outputs (kernels/dense_gemm_bf16.h), forward and input-gradient

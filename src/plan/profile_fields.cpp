@@ -129,6 +129,8 @@ std::vector<ProfileField> make_fields() {
       ratio("cp4_attention_factor", &H::cp4_attention_factor),
       ratio("cp2_attention_factor_bf16", &H::cp2_attention_factor_bf16),
       ratio("cp4_attention_factor_bf16", &H::cp4_attention_factor_bf16),
+      seconds("cp_hop_s", &H::cp_hop_s),
+      per_element("cp_hop_byte_s", &H::cp_hop_byte_s),
       rate("tiles_fwd_flops_bf16", &H::tiles_fwd_flops_bf16, true),
       rate("tiles_bwd_flops_bf16", &H::tiles_bwd_flops_bf16, true),
       per_element("tiles_pack_s_bf16", &H::tiles_pack_s_bf16),

@@ -5,6 +5,7 @@
 
 #include "kernels/dense_gemm_bf16.h"
 #include "model/moe_layer.h"
+#include "plan/cost_model.h"
 #include "plan/cp_attention_factor.h"
 #include "plan/software_profiles.h"
 #include "plan/time_model.h"
@@ -37,7 +38,7 @@ std::vector<std::string> common_lines() {
 // A cp rank's attention core: 1 / cp of the FLOPs at the calibrated cp factor of the run's
 // precision (each has its own: the bf16 ring is measured apart), or, where the profile has
 // none for it, the whole sequence's. Read through cp_attention_factor, as the cost model is.
-std::string cp_line(const HardwareProfile& hw, bool bf16) {
+std::string cp_core_text(const HardwareProfile& hw, bool bf16) {
   const char* precision = bf16 ? "bf16" : "fp32";
   if (cp_attention_factor(hw, bf16, 2) <= 0)
     return str(
@@ -50,6 +51,21 @@ std::string cp_line(const HardwareProfile& hw, bool bf16) {
       precision, ": cp 2 x", num(cp_attention_factor(hw, bf16, 2)), ", cp 4 x",
       num(cp_attention_factor(hw, bf16, 4)),
       "; other cp linear in log2 cp through them, beyond 4 extrapolated)");
+}
+
+// The ring's hops: the rank threads' CPU where calibrated, else transfers hidden under the
+// attention (older profiles).
+std::string cp_line(const HardwareProfile& hw, bool bf16) {
+  if (!cp_hops_calibrated(hw))
+    return cp_core_text(hw, bf16) +
+           "; the ring's hops as transfers hidden under each step's attention, only the excess "
+           "exposed (this profile has no cp hop CPU: recalibrate to price them as the ranks' "
+           "work)";
+  return cp_core_text(hw, bf16) + str("; each ring hop is ", num(hw.cp_hop_s * 1e6), " us + ",
+                                      num(hw.cp_hop_byte_s * 1024e6),
+                                      " us per KiB of its block of the rank's CPU (cp - 1 K/V hops "
+                                      "forward, cp - 1 and cp dK/dV hops backward), on the shared "
+                                      "cores like its compute");
 }
 
 std::vector<std::string> local_lines(const HardwareProfile& hw, bool bf16) {

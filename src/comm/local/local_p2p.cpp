@@ -80,15 +80,22 @@ Work LocalCommunicator::p2p(bool is_send, const void* sbuf, void* rbuf, size_t c
     }
     group_->bell.ring();
   }
-  const int peer_global = group_->members[peer];
-  const uint64_t n = p2p_seq_++;
-  std::string w = str("rank ", global_rank_, ": ", op_kind, " #", n, is_send ? " to" : " from",
-                      " rank ", peer_global, " (tag ", tag, ") on group ", group_->name);
-  std::string missing =
-      str("rank ", peer_global, is_send ? " did not post a matching recv" : " did not send");
   return Work(std::make_shared<P2PWork>(group_, op, key, is_send, global_rank_, queue_,
-                                        queue_->issued(), stats_, std::move(w),
-                                        std::move(missing)));
+                                        queue_->issued(), stats_, p2p_seq_++));
+}
+
+int P2PWork::peer_global() const {
+  return g_->members[size_t(is_send_ ? std::get<1>(key_) : std::get<0>(key_))];
+}
+
+std::string P2PWork::where() const {
+  return str("rank ", global_rank_, ": ", is_send_ ? "send" : "recv", " #", seq_,
+             is_send_ ? " to" : " from", " rank ", peer_global(), " (tag ", std::get<2>(key_),
+             ") on group ", g_->name);
+}
+
+std::string P2PWork::missing() const {
+  return str("rank ", peer_global(), is_send_ ? " did not post a matching recv" : " did not send");
 }
 
 bool P2PWork::test() {
@@ -114,7 +121,7 @@ void P2PWork::wait() {
             why =
                 str("stopped because rank ", job.failed_rank(), " failed: ", job.failure_message());
           else if (now_seconds() > deadline)
-            why = str(missing_, " within ", timeout, " s");
+            why = str(missing(), " within ", timeout, " s");
           if (!why.empty()) throw RuntimeError(why);
         });
   } catch (const RuntimeError&) {
@@ -151,7 +158,7 @@ void P2PWork::withdraw() {
 void P2PWork::fail(const std::string& why) {
   // Withdraw the request so a late peer cannot write into a buffer the caller may free.
   withdraw();
-  auto error = std::make_exception_ptr(RuntimeError(where_ + ": " + why));
+  auto error = std::make_exception_ptr(RuntimeError(where() + ": " + why));
   g_->job.fail(global_rank_, error);
   std::rethrow_exception(error);
 }
