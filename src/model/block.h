@@ -21,6 +21,7 @@
 #include "model/config.h"
 #include "model/context_parallel_attention.h"
 #include "model/dropout_state.h"
+#include "model/kernel_target.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
 #include "model/recompute.h"
@@ -98,6 +99,9 @@ struct BlockContext {
   ContextParallelAttention* cp = nullptr;
   // --dropout > 0: the chunk's dropout state, pointing at the running microbatch.
   const DropoutState* dropout = nullptr;
+  // A dry run for a GPU preset (model/kernel_target.h): the attention core counted as a fused
+  // GPU kernel keeps it, not as this CPU's dispatch would.
+  KernelTarget kernels = KernelTarget::this_host;
 };
 
 // The block of cfg.arch for layer `layer` (the arguments as GptBlock's).

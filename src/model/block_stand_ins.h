@@ -13,6 +13,7 @@
 
 #include "model/activation_pool.h"
 #include "model/block.h"
+#include "model/kernel_target.h"
 #include "model/param_table.h"
 #include "model/unit_size.h"
 
@@ -20,6 +21,11 @@ namespace mt {
 
 class BlockStandIns {
  public:
+  // target: whose kernels the dry run counts (model/kernel_target.h); every chunk built with
+  // these stand-ins counts the same.
+  explicit BlockStandIns(KernelTarget target = KernelTarget::this_host) : target_(target) {}
+  KernelTarget target() const { return target_; }
+
   struct StandIn {
     std::unique_ptr<ParamTable> table;  // the block's entries (it points into them)
     std::unique_ptr<Block> block;
@@ -45,6 +51,7 @@ class BlockStandIns {
   }
 
  private:
+  KernelTarget target_;
   std::map<int, StandIn> stand_ins_;
 };
 

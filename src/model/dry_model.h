@@ -17,6 +17,7 @@
 
 #include "model/block_stand_ins.h"
 #include "model/config.h"
+#include "model/kernel_target.h"
 #include "model/model_chunk.h"
 #include "model/precision.h"
 #include "model/recompute.h"
@@ -31,6 +32,7 @@ struct DryModelShape {
   int max_b = 1;                   // the microbatch, in sequences
   Recompute recompute = Recompute::none;
   Precision precision = Precision::fp32;
+  KernelTarget target = KernelTarget::this_host;  // whose kernels (model/kernel_target.h)
 };
 
 // What one rank's chunks hold.

@@ -29,7 +29,8 @@ GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard&
       dropout_(context.dropout && context.dropout->p > 0 ? context.dropout : nullptr),
       tp_(tp),
       sp_(tp.splits_sequence()),
-      flash_(context.cp || dropout_),
+      gpu_kernels_(context.kernels == KernelTarget::gpu),
+      flash_(context.cp || dropout_ || gpu_kernels_),
       recompute_attention_(recompute == Recompute::selective && !flash_),
       bf16_(bf16_version != nullptr),
       context_(context) {
@@ -195,6 +196,8 @@ void GptBlock::bind(float* params, float* grads) {
 }
 
 size_t GptBlock::attention_scratch_floats() const {
+  // A GPU's fused backward: the rows' D only, its tiles on chip (model/kernel_target.h).
+  if (gpu_kernels_) return size_t(max_b_) * NHl_ * T_;
   if (flash_) return flash_core_backward_scratch_floats(flash_args(nullptr, max_b_, T_));
   return attention_backward_scratch_floats(max_b_, T_, Cl_, NHl_, bf16_);
 }
@@ -204,6 +207,7 @@ size_t GptBlock::attention_thread_scratch_bytes() const {
 }
 
 size_t GptBlock::forward_scratch_floats() const {
+  if (gpu_kernels_) return 0;  // a GPU's fused forward keeps its tiles on chip
   if (flash_) return flash_attention_forward_scratch_floats(flash_args(nullptr, max_b_, T_));
   return recompute_attention_ ? attention_saved_floats(saved_, max_b_, T_, NHl_) : 0;
 }

@@ -148,7 +148,8 @@ class GptBlock final : public Block {
   const DropoutState* dropout_ = nullptr;
   TensorParallelShard tp_;
   bool sp_ = false;
-  bool flash_ = false;                // the flash core: under --cp or --dropout
+  bool gpu_kernels_ = false;          // a dry run for a GPU preset (model/kernel_target.h)
+  bool flash_ = false;                // the flash core: under --cp or --dropout, or on a GPU
   bool recompute_attention_ = false;  // Recompute::selective
   bool bf16_ = false;                 // --precision bf16
   BlockContext context_;              // context.cp: attention across the cp group

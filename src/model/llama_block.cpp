@@ -202,6 +202,7 @@ void LlamaBlock::bf16_copies(std::vector<Bf16CopyTarget>& out) const {
 }
 
 size_t LlamaBlock::forward_scratch_floats() const {
+  if (context_.kernels == KernelTarget::gpu) return 0;  // a GPU's fused forward: tiles on chip
   return flash_attention_forward_scratch_floats(attention_args(nullptr, max_b_, T_));
 }
 
@@ -209,7 +210,11 @@ size_t LlamaBlock::attention_scratch_floats() const {
   // B's workspace, used in turn: the SwiGLU output's gradient (N, Fl) (fp32 only; bf16 takes
   // the stage); then the flash backward's scratch and the D rows (b, Hl, T).
   const size_t N = size_t(max_b_) * T_;
-  const size_t attention = flash_core_backward_scratch_floats(attention_args(nullptr, max_b_, T_));
+  // A GPU's fused backward keeps the D rows only, its tiles on chip (model/kernel_target.h).
+  const size_t attention =
+      context_.kernels == KernelTarget::gpu
+          ? size_t(max_b_) * Hl_ * T_
+          : flash_core_backward_scratch_floats(attention_args(nullptr, max_b_, T_));
   return std::max(bf16_ || !has_mlp_ ? 0 : N * Fl_, attention);
 }
 

@@ -59,6 +59,7 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   // contiguous in the arena: ZeRO shards and gathers each unit as one range.
   const size_t first = table.entries().size();
   BlockContext context = sequence_context(max_b, tp, cp);
+  if (dry) context.kernels = dry->target();  // a dry run's stand-ins say whose kernels
   dropout_.set_positions(context.positions, cfg_.seq * cp.size);
   if (dropout_.enabled()) context.dropout = dropout_.state();
   // Under cp the learned position table is read at the rows' true positions.

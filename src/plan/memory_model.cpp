@@ -25,7 +25,9 @@ PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedu
   if (!r.hardware.local && r.hardware.paper_memory) return software_memory(r, l, schedule);
   const MemoryBounds bounds = memory_bounds(r, l, schedule);
   if (bounds.upper > kMaxEstimateBytes) return lower_bound_memory(bounds);
-  const MemoryEstimate e = estimate_rank_memory(train_options(r, l), schedule);
+  // A GPU preset counts a GPU's kernels, never this host's (model/kernel_target.h).
+  const KernelTarget target = r.hardware.local ? KernelTarget::this_host : KernelTarget::gpu;
+  const MemoryEstimate e = estimate_rank_memory(train_options(r, l), schedule, target);
   PlannedMemory m;
   m.pp_stage = e.pp_stage;
   m.params = e.params_bytes;

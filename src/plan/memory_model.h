@@ -9,8 +9,11 @@
 //     re-allocates at the end of training (its real peak), counted in buffers; under
 //     --precision bf16 the engine's own bf16 estimate (bf16 activation slots) and its
 //     linears' bf16 weight copies, counted in params.
-//   * GPU presets: the same parts, without those end-of-run arenas (a GPU engine restores
-//     the model to host memory) and, for --precision bf16 (modelled, not in this engine
+//   * GPU presets: the same parts, counted for a GPU's kernels rather than this host's
+//     (model/kernel_target.h: the attention core as a fused kernel keeps it, the output and
+//     each row's log-sum-exp, and no CPU kernel's scratch, so that a GPU plan does not depend
+//     on the CPU that runs the planner), without those end-of-run arenas (a GPU engine
+//     restores the model to host memory) and, for --precision bf16 (modelled, not in this engine
 //     yet), with 2-byte activations (half the fp32 slots) and a bf16 copy of the weights
 //     the rank holds whole (2 bytes per parameter beside the fp32 master, as Megatron's
 //     mixed precision keeps). The device's reserve (CUDA context, library workspaces)

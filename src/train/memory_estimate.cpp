@@ -31,7 +31,7 @@ int microbatch_size(const TrainOptions& o) {
   return o.optim.batch / split;
 }
 
-DryModelShape dry_shape(const TrainOptions& o) {
+DryModelShape dry_shape(const TrainOptions& o, KernelTarget target) {
   const ParallelOptions& par = o.parallel;
   DryModelShape shape;
   shape.tp = par.tp;
@@ -41,6 +41,7 @@ DryModelShape dry_shape(const TrainOptions& o) {
   shape.max_b = microbatch_size(o);
   shape.recompute = o.optim.recompute;
   shape.precision = o.optim.precision;
+  shape.target = target;
   return shape;
 }
 
@@ -83,8 +84,10 @@ struct StageUnits {
 // the largest chunk's: per OpenMP thread, `threads` of them, and once on the rank's own),
 // the linears' weight-gradient scratch (the largest layer's, once on the rank's own thread),
 // and GPT's own table-layout arenas (parameters and gradients: at startup, and again at the
-// end of training).
-StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank, int threads) {
+// end of training). The thread_local buffers are this host's CPU kernels': none for a GPU
+// target (model/kernel_target.h).
+StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank, int threads,
+                     KernelTarget target) {
   StageUnits u;
   size_t per_thread = 0, per_rank = 0, per_linear = 0;
   for (const ChunkFootprint& c : rank.chunks) u.ranges.reserve(u.ranges.size() + c.units.size());
@@ -103,8 +106,9 @@ StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank, int threads) 
     per_rank = std::max(per_rank, c.rank_scratch_bytes);
     per_linear = std::max(per_linear, c.linear_scratch_bytes);
   }
-  e.workspace_bytes +=
-      int64_t(threads) * int64_t(per_thread) + int64_t(per_rank) + int64_t(per_linear);
+  if (target == KernelTarget::this_host)
+    e.workspace_bytes +=
+        int64_t(threads) * int64_t(per_thread) + int64_t(per_rank) + int64_t(per_linear);
   e.model_arenas_bytes = 2 * int64_t(end) * kFloat;
   return u;
 }
@@ -134,10 +138,10 @@ struct StageState {
 };
 
 StageState stage_state(DryModel& model, const std::vector<ChunkSpec>& specs,
-                       const ParallelOptions& par, int threads) {
+                       const ParallelOptions& par, int threads, KernelTarget target) {
   StageState s;
   s.rank = model.rank(specs);
-  add_data_parallel(s.held, par, add_model(s.held, s.rank, threads));
+  add_data_parallel(s.held, par, add_model(s.held, s.rank, threads, target));
   return s;
 }
 
@@ -199,13 +203,14 @@ MemoryEstimate estimate_rank_memory(const TrainOptions& o) {
   return estimate_rank_memory(o, make_schedule(p.schedule, p.pp, p.microbatches, p.virtual_stages));
 }
 
-MemoryEstimate estimate_rank_memory(const TrainOptions& given, const Schedule& schedule) {
+MemoryEstimate estimate_rank_memory(const TrainOptions& given, const Schedule& schedule,
+                                    KernelTarget target) {
   // Under context parallelism a rank's blocks run seq / cp rows of each sequence (the model
   // a rank builds, train/session.cpp); ZeRO is counted over dp alone, which over-counts.
   TrainOptions o = given;
   o.model = cp_rank_model(o.model, o.parallel.cp);
   const int pp = o.parallel.pp;
-  DryModel model(o.model, dry_shape(o));
+  DryModel model(o.model, dry_shape(o, target));
   const std::vector<std::vector<ChunkSpec>> stages = stage_specs(o);
   std::map<std::vector<int>, StageState> states;
   MemoryEstimate best;
@@ -214,7 +219,9 @@ MemoryEstimate estimate_rank_memory(const TrainOptions& given, const Schedule& s
     std::vector<int> kinds = stage_kinds(o.model, specs);
     auto it = states.find(kinds);
     if (it == states.end())
-      it = states.emplace(std::move(kinds), stage_state(model, specs, o.parallel, o.optim.threads))
+      it = states
+               .emplace(std::move(kinds),
+                        stage_state(model, specs, o.parallel, o.optim.threads, target))
                .first;
     const std::vector<int> slots = pp > 1 ? peak_slots(schedule, s) : std::vector<int>{1};
     const MemoryEstimate e = estimate_stage(o, s, it->second, slots);

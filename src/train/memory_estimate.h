@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <string>
 
+#include "model/kernel_target.h"
 #include "schedule/schedule.h"
 #include "train/options.h"
 
@@ -74,8 +75,11 @@ MemoryEstimate estimate_rank_memory(const TrainOptions& o);
 // The same with the pipeline schedule already built (make_schedule of o's pp, microbatches,
 // schedule and virtual stages; ignored without pp): the planner estimates thousands of
 // layouts that share a few schedules. One dry run per call, a few blocks whatever the
-// model's depth.
-MemoryEstimate estimate_rank_memory(const TrainOptions& o, const Schedule& schedule);
+// model's depth. target: whose kernels are counted (model/kernel_target.h): this host's (the
+// trainer's check, local plans), or a GPU's (the planner's GPU presets: the fused
+// attention's saved form and workspaces, no CPU kernel's scratch).
+MemoryEstimate estimate_rank_memory(const TrainOptions& o, const Schedule& schedule,
+                                    KernelTarget target = KernelTarget::this_host);
 
 // Ranks sharing this machine's memory: every rank for the local backend (threads of one
 // process), the launcher's processes on this host under --backend mpi (else 1).
