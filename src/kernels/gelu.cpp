@@ -66,6 +66,48 @@ inline void store_bf16_tail(bf16* dst, size_t n, __m256i v) {
   _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), v);
   for (size_t i = 0; i < n; ++i) dst[i] = tmp[i];
 }
+
+// A row of n values rounded by the integer rule (float_to_bf16's), 16 at a time.
+template <class Value>
+inline void store_row_bf16_bits(bf16* out, int n, Value value) {
+  const int full = n / 16 * 16;
+  for (int c = 0; c < full; c += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
+                        round_bf16x16_bits(value(c, __mmask16(0xFFFF))));
+  if (const __mmask16 tail = tail_mask(n - full))
+    store_bf16_tail(out + full, size_t(n - full), round_bf16x16_bits(value(full, tail)));
+}
+
+// A row of n values rounded to bf16 with float_to_bf16's rule as they are stored; value(c, m)
+// gives the 16 values at c (m: the lanes inside the row). round_bf16x16 tests every 16 values
+// for a NaN or a denormal (which the conversion instruction rounds otherwise) and branches;
+// here the row gathers that classification in one mask tested at its end, and a row holding
+// one is stored again with the integer rule from again(c, m): the same values, without
+// first's side effects (writing pre back). Measured (one thread, best of 50, (N, OC) =
+// (2048, 512) and (1024, 1024)): bias + GELU forward 4% less time than with the test per
+// 16 values, the same bits.
+template <class First, class Again>
+inline void store_row_bf16(bf16* out, int n, First first, Again again) {
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+  const int full = n / 16 * 16;
+  __mmask16 special = 0;  // quiet NaN (0x01), denormal (0x20), signalling NaN (0x80)
+  for (int c = 0; c < full; c += 16) {
+    const __m512 v = first(c, __mmask16(0xFFFF));
+    special |= _mm512_fpclass_ps_mask(v, 0x01 | 0x20 | 0x80);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  }
+  if (const __mmask16 tail = tail_mask(n - full)) {
+    const __m512 v = first(full, tail);
+    special |= _mm512_fpclass_ps_mask(v, 0x01 | 0x20 | 0x80);
+    store_bf16_tail(out + full, size_t(n - full), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  }
+  if (__builtin_expect(special != 0, 0)) store_row_bf16_bits(out, n, again);
+#else
+  (void)again;
+  store_row_bf16_bits(out, n, first);
+#endif
+}
 #endif
 }  // namespace
 
@@ -156,18 +198,15 @@ void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int
     float* p = pre + static_cast<size_t>(r) * OC;
     bf16* o = out + static_cast<size_t>(r) * OC;
 #if defined(__AVX512F__)
-    int c = 0;
-    for (; c + 16 <= OC; c += 16) {
-      const __m512 v = _mm512_add_ps(_mm512_loadu_ps(p + c), _mm512_loadu_ps(bias + c));
-      _mm512_storeu_ps(p + c, v);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + c), round_bf16x16(gelu16(v)));
-    }
-    if (const __mmask16 m = tail_mask(OC - c)) {
+    // pre += bias as the row is read; a second pass (rare) reads the sums back.
+    auto first = [&](int c, __mmask16 m) {
       const __m512 v =
           _mm512_add_ps(_mm512_maskz_loadu_ps(m, p + c), _mm512_maskz_loadu_ps(m, bias + c));
       _mm512_mask_storeu_ps(p + c, m, v);
-      store_bf16_tail(o + c, OC - c, round_bf16x16(gelu16(v)));
-    }
+      return gelu16(v);
+    };
+    auto again = [&](int c, __mmask16 m) { return gelu16(_mm512_maskz_loadu_ps(m, p + c)); };
+    store_row_bf16(o, OC, first, again);
 #else
     for (int c = 0; c < OC; c++) {
       float v = p[c] + bias[c];
@@ -180,25 +219,14 @@ void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int
 
 void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, size_t n) {
   PhaseScope phase_scope(Phase::activation, 0, 10.0 * double(n));
-  long long count = static_cast<long long>(n);
-#if defined(__AVX512F__)
-  const long long vecs = count / 16;
+  // Blocks of a multiple of 16 values, so only the last one has a tail (as the forward).
+  constexpr long long kBlock = 4096;
+  const long long count = static_cast<long long>(n), blocks = (count + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
-  for (long long b = 0; b < vecs; b++) {
-    const __m512 g =
-        _mm512_mul_ps(gelu_grad16(_mm512_loadu_ps(inp + 16 * b)), _mm512_loadu_ps(dout + 16 * b));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dinp + 16 * b), round_bf16x16(g));
+  for (long long b = 0; b < blocks; b++) {
+    const long long i = b * kBlock;
+    gelu_backward_bf16_row(dinp + i, inp + i, dout + i, int(std::min(kBlock, count - i)));
   }
-  if (const __mmask16 m = tail_mask(count - 16 * vecs)) {
-    const size_t o = size_t(16 * vecs);
-    const __m512 g = _mm512_mul_ps(gelu_grad16(_mm512_maskz_loadu_ps(m, inp + o)),
-                                   _mm512_maskz_loadu_ps(m, dout + o));
-    store_bf16_tail(dinp + o, size_t(count - 16 * vecs), round_bf16x16(g));
-  }
-#else
-#pragma omp parallel for schedule(static)
-  for (long long i = 0; i < count; i++) dinp[i] = float_to_bf16(gelu_grad(inp[i]) * dout[i]);
-#endif
 }
 
 void gelu_forward_bf16(bf16* out, const float* pre, size_t n) {
@@ -215,13 +243,8 @@ void gelu_forward_bf16(bf16* out, const float* pre, size_t n) {
 
 void gelu_forward_bf16_row(bf16* out, const float* pre, int n) {
 #if defined(__AVX512F__)
-  int c = 0;
-  for (; c + 16 <= n; c += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
-                        round_bf16x16(gelu16(_mm512_loadu_ps(pre + c))));
-  if (const __mmask16 m = tail_mask(n - c))
-    store_bf16_tail(out + c, size_t(n - c),
-                    round_bf16x16(gelu16(_mm512_maskz_loadu_ps(m, pre + c))));
+  auto value = [&](int c, __mmask16 m) { return gelu16(_mm512_maskz_loadu_ps(m, pre + c)); };
+  store_row_bf16(out, n, value, value);
 #else
   for (int c = 0; c < n; c++) out[c] = float_to_bf16(gelu_one(pre[c]));
 #endif
@@ -229,17 +252,11 @@ void gelu_forward_bf16_row(bf16* out, const float* pre, int n) {
 
 void gelu_backward_bf16_row(bf16* dinp, const float* pre, const float* dout, int n) {
 #if defined(__AVX512F__)
-  int c = 0;
-  for (; c + 16 <= n; c += 16) {
-    const __m512 g =
-        _mm512_mul_ps(gelu_grad16(_mm512_loadu_ps(pre + c)), _mm512_loadu_ps(dout + c));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dinp + c), round_bf16x16(g));
-  }
-  if (const __mmask16 m = tail_mask(n - c)) {
-    const __m512 g = _mm512_mul_ps(gelu_grad16(_mm512_maskz_loadu_ps(m, pre + c)),
-                                   _mm512_maskz_loadu_ps(m, dout + c));
-    store_bf16_tail(dinp + c, size_t(n - c), round_bf16x16(g));
-  }
+  auto value = [&](int c, __mmask16 m) {
+    return _mm512_mul_ps(gelu_grad16(_mm512_maskz_loadu_ps(m, pre + c)),
+                         _mm512_maskz_loadu_ps(m, dout + c));
+  };
+  store_row_bf16(dinp, n, value, value);
 #else
   for (int c = 0; c < n; c++) dinp[c] = float_to_bf16(gelu_grad(pre[c]) * dout[c]);
 #endif

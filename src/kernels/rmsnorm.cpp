@@ -17,36 +17,65 @@ inline float row_rstd(const float* x, int C, float eps) {
   return 1.0f / std::sqrt(sq / C + eps);
 }
 
+// One row's output y = weight * (x * s), stored as fp32 or rounded to bf16 as it is stored:
+// one expression for every forward form, so the fp32, bf16 and fused residual outputs agree.
+inline void store_row(float* y, const float* x, float s, const float* weight, int C) {
+#pragma omp simd
+  for (int c = 0; c < C; c++) y[c] = weight[c] * (x[c] * s);
+}
+
+inline void store_row(bf16* y, const float* x, float s, const float* weight, int C) {
+#pragma omp simd
+  for (int c = 0; c < C; c++) y[c] = float_to_bf16_select(weight[c] * (x[c] * s));
+}
+
+// out (N, C) = rmsnorm(x) with rstd saved; with res, x += res first, row by row (the block's
+// residual add, whose sum the norm then reads from L1 instead of a second pass over (N, C)).
+template <class Out>
+void forward_rows(Out* out, float* rstd, float* x_sum, const float* inp, const float* res,
+                  const float* weight, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const size_t row = static_cast<size_t>(n) * C;
+    const float* x = inp + row;
+    if (res) {
+      float* xs = x_sum + row;
+      const float* r = res + row;
+#pragma omp simd
+      for (int c = 0; c < C; c++) xs[c] += r[c];
+      x = xs;
+    }
+    const float s = row_rstd(x, C, eps);
+    store_row(out + row, x, s, weight, C);
+    rstd[n] = s;
+  }
+}
+
 }  // namespace
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
                      float eps) {
   PhaseScope phase_scope(Phase::norm, 0, 8.0 * N * C);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* x = inp + static_cast<size_t>(n) * C;
-    float* y = out + static_cast<size_t>(n) * C;
-    const float s = row_rstd(x, C, eps);
-#pragma omp simd
-    for (int c = 0; c < C; c++) y[c] = weight[c] * (x[c] * s);
-    rstd[n] = s;
-  }
+  forward_rows(out, rstd, nullptr, inp, nullptr, weight, N, C, eps);
 }
 
 void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float* weight, int N,
                           int C, float eps) {
   PhaseScope phase_scope(Phase::norm, 0, 6.0 * N * C);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* x = inp + static_cast<size_t>(n) * C;
-    bf16* y = out + static_cast<size_t>(n) * C;
-    const float s = row_rstd(x, C, eps);
-#pragma omp simd
-    for (int c = 0; c < C; c++) {
-      y[c] = float_to_bf16_select(weight[c] * (x[c] * s));
-    }
-    rstd[n] = s;
-  }
+  forward_rows(out, rstd, nullptr, inp, nullptr, weight, N, C, eps);
+}
+
+void add_rmsnorm_forward(float* out, float* rstd, float* x, const float* res, const float* weight,
+                         int N, int C, float eps) {
+  // x and res read, x and out written.
+  PhaseScope phase_scope(Phase::norm, 0, 16.0 * N * C);
+  forward_rows(out, rstd, x, x, res, weight, N, C, eps);
+}
+
+void add_rmsnorm_forward_bf16(bf16* out, float* rstd, float* x, const float* res,
+                              const float* weight, int N, int C, float eps) {
+  PhaseScope phase_scope(Phase::norm, 0, 14.0 * N * C);
+  forward_rows(out, rstd, x, x, res, weight, N, C, eps);
 }
 
 namespace {
