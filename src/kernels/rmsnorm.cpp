@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "kernels/bf16_row_store.h"
+
 namespace mt {
 
 namespace {
@@ -24,9 +26,21 @@ inline void store_row(float* y, const float* x, float s, const float* weight, in
   for (int c = 0; c < C; c++) y[c] = weight[c] * (x[c] * s);
 }
 
+// bf16: with AVX-512 16 at a time with the conversion instruction and one special-value test
+// per row (bf16_row_store.h): the compiler's form of the integer rounding narrows 32 to 16 bits
+// with vpmovdw, slow on Zen (a bf16 row took 1.8x the fp32 one at C 128).
 inline void store_row(bf16* y, const float* x, float s, const float* weight, int C) {
+#if defined(__AVX512F__)
+  const __m512 sv = _mm512_set1_ps(s);
+  auto value = [&](int c, __mmask16 m) {
+    return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, weight + c),
+                         _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), sv));
+  };
+  bf16_rows::store_row_bf16(y, C, value, value);
+#else
 #pragma omp simd
   for (int c = 0; c < C; c++) y[c] = float_to_bf16_select(weight[c] * (x[c] * s));
+#endif
 }
 
 // out (N, C) = rmsnorm(x) with rstd saved; with res, x += res first, row by row (the block's

@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -109,7 +110,11 @@ TEST(NormResidualForward, RmsNormEqualsAddThenNormBitwise) {
   for (const auto& [N, C] : kShapes)
     for (int threads : {1, 2}) {
       NormInputs in = make_inputs(N, C, 95);
-      in.w[0] = 1e-39f;  // column 0's outputs denormal (the bf16 rounding keeps them)
+      // The bf16 rows test for a NaN or a denormal once per row and store such a row again:
+      // the last row's last output denormal, the middle row all NaN (a negative NaN input).
+      const size_t last = size_t(N) * C - 1, mid = size_t(N / 2) * C;
+      in.x[last] = 1e-39f, in.dres[last] = 0.0f, in.w[C - 1] = 0.5f;
+      if (N > 2) in.x[mid] = -std::numeric_limits<float>::quiet_NaN();
       omp_set_num_threads(threads);
       const size_t n = size_t(N) * C;
       Buf sum_two = in.x, out_two(n), rstd_two(N);
