@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/bf16_row_store.h"
 #include "kernels/vec_math.h"
 
 namespace mt {
@@ -42,6 +43,10 @@ inline __m512 sigmoid_2u16(__m512 x, __m512 x2) {
   return reciprocal16(_mm512_add_ps(_mm512_set1_ps(1.0f), exp_vec512(minus_2u)));
 }
 
+using bf16_rows::store_bf16_tail;
+using bf16_rows::store_row_bf16;
+using bf16_rows::tail_mask;
+
 inline __m512 gelu16(__m512 x) {
   return _mm512_mul_ps(x, sigmoid_2u16(x, _mm512_mul_ps(x, x)));
 }
@@ -55,17 +60,6 @@ inline __m512 gelu_grad16(__m512 x) {
   return _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_sub_ps(_mm512_set1_ps(1.0f), s)), two_x_du, s);
 }
 
-inline __mmask16 tail_mask(long long n) {
-  return __mmask16((1u << n) - 1);
-}
-
-// The first n (< 16) of 16 bf16 values; through memory rather than a masked 16-bit store,
-// which needs AVX512BW.
-inline void store_bf16_tail(bf16* dst, size_t n, __m256i v) {
-  alignas(32) bf16 tmp[16];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), v);
-  for (size_t i = 0; i < n; ++i) dst[i] = tmp[i];
-}
 #endif
 }  // namespace
 
@@ -156,18 +150,15 @@ void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int
     float* p = pre + static_cast<size_t>(r) * OC;
     bf16* o = out + static_cast<size_t>(r) * OC;
 #if defined(__AVX512F__)
-    int c = 0;
-    for (; c + 16 <= OC; c += 16) {
-      const __m512 v = _mm512_add_ps(_mm512_loadu_ps(p + c), _mm512_loadu_ps(bias + c));
-      _mm512_storeu_ps(p + c, v);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + c), round_bf16x16(gelu16(v)));
-    }
-    if (const __mmask16 m = tail_mask(OC - c)) {
+    // pre += bias as the row is read; a second pass (rare) reads the sums back.
+    auto first = [&](int c, __mmask16 m) {
       const __m512 v =
           _mm512_add_ps(_mm512_maskz_loadu_ps(m, p + c), _mm512_maskz_loadu_ps(m, bias + c));
       _mm512_mask_storeu_ps(p + c, m, v);
-      store_bf16_tail(o + c, OC - c, round_bf16x16(gelu16(v)));
-    }
+      return gelu16(v);
+    };
+    auto again = [&](int c, __mmask16 m) { return gelu16(_mm512_maskz_loadu_ps(m, p + c)); };
+    store_row_bf16(o, OC, first, again);
 #else
     for (int c = 0; c < OC; c++) {
       float v = p[c] + bias[c];
@@ -180,25 +171,14 @@ void bias_gelu_forward_bf16(bf16* out, float* pre, const float* bias, int N, int
 
 void gelu_backward_bf16(bf16* dinp, const float* inp, const float* dout, size_t n) {
   PhaseScope phase_scope(Phase::activation, 0, 10.0 * double(n));
-  long long count = static_cast<long long>(n);
-#if defined(__AVX512F__)
-  const long long vecs = count / 16;
+  // Blocks of a multiple of 16 values, so only the last one has a tail (as the forward).
+  constexpr long long kBlock = 4096;
+  const long long count = static_cast<long long>(n), blocks = (count + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
-  for (long long b = 0; b < vecs; b++) {
-    const __m512 g =
-        _mm512_mul_ps(gelu_grad16(_mm512_loadu_ps(inp + 16 * b)), _mm512_loadu_ps(dout + 16 * b));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dinp + 16 * b), round_bf16x16(g));
+  for (long long b = 0; b < blocks; b++) {
+    const long long i = b * kBlock;
+    gelu_backward_bf16_row(dinp + i, inp + i, dout + i, int(std::min(kBlock, count - i)));
   }
-  if (const __mmask16 m = tail_mask(count - 16 * vecs)) {
-    const size_t o = size_t(16 * vecs);
-    const __m512 g = _mm512_mul_ps(gelu_grad16(_mm512_maskz_loadu_ps(m, inp + o)),
-                                   _mm512_maskz_loadu_ps(m, dout + o));
-    store_bf16_tail(dinp + o, size_t(count - 16 * vecs), round_bf16x16(g));
-  }
-#else
-#pragma omp parallel for schedule(static)
-  for (long long i = 0; i < count; i++) dinp[i] = float_to_bf16(gelu_grad(inp[i]) * dout[i]);
-#endif
 }
 
 void gelu_forward_bf16(bf16* out, const float* pre, size_t n) {
@@ -215,13 +195,8 @@ void gelu_forward_bf16(bf16* out, const float* pre, size_t n) {
 
 void gelu_forward_bf16_row(bf16* out, const float* pre, int n) {
 #if defined(__AVX512F__)
-  int c = 0;
-  for (; c + 16 <= n; c += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
-                        round_bf16x16(gelu16(_mm512_loadu_ps(pre + c))));
-  if (const __mmask16 m = tail_mask(n - c))
-    store_bf16_tail(out + c, size_t(n - c),
-                    round_bf16x16(gelu16(_mm512_maskz_loadu_ps(m, pre + c))));
+  auto value = [&](int c, __mmask16 m) { return gelu16(_mm512_maskz_loadu_ps(m, pre + c)); };
+  store_row_bf16(out, n, value, value);
 #else
   for (int c = 0; c < n; c++) out[c] = float_to_bf16(gelu_one(pre[c]));
 #endif
@@ -229,17 +204,11 @@ void gelu_forward_bf16_row(bf16* out, const float* pre, int n) {
 
 void gelu_backward_bf16_row(bf16* dinp, const float* pre, const float* dout, int n) {
 #if defined(__AVX512F__)
-  int c = 0;
-  for (; c + 16 <= n; c += 16) {
-    const __m512 g =
-        _mm512_mul_ps(gelu_grad16(_mm512_loadu_ps(pre + c)), _mm512_loadu_ps(dout + c));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dinp + c), round_bf16x16(g));
-  }
-  if (const __mmask16 m = tail_mask(n - c)) {
-    const __m512 g = _mm512_mul_ps(gelu_grad16(_mm512_maskz_loadu_ps(m, pre + c)),
-                                   _mm512_maskz_loadu_ps(m, dout + c));
-    store_bf16_tail(dinp + c, size_t(n - c), round_bf16x16(g));
-  }
+  auto value = [&](int c, __mmask16 m) {
+    return _mm512_mul_ps(gelu_grad16(_mm512_maskz_loadu_ps(m, pre + c)),
+                         _mm512_maskz_loadu_ps(m, dout + c));
+  };
+  store_row_bf16(dinp, n, value, value);
 #else
   for (int c = 0; c < n; c++) dinp[c] = float_to_bf16(gelu_grad(pre[c]) * dout[c]);
 #endif

@@ -4,6 +4,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "core/error.h"
+#include "kernels/bias_grad.h"
 #include "kernels/matmul_weight_grad.h"
 
 namespace mt {
@@ -61,22 +62,7 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
     // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
     sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   }
-  if (!dbias) return;
-  // Column sums of dout: each thread owns a block of columns and walks all rows, so the
-  // inner loop is contiguous and no two threads write the same dbias entry.
-  constexpr int kBlock = 64;
-  int nblocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < nblocks; blk++) {
-    int o0 = blk * kBlock, o1 = o0 + kBlock < OC ? o0 + kBlock : OC;
-    float acc[kBlock] = {};
-    for (int n = 0; n < N; n++) {
-      const float* row = dout + static_cast<size_t>(n) * OC;
-#pragma omp simd
-      for (int o = o0; o < o1; o++) acc[o - o0] += row[o];
-    }
-    for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
-  }
+  if (dbias) bias_grad_add(dbias, dout, N, OC);
 }
 
 }  // namespace mt

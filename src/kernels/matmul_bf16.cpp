@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/bias_grad.h"
 
 namespace mt {
 
@@ -321,22 +322,7 @@ void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout,
     GemmShape s{OC, C, N, 1, OC, C, 1, false, true, threads};
     gemm(s, dout, inp, nullptr, dweight);
   }
-  if (!dbias) return;
-  // Column sums in fp32, a block of columns per thread (as matmul_backward_weight): no two
-  // threads write one dbias entry, and the order of the sum does not depend on the team.
-  constexpr int kBlock = 64;
-  const int nblocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < nblocks; blk++) {
-    const int o0 = blk * kBlock, o1 = o0 + kBlock < OC ? o0 + kBlock : OC;
-    float acc[kBlock] = {};
-    for (int n = 0; n < N; n++) {
-      const bf16* row = dout + size_t(n) * OC;
-#pragma omp simd
-      for (int o = o0; o < o1; o++) acc[o - o0] += bf16_to_float(row[o]);
-    }
-    for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
-  }
+  if (dbias) bias_grad_add(dbias, dout, N, OC);
 }
 
 // M = 64 q + r runs as the exact 64 q rows plus r in power-of-two pieces (at most 6), and

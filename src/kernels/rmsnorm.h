@@ -17,6 +17,13 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float* weight, int N,
                           int C, float eps);
 
+// x (N, C) += res (N, C), then out = rmsnorm(x): the block's residual add folded into its
+// next norm's row pass, bitwise add_inplace followed by rmsnorm_forward(_bf16).
+void add_rmsnorm_forward(float* out, float* rstd, float* x, const float* res, const float* weight,
+                         int N, int C, float eps);
+void add_rmsnorm_forward_bf16(bf16* out, float* rstd, float* x, const float* res,
+                              const float* weight, int N, int C, float eps);
+
 // dinp (N, C) += rstd * (g - xhat * mean(g * xhat)), g = dout * weight, xhat = inp * rstd.
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                             const float* rstd, int N, int C);

@@ -257,13 +257,13 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
   flash_core_forward(ops, att_out, s + off_.lse, attention_args(qkv, b, T), context_.cp, fscratch);
   ops.forward(o_proj_, x_mid, att_out, N);
   if (dropout_on()) branch_dropout(x_mid, x_mid, 1, Nl, false);
-  add_inplace(x_mid, x_in, nc);
 
-  // MLP: n2 = rmsnorm(x_mid); x_out = x_mid + down(silu(gate n2) * up n2), or the routed
-  // experts plus the shared experts' SwiGLU (in the reference's order: routed + shared).
+  // x_mid += x_in and n2 = rmsnorm(x_mid) in one pass over the rows. MLP: x_out = x_mid +
+  // down(silu(gate n2) * up n2), or the routed experts plus the shared experts' SwiGLU (in the
+  // reference's order: routed + shared).
   if (moe_) {
     float* n2 = s + off_.n2;  // fp32: the router reads it
-    norm2_.forward(s, n2, x_mid, Nl);
+    norm2_.add_forward(s, n2, x_mid, x_in, Nl);
     // The shared experts need none of the routed experts' exchanges: they run while those
     // travel (LocalWork), their up half under the first dispatch, down_proj under the last
     // combine (Megatron-LM's --moe-shared-expert-overlap).
@@ -280,11 +280,11 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
     if (has_mlp_) add_inplace(x_out, s + off_.shared, nc);
   } else {
     auto* n2 = Ops::act(s, off_.n2);
-    norm2_.forward(s, n2, x_mid, Nl);
+    norm2_.add_forward(s, n2, x_mid, x_in, Nl);
     mlp_forward(ops, s, n2, x_out, N);
   }
   if (dropout_on()) branch_dropout(x_out, x_out, 2, Nl, false);
-  add_inplace(x_out, x_mid, nc);
+  residual_add(x_out, x_mid, nc);  // profiled under norm, as the GPT block's
 }
 
 // y = down(silu(gate n2) * up n2), the dense MLP or the shared experts.

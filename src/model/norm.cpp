@@ -57,6 +57,20 @@ void Norm::forward(float* s, bf16* out, const float* x, int N) const {
     rmsnorm_forward_bf16(out, s + rstd_, x, w_, N, C_, eps_);
 }
 
+void Norm::add_forward(float* s, float* out, float* x, const float* res, int N) const {
+  if (kind_ == NormKind::layernorm)
+    add_layernorm_forward(out, s + mean_, s + rstd_, x, res, w_, b_, N, C_);
+  else
+    add_rmsnorm_forward(out, s + rstd_, x, res, w_, N, C_, eps_);
+}
+
+void Norm::add_forward(float* s, bf16* out, float* x, const float* res, int N) const {
+  if (kind_ == NormKind::layernorm)
+    add_layernorm_forward_bf16(out, s + mean_, s + rstd_, x, res, w_, b_, N, C_);
+  else
+    add_rmsnorm_forward_bf16(out, s + rstd_, x, res, w_, N, C_, eps_);
+}
+
 void Norm::backward_input(float* s, float* dx, const float* dout, const float* x, int N) const {
   if (kind_ == NormKind::layernorm)
     layernorm_backward_input(dx, dout, x, w_, s + mean_, s + rstd_, N, C_);

@@ -33,6 +33,10 @@ class Norm {
   // the fp32 output).
   void forward(float* slot, float* out, const float* x, int N) const;
   void forward(float* slot, bf16* out, const float* x, int N) const;
+  // x (N, C) += res, then out = norm(x): a residual add folded into the norm's row pass,
+  // bitwise add_inplace followed by forward.
+  void add_forward(float* slot, float* out, float* x, const float* res, int N) const;
+  void add_forward(float* slot, bf16* out, float* x, const float* res, int N) const;
   // dx (N, C) += the input gradient, from dout and x (N, C).
   void backward_input(float* slot, float* dx, const float* dout, const float* x, int N) const;
   // dx (N, C) = dres + the input gradient: a residual path's gradient and the norm's in one

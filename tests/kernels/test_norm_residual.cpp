@@ -2,12 +2,14 @@
 // (layernorm_backward_input_residual, rmsnorm_backward_input_residual), a block's dx = dx_out +
 // norm'(...) in one pass, must give the bits of the two passes it replaces (a copy of dx_out,
 // then the accumulating kernel), at every thread count and in place; the forward
-// (add_layernorm_forward and its bf16 form), x += res and the norm of the sum in one pass, the
-// bits of add_inplace followed by the norm. So the fp32 and bf16 steps stay bit for bit.
+// (add_layernorm_forward, add_rmsnorm_forward and their bf16 forms), x += res and the norm of the
+// sum in one pass, the bits of add_inplace followed by the norm. So the fp32 and bf16 steps stay
+// bit for bit.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -100,6 +102,42 @@ TEST(NormResidualForward, LayerNormEqualsAddThenNormBitwise) {
       EXPECT_EQ(bit_mismatches(sum16, sum_two), 0u) << "the bf16 form's sum, " << at;
       EXPECT_EQ(got16, want16) << "the bf16 output, " << at;
       EXPECT_EQ(bit_mismatches(rstd, rstd_two), 0u) << "the bf16 form's rstds, " << at;
+    }
+  omp_set_num_threads(1);
+}
+
+TEST(NormResidualForward, RmsNormEqualsAddThenNormBitwise) {
+  for (const auto& [N, C] : kShapes)
+    for (int threads : {1, 2}) {
+      NormInputs in = make_inputs(N, C, 95);
+      // The bf16 rows test for a NaN or a denormal once per row and store such a row again:
+      // the last row's last output denormal, the middle row all NaN (a negative NaN input).
+      const size_t last = size_t(N) * C - 1, mid = size_t(N / 2) * C;
+      in.x[last] = 1e-39f, in.dres[last] = 0.0f, in.w[C - 1] = 0.5f;
+      if (N > 2) in.x[mid] = -std::numeric_limits<float>::quiet_NaN();
+      omp_set_num_threads(threads);
+      const size_t n = size_t(N) * C;
+      Buf sum_two = in.x, out_two(n), rstd_two(N);
+      add_inplace(sum_two.data(), in.dres.data(), n);
+      rmsnorm_forward(out_two.data(), rstd_two.data(), sum_two.data(), in.w.data(), N, C, 1e-5f);
+      std::vector<bf16> want16(n), got16(n, bf16(0x1234));
+      to_bf16(want16.data(), out_two.data(), n);
+
+      Buf sum = in.x, out(n, -7.0f), rstd(N, -7.0f);
+      add_rmsnorm_forward(out.data(), rstd.data(), sum.data(), in.dres.data(), in.w.data(), N, C,
+                          1e-5f);
+      const std::string at = "N " + std::to_string(N) + " C " + std::to_string(C) + " threads " +
+                             std::to_string(threads);
+      EXPECT_EQ(bit_mismatches(sum, sum_two), 0u) << "the sum, " << at;
+      EXPECT_EQ(bit_mismatches(out, out_two), 0u) << "the output, " << at;
+      EXPECT_EQ(bit_mismatches(rstd, rstd_two), 0u) << "the rstds, " << at;
+
+      Buf sum16 = in.x, rstd16(N, -7.0f);
+      add_rmsnorm_forward_bf16(got16.data(), rstd16.data(), sum16.data(), in.dres.data(),
+                               in.w.data(), N, C, 1e-5f);
+      EXPECT_EQ(bit_mismatches(sum16, sum_two), 0u) << "the bf16 form's sum, " << at;
+      EXPECT_EQ(got16, want16) << "the bf16 output, " << at;
+      EXPECT_EQ(bit_mismatches(rstd16, rstd_two), 0u) << "the bf16 form's rstds, " << at;
     }
   omp_set_num_threads(1);
 }
