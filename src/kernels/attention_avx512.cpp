@@ -175,7 +175,8 @@ void forward_head(const AttentionHead& h, float* out, int ldo, float* att, float
   for (int i0 = 0; i0 < T; i0 += R) {
     const int rows = std::min(R, T - i0);
     for (int i = i0; i < i0 + rows; i++)
-      softmax_causal_row(att + size_t(i) * T, i, T, stats ? stats + 2 * i : nullptr);
+      softmax_causal_row(att + size_t(i) * T, i, T, stats ? stats + 2 * i : nullptr,
+                         stats ? std::min(T, i + R) : T);
     rows_any<HD, R>(rows, out + size_t(i0) * ldo, ldo, false, att + size_t(i0) * T, T, 1, h.v, h.ld,
                     0, i0 + rows);
   }
@@ -183,13 +184,17 @@ void forward_head(const AttentionHead& h, float* out, int ldo, float* att, float
 
 // P again from the forward's row statistics into thread_head_probs: the forward's scores
 // (the same products on the same inputs), then softmax_recompute_row, bit for bit its P with
-// its zeros above the diagonal (the key-side products read them).
+// its zeros above the diagonal as far as the key-side products read them (R - 1 columns past
+// it; thread_head_probs and the dP / dS buffer are the kernel's own, so the rest of each row
+// is never zeroed: a (T, T) / 2 memset per head and pass saved).
 template <int HD>
 const float* recompute_probs(const AttentionHead& h, const float* stats) {
   const int T = h.T;
   float* p = thread_head_probs(T);
   causal_scores<HD>(p, h.q, h.ld, h.k, h.ld, T, h.scale);
-  for (int i = 0; i < T; i++) softmax_recompute_row<true>(p + size_t(i) * T, i, T, stats + 2 * i);
+  constexpr int R = rows_per_tile<HD>();
+  for (int i = 0; i < T; i++)
+    softmax_recompute_row<true>(p + size_t(i) * T, i, T, stats + 2 * i, std::min(T, i + R));
   return p;
 }
 
@@ -205,7 +210,8 @@ void backward_head(const AttentionHead& h, float* dq, float* dk, float* dv, int 
   for (int i0 = 0; i0 < T; i0 += R) {
     const int rows = std::min(R, T - i0);
     for (int i = i0; i < i0 + rows; i++)
-      softmax_backward_row(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale);
+      softmax_backward_row(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale,
+                           std::min(T, i + R));
     rows_any<HD, R>(rows, dq + size_t(i0) * ldd, ldd, true, da + size_t(i0) * T, T, 1, h.k, h.ld, 0,
                     i0 + rows);
   }
