@@ -196,16 +196,13 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   // qkv is (B, T, 3C), out is (B, T, C), att is (B, NH, T, T) or (B, NH, T, 2).
   const bool fast = attention_avx512_supports(C / NH);
   check_saved(attention_kernel(false, C, NH), saved);
-  for_each_head(
-      qkv, B, T, C, NH,
-      [&](const AttentionHead& hv, const HeadOffsets& o) {
-        const HeadSaved hs = head_saved(att, o, saved);
-        if (fast)
-          attention_head_forward_avx512(hv, out + o.row, C, hs.probs, hs.stats);
-        else
-          forward_head_sgemm(hv, out + o.row, C, att + o.att);
-      },
-      next_head_prefetch(qkv, nullptr, T, C, C / NH));
+  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    const HeadSaved hs = head_saved(att, o, saved);
+    if (fast)
+      attention_head_forward_avx512(hv, out + o.row, C, hs.probs, hs.stats);
+    else
+      forward_head_sgemm(hv, out + o.row, C, att + o.att);
+  });
 }
 
 size_t attention_backward_scratch_floats(int B, int T, int C, int NH, bool bf16) {
@@ -236,18 +233,15 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   // (B, NH, T, 2).
   const bool fast = attention_avx512_supports(C / NH);
   check_saved(attention_kernel(false, C, NH), saved);
-  for_each_head(
-      qkv, B, T, C, NH,
-      [&](const AttentionHead& hv, const HeadOffsets& o) {
-        float *dq = dqkv + o.q, *dk = dqkv + o.k, *dv = dqkv + o.v;
-        const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
-        if (fast)
-          attention_head_backward_avx512(hv, dq, dk, dv, 3 * C, dout + o.row, C, hs.probs,
-                                         thread_head_gradient(T), hs.stats);
-        else
-          backward_head_sgemm(hv, dq, dk, dv, 3 * C, dout + o.row, C, att + o.att, scratch + o.att);
-      },
-      next_head_prefetch(qkv, dout, T, C, C / NH));
+  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
+    float *dq = dqkv + o.q, *dk = dqkv + o.k, *dv = dqkv + o.v;
+    const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
+    if (fast)
+      attention_head_backward_avx512(hv, dq, dk, dv, 3 * C, dout + o.row, C, hs.probs,
+                                     thread_head_gradient(T), hs.stats);
+    else
+      backward_head_sgemm(hv, dq, dk, dv, 3 * C, dout + o.row, C, att + o.att, scratch + o.att);
+  });
 }
 
 AttentionSaved attention_saved_form(bool bf16, int C, int NH) {
