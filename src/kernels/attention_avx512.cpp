@@ -44,9 +44,7 @@ void transpose_block(float* yt, const float* y, int ldy, int n) {
   }
 }
 
-// kHalf: the block's first 16 keys only (a diagonal block's first two row tiles see no more),
-// 8 accumulators instead of 16; each computed score is the same chain of products.
-template <int HD, int R, bool kHalf = false>
+template <int HD, int R>
 void scores_tile(float* s, int lds, const float* x, int ldx, const float* yt, float alpha,
                  __mmask16 m0, __mmask16 m1) {
   __m512 acc0[R], acc1[R];
@@ -54,26 +52,15 @@ void scores_tile(float* s, int lds, const float* x, int ldx, const float* yt, fl
   for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
   for (int d = 0; d < HD; d++) {
     const __m512 y0 = _mm512_load_ps(yt + d * kKeyBlock);
-    const __m512 y1 = kHalf ? y0 : _mm512_load_ps(yt + d * kKeyBlock + 16);
+    const __m512 y1 = _mm512_load_ps(yt + d * kKeyBlock + 16);
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
       const __m512 xb = _mm512_set1_ps(x[size_t(r) * ldx + d]);
       acc0[r] = _mm512_fmadd_ps(xb, y0, acc0[r]);
-      if constexpr (!kHalf) acc1[r] = _mm512_fmadd_ps(xb, y1, acc1[r]);
+      acc1[r] = _mm512_fmadd_ps(xb, y1, acc1[r]);
     }
   }
-  if constexpr (kHalf) {
-    const __m512 va = _mm512_set1_ps(alpha);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-      if (m0 == 0xFFFF)
-        _mm512_storeu_ps(s + size_t(r) * lds, _mm512_mul_ps(acc0[r], va));
-      else
-        _mm512_mask_storeu_ps(s + size_t(r) * lds, m0, _mm512_mul_ps(acc0[r], va));
-    }
-  } else {
-    store_scores<R>(s, lds, acc0, acc1, alpha, m0, m1);
-  }
+  store_scores<R>(s, lds, acc0, acc1, alpha, m0, m1);
 }
 
 // scores_tile for the last rows < kScoreRows rows.
@@ -90,8 +77,7 @@ void scores_tail(int rows, float* s, int lds, const float* x, int ldx, const flo
 
 // s (T, T), row stride T, on and below the diagonal = alpha * x y^T; x, y are (T, HD).
 // Entries above the diagonal inside a diagonal block are written too (the callers overwrite
-// them), except the second 16 keys of its first two row tiles; blocks entirely above the
-// diagonal are left untouched.
+// them); blocks entirely above the diagonal are left untouched.
 template <int HD>
 void causal_scores(float* s, const float* x, int ldx, const float* y, int ldy, int T, float alpha) {
   alignas(64) float yt[HD * kKeyBlock];
@@ -100,9 +86,6 @@ void causal_scores(float* s, const float* x, int ldx, const float* y, int ldy, i
     transpose_block<HD>(yt, y + size_t(j0) * ldy, ldy, n);
     const __mmask16 m0 = tail_mask(n), m1 = tail_mask(n - 16);
     int i0 = j0;  // query rows before j0 see none of these keys
-    for (; i0 + kScoreRows <= T && i0 + kScoreRows <= j0 + 16; i0 += kScoreRows)
-      scores_tile<HD, kScoreRows, true>(s + size_t(i0) * T + j0, T, x + size_t(i0) * ldx, ldx, yt,
-                                        alpha, m0, m1);
     for (; i0 + kScoreRows <= T; i0 += kScoreRows)
       scores_tile<HD, kScoreRows>(s + size_t(i0) * T + j0, T, x + size_t(i0) * ldx, ldx, yt, alpha,
                                   m0, m1);
@@ -175,8 +158,7 @@ void forward_head(const AttentionHead& h, float* out, int ldo, float* att, float
   for (int i0 = 0; i0 < T; i0 += R) {
     const int rows = std::min(R, T - i0);
     for (int i = i0; i < i0 + rows; i++)
-      softmax_causal_row(att + size_t(i) * T, i, T, stats ? stats + 2 * i : nullptr,
-                         stats ? std::min(T, i + R) : T);
+      softmax_causal_row(att + size_t(i) * T, i, T, stats ? stats + 2 * i : nullptr);
     rows_any<HD, R>(rows, out + size_t(i0) * ldo, ldo, false, att + size_t(i0) * T, T, 1, h.v, h.ld,
                     0, i0 + rows);
   }
@@ -184,17 +166,13 @@ void forward_head(const AttentionHead& h, float* out, int ldo, float* att, float
 
 // P again from the forward's row statistics into thread_head_probs: the forward's scores
 // (the same products on the same inputs), then softmax_recompute_row, bit for bit its P with
-// its zeros above the diagonal as far as the key-side products read them (R - 1 columns past
-// it; thread_head_probs and the dP / dS buffer are the kernel's own, so the rest of each row
-// is never zeroed: a (T, T) / 2 memset per head and pass saved).
+// its zeros above the diagonal (the key-side products read them).
 template <int HD>
 const float* recompute_probs(const AttentionHead& h, const float* stats) {
   const int T = h.T;
   float* p = thread_head_probs(T);
   causal_scores<HD>(p, h.q, h.ld, h.k, h.ld, T, h.scale);
-  constexpr int R = rows_per_tile<HD>();
-  for (int i = 0; i < T; i++)
-    softmax_recompute_row<true>(p + size_t(i) * T, i, T, stats + 2 * i, std::min(T, i + R));
+  for (int i = 0; i < T; i++) softmax_recompute_row<true>(p + size_t(i) * T, i, T, stats + 2 * i);
   return p;
 }
 
@@ -210,8 +188,7 @@ void backward_head(const AttentionHead& h, float* dq, float* dk, float* dv, int 
   for (int i0 = 0; i0 < T; i0 += R) {
     const int rows = std::min(R, T - i0);
     for (int i = i0; i < i0 + rows; i++)
-      softmax_backward_row(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale,
-                           std::min(T, i + R));
+      softmax_backward_row(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale);
     rows_any<HD, R>(rows, dq + size_t(i0) * ldd, ldd, true, da + size_t(i0) * T, T, 1, h.k, h.ld, 0,
                     i0 + rows);
   }

@@ -109,17 +109,10 @@ template <int R>
   }
 }
 
-// row[n .. end) = 0 (nothing when end <= n).
-inline void zero_row_tail(float* row, int n, int end) {
-  if (end > n) std::memset(row + n, 0, sizeof(float) * size_t(end - n));
-}
-
-// row[0..i] = softmax(row[0..i]); row[i+1 .. zeros_end-1] = 0 (zeros_end < 0: T). stat, when
-// not null, receives the row's maximum and 1 / sum (stat[0], stat[1]), from which
-// softmax_recompute_row gives this row again. A per-thread row that only the kernel's own
-// products read needs its zeros only as far as they read (zeros_end = i + R).
-inline void softmax_causal_row(float* row, int i, int T, float* stat = nullptr,
-                               int zeros_end = -1) {
+// row[0..i] = softmax(row[0..i]); row[i+1 .. T-1] = 0. stat, when not null, receives the
+// row's maximum and 1 / sum (stat[0], stat[1]), from which softmax_recompute_row gives this row
+// again.
+inline void softmax_causal_row(float* row, int i, int T, float* stat = nullptr) {
   const int n = i + 1, nfull = n & ~15;
   const __mmask16 mt = tail_mask(n - nfull);
   __m512 vmax = _mm512_set1_ps(-INFINITY);
@@ -139,17 +132,16 @@ inline void softmax_causal_row(float* row, int i, int T, float* stat = nullptr,
   for (int j = 0; j < nfull; j += 16)
     _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inv));
   _mm512_mask_storeu_ps(row + nfull, mt, _mm512_mul_ps(et, inv));
-  zero_row_tail(row, n, zeros_end < 0 ? T : zeros_end);
+  std::memset(row + n, 0, sizeof(float) * size_t(T - n));
 }
 
 // row[0..i], the scores softmax_causal_row (or the bf16 kernel's stripe) turned into
 // probabilities and kept stat (the maximum, 1 / sum) for, become those probabilities again:
 // exp(s - max) times 1 / sum, the forward's instructions on the forward's values, so bit for
-// bit its P. kZeroTail: row[i+1 .. zeros_end-1] = 0 (zeros_end < 0: T) as the forward left it
-// (the fp32 kernel's key-side products read up to i + R - 1); false leaves them (the bf16
-// backward reads only up to i).
+// bit its P. kZeroTail: row[i+1 .. T-1] = 0 as the forward left it (the fp32 kernel's key-side
+// products read there); false leaves them (the bf16 backward reads only up to i).
 template <bool kZeroTail>
-inline void softmax_recompute_row(float* row, int i, int T, const float* stat, int zeros_end = -1) {
+inline void softmax_recompute_row(float* row, int i, int T, const float* stat) {
   const int n = i + 1, nfull = n & ~15;
   const __mmask16 mt = tail_mask(n - nfull);
   const __m512 vm = _mm512_set1_ps(stat[0]), inv = _mm512_set1_ps(stat[1]);
@@ -158,7 +150,7 @@ inline void softmax_recompute_row(float* row, int i, int T, const float* stat, i
                      _mm512_mul_ps(exp_vec512(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm)), inv));
   const __m512 et = exp_vec512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mt, row + nfull), vm));
   _mm512_mask_storeu_ps(row + nfull, mt, _mm512_mul_ps(et, inv));
-  if constexpr (kZeroTail) zero_row_tail(row, n, zeros_end < 0 ? T : zeros_end);
+  if constexpr (kZeroTail) std::memset(row + n, 0, sizeof(float) * size_t(T - n));
 }
 
 // sum_j p[j] d[j] over j < n, broadcast to all lanes: 16 lanes of fused multiply-adds, the
@@ -176,11 +168,10 @@ inline __m512 masked_dot16(const float* p, const float* d, int n) {
 }
 
 // Softmax backward of row i with the forward's scale folded in:
-// d[j] = scale * p[j] * (d[j] - sum_k p[k] d[k]) for j <= i; d[i+1 .. zeros_end-1] = 0
-// (zeros_end < 0: T). kZeroTail false leaves d[i+1 ..] as it was (the bf16 backward reads only
-// up to i).
+// d[j] = scale * p[j] * (d[j] - sum_k p[k] d[k]) for j <= i; d[i+1 .. T-1] = 0.
+// kZeroTail false leaves d[i+1 ..] as it was (the bf16 backward reads only up to i).
 template <bool kZeroTail = true>
-void softmax_backward_row(float* d, const float* p, int i, int T, float scale, int zeros_end = -1) {
+void softmax_backward_row(float* d, const float* p, int i, int T, float scale) {
   const int n = i + 1, nfull = n & ~15;
   const __mmask16 mt = tail_mask(n - nfull);
   const __m512 dot = masked_dot16(p, d, n);
@@ -192,7 +183,7 @@ void softmax_backward_row(float* d, const float* p, int i, int T, float scale, i
   const __m512 sp = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(mt, p + nfull));
   _mm512_mask_storeu_ps(
       d + nfull, mt, _mm512_mul_ps(sp, _mm512_sub_ps(_mm512_maskz_loadu_ps(mt, d + nfull), dot)));
-  if constexpr (kZeroTail) zero_row_tail(d, n, zeros_end < 0 ? T : zeros_end);
+  if constexpr (kZeroTail) std::memset(d + n, 0, sizeof(float) * size_t(T - n));
 }
 
 }  // namespace mt::attention_avx512
