@@ -99,7 +99,7 @@ void prefetch_rows(const float* p, size_t ld, int rows, int cols) {
     for (int c = 0; c < cols; c += 16) __builtin_prefetch(p + r * ld + c, 0, 2);
 }
 
-auto amx_prefetch(const float* qkv, const float* dout, int T, int C, int hd) {
+auto next_head_prefetch(const float* qkv, const float* dout, int T, int C, int hd) {
   return [=](const HeadOffsets& o) {
     for (size_t off : {o.q, o.k, o.v}) prefetch_rows(qkv + off, 3 * C, T, hd);
     if (dout) prefetch_rows(dout + o.row, C, T, hd);
@@ -299,15 +299,18 @@ void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int
         [&](const AttentionHead& hv, const HeadOffsets& o) {
           attention_head_forward_amx(hv, out + o.row, C, att + o.att);
         },
-        amx_prefetch(qkv, nullptr, T, C, C / NH));
+        next_head_prefetch(qkv, nullptr, T, C, C / NH));
   if (k == AttentionKernel::bf16_amx)
     return attention_forward_bf16_batched(out, att, qkv, B, T, C, NH);
   if (k != AttentionKernel::bf16_avx512)
     return attention_forward(out, att, qkv, B, T, C, NH, saved);
-  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
-    const HeadSaved hs = head_saved(att, o, saved);
-    attention_head_forward_bf16(hv, out + o.row, C, hs.probs, hs.stats);
-  });
+  for_each_head(
+      qkv, B, T, C, NH,
+      [&](const AttentionHead& hv, const HeadOffsets& o) {
+        const HeadSaved hs = head_saved(att, o, saved);
+        attention_head_forward_bf16(hv, out + o.row, C, hs.probs, hs.stats);
+      },
+      next_head_prefetch(qkv, nullptr, T, C, C / NH));
 }
 
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -324,18 +327,21 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
           attention_head_backward_amx(hv, dqkv + o.q, dqkv + o.k, dqkv + o.v, 3 * C, dout + o.row,
                                       C, att + o.att, accumulate);
         },
-        amx_prefetch(qkv, dout, T, C, C / NH));
+        next_head_prefetch(qkv, dout, T, C, C / NH));
   if (k == AttentionKernel::bf16_amx)
     return attention_backward_bf16_batched(dqkv, scratch, dout, qkv, att, B, T, C, NH, accumulate);
   if (k != AttentionKernel::bf16_avx512) {
     if (!accumulate) std::memset(dqkv, 0, sizeof(float) * size_t(B) * T * 3 * C);
     return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, saved);
   }
-  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
-    const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
-    attention_head_backward_bf16(hv, dqkv + o.q, dqkv + o.k, dqkv + o.v, 3 * C, dout + o.row, C,
-                                 hs.probs, accumulate, hs.stats);
-  });
+  for_each_head(
+      qkv, B, T, C, NH,
+      [&](const AttentionHead& hv, const HeadOffsets& o) {
+        const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
+        attention_head_backward_bf16(hv, dqkv + o.q, dqkv + o.k, dqkv + o.v, 3 * C, dout + o.row, C,
+                                     hs.probs, accumulate, hs.stats);
+      },
+      next_head_prefetch(qkv, dout, T, C, C / NH));
 }
 
 void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const float* qkv, int B,
@@ -350,17 +356,20 @@ void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const f
         [&](const AttentionHead& hv, const HeadOffsets& o) {
           attention_head_forward_amx(hv, out16 + o.row, C, att + o.att);
         },
-        amx_prefetch(qkv, nullptr, T, C, C / NH));
+        next_head_prefetch(qkv, nullptr, T, C, C / NH));
   if (k == AttentionKernel::bf16_amx)
     return attention_forward_bf16_batched(out16, att, qkv, B, T, C, NH);
   if (k != AttentionKernel::bf16_avx512) {
     attention_forward(stage, att, qkv, B, T, C, NH, saved);
     return to_bf16(out16, stage, size_t(B) * T * C);
   }
-  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
-    const HeadSaved hs = head_saved(att, o, saved);
-    attention_head_forward_bf16(hv, out16 + o.row, C, hs.probs, hs.stats);
-  });
+  for_each_head(
+      qkv, B, T, C, NH,
+      [&](const AttentionHead& hv, const HeadOffsets& o) {
+        const HeadSaved hs = head_saved(att, o, saved);
+        attention_head_forward_bf16(hv, out16 + o.row, C, hs.probs, hs.stats);
+      },
+      next_head_prefetch(qkv, nullptr, T, C, C / NH));
 }
 
 void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, const float* dout,
@@ -377,7 +386,7 @@ void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, c
           attention_head_backward_amx(hv, dqkv16 + o.q, dqkv16 + o.k, dqkv16 + o.v, 3 * C,
                                       dout + o.row, C, att + o.att);
         },
-        amx_prefetch(qkv, dout, T, C, C / NH));
+        next_head_prefetch(qkv, dout, T, C, C / NH));
   if (k == AttentionKernel::bf16_amx)
     return attention_backward_bf16_batched(dqkv16, scratch, dout, qkv, att, B, T, C, NH);
   if (k != AttentionKernel::bf16_avx512 || T > kAttentionBf16DirectMaxT) {
@@ -385,11 +394,14 @@ void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, c
                             saved);
     return to_bf16(dqkv16, stage, size_t(B) * T * 3 * C);
   }
-  for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
-    const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
-    attention_head_backward_bf16(hv, dqkv16 + o.q, dqkv16 + o.k, dqkv16 + o.v, 3 * C, dout + o.row,
-                                 C, hs.probs, hs.stats);
-  });
+  for_each_head(
+      qkv, B, T, C, NH,
+      [&](const AttentionHead& hv, const HeadOffsets& o) {
+        const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
+        attention_head_backward_bf16(hv, dqkv16 + o.q, dqkv16 + o.k, dqkv16 + o.v, 3 * C,
+                                     dout + o.row, C, hs.probs, hs.stats);
+      },
+      next_head_prefetch(qkv, dout, T, C, C / NH));
 }
 
 }  // namespace mt

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/attention_avx512_tiles.h"
+#include "kernels/attention_bf16_pack.h"
 #include "kernels/attention_bf16_rows.h"
 #endif
 
@@ -33,12 +34,6 @@ namespace {
 using namespace attention_avx512;
 
 #define MT_BF16_TARGET __attribute__((target("avx512bf16")))
-
-using u32 = uint32_t;
-
-constexpr int round_up(int x, int m) {
-  return (x + m - 1) / m * m;
-}
 
 // Per-thread packing buffers, grown to the largest head seen (OpenMP workers and rank
 // threads each get their own; nothing is allocated once the sizes are known).
@@ -59,104 +54,9 @@ Bf16Scratch& bf16_scratch() {
   return s;
 }
 
-// 32 floats -> 16 pairs (element 2i low, 2i + 1 high), rounded to nearest even.
-MT_BF16_TARGET inline __m512i pairs32(__m512 lo16, __m512 hi16) {
-  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi16, lo16));
-}
-// 16 floats -> 16 bf16 (a 256-bit vector).
-MT_BF16_TARGET inline __m256i bf16x16(__m512 x) {
-  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
-}
-
-// The pairs of s[0 .. 31] (HD >= 32) or of s[0 .. 15] in the low half, zeros above (HD 16).
-template <int HD>
-MT_BF16_TARGET inline __m512i row_pairs(const float* s) {
-  if constexpr (HD >= 32)
-    return pairs32(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16));
-  else
-    return _mm512_zextsi256_si512(bf16x16(_mm512_loadu_ps(s)));
-}
-
-// x (T, HD / 2) pairs = rows of src (row stride ld).
-template <int HD>
-MT_BF16_TARGET void pack_rows(u32* x, const float* src, int ld, int T) {
-  for (int r = 0; r < T; r++) {
-    const float* s = src + size_t(r) * ld;
-    u32* dst = x + size_t(r) * (HD / 2);
-    if constexpr (HD >= 32) {
-      for (int d = 0; d < HD; d += 32) _mm512_storeu_si512(dst + d / 2, row_pairs<HD>(s + d));
-    } else {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), bf16x16(_mm512_loadu_ps(s)));
-    }
-  }
-}
-
-// yt: for each block of 32 rows of y (rows >= T zero), (HD / 2, 32) pairs, i.e. yt[p][j] =
-// (y[j][2p], y[j][2p + 1]). Blocks follow each other (HD / 2 * 32 pairs apart).
-template <int HD>
-MT_BF16_TARGET void pack_key_blocks(u32* yt, const float* y, int ldy, int T) {
-  for (int j0 = 0; j0 < T; j0 += kKeyBlock) {
-    u32* blk = yt + size_t(j0 / kKeyBlock) * (HD / 2) * kKeyBlock;
-    for (int half = 0; half < 2; half++)
-      for (int d0 = 0; d0 < HD; d0 += 32) {
-        __m512 r[16];
-        for (int j = 0; j < 16; j++) {
-          const int row = j0 + half * 16 + j;
-          const float* s = y + size_t(row) * ldy + d0;
-          r[j] = row < T ? _mm512_castsi512_ps(row_pairs<HD>(s)) : _mm512_setzero_ps();
-        }
-        transpose16(r);  // 32-bit lanes: moves pairs whole
-        for (int c = 0; c < std::min(16, HD / 2); c++)
-          _mm512_storeu_si512(blk + (d0 / 2 + c) * kKeyBlock + half * 16,
-                              _mm512_castps_si512(r[c]));
-      }
-  }
-}
-
-// b (Tp / 2, HD) pairs: b[kp][d] = (y[2 kp][d], y[2 kp + 1][d]), rows >= T zero.
-template <int HD>
-MT_BF16_TARGET void pack_interleaved(u32* b, const float* y, int ldy, int T, int Tp) {
-  for (int kp = 0; kp < Tp / 2; kp++) {
-    const int r0 = 2 * kp, r1 = r0 + 1;
-    for (int d = 0; d < HD; d += 16) {
-      const __m512 y0 = r0 < T ? _mm512_loadu_ps(y + size_t(r0) * ldy + d) : _mm512_setzero_ps();
-      const __m512 y1 = r1 < T ? _mm512_loadu_ps(y + size_t(r1) * ldy + d) : _mm512_setzero_ps();
-      const __m512i lo = _mm512_cvtepu16_epi32(bf16x16(y0));
-      const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16x16(y1)), 16);
-      _mm512_storeu_si512(b + size_t(kp) * HD + d, _mm512_or_si512(lo, hi));
-    }
-  }
-}
-
-// dst (ceil(T / 2), Tp) pairs of consecutive rows of the lower triangle of src (T, T):
-// dst[kp][j] = (src[2 kp][j], src[2 kp + 1][j]), entries above src's diagonal (j > i) and
-// rows >= T zero, whatever src holds there. The key-side products (dk, dv) reduce over query
-// rows, and these are their broadcast pairs (row j of the transpose, pair kp) read down a
-// column, so no (T, T) transpose is needed: two rows are rounded into one vector and
-// interleaved by one permutation. Columns past round_up(2 kp + 2, 16) + 16 are not written
-// (a key tile at j0 reads pairs kp >= j0 / 2, so columns up to 2 kp + 1 + R only).
-MT_BF16_TARGET void pack_row_pairs(u32* dst, const float* src, int T, int Tp) {
-  alignas(64) static constexpr uint16_t kInterleave[32] = {
-      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i idx = _mm512_load_si512(kInterleave);
-  for (int kp = 0; 2 * kp < T; kp++) {
-    const int i0 = 2 * kp, i1 = i0 + 1;
-    const int jend = std::min(Tp, round_up(i0 + 2, 16) + 16);
-    const float* s0 = src + size_t(i0) * T;
-    const float* s1 = src + size_t(i1) * T;
-    u32* d = dst + size_t(kp) * Tp;
-    for (int j = 0; j < jend; j += 16) {
-      const __m512 a = _mm512_maskz_loadu_ps(tail_mask(std::min(T, i0 + 1) - j), s0 + j);
-      const __m512 b = i1 < T ? _mm512_maskz_loadu_ps(tail_mask(std::min(T, i1 + 1) - j), s1 + j)
-                              : _mm512_setzero_ps();
-      const __m512i ab = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));  // a low, b high
-      _mm512_storeu_si512(d + j, _mm512_permutexvar_epi16(idx, ab));
-    }
-  }
-}
-
-template <int HD, int R>
+// kHalf: only the block's first 16 keys (the diagonal block of a stripe that ends within
+// them), 8 accumulators instead of 16; each computed score is the same chain of products.
+template <int HD, int R, bool kHalf>
 MT_BF16_TARGET void scores_tile_bf16(float* s, int lds, const u32* x, const u32* yt, float alpha,
                                      __mmask16 m0, __mmask16 m1) {
   __m512 acc0[R], acc1[R];
@@ -164,25 +64,41 @@ MT_BF16_TARGET void scores_tile_bf16(float* s, int lds, const u32* x, const u32*
   for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
   for (int p = 0; p < HD / 2; p++) {
     const __m512bh y0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(yt + p * kKeyBlock));
-    const __m512bh y1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(yt + p * kKeyBlock + 16));
+    const __m512bh y1 =
+        kHalf ? y0 : reinterpret_cast<__m512bh>(_mm512_loadu_si512(yt + p * kKeyBlock + 16));
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
       const __m512bh xb = reinterpret_cast<__m512bh>(_mm512_set1_epi32(x[r * (HD / 2) + p]));
       acc0[r] = _mm512_dpbf16_ps(acc0[r], xb, y0);
-      acc1[r] = _mm512_dpbf16_ps(acc1[r], xb, y1);
+      if constexpr (!kHalf) acc1[r] = _mm512_dpbf16_ps(acc1[r], xb, y1);
     }
   }
-  store_scores<R>(s, lds, acc0, acc1, alpha, m0, m1);
+  if constexpr (kHalf) {
+    const __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      if (m0 == 0xFFFF)
+        _mm512_storeu_ps(s + size_t(r) * lds, _mm512_mul_ps(acc0[r], va));
+      else
+        _mm512_mask_storeu_ps(s + size_t(r) * lds, m0, _mm512_mul_ps(acc0[r], va));
+    }
+  } else {
+    store_scores<R>(s, lds, acc0, acc1, alpha, m0, m1);
+  }
 }
 
 template <int HD, int R>
-MT_BF16_TARGET void scores_tail_bf16(int rows, float* s, int lds, const u32* x, const u32* yt,
-                                     float alpha, __mmask16 m0, __mmask16 m1) {
+MT_BF16_TARGET void scores_tail_bf16(int rows, bool half, float* s, int lds, const u32* x,
+                                     const u32* yt, float alpha, __mmask16 m0, __mmask16 m1) {
   if constexpr (R > 0) {
-    if (rows == R)
-      scores_tile_bf16<HD, R>(s, lds, x, yt, alpha, m0, m1);
-    else
-      scores_tail_bf16<HD, R - 1>(rows, s, lds, x, yt, alpha, m0, m1);
+    if (rows == R) {
+      if (half)
+        scores_tile_bf16<HD, R, true>(s, lds, x, yt, alpha, m0, m1);
+      else
+        scores_tile_bf16<HD, R, false>(s, lds, x, yt, alpha, m0, m1);
+    } else {
+      scores_tail_bf16<HD, R - 1>(rows, half, s, lds, x, yt, alpha, m0, m1);
+    }
   }
 }
 
@@ -240,26 +156,28 @@ MT_BF16_TARGET void rows_any_bf16(int rows, OutT* c, int ldc, bool accumulate, c
   }
 }
 
-// s rows [i0, i0 + rows) at keys [0, kend) (and the rest of kend's key block) = alpha x y^T:
-// a stripe of the causal scores. Each score is one chain of dot products over the head dim, so
-// the tile a score is computed in does not change its bits.
+// s rows [i0, i0 + rows) at keys [0, kend) (and the rest of kend's key block, or of its half
+// when kend falls in the block's first 16 keys) = alpha x y^T: a stripe of the causal scores.
+// Each score is one chain of dot products over the head dim, so the tile a score is computed in
+// does not change its bits; keys past kend are never read (above the diagonal).
 template <int HD, int R>
 MT_BF16_TARGET void stripe_scores_bf16(float* s, const u32* x, const u32* yt, int T, int i0,
                                        int rows, float alpha) {
   const int kend = i0 + rows;
   for (int j0 = 0; j0 < kend; j0 += kKeyBlock) {
     const int n = std::min(kKeyBlock, T - j0);
-    scores_tail_bf16<HD, R>(rows, s + size_t(i0) * T + j0, T, x + size_t(i0) * (HD / 2),
-                            yt + size_t(j0 / kKeyBlock) * (HD / 2) * kKeyBlock, alpha, tail_mask(n),
-                            tail_mask(n - 16));
+    scores_tail_bf16<HD, R>(
+        rows, kend - j0 <= 16, s + size_t(i0) * T + j0, T, x + size_t(i0) * (HD / 2),
+        yt + size_t(j0 / kKeyBlock) * (HD / 2) * kKeyBlock, alpha, tail_mask(n), tail_mask(n - 16));
   }
 }
 
 // One stripe of R query rows at a time: its scores, softmax (P into att and, in the same
 // pass, its bf16 rows) and P v, so the stripe's scores are re-read from L1, not from a
-// (T, T) block written whole first. stats not null: P goes to a per-thread (T, T) buffer
-// that stays in L2 and each row's maximum and 1 / sum to stats (T, 2) instead, all the
-// backward needs to recompute P (the (B, H, T, T) store and its reload are the cost saved).
+// (T, T) block written whole first. stats not null: the scores go to a per-thread (T, T)
+// buffer that stays in L2, only P's bf16 rows are formed (no fp32 P), and each row's maximum
+// and 1 / sum go to stats (T, 2), all the backward needs to recompute P (the (B, H, T, T)
+// store and its reload are the cost saved).
 template <int HD, typename OutT>
 MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, OutT* out, int ldo, float* att,
                                       float* stats) {

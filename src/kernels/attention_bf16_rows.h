@@ -44,7 +44,9 @@ MT_BF16_ROWS_TARGET inline void store_bf16_tail(uint16_t* p16, int nfull, __m512
 // s[i][0..i] = softmax, s[i][i+1 .. T-1] = 0) and p16 row r (row stride ld16) = row i0 + r in
 // bf16 over [0, cols), zeros past i (cols a multiple of 16, at least i0 + rows). stats, when
 // not null, receives row i's maximum and 1 / sum at stats[2 i], stats[2 i + 1]: what
-// softmax_recompute_row needs to give the backward these probabilities again.
+// softmax_recompute_row needs to give the backward these probabilities again; the caller then
+// reads only the bf16 rows, so s's rows are left as exp(s - max) (no fp32 P stored, no zeroed
+// tail: two of the stripe's five passes over its rows).
 template <int R>
 MT_BF16_ROWS_TARGET void softmax_causal_stripe_bf16(float* s, int T, uint16_t* p16, int ld16,
                                                     int i0, int rows, int cols,
@@ -96,14 +98,19 @@ MT_BF16_ROWS_TARGET void softmax_causal_stripe_bf16(float* s, int T, uint16_t* p
     const int n = i0 + r + 1, nfull = n & ~15;
     const __mmask16 mt = tail_mask(n - nfull);
     const __m512 inv = vsum[r];
-    for (int j = 0; j < nfull; j += 16) {
-      const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(row + j), inv);
-      _mm512_storeu_ps(row + j, p);
-      store_bf16x16(b + j, p);
-    }
     const __m512 pt = _mm512_maskz_mul_ps(mt, et[r], inv);
-    _mm512_mask_storeu_ps(row + nfull, mt, pt);
-    std::memset(row + n, 0, sizeof(float) * size_t(T - n));
+    if (stats) {  // only the bf16 row is read again: the fp32 row stays exp(s - max)
+      for (int j = 0; j < nfull; j += 16)
+        store_bf16x16(b + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inv));
+    } else {
+      for (int j = 0; j < nfull; j += 16) {
+        const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(row + j), inv);
+        _mm512_storeu_ps(row + j, p);
+        store_bf16x16(b + j, p);
+      }
+      _mm512_mask_storeu_ps(row + nfull, mt, pt);
+      std::memset(row + n, 0, sizeof(float) * size_t(T - n));
+    }
     store_bf16_tail(b, nfull, pt, cols);
   }
 }
