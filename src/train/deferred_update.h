@@ -20,8 +20,9 @@
 //
 // When. Only where a rank's verdict is every rank's (ZeRO 0, no tp / pp / cp / ep, a dp
 // reduction at every step), without experts, at dp >= 2 on odd dp ranks, and only for a
-// step followed by another training step (train_step's `defer_ok`): never before an
-// evaluation, a save or the end of the run, which read the weights outside a forward.
+// step followed by another training step (train_step's `defer_ok`): never before a save,
+// an export or the end of the run, which read the weights outside a forward, nor before an
+// evaluation (whose forward would apply it through the same hook; left out to be plain).
 #pragma once
 
 #include <vector>
