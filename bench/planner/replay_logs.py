@@ -12,8 +12,9 @@ bench37_local.toml for the 14:10-14:28 one: three closed loops and a brute force
 prints the error the binary's model gives against the logged walls: mean and max |error| of
 the closed loop, and where the new first choice of the brute force lands among the measured
 layouts (its single-pass wall, and its finalist median when it was a finalist).
---families adds the closed loop's mean signed error by family (ranks and parallel mode), also
-over the window's median: an error that repeats in every stop's window is the model's.
+--families adds the mean signed error by family, also over the window's median (an error
+that repeats in every stop's window is the model's): the closed loop's by ranks and parallel
+mode, the brute force's single passes by grid and one microbatch or more.
 """
 import ast
 import re
@@ -21,6 +22,7 @@ import statistics
 import sys
 
 import closed_loop as cl
+import loop_layouts
 
 ROW = re.compile(r"^(?P<name>.+?)\s+ranks (?P<ranks>\d)\s+predicted\s+(?P<pred>[\d.]+) ms\s+"
                  r"measured wall\s+(?P<wall>[\d.]+) ms")
@@ -60,7 +62,7 @@ def families(rows):
     print(f"  by family (the window's median error {med:+.1%}):")
     for fam, errs in sorted(groups.items()):
         m = statistics.mean(errs)
-        print(f"    {fam:22} {len(errs):2} layouts  mean {m:+6.1%}  over the median {m - med:+6.1%}")
+        print(f"    {fam:34} {len(errs):3} layouts  mean {m:+6.1%}  over the median {m - med:+6.1%}")
 
 
 def closed_loop(binary, profile, log, show, by_family=False):
@@ -101,7 +103,15 @@ def cp_split(preds):
     return "; ".join(parts)
 
 
-def brute(binary, profile, log, show):
+def brute_family(k):
+    """A brute-force layout's family for --families: its grid and whether its batch is one
+    microbatch (each stage then computes alone)."""
+    one = k["mb"] * k["dp"] >= loop_layouts.batch()
+    return (f"dp{k['dp']} tp{k['tp']} pp{k['pp']} cp{k.get('cp', 1)}"
+            + (", one microbatch" if one else ""))
+
+
+def brute(binary, profile, log, show, by_family=False):
     rows, finals = [], {}
     for line in open(log):
         m = BRUTE.match(line)
@@ -136,6 +146,8 @@ def brute(binary, profile, log, show):
             ferr = [abs(p / m - 1) for p, m in fin]
             print(f"  against the {len(fin)} re-measured finalists' medians: mean |error| "
                   f"{statistics.mean(ferr):.1%}, max {max(ferr):.1%}")
+        if by_family and use_new:
+            families([(p / w - 1, brute_family(k)) for p, w, k in preds])
         if show and use_new:
             for p, w, k in preds[:15]:
                 print(f"    {p:7.1f} ms predicted, {w:7.1f} measured  {k}")
@@ -148,7 +160,8 @@ def main():
         closed_loop(binary, profile, sys.argv[sys.argv.index("--closed-loop") + 1], show,
                     "--families" in sys.argv)
     if "--brute" in sys.argv:
-        brute(binary, profile, sys.argv[sys.argv.index("--brute") + 1], show)
+        brute(binary, profile, sys.argv[sys.argv.index("--brute") + 1], show,
+              "--families" in sys.argv)
 
 
 if __name__ == "__main__":
