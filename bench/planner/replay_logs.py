@@ -2,7 +2,7 @@
 """Offline check of the planner's local model against logged measurements: no timing runs.
 
 Usage: python3 bench/planner/replay_logs.py build/meshtrain PROFILE [--closed-loop LOG]
-       [--brute LOG] [--rows]
+       [--brute LOG] [--rows] [--families]
 
 Re-predicts every layout of a closed_loop.py log (its summary lines: name, predicted,
 measured wall) and of a --brute-force log (its `#  i {knobs} predicted .. wall ..` lines and
@@ -12,6 +12,9 @@ bench37_local.toml for the 14:10-14:28 one: three closed loops and a brute force
 prints the error the binary's model gives against the logged walls: mean and max |error| of
 the closed loop, and where the new first choice of the brute force lands among the measured
 layouts (its single-pass wall, and its finalist median when it was a finalist).
+--families adds the mean signed error by family, also over the window's median (an error
+that repeats in every stop's window is the model's): the closed loop's by ranks and parallel
+mode, the brute force's single passes by grid and one microbatch or more.
 """
 import ast
 import re
@@ -19,6 +22,7 @@ import statistics
 import sys
 
 import closed_loop as cl
+import loop_layouts
 
 ROW = re.compile(r"^(?P<name>.+?)\s+ranks (?P<ranks>\d)\s+predicted\s+(?P<pred>[\d.]+) ms\s+"
                  r"measured wall\s+(?P<wall>[\d.]+) ms")
@@ -28,9 +32,42 @@ FINAL = re.compile(r"^finalist planner's #(?P<i>\d+)\s+(?P<knobs>\{.*\})\s+predi
                    r"(?P<median>[\d.]+)")
 
 
-def closed_loop(binary, profile, log, show):
+def family(ranks, k):
+    """The layout's family for --families: its ranks, then its one parallel mode that the
+    model prices apart (moe, cp, DualPipe-V, pp, tp, dp; none: one rank)."""
+    if k.get("experts") or k.get("deepseek"):
+        mode = "moe"
+    elif k.get("cp", 1) > 1:
+        mode = "cp"
+    elif k.get("schedule") == "dualpipev":
+        mode = "dualpipev"
+    elif k["pp"] > 1:
+        mode = "pp"
+    elif k["tp"] > 1:
+        mode = "tp"
+    elif k["dp"] > 1:
+        mode = "dp"
+    else:
+        mode = "one rank"
+    return f"{ranks} rank{'s' if ranks > 1 else ''}, {mode}"
+
+
+def families(rows):
+    """Mean signed error by family, and relative to the window's median error (a window
+    whose host drifted reads every layout off by the same ratio, docs/planner.md)."""
+    med = statistics.median(e for e, _ in rows)
+    groups = {}
+    for e, fam in rows:
+        groups.setdefault(fam, []).append(e)
+    print(f"  by family (the window's median error {med:+.1%}):")
+    for fam, errs in sorted(groups.items()):
+        m = statistics.mean(errs)
+        print(f"    {fam:34} {len(errs):3} layouts  mean {m:+6.1%}  over the median {m - med:+6.1%}")
+
+
+def closed_loop(binary, profile, log, show, by_family=False):
     layouts = {name: (ranks, cl.resolve(k)) for name, ranks, k in cl.LAYOUTS}
-    old, new = [], []
+    old, new, signed = [], [], []
     for line in open(log):
         m = ROW.match(line)
         if not m or m["name"].strip() not in layouts:
@@ -41,6 +78,7 @@ def closed_loop(binary, profile, log, show):
         pred = cl.predict(binary, profile, ranks, k) * 1e3
         old.append((abs(float(m["pred"]) / wall - 1), name))
         new.append((abs(pred / wall - 1), name))
+        signed.append((pred / wall - 1, family(ranks, k)))
         if show:
             print(f"  {name:28} logged {float(m['pred']):7.1f}  now {pred:7.1f}  wall {wall:7.1f}"
                   f"  error {float(m['pred']) / wall - 1:+6.1%} -> {pred / wall - 1:+6.1%}")
@@ -48,6 +86,8 @@ def closed_loop(binary, profile, log, show):
         worst = max(errs)
         print(f"closed loop, {label:6}: mean |error| {statistics.mean(e for e, _ in errs):.1%}, "
               f"max {worst[0]:.1%} ({worst[1]}) over {len(errs)} layouts")
+    if by_family:
+        families(signed)
 
 
 def cp_split(preds):
@@ -69,7 +109,15 @@ def cp_split(preds):
     return "; ".join(parts)
 
 
-def brute(binary, profile, log, show):
+def brute_family(k):
+    """A brute-force layout's family for --families: its grid and whether its batch is one
+    microbatch (each stage then computes alone)."""
+    one = k["mb"] * k["dp"] >= loop_layouts.batch()
+    return (f"dp{k['dp']} tp{k['tp']} pp{k['pp']} cp{k.get('cp', 1)}"
+            + (", one microbatch" if one else ""))
+
+
+def brute(binary, profile, log, show, by_family=False):
     rows, finals = [], {}
     for line in open(log):
         m = BRUTE.match(line)
@@ -104,6 +152,8 @@ def brute(binary, profile, log, show):
             ferr = [abs(p / m - 1) for p, m in fin]
             print(f"  against the {len(fin)} re-measured finalists' medians: mean |error| "
                   f"{statistics.mean(ferr):.1%}, max {max(ferr):.1%}")
+        if by_family and use_new:
+            families([(p / w - 1, brute_family(k)) for p, w, k in preds])
         if show and use_new:
             for p, w, k in preds[:15]:
                 print(f"    {p:7.1f} ms predicted, {w:7.1f} measured  {k}")
@@ -113,9 +163,11 @@ def main():
     binary, profile = sys.argv[1], sys.argv[2]
     show = "--rows" in sys.argv
     if "--closed-loop" in sys.argv:
-        closed_loop(binary, profile, sys.argv[sys.argv.index("--closed-loop") + 1], show)
+        closed_loop(binary, profile, sys.argv[sys.argv.index("--closed-loop") + 1], show,
+                    "--families" in sys.argv)
     if "--brute" in sys.argv:
-        brute(binary, profile, sys.argv[sys.argv.index("--brute") + 1], show)
+        brute(binary, profile, sys.argv[sys.argv.index("--brute") + 1], show,
+              "--families" in sys.argv)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,23 @@
 
 namespace mt::plan {
 
+namespace {
+
+// compute_rates' share of one core's rate with `busy` threads computing: 1 at one core,
+// linear down to the calibrated parallel efficiency at every core (0: no figure, 1).
+double busy_share(double efficiency, double cores, double busy) {
+  if (efficiency <= 0 || cores <= 1) return 1;
+  return 1 - (1 - efficiency) * (std::clamp(busy, 1.0, cores) - 1) / (cores - 1);
+}
+
+}  // namespace
+
+double busy_speedup(double efficiency, double cores, double priced, double busy) {
+  return busy_share(efficiency, cores, busy) / busy_share(efficiency, cores, priced);
+}
+
 double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& costs, double width,
-                             double cores) {
+                             double cores, double efficiency) {
   MT_CHECK(int(s.actions.size()) == s.stages && int(costs.size()) == s.stages);
   const size_t P = size_t(s.stages);
   std::vector<size_t> pc(P, 0);
@@ -51,7 +66,12 @@ double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& cost
     if (done) return now;
     int running = 0;
     for (size_t st = 0; st < P; ++st) running += left[st] >= 0;
-    const double rate = running ? std::min(1.0, cores / (running * width)) : 1.0;
+    // The costs are every stage's rate with all its threads computing at once (compute_rates
+    // at min(P width, cores) busy); while fewer compute, each of them is that much faster.
+    const double rate =
+        running ? std::min(1.0, cores / (running * width)) *
+                      busy_speedup(efficiency, cores, double(P) * width, running * width)
+                : 1.0;
     double dt = next_arrival - now;
     for (size_t st = 0; st < P; ++st)
       if (left[st] >= 0) dt = std::min(dt, left[st] / rate);

@@ -77,7 +77,10 @@ std::vector<std::string> local_lines(const HardwareProfile& hw, bool bf16) {
       "the oversubscribed latency (and, where calibrated, their bytes the oversubscribed "
       "busbw: both as waits, measured among busy ranks that share the cores); a waiting rank "
       "yields its core, so the step is the larger of the work over the cores and the "
-      "critical path with the waits",
+      "critical path with the waits; with a core per rank thread, ranks are priced at the "
+      "calibrated parallel efficiency with every core computing, and a pipeline stage that "
+      "computes while the others wait (warm-up, cool-down) at the busy cores' rate, one "
+      "core's alone",
       "tensor parallel as the engine's linears issue it: 2 all-reduces of (b*s, h) forward + "
       "2 backward per block (SP: all-gather + reduce-scatter pairs, the weight pass gathering "
       "its inputs and output gradients again; gathers in bf16 under bf16); not overlapped; "

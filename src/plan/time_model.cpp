@@ -276,12 +276,29 @@ double after_pipeline(const PredictedTime& p) {
   return p.dp_exposed_s + p.optimizer_s + p.bf16_weights_s;
 }
 
+// Local pp on a core per rank thread: compute_rates priced every stage with all the ranks'
+// cores computing (the calibrated parallel efficiency); in the pipeline's bubble a stage
+// that computes while others wait runs at the rate of fewer busy cores, one core's alone.
+// The schedule is replayed so (shared_cores_makespan with the efficiency). Oversubscribed
+// layouts keep their replay as it was: their stages share the cores (docs/planner.md).
+void lone_stages_faster(const PlanRequest& r, const Layout& l, const Schedule& schedule,
+                        PredictedTime& p) {
+  const HardwareProfile& hw = r.hardware;
+  if (!hw.local || hw.cores < 2 || hw.parallel_efficiency <= 0 || l.pp <= 1 || p.pruned) return;
+  const std::vector<OpCosts> ops = stage_ops(p, l, hw.p2p_blocking, &hw);
+  const double pipeline = shared_cores_makespan(schedule, ops, double(l.world() / l.pp) * r.threads,
+                                                hw.cores, hw.parallel_efficiency);
+  p.step_s += pipeline - p.pipeline_s;
+  p.pipeline_s = pipeline;
+}
+
 }  // namespace
 
 PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule& schedule,
                            double give_up_above) {
   const Oversubscription o = oversubscription(r, l);
   PredictedTime p = predict_dedicated(o.dedicated, l, schedule, give_up_above);
+  if (!o.shared) lone_stages_faster(o.dedicated, l, schedule, p);
   if (!o.shared || p.pruned) return p;
   // More rank threads than cores time-share them (processor sharing): the costs above are
   // every rank's at full speed; a rank that waits, in a bubble or for a peer, blocks and

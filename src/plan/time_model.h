@@ -81,9 +81,18 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
 // stages computing at a moment share the cores: each of the n computing stages, `width`
 // threads each (its dp x cp x tp ranks' threads), advances at min(1, cores / (n width)) of full
 // speed (processor sharing; a stage waiting for a message blocks and leaves its cores).
+// `efficiency` (the profile's parallel_efficiency; 0: none): the costs are priced with every
+// stage computing (compute_rates at min(stages x width, cores) busy threads); while fewer
+// threads compute, the cores that run them are that much faster (busy_speedup): a stage
+// alone in a pipeline's warm-up or cool-down runs at one core's rate.
 // Returns the makespan.
 double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& costs, double width,
-                             double cores);
+                             double cores, double efficiency = 0);
+
+// How much faster than priced at `priced` busy threads a core runs with `busy` computing:
+// compute_rates' share of one core's rate (1 at one busy core, linear down to `efficiency`
+// at every core) at min(busy, cores) over that at min(priced, cores); 1 without a figure.
+double busy_speedup(double efficiency, double cores, double priced, double busy);
 
 // One line per modelling assumption, for --explain (time_assumptions.cpp): the cost
 // model's, then the software's constants with their sources (software_profiles.h).

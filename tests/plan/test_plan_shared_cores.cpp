@@ -148,5 +148,45 @@ TEST(PlanSharedCores, AProbedZeroOversubscribedLatencyIsAMeasurement) {
   EXPECT_GT(unprobed, free);
 }
 
+// The replay with the profile's parallel efficiency: the costs are priced with every core
+// computing, a stage that computes alone runs at one core's rate. Two stages of one
+// microbatch never overlap: each runs all of its work at 1 / efficiency of its price.
+TEST(PlanSharedCores, StagesThatComputeAloneRunAtOneCoresRate) {
+  const Schedule s = make_schedule("gpipe", 2, 1, 1);
+  const std::vector<OpCosts> costs(2, OpCosts{1.0, 2.0, 0.0, 0.0});
+  EXPECT_NEAR(shared_cores_makespan(s, costs, 1, 2), 6.0, 1e-9);
+  EXPECT_NEAR(shared_cores_makespan(s, costs, 1, 2, 1.0), 6.0, 1e-9);
+  EXPECT_NEAR(shared_cores_makespan(s, costs, 1, 2, 0.8), 6.0 * 0.8, 1e-9);
+  // Two-thread stages on two cores: alone, a stage already has every core busy.
+  EXPECT_NEAR(shared_cores_makespan(s, costs, 2, 2, 0.8), 6.0, 1e-9);
+}
+
+// pp 2 on two cores (one rank each, not oversubscribed): a one-microbatch pipeline, whose
+// stages never compute together, costs the same whatever the calibrated parallel
+// efficiency; in four microbatches the stages overlap in the steady state only, so its
+// pipeline lies between the efficiency-free one and that one slowed by 1 / efficiency.
+// (Without per-call overheads: compute_rates leaves them unscaled, the replay speeds up
+// every cost, a 0.25 us call's overhead a few percent too much on a lone stage.)
+TEST(PlanSharedCores, LocalPipelineBubblesRunAtOneCoresRate) {
+  PlanRequest r = testing::small_request(2);
+  r.hardware.cores = 2;
+  r.hardware.kernel_overhead_s = 0;
+  r.hardware.intra_latency_s = r.hardware.inter_latency_s = 0;
+  r.hardware.p2p_bw_intra = r.hardware.p2p_bw_inter = 1e30;
+  PlanRequest slow = r;
+  slow.hardware.parallel_efficiency = 0.8;
+  Layout one;
+  one.pp = 2, one.micro_batch = 8;
+  const Schedule s1 = make_schedule("1f1b", 2, 1, 1);
+  EXPECT_NEAR(predict_time(slow, one, s1).pipeline_s, predict_time(r, one, s1).pipeline_s, 1e-12);
+  Layout four = one;
+  four.micro_batch = 2;
+  const Schedule s4 = make_schedule("1f1b", 2, 4, 1);
+  const double free = predict_time(r, four, s4).pipeline_s;
+  const double shared = predict_time(slow, four, s4).pipeline_s;
+  EXPECT_GT(shared, free * 1.01);
+  EXPECT_LT(shared, free / 0.8 * 0.99);
+}
+
 }  // namespace
 }  // namespace mt::plan
