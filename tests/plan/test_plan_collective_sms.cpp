@@ -152,5 +152,37 @@ TEST(PlanCollectiveSms, TpOverlapsHoldTheUserbuffersSms) {
   EXPECT_GT(std::abs(share - 6 * 16.0 / 132), 0.01);  // the waves differ from the held share
 }
 
+// The sourced SM counts of two more softwares: Megatron-LM 2022's async tp collectives are
+// NCCL's, 24 ring channels within an 8-GPU A100 NVSwitch node (one CTA, one SM each), held
+// beside the weight-gradient GEMM they hide under; MegaScale's nodes have eight 200G NICs,
+// nccl #689's 16-SM case, held beside the compute its overlapped dp collectives hide under.
+TEST(PlanCollectiveSms, SourcedCountsForTheAsyncTpAndMegaScalesDp) {
+  PlanRequest r = request(23e9);
+  r.hardware = preset_profile("a100-80gb");
+  apply_software(r.hardware, "megatron-lm-2022");
+  EXPECT_EQ(r.hardware.tp_overlap_sms, 24);
+  EXPECT_EQ(r.hardware.collective_sms, 0);
+  r.model.dim = 4096;
+  r.model.heads = 32;
+  r.batch = 8;
+  r.devices = 8;
+  Layout l;
+  l.tp = 8, l.micro_batch = 4, l.precision = Precision::bf16;
+  PlanRequest free_sms = r;
+  free_sms.hardware.tp_overlap_sms = 0;
+  const PredictedTime with = predict_time(r, l, Schedule{});
+  const PredictedTime without = predict_time(free_sms, l, Schedule{});
+  EXPECT_GT(with.tp_exposed_s - without.tp_exposed_s, 1e-3 * with.step_s);
+  EXPECT_NEAR(with.step_s - without.step_s, with.tp_exposed_s - without.tp_exposed_s, 1e-12);
+
+  PlanRequest ms = request(23e9);
+  ms.hardware = preset_profile("a100-80gb");
+  apply_software(ms.hardware, "megascale-2024");
+  EXPECT_EQ(ms.hardware.collective_sms, 16);
+  Layout z2 = zero1();
+  z2.zero = 2;
+  EXPECT_GT(predict_time(ms, z2, Schedule{}).dp_sms_s, 5e-4);
+}
+
 }  // namespace
 }  // namespace mt::plan
