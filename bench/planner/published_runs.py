@@ -156,6 +156,7 @@ ABLATIONS = [
     ("scatter/gather alone (2021 without)", "p2p_scatter_gather = false", 108),
     ("fp32 cross-entropy", "fp32_cross_entropy = false", 108),
     ("async tp backward (2022)", "tp_backward_overlap = false", 108),
+    ("NCCL's SMs, async tp (2022)", "tp_overlap_sms = 0", 108),
     ("p2p latency (15 us -> 0)", "inter_latency_s = 0\nintra_latency_s = 0", 108),
 ]
 

@@ -53,13 +53,24 @@ Passes rotary(const CostContext& c) {
   return {pass, pass, 0};
 }
 
-// What a GEMM loses to HIDDEN seconds of tp communication beside it whose kernels hold
+// GEMMs a tp collective may hide under: their seconds and, of them, what they lose while
+// tp_overlap_sms of the sms are held (each GEMM's seconds x held_sms_loss of its output).
+struct BesideGemms {
+  double seconds = 0, lost = 0;
+  void add(const CostContext& c, double gemm, double M, double N) {
+    const HardwareProfile& hw = c.r.hardware;
+    seconds += gemm;
+    lost += gemm * held_sms_loss(hw.sms, hw.tp_overlap_sms, M, N);
+  }
+};
+
+// What GEMMs lose to HIDDEN seconds of tp communication beside them whose kernels hold
 // tp_overlap_sms of the sms (Transformer Engine's userbuffers bulk and pipeline overlaps):
-// that share of each hidden second.
-double tp_sms_seconds(const CostContext& c, double hidden) {
-  const HardwareProfile& hw = c.r.hardware;
-  if (hw.sms <= 0 || hw.tp_overlap_sms <= 0) return 0;
-  return hidden * std::min(1.0, hw.tp_overlap_sms / hw.sms);
+// over those seconds the GEMM runs on the SMs left, in the waves they need
+// (held_sms_loss: for large GEMMs the held share, more for a GEMM just past a reduced wave,
+// nothing for one within it), the time-weighted share of the GEMMs beside it.
+double tp_sms_seconds(const BesideGemms& g, double hidden) {
+  return g.seconds > 0 ? hidden * g.lost / g.seconds : 0;
 }
 
 // tp_comm_overlap (Transformer Engine's userbuffers under Megatron-Core's --tp-comm-overlap,
@@ -74,24 +85,28 @@ double tp_sms_seconds(const CostContext& c, double hidden) {
 // tp_overlap_sms while they hide (tp_sms_seconds); the ring exchanges copy with the copy
 // engines and hold none. Not modelled: the smaller GEMMs of the splits.
 Passes pipelined_tp_comm(const CostContext& c, bool moe, bool mlp_collective, double half,
-                         const std::vector<std::pair<double, double>>& cols) {
+                         const std::vector<std::pair<BesideGemms, BesideGemms>>& cols) {
   const double N = c.N, h = c.h, t = c.t;
-  std::vector<std::pair<double, double>> rows;  // row-parallel (forward, dgrad) GEMMs
-  std::pair<double, double> attention = {0, 0};
+  std::vector<std::pair<BesideGemms, double>> rows;  // row-parallel (forward, dgrad) GEMMs
+  std::pair<BesideGemms, double> attention = {};
   for (const Projection& x : c.w.att.projections) {
     if (x.split != ProjectionSplit::row) continue;
-    attention.first += weight_gemm(c, c.rates, N, x.rank_out(t), x.rank_in(t));
+    attention.first.add(c, weight_gemm(c, c.rates, N, x.rank_out(t), x.rank_in(t)), N,
+                        x.rank_out(t));
     attention.second += weight_gemm(c, c.rates, N, x.rank_in(t), x.rank_out(t));
   }
   rows.push_back(attention);
   if (mlp_collective) {
     const double down = (moe ? c.w.shared_ffn : c.w.ffn) / t;
-    rows.push_back({weight_gemm(c, c.rates, N, h, down), weight_gemm(c, c.rates, N, down, h)});
+    BesideGemms forward;
+    forward.add(c, weight_gemm(c, c.rates, N, h, down), N, h);
+    rows.push_back({forward, weight_gemm(c, c.rates, N, down, h)});
   }
   Passes p;
-  for (const auto& [dgrad, wgrad] : cols) p.forward += std::max(0.0, half - dgrad);
+  for (const auto& [dgrad, wgrad] : cols) p.forward += std::max(0.0, half - dgrad.seconds);
   for (const auto& [forward, dgrad] : rows) {
-    p.forward += std::max(0.0, half - forward) + tp_sms_seconds(c, std::min(half, forward));
+    p.forward += std::max(0.0, half - forward.seconds) +
+                 tp_sms_seconds(forward, std::min(half, forward.seconds));
     p.backward += std::max(0.0, half - dgrad);
   }
   return p;
@@ -127,26 +142,35 @@ Passes tp_comm(const CostContext& c, bool moe) {
   const double regather = sp ? n * collective_seconds(hw, Collective::all_gather, bytes, c.tp) : 0;
   if (!hw.tp_backward_overlap) return {n * one + routed, n * one + regather + routed, 0};
   // (input-gradient GEMM, weight-gradient GEMM) of each tp region's column-parallel linears:
-  // the attention's (MHA's q/k/v; MLA's two up-projections, one collective under both).
-  std::pair<double, double> attention = {0, 0};
+  // the attention's (MHA's q/k/v; MLA's two up-projections, one collective under both). The
+  // input gradient is priced at the forward's shape (linear_passes); its output, for the
+  // waves, is the layer's input.
+  std::pair<BesideGemms, BesideGemms> attention;
   for (const Projection& x : c.w.att.projections) {
     if (x.split != ProjectionSplit::column) continue;
-    attention.first += weight_gemm(c, c.rates, N, x.rank_out(t), x.rank_in(t));
-    attention.second += weight_gemm(c, c.rates, x.rank_out(t), x.rank_in(t), N, 1, false);
+    const double out = x.rank_out(t), in = x.rank_in(t);
+    attention.first.add(c, weight_gemm(c, c.rates, N, out, in), N, in);
+    attention.second.add(c, weight_gemm(c, c.rates, out, in, N, 1, false), out, in);
   }
-  std::vector<std::pair<double, double>> cols = {attention};
-  if (mlp_collective)
-    cols.push_back(
-        {weight_gemm(c, c.rates, N, up, h), weight_gemm(c, c.rates, up, h, N, 1, false)});
+  std::vector<std::pair<BesideGemms, BesideGemms>> cols = {attention};
+  if (mlp_collective) {
+    std::pair<BesideGemms, BesideGemms> mlp;
+    mlp.first.add(c, weight_gemm(c, c.rates, N, up, h), N, h);
+    mlp.second.add(c, weight_gemm(c, c.rates, up, h, N, 1, false), up, h);
+    cols.push_back(mlp);
+  }
   const double half = one / 2;  // one all-gather or one reduce-scatter
   const Passes rows = sp && hw.tp_comm_overlap
                           ? pipelined_tp_comm(c, moe, mlp_collective, half, cols)
                           : Passes{n * one, sp ? n * half : 0, 0};
   double backward = rows.backward;
-  for (const auto& [dgrad, wgrad] : cols)  // the bulk overlaps, holding tp_overlap_sms
-    backward += sp ? std::max(0.0, half - dgrad) + std::max(0.0, half - wgrad) +
-                         tp_sms_seconds(c, std::min(half, dgrad) + std::min(half, wgrad))
-                   : std::max(0.0, one - wgrad) + tp_sms_seconds(c, std::min(one, wgrad));
+  for (const auto& [dgrad, wgrad] : cols) {  // the bulk overlaps, holding tp_overlap_sms
+    const double d = dgrad.seconds, w = wgrad.seconds;
+    backward += sp ? std::max(0.0, half - d) + std::max(0.0, half - w) +
+                         tp_sms_seconds(dgrad, std::min(half, d)) +
+                         tp_sms_seconds(wgrad, std::min(half, w))
+                   : std::max(0.0, one - w) + tp_sms_seconds(wgrad, std::min(one, w));
+  }
   return {rows.forward + routed, backward + routed, 0};
 }
 

@@ -219,23 +219,38 @@ double expected_max_normal(int g) {
   return sum;
 }
 
+namespace {
+
+// Wave quantisation (NVIDIA, Matrix Multiplication Background guide, 3.2): the output is cut
+// into 256x128 tiles (either orientation), one per SM at a time; a last, partial wave leaves
+// SMs idle. The share of the sms' tile slots used, in the better orientation.
+double wave_efficiency(double sms, double M, double N, double count) {
+  double best = 0;
+  for (auto [tm, tn] : {std::pair{256.0, 128.0}, {128.0, 256.0}}) {
+    const double tiles = std::ceil(M / tm) * std::ceil(N / tn) * count;
+    best = std::max(best, tiles / (std::ceil(tiles / sms) * sms));
+  }
+  return best;
+}
+
+}  // namespace
+
+double held_sms_loss(double sms, double held, double M, double N, double count) {
+  if (sms <= 0 || held <= 0 || M <= 0 || N <= 0 || count <= 0) return 0;
+  if (held >= sms) return 1;
+  // The rate is the SMs times the share of their slots used (gemm_seconds' peak x waves).
+  const double left = sms - held;
+  const double rate = left * wave_efficiency(left, M, N, count);
+  return std::max(0.0, 1 - rate / (sms * wave_efficiency(sms, M, N, count)));
+}
+
 double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,
                     double count) {
   if (M <= 0 || N <= 0 || K <= 0 || count <= 0) return 0;
   const HardwareProfile& h = *r.hw;
   const double d = std::min({M, N, K});
   double eff = h.gemm_efficiency * d / (d + h.gemm_half_dim);
-  if (h.sms > 0) {
-    // Wave quantisation (NVIDIA, Matrix Multiplication Background guide, 3.2): the output
-    // is cut into 256x128 tiles (either orientation), one per SM at a time; a last, partial
-    // wave leaves SMs idle. The better orientation is taken.
-    double best = 0;
-    for (auto [tm, tn] : {std::pair{256.0, 128.0}, {128.0, 256.0}}) {
-      const double tiles = std::ceil(M / tm) * std::ceil(N / tn) * count;
-      best = std::max(best, tiles / (std::ceil(tiles / h.sms) * h.sms));
-    }
-    eff *= best;
-  }
+  if (h.sms > 0) eff *= wave_efficiency(h.sms, M, N, count);
   const double compute = count * 2 * M * N * K / (r.peak * eff);
   const double traffic = count * (M * K + K * N + M * N) * elem_bytes / r.memory_bw;
   return std::max(compute, traffic) + r.overhead_s;

@@ -61,6 +61,14 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
 double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,
                     double count = 1);
 double stream_seconds(const ComputeRates& r, double bytes, int kernels = 1);
+// The share of its seconds a GEMM with an (M, N) output (`count` of them) loses while `held`
+// of the device's `sms` run other kernels (an overlapped collective's): gemm_seconds' wave
+// model with sms - held SMs. It runs in waves of one output tile per SM, ceil(tiles / sms)
+// of them on the whole device and ceil(tiles / (sms - held)) beside the collective, so over
+// the seconds it shares the device it progresses at the ratio of the two (1 - that ratio
+// lost). Large GEMMs lose held / sms; one whose tiles fit in one reduced wave nothing; one
+// just past it half. 0 without sms or held.
+double held_sms_loss(double sms, double held, double M, double N, double count = 1);
 // Local hardware: `count` GEMMs on the precision's GEMM path at the peak over 1 +
 // gemm_half_rows / M + gemm_half_dim / min(N, K) (with that path's calibrated figures and
 // overhead; without a row figure, 1 + gemm_half_dim / min(M, N, K)). M is the rows (tokens),

@@ -248,12 +248,13 @@ struct HardwareProfile {
   // gradient reduction hidden under the last backward, ZeRO 1/2's parameter all-gather
   // under the next forward): NCCL runs one CTA per channel and a CTA does not share its SM
   // with compute kernels (NVIDIA/nccl #689), so the computation it hides under runs on the
-  // rest; each second hidden costs collective_sms / sms of a second (0: free).
+  // rest: its GEMMs in the waves sms - collective_sms SMs need (held_sms_loss), the rest of
+  // it at the held share (0: free).
   int collective_sms = 0;
   // SMs the tp overlaps' communication kernels hold beside the GEMMs they hide under
   // (Transformer Engine's userbuffers bulk and pipeline overlaps: num_sm; its ring exchange
-  // copies with the copy engines and holds none): each hidden second costs
-  // tp_overlap_sms / sms of a second of the GEMM's time (0: free).
+  // copies with the copy engines and holds none; NCCL's channels for an async collective):
+  // each hidden second costs the GEMM's held_sms_loss of a second (0: free).
   int tp_overlap_sms = 0;
   // Pipeline schedules the software has ("" = every schedule the engine has).
   std::vector<std::string> schedules;

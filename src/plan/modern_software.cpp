@@ -402,9 +402,11 @@ SoftwareTable megascale_2024() {
            {"dense_mlp_recompute", 0, kMegatron},
            {"a2a_max_nodes", 0, kNoMoeHere},
            {"comm_sms", 0, kNoMoeHere},
-           {"collective_sms", 0,
-            "not stated in the paper (nccl #689's 16 SMs are for 8-NIC DGX nodes; this "
-            "profile's node NICs were not checked)"},
+           {"collective_sms", 16,
+            "3.6 Network performance tuning: \"eight 200G NICs on the server\", one per GPU (8 "
+            "Ampere GPUs, 6): NCCL's case of NVIDIA/nccl #689 (2022), \"on DGX with 8 NICs and a "
+            "top speed of 190 GB/s ... it would use 16 SMs\", one CTA per channel, not shared "
+            "with compute kernels; the paper names no other collective library"},
            {"tp_overlap_sms", 0,
             "not stated: the SMs of the paper's fused tp communication are not given"}},
           kMegatronNoDualPipe};

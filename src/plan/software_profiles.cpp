@@ -207,9 +207,12 @@ const std::vector<SoftwareTable> kTables = {
       {"a2a_max_nodes", 0, kNoNodeLimit},
       {"comm_sms", 0, kNoCommSms},
       {"collective_sms", 0, kMegatronStep},
-      {"tp_overlap_sms", 0,
-       "not counted: the SMs of the async tp all-reduce's NCCL channels within a DGX A100 were "
-       "not read for this software"}},
+      {"tp_overlap_sms", 24,
+       "the async tp collectives are NCCL's (torch.distributed on their own stream), one CTA per "
+       "channel on an SM of its own (NVIDIA/nccl #689); NCCL builds 24 ring channels within an "
+       "8-GPU A100 NVSwitch node (nccl-tests #100, 2021-12: 8 A100-SXM-80GB, \"Channel 23/24\" "
+       "over all 8 ranks; nccl #578, 2021-10: 24 for 4 ranks of an A100 NVSwitch node; nccl "
+       "#652: 24 the channels the intra-node bandwidth needs)"}},
      kMegatronNoDualPipe},
     llama3_2024(),
     deepseek_v3_2024(),

@@ -148,10 +148,11 @@ std::vector<std::string> gpu_lines(const HardwareProfile& hw) {
               hw.tp_backward_overlap ? "the column-parallel backward's collectives under its GEMMs"
                                      : "not overlapped with compute",
               hw.tp_overlap_sms > 0 && hw.sms > 0 && (hw.tp_backward_overlap || hw.tp_comm_overlap)
-                  ? str("; the bulk and pipelined overlaps' kernels hold ", hw.tp_overlap_sms,
+                  ? str("; the overlapped collectives' kernels hold ", hw.tp_overlap_sms,
                         " of the ", num(hw.sms),
-                        " SMs while they hide (tp_overlap_sms): the GEMM beside them loses that "
-                        "share of each hidden second, counted in tp comm")
+                        " SMs while they hide (tp_overlap_sms): the GEMM beside them runs in the "
+                        "waves the SMs left need (256x128 tiles, one per SM), what it loses of "
+                        "each hidden second counted in tp comm")
                   : std::string()),
           "MoE: router GEMM, balanced routing (N*topk rows over the rank's E/ep experts), two "
           "all-to-alls forward and two backward over ep; not overlapped",
@@ -180,8 +181,9 @@ std::vector<std::string> step_lines(const HardwareProfile& hw) {
                                    : "",
           hw.collective_sms > 0 && hw.sms > 0
               ? str("; the part that hides holds ", hw.collective_sms, " of the ", num(hw.sms),
-                    " SMs while it runs (collective_sms): the computation beside it loses "
-                    "that share of each hidden second, added to dp exposed")
+                    " SMs while it runs (collective_sms): the blocks' linear GEMMs beside it run "
+                    "in the waves the SMs left need, the rest at that share; what they lose of "
+                    "each hidden second added to dp exposed")
               : std::string()),
       str("ZeRO 3: parameter all-gather before forward and backward and gradient "
           "reduce-scatter per block and microbatch; ",

@@ -1,6 +1,7 @@
 #include "plan/time_model.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
 #include "plan/cost_model.h"
@@ -104,11 +105,40 @@ void add_pipeline(const CostContext& c, const Schedule& schedule, int mb, Predic
   }
 }
 
-// The time the computation beside HIDDEN seconds of data-parallel collectives loses to the
-// SMs they hold (collective_sms of sms; 0 without either).
-double dp_sms_seconds(const HardwareProfile& hw, double hidden) {
+// The share of its seconds the computation of one of the stage's passes (`backward`: its
+// input and weight gradients; else its forward) loses beside a data-parallel collective that
+// holds collective_sms of the sms. The blocks' linear GEMMs (the attention's projections and,
+// in a stage without experts, the dense MLP's) run on the SMs left in the waves they need
+// (held_sms_loss of each GEMM's output: the forward's and input gradient's N x layer
+// output / input, the weight gradient's out x in); the rest of the pass (attention core,
+// memory-bound passes, experts, head) loses the held share. 0 without sms or collective_sms.
+double dp_held_share(const CostContext& c, const StageCosts& sc, bool backward) {
+  const HardwareProfile& hw = c.r.hardware;
   if (hw.sms <= 0 || hw.collective_sms <= 0) return 0;
-  return hidden * std::min(1.0, hw.collective_sms / hw.sms);
+  const double k = hw.collective_sms, held = std::min(1.0, k / hw.sms), N = c.N, t = c.t;
+  std::vector<LinearShape> layers;
+  for (const Projection& x : c.w.att.projections) layers.push_back({x.rank_out(t), x.rank_in(t)});
+  if (sc.expert_params <= 0 && c.w.ffn > 0) {
+    layers.push_back({(c.w.gated ? 2 : 1) * c.w.ffn / t, c.h});
+    layers.push_back({c.h, c.w.ffn / t});
+  }
+  double gemms = 0, lost = 0;  // one block's
+  auto add = [&](double seconds, double M, double cols) {
+    gemms += seconds;
+    lost += seconds * held_sms_loss(hw.sms, k, M, cols);
+  };
+  for (const LinearShape& x : layers) {
+    if (!backward) {
+      add(weight_gemm(c, c.rates, N, x.out, x.in), N, x.out);
+      continue;
+    }
+    add(weight_gemm(c, c.rates, N, x.out, x.in), N, x.in);
+    add(weight_gemm(c, c.rates, x.out, x.in, N, 1, false), x.out, x.in);
+  }
+  const double pass = backward ? sc.backward + sc.weight : sc.forward;
+  if (pass <= 0 || gemms <= 0) return held;
+  const double share = std::min(1.0, sc.blocks * gemms / pass);
+  return share * (lost / gemms) + (1 - share) * held;
 }
 
 // One stage's gradient reduction over dp (experts over dp / ep): ZeRO 0 an all-reduce,
@@ -118,29 +148,30 @@ double dp_sms_seconds(const HardwareProfile& hw, double hidden) {
 // one of its parameters; ZeRO 3 reduces per microbatch (add_zero3). dp_overlap of the
 // reduction hides under the last microbatch's backward (the earlier ones only accumulate).
 // What hides still holds collective_sms of the sms while it runs (NCCL's CTAs do not share
-// an SM with compute kernels): the computation beside it loses that share of its rate, so
-// each hidden second costs collective_sms / sms of a second (dp_sms_seconds).
+// an SM with compute kernels): the computation beside it runs on the SMs left, so each hidden
+// second costs dp_held_share of a second (the gather's under the forward, the reduction's
+// under the backward).
 double dp_exposed(const CostContext& c, const StageCosts& sc, double* sms_s) {
   const Layout& l = c.l;
   const HardwareProfile& hw = c.r.hardware;
   const double gb = hw.grad_reduce_bytes;
   const double dense = (sc.params - sc.expert_params) * gb, experts = sc.expert_params * gb;
   const int d = l.data_ranks(), expert_dp = d / l.ep;
-  double reduce = 0, after = 0, hidden = 0;
+  double reduce = 0, after = 0, gathered = 0;
   if (d > 1 && l.zero == 0) reduce = collective_seconds(hw, Collective::all_reduce, dense, c.dp);
   if (d > 1 && (l.zero == 1 || l.zero == 2)) {
     reduce = collective_seconds(hw, Collective::reduce_scatter, dense, c.dp);
     const double params = (sc.params - sc.expert_params) * hw.param_gather_bytes;
     const double gather = collective_seconds(hw, Collective::all_gather, params, c.dp);
     after = std::max(0.0, gather - hw.param_gather_overlap * sc.forward);
-    hidden = gather - after;
+    gathered = gather - after;
   }
   if (expert_dp > 1 && l.zero < 3)
     reduce += collective_seconds(hw, Collective::all_reduce, experts,
                                  group_span(hw, expert_dp, l.tp * l.cp * l.ep));
   const double window = hw.dp_overlap * (sc.backward + sc.weight);
-  hidden += std::min(reduce, window);
-  *sms_s = dp_sms_seconds(hw, hidden);
+  const double reduced = std::min(reduce, window);
+  *sms_s = gathered * dp_held_share(c, sc, false) + reduced * dp_held_share(c, sc, true);
   return std::max(0.0, reduce - window) + after + *sms_s;
 }
 
