@@ -9,10 +9,7 @@ so it repeats the pair and reports the best and the median.
 
 Each dp=2 try also says where its time went, so that a stalled try can be told apart:
   ranks F+B    each rank's median forward+backward (ms, from --trace): one rank much slower
-               than the other while the other waits is the shape of a stall. Since stop 45
-               the odd rank's forward also holds its blocks' AdamW, deferred to their first
-               use (src/train/deferred_update.h), so it is longer by about the optimizer's
-               time by design;
+               than the other while the other waits is the shape of a stall;
   same core    only with --bind none (bound ranks have a core each): the share of samples
                (every 50 ms, /proc/<pid>/task/<tid>/stat's processor field) in which both
                rank threads ("mt rank N") last ran on one core;
@@ -34,10 +31,7 @@ phase's `cpu ms` (rank 0's thread CPU) and of the median step. A phase that grow
 to the two processes grows because both cores are busy (shared L3, memory bandwidth); one
 that grows further at dp=2 grows because the meeting lines the ranks' phases up, so that
 their memory-bound passes (AdamW above all) run at the same time; dp=2's "framework" also
-holds the local all-reduce's own sums, which run on the rank's thread. The phases are rank
-0's, which updates everything at the step's end (the odd ranks defer their blocks' part,
-stop 45): its optimizer row falls toward "2 x dp=1" when the deferral keeps the two AdamW
-passes apart.
+holds the local all-reduce's own sums, which run on the rank's thread.
 
   bench/bench_dp.py BUILD/meshtrain [--repeat 3] [--zero 0] [--phases] [-- extra flags]
   (weak scaling in bf16, issue #33: bench/bench_dp.py build/meshtrain --repeat 5 -- --precision bf16)

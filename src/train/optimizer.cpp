@@ -1,7 +1,6 @@
 #include "train/optimizer.h"
 
 #include <algorithm>
-#include <cstdint>
 
 namespace mt {
 
@@ -18,20 +17,9 @@ AdamW::AdamW(const AdamWConfig& cfg, std::vector<OptimPiece> pieces)
 }
 
 bool AdamW::update(float* params, const float* grads, double lr, int step, float grad_scale) {
-  return update_runs(params, grads, lr, step, grad_scale, {0, SIZE_MAX}, true);
-}
-
-bool AdamW::update_part(float* params, const float* grads, double lr, int step, float grad_scale,
-                        TableSpan span, bool inside) {
-  return update_runs(params, grads, lr, step, grad_scale, span, inside);
-}
-
-bool AdamW::update_runs(float* params, const float* grads, double lr, int step, float grad_scale,
-                        TableSpan span, bool inside) {
   kernel_runs_.clear();
   for (const Run& r : runs_) {
     const OptimPiece& p = pieces_[r.piece];
-    if ((p.table_off >= span.lo && p.table_off < span.hi) != inside) continue;
     const size_t moment = moment_off_[r.piece] + r.offset;
     kernel_runs_.push_back({params + p.param_off + r.offset, grads + p.grad_off + r.offset,
                             m_.data() + moment, v_.data() + moment, r.copy, r.n, p.decay});

@@ -47,16 +47,6 @@ class AdamW {
   [[nodiscard]] bool update(float* params, const float* grads, double lr, int step,
                             float grad_scale = 1.0f);
 
-  // A range of table offsets [lo, hi): the pieces of one unit of the data-parallel layout.
-  struct TableSpan {
-    size_t lo, hi;
-  };
-  // update() of part of the pieces: those whose table offset lies in span (inside), or
-  // outside it. Each element's update depends on that element only, so updating the
-  // parts at different times (train/deferred_update.h) gives the bits of one update().
-  [[nodiscard]] bool update_part(float* params, const float* grads, double lr, int step,
-                                 float grad_scale, TableSpan span, bool inside);
-
   // From the next update on, also writes these bf16 copies of updated parameters. Returns
   // which ranges it took: those whose every element this rank updates (a range the pieces
   // cover only in part, e.g. a ZeRO shard's, would be left partly stale, so it is not
@@ -75,8 +65,6 @@ class AdamW {
     bf16* copy;
   };
   void split_runs(const std::vector<Bf16CopyRange>& taken);
-  bool update_runs(float* params, const float* grads, double lr, int step, float grad_scale,
-                   TableSpan span, bool inside);
 
   AdamWConfig cfg_;
   std::vector<OptimPiece> pieces_;

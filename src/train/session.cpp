@@ -101,14 +101,6 @@ AdamW make_optimizer(const OptimOptions& t, const DataParallel& dp) {
   return AdamW(AdamWConfig{t.beta1, t.beta2, t.eps, t.weight_decay}, std::move(pieces));
 }
 
-// train/deferred_update.h: where a rank's finiteness verdict is every rank's (step.cpp's
-// verdicts_agree_without_asking), without experts, on the odd ranks of dp >= 2.
-bool defers_update(const TrainOptions& o, const ParallelContext& ctx, bool has_moe) {
-  const ParallelOptions& p = o.parallel;
-  return p.dp >= 2 && ctx.coord.dp % 2 == 1 && p.zero == 0 && p.world() == p.dp && p.ep == 1 &&
-         p.dp_sync.kind == DpSync::Kind::every_step && !has_moe;
-}
-
 std::unique_ptr<MicrobatchRunner> make_runner(const TrainOptions& o, const ParallelContext& ctx,
                                               GPT& model, DataParallel& dp, int b) {
   const ParallelOptions& p = o.parallel;
@@ -148,7 +140,6 @@ Session::Session(const TrainOptions& o, CommWorld& world, const RunInfo& run)
       moe_metrics(o.model, moe, ctx.dp.get(), o.parallel.pp > 1 ? ctx.pp.get() : nullptr),
       opt(make_optimizer(o.optim, dp)),
       bf16_copies(model, dp.param_storage(), dp.param_storage_floats(), o.parallel.zero, opt),
-      deferred(dp, opt, defers_update(o, ctx, !moe.empty())),
       runner(make_runner(o, ctx, model, dp, train.micro_batch_size())),
       lr{o.optim.lr_schedule, o.optim.lr, o.optim.min_lr, o.optim.warmup, o.optim.steps},
       replica_sync(o.parallel.dp_sync, o.parallel.outer_lr, o.parallel.outer_momentum,

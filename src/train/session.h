@@ -21,7 +21,6 @@
 #include "parallel/microbatch_runner.h"
 #include "parallel/parallel_context.h"
 #include "train/bf16_copy_writer.h"
-#include "train/deferred_update.h"
 #include "train/global_view.h"
 #include "train/lr_schedule.h"
 #include "train/mfu_peak.h"
@@ -70,7 +69,6 @@ class Session {
   MoeMetrics moe_metrics;
   AdamW opt;
   Bf16CopyWriter bf16_copies;  // --precision bf16: the optimizer writes the weight copies
-  DeferredUpdate deferred;     // odd dp ranks: blocks updated at their first use (issue #33)
   std::unique_ptr<MicrobatchRunner> runner;
   LrSchedule lr;
   ReplicaSync replica_sync;  // --dp-sync

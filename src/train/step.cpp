@@ -101,15 +101,13 @@ bool verdicts_agree_without_asking(const Session& s) {
          p.dp_sync.kind == DpSync::Kind::every_step;
 }
 
-void optimizer_step(Session& s, int step, double lr, float grad_scale, bool defer_ok,
-                    Trace& trace) {
+void optimizer_step(Session& s, int step, double lr, float grad_scale, Trace& trace) {
   Trace::Span span(trace, "optimizer", "compute");
   // Each rank checks what it updated (the update reports it); the ranks agree before
   // anyone goes on, so a poisoned update ends every rank here, before a save or an export
   // can write it. Where the verdicts agree by construction the agreement is skipped: it
   // was a meeting point of every step, where one rank's hold-up stalled the others.
-  // Odd dp ranks may leave the blocks' part to the next forward (train/deferred_update.h).
-  const bool finite = s.deferred.update(lr, step, grad_scale, defer_ok);
+  const bool finite = s.opt.update(s.dp.param_storage(), s.dp.grad_storage(), lr, step, grad_scale);
   int64_t poisoned = finite ? 0 : 1;
   if (!verdicts_agree_without_asking(s))
     s.ctx.world->all_reduce(&poisoned, &poisoned, 1, DType::i64, ReduceOp::max).wait();
@@ -164,7 +162,7 @@ void add_rates(StepRecord& r, const Session& s, int step) {
 
 }  // namespace
 
-StepRecord train_step(Session& s, int step, Trace& trace, bool defer_ok) {
+StepRecord train_step(Session& s, int step, Trace& trace) {
   StepRecord r;
   r.step = step;
   const double t_step = now_seconds();
@@ -182,8 +180,6 @@ StepRecord train_step(Session& s, int step, Trace& trace, bool defer_ok) {
   };
   s.replica_sync.before_step(s.dp, step);
   r.microbatches = forward_backward(s, trace);
-  MT_CHECK(s.deferred.settled(), "step ", step,
-           ": a deferred update was not applied by the forward");
   phase_end(r.phases.forward_backward);
   // Issued before the gradient wait, so that it is settled within it: the ranks meet once
   // here, not a second time right after (each meeting waits for the slowest rank).
@@ -195,7 +191,7 @@ StepRecord train_step(Session& s, int step, Trace& trace, bool defer_ok) {
   check_finite(s, step, ln);
   const float clip = clip_coefficient(s, ln.norm);
   phase_end(r.phases.norm_and_clip);
-  optimizer_step(s, step, r.lr, clip, defer_ok, trace);
+  optimizer_step(s, step, r.lr, clip, trace);
   // --dp-sync: the replicas' weights averaged when due, all of it exposed communication.
   const double t_sync = now_seconds();
   const bool synced = s.replica_sync.after_step(s.dp, step);

@@ -55,9 +55,6 @@ struct StepRecord {
 
 // step: 1-based; the learning rate is the schedule's at step - 1. Throws RuntimeError on a
 // non-finite loss, gradient or update (on every rank, before anything is written).
-// defer_ok: the next thing to read the weights is the next step's forward (no evaluation,
-// save or end of the run in between), so that odd dp ranks may apply part of this step's
-// update there (train/deferred_update.h); the weights are the same bits either way.
-StepRecord train_step(Session& s, int step, Trace& trace, bool defer_ok = false);
+StepRecord train_step(Session& s, int step, Trace& trace);
 
 }  // namespace mt

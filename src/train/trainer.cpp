@@ -42,8 +42,7 @@ void train_rank(const TrainOptions& o, CommWorld& world, const RunInfo& info) {
   for (int step = s.start_step + 1; step <= o.optim.steps; ++step) {
     maybe_inject_fault(fault, world.rank(), step, world);
     checkpoints->check();  // a failed background save stops the run here
-    const bool next_reads_weights = eval_step(s, step) || save_step(s, step);
-    StepRecord r = train_step(s, step, trace, step < o.optim.steps && !next_reads_weights);
+    StepRecord r = train_step(s, step, trace);
     breakdown.after_step(r);
     if (eval_step(s, step)) r.val_loss = evaluate(s);
     log.step(r);

@@ -287,21 +287,7 @@ void DataParallel::restore_model() {
 // ---- one step -------------------------------------------------------------------------
 
 void DataParallel::begin_step(int microbatches) {
-  if (keep_.size() != layout_.units().size()) keep_.assign(layout_.units().size(), 0);
-  grads_.begin_step(microbatches, keep_);
-}
-
-void DataParallel::keep_grads(int unit) {
-  MT_CHECK(zero_ == 0, "kept gradients need ZeRO 0");
-  if (keep_.size() != layout_.units().size()) keep_.assign(layout_.units().size(), 0);
-  keep_[size_t(unit)] = 1;
-}
-
-void DataParallel::zero_kept_grads(int unit) {
-  MT_CHECK(zero_ == 0, "kept gradients need ZeRO 0");
-  const FlatUnit& u = layout_.units()[size_t(unit)];
-  std::memset(grads_.storage() + u.flat, 0, u.padded * sizeof(float));
-  keep_[size_t(unit)] = 0;
+  grads_.begin_step(microbatches);
 }
 
 void DataParallel::finish_gradients() {
@@ -420,7 +406,6 @@ void DataParallel::bind(int unit) {
 }
 
 void DataParallel::before_use(int unit, int next_unit) {
-  if (use_hook_) use_hook_(unit);
   poll();
   if (!gathers_) return;
   pbase_[size_t(unit)] = gathers_->use(unit, next_unit) - layout_.units()[size_t(unit)].lo;

@@ -28,8 +28,6 @@
 // The global gradient norm is global_grad_sum_squares (parallel/grad_norm.h).
 #pragma once
 
-#include <functional>
-
 #include <memory>
 #include <vector>
 
@@ -131,13 +129,6 @@ class DataParallel final {
   // passes (evaluation) do not count.
   void begin_step(int microbatches);
   void finish_gradients();  // waits for every bucket
-  // An update deferred to a unit's first use (train/deferred_update.h, ZeRO 0): the hook
-  // runs at every use of a unit, before anything else (null: none). keep_grads(unit): the
-  // next begin_step leaves the unit's gradients, which the deferred update still reads;
-  // zero_kept_grads(unit) zeroes them then, as begin_step would have.
-  void set_use_hook(std::function<void(int unit)> hook) { use_hook_ = std::move(hook); }
-  void keep_grads(int unit);
-  void zero_kept_grads(int unit);
   // After finish_gradients: the dp-reduced gradient of one tensor of the table (numel
   // floats, table layout), identical on every dp rank. Collective over dp unless zero is
   // 0 (each element has one owner after the reduce-scatter: the owners' pieces are summed
@@ -213,8 +204,6 @@ class DataParallel final {
   std::unique_ptr<ParamGathers> gathers_;                // stage 3
   std::vector<float*> pbase_, gbase_;                    // current binding of each unit
   std::vector<std::unique_ptr<ChunkAdapter>> adapters_;  // one per chunk
-  std::function<void(int)> use_hook_;
-  std::vector<char> keep_;  // per unit: begin_step leaves its gradients (keep_grads)
 };
 
 }  // namespace mt

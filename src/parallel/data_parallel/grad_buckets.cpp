@@ -66,26 +66,15 @@ GradBuckets::~GradBuckets() {
   }
 }
 
-void GradBuckets::begin_step(int microbatches, const std::vector<char>& keep) {
+void GradBuckets::begin_step(int microbatches) {
   MT_CHECK(microbatches >= 1, "begin_step(", microbatches, ")");
   MT_CHECK(inflight_.empty(), "begin_step with bucket reductions in flight (no finish)");
   microbatches_ = microbatches;
   std::fill(passes_.begin(), passes_.end(), 0);
-  if (zero_ >= 2) {
+  if (zero_ < 2)
+    flat_.zero();
+  else
     shard_.zero();
-    return;
-  }
-  // The gaps between the kept units' flat ranges, in flat order.
-  std::vector<std::pair<size_t, size_t>> kept;
-  for (size_t u = 0; u < keep.size(); ++u)
-    if (keep[u]) kept.push_back({layout_.units()[u].flat, layout_.units()[u].padded});
-  std::sort(kept.begin(), kept.end());
-  size_t at = 0;
-  for (auto [lo, n] : kept) {
-    if (lo > at) std::memset(flat_.data() + at, 0, (lo - at) * sizeof(float));
-    at = std::max(at, lo + n);
-  }
-  if (flat_.size() > at) std::memset(flat_.data() + at, 0, (flat_.size() - at) * sizeof(float));
 }
 
 float* GradBuckets::before_grads(int unit) {

@@ -59,10 +59,8 @@ class GradBuckets {
   // this rank's experts.
   float* storage() { return zero_ >= 2 ? shard_.data() : flat_.data(); }
   const float* storage() const { return zero_ >= 2 ? shard_.data() : flat_.data(); }
-  // Zeroes the gradients; every chunk will run `microbatches` backward passes. Stages 0-1:
-  // the units marked in keep (per unit; empty: none) keep theirs, still to be read by an
-  // update deferred to their first use (train/deferred_update.h), which zeroes them.
-  void begin_step(int microbatches, const std::vector<char>& keep = {});
+  // Zeroes the gradients; every chunk will run `microbatches` backward passes.
+  void begin_step(int microbatches);
   // Stages 2-3: where the unit's gradients accumulate in this pass (its flat offset
   // layout.units()[unit].flat in its bucket's buffer, opened and zeroed on the bucket's
   // first unit). Stages 0-1: null (they accumulate into storage()).
