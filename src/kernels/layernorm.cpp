@@ -216,7 +216,7 @@ void weight_grad_chunk(float* dweight, float* dbias, const float* dout, const fl
     const float m = mean[n], s = rstd[n];
 #pragma omp simd
     for (int c = 0; c < w; c++) {
-      dw[c] += dy[c] * ((x[c] - m) * s);
+      dw[c] = mul_add(dy[c], (x[c] - m) * s, dw[c]);
       db[c] += dy[c];
     }
   }

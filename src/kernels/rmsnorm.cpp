@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "kernels/bf16_row_store.h"
+#include "kernels/vec_math.h"
 
 namespace mt {
 
@@ -147,7 +148,7 @@ void weight_grad_chunk(float* dweight, const float* dout, const float* inp, cons
     const float* dy = dout + static_cast<size_t>(n) * C + c0;
     const float s = rstd[n];
 #pragma omp simd
-    for (int c = 0; c < w; c++) dw[c] += dy[c] * (x[c] * s);
+    for (int c = 0; c < w; c++) dw[c] = mul_add(dy[c], x[c] * s, dw[c]);
   }
   for (int c = 0; c < w; c++) dweight[c0 + c] += dw[c];
 }

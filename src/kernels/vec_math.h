@@ -18,6 +18,18 @@
 
 namespace mt {
 
+// acc + a * b with one rounding where the build has FMA, two elsewhere, written out: GCC
+// contracts `acc += a * b` only from -O2 on, so a sum left to the compiler has other bits
+// in an -O1 sanitizer build than in the release one (the norms' weight gradients, whose
+// tests pin their order bit for bit, say which rounding they use through this).
+inline float mul_add(float a, float b, float acc) {
+#if defined(__FMA__)
+  return __builtin_fmaf(a, b, acc);
+#else
+  return acc + a * b;
+#endif
+}
+
 // exp(x) to about 1 ulp (Cephes' expf polynomial after Cody-Waite range reduction).
 // Inputs are clamped to [-87, 88] so the 2^n scale stays a normal float: exp(-87) = 1.6e-38
 // stands in for smaller results, which is harmless for the softmax and sigmoid callers.
