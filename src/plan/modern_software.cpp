@@ -242,8 +242,9 @@ constexpr const char* kMcoreParamBytes =
 constexpr const char* kMcoreNcclSms =
     "NCCL on DGX H100 nodes (8 NICs): one CTA per channel and \"NCCL CTAs won't share an SM "
     "with compute kernels\"; \"on DGX with 8 NICs ... it would use 16 SMs\" (NCCL's "
-    "maintainer, NVIDIA/nccl #689, 2022); an H100 cluster's NCCL log (NVIDIA/nccl #1453, 3 "
-    "nodes x 8 GPUs): 16 ring channels";
+    "maintainer about DGX A100, NVIDIA/nccl #689, 2022: the same 8-NIC node shape); the H100 "
+    "figure itself rests on an H100 cluster's NCCL log (NVIDIA/nccl #1453, 3 nodes x 8 GPUs): "
+    "16 ring channels";
 constexpr const char* kMcoreUserbufferSms =
     "Transformer Engine v1.7 initialize_ub (pytorch/module/base.py; Megatron-LM passes ub_cfgs "
     "{} without --tp-comm-overlap-cfg, training/initialize.py): the bulk (qkv/fc1 dgrad, "
