@@ -1,9 +1,9 @@
 #include "kernels/bias_grad.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstddef>
+
+#include "kernels/column_chunks.h"
 
 namespace mt {
 
@@ -44,18 +44,10 @@ void chunk_sums(float* dbias, const T* dout, int N, int OC, int o0, int o1) {
   for (int o = 0; o < w; o++) dbias[o0 + o] += acc[o];
 }
 
-// Each thread owns a contiguous range of columns (a multiple of 16 wide, so no two threads
-// share a cache line of dbias) and walks it in chunks of kChunk.
 template <class T>
 void column_sums_add(float* dbias, const T* dout, int N, int OC) {
-#pragma omp parallel
-  {
-    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int per = ((OC + threads - 1) / threads + 15) / 16 * 16;
-    const int begin = std::min(OC, t * per), end = std::min(OC, begin + per);
-    for (int o0 = begin; o0 < end; o0 += kChunk)
-      chunk_sums(dbias, dout, N, OC, o0, std::min(end, o0 + kChunk));
-  }
+  for_each_column_chunk(OC, kChunk,
+                        [&](int o0, int o1) { chunk_sums(dbias, dout, N, OC, o0, o1); });
 }
 
 }  // namespace

@@ -1,13 +1,11 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/phase_profile.h"
 
-#include <omp.h>
-
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
 #include "kernels/bf16_row_store.h"
+#include "kernels/column_chunks.h"
 #include "kernels/vec_math.h"
 
 namespace mt {
@@ -159,14 +157,9 @@ void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp
   PhaseScope phase_scope(Phase::norm, 0, 8.0 * N * C);
   // Threads own column ranges (multiples of 16: no shared cache line) and walk all rows: no
   // shared writes, and the result does not depend on the thread count.
-#pragma omp parallel
-  {
-    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int per = ((C + threads - 1) / threads + 15) / 16 * 16;
-    const int begin = std::min(C, t * per), end = std::min(C, begin + per);
-    for (int c0 = begin; c0 < end; c0 += kWeightChunk)
-      weight_grad_chunk(dweight, dout, inp, rstd, N, C, c0, std::min(end, c0 + kWeightChunk));
-  }
+  for_each_column_chunk(C, kWeightChunk, [&](int c0, int c1) {
+    weight_grad_chunk(dweight, dout, inp, rstd, N, C, c0, c1);
+  });
 }
 
 }  // namespace mt
