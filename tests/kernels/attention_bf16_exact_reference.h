@@ -59,7 +59,7 @@ inline void softmax_row(const float* s, int i, float* p) {
     lanes[j % 16] = lanes[j % 16] + p[j];
   }
   const float inv = 1.0f / reduce_add16(lanes);
-  for (int j = 0; j <= i; j++) p[j] = p[j] * inv;
+  for (int j = 0; j <= i; j++) p[j] = kept(p[j] * inv);
 }
 
 // c (n, hd) row r = sum over rows t in [t0, t1) of w(r, t) y[t]: a rows product's chain over
@@ -88,7 +88,7 @@ inline ForwardRef forward(const HeadRef& h) {
   for (int i = 0; i < T; i++) {
     for (int j = 0; j <= i; j++) {
       const float raw = dot_chain(&q[size_t(i) * hd], &k[size_t(j) * hd], hd);
-      s[j] = raw * h.scale;
+      s[j] = kept(raw * h.scale);
     }
     float* p = &f.p[size_t(i) * T];
     softmax_row(s.data(), i, p);
@@ -113,12 +113,12 @@ inline std::vector<float> softmax_grad(const HeadRef& h, const std::vector<float
     const float* pr = &p[size_t(i) * T];
     float lanes[16] = {};
     for (int j = 0; j <= i; j++) {
-      dp[j] = dot_chain(&dor[size_t(i) * hd], &v[size_t(j) * hd], hd) * 1.0f;
+      dp[j] = kept(dot_chain(&dor[size_t(i) * hd], &v[size_t(j) * hd], hd) * 1.0f);
       lanes[j % 16] = std::fmaf(pr[j], dp[j], lanes[j % 16]);
     }
     const float dot = reduce_add16(lanes);
     for (int j = 0; j <= i; j++) {
-      const float sp = h.scale * pr[j];
+      const float sp = kept(h.scale * pr[j]);
       const float diff = dp[j] - dot;
       ds[size_t(i) * T + j] = sp * diff;
     }

@@ -3,9 +3,10 @@
 // bf16-sized bound, which a 1e-4 error in a tile hides): the CPU's bf16 conversion, one
 // vdpbf16ps lane, exp_vec512 (kernels/vec_math.h) and GCC's _mm512_reduce_add_ps tree.
 //
-// Every float operation is its own statement or an explicit fmaf, so -O2's contraction of
-// a * b + c into an FMA cannot change a result between the release and the -O1 ASan build;
-// the only a * b + c left (bf16_dot_pair) adds an exact product, for which both agree.
+// Every float operation is its own statement or an explicit fmaf, and a product the kernels
+// round before adding it passes through kept(), so -O2's contraction of a * b + c into an FMA
+// (which -O1 does not do) cannot change a result between the release and the ASan build; the
+// a * b + c left (bf16_dot_pair) adds an exact product, for which both agree.
 #pragma once
 
 #include <cmath>
@@ -23,6 +24,17 @@ inline uint32_t float_to_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+}
+
+// x as computed (rounded to float): the compiler cannot fuse it into a later addition.
+inline float kept(float x) {
+#if defined(__x86_64__)
+  asm("" : "+x"(x));
+#else
+  volatile float v = x;
+  x = v;
+#endif
+  return x;
 }
 
 // A denormal becomes a zero of its sign: what the bf16 instructions do to their inputs and
