@@ -68,7 +68,7 @@ TEST(FlashAttentionBf16Exact, TilesGiveTheReferenceBits) {
   constexpr int B = 2;
   int checked = 0;
   for (int hd : {16, 32, 64, 128})
-    for (int T : {1, 17, 40, 64, 131})
+    for (int T : {1, 17, 40, 131})
       for (auto [H, Hkv] : {std::pair{2, 1}, std::pair{2, 2}}) {
         const Shape sh{T, H, Hkv, hd};
         const unsigned seed = unsigned(T * 31 + hd + H * Hkv);
