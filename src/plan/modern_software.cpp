@@ -237,8 +237,8 @@ constexpr const char* kMcoreCudnnForward =
 constexpr const char* kMcoreGradBuffer =
     "core/distributed at f2e5db402c: zero_grad_buffer() zeroes the whole fp32 buffer each "
     "step (write 4); each bucket's start_grad_sync() first takes grad_data.norm() for "
-    "check_for_nan_in_grad (read 4; --no-check-for-nan-in-loss-and-grad not given, "
-    "arguments.py) and scales grad_data *= 1/dp (gradient_scaling_factor, dp > 1; read + "
+    "check_for_nan_in_grad (read 4; on by default, arguments.py, and the runs' scripts are "
+    "not published) and scales grad_data *= 1/dp (gradient_scaling_factor, dp > 1; read + "
     "write 8)";
 constexpr const char* kMcoreParamGather =
     "--overlap-param-gather (README): zero_grad() dispatches the first bucket's all-gather and "
