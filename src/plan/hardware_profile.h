@@ -157,6 +157,11 @@ struct HardwareProfile {
   bool fp32_cross_entropy = false;
   double optimizer_bytes = 32;  // bytes streamed per updated element by the optimizer step
   int optimizer_kernels = 2;    // ... in this many passes (each pays the kernel overhead)
+  // Bytes streamed each step per element of a stage's WHOLE gradient buffer (every parameter
+  // of the stage's ranks, not the ZeRO shard the optimizer updates), on the compute stream:
+  // the data-parallel wrapper's own passes (Megatron: zeroing the buffer, a NaN-check norm
+  // and the 1/dp scaling before the collective; time_model.cpp, grad_buffer_seconds).
+  double grad_buffer_bytes = 0;
   // Latency-bound all-reduces over the whole world per step (gradient norm, loss, ...).
   int world_all_reduces = 2;
   // Fraction of the ZeRO-3 gathers and reduce-scatters that may hide under the compute of

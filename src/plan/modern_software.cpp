@@ -18,6 +18,7 @@ SoftwareTable llama3_2024() {
         "FP32 gradient accumulation and reduce-scatter (3.3.2, Numerical stability)"},
        {"optimizer_bytes", 32, "fused AdamW (28) and the gradient-norm read (4), not stated"},
        {"optimizer_kernels", 2, "AdamW and the norm (not stated)"},
+       {"grad_buffer_bytes", 0, "not stated (FSDP reduces the gradients as produced)"},
        {"world_all_reduces", 2, "gradient norm and loss (not stated)"},
        {"zero3_overlap", 1, "FSDP prefetches the next gather"},
        {"tied_embedding_reduce", 0, "untied embedding and head (Llama 3)"},
@@ -91,6 +92,7 @@ SoftwareTable deepseek_v3_2024() {
         "AdamW with BF16 moments and FP32 master weights (3.3.3): read param 4, grad 4, "
         "moments 2 + 2, write param and moments 8, the BF16 weight copy 2, the norm read 4"},
        {"optimizer_kernels", 2, kNotStated},
+       {"grad_buffer_bytes", 0, kNotStated},
        {"world_all_reduces", 2, kNotStated},
        {"zero3_overlap", 1, "ZeRO-1 only"},
        {"tied_embedding_reduce", 0,
@@ -169,6 +171,7 @@ SoftwareTable megatron_bridge_2025() {
         "mixed-precision Adam with fp32 main grads and params, as megatron-lm-2022 (not "
         "re-read for Megatron-Core)"},
        {"optimizer_kernels", 2, kDefault},
+       {"grad_buffer_bytes", 0, "not re-read for Megatron-Core 2025 (this engine's assumption)"},
        {"world_all_reduces", 2, "gradient-norm and loss all-reduces"},
        {"zero3_overlap", 1, "no ZeRO 3 (max_zero 1)"},
        {"tied_embedding_reduce", 0, "untied embedding and output layer (Llama 3, DeepSeek-V3)"},
@@ -229,6 +232,14 @@ constexpr const char* kMcoreCudnnForward =
     "benchmark/benchmark_results.csv (commit b740542, 2024-05-07, cuDNN 9.1.0, BF16, causal, "
     "4 x 16 heads x 4096 x 128, no dropout): 542.3 TFLOP/s forward (the FlashAttention-3 "
     "paper's H100 SXM5 figure, same shape: 518)";
+// The DDP wrapper's passes over each rank's whole fp32 grad buffer (not the optimizer's
+// 1/dp shard), on the compute stream, read at f2e5db402c.
+constexpr const char* kMcoreGradBuffer =
+    "core/distributed at f2e5db402c: zero_grad_buffer() zeroes the whole fp32 buffer each "
+    "step (write 4); each bucket's start_grad_sync() first takes grad_data.norm() for "
+    "check_for_nan_in_grad (read 4; on by default, arguments.py, and the runs' scripts are "
+    "not published) and scales grad_data *= 1/dp (gradient_scaling_factor, dp > 1; read + "
+    "write 8)";
 constexpr const char* kMcoreParamGather =
     "--overlap-param-gather (README): zero_grad() dispatches the first bucket's all-gather and "
     "each forward pre-hook waits on its bucket and only then dispatches the next "
@@ -270,11 +281,13 @@ SoftwareTable megatron_core_2024() {
             "schedules.py grad_sync_func)"},
            {"grad_reduce_bytes", 4,
             "arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32 (fp32 reduce-scatter)"},
-           {"optimizer_bytes", 42,
-            "distributed optimizer, fp32 main params and grads, fused Adam: zero the grad buffer "
-            "(4), norm (4), Adam (28), main -> bf16 params (6); bf16 has no grad scaler, so no "
-            "unscale / inf-check pass (core/optimizer/__init__.py, optimizer.py)"},
+           {"optimizer_bytes", 38,
+            "distributed optimizer, fp32 main params and grads, fused Adam over the shard: norm "
+            "(4), Adam (28), main -> bf16 params (6); bf16 has no grad scaler, so no unscale / "
+            "inf-check pass (core/optimizer/__init__.py, optimizer.py); the grad buffer's "
+            "zeroing is the whole buffer's (grad_buffer_bytes)"},
            {"optimizer_kernels", 2, "the optimizer's passes fused as in the 32-byte model"},
+           {"grad_buffer_bytes", 16, kMcoreGradBuffer},
            {"world_all_reduces", 2, "gradient-norm and loss all-reduces over the world"},
            {"zero3_overlap", 1, "no ZeRO 3 (max_zero 1)"},
            {"tied_embedding_reduce", 0,
@@ -359,6 +372,9 @@ SoftwareTable megascale_2024() {
             "3.1 LAMB: its trust-ratio norms are not modelled; the Adam-style passes as "
             "megatron-lm-2022"},
            {"optimizer_kernels", 2, kMegatron},
+           {"grad_buffer_bytes", 0,
+            "not stated; MegaScale's Megatron-LM (285068c8) not re-read (this engine's "
+            "assumption)"},
            {"world_all_reduces", 2, kMegatron},
            {"zero3_overlap", 1, "no ZeRO 3 (max_zero 2)"},
            {"tied_embedding_reduce", 1, kMegatron},

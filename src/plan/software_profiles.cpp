@@ -33,6 +33,12 @@ constexpr const char* kMegatronChunks =
 constexpr const char* kMegatronZero =
     "no ZeRO: its optimizer keeps the full fp32 state on every dp rank (the distributed "
     "optimizer came later and is not modelled)";
+// The whole contiguous gradient buffer divided by the dp size before its all-reduce, at
+// every dp size (dp 1 divides by 1), at the buffer's precision (read and write); its zeroing
+// is in optimizer_bytes (no ZeRO: the optimizer updates the whole buffer).
+constexpr const char* kMegatronGradScale =
+    "megatron/model/distributed.py allreduce_gradients(): buffer_.data /= "
+    "get_data_parallel_world_size() over the whole buffer (read + write)";
 constexpr const char* kMegatronSmall = "gradient-norm and loss all-reduces over the world";
 constexpr const char* kMegatronTied =
     "the tied embedding's gradient all-reduced between the first and last stage after the "
@@ -68,6 +74,8 @@ const std::vector<SoftwareTable> kTables = {
        "AdamW reads param, grad and two moments and writes param and "
        "moments (28), the gradient-norm pass reads the gradient (4)"},
       {"optimizer_kernels", 2, "AdamW and the gradient-norm pass"},
+      {"grad_buffer_bytes", 0,
+       "the engine's reduction reads the gradients in place: no pass of its own"},
       {"world_all_reduces", 2, "gradient-norm and loss all-reduces over the world"},
       {"zero3_overlap", 1, "ZeRO 3 gathers prefetched under the pass before"},
       {"tied_embedding_reduce", 1, kMegatronTied},
@@ -120,6 +128,7 @@ const std::vector<SoftwareTable> kTables = {
        "grads (2), fp16 -> fp32 main grads (6), unscale + inf check "
        "(8), norm (4), Adam (28), main -> fp16 params (6)"},
       {"optimizer_kernels", 2, "the optimizer's passes fused as in the 32-byte model"},
+      {"grad_buffer_bytes", 4, kMegatronGradScale},
       {"world_all_reduces", 2, kMegatronSmall},
       {"zero3_overlap", 1, kNoZero3},
       {"tied_embedding_reduce", 1, kMegatronTied},
@@ -167,6 +176,7 @@ const std::vector<SoftwareTable> kTables = {
        "main grads: zero (4), unscale + inf check (8), norm (4), Adam "
        "(28), main -> bf16 params (6)"},
       {"optimizer_kernels", 2, "the optimizer's passes fused as in the 32-byte model"},
+      {"grad_buffer_bytes", 8, kMegatronGradScale},
       {"world_all_reduces", 2, kMegatronSmall},
       {"zero3_overlap", 1, kNoZero3},
       {"tied_embedding_reduce", 1, kMegatronTied},
@@ -230,6 +240,7 @@ const std::vector<SoftwareTable> kTables = {
        "finiteness check of the updated parameters and moments (12 "
        "read) and the gradients read for the norm and zeroed (8)"},
       {"optimizer_kernels", 4, "AdamW, the norm, the finiteness check, the zeroing"},
+      {"grad_buffer_bytes", 0, "the zeroing is in optimizer_bytes (no ZeRO shard apart)"},
       {"world_all_reduces", 3,
        "gradient norm, loss, and the ranks' agreement that the update "
        "left every weight finite"},

@@ -194,7 +194,13 @@ std::vector<std::string> step_lines(const HardwareProfile& hw) {
           "stay exposed (without overlap every collective is)"),
       str("optimizer: ", num(hw.optimizer_bytes), " bytes streamed per updated element in ",
           hw.optimizer_kernels, " passes (optimizer_bytes, optimizer_kernels); plus ",
-          hw.world_all_reduces, " latency-bound all-reduces over the world (world_all_reduces)")};
+          hw.world_all_reduces, " latency-bound all-reduces over the world (world_all_reduces)",
+          hw.grad_buffer_bytes > 0
+              ? str("; plus ", num(hw.grad_buffer_bytes),
+                    " bytes streamed per element of the stage's whole gradient buffer "
+                    "(grad_buffer_bytes: the dp wrapper's zeroing, checks and scaling, not "
+                    "the ZeRO shard's)")
+              : std::string())};
 }
 
 }  // namespace

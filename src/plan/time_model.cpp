@@ -185,6 +185,17 @@ double optimizer_seconds(const CostContext& c, const StageCosts& sc) {
   return stream_seconds(c.rates, updated * hw.optimizer_bytes, hw.optimizer_kernels);
 }
 
+// The data-parallel wrapper's passes over the stage's whole gradient buffer (every
+// parameter of its ranks, experts included: not the shard ZeRO leaves the optimizer), on the
+// compute stream once per step (grad_buffer_bytes: Megatron's zeroing, NaN check and 1/dp
+// scaling). Not modelled: with pp > 1 the check and scaling run in each stage's last backward,
+// which the cooldown chains from the last stage to the first; counted here once, on the
+// slowest stage, like the optimizer.
+double grad_buffer_seconds(const CostContext& c, const StageCosts& sc) {
+  const double bytes = sc.params * c.r.hardware.grad_buffer_bytes;
+  return bytes > 0 ? stream_seconds(c.rates, bytes, 1) : 0.0;
+}
+
 // What follows the pipeline, decided by the slowest stage: the dp reduction, the tied
 // embedding's all-reduce between the first and last stage, the optimizer, the world's
 // latency-bound all-reduces, and (local bf16) the linears' bf16 weight copies, rounded at
@@ -204,7 +215,7 @@ void add_after_pipeline(const CostContext& c, int mb, PredictedTime& p) {
     const double dp = dp_exposed(c, sc, &sms_s);
     if (dp > p.dp_exposed_s) p.dp_sms_s = sms_s;
     p.dp_exposed_s = std::max(p.dp_exposed_s, dp);
-    opt = std::max(opt, optimizer_seconds(c, sc));
+    opt = std::max(opt, optimizer_seconds(c, sc) + grad_buffer_seconds(c, sc));
     if (c.local_bf16)
       p.bf16_weights_s =
           std::max(p.bf16_weights_s,

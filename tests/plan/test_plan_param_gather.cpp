@@ -75,5 +75,27 @@ TEST(PlanParamGather, Bf16GatherHidesUnderTheFirstMicrobatchsForwardOnly) {
   EXPECT_GT(fp32, 1.9 * bf16);
 }
 
+// Megatron-Core's DDP streams each rank's WHOLE fp32 gradient buffer every step (zeroed,
+// NaN-checked, scaled by 1/dp: 16 bytes per element), not only the 1/dp shard its distributed
+// optimizer updates: the step pays it once, on the compute stream, beside the optimizer.
+TEST(PlanParamGather, GradBufferPassesStreamTheWholeBufferNotTheShard) {
+  PlanRequest r = request(45e9);
+  EXPECT_EQ(r.hardware.grad_buffer_bytes, 16);
+  EXPECT_EQ(r.hardware.optimizer_bytes, 38);  // its zeroing moved to the whole buffer
+  const Layout l = zero1();
+  const StageCosts sc = stage_costs(r, l)[0];
+  const double with = predict_time(r, l, Schedule{}).optimizer_s;
+  r.hardware.grad_buffer_bytes = 0;
+  const double without = predict_time(r, l, Schedule{}).optimizer_s;
+  const HardwareProfile& hw = r.hardware;
+  EXPECT_NEAR(with - without, sc.params * 16 / hw.memory_bw + hw.kernel_overhead_s, 1e-12);
+  // Sixteen times what the optimizer's own bytes on the dp 16 shard would be.
+  EXPECT_GT(with - without, 15 * sc.params / 16 * 16 / hw.memory_bw);
+  // Megatron-LM 2022 divides its whole fp32 buffer by dp before the all-reduce (8 bytes).
+  HardwareProfile m = preset_profile("a100-80gb");
+  apply_software(m, "megatron-lm-2022");
+  EXPECT_EQ(m.grad_buffer_bytes, 8);
+}
+
 }  // namespace
 }  // namespace mt::plan
