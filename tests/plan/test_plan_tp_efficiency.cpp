@@ -63,7 +63,9 @@ TEST(PlanTpEfficiency, AbsentOrOversubscribedKeepsTheDpFigure) {
     other.hardware.parallel_efficiency_tp = 0.95;
     for (const Layout& l : {grid(devices, 1), grid(1, devices), grid(devices / 2, 2, true)}) {
       EXPECT_DOUBLE_EQ(step(same, l), step(before, l)) << devices;
-      if (devices == 4) EXPECT_DOUBLE_EQ(step(other, l), step(before, l)) << l.dp << l.tp;
+      if (devices == 4) {
+        EXPECT_DOUBLE_EQ(step(other, l), step(before, l)) << l.dp << l.tp;
+      }
     }
   }
   PlanRequest threads = two_cores(2);
