@@ -142,6 +142,7 @@ std::vector<ProfileField> make_fields() {
       seconds("oversubscribed_latency_s", &H::oversubscribed_latency_s),
       rate("oversubscribed_busbw", &H::oversubscribed_busbw, true),
       {"parallel_efficiency", &H::parallel_efficiency, 0, 1},
+      {"parallel_efficiency_tp", &H::parallel_efficiency_tp, 0, 1},
       ratio("step_factor_fp32", &H::step_factor_fp32),
       ratio("step_factor_bf16", &H::step_factor_bf16),
       per_element("microbatch_weight_s", &H::microbatch_weight_s),
