@@ -83,13 +83,13 @@ const std::vector<Probe> kProbes = {
      "sgemm rate of every core at once over cores x one core's (the reference step's value "
      "below replaces it where that runs)",
      {}},
-    {{"gemm_half_dim", "gemm_half_rows"},
+    {{"gemm_half_dim", "gemm_half_rows", "gemm_few_rows"},
      0.15,
      true,
      nullptr,
      measure_gemm_halves,
-     "from a 1024x1024x64 and a 128x1024x1024 sgemm's rates (128 rows: one 128-token "
-     "sequence), solved together for the two shares of the GEMM formula",
+     "1024x1024x64 and 128x1024x1024 sgemms (128: a 128-token sequence) solved for the "
+     "formula's two shares; gemm_few_rows: d256 linears' 3 passes, cold, 32 / 1024 rows",
      {{"half-rate dim", "gemm_half_dim", 1, ""}, {"rows", "gemm_half_rows", 1, ""}}},
     {{"gemm_input_grad_ratio", "gemm_weight_grad_ratio"},
      0.06,
@@ -151,7 +151,7 @@ const std::vector<Probe> kProbes = {
      "best single-thread bf16 GEMM (oneDNN matmul_bf16_forward) of 512..2048 squares",
      {{"bf16 GEMM", "peak_bf16", 1e-9, "GFLOP/s"}},
      "bf16 not measured (oneDNN has no bf16 matmul on this CPU): local plans are fp32"},
-    {{"gemm_half_dim_bf16", "gemm_half_rows_bf16"},
+    {{"gemm_half_dim_bf16", "gemm_half_rows_bf16", "gemm_few_rows_bf16"},
      0.1,
      true,
      bf16_here,

@@ -15,6 +15,8 @@
 
 namespace mt::plan {
 
+struct ComputeRates;
+
 struct ProbeRun {
   double seconds;     // this probe's share of the budget
   double total;       // the whole --calibrate-seconds
@@ -38,6 +40,15 @@ void measure_bf16_overhead(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_convert(HardwareProfile& h, const ProbeRun& run);
 void measure_bf16_attention(HardwareProfile& h, const ProbeRun& run);
 void measure_moe_layer(HardwareProfile& h, const ProbeRun& run);
+// few_rows_probe.cpp: the engine's linears (forward and both gradients, caches emptied) at
+// kProbeStepRows rows against kProbeStepRowsRef, per FLOP: the precision path's
+// gemm_few_rows of `h` (its other GEMM figures measured before), for which
+// local_gemm_seconds prices the two at the measured ratio (few_rows_for_ratio).
+double measure_few_rows(const HardwareProfile& h, bool bf16_path, double seconds);
+// The few-rows share for which local_gemm_seconds with `r` prices those linears at
+// kProbeStepRows rows at `ratio` x their price per FLOP at kProbeStepRowsRef (at least
+// kNoRowPenalty).
+double few_rows_for_ratio(const ComputeRates& r, double ratio);
 // grouped_gemm_probe.cpp: the engine's grouped expert GEMMs, one thread.
 void measure_grouped_gemm(HardwareProfile& h, const ProbeRun& run);
 void measure_grouped_gemm_bf16(HardwareProfile& h, const ProbeRun& run);

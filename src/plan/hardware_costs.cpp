@@ -48,6 +48,7 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
     r.pointwise_s = h.pointwise_s / (threads * share);
     r.gemm_half_dim = h.gemm_half_dim;
     r.gemm_half_rows = h.gemm_half_rows;
+    r.gemm_few_rows = precision == Precision::bf16 ? h.gemm_few_rows_bf16 : h.gemm_few_rows;
     r.gemm_overhead_s = h.kernel_overhead_s;
     auto ratio = [](double v) { return v > 0 ? v : 1.0; };
     r.input_grad_ratio = ratio(h.gemm_input_grad_ratio);
@@ -111,12 +112,20 @@ double local_gemm_seconds(const ComputeRates& r, double M, double N, double K, d
   // 256-input weight was priced at 98% of the peak, one of 257 rows at 54%: every bf16
   // layout of 2-sequence microbatches read 19-29% fast in stop 39's closed loop).
   const double other = std::min(N, K);
-  const double slowdown = r.gemm_half_rows > 0 ? 1 + r.gemm_half_rows / M + r.gemm_half_dim / other
+  const double rows = gemm_rows_share(r.gemm_half_rows, r.gemm_few_rows, M);
+  const double slowdown = r.gemm_half_rows > 0 ? 1 + rows / M + r.gemm_half_dim / other
                                                : 1 + r.gemm_half_dim / std::min(M, other);
   const double eff = r.hw->gemm_efficiency / slowdown;
   const double compute = count * 2 * M * N * K / (r.peak * eff);
   const double traffic = count * (M * K + K * N + M * N) * r.gemm_elem_bytes / r.memory_bw;
   return std::max(compute, traffic) + count * r.gemm_overhead_s;
+}
+
+double gemm_rows_share(double half, double few, double M) {
+  if (few <= 0 || M >= kProbeFewRows) return half;
+  if (M <= kProbeStepRows) return few;
+  const double t = std::log2(kProbeFewRows / M) / std::log2(kProbeFewRows / kProbeStepRows);
+  return half + (few - half) * t;
 }
 
 bool local_on_tiles(const ComputeRates& r, double out) {

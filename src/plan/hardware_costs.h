@@ -30,6 +30,9 @@ struct ComputeRates {
   // Local: the path's penalty where the rows (M) are the smallest dimension (0: not
   // measured, gemm_half_dim applies).
   double gemm_half_rows = 0;
+  // Local: the path's row share at kProbeStepRows rows and below (0: not measured,
+  // gemm_half_rows applies at every M; gemm_rows_share).
+  double gemm_few_rows = 0;
   // The linear layer's input-/weight-gradient GEMM time over its forward's (local,
   // calibrated per precision; 1 elsewhere).
   double input_grad_ratio = 1, weight_grad_ratio = 1;
@@ -87,6 +90,13 @@ double local_gemm_seconds(const ComputeRates& r, double M, double N, double K, d
 constexpr double kProbeWideDim = 1024, kProbeShortK = 64, kProbeFewRows = 128;
 // The row figure stored for "no penalty" (0 reads as "not measured").
 constexpr double kNoRowPenalty = 1e-3;
+// The step-rows probe (few_rows_probe.cpp): the engine's linears at 32 rows (one 128-token
+// sequence over cp 4, a 32-token microbatch) against 1024 (the backward ratios' rows).
+constexpr double kProbeStepRows = 32, kProbeStepRowsRef = 1024;
+// The row share a GEMM of M rows pays (local_gemm_seconds): each figure where it was
+// measured, `half` (gemm_half_rows) at kProbeFewRows rows and above, `few` (gemm_few_rows)
+// at kProbeStepRows and below, linear in log2 M between; `half` alone without `few`.
+double gemm_rows_share(double half, double few, double M);
 struct GemmHalves {
   double dim = 0, rows = 0;
 };

@@ -38,6 +38,14 @@ struct HardwareProfile {
   // rows). Where measured, both apply at once: efficiency / (1 + gemm_half_rows / M +
   // gemm_half_dim / min(N, K)) (hardware_costs.h).
   double gemm_half_rows = 0;
+  // Local only (0 = not measured: gemm_half_rows holds at every M): the row share the
+  // step's own linears show at kProbeStepRows rows (hardware_costs.h; forward, input and
+  // weight gradient, caches emptied as inside a step, against the same at
+  // kProbeStepRowsRef rows; few_rows_probe.cpp). Below the 128-row probe the share grows
+  // faster than 1 / M (a weight fetched cold for few rows, the weight gradient's short
+  // reduction), so it applies at and below kProbeStepRows, gemm_half_rows at and above
+  // kProbeFewRows, linear in log2 M between.
+  double gemm_few_rows = 0;
   // Streaming multiprocessors (GPU datasheets; 0 = no wave quantisation, e.g. local CPUs).
   double sms = 0;
   double memory_bw = 0;          // bytes/s a memory-bound kernel streams per device
@@ -60,6 +68,7 @@ struct HardwareProfile {
   // bf16 run uses, FLOP/s per thread as above.
   double gemm_half_dim_bf16 = 0, bf16_overhead_s = 0, bf16_convert_s = 0;
   double gemm_half_rows_bf16 = 0;  // as gemm_half_rows, on the bf16 path (0: not measured)
+  double gemm_few_rows_bf16 = 0;   // as gemm_few_rows, on the bf16 path (0: not measured)
   double attention_bf16_fwd_flops = 0, attention_bf16_bwd_flops = 0;
   // Local only (0 = not measured: a cp rank's attention core is priced at the whole
   // sequence's FLOPs): what the engine's context-parallel attention (the ring's per-step flash

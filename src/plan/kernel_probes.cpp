@@ -232,9 +232,11 @@ void measure_parallel_efficiency(HardwareProfile& h, const ProbeRun& run) {
 // The GEMM formula's two penalties of the path (hardware_costs.h): a short reduction (a W x
 // W x 64 GEMM) and few rows (128, one 128-token sequence, by a W x W weight), solved
 // together, so that each probe's shape is priced at its measured rate.
+// Then the share of fewer rows still, as the step's own linears pay it (few_rows_probe.cpp).
 void measure_gemm_halves(HardwareProfile& h, const ProbeRun& run) {
-  const GemmHalves g = gemm_halves_of(gemm_rate, h.peak_fp32, run.seconds);
+  const GemmHalves g = gemm_halves_of(gemm_rate, h.peak_fp32, run.seconds / 2);
   h.gemm_half_dim = g.dim, h.gemm_half_rows = g.rows;
+  h.gemm_few_rows = measure_few_rows(h, false, run.seconds / 2);
 }
 
 void measure_backward_ratios(HardwareProfile& h, const ProbeRun& run) {
@@ -286,8 +288,9 @@ void measure_bf16_peak(HardwareProfile& h, const ProbeRun& run) {
 }
 
 void measure_bf16_halves(HardwareProfile& h, const ProbeRun& run) {
-  const GemmHalves g = gemm_halves_of(bf16_gemm_rate, h.peak_bf16, run.seconds);
+  const GemmHalves g = gemm_halves_of(bf16_gemm_rate, h.peak_bf16, run.seconds / 2);
   h.gemm_half_dim_bf16 = g.dim, h.gemm_half_rows_bf16 = g.rows;
+  h.gemm_few_rows_bf16 = measure_few_rows(h, true, run.seconds / 2);
 }
 
 void measure_bf16_backward_ratios(HardwareProfile& h, const ProbeRun& run) {

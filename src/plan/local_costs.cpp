@@ -29,6 +29,18 @@ bool moe_calibrated(const HardwareProfile& hw, bool bf16) {
               : hw.moe_fwd_s > 0 && hw.moe_bwd_s > 0 && hw.moe_wgt_s > 0;
 }
 
+// Once per backward the cp rank adds the dK/dV sum that came home (ring) or was
+// reduce-scattered to it (all-gather) into its K/V gradients
+// (context_parallel_attention.cpp add_kv_grads): the block read, the gradients read and
+// written, at the calibrated streaming rate: the probe behind the cp factor
+// (cp_attention_probe.cpp) times the ring's per-step adds, not this one. With or without the
+// factor (it prices the attention calls, this a pass after them).
+double cp_grads_home(const CostContext& c) {
+  if (c.l.cp <= 1) return 0;
+  const double floats = c.N * (c.w.kv + c.w.v) / c.t;
+  return stream_seconds(c.rates, 3 * floats * 4);
+}
+
 // The engine's own attention kernel at its calibrated rate (4 b s^2 q / t FLOPs forward,
 // twice that backward; q = heads x head_dim), or, in a profile without it, the GEMM core.
 // The Llama block's flash attention is costed at the rate calibrated on the GPT block's
@@ -42,7 +54,8 @@ Passes attention_core(const CostContext& c) {
   const double cp = cp_attention_factor(c.r.hardware, c.local_bf16, c.l.cp);
   const double whole = 4 * c.b * c.s * c.s * c.w.q / c.t;
   const double flops = cp > 0 ? whole / c.l.cp * cp : whole;
-  return {flops / R.attention_fwd + R.overhead_s, 2 * flops / R.attention_bwd + R.overhead_s, 0};
+  return {flops / R.attention_fwd + R.overhead_s,
+          2 * flops / R.attention_bwd + R.overhead_s + cp_grads_home(c), 0};
 }
 
 // The shared experts' SwiGLU (split over tp as the dense MLP) in the two halves the llama
