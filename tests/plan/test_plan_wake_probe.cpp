@@ -11,15 +11,18 @@
 namespace mt::plan {
 namespace {
 
-// The probe's rank 0 sleeps (the doorbell's yields end long before rank 1's ~2 ms of work)
-// and is run again within a few of the scheduler's slices. A timing, so label full.
+// With the other ranks waiting (the case the profile keeps), the probe's rank 0 sleeps (its
+// 32 yields end long before rank 1's ~1 ms of work) and runs again within a few of the
+// scheduler's slices. With the others computing it seldom sleeps at all (its yields hand
+// them the core): printed, not checked. A timing, so label full.
 TEST(PlanWakeProbe, ASleepingRankRunsAgainWithinSlices) {
   const int cores = int(allowed_cores().size());
-  for (bool busy : {true, false}) {
+  for (bool busy : {false, true}) {
     const WakeCost c = wake_cost(cores, 0.3, busy);
     std::printf("others %s: median %.1f us, p90 %.1f us, %d waits slept (%.0f%%)\n",
-                busy ? "busy" : "idle", c.median_s * 1e6, c.p90_s * 1e6, c.samples,
+                busy ? "computing" : "waiting", c.median_s * 1e6, c.p90_s * 1e6, c.samples,
                 100 * c.slept_share);
+    if (busy) continue;
     EXPECT_GT(c.samples, 0);
     EXPECT_GT(c.median_s, 0);
     EXPECT_LT(c.median_s, 20e-3);
