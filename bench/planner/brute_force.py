@@ -83,7 +83,10 @@ def brute_force(binary, out, profile, steps, arch="llama", limit=None, realtime=
     for i, c in enumerate(cands):
         k = layout_knobs(c["layout"], arch)
         wall, cpu = measure(binary, out, 4, k, steps, prefix=prefix)
-        results.append((i, c["predicted"]["step_time_s"], wall, cpu, k))
+        # the planner's waits per rank and step that sleep (rank_waits.h), beside the
+        # finalists' measured sleeps
+        results.append((i, c["predicted"]["step_time_s"], wall, cpu, k,
+                        c["predicted"].get("blocking_waits_per_rank", 0.0)))
         print(f"#{i + 1:3d} {k}  predicted {c['predicted']['step_time_s'] * 1e3:7.1f} ms  wall "
               f"{wall * 1e3:7.1f}  cpu-est {cpu * 1e3:7.1f}", flush=True)
     load1 = loadavg()
@@ -187,7 +190,8 @@ def remeasure_finalists(binary, out, results, finalists=5, rounds=FINALIST_ROUND
               f"wall {' '.join(f'{x * 1e3:.1f}' for x in w)}  median "
               f"{medians[r[0]] * 1e3:.1f}  spread {(max(w) - min(w)) / medians[r[0]]:.0%}  "
               f"work {work_s * 1e3:.1f}  idle {(medians[r[0]] - work_s) * 1e3:.1f}  sleeps "
-              f"{sleeps:.0f} per rank and step  tp wait {tp_wait * 1e3:.1f} ms (rank 0)",
+              f"{sleeps:.0f} per rank and step  tp wait {tp_wait * 1e3:.1f} ms (rank 0)  "
+              f"predicted waits {r[5] if len(r) > 5 else float('nan'):.1f}",
               flush=True)
     top = min(medians, key=medians.get)
     gap, lo, hi, verdict = finalist_verdict(walls[0], walls[top])

@@ -2,7 +2,7 @@
 """Offline check of the planner's local model against logged measurements: no timing runs.
 
 Usage: python3 bench/planner/replay_logs.py build/meshtrain PROFILE [--closed-loop LOG]
-       [--brute LOG] [--rows] [--families] [--tp-probe-from-loop]
+       [--brute LOG] [--rows] [--families] [--tp-probe-from-loop] [--wake SECONDS]
 
 Re-predicts every layout of a closed_loop.py log (its summary lines: name, predicted,
 measured wall) and of a --brute-force log (its `#  i {knobs} predicted .. wall ..` lines and
@@ -21,12 +21,18 @@ loop's `tp2` row (the probe's own run: the reference model under tp 2, fp32, one
 microbatch) with the error the same window's `dp2 z0` row has (the dp 2 probe's run), so
 that the host's drift between calibration and loop cancels. It prints the figure and
 replays with a copy of the profile that holds it; the `tp2` row is then in-sample.
+--wake SECONDS replays with the profile's oversubscribed_wake_s set to SECONDS (a copy of the
+profile; the stored quiet profiles predate the wake probe, plan/wake_probe.cpp), and prints
+beside each re-measured finalist the planner's blocking waits per rank and step against the
+sleeps its log measured.
 """
 import ast
 import atexit
+import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 
@@ -39,6 +45,20 @@ BRUTE = re.compile(r"^#\s*(?P<i>\d+) (?P<knobs>\{.*\})\s+predicted\s+(?P<pred>[\
                    r"(?P<wall>[\d.]+)")
 FINAL = re.compile(r"^finalist planner's #(?P<i>\d+)\s+(?P<knobs>\{.*\})\s+predicted.*median "
                    r"(?P<median>[\d.]+)")
+SLEEPS = re.compile(r"sleeps (?P<sleeps>[\d.]+) per rank and step")
+
+
+def with_wake(profile, wake_s):
+    """A copy of `profile` with oversubscribed_wake_s = wake_s (replacing any)."""
+    return with_field(profile, "oversubscribed_wake_s", wake_s)
+
+
+def predicted_waits(binary, profile, k):
+    """The planner's blocking waits per rank and step for a 4-rank layout (its --json)."""
+    p = subprocess.run([binary, "plan", "--hardware", "local", "--profile", profile, "--ranks",
+                        "4", "--json", "--top", "1"] + loop_layouts.MODEL + loop_layouts.knob_args(k, True),
+                       capture_output=True, text=True)
+    return json.loads(p.stdout)["candidates"][0]["predicted"].get("blocking_waits_per_rank", 0)
 
 
 def family(ranks, k):
@@ -127,7 +147,7 @@ def brute_family(k):
 
 
 def brute(binary, profile, log, show, by_family=False):
-    rows, finals = [], {}
+    rows, finals, sleeps = [], {}, {}
     for line in open(log):
         m = BRUTE.match(line)
         if m:
@@ -135,6 +155,14 @@ def brute(binary, profile, log, show, by_family=False):
         f = FINAL.match(line)
         if f:
             finals[repr(ast.literal_eval(f["knobs"]))] = float(f["median"])
+            s = SLEEPS.search(line)
+            if s:
+                sleeps[repr(ast.literal_eval(f["knobs"]))] = (ast.literal_eval(f["knobs"]),
+                                                               float(s["sleeps"]))
+    for key, (k, measured) in sleeps.items():
+        print(f"  finalist {cl_name(k):40} blocking waits predicted "
+              f"{predicted_waits(binary, profile, k):5.1f}, sleeps measured {measured:4.0f} "
+              f"per rank and step; median {finals[key]:.1f} ms")
     best = min(w for _, _, w in rows)
     best_final = min(finals.values()) if finals else None
     for label, use_new in (("logged", False), ("now", True)):
@@ -200,11 +228,18 @@ def tp_probe_from_loop(binary, profile, log):
     return with_field(profile, "parallel_efficiency_tp", hi)
 
 
+def cl_name(k):
+    return (f"dp{k['dp']} tp{k['tp']} pp{k['pp']} cp{k.get('cp', 1)} {k['schedule']} mb{k['mb']}"
+            + (" sp" if k.get("sp") else ""))
+
+
 def main():
     binary, profile = sys.argv[1], sys.argv[2]
     if "--tp-probe-from-loop" in sys.argv:
         profile = tp_probe_from_loop(binary, profile,
                                      sys.argv[sys.argv.index("--closed-loop") + 1])
+    if "--wake" in sys.argv:
+        profile = with_wake(profile, float(sys.argv[sys.argv.index("--wake") + 1]))
     show = "--rows" in sys.argv
     if "--closed-loop" in sys.argv:
         closed_loop(binary, profile, sys.argv[sys.argv.index("--closed-loop") + 1], show,

@@ -10,7 +10,6 @@
 #include <ostream>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "core/atomic_file.h"
@@ -223,6 +222,15 @@ const std::vector<Probe> kProbes = {
      "beyond it there, as 2 (n-1)/n bytes / seconds",
      {{"oversubscribed latency", "oversubscribed_latency_s", 1e6, "us"},
       {"busbw", "oversubscribed_busbw", 1e-9, "GB/s"}}},
+    {{"oversubscribed_wake_s"},
+     0.05,
+     false,
+     nullptr,
+     measure_oversubscribed_wake,
+     "2 x cores rank threads two per core as a step's: rank 0 sleeps in a receive while "
+     "rank 1 computes ~1 ms, the others wait; rank 1's send to rank 0 running again, "
+     "median over the waits that slept (wake_probe.cpp)",
+     {{"wake", "oversubscribed_wake_s", 1e6, "us"}}},
     {{"mpi_busbw", "mpi_latency_s", "mpi_p2p_bw"},
      0.2,
      false,
@@ -381,20 +389,6 @@ void run_round(HardwareProfile& h, double seconds, double total, bool first,
 // A real calibration (>= 10 s) runs 3 rounds of every probe, a short one (the tests') one.
 int calibration_rounds(double seconds) {
   return seconds >= 10 ? 3 : 1;
-}
-
-void log_band(const HardwareProfile& h, int rounds, std::ostream& log) {
-  char line[200];
-  for (auto [name, ref, lo, hi] :
-       {std::tuple{"fp32", h.reference_step_s, h.step_low_fp32, h.step_high_fp32},
-        std::tuple{"bf16", h.reference_step_s_bf16, h.step_low_bf16, h.step_high_bf16}}) {
-    if (ref <= 0 || lo <= 0) continue;
-    std::snprintf(line, sizeof line,
-                  "reference step (%s, one microbatch) over %d rounds: median %.1f ms, rounds "
-                  "%+.1f%% .. %+.1f%%\n",
-                  name, rounds, ref * 1e3, 100 * (lo - 1), 100 * (hi - 1));
-    log << line;
-  }
 }
 
 }  // namespace

@@ -95,6 +95,15 @@ void measure_oversubscribed_latency(HardwareProfile& h, const ProbeRun& run);
 // `ranks` busy rank threads: 0 when nothing measurable, never above the idle busbw.
 double oversubscribed_busbw_from(double bytes, double seconds, int ranks, double idle_busbw);
 void measure_mpi_links(HardwareProfile& h, const ProbeRun& run);
+// wake_probe.cpp: the wall from a peer's send to a sleeping receiver running again among
+// 2 x cores rank threads (the others computing; others_busy false: waiting), median and
+// p90 over the waits that slept, and the share of waits that slept.
+struct WakeCost {
+  double median_s = 0, p90_s = 0, slept_share = 0;
+  int samples = 0;
+};
+WakeCost wake_cost(int cores, double seconds, bool others_busy);
+void measure_oversubscribed_wake(HardwareProfile& h, const ProbeRun& run);
 
 // reference_steps.cpp: real `meshtrain train` steps of the reference model, in children.
 void measure_moe_load_spread(HardwareProfile& h, const ProbeRun& run);

@@ -1,7 +1,10 @@
 #include "plan/calibration_rounds.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <ostream>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "plan/profile_fields.h"
@@ -83,6 +86,20 @@ HardwareProfile combine_rounds(const std::vector<HardwareProfile>& rounds,
     band(h, s, rounds);
   }
   return h;
+}
+
+void log_band(const HardwareProfile& h, int rounds, std::ostream& log) {
+  char line[200];
+  for (auto [name, ref, lo, hi] :
+       {std::tuple{"fp32", h.reference_step_s, h.step_low_fp32, h.step_high_fp32},
+        std::tuple{"bf16", h.reference_step_s_bf16, h.step_low_bf16, h.step_high_bf16}}) {
+    if (ref <= 0 || lo <= 0) continue;
+    std::snprintf(line, sizeof line,
+                  "reference step (%s, one microbatch) over %d rounds: median %.1f ms, rounds "
+                  "%+.1f%% .. %+.1f%%\n",
+                  name, rounds, ref * 1e3, 100 * (lo - 1), 100 * (hi - 1));
+    log << line;
+  }
 }
 
 }  // namespace mt::plan

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <iosfwd>
 #include <vector>
 
 #include "model/precision.h"
@@ -30,5 +31,9 @@ using ReferencePrediction = std::function<double(const HardwareProfile&, Precisi
 // from the first round.
 HardwareProfile combine_rounds(const std::vector<HardwareProfile>& rounds,
                                const ReferencePrediction& predict);
+
+// Logs the reference step's median over the rounds and the band of its rounds, per precision
+// that has one.
+void log_band(const HardwareProfile& h, int rounds, std::ostream& log);
 
 }  // namespace mt::plan

@@ -100,6 +100,13 @@ struct HardwareProfile {
   // the wall they add (the sharing included): what a collective's bytes cost a step when
   // more rank threads than cores share the machine.
   double oversubscribed_busbw = 0;
+  // Local only (0 = not measured: no wake-up priced): the wall one block-and-wake of a rank
+  // thread costs when 2 x cores rank threads share the cores and the waiter's core has
+  // nothing else to run (the case where the local backend's waiter sleeps): from the peer's
+  // send to the receiver running again, the median over the probe's waits
+  // (plan/wake_probe.cpp); the planner charges it for every wait a layout's schedule
+  // blocks on (rank_waits.h).
+  double oversubscribed_wake_s = 0;
   // Local only (0 = not measured: 1): each core's compute rate when every core computes, over
   // its rate alone (shared physical cores, caches, memory bandwidth); k busy cores of n run
   // at 1 - (1 - this) (k - 1) / (n - 1).

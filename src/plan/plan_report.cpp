@@ -117,6 +117,8 @@ std::string plan_json(const PlanRequest& r, const SearchResult& s, int top) {
                       {"model_tflops_per_device", c.model_tflops_per_device},
                       {"mfu", c.mfu},
                       {"bubble", c.time.bubble},
+                      {"blocking_waits_per_rank", c.time.blocking_waits},
+                      {"wake_s", c.time.wake_s},
                       {"fits", c.fits},
                       {"memory_bytes",
                        {{"params", m.params},

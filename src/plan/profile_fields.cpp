@@ -143,6 +143,7 @@ std::vector<ProfileField> make_fields() {
       ratio("gemm_weight_grad_ratio_bf16", &H::gemm_weight_grad_ratio_bf16),
       seconds("oversubscribed_latency_s", &H::oversubscribed_latency_s),
       rate("oversubscribed_busbw", &H::oversubscribed_busbw, true),
+      seconds("oversubscribed_wake_s", &H::oversubscribed_wake_s),
       {"parallel_efficiency", &H::parallel_efficiency, 0, 1},
       {"parallel_efficiency_tp", &H::parallel_efficiency_tp, 0, 1},
       ratio("step_factor_fp32", &H::step_factor_fp32),

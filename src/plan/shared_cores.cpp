@@ -24,12 +24,14 @@ double busy_speedup(double efficiency, double cores, double priced, double busy)
 }
 
 double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& costs, double width,
-                             double cores, double efficiency) {
+                             double cores, double efficiency, std::vector<int>* blocked) {
   MT_CHECK(int(s.actions.size()) == s.stages && int(costs.size()) == s.stages);
   const size_t P = size_t(s.stages);
   std::vector<size_t> pc(P, 0);
   std::vector<double> left(P, -1);  // full-speed seconds left of the running action; -1: none
   std::map<MessageKey, double> arrival;
+  std::vector<size_t> counted(P, size_t(-1));  // the receive last counted as blocking
+  if (blocked) blocked->assign(P, 0);
   double now = 0;
   for (;;) {
     // Every stage runs its sends and arrived receives and starts its next computation (until
@@ -64,6 +66,13 @@ double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& cost
       }
     }
     if (done) return now;
+    // A stage stopped at a receive whose message is not yet sent blocks (its threads sleep
+    // until the sender rings them): counted once per receive (rank_waits.h).
+    for (size_t st = 0; blocked && st < P; ++st)
+      if (left[st] < 0 && pc[st] < s.actions[st].size() && counted[st] != pc[st] &&
+          is_recv(s.actions[st][pc[st]].kind) &&
+          !arrival.count(message_key(s, int(st), s.actions[st][pc[st]])))
+        counted[st] = pc[st], ++(*blocked)[st];
     int running = 0;
     for (size_t st = 0; st < P; ++st) running += left[st] >= 0;
     // The costs are every stage's rate with all its threads computing at once (compute_rates

@@ -91,6 +91,13 @@ std::vector<std::string> local_lines(const HardwareProfile& hw, bool bf16) {
       "kept for backward rounded to bf16 once (output gradients of row-parallel linears once "
       "per pass), weight copies rounded once per step; MoE router, LayerNorm, GELU, softmax, "
       "reductions and AdamW stay fp32"};
+  if (hw.oversubscribed_wake_s > 0)
+    a.push_back(
+        str("ranks x threads beyond the cores: every wait the schedule makes sleep (the "
+            "pipeline's receives reached before their send, with tp or cp the first "
+            "collective after each, with pp the world all-reduces) pays ",
+            num(hw.oversubscribed_wake_s * 1e6),
+            " us, the calibrated wake of a sleeping rank (rank_waits.h)"));
   if (hw.tiles_fwd_flops_bf16 > 0 && hw.tiles_bwd_flops_bf16 > 0)
     a.push_back(str("local bf16 in 1-thread ranks: the linears of up to ", kDenseBf16TilesMaxOut,
                     " outputs on the engine's dense AMX tiles (kernels/dense_gemm_bf16.h, the "

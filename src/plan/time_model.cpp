@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "plan/cost_model.h"
+#include "plan/rank_waits.h"
 #include "plan/zero3_overlap.h"
 #include "tensor_parallel/vocab_parallel.h"
 
@@ -364,13 +365,19 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
   // not show; PlanSharedCores.WaitsOnSharedCoresHideUnderTheOtherRanksWork).
   const PredictedTime w = predict_dedicated(without_waits(o), l, schedule, 1e300);
   double pipeline = w.pipeline_s * o.slowdown;
+  std::vector<int> blocked;
   if (l.pp > 1) {
     std::vector<OpCosts> ops = stage_ops(w, l, false, nullptr);
     for (OpCosts& op : ops) op.latency = p.pp_p2p_s;  // a send's latency is a wait already
-    pipeline = shared_cores_makespan(schedule, ops, o.width, r.hardware.cores);
+    pipeline = shared_cores_makespan(schedule, ops, o.width, r.hardware.cores, 0, &blocked);
   }
   const double work = pipeline + after_pipeline(w) * o.slowdown;
   p.step_s = std::max(work, p.pipeline_s + after_pipeline(p));
+  // Every wait that sleeps costs the wall of its wake-up (rank_waits.h): the woken rank
+  // runs only when its core's other rank yields it. 0 without the probe's figure.
+  p.blocking_waits = blocking_waits_per_rank(l, blocked, r.hardware.world_all_reduces);
+  if (r.backend == "local") p.wake_s = p.blocking_waits * r.hardware.oversubscribed_wake_s;
+  p.step_s += p.wake_s;
   return p;
 }
 

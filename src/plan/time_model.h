@@ -37,7 +37,10 @@ struct PredictedTime {
   double tp_exposed_s = 0, ep_exposed_s = 0, cp_exposed_s = 0, dp_exposed_s = 0, pp_p2p_s = 0;
   double zero3_exposed_s = 0, optimizer_s = 0;
   double dp_sms_s = 0;  // of dp_exposed_s: the computation lost to the hidden dp collectives' SMs
-  double recompute_s = 0;     // extra forward work in the backward (slowest stage)
+  double recompute_s = 0;  // extra forward work in the backward (slowest stage)
+  // Local, more rank threads than cores: the waits per rank and step that sleep
+  // (rank_waits.h) and the wall their wake-ups add (at oversubscribed_wake_s), in step_s.
+  double blocking_waits = 0, wake_s = 0;
   double bf16_weights_s = 0;  // local bf16: rounding the weight copies, once per step
   std::vector<StageCosts> stages;
   bool pruned = false;
@@ -85,9 +88,11 @@ PredictedTime predict_time(const PlanRequest& r, const Layout& l, const Schedule
 // stage computing (compute_rates at min(stages x width, cores) busy threads); while fewer
 // threads compute, the cores that run them are that much faster (busy_speedup): a stage
 // alone in a pipeline's warm-up or cool-down runs at one core's rate.
-// Returns the makespan.
+// Returns the makespan. `blocked` (when given): per stage, the receives it reached before
+// their message was sent (a block, rank_waits.h).
 double shared_cores_makespan(const Schedule& s, const std::vector<OpCosts>& costs, double width,
-                             double cores, double efficiency = 0);
+                             double cores, double efficiency = 0,
+                             std::vector<int>* blocked = nullptr);
 
 // How much faster than priced at `priced` busy threads a core runs with `busy` computing:
 // compute_rates' share of one core's rate (1 at one busy core, linear down to `efficiency`
