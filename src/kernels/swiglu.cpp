@@ -1,9 +1,6 @@
 #include "kernels/swiglu.h"
 #include "kernels/phase_profile.h"
 
-#include <algorithm>
-
-#include "kernels/bf16_row_store.h"
 #include "kernels/vec_math.h"
 
 namespace mt {
@@ -31,22 +28,6 @@ void swiglu_backward_rows(const float* gu, const float* dout, int N, int F, Stor
   }
 }
 
-// The bf16 rows compute kChunk fp32 values with the fp32 kernels' expression (the loop the
-// compiler vectorises, so the same bits as swiglu_forward / swiglu_backward) into a buffer
-// that stays in L1, then round them with the conversion instruction and one NaN/denormal
-// test per chunk (bf16_row_store.h): the compiler's form of float_to_bf16 narrows 32 to 16
-// bits with vpmovdw, slow on Zen. A multiple of 16, so only a row's last chunk has a tail.
-constexpr int kChunk = 256;
-
-inline void store_chunk_bf16(bf16* out, const float* v, int n) {
-#if defined(__AVX512F__)
-  auto value = [=](int c, __mmask16 m) { return _mm512_maskz_loadu_ps(m, v + c); };
-  bf16_rows::store_row_bf16(out, n, value, value);
-#else
-  for (int i = 0; i < n; i++) out[i] = float_to_bf16(v[i]);
-#endif
-}
-
 }  // namespace
 
 void swiglu_forward(float* out, const float* gu, int N, int F) {
@@ -61,14 +42,8 @@ void swiglu_forward(float* out, const float* gu, int N, int F) {
 }
 
 void swiglu_forward_bf16_row(bf16* out, const float* gate, const float* up, int F) {
-  alignas(64) float v[kChunk];
-  for (int c0 = 0; c0 < F; c0 += kChunk) {
-    const int n = std::min(kChunk, F - c0);
-    const float *g = gate + c0, *u = up + c0;
 #pragma omp simd
-    for (int i = 0; i < n; i++) v[i] = g[i] * sigmoid(g[i]) * u[i];
-    store_chunk_bf16(out + c0, v, n);
-  }
+  for (int i = 0; i < F; i++) out[i] = float_to_bf16_select(gate[i] * sigmoid(gate[i]) * up[i]);
 }
 
 void swiglu_forward_bf16(bf16* out, const float* gu, int N, int F) {
@@ -97,18 +72,11 @@ void swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int 
 
 void swiglu_backward_bf16_row(bf16* dgate, bf16* dup, const float* gate, const float* up,
                               const float* dout, int F) {
-  alignas(64) float vg[kChunk], vu[kChunk];
-  for (int c0 = 0; c0 < F; c0 += kChunk) {
-    const int n = std::min(kChunk, F - c0);
-    const float *g = gate + c0, *u = up + c0, *d = dout + c0;
 #pragma omp simd
-    for (int i = 0; i < n; i++) {
-      const float s = sigmoid(g[i]);
-      vg[i] = d[i] * u[i] * (s + g[i] * s * (1.0f - s));
-      vu[i] = d[i] * (g[i] * s);
-    }
-    store_chunk_bf16(dgate + c0, vg, n);
-    store_chunk_bf16(dup + c0, vu, n);
+  for (int i = 0; i < F; i++) {
+    const float s = sigmoid(gate[i]);
+    dgate[i] = float_to_bf16_select(dout[i] * up[i] * (s + gate[i] * s * (1.0f - s)));
+    dup[i] = float_to_bf16_select(dout[i] * (gate[i] * s));
   }
 }
 

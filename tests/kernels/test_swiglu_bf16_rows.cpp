@@ -1,9 +1,9 @@
-// The bf16 SwiGLU kernels compute chunks of 256 fp32 values with the fp32 kernels' expression,
-// round them with the conversion instruction and test for a NaN or a denormal once per chunk,
-// storing a chunk that holds one again with the integer rule (kernels/swiglu.cpp). A special
-// value in a row's first chunk, its second or its last (with a 16-wide tail) must leave every
-// value of every row to_bf16 of the fp32 kernels', on one and two threads. Without the
-// second store the conversion instruction would flush the denormal and keep the NaN's sign.
+// The bf16 SwiGLU kernels must store to_bf16 of the fp32 kernels' values for every input,
+// special ones included: a negative NaN (stored as the canonical 0x7FC0) and denormal
+// results (kept, not flushed), in a row's first 256 values, its second 256 or its tail, on
+// one and two threads. LlamaKernelsBf16.SwigluOutputsAreTheRoundedFp32Outputs plants none;
+// this is what a faster rounding (the conversion instruction, which flushes denormals and
+// keeps a NaN's sign) must still pass. It fails when the rounding drops the NaN select.
 #include <gtest/gtest.h>
 #include <omp.h>
 
