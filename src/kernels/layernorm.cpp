@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16_row_store.h"
 #include "kernels/column_chunks.h"
 #include "kernels/reduce.h"
 #include "kernels/vec_math.h"
@@ -45,47 +46,21 @@ inline void store_row(float* y, const float* x, float m, float s, const float* w
   for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * w[c] + b[c];
 }
 
-// The same values rounded to bf16 as they are stored. With AVX-512 by hand, 16 at a time:
-// the compiler's version of the integer rounding narrows 32 to 16 bits with vpmovdw, slow on
-// Zen. Where the build has AVX512-BF16 the conversion instruction rounds the row and one
-// classification mask per row (not a branch per 16 values, as round_bf16x16 takes) says
-// whether a NaN or a denormal, which it would round otherwise than float_to_bf16, makes the
-// row take the integer rounding again. The sum is written as the fp32 loop above contracts
-// it (one fma for * w + b), which the bitwise tests hold it to.
+// The same values rounded to bf16 as they are stored. With AVX-512 by hand, 16 at a time,
+// through bf16_row_store.h (the conversion instruction, one NaN/denormal test per row): the
+// compiler's version of the integer rounding narrows 32 to 16 bits with vpmovdw, slow on Zen.
+// The sum is written as the fp32 loop above contracts it (one fma for * w + b), which the
+// bitwise tests hold it to.
 inline void store_row(bf16* y, const float* x, float m, float s, const float* w, const float* b,
                       int C) {
 #if defined(__AVX512F__)
   const __m512 mv = _mm512_set1_ps(m), sv = _mm512_set1_ps(s);
-  const int full = C / 16 * 16;
-  const __mmask16 tail = __mmask16((1u << (C - full)) - 1);
   auto value = [&](int c, __mmask16 k) {
     const __m512 xv = _mm512_maskz_loadu_ps(k, x + c);
     return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(xv, mv), sv),
                            _mm512_maskz_loadu_ps(k, w + c), _mm512_maskz_loadu_ps(k, b + c));
   };
-  auto put_tail = [&](__m256i h) {
-    alignas(32) bf16 t[16];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(t), h);
-    for (int i = 0; full + i < C; i++) y[full + i] = t[i];
-  };
-#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
-  __mmask16 special = 0;  // quiet NaN (0x01), denormal (0x20), signalling NaN (0x80)
-  for (int c = 0; c < full; c += 16) {
-    const __m512 v = value(c, 0xFFFF);
-    special |= _mm512_fpclass_ps_mask(v, 0x01 | 0x20 | 0x80);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + c),
-                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-  }
-  if (tail) {
-    const __m512 v = value(full, tail);
-    special |= _mm512_fpclass_ps_mask(v, 0x01 | 0x20 | 0x80);
-    put_tail(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-  }
-  if (__builtin_expect(special == 0, 1)) return;
-#endif
-  for (int c = 0; c < full; c += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + c), round_bf16x16_bits(value(c, 0xFFFF)));
-  if (tail) put_tail(round_bf16x16_bits(value(full, tail)));
+  bf16_rows::store_row_bf16(y, C, value, value);
 #else
 #pragma omp simd
   for (int c = 0; c < C; c++) {

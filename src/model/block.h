@@ -68,6 +68,17 @@ class Block {
 
   // x_out (b, T, C) = block(x_in (b, T, C)); x_in must stay untouched until backward_weight.
   virtual void forward(float* slot, const float* x_in, float* x_out, int b, int T) = 0;
+  // forward with the closing residual add (x_out += x_mid) between two blocks of a chunk
+  // folded into the second block's first norm, which reads the sum from L1 as it writes it
+  // instead of a pass of its own (the GPT block's ln_1, the Llama block's attention norm).
+  // `pending` (null: none) is what the block before left out of x_in: it is added into x_in
+  // in place before anything reads it, so x_in holds the summed stream afterwards, as
+  // forward's input does (the backward and the saved inputs read it). With leave_open the
+  // block leaves x_out without its own x_mid and returns that x_mid (in its slot, live until
+  // the next forward on this slot) for the next block; otherwise it adds it and returns null.
+  // Bitwise forward's results: the same additions, one per element.
+  virtual const float* forward_chained(float* slot, float* x_in, const float* pending, float* x_out,
+                                       bool leave_open, int b, int T) = 0;
   // dx_in (b, T, C) = gradient w.r.t. x_in, from dx_out (b, T, C). Overwrites dx_in.
   // scratch: attention_scratch_floats() floats.
   virtual void backward_input(float* slot, const float* x_in, const float* dx_out, float* dx_in,
@@ -88,6 +99,14 @@ class Block {
   virtual size_t own_workspace_floats() const = 0;
   // Null for a dense block.
   virtual MoeLayer* moe() = 0;
+};
+
+// The closing residual add a block hands to the next (Block::forward_chained): x_in receives
+// `pending` in its first norm's row pass when non-null; leave_open skips the block's own add.
+struct ResidualChain {
+  float* x_in = nullptr;  // the block's input, written in place when `pending` is set
+  const float* pending = nullptr;
+  bool leave_open = false;
 };
 
 // What every block of a chunk shares and does not own.

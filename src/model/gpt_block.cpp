@@ -243,7 +243,15 @@ int GptBlock::rows(int b, int T) const {
 
 void GptBlock::forward(float* s, const float* x_in, float* x_out, int b, int T) {
   with_precision_ops(bf16_, scratch_,
-                     [&](const auto& ops) { forward_with(ops, s, x_in, x_out, b, T); });
+                     [&](const auto& ops) { forward_with(ops, s, x_in, x_out, b, T, {}); });
+}
+
+const float* GptBlock::forward_chained(float* s, float* x_in, const float* pending, float* x_out,
+                                       bool leave_open, int b, int T) {
+  const ResidualChain chain{pending ? x_in : nullptr, pending, leave_open};
+  with_precision_ops(bf16_, scratch_,
+                     [&](const auto& ops) { forward_with(ops, s, x_in, x_out, b, T, chain); });
+  return leave_open ? s + off_.x_mid : nullptr;
 }
 
 void GptBlock::backward_input(float* s, const float* x_in, const float* dx_out, float* dx_in,
@@ -259,7 +267,8 @@ void GptBlock::backward_weight(float* s, const float* x_in, const float* dx_out,
 }
 
 template <class Ops>
-void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_out, int b, int T) {
+void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_out, int b, int T,
+                            const ResidualChain& chain) {
   using Act = typename Ops::Act;
   const int N = b * T, Nl = rows(b, T);
   const size_t nc = size_t(Nl) * C_;  // one residual-stream buffer on this rank
@@ -269,7 +278,11 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
   float* x_mid = s + off_.x_mid;
   float* att = recompute_attention_ ? probs_scratch_ : s + off_.att;
 
-  p.layernorm(ln1_out, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
+  if (chain.pending)  // the block before's closing add, in ln_1's row pass
+    p.add_layernorm(ln1_out, s + off_.ln1_mean, s + off_.ln1_rstd, chain.x_in, chain.pending,
+                    ln1_.w, ln1_.b, Nl, C_);
+  else
+    p.layernorm(ln1_out, s + off_.ln1_mean, s + off_.ln1_rstd, x_in, ln1_.w, ln1_.b, Nl, C_);
   p.forward(qkv_, qkv, ln1_out, N, p.gathered());
   if (flash_)
     flash_core_forward(p, att_out, s + off_.lse, flash_args(qkv, b, T), context_.cp,
@@ -295,7 +308,7 @@ void GptBlock::forward_with(const Ops& p, float* s, const float* x_in, float* x_
     p.forward(mlp_proj_, x_out, fc_out, N);
   }
   if (dropout_on()) branch_dropout(x_out, x_out, 2, b, T, false);
-  residual_add(x_out, x_mid, nc);
+  if (!chain.leave_open) residual_add(x_out, x_mid, nc);
 }
 
 // A residual branch's output (which 1: attention, 2: MLP), or its gradient, through its mask:

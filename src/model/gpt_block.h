@@ -102,6 +102,8 @@ class GptBlock final : public Block {
   // x_out (b, T, C) = block(x_in (b, T, C)); x_in must stay untouched until backward_weight.
   // Under sequence parallelism x_in, x_out, dx_in and dx_out hold this rank's b*T/t rows.
   void forward(float* slot, const float* x_in, float* x_out, int b, int T) override;
+  const float* forward_chained(float* slot, float* x_in, const float* pending, float* x_out,
+                               bool leave_open, int b, int T) override;
   // dx_in (b, T, C) = gradient w.r.t. x_in, from dx_out (b, T, C). Overwrites dx_in.
   // scratch: attention backward scratch of attention_scratch_floats() floats.
   void backward_input(float* slot, const float* x_in, const float* dx_out, float* dx_in,
@@ -131,7 +133,8 @@ class GptBlock final : public Block {
   void reserve_buffers(SlotLayout& layout, bool moe);
   // The passes, written once over the precision's ops (precision_ops.h: Fp32Ops, Bf16Ops).
   template <class Ops>
-  void forward_with(const Ops& ops, float* slot, const float* x_in, float* x_out, int b, int T);
+  void forward_with(const Ops& ops, float* slot, const float* x_in, float* x_out, int b, int T,
+                    const ResidualChain& chain);
   template <class Ops>
   void backward_input_with(const Ops& ops, float* slot, const float* x_in, const float* dx_out,
                            float* dx_in, float* scratch, int b, int T);

@@ -241,7 +241,7 @@ int LlamaBlock::rows(int b, int T) const {
 
 template <class Ops>
 void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float* x_out, int b,
-                              int T) {
+                              int T, const ResidualChain& chain) {
   const int N = b * T, Nl = rows(b, T);
   const size_t nc = size_t(Nl) * C_;
   float* qkv = s + off_.qkv;
@@ -251,7 +251,10 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
 
   // Attention: n1 = rmsnorm(x_in); qkv = n1 [Wq; Wk; Wv]^T; the flash core (RoPE inside);
   // x_mid = x_in + o_proj(att).
-  norm1_.forward(s, n1, x_in, Nl);
+  if (chain.pending)  // the block before's closing add, in the norm's row pass
+    norm1_.add_forward(s, n1, chain.x_in, chain.pending, Nl);
+  else
+    norm1_.forward(s, n1, x_in, Nl);
   ops.forward(qkv_, qkv, n1, N, ops.gathered(), /*with_bias=*/false);
   const std::span<float> fscratch(forward_scratch_, forward_scratch_floats());
   flash_core_forward(ops, att_out, s + off_.lse, attention_args(qkv, b, T), context_.cp, fscratch);
@@ -284,7 +287,7 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
     mlp_forward(ops, s, n2, x_out, N);
   }
   if (dropout_on()) branch_dropout(x_out, x_out, 2, Nl, false);
-  residual_add(x_out, x_mid, nc);  // profiled under norm, as the GPT block's
+  if (!chain.leave_open) residual_add(x_out, x_mid, nc);  // profiled under norm, as GPT's
 }
 
 // y = down(silu(gate n2) * up n2), the dense MLP or the shared experts.
@@ -355,7 +358,15 @@ void LlamaBlock::attention_backward_input(const Ops& ops, float* s, float* scrat
 
 void LlamaBlock::forward(float* s, const float* x_in, float* x_out, int b, int T) {
   with_precision_ops(bf16_, scratch_,
-                     [&](const auto& ops) { forward_with(ops, s, x_in, x_out, b, T); });
+                     [&](const auto& ops) { forward_with(ops, s, x_in, x_out, b, T, {}); });
+}
+
+const float* LlamaBlock::forward_chained(float* s, float* x_in, const float* pending, float* x_out,
+                                         bool leave_open, int b, int T) {
+  const ResidualChain chain{pending ? x_in : nullptr, pending, leave_open};
+  with_precision_ops(bf16_, scratch_,
+                     [&](const auto& ops) { forward_with(ops, s, x_in, x_out, b, T, chain); });
+  return leave_open ? s + off_.x_mid : nullptr;
 }
 
 void LlamaBlock::backward_input(float* s, const float* x_in, const float* dx_out, float* dx_in,

@@ -69,6 +69,8 @@ class LlamaBlock final : public Block {
   void set_forward_scratch(float* scratch) override { forward_scratch_ = scratch; }
 
   void forward(float* slot, const float* x_in, float* x_out, int b, int T) override;
+  const float* forward_chained(float* slot, float* x_in, const float* pending, float* x_out,
+                               bool leave_open, int b, int T) override;
   void backward_input(float* slot, const float* x_in, const float* dx_out, float* dx_in,
                       float* scratch, int b, int T) override;
   void backward_weight(float* slot, const float* x_in, const float* dx_out, int b, int T) override;
@@ -88,7 +90,8 @@ class LlamaBlock final : public Block {
   FlashAttention attention_args(const float* qkv, int b, int T) const;
 
   template <class Ops>
-  void forward_with(const Ops& ops, float* s, const float* x_in, float* x_out, int b, int T);
+  void forward_with(const Ops& ops, float* s, const float* x_in, float* x_out, int b, int T,
+                    const ResidualChain& chain);
   template <class Ops>
   void mlp_forward(const Ops& ops, float* s, const typename Ops::Act* n2, float* y, int N);
   template <class Ops>

@@ -253,9 +253,16 @@ double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, 
     embedding_->forward(x(slot, 0), saved, b, T, sp_scratch_.data());
     dropout_.embedding(x(slot, 0), int(N), cfg_.dim, false);
   }
+  // Each block's closing residual add folded into the next block's first norm
+  // (Block::forward_chained); the chunk's last block adds its own, so the head or the next
+  // stage receives the summed stream. Not under full recomputation: there the blocks share
+  // one scratch, where the next block's forward would overwrite the x_mid still to be added.
+  const float* pending = nullptr;
   for (int i = 0; i < n; ++i) {
     before_use(1 + i, i + 1 < n ? 2 + i : (head_ ? 0 : -1));
-    blocks_[i]->forward(block_base(slot), x(slot, i), x(slot, i + 1), b, T);
+    const bool leave_open = !full_ && i + 1 < n;
+    pending = blocks_[i]->forward_chained(block_base(slot), x(slot, i), pending, x(slot, i + 1),
+                                          leave_open, b, T);
     after_use(1 + i);
   }
   if (!head_) {
