@@ -33,7 +33,15 @@ that grows further at dp=2 grows because the meeting lines the ranks' phases up,
 their memory-bound passes (AdamW above all) run at the same time; dp=2's "framework" also
 holds the local all-reduce's own sums, which run on the rank's thread.
 
-  bench/bench_dp.py BUILD/meshtrain [--repeat 3] [--zero 0] [--phases] [-- extra flags]
+--zero: the ZeRO stage of the dp=2 runs (default 0), or a list of stages ("0,1"): each try
+then runs dp=1 and dp=2 at every listed stage in turn (alternated in the same run), and the
+summary gives each stage's speed-up on its own line; --phases gets a dp=2 column per stage.
+At dp 2, ZeRO 1 and 2 halve each rank's AdamW pass (each rank updates its half of the
+parameters, then the two halves are all-gathered), the pass that the two ranks stream at
+the same moment on the shared memory path (issue #33, stop 46). Every line names its stage:
+ZeRO 0 and ZeRO 1 are separate figures, not one goal met two ways.
+
+  bench/bench_dp.py BUILD/meshtrain [--repeat 3] [--zero 0[,1,2]] [--phases] [-- extra flags]
   (weak scaling in bf16, issue #33: bench/bench_dp.py build/meshtrain --repeat 5 -- --precision bf16)
 """
 import argparse
@@ -168,10 +176,11 @@ def breakdown(text):
     return out
 
 
-def phase_run(binary, dp, batch, extra, steps, core=None):
+def phase_run(binary, dp, batch, extra, steps, core=None, zero=0):
     """Starts one breakdown run (held to `core` when given); returns the process."""
     cmd = ([binary, "bench", "step", "--breakdown"] + MODEL.split() +
-           ["--steps", str(steps), "--dp", str(dp), "--threads", "1", "--batch", str(batch)] + extra)
+           ["--steps", str(steps), "--dp", str(dp), "--threads", "1", "--batch", str(batch),
+            "--zero", str(zero)] + extra)
     pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=pin)
@@ -182,15 +191,19 @@ def phases(a):
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         sys.exit("bench_dp: --phases needs two cores")
-    forms = {"dp=1": [], "2 x dp=1": [], "dp=2": []}
+    forms = {"dp=1": [], "2 x dp=1": []}
+    for z in a.zeros:  # one dp=2 column per ZeRO stage
+        forms[f"dp=2 z{z}"] = []
     for _ in range(a.repeat):
         for form, runs in forms.items():
             if form == "2 x dp=1":
                 ps = [phase_run(a.binary, 1, a.batch // 2, a.extra, a.phase_steps, c)
                       for c in cores[:2]]
+            elif form == "dp=1":
+                ps = [phase_run(a.binary, 1, a.batch // 2, a.extra, a.phase_steps)]
             else:
-                dp = 1 if form == "dp=1" else 2
-                ps = [phase_run(a.binary, dp, a.batch // 2 * dp, a.extra, a.phase_steps)]
+                z = int(form.split("z")[1])
+                ps = [phase_run(a.binary, 2, a.batch, a.extra, a.phase_steps, zero=z)]
             for p in ps:
                 out, err = p.communicate()
                 if p.returncode != 0:
@@ -198,17 +211,21 @@ def phases(a):
                 runs.append(breakdown(out))
     print(f"cpu ms per step of rank 0 by phase, medians of {a.repeat} alternated runs "
           f"({a.phase_steps} steps each; load average {os.getloadavg()[0]:.1f} at the end)")
-    print(f"  {'phase':12s}" + "".join(f"{f:>10s}" for f in forms) + "   dp=2 - dp=1")
+    print("  (dp=2 zN: dp=2 at ZeRO stage N; the last columns: each dp=2 column minus dp=1)")
+    print(f"  {'phase':12s}" + "".join(f"{f:>10s}" for f in forms) +
+          "".join(f"{'-dp=1 z' + str(z):>10s}" for z in a.zeros))
     for key in PHASES + ["thread cpu", "step", "wait"]:
         med = [statistics.median(r.get(key, 0.0) for r in runs) for runs in forms.values()]
-        print(f"  {key:12s}" + "".join(f"{m:10.3f}" for m in med) + f"   {med[2] - med[0]:+.3f}")
+        print(f"  {key:12s}" + "".join(f"{m:10.3f}" for m in med) +
+              "".join(f"{m - med[0]:+10.3f}" for m in med[2:]))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--zero", type=int, default=0)
+    ap.add_argument("--zero", default="0",
+                    help="ZeRO stage of the dp=2 runs, or a comma list (alternated per try)")
     ap.add_argument("--batch", type=int, default=8, help="global batch of the dp=2 run")
     ap.add_argument("--steps", type=int, default=12, help="steps per run (the first 3 are skipped)")
     ap.add_argument("--phases", action="store_true",
@@ -219,30 +236,40 @@ def main():
     # unparsed after the positionals.
     a, rest = ap.parse_known_args()
     a.extra += [x for x in rest if x != "--"]
+    a.zeros = [int(z) for z in a.zero.split(",")]
+    if any(z not in (0, 1, 2, 3) for z in a.zeros):
+        sys.exit(f"bench_dp: --zero {a.zero}: stages are 0-3")
     if a.phases:
         return phases(a)
     bf16 = "bf16" in a.extra
     goal_x, goal_exposed = (1.9, 0.03) if bf16 else (1.85, 0.10)
-    speedups, exposures = [], []
+    speedups = {z: [] for z in a.zeros}
+    exposures = {z: [] for z in a.zeros}
+    cmds = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.repeat):
             one, _, cmd1, _ = run(a.binary, ["--dp", "1", "--threads", "1", "--batch",
                                           str(a.batch // 2)] + a.extra, tmp, a.steps)
-            two, exp2, cmd2, ev = run(a.binary, ["--dp", "2", "--threads", "1", "--batch",
-                                                 str(a.batch), "--zero", str(a.zero)] + a.extra,
-                                      tmp, a.steps, sample=True)
-            speedups.append(two / one)
-            exposures.append(exp2)
-            ranks = "/".join(f"{x:.1f}" for x in ev["ranks_ms"])
-            same = "bound" if ev["same_core"] is None else f"{ev['same_core']:.0%}"
-            print(f"try {i + 1}: dp=1 {one:8.0f} tok/s | dp=2 {two:8.0f} tok/s | "
-                  f"speed-up {two / one:.2f}x | exposed comm {exp2:.1%} of the step | "
-                  f"ranks F+B {ranks} ms, same core {same}, "
-                  f"steal {ev['steal']:.1%}, others {ev['others']:.0%}")
-    print(f"commands:\n  {cmd1}\n  {cmd2}")
-    print(f"speed-up: best {max(speedups):.2f}x, median {statistics.median(speedups):.2f}x "
-          f"(goal >= {goal_x}x); exposed comm: best {min(exposures):.1%}, median "
-          f"{statistics.median(exposures):.1%} of the step (goal <= {goal_exposed:.0%})")
+            for z in a.zeros:
+                two, exp2, cmd2, ev = run(a.binary, ["--dp", "2", "--threads", "1", "--batch",
+                                                     str(a.batch), "--zero", str(z)] + a.extra,
+                                          tmp, a.steps, sample=True)
+                speedups[z].append(two / one)
+                exposures[z].append(exp2)
+                if i == 0:
+                    cmds.append(cmd2)
+                ranks = "/".join(f"{x:.1f}" for x in ev["ranks_ms"])
+                same = "bound" if ev["same_core"] is None else f"{ev['same_core']:.0%}"
+                print(f"try {i + 1}: dp=1 {one:8.0f} tok/s | dp=2 ZeRO {z} {two:8.0f} tok/s | "
+                      f"speed-up {two / one:.2f}x | exposed comm {exp2:.1%} of the step | "
+                      f"ranks F+B {ranks} ms, same core {same}, "
+                      f"steal {ev['steal']:.1%}, others {ev['others']:.0%}")
+    print("commands:\n  " + "\n  ".join([cmd1] + cmds))
+    for z in a.zeros:
+        sp, ex = speedups[z], exposures[z]
+        print(f"dp=2 ZeRO {z}: speed-up: best {max(sp):.2f}x, median {statistics.median(sp):.2f}x "
+              f"(goal >= {goal_x}x); exposed comm: best {min(ex):.1%}, median "
+              f"{statistics.median(ex):.1%} of the step (goal <= {goal_exposed:.0%})")
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ bool AdamW::update(float* params, const float* grads, double lr, int step, float
   return adamw_update_pieces(kernel_runs_, hp);
 }
 
-std::vector<bool> AdamW::write_bf16_copies(const std::vector<Bf16CopyRange>& ranges) {
-  // Phase 1: a range is taken when the pieces cover each of its elements and no range
-  // taken before overlaps it.
+std::vector<bool> AdamW::write_bf16_copies(const std::vector<Bf16CopyRange>& ranges, bool partial) {
+  // Phase 1: a range is taken when the pieces cover each of its elements (with `partial`:
+  // any of them) and no range taken before overlaps it.
   std::vector<bool> taken(ranges.size());
   std::vector<Bf16CopyRange> kept;
   for (size_t i = 0; i < ranges.size(); ++i) {
@@ -47,12 +47,30 @@ std::vector<bool> AdamW::write_bf16_copies(const std::vector<Bf16CopyRange>& ran
     const bool overlaps = std::any_of(kept.begin(), kept.end(), [&](const Bf16CopyRange& k) {
       return k.param_off < r.param_off + r.n && r.param_off < k.param_off + k.n;
     });
-    taken[i] = r.n > 0 && covered == r.n && !overlaps;
+    taken[i] = r.n > 0 && (partial ? covered > 0 : covered == r.n) && !overlaps;
     if (taken[i]) kept.push_back(r);
   }
   // Phase 2: the runs, split at the taken ranges' ends.
   split_runs(kept);
   return taken;
+}
+
+std::vector<std::pair<size_t, size_t>> AdamW::uncovered(size_t param_off, size_t n) const {
+  // The pieces' parts inside the range, in order of their offsets, then the gaps between.
+  std::vector<std::pair<size_t, size_t>> inside, gaps;
+  for (const OptimPiece& p : pieces_) {
+    const size_t lo = std::max(p.param_off, param_off);
+    const size_t hi = std::min(p.param_off + p.n, param_off + n);
+    if (hi > lo) inside.emplace_back(lo, hi);
+  }
+  std::sort(inside.begin(), inside.end());
+  size_t at = param_off;
+  for (const auto& [lo, hi] : inside) {
+    if (lo > at) gaps.emplace_back(at, lo);
+    at = std::max(at, hi);
+  }
+  if (at < param_off + n) gaps.emplace_back(at, param_off + n);
+  return gaps;
 }
 
 void AdamW::split_runs(const std::vector<Bf16CopyRange>& taken) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "core/arena.h"
@@ -50,8 +51,14 @@ class AdamW {
   // From the next update on, also writes these bf16 copies of updated parameters. Returns
   // which ranges it took: those whose every element this rank updates (a range the pieces
   // cover only in part, e.g. a ZeRO shard's, would be left partly stale, so it is not
-  // taken). Replaces any earlier set.
-  std::vector<bool> write_bf16_copies(const std::vector<Bf16CopyRange>& ranges);
+  // taken), or with `partial`, those it updates at least one element of: the caller then
+  // owns the rest of each (uncovered()) and must write it before the copy is read. A
+  // range overlapping one taken before is never taken. Replaces any earlier set.
+  std::vector<bool> write_bf16_copies(const std::vector<Bf16CopyRange>& ranges,
+                                      bool partial = false);
+  // The parts of [param_off, param_off + n) that no piece updates, in order, as
+  // [begin, end) offsets of the buffer passed to update().
+  std::vector<std::pair<size_t, size_t>> uncovered(size_t param_off, size_t n) const;
 
   Arena& exp_avg() { return m_; }
   Arena& exp_avg_sq() { return v_; }

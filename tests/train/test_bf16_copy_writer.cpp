@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/bf16.h"
@@ -58,7 +59,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // The optimizer takes a copy only when its pieces cover every element of it, and once: a
 // ZeRO shard's piece covering half a weight, or a second copy of the same weights, would
-// leave a copy partly stale.
+// leave a copy partly stale. Asked for partial copies (ZeRO 1-2), it takes any range it
+// updates a part of and names the rest, which the caller converts.
 TEST(AdamWBf16Copies, TakesOnlyRangesItUpdatesWhole) {
   // Two tensors: [0, 100) decayed, [100, 150) not; the rank updates [0, 120) only.
   AdamW opt({}, {{0, 0, 0, 100, true}, {100, 100, 100, 20, false}});
@@ -78,6 +80,27 @@ TEST(AdamWBf16Copies, TakesOnlyRangesItUpdatesWhole) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], float_to_bf16(params[10 + i])) << i;
   for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(b[i], float_to_bf16(params[90 + i])) << i;
   for (bf16 x : c) EXPECT_EQ(x, bf16(0));  // not taken: never written
+}
+
+TEST(AdamWBf16Copies, TakesPartialRangesAndNamesTheirRest) {
+  // A shard: the rank updates [20, 50) and [70, 90) of a 100-element weight.
+  AdamW opt({}, {{20, 20, 20, 30, true}, {70, 70, 70, 20, true}});
+  std::vector<bf16> a(100), b(10);
+  const std::vector<bool> taken = opt.write_bf16_copies({{0, a.data(), 100},   // in part
+                                                         {55, b.data(), 10}},  // none of it
+                                                        true);
+  EXPECT_EQ(taken, (std::vector<bool>{true, false}));
+  using Gaps = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(opt.uncovered(0, 100), (Gaps{{0, 20}, {50, 70}, {90, 100}}));
+  EXPECT_EQ(opt.uncovered(25, 10), Gaps{});
+  EXPECT_EQ(opt.uncovered(45, 30), (Gaps{{50, 70}}));
+  std::vector<float> params(100), grads(100, 0.5f);
+  for (size_t i = 0; i < params.size(); ++i) params[i] = 0.01f * float(i);
+  ASSERT_TRUE(opt.update(params.data(), grads.data(), 1e-2, 1));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool updated = (i >= 20 && i < 50) || (i >= 70 && i < 90);
+    EXPECT_EQ(a[i], updated ? float_to_bf16(params[i]) : bf16(0)) << i;
+  }
 }
 
 class Bf16CopyWriterTest : public ::testing::Test {
@@ -101,21 +124,24 @@ TEST_F(Bf16CopyWriterTest, WrittenCopiesEqualConvertedOnesBitwise) {
     int dp, tp, zero;
     bool llama;
   };
-  const std::vector<Layout> layouts = {{"one worker", 1, 1, 0, false},
-                                       {"dp 2", 2, 1, 0, false},
-                                       {"tp 2", 1, 2, 0, false},
-                                       {"llama", 1, 1, 0, true},
-                                       {"dp 2 zero 1", 2, 1, 1, false}};
+  const std::vector<Layout> layouts = {
+      {"one worker", 1, 1, 0, false},  {"dp 2", 2, 1, 0, false},
+      {"tp 2", 1, 2, 0, false},        {"llama", 1, 1, 0, true},
+      {"dp 2 zero 1", 2, 1, 1, false}, {"dp 2 zero 2", 2, 1, 2, false},
+      {"dp 4 zero 1", 4, 1, 1, false}, {"dp 2 zero 3", 2, 1, 3, false}};
   for (const Layout& l : layouts) {
     SCOPED_TRACE(l.name);
     TrainOptions o = base();
     o.parallel.dp = l.dp, o.parallel.tp = l.tp, o.parallel.zero = l.zero;
     if (l.llama) o.model.arch = Arch::llama;
     const TrainRun written = train(o, true), converted = train(o, false);
-    // Every block's four linears and the head where the writer applies (ZeRO 0); none under
-    // ZeRO, where a rank updates a shard only.
+    // Every block's four linears and the head where the writer applies at ZeRO 0. At ZeRO
+    // 1-2 those that rank 0's shard covers a part of (the rest converted after the
+    // all-gather); none at ZeRO 3.
     if (l.zero == 0)
       EXPECT_EQ(written.copies, size_t(4 * o.model.layers + 1));
+    else if (l.zero < 3)
+      EXPECT_GT(written.copies, 0u);
     else
       EXPECT_EQ(written.copies, 0u);
     EXPECT_EQ(converted.copies, 0u);
