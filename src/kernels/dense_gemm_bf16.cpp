@@ -15,6 +15,7 @@
 #include "kernels/grouped_gemm.h"
 #include "kernels/grouped_gemm_pack.h"
 #include "kernels/matmul_bf16.h"
+#include "kernels/matmul_bf16_blocked.h"
 #include "kernels/phase_profile.h"
 
 namespace mt {
@@ -124,8 +125,24 @@ ScopedDenseBf16Path::~ScopedDenseBf16Path() {
   path_override = saved_;
 }
 
-DenseBf16Weight::DenseBf16Weight(int C, int OC, const uint64_t* version)
-    : C_(C), OC_(OC), version_(version), copy_(size_t(C) * OC, version) {}
+DenseBf16Weight::DenseBf16Weight(int C, int OC, const uint64_t* version, bool biased_forward)
+    : C_(C),
+      OC_(OC),
+      version_(version),
+      biased_forward_(biased_forward),
+      copy_(size_t(C) * OC, version) {}
+
+const bf16* DenseBf16Weight::blocked(const float* w, const float* bias) {
+  if (!biased_forward_ || !bias || !matmul_bf16_forward_blocked_available(C_, OC_, true))
+    return nullptr;
+  if (blocked_version_ != *version_) {
+    const bf16* plain = copy_.get(w);  // written ahead by the optimizer, or converted now
+    blocked_.resize(matmul_bf16_blocked_weight_size(C_, OC_));
+    matmul_bf16_block_weight(blocked_.data(), plain, C_, OC_);
+    blocked_version_ = *version_;
+  }
+  return blocked_.data();
+}
 
 bool DenseBf16Weight::on_tiles(int OC) {
   return dense_bf16_layer_on_tiles(OC);
@@ -147,20 +164,28 @@ const uint32_t* DenseBf16Weight::packed(const float* w, GroupedPack which) {
 }
 
 size_t DenseBf16Weight::bytes() const {
-  return bytes(C_, OC_);
+  return bytes(C_, OC_, biased_forward_);
 }
 
-size_t DenseBf16Weight::bytes(int C, int OC) {
-  if (!on_tiles(OC)) return size_t(C) * OC * sizeof(bf16);  // the plain copy on every CPU
-  return (grouped_bf16_packed_size(GroupedPack::forward, C, OC) +
-          grouped_bf16_packed_size(GroupedPack::backward_input, C, OC)) *
-         sizeof(uint32_t);
+size_t DenseBf16Weight::bytes(int C, int OC, bool biased_forward) {
+  const size_t onednn =
+      (size_t(C) * OC + (biased_forward ? matmul_bf16_blocked_weight_size(C, OC) : 0)) *
+      sizeof(bf16);
+  if (!on_tiles(OC)) return onednn;  // the plain copy (and the blocked one) on every CPU
+  const size_t packs = (grouped_bf16_packed_size(GroupedPack::forward, C, OC) +
+                        grouped_bf16_packed_size(GroupedPack::backward_input, C, OC)) *
+                       sizeof(uint32_t);
+  return std::max(packs, onednn);
 }
 
 void dense_bf16_forward(float* out, const bf16* inp, DenseBf16Weight& w, const float* w32,
                         const float* bias, int N) {
   const int C = w.in(), OC = w.out();
-  if (!w.runs_on_tiles()) return matmul_bf16_forward(out, inp, w.copy(w32), bias, N, C, OC);
+  if (!w.runs_on_tiles()) {
+    if (const bf16* blocked = w.blocked(w32, bias))
+      return matmul_bf16_forward_blocked(out, inp, blocked, bias, N, C, OC);
+    return matmul_bf16_forward(out, inp, w.copy(w32), bias, N, C, OC);
+  }
   const uint32_t* packed = w.packed(w32, GroupedPack::forward);
   PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
                    2.0 * (double(N) * C + double(OC) * C) + 4.0 * double(N) * OC);
@@ -179,7 +204,10 @@ void dense_bf16_forward_gelu(float* pre, bf16* act, const bf16* inp, DenseBf16We
       matmul_bf16_forward(pre, inp, w.copy(w32), nullptr, N, C, OC);
       return bias_gelu_forward_bf16(act, pre, bias, N, OC);
     }
-    matmul_bf16_forward(pre, inp, w.copy(w32), bias, N, C, OC);
+    if (const bf16* blocked = w.blocked(w32, bias))
+      matmul_bf16_forward_blocked(pre, inp, blocked, bias, N, C, OC);
+    else
+      matmul_bf16_forward(pre, inp, w.copy(w32), bias, N, C, OC);
     return gelu_forward_bf16(act, pre, size_t(N) * OC);
   }
   const uint32_t* packed = w.packed(w32, GroupedPack::forward);
