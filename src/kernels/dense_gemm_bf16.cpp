@@ -125,11 +125,23 @@ ScopedDenseBf16Path::~ScopedDenseBf16Path() {
   path_override = saved_;
 }
 
+namespace {
+
+// Which biased forwards read a blocked copy: layers of at least 256 inputs and outputs. At
+// d256 and d512 the step's GEMMs gained more than the blocking pass costs; at d128 (the quick
+// start's shape) the pairs of steps came out slower in three of four (docs/performance.md,
+// "Stop 46"), where the isolated forwards gain 0.01-0.07 ms a layer.
+bool blocks_forward(bool biased_forward, int C, int OC) {
+  return biased_forward && std::min(C, OC) >= 256;
+}
+
+}  // namespace
+
 DenseBf16Weight::DenseBf16Weight(int C, int OC, const uint64_t* version, bool biased_forward)
     : C_(C),
       OC_(OC),
       version_(version),
-      biased_forward_(biased_forward),
+      biased_forward_(blocks_forward(biased_forward, C, OC)),
       copy_(size_t(C) * OC, version) {}
 
 const bf16* DenseBf16Weight::blocked(const float* w, const float* bias) {
@@ -169,7 +181,8 @@ size_t DenseBf16Weight::bytes() const {
 
 size_t DenseBf16Weight::bytes(int C, int OC, bool biased_forward) {
   const size_t onednn =
-      (size_t(C) * OC + (biased_forward ? matmul_bf16_blocked_weight_size(C, OC) : 0)) *
+      (size_t(C) * OC +
+       (blocks_forward(biased_forward, C, OC) ? matmul_bf16_blocked_weight_size(C, OC) : 0)) *
       sizeof(bf16);
   if (!on_tiles(OC)) return onednn;  // the plain copy (and the blocked one) on every CPU
   const size_t packs = (grouped_bf16_packed_size(GroupedPack::forward, C, OC) +

@@ -64,10 +64,10 @@ TEST(Bf16Matmul, BlockedForwardHasThePlainForwardsBits) {
 
 // A layer's blocked copy is made from the weights of the current version, once per version:
 // the forward after a change reads the new weights (the copy is not stale), and a layer
-// without a bias in its forward keeps none.
+// without a bias in its forward, or narrower than 256 (d128's), keeps none.
 TEST(Bf16Matmul, DenseWeightsBlockedCopyFollowsTheVersion) {
   if (!bf16_matmul_supported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
-  const int N = 64, C = 128, OC = 192;
+  const int N = 64, C = 256, OC = 320;  // both >= 256: a layer that blocks (dense_gemm_bf16.cpp)
   uint64_t version = 0;
   DenseBf16Weight biased(C, OC, &version, true), plain_only(C, OC, &version, false);
   if (biased.runs_on_tiles() || !matmul_bf16_forward_blocked_available(C, OC, true))
@@ -78,6 +78,9 @@ TEST(Bf16Matmul, DenseWeightsBlockedCopyFollowsTheVersion) {
   const Buf bias = random_normal(OC, 76);
   const std::vector<bf16> x = to_bf16_vec(random_normal(size_t(N) * C, 77));
   EXPECT_EQ(plain_only.blocked(w.data(), bias.data()), nullptr);
+  DenseBf16Weight narrow(128, OC, &version, true);
+  EXPECT_EQ(narrow.bytes(), DenseBf16Weight::bytes(128, OC, false));
+  EXPECT_EQ(narrow.blocked(w.data(), bias.data()), nullptr);
   EXPECT_EQ(biased.blocked(w.data(), nullptr), nullptr);
   auto forward = [&](DenseBf16Weight& layer) {
     Buf y(size_t(N) * OC);
