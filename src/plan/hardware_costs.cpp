@@ -17,6 +17,30 @@ double layout_parallel_efficiency(const HardwareProfile& h, int tp, int ranks, i
   return h.parallel_efficiency;
 }
 
+// The MoE layer's calibrated rates for a rank of `threads` threads, `unscale` its share of
+// the cores with the step factor taken back out (why: below).
+static void set_moe_rates(ComputeRates& r, const HardwareProfile& h, bool bf, int threads,
+                          double unscale) {
+  // The MoE rest is what a whole MoE layer, timed with cold caches, costs beyond its GEMMs
+  // at their calibrated best; the per-microbatch cost is measured inside a real step.
+  // Neither is a kernel at its best, so the step factor (what a real step adds to those)
+  // is already in them: scaling them again predicted one-rank MoE steps 25-28% slow.
+  r.moe_fwd_s = (bf ? h.moe_fwd_s_bf16 : h.moe_fwd_s) / (threads * unscale);
+  r.moe_bwd_s = (bf ? h.moe_bwd_s_bf16 : h.moe_bwd_s) / (threads * unscale);
+  r.moe_wgt_s = (bf ? h.moe_wgt_s_bf16 : h.moe_wgt_s) / (threads * unscale);
+  // The grouped expert GEMMs are measured as themselves, caches emptied, as inside a step,
+  // and the MoE rest is the layer's measured time less them: together they are the
+  // layer's own measurement. The step factor is the dense linears' formula against a real
+  // step (bf16's below 1 shows it corrects oneDNN's small-dimension formula, not a step
+  // overhead): not theirs to carry.
+  const double g = threads * unscale;
+  r.grouped_fwd = (bf ? h.grouped_fwd_flops_bf16 : h.grouped_fwd_flops) * g;
+  r.grouped_bwd = (bf ? h.grouped_bwd_flops_bf16 : h.grouped_bwd_flops) * g;
+  r.grouped_wgt = (bf ? h.grouped_wgt_flops_bf16 : h.grouped_wgt_flops) * g;
+  r.microbatch_weight_s =
+      (bf ? h.microbatch_weight_s_bf16 : h.microbatch_weight_s) / (threads * unscale);
+}
+
 ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ranks, int threads) {
   return compute_rates(h, precision, ranks, threads, h.parallel_efficiency);
 }
@@ -79,26 +103,7 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
       if (h.tiles_pack_s_bf16 > 0 && h.grouped_fwd_flops_bf16 > 0)
         r.expert_pack_s = h.tiles_pack_s_bf16 / (threads * share);
     }
-    const bool bf = precision == Precision::bf16;
-    // The MoE rest is what a whole MoE layer, timed with cold caches, costs beyond its GEMMs
-    // at their calibrated best; the per-microbatch cost is measured inside a real step.
-    // Neither is a kernel at its best, so the step factor (what a real step adds to those)
-    // is already in them: scaling them again predicted one-rank MoE steps 25-28% slow.
-    const double unscale = share * (step > 0 ? step : 1.0);
-    r.moe_fwd_s = (bf ? h.moe_fwd_s_bf16 : h.moe_fwd_s) / (threads * unscale);
-    r.moe_bwd_s = (bf ? h.moe_bwd_s_bf16 : h.moe_bwd_s) / (threads * unscale);
-    r.moe_wgt_s = (bf ? h.moe_wgt_s_bf16 : h.moe_wgt_s) / (threads * unscale);
-    // The grouped expert GEMMs are measured as themselves, caches emptied, as inside a step,
-    // and the MoE rest is the layer's measured time less them: together they are the
-    // layer's own measurement. The step factor is the dense linears' formula against a real
-    // step (bf16's below 1 shows it corrects oneDNN's small-dimension formula, not a step
-    // overhead): not theirs to carry.
-    const double g = threads * unscale;
-    r.grouped_fwd = (bf ? h.grouped_fwd_flops_bf16 : h.grouped_fwd_flops) * g;
-    r.grouped_bwd = (bf ? h.grouped_bwd_flops_bf16 : h.grouped_bwd_flops) * g;
-    r.grouped_wgt = (bf ? h.grouped_wgt_flops_bf16 : h.grouped_wgt_flops) * g;
-    r.microbatch_weight_s =
-        (bf ? h.microbatch_weight_s_bf16 : h.microbatch_weight_s) / (threads * unscale);
+    set_moe_rates(r, h, precision == Precision::bf16, threads, share * (step > 0 ? step : 1.0));
   }
   return r;
 }
