@@ -53,9 +53,9 @@ def read_rules(path):
             if not line:
                 continue
             parts = line.split(None, 2)
-            if len(parts) < 3 or not parts[1].startswith(("without:", "run:")):
-                sys.exit(f"{path}:{number}: want 'TEST-GLOB without:FLAG[,FLAG] WHY' or "
-                         f"'TEST-GLOB run:NAME WHY'")
+            if len(parts) < 3 or not parts[1].startswith(("without:", "with:", "run:")):
+                sys.exit(f"{path}:{number}: want 'TEST-GLOB without:FLAG[,FLAG] WHY', "
+                         f"'TEST-GLOB with:FLAG[,FLAG] WHY' or 'TEST-GLOB run:NAME WHY'")
             rules.append(tuple(parts))
     return rules
 
@@ -64,6 +64,8 @@ def holds(condition, flags, run):
     kind, value = condition.split(":", 1)
     if kind == "run":
         return value == run
+    if kind == "with":
+        return all(flag in flags for flag in value.split(","))
     return any(flag not in flags for flag in value.split(","))
 
 
