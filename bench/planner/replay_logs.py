@@ -2,7 +2,7 @@
 """Offline check of the planner's local model against logged measurements: no timing runs.
 
 Usage: python3 bench/planner/replay_logs.py build/meshtrain PROFILE [--closed-loop LOG]
-       [--brute LOG] [--rows] [--families] [--tp-probe-from-loop] [--wake SECONDS]
+       [--brute LOG] [--rows] [--families] [--wake SECONDS]
 
 Re-predicts every layout of a closed_loop.py log (its summary lines: name, predicted,
 measured wall) and of a --brute-force log (its `#  i {knobs} predicted .. wall ..` lines and
@@ -15,12 +15,6 @@ layouts (its single-pass wall, and its finalist median when it was a finalist).
 --families adds the mean signed error by family, also over the window's median (an error
 that repeats in every stop's window is the model's): the closed loop's by ranks and parallel
 mode, the brute force's single passes by grid and one microbatch or more.
---tp-probe-from-loop stands in for the tp 2 step probe (parallel_efficiency_tp, stop 46)
-that profiles before stop 46 lack: the figure for which the binary predicts the closed
-loop's `tp2` row (the probe's own run: the reference model under tp 2, fp32, one
-microbatch) with the error the same window's `dp2 z0` row has (the dp 2 probe's run), so
-that the host's drift between calibration and loop cancels. It prints the figure and
-replays with a copy of the profile that holds it; the `tp2` row is then in-sample.
 --wake SECONDS replays with the profile's oversubscribed_wake_s set to SECONDS (a copy of the
 profile; the stored quiet profiles predate the wake probe, plan/wake_probe.cpp), and prints
 beside each re-measured finalist the planner's blocking waits per rank and step against the
@@ -211,23 +205,6 @@ def with_field(profile, key, value):
     return path
 
 
-def tp_probe_from_loop(binary, profile, log):
-    walls = {m["name"].strip(): float(m["wall"]) for m in map(ROW.match, open(log)) if m}
-    layouts = {name: (ranks, cl.resolve(k)) for name, ranks, k in cl.LAYOUTS}
-    drift = cl.predict(binary, profile, *layouts["dp2 z0"]) * 1e3 / walls["dp2 z0"]
-    target = walls["tp2"] * drift / 1e3
-    lo, hi = 0.3, 1.0
-    for _ in range(25):
-        mid = (lo + hi) / 2
-        path = with_field(profile, "parallel_efficiency_tp", mid)
-        slow = cl.predict(binary, path, *layouts["tp2"]) > target
-        os.unlink(path)
-        lo, hi = (mid, hi) if slow else (lo, mid)
-    print(f"tp 2 probe from the loop: parallel_efficiency_tp {hi:.3f} (the dp2 z0 row "
-          f"{drift - 1:+.1%} against its prediction)")
-    return with_field(profile, "parallel_efficiency_tp", hi)
-
-
 def cl_name(k):
     return (f"dp{k['dp']} tp{k['tp']} pp{k['pp']} cp{k.get('cp', 1)} {k['schedule']} mb{k['mb']}"
             + (" sp" if k.get("sp") else ""))
@@ -235,9 +212,6 @@ def cl_name(k):
 
 def main():
     binary, profile = sys.argv[1], sys.argv[2]
-    if "--tp-probe-from-loop" in sys.argv:
-        profile = tp_probe_from_loop(binary, profile,
-                                     sys.argv[sys.argv.index("--closed-loop") + 1])
     if "--wake" in sys.argv:
         profile = with_wake(profile, float(sys.argv[sys.argv.index("--wake") + 1]))
     show = "--rows" in sys.argv

@@ -39,8 +39,9 @@ struct Shown {
 // One measurement of the calibration.
 struct Probe {
   std::vector<const char*> fields;  // the profile fields it sets
-  // Of the round's --calibrate-seconds (0: fixed). Child-process probes run extras while it
-  // lasts and say what they left out (calibration_timing.h ChildBudget); sums past 1: "about".
+  // Of the round's --calibrate-seconds (0: a fixed cost). The probes that start child
+  // processes (training steps, mpirun) measure their extra runs while it lasts and say what
+  // they left out (calibration_timing.h ChildBudget); the shares sum past 1: "about".
   double share;
   bool one_thread;                          // a kernel alone, one OpenMP thread
   bool (*applies)(const HardwareProfile&);  // nullptr: always
@@ -302,15 +303,14 @@ const std::vector<Probe> kProbes = {
      measure_reference_step_bf16,
      "the same under bf16",
      {{"a real bf16 step", "step_factor_bf16", 1, "x its kernels"}}},
-    {{"parallel_efficiency", "parallel_efficiency_tp"},
+    {{"parallel_efficiency"},
      0.2,
      false,
      nullptr,
      measure_step_parallel_efficiency,
      "the value for which this profile predicts a real dp 2 step of the reference model "
-     "(ZeRO 0, fp32, one thread per rank) as measured; _tp: the same of a real tp 2 step",
-     {{"all cores at", "parallel_efficiency", 100, "% of one core's rate each"},
-      {"tp 2 at", "parallel_efficiency_tp", 100, "%"}}}};
+     "(ZeRO 0, fp32, one thread per rank) as measured",
+     {{"all cores at", "parallel_efficiency", 100, "% of one core's rate each"}}}};
 
 int usable_cores() {
   cpu_set_t set;

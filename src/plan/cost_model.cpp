@@ -9,14 +9,12 @@ CostContext make_context(const PlanRequest& r, const Layout& l) {
   const bool local = r.hardware.local;
   CostContext c(r, l);
   c.model = local ? &local_cost_model() : &gpu_cost_model();
-  const double efficiency = layout_parallel_efficiency(r.hardware, l.tp, l.world(), r.threads);
-  c.rates = compute_rates(r.hardware, l.precision, l.world(), r.threads, efficiency);
+  c.rates = compute_rates(r.hardware, l.precision, l.world(), r.threads);
   // Locally bf16 rounds only the GEMM inputs: activations, reductions and pointwise passes
   // stay fp32; the GEMM path's own operand bytes are in the rates.
   c.e = l.precision == Precision::bf16 && !local ? 2.0 : 4.0;
   c.local_bf16 = local && l.precision == Precision::bf16;
-  if (local)
-    c.rates32 = compute_rates(r.hardware, Precision::fp32, l.world(), r.threads, efficiency);
+  if (local) c.rates32 = compute_rates(r.hardware, Precision::fp32, l.world(), r.threads);
   if (local && r.model.experts > 0) c.moe_busiest = busiest_rank_load(r.hardware, r.model, l.ep);
   c.tp = group_span(r.hardware, l.tp, 1);
   c.cp = group_span(r.hardware, l.cp, l.tp);

@@ -10,13 +10,6 @@
 
 namespace mt::plan {
 
-double layout_parallel_efficiency(const HardwareProfile& h, int tp, int ranks, int threads) {
-  const bool own_cores = double(ranks) * threads <= std::max(h.cores, 1);
-  if (h.local && tp > 1 && own_cores && h.parallel_efficiency_tp > 0)
-    return h.parallel_efficiency_tp;
-  return h.parallel_efficiency;
-}
-
 // The MoE layer's calibrated rates for a rank of `threads` threads, `unscale` its share of
 // the cores with the step factor taken back out (why: below).
 static void set_moe_rates(ComputeRates& r, const HardwareProfile& h, bool bf, int threads,
@@ -42,11 +35,6 @@ static void set_moe_rates(ComputeRates& r, const HardwareProfile& h, bool bf, in
 }
 
 ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ranks, int threads) {
-  return compute_rates(h, precision, ranks, threads, h.parallel_efficiency);
-}
-
-ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ranks, int threads,
-                           double efficiency) {
   ComputeRates r;
   r.hw = &h;
   r.peak = peak_flops(h, precision);
@@ -60,8 +48,8 @@ ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ra
     double share = busy > cores ? cores / busy : 1.0;
     // Cores computing together slow each other (calibrated parallel_efficiency at all
     // cores busy, linear in the busy cores from 1 at one).
-    if (efficiency > 0 && cores > 1)
-      share *= 1 - (1 - efficiency) * (std::min(busy, cores) - 1) / (cores - 1);
+    if (h.parallel_efficiency > 0 && cores > 1)
+      share *= 1 - (1 - h.parallel_efficiency) * (std::min(busy, cores) - 1) / (cores - 1);
     // What a real step costs beyond its kernels' calibrated best (reference_steps.cpp).
     const double step = precision == Precision::bf16 ? h.step_factor_bf16 : h.step_factor_fp32;
     if (step > 0) share /= step;

@@ -59,14 +59,6 @@ struct ComputeRates {
 // Per-rank rates for a precision; local ranks share the machine's cores and memory
 // bandwidth (ranks x threads over the calibrated cores slows every rank down).
 ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ranks, int threads);
-// The same with `efficiency` in place of the profile's parallel_efficiency (0: none).
-ComputeRates compute_rates(const HardwareProfile& h, Precision precision, int ranks, int threads,
-                           double efficiency);
-// The calibrated parallel efficiency that prices a layout of `tp`-wide tensor parallelism
-// over `ranks` ranks of `threads` threads each: parallel_efficiency_tp where tp > 1, the
-// profile measured it and every rank thread has a core of its own (where the tp 2 probe
-// ran); parallel_efficiency otherwise (oversubscribed layouts share the cores instead).
-double layout_parallel_efficiency(const HardwareProfile& h, int tp, int ranks, int threads);
 
 // `count` independent GEMMs of the same shape (a batched GEMM: one overhead).
 double gemm_seconds(const ComputeRates& r, double M, double N, double K, double elem_bytes,

@@ -111,12 +111,6 @@ struct HardwareProfile {
   // its rate alone (shared physical cores, caches, memory bandwidth); k busy cores of n run
   // at 1 - (1 - this) (k - 1) / (n - 1).
   double parallel_efficiency = 0;
-  // Local only (0 = not measured: parallel_efficiency applies): the same figure for a
-  // tensor-parallel layout whose rank threads have a core each, from a real tp 2 step of
-  // the reference model. Its ranks hold half the weights each and run half-width GEMMs on
-  // every row, where dp 2's ranks run the whole weights on half the rows: the two pay the
-  // co-run differently (docs/planner.md, stop 46).
-  double parallel_efficiency_tp = 0;
   // Local only (0 = not measured: 1): a real one-rank `meshtrain train` step of a reference
   // model (4L d256 T128 B8) over the step this profile's kernel figures predict for it, per
   // precision: the per-step work no kernel figure holds (page faults, zeroing, the host's

@@ -145,7 +145,6 @@ std::vector<ProfileField> make_fields() {
       rate("oversubscribed_busbw", &H::oversubscribed_busbw, true),
       seconds("oversubscribed_wake_s", &H::oversubscribed_wake_s),
       {"parallel_efficiency", &H::parallel_efficiency, 0, 1},
-      {"parallel_efficiency_tp", &H::parallel_efficiency_tp, 0, 1},
       ratio("step_factor_fp32", &H::step_factor_fp32),
       ratio("step_factor_bf16", &H::step_factor_bf16),
       per_element("microbatch_weight_s", &H::microbatch_weight_s),

@@ -85,15 +85,15 @@ double moe_load_spread(std::ostream& log) {
   return sum / count;
 }
 
-// The reference step: one rank (dp x tp ranks), one thread each, 4L d256 T128 B8 in
+// The reference step: one rank (dp ranks), one thread each, 4L d256 T128 B8 in
 // `microbatches` microbatches, 8 steps of `meshtrain train` in a child process; the median
 // step_time_s of steps 3-8. 0 when the run fails.
-double reference_step_seconds(Precision precision, int microbatches, std::ostream& log, int dp = 1,
-                              int tp = 1) {
+double reference_step_seconds(Precision precision, int microbatches, std::ostream& log,
+                              int dp = 1) {
   std::vector<double> times;
   for (const nlohmann::json& j :
        reference_train_steps(str("--steps 8 --precision ", precision_name(precision), " --dp ", dp,
-                                 " --tp ", tp, " --microbatches ", microbatches)))
+                                 " --microbatches ", microbatches)))
     times.push_back(j["step_time_s"].get<double>());
   if (times.empty()) {
     log << "reference step (" << precision_name(precision) << ") not measured: '"
@@ -106,15 +106,15 @@ double reference_step_seconds(Precision precision, int microbatches, std::ostrea
 
 // What `h` predicts for the reference step (0 when it cannot).
 double reference_step_predicted(const HardwareProfile& h, Precision precision, int microbatches,
-                                std::ostream& log, int dp = 1, int tp = 1) {
+                                std::ostream& log, int dp = 1) {
   PlanRequest r;
   r.model.layers = 4, r.model.dim = 256, r.model.heads = 8, r.model.seq = 128;
   r.model.vocab = 256;
   r.batch = 8;
   r.hardware = h;
-  r.devices = dp * tp;
-  r.pp = r.virtual_stages = r.ep = 1;
-  r.dp = dp, r.tp = tp;
+  r.devices = dp;
+  r.tp = r.pp = r.virtual_stages = r.ep = 1;
+  r.dp = dp;
   r.zero = 0, r.micro_batch = 8 / (dp * microbatches), r.sequence_parallel = false;
   r.recompute = Recompute::none, r.schedule = "1f1b", r.precision = precision;
   try {
@@ -191,23 +191,19 @@ std::pair<double, double> reference_step_figures(const HardwareProfile& h, Preci
 }
 // HardwareProfile::parallel_efficiency from a real step: the reference model under dp 2
 // ZeRO 0 (fp32, one thread per rank, one run per calibration round), and the efficiency for
-// which the profile (its one-rank step factor included) predicts that step, by bisection;
-// with `tp` 2, the same under tp 2 for parallel_efficiency_tp (a tp rank's weights and GEMMs
-// are half as wide, its rows all of them: stop 46 found tp 2 read 2-8% faster than the dp 2
-// figure priced it, docs/planner.md).
+// which the profile (its one-rank step factor included) predicts that step, by bisection.
 // The sgemm figure (parallel_efficiency above) sees two compute-bound loops; the ranks of a
 // real step also share the caches and the memory bandwidth in their pointwise passes and
 // meet at the gradient all-reduce, and every multi-rank layout of the closed loop read 5-14%
 // faster than measured with the sgemm figure. 0 where the run fails.
-double step_parallel_efficiency(const HardwareProfile& h, std::ostream& log, int tp = 1) {
+double step_parallel_efficiency(const HardwareProfile& h, std::ostream& log) {
   if (h.cores < 2 || h.step_factor_fp32 <= 0) return 0;
-  const int dp = 2 / tp;
-  const double measured = reference_step_seconds(Precision::fp32, 1, log, dp, tp);
+  const double measured = reference_step_seconds(Precision::fp32, 1, log, 2);
   if (measured <= 0) return 0;
   auto predicted = [&](double e) {
     HardwareProfile g = h;
-    (tp > 1 ? g.parallel_efficiency_tp : g.parallel_efficiency) = e;
-    return reference_step_predicted(g, Precision::fp32, 1, log, dp, tp);
+    g.parallel_efficiency = e;
+    return reference_step_predicted(g, Precision::fp32, 1, log, 2);
   };
   double lo = 0.3, hi = 1.0;
   if (predicted(hi) >= measured) return hi;
@@ -216,12 +212,12 @@ double step_parallel_efficiency(const HardwareProfile& h, std::ostream& log, int
     const double mid = (lo + hi) / 2;
     (predicted(mid) > measured ? lo : hi) = mid;
   }
-  char line[200];
+  char line[160];
   std::snprintf(line, sizeof line,
-                "reference step (fp32, %s 2): measured %.1f ms, predicted %.1f ms at the figure "
-                "before %.0f%%; parallel efficiency %.0f%%\n",
-                tp > 1 ? "tp" : "dp", measured * 1e3, predicted(h.parallel_efficiency) * 1e3,
-                100 * h.parallel_efficiency, 100 * hi);
+                "reference step (fp32, dp 2): measured %.1f ms, predicted %.1f ms at the sgemm "
+                "figure %.0f%%; parallel efficiency %.0f%%\n",
+                measured * 1e3, predicted(h.parallel_efficiency) * 1e3, 100 * h.parallel_efficiency,
+                100 * hi);
   log << line;
   return hi;
 }
@@ -307,11 +303,6 @@ void measure_step_parallel_efficiency(HardwareProfile& h, const ProbeRun& run) {
                   "parallel efficiency from a real dp 2 step (the sgemm figure kept)"))
     return;
   if (const double e = step_parallel_efficiency(h, run.log); e > 0) h.parallel_efficiency = e;
-  // The same under tp 2 (parallel_efficiency_tp; absent, tp layouts keep the dp 2 figure).
-  if (!child_fits(run, 4 * h.reference_step_s,
-                  "parallel efficiency from a real tp 2 step (the dp 2 figure applies)"))
-    return;
-  if (const double e = step_parallel_efficiency(h, run.log, 2); e > 0) h.parallel_efficiency_tp = e;
 }
 
 }  // namespace mt::plan

@@ -295,9 +295,6 @@ Oversubscription oversubscription(const PlanRequest& r, const Layout& l) {
   if (hw.cores > 0) {
     o.shared = true;
     o.dedicated.hardware.cores = l.world() * r.threads;
-    // The twin gives each thread a core, but the tp figure was probed on a core per rank of
-    // the real machine: ranks that share the cores keep the dp 2 figure (stop 46).
-    o.dedicated.hardware.parallel_efficiency_tp = 0;
     o.slowdown = threads / hw.cores;
     // A stage is every rank of its pp coordinate: dp x cp x tp of them (cp's ranks hold the
     // same layers over other tokens and compute at the same time as the stage's others).
@@ -330,11 +327,10 @@ double after_pipeline(const PredictedTime& p) {
 void lone_stages_faster(const PlanRequest& r, const Layout& l, const Schedule& schedule,
                         PredictedTime& p) {
   const HardwareProfile& hw = r.hardware;
-  const double e = layout_parallel_efficiency(hw, l.tp, l.world(), r.threads);
-  if (!hw.local || hw.cores < 2 || e <= 0 || l.pp <= 1 || p.pruned) return;
+  if (!hw.local || hw.cores < 2 || hw.parallel_efficiency <= 0 || l.pp <= 1 || p.pruned) return;
   const std::vector<OpCosts> ops = stage_ops(p, l, hw.p2p_blocking, &hw);
-  const double pipeline =
-      shared_cores_makespan(schedule, ops, double(l.world() / l.pp) * r.threads, hw.cores, e);
+  const double pipeline = shared_cores_makespan(schedule, ops, double(l.world() / l.pp) * r.threads,
+                                                hw.cores, hw.parallel_efficiency);
   p.step_s += pipeline - p.pipeline_s;
   p.pipeline_s = pipeline;
 }
