@@ -14,9 +14,7 @@
 //   fp32 routines (sgemm for all): by_shape (the weight gradient of a layer with OC >= 4 C
 //   and at most 2^20 weights computed transposed, the default: kernels/matmul_weight_grad.h)
 //   and plain (every product as stored);
-//   bf16: mixed, jit_gemm and primitive (those available here), and blocked: mixed with the
-//   forwards with a bias on the weight blocked once (kernels/matmul_bf16_blocked.h, the
-//   step's default where available); its fwd rows add the blocking pass's own ms ("pack").
+//   bf16: mixed, jit_gemm and primitive (those available here).
 //   --cpu times the process's CPU time per thread (what a loaded machine disturbs least).
 #include <omp.h>
 
@@ -31,7 +29,6 @@
 #include "kernels/gemm_peak.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
-#include "kernels/matmul_bf16_blocked.h"
 #include "kernels/matmul_weight_grad.h"
 
 namespace {
@@ -61,7 +58,6 @@ std::vector<Layer> layers_of(const std::string& set, int vocab) {
 struct Way {
   std::string name;
   std::function<void(const std::function<void()>&)> under;
-  bool blocked = false;  // forwards with a bias on the blocked weight
 };
 
 std::vector<Way> ways_of(const std::string& precision) {
@@ -85,7 +81,6 @@ std::vector<Way> ways_of(const std::string& precision) {
                         const mt::ScopedBf16GemmPath use(path);
                         fn();
                       }});
-  ways.push_back({"blocked", [](const std::function<void()>& fn) { fn(); }, true});
   return ways;
 }
 
@@ -93,7 +88,7 @@ std::vector<Way> ways_of(const std::string& precision) {
 struct Products {
   Layer l;
   std::vector<float> x, w, b, dy, y, dx, dw, db;
-  std::vector<mt::bf16> x16, w16, dy16, blocked16;
+  std::vector<mt::bf16> x16, w16, dy16;
   explicit Products(const Layer& layer)
       : l(layer),
         x(mt::bench::filled(size_t(l.N) * l.C, 2.0f, 7)),
@@ -106,19 +101,12 @@ struct Products {
         db(b.size()),
         x16(x.size()),
         w16(w.size()),
-        dy16(dy.size()),
-        blocked16(mt::matmul_bf16_blocked_weight_size(l.C, l.OC)) {
+        dy16(dy.size()) {
     mt::to_bf16(x16.data(), x.data(), x.size());
     mt::to_bf16(w16.data(), w.data(), w.size());
     mt::to_bf16(dy16.data(), dy.data(), dy.size());
-    block();
   }
-  void block() { mt::matmul_bf16_block_weight(blocked16.data(), w16.data(), l.C, l.OC); }
-  // Whether the blocked way's forward reads the blocked weight (else it is mixed's).
-  bool blocked_forward() const {
-    return l.bias && mt::matmul_bf16_forward_blocked_available(l.C, l.OC, true);
-  }
-  std::vector<std::function<void()>> of(const std::string& precision, bool blocked = false) {
+  std::vector<std::function<void()>> of(const std::string& precision) {
     const float* bias = l.bias ? b.data() : nullptr;
     float* dbias = l.bias ? db.data() : nullptr;
     if (precision == "fp32")
@@ -128,12 +116,6 @@ struct Products {
           [=, this] {
             mt::matmul_backward_weight(dw.data(), dbias, dy.data(), x.data(), l.N, l.C, l.OC);
           }};
-    if (blocked && blocked_forward())
-      return {[=, this] {
-                mt::matmul_bf16_forward_blocked(y.data(), x16.data(), blocked16.data(), bias, l.N,
-                                                l.C, l.OC);
-              },
-              of(precision)[1], of(precision)[2]};
     return {[=, this] {
               mt::matmul_bf16_forward(y.data(), x16.data(), w16.data(), bias, l.N, l.C, l.OC);
             },
@@ -162,8 +144,7 @@ void run_table(const std::string& set, const std::string& precision, const Optio
   double flops_total = 0;
   for (const Layer& l : layers_of(set, o.vocab)) {
     Products p(l);
-    std::vector<std::vector<std::function<void()>>> products;
-    for (const Way& way : ways) products.push_back(p.of(precision, way.blocked));
+    const auto products = p.of(precision);
     const double flops = 2.0 * l.N * l.C * l.OC;
     for (int k = 0; k < 3; ++k) {
       std::vector<std::vector<double>> ms(ways.size());
@@ -171,10 +152,9 @@ void run_table(const std::string& set, const std::string& precision, const Optio
         for (size_t i = 0; i < ways.size(); ++i) {
           const Way& way = ways[(i + r) % ways.size()];
           double s = 0;
-          const auto& product = products[(i + r) % ways.size()][k];
           way.under([&] {
-            product();  // warm-up: primitive creation, caches
-            s = mt::bench::batch_seconds(product, o.quick ? 0.002 : 0.03, o.cpu, o.threads);
+            products[k]();  // warm-up: primitive creation, caches
+            s = mt::bench::batch_seconds(products[k], o.quick ? 0.002 : 0.03, o.cpu, o.threads);
           });
           ms[(i + r) % ways.size()].push_back(s * 1e3);
         }
@@ -187,19 +167,11 @@ void run_table(const std::string& set, const std::string& precision, const Optio
         std::printf(" %s %7.3f ms %5.0f %3.0f%% |", ways[i].name.c_str(), m, gf,
                     100 * gf / peak.gflops);
       }
-      if (k == 0 && precision == "bf16" && p.blocked_forward()) {
-        // The blocking pass, once per change of the weights: the blocked way's cost too.
-        const double pack = 1e3 * mt::bench::batch_seconds(
-                                      [&] { p.block(); }, o.quick ? 0.002 : 0.03, o.cpu, o.threads);
-        for (size_t i = 0; i < ways.size(); ++i)
-          if (ways[i].blocked) total[i] += pack;
-        std::printf(" pack %.3f ms |", pack);
-      }
       std::printf("\n");
       flops_total += flops;
     }
   }
-  std::printf("  all         products of one layer each (blocked: and its packs) |");
+  std::printf("  all         products of one layer each |");
   for (size_t i = 0; i < ways.size(); ++i)
     std::printf(" %s %7.3f ms %5.0f %3.0f%% |", ways[i].name.c_str(), total[i],
                 flops_total / total[i] * 1e-6, 100 * flops_total / total[i] * 1e-6 / peak.gflops);

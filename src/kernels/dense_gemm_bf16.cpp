@@ -15,7 +15,6 @@
 #include "kernels/grouped_gemm.h"
 #include "kernels/grouped_gemm_pack.h"
 #include "kernels/matmul_bf16.h"
-#include "kernels/matmul_bf16_blocked.h"
 #include "kernels/phase_profile.h"
 
 namespace mt {
@@ -125,36 +124,8 @@ ScopedDenseBf16Path::~ScopedDenseBf16Path() {
   path_override = saved_;
 }
 
-namespace {
-
-// Which biased forwards read a blocked copy: layers of at least 256 inputs and outputs. At
-// d256 and d512 the step's GEMMs gained more than the blocking pass costs; at d128 (the quick
-// start's shape) the pairs of steps came out slower in three of four (docs/performance.md,
-// "Stop 46"), where the isolated forwards gain 0.01-0.07 ms a layer.
-bool blocks_forward(bool biased_forward, int C, int OC) {
-  return biased_forward && std::min(C, OC) >= 256;
-}
-
-}  // namespace
-
-DenseBf16Weight::DenseBf16Weight(int C, int OC, const uint64_t* version, bool biased_forward)
-    : C_(C),
-      OC_(OC),
-      version_(version),
-      biased_forward_(blocks_forward(biased_forward, C, OC)),
-      copy_(size_t(C) * OC, version) {}
-
-const bf16* DenseBf16Weight::blocked(const float* w, const float* bias) {
-  if (!biased_forward_ || !bias || !matmul_bf16_forward_blocked_available(C_, OC_, true))
-    return nullptr;
-  if (blocked_version_ != *version_) {
-    const bf16* plain = copy_.get(w);  // written ahead by the optimizer, or converted now
-    blocked_.resize(matmul_bf16_blocked_weight_size(C_, OC_));
-    matmul_bf16_block_weight(blocked_.data(), plain, C_, OC_);
-    blocked_version_ = *version_;
-  }
-  return blocked_.data();
-}
+DenseBf16Weight::DenseBf16Weight(int C, int OC, const uint64_t* version)
+    : C_(C), OC_(OC), version_(version), copy_(size_t(C) * OC, version) {}
 
 bool DenseBf16Weight::on_tiles(int OC) {
   return dense_bf16_layer_on_tiles(OC);
@@ -176,29 +147,20 @@ const uint32_t* DenseBf16Weight::packed(const float* w, GroupedPack which) {
 }
 
 size_t DenseBf16Weight::bytes() const {
-  return bytes(C_, OC_, biased_forward_);
+  return bytes(C_, OC_);
 }
 
-size_t DenseBf16Weight::bytes(int C, int OC, bool biased_forward) {
-  const size_t onednn =
-      (size_t(C) * OC +
-       (blocks_forward(biased_forward, C, OC) ? matmul_bf16_blocked_weight_size(C, OC) : 0)) *
-      sizeof(bf16);
-  if (!on_tiles(OC)) return onednn;  // the plain copy (and the blocked one) on every CPU
-  const size_t packs = (grouped_bf16_packed_size(GroupedPack::forward, C, OC) +
-                        grouped_bf16_packed_size(GroupedPack::backward_input, C, OC)) *
-                       sizeof(uint32_t);
-  return std::max(packs, onednn);
+size_t DenseBf16Weight::bytes(int C, int OC) {
+  if (!on_tiles(OC)) return size_t(C) * OC * sizeof(bf16);  // the plain copy on every CPU
+  return (grouped_bf16_packed_size(GroupedPack::forward, C, OC) +
+          grouped_bf16_packed_size(GroupedPack::backward_input, C, OC)) *
+         sizeof(uint32_t);
 }
 
 void dense_bf16_forward(float* out, const bf16* inp, DenseBf16Weight& w, const float* w32,
                         const float* bias, int N) {
   const int C = w.in(), OC = w.out();
-  if (!w.runs_on_tiles()) {
-    if (const bf16* blocked = w.blocked(w32, bias))
-      return matmul_bf16_forward_blocked(out, inp, blocked, bias, N, C, OC);
-    return matmul_bf16_forward(out, inp, w.copy(w32), bias, N, C, OC);
-  }
+  if (!w.runs_on_tiles()) return matmul_bf16_forward(out, inp, w.copy(w32), bias, N, C, OC);
   const uint32_t* packed = w.packed(w32, GroupedPack::forward);
   PhaseScope phase(Phase::gemm, 2.0 * N * C * OC,
                    2.0 * (double(N) * C + double(OC) * C) + 4.0 * double(N) * OC);
@@ -217,10 +179,7 @@ void dense_bf16_forward_gelu(float* pre, bf16* act, const bf16* inp, DenseBf16We
       matmul_bf16_forward(pre, inp, w.copy(w32), nullptr, N, C, OC);
       return bias_gelu_forward_bf16(act, pre, bias, N, OC);
     }
-    if (const bf16* blocked = w.blocked(w32, bias))
-      matmul_bf16_forward_blocked(pre, inp, blocked, bias, N, C, OC);
-    else
-      matmul_bf16_forward(pre, inp, w.copy(w32), bias, N, C, OC);
+    matmul_bf16_forward(pre, inp, w.copy(w32), bias, N, C, OC);
     return gelu_forward_bf16(act, pre, size_t(N) * OC);
   }
   const uint32_t* packed = w.packed(w32, GroupedPack::forward);

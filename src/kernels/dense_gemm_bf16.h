@@ -86,33 +86,23 @@ class ScopedDenseBf16Path {
 // (under ZeRO-3 a gathered buffer that may be gone by the backward: both packs are made
 // at once, so the backward never reads it). On AMX the plain copy is made only for a layer
 // too wide for the tiles (kDenseBf16TilesMaxOut), which never packs.
-//
-// A layer whose forward adds its bias in the GEMM (biased_forward: GPT's linears at tp 1,
-// the column-parallel ones at any tp) also keeps, on the onednn path where the primitive runs
-// those forwards (matmul_bf16_forward_blocked_available), the forward's blocked copy
-// (matmul_bf16_blocked.h), made from the plain copy at the first forward after a change: the
-// primitive then reads the weight as it is instead of re-laying it every call. The plain copy
-// stays for the input gradient (the gemm routine's operand, and its bits).
 class DenseBf16Weight {
  public:
-  DenseBf16Weight(int C, int OC, const uint64_t* version, bool biased_forward = false);
+  DenseBf16Weight(int C, int OC, const uint64_t* version);
 
   // The plain copy (onednn path), converted if the weights changed since.
   const bf16* copy(const float* w) { return copy_.get(w); }
-  // The forward's blocked copy, blocked first if the weights changed since; null where the
-  // forward (with `bias`) reads the plain copy instead.
-  const bf16* blocked(const float* w, const float* bias);
   // The plain copy itself when this layer's GEMMs read it (not on the tiles), else null: a
   // writer ahead of use fills it (kernels/bf16_weight.h).
   Bf16Weight* plain_copy() { return runs_on_tiles() ? nullptr : &copy_; }
   // The pack for `which` (amx path), both packed if the weights changed since.
   const uint32_t* packed(const float* w, GroupedPack which);
 
-  // The larger of the two paths' memory (the two packs; the plain copy, and the blocked copy
-  // of a biased forward, for the onednn path or a layer too wide for the tiles), whatever the
-  // CPU, so that an estimate does not depend on the machine that makes it (the planner's plans).
+  // The larger of the two paths' memory (the two packs; the plain copy for a layer too wide
+  // for the tiles), whatever the CPU, so that an estimate does not depend on the machine
+  // that makes it (the planner's plans).
   size_t bytes() const;
-  static size_t bytes(int C, int OC, bool biased_forward = false);
+  static size_t bytes(int C, int OC);
   // Times both layouts were packed (once per change of the weights used on the amx path).
   int64_t packs() const { return packs_; }
   // Whether a layer of OC outputs runs on the tiles when the path is amx, and whether this
@@ -125,10 +115,7 @@ class DenseBf16Weight {
  private:
   int C_, OC_;
   const uint64_t* version_;
-  bool biased_forward_;
   Bf16Weight copy_;
-  std::vector<bf16> blocked_;  // from the first blocked forward on
-  uint64_t blocked_version_ = ~uint64_t(0);
   std::vector<uint32_t> packs_of_[2];  // GroupedPack::forward, backward_input
   uint64_t packed_version_ = ~uint64_t(0);
   int64_t packs_ = 0;

@@ -33,11 +33,8 @@ struct GemmShape {
   int64_t M, N, K;
   int64_t a_rs, a_cs, b_rs, b_cs;  // row and column strides of A and B, in elements
   bool bias, accumulate;
-  int threads;             // the primitive is built for the team size it will run with
-  bool blocked_b = false;  // B in matmul_bf16_blocked.h's layout (its strides unused)
-  auto key() const {
-    return std::tie(M, N, K, a_rs, a_cs, b_rs, b_cs, bias, accumulate, threads, blocked_b);
-  }
+  int threads;  // the primitive is built for the team size it will run with
+  auto key() const { return std::tie(M, N, K, a_rs, a_cs, b_rs, b_cs, bias, accumulate, threads); }
   bool operator<(const GemmShape& o) const { return key() < o.key(); }
 };
 
@@ -63,15 +60,10 @@ Context& context() {
   return ctx;
 }
 
-// The layout matmul_bf16_blocked.h writes (its formula), as oneDNN names it.
-constexpr memory::format_tag kBlockedTag = memory::format_tag::BA16a64b2a;
-
-// The primitive of shape s reading B as b_desc (its own strides, the blocked layout, or
-// format_tag::any to ask oneDNN which layout it would take).
-dnnl::matmul::primitive_desc describe(Context& ctx, const GemmShape& s, const memory::desc& b,
-                                      Gemm& g) {
+Gemm make_gemm(Context& ctx, const GemmShape& s) {
+  Gemm g;
   g.a = memory::desc({s.M, s.K}, memory::data_type::bf16, {s.a_rs, s.a_cs});
-  g.b = b;
+  g.b = memory::desc({s.K, s.N}, memory::data_type::bf16, {s.b_rs, s.b_cs});
   g.c = memory::desc({s.M, s.N}, memory::data_type::f32, {s.N, 1});
   if (s.bias) g.bias = memory::desc({1, s.N}, memory::data_type::f32, {s.N, 1});
   dnnl::primitive_attr attr;
@@ -83,43 +75,11 @@ dnnl::matmul::primitive_desc describe(Context& ctx, const GemmShape& s, const me
   }
   auto desc =
       s.bias ? dnnl::matmul::desc(g.a, g.b, g.bias, g.c) : dnnl::matmul::desc(g.a, g.b, g.c);
-  return dnnl::matmul::primitive_desc(desc, attr, ctx.engine);
-}
-
-Gemm make_gemm(Context& ctx, const GemmShape& s) {
-  Gemm g;
-  const auto b = s.blocked_b ? memory::desc({s.K, s.N}, memory::data_type::bf16, kBlockedTag)
-                             : memory::desc({s.K, s.N}, memory::data_type::bf16, {s.b_rs, s.b_cs});
-  const dnnl::matmul::primitive_desc pd = describe(ctx, s, b, g);
+  dnnl::matmul::primitive_desc pd(desc, attr, ctx.engine);
   g.impl = pd.impl_info_str();
   g.scratchpad.resize(pd.scratchpad_desc().get_size());
   g.prim = dnnl::matmul(pd);
   return g;
-}
-
-// Whether the primitive, left to choose B's layout for a forward of this shape, takes the
-// blocked one on a brgemm kernel, at the row counts of the smallest and the usual piece
-// (matmul_bf16_row_pieces). Asked once per shape and thread.
-bool chooses_blocked(int C, int OC, bool bias, int threads) {
-  thread_local std::map<std::tuple<int, int, bool, int>, bool> known;
-  const auto key = std::make_tuple(C, OC, bias, threads);
-  if (auto it = known.find(key); it != known.end()) return it->second;
-  bool yes = C > 0 && OC > 0;
-  try {
-    Context& ctx = context();
-    const memory::desc want({C, OC}, memory::data_type::bf16, kBlockedTag),
-        any({C, OC}, memory::data_type::bf16, memory::format_tag::any);
-    for (const int64_t m : {int64_t(1), int64_t(64)}) {
-      if (!yes) break;
-      Gemm g;
-      const GemmShape s{m, OC, C, C, 1, 1, C, bias, false, threads};
-      const auto pd = describe(ctx, s, any, g);
-      yes = pd.weights_desc() == want && std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
-    }
-  } catch (const dnnl::error&) {
-    yes = false;
-  }
-  return known[key] = yes;
 }
 
 // An empty product (K = 0): C = bias, or zeros, or C unchanged when accumulating. Neither
@@ -227,7 +187,7 @@ bool on_jit(const GemmShape& shape) {
 // Rows of C depend only on their rows of A, so a GEMM runs as one per piece of
 // matmul_bf16_row_pieces (few shapes, so few cached primitives).
 void gemm(const GemmShape& shape, const bf16* A, const bf16* B, const float* bias, float* C) {
-  const bool jit = !shape.blocked_b && on_jit(shape);
+  const bool jit = on_jit(shape);
   int64_t m0 = 0;
   for (const int64_t m : matmul_bf16_row_pieces(shape.M)) {
     GemmShape part = shape;
@@ -325,20 +285,6 @@ void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const 
   // A = inp (N, C) row-major; B = weight^T (C, OC): weight (OC, C) read column-wise.
   GemmShape s{N, OC, C, C, 1, 1, C, bias != nullptr, false, omp_get_max_threads()};
   gemm(s, inp, weight, bias, out);
-}
-
-bool matmul_bf16_forward_blocked_available(int C, int OC, bool bias) {
-  const int threads = omp_get_max_threads();
-  GemmShape s{64, OC, C, C, 1, 1, C, bias, false, threads};
-  return !on_jit(s) && chooses_blocked(C, OC, bias, threads);
-}
-
-void matmul_bf16_forward_blocked(float* out, const bf16* inp, const bf16* blocked,
-                                 const float* bias, int N, int C, int OC) {
-  PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
-                         2.0 * (double(N) * C + double(OC) * C) + 4.0 * double(N) * OC);
-  GemmShape s{N, OC, C, C, 1, 1, C, bias != nullptr, false, omp_get_max_threads(), true};
-  gemm(s, inp, blocked, bias, out);
 }
 
 void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weight, int N, int C,

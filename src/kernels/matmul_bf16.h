@@ -17,15 +17,6 @@ namespace mt {
 void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
                          int C, int OC);
 
-// The forward on the weight in the primitive's own blocked layout (matmul_bf16_blocked.h:
-// `blocked` from matmul_bf16_block_weight), where available: the forward of a (C -> OC)
-// layer with (or without) a bias runs on the primitive on the calling path, and the
-// primitive asks for that layout on a brgemm kernel here. The same bits as
-// matmul_bf16_forward on the plain weight there.
-bool matmul_bf16_forward_blocked_available(int C, int OC, bool bias);
-void matmul_bf16_forward_blocked(float* out, const bf16* inp, const bf16* blocked,
-                                 const float* bias, int N, int C, int OC);
-
 // dinp (N, C) += dout (N, OC) @ weight (OC, C); with accumulate false, dinp = (overwrites:
 // the tensor-parallel layers' partial sums start from nothing, and a memset plus reading
 // dinp back would cost as much memory traffic as the conversions of a block).

@@ -51,11 +51,11 @@ GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard&
   fc_ = tp::ColumnParallelLinear(tp, C_, Hl_);
   mlp_proj_ = tp::RowParallelLinear(tp, Hl_, C_);
   if (bf16_) {
-    qkv_.enable_bf16(bf16_version, /*with_bias=*/true);
-    attn_proj_.enable_bf16(bf16_version, /*with_bias=*/true);
+    qkv_.enable_bf16(bf16_version);
+    attn_proj_.enable_bf16(bf16_version);
     if (!moe) {  // an MoE block's MLP is its experts, with bf16 copies of their own (moe_layer.h)
-      fc_.enable_bf16(bf16_version, /*with_bias=*/true);
-      mlp_proj_.enable_bf16(bf16_version, /*with_bias=*/true);
+      fc_.enable_bf16(bf16_version);
+      mlp_proj_.enable_bf16(bf16_version);
     }
   }
   reserve_buffers(layout, moe);

@@ -62,8 +62,8 @@ void ColumnParallelLinear::backward_weight_gathered(const float* dy, const float
 
 // ---- --precision bf16 ---------------------------------------------------------------------
 
-void ColumnParallelLinear::enable_bf16(const uint64_t* version, bool with_bias) {
-  w16_ = std::make_shared<DenseBf16Weight>(in_, out_, version, with_bias);
+void ColumnParallelLinear::enable_bf16(const uint64_t* version) {
+  w16_ = std::make_shared<DenseBf16Weight>(in_, out_, version);
 }
 
 const bf16* ColumnParallelLinear::full_input_bf16(const bf16* x16, int N, bf16* gathered16) const {

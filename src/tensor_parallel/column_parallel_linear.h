@@ -32,8 +32,7 @@ class ColumnParallelLinear {
 
   // --precision bf16 (docs/precision.md): the GEMMs read a bf16 copy of w, or its packs on
   // AMX, refreshed when *version moves (kernels/dense_gemm_bf16.h). Enables the *_bf16 calls.
-  // with_bias: the layer has a bias (its forward may then read a blocked copy of w).
-  void enable_bf16(const uint64_t* version, bool with_bias = false);
+  void enable_bf16(const uint64_t* version);
   size_t bf16_weight_bytes() const { return w16_ ? w16_->bytes() : 0; }
   // The scratch its weight gradient of N rows leaves on the calling thread (the transposed
   // fp32 orientation's copy, or the primitive's transposed bf16 dout: kernels/

@@ -75,9 +75,8 @@ void RowParallelLinear::backward_weight(const float* dy, const float* x, int N,
 
 // ---- --precision bf16 ---------------------------------------------------------------------
 
-void RowParallelLinear::enable_bf16(const uint64_t* version, bool with_bias) {
-  // Only at tp 1 does the GEMM add the bias (elsewhere it follows the reduction).
-  w16_ = std::make_shared<DenseBf16Weight>(in_, out_, version, with_bias && tp_size_ == 1);
+void RowParallelLinear::enable_bf16(const uint64_t* version) {
+  w16_ = std::make_shared<DenseBf16Weight>(in_, out_, version);
 }
 
 void RowParallelLinear::forward_bf16(float* y, const bf16* x16, int N, float* scratch) const {

@@ -30,8 +30,7 @@ class RowParallelLinear {
 
   // --precision bf16 (docs/precision.md): the GEMMs read a bf16 copy of w, or its packs on
   // AMX, refreshed when *version moves (kernels/dense_gemm_bf16.h). Enables the *_bf16 calls.
-  // with_bias: the layer has a bias (its forward may then read a blocked copy of w).
-  void enable_bf16(const uint64_t* version, bool with_bias = false);
+  void enable_bf16(const uint64_t* version);
   int in() const { return in_; }  // this rank's input width
   int out() const { return out_; }
   size_t bf16_weight_bytes() const { return w16_ ? w16_->bytes() : 0; }

@@ -314,8 +314,7 @@ TEST(MemoryEstimate, MatchesTheMemoryRecord) {
 
 // --precision bf16 converts the experts' weights too: the record's bf16_weight_bytes is the
 // dense model's plus, per MoE block, the local experts' c_fc and c_proj in place of the
-// dense MLP's (its two packs, or its plain and blocked copies: biased forwards,
-// kernels/dense_gemm_bf16.h), and the AMX path's two packs of each
+// dense MLP's (its two packs, kernels/dense_gemm_bf16.h), and the AMX path's two packs of each
 // expert matrix (model/expert_gemm.h).
 TEST(MemoryEstimate, Bf16WeightBytesIncludeTheExperts) {
   if (!bf16_matmul_supported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU (needs AVX-512)";
@@ -331,8 +330,8 @@ TEST(MemoryEstimate, Bf16WeightBytesIncludeTheExperts) {
                                    Bf16ExpertWeights::expert_bytes(int(H), int(C)));
     const int64_t want =
         measure(dense).bf16_weights +
-        moe_blocks * (local * expert - int64_t(DenseBf16Weight::bytes(int(C), int(H), true) +
-                                               DenseBf16Weight::bytes(int(H), int(C), true)));
+        moe_blocks * (local * expert - int64_t(DenseBf16Weight::bytes(int(C), int(H)) +
+                                               DenseBf16Weight::bytes(int(H), int(C))));
     EXPECT_EQ(measure(moe).bf16_weights, want) << "ep " << ep;
   }
 }
