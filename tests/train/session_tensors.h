@@ -1,16 +1,21 @@
-// What the session-level tests (test_train_step, test_recompute) read back from a rank's
-// session, and the random token shard they train on.
+// What the session-level tests (test_train_step, test_recompute, test_residual_chain) read
+// back from a rank's session, the random token shard they train on, and a run of a few steps
+// on every rank.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/world.h"
 #include "core/rng.h"
 #include "data/token_shard.h"
 #include "train/options.h"
 #include "train/session.h"
+#include "train/step.h"
+#include "train/trace.h"
 
 namespace mt::test_util {
 
@@ -58,6 +63,29 @@ inline void write_random_shard(const std::string& path, size_t n, int vocab, uin
   std::vector<int> tokens(n);
   for (size_t i = 0; i < n; ++i) tokens[i] = int(uniform01(seed, 1, i) * vocab);
   write_token_shard(path, tokens);
+}
+
+struct RankRun {
+  std::vector<double> losses, norms;
+  TensorsByName params;
+};
+
+// `steps` steps of o on every rank (threads); each rank's per-step figures and final weights
+// by name.
+inline std::vector<RankRun> run_ranks(const TrainOptions& o, int steps) {
+  std::vector<RankRun> out(size_t(o.parallel.world()));
+  run_local(o.parallel.world(), WorldOptions{}, [&](CommWorld& w) {
+    std::unique_ptr<Session> s = build_session(o, w, RunInfo{});
+    Trace trace(false, w.rank(), 0);
+    RankRun& run = out[size_t(w.rank())];
+    for (int step = 1; step <= steps; ++step) {
+      const StepRecord r = train_step(*s, step, trace);
+      run.losses.push_back(r.loss);
+      run.norms.push_back(r.grad_norm);
+    }
+    run.params = params_by_name(*s);
+  });
+  return out;
 }
 
 }  // namespace mt::test_util

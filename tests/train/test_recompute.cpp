@@ -21,26 +21,10 @@ namespace {
 
 constexpr int kSteps = 3;
 
-struct RankRun {
-  std::vector<double> losses, norms;
-  test_util::TensorsByName params;
-};
+using test_util::RankRun;
 
-// kSteps steps on every rank; each rank's per-step figures and final weights by name.
 std::vector<RankRun> train(const TrainOptions& o) {
-  std::vector<RankRun> out(size_t(o.parallel.world()));
-  run_local(o.parallel.world(), WorldOptions{}, [&](CommWorld& w) {
-    std::unique_ptr<Session> s = build_session(o, w, RunInfo{});
-    Trace trace(false, w.rank(), 0);
-    RankRun& run = out[size_t(w.rank())];
-    for (int step = 1; step <= kSteps; ++step) {
-      const StepRecord r = train_step(*s, step, trace);
-      run.losses.push_back(r.loss);
-      run.norms.push_back(r.grad_norm);
-    }
-    run.params = test_util::params_by_name(*s);
-  });
-  return out;
+  return test_util::run_ranks(o, kSteps);
 }
 
 class Recompute : public ::testing::Test {
