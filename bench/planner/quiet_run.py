@@ -161,6 +161,7 @@ def summary(loop_text, brute_text):
     """The goal lines of the two phases' outputs."""
     got = []
     for pat in (r"^wall: mean .*$", r"^wall, without .*$", r"^round-to-round .*$",
+                r"^unmeasurable in this window.*$",
                 r"^drift: .*$", r"^wall, the layouts measured within .*$",
                 r"^only \d+ round.*$"):
         got += re.findall(pat, loop_text, re.M)
