@@ -2,7 +2,8 @@
 """Offline check of the planner's local model against logged measurements: no timing runs.
 
 Usage: python3 bench/planner/replay_logs.py build/meshtrain PROFILE [--closed-loop LOG]
-       [--brute LOG] [--rows] [--families] [--wake SECONDS]
+       [--brute LOG] [--rows] [--families] [--wake SECONDS] [--field KEY=VALUE ...]
+       [--tp-ratio R]
 
 Re-predicts every layout of a closed_loop.py log (its summary lines: name, predicted,
 measured wall) and of a --brute-force log (its `#  i {knobs} predicted .. wall ..` lines and
@@ -19,6 +20,14 @@ mode, the brute force's single passes by grid and one microbatch or more.
 profile; the stored quiet profiles predate the wake probe, plan/wake_probe.cpp), and prints
 beside each re-measured finalist the planner's blocking waits per rank and step against the
 sleeps its log measured.
+--field KEY=VALUE (repeatable) replays with a copy of the profile holding that field (added
+or replaced): a figure measured after the log, given per replay.
+--tp-ratio R emulates pricing tp 2 apart from dp 2 at the step ratio R (tp 2 over dp 2 ZeRO
+0 of the reference model, fp32, one microbatch: bench/planner/tp_ratio_probe.py's figure,
+stop 47): the closed loop's layouts whose tp > 1 ranks have a core each are predicted at
+parallel_efficiency x rho, rho the figure for which the binary predicts the loop's `tp2` row
+at R times its `dp2 z0` row (bisection); every other row as before. No binary field yet: this
+is how the keep rule (the stored replays improve) is checked before one is added.
 """
 import ast
 import atexit
@@ -88,8 +97,42 @@ def families(rows):
         print(f"    {fam:34} {len(errs):3} layouts  mean {m:+6.1%}  over the median {m - med:+6.1%}")
 
 
-def closed_loop(binary, profile, log, show, by_family=False):
+def own_core_tp(ranks, k, cores=2):
+    """A tensor-parallel layout whose rank threads have a core each (where a tp 2 step's
+    ratio was measured); oversubscribed ones share the cores instead."""
+    return k["tp"] > 1 and ranks <= cores
+
+
+def profile_field(profile, key):
+    m = re.search(rf"^{key} = (\S+)$", open(profile).read(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def tp_rho(binary, profile, ratio):
+    """rho for which parallel_efficiency x rho prices the loop's `tp2` row at `ratio` times
+    its `dp2 z0` row (the dp row keeps the profile's figure)."""
     layouts = {name: (ranks, cl.resolve(k)) for name, ranks, k in cl.LAYOUTS}
+    e = profile_field(profile, "parallel_efficiency")
+    dp = cl.predict(binary, profile, *layouts["dp2 z0"])
+    lo, hi = 0.5, 1.0 / e
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        path = with_field(profile, "parallel_efficiency", min(1.0, e * mid))
+        slow = cl.predict(binary, path, *layouts["tp2"]) > ratio * dp
+        os.unlink(path)
+        lo, hi = (mid, hi) if slow else (lo, mid)
+    return hi
+
+
+def closed_loop(binary, profile, log, show, by_family=False, tp_ratio=None):
+    layouts = {name: (ranks, cl.resolve(k)) for name, ranks, k in cl.LAYOUTS}
+    tp_profile = profile
+    if tp_ratio:
+        rho = tp_rho(binary, profile, tp_ratio)
+        e = min(1.0, profile_field(profile, "parallel_efficiency") * rho)
+        tp_profile = with_field(profile, "parallel_efficiency", e)
+        print(f"tp ratio {tp_ratio:.3f}: rho {rho:.3f}, tp layouts on their own cores at "
+              f"parallel_efficiency {e:.3f} (emulated)")
     old, new, signed = [], [], []
     for line in open(log):
         m = ROW.match(line)
@@ -98,7 +141,8 @@ def closed_loop(binary, profile, log, show, by_family=False):
         name = m["name"].strip()
         ranks, k = layouts[name]
         wall = float(m["wall"])
-        pred = cl.predict(binary, profile, ranks, k) * 1e3
+        pred = cl.predict(binary, tp_profile if own_core_tp(ranks, k) else profile, ranks,
+                          k) * 1e3
         old.append((abs(float(m["pred"]) / wall - 1), name))
         new.append((abs(pred / wall - 1), name))
         signed.append((pred / wall - 1, family(ranks, k)))
@@ -214,10 +258,16 @@ def main():
     binary, profile = sys.argv[1], sys.argv[2]
     if "--wake" in sys.argv:
         profile = with_wake(profile, float(sys.argv[sys.argv.index("--wake") + 1]))
+    for i, a in enumerate(sys.argv):
+        if a == "--field":
+            key, value = sys.argv[i + 1].split("=", 1)
+            profile = with_field(profile, key, float(value))
     show = "--rows" in sys.argv
+    tp_ratio = float(sys.argv[sys.argv.index("--tp-ratio") + 1]) if "--tp-ratio" in sys.argv \
+        else None
     if "--closed-loop" in sys.argv:
         closed_loop(binary, profile, sys.argv[sys.argv.index("--closed-loop") + 1], show,
-                    "--families" in sys.argv)
+                    "--families" in sys.argv, tp_ratio)
     if "--brute" in sys.argv:
         brute(binary, profile, sys.argv[sys.argv.index("--brute") + 1], show,
               "--families" in sys.argv)
