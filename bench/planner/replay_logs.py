@@ -3,7 +3,7 @@
 
 Usage: python3 bench/planner/replay_logs.py build/meshtrain PROFILE [--closed-loop LOG]
        [--brute LOG] [--rows] [--families] [--wake SECONDS] [--field KEY=VALUE ...]
-       [--tp-ratio R]
+       [--tp-ratio R] [--dualpipev-ratio R]
 
 Re-predicts every layout of a closed_loop.py log (its summary lines: name, predicted,
 measured wall) and of a --brute-force log (its `#  i {knobs} predicted .. wall ..` lines and
@@ -28,6 +28,8 @@ stop 47): the closed loop's layouts whose tp > 1 ranks have a core each are pred
 parallel_efficiency x rho, rho the figure for which the binary predicts the loop's `tp2` row
 at R times its `dp2 z0` row (bisection); every other row as before. No binary field yet: this
 is how the keep rule (the stored replays improve) is checked before one is added.
+--dualpipev-ratio R: the same for the DualPipe-V layouts on their own cores (pp 2), fitted
+to the loop's `pp2 dualpipev m4` row at R times `dp2 z0`.
 """
 import ast
 import atexit
@@ -103,14 +105,25 @@ def own_core_tp(ranks, k, cores=2):
     return k["tp"] > 1 and ranks <= cores
 
 
+def own_core_dualpipev(ranks, k, cores=2):
+    """A DualPipe-V layout whose rank threads have a core each (pp 2)."""
+    return k.get("schedule") == "dualpipev" and ranks <= cores
+
+
+# --tp-ratio and --dualpipev-ratio: the loop's row the ratio is of (against `dp2 z0`), and
+# the rows priced at the fitted figure.
+RATIO_FAMILIES = {"--tp-ratio": ("tp2", own_core_tp),
+                  "--dualpipev-ratio": ("pp2 dualpipev m4", own_core_dualpipev)}
+
+
 def profile_field(profile, key):
     m = re.search(rf"^{key} = (\S+)$", open(profile).read(), re.M)
     return float(m.group(1)) if m else 0.0
 
 
-def tp_rho(binary, profile, ratio):
-    """rho for which parallel_efficiency x rho prices the loop's `tp2` row at `ratio` times
-    its `dp2 z0` row (the dp row keeps the profile's figure)."""
+def ratio_rho(binary, profile, row, ratio):
+    """rho for which parallel_efficiency x rho prices the loop's `row` at `ratio` times its
+    `dp2 z0` row (the dp row keeps the profile's figure)."""
     layouts = {name: (ranks, cl.resolve(k)) for name, ranks, k in cl.LAYOUTS}
     e = profile_field(profile, "parallel_efficiency")
     dp = cl.predict(binary, profile, *layouts["dp2 z0"])
@@ -118,21 +131,28 @@ def tp_rho(binary, profile, ratio):
     for _ in range(20):
         mid = (lo + hi) / 2
         path = with_field(profile, "parallel_efficiency", min(1.0, e * mid))
-        slow = cl.predict(binary, path, *layouts["tp2"]) > ratio * dp
+        slow = cl.predict(binary, path, *layouts[row]) > ratio * dp
         os.unlink(path)
         lo, hi = (mid, hi) if slow else (lo, mid)
     return hi
 
 
-def closed_loop(binary, profile, log, show, by_family=False, tp_ratio=None):
-    layouts = {name: (ranks, cl.resolve(k)) for name, ranks, k in cl.LAYOUTS}
-    tp_profile = profile
-    if tp_ratio:
-        rho = tp_rho(binary, profile, tp_ratio)
+def ratio_profiles(binary, profile, ratios):
+    """[(rows' predicate, the profile they are priced with)] for the given {flag: ratio}."""
+    priced = []
+    for flag, ratio in ratios.items():
+        row, keep = RATIO_FAMILIES[flag]
+        rho = ratio_rho(binary, profile, row, ratio)
         e = min(1.0, profile_field(profile, "parallel_efficiency") * rho)
-        tp_profile = with_field(profile, "parallel_efficiency", e)
-        print(f"tp ratio {tp_ratio:.3f}: rho {rho:.3f}, tp layouts on their own cores at "
-              f"parallel_efficiency {e:.3f} (emulated)")
+        priced.append((keep, with_field(profile, "parallel_efficiency", e)))
+        print(f"{flag[2:]} {ratio:.3f} ({row} over dp2 z0): rho {rho:.3f}, those layouts on "
+              f"their own cores at parallel_efficiency {e:.3f} (emulated)")
+    return priced
+
+
+def closed_loop(binary, profile, log, show, by_family=False, ratios=None):
+    layouts = {name: (ranks, cl.resolve(k)) for name, ranks, k in cl.LAYOUTS}
+    priced = ratio_profiles(binary, profile, ratios or {})
     old, new, signed = [], [], []
     for line in open(log):
         m = ROW.match(line)
@@ -141,8 +161,8 @@ def closed_loop(binary, profile, log, show, by_family=False, tp_ratio=None):
         name = m["name"].strip()
         ranks, k = layouts[name]
         wall = float(m["wall"])
-        pred = cl.predict(binary, tp_profile if own_core_tp(ranks, k) else profile, ranks,
-                          k) * 1e3
+        use = next((p for keep, p in priced if keep(ranks, k)), profile)
+        pred = cl.predict(binary, use, ranks, k) * 1e3
         old.append((abs(float(m["pred"]) / wall - 1), name))
         new.append((abs(pred / wall - 1), name))
         signed.append((pred / wall - 1, family(ranks, k)))
@@ -263,11 +283,11 @@ def main():
             key, value = sys.argv[i + 1].split("=", 1)
             profile = with_field(profile, key, float(value))
     show = "--rows" in sys.argv
-    tp_ratio = float(sys.argv[sys.argv.index("--tp-ratio") + 1]) if "--tp-ratio" in sys.argv \
-        else None
+    ratios = {flag: float(sys.argv[sys.argv.index(flag) + 1]) for flag in RATIO_FAMILIES
+              if flag in sys.argv}
     if "--closed-loop" in sys.argv:
         closed_loop(binary, profile, sys.argv[sys.argv.index("--closed-loop") + 1], show,
-                    "--families" in sys.argv, tp_ratio)
+                    "--families" in sys.argv, ratios)
     if "--brute" in sys.argv:
         brute(binary, profile, sys.argv[sys.argv.index("--brute") + 1], show,
               "--families" in sys.argv)
