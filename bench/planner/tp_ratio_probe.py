@@ -2,7 +2,7 @@
 """tp 2's step against dp 2's on this host, as interleaved pairs: the figure a stable tp
 probe would measure (docs/planner.md, stop 47). No profile is written.
 
-Usage: python3 bench/planner/tp_ratio_probe.py build/meshtrain [--pairs 8] [--steps 8]
+Usage: python3 bench/planner/tp_ratio_probe.py build/meshtrain [--pairs 16] [--steps 8]
 
 Each pair runs `meshtrain train` of the calibration's reference model (4L d256 T128 vocab
 256, batch 8, fp32, one thread per rank, one microbatch) under dp 2 (ZeRO 0) and under
@@ -49,7 +49,7 @@ def quartiles(values):
 
 def main():
     binary = sys.argv[1]
-    pairs, steps = arg("--pairs", 8), arg("--steps", 8)
+    pairs, steps = arg("--pairs", 16), arg("--steps", 8)
     ratios, absolute = [], []
     for i in range(pairs):
         order = ("dp2", "tp2") if i % 2 == 0 else ("tp2", "dp2")
