@@ -14,8 +14,11 @@ Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate
    R interleaved rounds (default 3: round r of every layout before round r + 1), each
    layout's wall the median over its rounds. A layout whose rounds spread by more than
    --spread (default 0.20: max / min - 1) is measured R more times, interleaved among such
-   layouts, and its wall becomes the median of all its rounds; it is never dropped, and the
-   output lists every re-measured layout with its raw rounds.
+   layouts, and its wall becomes the median of all its rounds; again, up to three passes
+   (loop_rounds.REMEASURE_PASSES), while the middle of its rounds still spreads past the
+   limit. It is never dropped: the output lists every re-measured layout with its raw
+   rounds, and one still spread after the last pass is listed as unmeasurable in that
+   window, with the wall figures once more without it beside the goal line that keeps it.
    Drift check (drift_check.py; a profile with the calibration rounds' band, medium model):
    the calibration's reference step is run again at the start, every --check-every (default
    12) layout runs and at the end, and compared with the band; layouts measured mostly next
@@ -80,10 +83,11 @@ def closed_loop(binary, out, profile, steps):
     if drift:
         drift.check("start")
     run_rounds(binary, out, chosen, rounds, steps, walls, cpus, drift=drift)
-    remeasured = remeasure_spread(binary, out, chosen, rounds, steps, walls, cpus, limit, drift)
+    remeasured, unmeasurable = remeasure_spread(binary, out, chosen, rounds, steps, walls, cpus,
+                                                limit, drift)
     if drift:
         drift.check("end")
-    report(out, chosen, preds, walls, cpus, rounds, limit, remeasured, drift, load0)
+    report(out, chosen, preds, walls, cpus, rounds, limit, remeasured, drift, load0, unmeasurable)
 
 
 def main():

@@ -66,7 +66,24 @@ def error_summary(rows, cpu_rows, errs, cpu_errs, load0):
     return load1
 
 
-def report(out, chosen, preds, walls, cpus, rounds, limit, remeasured, drift, load0):
+def unmeasurable_summary(rows, unmeasurable, limit):
+    """The layouts still spread after every re-measure pass (loop_rounds.py): listed, and the
+    wall figures once more without them. The goal line above keeps them: a window that cannot
+    measure a layout says so instead of dropping it."""
+    if not unmeasurable:
+        return
+    kept = [(abs(r[4]), r[0]) for r in rows if r[0] not in unmeasurable]
+    print(f"unmeasurable in this window (middle rounds still spread past {limit:.0%} after "
+          f"every re-measure pass): {', '.join(unmeasurable)}")
+    if kept:
+        worst = max(kept)
+        print(f"wall, without the {len(unmeasurable)} unmeasurable layouts: mean |error| "
+              f"{statistics.mean(e for e, _ in kept):.1%}, max {worst[0]:.1%} ({worst[1]}) "
+              f"over {len(kept)} layouts")
+
+
+def report(out, chosen, preds, walls, cpus, rounds, limit, remeasured, drift, load0,
+           unmeasurable=()):
     rows, cpu_rows, errs, cpu_errs, spreads = layout_rows(chosen, preds, walls, cpus, rounds)
     if rounds > 1:
         print(f"round-to-round spread of one layout's wall (max/min - 1): median "
@@ -76,9 +93,10 @@ def report(out, chosen, preds, walls, cpus, rounds, limit, remeasured, drift, lo
     if rounds < 3:
         print(f"only {rounds} round(s): not a goal measurement (the goal is the median of >= 3)")
     load1 = error_summary(rows, cpu_rows, errs, cpu_errs, load0)
+    unmeasurable_summary(rows, list(unmeasurable), limit)
     flagged = drift.summary({r[0]: abs(r[4]) for r in rows}) if drift else []
     with open(os.path.join(out, "closed_loop.json"), "w") as f:
         json.dump({"drift_events": drift.events if drift else [], "drift_flagged": flagged,
                    "rows": rows, "cpu_rows": cpu_rows, "load": [load0, load1],
                    "cores": os.cpu_count(), "rounds": walls, "spread_limit": limit,
-                   "remeasured": remeasured}, f)
+                   "remeasured": remeasured, "unmeasurable": list(unmeasurable)}, f)

@@ -161,6 +161,7 @@ def summary(loop_text, brute_text):
     """The goal lines of the two phases' outputs."""
     got = []
     for pat in (r"^wall: mean .*$", r"^wall, without .*$", r"^round-to-round .*$",
+                r"^unmeasurable in this window.*$",
                 r"^drift: .*$", r"^wall, the layouts measured within .*$",
                 r"^only \d+ round.*$"):
         got += re.findall(pat, loop_text, re.M)
@@ -192,7 +193,8 @@ def main():
     start, n, loop_s, nb, brute_s = estimate(binary, out, profile, only, steps, rounds,
                                              brute_steps, brute_limit)
     print(f"quiet_run: estimate: closed loop {n} layouts x {rounds} rounds x {steps} steps "
-          f"{loop_s / 60:.1f} min (+ up to 60% where rounds spread and are re-measured); brute "
+          f"{loop_s / 60:.1f} min (+ about 60% where rounds spread and are re-measured, more "
+          f"where a layout stays spread: up to 3 passes); brute "
           f"force {nb} layouts x {brute_steps} steps + up to 6 finalists x {FINALIST_ROUNDS} rounds x "
           f"{FINALIST_STEPS} steps "
           f"{brute_s / 60:.1f} min; start-up {start:.2f} s a run", flush=True)
