@@ -35,7 +35,9 @@ bfloat16) (the forward only, as gpt_torch.py does).
 
   /usr/bin/python3 bench/vs_torch_ddp.py [--meshtrain build/meshtrain] [--precision fp32|bf16]
       [--layers 4 --dim 256 --heads 8 --seq 128 --batch 8] [--steps 12] [--warmup-steps 3]
-      [--rounds 3]
+      [--rounds 3] [--zero 0|1|2]
+--zero: meshtrain's ZeRO stage (default 0, DDP's own layout: every rank holds and updates all
+the weights and moments); PyTorch's side stays plain DDP. Every line names the stage.
 Goals (issue #33): fp32 >= 1.4x in every round; bf16 >= 3x against DDP with autocast.
 """
 import argparse
@@ -157,7 +159,7 @@ def run_meshtrain(a, d):
     metrics = os.path.join(d, "mt.jsonl")
     cmd = ([a.meshtrain, "train", "--dp", "2", "--threads", "1", "--batch", str(a.batch),
             "--data", a.data, "--init-from", a.init, "--precision", a.precision, "--quiet",
-            "--metrics", metrics] + model_flags(a) + optim_flags(a))
+            "--metrics", metrics, "--zero", str(a.zero)] + model_flags(a) + optim_flags(a))
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.exit(f"command failed ({p.returncode}): {shlex.join(cmd)}\n{p.stdout[-3000:]}")
@@ -193,6 +195,8 @@ def parse():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--zero", type=int, default=0, choices=[0, 1, 2],
+                    help="meshtrain's ZeRO stage (PyTorch's side stays plain DDP)")
     ap.add_argument("--port", type=int, default=29533)
     ap.add_argument("--worker-rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -215,7 +219,7 @@ def main():
     blas, blas_said = openblas_dir(os.path.dirname(os.path.abspath(a.meshtrain)))
     load = os.getloadavg()[0]
     print(f"vs_torch_ddp: {a.precision}, {a.layers}L d{a.dim} h{a.heads} T{a.seq} "
-          f"B{a.batch} (2 x {a.batch // 2}), 2 processes x 1 thread; PyTorch BLAS: {blas_said}, "
+          f"B{a.batch} (2 x {a.batch // 2}), 2 processes x 1 thread, meshtrain ZeRO {a.zero}; PyTorch BLAS: {blas_said}, "
           f"OPENBLAS_CORETYPE=SKYLAKEX; load average {load:.1f} at start"
           + (" (LOADED machine)" if load > 1.5 else ""), flush=True)
     ratios = []
