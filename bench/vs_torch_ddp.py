@@ -16,8 +16,8 @@ process (no start-up, no process launch, no logging). PyTorch: time.perf_counter
 gpt_torch.train_step after a barrier of the two ranks. meshtrain: its metrics' step_time_s,
 rank 0's clock from its batch's read to the end of its update (train/step.cpp). meshtrain's
 ranks do not meet before a step: when rank 0 starts ahead of rank 1 it waits for it inside
-the step (at the gradient reduction), a skew that PyTorch's barrier keeps out of its figure;
-rank 0 writes the metrics between steps, so it usually starts last. `meshtrain bench step
+the step (at the gradient reduction), a skew that PyTorch's barrier keeps out of its figure
+(rank 0 also writes the metrics between steps, about 0.05 ms, which delays it, not rank 1). `meshtrain bench step
 --breakdown`'s "step" is the same step_time_s (its mean over the steps after the first).
 
 Exposed communication:
