@@ -17,8 +17,9 @@ gpt_torch.train_step after a barrier of the two ranks. meshtrain: its metrics' s
 rank 0's clock from its batch's read to the end of its update (train/step.cpp). meshtrain's
 ranks do not meet before a step: when rank 0 starts ahead of rank 1 it waits for it inside
 the step (at the gradient reduction), a skew that PyTorch's barrier keeps out of its figure
-(rank 0 also writes the metrics between steps, about 0.05 ms, which delays it, not rank 1). `meshtrain bench step
---breakdown`'s "step" is the same step_time_s (its mean over the steps after the first).
+(rank 0 also writes the metrics between steps, about 0.05 ms, which delays it, not rank 1).
+`meshtrain bench step --breakdown`'s "step" is the same step_time_s (its mean over the
+steps after the first).
 
 Exposed communication:
   meshtrain  comm_exposed_s of its metrics (the compute thread blocked on dp traffic);
@@ -37,7 +38,7 @@ bfloat16) (the forward only, as gpt_torch.py does).
       [--layers 4 --dim 256 --heads 8 --seq 128 --batch 8] [--steps 12] [--warmup-steps 3]
       [--rounds 3] [--zero 0|1|2]
 --zero: meshtrain's ZeRO stage (default 0, DDP's own layout: every rank holds and updates all
-the weights and moments); PyTorch's side stays plain DDP. Every line names the stage.
+the weights and moments); PyTorch's side stays plain DDP. The header line names the stage.
 Goals (issue #33): fp32 >= 1.4x in every round; bf16 >= 3x against DDP with autocast.
 """
 import argparse
