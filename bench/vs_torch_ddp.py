@@ -220,7 +220,8 @@ def main():
     blas, blas_said = openblas_dir(os.path.dirname(os.path.abspath(a.meshtrain)))
     load = os.getloadavg()[0]
     print(f"vs_torch_ddp: {a.precision}, {a.layers}L d{a.dim} h{a.heads} T{a.seq} "
-          f"B{a.batch} (2 x {a.batch // 2}), 2 processes x 1 thread, meshtrain ZeRO {a.zero}; PyTorch BLAS: {blas_said}, "
+          f"B{a.batch} (2 x {a.batch // 2}), 2 processes x 1 thread, meshtrain ZeRO {a.zero}; "
+          f"PyTorch BLAS: {blas_said}, "
           f"OPENBLAS_CORETYPE=SKYLAKEX; load average {load:.1f} at start"
           + (" (LOADED machine)" if load > 1.5 else ""), flush=True)
     ratios = []
