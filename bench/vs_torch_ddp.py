@@ -4,9 +4,22 @@
 Both train the same GPT (the same init file, the same token shard, the same global batch
 split in two halves, AdamW with the same groups and schedule: tests/reference/gpt_torch.py
 is PyTorch's side), 2 processes (meshtrain: 2 ranks as threads), 1 compute thread each.
-Rounds alternate the two programs, so a change of the machine's load hits both alike; the
-ratio is taken round by round (PyTorch ms/step over meshtrain ms/step, medians of the
-steps after the warm-up).
+Rounds alternate the two programs, and which of them goes first (meshtrain first in odd
+rounds, PyTorch first in even ones), so a change of the machine's load, or whatever the
+previous program left behind, hits both alike; the ratio is taken round by round (PyTorch
+ms/step over meshtrain ms/step, medians of the steps after the warm-up). Each round line
+gives the load average when it started and both sides' fastest and slowest measured step.
+
+What a step is, on both sides the same kind of time: rank 0's wall time from the start of
+its step (the batch's read) to the end of its optimizer update, between the steps of one
+process (no start-up, no process launch, no logging). PyTorch: time.perf_counter() around
+gpt_torch.train_step after a barrier of the two ranks. meshtrain: its metrics' step_time_s,
+rank 0's clock from its batch's read to the end of its update (train/step.cpp). meshtrain's
+ranks do not meet before a step: when rank 0 starts ahead of rank 1 it waits for it inside
+the step (at the gradient reduction), a skew that PyTorch's barrier keeps out of its figure
+(rank 0 also writes the metrics between steps, about 0.05 ms, which delays it, not rank 1).
+`meshtrain bench step --breakdown`'s "step" is the same step_time_s (its mean over the
+steps after the first).
 
 Exposed communication:
   meshtrain  comm_exposed_s of its metrics (the compute thread blocked on dp traffic);
@@ -23,7 +36,9 @@ bfloat16) (the forward only, as gpt_torch.py does).
 
   /usr/bin/python3 bench/vs_torch_ddp.py [--meshtrain build/meshtrain] [--precision fp32|bf16]
       [--layers 4 --dim 256 --heads 8 --seq 128 --batch 8] [--steps 12] [--warmup-steps 3]
-      [--rounds 3]
+      [--rounds 3] [--zero 0|1|2]
+--zero: meshtrain's ZeRO stage (default 0, DDP's own layout: every rank holds and updates all
+the weights and moments); PyTorch's side stays plain DDP. The header line names the stage.
 Goals (issue #33): fp32 >= 1.4x in every round; bf16 >= 3x against DDP with autocast.
 """
 import argparse
@@ -135,24 +150,31 @@ def run_torch(a, d, blas):
         sys.exit("vs_torch_ddp: a PyTorch rank failed")
     with open(out) as f:
         t = json.load(f)
-    sync = statistics.median(t["sync"][a.warmup_steps:])
+    measured = t["sync"][a.warmup_steps:]
+    sync = statistics.median(measured)
     no_sync = statistics.median(t["no_sync"][a.warmup_steps:])
-    return sync, max(0.0, sync - no_sync)
+    return sync, max(0.0, sync - no_sync), (min(measured), max(measured))
 
 
 def run_meshtrain(a, d):
     metrics = os.path.join(d, "mt.jsonl")
     cmd = ([a.meshtrain, "train", "--dp", "2", "--threads", "1", "--batch", str(a.batch),
             "--data", a.data, "--init-from", a.init, "--precision", a.precision, "--quiet",
-            "--metrics", metrics] + model_flags(a) + optim_flags(a))
+            "--metrics", metrics, "--zero", str(a.zero)] + model_flags(a) + optim_flags(a))
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.exit(f"command failed ({p.returncode}): {shlex.join(cmd)}\n{p.stdout[-3000:]}")
     recs = [json.loads(l) for l in open(metrics) if l.strip()]
     recs = [r for r in recs if "step" in r][a.warmup_steps:]
-    step = statistics.median(r["step_time_s"] for r in recs)
+    measured = [r["step_time_s"] for r in recs]
+    step = statistics.median(measured)
     exposed = statistics.median(r.get("comm_exposed_s", 0.0) for r in recs)
-    return step, exposed, shlex.join(cmd)
+    return step, exposed, (min(measured), max(measured)), shlex.join(cmd)
+
+
+def span(lo_hi):
+    """The fastest and the slowest measured step, in ms."""
+    return f"steps {lo_hi[0] * 1e3:.1f}-{lo_hi[1] * 1e3:.1f}"
 
 
 def passthrough(a):
@@ -174,6 +196,8 @@ def parse():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--zero", type=int, default=0, choices=[0, 1, 2],
+                    help="meshtrain's ZeRO stage (PyTorch's side stays plain DDP)")
     ap.add_argument("--port", type=int, default=29533)
     ap.add_argument("--worker-rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -196,7 +220,8 @@ def main():
     blas, blas_said = openblas_dir(os.path.dirname(os.path.abspath(a.meshtrain)))
     load = os.getloadavg()[0]
     print(f"vs_torch_ddp: {a.precision}, {a.layers}L d{a.dim} h{a.heads} T{a.seq} "
-          f"B{a.batch} (2 x {a.batch // 2}), 2 processes x 1 thread; PyTorch BLAS: {blas_said}, "
+          f"B{a.batch} (2 x {a.batch // 2}), 2 processes x 1 thread, meshtrain ZeRO {a.zero}; "
+          f"PyTorch BLAS: {blas_said}, "
           f"OPENBLAS_CORETYPE=SKYLAKEX; load average {load:.1f} at start"
           + (" (LOADED machine)" if load > 1.5 else ""), flush=True)
     ratios = []
@@ -207,13 +232,20 @@ def main():
         ref.init_weights(model, 1)
         ref.save_safetensors(a.init, model.named_arrays())
         for rnd in range(a.rounds):
-            mt, mt_exp, cmd = run_meshtrain(a, d)
-            pt, pt_exp = run_torch(a, d, blas)
+            load = os.getloadavg()[0]
+            if rnd % 2 == 0:
+                mt, mt_exp, mt_span, cmd = run_meshtrain(a, d)
+                pt, pt_exp, pt_span = run_torch(a, d, blas)
+            else:
+                pt, pt_exp, pt_span = run_torch(a, d, blas)
+                mt, mt_exp, mt_span, cmd = run_meshtrain(a, d)
             ratios.append(pt / mt)
-            print(f"round {rnd + 1}: meshtrain {mt * 1e3:7.1f} ms/step (exposed comm "
-                  f"{mt_exp * 1e3:5.2f} ms, {mt_exp / mt:5.1%}) | DDP {pt * 1e3:7.1f} ms/step "
-                  f"(exposed comm {pt_exp * 1e3:5.2f} ms, {pt_exp / pt:5.1%}) | "
-                  f"ratio {pt / mt:.2f}x", flush=True)
+            print(f"round {rnd + 1} ({'meshtrain' if rnd % 2 == 0 else 'PyTorch'} first, "
+                  f"load {load:.1f}): meshtrain {mt * 1e3:7.1f} ms/step ({span(mt_span)}; "
+                  f"exposed comm {mt_exp * 1e3:5.2f} ms, {mt_exp / mt:5.1%}) | DDP "
+                  f"{pt * 1e3:7.1f} ms/step ({span(pt_span)}; exposed comm "
+                  f"{pt_exp * 1e3:5.2f} ms, {pt_exp / pt:5.1%}) | ratio {pt / mt:.2f}x",
+                  flush=True)
     goal = 1.4 if a.precision == "fp32" else 3.0
     print(f"meshtrain: {cmd}")
     print(f"ratio: min {min(ratios):.2f}x, median {statistics.median(ratios):.2f}x over "
