@@ -93,5 +93,49 @@ class Attribution(unittest.TestCase):
         self.assertAlmostEqual(corun[1], 2e-3, places=6)
 
 
+def cpu_switch(cpu, tid, t_ms, prev_comm, state, next_comm, next_tid):
+    return switch(tid, t_ms, prev_comm, state, next_comm, next_tid).replace(
+        f"{tid} ", f"{tid} [{cpu:03d}] ", 1)
+
+
+class LoneStageOccupancy(unittest.TestCase):
+    """Step 3's stage 0 F (200-210 ms) computes alone: ranks 0 and 1 both run 200-204 on
+    cpus 0 and 1; rank 1 is preempted and runs on cpu 0 after rank 0 yields it 204-206
+    (stacked: rank 0 runnable on cpu 0); rank 0 sleeps 206-207 while rank 1 runs; both run
+    again 207-210."""
+
+    def occupancy(self):
+        lines = [
+            cpu_switch(0, 0, 200, "swapper/0", "R", "mt rank 0", 10),
+            cpu_switch(1, 0, 200, "swapper/1", "R", "mt rank 1", 11),
+            cpu_switch(1, 11, 203.5, "mt rank 1", "R", "cc1plus", 99),
+            cpu_switch(1, 99, 203.6, "cc1plus", "S", "swapper/1", 0),
+            cpu_switch(0, 10, 204, "mt rank 0", "R", "mt rank 1", 11),
+            cpu_switch(0, 11, 206, "mt rank 1", "R", "mt rank 0", 10),
+            cpu_switch(1, 0, 206, "swapper/1", "R", "mt rank 1", 11),
+            cpu_switch(0, 10, 206, "mt rank 0", "S", "swapper/0", 0),
+            cpu_switch(0, 0, 207, "swapper/0", "R", "mt rank 0", 10),
+            cpu_switch(0, 10, 210, "mt rank 0", "S", "swapper/0", 0),
+            cpu_switch(1, 11, 210, "mt rank 1", "S", "swapper/1", 0),
+        ]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(stand_in_trace(), f)
+        try:
+            phases, stage, window, _ = rs.read_trace(f.name, 2)
+        finally:
+            os.unlink(f.name)
+        switches, rank_of = rs.read_switches(lines)
+        self.assertEqual(switches[0][4], 0)
+        spent = rs.lone_stage_occupancy(phases, stage, window, switches, rank_of)
+        return {k: round(v * 1e3, 6) for k, v in spent.items() if v > 0}
+
+    def test_the_pair_is_read_both_running_stacked_and_waiting(self):
+        got = self.occupancy()
+        self.assertEqual(got["both running"], 3.5 + 3)
+        self.assertEqual(got["one running, its partner waiting on the same cpu (stacked)"], 2)
+        self.assertEqual(got["one running, its partner asleep (a collective's wait)"], 1)
+        self.assertEqual(got["one running, its partner preempted on the other cpu"], 0.5)
+
+
 if __name__ == "__main__":
     unittest.main()

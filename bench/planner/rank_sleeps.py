@@ -8,7 +8,7 @@ per rank and step where the schedule names 3.5).
 LAYOUT is `first` (the planner's #1 of stops 42-46, the default), `best` (stop 46's best
 finalist, dp2 pp2 gpipe mb2) or `-- FLAGS` (train's layout flags; the loop's model is added).
 
-attribute: one run under `perf record -e sched:sched_switch` (clock CLOCK_MONOTONIC, the
+attribute: one run under `perf record -a -e sched:sched_switch` (clock CLOCK_MONOTONIC, the
 trace's steady clock) with --trace. Each switch-out of an `mt rank N` thread in state S or D
 is a sleep; it is placed in the trace phase its rank was in (F, B, W: a collective of the
 stage's own ranks, i.e. tp/cp/SP; RECV_*: the pipeline's receive; optimizer, wait grad
@@ -16,7 +16,10 @@ buckets; between: outside every phase) and split by what the other ranks did at 
 the stage's other ranks computing or not, another stage computing or idle. A sleep in F/B/W
 with the stage-mate computing and the other stage idle is a partner late while its stage
 computes alone (no other rank wanted the core); with the other stage computing it is the
-co-run (4 threads on 2 cores). `--realtime` runs the ranks under SCHED_FIFO (chrt -f 10):
+co-run (4 threads on 2 cores). Then, over the stretches where one stage computes alone, what
+its two rank threads did: both running (a core each), one running while its partner waits for
+the same cpu (stacked), one running while its partner sleeps in a collective, neither
+running (other programs hold the cores). `--realtime` runs the ranks under SCHED_FIFO (chrt -f 10):
 other programs cannot take their cores, a loaded host's diagnostic.
 
 placement: the layout alternated unbound (as `train --bind auto` runs 4 one-thread ranks on
@@ -46,15 +49,16 @@ PRESETS = {
     "best": LLAMA + ["--dp", "2", "--tp", "1", "--pp", "2", "--microbatches", "2",
                      "--schedule", "gpipe"],
 }
-SWITCH = re.compile(r"\s*(\d+)\s+([\d.]+): prev_comm=(.*?) prev_pid=(\d+) prev_prio=\d+ "
-                    r"prev_state=(\S+) ==> next_comm=(.*?) next_pid=(\d+)")
+SWITCH = re.compile(r"\s*(\d+)\s+(?:\[(\d+)\]\s+)?([\d.]+): prev_comm=(.*?) prev_pid=(\d+) "
+                    r"prev_prio=\d+ prev_state=(\S+) ==> next_comm=(.*?) next_pid=(\d+)")
 PHASE = re.compile(r"^(\d+)(\D+?)\d*$")  # "1W0": stage 1's W of microbatch 0
 
 
 def read_trace(trace, skip):
     """({rank: [(begin_s, end_s, phase, cat)]}, {rank: stage}, window (lo, hi), steps): the
     trace's phases on the steady clock, after `skip` warm-up steps."""
-    ev = json.load(open(trace))["traceEvents"]
+    with open(trace) as f:
+        ev = json.load(f)["traceEvents"]
     t0 = next(e for e in ev if e.get("name") == "clock_origin")["args"]["steady_s"]
     spans = [e for e in ev if e.get("ph") == "X"]
     steps = sorted((e for e in spans if e.get("cat") == "step" and e["tid"] == 0),
@@ -82,16 +86,17 @@ def phase_at(spans, t):
 
 
 def read_switches(lines):
-    """[(time, prev tid, prev state, next tid)] and {tid: rank} of `perf script -F
-    tid,time,trace` lines of sched:sched_switch."""
+    """[(time, prev tid, prev state, next tid, cpu)] and {tid: rank} of `perf script -F
+    [cpu,]tid,time,trace` lines of sched:sched_switch (cpu -1 where not printed)."""
     switches, last_comm = [], {}
     for line in lines:
         m = SWITCH.match(line)
         if not m:
             continue
-        last_comm[int(m.group(4))] = m.group(3)
-        last_comm[int(m.group(7))] = m.group(6)
-        switches.append((float(m.group(2)), int(m.group(4)), m.group(5), int(m.group(7))))
+        last_comm[int(m.group(5))] = m.group(4)
+        last_comm[int(m.group(8))] = m.group(7)
+        switches.append((float(m.group(3)), int(m.group(5)), m.group(6), int(m.group(8)),
+                         int(m.group(2)) if m.group(2) else -1))
     # A thread is named by its last name: rank threads start under the process's name, a
     # rank's progress threads under the rank's and rename themselves "mt progress".
     ranks = {t: re.match(r"mt rank (\d+)", c) for t, c in last_comm.items()}
@@ -117,7 +122,7 @@ def attribute(phases, stage, window, switches, rank_of):
     lasts from the rank's switch-out to its next switch-in."""
     rows = collections.defaultdict(lambda: [0, 0.0, []])
     asleep = {}
-    for t, prev, state, nxt in switches:
+    for t, prev, state, nxt, _ in switches:
         if nxt in asleep:
             since, row = asleep.pop(nxt)
             rows[row][1] += t - since
@@ -127,6 +132,58 @@ def attribute(phases, stage, window, switches, rank_of):
             rows[row][0] += 1
             asleep[prev] = (t, row)
     return rows
+
+
+def lone_stage(phases, stage, t):
+    """The one stage computing at t (any of its ranks in a compute phase), else None."""
+    busy = {stage[r] for r in phases if r in stage and phase_at(phases[r], t)[1] == "compute"}
+    return busy.pop() if len(busy) == 1 else None
+
+
+def pair_state(a, b):
+    """What a 2-rank stage's threads do, from each one's (state, cpu): state "run" (on the
+    cpu), "R" (preempted there, waiting to run) or "S" (asleep)."""
+    running = [x for x in (a, b) if x[0] == "run"]
+    if len(running) == 2:
+        return "both running"
+    if len(running) == 1:
+        other = a if a[0] != "run" else b
+        if other[0] == "S":
+            return "one running, its partner asleep (a collective's wait)"
+        return ("one running, its partner waiting on the same cpu (stacked)"
+                if other[1] == running[0][1] else "one running, its partner preempted on the other cpu")
+    return "neither running (" + " ".join(sorted(x[0] for x in (a, b))) + ")"
+
+
+def lone_stage_occupancy(phases, stage, window, switches, rank_of):
+    """{what the computing stage's two rank threads do: seconds} over the window's stretches
+    where one stage computes alone (the other's ranks wait in a receive): with a core each
+    both run; stacked, one runs while its partner waits for the same cpu. Needs the
+    switches' cpus; stages of 2 ranks."""
+    state = {r: ("S", -1) for r in rank_of.values()}
+    spent = collections.Counter()
+    before = None
+    for t, prev, st, nxt, cpu in switches:
+        if before is not None and window[0] <= before and t <= window[1]:
+            s = lone_stage(phases, stage, (t + before) / 2)
+            pair = [r for r in sorted(phases) if stage.get(r) == s]
+            if s is not None and len(pair) == 2 and all(r in state for r in pair):
+                spent[pair_state(state[pair[0]], state[pair[1]])] += t - before
+        before = t
+        if prev in rank_of:
+            state[rank_of[prev]] = ("R" if st.startswith("R") else "S", cpu)
+        if nxt in rank_of:
+            state[rank_of[nxt]] = ("run", cpu)
+    return spent
+
+
+def report_occupancy(spent, steps):
+    total = sum(spent.values())
+    if not total:
+        return
+    print(f"a stage computing alone: {total / steps * 1e3:.1f} ms per step, its two rank threads:")
+    for what, secs in spent.most_common():
+        print(f"  {secs / total * 100:5.1f}%  {secs / steps * 1e3:6.2f} ms per step  {what}")
 
 
 def report_rows(rows, ranks, steps):
@@ -153,16 +210,20 @@ def median_step_ms(metrics, skip=3):
 def run_attribute(binary, layout, steps, realtime, tmp):
     data, trace, metrics = (os.path.join(tmp, n) for n in ("s.data", "t.json", "m.jsonl"))
     prefix = ["chrt", "-f", "10"] if realtime else []
-    subprocess.run(["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "sched:sched_switch",
+    # -a: a switch is recorded in the context of the task leaving the cpu, so a per-task
+    # record misses every switch-in from another program or the idle task (17% of the
+    # ranks' switch-ins at load 10, 3-4% under SCHED_FIFO; 0.2-0.6% system-wide).
+    subprocess.run(["perf", "record", "-q", "-a", "-k", "CLOCK_MONOTONIC", "-e", "sched:sched_switch",
                     "-o", data, "--"] + prefix + train_cmd(binary, layout, steps, metrics, trace),
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    script = subprocess.run(["perf", "script", "-i", data, "-F", "tid,time,trace"],
+    script = subprocess.run(["perf", "script", "-i", data, "-F", "cpu,tid,time,trace"],
                             check=True, capture_output=True, text=True).stdout
     phases, stage, window, n = read_trace(trace, 2)
     switches, rank_of = read_switches(script.splitlines())
     print(f"step median {median_step_ms(metrics):.1f} ms over steps 4-{steps}; sleeps over "
           f"steps 3-{steps}{' (SCHED_FIFO)' if realtime else ''}:")
     report_rows(attribute(phases, stage, window, switches, rank_of), len(phases), n)
+    report_occupancy(lone_stage_occupancy(phases, stage, window, switches, rank_of), n)
 
 
 def rank_threads(pid, ranks, timeout=10.0):
