@@ -19,7 +19,8 @@ computes alone (no other rank wanted the core); with the other stage computing i
 co-run (4 threads on 2 cores). Then, over the stretches where one stage computes alone, what
 its two rank threads did: both running (a core each), one running while its partner waits for
 the same cpu (stacked), one running while its partner sleeps in a collective, neither
-running (other programs hold the cores). `--realtime` runs the ranks under SCHED_FIFO (chrt -f 10):
+running (other programs hold the cores). Needs perf and system-wide tracepoints (root, or
+kernel.perf_event_paranoid <= -1). `--realtime` runs the ranks under SCHED_FIFO (chrt -f 10):
 other programs cannot take their cores, a loaded host's diagnostic.
 
 placement: the layout alternated unbound (as `train --bind auto` runs 4 one-thread ranks on
