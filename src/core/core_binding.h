@@ -20,20 +20,27 @@ enum class CoreBinding {
   automatic,  // bind when ranks x threads fit the cores this process may use, else not
   cores,      // bind; refused (UsageError) when they do not fit
   none,       // the operating system places every thread
+  spread,     // bind even when ranks share cores: round robin, consecutive ranks apart
 };
 
 inline std::vector<std::pair<std::string, CoreBinding>> core_binding_names() {
-  return {
-      {"auto", CoreBinding::automatic}, {"cores", CoreBinding::cores}, {"none", CoreBinding::none}};
+  return {{"auto", CoreBinding::automatic},
+          {"cores", CoreBinding::cores},
+          {"none", CoreBinding::none},
+          {"spread", CoreBinding::spread}};
 }
 const char* core_binding_name(CoreBinding b);
 
 // The cores of each rank (rank r: entry r), or no entries when nothing is bound. Rank r
 // gets `threads` consecutive entries of `allowed` (the cores this process may use, as
 // sched_getaffinity lists them), so that a rank's OpenMP team stays together and no two
-// ranks share a core. A single rank is bound only when asked (CoreBinding::cores): alone,
-// it has no peer to collide with, and a pin would keep it on a core another program
-// occupies. Throws UsageError for CoreBinding::cores when ranks x threads exceed allowed.
+// ranks share a core. CoreBinding::spread binds when they do not fit too: thread t of rank
+// r gets core (r * threads + t) mod allowed, so consecutive ranks (a tp pair, whose
+// collectives need both running at once) sit on different cores while the ranks that share
+// a core are the ones furthest apart in rank order. A single rank is bound only when asked
+// (CoreBinding::cores): alone, it has no peer to collide with, and a pin would keep it on a core
+// another program occupies. Throws UsageError for CoreBinding::cores when ranks x threads exceed
+// allowed.
 std::vector<std::vector<int>> plan_core_binding(const std::vector<int>& allowed, int ranks,
                                                 int threads, CoreBinding mode);
 

@@ -43,6 +43,18 @@ TEST(CoreBinding, CoresBindsEvenOneRankAndRefusesWhatDoesNotFit) {
   }
 }
 
+TEST(CoreBinding, SpreadBindsRoundRobinWhenRanksShareCores) {
+  // tp 2 x pp 2 on 2 cores: each stage's pair (ranks 0-1, 2-3) on two cores.
+  EXPECT_EQ(plan_core_binding({0, 1}, 4, 1, CoreBinding::spread), (Plan{{0}, {1}, {0}, {1}}));
+  EXPECT_EQ(plan_core_binding({3, 5, 8}, 4, 1, CoreBinding::spread), (Plan{{3}, {5}, {8}, {3}}));
+  // Two threads a rank, 2 ranks on 3 cores: rank 1's team wraps around.
+  EXPECT_EQ(plan_core_binding({0, 1, 2}, 2, 2, CoreBinding::spread), (Plan{{0, 1}, {2, 0}}));
+  // Where they fit, the same plan as auto's.
+  EXPECT_EQ(plan_core_binding({0, 1, 2, 3}, 2, 2, CoreBinding::spread),
+            plan_core_binding({0, 1, 2, 3}, 2, 2, CoreBinding::automatic));
+  EXPECT_TRUE(plan_core_binding({}, 2, 1, CoreBinding::spread).empty());
+}
+
 TEST(CoreBinding, NoneNeverBinds) {
   EXPECT_TRUE(plan_core_binding({0, 1, 2, 3}, 2, 1, CoreBinding::none).empty());
 }
