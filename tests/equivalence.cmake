@@ -23,6 +23,18 @@ add_test(NAME equivalence.dp_resume_across_layouts
          COMMAND ${MT_EQUIV} resume --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_BASE}
                  --pair "--dp 4 --zero 3|" --pair "|--dp 4 --zero 3"
                  --pair "--dp 2 --zero 1 --microbatches 2|--dp 4 --zero 2")
+# ZeRO 1-2 ownership follows the buckets (stop 47: a chunk's blocks in at most quarter
+# buckets): 8 blocks make 4 buckets of 2 at the default --bucket-mb and 8 of 1 at 0.001, so
+# the ranks own other elements. A sharded checkpoint saved under one loads under the other
+# (and at one worker) with the reference's losses and weights.
+add_test(NAME equivalence.dp_zero_bucket_reshard
+         COMMAND ${MT_EQUIV} reshard --bin ${MT_EQUIV_BIN} --save-at 3
+                 --base "--layers 8 --dim 32 --heads 4 --seq 16 --batch 8 --steps 6 --lr-schedule constant --grad-clip 0.5"
+                 --pair "--dp 2 --zero 1|--dp 2 --zero 1 --bucket-mb 0.001"
+                 --pair "--dp 2 --zero 2 --bucket-mb 0.001|--dp 2 --zero 1"
+                 --pair "--dp 2 --zero 1|")
+set_tests_properties(equivalence.dp_zero_bucket_reshard PROPERTIES LABELS "equivalence;checkpoint"
+                     TIMEOUT 300)
 add_test(NAME equivalence.dp_memory_formulas
          COMMAND ${MT_EQUIV} memory --bin ${MT_EQUIV_BIN}
                  --base "--layers 4 --dim 128 --heads 4 --seq 32 --batch 8 --steps 1 --bucket-mb 0.3"

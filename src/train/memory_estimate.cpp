@@ -120,7 +120,7 @@ StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank, int threads,
 void add_data_parallel(MemoryEstimate& e, const ParallelOptions& par, const StageUnits& u) {
   const bool ep = par.ep > 1;
   const DataParallelMemory d = DataParallel::memory_of(
-      u.ranges, u.per_chunk, par.dp, par.zero, par.bucket_mb, ep ? size_t(u.expert_real) : 0);
+      u.ranges, u.per_chunk, par.dp, par.zero, par.bucket_mb, ep ? size_t(u.expert_real) : 0, ep);
   e.params_bytes = int64_t(d.params_bytes - d.param_buffer_bytes);
   e.grads_bytes = int64_t(d.grads_bytes - d.grad_buffer_bytes);
   e.buffers_bytes = int64_t(d.param_buffer_bytes + d.grad_buffer_bytes);

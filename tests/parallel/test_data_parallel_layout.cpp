@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/flat_layout.h"
 
 namespace mt {
@@ -60,13 +61,13 @@ ParamTable blocks_table(int blocks) {
   return t;
 }
 
-// ZeRO 0's rule (kZero0BlockBuckets): a model smaller than the bucket size still gets its
-// blocks in four buckets, so only the first block's reduction is left after the backward;
-// --bucket-mb still caps them. Without the rule (min_block_buckets 1, ZeRO 1-2) one bucket
-// holds every block.
-TEST(FlatLayout, AtZero0ASmallModelsBlocksTakeFourBucketsSoTheReductionOverlapsBackward) {
+// The block-bucket rule (kBlockBuckets, ZeRO 0-2 without ep): a model smaller than the
+// bucket size still gets its blocks in four buckets, so only the first block's reduction is
+// left after the backward; --bucket-mb still caps them. Without the rule (min_block_buckets
+// 1: ZeRO 1-2 under expert parallelism) one bucket holds every block.
+TEST(FlatLayout, ASmallModelsBlocksTakeFourBucketsSoTheReductionOverlapsBackward) {
   const size_t mib25 = size_t(25) << 18;  // floats
-  const int four = FlatLayout::kZero0BlockBuckets;
+  const int four = FlatLayout::kBlockBuckets;
   ParamTable t = blocks_table(4);
   FlatLayout l(t, units_of(t), 2, 0, mib25, false, {}, four);
   ASSERT_EQ(l.buckets().size(), 5u);
@@ -78,9 +79,25 @@ TEST(FlatLayout, AtZero0ASmallModelsBlocksTakeFourBucketsSoTheReductionOverlapsB
   EXPECT_EQ(l12.buckets()[3].units, (std::vector<int>{3, 2, 1}));  // the exposed tail: 1/4
   FlatLayout capped(t12, units_of(t12), 2, 0, /*bucket=*/640, false, {}, four);
   EXPECT_EQ(capped.buckets().size(), 7u);  // pairs: --bucket-mb is smaller than a quarter
-  FlatLayout sharded(t, units_of(t), 2, 0, mib25, false);
-  ASSERT_EQ(sharded.buckets().size(), 2u);  // ZeRO 1-2: every block in one bucket
-  EXPECT_EQ(sharded.buckets()[0].units, (std::vector<int>{4, 3, 2, 1}));
+  FlatLayout one(t, units_of(t), 2, 0, mib25, false);
+  ASSERT_EQ(one.buckets().size(), 2u);  // ZeRO 1-2 under ep: every block in one bucket
+  EXPECT_EQ(one.buckets()[0].units, (std::vector<int>{4, 3, 2, 1}));
+}
+
+// What the engine asks for (DataParallel::flat_layout): four block buckets at ZeRO 0-2, one
+// unit per bucket at ZeRO 3, and at ZeRO 1-2 under expert parallelism the plain rule.
+TEST(FlatLayout, TheEngineSplitsBlocksAtZero0To2WithoutExperts) {
+  const size_t n = 16 * 30;  // block units of dp*16-aligned sizes: no padding
+  std::vector<std::pair<size_t, size_t>> units;
+  for (size_t u = 0; u < 5; ++u) units.push_back({u * n, (u + 1) * n});
+  const ParamTable no_tensors;
+  for (int zero : {0, 1, 2, 3})
+    for (bool ep : {false, true}) {
+      const FlatLayout l =
+          DataParallel::flat_layout(no_tensors, units, {5}, 2, 0, zero, 25, /*experts_apart=*/ep);
+      const size_t want = zero == 3 || zero == 0 || !ep ? 5u : 2u;
+      EXPECT_EQ(l.buckets().size(), want) << "zero " << zero << " ep " << ep;
+    }
 }
 
 // Two chunks (an interleaved stage): buckets follow each chunk's own backward order and

@@ -1,5 +1,6 @@
-// The ZeRO-2 gradient buffers are sized by the model's actual buckets: a model smaller
-// than one bucket holds its shard plus one buffer per actual bucket (about 1 + 1/dp of the
+// The ZeRO-2 gradient buffers are sized by the model's actual buckets: a chunk of one block
+// bucket (a single block: FlatLayout::kBlockBuckets splits more blocks even when they fit
+// in --bucket-mb) holds its shard plus one buffer per actual bucket (about 1 + 1/dp of the
 // ZeRO-1 gradients), not two block buffers; a model of several buckets keeps two, one
 // filling while the other is in flight. And what an engine holds is what
 // DataParallel::memory_of (the memory estimate's figures) says it would, for every stage,
@@ -24,9 +25,9 @@ struct Grads {
   int block_buckets = 0;
 };
 
-Grads grad_memory(int zero, double bucket_mb) {
+Grads grad_memory(int zero, double bucket_mb, int layers = 3) {
   ModelConfig cfg;
-  cfg.layers = 3, cfg.dim = 32, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 19;
+  cfg.layers = layers, cfg.dim = 32, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 19;
   Grads out;
   run_local(4, WorldOptions{}, [&](CommWorld& w) {
     set_compute_threads(1);
@@ -51,9 +52,9 @@ Grads grad_memory(int zero, double bucket_mb) {
   return out;
 }
 
-TEST(DataParallelMemory, Zero2BuffersForAModelSmallerThanABucket) {
-  const Grads z1 = grad_memory(1, 25), z2 = grad_memory(2, 25);
-  ASSERT_EQ(z2.block_buckets, 1);  // every block in one bucket, the edge unit in another
+TEST(DataParallelMemory, Zero2BuffersForAModelOfOneBlockBucket) {
+  const Grads z1 = grad_memory(1, 25, 1), z2 = grad_memory(2, 25, 1);
+  ASSERT_EQ(z2.block_buckets, 1);  // the one block in one bucket, the edge unit in another
   // The shard plus the two actual buckets, which together are the flat gradients.
   EXPECT_EQ(z2.buffer_bytes, (z2.edge_bucket + z2.block_bucket) * sizeof(float));
   EXPECT_EQ(z2.bytes, (z2.shard + z2.edge_bucket + z2.block_bucket) * sizeof(float));
@@ -61,10 +62,12 @@ TEST(DataParallelMemory, Zero2BuffersForAModelSmallerThanABucket) {
 }
 
 TEST(DataParallelMemory, Zero2KeepsTwoBlockBuffersForSeveralBuckets) {
-  const Grads z2 = grad_memory(2, 0.001);  // one block per bucket
-  ASSERT_EQ(z2.block_buckets, 3);
-  EXPECT_EQ(z2.buffer_bytes, (z2.edge_bucket + 2 * z2.block_bucket) * sizeof(float));
-  EXPECT_EQ(z2.bytes, z2.shard * sizeof(float) + z2.buffer_bytes);
+  for (double bucket_mb : {0.001, 25.0}) {  // one block per bucket: by size, by kBlockBuckets
+    const Grads z2 = grad_memory(2, bucket_mb);
+    ASSERT_EQ(z2.block_buckets, 3) << bucket_mb;
+    EXPECT_EQ(z2.buffer_bytes, (z2.edge_bucket + 2 * z2.block_bucket) * sizeof(float));
+    EXPECT_EQ(z2.bytes, z2.shard * sizeof(float) + z2.buffer_bytes);
+  }
 }
 
 // Every field of the engine's memory() against memory_of for the model's units, on every
@@ -96,7 +99,7 @@ void expect_memory_of_matches(int zero, double bucket_mb, int ep, bool two_chunk
     for (const ParamInfo& p : model.table().entries())
       if (ep > 1 && is_expert_param(p.name)) experts += p.numel;
     const DataParallelMemory want =
-        DataParallel::memory_of(ranges, per_chunk, 4, zero, bucket_mb, experts);
+        DataParallel::memory_of(ranges, per_chunk, 4, zero, bucket_mb, experts, ep > 1);
     DataParallel dp(model, {ctx.dp, zero, bucket_mb, ctx.ep, ctx.ep_replica});
     const DataParallelMemory got = dp.memory();
     EXPECT_EQ(got.params_bytes, want.params_bytes) << "rank " << w.rank();

@@ -132,7 +132,7 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
       rank_(dp_->rank()),
       size_(dp_->size()),
       layout_(flat_layout(model.table(), unit_ranges(model), units_per_chunk(model), size_, rank_,
-                          zero_, o.bucket_mb)),
+                          zero_, o.bucket_mb, expert_parallel(o))),
       update_(pieces_to_update(layout_, model.table(), zero_, expert_parallel(o))),
       update_param_(piece_tensors(model.table(), update_)),
       first_expert_(first_expert(update_param_, expert_parallel(o))),
@@ -188,22 +188,24 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
 FlatLayout DataParallel::flat_layout(const ParamTable& table,
                                      const std::vector<std::pair<size_t, size_t>>& unit_ranges,
                                      const std::vector<int>& units_per_chunk, int dp, int dp_rank,
-                                     int zero, double bucket_mb) {
-  // ZeRO-3 gathers unit by unit: each unit is its own bucket. ZeRO 0 keeps the tail of
-  // the reduction short (FlatLayout::kZero0BlockBuckets).
+                                     int zero, double bucket_mb, bool experts_apart) {
+  // ZeRO-3 gathers unit by unit: each unit is its own bucket. ZeRO 0-2 keep the tail of
+  // the reduction short (FlatLayout::kBlockBuckets), ZeRO 1-2 only without expert
+  // parallelism (there the buckets decide ownership, and ep keeps experts whole).
+  const bool short_tail = zero == 0 || (zero <= 2 && !experts_apart);
   return FlatLayout(table, unit_ranges, dp, dp_rank, bucket_floats(bucket_mb), zero == 3,
-                    units_per_chunk, zero == 0 ? FlatLayout::kZero0BlockBuckets : 1);
+                    units_per_chunk, short_tail ? FlatLayout::kBlockBuckets : 1);
 }
 
 DataParallelMemory DataParallel::memory_of(
     const std::vector<std::pair<size_t, size_t>>& unit_ranges,
     const std::vector<int>& units_per_chunk, int dp, int zero, double bucket_mb,
-    size_t expert_floats) {
+    size_t expert_floats, bool experts_apart) {
   // The sizes read no tensor of the table (only FlatLayout::pieces would), and they are
   // the same on every dp rank.
   const ParamTable no_tensors;
   const FlatLayout layout =
-      flat_layout(no_tensors, unit_ranges, units_per_chunk, dp, 0, zero, bucket_mb);
+      flat_layout(no_tensors, unit_ranges, units_per_chunk, dp, 0, zero, bucket_mb, experts_apart);
   const GradBuckets::Sizes grads = GradBuckets::sizes(layout, zero, expert_floats);
   DataParallelMemory m;
   for (size_t n : grads.pool) m.grad_buffer_bytes += n * sizeof(float);

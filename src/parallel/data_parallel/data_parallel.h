@@ -92,17 +92,19 @@ class DataParallel final {
   DataParallel& operator=(const DataParallel&) = delete;
 
   // The flat layout the engine gives a model's units (unit_ranges: every chunk's, chunk 0's
-  // first; units_per_chunk: how many each chunk has).
+  // first; units_per_chunk: how many each chunk has; experts_apart: expert parallelism,
+  // DataParallelOptions::ep of more than one rank).
   static FlatLayout flat_layout(const ParamTable& table,
                                 const std::vector<std::pair<size_t, size_t>>& unit_ranges,
                                 const std::vector<int>& units_per_chunk, int dp, int dp_rank,
-                                int zero, double bucket_mb);
+                                int zero, double bucket_mb, bool experts_apart);
   // What the engine would hold for units of these ranges (as flat_layout's), sized as its
   // constructor sizes its storage; expert_floats: its experts' elements under expert
-  // parallelism (0 otherwise). The memory estimate asks this without building an engine.
+  // parallelism (0 otherwise); experts_apart: expert parallelism (as flat_layout's, also
+  // for a stage holding no experts). The memory estimate asks this without an engine.
   static DataParallelMemory memory_of(const std::vector<std::pair<size_t, size_t>>& unit_ranges,
                                       const std::vector<int>& units_per_chunk, int dp, int zero,
-                                      double bucket_mb, size_t expert_floats);
+                                      double bucket_mb, size_t expert_floats, bool experts_apart);
 
   const FlatLayout& layout() const { return layout_; }
   int zero() const { return zero_; }

@@ -62,17 +62,19 @@ class FlatLayout {
              int dp, int dp_rank, size_t bucket_floats, bool one_unit_per_bucket,
              const std::vector<int>& units_per_chunk = {}, int min_block_buckets = 1);
 
-  // What ZeRO 0 passes as min_block_buckets. The bucket of a chunk's first block launches
+  // What ZeRO 0-2 pass as min_block_buckets. The bucket of a chunk's first block launches
   // only when the chunk's backward is over, so nothing overlaps its reduction: with a model
   // smaller than --bucket-mb (25 MiB), one bucket held every block and the whole reduction
   // (12.6 MB at 4L d256) ran after the backward, its gradients long out of the caches. With
   // a quarter per bucket, the other three are reduced at the safe points between layers
-  // while their gradients are still warm, and the tail is a quarter. Only ZeRO 0: there a
-  // bucket is a range every rank holds whole, while at ZeRO 1-2 the buckets also decide
-  // which rank owns (and keeps optimizer state for) which elements, and smaller ones split
-  // a block's dense elements unevenly when ep keeps experts whole (the memory estimate's
-  // even split then no longer holds).
-  static constexpr int kZero0BlockBuckets = 4;
+  // while their gradients are still warm, and the tail is a quarter. At ZeRO 1-2 a bucket
+  // also decides which rank owns (and keeps optimizer state for) which elements: four
+  // buckets give each rank a chunk of every quarter instead of one half of the blocks,
+  // the same number of elements (the equal split holds per bucket). Not under expert
+  // parallelism at ZeRO 1-2 (DataParallel::flat_layout): ep keeps experts whole, and
+  // smaller buckets would split a block's dense elements unevenly between the ranks (the
+  // memory estimate's even split would no longer hold).
+  static constexpr int kBlockBuckets = 4;
 
   size_t flat_size() const { return flat_size_; }
   size_t shard_size() const { return flat_size_ / size_t(dp_); }
