@@ -178,6 +178,16 @@ struct HardwareProfile {
   // the data-parallel wrapper's own passes (Megatron: zeroing the buffer, a NaN-check norm
   // and the 1/dp scaling before the collective; time_model.cpp, grad_buffer_seconds).
   double grad_buffer_bytes = 0;
+  // Where the pipeline replay places each stage's data-parallel gradient sync (with pp > 1,
+  // ZeRO 0-2, dp > 1): 0 after the pipeline, the slowest stage's added to the makespan; 1
+  // each stage's after its own last backward; 2 Megatron-Core's delayed grad reduce (stage
+  // r starts a chunk's sync r backwards after the chunk's last; the first stage without
+  // interleaving from its last backward's hooks). The step's optimizer starts when every
+  // stage's sync is done (time_model.cpp, add_grad_syncs). grad_sync_pass_bytes of
+  // grad_buffer_bytes run at each chunk's sync on the compute stream (the NaN check and the
+  // 1/dp scaling), delaying what the stage computes and sends after it.
+  int grad_sync_placement = 0;
+  double grad_sync_pass_bytes = 0;
   // Latency-bound all-reduces over the whole world per step (gradient norm, loss, ...).
   int world_all_reduces = 2;
   // Fraction of the ZeRO-3 gathers and reduce-scatters that may hide under the compute of

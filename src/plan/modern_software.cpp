@@ -19,6 +19,8 @@ SoftwareTable llama3_2024() {
        {"optimizer_bytes", 32, "fused AdamW (28) and the gradient-norm read (4), not stated"},
        {"optimizer_kernels", 2, "AdamW and the norm (not stated)"},
        {"grad_buffer_bytes", 0, "not stated (FSDP reduces the gradients as produced)"},
+       {"grad_sync_placement", 0, "FSDP reduces the gradients as produced (dp_overlap 1)"},
+       {"grad_sync_pass_bytes", 0, "no buffer passes (grad_buffer_bytes 0)"},
        {"world_all_reduces", 2, "gradient norm and loss (not stated)"},
        {"zero3_overlap", 1, "FSDP prefetches the next gather"},
        {"tied_embedding_reduce", 0, "untied embedding and head (Llama 3)"},
@@ -93,6 +95,8 @@ SoftwareTable deepseek_v3_2024() {
         "moments 2 + 2, write param and moments 8, the BF16 weight copy 2, the norm read 4"},
        {"optimizer_kernels", 2, kNotStated},
        {"grad_buffer_bytes", 0, kNotStated},
+       {"grad_sync_placement", 0, kNotStated},
+       {"grad_sync_pass_bytes", 0, kNotStated},
        {"world_all_reduces", 2, kNotStated},
        {"zero3_overlap", 1, "ZeRO-1 only"},
        {"tied_embedding_reduce", 0,
@@ -172,6 +176,8 @@ SoftwareTable megatron_bridge_2025() {
         "re-read for Megatron-Core)"},
        {"optimizer_kernels", 2, kDefault},
        {"grad_buffer_bytes", 0, "not re-read for Megatron-Core 2025 (this engine's assumption)"},
+       {"grad_sync_placement", 0, "not re-read for Megatron-Core 2025 (this engine's assumption)"},
+       {"grad_sync_pass_bytes", 0, "no buffer passes (grad_buffer_bytes 0)"},
        {"world_all_reduces", 2, "gradient-norm and loss all-reduces"},
        {"zero3_overlap", 1, "no ZeRO 3 (max_zero 1)"},
        {"tied_embedding_reduce", 0, "untied embedding and output layer (Llama 3, DeepSeek-V3)"},
@@ -263,6 +269,16 @@ constexpr const char* kMcoreUserbufferSms =
     "(csrc/comm_gemm_overlap.h) with num_sm 16, use_ce 0, set_sm_margin 0: their userbuffers "
     "kernels take 16 SMs beside the GEMM; ring_exchange copies with the copy engines (use_ce 1)";
 
+// Megatron-Core r0.8.0's gradient sync with pp (issue #30, stop 47).
+constexpr const char* kMcoreDelayedSync =
+    "--delay-grad-reduce on by default (arguments.py: --no-delay-grad-reduce turns it off; "
+    "training.py sets grad_sync_func): schedules.py's interleaved schedule starts chunk c's "
+    "sync on stage r after its backward r microbatches past c's last, the rest after the "
+    "cooldown; 1F1B syncs the first stage from its last backward's hooks and the others "
+    "after their cooldown (\"during pipeline bubble\"); finalize_model_grads waits for them, "
+    "and the optimizer's gradient norm is all-reduced over the model-parallel group "
+    "(clip_grads.py), so the step waits for every stage's";
+
 // Megatron-Core r0.8.0 as Megatron-LM's README ran its H100 weak-scaling table (commit
 // f2e5db402c, 2024-07-15, "New scaling figures on H100 GPUs"; images/model_table.png): GPT
 // models with a 131,072 vocabulary at sequence 4,096, BF16 (MFU against the BF16 peak; FP8
@@ -288,6 +304,11 @@ SoftwareTable megatron_core_2024() {
             "zeroing is the whole buffer's (grad_buffer_bytes)"},
            {"optimizer_kernels", 2, "the optimizer's passes fused as in the 32-byte model"},
            {"grad_buffer_bytes", 16, kMcoreGradBuffer},
+           {"grad_sync_placement", 2, kMcoreDelayedSync},
+           {"grad_sync_pass_bytes", 12,
+            "of grad_buffer_bytes, the NaN check's norm (4) and the 1/dp scaling (8): "
+            "start_grad_sync (core/distributed/param_and_grad_buffer.py) runs them per bucket as "
+            "it starts the bucket's reduce-scatter; the zeroing (4) at the step's start"},
            {"world_all_reduces", 2, "gradient-norm and loss all-reduces over the world"},
            {"zero3_overlap", 1, "no ZeRO 3 (max_zero 1)"},
            {"tied_embedding_reduce", 0,
@@ -375,6 +396,8 @@ SoftwareTable megascale_2024() {
            {"grad_buffer_bytes", 0,
             "not stated; MegaScale's Megatron-LM (285068c8) not re-read (this engine's "
             "assumption)"},
+           {"grad_sync_placement", 0, "not stated (as grad_buffer_bytes)"},
+           {"grad_sync_pass_bytes", 0, "no buffer passes (grad_buffer_bytes 0)"},
            {"world_all_reduces", 2, kMegatron},
            {"zero3_overlap", 1, "no ZeRO 3 (max_zero 2)"},
            {"tied_embedding_reduce", 1, kMegatron},

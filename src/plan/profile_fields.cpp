@@ -40,6 +40,8 @@ std::vector<ProfileField> software_fields() {
           {"optimizer_bytes", &H::optimizer_bytes, 1e-3, 1e4},
           {"optimizer_kernels", &H::optimizer_kernels, 1, 64},
           {"grad_buffer_bytes", &H::grad_buffer_bytes, 0, 1e3},
+          {"grad_sync_placement", &H::grad_sync_placement, 0, 2},
+          {"grad_sync_pass_bytes", &H::grad_sync_pass_bytes, 0, 1e3},
           {"world_all_reduces", &H::world_all_reduces, 0, 64},
           {"zero3_overlap", &H::zero3_overlap, 0, 1},
           {"tied_embedding_reduce", &H::tied_embedding_reduce},

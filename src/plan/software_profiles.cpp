@@ -36,6 +36,12 @@ constexpr const char* kMegatronZero =
 // The whole contiguous gradient buffer divided by the dp size before its all-reduce, at
 // every dp size (dp 1 divides by 1), at the buffer's precision (read and write); its zeroing
 // is in optimizer_bytes (no ZeRO: the optimizer updates the whole buffer).
+// Each stage's gradient all-reduce after its own part of the pipeline (issue #30, stop 47).
+constexpr const char* kMegatronStageSync =
+    "training.py train_step (fda81a2, 55ba1f7): each stage calls allreduce_gradients once "
+    "its forward_backward_func returns (its last backward), not waiting for the others; the "
+    "optimizer's gradient norm is all-reduced over the model-parallel group "
+    "(optimizer/clip_grads.py), so the step waits for every stage's";
 constexpr const char* kMegatronGradScale =
     "megatron/model/distributed.py allreduce_gradients(): buffer_.data /= "
     "get_data_parallel_world_size() over the whole buffer (read + write)";
@@ -76,6 +82,10 @@ const std::vector<SoftwareTable> kTables = {
       {"optimizer_kernels", 2, "AdamW and the gradient-norm pass"},
       {"grad_buffer_bytes", 0,
        "the engine's reduction reads the gradients in place: no pass of its own"},
+      {"grad_sync_placement", 0,
+       "the engine's reduction as the GPU model has priced it: after the pipeline, the slowest "
+       "stage's added to the makespan (the engine's own per-stage placement not re-read)"},
+      {"grad_sync_pass_bytes", 0, "no pass of its own (grad_buffer_bytes 0)"},
       {"world_all_reduces", 2, "gradient-norm and loss all-reduces over the world"},
       {"zero3_overlap", 1, "ZeRO 3 gathers prefetched under the pass before"},
       {"tied_embedding_reduce", 1, kMegatronTied},
@@ -129,6 +139,10 @@ const std::vector<SoftwareTable> kTables = {
        "(8), norm (4), Adam (28), main -> fp16 params (6)"},
       {"optimizer_kernels", 2, "the optimizer's passes fused as in the 32-byte model"},
       {"grad_buffer_bytes", 4, kMegatronGradScale},
+      {"grad_sync_placement", 1, kMegatronStageSync},
+      {"grad_sync_pass_bytes", 4,
+       "the fp16 buffer's 1/dp scaling (grad_buffer_bytes): in "
+       "allreduce_gradients, on each stage before its all-reduce"},
       {"world_all_reduces", 2, kMegatronSmall},
       {"zero3_overlap", 1, kNoZero3},
       {"tied_embedding_reduce", 1, kMegatronTied},
@@ -177,6 +191,10 @@ const std::vector<SoftwareTable> kTables = {
        "(28), main -> bf16 params (6)"},
       {"optimizer_kernels", 2, "the optimizer's passes fused as in the 32-byte model"},
       {"grad_buffer_bytes", 8, kMegatronGradScale},
+      {"grad_sync_placement", 1, kMegatronStageSync},
+      {"grad_sync_pass_bytes", 8,
+       "the fp32 buffer's 1/dp scaling (grad_buffer_bytes): in "
+       "allreduce_gradients, on each stage before its all-reduce"},
       {"world_all_reduces", 2, kMegatronSmall},
       {"zero3_overlap", 1, kNoZero3},
       {"tied_embedding_reduce", 1, kMegatronTied},
@@ -241,6 +259,8 @@ const std::vector<SoftwareTable> kTables = {
        "read) and the gradients read for the norm and zeroed (8)"},
       {"optimizer_kernels", 4, "AdamW, the norm, the finiteness check, the zeroing"},
       {"grad_buffer_bytes", 0, "the zeroing is in optimizer_bytes (no ZeRO shard apart)"},
+      {"grad_sync_placement", 0, "the local model's placement (after the pipeline)"},
+      {"grad_sync_pass_bytes", 0, "no pass of its own (grad_buffer_bytes 0)"},
       {"world_all_reduces", 3,
        "gradient norm, loss, and the ranks' agreement that the update "
        "left every weight finite"},

@@ -183,6 +183,16 @@ std::vector<std::string> step_lines(const HardwareProfile& hw) {
           " of the reduction may hide under the last microbatch's B+W (dp_overlap), the rest "
           "is exposed; ZeRO 1/2 reduce-scatter, then an exposed all-gather of the updated "
           "parameters",
+          hw.grad_sync_placement == 1
+              ? "; with pp each stage reduces after its own last backward, in the replay "
+                "(grad_sync_placement 1), and the step waits for the last stage done"
+          : hw.grad_sync_placement == 2
+              ? "; with pp each stage starts a chunk's reduction in the replay, stage r r "
+                "backwards after the chunk's last (Megatron-Core's delayed grad reduce, "
+                "grad_sync_placement 2; without interleaving the first stage's from its last "
+                "backward, dp_overlap of it hidden), and the step waits for the last stage "
+                "done"
+              : "",
           hw.tied_embedding_reduce ? "; with pp the tied embedding's gradient all-reduce "
                                      "between first and last stage follows, exposed"
                                    : "",
@@ -206,7 +216,12 @@ std::vector<std::string> step_lines(const HardwareProfile& hw) {
               ? str("; plus ", num(hw.grad_buffer_bytes),
                     " bytes streamed per element of the stage's whole gradient buffer "
                     "(grad_buffer_bytes: the dp wrapper's zeroing, checks and scaling, not "
-                    "the ZeRO shard's)")
+                    "the ZeRO shard's)",
+                    hw.grad_sync_placement > 0 && hw.grad_sync_pass_bytes > 0
+                        ? str(", of which ", num(hw.grad_sync_pass_bytes),
+                              " run at each chunk's reduction in the replay with pp "
+                              "(grad_sync_pass_bytes)")
+                        : std::string())
               : std::string())};
 }
 

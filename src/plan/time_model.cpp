@@ -1,6 +1,7 @@
 #include "plan/time_model.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -92,14 +93,23 @@ std::vector<OpCosts> stage_ops(const PredictedTime& p, const Layout& l, bool blo
   return ops;
 }
 
+void add_grad_syncs(const CostContext& c, const std::vector<StageCosts>& stages,
+                    std::vector<OpCosts>& ops);
+bool sync_in_replay(const CostContext& c);
+
+// The pipeline's makespan; with sync_in_replay, the replay's gradient syncs after it until
+// the last stage is done (grad_sync_tail_s, in dp_exposed_s: add_after_pipeline).
 void add_pipeline(const CostContext& c, const Schedule& schedule, int mb, PredictedTime& p) {
   p.pp_p2p_s = p2p_message(c);
   if (c.l.pp > 1) {
     const HardwareProfile& hw = c.r.hardware;
-    const Timeline tl = simulate_schedule(schedule, stage_ops(p, c.l, hw.p2p_blocking, &hw));
+    std::vector<OpCosts> ops = stage_ops(p, c.l, hw.p2p_blocking, &hw);
+    if (sync_in_replay(c)) add_grad_syncs(c, p.stages, ops);
+    const Timeline tl = simulate_schedule(schedule, ops);
     MT_CHECK(!tl.deadlocked);
     p.pipeline_s = tl.makespan;
     p.bubble = tl.bubble();
+    p.grad_sync_tail_s = tl.synced_end() - tl.makespan;
   } else {
     const StageCosts& sc = p.stages[0];
     p.pipeline_s = mb * (sc.forward + sc.backward + sc.weight);
@@ -146,34 +156,54 @@ double dp_held_share(const CostContext& c, const StageCosts& sc, bool backward) 
 // ZeRO 1/2 a reduce-scatter and, after the step, the all-gather of the updated parameters
 // (param_gather_bytes each), exposed but for param_gather_overlap of the next step's first
 // microbatch's forward, the only compute the gathers run under before the stage needs every
-// one of its parameters; ZeRO 3 reduces per microbatch (add_zero3). dp_overlap of the
-// reduction hides under the last microbatch's backward (the earlier ones only accumulate).
-// What hides still holds collective_sms of the sms while it runs (NCCL's CTAs do not share
-// an SM with compute kernels): the computation beside it runs on the SMs left, so each hidden
-// second costs dp_held_share of a second (the gather's under the forward, the reduction's
-// under the backward).
-double dp_exposed(const CostContext& c, const StageCosts& sc, double* sms_s) {
+// one of its parameters; ZeRO 3 reduces per microbatch (add_zero3).
+struct DpParts {
+  double reduce = 0;    // the gradients' collectives
+  double after = 0;     // the parameter gather's exposed part
+  double gathered = 0;  // ... and its hidden part
+};
+
+DpParts dp_parts(const CostContext& c, const StageCosts& sc) {
   const Layout& l = c.l;
   const HardwareProfile& hw = c.r.hardware;
   const double gb = hw.grad_reduce_bytes;
   const double dense = (sc.params - sc.expert_params) * gb, experts = sc.expert_params * gb;
   const int d = l.data_ranks(), expert_dp = d / l.ep;
-  double reduce = 0, after = 0, gathered = 0;
-  if (d > 1 && l.zero == 0) reduce = collective_seconds(hw, Collective::all_reduce, dense, c.dp);
+  DpParts x;
+  if (d > 1 && l.zero == 0) x.reduce = collective_seconds(hw, Collective::all_reduce, dense, c.dp);
   if (d > 1 && (l.zero == 1 || l.zero == 2)) {
-    reduce = collective_seconds(hw, Collective::reduce_scatter, dense, c.dp);
+    x.reduce = collective_seconds(hw, Collective::reduce_scatter, dense, c.dp);
     const double params = (sc.params - sc.expert_params) * hw.param_gather_bytes;
     const double gather = collective_seconds(hw, Collective::all_gather, params, c.dp);
-    after = std::max(0.0, gather - hw.param_gather_overlap * sc.forward);
-    gathered = gather - after;
+    x.after = std::max(0.0, gather - hw.param_gather_overlap * sc.forward);
+    x.gathered = gather - x.after;
   }
   if (expert_dp > 1 && l.zero < 3)
-    reduce += collective_seconds(hw, Collective::all_reduce, experts,
-                                 group_span(hw, expert_dp, l.tp * l.cp * l.ep));
-  const double window = hw.dp_overlap * (sc.backward + sc.weight);
-  const double reduced = std::min(reduce, window);
-  *sms_s = gathered * dp_held_share(c, sc, false) + reduced * dp_held_share(c, sc, true);
-  return std::max(0.0, reduce - window) + after + *sms_s;
+    x.reduce += collective_seconds(hw, Collective::all_reduce, experts,
+                                   group_span(hw, expert_dp, l.tp * l.cp * l.ep));
+  return x;
+}
+
+// Whether the pipeline replay places each stage's gradient sync (grad_sync_placement, with
+// pp and a reduction after the pipeline to place).
+bool sync_in_replay(const CostContext& c) {
+  return c.r.hardware.grad_sync_placement > 0 && c.l.pp > 1 && c.l.zero < 3 && c.l.data_ranks() > 1;
+}
+
+// The stage's exposed dp time (dp_parts): dp_overlap of the reduction hides under the last
+// microbatch's backward (the earlier ones only accumulate); placed in the replay
+// (sync_in_replay), the reduction is the replay's and only the gather is counted here.
+// What hides still holds collective_sms of the sms while it runs (NCCL's CTAs do not share
+// an SM with compute kernels): the computation beside it runs on the SMs left, so each hidden
+// second costs dp_held_share of a second (the gather's under the forward, the reduction's
+// under the backward, whose window is counted as dp_overlap's in both cases).
+double dp_exposed(const CostContext& c, const StageCosts& sc, double* sms_s) {
+  const DpParts x = dp_parts(c, sc);
+  const double window = c.r.hardware.dp_overlap * (sc.backward + sc.weight);
+  const double reduced = std::min(x.reduce, window);
+  *sms_s = x.gathered * dp_held_share(c, sc, false) + reduced * dp_held_share(c, sc, true);
+  const double reduce_exposed = sync_in_replay(c) ? 0.0 : std::max(0.0, x.reduce - window);
+  return reduce_exposed + x.after + *sms_s;
 }
 
 // AdamW and its passes over the elements the stage's ranks update (optimizer_bytes streamed
@@ -189,12 +219,41 @@ double optimizer_seconds(const CostContext& c, const StageCosts& sc) {
 // The data-parallel wrapper's passes over the stage's whole gradient buffer (every
 // parameter of its ranks, experts included: not the shard ZeRO leaves the optimizer), on the
 // compute stream once per step (grad_buffer_bytes: Megatron's zeroing, NaN check and 1/dp
-// scaling). Not modelled: with pp > 1 the check and scaling run in each stage's last backward,
-// which the cooldown chains from the last stage to the first; counted here once, on the
+// scaling). With sync_in_replay the grad_sync_pass_bytes of them run where the replay
+// starts each chunk's sync (sync_pass_seconds); the rest is counted here, once, on the
 // slowest stage, like the optimizer.
 double grad_buffer_seconds(const CostContext& c, const StageCosts& sc) {
-  const double bytes = sc.params * c.r.hardware.grad_buffer_bytes;
+  const HardwareProfile& hw = c.r.hardware;
+  const double placed = sync_in_replay(c) ? hw.grad_sync_pass_bytes : 0.0;
+  const double bytes = sc.params * std::max(0.0, hw.grad_buffer_bytes - placed);
   return bytes > 0 ? stream_seconds(c.rates, bytes, 1) : 0.0;
+}
+
+// One local chunk's share of the passes the replay places at its sync.
+double sync_pass_seconds(const CostContext& c, const StageCosts& sc) {
+  const double bytes = sc.params * c.r.hardware.grad_sync_pass_bytes / c.l.virtual_stages;
+  return bytes > 0 ? stream_seconds(c.rates, bytes, 1) : 0.0;
+}
+
+// The replay's gradient syncs (OpCosts::sync, grad_sync_points.h). grad_sync_placement 1:
+// every stage syncs after its own last backward (Megatron-LM 2021/2022: train_step's
+// allreduce_gradients after the stage's forward_backward_func returns); 2: Megatron-Core's
+// delayed grad reduce, stage r starting a chunk's sync r backwards after the chunk's last
+// (schedules.py at f2e5db402c), except that without interleaving the first stage's buckets
+// start from its last backward's hooks (dp_overlap of it hides them).
+void add_grad_syncs(const CostContext& c, const std::vector<StageCosts>& stages,
+                    std::vector<OpCosts>& ops) {
+  const HardwareProfile& hw = c.r.hardware;
+  const int v = c.l.virtual_stages;
+  for (size_t st = 0; st < ops.size(); ++st) {
+    OpCosts::GradSync& g = ops[st].sync;
+    g.on = true;
+    g.pass = sync_pass_seconds(c, stages[st]);
+    g.reduce = dp_parts(c, stages[st]).reduce / v;
+    const bool delayed = hw.grad_sync_placement >= 2;
+    g.delay = delayed ? int(st) : std::numeric_limits<int>::max();
+    g.hidden = delayed && st == 0 && v == 1 ? hw.dp_overlap : 0.0;
+  }
 }
 
 // What follows the pipeline, decided by the slowest stage: the dp reduction, the tied
@@ -226,6 +285,7 @@ void add_after_pipeline(const CostContext& c, int mb, PredictedTime& p) {
                        sc.tile_weights * c.rates.tiles_pack_s +
                        sc.expert_pack_weights * c.rates.expert_pack_s);
   }
+  p.dp_exposed_s += p.grad_sync_tail_s;
   // DualPipe-V holds the embedding and the head on stage 0: nothing to sum between stages.
   const bool v_shape = placement_of(schedule_kind(l.schedule)) == ChunkPlacement::v_shape;
   if (hw.tied_embedding_reduce && l.pp > 1 && c.r.model.tied() && !v_shape) {

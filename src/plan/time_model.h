@@ -37,6 +37,9 @@ struct PredictedTime {
   double tp_exposed_s = 0, ep_exposed_s = 0, cp_exposed_s = 0, dp_exposed_s = 0, pp_p2p_s = 0;
   double zero3_exposed_s = 0, optimizer_s = 0;
   double dp_sms_s = 0;  // of dp_exposed_s: the computation lost to the hidden dp collectives' SMs
+  // Of dp_exposed_s: the pipeline replay's gradient syncs past its makespan, until the last
+  // stage's are done (grad_sync_placement; time_model.cpp, add_grad_syncs).
+  double grad_sync_tail_s = 0;
   double recompute_s = 0;  // extra forward work in the backward (slowest stage)
   // Local, more rank threads than cores: the waits per rank and step that sleep
   // (rank_waits.h) and the wall their wake-ups add (at oversubscribed_wake_s), in step_s.

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "schedule/execution_order.h"
+#include "schedule/grad_sync_points.h"
 
 namespace mt {
 
@@ -29,6 +30,12 @@ double Timeline::total_idle() const {
   return t;
 }
 
+double Timeline::synced_end() const {
+  double end = makespan;
+  for (double f : finish) end = std::max(end, f);
+  return end;
+}
+
 double Timeline::bubble() const {
   if (busy.empty() || makespan <= 0) return 0;
   return total_idle() / (static_cast<double>(busy.size()) * makespan);
@@ -45,6 +52,8 @@ struct StageRun {
   // and its entry in the timeline.
   double f_start = 0, f_end = 0, b_ready = 0;
   size_t fb_entry = 0;
+  GradSyncPoints sync{};
+  double comm_free = 0;  // when the stage's communication stream has run its syncs
 };
 
 class Replay {
@@ -52,7 +61,11 @@ class Replay {
   Replay(const Schedule& s, const std::vector<OpCosts>& costs) : s_(s), costs_(costs) {
     t_.stages.resize(size_t(s.stages));
     t_.busy.assign(size_t(s.stages), 0.0);
-    for (int st = 0; st < s.stages; ++st) runs_.push_back({execution_order(s, st)});
+    for (int st = 0; st < s.stages; ++st) {
+      runs_.push_back({execution_order(s, st)});
+      const OpCosts::GradSync& g = costs_[size_t(st)].sync;
+      if (g.on) runs_.back().sync = grad_sync_points(s, st, runs_.back().steps, g.delay);
+    }
   }
 
   // Replays the stages round-robin, each as far as it can go; the times do not depend on
@@ -64,7 +77,9 @@ class Replay {
         while (runs_[size_t(st)].pc < runs_[size_t(st)].steps.size() && step(st)) progress = true;
     }
     for (int st = 0; st < s_.stages; ++st) {
-      const StageRun& r = runs_[size_t(st)];
+      StageRun& r = runs_[size_t(st)];
+      start_syncs(st, r.sync.at_end, r.clock, 0);
+      t_.finish.push_back(std::max(r.clock, r.comm_free));
       if (r.pc == r.steps.size()) continue;
       t_.deadlocked = true;
       t_.stuck += str(t_.stuck.empty() ? "" : ", ", "stage ", st, " waits at ",
@@ -103,17 +118,45 @@ class Replay {
       return true;
     } else if (e.half == Half::backward) {
       finish_fb(st, a, c);
+      if (c.sync.on && !r.sync.after_step[r.pc].empty())
+        start_syncs(st, r.sync.after_step[r.pc], r.clock, own_last_cost(st, a, c));
       ++r.pc;
       return true;
     } else {
       end = start + action_cost(s_, a.kind, c);
       t_.busy[size_t(st)] += end - start;
       r.clock = end;
+      if (c.sync.on && !r.sync.after_step[r.pc].empty())
+        start_syncs(st, r.sync.after_step[r.pc], end, own_last_cost(st, a, c));
     }
     t_.stages[size_t(st)].push_back({e.index, start, end, end, end});
     t_.makespan = std::max(t_.makespan, end);
     ++r.pc;
     return true;
+  }
+
+  // The cost of the gradient computation a delay-0 sync starts from (its collective may
+  // start `hidden` of it early); 0 for a later point.
+  double own_last_cost(int st, const Action& a, const OpCosts& c) const {
+    const StageRun& r = runs_[size_t(st)];
+    if (!r.sync.own_last[r.pc]) return 0;
+    return action_cost(s_, a.kind == ActionKind::FB ? ActionKind::B : a.kind, c);
+  }
+
+  // Starts the syncs of `chunks` on stage st at time `at` (the stage's clock there): each
+  // chunk's passes on the compute stream, then its collective once they are done and the
+  // stream's collectives before it are, or (a hooked sync) up to `hidden` x `computation`
+  // earlier: the buckets' passes and collectives interleave with the backward.
+  void start_syncs(int st, const std::vector<int>& chunks, double at, double computation) {
+    const OpCosts::GradSync& g = costs_[size_t(st)].sync;
+    StageRun& r = runs_[size_t(st)];
+    r.clock = std::max(r.clock, at);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      r.clock += g.pass;
+      t_.busy[size_t(st)] += g.pass;
+      const double ready = r.clock - std::clamp(g.hidden, 0.0, 1.0) * computation;
+      r.comm_free = std::max(r.comm_free, std::max(ready, 0.0)) + g.reduce;
+    }
   }
 
   // The B half may start fb_overlap * min(F, B) before the F half ends, once its input is in.

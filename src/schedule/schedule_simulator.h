@@ -20,6 +20,19 @@ struct OpCosts {
   // 0 on this engine, which computes the halves one after the other (execution_order.h);
   // 1 models an engine that runs them at once at full speed (F&B = max(F, B)).
   double fb_overlap = 0;
+  // The stage's data-parallel gradient sync, per local chunk, where grad_sync_points.h puts
+  // it (off when `on` is false): `pass` seconds of the stage's compute stream (the
+  // data-parallel wrapper's passes over the chunk's gradient buffer) at that point, then the
+  // chunk's collective, `reduce` seconds on the stage's communication stream, one chunk's
+  // after the other's. A sync started from its chunk's own last gradient computation (delay
+  // 0) may begin its collective `hidden` x that computation before it ends (the buckets'
+  // hooks fire as the backward produces them). The stage ends when its last collective does
+  // (Timeline::finish).
+  struct GradSync {
+    bool on = false;
+    double pass = 0, reduce = 0, hidden = 0;
+    int delay = 0;
+  } sync{};
 };
 
 // Cost of one action. A fused backward (split_backward = false) costs backward + weight; an
@@ -37,6 +50,9 @@ struct Timeline {
   std::vector<std::vector<TimedAction>> stages;  // every action that ran, in order
   std::vector<double> busy;                      // compute time per stage
   double makespan = 0;
+  // When each stage is done: its last action, its grad syncs' passes and collectives
+  // (OpCosts::sync); the last action's end when there is no sync.
+  std::vector<double> finish;
   // Set when some stage could not finish: every remaining action waits on a receive whose
   // send never runs. `stuck` names each blocked stage's next action.
   bool deadlocked = false;
@@ -44,7 +60,8 @@ struct Timeline {
 
   double idle(int stage) const { return makespan - busy[stage]; }
   double total_idle() const;
-  double bubble() const;  // total_idle / (stages * makespan); 0 for an empty timeline
+  double bubble() const;      // total_idle / (stages * makespan); 0 for an empty timeline
+  double synced_end() const;  // the latest finish (at least the makespan)
 };
 
 Timeline simulate_schedule(const Schedule& s, const OpCosts& costs);

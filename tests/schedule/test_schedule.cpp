@@ -40,7 +40,7 @@ TEST(Schedule, InterleavedIsValidWhereMicrobatchesDivide) {
 // Equal costs are the tested claim; with no latency the forms also hold for unequal ones
 // (fill and drain each take (p-1) slots of F + B + W whatever the split), checked too.
 TEST(Schedule, BubbleMatchesClosedForm) {
-  for (const OpCosts c : {OpCosts{}, OpCosts{1, 2, 1, 0}, OpCosts{2, 1, 0.5, 0}})
+  for (const OpCosts& c : {OpCosts{}, OpCosts{1, 2, 1, 0}, OpCosts{2, 1, 0.5, 0}})
     for (int p = 1; p <= 8; ++p)
       for (int m = 1; m <= 16; ++m) {
         for (const char* name : {"gpipe", "1f1b"}) {
@@ -110,7 +110,7 @@ TEST(Schedule, ZeroBubbleH1IsExactlyThePapersBubble) {
     EXPECT_NEAR(t.makespan, 2 * p * 6.0 + (p - 1) * 2.0, 1e-9) << "p=" << p;
   }
   // With unequal costs it is no longer exact, but still far below 1F1B.
-  for (const OpCosts c : {OpCosts{1, 2, 1.5, 0}, OpCosts{1, 1, 0.5, 0}, OpCosts{2, 1, 1, 0}}) {
+  for (const OpCosts& c : {OpCosts{1, 2, 1.5, 0}, OpCosts{1, 1, 0.5, 0}, OpCosts{2, 1, 1, 0}}) {
     const double zb = simulate_schedule(schedule_zb_h1(4, 8), c).total_idle();
     const double ofob = simulate_schedule(schedule_1f1b(4, 8), c).total_idle();
     EXPECT_LT(zb, 0.75 * ofob) << c.forward << "," << c.backward << "," << c.weight;

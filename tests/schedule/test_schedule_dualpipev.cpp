@@ -40,7 +40,7 @@ TEST(DualPipeV, EverySizeItAcceptsIsValidAndDeadlockFree) {
       const Schedule s = make_schedule("dualpipev", p, m, 2);
       const ValidationReport r = validate_schedule(s);
       ASSERT_TRUE(r.ok()) << "p=" << p << " m=" << m << "\n" << r.summary();
-      for (const OpCosts c : {OpCosts{}, OpCosts{1, 2, 1, 0.5}, OpCosts{2, 1, 0.5, 0, 1}})
+      for (const OpCosts& c : {OpCosts{}, OpCosts{1, 2, 1, 0.5}, OpCosts{2, 1, 0.5, 0, 1}})
         ASSERT_FALSE(simulate_schedule(s, c).deadlocked) << "p=" << p << " m=" << m;
     }
 }
@@ -157,7 +157,7 @@ TEST(DualPipeV, BubbleIsBelowZbH1AndIdlesPMinusOneChunkUnits) {
       }
     }
   // Below zb-h1 with unequal costs too.
-  for (const OpCosts c : {OpCosts{1, 2, 1, 0}, OpCosts{2, 1, 0.5, 0}, OpCosts{1, 1.5, 0.5, 0}}) {
+  for (const OpCosts& c : {OpCosts{1, 2, 1, 0}, OpCosts{2, 1, 0.5, 0}, OpCosts{1, 1.5, 0.5, 0}}) {
     const OpCosts stage{2 * c.forward, 2 * c.backward, 2 * c.weight, 0};
     EXPECT_LT(simulate_schedule(schedule_dualpipev(4, 8), c).bubble(),
               simulate_schedule(schedule_zb_h1(4, 8), stage).bubble())
