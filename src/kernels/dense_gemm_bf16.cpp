@@ -127,10 +127,6 @@ ScopedDenseBf16Path::~ScopedDenseBf16Path() {
 DenseBf16Weight::DenseBf16Weight(int C, int OC, const uint64_t* version)
     : C_(C), OC_(OC), version_(version), copy_(size_t(C) * OC, version) {}
 
-bool gelu_keeps_derivative() {
-  return dense_bf16_path() != DenseBf16Path::amx;
-}
-
 bool DenseBf16Weight::on_tiles(int OC) {
   return dense_bf16_layer_on_tiles(OC);
 }
@@ -177,17 +173,14 @@ void dense_bf16_forward_gelu(float* pre, bf16* act, const bf16* inp, DenseBf16We
                              const float* w32, const float* bias, int N) {
   const int C = w.in(), OC = w.out();
   if (!w.runs_on_tiles()) {
-    // The bias in the primitive's epilogue where it has one, else in GELU's pass. Off the
-    // tile path pre's place then keeps gelu'(pre) for the backward (gelu_keeps_derivative).
-    const bool keep = gelu_keeps_derivative();
+    // Where the primitive adds the bias in its epilogue, GELU's pass only reads pre; on the
+    // gemm routine (no bias of its own) the pass adds it, as pre is written back there anyway.
     if (!matmul_bf16_bias_on_primitive()) {
       matmul_bf16_forward(pre, inp, w.copy(w32), nullptr, N, C, OC);
-      return keep ? bias_gelu_forward_keep_grad_bf16(act, pre, bias, N, OC)
-                  : bias_gelu_forward_bf16(act, pre, bias, N, OC);
+      return bias_gelu_forward_bf16(act, pre, bias, N, OC);
     }
     matmul_bf16_forward(pre, inp, w.copy(w32), bias, N, C, OC);
-    return keep ? gelu_forward_keep_grad_bf16(act, pre, size_t(N) * OC)
-                : gelu_forward_bf16(act, pre, size_t(N) * OC);
+    return gelu_forward_bf16(act, pre, size_t(N) * OC);
   }
   const uint32_t* packed = w.packed(w32, GroupedPack::forward);
   // The fused call's bytes: its operands once, pre (fp32) and act (bf16) written.
@@ -216,8 +209,7 @@ void dense_bf16_backward_input_dgelu(bf16* dinp, const float* pre, const bf16* d
   const int C = w.in(), OC = w.out();
   if (!w.runs_on_tiles()) {
     matmul_bf16_backward_input(stage, dout, w.copy(w32), N, C, OC, false);
-    return gelu_keeps_derivative() ? gelu_backward_kept_bf16(dinp, pre, stage, size_t(N) * C)
-                                   : gelu_backward_bf16(dinp, pre, stage, size_t(N) * C);
+    return gelu_backward_bf16(dinp, pre, stage, size_t(N) * C);
   }
   const uint32_t* packed = w.packed(w32, GroupedPack::backward_input);
   // The fused call's bytes: its operands once, pre read, dinp (bf16) written.

@@ -138,12 +138,7 @@ void dense_bf16_backward_input(float* dinp, const bf16* dout, DenseBf16Weight& w
 // backward never reaches memory. Elsewhere the composition: the GEMM (with the bias in the
 // primitive's epilogue where matmul_bf16_bias_on_primitive), then gelu_forward_bf16 (or
 // bias_gelu_forward_bf16 on the gemm routine) or gelu_backward_bf16 (through `stage`, (N, C)
-// fp32). Where gelu_keeps_derivative (the oneDNN path: no weight runs on the tiles) the
-// forward leaves gelu'(pre) in pre's place instead of pre and the backward multiplies by it
-// (gelu.h's keep_grad kernels, the same bits): the backward's exponential is the forward's.
-// pre is then an opaque operand between the two calls. On the AMX path pre stays pre, as the
-// fc and projection weights (OC = 4C and C) may take different paths there.
-bool gelu_keeps_derivative();
+// fp32).
 void dense_bf16_forward_gelu(float* pre, bf16* act, const bf16* inp, DenseBf16Weight& w,
                              const float* w32, const float* bias, int N);
 void dense_bf16_backward_input_dgelu(bf16* dinp, const float* pre, const bf16* dout,

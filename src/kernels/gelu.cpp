@@ -51,18 +51,13 @@ inline __m512 gelu16(__m512 x) {
   return _mm512_mul_ps(x, sigmoid_2u16(x, _mm512_mul_ps(x, x)));
 }
 
-// gelu'(x) from x, x^2 and s = sigmoid(2u): the forward that keeps the derivative shares s
-// with gelu16's product, so its derivative is gelu_grad16's bit for bit.
-inline __m512 gelu_grad16(__m512 x, __m512 x2, __m512 s) {
+inline __m512 gelu_grad16(__m512 x) {
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  const __m512 s = sigmoid_2u16(x, x2);
   const __m512 du = _mm512_fmadd_ps(x2, _mm512_set1_ps(3.0f * kSqrt2OverPi * kCubic),
                                     _mm512_set1_ps(kSqrt2OverPi));
   const __m512 two_x_du = _mm512_mul_ps(_mm512_add_ps(x, x), du);
   return _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_sub_ps(_mm512_set1_ps(1.0f), s)), two_x_du, s);
-}
-
-inline __m512 gelu_grad16(__m512 x) {
-  const __m512 x2 = _mm512_mul_ps(x, x);
-  return gelu_grad16(x, x2, sigmoid_2u16(x, x2));
 }
 
 #endif
@@ -217,116 +212,6 @@ void gelu_backward_bf16_row(bf16* dinp, const float* pre, const float* dout, int
 #else
   for (int c = 0; c < n; c++) dinp[c] = float_to_bf16(gelu_grad(pre[c]) * dout[c]);
 #endif
-}
-
-// The forwards that keep gelu'(pre) in pre's place: the derivative shares x^2 and the
-// sigmoid with GELU's value, so the backward is one product (gelu_backward_kept) instead of
-// the exponential again. One row of n values; bias null when pre holds the sum already.
-namespace {
-
-#if defined(__AVX512F__)
-// GELU of the 16 values at c (m: the lanes inside the row), their derivative stored in pre.
-inline __m512 gelu_keep_grad16(float* pre, const float* bias, int c, __mmask16 m) {
-  __m512 x = _mm512_maskz_loadu_ps(m, pre + c);
-  if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias + c));
-  const __m512 x2 = _mm512_mul_ps(x, x);
-  const __m512 s = sigmoid_2u16(x, x2);
-  _mm512_mask_storeu_ps(pre + c, m, gelu_grad16(x, x2, s));
-  return _mm512_mul_ps(x, s);
-}
-#endif
-
-void gelu_keep_grad_row(float* out, float* pre, const float* bias, int n) {
-#if defined(__AVX512F__)
-  int c = 0;
-  for (; c + 16 <= n; c += 16)
-    _mm512_storeu_ps(out + c, gelu_keep_grad16(pre, bias, c, __mmask16(0xFFFF)));
-  if (const __mmask16 m = tail_mask(n - c))
-    _mm512_mask_storeu_ps(out + c, m, gelu_keep_grad16(pre, bias, c, m));
-#else
-  for (int c = 0; c < n; c++) {
-    const float v = bias ? pre[c] + bias[c] : pre[c];
-    out[c] = gelu_one(v);
-    pre[c] = gelu_grad(v);
-  }
-#endif
-}
-
-// The same, out rounded to bf16 as it is stored. Each 16 values are rounded and tested for a
-// NaN or denormal at once (round_bf16x16), not once per row (store_row_bf16): a row stored
-// again could not read pre back, which now holds the derivative.
-void gelu_keep_grad_row_bf16(bf16* out, float* pre, const float* bias, int n) {
-#if defined(__AVX512F__)
-  int c = 0;
-  for (; c + 16 <= n; c += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
-                        round_bf16x16(gelu_keep_grad16(pre, bias, c, __mmask16(0xFFFF))));
-  if (const __mmask16 m = tail_mask(n - c))
-    store_bf16_tail(out + c, size_t(n - c), round_bf16x16(gelu_keep_grad16(pre, bias, c, m)));
-#else
-  for (int c = 0; c < n; c++) {
-    const float v = bias ? pre[c] + bias[c] : pre[c];
-    out[c] = float_to_bf16(gelu_one(v));
-    pre[c] = gelu_grad(v);
-  }
-#endif
-}
-
-// Blocks of a multiple of 16 values, so only the last one has a tail.
-constexpr long long kKeptBlock = 4096;
-
-}  // namespace
-
-void bias_gelu_forward_keep_grad(float* out, float* pre, const float* bias, int N, int OC) {
-  PhaseScope phase_scope(Phase::activation, 0, 12.0 * N * OC);
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < N; r++)
-    gelu_keep_grad_row(out + size_t(r) * OC, pre + size_t(r) * OC, bias, OC);
-}
-
-void bias_gelu_forward_keep_grad_bf16(bf16* out, float* pre, const float* bias, int N, int OC) {
-  PhaseScope phase_scope(Phase::activation, 0, 10.0 * N * OC);
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < N; r++)
-    gelu_keep_grad_row_bf16(out + size_t(r) * OC, pre + size_t(r) * OC, bias, OC);
-}
-
-void gelu_forward_keep_grad_bf16(bf16* out, float* pre, size_t n) {
-  PhaseScope phase_scope(Phase::activation, 0, 10.0 * double(n));
-  const long long count = static_cast<long long>(n);
-  const long long blocks = (count + kKeptBlock - 1) / kKeptBlock;
-#pragma omp parallel for schedule(static)
-  for (long long b = 0; b < blocks; b++) {
-    const long long i = b * kKeptBlock;
-    gelu_keep_grad_row_bf16(out + i, pre + i, nullptr, int(std::min(kKeptBlock, count - i)));
-  }
-}
-
-void gelu_backward_kept(float* dinp, const float* grad, const float* dout, size_t n) {
-  PhaseScope phase_scope(Phase::activation, 0, 12.0 * double(n));
-  const long long count = static_cast<long long>(n);
-#pragma omp parallel for simd schedule(static)
-  for (long long i = 0; i < count; i++) dinp[i] = grad[i] * dout[i];
-}
-
-void gelu_backward_kept_bf16(bf16* dinp, const float* grad, const float* dout, size_t n) {
-  PhaseScope phase_scope(Phase::activation, 0, 10.0 * double(n));
-  const long long count = static_cast<long long>(n);
-  const long long blocks = (count + kKeptBlock - 1) / kKeptBlock;
-#pragma omp parallel for schedule(static)
-  for (long long b = 0; b < blocks; b++) {
-    const long long i = b * kKeptBlock;
-    const int len = int(std::min(kKeptBlock, count - i));
-#if defined(__AVX512F__)
-    auto value = [&](int c, __mmask16 m) {
-      return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, grad + i + c),
-                           _mm512_maskz_loadu_ps(m, dout + i + c));
-    };
-    store_row_bf16(dinp + i, len, value, value);
-#else
-    for (int c = 0; c < len; c++) dinp[i + c] = float_to_bf16(grad[i + c] * dout[i + c]);
-#endif
-  }
 }
 
 }  // namespace mt

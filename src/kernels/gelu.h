@@ -34,17 +34,4 @@ void gelu_forward_bf16(bf16* out, const float* pre, size_t n);
 void gelu_forward_bf16_row(bf16* out, const float* pre, int n);
 void gelu_backward_bf16_row(bf16* dinp, const float* pre, const float* dout, int n);
 
-// Forwards that keep the derivative: pre (N, OC) += bias (null: pre holds the sum already),
-// out = gelu(pre), then pre's place holds gelu'(pre), which the backward needs instead of
-// pre (its exponential shared with the value's). out bitwise bias_gelu_forward's (or, in
-// bf16, bias_gelu_forward_bf16's / gelu_forward_bf16's); the kept derivative times dout
-// bitwise gelu_backward's overwriting product (gelu_backward_kept below).
-void bias_gelu_forward_keep_grad(float* out, float* pre, const float* bias, int N, int OC);
-void bias_gelu_forward_keep_grad_bf16(bf16* out, float* pre, const float* bias, int N, int OC);
-void gelu_forward_keep_grad_bf16(bf16* out, float* pre, size_t n);
-// dinp (n) = grad * dout with grad the kept gelu'(pre) (overwrites; dinp may alias dout), or
-// its bf16 rounding: gelu_backward's and gelu_backward_bf16's values bit for bit.
-void gelu_backward_kept(float* dinp, const float* grad, const float* dout, size_t n);
-void gelu_backward_kept_bf16(bf16* dinp, const float* grad, const float* dout, size_t n);
-
 }  // namespace mt

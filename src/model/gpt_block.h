@@ -48,9 +48,8 @@
 // (the W pass's inputs) and d_qkv, d_fc (the B and W passes' output gradients). The
 // residual stream, LayerNorm statistics, qkv and the probabilities (the attention core
 // multiplies bf16-rounded operands but keeps scores and softmax in fp32), fc_pre (GELU's
-// input, which after the forward holds GELU's derivative off the AMX tiles:
-// kernels/gelu.h's keep_grad kernels) and the gradients the LayerNorms read stay fp32. An MoE block
-// keeps ln2_out in fp32: the router reads it (the experts keep their own bf16 rows, moe_layer.h).
+// input) and the gradients the LayerNorms read stay fp32. An MoE block keeps ln2_out in
+// fp32: the router reads it (the experts keep their own bf16 rows, moe_layer.h).
 #pragma once
 
 #include <memory>

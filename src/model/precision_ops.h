@@ -87,12 +87,11 @@ struct Fp32Ops {
   void forward(const tp::RowParallelLinear& l, float* y, const Act* x, int N) const {
     l.forward(y, x, N, scratch);
   }
-  // The GPT MLP's fc and GELU: act = gelu(x @ w^T + b); pre keeps gelu' of the sum, which is
-  // all the backward needs of it (gelu.h's keep_grad kernels).
+  // The GPT MLP's fc and GELU: pre (N, H) = x @ w^T + b, kept; act = gelu(pre).
   void forward_gelu(const tp::ColumnParallelLinear& l, float* pre, Act* act, const Act* x, int N,
                     Act* gathered) const {
     l.forward(pre, x, N, gathered, /*with_bias=*/false);
-    bias_gelu_forward_keep_grad(act, pre, l.bias(), N, l.out());
+    bias_gelu_forward(act, pre, l.bias(), N, l.out());
   }
   void backward_input(const tp::ColumnParallelLinear& l, float* dx, const Act* dy, int N) const {
     l.backward_input(dx, dy, N, scratch);
@@ -100,12 +99,11 @@ struct Fp32Ops {
   void backward_input(const tp::RowParallelLinear& l, float* dx, const float* dy, int N) const {
     l.backward_input(dx, dy, N, scratch);
   }
-  // The MLP's projection back through GELU: dx (N, H) = gelu'(pre) * (dy @ w), `pre` holding
-  // the derivative forward_gelu kept.
+  // The MLP's projection back through GELU: dx (N, H) = gelu'(pre) * (dy @ w).
   void backward_input_dgelu(const tp::RowParallelLinear& l, Act* dx, const float* pre,
                             const float* dy, int N) const {
     l.backward_input(dx, dy, N, scratch);
-    gelu_backward_kept(dx, pre, dx, size_t(N) * l.in());  // overwrites: dinp is dout
+    mt::gelu_backward(dx, pre, dx, size_t(N) * l.in());  // overwrites: dinp is dout
   }
   void backward_weight(const tp::ColumnParallelLinear& l, const Act* dy, const Act* x,
                        int N) const {
