@@ -169,7 +169,7 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
 void layernorm_backward_input_overwrite(float* dinp, const float* dout, const float* inp,
                                         const float* weight, const float* mean, const float* rstd,
                                         int N, int C) {
-  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);  // the memset's write counted in
+  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);  // dout and x read, dx written
   layernorm_backward_rows<true>(dinp, nullptr, dout, inp, weight, mean, rstd, N, C);
 }
 

@@ -129,7 +129,7 @@ void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, co
 
 void rmsnorm_backward_input_overwrite(float* dinp, const float* dout, const float* inp,
                                       const float* weight, const float* rstd, int N, int C) {
-  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);  // the memset's write counted in
+  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);  // dout and x read, dx written
   rmsnorm_backward_rows<true>(dinp, nullptr, dout, inp, weight, rstd, N, C);
 }
 
