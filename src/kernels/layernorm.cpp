@@ -127,8 +127,11 @@ void residual_add(float* x, const float* res, size_t n) {
 }
 
 namespace {
-// dx (N, C) = base + d/dinp: base is dx itself (accumulate) or the residual path's gradient.
-// One body for both, so the fused residual form rounds exactly as a copy followed by +=.
+// dx (N, C) = base + d/dinp: base is dx itself (accumulate) or the residual path's gradient,
+// or with kZeroBase a literal 0 (base unread). One body for all, so the fused residual form
+// rounds exactly as a copy followed by +=, and the zero base as a memset followed by +=
+// (0 + g is g but for a negative zero's sign, which the add keeps as it always did).
+template <bool kZeroBase>
 void layernorm_backward_rows(float* dinp, const float* base, const float* dout, const float* inp,
                              const float* weight, const float* mean, const float* rstd, int N,
                              int C) {
@@ -137,7 +140,7 @@ void layernorm_backward_rows(float* dinp, const float* base, const float* dout, 
   for (int n = 0; n < N; n++) {
     const float* x = inp + static_cast<size_t>(n) * C;
     const float* dy = dout + static_cast<size_t>(n) * C;
-    const float* b = base + static_cast<size_t>(n) * C;
+    const float* b = kZeroBase ? nullptr : base + static_cast<size_t>(n) * C;
     float* dx = dinp + static_cast<size_t>(n) * C;
     float m = mean[n], s = rstd[n];
     float sum_g = 0.0f, sum_gx = 0.0f;
@@ -151,7 +154,7 @@ void layernorm_backward_rows(float* dinp, const float* base, const float* dout, 
 #pragma omp simd
     for (int c = 0; c < C; c++) {
       float xhat = (x[c] - m) * s;
-      dx[c] = b[c] + (dy[c] * weight[c] - mean_g - xhat * mean_gx) * s;
+      dx[c] = (kZeroBase ? 0.0f : b[c]) + (dy[c] * weight[c] - mean_g - xhat * mean_gx) * s;
     }
   }
 }
@@ -160,7 +163,14 @@ void layernorm_backward_rows(float* dinp, const float* base, const float* dout, 
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                               const float* mean, const float* rstd, int N, int C) {
   PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);
-  layernorm_backward_rows(dinp, dinp, dout, inp, weight, mean, rstd, N, C);
+  layernorm_backward_rows<false>(dinp, dinp, dout, inp, weight, mean, rstd, N, C);
+}
+
+void layernorm_backward_input_overwrite(float* dinp, const float* dout, const float* inp,
+                                        const float* weight, const float* mean, const float* rstd,
+                                        int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);  // dout and x read, dx written
+  layernorm_backward_rows<true>(dinp, nullptr, dout, inp, weight, mean, rstd, N, C);
 }
 
 void layernorm_backward_input_residual(float* dinp, const float* dres, const float* dout,
@@ -168,7 +178,7 @@ void layernorm_backward_input_residual(float* dinp, const float* dres, const flo
                                        const float* rstd, int N, int C) {
   // The bytes of layernorm_backward_input's: dres is read where dinp was.
   PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);
-  layernorm_backward_rows(dinp, dres, dout, inp, weight, mean, rstd, N, C);
+  layernorm_backward_rows<false>(dinp, dres, dout, inp, weight, mean, rstd, N, C);
 }
 
 namespace {

@@ -35,6 +35,12 @@ void residual_add(float* x, const float* res, size_t n);
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                               const float* mean, const float* rstd, int N, int C);
 
+// dinp (N, C) = d/dinp (overwrites): bitwise a memset of dinp followed by
+// layernorm_backward_input (each value is 0 + d/dinp), without the memset's pass.
+void layernorm_backward_input_overwrite(float* dinp, const float* dout, const float* inp,
+                                        const float* weight, const float* mean, const float* rstd,
+                                        int N, int C);
+
 // dinp (N, C) = dres (N, C) + d/dinp: the block's residual path and its norm's input gradient
 // in one pass, bitwise a copy of dres into dinp followed by layernorm_backward_input (the
 // copy's read and write of the (N, C) buffer saved). dinp may be dres.

@@ -95,8 +95,10 @@ void add_rmsnorm_forward_bf16(bf16* out, float* rstd, float* x, const float* res
 }
 
 namespace {
-// dx (N, C) = base + d/dinp: base is dx itself (accumulate) or the residual path's gradient.
-// One body for both, so the fused residual form rounds exactly as a copy followed by +=.
+// dx (N, C) = base + d/dinp: base is dx itself (accumulate) or the residual path's gradient,
+// or with kZeroBase a literal 0 (base unread; layernorm.cpp's rows say why it is added).
+// One body for all, so the fused forms round exactly as a copy (or memset) followed by +=.
+template <bool kZeroBase>
 void rmsnorm_backward_rows(float* dinp, const float* base, const float* dout, const float* inp,
                            const float* weight, const float* rstd, int N, int C) {
   // d/dx_j of sum_i g_i x_i s, s = (mean(x^2) + eps)^-1/2, ds/dx_j = -s^3 x_j / C:
@@ -105,7 +107,7 @@ void rmsnorm_backward_rows(float* dinp, const float* base, const float* dout, co
   for (int n = 0; n < N; n++) {
     const float* x = inp + static_cast<size_t>(n) * C;
     const float* dy = dout + static_cast<size_t>(n) * C;
-    const float* b = base + static_cast<size_t>(n) * C;
+    const float* b = kZeroBase ? nullptr : base + static_cast<size_t>(n) * C;
     float* dx = dinp + static_cast<size_t>(n) * C;
     const float s = rstd[n];
     float sum_gx = 0.0f;
@@ -113,7 +115,8 @@ void rmsnorm_backward_rows(float* dinp, const float* base, const float* dout, co
     for (int c = 0; c < C; c++) sum_gx += dy[c] * weight[c] * (x[c] * s);
     const float mean_gx = sum_gx / C;
 #pragma omp simd
-    for (int c = 0; c < C; c++) dx[c] = b[c] + (dy[c] * weight[c] - (x[c] * s) * mean_gx) * s;
+    for (int c = 0; c < C; c++)
+      dx[c] = (kZeroBase ? 0.0f : b[c]) + (dy[c] * weight[c] - (x[c] * s) * mean_gx) * s;
   }
 }
 }  // namespace
@@ -121,14 +124,20 @@ void rmsnorm_backward_rows(float* dinp, const float* base, const float* dout, co
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                             const float* rstd, int N, int C) {
   PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);
-  rmsnorm_backward_rows(dinp, dinp, dout, inp, weight, rstd, N, C);
+  rmsnorm_backward_rows<false>(dinp, dinp, dout, inp, weight, rstd, N, C);
+}
+
+void rmsnorm_backward_input_overwrite(float* dinp, const float* dout, const float* inp,
+                                      const float* weight, const float* rstd, int N, int C) {
+  PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);  // dout and x read, dx written
+  rmsnorm_backward_rows<true>(dinp, nullptr, dout, inp, weight, rstd, N, C);
 }
 
 void rmsnorm_backward_input_residual(float* dinp, const float* dres, const float* dout,
                                      const float* inp, const float* weight, const float* rstd,
                                      int N, int C) {
   PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);
-  rmsnorm_backward_rows(dinp, dres, dout, inp, weight, rstd, N, C);
+  rmsnorm_backward_rows<false>(dinp, dres, dout, inp, weight, rstd, N, C);
 }
 
 namespace {

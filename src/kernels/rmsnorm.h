@@ -28,6 +28,11 @@ void add_rmsnorm_forward_bf16(bf16* out, float* rstd, float* x, const float* res
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                             const float* rstd, int N, int C);
 
+// dinp (N, C) = the input gradient (overwrites): bitwise a memset of dinp followed by
+// rmsnorm_backward_input, without the memset's pass.
+void rmsnorm_backward_input_overwrite(float* dinp, const float* dout, const float* inp,
+                                      const float* weight, const float* rstd, int N, int C);
+
 // dinp (N, C) = dres (N, C) + the input gradient: the residual path folded into the same pass,
 // bitwise a copy of dres into dinp followed by rmsnorm_backward_input. dinp may be dres.
 void rmsnorm_backward_input_residual(float* dinp, const float* dres, const float* dout,

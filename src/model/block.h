@@ -75,7 +75,8 @@ class Block {
   // in place before anything reads it, so x_in holds the summed stream afterwards, as
   // forward's input does (the backward and the saved inputs read it). With leave_open the
   // block leaves x_out without its own x_mid and returns that x_mid (in its slot, live until
-  // the next forward on this slot) for the next block; otherwise it adds it and returns null.
+  // the next forward on this slot) for the next block, or for the head's final norm after a
+  // chunk's last block (LMHead::forward_chained); otherwise it adds it and returns null.
   // Bitwise forward's results: the same additions, one per element.
   virtual const float* forward_chained(float* slot, float* x_in, const float* pending, float* x_out,
                                        bool leave_open, int b, int T) = 0;

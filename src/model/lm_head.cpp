@@ -1,6 +1,5 @@
 #include "model/lm_head.h"
 
-#include <cstring>
 #include <type_traits>
 
 #include "model/embedding_layer.h"
@@ -60,6 +59,12 @@ size_t LMHead::bf16_gather_values() const {
 }
 
 double LMHead::forward(float* s, const float* x_in, const int* targets, int b, int T, float dloss) {
+  // Nothing pending: x_in is only read.
+  return forward_chained(s, const_cast<float*>(x_in), nullptr, targets, b, T, dloss);
+}
+
+double LMHead::forward_chained(float* s, float* x_in, const float* pending, const int* targets,
+                               int b, int T, float dloss) {
   const int N = b * T, Nl = rows(b, T);
   float* logits = s + off_.logits;
   // ln_f's output rounded as the norm stores it under bf16 (bitwise the rounding of its fp32
@@ -67,7 +72,10 @@ double LMHead::forward(float* s, const float* x_in, const int* targets, int b, i
   // parallelism lnf is gathered into lnf_full.
   with_precision_ops(bf16_, scratch_, [&](const auto& p) {
     auto* lnf_out = p.act(s, off_.lnf_out);
-    norm_.forward(s, lnf_out, x_in, Nl);
+    if (pending)
+      norm_.add_forward(s, lnf_out, x_in, pending, Nl);
+    else
+      norm_.forward(s, lnf_out, x_in, Nl);
     p.forward(head_, logits, lnf_out, N, p.act(s, off_.lnf_full));
   });
   if (!targets) return 0.0;
@@ -99,8 +107,7 @@ void LMHead::backward_input(float* s, const float* x_in, float* dx_in, int b, in
     using Ops = std::decay_t<decltype(p)>;
     p.backward_input(head_, d_lnf, dlogits<Ops>(s, size_t(N) * shard_.rows, true), N);
   });
-  std::memset(dx_in, 0, size_t(Nl) * C_ * sizeof(float));
-  norm_.backward_input(s, dx_in, d_lnf, x_in, Nl);
+  norm_.backward_input_overwrite(s, dx_in, d_lnf, x_in, Nl);  // no memset of dx_in first
 }
 
 void LMHead::backward_weight(float* s, const float* x_in, int b, int T) {

@@ -56,6 +56,10 @@ class LMHead {
   // (this rank's rows under sequence parallelism; the sum is over all b*T tokens).
   // With dloss != 0 the slot keeps dlogits = dloss * (softmax - onehot) for backward.
   double forward(float* slot, const float* x_in, const int* targets, int b, int T, float dloss);
+  // forward with the last block's closing residual add (Block::forward_chained) in the final
+  // norm's row pass: x_in += pending (null: none) first, so x_in holds the sum afterwards.
+  double forward_chained(float* slot, float* x_in, const float* pending, const int* targets, int b,
+                         int T, float dloss);
   // dx_in (b, T, C) = gradient w.r.t. x_in (overwrites).
   void backward_input(float* slot, const float* x_in, float* dx_in, int b, int T);
   // dwte, dln_f += (the W pass).

@@ -254,13 +254,14 @@ double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, 
     dropout_.embedding(x(slot, 0), int(N), cfg_.dim, false);
   }
   // Each block's closing residual add folded into the next block's first norm
-  // (Block::forward_chained); the chunk's last block adds its own, so the head or the next
-  // stage receives the summed stream. Not under full recomputation: there the blocks share
-  // one scratch, where the next block's forward would overwrite the x_mid still to be added.
+  // (Block::forward_chained), the last block's into the head's final norm; a chunk without
+  // the head has its last block add its own, so the next stage receives the summed stream.
+  // Not under full recomputation: there the blocks share one scratch, where the next block's
+  // forward would overwrite the x_mid still to be added.
   const float* pending = nullptr;
   for (int i = 0; i < n; ++i) {
     before_use(1 + i, i + 1 < n ? 2 + i : (head_ ? 0 : -1));
-    const bool leave_open = !full_ && i + 1 < n;
+    const bool leave_open = !full_ && (i + 1 < n || head_);
     pending = blocks_[i]->forward_chained(block_base(slot), x(slot, i), pending, x(slot, i + 1),
                                           leave_open, b, T);
     after_use(1 + i);
@@ -273,7 +274,7 @@ double ModelChunk::forward(int slot, const int* tok, const int* targets, int b, 
   before_use(0, dloss != 0.f && n > 0 ? n : -1);
   int* saved_targets = targets ? saved + N : nullptr;
   if (targets) std::memcpy(saved_targets, targets, N * sizeof(int));
-  const double loss = head_->forward(s, x(slot, nblocks()), saved_targets, b, T, dloss);
+  const double loss = head_->forward_chained(s, x(slot, n), pending, saved_targets, b, T, dloss);
   if (dloss == 0.f) after_use(0);
   return loss;
 }

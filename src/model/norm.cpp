@@ -78,6 +78,14 @@ void Norm::backward_input(float* s, float* dx, const float* dout, const float* x
     rmsnorm_backward_input(dx, dout, x, w_, s + rstd_, N, C_);
 }
 
+void Norm::backward_input_overwrite(float* s, float* dx, const float* dout, const float* x,
+                                    int N) const {
+  if (kind_ == NormKind::layernorm)
+    layernorm_backward_input_overwrite(dx, dout, x, w_, s + mean_, s + rstd_, N, C_);
+  else
+    rmsnorm_backward_input_overwrite(dx, dout, x, w_, s + rstd_, N, C_);
+}
+
 void Norm::backward_input_residual(float* s, float* dx, const float* dres, const float* dout,
                                    const float* x, int N) const {
   if (kind_ == NormKind::layernorm)

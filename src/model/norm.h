@@ -39,6 +39,9 @@ class Norm {
   void add_forward(float* slot, bf16* out, float* x, const float* res, int N) const;
   // dx (N, C) += the input gradient, from dout and x (N, C).
   void backward_input(float* slot, float* dx, const float* dout, const float* x, int N) const;
+  // dx (N, C) = the input gradient (overwrites): bitwise a memset then backward_input.
+  void backward_input_overwrite(float* slot, float* dx, const float* dout, const float* x,
+                                int N) const;
   // dx (N, C) = dres + the input gradient: a residual path's gradient and the norm's in one
   // pass (bitwise a copy of dres followed by backward_input).
   void backward_input_residual(float* slot, float* dx, const float* dres, const float* dout,

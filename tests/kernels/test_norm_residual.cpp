@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -160,6 +162,42 @@ TEST(NormResidualBackward, RmsNormEqualsCopyThenAccumulateBitwise) {
       rmsnorm_backward_input_residual(in_place.data(), in_place.data(), in.dout.data(), in.x.data(),
                                       in.w.data(), in.rstd.data(), N, C);
       EXPECT_EQ(bit_mismatches(in_place, two_pass), 0u) << "in place, N " << N << " C " << C;
+    }
+  omp_set_num_threads(1);
+}
+
+// The overwriting input gradients (the head's final norm: no memset of dx first) give the bits
+// of a memset followed by the accumulating kernel. Row 0's output gradient is zero, so with a
+// negative weight and a positive xhat its gradient is -0, which 0 + (-0) turns into +0: a
+// kernel storing the gradient itself, not 0 + it, differs there.
+TEST(NormOverwriteBackward, EqualsMemsetThenAccumulateBitwise) {
+  for (const auto& [N, C] : kShapes)
+    for (int threads : {1, 2}) {
+      NormInputs in = make_inputs(N, C, 110);
+      std::fill(in.dout.begin(), in.dout.begin() + C, 0.0f);
+      for (int c = 0; c < C; c += 2) in.w[c] = -std::abs(in.w[c]);
+      omp_set_num_threads(threads);
+      for (bool rms : {false, true}) {
+        if (rms)
+          rmsnorm_forward(in.out.data(), in.rstd.data(), in.x.data(), in.w.data(), N, C, 1e-5f);
+        else
+          layernorm_forward(in.out.data(), in.mean.data(), in.rstd.data(), in.x.data(), in.w.data(),
+                            in.b.data(), N, C);
+        Buf two_pass(in.dout.size(), 0.0f), fused(in.dout.size(), -7.0f);
+        if (rms) {
+          rmsnorm_backward_input(two_pass.data(), in.dout.data(), in.x.data(), in.w.data(),
+                                 in.rstd.data(), N, C);
+          rmsnorm_backward_input_overwrite(fused.data(), in.dout.data(), in.x.data(), in.w.data(),
+                                           in.rstd.data(), N, C);
+        } else {
+          layernorm_backward_input(two_pass.data(), in.dout.data(), in.x.data(), in.w.data(),
+                                   in.mean.data(), in.rstd.data(), N, C);
+          layernorm_backward_input_overwrite(fused.data(), in.dout.data(), in.x.data(), in.w.data(),
+                                             in.mean.data(), in.rstd.data(), N, C);
+        }
+        EXPECT_EQ(bit_mismatches(fused, two_pass), 0u) << (rms ? "rmsnorm" : "layernorm") << " N "
+                                                       << N << " C " << C << " threads " << threads;
+      }
     }
   omp_set_num_threads(1);
 }

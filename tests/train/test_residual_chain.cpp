@@ -1,5 +1,6 @@
 // A chunk hands each block's closing residual add to the next block's first norm
-// (Block::forward_chained), except under --recompute full, where every block adds its own.
+// (Block::forward_chained), and its last block's to the head's final norm
+// (LMHead::forward_chained), except under --recompute full, where every block adds its own.
 // The two must agree bit for bit: the same additions, one per element. So for both
 // architectures and both precisions, --recompute none (chained) and --recompute full
 // (unchained) give == losses, gradient norms and weights after the updates, on one worker
