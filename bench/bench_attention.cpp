@@ -100,20 +100,22 @@ Timing time_gpt(const Shape& s, bool bf16, const Options& o, double batch_s) {
   const mt::AmxTiles amx = o.amx ? mt::AmxTiles::allow : mt::AmxTiles::forbid;
   const mt::AttentionKernel k = mt::attention_kernel(bf16, C, s.H, amx);
   // What the GPT block keeps for this kernel: the register tiles' row statistics (" rs": P
-  // recomputed in the backward), else the probabilities.
+  // recomputed in the backward) and the AVX512-BF16 tiles' packed q and k (" pk": not packed
+  // again), else the probabilities.
   const mt::AttentionSaved saved =
-      k == mt::AttentionKernel::fp32_avx512 || k == mt::AttentionKernel::bf16_avx512
-          ? mt::AttentionSaved::row_stats
-          : mt::AttentionSaved::probabilities;
+      k == mt::AttentionKernel::bf16_avx512   ? mt::AttentionSaved::row_stats_packed
+      : k == mt::AttentionKernel::fp32_avx512 ? mt::AttentionSaved::row_stats
+                                              : mt::AttentionSaved::probabilities;
   std::vector<float> out(rows * C), dqkv(rows * 3 * C),
-      att(mt::attention_saved_floats(saved, s.B, s.T, s.H));
+      att(mt::attention_saved_floats(saved, s.B, s.T, C, s.H));
   std::vector<float> scratch(mt::attention_backward_scratch_floats(s.B, s.T, C, s.H));
   Timing t;
   t.path = k == mt::AttentionKernel::bf16_amx_tiles ? "amx-tiles"
            : k == mt::AttentionKernel::bf16_amx     ? "amx-onednn"
            : k == mt::AttentionKernel::bf16_avx512  ? "avx512-bf16"
                                                     : "fp32";
-  if (saved == mt::AttentionSaved::row_stats) t.path += " rs";
+  if (saved != mt::AttentionSaved::probabilities) t.path += " rs";
+  if (saved == mt::AttentionSaved::row_stats_packed) t.path += " pk";
   t.fwd = median_seconds(
       [&] {
         if (bf16)

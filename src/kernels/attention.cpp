@@ -2,6 +2,7 @@
 #include "kernels/phase_profile.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -32,9 +33,10 @@ constexpr int kRowBlock = 128;
 // Where one (batch, head) pair's slices start: `row` in the (B, T, C) tensors (out, dout);
 // q, k, v in the (B, T, 3C) ones (qkv, dqkv), where head h reads its own K/V columns; `att`
 // in the (B, NH, T, T) ones (probabilities, scratch); `stats` in the (B, NH, T, 2) row
-// statistics. The one place that maps a query head to the K/V rows it reads.
+// statistics; bh the pair's index (b NH + h). The one place that maps a query head to the K/V
+// rows it reads.
 struct HeadOffsets {
-  size_t row, q, k, v, att, stats;
+  size_t row, q, k, v, att, stats, bh;
 };
 
 HeadOffsets head_offsets(int b, int h, int T, int C, int NH, int hd) {
@@ -45,25 +47,42 @@ HeadOffsets head_offsets(int b, int h, int T, int C, int NH, int hd) {
           qkv_row + C,
           qkv_row + 2 * C,
           bh * T * T,
-          bh * T * 2};
+          bh * T * 2,
+          bh};
 }
 
-// A head's slice of `att` as the register-tile kernels take it: (probs, stats), one of them
-// null. row_stats: att holds the (B, NH, T, 2) statistics.
+// Floats of one head's slice of `att` in the row_stats_packed form: its (T, 2) statistics,
+// then the forward's packing of q and k (32-bit words, one float each).
+size_t packed_head_floats(int T, int hd) {
+  return 2 * size_t(T) + attention_bf16_avx512_packed_words(T, hd);
+}
+
+// A head's slice of `att` as the register-tile kernels take it: (probs, stats, packed),
+// probs or stats null, packed null but in the row_stats_packed form. row_stats: att holds the
+// (B, NH, T, 2) statistics; row_stats_packed: per head, packed_head_floats.
 struct HeadSaved {
   float* probs;
   float* stats;
+  uint32_t* packed;
 };
-HeadSaved head_saved(float* att, const HeadOffsets& o, AttentionSaved saved) {
-  if (saved == AttentionSaved::row_stats) return {nullptr, att + o.stats};
-  return {att + o.att, nullptr};
+HeadSaved head_saved(float* att, const HeadOffsets& o, AttentionSaved saved, int T, int hd) {
+  if (saved == AttentionSaved::row_stats) return {nullptr, att + o.stats, nullptr};
+  if (saved == AttentionSaved::row_stats_packed) {
+    float* head = att + o.bh * packed_head_floats(T, hd);
+    return {nullptr, head, reinterpret_cast<uint32_t*>(head + 2 * size_t(T))};
+  }
+  return {att + o.att, nullptr, nullptr};
 }
 
-// row_stats needs a kernel that recomputes P; anything else is a caller's mistake.
+// row_stats needs a kernel that recomputes P, row_stats_packed the one that packs bf16
+// pairs; anything else is a caller's mistake.
 void check_saved(AttentionKernel k, AttentionSaved saved) {
   MT_CHECK(saved == AttentionSaved::probabilities || k == AttentionKernel::fp32_avx512 ||
                k == AttentionKernel::bf16_avx512,
            "attention: row statistics need a register-tile kernel, not ", attention_kernel_name(k));
+  MT_CHECK(saved != AttentionSaved::row_stats_packed || k == AttentionKernel::bf16_avx512,
+           "attention: saved packed operands need the AVX512-BF16 tiles, not ",
+           attention_kernel_name(k));
 }
 
 struct NoPrefetch {
@@ -197,7 +216,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   const bool fast = attention_avx512_supports(C / NH);
   check_saved(attention_kernel(false, C, NH), saved);
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
-    const HeadSaved hs = head_saved(att, o, saved);
+    const HeadSaved hs = head_saved(att, o, saved, T, C / NH);
     if (fast)
       attention_head_forward_avx512(hv, out + o.row, C, hs.probs, hs.stats);
     else
@@ -235,7 +254,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   check_saved(attention_kernel(false, C, NH), saved);
   for_each_head(qkv, B, T, C, NH, [&](const AttentionHead& hv, const HeadOffsets& o) {
     float *dq = dqkv + o.q, *dk = dqkv + o.k, *dv = dqkv + o.v;
-    const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
+    const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved, T, C / NH);
     if (fast)
       attention_head_backward_avx512(hv, dq, dk, dv, 3 * C, dout + o.row, C, hs.probs,
                                      thread_head_gradient(T), hs.stats);
@@ -245,14 +264,26 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 }
 
 AttentionSaved attention_saved_form(bool bf16, int C, int NH) {
-  const AttentionKernel k = attention_kernel(bf16, C, NH);
-  return k == AttentionKernel::fp32_avx512 || k == AttentionKernel::bf16_avx512
-             ? AttentionSaved::row_stats
-             : AttentionSaved::probabilities;
+  switch (attention_kernel(bf16, C, NH)) {
+    case AttentionKernel::bf16_avx512:
+      return AttentionSaved::row_stats_packed;
+    case AttentionKernel::fp32_avx512:
+      return AttentionSaved::row_stats;
+    default:
+      return AttentionSaved::probabilities;
+  }
 }
 
-size_t attention_saved_floats(AttentionSaved saved, int B, int T, int NH) {
-  return size_t(B) * NH * T * (saved == AttentionSaved::row_stats ? 2 : size_t(T));
+size_t attention_saved_floats(AttentionSaved saved, int B, int T, int C, int NH) {
+  const size_t heads = size_t(B) * NH;
+  switch (saved) {
+    case AttentionSaved::row_stats:
+      return heads * T * 2;
+    case AttentionSaved::row_stats_packed:
+      return heads * packed_head_floats(T, C / NH);
+    default:
+      return heads * T * size_t(T);
+  }
 }
 
 AttentionKernel attention_kernel(bool bf16, int C, int NH, AmxTiles amx) {
@@ -307,8 +338,8 @@ void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int
   for_each_head(
       qkv, B, T, C, NH,
       [&](const AttentionHead& hv, const HeadOffsets& o) {
-        const HeadSaved hs = head_saved(att, o, saved);
-        attention_head_forward_bf16(hv, out + o.row, C, hs.probs, hs.stats);
+        const HeadSaved hs = head_saved(att, o, saved, T, C / NH);
+        attention_head_forward_bf16(hv, out + o.row, C, hs.probs, hs.stats, hs.packed);
       },
       next_head_prefetch(qkv, nullptr, T, C, C / NH));
 }
@@ -337,9 +368,9 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
   for_each_head(
       qkv, B, T, C, NH,
       [&](const AttentionHead& hv, const HeadOffsets& o) {
-        const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
+        const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved, T, C / NH);
         attention_head_backward_bf16(hv, dqkv + o.q, dqkv + o.k, dqkv + o.v, 3 * C, dout + o.row, C,
-                                     hs.probs, accumulate, hs.stats);
+                                     hs.probs, accumulate, hs.stats, hs.packed);
       },
       next_head_prefetch(qkv, dout, T, C, C / NH));
 }
@@ -366,8 +397,8 @@ void attention_forward_bf16_out16(bf16* out16, float* stage, float* att, const f
   for_each_head(
       qkv, B, T, C, NH,
       [&](const AttentionHead& hv, const HeadOffsets& o) {
-        const HeadSaved hs = head_saved(att, o, saved);
-        attention_head_forward_bf16(hv, out16 + o.row, C, hs.probs, hs.stats);
+        const HeadSaved hs = head_saved(att, o, saved, T, C / NH);
+        attention_head_forward_bf16(hv, out16 + o.row, C, hs.probs, hs.stats, hs.packed);
       },
       next_head_prefetch(qkv, nullptr, T, C, C / NH));
 }
@@ -397,9 +428,9 @@ void attention_backward_bf16_out16(bf16* dqkv16, float* stage, float* scratch, c
   for_each_head(
       qkv, B, T, C, NH,
       [&](const AttentionHead& hv, const HeadOffsets& o) {
-        const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved);
+        const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved, T, C / NH);
         attention_head_backward_bf16(hv, dqkv16 + o.q, dqkv16 + o.k, dqkv16 + o.v, 3 * C,
-                                     dout + o.row, C, hs.probs, hs.stats);
+                                     dout + o.row, C, hs.probs, hs.stats, hs.packed);
       },
       next_head_prefetch(qkv, dout, T, C, C / NH));
 }

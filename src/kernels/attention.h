@@ -16,12 +16,18 @@ namespace mt {
 //    scale arithmetic: bit for bit the P the forward used, so the gradients are those of the
 //    probabilities form, without the (B, NH, T, T) store and reload. Only the register-tile
 //    kernels (fp32_avx512, bf16_avx512) do this: attention_saved_form.
-enum class AttentionSaved { probabilities, row_stats };
-// The form the engine keeps for this precision and shape on this CPU: row_stats where the
-// kernel attention_kernel picks can recompute P, else probabilities.
+//  - row_stats_packed: per (batch, head), its row statistics (T, 2) followed by the
+//    forward's bf16 packing of q (as rows of pairs) and of k (as key blocks), which the
+//    backward's recomputation of the scores reads instead of packing q and k again: the same
+//    bits (one packer wrote them), attention_bf16_avx512_packed_words(T, hd) 32-bit words a
+//    head. The AVX512-BF16 register tiles (bf16_avx512) only.
+enum class AttentionSaved { probabilities, row_stats, row_stats_packed };
+// The form the engine keeps for this precision and shape on this CPU: row_stats_packed where
+// attention_kernel picks the AVX512-BF16 tiles, row_stats where it picks the fp32 tiles,
+// else probabilities.
 AttentionSaved attention_saved_form(bool bf16, int C, int NH);
 // Floats of `att` for that form.
-size_t attention_saved_floats(AttentionSaved saved, int B, int T, int NH);
+size_t attention_saved_floats(AttentionSaved saved, int B, int T, int C, int NH);
 
 // out (B, T, C) = concat_h softmax_causal(q_h k_h^T / sqrt(hd)) v_h
 // att keeps what the backward needs (AttentionSaved; by default the probabilities).

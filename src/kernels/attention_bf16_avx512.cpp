@@ -180,13 +180,14 @@ MT_BF16_TARGET void stripe_scores_bf16(float* s, const u32* x, const u32* yt, in
 // store and its reload are the cost saved).
 template <int HD, typename OutT>
 MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, OutT* out, int ldo, float* att,
-                                      float* stats) {
+                                      float* stats, u32* packed) {
   const int T = h.T, Tp = round_up(T, kKeyBlock), lda = Tp / 2;
   constexpr int R = rows_per_tile<HD>();
   Bf16Scratch& sc = bf16_scratch();
   if (stats) att = Bf16Scratch::sized(sc.p, size_t(T) * T);
-  u32* qx = Bf16Scratch::sized(sc.x, size_t(T) * HD / 2);
-  u32* kt = Bf16Scratch::sized(sc.yt, size_t(Tp) * HD / 2);
+  // packed: q and k packed where the backward reads them again (the saved buffer).
+  u32* qx = packed ? packed : Bf16Scratch::sized(sc.x, size_t(T) * HD / 2);
+  u32* kt = packed ? packed + size_t(T) * HD / 2 : Bf16Scratch::sized(sc.yt, size_t(Tp) * HD / 2);
   u32* vp = Bf16Scratch::sized(sc.b1, size_t(Tp / 2) * HD);
   u32* pr = Bf16Scratch::sized(sc.rows, size_t(R) * lda);
   pack_rows<HD>(qx, h.q, h.ld, T);
@@ -201,19 +202,24 @@ MT_BF16_TARGET void forward_head_bf16(const AttentionHead& h, OutT* out, int ldo
   }
 }
 
-// P again from the forward's row statistics: the scores by the forward's packers and
-// products, then softmax_recompute_row, a stripe at a time into a per-thread (T, T) buffer:
-// bit for bit the forward's P (past the diagonal neither written nor read).
+// P again from the forward's row statistics: the scores by the forward's packers (or the
+// packing the forward saved, packed not null) and products, then softmax_recompute_row, a
+// stripe at a time into a per-thread (T, T) buffer: bit for bit the forward's P (past the
+// diagonal neither written nor read).
 template <int HD>
 MT_BF16_TARGET const float* recompute_probs_bf16(const AttentionHead& h, const float* stats,
-                                                 Bf16Scratch& sc) {
+                                                 const u32* packed, Bf16Scratch& sc) {
   const int T = h.T, Tp = round_up(T, kKeyBlock);
   constexpr int R = rows_per_tile<HD>();
   float* p = Bf16Scratch::sized(sc.p, size_t(T) * T);
-  u32* qx = Bf16Scratch::sized(sc.x, size_t(T) * HD / 2);
-  u32* kt = Bf16Scratch::sized(sc.yt, size_t(Tp) * HD / 2);
-  pack_rows<HD>(qx, h.q, h.ld, T);
-  pack_key_blocks<HD>(kt, h.k, h.ld, T);
+  const u32 *qx = packed, *kt = packed + size_t(T) * HD / 2;
+  if (!packed) {
+    u32* x = Bf16Scratch::sized(sc.x, size_t(T) * HD / 2);
+    u32* yt = Bf16Scratch::sized(sc.yt, size_t(Tp) * HD / 2);
+    pack_rows<HD>(x, h.q, h.ld, T);
+    pack_key_blocks<HD>(yt, h.k, h.ld, T);
+    qx = x, kt = yt;
+  }
   for (int i0 = 0; i0 < T; i0 += R) {
     const int rows = std::min(R, T - i0);
     stripe_scores_bf16<HD, R>(p, qx, kt, T, i0, rows, h.scale);
@@ -226,11 +232,11 @@ MT_BF16_TARGET const float* recompute_probs_bf16(const AttentionHead& h, const f
 template <int HD, typename OutT>
 MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv,
                                        int ldd, const float* dout, int lddo, const float* att,
-                                       const float* stats, bool accumulate) {
+                                       const float* stats, const u32* packed, bool accumulate) {
   const int T = h.T, Tp = round_up(T, kKeyBlock), lda = Tp / 2;
   constexpr int R = rows_per_tile<HD>();
   Bf16Scratch& sc = bf16_scratch();
-  if (stats) att = recompute_probs_bf16<HD>(h, stats, sc);  // before x and yt are reused
+  if (stats) att = recompute_probs_bf16<HD>(h, stats, packed, sc);  // before x, yt are reused
   // dP / dS live in a per-thread (T, T) buffer, not in the caller's (B, H, T, T) scratch:
   // it is written and re-read within this head, so it stays in L2 (64 KB at T 128) instead
   // of streaming 2 MB per layer (B 4, H 8) through memory; the arithmetic is unchanged.
@@ -260,8 +266,13 @@ MT_BF16_TARGET void backward_head_bf16(const AttentionHead& h, OutT* dq, OutT* d
   pack_row_pairs(dsp, da, T, Tp);
   pack_row_pairs(pp, att, T, Tp);
   u32* dop = kp;  // k's pairs are done with
-  pack_interleaved<HD>(qp, h.q, h.ld, T, Tp);
-  pack_interleaved<HD>(dop, dout, lddo, T, Tp);
+  // From the packed rows where there are some (dout's, and q's saved by the forward): the
+  // same words, without reading the fp32 rows again.
+  if (packed)
+    interleave_packed_rows<HD>(qp, packed, T, Tp);
+  else
+    pack_interleaved<HD>(qp, h.q, h.ld, T, Tp);
+  interleave_packed_rows<HD>(dop, dox, T, Tp);
   for (int r0 = 0; r0 < T; r0 += kAttentionBf16DirectMaxT) {
     const int r1 = std::min(T, r0 + kAttentionBf16DirectMaxT), kp1 = (r1 + 1) / 2;
     for (int j0 = 0; j0 < r1; j0 += R) {
@@ -294,17 +305,22 @@ bool cpu_has_avx512_bf16() {
 
 // The entry points of both output types: with_head_dim picks the instantiation.
 template <typename OutT>
-void head_forward_bf16(const AttentionHead& h, OutT* out, int ldo, float* att, float* stats) {
-  with_head_dim(h.hd, "attention_head_forward_bf16",
-                [&](auto hd) { forward_head_bf16<decltype(hd)::value>(h, out, ldo, att, stats); });
+void head_forward_bf16(const AttentionHead& h, OutT* out, int ldo, float* att, float* stats,
+                       u32* packed) {
+  MT_CHECK(!packed || stats, "attention_head_forward_bf16: packed operands without row stats");
+  with_head_dim(h.hd, "attention_head_forward_bf16", [&](auto hd) {
+    forward_head_bf16<decltype(hd)::value>(h, out, ldo, att, stats, packed);
+  });
 }
 
 template <typename OutT>
 void head_backward_bf16(const AttentionHead& h, OutT* dq, OutT* dk, OutT* dv, int ldd,
                         const float* dout, int lddo, const float* att, const float* stats,
-                        bool accumulate) {
+                        const u32* packed, bool accumulate) {
+  MT_CHECK(!packed || stats, "attention_head_backward_bf16: packed operands without row stats");
   with_head_dim(h.hd, "attention_head_backward_bf16", [&](auto hd) {
-    backward_head_bf16<decltype(hd)::value>(h, dq, dk, dv, ldd, dout, lddo, att, stats, accumulate);
+    backward_head_bf16<decltype(hd)::value>(h, dq, dk, dv, ldd, dout, lddo, att, stats, packed,
+                                            accumulate);
   });
 }
 
@@ -323,29 +339,34 @@ size_t attention_bf16_avx512_scratch_bytes(int T, int hd) {
   return 4 * (words + 2 * t * t);
 }
 
+size_t attention_bf16_avx512_packed_words(int T, int hd) {
+  if (!attention_bf16_avx512_supports(hd)) return 0;
+  return (size_t(T) + size_t(round_up(T, kKeyBlock))) * size_t(hd) / 2;  // q rows, k blocks
+}
+
 void attention_head_forward_bf16(const AttentionHead& h, float* out, int ldo, float* att,
-                                 float* stats) {
-  head_forward_bf16(h, out, ldo, att, stats);
+                                 float* stats, uint32_t* packed) {
+  head_forward_bf16(h, out, ldo, att, stats, packed);
 }
 
 void attention_head_forward_bf16(const AttentionHead& h, bf16* out, int ldo, float* att,
-                                 float* stats) {
-  head_forward_bf16(h, out, ldo, att, stats);
+                                 float* stats, uint32_t* packed) {
+  head_forward_bf16(h, out, ldo, att, stats, packed);
 }
 
 void attention_head_backward_bf16(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
                                   const float* dout, int lddo, const float* att, bool accumulate,
-                                  const float* stats) {
-  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, stats, accumulate);
+                                  const float* stats, const uint32_t* packed) {
+  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, stats, packed, accumulate);
 }
 
 void attention_head_backward_bf16(const AttentionHead& h, bf16* dq, bf16* dk, bf16* dv, int ldd,
-                                  const float* dout, int lddo, const float* att,
-                                  const float* stats) {
+                                  const float* dout, int lddo, const float* att, const float* stats,
+                                  const uint32_t* packed) {
   // Each gradient row is written once only while one query block covers all of T.
   MT_CHECK(h.T <= kAttentionBf16DirectMaxT, "attention_head_backward_bf16: T ", h.T, " > ",
            kAttentionBf16DirectMaxT);
-  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, stats, false);
+  head_backward_bf16(h, dq, dk, dv, ldd, dout, lddo, att, stats, packed, false);
 }
 
 #else  // no AVX-512: attention.cpp uses the fp32 kernels for every head dim
@@ -356,12 +377,15 @@ bool attention_bf16_avx512_supports(int) {
 size_t attention_bf16_avx512_scratch_bytes(int, int) {
   return 0;
 }
-void attention_head_forward_bf16(const AttentionHead&, float*, int, float*, float*) {}
-void attention_head_forward_bf16(const AttentionHead&, bf16*, int, float*, float*) {}
+size_t attention_bf16_avx512_packed_words(int, int) {
+  return 0;
+}
+void attention_head_forward_bf16(const AttentionHead&, float*, int, float*, float*, uint32_t*) {}
+void attention_head_forward_bf16(const AttentionHead&, bf16*, int, float*, float*, uint32_t*) {}
 void attention_head_backward_bf16(const AttentionHead&, float*, float*, float*, int, const float*,
-                                  int, const float*, bool, const float*) {}
+                                  int, const float*, bool, const float*, const uint32_t*) {}
 void attention_head_backward_bf16(const AttentionHead&, bf16*, bf16*, bf16*, int, const float*, int,
-                                  const float*, const float*) {}
+                                  const float*, const float*, const uint32_t*) {}
 
 #endif
 

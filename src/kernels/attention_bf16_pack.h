@@ -91,6 +91,35 @@ MT_BF16_PACK_TARGET void pack_interleaved(u32* b, const float* y, int ldy, int T
   }
 }
 
+// b (Tp / 2, HD) pairs as pack_interleaved<HD>(b, y, ...) packs them, from x = pack_rows<HD>
+// of the same y instead of y: both round each element to nearest even alike, so one
+// permutation of two packed rows gives the same words without reading y's fp32 rows again.
+template <int HD>
+MT_BF16_PACK_TARGET void interleave_packed_rows(u32* b, const u32* x, int T, int Tp) {
+  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                   37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                                   53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                                   27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_load_si512(kHi);
+  auto row = [&](int r, int d) {  // elements d .. d + 31 of row r (HD 16: d .. 15, zeros above)
+    if (r >= T) return _mm512_setzero_si512();
+    const u32* src = x + size_t(r) * (HD / 2) + d / 2;
+    if constexpr (HD >= 32)
+      return _mm512_loadu_si512(src);
+    else
+      return _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+  };
+  for (int kp = 0; kp < Tp / 2; kp++)
+    for (int d = 0; d < HD; d += 32) {
+      const __m512i a = row(2 * kp, d), c = row(2 * kp + 1, d);
+      _mm512_storeu_si512(b + size_t(kp) * HD + d, _mm512_permutex2var_epi16(a, lo, c));
+      if constexpr (HD >= 32)
+        _mm512_storeu_si512(b + size_t(kp) * HD + d + 16, _mm512_permutex2var_epi16(a, hi, c));
+    }
+}
+
 // dst (ceil(T / 2), Tp) pairs of consecutive rows of the lower triangle of src (T, T):
 // dst[kp][j] = (src[2 kp][j], src[2 kp + 1][j]), entries above src's diagonal (j > i) and
 // rows >= T zero, whatever src holds there. The key-side products (dk, dv) reduce over query

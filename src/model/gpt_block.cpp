@@ -42,6 +42,14 @@ GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard&
   Cl_ = NHl_ * cfg.head_dim();
   Hl_ = cfg.hidden() / tp.size;
   saved_ = attention_saved_form(bf16_, Cl_, NHl_);
+  // Selective recomputation drops the (b, NH, T, T) probabilities. Where the kernel keeps row
+  // statistics instead (2 floats a row) there is nothing of that size to drop, so the block
+  // keeps them and does not rerun the attention core; only the AVX512-BF16 tiles' packed q
+  // and k are dropped (their backward packs them again, the same bits).
+  if (recompute_attention_ && saved_ != AttentionSaved::probabilities) {
+    recompute_attention_ = false;
+    saved_ = AttentionSaved::row_stats;
+  }
   const bool moe = is_moe_layer(cfg, layer);
   register_params(layer, cfg, moe, table);
   // Under tp the layer splits the tokens, not the experts (moe_layer.h).
@@ -109,7 +117,7 @@ void GptBlock::reserve_buffers(SlotLayout& layout, bool moe) {
   if (flash_)
     off_.lse = layout.reserve(size_t(max_b_) * NHl_ * T_);
   else if (!recompute_attention_)
-    off_.att = layout.reserve(attention_saved_floats(saved_, max_b_, T_, NHl_));
+    off_.att = layout.reserve(attention_saved_floats(saved_, max_b_, T_, Cl_, NHl_));
   off_.att_out = gemm_only(N * Cl_);
   off_.x_mid = layout.reserve(Nl * C_);
   off_.ln2_out = moe ? layout.reserve(Nl * C_) : gemm_only(Nl * C_);  // the router reads fp32
@@ -209,7 +217,7 @@ size_t GptBlock::attention_thread_scratch_bytes() const {
 size_t GptBlock::forward_scratch_floats() const {
   if (gpu_kernels_) return 0;  // a GPU's fused forward keeps its tiles on chip
   if (flash_) return flash_attention_forward_scratch_floats(flash_args(nullptr, max_b_, T_));
-  return recompute_attention_ ? attention_saved_floats(saved_, max_b_, T_, NHl_) : 0;
+  return recompute_attention_ ? attention_saved_floats(saved_, max_b_, T_, Cl_, NHl_) : 0;
 }
 
 // q, k, v of head h at columns h hd of each third of a qkv row; no RoPE (§1).

@@ -22,10 +22,12 @@
 //
 // What the attention core keeps for its backward (`att`) is the probabilities (b, NHl, T, T),
 // or, where the kernel recomputes them (kernels/attention.h, AttentionSaved::row_stats: the
-// register-tile kernels, fp32 and AVX512-BF16), each row's maximum and 1 / sum (b, NHl, T, 2).
-// With Recompute::selective that is not in the slot: forward writes it to chunk-wide scratch
-// and B recomputes it there from the kept qkv (the same kernel on the same input: bitwise
-// the same). W never reads them. Full
+// register-tile kernels, fp32 and AVX512-BF16), each row's maximum and 1 / sum (b, NHl, T, 2),
+// and on the AVX512-BF16 tiles the forward's packed q and k (row_stats_packed).
+// With Recompute::selective the probabilities are not in the slot: forward writes them to
+// chunk-wide scratch and B recomputes them there from the kept qkv (the same kernel on the
+// same input: bitwise the same); row statistics stay in the slot (since stop 47: nothing is
+// rerun, only the packed q and k are dropped). W never reads them. Full
 // recomputation is the chunk's business (model_chunk.h): the block is unchanged, its
 // "slot" is then scratch.
 //

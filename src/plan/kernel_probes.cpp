@@ -105,7 +105,7 @@ std::pair<double, double> attention_rates(Precision precision, double seconds) {
   // register-tile kernels recompute them from (kernels/attention.h).
   const AttentionSaved saved = attention_saved_form(bf16_run, C, NH);
   std::vector<float> qkv(size_t(B) * T * 3 * C, 0.01f), out(size_t(B) * T * C);
-  std::vector<float> att(attention_saved_floats(saved, B, T, NH)), dout(out.size(), 0.01f),
+  std::vector<float> att(attention_saved_floats(saved, B, T, C, NH)), dout(out.size(), 0.01f),
       dqkv(qkv.size());
   // The bf16 block's own calls: bf16 products, results rounded into its bf16 slot buffers.
   std::vector<bf16> out16(out.size()), dqkv16(dqkv.size());

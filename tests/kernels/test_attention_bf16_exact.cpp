@@ -98,15 +98,20 @@ TEST(AttentionBf16Exact, HeadForwardAndBackwardGiveTheReferenceBits) {
       const AttentionHead h = o.head();
       const bf16_exact::ForwardRef f = bf16_exact::forward(o.ref());
       const bf16_exact::BackwardRef b = bf16_exact::backward(o.ref(), o.dout.data(), hd, f.p);
-      for (bool stats_form : {false, true}) {
+      // 0: probabilities, 1: row statistics, 2: and the forward's packed q and k.
+      for (int form : {0, 1, 2}) {
+        const bool stats_form = form > 0;
         std::vector<float> out(size_t(T) * hd, NAN), att(size_t(T) * T, NAN), stats(2 * T);
+        std::vector<uint32_t> packed(attention_bf16_avx512_packed_words(T, hd), 0xFFFFFFFFu);
         float* st = stats_form ? stats.data() : nullptr;
-        attention_head_forward_bf16(h, out.data(), hd, stats_form ? nullptr : att.data(), st);
+        uint32_t* pk = form == 2 ? packed.data() : nullptr;
+        attention_head_forward_bf16(h, out.data(), hd, stats_form ? nullptr : att.data(), st, pk);
         expect_same_bits(out, f.out, hd, "out", T, hd);
         if (!stats_form) expect_same_bits(att, f.p, T, "P", T, hd);
         std::vector<float> dq(size_t(T) * hd, NAN), dk = dq, dv = dq;
         attention_head_backward_bf16(h, dq.data(), dk.data(), dv.data(), hd, o.dout.data(), hd,
-                                     stats_form ? nullptr : att.data(), /*accumulate=*/false, st);
+                                     stats_form ? nullptr : att.data(), /*accumulate=*/false, st,
+                                     pk);
         expect_same_bits(dq, b.dq, hd, "dq", T, hd);
         expect_same_bits(dk, b.dk, hd, "dk", T, hd);
         expect_same_bits(dv, b.dv, hd, "dv", T, hd);
@@ -131,7 +136,7 @@ TEST(AttentionBf16Exact, LayerEntryPointsGiveTheReferenceBitsPerHead) {
       const std::vector<float> dout = normal(size_t(B) * T * C, unsigned(T + hd + 5));
       const AttentionSaved saved = attention_saved_form(true, C, NH);
       std::vector<float> out(size_t(B) * T * C), dqkv(size_t(B) * T * 3 * C);
-      std::vector<float> att(attention_saved_floats(saved, B, T, NH));
+      std::vector<float> att(attention_saved_floats(saved, B, T, C, NH));
       std::vector<float> scratch(attention_backward_scratch_floats(B, T, C, NH, true));
       std::vector<float> stage(dqkv.size());
       std::vector<bf16> out16(out.size()), dqkv16(dqkv.size());
