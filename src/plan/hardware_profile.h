@@ -70,6 +70,11 @@ struct HardwareProfile {
   double gemm_half_rows_bf16 = 0;  // as gemm_half_rows, on the bf16 path (0: not measured)
   double gemm_few_rows_bf16 = 0;   // as gemm_few_rows, on the bf16 path (0: not measured)
   double attention_bf16_fwd_flops = 0, attention_bf16_bwd_flops = 0;
+  // Local only (0 = not measured, or the kernel keeps the (b, NH, T, T) probabilities): 1
+  // when the gpt2 block's attention kernel of the precision keeps row statistics at the
+  // probe's shape (kernels/attention.h attention_saved_form), where --recompute selective
+  // has nothing to drop and does not rerun the core (gpt_block.cpp, stop 47).
+  double attention_row_stats = 0, attention_row_stats_bf16 = 0;
   // Local only (0 = not measured: a cp rank's attention core is priced at the whole
   // sequence's FLOPs): what the engine's context-parallel attention (the ring's per-step flash
   // calls, their merges and the block's copies) costs one cp rank over 1 / cp of the

@@ -269,6 +269,7 @@ void measure_memory_bw(HardwareProfile& h, const ProbeRun& run) {
 void measure_attention(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.attention_fwd_flops, h.attention_bwd_flops) =
       attention_rates(Precision::fp32, run.seconds);
+  h.attention_row_stats = attention_saved_form(false, 256, 8) != AttentionSaved::probabilities;
 }
 
 // The slower of GELU and LayerNorm forward over 1 Mi elements, per element.
@@ -352,6 +353,7 @@ void measure_bf16_convert(HardwareProfile& h, const ProbeRun& run) {
 void measure_bf16_attention(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.attention_bf16_fwd_flops, h.attention_bf16_bwd_flops) =
       attention_rates(Precision::bf16, run.seconds);
+  h.attention_row_stats_bf16 = attention_saved_form(true, 256, 8) != AttentionSaved::probabilities;
 }
 
 void measure_moe_layer(HardwareProfile& h, const ProbeRun& run) {

@@ -201,6 +201,17 @@ Passes conversions(const CostContext& c, bool moe) {
           local_convert_seconds(R, Nl * h, 1)};
 }
 
+// Whether --recompute selective reruns the attention core in the engine's block. The llama
+// block keeps its row statistics in every mode (llama_block.h), and so does the flash path
+// a cp run takes (gpt_block.cpp); the gpt2 block drops only the (b, NH, T, T) probabilities,
+// so where its kernel keeps row statistics instead (the calibrated attention_row_stats*)
+// there is nothing to drop and nothing to rerun.
+bool selective_reruns_core(const CostContext& c) {
+  if (c.r.model.llama() || c.l.cp > 1) return false;
+  const HardwareProfile& hw = c.r.hardware;
+  return (c.local_bf16 ? hw.attention_row_stats_bf16 : hw.attention_row_stats) < 0.5;
+}
+
 BlockCosts block(const CostContext& c, int layer, double cover) {
   const bool moe = is_moe_layer(c.r.model, layer);
   Passes p = attention_projections(c);
@@ -220,7 +231,8 @@ BlockCosts block(const CostContext& c, int layer, double cover) {
   // The engine's --cp (llama block): the ring's sends or the all-gather, on the ranks' cores.
   const Passes cp = cp_exchange(c, core);
   p += cp;
-  BlockCosts k = finish_block(c, p, core.forward, tp.forward + tp.backward + tp.weight, ep);
+  const double again = selective_reruns_core(c) ? core.forward : 0;
+  BlockCosts k = finish_block(c, p, again, tp.forward + tp.backward + tp.weight, ep);
   k.cp_comm = cp.forward + cp.backward;
   return k;
 }

@@ -130,6 +130,8 @@ std::vector<ProfileField> make_fields() {
       per_element("bf16_convert_s", &H::bf16_convert_s),
       rate("attention_bf16_fwd_flops", &H::attention_bf16_fwd_flops, true),
       rate("attention_bf16_bwd_flops", &H::attention_bf16_bwd_flops, true),
+      {"attention_row_stats", &H::attention_row_stats, 0, 1},
+      {"attention_row_stats_bf16", &H::attention_row_stats_bf16, 0, 1},
       ratio("cp2_attention_factor", &H::cp2_attention_factor),
       ratio("cp4_attention_factor", &H::cp4_attention_factor),
       ratio("cp2_attention_factor_bf16", &H::cp2_attention_factor_bf16),

@@ -304,6 +304,25 @@ TEST(PlanLocal, ExpertParallelWaitsForTheBusiestRank) {
   }
 }
 
+// --recompute selective reruns the attention core's forward in the backward only where the
+// engine's block drops the probabilities: the gpt2 block on a kernel that keeps them
+// (attention_row_stats 0); with row statistics, and in the llama block, it costs nothing.
+TEST(PlanLocal, SelectiveRerunsTheCoreOnlyWhereTheBlockDropsProbabilities) {
+  for (const bool bf16 : {false, true}) {
+    PlanRequest r = small_request(1);
+    Layout none, sel;
+    none.micro_batch = sel.micro_batch = 8;
+    none.precision = sel.precision = bf16 ? Precision::bf16 : Precision::fp32;
+    sel.recompute = Recompute::selective;
+    EXPECT_GT(step(r, sel), step(r, none)) << bf16;  // probabilities dropped: the core again
+    (bf16 ? r.hardware.attention_row_stats_bf16 : r.hardware.attention_row_stats) = 1;
+    EXPECT_EQ(step(r, sel), step(r, none)) << bf16;
+    PlanRequest llama = small_request(1);
+    llama.model.arch = Arch::llama;
+    EXPECT_EQ(step(llama, sel), step(llama, none)) << bf16;
+  }
+}
+
 }  // namespace
 // The calibration's fit of the step factor and the per-microbatch cost: exact data gives
 // back the figures it was made from; measurements the kernels already explain give the floor.
