@@ -23,8 +23,9 @@ running (other programs hold the cores). Needs perf and system-wide tracepoints 
 kernel.perf_event_paranoid <= -1). `--realtime` runs the ranks under SCHED_FIFO (chrt -f 10):
 other programs cannot take their cores, a loaded host's diagnostic.
 
-placement: the layout alternated unbound (as `train --bind auto` runs 4 one-thread ranks on
-2 cores), `split` (rank r pinned to core r mod cores: a tp pair, consecutive ranks, on two
+placement: the layout alternated unbound (`train --bind none`; `--bind auto` left 4
+one-thread ranks on 2 cores unbound until stop 47, which made it bind them as `split` does),
+`split` (rank r pinned to core r mod cores: a tp pair, consecutive ranks, on two
 cores) and `stacked` (rank r to core r * cores / ranks: a stage's pair on one core), each
 pinned from outside with sched_setaffinity once the rank threads exist; the median step
 after 3 and the ratios to unbound in the same round.
@@ -253,7 +254,9 @@ def placed_run(binary, layout, steps, mode, out):
     for knob in ("--dp", "--tp", "--pp", "--cp"):
         if knob in layout:
             ranks *= int(layout[layout.index(knob) + 1])
-    p = subprocess.Popen(train_cmd(binary, layout, steps, out), stdout=subprocess.DEVNULL,
+    # --bind none: every mode starts unbound and pins from outside (auto binds round robin).
+    p = subprocess.Popen(train_cmd(binary, layout + ["--bind", "none"], steps, out),
+                         stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     if mode != "none":
         for r, tid in rank_threads(p.pid, ranks).items():

@@ -323,14 +323,12 @@ void define_engine_flags(FlagSet& f, EngineOptions& e) {
         "with --backend mpi: ranks each MPI process runs as threads (hybrid world; tp groups "
         "stay inside a process when tp divides it)",
         {1, kMaxLocalRanks});
-  f.add_choice(
-      "engine", "bind", &e.bind,
-      "local backend: auto pins each rank's --threads compute threads to cores of "
-      "its own when ranks x threads fit the cores the process may use (2 ranks or "
-      "more); cores: always (refused when they do not fit); spread: always, round robin when "
-      "ranks share cores (consecutive ranks, a tp pair, on different cores); none: the "
-      "OS places them",
-      core_binding_names(), ChoiceRefusal::in_words);
+  f.add_choice("engine", "bind", &e.bind,
+               "local backend: auto pins each rank's --threads compute threads (2 ranks or more) "
+               "to cores of its own where ranks x threads fit the cores the process may use, "
+               "round robin where they do not (consecutive ranks, a tp pair, on different "
+               "cores); cores: always (refused when they do not fit); none: the OS places them",
+               core_binding_names(), ChoiceRefusal::in_words);
 }
 
 }  // namespace

@@ -13,31 +13,11 @@ const char* core_binding_name(CoreBinding b) {
       return "cores";
     case CoreBinding::none:
       return "none";
-    case CoreBinding::spread:
-      return "spread";
     case CoreBinding::automatic:
       break;
   }
   return "auto";
 }
-
-namespace {
-
-// Round robin over the allowed cores, wrapping when ranks x threads exceed them (a thread
-// that would get a core twice keeps one entry). 2 cores, tp 2 x pp 2: ranks 0 and 2 on one
-// core, 1 and 3 on the other, so each stage's tp pair runs side by side.
-std::vector<std::vector<int>> spread_binding(const std::vector<int>& allowed, int ranks,
-                                             int threads) {
-  if (allowed.empty() || ranks < 1 || threads < 1) return {};
-  const long n = long(allowed.size());
-  std::vector<std::vector<int>> plan(ranks);
-  for (int r = 0; r < ranks; ++r)
-    for (int t = 0; t < threads && t < n; ++t)
-      plan[r].push_back(allowed[(long(r) * threads + t) % n]);
-  return plan;
-}
-
-}  // namespace
 
 std::vector<std::vector<int>> plan_core_binding(const std::vector<int>& allowed, int ranks,
                                                 int threads, CoreBinding mode) {
@@ -47,13 +27,14 @@ std::vector<std::vector<int>> plan_core_binding(const std::vector<int>& allowed,
     MT_REQUIRE(fits, "--bind cores needs a core per compute thread: ", ranks, " ranks x ", threads,
                " threads = ", need, " cores, but this process may use ", allowed.size(),
                " (see taskset -p / the cgroup's cpuset); use --bind auto or none");
-  if (mode == CoreBinding::spread) return spread_binding(allowed, ranks, threads);
-  const bool bind =
-      mode == CoreBinding::cores || (mode == CoreBinding::automatic && fits && ranks > 1);
-  if (!bind) return {};
+  const bool bind = mode == CoreBinding::cores || (mode == CoreBinding::automatic && ranks > 1);
+  if (!bind || allowed.empty() || ranks < 1 || threads < 1) return {};
+  // Round robin; where the threads fit, rank r's are entries r * threads .. + threads - 1.
+  const long n = long(allowed.size());
   std::vector<std::vector<int>> plan(ranks);
   for (int r = 0; r < ranks; ++r)
-    plan[r].assign(allowed.begin() + long(r) * threads, allowed.begin() + long(r + 1) * threads);
+    for (long t = 0; t < threads && t < n; ++t)
+      plan[r].push_back(allowed[(long(r) * threads + t) % n]);
   return plan;
 }
 

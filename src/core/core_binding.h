@@ -17,27 +17,27 @@
 namespace mt {
 
 enum class CoreBinding {
-  automatic,  // bind when ranks x threads fit the cores this process may use, else not
+  automatic,  // bind 2 ranks or more: a core each where they fit, round robin where not
   cores,      // bind; refused (UsageError) when they do not fit
   none,       // the operating system places every thread
-  spread,     // bind even when ranks share cores: round robin, consecutive ranks apart
 };
 
 inline std::vector<std::pair<std::string, CoreBinding>> core_binding_names() {
-  return {{"auto", CoreBinding::automatic},
-          {"cores", CoreBinding::cores},
-          {"none", CoreBinding::none},
-          {"spread", CoreBinding::spread}};
+  return {
+      {"auto", CoreBinding::automatic}, {"cores", CoreBinding::cores}, {"none", CoreBinding::none}};
 }
 const char* core_binding_name(CoreBinding b);
 
 // The cores of each rank (rank r: entry r), or no entries when nothing is bound. Rank r
 // gets `threads` consecutive entries of `allowed` (the cores this process may use, as
 // sched_getaffinity lists them), so that a rank's OpenMP team stays together and no two
-// ranks share a core. CoreBinding::spread binds when they do not fit too: thread t of rank
-// r gets core (r * threads + t) mod allowed, so consecutive ranks (a tp pair, whose
-// collectives need both running at once) sit on different cores while the ranks that share
-// a core are the ones furthest apart in rank order. A single rank is bound only when asked
+// ranks share a core. Where ranks x threads exceed `allowed`, automatic wraps round robin:
+// thread t of rank r on entry (r * threads + t) mod allowed, so that consecutive ranks (a
+// tp pair, whose collectives need both running at once) sit on different cores and the
+// ranks sharing a core are those furthest apart in rank order. Unbound, the scheduler was
+// seen stacking a stage's tp pair on one core (stop 47: 16% of a tp 2 x pp 2 step on 2
+// quiet cores, 26-35% at load 10); round robin ran that layout 9% faster and dp 2 x pp 2
+// 7% faster on the quiet host (docs/communication.md). A single rank is bound only when asked
 // (CoreBinding::cores): alone, it has no peer to collide with, and a pin would keep it on a core
 // another program occupies. Throws UsageError for CoreBinding::cores when ranks x threads exceed
 // allowed.

@@ -36,7 +36,7 @@ std::vector<ChoiceCase> choice_cases() {
        "--checkpoint-format must be global or sharded (got 'zip')"},
       {"engine", "backend", "--backend", "nccl", "--backend must be local or mpi (got 'nccl')"},
       {"engine", "bind", "--bind", "socket",
-       "--bind must be auto, cores, none or spread (got 'socket')"},
+       "--bind must be auto, cores or none (got 'socket')"},
       {"parallel", "cp-comm", "--cp-comm", "p2p",
        "--cp-comm must be ring or allgather (got 'p2p')"},
       {"parallel", "dp-sync", "--dp-sync", "local:0",

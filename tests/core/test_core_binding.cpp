@@ -19,11 +19,14 @@ TEST(CoreBinding, AutoGivesEachRankCoresOfItsOwnWhenTheyFit) {
             (Plan{{2}, {5}, {7}, {9}}));
 }
 
-TEST(CoreBinding, AutoLeavesPlacementToTheSystemWhenRanksShareCores) {
-  // More compute threads than cores: a pin would stack them for the whole run, where the
-  // scheduler can at least move them.
-  EXPECT_TRUE(plan_core_binding({0, 1}, 3, 1, CoreBinding::automatic).empty());
-  EXPECT_TRUE(plan_core_binding({0, 1}, 2, 2, CoreBinding::automatic).empty());
+TEST(CoreBinding, AutoBindsRoundRobinWhenRanksShareCores) {
+  // tp 2 x pp 2 on 2 cores: each stage's pair (ranks 0-1, 2-3) on two cores, not stacked.
+  EXPECT_EQ(plan_core_binding({0, 1}, 4, 1, CoreBinding::automatic), (Plan{{0}, {1}, {0}, {1}}));
+  EXPECT_EQ(plan_core_binding({3, 5, 8}, 4, 1, CoreBinding::automatic), (Plan{{3}, {5}, {8}, {3}}));
+  EXPECT_EQ(plan_core_binding({0, 1}, 3, 1, CoreBinding::automatic), (Plan{{0}, {1}, {0}}));
+  // Two threads a rank: rank 1's team wraps around the set.
+  EXPECT_EQ(plan_core_binding({0, 1, 2}, 2, 2, CoreBinding::automatic), (Plan{{0, 1}, {2, 0}}));
+  EXPECT_EQ(plan_core_binding({0, 1}, 2, 2, CoreBinding::automatic), (Plan{{0, 1}, {0, 1}}));
   EXPECT_TRUE(plan_core_binding({}, 2, 1, CoreBinding::automatic).empty());
   // One rank has no peer to collide with.
   EXPECT_TRUE(plan_core_binding({0, 1}, 1, 1, CoreBinding::automatic).empty());
@@ -41,18 +44,6 @@ TEST(CoreBinding, CoresBindsEvenOneRankAndRefusesWhatDoesNotFit) {
               std::string::npos)
         << e.what();
   }
-}
-
-TEST(CoreBinding, SpreadBindsRoundRobinWhenRanksShareCores) {
-  // tp 2 x pp 2 on 2 cores: each stage's pair (ranks 0-1, 2-3) on two cores.
-  EXPECT_EQ(plan_core_binding({0, 1}, 4, 1, CoreBinding::spread), (Plan{{0}, {1}, {0}, {1}}));
-  EXPECT_EQ(plan_core_binding({3, 5, 8}, 4, 1, CoreBinding::spread), (Plan{{3}, {5}, {8}, {3}}));
-  // Two threads a rank, 2 ranks on 3 cores: rank 1's team wraps around.
-  EXPECT_EQ(plan_core_binding({0, 1, 2}, 2, 2, CoreBinding::spread), (Plan{{0, 1}, {2, 0}}));
-  // Where they fit, the same plan as auto's.
-  EXPECT_EQ(plan_core_binding({0, 1, 2, 3}, 2, 2, CoreBinding::spread),
-            plan_core_binding({0, 1, 2, 3}, 2, 2, CoreBinding::automatic));
-  EXPECT_TRUE(plan_core_binding({}, 2, 1, CoreBinding::spread).empty());
 }
 
 TEST(CoreBinding, NoneNeverBinds) {
