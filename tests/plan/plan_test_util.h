@@ -10,12 +10,29 @@
 #include "comm/world.h"
 #include "core/timer.h"
 #include "data/token_shard.h"
+#include "plan/hardware_profile.h"
 #include "plan/layout.h"
 #include "plan/software_profiles.h"
 #include "test_util/temp_dir.h"
 #include "train/trainer.h"
 
 namespace mt::plan::testing {
+
+// A 1B-class GPT (8 layers, d 2048, 16 heads, seq 2048, vocab 32768, batch 16) on `devices`
+// H100s under --software megatron-core-2024: the model of the Megatron-Core pricing tests.
+inline PlanRequest mcore_small_gpt(int devices) {
+  PlanRequest r;
+  r.model.layers = 8;
+  r.model.dim = 2048;
+  r.model.heads = 16;
+  r.model.seq = 2048;
+  r.model.vocab = 32768;
+  r.batch = 16;
+  r.hardware = preset_profile("h100-80gb");
+  apply_software(r.hardware, "megatron-core-2024");
+  r.devices = devices;
+  return r;
+}
 
 // A profile with round figures (no calibration needed): the memory model does not use the
 // rates, the time model's structure does not depend on them.

@@ -10,6 +10,7 @@
 #include "plan/hardware_costs.h"
 #include "plan/software_profiles.h"
 #include "plan/time_model.h"
+#include "plan_test_util.h"
 #include "schedule/schedule.h"
 
 namespace mt::plan {
@@ -18,18 +19,9 @@ namespace {
 // A small GPT on 2 stages x dp 4 under ZeRO 1, 4 microbatches, links slow enough that the
 // reduce-scatter outlasts a microbatch's backward.
 PlanRequest request() {
-  PlanRequest r;
-  r.model.layers = 8;
-  r.model.dim = 2048;
-  r.model.heads = 16;
-  r.model.seq = 2048;
-  r.model.vocab = 32768;
-  r.batch = 16;
-  r.hardware = preset_profile("h100-80gb");
-  apply_software(r.hardware, "megatron-core-2024");
+  PlanRequest r = testing::mcore_small_gpt(8);
   r.hardware.intra_busbw = r.hardware.inter_busbw = 2e9;
   r.hardware.collective_sms = 0;  // the hidden part's SMs: test_plan_collective_sms
-  r.devices = 8;
   return r;
 }
 

@@ -8,24 +8,16 @@
 #include "plan/hardware_costs.h"
 #include "plan/software_profiles.h"
 #include "plan/time_model.h"
+#include "plan_test_util.h"
 
 namespace mt::plan {
 namespace {
 
 // A 1B-class GPT, dp 16 under ZeRO 1 at micro-batch 1 (one microbatch per step).
 PlanRequest request(double nic_busbw) {
-  PlanRequest r;
-  r.model.layers = 8;
-  r.model.dim = 2048;
-  r.model.heads = 16;
-  r.model.seq = 2048;
-  r.model.vocab = 32768;
-  r.batch = 16;
-  r.hardware = preset_profile("h100-80gb");
-  apply_software(r.hardware, "megatron-core-2024");
+  PlanRequest r = testing::mcore_small_gpt(16);
   r.hardware.inter_busbw = nic_busbw;
   r.hardware.collective_sms = 0;  // the SMs the hidden part holds: test_plan_collective_sms
-  r.devices = 16;
   return r;
 }
 
