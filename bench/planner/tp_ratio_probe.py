@@ -48,7 +48,7 @@ def quartiles(values):
 
 
 def main():
-    binary = sys.argv[1]
+    binary = os.path.abspath(sys.argv[1])  # the runs start in a scratch directory
     pairs, steps = arg("--pairs", 16), arg("--steps", 8)
     ratios, absolute = [], []
     for i in range(pairs):
