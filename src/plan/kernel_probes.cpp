@@ -90,16 +90,24 @@ std::pair<double, double> backward_ratios(bool bf16_path, double peak, double se
   return {(in1 + in2) / 2, (w1 + w2) / 2};
 }
 
+// A block of a small run (8 sequences of 128, 8 heads of 32): its 4 MiB of probabilities
+// (where the kernel keeps them) spill out of L2 as a real microbatch's do; a smaller shape
+// flatters the backward.
+constexpr int kAttentionC = 256, kAttentionHeads = 8;
+
+// Whether the probe's attention kernel of the precision keeps row statistics rather than
+// the probabilities (attention_row_stats[_bf16]).
+bool attention_keeps_row_stats(bool bf16) {
+  return attention_saved_form(bf16, kAttentionC, kAttentionHeads) != AttentionSaved::probabilities;
+}
+
 // The attention core a run of `precision` computes, forward and backward FLOP/s of one
 // thread (4 B T^2 C forward, twice that backward). The engine's attention is the same fp32
 // kernel under both precisions (docs/precision.md: bf16 rounds only the linears' GEMM
 // inputs), so both call attention_forward/backward; when the engine gains a bf16 attention
 // entry point, "bf16" calls it here and nothing else changes.
 std::pair<double, double> attention_rates(Precision precision, double seconds) {
-  // A block of a small run (8 sequences of 128, 8 heads of 32): its 4 MiB of probabilities
-  // (where the kernel keeps them) spill out of L2 as a real microbatch's do; a smaller shape
-  // flatters the backward.
-  const int B = 8, T = 128, C = 256, NH = 8;
+  const int B = 8, T = 128, C = kAttentionC, NH = kAttentionHeads;
   const bool bf16_run = precision == Precision::bf16;
   // What the block keeps between the passes: the probabilities, or the row statistics the
   // register-tile kernels recompute them from (kernels/attention.h).
@@ -269,7 +277,7 @@ void measure_memory_bw(HardwareProfile& h, const ProbeRun& run) {
 void measure_attention(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.attention_fwd_flops, h.attention_bwd_flops) =
       attention_rates(Precision::fp32, run.seconds);
-  h.attention_row_stats = attention_saved_form(false, 256, 8) != AttentionSaved::probabilities;
+  h.attention_row_stats = attention_keeps_row_stats(false);
 }
 
 // The slower of GELU and LayerNorm forward over 1 Mi elements, per element.
@@ -353,7 +361,7 @@ void measure_bf16_convert(HardwareProfile& h, const ProbeRun& run) {
 void measure_bf16_attention(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.attention_bf16_fwd_flops, h.attention_bf16_bwd_flops) =
       attention_rates(Precision::bf16, run.seconds);
-  h.attention_row_stats_bf16 = attention_saved_form(true, 256, 8) != AttentionSaved::probabilities;
+  h.attention_row_stats_bf16 = attention_keeps_row_stats(true);
 }
 
 void measure_moe_layer(HardwareProfile& h, const ProbeRun& run) {
