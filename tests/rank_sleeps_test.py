@@ -62,14 +62,19 @@ LINES = [
 ]
 
 
+def read_stand_in_trace():
+    """rank_sleeps.read_trace of stand_in_trace(), written to a file as --trace writes it."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(stand_in_trace(), f)
+    try:
+        return rs.read_trace(f.name, 2)
+    finally:
+        os.unlink(f.name)
+
+
 class Attribution(unittest.TestCase):
     def rows(self):
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump(stand_in_trace(), f)
-        try:
-            phases, stage, window, steps = rs.read_trace(f.name, 2)
-        finally:
-            os.unlink(f.name)
+        phases, stage, window, steps = read_stand_in_trace()
         self.assertEqual(steps, 1)
         self.assertEqual(stage, {0: 0, 1: 0, 2: 1, 3: 1})
         switches, rank_of = rs.read_switches(sorted(LINES, key=lambda l: float(l.split()[1][:-1])))
@@ -118,12 +123,7 @@ class LoneStageOccupancy(unittest.TestCase):
             cpu_switch(0, 10, 210, "mt rank 0", "S", "swapper/0", 0),
             cpu_switch(1, 11, 210, "mt rank 1", "S", "swapper/1", 0),
         ]
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump(stand_in_trace(), f)
-        try:
-            phases, stage, window, _ = rs.read_trace(f.name, 2)
-        finally:
-            os.unlink(f.name)
+        phases, stage, window, _ = read_stand_in_trace()
         switches, rank_of = rs.read_switches(lines)
         self.assertEqual(switches[0][4], 0)
         spent = rs.lone_stage_occupancy(phases, stage, window, switches, rank_of)
