@@ -40,7 +40,7 @@ def remeasure(host):
 
     def fake(binary, out, ranks, k, steps, prefix=(), detail=None):
         calls.append(k["id"])
-        detail.update(sleeps=1.0, tp_wait_s=0.0)
+        detail.update(sleeps=1.0, tp_wait_s=0.0, others=0.25 if len(calls) == 3 else 0.0)
         wall = host(k["id"])
         return wall, wall
     results = [(i, 0.08, TRUE[i], TRUE[i], {"id": i}) for i in TRUE]
@@ -105,6 +105,21 @@ class Drift(unittest.TestCase):
         self.assertAlmostEqual(gap, 0.12, delta=0.015, msg=line)
         self.assertIn("beyond the goal", line)
         self.assertEqual(runs, 2 * len(TRUE) * fb.BRACKETS)
+
+
+class Others(unittest.TestCase):
+    def test_the_share_of_the_cores_other_programs_took_during_a_run(self):
+        import loop_measure
+        # 2 busy core-seconds on 2 cores over 1 s, 1.5 of them the run's own
+        self.assertAlmostEqual(loop_measure.others_share(10.0, 12.0, 5.0, 6.5, 1.0, 2), 0.25)
+        self.assertEqual(loop_measure.others_share(10.0, 11.0, 5.0, 6.5, 1.0, 2), 0.0)
+
+    def test_each_bracket_names_the_share_other_programs_took_at_most(self):
+        text, _ = remeasure(drifting_host())
+        self.assertIn("bracket 1: first choice over planner's #2", text)
+        self.assertIn("other programs took 25% of the cores at most in its runs", text)
+        self.assertEqual(text.count("took 25% of the cores"), 1)
+        self.assertEqual(text.count("took 0% of the cores"), fb.BRACKETS - 1)
 
 
 class Rule(unittest.TestCase):

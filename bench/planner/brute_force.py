@@ -198,6 +198,15 @@ def remeasure_finalists(binary, out, results, finalists=5, steps=FINALIST_STEPS,
               f"{sleeps:.0f} per rank and step  tp wait {tp_wait * 1e3:.1f} ms (rank 0)  "
               f"predicted waits {r[5] if len(r) > 5 else float('nan'):.1f}{against}",
               flush=True)
+    for k, q in enumerate(ratios[top]):
+        # other programs' share of the cores in the bracket's runs: a bracket that disagrees
+        # with the others next to a high share was another program's, not the layouts'
+        others = [d.get("others", float("nan")) for ds in details.values()
+                  for d in ds[2 * k:2 * k + 2]]
+        others = [o for o in others if not math.isnan(o)]
+        print(f"bracket {k + 1}: first choice over planner's #{top + 1} {q - 1:+.1%}; other "
+              f"programs took {max(others) if others else float('nan'):.0%} of the cores at "
+              f"most in its runs")
     say = {"within": "within the goal",
            "beyond": "beyond the goal",
            "unsettled": f"UNSETTLED after {len(done)} brackets: not a result"}[verdict]
