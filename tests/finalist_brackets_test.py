@@ -107,6 +107,19 @@ class Drift(unittest.TestCase):
         self.assertEqual(runs, 2 * len(TRUE) * fb.BRACKETS)
 
 
+class Single(unittest.TestCase):
+    def test_a_brute_force_of_one_layout_has_no_finalist_to_bracket(self):
+        saved = (bf.measure, bf.loadavg)
+        bf.measure, bf.loadavg = (lambda *a, **k: (0.08, 0.08)), lambda: 1.0
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                bf.remeasure_finalists("mt", "out", [(0, 0.08, 0.08, 0.08, {"id": 0})])
+        finally:
+            bf.measure, bf.loadavg = saved
+        self.assertIn("no finalist beside the planner's #1", out.getvalue())
+
+
 class Others(unittest.TestCase):
     def test_the_share_of_the_cores_other_programs_took_during_a_run(self):
         import loop_measure

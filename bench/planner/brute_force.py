@@ -122,7 +122,7 @@ def finalist_verdict(first, best, goal=0.05):
     each on its own, 'within' when it is at most the goal, 'beyond' when even the round most
     favourable to the first choice misses it, else 'noise'. Each median can come from a
     different round, so a drift of the host between rounds enters the gap (stop 47: +6.3%
-    from rounds whose ratios had a median of +3.1%)."""
+    from rounds whose ratios had a median of +3.2%)."""
     gap = statistics.median(first) / statistics.median(best) - 1
     ratios = sorted(a / b - 1 for a, b in zip(first, best))
     verdict = "within" if gap <= goal else ("beyond" if ratios[0] > goal else "noise")
@@ -161,6 +161,9 @@ def remeasure_finalists(binary, out, results, finalists=5, steps=FINALIST_STEPS,
     best = sorted(results, key=lambda r: r[2])[:finalists]
     chosen = [results[0]] + [r for r in best if r[0] != 0]
     by_id = {r[0]: r for r in chosen}
+    if len(chosen) < 2:  # --limit 1: nothing to compare the first choice with
+        print("re-measured: no finalist beside the planner's #1")
+        return
     walls = {r[0]: [] for r in chosen}
     cpus = {r[0]: [] for r in chosen}
     details = {r[0]: [] for r in chosen}
