@@ -10,7 +10,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench", "planner"))
 import microbatch_probe as mp  # noqa: E402
 
-# Kernel predictions of stop 40's calibration (bench40_loaded_tiles_calibrate.log), seconds.
+# Kernel predictions of stop 39's calibration (bench39_calibrate.log, its last fp32 round), seconds.
 KERNELS = {1: 0.1247, 8: 0.1339, 2: 0.1247, 4: 0.1279}
 F, C = 1.1, 3e-10  # C x W: about 1 ms per microbatch
 
