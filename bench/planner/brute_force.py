@@ -1,6 +1,6 @@
 """The closed loop's 4-rank brute force (closed_loop.py --brute-force): every valid layout
 measured once, the planner's first choice placed among them, then the finalists re-measured
-in interleaved rounds."""
+in brackets (finalist_brackets.py)."""
 import json
 import math
 import os
@@ -8,6 +8,7 @@ import shutil
 import statistics
 import subprocess
 
+import finalist_brackets as fb
 import loop_layouts as layouts
 from loop_measure import loadavg, measure
 
@@ -108,11 +109,6 @@ def brute_force(binary, out, profile, steps, arch="llama", limit=None, realtime=
     remeasure_finalists(binary, out, results, prefix=prefix)
 
 
-# Rounds of the finalists' re-measurement. Stop 42's 3 rounds put the first choice at +12.8%
-# while two finalists that do the same work differently (tp2 pp2 m4 under 1f1b and gpipe)
-# were 9 ms apart, the gap's size: 5 rounds, in an order rotated each round (no layout
-# always follows the same one), give a median that one bad round cannot move.
-FINALIST_ROUNDS = 5
 # Steps of each finalist run (its wall: the median of the steps after the first two). Stop
 # 43's runs of 10 steps spread by 8-21% over the rounds; the median of 18 steps instead of 8
 # leaves less of each run's own step-to-step noise in the rounds (the brute force's single
@@ -121,11 +117,12 @@ FINALIST_STEPS = 20
 
 
 def finalist_verdict(first, best, goal=0.05):
-    """The first choice against the best finalist from their walls of the same rounds
-    (interleaved, so a drift of the host hits both alike): the gap of the medians, and the
-    range of the per-round ratios. 'within' when the medians' gap is at most the goal;
-    'beyond' when even the round most favourable to the first choice misses the goal; else
-    'noise' (the rounds disagree about the goal: the gap is not a result)."""
+    """Stops 42-47's rule, kept to read their logs (the finalists now run in brackets:
+    finalist_brackets.py): the gap of the two layouts' medians over rotated rounds, taken
+    each on its own, 'within' when it is at most the goal, 'beyond' when even the round most
+    favourable to the first choice misses it, else 'noise'. Each median can come from a
+    different round, so a drift of the host between rounds enters the gap (stop 47: +6.3%
+    from rounds whose ratios had a median of +3.2%)."""
     gap = statistics.median(first) / statistics.median(best) - 1
     ratios = sorted(a / b - 1 for a, b in zip(first, best))
     verdict = "within" if gap <= goal else ("beyond" if ratios[0] > goal else "noise")
@@ -149,33 +146,41 @@ def finalist_split(first_walls, first_cpus, best_walls, best_cpus):
     return fc / bc - 1, (fw - fc) - (bw - bc)
 
 
-def remeasure_finalists(binary, out, results, finalists=5, rounds=FINALIST_ROUNDS,
-                        steps=FINALIST_STEPS, prefix=()):
-    """The best of 69 single noisy runs is biased low (a lucky run wins; here one layout
+def remeasure_finalists(binary, out, results, finalists=5, steps=FINALIST_STEPS, prefix=(),
+                        brackets=fb.BRACKETS, max_brackets=fb.MAX_BRACKETS):
+    """The best of 138 single noisy runs is biased low (a lucky run wins; stop 43: one layout
     under three schedule names, the same work, measured 81-102 ms). So the planner's first
-    choice and the `finalists` best measured layouts are run again, `rounds` times each,
-    interleaved and rotated (a drift of the host hits them all alike), `steps` steps each,
-    and compared by their medians over the rounds; each finalist's spread ((max - min) /
-    median of its rounds) says how far apart two runs of it fall, its work and idle
-    (finalist_split) where its time went, and its rank threads' sleeps per step
-    (loop_measure.rank_sleeps) and rank 0's tp wait how often a rank blocked and for how
-    long (stop 44, --realtime at load 10-14: tp2 pp2 m1 10-14 sleeps per rank and step,
-    dp2 pp2 m1 3-6, tp4 m1 23; on a quiet machine each sleep whose core has nothing else
-    to run is a wake-up of an idle core)."""
+    choice and the `finalists` best measured layouts are run again, `steps` steps a run, in
+    brackets (finalist_brackets.py: each layout once forward and once in reverse, the first
+    choice's mean over each finalist's mean per bracket, the median of those ratios, and
+    more brackets, bounded, while the middle of the best finalist's ratios straddles the
+    goal). Printed per finalist: its runs, their median, its median ratio, its work and idle
+    (finalist_split), and its rank threads' sleeps per step (loop_measure.rank_sleeps) and
+    rank 0's tp wait (stop 44, --realtime at load 10-14: tp2 pp2 m1 10-14 sleeps per rank
+    and step, dp2 pp2 m1 3-6, tp4 m1 23)."""
     best = sorted(results, key=lambda r: r[2])[:finalists]
     chosen = [results[0]] + [r for r in best if r[0] != 0]
+    by_id = {r[0]: r for r in chosen}
+    if len(chosen) < 2:  # --limit 1: nothing to compare the first choice with
+        print("re-measured: no finalist beside the planner's #1")
+        return
     walls = {r[0]: [] for r in chosen}
     cpus = {r[0]: [] for r in chosen}
     details = {r[0]: [] for r in chosen}
+
+    def measure_one(i):
+        detail = {}
+        wall, cpu = measure(binary, out, 4, by_id[i][4], steps, prefix=prefix, detail=detail)
+        walls[i].append(wall)
+        cpus[i].append(cpu)
+        details[i].append(detail)
+        return wall
+
     load0 = loadavg()
-    for rnd in range(rounds):
-        for r in chosen[rnd % len(chosen):] + chosen[:rnd % len(chosen)]:
-            detail = {}
-            wall, cpu = measure(binary, out, 4, r[4], steps, prefix=prefix, detail=detail)
-            walls[r[0]].append(wall)
-            cpus[r[0]].append(cpu)
-            details[r[0]].append(detail)
+    done, (top, gap, lo, hi, verdict) = fb.settle(measure_one, list(by_id), 0, brackets,
+                                                  max_brackets, log=lambda s: print(s, flush=True))
     load1 = loadavg()
+    ratios = fb.bracket_ratios(done, 0)
     medians = {i: statistics.median(w) for i, w in walls.items()}
 
     def med(xs):
@@ -186,23 +191,34 @@ def remeasure_finalists(binary, out, results, finalists=5, rounds=FINALIST_ROUND
         work_s = med(cpus[r[0]])
         sleeps = med(d.get("sleeps", float("nan")) for d in details[r[0]])
         tp_wait = med(d.get("tp_wait_s", float("nan")) for d in details[r[0]])
+        against = (f"  first choice over it {statistics.median(ratios[r[0]]) - 1:+.1%} "
+                   f"(brackets {' '.join(f'{q - 1:+.1%}' for q in ratios[r[0]])})"
+                   if r[0] in ratios else "")
         print(f"finalist planner's #{r[0] + 1:<3d} {r[4]}  predicted {r[1] * 1e3:7.1f} ms  "
               f"wall {' '.join(f'{x * 1e3:.1f}' for x in w)}  median "
               f"{medians[r[0]] * 1e3:.1f}  spread {(max(w) - min(w)) / medians[r[0]]:.0%}  "
               f"work {work_s * 1e3:.1f}  idle {(medians[r[0]] - work_s) * 1e3:.1f}  sleeps "
               f"{sleeps:.0f} per rank and step  tp wait {tp_wait * 1e3:.1f} ms (rank 0)  "
-              f"predicted waits {r[5] if len(r) > 5 else float('nan'):.1f}",
+              f"predicted waits {r[5] if len(r) > 5 else float('nan'):.1f}{against}",
               flush=True)
-    top = min(medians, key=medians.get)
-    gap, lo, hi, verdict = finalist_verdict(walls[0], walls[top])
+    for k, q in enumerate(ratios[top]):
+        # other programs' share of the cores in the bracket's runs: a bracket that disagrees
+        # with the others next to a high share was another program's, not the layouts'
+        others = [d.get("others", float("nan")) for ds in details.values()
+                  for d in ds[2 * k:2 * k + 2]]
+        others = [o for o in others if not math.isnan(o)]
+        print(f"bracket {k + 1}: first choice over planner's #{top + 1} {q - 1:+.1%}; other "
+              f"programs took {max(others) if others else float('nan'):.0%} of the cores at "
+              f"most in its runs")
     say = {"within": "within the goal",
-           "beyond": "beyond the goal in every round",
-           "noise": "rounds disagree about the goal: noise, not a result"}[verdict]
-    print(f"re-measured ({rounds} interleaved rounds of {steps} steps): planner's #1 "
-          f"{medians[0] * 1e3:.1f} ms, best finalist {medians[top] * 1e3:.1f} ms (planner's "
-          f"#{top + 1}); first choice {gap:+.1%} (goal <= 5%); per round {lo:+.1%} .. "
-          f"{hi:+.1%}: {say}; load average {load0:.2f} -> {load1:.2f}")
-    if top != 0:
+           "beyond": "beyond the goal",
+           "unsettled": f"UNSETTLED after {len(done)} brackets: not a result"}[verdict]
+    print(f"re-measured ({len(done)} brackets of {len(chosen)} layouts forward and back, "
+          f"{steps} steps a run): best finalist planner's #{top + 1} ({medians[top] * 1e3:.1f} "
+          f"ms; planner's #1 {medians[0] * 1e3:.1f} ms); first choice {gap:+.1%} (goal <= 5%; "
+          f"the median of the brackets' ratios); middle brackets {lo:+.1%} .. {hi:+.1%}: {say}; "
+          f"load average {load0:.2f} -> {load1:.2f}")
+    if gap > 0:
         work, idle = finalist_split(walls[0], cpus[0], walls[top], cpus[top])
         print(f"the gap in two: work {work:+.1%} (cpu-time estimate: the compute the planner "
               f"prices), idle {idle * 1e3:+.1f} ms (wall less work: waits, bubble, placement)")

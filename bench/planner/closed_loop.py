@@ -25,9 +25,10 @@ Usage: python3 bench/planner/closed_loop.py build/meshtrain OUT_DIR [--calibrate
    to a check outside it are listed, and the error figures are also given without them.
 3. --brute-force: every valid 4-rank layout is measured and the planner's first choice is
    compared with the best measured one; then the first choice and the 5 best measured are
-   run again, 5 interleaved rounds of 20 steps each, and compared by their medians (the best
-   of many single noisy runs is biased low), the first choice's gap split into work and
-   idle. --realtime runs every brute-force step under SCHED_FIFO (chrt -f 10): a diagnostic
+   run again, 20 steps a run, in brackets (finalist_brackets.py: each layout forward then in
+   reverse, the first choice over each finalist per bracket, the median of those ratios, 4
+   brackets and more, up to 8, while the result straddles the goal; the best of many single
+   noisy runs is biased low), the first choice's gap split into work and idle. --realtime runs every brute-force step under SCHED_FIFO (chrt -f 10): a diagnostic
    that takes other programs and the normal scheduler's placement out of the measurement.
 The load average is printed before and after: on a shared machine a high load makes the
 measurement, not the model, the larger error.

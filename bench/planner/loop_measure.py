@@ -48,6 +48,24 @@ def rank_sleeps(pid):
     return total, threads
 
 
+def busy_cpu_seconds():
+    """CPU seconds every core of the machine has spent busy so far (/proc/stat's first line:
+    all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def others_share(b0, b1, own0, own1, seconds, cores):
+    """The share of the cores that other programs (and this poll) kept busy while a run's
+    steps ran: the machine's busy CPU seconds less the run's own, over the cores' seconds.
+    Load-independent in the sense the load average is not: it is the CPU taken from this
+    run's window, not a minute's mean queue."""
+    if seconds <= 0:
+        return float("nan")
+    return max(0.0, ((b1 - b0) - (own1 - own0)) / (seconds * cores))
+
+
 def step_lines(path):
     try:
         with open(path) as f:
@@ -67,8 +85,9 @@ def measure(binary, out, ranks, k, steps, skip=2, extra=(), prefix=(), detail=No
     still grows with cache and memory-bandwidth contention). `prefix` runs the binary under a
     command that execs it (brute_force.py's --realtime: chrt), so the pid read is the run's.
     `detail` (a dict), when given, receives between the same two moments the rank threads'
-    sleeps per rank and step ("sleeps", rank_sleeps) and rank 0's median tp wait per step
-    from the metrics ("tp_wait_s"); nan where the poll did not see both moments."""
+    sleeps per rank and step ("sleeps", rank_sleeps), rank 0's median tp wait per step
+    from the metrics ("tp_wait_s") and the share of the cores other programs took
+    ("others", others_share); nan where the poll did not see both moments."""
     metrics = os.path.join(out, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
@@ -94,9 +113,11 @@ def measure(binary, out, ranks, k, steps, skip=2, extra=(), prefix=(), detail=No
             size += len(chunk)
             lines += chunk.count(b'"step_time_s"')
             if c0 is None and lines >= skip:
-                c0 = (proc_cpu_seconds(p.pid), lines, rank_sleeps(p.pid) if detail is not None else None)
+                c0 = (proc_cpu_seconds(p.pid), lines, rank_sleeps(p.pid) if detail is not None else None,
+                      busy_cpu_seconds(), time.monotonic())
             if c1 is None and lines >= steps:
-                c1 = (proc_cpu_seconds(p.pid), lines, rank_sleeps(p.pid) if detail is not None else None)
+                c1 = (proc_cpu_seconds(p.pid), lines, rank_sleeps(p.pid) if detail is not None else None,
+                      busy_cpu_seconds(), time.monotonic())
         except OSError:
             continue
     err = p.communicate()[1]
@@ -108,9 +129,11 @@ def measure(binary, out, ranks, k, steps, skip=2, extra=(), prefix=(), detail=No
     if detail is not None:
         waits = [j.get("tp_comm_wait_s", 0.0) for j in lines_json[skip:]]
         detail["tp_wait_s"] = statistics.median(waits) if waits else float("nan")
-        detail["sleeps"] = float("nan")
+        detail["sleeps"] = detail["others"] = float("nan")
         if c0 is not None and c1 is not None and c1[1] > c0[1] and c1[2][1] > 0:
             detail["sleeps"] = (c1[2][0] - c0[2][0]) / (c1[1] - c0[1]) / c1[2][1]
+            detail["others"] = others_share(c0[3], c1[3], c0[0], c1[0], c1[4] - c0[4],
+                                            os.cpu_count() or 1)
     if c0 is None or c1 is None or c1[1] <= c0[1]:
         return wall, float("nan")
     per_step = (c1[0] - c0[0]) / (c1[1] - c0[1])

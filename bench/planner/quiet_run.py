@@ -37,7 +37,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import loop_layouts  # noqa: E402
-from brute_force import FINALIST_ROUNDS, FINALIST_STEPS, brute_candidates  # noqa: E402
+from brute_force import FINALIST_STEPS, brute_candidates  # noqa: E402
+from finalist_brackets import BRACKETS, MAX_BRACKETS  # noqa: E402
 from loop_layouts import LAYOUTS, resolve  # noqa: E402
 from loop_measure import loadavg, measure, predict  # noqa: E402
 
@@ -103,10 +104,11 @@ def estimate(binary, out, profile, only, steps, rounds, brute_steps, brute_limit
         cands = cands[:brute_limit]
     times = [c["predicted"]["step_time_s"] for c in cands]
     brute = sum(start + brute_steps * t for t in times)
-    # The finalists: the first choice and the 5 best measured, FINALIST_ROUNDS rounds of
-    # FINALIST_STEPS steps.
+    # The finalists: the first choice and the 5 best measured, BRACKETS brackets of two runs
+    # each (forward and back) of FINALIST_STEPS steps; up to MAX_BRACKETS where the result
+    # straddles the goal (the estimate counts the first BRACKETS).
     finalists = min(6, len(times))
-    brute += finalists * FINALIST_ROUNDS * (start + FINALIST_STEPS * min(times))
+    brute += finalists * 2 * BRACKETS * (start + FINALIST_STEPS * min(times))
     return start, len(chosen), loop, len(cands), brute
 
 
@@ -195,8 +197,8 @@ def main():
     print(f"quiet_run: estimate: closed loop {n} layouts x {rounds} rounds x {steps} steps "
           f"{loop_s / 60:.1f} min (+ about 60% where rounds spread and are re-measured, more "
           f"where a layout stays spread: up to 3 passes); brute "
-          f"force {nb} layouts x {brute_steps} steps + up to 6 finalists x {FINALIST_ROUNDS} rounds x "
-          f"{FINALIST_STEPS} steps "
+          f"force {nb} layouts x {brute_steps} steps + up to 6 finalists x {BRACKETS} brackets "
+          f"(2 runs each; up to {MAX_BRACKETS} brackets where unsettled) x {FINALIST_STEPS} steps "
           f"{brute_s / 60:.1f} min; start-up {start:.2f} s a run", flush=True)
     if "--estimate-only" in sys.argv:
         return
