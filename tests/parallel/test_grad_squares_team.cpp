@@ -3,10 +3,11 @@
 // sum_squares gives it at the same team size. A team per piece cost ~50 team starts a step,
 // each a wake of the sleeping helper threads (docs/performance.md, "Stop 48 (thr48)").
 //
-// Teams are counted by interposing libgomp's entry point for `#pragma omp parallel`
-// (GOMP_parallel, which GCC calls for every parallel region, and oneDNN too): this
-// executable's definition binds before libgomp's, counts the calling thread's regions and
-// forwards to libgomp's.
+// Teams are counted by interposing libgomp's entry point for a parallel region
+// (GOMP_parallel: GCC calls it for `#pragma omp parallel` and for `parallel for` without a
+// dynamic or guided schedule, which have entry points of their own; every region of the
+// norm's code is of the first kind): this executable's definition binds before libgomp's,
+// counts the calling thread's regions and forwards to libgomp's.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
