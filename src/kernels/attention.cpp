@@ -169,8 +169,7 @@ void forward_head_sgemm(const AttentionHead& hv, float* o, int ldo, float* a) {
 // dq, dk, dv (T, hd), row stride ld; dout_h (T, hd), row stride ldo; a, da (T, T).
 // accumulate false: overwritten (beta 0; each row block of dq, dk, dv is one product).
 void backward_head_sgemm(const AttentionHead& hv, float* dq, float* dk, float* dv, int ld,
-                         const float* dout_h, int ldo, const float* a, float* da,
-                         bool accumulate) {
+                         const float* dout_h, int ldo, const float* a, float* da, bool accumulate) {
   const int T = hv.T, hd = hv.hd;
   const float beta = accumulate ? 1.0f : 0.0f;
   for (int i0 = 0; i0 < T; i0 += kRowBlock) {

@@ -41,9 +41,9 @@ void zero_rows(Buf& x, size_t ld, std::initializer_list<size_t> rows) {
 struct GemmShape {
   int N, C, OC;
 };
-const GemmShape kGemmShapes[] = {{2048, 128, 384},  {2048, 512, 128}, {1024, 256, 768},
-                                 {1024, 256, 256},  {1024, 1024, 256}, {1024, 256, 1024},
-                                 {256, 256, 8192},  {37, 50, 70},     {3, 300, 5}};
+const GemmShape kGemmShapes[] = {{2048, 128, 384}, {2048, 512, 128},  {1024, 256, 768},
+                                 {1024, 256, 256}, {1024, 1024, 256}, {1024, 256, 1024},
+                                 {256, 256, 8192}, {37, 50, 70},      {3, 300, 5}};
 
 TEST(BackwardOverwrite, MatmulInputEqualsMemsetThenAccumulateBitwise) {
   for (const GemmShape& s : kGemmShapes)
