@@ -12,7 +12,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // dinp (N, C) += dout (N, OC) @ weight (OC, C).
 // accumulate false: dinp = the product (overwritten, sgemm beta 0), bitwise a memset of dinp
 // followed by the accumulating call, without the memset's write pass (tests/kernels/
-// test_matmul_overwrite.cpp pins that for the engine's shapes).
+// test_backward_overwrite.cpp pins that for the engine's shapes).
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
                            int OC, bool accumulate = true);
 
