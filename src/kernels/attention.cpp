@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -168,9 +167,11 @@ void forward_head_sgemm(const AttentionHead& hv, float* o, int ldo, float* a) {
 }
 
 // dq, dk, dv (T, hd), row stride ld; dout_h (T, hd), row stride ldo; a, da (T, T).
+// accumulate false: overwritten (beta 0; each row block of dq, dk, dv is one product).
 void backward_head_sgemm(const AttentionHead& hv, float* dq, float* dk, float* dv, int ld,
-                         const float* dout_h, int ldo, const float* a, float* da) {
+                         const float* dout_h, int ldo, const float* a, float* da, bool accumulate) {
   const int T = hv.T, hd = hv.hd;
+  const float beta = accumulate ? 1.0f : 0.0f;
   for (int i0 = 0; i0 < T; i0 += kRowBlock) {
     int i1 = i0 + kRowBlock < T ? i0 + kRowBlock : T;
     // datt[i0:i1, 0:i1] = dout[i0:i1] v[0:i1]^T
@@ -190,7 +191,7 @@ void backward_head_sgemm(const AttentionHead& hv, float* dq, float* dk, float* d
     }
     // dq[i0:i1] += dpre[i0:i1, 0:i1] k[0:i1]
     sgemm(false, false, i1 - i0, hd, i1, 1.0f, da + static_cast<size_t>(i0) * T, T, hv.k, hv.ld,
-          1.0f, dq + static_cast<size_t>(i0) * ld, ld);
+          beta, dq + static_cast<size_t>(i0) * ld, ld);
   }
   // Key/value rows j0..j1 receive from query rows i >= j0 only (the lower triangle).
   for (int j0 = 0; j0 < T; j0 += kRowBlock) {
@@ -198,10 +199,10 @@ void backward_head_sgemm(const AttentionHead& hv, float* dq, float* dk, float* d
     int rows = T - j0;
     // dv[j0:j1] += att[j0:T, j0:j1]^T dout[j0:T]
     sgemm(true, false, j1 - j0, hd, rows, 1.0f, a + static_cast<size_t>(j0) * T + j0, T,
-          dout_h + static_cast<size_t>(j0) * ldo, ldo, 1.0f, dv + static_cast<size_t>(j0) * ld, ld);
+          dout_h + static_cast<size_t>(j0) * ldo, ldo, beta, dv + static_cast<size_t>(j0) * ld, ld);
     // dk[j0:j1] += dpre[j0:T, j0:j1]^T q[j0:T]
     sgemm(true, false, j1 - j0, hd, rows, 1.0f, da + static_cast<size_t>(j0) * T + j0, T,
-          hv.q + static_cast<size_t>(j0) * hv.ld, hv.ld, 1.0f, dk + static_cast<size_t>(j0) * ld,
+          hv.q + static_cast<size_t>(j0) * hv.ld, hv.ld, beta, dk + static_cast<size_t>(j0) * ld,
           ld);
   }
 }
@@ -245,7 +246,8 @@ size_t attention_thread_scratch_bytes_of(bool bf16, int T, int C, int NH) {
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH, AttentionSaved saved) {
+                        const float* att, int B, int T, int C, int NH, AttentionSaved saved,
+                        bool accumulate) {
   PhaseScope phase_scope(Phase::attention, 4.0 * B * T * T * C,
                          4.0 * (8.0 * B * T * C + 2.0 * B * NH * T * T));
   // dqkv, qkv are (B, T, 3C); dout is (B, T, C); scratch is (B, NH, T, T), att that or
@@ -257,9 +259,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     const HeadSaved hs = head_saved(const_cast<float*>(att), o, saved, T, C / NH);
     if (fast)
       attention_head_backward_avx512(hv, dq, dk, dv, 3 * C, dout + o.row, C, hs.probs,
-                                     thread_head_gradient(T), hs.stats);
+                                     thread_head_gradient(T), hs.stats, accumulate);
     else
-      backward_head_sgemm(hv, dq, dk, dv, 3 * C, dout + o.row, C, att + o.att, scratch + o.att);
+      backward_head_sgemm(hv, dq, dk, dv, 3 * C, dout + o.row, C, att + o.att, scratch + o.att,
+                          accumulate);
   });
 }
 
@@ -361,10 +364,8 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
         next_head_prefetch(qkv, dout, T, C, C / NH));
   if (k == AttentionKernel::bf16_amx)
     return attention_backward_bf16_batched(dqkv, scratch, dout, qkv, att, B, T, C, NH, accumulate);
-  if (k != AttentionKernel::bf16_avx512) {
-    if (!accumulate) std::memset(dqkv, 0, sizeof(float) * size_t(B) * T * 3 * C);
-    return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, saved);
-  }
+  if (k != AttentionKernel::bf16_avx512)
+    return attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, saved, accumulate);
   for_each_head(
       qkv, B, T, C, NH,
       [&](const AttentionHead& hv, const HeadOffsets& o) {

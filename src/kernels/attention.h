@@ -36,10 +36,13 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 
 // dqkv (B, T, 3C) += gradient from dout (B, T, C). scratch holds
 // attention_backward_scratch_floats(B, T, C, NH) floats owned by the caller (no allocation
-// inside the step loop). saved: as the forward that wrote att.
+// inside the step loop). saved: as the forward that wrote att. accumulate false: dqkv =
+// the gradient (overwritten), bitwise a memset of dqkv followed by the accumulating call,
+// without the memset's write pass (the fp32 block's use).
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH,
-                        AttentionSaved saved = AttentionSaved::probabilities);
+                        AttentionSaved saved = AttentionSaved::probabilities,
+                        bool accumulate = true);
 // bf16 true: what the engine's bf16 backward (AmxTiles::allow) needs. None where the kernel
 // keeps dP / dS per thread instead (the fp32 AVX-512, the AVX512-BF16 and the AMX register
 // tiles): only the sgemm path and oneDNN's batched AMX matmuls take it.

@@ -176,9 +176,13 @@ const float* recompute_probs(const AttentionHead& h, const float* stats) {
   return p;
 }
 
+// accumulate false: each element's first contribution is stored as it is (rows_tile's zeroed
+// accumulator plus FMAs is never -0, so it equals 0 + it): dq's single product, and dk / dv's
+// product over the query block holding their first row; later query blocks add.
 template <int HD>
 void backward_head(const AttentionHead& h, float* dq, float* dk, float* dv, int ldd,
-                   const float* dout, int lddo, const float* att, const float* stats, float* da) {
+                   const float* dout, int lddo, const float* att, const float* stats, float* da,
+                   bool accumulate) {
   const int T = h.T;
   constexpr int R = rows_per_tile<HD>();
   if (stats) att = recompute_probs<HD>(h, stats);
@@ -189,8 +193,8 @@ void backward_head(const AttentionHead& h, float* dq, float* dk, float* dv, int 
     const int rows = std::min(R, T - i0);
     for (int i = i0; i < i0 + rows; i++)
       softmax_backward_row(da + size_t(i) * T, att + size_t(i) * T, i, T, h.scale);
-    rows_any<HD, R>(rows, dq + size_t(i0) * ldd, ldd, true, da + size_t(i0) * T, T, 1, h.k, h.ld, 0,
-                    i0 + rows);
+    rows_any<HD, R>(rows, dq + size_t(i0) * ldd, ldd, accumulate, da + size_t(i0) * T, T, 1, h.k,
+                    h.ld, 0, i0 + rows);
   }
   // Key / value rows j0.. receive from query rows i >= j0: dk += dS^T q, dv += P^T dout.
   // A key tile reads a narrow column strip of dS and P down all its query rows; taking the
@@ -200,8 +204,9 @@ void backward_head(const AttentionHead& h, float* dq, float* dk, float* dv, int 
     const int r1 = std::min(T, r0 + kQueryBlock);
     for (int j0 = 0; j0 < r1; j0 += R) {
       const int rows = std::min(R, T - j0), k0 = std::max(j0, r0);
-      rows_any<HD, R>(rows, dk + size_t(j0) * ldd, ldd, true, da + j0, 1, T, h.q, h.ld, k0, r1);
-      rows_any<HD, R>(rows, dv + size_t(j0) * ldd, ldd, true, att + j0, 1, T, dout, lddo, k0, r1);
+      const bool add = accumulate || j0 < r0;  // j0 >= r0: the first block reaching row j0
+      rows_any<HD, R>(rows, dk + size_t(j0) * ldd, ldd, add, da + j0, 1, T, h.q, h.ld, k0, r1);
+      rows_any<HD, R>(rows, dv + size_t(j0) * ldd, ldd, add, att + j0, 1, T, dout, lddo, k0, r1);
     }
   }
 }
@@ -220,9 +225,10 @@ void attention_head_forward_avx512(const AttentionHead& h, float* out, int ldo, 
 
 void attention_head_backward_avx512(const AttentionHead& h, float* dq, float* dk, float* dv,
                                     int ldd, const float* dout, int lddo, const float* att,
-                                    float* datt, const float* stats) {
+                                    float* datt, const float* stats, bool accumulate) {
   with_head_dim(h.hd, "attention_head_backward_avx512", [&](auto hd) {
-    backward_head<decltype(hd)::value>(h, dq, dk, dv, ldd, dout, lddo, att, stats, datt);
+    backward_head<decltype(hd)::value>(h, dq, dk, dv, ldd, dout, lddo, att, stats, datt,
+                                       accumulate);
   });
 }
 
@@ -233,7 +239,7 @@ bool attention_avx512_supports(int) {
 }
 void attention_head_forward_avx512(const AttentionHead&, float*, int, float*, float*) {}
 void attention_head_backward_avx512(const AttentionHead&, float*, float*, float*, int, const float*,
-                                    int, const float*, float*, const float*) {}
+                                    int, const float*, float*, const float*, bool) {}
 
 #endif
 

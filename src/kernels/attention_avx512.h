@@ -30,8 +30,11 @@ void attention_head_forward_avx512(const AttentionHead& h, float* out, int ldo, 
 
 // dq, dk, dv (T, hd), row stride ldd, += the gradients from dout (T, hd), row stride lddo.
 // datt is (T, T) scratch. stats not null: P is recomputed from them (att unread).
+// accumulate false: overwritten, bitwise the sum onto zeros (each element's first
+// contribution is stored, not added to what is there).
 void attention_head_backward_avx512(const AttentionHead& h, float* dq, float* dk, float* dv,
                                     int ldd, const float* dout, int lddo, const float* att,
-                                    float* datt, const float* stats = nullptr);
+                                    float* datt, const float* stats = nullptr,
+                                    bool accumulate = true);
 
 }  // namespace mt

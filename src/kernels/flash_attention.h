@@ -102,11 +102,15 @@ void flash_attention_backward_prep(float* D, const bf16* out, size_t ldo, const 
                                    size_t lddo, int B, int Tq, int H, int hd);
 
 // Gradients in q, k, v's layouts (rows and strides as they are), accumulated (+=).
+// overwrite (a whole call on one worker, not a ring step, whose steps add up): each row is
+// stored as 0 + its gradient, bitwise the sum onto zeroed gradients without the caller's
+// memset (the call puts every row of dq, dk and dv exactly once).
 struct FlashGrads {
   float* dq = nullptr;
   float* dk = nullptr;
   float* dv = nullptr;
   size_t lddq = 0, lddk = 0, lddv = 0;
+  bool overwrite = false;
 };
 
 // dq, dk, dv += the gradient of the keys in `a` (all of them, or a ring step's visiting

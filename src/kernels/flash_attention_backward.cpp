@@ -176,14 +176,20 @@ void backward_panel(const BackwardTask& T, const int* blocks, const KeyBlock* ke
   }
 }
 
-// A finished gradient row x into its place: added (fp32 grads), or (bf16 grads, which the
-// call overwrites) rounded as to_bf16 rounds 0 + x, the fp32 form's sum onto zeroed rows
-// (-0 becomes +0 there too), so no fp32 copy of dqkv is zeroed, summed and converted.
-void put_row(float* dst, const float* x, int hd) {
+// A finished gradient row x into its place: added (fp32 grads), stored as 0 + x (fp32 grads
+// with overwrite: the sum onto a zeroed row, -0 becoming +0 there too, without the memset),
+// or (bf16 grads, which the call overwrites) rounded as to_bf16 rounds 0 + x, so no fp32 copy
+// of dqkv is zeroed, summed and converted.
+void put_row(const FlashGrads& g, float* dst, const float* x, int hd) {
+  if (g.overwrite) {
+#pragma omp simd
+    for (int d = 0; d < hd; d++) dst[d] = 0.0f + x[d];
+    return;
+  }
 #pragma omp simd
   for (int d = 0; d < hd; d++) dst[d] += x[d];
 }
-void put_row(bf16* dst, const float* x, int hd) {
+void put_row(const FlashGradsBf16&, bf16* dst, const float* x, int hd) {
   for (int d = 0; d < hd; d++) dst[d] = float_to_bf16_select(0.0f + x[d]);
 }
 
@@ -201,8 +207,8 @@ void flush_panel(const BackwardTask& T, const Grads& g, const int* blocks, const
       const float* dvr = dV + (size_t(p) * kFlashKeyBlock + j) * hd;
       if (a.rope)
         rope_unrotate(dkr, a.rope->cos(keys[p].pos[j]), a.rope->sin(keys[p].pos[j]), hd / 2);
-      put_row(g.dk + row * g.lddk + size_t(T.g) * hd, dkr, hd);
-      put_row(g.dv + row * g.lddv + size_t(T.g) * hd, dvr, hd);
+      put_row(g, g.dk + row * g.lddk + size_t(T.g) * hd, dkr, hd);
+      put_row(g, g.dv + row * g.lddv + size_t(T.g) * hd, dvr, hd);
     }
 }
 
@@ -235,7 +241,7 @@ void finish_dq_row(const Grads& g, const float* partials, const FlashAttention& 
     for (int c = 1; c < L.chunks; c++)
       for (int d = 0; d < hd; d++) row[d] += p[c * L.dq_chunk + d];
     if (a.rope) rope_unrotate(row, a.rope->cos(a.qpos[t]), a.rope->sin(a.qpos[t]), hd / 2);
-    put_row(g.dq + (size_t(b) * a.Tq + t) * g.lddq + size_t(h) * hd, row, hd);
+    put_row(g, g.dq + (size_t(b) * a.Tq + t) * g.lddq + size_t(h) * hd, row, hd);
   }
 }
 

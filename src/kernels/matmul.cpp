@@ -45,11 +45,14 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
-                           int OC) {
-  PhaseScope phase_scope(Phase::gemm, 2.0 * N * C * OC,
-                         4.0 * (double(N) * C * 2 + double(OC) * C + double(N) * OC));
-  // dinp (N, C) += dout (N, OC) @ weight (OC, C)
-  sgemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+                           int OC, bool accumulate) {
+  PhaseScope phase_scope(
+      Phase::gemm, 2.0 * N * C * OC,
+      4.0 * (double(N) * C * (accumulate ? 2 : 1) + double(OC) * C + double(N) * OC));
+  // dinp (N, C) (+)= dout (N, OC) @ weight (OC, C). beta 0 gives the bits of beta 1 onto
+  // zeros: the kernel's first store of an element is 0 + sum (or the sum itself, which
+  // starts from a zeroed accumulator and so is never -0), and later K blocks add to it.
+  sgemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate ? 1.0f : 0.0f, dinp, C);
 }
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,

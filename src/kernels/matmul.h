@@ -9,9 +9,12 @@ namespace mt {
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC);
 
-// dinp (N, C) += dout (N, OC) @ weight (OC, C)
+// dinp (N, C) += dout (N, OC) @ weight (OC, C).
+// accumulate false: dinp = the product (overwritten, sgemm beta 0), bitwise a memset of dinp
+// followed by the accumulating call, without the memset's write pass (tests/kernels/
+// test_backward_overwrite.cpp pins that for the engine's shapes).
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
-                           int OC);
+                           int OC, bool accumulate = true);
 
 // dweight (OC, C) += dout^T (OC, N) @ inp (N, C);  dbias (OC) += sum over N of dout.
 // dbias may be null.

@@ -11,7 +11,9 @@
 //   probabilities recomputed from the final lse; dqkv in the fused
 //             [q | k | v] rows a points into (dk at a.k - a.q, dv at a.v - a.q, stride a.ldq),
 //             overwritten, and kept as Ops::Act: written as bf16 by the kernel under bf16 on
-//             one worker; else summed in fp32 onto zeros (the ring's steps add up), then kept.
+//             one worker; in fp32 on one worker stored by the kernel as 0 + x (FlashGrads::
+//             overwrite: the bits of a sum onto zeros, without the memset); across the cp
+//             group summed in fp32 onto zeros (the ring's steps add up), then kept.
 //   scratch   flash_core_backward_scratch_floats: the kernel's, then D.
 #pragma once
 
@@ -61,12 +63,14 @@ void flash_core_backward(const Ops& ops, typename Ops::Act* d_qkv, const float* 
     }
   const size_t nqkv = size_t(a.B) * a.Tq * a.ldq;
   float* dqkv = ops.staged(d_qkv);
-  std::memset(dqkv, 0, nqkv * sizeof(float));
-  const FlashGrads g{dqkv, dqkv + (a.k - a.q), dqkv + (a.v - a.q), a.ldq, a.ldq, a.ldq};
-  if (cp)
+  FlashGrads g{dqkv, dqkv + (a.k - a.q), dqkv + (a.v - a.q), a.ldq, a.ldq, a.ldq};
+  if (cp) {
+    std::memset(dqkv, 0, nqkv * sizeof(float));  // the ring's steps add up
     cp->backward(g, d_out, cols, lse, D, a, kernel);
-  else
+  } else {
+    g.overwrite = true;  // one call puts every row once: 0 + x, no memset first
     flash_attention_backward(g, d_out, cols, lse, D, a, kernel);
+  }
   ops.keep(d_qkv, dqkv, nqkv);
 }
 

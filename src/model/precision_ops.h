@@ -15,8 +15,6 @@
 // and `stage` (fp32 results before they are rounded into the slot).
 #pragma once
 
-#include <cstring>
-
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "kernels/gelu.h"
@@ -72,12 +70,13 @@ struct Fp32Ops {
                  AttentionSaved saved) const {
     attention_forward(out, att, qkv, B, T, C, NH, saved);
   }
-  // dqkv (B, T, 3C) = the attention core's input gradient (overwritten).
+  // dqkv (B, T, 3C) = the attention core's input gradient (overwritten: the kernel stores
+  // each element's first contribution, the bits of a memset then +=, without that pass).
   void attention_backward(Act* dqkv, float* att_scratch, const float* dout, const float* qkv,
                           const float* att, int B, int T, int C, int NH,
                           AttentionSaved saved) const {
-    std::memset(dqkv, 0, size_t(B) * T * 3 * C * sizeof(float));
-    mt::attention_backward(dqkv, att_scratch, dout, qkv, att, B, T, C, NH, saved);
+    mt::attention_backward(dqkv, att_scratch, dout, qkv, att, B, T, C, NH, saved,
+                           /*accumulate=*/false);
   }
 
   void forward(const tp::ColumnParallelLinear& l, float* y, const Act* x, int N, Act* gathered,
