@@ -190,10 +190,9 @@ TEST(NormResidualBackward, LayerNormBf16CopyIsToBf16OfTheResult) {
       for (bool in_place : {false, true}) {
         Buf fused = in_place ? in.dres : Buf(in.dres.size(), -7.0f);
         std::vector<bf16> got(fp32.size(), bf16(0x1234));
-        layernorm_backward_input_residual_bf16(fused.data(), got.data(),
-                                               in_place ? fused.data() : in.dres.data(),
-                                               in.dout.data(), in.x.data(), in.w.data(),
-                                               in.mean.data(), in.rstd.data(), N, C);
+        layernorm_backward_input_residual_bf16(
+            fused.data(), got.data(), in_place ? fused.data() : in.dres.data(), in.dout.data(),
+            in.x.data(), in.w.data(), in.mean.data(), in.rstd.data(), N, C);
         const std::string at = std::string(in_place ? "in place, " : "") + "N " +
                                std::to_string(N) + " C " + std::to_string(C) + " threads " +
                                std::to_string(threads);
