@@ -127,14 +127,25 @@ void residual_add(float* x, const float* res, size_t n) {
 }
 
 namespace {
+// out (n) = the bf16 rounding of row (n), bitwise to_bf16's (float_to_bf16's rule).
+inline void round_row_bf16(bf16* out, const float* row, int n) {
+#if defined(__AVX512F__)
+  auto value = [&](int c, __mmask16 m) { return _mm512_maskz_loadu_ps(m, row + c); };
+  bf16_rows::store_row_bf16(out, n, value, value);
+#else
+  for (int c = 0; c < n; c++) out[c] = float_to_bf16(row[c]);
+#endif
+}
+
 // dx (N, C) = base + d/dinp: base is dx itself (accumulate) or the residual path's gradient,
 // or with kZeroBase a literal 0 (base unread). One body for all, so the fused residual form
 // rounds exactly as a copy followed by +=, and the zero base as a memset followed by +=
 // (0 + g is g but for a negative zero's sign, which the add keeps as it always did).
+// With dinp16, each dx row is also rounded to bf16 (to_bf16's rule) while it is in L1.
 template <bool kZeroBase>
 void layernorm_backward_rows(float* dinp, const float* base, const float* dout, const float* inp,
                              const float* weight, const float* mean, const float* rstd, int N,
-                             int C) {
+                             int C, bf16* dinp16 = nullptr) {
   // dinp = base + rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight.
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
@@ -156,6 +167,7 @@ void layernorm_backward_rows(float* dinp, const float* base, const float* dout, 
       float xhat = (x[c] - m) * s;
       dx[c] = (kZeroBase ? 0.0f : b[c]) + (dy[c] * weight[c] - mean_g - xhat * mean_gx) * s;
     }
+    if (dinp16) round_row_bf16(dinp16 + static_cast<size_t>(n) * C, dx, C);
   }
 }
 }  // namespace
@@ -179,6 +191,15 @@ void layernorm_backward_input_residual(float* dinp, const float* dres, const flo
   // The bytes of layernorm_backward_input's: dres is read where dinp was.
   PhaseScope phase_scope(Phase::norm, 0, 12.0 * N * C);
   layernorm_backward_rows<false>(dinp, dres, dout, inp, weight, mean, rstd, N, C);
+}
+
+void layernorm_backward_input_residual_bf16(float* dinp, bf16* dinp16, const float* dres,
+                                            const float* dout, const float* inp,
+                                            const float* weight, const float* mean,
+                                            const float* rstd, int N, int C) {
+  // layernorm_backward_input_residual's bytes and the bf16 copy's 2 a value.
+  PhaseScope phase_scope(Phase::norm, 0, 14.0 * N * C);
+  layernorm_backward_rows<false>(dinp, dres, dout, inp, weight, mean, rstd, N, C, dinp16);
 }
 
 namespace {

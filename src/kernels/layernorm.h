@@ -48,6 +48,14 @@ void layernorm_backward_input_residual(float* dinp, const float* dres, const flo
                                        const float* inp, const float* weight, const float* mean,
                                        const float* rstd, int N, int C);
 
+// The same, and dinp16 (N, C) = the bf16 rounding of the new dinp, bitwise to_bf16(dinp16,
+// dinp): the bf16 output gradient the layer before the norm's GEMMs read (the GPT block's
+// attention projection), rounded in the row pass that forms it instead of a pass of its own.
+void layernorm_backward_input_residual_bf16(float* dinp, bf16* dinp16, const float* dres,
+                                            const float* dout, const float* inp,
+                                            const float* weight, const float* mean,
+                                            const float* rstd, int N, int C);
+
 // dweight (C) += sum_n dout * xhat;  dbias (C) += sum_n dout.
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int N, int C);

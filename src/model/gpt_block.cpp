@@ -4,6 +4,7 @@
 #include <cmath>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "kernels/attention.h"
 #include "kernels/layernorm.h"
@@ -42,6 +43,7 @@ GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard&
   Cl_ = NHl_ * cfg.head_dim();
   Hl_ = cfg.hidden() / tp.size;
   saved_ = attention_saved_form(bf16_, Cl_, NHl_);
+  keep_dx_mid16_ = bf16_ && !sp_ && !dropout_;
   // Selective recomputation drops the (b, NH, T, T) probabilities. Where the kernel keeps row
   // statistics instead (2 floats a row) there is nothing of that size to drop, so the block
   // keeps them and does not rerun the attention core; only the AVX512-BF16 tiles' packed q
@@ -136,6 +138,7 @@ void GptBlock::reserve_buffers(SlotLayout& layout, bool moe) {
     off_.d_attn_branch = layout.reserve(Nl * C_);
     off_.d_mlp_branch = layout.reserve(Nl * C_);
   }
+  if (keep_dx_mid16_) off_.dx_mid16 = layout.reserve_bf16(Nl * C_);
 }
 
 size_t GptBlock::bf16_stage_floats() const {
@@ -351,9 +354,13 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
     p.backward_input(fc_, d_ln2, d_fc, N);
   }
   // Back through `x + mlp(ln_2(x))`: the residual path's gradient and ln_2's input gradient in
-  // one pass over the rows, (Nl, C) each.
-  layernorm_backward_input_residual(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w,
-                                    s + off_.ln2_mean, s + off_.ln2_rstd, Nl, C_);
+  // one pass over the rows, (Nl, C) each; with keep_dx_mid16_ also dx_mid's bf16 rounding.
+  if (keep_dx_mid16_)
+    layernorm_backward_input_residual_bf16(dx_mid, dx_mid16(s), dx_out, d_ln2, s + off_.x_mid,
+                                           ln2_.w, s + off_.ln2_mean, s + off_.ln2_rstd, Nl, C_);
+  else
+    layernorm_backward_input_residual(dx_mid, dx_out, d_ln2, s + off_.x_mid, ln2_.w,
+                                      s + off_.ln2_mean, s + off_.ln2_rstd, Nl, C_);
 
   // Attention. Selective recomputation: the probabilities again, from the kept qkv. The
   // recomputed output (equal to the kept att_out) lands in d_att_out, overwritten next.
@@ -364,7 +371,14 @@ void GptBlock::backward_input_with(const Ops& p, float* s, const float* x_in, co
   }
   const float* d_attn = dropout_ ? s + off_.d_attn_branch : dx_mid;
   if (dropout_) branch_dropout(s + off_.d_attn_branch, dx_mid, 1, b, T, true);
-  p.backward_input(attn_proj_, d_att_out, d_attn, N);
+  if constexpr (std::is_same_v<Act, bf16>) {
+    if (keep_dx_mid16_)
+      p.backward_input_rounded(attn_proj_, d_att_out, dx_mid16(s), N);
+    else
+      p.backward_input(attn_proj_, d_att_out, d_attn, N);
+  } else {
+    p.backward_input(attn_proj_, d_att_out, d_attn, N);
+  }
   if (flash_)
     flash_core_backward(p, d_qkv, d_att_out, Ops::act(s, off_.att_out), s + off_.lse,
                         flash_args(s + off_.qkv, b, T), context_.cp, scratch);
@@ -391,8 +405,15 @@ void GptBlock::backward_weight_with(const Ops& p, float* s, const float* x_in, c
   }
   layernorm_backward_weight(ln2_.dw, ln2_.db, s + off_.d_ln2, s + off_.x_mid, s + off_.ln2_mean,
                             s + off_.ln2_rstd, Nl, C_);
-  p.backward_weight(attn_proj_, s + (dropout_ ? off_.d_attn_branch : off_.dx_mid),
-                    Ops::act(s, off_.att_out), N);
+  const float* d_attn = s + (dropout_ ? off_.d_attn_branch : off_.dx_mid);
+  if constexpr (std::is_same_v<typename Ops::Act, bf16>) {
+    if (keep_dx_mid16_)
+      p.backward_weight_rounded(attn_proj_, dx_mid16(s), Ops::act(s, off_.att_out), N);
+    else
+      p.backward_weight(attn_proj_, d_attn, Ops::act(s, off_.att_out), N);
+  } else {
+    p.backward_weight(attn_proj_, d_attn, Ops::act(s, off_.att_out), N);
+  }
   p.backward_weight(qkv_, Ops::act(s, off_.d_qkv), Ops::act(s, off_.ln1_out), N);
   layernorm_backward_weight(ln1_.dw, ln1_.db, s + off_.d_ln1, x_in, s + off_.ln1_mean,
                             s + off_.ln1_rstd, Nl, C_);

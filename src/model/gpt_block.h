@@ -146,6 +146,7 @@ class GptBlock final : public Block {
 
   // --dropout: the chunk's state (null or p = 0: none); the masked branch gradients' buffers.
   bool dropout_on() const { return dropout_ && dropout_->on(); }
+  bf16* dx_mid16(float* s) const { return reinterpret_cast<bf16*>(s + off_.dx_mid16); }
   void branch_dropout(float* y, const float* x, int which, int b, int T, bool backward) const;
 
   int C_, max_b_, Cl_, Hl_, NHl_, T_;  // model dim, local attention width/hidden/heads
@@ -157,8 +158,12 @@ class GptBlock final : public Block {
   bool flash_ = false;                // the flash core: under --cp or --dropout, or on a GPU
   bool recompute_attention_ = false;  // Recompute::selective
   bool bf16_ = false;                 // --precision bf16
-  BlockContext context_;              // context.cp: attention across the cp group
-  LayerScratch scratch_;              // the chunk's workspaces (set_scratch, set_bf16_scratch)
+  // Under bf16 without sequence parallelism or dropout: ln_2's input-gradient pass also writes
+  // dx_mid's bf16 rounding (dx_mid16), which the attention projection's B and W both read
+  // instead of each rounding dx_mid into the chunk's gather buffer.
+  bool keep_dx_mid16_ = false;
+  BlockContext context_;  // context.cp: attention across the cp group
+  LayerScratch scratch_;  // the chunk's workspaces (set_scratch, set_bf16_scratch)
   float* probs_scratch_ = nullptr;
   // What `att` keeps between forward and backward: the probabilities, or where the kernel
   // recomputes them, each row's maximum and 1 / sum (kernels/attention.h).
@@ -183,6 +188,7 @@ class GptBlock final : public Block {
         d_ln1;  // (N,Hl) (Nl,C) (Nl,C) (N,Cl) (N,3Cl) (Nl,C)
     // --dropout: the branches' output gradients through their masks (Nl,C) each
     size_t d_attn_branch, d_mlp_branch;
+    size_t dx_mid16;  // (N,C) bf16: keep_dx_mid16_ only
   } off_{};
 };
 

@@ -182,6 +182,16 @@ struct Bf16Ops {
   void backward_input(const tp::RowParallelLinear& l, float* dx, const float* dy, int N) const {
     l.backward_input_bf16(dx, dy, N, scratch, gather);
   }
+  // A row-parallel layer's output gradient already rounded to bf16 by the pass that formed it
+  // (not under sequence parallelism: dy16 is the whole (N, out) gradient).
+  void backward_input_rounded(const tp::RowParallelLinear& l, float* dx, const bf16* dy16,
+                              int N) const {
+    l.backward_input_bf16_rounded(dx, dy16, N);
+  }
+  void backward_weight_rounded(const tp::RowParallelLinear& l, const bf16* dy16, const Act* x,
+                               int N) const {
+    l.backward_weight_bf16_rounded(dy16, x, N);
+  }
   void backward_weight(const tp::ColumnParallelLinear& l, const Act* dy, const Act* x,
                        int N) const {
     l.backward_weight_bf16(dy, x, N, gather);

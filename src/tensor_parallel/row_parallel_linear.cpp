@@ -1,5 +1,6 @@
 #include "tensor_parallel/row_parallel_linear.h"
 
+#include "core/error.h"
 #include "kernels/dense_gemm_bf16.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16.h"
@@ -120,6 +121,17 @@ void RowParallelLinear::backward_weight_bf16(const float* dy, const bf16* x16, i
                                              float* scratch, bf16* dy16) const {
   dense_bf16_backward_weight(dw_, db_, full_output_grad_bf16(dy, N, scratch, dy16), x16, N, in_,
                              out_);
+}
+
+void RowParallelLinear::backward_input_bf16_rounded(float* dx, const bf16* dy16, int N) const {
+  MT_CHECK(!sp_, "a rounded output gradient under sequence parallelism");
+  dense_bf16_backward_input(dx, dy16, *w16_, w_, N, /*accumulate=*/false);
+}
+
+void RowParallelLinear::backward_weight_bf16_rounded(const bf16* dy16, const bf16* x16,
+                                                     int N) const {
+  MT_CHECK(!sp_, "a rounded output gradient under sequence parallelism");
+  dense_bf16_backward_weight(dw_, db_, dy16, x16, N, in_, out_);
 }
 
 }  // namespace mt::tp

@@ -57,6 +57,10 @@ class RowParallelLinear {
                                  float* scratch, bf16* dy16, float* stage) const;
   void backward_weight_bf16(const float* dy, const bf16* x16, int N, float* scratch,
                             bf16* dy16) const;
+  // The same two with dy already rounded: dy16 (N, out) is what full_output_grad_bf16 would
+  // give, so without sequence parallelism only (MT_CHECK).
+  void backward_input_bf16_rounded(float* dx, const bf16* dy16, int N) const;
+  void backward_weight_bf16_rounded(const bf16* dy16, const bf16* x16, int N) const;
 
   // y (Nl, out) = this rank's rows of (sum over tp of x (N, in) @ w^T) + b.
   // scratch: (N, out), the partial sums under sequence parallelism.

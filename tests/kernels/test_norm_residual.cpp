@@ -166,6 +166,45 @@ TEST(NormResidualBackward, RmsNormEqualsCopyThenAccumulateBitwise) {
   omp_set_num_threads(1);
 }
 
+// The bf16 copy written by the residual input gradient's row pass (the GPT block's dx_mid16)
+// must be to_bf16 of the fp32 result bit for bit, and the fp32 result unchanged: rows holding
+// a denormal (row 1: zero output gradient over a tiny residual gradient) and a NaN (row 2),
+// which the conversion instruction rounds otherwise, at every thread count and in place.
+TEST(NormResidualBackward, LayerNormBf16CopyIsToBf16OfTheResult) {
+  for (const auto& [N, C] : kShapes)
+    for (int threads : {1, 2}) {
+      NormInputs in = make_inputs(N, C, 90);
+      if (N > 1) {
+        std::fill(in.dout.begin() + C, in.dout.begin() + 2 * C, 0.0f);
+        std::fill(in.dres.begin() + C, in.dres.begin() + 2 * C, 1e-39f);
+      }
+      if (N > 2) in.dres[2 * size_t(C) + C / 2] = std::numeric_limits<float>::quiet_NaN();
+      omp_set_num_threads(threads);
+      layernorm_forward(in.out.data(), in.mean.data(), in.rstd.data(), in.x.data(), in.w.data(),
+                        in.b.data(), N, C);
+      Buf fp32(in.dres.size());
+      layernorm_backward_input_residual(fp32.data(), in.dres.data(), in.dout.data(), in.x.data(),
+                                        in.w.data(), in.mean.data(), in.rstd.data(), N, C);
+      std::vector<bf16> want(fp32.size());
+      to_bf16(want.data(), fp32.data(), fp32.size());
+      for (bool in_place : {false, true}) {
+        Buf fused = in_place ? in.dres : Buf(in.dres.size(), -7.0f);
+        std::vector<bf16> got(fp32.size(), bf16(0x1234));
+        layernorm_backward_input_residual_bf16(
+            fused.data(), got.data(), in_place ? fused.data() : in.dres.data(), in.dout.data(),
+            in.x.data(), in.w.data(), in.mean.data(), in.rstd.data(), N, C);
+        const std::string at = std::string(in_place ? "in place, " : "") + "N " +
+                               std::to_string(N) + " C " + std::to_string(C) + " threads " +
+                               std::to_string(threads);
+        EXPECT_EQ(bit_mismatches(fused, fp32), 0u) << at;
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); i++) bad += std::memcmp(&got[i], &want[i], 2) != 0;
+        EXPECT_EQ(bad, 0u) << at;
+      }
+    }
+  omp_set_num_threads(1);
+}
+
 // The overwriting input gradients (the head's final norm: no memset of dx first) give the bits
 // of a memset followed by the accumulating kernel. Row 0's output gradient is zero, so with a
 // negative weight and a positive xhat its gradient is -0, which 0 + (-0) turns into +0: a
