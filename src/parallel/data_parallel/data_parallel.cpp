@@ -79,6 +79,13 @@ std::vector<std::pair<size_t, size_t>> expert_flat_ranges(const std::vector<Upda
   return r;
 }
 
+// Each update piece's (offset, n) in the gradient storage.
+std::vector<std::pair<size_t, size_t>> grad_spans(const std::vector<UpdatePiece>& update) {
+  std::vector<std::pair<size_t, size_t>> r;
+  for (const UpdatePiece& p : update) r.push_back({p.grad_off, p.n});
+  return r;
+}
+
 }  // namespace
 
 // Forwards one chunk's hooks to the engine with the chunk's units renumbered globally: unit
@@ -141,7 +148,10 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
                                   : ExpertRanges()),
       params_(param_floats(layout_, zero_, experts_.floats())),
       users_(unit_users(model, layout_)),
-      grads_(layout_, *dp_, zero_, experts_, exposed_, passes_per_microbatch(users_)) {
+      grads_(layout_, *dp_, zero_, experts_, exposed_, passes_per_microbatch(users_)),
+      squares_(
+          PieceSquares::in_buckets(layout_, grad_spans(update_),
+                                   o.squares_while_waiting && zero_ <= 1 && experts_.empty())) {
   MT_CHECK(zero_ >= 0 && zero_ <= 3);
   // Stages 2-3: the experts' gradients live after the shard, packed; stage 3: their
   // parameters too, whole, laid over every gather of their unit (this rank's experts, not
@@ -290,11 +300,12 @@ void DataParallel::restore_model() {
 
 void DataParallel::begin_step(int microbatches) {
   grads_.begin_step(microbatches);
+  squares_.begin_step();
 }
 
 void DataParallel::finish_gradients() {
   calls_at_gradient_wait_ = dp_->stats().calls;
-  grads_.finish();
+  grads_.finish([this] { return squares_.square_next(grads_.storage(), grads_.reduced()); });
 }
 
 void DataParallel::read_grad(const ParamInfo& t, float* out) {
@@ -310,21 +321,23 @@ void DataParallel::read_grad(const ParamInfo& t, float* out) {
 
 void DataParallel::write_grad(const ParamInfo& t, const float* in) {
   float* g = grad_storage();
-  for (const UpdatePiece& p : update_)
-    if (p.table_off >= t.offset && p.table_off < t.offset + t.numel)
-      std::memcpy(g + p.grad_off, in + (p.table_off - t.offset), p.n * sizeof(float));
-}
-
-LocalGradSquares DataParallel::local_grad_squares() const {
-  // Stage 0 holds the reduced gradients everywhere; otherwise each rank adds its chunks.
-  const float* g = grads_.storage();
-  LocalGradSquares s;
   for (size_t i = 0; i < update_.size(); ++i) {
     const UpdatePiece& p = update_[i];
+    if (p.table_off < t.offset || p.table_off >= t.offset + t.numel) continue;
+    std::memcpy(g + p.grad_off, in + (p.table_off - t.offset), p.n * sizeof(float));
+    squares_.forget(i);
+  }
+}
+
+LocalGradSquares DataParallel::local_grad_squares() {
+  // Stage 0 holds the reduced gradients everywhere; otherwise each rank adds its chunks.
+  // In piece order, whenever each piece's sum was taken (piece_squares.h).
+  const float* g = grads_.storage();
+  LocalGradSquares s;
+  for (size_t i = 0; i < update_.size(); ++i)
     (is_expert_piece(i)                     ? s.experts
      : update_param_[i]->shard.replicated() ? s.replicated
-                                            : s.split) += sum_squares(g + p.grad_off, p.n);
-  }
+                                            : s.split) += squares_.take(i, g);
   return s;
 }
 
@@ -344,12 +357,14 @@ void DataParallel::reduce_tp_partial_grads(Communicator* tp) {
     if (update_param_[i]->tp_partial_grad) {
       std::memcpy(g + update_[i].grad_off, packed.data() + off, update_[i].n * sizeof(float));
       off += update_[i].n;
+      squares_.forget(i);
     }
 }
 
 void DataParallel::scale_grads(float s) {
   float* g = grad_storage();
   for (const UpdatePiece& p : update_) scale_inplace(g + p.grad_off, p.n, s);
+  squares_.forget_all();
 }
 
 void DataParallel::after_optimizer() {
