@@ -148,10 +148,7 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
                                   : ExpertRanges()),
       params_(param_floats(layout_, zero_, experts_.floats())),
       users_(unit_users(model, layout_)),
-      grads_(layout_, *dp_, zero_, experts_, exposed_, passes_per_microbatch(users_)),
-      squares_(
-          PieceSquares::in_buckets(layout_, grad_spans(update_),
-                                   o.squares_while_waiting && zero_ <= 1 && experts_.empty())) {
+      grads_(layout_, *dp_, zero_, experts_, exposed_, passes_per_microbatch(users_)) {
   MT_CHECK(zero_ >= 0 && zero_ <= 3);
   // Stages 2-3: the experts' gradients live after the shard, packed; stage 3: their
   // parameters too, whole, laid over every gather of their unit (this rank's experts, not
@@ -167,6 +164,9 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
     }
     packed += update_[i].n;
   }
+  // After the experts' gradients moved behind the shard (stages 2-3).
+  squares_ = PieceSquares(PieceSquares::in_buckets(
+      layout_, grad_spans(update_), o.squares_while_waiting && zero_ <= 1 && experts_.empty()));
   if (zero_ == 3)
     gathers_ = std::make_unique<ParamGathers>(layout_, *dp_, params_.data(), exposed_,
                                               std::move(overlays));
