@@ -16,6 +16,7 @@
 #include "model/gpt.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/parallel_context.h"
+#include "test_util/forwarding_communicator.h"
 #include "test_util/rel_diff.h"
 
 namespace mt {
@@ -34,46 +35,6 @@ std::vector<int> tokens(int n, uint64_t stream) {
   for (int i = 0; i < n; ++i) t.push_back(int(uniform01(11, stream, i) * config().vocab));
   return t;
 }
-
-// A dp communicator that tells the test about each reduce-scatter before issuing it.
-class IssueWatcher final : public Communicator {
- public:
-  IssueWatcher(std::shared_ptr<Communicator> inner, std::function<void()> on_reduce_scatter)
-      : inner_(std::move(inner)), on_reduce_scatter_(std::move(on_reduce_scatter)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  int global_rank(int i) const override { return inner_->global_rank(i); }
-  const std::string& name() const override { return inner_->name(); }
-  Work all_reduce(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
-    return inner_->all_reduce(s, r, n, t, op);
-  }
-  Work reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
-    on_reduce_scatter_();
-    return inner_->reduce_scatter(s, r, n, t, op);
-  }
-  Work all_gather(const void* s, void* r, size_t n, DType t) override {
-    return inner_->all_gather(s, r, n, t);
-  }
-  Work broadcast(void* b, size_t n, DType t, int root) override {
-    return inner_->broadcast(b, n, t, root);
-  }
-  Work all_to_all_v(const void* s, const size_t* sc, void* r, const size_t* rc, DType t) override {
-    return inner_->all_to_all_v(s, sc, r, rc, t);
-  }
-  Work send(const void* b, size_t n, DType t, int peer, int tag) override {
-    return inner_->send(b, n, t, peer, tag);
-  }
-  Work recv(void* b, size_t n, DType t, int peer, int tag) override {
-    return inner_->recv(b, n, t, peer, tag);
-  }
-  Work barrier() override { return inner_->barrier(); }
-  CommStats stats() const override { return inner_->stats(); }
-  void reset_stats() override { inner_->reset_stats(); }
-
- private:
-  std::shared_ptr<Communicator> inner_;
-  std::function<void()> on_reduce_scatter_;
-};
 
 bool all_zero(const float* x, size_t n) {
   for (size_t i = 0; i < n; ++i)
@@ -142,15 +103,16 @@ void check_issue_order(int zero) {
     model.init(5);
     DataParallel* engine = nullptr;
     std::vector<bool> block0_zero, shard_zero;
-    auto watcher = std::make_shared<IssueWatcher>(ctx.dp, [&] {
-      if (!engine) return;
-      const FlatLayout& l = engine->layout();
-      const FlatUnit& block0 = l.units()[1];
-      if (zero == 1)
-        block0_zero.push_back(all_zero(engine->grad_storage() + block0.flat, block0.padded));
-      else
-        shard_zero.push_back(all_zero(engine->grad_storage(), l.shard_size()));
-    });
+    auto watcher =
+        std::make_shared<test_util::ForwardingCommunicator>(ctx.dp, [&](const std::string& op) {
+          if (!engine || op != "reduce_scatter") return;
+          const FlatLayout& l = engine->layout();
+          const FlatUnit& block0 = l.units()[1];
+          if (zero == 1)
+            block0_zero.push_back(all_zero(engine->grad_storage() + block0.flat, block0.padded));
+          else
+            shard_zero.push_back(all_zero(engine->grad_storage(), l.shard_size()));
+        });
     DataParallel dp(model, {.dp = watcher, .zero = zero, .bucket_mb = 25});
     engine = &dp;
     dp.begin_step(1);

@@ -80,6 +80,13 @@ std::vector<std::pair<size_t, size_t>> expert_flat_ranges(const std::vector<Upda
   return r;
 }
 
+// Each update piece's (offset, n) in the gradient storage.
+std::vector<std::pair<size_t, size_t>> grad_spans(const std::vector<UpdatePiece>& update) {
+  std::vector<std::pair<size_t, size_t>> r;
+  for (const UpdatePiece& p : update) r.push_back({p.grad_off, p.n});
+  return r;
+}
+
 }  // namespace
 
 // Forwards one chunk's hooks to the engine with the chunk's units renumbered globally: unit
@@ -158,6 +165,9 @@ DataParallel::DataParallel(GPT& model, DataParallelOptions o)
     }
     packed += update_[i].n;
   }
+  // After the experts' gradients moved behind the shard (stages 2-3).
+  squares_ = PieceSquares(PieceSquares::in_buckets(
+      layout_, grad_spans(update_), o.squares_while_waiting && zero_ <= 1 && experts_.empty()));
   if (zero_ == 3)
     gathers_ = std::make_unique<ParamGathers>(layout_, *dp_, params_.data(), exposed_,
                                               std::move(overlays));
@@ -291,11 +301,12 @@ void DataParallel::restore_model() {
 
 void DataParallel::begin_step(int microbatches) {
   grads_.begin_step(microbatches);
+  squares_.begin_step();
 }
 
 void DataParallel::finish_gradients() {
   calls_at_gradient_wait_ = dp_->stats().calls;
-  grads_.finish();
+  grads_.finish([this] { return squares_.square_next(grads_.storage(), grads_.reduced()); });
 }
 
 void DataParallel::read_grad(const ParamInfo& t, float* out) {
@@ -311,27 +322,24 @@ void DataParallel::read_grad(const ParamInfo& t, float* out) {
 
 void DataParallel::write_grad(const ParamInfo& t, const float* in) {
   float* g = grad_storage();
-  for (const UpdatePiece& p : update_)
-    if (p.table_off >= t.offset && p.table_off < t.offset + t.numel)
-      std::memcpy(g + p.grad_off, in + (p.table_off - t.offset), p.n * sizeof(float));
+  for (size_t i = 0; i < update_.size(); ++i) {
+    const UpdatePiece& p = update_[i];
+    if (p.table_off < t.offset || p.table_off >= t.offset + t.numel) continue;
+    std::memcpy(g + p.grad_off, in + (p.table_off - t.offset), p.n * sizeof(float));
+    squares_.forget(i);
+  }
 }
 
-LocalGradSquares DataParallel::local_grad_squares() const {
+LocalGradSquares DataParallel::local_grad_squares() {
   // Stage 0 holds the reduced gradients everywhere; otherwise each rank adds its chunks.
-  // The pieces' sums in one OpenMP team (a team per piece was ~50 starts a step), each the
-  // bits sum_squares gives it, then added up in the pieces' order as before.
+  // In piece order, whenever each piece's sum was taken (piece_squares.h: take_rest).
   const float* g = grads_.storage();
-  const size_t count = update_.size();
-  std::vector<const float*> x(count);
-  std::vector<size_t> n(count);
-  std::vector<double> sums(count);
-  for (size_t i = 0; i < count; ++i) x[i] = g + update_[i].grad_off, n[i] = update_[i].n;
-  sum_squares_each(x.data(), n.data(), count, sums.data());
+  squares_.take_rest(g);
   LocalGradSquares s;
-  for (size_t i = 0; i < count; ++i)
+  for (size_t i = 0; i < update_.size(); ++i)
     (is_expert_piece(i)                     ? s.experts
      : update_param_[i]->shard.replicated() ? s.replicated
-                                            : s.split) += sums[i];
+                                            : s.split) += squares_.take(i, g);
   return s;
 }
 
@@ -351,12 +359,14 @@ void DataParallel::reduce_tp_partial_grads(Communicator* tp) {
     if (update_param_[i]->tp_partial_grad) {
       std::memcpy(g + update_[i].grad_off, packed.data() + off, update_[i].n * sizeof(float));
       off += update_[i].n;
+      squares_.forget(i);
     }
 }
 
 void DataParallel::scale_grads(float s) {
   float* g = grad_storage();
   for (const UpdatePiece& p : update_) scale_inplace(g + p.grad_off, p.n, s);
+  squares_.forget_all();
 }
 
 void DataParallel::after_optimizer() {

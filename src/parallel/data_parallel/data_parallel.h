@@ -40,6 +40,7 @@
 #include "parallel/data_parallel/flat_layout.h"
 #include "parallel/data_parallel/grad_buckets.h"
 #include "parallel/data_parallel/param_gathers.h"
+#include "parallel/data_parallel/piece_squares.h"
 
 namespace mt {
 
@@ -72,6 +73,10 @@ struct DataParallelOptions {
   // reduced at every step, local steps (--dp-sync) included; replicas: the dp group, one
   // rank per replica, over which --dp-sync averages.
   std::shared_ptr<Communicator> cp = nullptr, replicas = nullptr;
+  // Stages 0-1 without experts: the norm's squares of the buckets already reduced are
+  // taken while finish_gradients waits for the later ones (piece_squares.h); the same
+  // bits either way. false: all at local_grad_squares, as before (tests compare the two).
+  bool squares_while_waiting = true;
 };
 
 // The squared gradients of the pieces this rank updates, by how they add up over the
@@ -140,7 +145,10 @@ class DataParallel final {
   void write_grad(const ParamInfo& tensor, const float* in);
   // After finish_gradients: sums of squares over the pieces this rank updates (no
   // communication). has_experts: some of them are experts, whose sum adds up over ep().
-  LocalGradSquares local_grad_squares() const;
+  // The pieces squared while finish_gradients waited are not read again (piece_squares.h).
+  LocalGradSquares local_grad_squares();
+  // Floats of gradients squared while finish_gradients waited, this step.
+  size_t squared_while_waiting() const { return squares_.early_floats(); }
   bool has_experts() const { return !experts_.empty(); }
   Communicator* ep() const { return experts_.ep(); }
   // Sums over tp, on the pieces this rank updates, the gradients that each tp rank holds
@@ -203,8 +211,9 @@ class DataParallel final {
   // The (chunk, chunk unit) pairs bound to each global unit (one, or more for a shared edge).
   std::vector<std::vector<std::pair<int, int>>> users_;
   GradBuckets grads_;
-  std::unique_ptr<ParamGathers> gathers_;                // stage 3
-  std::vector<float*> pbase_, gbase_;                    // current binding of each unit
+  PieceSquares squares_;                   // the norm's per-piece sums (local_grad_squares)
+  std::unique_ptr<ParamGathers> gathers_;  // stage 3
+  std::vector<float*> pbase_, gbase_;      // current binding of each unit
   std::vector<std::unique_ptr<ChunkAdapter>> adapters_;  // one per chunk
 };
 

@@ -28,6 +28,7 @@ GradBuckets::GradBuckets(const FlatLayout& layout, Communicator& dp, int zero,
     edge_bucket_[size_t(layout_.units()[size_t(layout_.first_unit(c))].bucket)] = 1;
   bucket_pool_.assign(nb, -1);
   bucket_done_.assign(nb, 0);
+  reduced_.assign(nb, 0);
   passes_.assign(layout_.units().size(), 0);
   const Sizes s = sizes(layout_, zero_, experts_.floats());
   (zero_ < 2 ? flat_ : shard_).resize(s.storage);
@@ -71,6 +72,7 @@ void GradBuckets::begin_step(int microbatches) {
   MT_CHECK(inflight_.empty(), "begin_step with bucket reductions in flight (no finish)");
   microbatches_ = microbatches;
   std::fill(passes_.begin(), passes_.end(), 0);
+  std::fill(reduced_.begin(), reduced_.end(), 0);
   if (zero_ < 2)
     flat_.zero();
   else
@@ -101,8 +103,13 @@ void GradBuckets::grads_final(int unit) {
   if (++bucket_done_[size_t(k)] == int(layout_.buckets()[size_t(k)].units.size())) launch(k);
 }
 
-void GradBuckets::finish() {
-  while (!inflight_.empty()) reclaim_oldest();
+void GradBuckets::finish(const std::function<bool()>& while_waiting) {
+  while (!inflight_.empty()) {
+    // test() also advances the queue: this rank runs its share of a reduction whose peers
+    // have arrived before it looks for other work.
+    if (while_waiting && !inflight_.front().work.test() && while_waiting()) continue;
+    reclaim_oldest();
+  }
   for (size_t u = 0; u < passes_.size(); ++u)
     MT_CHECK(layout_.units()[u].padded == 0 || passes_[u] == expected_passes(u), "unit ", u,
              " ran ", passes_[u], " of the ", expected_passes(u),
@@ -136,7 +143,10 @@ void GradBuckets::launch(int k) {
       inflight_.push_back({k, -1, within_->all_reduce(g, g, b.size(), DType::f32, ReduceOp::sum)});
       return;
     }
-    if (size_ == 1 || local_) return;
+    if (size_ == 1 || local_) {
+      reduced_[size_t(k)] = 1;  // nothing to wait for: final now
+      return;
+    }
     // Another dp rank's same offsets hold other experts: keep this rank's local ones.
     experts_.save_grads(flat_.data(), b.flat_lo, b.flat_lo + b.size());
     Work w = zero_ == 0 ? dp_.all_reduce(g, g, b.size(), DType::f32, ReduceOp::sum)
@@ -162,6 +172,7 @@ void GradBuckets::reclaim_oldest() {
   InFlight f = std::move(inflight_.front());
   inflight_.pop_front();
   exposed_.wait(std::move(f.work));
+  reduced_[size_t(f.bucket)] = 1;
   if (f.pool < 0) return;
   const FlatBucket& b = layout_.buckets()[size_t(f.bucket)];
   add_inplace(shard_.data() + b.shard_off, pool_[size_t(f.pool)].data() + size_t(rank_) * b.chunk,

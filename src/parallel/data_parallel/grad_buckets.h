@@ -26,6 +26,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -70,7 +71,13 @@ class GradBuckets {
   void grads_final(int unit);
   // Waits for every bucket and puts the experts' gradients in place (summed over
   // ep_replica). Every unit with parameters must have run the announced passes.
-  void finish();
+  // while_waiting (optional): called instead of blocking while the oldest reduction is not
+  // back, until it returns false (nothing left to do); the work it does must not touch a
+  // bucket that is still in flight (reduced() says which are back).
+  void finish(const std::function<bool()>& while_waiting = {});
+  // Per bucket: its reduction of this step has come back (or none was needed), so its
+  // part of storage() is final until the next begin_step (stages 0-1; experts aside).
+  const std::vector<char>& reduced() const { return reduced_; }
   // Tests the reductions in flight (Open MPI progresses only inside MPI calls).
   void poll();
   // Local steps (--dp-sync local:H / diloco:H, ZeRO 0): the gradients stay this replica's
@@ -110,6 +117,7 @@ class GradBuckets {
   std::vector<Arena> pool_;
   std::vector<int> pool_bucket_, bucket_pool_;  // which bucket holds a buffer, and back
   std::vector<int> bucket_done_;                // units of the bucket final in this pass
+  std::vector<char> reduced_;                   // reduced(): per bucket, back this step
   std::vector<char> edge_bucket_;               // per bucket: holds a chunk's edge unit
   std::deque<InFlight> inflight_;
   int microbatches_ = 0;     // passes per chunk announced by begin_step
