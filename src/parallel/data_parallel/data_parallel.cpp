@@ -190,11 +190,13 @@ FlatLayout DataParallel::flat_layout(const ParamTable& table,
                                      const std::vector<int>& units_per_chunk, int dp, int dp_rank,
                                      int zero, double bucket_mb, bool experts_apart) {
   // ZeRO-3 gathers unit by unit: each unit is its own bucket. ZeRO 0-2 keep the tail of
-  // the reduction short (FlatLayout::kBlockBuckets), ZeRO 1-2 only without expert
-  // parallelism (there the buckets decide ownership, and ep keeps experts whole).
-  const bool short_tail = zero == 0 || (zero <= 2 && !experts_apart);
+  // the reduction short (FlatLayout::kBlockBuckets). At ZeRO 1-2 under expert parallelism
+  // the buckets decide ownership and ep keeps experts whole: a bucket holds whole blocks
+  // for every rank (whole_blocks = dp), or the chunk keeps the plain rule.
+  const bool owned_experts = zero >= 1 && zero <= 2 && experts_apart;
   return FlatLayout(table, unit_ranges, dp, dp_rank, bucket_floats(bucket_mb), zero == 3,
-                    units_per_chunk, short_tail ? FlatLayout::kBlockBuckets : 1);
+                    units_per_chunk, zero <= 2 ? FlatLayout::kBlockBuckets : 1,
+                    owned_experts ? dp : 1);
 }
 
 DataParallelMemory DataParallel::memory_of(
