@@ -275,6 +275,26 @@ add_test(NAME equivalence.moe_init_from
          COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --init-steps 3 --sample 32
                  --base "${MT_EQUIV_MOE} --router-bias-update 0.01" --reference "--microbatches 2"
                  --layout "--dp 2 --ep 2" --layout "--pp 2 --microbatches 2")
+# ZeRO 1-2 under ep split the blocks into buckets of whole blocks per rank (stop 48: 8 MoE
+# blocks make 4 buckets of 2 at dp 2, 2 of 4 at dp 4; 8 of 1 at --bucket-mb 0.001; the moe_ep
+# model's 2 blocks stay one bucket). Against one worker, and sharded checkpoints saved under
+# one ownership load under another (and at one worker) with the reference's losses and weights.
+set(MT_EQUIV_MOE_8 "--layers 8 --dim 32 --heads 4 --seq 16 --batch 8 --steps 6 --lr-schedule constant --grad-clip 0.5 --experts 4 --topk 2 --capacity-factor 1.25")
+add_test(NAME equivalence.moe_ep_zero_buckets
+         COMMAND ${MT_EQUIV} compare --bin ${MT_EQUIV_BIN} --base ${MT_EQUIV_MOE_8}
+                 --reference "--microbatches 4"
+                 --layout "--dp 2 --ep 2 --zero 1 --microbatches 2"
+                 --layout "--dp 2 --ep 2 --zero 2 --microbatches 2" --layout "--dp 4 --ep 2 --zero 1")
+add_test(NAME equivalence.moe_ep_zero_bucket_reshard
+         COMMAND ${MT_EQUIV} reshard --bin ${MT_EQUIV_BIN} --save-at 3 --base ${MT_EQUIV_MOE_8}
+                 --reference "--microbatches 2"
+                 --pair "--dp 2 --ep 2 --zero 1|--dp 2 --ep 2 --zero 1 --bucket-mb 0.001"
+                 --pair "--dp 2 --ep 2 --zero 2 --bucket-mb 0.001|--dp 2 --ep 2 --zero 1"
+                 --pair "--dp 2 --ep 2 --zero 1|--microbatches 2")
+set_tests_properties(equivalence.moe_ep_zero_buckets PROPERTIES LABELS "equivalence;moe"
+                     TIMEOUT 300)
+set_tests_properties(equivalence.moe_ep_zero_bucket_reshard PROPERTIES
+                     LABELS "equivalence;checkpoint;moe" TIMEOUT 300)
 set_tests_properties(equivalence.moe_ep equivalence.moe_ep_dropless equivalence.moe_ep_resume
                      equivalence.moe_router_bias_resume equivalence.moe_init_from
                      PROPERTIES LABELS "equivalence;moe" TIMEOUT 300)

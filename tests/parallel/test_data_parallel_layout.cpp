@@ -85,8 +85,9 @@ TEST(FlatLayout, ASmallModelsBlocksTakeFourBucketsSoTheReductionOverlapsBackward
 }
 
 // What the engine asks for (DataParallel::flat_layout): four block buckets at ZeRO 0-2, one
-// unit per bucket at ZeRO 3, and at ZeRO 1-2 under expert parallelism the plain rule.
-TEST(FlatLayout, TheEngineSplitsBlocksAtZero0To2WithoutExperts) {
+// unit per bucket at ZeRO 3, and at ZeRO 1-2 under expert parallelism buckets of whole
+// blocks per rank (two of two blocks at dp 2: test_data_parallel_ep_buckets.cpp).
+TEST(FlatLayout, TheEngineSplitsBlocksAtZero0To2) {
   const size_t n = 16 * 30;  // block units of dp*16-aligned sizes: no padding
   std::vector<std::pair<size_t, size_t>> units;
   for (size_t u = 0; u < 5; ++u) units.push_back({u * n, (u + 1) * n});
@@ -95,7 +96,7 @@ TEST(FlatLayout, TheEngineSplitsBlocksAtZero0To2WithoutExperts) {
     for (bool ep : {false, true}) {
       const FlatLayout l =
           DataParallel::flat_layout(no_tensors, units, {5}, 2, 0, zero, 25, /*experts_apart=*/ep);
-      const size_t want = zero == 3 || zero == 0 || !ep ? 5u : 2u;
+      const size_t want = zero == 3 || zero == 0 || !ep ? 5u : 3u;
       EXPECT_EQ(l.buckets().size(), want) << "zero " << zero << " ep " << ep;
     }
 }

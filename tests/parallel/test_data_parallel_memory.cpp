@@ -73,12 +73,20 @@ TEST(DataParallelMemory, Zero2KeepsTwoBlockBuffersForSeveralBuckets) {
 // Every field of the engine's memory() against memory_of for the model's units, on every
 // rank: dp 4 (or dp 2 x ep 2 with experts), ZeRO 0-3, one bucket or a bucket per block,
 // one chunk or the two chunks of an interleaved stage.
-void expect_memory_of_matches(int zero, double bucket_mb, int ep, bool two_chunks) {
-  SCOPED_TRACE(
-      str("zero ", zero, " bucket ", bucket_mb, " ep ", ep, " chunks ", two_chunks ? 2 : 1));
+// Returns rank 0's layout's block buckets (count, largest) and its grad_buffer_bytes.
+struct EngineBuckets {
+  int block_buckets = 0;
+  size_t block_bucket = 0, edge_bucket = 0, grad_buffer_bytes = 0;
+};
+
+EngineBuckets expect_memory_of_matches(int zero, double bucket_mb, int ep, bool two_chunks,
+                                       int layers = 4, int moe_every = 2) {
+  SCOPED_TRACE(str("zero ", zero, " bucket ", bucket_mb, " ep ", ep, " chunks ", two_chunks ? 2 : 1,
+                   " layers ", layers, " moe_every ", moe_every));
   ModelConfig cfg;
-  cfg.layers = 4, cfg.dim = 32, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 19;
-  if (ep > 1) cfg.experts = 4, cfg.moe_every = 2;
+  cfg.layers = layers, cfg.dim = 32, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 19;
+  if (ep > 1) cfg.experts = 4, cfg.moe_every = moe_every;
+  EngineBuckets out;
   const std::vector<ChunkSpec> chunks =
       two_chunks ? std::vector<ChunkSpec>{{0, 2, true, false}, {2, 4, false, true}}
                  : GPT::whole_model(cfg);
@@ -107,7 +115,18 @@ void expect_memory_of_matches(int zero, double bucket_mb, int ep, bool two_chunk
     EXPECT_EQ(got.param_buffer_bytes, want.param_buffer_bytes) << "rank " << w.rank();
     EXPECT_EQ(got.grad_buffer_bytes, want.grad_buffer_bytes) << "rank " << w.rank();
     EXPECT_EQ(got.expert_copy_bytes, want.expert_copy_bytes) << "rank " << w.rank();
+    if (w.rank() != 0) return;
+    out.grad_buffer_bytes = got.grad_buffer_bytes;
+    for (const FlatBucket& b : dp.layout().buckets()) {
+      if (dp.layout().is_edge(b.units[0])) {
+        out.edge_bucket = std::max(out.edge_bucket, b.size());
+      } else {
+        out.block_bucket = std::max(out.block_bucket, b.size());
+        ++out.block_buckets;
+      }
+    }
   });
+  return out;
 }
 
 TEST(DataParallelMemory, MemoryOfIsWhatTheEngineHolds) {
@@ -116,6 +135,18 @@ TEST(DataParallelMemory, MemoryOfIsWhatTheEngineHolds) {
       for (bool two_chunks : {false, true})
         expect_memory_of_matches(zero, bucket_mb, 1, two_chunks);
   for (int zero = 0; zero <= 2; ++zero) expect_memory_of_matches(zero, 0.001, 2, false);
+}
+
+// ZeRO 2 under expert parallelism (dp 4 x ep 2, twelve MoE blocks): the blocks go in
+// buckets of four (a quarter, rounded up to whole blocks per rank), so the pool holds two
+// buffers of four blocks where one bucket of all twelve was kept before stop 48, and
+// memory_of counts the same.
+TEST(DataParallelMemory, Zero2UnderEpKeepsTwoBuffersOfWholeBlocksPerRank) {
+  const EngineBuckets b = expect_memory_of_matches(2, 25.0, 2, false, 12, 1);
+  EXPECT_EQ(b.block_buckets, 3);
+  EXPECT_EQ(b.grad_buffer_bytes, (b.edge_bucket + 2 * b.block_bucket) * sizeof(float));
+  const EngineBuckets one = expect_memory_of_matches(2, 25.0, 2, false, 1, 1);  // one block
+  EXPECT_EQ(b.block_bucket, 4 * one.block_bucket);
 }
 
 }  // namespace

@@ -200,12 +200,12 @@ FlatLayout DataParallel::flat_layout(const ParamTable& table,
                                      const std::vector<std::pair<size_t, size_t>>& unit_ranges,
                                      const std::vector<int>& units_per_chunk, int dp, int dp_rank,
                                      int zero, double bucket_mb, bool experts_apart) {
-  // ZeRO-3 gathers unit by unit: each unit is its own bucket. ZeRO 0-2 keep the tail of
-  // the reduction short (FlatLayout::kBlockBuckets), ZeRO 1-2 only without expert
-  // parallelism (there the buckets decide ownership, and ep keeps experts whole).
-  const bool short_tail = zero == 0 || (zero <= 2 && !experts_apart);
+  // ZeRO-3 gathers unit by unit (each unit a bucket); ZeRO 0-2 keep the reduction's tail
+  // short (FlatLayout::kBlockBuckets). ZeRO 1-2 under ep: the buckets decide ownership and ep
+  // keeps experts whole, so a bucket holds whole blocks for every rank (whole_blocks = dp).
   return FlatLayout(table, unit_ranges, dp, dp_rank, bucket_floats(bucket_mb), zero == 3,
-                    units_per_chunk, short_tail ? FlatLayout::kBlockBuckets : 1);
+                    units_per_chunk, zero <= 2 ? FlatLayout::kBlockBuckets : 1,
+                    zero >= 1 && zero <= 2 && experts_apart ? dp : 1);
 }
 
 DataParallelMemory DataParallel::memory_of(

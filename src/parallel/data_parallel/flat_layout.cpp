@@ -14,13 +14,30 @@ size_t FlatLayout::block_bucket_cap(int first, int count, size_t bucket_floats,
   return std::min(bucket_floats, share);
 }
 
+int FlatLayout::blocks_per_bucket(int first, int count, size_t bucket_floats, int min_block_buckets,
+                                  int whole_blocks) const {
+  const int blocks = count - 1;
+  if (whole_blocks <= 1 || blocks < whole_blocks || blocks % whole_blocks != 0) return 0;
+  const size_t size = units_[size_t(first + 1)].padded;
+  for (int u = first + 1; u < first + count; ++u)
+    if (units_[size_t(u)].padded != size) return 0;  // e.g. dense blocks before MoE ones
+  if (size == 0 || bucket_floats / size < size_t(whole_blocks)) return 0;
+  auto round_up = [&](int n) { return (n + whole_blocks - 1) / whole_blocks * whole_blocks; };
+  const int share = round_up((blocks + min_block_buckets - 1) / min_block_buckets);
+  const size_t fit = std::min(bucket_floats / size, size_t(blocks));  // --bucket-mb still caps
+  const int capped = int(fit) / whole_blocks * whole_blocks;
+  return std::min(share, capped);
+}
+
 FlatLayout::FlatLayout(const ParamTable& table,
                        const std::vector<std::pair<size_t, size_t>>& unit_ranges, int dp,
                        int dp_rank, size_t bucket_floats, bool one_unit_per_bucket,
-                       const std::vector<int>& units_per_chunk, int min_block_buckets)
+                       const std::vector<int>& units_per_chunk, int min_block_buckets,
+                       int whole_blocks)
     : table_(table), dp_(dp), rank_(dp_rank) {
   MT_CHECK(dp >= 1 && dp_rank >= 0 && dp_rank < dp && !unit_ranges.empty());
-  MT_CHECK(min_block_buckets >= 1, "min_block_buckets ", min_block_buckets);
+  MT_CHECK(min_block_buckets >= 1 && whole_blocks >= 1, "min_block_buckets ", min_block_buckets,
+           " whole_blocks ", whole_blocks);
   const size_t quantum = size_t(dp) * 16;
   units_.reserve(unit_ranges.size()), buckets_.reserve(unit_ranges.size());
   size_t prev_hi = 0;
@@ -53,10 +70,15 @@ FlatLayout::FlatLayout(const ParamTable& table,
     for (int u = first; u < first + count; ++u) units_[size_t(u)].chunk = num_chunks() - 1;
     // Backward order: blocks last to first, then the edge unit on its own.
     const size_t chunk_buckets = buckets_.size();
-    const size_t cap = block_bucket_cap(first, count, bucket_floats, min_block_buckets);
+    size_t cap = block_bucket_cap(first, count, bucket_floats, min_block_buckets);
+    const int per_bucket =
+        blocks_per_bucket(first, count, bucket_floats, min_block_buckets, whole_blocks);
+    if (whole_blocks > 1 && per_bucket == 0) cap = bucket_floats;  // the plain size rule
     for (int u = first + count - 1; u >= first + 1; --u) {
       FlatBucket* cur = buckets_.size() > chunk_buckets ? &buckets_.back() : nullptr;
-      if (cur && !one_unit_per_bucket && cur->size() + units_[u].padded <= cap) {
+      const bool fits = per_bucket > 0 ? int(cur ? cur->units.size() : 0) < per_bucket
+                                       : cur && cur->size() + units_[u].padded <= cap;
+      if (cur && !one_unit_per_bucket && fits) {
         cur->units.push_back(u);
         cur->flat_lo = units_[u].flat;  // descending units: the bucket grows downwards
       } else {

@@ -58,9 +58,12 @@ class FlatLayout {
   // units each chunk has (its edge unit first); empty: one chunk holding every unit.
   // Buckets come chunk by chunk, each chunk's in its backward order. min_block_buckets: a
   // chunk's block buckets hold at most that share of its block gradients (block_bucket_cap).
+  // whole_blocks > 1: a chunk's blocks split only into buckets of a multiple of whole_blocks
+  // blocks, or not at all (blocks_per_bucket).
   FlatLayout(const ParamTable& table, const std::vector<std::pair<size_t, size_t>>& unit_ranges,
              int dp, int dp_rank, size_t bucket_floats, bool one_unit_per_bucket,
-             const std::vector<int>& units_per_chunk = {}, int min_block_buckets = 1);
+             const std::vector<int>& units_per_chunk = {}, int min_block_buckets = 1,
+             int whole_blocks = 1);
 
   // What ZeRO 0-2 pass as min_block_buckets. The bucket of a chunk's first block launches
   // only when the chunk's backward is over, so nothing overlaps its reduction: with a model
@@ -70,10 +73,11 @@ class FlatLayout {
   // while their gradients are still warm, and the tail is a quarter. At ZeRO 1-2 a bucket
   // also decides which rank owns (and keeps optimizer state for) which elements: four
   // buckets give each rank a chunk of every quarter instead of one half of the blocks,
-  // the same number of elements (the equal split holds per bucket). Not under expert
-  // parallelism at ZeRO 1-2 (DataParallel::flat_layout): ep keeps experts whole, and
-  // smaller buckets would split a block's dense elements unevenly between the ranks (the
-  // memory estimate's even split would no longer hold).
+  // the same number of elements (the equal split holds per bucket). Under expert
+  // parallelism at ZeRO 1-2 (DataParallel::flat_layout) ep keeps experts whole, so a
+  // bucket of one block would give the rank owning its first part the block's dense
+  // elements and the next rank mostly experts it does not own: there the quarters are
+  // rounded to whole blocks per rank (whole_blocks = dp, blocks_per_bucket).
   static constexpr int kBlockBuckets = 4;
 
   size_t flat_size() const { return flat_size_; }
@@ -92,6 +96,13 @@ class FlatLayout {
   // The fill limit of a chunk's block buckets (units first+1 .. first+count-1): at most
   // bucket_floats, and at most a 1/min_block_buckets share of the chunk's block gradients.
   size_t block_bucket_cap(int first, int count, size_t bucket_floats, int min_block_buckets) const;
+  // With whole_blocks > 1: how many blocks each of a chunk's block buckets holds (its last
+  // bucket, the chunk's first blocks, the rest), a multiple of whole_blocks, so that with
+  // whole_blocks = dp each rank owns whole blocks of every bucket and as many as every other
+  // rank. 0 (the size rule applies) unless the chunk's blocks are all of one padded size, a
+  // multiple of whole_blocks in number, and the bucket size holds whole_blocks of them.
+  int blocks_per_bucket(int first, int count, size_t bucket_floats, int min_block_buckets,
+                        int whole_blocks) const;
   // Flat offset of a table offset inside unit u.
   size_t flat_of(int u, size_t table_off) const {
     return units_[u].flat + table_off - units_[u].lo;

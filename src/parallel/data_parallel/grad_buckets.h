@@ -19,7 +19,8 @@
 // chunk edge. The block buckets take turns in the other buffers, sized for the largest
 // block bucket: one filling while the previous one is in flight, so two when some chunk
 // has two block buckets or more. When none has (a chunk of one block, or a model smaller
-// than --bucket-mb under expert parallelism, FlatLayout::kBlockBuckets), a second buffer
+// than --bucket-mb whose blocks cannot split evenly under expert parallelism,
+// FlatLayout::blocks_per_bucket), a second buffer
 // would only spare the next pass a wait for the previous reduce-scatter, at the cost of
 // another copy of the chunk's block gradients: one is kept. Each pass opens and
 // closes all of its chunk's buckets, so the chunks share the pool.
