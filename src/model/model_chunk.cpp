@@ -107,13 +107,13 @@ BlockContext ModelChunk::sequence_context(int max_b, const TensorParallelShard& 
     // gpt2: its flash core (--dropout) reads them; its own attention kernels do not.
     positions_.resize(cfg_.seq);
     for (int t = 0; t < cfg_.seq; ++t) positions_[t] = t;
-    return {rope, positions_.data(), nullptr};
+    return {.rope = rope, .positions = positions_.data()};
   }
   const int kv_heads = cfg_.llama() ? cfg_.kv() : cfg_.heads;
   const int kv_width = kv_heads / tp.size * cfg_.head_dim();
   cp_attention_ = std::make_unique<ContextParallelAttention>(cp, whole, size_t(max_b) * cfg_.seq,
                                                              kv_width, mode_);
-  return {rope, cp_attention_->positions(), cp_attention_.get()};
+  return {.rope = rope, .positions = cp_attention_->positions(), .cp = cp_attention_.get()};
 }
 
 size_t ModelChunk::add_block(int layer, const BlockBuilder& build, ParamTable& table,
