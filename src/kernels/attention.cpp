@@ -225,26 +225,6 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   });
 }
 
-size_t attention_backward_scratch_floats(int B, int T, int C, int NH, bool bf16) {
-  const AttentionKernel k = attention_kernel(bf16, C, NH);
-  if (k != AttentionKernel::bf16_amx && k != AttentionKernel::fp32_sgemm) return 0;
-  // One (T, T) gradient-of-probabilities block per (batch, head).
-  return static_cast<size_t>(B) * NH * T * T;
-}
-
-size_t attention_thread_scratch_bytes_of(bool bf16, int T, int C, int NH) {
-  switch (attention_kernel(bf16, C, NH)) {
-    case AttentionKernel::bf16_avx512:
-      return attention_bf16_avx512_scratch_bytes(T, C / NH);
-    case AttentionKernel::bf16_amx_tiles:
-      return attention_amx_scratch_bytes(T, C / NH);
-    case AttentionKernel::fp32_avx512:  // thread_head_gradient and thread_head_probs
-      return 2 * sizeof(float) * size_t(T) * T;
-    default:
-      return 0;
-  }
-}
-
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH, AttentionSaved saved,
                         bool accumulate) {
@@ -266,17 +246,6 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   });
 }
 
-AttentionSaved attention_saved_form(bool bf16, int C, int NH) {
-  switch (attention_kernel(bf16, C, NH)) {
-    case AttentionKernel::bf16_avx512:
-      return AttentionSaved::row_stats_packed;
-    case AttentionKernel::fp32_avx512:
-      return AttentionSaved::row_stats;
-    default:
-      return AttentionSaved::probabilities;
-  }
-}
-
 size_t attention_saved_floats(AttentionSaved saved, int B, int T, int C, int NH) {
   const size_t heads = size_t(B) * NH;
   switch (saved) {
@@ -287,38 +256,6 @@ size_t attention_saved_floats(AttentionSaved saved, int B, int T, int C, int NH)
     default:
       return heads * T * size_t(T);
   }
-}
-
-AttentionKernel attention_kernel(bool bf16, int C, int NH, AmxTiles amx) {
-  const int hd = NH > 0 && C % NH == 0 ? C / NH : 0;
-  if (bf16 && hd > 0 && amx == AmxTiles::allow && attention_amx_supports(hd))
-    return AttentionKernel::bf16_amx_tiles;
-  if (bf16 && hd > 0 && attention_bf16_batched_supports(hd)) return AttentionKernel::bf16_amx;
-  if (bf16 && hd > 0 && attention_bf16_avx512_supports(hd)) return AttentionKernel::bf16_avx512;
-  return hd > 0 && attention_avx512_supports(hd) ? AttentionKernel::fp32_avx512
-                                                 : AttentionKernel::fp32_sgemm;
-}
-
-const char* attention_kernel_name(AttentionKernel k) {
-  switch (k) {
-    case AttentionKernel::bf16_amx_tiles:
-      return "bf16 AMX tiles (TDPBF16PS, scores and softmax per 32 query rows, attention_amx)";
-    case AttentionKernel::bf16_amx:
-      return "bf16 AMX (oneDNN matmuls batched over the heads, attention_bf16_batched)";
-    case AttentionKernel::bf16_avx512:
-      return "bf16 AVX512-BF16 register tiles (attention_bf16_avx512)";
-    case AttentionKernel::fp32_avx512:
-      return "fp32 AVX-512 register tiles (attention_avx512)";
-    case AttentionKernel::fp32_sgemm:
-      return "fp32 oneDNN sgemm per head";
-  }
-  return "";
-}
-
-bool attention_bf16_supported(int C, int NH) {
-  const AttentionKernel k = attention_kernel(true, C, NH);
-  return k == AttentionKernel::bf16_amx_tiles || k == AttentionKernel::bf16_amx ||
-         k == AttentionKernel::bf16_avx512;
 }
 
 void attention_forward_bf16(float* out, float* att, const float* qkv, int B, int T, int C, int NH,

@@ -86,6 +86,56 @@ enum class AttentionKernel { bf16_amx_tiles, bf16_amx, bf16_avx512, fp32_avx512,
 AttentionKernel attention_kernel(bool bf16, int C, int NH, AmxTiles amx = AmxTiles::allow);
 const char* attention_kernel_name(AttentionKernel k);  // for the step breakdown
 
+// What attention_kernel's pick depends on besides the precision and the shape: which kernels
+// this CPU (and build) runs, each at the head dims it takes (the *_head_dim rules below).
+// A calibrated profile records its CPU's (plan/hardware_profile.h, attention_kernels), so
+// that a local plan counts that CPU's kernels wherever the planner runs
+// (model/kernel_target.h).
+struct AttentionIsa {
+  bool fp32_tiles = false;   // attention_avx512: an AVX-512 build
+  bool bf16_tiles = false;   // attention_bf16_avx512: and AVX512-BF16
+  bool amx_batched = false;  // attention_bf16_batched: the bf16 GEMMs run on AMX
+  bool amx_tiles = false;    // attention_amx: AMX, the tile state granted
+  int bits() const;          // 1, 2, 4, 8 in this order (the profile's field)
+  static AttentionIsa from_bits(int bits);
+};
+AttentionIsa attention_isa();  // this CPU's, or a ScopedAttentionIsa's
+// attention_kernel's rule on the given kernels (attention_kernel is this on attention_isa()).
+AttentionKernel attention_kernel_on(const AttentionIsa& isa, bool bf16, int C, int NH,
+                                    AmxTiles amx = AmxTiles::allow);
+// The head dims each kernel takes (attention_avx512_tiles.h KernelHeadDims, attention_amx.cpp
+// AmxHeadDims, attention_bf16_batched_supports; tests/kernels/test_attention_dispatch.cpp
+// checks them against this CPU's predicates).
+constexpr bool attention_tiles_head_dim(int hd) {
+  return hd == 16 || hd == 32 || hd == 64 || hd == 128;
+}
+constexpr bool attention_amx_head_dim(int hd) {
+  return hd == 32 || hd == 64 || hd == 128;
+}
+constexpr bool attention_batched_head_dim(int hd) {
+  return hd == 64 || hd == 128;
+}
+// Tests only: attention_isa() returns `isa` while this lives (process-wide), standing in for
+// another CPU in a dry run's count (model/kernel_target.h). Nothing may run the kernels
+// meanwhile: they would take a kernel this CPU may not have.
+class ScopedAttentionIsa {
+ public:
+  explicit ScopedAttentionIsa(const AttentionIsa& isa);
+  ~ScopedAttentionIsa();
+  ScopedAttentionIsa(const ScopedAttentionIsa&) = delete;
+  ScopedAttentionIsa& operator=(const ScopedAttentionIsa&) = delete;
+
+ private:
+  int saved_;
+};
+
+// What kernel k holds for a shape, whichever CPU runs this process: attention_saved_form,
+// attention_backward_scratch_floats and attention_thread_scratch_bytes_of are these for
+// attention_kernel's pick.
+AttentionSaved attention_saved_form_of(AttentionKernel k);
+size_t attention_backward_scratch_floats_of(AttentionKernel k, int B, int T, int NH);
+size_t attention_thread_scratch_bytes_for(AttentionKernel k, int T, int C, int NH);
+
 // The bf16 block's forms: the result rounded to bf16 as it is stored (bitwise to_bf16 of the
 // fp32-output forms above), out16 (B, T, C) and dqkv16 (B, T, 3C) overwritten. Where the bf16
 // kernels cannot write it directly (no AVX512-BF16, another head dim, or, for the backward,

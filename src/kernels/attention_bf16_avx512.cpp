@@ -330,8 +330,10 @@ bool attention_bf16_avx512_supports(int hd) {
   return KernelHeadDims::supports(hd) && cpu_has_avx512_bf16();
 }
 
+// The sizes below are the kernels' whether or not this CPU runs them: a local plan counts
+// them for its profile's CPU (model/kernel_target.h).
 size_t attention_bf16_avx512_scratch_bytes(int T, int hd) {
-  if (!attention_bf16_avx512_supports(hd)) return 0;
+  if (!KernelHeadDims::supports(hd)) return 0;
   const size_t t = size_t(T), tp = size_t(round_up(T, kKeyBlock)), R = size_t(bf16_rows(hd));
   // Bf16Scratch as the forward and the backward size it: x, yt, b1, b2, rows, t1, t2, ds and
   // p (the scores and P of the row-statistics forms, the ones the engine runs).
@@ -340,7 +342,7 @@ size_t attention_bf16_avx512_scratch_bytes(int T, int hd) {
 }
 
 size_t attention_bf16_avx512_packed_words(int T, int hd) {
-  if (!attention_bf16_avx512_supports(hd)) return 0;
+  if (!KernelHeadDims::supports(hd)) return 0;
   return (size_t(T) + size_t(round_up(T, kKeyBlock))) * size_t(hd) / 2;  // q rows, k blocks
 }
 

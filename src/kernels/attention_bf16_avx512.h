@@ -16,12 +16,13 @@ namespace mt {
 // True when this build and this CPU run these kernels for this head dim (16, 32, 64 or 128).
 bool attention_bf16_avx512_supports(int hd);
 // Bytes of the per-thread buffers the kernels keep for heads of length T and head dim hd
-// (what they grow to; they are never freed).
+// (what they grow to; they are never freed). Like the words below, the kernels' size on any
+// CPU (a local plan counts its profile's CPU: model/kernel_target.h), 0 for a head dim they
+// do not take or in a build without AVX-512.
 size_t attention_bf16_avx512_scratch_bytes(int T, int hd);
 
 // 32-bit words of one head's saved packing (AttentionSaved::row_stats_packed): q as rows of
-// pairs (T, hd / 2), then k as key blocks (T rounded up to 32, hd / 2). 0 where the kernel
-// does not run.
+// pairs (T, hd / 2), then k as key blocks (T rounded up to 32, hd / 2).
 size_t attention_bf16_avx512_packed_words(int T, int hd);
 
 // As attention_head_forward_avx512 / attention_head_backward_avx512, with bf16 products.

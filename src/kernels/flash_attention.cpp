@@ -75,6 +75,14 @@ size_t flash_attention_backward_scratch_floats(const FlashAttention& a) {
   return flash::backward_scratch_floats(a, flash::select_tiles(a), omp_get_max_threads());
 }
 
+size_t flash_attention_forward_scratch_floats(const FlashAttention& a, int workers) {
+  return flash::forward_scratch_floats(a, flash::tiles_portable(), workers);
+}
+
+size_t flash_attention_backward_scratch_floats(const FlashAttention& a, int workers) {
+  return flash::backward_scratch_floats(a, flash::tiles_portable(), workers);
+}
+
 namespace {
 
 // The forward's phase and checks around the kernel (`run` with the tiles chosen), for the

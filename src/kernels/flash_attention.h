@@ -85,6 +85,12 @@ struct FlashAttention {
 // Scratch for one call at the calling thread's omp_get_max_threads().
 size_t flash_attention_forward_scratch_floats(const FlashAttention& a);
 size_t flash_attention_backward_scratch_floats(const FlashAttention& a);
+// The same for a team of `workers` threads on any CPU: the portable tiles' layouts, which the
+// fp32 AVX-512 tiles share and which the bf16 tiles' pairs halve on the key side (their row
+// side the same up to the rounding to 16 floats), whatever tiles this CPU would pick. A local
+// plan counts this for its profile's ranks (model/kernel_target.h).
+size_t flash_attention_forward_scratch_floats(const FlashAttention& a, int workers);
+size_t flash_attention_backward_scratch_floats(const FlashAttention& a, int workers);
 
 // out (B * Tq rows, stride ldo; H * hd), lse (B, H, Tq) of the scaled scores.
 // accumulate false: overwritten (rows without a visible key: out 0, lse -inf).

@@ -265,8 +265,12 @@ std::string bf16_primitive_isa() {
 // Whether the weight gradient multiplies a transposed copy of dout (matmul_bf16_backward_weight):
 // only on the primitive, as the JIT gemm routine reads a transposed A at its plain rate
 // (measured: at most 1-3 % apart), and only where dout is the smaller operand.
+bool weight_grad_copies_dout_on(Bf16GemmPath path, int N, int C, int OC) {
+  return path == Bf16GemmPath::primitive && OC <= C && N > 0;
+}
+
 bool weight_grad_copies_dout(int N, int C, int OC) {
-  return matmul_bf16_path() == Bf16GemmPath::primitive && OC <= C && N > 0;
+  return weight_grad_copies_dout_on(matmul_bf16_path(), N, C, OC);
 }
 
 }  // namespace
@@ -298,6 +302,12 @@ void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weigh
 
 size_t matmul_bf16_weight_grad_scratch_bytes(int N, int C, int OC) {
   return weight_grad_copies_dout(N, C, OC) ? size_t(N) * size_t(OC) * sizeof(bf16) : 0;
+}
+
+size_t matmul_bf16_weight_grad_scratch_bytes_any_cpu(int N, int C, int OC) {
+  return weight_grad_copies_dout_on(Bf16GemmPath::primitive, N, C, OC)
+             ? size_t(N) * size_t(OC) * sizeof(bf16)
+             : 0;
 }
 
 void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,

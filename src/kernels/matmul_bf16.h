@@ -33,6 +33,10 @@ void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout,
 // (N, OC), kept thread_local and only grown (so a thread keeps the largest of its calls');
 // the other paths read dout as it is and keep nothing.
 size_t matmul_bf16_weight_grad_scratch_bytes(int N, int C, int OC);
+// The same on any CPU: the most a path keeps, the primitive's copy (the path AMX CPUs and CPUs
+// without the JIT routine take by default; Bf16GemmPath below). A local plan counts this for
+// its profile's CPU, which the profile does not tell apart (model/kernel_target.h).
+size_t matmul_bf16_weight_grad_scratch_bytes_any_cpu(int N, int C, int OC);
 
 // dst (cols, rows) = src (rows, cols)^T, row-major both (any sizes).
 void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols);

@@ -119,9 +119,11 @@ struct BlockContext {
   ContextParallelAttention* cp = nullptr;
   // --dropout > 0: the chunk's dropout state, pointing at the running microbatch.
   const DropoutState* dropout = nullptr;
-  // A dry run for a GPU preset (model/kernel_target.h): the attention core counted as a fused
-  // GPU kernel keeps it, not as this CPU's dispatch would.
+  // A dry run for a GPU preset or a local plan's profile (model/kernel_target.h): the
+  // attention core and the kernels' scratch counted as that device's kernels keep them, not
+  // as this CPU's dispatch would; profile: what the profile says of its CPU.
   KernelTarget kernels = KernelTarget::this_host;
+  ProfileKernels profile;
 };
 
 // The block of cfg.arch for layer `layer` (the arguments as GptBlock's).

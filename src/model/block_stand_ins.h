@@ -21,10 +21,14 @@ namespace mt {
 
 class BlockStandIns {
  public:
-  // target: whose kernels the dry run counts (model/kernel_target.h); every chunk built with
-  // these stand-ins counts the same.
-  explicit BlockStandIns(KernelTarget target = KernelTarget::this_host) : target_(target) {}
+  // target: whose kernels the dry run counts (model/kernel_target.h), profile what the
+  // profile says of them (KernelTarget::profile); every chunk built with these stand-ins
+  // counts the same.
+  explicit BlockStandIns(KernelTarget target = KernelTarget::this_host,
+                         const ProfileKernels& profile = {})
+      : target_(target), profile_(profile) {}
   KernelTarget target() const { return target_; }
+  const ProfileKernels& profile() const { return profile_; }
 
   struct StandIn {
     std::unique_ptr<ParamTable> table;  // the block's entries (it points into them)
@@ -52,6 +56,7 @@ class BlockStandIns {
 
  private:
   KernelTarget target_;
+  ProfileKernels profile_;
   std::map<int, StandIn> stand_ins_;
 };
 

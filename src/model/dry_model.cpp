@@ -24,7 +24,7 @@ class DryExchange final : public TokenExchange {
 }  // namespace
 
 DryModel::DryModel(const ModelConfig& cfg, const DryModelShape& shape)
-    : cfg_(cfg), shape_(shape), stand_ins_(shape.target) {
+    : cfg_(cfg), shape_(shape), stand_ins_(shape.target, shape.profile) {
   cfg.validate();
   if (shape.ep > 1) exchange_ = std::make_unique<DryExchange>(shape.ep);
 }

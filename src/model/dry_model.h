@@ -33,6 +33,7 @@ struct DryModelShape {
   Recompute recompute = Recompute::none;
   Precision precision = Precision::fp32;
   KernelTarget target = KernelTarget::this_host;  // whose kernels (model/kernel_target.h)
+  ProfileKernels profile;                         // what a profile says of them (profile)
 };
 
 // What one rank's chunks hold.

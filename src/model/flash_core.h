@@ -30,6 +30,11 @@ namespace mt {
 inline size_t flash_core_backward_scratch_floats(const FlashAttention& a) {
   return flash_attention_backward_scratch_floats(a) + size_t(a.B) * a.H * a.Tq;
 }
+// The same for a team of `workers` on any CPU (kernels/flash_attention.h; a local plan's
+// count for its profile, model/kernel_target.h).
+inline size_t flash_core_backward_scratch_floats(const FlashAttention& a, int workers) {
+  return flash_attention_backward_scratch_floats(a, workers) + size_t(a.B) * a.H * a.Tq;
+}
 
 // cp null: one worker. scratch: the forward scratch of a.
 template <class Ops>

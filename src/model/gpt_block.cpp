@@ -42,7 +42,8 @@ GptBlock::GptBlock(int layer, const ModelConfig& cfg, const TensorParallelShard&
   NHl_ = cfg.heads / tp.size;
   Cl_ = NHl_ * cfg.head_dim();
   Hl_ = cfg.hidden() / tp.size;
-  saved_ = attention_saved_form(bf16_, Cl_, NHl_);
+  kernel_ = counted_attention_kernel(context.kernels, context.profile, bf16_, Cl_, NHl_);
+  saved_ = attention_saved_form_of(kernel_);
   keep_dx_mid16_ = bf16_ && !sp_ && !dropout_;
   // Selective recomputation drops the (b, NH, T, T) probabilities. Where the kernel keeps row
   // statistics instead (2 floats a row) there is nothing of that size to drop, so the block
@@ -167,11 +168,12 @@ size_t GptBlock::linear_scratch_bytes() const {
   // Every linear's weight gradient runs on all b T rows of a microbatch (gathered under
   // sequence parallelism); an MoE block's dense MLP is not built.
   const int N = max_b_ * T_;
-  size_t bytes =
-      std::max(qkv_.weight_grad_scratch_bytes(N), attn_proj_.weight_grad_scratch_bytes(N));
+  const bool any = context_.kernels == KernelTarget::profile;  // model/kernel_target.h
+  size_t bytes = std::max(qkv_.weight_grad_scratch_bytes(N, any),
+                          attn_proj_.weight_grad_scratch_bytes(N, any));
   if (!moe_)
-    bytes =
-        std::max({bytes, fc_.weight_grad_scratch_bytes(N), mlp_proj_.weight_grad_scratch_bytes(N)});
+    bytes = std::max({bytes, fc_.weight_grad_scratch_bytes(N, any),
+                      mlp_proj_.weight_grad_scratch_bytes(N, any)});
   return bytes;
 }
 
@@ -209,17 +211,21 @@ void GptBlock::bind(float* params, float* grads) {
 size_t GptBlock::attention_scratch_floats() const {
   // A GPU's fused backward: the rows' D only, its tiles on chip (model/kernel_target.h).
   if (gpu_kernels_) return size_t(max_b_) * NHl_ * T_;
-  if (flash_) return flash_core_backward_scratch_floats(flash_args(nullptr, max_b_, T_));
-  return attention_backward_scratch_floats(max_b_, T_, Cl_, NHl_, bf16_);
+  if (flash_)
+    return counted_flash_core_backward_scratch_floats(context_.kernels, context_.profile,
+                                                      flash_args(nullptr, max_b_, T_));
+  return attention_backward_scratch_floats_of(kernel_, max_b_, T_, NHl_);
 }
 
 size_t GptBlock::attention_thread_scratch_bytes() const {
-  return flash_ ? 0 : attention_thread_scratch_bytes_of(bf16_, T_, Cl_, NHl_);
+  return flash_ ? 0 : attention_thread_scratch_bytes_for(kernel_, T_, Cl_, NHl_);
 }
 
 size_t GptBlock::forward_scratch_floats() const {
   if (gpu_kernels_) return 0;  // a GPU's fused forward keeps its tiles on chip
-  if (flash_) return flash_attention_forward_scratch_floats(flash_args(nullptr, max_b_, T_));
+  if (flash_)
+    return counted_flash_forward_scratch_floats(context_.kernels, context_.profile,
+                                                flash_args(nullptr, max_b_, T_));
   return recompute_attention_ ? attention_saved_floats(saved_, max_b_, T_, Cl_, NHl_) : 0;
 }
 

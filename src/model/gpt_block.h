@@ -168,6 +168,9 @@ class GptBlock final : public Block {
   // What `att` keeps between forward and backward: the probabilities, or where the kernel
   // recomputes them, each row's maximum and 1 / sum (kernels/attention.h).
   AttentionSaved saved_ = AttentionSaved::probabilities;
+  // The attention kernel whose form and scratch the block counts: this CPU's, or in a dry
+  // run for a local plan its profile's (model/kernel_target.h).
+  AttentionKernel kernel_ = AttentionKernel::fp32_sgemm;
   Norm ln1_{}, ln2_{};
   LinearParams qkv_p_, attn_proj_p_, fc_p_, mlp_proj_p_;  // fc, mlp_proj unused in an MoE block
   tp::ColumnParallelLinear qkv_, fc_;

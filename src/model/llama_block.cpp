@@ -184,10 +184,12 @@ size_t LlamaBlock::linear_scratch_bytes() const {
   // Every linear's weight gradient runs on all b T rows of a microbatch (gathered under
   // sequence parallelism); an MoE block's dense MLP is not built.
   const int N = max_b_ * T_;
-  size_t bytes = std::max(qkv_.weight_grad_scratch_bytes(N), o_proj_.weight_grad_scratch_bytes(N));
+  const bool any = context_.kernels == KernelTarget::profile;  // model/kernel_target.h
+  size_t bytes =
+      std::max(qkv_.weight_grad_scratch_bytes(N, any), o_proj_.weight_grad_scratch_bytes(N, any));
   if (!moe_)
-    bytes = std::max(
-        {bytes, gate_up_.weight_grad_scratch_bytes(N), down_.weight_grad_scratch_bytes(N)});
+    bytes = std::max({bytes, gate_up_.weight_grad_scratch_bytes(N, any),
+                      down_.weight_grad_scratch_bytes(N, any)});
   return bytes;
 }
 
@@ -203,7 +205,8 @@ void LlamaBlock::bf16_copies(std::vector<Bf16CopyTarget>& out) const {
 
 size_t LlamaBlock::forward_scratch_floats() const {
   if (context_.kernels == KernelTarget::gpu) return 0;  // a GPU's fused forward: tiles on chip
-  return flash_attention_forward_scratch_floats(attention_args(nullptr, max_b_, T_));
+  return counted_flash_forward_scratch_floats(context_.kernels, context_.profile,
+                                              attention_args(nullptr, max_b_, T_));
 }
 
 size_t LlamaBlock::attention_scratch_floats() const {
@@ -214,7 +217,8 @@ size_t LlamaBlock::attention_scratch_floats() const {
   const size_t attention =
       context_.kernels == KernelTarget::gpu
           ? size_t(max_b_) * Hl_ * T_
-          : flash_core_backward_scratch_floats(attention_args(nullptr, max_b_, T_));
+          : counted_flash_core_backward_scratch_floats(context_.kernels, context_.profile,
+                                                       attention_args(nullptr, max_b_, T_));
   return std::max(bf16_ || !has_mlp_ ? 0 : N * Fl_, attention);
 }
 

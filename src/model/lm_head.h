@@ -46,8 +46,11 @@ class LMHead {
   size_t bf16_stage_floats() const;
   size_t bf16_gather_values() const;
   size_t bf16_weight_bytes() const { return head_.bf16_weight_bytes(); }
-  // Bytes the head's weight gradient keeps on the rank's thread (Block::linear_scratch_bytes).
-  size_t linear_scratch_bytes() const { return head_.weight_grad_scratch_bytes(max_n_); }
+  // Bytes the head's weight gradient keeps on the rank's thread (Block::linear_scratch_bytes;
+  // any_cpu: the most any CPU's bf16 path keeps, tensor_parallel/column_parallel_linear.h).
+  size_t linear_scratch_bytes(bool any_cpu = false) const {
+    return head_.weight_grad_scratch_bytes(max_n_, any_cpu);
+  }
   void bf16_copies(std::vector<Bf16CopyTarget>& out) const { head_.bf16_copies(out); }
   // (b*T, C) floats the head may use between calls (sequence parallelism).
   void set_scratch(float* scratch) { scratch_.scratch = scratch; }

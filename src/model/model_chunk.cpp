@@ -59,7 +59,11 @@ void ModelChunk::build_layers(const TensorParallelShard& tp, int max_b, ParamTab
   // contiguous in the arena: ZeRO shards and gathers each unit as one range.
   const size_t first = table.entries().size();
   BlockContext context = sequence_context(max_b, tp, cp);
-  if (dry) context.kernels = dry->target();  // a dry run's stand-ins say whose kernels
+  if (dry) {  // a dry run's stand-ins say whose kernels
+    context.kernels = dry->target();
+    context.profile = dry->profile();
+  }
+  kernels_ = context.kernels;
   dropout_.set_positions(context.positions, cfg_.seq * cp.size);
   if (dropout_.enabled()) context.dropout = dropout_.state();
   // Under cp the learned position table is read at the rows' true positions.
@@ -103,13 +107,13 @@ BlockContext ModelChunk::sequence_context(int max_b, const TensorParallelShard& 
     // gpt2: its flash core (--dropout) reads them; its own attention kernels do not.
     positions_.resize(cfg_.seq);
     for (int t = 0; t < cfg_.seq; ++t) positions_[t] = t;
-    return {rope, positions_.data(), nullptr};
+    return {.rope = rope, .positions = positions_.data()};
   }
   const int kv_heads = cfg_.llama() ? cfg_.kv() : cfg_.heads;
   const int kv_width = kv_heads / tp.size * cfg_.head_dim();
   cp_attention_ = std::make_unique<ContextParallelAttention>(cp, whole, size_t(max_b) * cfg_.seq,
                                                              kv_width, mode_);
-  return {rope, cp_attention_->positions(), cp_attention_.get()};
+  return {.rope = rope, .positions = cp_attention_->positions(), .cp = cp_attention_.get()};
 }
 
 size_t ModelChunk::add_block(int layer, const BlockBuilder& build, ParamTable& table,
@@ -214,7 +218,8 @@ ChunkFootprint ModelChunk::footprint() const {
       f.rank_scratch_bytes = std::max(f.rank_scratch_bytes, k.per_rank);
     }
   if (head_)
-    f.linear_scratch_bytes = std::max(f.linear_scratch_bytes, head_->linear_scratch_bytes());
+    f.linear_scratch_bytes = std::max(
+        f.linear_scratch_bytes, head_->linear_scratch_bytes(kernels_ == KernelTarget::profile));
   if (cp_attention_) f.workspace_floats += cp_attention_->workspace_floats();
   f.bf16_weight_bytes = bf16_weight_bytes();
   return f;

@@ -223,6 +223,7 @@ class ModelChunk {
   ChunkHooks* hooks_ = nullptr;
   bool full_ = false;  // Recompute::full
   Arena::Mode mode_ = Arena::Mode::allocate;
+  KernelTarget kernels_ = KernelTarget::this_host;  // a dry run's (model/kernel_target.h)
   std::vector<std::pair<size_t, size_t>> unit_range_;
   std::vector<UnitSize> units_;
   std::unique_ptr<EmbeddingLayer> embedding_;

@@ -114,7 +114,7 @@ const std::vector<Probe> kProbes = {
      measure_memory_bw,
      "one thread streaming y += x over 32 MiB",
      {{"stream", "memory_bw", 1e-9, "GB/s"}}},
-    {{"attention_fwd_flops", "attention_bwd_flops", "attention_row_stats"},
+    {{"attention_fwd_flops", "attention_bwd_flops", "attention_row_stats", "attention_kernels"},
      0.1,
      true,
      nullptr,

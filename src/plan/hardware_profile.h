@@ -75,6 +75,13 @@ struct HardwareProfile {
   // probe's shape (kernels/attention.h attention_saved_form), where --recompute selective
   // has nothing to drop and does not rerun the core (gpt_block.cpp, stop 47).
   double attention_row_stats = 0, attention_row_stats_bf16 = 0;
+  // Local only (0 = not measured: the register tiles where attention_row_stats[_bf16] says,
+  // else none): the attention kernels the CPU runs (kernels/attention.h AttentionIsa::bits:
+  // 1 the fp32 AVX-512 tiles, 2 the AVX512-BF16 tiles, 4 oneDNN's batched AMX matmuls, 8 the
+  // AMX tiles, summed), from which a local plan's memory counts the kernel, saved form and
+  // scratch the CPU picks at every head dim (plan/memory_model.h profile_kernels), not the
+  // planner's host's.
+  double attention_kernels = 0;
   // Local only (0 = not measured: a cp rank's attention core is priced at the whole
   // sequence's FLOPs): what the engine's context-parallel attention (the ring's per-step flash
   // calls, their merges and the block's copies) costs one cp rank over 1 / cp of the

@@ -278,6 +278,9 @@ void measure_attention(HardwareProfile& h, const ProbeRun& run) {
   std::tie(h.attention_fwd_flops, h.attention_bwd_flops) =
       attention_rates(Precision::fp32, run.seconds);
   h.attention_row_stats = attention_keeps_row_stats(false);
+  // The kernels the attention core picks from at every head dim and precision: what a local
+  // plan's memory counts for this CPU (model/kernel_target.h).
+  h.attention_kernels = attention_isa().bits();
 }
 
 // The slower of GELU and LayerNorm forward over 1 Mi elements, per element.

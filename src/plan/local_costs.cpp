@@ -12,6 +12,7 @@
 #include "model/moe_layer.h"
 #include "plan/cost_model.h"
 #include "plan/cp_attention_factor.h"
+#include "plan/memory_model.h"
 #include "plan/overlapped_exchange.h"
 #include "plan/time_model.h"
 #include "schedule/schedule_kind.h"
@@ -204,12 +205,15 @@ Passes conversions(const CostContext& c, bool moe) {
 // Whether --recompute selective reruns the attention core in the engine's block. The llama
 // block keeps its row statistics in every mode (llama_block.h), and so does the flash path
 // a cp run takes (gpt_block.cpp); the gpt2 block drops only the (b, NH, T, T) probabilities,
-// so where its kernel keeps row statistics instead (the calibrated attention_row_stats*)
-// there is nothing to drop and nothing to rerun.
+// so where its kernel keeps row statistics instead (the calibrated attention_row_stats* at a
+// head dim its register tiles take) there is nothing to drop and nothing to rerun: the
+// kernel the plan's memory counts (memory_model.h, model/kernel_target.h).
 bool selective_reruns_core(const CostContext& c) {
   if (c.r.model.llama() || c.l.cp > 1) return false;
-  const HardwareProfile& hw = c.r.hardware;
-  return (c.local_bf16 ? hw.attention_row_stats_bf16 : hw.attention_row_stats) < 0.5;
+  const int hd = c.r.model.head_dim();
+  const AttentionKernel k = counted_attention_kernel(
+      KernelTarget::profile, profile_kernels(c.r.hardware), c.local_bf16, hd, 1);
+  return attention_saved_form_of(k) == AttentionSaved::probabilities;
 }
 
 BlockCosts block(const CostContext& c, int layer, double cover) {

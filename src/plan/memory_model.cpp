@@ -25,9 +25,11 @@ PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedu
   if (!r.hardware.local && r.hardware.paper_memory) return software_memory(r, l, schedule);
   const MemoryBounds bounds = memory_bounds(r, l, schedule);
   if (bounds.upper > kMaxEstimateBytes) return lower_bound_memory(bounds);
-  // A GPU preset counts a GPU's kernels, never this host's (model/kernel_target.h).
-  const KernelTarget target = r.hardware.local ? KernelTarget::this_host : KernelTarget::gpu;
-  const MemoryEstimate e = estimate_rank_memory(train_options(r, l), schedule, target);
+  // Never this host's kernels (model/kernel_target.h): a GPU preset counts a GPU's, a local
+  // plan the CPU its profile was calibrated on.
+  const KernelTarget target = r.hardware.local ? KernelTarget::profile : KernelTarget::gpu;
+  const MemoryEstimate e =
+      estimate_rank_memory(train_options(r, l), schedule, target, profile_kernels(r.hardware));
   PlannedMemory m;
   m.pp_stage = e.pp_stage;
   m.params = e.params_bytes;
@@ -46,6 +48,21 @@ PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedu
     m.buffers -= e.workspace_bytes / 2;
   }
   return m;
+}
+
+ProfileKernels profile_kernels(const HardwareProfile& h) {
+  ProfileKernels k;
+  if (h.attention_kernels >= 1) {
+    k.attention = AttentionIsa::from_bits(int(h.attention_kernels + 0.5));
+  } else {
+    // A profile calibrated before attention_kernels: the register tiles where the probe's
+    // kernel kept row statistics (fp32: the AVX-512 tiles; bf16: the AVX512-BF16 tiles, or
+    // an AVX-512 CPU's fp32 tiles without them, which such a profile does not tell apart:
+    // counted as the former, whose saved form is the larger), nothing else.
+    k.attention.fp32_tiles = h.attention_row_stats >= 0.5;
+    k.attention.bf16_tiles = h.attention_row_stats_bf16 >= 0.5;
+  }
+  return k;
 }
 
 int64_t usable_bytes_per_rank(const PlanRequest& r) {

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "model/kernel_target.h"
 #include "plan/layout.h"
 #include "schedule/schedule.h"
 
@@ -46,6 +47,12 @@ PlannedMemory planned_memory(const PlanRequest& r, const Layout& l, const Schedu
 // most kMaxEstimateBytes.
 struct MemoryBounds;
 PlannedMemory lower_bound_memory(const MemoryBounds& b);
+
+// What a local profile says of its CPU's kernels, for the memory a local plan counts
+// (model/kernel_target.h): the calibrated attention_kernels, or in a profile without them
+// the register tiles its attention_row_stats[_bf16] name (neither: the probabilities' kernels,
+// as local_costs.cpp prices the time). The threads come from the plan.
+ProfileKernels profile_kernels(const HardwareProfile& h);
 
 // Bytes a device offers to one rank: a GPU's capacity less kGpuReserveBytes; locally the
 // machine's memory shared by every rank.

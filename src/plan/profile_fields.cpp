@@ -132,6 +132,7 @@ std::vector<ProfileField> make_fields() {
       rate("attention_bf16_bwd_flops", &H::attention_bf16_bwd_flops, true),
       {"attention_row_stats", &H::attention_row_stats, 0, 1},
       {"attention_row_stats_bf16", &H::attention_row_stats_bf16, 0, 1},
+      {"attention_kernels", &H::attention_kernels, 0, 15},
       ratio("cp2_attention_factor", &H::cp2_attention_factor),
       ratio("cp4_attention_factor", &H::cp4_attention_factor),
       ratio("cp2_attention_factor_bf16", &H::cp2_attention_factor_bf16),

@@ -36,8 +36,9 @@ class ColumnParallelLinear {
   size_t bf16_weight_bytes() const { return w16_ ? w16_->bytes() : 0; }
   // The scratch its weight gradient of N rows leaves on the calling thread (the transposed
   // fp32 orientation's copy, or the primitive's transposed bf16 dout: kernels/
-  // matmul_weight_grad.h, kernels/matmul_bf16.h), for the memory estimate.
-  size_t weight_grad_scratch_bytes(int N) const;
+  // matmul_weight_grad.h, kernels/matmul_bf16.h), for the memory estimate. any_cpu: the
+  // most any CPU's bf16 path keeps (a local plan's count for its profile's CPU).
+  size_t weight_grad_scratch_bytes(int N, bool any_cpu = false) const;
   // --precision bf16: this layer's plain weight copy and its bound weights, when its GEMMs
   // read one (kernels/bf16_weight.h, Bf16CopyTarget).
   void bf16_copies(std::vector<Bf16CopyTarget>& out) const {

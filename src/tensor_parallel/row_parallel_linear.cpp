@@ -25,9 +25,10 @@ void add_bias_rows(float* y, const float* bias, int N, int C) {
 RowParallelLinear::RowParallelLinear(const TensorParallelShard& tp, int in, int out)
     : comm_(tp.comm), sp_(tp.splits_sequence()), tp_size_(tp.size), in_(in), out_(out) {}
 
-size_t RowParallelLinear::weight_grad_scratch_bytes(int N) const {
-  return w16_ ? matmul_bf16_weight_grad_scratch_bytes(N, in_, out_)
-              : fp32_weight_grad_scratch_bytes(in_, out_);
+size_t RowParallelLinear::weight_grad_scratch_bytes(int N, bool any_cpu) const {
+  if (!w16_) return fp32_weight_grad_scratch_bytes(in_, out_);
+  return any_cpu ? matmul_bf16_weight_grad_scratch_bytes_any_cpu(N, in_, out_)
+                 : matmul_bf16_weight_grad_scratch_bytes(N, in_, out_);
 }
 
 void RowParallelLinear::bind(const float* w, const float* b, float* dw, float* db) {

@@ -31,7 +31,7 @@ int microbatch_size(const TrainOptions& o) {
   return o.optim.batch / split;
 }
 
-DryModelShape dry_shape(const TrainOptions& o, KernelTarget target) {
+DryModelShape dry_shape(const TrainOptions& o, KernelTarget target, ProfileKernels profile) {
   const ParallelOptions& par = o.parallel;
   DryModelShape shape;
   shape.tp = par.tp;
@@ -42,6 +42,8 @@ DryModelShape dry_shape(const TrainOptions& o, KernelTarget target) {
   shape.recompute = o.optim.recompute;
   shape.precision = o.optim.precision;
   shape.target = target;
+  profile.threads = o.optim.threads;  // a profile's ranks run the plan's --threads
+  shape.profile = profile;
   return shape;
 }
 
@@ -84,8 +86,8 @@ struct StageUnits {
 // the largest chunk's: per OpenMP thread, `threads` of them, and once on the rank's own),
 // the linears' weight-gradient scratch (the largest layer's, once on the rank's own thread),
 // and GPT's own table-layout arenas (parameters and gradients: at startup, and again at the
-// end of training). The thread_local buffers are this host's CPU kernels': none for a GPU
-// target (model/kernel_target.h).
+// end of training). The thread_local buffers are the CPU kernels' (this host's or a local
+// plan's profile's): none for a GPU target (model/kernel_target.h).
 StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank, int threads,
                      KernelTarget target) {
   StageUnits u;
@@ -106,7 +108,7 @@ StageUnits add_model(MemoryEstimate& e, const RankFootprint& rank, int threads,
     per_rank = std::max(per_rank, c.rank_scratch_bytes);
     per_linear = std::max(per_linear, c.linear_scratch_bytes);
   }
-  if (target == KernelTarget::this_host)
+  if (target != KernelTarget::gpu)
     e.workspace_bytes +=
         int64_t(threads) * int64_t(per_thread) + int64_t(per_rank) + int64_t(per_linear);
   e.model_arenas_bytes = 2 * int64_t(end) * kFloat;
@@ -204,13 +206,13 @@ MemoryEstimate estimate_rank_memory(const TrainOptions& o) {
 }
 
 MemoryEstimate estimate_rank_memory(const TrainOptions& given, const Schedule& schedule,
-                                    KernelTarget target) {
+                                    KernelTarget target, const ProfileKernels& profile) {
   // Under context parallelism a rank's blocks run seq / cp rows of each sequence (the model
   // a rank builds, train/session.cpp); ZeRO is counted over dp alone, which over-counts.
   TrainOptions o = given;
   o.model = cp_rank_model(o.model, o.parallel.cp);
   const int pp = o.parallel.pp;
-  DryModel model(o.model, dry_shape(o, target));
+  DryModel model(o.model, dry_shape(o, target, profile));
   const std::vector<std::vector<ChunkSpec>> stages = stage_specs(o);
   std::map<std::vector<int>, StageState> states;
   MemoryEstimate best;

@@ -76,10 +76,12 @@ MemoryEstimate estimate_rank_memory(const TrainOptions& o);
 // schedule and virtual stages; ignored without pp): the planner estimates thousands of
 // layouts that share a few schedules. One dry run per call, a few blocks whatever the
 // model's depth. target: whose kernels are counted (model/kernel_target.h): this host's (the
-// trainer's check, local plans), or a GPU's (the planner's GPU presets: the fused
-// attention's saved form and workspaces, no CPU kernel's scratch).
+// trainer's check), a calibrated profile's CPU (the planner's local plans: profile says what
+// of its kernels, its threads taken from o's --threads), or a GPU's (the planner's GPU
+// presets: the fused attention's saved form and workspaces, no CPU kernel's scratch).
 MemoryEstimate estimate_rank_memory(const TrainOptions& o, const Schedule& schedule,
-                                    KernelTarget target = KernelTarget::this_host);
+                                    KernelTarget target = KernelTarget::this_host,
+                                    const ProfileKernels& profile = {});
 
 // Ranks sharing this machine's memory: every rank for the local backend (threads of one
 // process), the launcher's processes on this host under --backend mpi (else 1).
