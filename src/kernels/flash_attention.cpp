@@ -75,6 +75,10 @@ size_t flash_attention_backward_scratch_floats(const FlashAttention& a) {
   return flash::backward_scratch_floats(a, flash::select_tiles(a), omp_get_max_threads());
 }
 
+size_t flash_attention_packed_floats(const FlashAttention& a) {
+  return size_t(a.B) * flash::packed_qk(a, flash::select_tiles(a)).sequence;
+}
+
 namespace {
 
 // The forward's phase and checks around the kernel (`run` with the tiles chosen), for the
