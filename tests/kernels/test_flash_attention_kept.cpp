@@ -16,7 +16,7 @@
 namespace mt::test {
 namespace {
 
-struct Run {
+struct Pass {
   Result r;
   Bufs din;
 };
@@ -24,13 +24,13 @@ struct Run {
 // Forward then backward with a kept packing of `kept` (resized, so null is never passed), or
 // without one (kept null); `touch` edits the kept packing between the two.
 template <class Touch>
-Run run_with(const FlashSetup& s, const Bufs& in, const Buf& dout, Buf* kept, Touch touch) {
+Pass run_with(const FlashSetup& s, const Bufs& in, const Buf& dout, Buf* kept, Touch touch) {
   FlashAttention a = s.args(in);
   if (kept) {
     kept->assign(flash_attention_packed_floats(a), 0.0f);
     a.packed = kept->data();
   }
-  Run run{{Buf(s.out_size(), 0.0f), Buf(s.lse_size(), 0.0f)}, {}};
+  Pass run{{Buf(s.out_size(), 0.0f), Buf(s.lse_size(), 0.0f)}, {}};
   Buf fs(flash_attention_forward_scratch_floats(a));
   flash_attention_forward(run.r.out.data(), s.ldo(), run.r.lse.data(), a, false, fs);
   if (kept) touch(*kept);
@@ -49,9 +49,9 @@ TEST_P(FlashAttentionKept, KeptPackingGivesThePackedPerCallBits) {
   const FlashSetup s(GetParam());
   const Bufs in = s.inputs(71);
   const Buf dout = random_normal(s.out_size(), 72);
-  const Run want = run_with(s, in, dout, nullptr, [](Buf&) {});
+  const Pass want = run_with(s, in, dout, nullptr, [](Buf&) {});
   Buf kept;
-  const Run got = run_with(s, in, dout, &kept, [](Buf&) {});
+  const Pass got = run_with(s, in, dout, &kept, [](Buf&) {});
   std::printf("path %s, kept %zu floats\n", flash_attention_path(s.args(in)), kept.size());
   EXPECT_TRUE(std::any_of(kept.begin(), kept.end(), [](float x) { return x != 0.0f; }));
   EXPECT_EQ(got.r.out, want.r.out);
@@ -65,10 +65,10 @@ TEST_P(FlashAttentionKept, BackwardReadsTheKeptPacking) {
   const Bufs in = s.inputs(81);
   const Buf dout = random_normal(s.out_size(), 82);
   Buf kept;
-  const Run as_kept = run_with(s, in, dout, &kept, [](Buf&) {});
+  const Pass as_kept = run_with(s, in, dout, &kept, [](Buf&) {});
   // Halved, the kept q and K are another operand (bf16 pairs stay bf16): if the backward packs
   // q and k again instead, it never sees the change.
-  const Run halved = run_with(s, in, dout, &kept, [](Buf& k) {
+  const Pass halved = run_with(s, in, dout, &kept, [](Buf& k) {
     for (float& x : k) x *= 0.5f;
   });
   EXPECT_EQ(halved.r.out, as_kept.r.out);
