@@ -83,6 +83,11 @@ size_t flash_attention_backward_scratch_floats(const FlashAttention& a, int work
   return flash::backward_scratch_floats(a, flash::tiles_portable(), workers);
 }
 
+size_t flash_attention_packed_floats(const FlashAttention& a, bool any_cpu) {
+  const flash::Tiles& t = any_cpu ? flash::tiles_portable() : flash::select_tiles(a);
+  return size_t(a.B) * flash::packed_qk(a, t).sequence;
+}
+
 namespace {
 
 // The forward's phase and checks around the kernel (`run` with the tiles chosen), for the

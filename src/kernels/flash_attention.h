@@ -20,7 +20,10 @@
 //              splits a kv head's key blocks into C chunks (round robin; C > 1 only when Hkv <
 //              4) with one dq partial each, summed in order. Even B = 1, Hkv = 1 has tasks.
 //   memory     O(T): caller scratch of one sequence's packed q (and dout), K, V, the C dq
-//              partials and per-thread tiles; never a (Tq, Tk) buffer.
+//              partials and per-thread tiles; never a (Tq, Tk) buffer. With a.packed the
+//              forward's packed q and K of every sequence are kept (the caller's buffer) and
+//              the backward reads them: it packs only dout, V and the reduction layouts. The
+//              same packers on the same rows, so the bits are those of packing again.
 //   merge      accumulate: (out, lse) already hold a softmax over other keys; the new block's
 //              (o, l) is merged in fp32 with log-sum-exp weights. lse = -inf marks "no key seen"
 //              (out 0), which a merge ignores: a ring step's fully masked rows are harmless.
@@ -80,6 +83,10 @@ struct FlashAttention {
   FlashDropout dropout;   // while training with --dropout
   bool portable = false;  // force the portable loops (tests and benchmarks compare the paths)
   bool amx = true;        // false: the AVX512-BF16 tiles even where AMX runs (the fallback)
+  // One worker (never a ring step): flash_attention_packed_floats(a) slots where the forward
+  // packs q (rotated) and K (rotated) of every sequence, kept for the backward of the same
+  // operands, which reads them there instead of packing them again. Null: packed per call.
+  float* packed = nullptr;
 };
 
 // Scratch for one call at the calling thread's omp_get_max_threads().
@@ -91,6 +98,10 @@ size_t flash_attention_backward_scratch_floats(const FlashAttention& a);
 // plan counts this for its profile's ranks (model/kernel_target.h).
 size_t flash_attention_forward_scratch_floats(const FlashAttention& a, int workers);
 size_t flash_attention_backward_scratch_floats(const FlashAttention& a, int workers);
+// The kept packing of a.packed: per sequence, q of every query head and K of every kv head in
+// the products' layouts (bf16 tiles: a bf16 copy of q and k; fp32: an fp32 copy). any_cpu:
+// the portable tiles' layout, the widest, whatever tiles this CPU picks (a local plan's count).
+size_t flash_attention_packed_floats(const FlashAttention& a, bool any_cpu = false);
 
 // out (B * Tq rows, stride ldo; H * hd), lse (B, H, Tq) of the scaled scores.
 // accumulate false: overwritten (rows without a visible key: out 0, lse -inf).

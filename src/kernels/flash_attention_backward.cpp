@@ -1,7 +1,9 @@
 // Flash attention's backward driver (FlashAttention-2's algorithm, flash_attention.h). Per
 // sequence b (its packed operands stay in L2), three phases:
 //   1. pack: per query head q (rotated) and dout, per kv head k (rotated) and v, in the
-//      layouts of the products that read them; zero the dq partials;
+//      layouts of the products that read them; zero the dq partials. q's rows and k's key
+//      blocks come from FlashAttention::packed when the forward kept them there (the same
+//      packers on the same operands: the same bits), and are not packed again;
 //   2. tasks (kv head, chunk c of C): the chunk's key blocks (c, c + C, ...) taken kKeyPanel
 //      at a time, their dK and dV accumulated in the task's tiles over every query head of
 //      the group and every query block that sees them, then un-rotated and added to dk, dv
@@ -69,13 +71,17 @@ struct KeySide {
   const float *k, *v, *k_red;
 };
 
-QuerySide query_side(const float* base, const BackwardLayout& L, bool reduction_is_rows) {
-  if (reduction_is_rows) return {base, base + L.rows, base, base + L.rows};
-  return {base, base + L.rows, base + 2 * L.rows, base + 3 * L.rows};
+// base: the head's slots of the query side; kept: its q rows kept by the forward, or null.
+QuerySide query_side(const float* base, const float* kept, const BackwardLayout& L,
+                     bool reduction_is_rows) {
+  const float* q = kept ? kept : base;
+  if (reduction_is_rows) return {q, base + L.rows, q, base + L.rows};
+  return {q, base + L.rows, base + 2 * L.rows, base + 3 * L.rows};
 }
 
 // Packing run c of sequence b: kFlashKeyBlock query rows of every head (q, dout) or one key
-// block of every kv head (k, v).
+// block of every kv head (k, v); q's rows and k's key blocks only when the forward did not
+// keep them (a.packed).
 void pack_run(float* qside, float* kside, const FlashAttention& a, const float* dout, size_t lddo,
               const Tiles& t, const BackwardLayout& L, int b, int c) {
   const int nqc = (a.Tq + kFlashKeyBlock - 1) / kFlashKeyBlock;
@@ -88,7 +94,7 @@ void pack_run(float* qside, float* kside, const FlashAttention& a, const float* 
                      a.H, a.hd,    a.qpos + r0,       a.rope};
     const PackRows dy{dst + L.rows, L.qside, dout + row * lddo, lddo,   n, padded,
                       a.H,          a.hd,    a.qpos + r0,       nullptr};
-    t.pack_rows(q);
+    if (!a.packed) t.pack_rows(q);
     t.pack_rows(dy);
     if (t.reduction_is_rows) return;
     t.pack_reduction(
@@ -100,8 +106,9 @@ void pack_run(float* qside, float* kside, const FlashAttention& a, const float* 
   const int r0 = (c - nqc) * kFlashKeyBlock, n = std::min(kFlashKeyBlock, a.Tk - r0);
   const size_t row = size_t(b) * a.Tk + r0;
   float* dst = kside + size_t(r0) * L.rf;
-  t.pack_key_blocks({dst, L.kside, a.k + row * a.ldk, a.ldk, n, kFlashKeyBlock, a.Hkv, a.hd,
-                     a.kpos + r0, a.rope});
+  if (!a.packed)
+    t.pack_key_blocks({dst, L.kside, a.k + row * a.ldk, a.ldk, n, kFlashKeyBlock, a.Hkv, a.hd,
+                       a.kpos + r0, a.rope});
   t.pack_key_blocks({dst + L.blocks, L.kside, a.v + row * a.ldv, a.ldv, n, kFlashKeyBlock, a.Hkv,
                      a.hd, a.kpos + r0, nullptr});
   t.pack_reduction({dst + 2 * L.blocks, L.kside, a.k + row * a.ldk, a.ldk, n, kFlashKeyBlock, a.Hkv,
@@ -115,6 +122,8 @@ struct BackwardTask {
   const Tiles& t;
   const BackwardLayout& L;
   const float* qside;  // sequence b's query side; head h at + h * L.qside
+  const float* kept;   // sequence b's kept q rows (head h at + h * q_head), or null
+  size_t q_head;
   KeySide keys;
   const float *lse, *D;  // (B, H, Tq)
   float* dq;             // this chunk's partial, (H, Tq, hd)
@@ -150,7 +159,9 @@ void backward_panel(const BackwardTask& T, const int* blocks, const KeyBlock* ke
   const std::optional<DropoutMask> drop = dropout_mask(a.dropout);
   for (int h = T.g * G; h < (T.g + 1) * G; h++) {
     const int64_t feature_base = (a.dropout.head_offset + int64_t(h)) * a.dropout.seq_len;
-    const QuerySide qs = query_side(T.qside + size_t(h) * T.L.qside, T.L, T.t.reduction_is_rows);
+    const QuerySide qs =
+        query_side(T.qside + size_t(h) * T.L.qside,
+                   T.kept ? T.kept + size_t(h) * T.q_head : nullptr, T.L, T.t.reduction_is_rows);
     const size_t bh = (size_t(T.b) * a.H + h) * a.Tq;
     float* dq = T.dq + size_t(h) * a.Tq * hd;
     for (int qb = 0; qb < T.L.nqb; qb++) {
@@ -261,7 +272,9 @@ void backward_grads(const Grads& g, const float* dout, size_t lddo, const float*
   float *qside = scratch, *kside = qside + L.q_total, *dq = kside + L.k_total;
   float* workers = dq + L.dq_total;
   const int runs = (a.Tq + kFlashKeyBlock - 1) / kFlashKeyBlock + L.nkb;
+  const PackedQK qk = packed_qk(a, t);
   for (int b = 0; b < a.B; b++) {
+    const float* kept = a.packed ? a.packed + b * qk.sequence : nullptr;
 #pragma omp parallel
     {
       // Phase 1: packing, and the dq partials zeroed.
@@ -277,6 +290,7 @@ void backward_grads(const Grads& g, const float* dout, size_t lddo, const float*
       for (int i = 0; i < a.Hkv * L.chunks; i++) {
         const int c = i % L.chunks, kvh = i / L.chunks;
         const float* ks = kside + size_t(kvh) * L.kside;
+        const float* k = kept ? kept + a.H * qk.q_head + kvh * qk.k_head : ks;
         const BackwardTask task{b,
                                 kvh,
                                 c,
@@ -284,7 +298,9 @@ void backward_grads(const Grads& g, const float* dout, size_t lddo, const float*
                                 t,
                                 L,
                                 qside,
-                                {ks, ks + L.blocks, ks + 2 * L.blocks},
+                                kept,
+                                qk.q_head,
+                                {k, ks + L.blocks, ks + 2 * L.blocks},
                                 lse,
                                 D,
                                 dq + c * L.dq_chunk,

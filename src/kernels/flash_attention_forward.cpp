@@ -1,6 +1,7 @@
 // Flash attention's forward driver (the algorithm is in flash_attention.h). Two phases:
 //   1. pack: q (rotated) of every head, K (rotated) and V of every kv head, read row by row
-//      and written into the products' layouts;
+//      and written into the products' layouts (q and K into FlashAttention::packed, when the
+//      caller keeps them for the backward, else into the scratch);
 //   2. tasks (kv head, query block, head of the group), heaviest query blocks first, each
 //      owning its rows of out and lse: for every key block that is not fully masked, the
 //      scores of the rows that see it, the online-softmax step and P V.
@@ -24,6 +25,7 @@ struct ForwardLayout {
   int rf = 0, nkb = 0, nqc = 0;
   size_t qs = 0, kt = 0;  // one head's packed q rows; one kv head's key blocks
   size_t k = 0, v = 0;    // where K blocks and V reduction rows start (q at 0)
+  size_t kept = 0;        // one sequence's q and K in FlashAttention::packed
   size_t workers = 0;     // then per worker: scores, output accumulator, m, l, c
   size_t s = 0, o = 0, worker = 0;
 };
@@ -33,8 +35,10 @@ ForwardLayout forward_layout(const FlashAttention& a, const Tiles& t) {
   L.rf = row_floats(t, a.hd);
   L.nkb = (a.Tk + kFlashKeyBlock - 1) / kFlashKeyBlock;
   L.nqc = (a.Tq + kFlashKeyBlock - 1) / kFlashKeyBlock;  // packing runs of query rows
-  L.qs = round_up(size_t(a.Tq) * L.rf, 16);
-  L.kt = round_up(size_t(L.nkb) * kFlashKeyBlock * L.rf, 16);
+  const PackedQK qk = packed_qk(a, t);
+  L.qs = qk.q_head;
+  L.kt = qk.k_head;
+  L.kept = qk.sequence;
   L.k = size_t(a.H) * L.qs;
   L.v = L.k + size_t(a.Hkv) * L.kt;
   L.workers = L.v + size_t(a.Hkv) * L.kt;
@@ -44,22 +48,33 @@ ForwardLayout forward_layout(const FlashAttention& a, const Tiles& t) {
   return L;
 }
 
+// Sequence b's packed operands: q (every head) at q, K (every kv head) at k, V at v.
+struct Packed {
+  float *q, *k, *v;
+};
+
+Packed packed_at(float* scratch, const FlashAttention& a, const ForwardLayout& L, int b) {
+  if (!a.packed) return {scratch, scratch + L.k, scratch + L.v};
+  float* q = a.packed + size_t(b) * L.kept;
+  return {q, q + L.k, scratch + L.v};
+}
+
 // Packing run c of sequence b: kFlashKeyBlock query rows (every head) or one key block
 // (every kv head).
-void pack_run(float* scratch, const FlashAttention& a, const Tiles& t, const ForwardLayout& L,
+void pack_run(const Packed& P, const FlashAttention& a, const Tiles& t, const ForwardLayout& L,
               int b, int c) {
   if (c < L.nqc) {
     const int r0 = c * kFlashKeyBlock, n = std::min(kFlashKeyBlock, a.Tq - r0);
-    t.pack_rows({scratch + size_t(r0) * L.rf, L.qs, a.q + (size_t(b) * a.Tq + r0) * a.ldq, a.ldq, n,
-                 n, a.H, a.hd, a.qpos + r0, a.rope});
+    t.pack_rows({P.q + size_t(r0) * L.rf, L.qs, a.q + (size_t(b) * a.Tq + r0) * a.ldq, a.ldq, n, n,
+                 a.H, a.hd, a.qpos + r0, a.rope});
     return;
   }
   const int r0 = (c - L.nqc) * kFlashKeyBlock, n = std::min(kFlashKeyBlock, a.Tk - r0);
   const size_t at = size_t(r0) * L.rf, row = size_t(b) * a.Tk + r0;
-  t.pack_key_blocks({scratch + L.k + at, L.kt, a.k + row * a.ldk, a.ldk, n, kFlashKeyBlock, a.Hkv,
-                     a.hd, a.kpos + r0, a.rope});
-  t.pack_reduction({scratch + L.v + at, L.kt, a.v + row * a.ldv, a.ldv, n, kFlashKeyBlock, a.Hkv,
-                    a.hd, a.kpos + r0, nullptr});
+  t.pack_key_blocks({P.k + at, L.kt, a.k + row * a.ldk, a.ldk, n, kFlashKeyBlock, a.Hkv, a.hd,
+                     a.kpos + r0, a.rope});
+  t.pack_reduction({P.v + at, L.kt, a.v + row * a.ldv, a.ldv, n, kFlashKeyBlock, a.Hkv, a.hd,
+                    a.kpos + r0, nullptr});
 }
 
 // The bf16 output (--precision bf16, one worker: never a merge): the fp32 form's o / l, each
@@ -94,13 +109,13 @@ struct ForwardTask {
 
 template <class OutT>
 void forward_task(const ForwardTask& task, OutT* out, size_t ldo, float* lse,
-                  const FlashAttention& a, bool accumulate, const float* scratch, float* w,
+                  const FlashAttention& a, bool accumulate, const Packed& P, float* w,
                   const Tiles& t, const ForwardLayout& L) {
   const int hd = a.hd, i0 = task.qb * kFlashQueryBlock, g = task.h / (a.H / a.Hkv);
   const int rows = std::min(kFlashQueryBlock, a.Tq - i0);
   const int* qpos = a.qpos + i0;
   const float scale = 1.0f / std::sqrt(float(hd));
-  const float* qt = scratch + size_t(task.h) * L.qs + size_t(i0) * L.rf;
+  const float* qt = P.q + size_t(task.h) * L.qs + size_t(i0) * L.rf;
   const size_t kv = size_t(g) * L.kt;
   float *s = w, *o = s + L.s, *m = o + L.o, *l = m + kFlashQueryBlock, *c = l + kFlashQueryBlock;
   const QueryRange qr = query_range(qpos, rows);
@@ -119,7 +134,7 @@ void forward_task(const ForwardTask& task, OutT* out, size_t ldo, float* lse,
     const int r0 = span.begin, n = span.end - span.begin;
     if (n <= 0) continue;
     const size_t off = kv + size_t(kb) * kFlashKeyBlock * L.rf;
-    t.scores(s, qt + size_t(r0) * L.rf, n, scratch + L.k + off, scale, hd);
+    t.scores(s, qt + size_t(r0) * L.rf, n, P.k + off, scale, hd);
     for (int r = r0; r < span.end; r++) {
       float* row = s + (r - r0) * kFlashKeyBlock;
       softmax_step_row(row, vis == Visibility::full ? nullptr : k.pos, qpos[r], m[r], l[r], c[r]);
@@ -130,7 +145,7 @@ void forward_task(const ForwardTask& task, OutT* out, size_t ldo, float* lse,
 #pragma omp simd
       for (int d = 0; d < hd; d++) o[size_t(r) * hd + d] *= c[r];
     }
-    t.rows_by_keys(o + size_t(r0) * hd, hd, s, n, scratch + L.v + off, hd);
+    t.rows_by_keys(o + size_t(r0) * hd, hd, s, n, P.v + off, hd);
   }
   // Rows out: o / l, lse, merged when accumulating.
   for (int r = 0; r < rows; r++)
@@ -154,10 +169,11 @@ void forward_out(OutT* out, size_t ldo, float* lse, const FlashAttention& a, boo
   const ForwardLayout L = forward_layout(a, t);
   const int G = a.H / a.Hkv, nqb = (a.Tq + kFlashQueryBlock - 1) / kFlashQueryBlock;
   for (int b = 0; b < a.B; b++) {
+    const Packed P = packed_at(scratch, a, L, b);
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
-      for (int c = 0; c < L.nqc + L.nkb; c++) pack_run(scratch, a, t, L, b, c);
+      for (int c = 0; c < L.nqc + L.nkb; c++) pack_run(P, a, t, L, b, c);
       // Tasks in flight together share a kv head (its K/V stay in cache); the last query
       // blocks, which see the most keys, start first so the dynamic schedule ends evenly.
       float* w = scratch + L.workers + size_t(omp_get_thread_num()) * L.worker;
@@ -165,7 +181,7 @@ void forward_out(OutT* out, size_t ldo, float* lse, const FlashAttention& a, boo
 #pragma omp for schedule(dynamic)
       for (int i = 0; i < a.Hkv * nqb * G; i++) {
         const int hg = i % G, qb = nqb - 1 - i / G % nqb, g = i / G / nqb;
-        forward_task({b, g * G + hg, qb}, out, ldo, lse, a, accumulate, scratch, w, t, L);
+        forward_task({b, g * G + hg, qb}, out, ldo, lse, a, accumulate, P, w, t, L);
       }
     }
   }

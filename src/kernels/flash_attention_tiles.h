@@ -101,6 +101,24 @@ constexpr size_t round_up(size_t x, size_t m) {
   return (x + m - 1) / m * m;
 }
 
+// One sequence's packed q (every query head) and K (every kv head), as the forward packs them
+// into its scratch or into FlashAttention::packed (one sequence after another), where the
+// backward finds them.
+struct PackedQK {
+  size_t q_head = 0;  // one query head's rows
+  size_t k_head = 0;  // one kv head's key blocks
+  size_t sequence = 0;
+};
+
+inline PackedQK packed_qk(const FlashAttention& a, const Tiles& t) {
+  const size_t rf = row_floats(t, a.hd), nkb = (a.Tk + kFlashKeyBlock - 1) / kFlashKeyBlock;
+  PackedQK p;
+  p.q_head = round_up(size_t(a.Tq) * rf, 16);
+  p.k_head = round_up(nkb * kFlashKeyBlock * rf, 16);
+  p.sequence = size_t(a.H) * p.q_head + size_t(a.Hkv) * p.k_head;
+  return p;
+}
+
 // Query rows per register tile of the row-side products at head size HD, in both the fp32
 // and the bf16 kernels: rows x HD/16 accumulators stay at or under 24 of the 32 vector
 // registers, leaving the rest for the operands.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -121,6 +122,13 @@ void LlamaBlock::reserve_buffers(SlotLayout& layout, bool moe) {
   off_.qkv = layout.reserve(N * qkv_cols());
   off_.att_out = gemm_only(N * q_cols());
   off_.lse = layout.reserve(size_t(max_b_) * Hl_ * T_);
+  // One worker on this host: the flash forward's packed q and K, read again by the backward
+  // (a ring step's keys visit and leave; a GPU's fused kernel keeps no such copy).
+  off_.packed =
+      context_.cp || context_.kernels == KernelTarget::gpu
+          ? SIZE_MAX
+          : layout.reserve(flash_attention_packed_floats(attention_args(nullptr, max_b_, T_),
+                                                         context_.kernels == KernelTarget::profile));
   off_.x_mid = layout.reserve(Nl * C_);
   off_.n2 = moe ? layout.reserve(Nl * C_) : gemm_only(Nl * C_);  // the router reads fp32
   // The shared experts' GEMM operand: n2 itself in fp32, a bf16 copy under bf16; and their
@@ -144,7 +152,7 @@ void LlamaBlock::reserve_buffers(SlotLayout& layout, bool moe) {
   }
 }
 
-FlashAttention LlamaBlock::attention_args(const float* qkv, int b, int T) const {
+FlashAttention LlamaBlock::attention_args(const float* qkv, int b, int T, float* s) const {
   FlashAttention a;
   a.B = b, a.Tq = a.Tk = T;
   a.H = Hl_, a.Hkv = Hkvl_, a.hd = hd_;
@@ -156,6 +164,7 @@ FlashAttention LlamaBlock::attention_args(const float* qkv, int b, int T) const 
   a.rope = context_.rope;
   a.precision = bf16_ ? FlashPrecision::bf16 : FlashPrecision::fp32;
   if (dropout_) a.dropout = dropout_->attention(layer_, tp_.rank * Hl_);
+  if (s && off_.packed != SIZE_MAX) a.packed = s + off_.packed;
   return a;
 }
 
@@ -261,7 +270,8 @@ void LlamaBlock::forward_with(const Ops& ops, float* s, const float* x_in, float
     norm1_.forward(s, n1, x_in, Nl);
   ops.forward(qkv_, qkv, n1, N, ops.gathered(), /*with_bias=*/false);
   const std::span<float> fscratch(forward_scratch_, forward_scratch_floats());
-  flash_core_forward(ops, att_out, s + off_.lse, attention_args(qkv, b, T), context_.cp, fscratch);
+  flash_core_forward(ops, att_out, s + off_.lse, attention_args(qkv, b, T, s), context_.cp,
+                     fscratch);
   ops.forward(o_proj_, x_mid, att_out, N);
   if (dropout_on()) branch_dropout(x_mid, x_mid, 1, Nl, false);
 
@@ -356,7 +366,7 @@ void LlamaBlock::attention_backward_input(const Ops& ops, float* s, float* scrat
   auto* d_qkv = Ops::act(s, off_.d_qkv);
   ops.backward_input(o_proj_, d_att_out, attention_branch_grad(s), N);
   flash_core_backward(ops, d_qkv, d_att_out, Ops::act(s, off_.att_out), s + off_.lse,
-                      attention_args(s + off_.qkv, b, T), context_.cp, scratch);
+                      attention_args(s + off_.qkv, b, T, s), context_.cp, scratch);
   ops.backward_input(qkv_, s + off_.d_n1, d_qkv, N);
 }
 

@@ -15,7 +15,9 @@
 // keeps the un-rotated GEMM output and no rotated copy exists in memory; the slot keeps the
 // attention output and the log-sum-exp per row, never a (T, T) buffer. The backward recomputes
 // the probabilities from them (which is what selective recomputation does for the gpt2 block:
-// Recompute::selective changes nothing here).
+// Recompute::selective changes nothing here). On one worker of this host the slot also keeps
+// the kernel's packed (rotated) q and K (FlashAttention::packed, a bf16 or fp32 copy of q and
+// k by the precision), so the backward does not pack them again.
 //
 // Context parallelism (--cp > 1): the block's T rows are this rank's zigzag shard of each
 // sequence; only the attention core crosses the cp group (context_parallel_attention.h),
@@ -86,8 +88,9 @@ class LlamaBlock final : public Block {
   void register_params(int layer, const ModelConfig& cfg, bool moe, ParamTable& table);
   void register_mlp(const std::string& prefix, const ModelConfig& cfg, ParamTable& table);
   void reserve_buffers(SlotLayout& layout, bool moe);
-  // The flash kernel's operands for this microbatch's qkv (b sequences of T rows).
-  FlashAttention attention_args(const float* qkv, int b, int T) const;
+  // The flash kernel's operands for this microbatch's qkv (b sequences of T rows); with the
+  // microbatch's slot s, its kept packing too (where the block keeps one).
+  FlashAttention attention_args(const float* qkv, int b, int T, float* s = nullptr) const;
 
   template <class Ops>
   void forward_with(const Ops& ops, float* s, const float* x_in, float* x_out, int b, int T,
@@ -138,6 +141,7 @@ class LlamaBlock final : public Block {
   // MLP's or the shared experts' width on this rank.
   struct {
     size_t n1, qkv, att_out, lse;  // (Nl,C) (N,qkv_cols) (N,Hl hd) (b,Hl,T)
+    size_t packed;                 // the flash forward's packed q and K, or SIZE_MAX (none)
     size_t x_mid, n2, gu, h;       // (Nl,C) (Nl,C) (N,2Fl) (N,Fl)
     size_t n2_mlp, shared;         // MoE: the shared experts' operand (Nl,C), their output (Nl,C)
     // gradients kept for the W pass
