@@ -123,7 +123,7 @@ struct BlockContext {
   // attention core and the kernels' scratch counted as that device's kernels keep them, not
   // as this CPU's dispatch would; profile: what the profile says of its CPU.
   KernelTarget kernels = KernelTarget::this_host;
-  ProfileKernels profile;
+  ProfileKernels profile{};
 };
 
 // The block of cfg.arch for layer `layer` (the arguments as GptBlock's).
