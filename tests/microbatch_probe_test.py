@@ -16,7 +16,7 @@ F, C = 1.1, 3e-10  # C x W: about 1 ms per microbatch
 
 
 def step(m):
-    return F * KERNELS[m] + m * mp.WEIGHTS * C
+    return F * KERNELS[m] + m * mp.refit_profile.WEIGHTS * C
 
 
 class Fit(unittest.TestCase):

@@ -29,29 +29,15 @@ sys.path.insert(0, HERE)
 
 from loop_layouts import resolve  # noqa: E402
 from loop_measure import measure, predict  # noqa: E402
+import refit_profile  # noqa: E402
 
 COUNTS = (1, 8, 2, 4)
-# The reference model's linear weights (reference_steps.cpp: 4 blocks of 12 d^2, and d^2).
-WEIGHTS = 4 * 12.0 * 256 * 256 + 256.0 * 256
 
 
-def fit_step_factor(steps, weights=WEIGHTS):
-    """reference_steps.cpp's fit_step_factor: [(microbatches, kernels s, measured s)] ->
-    (F, c), least squares on the relative error, c floored at a small positive figure."""
-    aa = ab = bb = a1 = b1 = 0.0
-    least = min(m for _, _, m in steps)
-    for n, k, m in steps:
-        a, b = k / m, n * weights / m
-        aa, ab, bb, a1, b1 = aa + a * a, ab + a * b, bb + b * b, a1 + a, b1 + b
-    floor = 1e-3 * least / (8 * weights)
-    det = aa * bb - ab * ab
-    f, c = 0.0, -1.0
-    if det > 1e-12 * aa * bb:
-        f, c = (a1 * bb - b1 * ab) / det, (aa * b1 - ab * a1) / det
-    if not c >= floor:
-        c = floor
-        f = sum((k / m) * (1 - (n * weights / m) * c) for n, k, m in steps) / aa
-    return min(max(f, 0.5), 3.0), c
+def fit_step_factor(steps):
+    """reference_steps.cpp's fit_step_factor, as refit_profile.py copies it: [(microbatches,
+    kernels s, measured s)] -> (F, c), c floored at a small positive figure."""
+    return refit_profile.fit(steps)
 
 
 def zeroed_profile(profile, precision):
