@@ -332,14 +332,13 @@ void DataParallel::write_grad(const ParamInfo& t, const float* in) {
 
 LocalGradSquares DataParallel::local_grad_squares() {
   // Stage 0 holds the reduced gradients everywhere; otherwise each rank adds its chunks.
-  // In piece order, whenever each piece's sum was taken (piece_squares.h: take_rest).
-  const float* g = grads_.storage();
-  squares_.take_rest(g);
+  // In piece order, whenever each piece's sum was taken (piece_squares.h).
+  const std::vector<double>& sq = squares_.sums(grads_.storage());
   LocalGradSquares s;
   for (size_t i = 0; i < update_.size(); ++i)
     (is_expert_piece(i)                     ? s.experts
      : update_param_[i]->shard.replicated() ? s.replicated
-                                            : s.split) += squares_.take(i, g);
+                                            : s.split) += sq[i];
   return s;
 }
 

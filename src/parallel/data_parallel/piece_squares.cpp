@@ -23,7 +23,7 @@ std::vector<PieceSquares::Piece> PieceSquares::in_buckets(
 }
 
 void PieceSquares::begin_step() {
-  std::fill(done_.begin(), done_.end(), 0);
+  forget_all();
   early_ = 0;
 }
 
@@ -42,7 +42,7 @@ bool PieceSquares::square_next(const float* grads, const std::vector<char>& redu
   return false;
 }
 
-void PieceSquares::take_rest(const float* grads) {
+const std::vector<double>& PieceSquares::sums(const float* grads) {
   // The pieces no wait squared, in one OpenMP team (a team per piece was ~50 starts a
   // step); sum_squares_each gives each the bits sum_squares does (kernels/reduce.h).
   std::vector<size_t> rest;
@@ -55,14 +55,7 @@ void PieceSquares::take_rest(const float* grads) {
     x[k] = grads + pieces_[rest[k]].grad_off, n[k] = pieces_[rest[k]].n;
   sum_squares_each(x.data(), n.data(), rest.size(), sums.data());
   for (size_t k = 0; k < rest.size(); ++k) sq_[rest[k]] = sums[k], done_[rest[k]] = 1;
-}
-
-double PieceSquares::take(size_t i, const float* grads) {
-  if (!done_[i]) {
-    sq_[i] = sum_squares(grads + pieces_[i].grad_off, pieces_[i].n);
-    done_[i] = 1;
-  }
-  return sq_[i];
+  return sq_;
 }
 
 void PieceSquares::forget_all() {

@@ -42,11 +42,10 @@ class PieceSquares {
   // Squares one piece not yet squared whose bucket is reduced (reduced[bucket] != 0);
   // false when there is none.
   bool square_next(const float* grads, const std::vector<char>& reduced);
-  // Squares every piece not yet squared, in one OpenMP team (sum_squares_each).
-  void take_rest(const float* grads);
-  // Piece i's sum of squares: the one taken early, or taken now.
-  double take(size_t i, const float* grads);
-  // Piece i's gradient changed (or every piece's): its sum is taken again at take().
+  // Every piece's sum of squares, in piece order: the ones taken early, the rest taken now
+  // in one OpenMP team (sum_squares_each).
+  const std::vector<double>& sums(const float* grads);
+  // Piece i's gradient changed (or every piece's): its sum is taken again at sums().
   void forget(size_t i) { done_[i] = 0; }
   void forget_all();
   // Floats squared by square_next since begin_step (tests, docs).
