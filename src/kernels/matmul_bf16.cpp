@@ -273,6 +273,11 @@ bool weight_grad_copies_dout(int N, int C, int OC) {
   return weight_grad_copies_dout_on(matmul_bf16_path(), N, C, OC);
 }
 
+// The transposed dout copy's bytes on `path` (none where dout is read as it is).
+size_t weight_grad_scratch_bytes_on(Bf16GemmPath path, int N, int C, int OC) {
+  return weight_grad_copies_dout_on(path, N, C, OC) ? size_t(N) * size_t(OC) * sizeof(bf16) : 0;
+}
+
 }  // namespace
 
 void bf16_transpose(bf16* dst, const bf16* src, int64_t rows, int64_t cols) {
@@ -301,13 +306,11 @@ void matmul_bf16_backward_input(float* dinp, const bf16* dout, const bf16* weigh
 }
 
 size_t matmul_bf16_weight_grad_scratch_bytes(int N, int C, int OC) {
-  return weight_grad_copies_dout(N, C, OC) ? size_t(N) * size_t(OC) * sizeof(bf16) : 0;
+  return weight_grad_scratch_bytes_on(matmul_bf16_path(), N, C, OC);
 }
 
 size_t matmul_bf16_weight_grad_scratch_bytes_any_cpu(int N, int C, int OC) {
-  return weight_grad_copies_dout_on(Bf16GemmPath::primitive, N, C, OC)
-             ? size_t(N) * size_t(OC) * sizeof(bf16)
-             : 0;
+  return weight_grad_scratch_bytes_on(Bf16GemmPath::primitive, N, C, OC);
 }
 
 void matmul_bf16_backward_weight(float* dweight, float* dbias, const bf16* dout, const bf16* inp,
