@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threads.h"
+#include "dp_bucket_model.h"
 #include "model/gpt.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/parallel_context.h"
@@ -22,18 +23,10 @@
 namespace mt {
 namespace {
 
-constexpr int kB = 2, kDp = 2, kLayers = 4;
-
-ModelConfig config() {
-  ModelConfig cfg;
-  cfg.layers = kLayers, cfg.dim = 32, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 19;
-  return cfg;
-}
+using dp_bucket_model::config, dp_bucket_model::kB, dp_bucket_model::kDp, dp_bucket_model::kLayers;
 
 std::vector<int> tokens(int n, uint64_t stream) {
-  std::vector<int> t;
-  for (int i = 0; i < n; ++i) t.push_back(int(uniform01(11, stream, i) * config().vocab));
-  return t;
+  return dp_bucket_model::tokens(n, 11, stream);
 }
 
 bool all_zero(const float* x, size_t n) {

@@ -2,6 +2,8 @@
 // one-step run of the engine whose memory records the planner must reproduce.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -12,6 +14,7 @@
 #include "data/token_shard.h"
 #include "plan/hardware_profile.h"
 #include "plan/layout.h"
+#include "plan/memory_model.h"
 #include "plan/software_profiles.h"
 #include "test_util/temp_dir.h"
 #include "train/trainer.h"
@@ -109,6 +112,16 @@ inline Record run_and_record(const TrainOptions& base, const test_util::TempDir&
     if (r.sum() > best.sum()) best = r;
   }
   return best;
+}
+
+// Every kind of a plan's memory equal in a and b (the host-independence tests).
+inline void expect_same_memory(const PlannedMemory& a, const PlannedMemory& b,
+                               const std::string& what) {
+  EXPECT_EQ(a.params, b.params) << what;
+  EXPECT_EQ(a.grads, b.grads) << what;
+  EXPECT_EQ(a.optimizer, b.optimizer) << what;
+  EXPECT_EQ(a.activations, b.activations) << what;
+  EXPECT_EQ(a.buffers, b.buffers) << what;
 }
 
 }  // namespace mt::plan::testing

@@ -11,6 +11,7 @@
 #include "plan/hardware_profile.h"
 #include "plan/layout.h"
 #include "plan/memory_model.h"
+#include "plan_test_util.h"
 #include "schedule/schedule.h"
 #include "train/memory_estimate.h"
 
@@ -34,14 +35,6 @@ Layout gpu_layout(Precision precision) {
   Layout l;
   l.dp = 8, l.micro_batch = 1, l.precision = precision;
   return l;
-}
-
-void expect_same(const PlannedMemory& a, const PlannedMemory& b, const char* what) {
-  EXPECT_EQ(a.params, b.params) << what;
-  EXPECT_EQ(a.grads, b.grads) << what;
-  EXPECT_EQ(a.optimizer, b.optimizer) << what;
-  EXPECT_EQ(a.activations, b.activations) << what;
-  EXPECT_EQ(a.buffers, b.buffers) << what;
 }
 
 int64_t host_estimate(const PlanRequest& r, const Layout& l) {
@@ -85,7 +78,7 @@ TEST(PlanGpuHostIndependence, LlamaPlanDoesNotFollowThePlannersOpenMpTeam) {
     const int64_t host8 = host_estimate(r, l);
     const PlannedMemory eight = planned_memory(r, l, Schedule{});
     EXPECT_NE(host1, host8);  // the lever
-    expect_same(one, eight, p == Precision::bf16 ? "bf16" : "fp32");
+    testing::expect_same_memory(one, eight, p == Precision::bf16 ? "bf16" : "fp32");
   }
   omp_set_num_threads(saved);
 }
@@ -101,7 +94,8 @@ TEST(PlanGpuHostIndependence, GptPlanDoesNotCountTheCpuLinearsWeightGradientScra
     const PlannedMemory by_shape = planned_memory(r, l, Schedule{});
     ScopedFp32WeightGradPath plain(Fp32WeightGradPath::plain);
     EXPECT_EQ(host_by_shape - host_estimate(r, l), int64_t(256) * 1024 * 4);  // the lever
-    expect_same(by_shape, planned_memory(r, l, Schedule{}), p == Precision::bf16 ? "bf16" : "fp32");
+    testing::expect_same_memory(by_shape, planned_memory(r, l, Schedule{}),
+                                p == Precision::bf16 ? "bf16" : "fp32");
   }
 }
 

@@ -42,14 +42,6 @@ AttentionIsa isa(int bits) {
 // (the EPYC the golden profile was calibrated on), and AMX (every kernel).
 const int kCpus[] = {0, 1, 3, 15};
 
-void expect_same(const PlannedMemory& a, const PlannedMemory& b, const std::string& what) {
-  EXPECT_EQ(a.params, b.params) << what;
-  EXPECT_EQ(a.grads, b.grads) << what;
-  EXPECT_EQ(a.optimizer, b.optimizer) << what;
-  EXPECT_EQ(a.activations, b.activations) << what;
-  EXPECT_EQ(a.buffers, b.buffers) << what;
-}
-
 MemoryEstimate host_estimate(const PlanRequest& r, const Layout& l) {
   return estimate_rank_memory(train_options(r, l), Schedule{}, KernelTarget::this_host);
 }
@@ -84,7 +76,7 @@ TEST(PlanLocalHostIndependence, AttentionMemoryFollowsTheProfileNotTheHost) {
         if (host == kCpus[0])
           first = m;
         else
-          expect_same(first, m, name(profile, host, l));
+          testing::expect_same_memory(first, m, name(profile, host, l));
       }
       // What the engine counts on the profile's CPU.
       const ScopedAttentionIsa simulated(isa(profile));
@@ -107,7 +99,7 @@ TEST(PlanLocalHostIndependence, AnOlderProfileCountsTheTilesItsRowStatsName) {
     bits.hardware.attention_kernels = 3;
     const ScopedAttentionIsa simulated(isa(0));
     const PlannedMemory m = planned_memory(stats, l, Schedule{});
-    expect_same(m, planned_memory(bits, l, Schedule{}), "row stats as the tiles");
+    testing::expect_same_memory(m, planned_memory(bits, l, Schedule{}), "row stats as the tiles");
     EXPECT_LT(m.activations, planned_memory(none, l, Schedule{}).activations);
   }
 }
@@ -126,7 +118,8 @@ TEST(PlanLocalHostIndependence, LlamaPlanFollowsThePlansThreadsNotThePlannersTea
     const PlannedMemory one = planned_memory(r, l, Schedule{});
     omp_set_num_threads(6);
     EXPECT_NE(host1, host_estimate(r, l).total());  // the lever
-    expect_same(one, planned_memory(r, l, Schedule{}), p == Precision::bf16 ? "bf16" : "fp32");
+    testing::expect_same_memory(one, planned_memory(r, l, Schedule{}),
+                                p == Precision::bf16 ? "bf16" : "fp32");
     PlanRequest two = r;
     two.threads = 2;
     EXPECT_GT(planned_memory(two, l, Schedule{}).buffers, one.buffers);  // the plan's threads
@@ -152,7 +145,7 @@ TEST(PlanLocalHostIndependence, Bf16PlanDoesNotFollowTheHostsGemmPath) {
     if (!matmul_bf16_path_available(other)) continue;
     const ScopedBf16GemmPath path(other);
     EXPECT_GT(host_primitive, host_estimate(r, l).total());  // the lever
-    expect_same(primitive, planned_memory(r, l, Schedule{}), "bf16 path");
+    testing::expect_same_memory(primitive, planned_memory(r, l, Schedule{}), "bf16 path");
     ++others;
   }
   if (others == 0) GTEST_SKIP() << "only the primitive path on this CPU";
